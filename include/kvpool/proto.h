@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvpool/proto.h - the kvpool wire protocol (ABI, versioned).  docs/protocol.md is the prose.
+ *
+ * Every frame is a 24-byte little-endian header followed by len_bytes of payload.  A
+ * connection starts with HELLO; the daemon answers WELCOME (with the sealed read-only
+ * pool fd attached by SCM_RIGHTS) or ERROR and closes.  Requests carry a client-chosen
+ * req_id that every answer frame repeats.
+ *
+ * Every struct here crosses a process boundary: fixed-width fields, explicit padding,
+ * zeroed reserved fields, sizes and offsets pinned by static_assert.
+ */
+#ifndef KVPOOL_PROTO_H
+#define KVPOOL_PROTO_H
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpool/layout.h"
+
+#define KVP_WIRE_MAGIC 0x4b56504cu	/* "LPVK" in memory, 'KVPL' as a LE u32 */
+#define KVP_WIRE_VERSION 1u
+
+enum kvp_frame_type {
+	KVP_FRAME_HELLO = 0,	/* client -> daemon: struct kvp_hello */
+	KVP_FRAME_WELCOME,	/* daemon -> client: struct kvp_welcome (+ pool fd) */
+	KVP_FRAME_GENERATE,	/* client -> daemon: struct kvp_generate + tokens or text */
+	KVP_FRAME_TOKEN,	/* daemon -> client: struct kvp_token + ids + text */
+	KVP_FRAME_DONE,		/* daemon -> client: struct kvp_usage */
+	KVP_FRAME_CANCEL,	/* client -> daemon: no payload; req_id names the request */
+	KVP_FRAME_ERROR,	/* daemon -> client: struct kvp_error + message */
+	KVP_FRAME__COUNT
+};
+
+/* Outcomes seen on the wire.  Stable values; raw errno never goes on the wire. */
+enum kvp_status {
+	KVP_OK = 0,
+	KVP_E_PROTO,		/* malformed frame: bad magic, type, length, field */
+	KVP_E_VERSION,		/* unsupported protocol version */
+	KVP_E_LIMIT,		/* a configured maximum was exceeded */
+	KVP_E_INVALID,		/* a well-formed request with an invalid value */
+	KVP_E_NOSPACE,		/* the request can never fit in the pool */
+	KVP_E_BUSY,		/* too many requests or connections; try later */
+	KVP_E_CANCELLED,	/* cancelled by the client or by shutdown */
+	KVP_E_INTERNAL,		/* the daemon failed; see its log */
+	KVP_E_SHUTDOWN,		/* the daemon is stopping */
+	KVP_STATUS__COUNT
+};
+
+/**
+ * struct kvp_frame_hdr - every frame starts with this
+ * @magic:     KVP_WIRE_MAGIC
+ * @version:   KVP_WIRE_VERSION
+ * @type:      enum kvp_frame_type
+ * @flags:     per-type flags, 0 unless a type defines some
+ * @len_bytes: payload after this header
+ * @req_id:    the client's request id (0 for HELLO/WELCOME)
+ */
+struct kvp_frame_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t flags;
+	uint32_t len_bytes;
+	uint64_t req_id;
+};
+static_assert(sizeof(struct kvp_frame_hdr) == 24, "wire ABI");
+static_assert(offsetof(struct kvp_frame_hdr, len_bytes) == 12, "wire ABI");
+static_assert(offsetof(struct kvp_frame_hdr, req_id) == 16, "wire ABI");
+
+/**
+ * struct kvp_usage - the DONE payload: what one request cost and reused
+ * @prompt_tokens:         tokens in the prompt (after tokenization)
+ * @cached_tokens:         prompt tokens whose K/V came from the prefix cache in memory
+ * @cache_creation_tokens: tokens of full blocks this request newly published
+ * @recomputed_tokens:     prompt tokens computed (>= 1: the last is always computed)
+ * @generated_tokens:      tokens sampled
+ * @status:                enum kvp_status: KVP_OK, or why generation stopped early
+ * @queue_ms .. decode_ms: times in milliseconds; ttft from receipt to first token
+ */
+struct kvp_usage {
+	uint32_t prompt_tokens;
+	uint32_t cached_tokens;
+	uint32_t cache_creation_tokens;
+	uint32_t recomputed_tokens;
+	uint32_t generated_tokens;
+	uint32_t status;
+	double queue_ms;
+	double ttft_ms;
+	double prefill_ms;
+	double decode_ms;
+};
+static_assert(sizeof(struct kvp_usage) == 56, "wire ABI");
+
+/* HELLO flags */
+#define KVP_HELLO_WANT_POOL_FD 0x1u	/* pass the read-only pool segment fd */
+
+/**
+ * struct kvp_hello - HELLO payload
+ * @flags:   KVP_HELLO_*
+ * @reserved: zero
+ * @client:  NUL-padded client name, for the daemon's log and status only
+ */
+struct kvp_hello {
+	uint32_t flags;
+	uint32_t reserved;
+	char client[32];
+};
+static_assert(sizeof(struct kvp_hello) == 40, "wire ABI");
+
+/**
+ * struct kvp_welcome - WELCOME payload; the pool fd (if any) rides along as SCM_RIGHTS
+ * @n_vocab:        vocabulary size; valid token ids are 0 .. n_vocab-1
+ * @n_ctx:          longest sequence (prompt + generated) the daemon accepts
+ * @bos_id, @eos_id: special token ids (UINT32_MAX when the model has none)
+ * @shape:          K/V block shape of the pool (kvpool/layout.h)
+ * @block_stride:   bytes between blocks in the segment
+ * @data_offset:    offset of block 0 in the segment
+ * @segment_bytes:  size of the segment the fd maps
+ * @n_blocks:       blocks in the segment
+ * @n_fds:          fds attached (0 or 1)
+ * @max_new_tokens, @max_prompt_tokens: the daemon's limits
+ * @fingerprint:    model fingerprint (hash of hyper-parameters and weights)
+ * @model:          NUL-padded model name
+ */
+struct kvp_welcome {
+	uint32_t n_vocab;
+	uint32_t n_ctx;
+	uint32_t bos_id;
+	uint32_t eos_id;
+	struct kvp_model_shape shape;
+	uint64_t block_stride;
+	uint64_t data_offset;
+	uint64_t segment_bytes;
+	uint32_t n_blocks;
+	uint32_t n_fds;
+	uint32_t max_new_tokens;
+	uint32_t max_prompt_tokens;
+	uint8_t fingerprint[16];
+	char model[64];
+};
+static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
+
+/* GENERATE flags */
+#define KVP_GEN_TEXT 0x1u	/* the prompt is UTF-8 text (text_bytes), not token ids */
+#define KVP_GEN_NO_CACHE 0x2u	/* neither read nor publish prefix-cache blocks */
+#define KVP_GEN__ALL 0x3u
+
+#define KVP_SALT_MAX 64
+
+/**
+ * struct kvp_generate - GENERATE payload, followed by n_tokens int32 ids or text_bytes
+ * of UTF-8 text (exactly one of the two is non-zero, as KVP_GEN_TEXT says)
+ * @flags:          KVP_GEN_*
+ * @n_tokens:       prompt token ids after this struct
+ * @text_bytes:     prompt text bytes after this struct
+ * @max_new_tokens: stop after this many generated tokens (>= 1)
+ * @top_k:          0 = off
+ * @temperature:    0 = greedy
+ * @top_p:          in (0, 1]; 1 = off
+ * @seed:           sampler seed
+ * @salt_len:       bytes used in @salt; requests with different salts never share blocks
+ * @salt:           cache salt
+ */
+struct kvp_generate {
+	uint32_t flags;
+	uint32_t n_tokens;
+	uint32_t text_bytes;
+	uint32_t max_new_tokens;
+	uint32_t top_k;
+	float temperature;
+	float top_p;
+	uint32_t salt_len;
+	uint64_t seed;
+	uint8_t salt[KVP_SALT_MAX];
+};
+static_assert(sizeof(struct kvp_generate) == 104, "wire ABI");
+static_assert(offsetof(struct kvp_generate, seed) == 32, "wire ABI");
+
+/**
+ * struct kvp_token - TOKEN payload, followed by n_tokens int32 ids, then text_bytes of
+ * UTF-8 (the text of those ids; a multi-byte character split across tokens is sent
+ * when complete)
+ */
+struct kvp_token {
+	uint32_t n_tokens;
+	uint32_t text_bytes;
+};
+static_assert(sizeof(struct kvp_token) == 8, "wire ABI");
+
+/* ERROR payload, followed by msg_bytes of UTF-8 (no NUL) */
+struct kvp_error {
+	uint32_t status;	/* enum kvp_status */
+	uint32_t msg_bytes;
+};
+static_assert(sizeof(struct kvp_error) == 8, "wire ABI");
+
+#endif /* KVPOOL_PROTO_H */

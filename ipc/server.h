@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * server.h - what ipc/ offers svc/: the request and status sockets served by one
+ * io_uring loop (multishot accept, provided-buffer receives, sends that survive short
+ * writes), framing and validation of every client frame, per-connection bounded output.
+ *
+ * svc/ fills struct kvp_server_ops; the loop calls it on the loop thread for each
+ * validated request, and svc/ answers through kvp_server_send_*() from the loop thread
+ * (the engine thread hands its events over through an eventfd registered with
+ * kvp_server_add_wakeup()).  ipc/ never includes svc/ or compute/ headers.
+ *
+ * Thread: everything here runs on the loop thread, except kvp_server_stop(), which
+ * any thread or a signal handler may call.
+ */
+#ifndef KVP_IPC_SERVER_H
+#define KVP_IPC_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kvpool/proto.h"
+
+struct kvp_server;
+
+/* A connection's handle: slot index and generation, so a stale handle is refused. */
+typedef uint64_t kvp_conn_id;
+
+/* Credentials of the peer, read with SO_PEERCRED on accept; never from a request. */
+struct kvp_peer {
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+};
+
+/**
+ * struct kvp_server_config - sockets and limits; all checked by kvp_server_new()
+ * @socket_path:        request socket path (created 0660; an old socket file is replaced)
+ * @status_path:        status socket path, or NULL for none
+ * @socket_gid:         group of the request socket, or (gid_t)-1 to leave it
+ * @status_gid:         group of the status socket, or (gid_t)-1 to leave it
+ * @max_frame_bytes:    largest frame accepted (header included)
+ * @max_conns:          connections at once; more are accepted and refused with ERROR
+ * @max_reqs_per_conn:  requests in flight per connection
+ * @max_prompt_tokens:  tokens (or text bytes) in one GENERATE
+ * @max_new_tokens:     largest max_new_tokens a GENERATE may ask for
+ * @outq_bytes:         bound on a connection's unsent output; a client that lets it
+ *                      fill is disconnected
+ */
+struct kvp_server_config {
+	const char *socket_path;
+	const char *status_path;
+	gid_t socket_gid;
+	gid_t status_gid;
+	uint32_t max_frame_bytes;
+	uint32_t max_conns;
+	uint32_t max_reqs_per_conn;
+	uint32_t max_prompt_tokens;
+	uint32_t max_new_tokens;
+	uint32_t outq_bytes;
+};
+
+/* Output format asked of the status socket. */
+enum kvp_status_fmt {
+	KVP_STATUS_JSON = 0,
+	KVP_STATUS_PROM,
+};
+
+/**
+ * struct kvp_server_ops - svc/'s side; every callback runs on the loop thread
+ * @ctx:      passed back to every callback
+ * @hello:    a valid HELLO from @peer.  Fill @welcome and up to *@n_fds fds to pass
+ *            (borrowed: the server sends them, never closes them); set *@n_fds to the
+ *            number used.  Return KVP_OK, or an enum kvp_status to refuse (the server
+ *            sends ERROR and closes).
+ * @generate: a validated GENERATE (struct kvp_generate in proto.h; @tokens or @text as
+ *            the request said, both borrowed for the call only).  Return KVP_OK when
+ *            accepted (TOKEN/DONE follow later), or a status for an immediate ERROR.
+ * @cancel:   the client cancelled @req_id (it may be already finished: ignore then)
+ * @closed:   the connection is gone: cancel all its requests and release all it held.
+ *            No kvp_server_send_*() to @conn succeeds after this.
+ * @status:   render the status report into @buf (at most @cap bytes); return the
+ *            length, or -ENOSPC if it does not fit.
+ */
+struct kvp_server_ops {
+	void *ctx;
+	int (*hello)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
+		     struct kvp_welcome *welcome, int *fds, unsigned int *n_fds);
+	int (*generate)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+			const struct kvp_generate *req, const int32_t *tokens, const char *text);
+	void (*cancel)(void *ctx, kvp_conn_id conn, uint64_t req_id);
+	void (*closed)(void *ctx, kvp_conn_id conn);
+	int (*status)(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap);
+};
+
+/**
+ * kvp_server_new() - bind both sockets and set up the ring
+ * @cfg:  sockets and limits (copied)
+ * @ops:  svc/'s callbacks (copied)
+ * @out:  the new server
+ * Return: 0, or -errno (the socket path is logged by the caller).
+ */
+int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_ops *ops,
+		   struct kvp_server **out);
+
+/* Closes every connection (calling @closed for each), both sockets and the ring. NULL ok. */
+void kvp_server_free(struct kvp_server *srv);
+
+/**
+ * kvp_server_add_wakeup() - call @fn on the loop thread whenever @efd (an eventfd) fires
+ *
+ * The engine thread writes @efd after queueing events; @fn drains its queue and answers
+ * through kvp_server_send_*().  @efd stays owned by the caller.
+ * Return: 0, or -errno.
+ */
+int kvp_server_add_wakeup(struct kvp_server *srv, int efd, void (*fn)(void *arg), void *arg);
+
+/*
+ * Answers to a request.  Each returns 0, -ENOTCONN when @conn is gone (the @closed
+ * callback has run or is about to), or -errno.  A connection whose output queue
+ * exceeds outq_bytes is closed and -ENOTCONN returned.
+ */
+int kvp_server_send_tokens(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			   const int32_t *tokens, uint32_t n_tokens, const char *text,
+			   uint32_t text_len);
+int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			 const struct kvp_usage *usage);
+int kvp_server_send_error(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			  enum kvp_status status, const char *msg);
+
+/**
+ * kvp_server_run() - serve until kvp_server_stop()
+ * Return: 0 after a stop, or -errno if the ring failed.
+ */
+int kvp_server_run(struct kvp_server *srv);
+
+/*
+ * Stop accepting and make kvp_server_run() return at the next turn.  Async-signal-safe
+ * (writes an eventfd).  Open connections stay until kvp_server_free(), so svc/ can
+ * drain running requests first by calling kvp_server_run_for().
+ */
+void kvp_server_stop(struct kvp_server *srv);
+
+/* Serve for at most @timeout_ms more (used to drain after a stop). Return: 0 or -errno. */
+int kvp_server_run_for(struct kvp_server *srv, unsigned int timeout_ms);
+
+/* Counters for the status report. */
+struct kvp_server_stats {
+	uint64_t conns_open;
+	uint64_t conns_total;
+	uint64_t conns_refused;
+	uint64_t frames_in;
+	uint64_t frames_out;
+	uint64_t proto_errors;
+	uint64_t slow_disconnects;
+};
+void kvp_server_get_stats(const struct kvp_server *srv, struct kvp_server_stats *st);
+
+#endif /* KVP_IPC_SERVER_H */

@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * testlib.h - shared fixtures for tests and benchmarks: temporary directories, the
+ * build-tree paths of our programs, monotonic time, medians, and the benchmark report
+ * line (a figure next to the baseline measured in the same run, and their ratio).
+ */
+#ifndef KVP_TESTS_TESTLIB_H
+#define KVP_TESTS_TESTLIB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit status that meson (and liburing's tests) read as "skipped". */
+#define KVP_TEST_SKIP 77
+
+/* Monotonic clock in nanoseconds / seconds. */
+uint64_t kvp_test_now_ns(void);
+double kvp_test_now_s(void);
+
+/*
+ * kvp_test_tmpdir() - make a fresh private directory under $TMPDIR (or /tmp)
+ * @buf: out; at least 256 bytes
+ * Return: 0 or -errno.  kvp_test_rmtree() removes it again.
+ */
+int kvp_test_tmpdir(char *buf, size_t cap);
+int kvp_test_rmtree(const char *path);
+
+/*
+ * kvp_test_build_path() - path of a built file, e.g. "compute/kvpool-mkmodel"
+ * Uses $KVP_BUILD_DIR (set by meson test), else the directory above the test binary.
+ * Return: 0, or -ENAMETOOLONG.
+ */
+int kvp_test_build_path(char *buf, size_t cap, const char *rel);
+
+/* Sorts @v in place and returns its median (n >= 1). */
+double kvp_test_median(double *v, int n);
+
+/* Nearest-rank percentile @p (0..100) of a sorted array. */
+double kvp_test_percentile_sorted(const double *v, int n, double p);
+
+/*
+ * kvp_bench_report() - one benchmark line:
+ *   "name: value unit  (baseline: base_name base_value unit)  ratio R"
+ * where R = value / base_value.  Both figures are medians of the same run.
+ */
+void kvp_bench_report(const char *name, double value, const char *unit, const char *base_name,
+		      double base_value, const char *base_unit);
+
+/*
+ * kvp_bench_cpu_regime() - are the two vCPUs each our own right now?
+ * Spins two threads for ~@ms milliseconds and measures the fraction of wall time each
+ * loses; prints "cpu regime: dedicated|shared (lost N%)" and returns the lost fraction.
+ * MACHINE.md: two-thread figures are only comparable within one regime.
+ */
+double kvp_bench_cpu_regime(unsigned int ms);
+
+#endif /* KVP_TESTS_TESTLIB_H */

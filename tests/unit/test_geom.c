@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_geom.c - block geometry: exact sizes, layout offsets, rejected shapes.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "shm/geom.h"
+
+static void test_bytes_per_token_exact(void **state)
+{
+	/* 2 * L * H_kv * D * s, for a GQA 1B-like shape in f16 */
+	struct kvp_model_shape s = { .n_layers = 16, .n_kv_heads = 8, .head_dim = 64,
+				     .dtype = KVP_DTYPE_F16, .block_tokens = 16 };
+	struct kvp_geom g;
+
+	assert_int_equal(kvp_geom_init(&g, &s), 0);
+	assert_int_equal(g.bytes_per_token, 2 * 16 * 8 * 64 * 2);
+	assert_int_equal(g.block_bytes, 16 * g.bytes_per_token);
+	assert_int_equal(g.head_bytes, 16 * 64 * 2);
+	assert_int_equal(g.block_stride % KVP_BLOCK_ALIGN, 0);
+	assert_true(g.block_stride >= g.block_bytes);
+}
+
+static void test_run_offsets_follow_layout(void **state)
+{
+	/* [layer][k|v][kv_head][token][head_dim]: V of layer 0 follows all K heads of layer 0 */
+	struct kvp_model_shape s = { .n_layers = 3, .n_kv_heads = 2, .head_dim = 8,
+				     .dtype = KVP_DTYPE_F32, .block_tokens = 4 };
+	struct kvp_geom g;
+
+	assert_int_equal(kvp_geom_init(&g, &s), 0);
+	assert_int_equal(kvp_geom_run_offset(&g, 0, 0, 0), 0);
+	assert_int_equal(kvp_geom_run_offset(&g, 0, 0, 1), g.head_bytes);
+	assert_int_equal(kvp_geom_run_offset(&g, 0, 1, 0), 2 * g.head_bytes);
+	assert_int_equal(kvp_geom_run_offset(&g, 1, 0, 0), 4 * g.head_bytes);
+	assert_int_equal(kvp_geom_run_offset(&g, 2, 1, 1) + g.head_bytes, g.block_bytes);
+}
+
+static void test_bad_shapes_rejected(void **state)
+{
+	struct kvp_model_shape ok = { .n_layers = 2, .n_kv_heads = 2, .head_dim = 8,
+				      .dtype = KVP_DTYPE_BF16, .block_tokens = 16 };
+	struct kvp_model_shape s;
+	struct kvp_geom g;
+
+	s = ok;
+	s.dtype = KVP_DTYPE__COUNT;
+	assert_int_equal(kvp_geom_init(&g, &s), -EINVAL);
+	s = ok;
+	s.block_tokens = 0;
+	assert_int_equal(kvp_geom_init(&g, &s), -EINVAL);
+	s = ok;
+	s.n_layers = UINT32_MAX;
+	s.head_dim = UINT32_MAX;
+	assert_int_equal(kvp_geom_init(&g, &s), -EINVAL);
+	assert_string_equal(kvp_dtype_name(KVP_DTYPE_BF16), "bf16");
+	assert_string_equal(kvp_dtype_name(99), "?");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bytes_per_token_exact),
+		cmocka_unit_test(test_run_offsets_follow_layout),
+		cmocka_unit_test(test_bad_shapes_rejected),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
