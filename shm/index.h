@@ -1,0 +1,176 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * index.h - the prefix index of one trust domain: which cached full blocks hold the K/V
+ * of which token prefix.
+ *
+ * Keys.  The extra keys of a request (everything besides the tokens that changes K/V:
+ * model fingerprint, adapter, RoPE/position settings, KV dtype, cache salt) are hashed
+ * once per request, with kvp_prefix_key_init(), into a 128-bit digest d.  The digest
+ * seeds the chain:
+ *
+ *	h_-1 = d = XXH3_128(canonical extra keys)
+ *	h_i  = XXH3_128(h_{i-1} || tokens of block i)       (tokens as uint32 little-endian)
+ *
+ * so every h_i depends on the extra keys and on the whole prefix, as
+ * XXH3_128(h_{i-1} || tokens_i || extra keys) would, without rehashing the extra keys
+ * per block.  Same text after a different prefix, or under different extra keys, gives
+ * a different key.
+ *
+ * The hash only finds candidates.  A hit also requires, exactly: the stored tokens of
+ * the block, the parent block (the block matched for i-1, or none for i = 0), and the
+ * extra keys (each distinct set is stored once, in full, and entries refer to it by an
+ * interned id compared exactly).  By induction over the chain no collision, accidental
+ * or crafted, can return a block with other K/V.  Only full blocks are indexed.
+ *
+ * Memory: entries live in per-block arrays sized by the pool (no allocation per publish),
+ * plus one table of distinct extra keys.  Eviction is the pool's (LRU leaves first); the
+ * index is told through the pool's evictor callback and drops the entry.
+ *
+ * Thread: an index is owned by the engine thread, like its pool; no locking.  One index
+ * per pool, one pool per trust domain.
+ */
+#ifndef KVP_SHM_INDEX_H
+#define KVP_SHM_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shm/pool.h"
+
+#define KVP_SALT_MAX 64
+
+/* Largest block_tokens the index accepts (a block's tokens are hashed from the stack). */
+#define KVP_INDEX_MAX_BLOCK_TOKENS 1024
+
+/**
+ * struct kvp_extra_keys - everything besides the tokens that decides a block's K/V
+ * @model_fp:        model fingerprint (weights + architecture), 16 bytes
+ * @adapter_id:      LoRA/adapter in use, 0 for none
+ * @kv_dtype:        enum kvp_dtype of the stored K/V (int8+scales later gets its own)
+ * @rope_theta_bits: RoPE base frequency, IEEE-754 float bits (compared exactly)
+ * @rope_scale_bits: RoPE/position scaling factor, float bits
+ * @rope_flags:      RoPE variant / position-scheme flags
+ * @pos_offset:      position of the first prompt token (0 normally)
+ * @salt_len:        bytes of @salt used, <= KVP_SALT_MAX
+ * @salt:            request cache salt; bytes past @salt_len are ignored
+ *
+ * Hashed and compared in canonical form (unused salt bytes and @reserved zeroed), so two
+ * requests that differ only in ignored bytes share blocks.
+ */
+struct kvp_extra_keys {
+	uint8_t model_fp[16];
+	uint32_t adapter_id;
+	uint32_t kv_dtype;
+	uint32_t rope_theta_bits;
+	uint32_t rope_scale_bits;
+	uint32_t rope_flags;
+	uint32_t pos_offset;
+	uint32_t salt_len;
+	uint32_t reserved;
+	uint8_t salt[KVP_SALT_MAX];
+};
+
+/* A 128-bit chain hash (lo = XXH128_hash_t.low64). */
+struct kvp_h128 {
+	uint64_t lo;
+	uint64_t hi;
+};
+
+/**
+ * struct kvp_prefix_key - the per-request key: canonical extra keys and their digest
+ * Made once per request by kvp_prefix_key_init(); read-only afterwards; holds no
+ * reference into any index (so it can never go stale).
+ */
+struct kvp_prefix_key {
+	struct kvp_extra_keys ek;
+	struct kvp_h128 seed;
+};
+
+/* Index counters for the status socket; totals since the index was made. */
+struct kvp_index_stats {
+	uint64_t entries;	/* blocks in the index now */
+	uint64_t extra_keys;	/* distinct extra-key sets in use now */
+	uint64_t lookups;	/* kvp_index_lookup() calls */
+	uint64_t lookup_blocks;	/* full blocks those lookups could have hit */
+	uint64_t hit_blocks;	/* blocks they did hit */
+	uint64_t publishes;	/* blocks inserted */
+	uint64_t publish_dups;	/* publishes that found an equal entry already there */
+	uint64_t evictions;	/* entries dropped because the pool evicted the block */
+	uint64_t collisions;	/* equal 128-bit hash, different block (tokens/parent/keys) */
+};
+
+struct kvp_index;
+
+/**
+ * kvp_prefix_key_init() - canonicalise @ek and hash it into @key->seed
+ * Return: 0, or -EINVAL when salt_len > KVP_SALT_MAX.
+ */
+int kvp_prefix_key_init(struct kvp_prefix_key *key, const struct kvp_extra_keys *ek);
+
+/**
+ * kvp_index_new() - an empty index over @pool (registers itself as the pool's evictor)
+ * @out: out; free with kvp_index_free() before the pool
+ * Return: 0, -EINVAL (block_tokens above KVP_INDEX_MAX_BLOCK_TOKENS), -EBUSY (the pool
+ * already has an index), or -ENOMEM.
+ */
+int kvp_index_new(struct kvp_index **out, struct kvp_pool *pool);
+
+/* Unregister from the pool and free.  Cached blocks keep their state in the pool. */
+void kvp_index_free(struct kvp_index *idx);
+
+/**
+ * kvp_index_lookup() - longest cached prefix of @tokens
+ * @idx:      index of the caller's trust domain
+ * @key:      the request's prefix key
+ * @tokens:   prompt token ids (borrowed); @n_tokens of them
+ * @hits:     out; block ids in prompt order, one reference each taken for the caller
+ * @max_hits: room in @hits
+ *
+ * Walks the chain from the first block and stops at the first full block that misses.
+ * Never covers the last prompt token: at most (n_tokens - 1) / block_tokens blocks (and
+ * at most @max_hits), so the logits of the final position are always computed.
+ * The matched token count is the return value times block_tokens.
+ * Return: number of hit blocks (>= 0), or -EINVAL.
+ */
+int kvp_index_lookup(struct kvp_index *idx, const struct kvp_prefix_key *key,
+		     const uint32_t *tokens, uint32_t n_tokens, uint32_t *hits, uint32_t max_hits);
+
+/**
+ * kvp_index_publish() - insert a newly filled full block
+ * @key:       the request's prefix key
+ * @parent:    the block before it in the request's block table (itself published, or
+ *             a hit), or KVP_BLOCK_NONE for the first block of the prompt
+ * @tokens:    the block_tokens token ids the block holds (borrowed)
+ * @block:     the block; the caller holds a reference and has written all its K/V
+ * @out_block: out; the block now in the index for this prefix
+ *
+ * Publish blocks in prompt order: a block's parent must be in the index already.
+ * If an equal entry (same parent, tokens and extra keys) already exists, e.g. two
+ * requests with the same prompt prefilled at once, nothing is inserted: *@out_block is
+ * the existing block with one reference taken for the caller, who should switch its
+ * block table to it and kvp_pool_put() its own @block (its later blocks then chain
+ * under the existing one).  @block itself is never released here.
+ * Return: 0 inserted (*out_block == block), 1 an equal entry exists (see above),
+ * -ENOENT when @parent is not in the index (evicted or never published), -EEXIST when
+ * @block is already published, -EINVAL for bad ids or a block without a reference,
+ * -ENOMEM when the table of extra keys cannot grow.
+ */
+int kvp_index_publish(struct kvp_index *idx, const struct kvp_prefix_key *key,
+		      uint32_t parent, const uint32_t *tokens, uint32_t block,
+		      uint32_t *out_block);
+
+/* Chain hash of a published block (for the disk tier); -ENOENT if not published. */
+int kvp_index_block_hash(const struct kvp_index *idx, uint32_t block, struct kvp_h128 *h);
+
+/* Fill @st. */
+void kvp_index_stats(const struct kvp_index *idx, struct kvp_index_stats *st);
+
+/*
+ * Test hook: when @on, every chain hash of this index is the same constant, so every
+ * lookup and publish meets "equal hash, maybe different block" and only the exact
+ * comparison of tokens, parent and extra keys separates entries.  Turn it on only on an
+ * empty index (entries keep the hash they were inserted with).
+ */
+void kvp_index_debug_force_collisions(struct kvp_index *idx, int on);
+
+#endif /* KVP_SHM_INDEX_H */
