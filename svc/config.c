@@ -1,0 +1,696 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.c - defaults, INI file (libinih), flags, validation (see config.h).
+ *
+ * One const table describes every key once: its section, name, flag, type, bounds and
+ * help text.  The INI reader, the flag parser, --help, --check-config and the docs all
+ * follow that table, so they cannot drift apart.
+ *
+ * libinih gives no line numbers to the handler in Debian's build, so the reader below
+ * counts lines itself (inih calls it once per line); a line too long for inih's buffer
+ * is an error rather than being silently split in two.
+ *
+ * Thread: main thread, before any other starts.
+ */
+#include "svc/config.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <syslog.h>
+
+#include "kvpool/layout.h"
+#include "svc/log.h"
+
+enum key_type {
+	T_PATH,		/* char[PATH_MAX] or char[SOCK_MAX]: size in .cap */
+	T_NAME,		/* short string: size in .cap */
+	T_U32,		/* [min, max] */
+	T_SIZE,		/* bytes with suffix, [min, max] */
+	T_HUGE,		/* auto|require|off */
+	T_DTYPE,	/* f32|f16|bf16 */
+	T_LEVEL,	/* log level */
+};
+
+struct key_def {
+	const char *section;
+	const char *key;
+	const char *flag;	/* long flag without "--", or NULL */
+	enum key_type type;
+	size_t off;
+	size_t cap;		/* strings: buffer size; sizes: 8 for a uint64_t field, else 4 */
+	uint64_t min, max;	/* numbers */
+	const char *help;
+};
+
+#define OFF(f) offsetof(struct kvp_config, f)
+#define CAP(f) sizeof(((struct kvp_config *)0)->f)
+
+static const struct key_def keys[] = {
+	{ "daemon", "model", "model", T_PATH, OFF(model_path), CAP(model_path), 0, 0,
+	  "GGUF model file; empty: the built-in demo model" },
+	{ "daemon", "state_dir", "state-dir", T_PATH, OFF(state_dir), CAP(state_dir), 0, 0,
+	  "directory for the generated demo model" },
+	{ "daemon", "threads", "threads", T_U32, OFF(threads), 0, 0, 1024,
+	  "compute threads; 0: one per online CPU" },
+	{ "daemon", "log_level", "log-level", T_LEVEL, OFF(log_level), 0, 0, 0,
+	  "emerg|alert|crit|err|warning|notice|info|debug" },
+	{ "daemon", "drain_timeout_ms", "drain-timeout-ms", T_U32, OFF(drain_timeout_ms), 0, 0,
+	  3600000, "on SIGTERM, time running requests get to finish before they are cancelled" },
+	{ "pool", "size", "pool-size", T_SIZE, OFF(pool_bytes), CAP(pool_bytes), 1ull << 20, 1ull << 40,
+	  "KV block pool size (K, M, G, T suffixes)" },
+	{ "pool", "block_size", "block-size", T_U32, OFF(block_tokens), 0, 1, 1024,
+	  "tokens per KV block" },
+	{ "pool", "huge_pages", "huge-pages", T_HUGE, OFF(huge_pages), 0, 0, 0,
+	  "auto: 2 MiB pages if reserved, else THP, else 4 KiB; require: fail without; off" },
+	{ "pool", "kv_dtype", "kv-dtype", T_DTYPE, OFF(kv_dtype), 0, 0, 0,
+	  "element type of stored K/V: f32|f16|bf16" },
+	{ "server", "socket", "socket", T_PATH, OFF(socket_path), CAP(socket_path), 0, 0,
+	  "request socket" },
+	{ "server", "status_socket", "status-socket", T_PATH, OFF(status_path), CAP(status_path),
+	  0, 0, "status socket; empty: none" },
+	{ "server", "socket_group", "socket-group", T_NAME, OFF(socket_group), CAP(socket_group),
+	  0, 0, "group owning the request socket (mode 0660); empty: the daemon's" },
+	{ "server", "status_group", "status-group", T_NAME, OFF(status_group), CAP(status_group),
+	  0, 0, "group owning the status socket; empty: the daemon's" },
+	{ "server", "max_frame_bytes", "max-frame-bytes", T_SIZE, OFF(max_frame_bytes), CAP(max_frame_bytes), 4096,
+	  64ull << 20, "largest frame accepted, header included" },
+	{ "server", "max_conns", "max-conns", T_U32, OFF(max_conns), 0, 1, 65536,
+	  "connections at once" },
+	{ "server", "max_reqs_per_conn", "max-reqs-per-conn", T_U32, OFF(max_reqs_per_conn), 0, 1,
+	  4096, "requests in flight per connection" },
+	{ "server", "outq_bytes", "outq-bytes", T_SIZE, OFF(outq_bytes), CAP(outq_bytes), 4096, 1ull << 30,
+	  "unsent output a connection may queue before it is dropped" },
+	{ "limits", "max_prompt_tokens", "max-prompt-tokens", T_U32, OFF(max_prompt_tokens), 0, 1,
+	  1u << 20, "prompt tokens (or text bytes) in one request" },
+	{ "limits", "max_new_tokens", "max-new-tokens", T_U32, OFF(max_new_tokens), 0, 1,
+	  1u << 20, "tokens one request may generate" },
+	{ "scheduler", "max_running", "max-running", T_U32, OFF(max_running), 0, 1, 4096,
+	  "sequences decoded together" },
+	{ "scheduler", "max_queued", "max-queued", T_U32, OFF(max_queued), 0, 1, 1u << 20,
+	  "requests waiting for admission before new ones are refused (BUSY)" },
+	{ "scheduler", "prefill_chunk_tokens", "prefill-chunk", T_U32, OFF(prefill_chunk_tokens),
+	  0, 1, 1u << 16, "prefill tokens computed per engine step, between decode steps" },
+};
+
+#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
+
+static const char *const huge_names[] = {
+	[KVP_HUGE_AUTO] = "auto", [KVP_HUGE_REQUIRE] = "require", [KVP_HUGE_OFF] = "off",
+};
+static const char *const dtype_names[] = {
+	[KVP_DTYPE_F32] = "f32", [KVP_DTYPE_F16] = "f16", [KVP_DTYPE_BF16] = "bf16",
+};
+static_assert(sizeof(dtype_names) / sizeof(dtype_names[0]) == KVP_DTYPE__COUNT, "all dtypes");
+
+static void set_err(char *err, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !cap)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, cap, fmt, ap);
+	va_end(ap);
+}
+
+void kvp_config_defaults(struct kvp_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	strcpy(c->state_dir, "/var/lib/kvpool");
+	c->threads = 0;
+	c->log_level = LOG_INFO;
+	c->drain_timeout_ms = 10000;
+	c->pool_bytes = 1ull << 30;
+	c->block_tokens = 16;
+	c->huge_pages = KVP_HUGE_AUTO;
+	c->kv_dtype = KVP_DTYPE_F32;
+	strcpy(c->socket_path, "/run/kvpool/kvpool.sock");
+	strcpy(c->status_path, "/run/kvpool/status.sock");
+	c->max_frame_bytes = 1u << 20;
+	c->max_conns = 256;
+	c->max_reqs_per_conn = 16;
+	c->outq_bytes = 4u << 20;
+	c->max_prompt_tokens = 16384;
+	c->max_new_tokens = 4096;
+	c->max_running = 64;
+	c->max_queued = 1024;
+	c->prefill_chunk_tokens = 256;
+}
+
+int kvp_parse_size(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	unsigned int shift = 0;
+	char *end;
+
+	if (!s || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno == ERANGE)
+		return -ERANGE;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: break;
+	}
+	if (shift && (!strcmp(end, "iB") || !strcmp(end, "B")))
+		end += strlen(end);
+	else if (!shift && !strcmp(end, "B"))
+		end++;
+	if (*end)
+		return -EINVAL;
+	if (shift && v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno == ERANGE)
+		return -ERANGE;
+	if (*end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int lookup_name(const char *const *names, size_t n, const char *s, uint32_t *out)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		if (names[i] && !strcasecmp(s, names[i])) {
+			*out = (uint32_t)i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static const struct key_def *find_key(const char *section, const char *key)
+{
+	size_t i;
+
+	for (i = 0; i < N_KEYS; i++)
+		if (!strcmp(keys[i].section, section) && !strcmp(keys[i].key, key))
+			return &keys[i];
+	return NULL;
+}
+
+/* Apply @value to @k; on error write "why" (without the key name) to @err. */
+static int apply(struct kvp_config *c, const struct key_def *k, const char *value, char *err,
+		 size_t cap)
+{
+	char *field = (char *)c + k->off;
+	uint64_t v;
+	uint32_t e;
+	int prio;
+	int r;
+
+	switch (k->type) {
+	case T_PATH:
+	case T_NAME:
+		if (strlen(value) >= k->cap) {
+			set_err(err, cap, "too long (at most %zu bytes)", k->cap - 1);
+			return -EINVAL;
+		}
+		strcpy(field, value);
+		return 0;
+	case T_U32:
+	case T_SIZE:
+		r = k->type == T_U32 ? parse_u64(value, &v) : kvp_parse_size(value, &v);
+		if (r < 0) {
+			set_err(err, cap, k->type == T_U32 ? "'%s' is not a whole number" :
+				"'%s' is not a size (a number with an optional K, M, G or T suffix)",
+				value);
+			return -EINVAL;
+		}
+		if (v < k->min || v > k->max) {
+			set_err(err, cap, "%s is out of range [%llu, %llu]", value,
+				(unsigned long long)k->min, (unsigned long long)k->max);
+			return -EINVAL;
+		}
+		if (k->cap == sizeof(uint64_t))
+			*(uint64_t *)field = v;
+		else
+			*(uint32_t *)field = (uint32_t)v;
+		return 0;
+	case T_HUGE:
+		if (lookup_name(huge_names, 3, value, &e) < 0) {
+			set_err(err, cap, "'%s' is not one of auto, require, off", value);
+			return -EINVAL;
+		}
+		*(uint32_t *)field = e;
+		return 0;
+	case T_DTYPE:
+		if (lookup_name(dtype_names, KVP_DTYPE__COUNT, value, &e) < 0) {
+			set_err(err, cap, "'%s' is not one of f32, f16, bf16", value);
+			return -EINVAL;
+		}
+		*(uint32_t *)field = e;
+		return 0;
+	case T_LEVEL:
+		if (kvp_log_level_parse(value, &prio) < 0) {
+			set_err(err, cap, "'%s' is not a log level (err, warning, notice, info, "
+				"debug or 0..7)", value);
+			return -EINVAL;
+		}
+		*(int *)field = prio;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int kvp_config_set(struct kvp_config *c, const char *section, const char *key, const char *value,
+		   char *err, size_t cap)
+{
+	const struct key_def *k = find_key(section, key);
+	char why[256];
+	int r;
+
+	if (!k) {
+		set_err(err, cap, "%s%s%s: unknown key", section, *section ? "." : "", key);
+		return -ENOENT;
+	}
+	r = apply(c, k, value, why, sizeof(why));
+	if (r < 0)
+		set_err(err, cap, "%s.%s: %s", section, key, why);
+	return r;
+}
+
+/* State of one file's parse, passed to inih's callbacks. */
+struct ini_ctx {
+	struct kvp_config *c;
+	FILE *f;
+	const char *path;
+	int line;		/* lines handed to inih so far: the current line */
+	int err_line;		/* first error's line, 0 = none */
+	char err[512];
+	char *buf;		/* getline buffer */
+	size_t buf_cap;
+	unsigned char seen[N_KEYS];
+};
+
+/* fgets-like reader that counts lines and never splits one. */
+static char *ini_read(char *str, int num, void *stream)
+{
+	struct ini_ctx *x = stream;
+	ssize_t n;
+
+	n = getline(&x->buf, &x->buf_cap, x->f);
+	if (n < 0)
+		return NULL;
+	x->line++;
+	if (n >= num - 1) {
+		if (!x->err_line) {
+			x->err_line = x->line;
+			snprintf(x->err, sizeof(x->err), "line longer than %d bytes", num - 3);
+		}
+		strcpy(str, "\n");
+		return str;
+	}
+	memcpy(str, x->buf, (size_t)n + 1);
+	return str;
+}
+
+static int ini_handle(void *user, const char *section, const char *name, const char *value)
+{
+	struct ini_ctx *x = user;
+	const struct key_def *k = find_key(section, name);
+	char why[256];
+
+	if (x->err_line)
+		return 1;	/* report the first error only; keep inih quiet */
+	if (!k) {
+		x->err_line = x->line;
+		if (!*section)
+			snprintf(x->err, sizeof(x->err), "%s: key outside any [section]", name);
+		else
+			snprintf(x->err, sizeof(x->err), "%s.%s: unknown key", section, name);
+		return 0;
+	}
+	if (x->seen[k - keys]++) {
+		x->err_line = x->line;
+		snprintf(x->err, sizeof(x->err), "%s.%s: set twice", section, name);
+		return 0;
+	}
+	if (apply(x->c, k, value, why, sizeof(why)) < 0) {
+		x->err_line = x->line;
+		snprintf(x->err, sizeof(x->err), "%s.%s: %s", section, name, why);
+		return 0;
+	}
+	return 1;
+}
+
+int kvp_config_load_file(struct kvp_config *c, const char *path, bool must_exist, char *err,
+			 size_t cap)
+{
+	struct ini_ctx *x;
+	int r;
+
+	x = calloc(1, sizeof(*x));
+	if (!x)
+		return -ENOMEM;
+	x->c = c;
+	x->path = path;
+	x->f = fopen(path, "re");
+	if (!x->f) {
+		r = -errno;
+		if (r == -ENOENT && !must_exist) {
+			r = 0;
+			goto out_free;
+		}
+		set_err(err, cap, "%s: %s", path, strerror(-r));
+		goto out_free;
+	}
+	/* a continuation line would silently glue two settings together */
+	ini_allow_multiline = false;
+	r = ini_parse_stream(ini_read, x, ini_handle, x);
+	if (r == 0 && !x->err_line && ferror(x->f)) {
+		set_err(err, cap, "%s: read error", path);
+		r = -EIO;
+	} else if (r != 0 || x->err_line) {
+		if (x->err_line)
+			set_err(err, cap, "%s:%d: %s", path, x->err_line, x->err);
+		else if (r > 0)
+			set_err(err, cap, "%s:%d: syntax error (want [section] or key = value)",
+				path, r);
+		else
+			set_err(err, cap, "%s: cannot parse (inih error %d)", path, r);
+		r = -EINVAL;
+	} else {
+		snprintf(c->config_path, sizeof(c->config_path), "%s", path);
+	}
+	fclose(x->f);
+out_free:
+	free(x->buf);
+	free(x);
+	return r;
+}
+
+static const struct key_def *find_flag(const char *name, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < N_KEYS; i++)
+		if (keys[i].flag && strlen(keys[i].flag) == len && !strncmp(keys[i].flag, name, len))
+			return &keys[i];
+	return NULL;
+}
+
+/*
+ * Split argv[*i] into flag name and value ("--x=v" or "--x v"); advances *i past a
+ * separate value.  Returns -EINVAL when the value is missing.
+ */
+static int flag_value(int argc, char *const *argv, int *i, const char *eq, const char **value)
+{
+	if (eq) {
+		*value = eq + 1;
+		return 0;
+	}
+	if (*i + 1 >= argc)
+		return -EINVAL;
+	*value = argv[++*i];
+	return 0;
+}
+
+static bool is_flag(const char *arg, const char *name, size_t len)
+{
+	return strlen(name) == len && !strncmp(arg, name, len);
+}
+
+int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
+			  enum kvp_config_action *act, char *err, size_t cap)
+{
+	const char *config = NULL;
+	const char *value = NULL;
+	char why[256];
+	int i;
+	int r;
+
+	*act = KVP_CONFIG_RUN;
+	kvp_config_defaults(c);
+
+	/* pass 1: --config, --help and syntax, so the file is read before flags apply */
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *name = a + 2;
+		const char *eq = strchr(a, '=');
+		size_t len = eq ? (size_t)(eq - name) : strlen(name);
+
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			*act = KVP_CONFIG_HELP;
+			return 0;
+		}
+		if (!strcmp(a, "--version")) {
+			*act = KVP_CONFIG_VERSION;
+			return 0;
+		}
+		if (a[0] != '-' || a[1] != '-') {
+			set_err(err, cap, "%s: unexpected argument (try --help)", a);
+			return -EINVAL;
+		}
+		if (is_flag(name, "foreground", len) || is_flag(name, "check-config", len)) {
+			if (eq) {
+				set_err(err, cap, "--%.*s takes no value", (int)len, name);
+				return -EINVAL;
+			}
+			continue;
+		}
+		if (!is_flag(name, "config", len) && !is_flag(name, "set", len) &&
+		    !find_flag(name, len)) {
+			set_err(err, cap, "--%.*s: unknown flag (try --help)", (int)len, name);
+			return -EINVAL;
+		}
+		if (flag_value(argc, argv, &i, eq, &value) < 0) {
+			set_err(err, cap, "--%.*s: needs a value", (int)len, name);
+			return -EINVAL;
+		}
+		if (is_flag(name, "config", len))
+			config = value;
+	}
+
+	if (config && !*config) {
+		set_err(err, cap, "--config: empty path");
+		return -EINVAL;
+	}
+	r = kvp_config_load_file(c, config ? config : KVP_CONFIG_DEFAULT_PATH, config != NULL,
+				 err, cap);
+	if (r < 0)
+		return r;
+
+	/* pass 2: flags override the file, in order */
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *name = a + 2;
+		const char *eq = strchr(a, '=');
+		size_t len = eq ? (size_t)(eq - name) : strlen(name);
+		const struct key_def *k;
+
+		if (is_flag(name, "foreground", len)) {
+			c->foreground = true;
+			continue;
+		}
+		if (is_flag(name, "check-config", len)) {
+			*act = KVP_CONFIG_CHECK;
+			continue;
+		}
+		flag_value(argc, argv, &i, eq, &value);
+		if (is_flag(name, "config", len))
+			continue;
+		if (is_flag(name, "set", len)) {
+			/* --set section.key=value: any key, for keys without a flag */
+			char sk[128];
+			const char *dot = strchr(value, '.');
+			const char *veq = strchr(value, '=');
+
+			if (!dot || !veq || dot > veq || (size_t)(veq - value) >= sizeof(sk)) {
+				set_err(err, cap, "--set %s: want SECTION.KEY=VALUE", value);
+				return -EINVAL;
+			}
+			memcpy(sk, value, (size_t)(veq - value));
+			sk[veq - value] = '\0';
+			sk[dot - value] = '\0';
+			r = kvp_config_set(c, sk, sk + (dot - value) + 1, veq + 1, why, sizeof(why));
+			if (r < 0) {
+				set_err(err, cap, "--set: %s", why);
+				return -EINVAL;
+			}
+			continue;
+		}
+		k = find_flag(name, len);
+		r = apply(c, k, value, why, sizeof(why));
+		if (r < 0) {
+			set_err(err, cap, "--%s: %s", k->flag, why);
+			return r;
+		}
+	}
+	return 0;
+}
+
+static int check_group(const char *name, const char *key, char *err, size_t cap)
+{
+	struct group gr;
+	struct group *res = NULL;
+	char buf[4096];
+	int r;
+
+	if (!*name)
+		return 0;
+	r = getgrnam_r(name, &gr, buf, sizeof(buf), &res);
+	if (r || !res) {
+		set_err(err, cap, "server.%s: no group named '%s'", key, name);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
+{
+	uint64_t hdr = 24 + 104;	/* frame header + GENERATE payload (proto.h) */
+
+	if (!*c->socket_path) {
+		set_err(err, cap, "server.socket: must not be empty");
+		return -EINVAL;
+	}
+	if (*c->status_path && !strcmp(c->status_path, c->socket_path)) {
+		set_err(err, cap, "server.status_socket: same path as server.socket");
+		return -EINVAL;
+	}
+	if (!*c->model_path && !*c->state_dir) {
+		set_err(err, cap, "daemon.state_dir: needed for the demo model when daemon.model "
+			"is empty");
+		return -EINVAL;
+	}
+	if (c->block_tokens & (c->block_tokens - 1)) {
+		set_err(err, cap, "pool.block_size: %u is not a power of two", c->block_tokens);
+		return -EINVAL;
+	}
+	/* a GENERATE of max_prompt_tokens ids must fit in one frame */
+	if (hdr + 4ull * c->max_prompt_tokens > c->max_frame_bytes) {
+		set_err(err, cap, "server.max_frame_bytes: %u cannot carry limits.max_prompt_tokens "
+			"= %u (needs %llu)", c->max_frame_bytes, c->max_prompt_tokens,
+			(unsigned long long)(hdr + 4ull * c->max_prompt_tokens));
+		return -EINVAL;
+	}
+	if (c->outq_bytes < c->max_frame_bytes) {
+		set_err(err, cap, "server.outq_bytes: smaller than server.max_frame_bytes");
+		return -EINVAL;
+	}
+	if (c->max_running > c->max_conns * (uint64_t)c->max_reqs_per_conn) {
+		set_err(err, cap, "scheduler.max_running: %u exceeds max_conns x max_reqs_per_conn",
+			c->max_running);
+		return -EINVAL;
+	}
+	if (check_group(c->socket_group, "socket_group", err, cap) < 0 ||
+	    check_group(c->status_group, "status_group", err, cap) < 0)
+		return -EINVAL;
+	return 0;
+}
+
+static void value_text(const struct kvp_config *c, const struct key_def *k, char *buf,
+		       size_t cap)
+{
+	const char *field = (const char *)c + k->off;
+	uint64_t v;
+
+	switch (k->type) {
+	case T_PATH:
+	case T_NAME:
+		snprintf(buf, cap, "%s", field);
+		return;
+	case T_U32:
+		snprintf(buf, cap, "%u", *(const uint32_t *)field);
+		return;
+	case T_SIZE:
+		v = k->cap == sizeof(uint64_t) ? *(const uint64_t *)field :
+						 *(const uint32_t *)field;
+		if (v && !(v & ((1ull << 30) - 1)))
+			snprintf(buf, cap, "%lluG", (unsigned long long)(v >> 30));
+		else if (v && !(v & ((1ull << 20) - 1)))
+			snprintf(buf, cap, "%lluM", (unsigned long long)(v >> 20));
+		else if (v && !(v & ((1ull << 10) - 1)))
+			snprintf(buf, cap, "%lluK", (unsigned long long)(v >> 10));
+		else
+			snprintf(buf, cap, "%llu", (unsigned long long)v);
+		return;
+	case T_HUGE:
+		snprintf(buf, cap, "%s", huge_names[*(const uint32_t *)field]);
+		return;
+	case T_DTYPE:
+		snprintf(buf, cap, "%s", dtype_names[*(const uint32_t *)field]);
+		return;
+	case T_LEVEL:
+		snprintf(buf, cap, "%s", kvp_log_level_name(*(const int *)field));
+		return;
+	}
+}
+
+void kvp_config_usage(FILE *f)
+{
+	struct kvp_config d;
+	char def[PATH_MAX];
+	char flag[64];
+	size_t i;
+
+	kvp_config_defaults(&d);
+	fprintf(f,
+		"usage: kvpoold [--config FILE] [--FLAG VALUE ...] [--set SECTION.KEY=VALUE ...]\n"
+		"\n"
+		"kvpoold serves LLM generation with a shared prefix (KV) cache over a Unix socket.\n"
+		"It stays in the foreground (systemd runs it as Type=notify) and logs to stderr.\n"
+		"Settings come from the defaults, then the INI file (" KVP_CONFIG_DEFAULT_PATH
+		" if it\nexists, or --config FILE, which must exist), then flags, in that order.\n"
+		"\n"
+		"  --config FILE         read FILE instead of " KVP_CONFIG_DEFAULT_PATH "\n"
+		"  --set S.K=V           set key K of section [S] (any key below)\n"
+		"  --foreground          log plain lines for a terminal (no <N> journald prefixes)\n"
+		"  --check-config        validate, print the effective config as INI, exit\n"
+		"  --help, --version\n"
+		"\n"
+		"  flag                  [section] key              default\n");
+	for (i = 0; i < N_KEYS; i++) {
+		value_text(&d, &keys[i], def, sizeof(def));
+		snprintf(flag, sizeof(flag), "--%s", keys[i].flag ? keys[i].flag : "set");
+		fprintf(f, "  %-21s [%s] %-*s %s\n      %s\n", flag, keys[i].section,
+			(int)(24 - strlen(keys[i].section)), keys[i].key, *def ? def : "\"\"",
+			keys[i].help);
+	}
+}
+
+void kvp_config_print(const struct kvp_config *c, FILE *f)
+{
+	const char *section = "";
+	char val[PATH_MAX];
+	size_t i;
+
+	if (*c->config_path)
+		fprintf(f, "; read from %s\n", c->config_path);
+	for (i = 0; i < N_KEYS; i++) {
+		if (strcmp(section, keys[i].section)) {
+			section = keys[i].section;
+			fprintf(f, "%s[%s]\n", i ? "\n" : "", section);
+		}
+		value_text(c, &keys[i], val, sizeof(val));
+		fprintf(f, "%s = %s\n", keys[i].key, val);
+	}
+}

@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.h - kvpoold's configuration: one immutable struct kvp_config built from
+ * defaults, then the INI file (/etc/kvpool/kvpoold.conf unless --config names another),
+ * then command-line flags, and validated once by kvp_config_check() before any socket
+ * is bound.  docs/daemon.md lists every key; kvp_config_usage() prints the same table.
+ *
+ * Errors name the key and where it came from ("FILE:LINE: section.key: why" or
+ * "--flag: why").  Sizes take K, M, G, T suffixes (powers of 1024).
+ *
+ * Thread: built on the main thread before any other starts; read-only afterwards.
+ */
+#ifndef KVP_SVC_CONFIG_H
+#define KVP_SVC_CONFIG_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define KVP_CONFIG_DEFAULT_PATH "/etc/kvpool/kvpoold.conf"
+#define KVP_CONFIG_SOCK_MAX 108		/* sizeof(sun_path), NUL included */
+#define KVP_CONFIG_NAME_MAX 64		/* group names */
+
+enum kvp_huge_pages {
+	KVP_HUGE_AUTO = 0,	/* MFD_HUGETLB if reserved, else MADV_HUGEPAGE, else 4 KiB */
+	KVP_HUGE_REQUIRE,	/* MFD_HUGETLB or fail */
+	KVP_HUGE_OFF,		/* 4 KiB pages only */
+};
+
+/**
+ * struct kvp_config - everything kvpoold is told; immutable after kvp_config_check()
+ *
+ * [daemon]
+ * @model_path:         GGUF model; "" serves the built-in demo model
+ * @state_dir:          where the demo model is generated and kept
+ * @threads:            compute threads; 0 = one per online CPU
+ * @log_level:          syslog priority threshold (LOG_ERR .. LOG_DEBUG)
+ * @drain_timeout_ms:   on SIGTERM, time running requests get to finish
+ * [pool]
+ * @pool_bytes:         size of the KV block pool
+ * @block_tokens:       tokens per KV block
+ * @huge_pages:         enum kvp_huge_pages
+ * @kv_dtype:           enum kvp_dtype of stored K/V
+ * [server]
+ * @socket_path, @status_path: Unix socket paths (status "" = no status socket)
+ * @socket_group, @status_group: group owning each socket ("" = the daemon's group)
+ * @max_frame_bytes, @max_conns, @max_reqs_per_conn, @outq_bytes: ipc/ limits
+ * [limits]
+ * @max_prompt_tokens:  prompt tokens (or text bytes) in one request
+ * @max_new_tokens:     generated tokens one request may ask for
+ * [scheduler]
+ * @max_running:        sequences decoded together (batch size bound)
+ * @max_queued:         requests waiting for admission before BUSY is answered
+ * @prefill_chunk_tokens: prefill token budget per engine step
+ * (flags only)
+ * @foreground:         plain log lines for a terminal instead of <N> prefixes
+ * @config_path:        the file that was read ("" when none)
+ */
+struct kvp_config {
+	char model_path[PATH_MAX];
+	char state_dir[PATH_MAX];
+	uint32_t threads;
+	int log_level;
+	uint32_t drain_timeout_ms;
+
+	uint64_t pool_bytes;
+	uint32_t block_tokens;
+	uint32_t huge_pages;
+	uint32_t kv_dtype;
+
+	char socket_path[KVP_CONFIG_SOCK_MAX];
+	char status_path[KVP_CONFIG_SOCK_MAX];
+	char socket_group[KVP_CONFIG_NAME_MAX];
+	char status_group[KVP_CONFIG_NAME_MAX];
+	uint32_t max_frame_bytes;
+	uint32_t max_conns;
+	uint32_t max_reqs_per_conn;
+	uint64_t outq_bytes;
+
+	uint32_t max_prompt_tokens;
+	uint32_t max_new_tokens;
+
+	uint32_t max_running;
+	uint32_t max_queued;
+	uint32_t prefill_chunk_tokens;
+
+	bool foreground;
+	char config_path[PATH_MAX];
+};
+
+/* What main() should do after kvp_config_parse_args(). */
+enum kvp_config_action {
+	KVP_CONFIG_RUN = 0,	/* start the daemon */
+	KVP_CONFIG_HELP,	/* --help: print kvp_config_usage() and exit 0 */
+	KVP_CONFIG_VERSION,	/* --version */
+	KVP_CONFIG_CHECK,	/* --check-config: validate, print the result, exit */
+};
+
+/* Fill @c with the documented defaults. */
+void kvp_config_defaults(struct kvp_config *c);
+
+/**
+ * kvp_config_set() - set one key from its text form
+ * @c:        config to change
+ * @section:  INI section ("daemon", "pool", "server", "limits", "scheduler")
+ * @key:      key inside @section
+ * @value:    text value (sizes with K/M/G/T suffixes, booleans yes/no/true/false/1/0)
+ * @err:      out; "section.key: why" when the key is unknown or the value bad
+ * Return: 0, -ENOENT for an unknown key, -EINVAL for a bad value.
+ */
+int kvp_config_set(struct kvp_config *c, const char *section, const char *key, const char *value,
+		   char *err, size_t cap);
+
+/**
+ * kvp_config_load_file() - apply an INI file on top of @c
+ * @path:       file to read
+ * @must_exist: false lets a missing file pass silently (the default path)
+ * @err:        out; "PATH:LINE: section.key: why" (or "PATH: why")
+ * Return: 0 (also for a missing optional file), -ENOENT for a missing required file,
+ * -EINVAL for a syntax error, unknown key, duplicate key or bad value, other -errno.
+ */
+int kvp_config_load_file(struct kvp_config *c, const char *path, bool must_exist, char *err,
+			 size_t cap);
+
+/**
+ * kvp_config_parse_args() - defaults, then the config file, then flags
+ * @argv: argv[0] is skipped; "--flag VALUE" and "--flag=VALUE" both work
+ * @act:  out; what main() should do
+ * @err:  out; message naming the flag, file line or key
+ * Return: 0 or -errno (-EINVAL for usage errors).  @c is complete on 0 but not
+ * yet checked: call kvp_config_check().
+ */
+int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
+			  enum kvp_config_action *act, char *err, size_t cap);
+
+/**
+ * kvp_config_check() - cross-field validation, once, before any socket is bound
+ *
+ * Checks ranges that depend on each other, that paths fit, that named groups exist.
+ * Does not look at the model (its limits are applied when it loads).
+ * Return: 0, or -EINVAL with @err naming the key.
+ */
+int kvp_config_check(const struct kvp_config *c, char *err, size_t cap);
+
+/* --help text, generated from the key table, with the defaults. */
+void kvp_config_usage(FILE *f);
+
+/* Print @c as an INI file that kvp_config_load_file() reads back to the same config. */
+void kvp_config_print(const struct kvp_config *c, FILE *f);
+
+/**
+ * kvp_parse_size() - "512", "64K", "2G", "2MiB" -> bytes (powers of 1024)
+ * Return: 0, -EINVAL for a malformed text, -ERANGE above UINT64_MAX.
+ */
+int kvp_parse_size(const char *s, uint64_t *out);
+
+#endif /* KVP_SVC_CONFIG_H */

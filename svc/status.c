@@ -1,0 +1,335 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * status.c - render a struct kvp_status_snap as JSON or Prometheus text (see status.h).
+ *
+ * Output goes through a bounded writer: once a write does not fit, the writer is
+ * marked full and the render returns -ENOSPC, so a report is whole or absent.
+ * Strings are escaped for JSON (control bytes as \u00XX); numbers that are not finite
+ * print as 0 because JSON has no NaN.
+ *
+ * Thread: pure functions; any thread.
+ */
+#include "svc/status.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+struct out {
+	char *buf;
+	size_t cap;
+	size_t len;
+	bool full;
+};
+
+static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (o->full)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= o->cap - o->len) {
+		o->full = true;
+		return;
+	}
+	o->len += (size_t)n;
+}
+
+/* "key": "escaped string" */
+static void put_str(struct out *o, const char *key, const char *s, size_t max)
+{
+	size_t i;
+
+	put(o, "\"%s\":\"", key);
+	for (i = 0; i < max && s[i]; i++) {
+		unsigned char ch = (unsigned char)s[i];
+
+		if (ch == '"' || ch == '\\')
+			put(o, "\\%c", ch);
+		else if (ch < 0x20 || ch == 0x7f)
+			put(o, "\\u%04x", ch);
+		else
+			put(o, "%c", ch);
+	}
+	put(o, "\"");
+}
+
+static double finite_or_zero(double v)
+{
+	return isfinite(v) ? v : 0.0;
+}
+
+double kvp_status_ratio(uint64_t hits, uint64_t total)
+{
+	return total ? (double)hits / (double)total : 0.0;
+}
+
+static int finish(struct out *o)
+{
+	if (o->full)
+		return -ENOSPC;
+	return (int)o->len;
+}
+
+#define U(name, v) put(o, "\"%s\":%llu", name, (unsigned long long)(v))
+#define D(name, v) put(o, "\"%s\":%.6g", name, finite_or_zero(v))
+
+int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t cap)
+{
+	struct out out = { .buf = buf, .cap = cap };
+	struct out *o = &out;
+	uint32_t i;
+
+	if (!cap)
+		return -ENOSPC;
+	put(o, "{\"daemon\":{");
+	put_str(o, "version", s->version, sizeof(s->version));
+	put(o, ",");
+	put_str(o, "model", s->model, sizeof(s->model));
+	put(o, ",");
+	put_str(o, "state", s->state, sizeof(s->state));
+	put(o, ",");
+	U("pid", s->pid);
+	put(o, ",");
+	U("uptime_ms", s->uptime_ms);
+
+	put(o, "},\"pool\":{");
+	U("bytes", s->pool_bytes);
+	put(o, ",");
+	U("block_bytes", s->block_bytes);
+	put(o, ",");
+	U("block_tokens", s->block_tokens);
+	put(o, ",");
+	put_str(o, "page_kind", s->page_kind, sizeof(s->page_kind));
+	put(o, ",");
+	put_str(o, "kv_dtype", s->kv_dtype, sizeof(s->kv_dtype));
+	put(o, ",");
+	U("blocks_total", s->blocks_total);
+	put(o, ",");
+	U("blocks_used", s->blocks_used);
+	put(o, ",");
+	U("blocks_cached", s->blocks_cached);
+	put(o, ",");
+	U("blocks_free", s->blocks_free);
+	put(o, ",\"arenas\":[");
+	for (i = 0; i < s->n_arenas && i < KVP_STATUS_MAX_ARENAS; i++) {
+		const struct kvp_status_arena *a = &s->arenas[i];
+
+		put(o, "%s{", i ? "," : "");
+		U("node", a->node);
+		put(o, ",");
+		U("blocks_total", a->blocks_total);
+		put(o, ",");
+		U("blocks_used", a->blocks_used);
+		put(o, ",");
+		U("blocks_cached", a->blocks_cached);
+		put(o, ",");
+		U("blocks_free", a->blocks_free);
+		put(o, "}");
+	}
+
+	put(o, "]},\"index\":{");
+	U("entries", s->index_entries);
+	put(o, ",");
+	U("lookups", s->index_lookups);
+	put(o, ",");
+	U("hit_requests", s->index_hit_requests);
+	put(o, ",");
+	D("request_hit_rate", kvp_status_ratio(s->index_hit_requests, s->index_lookups));
+	put(o, ",");
+	U("lookup_tokens", s->index_lookup_tokens);
+	put(o, ",");
+	U("hit_tokens", s->index_hit_tokens);
+	put(o, ",");
+	D("token_hit_rate", kvp_status_ratio(s->index_hit_tokens, s->index_lookup_tokens));
+	put(o, ",");
+	U("inserts", s->index_inserts);
+	put(o, ",");
+	U("evictions", s->index_evictions);
+
+	put(o, "},\"scheduler\":{");
+	U("queued", s->sched_queued);
+	put(o, ",");
+	U("running", s->sched_running);
+	put(o, ",");
+	U("waiting_prefix", s->sched_waiting_prefix);
+	put(o, ",");
+	U("requests_total", s->req_total);
+	put(o, ",");
+	U("requests_done", s->req_done);
+	put(o, ",");
+	U("requests_cancelled", s->req_cancelled);
+	put(o, ",");
+	U("requests_failed", s->req_failed);
+	put(o, ",");
+	U("requests_rejected", s->req_rejected);
+	put(o, ",");
+	U("ttft_samples", s->ttft_samples);
+	put(o, ",");
+	D("ttft_p50_ms", s->ttft_p50_ms);
+	put(o, ",");
+	D("ttft_p99_ms", s->ttft_p99_ms);
+
+	put(o, "},\"usage\":{");
+	U("prompt_tokens", s->prompt_tokens);
+	put(o, ",");
+	U("cached_tokens", s->cached_tokens);
+	put(o, ",");
+	U("cache_creation_tokens", s->cache_creation_tokens);
+	put(o, ",");
+	U("recomputed_tokens", s->recomputed_tokens);
+	put(o, ",");
+	U("generated_tokens", s->generated_tokens);
+
+	put(o, "},\"connections\":{");
+	U("open", s->conns_open);
+	put(o, ",");
+	U("total", s->conns_total);
+	put(o, ",");
+	U("refused", s->conns_refused);
+	put(o, ",");
+	U("frames_in", s->frames_in);
+	put(o, ",");
+	U("frames_out", s->frames_out);
+	put(o, ",");
+	U("protocol_errors", s->proto_errors);
+	put(o, ",");
+	U("slow_disconnects", s->slow_disconnects);
+	put(o, ",\"list\":[");
+	for (i = 0; i < s->n_conns && i < KVP_STATUS_MAX_CONNS; i++) {
+		const struct kvp_status_conn *c = &s->conns[i];
+
+		put(o, "%s{", i ? "," : "");
+		U("id", c->id);
+		put(o, ",\"pid\":%lld,\"uid\":%lld,", (long long)c->pid, (long long)c->uid);
+		U("domain", c->domain);
+		put(o, ",");
+		U("in_flight", c->in_flight);
+		put(o, ",");
+		U("requests", c->requests);
+		put(o, ",");
+		U("generated_tokens", c->generated_tokens);
+		put(o, ",");
+		U("cached_tokens", c->cached_tokens);
+		put(o, "}");
+	}
+	put(o, "]},\"domains\":[");
+	for (i = 0; i < s->n_domains && i < KVP_STATUS_MAX_DOMAINS; i++) {
+		const struct kvp_status_domain *d = &s->domains[i];
+
+		put(o, "%s{", i ? "," : "");
+		put_str(o, "name", d->name, sizeof(d->name));
+		put(o, ",");
+		U("connections_open", d->conns_open);
+		put(o, ",");
+		U("requests", d->requests);
+		put(o, "}");
+	}
+	put(o, "]}\n");
+	return finish(o);
+}
+
+#undef U
+#undef D
+
+/* One metric family: HELP and TYPE lines, then a sample. */
+static void prom(struct out *o, const char *name, const char *type, const char *help,
+		 const char *labels, double v)
+{
+	put(o, "# HELP kvpool_%s %s\n# TYPE kvpool_%s %s\n", name, help, name, type);
+	put(o, "kvpool_%s%s %.15g\n", name, labels, finite_or_zero(v));
+}
+
+/* Another sample of the family just opened. */
+static void prom_more(struct out *o, const char *name, const char *labels, double v)
+{
+	put(o, "kvpool_%s%s %.15g\n", name, labels, finite_or_zero(v));
+}
+
+int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t cap)
+{
+	struct out out = { .buf = buf, .cap = cap };
+	struct out *o = &out;
+	char lab[96];
+	uint32_t i;
+
+	if (!cap)
+		return -ENOSPC;
+	prom(o, "uptime_seconds", "gauge", "Seconds since the daemon started.", "",
+	     (double)s->uptime_ms / 1000.0);
+	prom(o, "pool_bytes", "gauge", "Size of the KV block pool.", "", (double)s->pool_bytes);
+	snprintf(lab, sizeof(lab), "{kind=\"%s\"}", s->page_kind);
+	prom(o, "pool_page_kind", "gauge", "Page kind the pool obtained (1 for the kind).", lab, 1);
+	prom(o, "pool_blocks", "gauge", "KV blocks by state.", "{state=\"total\"}",
+	     (double)s->blocks_total);
+	prom_more(o, "pool_blocks", "{state=\"used\"}", (double)s->blocks_used);
+	prom_more(o, "pool_blocks", "{state=\"cached\"}", (double)s->blocks_cached);
+	prom_more(o, "pool_blocks", "{state=\"free\"}", (double)s->blocks_free);
+	for (i = 0; i < s->n_arenas && i < KVP_STATUS_MAX_ARENAS; i++) {
+		const struct kvp_status_arena *a = &s->arenas[i];
+
+		if (i == 0)
+			put(o, "# HELP kvpool_arena_blocks KV blocks by NUMA arena and state.\n"
+			       "# TYPE kvpool_arena_blocks gauge\n");
+		snprintf(lab, sizeof(lab), "{node=\"%u\",state=\"used\"}", a->node);
+		prom_more(o, "arena_blocks", lab, (double)a->blocks_used);
+		snprintf(lab, sizeof(lab), "{node=\"%u\",state=\"cached\"}", a->node);
+		prom_more(o, "arena_blocks", lab, (double)a->blocks_cached);
+		snprintf(lab, sizeof(lab), "{node=\"%u\",state=\"free\"}", a->node);
+		prom_more(o, "arena_blocks", lab, (double)a->blocks_free);
+	}
+	prom(o, "index_entries", "gauge", "Full blocks in the prefix index.", "",
+	     (double)s->index_entries);
+	prom(o, "index_lookups_total", "counter", "Requests that looked up the prefix index.", "",
+	     (double)s->index_lookups);
+	prom(o, "index_hit_requests_total", "counter", "Lookups that hit at least one block.", "",
+	     (double)s->index_hit_requests);
+	prom(o, "index_lookup_tokens_total", "counter", "Prompt tokens looked up.", "",
+	     (double)s->index_lookup_tokens);
+	prom(o, "index_hit_tokens_total", "counter", "Prompt tokens served from the cache.", "",
+	     (double)s->index_hit_tokens);
+	prom(o, "index_request_hit_rate", "gauge", "hit_requests / lookups.", "",
+	     kvp_status_ratio(s->index_hit_requests, s->index_lookups));
+	prom(o, "index_token_hit_rate", "gauge", "hit_tokens / lookup_tokens.", "",
+	     kvp_status_ratio(s->index_hit_tokens, s->index_lookup_tokens));
+	prom(o, "index_evictions_total", "counter", "Cached blocks evicted.", "",
+	     (double)s->index_evictions);
+	prom(o, "sched_queued", "gauge", "Requests waiting for admission.", "",
+	     (double)s->sched_queued);
+	prom(o, "sched_running", "gauge", "Sequences admitted and running.", "",
+	     (double)s->sched_running);
+	prom(o, "requests_total", "counter", "Requests by outcome.", "{outcome=\"done\"}",
+	     (double)s->req_done);
+	prom_more(o, "requests_total", "{outcome=\"cancelled\"}", (double)s->req_cancelled);
+	prom_more(o, "requests_total", "{outcome=\"failed\"}", (double)s->req_failed);
+	prom_more(o, "requests_total", "{outcome=\"rejected\"}", (double)s->req_rejected);
+	prom(o, "ttft_seconds", "gauge", "Time to first token over recent requests.",
+	     "{quantile=\"0.5\"}", s->ttft_p50_ms / 1000.0);
+	prom_more(o, "ttft_seconds", "{quantile=\"0.99\"}", s->ttft_p99_ms / 1000.0);
+	prom(o, "tokens_total", "counter", "Tokens by kind (DONE usage fields).",
+	     "{kind=\"prompt\"}", (double)s->prompt_tokens);
+	prom_more(o, "tokens_total", "{kind=\"cached\"}", (double)s->cached_tokens);
+	prom_more(o, "tokens_total", "{kind=\"cache_creation\"}", (double)s->cache_creation_tokens);
+	prom_more(o, "tokens_total", "{kind=\"recomputed\"}", (double)s->recomputed_tokens);
+	prom_more(o, "tokens_total", "{kind=\"generated\"}", (double)s->generated_tokens);
+	prom(o, "connections_open", "gauge", "Open client connections.", "",
+	     (double)s->conns_open);
+	prom(o, "connections_total", "counter", "Connections accepted.", "",
+	     (double)s->conns_total);
+	prom(o, "connections_refused_total", "counter", "Connections refused (limit).", "",
+	     (double)s->conns_refused);
+	prom(o, "protocol_errors_total", "counter", "Malformed frames answered with ERROR.", "",
+	     (double)s->proto_errors);
+	prom(o, "slow_disconnects_total", "counter", "Clients dropped for not reading.", "",
+	     (double)s->slow_disconnects);
+	return finish(o);
+}

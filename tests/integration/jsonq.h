@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jsonq.h - a strict little JSON parser for tests: parses a whole document (RFC 8259:
+ * objects, arrays, strings with escapes, numbers, true/false/null), rejects trailing
+ * garbage, and answers queries by dotted path ("pool.blocks_used", "pool.arenas.0.node").
+ */
+#ifndef KVP_TESTS_JSONQ_H
+#define KVP_TESTS_JSONQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum jsonq_type { JQ_NULL, JQ_BOOL, JQ_NUM, JQ_STR, JQ_ARR, JQ_OBJ };
+
+struct jsonq {
+	enum jsonq_type type;
+	double num;			/* JQ_NUM, JQ_BOOL (0/1) */
+	char *str;			/* JQ_STR (decoded, NUL-terminated) */
+	char *key;			/* member name when inside an object */
+	struct jsonq *child;		/* JQ_ARR/JQ_OBJ: first element */
+	struct jsonq *next;		/* next sibling */
+	size_t n_children;
+};
+
+/* Parse @len bytes of @text; NULL when it is not exactly one valid JSON value. */
+struct jsonq *jsonq_parse(const char *text, size_t len);
+void jsonq_free(struct jsonq *v);
+
+/* Node at dotted @path (array elements by index), or NULL. */
+const struct jsonq *jsonq_get(const struct jsonq *root, const char *path);
+
+/* Number at @path; @dflt when absent or not a number. */
+double jsonq_num(const struct jsonq *root, const char *path, double dflt);
+
+/* String at @path, or NULL. */
+const char *jsonq_str(const struct jsonq *root, const char *path);
+
+#endif /* KVP_TESTS_JSONQ_H */

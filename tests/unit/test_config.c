@@ -1,0 +1,342 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_config.c - kvpoold configuration: defaults, INI file, flags, errors that name
+ * the key and the line, size suffixes, cross-field checks, print/reload round trip.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "svc/config.h"
+#include "tests/lib/testlib.h"
+
+struct fixture {
+	char dir[256];
+	char path[512];
+	char err[512];
+	struct kvp_config c;
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	if (!f || kvp_test_tmpdir(f->dir, sizeof(f->dir)) < 0)
+		return -1;
+	snprintf(f->path, sizeof(f->path), "%s/kvpoold.conf", f->dir);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	kvp_test_rmtree(f->dir);
+	free(f);
+	return 0;
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *fp = fopen(path, "w");
+
+	assert_non_null(fp);
+	fputs(text, fp);
+	fclose(fp);
+}
+
+/* Parse argv (NULL-terminated list after the program name) into f->c. */
+static int parse(struct fixture *f, enum kvp_config_action *act, ...)
+{
+	char *argv[32] = { "kvpoold" };
+	int argc = 1;
+	va_list ap;
+	char *a;
+
+	va_start(ap, act);
+	while ((a = va_arg(ap, char *)) && argc < 31)
+		argv[argc++] = a;
+	va_end(ap);
+	f->err[0] = '\0';
+	return kvp_config_parse_args(&f->c, argc, argv, act, f->err, sizeof(f->err));
+}
+
+static void test_defaults_are_valid(void **state)
+{
+	struct fixture *f = *state;
+
+	/* the documented defaults pass the check and match docs/daemon.md */
+	kvp_config_defaults(&f->c);
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), 0);
+	assert_string_equal(f->c.socket_path, "/run/kvpool/kvpool.sock");
+	assert_string_equal(f->c.status_path, "/run/kvpool/status.sock");
+	assert_string_equal(f->c.state_dir, "/var/lib/kvpool");
+	assert_int_equal(f->c.pool_bytes, 1ull << 30);
+	assert_int_equal(f->c.block_tokens, 16);
+	assert_int_equal(f->c.huge_pages, KVP_HUGE_AUTO);
+	assert_int_equal(f->c.drain_timeout_ms, 10000);
+	assert_string_equal(f->c.model_path, "");
+}
+
+static void test_file_then_flags_override(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+	char cfg[600];
+
+	/* the file sets values, a later flag wins over the file, both forms of flag work */
+	write_file(f->path, "; comment\n[pool]\nsize = 64M\nblock_size = 32\n"
+			    "huge_pages = off\n\n[daemon]\nthreads = 3  ; inline comment\n"
+			    "log_level = debug\n[server]\nsocket = /tmp/a.sock\n");
+	snprintf(cfg, sizeof(cfg), "--config=%s", f->path);
+	assert_int_equal(parse(f, &act, cfg, "--pool-size", "2G", "--threads=1", NULL), 0);
+	assert_int_equal(act, KVP_CONFIG_RUN);
+	assert_int_equal(f->c.pool_bytes, 2ull << 30);
+	assert_int_equal(f->c.block_tokens, 32);
+	assert_int_equal(f->c.huge_pages, KVP_HUGE_OFF);
+	assert_int_equal(f->c.threads, 1);
+	assert_int_equal(f->c.log_level, LOG_DEBUG);
+	assert_string_equal(f->c.socket_path, "/tmp/a.sock");
+	assert_string_equal(f->c.config_path, f->path);
+	/* flags given before --config still override the file */
+	assert_int_equal(parse(f, &act, "--block-size", "8", "--config", f->path, NULL), 0);
+	assert_int_equal(f->c.block_tokens, 8);
+}
+
+static void test_unknown_key_names_key_and_line(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+
+	/* line 4 holds the typo: the message names file, line and section.key */
+	write_file(f->path, "[pool]\nsize = 64M\n\nsise = 1G\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":4: pool.sise: unknown key"));
+	assert_non_null(strstr(f->err, f->path));
+}
+
+static void test_bad_value_names_key_and_line(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+
+	write_file(f->path, "[daemon]\nthreads = 2\n[pool]\nhuge_pages = maybe\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":4: pool.huge_pages: 'maybe' is not one of"));
+
+	write_file(f->path, "[pool]\nblock_size = 0\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":2: pool.block_size: 0 is out of range"));
+
+	write_file(f->path, "[pool]\n\n\nsize = 12X\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":4: pool.size: '12X' is not a size"));
+
+	write_file(f->path, "[daemon]\nthreads = -1\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":2: daemon.threads: '-1' is not a whole number"));
+}
+
+static void test_structural_errors(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+	char *longline;
+
+	/* duplicate keys, keys before any section, syntax errors and overlong lines */
+	write_file(f->path, "[pool]\nsize = 1G\nsize = 2G\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":3: pool.size: set twice"));
+
+	write_file(f->path, "threads = 2\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":1: threads: key outside any [section]"));
+
+	write_file(f->path, "[daemon]\nthreads 2\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":2: syntax error"));
+
+	longline = malloc(600);
+	assert_non_null(longline);
+	memset(longline, 'a', 599);
+	memcpy(longline, "[daemon]\nmodel = /", 18);
+	longline[599] = '\0';
+	write_file(f->path, longline);
+	free(longline);
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":2: line longer than"));
+}
+
+static void test_missing_files(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+	char missing[600];
+
+	/* an explicit missing --config is an error; a missing optional file is not */
+	snprintf(missing, sizeof(missing), "%s/nope.conf", f->dir);
+	assert_int_equal(parse(f, &act, "--config", missing, NULL), -ENOENT);
+	assert_non_null(strstr(f->err, "nope.conf"));
+	kvp_config_defaults(&f->c);
+	assert_int_equal(kvp_config_load_file(&f->c, missing, false, f->err, sizeof(f->err)), 0);
+	assert_string_equal(f->c.config_path, "");
+}
+
+static void test_sizes(void **state)
+{
+	uint64_t v;
+
+	/* suffixes are powers of 1024; garbage and overflow are refused */
+	assert_int_equal(kvp_parse_size("512", &v), 0);
+	assert_int_equal(v, 512);
+	assert_int_equal(kvp_parse_size("64K", &v), 0);
+	assert_int_equal(v, 65536);
+	assert_int_equal(kvp_parse_size("3m", &v), 0);
+	assert_int_equal(v, 3u << 20);
+	assert_int_equal(kvp_parse_size("2GiB", &v), 0);
+	assert_int_equal(v, 2ull << 30);
+	assert_int_equal(kvp_parse_size("1T", &v), 0);
+	assert_int_equal(v, 1ull << 40);
+	assert_int_equal(kvp_parse_size("", &v), -EINVAL);
+	assert_int_equal(kvp_parse_size("G", &v), -EINVAL);
+	assert_int_equal(kvp_parse_size("1.5G", &v), -EINVAL);
+	assert_int_equal(kvp_parse_size("-1", &v), -EINVAL);
+	assert_int_equal(kvp_parse_size("10 M", &v), -EINVAL);
+	assert_int_equal(kvp_parse_size("99999999999999999999", &v), -ERANGE);
+	assert_int_equal(kvp_parse_size("20000000T", &v), -ERANGE);
+}
+
+static void test_flag_errors(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+	char cfg[600];
+
+	/* flags are checked like file keys, and name themselves in the error */
+	write_file(f->path, "");
+	snprintf(cfg, sizeof(cfg), "--config=%s", f->path);
+	assert_int_equal(parse(f, &act, cfg, "--pool-size", "lots", NULL), -EINVAL);
+	assert_non_null(strstr(f->err, "--pool-size: 'lots' is not a size"));
+	assert_int_equal(parse(f, &act, cfg, "--bogus", "1", NULL), -EINVAL);
+	assert_non_null(strstr(f->err, "--bogus: unknown flag"));
+	assert_int_equal(parse(f, &act, cfg, "--threads", NULL), -EINVAL);
+	assert_non_null(strstr(f->err, "--threads: needs a value"));
+	assert_int_equal(parse(f, &act, cfg, "stray", NULL), -EINVAL);
+	assert_int_equal(parse(f, &act, cfg, "--set", "pool.nope=1", NULL), -EINVAL);
+	assert_non_null(strstr(f->err, "pool.nope: unknown key"));
+	assert_int_equal(parse(f, &act, cfg, "--set", "scheduler.max_running=8",
+			       "--foreground", NULL), 0);
+	assert_int_equal(f->c.max_running, 8);
+	assert_true(f->c.foreground);
+	assert_int_equal(parse(f, &act, cfg, "--threads", "2", "--help", NULL), 0);
+	assert_int_equal(act, KVP_CONFIG_HELP);
+	assert_int_equal(parse(f, &act, cfg, "--check-config", NULL), 0);
+	assert_int_equal(act, KVP_CONFIG_CHECK);
+}
+
+static void test_check_cross_fields(void **state)
+{
+	struct fixture *f = *state;
+
+	/* values valid alone but not together are refused, naming the key */
+	kvp_config_defaults(&f->c);
+	f->c.max_frame_bytes = 4096;
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "server.max_frame_bytes"));
+
+	kvp_config_defaults(&f->c);
+	f->c.block_tokens = 24;
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "pool.block_size"));
+
+	kvp_config_defaults(&f->c);
+	strcpy(f->c.status_path, f->c.socket_path);
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "server.status_socket"));
+
+	kvp_config_defaults(&f->c);
+	strcpy(f->c.socket_group, "no-such-group-kvp");
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "server.socket_group: no group named"));
+
+	kvp_config_defaults(&f->c);
+	strcpy(f->c.socket_group, "root");
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), 0);
+}
+
+static void test_print_reads_back(void **state)
+{
+	struct fixture *f = *state;
+	struct kvp_config back;
+	FILE *fp;
+
+	/* --check-config output is a config file giving the same config */
+	kvp_config_defaults(&f->c);
+	f->c.pool_bytes = 3ull << 20;
+	f->c.max_frame_bytes = 2u << 20;
+	f->c.huge_pages = KVP_HUGE_REQUIRE;
+	strcpy(f->c.model_path, "/models/x.gguf");
+	strcpy(f->c.status_path, "");
+	f->c.log_level = LOG_WARNING;
+	fp = fopen(f->path, "w");
+	assert_non_null(fp);
+	kvp_config_print(&f->c, fp);
+	fclose(fp);
+	kvp_config_defaults(&back);
+	assert_int_equal(kvp_config_load_file(&back, f->path, true, f->err, sizeof(f->err)), 0);
+	memset(back.config_path, 0, sizeof(back.config_path));
+	assert_memory_equal(&back, &f->c, sizeof(back));
+}
+
+static void test_usage_lists_every_flag(void **state)
+{
+	struct fixture *f = *state;
+	const char *flags[] = { "--config", "--model", "--socket", "--status-socket",
+				"--pool-size", "--block-size", "--huge-pages", "--threads",
+				"--foreground", "--log-level", "--state-dir", "--kv-dtype",
+				"--drain-timeout-ms" };
+	char text[16384];
+	size_t n;
+	FILE *fp;
+
+	/* --help tells about every flag the issue names */
+	fp = fopen(f->path, "w+");
+	assert_non_null(fp);
+	kvp_config_usage(fp);
+	rewind(fp);
+	n = fread(text, 1, sizeof(text) - 1, fp);
+	text[n] = '\0';
+	fclose(fp);
+	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+		assert_non_null(strstr(text, flags[i]));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_defaults_are_valid, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_file_then_flags_override, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unknown_key_names_key_and_line, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_bad_value_names_key_and_line, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_structural_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_missing_files, setup, teardown),
+		cmocka_unit_test(test_sizes),
+		cmocka_unit_test_setup_teardown(test_flag_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_check_cross_fields, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_print_reads_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_usage_lists_every_flag, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_status.c - status rendering: the JSON parses with a strict parser and carries the
+ * snapshot's figures under the documented names; hostile strings stay escaped; hit rates
+ * are computed right; a too-small buffer gives -ENOSPC, never a cut report; the
+ * Prometheus text has one HELP/TYPE per family and the same figures.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "svc/status.h"
+#include "tests/integration/jsonq.h"
+
+static void fill(struct kvp_status_snap *s)
+{
+	memset(s, 0, sizeof(*s));
+	strcpy(s->version, "0.1.0");
+	strcpy(s->model, "demo \"q\"\\\n\x01");
+	strcpy(s->state, "serving");
+	s->pid = 42;
+	s->pool_bytes = 64 << 20;
+	s->block_tokens = 16;
+	s->block_bytes = 65536;
+	strcpy(s->page_kind, "4K");
+	strcpy(s->kv_dtype, "f32");
+	s->blocks_total = 1000;
+	s->blocks_used = 10;
+	s->blocks_cached = 90;
+	s->blocks_free = 900;
+	s->n_arenas = 2;
+	s->arenas[0] = (struct kvp_status_arena){ 0, 500, 5, 45, 450 };
+	s->arenas[1] = (struct kvp_status_arena){ 1, 500, 5, 45, 450 };
+	s->index_entries = 95;
+	s->index_lookups = 8;
+	s->index_hit_requests = 6;
+	s->index_lookup_tokens = 4000;
+	s->index_hit_tokens = 3000;
+	s->index_evictions = 7;
+	s->sched_queued = 2;
+	s->sched_running = 3;
+	s->req_done = 11;
+	s->ttft_p50_ms = 12.5;
+	s->ttft_p99_ms = 0.0 / 0.0;	/* NaN must not reach the JSON */
+	s->cached_tokens = 3000;
+	s->conns_open = 2;
+	s->n_conns = 2;
+	s->conns[0] = (struct kvp_status_conn){ .id = 1, .pid = 100, .uid = 0, .requests = 4 };
+	s->conns[1] = (struct kvp_status_conn){ .id = 2, .pid = 101, .uid = 1000, .in_flight = 1 };
+	s->n_domains = 1;
+	strcpy(s->domains[0].name, "default");
+	s->domains[0].conns_open = 2;
+}
+
+static void test_json_parses_with_values(void **state)
+{
+	struct kvp_status_snap *s = calloc(1, sizeof(*s));
+	char buf[16384];
+	struct jsonq *j;
+	int n;
+
+	/* every documented field is present with the snapshot's value */
+	fill(s);
+	n = kvp_status_render_json(s, buf, sizeof(buf));
+	assert_true(n > 0);
+	assert_int_equal(strlen(buf), n);
+	j = jsonq_parse(buf, (size_t)n);
+	assert_non_null(j);
+	assert_string_equal(jsonq_str(j, "daemon.model"), "demo \"q\"\\\n\x01");
+	assert_string_equal(jsonq_str(j, "pool.page_kind"), "4K");
+	assert_int_equal(jsonq_num(j, "pool.blocks_total", -1), 1000);
+	assert_int_equal(jsonq_num(j, "pool.blocks_used", -1), 10);
+	assert_int_equal(jsonq_num(j, "pool.blocks_cached", -1), 90);
+	assert_int_equal(jsonq_num(j, "pool.blocks_free", -1), 900);
+	assert_int_equal(jsonq_num(j, "pool.arenas.1.node", -1), 1);
+	assert_int_equal(jsonq_num(j, "pool.arenas.1.blocks_free", -1), 450);
+	assert_int_equal(jsonq_num(j, "index.entries", -1), 95);
+	assert_int_equal(jsonq_num(j, "index.lookups", -1), 8);
+	assert_int_equal(jsonq_num(j, "index.evictions", -1), 7);
+	assert_float_equal(jsonq_num(j, "index.request_hit_rate", -1), 0.75, 1e-9);
+	assert_float_equal(jsonq_num(j, "index.token_hit_rate", -1), 0.75, 1e-9);
+	assert_int_equal(jsonq_num(j, "scheduler.queued", -1), 2);
+	assert_int_equal(jsonq_num(j, "scheduler.running", -1), 3);
+	assert_float_equal(jsonq_num(j, "scheduler.ttft_p50_ms", -1), 12.5, 1e-9);
+	assert_float_equal(jsonq_num(j, "scheduler.ttft_p99_ms", -1), 0, 0);
+	assert_int_equal(jsonq_num(j, "usage.cached_tokens", -1), 3000);
+	assert_int_equal(jsonq_num(j, "connections.open", -1), 2);
+	assert_int_equal(jsonq_num(j, "connections.list.1.uid", -1), 1000);
+	assert_int_equal(jsonq_num(j, "connections.list.1.in_flight", -1), 1);
+	assert_string_equal(jsonq_str(j, "domains.0.name"), "default");
+	jsonq_free(j);
+	free(s);
+}
+
+static void test_empty_snapshot_is_valid(void **state)
+{
+	struct kvp_status_snap *s = calloc(1, sizeof(*s));
+	char buf[8192];
+	struct jsonq *j;
+	int n;
+
+	/* nothing served yet: rates are 0, arrays empty, still valid JSON */
+	n = kvp_status_render_json(s, buf, sizeof(buf));
+	assert_true(n > 0);
+	j = jsonq_parse(buf, (size_t)n);
+	assert_non_null(j);
+	assert_float_equal(jsonq_num(j, "index.token_hit_rate", -1), 0, 0);
+	assert_int_equal(jsonq_get(j, "pool.arenas")->n_children, 0);
+	jsonq_free(j);
+	free(s);
+}
+
+static void test_small_buffer_enospc(void **state)
+{
+	struct kvp_status_snap *s = calloc(1, sizeof(*s));
+	char buf[16384];
+	int full;
+	int n;
+
+	/* every buffer shorter than the report fails whole; the exact size fits */
+	fill(s);
+	full = kvp_status_render_json(s, buf, sizeof(buf));
+	assert_true(full > 0);
+	for (n = 0; n <= full; n += 7)
+		assert_int_equal(kvp_status_render_json(s, buf, (size_t)n), -ENOSPC);
+	assert_int_equal(kvp_status_render_json(s, buf, (size_t)full + 1), full);
+	full = kvp_status_render_prom(s, buf, sizeof(buf));
+	assert_true(full > 0);
+	assert_int_equal(kvp_status_render_prom(s, buf, (size_t)full), -ENOSPC);
+	free(s);
+}
+
+static void test_prom_text(void **state)
+{
+	struct kvp_status_snap *s = calloc(1, sizeof(*s));
+	char buf[16384];
+	const char *p;
+	int n;
+
+	/* families declared once, samples carry the snapshot figures */
+	fill(s);
+	n = kvp_status_render_prom(s, buf, sizeof(buf));
+	assert_true(n > 0);
+	assert_non_null(strstr(buf, "kvpool_pool_blocks{state=\"used\"} 10\n"));
+	assert_non_null(strstr(buf, "kvpool_pool_blocks{state=\"free\"} 900\n"));
+	assert_non_null(strstr(buf, "kvpool_pool_page_kind{kind=\"4K\"} 1\n"));
+	assert_non_null(strstr(buf, "kvpool_arena_blocks{node=\"1\",state=\"cached\"} 45\n"));
+	assert_non_null(strstr(buf, "kvpool_index_token_hit_rate 0.75\n"));
+	assert_non_null(strstr(buf, "kvpool_ttft_seconds{quantile=\"0.5\"} 0.0125\n"));
+	p = strstr(buf, "# TYPE kvpool_pool_blocks gauge");
+	assert_non_null(p);
+	assert_null(strstr(p + 1, "# TYPE kvpool_pool_blocks gauge"));
+	assert_null(strstr(buf, "nan"));
+	free(s);
+}
+
+static void test_jsonq_is_strict(void **state)
+{
+	const char *bad[] = { "{\"a\":1,}", "[01]", "{\"a\" 1}", "\"\x01\"", "[1] x", "NaN",
+			      "{\"a\":\"\\ud800\"}", "[", "" };
+	struct jsonq *j;
+
+	/* the checker used on the status output refuses what real parsers refuse */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_null(jsonq_parse(bad[i], strlen(bad[i])));
+	{
+		const char *ok = " {\"a\":[1,-2.5e3,true,null,\"\\u00e9\"]} ";
+
+		j = jsonq_parse(ok, strlen(ok));
+	}
+	assert_non_null(j);
+	assert_float_equal(jsonq_num(j, "a.1", 0), -2500, 0);
+	assert_string_equal(jsonq_str(j, "a.4"), "\xc3\xa9");
+	jsonq_free(j);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_json_parses_with_values),
+		cmocka_unit_test(test_empty_snapshot_is_valid),
+		cmocka_unit_test(test_small_buffer_enospc),
+		cmocka_unit_test(test_prom_text),
+		cmocka_unit_test(test_jsonq_is_strict),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
