@@ -208,8 +208,8 @@ long kvp_pool_evict(struct kvp_pool *pool, int node);
 
 /* --- used by the prefix index (shm/index.c) only --- */
 
-/* Register the evictor (one per pool); NULL unregisters. */
-void kvp_pool_set_evictor(struct kvp_pool *pool, kvp_pool_evict_fn fn, void *ctx);
+/* Register the evictor (one per pool); NULL unregisters.  Return 0, or -EBUSY if taken. */
+int kvp_pool_set_evictor(struct kvp_pool *pool, kvp_pool_evict_fn fn, void *ctx);
 
 /**
  * kvp_pool_mark_cached() - @id (held by the caller) is now published with @parent
