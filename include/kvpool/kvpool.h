@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvpool/kvpool.h - libkvpool, the C client of kvpoold.
+ *
+ * A struct kvp_client is one connection to the request socket.  kvp_client_connect()
+ * sends HELLO and waits for WELCOME: the model's vocabulary and limits, the pool
+ * layout, and (when the daemon passes it) the sealed read-only pool segment, which the
+ * library maps read-only so the caller can read K/V in place.
+ *
+ * Two ways to generate:
+ *   - kvp_client_generate(): blocking, one request, a callback per TOKEN frame;
+ *   - kvp_client_submit() then kvp_client_next() until DONE or ERROR: several requests
+ *     may be in flight on one connection, their events interleaved (told apart by id).
+ *
+ * Return values: 0 on success; a negative -errno for a local or system failure (the
+ * socket broke, out of memory, bad argument); a positive enum kvp_status when the
+ * daemon refused or failed the request.  kvp_client_errmsg() describes the last
+ * failure in words.  A connection-level ERROR from the daemon (req_id 0) ends the
+ * connection: later calls return -ENOTCONN.
+ *
+ * Threads: a client is not thread-safe; use one per thread (they are cheap).  Sockets
+ * are blocking.  SIGPIPE is never raised by the library (MSG_NOSIGNAL).
+ */
+#ifndef KVPOOL_KVPOOL_H
+#define KVPOOL_KVPOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpool/proto.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVP_DEFAULT_SOCKET "/run/kvpool/kvpool.sock"
+#define KVP_DEFAULT_STATUS_SOCKET "/run/kvpool/status.sock"
+
+struct kvp_client;
+
+/**
+ * struct kvp_client_params - sampling and cache options of one request
+ * @max_new_tokens: stop after this many tokens (>= 1; at most WELCOME's max_new_tokens)
+ * @temperature:    0 = greedy; finite, at most 100
+ * @top_k:          0 = off
+ * @top_p:          in (0, 1]; 1 = off
+ * @seed:           sampler seed (same seed, same prompt, same params: same tokens)
+ * @salt:           cache salt (borrowed): requests with different salts never share
+ *                  cached blocks; @salt_len <= KVP_SALT_MAX bytes, 0 = none
+ * @no_cache:       neither read nor publish prefix-cache blocks
+ *
+ * kvp_client_params_init() sets greedy decoding of 16 tokens, no salt, caching on.
+ */
+struct kvp_client_params {
+	uint32_t max_new_tokens;
+	float temperature;
+	uint32_t top_k;
+	float top_p;
+	uint64_t seed;
+	const void *salt;
+	size_t salt_len;
+	bool no_cache;
+};
+
+/**
+ * struct kvp_client_prompt - exactly one of @tokens (n_tokens > 0) or @text (text_len > 0)
+ * @tokens:   token ids, each in [0, n_vocab)
+ * @text:     UTF-8 text, tokenized by the daemon; no NUL bytes
+ */
+struct kvp_client_prompt {
+	const int32_t *tokens;
+	size_t n_tokens;
+	const char *text;
+	size_t text_len;
+};
+
+enum kvp_client_event_type {
+	KVP_EVENT_TOKEN = 1,	/* new tokens of a request */
+	KVP_EVENT_DONE,		/* the request finished; @usage is set */
+	KVP_EVENT_ERROR,	/* the request (or with req_id 0, the connection) failed */
+};
+
+/**
+ * struct kvp_client_event - one event from kvp_client_next()
+ * @type:     enum kvp_client_event_type
+ * @req_id:   the request it belongs to (0: the whole connection)
+ * @tokens:   TOKEN: @n_tokens new ids; valid until the next call on the client
+ * @text:     TOKEN: their text, @text_len bytes (not NUL-terminated; may be empty when
+ *            a UTF-8 character is split across tokens); same lifetime
+ * @usage:    DONE: what the request cost and reused (usage.status: why it stopped)
+ * @status:   ERROR: enum kvp_status; DONE: usage.status
+ * @message:  ERROR: the daemon's message, NUL-terminated; same lifetime as @tokens
+ */
+struct kvp_client_event {
+	int type;
+	uint64_t req_id;
+	const int32_t *tokens;
+	uint32_t n_tokens;
+	const char *text;
+	uint32_t text_len;
+	struct kvp_usage usage;
+	int status;
+	const char *message;
+};
+
+/* Sets @p to the defaults described at struct kvp_client_params. */
+void kvp_client_params_init(struct kvp_client_params *p);
+
+/**
+ * kvp_client_connect() - connect, HELLO, WELCOME, map the pool segment read-only
+ * @path: request socket, or NULL for KVP_DEFAULT_SOCKET
+ * @out:  the new client; on failure *@out is set to a client holding only the error
+ *        message when memory allows (read it with kvp_client_errmsg(), then
+ *        kvp_client_close()), else NULL
+ * Return: 0, -errno, or the daemon's enum kvp_status (KVP_E_BUSY: too many connections;
+ *         KVP_E_VERSION: the daemon speaks another protocol version).
+ */
+int kvp_client_connect(const char *path, struct kvp_client **out);
+
+/* Close the connection and unmap the pool; in-flight requests are cancelled by the
+ * daemon.  NULL is ok. */
+void kvp_client_close(struct kvp_client *c);
+
+/* The last failure in words (never NULL; "" when none). */
+const char *kvp_client_errmsg(const struct kvp_client *c);
+
+/* Description of a return code of this library: -errno or enum kvp_status. */
+const char *kvp_client_strerror(int code);
+
+/* The daemon's WELCOME: vocabulary, limits, model, pool layout. */
+const struct kvp_welcome *kvp_client_welcome(const struct kvp_client *c);
+
+/*
+ * The pool segment, mapped PROT_READ (a write faults; the segment is sealed so it can
+ * never be mapped writable).  NULL and *@len = 0 when the daemon passed no fd.
+ */
+const void *kvp_client_pool(const struct kvp_client *c, size_t *len);
+
+/* The read-only pool fd (owned by the client; -1 if none) and the socket fd (for poll). */
+int kvp_client_pool_fd(const struct kvp_client *c);
+int kvp_client_socket_fd(const struct kvp_client *c);
+
+/**
+ * kvp_client_submit() - send one GENERATE; its events come from kvp_client_next()
+ * @prompt: tokens or text (copied into the frame; borrowed for the call)
+ * @params: NULL for the defaults
+ * @req_id: out; the new request's id (never 0)
+ * Return: 0, -EINVAL (bad prompt or params: see the message), or -errno.
+ */
+int kvp_client_submit(struct kvp_client *c, const struct kvp_client_prompt *prompt,
+		      const struct kvp_client_params *params, uint64_t *req_id);
+
+/**
+ * kvp_client_next() - wait for the next event of any request of this client
+ * @ev: out; pointers inside stay valid until the next call on @c
+ * Return: 0, -ENOTCONN once the connection has ended, -EPROTO if the daemon sent
+ *         garbage, or -errno.
+ */
+int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev);
+
+/* Ask the daemon to stop @req_id; a DONE or ERROR (KVP_E_CANCELLED) still follows. */
+int kvp_client_cancel(struct kvp_client *c, uint64_t req_id);
+
+/* Called for each TOKEN frame; return non-zero to cancel the request. */
+typedef int (*kvp_client_token_fn)(void *arg, const int32_t *tokens, uint32_t n_tokens,
+				   const char *text, uint32_t text_len);
+
+/**
+ * kvp_client_generate() - one blocking request, @fn called per TOKEN frame
+ * @fn:    may be NULL; @arg is passed to it
+ * @usage: out, may be NULL; filled from DONE
+ * Needs no other request of @c in flight (-EBUSY otherwise).
+ * Return: 0 when DONE says KVP_OK; KVP_E_CANCELLED when @fn stopped it; the daemon's
+ *         enum kvp_status from ERROR or DONE; or -errno.
+ */
+int kvp_client_generate(struct kvp_client *c, const struct kvp_client_prompt *prompt,
+			const struct kvp_client_params *params, kvp_client_token_fn fn, void *arg,
+			struct kvp_usage *usage);
+
+/**
+ * kvp_client_status() - fetch a status report from the status socket
+ * @path:  status socket, or NULL for KVP_DEFAULT_STATUS_SOCKET
+ * @fmt:   "json" or "prom" (NULL: "json")
+ * @out:   out; the report, NUL-terminated, malloc()ed: free() it
+ * @len:   out, may be NULL; its length
+ * Return: 0 or -errno (-EPROTO if the daemon closed without a report).
+ */
+int kvp_client_status(const char *path, const char *fmt, char **out, size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVPOOL_KVPOOL_H */

@@ -1,0 +1,639 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client.c - libkvpool: the blocking C client of kvpoold (include/kvpool/kvpool.h).
+ *
+ * One struct kvp_client is one Unix-socket connection.  Frames are read whole: the
+ * 24-byte header (checked with the same ipc/proto.c code the daemon uses), then the
+ * payload into c->buf, which therefore always starts 8-aligned, so the int32 ids of a
+ * TOKEN frame are read in place.  Every read goes through recvmsg() so that the pool fd
+ * riding on WELCOME (SCM_RIGHTS) is collected whichever read it arrives on; fds that
+ * arrive at any other time are closed.
+ *
+ * Invariants: c->in_flight counts requests submitted and not yet ended by DONE or
+ * ERROR; c->dead is set once the connection cannot carry frames any more.
+ * Thread: the caller's; a client is used by one thread at a time.
+ */
+#include "kvpool/kvpool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "ipc/proto.h"
+
+#define KVP_EXPORT __attribute__((visibility("default")))
+
+/* Largest frame the client accepts from the daemon (TOKEN frames are small). */
+#define CLIENT_MAX_FRAME (64u << 20)
+/* Largest status report read (the daemon's are a few KiB). */
+#define STATUS_MAX_BYTES (64u << 20)
+/* fds collected from one connection before WELCOME is parsed. */
+#define RX_FDS_MAX 4
+
+struct kvp_client {
+	int fd;
+	int pool_fd;
+	void *pool;
+	size_t pool_len;
+	struct kvp_welcome welcome;
+	uint64_t next_id;
+	unsigned int in_flight;
+	bool dead;
+	int rx_fds[RX_FDS_MAX];
+	unsigned int n_rx_fds;
+	bool fds_truncated;
+	uint8_t *buf;		/* payload of the current frame (+1 byte for a NUL) */
+	size_t buf_cap;
+	uint8_t *out;		/* encoded outgoing frame */
+	size_t out_cap;
+	char errmsg[256];
+};
+
+static int set_err(struct kvp_client *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int set_err(struct kvp_client *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->errmsg, sizeof(c->errmsg), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+KVP_EXPORT void kvp_client_params_init(struct kvp_client_params *p)
+{
+	*p = (struct kvp_client_params){
+		.max_new_tokens = 16,
+		.temperature = 0.0f,
+		.top_k = 0,
+		.top_p = 1.0f,
+	};
+}
+
+KVP_EXPORT const char *kvp_client_strerror(int code)
+{
+	if (code < 0)
+		return strerror(-code);
+	return kvp_proto_status_str((uint32_t)code);
+}
+
+KVP_EXPORT const char *kvp_client_errmsg(const struct kvp_client *c)
+{
+	return c ? c->errmsg : "out of memory";
+}
+
+KVP_EXPORT const struct kvp_welcome *kvp_client_welcome(const struct kvp_client *c)
+{
+	return &c->welcome;
+}
+
+KVP_EXPORT const void *kvp_client_pool(const struct kvp_client *c, size_t *len)
+{
+	if (len)
+		*len = c->pool ? c->pool_len : 0;
+	return c->pool;
+}
+
+KVP_EXPORT int kvp_client_pool_fd(const struct kvp_client *c)
+{
+	return c->pool_fd;
+}
+
+KVP_EXPORT int kvp_client_socket_fd(const struct kvp_client *c)
+{
+	return c->fd;
+}
+
+static int unix_connect(const char *path, int *fd_out)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = errno;
+
+		if (e == EINTR)
+			continue;
+		close(fd);
+		return -e;
+	}
+	*fd_out = fd;
+	return 0;
+}
+
+static int send_all(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	while (n) {
+		ssize_t r = send(fd, b, n, MSG_NOSIGNAL);
+
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* Keep (or close, when there are too many) the fds of one control message. */
+static void collect_fds(struct kvp_client *c, struct msghdr *mh)
+{
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		size_t n;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (c->n_rx_fds < RX_FDS_MAX)
+				c->rx_fds[c->n_rx_fds++] = fd;
+			else
+				close(fd);
+		}
+	}
+	if (mh->msg_flags & MSG_CTRUNC)
+		c->fds_truncated = true;
+}
+
+static void drop_rx_fds(struct kvp_client *c)
+{
+	for (unsigned int i = 0; i < c->n_rx_fds; i++)
+		close(c->rx_fds[i]);
+	c->n_rx_fds = 0;
+}
+
+/* Read exactly @n bytes.  Return: 0, 1 on EOF before the first byte, or -errno. */
+static int recv_all(struct kvp_client *c, void *p, size_t n)
+{
+	uint8_t *b = p;
+	size_t got = 0;
+
+	while (got < n) {
+		union {
+			struct cmsghdr align;
+			char buf[CMSG_SPACE(sizeof(int) * RX_FDS_MAX)];
+		} ctl;
+		struct iovec iov = { .iov_base = b + got, .iov_len = n - got };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+				     .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+		ssize_t r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (mh.msg_controllen)
+			collect_fds(c, &mh);
+		if (r == 0)
+			return got ? -EPROTO : 1;
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+/*
+ * Read one daemon frame into @hdr and c->buf (NUL-terminated after the payload).
+ * Return: 0, -ENOTCONN on a clean EOF, -EPROTO on garbage, or -errno.
+ */
+static int read_frame(struct kvp_client *c, struct kvp_frame_hdr *hdr)
+{
+	uint8_t raw[sizeof(*hdr)];
+	const char *why = "";
+	int r;
+
+	if (c->dead || c->fd < 0)
+		return set_err(c, -ENOTCONN, "connection closed");
+	r = recv_all(c, raw, sizeof(raw));
+	if (r) {
+		c->dead = true;
+		if (r == 1)
+			return set_err(c, -ENOTCONN, "daemon closed the connection");
+		if (r == -EPROTO)
+			return set_err(c, r, "daemon closed the connection mid-frame");
+		return set_err(c, r, "receive: %s", strerror(-r));
+	}
+	r = kvp_proto_check_hdr(raw, sizeof(raw), CLIENT_MAX_FRAME, hdr, &why);
+	if (r == KVP_OK && kvp_proto_from_client(hdr->type)) {
+		r = KVP_E_PROTO;
+		why = "client frame type sent by the daemon";
+	}
+	if (r != KVP_OK) {
+		c->dead = true;
+		return set_err(c, -EPROTO, "bad frame from daemon: %s", why);
+	}
+	if ((size_t)hdr->len_bytes + 1 > c->buf_cap) {
+		size_t cap = (size_t)hdr->len_bytes + 1;
+		uint8_t *nb = realloc(c->buf, cap < 4096 ? 4096 : cap);
+
+		if (!nb)
+			return set_err(c, -ENOMEM, "out of memory");
+		c->buf = nb;
+		c->buf_cap = cap < 4096 ? 4096 : cap;
+	}
+	r = recv_all(c, c->buf, hdr->len_bytes);
+	if (r) {
+		c->dead = true;
+		return set_err(c, r == 1 ? -EPROTO : r, "daemon closed the connection mid-frame");
+	}
+	c->buf[hdr->len_bytes] = 0;
+	return 0;
+}
+
+/* Map the pool fd that came with WELCOME, read-only. */
+static int map_pool(struct kvp_client *c)
+{
+	struct stat st;
+	void *p;
+
+	if (c->fds_truncated || c->n_rx_fds != c->welcome.n_fds) {
+		drop_rx_fds(c);
+		return set_err(c, -EPROTO, "WELCOME announced %u fds, %s", c->welcome.n_fds,
+			       "a different number arrived");
+	}
+	if (!c->welcome.n_fds)
+		return 0;
+	c->pool_fd = c->rx_fds[0];
+	c->n_rx_fds = 0;
+	if (fstat(c->pool_fd, &st) < 0)
+		return set_err(c, -errno, "pool fd: fstat: %s", strerror(errno));
+	if (st.st_size <= 0 || (uint64_t)st.st_size < c->welcome.segment_bytes)
+		return set_err(c, -EPROTO, "pool fd smaller (%lld bytes) than WELCOME says",
+			       (long long)st.st_size);
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, c->pool_fd, 0);
+	if (p == MAP_FAILED)
+		return set_err(c, -errno, "pool fd: mmap read-only: %s", strerror(errno));
+	c->pool = p;
+	c->pool_len = (size_t)st.st_size;
+	return 0;
+}
+
+KVP_EXPORT int kvp_client_connect(const char *path, struct kvp_client **out)
+{
+	struct kvp_hello hello = { .flags = KVP_HELLO_WANT_POOL_FD };
+	struct kvp_frame_hdr hdr;
+	uint8_t frame[sizeof(hdr) + sizeof(hello)];
+	struct kvp_client *c;
+	const char *why = "";
+	int r;
+
+	*out = NULL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	*out = c;
+	c->fd = -1;
+	c->pool_fd = -1;
+	c->next_id = 1;
+	if (!path)
+		path = KVP_DEFAULT_SOCKET;
+
+	r = unix_connect(path, &c->fd);
+	if (r)
+		return set_err(c, r, "connect %s: %s", path, strerror(-r));
+	snprintf(hello.client, sizeof(hello.client), "libkvpool/%d", (int)getpid());
+	kvp_proto_encode_hello(frame, sizeof(frame), &hello);
+	r = send_all(c->fd, frame, sizeof(frame));
+	if (r)
+		return set_err(c, r, "send HELLO: %s", strerror(-r));
+	r = read_frame(c, &hdr);
+	if (r)
+		return r;
+	if (hdr.type == KVP_FRAME_ERROR) {
+		struct kvp_error e;
+		const char *msg;
+
+		c->dead = true;
+		if (kvp_proto_decode_error(c->buf, hdr.len_bytes, &e, &msg, &why))
+			return set_err(c, -EPROTO, "bad ERROR from daemon: %s", why);
+		if (!e.status || e.status > INT32_MAX)
+			e.status = KVP_E_INTERNAL;
+		return set_err(c, (int)e.status, "daemon refused HELLO: %.*s", (int)e.msg_bytes,
+			       msg);
+	}
+	if (hdr.type != KVP_FRAME_WELCOME) {
+		c->dead = true;
+		return set_err(c, -EPROTO, "daemon answered HELLO with %s",
+			       kvp_proto_type_name(hdr.type));
+	}
+	if (kvp_proto_decode_welcome(c->buf, hdr.len_bytes, &c->welcome, &why)) {
+		c->dead = true;
+		drop_rx_fds(c);
+		return set_err(c, -EPROTO, "bad WELCOME: %s", why);
+	}
+	c->welcome.model[sizeof(c->welcome.model) - 1] = 0;
+	return map_pool(c);
+}
+
+KVP_EXPORT void kvp_client_close(struct kvp_client *c)
+{
+	if (!c)
+		return;
+	if (c->pool)
+		munmap(c->pool, c->pool_len);
+	if (c->pool_fd >= 0)
+		close(c->pool_fd);
+	drop_rx_fds(c);
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->buf);
+	free(c->out);
+	free(c);
+}
+
+static int check_params(struct kvp_client *c, const struct kvp_client_prompt *pr,
+			const struct kvp_client_params *p)
+{
+	const struct kvp_welcome *w = &c->welcome;
+	size_t n;
+
+	if (!pr || (!pr->n_tokens) == (!pr->text_len))
+		return set_err(c, -EINVAL, "give exactly one of tokens or text");
+	if ((pr->n_tokens && !pr->tokens) || (pr->text_len && !pr->text))
+		return set_err(c, -EINVAL, "prompt pointer is NULL");
+	if (pr->text_len && memchr(pr->text, 0, pr->text_len))
+		return set_err(c, -EINVAL, "prompt text contains a NUL byte");
+	n = pr->n_tokens ? pr->n_tokens : pr->text_len;
+	if (n > UINT32_MAX || (w->max_prompt_tokens && n > w->max_prompt_tokens))
+		return set_err(c, KVP_E_LIMIT, "prompt of %zu %s exceeds the daemon's limit %u", n,
+			       pr->n_tokens ? "tokens" : "bytes", w->max_prompt_tokens);
+	if (!p->max_new_tokens)
+		return set_err(c, -EINVAL, "max_new_tokens must be at least 1");
+	if (w->max_new_tokens && p->max_new_tokens > w->max_new_tokens)
+		return set_err(c, KVP_E_LIMIT, "max_new_tokens %u exceeds the daemon's limit %u",
+			       p->max_new_tokens, w->max_new_tokens);
+	if (!isfinite(p->temperature) || p->temperature < 0.0f ||
+	    p->temperature > KVP_TEMPERATURE_MAX)
+		return set_err(c, -EINVAL, "temperature must be in [0, 100]");
+	if (!isfinite(p->top_p) || !(p->top_p > 0.0f) || p->top_p > 1.0f)
+		return set_err(c, -EINVAL, "top_p must be in (0, 1]");
+	if (p->salt_len > KVP_SALT_MAX || (p->salt_len && !p->salt))
+		return set_err(c, -EINVAL, "salt must be at most %d bytes", KVP_SALT_MAX);
+	return 0;
+}
+
+KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_prompt *prompt,
+				 const struct kvp_client_params *params, uint64_t *req_id)
+{
+	struct kvp_client_params defaults;
+	struct kvp_generate g = { 0 };
+	const void *body;
+	size_t need;
+	int r;
+
+	if (c->dead || c->fd < 0)
+		return set_err(c, -ENOTCONN, "connection closed");
+	if (!params) {
+		kvp_client_params_init(&defaults);
+		params = &defaults;
+	}
+	r = check_params(c, prompt, params);
+	if (r)
+		return r;
+	g.max_new_tokens = params->max_new_tokens;
+	g.top_k = params->top_k;
+	g.temperature = params->temperature;
+	g.top_p = params->top_p;
+	g.seed = params->seed;
+	g.salt_len = (uint32_t)params->salt_len;
+	if (params->salt_len)
+		memcpy(g.salt, params->salt, params->salt_len);
+	if (params->no_cache)
+		g.flags |= KVP_GEN_NO_CACHE;
+	if (prompt->text_len) {
+		g.flags |= KVP_GEN_TEXT;
+		g.text_bytes = (uint32_t)prompt->text_len;
+		body = prompt->text;
+	} else {
+		g.n_tokens = (uint32_t)prompt->n_tokens;
+		body = prompt->tokens;
+	}
+	need = kvp_proto_encode_generate(c->out, c->out_cap, c->next_id, &g, body);
+	if (!need)
+		return set_err(c, -EMSGSIZE, "prompt too large for one frame");
+	if (need > c->out_cap) {
+		uint8_t *nb = realloc(c->out, need);
+
+		if (!nb)
+			return set_err(c, -ENOMEM, "out of memory");
+		c->out = nb;
+		c->out_cap = need;
+		kvp_proto_encode_generate(c->out, c->out_cap, c->next_id, &g, body);
+	}
+	r = send_all(c->fd, c->out, need);
+	if (r) {
+		c->dead = true;
+		return set_err(c, r, "send GENERATE: %s", strerror(-r));
+	}
+	*req_id = c->next_id++;
+	c->in_flight++;
+	return 0;
+}
+
+KVP_EXPORT int kvp_client_cancel(struct kvp_client *c, uint64_t req_id)
+{
+	uint8_t frame[sizeof(struct kvp_frame_hdr)];
+	int r;
+
+	if (c->dead || c->fd < 0)
+		return set_err(c, -ENOTCONN, "connection closed");
+	kvp_proto_encode_cancel(frame, sizeof(frame), req_id);
+	r = send_all(c->fd, frame, sizeof(frame));
+	if (r)
+		return set_err(c, r, "send CANCEL: %s", strerror(-r));
+	return 0;
+}
+
+KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev)
+{
+	struct kvp_frame_hdr hdr;
+	const char *why = "";
+	int r;
+
+	*ev = (struct kvp_client_event){ 0 };
+	r = read_frame(c, &hdr);
+	if (r)
+		return r;
+	drop_rx_fds(c);		/* fds are only expected with WELCOME */
+	ev->req_id = hdr.req_id;
+	switch (hdr.type) {
+	case KVP_FRAME_TOKEN: {
+		struct kvp_token t;
+		const void *ids;
+
+		if (kvp_proto_decode_token(c->buf, hdr.len_bytes, &t, &ids, &ev->text, &why))
+			break;
+		ev->type = KVP_EVENT_TOKEN;
+		ev->tokens = ids;	/* c->buf + 8: aligned (see the header comment) */
+		ev->n_tokens = t.n_tokens;
+		ev->text_len = t.text_bytes;
+		return 0;
+	}
+	case KVP_FRAME_DONE:
+		if (kvp_proto_decode_done(c->buf, hdr.len_bytes, &ev->usage, &why))
+			break;
+		ev->type = KVP_EVENT_DONE;
+		ev->status = (int)ev->usage.status;
+		if (c->in_flight)
+			c->in_flight--;
+		return 0;
+	case KVP_FRAME_ERROR: {
+		struct kvp_error e;
+		const char *msg;
+
+		if (kvp_proto_decode_error(c->buf, hdr.len_bytes, &e, &msg, &why))
+			break;
+		c->buf[sizeof(e) + e.msg_bytes] = 0;
+		ev->type = KVP_EVENT_ERROR;
+		ev->status = e.status && e.status <= INT32_MAX ? (int)e.status : KVP_E_INTERNAL;
+		ev->message = msg;
+		if (!hdr.req_id) {
+			c->dead = true;	/* the daemon closes the connection after this */
+			set_err(c, ev->status, "daemon: %s", msg);
+		} else if (c->in_flight) {
+			c->in_flight--;
+		}
+		return 0;
+	}
+	default:
+		why = "unexpected frame type";
+		break;
+	}
+	c->dead = true;
+	return set_err(c, -EPROTO, "bad %s frame from daemon: %s", kvp_proto_type_name(hdr.type),
+		       why);
+}
+
+KVP_EXPORT int kvp_client_generate(struct kvp_client *c, const struct kvp_client_prompt *prompt,
+				   const struct kvp_client_params *params, kvp_client_token_fn fn,
+				   void *arg, struct kvp_usage *usage)
+{
+	struct kvp_client_event ev;
+	bool cancelled = false;
+	uint64_t id;
+	int r;
+
+	if (c->in_flight)
+		return set_err(c, -EBUSY, "another request is in flight on this client");
+	r = kvp_client_submit(c, prompt, params, &id);
+	if (r)
+		return r;
+	for (;;) {
+		r = kvp_client_next(c, &ev);
+		if (r)
+			return r;
+		if (ev.req_id != id && ev.req_id != 0)
+			continue;
+		switch (ev.type) {
+		case KVP_EVENT_TOKEN:
+			if (fn && !cancelled && fn(arg, ev.tokens, ev.n_tokens, ev.text, ev.text_len)) {
+				cancelled = true;
+				r = kvp_client_cancel(c, id);
+				if (r)
+					return r;
+			}
+			break;
+		case KVP_EVENT_DONE:
+			if (usage)
+				*usage = ev.usage;
+			if (cancelled)
+				return set_err(c, KVP_E_CANCELLED, "cancelled by the callback");
+			if (ev.status)
+				return set_err(c, ev.status, "generation stopped: %s",
+					       kvp_proto_status_str((uint32_t)ev.status));
+			return 0;
+		case KVP_EVENT_ERROR:
+			return set_err(c, ev.status, "daemon: %s", ev.message);
+		}
+	}
+}
+
+KVP_EXPORT int kvp_client_status(const char *path, const char *fmt, char **out, size_t *len)
+{
+	char req[16];
+	size_t cap = 16384, n = 0;
+	char *buf;
+	int fd, r;
+
+	*out = NULL;
+	if (!fmt)
+		fmt = "json";
+	if (strcmp(fmt, "json") && strcmp(fmt, "prom"))
+		return -EINVAL;
+	r = unix_connect(path ? path : KVP_DEFAULT_STATUS_SOCKET, &fd);
+	if (r)
+		return r;
+	snprintf(req, sizeof(req), "%s\n", fmt);
+	r = send_all(fd, req, strlen(req));
+	if (r)
+		goto out_close;
+	shutdown(fd, SHUT_WR);
+	buf = malloc(cap);
+	if (!buf) {
+		r = -ENOMEM;
+		goto out_close;
+	}
+	for (;;) {
+		ssize_t got;
+
+		if (n + 1 == cap) {
+			char *nb = cap >= STATUS_MAX_BYTES ? NULL : realloc(buf, cap * 2);
+
+			if (!nb) {
+				r = cap >= STATUS_MAX_BYTES ? -EFBIG : -ENOMEM;
+				free(buf);
+				goto out_close;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		got = read(fd, buf + n, cap - 1 - n);
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			free(buf);
+			goto out_close;
+		}
+		if (!got)
+			break;
+		n += (size_t)got;
+	}
+	if (!n) {
+		free(buf);
+		r = -EPROTO;
+		goto out_close;
+	}
+	buf[n] = 0;
+	*out = buf;
+	if (len)
+		*len = n;
+	r = 0;
+out_close:
+	close(fd);
+	return r;
+}

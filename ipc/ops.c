@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ops.c - the frame dispatch table of the request socket and its handlers.
+ *
+ * server.c validates a frame's header and payload length against this table once,
+ * then calls the handler, which decodes the payload (ipc/proto.c) and hands it to
+ * svc/ through struct kvp_server_ops.  A frame type a client may not send has no
+ * handler; the table has one entry per type, checked at build time, and
+ * kvp_ops_check_table() verifies at start that no entry was left out.
+ *
+ * Fault classes (docs/protocol.md): KVP_E_PROTO, KVP_E_VERSION and KVP_E_LIMIT end the
+ * connection after an ERROR with req_id 0; KVP_E_INVALID and KVP_E_BUSY refuse one
+ * request with an ERROR carrying its req_id and leave the connection open.
+ * Thread: the loop thread.
+ */
+#include "ipc/ops.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
+		     const uint8_t *payload)
+{
+	struct kvp_welcome w = { 0 };
+	int fds[KVP_CONN_PASS_FDS_MAX];
+	unsigned int n_fds = KVP_CONN_PASS_FDS_MAX;
+	struct kvp_hello h;
+	const char *why = "";
+	int r;
+
+	if (c->helloed)
+		return kvp_srv_fail(srv, c, KVP_E_PROTO, "second HELLO");
+	if (hdr->req_id)
+		return kvp_srv_fail(srv, c, KVP_E_PROTO, "HELLO req_id must be 0");
+	r = kvp_proto_decode_hello(payload, hdr->len_bytes, &h, &why);
+	if (r)
+		return kvp_srv_fail(srv, c, r, why);
+
+	c->helloed = true;	/* from here on svc/ knows the connection: closed is owed */
+	r = srv->ops.hello(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, &w, fds, &n_fds);
+	if (r != KVP_OK)
+		return kvp_srv_fail(srv, c, r > 0 && r < KVP_STATUS__COUNT ? r : KVP_E_INTERNAL,
+				    "HELLO refused");
+	if (n_fds > KVP_CONN_PASS_FDS_MAX)
+		return kvp_srv_fail(srv, c, KVP_E_INTERNAL, "too many fds for WELCOME");
+	if (!(h.flags & KVP_HELLO_WANT_POOL_FD))
+		n_fds = 0;
+	if (!w.max_new_tokens || w.max_new_tokens > srv->cfg.max_new_tokens)
+		w.max_new_tokens = srv->cfg.max_new_tokens;
+	if (!w.max_prompt_tokens || w.max_prompt_tokens > srv->cfg.max_prompt_tokens)
+		w.max_prompt_tokens = srv->cfg.max_prompt_tokens;
+	w.n_fds = n_fds;
+	c->n_vocab = w.n_vocab;
+	r = kvp_srv_queue_welcome(srv, c, &w, fds, n_fds);
+	if (r)
+		return kvp_srv_fail(srv, c, KVP_E_INTERNAL, "cannot send WELCOME");
+	return 0;
+}
+
+static int on_generate(struct kvp_server *srv, struct kvp_conn *c,
+			const struct kvp_frame_hdr *hdr, const uint8_t *payload)
+{
+	struct kvp_generate g;
+	const void *body;
+	const int32_t *ids = NULL;
+	const char *text = NULL;
+	const char *why = "";
+	int r;
+
+	if (!c->helloed)
+		return kvp_srv_fail(srv, c, KVP_E_PROTO, "GENERATE before HELLO");
+	if (!hdr->req_id)
+		return kvp_srv_fail(srv, c, KVP_E_PROTO, "req_id 0 is reserved");
+	r = kvp_proto_decode_generate(payload, hdr->len_bytes, &srv->lim, &g, &body, &why);
+	if (r == KVP_E_INVALID) {
+		return kvp_srv_reply_error(srv, c, hdr->req_id, r, why);
+	}
+	if (r)
+		return kvp_srv_fail(srv, c, r, why);
+
+	if (g.flags & KVP_GEN_TEXT) {
+		memcpy(srv->text, body, g.text_bytes);
+		srv->text[g.text_bytes] = 0;
+		text = srv->text;
+	} else {
+		/* copied: the payload sits at any offset of the input buffer */
+		memcpy(srv->ids, body, (size_t)g.n_tokens * sizeof(int32_t));
+		for (uint32_t i = 0; i < g.n_tokens; i++) {
+			if (srv->ids[i] < 0 || (c->n_vocab && (uint32_t)srv->ids[i] >= c->n_vocab)) {
+				return kvp_srv_reply_error(srv, c, hdr->req_id, KVP_E_INVALID,
+						    "token id outside the vocabulary");
+			}
+		}
+		ids = srv->ids;
+	}
+
+	r = kvp_conn_req_add(c, hdr->req_id, srv->cfg.max_reqs_per_conn);
+	if (r == -EEXIST) {
+		return kvp_srv_reply_error(srv, c, hdr->req_id, KVP_E_INVALID, "req_id already in flight");
+	}
+	if (r == -EBUSY) {
+		return kvp_srv_reply_error(srv, c, hdr->req_id, KVP_E_BUSY,
+				    "too many requests in flight on this connection");
+	}
+	if (r)
+		return kvp_srv_fail(srv, c, KVP_E_INTERNAL, "out of memory");
+
+	r = srv->ops.generate(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &g, ids,
+			      text);
+	if (r != KVP_OK && c->state == KVP_CONN_OPEN && kvp_conn_req_has(c, hdr->req_id)) {
+		if (r <= 0 || r >= KVP_STATUS__COUNT)
+			r = KVP_E_INTERNAL;
+		return kvp_srv_reply_error(srv, c, hdr->req_id, r,
+					   kvp_proto_status_str((uint32_t)r));
+	}
+	return 0;
+}
+
+static int on_cancel(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
+		      const uint8_t *payload)
+{
+	if (!c->helloed)
+		return kvp_srv_fail(srv, c, KVP_E_PROTO, "CANCEL before HELLO");
+	/* a request that already ended is no error: CANCEL races with DONE by nature */
+	if (kvp_conn_req_has(c, hdr->req_id))
+		srv->ops.cancel(srv->ops.ctx, kvp_srv_conn_id(c), hdr->req_id);
+	return 0;
+}
+
+const struct kvp_op_def kvp_op_defs[] = {
+	[KVP_FRAME_HELLO] = { .name = "HELLO", .from_client = true,
+			      .min_len = sizeof(struct kvp_hello),
+			      .max_len = sizeof(struct kvp_hello), .fn = on_hello },
+	[KVP_FRAME_WELCOME] = { .name = "WELCOME" },
+	[KVP_FRAME_GENERATE] = { .name = "GENERATE", .from_client = true,
+				 .min_len = sizeof(struct kvp_generate), .max_len = UINT32_MAX,
+				 .fn = on_generate },
+	[KVP_FRAME_TOKEN] = { .name = "TOKEN" },
+	[KVP_FRAME_DONE] = { .name = "DONE" },
+	[KVP_FRAME_CANCEL] = { .name = "CANCEL", .from_client = true, .min_len = 0, .max_len = 0,
+			       .fn = on_cancel },
+	[KVP_FRAME_ERROR] = { .name = "ERROR" },
+};
+static_assert(ARRAY_SIZE(kvp_op_defs) == KVP_FRAME__COUNT, "one entry per frame type");
+
+/*
+ * kvp_ops_check_table() - no gaps: every type is named, client types have a handler
+ * and daemon types none, lengths are ordered.  Return: 0, or -EINVAL.
+ */
+int kvp_ops_check_table(void)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(kvp_op_defs); i++) {
+		const struct kvp_op_def *d = &kvp_op_defs[i];
+
+		if (!d->name || d->from_client != !!d->fn || d->min_len > d->max_len ||
+		    d->from_client != kvp_proto_from_client((uint32_t)i))
+			return -EINVAL;
+	}
+	return 0;
+}

@@ -1,0 +1,357 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * proto.c - kvpool frame encoders and validating decoders (see proto.h).
+ *
+ * Invariant: a decoder reads the payload only through a struct kvp_cur and checks,
+ * in this order, structure (KVP_E_PROTO: sizes, reserved bytes, flags, the payload's
+ * own lengths against what the frame holds), configured maxima (KVP_E_LIMIT), then
+ * values (KVP_E_INVALID).  A frame passes only if every byte is accounted for:
+ * trailing bytes are as malformed as missing ones.
+ *
+ * Thread: none of its own; pure functions.  Linked into the daemon and libkvpool.
+ */
+#include "ipc/proto.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *const type_names[KVP_FRAME__COUNT] = {
+	[KVP_FRAME_HELLO] = "HELLO",
+	[KVP_FRAME_WELCOME] = "WELCOME",
+	[KVP_FRAME_GENERATE] = "GENERATE",
+	[KVP_FRAME_TOKEN] = "TOKEN",
+	[KVP_FRAME_DONE] = "DONE",
+	[KVP_FRAME_CANCEL] = "CANCEL",
+	[KVP_FRAME_ERROR] = "ERROR",
+};
+
+static const char *const status_strs[KVP_STATUS__COUNT] = {
+	[KVP_OK] = "ok",
+	[KVP_E_PROTO] = "malformed frame",
+	[KVP_E_VERSION] = "unsupported protocol version",
+	[KVP_E_LIMIT] = "a configured limit was exceeded",
+	[KVP_E_INVALID] = "invalid request",
+	[KVP_E_NOSPACE] = "request can never fit in the pool",
+	[KVP_E_BUSY] = "busy: too many requests or connections",
+	[KVP_E_CANCELLED] = "cancelled",
+	[KVP_E_INTERNAL] = "internal daemon error",
+	[KVP_E_SHUTDOWN] = "daemon shutting down",
+};
+
+bool kvp_proto_from_client(uint32_t type)
+{
+	return type == KVP_FRAME_HELLO || type == KVP_FRAME_GENERATE || type == KVP_FRAME_CANCEL;
+}
+
+const char *kvp_proto_type_name(uint32_t type)
+{
+	return type < KVP_FRAME__COUNT ? type_names[type] : "?";
+}
+
+const char *kvp_proto_status_str(uint32_t status)
+{
+	return status < KVP_STATUS__COUNT ? status_strs[status] : "unknown status";
+}
+
+static int fail(const char **why, const char *msg, int status)
+{
+	if (why)
+		*why = msg;
+	return status;
+}
+
+/* All-zero check for reserved and padding bytes. */
+static bool all_zero(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		if (b[i])
+			return false;
+	return true;
+}
+
+/**
+ * kvp_proto_check_hdr() - validate a frame header
+ * @buf:             at least @len bytes from the start of the frame
+ * @len:             bytes available (a header needs sizeof(struct kvp_frame_hdr))
+ * @max_frame_bytes: largest whole frame allowed
+ * @hdr:             out; the decoded header (filled even on error, when @len allows)
+ * @why:             out; static description of the fault, or untouched on success
+ *
+ * Checks magic, version, that @type is a known frame type, that header flags are 0 (no
+ * type defines any yet) and that the whole frame fits @max_frame_bytes.
+ * Return: KVP_OK, KVP_E_PROTO, KVP_E_VERSION or KVP_E_LIMIT.
+ */
+int kvp_proto_check_hdr(const void *buf, size_t len, uint32_t max_frame_bytes,
+			struct kvp_frame_hdr *hdr, const char **why)
+{
+	struct kvp_cur c;
+	const void *p;
+
+	kvp_cur_init(&c, buf, len);
+	p = kvp_cur_take(&c, sizeof(*hdr));
+	if (!p)
+		return fail(why, "truncated frame header", KVP_E_PROTO);
+	memcpy(hdr, p, sizeof(*hdr));
+	if (hdr->magic != KVP_WIRE_MAGIC)
+		return fail(why, "bad magic", KVP_E_PROTO);
+	if (hdr->version != KVP_WIRE_VERSION)
+		return fail(why, "protocol version not supported (this daemon speaks 1)",
+			    KVP_E_VERSION);
+	if (hdr->type >= KVP_FRAME__COUNT)
+		return fail(why, "unknown frame type", KVP_E_PROTO);
+	if (hdr->flags)
+		return fail(why, "header flags must be zero", KVP_E_PROTO);
+	if (hdr->len_bytes > max_frame_bytes ||
+	    max_frame_bytes - hdr->len_bytes < sizeof(*hdr))
+		return fail(why, "frame larger than the maximum frame size", KVP_E_LIMIT);
+	return KVP_OK;
+}
+
+/* Take a fixed-size struct out of a payload that must be exactly that size. */
+static int take_exact(const void *payload, size_t len, void *out, size_t size, const char **why)
+{
+	struct kvp_cur c;
+	const void *p;
+
+	kvp_cur_init(&c, payload, len);
+	p = kvp_cur_take(&c, size);
+	if (!p)
+		return fail(why, "payload shorter than its struct", KVP_E_PROTO);
+	if (c.left)
+		return fail(why, "trailing bytes after the payload", KVP_E_PROTO);
+	memcpy(out, p, size);
+	return KVP_OK;
+}
+
+int kvp_proto_decode_hello(const void *payload, size_t len, struct kvp_hello *out,
+			   const char **why)
+{
+	int r = take_exact(payload, len, out, sizeof(*out), why);
+
+	if (r)
+		return r;
+	if (out->reserved)
+		return fail(why, "HELLO reserved field must be zero", KVP_E_PROTO);
+	if (out->flags & ~KVP_HELLO_WANT_POOL_FD)
+		return fail(why, "unknown HELLO flags", KVP_E_PROTO);
+	return KVP_OK;
+}
+
+/**
+ * kvp_proto_decode_generate() - validate a GENERATE payload
+ * @payload, @len: the bytes after the header
+ * @lim:           configured maxima
+ * @out:           out; the fixed part
+ * @body:          out; the n_tokens int32 ids or text_bytes of text after it (not
+ *                 aligned: the caller copies ids before reading them as int32_t)
+ * @why:           out; description of the fault
+ *
+ * Token ids are not compared with the vocabulary here: the decoder does not know it.
+ * Return: KVP_OK, KVP_E_PROTO, KVP_E_LIMIT or KVP_E_INVALID.
+ */
+int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_proto_limits *lim,
+			      struct kvp_generate *out, const void **body, const char **why)
+{
+	struct kvp_cur c;
+	const void *p;
+	size_t need;
+
+	kvp_cur_init(&c, payload, len);
+	p = kvp_cur_take(&c, sizeof(*out));
+	if (!p)
+		return fail(why, "GENERATE payload shorter than its struct", KVP_E_PROTO);
+	memcpy(out, p, sizeof(*out));
+	if (out->flags & ~KVP_GEN__ALL)
+		return fail(why, "unknown GENERATE flags", KVP_E_PROTO);
+	if (out->salt_len > KVP_SALT_MAX)
+		return fail(why, "salt longer than 64 bytes", KVP_E_PROTO);
+	if (!all_zero(out->salt + out->salt_len, KVP_SALT_MAX - out->salt_len))
+		return fail(why, "salt padding must be zero", KVP_E_PROTO);
+	if (out->flags & KVP_GEN_TEXT) {
+		if (out->n_tokens || !out->text_bytes)
+			return fail(why, "text prompt must have text_bytes > 0 and n_tokens 0",
+				    KVP_E_PROTO);
+		need = out->text_bytes;
+	} else {
+		if (out->text_bytes || !out->n_tokens)
+			return fail(why, "token prompt must have n_tokens > 0 and text_bytes 0",
+				    KVP_E_PROTO);
+		need = (size_t)out->n_tokens * sizeof(int32_t);
+	}
+	*body = kvp_cur_take(&c, need);
+	if (!*body)
+		return fail(why, "prompt length beyond the frame", KVP_E_PROTO);
+	if (c.left)
+		return fail(why, "trailing bytes after the prompt", KVP_E_PROTO);
+
+	if ((out->n_tokens ? out->n_tokens : out->text_bytes) > lim->max_prompt_tokens)
+		return fail(why, "prompt longer than the maximum", KVP_E_LIMIT);
+	if (out->max_new_tokens > lim->max_new_tokens)
+		return fail(why, "max_new_tokens above the maximum", KVP_E_LIMIT);
+
+	if (!out->max_new_tokens)
+		return fail(why, "max_new_tokens must be at least 1", KVP_E_INVALID);
+	if (!isfinite(out->temperature) || out->temperature < 0.0f ||
+	    out->temperature > KVP_TEMPERATURE_MAX)
+		return fail(why, "temperature must be finite and in [0, 100]", KVP_E_INVALID);
+	if (!isfinite(out->top_p) || !(out->top_p > 0.0f) || out->top_p > 1.0f)
+		return fail(why, "top_p must be in (0, 1]", KVP_E_INVALID);
+	if ((out->flags & KVP_GEN_TEXT) && memchr(*body, 0, out->text_bytes))
+		return fail(why, "prompt text contains a NUL byte", KVP_E_INVALID);
+	return KVP_OK;
+}
+
+int kvp_proto_decode_welcome(const void *payload, size_t len, struct kvp_welcome *out,
+			     const char **why)
+{
+	int r = take_exact(payload, len, out, sizeof(*out), why);
+
+	if (r)
+		return r;
+	if (out->n_fds > 1)
+		return fail(why, "WELCOME announces more than one fd", KVP_E_PROTO);
+	if (out->shape.reserved0)
+		return fail(why, "WELCOME reserved field must be zero", KVP_E_PROTO);
+	return KVP_OK;
+}
+
+int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out,
+			   const void **ids, const char **text, const char **why)
+{
+	struct kvp_cur c;
+	const void *p;
+
+	kvp_cur_init(&c, payload, len);
+	p = kvp_cur_take(&c, sizeof(*out));
+	if (!p)
+		return fail(why, "TOKEN payload shorter than its struct", KVP_E_PROTO);
+	memcpy(out, p, sizeof(*out));
+	*ids = kvp_cur_take(&c, (size_t)out->n_tokens * sizeof(int32_t));
+	*text = kvp_cur_take(&c, out->text_bytes);
+	if (!*ids || !*text)
+		return fail(why, "TOKEN lengths beyond the frame", KVP_E_PROTO);
+	if (c.left)
+		return fail(why, "trailing bytes after TOKEN", KVP_E_PROTO);
+	return KVP_OK;
+}
+
+int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out,
+			  const char **why)
+{
+	return take_exact(payload, len, out, sizeof(*out), why);
+}
+
+int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out,
+			   const char **msg, const char **why)
+{
+	struct kvp_cur c;
+	const void *p;
+
+	kvp_cur_init(&c, payload, len);
+	p = kvp_cur_take(&c, sizeof(*out));
+	if (!p)
+		return fail(why, "ERROR payload shorter than its struct", KVP_E_PROTO);
+	memcpy(out, p, sizeof(*out));
+	*msg = kvp_cur_take(&c, out->msg_bytes);
+	if (!*msg)
+		return fail(why, "ERROR message beyond the frame", KVP_E_PROTO);
+	if (c.left)
+		return fail(why, "trailing bytes after ERROR", KVP_E_PROTO);
+	return KVP_OK;
+}
+
+/* kvp_proto_hdr_init() - a header for a frame of @type with @len_bytes of payload */
+void kvp_proto_hdr_init(struct kvp_frame_hdr *hdr, uint32_t type, uint64_t req_id,
+			uint32_t len_bytes)
+{
+	*hdr = (struct kvp_frame_hdr){
+		.magic = KVP_WIRE_MAGIC,
+		.version = KVP_WIRE_VERSION,
+		.type = (uint16_t)type,
+		.len_bytes = len_bytes,
+		.req_id = req_id,
+	};
+}
+
+/*
+ * Frame writer: header, then up to three payload pieces.  Like snprintf it returns the
+ * length the frame needs and writes nothing when @cap is too small; a payload that
+ * does not fit a u32 length yields 0 (never a valid frame length).
+ */
+static size_t put_frame(void *buf, size_t cap, uint32_t type, uint64_t req_id, const void *a,
+			size_t na, const void *b, size_t nb, const void *c, size_t nc)
+{
+	struct kvp_frame_hdr hdr;
+	size_t payload = na + nb + nc;
+	uint8_t *o = buf;
+
+	if (payload > UINT32_MAX - sizeof(hdr))
+		return 0;
+	if (sizeof(hdr) + payload > cap)
+		return sizeof(hdr) + payload;
+	kvp_proto_hdr_init(&hdr, type, req_id, (uint32_t)payload);
+	memcpy(o, &hdr, sizeof(hdr));
+	o += sizeof(hdr);
+	if (na)
+		memcpy(o, a, na);
+	if (nb)
+		memcpy(o + na, b, nb);
+	if (nc)
+		memcpy(o + na + nb, c, nc);
+	return sizeof(hdr) + payload;
+}
+
+/*
+ * Encoders.  Each returns the frame length; when it exceeds @cap nothing was written.
+ * They do not validate: the caller builds the payload structs (zeroing reserved
+ * fields), and the peer's decoder is the judge.
+ */
+size_t kvp_proto_encode_hello(void *buf, size_t cap, const struct kvp_hello *h)
+{
+	return put_frame(buf, cap, KVP_FRAME_HELLO, 0, h, sizeof(*h), NULL, 0, NULL, 0);
+}
+
+size_t kvp_proto_encode_generate(void *buf, size_t cap, uint64_t req_id,
+				 const struct kvp_generate *g, const void *body)
+{
+	size_t nbody = (g->flags & KVP_GEN_TEXT) ? g->text_bytes
+						 : (size_t)g->n_tokens * sizeof(int32_t);
+
+	return put_frame(buf, cap, KVP_FRAME_GENERATE, req_id, g, sizeof(*g), body, nbody, NULL,
+			 0);
+}
+
+size_t kvp_proto_encode_cancel(void *buf, size_t cap, uint64_t req_id)
+{
+	return put_frame(buf, cap, KVP_FRAME_CANCEL, req_id, NULL, 0, NULL, 0, NULL, 0);
+}
+
+size_t kvp_proto_encode_welcome(void *buf, size_t cap, const struct kvp_welcome *w)
+{
+	return put_frame(buf, cap, KVP_FRAME_WELCOME, 0, w, sizeof(*w), NULL, 0, NULL, 0);
+}
+
+size_t kvp_proto_encode_token(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
+			      uint32_t n_ids, const char *text, uint32_t text_bytes)
+{
+	struct kvp_token t = { .n_tokens = n_ids, .text_bytes = text_bytes };
+
+	return put_frame(buf, cap, KVP_FRAME_TOKEN, req_id, &t, sizeof(t), ids,
+			 (size_t)n_ids * sizeof(int32_t), text, text_bytes);
+}
+
+size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u)
+{
+	return put_frame(buf, cap, KVP_FRAME_DONE, req_id, u, sizeof(*u), NULL, 0, NULL, 0);
+}
+
+size_t kvp_proto_encode_error(void *buf, size_t cap, uint64_t req_id, uint32_t status,
+			      const char *msg, uint32_t msg_bytes)
+{
+	struct kvp_error e = { .status = status, .msg_bytes = msg_bytes };
+
+	return put_frame(buf, cap, KVP_FRAME_ERROR, req_id, &e, sizeof(e), msg, msg_bytes, NULL,
+			 0);
+}

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * proto.h - encode and decode kvpool wire frames (include/kvpool/proto.h) through a
+ * bounds-checked cursor.  Shared by the daemon's loop (ipc/server.c) and the client
+ * library (ipc/client/client.c), so both sides agree on every check.
+ *
+ * Decoders take untrusted bytes and return an enum kvp_status: KVP_OK, or the class of
+ * the fault (KVP_E_PROTO: the frame is malformed; KVP_E_VERSION; KVP_E_LIMIT: a
+ * configured maximum is exceeded; KVP_E_INVALID: well-formed, but a value is out of
+ * range) with *@why set to a static description.  Encoders write whole frames into a
+ * caller's buffer.  No allocation, no I/O, no globals: any thread.
+ */
+#ifndef KVP_IPC_PROTO_H
+#define KVP_IPC_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpool/proto.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the wire format is little-endian and frames are copied as structs"
+#endif
+
+/* A read cursor over untrusted bytes: every read goes through kvp_cur_take(). */
+struct kvp_cur {
+	const uint8_t *p;
+	size_t left;
+};
+
+static inline void kvp_cur_init(struct kvp_cur *c, const void *p, size_t n)
+{
+	*c = (struct kvp_cur){ .p = p, .left = n };
+}
+
+/* NULL if fewer than @n bytes remain, else the current position, advanced by @n. */
+static inline const void *kvp_cur_take(struct kvp_cur *c, size_t n)
+{
+	const void *p = c->p;
+
+	if (n > c->left)
+		return NULL;
+	c->p += n;
+	c->left -= n;
+	return p;
+}
+
+/**
+ * struct kvp_proto_limits - the configured maxima a decoder enforces
+ * @max_frame_bytes:   largest frame, header included
+ * @max_prompt_tokens: prompt token ids, or prompt text bytes, in one GENERATE
+ * @max_new_tokens:    largest max_new_tokens a GENERATE may ask for
+ */
+struct kvp_proto_limits {
+	uint32_t max_frame_bytes;
+	uint32_t max_prompt_tokens;
+	uint32_t max_new_tokens;
+};
+
+/* Largest temperature accepted; higher is indistinguishable from uniform sampling. */
+#define KVP_TEMPERATURE_MAX 100.0f
+
+/* Whether a client may send @type (HELLO, GENERATE, CANCEL) or the daemon (the rest). */
+bool kvp_proto_from_client(uint32_t type);
+
+/* Name of a frame type ("GENERATE"), or "?" for an unknown value. */
+const char *kvp_proto_type_name(uint32_t type);
+
+/* Short English description of an enum kvp_status ("malformed frame"). */
+const char *kvp_proto_status_str(uint32_t status);
+
+int kvp_proto_check_hdr(const void *buf, size_t len, uint32_t max_frame_bytes,
+			struct kvp_frame_hdr *hdr, const char **why);
+
+int kvp_proto_decode_hello(const void *payload, size_t len, struct kvp_hello *out,
+			   const char **why);
+int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_proto_limits *lim,
+			      struct kvp_generate *out, const void **body, const char **why);
+int kvp_proto_decode_welcome(const void *payload, size_t len, struct kvp_welcome *out,
+			     const char **why);
+int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out,
+			   const void **ids, const char **text, const char **why);
+int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out,
+			  const char **why);
+int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out,
+			   const char **msg, const char **why);
+
+void kvp_proto_hdr_init(struct kvp_frame_hdr *hdr, uint32_t type, uint64_t req_id,
+			uint32_t len_bytes);
+
+size_t kvp_proto_encode_hello(void *buf, size_t cap, const struct kvp_hello *h);
+size_t kvp_proto_encode_generate(void *buf, size_t cap, uint64_t req_id,
+				 const struct kvp_generate *g, const void *body);
+size_t kvp_proto_encode_cancel(void *buf, size_t cap, uint64_t req_id);
+size_t kvp_proto_encode_welcome(void *buf, size_t cap, const struct kvp_welcome *w);
+size_t kvp_proto_encode_token(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
+			      uint32_t n_ids, const char *text, uint32_t text_bytes);
+size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u);
+size_t kvp_proto_encode_error(void *buf, size_t cap, uint64_t req_id, uint32_t status,
+			      const char *msg, uint32_t msg_bytes);
+
+#endif /* KVP_IPC_PROTO_H */
