@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * attn.c - paged causal attention over pool blocks.
+ *
+ * Loop order: kv head, then block, then query row, then the query heads sharing that
+ * kv head.  Each block's K and V run (block_tokens x head_dim, contiguous by the pool
+ * layout) is read once per call while it is hot in cache, whatever the number of
+ * queries; f16/bf16 runs are converted once into scratch.  Softmax is computed online:
+ * per (query, head) a running max m and mass l, with the partial output rescaled by
+ * exp(m_old - m_new) when a block raises the max.  Runs on the caller's thread.
+ */
+#include "compute/attn.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "compute/kernels.h"
+
+void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_view *kv,
+	      const uint32_t *table, uint32_t layer, uint32_t pos0, uint32_t n,
+	      uint32_t n_heads, struct kvp_attn_scratch *s)
+{
+	const struct kvp_geom *g = &kv->geom;
+	uint32_t bt = g->shape.block_tokens, hd = g->shape.head_dim;
+	uint32_t n_kv = g->shape.n_kv_heads, grp = n_heads / n_kv, dtype = g->shape.dtype;
+	uint32_t last = pos0 + n - 1, qd = n_heads * hd;
+	float scale = 1.0f / sqrtf((float)hd);
+
+	for (uint32_t i = 0; i < n * n_heads; i++) {
+		s->ml[2 * i] = -INFINITY;
+		s->ml[2 * i + 1] = 0.0f;
+	}
+	memset(out, 0, (size_t)n * qd * sizeof(float));
+
+	for (uint32_t kh = 0; kh < n_kv; kh++) {
+		for (uint32_t b = 0; b <= last / bt; b++) {
+			uint32_t t0 = b * bt, tn = last + 1 - t0 < bt ? last + 1 - t0 : bt;
+			const uint8_t *blk = kvp_kv_block(kv, table[b]);
+			const float *K, *V;
+
+			if (dtype == KVP_DTYPE_F32) {
+				K = (const float *)(blk + kvp_geom_run_offset(g, layer, 0, kh));
+				V = (const float *)(blk + kvp_geom_run_offset(g, layer, 1, kh));
+			} else {
+				kvp_kv_load(s->kbuf, blk + kvp_geom_run_offset(g, layer, 0, kh), dtype,
+					    (size_t)tn * hd);
+				kvp_kv_load(s->vbuf, blk + kvp_geom_run_offset(g, layer, 1, kh), dtype,
+					    (size_t)tn * hd);
+				K = s->kbuf;
+				V = s->vbuf;
+			}
+			/* rows before t0 cannot see this block */
+			for (uint32_t i = t0 > pos0 ? t0 - pos0 : 0; i < n; i++) {
+				uint32_t lim = pos0 + i - t0 + 1 < tn ? pos0 + i - t0 + 1 : tn;
+
+				for (uint32_t h = kh * grp; h < (kh + 1) * grp; h++) {
+					const float *qv = q + (size_t)i * qd + (size_t)h * hd;
+					float *o = out + (size_t)i * qd + (size_t)h * hd;
+					float *m = &s->ml[2 * ((size_t)i * n_heads + h)], bmax = -INFINITY;
+
+					for (uint32_t t = 0; t < lim; t++) {
+						s->sbuf[t] = kvp_dot(qv, K + (size_t)t * hd, hd) * scale;
+						bmax = s->sbuf[t] > bmax ? s->sbuf[t] : bmax;
+					}
+					if (bmax > m[0]) {
+						float c = expf(m[0] - bmax);	/* 0 on the first block */
+
+						for (uint32_t d = 0; d < hd; d++)
+							o[d] *= c;
+						m[1] *= c;
+						m[0] = bmax;
+					}
+					for (uint32_t t = 0; t < lim; t++) {
+						float p = expf(s->sbuf[t] - m[0]);
+
+						m[1] += p;
+						kvp_axpy(o, p, V + (size_t)t * hd, hd);
+					}
+				}
+			}
+		}
+	}
+	for (uint32_t i = 0; i < n * n_heads; i++) {
+		float inv = 1.0f / s->ml[2 * i + 1];
+		float *o = out + (size_t)i * hd;	/* (i, h) rows are consecutive hd runs */
+
+		for (uint32_t d = 0; d < hd; d++)
+			o[d] *= inv;
+	}
+}

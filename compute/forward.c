@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * forward.c - the fast forward pass over pool blocks.
+ *
+ * Prefill and decode share one path: a set of "rows" (token, position) grouped into
+ * sequences (a run of consecutive positions with one block table).  Prefill is one
+ * sequence of n rows; decode is n sequences of one row each.  Per layer: RMSNorm, the
+ * Q/K/V projections over all rows at once (one GEMM each), RoPE, K/V written into the
+ * blocks of their positions, attention per sequence through its block table, the
+ * output projection, then the SwiGLU FFN, again one GEMM per matrix for all rows.
+ *
+ * Invariants: every argument is validated before anything is written, so -EINVAL
+ * leaves the blocks untouched; all scratch is allocated in kvp_fwd_new().  A context
+ * is used by one thread at a time (the engine thread); OpenBLAS brings its own threads.
+ */
+#include "compute/forward.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/attn.h"
+#include "compute/kernels.h"
+#include "compute/model.h"
+
+/* Larger contexts are configuration mistakes (scratch would run into gigabytes). */
+#define ROWS_MAX 8192u
+
+struct fwd_seq {
+	const uint32_t *table;
+	uint32_t pos0;
+	uint32_t n;
+	uint32_t row0;
+};
+
+struct kvp_fwd {
+	const struct kvp_model *m;
+	const struct kvp_model_hparams *hp;
+	const struct kvp_weights *w;
+	struct kvp_fwd_opts o;
+	uint32_t rows_max;
+	float *x;	/* (rows, n_embd) residual stream */
+	float *xn;	/* (rows, n_embd) normed input / projection output */
+	float *q;	/* (rows, n_heads * head_dim) */
+	float *k, *v;	/* (rows, n_kv_heads * head_dim) */
+	float *att;	/* (rows, n_heads * head_dim) */
+	float *hb, *hb2;	/* (rows, n_ff) */
+	float *rope;	/* (rows, n_rot) cos/sin per row */
+	int32_t *tok;	/* (rows) */
+	uint32_t *pos;	/* (rows) */
+	struct fwd_seq *seqs;	/* (max_batch) */
+	struct kvp_attn_scratch as;
+	uint32_t as_bt, as_hd;	/* kbuf/vbuf/sbuf sizes: grown only in kvp_fwd_new */
+};
+
+static float *falloc(size_t n)
+{
+	return aligned_alloc(64, ((n ? n : 1) * sizeof(float) + 63) & ~(size_t)63);
+}
+
+/* Blocks up to this many tokens need no reallocation of the attention scratch. */
+#define BT_SCRATCH_MAX 1024u
+
+int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kvp_fwd_opts *o)
+{
+	const struct kvp_model_hparams *hp = kvp_model_hparams(m);
+	struct kvp_fwd *f;
+	size_t r, qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
+
+	*out = NULL;
+	if (!o->n_threads || o->n_threads > 256 || !o->max_chunk || !o->max_batch ||
+	    o->max_chunk > ROWS_MAX || o->max_batch > ROWS_MAX)
+		return -EINVAL;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->m = m;
+	f->hp = hp;
+	f->w = kvp_model_weights(m);
+	f->o = *o;
+	r = f->rows_max = o->max_chunk > o->max_batch ? o->max_chunk : o->max_batch;
+	f->x = falloc(r * hp->n_embd);
+	f->xn = falloc(r * hp->n_embd);
+	f->q = falloc(r * qd);
+	f->k = falloc(r * kvd);
+	f->v = falloc(r * kvd);
+	f->att = falloc(r * qd);
+	f->hb = falloc(r * hp->n_ff);
+	f->hb2 = falloc(r * hp->n_ff);
+	f->rope = falloc(r * hp->n_rot);
+	f->tok = malloc(r * sizeof(*f->tok));
+	f->pos = malloc(r * sizeof(*f->pos));
+	f->seqs = malloc(o->max_batch * sizeof(*f->seqs));
+	f->as.ml = falloc(2 * r * hp->n_heads);
+	f->as.kbuf = falloc((size_t)BT_SCRATCH_MAX * hp->head_dim);
+	f->as.vbuf = falloc((size_t)BT_SCRATCH_MAX * hp->head_dim);
+	f->as.sbuf = falloc(BT_SCRATCH_MAX);
+	if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->hb || !f->hb2 ||
+	    !f->rope || !f->tok || !f->pos || !f->seqs || !f->as.ml || !f->as.kbuf ||
+	    !f->as.vbuf || !f->as.sbuf) {
+		kvp_fwd_free(f);
+		return -ENOMEM;
+	}
+	/* process-wide: OpenBLAS has one thread pool */
+	openblas_set_num_threads((int)o->n_threads);
+	*out = f;
+	return 0;
+}
+
+void kvp_fwd_free(struct kvp_fwd *f)
+{
+	if (!f)
+		return;
+	free(f->x);
+	free(f->xn);
+	free(f->q);
+	free(f->k);
+	free(f->v);
+	free(f->att);
+	free(f->hb);
+	free(f->hb2);
+	free(f->rope);
+	free(f->tok);
+	free(f->pos);
+	free(f->seqs);
+	free(f->as.ml);
+	free(f->as.kbuf);
+	free(f->as.vbuf);
+	free(f->as.sbuf);
+	free(f);
+}
+
+int kvp_fwd_check_view(const struct kvp_fwd *f, const struct kvp_kv_view *kv)
+{
+	const struct kvp_model_shape *s = &kv->geom.shape;
+
+	if (!kv->base || s->n_layers != f->hp->n_layers || s->n_kv_heads != f->hp->n_kv_heads ||
+	    s->head_dim != f->hp->head_dim || s->dtype >= KVP_DTYPE__COUNT ||
+	    !s->block_tokens || s->block_tokens > BT_SCRATCH_MAX ||
+	    kv->geom.elem_bytes != kvp_dtype_bytes(s->dtype) ||
+	    kv->geom.head_bytes != (size_t)s->block_tokens * s->head_dim * kv->geom.elem_bytes ||
+	    kv->geom.block_stride < kv->geom.block_bytes)
+		return -EINVAL;
+	return 0;
+}
+
+/* Do @table's first entries cover positions 0 .. end - 1 with valid block ids? */
+static int check_table(const struct kvp_kv_view *kv, const uint32_t *table, uint32_t n_table,
+		       uint64_t end)
+{
+	uint64_t need = (end + kv->geom.shape.block_tokens - 1) / kv->geom.shape.block_tokens;
+
+	if (!table || need > n_table)
+		return -EINVAL;
+	for (uint64_t i = 0; i < need; i++)
+		if (table[i] >= kv->n_blocks)
+			return -EINVAL;
+	return 0;
+}
+
+/* Write K and V of row @r (position @pos) of layer @l into its block. */
+static void store_kv(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint32_t *table,
+		     uint32_t l, uint32_t r, uint32_t pos)
+{
+	const struct kvp_geom *g = &kv->geom;
+	uint32_t bt = g->shape.block_tokens, hd = g->shape.head_dim;
+	uint8_t *blk = kvp_kv_block(kv, table[pos / bt]);
+	size_t row_off = (size_t)(pos % bt) * hd * g->elem_bytes;
+	size_t kvd = (size_t)g->shape.n_kv_heads * hd;
+
+	for (uint32_t h = 0; h < g->shape.n_kv_heads; h++) {
+		kvp_kv_store(blk + kvp_geom_run_offset(g, l, 0, h) + row_off, g->shape.dtype,
+			     f->k + r * kvd + (size_t)h * hd, hd);
+		kvp_kv_store(blk + kvp_geom_run_offset(g, l, 1, h) + row_off, g->shape.dtype,
+			     f->v + r * kvd + (size_t)h * hd, hd);
+	}
+}
+
+/*
+ * Run all f->tok/f->pos rows (grouped in f->seqs) through the layers; then logits for
+ * rows [out_row0, out_row0 + n_out) into @logits.
+ */
+static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows,
+		uint32_t n_seqs, uint32_t out_row0, uint32_t n_out, float *logits)
+{
+	const struct kvp_model_hparams *hp = f->hp;
+	const struct kvp_weights *w = f->w;
+	size_t E = hp->n_embd, qd = (size_t)hp->n_heads * hp->head_dim;
+	size_t kvd = (size_t)hp->n_kv_heads * hp->head_dim, F = hp->n_ff;
+
+	for (uint32_t r = 0; r < rows; r++) {
+		memcpy(f->x + r * E, w->tok_embd + (size_t)f->tok[r] * E, E * sizeof(float));
+		kvp_rope_table(f->rope + (size_t)r * hp->n_rot, f->pos[r], hp->n_rot, hp->rope_base);
+	}
+	for (uint32_t l = 0; l < hp->n_layers; l++) {
+		const struct kvp_layer_weights *L = &w->layers[l];
+
+		for (uint32_t r = 0; r < rows; r++)
+			kvp_rmsnorm(f->xn + r * E, f->x + r * E, L->attn_norm, E, hp->rms_eps);
+		kvp_linear(f->q, f->xn, L->wq, rows, qd, E);
+		kvp_linear(f->k, f->xn, L->wk, rows, kvd, E);
+		kvp_linear(f->v, f->xn, L->wv, rows, kvd, E);
+		for (uint32_t s = 0; s < n_seqs; s++) {
+			const struct fwd_seq *sq = &f->seqs[s];
+
+			for (uint32_t i = 0; i < sq->n; i++) {
+				uint32_t r = sq->row0 + i;
+				const float *cs = f->rope + (size_t)r * hp->n_rot;
+
+				kvp_rope_apply(f->q + r * qd, hp->n_heads, hp->head_dim, hp->n_rot, cs);
+				kvp_rope_apply(f->k + r * kvd, hp->n_kv_heads, hp->head_dim, hp->n_rot, cs);
+				store_kv(f, kv, sq->table, l, r, sq->pos0 + i);
+			}
+			kvp_attn(f->att + (size_t)sq->row0 * qd, f->q + (size_t)sq->row0 * qd, kv,
+				 sq->table, l, sq->pos0, sq->n, hp->n_heads, &f->as);
+		}
+		kvp_linear(f->xn, f->att, L->wo, rows, E, qd);
+		for (size_t i = 0; i < rows * E; i++)
+			f->x[i] += f->xn[i];
+
+		for (uint32_t r = 0; r < rows; r++)
+			kvp_rmsnorm(f->xn + r * E, f->x + r * E, L->ffn_norm, E, hp->rms_eps);
+		kvp_linear(f->hb, f->xn, L->w_gate, rows, F, E);
+		kvp_linear(f->hb2, f->xn, L->w_up, rows, F, E);
+		kvp_swiglu(f->hb, f->hb2, rows * F);
+		kvp_linear(f->xn, f->hb, L->w_down, rows, E, F);
+		for (size_t i = 0; i < rows * E; i++)
+			f->x[i] += f->xn[i];
+	}
+	for (uint32_t r = out_row0; r < out_row0 + n_out; r++)
+		kvp_rmsnorm(f->xn + r * E, f->x + r * E, w->output_norm, E, hp->rms_eps);
+	kvp_linear(logits, f->xn + (size_t)out_row0 * E, w->output, n_out, hp->n_vocab, E);
+}
+
+int kvp_fwd_prefill(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint32_t *table,
+		    uint32_t n_table, uint32_t n_past, const int32_t *tokens, uint32_t n,
+		    float *logits, int all_logits)
+{
+	if (!n || n > f->o.max_chunk || !tokens || !logits || kvp_fwd_check_view(f, kv) ||
+	    check_table(kv, table, n_table, (uint64_t)n_past + n) ||
+	    (uint64_t)n_past + n > UINT32_MAX)
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++) {
+		if (tokens[i] < 0 || (uint32_t)tokens[i] >= f->hp->n_vocab)
+			return -EINVAL;
+		f->tok[i] = tokens[i];
+		f->pos[i] = n_past + i;
+	}
+	f->seqs[0] = (struct fwd_seq){ .table = table, .pos0 = n_past, .n = n, .row0 = 0 };
+	run(f, kv, n, 1, all_logits ? 0 : n - 1, all_logits ? n : 1, logits);
+	return 0;
+}
+
+int kvp_fwd_decode(struct kvp_fwd *f, const struct kvp_kv_view *kv,
+		   const struct kvp_fwd_seq *seqs, uint32_t n_seqs, float *logits)
+{
+	if (!n_seqs || n_seqs > f->o.max_batch || !seqs || !logits || kvp_fwd_check_view(f, kv))
+		return -EINVAL;
+	for (uint32_t s = 0; s < n_seqs; s++) {
+		const struct kvp_fwd_seq *q = &seqs[s];
+
+		if (q->token < 0 || (uint32_t)q->token >= f->hp->n_vocab || q->pos == UINT32_MAX ||
+		    check_table(kv, q->table, q->n_table, (uint64_t)q->pos + 1))
+			return -EINVAL;
+		f->tok[s] = q->token;
+		f->pos[s] = q->pos;
+		f->seqs[s] = (struct fwd_seq){ .table = q->table, .pos0 = q->pos, .n = 1, .row0 = s };
+	}
+	run(f, kv, n_seqs, n_seqs, 0, n_seqs, logits);
+	return 0;
+}

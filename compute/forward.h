@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * forward.h - the fast forward pass: chunked prefill and batched decode over pool blocks.
+ *
+ * A forward context (struct kvp_fwd) is made once per engine thread and holds all
+ * scratch, sized by its options: nothing allocates inside prefill or decode.  K/V is
+ * read and written only through a struct kvp_kv_view (shm/geom.h) and per-sequence
+ * block tables (arrays of uint32 block ids): token t of a sequence lives in block
+ * table[t / block_tokens], row t % block_tokens; the K/V of a position is written by
+ * the call that processes it and only read afterwards.  Blocks shared between
+ * sequences (prefix-cache hits) are only read, so a shared prefix plus a suffix gives
+ * the same result as computing the whole prompt.
+ *
+ * Threads: projections and the FFN run in OpenBLAS (sgemm for a chunk, sgemv for a
+ * single row) with its own threads; kvp_fwd_new() sets OpenBLAS's thread count, which
+ * is process-wide.  Attention and the elementwise kernels run on the calling thread.
+ * A context is used by one thread at a time.
+ *
+ * Precision: weights and activations are f32; K/V are stored in the view's dtype
+ * (f32, f16 or bf16), converted on write and on read.
+ */
+#ifndef KVP_COMPUTE_FORWARD_H
+#define KVP_COMPUTE_FORWARD_H
+
+#include <stdint.h>
+
+#include "shm/geom.h"
+
+struct kvp_model;
+struct kvp_fwd;
+
+/**
+ * struct kvp_fwd_opts - sizes a forward context
+ * @n_threads:  threads for the matrix products (>= 1; the machine has 2 vCPUs)
+ * @max_chunk:  most tokens one kvp_fwd_prefill() call takes (>= 1)
+ * @max_batch:  most sequences one kvp_fwd_decode() call takes (>= 1)
+ */
+struct kvp_fwd_opts {
+	uint32_t n_threads;
+	uint32_t max_chunk;
+	uint32_t max_batch;
+};
+
+/**
+ * kvp_fwd_new() - allocate a forward context and all its scratch
+ * @out:  out; freed with kvp_fwd_free()
+ * @m:    the model (borrowed; must outlive the context)
+ * @o:    sizes
+ *
+ * Scratch is about (max(max_chunk, max_batch)) * (4 n_embd + 2 n_ff) floats.
+ * Return: 0, -EINVAL for zero or absurd sizes, -ENOMEM.
+ */
+int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kvp_fwd_opts *o);
+
+/* kvp_fwd_free() - NULL is a no-op. */
+void kvp_fwd_free(struct kvp_fwd *f);
+
+/**
+ * kvp_fwd_check_view() - does @kv fit this model?
+ *
+ * The view's n_layers, n_kv_heads and head_dim must equal the model's and its dtype
+ * be f32, f16 or bf16.  Prefill and decode check this too.
+ * Return: 0 or -EINVAL.
+ */
+int kvp_fwd_check_view(const struct kvp_fwd *f, const struct kvp_kv_view *kv);
+
+/**
+ * kvp_fwd_prefill() - process one chunk of one sequence
+ * @f:        the context
+ * @kv:       where K/V live
+ * @table:    the sequence's block table: @n_table block ids, each < kv->n_blocks;
+ *            it must cover positions 0 .. n_past + n - 1
+ * @n_table:  entries in @table
+ * @n_past:   positions already in the blocks (their K/V is read, never written)
+ * @tokens:   @n token ids, each < n_vocab; they take positions n_past .. n_past + n - 1
+ * @n:        1 .. max_chunk
+ * @logits:   out; n_vocab floats for the last position, or n * n_vocab (row i for
+ *            position n_past + i) when @all_logits
+ * @all_logits: nonzero to compute the logits of every position of the chunk
+ *
+ * Writes K/V of the @n new positions into their blocks.  A long prompt is prefilled
+ * by calling this repeatedly with n_past advancing; the result equals one call.
+ * Return: 0, or -EINVAL (bad ids, table too short, view mismatch, n out of range).
+ * Nothing is written on -EINVAL.
+ */
+int kvp_fwd_prefill(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint32_t *table,
+		    uint32_t n_table, uint32_t n_past, const int32_t *tokens, uint32_t n,
+		    float *logits, int all_logits);
+
+/**
+ * struct kvp_fwd_seq - one sequence of a decode batch
+ * @table:   its block table (borrowed), @n_table ids covering positions 0 .. pos
+ * @n_table: entries in @table
+ * @pos:     position of @token (= tokens already in the blocks)
+ * @token:   the token to process (the last one sampled)
+ */
+struct kvp_fwd_seq {
+	const uint32_t *table;
+	uint32_t n_table;
+	uint32_t pos;
+	int32_t token;
+};
+
+/**
+ * kvp_fwd_decode() - one decode step for a batch of sequences
+ * @f:      the context
+ * @kv:     where K/V live (one view for the whole batch)
+ * @seqs:   @n_seqs sequences, 1 .. max_batch; they must not share the block of their
+ *          own position @pos (shared, read-only prefix blocks are fine)
+ * @logits: out; n_seqs * n_vocab floats, row i for seqs[i]
+ *
+ * Each projection is one matrix product over the whole batch.  The result for each
+ * sequence equals decoding it alone.
+ * Return: 0, or -EINVAL (bad ids, short table, view mismatch); nothing written then.
+ */
+int kvp_fwd_decode(struct kvp_fwd *f, const struct kvp_kv_view *kv,
+		   const struct kvp_fwd_seq *seqs, uint32_t n_seqs, float *logits);
+
+#endif /* KVP_COMPUTE_FORWARD_H */

@@ -1,0 +1,537 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gguf.c - GGUF parsing through a bounds-checked cursor.
+ *
+ * Every read from the file goes through struct cur, which refuses to step past the
+ * end; every product of file-supplied numbers is overflow-checked; counts are bounded
+ * by what the remaining bytes could possibly hold before anything is allocated.  A
+ * parse either succeeds with every pointer inside the file, or fails with a message.
+ * No state is shared: any thread may parse, and a parsed file is read-only.
+ */
+#include "compute/gguf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Sanity limits beyond the file size: a key or name longer than this is corruption. */
+#define KEY_MAX 65535u
+#define NAME_MAX_BYTES 4096u
+#define ARRAY_DEPTH_MAX 3
+#define ELEMS_MAX (1ull << 40)
+
+struct cur {
+	const uint8_t *base;
+	size_t off;
+	size_t size;
+};
+
+/* Return pointer to @n bytes at the cursor and advance, or NULL when short. */
+static const uint8_t *cur_take(struct cur *c, uint64_t n)
+{
+	const uint8_t *p;
+
+	if (n > c->size - c->off)
+		return NULL;
+	p = c->base + c->off;
+	c->off += n;
+	return p;
+}
+
+static int cur_u32(struct cur *c, uint32_t *v)
+{
+	const uint8_t *p = cur_take(c, 4);
+
+	if (!p)
+		return -EBADMSG;
+	memcpy(v, p, 4);
+	return 0;
+}
+
+static int cur_u64(struct cur *c, uint64_t *v)
+{
+	const uint8_t *p = cur_take(c, 8);
+
+	if (!p)
+		return -EBADMSG;
+	memcpy(v, p, 8);
+	return 0;
+}
+
+static int cur_str(struct cur *c, struct kvp_gguf_str *s, uint64_t max)
+{
+	uint64_t len;
+	const uint8_t *p;
+
+	if (cur_u64(c, &len) || len > max || !(p = cur_take(c, len)))
+		return -EBADMSG;
+	s->p = (const char *)p;
+	s->len = len;
+	return 0;
+}
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/* Bytes of one scalar of metadata type @t, or 0 for STRING/ARRAY/unknown. */
+static uint64_t vtype_size(uint32_t t)
+{
+	switch (t) {
+	case KVP_GGUF_U8: case KVP_GGUF_I8: case KVP_GGUF_BOOL:
+		return 1;
+	case KVP_GGUF_U16: case KVP_GGUF_I16:
+		return 2;
+	case KVP_GGUF_U32: case KVP_GGUF_I32: case KVP_GGUF_F32:
+		return 4;
+	case KVP_GGUF_U64: case KVP_GGUF_I64: case KVP_GGUF_F64:
+		return 8;
+	default:
+		return 0;
+	}
+}
+
+/* Skip one value of type @t (arrays recursively, to @depth); -EBADMSG if it overruns. */
+static int skip_value(struct cur *c, uint32_t t, int depth, uint32_t *arr_type, uint64_t *arr_n)
+{
+	struct kvp_gguf_str s;
+	uint64_t sz = vtype_size(t), n, bytes;
+	uint32_t et;
+
+	if (sz)
+		return cur_take(c, sz) ? 0 : -EBADMSG;
+	if (t == KVP_GGUF_STRING)
+		return cur_str(c, &s, UINT64_MAX);
+	if (t != KVP_GGUF_ARRAY || depth >= ARRAY_DEPTH_MAX)
+		return -EBADMSG;
+	if (cur_u32(c, &et) || cur_u64(c, &n))
+		return -EBADMSG;
+	if (arr_type)
+		*arr_type = et;
+	if (arr_n)
+		*arr_n = n;
+	sz = vtype_size(et);
+	if (sz) {
+		if (__builtin_mul_overflow(n, sz, &bytes) || !cur_take(c, bytes))
+			return -EBADMSG;
+		return 0;
+	}
+	if (et != KVP_GGUF_STRING && et != KVP_GGUF_ARRAY)
+		return -EBADMSG;
+	/* each string or array element takes at least 8 bytes: bound n before looping */
+	if (n > (c->size - c->off) / 8)
+		return -EBADMSG;
+	for (uint64_t i = 0; i < n; i++)
+		if (skip_value(c, et, depth + 1, NULL, NULL))
+			return -EBADMSG;
+	return 0;
+}
+
+struct ggml_type_desc {
+	const char *name;
+	uint32_t block;	/* elements per block */
+	uint32_t bytes;	/* bytes per block */
+};
+
+/* The GGML types whose sizes we know (so any file's extents can be checked). */
+static const struct ggml_type_desc ggml_types[] = {
+	[0] = { "f32", 1, 4 },		[1] = { "f16", 1, 2 },
+	[2] = { "q4_0", 32, 18 },	[3] = { "q4_1", 32, 20 },
+	[6] = { "q5_0", 32, 22 },	[7] = { "q5_1", 32, 24 },
+	[8] = { "q8_0", 32, 34 },	[9] = { "q8_1", 32, 36 },
+	[10] = { "q2_k", 256, 84 },	[11] = { "q3_k", 256, 110 },
+	[12] = { "q4_k", 256, 144 },	[13] = { "q5_k", 256, 176 },
+	[14] = { "q6_k", 256, 210 },	[15] = { "q8_k", 256, 292 },
+	[24] = { "i8", 1, 1 },		[25] = { "i16", 1, 2 },
+	[26] = { "i32", 1, 4 },		[27] = { "i64", 1, 8 },
+	[28] = { "f64", 1, 8 },		[30] = { "bf16", 1, 2 },
+};
+
+const char *kvp_ggml_type_name(uint32_t type)
+{
+	if (type >= sizeof(ggml_types) / sizeof(ggml_types[0]))
+		return NULL;
+	return ggml_types[type].name;
+}
+
+uint64_t kvp_ggml_row_bytes(uint32_t type, uint64_t n)
+{
+	const struct ggml_type_desc *d;
+
+	if (!kvp_ggml_type_name(type))
+		return 0;
+	d = &ggml_types[type];
+	if (n % d->block || n > ELEMS_MAX)
+		return 0;
+	return n / d->block * d->bytes;
+}
+
+int kvp_gguf_str_eq(struct kvp_gguf_str s, const char *c)
+{
+	size_t n = strlen(c);
+
+	return s.len == n && memcmp(s.p, c, n) == 0;
+}
+
+static int parse_kvs(struct kvp_gguf *g, struct cur *c, char *err, size_t errlen)
+{
+	for (uint64_t i = 0; i < g->n_kv; i++) {
+		struct kvp_gguf_kv *kv = &g->kv[i];
+		size_t at = c->off, vstart;
+
+		if (cur_str(c, &kv->key, KEY_MAX) || cur_u32(c, &kv->type)) {
+			seterr(err, errlen, "gguf: metadata entry %llu truncated or bad key at offset %zu",
+			       (unsigned long long)i, at);
+			return -EBADMSG;
+		}
+		vstart = c->off;
+		if (kv->type >= KVP_GGUF_VTYPE__COUNT ||
+		    skip_value(c, kv->type, 0, &kv->arr_type, &kv->arr_n)) {
+			seterr(err, errlen, "gguf: metadata '%.*s' (type %u) malformed or truncated at offset %zu",
+			       (int)(kv->key.len > 128 ? 128 : kv->key.len), kv->key.p, kv->type, vstart);
+			return -EBADMSG;
+		}
+		kv->val = c->base + vstart;
+		kv->val_bytes = c->off - vstart;
+		if (kv->type == KVP_GGUF_ARRAY) {
+			kv->val += 12;	/* element type and count precede the elements */
+			kv->val_bytes -= 12;
+		}
+	}
+	return 0;
+}
+
+static int parse_tensor_infos(struct kvp_gguf *g, struct cur *c, char *err, size_t errlen)
+{
+	for (uint64_t i = 0; i < g->n_tensors; i++) {
+		struct kvp_gguf_tensor *t = &g->tensors[i];
+		size_t at = c->off;
+		uint64_t off;
+
+		if (cur_str(c, &t->name, NAME_MAX_BYTES) || cur_u32(c, &t->n_dims) ||
+		    t->n_dims == 0 || t->n_dims > KVP_GGUF_MAX_DIMS) {
+			seterr(err, errlen, "gguf: tensor info %llu truncated or bad at offset %zu",
+			       (unsigned long long)i, at);
+			return -EBADMSG;
+		}
+		t->n_elems = 1;
+		for (uint32_t d = 0; d < KVP_GGUF_MAX_DIMS; d++) {
+			t->ne[d] = 1;
+			if (d < t->n_dims && cur_u64(c, &t->ne[d]))
+				goto trunc;
+			if (t->ne[d] == 0 || __builtin_mul_overflow(t->n_elems, t->ne[d], &t->n_elems) ||
+			    t->n_elems > ELEMS_MAX) {
+				seterr(err, errlen, "gguf: tensor '%.*s' has a bad shape",
+				       (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p);
+				return -EBADMSG;
+			}
+		}
+		if (cur_u32(c, &t->type) || cur_u64(c, &off))
+			goto trunc;
+		if (!kvp_ggml_type_name(t->type)) {
+			seterr(err, errlen, "gguf: tensor '%.*s' has unknown type %u",
+			       (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p, t->type);
+			return -EBADMSG;
+		}
+		/* rows are whole blocks, so n_bytes = rows * row_bytes exactly */
+		uint64_t row = kvp_ggml_row_bytes(t->type, t->ne[0]);
+		if (!row || __builtin_mul_overflow(row, t->n_elems / t->ne[0], &t->n_bytes)) {
+			seterr(err, errlen, "gguf: tensor '%.*s': row of %llu is not whole %s blocks",
+			       (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p,
+			       (unsigned long long)t->ne[0], kvp_ggml_type_name(t->type));
+			return -EBADMSG;
+		}
+		/* the data offset is checked once the data section start is known */
+		t->data = (const void *)(uintptr_t)off;
+		continue;
+trunc:
+		seterr(err, errlen, "gguf: tensor info %llu truncated at offset %zu",
+		       (unsigned long long)i, c->off);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+static int parse(struct kvp_gguf *g, char *err, size_t errlen)
+{
+	struct cur c = { .base = g->base, .off = 0, .size = g->size };
+	const struct kvp_gguf_kv *al;
+	uint32_t magic;
+	uint64_t align64;
+	int r;
+
+	if (cur_u32(&c, &magic) || magic != KVP_GGUF_MAGIC) {
+		seterr(err, errlen, "gguf: not a GGUF file (bad magic)");
+		return -EBADMSG;
+	}
+	if (cur_u32(&c, &g->version) || (g->version != 2 && g->version != 3)) {
+		seterr(err, errlen, "gguf: unsupported version %u (want 2 or 3)", g->version);
+		return -EBADMSG;
+	}
+	if (cur_u64(&c, &g->n_tensors) || cur_u64(&c, &g->n_kv)) {
+		seterr(err, errlen, "gguf: header truncated");
+		return -EBADMSG;
+	}
+	/* a kv takes >= 13 bytes and a tensor info >= 32: bound counts before allocating */
+	if (g->n_kv > (c.size - c.off) / 13 || g->n_tensors > (c.size - c.off) / 32) {
+		seterr(err, errlen, "gguf: %llu metadata entries / %llu tensors cannot fit in %zu bytes",
+		       (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors, g->size);
+		return -EBADMSG;
+	}
+	g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof(*g->kv));
+	g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof(*g->tensors));
+	if (!g->kv || !g->tensors) {
+		seterr(err, errlen, "gguf: out of memory");
+		return -ENOMEM;
+	}
+	r = parse_kvs(g, &c, err, errlen);
+	if (r)
+		return r;
+
+	g->alignment = KVP_GGUF_DEFAULT_ALIGN;
+	al = kvp_gguf_find(g, "general.alignment");
+	if (al) {
+		r = kvp_gguf_get_uint(g, "general.alignment", 1u << 20, &align64);
+		if (r || align64 == 0 || (align64 & (align64 - 1))) {
+			seterr(err, errlen, "gguf: general.alignment is not a power of two");
+			return -EBADMSG;
+		}
+		g->alignment = (uint32_t)align64;
+	}
+
+	r = parse_tensor_infos(g, &c, err, errlen);
+	if (r)
+		return r;
+
+	g->data_off = (c.off + g->alignment - 1) & ~(uint64_t)(g->alignment - 1);
+	if (g->n_tensors && g->data_off > g->size) {
+		seterr(err, errlen, "gguf: data section at %llu past end of file (%zu)",
+		       (unsigned long long)g->data_off, g->size);
+		return -EBADMSG;
+	}
+	for (uint64_t i = 0; i < g->n_tensors; i++) {
+		struct kvp_gguf_tensor *t = &g->tensors[i];
+		uint64_t off = (uint64_t)(uintptr_t)t->data, start, end;
+
+		if (off % g->alignment || __builtin_add_overflow(g->data_off, off, &start) ||
+		    __builtin_add_overflow(start, t->n_bytes, &end) || end > g->size) {
+			seterr(err, errlen, "gguf: tensor '%.*s' data [%llu, +%llu) misaligned or past end of file (%zu)",
+			       (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p,
+			       (unsigned long long)off, (unsigned long long)t->n_bytes, g->size);
+			return -EBADMSG;
+		}
+		t->data = g->base + start;
+	}
+	return 0;
+}
+
+int kvp_gguf_parse(struct kvp_gguf **out, const void *buf, size_t len, char *err,
+		   size_t errlen)
+{
+	struct kvp_gguf *g = calloc(1, sizeof(*g));
+	int r;
+
+	*out = NULL;
+	if (!g) {
+		seterr(err, errlen, "gguf: out of memory");
+		return -ENOMEM;
+	}
+	g->base = buf;
+	g->size = len;
+	r = parse(g, err, errlen);
+	if (r) {
+		kvp_gguf_close(g);
+		return r;
+	}
+	*out = g;
+	return 0;
+}
+
+int kvp_gguf_open(struct kvp_gguf **out, const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+	void *map;
+	int fd, r;
+
+	*out = NULL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = -errno;
+		seterr(err, errlen, "gguf: open %s: %s", path, strerror(-r));
+		return r;
+	}
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		seterr(err, errlen, "gguf: stat %s: %s", path, strerror(-r));
+		close(fd);
+		return r;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size < 24) {
+		seterr(err, errlen, "gguf: %s: not a regular file of at least 24 bytes", path);
+		close(fd);
+		return -EBADMSG;
+	}
+	map = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	r = -errno;
+	close(fd);	/* the mapping keeps the file */
+	if (map == MAP_FAILED) {
+		seterr(err, errlen, "gguf: mmap %s: %s", path, strerror(-r));
+		return r;
+	}
+	r = kvp_gguf_parse(out, map, st.st_size, err, errlen);
+	if (r) {
+		munmap(map, st.st_size);
+		return r;
+	}
+	(*out)->mapped = 1;
+	return 0;
+}
+
+void kvp_gguf_close(struct kvp_gguf *g)
+{
+	if (!g)
+		return;
+	if (g->mapped)
+		munmap((void *)g->base, g->size);
+	free(g->kv);
+	free(g->tensors);
+	free(g);
+}
+
+const struct kvp_gguf_kv *kvp_gguf_find(const struct kvp_gguf *g, const char *key)
+{
+	for (uint64_t i = 0; i < g->n_kv; i++)
+		if (kvp_gguf_str_eq(g->kv[i].key, key))
+			return &g->kv[i];
+	return NULL;
+}
+
+int kvp_gguf_get_uint(const struct kvp_gguf *g, const char *key, uint64_t max, uint64_t *out)
+{
+	const struct kvp_gguf_kv *kv = kvp_gguf_find(g, key);
+	int64_t s;
+	uint64_t u;
+
+	if (!kv)
+		return -ENOENT;
+	switch (kv->type) {
+	case KVP_GGUF_U8: u = kv->val[0]; break;
+	case KVP_GGUF_I8: s = (int8_t)kv->val[0]; goto sign;
+	case KVP_GGUF_U16: { uint16_t v; memcpy(&v, kv->val, 2); u = v; break; }
+	case KVP_GGUF_I16: { int16_t v; memcpy(&v, kv->val, 2); s = v; goto sign; }
+	case KVP_GGUF_U32: { uint32_t v; memcpy(&v, kv->val, 4); u = v; break; }
+	case KVP_GGUF_I32: { int32_t v; memcpy(&v, kv->val, 4); s = v; goto sign; }
+	case KVP_GGUF_U64: memcpy(&u, kv->val, 8); break;
+	case KVP_GGUF_I64: memcpy(&s, kv->val, 8); goto sign;
+	default: return -EBADMSG;
+	}
+	goto check;
+sign:
+	if (s < 0)
+		return -EBADMSG;
+	u = (uint64_t)s;
+check:
+	if (u > max)
+		return -EBADMSG;
+	*out = u;
+	return 0;
+}
+
+int kvp_gguf_get_f32(const struct kvp_gguf *g, const char *key, float *out)
+{
+	const struct kvp_gguf_kv *kv = kvp_gguf_find(g, key);
+
+	if (!kv)
+		return -ENOENT;
+	if (kv->type == KVP_GGUF_F32) {
+		memcpy(out, kv->val, 4);
+		return 0;
+	}
+	if (kv->type == KVP_GGUF_F64) {
+		double d;
+
+		memcpy(&d, kv->val, 8);
+		*out = (float)d;
+		return 0;
+	}
+	return -EBADMSG;
+}
+
+int kvp_gguf_get_bool(const struct kvp_gguf *g, const char *key, int *out)
+{
+	const struct kvp_gguf_kv *kv = kvp_gguf_find(g, key);
+	uint64_t u;
+	int r;
+
+	if (!kv)
+		return -ENOENT;
+	if (kv->type == KVP_GGUF_BOOL) {
+		*out = kv->val[0] != 0;
+		return 0;
+	}
+	r = kvp_gguf_get_uint(g, key, UINT64_MAX, &u);
+	if (r)
+		return r;
+	*out = u != 0;
+	return 0;
+}
+
+int kvp_gguf_get_str(const struct kvp_gguf *g, const char *key, struct kvp_gguf_str *out)
+{
+	const struct kvp_gguf_kv *kv = kvp_gguf_find(g, key);
+
+	if (!kv)
+		return -ENOENT;
+	if (kv->type != KVP_GGUF_STRING)
+		return -EBADMSG;
+	memcpy(&out->len, kv->val, 8);
+	out->p = (const char *)kv->val + 8;
+	return 0;
+}
+
+int kvp_gguf_get_arr(const struct kvp_gguf *g, const char *key, uint32_t elem_type,
+		     const struct kvp_gguf_kv **out)
+{
+	const struct kvp_gguf_kv *kv = kvp_gguf_find(g, key);
+
+	if (!kv)
+		return -ENOENT;
+	if (kv->type != KVP_GGUF_ARRAY || kv->arr_type != elem_type)
+		return -EBADMSG;
+	*out = kv;
+	return 0;
+}
+
+struct kvp_gguf_str kvp_gguf_str_next(const uint8_t **p)
+{
+	struct kvp_gguf_str s;
+
+	memcpy(&s.len, *p, 8);
+	s.p = (const char *)*p + 8;
+	*p += 8 + s.len;
+	return s;
+}
+
+const struct kvp_gguf_tensor *kvp_gguf_tensor(const struct kvp_gguf *g, const char *name)
+{
+	for (uint64_t i = 0; i < g->n_tensors; i++)
+		if (kvp_gguf_str_eq(g->tensors[i].name, name))
+			return &g->tensors[i];
+	return NULL;
+}

@@ -1,0 +1,284 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels.c - numeric kernels.  Loops are written so GCC vectorises them
+ * (-fopenmp-simd pragmas for the reductions, where float reassociation is acceptable);
+ * the type conversions are exact bit manipulations, with the F16C instructions used
+ * when the build targets a CPU that has them (they give identical results).
+ * No state; any thread.
+ */
+#include "compute/kernels.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+#include "compute/mkmodel.h"
+#include "kvpool/layout.h"
+
+static inline uint32_t f2u(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float u2f(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+float kvp_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+	uint32_t exp = (h >> 10) & 0x1f;
+	uint32_t man = h & 0x3ff;
+
+	if (exp == 0x1f)	/* inf / NaN: keep the payload, quiet bit as hardware does */
+		return u2f(sign | 0x7f800000 | (man << 13) | (man ? 0x400000 : 0));
+	if (exp == 0) {
+		if (!man)
+			return u2f(sign);
+		/* subnormal: man * 2^-24, exact in f32 */
+		return sign ? -(float)man * 0x1p-24f : (float)man * 0x1p-24f;
+	}
+	return u2f(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+float kvp_bf16_to_f32(uint16_t b)
+{
+	return u2f((uint32_t)b << 16);
+}
+
+uint16_t kvp_f32_to_f16(float f)
+{
+	uint32_t u = f2u(f);
+	uint32_t sign = (u >> 16) & 0x8000;
+	uint32_t a = u & 0x7fffffff;
+
+	if (a > 0x7f800000)	/* NaN */
+		return sign | 0x7e00 | ((a >> 13) & 0x3ff);
+	if (a >= 0x477ff000)	/* rounds to >= 65520: inf */
+		return sign | 0x7c00;
+	if (a < 0x38800000) {	/* below the smallest normal half: subnormal or zero */
+		/* value = a_float; half subnormal unit is 2^-24: round(|f| * 2^24) */
+		float v = u2f(a) * 0x1p24f;	/* exact: scaling by a power of two */
+		uint32_t q = (uint32_t)v;
+		float rem = v - (float)q;
+
+		if (rem > 0.5f || (rem == 0.5f && (q & 1)))
+			q++;
+		return sign | q;	/* q <= 0x400 rolls into the smallest normal correctly */
+	}
+	/* normal: rebias, round to nearest even on the 13 dropped bits */
+	uint32_t r = a - 0x38000000;	/* exponent 127 -> 15 */
+	uint32_t lsb = (r >> 13) & 1;
+
+	r += 0xfff + lsb;
+	return sign | (r >> 13);
+}
+
+uint16_t kvp_f32_to_bf16(float f)
+{
+	uint32_t u = f2u(f);
+
+	if ((u & 0x7fffffff) > 0x7f800000)
+		return (u >> 16) | 0x40;	/* quiet NaN */
+	return (u + 0x7fff + ((u >> 16) & 1)) >> 16;
+}
+
+static void f16_to_f32_n(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+	size_t i = 0;
+
+#if defined(__F16C__)
+	for (; i + 8 <= n; i += 8) {
+		__m128i h = _mm_loadu_si128((const __m128i *)(src + i));
+		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+	}
+#endif
+	for (; i < n; i++)
+		dst[i] = kvp_f16_to_f32(src[i]);
+}
+
+static void bf16_to_f32_n(float *restrict dst, const uint16_t *restrict src, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		dst[i] = u2f((uint32_t)src[i] << 16);
+}
+
+int kvp_dequant(float *restrict dst, const void *restrict src, uint32_t type, size_t n)
+{
+	switch (type) {
+	case KVP_GGML_F32:
+		memcpy(dst, src, n * 4);
+		return 0;
+	case KVP_GGML_F16:
+		f16_to_f32_n(dst, src, n);
+		return 0;
+	case KVP_GGML_BF16:
+		bf16_to_f32_n(dst, src, n);
+		return 0;
+	case KVP_GGML_Q8_0: {
+		const uint8_t *b = src;
+
+		for (size_t blk = 0; blk < n / KVP_Q8_0_BLOCK; blk++, b += KVP_Q8_0_BYTES) {
+			uint16_t dh;
+			float d;
+			const int8_t *q = (const int8_t *)(b + 2);
+
+			memcpy(&dh, b, 2);
+			d = kvp_f16_to_f32(dh);
+			/* d * q is exact in f32 (11 + 8 significant bits) */
+			for (int j = 0; j < KVP_Q8_0_BLOCK; j++)
+				dst[blk * KVP_Q8_0_BLOCK + j] = d * (float)q[j];
+		}
+		return 0;
+	}
+	default:
+		return -ENOTSUP;
+	}
+}
+
+void kvp_kv_store(void *restrict dst, uint32_t dtype, const float *restrict src, size_t n)
+{
+	uint16_t *h = dst;
+	size_t i = 0;
+
+	switch (dtype) {
+	case KVP_DTYPE_F32:
+		memcpy(dst, src, n * 4);
+		return;
+	case KVP_DTYPE_F16:
+#if defined(__F16C__)
+		for (; i + 8 <= n; i += 8)
+			_mm_storeu_si128((__m128i *)(h + i),
+					 _mm256_cvtps_ph(_mm256_loadu_ps(src + i),
+							 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+		for (; i < n; i++)
+			h[i] = kvp_f32_to_f16(src[i]);
+		return;
+	case KVP_DTYPE_BF16:
+		for (; i < n; i++)
+			h[i] = kvp_f32_to_bf16(src[i]);
+		return;
+	}
+}
+
+void kvp_kv_load(float *restrict dst, const void *restrict src, uint32_t dtype, size_t n)
+{
+	switch (dtype) {
+	case KVP_DTYPE_F32:
+		memcpy(dst, src, n * 4);
+		return;
+	case KVP_DTYPE_F16:
+		f16_to_f32_n(dst, src, n);
+		return;
+	case KVP_DTYPE_BF16:
+		bf16_to_f32_n(dst, src, n);
+		return;
+	}
+}
+
+void kvp_rmsnorm(float *out, const float *x, const float *restrict w, size_t n, float eps)
+{
+	float ss = 0;
+
+#pragma omp simd reduction(+ : ss)
+	for (size_t i = 0; i < n; i++)
+		ss += x[i] * x[i];
+	float scale = 1.0f / sqrtf(ss / (float)n + eps);
+
+	for (size_t i = 0; i < n; i++)
+		out[i] = x[i] * scale * w[i];
+}
+
+void kvp_rope_table(float *restrict cs, uint32_t pos, uint32_t n_rot, float base)
+{
+	for (uint32_t i = 0; i < n_rot / 2; i++) {
+		double theta = (double)pos * pow((double)base, -2.0 * i / (double)n_rot);
+
+		cs[2 * i] = (float)cos(theta);
+		cs[2 * i + 1] = (float)sin(theta);
+	}
+}
+
+void kvp_rope_apply(float *restrict x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot,
+		    const float *restrict cs)
+{
+	for (uint32_t h = 0; h < n_heads; h++) {
+		float *v = x + (size_t)h * head_dim;
+
+		for (uint32_t i = 0; i < n_rot / 2; i++) {
+			float c = cs[2 * i], s = cs[2 * i + 1];
+			float a = v[2 * i], b = v[2 * i + 1];
+
+			v[2 * i] = a * c - b * s;
+			v[2 * i + 1] = a * s + b * c;
+		}
+	}
+}
+
+void kvp_softmax(float *x, size_t n)
+{
+	float mx = -INFINITY;
+	double sum = 0;
+
+	for (size_t i = 0; i < n; i++)
+		mx = x[i] > mx ? x[i] : mx;
+	for (size_t i = 0; i < n; i++) {
+		x[i] = expf(x[i] - mx);
+		sum += x[i];
+	}
+	float inv = (float)(1.0 / sum);
+
+	for (size_t i = 0; i < n; i++)
+		x[i] *= inv;
+}
+
+void kvp_swiglu(float *restrict gate, const float *restrict up, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		float g = gate[i];
+
+		gate[i] = g / (1.0f + expf(-g)) * up[i];
+	}
+}
+
+float kvp_dot(const float *restrict a, const float *restrict b, size_t n)
+{
+	float s = 0;
+
+#pragma omp simd reduction(+ : s)
+	for (size_t i = 0; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+void kvp_axpy(float *restrict y, float a, const float *restrict x, size_t n)
+{
+#pragma omp simd
+	for (size_t i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
+void kvp_linear(float *restrict out, const float *restrict x, const float *restrict w,
+		size_t rows, size_t d_out, size_t d_in)
+{
+	if (rows == 1)
+		cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)d_out, (int)d_in, 1.0f, w, (int)d_in,
+			    x, 1, 0.0f, out, 1);
+	else
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)d_out,
+			    (int)d_in, 1.0f, x, (int)d_in, w, (int)d_in, 0.0f, out, (int)d_out);
+}

@@ -1,0 +1,468 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mkmodel.c - synthetic GGUF llama models with seeded random weights.
+ *
+ * Layout written: header, metadata (architecture, shape, a byte-level llama-style
+ * tokenizer), tensor infos, then the tensor data, each tensor aligned to 32 bytes.
+ * Each tensor's values come from its own splitmix64 stream seeded by (seed, tensor
+ * index), so the output is a pure function of the options.  Matrices are uniform with
+ * variance 1/fan_in, which keeps every projection's output at the scale of its input;
+ * norms are 1.  No global state; any thread.
+ */
+#include "compute/mkmodel.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compute/gguf.h"
+#include "compute/kernels.h"
+
+#define ALIGN 32u
+#define N_BYTE_TOKENS 256u
+#define N_VOCAB (3u + N_BYTE_TOKENS)
+#define CHUNK_ELEMS (1u << 20)	/* values generated per write */
+
+/* Output sink: a FILE, or a growing heap buffer. */
+struct sink {
+	FILE *f;
+	uint8_t *mem;
+	size_t len, cap;
+	int err;	/* first -errno */
+};
+
+static void put(struct sink *s, const void *p, size_t n)
+{
+	if (s->err || !n)
+		return;
+	if (s->f) {
+		if (fwrite(p, 1, n, s->f) != n)
+			s->err = errno ? -errno : -EIO;
+		return;
+	}
+	if (s->len + n > s->cap) {
+		size_t cap = s->cap ? s->cap : 1 << 16;
+		uint8_t *m;
+
+		while (cap < s->len + n)
+			cap *= 2;
+		m = realloc(s->mem, cap);
+		if (!m) {
+			s->err = -ENOMEM;
+			return;
+		}
+		s->mem = m;
+		s->cap = cap;
+	}
+	memcpy(s->mem + s->len, p, n);
+	s->len += n;
+}
+
+static void put_u32(struct sink *s, uint32_t v) { put(s, &v, 4); }
+static void put_u64(struct sink *s, uint64_t v) { put(s, &v, 8); }
+static void put_f32(struct sink *s, float v) { put(s, &v, 4); }
+
+static void put_str(struct sink *s, const char *str)
+{
+	put_u64(s, strlen(str));
+	put(s, str, strlen(str));
+}
+
+static void kv_str(struct sink *s, const char *k, const char *v)
+{
+	put_str(s, k);
+	put_u32(s, KVP_GGUF_STRING);
+	put_str(s, v);
+}
+
+static void kv_u32(struct sink *s, const char *k, uint32_t v)
+{
+	put_str(s, k);
+	put_u32(s, KVP_GGUF_U32);
+	put_u32(s, v);
+}
+
+static void kv_f32(struct sink *s, const char *k, float v)
+{
+	put_str(s, k);
+	put_u32(s, KVP_GGUF_F32);
+	put_f32(s, v);
+}
+
+static void kv_bool(struct sink *s, const char *k, int v)
+{
+	uint8_t b = !!v;
+
+	put_str(s, k);
+	put_u32(s, KVP_GGUF_BOOL);
+	put(s, &b, 1);
+}
+
+static void pad_to(struct sink *s, uint64_t *off, uint64_t align)
+{
+	static const uint8_t zero[64];
+	uint64_t n = (align - *off % align) % align;
+
+	put(s, zero, n);
+	*off += n;
+}
+
+struct tinfo {
+	char name[48];
+	uint64_t ne0, ne1;	/* ne1 = 1: a vector */
+	uint32_t type;
+	float scale;		/* uniform half-width; 0: all ones (norms) */
+	uint64_t offset;	/* from the data section start */
+	uint64_t bytes;
+};
+
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+int kvp_mkmodel_type_parse(const char *s)
+{
+	if (!strcmp(s, "f32"))
+		return KVP_GGML_F32;
+	if (!strcmp(s, "f16"))
+		return KVP_GGML_F16;
+	if (!strcmp(s, "bf16"))
+		return KVP_GGML_BF16;
+	if (!strcmp(s, "q8_0"))
+		return KVP_GGML_Q8_0;
+	return -EINVAL;
+}
+
+int kvp_mkmodel_preset(struct kvp_mkmodel_opts *o, const char *preset)
+{
+	memset(o, 0, sizeof(*o));
+	o->type = KVP_GGML_F32;
+	o->seed = 1234;
+	o->rope_base = 10000.0f;
+	o->rms_eps = 1e-5f;
+	o->n_ctx = 4096;
+	if (!strcmp(preset, "tiny")) {
+		o->name = "kvpool-tiny";
+		o->n_embd = 64; o->n_layers = 2; o->n_heads = 4; o->n_kv_heads = 2; o->n_ff = 128;
+		o->n_ctx = 1024;
+	} else if (!strcmp(preset, "demo")) {
+		o->name = "kvpool-demo";
+		o->n_embd = 768; o->n_layers = 12; o->n_heads = 12; o->n_kv_heads = 4;
+		o->n_ff = 3072;
+	} else if (!strcmp(preset, "1b")) {
+		o->name = "kvpool-1b";
+		o->n_embd = 2048; o->n_layers = 16; o->n_heads = 32; o->n_kv_heads = 8;
+		o->n_ff = 8192; o->rope_base = 500000.0f;
+		o->tied = 1;	/* as Llama-3.2-1B */
+	} else {
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int check_opts(const struct kvp_mkmodel_opts *o, char *err, size_t errlen)
+{
+	const char *why = NULL;
+
+	if (!o->n_embd || !o->n_layers || !o->n_heads || !o->n_kv_heads || !o->n_ff || !o->n_ctx)
+		why = "zero dimension";
+	else if (o->n_embd > 65536 || o->n_layers > 1024 || o->n_ff > (1u << 20))
+		why = "dimension too large";
+	else if (o->n_embd % o->n_heads || o->n_heads % o->n_kv_heads ||
+		 (o->n_embd / o->n_heads) % 2)
+		why = "n_embd / n_heads / n_kv_heads do not divide evenly into an even head_dim";
+	else if (o->type != KVP_GGML_F32 && o->type != KVP_GGML_F16 && o->type != KVP_GGML_BF16 &&
+		 o->type != KVP_GGML_Q8_0)
+		why = "type must be f32, f16, bf16 or q8_0";
+	else if (o->type == KVP_GGML_Q8_0 && (o->n_embd % 32 || o->n_ff % 32))
+		why = "q8_0 needs n_embd and n_ff multiples of 32";
+	else if (!(o->rope_base > 1.0f) || !(o->rms_eps > 0.0f))
+		why = "bad rope_base or rms_eps";
+	if (why) {
+		if (err && errlen)
+			snprintf(err, errlen, "mkmodel: %s", why);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The tensor list in file order; returns the count (<= 9 * n_layers + 3). */
+static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
+{
+	uint64_t hd = o->n_embd / o->n_heads, kvd = hd * o->n_kv_heads;
+	size_t n = 0;
+	float emb = sqrtf(3.0f);			/* unit variance */
+	float in_e = sqrtf(3.0f / o->n_embd), in_ff = sqrtf(3.0f / o->n_ff);
+
+#define ADD(nm, a, b, s) do { \
+		snprintf(t[n].name, sizeof(t[n].name), "%s", nm); \
+		t[n].ne0 = (a); t[n].ne1 = (b); t[n].scale = (s); \
+		t[n].type = (s) == 0 ? KVP_GGML_F32 : o->type; n++; \
+	} while (0)
+	ADD("token_embd.weight", o->n_embd, N_VOCAB, emb);
+	for (uint32_t l = 0; l < o->n_layers; l++) {
+		char nm[48];
+		const struct { const char *s; uint64_t a, b; float sc; } L[] = {
+			{ "attn_norm", o->n_embd, 1, 0 },
+			{ "attn_q", o->n_embd, o->n_embd, in_e },
+			{ "attn_k", o->n_embd, kvd, in_e },
+			{ "attn_v", o->n_embd, kvd, in_e },
+			{ "attn_output", o->n_embd, o->n_embd, in_e },
+			{ "ffn_norm", o->n_embd, 1, 0 },
+			{ "ffn_gate", o->n_embd, o->n_ff, in_e },
+			{ "ffn_up", o->n_embd, o->n_ff, in_e },
+			{ "ffn_down", o->n_ff, o->n_embd, in_ff },
+		};
+
+		for (size_t i = 0; i < sizeof(L) / sizeof(L[0]); i++) {
+			snprintf(nm, sizeof(nm), "blk.%u.%s.weight", l, L[i].s);
+			ADD(nm, L[i].a, L[i].b, L[i].sc);
+		}
+	}
+	ADD("output_norm.weight", o->n_embd, 1, 0);
+	if (!o->tied)	/* logits with a std of about 2: varied but decisive */
+		ADD("output.weight", o->n_embd, N_VOCAB, 2.0f * in_e);
+#undef ADD
+	return n;
+}
+
+static void write_meta(struct sink *s, const struct kvp_mkmodel_opts *o, size_t n_tensors)
+{
+	static const uint32_t file_type[] = { [KVP_GGML_F32] = 0, [KVP_GGML_F16] = 1,
+					      [KVP_GGML_Q8_0] = 7, [KVP_GGML_BF16] = 32 };
+	char piece[8];
+
+	put_u32(s, KVP_GGUF_MAGIC);
+	put_u32(s, 3);
+	put_u64(s, n_tensors);
+	put_u64(s, 23);		/* metadata entries below */
+	kv_str(s, "general.architecture", "llama");
+	kv_str(s, "general.name", o->name ? o->name : "kvpool-synthetic");
+	kv_u32(s, "general.alignment", ALIGN);
+	kv_u32(s, "general.file_type", file_type[o->type]);
+	kv_u32(s, "llama.context_length", o->n_ctx);
+	kv_u32(s, "llama.embedding_length", o->n_embd);
+	kv_u32(s, "llama.block_count", o->n_layers);
+	kv_u32(s, "llama.feed_forward_length", o->n_ff);
+	kv_u32(s, "llama.attention.head_count", o->n_heads);
+	kv_u32(s, "llama.attention.head_count_kv", o->n_kv_heads);
+	kv_u32(s, "llama.rope.dimension_count", o->n_embd / o->n_heads);
+	kv_f32(s, "llama.rope.freq_base", o->rope_base);
+	kv_f32(s, "llama.attention.layer_norm_rms_epsilon", o->rms_eps);
+	kv_u32(s, "llama.vocab_size", N_VOCAB);
+	kv_str(s, "tokenizer.ggml.model", "llama");
+
+	put_str(s, "tokenizer.ggml.tokens");
+	put_u32(s, KVP_GGUF_ARRAY);
+	put_u32(s, KVP_GGUF_STRING);
+	put_u64(s, N_VOCAB);
+	put_str(s, "<unk>");
+	put_str(s, "<s>");
+	put_str(s, "</s>");
+	for (unsigned b = 0; b < N_BYTE_TOKENS; b++) {
+		snprintf(piece, sizeof(piece), "<0x%02X>", b);
+		put_str(s, piece);
+	}
+	put_str(s, "tokenizer.ggml.scores");
+	put_u32(s, KVP_GGUF_ARRAY);
+	put_u32(s, KVP_GGUF_F32);
+	put_u64(s, N_VOCAB);
+	for (unsigned i = 0; i < N_VOCAB; i++)
+		put_f32(s, 0.0f);
+	put_str(s, "tokenizer.ggml.token_type");
+	put_u32(s, KVP_GGUF_ARRAY);
+	put_u32(s, KVP_GGUF_I32);
+	put_u64(s, N_VOCAB);
+	put_u32(s, 2);		/* <unk>: unknown */
+	put_u32(s, 3);		/* <s>: control */
+	put_u32(s, 3);		/* </s>: control */
+	for (unsigned b = 0; b < N_BYTE_TOKENS; b++)
+		put_u32(s, 6);	/* byte */
+	kv_u32(s, "tokenizer.ggml.bos_token_id", 1);
+	kv_u32(s, "tokenizer.ggml.eos_token_id", 2);
+	kv_u32(s, "tokenizer.ggml.unknown_token_id", 0);
+	kv_bool(s, "tokenizer.ggml.add_bos_token", 1);
+	kv_bool(s, "tokenizer.ggml.add_eos_token", 0);
+}
+
+/* Generate tensor @idx's values and write them in its type. */
+static void write_tensor(struct sink *s, const struct tinfo *t, size_t idx, uint64_t seed,
+			 float *vals, uint8_t *enc)
+{
+	uint64_t n = t->ne0 * t->ne1, done = 0;
+	uint64_t st = seed * 0x100000001b3ull + idx * 0x9e3779b97f4a7c15ull + 1;
+
+	while (done < n) {
+		size_t k = n - done < CHUNK_ELEMS ? n - done : CHUNK_ELEMS;	/* a multiple of 32 */
+		size_t bytes = 0;
+
+		if (t->scale == 0) {
+			for (size_t i = 0; i < k; i++)
+				vals[i] = 1.0f;
+		} else {
+			float a = t->scale;
+
+			for (size_t i = 0; i + 1 < k; i += 2) {
+				uint64_t r = splitmix64(&st);
+
+				vals[i] = ((float)(r >> 40) * 0x1p-24f * 2.0f - 1.0f) * a;
+				vals[i + 1] = ((float)((r >> 8) & 0xffffff) * 0x1p-24f * 2.0f - 1.0f) * a;
+			}
+			if (k % 2)
+				vals[k - 1] = ((float)(splitmix64(&st) >> 40) * 0x1p-24f * 2 - 1) * a;
+		}
+		switch (t->type) {
+		case KVP_GGML_F32:
+			put(s, vals, k * 4);
+			break;
+		case KVP_GGML_F16:
+		case KVP_GGML_BF16:
+			for (size_t i = 0; i < k; i++) {
+				uint16_t h = t->type == KVP_GGML_F16 ? kvp_f32_to_f16(vals[i])
+								     : kvp_f32_to_bf16(vals[i]);
+				memcpy(enc + 2 * i, &h, 2);
+			}
+			put(s, enc, k * 2);
+			break;
+		case KVP_GGML_Q8_0:
+			for (size_t b = 0; b < k / 32; b++) {
+				float amax = 0;
+				const float *v = vals + b * 32;
+				uint8_t *o = enc + bytes;
+
+				for (int j = 0; j < 32; j++)
+					amax = fmaxf(amax, fabsf(v[j]));
+				uint16_t dh = kvp_f32_to_f16(amax / 127.0f);
+				float d = kvp_f16_to_f32(dh), id = d ? 1.0f / d : 0.0f;
+
+				memcpy(o, &dh, 2);
+				for (int j = 0; j < 32; j++) {
+					float q = roundf(v[j] * id);
+
+					o[2 + j] = (uint8_t)(int8_t)fmaxf(-127.0f, fminf(127.0f, q));
+				}
+				bytes += 34;
+			}
+			put(s, enc, bytes);
+			break;
+		}
+		done += k;
+	}
+}
+
+static int write_all(struct sink *s, const struct kvp_mkmodel_opts *o, char *err, size_t errlen)
+{
+	size_t cap = 9 * (size_t)o->n_layers + 3, n;
+	struct tinfo *t = calloc(cap, sizeof(*t));
+	float *vals = malloc(CHUNK_ELEMS * sizeof(float));
+	uint8_t *enc = malloc(CHUNK_ELEMS * 2 + CHUNK_ELEMS / 32 * 34);
+	uint64_t off = 0, data_off = 0;
+	int r = 0;
+
+	if (!t || !vals || !enc) {
+		r = -ENOMEM;
+		goto out;
+	}
+	n = plan(o, t);
+	for (size_t i = 0; i < n; i++) {
+		t[i].bytes = kvp_ggml_row_bytes(t[i].type, t[i].ne0) * t[i].ne1;
+		t[i].offset = data_off;
+		data_off += (t[i].bytes + ALIGN - 1) / ALIGN * ALIGN;
+	}
+	write_meta(s, o, n);
+	for (size_t i = 0; i < n; i++) {
+		put_str(s, t[i].name);
+		put_u32(s, t[i].ne1 > 1 ? 2 : 1);
+		put_u64(s, t[i].ne0);
+		if (t[i].ne1 > 1)
+			put_u64(s, t[i].ne1);
+		put_u32(s, t[i].type);
+		put_u64(s, t[i].offset);
+	}
+	off = s->f ? (uint64_t)ftello(s->f) : s->len;
+	pad_to(s, &off, ALIGN);
+	for (size_t i = 0; i < n; i++) {
+		write_tensor(s, &t[i], i, o->seed, vals, enc);
+		off += t[i].bytes;
+		pad_to(s, &off, ALIGN);
+	}
+	r = s->err;
+out:
+	if (r && err && errlen)
+		snprintf(err, errlen, "mkmodel: write: %s", strerror(-r));
+	free(t);
+	free(vals);
+	free(enc);
+	return r;
+}
+
+int kvp_mkmodel_write_mem(void **buf, size_t *len, const struct kvp_mkmodel_opts *o,
+			  char *err, size_t errlen)
+{
+	struct sink s = { 0 };
+	int r = check_opts(o, err, errlen);
+
+	*buf = NULL;
+	*len = 0;
+	if (r)
+		return r;
+	r = write_all(&s, o, err, errlen);
+	if (r) {
+		free(s.mem);
+		return r;
+	}
+	*buf = s.mem;
+	*len = s.len;
+	return 0;
+}
+
+int kvp_mkmodel_write(const char *path, const struct kvp_mkmodel_opts *o, char *err,
+		      size_t errlen)
+{
+	struct sink s = { 0 };
+	char tmp[4096];
+	int r = check_opts(o, err, errlen), fd;
+
+	if (r)
+		return r;
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp)) {
+		if (err && errlen)
+			snprintf(err, errlen, "mkmodel: path too long");
+		return -ENAMETOOLONG;
+	}
+	fd = mkstemp(tmp);
+	if (fd < 0 || !(s.f = fdopen(fd, "wb"))) {
+		r = -errno;
+		if (fd >= 0) {
+			close(fd);
+			unlink(tmp);
+		}
+		if (err && errlen)
+			snprintf(err, errlen, "mkmodel: create %s: %s", tmp, strerror(-r));
+		return r;
+	}
+	setvbuf(s.f, NULL, _IOFBF, 1 << 20);
+	r = write_all(&s, o, err, errlen);
+	if (fclose(s.f) && !r) {
+		r = -errno;
+		if (err && errlen)
+			snprintf(err, errlen, "mkmodel: close %s: %s", tmp, strerror(-r));
+	}
+	if (!r && rename(tmp, path) < 0) {
+		r = -errno;
+		if (err && errlen)
+			snprintf(err, errlen, "mkmodel: rename to %s: %s", path, strerror(-r));
+	}
+	if (r)
+		unlink(tmp);
+	return r;
+}

@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mkmodel.h - write synthetic Llama GGUF models with seeded random weights.
+ *
+ * The files are ordinary GGUF v3 "llama" models with a byte-level vocabulary (<unk>,
+ * <s>, </s>, then the 256 byte tokens <0x00>..<0xFF>) written as a llama-style
+ * tokenizer, so they load in other GGUF tools too.  Weights are uniform with variance
+ * 1 / fan_in (the residual stream keeps unit scale through every projection), norms are
+ * 1, so activations stay well-behaved and greedy output varies with the context.
+ * The same options and seed always give the same bytes.
+ */
+#ifndef KVP_COMPUTE_MKMODEL_H
+#define KVP_COMPUTE_MKMODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* GGML tensor types we write and read (values are the GGUF file format's). */
+enum kvp_ggml_type {
+	KVP_GGML_F32 = 0,
+	KVP_GGML_F16 = 1,
+	KVP_GGML_Q8_0 = 8,
+	KVP_GGML_BF16 = 30,
+};
+
+/**
+ * struct kvp_mkmodel_opts - shape and contents of a synthetic model
+ * @name:       general.name
+ * @n_embd, @n_layers, @n_heads, @n_kv_heads, @n_ff: the shape (n_embd % n_heads == 0,
+ *              n_heads % n_kv_heads == 0, head_dim even)
+ * @n_ctx:      llama.context_length
+ * @tied:       nonzero: no output.weight (token_embd is reused)
+ * @type:       enum kvp_ggml_type of the matrices (norms are always f32); Q8_0 needs
+ *              n_embd and n_ff multiples of 32
+ * @seed:       PRNG seed
+ * @rope_base:  llama.rope.freq_base
+ * @rms_eps:    llama.attention.layer_norm_rms_epsilon
+ */
+struct kvp_mkmodel_opts {
+	const char *name;
+	uint32_t n_embd;
+	uint32_t n_layers;
+	uint32_t n_heads;
+	uint32_t n_kv_heads;
+	uint32_t n_ff;
+	uint32_t n_ctx;
+	int tied;
+	uint32_t type;
+	uint64_t seed;
+	float rope_base;
+	float rms_eps;
+};
+
+/**
+ * kvp_mkmodel_preset() - fill @o with a named preset
+ * @preset: "tiny" (unit tests: n_embd 64, 2 layers, 4 heads / 2 KV, f32),
+ *          "demo" (~104M params: n_embd 768, 12 layers, 12 heads / 4 KV, n_ff 3072,
+ *          untied, f32 so it maps with no conversion; the daemon's built-in model),
+ *          "1b" (Llama-3.2-1B-like: n_embd 2048, 16 layers, 32 heads / 8 KV, n_ff 8192,
+ *          f32)
+ * Return: 0, or -EINVAL for an unknown name.
+ */
+int kvp_mkmodel_preset(struct kvp_mkmodel_opts *o, const char *preset);
+
+/* kvp_mkmodel_type_parse() - "f32"/"f16"/"bf16"/"q8_0" to enum kvp_ggml_type, or -EINVAL. */
+int kvp_mkmodel_type_parse(const char *s);
+
+/**
+ * kvp_mkmodel_write() - write the model to @path (created or truncated, then renamed
+ * into place from a temporary file in the same directory, so a reader never sees a
+ * half-written model)
+ * @err, @errlen: reason on failure (may be NULL)
+ * Return: 0, -EINVAL for a bad shape, or -errno from the file system.
+ */
+int kvp_mkmodel_write(const char *path, const struct kvp_mkmodel_opts *o, char *err,
+		      size_t errlen);
+
+/**
+ * kvp_mkmodel_write_mem() - the same bytes into a malloc'd buffer (tests)
+ * @buf, @len: out; free(*buf) when done
+ */
+int kvp_mkmodel_write_mem(void **buf, size_t *len, const struct kvp_mkmodel_opts *o,
+			  char *err, size_t errlen);
+
+#endif /* KVP_COMPUTE_MKMODEL_H */

@@ -1,0 +1,396 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * model.c - binds a GGUF "llama" file to the weights the forward pass reads.
+ *
+ * Every hyper-parameter is range-checked and every tensor's shape is checked against
+ * the shape the hyper-parameters imply before anything reads tensor data, so the
+ * forward pass can trust the pointers in struct kvp_weights.  F32 tensors stay in the
+ * mapping; other types are converted to f32 once, into memory the model owns.
+ * Invariant after open: the model is read-only; any thread may use it.
+ */
+#include "compute/model.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "compute/gguf.h"
+#include "compute/kernels.h"
+#include "compute/mkmodel.h"
+
+/* Bounds on hyper-parameters: beyond these a file is corrupt, not a bigger model. */
+#define EMBD_MAX 65536u
+#define LAYERS_MAX 1024u
+#define HEADS_MAX 1024u
+#define FF_MAX (1u << 20)
+#define VOCAB_MAX (1u << 22)
+
+struct kvp_model {
+	struct kvp_gguf *gguf;
+	struct kvp_model_hparams hp;
+	struct kvp_model_info info;
+	struct kvp_weights w;
+	struct kvp_layer_weights *layers;
+	void **owned;		/* converted tensors, freed at close */
+	uint32_t n_owned;
+	char name[256];
+	uint8_t fp[KVP_MODEL_FP_BYTES];
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static int get_u32(const struct kvp_gguf *g, const char *key, uint32_t lo, uint32_t hi,
+		   int required, uint32_t *out, char *err, size_t errlen)
+{
+	uint64_t v;
+	int r = kvp_gguf_get_uint(g, key, UINT32_MAX, &v);
+
+	if (r == -ENOENT && !required)
+		return 0;
+	if (r == -ENOENT) {
+		seterr(err, errlen, "model: missing %s", key);
+		return -EBADMSG;
+	}
+	if (r || v < lo || v > hi) {
+		seterr(err, errlen, "model: %s out of range [%u, %u]", key, lo, hi);
+		return -EBADMSG;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int read_hparams(struct kvp_model *m, char *err, size_t errlen)
+{
+	const struct kvp_gguf *g = m->gguf;
+	struct kvp_model_hparams *hp = &m->hp;
+	struct kvp_gguf_str arch, name;
+	int r;
+
+	if (kvp_gguf_get_str(g, "general.architecture", &arch)) {
+		seterr(err, errlen, "model: no general.architecture");
+		return -EBADMSG;
+	}
+	if (!kvp_gguf_str_eq(arch, "llama")) {
+		seterr(err, errlen, "model: architecture '%.*s' is not supported (only llama)",
+		       (int)(arch.len > 64 ? 64 : arch.len), arch.p);
+		return -ENOTSUP;
+	}
+	if (!kvp_gguf_get_str(g, "general.name", &name))
+		snprintf(m->name, sizeof(m->name), "%.*s", (int)(name.len > 255 ? 255 : name.len),
+			 name.p);
+
+	hp->n_ctx_train = 2048;
+	if ((r = get_u32(g, "llama.embedding_length", 2, EMBD_MAX, 1, &hp->n_embd, err, errlen)) ||
+	    (r = get_u32(g, "llama.block_count", 1, LAYERS_MAX, 1, &hp->n_layers, err, errlen)) ||
+	    (r = get_u32(g, "llama.attention.head_count", 1, HEADS_MAX, 1, &hp->n_heads, err, errlen)) ||
+	    (r = get_u32(g, "llama.feed_forward_length", 1, FF_MAX, 1, &hp->n_ff, err, errlen)) ||
+	    (r = get_u32(g, "llama.context_length", 1, UINT32_MAX, 0, &hp->n_ctx_train, err, errlen)))
+		return r;
+	hp->n_kv_heads = hp->n_heads;
+	if ((r = get_u32(g, "llama.attention.head_count_kv", 1, hp->n_heads, 0, &hp->n_kv_heads,
+			 err, errlen)))
+		return r;
+	if (hp->n_embd % hp->n_heads || hp->n_heads % hp->n_kv_heads ||
+	    (hp->n_embd / hp->n_heads) % 2) {
+		seterr(err, errlen, "model: n_embd %u, %u heads, %u kv heads do not divide evenly",
+		       hp->n_embd, hp->n_heads, hp->n_kv_heads);
+		return -EBADMSG;
+	}
+	hp->head_dim = hp->n_embd / hp->n_heads;
+	hp->n_rot = hp->head_dim;
+	if ((r = get_u32(g, "llama.rope.dimension_count", 2, hp->head_dim, 0, &hp->n_rot, err,
+			 errlen)))
+		return r;
+	if (hp->n_rot % 2) {
+		seterr(err, errlen, "model: llama.rope.dimension_count %u is odd", hp->n_rot);
+		return -EBADMSG;
+	}
+	hp->rope_base = 10000.0f;
+	hp->rms_eps = 1e-5f;
+	r = kvp_gguf_get_f32(g, "llama.rope.freq_base", &hp->rope_base);
+	if ((r && r != -ENOENT) || !(hp->rope_base > 1.0f) || hp->rope_base > 1e12f) {
+		seterr(err, errlen, "model: bad llama.rope.freq_base");
+		return -EBADMSG;
+	}
+	r = kvp_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &hp->rms_eps);
+	if ((r && r != -ENOENT) || !(hp->rms_eps > 0.0f) || hp->rms_eps > 1.0f) {
+		seterr(err, errlen, "model: bad llama.attention.layer_norm_rms_epsilon");
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/*
+ * Find tensor @name of shape (ne0, ne1) (ne1 = 1 for a vector) and return f32 data:
+ * in place for an aligned F32 tensor, else converted into owned memory.
+ */
+static int bind(struct kvp_model *m, const char *name, uint64_t ne0, uint64_t ne1,
+		const float **out, char *err, size_t errlen)
+{
+	const struct kvp_gguf_tensor *t = kvp_gguf_tensor(m->gguf, name);
+	uint32_t n_dims = ne1 > 1 ? 2 : 1;
+	float *buf;
+	size_t bytes;
+
+	if (!t) {
+		seterr(err, errlen, "model: missing tensor %s", name);
+		return -EBADMSG;
+	}
+	if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1 ||
+	    t->n_dims < n_dims || t->n_dims > 2) {
+		seterr(err, errlen, "model: tensor %s has shape [%llu, %llu], want [%llu, %llu]", name,
+		       (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+		       (unsigned long long)ne0, (unsigned long long)ne1);
+		return -EBADMSG;
+	}
+	if (t->type != KVP_GGML_F32 && t->type != KVP_GGML_F16 && t->type != KVP_GGML_BF16 &&
+	    t->type != KVP_GGML_Q8_0) {
+		seterr(err, errlen, "model: tensor %s has type %s, not supported (f32, f16, bf16, q8_0)",
+		       name, kvp_ggml_type_name(t->type));
+		return -ENOTSUP;
+	}
+	m->info.n_params += t->n_elems;
+	if (t->type == KVP_GGML_F32 && (uintptr_t)t->data % 4 == 0) {
+		*out = t->data;
+		return 0;
+	}
+	bytes = (t->n_elems * 4 + 63) & ~(size_t)63;
+	buf = aligned_alloc(64, bytes);
+	if (!buf) {
+		seterr(err, errlen, "model: out of memory converting %s", name);
+		return -ENOMEM;
+	}
+	m->owned[m->n_owned++] = buf;
+	kvp_dequant(buf, t->data, t->type, t->n_elems);
+	m->info.n_converted++;
+	m->info.converted_bytes += bytes;
+	*out = buf;
+	return 0;
+}
+
+static int bind_all(struct kvp_model *m, char *err, size_t errlen)
+{
+	const struct kvp_model_hparams *hp = &m->hp;
+	const struct kvp_gguf_tensor *emb = kvp_gguf_tensor(m->gguf, "token_embd.weight");
+	uint64_t qd = (uint64_t)hp->n_heads * hp->head_dim;
+	uint64_t kvd = (uint64_t)hp->n_kv_heads * hp->head_dim;
+	char nm[64];
+	int r;
+
+	if (!emb || emb->n_dims != 2 || emb->ne[1] < 1 || emb->ne[1] > VOCAB_MAX) {
+		seterr(err, errlen, "model: token_embd.weight missing or not [n_embd, n_vocab]");
+		return -EBADMSG;
+	}
+	m->hp.n_vocab = (uint32_t)emb->ne[1];
+	m->owned = calloc(9 * (size_t)hp->n_layers + 3, sizeof(void *));
+	m->layers = calloc(hp->n_layers, sizeof(*m->layers));
+	if (!m->owned || !m->layers) {
+		seterr(err, errlen, "model: out of memory");
+		return -ENOMEM;
+	}
+	if ((r = bind(m, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->w.tok_embd, err, errlen)) ||
+	    (r = bind(m, "output_norm.weight", hp->n_embd, 1, &m->w.output_norm, err, errlen)))
+		return r;
+	if (kvp_gguf_tensor(m->gguf, "output.weight")) {
+		r = bind(m, "output.weight", hp->n_embd, hp->n_vocab, &m->w.output, err, errlen);
+		if (r)
+			return r;
+	} else {
+		m->w.output = m->w.tok_embd;
+		m->hp.tied_output = 1;
+	}
+	for (uint32_t l = 0; l < hp->n_layers; l++) {
+		struct kvp_layer_weights *L = &m->layers[l];
+		const struct {
+			const char *suffix;
+			uint64_t ne0, ne1;
+			const float **dst;
+		} t[] = {
+			{ "attn_norm", hp->n_embd, 1, &L->attn_norm },
+			{ "attn_q", hp->n_embd, qd, &L->wq },
+			{ "attn_k", hp->n_embd, kvd, &L->wk },
+			{ "attn_v", hp->n_embd, kvd, &L->wv },
+			{ "attn_output", qd, hp->n_embd, &L->wo },
+			{ "ffn_norm", hp->n_embd, 1, &L->ffn_norm },
+			{ "ffn_gate", hp->n_embd, hp->n_ff, &L->w_gate },
+			{ "ffn_up", hp->n_embd, hp->n_ff, &L->w_up },
+			{ "ffn_down", hp->n_ff, hp->n_embd, &L->w_down },
+		};
+
+		for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+			snprintf(nm, sizeof(nm), "blk.%u.%s.weight", l, t[i].suffix);
+			r = bind(m, nm, t[i].ne0, t[i].ne1, t[i].dst, err, errlen);
+			if (r)
+				return r;
+		}
+	}
+	m->w.layers = m->layers;
+	m->info.weight_bytes = (m->info.n_params - (m->hp.tied_output ? 0 :
+				(uint64_t)hp->n_vocab * hp->n_embd)) * 4;
+	return 0;
+}
+
+/* The file's dominant matrix type, for the load report. */
+static const char *file_type(const struct kvp_gguf *g)
+{
+	uint32_t type = UINT32_MAX;
+
+	for (uint64_t i = 0; i < g->n_tensors; i++) {
+		if (g->tensors[i].n_dims < 2)
+			continue;
+		if (type != UINT32_MAX && type != g->tensors[i].type)
+			return "mixed";
+		type = g->tensors[i].type;
+	}
+	return type == UINT32_MAX ? "none" : kvp_ggml_type_name(type);
+}
+
+/* Hyper-parameters, then each bound tensor's name, type, shape and stored bytes. */
+static void fingerprint(struct kvp_model *m)
+{
+	XXH3_state_t st;
+	XXH128_hash_t h;
+	const struct kvp_model_hparams *hp = &m->hp;
+	uint32_t words[] = { hp->n_vocab, hp->n_embd, hp->n_layers, hp->n_heads, hp->n_kv_heads,
+			     hp->head_dim, hp->n_ff, hp->n_rot, (uint32_t)hp->tied_output };
+
+	XXH3_128bits_reset(&st);
+	XXH3_128bits_update(&st, "kvpool-llama-1", 14);
+	XXH3_128bits_update(&st, words, sizeof(words));
+	XXH3_128bits_update(&st, &hp->rope_base, sizeof(float));
+	XXH3_128bits_update(&st, &hp->rms_eps, sizeof(float));
+	for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+		const struct kvp_gguf_tensor *t = &m->gguf->tensors[i];
+
+		XXH3_128bits_update(&st, t->name.p, t->name.len);
+		XXH3_128bits_update(&st, &t->type, sizeof(t->type));
+		XXH3_128bits_update(&st, t->ne, sizeof(t->ne));
+		XXH3_128bits_update(&st, t->data, t->n_bytes);
+	}
+	h = XXH3_128bits_digest(&st);
+	XXH128_canonicalFromHash((XXH128_canonical_t *)m->fp, h);
+}
+
+static int finish_open(struct kvp_model **out, struct kvp_model *m, char *err, size_t errlen)
+{
+	int r = read_hparams(m, err, errlen);
+
+	if (!r)
+		r = bind_all(m, err, errlen);
+	if (r) {
+		kvp_model_close(m);
+		return r;
+	}
+	m->info.file_type = file_type(m->gguf);
+	m->info.file_bytes = m->gguf->size;
+	fingerprint(m);
+	*out = m;
+	return 0;
+}
+
+int kvp_model_open(struct kvp_model **out, const char *path, char *err, size_t errlen)
+{
+	struct kvp_model *m = calloc(1, sizeof(*m));
+	int r;
+
+	*out = NULL;
+	if (!m) {
+		seterr(err, errlen, "model: out of memory");
+		return -ENOMEM;
+	}
+	r = kvp_gguf_open(&m->gguf, path, err, errlen);
+	if (r) {
+		free(m);
+		return r;
+	}
+	return finish_open(out, m, err, errlen);
+}
+
+int kvp_model_open_mem(struct kvp_model **out, const void *buf, size_t len, char *err,
+		       size_t errlen)
+{
+	struct kvp_model *m = calloc(1, sizeof(*m));
+	int r;
+
+	*out = NULL;
+	if (!m) {
+		seterr(err, errlen, "model: out of memory");
+		return -ENOMEM;
+	}
+	r = kvp_gguf_parse(&m->gguf, buf, len, err, errlen);
+	if (r) {
+		free(m);
+		return r;
+	}
+	return finish_open(out, m, err, errlen);
+}
+
+void kvp_model_close(struct kvp_model *m)
+{
+	if (!m)
+		return;
+	for (uint32_t i = 0; i < m->n_owned; i++)
+		free(m->owned[i]);
+	free(m->owned);
+	free(m->layers);
+	kvp_gguf_close(m->gguf);
+	free(m);
+}
+
+const struct kvp_model_hparams *kvp_model_hparams(const struct kvp_model *m)
+{
+	return &m->hp;
+}
+
+const struct kvp_model_info *kvp_model_info(const struct kvp_model *m)
+{
+	return &m->info;
+}
+
+const char *kvp_model_name(const struct kvp_model *m)
+{
+	return m->name;
+}
+
+const uint8_t *kvp_model_fingerprint(const struct kvp_model *m)
+{
+	return m->fp;
+}
+
+void kvp_model_kv_shape(const struct kvp_model *m, uint32_t dtype, uint32_t block_tokens,
+			struct kvp_model_shape *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->n_layers = m->hp.n_layers;
+	out->n_kv_heads = m->hp.n_kv_heads;
+	out->head_dim = m->hp.head_dim;
+	out->dtype = dtype;
+	out->block_tokens = block_tokens;
+}
+
+const struct kvp_weights *kvp_model_weights(const struct kvp_model *m)
+{
+	return &m->w;
+}
+
+const struct kvp_gguf *kvp_model_gguf(const struct kvp_model *m)
+{
+	return m->gguf;
+}

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * model.h - a Llama-family model loaded from a GGUF file.
+ *
+ * kvp_model_open() maps the file, checks it is architecture "llama" with every tensor
+ * the forward pass needs at the shape the hyper-parameters imply, and binds the
+ * weights.  F32 tensors are used in place from the mapping (zero copy); F16, BF16 and
+ * Q8_0 tensors are converted once, at load, to f32 (the compute type) in memory the
+ * model owns: kvp_model_info() reports what was converted and what it costs, so the
+ * caller can log it (compute/ does not log).
+ *
+ * A model is immutable after open: any number of threads may read it, and any
+ * number of forward contexts (forward.h) may run over it at once.
+ */
+#ifndef KVP_COMPUTE_MODEL_H
+#define KVP_COMPUTE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpool/layout.h"
+
+struct kvp_model;
+struct kvp_gguf;
+
+/* Bytes of the model fingerprint (a 128-bit hash). */
+#define KVP_MODEL_FP_BYTES 16
+
+/**
+ * struct kvp_model_hparams - hyper-parameters, from the GGUF "llama.*" keys
+ * @n_vocab:    vocabulary size (rows of token_embd)
+ * @n_embd:     residual width (llama.embedding_length)
+ * @n_layers:   transformer blocks (llama.block_count)
+ * @n_heads:    query heads (llama.attention.head_count)
+ * @n_kv_heads: K/V heads (llama.attention.head_count_kv; = n_heads when absent)
+ * @head_dim:   n_embd / n_heads
+ * @n_ff:       FFN hidden width (llama.feed_forward_length)
+ * @n_rot:      dimensions of each head that RoPE rotates (llama.rope.dimension_count;
+ *              head_dim when absent); pairs (2i, 2i+1) as GGUF llama weights expect
+ * @n_ctx_train: llama.context_length (informative; positions are not limited by it)
+ * @rope_base:  llama.rope.freq_base (10000 when absent)
+ * @rms_eps:    llama.attention.layer_norm_rms_epsilon (1e-5 when absent)
+ * @tied_output: 1 when there is no output.weight and token_embd is reused
+ */
+struct kvp_model_hparams {
+	uint32_t n_vocab;
+	uint32_t n_embd;
+	uint32_t n_layers;
+	uint32_t n_heads;
+	uint32_t n_kv_heads;
+	uint32_t head_dim;
+	uint32_t n_ff;
+	uint32_t n_rot;
+	uint32_t n_ctx_train;
+	float rope_base;
+	float rms_eps;
+	int tied_output;
+};
+
+/**
+ * struct kvp_model_info - what loading did, for the caller's log
+ * @file_type:      GGML type name of most weights in the file ("f32", "f16", "bf16", "q8_0",
+ *                  or "mixed")
+ * @n_params:       parameters of all tensors bound
+ * @file_bytes:     size of the mapped file
+ * @n_converted:    tensors converted to f32 at load
+ * @converted_bytes: heap bytes those conversions cost (0 for an all-f32 file)
+ * @weight_bytes:   bytes of f32 weights a forward pass reads (the decode roofline's
+ *                  numerator: all matrices plus norms, the embedding row excluded)
+ */
+struct kvp_model_info {
+	const char *file_type;
+	uint64_t n_params;
+	uint64_t file_bytes;
+	uint32_t n_converted;
+	uint64_t converted_bytes;
+	uint64_t weight_bytes;
+};
+
+/**
+ * kvp_model_open() - map and bind a GGUF llama model
+ * @out:    out; the model, freed with kvp_model_close()
+ * @path:   GGUF file (mapped read-only and kept mapped until close)
+ * @err:    out; on failure a one-line reason naming the key, tensor or offset at fault
+ *          (may be NULL)
+ * @errlen: size of @err
+ *
+ * Hashes the hyper-parameters and all tensor data into the fingerprint, so opening
+ * reads the whole file once.
+ * Return: 0; -ENOENT/-EACCES/... from open; -EBADMSG for a malformed file;
+ * -ENOTSUP for another architecture or an unsupported tensor type; -ENOMEM.
+ */
+int kvp_model_open(struct kvp_model **out, const char *path, char *err, size_t errlen);
+
+/**
+ * kvp_model_open_mem() - as kvp_model_open(), over a caller's buffer
+ * @buf, @len: a whole GGUF file; borrowed, must outlive the model
+ *
+ * For tests (truncation, byte flips) and embedded models.
+ */
+int kvp_model_open_mem(struct kvp_model **out, const void *buf, size_t len, char *err,
+		       size_t errlen);
+
+/* kvp_model_close() - unmap and free; NULL is a no-op. */
+void kvp_model_close(struct kvp_model *m);
+
+/* Hyper-parameters (borrowed, valid until close). */
+const struct kvp_model_hparams *kvp_model_hparams(const struct kvp_model *m);
+
+/* What loading converted and cost (borrowed). */
+const struct kvp_model_info *kvp_model_info(const struct kvp_model *m);
+
+/* general.name, or "" when absent (borrowed, NUL-terminated, at most 255 bytes). */
+const char *kvp_model_name(const struct kvp_model *m);
+
+/*
+ * kvp_model_fingerprint() - 16-byte hash of the hyper-parameters and tensor data:
+ * the prefix index's extra key that keeps K/V of different models apart.
+ */
+const uint8_t *kvp_model_fingerprint(const struct kvp_model *m);
+
+/**
+ * kvp_model_kv_shape() - the pool block shape for this model
+ * @dtype:        enum kvp_dtype of the stored K/V (f32, f16, bf16)
+ * @block_tokens: tokens per block
+ * @out:          filled; pass to kvp_geom_init()
+ */
+void kvp_model_kv_shape(const struct kvp_model *m, uint32_t dtype, uint32_t block_tokens,
+			struct kvp_model_shape *out);
+
+/**
+ * struct kvp_layer_weights - one transformer block, f32, row-major (out, in)
+ * @attn_norm: (n_embd)
+ * @wq:        (n_heads * head_dim, n_embd)
+ * @wk, @wv:   (n_kv_heads * head_dim, n_embd)
+ * @wo:        (n_embd, n_heads * head_dim)
+ * @ffn_norm:  (n_embd)
+ * @w_gate, @w_up: (n_ff, n_embd)
+ * @w_down:    (n_embd, n_ff)
+ */
+struct kvp_layer_weights {
+	const float *attn_norm;
+	const float *wq, *wk, *wv, *wo;
+	const float *ffn_norm;
+	const float *w_gate, *w_up, *w_down;
+};
+
+/**
+ * struct kvp_weights - every weight the forward pass reads, f32 (compute type)
+ * @tok_embd:    (n_vocab, n_embd)
+ * @output_norm: (n_embd)
+ * @output:      (n_vocab, n_embd); == tok_embd when tied
+ * @layers:      n_layers entries
+ */
+struct kvp_weights {
+	const float *tok_embd;
+	const float *output_norm;
+	const float *output;
+	const struct kvp_layer_weights *layers;
+};
+
+/* The bound weights (borrowed; for forward.c and ref.c). */
+const struct kvp_weights *kvp_model_weights(const struct kvp_model *m);
+
+/* The parsed file (for the tokenizer's metadata); borrowed. */
+const struct kvp_gguf *kvp_model_gguf(const struct kvp_model *m);
+
+#endif /* KVP_COMPUTE_MODEL_H */

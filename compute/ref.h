@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ref.h - the naive reference forward pass: the test oracle.
+ *
+ * Recomputes the whole sequence from scratch with plain loops (no cache, no BLAS, no
+ * blocks), straight from the formulas, accumulating in double.  Slow on purpose and
+ * kept obviously correct; the fast path (forward.c) is tested against it.
+ */
+#ifndef KVP_COMPUTE_REF_H
+#define KVP_COMPUTE_REF_H
+
+#include <stdint.h>
+
+struct kvp_model;
+
+/**
+ * kvp_ref_forward() - logits of every position of @tokens
+ * @m:      the model
+ * @tokens: @n ids (< n_vocab; the caller checks), positions 0 .. n - 1
+ * @logits: out; n * n_vocab floats (row i for position i)
+ * Return: 0, or -ENOMEM.
+ */
+int kvp_ref_forward(const struct kvp_model *m, const int32_t *tokens, uint32_t n, float *logits);
+
+#endif /* KVP_COMPUTE_REF_H */
