@@ -35,17 +35,22 @@ struct kvp_peer {
 
 /**
  * struct kvp_server_config - sockets and limits; all checked by kvp_server_new()
- * @socket_path:        request socket path (created 0660; an old socket file is replaced)
+ * @socket_path:        request socket path (created 0660; a stale socket file is
+ *                      replaced, a live one is -EADDRINUSE, a non-socket -EEXIST)
  * @status_path:        status socket path, or NULL for none
  * @socket_gid:         group of the request socket, or (gid_t)-1 to leave it
  * @status_gid:         group of the status socket, or (gid_t)-1 to leave it
- * @max_frame_bytes:    largest frame accepted (header included)
- * @max_conns:          connections at once; more are accepted and refused with ERROR
- * @max_reqs_per_conn:  requests in flight per connection
- * @max_prompt_tokens:  tokens (or text bytes) in one GENERATE
- * @max_new_tokens:     largest max_new_tokens a GENERATE may ask for
+ * @max_frame_bytes:    largest frame accepted (header included); 0: 1 MiB; 256 .. 64 MiB
+ * @max_conns:          request connections at once; more are accepted, sent ERROR
+ *                      KVP_E_BUSY and closed; 0: 256.  (Status connections: 16 more.)
+ * @max_reqs_per_conn:  requests in flight per connection (more get ERROR KVP_E_BUSY,
+ *                      the connection stays); 0: 64; at most 4096
+ * @max_prompt_tokens:  tokens (or text bytes) in one GENERATE; 0: 32768
+ * @max_new_tokens:     largest max_new_tokens a GENERATE may ask for; 0: 4096
  * @outq_bytes:         bound on a connection's unsent output; a client that lets it
- *                      fill is disconnected
+ *                      fill is disconnected; 0: 1 MiB; 4 KiB .. 1 GiB
+ *
+ * Call kvp_server_new() before starting other threads: it changes the umask briefly.
  */
 struct kvp_server_config {
 	const char *socket_path;
@@ -70,17 +75,28 @@ enum kvp_status_fmt {
  * struct kvp_server_ops - svc/'s side; every callback runs on the loop thread
  * @ctx:      passed back to every callback
  * @hello:    a valid HELLO from @peer.  Fill @welcome and up to *@n_fds fds to pass
- *            (borrowed: the server sends them, never closes them); set *@n_fds to the
- *            number used.  Return KVP_OK, or an enum kvp_status to refuse (the server
- *            sends ERROR and closes).
+ *            (borrowed: the server sends dup()s of them, never closes them); set *@n_fds
+ *            to the number used.  welcome.max_new_tokens / max_prompt_tokens left 0 (or
+ *            above the config) are set from the config; welcome.n_fds is set by the
+ *            server; welcome.n_vocab, when not 0, makes the server refuse GENERATEs with
+ *            token ids outside [0, n_vocab) (ERROR KVP_E_INVALID, connection kept).
+ *            Return KVP_OK, or an enum kvp_status to refuse (the server sends ERROR and
+ *            closes; @closed still follows).
  * @generate: a validated GENERATE (struct kvp_generate in proto.h; @tokens or @text as
- *            the request said, both borrowed for the call only).  Return KVP_OK when
- *            accepted (TOKEN/DONE follow later), or a status for an immediate ERROR.
- * @cancel:   the client cancelled @req_id (it may be already finished: ignore then)
+ *            the request said, both borrowed for the call only; @text is NUL-terminated,
+ *            req->text_bytes long, with no NUL inside).  @req_id is unique among this
+ *            connection's requests in flight.  Return KVP_OK when accepted: exactly one
+ *            DONE or ERROR must follow (kvp_server_send_done/_error), also after a
+ *            cancel; TOKENs may precede it.  Or return a status for an immediate ERROR
+ *            with a generic message (or send your own ERROR and return KVP_OK).
+ * @cancel:   the client cancelled @req_id, which is in flight (still answer it)
  * @closed:   the connection is gone: cancel all its requests and release all it held.
- *            No kvp_server_send_*() to @conn succeeds after this.
+ *            Called exactly once for every connection that reached @hello (also when
+ *            @hello refused it), never for others.  No kvp_server_send_*() to @conn
+ *            succeeds from the moment it is called.
  * @status:   render the status report into @buf (at most @cap bytes); return the
- *            length, or -ENOSPC if it does not fit.
+ *            length, or -ENOSPC if it does not fit (the server retries with a larger
+ *            buffer, up to 16 MiB).
  */
 struct kvp_server_ops {
 	void *ctx;
@@ -117,8 +133,11 @@ int kvp_server_add_wakeup(struct kvp_server *srv, int efd, void (*fn)(void *arg)
 
 /*
  * Answers to a request.  Each returns 0, -ENOTCONN when @conn is gone (the @closed
- * callback has run or is about to), or -errno.  A connection whose output queue
- * exceeds outq_bytes is closed and -ENOTCONN returned.
+ * callback has run or is about to), -ENOENT when @req_id is not in flight on it (DONE
+ * or ERROR already sent), or -errno.  DONE and ERROR end the request.  A connection
+ * whose output queue would exceed outq_bytes is closed (@closed runs, the slow
+ * disconnect is counted) and -ENOTCONN returned.  send_error with @req_id 0 is a
+ * connection-level ERROR: it is sent, then the connection closes.
  */
 int kvp_server_send_tokens(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			   const int32_t *tokens, uint32_t n_tokens, const char *text,
@@ -137,7 +156,8 @@ int kvp_server_run(struct kvp_server *srv);
 /*
  * Stop accepting and make kvp_server_run() return at the next turn.  Async-signal-safe
  * (writes an eventfd).  Open connections stay until kvp_server_free(), so svc/ can
- * drain running requests first by calling kvp_server_run_for().
+ * drain running requests first by calling kvp_server_run_for().  A stop during
+ * kvp_server_run_for() ends it early too (e.g. call it once draining is complete).
  */
 void kvp_server_stop(struct kvp_server *srv);
 
