@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "compute/gguf.h"
@@ -450,6 +451,7 @@ int kvp_mkmodel_write(const char *path, const struct kvp_mkmodel_opts *o, char *
 			snprintf(err, errlen, "mkmodel: create %s: %s", tmp, strerror(-r));
 		return r;
 	}
+	fchmod(fd, 0644);	/* a model is not a secret; mkstemp made it 0600 */
 	setvbuf(s.f, NULL, _IOFBF, 1 << 20);
 	r = write_all(&s, o, err, errlen);
 	if (fclose(s.f) && !r) {

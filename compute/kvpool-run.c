@@ -1,0 +1,10 @@
+/* SPDX-License-Identifier: MIT */
+/* kvpool-run: see run.h. */
+#include <stdio.h>
+
+#include "compute/run.h"
+
+int main(int argc, char **argv)
+{
+	return kvp_run_main(argc, argv, stdout);
+}

@@ -1,0 +1,436 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * run.c - the offline command-line tools: kvpool-run (one generation, in-process) and
+ * kvpool-mkmodel (synthetic models).
+ *
+ * kvpool-run backs a struct kvp_kv_view with one page-aligned heap region holding just
+ * enough blocks for prompt + generation, block table 0, 1, 2, ...; everything else is
+ * the daemon's code path: chunked kvp_fwd_prefill(), then kvp_fwd_decode() one token
+ * at a time, kvp_sampler_sample(), and streamed UTF-8 text.  Single-threaded driver;
+ * OpenBLAS uses --threads.
+ */
+#include "compute/run.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "compute/forward.h"
+#include "compute/mkmodel.h"
+#include "compute/model.h"
+#include "compute/sample.h"
+#include "compute/tokenizer.h"
+#include "shm/geom.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi || s[0] == '-')
+		return -EINVAL;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_float(const char *s, float *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtof(s, &end);
+	return errno || end == s || *end || *out != *out ? -EINVAL : 0;
+}
+
+/* "1,2,3" -> ids; Return count or -EINVAL. */
+static int parse_tokens(const char *s, int32_t **out)
+{
+	size_t n = 1, k = 0;
+	int32_t *v;
+
+	for (const char *p = s; *p; p++)
+		n += *p == ',';
+	v = malloc(n * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	while (*s) {
+		char *end;
+		long x;
+
+		errno = 0;
+		x = strtol(s, &end, 10);
+		if (errno || end == s || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+			free(v);
+			return -EINVAL;
+		}
+		v[k++] = (int32_t)x;
+		s = *end ? end + 1 : end;
+	}
+	if (!k || k > INT32_MAX) {
+		free(v);
+		return -EINVAL;
+	}
+	*out = v;
+	return (int)k;
+}
+
+static void json_str(FILE *out, const char *s, size_t n)
+{
+	fputc('"', out);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c == '\\')
+			fprintf(out, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", out);
+		else if (c < 0x20 || c == 0x7f)
+			fprintf(out, "\\u%04x", c);
+		else
+			fputc(c, out);
+	}
+	fputc('"', out);
+}
+
+static void run_usage(FILE *f)
+{
+	fputs("usage: kvpool-run -m MODEL (-p TEXT | --tokens 1,2,3) [-n N] [--temperature T]\n"
+	      "                  [--top-k K] [--top-p P] [--seed S] [--threads N] [--json]\n"
+	      "                  [--kv-type f32|f16|bf16] [--block-tokens N] [--chunk N] [--ignore-eos]\n"
+	      "  -n N             tokens to generate (default 32)\n"
+	      "  --temperature T  0 = greedy (default 0)\n"
+	      "  --threads N      matrix-product threads (default: online CPUs)\n"
+	      "  --json           one JSON object: tokens, text, timings\n", f);
+}
+
+struct run_opts {
+	const char *model, *prompt, *tokens;
+	uint32_t n_gen, threads, block_tokens, chunk, kv_dtype;
+	struct kvp_sample_params sp;
+	int json, ignore_eos;
+};
+
+static int run_parse(int argc, char **argv, struct run_opts *o)
+{
+	static const struct option lo[] = {
+		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
+		{ "tokens", required_argument, 0, 't' }, { "temperature", required_argument, 0, 'T' },
+		{ "top-k", required_argument, 0, 'k' }, { "top-p", required_argument, 0, 'P' },
+		{ "seed", required_argument, 0, 's' }, { "threads", required_argument, 0, 'j' },
+		{ "json", no_argument, 0, 'J' }, { "kv-type", required_argument, 0, 'K' },
+		{ "block-tokens", required_argument, 0, 'b' }, { "chunk", required_argument, 0, 'c' },
+		{ "ignore-eos", no_argument, 0, 'E' }, { "help", no_argument, 0, 'h' }, { 0 },
+	};
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	uint32_t u;
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->n_gen = 32;
+	o->threads = ncpu > 0 && ncpu < 256 ? (uint32_t)ncpu : 1;
+	o->block_tokens = 16;
+	o->chunk = 256;
+	o->sp.top_p = 1.0f;
+	o->sp.seed = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "m:p:n:h", lo, NULL)) != -1) {
+		switch (c) {
+		case 'm': o->model = optarg; break;
+		case 'p': o->prompt = optarg; break;
+		case 't': o->tokens = optarg; break;
+		case 'n': if (parse_u32(optarg, 1, 1u << 20, &o->n_gen)) return -EINVAL; break;
+		case 'T': if (parse_float(optarg, &o->sp.temperature)) return -EINVAL; break;
+		case 'k': if (parse_u32(optarg, 0, UINT32_MAX, &o->sp.top_k)) return -EINVAL; break;
+		case 'P': if (parse_float(optarg, &o->sp.top_p)) return -EINVAL; break;
+		case 's': if (parse_u32(optarg, 0, UINT32_MAX, &u)) return -EINVAL;
+			o->sp.seed = u; break;
+		case 'j': if (parse_u32(optarg, 1, 256, &o->threads)) return -EINVAL; break;
+		case 'J': o->json = 1; break;
+		case 'E': o->ignore_eos = 1; break;
+		case 'K':
+			if (!strcmp(optarg, "f32")) o->kv_dtype = KVP_DTYPE_F32;
+			else if (!strcmp(optarg, "f16")) o->kv_dtype = KVP_DTYPE_F16;
+			else if (!strcmp(optarg, "bf16")) o->kv_dtype = KVP_DTYPE_BF16;
+			else return -EINVAL;
+			break;
+		case 'b': if (parse_u32(optarg, 1, 1024, &o->block_tokens)) return -EINVAL; break;
+		case 'c': if (parse_u32(optarg, 1, 4096, &o->chunk)) return -EINVAL; break;
+		default: return -EINVAL;
+		}
+	}
+	if (optind != argc || !o->model || !o->prompt == !o->tokens)
+		return -EINVAL;
+	return 0;
+}
+
+int kvp_run_main(int argc, char **argv, FILE *out)
+{
+	struct run_opts o;
+	struct kvp_model *m = NULL;
+	struct kvp_tokenizer *tok = NULL;
+	struct kvp_fwd *fwd = NULL;
+	struct kvp_sampler *smp = NULL;
+	struct kvp_kv_view kv = { 0 };
+	struct kvp_model_shape shape;
+	struct kvp_utf8_stream us = { 0 };
+	const struct kvp_model_hparams *hp;
+	const struct kvp_model_info *info;
+	int32_t *prompt = NULL, *gen = NULL, eos = -1;
+	uint32_t *table = NULL, n_prompt, n_blocks, n_out = 0;
+	float *logits = NULL;
+	char err[512] = "", *text = NULL;
+	size_t text_len = 0;
+	double t0, t_prefill, t_decode;
+	int r, ret = 1;
+
+	r = run_parse(argc, argv, &o);
+	if (r) {
+		run_usage(stderr);
+		return 2;
+	}
+	r = kvp_model_open(&m, o.model, err, sizeof(err));
+	if (r) {
+		fprintf(stderr, "kvpool-run: %s\n", err);
+		return 1;
+	}
+	hp = kvp_model_hparams(m);
+	info = kvp_model_info(m);
+	fprintf(stderr, "kvpool-run: model '%s': %u layers, n_embd %u, %u/%u heads, n_ff %u, vocab %u, "
+		"%.1fM params, %s; %u tensors converted to f32 (%.1f MiB)\n", kvp_model_name(m),
+		hp->n_layers, hp->n_embd, hp->n_heads, hp->n_kv_heads, hp->n_ff, hp->n_vocab,
+		info->n_params / 1e6, info->file_type, info->n_converted,
+		info->converted_bytes / 1048576.0);
+	r = kvp_tokenizer_new(&tok, m, err, sizeof(err));
+	if (r && o.prompt) {
+		fprintf(stderr, "kvpool-run: %s\n", err);
+		goto out;
+	}
+	if (tok)
+		eos = kvp_tokenizer_eos(tok);
+	if (o.tokens) {
+		r = parse_tokens(o.tokens, &prompt);
+		if (r < 0) {
+			fprintf(stderr, "kvpool-run: --tokens: bad list\n");
+			ret = 2;
+			goto out;
+		}
+		n_prompt = (uint32_t)r;
+		for (uint32_t i = 0; i < n_prompt; i++) {
+			if ((uint32_t)prompt[i] >= hp->n_vocab) {
+				fprintf(stderr, "kvpool-run: --tokens: id %d >= vocabulary %u\n", prompt[i],
+					hp->n_vocab);
+				ret = 2;
+				goto out;
+			}
+		}
+	} else {
+		size_t len = strlen(o.prompt);
+
+		prompt = malloc((len + 2) * sizeof(*prompt));
+		if (!prompt)
+			goto out;
+		r = kvp_tokenizer_encode(tok, o.prompt, len, prompt, len + 2);
+		if (r <= 0) {
+			fprintf(stderr, "kvpool-run: prompt gives no tokens\n");
+			goto out;
+		}
+		n_prompt = (uint32_t)r;
+	}
+
+	/* the K/V "pool": just enough blocks, laid out as the daemon's */
+	kvp_model_kv_shape(m, o.kv_dtype, o.block_tokens, &shape);
+	if (kvp_geom_init(&kv.geom, &shape)) {
+		fprintf(stderr, "kvpool-run: bad KV block shape\n");
+		goto out;
+	}
+	n_blocks = (n_prompt + o.n_gen + o.block_tokens - 1) / o.block_tokens;
+	kv.n_blocks = n_blocks;
+	kv.base = aligned_alloc(KVP_BLOCK_ALIGN, (size_t)n_blocks * kv.geom.block_stride);
+	table = malloc(n_blocks * sizeof(*table));
+	gen = malloc(o.n_gen * sizeof(*gen));
+	logits = malloc((size_t)hp->n_vocab * sizeof(*logits));
+	text = malloc((size_t)o.n_gen * 3 * 1100 + 8);
+	if (!kv.base || !table || !gen || !logits || !text) {
+		fprintf(stderr, "kvpool-run: out of memory\n");
+		goto out;
+	}
+	for (uint32_t i = 0; i < n_blocks; i++)
+		table[i] = i;
+	r = kvp_fwd_new(&fwd, m, &(struct kvp_fwd_opts){ .n_threads = o.threads,
+		.max_chunk = o.chunk < n_prompt ? o.chunk : n_prompt, .max_batch = 1 });
+	if (!r)
+		r = kvp_sampler_new(&smp, hp->n_vocab, &o.sp);
+	if (r) {
+		fprintf(stderr, "kvpool-run: setup: %s\n", strerror(-r));
+		goto out;
+	}
+
+	t0 = now_s();
+	for (uint32_t done = 0; done < n_prompt;) {
+		uint32_t n = n_prompt - done < o.chunk ? n_prompt - done : o.chunk;
+
+		r = kvp_fwd_prefill(fwd, &kv, table, n_blocks, done, prompt + done, n, logits, 0);
+		if (r) {
+			fprintf(stderr, "kvpool-run: prefill: %s\n", strerror(-r));
+			goto out;
+		}
+		done += n;
+	}
+	t_prefill = now_s() - t0;
+	t0 = now_s();
+	for (;;) {
+		int32_t id = kvp_sampler_sample(smp, logits);
+
+		if (id == eos && !o.ignore_eos)
+			break;
+		gen[n_out++] = id;
+		if (tok) {
+			size_t plen;
+			const char *p = kvp_tokenizer_piece(tok, id, &plen);
+			int w = kvp_utf8_feed(&us, p, plen, text + text_len, 3 * plen + 3);
+
+			if (w > 0) {
+				if (!o.json) {
+					fwrite(text + text_len, 1, w, out);
+					fflush(out);
+				}
+				text_len += w;
+			}
+		}
+		if (n_out == o.n_gen)
+			break;
+		r = kvp_fwd_decode(fwd, &kv, &(struct kvp_fwd_seq){ .table = table,
+			.n_table = n_blocks, .pos = n_prompt + n_out - 1, .token = id }, 1, logits);
+		if (r) {
+			fprintf(stderr, "kvpool-run: decode: %s\n", strerror(-r));
+			goto out;
+		}
+	}
+	t_decode = now_s() - t0;
+	if (tok) {
+		int w = kvp_utf8_flush(&us, text + text_len, 3);
+
+		if (w > 0 && !o.json)
+			fwrite(text + text_len, 1, w, out);
+		text_len += w > 0 ? w : 0;
+	}
+	if (o.json) {
+		fputs("{\"tokens\":[", out);
+		for (uint32_t i = 0; i < n_out; i++)
+			fprintf(out, "%s%d", i ? "," : "", gen[i]);
+		fputs("],\"text\":", out);
+		json_str(out, text, text_len);
+		fprintf(out, ",\"timings\":{\"prompt_tokens\":%u,\"generated_tokens\":%u,"
+			"\"prefill_ms\":%.3f,\"decode_ms\":%.3f,\"prefill_tok_s\":%.2f,"
+			"\"decode_tok_s\":%.2f}}\n", n_prompt, n_out, t_prefill * 1e3, t_decode * 1e3,
+			n_prompt / t_prefill, n_out > 1 && t_decode > 0 ? (n_out - 1) / t_decode : 0.0);
+	} else {
+		fputc('\n', out);
+		fprintf(stderr, "kvpool-run: prompt %u tokens in %.1f ms (%.1f tok/s), generated %u in %.1f ms (%.1f tok/s)\n",
+			n_prompt, t_prefill * 1e3, n_prompt / t_prefill, n_out, t_decode * 1e3,
+			n_out > 1 && t_decode > 0 ? (n_out - 1) / t_decode : 0.0);
+	}
+	ret = 0;
+out:
+	kvp_sampler_free(smp);
+	kvp_fwd_free(fwd);
+	kvp_tokenizer_free(tok);
+	kvp_model_close(m);
+	free(kv.base);
+	free(table);
+	free(gen);
+	free(logits);
+	free(text);
+	free(prompt);
+	return ret;
+}
+
+int kvp_mkmodel_main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "preset", required_argument, 0, 'P' }, { "type", required_argument, 0, 't' },
+		{ "seed", required_argument, 0, 's' }, { "output", required_argument, 0, 'o' },
+		{ "n-embd", required_argument, 0, 'e' }, { "n-layers", required_argument, 0, 'l' },
+		{ "n-heads", required_argument, 0, 'H' }, { "n-kv-heads", required_argument, 0, 'K' },
+		{ "n-ff", required_argument, 0, 'f' }, { "n-ctx", required_argument, 0, 'c' },
+		{ "tied", no_argument, 0, 'T' }, { "untied", no_argument, 0, 'U' },
+		{ "name", required_argument, 0, 'N' }, { "help", no_argument, 0, 'h' }, { 0 },
+	};
+	const char *preset = "tiny", *path = NULL, *type = NULL, *name = NULL;
+	uint32_t e = 0, l = 0, H = 0, K = 0, F = 0, C = 0, u;
+	int tied = -1, c, r;
+	uint64_t seed = 0;
+	int have_seed = 0;
+	struct kvp_mkmodel_opts o;
+	char err[256];
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "o:t:s:p:h", lo, NULL)) != -1) {
+		uint32_t *dst = c == 'e' ? &e : c == 'l' ? &l : c == 'H' ? &H : c == 'K' ? &K :
+				c == 'f' ? &F : c == 'c' ? &C : NULL;
+
+		if (dst) {
+			if (parse_u32(optarg, 1, 1u << 20, dst))
+				goto usage;
+			continue;
+		}
+		switch (c) {
+		case 'P': case 'p': preset = optarg; break;
+		case 't': type = optarg; break;
+		case 'o': path = optarg; break;
+		case 'N': name = optarg; break;
+		case 'T': tied = 1; break;
+		case 'U': tied = 0; break;
+		case 's':
+			if (parse_u32(optarg, 0, UINT32_MAX, &u))
+				goto usage;
+			seed = u;
+			have_seed = 1;
+			break;
+		default: goto usage;
+		}
+	}
+	if (!path || optind != argc || kvp_mkmodel_preset(&o, preset))
+		goto usage;
+	if (type) {
+		r = kvp_mkmodel_type_parse(type);
+		if (r < 0)
+			goto usage;
+		o.type = (uint32_t)r;
+	}
+	if (have_seed) o.seed = seed;
+	if (e) o.n_embd = e;
+	if (l) o.n_layers = l;
+	if (H) o.n_heads = H;
+	if (K) o.n_kv_heads = K;
+	if (F) o.n_ff = F;
+	if (C) o.n_ctx = C;
+	if (tied >= 0) o.tied = tied;
+	if (name) o.name = name;
+	r = kvp_mkmodel_write(path, &o, err, sizeof(err));
+	if (r) {
+		fprintf(stderr, "kvpool-mkmodel: %s\n", err);
+		return 1;
+	}
+	return 0;
+usage:
+	fputs("usage: kvpool-mkmodel -o FILE [--preset tiny|demo|1b] [--type f32|f16|bf16|q8_0]\n"
+	      "                      [--seed S] [--n-embd N] [--n-layers N] [--n-heads N]\n"
+	      "                      [--n-kv-heads N] [--n-ff N] [--n-ctx N] [--tied|--untied]\n"
+	      "                      [--name NAME]\n", stderr);
+	return 2;
+}

@@ -1,0 +1,502 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_forward.c - the fast forward pass against the naive reference (compute/ref.c),
+ * chunked prefill, shared prefix blocks, batched decode, K/V dtypes, argument checks,
+ * and that generation touches only its own blocks.
+ *
+ * The K/V "pool" is an aligned heap region laid out as the daemon's; every byte starts
+ * as 0xff (NaN in f32, f16 and bf16), and under ASan every block not in the sequence's
+ * table (and every block's padding) is poisoned, so a read outside the sequence's
+ * blocks is an ASan report, and in a plain build a NaN in the logits.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <sanitizer/asan_interface.h>
+
+#include "compute/forward.h"
+#include "compute/gguf.h"
+#include "compute/mkmodel.h"
+#include "compute/model.h"
+#include "compute/ref.h"
+#include "compute/sample.h"
+#include "shm/geom.h"
+
+struct pool {
+	struct kvp_kv_view v;
+	size_t bytes;
+};
+
+static struct kvp_model *make_model(uint32_t embd, uint32_t heads, uint32_t kv_heads,
+				    uint32_t layers, uint32_t ff, uint32_t type, int tied)
+{
+	struct kvp_mkmodel_opts o;
+	struct kvp_model *m;
+	void *buf;
+	size_t len;
+	char err[256];
+
+	assert_int_equal(kvp_mkmodel_preset(&o, "tiny"), 0);
+	o.n_embd = embd;
+	o.n_heads = heads;
+	o.n_kv_heads = kv_heads;
+	o.n_layers = layers;
+	o.n_ff = ff;
+	o.type = type;
+	o.tied = tied;
+	assert_int_equal(kvp_mkmodel_write_mem(&buf, &len, &o, err, sizeof(err)), 0);
+	/* the model borrows the buffer; free_model() frees both */
+	int r = kvp_model_open_mem(&m, buf, len, err, sizeof(err));
+	if (r)
+		fail_msg("%s", err);
+	return m;
+}
+
+static void *model_buf(const struct kvp_model *m)
+{
+	return (void *)kvp_model_gguf(m)->base;
+}
+
+static void free_model(struct kvp_model *m)
+{
+	void *buf = model_buf(m);
+
+	kvp_model_close(m);
+	free(buf);
+}
+
+static void pool_init(struct pool *p, const struct kvp_model *m, uint32_t dtype, uint32_t bt,
+		      uint32_t n_blocks)
+{
+	struct kvp_model_shape s;
+
+	kvp_model_kv_shape(m, dtype, bt, &s);
+	assert_int_equal(kvp_geom_init(&p->v.geom, &s), 0);
+	p->v.n_blocks = n_blocks;
+	p->bytes = (size_t)n_blocks * p->v.geom.block_stride;
+	p->v.base = aligned_alloc(KVP_BLOCK_ALIGN, p->bytes);
+	assert_non_null(p->v.base);
+	memset(p->v.base, 0xff, p->bytes);
+	ASAN_POISON_MEMORY_REGION(p->v.base, p->bytes);
+}
+
+/* Make the payload of the @n blocks of @table readable (the padding stays poisoned). */
+static void pool_open(struct pool *p, const uint32_t *table, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		ASAN_UNPOISON_MEMORY_REGION(kvp_kv_block(&p->v, table[i]), p->v.geom.block_bytes);
+}
+
+static void pool_free(struct pool *p)
+{
+	ASAN_UNPOISON_MEMORY_REGION(p->v.base, p->bytes);
+	free(p->v.base);
+}
+
+/* max |a - b| / max |b| */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+	double num = 0, den = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)a[i] - b[i]);
+
+		if (!(d <= num))
+			num = d;	/* NaN propagates */
+		den = fabs(b[i]) > den ? fabs(b[i]) : den;
+	}
+	return num / (den > 0 ? den : 1);
+}
+
+static struct kvp_fwd *make_fwd(const struct kvp_model *m, uint32_t chunk, uint32_t batch)
+{
+	struct kvp_fwd *f;
+
+	assert_int_equal(kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = 1,
+				     .max_chunk = chunk, .max_batch = batch }), 0);
+	return f;
+}
+
+/* Prompt of n pseudo-random byte tokens. */
+static void prompt(int32_t *t, uint32_t n, uint32_t seed)
+{
+	t[0] = 1;	/* BOS */
+	for (uint32_t i = 1; i < n; i++) {
+		seed = seed * 1103515245u + 12345u;
+		t[i] = 3 + (int32_t)((seed >> 16) % 256);
+	}
+}
+
+/*
+ * Prefill @n_prompt tokens, then decode @steps greedy tokens; at every step the cached
+ * logits must equal the reference recomputation of the whole sequence.
+ */
+static void decode_vs_ref(struct kvp_model *m, uint32_t dtype, uint32_t bt, uint32_t n_prompt,
+			  uint32_t steps, double tol)
+{
+	const struct kvp_model_hparams *hp = kvp_model_hparams(m);
+	uint32_t V = hp->n_vocab, total = n_prompt + steps, nb = (total + bt - 1) / bt;
+	int32_t *toks = malloc(total * sizeof(int32_t));
+	float *lg = malloc(total * V * sizeof(float)), *ref = malloc(total * V * sizeof(float));
+	uint32_t *table = malloc(nb * sizeof(uint32_t));
+	struct kvp_fwd *f = make_fwd(m, n_prompt, 1);
+	struct pool p;
+
+	pool_init(&p, m, dtype, bt, nb * 2);
+	for (uint32_t i = 0; i < nb; i++)	/* scattered, reversed ids: no accidental contiguity */
+		table[i] = 2 * nb - 1 - 2 * i;
+	pool_open(&p, table, nb);
+	prompt(toks, n_prompt, 7);
+
+	/* prefill: every position's logits against the reference */
+	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, nb, 0, toks, n_prompt, lg, 1), 0);
+	assert_int_equal(kvp_ref_forward(m, toks, n_prompt, ref), 0);
+	assert_true(rel_err(lg, ref, (size_t)n_prompt * V) < tol);
+
+	float *last = lg + (size_t)(n_prompt - 1) * V;
+	for (uint32_t s = 0; s < steps; s++) {
+		uint32_t pos = n_prompt + s;
+		double e;
+
+		toks[pos] = kvp_sample_greedy(last, V);
+		assert_int_equal(kvp_fwd_decode(f, &p.v, &(struct kvp_fwd_seq){ .table = table,
+				 .n_table = nb, .pos = pos, .token = toks[pos] }, 1, lg), 0);
+		assert_int_equal(kvp_ref_forward(m, toks, pos + 1, ref), 0);
+		e = rel_err(lg, ref + (size_t)pos * V, V);
+		if (!(e < tol))
+			fail_msg("step %u: relative error %g >= %g", s, e, tol);
+		last = lg;
+	}
+	pool_free(&p);
+	kvp_fwd_free(f);
+	free(toks);
+	free(lg);
+	free(ref);
+	free(table);
+}
+
+static void test_decode_matches_ref_mha(void **state)
+{
+	/* MHA (4 query = 4 kv heads): every one of 64 decode steps within 1e-4 of the reference */
+	struct kvp_model *m = make_model(64, 4, 4, 2, 96, KVP_GGML_F32, 0);
+
+	decode_vs_ref(m, KVP_DTYPE_F32, 4, 5, 64, 1e-4);
+	free_model(m);
+}
+
+static void test_decode_matches_ref_gqa(void **state)
+{
+	/* GQA (8 query heads share 2 kv heads), tied output: 64 steps within 1e-4 */
+	struct kvp_model *m = make_model(64, 8, 2, 2, 128, KVP_GGML_F32, 1);
+
+	decode_vs_ref(m, KVP_DTYPE_F32, 3, 7, 64, 1e-4);
+	free_model(m);
+}
+
+static void test_weight_types_match_ref(void **state)
+{
+	/* f16, bf16 and q8_0 files are converted at load; the pass still matches the reference */
+	static const uint32_t types[] = { KVP_GGML_F16, KVP_GGML_BF16, KVP_GGML_Q8_0 };
+
+	for (size_t i = 0; i < 3; i++) {
+		struct kvp_model *m = make_model(64, 4, 2, 2, 128, types[i], 0);
+
+		assert_int_equal(kvp_model_info(m)->n_converted, 2 * 7 + 2);
+		decode_vs_ref(m, KVP_DTYPE_F32, 4, 4, 12, 1e-4);
+		free_model(m);
+	}
+}
+
+static void test_kv_f16_bf16_close_to_f32(void **state)
+{
+	/* f16/bf16 K/V round K and V on write: logits stay close to the f32 reference */
+	struct kvp_model *m = make_model(64, 4, 2, 2, 128, KVP_GGML_F32, 0);
+
+	decode_vs_ref(m, KVP_DTYPE_F16, 4, 6, 16, 5e-3);
+	decode_vs_ref(m, KVP_DTYPE_BF16, 4, 6, 16, 3e-2);
+	free_model(m);
+}
+
+/* Greedy-decode @n tokens after logits @lg, in @table; tokens to @out. */
+static void greedy(struct kvp_fwd *f, struct pool *p, const uint32_t *table, uint32_t nt,
+		   uint32_t pos, float *lg, uint32_t V, int32_t *out, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		out[i] = kvp_sample_greedy(lg, V);
+		assert_int_equal(kvp_fwd_decode(f, &p->v, &(struct kvp_fwd_seq){ .table = table,
+				 .n_table = nt, .pos = pos + i, .token = out[i] }, 1, lg), 0);
+	}
+}
+
+static void test_chunked_and_shared_prefix_prefill(void **state)
+{
+	/*
+	 * One chunk, chunks of 5, and "8 shared prefix blocks of another sequence + suffix"
+	 * give the same last logits (1e-4) and the same 32 greedy tokens; the shared blocks
+	 * are not modified by the second sequence.
+	 */
+	struct kvp_model *m = make_model(64, 4, 2, 2, 128, KVP_GGML_F32, 0);
+	uint32_t V = kvp_model_hparams(m)->n_vocab, bt = 4, n = 37, gen = 32;
+	uint32_t nb = (n + gen + bt - 1) / bt;	/* 18 blocks per sequence */
+	uint32_t ta[18], tb[18], tc[18];
+	int32_t toks[37], ga[32], gb[32], gc[32];
+	float *la = malloc(V * 4), *lb = malloc(V * 4), *lc = malloc(V * 4);
+	struct kvp_fwd *f = make_fwd(m, 64, 1);
+	struct pool p;
+	uint8_t *snap;
+	size_t bb;
+
+	pool_init(&p, m, KVP_DTYPE_F32, bt, 3 * nb);
+	bb = p.v.geom.block_bytes;
+	for (uint32_t i = 0; i < nb; i++) {
+		ta[i] = i;
+		tb[i] = nb + i;
+		tc[i] = i < 8 ? ta[i] : 2 * nb + i;	/* first 8 blocks (32 tokens) shared with a */
+	}
+	pool_open(&p, ta, nb);
+	pool_open(&p, tb, nb);
+	pool_open(&p, tc, nb);
+	prompt(toks, n, 99);
+
+	assert_int_equal(kvp_fwd_prefill(f, &p.v, ta, nb, 0, toks, n, la, 0), 0);
+	for (uint32_t done = 0; done < n; done += 5)
+		assert_int_equal(kvp_fwd_prefill(f, &p.v, tb, nb, done, toks + done,
+						 n - done < 5 ? n - done : 5, lb, 0), 0);
+	snap = malloc(8 * bb);
+	for (uint32_t i = 0; i < 8; i++)
+		memcpy(snap + i * bb, kvp_kv_block(&p.v, ta[i]), bb);
+	assert_int_equal(kvp_fwd_prefill(f, &p.v, tc, nb, 32, toks + 32, n - 32, lc, 0), 0);
+
+	assert_true(rel_err(lb, la, V) < 1e-4);
+	assert_true(rel_err(lc, la, V) < 1e-4);
+	/* decode a before c: a's own blocks after the prefix change, the shared ones must not */
+	greedy(f, &p, ta, nb, n, la, V, ga, gen);
+	greedy(f, &p, tb, nb, n, lb, V, gb, gen);
+	greedy(f, &p, tc, nb, n, lc, V, gc, gen);
+	assert_memory_equal(ga, gb, sizeof(ga));
+	assert_memory_equal(ga, gc, sizeof(ga));
+	for (uint32_t i = 0; i < 8; i++)
+		assert_memory_equal(snap + i * bb, kvp_kv_block(&p.v, ta[i]), bb);
+
+	free(snap);
+	pool_free(&p);
+	kvp_fwd_free(f);
+	free(la);
+	free(lb);
+	free(lc);
+	free_model(m);
+}
+
+static void test_batch_equals_alone(void **state)
+{
+	/* 4 sequences of different lengths decoded as one batch = each decoded alone */
+	struct kvp_model *m = make_model(64, 4, 2, 2, 128, KVP_GGML_F32, 0);
+	uint32_t V = kvp_model_hparams(m)->n_vocab, bt = 4, B = 4, steps = 16, nb = 12;
+	static const uint32_t len[4] = { 3, 9, 17, 6 };
+	uint32_t tab[2][4][12];
+	int32_t toks[4][17], cur[2][4], out[2][4][16];
+	float *lg = malloc(B * V * 4), *l1 = malloc(V * 4);
+	struct kvp_fwd *f = make_fwd(m, 32, B);
+	struct pool p;
+
+	pool_init(&p, m, KVP_DTYPE_F32, bt, 2 * B * nb);
+	for (uint32_t w = 0; w < 2; w++)
+		for (uint32_t s = 0; s < B; s++)
+			for (uint32_t i = 0; i < nb; i++)
+				tab[w][s][i] = (w * B + s) + i * 2 * B;	/* interleaved blocks */
+	for (uint32_t w = 0; w < 2; w++)
+		for (uint32_t s = 0; s < B; s++) {
+			pool_open(&p, tab[w][s], nb);
+			prompt(toks[s], len[s], 11 + s);
+			assert_int_equal(kvp_fwd_prefill(f, &p.v, tab[w][s], nb, 0, toks[s], len[s],
+							 l1, 0), 0);
+			cur[w][s] = kvp_sample_greedy(l1, V);
+		}
+	/* w = 0: each alone; w = 1: one batch of 4 */
+	for (uint32_t i = 0; i < steps; i++) {
+		struct kvp_fwd_seq seq[4];
+
+		for (uint32_t s = 0; s < B; s++) {
+			out[0][s][i] = cur[0][s];
+			assert_int_equal(kvp_fwd_decode(f, &p.v, &(struct kvp_fwd_seq){
+				.table = tab[0][s], .n_table = nb, .pos = len[s] + i,
+				.token = cur[0][s] }, 1, l1), 0);
+			cur[0][s] = kvp_sample_greedy(l1, V);
+			memcpy(lg + s * V, l1, V * 4);	/* keep alone logits for comparison */
+			seq[s] = (struct kvp_fwd_seq){ .table = tab[1][s], .n_table = nb,
+						       .pos = len[s] + i, .token = cur[1][s] };
+			out[1][s][i] = cur[1][s];
+		}
+		float *lb = malloc(B * V * 4);
+
+		assert_int_equal(kvp_fwd_decode(f, &p.v, seq, B, lb), 0);
+		for (uint32_t s = 0; s < B; s++) {
+			assert_true(rel_err(lb + s * V, lg + s * V, V) < 1e-4);
+			cur[1][s] = kvp_sample_greedy(lb + s * V, V);
+		}
+		free(lb);
+	}
+	assert_memory_equal(out[0], out[1], sizeof(out[0]));
+	pool_free(&p);
+	kvp_fwd_free(f);
+	free(lg);
+	free(l1);
+	free_model(m);
+}
+
+static void test_greedy_not_degenerate(void **state)
+{
+	/* the tiny preset's greedy continuation of a prompt uses many distinct tokens */
+	struct kvp_mkmodel_opts o;
+	struct kvp_model *m;
+	void *buf;
+	size_t len;
+	uint32_t nb = 8, table[8], V, distinct = 0;
+	int32_t toks[4] = { 1, 3 + 'H', 3 + 'i', 3 + '!' }, out[32];
+	uint8_t seen[512] = { 0 };
+	struct kvp_fwd *f;
+	struct pool p;
+	float *lg;
+
+	assert_int_equal(kvp_mkmodel_preset(&o, "tiny"), 0);
+	assert_int_equal(kvp_mkmodel_write_mem(&buf, &len, &o, NULL, 0), 0);
+	assert_int_equal(kvp_model_open_mem(&m, buf, len, NULL, 0), 0);
+	V = kvp_model_hparams(m)->n_vocab;
+	lg = malloc(V * 4);
+	f = make_fwd(m, 4, 1);
+	pool_init(&p, m, KVP_DTYPE_F32, 16, nb);
+	for (uint32_t i = 0; i < nb; i++)
+		table[i] = i;
+	pool_open(&p, table, nb);
+	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, nb, 0, toks, 4, lg, 0), 0);
+	greedy(f, &p, table, nb, 4, lg, V, out, 32);
+	for (int i = 0; i < 32; i++) {
+		distinct += !seen[out[i]];
+		seen[out[i]] = 1;
+	}
+	if (distinct < 8)
+		fail_msg("only %u distinct tokens in 32 greedy steps", distinct);
+	pool_free(&p);
+	kvp_fwd_free(f);
+	free(lg);
+	free_model(m);
+}
+
+static void test_rejects_bad_arguments(void **state)
+{
+	/* bad token, block id, short table, oversize chunk, mismatched view: -EINVAL, no write */
+	struct kvp_model *m = make_model(64, 4, 2, 2, 128, KVP_GGML_F32, 0);
+	uint32_t V = kvp_model_hparams(m)->n_vocab, table[4] = { 0, 1, 2, 3 }, bad[4] = { 0, 1, 9, 3 };
+	int32_t toks[8] = { 1, 5, 6, 7, 8, 9, 10, 11 }, badtok[2] = { 1, 259 };
+	float *lg = malloc(8 * V * 4);
+	struct kvp_fwd *f = make_fwd(m, 8, 2);
+	struct kvp_kv_view wrong;
+	struct kvp_model_shape s;
+	struct pool p;
+	uint8_t *copy;
+
+	pool_init(&p, m, KVP_DTYPE_F32, 2, 4);
+	pool_open(&p, table, 4);
+	copy = malloc(4 * p.v.geom.block_bytes);
+	for (int i = 0; i < 4; i++)
+		memcpy(copy + i * p.v.geom.block_bytes, kvp_kv_block(&p.v, i), p.v.geom.block_bytes);
+
+	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, 4, 0, badtok, 2, lg, 0), -EINVAL);
+	assert_int_equal(kvp_fwd_prefill(f, &p.v, bad, 4, 0, toks, 8, lg, 0), -EINVAL);
+	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, 3, 0, toks, 8, lg, 0), -EINVAL);
+	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, 4, 1, toks, 8, lg, 0), -EINVAL);
+	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, 4, 0, toks, 0, lg, 0), -EINVAL);
+	assert_int_equal(kvp_fwd_decode(f, &p.v, &(struct kvp_fwd_seq){ .table = table,
+			 .n_table = 4, .pos = 8, .token = 5 }, 1, lg), -EINVAL);
+	assert_int_equal(kvp_fwd_decode(f, &p.v, &(struct kvp_fwd_seq){ .table = table,
+			 .n_table = 4, .pos = 0, .token = -1 }, 1, lg), -EINVAL);
+	struct kvp_fwd_seq three[3] = { { table, 4, 0, 5 }, { table, 4, 1, 5 }, { table, 4, 2, 5 } };
+	assert_int_equal(kvp_fwd_decode(f, &p.v, three, 3, lg), -EINVAL);	/* > max_batch */
+	kvp_model_kv_shape(m, KVP_DTYPE_F32, 2, &s);
+	s.n_layers = 3;
+	wrong = p.v;
+	assert_int_equal(kvp_geom_init(&wrong.geom, &s), 0);
+	assert_int_equal(kvp_fwd_check_view(f, &wrong), -EINVAL);
+	assert_int_equal(kvp_fwd_prefill(f, &wrong, table, 4, 0, toks, 2, lg, 0), -EINVAL);
+	for (int i = 0; i < 4; i++)
+		assert_memory_equal(copy + i * p.v.geom.block_bytes, kvp_kv_block(&p.v, i),
+				    p.v.geom.block_bytes);
+	free(copy);
+	pool_free(&p);
+	kvp_fwd_free(f);
+	free(lg);
+	free_model(m);
+}
+
+static void test_reads_only_own_blocks(void **state)
+{
+	/*
+	 * With tiny 2-token blocks scattered through a pool whose every other block is
+	 * poisoned (ASan) and NaN-filled, a 40-token generation gives finite logits equal
+	 * to the same generation in a contiguous table, and leaves other blocks untouched.
+	 */
+	struct kvp_model *m = make_model(64, 4, 2, 2, 128, KVP_GGML_F32, 0);
+	uint32_t V = kvp_model_hparams(m)->n_vocab, bt = 2, n = 40, nb = 20, pool_n = 64;
+	uint32_t scat[20], cont[20];
+	int32_t toks[6] = { 1, 40, 50, 60, 70, 80 }, ga[34], gb[34];
+	float *la = malloc(V * 4), *lb = malloc(V * 4);
+	struct kvp_fwd *f = make_fwd(m, 6, 1);
+	struct pool p, q;
+	uint8_t used[64] = { 0 };
+
+	pool_init(&p, m, KVP_DTYPE_F32, bt, pool_n);
+	pool_init(&q, m, KVP_DTYPE_F32, bt, nb);
+	for (uint32_t i = 0; i < nb; i++) {
+		scat[i] = (i * 37 + 5) % pool_n;	/* 37 is coprime with 64: distinct ids */
+		cont[i] = i;
+		used[scat[i]] = 1;
+	}
+	pool_open(&p, scat, nb);
+	pool_open(&q, cont, nb);
+	assert_int_equal(kvp_fwd_prefill(f, &p.v, scat, nb, 0, toks, 6, la, 0), 0);
+	assert_int_equal(kvp_fwd_prefill(f, &q.v, cont, nb, 0, toks, 6, lb, 0), 0);
+	greedy(f, &p, scat, nb, 6, la, V, ga, n - 6);
+	greedy(f, &q, cont, nb, 6, lb, V, gb, n - 6);
+	for (uint32_t i = 0; i < V; i++)
+		assert_true(isfinite(la[i]));
+	assert_true(rel_err(la, lb, V) < 1e-6);
+	assert_memory_equal(ga, gb, sizeof(ga));
+	ASAN_UNPOISON_MEMORY_REGION(p.v.base, p.bytes);
+	for (uint32_t b = 0; b < pool_n; b++) {
+		const uint8_t *blk = kvp_kv_block(&p.v, b);
+
+		for (size_t i = 0; i < p.v.geom.block_stride; i++)
+			if (!used[b] || i >= p.v.geom.block_bytes)
+				assert_int_equal(blk[i], 0xff);
+	}
+	pool_free(&p);
+	pool_free(&q);
+	kvp_fwd_free(f);
+	free(la);
+	free(lb);
+	free_model(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_decode_matches_ref_mha),
+		cmocka_unit_test(test_decode_matches_ref_gqa),
+		cmocka_unit_test(test_weight_types_match_ref),
+		cmocka_unit_test(test_kv_f16_bf16_close_to_f32),
+		cmocka_unit_test(test_chunked_and_shared_prefix_prefill),
+		cmocka_unit_test(test_batch_equals_alone),
+		cmocka_unit_test(test_greedy_not_degenerate),
+		cmocka_unit_test(test_rejects_bad_arguments),
+		cmocka_unit_test(test_reads_only_own_blocks),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
