@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_gguf.c - the GGUF reader and model binding on damaged files: every truncation
+ * point, thousands of seeded random byte flips, wrong architecture, missing tensors;
+ * plus metadata lookups, file open errors, and the model fingerprint.
+ * Each damaged file lives in a malloc of exactly its size, so any read past its end is
+ * an ASan report.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "compute/forward.h"
+#include "compute/gguf.h"
+#include "compute/mkmodel.h"
+#include "compute/model.h"
+#include "compute/tokenizer.h"
+#include "shm/geom.h"
+#include "tests/lib/testlib.h"
+
+/* A small but complete model: f16 matrices, 1 layer, n_embd 32. */
+static void *small_file(size_t *len, uint32_t type, uint64_t seed)
+{
+	struct kvp_mkmodel_opts o;
+	void *buf;
+
+	assert_int_equal(kvp_mkmodel_preset(&o, "tiny"), 0);
+	o.n_embd = 32;
+	o.n_layers = 1;
+	o.n_heads = 2;
+	o.n_kv_heads = 1;
+	o.n_ff = 32;
+	o.type = type;
+	o.seed = seed;
+	assert_int_equal(kvp_mkmodel_write_mem(&buf, len, &o, NULL, 0), 0);
+	return buf;
+}
+
+static void test_parse_small_model(void **state)
+{
+	/* the writer's file parses: metadata typed lookups, tensor table, aligned data */
+	size_t len;
+	void *buf = small_file(&len, KVP_GGML_F16, 1);
+	struct kvp_gguf *g;
+	struct kvp_gguf_str s;
+	const struct kvp_gguf_kv *arr;
+	const struct kvp_gguf_tensor *t;
+	uint64_t u;
+	char err[256];
+
+	assert_int_equal(kvp_gguf_parse(&g, buf, len, err, sizeof(err)), 0);
+	assert_int_equal(g->version, 3);
+	assert_int_equal(g->n_tensors, 9 + 3);
+	assert_int_equal(kvp_gguf_get_str(g, "general.architecture", &s), 0);
+	assert_true(kvp_gguf_str_eq(s, "llama"));
+	assert_int_equal(kvp_gguf_get_uint(g, "llama.embedding_length", UINT32_MAX, &u), 0);
+	assert_int_equal(u, 32);
+	assert_int_equal(kvp_gguf_get_uint(g, "llama.embedding_length", 31, &u), -EBADMSG);
+	assert_int_equal(kvp_gguf_get_uint(g, "general.name", UINT32_MAX, &u), -EBADMSG);
+	assert_int_equal(kvp_gguf_get_uint(g, "no.such.key", UINT32_MAX, &u), -ENOENT);
+	assert_int_equal(kvp_gguf_get_arr(g, "tokenizer.ggml.tokens", KVP_GGUF_STRING, &arr), 0);
+	assert_int_equal(arr->arr_n, 259);
+	const uint8_t *p = arr->val;
+	s = kvp_gguf_str_next(&p);
+	assert_true(kvp_gguf_str_eq(s, "<unk>"));
+	t = kvp_gguf_tensor(g, "blk.0.attn_q.weight");
+	assert_non_null(t);
+	assert_int_equal(t->type, KVP_GGML_F16);
+	assert_int_equal(t->ne[0], 32);
+	assert_int_equal(t->ne[1], 32);
+	assert_int_equal(t->n_bytes, 32 * 32 * 2);
+	assert_int_equal(((const uint8_t *)t->data - g->base) % g->alignment, 0);
+	assert_true((const uint8_t *)t->data + t->n_bytes <= g->base + len);
+	kvp_gguf_close(g);
+	free(buf);
+}
+
+static void test_every_truncation_fails_cleanly(void **state)
+{
+	/* every strict prefix of the file is refused with a message; the whole file loads */
+	size_t len;
+	uint8_t *buf = small_file(&len, KVP_GGML_F16, 2);
+	char err[256];
+
+	for (size_t n = 0; n <= len; n++) {
+		uint8_t *cut = malloc(n ? n : 1);
+		struct kvp_model *m;
+		int r;
+
+		memcpy(cut, buf, n);
+		err[0] = 0;
+		r = kvp_model_open_mem(&m, cut, n, err, sizeof(err));
+		if (n < len) {
+			if (r != -EBADMSG)
+				fail_msg("prefix of %zu/%zu bytes: got %d", n, len, r);
+			assert_true(err[0] != 0);
+			assert_null(m);
+		} else {
+			assert_int_equal(r, 0);
+			kvp_model_close(m);
+		}
+		free(cut);
+	}
+	free(buf);
+}
+
+static uint64_t rng(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+static void test_random_byte_flips(void **state)
+{
+	/*
+	 * 3000 copies with 1-4 random bytes changed (half of them inside the metadata and
+	 * tensor infos, where a flip matters most): each either loads or fails with a
+	 * message; a loaded one gets a tokenizer and runs a short prefill without a crash.
+	 */
+	size_t len;
+	uint8_t *buf = small_file(&len, KVP_GGML_F16, 3);
+	struct kvp_gguf *g;
+	uint64_t seed = 0x9e3779b97f4a7c15ull, head;
+	int loaded = 0, refused = 0;
+	char err[256];
+
+	assert_int_equal(kvp_gguf_parse(&g, buf, len, NULL, 0), 0);
+	head = g->data_off;
+	kvp_gguf_close(g);
+	for (int it = 0; it < 3000; it++) {
+		uint8_t *c = malloc(len);
+		struct kvp_model *m;
+		int flips = 1 + (int)(rng(&seed) % 4), r;
+
+		memcpy(c, buf, len);
+		for (int k = 0; k < flips; k++) {
+			size_t at = it % 2 ? rng(&seed) % head : rng(&seed) % len;
+
+			c[at] ^= (uint8_t)(1 + rng(&seed) % 255);
+		}
+		err[0] = 0;
+		r = kvp_model_open_mem(&m, c, len, err, sizeof(err));
+		if (r) {
+			assert_true(r == -EBADMSG || r == -ENOTSUP);
+			assert_true(err[0] != 0);
+			refused++;
+		} else {
+			struct kvp_tokenizer *t = NULL;
+			struct kvp_fwd *f;
+			struct kvp_kv_view kv = { 0 };
+			struct kvp_model_shape sh;
+			uint32_t table[1] = { 0 };
+			int32_t ids[16];
+			const struct kvp_model_hparams *hp = kvp_model_hparams(m);
+			float *lg = malloc(hp->n_vocab * sizeof(float));
+
+			loaded++;
+			if (kvp_tokenizer_new(&t, m, err, sizeof(err)) == 0) {
+				int n = kvp_tokenizer_encode(t, "hi!", 3, ids, 16);
+
+				assert_true(n >= 0 && n <= 5);
+				kvp_tokenizer_free(t);
+			}
+			kvp_model_kv_shape(m, KVP_DTYPE_F32, 4, &sh);
+			assert_int_equal(kvp_geom_init(&kv.geom, &sh), 0);
+			kv.n_blocks = 1;
+			kv.base = aligned_alloc(4096, kv.geom.block_stride);
+			assert_int_equal(kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ 1, 4, 1 }), 0);
+			int32_t toks[3] = { 1, 5, (int32_t)(hp->n_vocab - 1) };
+			assert_int_equal(kvp_fwd_prefill(f, &kv, table, 1, 0, toks, 3, lg, 0), 0);
+			kvp_fwd_free(f);
+			free(kv.base);
+			free(lg);
+			kvp_model_close(m);
+		}
+		free(c);
+	}
+	print_message("byte flips: %d loaded, %d refused\n", loaded, refused);
+	assert_true(refused > 100);
+	assert_true(loaded > 100);
+	free(buf);
+}
+
+/* Replace the first @from after @key in @buf with @to (same length). */
+static void patch_after(uint8_t *buf, size_t len, const char *key, const char *from, const char *to)
+{
+	uint8_t *k = memmem(buf, len, key, strlen(key));
+	uint8_t *f;
+
+	assert_non_null(k);
+	f = memmem(k, len - (k - buf), from, strlen(from));
+	assert_non_null(f);
+	memcpy(f, to, strlen(to));
+}
+
+static void test_refusals_name_the_problem(void **state)
+{
+	/* another architecture, a missing tensor, a bad head count: refused, named */
+	size_t len;
+	uint8_t *buf = small_file(&len, KVP_GGML_F32, 4);
+	uint8_t *c = malloc(len);
+	struct kvp_model *m;
+	char err[256];
+
+	memcpy(c, buf, len);
+	patch_after(c, len, "general.architecture", "llama", "qwen2");
+	assert_int_equal(kvp_model_open_mem(&m, c, len, err, sizeof(err)), -ENOTSUP);
+	assert_non_null(strstr(err, "qwen2"));
+
+	memcpy(c, buf, len);
+	patch_after(c, len, "tokenizer.ggml.add_eos_token", "output_norm.weight", "output_nXrm.weight");
+	assert_int_equal(kvp_model_open_mem(&m, c, len, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "output_norm.weight"));
+
+	memcpy(c, buf, len);
+	{	/* head_count 2 -> 3: 32 is not divisible by 3 */
+		uint8_t *k = memmem(c, len, "llama.attention.head_count", 26);
+
+		assert_non_null(k);
+		assert_int_equal(k[26 + 4], 2);
+		k[26 + 4] = 3;
+	}
+	assert_int_equal(kvp_model_open_mem(&m, c, len, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "heads"));
+
+	memcpy(c, buf, len);
+	patch_after(c, len, "tokenizer.ggml.model", "llama", "gpt2x");
+	assert_int_equal(kvp_model_open_mem(&m, c, len, err, sizeof(err)), 0);
+	{
+		struct kvp_tokenizer *t;
+
+		assert_int_equal(kvp_tokenizer_new(&t, m, err, sizeof(err)), -ENOTSUP);
+	}
+	kvp_model_close(m);
+	free(c);
+	free(buf);
+}
+
+static void test_open_file_and_fingerprint(void **state)
+{
+	/* a file on disk opens; a missing one gives -ENOENT; fingerprints follow content */
+	char dir[256], path[512], err[256];
+	struct kvp_mkmodel_opts o;
+	struct kvp_model *a, *b, *c, *d;
+
+	assert_int_equal(kvp_test_tmpdir(dir, sizeof(dir)), 0);
+	snprintf(path, sizeof(path), "%s/m.gguf", dir);
+	assert_int_equal(kvp_model_open(&a, path, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "m.gguf"));
+	assert_int_equal(kvp_mkmodel_preset(&o, "tiny"), 0);
+	assert_int_equal(kvp_mkmodel_write(path, &o, err, sizeof(err)), 0);
+	assert_int_equal(kvp_model_open(&a, path, err, sizeof(err)), 0);
+	assert_int_equal(kvp_model_open(&b, path, err, sizeof(err)), 0);
+	assert_string_equal(kvp_model_name(a), "kvpool-tiny");
+	assert_int_equal(kvp_model_info(a)->n_converted, 0);
+	assert_memory_equal(kvp_model_fingerprint(a), kvp_model_fingerprint(b), KVP_MODEL_FP_BYTES);
+	o.seed++;
+	assert_int_equal(kvp_mkmodel_write(path, &o, err, sizeof(err)), 0);
+	assert_int_equal(kvp_model_open(&c, path, err, sizeof(err)), 0);
+	assert_memory_not_equal(kvp_model_fingerprint(a), kvp_model_fingerprint(c), KVP_MODEL_FP_BYTES);
+	o.seed--;
+	o.type = KVP_GGML_F16;
+	assert_int_equal(kvp_mkmodel_write(path, &o, err, sizeof(err)), 0);
+	assert_int_equal(kvp_model_open(&d, path, err, sizeof(err)), 0);
+	assert_int_equal(kvp_model_info(d)->n_converted, 2 * 7 + 2);
+	assert_memory_not_equal(kvp_model_fingerprint(a), kvp_model_fingerprint(d), KVP_MODEL_FP_BYTES);
+	kvp_model_close(a);
+	kvp_model_close(b);
+	kvp_model_close(c);
+	kvp_model_close(d);
+	kvp_test_rmtree(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_small_model),
+		cmocka_unit_test(test_every_truncation_fails_cleanly),
+		cmocka_unit_test(test_random_byte_flips),
+		cmocka_unit_test(test_refusals_name_the_problem),
+		cmocka_unit_test(test_open_file_and_fingerprint),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_tokenizer.c - byte-level and SentencePiece-style encoding, decoding, BOS, and the
+ * streaming UTF-8 helper.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "compute/mkmodel.h"
+#include "compute/model.h"
+#include "compute/tokenizer.h"
+
+static void test_byte_level_round_trip(void **state)
+{
+	/* the synthetic vocabulary: BOS + one byte token per byte, decoded back exactly */
+	static const char text[] = "h\xc3\xa9llo, \xe4\xb8\x96\xe7\x95\x8c! \x01\xff";
+	struct kvp_mkmodel_opts o;
+	struct kvp_model *m;
+	struct kvp_tokenizer *t;
+	void *buf;
+	size_t len, n = strlen(text), pl;
+	int32_t ids[64];
+	char out[64];
+	size_t ol = 0;
+	int k;
+
+	assert_int_equal(kvp_mkmodel_preset(&o, "tiny"), 0);
+	assert_int_equal(kvp_mkmodel_write_mem(&buf, &len, &o, NULL, 0), 0);
+	assert_int_equal(kvp_model_open_mem(&m, buf, len, NULL, 0), 0);
+	assert_int_equal(kvp_tokenizer_new(&t, m, NULL, 0), 0);
+	assert_int_equal(kvp_tokenizer_n_vocab(t), 259);
+	assert_int_equal(kvp_tokenizer_bos(t), 1);
+	assert_int_equal(kvp_tokenizer_eos(t), 2);
+	k = kvp_tokenizer_encode(t, text, n, ids, 64);
+	assert_int_equal(k, (int)n + 1);
+	assert_int_equal(ids[0], 1);
+	for (size_t i = 0; i < n; i++)
+		assert_int_equal(ids[i + 1], 3 + (uint8_t)text[i]);
+	for (int i = 0; i < k; i++) {
+		const char *p = kvp_tokenizer_piece(t, ids[i], &pl);
+
+		memcpy(out + ol, p, pl);
+		ol += pl;
+	}
+	assert_int_equal(ol, n);	/* BOS decodes to nothing */
+	assert_memory_equal(out, text, n);
+	assert_null(kvp_tokenizer_piece(t, 259, &pl));
+	assert_int_equal(pl, 0);
+	/* a short buffer: the needed count comes back, only cap ids written */
+	ids[2] = -7;
+	assert_int_equal(kvp_tokenizer_encode(t, text, n, ids, 2), (int)n + 1);
+	assert_int_equal(ids[2], -7);
+	kvp_tokenizer_free(t);
+	kvp_model_close(m);
+	free(buf);
+}
+
+static void test_sentencepiece_merges_and_fallback(void **state)
+{
+	/*
+	 * with a U+2581 vocabulary: a leading word marker is added, spaces become U+2581,
+	 * the best-scoring merges win, an unknown character falls back to byte tokens, and
+	 * decoding turns U+2581 back into spaces
+	 */
+	const char *pieces[259 + 12];
+	char bytes[256][8];
+	float scores[259 + 12] = { 0 };
+	int32_t types[259 + 12];
+	static const char *extra[12] = {
+		"\xe2\x96\x81", "h", "e", "l", "o", "he", "ll", "llo", "hello",
+		"\xe2\x96\x81hello", "w", "\xe2\x96\x81w",
+	};
+	static const float sc[12] = { -1, -2, -2, -2, -2, -1.5f, -1, -0.8f, -0.5f, -0.1f, -3, -0.9f };
+	struct kvp_tokenizer *t;
+	int32_t ids[32];
+	char out[64];
+	size_t ol = 0, pl;
+	int k;
+
+	pieces[0] = "<unk>"; pieces[1] = "<s>"; pieces[2] = "</s>";
+	types[0] = KVP_TOK_UNKNOWN; types[1] = KVP_TOK_CONTROL; types[2] = KVP_TOK_CONTROL;
+	for (int b = 0; b < 256; b++) {
+		snprintf(bytes[b], sizeof(bytes[b]), "<0x%02X>", b);
+		pieces[3 + b] = bytes[b];
+		types[3 + b] = KVP_TOK_BYTE;
+	}
+	for (int i = 0; i < 12; i++) {
+		pieces[259 + i] = extra[i];
+		scores[259 + i] = sc[i];
+		types[259 + i] = KVP_TOK_NORMAL;
+	}
+	assert_int_equal(kvp_tokenizer_build(&t, pieces, scores, types, 271, 1, 2, 0, 1), 0);
+	/* "hello w\xc3\xa9" -> <s> _hello _w <0xC3> <0xA9> */
+	k = kvp_tokenizer_encode(t, "hello w\xc3\xa9", 9, ids, 32);
+	assert_int_equal(k, 5);
+	assert_int_equal(ids[0], 1);
+	assert_int_equal(ids[1], 259 + 9);
+	assert_int_equal(ids[2], 259 + 11);
+	assert_int_equal(ids[3], 3 + 0xc3);
+	assert_int_equal(ids[4], 3 + 0xa9);
+	for (int i = 0; i < k; i++) {
+		const char *p = kvp_tokenizer_piece(t, ids[i], &pl);
+
+		memcpy(out + ol, p, pl);
+		ol += pl;
+	}
+	assert_int_equal(ol, 10);
+	assert_memory_equal(out, " hello w\xc3\xa9", 10);
+	/* "hell" has no whole-word piece: _ + he + ll (merge order by score) */
+	k = kvp_tokenizer_encode(t, "hell", 4, ids, 32);
+	assert_int_equal(k, 4);
+	assert_int_equal(ids[1], 259 + 0);
+	assert_int_equal(ids[2], 259 + 5);
+	assert_int_equal(ids[3], 259 + 6);
+	kvp_tokenizer_free(t);
+}
+
+static void test_utf8_stream(void **state)
+{
+	/* a character split over pieces comes out whole; broken sequences become U+FFFD */
+	struct kvp_utf8_stream s = { 0 };
+	char out[64];
+
+	assert_int_equal(kvp_utf8_feed(&s, "a\xe4", 2, out, sizeof(out)), 1);
+	assert_int_equal(out[0], 'a');
+	assert_int_equal(kvp_utf8_feed(&s, "\xb8", 1, out, sizeof(out)), 0);
+	assert_int_equal(kvp_utf8_feed(&s, "\x96z", 2, out, sizeof(out)), 4);
+	assert_memory_equal(out, "\xe4\xb8\x96z", 4);
+	/* cut short by ASCII: replacement, then the ASCII byte */
+	assert_int_equal(kvp_utf8_feed(&s, "\xf0\x9f!", 3, out, sizeof(out)), 4);
+	assert_memory_equal(out, "\xef\xbf\xbd!", 4);
+	/* a stray continuation byte and an overlong lead */
+	assert_int_equal(kvp_utf8_feed(&s, "\x80\xc0", 2, out, sizeof(out)), 6);
+	assert_memory_equal(out, "\xef\xbf\xbd\xef\xbf\xbd", 6);
+	/* E0 80 is overlong: both bytes replaced */
+	assert_int_equal(kvp_utf8_feed(&s, "\xe0\x80", 2, out, sizeof(out)), 6);
+	/* end of stream with a held lead byte */
+	assert_int_equal(kvp_utf8_feed(&s, "\xc3", 1, out, sizeof(out)), 0);
+	assert_int_equal(kvp_utf8_flush(&s, out, sizeof(out)), 3);
+	assert_int_equal(kvp_utf8_flush(&s, out, sizeof(out)), 0);
+	assert_int_equal(kvp_utf8_feed(&s, "abc", 3, out, 5), -ENOBUFS);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_byte_level_round_trip),
+		cmocka_unit_test(test_sentencepiece_merges_and_fallback),
+		cmocka_unit_test(test_utf8_stream),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
