@@ -22,6 +22,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "shm/bigalloc.h"
+
 struct arena {
 	struct kvp_arena_range range;
 	uint32_t free_head;	/* KVP_BLOCK_NONE when empty */
@@ -447,7 +449,7 @@ int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 	if (r < 0)
 		goto fail;
 
-	p->blocks = calloc(p->n_blocks, sizeof(*p->blocks));
+	p->blocks = kvp_big_calloc(p->n_blocks, sizeof(*p->blocks));
 	if (!p->blocks) {
 		r = -ENOMEM;
 		goto fail;
