@@ -34,6 +34,7 @@ enum key_type {
 	T_HUGE,		/* auto|require|off */
 	T_DTYPE,	/* f32|f16|bf16 */
 	T_LEVEL,	/* log level */
+	T_BOOL,		/* yes/no, true/false, on/off, 1/0 */
 };
 
 struct key_def {
@@ -93,6 +94,8 @@ static const struct key_def keys[] = {
 	  "sequences decoded together" },
 	{ "scheduler", "max_queued", "max-queued", T_U32, OFF(max_queued), 0, 1, 1u << 20,
 	  "requests waiting for admission before new ones are refused (BUSY)" },
+	{ "scheduler", "ignore_eos", "ignore-eos", T_BOOL, OFF(ignore_eos), 0, 0, 0,
+	  "generate max_new_tokens every time, never stopping at EOS (load tests)" },
 	{ "scheduler", "prefill_chunk_tokens", "prefill-chunk", T_U32, OFF(prefill_chunk_tokens),
 	  0, 1, 1u << 16, "prefill tokens computed per engine step, between decode steps" },
 };
@@ -267,6 +270,19 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 			return -EINVAL;
 		}
 		*(uint32_t *)field = e;
+		return 0;
+	case T_BOOL:
+		if (!strcasecmp(value, "yes") || !strcasecmp(value, "true") ||
+		    !strcasecmp(value, "on") || !strcmp(value, "1")) {
+			*(bool *)field = true;
+		} else if (!strcasecmp(value, "no") || !strcasecmp(value, "false") ||
+			   !strcasecmp(value, "off") || !strcmp(value, "0")) {
+			*(bool *)field = false;
+		} else {
+			set_err(err, cap, "'%s' is not a boolean (yes, no, true, false, 1, 0)",
+				value);
+			return -EINVAL;
+		}
 		return 0;
 	case T_LEVEL:
 		if (kvp_log_level_parse(value, &prio) < 0) {
@@ -481,6 +497,8 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 			set_err(err, cap, "--%.*s: unknown flag (try --help)", (int)len, name);
 			return -EINVAL;
 		}
+		if (find_flag(name, len) && find_flag(name, len)->type == T_BOOL && !eq)
+			continue;	/* a bare boolean flag means yes */
 		if (flag_value(argc, argv, &i, eq, &value) < 0) {
 			set_err(err, cap, "--%.*s: needs a value", (int)len, name);
 			return -EINVAL;
@@ -512,6 +530,11 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 		}
 		if (is_flag(name, "check-config", len)) {
 			*act = KVP_CONFIG_CHECK;
+			continue;
+		}
+		k = find_flag(name, len);
+		if (k && k->type == T_BOOL && !eq) {
+			*(bool *)((char *)c + k->off) = true;
 			continue;
 		}
 		flag_value(argc, argv, &i, eq, &value);
@@ -641,6 +664,9 @@ static void value_text(const struct kvp_config *c, const struct key_def *k, char
 		return;
 	case T_LEVEL:
 		snprintf(buf, cap, "%s", kvp_log_level_name(*(const int *)field));
+		return;
+	case T_BOOL:
+		snprintf(buf, cap, "%s", *(const bool *)field ? "yes" : "no");
 		return;
 	}
 }

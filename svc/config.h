@@ -54,6 +54,7 @@ enum kvp_huge_pages {
  * @max_running:        sequences decoded together (batch size bound)
  * @max_queued:         requests waiting for admission before BUSY is answered
  * @prefill_chunk_tokens: prefill token budget per engine step
+ * @ignore_eos:         never stop at EOS: every request generates max_new_tokens
  * (flags only)
  * @foreground:         plain log lines for a terminal instead of <N> prefixes
  * @config_path:        the file that was read ("" when none)
@@ -85,6 +86,7 @@ struct kvp_config {
 	uint32_t max_running;
 	uint32_t max_queued;
 	uint32_t prefill_chunk_tokens;
+	bool ignore_eos;
 
 	bool foreground;
 	char config_path[PATH_MAX];

@@ -770,6 +770,7 @@ static int make_engine(struct kvp_daemon *d)
 	sc.max_queued = d->cfg.max_queued;
 	sc.prefill_chunk = d->cfg.prefill_chunk_tokens;
 	sc.event_capacity = 8192;
+	sc.ignore_eos = d->cfg.ignore_eos;
 	sc.wake_fd = d->wake_fd;
 	r = kvp_sched_new(&d->sched, &sc);
 	if (r < 0)

@@ -923,7 +923,7 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	s->cfg = *cfg;
 	hp = kvp_model_hparams(cfg->model);
 	s->n_vocab = hp->n_vocab;
-	s->eos = kvp_tokenizer_eos(cfg->tok);
+	s->eos = cfg->ignore_eos ? -1 : kvp_tokenizer_eos(cfg->tok);
 	kvp_pool_kv_view(cfg->pool, &s->view);
 	s->block_tokens = s->view.geom.shape.block_tokens;
 	s->n_blocks = kvp_pool_n_blocks(cfg->pool);

@@ -48,6 +48,7 @@ struct kvp_sched;
  * @max_queued:      requests waiting for admission; kvp_sched_submit() refuses more
  * @prefill_chunk:   prefill tokens per step (all sequences together)
  * @event_capacity:  engine -> loop ring size (events)
+ * @ignore_eos:      generate max_new tokens even past EOS (load tests)
  * @wake_fd:         eventfd the engine writes after queueing events (borrowed)
  */
 struct kvp_sched_config {
@@ -61,6 +62,7 @@ struct kvp_sched_config {
 	uint32_t max_queued;
 	uint32_t prefill_chunk;
 	uint32_t event_capacity;
+	bool ignore_eos;
 	int wake_fd;
 };
 

@@ -234,9 +234,15 @@ static void test_flag_errors(void **state)
 	assert_int_equal(parse(f, &act, cfg, "--set", "pool.nope=1", NULL), -EINVAL);
 	assert_non_null(strstr(f->err, "pool.nope: unknown key"));
 	assert_int_equal(parse(f, &act, cfg, "--set", "scheduler.max_running=8",
-			       "--foreground", NULL), 0);
+			       "--foreground", "--ignore-eos", "--threads", "3", NULL), 0);
 	assert_int_equal(f->c.max_running, 8);
 	assert_true(f->c.foreground);
+	assert_true(f->c.ignore_eos);
+	assert_int_equal(f->c.threads, 3);
+	assert_int_equal(parse(f, &act, cfg, "--ignore-eos=no", NULL), 0);
+	assert_false(f->c.ignore_eos);
+	assert_int_equal(parse(f, &act, cfg, "--ignore-eos=maybe", NULL), -EINVAL);
+	assert_non_null(strstr(f->err, "--ignore-eos: 'maybe' is not a boolean"));
 	assert_int_equal(parse(f, &act, cfg, "--threads", "2", "--help", NULL), 0);
 	assert_int_equal(act, KVP_CONFIG_HELP);
 	assert_int_equal(parse(f, &act, cfg, "--check-config", NULL), 0);
