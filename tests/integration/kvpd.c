@@ -1,0 +1,273 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvpd.c - the kvpoold fixture of the integration tests (see kvpd.h).
+ *
+ * The daemon is the built binary, run as systemd would: $NOTIFY_SOCKET names a datagram
+ * socket of ours and "ready" means READY=1 arrived there, so the tests also check the
+ * sd_notify path.  Its stderr goes to a log file in the temporary directory.
+ */
+#include "tests/integration/kvpd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "compute/mkmodel.h"
+#include "kvpool/kvpool.h"
+#include "tests/lib/testlib.h"
+
+int kvpd_init(struct kvpd *d)
+{
+	int r;
+
+	memset(d, 0, sizeof(*d));
+	d->notify_fd = -1;
+	r = kvp_test_tmpdir(d->dir, sizeof(d->dir));
+	if (r < 0)
+		return r;
+	snprintf(d->sock, sizeof(d->sock), "%s/kvpool.sock", d->dir);
+	snprintf(d->status, sizeof(d->status), "%s/status.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/kvpoold.log", d->dir);
+	snprintf(d->notify, sizeof(d->notify), "%s/notify.sock", d->dir);
+	return 0;
+}
+
+int kvpd_model(struct kvpd *d, const char *preset, char *path, size_t cap)
+{
+	struct kvp_mkmodel_opts o;
+	int r;
+
+	r = kvp_mkmodel_preset(&o, preset);
+	if (r < 0)
+		return r;
+	snprintf(path, cap, "%s/%s.gguf", d->dir, preset);
+	return kvp_mkmodel_write(path, &o, NULL, 0);
+}
+
+int kvpd_start(struct kvpd *d, double timeout_s, const char *const *args)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	char bin[512];
+	const char *argv[64];
+	int argc = 0;
+	double t_end;
+	int r;
+
+	r = kvp_test_build_path(bin, sizeof(bin), "svc/kvpoold");
+	if (r < 0)
+		return r;
+	d->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (d->notify_fd < 0)
+		return -errno;
+	unlink(d->notify);
+	if (strlen(d->notify) >= sizeof(a.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(a.sun_path, d->notify, strlen(d->notify) + 1);
+	if (bind(d->notify_fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+		return -errno;
+	argv[argc++] = bin;
+	argv[argc++] = "--foreground";
+	/* never the machine's /etc/kvpool/kvpoold.conf: an empty file instead */
+	argv[argc++] = "--config";
+	argv[argc++] = "/dev/null";
+	argv[argc++] = "--socket";
+	argv[argc++] = d->sock;
+	argv[argc++] = "--status-socket";
+	argv[argc++] = d->status;
+	argv[argc++] = "--state-dir";
+	argv[argc++] = d->dir;
+	while (args && *args && argc < 62)
+		argv[argc++] = *args++;
+	argv[argc] = NULL;
+
+	d->pid = fork();
+	if (d->pid < 0)
+		return -errno;
+	if (d->pid == 0) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+
+		if (fd >= 0) {
+			dup2(fd, STDERR_FILENO);
+			dup2(fd, STDOUT_FILENO);
+		}
+		setenv("NOTIFY_SOCKET", d->notify, 1);
+		execv(bin, (char *const *)argv);
+		_exit(127);
+	}
+	t_end = kvp_test_now_s() + timeout_s;
+	while (kvp_test_now_s() < t_end) {
+		struct pollfd p = { .fd = d->notify_fd, .events = POLLIN };
+		char msg[512];
+		ssize_t n;
+		int st;
+
+		if (poll(&p, 1, 50) > 0) {
+			n = recv(d->notify_fd, msg, sizeof(msg) - 1, 0);
+			if (n > 0) {
+				msg[n] = '\0';
+				if (strstr(msg, "READY=1"))
+					return 0;
+			}
+		}
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->exit_status = st;
+			d->pid = 0;
+			return -ECHILD;
+		}
+	}
+	return -ETIMEDOUT;
+}
+
+int kvpd_wait(struct kvpd *d, double timeout_s)
+{
+	double t_end = kvp_test_now_s() + timeout_s;
+	int st;
+
+	if (!d->pid)
+		return 0;
+	while (kvp_test_now_s() < t_end) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->exit_status = st;
+			d->pid = 0;
+			return 0;
+		}
+		usleep(5000);
+	}
+	return -ETIMEDOUT;
+}
+
+int kvpd_stop(struct kvpd *d)
+{
+	if (!d->pid)
+		return d->exit_status;
+	kill(d->pid, SIGTERM);
+	if (kvpd_wait(d, 30) < 0) {
+		kill(d->pid, SIGKILL);
+		kvpd_wait(d, 10);
+	}
+	return d->exit_status;
+}
+
+void kvpd_cleanup(struct kvpd *d)
+{
+	kvpd_stop(d);
+	if (d->notify_fd >= 0)
+		close(d->notify_fd);
+	d->notify_fd = -1;
+	if (*d->dir)
+		kvp_test_rmtree(d->dir);
+}
+
+struct jsonq *kvpd_status(struct kvpd *d)
+{
+	struct jsonq *j;
+	char *text = NULL;
+	size_t len = 0;
+
+	if (kvp_client_status(d->status, "json", &text, &len) < 0)
+		return NULL;
+	j = jsonq_parse(text, len);
+	free(text);
+	return j;
+}
+
+bool kvpd_log_has(struct kvpd *d, const char *needle)
+{
+	char buf[65536];
+	size_t n;
+	FILE *f = fopen(d->log, "r");
+
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return strstr(buf, needle) != NULL;
+}
+
+void kvpd_dump_log(struct kvpd *d)
+{
+	char buf[4096];
+	size_t n;
+	FILE *f = fopen(d->log, "r");
+
+	if (!f)
+		return;
+	fprintf(stderr, "---- kvpoold log ----\n");
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		fwrite(buf, 1, n, stderr);
+	fclose(f);
+}
+
+int kvpd_offline(const char *model, const int32_t *prompt, uint32_t n_prompt, uint32_t n_gen,
+		 bool ignore_eos, int32_t *out, uint32_t *n_out)
+{
+	char bin[512];
+	char ngen[16];
+	char *toks;
+	size_t cap = (size_t)n_prompt * 12 + 16;
+	size_t off = 0;
+	struct jsonq *j;
+	const struct jsonq *arr, *e;
+	char *text;
+	size_t len = 0;
+	size_t tcap = 1 << 20;
+	int pipefd[2];
+	pid_t pid;
+	int st;
+	uint32_t i;
+
+	if (kvp_test_build_path(bin, sizeof(bin), "compute/kvpool-run") < 0)
+		return -ENAMETOOLONG;
+	toks = malloc(cap);
+	text = malloc(tcap);
+	if (!toks || !text || pipe(pipefd) < 0) {
+		free(toks);
+		free(text);
+		return -ENOMEM;
+	}
+	for (i = 0; i < n_prompt; i++)
+		off += (size_t)snprintf(toks + off, cap - off, "%s%d", i ? "," : "", prompt[i]);
+	snprintf(ngen, sizeof(ngen), "%u", n_gen);
+	pid = fork();
+	if (pid == 0) {
+		dup2(pipefd[1], STDOUT_FILENO);
+		close(pipefd[0]);
+		close(pipefd[1]);
+		execl(bin, bin, "-m", model, "--tokens", toks, "-n", ngen, "--json",
+		      ignore_eos ? "--ignore-eos" : (char *)NULL, (char *)NULL);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	for (;;) {
+		ssize_t n = read(pipefd[0], text + len, tcap - 1 - len);
+
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	close(pipefd[0]);
+	waitpid(pid, &st, 0);
+	free(toks);
+	text[len] = '\0';
+	j = jsonq_parse(text, len);
+	free(text);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !j) {
+		jsonq_free(j);
+		return -EIO;
+	}
+	arr = jsonq_get(j, "tokens");
+	*n_out = 0;
+	for (e = arr ? arr->child : NULL; e && *n_out < n_gen; e = e->next)
+		out[(*n_out)++] = (int32_t)e->num;
+	jsonq_free(j);
+	return arr ? 0 : -EIO;
+}

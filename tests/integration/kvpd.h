@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvpd.h - integration-test fixture: a real kvpoold (the built binary) on temporary
+ * sockets and a temporary state directory, started and stopped like systemd does it
+ * (READY=1 on $NOTIFY_SOCKET, SIGTERM), plus offline references from kvpool-run.
+ */
+#ifndef KVP_TESTS_KVPD_H
+#define KVP_TESTS_KVPD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "tests/integration/jsonq.h"
+
+struct kvpd {
+	pid_t pid;		/* 0 when not running */
+	int exit_status;	/* wait status once reaped */
+	int notify_fd;
+	char dir[256];
+	char sock[320];
+	char status[320];
+	char log[320];
+	char notify[320];
+};
+
+/* Fresh temporary directory and paths.  Return 0 or -errno. */
+int kvpd_init(struct kvpd *d);
+
+/*
+ * kvpd_model() - write a synthetic model (compute's mkmodel library) into @d's directory
+ * @preset: "tiny", "demo", ...; @path: out
+ */
+int kvpd_model(struct kvpd *d, const char *preset, char *path, size_t cap);
+
+/*
+ * kvpd_start() - exec kvpoold --foreground --socket --status-socket --state-dir, then the
+ * NULL-terminated @args; wait (up to @timeout_s) for READY=1 on a private NOTIFY_SOCKET.
+ * Return: 0 when ready; -ECHILD when it exited first (see exit_status); -ETIMEDOUT.
+ */
+int kvpd_start(struct kvpd *d, double timeout_s, const char *const *args);
+
+/* Wait for the daemon to exit; 0 (then exit_status is set) or -ETIMEDOUT. */
+int kvpd_wait(struct kvpd *d, double timeout_s);
+
+/* SIGTERM and wait (SIGKILL after 30 s).  Return the wait status. */
+int kvpd_stop(struct kvpd *d);
+
+/* Stop if running and remove the directory. */
+void kvpd_cleanup(struct kvpd *d);
+
+/* The status socket's JSON, parsed (strictly); NULL when it fails to fetch or parse. */
+struct jsonq *kvpd_status(struct kvpd *d);
+
+/* Whether the daemon's stderr log contains @needle. */
+bool kvpd_log_has(struct kvpd *d, const char *needle);
+
+/* Print the daemon's log to stderr (after a failure). */
+void kvpd_dump_log(struct kvpd *d);
+
+/*
+ * kvpd_offline() - greedy tokens from `kvpool-run -m MODEL --tokens ... -n N --json`
+ * @out: room for @n_gen ids; *@n_out: how many it generated
+ * Return: 0 or -errno.
+ */
+int kvpd_offline(const char *model, const int32_t *prompt, uint32_t n_prompt, uint32_t n_gen,
+		 bool ignore_eos, int32_t *out, uint32_t *n_out);
+
+#endif /* KVP_TESTS_KVPD_H */
