@@ -18,21 +18,24 @@
 
 void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_view *kv,
 	      const uint32_t *table, uint32_t layer, uint32_t pos0, uint32_t n,
-	      uint32_t n_heads, struct kvp_attn_scratch *s)
+	      uint32_t n_heads, uint32_t kh0, uint32_t kh1, struct kvp_attn_scratch *s)
 {
 	const struct kvp_geom *g = &kv->geom;
 	uint32_t bt = g->shape.block_tokens, hd = g->shape.head_dim;
-	uint32_t n_kv = g->shape.n_kv_heads, grp = n_heads / n_kv, dtype = g->shape.dtype;
+	uint32_t grp = n_heads / g->shape.n_kv_heads, dtype = g->shape.dtype;
 	uint32_t last = pos0 + n - 1, qd = n_heads * hd;
 	float scale = 1.0f / sqrtf((float)hd);
 
-	for (uint32_t i = 0; i < n * n_heads; i++) {
-		s->ml[2 * i] = -INFINITY;
-		s->ml[2 * i + 1] = 0.0f;
+	for (uint32_t i = 0; i < n; i++) {
+		for (uint32_t h = kh0 * grp; h < kh1 * grp; h++) {
+			s->ml[2 * (i * n_heads + h)] = -INFINITY;
+			s->ml[2 * (i * n_heads + h) + 1] = 0.0f;
+		}
+		memset(out + (size_t)i * qd + (size_t)kh0 * grp * hd, 0,
+		       (size_t)(kh1 - kh0) * grp * hd * sizeof(float));
 	}
-	memset(out, 0, (size_t)n * qd * sizeof(float));
 
-	for (uint32_t kh = 0; kh < n_kv; kh++) {
+	for (uint32_t kh = kh0; kh < kh1; kh++) {
 		for (uint32_t b = 0; b <= last / bt; b++) {
 			uint32_t t0 = b * bt, tn = last + 1 - t0 < bt ? last + 1 - t0 : bt;
 			const uint8_t *blk = kvp_kv_block(kv, table[b]);
@@ -80,11 +83,13 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 			}
 		}
 	}
-	for (uint32_t i = 0; i < n * n_heads; i++) {
-		float inv = 1.0f / s->ml[2 * i + 1];
-		float *o = out + (size_t)i * hd;	/* (i, h) rows are consecutive hd runs */
+	for (uint32_t i = 0; i < n; i++) {
+		for (uint32_t h = kh0 * grp; h < kh1 * grp; h++) {
+			float inv = 1.0f / s->ml[2 * (i * n_heads + h) + 1];
+			float *o = out + (size_t)i * qd + (size_t)h * hd;
 
-		for (uint32_t d = 0; d < hd; d++)
-			o[d] *= inv;
+			for (uint32_t d = 0; d < hd; d++)
+				o[d] *= inv;
+		}
 	}
 }

@@ -32,6 +32,8 @@ struct kvp_attn_scratch {
  * @layer:   which layer's K/V
  * @pos0:    position of query row 0; row i is at pos0 + i and sees positions <= pos0 + i
  * @n_heads: query heads; query head h reads K/V head h / (n_heads / n_kv_heads)
+ * @kh0, @kh1: only K/V heads [kh0, kh1) and their query heads are computed (threads
+ *           split the heads; each needs its own @s)
  * @s:       scratch
  *
  * Streams each (kv head, block) run once for all queries and heads that need it, with
@@ -39,6 +41,6 @@ struct kvp_attn_scratch {
  */
 void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_view *kv,
 	      const uint32_t *table, uint32_t layer, uint32_t pos0, uint32_t n,
-	      uint32_t n_heads, struct kvp_attn_scratch *s);
+	      uint32_t n_heads, uint32_t kh0, uint32_t kh1, struct kvp_attn_scratch *s);
 
 #endif /* KVP_COMPUTE_ATTN_H */

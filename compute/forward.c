@@ -11,7 +11,15 @@
  *
  * Invariants: every argument is validated before anything is written, so -EINVAL
  * leaves the blocks untouched; all scratch is allocated in kvp_fwd_new().  A context
- * is used by one thread at a time (the engine thread); OpenBLAS brings its own threads.
+ * is used by one thread at a time (the engine thread).
+ *
+ * Threads (n_threads in all): a matrix product over more than GEMV_ROWS_LIMIT rows
+ * (prefill chunks) is one cblas_sgemm on OpenBLAS's threads, which reaches most of the
+ * FMA peak there.  Up to GEMV_ROWS_LIMIT rows (decode batches) go through our
+ * kvp_gemv_rows() split by output rows over our own pool, because decode is bound by
+ * reading the weights and OpenBLAS's sgemm reads them several times slower at small M
+ * while its sgemv takes only one input row.  Attention runs on our pool too, split
+ * by (sequence, kv head), since OpenBLAS has nothing for it.
  */
 #include "compute/forward.h"
 
@@ -23,9 +31,13 @@
 #include "compute/attn.h"
 #include "compute/kernels.h"
 #include "compute/model.h"
+#include "compute/threads.h"
 
 /* Larger contexts are configuration mistakes (scratch would run into gigabytes). */
 #define ROWS_MAX 8192u
+
+/* Up to this many rows a projection uses kvp_gemv_rows() (measured: bench_decode). */
+#define GEMV_ROWS_LIMIT 16u
 
 struct fwd_seq {
 	const uint32_t *table;
@@ -50,8 +62,12 @@ struct kvp_fwd {
 	int32_t *tok;	/* (rows) */
 	uint32_t *pos;	/* (rows) */
 	struct fwd_seq *seqs;	/* (max_batch) */
-	struct kvp_attn_scratch as;
-	uint32_t as_bt, as_hd;	/* kbuf/vbuf/sbuf sizes: grown only in kvp_fwd_new */
+	struct kvp_attn_scratch *as;	/* (n_threads), ml shared: heads are disjoint */
+	float *ml;
+	struct kvp_threads *pool;
+	/* the job being run on the pool */
+	const struct kvp_kv_view *job_kv;
+	uint32_t job_layer, job_seqs;
 };
 
 static float *falloc(size_t n)
@@ -92,15 +108,23 @@ int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kv
 	f->tok = malloc(r * sizeof(*f->tok));
 	f->pos = malloc(r * sizeof(*f->pos));
 	f->seqs = malloc(o->max_batch * sizeof(*f->seqs));
-	f->as.ml = falloc(2 * r * hp->n_heads);
-	f->as.kbuf = falloc((size_t)BT_SCRATCH_MAX * hp->head_dim);
-	f->as.vbuf = falloc((size_t)BT_SCRATCH_MAX * hp->head_dim);
-	f->as.sbuf = falloc(BT_SCRATCH_MAX);
+	f->ml = falloc(2 * r * hp->n_heads);
+	f->as = calloc(o->n_threads, sizeof(*f->as));
 	if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->hb || !f->hb2 ||
-	    !f->rope || !f->tok || !f->pos || !f->seqs || !f->as.ml || !f->as.kbuf ||
-	    !f->as.vbuf || !f->as.sbuf) {
+	    !f->rope || !f->tok || !f->pos || !f->seqs || !f->ml || !f->as ||
+	    kvp_threads_new(&f->pool, o->n_threads)) {
 		kvp_fwd_free(f);
 		return -ENOMEM;
+	}
+	for (uint32_t t = 0; t < o->n_threads; t++) {
+		f->as[t].ml = f->ml;
+		f->as[t].kbuf = falloc((size_t)BT_SCRATCH_MAX * hp->head_dim);
+		f->as[t].vbuf = falloc((size_t)BT_SCRATCH_MAX * hp->head_dim);
+		f->as[t].sbuf = falloc(BT_SCRATCH_MAX);
+		if (!f->as[t].kbuf || !f->as[t].vbuf || !f->as[t].sbuf) {
+			kvp_fwd_free(f);
+			return -ENOMEM;
+		}
 	}
 	/* process-wide: OpenBLAS has one thread pool */
 	openblas_set_num_threads((int)o->n_threads);
@@ -124,10 +148,14 @@ void kvp_fwd_free(struct kvp_fwd *f)
 	free(f->tok);
 	free(f->pos);
 	free(f->seqs);
-	free(f->as.ml);
-	free(f->as.kbuf);
-	free(f->as.vbuf);
-	free(f->as.sbuf);
+	kvp_threads_free(f->pool);
+	for (uint32_t t = 0; f->as && t < f->o.n_threads; t++) {
+		free(f->as[t].kbuf);
+		free(f->as[t].vbuf);
+		free(f->as[t].sbuf);
+	}
+	free(f->as);
+	free(f->ml);
 	free(f);
 }
 
@@ -177,6 +205,55 @@ static void store_kv(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint
 	}
 }
 
+struct linear_job {
+	float *out;
+	const float *x, *w;
+	size_t rows, d_out, d_in;
+};
+
+/* Thread @i of @n: outputs [i, i+1) * d_out / n (rounded to 16), all rows. */
+static void linear_part(void *arg, unsigned int i, unsigned int n)
+{
+	const struct linear_job *j = arg;
+	size_t o0 = j->d_out * i / n / 16 * 16, o1 = i + 1 == n ? j->d_out : j->d_out * (i + 1) / n / 16 * 16;
+
+	for (size_t r = 0; r < j->rows; r += KVP_GEMV_ROWS_MAX) {
+		size_t k = j->rows - r < KVP_GEMV_ROWS_MAX ? j->rows - r : KVP_GEMV_ROWS_MAX;
+
+		kvp_gemv_rows(j->out + r * j->d_out, j->x + r * j->d_in, j->w, k, j->d_out, j->d_in,
+			      o0, o1);
+	}
+}
+
+/* out (rows, d_out) = x (rows, d_in) @ W^T: see the threads note at the top */
+static void linear(struct kvp_fwd *f, float *out, const float *x, const float *w, size_t rows,
+		   size_t d_out, size_t d_in)
+{
+	struct linear_job j = { out, x, w, rows, d_out, d_in };
+
+	if (rows == 1 || rows > GEMV_ROWS_LIMIT) {
+		kvp_linear(out, x, w, rows, d_out, d_in);
+		return;
+	}
+	kvp_threads_run(f->pool, linear_part, &j);
+}
+
+/* Thread @i of @n: attention units (sequence, kv head) i, i + n, ... */
+static void attn_part(void *arg, unsigned int i, unsigned int n)
+{
+	struct kvp_fwd *f = arg;
+	const struct kvp_model_hparams *hp = f->hp;
+	size_t qd = (size_t)hp->n_heads * hp->head_dim;
+
+	for (uint32_t u = i; u < f->job_seqs * hp->n_kv_heads; u += n) {
+		const struct fwd_seq *sq = &f->seqs[u / hp->n_kv_heads];
+		uint32_t kh = u % hp->n_kv_heads;
+
+		kvp_attn(f->att + (size_t)sq->row0 * qd, f->q + (size_t)sq->row0 * qd, f->job_kv,
+			 sq->table, f->job_layer, sq->pos0, sq->n, hp->n_heads, kh, kh + 1, &f->as[i]);
+	}
+}
+
 /*
  * Run all f->tok/f->pos rows (grouped in f->seqs) through the layers; then logits for
  * rows [out_row0, out_row0 + n_out) into @logits.
@@ -198,9 +275,9 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows,
 
 		for (uint32_t r = 0; r < rows; r++)
 			kvp_rmsnorm(f->xn + r * E, f->x + r * E, L->attn_norm, E, hp->rms_eps);
-		kvp_linear(f->q, f->xn, L->wq, rows, qd, E);
-		kvp_linear(f->k, f->xn, L->wk, rows, kvd, E);
-		kvp_linear(f->v, f->xn, L->wv, rows, kvd, E);
+		linear(f, f->q, f->xn, L->wq, rows, qd, E);
+		linear(f, f->k, f->xn, L->wk, rows, kvd, E);
+		linear(f, f->v, f->xn, L->wv, rows, kvd, E);
 		for (uint32_t s = 0; s < n_seqs; s++) {
 			const struct fwd_seq *sq = &f->seqs[s];
 
@@ -212,25 +289,27 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows,
 				kvp_rope_apply(f->k + r * kvd, hp->n_kv_heads, hp->head_dim, hp->n_rot, cs);
 				store_kv(f, kv, sq->table, l, r, sq->pos0 + i);
 			}
-			kvp_attn(f->att + (size_t)sq->row0 * qd, f->q + (size_t)sq->row0 * qd, kv,
-				 sq->table, l, sq->pos0, sq->n, hp->n_heads, &f->as);
 		}
-		kvp_linear(f->xn, f->att, L->wo, rows, E, qd);
+		f->job_kv = kv;
+		f->job_layer = l;
+		f->job_seqs = n_seqs;
+		kvp_threads_run(f->pool, attn_part, f);
+		linear(f, f->xn, f->att, L->wo, rows, E, qd);
 		for (size_t i = 0; i < rows * E; i++)
 			f->x[i] += f->xn[i];
 
 		for (uint32_t r = 0; r < rows; r++)
 			kvp_rmsnorm(f->xn + r * E, f->x + r * E, L->ffn_norm, E, hp->rms_eps);
-		kvp_linear(f->hb, f->xn, L->w_gate, rows, F, E);
-		kvp_linear(f->hb2, f->xn, L->w_up, rows, F, E);
+		linear(f, f->hb, f->xn, L->w_gate, rows, F, E);
+		linear(f, f->hb2, f->xn, L->w_up, rows, F, E);
 		kvp_swiglu(f->hb, f->hb2, rows * F);
-		kvp_linear(f->xn, f->hb, L->w_down, rows, E, F);
+		linear(f, f->xn, f->hb, L->w_down, rows, E, F);
 		for (size_t i = 0; i < rows * E; i++)
 			f->x[i] += f->xn[i];
 	}
 	for (uint32_t r = out_row0; r < out_row0 + n_out; r++)
 		kvp_rmsnorm(f->xn + r * E, f->x + r * E, w->output_norm, E, hp->rms_eps);
-	kvp_linear(logits, f->xn + (size_t)out_row0 * E, w->output, n_out, hp->n_vocab, E);
+	linear(f, logits, f->xn + (size_t)out_row0 * E, w->output, n_out, hp->n_vocab, E);
 }
 
 int kvp_fwd_prefill(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint32_t *table,

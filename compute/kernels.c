@@ -282,3 +282,57 @@ void kvp_linear(float *restrict out, const float *restrict x, const float *restr
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)d_out,
 			    (int)d_in, 1.0f, x, (int)d_in, w, (int)d_in, 0.0f, out, (int)d_out);
 }
+
+/* 16 floats: one AVX-512 register when built with -march=native; unaligned loads */
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+
+static inline float hsum(v16 v)
+{
+	float s = 0;
+
+	for (int i = 0; i < 16; i++)
+		s += v[i];
+	return s;
+}
+
+/* R rows at once, two accumulators per row so even R = 1 keeps two FMA chains going */
+#define GEMV_BODY(R)								\
+	for (size_t o = o0; o < o1; o++) {					\
+		const float *wr = w + o * d_in;					\
+		v16 a0[R], a1[R];						\
+		size_t k = 0;							\
+		_Pragma("GCC unroll 8")						\
+		for (int r = 0; r < R; r++)					\
+			a0[r] = a1[r] = (v16){ 0 };				\
+		for (; k + 32 <= d_in; k += 32) {				\
+			v16 w0 = *(const v16 *)(wr + k);			\
+			v16 w1 = *(const v16 *)(wr + k + 16);			\
+			_Pragma("GCC unroll 8")					\
+			for (int r = 0; r < R; r++) {				\
+				a0[r] += w0 * *(const v16 *)(x + r * d_in + k);	\
+				a1[r] += w1 * *(const v16 *)(x + r * d_in + k + 16); \
+			}							\
+		}								\
+		_Pragma("GCC unroll 8")						\
+		for (int r = 0; r < R; r++) {					\
+			float s = hsum(a0[r] + a1[r]);				\
+			for (size_t kk = k; kk < d_in; kk++)			\
+				s += wr[kk] * x[r * d_in + kk];			\
+			out[r * d_out + o] = s;					\
+		}								\
+	}
+
+void kvp_gemv_rows(float *restrict out, const float *restrict x, const float *restrict w,
+		   size_t rows, size_t d_out, size_t d_in, size_t o0, size_t o1)
+{
+	switch (rows) {
+	case 1: GEMV_BODY(1) break;
+	case 2: GEMV_BODY(2) break;
+	case 3: GEMV_BODY(3) break;
+	case 4: GEMV_BODY(4) break;
+	case 5: GEMV_BODY(5) break;
+	case 6: GEMV_BODY(6) break;
+	case 7: GEMV_BODY(7) break;
+	default: GEMV_BODY(8) break;
+	}
+}

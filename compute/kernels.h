@@ -74,4 +74,18 @@ void kvp_axpy(float *restrict y, float a, const float *restrict x, size_t n);
 void kvp_linear(float *restrict out, const float *restrict x, const float *restrict w,
 		size_t rows, size_t d_out, size_t d_in);
 
+/* Most rows kvp_gemv_rows() takes: a decode batch is done in groups of this many. */
+#define KVP_GEMV_ROWS_MAX 8
+
+/**
+ * kvp_gemv_rows() - out (rows, d_out) = x (rows, d_in) @ W^T for outputs [o0, o1) only
+ * @rows: 1 .. KVP_GEMV_ROWS_MAX
+ *
+ * The decode kernel: each weight row is read from memory once and used for all
+ * @rows inputs (OpenBLAS's sgemm reads W several times slower at small M, and sgemv
+ * takes one input).  Threads split [0, d_out) into disjoint [o0, o1).
+ */
+void kvp_gemv_rows(float *restrict out, const float *restrict x, const float *restrict w,
+		   size_t rows, size_t d_out, size_t d_in, size_t o0, size_t o1);
+
 #endif /* KVP_COMPUTE_KERNELS_H */

@@ -119,7 +119,7 @@ static struct kvp_fwd *make_fwd(const struct kvp_model *m, uint32_t chunk, uint3
 {
 	struct kvp_fwd *f;
 
-	assert_int_equal(kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = 1,
+	assert_int_equal(kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = 2,
 				     .max_chunk = chunk, .max_batch = batch }), 0);
 	return f;
 }

@@ -215,6 +215,35 @@ static void test_float_kernels_match_formulas(void **state)
 	}
 }
 
+static void test_gemv_rows_matches_naive(void **state)
+{
+	/* the decode kernel: every row count 1..8, a d_in with a scalar tail, a sub-range */
+	enum { DO = 40, DI = 77 };
+	float w[DO * DI], x[8 * DI], out[8 * DO];
+
+	for (int i = 0; i < DO * DI; i++)
+		w[i] = sinf(i * 0.37f);
+	for (int i = 0; i < 8 * DI; i++)
+		x[i] = cosf(i * 0.11f);
+	for (int rows = 1; rows <= KVP_GEMV_ROWS_MAX; rows++) {
+		for (int i = 0; i < 8 * DO; i++)
+			out[i] = -1234.0f;
+		kvp_gemv_rows(out, x, w, rows, DO, DI, 16, 33);
+		for (int r = 0; r < 8; r++)
+			for (int o = 0; o < DO; o++) {
+				double want = 0;
+
+				if (r >= rows || o < 16 || o >= 33) {
+					assert_true(out[r * DO + o] == -1234.0f);	/* untouched */
+					continue;
+				}
+				for (int k = 0; k < DI; k++)
+					want += (double)x[r * DI + k] * w[o * DI + k];
+				assert_true(fabs(out[r * DO + o] - want) < 1e-4);
+			}
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -223,6 +252,7 @@ int main(void)
 		cmocka_unit_test(test_q8_0_exact),
 		cmocka_unit_test(test_f32_to_f16_round_nearest_even),
 		cmocka_unit_test(test_float_kernels_match_formulas),
+		cmocka_unit_test(test_gemv_rows_matches_naive),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
