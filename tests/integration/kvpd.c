@@ -64,6 +64,8 @@ int kvpd_start(struct kvpd *d, double timeout_s, const char *const *args)
 	r = kvp_test_build_path(bin, sizeof(bin), "svc/kvpoold");
 	if (r < 0)
 		return r;
+	if (d->notify_fd >= 0)
+		close(d->notify_fd);	/* a restart gets a fresh notify socket */
 	d->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (d->notify_fd < 0)
 		return -errno;
