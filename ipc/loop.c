@@ -30,21 +30,18 @@
 int kvp_loop_init(struct kvp_loop *l, unsigned int sq_entries, unsigned int cq_entries,
 		  unsigned int n_bufs, unsigned int buf_size)
 {
-	struct io_uring_params p = { .flags = IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN,
-				     .cq_entries = cq_entries };
+	struct io_uring_params p = { .flags = IORING_SETUP_CQSIZE, .cq_entries = cq_entries };
 	struct io_uring_buf_reg reg = { 0 };
 	int r;
 
 	memset(l, 0, sizeof(*l));
 	if (!n_bufs || (n_bufs & (n_bufs - 1)) || n_bufs > 32768 || !buf_size)
 		return -EINVAL;
+	/*
+	 * No COOP_TASKRUN: the loop thread also blocks in svc/'s callbacks' syscalls, and
+	 * completions must not wait for its next io_uring_enter().
+	 */
 	r = io_uring_queue_init_params(sq_entries, &l->ring, &p);
-	if (r == -EINVAL) {
-		/* COOP_TASKRUN is an optimisation (5.19+); run without it where missing */
-		p = (struct io_uring_params){ .flags = IORING_SETUP_CQSIZE,
-					      .cq_entries = cq_entries };
-		r = io_uring_queue_init_params(sq_entries, &l->ring, &p);
-	}
 	if (r < 0)
 		return r;
 

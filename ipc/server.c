@@ -15,12 +15,17 @@
  * ops->closed runs exactly once, when a connection that reached ops->hello leaves OPEN.
  * A kvp_conn_id is (generation << 32 | slot): handles of freed slots are refused.
  *
- * Thread: the loop thread runs everything except kvp_server_stop().
+ * Thread: the loop thread runs everything except kvp_server_stop().  An io_uring request
+ * belongs to the task that submitted it: its completion work runs on that task, and it
+ * is cancelled when that task exits.  So nothing is submitted outside kvp_server_run*():
+ * kvp_server_new() and kvp_server_add_wakeup() only queue SQEs, and the loop thread must
+ * be the same for every run and outlive the last one.
  */
 #include "ipc/server.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -101,15 +106,25 @@ static void call_closed(struct kvp_server *srv, struct kvp_conn *c)
 	}
 }
 
+/*
+ * @c stops being OPEN: it no longer counts against the connection limits (its slot
+ * is freed a little later, which is why there are more slots than max_conns) and
+ * svc/ is told.
+ */
+static void conn_leave_open(struct kvp_server *srv, struct kvp_conn *c)
+{
+	if (c->kind == KVP_CONN_REQUEST)
+		srv->n_req_conns--;
+	else
+		srv->n_status_conns--;
+	call_closed(srv, c);
+}
+
 static void conn_release(struct kvp_server *srv, struct kvp_conn *c)
 {
 	if (c->state != KVP_CONN_CLOSING || c->recv_armed || c->out.inflight)
 		return;
 	close(c->fd);
-	if (c->kind == KVP_CONN_REQUEST)
-		srv->n_req_conns--;
-	else
-		srv->n_status_conns--;
 	kvp_conn_reset(c);
 	c->gen = (c->gen + 1) & 0xffffff;
 	c->next_free = srv->free_head;
@@ -121,8 +136,9 @@ static void conn_close(struct kvp_server *srv, struct kvp_conn *c)
 {
 	if (c->state == KVP_CONN_CLOSING || c->state == KVP_CONN_FREE)
 		return;
+	if (c->state == KVP_CONN_OPEN)
+		conn_leave_open(srv, c);
 	c->state = KVP_CONN_CLOSING;
-	call_closed(srv, c);
 	/* wakes the pending receive (EOF) and a send blocked on a full socket (EPIPE) */
 	shutdown(c->fd, SHUT_RDWR);
 	if (c->recv_armed)
@@ -141,8 +157,8 @@ static void conn_flush_close(struct kvp_server *srv, struct kvp_conn *c)
 
 	if (c->state != KVP_CONN_OPEN)
 		return;
+	conn_leave_open(srv, c);
 	c->state = KVP_CONN_FLUSHING;
-	call_closed(srv, c);
 	if (!c->out.used)
 		return conn_close(srv, c);
 	c->linger = (struct __kernel_timespec){ .tv_sec = LINGER_MS / 1000,
@@ -580,8 +596,9 @@ static void on_accept(struct kvp_server *srv, unsigned int which, int res, uint3
 			} else {
 				refuse(srv, res, KVP_E_BUSY, "too many connections");
 			}
-		} else if (getsockopt(res, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0 ||
-			   srv->free_head == srv->n_slots) {
+		} else if (srv->free_head == srv->n_slots) {
+			refuse(srv, res, KVP_E_BUSY, "too many connections closing");
+		} else if (getsockopt(res, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
 			close(res);
 			srv->st.conns_refused++;
 		} else {
@@ -604,12 +621,8 @@ static void on_accept(struct kvp_server *srv, unsigned int which, int res, uint3
 	}
 	if (srv->accept_armed[which])
 		return;
-	if (srv->stopping || res == -ECANCELED) {
-		/* stop accepting: later connects are refused by the kernel */
-		close(srv->lfd[which]);
-		srv->lfd[which] = -1;
+	if (srv->stopping || res == -ECANCELED)
 		return;
-	}
 	arm_accept(srv, which);	/* -EMFILE and the like end a multishot accept: re-arm */
 }
 
@@ -625,18 +638,47 @@ static void arm_read(struct kvp_server *srv, int fd, uint64_t *val, uint32_t idx
 	io_uring_sqe_set_data64(sqe, kvp_ud_pack(idx, 0, op));
 }
 
+/*
+ * Only an old kernel completes an eventfd read at once with -EAGAIN (a non-blocking
+ * fd); then wait for POLLIN first, linked to the read, instead of spinning.
+ */
+static void arm_read_after_poll(struct kvp_server *srv, int fd, uint64_t *val, uint32_t idx,
+				uint32_t op)
+{
+	struct io_uring_sqe *sqe = sqe_for(srv, 0, 0, KVP_UOP_IGNORE);
+
+	if (!sqe)
+		return;
+	io_uring_prep_poll_add(sqe, fd, POLLIN);
+	io_uring_sqe_set_data64(sqe, kvp_ud_pack(0, 0, KVP_UOP_IGNORE));
+	sqe->flags |= IOSQE_IO_LINK;
+	arm_read(srv, fd, val, idx, op);
+}
+
 static void on_stop(struct kvp_server *srv, int res)
 {
+	if (res == -EAGAIN)
+		return arm_read_after_poll(srv, srv->stop_efd, &srv->stop_val, 0, KVP_UOP_STOP);
+	if (res < 0)
+		return;	/* the ring is going away */
 	srv->break_loop = true;
 	if (!srv->stopping) {
+		/*
+		 * Close the listeners now: once the cancel (by user_data, so a reused fd
+		 * number is never hit) has dropped the accept's file reference, connects
+		 * are refused by the kernel instead of waiting in a backlog nobody serves.
+		 */
 		srv->stopping = true;
-		for (unsigned int i = 0; i < 2; i++)
+		for (unsigned int i = 0; i < 2; i++) {
 			if (srv->accept_armed[i])
 				cancel_op(srv, kvp_ud_pack(i, 0, KVP_UOP_ACCEPT));
+			if (srv->lfd[i] >= 0)
+				close(srv->lfd[i]);
+			srv->lfd[i] = -1;
+		}
 	}
 	/* re-armed: a later stop ends a kvp_server_run_for() early */
-	if (res >= 0 || res == -EINTR || res == -EAGAIN)
-		arm_read(srv, srv->stop_efd, &srv->stop_val, 0, KVP_UOP_STOP);
+	arm_read(srv, srv->stop_efd, &srv->stop_val, 0, KVP_UOP_STOP);
 }
 
 static void on_wakeup(struct kvp_server *srv, uint32_t idx, int res)
@@ -646,8 +688,11 @@ static void on_wakeup(struct kvp_server *srv, uint32_t idx, int res)
 	if (idx >= srv->n_wakeups)
 		return;
 	w = &srv->wakeups[idx];
-	if (res >= 0 || res == -EINTR || res == -EAGAIN)
-		arm_read(srv, w->efd, &w->val, idx, KVP_UOP_WAKEUP);
+	if (res == -EAGAIN)
+		return arm_read_after_poll(srv, w->efd, &w->val, idx, KVP_UOP_WAKEUP);
+	if (res < 0)
+		return;	/* the ring is going away, or @efd is no eventfd */
+	arm_read(srv, w->efd, &w->val, idx, KVP_UOP_WAKEUP);
 	w->fn(w->arg);
 }
 
@@ -754,9 +799,9 @@ int kvp_server_add_wakeup(struct kvp_server *srv, int efd, void (*fn)(void *arg)
 		return -ENOSPC;
 	w = &srv->wakeups[srv->n_wakeups];
 	*w = (struct kvp_wakeup){ .efd = efd, .fn = fn, .arg = arg };
-	arm_read(srv, efd, &w->val, srv->n_wakeups, KVP_UOP_WAKEUP);
+	arm_read(srv, efd, &w->val, srv->n_wakeups, KVP_UOP_WAKEUP);	/* submitted by run */
 	srv->n_wakeups++;
-	return io_uring_submit(&srv->loop.ring) < 0 ? -EIO : 0;
+	return 0;
 }
 
 void kvp_server_get_stats(const struct kvp_server *srv, struct kvp_server_stats *st)
@@ -874,7 +919,9 @@ int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_
 	r = -ENOMEM;
 	srv->socket_path = strdup(cfg->socket_path);
 	srv->status_path = cfg->status_path ? strdup(cfg->status_path) : NULL;
-	srv->n_slots = srv->cfg.max_conns + KVP_STATUS_CONNS_MAX;
+	/* twice the limits: slots of closed connections are freed only when their
+	 * last completion arrives */
+	srv->n_slots = 2 * (srv->cfg.max_conns + KVP_STATUS_CONNS_MAX);
 	srv->conns = calloc(srv->n_slots, sizeof(*srv->conns));
 	srv->ids = malloc((size_t)srv->cfg.max_prompt_tokens * sizeof(int32_t));
 	srv->text = malloc((size_t)srv->cfg.max_prompt_tokens + 1);
@@ -890,7 +937,7 @@ int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_
 	}
 	srv->free_head = 0;
 
-	srv->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	srv->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);	/* never blocks a signal handler */
 	if (srv->stop_efd < 0) {
 		r = -errno;
 		goto out_free;
@@ -911,9 +958,7 @@ int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_
 	arm_accept(srv, 0);
 	arm_accept(srv, 1);
 	arm_read(srv, srv->stop_efd, &srv->stop_val, 0, KVP_UOP_STOP);
-	r = io_uring_submit(&srv->loop.ring);
-	if (r < 0)
-		goto out_free;
+	/* not submitted here: see "Thread" at the top */
 	*out = srv;
 	return 0;
 

@@ -10,7 +10,10 @@
  * kvp_server_add_wakeup()).  ipc/ never includes svc/ or compute/ headers.
  *
  * Thread: everything here runs on the loop thread, except kvp_server_stop(), which
- * any thread or a signal handler may call.
+ * any thread or a signal handler may call.  The loop thread is the one that calls
+ * kvp_server_run() and kvp_server_run_for(): always the same thread, living until
+ * kvp_server_free() (io_uring cancels a thread's requests when it exits).
+ * kvp_server_new() and kvp_server_add_wakeup() may run on another thread before that.
  */
 #ifndef KVP_IPC_SERVER_H
 #define KVP_IPC_SERVER_H
@@ -48,7 +51,9 @@ struct kvp_peer {
  * @max_prompt_tokens:  tokens (or text bytes) in one GENERATE; 0: 32768
  * @max_new_tokens:     largest max_new_tokens a GENERATE may ask for; 0: 4096
  * @outq_bytes:         bound on a connection's unsent output; a client that lets it
- *                      fill is disconnected; 0: 1 MiB; 4 KiB .. 1 GiB
+ *                      fill is disconnected; 0: 1 MiB; 4 KiB .. 1 GiB.  Make it at
+ *                      least twice the output a client may have in flight unread: the
+ *                      bytes of a send stay queued until the whole send completes
  *
  * Call kvp_server_new() before starting other threads: it changes the umask briefly.
  */

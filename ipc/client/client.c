@@ -318,11 +318,17 @@ KVP_EXPORT int kvp_client_connect(const char *path, struct kvp_client **out)
 	snprintf(hello.client, sizeof(hello.client), "libkvpool/%d", (int)getpid());
 	kvp_proto_encode_hello(frame, sizeof(frame), &hello);
 	r = send_all(c->fd, frame, sizeof(frame));
-	if (r)
-		return set_err(c, r, "send HELLO: %s", strerror(-r));
-	r = read_frame(c, &hdr);
-	if (r)
-		return r;
+	if (r) {
+		/* a refusing daemon may have sent ERROR and closed before reading HELLO */
+		int sr = r;
+
+		if (read_frame(c, &hdr) || hdr.type != KVP_FRAME_ERROR)
+			return set_err(c, sr, "send HELLO: %s", strerror(-sr));
+	} else {
+		r = read_frame(c, &hdr);
+		if (r)
+			return r;
+	}
 	if (hdr.type == KVP_FRAME_ERROR) {
 		struct kvp_error e;
 		const char *msg;

@@ -1,0 +1,917 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_server.c - the io_uring server (ipc/server.c) run in a thread of this process
+ * with a test ops table, talked to over real Unix sockets by libkvpool and by raw
+ * sockets that send malformed frames.  Nothing of the kernel is mocked.
+ *
+ * The test ops: HELLO passes a sealed memfd; GENERATE with seed 0 echoes the prompt
+ * ids back one TOKEN each then DONE, seed 2 holds the request until cancelled, seed 1
+ * streams 4 KiB TOKEN frames from the wakeup eventfd until the connection goes away;
+ * cancel answers ERROR KVP_E_CANCELLED; status prints the server's counters.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "ipc/proto.h"
+#include "ipc/server.h"
+#include "kvpool/kvpool.h"
+#include "tests/lib/testlib.h"
+
+#define N_VOCAB 1000
+#define POOL_BYTES (1u << 20)
+#define MAX_FRAME 4096u
+#define MAX_PROMPT 64u
+#define MAX_NEW 128u
+#define MAX_CONNS 8u
+#define MAX_REQS 4u
+#define OUTQ 65536u
+#define STREAM_CHUNK 4096u
+#define CLOSED_MAX 256
+
+struct fixture {
+	char dir[256];
+	char sock[300];
+	char status[300];
+	struct kvp_server *srv;
+	pthread_t thread;
+	int run_ret;
+	unsigned int drain_ms;
+	int memfd;
+	int efd;
+	pthread_mutex_t lock;
+	kvp_conn_id closed[CLOSED_MAX];
+	unsigned int n_closed;
+	atomic_uint n_hello;
+	/* streaming (seed 1) */
+	kvp_conn_id stream_conn;
+	uint64_t stream_req;
+	bool streaming;
+	atomic_bool stream_gone;
+	atomic_ulong stream_sent;
+	atomic_int credits;	/* chunks the wakeup may still stream */
+	uint64_t stream_limit;
+	/* a handle that must be stale when the wakeup fires */
+	kvp_conn_id stale_probe;
+	atomic_bool stale_probe_set;
+	atomic_int stale_result;
+};
+
+/* ------------------------------------------------------------ test ops (loop thread) */
+
+static int t_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
+		   struct kvp_welcome *w, int *fds, unsigned int *n_fds)
+{
+	struct fixture *f = ctx;
+
+	atomic_fetch_add(&f->n_hello, 1);
+	if (peer->uid != getuid() || peer->pid != getpid())
+		return KVP_E_INTERNAL;	/* SO_PEERCRED must name this process */
+	w->n_vocab = N_VOCAB;
+	w->n_ctx = 512;
+	w->eos_id = UINT32_MAX;
+	w->bos_id = UINT32_MAX;
+	w->segment_bytes = POOL_BYTES;
+	strcpy(w->model, "test-model");
+	fds[0] = f->memfd;
+	*n_fds = 1;
+	return KVP_OK;
+}
+
+static int t_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		      const struct kvp_generate *g, const int32_t *tokens, const char *text)
+{
+	struct fixture *f = ctx;
+	struct kvp_usage u = { 0 };
+	char buf[32];
+
+	if (g->seed == 1) {
+		f->stream_conn = conn;
+		f->stream_req = req_id;
+		f->streaming = true;
+		return KVP_OK;
+	}
+	if (g->seed == 2)
+		return KVP_OK;
+	if (g->seed == 3)
+		return KVP_E_NOSPACE;
+	if (text) {
+		/* text prompts: one TOKEN whose text is the prompt itself */
+		int32_t id = (int32_t)strlen(text);
+
+		kvp_server_send_tokens(f->srv, conn, req_id, &id, 1, text, g->text_bytes);
+		u.prompt_tokens = g->text_bytes;
+	} else {
+		for (uint32_t i = 0; i < g->n_tokens && i < g->max_new_tokens; i++) {
+			int n = snprintf(buf, sizeof(buf), "t%d ", tokens[i]);
+
+			kvp_server_send_tokens(f->srv, conn, req_id, &tokens[i], 1, buf, (uint32_t)n);
+			u.generated_tokens++;
+		}
+		u.prompt_tokens = g->n_tokens;
+	}
+	u.ttft_ms = 1.5;
+	return kvp_server_send_done(f->srv, conn, req_id, &u) ? KVP_E_INTERNAL : KVP_OK;
+}
+
+static void t_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
+{
+	struct fixture *f = ctx;
+
+	kvp_server_send_error(f->srv, conn, req_id, KVP_E_CANCELLED, "cancelled");
+}
+
+static void t_closed(void *ctx, kvp_conn_id conn)
+{
+	struct fixture *f = ctx;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->n_closed < CLOSED_MAX)
+		f->closed[f->n_closed++] = conn;
+	if (f->streaming && conn == f->stream_conn)
+		f->streaming = false;
+	pthread_mutex_unlock(&f->lock);
+}
+
+static int t_status(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap)
+{
+	struct fixture *f = ctx;
+	struct kvp_server_stats st;
+	int n;
+
+	kvp_server_get_stats(f->srv, &st);
+	n = snprintf(buf, cap, "%s open=%lu total=%lu refused=%lu proto=%lu slow=%lu\n",
+		     fmt == KVP_STATUS_PROM ? "prom" : "json", (unsigned long)st.conns_open,
+		     (unsigned long)st.conns_total, (unsigned long)st.conns_refused,
+		     (unsigned long)st.proto_errors, (unsigned long)st.slow_disconnects);
+	return n >= 0 && (size_t)n < cap ? n : -ENOSPC;
+}
+
+static void t_wakeup(void *arg)
+{
+	struct fixture *f = arg;
+	char chunk[STREAM_CHUNK];
+	int32_t id = 7;
+
+	if (atomic_exchange(&f->stale_probe_set, false)) {
+		struct kvp_usage u = { 0 };
+
+		atomic_store(&f->stale_result, kvp_server_send_done(f->srv, f->stale_probe, 1, &u));
+	}
+	if (!f->streaming)
+		return;
+	memset(chunk, 'x', sizeof(chunk));
+	while (atomic_load(&f->credits) > 0) {
+		int r;
+
+		atomic_fetch_sub(&f->credits, 1);
+		if (f->stream_limit && atomic_load(&f->stream_sent) >= f->stream_limit) {
+			struct kvp_usage u = { .generated_tokens = 1 };
+
+			kvp_server_send_done(f->srv, f->stream_conn, f->stream_req, &u);
+			f->streaming = false;
+			return;
+		}
+		r = kvp_server_send_tokens(f->srv, f->stream_conn, f->stream_req, &id, 1, chunk,
+					   sizeof(chunk));
+		if (r) {
+			f->streaming = false;
+			atomic_store(&f->stream_gone, true);
+			return;
+		}
+		atomic_fetch_add(&f->stream_sent, sizeof(chunk));
+	}
+}
+
+static void *server_thread(void *arg)
+{
+	struct fixture *f = arg;
+
+	f->run_ret = kvp_server_run(f->srv);
+	/* io_uring requests die with the thread that submitted them: drain on this one */
+	if (!f->run_ret && f->drain_ms)
+		f->run_ret = kvp_server_run_for(f->srv, f->drain_ms);
+	return NULL;
+}
+
+static int setup(void **state)
+{
+	struct kvp_server_config cfg = {
+		.socket_gid = (gid_t)-1, .status_gid = (gid_t)-1,
+		.max_frame_bytes = MAX_FRAME, .max_conns = MAX_CONNS,
+		.max_reqs_per_conn = MAX_REQS, .max_prompt_tokens = MAX_PROMPT,
+		.max_new_tokens = MAX_NEW, .outq_bytes = OUTQ,
+	};
+	struct kvp_server_ops ops = { .hello = t_hello, .generate = t_generate,
+				      .cancel = t_cancel, .closed = t_closed, .status = t_status };
+	struct fixture *f = calloc(1, sizeof(*f));
+	uint8_t *p;
+
+	assert_non_null(f);
+	assert_int_equal(kvp_test_tmpdir(f->dir, sizeof(f->dir)), 0);
+	snprintf(f->sock, sizeof(f->sock), "%s/kvpool.sock", f->dir);
+	snprintf(f->status, sizeof(f->status), "%s/status.sock", f->dir);
+	pthread_mutex_init(&f->lock, NULL);
+
+	/* the pool stand-in: a sealed memfd with a known pattern */
+	f->memfd = memfd_create("test-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	assert_true(f->memfd >= 0);
+	assert_int_equal(ftruncate(f->memfd, POOL_BYTES), 0);
+	p = mmap(NULL, POOL_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, f->memfd, 0);
+	assert_true(p != MAP_FAILED);
+	for (uint32_t i = 0; i < POOL_BYTES; i++)
+		p[i] = (uint8_t)(i * 31 + 7);
+	assert_int_equal(fcntl(f->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+				       F_SEAL_FUTURE_WRITE | F_SEAL_SEAL), 0);
+	munmap(p, POOL_BYTES);
+
+	cfg.socket_path = f->sock;
+	cfg.status_path = f->status;
+	ops.ctx = f;
+	assert_int_equal(kvp_server_new(&cfg, &ops, &f->srv), 0);
+	f->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	assert_true(f->efd >= 0);
+	assert_int_equal(kvp_server_add_wakeup(f->srv, f->efd, t_wakeup, f), 0);
+	assert_int_equal(pthread_create(&f->thread, NULL, server_thread, f), 0);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	kvp_server_stop(f->srv);
+	pthread_join(f->thread, NULL);
+	assert_int_equal(f->run_ret, 0);
+	kvp_server_free(f->srv);
+	/* free() unlinks the sockets it bound */
+	assert_int_equal(access(f->sock, F_OK), -1);
+	close(f->efd);
+	close(f->memfd);
+	kvp_test_rmtree(f->dir);
+	pthread_mutex_destroy(&f->lock);
+	free(f);
+	return 0;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+/* Let the wakeup stream @n more chunks (when a stream is running) and wake it. */
+static void kick(struct fixture *f, int n)
+{
+	uint64_t one = 1;
+
+	atomic_fetch_add(&f->credits, n);
+	assert_int_equal(write(f->efd, &one, sizeof(one)), sizeof(one));
+}
+
+static unsigned int closed_count(struct fixture *f, kvp_conn_id id, unsigned int *total)
+{
+	unsigned int n = 0;
+
+	pthread_mutex_lock(&f->lock);
+	for (unsigned int i = 0; i < f->n_closed; i++)
+		n += f->closed[i] == id;
+	if (total)
+		*total = f->n_closed;
+	pthread_mutex_unlock(&f->lock);
+	return n;
+}
+
+static unsigned int closed_total(struct fixture *f)
+{
+	unsigned int t;
+
+	closed_count(f, 0, &t);
+	return t;
+}
+
+/* Wait up to 5 s for closed_total() to reach @n. */
+static void wait_closed_total(struct fixture *f, unsigned int n)
+{
+	for (int i = 0; i < 5000 && closed_total(f) < n; i++)
+		usleep(1000);
+	assert_int_equal(closed_total(f), n);
+}
+
+static unsigned long status_field(struct fixture *f, const char *name)
+{
+	char *text, *p;
+	size_t len;
+	char key[32];
+	unsigned long v;
+
+	assert_int_equal(kvp_client_status(f->status, "json", &text, &len), 0);
+	snprintf(key, sizeof(key), " %s=", name);
+	p = strstr(text, key);
+	assert_non_null(p);
+	v = strtoul(p + strlen(key), NULL, 10);
+	free(text);
+	return v;
+}
+
+static int raw_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	strcpy(sa.sun_path, path);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+static void raw_send(int fd, const void *p, size_t n)
+{
+	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+/* Read exactly @n bytes within 5 s.  Return: 0, 1 on EOF, -errno. */
+static int raw_read(int fd, void *p, size_t n)
+{
+	uint8_t *b = p;
+
+	while (n) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t r;
+
+		if (poll(&pfd, 1, 5000) != 1)
+			return -ETIMEDOUT;
+		r = recv(fd, b, n, 0);
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return 1;
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* Read one frame into @payload (cap bytes). */
+static int raw_frame(int fd, struct kvp_frame_hdr *h, uint8_t *payload, size_t cap)
+{
+	int r = raw_read(fd, h, sizeof(*h));
+
+	if (r)
+		return r;
+	assert_int_equal(h->magic, KVP_WIRE_MAGIC);
+	assert_true(h->len_bytes <= cap);
+	return raw_read(fd, payload, h->len_bytes);
+}
+
+static void raw_hello(int fd)
+{
+	struct kvp_hello h = { 0 };
+	struct kvp_frame_hdr hdr;
+	uint8_t frame[256];
+	size_t n = kvp_proto_encode_hello(frame, sizeof(frame), &h);
+
+	raw_send(fd, frame, n);
+	assert_int_equal(raw_frame(fd, &hdr, frame, sizeof(frame)), 0);
+	assert_int_equal(hdr.type, KVP_FRAME_WELCOME);
+}
+
+/* The next frame is ERROR @status for @req_id; with @then_eof, the server then closed. */
+static void expect_error(int fd, uint64_t req_id, int status, bool then_eof)
+{
+	struct kvp_frame_hdr hdr;
+	uint8_t payload[1100];
+	struct kvp_error e;
+	const char *msg, *why;
+	char c;
+
+	assert_int_equal(raw_frame(fd, &hdr, payload, sizeof(payload)), 0);
+	assert_int_equal(hdr.type, KVP_FRAME_ERROR);
+	assert_int_equal(hdr.req_id, req_id);
+	assert_int_equal(kvp_proto_decode_error(payload, hdr.len_bytes, &e, &msg, &why), KVP_OK);
+	assert_int_equal(e.status, status);
+	if (then_eof)
+		assert_int_equal(raw_read(fd, &c, 1), 1);
+}
+
+static struct kvp_generate gen_tokens(uint32_t n, uint64_t seed)
+{
+	return (struct kvp_generate){ .n_tokens = n, .max_new_tokens = 8, .top_p = 1.0f,
+				      .seed = seed };
+}
+
+static void send_gen(int fd, uint64_t req_id, const struct kvp_generate *g, const void *body)
+{
+	uint8_t frame[MAX_FRAME * 2];
+	size_t n = kvp_proto_encode_generate(frame, sizeof(frame), req_id, g, body);
+
+	raw_send(fd, frame, n);
+}
+
+/* A well-behaved client: echo of 3 ids comes back exactly. */
+static void check_echo(struct kvp_client *c)
+{
+	int32_t ids[3] = { 5, 17, 999 };
+	struct kvp_client_prompt pr = { .tokens = ids, .n_tokens = 3 };
+	struct kvp_client_event ev;
+	struct kvp_usage u;
+	uint64_t id;
+	int got = 0;
+
+	assert_int_equal(kvp_client_submit(c, &pr, NULL, &id), 0);
+	for (;;) {
+		assert_int_equal(kvp_client_next(c, &ev), 0);
+		assert_int_equal(ev.req_id, id);
+		if (ev.type == KVP_EVENT_DONE)
+			break;
+		assert_int_equal(ev.type, KVP_EVENT_TOKEN);
+		assert_int_equal(ev.n_tokens, 1);
+		assert_int_equal(ev.tokens[0], ids[got]);
+		got++;
+	}
+	assert_int_equal(got, 3);
+	u = ev.usage;
+	assert_int_equal(u.prompt_tokens, 3);
+	assert_int_equal(u.generated_tokens, 3);
+	assert_true(u.ttft_ms == 1.5);
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void test_hello_passes_readonly_pool(void **state)
+{
+	/* WELCOME carries the sealed memfd; the client maps it read-only and can't write it */
+	struct fixture *f = *state;
+	struct kvp_client *c;
+	const struct kvp_welcome *w;
+	const uint8_t *pool;
+	size_t len;
+	void *p;
+
+	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	w = kvp_client_welcome(c);
+	assert_int_equal(w->n_vocab, N_VOCAB);
+	assert_int_equal(w->n_fds, 1);
+	assert_int_equal(w->max_new_tokens, MAX_NEW);	/* filled from the config */
+	assert_int_equal(w->max_prompt_tokens, MAX_PROMPT);
+	assert_string_equal(w->model, "test-model");
+	pool = kvp_client_pool(c, &len);
+	assert_non_null(pool);
+	assert_int_equal(len, POOL_BYTES);
+	for (uint32_t i = 0; i < POOL_BYTES; i += 4093)
+		assert_int_equal(pool[i], (uint8_t)(i * 31 + 7));
+	/* the mapping cannot be made writable, nor can the fd be mapped writable */
+	assert_int_equal(mprotect((void *)pool, len, PROT_READ | PROT_WRITE), -1);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, kvp_client_pool_fd(c), 0);
+	assert_true(p == MAP_FAILED);
+	check_echo(c);
+	kvp_client_close(c);
+}
+
+static int append_text(void *arg, const int32_t *t, uint32_t n, const char *text, uint32_t len)
+{
+	strncat(arg, text, len);
+	return 0;
+}
+
+static void test_generate_text_and_callback(void **state)
+{
+	/* text prompts arrive NUL-terminated; generate() streams through the callback */
+	struct fixture *f = *state;
+	struct kvp_client_prompt pr = { .text = "hello world", .text_len = 11 };
+	struct kvp_client *c;
+	struct kvp_usage u;
+	char seen[64] = "";
+
+	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_generate(c, &pr, NULL, append_text, seen, &u), 0);
+	assert_string_equal(seen, "hello world");
+	assert_int_equal(u.prompt_tokens, 11);
+	kvp_client_close(c);
+}
+
+struct bad_case {
+	const char *name;
+	bool hello_first;
+	int status;
+	uint8_t frame[512];
+	size_t len;
+	bool shut_wr;	/* truncated: the client ends its side mid-frame */
+};
+
+static size_t mk_hdr(uint8_t *buf, uint32_t magic, uint16_t version, uint16_t type,
+		     uint32_t flags, uint32_t len, uint64_t req_id)
+{
+	struct kvp_frame_hdr h = { .magic = magic, .version = version, .type = type,
+				   .flags = flags, .len_bytes = len, .req_id = req_id };
+
+	memcpy(buf, &h, sizeof(h));
+	return sizeof(h);
+}
+
+static void test_malformed_frames_close_only_their_connection(void **state)
+{
+	/* each malformed frame gets ERROR (req 0) and EOF; a concurrent client is unaffected */
+	struct fixture *f = *state;
+	static struct bad_case cases[32];
+	struct kvp_generate g;
+	int32_t ids[100];
+	struct kvp_client *good;
+	unsigned int n = 0;
+	unsigned long proto_before;
+
+	for (int i = 0; i < 100; i++)
+		ids[i] = i;
+#define CASE(nm, hf, st) (cases[n] = (struct bad_case){ .name = nm, .hello_first = hf, .status = st }, &cases[n++])
+	struct bad_case *b;
+
+	b = CASE("bad magic", false, KVP_E_PROTO);
+	b->len = mk_hdr(b->frame, 0xdeadbeef, 1, KVP_FRAME_HELLO, 0, 40, 0);
+	memset(b->frame + b->len, 0, 40), b->len += 40;
+	b = CASE("bad version", false, KVP_E_VERSION);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 2, KVP_FRAME_HELLO, 0, 40, 0);
+	memset(b->frame + b->len, 0, 40), b->len += 40;
+	b = CASE("unknown type", true, KVP_E_PROTO);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, 77, 0, 0, 1);
+	b = CASE("daemon-only type", true, KVP_E_PROTO);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_TOKEN, 0, 8, 1);
+	memset(b->frame + b->len, 0, 8), b->len += 8;
+	b = CASE("header flags", true, KVP_E_PROTO);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_CANCEL, 4, 0, 1);
+	b = CASE("frame beyond max size", true, KVP_E_LIMIT);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_GENERATE, 0, MAX_FRAME, 1);
+	b = CASE("length beyond u32 frame", true, KVP_E_LIMIT);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_GENERATE, 0, UINT32_MAX, 1);
+	b = CASE("GENERATE shorter than its struct", true, KVP_E_PROTO);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_GENERATE, 0, 50, 1);
+	memset(b->frame + b->len, 0, 50), b->len += 50;
+	b = CASE("n_tokens beyond the frame", true, KVP_E_PROTO);
+	g = gen_tokens(2, 0);
+	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	g.n_tokens = 100;
+	memcpy(b->frame + 24, &g, sizeof(g));
+	b = CASE("trailing bytes", true, KVP_E_PROTO);
+	g = gen_tokens(2, 0);
+	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	g.n_tokens = 1;
+	memcpy(b->frame + 24, &g, sizeof(g));
+	b = CASE("tokens and text", true, KVP_E_PROTO);
+	g = gen_tokens(2, 0);
+	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	g.text_bytes = 8;
+	g.n_tokens = 0;
+	g.flags = KVP_GEN_TEXT;
+	g.n_tokens = 2;
+	memcpy(b->frame + 24, &g, sizeof(g));
+	b = CASE("unknown GENERATE flags", true, KVP_E_PROTO);
+	g = gen_tokens(2, 0);
+	g.flags = 0x80;
+	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	b = CASE("salt longer than 64", true, KVP_E_PROTO);
+	g = gen_tokens(2, 0);
+	g.salt_len = 65;
+	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	b = CASE("prompt beyond the token limit", true, KVP_E_LIMIT);
+	g = gen_tokens(MAX_PROMPT + 1, 0);
+	b = &cases[n - 1];
+	/* built in a bigger frame below: 65 ids do not fit b->frame with the header */
+	b->len = 0;
+	b = CASE("max_new_tokens beyond the limit", true, KVP_E_LIMIT);
+	g = gen_tokens(2, 0);
+	g.max_new_tokens = MAX_NEW + 1;
+	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	b = CASE("req_id 0", true, KVP_E_PROTO);
+	g = gen_tokens(2, 0);
+	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 0, &g, ids);
+	b = CASE("GENERATE before HELLO", false, KVP_E_PROTO);
+	g = gen_tokens(2, 0);
+	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	b = CASE("second HELLO", true, KVP_E_PROTO);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_HELLO, 0, 40, 0);
+	memset(b->frame + b->len, 0, 40), b->len += 40;
+	b = CASE("HELLO reserved", false, KVP_E_PROTO);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_HELLO, 0, 40, 0);
+	memset(b->frame + b->len, 0, 40), b->frame[b->len + 4] = 1, b->len += 40;
+	b = CASE("HELLO wrong length", false, KVP_E_PROTO);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_HELLO, 0, 39, 0);
+	memset(b->frame + b->len, 0, 39), b->len += 39;
+	b = CASE("CANCEL with payload", true, KVP_E_PROTO);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_CANCEL, 0, 4, 1);
+	memset(b->frame + b->len, 0, 4), b->len += 4;
+	b = CASE("truncated payload", true, KVP_E_PROTO);
+	g = gen_tokens(2, 0);
+	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids) - 5;
+	b->shut_wr = true;
+	b = CASE("truncated header", true, KVP_E_PROTO);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_CANCEL, 0, 0, 1) - 10;
+	b->shut_wr = true;
+#undef CASE
+
+	assert_int_equal(kvp_client_connect(f->sock, &good), 0);
+	proto_before = status_field(f, "proto");
+	for (unsigned int i = 0; i < n; i++) {
+		int fd = raw_connect(f->sock);
+
+		print_message("  malformed: %s\n", cases[i].name);
+		if (cases[i].hello_first)
+			raw_hello(fd);
+		if (cases[i].len) {
+			raw_send(fd, cases[i].frame, cases[i].len);
+		} else {
+			/* the oversized prompt */
+			int32_t big[MAX_PROMPT + 1] = { 0 };
+
+			g = gen_tokens(MAX_PROMPT + 1, 0);
+			send_gen(fd, 1, &g, big);
+		}
+		if (cases[i].shut_wr)
+			shutdown(fd, SHUT_WR);
+		expect_error(fd, 0, cases[i].status, true);
+		close(fd);
+		check_echo(good);
+	}
+	assert_int_equal(status_field(f, "proto"), proto_before + n);
+	kvp_client_close(good);
+}
+
+static void test_invalid_values_refuse_the_request_only(void **state)
+{
+	/* out-of-range values get ERROR for that req_id; the connection keeps working */
+	struct fixture *f = *state;
+	int32_t ids[2] = { 1, 2 }, bad_ids[2] = { 1, N_VOCAB };
+	struct kvp_generate g;
+	struct kvp_frame_hdr hdr;
+	uint8_t payload[512];
+	int fd = raw_connect(f->sock);
+
+	raw_hello(fd);
+	g = gen_tokens(2, 0);
+	g.temperature = NAN;
+	send_gen(fd, 10, &g, ids);
+	expect_error(fd, 10, KVP_E_INVALID, false);
+	g = gen_tokens(2, 0);
+	g.top_p = 0.0f;
+	send_gen(fd, 11, &g, ids);
+	expect_error(fd, 11, KVP_E_INVALID, false);
+	g = gen_tokens(2, 0);
+	g.max_new_tokens = 0;
+	send_gen(fd, 12, &g, ids);
+	expect_error(fd, 12, KVP_E_INVALID, false);
+	g = gen_tokens(2, 0);
+	send_gen(fd, 13, &g, bad_ids);
+	expect_error(fd, 13, KVP_E_INVALID, false);
+	g = gen_tokens(2, 3);	/* the ops refuse it: NOSPACE */
+	send_gen(fd, 14, &g, ids);
+	expect_error(fd, 14, KVP_E_NOSPACE, false);
+	/* and a good request on the same connection still works */
+	g = gen_tokens(2, 0);
+	send_gen(fd, 15, &g, ids);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(raw_frame(fd, &hdr, payload, sizeof(payload)), 0);
+		assert_int_equal(hdr.req_id, 15);
+		assert_int_equal(hdr.type, i < 2 ? KVP_FRAME_TOKEN : KVP_FRAME_DONE);
+	}
+	close(fd);
+}
+
+static void test_requests_per_connection_limit_and_cancel(void **state)
+{
+	/* MAX_REQS held requests fill the connection; one more gets BUSY; cancel frees one */
+	struct fixture *f = *state;
+	struct kvp_client_params p;
+	int32_t id0 = 1;
+	struct kvp_client_prompt pr = { .tokens = &id0, .n_tokens = 1 };
+	struct kvp_client_event ev;
+	struct kvp_client *c;
+	uint64_t ids[MAX_REQS + 1];
+
+	kvp_client_params_init(&p);
+	p.seed = 2;	/* held */
+	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	for (unsigned int i = 0; i <= MAX_REQS; i++)
+		assert_int_equal(kvp_client_submit(c, &pr, &p, &ids[i]), 0);
+	assert_int_equal(kvp_client_next(c, &ev), 0);
+	assert_int_equal(ev.type, KVP_EVENT_ERROR);
+	assert_int_equal(ev.req_id, ids[MAX_REQS]);
+	assert_int_equal(ev.status, KVP_E_BUSY);
+	assert_int_equal(kvp_client_cancel(c, ids[0]), 0);
+	assert_int_equal(kvp_client_next(c, &ev), 0);
+	assert_int_equal(ev.type, KVP_EVENT_ERROR);
+	assert_int_equal(ev.req_id, ids[0]);
+	assert_int_equal(ev.status, KVP_E_CANCELLED);
+	/* a cancel of a request no longer in flight is ignored */
+	assert_int_equal(kvp_client_cancel(c, ids[0]), 0);
+	p.seed = 0;
+	assert_int_equal(kvp_client_submit(c, &pr, &p, &ids[0]), 0);
+	assert_int_equal(kvp_client_next(c, &ev), 0);
+	assert_int_equal(ev.type, KVP_EVENT_TOKEN);
+	assert_int_equal(ev.req_id, ids[0]);
+	kvp_client_close(c);
+}
+
+static void test_disconnect_calls_closed_once(void **state)
+{
+	/* a client leaving with requests in flight: closed exactly once, its handle stale */
+	struct fixture *f = *state;
+	struct kvp_client_params p;
+	int32_t id0 = 1;
+	struct kvp_client_prompt pr = { .tokens = &id0, .n_tokens = 1 };
+	struct kvp_client *c, *other;
+	unsigned int before = closed_total(f);
+	uint64_t req;
+	kvp_conn_id gone;
+
+	kvp_client_params_init(&p);
+	p.seed = 2;
+	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_submit(c, &pr, &p, &req), 0);
+	assert_int_equal(kvp_client_submit(c, &pr, &p, &req), 0);
+	kvp_client_close(c);
+	wait_closed_total(f, before + 1);
+	pthread_mutex_lock(&f->lock);
+	gone = f->closed[before];
+	pthread_mutex_unlock(&f->lock);
+
+	/* the slot gets reused by a new connection; the old handle must not reach it */
+	assert_int_equal(kvp_client_connect(f->sock, &other), 0);
+	check_echo(other);
+	atomic_store(&f->stale_result, 1);
+	f->stale_probe = gone;
+	atomic_store(&f->stale_probe_set, true);
+	kick(f, 0);
+	for (int i = 0; i < 2000 && atomic_load(&f->stale_result) == 1; i++)
+		usleep(1000);
+	assert_int_equal(atomic_load(&f->stale_result), -ENOTCONN);
+	check_echo(other);
+	assert_int_equal(closed_count(f, gone, NULL), 1);
+	assert_int_equal(closed_total(f), before + 1);
+	kvp_client_close(other);
+	wait_closed_total(f, before + 2);
+}
+
+static void test_slow_reader_disconnected(void **state)
+{
+	/* a client that never reads fills its bounded queue and is dropped, once */
+	struct fixture *f = *state;
+	struct kvp_generate g = gen_tokens(1, 1);
+	int32_t id0 = 1;
+	unsigned int before = closed_total(f);
+	int fd = raw_connect(f->sock);
+
+	raw_hello(fd);
+	send_gen(fd, 1, &g, &id0);
+	for (int i = 0; i < 5000 && !atomic_load(&f->stream_gone); i++) {
+		kick(f, 4);
+		usleep(1000);
+	}
+	assert_true(atomic_load(&f->stream_gone));
+	/* more than the queue was produced: the socket buffer absorbed some, then outq */
+	assert_true(atomic_load(&f->stream_sent) > OUTQ);
+	wait_closed_total(f, before + 1);
+	assert_int_equal(status_field(f, "slow"), 1);
+	close(fd);
+}
+
+static void test_fast_reader_gets_everything(void **state)
+{
+	/* a reading client receives a 4 MiB stream intact through many short writes */
+	struct fixture *f = *state;
+	int32_t id0 = 1;
+	struct kvp_client_prompt pr = { .tokens = &id0, .n_tokens = 1 };
+	struct kvp_client_params p;
+	struct kvp_client_event ev;
+	struct kvp_client *c;
+	uint64_t req, bytes = 0;
+
+	kvp_client_params_init(&p);
+	p.seed = 1;
+	f->stream_limit = 4u << 20;
+	atomic_store(&f->stream_sent, 0);
+	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_submit(c, &pr, &p, &req), 0);
+	/*
+	 * paced like a real engine: at most 4 chunks (16 KiB) ahead of the reader.  The
+	 * queue needs room for twice that: bytes of a send in flight stay queued until the
+	 * whole send completes, though the reader may have read most of them already.
+	 */
+	kick(f, 4);
+	for (;;) {
+		assert_int_equal(kvp_client_next(c, &ev), 0);
+		kick(f, 1);
+		if (ev.type == KVP_EVENT_DONE)
+			break;
+		assert_int_equal(ev.type, KVP_EVENT_TOKEN);
+		assert_int_equal(ev.text_len, STREAM_CHUNK);
+		assert_true(ev.text[0] == 'x' && ev.text[STREAM_CHUNK - 1] == 'x');
+		bytes += ev.text_len;
+	}
+	assert_int_equal(bytes, 4u << 20);
+	assert_false(atomic_load(&f->stream_gone));
+	assert_int_equal(status_field(f, "slow"), 0);
+	kvp_client_close(c);
+}
+
+static void test_connection_limit(void **state)
+{
+	/* MAX_CONNS clients fit; the next is refused with BUSY; a freed slot is usable */
+	struct fixture *f = *state;
+	struct kvp_client *c[MAX_CONNS + 1];
+	unsigned int before = closed_total(f);
+
+	for (unsigned int i = 0; i < MAX_CONNS; i++)
+		assert_int_equal(kvp_client_connect(f->sock, &c[i]), 0);
+	assert_int_equal(kvp_client_connect(f->sock, &c[MAX_CONNS]), KVP_E_BUSY);
+	assert_non_null(strstr(kvp_client_errmsg(c[MAX_CONNS]), "too many"));
+	kvp_client_close(c[MAX_CONNS]);
+	assert_int_equal(status_field(f, "refused"), 1);
+	assert_int_equal(status_field(f, "open"), MAX_CONNS);
+	kvp_client_close(c[0]);
+	wait_closed_total(f, before + 1);
+	assert_int_equal(kvp_client_connect(f->sock, &c[0]), 0);
+	check_echo(c[0]);
+	for (unsigned int i = 0; i < MAX_CONNS; i++)
+		kvp_client_close(c[i]);
+	wait_closed_total(f, before + 1 + MAX_CONNS);
+}
+
+static void test_status_socket(void **state)
+{
+	/* "json" and "prom" reach ops->status; anything else gets a JSON error */
+	struct fixture *f = *state;
+	char *text, buf[256];
+	size_t len;
+	int fd, n = 0, r;
+
+	assert_int_equal(kvp_client_status(f->status, "json", &text, &len), 0);
+	assert_true(len > 0 && !strncmp(text, "json ", 5));
+	free(text);
+	assert_int_equal(kvp_client_status(f->status, "prom", &text, &len), 0);
+	assert_true(!strncmp(text, "prom ", 5));
+	free(text);
+	assert_int_equal(kvp_client_status(f->status, "xml", &text, &len), -EINVAL);
+
+	fd = raw_connect(f->status);
+	raw_send(fd, "yaml\n", 5);
+	while ((r = (int)read(fd, buf + n, sizeof(buf) - 1 - (size_t)n)) > 0)
+		n += r;
+	buf[n] = 0;
+	assert_non_null(strstr(buf, "\"error\""));
+	close(fd);
+}
+
+static void test_stop_refuses_new_connections(void **state)
+{
+	/* after a stop, connects are refused while open connections are still served */
+	struct fixture *f = *state;
+	struct kvp_client *c, *late = NULL;
+	int r = 0;
+
+	f->drain_ms = 20000;	/* the teardown's stop ends the drain early */
+	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	kvp_server_stop(f->srv);
+	for (int i = 0; i < 2000; i++) {
+		r = kvp_client_connect(f->sock, &late);
+		kvp_client_close(late);
+		if (r)
+			break;
+		usleep(1000);
+	}
+	assert_true(r == -ECONNREFUSED || r == KVP_E_SHUTDOWN || r == -ECONNRESET);
+	check_echo(c);
+	kvp_client_close(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_hello_passes_readonly_pool, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_generate_text_and_callback, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_malformed_frames_close_only_their_connection,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_invalid_values_refuse_the_request_only, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_requests_per_connection_limit_and_cancel,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_disconnect_calls_closed_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_slow_reader_disconnected, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fast_reader_gets_everything, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_connection_limit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_status_socket, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stop_refuses_new_connections, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
