@@ -58,8 +58,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	r = kvp_daemon_new(&d, &cfg);
-	if (r < 0)
+	if (r < 0) {
+		kvp_daemon_free(d);	/* whatever part was built */
 		return 1;
+	}
 	r = kvp_daemon_run(d);
 	kvp_daemon_free(d);
 	return r < 0 ? 1 : 0;
