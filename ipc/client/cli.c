@@ -1,0 +1,832 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cli.c - `kvpool`, the command-line client of kvpoold, built on libkvpool only.
+ *
+ *   kvpool [--socket PATH] [--status-socket PATH] generate|status|bench [options]
+ *
+ * generate streams a request's text to stdout (usage on stderr) or prints one JSON
+ * object; status prints the status socket's report; bench is a load generator with
+ * one thread and one connection per client.  Numbers on the command line are parsed
+ * strictly (the whole argument, in range) and a bad argument is an error naming it.
+ * Exit status: 0 ok, 1 a request or connection failed, 2 bad usage.
+ * Thread: main; bench adds one thread per client and reports from main.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvpool/kvpool.h"
+
+#define EXIT_USAGE 2
+
+static const char *sock_path;
+static const char *status_path;
+
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void die_usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("kvpool: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs(" (see kvpool --help)\n", stderr);
+	exit(EXIT_USAGE);
+}
+
+/* ------------------------------------------------------------ strict parsing */
+
+static uint64_t parse_u64(const char *s, const char *what, uint64_t min, uint64_t max)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!s || !*s || *s < '0' || *s > '9')
+		die_usage("%s: '%s' is not a non-negative integer", what, s ? s : "");
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end)
+		die_usage("%s: '%s' is not a non-negative integer", what, s);
+	if (v < min || v > max)
+		die_usage("%s: %llu is out of range [%llu, %llu]", what, v,
+			  (unsigned long long)min, (unsigned long long)max);
+	return v;
+}
+
+static float parse_float(const char *s, const char *what, float min, float max, bool open_min)
+{
+	char *end;
+	float v;
+
+	if (!s || !*s || (*s != '.' && *s != '-' && (*s < '0' || *s > '9')))
+		die_usage("%s: '%s' is not a number", what, s ? s : "");
+	errno = 0;
+	v = strtof(s, &end);
+	if (errno || *end || !isfinite(v))
+		die_usage("%s: '%s' is not a finite number", what, s);
+	if (v < min || v > max || (open_min && v == min))
+		die_usage("%s: %g is out of range %s%g, %g]", what, (double)v, open_min ? "(" : "[",
+			  (double)min, (double)max);
+	return v;
+}
+
+/* "1,2,3" -> ids (malloc()ed) */
+static int32_t *parse_tokens(const char *s, size_t *n_out)
+{
+	size_t n = 1, i = 0;
+	int32_t *ids;
+	char *copy, *tok, *save = NULL;
+
+	for (const char *p = s; *p; p++)
+		n += *p == ',';
+	ids = malloc(n * sizeof(*ids));
+	copy = strdup(s);
+	if (!ids || !copy)
+		die_usage("out of memory");
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		ids[i++] = (int32_t)parse_u64(tok, "--tokens", 0, INT32_MAX);
+	if (!i || i != n)
+		die_usage("--tokens: '%s' is not a comma-separated list of token ids", s);
+	free(copy);
+	*n_out = i;
+	return ids;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+	size_t cap = 65536, n = 0;
+	char *buf;
+
+	if (!f) {
+		fprintf(stderr, "kvpool: --prompt-file %s: %s\n", path, strerror(errno));
+		exit(1);
+	}
+	buf = malloc(cap);
+	while (buf) {
+		size_t got = fread(buf + n, 1, cap - n, f);
+
+		n += got;
+		if (n < cap)
+			break;
+		cap *= 2;
+		buf = realloc(buf, cap);
+	}
+	if (!buf || ferror(f)) {
+		fprintf(stderr, "kvpool: --prompt-file %s: read failed\n", path);
+		exit(1);
+	}
+	if (f != stdin)
+		fclose(f);
+	*len = n;
+	return buf;
+}
+
+/* ------------------------------------------------------------ JSON output */
+
+/* A JSON string of @n bytes; invalid UTF-8 becomes U+FFFD so the output always parses. */
+static void json_str(FILE *o, const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	fputc('"', o);
+	for (size_t i = 0; i < n;) {
+		unsigned char c = p[i];
+		size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
+					 : (c & 0xf8) == 0xf0 ? 4 : 0;
+		bool ok = len && i + len <= n;
+
+		for (size_t k = 1; ok && k < len; k++)
+			ok = (p[i + k] & 0xc0) == 0x80;
+		if (ok && len == 2)
+			ok = c >= 0xc2;	/* no overlong encodings */
+		if (!ok) {
+			fputs("\\ufffd", o);
+			i++;
+			continue;
+		}
+		if (c == '"' || c == '\\')
+			fprintf(o, "\\%c", c);
+		else if (c == '\n')
+			fputs("\\n", o);
+		else if (c == '\t')
+			fputs("\\t", o);
+		else if (c < 0x20 || c == 0x7f)
+			fprintf(o, "\\u%04x", c);
+		else
+			fwrite(p + i, 1, len, o);
+		i += len;
+	}
+	fputc('"', o);
+}
+
+static void json_usage(FILE *o, const struct kvp_usage *u)
+{
+	fprintf(o, "{\"prompt_tokens\":%u,\"cached_tokens\":%u,\"cache_creation_tokens\":%u,"
+		   "\"recomputed_tokens\":%u,\"generated_tokens\":%u,\"queue_ms\":%.3f,"
+		   "\"ttft_ms\":%.3f,\"prefill_ms\":%.3f,\"decode_ms\":%.3f}",
+		u->prompt_tokens, u->cached_tokens, u->cache_creation_tokens, u->recomputed_tokens,
+		u->generated_tokens, u->queue_ms, u->ttft_ms, u->prefill_ms, u->decode_ms);
+}
+
+/* ------------------------------------------------------------ generate */
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+	interrupted = 1;
+}
+
+struct gen_out {
+	bool json;
+	int32_t *ids;
+	size_t n_ids, cap_ids;
+	char *text;
+	size_t text_len, text_cap;
+};
+
+static int on_tokens(void *arg, const int32_t *ids, uint32_t n, const char *text, uint32_t len)
+{
+	struct gen_out *g = arg;
+
+	if (!g->json) {
+		fwrite(text, 1, len, stdout);
+		fflush(stdout);
+		return interrupted;
+	}
+	if (g->n_ids + n > g->cap_ids) {
+		g->cap_ids = (g->n_ids + n) * 2;
+		g->ids = realloc(g->ids, g->cap_ids * sizeof(*g->ids));
+	}
+	if (g->text_len + len > g->text_cap) {
+		g->text_cap = (g->text_len + len) * 2 + 64;
+		g->text = realloc(g->text, g->text_cap);
+	}
+	if (!g->ids || !g->text)
+		return 1;
+	memcpy(g->ids + g->n_ids, ids, n * sizeof(*ids));
+	memcpy(g->text + g->text_len, text, len);
+	g->n_ids += n;
+	g->text_len += len;
+	return interrupted;
+}
+
+static void generate_help(FILE *o)
+{
+	fputs("usage: kvpool [--socket PATH] generate (-p TEXT | --tokens 1,2,3 | --prompt-file F)\n"
+	      "              [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+	      "              [--salt S] [--no-cache] [--json]\n"
+	      "\n"
+	      "Send one prompt to kvpoold and stream the generated text to stdout as it\n"
+	      "arrives; the usage (prompt, cached and computed tokens, times) goes to stderr.\n"
+	      "\n"
+	      "  -p, --prompt TEXT      prompt text, tokenized by the daemon\n"
+	      "      --tokens LIST      prompt as comma-separated token ids\n"
+	      "      --prompt-file F    prompt text read from file F ('-': stdin)\n"
+	      "  -n, --max-new-tokens N tokens to generate at most (default 64; the daemon\n"
+	      "                         caps it, see its max_new_tokens)\n"
+	      "      --temperature T    0 = greedy (default), up to 100\n"
+	      "      --top-k K          sample from the K most likely tokens; 0 = off (default)\n"
+	      "      --top-p P          nucleus sampling, in (0, 1]; 1 = off (default)\n"
+	      "      --seed S           sampler seed (default 0)\n"
+	      "      --salt S           cache salt (at most 64 bytes): requests with different\n"
+	      "                         salts never share cached prefix blocks\n"
+	      "      --no-cache         neither use nor publish prefix-cache blocks\n"
+	      "      --json             print one JSON object instead: tokens (generated ids),\n"
+	      "                         text and usage\n"
+	      "Ctrl-C cancels the request.\n", o);
+}
+
+static int cmd_generate(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "prompt", required_argument, NULL, 'p' },
+		{ "tokens", required_argument, NULL, 't' },
+		{ "prompt-file", required_argument, NULL, 'f' },
+		{ "max-new-tokens", required_argument, NULL, 'n' },
+		{ "temperature", required_argument, NULL, 'T' },
+		{ "top-k", required_argument, NULL, 'k' },
+		{ "top-p", required_argument, NULL, 'P' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "salt", required_argument, NULL, 'S' },
+		{ "no-cache", no_argument, NULL, 'N' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct kvp_client_prompt pr = { 0 };
+	struct kvp_client_params p;
+	struct gen_out out = { 0 };
+	struct kvp_usage u = { 0 };
+	struct kvp_client *c;
+	int n_prompts = 0, opt, r;
+	char *file_text = NULL;
+	int32_t *ids = NULL;
+
+	kvp_client_params_init(&p);
+	p.max_new_tokens = 64;
+	while ((opt = getopt_long(argc, argv, "p:n:h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'p':
+			pr.text = optarg;
+			pr.text_len = strlen(optarg);
+			n_prompts++;
+			break;
+		case 't':
+			ids = parse_tokens(optarg, &pr.n_tokens);
+			pr.tokens = ids;
+			n_prompts++;
+			break;
+		case 'f':
+			file_text = read_file(optarg, &pr.text_len);
+			pr.text = file_text;
+			n_prompts++;
+			break;
+		case 'n':
+			p.max_new_tokens = (uint32_t)parse_u64(optarg, "-n", 1, UINT32_MAX);
+			break;
+		case 'T':
+			p.temperature = parse_float(optarg, "--temperature", 0.0f, 100.0f, false);
+			break;
+		case 'k':
+			p.top_k = (uint32_t)parse_u64(optarg, "--top-k", 0, UINT32_MAX);
+			break;
+		case 'P':
+			p.top_p = parse_float(optarg, "--top-p", 0.0f, 1.0f, true);
+			break;
+		case 's':
+			p.seed = parse_u64(optarg, "--seed", 0, UINT64_MAX);
+			break;
+		case 'S':
+			if (strlen(optarg) > KVP_SALT_MAX)
+				die_usage("--salt: longer than %d bytes", KVP_SALT_MAX);
+			p.salt = optarg;
+			p.salt_len = strlen(optarg);
+			break;
+		case 'N':
+			p.no_cache = true;
+			break;
+		case 'j':
+			out.json = true;
+			break;
+		case 'h':
+			generate_help(stdout);
+			return 0;
+		default:
+			die_usage("generate: bad option");
+		}
+	}
+	if (optind < argc)
+		die_usage("generate: unexpected argument '%s'", argv[optind]);
+	if (n_prompts != 1)
+		die_usage("generate: give exactly one of -p, --tokens, --prompt-file");
+	if (pr.text && !pr.text_len)
+		die_usage("generate: the prompt is empty");
+
+	r = kvp_client_connect(sock_path, &c);
+	if (r) {
+		fprintf(stderr, "kvpool: %s\n", kvp_client_errmsg(c));
+		kvp_client_close(c);
+		return 1;
+	}
+	signal(SIGINT, on_sigint);
+	r = kvp_client_generate(c, &pr, &p, on_tokens, &out, &u);
+	if (r && r != KVP_E_CANCELLED) {
+		fprintf(stderr, "%skvpool: generate: %s\n", out.json ? "" : "\n",
+			kvp_client_errmsg(c));
+		kvp_client_close(c);
+		return 1;
+	}
+	if (out.json) {
+		fputs("{\"tokens\":[", stdout);
+		for (size_t i = 0; i < out.n_ids; i++)
+			printf("%s%d", i ? "," : "", out.ids[i]);
+		fputs("],\"text\":", stdout);
+		json_str(stdout, out.text ? out.text : "", out.text_len);
+		fputs(",\"usage\":", stdout);
+		json_usage(stdout, &u);
+		fputs("}\n", stdout);
+	} else {
+		fputc('\n', stdout);
+		fprintf(stderr,
+			"usage: prompt_tokens %u, cached_tokens %u, cache_creation_tokens %u, "
+			"recomputed_tokens %u, generated_tokens %u; queue %.1f ms, ttft %.1f ms, "
+			"prefill %.1f ms, decode %.1f ms%s\n",
+			u.prompt_tokens, u.cached_tokens, u.cache_creation_tokens,
+			u.recomputed_tokens, u.generated_tokens, u.queue_ms, u.ttft_ms, u.prefill_ms,
+			u.decode_ms, r == KVP_E_CANCELLED ? " (cancelled)" : "");
+	}
+	kvp_client_close(c);
+	free(ids);
+	free(file_text);
+	free(out.ids);
+	free(out.text);
+	return r == KVP_E_CANCELLED ? 1 : 0;
+}
+
+/* ------------------------------------------------------------ status */
+
+static int cmd_status(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "prom", no_argument, NULL, 'p' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	const char *fmt = "json";
+	char *text;
+	size_t len;
+	int opt, r;
+
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'j':
+			fmt = "json";
+			break;
+		case 'p':
+			fmt = "prom";
+			break;
+		case 'h':
+			puts("usage: kvpool [--status-socket PATH] status [--json | --prom]\n"
+			     "\n"
+			     "Print kvpoold's status report: pool, index, scheduler and connection\n"
+			     "counters, as JSON (default) or in the Prometheus text format.");
+			return 0;
+		default:
+			die_usage("status: bad option");
+		}
+	}
+	if (optind < argc)
+		die_usage("status: unexpected argument '%s'", argv[optind]);
+	r = kvp_client_status(status_path, fmt, &text, &len);
+	if (r) {
+		fprintf(stderr, "kvpool: status %s: %s\n",
+			status_path ? status_path : KVP_DEFAULT_STATUS_SOCKET, strerror(-r));
+		return 1;
+	}
+	fwrite(text, 1, len, stdout);
+	if (len && text[len - 1] != '\n')
+		fputc('\n', stdout);
+	free(text);
+	return 0;
+}
+
+/* ------------------------------------------------------------ bench */
+
+struct bench_cfg {
+	unsigned int clients, requests, prefix, suffix, new_tokens;
+	uint64_t seed;
+};
+
+struct bench_result {
+	bool ok;
+	int status;
+	double ttft_ms;		/* measured here: submit to first TOKEN */
+	double total_ms;
+	struct kvp_usage u;
+};
+
+struct bench_client {
+	pthread_t thread;
+	unsigned int idx;
+	const struct bench_cfg *cfg;
+	struct bench_result *res;	/* cfg->requests of them */
+	char err[256];
+};
+
+static atomic_uint bench_done;
+static atomic_ulong bench_gen_tokens;
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* splitmix64: the same seed gives the same prompt in every run */
+static uint64_t mix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static int32_t pick_token(uint64_t *s, const struct kvp_welcome *w)
+{
+	for (;;) {
+		uint32_t id = (uint32_t)(mix(s) % w->n_vocab);
+
+		if (id != w->bos_id && id != w->eos_id)
+			return (int32_t)id;
+	}
+}
+
+static void *bench_thread(void *arg)
+{
+	struct bench_client *bc = arg;
+	const struct bench_cfg *cfg = bc->cfg;
+	unsigned int n = cfg->prefix + cfg->suffix;
+	struct kvp_client_params p;
+	const struct kvp_welcome *w;
+	struct kvp_client *c;
+	int32_t *ids;
+	int r;
+
+	r = kvp_client_connect(sock_path, &c);
+	if (r) {
+		snprintf(bc->err, sizeof(bc->err), "%s", kvp_client_errmsg(c));
+		kvp_client_close(c);
+		atomic_fetch_add(&bench_done, cfg->requests);
+		return NULL;
+	}
+	w = kvp_client_welcome(c);
+	ids = malloc(n * sizeof(*ids));
+	if (!ids || !w->n_vocab) {
+		snprintf(bc->err, sizeof(bc->err), "%s", ids ? "daemon reports n_vocab 0" : "no memory");
+		free(ids);
+		kvp_client_close(c);
+		atomic_fetch_add(&bench_done, cfg->requests);
+		return NULL;
+	}
+	kvp_client_params_init(&p);
+	p.max_new_tokens = cfg->new_tokens;
+	for (unsigned int r_i = 0; r_i < cfg->requests; r_i++) {
+		struct bench_result *res = &bc->res[r_i];
+		struct kvp_client_prompt pr = { .tokens = ids, .n_tokens = n };
+		struct kvp_client_event ev;
+		uint64_t s = cfg->seed, req;
+		double t0;
+
+		for (unsigned int i = 0; i < cfg->prefix; i++)
+			ids[i] = pick_token(&s, w);	/* shared by every request */
+		s = cfg->seed ^ ((uint64_t)(bc->idx + 1) << 32) ^ (r_i + 1);
+		for (unsigned int i = cfg->prefix; i < n; i++)
+			ids[i] = pick_token(&s, w);	/* this request's own tail */
+		t0 = now_ms();
+		res->ttft_ms = -1;
+		r = kvp_client_submit(c, &pr, &p, &req);
+		while (!r) {
+			r = kvp_client_next(c, &ev);
+			if (r)
+				break;
+			if (ev.type == KVP_EVENT_TOKEN) {
+				if (res->ttft_ms < 0)
+					res->ttft_ms = now_ms() - t0;
+				atomic_fetch_add(&bench_gen_tokens, ev.n_tokens);
+			} else if (ev.type == KVP_EVENT_DONE) {
+				res->u = ev.usage;
+				res->ok = ev.status == KVP_OK;
+				res->status = ev.status;
+				break;
+			} else {
+				res->status = ev.status;
+				snprintf(bc->err, sizeof(bc->err), "request failed: %s", ev.message);
+				break;
+			}
+		}
+		res->total_ms = now_ms() - t0;
+		if (r) {
+			res->status = r;
+			snprintf(bc->err, sizeof(bc->err), "%s", kvp_client_errmsg(c));
+		}
+		atomic_fetch_add(&bench_done, 1);
+		if (r)	/* the connection is gone: count the rest as failed */
+			atomic_fetch_add(&bench_done, cfg->requests - r_i - 1);
+		if (r)
+			break;
+	}
+	free(ids);
+	kvp_client_close(c);
+	return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* nearest-rank percentile of sorted @v */
+static double pct(const double *v, size_t n, double p)
+{
+	size_t k;
+
+	if (!n)
+		return NAN;
+	k = (size_t)ceil(p / 100.0 * (double)n);
+	return v[k ? k - 1 : 0];
+}
+
+struct bench_group {
+	double *ttft;
+	size_t n, ok;
+	uint64_t prompt, cached, hits, gen;
+};
+
+static void group_print(const char *name, struct bench_group *g, bool json)
+{
+	qsort(g->ttft, g->n, sizeof(double), cmp_double);
+	if (json) {
+		printf("\"%s\":{\"requests\":%zu,\"ok\":%zu,\"ttft_p50_ms\":%.3f,"
+		       "\"ttft_p99_ms\":%.3f,\"token_hit_rate\":%.4f,\"request_hit_rate\":%.4f}",
+		       name, g->n, g->ok, pct(g->ttft, g->n, 50), pct(g->ttft, g->n, 99),
+		       g->prompt ? (double)g->cached / (double)g->prompt : 0.0,
+		       g->ok ? (double)g->hits / (double)g->ok : 0.0);
+		return;
+	}
+	printf("  %-5s %5zu ok of %-5zu TTFT p50 %8.2f ms  p99 %8.2f ms  "
+	       "token hit rate %5.1f%%  request hit rate %5.1f%%\n",
+	       name, g->ok, g->n, pct(g->ttft, g->n, 50), pct(g->ttft, g->n, 99),
+	       g->prompt ? 100.0 * (double)g->cached / (double)g->prompt : 0.0,
+	       g->ok ? 100.0 * (double)g->hits / (double)g->ok : 0.0);
+}
+
+static int cmd_bench(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "clients", required_argument, NULL, 'c' },
+		{ "requests", required_argument, NULL, 'r' },
+		{ "prefix-tokens", required_argument, NULL, 'P' },
+		{ "suffix-tokens", required_argument, NULL, 'S' },
+		{ "new-tokens", required_argument, NULL, 'g' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct bench_cfg cfg = { .new_tokens = 16, .seed = 1 };
+	struct bench_group cold = { 0 }, warm = { 0 };
+	bool have_c = false, have_r = false, have_p = false, have_s = false, json = false;
+	bool tty = isatty(STDERR_FILENO);
+	struct bench_client *bc;
+	unsigned int total, failed = 0;
+	uint64_t prompt_all = 0;
+	double t0, elapsed, last = 0;
+	int opt;
+
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			cfg.clients = (unsigned int)parse_u64(optarg, "--clients", 1, 1024);
+			have_c = true;
+			break;
+		case 'r':
+			cfg.requests = (unsigned int)parse_u64(optarg, "--requests", 1, 1000000);
+			have_r = true;
+			break;
+		case 'P':
+			cfg.prefix = (unsigned int)parse_u64(optarg, "--prefix-tokens", 0, 1u << 24);
+			have_p = true;
+			break;
+		case 'S':
+			cfg.suffix = (unsigned int)parse_u64(optarg, "--suffix-tokens", 0, 1u << 24);
+			have_s = true;
+			break;
+		case 'g':
+			cfg.new_tokens = (unsigned int)parse_u64(optarg, "--new-tokens", 1, 1u << 20);
+			break;
+		case 's':
+			cfg.seed = parse_u64(optarg, "--seed", 0, UINT64_MAX);
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			puts("usage: kvpool [--socket PATH] bench --clients N --requests M\n"
+			     "              --prefix-tokens P --suffix-tokens S [--new-tokens G]\n"
+			     "              [--seed X] [--json]\n"
+			     "\n"
+			     "Load generator: N threads, each with its own connection, send M requests\n"
+			     "one after the other.  Every prompt is P token ids shared by all requests\n"
+			     "(the same in every run with the same --seed) followed by S ids of its\n"
+			     "own; each asks for G new tokens (default 16).  Progress goes to stderr.\n"
+			     "The report gives TTFT p50/p99 (measured by the client: request sent to\n"
+			     "first token), throughput, and the token hit rate (cached_tokens /\n"
+			     "prompt_tokens) and request hit rate (requests with cached_tokens > 0),\n"
+			     "for cold requests (each client's first) and warm ones (the rest).");
+			return 0;
+		default:
+			die_usage("bench: bad option");
+		}
+	}
+	if (optind < argc)
+		die_usage("bench: unexpected argument '%s'", argv[optind]);
+	if (!have_c || !have_r || !have_p || !have_s)
+		die_usage("bench: --clients, --requests, --prefix-tokens and --suffix-tokens are "
+			  "required");
+	if (!cfg.prefix && !cfg.suffix)
+		die_usage("bench: the prompt would be empty");
+
+	bc = calloc(cfg.clients, sizeof(*bc));
+	if (!bc)
+		die_usage("out of memory");
+	total = cfg.clients * cfg.requests;
+	t0 = now_ms();
+	for (unsigned int i = 0; i < cfg.clients; i++) {
+		bc[i] = (struct bench_client){ .idx = i, .cfg = &cfg };
+		bc[i].res = calloc(cfg.requests, sizeof(*bc[i].res));
+		if (!bc[i].res || pthread_create(&bc[i].thread, NULL, bench_thread, &bc[i]))
+			die_usage("cannot start client %u", i);
+	}
+	/* progress on stderr: a rewritten line on a terminal, a line a second otherwise */
+	for (;;) {
+		unsigned int done = atomic_load(&bench_done);
+		double t = now_ms() - t0;
+
+		if (done >= total || t - last >= (tty ? 250.0 : 1000.0)) {
+			fprintf(stderr, "%sbench: %u/%u requests done, %.1f s, %.1f generated tok/s%s",
+				tty ? "\r" : "", done, total, t / 1e3,
+				(double)atomic_load(&bench_gen_tokens) / (t / 1e3), tty ? "" : "\n");
+			last = t;
+		}
+		if (done >= total)
+			break;
+		usleep(50000);
+	}
+	if (tty)
+		fputc('\n', stderr);
+	for (unsigned int i = 0; i < cfg.clients; i++)
+		pthread_join(bc[i].thread, NULL);
+	elapsed = (now_ms() - t0) / 1e3;
+
+	cold.ttft = calloc(total, sizeof(double));
+	warm.ttft = calloc(total, sizeof(double));
+	if (!cold.ttft || !warm.ttft)
+		die_usage("out of memory");
+	for (unsigned int i = 0; i < cfg.clients; i++) {
+		if (bc[i].err[0])
+			fprintf(stderr, "kvpool: bench client %u: %s\n", i, bc[i].err);
+		for (unsigned int r = 0; r < cfg.requests; r++) {
+			struct bench_result *res = &bc[i].res[r];
+			struct bench_group *g = r ? &warm : &cold;
+
+			g->n++;
+			if (!res->ok) {
+				failed++;
+				continue;
+			}
+			g->ok++;
+			g->ttft[g->ok - 1] = res->ttft_ms;
+			g->prompt += res->u.prompt_tokens;
+			g->cached += res->u.cached_tokens;
+			g->hits += res->u.cached_tokens > 0;
+			g->gen += res->u.generated_tokens;
+		}
+	}
+	cold.n = cold.ok, warm.n = warm.ok;	/* percentiles over successful requests */
+	prompt_all = cold.prompt + warm.prompt;
+	if (json) {
+		printf("{\"clients\":%u,\"requests\":%u,\"prefix_tokens\":%u,\"suffix_tokens\":%u,"
+		       "\"new_tokens\":%u,\"failed\":%u,\"seconds\":%.3f,\"requests_per_s\":%.3f,"
+		       "\"generated_tokens_per_s\":%.3f,\"prompt_tokens_per_s\":%.3f,",
+		       cfg.clients, cfg.requests, cfg.prefix, cfg.suffix, cfg.new_tokens, failed,
+		       elapsed, (double)(total - failed) / elapsed,
+		       (double)(cold.gen + warm.gen) / elapsed, (double)prompt_all / elapsed);
+		group_print("cold", &cold, true);
+		putchar(',');
+		group_print("warm", &warm, true);
+		puts("}");
+	} else {
+		printf("bench: %u clients x %u requests, prompt %u shared + %u own tokens, "
+		       "%u new tokens\n", cfg.clients, cfg.requests, cfg.prefix, cfg.suffix,
+		       cfg.new_tokens);
+		printf("  %u ok, %u failed in %.2f s: %.2f req/s, %.1f generated tok/s, "
+		       "%.1f prompt tok/s\n", total - failed, failed, elapsed,
+		       (double)(total - failed) / elapsed, (double)(cold.gen + warm.gen) / elapsed,
+		       (double)prompt_all / elapsed);
+		group_print("cold", &cold, false);
+		group_print("warm", &warm, false);
+	}
+	for (unsigned int i = 0; i < cfg.clients; i++)
+		free(bc[i].res);
+	free(bc);
+	free(cold.ttft);
+	free(warm.ttft);
+	return failed ? 1 : 0;
+}
+
+/* ------------------------------------------------------------ main */
+
+static void main_help(FILE *o)
+{
+	fputs("usage: kvpool [--socket PATH] [--status-socket PATH] COMMAND [OPTIONS]\n"
+	      "\n"
+	      "Client of kvpoold, the local KV-cache LLM inference daemon.\n"
+	      "\n"
+	      "Commands:\n"
+	      "  generate   send a prompt, stream the generated text (kvpool generate --help)\n"
+	      "  status     print the daemon's status report (kvpool status --help)\n"
+	      "  bench      load generator: TTFT, throughput, prefix hit rates (kvpool bench --help)\n"
+	      "\n"
+	      "Options:\n"
+	      "  --socket PATH         request socket (default " KVP_DEFAULT_SOCKET ")\n"
+	      "  --status-socket PATH  status socket (default " KVP_DEFAULT_STATUS_SOCKET ")\n"
+	      "  -h, --help            this text\n"
+	      "Exit status: 0 ok, 1 the request or connection failed, 2 bad usage.\n", o);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "status-socket", required_argument, NULL, 'S' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	const char *cmd;
+	int opt;
+
+	/* '+': stop at the command; its own options are parsed by the command */
+	while ((opt = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 's':
+			sock_path = optarg;
+			break;
+		case 'S':
+			status_path = optarg;
+			break;
+		case 'h':
+			main_help(stdout);
+			return 0;
+		default:
+			die_usage("bad option");
+		}
+	}
+	if (optind >= argc)
+		die_usage("no command given");
+	cmd = argv[optind];
+	argc -= optind;
+	argv += optind;
+	optind = 1;
+	if (!strcmp(cmd, "generate"))
+		return cmd_generate(argc, argv);
+	if (!strcmp(cmd, "status"))
+		return cmd_status(argc, argv);
+	if (!strcmp(cmd, "bench"))
+		return cmd_bench(argc, argv);
+	if (!strcmp(cmd, "help")) {
+		main_help(stdout);
+		return 0;
+	}
+	die_usage("unknown command '%s'", cmd);
+}
