@@ -117,6 +117,7 @@ struct tinfo {
 	uint64_t ne0, ne1;	/* ne1 = 1: a vector */
 	uint32_t type;
 	float scale;		/* uniform half-width; 0: all ones (norms) */
+	float anti;		/* output only: minus this times token_embd (see plan()) */
 	uint64_t offset;	/* from the data section start */
 	uint64_t bytes;
 };
@@ -163,7 +164,7 @@ int kvp_mkmodel_preset(struct kvp_mkmodel_opts *o, const char *preset)
 		o->name = "kvpool-1b";
 		o->n_embd = 2048; o->n_layers = 16; o->n_heads = 32; o->n_kv_heads = 8;
 		o->n_ff = 8192; o->rope_base = 500000.0f;
-		o->tied = 1;	/* as Llama-3.2-1B */
+		/* untied (Llama-3.2-1B ties them): a tied random model repeats its input token */
 	} else {
 		return -EINVAL;
 	}
@@ -230,8 +231,16 @@ static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
 		}
 	}
 	ADD("output_norm.weight", o->n_embd, 1, 0);
-	if (!o->tied)	/* logits with a std of about 2: varied but decisive */
+	if (!o->tied) {	/* logits with a std of about 2: varied but decisive */
 		ADD("output.weight", o->n_embd, N_VOCAB, 2.0f * in_e);
+		/*
+		 * A random model's last hidden state is dominated by the current token's
+		 * embedding, so random output rows let some token predict itself and greedy
+		 * text collapses into one repeated token.  Subtracting a multiple of the
+		 * embedding from each output row costs that token ~4 logit std devs.
+		 */
+		t[n - 1].anti = 8.0f * sqrtf(2.0f * o->n_layers + 1) / o->n_embd;
+	}
 #undef ADD
 	return n;
 }
@@ -296,11 +305,33 @@ static void write_meta(struct sink *s, const struct kvp_mkmodel_opts *o, size_t 
 }
 
 /* Generate tensor @idx's values and write them in its type. */
+static uint64_t stream_seed(uint64_t seed, size_t idx)
+{
+	return seed * 0x100000001b3ull + idx * 0x9e3779b97f4a7c15ull + 1;
+}
+
+/* k uniform values in [-a, a) from stream *st */
+static void uniform(float *vals, size_t k, float a, uint64_t *st)
+{
+	for (size_t i = 0; i + 1 < k; i += 2) {
+		uint64_t r = splitmix64(st);
+
+		vals[i] = ((float)(r >> 40) * 0x1p-24f * 2.0f - 1.0f) * a;
+		vals[i + 1] = ((float)((r >> 8) & 0xffffff) * 0x1p-24f * 2.0f - 1.0f) * a;
+	}
+	if (k % 2)
+		vals[k - 1] = ((float)(splitmix64(st) >> 40) * 0x1p-24f * 2 - 1) * a;
+}
+
+/*
+ * Generate tensor @idx's values and write them in its type.  @emb describes tensor 0
+ * (token_embd, same shape as output), regenerated alongside when t->anti is set.
+ */
 static void write_tensor(struct sink *s, const struct tinfo *t, size_t idx, uint64_t seed,
-			 float *vals, uint8_t *enc)
+			 const struct tinfo *emb, float *vals, float *evals, uint8_t *enc)
 {
 	uint64_t n = t->ne0 * t->ne1, done = 0;
-	uint64_t st = seed * 0x100000001b3ull + idx * 0x9e3779b97f4a7c15ull + 1;
+	uint64_t st = stream_seed(seed, idx), est = stream_seed(seed, 0);
 
 	while (done < n) {
 		size_t k = n - done < CHUNK_ELEMS ? n - done : CHUNK_ELEMS;	/* a multiple of 32 */
@@ -310,16 +341,12 @@ static void write_tensor(struct sink *s, const struct tinfo *t, size_t idx, uint
 			for (size_t i = 0; i < k; i++)
 				vals[i] = 1.0f;
 		} else {
-			float a = t->scale;
-
-			for (size_t i = 0; i + 1 < k; i += 2) {
-				uint64_t r = splitmix64(&st);
-
-				vals[i] = ((float)(r >> 40) * 0x1p-24f * 2.0f - 1.0f) * a;
-				vals[i + 1] = ((float)((r >> 8) & 0xffffff) * 0x1p-24f * 2.0f - 1.0f) * a;
+			uniform(vals, k, t->scale, &st);
+			if (t->anti) {	/* k splits identically: output and embedding share a shape */
+				uniform(evals, k, emb->scale, &est);
+				for (size_t i = 0; i < k; i++)
+					vals[i] -= t->anti * evals[i];
 			}
-			if (k % 2)
-				vals[k - 1] = ((float)(splitmix64(&st) >> 40) * 0x1p-24f * 2 - 1) * a;
 		}
 		switch (t->type) {
 		case KVP_GGML_F32:
@@ -365,11 +392,12 @@ static int write_all(struct sink *s, const struct kvp_mkmodel_opts *o, char *err
 	size_t cap = 9 * (size_t)o->n_layers + 3, n;
 	struct tinfo *t = calloc(cap, sizeof(*t));
 	float *vals = malloc(CHUNK_ELEMS * sizeof(float));
+	float *evals = malloc(CHUNK_ELEMS * sizeof(float));
 	uint8_t *enc = malloc(CHUNK_ELEMS * 2 + CHUNK_ELEMS / 32 * 34);
 	uint64_t off = 0, data_off = 0;
 	int r = 0;
 
-	if (!t || !vals || !enc) {
+	if (!t || !vals || !evals || !enc) {
 		r = -ENOMEM;
 		goto out;
 	}
@@ -392,7 +420,7 @@ static int write_all(struct sink *s, const struct kvp_mkmodel_opts *o, char *err
 	off = s->f ? (uint64_t)ftello(s->f) : s->len;
 	pad_to(s, &off, ALIGN);
 	for (size_t i = 0; i < n; i++) {
-		write_tensor(s, &t[i], i, o->seed, vals, enc);
+		write_tensor(s, &t[i], i, o->seed, &t[0], vals, evals, enc);
 		off += t[i].bytes;
 		pad_to(s, &off, ALIGN);
 	}
@@ -402,6 +430,7 @@ out:
 		snprintf(err, errlen, "mkmodel: write: %s", strerror(-r));
 	free(t);
 	free(vals);
+	free(evals);
 	free(enc);
 	return r;
 }

@@ -6,7 +6,8 @@
  * <s>, </s>, then the 256 byte tokens <0x00>..<0xFF>) written as a llama-style
  * tokenizer, so they load in other GGUF tools too.  Weights are uniform with variance
  * 1 / fan_in (the residual stream keeps unit scale through every projection), norms are
- * 1, so activations stay well-behaved and greedy output varies with the context.
+ * 1, so activations stay well-behaved; an untied output matrix is pushed away from each
+ * token's own embedding so greedy output does not settle on repeating one token.
  * The same options and seed always give the same bytes.
  */
 #ifndef KVP_COMPUTE_MKMODEL_H
@@ -57,7 +58,7 @@ struct kvp_mkmodel_opts {
  *          "demo" (~104M params: n_embd 768, 12 layers, 12 heads / 4 KV, n_ff 3072,
  *          untied, f32 so it maps with no conversion; the daemon's built-in model),
  *          "1b" (Llama-3.2-1B-like: n_embd 2048, 16 layers, 32 heads / 8 KV, n_ff 8192,
- *          f32)
+ *          rope base 500000, untied, f32)
  * Return: 0, or -EINVAL for an unknown name.
  */
 int kvp_mkmodel_preset(struct kvp_mkmodel_opts *o, const char *preset);
