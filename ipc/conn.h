@@ -8,6 +8,7 @@
 #ifndef KVP_IPC_CONN_H
 #define KVP_IPC_CONN_H
 
+#include <stdalign.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -82,10 +83,7 @@ struct kvp_conn {
 	/* the sendmsg in flight reads these until it completes */
 	struct msghdr msg;
 	struct iovec iov[2];
-	union {
-		struct cmsghdr align;
-		char buf[CMSG_SPACE(sizeof(int) * KVP_CONN_PASS_FDS_MAX)];
-	} ctl;
+	alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * KVP_CONN_PASS_FDS_MAX)];
 	struct __kernel_timespec linger;
 	uint32_t next_free;
 };

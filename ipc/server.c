@@ -159,13 +159,17 @@ static void conn_flush_close(struct kvp_server *srv, struct kvp_conn *c)
 		return;
 	conn_leave_open(srv, c);
 	c->state = KVP_CONN_FLUSHING;
-	if (!c->out.used)
-		return conn_close(srv, c);
+	if (!c->out.used) {
+		conn_close(srv, c);
+		return;
+	}
 	c->linger = (struct __kernel_timespec){ .tv_sec = LINGER_MS / 1000,
 						.tv_nsec = (LINGER_MS % 1000) * 1000000L };
 	sqe = sqe_for(srv, c->idx, c->gen, KVP_UOP_LINGER);
-	if (!sqe)
-		return conn_close(srv, c);
+	if (!sqe) {
+		conn_close(srv, c);
+		return;
+	}
 	io_uring_prep_timeout(sqe, &c->linger, 0, 0);
 	io_uring_sqe_set_data64(sqe, kvp_ud_pack(c->idx, c->gen, KVP_UOP_LINGER));
 	send_kick(srv, c);
@@ -185,7 +189,7 @@ static void send_kick(struct kvp_server *srv, struct kvp_conn *c)
 	if (c->n_pass_fds && !c->n_sent_fds) {
 		struct cmsghdr *cm;
 
-		c->msg.msg_control = c->ctl.buf;
+		c->msg.msg_control = c->ctl;
 		c->msg.msg_controllen = CMSG_SPACE(sizeof(int) * c->n_pass_fds);
 		cm = CMSG_FIRSTHDR(&c->msg);
 		cm->cmsg_level = SOL_SOCKET;
@@ -194,8 +198,10 @@ static void send_kick(struct kvp_server *srv, struct kvp_conn *c)
 		memcpy(CMSG_DATA(cm), c->pass_fds, sizeof(int) * c->n_pass_fds);
 	}
 	sqe = sqe_for(srv, c->idx, c->gen, KVP_UOP_SEND);
-	if (!sqe)
-		return conn_close(srv, c);
+	if (!sqe) {
+		conn_close(srv, c);
+		return;
+	}
 	io_uring_prep_sendmsg(sqe, c->fd, &c->msg, MSG_NOSIGNAL);
 	io_uring_sqe_set_data64(sqe, kvp_ud_pack(c->idx, c->gen, KVP_UOP_SEND));
 	c->out.inflight = c->out.used;
@@ -206,11 +212,14 @@ static void send_kick(struct kvp_server *srv, struct kvp_conn *c)
 static void on_send(struct kvp_server *srv, struct kvp_conn *c, int res)
 {
 	c->out.inflight = 0;
-	if (c->state == KVP_CONN_CLOSING)
-		return conn_release(srv, c);
+	if (c->state == KVP_CONN_CLOSING) {
+		conn_release(srv, c);
+		return;
+	}
 	if (res <= 0) {
 		/* the peer is gone (EPIPE, ECONNRESET) */
-		return conn_close(srv, c);
+		conn_close(srv, c);
+		return;
 	}
 	kvp_outq_consume(&c->out, (uint32_t)res);
 	if (c->n_sent_fds) {
@@ -219,8 +228,10 @@ static void on_send(struct kvp_server *srv, struct kvp_conn *c, int res)
 			close(c->pass_fds[i]);
 		c->n_pass_fds = c->n_sent_fds = 0;
 	}
-	if (c->out.used)
-		return send_kick(srv, c);
+	if (c->out.used) {
+		send_kick(srv, c);
+		return;
+	}
 	if (c->state == KVP_CONN_FLUSHING)
 		conn_close(srv, c);
 }
@@ -487,7 +498,8 @@ queue:
 	c->out.cap = (uint32_t)len;
 	if (len && kvp_outq_put(&c->out, out, (uint32_t)len)) {
 		free(report);
-		return conn_close(srv, c);
+		conn_close(srv, c);
+		return;
 	}
 	free(report);
 	conn_flush_close(srv, c);
@@ -497,8 +509,10 @@ static void rearm_recv(struct kvp_server *srv, struct kvp_conn *c)
 {
 	struct io_uring_sqe *sqe = sqe_for(srv, c->idx, c->gen, KVP_UOP_RECV);
 
-	if (!sqe)
-		return conn_close(srv, c);
+	if (!sqe) {
+		conn_close(srv, c);
+		return;
+	}
 	kvp_loop_prep_recv(&srv->loop, sqe, c->fd);
 	io_uring_sqe_set_data64(sqe, kvp_ud_pack(c->idx, c->gen, KVP_UOP_RECV));
 	c->recv_armed = true;
@@ -527,22 +541,29 @@ static void on_recv(struct kvp_server *srv, struct kvp_conn *c, int res, uint32_
 	if (buf)
 		kvp_loop_buf_recycle(&srv->loop, bid);
 
-	if (c->state == KVP_CONN_CLOSING)
-		return conn_release(srv, c);
+	if (c->state == KVP_CONN_CLOSING) {
+		conn_release(srv, c);
+		return;
+	}
 	if (c->state != KVP_CONN_OPEN)
 		return;	/* FLUSHING: input is ignored; the linger timer bounds the wait */
 	if (res == 0) {
 		/* the client closed or shut down its side */
-		if (c->kind == KVP_CONN_STATUS)
-			return status_input(srv, c, true);
+		if (c->kind == KVP_CONN_STATUS) {
+			status_input(srv, c, true);
+			return;
+		}
 		if (c->in_len) {
 			kvp_srv_fail(srv, c, KVP_E_PROTO, "truncated frame");
 			return;
 		}
-		return conn_close(srv, c);
+		conn_close(srv, c);
+		return;
 	}
-	if (res < 0 && res != -ENOBUFS)
-		return conn_close(srv, c);
+	if (res < 0 && res != -ENOBUFS) {
+		conn_close(srv, c);
+		return;
+	}
 	if (!c->recv_armed)
 		rearm_recv(srv, c);	/* -ENOBUFS or a multishot the kernel ended */
 }
@@ -657,8 +678,10 @@ static void arm_read_after_poll(struct kvp_server *srv, int fd, uint64_t *val, u
 
 static void on_stop(struct kvp_server *srv, int res)
 {
-	if (res == -EAGAIN)
-		return arm_read_after_poll(srv, srv->stop_efd, &srv->stop_val, 0, KVP_UOP_STOP);
+	if (res == -EAGAIN) {
+		arm_read_after_poll(srv, srv->stop_efd, &srv->stop_val, 0, KVP_UOP_STOP);
+		return;
+	}
 	if (res < 0)
 		return;	/* the ring is going away */
 	srv->break_loop = true;
@@ -688,8 +711,10 @@ static void on_wakeup(struct kvp_server *srv, uint32_t idx, int res)
 	if (idx >= srv->n_wakeups)
 		return;
 	w = &srv->wakeups[idx];
-	if (res == -EAGAIN)
-		return arm_read_after_poll(srv, w->efd, &w->val, idx, KVP_UOP_WAKEUP);
+	if (res == -EAGAIN) {
+		arm_read_after_poll(srv, w->efd, &w->val, idx, KVP_UOP_WAKEUP);
+		return;
+	}
 	if (res < 0)
 		return;	/* the ring is going away, or @efd is no eventfd */
 	arm_read(srv, w->efd, &w->val, idx, KVP_UOP_WAKEUP);

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdalign.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,13 +194,10 @@ static int recv_all(struct kvp_client *c, void *p, size_t n)
 	size_t got = 0;
 
 	while (got < n) {
-		union {
-			struct cmsghdr align;
-			char buf[CMSG_SPACE(sizeof(int) * RX_FDS_MAX)];
-		} ctl;
+		alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * RX_FDS_MAX)];
 		struct iovec iov = { .iov_base = b + got, .iov_len = n - got };
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
-				     .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+				     .msg_control = ctl, .msg_controllen = sizeof(ctl) };
 		ssize_t r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
 
 		if (r < 0) {
