@@ -340,16 +340,14 @@ static int cmd_generate(int argc, char **argv)
 	r = kvp_client_connect(sock_path, &c);
 	if (r) {
 		fprintf(stderr, "kvpool: %s\n", kvp_client_errmsg(c));
-		kvp_client_close(c);
-		return 1;
+		goto out;
 	}
 	signal(SIGINT, on_sigint);
 	r = kvp_client_generate(c, &pr, &p, on_tokens, &out, &u);
 	if (r && r != KVP_E_CANCELLED) {
 		fprintf(stderr, "%skvpool: generate: %s\n", out.json ? "" : "\n",
 			kvp_client_errmsg(c));
-		kvp_client_close(c);
-		return 1;
+		goto out;
 	}
 	if (out.json) {
 		fputs("{\"tokens\":[", stdout);
@@ -370,12 +368,13 @@ static int cmd_generate(int argc, char **argv)
 			u.recomputed_tokens, u.generated_tokens, u.queue_ms, u.ttft_ms, u.prefill_ms,
 			u.decode_ms, r == KVP_E_CANCELLED ? " (cancelled)" : "");
 	}
+out:
 	kvp_client_close(c);
 	free(ids);
 	free(file_text);
 	free(out.ids);
 	free(out.text);
-	return r == KVP_E_CANCELLED ? 1 : 0;
+	return r ? 1 : 0;
 }
 
 /* ------------------------------------------------------------ status */

@@ -1,0 +1,299 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_cli.c - the `kvpool` CLI as a user runs it: the built binary is executed
+ * against the ipc/ server running in a thread of this process (an echo ops table:
+ * each prompt id comes back as a TOKEN whose text is "<id>;"), and its exit status,
+ * stdout and stderr are checked.  Bad arguments must fail with status 2 and a message
+ * naming the argument.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "ipc/server.h"
+#include "tests/lib/testlib.h"
+
+struct fixture {
+	char dir[256];
+	char sock[300];
+	char status[300];
+	char cli[512];
+	struct kvp_server *srv;
+	pthread_t thread;
+};
+
+static int e_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
+		   struct kvp_welcome *w, int *fds, unsigned int *n_fds)
+{
+	w->n_vocab = 300;
+	w->bos_id = w->eos_id = UINT32_MAX;
+	*n_fds = 0;
+	return KVP_OK;
+}
+
+static int e_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		      const struct kvp_generate *g, const int32_t *tokens, const char *text)
+{
+	struct fixture *f = ctx;
+	struct kvp_usage u = { .prompt_tokens = g->n_tokens, .cached_tokens = 16,
+			       .ttft_ms = 2.5 };
+	char buf[16];
+
+	for (uint32_t i = 0; tokens && i < g->n_tokens && i < g->max_new_tokens; i++) {
+		int n = snprintf(buf, sizeof(buf), "%d;", tokens[i]);
+
+		kvp_server_send_tokens(f->srv, conn, req_id, &tokens[i], 1, buf, (uint32_t)n);
+		u.generated_tokens++;
+	}
+	if (text) {
+		/* text with a quote, a newline and a stray byte: the JSON must stay valid */
+		static const char odd[] = "a\"b\n\xff";
+		int32_t id = 1;
+
+		kvp_server_send_tokens(f->srv, conn, req_id, &id, 1, odd, sizeof(odd) - 1);
+		u.generated_tokens = 1;
+	}
+	kvp_server_send_done(f->srv, conn, req_id, &u);
+	return KVP_OK;
+}
+
+static void e_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
+{
+}
+
+static void e_closed(void *ctx, kvp_conn_id conn)
+{
+}
+
+static int e_status(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap)
+{
+	int n = snprintf(buf, cap, fmt == KVP_STATUS_PROM ? "kvpool_up 1\n" : "{\"up\":1}\n");
+
+	return (size_t)n < cap ? n : -ENOSPC;
+}
+
+static void *run(void *arg)
+{
+	struct fixture *f = arg;
+
+	kvp_server_run(f->srv);
+	return NULL;
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct kvp_server_config cfg = { .socket_gid = (gid_t)-1, .status_gid = (gid_t)-1 };
+	struct kvp_server_ops ops = { .hello = e_hello, .generate = e_generate,
+				      .cancel = e_cancel, .closed = e_closed, .status = e_status };
+
+	assert_non_null(f);
+	assert_int_equal(kvp_test_tmpdir(f->dir, sizeof(f->dir)), 0);
+	snprintf(f->sock, sizeof(f->sock), "%s/k.sock", f->dir);
+	snprintf(f->status, sizeof(f->status), "%s/s.sock", f->dir);
+	assert_int_equal(kvp_test_build_path(f->cli, sizeof(f->cli), "ipc/kvpool"), 0);
+	cfg.socket_path = f->sock;
+	cfg.status_path = f->status;
+	ops.ctx = f;
+	assert_int_equal(kvp_server_new(&cfg, &ops, &f->srv), 0);
+	assert_int_equal(pthread_create(&f->thread, NULL, run, f), 0);
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	kvp_server_stop(f->srv);
+	pthread_join(f->thread, NULL);
+	kvp_server_free(f->srv);
+	kvp_test_rmtree(f->dir);
+	free(f);
+	return 0;
+}
+
+/* Read all of @fd into @buf (NUL-terminated). */
+static void slurp(int fd, char *buf, size_t cap)
+{
+	size_t n = 0;
+	ssize_t r;
+
+	while (n + 1 < cap && (r = read(fd, buf + n, cap - 1 - n)) > 0)
+		n += (size_t)r;
+	buf[n] = 0;
+}
+
+/* Run the CLI with --socket/--status-socket and @args (NULL-terminated). */
+static int cli(struct fixture *f, char *out, char *err, size_t cap, ...)
+{
+	const char *argv[32] = { f->cli, "--socket", f->sock, "--status-socket", f->status };
+	int po[2], pe[2], st, n = 5;
+	va_list ap;
+	pid_t pid;
+
+	va_start(ap, cap);
+	while (n < 31 && (argv[n] = va_arg(ap, const char *)))
+		n++;
+	va_end(ap);
+	argv[n] = NULL;
+	assert_int_equal(pipe2(po, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(pe, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		dup2(po[1], 1);
+		dup2(pe[1], 2);
+		execv(f->cli, (char *const *)argv);
+		_exit(127);
+	}
+	close(po[1]);
+	close(pe[1]);
+	/* outputs are small: read stdout fully, then stderr */
+	slurp(po[0], out, cap);
+	slurp(pe[0], err, cap);
+	close(po[0]);
+	close(pe[0]);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+static void test_generate_streams_and_prints_usage(void **state)
+{
+	/* text goes to stdout as it arrives, the usage line with every field to stderr */
+	struct fixture *f = *state;
+	char out[4096], err[4096];
+
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5,6,7", NULL), 0);
+	assert_string_equal(out, "5;6;7;\n");
+	assert_non_null(strstr(err, "prompt_tokens 3"));
+	assert_non_null(strstr(err, "cached_tokens 16"));
+	assert_non_null(strstr(err, "ttft 2.5 ms"));
+}
+
+static void test_generate_json(void **state)
+{
+	/* one JSON object: generated ids, text (escaped, invalid UTF-8 replaced), usage */
+	struct fixture *f = *state;
+	char out[4096], err[4096];
+
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5,6", "-n", "1",
+			     "--json", NULL), 0);
+	assert_non_null(strstr(out, "{\"tokens\":[5],\"text\":\"5;\",\"usage\":{"));
+	assert_non_null(strstr(out, "\"prompt_tokens\":2,\"cached_tokens\":16,"
+				    "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
+				    "\"generated_tokens\":1,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
+				    "\"prefill_ms\":0.000,\"decode_ms\":0.000}}"));
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "-p", "hi", "--json", NULL), 0);
+	assert_non_null(strstr(out, "\"text\":\"a\\\"b\\n\\ufffd\""));
+}
+
+static void test_status_formats(void **state)
+{
+	/* status prints what the status socket returns, JSON by default */
+	struct fixture *f = *state;
+	char out[4096], err[4096];
+
+	assert_int_equal(cli(f, out, err, sizeof(out), "status", NULL), 0);
+	assert_string_equal(out, "{\"up\":1}\n");
+	assert_int_equal(cli(f, out, err, sizeof(out), "status", "--prom", NULL), 0);
+	assert_string_equal(out, "kvpool_up 1\n");
+}
+
+static void test_bench_reports(void **state)
+{
+	/* bench runs clients x requests and reports cold and warm groups */
+	struct fixture *f = *state;
+	char out[8192], err[8192];
+
+	assert_int_equal(cli(f, out, err, sizeof(out), "bench", "--clients", "3", "--requests", "2",
+			     "--prefix-tokens", "8", "--suffix-tokens", "2", "--new-tokens", "4",
+			     NULL), 0);
+	assert_non_null(strstr(out, "6 ok, 0 failed"));
+	assert_non_null(strstr(out, "cold      3 ok of 3"));
+	assert_non_null(strstr(out, "warm      3 ok of 3"));
+	assert_non_null(strstr(err, "6/6 requests done"));
+}
+
+static void test_bad_arguments(void **state)
+{
+	/* each bad argument: exit 2 and a message naming it; nothing is sent */
+	struct fixture *f = *state;
+	char out[4096], err[4096];
+	static const struct {
+		const char *a[6];	/* NULL-terminated */
+		const char *expect;	/* in stderr */
+	} bad[] = {
+		{ { "generate", "-p", "x", "-n", "abc" }, "-n" },
+		{ { "generate", "-p", "x", "-n", "0" }, "-n" },
+		{ { "generate", "-p", "x", "-n", "12x" }, "-n" },
+		{ { "generate", "-p", "x", "-n", "-3" }, "-n" },
+		{ { "generate", "-p", "x", "--top-p", "0" }, "--top-p" },
+		{ { "generate", "-p", "x", "--top-p", "1.5" }, "--top-p" },
+		{ { "generate", "-p", "x", "--temperature", "nan" }, "--temperature" },
+		{ { "generate", "-p", "x", "--temperature", "101" }, "--temperature" },
+		{ { "generate", "-p", "x", "--seed", "99999999999999999999" }, "--seed" },
+		{ { "generate", "--tokens", "1,,2" }, "--tokens" },
+		{ { "generate", "--tokens", "1,-2" }, "--tokens" },
+		{ { "generate", "--tokens", "1,2", "-p", "x" }, "exactly one" },
+		{ { "generate", "--json" }, "exactly one" },
+		{ { "bench", "--clients", "2" }, "required" },
+		{ { "bench", "--clients", "0" }, "--clients" },
+		{ { "frobnicate" }, "unknown command" },
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *const *a = bad[i].a;
+
+		assert_int_equal(cli(f, out, err, sizeof(out), a[0], a[1], a[2], a[3], a[4], a[5],
+				     NULL), 2);
+		assert_non_null(strstr(err, bad[i].expect));
+	}
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--salt",
+			     "0123456789012345678901234567890123456789012345678901234567890123X",
+			     "-p", "x", NULL), 2);
+	assert_non_null(strstr(err, "--salt"));
+	/* help tells the truth and succeeds */
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--help", NULL), 0);
+	assert_non_null(strstr(out, "--prompt-file"));
+	assert_int_equal(cli(f, out, err, sizeof(out), "bench", "--help", NULL), 0);
+	assert_non_null(strstr(out, "--prefix-tokens"));
+	assert_int_equal(cli(f, out, err, sizeof(out), "--help", NULL), 0);
+	assert_non_null(strstr(out, "status"));
+}
+
+static void test_daemon_refusal_exits_1(void **state)
+{
+	/* a request the daemon refuses (id beyond n_vocab) fails with status 1 and why */
+	struct fixture *f = *state;
+	char out[4096], err[4096];
+
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "299,300", NULL), 1);
+	assert_non_null(strstr(err, "outside the vocabulary"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_generate_streams_and_prints_usage, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_generate_json, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_status_formats, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bench_reports, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_daemon_refusal_exits_1, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
