@@ -25,7 +25,7 @@ enum kvp_uop {
 	KVP_UOP_ACCEPT = 1,	/* idx: listener (0 request, 1 status) */
 	KVP_UOP_RECV,		/* idx, gen: connection */
 	KVP_UOP_SEND,		/* idx, gen: connection */
-	KVP_UOP_LINGER,		/* idx, gen: connection; bound on flushing before close */
+	KVP_UOP_LINGER,		/* idx, gen: connection; its timer (idle, flush bounds) */
 	KVP_UOP_WAKEUP,		/* idx: wakeup slot */
 	KVP_UOP_STOP,		/* the stop eventfd */
 	KVP_UOP_IGNORE,		/* cancellations: nothing to do on completion */

@@ -51,6 +51,8 @@
 #define RECV_BUFS 256u
 #define RECV_BUF_SIZE 16384u
 #define LINGER_MS 1000
+/* A request connection must say HELLO, a status connection its request, within this. */
+#define IDLE_MS 10000
 /* A status request is one short line ("json\n"). */
 #define STATUS_REQ_MAX 64u
 #define STATUS_OUT_MAX (16u << 20)
@@ -150,11 +152,27 @@ static void conn_close(struct kvp_server *srv, struct kvp_conn *c)
 
 static void send_kick(struct kvp_server *srv, struct kvp_conn *c);
 
+/*
+ * One timer per arming (kvp_ud LINGER); on expiry on_timer() decides from the state
+ * what it bounded.  The kernel copies @ms's timespec at submission, so c->linger is
+ * reused for the next arming.
+ */
+static bool arm_timer(struct kvp_server *srv, struct kvp_conn *c, unsigned int ms)
+{
+	struct io_uring_sqe *sqe = sqe_for(srv, c->idx, c->gen, KVP_UOP_LINGER);
+
+	if (!sqe)
+		return false;
+	c->linger = (struct __kernel_timespec){ .tv_sec = ms / 1000,
+						.tv_nsec = (long long)(ms % 1000) * 1000000 };
+	io_uring_prep_timeout(sqe, &c->linger, 0, 0);
+	io_uring_sqe_set_data64(sqe, kvp_ud_pack(c->idx, c->gen, KVP_UOP_LINGER));
+	return true;
+}
+
 /* Close once the output queue is sent, but no later than LINGER_MS from now. */
 static void conn_flush_close(struct kvp_server *srv, struct kvp_conn *c)
 {
-	struct io_uring_sqe *sqe;
-
 	if (c->state != KVP_CONN_OPEN)
 		return;
 	conn_leave_open(srv, c);
@@ -163,15 +181,10 @@ static void conn_flush_close(struct kvp_server *srv, struct kvp_conn *c)
 		conn_close(srv, c);
 		return;
 	}
-	c->linger = (struct __kernel_timespec){ .tv_sec = LINGER_MS / 1000,
-						.tv_nsec = (LINGER_MS % 1000) * 1000000L };
-	sqe = sqe_for(srv, c->idx, c->gen, KVP_UOP_LINGER);
-	if (!sqe) {
+	if (!arm_timer(srv, c, LINGER_MS)) {
 		conn_close(srv, c);
 		return;
 	}
-	io_uring_prep_timeout(sqe, &c->linger, 0, 0);
-	io_uring_sqe_set_data64(sqe, kvp_ud_pack(c->idx, c->gen, KVP_UOP_LINGER));
 	send_kick(srv, c);
 }
 
@@ -638,6 +651,8 @@ static void on_accept(struct kvp_server *srv, unsigned int which, int res, uint3
 				srv->st.conns_total++;
 			}
 			rearm_recv(srv, c);
+			if (c->state == KVP_CONN_OPEN && !arm_timer(srv, c, IDLE_MS))
+				conn_close(srv, c);
 		}
 	}
 	if (srv->accept_armed[which])
@@ -723,6 +738,17 @@ static void on_wakeup(struct kvp_server *srv, uint32_t idx, int res)
 
 /* ---------------------------------------------------------------- dispatch */
 
+/* A connection's timer expired: end what it bounded, if that is still going on. */
+static void on_timer(struct kvp_server *srv, struct kvp_conn *c)
+{
+	if (c->state == KVP_CONN_FLUSHING)
+		conn_close(srv, c);	/* the client does not read its ERROR or report */
+	else if (c->state == KVP_CONN_OPEN && c->kind == KVP_CONN_STATUS)
+		conn_close(srv, c);	/* no status request line */
+	else if (c->state == KVP_CONN_OPEN && !c->helloed)
+		kvp_srv_fail(srv, c, KVP_E_PROTO, "no HELLO within 10 s");
+}
+
 static void on_cqe(void *arg, uint64_t ud, int res, uint32_t flags)
 {
 	struct kvp_server *srv = arg;
@@ -753,8 +779,7 @@ static void on_cqe(void *arg, uint64_t ud, int res, uint32_t flags)
 		on_send(srv, c, res);
 		break;
 	case KVP_UOP_LINGER:
-		if (c->state == KVP_CONN_FLUSHING)
-			conn_close(srv, c);
+		on_timer(srv, c);
 		break;
 	case KVP_UOP_WAKEUP:
 		on_wakeup(srv, idx, res);
