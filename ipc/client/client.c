@@ -203,6 +203,9 @@ static int recv_all(struct kvp_client *c, void *p, size_t n)
 		if (r < 0) {
 			if (errno == EINTR)
 				continue;
+			/* a daemon closing with our bytes unread resets: the same as EOF here */
+			if (errno == ECONNRESET && !got)
+				return 1;
 			return -errno;
 		}
 		if (mh.msg_controllen)
