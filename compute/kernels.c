@@ -295,30 +295,50 @@ static inline float hsum(v16 v)
 	return s;
 }
 
-/* R rows at once, two accumulators per row so even R = 1 keeps two FMA chains going */
+/*
+ * R input rows against output rows (o, o+1) at a time: every x load feeds two FMAs and
+ * every W load R of them, so the loop is bound by the weight stream, not the load
+ * ports.  The k dimension is tiled (GEMV_KT floats) so the R x-tiles stay in L1 while
+ * the weight rows stream past; partial sums accumulate in out.
+ */
+#define GEMV_KT 1024
 #define GEMV_BODY(R)								\
-	for (size_t o = o0; o < o1; o++) {					\
-		const float *wr = w + o * d_in;					\
-		v16 a0[R], a1[R];						\
-		size_t k = 0;							\
-		_Pragma("GCC unroll 8")						\
-		for (int r = 0; r < R; r++)					\
-			a0[r] = a1[r] = (v16){ 0 };				\
-		for (; k + 32 <= d_in; k += 32) {				\
-			v16 w0 = *(const v16 *)(wr + k);			\
-			v16 w1 = *(const v16 *)(wr + k + 16);			\
+	for (size_t k0 = 0; k0 < d_in; k0 += GEMV_KT) {				\
+		size_t k1 = d_in - k0 < GEMV_KT ? d_in : k0 + GEMV_KT;		\
+		size_t kv = k0 + (k1 - k0) / 16 * 16;				\
+		for (size_t o = o0; o < o1; o += 2) {				\
+			const float *w0 = w + o * d_in;				\
+			const float *w1 = o + 1 < o1 ? w0 + d_in : w0;		\
+			v16 a0[R], a1[R];					\
+			_Pragma("GCC unroll 8")					\
+			for (int r = 0; r < R; r++)				\
+				a0[r] = a1[r] = (v16){ 0 };			\
+			for (size_t k = k0; k < kv; k += 16) {			\
+				v16 x0 = *(const v16 *)(w0 + k);		\
+				v16 x1 = *(const v16 *)(w1 + k);		\
+				_Pragma("GCC unroll 8")				\
+				for (int r = 0; r < R; r++) {			\
+					v16 xr = *(const v16 *)(x + r * d_in + k); \
+					a0[r] += x0 * xr;			\
+					a1[r] += x1 * xr;			\
+				}						\
+			}							\
 			_Pragma("GCC unroll 8")					\
 			for (int r = 0; r < R; r++) {				\
-				a0[r] += w0 * *(const v16 *)(x + r * d_in + k);	\
-				a1[r] += w1 * *(const v16 *)(x + r * d_in + k + 16); \
+				float s0 = hsum(a0[r]), s1 = hsum(a1[r]);	\
+				for (size_t k = kv; k < k1; k++) {		\
+					s0 += w0[k] * x[r * d_in + k];		\
+					s1 += w1[k] * x[r * d_in + k];		\
+				}						\
+				if (k0) {					\
+					s0 += out[r * d_out + o];		\
+					if (o + 1 < o1)				\
+						s1 += out[r * d_out + o + 1];	\
+				}						\
+				out[r * d_out + o] = s0;			\
+				if (o + 1 < o1)					\
+					out[r * d_out + o + 1] = s1;		\
 			}							\
-		}								\
-		_Pragma("GCC unroll 8")						\
-		for (int r = 0; r < R; r++) {					\
-			float s = hsum(a0[r] + a1[r]);				\
-			for (size_t kk = k; kk < d_in; kk++)			\
-				s += wr[kk] * x[r * d_in + kk];			\
-			out[r * d_out + o] = s;					\
 		}								\
 	}
 
