@@ -25,6 +25,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -221,6 +222,7 @@ static int setup(void **state)
 	struct kvp_server_ops ops = { .hello = t_hello, .generate = t_generate,
 				      .cancel = t_cancel, .closed = t_closed, .status = t_status };
 	struct fixture *f = calloc(1, sizeof(*f));
+	mode_t old_umask;
 	uint8_t *p;
 
 	assert_non_null(f);
@@ -244,7 +246,9 @@ static int setup(void **state)
 	cfg.socket_path = f->sock;
 	cfg.status_path = f->status;
 	ops.ctx = f;
+	old_umask = umask(0);	/* the most permissive umask must not leak into the mode */
 	assert_int_equal(kvp_server_new(&cfg, &ops, &f->srv), 0);
+	umask(old_umask);
 	f->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	assert_true(f->efd >= 0);
 	assert_int_equal(kvp_server_add_wakeup(f->srv, f->efd, t_wakeup, f), 0);
@@ -462,8 +466,15 @@ static void test_hello_passes_readonly_pool(void **state)
 	struct kvp_client *c;
 	const struct kvp_welcome *w;
 	const uint8_t *pool;
+	struct stat st;
 	size_t len;
 	void *p;
+
+	/* both sockets are created 0660 whatever the umask */
+	assert_int_equal(stat(f->sock, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0660);
+	assert_int_equal(stat(f->status, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0660);
 
 	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
 	w = kvp_client_welcome(c);
