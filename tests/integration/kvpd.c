@@ -101,6 +101,12 @@ int kvpd_start(struct kvpd *d, double timeout_s, const char *const *args)
 			dup2(fd, STDOUT_FILENO);
 		}
 		setenv("NOTIFY_SOCKET", d->notify, 1);
+		if (d->watchdog_usec) {
+			char v[32];
+
+			snprintf(v, sizeof(v), "%lu", d->watchdog_usec);
+			setenv("WATCHDOG_USEC", v, 1);
+		}
 		execv(bin, (char *const *)argv);
 		_exit(127);
 	}

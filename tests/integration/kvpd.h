@@ -18,6 +18,7 @@ struct kvpd {
 	pid_t pid;		/* 0 when not running */
 	int exit_status;	/* wait status once reaped */
 	int notify_fd;
+	unsigned long watchdog_usec;	/* set $WATCHDOG_USEC for the daemon when non-zero */
 	char dir[256];
 	char sock[320];
 	char status[320];

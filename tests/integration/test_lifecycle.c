@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_lifecycle.c - kvpoold start and stop, as systemd sees them:
+ *  - sd_notify: READY=1 once serving (the fixture waits for it), WATCHDOG=1 at half of
+ *    $WATCHDOG_USEC;
  *  - SIGTERM with requests in flight: STOPPING=1, short requests still finish, long ones
  *    end with usage.status SHUTDOWN after drain_timeout_ms, exit status 0 within the bound;
  *  - huge pages: without reserved 2 MiB pages the daemon starts on the fallback and
@@ -136,6 +138,37 @@ static void test_sigterm_drains_within_bound(void **state)
 	kvpd_cleanup(&d);
 }
 
+static void test_watchdog_pings(void **state)
+{
+	struct kvpd d;
+	char model[512];
+	const char *args[] = { "--model", model, "--pool-size", "16M", NULL };
+	char msg[512];
+	int pings = 0;
+	double t_end;
+
+	/* $WATCHDOG_USEC = 200 ms: WATCHDOG=1 arrives every ~100 ms from the event loop */
+	assert_int_equal(kvpd_init(&d), 0);
+	assert_int_equal(kvpd_model(&d, "tiny", model, sizeof(model)), 0);
+	d.watchdog_usec = 200000;
+	assert_int_equal(kvpd_start(&d, 60, args), 0);
+	t_end = kvp_test_now_s() + 0.75;
+	while (kvp_test_now_s() < t_end) {
+		ssize_t n = recv(d.notify_fd, msg, sizeof(msg) - 1, MSG_DONTWAIT);
+
+		if (n > 0) {
+			msg[n] = '\0';
+			pings += strstr(msg, "WATCHDOG=1") != NULL;
+		} else {
+			usleep(5000);
+		}
+	}
+	assert_true(pings >= 4);
+	assert_true(pings <= 12);
+	assert_int_equal(kvpd_stop(&d), 0);
+	kvpd_cleanup(&d);
+}
+
 static void test_huge_pages(void **state)
 {
 	long free_pages = kvp_hugetlb_free_pages();
@@ -254,6 +287,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_config_errors_before_sockets),
 		cmocka_unit_test(test_sigterm_drains_within_bound),
+		cmocka_unit_test(test_watchdog_pings),
 		cmocka_unit_test(test_huge_pages),
 		cmocka_unit_test(test_demo_model_generated_once),
 	};
