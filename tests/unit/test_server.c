@@ -95,6 +95,8 @@ static int t_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 	return KVP_OK;
 }
 
+static void t_wakeup(void *arg);
+
 static int t_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
 		      const struct kvp_generate *g, const int32_t *tokens, const char *text)
 {
@@ -106,6 +108,7 @@ static int t_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		f->stream_conn = conn;
 		f->stream_req = req_id;
 		f->streaming = true;
+		t_wakeup(f);	/* spend credits granted before this request arrived */
 		return KVP_OK;
 	}
 	if (g->seed == 2)
