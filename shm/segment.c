@@ -28,6 +28,8 @@
 #endif
 
 #define SMALL_PAGE 4096u
+/* memfd_create(2): longer names are EINVAL, which must not read as "no hugetlb" */
+#define MEMFD_NAME_MAX 249u
 
 static const char *const kind_names[] = {
 	[KVP_PAGE_4K] = "4k",
@@ -105,8 +107,9 @@ static size_t segment_size(const struct kvp_geom *g, uint32_t n_blocks, size_t d
 {
 	size_t data, total;
 
+	/* ftruncate() takes an off_t: stay below its maximum after rounding too */
 	if (__builtin_mul_overflow((size_t)n_blocks, g->block_stride, &data) ||
-	    __builtin_add_overflow(data, data_offset, &total) || total > SIZE_MAX - page)
+	    __builtin_add_overflow(data, data_offset, &total) || total > (size_t)INT64_MAX - page)
 		return 0;
 	return round_up(total, page);
 }
@@ -129,21 +132,23 @@ static int try_map(struct kvp_segment *seg, const char *name, enum kvp_page_kind
 	if (!bytes)
 		return -EINVAL;
 	fd = make_memfd(name, flags);
+	/* the name was checked: EINVAL here means this kernel has no hugetlb memfds */
+	if (fd == -EINVAL && kind == KVP_PAGE_HUGETLB_2M)
+		return -EOPNOTSUPP;
 	if (fd < 0)
 		return fd;
 	if (ftruncate(fd, (off_t)bytes) < 0) {
 		r = -errno;
-		goto fail;
+		goto err_close;
 	}
 	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		r = -errno;
-		goto fail;
+		goto err_close;
 	}
 	if (kind == KVP_PAGE_THP && madvise(p, bytes, MADV_HUGEPAGE) < 0) {
 		r = -errno;
-		munmap(p, bytes);
-		goto fail;
+		goto err_unmap;
 	}
 	if (kind == KVP_PAGE_4K)
 		(void)madvise(p, bytes, MADV_NOHUGEPAGE);	/* "off" means off; may be unsupported */
@@ -154,7 +159,9 @@ static int try_map(struct kvp_segment *seg, const char *name, enum kvp_page_kind
 	seg->kind = kind;
 	seg->page_bytes = page;
 	return 0;
-fail:
+err_unmap:
+	munmap(p, bytes);
+err_close:
 	close(fd);
 	return r;
 }
@@ -184,8 +191,11 @@ int kvp_segment_create(struct kvp_segment **out, const struct kvp_geom *geom, ui
 	struct kvp_segment *seg;
 	int r;
 
+	if (!name)
+		name = "kvpool";
 	if (!out || !geom || !n_blocks || (unsigned int)mode > KVP_PAGES_OFF ||
-	    !geom->block_stride || geom->block_stride % KVP_BLOCK_ALIGN)
+	    !geom->block_stride || geom->block_stride % KVP_BLOCK_ALIGN ||
+	    strlen(name) > MEMFD_NAME_MAX)
 		return -EINVAL;
 	seg = calloc(1, sizeof(*seg));
 	if (!seg)
@@ -193,28 +203,23 @@ int kvp_segment_create(struct kvp_segment **out, const struct kvp_geom *geom, ui
 	seg->fd = -1;
 	seg->geom = *geom;
 	seg->n_blocks = n_blocks;
-	if (!name)
-		name = "kvpool";
 
 	r = -EOPNOTSUPP;
 	if (mode != KVP_PAGES_OFF) {
 		r = try_map(seg, name, KVP_PAGE_HUGETLB_2M);
-		/* memfd_create says EINVAL when hugetlb memfds do not exist at all */
-		if (r == -EINVAL)
-			r = -EOPNOTSUPP;
 		if (r < 0 && mode == KVP_PAGES_REQUIRE_HUGE)
-			goto fail;
+			goto err_free;
 		if (r < 0)
 			r = try_map(seg, name, KVP_PAGE_THP);
 	}
 	if (r < 0)
 		r = try_map(seg, name, KVP_PAGE_4K);
 	if (r < 0)
-		goto fail;
+		goto err_free;
 	write_header(seg);
 	*out = seg;
 	return 0;
-fail:
+err_free:
 	free(seg);
 	return r;
 }

@@ -71,11 +71,13 @@ struct kvp_segment {
  * @geom:     block geometry (from kvp_geom_init())
  * @n_blocks: blocks, >= 1
  * @mode:     page mode (see top of file)
- * @name:     memfd name (shows in /proc/<pid>/fd), e.g. "kvpool:default"
+ * @name:     memfd name (shows in /proc/<pid>/fd), e.g. "kvpool:default"; at most 249
+ *            bytes (the memfd limit); NULL means "kvpool"
  *
  * The header is written; no data page is faulted in yet (so NUMA policy can still be set).
- * Return: 0; -EINVAL for bad arguments or a size overflow; -ENOMEM / -EOPNOTSUPP when
- * @mode is REQUIRE_HUGE and hugetlb is short / absent; other -errno from memfd/mmap.
+ * Return: 0; -EINVAL for bad arguments, a too long @name or a size overflow; -ENOMEM /
+ * -EOPNOTSUPP when @mode is REQUIRE_HUGE and hugetlb is short / absent; other -errno
+ * from memfd/mmap.
  */
 int kvp_segment_create(struct kvp_segment **out, const struct kvp_geom *geom, uint32_t n_blocks,
 		       enum kvp_page_mode mode, const char *name);

@@ -121,6 +121,44 @@ static void check_sealed_in_child(struct kvp_segment *seg)
 
 #ifndef KVP_TEST_HUGETLB_ONLY
 
+static long read_long(const char *path)
+{
+	FILE *f = fopen(path, "re");
+	long v = 0;
+
+	if (!f)
+		return 0;
+	if (fscanf(f, "%ld", &v) != 1)
+		v = 0;
+	fclose(f);
+	return v;
+}
+
+/*
+ * The most 2 MiB pages hugetlb could hand out right now: every reserved page plus the
+ * surplus it may still allocate.  Asking for more fails whatever other tests (or a
+ * kvpoold) take or give back meanwhile; asking for "free + 1" would race with them.
+ */
+static long huge_pages_possible(void)
+{
+	return read_long("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages") +
+	       read_long("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_overcommit_hugepages");
+}
+
+/* 1 when shmem THP is off for MADV_HUGEPAGE mappings ("[never]" or "[deny]" selected). */
+static int shmem_thp_off(void)
+{
+	char buf[256] = "";
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "re");
+
+	if (!f)
+		return 1;	/* no THP at all */
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = 0;
+	fclose(f);
+	return strstr(buf, "[never]") || strstr(buf, "[deny]");
+}
+
 static void test_off_mode_4k_and_header(void **state)
 {
 	/* "off" gives 4 KiB pages, a one-page header, and blocks that fit the segment */
@@ -170,20 +208,18 @@ static void test_reopen_refused_before_seal(void **state)
 static void test_short_of_huge_pages_falls_back(void **state)
 {
 	/*
-	 * More huge pages than are free: "require" fails clearly with -ENOMEM (or
+	 * More huge pages than hugetlb can give: "require" fails clearly with -ENOMEM (or
 	 * -EOPNOTSUPP without hugetlb), "auto" falls back to a non-hugetlb kind that it
-	 * reports.  Runs whether or not pages are reserved (it asks for free + 1 pages).
+	 * reports.  Runs whether or not pages are reserved (it asks for one page more than
+	 * could ever be had; nothing is faulted in).
 	 */
-	long free_pages = kvp_hugetlb_free_pages();
 	struct kvp_segment *seg;
 	struct kvp_geom g;
 	uint32_t n_blocks;
 	int r;
 
 	small_geom(&g);
-	if (free_pages < 0)
-		free_pages = 0;
-	n_blocks = (uint32_t)((free_pages + 1) * (KVP_HUGE_PAGE_BYTES / g.block_stride));
+	n_blocks = (uint32_t)((huge_pages_possible() + 1) * (KVP_HUGE_PAGE_BYTES / g.block_stride));
 	r = kvp_segment_create(&seg, &g, n_blocks, KVP_PAGES_REQUIRE_HUGE, "kvptest");
 	assert_true(r == -ENOMEM || r == -EOPNOTSUPP);
 	assert_int_equal(kvp_segment_create(&seg, &g, n_blocks, KVP_PAGES_AUTO, "kvptest"), 0);
@@ -195,16 +231,17 @@ static void test_short_of_huge_pages_falls_back(void **state)
 
 static void test_small_pool_prefault_and_thp_report(void **state)
 {
-	/* pre-faulting an "auto" segment that is not hugetlb reports what it really got */
-	long free_pages = kvp_hugetlb_free_pages();
+	/*
+	 * Pre-faulting an "auto" segment that is not hugetlb reports what it really got:
+	 * with shmem THP off (shmem_enabled "never"/"deny") it must say 4 KiB, not THP.
+	 */
 	struct kvp_segment *seg;
 	struct kvp_geom g;
 	uint32_t n_blocks;
 
 	small_geom(&g);
-	/* 8 MiB and more than is free: the THP-advised memfd path */
-	n_blocks = (uint32_t)(((free_pages > 0 ? free_pages : 0) + 4) *
-			      (KVP_HUGE_PAGE_BYTES / g.block_stride));
+	/* at least 8 MiB and more than hugetlb can give: the THP-advised memfd path */
+	n_blocks = (uint32_t)((huge_pages_possible() + 4) * (KVP_HUGE_PAGE_BYTES / g.block_stride));
 	assert_int_equal(kvp_segment_create(&seg, &g, n_blocks, KVP_PAGES_AUTO, "kvptest"), 0);
 	assert_int_equal(seg->kind, KVP_PAGE_THP);	/* advised, not yet verified */
 	if (n_blocks * (size_t)g.block_stride > (64u << 20)) {
@@ -214,22 +251,39 @@ static void test_small_pool_prefault_and_thp_report(void **state)
 	}
 	assert_int_equal(kvp_segment_prefault(seg), 0);
 	assert_true(seg->kind == KVP_PAGE_THP || seg->kind == KVP_PAGE_4K);
+	if (shmem_thp_off())
+		assert_int_equal(seg->kind, KVP_PAGE_4K);
+	/* the header a client reads says the same as the query */
+	assert_int_equal(((const struct kvp_pool_header *)seg->base)->page_kind, seg->kind);
 	assert_header_ok(seg->fd, seg);
 	kvp_segment_destroy(seg);
 }
 
 static void test_bad_arguments(void **state)
 {
-	/* zero blocks, a size that overflows, an unknown mode: -EINVAL, nothing leaked */
+	/*
+	 * Zero blocks, a size that overflows, an unknown mode, a name memfd_create refuses:
+	 * -EINVAL in every mode, never -EOPNOTSUPP ("no hugetlb") for a caller's mistake.
+	 */
 	struct kvp_segment *seg;
 	struct kvp_geom g;
 	enum kvp_page_mode m;
+	char name[300];
 
 	small_geom(&g);
 	assert_int_equal(kvp_segment_create(&seg, &g, 0, KVP_PAGES_OFF, "x"), -EINVAL);
 	assert_int_equal(kvp_segment_create(&seg, &g, 4, (enum kvp_page_mode)7, "x"), -EINVAL);
+	memset(name, 'n', sizeof(name) - 1);
+	name[sizeof(name) - 1] = 0;
+	assert_int_equal(kvp_segment_create(&seg, &g, 4, KVP_PAGES_REQUIRE_HUGE, name), -EINVAL);
+	assert_int_equal(kvp_segment_create(&seg, &g, 4, KVP_PAGES_AUTO, name), -EINVAL);
+	name[249] = 0;				/* the longest name memfd takes */
+	assert_int_equal(kvp_segment_create(&seg, &g, 4, KVP_PAGES_OFF, name), 0);
+	kvp_segment_destroy(seg);
 	g.block_stride = SIZE_MAX / 2 & ~(size_t)4095;
-	assert_int_equal(kvp_segment_create(&seg, &g, 4, KVP_PAGES_OFF, "x"), -EINVAL);
+	for (int mode = KVP_PAGES_AUTO; mode <= KVP_PAGES_OFF; mode++)
+		assert_int_equal(kvp_segment_create(&seg, &g, 4, (enum kvp_page_mode)mode, "x"),
+				 -EINVAL);
 	assert_int_equal(kvp_page_mode_parse("require", &m), 0);
 	assert_int_equal(m, KVP_PAGES_REQUIRE_HUGE);
 	assert_int_equal(kvp_page_mode_parse("huge", &m), -EINVAL);
