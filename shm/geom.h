@@ -67,7 +67,7 @@ const char *kvp_dtype_name(uint32_t dtype);
 static inline size_t kvp_geom_run_offset(const struct kvp_geom *g, uint32_t layer, uint32_t kv,
 					 uint32_t head)
 {
-	return ((size_t)(layer * 2 + kv) * g->shape.n_kv_heads + head) * g->head_bytes;
+	return (((size_t)layer * 2 + kv) * g->shape.n_kv_heads + head) * g->head_bytes;
 }
 
 /**
@@ -90,6 +90,16 @@ struct kvp_kv_view {
 static inline uint8_t *kvp_kv_block(const struct kvp_kv_view *v, uint32_t id)
 {
 	return v->base + (size_t)id * v->geom.block_stride;
+}
+
+/*
+ * The K (@kv 0) or V (@kv 1) run of (@layer, @head) in block @id: block_tokens rows of
+ * head_dim elements; token t of the block is row t.  The caller has checked every index.
+ */
+static inline uint8_t *kvp_kv_run(const struct kvp_kv_view *v, uint32_t id, uint32_t layer,
+				  uint32_t kv, uint32_t head)
+{
+	return kvp_kv_block(v, id) + kvp_geom_run_offset(&v->geom, layer, kv, head);
 }
 
 #endif /* KVP_SHM_GEOM_H */

@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_geom.c - block geometry: exact sizes, layout offsets, rejected shapes.
+ * test_geom.c - block geometry: exact sizes, layout offsets, K/V run accessor, rejected
+ * shapes.
  */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <cmocka.h>
 
 #include "shm/geom.h"
@@ -41,6 +43,42 @@ static void test_run_offsets_follow_layout(void **state)
 	assert_int_equal(kvp_geom_run_offset(&g, 2, 1, 1) + g.head_bytes, g.block_bytes);
 }
 
+static void test_kv_run_tiles_blocks(void **state)
+{
+	/*
+	 * kvp_kv_run() of every (block, layer, k|v, head) lands where layout.h tells a client
+	 * to look, and the runs tile each block's payload exactly: every byte written once,
+	 * the padding up to the stride never.
+	 */
+	struct kvp_model_shape s = { .n_layers = 3, .n_kv_heads = 2, .head_dim = 8,
+				     .dtype = KVP_DTYPE_BF16, .block_tokens = 5 };
+	struct kvp_kv_view v = { .n_blocks = 3 };
+	uint8_t *mem;
+
+	assert_int_equal(kvp_geom_init(&v.geom, &s), 0);
+	mem = calloc(v.n_blocks, v.geom.block_stride);
+	assert_non_null(mem);
+	v.base = mem;
+	for (uint32_t b = 0; b < v.n_blocks; b++)
+		for (uint32_t l = 0; l < s.n_layers; l++)
+			for (uint32_t kv = 0; kv < 2; kv++)
+				for (uint32_t h = 0; h < s.n_kv_heads; h++) {
+					uint8_t *run = kvp_kv_run(&v, b, l, kv, h);
+					size_t off = b * v.geom.block_stride +
+						     ((l * 2 + kv) * s.n_kv_heads + h) *
+						     (size_t)s.block_tokens * s.head_dim * 2;
+
+					assert_ptr_equal(run, mem + off);
+					for (size_t i = 0; i < v.geom.head_bytes; i++)
+						run[i]++;
+				}
+	for (uint32_t b = 0; b < v.n_blocks; b++)
+		for (size_t i = 0; i < v.geom.block_stride; i++)
+			assert_int_equal(mem[b * v.geom.block_stride + i],
+					 i < v.geom.block_bytes ? 1 : 0);
+	free(mem);
+}
+
 static void test_bad_shapes_rejected(void **state)
 {
 	struct kvp_model_shape ok = { .n_layers = 2, .n_kv_heads = 2, .head_dim = 8,
@@ -55,6 +93,20 @@ static void test_bad_shapes_rejected(void **state)
 	s.block_tokens = 0;
 	assert_int_equal(kvp_geom_init(&g, &s), -EINVAL);
 	s = ok;
+	s.n_kv_heads = 0;
+	assert_int_equal(kvp_geom_init(&g, &s), -EINVAL);
+	/* 1 GiB + 4 KiB per block: a misconfiguration, refused */
+	s = ok;
+	s.dtype = KVP_DTYPE_F32;
+	s.n_layers = 1;
+	s.n_kv_heads = 1;
+	s.head_dim = 1024;
+	s.block_tokens = (1u << 17) + 1;
+	assert_int_equal(kvp_geom_init(&g, &s), -EINVAL);
+	s.block_tokens = 1u << 17;			/* exactly 1 GiB: accepted */
+	assert_int_equal(kvp_geom_init(&g, &s), 0);
+	assert_int_equal(g.block_bytes, 1u << 30);
+	s = ok;
 	s.n_layers = UINT32_MAX;
 	s.head_dim = UINT32_MAX;
 	assert_int_equal(kvp_geom_init(&g, &s), -EINVAL);
@@ -67,6 +119,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bytes_per_token_exact),
 		cmocka_unit_test(test_run_offsets_follow_layout),
+		cmocka_unit_test(test_kv_run_tiles_blocks),
 		cmocka_unit_test(test_bad_shapes_rejected),
 	};
 
