@@ -17,7 +17,8 @@
 struct kvp_numa {
 	hwloc_topology_t topo;
 	uint32_t n_nodes;
-	int binds;			/* real machine and more than one node */
+	int thissystem;			/* the topology is this machine's (not synthetic) */
+	int binds;			/* thissystem and more than one node (or the test hook) */
 	hwloc_obj_t node[KVP_MAX_ARENAS];	/* NULL: the pseudo-node of a node-less topology */
 };
 
@@ -49,7 +50,8 @@ int kvp_numa_open(struct kvp_numa **out, const char *synthetic)
 		for (int i = 0; i < count; i++)
 			n->node[i] = hwloc_get_obj_by_type(n->topo, HWLOC_OBJ_NUMANODE, (unsigned)i);
 	}
-	n->binds = !synthetic && hwloc_topology_is_thissystem(n->topo) && n->n_nodes > 1;
+	n->thissystem = !synthetic && hwloc_topology_is_thissystem(n->topo);
+	n->binds = n->thissystem && n->n_nodes > 1;
 	*out = n;
 	return 0;
 fail:
@@ -81,6 +83,11 @@ uint32_t kvp_numa_os_index(const struct kvp_numa *n, uint32_t node)
 int kvp_numa_binds(const struct kvp_numa *n)
 {
 	return n->binds;
+}
+
+void kvp_numa_debug_force_bind(struct kvp_numa *n, int on)
+{
+	n->binds = n->thissystem && n->node[0] && (on || n->n_nodes > 1);
 }
 
 int kvp_numa_node_of_cpu(const struct kvp_numa *n, unsigned int cpu)
@@ -116,8 +123,15 @@ int kvp_numa_bind(const struct kvp_numa *n, uint32_t node, void *addr, size_t le
 		return -EINVAL;
 	if (!n->binds || !len)
 		return 0;
+	/*
+	 * Strict: MPOL_BIND.  Without HWLOC_MEMBIND_STRICT hwloc asks Linux only for a
+	 * preference (MPOL_PREFERRED_MANY), and an arena whose node is short of memory
+	 * would be pre-faulted on another node without a word; bound, pre-fault fails
+	 * with -ENOMEM instead, which the daemon reports.
+	 */
 	if (hwloc_set_area_membind(n->topo, addr, len, n->node[node]->nodeset,
-				   HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET) < 0)
+				   HWLOC_MEMBIND_BIND,
+				   HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_STRICT) < 0)
 		return errno ? -errno : -EIO;
 	return 0;
 }

@@ -50,6 +50,13 @@ uint32_t kvp_numa_os_index(const struct kvp_numa *n, uint32_t node);
 /* 1 when memory really is bound by kvp_numa_bind() (this machine, more than one node). */
 int kvp_numa_binds(const struct kvp_numa *n);
 
+/*
+ * Test hook: when @on, kvp_numa_bind() really binds on this machine even with one node,
+ * so the mbind path runs in tests on single-node machines.  No effect on a synthetic
+ * topology (its nodes are not this machine's).
+ */
+void kvp_numa_debug_force_bind(struct kvp_numa *n, int on);
+
 /**
  * kvp_numa_node_of_cpu() - logical node whose CPUs include OS cpu number @cpu
  * For a compute thread: kvp_numa_node_of_cpu(n, sched_getcpu()) is its preferred node.
@@ -70,6 +77,8 @@ int kvp_numa_split(uint32_t n_blocks, uint32_t n_arenas, struct kvp_arena_range 
 /**
  * kvp_numa_bind() - bind [@addr, @addr + @len) to logical node @node (mbind via hwloc)
  *
+ * Strict binding (MPOL_BIND): pages of the range come from @node only, so a node out of
+ * memory makes the pre-fault fail instead of silently using another node.
  * Call before the range is faulted in.  @addr and @len must be page aligned.  A no-op
  * returning 0 when kvp_numa_binds() is 0 (synthetic topology, single node).
  * Return: 0, -EINVAL, or -errno from the kernel.

@@ -2,7 +2,8 @@
 /*
  * test_pool.c - the block allocator: exhaustion, free and reuse with generations,
  * reference counts, copy-on-write, the kv view, and NUMA arenas on synthetic 2- and
- * 4-node topologies (spread and fallback when the preferred node is full).
+ * 4-node topologies (spread and fallback when the preferred node is full), and arena
+ * memory bound to its node on this machine.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -12,8 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <cmocka.h>
+
+#include <linux/mempolicy.h>
 
 #include "shm/pool.h"
 
@@ -245,6 +249,46 @@ static void test_four_node_arenas_spread(void **state)
 	kvp_numa_close(n);
 }
 
+static void test_arena_memory_bound_on_this_machine(void **state)
+{
+	/*
+	 * On the real topology with binding on (forced when this machine has one node), the
+	 * pool binds each arena's pages before pre-faulting them: the first and the last
+	 * block carry MPOL_BIND to their arena's kernel node, and the pre-fault succeeded.
+	 */
+	struct kvp_numa *n;
+	struct kvp_pool *p;
+	const struct kvp_segment *seg;
+	uint32_t last;
+	int mode = -1;
+
+	assert_int_equal(kvp_numa_open(&n, NULL), 0);
+	kvp_numa_debug_force_bind(n, 1);
+	p = make_pool(64, n);
+	seg = kvp_pool_segment(p);
+	last = kvp_pool_n_blocks(p) - 1;
+	for (int i = 0; i < 2; i++) {
+		uint32_t id = i ? last : 0;
+		uint32_t arena = kvp_pool_block(p, id)->arena;
+		unsigned int os = kvp_numa_os_index(n, arena);
+		unsigned long mask[16] = { 0 };
+
+		if (syscall(SYS_get_mempolicy, &mode, mask, sizeof(mask) * 8,
+			    kvp_pool_data(p, id), MPOL_F_ADDR) < 0) {
+			assert_true(errno == ENOSYS || errno == EPERM);
+			break;		/* no policy syscalls here: nothing to check */
+		}
+		assert_int_equal(mode, MPOL_BIND);
+		assert_true(mask[os / 64] >> (os % 64) & 1);
+	}
+	/* pre-faulted under the policy and writable through our mapping */
+	memset(kvp_pool_data(p, last), 0x3c, seg->geom.block_bytes);
+	kvp_pool_free(p);
+	kvp_numa_close(n);
+	if (mode < 0)
+		skip();
+}
+
 static void test_bad_config(void **state)
 {
 	/* zero blocks and invalid shapes are refused before any memory is made */
@@ -268,6 +312,7 @@ int main(void)
 		cmocka_unit_test(test_kv_view_and_client_mapping),
 		cmocka_unit_test(test_two_node_arenas_and_fallback),
 		cmocka_unit_test(test_four_node_arenas_spread),
+		cmocka_unit_test(test_arena_memory_bound_on_this_machine),
 		cmocka_unit_test(test_bad_config),
 	};
 
