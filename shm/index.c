@@ -232,7 +232,8 @@ int kvp_index_new(struct kvp_index **out, struct kvp_pool *pool)
 	uint32_t nb = 1;
 	int r;
 
-	if (bt > KVP_INDEX_MAX_BLOCK_TOKENS)
+	/* the bucket count is a uint32_t power of two >= n */
+	if (bt > KVP_INDEX_MAX_BLOCK_TOKENS || n > 1u << 31)
 		return -EINVAL;
 	while (nb < n)
 		nb <<= 1;

@@ -110,8 +110,8 @@ int kvp_prefix_key_init(struct kvp_prefix_key *key, const struct kvp_extra_keys 
 /**
  * kvp_index_new() - an empty index over @pool (registers itself as the pool's evictor)
  * @out: out; free with kvp_index_free() before the pool
- * Return: 0, -EINVAL (block_tokens above KVP_INDEX_MAX_BLOCK_TOKENS), -EBUSY (the pool
- * already has an index), or -ENOMEM.
+ * Return: 0, -EINVAL (block_tokens above KVP_INDEX_MAX_BLOCK_TOKENS, or more than 2^31
+ * blocks), -EBUSY (the pool already has an index), or -ENOMEM.
  */
 int kvp_index_new(struct kvp_index **out, struct kvp_pool *pool);
 
@@ -152,7 +152,8 @@ int kvp_index_lookup(struct kvp_index *idx, const struct kvp_prefix_key *key,
  * under the existing one).  @block itself is never released here.
  * Return: 0 inserted (*out_block == block), 1 an equal entry exists (see above),
  * -ENOENT when @parent is not in the index (evicted or never published), -EEXIST when
- * @block is already published, -EINVAL for bad ids or a block without a reference,
+ * @block is already published, -EINVAL for bad ids, a block without a reference or a
+ * @parent published under other extra keys (a chain never changes keys midway),
  * -ENOMEM when the table of extra keys cannot grow.
  */
 int kvp_index_publish(struct kvp_index *idx, const struct kvp_prefix_key *key,

@@ -14,8 +14,10 @@
  * Eviction takes the least recently used *evictable* cached block: refcount 0, no cached
  * child (a leaf of the prefix tree: evicting a parent would orphan its children), not
  * pinned, and past its TTL deadline.  Evicting a leaf may make its parent a leaf.  Each
- * arena keeps its candidates in a binary heap ordered by last use, so alloc, free and
- * eviction are O(log n) at worst and alloc/free from a free list are O(1).  The index
+ * arena keeps its candidates in a binary heap ordered by last use: alloc/free from a
+ * free list are O(1), releasing a cached block O(log n), and an eviction O(log n) plus
+ * O(log n) for each TTL-live candidate older than the victim (TTL expires by itself, so
+ * it is checked when eviction meets a block, not kept in the heap order).  The index
  * registers an evictor callback so an evicted block also leaves the index.
  *
  * The one call the scheduler makes for a block is kvp_pool_alloc(): a free block of the
@@ -187,7 +189,12 @@ int kvp_pool_put(struct kvp_pool *pool, uint32_t id);
  */
 int kvp_pool_cow(struct kvp_pool *pool, uint32_t id, int node, uint32_t *out_id);
 
-/* Pin / unpin a used or cached block (leases).  Return 0, -EINVAL, or -EOVERFLOW. */
+/*
+ * Pin / unpin a used or cached block (leases).  A pin keeps a cached block from eviction;
+ * it is not a reference: an uncached block is freed at its last kvp_pool_put() whatever
+ * its pins, and they go with it (a lease holds a reference besides its pin).
+ * Return 0, -EINVAL (bad id, free block, unpin without a pin), or -EOVERFLOW.
+ */
 int kvp_pool_pin(struct kvp_pool *pool, uint32_t id);
 int kvp_pool_unpin(struct kvp_pool *pool, uint32_t id);
 

@@ -38,9 +38,15 @@ static int setup_n(void **state, uint32_t n_blocks)
 				     .salt = "abc" };
 	struct fixture *f = calloc(1, sizeof(*f));
 
-	if (!f || kvp_pool_new(&f->pool, &cfg) < 0 || kvp_index_new(&f->idx, f->pool) < 0 ||
-	    kvp_prefix_key_init(&f->key, &ek) < 0)
+	if (!f)
 		return -1;
+	if (kvp_pool_new(&f->pool, &cfg) < 0 || kvp_index_new(&f->idx, f->pool) < 0 ||
+	    kvp_prefix_key_init(&f->key, &ek) < 0) {
+		kvp_index_free(f->idx);
+		kvp_pool_free(f->pool);
+		free(f);
+		return -1;
+	}
 	*state = f;
 	return 0;
 }
@@ -313,6 +319,30 @@ static void test_publish_errors(void **state)
 	put_all(f, &a, 1);
 }
 
+static void test_publish_under_other_keys_refused(void **state)
+{
+	/* a child published under other extra keys than its parent's: -EINVAL, nothing kept */
+	struct fixture *f = *state;
+	struct kvp_extra_keys ek = f->key.ek;
+	struct kvp_index_stats st;
+	struct kvp_prefix_key k2;
+	uint32_t t[2 * BT], a, b, out;
+
+	fill(t, 2 * BT, 5);
+	ek.salt_len = 0;
+	assert_int_equal(kvp_prefix_key_init(&k2, &ek), 0);
+	assert_int_equal(kvp_pool_alloc(f->pool, KVP_NODE_ANY, &a), 0);
+	assert_int_equal(kvp_pool_alloc(f->pool, KVP_NODE_ANY, &b), 0);
+	assert_int_equal(kvp_index_publish(f->idx, &f->key, KVP_BLOCK_NONE, t, a, &out), 0);
+	assert_int_equal(kvp_index_publish(f->idx, &k2, a, t + BT, b, &out), -EINVAL);
+	assert_false(kvp_pool_block(f->pool, b)->cached);
+	kvp_index_stats(f->idx, &st);
+	assert_int_equal(st.entries, 1);
+	assert_int_equal(st.extra_keys, 1);
+	put_all(f, &b, 1);
+	put_all(f, &a, 1);
+}
+
 /* Allocate until @n blocks came out by eviction; @ev gets the evicted ids in order. */
 static void evict_n(struct fixture *f, uint32_t *ev, int n)
 {
@@ -442,6 +472,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_forced_collisions_caught, setup64, teardown),
 		cmocka_unit_test_setup_teardown(test_publish_race_returns_existing, setup64, teardown),
 		cmocka_unit_test_setup_teardown(test_publish_errors, setup64, teardown),
+		cmocka_unit_test_setup_teardown(test_publish_under_other_keys_refused, setup64,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_eviction_lru_order, setup8, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction_leaves_first, setup8, teardown),
 		cmocka_unit_test_setup_teardown(test_pinned_and_ttl_kept, setup8, teardown),

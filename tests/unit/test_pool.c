@@ -147,6 +147,40 @@ static void test_cow_of_cached_block_copies(void **state)
 	kvp_pool_free(p);
 }
 
+static void test_pin_and_ttl_bookkeeping(void **state)
+{
+	/*
+	 * Pins nest (two pins need two unpins before eviction), a TTL only ever moves later,
+	 * and a block freed and handed out again starts with neither.
+	 */
+	struct kvp_pool *p = make_pool(1, NULL);
+	uint32_t a, x;
+
+	assert_int_equal(kvp_pool_alloc(p, KVP_NODE_ANY, &a), 0);
+	assert_int_equal(kvp_pool_mark_cached(p, a, KVP_BLOCK_NONE), 0);
+	assert_int_equal(kvp_pool_set_ttl(p, a, 500), 0);
+	assert_int_equal(kvp_pool_set_ttl(p, a, 100), 0);	/* earlier: ignored */
+	assert_int_equal(kvp_pool_block(p, a)->ttl_deadline_ns, 500);
+	assert_int_equal(kvp_pool_pin(p, a), 0);
+	assert_int_equal(kvp_pool_pin(p, a), 0);
+	assert_int_equal(kvp_pool_put(p, a), 0);	/* cached, unreferenced, pinned twice */
+	assert_int_equal(kvp_pool_alloc(p, KVP_NODE_ANY, &x), -ENOMEM);
+	assert_int_equal(kvp_pool_unpin(p, a), 0);
+	assert_int_equal(kvp_pool_alloc(p, KVP_NODE_ANY, &x), -ENOMEM);
+	assert_int_equal(kvp_pool_unpin(p, a), 0);
+	/* TTL 500 ns after boot is long past: evicted now */
+	assert_int_equal(kvp_pool_alloc(p, KVP_NODE_ANY, &x), 0);
+	assert_int_equal(x, a);
+	assert_int_equal(kvp_pool_block(p, x)->pin, 0);
+	assert_int_equal(kvp_pool_block(p, x)->ttl_deadline_ns, 0);
+	assert_false(kvp_pool_block(p, x)->cached);
+	assert_int_equal(kvp_pool_unpin(p, x), -EINVAL);
+	assert_int_equal(kvp_pool_put(p, x), 0);
+	assert_int_equal(kvp_pool_pin(p, x), -EINVAL);		/* free block */
+	assert_int_equal(kvp_pool_set_ttl(p, x, 1), -EINVAL);
+	kvp_pool_free(p);
+}
+
 static void test_kv_view_and_client_mapping(void **state)
 {
 	/* compute/'s view and a client's read-only map see a block at the same place */
@@ -309,6 +343,7 @@ int main(void)
 		cmocka_unit_test(test_refcounts),
 		cmocka_unit_test(test_copy_on_write),
 		cmocka_unit_test(test_cow_of_cached_block_copies),
+		cmocka_unit_test(test_pin_and_ttl_bookkeeping),
 		cmocka_unit_test(test_kv_view_and_client_mapping),
 		cmocka_unit_test(test_two_node_arenas_and_fallback),
 		cmocka_unit_test(test_four_node_arenas_spread),
