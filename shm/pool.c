@@ -481,7 +481,7 @@ int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 		goto fail;
 	}
 
-	r = kvp_segment_create(&p->seg, &p->geom, p->n_blocks, cfg->pages, cfg->name);
+	r = kvp_segment_open(&p->seg, &p->geom, p->n_blocks, cfg->pages, cfg->name);
 	if (r < 0)
 		goto fail;
 	if (p->numa) {
@@ -508,7 +508,7 @@ void kvp_pool_free(struct kvp_pool *p)
 {
 	if (!p)
 		return;
-	kvp_segment_destroy(p->seg);
+	kvp_segment_close(p->seg);
 	for (uint32_t i = 0; i < p->n_arenas; i++)
 		free(p->arenas[i].heap);
 	free(p->stash);

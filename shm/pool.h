@@ -139,7 +139,7 @@ typedef void (*kvp_pool_evict_fn)(void *ctx, uint32_t block);
  * kvp_pool_new() - make a pool: segment (page mode as configured), arenas bound to
  * their nodes, every page faulted in once, the segment sealed, all blocks free
  * @out: out; free with kvp_pool_free()
- * Return: 0; -EINVAL for a bad config; -ENOMEM/-EOPNOTSUPP (see kvp_segment_create());
+ * Return: 0; -EINVAL for a bad config; -ENOMEM/-EOPNOTSUPP (see kvp_segment_open());
  * -E2BIG if the topology has more than KVP_MAX_ARENAS nodes; other -errno.
  */
 int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg);

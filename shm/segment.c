@@ -2,7 +2,7 @@
 /*
  * segment.c - a pool segment: memfd, page kind, pre-fault, seals, read-only reopen.
  *
- * Invariants: after kvp_segment_create() the header at offset 0 describes the segment
+ * Invariants: after kvp_segment_open() the header at offset 0 describes the segment
  * and data_offset + n_blocks * block_stride <= bytes; the fd is never resized after
  * creation (sealed against it once kvp_segment_seal() ran); our mapping is the only
  * writable one that can ever exist once sealed.  Only a memfd can be sealed, and it
@@ -185,8 +185,8 @@ static void write_header(struct kvp_segment *seg)
 	memcpy(seg->base, &h, sizeof(h));
 }
 
-int kvp_segment_create(struct kvp_segment **out, const struct kvp_geom *geom, uint32_t n_blocks,
-		       enum kvp_page_mode mode, const char *name)
+int kvp_segment_open(struct kvp_segment **out, const struct kvp_geom *geom, uint32_t n_blocks,
+		     enum kvp_page_mode mode, const char *name)
 {
 	struct kvp_segment *seg;
 	int r;
@@ -293,7 +293,7 @@ int kvp_segment_reopen_ro(const struct kvp_segment *seg)
 	return fd < 0 ? -errno : fd;
 }
 
-void kvp_segment_destroy(struct kvp_segment *seg)
+void kvp_segment_close(struct kvp_segment *seg)
 {
 	if (!seg)
 		return;

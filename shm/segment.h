@@ -4,7 +4,7 @@
  *
  * Life of a segment (kvp_pool_new() drives it; other callers rarely need to):
  *
- *	kvp_segment_create()    memfd (hugetlb / THP-advised / 4 KiB), sized, mapped RW,
+ *	kvp_segment_open()      memfd (hugetlb / THP-advised / 4 KiB), sized, mapped RW,
  *	                        header written; nothing faulted in yet
  *	(bind NUMA ranges)      kvp_numa_bind() on arena ranges, before any page exists
  *	kvp_segment_prefault()  fault every page in once (memory stays for the pool's life)
@@ -66,8 +66,8 @@ struct kvp_segment {
 };
 
 /**
- * kvp_segment_create() - make, size and map a segment for @n_blocks blocks of @geom
- * @out:      out; the new segment (free with kvp_segment_destroy())
+ * kvp_segment_open() - make, size and map a segment for @n_blocks blocks of @geom
+ * @out:      out; the new segment (free with kvp_segment_close())
  * @geom:     block geometry (from kvp_geom_init())
  * @n_blocks: blocks, >= 1
  * @mode:     page mode (see top of file)
@@ -79,8 +79,8 @@ struct kvp_segment {
  * -EOPNOTSUPP when @mode is REQUIRE_HUGE and hugetlb is short / absent; other -errno
  * from memfd/mmap.
  */
-int kvp_segment_create(struct kvp_segment **out, const struct kvp_geom *geom, uint32_t n_blocks,
-		       enum kvp_page_mode mode, const char *name);
+int kvp_segment_open(struct kvp_segment **out, const struct kvp_geom *geom, uint32_t n_blocks,
+		     enum kvp_page_mode mode, const char *name);
 
 /**
  * kvp_segment_prefault() - fault in every page of @seg once, writable
@@ -112,7 +112,7 @@ int kvp_segment_seal(struct kvp_segment *seg);
 int kvp_segment_reopen_ro(const struct kvp_segment *seg);
 
 /* Unmap and close; NULL is fine.  Clients' fds and mappings stay valid (memfd semantics). */
-void kvp_segment_destroy(struct kvp_segment *seg);
+void kvp_segment_close(struct kvp_segment *seg);
 
 /* Start of block 0 in our read-write mapping. */
 static inline uint8_t *kvp_segment_data(const struct kvp_segment *seg)

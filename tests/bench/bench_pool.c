@@ -200,13 +200,13 @@ static double fault_once(enum kvp_page_mode mode, int *err)
 	double s;
 
 	kvp_geom_init(&g, &tiny);
-	*err = kvp_segment_create(&seg, &g, FAULT_BYTES / g.block_stride, mode, "kvpbench");
+	*err = kvp_segment_open(&seg, &g, FAULT_BYTES / g.block_stride, mode, "kvpbench");
 	if (*err < 0)
 		return 0;
 	t0 = kvp_test_now_ns();
 	*err = kvp_segment_prefault(seg);
 	s = (double)(kvp_test_now_ns() - t0) * 1e-9;
-	kvp_segment_destroy(seg);
+	kvp_segment_close(seg);
 	return s;
 }
 

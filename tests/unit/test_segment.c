@@ -166,7 +166,7 @@ static void test_off_mode_4k_and_header(void **state)
 	struct kvp_geom g;
 
 	small_geom(&g);
-	assert_int_equal(kvp_segment_create(&seg, &g, 100, KVP_PAGES_OFF, "kvptest"), 0);
+	assert_int_equal(kvp_segment_open(&seg, &g, 100, KVP_PAGES_OFF, "kvptest"), 0);
 	assert_int_equal(kvp_segment_page_kind(seg), KVP_PAGE_4K);
 	assert_string_equal(kvp_page_kind_name(seg->kind), "4k");
 	assert_int_equal(seg->data_offset, 4096);
@@ -176,7 +176,7 @@ static void test_off_mode_4k_and_header(void **state)
 	assert_int_equal(kvp_segment_page_kind(seg), KVP_PAGE_4K);
 	assert_int_equal(kvp_segment_seal(seg), 0);
 	assert_header_ok(seg->fd, seg);
-	kvp_segment_destroy(seg);
+	kvp_segment_close(seg);
 }
 
 static void test_sealed_segment_readonly_in_child(void **state)
@@ -186,11 +186,11 @@ static void test_sealed_segment_readonly_in_child(void **state)
 	struct kvp_geom g;
 
 	small_geom(&g);
-	assert_int_equal(kvp_segment_create(&seg, &g, 64, KVP_PAGES_AUTO, "kvptest"), 0);
+	assert_int_equal(kvp_segment_open(&seg, &g, 64, KVP_PAGES_AUTO, "kvptest"), 0);
 	assert_int_equal(kvp_segment_prefault(seg), 0);
 	assert_int_equal(kvp_segment_seal(seg), 0);
 	check_sealed_in_child(seg);
-	kvp_segment_destroy(seg);
+	kvp_segment_close(seg);
 }
 
 static void test_reopen_refused_before_seal(void **state)
@@ -200,9 +200,9 @@ static void test_reopen_refused_before_seal(void **state)
 	struct kvp_geom g;
 
 	small_geom(&g);
-	assert_int_equal(kvp_segment_create(&seg, &g, 4, KVP_PAGES_OFF, "kvptest"), 0);
+	assert_int_equal(kvp_segment_open(&seg, &g, 4, KVP_PAGES_OFF, "kvptest"), 0);
 	assert_int_equal(kvp_segment_reopen_ro(seg), -EPERM);
-	kvp_segment_destroy(seg);
+	kvp_segment_close(seg);
 }
 
 static void test_short_of_huge_pages_falls_back(void **state)
@@ -220,13 +220,13 @@ static void test_short_of_huge_pages_falls_back(void **state)
 
 	small_geom(&g);
 	n_blocks = (uint32_t)((huge_pages_possible() + 1) * (KVP_HUGE_PAGE_BYTES / g.block_stride));
-	r = kvp_segment_create(&seg, &g, n_blocks, KVP_PAGES_REQUIRE_HUGE, "kvptest");
+	r = kvp_segment_open(&seg, &g, n_blocks, KVP_PAGES_REQUIRE_HUGE, "kvptest");
 	assert_true(r == -ENOMEM || r == -EOPNOTSUPP);
-	assert_int_equal(kvp_segment_create(&seg, &g, n_blocks, KVP_PAGES_AUTO, "kvptest"), 0);
+	assert_int_equal(kvp_segment_open(&seg, &g, n_blocks, KVP_PAGES_AUTO, "kvptest"), 0);
 	assert_int_not_equal(seg->kind, KVP_PAGE_HUGETLB_2M);
 	assert_int_equal(seg->page_bytes, 4096);
 	assert_header_ok(seg->fd, seg);
-	kvp_segment_destroy(seg);
+	kvp_segment_close(seg);
 }
 
 static void test_small_pool_prefault_and_thp_report(void **state)
@@ -242,11 +242,11 @@ static void test_small_pool_prefault_and_thp_report(void **state)
 	small_geom(&g);
 	/* at least 8 MiB and more than hugetlb can give: the THP-advised memfd path */
 	n_blocks = (uint32_t)((huge_pages_possible() + 4) * (KVP_HUGE_PAGE_BYTES / g.block_stride));
-	assert_int_equal(kvp_segment_create(&seg, &g, n_blocks, KVP_PAGES_AUTO, "kvptest"), 0);
+	assert_int_equal(kvp_segment_open(&seg, &g, n_blocks, KVP_PAGES_AUTO, "kvptest"), 0);
 	assert_int_equal(seg->kind, KVP_PAGE_THP);	/* advised, not yet verified */
 	if (n_blocks * (size_t)g.block_stride > (64u << 20)) {
 		/* many pages free: do not fault in this much just for a unit test */
-		kvp_segment_destroy(seg);
+		kvp_segment_close(seg);
 		skip();
 	}
 	assert_int_equal(kvp_segment_prefault(seg), 0);
@@ -256,7 +256,7 @@ static void test_small_pool_prefault_and_thp_report(void **state)
 	/* the header a client reads says the same as the query */
 	assert_int_equal(((const struct kvp_pool_header *)seg->base)->page_kind, seg->kind);
 	assert_header_ok(seg->fd, seg);
-	kvp_segment_destroy(seg);
+	kvp_segment_close(seg);
 }
 
 static void test_bad_arguments(void **state)
@@ -271,18 +271,18 @@ static void test_bad_arguments(void **state)
 	char name[300];
 
 	small_geom(&g);
-	assert_int_equal(kvp_segment_create(&seg, &g, 0, KVP_PAGES_OFF, "x"), -EINVAL);
-	assert_int_equal(kvp_segment_create(&seg, &g, 4, (enum kvp_page_mode)7, "x"), -EINVAL);
+	assert_int_equal(kvp_segment_open(&seg, &g, 0, KVP_PAGES_OFF, "x"), -EINVAL);
+	assert_int_equal(kvp_segment_open(&seg, &g, 4, (enum kvp_page_mode)7, "x"), -EINVAL);
 	memset(name, 'n', sizeof(name) - 1);
 	name[sizeof(name) - 1] = 0;
-	assert_int_equal(kvp_segment_create(&seg, &g, 4, KVP_PAGES_REQUIRE_HUGE, name), -EINVAL);
-	assert_int_equal(kvp_segment_create(&seg, &g, 4, KVP_PAGES_AUTO, name), -EINVAL);
+	assert_int_equal(kvp_segment_open(&seg, &g, 4, KVP_PAGES_REQUIRE_HUGE, name), -EINVAL);
+	assert_int_equal(kvp_segment_open(&seg, &g, 4, KVP_PAGES_AUTO, name), -EINVAL);
 	name[249] = 0;				/* the longest name memfd takes */
-	assert_int_equal(kvp_segment_create(&seg, &g, 4, KVP_PAGES_OFF, name), 0);
-	kvp_segment_destroy(seg);
+	assert_int_equal(kvp_segment_open(&seg, &g, 4, KVP_PAGES_OFF, name), 0);
+	kvp_segment_close(seg);
 	g.block_stride = SIZE_MAX / 2 & ~(size_t)4095;
 	for (int mode = KVP_PAGES_AUTO; mode <= KVP_PAGES_OFF; mode++)
-		assert_int_equal(kvp_segment_create(&seg, &g, 4, (enum kvp_page_mode)mode, "x"),
+		assert_int_equal(kvp_segment_open(&seg, &g, 4, (enum kvp_page_mode)mode, "x"),
 				 -EINVAL);
 	assert_int_equal(kvp_page_mode_parse("require", &m), 0);
 	assert_int_equal(m, KVP_PAGES_REQUIRE_HUGE);
@@ -297,7 +297,7 @@ static void test_header_check_rejects(void **state)
 	struct kvp_geom g;
 
 	small_geom(&g);
-	assert_int_equal(kvp_segment_create(&seg, &g, 8, KVP_PAGES_OFF, "kvptest"), 0);
+	assert_int_equal(kvp_segment_open(&seg, &g, 8, KVP_PAGES_OFF, "kvptest"), 0);
 	memcpy(&h, seg->base, sizeof(h));
 	assert_int_equal(kvp_pool_header_check(&h, seg->bytes, NULL), 0);
 	h.version++;
@@ -310,7 +310,7 @@ static void test_header_check_rejects(void **state)
 	assert_int_equal(kvp_pool_header_check(&h, seg->bytes, NULL), -EINVAL);
 	memcpy(&h, seg->base, sizeof(h));
 	assert_int_equal(kvp_pool_header_check(&h, seg->bytes - 4096, NULL), -EINVAL);
-	kvp_segment_destroy(seg);
+	kvp_segment_close(seg);
 }
 
 int main(void)
@@ -341,8 +341,8 @@ static void test_hugetlb_auto_and_require(void **state)
 		struct kvp_geom g;
 
 		small_geom(&g);
-		assert_int_equal(kvp_segment_create(&seg, &g, 2 * KVP_HUGE_PAGE_BYTES / g.block_stride,
-						    (enum kvp_page_mode)mode, "kvptest"), 0);
+		assert_int_equal(kvp_segment_open(&seg, &g, 2 * KVP_HUGE_PAGE_BYTES / g.block_stride,
+						  (enum kvp_page_mode)mode, "kvptest"), 0);
 		assert_int_equal(kvp_segment_page_kind(seg), KVP_PAGE_HUGETLB_2M);
 		assert_string_equal(kvp_page_kind_name(seg->kind), "hugetlb-2m");
 		assert_int_equal(seg->data_offset, KVP_HUGE_PAGE_BYTES);
@@ -351,7 +351,7 @@ static void test_hugetlb_auto_and_require(void **state)
 		assert_int_equal(kvp_segment_page_kind(seg), KVP_PAGE_HUGETLB_2M);
 		assert_int_equal(kvp_segment_seal(seg), 0);
 		assert_header_ok(seg->fd, seg);
-		kvp_segment_destroy(seg);
+		kvp_segment_close(seg);
 	}
 }
 
@@ -362,12 +362,12 @@ static void test_hugetlb_sealed_readonly_in_child(void **state)
 	struct kvp_geom g;
 
 	small_geom(&g);
-	assert_int_equal(kvp_segment_create(&seg, &g, KVP_HUGE_PAGE_BYTES / g.block_stride,
-					    KVP_PAGES_REQUIRE_HUGE, "kvptest"), 0);
+	assert_int_equal(kvp_segment_open(&seg, &g, KVP_HUGE_PAGE_BYTES / g.block_stride,
+					  KVP_PAGES_REQUIRE_HUGE, "kvptest"), 0);
 	assert_int_equal(kvp_segment_prefault(seg), 0);
 	assert_int_equal(kvp_segment_seal(seg), 0);
 	check_sealed_in_child(seg);
-	kvp_segment_destroy(seg);
+	kvp_segment_close(seg);
 }
 
 int main(void)
