@@ -4,7 +4,7 @@
  *
  * Layout: one bucket array (power of two >= n_blocks, chained through hnext[]) and
  * per-block arrays indexed by block id (hash, extra-keys id, tokens), so publishing never
- * allocates and an entry costs 24 + 4 * block_tokens bytes.  Distinct extra-key sets are
+ * allocates: 24 + 4 * block_tokens bytes per pool block, plus 4 to 8 of bucket heads.  Distinct extra-key sets are
  * interned in a small growable table with use counts; entries hold the id, and ids are
  * recycled only when no entry uses them, so an id always denotes one exact key set.
  *

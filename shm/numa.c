@@ -17,8 +17,8 @@
 struct kvp_numa {
 	hwloc_topology_t topo;
 	uint32_t n_nodes;
-	int thissystem;			/* the topology is this machine's (not synthetic) */
-	int binds;			/* thissystem and more than one node (or the test hook) */
+	bool thissystem;		/* the topology is this machine's (not synthetic) */
+	bool binds;			/* thissystem and more than one node (or the test hook) */
 	hwloc_obj_t node[KVP_MAX_ARENAS];	/* NULL: the pseudo-node of a node-less topology */
 };
 
@@ -80,12 +80,12 @@ uint32_t kvp_numa_os_index(const struct kvp_numa *n, uint32_t node)
 	return n->node[node]->os_index;
 }
 
-int kvp_numa_binds(const struct kvp_numa *n)
+bool kvp_numa_binds(const struct kvp_numa *n)
 {
 	return n->binds;
 }
 
-void kvp_numa_debug_force_bind(struct kvp_numa *n, int on)
+void kvp_numa_debug_force_bind(struct kvp_numa *n, bool on)
 {
 	n->binds = n->thissystem && n->node[0] && (on || n->n_nodes > 1);
 }

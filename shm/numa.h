@@ -16,6 +16,7 @@
 #ifndef KVP_SHM_NUMA_H
 #define KVP_SHM_NUMA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,15 +48,15 @@ uint32_t kvp_numa_n_nodes(const struct kvp_numa *n);
 /* Kernel node number of logical node @node (< n_nodes). */
 uint32_t kvp_numa_os_index(const struct kvp_numa *n, uint32_t node);
 
-/* 1 when memory really is bound by kvp_numa_bind() (this machine, more than one node). */
-int kvp_numa_binds(const struct kvp_numa *n);
+/* Is memory really bound by kvp_numa_bind()?  (This machine, more than one node.) */
+bool kvp_numa_binds(const struct kvp_numa *n);
 
 /*
  * Test hook: when @on, kvp_numa_bind() really binds on this machine even with one node,
  * so the mbind path runs in tests on single-node machines.  No effect on a synthetic
  * topology (its nodes are not this machine's).
  */
-void kvp_numa_debug_force_bind(struct kvp_numa *n, int on);
+void kvp_numa_debug_force_bind(struct kvp_numa *n, bool on);
 
 /**
  * kvp_numa_node_of_cpu() - logical node whose CPUs include OS cpu number @cpu
@@ -80,7 +81,7 @@ int kvp_numa_split(uint32_t n_blocks, uint32_t n_arenas, struct kvp_arena_range 
  * Strict binding (MPOL_BIND): pages of the range come from @node only, so a node out of
  * memory makes the pre-fault fail instead of silently using another node.
  * Call before the range is faulted in.  @addr and @len must be page aligned.  A no-op
- * returning 0 when kvp_numa_binds() is 0 (synthetic topology, single node).
+ * returning 0 when kvp_numa_binds() is false (synthetic topology, single node).
  * Return: 0, -EINVAL, or -errno from the kernel.
  */
 int kvp_numa_bind(const struct kvp_numa *n, uint32_t node, void *addr, size_t len);
