@@ -34,26 +34,41 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 {
 	char *end;
 	unsigned long long v;
 
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi || s[0] == '-')
+	if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	uint64_t v;
+
+	if (parse_u64(s, lo, hi, &v))
 		return -EINVAL;
 	*out = (uint32_t)v;
 	return 0;
 }
 
-static int parse_float(const char *s, float *out)
+/* A finite float in [lo, hi]. */
+static int parse_float(const char *s, float lo, float hi, float *out)
 {
 	char *end;
+	float v;
 
 	errno = 0;
-	*out = strtof(s, &end);
-	return errno || end == s || *end || *out != *out ? -EINVAL : 0;
+	v = strtof(s, &end);
+	if (errno || end == s || *end || !(v >= lo && v <= hi))
+		return -EINVAL;
+	*out = v;
+	return 0;
 }
 
 /* "1,2,3" -> ids; Return count or -EINVAL. */
@@ -64,6 +79,8 @@ static int parse_tokens(const char *s, int32_t **out)
 
 	for (const char *p = s; *p; p++)
 		n += *p == ',';
+	if (n > INT32_MAX)
+		return -EINVAL;
 	v = malloc(n * sizeof(*v));
 	if (!v)
 		return -ENOMEM;
@@ -80,7 +97,7 @@ static int parse_tokens(const char *s, int32_t **out)
 		v[k++] = (int32_t)x;
 		s = *end ? end + 1 : end;
 	}
-	if (!k || k > INT32_MAX) {
+	if (!k) {
 		free(v);
 		return -EINVAL;
 	}
@@ -108,13 +125,25 @@ static void json_str(FILE *out, const char *s, size_t n)
 
 static void run_usage(FILE *f)
 {
-	fputs("usage: kvpool-run -m MODEL (-p TEXT | --tokens 1,2,3) [-n N] [--temperature T]\n"
-	      "                  [--top-k K] [--top-p P] [--seed S] [--threads N] [--json]\n"
-	      "                  [--kv-type f32|f16|bf16] [--block-tokens N] [--chunk N] [--ignore-eos]\n"
-	      "  -n N             tokens to generate (default 32)\n"
-	      "  --temperature T  0 = greedy (default 0)\n"
-	      "  --threads N      matrix-product threads (default: online CPUs)\n"
-	      "  --json           one JSON object: tokens, text, timings\n", f);
+	fputs("usage: kvpool-run -m MODEL (-p TEXT | --tokens ID,ID,...) [options]\n"
+	      "Runs one generation in this process (no daemon) through the daemon's code path:\n"
+	      "chunked prefill, then one decode step per token, until N tokens or EOS.\n"
+	      "  -m, --model FILE      GGUF model (architecture llama; f32, f16, bf16 or q8_0)\n"
+	      "  -p, --prompt TEXT     prompt text, tokenized by the model's vocabulary\n"
+	      "      --tokens LIST     prompt as comma-separated token ids instead of text\n"
+	      "  -n N                  tokens to generate, 1..1048576 (default 32)\n"
+	      "      --temperature T   0 = greedy (the default); else sample from softmax(logits / T)\n"
+	      "      --top-k K         sample among the K most likely tokens (default 0 = all)\n"
+	      "      --top-p P         then among the smallest set with mass >= P, 0..1 (default 1 = all)\n"
+	      "      --seed S          sampler seed (default 0)\n"
+	      "      --threads N       compute threads, 1..256 (default: online CPUs)\n"
+	      "      --json            print one JSON object {tokens, text, timings} instead of the text\n"
+	      "      --kv-type T       K/V storage type: f32 (default), f16 or bf16\n"
+	      "      --block-tokens N  tokens per K/V block, 1..1024 (default 16)\n"
+	      "      --chunk N         prefill chunk, 1..4096 tokens (default 256)\n"
+	      "      --ignore-eos      do not stop at the end-of-sequence token\n"
+	      "  -h, --help            this text\n"
+	      "The load report and timings go to stderr. Exit status: 0 ok, 1 failure, 2 usage.\n", f);
 }
 
 struct run_opts {
@@ -124,6 +153,14 @@ struct run_opts {
 	int json, ignore_eos;
 };
 
+/* Name the option and the value at fault, and what it takes. */
+static int bad_opt(const char *opt, const char *val, const char *want)
+{
+	fprintf(stderr, "kvpool-run: %s: want %s, got '%s'\n", opt, want, val);
+	return -EINVAL;
+}
+
+/* Return 0, 1 for --help, or -EINVAL (the reason is printed). */
 static int run_parse(int argc, char **argv, struct run_opts *o)
 {
 	static const struct option lo[] = {
@@ -136,7 +173,6 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		{ "ignore-eos", no_argument, 0, 'E' }, { "help", no_argument, 0, 'h' }, { 0 },
 	};
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	uint32_t u;
 	int c;
 
 	memset(o, 0, sizeof(*o));
@@ -152,28 +188,84 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		case 'm': o->model = optarg; break;
 		case 'p': o->prompt = optarg; break;
 		case 't': o->tokens = optarg; break;
-		case 'n': if (parse_u32(optarg, 1, 1u << 20, &o->n_gen)) return -EINVAL; break;
-		case 'T': if (parse_float(optarg, &o->sp.temperature)) return -EINVAL; break;
-		case 'k': if (parse_u32(optarg, 0, UINT32_MAX, &o->sp.top_k)) return -EINVAL; break;
-		case 'P': if (parse_float(optarg, &o->sp.top_p)) return -EINVAL; break;
-		case 's': if (parse_u32(optarg, 0, UINT32_MAX, &u)) return -EINVAL;
-			o->sp.seed = u; break;
-		case 'j': if (parse_u32(optarg, 1, 256, &o->threads)) return -EINVAL; break;
+		case 'n':
+			if (parse_u32(optarg, 1, 1u << 20, &o->n_gen))
+				return bad_opt("-n", optarg, "an integer in [1, 1048576]");
+			break;
+		case 'T':
+			if (parse_float(optarg, 0.0f, 1e30f, &o->sp.temperature))
+				return bad_opt("--temperature", optarg, "a number >= 0");
+			break;
+		case 'k':
+			if (parse_u32(optarg, 0, UINT32_MAX, &o->sp.top_k))
+				return bad_opt("--top-k", optarg, "an integer >= 0");
+			break;
+		case 'P':
+			if (parse_float(optarg, 0.0f, 1.0f, &o->sp.top_p))
+				return bad_opt("--top-p", optarg, "a number in [0, 1]");
+			break;
+		case 's':
+			if (parse_u64(optarg, 0, UINT64_MAX, &o->sp.seed))
+				return bad_opt("--seed", optarg, "an unsigned 64-bit integer");
+			break;
+		case 'j':
+			if (parse_u32(optarg, 1, 256, &o->threads))
+				return bad_opt("--threads", optarg, "an integer in [1, 256]");
+			break;
 		case 'J': o->json = 1; break;
 		case 'E': o->ignore_eos = 1; break;
 		case 'K':
-			if (!strcmp(optarg, "f32")) o->kv_dtype = KVP_DTYPE_F32;
-			else if (!strcmp(optarg, "f16")) o->kv_dtype = KVP_DTYPE_F16;
-			else if (!strcmp(optarg, "bf16")) o->kv_dtype = KVP_DTYPE_BF16;
-			else return -EINVAL;
+			if (!strcmp(optarg, "f32"))
+				o->kv_dtype = KVP_DTYPE_F32;
+			else if (!strcmp(optarg, "f16"))
+				o->kv_dtype = KVP_DTYPE_F16;
+			else if (!strcmp(optarg, "bf16"))
+				o->kv_dtype = KVP_DTYPE_BF16;
+			else
+				return bad_opt("--kv-type", optarg, "f32, f16 or bf16");
 			break;
-		case 'b': if (parse_u32(optarg, 1, 1024, &o->block_tokens)) return -EINVAL; break;
-		case 'c': if (parse_u32(optarg, 1, 4096, &o->chunk)) return -EINVAL; break;
-		default: return -EINVAL;
+		case 'b':
+			if (parse_u32(optarg, 1, 1024, &o->block_tokens))
+				return bad_opt("--block-tokens", optarg, "an integer in [1, 1024]");
+			break;
+		case 'c':
+			if (parse_u32(optarg, 1, 4096, &o->chunk))
+				return bad_opt("--chunk", optarg, "an integer in [1, 4096]");
+			break;
+		case 'h': return 1;
+		default: return -EINVAL;	/* getopt named the option */
 		}
 	}
-	if (optind != argc || !o->model || !o->prompt == !o->tokens)
+	if (optind != argc) {
+		fprintf(stderr, "kvpool-run: unexpected argument '%s'\n", argv[optind]);
 		return -EINVAL;
+	}
+	if (!o->model) {
+		fprintf(stderr, "kvpool-run: no model (-m FILE)\n");
+		return -EINVAL;
+	}
+	if (!o->prompt == !o->tokens) {
+		fprintf(stderr, "kvpool-run: give exactly one of -p TEXT and --tokens LIST\n");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* Make room for @need more bytes after @len in *@buf; 0 or -ENOMEM. */
+static int reserve(char **buf, size_t *cap, size_t len, size_t need)
+{
+	size_t c = *cap ? *cap : 4096;
+	char *p;
+
+	while (c - len < need)
+		c *= 2;
+	if (c == *cap)
+		return 0;
+	p = realloc(*buf, c);
+	if (!p)
+		return -ENOMEM;
+	*buf = p;
+	*cap = c;
 	return 0;
 }
 
@@ -190,16 +282,20 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	const struct kvp_model_hparams *hp;
 	const struct kvp_model_info *info;
 	int32_t *prompt = NULL, *gen = NULL, eos = -1;
-	uint32_t *table = NULL, n_prompt, n_blocks, n_out = 0;
+	uint32_t *table = NULL, n_prompt, n_blocks, n_out = 0, n_steps = 0;
 	float *logits = NULL;
 	char err[512] = "", *text = NULL;
-	size_t text_len = 0;
-	double t0, t_prefill, t_decode;
+	size_t text_len = 0, text_cap = 0;
+	double t0, t_prefill, t_decode, prefill_tok_s, decode_tok_s;
 	int r, ret = 1;
 
 	r = run_parse(argc, argv, &o);
+	if (r == 1) {
+		run_usage(out);
+		return 0;
+	}
 	if (r) {
-		run_usage(stderr);
+		fprintf(stderr, "kvpool-run: try 'kvpool-run --help'\n");
 		return 2;
 	}
 	r = kvp_model_open(&m, o.model, err, sizeof(err));
@@ -224,7 +320,8 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	if (o.tokens) {
 		r = parse_tokens(o.tokens, &prompt);
 		if (r < 0) {
-			fprintf(stderr, "kvpool-run: --tokens: bad list\n");
+			fprintf(stderr, "kvpool-run: --tokens: want comma-separated ids, got '%s'\n",
+				o.tokens);
 			ret = 2;
 			goto out;
 		}
@@ -238,17 +335,36 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 			}
 		}
 	} else {
-		size_t len = strlen(o.prompt);
+		size_t len = strlen(o.prompt), cap = len + 2;
 
-		prompt = malloc((len + 2) * sizeof(*prompt));
-		if (!prompt)
+		/* len + 2 ids suffice for ordinary vocabularies; a stranger one says how many */
+		for (;;) {
+			free(prompt);
+			prompt = malloc(cap * sizeof(*prompt));
+			if (!prompt) {
+				fprintf(stderr, "kvpool-run: out of memory\n");
+				goto out;
+			}
+			r = kvp_tokenizer_encode(tok, o.prompt, len, prompt, cap);
+			if (r < 0 || (size_t)r <= cap)
+				break;
+			cap = (size_t)r;
+		}
+		if (r < 0) {
+			fprintf(stderr, "kvpool-run: tokenize: %s\n", strerror(-r));
 			goto out;
-		r = kvp_tokenizer_encode(tok, o.prompt, len, prompt, len + 2);
-		if (r <= 0) {
-			fprintf(stderr, "kvpool-run: prompt gives no tokens\n");
+		}
+		if (r == 0) {
+			fprintf(stderr, "kvpool-run: the prompt gives no tokens\n");
+			ret = 2;
 			goto out;
 		}
 		n_prompt = (uint32_t)r;
+	}
+	if ((uint64_t)n_prompt + o.n_gen > INT32_MAX) {
+		fprintf(stderr, "kvpool-run: prompt + generation too long\n");
+		ret = 2;
+		goto out;
 	}
 
 	/* the K/V "pool": just enough blocks, laid out as the daemon's */
@@ -263,9 +379,9 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	table = malloc(n_blocks * sizeof(*table));
 	gen = malloc(o.n_gen * sizeof(*gen));
 	logits = malloc((size_t)hp->n_vocab * sizeof(*logits));
-	text = malloc((size_t)o.n_gen * 3 * 1100 + 8);
-	if (!kv.base || !table || !gen || !logits || !text) {
-		fprintf(stderr, "kvpool-run: out of memory\n");
+	if (!kv.base || !table || !gen || !logits || reserve(&text, &text_cap, 0, 4096)) {
+		fprintf(stderr, "kvpool-run: out of memory (%.1f MiB of K/V for %u positions)\n",
+			(double)n_blocks * kv.geom.block_stride / 1048576.0, n_prompt + o.n_gen);
 		goto out;
 	}
 	for (uint32_t i = 0; i < n_blocks; i++)
@@ -301,8 +417,13 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 		if (tok) {
 			size_t plen;
 			const char *p = kvp_tokenizer_piece(tok, id, &plen);
-			int w = kvp_utf8_feed(&us, p, plen, text + text_len, 3 * plen + 3);
+			int w;
 
+			if (reserve(&text, &text_cap, text_len, 3 * plen + 3)) {
+				fprintf(stderr, "kvpool-run: out of memory\n");
+				goto out;
+			}
+			w = kvp_utf8_feed(&us, p, plen, text + text_len, 3 * plen + 3);
 			if (w > 0) {
 				if (!o.json) {
 					fwrite(text + text_len, 1, w, out);
@@ -319,15 +440,20 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 			fprintf(stderr, "kvpool-run: decode: %s\n", strerror(-r));
 			goto out;
 		}
+		n_steps++;
 	}
 	t_decode = now_s() - t0;
 	if (tok) {
-		int w = kvp_utf8_flush(&us, text + text_len, 3);
+		int w = kvp_utf8_flush(&us, text + text_len, text_cap - text_len);
 
 		if (w > 0 && !o.json)
 			fwrite(text + text_len, 1, w, out);
 		text_len += w > 0 ? w : 0;
 	}
+	/* decode rate: forward steps per second (sampling included, prefill excluded) */
+	prefill_tok_s = t_prefill > 0 ? n_prompt / t_prefill : 0.0;
+	decode_tok_s = n_steps && t_decode > 0 ? n_steps / t_decode : 0.0;
+
 	if (o.json) {
 		fputs("{\"tokens\":[", out);
 		for (uint32_t i = 0; i < n_out; i++)
@@ -337,13 +463,13 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 		fprintf(out, ",\"timings\":{\"prompt_tokens\":%u,\"generated_tokens\":%u,"
 			"\"prefill_ms\":%.3f,\"decode_ms\":%.3f,\"prefill_tok_s\":%.2f,"
 			"\"decode_tok_s\":%.2f}}\n", n_prompt, n_out, t_prefill * 1e3, t_decode * 1e3,
-			n_prompt / t_prefill, n_out > 1 && t_decode > 0 ? (n_out - 1) / t_decode : 0.0);
+			prefill_tok_s, decode_tok_s);
 	} else {
 		fputc('\n', out);
 		fprintf(stderr, "kvpool-run: prompt %u tokens in %.1f ms (%.1f tok/s), generated %u in %.1f ms (%.1f tok/s)\n",
-			n_prompt, t_prefill * 1e3, n_prompt / t_prefill, n_out, t_decode * 1e3,
-			n_out > 1 && t_decode > 0 ? (n_out - 1) / t_decode : 0.0);
+			n_prompt, t_prefill * 1e3, prefill_tok_s, n_out, t_decode * 1e3, decode_tok_s);
 	}
+	fflush(out);
 	ret = 0;
 out:
 	kvp_sampler_free(smp);
@@ -359,10 +485,31 @@ out:
 	return ret;
 }
 
+static void mkmodel_usage(FILE *f)
+{
+	fputs("usage: kvpool-mkmodel -o FILE [--preset tiny|demo|1b] [--type f32|f16|bf16|q8_0]\n"
+	      "                      [--seed S] [--n-embd N] [--n-layers N] [--n-heads N]\n"
+	      "                      [--n-kv-heads N] [--n-ff N] [--n-ctx N] [--tied|--untied]\n"
+	      "                      [--name NAME]\n"
+	      "Writes a GGUF v3 llama model with seeded random weights and a byte-level vocabulary\n"
+	      "(<unk>, <s>, </s>, then 256 byte tokens); the same options always give the same file.\n"
+	      "  -o, --output FILE   where to write (replaced atomically)\n"
+	      "  -p, --preset NAME   tiny: n_embd 64, 2 layers, 4 heads / 2 KV, n_ff 128 (the default)\n"
+	      "                      demo: ~104M params, n_embd 768, 12 layers, 12 / 4 heads, n_ff 3072\n"
+	      "                      1b: Llama-3.2-1B-like, n_embd 2048, 16 layers, 32 / 8 heads, n_ff 8192\n"
+	      "  -t, --type T        matrix type: f32 (default), f16, bf16 or q8_0; norms stay f32\n"
+	      "  -s, --seed S        weight seed (default 1234)\n"
+	      "      --n-embd, --n-layers, --n-heads, --n-kv-heads, --n-ff, --n-ctx N\n"
+	      "                      override the preset's shape (each 1..1048576)\n"
+	      "      --tied, --untied  reuse token_embd as the output matrix, or not (presets: untied)\n"
+	      "      --name NAME     general.name\n"
+	      "  -h, --help          this text\n", f);
+}
+
 int kvp_mkmodel_main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "preset", required_argument, 0, 'P' }, { "type", required_argument, 0, 't' },
+		{ "preset", required_argument, 0, 'p' }, { "type", required_argument, 0, 't' },
 		{ "seed", required_argument, 0, 's' }, { "output", required_argument, 0, 'o' },
 		{ "n-embd", required_argument, 0, 'e' }, { "n-layers", required_argument, 0, 'l' },
 		{ "n-heads", required_argument, 0, 'H' }, { "n-kv-heads", required_argument, 0, 'K' },
@@ -371,66 +518,93 @@ int kvp_mkmodel_main(int argc, char **argv)
 		{ "name", required_argument, 0, 'N' }, { "help", no_argument, 0, 'h' }, { 0 },
 	};
 	const char *preset = "tiny", *path = NULL, *type = NULL, *name = NULL;
-	uint32_t e = 0, l = 0, H = 0, K = 0, F = 0, C = 0, u;
-	int tied = -1, c, r;
+	uint32_t e = 0, l = 0, H = 0, K = 0, F = 0, C = 0;
+	int tied = -1, c, r, li;
 	uint64_t seed = 0;
 	int have_seed = 0;
 	struct kvp_mkmodel_opts o;
 	char err[256];
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "o:t:s:p:h", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "o:t:s:p:h", lo, &li)) != -1) {
 		uint32_t *dst = c == 'e' ? &e : c == 'l' ? &l : c == 'H' ? &H : c == 'K' ? &K :
 				c == 'f' ? &F : c == 'c' ? &C : NULL;
 
 		if (dst) {
-			if (parse_u32(optarg, 1, 1u << 20, dst))
+			if (parse_u32(optarg, 1, 1u << 20, dst)) {
+				fprintf(stderr, "kvpool-mkmodel: --%s: want an integer in [1, 1048576], got '%s'\n",
+					lo[li].name, optarg);
 				goto usage;
+			}
 			continue;
 		}
 		switch (c) {
-		case 'P': case 'p': preset = optarg; break;
+		case 'p': preset = optarg; break;
 		case 't': type = optarg; break;
 		case 'o': path = optarg; break;
 		case 'N': name = optarg; break;
 		case 'T': tied = 1; break;
 		case 'U': tied = 0; break;
 		case 's':
-			if (parse_u32(optarg, 0, UINT32_MAX, &u))
+			if (parse_u64(optarg, 0, UINT64_MAX, &seed)) {
+				fprintf(stderr, "kvpool-mkmodel: --seed: want an unsigned 64-bit integer, got '%s'\n",
+					optarg);
 				goto usage;
-			seed = u;
+			}
 			have_seed = 1;
 			break;
-		default: goto usage;
+		case 'h':
+			mkmodel_usage(stdout);
+			return 0;
+		default: goto usage;	/* getopt named the option */
 		}
 	}
-	if (!path || optind != argc || kvp_mkmodel_preset(&o, preset))
+	if (optind != argc) {
+		fprintf(stderr, "kvpool-mkmodel: unexpected argument '%s'\n", argv[optind]);
 		goto usage;
+	}
+	if (!path) {
+		fprintf(stderr, "kvpool-mkmodel: no output file (-o FILE)\n");
+		goto usage;
+	}
+	if (kvp_mkmodel_preset(&o, preset)) {
+		fprintf(stderr, "kvpool-mkmodel: --preset: want tiny, demo or 1b, got '%s'\n", preset);
+		goto usage;
+	}
 	if (type) {
 		r = kvp_mkmodel_type_parse(type);
-		if (r < 0)
+		if (r < 0) {
+			fprintf(stderr, "kvpool-mkmodel: --type: want f32, f16, bf16 or q8_0, got '%s'\n",
+				type);
 			goto usage;
+		}
 		o.type = (uint32_t)r;
 	}
-	if (have_seed) o.seed = seed;
-	if (e) o.n_embd = e;
-	if (l) o.n_layers = l;
-	if (H) o.n_heads = H;
-	if (K) o.n_kv_heads = K;
-	if (F) o.n_ff = F;
-	if (C) o.n_ctx = C;
-	if (tied >= 0) o.tied = tied;
-	if (name) o.name = name;
+	if (have_seed)
+		o.seed = seed;
+	if (e)
+		o.n_embd = e;
+	if (l)
+		o.n_layers = l;
+	if (H)
+		o.n_heads = H;
+	if (K)
+		o.n_kv_heads = K;
+	if (F)
+		o.n_ff = F;
+	if (C)
+		o.n_ctx = C;
+	if (tied >= 0)
+		o.tied = tied;
+	if (name)
+		o.name = name;
 	r = kvp_mkmodel_write(path, &o, err, sizeof(err));
 	if (r) {
 		fprintf(stderr, "kvpool-mkmodel: %s\n", err);
-		return 1;
+		return r == -EINVAL ? 2 : 1;
 	}
 	return 0;
 usage:
-	fputs("usage: kvpool-mkmodel -o FILE [--preset tiny|demo|1b] [--type f32|f16|bf16|q8_0]\n"
-	      "                      [--seed S] [--n-embd N] [--n-layers N] [--n-heads N]\n"
-	      "                      [--n-kv-heads N] [--n-ff N] [--n-ctx N] [--tied|--untied]\n"
-	      "                      [--name NAME]\n", stderr);
+	fprintf(stderr, "kvpool-mkmodel: try 'kvpool-mkmodel --help'\n");
 	return 2;
 }

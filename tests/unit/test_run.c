@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_run.c - the offline command lines, run in-process: kvpool-mkmodel writes a model
+ * that kvpool-run loads; kvpool-run's --json object has the keys the issue names and
+ * the same greedy tokens as the forward pass driven directly; sampling flags are
+ * seeded; --help and bad arguments give the documented exit statuses.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "compute/forward.h"
+#include "compute/model.h"
+#include "compute/run.h"
+#include "compute/sample.h"
+#include "compute/tokenizer.h"
+#include "shm/geom.h"
+#include "tests/lib/testlib.h"
+
+struct fixture {
+	char dir[256];
+	char model[512];
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	char *argv[] = { "kvpool-mkmodel", "--preset", "tiny", "--type", "f16", "--seed", "99",
+			 "-o", NULL, NULL };
+
+	if (!f || kvp_test_tmpdir(f->dir, sizeof(f->dir)))
+		return -1;
+	snprintf(f->model, sizeof(f->model), "%s/tiny.gguf", f->dir);
+	argv[8] = f->model;
+	if (kvp_mkmodel_main(9, argv) != 0)
+		return -1;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	kvp_test_rmtree(f->dir);
+	free(f);
+	return 0;
+}
+
+/* Run kvpool-run with @args (NULL-terminated, argv[0] added); stdout into *@out. */
+static int run(char **out, const char *const *args)
+{
+	char *argv[32] = { "kvpool-run" };
+	size_t len;
+	FILE *f;
+	int argc = 1, rc;
+
+	while (args[argc - 1])
+		argv[argc] = (char *)args[argc - 1], argc++;
+	f = open_memstream(out, &len);
+	assert_non_null(f);
+	rc = kvp_run_main(argc, argv, f);
+	fclose(f);
+	return rc;
+}
+
+/* The ids of the "tokens" array of a --json object; returns how many. */
+static int json_tokens(const char *js, int32_t *ids, int cap)
+{
+	const char *p = strstr(js, "\"tokens\":[");
+	int n = 0;
+
+	assert_non_null(p);
+	p += strlen("\"tokens\":[");
+	while (*p != ']') {
+		char *end;
+		long v = strtol(p, &end, 10);
+
+		assert_true(end != p && n < cap);
+		ids[n++] = (int32_t)v;
+		p = *end == ',' ? end + 1 : end;
+	}
+	return n;
+}
+
+/* Greedy tokens of @prompt through the forward API, as kvpool-run should produce them. */
+static void direct_greedy(const char *path, const char *prompt, int32_t *out, uint32_t n_gen)
+{
+	struct kvp_model *m;
+	struct kvp_tokenizer *t;
+	struct kvp_fwd *f;
+	struct kvp_kv_view kv = { 0 };
+	struct kvp_model_shape sh;
+	int32_t ids[64];
+	uint32_t table[8] = { 0, 1, 2, 3, 4, 5, 6, 7 };
+	float *lg;
+	int n;
+
+	assert_int_equal(kvp_model_open(&m, path, NULL, 0), 0);
+	assert_int_equal(kvp_tokenizer_new(&t, m, NULL, 0), 0);
+	n = kvp_tokenizer_encode(t, prompt, strlen(prompt), ids, 64);
+	assert_true(n > 0 && n < 64);
+	lg = malloc(kvp_model_hparams(m)->n_vocab * sizeof(float));
+	kvp_model_kv_shape(m, KVP_DTYPE_F32, 16, &sh);
+	assert_int_equal(kvp_geom_init(&kv.geom, &sh), 0);
+	kv.n_blocks = 8;
+	kv.base = aligned_alloc(KVP_BLOCK_ALIGN, 8 * kv.geom.block_stride);
+	assert_int_equal(kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ 1, 64, 1 }), 0);
+	assert_int_equal(kvp_fwd_prefill(f, &kv, table, 8, 0, ids, (uint32_t)n, lg, 0), 0);
+	for (uint32_t i = 0; i < n_gen; i++) {
+		out[i] = kvp_sample_greedy(lg, kvp_model_hparams(m)->n_vocab);
+		assert_int_equal(kvp_fwd_decode(f, &kv, &(struct kvp_fwd_seq){ table, 8,
+				 (uint32_t)n + i, out[i] }, 1, lg), 0);
+	}
+	kvp_fwd_free(f);
+	free(kv.base);
+	free(lg);
+	kvp_tokenizer_free(t);
+	kvp_model_close(m);
+}
+
+static void test_json_matches_forward(void **state)
+{
+	/*
+	 * -p "Hello" -n 16 --json: one object with tokens, text and the six timing keys;
+	 * 6 prompt tokens (BOS + 5 bytes); the 16 greedy tokens equal the forward pass's
+	 */
+	struct fixture *f = *state;
+	static const char *const keys[] = { "\"text\":", "\"timings\":{", "\"prompt_tokens\":6,",
+		"\"generated_tokens\":16,", "\"prefill_ms\":", "\"decode_ms\":", "\"prefill_tok_s\":",
+		"\"decode_tok_s\":" };
+	const char *args[] = { "-m", f->model, "-p", "Hello", "-n", "16", "--json", NULL };
+	int32_t got[32], want[16];
+	char *out;
+
+	assert_int_equal(run(&out, args), 0);
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (!strstr(out, keys[i]))
+			fail_msg("no %s in %s", keys[i], out);
+	assert_true(out[0] == '{' && strstr(out, "}}\n") == out + strlen(out) - 3);
+	assert_int_equal(json_tokens(out, got, 32), 16);
+	direct_greedy(f->model, "Hello", want, 16);
+	assert_memory_equal(got, want, sizeof(want));
+	free(out);
+}
+
+static void test_tokens_and_sampling_flags(void **state)
+{
+	/*
+	 * --tokens runs the same prompt as its text; sampling with a seed repeats exactly,
+	 * another seed differs; f16 K/V, 2-token blocks and 2-token chunks give the greedy
+	 * tokens of the defaults
+	 */
+	struct fixture *f = *state;
+	const char *text[] = { "-m", f->model, "-p", "Hello", "-n", "12", "--json", NULL };
+	const char *ids[] = { "-m", f->model, "--tokens", "1,75,104,111,111,114", "-n", "12",
+			      "--json", NULL };
+	const char *small[] = { "-m", f->model, "-p", "Hello", "-n", "12", "--json", "--kv-type",
+				"f16", "--block-tokens", "2", "--chunk", "2", "--threads", "1", NULL };
+	const char *s1[] = { "-m", f->model, "-p", "Hello", "-n", "24", "--json", "--temperature",
+			     "1.5", "--top-k", "50", "--top-p", "0.95", "--seed", "7", NULL };
+	const char *s2[] = { "-m", f->model, "-p", "Hello", "-n", "24", "--json", "--temperature",
+			     "1.5", "--top-k", "50", "--top-p", "0.95", "--seed", "8", NULL };
+	char *a, *b, *c, *d, *e, *g;
+	int32_t ta[32], tb[32], tc[32];
+
+	assert_int_equal(run(&a, text), 0);
+	assert_int_equal(run(&b, ids), 0);
+	assert_int_equal(json_tokens(a, ta, 32), 12);
+	assert_int_equal(json_tokens(b, tb, 32), 12);
+	assert_memory_equal(ta, tb, 12 * sizeof(int32_t));
+	assert_int_equal(run(&c, small), 0);
+	assert_int_equal(json_tokens(c, tc, 32), 12);
+	assert_memory_equal(ta, tc, 12 * sizeof(int32_t));
+	assert_int_equal(run(&d, s1), 0);
+	assert_int_equal(run(&e, s1), 0);
+	assert_int_equal(run(&g, s2), 0);
+	assert_int_equal(json_tokens(d, ta, 32), 24);
+	assert_int_equal(json_tokens(e, tb, 32), 24);
+	assert_memory_equal(ta, tb, 24 * sizeof(int32_t));
+	assert_int_equal(json_tokens(g, tc, 32), 24);
+	assert_memory_not_equal(ta, tc, 24 * sizeof(int32_t));
+	free(a);
+	free(b);
+	free(c);
+	free(d);
+	free(e);
+	free(g);
+}
+
+static void test_help_and_bad_arguments(void **state)
+{
+	/* --help: usage on stdout, exit 0; every bad argument: exit 2, nothing on stdout */
+	struct fixture *f = *state;
+	const char *help[] = { "--help", NULL };
+	const char *const bad[][10] = {
+		{ "-m", f->model, NULL },			/* no prompt */
+		{ "-p", "x", NULL },				/* no model */
+		{ "-m", f->model, "-p", "x", "--tokens", "1", NULL },
+		{ "-m", f->model, "-p", "x", "-n", "0", NULL },
+		{ "-m", f->model, "-p", "x", "--temperature", "-1", NULL },
+		{ "-m", f->model, "-p", "x", "--top-p", "1.5", NULL },
+		{ "-m", f->model, "-p", "x", "--kv-type", "q8_0", NULL },
+		{ "-m", f->model, "--tokens", "1,,2", NULL },
+		{ "-m", f->model, "--tokens", "1,259", NULL },	/* id past the vocabulary */
+		{ "-m", f->model, "-p", "x", "stray", NULL },
+	};
+	char *out;
+
+	assert_int_equal(run(&out, help), 0);
+	assert_non_null(strstr(out, "--top-p"));
+	assert_non_null(strstr(out, "--json"));
+	free(out);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int rc = run(&out, bad[i]);
+
+		if (rc != 2)
+			fail_msg("case %zu: exit %d, want 2", i, rc);
+		assert_string_equal(out, "");
+		free(out);
+	}
+}
+
+static void test_mkmodel_cli(void **state)
+{
+	/* kvpool-mkmodel: shape flags and --type reach the file; bad values exit 2 */
+	struct fixture *f = *state;
+	char path[600];
+	char *ok[] = { "kvpool-mkmodel", "--n-embd", "96", "--n-layers", "3", "--n-heads", "6",
+		       "--n-kv-heads", "3", "--n-ff", "64", "--type", "q8_0", "--tied", "-o",
+		       path, NULL };
+	char *bad_type[] = { "kvpool-mkmodel", "--type", "q4_0", "-o", path, NULL };
+	char *bad_shape[] = { "kvpool-mkmodel", "--n-embd", "100", "--n-heads", "3", "-o", path,
+			      NULL };
+	char *no_out[] = { "kvpool-mkmodel", "--preset", "demo", NULL };
+	struct kvp_model *m;
+	const struct kvp_model_hparams *hp;
+
+	snprintf(path, sizeof(path), "%s/shape.gguf", f->dir);
+	assert_int_equal(kvp_mkmodel_main(16, ok), 0);
+	assert_int_equal(kvp_model_open(&m, path, NULL, 0), 0);
+	hp = kvp_model_hparams(m);
+	assert_int_equal(hp->n_embd, 96);
+	assert_int_equal(hp->n_layers, 3);
+	assert_int_equal(hp->n_heads, 6);
+	assert_int_equal(hp->n_kv_heads, 3);
+	assert_int_equal(hp->n_ff, 64);
+	assert_int_equal(hp->tied_output, 1);
+	assert_string_equal(kvp_model_info(m)->file_type, "q8_0");
+	kvp_model_close(m);
+	assert_int_equal(kvp_mkmodel_main(5, bad_type), 2);
+	assert_int_equal(kvp_mkmodel_main(7, bad_shape), 2);
+	assert_int_equal(kvp_mkmodel_main(3, no_out), 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_json_matches_forward),
+		cmocka_unit_test(test_tokens_and_sampling_flags),
+		cmocka_unit_test(test_help_and_bad_arguments),
+		cmocka_unit_test(test_mkmodel_cli),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
