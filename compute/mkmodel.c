@@ -27,6 +27,7 @@
 #define N_BYTE_TOKENS 256u
 #define N_VOCAB (3u + N_BYTE_TOKENS)
 #define CHUNK_ELEMS (1u << 20)	/* values generated per write */
+#define QUANT_VERSION 2		/* GGML's Q8_0 layout: one f16 scale + 32 int8 */
 
 /* Output sink: a FILE, or a growing heap buffer. */
 struct sink {
@@ -177,8 +178,8 @@ static int check_opts(const struct kvp_mkmodel_opts *o, char *err, size_t errlen
 
 	if (!o->n_embd || !o->n_layers || !o->n_heads || !o->n_kv_heads || !o->n_ff || !o->n_ctx)
 		why = "zero dimension";
-	else if (o->n_embd > 65536 || o->n_layers > 1024 || o->n_ff > (1u << 20))
-		why = "dimension too large";
+	else if (o->n_embd > 65536 || o->n_layers > 1024 || o->n_heads > 1024 || o->n_ff > (1u << 20))
+		why = "dimension too large (n_embd <= 65536, n_layers <= 1024, n_heads <= 1024, n_ff <= 1048576)";
 	else if (o->n_embd % o->n_heads || o->n_heads % o->n_kv_heads ||
 		 (o->n_embd / o->n_heads) % 2)
 		why = "n_embd / n_heads / n_kv_heads do not divide evenly into an even head_dim";
@@ -254,11 +255,13 @@ static void write_meta(struct sink *s, const struct kvp_mkmodel_opts *o, size_t 
 	put_u32(s, KVP_GGUF_MAGIC);
 	put_u32(s, 3);
 	put_u64(s, n_tensors);
-	put_u64(s, 23);		/* metadata entries below */
+	put_u64(s, 24);		/* metadata entries below (a wrong count fails every parse) */
 	kv_str(s, "general.architecture", "llama");
 	kv_str(s, "general.name", o->name ? o->name : "kvpool-synthetic");
 	kv_u32(s, "general.alignment", ALIGN);
 	kv_u32(s, "general.file_type", file_type[o->type]);
+	/* the spec requires it when any tensor is quantized; converters always write it */
+	kv_u32(s, "general.quantization_version", QUANT_VERSION);
 	kv_u32(s, "llama.context_length", o->n_ctx);
 	kv_u32(s, "llama.embedding_length", o->n_embd);
 	kv_u32(s, "llama.block_count", o->n_layers);
