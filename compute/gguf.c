@@ -280,8 +280,17 @@ static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 		seterr(err, errlen, "gguf: not a GGUF file (bad magic)");
 		return -EBADMSG;
 	}
-	if (cur_u32(&c, &g->version) || (g->version != 2 && g->version != 3)) {
-		seterr(err, errlen, "gguf: unsupported version %u (want 2 or 3)", g->version);
+	if (cur_u32(&c, &g->version)) {
+		seterr(err, errlen, "gguf: header truncated");
+		return -EBADMSG;
+	}
+	if (g->version != 2 && g->version != 3) {
+		uint32_t sw = __builtin_bswap32(g->version);
+
+		if (sw == 2 || sw == 3)	/* v3 allows big-endian files; the magic reads the same */
+			seterr(err, errlen, "gguf: big-endian GGUF v%u is not supported", sw);
+		else
+			seterr(err, errlen, "gguf: unsupported version %u (want 2 or 3)", g->version);
 		return -EBADMSG;
 	}
 	if (cur_u64(&c, &g->n_tensors) || cur_u64(&c, &g->n_kv)) {
