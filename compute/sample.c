@@ -131,31 +131,33 @@ static void select_top(struct cand *c, uint32_t n, uint32_t k)
 int32_t kvp_sampler_sample(struct kvp_sampler *s, const float *logits)
 {
 	uint32_t n = s->n_vocab, k = s->p.top_k && s->p.top_k < n ? s->p.top_k : n, m = 0;
-	float inv_t = 1.0f / s->p.temperature, mx = -INFINITY;
-	double sum = 0, acc, r;
+	double t = s->p.temperature, sum = 0, acc, r;
+	float lmax = -INFINITY;
 	struct cand *c = s->c;
 
 	if (!(s->p.temperature > 0.0f))
 		return kvp_sample_greedy(logits, n);
+	for (uint32_t i = 0; i < n; i++)
+		lmax = logits[i] > lmax ? logits[i] : lmax;
+	if (lmax == -INFINITY || isinf(lmax))	/* all NaN/-inf, or an infinite winner */
+		return kvp_sample_greedy(logits, n);
+	/*
+	 * Subtract the max before dividing by T, in double: every value is then <= 0 and
+	 * the best is exactly 0, so a tiny T gives -inf (weight 0), never inf - inf = NaN.
+	 */
 	for (uint32_t i = 0; i < n; i++) {
 		if (isnan(logits[i]))
 			continue;
-		c[m].v = logits[i] * inv_t;
+		c[m].v = (float)(((double)logits[i] - lmax) / t);
 		c[m].id = (int32_t)i;
 		m++;
 	}
-	if (!m)
-		return 0;
 	if (k > m)
 		k = m;
 	if (k < m || (s->p.top_p > 0.0f && s->p.top_p < 1.0f))
 		select_top(c, m, k);
-	for (uint32_t i = 0; i < k; i++)
-		mx = c[i].v > mx ? c[i].v : mx;
-	if (mx == -INFINITY)
-		return c[0].id;
 	for (uint32_t i = 0; i < k; i++) {
-		c[i].v = expf(c[i].v - mx);
+		c[i].v = expf(c[i].v);
 		sum += c[i].v;
 	}
 	if (s->p.top_p > 0.0f && s->p.top_p < 1.0f) {	/* c[] is sorted here */

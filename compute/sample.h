@@ -16,6 +16,7 @@ struct kvp_sampler;
 /**
  * struct kvp_sample_params - how to pick
  * @temperature: <= 0 picks greedily (argmax, lowest id on ties); else logits / T
+ *               (however small T is; NaN logits never win; a +inf logit is taken greedily)
  * @top_k:       keep the k most likely (0 = all)
  * @top_p:       then keep the smallest most-likely set whose mass reaches p
  *               (>= 1 or <= 0 = all)
