@@ -11,9 +11,12 @@
  * sequences (prefix-cache hits) are only read, so a shared prefix plus a suffix gives
  * the same result as computing the whole prompt.
  *
- * Threads: projections and the FFN run in OpenBLAS (sgemm for a chunk, sgemv for a
- * single row) with its own threads; kvp_fwd_new() sets OpenBLAS's thread count, which
- * is process-wide.  Attention and the elementwise kernels run on the calling thread.
+ * Threads: a context owns a pool of n_threads (the caller included).  Projections over
+ * more than 16 rows (prefill chunks) are one cblas_sgemm, a single row (decode at batch
+ * 1) one cblas_sgemv, both on OpenBLAS's own threads; kvp_fwd_new() sets OpenBLAS's
+ * thread count, which is process-wide.  2..16 rows (batched decode, short chunks) go
+ * through kvp_gemv_rows() on the context's pool, and so does attention, split by
+ * (sequence, kv head).  Norms, RoPE and the K/V stores run on the calling thread.
  * A context is used by one thread at a time.
  *
  * Precision: weights and activations are f32; K/V are stored in the view's dtype

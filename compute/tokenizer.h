@@ -69,8 +69,10 @@ int32_t kvp_tokenizer_eos(const struct kvp_tokenizer *t);	/* -1 if none */
  * @ids:    out; room for @cap ids
  *
  * Return: the number of ids the text needs (may exceed @cap: then only @cap were
- * written and the caller retries with a larger buffer), or -ENOMEM.
- * At most len + 2 ids are ever needed.
+ * written and the caller retries with a larger buffer), -E2BIG for @len > 256 MiB, or
+ * -ENOMEM.  A vocabulary with all 256 byte tokens and a U+2581 piece that is not itself
+ * a byte token (every Llama vocabulary, and the synthetic one) needs at most len + 2
+ * ids; any vocabulary at most 3 * len + 4 (every space a 3-byte U+2581 by bytes).
  */
 int kvp_tokenizer_encode(const struct kvp_tokenizer *t, const char *text, size_t len,
 			 int32_t *ids, size_t cap);
