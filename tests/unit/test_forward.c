@@ -294,60 +294,89 @@ static void test_chunked_and_shared_prefix_prefill(void **state)
 	free_model(m);
 }
 
-static void test_batch_equals_alone(void **state)
+/*
+ * @B sequences of different lengths: decoded as one batch they give the logits (1e-4)
+ * and the 16 greedy tokens of each decoded alone.
+ */
+static void batch_vs_alone(uint32_t B)
 {
-	/* 4 sequences of different lengths decoded as one batch = each decoded alone */
 	struct kvp_model *m = make_model(64, 4, 2, 2, 128, KVP_GGML_F32, 0);
-	uint32_t V = kvp_model_hparams(m)->n_vocab, bt = 4, B = 4, steps = 16, nb = 12;
-	static const uint32_t len[4] = { 3, 9, 17, 6 };
-	uint32_t tab[2][4][12];
-	int32_t toks[4][17], cur[2][4], out[2][4][16];
-	float *lg = malloc(B * V * 4), *l1 = malloc(V * 4);
+	uint32_t V = kvp_model_hparams(m)->n_vocab, bt = 4, steps = 16, nb = 12;
+	uint32_t *tab = malloc(2 * B * nb * sizeof(uint32_t)), *len = malloc(B * sizeof(uint32_t));
+	int32_t *toks = malloc(17 * sizeof(int32_t)), *cur = malloc(2 * B * sizeof(int32_t));
+	int32_t *out = malloc(2 * B * steps * sizeof(int32_t));
+	struct kvp_fwd_seq *seq = malloc(B * sizeof(*seq));
+	float *lg = malloc(B * V * 4), *l1 = malloc(V * 4), *lb = malloc(B * V * 4);
 	struct kvp_fwd *f = make_fwd(m, 32, B);
 	struct pool p;
 
 	pool_init(&p, m, KVP_DTYPE_F32, bt, 2 * B * nb);
+	/* w = 0: each alone; w = 1: one batch; blocks interleaved across all 2B sequences */
 	for (uint32_t w = 0; w < 2; w++)
-		for (uint32_t s = 0; s < B; s++)
+		for (uint32_t s = 0; s < B; s++) {
+			uint32_t *t = tab + (w * B + s) * nb;
+
+			len[s] = 3 + (s * 7) % 15;	/* 3 .. 17 tokens */
 			for (uint32_t i = 0; i < nb; i++)
-				tab[w][s][i] = (w * B + s) + i * 2 * B;	/* interleaved blocks */
-	for (uint32_t w = 0; w < 2; w++)
-		for (uint32_t s = 0; s < B; s++) {
-			pool_open(&p, tab[w][s], nb);
-			prompt(toks[s], len[s], 11 + s);
-			assert_int_equal(kvp_fwd_prefill(f, &p.v, tab[w][s], nb, 0, toks[s], len[s],
-							 l1, 0), 0);
-			cur[w][s] = kvp_sample_greedy(l1, V);
+				t[i] = (w * B + s) + i * 2 * B;
+			pool_open(&p, t, nb);
+			prompt(toks, len[s], 11 + s);
+			assert_int_equal(kvp_fwd_prefill(f, &p.v, t, nb, 0, toks, len[s], l1, 0), 0);
+			cur[w * B + s] = kvp_sample_greedy(l1, V);
 		}
-	/* w = 0: each alone; w = 1: one batch of 4 */
 	for (uint32_t i = 0; i < steps; i++) {
-		struct kvp_fwd_seq seq[4];
-
 		for (uint32_t s = 0; s < B; s++) {
-			out[0][s][i] = cur[0][s];
+			out[s * steps + i] = cur[s];
 			assert_int_equal(kvp_fwd_decode(f, &p.v, &(struct kvp_fwd_seq){
-				.table = tab[0][s], .n_table = nb, .pos = len[s] + i,
-				.token = cur[0][s] }, 1, l1), 0);
-			cur[0][s] = kvp_sample_greedy(l1, V);
+				.table = tab + s * nb, .n_table = nb, .pos = len[s] + i,
+				.token = cur[s] }, 1, l1), 0);
+			cur[s] = kvp_sample_greedy(l1, V);
 			memcpy(lg + s * V, l1, V * 4);	/* keep alone logits for comparison */
-			seq[s] = (struct kvp_fwd_seq){ .table = tab[1][s], .n_table = nb,
-						       .pos = len[s] + i, .token = cur[1][s] };
-			out[1][s][i] = cur[1][s];
+			seq[s] = (struct kvp_fwd_seq){ .table = tab + (B + s) * nb, .n_table = nb,
+						       .pos = len[s] + i, .token = cur[B + s] };
+			out[(B + s) * steps + i] = cur[B + s];
 		}
-		float *lb = malloc(B * V * 4);
-
 		assert_int_equal(kvp_fwd_decode(f, &p.v, seq, B, lb), 0);
 		for (uint32_t s = 0; s < B; s++) {
-			assert_true(rel_err(lb + s * V, lg + s * V, V) < 1e-4);
-			cur[1][s] = kvp_sample_greedy(lb + s * V, V);
+			double e = rel_err(lb + s * V, lg + s * V, V);
+
+			if (!(e < 1e-4))
+				fail_msg("batch %u, step %u, sequence %u: relative error %g", B, i, s, e);
+			cur[B + s] = kvp_sample_greedy(lb + s * V, V);
 		}
-		free(lb);
 	}
-	assert_memory_equal(out[0], out[1], sizeof(out[0]));
+	assert_memory_equal(out, out + B * steps, B * steps * sizeof(int32_t));
 	pool_free(&p);
 	kvp_fwd_free(f);
+	free(tab);
+	free(len);
+	free(toks);
+	free(cur);
+	free(out);
+	free(seq);
 	free(lg);
 	free(l1);
+	free(lb);
+	free_model(m);
+}
+
+static void test_batch_equals_alone(void **state)
+{
+	/*
+	 * batches of 4 (one kvp_gemv_rows group), 12 (groups of 8 + 4) and 20 (past the
+	 * GEMV limit: sgemm) each equal decoding every sequence alone (sgemv)
+	 */
+	batch_vs_alone(4);
+	batch_vs_alone(12);
+	batch_vs_alone(20);
+}
+
+static void test_sgemm_prefill_matches_ref(void **state)
+{
+	/* a 40-token chunk (sgemm projections) and 8 steps after it match the reference */
+	struct kvp_model *m = make_model(64, 8, 2, 2, 128, KVP_GGML_F32, 0);
+
+	decode_vs_ref(m, KVP_DTYPE_F32, 16, 40, 8, 1e-4);
 	free_model(m);
 }
 
@@ -493,6 +522,7 @@ int main(void)
 		cmocka_unit_test(test_kv_f16_bf16_close_to_f32),
 		cmocka_unit_test(test_chunked_and_shared_prefix_prefill),
 		cmocka_unit_test(test_batch_equals_alone),
+		cmocka_unit_test(test_sgemm_prefill_matches_ref),
 		cmocka_unit_test(test_greedy_not_degenerate),
 		cmocka_unit_test(test_rejects_bad_arguments),
 		cmocka_unit_test(test_reads_only_own_blocks),

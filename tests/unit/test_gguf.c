@@ -244,6 +244,109 @@ static void test_refusals_name_the_problem(void **state)
 	free(buf);
 }
 
+static void test_hparams_from_metadata(void **state)
+{
+	/*
+	 * every llama.* key reaches the hyper-parameters (rope base and rms epsilon too), and
+	 * a model that differs only in rope base has another fingerprint
+	 */
+	struct kvp_mkmodel_opts o;
+	struct kvp_model *a, *b;
+	const struct kvp_model_hparams *hp;
+	void *ba, *bb;
+	size_t la, lb;
+
+	assert_int_equal(kvp_mkmodel_preset(&o, "tiny"), 0);
+	o.n_embd = 96;
+	o.n_heads = 6;
+	o.n_kv_heads = 2;
+	o.n_layers = 3;
+	o.n_ff = 80;
+	o.n_ctx = 777;
+	o.rope_base = 500000.0f;
+	o.rms_eps = 1e-6f;
+	assert_int_equal(kvp_mkmodel_write_mem(&ba, &la, &o, NULL, 0), 0);
+	o.rope_base = 10000.0f;
+	assert_int_equal(kvp_mkmodel_write_mem(&bb, &lb, &o, NULL, 0), 0);
+	assert_int_equal(kvp_model_open_mem(&a, ba, la, NULL, 0), 0);
+	assert_int_equal(kvp_model_open_mem(&b, bb, lb, NULL, 0), 0);
+	hp = kvp_model_hparams(a);
+	assert_int_equal(hp->n_vocab, 259);
+	assert_int_equal(hp->n_embd, 96);
+	assert_int_equal(hp->n_heads, 6);
+	assert_int_equal(hp->n_kv_heads, 2);
+	assert_int_equal(hp->head_dim, 16);
+	assert_int_equal(hp->n_rot, 16);
+	assert_int_equal(hp->n_layers, 3);
+	assert_int_equal(hp->n_ff, 80);
+	assert_int_equal(hp->n_ctx_train, 777);
+	assert_true(hp->rope_base == 500000.0f);
+	assert_true(hp->rms_eps == 1e-6f);
+	assert_int_equal(hp->tied_output, 0);
+	assert_true(kvp_model_hparams(b)->rope_base == 10000.0f);
+	assert_memory_not_equal(kvp_model_fingerprint(a), kvp_model_fingerprint(b), KVP_MODEL_FP_BYTES);
+	kvp_model_close(a);
+	kvp_model_close(b);
+	free(ba);
+	free(bb);
+}
+
+/* Offset of the type field of tensor info @name (2-D) in @buf. */
+static size_t tensor_type_at(const uint8_t *buf, size_t len, const char *name)
+{
+	const struct kvp_gguf_tensor *t;
+	struct kvp_gguf *g;
+	const uint8_t *p;
+	size_t at;
+
+	assert_int_equal(kvp_gguf_parse(&g, buf, len, NULL, 0), 0);
+	t = kvp_gguf_tensor(g, name);
+	assert_non_null(t);
+	assert_int_equal(t->n_dims, 2);
+	p = (const uint8_t *)t->name.p;	/* name, then n_dims, ne[0], ne[1], type */
+	at = (size_t)(p - buf) + t->name.len + 4 + 16;
+	kvp_gguf_close(g);
+	return at;
+}
+
+static void test_format_details(void **state)
+{
+	/*
+	 * a quantized file carries general.quantization_version (the spec requires it); a
+	 * tensor of a type we cannot compute with is refused naming it and its type; a
+	 * byte-swapped version is reported as big-endian; an unknown version by number
+	 */
+	size_t qlen, len, at;
+	uint8_t *buf = small_file(&qlen, KVP_GGML_Q8_0, 5), *f32 = small_file(&len, KVP_GGML_F32, 5);
+	struct kvp_gguf *g;
+	struct kvp_model *m;
+	uint64_t v;
+	uint32_t type = 2;	/* q4_0: a row of 32 is one block, so the extent still fits */
+	char err[256];
+
+	assert_int_equal(kvp_gguf_parse(&g, buf, qlen, NULL, 0), 0);
+	assert_int_equal(kvp_gguf_get_uint(g, "general.quantization_version", UINT32_MAX, &v), 0);
+	assert_int_equal(v, 2);
+	assert_int_equal(kvp_gguf_get_uint(g, "general.file_type", UINT32_MAX, &v), 0);
+	assert_int_equal(v, 7);	/* MOSTLY_Q8_0 */
+	kvp_gguf_close(g);
+	free(buf);
+
+	at = tensor_type_at(f32, len, "blk.0.ffn_up.weight");
+	memcpy(f32 + at, &type, 4);
+	assert_int_equal(kvp_model_open_mem(&m, f32, len, err, sizeof(err)), -ENOTSUP);
+	assert_non_null(strstr(err, "blk.0.ffn_up.weight"));
+	assert_non_null(strstr(err, "q4_0"));
+
+	memcpy(f32 + 4, "\0\0\0\3", 4);
+	assert_int_equal(kvp_model_open_mem(&m, f32, len, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "big-endian"));
+	memcpy(f32 + 4, "\1\0\0\0", 4);
+	assert_int_equal(kvp_model_open_mem(&m, f32, len, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "version 1"));
+	free(f32);
+}
+
 static void test_open_file_and_fingerprint(void **state)
 {
 	/* a file on disk opens; a missing one gives -ENOENT; fingerprints follow content */
@@ -286,6 +389,8 @@ int main(void)
 		cmocka_unit_test(test_every_truncation_fails_cleanly),
 		cmocka_unit_test(test_random_byte_flips),
 		cmocka_unit_test(test_refusals_name_the_problem),
+		cmocka_unit_test(test_hparams_from_metadata),
+		cmocka_unit_test(test_format_details),
 		cmocka_unit_test(test_open_file_and_fingerprint),
 	};
 

@@ -215,33 +215,50 @@ static void test_float_kernels_match_formulas(void **state)
 	}
 }
 
-static void test_gemv_rows_matches_naive(void **state)
+/* kvp_gemv_rows() for every row count on a (DO, @di) matrix, outputs [16, 33) only */
+static void gemv_rows_vs_naive(int di)
 {
-	/* the decode kernel: every row count 1..8, a d_in with a scalar tail, a sub-range */
-	enum { DO = 40, DI = 77 };
-	float w[DO * DI], x[8 * DI], out[8 * DO];
+	enum { DO = 40 };
+	float *w = malloc((size_t)DO * di * 4), *x = malloc((size_t)8 * di * 4), out[8 * DO];
 
-	for (int i = 0; i < DO * DI; i++)
+	for (int i = 0; i < DO * di; i++)
 		w[i] = sinf(i * 0.37f);
-	for (int i = 0; i < 8 * DI; i++)
+	for (int i = 0; i < 8 * di; i++)
 		x[i] = cosf(i * 0.11f);
 	for (int rows = 1; rows <= KVP_GEMV_ROWS_MAX; rows++) {
 		for (int i = 0; i < 8 * DO; i++)
 			out[i] = -1234.0f;
-		kvp_gemv_rows(out, x, w, rows, DO, DI, 16, 33);
+		kvp_gemv_rows(out, x, w, rows, DO, di, 16, 33);
 		for (int r = 0; r < 8; r++)
 			for (int o = 0; o < DO; o++) {
-				double want = 0;
+				double want = 0, mag = 0;
 
 				if (r >= rows || o < 16 || o >= 33) {
 					assert_true(out[r * DO + o] == -1234.0f);	/* untouched */
 					continue;
 				}
-				for (int k = 0; k < DI; k++)
-					want += (double)x[r * DI + k] * w[o * DI + k];
-				assert_true(fabs(out[r * DO + o] - want) < 1e-4);
+				for (int k = 0; k < di; k++) {
+					want += (double)x[r * di + k] * w[o * di + k];
+					mag += fabs((double)x[r * di + k] * w[o * di + k]);
+				}
+				if (!(fabs(out[r * DO + o] - want) < 1e-5 * mag + 1e-6))
+					fail_msg("d_in %d, rows %d, out (%d, %d): %g, want %g", di, rows,
+						 r, o, out[r * DO + o], want);
 			}
 	}
+	free(w);
+	free(x);
+}
+
+static void test_gemv_rows_matches_naive(void **state)
+{
+	/*
+	 * the decode kernel: every row count 1..8, an odd sub-range of outputs, a d_in with
+	 * a scalar tail, and one spanning several k tiles with a partial last tile
+	 */
+	gemv_rows_vs_naive(77);
+	gemv_rows_vs_naive(2 * 1024 + 100);
+	gemv_rows_vs_naive(8192);
 }
 
 int main(void)

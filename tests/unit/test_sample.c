@@ -112,6 +112,25 @@ static void test_top_p(void **state)
 	assert_int_equal(t[1], 100);
 }
 
+static void test_extreme_temperatures_and_logits(void **state)
+{
+	/*
+	 * a temperature so small that logits / T overflows still picks the argmax (no NaN
+	 * mass); a huge one spreads the draws over every token; a +inf logit wins
+	 */
+	float l[5] = { 1.0f, 30.0f, -5.0f, 29.999f, 12.0f };
+	float inf[4] = { 0.0f, INFINITY, 1.0f, NAN };
+	int c[5] = { 0 }, h[5] = { 0 }, g[4] = { 0 };
+
+	draw(l, 5, (struct kvp_sample_params){ .temperature = 1e-38f, .top_p = 1, .seed = 3 }, 200, c);
+	assert_int_equal(c[1], 200);
+	draw(l, 5, (struct kvp_sample_params){ .temperature = 1e30f, .top_p = 0.9f, .seed = 3 }, 2000, h);
+	for (int i = 0; i < 5; i++)
+		assert_true(h[i] > 200);
+	draw(inf, 4, (struct kvp_sample_params){ .temperature = 1, .top_p = 1, .seed = 3 }, 50, g);
+	assert_int_equal(g[1], 50);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -120,6 +139,7 @@ int main(void)
 		cmocka_unit_test(test_seed_reproducible),
 		cmocka_unit_test(test_top_k),
 		cmocka_unit_test(test_top_p),
+		cmocka_unit_test(test_extreme_temperatures_and_logits),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

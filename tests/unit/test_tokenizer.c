@@ -122,6 +122,39 @@ static void test_sentencepiece_merges_and_fallback(void **state)
 	kvp_tokenizer_free(t);
 }
 
+static void test_count_bound_of_a_strange_vocabulary(void **state)
+{
+	/*
+	 * a vocabulary whose U+2581 piece is typed as a byte token spells every space as 3
+	 * byte tokens: encode reports the full count (over len + 2, within 3 len + 4) and
+	 * writes no more than cap
+	 */
+	const char *pieces[260];
+	char bytes[256][8];
+	int32_t types[260], ids[64];
+	struct kvp_tokenizer *t;
+
+	pieces[0] = "<unk>"; pieces[1] = "<s>"; pieces[2] = "</s>"; pieces[259] = "\xe2\x96\x81";
+	types[0] = KVP_TOK_UNKNOWN; types[1] = KVP_TOK_CONTROL; types[2] = KVP_TOK_CONTROL;
+	types[259] = KVP_TOK_BYTE;
+	for (int b = 0; b < 256; b++) {
+		snprintf(bytes[b], sizeof(bytes[b]), "<0x%02X>", b);
+		pieces[3 + b] = bytes[b];
+		types[3 + b] = KVP_TOK_BYTE;
+	}
+	assert_int_equal(kvp_tokenizer_build(&t, pieces, NULL, types, 260, 1, 2, 0, 1), 0);
+	for (int i = 0; i < 64; i++)
+		ids[i] = -7;
+	/* "a b": BOS, then U+2581 a U+2581 b by bytes: 1 + 3 + 1 + 3 + 1 = 9 > 3 + 2 */
+	assert_int_equal(kvp_tokenizer_encode(t, "a b", 3, ids, 5), 9);
+	assert_int_equal(ids[3], 3 + 0x81);	/* the last byte of the leading U+2581 */
+	assert_int_equal(ids[4], 3 + 'a');
+	assert_int_equal(ids[5], -7);		/* nothing past cap */
+	assert_int_equal(kvp_tokenizer_encode(t, "a b", 3, ids, 64), 9);
+	assert_int_equal(ids[8], 3 + 'b');
+	kvp_tokenizer_free(t);
+}
+
 static void test_utf8_stream(void **state)
 {
 	/* a character split over pieces comes out whole; broken sequences become U+FFFD */
@@ -153,6 +186,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_byte_level_round_trip),
 		cmocka_unit_test(test_sentencepiece_merges_and_fallback),
+		cmocka_unit_test(test_count_bound_of_a_strange_vocabulary),
 		cmocka_unit_test(test_utf8_stream),
 	};
 
