@@ -88,8 +88,15 @@ static int bench_model(const char *path, int threads)
 		kvp_fwd_prefill(f, &kv, table, nb, 0, toks, CHUNK, lg, 0);
 		tps[r] = CHUNK / (kvp_test_now_s() - t0);
 	}
-	/* matrices (2 flops per weight) + attention (QK and PV over (n+1)/2 keys on average) */
-	flops_tok = 2.0 * kvp_model_info(m)->weight_bytes / 4 +
+	/*
+	 * matrices (2 flops per weight; the output matrix only for the chunk's last
+	 * position, as prefill computes only its logits) + attention (QK and PV over
+	 * (n+1)/2 keys on average)
+	 */
+	double out_params = (double)hp->n_vocab * hp->n_embd;
+
+	flops_tok = 2.0 * (kvp_model_info(m)->weight_bytes / 4 - out_params) +
+		    2.0 * out_params / CHUNK +
 		    4.0 * hp->n_layers * hp->n_heads * hp->head_dim * (CHUNK + 1) / 2.0;
 	peak = sgemm_gflops();
 	double med = kvp_test_median(tps, RUNS);
