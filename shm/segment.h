@@ -134,7 +134,8 @@ long kvp_hugetlb_free_pages(void);
 /**
  * kvp_pool_header_check() - does @hdr (read from a mapped segment of @seg_bytes) describe
  * a valid pool?  For clients and tests: magic, version, shape (kvp_geom_init), stride and
- * block sizes matching the shape, and the blocks fitting inside the segment.
+ * block sizes matching the shape, the page size matching the page kind, and page-aligned
+ * blocks that fit inside the segment.
  * @geom: out (optional); the geometry derived from the header
  * Return: 0, -EPROTO (magic/version), or -EINVAL (inconsistent sizes).
  */

@@ -291,7 +291,7 @@ static void test_bad_arguments(void **state)
 
 static void test_header_check_rejects(void **state)
 {
-	/* a client refuses a wrong magic, version, or blocks beyond the segment */
+	/* a client refuses a wrong magic, version, blocks beyond the segment, bad page sizes */
 	struct kvp_segment *seg;
 	struct kvp_pool_header h;
 	struct kvp_geom g;
@@ -310,6 +310,16 @@ static void test_header_check_rejects(void **state)
 	assert_int_equal(kvp_pool_header_check(&h, seg->bytes, NULL), -EINVAL);
 	memcpy(&h, seg->base, sizeof(h));
 	assert_int_equal(kvp_pool_header_check(&h, seg->bytes - 4096, NULL), -EINVAL);
+	/* a 4 KiB segment claiming 2 MiB pages, or a kind that does not fit its page size */
+	memcpy(&h, seg->base, sizeof(h));
+	h.page_bytes = KVP_HUGE_PAGE_BYTES;
+	assert_int_equal(kvp_pool_header_check(&h, seg->bytes, NULL), -EINVAL);
+	memcpy(&h, seg->base, sizeof(h));
+	h.page_kind = KVP_PAGE_HUGETLB_2M;
+	assert_int_equal(kvp_pool_header_check(&h, seg->bytes, NULL), -EINVAL);
+	memcpy(&h, seg->base, sizeof(h));
+	h.page_kind = KVP_PAGE__COUNT;
+	assert_int_equal(kvp_pool_header_check(&h, seg->bytes, NULL), -EINVAL);
 	kvp_segment_close(seg);
 }
 
