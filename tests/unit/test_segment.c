@@ -320,6 +320,16 @@ static void test_header_check_rejects(void **state)
 	memcpy(&h, seg->base, sizeof(h));
 	h.page_kind = KVP_PAGE__COUNT;
 	assert_int_equal(kvp_pool_header_check(&h, seg->bytes, NULL), -EINVAL);
+	/* what a hugetlb segment of these blocks says (checked here on any machine) */
+	memcpy(&h, seg->base, sizeof(h));
+	h.page_kind = KVP_PAGE_HUGETLB_2M;
+	h.page_bytes = KVP_HUGE_PAGE_BYTES;
+	h.data_offset = KVP_HUGE_PAGE_BYTES;
+	h.segment_bytes = 2 * (uint64_t)KVP_HUGE_PAGE_BYTES;
+	assert_int_equal(kvp_pool_header_check(&h, h.segment_bytes, NULL), 0);
+	assert_int_equal(kvp_pool_header_check(&h, h.segment_bytes + 4096, NULL), -EINVAL);
+	h.segment_bytes += 4096;
+	assert_int_equal(kvp_pool_header_check(&h, h.segment_bytes, NULL), -EINVAL);
 	kvp_segment_close(seg);
 }
 
