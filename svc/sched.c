@@ -50,6 +50,7 @@
  */
 #include "svc/sched.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -153,10 +154,8 @@ struct kvp_sched {
 	struct kvp_fwd_seq *batch;	/* max_running */
 	struct seq **batch_seq;
 	struct kvp_sched_stats st;	/* engine's own copy, published to snap */
-	double ttft_ring[TTFT_RING];
-	double ttft_sorted[TTFT_RING];
-	uint64_t ttft_n;
-	bool ttft_dirty;
+	double ttft_ring[TTFT_RING];	/* TTFT of the last TTFT_RING requests, ms */
+	uint64_t ttft_n;		/* samples ever taken; the next goes to % TTFT_RING */
 	bool ev_pushed;
 
 	/* inbox: loop -> engine */
@@ -174,9 +173,16 @@ struct kvp_sched {
 	uint32_t ev_count;
 	bool loop_gone;
 
-	/* snapshot */
+	/*
+	 * snapshot (stats_lock): the counters, and a copy of the TTFT ring that
+	 * kvp_sched_get_stats() sorts for its quantiles.  Sorting there, when a report is
+	 * asked for, keeps the engine's step free of it (a sort of 1024 samples per step
+	 * was most of a short request's engine time).
+	 */
 	pthread_mutex_t stats_lock;
 	struct kvp_sched_stats snap;
+	double snap_ttft[TTFT_RING];
+	uint64_t snap_ttft_n;
 
 	atomic_uint_fast64_t outstanding;
 	atomic_bool draining;
@@ -293,6 +299,14 @@ static void emit_error(struct kvp_sched *s, struct seq *q, enum kvp_status statu
 	push_event(s, &e);
 }
 
+/*
+ * Bytes of a token's piece per TOKEN event.  kvp_utf8_feed() needs room for 3 bytes out
+ * per byte in, plus 3 (every invalid byte becomes U+FFFD, and a held partial character
+ * may be cut short), so a slice of n bytes needs 3n + 3 <= KVP_SCHED_EV_TEXT.
+ */
+#define PIECE_SLICE ((KVP_SCHED_EV_TEXT - 3) / 3)
+static_assert(3 * PIECE_SLICE + 3 <= KVP_SCHED_EV_TEXT && PIECE_SLICE >= 4, "slice fits");
+
 /* TOKEN event(s) for @token: its text goes through the UTF-8 holder. */
 static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 {
@@ -305,12 +319,12 @@ static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 
 	if (q->silent)
 		return;
-	/* long pieces go in slices; every slice fits (slice + 4 <= KVP_SCHED_EV_TEXT) */
+	/* long pieces go in slices small enough for kvp_utf8_feed()'s worst case */
 	do {
 		size_t take = len - off;
 
-		if (take > KVP_SCHED_EV_TEXT - 4)
-			take = KVP_SCHED_EV_TEXT - 4;
+		if (take > PIECE_SLICE)
+			take = PIECE_SLICE;
 		n = piece ? kvp_utf8_feed(&q->utf8, piece + off, take, e.text, sizeof(e.text)) : 0;
 		e.text_len = n > 0 ? (uint32_t)n : 0;
 		off += take;
@@ -612,7 +626,6 @@ static void took_token(struct kvp_sched *s, struct seq *q, int32_t token)
 	if (!q->t_first) {
 		q->t_first = t;
 		s->ttft_ring[s->ttft_n++ % TTFT_RING] = ns_to_ms(t - q->t_recv);
-		s->ttft_dirty = true;
 	}
 	q->t_last = t;
 	if (s->eos >= 0 && token == s->eos) {
@@ -808,16 +821,8 @@ static double pct_sorted(const double *v, uint32_t n, double p)
 
 static void publish_stats(struct kvp_sched *s)
 {
-	if (s->ttft_dirty) {
-		uint32_t n = s->ttft_n < TTFT_RING ? (uint32_t)s->ttft_n : TTFT_RING;
+	uint64_t i;
 
-		memcpy(s->ttft_sorted, s->ttft_ring, n * sizeof(double));
-		qsort(s->ttft_sorted, n, sizeof(double), cmp_double);
-		s->st.ttft_p50_ms = pct_sorted(s->ttft_sorted, n, 50);
-		s->st.ttft_p99_ms = pct_sorted(s->ttft_sorted, n, 99);
-		s->st.ttft_samples = s->ttft_n;
-		s->ttft_dirty = false;
-	}
 	kvp_pool_stats(s->cfg.pool, &s->st.pool);
 	kvp_index_stats(s->cfg.index, &s->st.index);
 	s->st.queued = s->queue.n;
@@ -826,6 +831,13 @@ static void publish_stats(struct kvp_sched *s)
 	s->st.reserved_blocks = s->reserved_total;
 	pthread_mutex_lock(&s->stats_lock);
 	s->snap = s->st;
+	/* only the samples taken since the last publish (the ring keeps the newest) */
+	i = s->snap_ttft_n;
+	if (s->ttft_n - i > TTFT_RING)
+		i = s->ttft_n - TTFT_RING;
+	for (; i < s->ttft_n; i++)
+		s->snap_ttft[i % TTFT_RING] = s->ttft_ring[i % TTFT_RING];
+	s->snap_ttft_n = s->ttft_n;
 	pthread_mutex_unlock(&s->stats_lock);
 }
 
@@ -1168,7 +1180,17 @@ void kvp_sched_loop_gone(struct kvp_sched *s)
 
 void kvp_sched_get_stats(struct kvp_sched *s, struct kvp_sched_stats *st)
 {
+	double v[TTFT_RING];
+	uint32_t n;
+
 	pthread_mutex_lock(&s->stats_lock);
 	*st = s->snap;
+	n = s->snap_ttft_n < TTFT_RING ? (uint32_t)s->snap_ttft_n : TTFT_RING;
+	memcpy(v, s->snap_ttft, n * sizeof(double));
+	st->ttft_samples = s->snap_ttft_n;
 	pthread_mutex_unlock(&s->stats_lock);
+	/* the order of the samples does not matter for quantiles: sort the copy */
+	qsort(v, n, sizeof(double), cmp_double);
+	st->ttft_p50_ms = pct_sorted(v, n, 50);
+	st->ttft_p99_ms = pct_sorted(v, n, 99);
 }

@@ -16,7 +16,8 @@
  *	                 kvp_sched_poll_events().  When the ring is full the engine waits
  *	                 for the loop (the loop never waits for the engine).
  *	counters         kvp_sched_get_stats(): a copy of a snapshot the engine publishes
- *	                 after every step, under a mutex.
+ *	                 after every step, under a mutex; the TTFT quantiles are computed
+ *	                 by the caller from the copied samples, never in the engine's step.
  *
  * Every request ends with exactly one DONE or one ERROR event, except requests of a
  * connection reported closed (they end silently) and after kvp_sched_free().
@@ -191,8 +192,8 @@ void kvp_sched_cancel(struct kvp_sched *s, uint64_t conn, uint64_t req_id);
 void kvp_sched_conn_closed(struct kvp_sched *s, uint64_t conn);
 
 /*
- * Shutdown, phase 1: refuse new submissions; requests not yet admitted end with ERROR
- * KVP_E_SHUTDOWN; running ones continue.
+ * Shutdown, phase 1: refuse new submissions (-ESHUTDOWN).  Every request already
+ * submitted, queued or running, goes on; kvp_sched_cancel_all() ends what is left.
  */
 void kvp_sched_drain(struct kvp_sched *s);
 
@@ -215,7 +216,10 @@ unsigned int kvp_sched_poll_events(struct kvp_sched *s, struct kvp_sched_event *
  */
 void kvp_sched_loop_gone(struct kvp_sched *s);
 
-/* Copy the latest engine snapshot.  Any thread. */
+/*
+ * Copy the latest engine snapshot and compute the TTFT quantiles over its last 1024
+ * samples (a sort: call it for a report, not in a hot loop).  Any thread.
+ */
 void kvp_sched_get_stats(struct kvp_sched *s, struct kvp_sched_stats *st);
 
 #endif /* KVP_SVC_SCHED_H */

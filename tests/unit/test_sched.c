@@ -8,6 +8,7 @@
  * refuses new work and ends running requests with SHUTDOWN.
  */
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,11 +44,34 @@ struct fixture {
 	struct kvp_usage usage[16];
 	uint32_t status[16];
 	uint32_t n_tokens[16];
+	int32_t ids[16][64];		/* the first 64 ids of each request */
+	char text[16][4096];		/* its text, as the TOKEN events carried it */
+	size_t text_len[16];
 	bool done[16];
 	uint64_t max_running_seen;
 };
 
-static int make(struct fixture *f, uint32_t n_blocks, uint32_t max_running)
+/*
+ * A vocabulary for the tiny model's 259 ids whose pieces are 63 bytes long, with
+ * two-byte characters: longer than one TOKEN event's text, so the engine must slice
+ * them without losing or splitting a character.
+ */
+static int long_piece_tokenizer(struct kvp_tokenizer **out)
+{
+	/* 12 Greek letters, two bytes each */
+	static const char greek[] = "\xce\xb1\xce\xb2\xce\xb3\xce\xb4\xce\xb5\xce\xb6"
+				    "\xce\xb7\xce\xb8\xce\xb9\xce\xba\xce\xbb\xce\xbc";
+	static char buf[259][80];
+	const char *pieces[259];
+
+	for (int i = 0; i < 259; i++) {
+		snprintf(buf[i], sizeof(buf[i]), "[%03d%s0123456789%s]", i, greek, greek);
+		pieces[i] = buf[i];
+	}
+	return kvp_tokenizer_build(out, pieces, NULL, NULL, 259, 1, 2, 0, 1);
+}
+
+static int make(struct fixture *f, uint32_t n_blocks, uint32_t max_running, bool long_pieces)
 {
 	struct kvp_mkmodel_opts o;
 	struct kvp_pool_config pc = { 0 };
@@ -58,8 +82,10 @@ static int make(struct fixture *f, uint32_t n_blocks, uint32_t max_running)
 	if (kvp_mkmodel_preset(&o, "tiny") || kvp_mkmodel_write_mem(&f->gguf, &f->gguf_len, &o,
 								    NULL, 0))
 		return -1;
-	if (kvp_model_open_mem(&f->model, f->gguf, f->gguf_len, NULL, 0) ||
-	    kvp_tokenizer_new(&f->tok, f->model, NULL, 0))
+	if (kvp_model_open_mem(&f->model, f->gguf, f->gguf_len, NULL, 0))
+		return -1;
+	if (long_pieces ? long_piece_tokenizer(&f->tok) : kvp_tokenizer_new(&f->tok, f->model,
+									       NULL, 0))
 		return -1;
 	kvp_model_kv_shape(f->model, KVP_DTYPE_F32, BT, &pc.shape);
 	pc.n_blocks = n_blocks;
@@ -90,7 +116,15 @@ static int setup_big(void **state)
 	struct fixture *f = malloc(sizeof(*f));
 
 	*state = f;
-	return f ? make(f, 256, 8) : -1;
+	return f ? make(f, 256, 8, false) : -1;
+}
+
+static int setup_long_pieces(void **state)
+{
+	struct fixture *f = malloc(sizeof(*f));
+
+	*state = f;
+	return f ? make(f, 64, 8, true) : -1;
 }
 
 static int setup_small(void **state)
@@ -98,7 +132,7 @@ static int setup_small(void **state)
 	struct fixture *f = malloc(sizeof(*f));
 
 	*state = f;
-	return f ? make(f, 40, 8) : -1;
+	return f ? make(f, 40, 8, false) : -1;
 }
 
 static int teardown(void **state)
@@ -159,8 +193,19 @@ static void pump(struct fixture *f, int ms)
 			uint64_t r = ev[i].req_id;
 
 			assert_true(r < 16);
-			if (ev[i].type == KVP_SCHED_EV_TOKEN && ev[i].token >= 0)
+			if (ev[i].type == KVP_SCHED_EV_TOKEN) {
+				assert_true(ev[i].text_len <= sizeof(ev[i].text));
+				if (f->text_len[r] + ev[i].text_len <= sizeof(f->text[r])) {
+					memcpy(f->text[r] + f->text_len[r], ev[i].text,
+					       ev[i].text_len);
+					f->text_len[r] += ev[i].text_len;
+				}
+			}
+			if (ev[i].type == KVP_SCHED_EV_TOKEN && ev[i].token >= 0) {
+				if (f->n_tokens[r] < 64)
+					f->ids[r][f->n_tokens[r]] = ev[i].token;
 				f->n_tokens[r]++;
+			}
 			if (ev[i].type == KVP_SCHED_EV_DONE) {
 				f->usage[r] = ev[i].usage;
 				f->status[r] = ev[i].usage.status;
@@ -232,6 +277,10 @@ static void test_admission_waits_for_blocks(void **state)
 	assert_true(f->usage[2].queue_ms >= f->usage[1].ttft_ms + f->usage[1].decode_ms - 1);
 	wait_idle(f, &st);
 	assert_int_equal(used_blocks(&st), 0);
+	/* the TTFT quantiles of the status report are these two requests' TTFTs */
+	assert_int_equal(st.ttft_samples, 2);
+	assert_true(st.ttft_p50_ms == fmin(f->usage[1].ttft_ms, f->usage[2].ttft_ms));
+	assert_true(st.ttft_p99_ms == fmax(f->usage[1].ttft_ms, f->usage[2].ttft_ms));
 }
 
 static void test_cached_blocks_evicted_for_new_work(void **state)
@@ -309,6 +358,64 @@ static void test_shared_prefix_computed_once(void **state)
 	assert_int_equal(st.hit_requests, 3);
 }
 
+static void test_prefill_interleaves_with_decode(void **state)
+{
+	struct fixture *f = *state;
+	struct kvp_sched_stats st;
+	uint32_t before, during;
+
+	/*
+	 * a 2,048-token prompt arriving while another request streams joins the batch and
+	 * is prefilled in 64-token chunks between decode steps: the running stream gets a
+	 * token at every one of those 32 steps instead of waiting for the whole prefill
+	 */
+	assert_int_equal(submit(f, 1, 16, 1500, true, 9), 0);
+	for (int i = 0; i < 2000 && !f->n_tokens[1]; i++)
+		pump(f, 5);
+	assert_true(f->n_tokens[1] > 0);
+	pump(f, 0);
+	before = f->n_tokens[1];
+	assert_int_equal(submit(f, 2, 2048, 4, true, 10), 0);
+	for (int i = 0; i < 4000 && !f->n_tokens[2]; i++)
+		pump(f, 5);
+	assert_true(f->n_tokens[2] > 0);
+	during = f->n_tokens[1] - before;
+	assert_true(during >= 2048 / 64 / 2);
+	assert_false(f->done[1]);
+	assert_int_equal(f->max_running_seen, 2);
+	pump_until(f, 2);
+	assert_int_equal(f->usage[2].recomputed_tokens, 2048);
+	kvp_sched_cancel(f->sched, 1, 1);
+	pump_until(f, 1);
+	wait_idle(f, &st);
+	assert_int_equal(used_blocks(&st), 0);
+}
+
+static void test_long_pieces_sliced_whole(void **state)
+{
+	struct fixture *f = *state;
+	const struct kvp_tokenizer *t = f->tok;
+	char want[4096];
+	size_t n = 0;
+
+	/* TOKEN text is exactly the pieces of the generated ids, however long they are */
+	assert_int_equal(submit(f, 1, 20, 24, true, 11), 0);
+	pump_until(f, 1);
+	assert_int_equal(f->status[1], KVP_OK);
+	assert_int_equal(f->n_tokens[1], 24);
+	for (uint32_t i = 0; i < 24; i++) {
+		size_t len;
+		const char *p = kvp_tokenizer_piece(t, f->ids[1][i], &len);
+
+		assert_non_null(p);
+		assert_true(len > KVP_SCHED_EV_TEXT);
+		memcpy(want + n, p, len);
+		n += len;
+	}
+	assert_int_equal(f->text_len[1], n);
+	assert_memory_equal(f->text[1], want, n);
+}
+
 static void test_drain_and_cancel_all(void **state)
 {
 	struct fixture *f = *state;
@@ -336,6 +443,10 @@ int main(void)
 						setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_cancel_and_close_release, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_shared_prefix_computed_once, setup_big,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_prefill_interleaves_with_decode, setup_big,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_long_pieces_sliced_whole, setup_long_pieces,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_drain_and_cancel_all, setup_big, teardown),
 	};
