@@ -74,10 +74,10 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c,
 		return kvp_srv_fail(srv, c, KVP_E_PROTO, "GENERATE before HELLO");
 	if (!hdr->req_id)
 		return kvp_srv_fail(srv, c, KVP_E_PROTO, "req_id 0 is reserved");
+	/* refusals until the id is taken in flight never touch a request using it already */
 	r = kvp_proto_decode_generate(payload, hdr->len_bytes, &srv->lim, &g, &body, &why);
-	if (r == KVP_E_INVALID) {
-		return kvp_srv_reply_error(srv, c, hdr->req_id, r, why);
-	}
+	if (r == KVP_E_INVALID)
+		return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
 	if (r)
 		return kvp_srv_fail(srv, c, r, why);
 
@@ -89,22 +89,19 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c,
 		/* copied: the payload sits at any offset of the input buffer */
 		memcpy(srv->ids, body, (size_t)g.n_tokens * sizeof(int32_t));
 		for (uint32_t i = 0; i < g.n_tokens; i++) {
-			if (srv->ids[i] < 0 || (c->n_vocab && (uint32_t)srv->ids[i] >= c->n_vocab)) {
-				return kvp_srv_reply_error(srv, c, hdr->req_id, KVP_E_INVALID,
-						    "token id outside the vocabulary");
-			}
+			if (srv->ids[i] < 0 || (c->n_vocab && (uint32_t)srv->ids[i] >= c->n_vocab))
+				return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID,
+						      "token id outside the vocabulary");
 		}
 		ids = srv->ids;
 	}
 
 	r = kvp_conn_req_add(c, hdr->req_id, srv->cfg.max_reqs_per_conn);
-	if (r == -EEXIST) {
-		return kvp_srv_reply_error(srv, c, hdr->req_id, KVP_E_INVALID, "req_id already in flight");
-	}
-	if (r == -EBUSY) {
-		return kvp_srv_reply_error(srv, c, hdr->req_id, KVP_E_BUSY,
-				    "too many requests in flight on this connection");
-	}
+	if (r == -EEXIST)
+		return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID, "req_id already in flight");
+	if (r == -EBUSY)
+		return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_BUSY,
+				      "too many requests in flight on this connection");
 	if (r)
 		return kvp_srv_fail(srv, c, KVP_E_INTERNAL, "out of memory");
 

@@ -91,6 +91,8 @@ kvp_conn_id kvp_srv_conn_id(const struct kvp_conn *c);
 int kvp_srv_fail(struct kvp_server *srv, struct kvp_conn *c, int status, const char *why);
 int kvp_srv_reply_error(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id, int status,
 			const char *msg);
+int kvp_srv_refuse(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id, int status,
+		   const char *msg);
 int kvp_srv_queue_welcome(struct kvp_server *srv, struct kvp_conn *c,
 			  const struct kvp_welcome *w, const int *fds, unsigned int n_fds);
 

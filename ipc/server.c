@@ -323,6 +323,17 @@ int kvp_srv_reply_error(struct kvp_server *srv, struct kvp_conn *c, uint64_t req
 			const char *msg)
 {
 	kvp_conn_req_del(c, req_id);
+	return kvp_srv_refuse(srv, c, req_id, status, msg);
+}
+
+/*
+ * ERROR for a GENERATE refused before it was taken in flight.  The in-flight set is left
+ * alone: if the client reused the id of a request still running, that one goes on and
+ * its answers still reach the client.  Return: 0 or -ENOTCONN.
+ */
+int kvp_srv_refuse(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id, int status,
+		   const char *msg)
+{
 	return queue_error(srv, c, req_id, status, msg) ? -ENOTCONN : 0;
 }
 

@@ -705,6 +705,35 @@ static void test_invalid_values_refuse_the_request_only(void **state)
 	close(fd);
 }
 
+static void test_reused_id_refused_original_goes_on(void **state)
+{
+	/*
+	 * a GENERATE reusing the id of a request in flight is refused (INVALID, same id),
+	 * also when it is invalid for another reason; the request in flight keeps its id:
+	 * a CANCEL still reaches it and its answer still reaches the client
+	 */
+	struct fixture *f = *state;
+	int32_t ids[2] = { 1, 2 }, bad_ids[2] = { 1, N_VOCAB };
+	struct kvp_generate g = gen_tokens(2, 2);	/* held until cancelled */
+	uint8_t cancel[sizeof(struct kvp_frame_hdr)];
+	int fd = raw_connect(f->sock);
+
+	raw_hello(fd);
+	send_gen(fd, 5, &g, ids);
+	send_gen(fd, 5, &g, ids);
+	expect_error(fd, 5, KVP_E_INVALID, false);
+	g.temperature = NAN;
+	send_gen(fd, 5, &g, ids);
+	expect_error(fd, 5, KVP_E_INVALID, false);
+	g = gen_tokens(2, 2);
+	send_gen(fd, 5, &g, bad_ids);
+	expect_error(fd, 5, KVP_E_INVALID, false);
+	kvp_proto_encode_cancel(cancel, sizeof(cancel), 5);
+	raw_send(fd, cancel, sizeof(cancel));
+	expect_error(fd, 5, KVP_E_CANCELLED, false);
+	close(fd);
+}
+
 static void test_requests_per_connection_limit_and_cancel(void **state)
 {
 	/* MAX_REQS held requests fill the connection; one more gets BUSY; cancel frees one */
@@ -925,6 +954,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_malformed_frames_close_only_their_connection,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_invalid_values_refuse_the_request_only, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_reused_id_refused_original_goes_on, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_requests_per_connection_limit_and_cancel,
 						setup, teardown),
