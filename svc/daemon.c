@@ -11,10 +11,17 @@
  * thread.  Free runs the same list backwards.
  *
  * The loop thread (this file's server callbacks) keeps a table of connections that said
- * HELLO: their peer, domain, requests in flight (so a CANCEL for an unknown id never
- * reaches the engine and the engine's inbox stays bounded) and per-connection counters
- * for the status report.  Every request accepted by the engine ends with exactly one
- * DONE or ERROR event, which removes it from its connection's in-flight list.
+ * HELLO: their peer, domain, requests in flight and per-connection counters for the
+ * status report.  A request's first CANCEL is passed to the engine and any repeat is
+ * dropped here, so the engine's inbox holds at most one cancel per outstanding request
+ * (ipc/ has already dropped CANCELs of ids not in flight).  Every request accepted by
+ * the engine ends with exactly one DONE or ERROR event, which removes it from its
+ * connection's in-flight list.
+ *
+ * GENERATE arrives fully validated by ipc/ (frame, limits, sampling values, token ids
+ * against WELCOME's n_vocab, req_id unique in flight, max_reqs_per_conn); what is left
+ * here needs the model or the pool: tokenizing a text prompt and its limit, and (in the
+ * engine) whether the request can ever fit in the pool.
  *
  * Signals: SIGTERM and SIGINT call kvp_server_stop() through the one static pointer a
  * signal handler needs (the only file-scope mutable state besides the log level).
@@ -23,10 +30,10 @@
  */
 #include "svc/daemon.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -59,6 +66,12 @@
 #define CONN_BUCKETS 256u
 #define EVENT_BATCH 256u
 
+/* A request in flight on a connection. */
+struct inflight {
+	uint64_t req_id;
+	bool cancel_sent;		/* the engine has been told to cancel it */
+};
+
 /* A connection that said HELLO.  Loop thread only. */
 struct conn_info {
 	struct conn_info *next;		/* hash chain */
@@ -66,7 +79,7 @@ struct conn_info {
 	struct kvp_peer peer;
 	uint32_t domain;
 	uint32_t n_inflight;
-	uint64_t *inflight;		/* req ids, max_reqs_per_conn of room */
+	struct inflight *inflight;	/* max_reqs_per_conn of room */
 	uint64_t requests;
 	uint64_t generated_tokens;
 	uint64_t cached_tokens;
@@ -161,26 +174,22 @@ static void conn_drop(struct kvp_daemon *d, kvp_conn_id id)
 	}
 }
 
-static bool inflight_has(const struct conn_info *c, uint64_t req_id)
+static struct inflight *inflight_find(struct conn_info *c, uint64_t req_id)
 {
 	uint32_t i;
 
 	for (i = 0; i < c->n_inflight; i++)
-		if (c->inflight[i] == req_id)
-			return true;
-	return false;
+		if (c->inflight[i].req_id == req_id)
+			return &c->inflight[i];
+	return NULL;
 }
 
 static void inflight_del(struct conn_info *c, uint64_t req_id)
 {
-	uint32_t i;
+	struct inflight *f = inflight_find(c, req_id);
 
-	for (i = 0; i < c->n_inflight; i++) {
-		if (c->inflight[i] == req_id) {
-			c->inflight[i] = c->inflight[--c->n_inflight];
-			return;
-		}
-	}
+	if (f)
+		*f = c->inflight[--c->n_inflight];
 }
 
 /* ---- server callbacks (loop thread) ---- */
@@ -199,7 +208,7 @@ static int op_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 		c = calloc(1, sizeof(*c));
 		if (!c)
 			return KVP_E_INTERNAL;
-		c->inflight = calloc(d->cfg.max_reqs_per_conn, sizeof(uint64_t));
+		c->inflight = calloc(d->cfg.max_reqs_per_conn, sizeof(*c->inflight));
 		if (!c->inflight) {
 			free(c);
 			return KVP_E_INTERNAL;
@@ -222,6 +231,38 @@ static int op_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 	return KVP_OK;
 }
 
+/*
+ * Tokenize a text prompt into r->tokens.  Return: KVP_OK, KVP_E_LIMIT (more ids than
+ * max_prompt_tokens), KVP_E_INVALID (no ids at all) or KVP_E_INTERNAL.
+ */
+static int tokenize_prompt(struct kvp_daemon *d, const char *text, uint32_t len,
+			   struct kvp_sched_req *r)
+{
+	/* every Llama-style vocabulary needs at most len + 2 ids; others tell us */
+	size_t cap = (size_t)len + 2;
+	int n;
+
+	for (;;) {
+		int32_t *ids = realloc(r->tokens, cap * sizeof(int32_t));
+
+		if (!ids)
+			return KVP_E_INTERNAL;
+		r->tokens = ids;
+		n = kvp_tokenizer_encode(d->tok, text, len, ids, cap);
+		if (n < 0)
+			return KVP_E_INTERNAL;
+		if ((uint32_t)n > d->cfg.max_prompt_tokens)
+			return KVP_E_LIMIT;
+		if ((size_t)n <= cap)
+			break;
+		cap = (size_t)n;	/* a strange vocabulary: encode again with room */
+	}
+	if (!n)
+		return KVP_E_INVALID;
+	r->n_tokens = (uint32_t)n;
+	return KVP_OK;
+}
+
 static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 		       uint64_t req_id, const struct kvp_generate *g, const int32_t *tokens,
 		       const char *text)
@@ -229,118 +270,74 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 	struct kvp_daemon *d = ctx;
 	struct kvp_sched_req r = { .conn = conn, .req_id = req_id, .t_recv_ns = now_ns() };
 	struct conn_info *c = conn_find(d, conn);
-	uint32_t i;
+	int st;
 	int n;
 
 	(void)peer;
 	if (!c)
-		return KVP_E_PROTO;	/* ipc/ only passes GENERATE after HELLO */
-	if (c->n_inflight >= d->cfg.max_reqs_per_conn)
-		goto busy;
-	if (inflight_has(c, req_id))
-		goto invalid;	/* answers and CANCEL would be ambiguous */
-	if (g->flags & ~KVP_GEN__ALL || g->salt_len > KVP_SALT_MAX)
-		goto invalid;
-	if (!g->max_new_tokens || g->max_new_tokens > d->cfg.max_new_tokens)
-		goto limit;
-	if (!isfinite(g->temperature) || g->temperature < 0 || !isfinite(g->top_p) ||
-	    g->top_p < 0 || g->top_p > 1)
-		goto invalid;
+		return KVP_E_INTERNAL;	/* ipc/ only passes GENERATE after a HELLO we took */
+	/* ipc/ keeps at most max_reqs_per_conn ids, each once, in flight */
+	assert(c->n_inflight < d->cfg.max_reqs_per_conn && !inflight_find(c, req_id));
 
 	if (g->flags & KVP_GEN_TEXT) {
-		if (!text || !g->text_bytes || g->text_bytes > d->cfg.max_prompt_tokens)
-			goto limit_or_invalid;
-		/* byte-level and SentencePiece vocabularies need at most len + 2 ids */
-		r.tokens = malloc(((size_t)g->text_bytes + 2) * sizeof(int32_t));
-		if (!r.tokens)
-			goto internal;
-		n = kvp_tokenizer_encode(d->tok, text, g->text_bytes, r.tokens,
-					 (size_t)g->text_bytes + 2);
-		if (n < 0 || (size_t)n > (size_t)g->text_bytes + 2) {
-			free(r.tokens);
-			goto internal;
-		}
-		if (n == 0) {
-			free(r.tokens);
-			goto invalid;
-		}
-		if ((uint32_t)n > d->cfg.max_prompt_tokens) {
-			free(r.tokens);
-			goto limit;
-		}
-		r.n_tokens = (uint32_t)n;
+		st = tokenize_prompt(d, text, g->text_bytes, &r);
+		if (st != KVP_OK)
+			goto refuse;
 	} else {
-		if (!tokens || !g->n_tokens)
-			goto invalid;
-		if (g->n_tokens > d->cfg.max_prompt_tokens)
-			goto limit;
-		for (i = 0; i < g->n_tokens; i++)
-			if (tokens[i] < 0 || (uint32_t)tokens[i] >= d->n_vocab)
-				goto invalid;
 		r.tokens = malloc((size_t)g->n_tokens * sizeof(int32_t));
-		if (!r.tokens)
-			goto internal;
+		if (!r.tokens) {
+			st = KVP_E_INTERNAL;
+			goto refuse;
+		}
 		memcpy(r.tokens, tokens, (size_t)g->n_tokens * sizeof(int32_t));
 		r.n_tokens = g->n_tokens;
-	}
-	if ((uint64_t)r.n_tokens + g->max_new_tokens > d->n_ctx) {
-		free(r.tokens);
-		goto limit;
 	}
 	r.max_new = g->max_new_tokens;
 	r.no_cache = g->flags & KVP_GEN_NO_CACHE;
 	r.sample = (struct kvp_sample_params){ .temperature = g->temperature, .top_k = g->top_k,
-					       .top_p = g->top_p > 0 ? g->top_p : 1.0f,
-					       .seed = g->seed };
+					       .top_p = g->top_p, .seed = g->seed };
 	r.salt_len = g->salt_len;
 	memcpy(r.salt, g->salt, g->salt_len);
 	n = kvp_sched_submit(d->sched, &r);
-	if (n < 0) {
-		free(r.tokens);
-		d->req_rejected++;
-		switch (n) {
-		case -EAGAIN:
-			return KVP_E_BUSY;
-		case -ENOSPC:
-			return KVP_E_NOSPACE;
-		case -ESHUTDOWN:
-			return KVP_E_SHUTDOWN;
-		case -EINVAL:
-			return KVP_E_INVALID;
-		default:
-			return KVP_E_INTERNAL;
-		}
+	switch (n) {
+	case 0:
+		c->inflight[c->n_inflight++] = (struct inflight){ .req_id = req_id };
+		c->requests++;
+		d->domain_requests++;
+		return KVP_OK;
+	case -EAGAIN:
+		st = KVP_E_BUSY;
+		break;
+	case -ENOSPC:
+		st = KVP_E_NOSPACE;	/* prompt + max_new_tokens beyond the whole pool */
+		break;
+	case -ESHUTDOWN:
+		st = KVP_E_SHUTDOWN;
+		break;
+	case -EINVAL:
+		st = KVP_E_INVALID;
+		break;
+	default:
+		st = KVP_E_INTERNAL;
+		break;
 	}
-	c->inflight[c->n_inflight++] = req_id;
-	c->requests++;
-	d->domain_requests++;
-	return KVP_OK;
-
-limit_or_invalid:
-	if (text && g->text_bytes)
-		goto limit;
-invalid:
+refuse:
+	free(r.tokens);
 	d->req_rejected++;
-	return KVP_E_INVALID;
-limit:
-	d->req_rejected++;
-	return KVP_E_LIMIT;
-busy:
-	d->req_rejected++;
-	return KVP_E_BUSY;
-internal:
-	d->req_rejected++;
-	return KVP_E_INTERNAL;
+	return st;
 }
 
 static void op_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
 {
 	struct kvp_daemon *d = ctx;
 	struct conn_info *c = conn_find(d, conn);
+	struct inflight *f = c ? inflight_find(c, req_id) : NULL;
 
-	/* only ids in flight reach the engine: its inbox stays bounded */
-	if (c && inflight_has(c, req_id))
+	/* once per request: repeated CANCELs must not grow the engine's inbox */
+	if (f && !f->cancel_sent) {
+		f->cancel_sent = true;
 		kvp_sched_cancel(d->sched, conn, req_id);
+	}
 }
 
 static void op_closed(void *ctx, kvp_conn_id conn)
