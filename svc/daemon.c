@@ -410,6 +410,10 @@ static void fill_snapshot(struct kvp_daemon *d, struct kvp_status_snap *s)
 	s->cache_creation_tokens = st.cache_creation_tokens;
 	s->recomputed_tokens = st.recomputed_tokens;
 	s->generated_tokens = st.generated_tokens;
+	s->queue_ms = st.queue_ms;
+	s->ttft_ms = st.ttft_ms;
+	s->prefill_ms = st.prefill_ms;
+	s->decode_ms = st.decode_ms;
 	s->ttft_samples = st.ttft_samples;
 	s->ttft_p50_ms = st.ttft_p50_ms;
 	s->ttft_p99_ms = st.ttft_p99_ms;

@@ -401,6 +401,10 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 		s->st.cache_creation_tokens += u.cache_creation_tokens;
 		s->st.recomputed_tokens += u.recomputed_tokens;
 		s->st.generated_tokens += u.generated_tokens;
+		s->st.queue_ms += u.queue_ms;
+		s->st.ttft_ms += u.ttft_ms;
+		s->st.prefill_ms += u.prefill_ms;
+		s->st.decode_ms += u.decode_ms;
 	}
 	if (status == KVP_OK)
 		s->st.req_done++;

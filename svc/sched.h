@@ -146,6 +146,10 @@ struct kvp_sched_stats {
 	uint64_t cache_creation_tokens;
 	uint64_t recomputed_tokens;
 	uint64_t generated_tokens;
+	double queue_ms;		/* sums of the usage times of ended requests */
+	double ttft_ms;
+	double prefill_ms;
+	double decode_ms;
 	uint64_t prefix_waits;		/* times a request waited for another's prefix */
 	uint64_t steps;
 	uint64_t ttft_samples;

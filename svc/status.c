@@ -82,6 +82,7 @@ static int finish(struct out *o)
 
 #define U(name, v) put(o, "\"%s\":%llu", name, (unsigned long long)(v))
 #define D(name, v) put(o, "\"%s\":%.6g", name, finite_or_zero(v))
+#define MS(name, v) put(o, "\"%s\":%.3f", name, finite_or_zero(v))
 
 int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t cap)
 {
@@ -189,6 +190,14 @@ int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t ca
 	U("recomputed_tokens", s->recomputed_tokens);
 	put(o, ",");
 	U("generated_tokens", s->generated_tokens);
+	put(o, ",");
+	MS("queue_ms", s->queue_ms);
+	put(o, ",");
+	MS("ttft_ms", s->ttft_ms);
+	put(o, ",");
+	MS("prefill_ms", s->prefill_ms);
+	put(o, ",");
+	MS("decode_ms", s->decode_ms);
 
 	put(o, "},\"connections\":{");
 	U("open", s->conns_open);
@@ -240,6 +249,7 @@ int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t ca
 
 #undef U
 #undef D
+#undef MS
 
 /* One metric family: HELP and TYPE lines, then a sample. */
 static void prom(struct out *o, const char *name, const char *type, const char *help,
@@ -321,6 +331,12 @@ int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t ca
 	prom_more(o, "tokens_total", "{kind=\"cache_creation\"}", (double)s->cache_creation_tokens);
 	prom_more(o, "tokens_total", "{kind=\"recomputed\"}", (double)s->recomputed_tokens);
 	prom_more(o, "tokens_total", "{kind=\"generated\"}", (double)s->generated_tokens);
+	prom(o, "request_seconds_total", "counter",
+	     "Usage times summed over ended requests (DONE usage fields).", "{phase=\"queue\"}",
+	     s->queue_ms / 1000.0);
+	prom_more(o, "request_seconds_total", "{phase=\"ttft\"}", s->ttft_ms / 1000.0);
+	prom_more(o, "request_seconds_total", "{phase=\"prefill\"}", s->prefill_ms / 1000.0);
+	prom_more(o, "request_seconds_total", "{phase=\"decode\"}", s->decode_ms / 1000.0);
 	prom(o, "connections_open", "gauge", "Open client connections.", "",
 	     (double)s->conns_open);
 	prom(o, "connections_total", "counter", "Connections accepted.", "",

@@ -49,7 +49,7 @@ struct kvp_status_domain {
  * struct kvp_status_snap - every figure of one report, copied at one moment
  *
  * Pool: blocks_* as in struct kvp_status_arena, summed; page_kind is what the segment
- * got ("hugetlb-2M", "thp", "4K").  Index: lookups counts requests that looked up
+ * got ("hugetlb-2m", "thp-2m", "4k").  Index: lookups counts requests that looked up
  * (no-cache ones do not); hit_requests those with at least one hit block;
  * lookup_tokens / hit_tokens the prompt tokens looked up / served from the cache.
  * Scheduler: queued/running now; ttft over the last samples.  Server: ipc/ counters.
@@ -94,6 +94,10 @@ struct kvp_status_snap {
 	uint64_t cache_creation_tokens;
 	uint64_t recomputed_tokens;
 	uint64_t generated_tokens;
+	double queue_ms;		/* usage times summed over ended requests */
+	double ttft_ms;
+	double prefill_ms;
+	double decode_ms;
 	uint64_t ttft_samples;
 	double ttft_p50_ms;
 	double ttft_p99_ms;

@@ -139,7 +139,8 @@ static void test_64_clients_shared_prefix(void **state)
 	struct jsonq *before, *after;
 	uint32_t shared = (PREFIX / BT) * BT;	/* 62 full blocks of the shared prefix */
 	int computed = 0;
-	uint64_t gen_sum = 0;
+	uint64_t gen_sum = 0, prompt_sum = 0, created_sum = 0, recomputed_sum = 0;
+	double ttft_sum = 0, queue_sum = 0, prefill_sum = 0, decode_sum = 0;
 
 	before = kvpd_status(&f->d);
 	assert_non_null(before);
@@ -180,6 +181,13 @@ static void test_64_clients_shared_prefix(void **state)
 		}
 		assert_true(u->ttft_ms > 0);
 		gen_sum += u->generated_tokens;
+		prompt_sum += u->prompt_tokens;
+		created_sum += u->cache_creation_tokens;
+		recomputed_sum += u->recomputed_tokens;
+		ttft_sum += u->ttft_ms;
+		queue_sum += u->queue_ms;
+		prefill_sum += u->prefill_ms;
+		decode_sum += u->decode_ms;
 	}
 	/* the shared part was computed once */
 	assert_int_equal(computed, 1);
@@ -189,8 +197,16 @@ static void test_64_clients_shared_prefix(void **state)
 #define DELTA(path) (jsonq_num(after, path, -1) - jsonq_num(before, path, -1))
 	assert_int_equal(DELTA("scheduler.requests_done"), N_CLIENTS);
 	assert_int_equal(DELTA("scheduler.requests_failed"), 0);
+	/* the status usage sums moved by exactly the 64 DONE usages */
 	assert_int_equal(DELTA("usage.generated_tokens"), gen_sum);
+	assert_int_equal(DELTA("usage.prompt_tokens"), prompt_sum);
 	assert_int_equal(DELTA("usage.cached_tokens"), (N_CLIENTS - 1) * shared);
+	assert_int_equal(DELTA("usage.cache_creation_tokens"), created_sum);
+	assert_int_equal(DELTA("usage.recomputed_tokens"), recomputed_sum);
+	assert_float_equal(DELTA("usage.ttft_ms"), ttft_sum, 0.01);
+	assert_float_equal(DELTA("usage.queue_ms"), queue_sum, 0.01);
+	assert_float_equal(DELTA("usage.prefill_ms"), prefill_sum, 0.01);
+	assert_float_equal(DELTA("usage.decode_ms"), decode_sum, 0.01);
 	assert_int_equal(DELTA("index.lookups"), N_CLIENTS);
 	assert_int_equal(DELTA("index.hit_requests"), N_CLIENTS - 1);
 	assert_int_equal(DELTA("index.hit_tokens"), (N_CLIENTS - 1) * shared);

@@ -48,7 +48,15 @@ static void fill(struct kvp_status_snap *s)
 	s->req_done = 11;
 	s->ttft_p50_ms = 12.5;
 	s->ttft_p99_ms = 0.0 / 0.0;	/* NaN must not reach the JSON */
+	s->prompt_tokens = 4100;
 	s->cached_tokens = 3000;
+	s->cache_creation_tokens = 48;
+	s->recomputed_tokens = 1100;
+	s->generated_tokens = 170;
+	s->queue_ms = 1234567.125;
+	s->ttft_ms = 2.5;
+	s->prefill_ms = 3.25;
+	s->decode_ms = 400.5;
 	s->conns_open = 2;
 	s->n_conns = 2;
 	s->conns[0] = (struct kvp_status_conn){ .id = 1, .pid = 100, .uid = 0, .requests = 4 };
@@ -89,7 +97,16 @@ static void test_json_parses_with_values(void **state)
 	assert_int_equal(jsonq_num(j, "scheduler.running", -1), 3);
 	assert_float_equal(jsonq_num(j, "scheduler.ttft_p50_ms", -1), 12.5, 1e-9);
 	assert_float_equal(jsonq_num(j, "scheduler.ttft_p99_ms", -1), 0, 0);
+	/* the usage sums carry every DONE usage name */
+	assert_int_equal(jsonq_num(j, "usage.prompt_tokens", -1), 4100);
 	assert_int_equal(jsonq_num(j, "usage.cached_tokens", -1), 3000);
+	assert_int_equal(jsonq_num(j, "usage.cache_creation_tokens", -1), 48);
+	assert_int_equal(jsonq_num(j, "usage.recomputed_tokens", -1), 1100);
+	assert_int_equal(jsonq_num(j, "usage.generated_tokens", -1), 170);
+	assert_float_equal(jsonq_num(j, "usage.queue_ms", -1), 1234567.125, 1e-9);
+	assert_float_equal(jsonq_num(j, "usage.ttft_ms", -1), 2.5, 1e-9);
+	assert_float_equal(jsonq_num(j, "usage.prefill_ms", -1), 3.25, 1e-9);
+	assert_float_equal(jsonq_num(j, "usage.decode_ms", -1), 400.5, 1e-9);
 	assert_int_equal(jsonq_num(j, "connections.open", -1), 2);
 	assert_int_equal(jsonq_num(j, "connections.list.1.uid", -1), 1000);
 	assert_int_equal(jsonq_num(j, "connections.list.1.in_flight", -1), 1);
@@ -153,6 +170,7 @@ static void test_prom_text(void **state)
 	assert_non_null(strstr(buf, "kvpool_arena_blocks{node=\"1\",state=\"cached\"} 45\n"));
 	assert_non_null(strstr(buf, "kvpool_index_token_hit_rate 0.75\n"));
 	assert_non_null(strstr(buf, "kvpool_ttft_seconds{quantile=\"0.5\"} 0.0125\n"));
+	assert_non_null(strstr(buf, "kvpool_request_seconds_total{phase=\"decode\"} 0.4005\n"));
 	p = strstr(buf, "# TYPE kvpool_pool_blocks gauge");
 	assert_non_null(p);
 	assert_null(strstr(p + 1, "# TYPE kvpool_pool_blocks gauge"));
