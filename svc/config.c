@@ -65,7 +65,7 @@ static const struct key_def keys[] = {
 	{ "pool", "size", "pool-size", T_SIZE, OFF(pool_bytes), CAP(pool_bytes), 1ull << 20, 1ull << 40,
 	  "KV block pool size (K, M, G, T suffixes)" },
 	{ "pool", "block_size", "block-size", T_U32, OFF(block_tokens), 0, 1, 1024,
-	  "tokens per KV block" },
+	  "tokens per KV block (a power of two)" },
 	{ "pool", "huge_pages", "huge-pages", T_HUGE, OFF(huge_pages), 0, 0, 0,
 	  "auto: 2 MiB pages if reserved, else THP, else 4 KiB; require: fail without; off" },
 	{ "pool", "kv_dtype", "kv-dtype", T_DTYPE, OFF(kv_dtype), 0, 0, 0,

@@ -64,8 +64,7 @@ void kvp_log(int prio, const char *fmt, ...)
 		len += (size_t)n < sizeof(line) - len - 1 ? (size_t)n : sizeof(line) - len - 2;
 	line[len++] = '\n';
 	/* a lost log line is not worth failing for; journald may be restarting */
-	if (write(STDERR_FILENO, line, len) < 0)
-		errno = saved_errno;
+	(void)!write(STDERR_FILENO, line, len);
 	errno = saved_errno;
 }
 

@@ -9,10 +9,12 @@
  *    reports the page kind it got; --huge-pages require then fails clearly (exit 1, a
  *    log line saying why); with pages reserved, require gets hugetlb pages;
  *  - configuration errors stop it before any socket exists, naming key and line;
+ *  - --socket-group / --status-group give each socket (mode 0660) its own group;
  *  - without --model it generates the demo model once into its state directory and
  *    reuses it on the next start.
  */
 #include <errno.h>
+#include <grp.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -243,6 +245,56 @@ static void test_config_errors_before_sockets(void **state)
 	kvpd_cleanup(&d);
 }
 
+/* Names of two groups this process may give files to, other than its own; false if none. */
+static bool two_groups(char *a, char *b, size_t cap)
+{
+	gid_t own = getegid(), mine[64];
+	int n = getgroups(64, mine);
+	struct group *g;
+	int found = 0;
+
+	setgrent();
+	while (found < 2 && (g = getgrent())) {
+		bool ok = g->gr_gid != own && geteuid() == 0;
+
+		for (int i = 0; !ok && i < n; i++)
+			ok = g->gr_gid == mine[i] && g->gr_gid != own;
+		if (!ok || (found && !strcmp(a, g->gr_name)))
+			continue;
+		snprintf(found ? b : a, cap, "%s", g->gr_name);
+		found++;
+	}
+	endgrent();
+	return found == 2;
+}
+
+static void test_socket_groups(void **state)
+{
+	struct kvpd d;
+	char model[512], g1[64], g2[64];
+	const char *args[] = { "--model", model, "--pool-size", "16M", "--socket-group", g1,
+			       "--status-group", g2, NULL };
+	struct kvp_client *k = NULL;
+	struct stat st;
+
+	/* each socket is 0660 and owned by the group its key names */
+	if (!two_groups(g1, g2, sizeof(g1)))
+		skip();	/* not root, and in fewer than two other groups */
+	assert_int_equal(kvpd_init(&d), 0);
+	assert_int_equal(kvpd_model(&d, "tiny", model, sizeof(model)), 0);
+	assert_int_equal(kvpd_start(&d, 60, args), 0);
+	assert_int_equal(stat(d.sock, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0660);
+	assert_int_equal(st.st_gid, getgrnam(g1)->gr_gid);
+	assert_int_equal(stat(d.status, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0660);
+	assert_int_equal(st.st_gid, getgrnam(g2)->gr_gid);
+	assert_int_equal(kvp_client_connect(d.sock, &k), 0);
+	kvp_client_close(k);
+	assert_int_equal(kvpd_stop(&d), 0);
+	kvpd_cleanup(&d);
+}
+
 static void test_demo_model_generated_once(void **state)
 {
 	struct kvpd d;
@@ -289,6 +341,7 @@ int main(void)
 		cmocka_unit_test(test_sigterm_drains_within_bound),
 		cmocka_unit_test(test_watchdog_pings),
 		cmocka_unit_test(test_huge_pages),
+		cmocka_unit_test(test_socket_groups),
 		cmocka_unit_test(test_demo_model_generated_once),
 	};
 
