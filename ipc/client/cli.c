@@ -137,7 +137,40 @@ static char *read_file(const char *path, size_t *len)
 
 /* ------------------------------------------------------------ JSON output */
 
-/* A JSON string of @n bytes; invalid UTF-8 becomes U+FFFD so the output always parses. */
+/*
+ * Length of the well-formed UTF-8 character at @p (@n > 0 bytes left), or 0.  RFC 3629:
+ * no overlong forms, no surrogates, nothing above U+10FFFF, which strict JSON parsers
+ * reject as they reject stray bytes.
+ */
+static size_t utf8_char_len(const unsigned char *p, size_t n)
+{
+	unsigned char lo = 0x80, hi = 0xbf;
+	size_t len;
+
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] < 0xc2 || p[0] > 0xf4)
+		return 0;
+	len = p[0] < 0xe0 ? 2 : p[0] < 0xf0 ? 3 : 4;
+	if (len > n)
+		return 0;
+	if (p[0] == 0xe0)
+		lo = 0xa0;
+	else if (p[0] == 0xed)
+		hi = 0x9f;
+	else if (p[0] == 0xf0)
+		lo = 0x90;
+	else if (p[0] == 0xf4)
+		hi = 0x8f;
+	if (p[1] < lo || p[1] > hi)
+		return 0;
+	for (size_t k = 2; k < len; k++)
+		if ((p[k] & 0xc0) != 0x80)
+			return 0;
+	return len;
+}
+
+/* A JSON string of @n bytes; ill-formed UTF-8 becomes U+FFFD so the output always parses. */
 static void json_str(FILE *o, const char *s, size_t n)
 {
 	const unsigned char *p = (const unsigned char *)s;
@@ -145,15 +178,9 @@ static void json_str(FILE *o, const char *s, size_t n)
 	fputc('"', o);
 	for (size_t i = 0; i < n;) {
 		unsigned char c = p[i];
-		size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
-					 : (c & 0xf8) == 0xf0 ? 4 : 0;
-		bool ok = len && i + len <= n;
+		size_t len = utf8_char_len(p + i, n - i);
 
-		for (size_t k = 1; ok && k < len; k++)
-			ok = (p[i + k] & 0xc0) == 0x80;
-		if (ok && len == 2)
-			ok = c >= 0xc2;	/* no overlong encodings */
-		if (!ok) {
+		if (!len) {
 			fputs("\\ufffd", o);
 			i++;
 			continue;

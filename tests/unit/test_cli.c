@@ -56,8 +56,13 @@ static int e_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		u.generated_tokens++;
 	}
 	if (text) {
-		/* text with a quote, a newline and a stray byte: the JSON must stay valid */
-		static const char odd[] = "a\"b\n\xff";
+		/*
+		 * text with a quote, a newline, a stray byte, a surrogate, an overlong form,
+		 * a code point past U+10FFFF, then good two- and four-byte characters: the
+		 * JSON must stay valid
+		 */
+		static const char odd[] = "a\"b\n\xff" "\xed\xa0\x80" "\xe0\x80\x80"
+					  "\xf4\x90\x80\x80" "\xc3\xa9" "\xf0\x9f\x98\x80";
 		int32_t id = 1;
 
 		kvp_server_send_tokens(f->srv, conn, req_id, &id, 1, odd, sizeof(odd) - 1);
@@ -196,7 +201,10 @@ static void test_generate_json(void **state)
 				    "\"generated_tokens\":1,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
 				    "\"prefill_ms\":0.000,\"decode_ms\":0.000}}"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "-p", "hi", "--json", NULL), 0);
-	assert_non_null(strstr(out, "\"text\":\"a\\\"b\\n\\ufffd\""));
+	assert_non_null(strstr(out, "\"text\":\"a\\\"b\\n\\ufffd"
+				    "\\ufffd\\ufffd\\ufffd" "\\ufffd\\ufffd\\ufffd"
+				    "\\ufffd\\ufffd\\ufffd\\ufffd" "\xc3\xa9\xf0\x9f\x98\x80\""));
+
 }
 
 static void test_status_formats(void **state)
