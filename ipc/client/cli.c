@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -226,14 +227,14 @@ struct gen_out {
 	size_t text_len, text_cap;
 };
 
-static int on_tokens(void *arg, const int32_t *ids, uint32_t n, const char *text, uint32_t len)
+/* One TOKEN event: print its text, or keep ids and text for --json.  Return -ENOMEM. */
+static int on_tokens(struct gen_out *g, const int32_t *ids, uint32_t n, const char *text,
+		     uint32_t len)
 {
-	struct gen_out *g = arg;
-
 	if (!g->json) {
 		fwrite(text, 1, len, stdout);
 		fflush(stdout);
-		return interrupted;
+		return 0;
 	}
 	if (g->n_ids + n > g->cap_ids) {
 		g->cap_ids = (g->n_ids + n) * 2;
@@ -244,12 +245,73 @@ static int on_tokens(void *arg, const int32_t *ids, uint32_t n, const char *text
 		g->text = realloc(g->text, g->text_cap);
 	}
 	if (!g->ids || !g->text)
-		return 1;
+		return -ENOMEM;
 	memcpy(g->ids + g->n_ids, ids, n * sizeof(*ids));
 	memcpy(g->text + g->text_len, text, len);
 	g->n_ids += n;
 	g->text_len += len;
-	return interrupted;
+	return 0;
+}
+
+/*
+ * One request through the iterator API, so that Ctrl-C cancels it at any moment, also
+ * during a long prefill before the first token: SIGINT (installed without SA_RESTART)
+ * interrupts poll(), a CANCEL goes out, and the DONE that follows still carries the
+ * usage.  A second Ctrl-C ends the process (SA_RESETHAND).
+ * Return: 0, KVP_E_CANCELLED, the daemon's enum kvp_status, or -errno; on a failure
+ * @why (@cap bytes) says why.
+ */
+static int run_generate(struct kvp_client *c, const struct kvp_client_prompt *pr,
+			const struct kvp_client_params *p, struct gen_out *out,
+			struct kvp_usage *u, char *why, size_t cap)
+{
+	struct kvp_client_event ev;
+	bool cancelled = false;
+	uint64_t id;
+	int r;
+
+	r = kvp_client_submit(c, pr, p, &id);
+	while (!r) {
+		struct pollfd pfd = { .fd = kvp_client_socket_fd(c), .events = POLLIN };
+
+		if (interrupted && !cancelled) {
+			cancelled = true;
+			r = kvp_client_cancel(c, id);
+			if (r)
+				break;
+		}
+		if (poll(&pfd, 1, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			snprintf(why, cap, "poll: %s", strerror(-r));
+			return r;
+		}
+		r = kvp_client_next(c, &ev);
+		if (r)
+			break;
+		if (ev.req_id != id && ev.req_id)
+			continue;
+		if (ev.type == KVP_EVENT_TOKEN) {
+			r = on_tokens(out, ev.tokens, ev.n_tokens, ev.text, ev.text_len);
+			if (r) {
+				snprintf(why, cap, "out of memory");
+				return r;
+			}
+			continue;
+		}
+		if (ev.type == KVP_EVENT_DONE) {
+			*u = ev.usage;
+			if (ev.status && ev.status != KVP_E_CANCELLED)
+				snprintf(why, cap, "generation stopped: %s",
+					 kvp_client_strerror(ev.status));
+			return ev.status;	/* KVP_OK, or KVP_E_CANCELLED after our CANCEL */
+		}
+		snprintf(why, cap, "daemon: %s", ev.message);
+		return ev.status;
+	}
+	snprintf(why, cap, "%s", kvp_client_errmsg(c));
+	return r;
 }
 
 static void generate_help(FILE *o)
@@ -299,7 +361,9 @@ static int cmd_generate(int argc, char **argv)
 	struct kvp_client_params p;
 	struct gen_out out = { 0 };
 	struct kvp_usage u = { 0 };
+	struct sigaction sa = { .sa_handler = on_sigint, .sa_flags = SA_RESETHAND };
 	struct kvp_client *c;
+	char why[512] = "";
 	int n_prompts = 0, opt, r;
 	char *file_text = NULL;
 	int32_t *ids = NULL;
@@ -369,11 +433,11 @@ static int cmd_generate(int argc, char **argv)
 		fprintf(stderr, "kvpool: %s\n", kvp_client_errmsg(c));
 		goto out;
 	}
-	signal(SIGINT, on_sigint);
-	r = kvp_client_generate(c, &pr, &p, on_tokens, &out, &u);
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	r = run_generate(c, &pr, &p, &out, &u, why, sizeof(why));
 	if (r && r != KVP_E_CANCELLED) {
-		fprintf(stderr, "%skvpool: generate: %s\n", out.json ? "" : "\n",
-			kvp_client_errmsg(c));
+		fprintf(stderr, "%skvpool: generate: %s\n", out.json ? "" : "\n", why);
 		goto out;
 	}
 	if (out.json) {

@@ -10,6 +10,9 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +33,7 @@ struct fixture {
 	char cli[512];
 	struct kvp_server *srv;
 	pthread_t thread;
+	atomic_bool held;	/* a GENERATE of token 42 arrived and is held */
 };
 
 static int e_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
@@ -49,6 +53,11 @@ static int e_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 			       .ttft_ms = 2.5 };
 	char buf[16];
 
+	if (tokens && tokens[0] == 42) {
+		/* held: no answer until the client cancels, like a long prefill */
+		atomic_store(&f->held, true);
+		return KVP_OK;
+	}
 	for (uint32_t i = 0; tokens && i < g->n_tokens && i < g->max_new_tokens; i++) {
 		int n = snprintf(buf, sizeof(buf), "%d;", tokens[i]);
 
@@ -74,6 +83,10 @@ static int e_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 
 static void e_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
 {
+	struct fixture *f = ctx;
+	struct kvp_usage u = { .prompt_tokens = 1, .status = KVP_E_CANCELLED };
+
+	kvp_server_send_done(f->srv, conn, req_id, &u);
 }
 
 static void e_closed(void *ctx, kvp_conn_id conn)
@@ -281,6 +294,44 @@ static void test_bad_arguments(void **state)
 	assert_non_null(strstr(out, "status"));
 }
 
+static void test_ctrl_c_cancels_before_first_token(void **state)
+{
+	/* Ctrl-C while the daemon has not answered yet: CANCEL goes out, usage is shown */
+	struct fixture *f = *state;
+	const char *argv[] = { f->cli, "--socket", f->sock, "generate", "--tokens", "42", NULL };
+	char err[4096];
+	int pe[2], st = 0;
+	pid_t pid;
+
+	assert_int_equal(pipe2(pe, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		dup2(pe[1], 2);
+		execv(f->cli, (char *const *)argv);
+		_exit(127);
+	}
+	close(pe[1]);
+	for (int i = 0; i < 5000 && !atomic_load(&f->held); i++)
+		usleep(1000);
+	assert_true(atomic_load(&f->held));
+	usleep(20000);	/* let the CLI block waiting for the first token */
+	kill(pid, SIGINT);
+	for (int i = 0; i < 5000 && waitpid(pid, &st, WNOHANG) == 0; i++)
+		usleep(1000);
+	if (waitpid(pid, &st, WNOHANG) == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		fail_msg("kvpool generate ignored Ctrl-C before its first token");
+	}
+	slurp(pe[0], err, sizeof(err));
+	close(pe[0]);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 1);
+	assert_non_null(strstr(err, "prompt_tokens 1"));
+	assert_non_null(strstr(err, "(cancelled)"));
+}
+
 static void test_daemon_refusal_exits_1(void **state)
 {
 	/* a request the daemon refuses (id beyond n_vocab) fails with status 1 and why */
@@ -301,6 +352,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bench_reports, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_daemon_refusal_exits_1, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ctrl_c_cancels_before_first_token, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
