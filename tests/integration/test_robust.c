@@ -229,7 +229,8 @@ static size_t gen_frame(uint8_t *b, uint64_t req_id, const struct kvp_generate *
 	size_t n = frame(b, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_GENERATE, 0,
 			 (uint32_t)(sizeof(*g) + body_len), req_id, g, sizeof(*g));
 
-	memcpy(b + n, body, body_len);
+	if (body_len)
+		memcpy(b + n, body, body_len);
 	return n + body_len;
 }
 
