@@ -2,7 +2,8 @@
 /*
  * test_notify.c - sd_notify without libsystemd: datagrams reach $NOTIFY_SOCKET (path and
  * abstract), the watchdog interval is half of $WATCHDOG_USEC and only for our pid, and
- * without $NOTIFY_SOCKET every call is a harmless no-op.
+ * without $NOTIFY_SOCKET every call is a harmless no-op.  And the other half of the
+ * sd-daemon contract, the logger: "<N>" priority prefixes on stderr, one line per call.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "svc/log.h"
 #include "svc/notify.h"
 #include "tests/lib/testlib.h"
 
@@ -132,6 +134,64 @@ static void test_disabled_and_bad(void **state)
 	unsetenv("NOTIFY_SOCKET");
 }
 
+/* Run kvp_log() calls with stderr going to a file; return what they wrote. */
+static void capture(bool prefix, int level, char *out, size_t cap)
+{
+	char path[] = "/tmp/kvp-log-XXXXXX";
+	int fd = mkstemp(path), saved = dup(STDERR_FILENO);
+	char longer[2000];
+	ssize_t n;
+
+	assert_true(fd >= 0 && saved >= 0);
+	unlink(path);
+	memset(longer, 'x', sizeof(longer) - 1);
+	longer[sizeof(longer) - 1] = '\0';
+	kvp_log_init(level, prefix);
+	assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
+	errno = EAGAIN;
+	kvp_log(LOG_ERR, "pool: create %u blocks: %s", 4u, "no memory");
+	assert_int_equal(errno, EAGAIN);	/* preserved */
+	kvp_log(LOG_WARNING, "notify: unusable");
+	kvp_log(LOG_INFO, "daemon: serving");
+	kvp_log(LOG_DEBUG, "engine: step");
+	kvp_log(LOG_NOTICE, "%s", longer);
+	assert_int_equal(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+	close(saved);
+	n = pread(fd, out, cap - 1, 0);
+	assert_true(n > 0);
+	out[n] = '\0';
+	close(fd);
+	kvp_log_init(LOG_INFO, true);
+}
+
+static void test_log_prefixes(void **state)
+{
+	char buf[8192];
+	const char *last;
+
+	static const char journald[] = "<3>pool: create 4 blocks: no memory\n"
+				       "<4>notify: unusable\n<6>daemon: serving\n<5>xxx";
+	static const char terminal[] = "kvpoold: err: pool: create 4 blocks: no memory\n"
+				       "kvpoold: warning: notify: unusable\n"
+				       "kvpoold: daemon: serving\nkvpoold: engine: step\n"
+				       "kvpoold: xxx";
+
+	/* journald form: "<N>" + message, one line each; debug dropped at level info */
+	capture(true, LOG_INFO, buf, sizeof(buf));
+	assert_memory_equal(buf, journald, sizeof(journald) - 1);
+	assert_null(strstr(buf, "engine: step"));
+	/* a line longer than the buffer is cut, still one line */
+	last = strstr(buf, "<5>");
+	assert_non_null(last);
+	assert_non_null(strchr(last, '\n'));
+	assert_int_equal(strchr(last, '\n')[1], '\0');
+	assert_true(strlen(last) <= 1024);
+
+	/* terminal form: "kvpoold: ", the level named for errors and warnings; debug shown */
+	capture(false, LOG_DEBUG, buf, sizeof(buf));
+	assert_memory_equal(buf, terminal, sizeof(terminal) - 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -139,6 +199,7 @@ int main(void)
 		cmocka_unit_test(test_abstract_socket),
 		cmocka_unit_test(test_watchdog_env),
 		cmocka_unit_test(test_disabled_and_bad),
+		cmocka_unit_test(test_log_prefixes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
