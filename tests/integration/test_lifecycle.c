@@ -112,6 +112,8 @@ static void test_sigterm_drains_within_bound(void **state)
 	for (int i = 0; i < 3; i++)
 		while (!run[i].started)
 			usleep(1000);
+	/* after READY=1 the daemon said what it serves */
+	assert_true(notified(&d, "STATUS=serving"));
 	/* all three are streaming: stop the daemon now */
 	t0 = kvp_test_now_s();
 	kill(d.pid, SIGTERM);
@@ -123,6 +125,7 @@ static void test_sigterm_drains_within_bound(void **state)
 	assert_int_equal(WEXITSTATUS(d.exit_status), 0);
 	assert_true(took < DRAIN_MS / 1000.0 + 3);
 	assert_true(notified(&d, "STOPPING=1"));
+	assert_true(notified(&d, "STATUS=draining"));
 	/* the short request finished normally inside the drain */
 	assert_int_equal(run[2].rc, 0);
 	assert_int_equal(run[2].usage.generated_tokens, 40);
