@@ -200,6 +200,29 @@ static void test_decode_matches_ref_gqa(void **state)
 	free_model(m);
 }
 
+static void test_decode_matches_ref_llama_head_dims(void **state)
+{
+	/*
+	 * head_dim 64 and 128 (attention's vectorised paths; the shapes of real Llama
+	 * models): 48 steps within 1e-4 of the reference, blocks of 5 so a block's key count
+	 * varies; and f16 K/V at head_dim 64 close to it
+	 */
+	struct kvp_model *a = make_model(128, 2, 1, 2, 96, KVP_GGML_F32, 0);
+	struct kvp_model *b = make_model(256, 4, 2, 1, 64, KVP_GGML_F32, 0);
+
+	assert_int_equal(kvp_model_hparams(a)->head_dim, 64);
+	assert_int_equal(kvp_model_hparams(b)->head_dim, 64);
+	decode_vs_ref(a, KVP_DTYPE_F32, 5, 9, 48, 1e-4);
+	decode_vs_ref(b, KVP_DTYPE_F32, 5, 9, 48, 1e-4);
+	decode_vs_ref(a, KVP_DTYPE_F16, 5, 9, 16, 5e-3);
+	free_model(a);
+	free_model(b);
+	b = make_model(256, 2, 1, 1, 64, KVP_GGML_F32, 1);
+	assert_int_equal(kvp_model_hparams(b)->head_dim, 128);
+	decode_vs_ref(b, KVP_DTYPE_F32, 5, 9, 48, 1e-4);
+	free_model(b);
+}
+
 static void test_weight_types_match_ref(void **state)
 {
 	/* f16, bf16 and q8_0 files are converted at load; the pass still matches the reference */
@@ -518,6 +541,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_decode_matches_ref_mha),
 		cmocka_unit_test(test_decode_matches_ref_gqa),
+		cmocka_unit_test(test_decode_matches_ref_llama_head_dims),
 		cmocka_unit_test(test_weight_types_match_ref),
 		cmocka_unit_test(test_kv_f16_bf16_close_to_f32),
 		cmocka_unit_test(test_chunked_and_shared_prefix_prefill),
