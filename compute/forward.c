@@ -205,37 +205,61 @@ static void store_kv(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint
 	}
 }
 
+/* Up to three matrices that share one input: Q/K/V, or gate/up (one pool job for all). */
+#define LINEAR_MATS_MAX 3
+
 struct linear_job {
-	float *out;
-	const float *x, *w;
-	size_t rows, d_out, d_in;
+	const float *x;		/* (rows, d_in) */
+	size_t rows, d_in;
+	unsigned int n_mats;
+	struct {
+		float *out;	/* (rows, d_out) */
+		const float *w;	/* (d_out, d_in) */
+		size_t d_out;
+	} m[LINEAR_MATS_MAX];
 };
 
-/* Thread @i of @n: outputs [i, i+1) * d_out / n (rounded to 16), all rows. */
+/* Thread @i of @n: outputs [i, i+1) * d_out / n (rounded to 16) of each matrix, all rows. */
 static void linear_part(void *arg, unsigned int i, unsigned int n)
 {
 	const struct linear_job *j = arg;
-	size_t o0 = j->d_out * i / n / 16 * 16, o1 = i + 1 == n ? j->d_out : j->d_out * (i + 1) / n / 16 * 16;
 
-	for (size_t r = 0; r < j->rows; r += KVP_GEMV_ROWS_MAX) {
-		size_t k = j->rows - r < KVP_GEMV_ROWS_MAX ? j->rows - r : KVP_GEMV_ROWS_MAX;
+	for (unsigned int k = 0; k < j->n_mats; k++) {
+		size_t d_out = j->m[k].d_out;
+		size_t o0 = d_out * i / n / 16 * 16;
+		size_t o1 = i + 1 == n ? d_out : d_out * (i + 1) / n / 16 * 16;
 
-		kvp_gemv_rows(j->out + r * j->d_out, j->x + r * j->d_in, j->w, k, j->d_out, j->d_in,
-			      o0, o1);
+		for (size_t r = 0; r < j->rows; r += KVP_GEMV_ROWS_MAX) {
+			size_t g = j->rows - r < KVP_GEMV_ROWS_MAX ? j->rows - r : KVP_GEMV_ROWS_MAX;
+
+			kvp_gemv_rows(j->m[k].out + r * d_out, j->x + r * j->d_in, j->m[k].w, g,
+				      d_out, j->d_in, o0, o1);
+		}
 	}
 }
 
-/* out (rows, d_out) = x (rows, d_in) @ W^T: see the threads note at the top */
+/*
+ * out_k (rows, d_out_k) = x (rows, d_in) @ W_k^T for the @j->n_mats matrices of @j: see
+ * the threads note at the top.  On the pool the matrices are one job, so one fork-join
+ * covers Q, K and V (or gate and up) instead of one each.
+ */
+static void linear_multi(struct kvp_fwd *f, struct linear_job *j)
+{
+	if (j->rows == 1 || j->rows > GEMV_ROWS_LIMIT) {
+		for (unsigned int k = 0; k < j->n_mats; k++)
+			kvp_linear(j->m[k].out, j->x, j->m[k].w, j->rows, j->m[k].d_out, j->d_in);
+		return;
+	}
+	kvp_threads_run(f->pool, linear_part, j);
+}
+
 static void linear(struct kvp_fwd *f, float *out, const float *x, const float *w, size_t rows,
 		   size_t d_out, size_t d_in)
 {
-	struct linear_job j = { out, x, w, rows, d_out, d_in };
+	struct linear_job j = { .x = x, .rows = rows, .d_in = d_in, .n_mats = 1,
+				.m = { { out, w, d_out } } };
 
-	if (rows == 1 || rows > GEMV_ROWS_LIMIT) {
-		kvp_linear(out, x, w, rows, d_out, d_in);
-		return;
-	}
-	kvp_threads_run(f->pool, linear_part, &j);
+	linear_multi(f, &j);
 }
 
 /* Thread @i of @n: attention units (sequence, kv head) i, i + n, ... */
@@ -275,9 +299,8 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows,
 
 		for (uint32_t r = 0; r < rows; r++)
 			kvp_rmsnorm(f->xn + r * E, f->x + r * E, L->attn_norm, E, hp->rms_eps);
-		linear(f, f->q, f->xn, L->wq, rows, qd, E);
-		linear(f, f->k, f->xn, L->wk, rows, kvd, E);
-		linear(f, f->v, f->xn, L->wv, rows, kvd, E);
+		linear_multi(f, &(struct linear_job){ .x = f->xn, .rows = rows, .d_in = E, .n_mats = 3,
+			.m = { { f->q, L->wq, qd }, { f->k, L->wk, kvd }, { f->v, L->wv, kvd } } });
 		for (uint32_t s = 0; s < n_seqs; s++) {
 			const struct fwd_seq *sq = &f->seqs[s];
 
@@ -300,8 +323,8 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows,
 
 		for (uint32_t r = 0; r < rows; r++)
 			kvp_rmsnorm(f->xn + r * E, f->x + r * E, L->ffn_norm, E, hp->rms_eps);
-		linear(f, f->hb, f->xn, L->w_gate, rows, F, E);
-		linear(f, f->hb2, f->xn, L->w_up, rows, F, E);
+		linear_multi(f, &(struct linear_job){ .x = f->xn, .rows = rows, .d_in = E, .n_mats = 2,
+			.m = { { f->hb, L->w_gate, F }, { f->hb2, L->w_up, F } } });
 		kvp_swiglu(f->hb, f->hb2, rows * F);
 		linear(f, f->xn, f->hb, L->w_down, rows, E, F);
 		for (size_t i = 0; i < rows * E; i++)
