@@ -112,8 +112,9 @@ struct kvp_fwd_seq {
  *          own position @pos (shared, read-only prefix blocks are fine)
  * @logits: out; n_seqs * n_vocab floats, row i for seqs[i]
  *
- * Each projection is one matrix product over the whole batch.  The result for each
- * sequence equals decoding it alone.
+ * Each projection reads its weights once per 8 sequences (one GEMV pass over the batch,
+ * sgemm past 16).  The result for each sequence equals decoding it alone (within
+ * rounding: summation order differs between the paths).
  * Return: 0, or -EINVAL (bad ids, short table, view mismatch); nothing written then.
  */
 int kvp_fwd_decode(struct kvp_fwd *f, const struct kvp_kv_view *kv,
