@@ -4,8 +4,8 @@
  *
  * Encoding splits the (normalised) text into UTF-8 characters and then merges the
  * adjacent pair whose concatenation is a vocabulary piece with the highest score,
- * leftmost first, until no pair is a piece; what is left and has no piece becomes its
- * byte tokens.  A byte-level vocabulary is the case where no character is a piece.
+ * leftmost first, until no pair is a piece (a priority queue of candidate pairs, so
+ * n log n); what is left and has no piece becomes its byte tokens.  A byte-level vocabulary is the case where no character is a piece.
  * Pieces are found through an open-addressing hash table built once.
  * Immutable after build; any thread.
  */
@@ -290,38 +290,87 @@ static size_t utf8_len(const uint8_t *p, size_t left)
 }
 
 struct sym {
-	uint32_t start, len;
+	uint32_t start, len;	/* len 0: merged into its left neighbour */
 	int32_t prev, next;
-	float best;	/* score of merging with next; -INFINITY when not a piece */
 };
 
-static void pair_score(const struct kvp_tokenizer *t, const char *txt, struct sym *s, int32_t i)
-{
-	int32_t j = s[i].next, id;
+/* A candidate merge of symbol left with its next, queued with the piece's score. */
+struct bigram {
+	float score;
+	int32_t left;
+	uint32_t len;	/* both symbols' bytes when queued: a later change makes it stale */
+};
 
-	s[i].best = -INFINITY;
+/* Higher score first; on a tie the leftmost pair, as SentencePiece does. */
+static int bigram_before(const struct bigram *a, const struct bigram *b)
+{
+	return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static void heap_push(struct bigram *h, size_t *n, struct bigram e)
+{
+	size_t i = (*n)++;
+
+	while (i && bigram_before(&e, &h[(i - 1) / 2])) {
+		h[i] = h[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h[i] = e;
+}
+
+static struct bigram heap_pop(struct bigram *h, size_t *n)
+{
+	struct bigram top = h[0], last = h[--(*n)];
+	size_t i = 0;
+
+	for (;;) {
+		size_t c = 2 * i + 1;
+
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && bigram_before(&h[c + 1], &h[c]))
+			c++;
+		if (!bigram_before(&h[c], &last))
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	if (*n)
+		h[i] = last;
+	return top;
+}
+
+/* Queue the merge of symbol @i with its next when their bytes together are a piece. */
+static void queue_pair(const struct kvp_tokenizer *t, const char *txt, const struct sym *s,
+		       int32_t i, struct bigram *h, size_t *n)
+{
+	int32_t j = i >= 0 ? s[i].next : -1, id;
+
 	if (j < 0 || s[i].len + s[j].len > PIECE_MAX)
 		return;
 	id = lookup(t, txt + s[i].start, s[i].len + s[j].len);
 	if (id >= 0)
-		s[i].best = t->score[id];
+		heap_push(h, n, (struct bigram){ t->score[id], i, s[i].len + s[j].len });
 }
 
 int kvp_tokenizer_encode(const struct kvp_tokenizer *t, const char *text, size_t len,
 			 int32_t *ids, size_t cap)
 {
-	size_t nl = 0, count = 0;
+	size_t nl = 0, count = 0, nh = 0;
 	char *txt;
 	struct sym *s;
+	struct bigram *h;
 	int32_t n_sym = 0;
 
 	if (len > (1u << 28))
 		return -E2BIG;
 	txt = malloc(3 * len + 4);
-	s = malloc((len + 2) * sizeof(*s));
-	if (!txt || !s) {
+	s = malloc((len + 2) * sizeof(*s));	/* a symbol per byte, + the leading U+2581 */
+	h = malloc(3 * (len + 2) * sizeof(*h));	/* n - 1 pairs, + 2 per merge */
+	if (!txt || !s || !h) {
 		free(txt);
 		free(s);
+		free(h);
 		return -ENOMEM;
 	}
 	/* normalise: SentencePiece marks spaces, and a word start at the beginning */
@@ -347,25 +396,27 @@ int kvp_tokenizer_encode(const struct kvp_tokenizer *t, const char *text, size_t
 		n_sym++;
 		i += cl;
 	}
+	/*
+	 * Merge the best pair until none is a piece.  The queue holds every adjacent pair
+	 * that is a piece (n log n in all, where rescanning the list per merge was n^2); an
+	 * entry whose symbols changed since it was queued is stale and skipped: lengths
+	 * only grow, so the pair's total length tells.
+	 */
 	for (int32_t i = 0; i < n_sym; i++)
-		pair_score(t, txt, s, i);
-	for (;;) {
-		int32_t bi = -1;
+		queue_pair(t, txt, s, i, h, &nh);
+	while (nh) {
+		struct bigram e = heap_pop(h, &nh);
+		int32_t i = e.left, j = s[i].next;
 
-		for (int32_t i = 0; i >= 0 && i < n_sym; i = s[i].next)
-			if (s[i].best > -INFINITY && (bi < 0 || s[i].best > s[bi].best))
-				bi = i;
-		if (bi < 0)
-			break;
-		int32_t j = s[bi].next;
-
-		s[bi].len += s[j].len;
-		s[bi].next = s[j].next;
+		if (!s[i].len || j < 0 || s[i].len + s[j].len != e.len)
+			continue;
+		s[i].len = e.len;
+		s[j].len = 0;
+		s[i].next = s[j].next;
 		if (s[j].next >= 0)
-			s[s[j].next].prev = bi;
-		pair_score(t, txt, s, bi);
-		if (s[bi].prev >= 0)
-			pair_score(t, txt, s, s[bi].prev);
+			s[s[j].next].prev = i;
+		queue_pair(t, txt, s, s[i].prev, h, &nh);
+		queue_pair(t, txt, s, i, h, &nh);
 	}
 #define EMIT(v) do { if (count < cap) ids[count] = (v); count++; } while (0)
 	if (t->add_bos)
@@ -387,6 +438,7 @@ int kvp_tokenizer_encode(const struct kvp_tokenizer *t, const char *text, size_t
 #undef EMIT
 	free(txt);
 	free(s);
+	free(h);
 	return count > INT32_MAX ? -E2BIG : (int)count;
 }
 

@@ -122,6 +122,136 @@ static void test_sentencepiece_merges_and_fallback(void **state)
 	kvp_tokenizer_free(t);
 }
 
+/*
+ * The naive SentencePiece encoder written from the definition, for comparison: after
+ * normalisation, repeatedly merge the adjacent pair whose concatenation is a piece
+ * with the highest score, leftmost on ties; then emit each symbol's piece, or its
+ * bytes.  Pieces are looked up by linear search.  ASCII text only.
+ */
+static int naive_spm(const char *const *pieces, const float *scores, uint32_t n_pieces,
+		     const char *text, int32_t *ids)
+{
+	char sym[128][64];
+	int n = 0, k = 0;
+
+	strcpy(sym[n++], "\xe2\x96\x81");
+	for (const char *p = text; *p; p++) {
+		if (*p == ' ')
+			strcpy(sym[n++], "\xe2\x96\x81");
+		else
+			sym[n][0] = *p, sym[n][1] = 0, n++;
+	}
+	for (;;) {
+		int best = -1;
+		float bs = 0;
+
+		for (int i = 0; i + 1 < n; i++) {
+			char cat[128];
+			size_t la = strlen(sym[i]), lb = strlen(sym[i + 1]);
+
+			memcpy(cat, sym[i], la);	/* pieces are short: both fit in 63 */
+			memcpy(cat + la, sym[i + 1], lb + 1);
+			for (uint32_t v = 0; v < n_pieces; v++) {
+				if (strcmp(pieces[v], cat))
+					continue;
+				if (best < 0 || scores[v] > bs) {
+					best = i;
+					bs = scores[v];
+				}
+				break;	/* the first of duplicates */
+			}
+		}
+		if (best < 0)
+			break;
+		{
+			size_t la = strlen(sym[best]), lb = strlen(sym[best + 1]);
+
+			assert_true(la + lb < sizeof(sym[0]));
+			memcpy(&sym[best][la], sym[best + 1], lb + 1);
+		}
+		memmove(sym[best + 1], sym[best + 2], (size_t)(n - best - 2) * sizeof(sym[0]));
+		n--;
+	}
+	ids[k++] = 1;	/* BOS */
+	for (int i = 0; i < n; i++) {
+		uint32_t v = 0;
+
+		while (v < n_pieces && strcmp(pieces[v], sym[i]))
+			v++;
+		if (v < n_pieces && v >= 259) {
+			ids[k++] = (int32_t)v;
+			continue;
+		}
+		for (const char *c = sym[i]; *c; c++)
+			ids[k++] = 3 + (uint8_t)*c;
+	}
+	return k;
+}
+
+static void test_merges_match_the_definition(void **state)
+{
+	/*
+	 * 400 random texts over "abc " against random vocabularies of pieces over the same
+	 * letters (scores drawn from few values, so ties are common): the queue-based
+	 * encoder gives exactly the ids of the naive one
+	 */
+	uint64_t seed = 12345;
+	char bytes[256][8], extra[40][16];
+	const char *pieces[259 + 40];
+	float scores[259 + 40];
+	int32_t types[259 + 40];
+
+	pieces[0] = "<unk>"; pieces[1] = "<s>"; pieces[2] = "</s>";
+	types[0] = KVP_TOK_UNKNOWN; types[1] = KVP_TOK_CONTROL; types[2] = KVP_TOK_CONTROL;
+	for (int b = 0; b < 256; b++) {
+		snprintf(bytes[b], sizeof(bytes[b]), "<0x%02X>", b);
+		pieces[3 + b] = bytes[b];
+		types[3 + b] = KVP_TOK_BYTE;
+		scores[3 + b] = 0;
+	}
+	scores[0] = scores[1] = scores[2] = 0;
+	for (int round = 0; round < 20; round++) {
+		struct kvp_tokenizer *t;
+		uint32_t nv = 259;
+
+		/* U+2581 and the single letters, then random 2..5-symbol pieces */
+		strcpy(extra[0], "\xe2\x96\x81");
+		strcpy(extra[1], "a");
+		strcpy(extra[2], "b");
+		strcpy(extra[3], "c");
+		for (int e = 4; e < 40; e++) {
+			int l = 2 + (int)((seed = seed * 6364136223846793005ull + 1) >> 60) % 4;
+
+			extra[e][0] = 0;
+			for (int c = 0; c < l; c++) {
+				int x = (int)((seed = seed * 6364136223846793005ull + 1) >> 61) % 4;
+
+				strcat(extra[e], x == 3 ? "\xe2\x96\x81" : (const char[]){ (char)('a' + x), 0 });
+			}
+		}
+		for (int e = 0; e < 40; e++, nv++) {
+			pieces[nv] = extra[e];
+			scores[nv] = (float)((seed = seed * 6364136223846793005ull + 1) >> 62);
+			types[nv] = KVP_TOK_NORMAL;
+		}
+		assert_int_equal(kvp_tokenizer_build(&t, pieces, scores, types, nv, 1, 2, 0, 1), 0);
+		for (int it = 0; it < 20; it++) {
+			char text[48];
+			int32_t got[160], want[160];
+			int n = (int)((seed = seed * 6364136223846793005ull + 1) >> 59), k;
+
+			for (int c = 0; c < n; c++)
+				text[c] = "abc "[(seed = seed * 6364136223846793005ull + 1) >> 62];
+			text[n] = 0;
+			k = naive_spm(pieces, scores, nv, text, want);
+			assert_int_equal(kvp_tokenizer_encode(t, text, (size_t)n, got, 160), n ? k : 1);
+			if (n)
+				assert_memory_equal(got, want, (size_t)k * sizeof(int32_t));
+		}
+		kvp_tokenizer_free(t);
+	}
+}
+
 static void test_count_bound_of_a_strange_vocabulary(void **state)
 {
 	/*
@@ -186,6 +316,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_byte_level_round_trip),
 		cmocka_unit_test(test_sentencepiece_merges_and_fallback),
+		cmocka_unit_test(test_merges_match_the_definition),
 		cmocka_unit_test(test_count_bound_of_a_strange_vocabulary),
 		cmocka_unit_test(test_utf8_stream),
 	};
