@@ -194,6 +194,38 @@ static void test_tokens_and_sampling_flags(void **state)
 	free(g);
 }
 
+static void test_stops_at_eos(void **state)
+{
+	/*
+	 * near-uniform sampling (T = 1e30) draws EOS within 1500 tokens: the run stops
+	 * there without emitting it; with --ignore-eos the same seed gives the same tokens,
+	 * then EOS, then the rest up to -n
+	 */
+	struct fixture *f = *state;
+	const char *stop[] = { "-m", f->model, "-p", "Hi", "-n", "1500", "--json", "--temperature",
+			       "1e30", "--seed", "5", NULL };
+	const char *cont[] = { "-m", f->model, "-p", "Hi", "-n", "1500", "--json", "--temperature",
+			       "1e30", "--seed", "5", "--ignore-eos", NULL };
+	int32_t *a = malloc(1500 * sizeof(int32_t)), *b = malloc(1500 * sizeof(int32_t));
+	char *oa, *ob;
+	int na, nb;
+
+	assert_int_equal(run(&oa, stop), 0);
+	assert_int_equal(run(&ob, cont), 0);
+	na = json_tokens(oa, a, 1500);
+	nb = json_tokens(ob, b, 1500);
+	assert_true(na < 1500);
+	assert_int_equal(nb, 1500);
+	for (int i = 0; i < na; i++)
+		assert_int_not_equal(a[i], 2);
+	assert_memory_equal(a, b, (size_t)na * sizeof(int32_t));
+	assert_int_equal(b[na], 2);	/* </s> */
+	free(a);
+	free(b);
+	free(oa);
+	free(ob);
+}
+
 static void test_help_and_bad_arguments(void **state)
 {
 	/* --help: usage on stdout, exit 0; every bad argument: exit 2, nothing on stdout */
@@ -264,6 +296,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_json_matches_forward),
 		cmocka_unit_test(test_tokens_and_sampling_flags),
+		cmocka_unit_test(test_stops_at_eos),
 		cmocka_unit_test(test_help_and_bad_arguments),
 		cmocka_unit_test(test_mkmodel_cli),
 	};
