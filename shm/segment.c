@@ -27,7 +27,6 @@
 #define MFD_NOEXEC_SEAL 0x0008u	/* Linux 6.3; older kernels refuse it with EINVAL */
 #endif
 
-#define SMALL_PAGE 4096u
 /* memfd_create(2): longer names are EINVAL, which must not read as "no hugetlb" */
 #define MEMFD_NAME_MAX 249u
 
@@ -122,7 +121,7 @@ static size_t segment_size(const struct kvp_geom *g, uint32_t n_blocks, size_t d
 static int try_map(struct kvp_segment *seg, const char *name, enum kvp_page_kind kind)
 {
 	unsigned int flags = kind == KVP_PAGE_HUGETLB_2M ? MFD_HUGETLB | MFD_HUGE_2MB : 0;
-	size_t page = kind == KVP_PAGE_HUGETLB_2M ? KVP_HUGE_PAGE_BYTES : SMALL_PAGE;
+	size_t page = kind == KVP_PAGE_HUGETLB_2M ? KVP_HUGE_PAGE_BYTES : KVP_SMALL_PAGE_BYTES;
 	/* one page of header; on hugetlb the first block starts on the next huge page */
 	size_t data_offset = page;
 	size_t bytes = segment_size(&seg->geom, seg->n_blocks, data_offset, page);
@@ -302,34 +301,4 @@ void kvp_segment_close(struct kvp_segment *seg)
 	if (seg->fd >= 0)
 		close(seg->fd);
 	free(seg);
-}
-
-int kvp_pool_header_check(const struct kvp_pool_header *hdr, size_t seg_bytes,
-			  struct kvp_geom *geom)
-{
-	struct kvp_geom g;
-	uint64_t end;
-
-	if (seg_bytes < sizeof(*hdr))
-		return -EINVAL;
-	if (hdr->magic != KVP_POOL_MAGIC || hdr->version != KVP_POOL_VERSION)
-		return -EPROTO;
-	if (hdr->header_bytes != sizeof(*hdr) || kvp_geom_init(&g, &hdr->shape) < 0)
-		return -EINVAL;
-	if (hdr->block_bytes != g.block_bytes || hdr->block_stride != g.block_stride ||
-	    hdr->segment_bytes != seg_bytes || hdr->data_offset < sizeof(*hdr) ||
-	    hdr->data_offset % KVP_BLOCK_ALIGN || !hdr->n_blocks ||
-	    hdr->page_kind >= KVP_PAGE__COUNT)
-		return -EINVAL;
-	/* the page size follows from the kind; blocks and the segment end on page bounds */
-	if (hdr->page_bytes != (hdr->page_kind == KVP_PAGE_HUGETLB_2M ? KVP_HUGE_PAGE_BYTES :
-				SMALL_PAGE) ||
-	    hdr->data_offset % hdr->page_bytes || seg_bytes % hdr->page_bytes)
-		return -EINVAL;
-	if (__builtin_mul_overflow((uint64_t)hdr->n_blocks, hdr->block_stride, &end) ||
-	    __builtin_add_overflow(end, hdr->data_offset, &end) || end > seg_bytes)
-		return -EINVAL;
-	if (geom)
-		*geom = g;
-	return 0;
 }

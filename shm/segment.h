@@ -31,8 +31,7 @@
 
 #include "kvpool/layout.h"
 #include "shm/geom.h"
-
-#define KVP_HUGE_PAGE_BYTES (2u << 20)
+#include "shm/poolhdr.h"	/* KVP_*_PAGE_BYTES; kvp_pool_header_check() */
 
 /* How hard to try for huge pages (config "pool_pages = auto|require|off"). */
 enum kvp_page_mode {
@@ -130,16 +129,5 @@ const char *kvp_page_mode_name(enum kvp_page_mode mode);
 
 /* Free 2 MiB hugetlb pages right now (/sys/kernel/mm/hugepages/...), or -errno. */
 long kvp_hugetlb_free_pages(void);
-
-/**
- * kvp_pool_header_check() - does @hdr (read from a mapped segment of @seg_bytes) describe
- * a valid pool?  For clients and tests: magic, version, shape (kvp_geom_init), stride and
- * block sizes matching the shape, the page size matching the page kind, and page-aligned
- * blocks that fit inside the segment.
- * @geom: out (optional); the geometry derived from the header
- * Return: 0, -EPROTO (magic/version), or -EINVAL (inconsistent sizes).
- */
-int kvp_pool_header_check(const struct kvp_pool_header *hdr, size_t seg_bytes,
-			  struct kvp_geom *geom);
 
 #endif /* KVP_SHM_SEGMENT_H */

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "ipc/proto.h"
+#include "shm/poolhdr.h"
 
 #define KVP_EXPORT __attribute__((visibility("default")))
 
@@ -265,11 +266,65 @@ static int read_frame(struct kvp_client *c, struct kvp_frame_hdr *hdr)
 	return 0;
 }
 
-/* Map the pool fd that came with WELCOME, read-only. */
+/* Does the (checked) pool header @h describe the pool WELCOME announced? */
+static int pool_matches_welcome(struct kvp_client *c, const struct kvp_pool_header *h)
+{
+	const struct kvp_welcome *w = &c->welcome;
+	const struct {
+		const char *name;
+		uint64_t pool;
+		uint64_t welcome;
+	} same[] = {
+		{ "n_layers", h->shape.n_layers, w->shape.n_layers },
+		{ "n_kv_heads", h->shape.n_kv_heads, w->shape.n_kv_heads },
+		{ "head_dim", h->shape.head_dim, w->shape.head_dim },
+		{ "dtype", h->shape.dtype, w->shape.dtype },
+		{ "block_tokens", h->shape.block_tokens, w->shape.block_tokens },
+		{ "block_stride", h->block_stride, w->block_stride },
+		{ "data_offset", h->data_offset, w->data_offset },
+		{ "segment_bytes", h->segment_bytes, w->segment_bytes },
+		{ "n_blocks", h->n_blocks, w->n_blocks },
+	};
+
+	for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
+		if (same[i].pool != same[i].welcome)
+			return set_err(c, -EPROTO, "pool segment header says %s %llu, WELCOME "
+				       "says %llu", same[i].name, (unsigned long long)same[i].pool,
+				       (unsigned long long)same[i].welcome);
+	return 0;
+}
+
+/*
+ * Is the header of the mapped pool (@p, @len bytes) one this library can read, and does
+ * it describe the same pool as WELCOME?  Offsets a caller computes from WELCOME are
+ * then offsets inside this mapping.  The header is copied first so that the check and
+ * the comparison see the same bytes.
+ */
+static int check_pool(struct kvp_client *c, const void *p, size_t len)
+{
+	struct kvp_pool_header h;
+	int r;
+
+	if (len < sizeof(h))
+		return set_err(c, -EPROTO, "pool segment: %zu bytes, shorter than its header", len);
+	memcpy(&h, p, sizeof(h));
+	r = kvp_pool_header_check(&h, len, NULL);
+	if (r == -EPROTO)
+		return set_err(c, -EPROTO, "pool segment: header magic %#llx version %u; this "
+			       "library reads magic %#llx version %u", (unsigned long long)h.magic,
+			       h.version, (unsigned long long)KVP_POOL_MAGIC, KVP_POOL_VERSION);
+	if (r)
+		return set_err(c, -EPROTO, "pool segment: inconsistent header (shape, block "
+			       "sizes, page kind or extent do not add up for %zu bytes)", len);
+	return pool_matches_welcome(c, &h);
+}
+
+/* Map the pool fd that came with WELCOME, read-only, and check its header. */
 static int map_pool(struct kvp_client *c)
 {
 	struct stat st;
 	void *p;
+	int r;
 
 	if (c->fds_truncated || c->n_rx_fds != c->welcome.n_fds) {
 		drop_rx_fds(c);
@@ -288,6 +343,11 @@ static int map_pool(struct kvp_client *c)
 	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, c->pool_fd, 0);
 	if (p == MAP_FAILED)
 		return set_err(c, -errno, "pool fd: mmap read-only: %s", strerror(errno));
+	r = check_pool(c, p, (size_t)st.st_size);
+	if (r) {
+		munmap(p, (size_t)st.st_size);
+		return r;
+	}
 	c->pool = p;
 	c->pool_len = (size_t)st.st_size;
 	return 0;

@@ -4,7 +4,8 @@
  * with a test ops table, talked to over real Unix sockets by libkvpool and by raw
  * sockets that send malformed frames.  Nothing of the kernel is mocked.
  *
- * The test ops: HELLO passes a sealed memfd; GENERATE with seed 0 echoes the prompt
+ * The test ops: HELLO passes a read-only fd of a real sealed pool segment (shm/segment.c,
+ * 4 KiB pages) and WELCOME describes it; GENERATE with seed 0 echoes the prompt
  * ids back one TOKEN each then DONE, seed 2 holds the request until cancelled, seed 1
  * streams 4 KiB TOKEN frames from the wakeup eventfd until the connection goes away;
  * cancel answers ERROR KVP_E_CANCELLED; status prints the server's counters.
@@ -33,10 +34,11 @@
 #include "ipc/proto.h"
 #include "ipc/server.h"
 #include "kvpool/kvpool.h"
+#include "shm/segment.h"
 #include "tests/lib/testlib.h"
 
 #define N_VOCAB 1000
-#define POOL_BYTES (1u << 20)
+#define POOL_BLOCKS 8u
 #define MAX_FRAME 4096u
 #define MAX_PROMPT 64u
 #define MAX_NEW 128u
@@ -54,7 +56,8 @@ struct fixture {
 	pthread_t thread;
 	int run_ret;
 	unsigned int drain_ms;
-	int memfd;
+	struct kvp_segment *seg;	/* its RW mapping can still write the header */
+	int memfd;			/* read-only reopen handed out with WELCOME */
 	int efd;
 	pthread_mutex_t lock;
 	kvp_conn_id closed[CLOSED_MAX];
@@ -88,7 +91,11 @@ static int t_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 	w->n_ctx = 512;
 	w->eos_id = UINT32_MAX;
 	w->bos_id = UINT32_MAX;
-	w->segment_bytes = POOL_BYTES;
+	w->shape = f->seg->geom.shape;
+	w->block_stride = f->seg->geom.block_stride;
+	w->data_offset = f->seg->data_offset;
+	w->segment_bytes = f->seg->bytes;
+	w->n_blocks = f->seg->n_blocks;
 	strcpy(w->model, "test-model");
 	fds[0] = f->memfd;
 	*n_fds = 1;
@@ -224,7 +231,10 @@ static int setup(void **state)
 	};
 	struct kvp_server_ops ops = { .hello = t_hello, .generate = t_generate,
 				      .cancel = t_cancel, .closed = t_closed, .status = t_status };
+	const struct kvp_model_shape shape = { .n_layers = 2, .n_kv_heads = 2, .head_dim = 64,
+					       .dtype = KVP_DTYPE_F32, .block_tokens = 16 };
 	struct fixture *f = calloc(1, sizeof(*f));
+	struct kvp_geom geom;
 	mode_t old_umask;
 	uint8_t *p;
 
@@ -234,17 +244,16 @@ static int setup(void **state)
 	snprintf(f->status, sizeof(f->status), "%s/status.sock", f->dir);
 	pthread_mutex_init(&f->lock, NULL);
 
-	/* the pool stand-in: a sealed memfd with a known pattern */
-	f->memfd = memfd_create("test-pool", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	assert_true(f->memfd >= 0);
-	assert_int_equal(ftruncate(f->memfd, POOL_BYTES), 0);
-	p = mmap(NULL, POOL_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, f->memfd, 0);
-	assert_true(p != MAP_FAILED);
-	for (uint32_t i = 0; i < POOL_BYTES; i++)
+	/* a real pool segment, its blocks filled with a known pattern, sealed */
+	assert_int_equal(kvp_geom_init(&geom, &shape), 0);
+	assert_int_equal(kvp_segment_open(&f->seg, &geom, POOL_BLOCKS, KVP_PAGES_OFF,
+					  "test-pool"), 0);
+	p = kvp_segment_data(f->seg);
+	for (size_t i = 0; i < POOL_BLOCKS * geom.block_stride; i++)
 		p[i] = (uint8_t)(i * 31 + 7);
-	assert_int_equal(fcntl(f->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
-				       F_SEAL_FUTURE_WRITE | F_SEAL_SEAL), 0);
-	munmap(p, POOL_BYTES);
+	assert_int_equal(kvp_segment_seal(f->seg), 0);
+	f->memfd = kvp_segment_reopen_ro(f->seg);
+	assert_true(f->memfd >= 0);
 
 	cfg.socket_path = f->sock;
 	cfg.status_path = f->status;
@@ -272,6 +281,7 @@ static int teardown(void **state)
 	assert_int_equal(access(f->sock, F_OK), -1);
 	close(f->efd);
 	close(f->memfd);
+	kvp_segment_close(f->seg);
 	kvp_test_rmtree(f->dir);
 	pthread_mutex_destroy(&f->lock);
 	free(f);
@@ -468,7 +478,7 @@ static void test_hello_passes_readonly_pool(void **state)
 	struct fixture *f = *state;
 	struct kvp_client *c;
 	const struct kvp_welcome *w;
-	const uint8_t *pool;
+	const uint8_t *pool, *data;
 	struct stat st;
 	size_t len;
 	void *p;
@@ -488,13 +498,78 @@ static void test_hello_passes_readonly_pool(void **state)
 	assert_string_equal(w->model, "test-model");
 	pool = kvp_client_pool(c, &len);
 	assert_non_null(pool);
-	assert_int_equal(len, POOL_BYTES);
-	for (uint32_t i = 0; i < POOL_BYTES; i += 4093)
-		assert_int_equal(pool[i], (uint8_t)(i * 31 + 7));
+	assert_int_equal(len, f->seg->bytes);
+	assert_int_equal(w->n_blocks, POOL_BLOCKS);
+	data = pool + w->data_offset;
+	for (size_t i = 0; i < POOL_BLOCKS * w->block_stride; i += 4093)
+		assert_int_equal(data[i], (uint8_t)(i * 31 + 7));
 	/* the mapping cannot be made writable, nor can the fd be mapped writable */
 	assert_int_equal(mprotect((void *)pool, len, PROT_READ | PROT_WRITE), -1);
 	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, kvp_client_pool_fd(c), 0);
 	assert_true(p == MAP_FAILED);
+	check_echo(c);
+	kvp_client_close(c);
+}
+
+/* Connect with the segment header changed by @edit; expect -EPROTO and @msg in errmsg. */
+static void expect_bad_pool(struct fixture *f, void (*edit)(struct kvp_pool_header *),
+			    const char *msg)
+{
+	struct kvp_pool_header *h = (struct kvp_pool_header *)f->seg->base;
+	struct kvp_pool_header saved = *h;
+	struct kvp_client *c;
+	size_t len = 1;
+
+	edit(h);	/* through the daemon-side RW mapping, the only writable one */
+	assert_int_equal(kvp_client_connect(f->sock, &c), -EPROTO);
+	if (!strstr(kvp_client_errmsg(c), msg))
+		fail_msg("errmsg \"%s\" lacks \"%s\"", kvp_client_errmsg(c), msg);
+	assert_null(kvp_client_pool(c, &len));	/* nothing stays mapped */
+	assert_int_equal(len, 0);
+	kvp_client_close(c);
+	*h = saved;
+}
+
+static void bad_magic(struct kvp_pool_header *h)
+{
+	h->magic ^= 1;
+}
+
+static void bad_version(struct kvp_pool_header *h)
+{
+	h->version = KVP_POOL_VERSION + 1;
+}
+
+static void bad_stride(struct kvp_pool_header *h)
+{
+	h->block_stride += 4096;	/* no longer what the shape gives */
+}
+
+static void fewer_blocks(struct kvp_pool_header *h)
+{
+	h->n_blocks--;	/* still a valid header, but not the pool WELCOME describes */
+}
+
+static void other_head_dim(struct kvp_pool_header *h)
+{
+	/* a consistent header of another shape: same block bytes, other layout */
+	h->shape.head_dim *= 2;
+	h->shape.n_kv_heads /= 2;
+}
+
+static void test_connect_checks_pool_header(void **state)
+{
+	/* a segment whose header is not the pool WELCOME describes fails connect, saying why */
+	struct fixture *f = *state;
+	struct kvp_client *c;
+
+	expect_bad_pool(f, bad_magic, "header magic");
+	expect_bad_pool(f, bad_version, "version 2; this library reads");
+	expect_bad_pool(f, bad_stride, "inconsistent header");
+	expect_bad_pool(f, fewer_blocks, "header says n_blocks 7, WELCOME says 8");
+	expect_bad_pool(f, other_head_dim, "header says n_kv_heads 1, WELCOME says 2");
+	/* the restored header is accepted again */
+	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
 	check_echo(c);
 	kvp_client_close(c);
 }
@@ -950,6 +1025,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_hello_passes_readonly_pool, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_connect_checks_pool_header, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_generate_text_and_callback, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_malformed_frames_close_only_their_connection,
 						setup, teardown),
