@@ -24,13 +24,18 @@
  * engine) whether the request can ever fit in the pool.
  *
  * Signals: SIGTERM and SIGINT call kvp_server_stop() through the one static pointer a
- * signal handler needs (the only file-scope mutable state besides the log level).
+ * signal handler needs (the only file-scope mutable state besides the log level).  The
+ * handler is installed before the first startup step, so a stop requested while
+ * starting (generating the demo model, pre-faulting the pool) takes effect when that
+ * step ends: kvp_daemon_new() then returns -ECANCELED, having left no half-made file
+ * and bound no socket that outlives it, and kvpoold exits 0.
  *
  * Thread: the main thread (= the loop thread while serving).
  */
 #include "svc/daemon.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -548,10 +553,35 @@ static int mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
+/* Remove every entry of directory @path (not recursive: it holds only files of ours). */
+static int empty_dir(const char *path)
+{
+	struct dirent *e;
+	DIR *dir = opendir(path);
+	int r = 0;
+
+	if (!dir)
+		return errno == ENOENT ? 0 : -errno;
+	while ((e = readdir(dir)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+		    unlinkat(dirfd(dir), e->d_name, 0) < 0 && !r)
+			r = -errno;
+	closedir(dir);
+	return r;
+}
+
+/*
+ * Write the demo model to d->model_path.  It is written inside a directory of its own,
+ * <state_dir>/demo.tmp, and renamed into place: whatever a killed earlier attempt left
+ * there (mkmodel's temporary file) is ours to remove, whatever its name, and a reader
+ * of demo.gguf never sees a partial model.
+ */
 static int generate_demo(struct kvp_daemon *d)
 {
 	struct kvp_mkmodel_opts o;
 	char err[256] = "";
+	char dir[sizeof(d->model_path)];
+	char tmp[sizeof(d->model_path) + 16];
 	uint64_t t0;
 	int r;
 
@@ -564,16 +594,31 @@ static int generate_demo(struct kvp_daemon *d)
 	r = kvp_mkmodel_preset(&o, "demo");
 	if (r < 0)
 		return r;
+	if (snprintf(dir, sizeof(dir), "%s/demo.tmp", d->cfg.state_dir) >= (int)sizeof(dir))
+		return -ENAMETOOLONG;
+	snprintf(tmp, sizeof(tmp), "%s/demo.gguf", dir);
+	r = empty_dir(dir);
+	if (r == 0 && mkdir(dir, 0750) < 0 && errno != EEXIST)
+		r = -errno;
+	if (r < 0) {
+		kvp_log(LOG_ERR, "model: prepare %s: %s", dir, strerror(-r));
+		return r;
+	}
 	kvp_notify_status(&d->notify, "generating the demo model into %s", d->model_path);
 	kvp_log(LOG_NOTICE, "model: generating the built-in demo model into %s (once)",
 		d->model_path);
 	t0 = now_ns();
-	r = kvp_mkmodel_write(d->model_path, &o, err, sizeof(err));
-	if (r < 0) {
-		kvp_log(LOG_ERR, "model: write demo model %s: %s", d->model_path,
-			*err ? err : strerror(-r));
-		return r;
+	r = kvp_mkmodel_write(tmp, &o, err, sizeof(err));
+	if (r < 0)
+		kvp_log(LOG_ERR, "model: write demo model %s: %s", tmp, *err ? err : strerror(-r));
+	if (r == 0 && rename(tmp, d->model_path) < 0) {
+		r = -errno;
+		kvp_log(LOG_ERR, "model: rename %s to %s: %s", tmp, d->model_path, strerror(-r));
 	}
+	empty_dir(dir);
+	rmdir(dir);
+	if (r < 0)
+		return r;
 	kvp_log(LOG_INFO, "model: demo model written in %.1f s", (double)(now_ns() - t0) / 1e9);
 	return 0;
 }
@@ -858,10 +903,31 @@ static int make_server(struct kvp_daemon *d)
 	return 0;
 }
 
+static void catch_stop_signals(void)
+{
+	struct sigaction sa = { .sa_handler = on_signal };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* A stop was requested while starting: say so once the step in progress has ended. */
+static bool stop_requested(const char *after)
+{
+	if (!sig_count)
+		return false;
+	kvp_log(LOG_NOTICE, "daemon: stop requested during startup; stopping after %s", after);
+	return true;
+}
+
 int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 {
 	struct kvp_daemon *d;
 	int r;
+
+	catch_stop_signals();
 
 	d = calloc(1, sizeof(*d));
 	if (!d)
@@ -891,9 +957,13 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 	r = load_model(d);
 	if (r < 0)
 		return r;
+	if (stop_requested("loading the model"))
+		return -ECANCELED;
 	r = make_pool(d);
 	if (r < 0)
 		return r;
+	if (stop_requested("making the pool"))
+		return -ECANCELED;
 	fill_welcome(d);
 	d->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (d->wake_fd < 0) {
@@ -907,6 +977,9 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 	r = make_server(d);
 	if (r < 0)
 		return r;
+	sig_server = d->srv;	/* from now on a signal also stops the loop */
+	if (stop_requested("binding the sockets"))
+		return -ECANCELED;
 	r = kvp_sched_start(d->sched);
 	if (r < 0) {
 		kvp_log(LOG_ERR, "engine: start thread: %s", strerror(-r));
@@ -926,15 +999,8 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 
 int kvp_daemon_run(struct kvp_daemon *d)
 {
-	struct sigaction sa = { .sa_handler = on_signal };
 	uint64_t deadline;
 	int r;
-
-	sigemptyset(&sa.sa_mask);
-	sig_server = d->srv;
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
 
 	d->state = "serving";
 	kvp_notify_send(&d->notify, "READY=1");

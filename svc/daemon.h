@@ -22,7 +22,11 @@ struct kvp_daemon;
  * kvp_daemon_new() - load the model (generating the demo model if needed), make the
  * pool and index, start nothing yet but bind both sockets
  * @cfg: checked configuration (copied)
- * Return: 0, or -errno after logging what failed and why.
+ *
+ * Installs the SIGTERM/SIGINT handler first: a stop requested while starting ends the
+ * startup after the step in progress (no partial demo model is left behind).
+ * Return: 0; -ECANCELED when a stop was requested while starting (logged; a clean
+ * stop); or -errno after logging what failed and why.
  */
 int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg);
 

@@ -2,7 +2,8 @@
 /*
  * main.c - kvpoold: argv -> config -> kvp_daemon_new -> run -> free.
  *
- * Exit status: 0 clean stop (also --help, --version, a passing --check-config),
+ * Exit status: 0 clean stop (also --help, --version, a passing --check-config, and a
+ * SIGTERM/SIGINT received while starting),
  * 1 usage, configuration or startup failure (logged with the flag, key, file or
  * resource at fault).
  */
@@ -60,7 +61,7 @@ int main(int argc, char **argv)
 	r = kvp_daemon_new(&d, &cfg);
 	if (r < 0) {
 		kvp_daemon_free(d);	/* whatever part was built */
-		return 1;
+		return r == -ECANCELED ? 0 : 1;	/* SIGTERM while starting is a clean stop */
 	}
 	r = kvp_daemon_run(d);
 	kvp_daemon_free(d);

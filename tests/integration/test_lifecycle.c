@@ -11,7 +11,8 @@
  *  - configuration errors stop it before any socket exists, naming key and line;
  *  - --socket-group / --status-group give each socket (mode 0660) its own group;
  *  - without --model it generates the demo model once into its state directory and
- *    reuses it on the next start.
+ *    reuses it on the next start; SIGTERM while it generates is a clean stop (exit 0)
+ *    that leaves no temporary file, and leftovers of a killed attempt are removed.
  */
 #include <errno.h>
 #include <grp.h>
@@ -29,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <dirent.h>
 
 #include "kvpool/kvpool.h"
 #include "shm/segment.h"
@@ -337,6 +339,71 @@ static void test_demo_model_generated_once(void **state)
 	kvpd_cleanup(&d);
 }
 
+/* Entries of @dir whose name holds ".tmp" (a demo.tmp/ directory counts); 0 when none. */
+static int count_tmp_entries(const char *dir)
+{
+	struct dirent *e;
+	DIR *dp = opendir(dir);
+	int n = 0;
+
+	assert_non_null(dp);
+	while ((e = readdir(dp)))
+		if (strstr(e->d_name, ".tmp")) {
+			fprintf(stderr, "left behind: %s/%s\n", dir, e->d_name);
+			n++;
+		}
+	closedir(dp);
+	return n;
+}
+
+static void test_sigterm_while_generating_demo(void **state)
+{
+	/* SIGTERM while the demo model is written: exit 0, no socket, no temporary file */
+	struct kvpd d;
+	const char *args[] = { "--pool-size", "64M", NULL };
+	char stale[600], path[600];
+	double t_end;
+	FILE *f;
+
+	assert_int_equal(kvpd_init(&d), 0);
+	/* what a SIGKILLed earlier attempt left behind */
+	snprintf(stale, sizeof(stale), "%s/demo.tmp", d.dir);
+	assert_int_equal(mkdir(stale, 0750), 0);
+	snprintf(stale, sizeof(stale), "%s/demo.tmp/demo.gguf.tmp.Xy12Ab", d.dir);
+	f = fopen(stale, "w");
+	assert_non_null(f);
+	fputs("half a model", f);
+	fclose(f);
+
+	assert_int_equal(kvpd_start(&d, 0, args), -ETIMEDOUT);	/* started, not ready */
+	t_end = kvp_test_now_s() + 120;
+	while (!kvpd_log_has(&d, "generating the built-in demo model") &&
+	       kvp_test_now_s() < t_end && kvpd_wait(&d, 0.001) == -ETIMEDOUT)
+		;
+	assert_true(d.pid > 0);
+	kill(d.pid, SIGTERM);
+	assert_int_equal(kvpd_wait(&d, 120), 0);
+	if (!WIFEXITED(d.exit_status) || WEXITSTATUS(d.exit_status) != 0)
+		kvpd_dump_log(&d);
+	assert_true(WIFEXITED(d.exit_status));
+	assert_int_equal(WEXITSTATUS(d.exit_status), 0);
+	/* it stopped while starting: never served, no socket left */
+	assert_true(kvpd_log_has(&d, "stop requested during startup"));
+	assert_false(kvpd_log_has(&d, "serving on"));
+	assert_int_not_equal(access(d.sock, F_OK), 0);
+	assert_int_not_equal(access(d.status, F_OK), 0);
+	/* no temporary file: neither the stale one nor one of this run */
+	assert_int_equal(count_tmp_entries(d.dir), 0);
+	/* the model it finished is whole: the next start uses it without regenerating */
+	snprintf(path, sizeof(path), "%s/demo.gguf", d.dir);
+	assert_int_equal(access(path, R_OK), 0);
+	assert_int_equal(truncate(d.log, 0), 0);
+	assert_int_equal(kvpd_start(&d, 300, args), 0);
+	assert_false(kvpd_log_has(&d, "generating the built-in demo model"));
+	assert_int_equal(kvpd_stop(&d), 0);
+	kvpd_cleanup(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -346,6 +413,7 @@ int main(void)
 		cmocka_unit_test(test_huge_pages),
 		cmocka_unit_test(test_socket_groups),
 		cmocka_unit_test(test_demo_model_generated_once),
+		cmocka_unit_test(test_sigterm_while_generating_demo),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
