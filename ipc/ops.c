@@ -15,15 +15,34 @@
  */
 #include "ipc/ops.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+/*
+ * The HELLO's client name as svc/ gets it: up to the first NUL, printable ASCII only
+ * (it goes into log lines and the status JSON, so no control byte or stray UTF-8).
+ */
+static void client_name(const struct kvp_hello *h, char out[KVP_CLIENT_NAME_MAX + 1])
+{
+	size_t i;
+
+	static_assert(sizeof(h->client) == KVP_CLIENT_NAME_MAX + 1, "HELLO client name");
+	for (i = 0; i < KVP_CLIENT_NAME_MAX && h->client[i]; i++) {
+		unsigned char ch = (unsigned char)h->client[i];
+
+		out[i] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+	}
+	out[i] = '\0';
+}
+
 static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
 		     const uint8_t *payload)
 {
+	char name[KVP_CLIENT_NAME_MAX + 1];
 	struct kvp_welcome w = { 0 };
 	int fds[KVP_CONN_PASS_FDS_MAX];
 	unsigned int n_fds = KVP_CONN_PASS_FDS_MAX;
@@ -40,7 +59,8 @@ static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp
 		return kvp_srv_fail(srv, c, r, why);
 
 	c->helloed = true;	/* from here on svc/ knows the connection: closed is owed */
-	r = srv->ops.hello(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, &w, fds, &n_fds);
+	client_name(&h, name);
+	r = srv->ops.hello(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, name, &w, fds, &n_fds);
 	if (r != KVP_OK)
 		return kvp_srv_fail(srv, c, r > 0 && r < KVP_STATUS__COUNT ? r : KVP_E_INTERNAL,
 				    "HELLO refused");

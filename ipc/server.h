@@ -29,6 +29,9 @@ struct kvp_server;
 /* A connection's handle: slot index and generation, so a stale handle is refused. */
 typedef uint64_t kvp_conn_id;
 
+/* Longest client name a HELLO can carry (struct kvp_hello.client without its NUL). */
+#define KVP_CLIENT_NAME_MAX 31
+
 /* Credentials of the peer, read with SO_PEERCRED on accept; never from a request. */
 struct kvp_peer {
 	pid_t pid;
@@ -79,7 +82,9 @@ enum kvp_status_fmt {
 /**
  * struct kvp_server_ops - svc/'s side; every callback runs on the loop thread
  * @ctx:      passed back to every callback
- * @hello:    a valid HELLO from @peer.  Fill @welcome and up to *@n_fds fds to pass
+ * @hello:    a valid HELLO from @peer, naming itself @client (what the client says,
+ *            for logs and status only; NUL-terminated, at most KVP_CLIENT_NAME_MAX
+ *            bytes, printable ASCII: any other byte arrives as '?').  Fill @welcome and up to *@n_fds fds to pass
  *            (borrowed: the server sends dup()s of them, never closes them); set *@n_fds
  *            to the number used.  welcome.max_new_tokens / max_prompt_tokens left 0 (or
  *            above the config) are set from the config; welcome.n_fds is set by the
@@ -105,7 +110,7 @@ enum kvp_status_fmt {
  */
 struct kvp_server_ops {
 	void *ctx;
-	int (*hello)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
+	int (*hello)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, const char *client,
 		     struct kvp_welcome *welcome, int *fds, unsigned int *n_fds);
 	int (*generate)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
 			const struct kvp_generate *req, const int32_t *tokens, const char *text);

@@ -82,6 +82,7 @@ struct conn_info {
 	struct conn_info *next;		/* hash chain */
 	kvp_conn_id id;
 	struct kvp_peer peer;
+	char client[KVP_CLIENT_NAME_MAX + 1];	/* the name its HELLO gave (sanitized by ipc/) */
 	uint32_t domain;
 	uint32_t n_inflight;
 	struct inflight *inflight;	/* max_reqs_per_conn of room */
@@ -199,7 +200,7 @@ static void inflight_del(struct conn_info *c, uint64_t req_id)
 
 /* ---- server callbacks (loop thread) ---- */
 
-static int op_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
+static int op_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, const char *client,
 		    struct kvp_welcome *welcome, int *fds, unsigned int *n_fds)
 {
 	struct kvp_daemon *d = ctx;
@@ -207,6 +208,9 @@ static int op_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 	int dom;
 
 	dom = kvp_domain_of_peer(&d->domains, peer->uid, peer->gid);
+	kvp_log(LOG_DEBUG, "server: connection %#llx: HELLO from pid %ld uid %ld gid %ld, "
+		"client \"%s\", domain %d", (unsigned long long)conn, (long)peer->pid,
+		(long)peer->uid, (long)peer->gid, client, dom);
 	if (dom < 0)
 		return KVP_E_INVALID;
 	if (!conn_find(d, conn)) {
@@ -220,6 +224,7 @@ static int op_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 		}
 		c->id = conn;
 		c->peer = *peer;
+		snprintf(c->client, sizeof(c->client), "%s", client);
 		c->domain = (uint32_t)dom;
 		c->next = d->conns[conn_bucket(conn)];
 		d->conns[conn_bucket(conn)] = c;
@@ -433,12 +438,17 @@ static void fill_snapshot(struct kvp_daemon *d, struct kvp_status_snap *s)
 	for (b = 0; b < CONN_BUCKETS && s->n_conns < KVP_STATUS_MAX_CONNS; b++) {
 		const struct conn_info *c;
 
-		for (c = d->conns[b]; c && s->n_conns < KVP_STATUS_MAX_CONNS; c = c->next)
-			s->conns[s->n_conns++] = (struct kvp_status_conn){
+		for (c = d->conns[b]; c && s->n_conns < KVP_STATUS_MAX_CONNS; c = c->next) {
+			struct kvp_status_conn *sc = &s->conns[s->n_conns++];
+
+			*sc = (struct kvp_status_conn){
 				.id = c->id, .pid = c->peer.pid, .uid = c->peer.uid,
 				.domain = c->domain, .in_flight = c->n_inflight,
 				.requests = c->requests, .generated_tokens = c->generated_tokens,
 				.cached_tokens = c->cached_tokens };
+			static_assert(sizeof(sc->client) == sizeof(c->client), "client name");
+			memcpy(sc->client, c->client, sizeof(sc->client));
+		}
 	}
 	s->n_domains = 1;
 	snprintf(s->domains[0].name, sizeof(s->domains[0].name), "%s",

@@ -220,6 +220,8 @@ int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t ca
 		put(o, "%s{", i ? "," : "");
 		U("id", c->id);
 		put(o, ",\"pid\":%lld,\"uid\":%lld,", (long long)c->pid, (long long)c->uid);
+		put_str(o, "client", c->client, sizeof(c->client));
+		put(o, ",");
 		U("domain", c->domain);
 		put(o, ",");
 		U("in_flight", c->in_flight);

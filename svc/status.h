@@ -32,6 +32,7 @@ struct kvp_status_conn {
 	uint64_t id;
 	int64_t pid;
 	int64_t uid;
+	char client[32];		/* the name the client gave in HELLO */
 	uint32_t domain;
 	uint32_t in_flight;		/* requests running or queued now */
 	uint64_t requests;		/* GENERATEs accepted so far */

@@ -110,10 +110,16 @@ void kvp_client_params_init(struct kvp_client_params *p);
 /**
  * kvp_client_connect() - connect, HELLO, WELCOME, map the pool segment read-only
  * @path: request socket, or NULL for KVP_DEFAULT_SOCKET
+ *
+ * HELLO names the client "<program>/<pid>" (program_invocation_short_name, cut to 20
+ * bytes): the daemon logs it at debug level and lists it in its status report.  The
+ * pool segment's header is checked against WELCOME before the pool is used; a header
+ * this library cannot read, or one describing another pool, fails with -EPROTO.
  * @out:  the new client; on failure *@out is set to a client holding only the error
  *        message when memory allows (read it with kvp_client_errmsg(), then
  *        kvp_client_close()), else NULL
- * Return: 0, -errno, or the daemon's enum kvp_status (KVP_E_BUSY: too many connections;
+ * Return: 0, -errno (-EPROTO: the daemon sent something this library cannot use), or
+ *         the daemon's enum kvp_status (KVP_E_BUSY: too many connections;
  *         KVP_E_VERSION: the daemon speaks another protocol version).
  */
 int kvp_client_connect(const char *path, struct kvp_client **out);

@@ -376,7 +376,9 @@ KVP_EXPORT int kvp_client_connect(const char *path, struct kvp_client **out)
 	r = unix_connect(path, &c->fd);
 	if (r)
 		return set_err(c, r, "connect %s: %s", path, strerror(-r));
-	snprintf(hello.client, sizeof(hello.client), "libkvpool/%d", (int)getpid());
+	/* "<program>/<pid>": what the daemon's debug log and status list show */
+	snprintf(hello.client, sizeof(hello.client), "%.20s/%d", program_invocation_short_name,
+		 (int)getpid() % 10000000);
 	kvp_proto_encode_hello(frame, sizeof(frame), &hello);
 	r = send_all(c->fd, frame, sizeof(frame));
 	if (r) {

@@ -189,16 +189,18 @@ struct jsonq *kvpd_status(struct kvpd *d)
 
 bool kvpd_log_has(struct kvpd *d, const char *needle)
 {
-	char buf[65536];
-	size_t n;
+	char *text = NULL;
+	size_t len = 0;
 	FILE *f = fopen(d->log, "r");
+	bool found;
 
 	if (!f)
 		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
+	/* the whole log: a debug-level one outgrows any fixed buffer */
+	found = getdelim(&text, &len, '\0', f) > 0 && strstr(text, needle);
+	free(text);
 	fclose(f);
-	buf[n] = '\0';
-	return strstr(buf, needle) != NULL;
+	return found;
 }
 
 void kvpd_dump_log(struct kvpd *d)

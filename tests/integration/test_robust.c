@@ -6,7 +6,8 @@
  *    stream completes with exactly the tokens kvpool-run computes offline;
  *  - a client SIGKILLed mid-stream leaves the pool counters back at their baseline;
  *  - a client cannot write the pool it maps (SIGSEGV), nor map it writable, reopen it
- *    writable, write(2) it or mprotect it writable.
+ *    writable, write(2) it or mprotect it writable;
+ *  - the name a client gives in HELLO is in the debug log and its status entry.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -47,7 +48,7 @@ static int setup(void **state)
 	/* 576 blocks of 16 tokens: less than MAX_PROMPT + MAX_NEW, so NOSPACE can be seen */
 	const char *args[] = { "--model", NULL, "--pool-size", "4608K", "--ignore-eos",
 			       "--max-prompt-tokens", "2048", "--max-frame-bytes", "64K",
-			       "--max-new-tokens", "8192", NULL };
+			       "--max-new-tokens", "8192", "--log-level", "debug", NULL };
 
 	if (!f || kvpd_init(&f->d) < 0 || kvpd_model(&f->d, "tiny", f->model,
 						       sizeof(f->model)) < 0)
@@ -569,6 +570,35 @@ static void test_killed_client_releases_blocks(void **state)
 	jsonq_free(base);
 }
 
+static void test_client_name_in_log_and_status(void **state)
+{
+	/* libkvpool's HELLO says "<program>/<pid>"; the daemon logs it and lists it */
+	struct fixture *f = *state;
+	struct kvp_client *k = NULL;
+	const struct jsonq *e;
+	struct jsonq *j;
+	char want[64], line[80];
+	int found = 0;
+
+	snprintf(want, sizeof(want), "itest-robust/%d", (int)getpid());
+	snprintf(line, sizeof(line), "client \"%s\"", want);
+	assert_int_equal(kvp_client_connect(f->d.sock, &k), 0);
+	assert_true(kvpd_log_has(&f->d, line));
+	j = kvpd_status(&f->d);
+	assert_non_null(j);
+	e = jsonq_get(j, "connections.list");
+	assert_non_null(e);
+	for (e = e->child; e; e = e->next) {
+		if (jsonq_num(e, "pid", -1) != getpid())
+			continue;
+		assert_string_equal(jsonq_str(e, "client"), want);
+		found++;
+	}
+	assert_int_equal(found, 1);
+	jsonq_free(j);
+	kvp_client_close(k);
+}
+
 static void test_pool_mapping_is_read_only(void **state)
 {
 	struct fixture *f = *state;
@@ -631,6 +661,7 @@ int main(void)
 		cmocka_unit_test(test_malformed_frames),
 		cmocka_unit_test(test_killed_client_releases_blocks),
 		cmocka_unit_test(test_pool_mapping_is_read_only),
+		cmocka_unit_test(test_client_name_in_log_and_status),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -36,7 +36,7 @@ struct fixture {
 	atomic_bool held;	/* a GENERATE of token 42 arrived and is held */
 };
 
-static int e_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
+static int e_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, const char *client,
 		   struct kvp_welcome *w, int *fds, unsigned int *n_fds)
 {
 	w->n_vocab = 300;

@@ -63,6 +63,7 @@ struct fixture {
 	kvp_conn_id closed[CLOSED_MAX];
 	unsigned int n_closed;
 	atomic_uint n_hello;
+	char client[KVP_CLIENT_NAME_MAX + 1];	/* of the last HELLO (under @lock) */
 	/* streaming (seed 1) */
 	kvp_conn_id stream_conn;
 	uint64_t stream_req;
@@ -79,12 +80,15 @@ struct fixture {
 
 /* ------------------------------------------------------------ test ops (loop thread) */
 
-static int t_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
+static int t_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, const char *client,
 		   struct kvp_welcome *w, int *fds, unsigned int *n_fds)
 {
 	struct fixture *f = ctx;
 
 	atomic_fetch_add(&f->n_hello, 1);
+	pthread_mutex_lock(&f->lock);
+	snprintf(f->client, sizeof(f->client), "%s", client);
+	pthread_mutex_unlock(&f->lock);
 	if (peer->uid != getuid() || peer->pid != getpid())
 		return KVP_E_INTERNAL;	/* SO_PEERCRED must name this process */
 	w->n_vocab = N_VOCAB;
@@ -394,16 +398,29 @@ static int raw_frame(int fd, struct kvp_frame_hdr *h, uint8_t *payload, size_t c
 	return raw_read(fd, payload, h->len_bytes);
 }
 
-static void raw_hello(int fd)
+static void raw_hello_named(int fd, const struct kvp_hello *h)
 {
-	struct kvp_hello h = { 0 };
 	struct kvp_frame_hdr hdr;
 	uint8_t frame[256];
-	size_t n = kvp_proto_encode_hello(frame, sizeof(frame), &h);
+	size_t n = kvp_proto_encode_hello(frame, sizeof(frame), h);
 
 	raw_send(fd, frame, n);
 	assert_int_equal(raw_frame(fd, &hdr, frame, sizeof(frame)), 0);
 	assert_int_equal(hdr.type, KVP_FRAME_WELCOME);
+}
+
+static void raw_hello(int fd)
+{
+	struct kvp_hello h = { 0 };
+
+	raw_hello_named(fd, &h);
+}
+
+static void last_client(struct fixture *f, char *out, size_t cap)
+{
+	pthread_mutex_lock(&f->lock);
+	snprintf(out, cap, "%s", f->client);
+	pthread_mutex_unlock(&f->lock);
 }
 
 /* The next frame is ERROR @status for @req_id; with @then_eof, the server then closed. */
@@ -479,6 +496,7 @@ static void test_hello_passes_readonly_pool(void **state)
 	struct kvp_client *c;
 	const struct kvp_welcome *w;
 	const uint8_t *pool, *data;
+	char want[64], got[64];
 	struct stat st;
 	size_t len;
 	void *p;
@@ -496,6 +514,10 @@ static void test_hello_passes_readonly_pool(void **state)
 	assert_int_equal(w->max_new_tokens, MAX_NEW);	/* filled from the config */
 	assert_int_equal(w->max_prompt_tokens, MAX_PROMPT);
 	assert_string_equal(w->model, "test-model");
+	/* libkvpool names itself "<program>/<pid>" in HELLO */
+	snprintf(want, sizeof(want), "test-server/%d", (int)getpid());
+	last_client(f, got, sizeof(got));
+	assert_string_equal(got, want);
 	pool = kvp_client_pool(c, &len);
 	assert_non_null(pool);
 	assert_int_equal(len, f->seg->bytes);
@@ -555,6 +577,31 @@ static void other_head_dim(struct kvp_pool_header *h)
 	/* a consistent header of another shape: same block bytes, other layout */
 	h->shape.head_dim *= 2;
 	h->shape.n_kv_heads /= 2;
+}
+
+static void test_hello_client_name_sanitized(void **state)
+{
+	/* svc/ gets the HELLO name up to its NUL, 31 bytes at most, printable ASCII only */
+	struct fixture *f = *state;
+	struct kvp_hello h = { 0 };
+	char got[64];
+	int fd;
+
+	memcpy(h.client, "app\n\"x\"\xc3\xa9\x7f", 10);
+	fd = raw_connect(f->sock);
+	raw_hello_named(fd, &h);
+	last_client(f, got, sizeof(got));
+	assert_string_equal(got, "app?\"x\"???");
+	close(fd);
+
+	/* all 32 bytes used, no NUL: cut at 31 */
+	memset(h.client, 'n', sizeof(h.client));
+	fd = raw_connect(f->sock);
+	raw_hello_named(fd, &h);
+	last_client(f, got, sizeof(got));
+	assert_int_equal(strlen(got), KVP_CLIENT_NAME_MAX);
+	assert_int_equal(strspn(got, "n"), KVP_CLIENT_NAME_MAX);
+	close(fd);
 }
 
 static void test_connect_checks_pool_header(void **state)
@@ -1026,6 +1073,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_hello_passes_readonly_pool, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_connect_checks_pool_header, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hello_client_name_sanitized, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_generate_text_and_callback, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_malformed_frames_close_only_their_connection,
 						setup, teardown),

@@ -61,6 +61,7 @@ static void fill(struct kvp_status_snap *s)
 	s->n_conns = 2;
 	s->conns[0] = (struct kvp_status_conn){ .id = 1, .pid = 100, .uid = 0, .requests = 4 };
 	s->conns[1] = (struct kvp_status_conn){ .id = 2, .pid = 101, .uid = 1000, .in_flight = 1 };
+	strcpy(s->conns[1].client, "app \"v2\"\\");
 	s->n_domains = 1;
 	strcpy(s->domains[0].name, "default");
 	s->domains[0].conns_open = 2;
@@ -110,6 +111,8 @@ static void test_json_parses_with_values(void **state)
 	assert_int_equal(jsonq_num(j, "connections.open", -1), 2);
 	assert_int_equal(jsonq_num(j, "connections.list.1.uid", -1), 1000);
 	assert_int_equal(jsonq_num(j, "connections.list.1.in_flight", -1), 1);
+	assert_string_equal(jsonq_str(j, "connections.list.1.client"), "app \"v2\"\\");
+	assert_string_equal(jsonq_str(j, "connections.list.0.client"), "");
 	assert_string_equal(jsonq_str(j, "domains.0.name"), "default");
 	jsonq_free(j);
 	free(s);
