@@ -410,6 +410,7 @@ static void fill_snapshot(struct kvp_daemon *d, struct kvp_status_snap *s)
 	s->sched_queued = st.queued;
 	s->sched_running = st.running;
 	s->sched_waiting_prefix = st.waiting_prefix;
+	s->sched_cancels = st.cancels_received;
 	s->req_total = st.req_total + d->req_rejected;
 	s->req_done = st.req_done;
 	s->req_cancelled = st.req_cancelled;

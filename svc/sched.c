@@ -764,6 +764,7 @@ static void handle_msg(struct kvp_sched *s, struct msg *m)
 		s->st.req_total++;
 		break;
 	case MSG_CANCEL:
+		s->st.cancels_received++;
 		q = find_seq(s, m->conn, m->req_id);
 		if (q && !q->cancelled) {
 			q->cancelled = true;

@@ -151,6 +151,7 @@ struct kvp_sched_stats {
 	double prefill_ms;
 	double decode_ms;
 	uint64_t prefix_waits;		/* times a request waited for another's prefix */
+	uint64_t cancels_received;	/* cancel messages taken from the inbox */
 	uint64_t steps;
 	uint64_t ttft_samples;
 	double ttft_p50_ms;

@@ -164,6 +164,8 @@ int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t ca
 	put(o, ",");
 	U("waiting_prefix", s->sched_waiting_prefix);
 	put(o, ",");
+	U("cancels_received", s->sched_cancels);
+	put(o, ",");
 	U("requests_total", s->req_total);
 	put(o, ",");
 	U("requests_done", s->req_done);
@@ -319,6 +321,9 @@ int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t ca
 	     (double)s->sched_queued);
 	prom(o, "sched_running", "gauge", "Sequences admitted and running.", "",
 	     (double)s->sched_running);
+	prom(o, "sched_cancels_received_total", "counter",
+	     "Cancels that reached the engine (at most one per request).", "",
+	     (double)s->sched_cancels);
 	prom(o, "requests_total", "counter", "Requests by outcome.", "{outcome=\"done\"}",
 	     (double)s->req_done);
 	prom_more(o, "requests_total", "{outcome=\"cancelled\"}", (double)s->req_cancelled);

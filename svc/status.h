@@ -85,6 +85,7 @@ struct kvp_status_snap {
 	uint64_t sched_queued;
 	uint64_t sched_running;
 	uint64_t sched_waiting_prefix;	/* admitted, waiting for a prefix another computes */
+	uint64_t sched_cancels;		/* cancels that reached the engine (<= 1 per request) */
 	uint64_t req_total;
 	uint64_t req_done;
 	uint64_t req_cancelled;

@@ -7,7 +7,8 @@
  *  - a client SIGKILLed mid-stream leaves the pool counters back at their baseline;
  *  - a client cannot write the pool it maps (SIGSEGV), nor map it writable, reopen it
  *    writable, write(2) it or mprotect it writable;
- *  - the name a client gives in HELLO is in the debug log and its status entry.
+ *  - the name a client gives in HELLO is in the debug log and its status entry;
+ *  - a flood of CANCELs for one request reaches the engine once.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -599,6 +600,52 @@ static void test_client_name_in_log_and_status(void **state)
 	kvp_client_close(k);
 }
 
+static void test_cancel_flood_reaches_engine_once(void **state)
+{
+	/* 500 CANCELs of one running request: one reaches the engine, the request ends once */
+	struct fixture *f = *state;
+	struct kvp_client *k = NULL;
+	struct kvp_client_params p;
+	struct kvp_client_event ev;
+	int32_t prompt[32];
+	struct kvp_client_prompt pr = { .tokens = prompt, .n_tokens = 32 };
+	struct jsonq *before, *after;
+	uint64_t id;
+	int ends = 0;
+
+	for (int i = 0; i < 32; i++)
+		prompt[i] = 3 + (int32_t)((i * 29) % 256);
+	before = status_when_idle(&f->d);
+	assert_non_null(before);
+	assert_int_equal(kvp_client_connect(f->d.sock, &k), 0);
+	kvp_client_params_init(&p);
+	p.max_new_tokens = 8000;	/* --ignore-eos: runs until cancelled */
+	assert_int_equal(kvp_client_submit(k, &pr, &p, &id), 0);
+	assert_int_equal(kvp_client_next(k, &ev), 0);
+	assert_int_equal(ev.type, KVP_EVENT_TOKEN);
+	for (int i = 0; i < 500; i++)
+		assert_int_equal(kvp_client_cancel(k, id), 0);
+	/* exactly one end: DONE with usage.status CANCELLED; nothing after it */
+	while (!ends) {
+		assert_int_equal(kvp_client_next(k, &ev), 0);
+		assert_int_equal(ev.req_id, id);
+		if (ev.type == KVP_EVENT_DONE) {
+			assert_int_equal(ev.status, KVP_E_CANCELLED);
+			ends++;
+		}
+		assert_int_not_equal(ev.type, KVP_EVENT_ERROR);
+	}
+	kvp_client_close(k);
+	after = status_when_idle(&f->d);
+	assert_non_null(after);
+	assert_int_equal(jsonq_num(after, "scheduler.cancels_received", -1) -
+				 jsonq_num(before, "scheduler.cancels_received", -2), 1);
+	assert_int_equal(jsonq_num(after, "scheduler.requests_cancelled", -1) -
+				 jsonq_num(before, "scheduler.requests_cancelled", -2), 1);
+	jsonq_free(after);
+	jsonq_free(before);
+}
+
 static void test_pool_mapping_is_read_only(void **state)
 {
 	struct fixture *f = *state;
@@ -662,6 +709,7 @@ int main(void)
 		cmocka_unit_test(test_killed_client_releases_blocks),
 		cmocka_unit_test(test_pool_mapping_is_read_only),
 		cmocka_unit_test(test_client_name_in_log_and_status),
+		cmocka_unit_test(test_cancel_flood_reaches_engine_once),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

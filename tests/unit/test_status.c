@@ -45,6 +45,7 @@ static void fill(struct kvp_status_snap *s)
 	s->index_evictions = 7;
 	s->sched_queued = 2;
 	s->sched_running = 3;
+	s->sched_cancels = 6;
 	s->req_done = 11;
 	s->ttft_p50_ms = 12.5;
 	s->ttft_p99_ms = 0.0 / 0.0;	/* NaN must not reach the JSON */
@@ -96,6 +97,7 @@ static void test_json_parses_with_values(void **state)
 	assert_float_equal(jsonq_num(j, "index.token_hit_rate", -1), 0.75, 1e-9);
 	assert_int_equal(jsonq_num(j, "scheduler.queued", -1), 2);
 	assert_int_equal(jsonq_num(j, "scheduler.running", -1), 3);
+	assert_int_equal(jsonq_num(j, "scheduler.cancels_received", -1), 6);
 	assert_float_equal(jsonq_num(j, "scheduler.ttft_p50_ms", -1), 12.5, 1e-9);
 	assert_float_equal(jsonq_num(j, "scheduler.ttft_p99_ms", -1), 0, 0);
 	/* the usage sums carry every DONE usage name */
@@ -174,6 +176,7 @@ static void test_prom_text(void **state)
 	assert_non_null(strstr(buf, "kvpool_index_token_hit_rate 0.75\n"));
 	assert_non_null(strstr(buf, "kvpool_ttft_seconds{quantile=\"0.5\"} 0.0125\n"));
 	assert_non_null(strstr(buf, "kvpool_request_seconds_total{phase=\"decode\"} 0.4005\n"));
+	assert_non_null(strstr(buf, "kvpool_sched_cancels_received_total 6\n"));
 	p = strstr(buf, "# TYPE kvpool_pool_blocks gauge");
 	assert_non_null(p);
 	assert_null(strstr(p + 1, "# TYPE kvpool_pool_blocks gauge"));
