@@ -365,13 +365,12 @@ static void op_closed(void *ctx, kvp_conn_id conn)
 static void fill_snapshot(struct kvp_daemon *d, struct kvp_status_snap *s)
 {
 	struct kvp_sched_stats st;
-	struct kvp_server_stats ss;
 	const struct kvp_geom *g = kvp_pool_geom(d->pool);
 	uint32_t a, b;
 
 	kvp_sched_get_stats(d->sched, &st);
-	kvp_server_get_stats(d->srv, &ss);
 	memset(s, 0, sizeof(*s));
+	kvp_server_get_stats(d->srv, &s->server);
 	snprintf(s->version, sizeof(s->version), "%s", KVP_VERSION);
 	snprintf(s->model, sizeof(s->model), "%s", d->model_name);
 	snprintf(s->state, sizeof(s->state), "%s", d->state);
@@ -429,13 +428,6 @@ static void fill_snapshot(struct kvp_daemon *d, struct kvp_status_snap *s)
 	s->ttft_p50_ms = st.ttft_p50_ms;
 	s->ttft_p99_ms = st.ttft_p99_ms;
 
-	s->conns_open = ss.conns_open;
-	s->conns_total = ss.conns_total;
-	s->conns_refused = ss.conns_refused;
-	s->frames_in = ss.frames_in;
-	s->frames_out = ss.frames_out;
-	s->proto_errors = ss.proto_errors;
-	s->slow_disconnects = ss.slow_disconnects;
 	for (b = 0; b < CONN_BUCKETS && s->n_conns < KVP_STATUS_MAX_CONNS; b++) {
 		const struct conn_info *c;
 

@@ -202,19 +202,19 @@ int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t ca
 	MS("decode_ms", s->decode_ms);
 
 	put(o, "},\"connections\":{");
-	U("open", s->conns_open);
+	U("open", s->server.conns_open);
 	put(o, ",");
-	U("total", s->conns_total);
+	U("total", s->server.conns_total);
 	put(o, ",");
-	U("refused", s->conns_refused);
+	U("refused", s->server.conns_refused);
 	put(o, ",");
-	U("frames_in", s->frames_in);
+	U("frames_in", s->server.frames_in);
 	put(o, ",");
-	U("frames_out", s->frames_out);
+	U("frames_out", s->server.frames_out);
 	put(o, ",");
-	U("protocol_errors", s->proto_errors);
+	U("protocol_errors", s->server.proto_errors);
 	put(o, ",");
-	U("slow_disconnects", s->slow_disconnects);
+	U("slow_disconnects", s->server.slow_disconnects);
 	put(o, ",\"list\":[");
 	for (i = 0; i < s->n_conns && i < KVP_STATUS_MAX_CONNS; i++) {
 		const struct kvp_status_conn *c = &s->conns[i];
@@ -345,14 +345,14 @@ int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t ca
 	prom_more(o, "request_seconds_total", "{phase=\"prefill\"}", s->prefill_ms / 1000.0);
 	prom_more(o, "request_seconds_total", "{phase=\"decode\"}", s->decode_ms / 1000.0);
 	prom(o, "connections_open", "gauge", "Open client connections.", "",
-	     (double)s->conns_open);
+	     (double)s->server.conns_open);
 	prom(o, "connections_total", "counter", "Connections accepted.", "",
-	     (double)s->conns_total);
+	     (double)s->server.conns_total);
 	prom(o, "connections_refused_total", "counter", "Connections refused (limit).", "",
-	     (double)s->conns_refused);
+	     (double)s->server.conns_refused);
 	prom(o, "protocol_errors_total", "counter", "Malformed frames answered with ERROR.", "",
-	     (double)s->proto_errors);
+	     (double)s->server.proto_errors);
 	prom(o, "slow_disconnects_total", "counter", "Clients dropped for not reading.", "",
-	     (double)s->slow_disconnects);
+	     (double)s->server.slow_disconnects);
 	return finish(o);
 }

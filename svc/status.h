@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "ipc/server.h"	/* struct kvp_server_stats */
+
 #define KVP_STATUS_MAX_ARENAS 16
 #define KVP_STATUS_MAX_CONNS 64		/* connections listed one by one; the rest counted */
 #define KVP_STATUS_MAX_DOMAINS 8
@@ -53,7 +55,8 @@ struct kvp_status_domain {
  * got ("hugetlb-2m", "thp-2m", "4k").  Index: lookups counts requests that looked up
  * (no-cache ones do not); hit_requests those with at least one hit block;
  * lookup_tokens / hit_tokens the prompt tokens looked up / served from the cache.
- * Scheduler: queued/running now; ttft over the last samples.  Server: ipc/ counters.
+ * Scheduler: queued/running now; ttft over the last samples.  Server: ipc/'s counters,
+ * copied whole.
  */
 struct kvp_status_snap {
 	char version[16];
@@ -104,13 +107,7 @@ struct kvp_status_snap {
 	double ttft_p50_ms;
 	double ttft_p99_ms;
 
-	uint64_t conns_open;
-	uint64_t conns_total;
-	uint64_t conns_refused;
-	uint64_t frames_in;
-	uint64_t frames_out;
-	uint64_t proto_errors;
-	uint64_t slow_disconnects;
+	struct kvp_server_stats server;	/* as kvp_server_get_stats() gives them */
 	uint32_t n_conns;		/* listed in @conns (at most KVP_STATUS_MAX_CONNS) */
 	struct kvp_status_conn conns[KVP_STATUS_MAX_CONNS];
 

@@ -364,6 +364,16 @@ double jsonq_num(const struct jsonq *root, const char *path, double dflt)
 	return v && v->type == JQ_NUM ? v->num : dflt;
 }
 
+double jsonq_delta(const struct jsonq *after, const struct jsonq *before, const char *path)
+{
+	const struct jsonq *a = jsonq_get(after, path);
+	const struct jsonq *b = jsonq_get(before, path);
+
+	if (!a || !b || a->type != JQ_NUM || b->type != JQ_NUM)
+		return JSONQ_ABSENT;
+	return a->num - b->num;
+}
+
 const char *jsonq_str(const struct jsonq *root, const char *path)
 {
 	const struct jsonq *v = jsonq_get(root, path);

@@ -32,6 +32,14 @@ const struct jsonq *jsonq_get(const struct jsonq *root, const char *path);
 /* Number at @path; @dflt when absent or not a number. */
 double jsonq_num(const struct jsonq *root, const char *path, double dflt);
 
+/*
+ * jsonq_delta() - number at @path in @after minus the one in @before (two status reports)
+ * Return: the difference, or JSONQ_ABSENT when either lacks a number there (never a
+ * real difference of counters, so an equality check on it fails).
+ */
+#define JSONQ_ABSENT 1e15	/* positive: cmocka converts it to an unsigned integer */
+double jsonq_delta(const struct jsonq *after, const struct jsonq *before, const char *path);
+
 /* String at @path, or NULL. */
 const char *jsonq_str(const struct jsonq *root, const char *path);
 

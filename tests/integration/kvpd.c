@@ -174,6 +174,34 @@ void kvpd_cleanup(struct kvpd *d)
 		kvp_test_rmtree(d->dir);
 }
 
+int kvpd_setup(struct kvpd *d, const char *preset, const char *const *args)
+{
+	const char *argv[60] = { "--model", d->model };
+	int n = 2;
+
+	while (args && *args && n < 59)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	if (kvpd_init(d) < 0)
+		return -1;
+	if (kvpd_model(d, preset, d->model, sizeof(d->model)) < 0 ||
+	    kvpd_start(d, 60, argv) < 0) {
+		kvpd_dump_log(d);
+		kvpd_cleanup(d);
+		return -1;
+	}
+	return 0;
+}
+
+int kvpd_teardown(void **state)
+{
+	struct kvpd *d = *state;	/* the fixture's first member */
+
+	kvpd_cleanup(d);
+	free(d);
+	return 0;
+}
+
 struct jsonq *kvpd_status(struct kvpd *d)
 {
 	struct jsonq *j;

@@ -24,6 +24,7 @@ struct kvpd {
 	char status[320];
 	char log[320];
 	char notify[320];
+	char model[512];	/* written by kvpd_setup() */
 };
 
 /* Fresh temporary directory and paths.  Return 0 or -errno. */
@@ -50,6 +51,20 @@ int kvpd_stop(struct kvpd *d);
 
 /* Stop if running and remove the directory. */
 void kvpd_cleanup(struct kvpd *d);
+
+/*
+ * kvpd_setup() - what a test group's setup does: kvpd_init(), the @preset model written
+ * to d->model, kvpoold started on it ("--model d->model", then @args) and ready within
+ * 60 s.  On failure the daemon's log is printed and everything is cleaned up.
+ * Return: 0, or -1 (what a cmocka setup returns).
+ */
+int kvpd_setup(struct kvpd *d, const char *preset, const char *const *args);
+
+/*
+ * kvpd_teardown() - a cmocka group teardown for a heap fixture whose first member is
+ * its struct kvpd: stop the daemon, remove the directory, free the fixture.
+ */
+int kvpd_teardown(void **state);
 
 /* The status socket's JSON, parsed (strictly); NULL when it fails to fetch or parse. */
 struct jsonq *kvpd_status(struct kvpd *d);

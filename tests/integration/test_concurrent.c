@@ -6,6 +6,7 @@
  * client reads matched full blocks x block size from the cache); the status JSON parses
  * and its counters moved by exactly what was sent; the pool is back to no used blocks.
  */
+#include <assert.h>
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -40,8 +41,7 @@ struct client {
 };
 
 struct fixture {
-	struct kvpd d;
-	char model[512];
+	struct kvpd d;		/* first: kvpd_teardown() frees the fixture through it */
 	struct client c[N_CLIENTS];
 	pthread_barrier_t start;
 };
@@ -86,18 +86,21 @@ static void *client_main(void *arg)
 	return NULL;
 }
 
+static_assert(offsetof(struct fixture, d) == 0, "kvpd_teardown");
+
 static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
-	const char *args[] = { "--model", NULL, "--pool-size", "64M", "--ignore-eos",
-			       "--max-running", "64", NULL };
+	const char *args[] = { "--pool-size", "64M", "--ignore-eos", "--max-running", "64",
+			       NULL };
 	int32_t prefix[PREFIX];
 	int r;
 
-	if (!f || kvpd_init(&f->d) < 0 || kvpd_model(&f->d, "tiny", f->model,
-						       sizeof(f->model)) < 0)
+	if (!f || kvpd_setup(&f->d, "tiny", args) < 0) {
+		free(f);
 		return -1;
-	args[1] = f->model;
+	}
+	*state = f;	/* kvpd_teardown(state) now undoes all of it */
 	for (int i = 0; i < PREFIX; i++)
 		prefix[i] = 3 + (int32_t)(rnd() % 256);
 	for (int i = 0; i < N_CLIENTS; i++) {
@@ -108,28 +111,14 @@ static int setup(void **state)
 		for (uint32_t t = 0; t < tail; t++)
 			c->prompt[PREFIX + t] = 3 + (int32_t)(rnd() % 256);
 		c->n_prompt = PREFIX + tail;
-		r = kvpd_offline(f->model, c->prompt, c->n_prompt, N_GEN, true, c->want,
+		r = kvpd_offline(f->d.model, c->prompt, c->n_prompt, N_GEN, true, c->want,
 				 &c->n_want);
 		if (r < 0) {
 			fprintf(stderr, "kvpool-run failed: %d\n", r);
+			kvpd_teardown(state);
 			return -1;
 		}
 	}
-	r = kvpd_start(&f->d, 60, args);
-	if (r < 0) {
-		kvpd_dump_log(&f->d);
-		return -1;
-	}
-	*state = f;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct fixture *f = *state;
-
-	kvpd_cleanup(&f->d);
-	free(f);
 	return 0;
 }
 
@@ -194,7 +183,7 @@ static void test_64_clients_shared_prefix(void **state)
 
 	after = kvpd_status(&f->d);
 	assert_non_null(after);
-#define DELTA(path) (jsonq_num(after, path, -1) - jsonq_num(before, path, -1))
+#define DELTA(path) jsonq_delta(after, before, path)
 	assert_int_equal(DELTA("scheduler.requests_done"), N_CLIENTS);
 	assert_int_equal(DELTA("scheduler.requests_failed"), 0);
 	/* the status usage sums moved by exactly the 64 DONE usages */
@@ -269,5 +258,5 @@ int main(void)
 		cmocka_unit_test(test_full_prompt_hit_recomputes_last),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, kvpd_teardown);
 }

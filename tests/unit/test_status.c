@@ -58,7 +58,7 @@ static void fill(struct kvp_status_snap *s)
 	s->ttft_ms = 2.5;
 	s->prefill_ms = 3.25;
 	s->decode_ms = 400.5;
-	s->conns_open = 2;
+	s->server.conns_open = 2;
 	s->n_conns = 2;
 	s->conns[0] = (struct kvp_status_conn){ .id = 1, .pid = 100, .uid = 0, .requests = 4 };
 	s->conns[1] = (struct kvp_status_conn){ .id = 2, .pid = 101, .uid = 1000, .in_flight = 1 };
