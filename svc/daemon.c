@@ -906,9 +906,14 @@ static int make_server(struct kvp_daemon *d)
 	return 0;
 }
 
+/*
+ * SA_RESTART: a signal during a startup step (a write of the demo model, a page fault
+ * loop) must not turn into a spurious EINTR failure; the loop is woken by the eventfd
+ * that kvp_server_stop() writes, not by EINTR.
+ */
 static void catch_stop_signals(void)
 {
-	struct sigaction sa = { .sa_handler = on_signal };
+	struct sigaction sa = { .sa_handler = on_signal, .sa_flags = SA_RESTART };
 
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);

@@ -71,7 +71,8 @@ static int long_piece_tokenizer(struct kvp_tokenizer **out)
 	return kvp_tokenizer_build(out, pieces, NULL, NULL, 259, 1, 2, 0, 1);
 }
 
-static int make(struct fixture *f, uint32_t n_blocks, uint32_t max_running, bool long_pieces)
+static int make(struct fixture *f, uint32_t n_blocks, uint32_t max_running, bool long_pieces,
+		bool start)
 {
 	struct kvp_mkmodel_opts o;
 	struct kvp_pool_config pc = { 0 };
@@ -108,7 +109,7 @@ static int make(struct fixture *f, uint32_t n_blocks, uint32_t max_running, bool
 	r = kvp_sched_new(&f->sched, &sc);
 	if (r)
 		return r;
-	return kvp_sched_start(f->sched);
+	return start ? kvp_sched_start(f->sched) : 0;
 }
 
 static int setup_big(void **state)
@@ -116,7 +117,16 @@ static int setup_big(void **state)
 	struct fixture *f = malloc(sizeof(*f));
 
 	*state = f;
-	return f ? make(f, 256, 8, false) : -1;
+	return f ? make(f, 256, 8, false, true) : -1;
+}
+
+/* As setup_big, but the engine thread is not started: the test starts it. */
+static int setup_big_stopped(void **state)
+{
+	struct fixture *f = malloc(sizeof(*f));
+
+	*state = f;
+	return f ? make(f, 256, 8, false, false) : -1;
 }
 
 static int setup_long_pieces(void **state)
@@ -124,7 +134,7 @@ static int setup_long_pieces(void **state)
 	struct fixture *f = malloc(sizeof(*f));
 
 	*state = f;
-	return f ? make(f, 64, 8, true) : -1;
+	return f ? make(f, 64, 8, true, true) : -1;
 }
 
 static int setup_small(void **state)
@@ -132,7 +142,7 @@ static int setup_small(void **state)
 	struct fixture *f = malloc(sizeof(*f));
 
 	*state = f;
-	return f ? make(f, 40, 8, false) : -1;
+	return f ? make(f, 40, 8, false, true) : -1;
 }
 
 static int teardown(void **state)
@@ -339,6 +349,11 @@ static void test_shared_prefix_computed_once(void **state)
 	/* four requests arrive together: 96 shared tokens (6 blocks) + their own 64 */
 	for (uint64_t id = 1; id <= 4; id++)
 		assert_int_equal(submit(f, id, 160, 4, false, (uint32_t)id), 0);
+	/*
+	 * "together" for sure: the engine starts with all four in its inbox (started as
+	 * they were submitted, it could finish the first prefill before the next arrived)
+	 */
+	assert_int_equal(kvp_sched_start(f->sched), 0);
 	for (uint64_t id = 1; id <= 4; id++)
 		pump_until(f, id);
 	for (uint64_t id = 1; id <= 4; id++) {
@@ -442,8 +457,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cached_blocks_evicted_for_new_work,
 						setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_cancel_and_close_release, setup_big, teardown),
-		cmocka_unit_test_setup_teardown(test_shared_prefix_computed_once, setup_big,
-						teardown),
+		cmocka_unit_test_setup_teardown(test_shared_prefix_computed_once,
+						setup_big_stopped, teardown),
 		cmocka_unit_test_setup_teardown(test_prefill_interleaves_with_decode, setup_big,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_long_pieces_sliced_whole, setup_long_pieces,
