@@ -39,6 +39,16 @@
 /* Up to this many rows a projection uses kvp_gemv_rows() (measured: bench_decode). */
 #define GEMV_ROWS_LIMIT 16u
 
+/*
+ * A pool job (or a one-row projection) that reads fewer bytes than this runs on the
+ * calling thread alone, without waking our workers or OpenBLAS's.  Measured with L2-hot
+ * weights: two threads beat one only from ~64 KiB at one row, and then by about a
+ * microsecond, while waking a sleeping worker across vCPUs costs tens of microseconds
+ * and a woken OpenBLAS thread then spins on sched_yield for ~0.1 s.  Every matrix of
+ * the tiny model (a 1-token daemon request) is below it, every one of demo's above.
+ */
+#define POOL_MIN_BYTES ((size_t)256 << 10)
+
 struct fwd_seq {
 	const uint32_t *table;
 	uint32_t pos0;
@@ -245,6 +255,14 @@ static void linear_part(void *arg, unsigned int i, unsigned int n)
  */
 static void linear_multi(struct kvp_fwd *f, struct linear_job *j)
 {
+	size_t bytes = 0;
+
+	for (unsigned int k = 0; k < j->n_mats; k++)
+		bytes += j->m[k].d_out * j->d_in * sizeof(float);
+	if (j->rows <= GEMV_ROWS_LIMIT && bytes < POOL_MIN_BYTES) {
+		linear_part(j, 0, 1);
+		return;
+	}
 	if (j->rows == 1 || j->rows > GEMV_ROWS_LIMIT) {
 		for (unsigned int k = 0; k < j->n_mats; k++)
 			kvp_linear(j->m[k].out, j->x, j->m[k].w, j->rows, j->m[k].d_out, j->d_in);
@@ -276,6 +294,16 @@ static void attn_part(void *arg, unsigned int i, unsigned int n)
 		kvp_attn(f->att + (size_t)sq->row0 * qd, f->q + (size_t)sq->row0 * qd, f->job_kv,
 			 sq->table, f->job_layer, sq->pos0, sq->n, hp->n_heads, kh, kh + 1, &f->as[i]);
 	}
+}
+
+/* K/V bytes attention reads for the rows in f->seqs (each sequence reads its history). */
+static size_t attn_bytes(const struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t n_seqs)
+{
+	size_t toks = 0;
+
+	for (uint32_t s = 0; s < n_seqs; s++)
+		toks += (size_t)f->seqs[s].n * (f->seqs[s].pos0 + f->seqs[s].n);
+	return toks * 2 * f->hp->n_kv_heads * f->hp->head_dim * kv->geom.elem_bytes;
 }
 
 /*
@@ -316,7 +344,10 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows,
 		f->job_kv = kv;
 		f->job_layer = l;
 		f->job_seqs = n_seqs;
-		kvp_threads_run(f->pool, attn_part, f);
+		if (attn_bytes(f, kv, n_seqs) < POOL_MIN_BYTES)
+			attn_part(f, 0, 1);
+		else
+			kvp_threads_run(f->pool, attn_part, f);
 		linear(f, f->xn, f->att, L->wo, rows, E, qd);
 		for (size_t i = 0; i < rows * E; i++)
 			f->x[i] += f->xn[i];

@@ -1,13 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * threads.c - fork-join pool: a generation counter the workers watch (spin, then
- * futex), and a done counter the caller watches.
+ * threads.c - fork-join pool: a generation counter the workers watch, and a done
+ * counter the caller watches.  Both sides spin for a bounded time (SPIN_NS), then
+ * sleep on a futex, so neither ever busy-waits on sched_yield.
+ *
+ * Why both spin at all: decode issues one job per projection, a few microseconds
+ * apart, and a futex wake-up across vCPUs costs tens of microseconds (MACHINE.md).
+ * Why the spin is bounded by time: an idle pool, or one waiting on a descheduled
+ * thread in the "shared" CPU regime, must leave the vCPUs to the daemon's loop and
+ * engine threads instead of burning them (a sched_yield loop showed up as a quarter
+ * of a daemon's samples under a stream of 1-token requests).
  *
  * Ordering: the caller publishes fn/arg, then increments gen (seq_cst); a worker that
  * sees the new gen sees fn/arg.  A worker announces itself in `sleepers` before
  * futex-waiting on the generation it has seen; the caller wakes only when sleepers is
  * nonzero.  Both sides use seq_cst, so either the caller sees the sleeper and wakes it,
  * or the worker's futex_wait sees the new gen and returns at once: no lost wake-up.
+ * The caller's sleep on `done` is the mirror image: it sets `caller_waits` and
+ * re-reads done before futex_wait(done, seen); the worker that brings done to n - 1
+ * reads caller_waits after its increment and wakes it.
  * The pool is driven by one caller thread (the engine thread).
  */
 #include "compute/threads.h"
@@ -16,10 +27,12 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -29,8 +42,16 @@
 #define cpu_relax() do { } while (0)
 #endif
 
-/* ~50-100 us of pause: longer than the gap between two projections of a decode step */
-#define SPIN_ITERS 4000
+/*
+ * How long a waiting side spins before it sleeps: well above the gap between two
+ * jobs of one decode step (the caller's norms, RoPE and K/V stores: a few us), well
+ * below a daemon's idle gaps.  Measured (docs/compute.md): 20..100 us gave the same
+ * decode rates; the round trip of the daemon does not depend on it once small jobs
+ * skip the pool.
+ */
+#define SPIN_NS 50000u
+/* pauses between two clock reads (a pause is 10..140 cycles depending on the core) */
+#define SPIN_CHECK 64
 
 struct kvp_threads {
 	unsigned int n;
@@ -40,6 +61,7 @@ struct kvp_threads {
 	_Atomic unsigned int gen;
 	_Atomic unsigned int done;
 	_Atomic unsigned int sleepers;
+	_Atomic unsigned int caller_waits;
 	_Atomic int stop;
 };
 
@@ -58,6 +80,32 @@ static void futex_wake(_Atomic unsigned int *addr)
 	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Spin up to SPIN_NS while *addr == val; true if it changed. */
+static bool spin_while(_Atomic unsigned int *addr, unsigned int val)
+{
+	uint64_t end = 0;
+
+	for (unsigned int k = 1;; k++) {
+		if (atomic_load_explicit(addr, memory_order_relaxed) != val)
+			return true;
+		cpu_relax();
+		if (k % SPIN_CHECK)
+			continue;
+		if (!end)
+			end = now_ns() + SPIN_NS;
+		else if (now_ns() >= end)
+			return false;
+	}
+}
+
 static void *worker(void *p)
 {
 	struct worker_arg *wa = p;
@@ -66,13 +114,7 @@ static void *worker(void *p)
 
 	free(wa);
 	for (;;) {
-		int k = 0;
-
-		while (atomic_load(&t->gen) == seen) {
-			if (++k < SPIN_ITERS) {
-				cpu_relax();
-				continue;
-			}
+		while (atomic_load(&t->gen) == seen && !spin_while(&t->gen, seen)) {
 			atomic_fetch_add(&t->sleepers, 1);
 			futex_wait(&t->gen, seen);
 			atomic_fetch_sub(&t->sleepers, 1);
@@ -81,7 +123,8 @@ static void *worker(void *p)
 		if (atomic_load(&t->stop))
 			return NULL;
 		t->fn(t->arg, i, t->n);
-		atomic_fetch_add(&t->done, 1);
+		if (atomic_fetch_add(&t->done, 1) + 1 == t->n - 1 && atomic_load(&t->caller_waits))
+			futex_wake(&t->done);
 	}
 }
 
@@ -143,7 +186,7 @@ unsigned int kvp_threads_count(const struct kvp_threads *t)
 
 void kvp_threads_run(struct kvp_threads *t, kvp_thread_fn *fn, void *arg)
 {
-	unsigned int k = 0;
+	unsigned int d;
 
 	if (t->n == 1) {
 		fn(arg, 0, 1);
@@ -156,10 +199,14 @@ void kvp_threads_run(struct kvp_threads *t, kvp_thread_fn *fn, void *arg)
 	if (atomic_load(&t->sleepers))
 		futex_wake(&t->gen);
 	fn(arg, 0, t->n);
-	while (atomic_load(&t->done) != t->n - 1) {
-		if (++k < SPIN_ITERS)
-			cpu_relax();
-		else
-			sched_yield();	/* a worker was descheduled (shared vCPUs): let it run */
+	while ((d = atomic_load(&t->done)) != t->n - 1) {
+		if (spin_while(&t->done, d))
+			continue;
+		/* a worker is slow or descheduled (shared vCPUs): sleep until the last one ends */
+		atomic_store(&t->caller_waits, 1);
+		d = atomic_load(&t->done);
+		if (d != t->n - 1)
+			futex_wait(&t->done, d);
+		atomic_store(&t->caller_waits, 0);
 	}
 }
