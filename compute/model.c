@@ -5,7 +5,8 @@
  * Every hyper-parameter is range-checked and every tensor's shape is checked against
  * the shape the hyper-parameters imply before anything reads tensor data, so the
  * forward pass can trust the pointers in struct kvp_weights.  F32 tensors stay in the
- * mapping; other types are converted to f32 once, into memory the model owns.
+ * mapping (KVP_MODEL_WEIGHTS_MAP) or are copied into the model's weight arena
+ * (KVP_MODEL_WEIGHTS_COPY); other types are converted to f32 once, into that arena.
  * Invariant after open: the model is read-only; any thread may use it.
  */
 #include "compute/model.h"
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -36,8 +38,11 @@ struct kvp_model {
 	struct kvp_model_info info;
 	struct kvp_weights w;
 	struct kvp_layer_weights *layers;
-	void **owned;		/* converted tensors, freed at close */
-	uint32_t n_owned;
+	uint32_t placement;	/* enum kvp_model_weights, resolved (never DEFAULT) */
+	/* arena: converted tensors, and copied f32 ones (KVP_MODEL_WEIGHTS_COPY) */
+	uint8_t *arena;
+	size_t arena_cap;	/* bytes mapped at arena */
+	size_t arena_used;
 	char name[256];
 	uint8_t fp[KVP_MODEL_FP_BYTES];
 };
@@ -138,8 +143,66 @@ static int read_hparams(struct kvp_model *m, char *err, size_t errlen)
 }
 
 /*
+ * The weight arena: one anonymous mapping, 2 MiB aligned and advised MADV_HUGEPAGE
+ * before anything touches it, so the kernel backs it with transparent huge pages where
+ * it can (THP "madvise" or "always").  It is reserved at the largest size the file's
+ * tensors could need as f32 (MAP_NORESERVE: untouched pages cost nothing), filled by a
+ * bump pointer, then trimmed and made read-only.  Why huge pages: decode streams every
+ * weight once per step, and on 4 KiB pages (the file mapping, or malloc) the page walks
+ * cost 10-20% of the stream (docs/compute.md).
+ */
+#define ARENA_ALIGN ((size_t)2 << 20)
+
+static int arena_reserve(struct kvp_model *m, size_t need)
+{
+	size_t len;
+	uint8_t *p, *a;
+
+	need = (need + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
+	len = need + ARENA_ALIGN;
+
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+		 -1, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	a = (uint8_t *)(((uintptr_t)p + ARENA_ALIGN - 1) & ~(uintptr_t)(ARENA_ALIGN - 1));
+	if (a > p)
+		munmap(p, (size_t)(a - p));
+	len -= (size_t)(a - p);
+	if (len > need) {
+		munmap(a + need, len - need);
+		len = need;
+	}
+	/* advice only: a kernel without THP still gives 4 KiB pages */
+	madvise(a, len, MADV_HUGEPAGE);
+	m->arena = a;
+	m->arena_cap = len;
+	return 0;
+}
+
+/* Trim the arena to what was used and make it read-only (the model is immutable). */
+static void arena_seal(struct kvp_model *m)
+{
+	size_t keep = (m->arena_used + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
+
+	if (!m->arena)
+		return;
+	if (keep < m->arena_cap) {
+		munmap(m->arena + keep, m->arena_cap - keep);
+		m->arena_cap = keep;
+	}
+	if (!m->arena_cap) {
+		m->arena = NULL;
+		return;
+	}
+	mprotect(m->arena, m->arena_cap, PROT_READ);
+	m->info.arena_bytes = m->arena_cap;
+}
+
+/*
  * Find tensor @name of shape (ne0, ne1) (ne1 = 1 for a vector) and return f32 data:
- * in place for an aligned F32 tensor, else converted into owned memory.
+ * in place for an aligned F32 tensor (unless the weights are copied), else converted
+ * or copied into the arena.
  */
 static int bind(struct kvp_model *m, const char *name, uint64_t ne0, uint64_t ne1,
 		const float **out, char *err, size_t errlen)
@@ -167,22 +230,46 @@ static int bind(struct kvp_model *m, const char *name, uint64_t ne0, uint64_t ne
 		return -ENOTSUP;
 	}
 	m->info.n_params += t->n_elems;
-	if (t->type == KVP_GGML_F32 && (uintptr_t)t->data % 4 == 0) {
+	if (t->type == KVP_GGML_F32 && (uintptr_t)t->data % 4 == 0 &&
+	    m->placement == KVP_MODEL_WEIGHTS_MAP) {
 		*out = t->data;
 		return 0;
 	}
 	bytes = (t->n_elems * 4 + 63) & ~(size_t)63;
-	buf = aligned_alloc(64, bytes);
-	if (!buf) {
+	/* cannot happen: arena_need() counted every tensor of the file */
+	if (!m->arena || bytes > m->arena_cap - m->arena_used) {
 		seterr(err, errlen, "model: out of memory converting %s", name);
 		return -ENOMEM;
 	}
-	m->owned[m->n_owned++] = buf;
+	buf = (float *)(m->arena + m->arena_used);
+	m->arena_used += bytes;
 	kvp_dequant(buf, t->data, t->type, t->n_elems);
-	m->info.n_converted++;
-	m->info.converted_bytes += bytes;
+	if (t->type == KVP_GGML_F32) {
+		m->info.copied_bytes += bytes;
+	} else {
+		m->info.n_converted++;
+		m->info.converted_bytes += bytes;
+	}
 	*out = buf;
 	return 0;
+}
+
+/* Upper bound of the arena: every tensor of the file that bind() may place there. */
+static size_t arena_need(const struct kvp_model *m)
+{
+	size_t need = 0;
+
+	for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
+		const struct kvp_gguf_tensor *t = &m->gguf->tensors[i];
+
+		if (t->type == KVP_GGML_F32 && (uintptr_t)t->data % 4 == 0 &&
+		    m->placement == KVP_MODEL_WEIGHTS_MAP)
+			continue;
+		if (t->n_elems > (SIZE_MAX / 2 - need) / 4 - 64)
+			return SIZE_MAX;
+		need += (t->n_elems * 4 + 63) & ~(size_t)63;
+	}
+	return need;
 }
 
 static int bind_all(struct kvp_model *m, char *err, size_t errlen)
@@ -192,6 +279,7 @@ static int bind_all(struct kvp_model *m, char *err, size_t errlen)
 	uint64_t qd = (uint64_t)hp->n_heads * hp->head_dim;
 	uint64_t kvd = (uint64_t)hp->n_kv_heads * hp->head_dim;
 	char nm[64];
+	size_t need;
 	int r;
 
 	if (!emb || emb->n_dims != 2 || emb->ne[1] < 1 || emb->ne[1] > VOCAB_MAX) {
@@ -199,11 +287,19 @@ static int bind_all(struct kvp_model *m, char *err, size_t errlen)
 		return -EBADMSG;
 	}
 	m->hp.n_vocab = (uint32_t)emb->ne[1];
-	m->owned = calloc(9 * (size_t)hp->n_layers + 3, sizeof(void *));
 	m->layers = calloc(hp->n_layers, sizeof(*m->layers));
-	if (!m->owned || !m->layers) {
+	if (!m->layers) {
 		seterr(err, errlen, "model: out of memory");
 		return -ENOMEM;
+	}
+	need = arena_need(m);
+	if (need == SIZE_MAX) {
+		seterr(err, errlen, "model: tensors too large to convert");
+		return -ENOMEM;
+	}
+	if (need && (r = arena_reserve(m, need))) {
+		seterr(err, errlen, "model: cannot reserve %zu bytes for the weights", need);
+		return r;
 	}
 	if ((r = bind(m, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->w.tok_embd, err, errlen)) ||
 	    (r = bind(m, "output_norm.weight", hp->n_embd, 1, &m->w.output_norm, err, errlen)))
@@ -242,6 +338,7 @@ static int bind_all(struct kvp_model *m, char *err, size_t errlen)
 		}
 	}
 	m->w.layers = m->layers;
+	arena_seal(m);
 	m->info.weight_bytes = (m->info.n_params - (m->hp.tied_output ? 0 :
 				(uint64_t)hp->n_vocab * hp->n_embd)) * 4;
 	return 0;
@@ -288,9 +385,39 @@ static void fingerprint(struct kvp_model *m)
 	XXH128_canonicalFromHash((XXH128_canonical_t *)m->fp, h);
 }
 
-static int finish_open(struct kvp_model **out, struct kvp_model *m, char *err, size_t errlen)
+/*
+ * With the weights copied, nothing reads the file's tensor data again: drop this
+ * process's pages of it (a later read would fault them in again from the file, so
+ * this is safe), leaving the page cache to the kernel.  The resident cost of copying
+ * is then the arena alone, about what the mapped tensors cost before.
+ */
+static void release_tensor_pages(struct kvp_model *m)
 {
-	int r = read_hparams(m, err, errlen);
+	const struct kvp_gguf *g = m->gguf;
+	uintptr_t page = 4096, a, b;
+
+	if (m->placement != KVP_MODEL_WEIGHTS_COPY || !g->mapped)
+		return;
+	a = ((uintptr_t)g->base + g->data_off + page - 1) & ~(page - 1);
+	b = ((uintptr_t)g->base + g->size) & ~(page - 1);
+	if (b > a)
+		madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+static int finish_open(struct kvp_model **out, struct kvp_model *m, const struct kvp_model_opts *o,
+		       char *err, size_t errlen)
+{
+	int r;
+
+	m->placement = o && o->weights != KVP_MODEL_WEIGHTS_DEFAULT ? o->weights :
+		       KVP_MODEL_WEIGHTS_DEFAULT_IS;
+	if (m->placement != KVP_MODEL_WEIGHTS_MAP && m->placement != KVP_MODEL_WEIGHTS_COPY) {
+		seterr(err, errlen, "model: unknown weight placement %u", m->placement);
+		kvp_model_close(m);
+		return -EINVAL;
+	}
+	m->info.weights_copied = m->placement == KVP_MODEL_WEIGHTS_COPY;
+	r = read_hparams(m, err, errlen);
 
 	if (!r)
 		r = bind_all(m, err, errlen);
@@ -301,11 +428,18 @@ static int finish_open(struct kvp_model **out, struct kvp_model *m, char *err, s
 	m->info.file_type = file_type(m->gguf);
 	m->info.file_bytes = m->gguf->size;
 	fingerprint(m);
+	release_tensor_pages(m);
 	*out = m;
 	return 0;
 }
 
 int kvp_model_open(struct kvp_model **out, const char *path, char *err, size_t errlen)
+{
+	return kvp_model_open_opts(out, path, NULL, err, errlen);
+}
+
+int kvp_model_open_opts(struct kvp_model **out, const char *path, const struct kvp_model_opts *o,
+			char *err, size_t errlen)
 {
 	struct kvp_model *m = calloc(1, sizeof(*m));
 	int r;
@@ -320,7 +454,7 @@ int kvp_model_open(struct kvp_model **out, const char *path, char *err, size_t e
 		free(m);
 		return r;
 	}
-	return finish_open(out, m, err, errlen);
+	return finish_open(out, m, o, err, errlen);
 }
 
 int kvp_model_open_mem(struct kvp_model **out, const void *buf, size_t len, char *err,
@@ -339,16 +473,15 @@ int kvp_model_open_mem(struct kvp_model **out, const void *buf, size_t len, char
 		free(m);
 		return r;
 	}
-	return finish_open(out, m, err, errlen);
+	return finish_open(out, m, NULL, err, errlen);
 }
 
 void kvp_model_close(struct kvp_model *m)
 {
 	if (!m)
 		return;
-	for (uint32_t i = 0; i < m->n_owned; i++)
-		free(m->owned[i]);
-	free(m->owned);
+	if (m->arena)
+		munmap(m->arena, m->arena_cap);
 	free(m->layers);
 	kvp_gguf_close(m->gguf);
 	free(m);

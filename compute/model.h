@@ -4,10 +4,11 @@
  *
  * kvp_model_open() maps the file, checks it is architecture "llama" with every tensor
  * the forward pass needs at the shape the hyper-parameters imply, and binds the
- * weights.  F32 tensors are used in place from the mapping (zero copy); F16, BF16 and
- * Q8_0 tensors are converted once, at load, to f32 (the compute type) in memory the
- * model owns: kvp_model_info() reports what was converted and what it costs, so the
- * caller can log it (compute/ does not log).
+ * weights.  F32 tensors are used in place from the mapping (zero copy) or, as an
+ * option, copied into huge-page memory the model owns; F16, BF16 and Q8_0 tensors are
+ * converted once, at load, to f32 (the compute type) in that memory: kvp_model_info()
+ * reports what was converted or copied and what it costs, so the caller can log it
+ * (compute/ does not log).
  *
  * A model is immutable after open: any number of threads may read it, and any
  * number of forward contexts (forward.h) may run over it at once.
@@ -64,9 +65,13 @@ struct kvp_model_hparams {
  * @n_params:       parameters of all tensors bound
  * @file_bytes:     size of the mapped file
  * @n_converted:    tensors converted to f32 at load
- * @converted_bytes: heap bytes those conversions cost (0 for an all-f32 file)
+ * @converted_bytes: memory those conversions cost (0 for an all-f32 file)
  * @weight_bytes:   bytes of f32 weights a forward pass reads (the decode roofline's
  *                  numerator: all matrices plus norms, the embedding row excluded)
+ * @weights_copied: 1 when f32 tensors were copied out of the file (KVP_MODEL_WEIGHTS_COPY)
+ * @copied_bytes:   memory those copies cost (0 when the f32 tensors are used in place)
+ * @arena_bytes:    the anonymous, huge-page-advised mapping that holds the converted and
+ *                  copied tensors (their bytes rounded up to 2 MiB; 0 when none)
  */
 struct kvp_model_info {
 	const char *file_type;
@@ -75,6 +80,38 @@ struct kvp_model_info {
 	uint32_t n_converted;
 	uint64_t converted_bytes;
 	uint64_t weight_bytes;
+	int weights_copied;
+	uint64_t copied_bytes;
+	uint64_t arena_bytes;
+};
+
+/**
+ * enum kvp_model_weights - where the f32 weights live after open
+ * @KVP_MODEL_WEIGHTS_DEFAULT: KVP_MODEL_WEIGHTS_DEFAULT_IS (chosen by measurement)
+ * @KVP_MODEL_WEIGHTS_MAP:     F32 tensors used in place from the file mapping: no extra
+ *                             memory, 4 KiB pages (page cache)
+ * @KVP_MODEL_WEIGHTS_COPY:    F32 tensors copied at open into anonymous memory advised
+ *                             MADV_HUGEPAGE: faster decode (the weight stream walks 2 MiB
+ *                             pages) for one more copy of the weights in RAM (the file's
+ *                             page cache stays, reclaimable) and a copy at open
+ *
+ * Tensors of other types are converted into that same huge-page memory either way.
+ */
+enum kvp_model_weights {
+	KVP_MODEL_WEIGHTS_DEFAULT = 0,
+	KVP_MODEL_WEIGHTS_MAP = 1,
+	KVP_MODEL_WEIGHTS_COPY = 2,
+};
+
+/* What KVP_MODEL_WEIGHTS_DEFAULT means (docs/compute.md has the measurement). */
+#define KVP_MODEL_WEIGHTS_DEFAULT_IS KVP_MODEL_WEIGHTS_MAP
+
+/**
+ * struct kvp_model_opts - options of kvp_model_open_opts(); zero-initialise
+ * @weights: enum kvp_model_weights
+ */
+struct kvp_model_opts {
+	uint32_t weights;
 };
 
 /**
@@ -91,6 +128,15 @@ struct kvp_model_info {
  * -ENOTSUP for another architecture or an unsupported tensor type; -ENOMEM.
  */
 int kvp_model_open(struct kvp_model **out, const char *path, char *err, size_t errlen);
+
+/**
+ * kvp_model_open_opts() - kvp_model_open() with options
+ * @o: options (NULL: all defaults)
+ *
+ * Return: as kvp_model_open(); -EINVAL for an unknown @o->weights.
+ */
+int kvp_model_open_opts(struct kvp_model **out, const char *path, const struct kvp_model_opts *o,
+			char *err, size_t errlen);
 
 /**
  * kvp_model_open_mem() - as kvp_model_open(), over a caller's buffer

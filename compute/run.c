@@ -142,13 +142,15 @@ static void run_usage(FILE *f)
 	      "      --block-tokens N  tokens per K/V block, 1..1024 (default 16)\n"
 	      "      --chunk N         prefill chunk, 1..4096 tokens (default 256)\n"
 	      "      --ignore-eos      do not stop at the end-of-sequence token\n"
+	      "      --weights W       f32 weights: map (used from the file, the default) or copy\n"
+	      "                        (copied at load into huge pages: faster decode, slower load)\n"
 	      "  -h, --help            this text\n"
 	      "The load report and timings go to stderr. Exit status: 0 ok, 1 failure, 2 usage.\n", f);
 }
 
 struct run_opts {
 	const char *model, *prompt, *tokens;
-	uint32_t n_gen, threads, block_tokens, chunk, kv_dtype;
+	uint32_t n_gen, threads, block_tokens, chunk, kv_dtype, weights;
 	struct kvp_sample_params sp;
 	int json, ignore_eos;
 };
@@ -170,7 +172,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		{ "seed", required_argument, 0, 's' }, { "threads", required_argument, 0, 'j' },
 		{ "json", no_argument, 0, 'J' }, { "kv-type", required_argument, 0, 'K' },
 		{ "block-tokens", required_argument, 0, 'b' }, { "chunk", required_argument, 0, 'c' },
-		{ "ignore-eos", no_argument, 0, 'E' }, { "help", no_argument, 0, 'h' }, { 0 },
+		{ "ignore-eos", no_argument, 0, 'E' }, { "weights", required_argument, 0, 'W' },
+		{ "help", no_argument, 0, 'h' }, { 0 },
 	};
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	int c;
@@ -231,6 +234,14 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		case 'c':
 			if (parse_u32(optarg, 1, 4096, &o->chunk))
 				return bad_opt("--chunk", optarg, "an integer in [1, 4096]");
+			break;
+		case 'W':
+			if (!strcmp(optarg, "map"))
+				o->weights = KVP_MODEL_WEIGHTS_MAP;
+			else if (!strcmp(optarg, "copy"))
+				o->weights = KVP_MODEL_WEIGHTS_COPY;
+			else
+				return bad_opt("--weights", optarg, "map or copy");
 			break;
 		case 'h': return 1;
 		default: return -EINVAL;	/* getopt named the option */
@@ -298,7 +309,8 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 		fprintf(stderr, "kvpool-run: try 'kvpool-run --help'\n");
 		return 2;
 	}
-	r = kvp_model_open(&m, o.model, err, sizeof(err));
+	r = kvp_model_open_opts(&m, o.model, &(struct kvp_model_opts){ .weights = o.weights }, err,
+				sizeof(err));
 	if (r) {
 		fprintf(stderr, "kvpool-run: %s\n", err);
 		return 1;
@@ -306,10 +318,10 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	hp = kvp_model_hparams(m);
 	info = kvp_model_info(m);
 	fprintf(stderr, "kvpool-run: model '%s': %u layers, n_embd %u, %u/%u heads, n_ff %u, vocab %u, "
-		"%.1fM params, %s; %u tensors converted to f32 (%.1f MiB)\n", kvp_model_name(m),
+		"%.1fM params, %s; %u tensors converted to f32 (%.1f MiB)%s\n", kvp_model_name(m),
 		hp->n_layers, hp->n_embd, hp->n_heads, hp->n_kv_heads, hp->n_ff, hp->n_vocab,
 		info->n_params / 1e6, info->file_type, info->n_converted,
-		info->converted_bytes / 1048576.0);
+		info->converted_bytes / 1048576.0, info->weights_copied ? ", f32 weights copied" : "");
 	r = kvp_tokenizer_new(&tok, m, err, sizeof(err));
 	if (r && o.prompt) {
 		fprintf(stderr, "kvpool-run: %s\n", err);

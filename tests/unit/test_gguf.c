@@ -382,6 +382,76 @@ static void test_open_file_and_fingerprint(void **state)
 	kvp_test_rmtree(dir);
 }
 
+static void test_weights_copied_equal_mapped(void **state)
+{
+	/*
+	 * KVP_MODEL_WEIGHTS_COPY gives the same weights, bit for bit, at other addresses: a
+	 * 2 MiB-aligned arena outside the file mapping, counted in the info; MAP uses the
+	 * file in place and allocates nothing; an unknown placement is refused.
+	 */
+	char dir[256], path[512], err[256];
+	struct kvp_mkmodel_opts o;
+	struct kvp_model *a, *b, *c;
+	const struct kvp_weights *wa, *wb;
+	const struct kvp_model_hparams *hp;
+	const struct kvp_model_info *ia, *ib;
+	size_t e, qd, kvd;
+
+	assert_int_equal(kvp_test_tmpdir(dir, sizeof(dir)), 0);
+	snprintf(path, sizeof(path), "%s/m.gguf", dir);
+	assert_int_equal(kvp_mkmodel_preset(&o, "tiny"), 0);
+	assert_int_equal(kvp_mkmodel_write(path, &o, err, sizeof(err)), 0);
+	assert_int_equal(kvp_model_open_opts(&a, path, &(struct kvp_model_opts){
+		.weights = KVP_MODEL_WEIGHTS_MAP }, err, sizeof(err)), 0);
+	assert_int_equal(kvp_model_open_opts(&b, path, &(struct kvp_model_opts){
+		.weights = KVP_MODEL_WEIGHTS_COPY }, err, sizeof(err)), 0);
+	assert_int_equal(kvp_model_open_opts(&c, path, &(struct kvp_model_opts){ .weights = 7 },
+					     err, sizeof(err)), -EINVAL);
+	assert_null(c);
+	assert_non_null(strstr(err, "placement"));
+	ia = kvp_model_info(a);
+	ib = kvp_model_info(b);
+	assert_int_equal(ia->weights_copied, 0);
+	assert_int_equal(ia->copied_bytes, 0);
+	assert_int_equal(ia->arena_bytes, 0);
+	assert_int_equal(ib->weights_copied, 1);
+	assert_true(ib->copied_bytes >= ib->weight_bytes);
+	assert_true(ib->arena_bytes >= ib->copied_bytes);
+	assert_int_equal(ib->arena_bytes % (2u << 20), 0);
+	assert_int_equal(ib->n_converted, 0);
+	assert_memory_equal(kvp_model_fingerprint(a), kvp_model_fingerprint(b), KVP_MODEL_FP_BYTES);
+	hp = kvp_model_hparams(a);
+	wa = kvp_model_weights(a);
+	wb = kvp_model_weights(b);
+	e = hp->n_embd;
+	qd = (size_t)hp->n_heads * hp->head_dim;
+	kvd = (size_t)hp->n_kv_heads * hp->head_dim;
+	assert_int_equal((uintptr_t)wb->tok_embd % (2u << 20), 0);
+	assert_ptr_not_equal(wa->tok_embd, wb->tok_embd);
+	assert_memory_equal(wa->tok_embd, wb->tok_embd, (size_t)hp->n_vocab * e * 4);
+	assert_memory_equal(wa->output, wb->output, (size_t)hp->n_vocab * e * 4);
+	assert_memory_equal(wa->output_norm, wb->output_norm, e * 4);
+	for (uint32_t l = 0; l < hp->n_layers; l++) {
+		const struct kvp_layer_weights *la = &wa->layers[l], *lb = &wb->layers[l];
+
+		assert_ptr_not_equal(la->wq, lb->wq);
+		assert_memory_equal(la->attn_norm, lb->attn_norm, e * 4);
+		assert_memory_equal(la->wq, lb->wq, qd * e * 4);
+		assert_memory_equal(la->wk, lb->wk, kvd * e * 4);
+		assert_memory_equal(la->wv, lb->wv, kvd * e * 4);
+		assert_memory_equal(la->wo, lb->wo, e * qd * 4);
+		assert_memory_equal(la->ffn_norm, lb->ffn_norm, e * 4);
+		assert_memory_equal(la->w_gate, lb->w_gate, hp->n_ff * e * 4);
+		assert_memory_equal(la->w_up, lb->w_up, hp->n_ff * e * 4);
+		assert_memory_equal(la->w_down, lb->w_down, e * hp->n_ff * 4);
+	}
+	/* the weights stay readable after the file's pages were dropped and it is gone */
+	kvp_test_rmtree(dir);
+	assert_memory_equal(wa->layers[0].wq, wb->layers[0].wq, qd * e * 4);
+	kvp_model_close(a);
+	kvp_model_close(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -392,6 +462,7 @@ int main(void)
 		cmocka_unit_test(test_hparams_from_metadata),
 		cmocka_unit_test(test_format_details),
 		cmocka_unit_test(test_open_file_and_fingerprint),
+		cmocka_unit_test(test_weights_copied_equal_mapped),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
