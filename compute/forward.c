@@ -19,7 +19,11 @@
  * kvp_gemv_rows() split by output rows over our own pool, because decode is bound by
  * reading the weights and OpenBLAS's sgemm reads them several times slower at small M
  * while its sgemv takes only one input row.  Attention runs on our pool too, split
- * by (sequence, kv head), since OpenBLAS has nothing for it.
+ * by (sequence, kv head), since OpenBLAS has nothing for it.  A job too small to pay
+ * for a fork-join (POOL_MIN_BYTES: every matrix of a tiny model, short attention)
+ * runs on the calling thread alone, with our kernel even for one row, so neither our
+ * workers nor OpenBLAS's are woken: a woken OpenBLAS thread spins on sched_yield for
+ * ~0.1 s afterwards, which a daemon answering 1-token requests paid in full.
  */
 #include "compute/forward.h"
 

@@ -45,9 +45,9 @@
 /*
  * How long a waiting side spins before it sleeps: well above the gap between two
  * jobs of one decode step (the caller's norms, RoPE and K/V stores: a few us), well
- * below a daemon's idle gaps.  Measured (docs/compute.md): 20..100 us gave the same
- * decode rates; the round trip of the daemon does not depend on it once small jobs
- * skip the pool.
+ * below a daemon's idle gaps; about what the old count of 4000 pauses took on a core
+ * with short pauses.  Not tuned further: the daemon's 1-token round trip no longer
+ * reaches the pool (forward.c keeps small jobs on the caller).
  */
 #define SPIN_NS 50000u
 /* pauses between two clock reads (a pause is 10..140 cycles depending on the core) */

@@ -4,9 +4,11 @@
  * run (batched decode projections, attention).
  *
  * kvp_threads_run() runs fn(arg, i, n) for i = 0 .. n-1, i = 0 on the caller, and
- * returns when all are done.  Workers spin briefly after a job (decode issues one job
- * per projection, tens of microseconds apart), then sleep on a futex, so an idle pool
- * costs nothing.  One caller at a time.
+ * returns when all are done.  Workers spin up to 50 us after a job (decode issues one
+ * job per projection, microseconds apart), then sleep on a futex; the caller waiting
+ * for a slow worker does the same, so an idle pool costs nothing and a descheduled
+ * worker is waited for without burning a vCPU.  One caller at a time.  Callers keep
+ * jobs too small for a fork-join off the pool (forward.c: POOL_MIN_BYTES).
  */
 #ifndef KVP_COMPUTE_THREADS_H
 #define KVP_COMPUTE_THREADS_H

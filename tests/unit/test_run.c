@@ -155,7 +155,7 @@ static void test_tokens_and_sampling_flags(void **state)
 	/*
 	 * --tokens runs the same prompt as its text; sampling with a seed repeats exactly,
 	 * another seed differs; f16 K/V, 2-token blocks and 2-token chunks give the greedy
-	 * tokens of the defaults
+	 * tokens of the defaults, and so do weights copied into huge pages (--weights copy)
 	 */
 	struct fixture *f = *state;
 	const char *text[] = { "-m", f->model, "-p", "Hello", "-n", "12", "--json", NULL };
@@ -163,6 +163,8 @@ static void test_tokens_and_sampling_flags(void **state)
 			      "--json", NULL };
 	const char *small[] = { "-m", f->model, "-p", "Hello", "-n", "12", "--json", "--kv-type",
 				"f16", "--block-tokens", "2", "--chunk", "2", "--threads", "1", NULL };
+	const char *copy[] = { "-m", f->model, "-p", "Hello", "-n", "12", "--json", "--weights",
+			       "copy", NULL };
 	const char *s1[] = { "-m", f->model, "-p", "Hello", "-n", "24", "--json", "--temperature",
 			     "1.5", "--top-k", "50", "--top-p", "0.95", "--seed", "7", NULL };
 	const char *s2[] = { "-m", f->model, "-p", "Hello", "-n", "24", "--json", "--temperature",
@@ -176,6 +178,10 @@ static void test_tokens_and_sampling_flags(void **state)
 	assert_int_equal(json_tokens(b, tb, 32), 12);
 	assert_memory_equal(ta, tb, 12 * sizeof(int32_t));
 	assert_int_equal(run(&c, small), 0);
+	assert_int_equal(json_tokens(c, tc, 32), 12);
+	assert_memory_equal(ta, tc, 12 * sizeof(int32_t));
+	free(c);
+	assert_int_equal(run(&c, copy), 0);
 	assert_int_equal(json_tokens(c, tc, 32), 12);
 	assert_memory_equal(ta, tc, 12 * sizeof(int32_t));
 	assert_int_equal(run(&d, s1), 0);
@@ -239,6 +245,7 @@ static void test_help_and_bad_arguments(void **state)
 		{ "-m", f->model, "-p", "x", "--temperature", "-1", NULL },
 		{ "-m", f->model, "-p", "x", "--top-p", "1.5", NULL },
 		{ "-m", f->model, "-p", "x", "--kv-type", "q8_0", NULL },
+		{ "-m", f->model, "-p", "x", "--weights", "huge", NULL },
 		{ "-m", f->model, "--tokens", "1,,2", NULL },
 		{ "-m", f->model, "--tokens", "1,259", NULL },	/* id past the vocabulary */
 		{ "-m", f->model, "-p", "x", "stray", NULL },
