@@ -200,6 +200,23 @@ static void arena_seal(struct kvp_model *m)
 }
 
 /*
+ * With the weights copied, nothing reads the file's tensor data again after open: this
+ * process's pages of [p, p + len) are dropped as soon as a tensor has been copied, and
+ * again once it has been hashed, so the resident size peaks at the arena plus one
+ * tensor instead of the arena plus the whole file.  Safe: a later read would fault the
+ * pages in again from the file (MAP_PRIVATE, never written); the page cache stays, the
+ * kernel's to reclaim.  A caller's buffer (kvp_model_open_mem) is never touched.
+ */
+static void drop_file_pages(const struct kvp_model *m, const void *p, size_t len)
+{
+	uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1);
+	uintptr_t b = ((uintptr_t)p + len) & ~(page - 1);
+
+	if (m->placement == KVP_MODEL_WEIGHTS_COPY && m->gguf->mapped && b > a)
+		madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/*
  * Find tensor @name of shape (ne0, ne1) (ne1 = 1 for a vector) and return f32 data:
  * in place for an aligned F32 tensor (unless the weights are copied), else converted
  * or copied into the arena.
@@ -244,6 +261,7 @@ static int bind(struct kvp_model *m, const char *name, uint64_t ne0, uint64_t ne
 	buf = (float *)(m->arena + m->arena_used);
 	m->arena_used += bytes;
 	kvp_dequant(buf, t->data, t->type, t->n_elems);
+	drop_file_pages(m, t->data, t->n_bytes);
 	if (t->type == KVP_GGML_F32) {
 		m->info.copied_bytes += bytes;
 	} else {
@@ -380,28 +398,10 @@ static void fingerprint(struct kvp_model *m)
 		XXH3_128bits_update(&st, &t->type, sizeof(t->type));
 		XXH3_128bits_update(&st, t->ne, sizeof(t->ne));
 		XXH3_128bits_update(&st, t->data, t->n_bytes);
+		drop_file_pages(m, t->data, t->n_bytes);
 	}
 	h = XXH3_128bits_digest(&st);
 	XXH128_canonicalFromHash((XXH128_canonical_t *)m->fp, h);
-}
-
-/*
- * With the weights copied, nothing reads the file's tensor data again: drop this
- * process's pages of it (a later read would fault them in again from the file, so
- * this is safe), leaving the page cache to the kernel.  The resident cost of copying
- * is then the arena alone, about what the mapped tensors cost before.
- */
-static void release_tensor_pages(struct kvp_model *m)
-{
-	const struct kvp_gguf *g = m->gguf;
-	uintptr_t page = 4096, a, b;
-
-	if (m->placement != KVP_MODEL_WEIGHTS_COPY || !g->mapped)
-		return;
-	a = ((uintptr_t)g->base + g->data_off + page - 1) & ~(page - 1);
-	b = ((uintptr_t)g->base + g->size) & ~(page - 1);
-	if (b > a)
-		madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 static int finish_open(struct kvp_model **out, struct kvp_model *m, const struct kvp_model_opts *o,
@@ -428,7 +428,6 @@ static int finish_open(struct kvp_model **out, struct kvp_model *m, const struct
 	m->info.file_type = file_type(m->gguf);
 	m->info.file_bytes = m->gguf->size;
 	fingerprint(m);
-	release_tensor_pages(m);
 	*out = m;
 	return 0;
 }

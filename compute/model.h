@@ -92,8 +92,12 @@ struct kvp_model_info {
  *                             memory, 4 KiB pages (page cache)
  * @KVP_MODEL_WEIGHTS_COPY:    F32 tensors copied at open into anonymous memory advised
  *                             MADV_HUGEPAGE: faster decode (the weight stream walks 2 MiB
- *                             pages) for one more copy of the weights in RAM (the file's
- *                             page cache stays, reclaimable) and a copy at open
+ *                             pages) for a slower open (the copy, huge-page faults, and
+ *                             memory compaction when 2 MiB pages are scarce: seconds
+ *                             for a 1B model).  The file's pages are dropped from the
+ *                             process tensor by tensor, so the resident size is about
+ *                             the mapped one; the file stays in the page cache
+ *                             (reclaimable) until the kernel needs the memory
  *
  * Tensors of other types are converted into that same huge-page memory either way.
  */
