@@ -12,13 +12,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "compute/errmsg.h"
 
 /* Sanity limits beyond the file size: a key or name longer than this is corruption. */
 #define KEY_MAX 65535u
@@ -74,20 +75,6 @@ static int cur_str(struct cur *c, struct kvp_gguf_str *s, uint64_t max)
 	s->p = (const char *)p;
 	s->len = len;
 	return 0;
-}
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
 }
 
 /* Bytes of one scalar of metadata type @t, or 0 for STRING/ARRAY/unknown. */
@@ -196,14 +183,14 @@ static int parse_kvs(struct kvp_gguf *g, struct cur *c, char *err, size_t errlen
 		size_t at = c->off, vstart;
 
 		if (cur_str(c, &kv->key, KEY_MAX) || cur_u32(c, &kv->type)) {
-			seterr(err, errlen, "gguf: metadata entry %llu truncated or bad key at offset %zu",
+			kvp_errmsg(err, errlen, "gguf: metadata entry %llu truncated or bad key at offset %zu",
 			       (unsigned long long)i, at);
 			return -EBADMSG;
 		}
 		vstart = c->off;
 		if (kv->type >= KVP_GGUF_VTYPE__COUNT ||
 		    skip_value(c, kv->type, 0, &kv->arr_type, &kv->arr_n)) {
-			seterr(err, errlen, "gguf: metadata '%.*s' (type %u) malformed or truncated at offset %zu",
+			kvp_errmsg(err, errlen, "gguf: metadata '%.*s' (type %u) malformed or truncated at offset %zu",
 			       (int)(kv->key.len > 128 ? 128 : kv->key.len), kv->key.p, kv->type, vstart);
 			return -EBADMSG;
 		}
@@ -226,7 +213,7 @@ static int parse_tensor_infos(struct kvp_gguf *g, struct cur *c, char *err, size
 
 		if (cur_str(c, &t->name, NAME_MAX_BYTES) || cur_u32(c, &t->n_dims) ||
 		    t->n_dims == 0 || t->n_dims > KVP_GGUF_MAX_DIMS) {
-			seterr(err, errlen, "gguf: tensor info %llu truncated or bad at offset %zu",
+			kvp_errmsg(err, errlen, "gguf: tensor info %llu truncated or bad at offset %zu",
 			       (unsigned long long)i, at);
 			return -EBADMSG;
 		}
@@ -237,7 +224,7 @@ static int parse_tensor_infos(struct kvp_gguf *g, struct cur *c, char *err, size
 				goto trunc;
 			if (t->ne[d] == 0 || __builtin_mul_overflow(t->n_elems, t->ne[d], &t->n_elems) ||
 			    t->n_elems > ELEMS_MAX) {
-				seterr(err, errlen, "gguf: tensor '%.*s' has a bad shape",
+				kvp_errmsg(err, errlen, "gguf: tensor '%.*s' has a bad shape",
 				       (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p);
 				return -EBADMSG;
 			}
@@ -245,14 +232,14 @@ static int parse_tensor_infos(struct kvp_gguf *g, struct cur *c, char *err, size
 		if (cur_u32(c, &t->type) || cur_u64(c, &off))
 			goto trunc;
 		if (!kvp_ggml_type_name(t->type)) {
-			seterr(err, errlen, "gguf: tensor '%.*s' has unknown type %u",
+			kvp_errmsg(err, errlen, "gguf: tensor '%.*s' has unknown type %u",
 			       (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p, t->type);
 			return -EBADMSG;
 		}
 		/* rows are whole blocks, so n_bytes = rows * row_bytes exactly */
 		uint64_t row = kvp_ggml_row_bytes(t->type, t->ne[0]);
 		if (!row || __builtin_mul_overflow(row, t->n_elems / t->ne[0], &t->n_bytes)) {
-			seterr(err, errlen, "gguf: tensor '%.*s': row of %llu is not whole %s blocks",
+			kvp_errmsg(err, errlen, "gguf: tensor '%.*s': row of %llu is not whole %s blocks",
 			       (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p,
 			       (unsigned long long)t->ne[0], kvp_ggml_type_name(t->type));
 			return -EBADMSG;
@@ -261,7 +248,7 @@ static int parse_tensor_infos(struct kvp_gguf *g, struct cur *c, char *err, size
 		t->data = (const void *)(uintptr_t)off;
 		continue;
 trunc:
-		seterr(err, errlen, "gguf: tensor info %llu truncated at offset %zu",
+		kvp_errmsg(err, errlen, "gguf: tensor info %llu truncated at offset %zu",
 		       (unsigned long long)i, c->off);
 		return -EBADMSG;
 	}
@@ -277,36 +264,36 @@ static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 	int r;
 
 	if (cur_u32(&c, &magic) || magic != KVP_GGUF_MAGIC) {
-		seterr(err, errlen, "gguf: not a GGUF file (bad magic)");
+		kvp_errmsg(err, errlen, "gguf: not a GGUF file (bad magic)");
 		return -EBADMSG;
 	}
 	if (cur_u32(&c, &g->version)) {
-		seterr(err, errlen, "gguf: header truncated");
+		kvp_errmsg(err, errlen, "gguf: header truncated");
 		return -EBADMSG;
 	}
 	if (g->version != 2 && g->version != 3) {
 		uint32_t sw = __builtin_bswap32(g->version);
 
 		if (sw == 2 || sw == 3)	/* v3 allows big-endian files; the magic reads the same */
-			seterr(err, errlen, "gguf: big-endian GGUF v%u is not supported", sw);
+			kvp_errmsg(err, errlen, "gguf: big-endian GGUF v%u is not supported", sw);
 		else
-			seterr(err, errlen, "gguf: unsupported version %u (want 2 or 3)", g->version);
+			kvp_errmsg(err, errlen, "gguf: unsupported version %u (want 2 or 3)", g->version);
 		return -EBADMSG;
 	}
 	if (cur_u64(&c, &g->n_tensors) || cur_u64(&c, &g->n_kv)) {
-		seterr(err, errlen, "gguf: header truncated");
+		kvp_errmsg(err, errlen, "gguf: header truncated");
 		return -EBADMSG;
 	}
 	/* a kv takes >= 13 bytes and a tensor info >= 32: bound counts before allocating */
 	if (g->n_kv > (c.size - c.off) / 13 || g->n_tensors > (c.size - c.off) / 32) {
-		seterr(err, errlen, "gguf: %llu metadata entries / %llu tensors cannot fit in %zu bytes",
+		kvp_errmsg(err, errlen, "gguf: %llu metadata entries / %llu tensors cannot fit in %zu bytes",
 		       (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors, g->size);
 		return -EBADMSG;
 	}
 	g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof(*g->kv));
 	g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof(*g->tensors));
 	if (!g->kv || !g->tensors) {
-		seterr(err, errlen, "gguf: out of memory");
+		kvp_errmsg(err, errlen, "gguf: out of memory");
 		return -ENOMEM;
 	}
 	r = parse_kvs(g, &c, err, errlen);
@@ -318,7 +305,7 @@ static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 	if (al) {
 		r = kvp_gguf_get_uint(g, "general.alignment", 1u << 20, &align64);
 		if (r || align64 == 0 || (align64 & (align64 - 1))) {
-			seterr(err, errlen, "gguf: general.alignment is not a power of two");
+			kvp_errmsg(err, errlen, "gguf: general.alignment is not a power of two");
 			return -EBADMSG;
 		}
 		g->alignment = (uint32_t)align64;
@@ -330,7 +317,7 @@ static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 
 	g->data_off = (c.off + g->alignment - 1) & ~(uint64_t)(g->alignment - 1);
 	if (g->n_tensors && g->data_off > g->size) {
-		seterr(err, errlen, "gguf: data section at %llu past end of file (%zu)",
+		kvp_errmsg(err, errlen, "gguf: data section at %llu past end of file (%zu)",
 		       (unsigned long long)g->data_off, g->size);
 		return -EBADMSG;
 	}
@@ -340,7 +327,7 @@ static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 
 		if (off % g->alignment || __builtin_add_overflow(g->data_off, off, &start) ||
 		    __builtin_add_overflow(start, t->n_bytes, &end) || end > g->size) {
-			seterr(err, errlen, "gguf: tensor '%.*s' data [%llu, +%llu) misaligned or past end of file (%zu)",
+			kvp_errmsg(err, errlen, "gguf: tensor '%.*s' data [%llu, +%llu) misaligned or past end of file (%zu)",
 			       (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p,
 			       (unsigned long long)off, (unsigned long long)t->n_bytes, g->size);
 			return -EBADMSG;
@@ -358,7 +345,7 @@ int kvp_gguf_parse(struct kvp_gguf **out, const void *buf, size_t len, char *err
 
 	*out = NULL;
 	if (!g) {
-		seterr(err, errlen, "gguf: out of memory");
+		kvp_errmsg(err, errlen, "gguf: out of memory");
 		return -ENOMEM;
 	}
 	g->base = buf;
@@ -382,17 +369,17 @@ int kvp_gguf_open(struct kvp_gguf **out, const char *path, char *err, size_t err
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		r = -errno;
-		seterr(err, errlen, "gguf: open %s: %s", path, strerror(-r));
+		kvp_errmsg(err, errlen, "gguf: open %s: %s", path, strerror(-r));
 		return r;
 	}
 	if (fstat(fd, &st) < 0) {
 		r = -errno;
-		seterr(err, errlen, "gguf: stat %s: %s", path, strerror(-r));
+		kvp_errmsg(err, errlen, "gguf: stat %s: %s", path, strerror(-r));
 		close(fd);
 		return r;
 	}
 	if (!S_ISREG(st.st_mode) || st.st_size < 24) {
-		seterr(err, errlen, "gguf: %s: not a regular file of at least 24 bytes", path);
+		kvp_errmsg(err, errlen, "gguf: %s: not a regular file of at least 24 bytes", path);
 		close(fd);
 		return -EBADMSG;
 	}
@@ -400,7 +387,7 @@ int kvp_gguf_open(struct kvp_gguf **out, const char *path, char *err, size_t err
 	r = -errno;
 	close(fd);	/* the mapping keeps the file */
 	if (map == MAP_FAILED) {
-		seterr(err, errlen, "gguf: mmap %s: %s", path, strerror(-r));
+		kvp_errmsg(err, errlen, "gguf: mmap %s: %s", path, strerror(-r));
 		return r;
 	}
 	r = kvp_gguf_parse(out, map, st.st_size, err, errlen);

@@ -12,7 +12,6 @@
 #include "compute/model.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "compute/errmsg.h"
 #include "compute/gguf.h"
 #include "compute/kernels.h"
 #include "compute/mkmodel.h"
@@ -47,20 +47,6 @@ struct kvp_model {
 	uint8_t fp[KVP_MODEL_FP_BYTES];
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 static int get_u32(const struct kvp_gguf *g, const char *key, uint32_t lo, uint32_t hi,
 		   int required, uint32_t *out, char *err, size_t errlen)
 {
@@ -70,11 +56,11 @@ static int get_u32(const struct kvp_gguf *g, const char *key, uint32_t lo, uint3
 	if (r == -ENOENT && !required)
 		return 0;
 	if (r == -ENOENT) {
-		seterr(err, errlen, "model: missing %s", key);
+		kvp_errmsg(err, errlen, "model: missing %s", key);
 		return -EBADMSG;
 	}
 	if (r || v < lo || v > hi) {
-		seterr(err, errlen, "model: %s out of range [%u, %u]", key, lo, hi);
+		kvp_errmsg(err, errlen, "model: %s out of range [%u, %u]", key, lo, hi);
 		return -EBADMSG;
 	}
 	*out = (uint32_t)v;
@@ -89,11 +75,11 @@ static int read_hparams(struct kvp_model *m, char *err, size_t errlen)
 	int r;
 
 	if (kvp_gguf_get_str(g, "general.architecture", &arch)) {
-		seterr(err, errlen, "model: no general.architecture");
+		kvp_errmsg(err, errlen, "model: no general.architecture");
 		return -EBADMSG;
 	}
 	if (!kvp_gguf_str_eq(arch, "llama")) {
-		seterr(err, errlen, "model: architecture '%.*s' is not supported (only llama)",
+		kvp_errmsg(err, errlen, "model: architecture '%.*s' is not supported (only llama)",
 		       (int)(arch.len > 64 ? 64 : arch.len), arch.p);
 		return -ENOTSUP;
 	}
@@ -114,7 +100,7 @@ static int read_hparams(struct kvp_model *m, char *err, size_t errlen)
 		return r;
 	if (hp->n_embd % hp->n_heads || hp->n_heads % hp->n_kv_heads ||
 	    (hp->n_embd / hp->n_heads) % 2) {
-		seterr(err, errlen, "model: n_embd %u, %u heads, %u kv heads do not divide evenly",
+		kvp_errmsg(err, errlen, "model: n_embd %u, %u heads, %u kv heads do not divide evenly",
 		       hp->n_embd, hp->n_heads, hp->n_kv_heads);
 		return -EBADMSG;
 	}
@@ -124,19 +110,19 @@ static int read_hparams(struct kvp_model *m, char *err, size_t errlen)
 			 errlen)))
 		return r;
 	if (hp->n_rot % 2) {
-		seterr(err, errlen, "model: llama.rope.dimension_count %u is odd", hp->n_rot);
+		kvp_errmsg(err, errlen, "model: llama.rope.dimension_count %u is odd", hp->n_rot);
 		return -EBADMSG;
 	}
 	hp->rope_base = 10000.0f;
 	hp->rms_eps = 1e-5f;
 	r = kvp_gguf_get_f32(g, "llama.rope.freq_base", &hp->rope_base);
 	if ((r && r != -ENOENT) || !(hp->rope_base > 1.0f) || hp->rope_base > 1e12f) {
-		seterr(err, errlen, "model: bad llama.rope.freq_base");
+		kvp_errmsg(err, errlen, "model: bad llama.rope.freq_base");
 		return -EBADMSG;
 	}
 	r = kvp_gguf_get_f32(g, "llama.attention.layer_norm_rms_epsilon", &hp->rms_eps);
 	if ((r && r != -ENOENT) || !(hp->rms_eps > 0.0f) || hp->rms_eps > 1.0f) {
-		seterr(err, errlen, "model: bad llama.attention.layer_norm_rms_epsilon");
+		kvp_errmsg(err, errlen, "model: bad llama.attention.layer_norm_rms_epsilon");
 		return -EBADMSG;
 	}
 	return 0;
@@ -230,19 +216,19 @@ static int bind(struct kvp_model *m, const char *name, uint64_t ne0, uint64_t ne
 	size_t bytes;
 
 	if (!t) {
-		seterr(err, errlen, "model: missing tensor %s", name);
+		kvp_errmsg(err, errlen, "model: missing tensor %s", name);
 		return -EBADMSG;
 	}
 	if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1 ||
 	    t->n_dims < n_dims || t->n_dims > 2) {
-		seterr(err, errlen, "model: tensor %s has shape [%llu, %llu], want [%llu, %llu]", name,
+		kvp_errmsg(err, errlen, "model: tensor %s has shape [%llu, %llu], want [%llu, %llu]", name,
 		       (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
 		       (unsigned long long)ne0, (unsigned long long)ne1);
 		return -EBADMSG;
 	}
 	if (t->type != KVP_GGML_F32 && t->type != KVP_GGML_F16 && t->type != KVP_GGML_BF16 &&
 	    t->type != KVP_GGML_Q8_0) {
-		seterr(err, errlen, "model: tensor %s has type %s, not supported (f32, f16, bf16, q8_0)",
+		kvp_errmsg(err, errlen, "model: tensor %s has type %s, not supported (f32, f16, bf16, q8_0)",
 		       name, kvp_ggml_type_name(t->type));
 		return -ENOTSUP;
 	}
@@ -255,7 +241,7 @@ static int bind(struct kvp_model *m, const char *name, uint64_t ne0, uint64_t ne
 	bytes = (t->n_elems * 4 + 63) & ~(size_t)63;
 	/* cannot happen: arena_need() counted every tensor of the file */
 	if (!m->arena || bytes > m->arena_cap - m->arena_used) {
-		seterr(err, errlen, "model: out of memory converting %s", name);
+		kvp_errmsg(err, errlen, "model: out of memory converting %s", name);
 		return -ENOMEM;
 	}
 	buf = (float *)(m->arena + m->arena_used);
@@ -301,22 +287,22 @@ static int bind_all(struct kvp_model *m, char *err, size_t errlen)
 	int r;
 
 	if (!emb || emb->n_dims != 2 || emb->ne[1] < 1 || emb->ne[1] > VOCAB_MAX) {
-		seterr(err, errlen, "model: token_embd.weight missing or not [n_embd, n_vocab]");
+		kvp_errmsg(err, errlen, "model: token_embd.weight missing or not [n_embd, n_vocab]");
 		return -EBADMSG;
 	}
 	m->hp.n_vocab = (uint32_t)emb->ne[1];
 	m->layers = calloc(hp->n_layers, sizeof(*m->layers));
 	if (!m->layers) {
-		seterr(err, errlen, "model: out of memory");
+		kvp_errmsg(err, errlen, "model: out of memory");
 		return -ENOMEM;
 	}
 	need = arena_need(m);
 	if (need == SIZE_MAX) {
-		seterr(err, errlen, "model: tensors too large to convert");
+		kvp_errmsg(err, errlen, "model: tensors too large to convert");
 		return -ENOMEM;
 	}
 	if (need && (r = arena_reserve(m, need))) {
-		seterr(err, errlen, "model: cannot reserve %zu bytes for the weights", need);
+		kvp_errmsg(err, errlen, "model: cannot reserve %zu bytes for the weights", need);
 		return r;
 	}
 	if ((r = bind(m, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->w.tok_embd, err, errlen)) ||
@@ -412,7 +398,7 @@ static int finish_open(struct kvp_model **out, struct kvp_model *m, const struct
 	m->placement = o && o->weights != KVP_MODEL_WEIGHTS_DEFAULT ? o->weights :
 		       KVP_MODEL_WEIGHTS_DEFAULT_IS;
 	if (m->placement != KVP_MODEL_WEIGHTS_MAP && m->placement != KVP_MODEL_WEIGHTS_COPY) {
-		seterr(err, errlen, "model: unknown weight placement %u", m->placement);
+		kvp_errmsg(err, errlen, "model: unknown weight placement %u", m->placement);
 		kvp_model_close(m);
 		return -EINVAL;
 	}
@@ -445,7 +431,7 @@ int kvp_model_open_opts(struct kvp_model **out, const char *path, const struct k
 
 	*out = NULL;
 	if (!m) {
-		seterr(err, errlen, "model: out of memory");
+		kvp_errmsg(err, errlen, "model: out of memory");
 		return -ENOMEM;
 	}
 	r = kvp_gguf_open(&m->gguf, path, err, errlen);
@@ -464,7 +450,7 @@ int kvp_model_open_mem(struct kvp_model **out, const void *buf, size_t len, char
 
 	*out = NULL;
 	if (!m) {
-		seterr(err, errlen, "model: out of memory");
+		kvp_errmsg(err, errlen, "model: out of memory");
 		return -ENOMEM;
 	}
 	r = kvp_gguf_parse(&m->gguf, buf, len, err, errlen);

@@ -20,10 +20,10 @@
 #include <unistd.h>
 
 #include "compute/forward.h"
-#include "compute/mkmodel.h"
 #include "compute/model.h"
 #include "compute/sample.h"
 #include "shm/geom.h"
+#include "tests/bench/bench_models.h"
 #include "tests/lib/testlib.h"
 
 #define PROMPT 128u
@@ -258,38 +258,28 @@ static int bench_model(const char *path, int threads, double bw)
 	return rc;
 }
 
+struct run_arg {
+	int threads;
+	double bw;
+};
+
+static int run_model(const char *path, void *arg)
+{
+	const struct run_arg *a = arg;
+
+	return bench_model(path, a->threads, a->bw);
+}
+
 int main(int argc, char **argv)
 {
-	static const char *const presets[] = { "demo", "1b" };
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	int threads = ncpu > 0 && ncpu < 64 ? (int)ncpu : 1, rc = 0;
-	char dir[256], path[512], err[256];
-	double bw;
+	struct run_arg a = { .threads = ncpu > 0 && ncpu < 64 ? (int)ncpu : 1 };
+	int rc;
 
 	kvp_bench_cpu_regime(300);
-	bw = copy_gbps(threads);
-	printf("copy bandwidth (%d threads, read + write): %.1f GB/s\n", threads, bw);
-	if (argc > 1) {
-		for (int i = 1; i < argc; i++)
-			rc |= bench_model(argv[i], threads, bw);
-		return rc;
-	}
-	if (kvp_test_tmpdir(dir, sizeof(dir)))
-		return 1;
-	for (size_t i = 0; i < 2; i++) {
-		struct kvp_mkmodel_opts o;
-
-		kvp_mkmodel_preset(&o, presets[i]);
-		snprintf(path, sizeof(path), "%s/%s.gguf", dir, presets[i]);
-		if (kvp_mkmodel_write(path, &o, err, sizeof(err))) {
-			fprintf(stderr, "bench-decode: %s\n", err);
-			rc = 1;
-			break;
-		}
-		rc |= bench_model(path, threads, bw);
-		unlink(path);
-	}
+	a.bw = copy_gbps(a.threads);
+	printf("copy bandwidth (%d threads, read + write): %.1f GB/s\n", a.threads, a.bw);
+	rc = kvp_bench_each_model("bench-decode", argc, argv, run_model, &a);
 	kvp_bench_cpu_regime(300);
-	kvp_test_rmtree(dir);
 	return rc;
 }

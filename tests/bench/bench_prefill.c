@@ -15,9 +15,9 @@
 #include <unistd.h>
 
 #include "compute/forward.h"
-#include "compute/mkmodel.h"
 #include "compute/model.h"
 #include "shm/geom.h"
+#include "tests/bench/bench_models.h"
 #include "tests/lib/testlib.h"
 
 #define CHUNK 512u
@@ -118,35 +118,19 @@ static int bench_model(const char *path, int threads)
 	return 0;
 }
 
+static int run_model(const char *path, void *arg)
+{
+	return bench_model(path, *(int *)arg);
+}
+
 int main(int argc, char **argv)
 {
-	static const char *const presets[] = { "demo", "1b" };
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	int threads = ncpu > 0 ? (int)ncpu : 1, rc = 0;
-	char dir[256], path[512], err[256];
+	int threads = ncpu > 0 ? (int)ncpu : 1;
+	int rc;
 
 	kvp_bench_cpu_regime(300);
-	if (argc > 1) {
-		for (int i = 1; i < argc; i++)
-			rc |= bench_model(argv[i], threads);
-		return rc;
-	}
-	if (kvp_test_tmpdir(dir, sizeof(dir)))
-		return 1;
-	for (size_t i = 0; i < 2; i++) {
-		struct kvp_mkmodel_opts o;
-
-		kvp_mkmodel_preset(&o, presets[i]);
-		snprintf(path, sizeof(path), "%s/%s.gguf", dir, presets[i]);
-		if (kvp_mkmodel_write(path, &o, err, sizeof(err))) {
-			fprintf(stderr, "bench-prefill: %s\n", err);
-			rc = 1;
-			break;
-		}
-		rc |= bench_model(path, threads);
-		unlink(path);
-	}
+	rc = kvp_bench_each_model("bench-prefill", argc, argv, run_model, &threads);
 	kvp_bench_cpu_regime(300);
-	kvp_test_rmtree(dir);
 	return rc;
 }
