@@ -38,6 +38,9 @@ enum kvp_huge_pages {
  * @threads:            compute threads; 0 = one per online CPU
  * @log_level:          syslog priority threshold (LOG_ERR .. LOG_DEBUG)
  * @drain_timeout_ms:   on SIGTERM, time running requests get to finish
+ * @weights:            enum kvp_model_weights: KVP_MODEL_WEIGHTS_COPY (default: decode
+ *                      reads the weights from huge pages, for a slower start) or
+ *                      KVP_MODEL_WEIGHTS_MAP (used in place from the file mapping)
  * [pool]
  * @pool_bytes:         size of the KV block pool
  * @block_tokens:       tokens per KV block
@@ -65,6 +68,7 @@ struct kvp_config {
 	uint32_t threads;
 	int log_level;
 	uint32_t drain_timeout_ms;
+	uint32_t weights;
 
 	uint64_t pool_bytes;
 	uint32_t block_tokens;

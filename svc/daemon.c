@@ -628,10 +628,13 @@ static int generate_demo(struct kvp_daemon *d)
 
 static int load_model(struct kvp_daemon *d)
 {
+	const struct kvp_model_opts mo = { .weights = d->cfg.weights };
 	const struct kvp_model_hparams *hp;
 	const struct kvp_model_info *mi;
 	char err[256] = "";
 	bool demo = !*d->cfg.model_path;
+	uint64_t t0;
+	double load_s;
 	int r;
 
 	if (demo) {
@@ -646,8 +649,10 @@ static int load_model(struct kvp_daemon *d)
 	} else {
 		snprintf(d->model_path, sizeof(d->model_path), "%s", d->cfg.model_path);
 	}
-	kvp_notify_status(&d->notify, "loading %s", d->model_path);
-	r = kvp_model_open(&d->model, d->model_path, err, sizeof(err));
+	kvp_notify_status(&d->notify, "loading %s (weights %s)", d->model_path,
+			  d->cfg.weights == KVP_MODEL_WEIGHTS_COPY ? "copied" : "mapped");
+	t0 = now_ns();
+	r = kvp_model_open_opts(&d->model, d->model_path, &mo, err, sizeof(err));
 	if (r == -EBADMSG && demo) {
 		/* a demo model cut short by a crash while writing: make it again */
 		kvp_log(LOG_WARNING, "model: %s: %s; regenerating the demo model", d->model_path,
@@ -655,12 +660,14 @@ static int load_model(struct kvp_daemon *d)
 		r = generate_demo(d);
 		if (r < 0)
 			return r;
-		r = kvp_model_open(&d->model, d->model_path, err, sizeof(err));
+		t0 = now_ns();
+		r = kvp_model_open_opts(&d->model, d->model_path, &mo, err, sizeof(err));
 	}
 	if (r < 0) {
 		kvp_log(LOG_ERR, "model: open %s: %s", d->model_path, *err ? err : strerror(-r));
 		return r;
 	}
+	load_s = (double)(now_ns() - t0) / 1e9;
 	r = kvp_tokenizer_new(&d->tok, d->model, err, sizeof(err));
 	if (r < 0) {
 		kvp_log(LOG_ERR, "model: tokenizer of %s: %s", d->model_path,
@@ -680,6 +687,16 @@ static int load_model(struct kvp_daemon *d)
 	if (mi->n_converted)
 		kvp_log(LOG_INFO, "model: converted %u tensors to f32 at load (%.1f MiB)",
 			mi->n_converted, (double)mi->converted_bytes / (1 << 20));
+	/* the load time is what daemon.weights = copy costs: say what it bought */
+	if (mi->weights_copied)
+		kvp_log(LOG_INFO, "model: loaded in %.3f s, weights copied into huge-page "
+			"memory: %.1f MiB copied, arena %.1f MiB (daemon.weights = copy)",
+			load_s, (double)mi->copied_bytes / (1 << 20),
+			(double)mi->arena_bytes / (1 << 20));
+	else
+		kvp_log(LOG_INFO, "model: loaded in %.3f s, weights used in place from the file "
+			"mapping, arena %.1f MiB (daemon.weights = map)",
+			load_s, (double)mi->arena_bytes / (1 << 20));
 	return 0;
 }
 

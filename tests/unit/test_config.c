@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "compute/model.h"
 #include "svc/config.h"
 #include "tests/lib/testlib.h"
 
@@ -84,6 +85,7 @@ static void test_defaults_are_valid(void **state)
 	assert_int_equal(f->c.block_tokens, 16);
 	assert_int_equal(f->c.huge_pages, KVP_HUGE_AUTO);
 	assert_int_equal(f->c.drain_timeout_ms, 10000);
+	assert_int_equal(f->c.weights, KVP_MODEL_WEIGHTS_COPY);
 	assert_string_equal(f->c.model_path, "");
 }
 
@@ -144,6 +146,42 @@ static void test_bad_value_names_key_and_line(void **state)
 	write_file(f->path, "[daemon]\nthreads = -1\n");
 	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
 	assert_non_null(strstr(f->err, ":2: daemon.threads: '-1' is not a whole number"));
+}
+
+static void test_weights_key(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+
+	/* daemon.weights: copy by default, map from the file, a flag overrides the file in
+	 * both spellings, and a bad value is refused naming file, line, key and the choices */
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", NULL), 0);
+	assert_int_equal(f->c.weights, KVP_MODEL_WEIGHTS_COPY);
+	write_file(f->path, "[daemon]\nthreads = 1\nweights = map\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), 0);
+	assert_int_equal(f->c.weights, KVP_MODEL_WEIGHTS_MAP);
+	assert_int_equal(parse(f, &act, "--config", f->path, "--weights", "copy", NULL), 0);
+	assert_int_equal(f->c.weights, KVP_MODEL_WEIGHTS_COPY);
+	assert_int_equal(parse(f, &act, "--weights=map", NULL), 0);
+	assert_int_equal(f->c.weights, KVP_MODEL_WEIGHTS_MAP);
+	assert_int_equal(parse(f, &act, "--set", "daemon.weights=MAP", NULL), 0);
+	assert_int_equal(f->c.weights, KVP_MODEL_WEIGHTS_MAP);
+
+	write_file(f->path, "[daemon]\nthreads = 1\n\nweights = hugepages\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, f->path));
+	assert_non_null(strstr(f->err, ":4: daemon.weights: 'hugepages' is not one of copy, map"));
+	/* "default" is compute/'s own choice, not a daemon setting: refused too */
+	write_file(f->path, "[daemon]\nweights = default\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":2: daemon.weights: 'default' is not one of"));
+	write_file(f->path, "[daemon]\nweights =\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":2: daemon.weights: '' is not one of"));
+	assert_int_equal(parse(f, &act, "--weights", "mmap", NULL), -EINVAL);
+	assert_non_null(strstr(f->err, "--weights: 'mmap' is not one of copy, map"));
+	assert_int_equal(parse(f, &act, "--weights", NULL), -EINVAL);
+	assert_non_null(strstr(f->err, "--weights: needs a value"));
 }
 
 static void test_structural_errors(void **state)
@@ -293,6 +331,7 @@ static void test_print_reads_back(void **state)
 	strcpy(f->c.model_path, "/models/x.gguf");
 	strcpy(f->c.status_path, "");
 	f->c.log_level = LOG_WARNING;
+	f->c.weights = KVP_MODEL_WEIGHTS_MAP;
 	fp = fopen(f->path, "w");
 	assert_non_null(fp);
 	kvp_config_print(&f->c, fp);
@@ -309,7 +348,7 @@ static void test_usage_lists_every_flag(void **state)
 	const char *flags[] = { "--config", "--model", "--socket", "--status-socket",
 				"--pool-size", "--block-size", "--huge-pages", "--threads",
 				"--foreground", "--log-level", "--state-dir", "--kv-dtype",
-				"--drain-timeout-ms" };
+				"--drain-timeout-ms", "--weights" };
 	char text[16384];
 	size_t n;
 	FILE *fp;
@@ -324,6 +363,9 @@ static void test_usage_lists_every_flag(void **state)
 	fclose(fp);
 	for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
 		assert_non_null(strstr(text, flags[i]));
+	/* the weights default is a trade an operator must be told about */
+	assert_non_null(strstr(text, "slower start"));
+	assert_non_null(strstr(text, "long-running daemon"));
 }
 
 int main(void)
@@ -335,6 +377,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_bad_value_names_key_and_line, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_weights_key, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_structural_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_missing_files, setup, teardown),
 		cmocka_unit_test(test_sizes),
