@@ -12,7 +12,9 @@
  *  - --socket-group / --status-group give each socket (mode 0660) its own group;
  *  - without --model it generates the demo model once into its state directory and
  *    reuses it on the next start; SIGTERM while it generates is a clean stop (exit 0)
- *    that leaves no temporary file, and leftovers of a killed attempt are removed.
+ *    that leaves no temporary file, and leftovers of a killed attempt are removed;
+ *  - the weights are copied into huge-page memory by default and used in place with
+ *    --weights map, the log says which and what it cost, and both give the same tokens.
  */
 #include <errno.h>
 #include <grp.h>
@@ -300,6 +302,37 @@ static void test_socket_groups(void **state)
 	kvpd_cleanup(&d);
 }
 
+struct tokens {
+	int32_t ids[16];
+	uint32_t n;
+};
+
+static int keep_tok(void *arg, const int32_t *t, uint32_t n, const char *text, uint32_t tl)
+{
+	struct tokens *k = arg;
+
+	for (uint32_t i = 0; i < n && k->n < 16; i++)
+		k->ids[k->n++] = t[i];
+	return 0;
+}
+
+/* 8 greedy tokens of a fixed text prompt from the daemon at @sock. */
+static void greedy8(const char *sock, struct tokens *out)
+{
+	struct kvp_client_prompt pr = { .text = "Weights in huge pages.", .text_len = 22 };
+	struct kvp_client *k = NULL;
+	struct kvp_client_params p;
+	struct kvp_usage u;
+
+	memset(out, 0, sizeof(*out));
+	assert_int_equal(kvp_client_connect(sock, &k), 0);
+	kvp_client_params_init(&p);
+	p.max_new_tokens = 8;
+	assert_int_equal(kvp_client_generate(k, &pr, &p, keep_tok, out, &u), 0);
+	assert_int_equal(out->n, u.generated_tokens);
+	kvp_client_close(k);
+}
+
 static void test_demo_model_generated_once(void **state)
 {
 	struct kvpd d;
@@ -310,6 +343,8 @@ static void test_demo_model_generated_once(void **state)
 	struct kvp_client_params p;
 	struct kvp_client_prompt pr = { .text = "The cache remembers.", .text_len = 20 };
 	struct kvp_usage u;
+	const char *map_args[] = { "--pool-size", "64M", "--weights", "map", NULL };
+	struct tokens copied, mapped;
 
 	/* no --model: the demo model appears in the state directory and serves */
 	assert_int_equal(kvpd_init(&d), 0);
@@ -326,6 +361,11 @@ static void test_demo_model_generated_once(void **state)
 	assert_int_equal(kvp_client_generate(k, &pr, &p, NULL, NULL, &u), 0);
 	assert_int_equal(u.prompt_tokens, 21);	/* BOS + 20 bytes */
 	kvp_client_close(k);
+	/* the default placement: copied, with its cost logged (demo: ~398 MiB of f32) */
+	assert_true(kvpd_log_has(&d, "weights copied into huge-page memory"));
+	assert_true(kvpd_log_has(&d, "(daemon.weights = copy)"));
+	assert_false(kvpd_log_has(&d, " copied, arena 0.0 MiB"));
+	greedy8(d.sock, &copied);
 	assert_int_equal(kvpd_stop(&d), 0);
 
 	/* the next start reuses the same file */
@@ -335,6 +375,17 @@ static void test_demo_model_generated_once(void **state)
 	assert_int_equal(stat(path, &st2), 0);
 	assert_int_equal(st1.st_ino, st2.st_ino);
 	assert_int_equal(st1.st_mtime, st2.st_mtime);
+	assert_int_equal(kvpd_stop(&d), 0);
+
+	/* --weights map: used in place (no arena for an all-f32 model), the same tokens */
+	assert_int_equal(truncate(d.log, 0), 0);
+	assert_int_equal(kvpd_start(&d, 300, map_args), 0);
+	assert_true(kvpd_log_has(&d, "weights used in place from the file mapping, arena 0.0 MiB"
+				 " (daemon.weights = map)"));
+	greedy8(d.sock, &mapped);
+	assert_true(copied.n > 0);
+	assert_int_equal(mapped.n, copied.n);
+	assert_memory_equal(mapped.ids, copied.ids, copied.n * sizeof(int32_t));
 	assert_int_equal(kvpd_stop(&d), 0);
 	kvpd_cleanup(&d);
 }
