@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -95,6 +96,9 @@ int kvpd_start(struct kvpd *d, double timeout_s, const char *const *args)
 		return -errno;
 	if (d->pid == 0) {
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+
+		/* a test killed by its timeout must not leave a daemon behind */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 
 		if (fd >= 0) {
 			dup2(fd, STDERR_FILENO);
