@@ -78,8 +78,9 @@ field() { # field NAME JSON -> the number after "NAME":
 show() { # show TITLE JSON
 	local j=$2
 	printf '%s\n' "$1"
-	printf '    generated text (random synthetic weights: not meant to read well): %s\n' \
-		"$(sed -n 's/.*"text":"\(.*\)","usage".*/\1/p' <<<"$j" | tr -c '[:print:]' '.')"
+	# random synthetic weights over a byte vocabulary: the ids say more than the bytes
+	printf '    generated token ids (synthetic model, not meant to read well): %s\n' \
+		"$(sed -n 's/.*"tokens":\[\([0-9,]*\)\].*/\1/p' <<<"$j" | tr ',' ' ')"
 	for f in prompt_tokens cached_tokens cache_creation_tokens recomputed_tokens \
 		generated_tokens queue_ms ttft_ms prefill_ms decode_ms; do
 		printf '    %-22s %s\n' "$f" "$(field "$f" "$j")"
