@@ -23,6 +23,7 @@ struct out {
 	size_t cap;
 	size_t len;
 	bool full;
+	bool first;	/* JSON: next member is the first of its object or array */
 };
 
 static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -44,11 +45,39 @@ static void put(struct out *o, const char *fmt, ...)
 	o->len += (size_t)n;
 }
 
-/* "key": "escaped string" */
+/*
+ * JSON members.  The writer places the commas: every member but the first of its
+ * object or array is preceded by one, so a renderer lists fields and nothing else.
+ */
+static void sep(struct out *o)
+{
+	if (!o->first)
+		put(o, ",");
+	o->first = false;
+}
+
+/* Open an object or array ('{' or '['), as member @key, or as an element when NULL. */
+static void open_(struct out *o, const char *key, char brace)
+{
+	sep(o);
+	if (key)
+		put(o, "\"%s\":", key);
+	put(o, "%c", brace);
+	o->first = true;
+}
+
+static void close_(struct out *o, char brace)
+{
+	put(o, "%c", brace);
+	o->first = false;
+}
+
+/* "key": "escaped string" (at most @max bytes of @s) */
 static void put_str(struct out *o, const char *key, const char *s, size_t max)
 {
 	size_t i;
 
+	sep(o);
 	put(o, "\"%s\":\"", key);
 	for (i = 0; i < max && s[i]; i++) {
 		unsigned char ch = (unsigned char)s[i];
@@ -68,6 +97,32 @@ static double finite_or_zero(double v)
 	return isfinite(v) ? v : 0.0;
 }
 
+static void put_u(struct out *o, const char *key, uint64_t v)
+{
+	sep(o);
+	put(o, "\"%s\":%llu", key, (unsigned long long)v);
+}
+
+static void put_i(struct out *o, const char *key, long long v)
+{
+	sep(o);
+	put(o, "\"%s\":%lld", key, v);
+}
+
+/* a ratio or rate: 6 significant digits */
+static void put_d(struct out *o, const char *key, double v)
+{
+	sep(o);
+	put(o, "\"%s\":%.6g", key, finite_or_zero(v));
+}
+
+/* milliseconds, to the microsecond */
+static void put_ms(struct out *o, const char *key, double v)
+{
+	sep(o);
+	put(o, "\"%s\":%.3f", key, finite_or_zero(v));
+}
+
 double kvp_status_ratio(uint64_t hits, uint64_t total)
 {
 	return total ? (double)hits / (double)total : 0.0;
@@ -80,180 +135,131 @@ static int finish(struct out *o)
 	return (int)o->len;
 }
 
-#define U(name, v) put(o, "\"%s\":%llu", name, (unsigned long long)(v))
-#define D(name, v) put(o, "\"%s\":%.6g", name, finite_or_zero(v))
-#define MS(name, v) put(o, "\"%s\":%.3f", name, finite_or_zero(v))
-
 int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t cap)
 {
-	struct out out = { .buf = buf, .cap = cap };
+	struct out out = { .buf = buf, .cap = cap, .first = true };
 	struct out *o = &out;
 	uint32_t i;
 
 	if (!cap)
 		return -ENOSPC;
-	put(o, "{\"daemon\":{");
-	put_str(o, "version", s->version, sizeof(s->version));
-	put(o, ",");
-	put_str(o, "model", s->model, sizeof(s->model));
-	put(o, ",");
-	put_str(o, "state", s->state, sizeof(s->state));
-	put(o, ",");
-	U("pid", s->pid);
-	put(o, ",");
-	U("uptime_ms", s->uptime_ms);
+	open_(o, NULL, '{');
 
-	put(o, "},\"pool\":{");
-	U("bytes", s->pool_bytes);
-	put(o, ",");
-	U("block_bytes", s->block_bytes);
-	put(o, ",");
-	U("block_tokens", s->block_tokens);
-	put(o, ",");
+	open_(o, "daemon", '{');
+	put_str(o, "version", s->version, sizeof(s->version));
+	put_str(o, "model", s->model, sizeof(s->model));
+	put_str(o, "state", s->state, sizeof(s->state));
+	put_u(o, "pid", s->pid);
+	put_u(o, "uptime_ms", s->uptime_ms);
+	close_(o, '}');
+
+	open_(o, "pool", '{');
+	put_u(o, "bytes", s->pool_bytes);
+	put_u(o, "block_bytes", s->block_bytes);
+	put_u(o, "block_tokens", s->block_tokens);
 	put_str(o, "page_kind", s->page_kind, sizeof(s->page_kind));
-	put(o, ",");
 	put_str(o, "kv_dtype", s->kv_dtype, sizeof(s->kv_dtype));
-	put(o, ",");
-	U("blocks_total", s->blocks_total);
-	put(o, ",");
-	U("blocks_used", s->blocks_used);
-	put(o, ",");
-	U("blocks_cached", s->blocks_cached);
-	put(o, ",");
-	U("blocks_free", s->blocks_free);
-	put(o, ",\"arenas\":[");
+	put_u(o, "blocks_total", s->blocks_total);
+	put_u(o, "blocks_used", s->blocks_used);
+	put_u(o, "blocks_cached", s->blocks_cached);
+	put_u(o, "blocks_free", s->blocks_free);
+	open_(o, "arenas", '[');
 	for (i = 0; i < s->n_arenas && i < KVP_STATUS_MAX_ARENAS; i++) {
 		const struct kvp_status_arena *a = &s->arenas[i];
 
-		put(o, "%s{", i ? "," : "");
-		U("node", a->node);
-		put(o, ",");
-		U("blocks_total", a->blocks_total);
-		put(o, ",");
-		U("blocks_used", a->blocks_used);
-		put(o, ",");
-		U("blocks_cached", a->blocks_cached);
-		put(o, ",");
-		U("blocks_free", a->blocks_free);
-		put(o, "}");
+		open_(o, NULL, '{');
+		put_u(o, "node", a->node);
+		put_u(o, "blocks_total", a->blocks_total);
+		put_u(o, "blocks_used", a->blocks_used);
+		put_u(o, "blocks_cached", a->blocks_cached);
+		put_u(o, "blocks_free", a->blocks_free);
+		close_(o, '}');
 	}
+	close_(o, ']');
+	close_(o, '}');
 
-	put(o, "]},\"index\":{");
-	U("entries", s->index_entries);
-	put(o, ",");
-	U("lookups", s->index_lookups);
-	put(o, ",");
-	U("hit_requests", s->index_hit_requests);
-	put(o, ",");
-	D("request_hit_rate", kvp_status_ratio(s->index_hit_requests, s->index_lookups));
-	put(o, ",");
-	U("lookup_tokens", s->index_lookup_tokens);
-	put(o, ",");
-	U("hit_tokens", s->index_hit_tokens);
-	put(o, ",");
-	D("token_hit_rate", kvp_status_ratio(s->index_hit_tokens, s->index_lookup_tokens));
-	put(o, ",");
-	U("inserts", s->index_inserts);
-	put(o, ",");
-	U("evictions", s->index_evictions);
+	open_(o, "index", '{');
+	put_u(o, "entries", s->index_entries);
+	put_u(o, "lookups", s->index_lookups);
+	put_u(o, "hit_requests", s->index_hit_requests);
+	put_d(o, "request_hit_rate", kvp_status_ratio(s->index_hit_requests, s->index_lookups));
+	put_u(o, "lookup_tokens", s->index_lookup_tokens);
+	put_u(o, "hit_tokens", s->index_hit_tokens);
+	put_d(o, "token_hit_rate", kvp_status_ratio(s->index_hit_tokens, s->index_lookup_tokens));
+	put_u(o, "inserts", s->index_inserts);
+	put_u(o, "evictions", s->index_evictions);
+	close_(o, '}');
 
-	put(o, "},\"scheduler\":{");
-	U("queued", s->sched_queued);
-	put(o, ",");
-	U("running", s->sched_running);
-	put(o, ",");
-	U("waiting_prefix", s->sched_waiting_prefix);
-	put(o, ",");
-	U("cancels_received", s->sched_cancels);
-	put(o, ",");
-	U("requests_total", s->req_total);
-	put(o, ",");
-	U("requests_done", s->req_done);
-	put(o, ",");
-	U("requests_cancelled", s->req_cancelled);
-	put(o, ",");
-	U("requests_failed", s->req_failed);
-	put(o, ",");
-	U("requests_rejected", s->req_rejected);
-	put(o, ",");
-	U("ttft_samples", s->ttft_samples);
-	put(o, ",");
-	D("ttft_p50_ms", s->ttft_p50_ms);
-	put(o, ",");
-	D("ttft_p99_ms", s->ttft_p99_ms);
+	open_(o, "scheduler", '{');
+	put_u(o, "queued", s->sched_queued);
+	put_u(o, "running", s->sched_running);
+	put_u(o, "waiting_prefix", s->sched_waiting_prefix);
+	put_u(o, "cancels_received", s->sched_cancels);
+	put_u(o, "requests_total", s->req_total);
+	put_u(o, "requests_done", s->req_done);
+	put_u(o, "requests_cancelled", s->req_cancelled);
+	put_u(o, "requests_failed", s->req_failed);
+	put_u(o, "requests_rejected", s->req_rejected);
+	put_u(o, "ttft_samples", s->ttft_samples);
+	put_d(o, "ttft_p50_ms", s->ttft_p50_ms);
+	put_d(o, "ttft_p99_ms", s->ttft_p99_ms);
+	close_(o, '}');
 
-	put(o, "},\"usage\":{");
-	U("prompt_tokens", s->prompt_tokens);
-	put(o, ",");
-	U("cached_tokens", s->cached_tokens);
-	put(o, ",");
-	U("cache_creation_tokens", s->cache_creation_tokens);
-	put(o, ",");
-	U("recomputed_tokens", s->recomputed_tokens);
-	put(o, ",");
-	U("generated_tokens", s->generated_tokens);
-	put(o, ",");
-	MS("queue_ms", s->queue_ms);
-	put(o, ",");
-	MS("ttft_ms", s->ttft_ms);
-	put(o, ",");
-	MS("prefill_ms", s->prefill_ms);
-	put(o, ",");
-	MS("decode_ms", s->decode_ms);
+	open_(o, "usage", '{');
+	put_u(o, "prompt_tokens", s->prompt_tokens);
+	put_u(o, "cached_tokens", s->cached_tokens);
+	put_u(o, "cache_creation_tokens", s->cache_creation_tokens);
+	put_u(o, "recomputed_tokens", s->recomputed_tokens);
+	put_u(o, "generated_tokens", s->generated_tokens);
+	put_ms(o, "queue_ms", s->queue_ms);
+	put_ms(o, "ttft_ms", s->ttft_ms);
+	put_ms(o, "prefill_ms", s->prefill_ms);
+	put_ms(o, "decode_ms", s->decode_ms);
+	close_(o, '}');
 
-	put(o, "},\"connections\":{");
-	U("open", s->server.conns_open);
-	put(o, ",");
-	U("total", s->server.conns_total);
-	put(o, ",");
-	U("refused", s->server.conns_refused);
-	put(o, ",");
-	U("frames_in", s->server.frames_in);
-	put(o, ",");
-	U("frames_out", s->server.frames_out);
-	put(o, ",");
-	U("protocol_errors", s->server.proto_errors);
-	put(o, ",");
-	U("slow_disconnects", s->server.slow_disconnects);
-	put(o, ",\"list\":[");
+	open_(o, "connections", '{');
+	put_u(o, "open", s->server.conns_open);
+	put_u(o, "total", s->server.conns_total);
+	put_u(o, "refused", s->server.conns_refused);
+	put_u(o, "frames_in", s->server.frames_in);
+	put_u(o, "frames_out", s->server.frames_out);
+	put_u(o, "protocol_errors", s->server.proto_errors);
+	put_u(o, "slow_disconnects", s->server.slow_disconnects);
+	open_(o, "list", '[');
 	for (i = 0; i < s->n_conns && i < KVP_STATUS_MAX_CONNS; i++) {
 		const struct kvp_status_conn *c = &s->conns[i];
 
-		put(o, "%s{", i ? "," : "");
-		U("id", c->id);
-		put(o, ",\"pid\":%lld,\"uid\":%lld,", (long long)c->pid, (long long)c->uid);
+		open_(o, NULL, '{');
+		put_u(o, "id", c->id);
+		put_i(o, "pid", (long long)c->pid);
+		put_i(o, "uid", (long long)c->uid);
 		put_str(o, "client", c->client, sizeof(c->client));
-		put(o, ",");
-		U("domain", c->domain);
-		put(o, ",");
-		U("in_flight", c->in_flight);
-		put(o, ",");
-		U("requests", c->requests);
-		put(o, ",");
-		U("generated_tokens", c->generated_tokens);
-		put(o, ",");
-		U("cached_tokens", c->cached_tokens);
-		put(o, "}");
+		put_u(o, "domain", c->domain);
+		put_u(o, "in_flight", c->in_flight);
+		put_u(o, "requests", c->requests);
+		put_u(o, "generated_tokens", c->generated_tokens);
+		put_u(o, "cached_tokens", c->cached_tokens);
+		close_(o, '}');
 	}
-	put(o, "]},\"domains\":[");
+	close_(o, ']');
+	close_(o, '}');
+
+	open_(o, "domains", '[');
 	for (i = 0; i < s->n_domains && i < KVP_STATUS_MAX_DOMAINS; i++) {
 		const struct kvp_status_domain *d = &s->domains[i];
 
-		put(o, "%s{", i ? "," : "");
+		open_(o, NULL, '{');
 		put_str(o, "name", d->name, sizeof(d->name));
-		put(o, ",");
-		U("connections_open", d->conns_open);
-		put(o, ",");
-		U("requests", d->requests);
-		put(o, "}");
+		put_u(o, "connections_open", d->conns_open);
+		put_u(o, "requests", d->requests);
+		close_(o, '}');
 	}
-	put(o, "]}\n");
+	close_(o, ']');
+
+	close_(o, '}');
+	put(o, "\n");
 	return finish(o);
 }
-
-#undef U
-#undef D
-#undef MS
 
 /* One metric family: HELP and TYPE lines, then a sample. */
 static void prom(struct out *o, const char *name, const char *type, const char *help,
