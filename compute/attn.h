@@ -10,6 +10,8 @@
 
 #include "shm/geom.h"
 
+struct kvp_kernels;
+
 /**
  * struct kvp_attn_scratch - per-context buffers, sized once
  * @ml:   2 * rows * n_heads floats (running max and mass per query head)
@@ -34,6 +36,7 @@ struct kvp_attn_scratch {
  * @n_heads: query heads; query head h reads K/V head h / (n_heads / n_kv_heads)
  * @kh0, @kh1: only K/V heads [kh0, kh1) and their query heads are computed (threads
  *           split the heads; each needs its own @s)
+ * @k:       the kernel table (K/V conversion and the per-block step)
  * @s:       scratch
  *
  * Streams each (kv head, block) run once for all queries and heads that need it, with
@@ -41,6 +44,7 @@ struct kvp_attn_scratch {
  */
 void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_view *kv,
 	      const uint32_t *table, uint32_t layer, uint32_t pos0, uint32_t n,
-	      uint32_t n_heads, uint32_t kh0, uint32_t kh1, struct kvp_attn_scratch *s);
+	      uint32_t n_heads, uint32_t kh0, uint32_t kh1, const struct kvp_kernels *k,
+	      struct kvp_attn_scratch *s);
 
 #endif /* KVP_COMPUTE_ATTN_H */

@@ -13,17 +13,9 @@
  * leaves the blocks untouched; all scratch is allocated in kvp_fwd_new().  A context
  * is used by one thread at a time (the engine thread).
  *
- * Threads (n_threads in all): a matrix product over more than GEMV_ROWS_LIMIT rows
- * (prefill chunks) is one cblas_sgemm on OpenBLAS's threads, which reaches most of the
- * FMA peak there.  Up to GEMV_ROWS_LIMIT rows (decode batches) go through our
- * kvp_gemv_rows() split by output rows over our own pool, because decode is bound by
- * reading the weights and OpenBLAS's sgemm reads them several times slower at small M
- * while its sgemv takes only one input row.  Attention runs on our pool too, split
- * by (sequence, kv head), since OpenBLAS has nothing for it.  A job too small to pay
- * for a fork-join (POOL_MIN_BYTES: every matrix of a tiny model, short attention)
- * runs on the calling thread alone, with our kernel even for one row, so neither our
- * workers nor OpenBLAS's are woken: a woken OpenBLAS thread spins on sched_yield for
- * ~0.1 s afterwards, which a daemon answering 1-token requests paid in full.
+ * Threads (n_threads in all): projections through kvp_lin_run() (compute/linear.c);
+ * attention on our pool, split by (sequence, kv head), except when it reads too little
+ * to pay for a fork-join (POOL_MIN_BYTES) and runs on the calling thread.
  */
 #include "compute/forward.h"
 
@@ -33,24 +25,15 @@
 #include <string.h>
 
 #include "compute/attn.h"
-#include "compute/kernels.h"
+#include "compute/kernels/kernels.h"
+#include "compute/linear.h"
 #include "compute/model.h"
 #include "compute/threads.h"
 
 /* Larger contexts are configuration mistakes (scratch would run into gigabytes). */
 #define ROWS_MAX 8192u
 
-/* Up to this many rows a projection uses kvp_gemv_rows() (measured: bench_decode). */
-#define GEMV_ROWS_LIMIT 16u
-
-/*
- * A pool job (or a one-row projection) that reads fewer bytes than this runs on the
- * calling thread alone, without waking our workers or OpenBLAS's.  Measured with L2-hot
- * weights: two threads beat one only from ~64 KiB at one row, and then by about a
- * microsecond, while waking a sleeping worker across vCPUs costs tens of microseconds
- * and a woken OpenBLAS thread then spins on sched_yield for ~0.1 s.  Every matrix of
- * the tiny model (a 1-token daemon request) is below it, every one of demo's above.
- */
+/* Attention reading fewer K/V bytes than this runs on the calling thread alone. */
 #define POOL_MIN_BYTES ((size_t)256 << 10)
 
 struct fwd_seq {
@@ -62,6 +45,8 @@ struct fwd_seq {
 
 struct kvp_fwd {
 	const struct kvp_model *m;
+	const struct kvp_kernels *k;
+	struct kvp_lin lin;
 	const struct kvp_model_hparams *hp;
 	const struct kvp_weights *w;
 	struct kvp_fwd_opts o;
@@ -69,7 +54,7 @@ struct kvp_fwd {
 	float *x;	/* (rows, n_embd) residual stream */
 	float *xn;	/* (rows, n_embd) normed input / projection output */
 	float *q;	/* (rows, n_heads * head_dim) */
-	float *k, *v;	/* (rows, n_kv_heads * head_dim) */
+	float *kk, *v;	/* (rows, n_kv_heads * head_dim) keys, values */
 	float *att;	/* (rows, n_heads * head_dim) */
 	float *hb, *hb2;	/* (rows, n_ff) */
 	float *rope;	/* (rows, n_rot) cos/sin per row */
@@ -98,14 +83,24 @@ int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kv
 	struct kvp_fwd *f;
 	size_t r, qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
 
+	const struct kvp_kernels *k = o->kernels;
+	size_t k_max = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
+	int err;
+
 	*out = NULL;
 	if (!o->n_threads || o->n_threads > 256 || !o->max_chunk || !o->max_batch ||
 	    o->max_chunk > ROWS_MAX || o->max_batch > ROWS_MAX)
 		return -EINVAL;
+	if (!k && (err = kvp_kernels_best(&k)))
+		return err;
+	if (kvp_kernels_check(k))
+		return -EINVAL;
+	k_max = qd > k_max ? qd : k_max;
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
 	f->m = m;
+	f->k = k;
 	f->hp = hp;
 	f->w = kvp_model_weights(m);
 	f->o = *o;
@@ -113,7 +108,7 @@ int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kv
 	f->x = falloc(r * hp->n_embd);
 	f->xn = falloc(r * hp->n_embd);
 	f->q = falloc(r * qd);
-	f->k = falloc(r * kvd);
+	f->kk = falloc(r * kvd);
 	f->v = falloc(r * kvd);
 	f->att = falloc(r * qd);
 	f->hb = falloc(r * hp->n_ff);
@@ -124,9 +119,10 @@ int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kv
 	f->seqs = malloc(o->max_batch * sizeof(*f->seqs));
 	f->ml = falloc(2 * r * hp->n_heads);
 	f->as = calloc(o->n_threads, sizeof(*f->as));
-	if (!f->x || !f->xn || !f->q || !f->k || !f->v || !f->att || !f->hb || !f->hb2 ||
+	if (!f->x || !f->xn || !f->q || !f->kk || !f->v || !f->att || !f->hb || !f->hb2 ||
 	    !f->rope || !f->tok || !f->pos || !f->seqs || !f->ml || !f->as ||
-	    kvp_threads_new(&f->pool, o->n_threads)) {
+	    kvp_threads_new(&f->pool, o->n_threads) ||
+	    kvp_lin_init(&f->lin, k, f->pool, r, k_max)) {
 		kvp_fwd_free(f);
 		return -ENOMEM;
 	}
@@ -153,7 +149,7 @@ void kvp_fwd_free(struct kvp_fwd *f)
 	free(f->x);
 	free(f->xn);
 	free(f->q);
-	free(f->k);
+	free(f->kk);
 	free(f->v);
 	free(f->att);
 	free(f->hb);
@@ -162,6 +158,7 @@ void kvp_fwd_free(struct kvp_fwd *f)
 	free(f->tok);
 	free(f->pos);
 	free(f->seqs);
+	kvp_lin_deinit(&f->lin);
 	kvp_threads_free(f->pool);
 	for (uint32_t t = 0; f->as && t < f->o.n_threads; t++) {
 		free(f->as[t].kbuf);
@@ -171,6 +168,11 @@ void kvp_fwd_free(struct kvp_fwd *f)
 	free(f->as);
 	free(f->ml);
 	free(f);
+}
+
+const struct kvp_kernels *kvp_fwd_kernels(const struct kvp_fwd *f)
+{
+	return f->k;
 }
 
 int kvp_fwd_check_view(const struct kvp_fwd *f, const struct kvp_kv_view *kv)
@@ -211,77 +213,21 @@ static void store_kv(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint
 	size_t row_off = (size_t)(pos % bt) * hd * g->elem_bytes;
 	size_t kvd = (size_t)g->shape.n_kv_heads * hd;
 
+	kvp_kv_store_fn *store = f->k->kv_store[g->shape.dtype];
+
 	for (uint32_t h = 0; h < g->shape.n_kv_heads; h++) {
-		kvp_kv_store(blk + kvp_geom_run_offset(g, l, 0, h) + row_off, g->shape.dtype,
-			     f->k + r * kvd + (size_t)h * hd, hd);
-		kvp_kv_store(blk + kvp_geom_run_offset(g, l, 1, h) + row_off, g->shape.dtype,
-			     f->v + r * kvd + (size_t)h * hd, hd);
+		store(blk + kvp_geom_run_offset(g, l, 0, h) + row_off, f->kk + r * kvd + (size_t)h * hd,
+		      hd);
+		store(blk + kvp_geom_run_offset(g, l, 1, h) + row_off, f->v + r * kvd + (size_t)h * hd,
+		      hd);
 	}
 }
 
-/* Up to three matrices that share one input: Q/K/V, or gate/up (one pool job for all). */
-#define LINEAR_MATS_MAX 3
-
-struct linear_job {
-	const float *x;		/* (rows, d_in) */
-	size_t rows, d_in;
-	unsigned int n_mats;
-	struct {
-		float *out;	/* (rows, d_out) */
-		const float *w;	/* (d_out, d_in) */
-		size_t d_out;
-	} m[LINEAR_MATS_MAX];
-};
-
-/* Thread @i of @n: outputs [i, i+1) * d_out / n (rounded to 16) of each matrix, all rows. */
-static void linear_part(void *arg, unsigned int i, unsigned int n)
+/* out_i = x @ W_i^T for matrices sharing input x (rows of it) */
+static void linear(struct kvp_fwd *f, const float *x, size_t rows, unsigned n,
+		   float *const *outs, const struct kvp_tensor *const *ws)
 {
-	const struct linear_job *j = arg;
-
-	for (unsigned int k = 0; k < j->n_mats; k++) {
-		size_t d_out = j->m[k].d_out;
-		size_t o0 = d_out * i / n / 16 * 16;
-		size_t o1 = i + 1 == n ? d_out : d_out * (i + 1) / n / 16 * 16;
-
-		for (size_t r = 0; r < j->rows; r += KVP_GEMV_ROWS_MAX) {
-			size_t g = j->rows - r < KVP_GEMV_ROWS_MAX ? j->rows - r : KVP_GEMV_ROWS_MAX;
-
-			kvp_gemv_rows(j->m[k].out + r * d_out, j->x + r * j->d_in, j->m[k].w, g,
-				      d_out, j->d_in, o0, o1);
-		}
-	}
-}
-
-/*
- * out_k (rows, d_out_k) = x (rows, d_in) @ W_k^T for the @j->n_mats matrices of @j: see
- * the threads note at the top.  On the pool the matrices are one job, so one fork-join
- * covers Q, K and V (or gate and up) instead of one each.
- */
-static void linear_multi(struct kvp_fwd *f, struct linear_job *j)
-{
-	size_t bytes = 0;
-
-	for (unsigned int k = 0; k < j->n_mats; k++)
-		bytes += j->m[k].d_out * j->d_in * sizeof(float);
-	if (j->rows <= GEMV_ROWS_LIMIT && bytes < POOL_MIN_BYTES) {
-		linear_part(j, 0, 1);
-		return;
-	}
-	if (j->rows == 1 || j->rows > GEMV_ROWS_LIMIT) {
-		for (unsigned int k = 0; k < j->n_mats; k++)
-			kvp_linear(j->m[k].out, j->x, j->m[k].w, j->rows, j->m[k].d_out, j->d_in);
-		return;
-	}
-	kvp_threads_run(f->pool, linear_part, j);
-}
-
-static void linear(struct kvp_fwd *f, float *out, const float *x, const float *w, size_t rows,
-		   size_t d_out, size_t d_in)
-{
-	struct linear_job j = { .x = x, .rows = rows, .d_in = d_in, .n_mats = 1,
-				.m = { { out, w, d_out } } };
-
-	linear_multi(f, &j);
+	kvp_lin_run(&f->lin, x, rows, n, outs, ws);
 }
 
 /* Thread @i of @n: attention units (sequence, kv head) i, i + n, ... */
@@ -296,7 +242,8 @@ static void attn_part(void *arg, unsigned int i, unsigned int n)
 		uint32_t kh = u % hp->n_kv_heads;
 
 		kvp_attn(f->att + (size_t)sq->row0 * qd, f->q + (size_t)sq->row0 * qd, f->job_kv,
-			 sq->table, f->job_layer, sq->pos0, sq->n, hp->n_heads, kh, kh + 1, &f->as[i]);
+			 sq->table, f->job_layer, sq->pos0, sq->n, hp->n_heads, kh, kh + 1, f->k,
+			 &f->as[i]);
 	}
 }
 
@@ -323,16 +270,19 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows,
 	size_t kvd = (size_t)hp->n_kv_heads * hp->head_dim, F = hp->n_ff;
 
 	for (uint32_t r = 0; r < rows; r++) {
-		memcpy(f->x + r * E, w->tok_embd + (size_t)f->tok[r] * E, E * sizeof(float));
+		const struct kvp_tensor *emb = &w->tok_embd;
+
+		f->k->dequant[emb->type](f->x + r * E,
+					 (const uint8_t *)emb->data + (size_t)f->tok[r] * emb->row_bytes, E);
 		kvp_rope_table(f->rope + (size_t)r * hp->n_rot, f->pos[r], hp->n_rot, hp->rope_base);
 	}
 	for (uint32_t l = 0; l < hp->n_layers; l++) {
 		const struct kvp_layer_weights *L = &w->layers[l];
 
 		for (uint32_t r = 0; r < rows; r++)
-			kvp_rmsnorm(f->xn + r * E, f->x + r * E, L->attn_norm, E, hp->rms_eps);
-		linear_multi(f, &(struct linear_job){ .x = f->xn, .rows = rows, .d_in = E, .n_mats = 3,
-			.m = { { f->q, L->wq, qd }, { f->k, L->wk, kvd }, { f->v, L->wv, kvd } } });
+			f->k->rmsnorm(f->xn + r * E, f->x + r * E, L->attn_norm.data, E, hp->rms_eps);
+		linear(f, f->xn, rows, 3, (float *[]){ f->q, f->kk, f->v },
+		       (const struct kvp_tensor *[]){ &L->wq, &L->wk, &L->wv });
 		for (uint32_t s = 0; s < n_seqs; s++) {
 			const struct fwd_seq *sq = &f->seqs[s];
 
@@ -341,7 +291,7 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows,
 				const float *cs = f->rope + (size_t)r * hp->n_rot;
 
 				kvp_rope_apply(f->q + r * qd, hp->n_heads, hp->head_dim, hp->n_rot, cs);
-				kvp_rope_apply(f->k + r * kvd, hp->n_kv_heads, hp->head_dim, hp->n_rot, cs);
+				kvp_rope_apply(f->kk + r * kvd, hp->n_kv_heads, hp->head_dim, hp->n_rot, cs);
 				store_kv(f, kv, sq->table, l, r, sq->pos0 + i);
 			}
 		}
@@ -352,22 +302,24 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows,
 			attn_part(f, 0, 1);
 		else
 			kvp_threads_run(f->pool, attn_part, f);
-		linear(f, f->xn, f->att, L->wo, rows, E, qd);
+		linear(f, f->att, rows, 1, (float *[]){ f->xn }, (const struct kvp_tensor *[]){ &L->wo });
 		for (size_t i = 0; i < rows * E; i++)
 			f->x[i] += f->xn[i];
 
 		for (uint32_t r = 0; r < rows; r++)
-			kvp_rmsnorm(f->xn + r * E, f->x + r * E, L->ffn_norm, E, hp->rms_eps);
-		linear_multi(f, &(struct linear_job){ .x = f->xn, .rows = rows, .d_in = E, .n_mats = 2,
-			.m = { { f->hb, L->w_gate, F }, { f->hb2, L->w_up, F } } });
-		kvp_swiglu(f->hb, f->hb2, rows * F);
-		linear(f, f->xn, f->hb, L->w_down, rows, E, F);
+			f->k->rmsnorm(f->xn + r * E, f->x + r * E, L->ffn_norm.data, E, hp->rms_eps);
+		linear(f, f->xn, rows, 2, (float *[]){ f->hb, f->hb2 },
+		       (const struct kvp_tensor *[]){ &L->w_gate, &L->w_up });
+		f->k->swiglu(f->hb, f->hb2, rows * F);
+		linear(f, f->hb, rows, 1, (float *[]){ f->xn },
+		       (const struct kvp_tensor *[]){ &L->w_down });
 		for (size_t i = 0; i < rows * E; i++)
 			f->x[i] += f->xn[i];
 	}
 	for (uint32_t r = out_row0; r < out_row0 + n_out; r++)
-		kvp_rmsnorm(f->xn + r * E, f->x + r * E, w->output_norm, E, hp->rms_eps);
-	linear(f, logits, f->xn + (size_t)out_row0 * E, w->output, n_out, hp->n_vocab, E);
+		f->k->rmsnorm(f->xn + r * E, f->x + r * E, w->output_norm.data, E, hp->rms_eps);
+	linear(f, f->xn + (size_t)out_row0 * E, n_out, 1, (float *[]){ logits },
+	       (const struct kvp_tensor *[]){ &w->output });
 }
 
 int kvp_fwd_prefill(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint32_t *table,

@@ -11,16 +11,19 @@
  * sequences (prefix-cache hits) are only read, so a shared prefix plus a suffix gives
  * the same result as computing the whole prompt.
  *
- * Threads: a context owns a pool of n_threads (the caller included).  Projections over
- * more than 16 rows (prefill chunks) are one cblas_sgemm, a single row (decode at batch
- * 1) one cblas_sgemv, both on OpenBLAS's own threads; kvp_fwd_new() sets OpenBLAS's
- * thread count, which is process-wide.  2..16 rows (batched decode, short chunks) go
- * through kvp_gemv_rows() on the context's pool, and so does attention, split by
- * (sequence, kv head).  Norms, RoPE and the K/V stores run on the calling thread.
- * A context is used by one thread at a time.
+ * Threads: a context owns a pool of n_threads (the caller included); projections go
+ * through compute/linear.c (our kernels for the weights' types on this pool, OpenBLAS
+ * for f32 prefill), attention is split by (sequence, kv head) on the pool.  Norms, RoPE
+ * and the K/V stores run on the calling thread.  A context is used by one thread at a
+ * time.
  *
- * Precision: weights and activations are f32; K/V are stored in the view's dtype
- * (f32, f16 or bf16), converted on write and on read.
+ * Kernels: the context uses one kernel table (compute/kernels/kernels.h), the CPU's
+ * best or the one KVP_ISA forces, or the one its options name (tests run every path).
+ *
+ * Precision: activations are f32 between layers; each projection computes in its
+ * weights' type (int8 dot products on activations quantized per block for the integer
+ * types, bf16 for BF16); K/V are stored in the view's dtype (f32, f16 or bf16),
+ * converted on write and on read.
  */
 #ifndef KVP_COMPUTE_FORWARD_H
 #define KVP_COMPUTE_FORWARD_H
@@ -29,19 +32,23 @@
 
 #include "shm/geom.h"
 
+struct kvp_kernels;
+
 struct kvp_model;
 struct kvp_fwd;
 
 /**
  * struct kvp_fwd_opts - sizes a forward context
- * @n_threads:  threads for the matrix products (>= 1; the machine has 2 vCPUs)
+ * @n_threads:  threads for the matrix products (>= 1)
  * @max_chunk:  most tokens one kvp_fwd_prefill() call takes (>= 1)
  * @max_batch:  most sequences one kvp_fwd_decode() call takes (>= 1)
+ * @kernels:    the kernel table to use, or NULL for kvp_kernels_best()
  */
 struct kvp_fwd_opts {
 	uint32_t n_threads;
 	uint32_t max_chunk;
 	uint32_t max_batch;
+	const struct kvp_kernels *kernels;
 };
 
 /**
@@ -50,10 +57,15 @@ struct kvp_fwd_opts {
  * @m:    the model (borrowed; must outlive the context)
  * @o:    sizes
  *
- * Scratch is about (max(max_chunk, max_batch)) * (4 n_embd + 2 n_ff) floats.
- * Return: 0, -EINVAL for zero or absurd sizes, -ENOMEM.
+ * Scratch is about (max(max_chunk, max_batch)) * (4 n_embd + 2 n_ff) floats, plus the
+ * quantized copies of one layer input.
+ * Return: 0, -EINVAL for zero or absurd sizes or an unknown KVP_ISA, -ENOTSUP when
+ * KVP_ISA names an instruction set this CPU lacks, -ENOMEM.
  */
 int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kvp_fwd_opts *o);
+
+/* kvp_fwd_kernels() - the kernel table the context computes with (its name for logs). */
+const struct kvp_kernels *kvp_fwd_kernels(const struct kvp_fwd *f);
 
 /* kvp_fwd_free() - NULL is a no-op. */
 void kvp_fwd_free(struct kvp_fwd *f);

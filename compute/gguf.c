@@ -137,17 +137,23 @@ struct ggml_type_desc {
 };
 
 /* The GGML types whose sizes we know (so any file's extents can be checked). */
-static const struct ggml_type_desc ggml_types[] = {
-	[0] = { "f32", 1, 4 },		[1] = { "f16", 1, 2 },
-	[2] = { "q4_0", 32, 18 },	[3] = { "q4_1", 32, 20 },
-	[6] = { "q5_0", 32, 22 },	[7] = { "q5_1", 32, 24 },
-	[8] = { "q8_0", 32, 34 },	[9] = { "q8_1", 32, 36 },
-	[10] = { "q2_k", 256, 84 },	[11] = { "q3_k", 256, 110 },
-	[12] = { "q4_k", 256, 144 },	[13] = { "q5_k", 256, 176 },
-	[14] = { "q6_k", 256, 210 },	[15] = { "q8_k", 256, 292 },
-	[24] = { "i8", 1, 1 },		[25] = { "i16", 1, 2 },
-	[26] = { "i32", 1, 4 },		[27] = { "i64", 1, 8 },
-	[28] = { "f64", 1, 8 },		[30] = { "bf16", 1, 2 },
+static const struct ggml_type_desc ggml_types[KVP_GGML_TYPE__COUNT] = {
+	[KVP_GGML_F32] = { "f32", 1, 4 },		[KVP_GGML_F16] = { "f16", 1, 2 },
+	[KVP_GGML_Q4_0] = { "q4_0", 32, 18 },		[KVP_GGML_Q4_1] = { "q4_1", 32, 20 },
+	[KVP_GGML_Q5_0] = { "q5_0", 32, 22 },		[KVP_GGML_Q5_1] = { "q5_1", 32, 24 },
+	[KVP_GGML_Q8_0] = { "q8_0", 32, 34 },		[KVP_GGML_Q8_1] = { "q8_1", 32, 36 },
+	[KVP_GGML_Q2_K] = { "q2_k", 256, 84 },		[KVP_GGML_Q3_K] = { "q3_k", 256, 110 },
+	[KVP_GGML_Q4_K] = { "q4_k", 256, 144 },		[KVP_GGML_Q5_K] = { "q5_k", 256, 176 },
+	[KVP_GGML_Q6_K] = { "q6_k", 256, 210 },		[KVP_GGML_Q8_K] = { "q8_k", 256, 292 },
+	[KVP_GGML_IQ2_XXS] = { "iq2_xxs", 256, 66 },	[KVP_GGML_IQ2_XS] = { "iq2_xs", 256, 74 },
+	[KVP_GGML_IQ3_XXS] = { "iq3_xxs", 256, 98 },	[KVP_GGML_IQ1_S] = { "iq1_s", 256, 50 },
+	[KVP_GGML_IQ4_NL] = { "iq4_nl", 32, 18 },	[KVP_GGML_IQ3_S] = { "iq3_s", 256, 110 },
+	[KVP_GGML_IQ2_S] = { "iq2_s", 256, 82 },	[KVP_GGML_IQ4_XS] = { "iq4_xs", 256, 136 },
+	[KVP_GGML_I8] = { "i8", 1, 1 },			[KVP_GGML_I16] = { "i16", 1, 2 },
+	[KVP_GGML_I32] = { "i32", 1, 4 },		[KVP_GGML_I64] = { "i64", 1, 8 },
+	[KVP_GGML_F64] = { "f64", 1, 8 },		[KVP_GGML_IQ1_M] = { "iq1_m", 256, 56 },
+	[KVP_GGML_BF16] = { "bf16", 1, 2 },		[KVP_GGML_TQ1_0] = { "tq1_0", 256, 54 },
+	[KVP_GGML_TQ2_0] = { "tq2_0", 256, 66 },	[KVP_GGML_MXFP4] = { "mxfp4", 32, 17 },
 };
 
 const char *kvp_ggml_type_name(uint32_t type)
@@ -155,6 +161,11 @@ const char *kvp_ggml_type_name(uint32_t type)
 	if (type >= sizeof(ggml_types) / sizeof(ggml_types[0]))
 		return NULL;
 	return ggml_types[type].name;
+}
+
+uint32_t kvp_ggml_block_elems(uint32_t type)
+{
+	return kvp_ggml_type_name(type) ? ggml_types[type].block : 0;
 }
 
 uint64_t kvp_ggml_row_bytes(uint32_t type, uint64_t n)

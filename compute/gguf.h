@@ -21,6 +21,47 @@
 #define KVP_GGUF_DEFAULT_ALIGN 32u
 #define KVP_GGUF_MAX_DIMS 4
 
+/*
+ * GGML tensor types (the values GGUF files carry).  The reader knows the block size of
+ * each so any file's tensor extents can be checked; which of them the engine computes
+ * with is compute/kernels/quant.h's business.  Gaps are types ggml has retired.
+ */
+enum kvp_ggml_type {
+	KVP_GGML_F32 = 0,
+	KVP_GGML_F16 = 1,
+	KVP_GGML_Q4_0 = 2,
+	KVP_GGML_Q4_1 = 3,
+	KVP_GGML_Q5_0 = 6,
+	KVP_GGML_Q5_1 = 7,
+	KVP_GGML_Q8_0 = 8,
+	KVP_GGML_Q8_1 = 9,
+	KVP_GGML_Q2_K = 10,
+	KVP_GGML_Q3_K = 11,
+	KVP_GGML_Q4_K = 12,
+	KVP_GGML_Q5_K = 13,
+	KVP_GGML_Q6_K = 14,
+	KVP_GGML_Q8_K = 15,
+	KVP_GGML_IQ2_XXS = 16,
+	KVP_GGML_IQ2_XS = 17,
+	KVP_GGML_IQ3_XXS = 18,
+	KVP_GGML_IQ1_S = 19,
+	KVP_GGML_IQ4_NL = 20,
+	KVP_GGML_IQ3_S = 21,
+	KVP_GGML_IQ2_S = 22,
+	KVP_GGML_IQ4_XS = 23,
+	KVP_GGML_I8 = 24,
+	KVP_GGML_I16 = 25,
+	KVP_GGML_I32 = 26,
+	KVP_GGML_I64 = 27,
+	KVP_GGML_F64 = 28,
+	KVP_GGML_IQ1_M = 29,
+	KVP_GGML_BF16 = 30,
+	KVP_GGML_TQ1_0 = 34,
+	KVP_GGML_TQ2_0 = 35,
+	KVP_GGML_MXFP4 = 39,
+	KVP_GGML_TYPE__COUNT = 40
+};
+
 /* Metadata value types (GGUF spec). */
 enum kvp_gguf_vtype {
 	KVP_GGUF_U8 = 0,
@@ -157,8 +198,10 @@ int kvp_gguf_str_eq(struct kvp_gguf_str s, const char *c);
  * kvp_ggml_type_name() - "f32", "f16", "q8_0", ... or NULL for a type this reader does
  * not know.  kvp_ggml_row_bytes() - bytes of a row of @n elements of @type, or 0 when
  * @n is not a whole number of the type's blocks or the type is unknown.
+ * kvp_ggml_block_elems() - elements per block of @type (1 for plain types), 0 if unknown.
  */
 const char *kvp_ggml_type_name(uint32_t type);
 uint64_t kvp_ggml_row_bytes(uint32_t type, uint64_t n);
+uint32_t kvp_ggml_block_elems(uint32_t type);
 
 #endif /* KVP_COMPUTE_GGUF_H */

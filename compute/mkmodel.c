@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "compute/gguf.h"
-#include "compute/kernels.h"
+#include "compute/kernels/quant.h"
 
 #define ALIGN 32u
 #define N_BYTE_TOKENS 256u
@@ -132,17 +132,63 @@ static uint64_t splitmix64(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
+static const struct {
+	const char *name;
+	uint32_t base;		/* the recipe's main type */
+	uint32_t file_type;	/* general.file_type (llama.cpp's LLAMA_FTYPE_*) */
+} recipes[] = {
+	[KVP_MKMODEL_Q4_K_M - KVP_MKMODEL_Q4_K_M] = { "q4_k_m", KVP_GGML_Q4_K, 15 },
+	[KVP_MKMODEL_Q5_K_M - KVP_MKMODEL_Q4_K_M] = { "q5_k_m", KVP_GGML_Q5_K, 17 },
+	[KVP_MKMODEL_Q4_K_S - KVP_MKMODEL_Q4_K_M] = { "q4_k_s", KVP_GGML_Q4_K, 14 },
+};
+
+#define N_RECIPES (sizeof(recipes) / sizeof(recipes[0]))
+
+static int is_recipe(uint32_t type)
+{
+	return type >= KVP_MKMODEL_Q4_K_M && type < KVP_MKMODEL_Q4_K_M + N_RECIPES;
+}
+
 int kvp_mkmodel_type_parse(const char *s)
 {
-	if (!strcmp(s, "f32"))
-		return KVP_GGML_F32;
-	if (!strcmp(s, "f16"))
-		return KVP_GGML_F16;
-	if (!strcmp(s, "bf16"))
-		return KVP_GGML_BF16;
-	if (!strcmp(s, "q8_0"))
-		return KVP_GGML_Q8_0;
+	for (uint32_t t = 0; t < KVP_GGML_TYPE__COUNT; t++)
+		if (kvp_qtype(t) && !strcmp(s, kvp_qtype(t)->name))
+			return (int)t;
+	for (uint32_t i = 0; i < N_RECIPES; i++)
+		if (!strcmp(s, recipes[i].name))
+			return (int)(KVP_MKMODEL_Q4_K_M + i);
 	return -EINVAL;
+}
+
+const char *kvp_mkmodel_type_list(void)
+{
+	return "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k, q6_k, "
+	       "q4_k_m, q5_k_m, q4_k_s";
+}
+
+/* The main matrix type of @type (a GGML type or a recipe). */
+static uint32_t base_type(uint32_t type)
+{
+	return is_recipe(type) ? recipes[type - KVP_MKMODEL_Q4_K_M].base : type;
+}
+
+/* llama.cpp's use_more_bits(): first and last eighth of the layers, every third between. */
+static int more_bits(uint32_t l, uint32_t n)
+{
+	return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2;
+}
+
+/* The type of matrix @suffix ("attn_v", "output", ...) of layer @l under @o's type. */
+static uint32_t matrix_type(const struct kvp_mkmodel_opts *o, const char *suffix, uint32_t l)
+{
+	if (!is_recipe(o->type))
+		return o->type;
+	if (!strcmp(suffix, "output"))
+		return KVP_GGML_Q6_K;
+	if (o->type != KVP_MKMODEL_Q4_K_S &&
+	    (!strcmp(suffix, "attn_v") || !strcmp(suffix, "ffn_down")) && more_bits(l, o->n_layers))
+		return KVP_GGML_Q6_K;
+	return base_type(o->type);
 }
 
 int kvp_mkmodel_preset(struct kvp_mkmodel_opts *o, const char *preset)
@@ -156,6 +202,10 @@ int kvp_mkmodel_preset(struct kvp_mkmodel_opts *o, const char *preset)
 	if (!strcmp(preset, "tiny")) {
 		o->name = "kvpool-tiny";
 		o->n_embd = 64; o->n_layers = 2; o->n_heads = 4; o->n_kv_heads = 2; o->n_ff = 128;
+		o->n_ctx = 1024;
+	} else if (!strcmp(preset, "tinyq")) {
+		o->name = "kvpool-tinyq";
+		o->n_embd = 256; o->n_layers = 2; o->n_heads = 4; o->n_kv_heads = 2; o->n_ff = 512;
 		o->n_ctx = 1024;
 	} else if (!strcmp(preset, "demo")) {
 		o->name = "kvpool-demo";
@@ -183,11 +233,12 @@ static int check_opts(const struct kvp_mkmodel_opts *o, char *err, size_t errlen
 	else if (o->n_embd % o->n_heads || o->n_heads % o->n_kv_heads ||
 		 (o->n_embd / o->n_heads) % 2)
 		why = "n_embd / n_heads / n_kv_heads do not divide evenly into an even head_dim";
-	else if (o->type != KVP_GGML_F32 && o->type != KVP_GGML_F16 && o->type != KVP_GGML_BF16 &&
-		 o->type != KVP_GGML_Q8_0)
-		why = "type must be f32, f16, bf16 or q8_0";
-	else if (o->type == KVP_GGML_Q8_0 && (o->n_embd % 32 || o->n_ff % 32))
-		why = "q8_0 needs n_embd and n_ff multiples of 32";
+	else if (!is_recipe(o->type) && !kvp_qtype(o->type))
+		why = "unknown type";
+	else if ((o->n_embd % kvp_qtype(base_type(o->type))->block ||
+		  o->n_ff % kvp_qtype(base_type(o->type))->block) ||
+		 (is_recipe(o->type) && (o->n_embd % KVP_QK_K || o->n_ff % KVP_QK_K)))
+		why = "this type needs n_embd and n_ff multiples of its block (32 for the legacy quants, 256 for the K-quants)";
 	else if (!(o->rope_base > 1.0f) || !(o->rms_eps > 0.0f))
 		why = "bad rope_base or rms_eps";
 	if (why) {
@@ -206,12 +257,12 @@ static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
 	float emb = sqrtf(3.0f);			/* unit variance */
 	float in_e = sqrtf(3.0f / o->n_embd), in_ff = sqrtf(3.0f / o->n_ff);
 
-#define ADD(nm, a, b, s) do { \
+#define ADD(nm, a, b, s, ty) do { \
 		snprintf(t[n].name, sizeof(t[n].name), "%s", nm); \
 		t[n].ne0 = (a); t[n].ne1 = (b); t[n].scale = (s); \
-		t[n].type = (s) == 0 ? KVP_GGML_F32 : o->type; n++; \
+		t[n].type = (s) == 0 ? KVP_GGML_F32 : (ty); n++; \
 	} while (0)
-	ADD("token_embd.weight", o->n_embd, N_VOCAB, emb);
+	ADD("token_embd.weight", o->n_embd, N_VOCAB, emb, matrix_type(o, "token_embd", 0));
 	for (uint32_t l = 0; l < o->n_layers; l++) {
 		char nm[48];
 		const struct { const char *s; uint64_t a, b; float sc; } L[] = {
@@ -228,12 +279,12 @@ static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
 
 		for (size_t i = 0; i < sizeof(L) / sizeof(L[0]); i++) {
 			snprintf(nm, sizeof(nm), "blk.%u.%s.weight", l, L[i].s);
-			ADD(nm, L[i].a, L[i].b, L[i].sc);
+			ADD(nm, L[i].a, L[i].b, L[i].sc, matrix_type(o, L[i].s, l));
 		}
 	}
-	ADD("output_norm.weight", o->n_embd, 1, 0);
+	ADD("output_norm.weight", o->n_embd, 1, 0, KVP_GGML_F32);
 	if (!o->tied) {	/* logits with a std of about 2: varied but decisive */
-		ADD("output.weight", o->n_embd, N_VOCAB, 2.0f * in_e);
+		ADD("output.weight", o->n_embd, N_VOCAB, 2.0f * in_e, matrix_type(o, "output", 0));
 		/*
 		 * A random model's last hidden state is dominated by the current token's
 		 * embedding, so random output rows let some token predict itself and greedy
@@ -248,8 +299,13 @@ static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
 
 static void write_meta(struct sink *s, const struct kvp_mkmodel_opts *o, size_t n_tensors)
 {
-	static const uint32_t file_type[] = { [KVP_GGML_F32] = 0, [KVP_GGML_F16] = 1,
-					      [KVP_GGML_Q8_0] = 7, [KVP_GGML_BF16] = 32 };
+	/* general.file_type: llama.cpp's LLAMA_FTYPE_MOSTLY_* of the main type */
+	static const uint32_t file_type[KVP_GGML_TYPE__COUNT] = {
+		[KVP_GGML_F32] = 0, [KVP_GGML_F16] = 1, [KVP_GGML_Q4_0] = 2, [KVP_GGML_Q4_1] = 3,
+		[KVP_GGML_Q8_0] = 7, [KVP_GGML_Q5_0] = 8, [KVP_GGML_Q5_1] = 9, [KVP_GGML_Q2_K] = 10,
+		[KVP_GGML_Q3_K] = 12, [KVP_GGML_Q4_K] = 14, [KVP_GGML_Q5_K] = 16,
+		[KVP_GGML_Q6_K] = 18, [KVP_GGML_BF16] = 32,
+	};
 	char piece[8];
 
 	put_u32(s, KVP_GGUF_MAGIC);
@@ -259,7 +315,9 @@ static void write_meta(struct sink *s, const struct kvp_mkmodel_opts *o, size_t 
 	kv_str(s, "general.architecture", "llama");
 	kv_str(s, "general.name", o->name ? o->name : "kvpool-synthetic");
 	kv_u32(s, "general.alignment", ALIGN);
-	kv_u32(s, "general.file_type", file_type[o->type]);
+	kv_u32(s, "general.file_type", is_recipe(o->type) ?
+					recipes[o->type - KVP_MKMODEL_Q4_K_M].file_type :
+					file_type[o->type]);
 	/* the spec requires it when any tensor is quantized; converters always write it */
 	kv_u32(s, "general.quantization_version", QUANT_VERSION);
 	kv_u32(s, "llama.context_length", o->n_ctx);
@@ -337,8 +395,7 @@ static void write_tensor(struct sink *s, const struct tinfo *t, size_t idx, uint
 	uint64_t st = stream_seed(seed, idx), est = stream_seed(seed, 0);
 
 	while (done < n) {
-		size_t k = n - done < CHUNK_ELEMS ? n - done : CHUNK_ELEMS;	/* a multiple of 32 */
-		size_t bytes = 0;
+		size_t k = n - done < CHUNK_ELEMS ? n - done : CHUNK_ELEMS;
 
 		if (t->scale == 0) {
 			for (size_t i = 0; i < k; i++)
@@ -351,41 +408,9 @@ static void write_tensor(struct sink *s, const struct tinfo *t, size_t idx, uint
 					vals[i] -= t->anti * evals[i];
 			}
 		}
-		switch (t->type) {
-		case KVP_GGML_F32:
-			put(s, vals, k * 4);
-			break;
-		case KVP_GGML_F16:
-		case KVP_GGML_BF16:
-			for (size_t i = 0; i < k; i++) {
-				uint16_t h = t->type == KVP_GGML_F16 ? kvp_f32_to_f16(vals[i])
-								     : kvp_f32_to_bf16(vals[i]);
-				memcpy(enc + 2 * i, &h, 2);
-			}
-			put(s, enc, k * 2);
-			break;
-		case KVP_GGML_Q8_0:
-			for (size_t b = 0; b < k / 32; b++) {
-				float amax = 0;
-				const float *v = vals + b * 32;
-				uint8_t *o = enc + bytes;
-
-				for (int j = 0; j < 32; j++)
-					amax = fmaxf(amax, fabsf(v[j]));
-				uint16_t dh = kvp_f32_to_f16(amax / 127.0f);
-				float d = kvp_f16_to_f32(dh), id = d ? 1.0f / d : 0.0f;
-
-				memcpy(o, &dh, 2);
-				for (int j = 0; j < 32; j++) {
-					float q = roundf(v[j] * id);
-
-					o[2 + j] = (uint8_t)(int8_t)fmaxf(-127.0f, fminf(127.0f, q));
-				}
-				bytes += 34;
-			}
-			put(s, enc, bytes);
-			break;
-		}
+		/* k is a multiple of every block size (CHUNK_ELEMS is, and so is n) */
+		kvp_quantize_ref(enc, vals, t->type, k);
+		put(s, enc, kvp_ggml_row_bytes(t->type, k));
 		done += k;
 	}
 }
@@ -396,7 +421,7 @@ static int write_all(struct sink *s, const struct kvp_mkmodel_opts *o, char *err
 	struct tinfo *t = calloc(cap, sizeof(*t));
 	float *vals = malloc(CHUNK_ELEMS * sizeof(float));
 	float *evals = malloc(CHUNK_ELEMS * sizeof(float));
-	uint8_t *enc = malloc(CHUNK_ELEMS * 2 + CHUNK_ELEMS / 32 * 34);
+	uint8_t *enc = malloc(CHUNK_ELEMS * sizeof(float));
 	uint64_t off = 0, data_off = 0;
 	int r = 0;
 

@@ -16,12 +16,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* GGML tensor types we write and read (values are the GGUF file format's). */
-enum kvp_ggml_type {
-	KVP_GGML_F32 = 0,
-	KVP_GGML_F16 = 1,
-	KVP_GGML_Q8_0 = 8,
-	KVP_GGML_BF16 = 30,
+#include "compute/gguf.h"
+
+/*
+ * Mixed-type recipes, after llama.cpp's: most matrices in the base K type; attn_v and
+ * ffn_down in Q6_K for the first and last eighth of the layers and every third one
+ * between (the *_K_M "more bits" rule); the output matrix in Q6_K.  Values are above
+ * every GGML type.
+ */
+enum kvp_mkmodel_recipe {
+	KVP_MKMODEL_Q4_K_M = 0x100,
+	KVP_MKMODEL_Q5_K_M = 0x101,
+	KVP_MKMODEL_Q4_K_S = 0x102,	/* Q4_K everywhere but the output (Q6_K) */
 };
 
 /**
@@ -31,8 +37,9 @@ enum kvp_ggml_type {
  *              n_heads % n_kv_heads == 0, head_dim even)
  * @n_ctx:      llama.context_length
  * @tied:       nonzero: no output.weight (token_embd is reused)
- * @type:       enum kvp_ggml_type of the matrices (norms are always f32); Q8_0 needs
- *              n_embd and n_ff multiples of 32
+ * @type:       enum kvp_ggml_type of the matrices (norms are always f32), or an enum
+ *              kvp_mkmodel_recipe mixing types per tensor; the legacy quants need n_embd
+ *              and n_ff multiples of 32, the K-quants multiples of 256
  * @seed:       PRNG seed
  * @rope_base:  llama.rope.freq_base
  * @rms_eps:    llama.attention.layer_norm_rms_epsilon
@@ -55,6 +62,8 @@ struct kvp_mkmodel_opts {
 /**
  * kvp_mkmodel_preset() - fill @o with a named preset
  * @preset: "tiny" (unit tests: n_embd 64, 2 layers, 4 heads / 2 KV, f32),
+ *          "tinyq" (unit tests of every type: n_embd 256, n_ff 512, 2 layers, 4 heads /
+ *          2 KV, head_dim 64, f32),
  *          "demo" (~104M params: n_embd 768, 12 layers, 12 heads / 4 KV, n_ff 3072,
  *          untied, f32 so it maps with no conversion; the daemon's built-in model),
  *          "1b" (Llama-3.2-1B-like: n_embd 2048, 16 layers, 32 heads / 8 KV, n_ff 8192,
@@ -63,8 +72,14 @@ struct kvp_mkmodel_opts {
  */
 int kvp_mkmodel_preset(struct kvp_mkmodel_opts *o, const char *preset);
 
-/* kvp_mkmodel_type_parse() - "f32"/"f16"/"bf16"/"q8_0" to enum kvp_ggml_type, or -EINVAL. */
+/*
+ * kvp_mkmodel_type_parse() - a type name ("f32", "q4_k", ... every type the engine computes
+ * with) to enum kvp_ggml_type, or a recipe name ("q4_k_m", "q5_k_m", "q4_k_s") to enum
+ * kvp_mkmodel_recipe; -EINVAL for anything else.  kvp_mkmodel_type_list() - the accepted
+ * names, for usage messages.
+ */
 int kvp_mkmodel_type_parse(const char *s);
+const char *kvp_mkmodel_type_list(void);
 
 /**
  * kvp_mkmodel_write() - write the model to @path (created or truncated, then renamed

@@ -2,11 +2,12 @@
 /*
  * model.c - binds a GGUF "llama" file to the weights the forward pass reads.
  *
- * Every hyper-parameter is range-checked and every tensor's shape is checked against
- * the shape the hyper-parameters imply before anything reads tensor data, so the
- * forward pass can trust the pointers in struct kvp_weights.  F32 tensors stay in the
- * mapping (KVP_MODEL_WEIGHTS_MAP) or are copied into the model's weight arena
- * (KVP_MODEL_WEIGHTS_COPY); other types are converted to f32 once, into that arena.
+ * Every hyper-parameter is range-checked and every tensor's shape and type is checked
+ * against what the hyper-parameters imply before anything reads tensor data, so the
+ * forward pass can trust the tensors in struct kvp_weights.  Tensors stay in the
+ * mapping in their own type (KVP_MODEL_WEIGHTS_MAP) or their bytes are copied into the
+ * model's weight arena (KVP_MODEL_WEIGHTS_COPY); only vectors that are not f32 (norms
+ * stored as f16/bf16) are converted, into that arena.
  * Invariant after open: the model is read-only; any thread may use it.
  */
 #include "compute/model.h"
@@ -22,8 +23,7 @@
 
 #include "compute/errmsg.h"
 #include "compute/gguf.h"
-#include "compute/kernels.h"
-#include "compute/mkmodel.h"
+#include "compute/kernels/quant.h"
 
 /* Bounds on hyper-parameters: beyond these a file is corrupt, not a bigger model. */
 #define EMBD_MAX 65536u
@@ -39,7 +39,7 @@ struct kvp_model {
 	struct kvp_weights w;
 	struct kvp_layer_weights *layers;
 	uint32_t placement;	/* enum kvp_model_weights, resolved (never DEFAULT) */
-	/* arena: converted tensors, and copied f32 ones (KVP_MODEL_WEIGHTS_COPY) */
+	/* arena: converted vectors, and copied tensors (KVP_MODEL_WEIGHTS_COPY) */
 	uint8_t *arena;
 	size_t arena_cap;	/* bytes mapped at arena */
 	size_t arena_used;
@@ -132,8 +132,8 @@ static int read_hparams(struct kvp_model *m, char *err, size_t errlen)
  * The weight arena: one anonymous mapping, 2 MiB aligned and advised MADV_HUGEPAGE
  * before anything touches it, so the kernel backs it with transparent huge pages where
  * it can (THP "madvise" or "always").  It is reserved at the largest size the file's
- * tensors could need as f32 (MAP_NORESERVE: untouched pages cost nothing), filled by a
- * bump pointer, then trimmed and made read-only.  Why huge pages: decode streams every
+ * tensors could need (MAP_NORESERVE: untouched pages cost nothing), filled by a bump
+ * pointer, then trimmed and made read-only.  Why huge pages: decode streams every
  * weight once per step, and on 4 KiB pages (the file mapping, or malloc) the page walks
  * cost 10-20% of the stream (docs/compute.md).
  */
@@ -202,18 +202,37 @@ static void drop_file_pages(const struct kvp_model *m, const void *p, size_t len
 		madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
+/* Does a vector tensor need converting (not f32, or f32 not 4-byte aligned)? */
+static int needs_conversion(const struct kvp_gguf_tensor *t, int vector)
+{
+	return vector && (t->type != KVP_GGML_F32 || (uintptr_t)t->data % 4);
+}
+
+/* Bytes of arena a tensor takes (64-byte aligned): its f32 copy, its bytes, or none. */
+static size_t arena_bytes(const struct kvp_model *m, const struct kvp_gguf_tensor *t)
+{
+	int vector = t->n_dims == 1 || t->ne[1] == 1;
+
+	if (needs_conversion(t, vector))
+		return (t->n_elems * 4 + 63) & ~(size_t)63;
+	if (m->placement == KVP_MODEL_WEIGHTS_COPY)
+		return (t->n_bytes + 63) & ~(size_t)63;
+	return 0;
+}
+
 /*
- * Find tensor @name of shape (ne0, ne1) (ne1 = 1 for a vector) and return f32 data:
- * in place for an aligned F32 tensor (unless the weights are copied), else converted
- * or copied into the arena.
+ * Find tensor @name of shape (ne0, ne1) (ne1 = 1 for a vector) and bind it: in place
+ * (or its bytes copied, KVP_MODEL_WEIGHTS_COPY) in its own type; a vector that is not
+ * f32 is converted to f32 in the arena.
  */
 static int bind(struct kvp_model *m, const char *name, uint64_t ne0, uint64_t ne1,
-		const float **out, char *err, size_t errlen)
+		struct kvp_tensor *out, char *err, size_t errlen)
 {
 	const struct kvp_gguf_tensor *t = kvp_gguf_tensor(m->gguf, name);
 	uint32_t n_dims = ne1 > 1 ? 2 : 1;
-	float *buf;
+	const struct kvp_qtype *qt;
 	size_t bytes;
+	uint8_t *buf;
 
 	if (!t) {
 		kvp_errmsg(err, errlen, "model: missing tensor %s", name);
@@ -226,35 +245,39 @@ static int bind(struct kvp_model *m, const char *name, uint64_t ne0, uint64_t ne
 		       (unsigned long long)ne0, (unsigned long long)ne1);
 		return -EBADMSG;
 	}
-	if (t->type != KVP_GGML_F32 && t->type != KVP_GGML_F16 && t->type != KVP_GGML_BF16 &&
-	    t->type != KVP_GGML_Q8_0) {
-		kvp_errmsg(err, errlen, "model: tensor %s has type %s, not supported (f32, f16, bf16, q8_0)",
-		       name, kvp_ggml_type_name(t->type));
+	qt = kvp_qtype(t->type);
+	if (!qt) {
+		kvp_errmsg(err, errlen, "model: tensor %s has type %s, not supported (supported: %s)",
+			   name, kvp_ggml_type_name(t->type), kvp_qtype_list());
 		return -ENOTSUP;
 	}
 	m->info.n_params += t->n_elems;
-	if (t->type == KVP_GGML_F32 && (uintptr_t)t->data % 4 == 0 &&
-	    m->placement == KVP_MODEL_WEIGHTS_MAP) {
-		*out = t->data;
+	m->info.type_tensors[t->type]++;
+	m->info.type_bytes[t->type] += t->n_bytes;
+	*out = (struct kvp_tensor){ .type = t->type, .data = t->data, .ne0 = ne0, .ne1 = ne1,
+				    .row_bytes = kvp_ggml_row_bytes(t->type, ne0) };
+	bytes = arena_bytes(m, t);
+	if (!bytes)
 		return 0;
-	}
-	bytes = (t->n_elems * 4 + 63) & ~(size_t)63;
 	/* cannot happen: arena_need() counted every tensor of the file */
 	if (!m->arena || bytes > m->arena_cap - m->arena_used) {
-		kvp_errmsg(err, errlen, "model: out of memory converting %s", name);
+		kvp_errmsg(err, errlen, "model: out of memory placing %s", name);
 		return -ENOMEM;
 	}
-	buf = (float *)(m->arena + m->arena_used);
+	buf = m->arena + m->arena_used;
 	m->arena_used += bytes;
-	kvp_dequant(buf, t->data, t->type, t->n_elems);
-	drop_file_pages(m, t->data, t->n_bytes);
-	if (t->type == KVP_GGML_F32) {
-		m->info.copied_bytes += bytes;
-	} else {
+	if (needs_conversion(t, n_dims == 1)) {
+		kvp_dequant_ref((float *)buf, t->data, t->type, t->n_elems);
+		*out = (struct kvp_tensor){ .type = KVP_GGML_F32, .data = buf, .ne0 = ne0,
+					    .ne1 = ne1, .row_bytes = ne0 * 4 };
 		m->info.n_converted++;
 		m->info.converted_bytes += bytes;
+	} else {
+		memcpy(buf, t->data, t->n_bytes);
+		out->data = buf;
+		m->info.copied_bytes += bytes;
 	}
-	*out = buf;
+	drop_file_pages(m, t->data, t->n_bytes);
 	return 0;
 }
 
@@ -266,14 +289,31 @@ static size_t arena_need(const struct kvp_model *m)
 	for (uint64_t i = 0; i < m->gguf->n_tensors; i++) {
 		const struct kvp_gguf_tensor *t = &m->gguf->tensors[i];
 
-		if (t->type == KVP_GGML_F32 && (uintptr_t)t->data % 4 == 0 &&
-		    m->placement == KVP_MODEL_WEIGHTS_MAP)
-			continue;
 		if (t->n_elems > (SIZE_MAX / 2 - need) / 4 - 64)
 			return SIZE_MAX;
-		need += (t->n_elems * 4 + 63) & ~(size_t)63;
+		need += arena_bytes(m, t);
 	}
 	return need;
+}
+
+/* Bytes one step reads: every bound matrix and vector, the embedding only as output. */
+static uint64_t tensor_bytes(const struct kvp_tensor *t)
+{
+	return t->row_bytes * t->ne1;
+}
+
+static uint64_t weight_bytes(const struct kvp_model *m)
+{
+	uint64_t b = tensor_bytes(&m->w.output_norm) + tensor_bytes(&m->w.output);
+
+	for (uint32_t l = 0; l < m->hp.n_layers; l++) {
+		const struct kvp_layer_weights *L = &m->layers[l];
+
+		b += tensor_bytes(&L->attn_norm) + tensor_bytes(&L->wq) + tensor_bytes(&L->wk) +
+		     tensor_bytes(&L->wv) + tensor_bytes(&L->wo) + tensor_bytes(&L->ffn_norm) +
+		     tensor_bytes(&L->w_gate) + tensor_bytes(&L->w_up) + tensor_bytes(&L->w_down);
+	}
+	return b;
 }
 
 static int bind_all(struct kvp_model *m, char *err, size_t errlen)
@@ -298,7 +338,7 @@ static int bind_all(struct kvp_model *m, char *err, size_t errlen)
 	}
 	need = arena_need(m);
 	if (need == SIZE_MAX) {
-		kvp_errmsg(err, errlen, "model: tensors too large to convert");
+		kvp_errmsg(err, errlen, "model: tensors too large to place");
 		return -ENOMEM;
 	}
 	if (need && (r = arena_reserve(m, need))) {
@@ -321,7 +361,7 @@ static int bind_all(struct kvp_model *m, char *err, size_t errlen)
 		const struct {
 			const char *suffix;
 			uint64_t ne0, ne1;
-			const float **dst;
+			struct kvp_tensor *dst;
 		} t[] = {
 			{ "attn_norm", hp->n_embd, 1, &L->attn_norm },
 			{ "attn_q", hp->n_embd, qd, &L->wq },
@@ -343,9 +383,28 @@ static int bind_all(struct kvp_model *m, char *err, size_t errlen)
 	}
 	m->w.layers = m->layers;
 	arena_seal(m);
-	m->info.weight_bytes = (m->info.n_params - (m->hp.tied_output ? 0 :
-				(uint64_t)hp->n_vocab * hp->n_embd)) * 4;
+	m->info.weight_bytes = weight_bytes(m);
 	return 0;
+}
+
+void kvp_model_info_types(const struct kvp_model_info *mi, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	if (len)
+		buf[0] = 0;
+	for (uint32_t t = 0; t < KVP_GGML_TYPE__COUNT && n < len; t++) {
+		int w;
+
+		if (!mi->type_tensors[t])
+			continue;
+		w = snprintf(buf + n, len - n, "%s%s %u tensors %.1f MiB", n ? ", " : "",
+			     kvp_ggml_type_name(t), mi->type_tensors[t],
+			     (double)mi->type_bytes[t] / (1 << 20));
+		if (w < 0)
+			break;
+		n += (size_t)w;
+	}
 }
 
 /* The file's dominant matrix type, for the load report. */

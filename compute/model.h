@@ -4,11 +4,12 @@
  *
  * kvp_model_open() maps the file, checks it is architecture "llama" with every tensor
  * the forward pass needs at the shape the hyper-parameters imply, and binds the
- * weights.  F32 tensors are used in place from the mapping (zero copy) or, as an
- * option, copied into huge-page memory the model owns; F16, BF16 and Q8_0 tensors are
- * converted once, at load, to f32 (the compute type) in that memory: kvp_model_info()
- * reports what was converted or copied and what it costs, so the caller can log it
- * (compute/ does not log).
+ * weights as typed tensors in the file's own types (F32, F16, BF16, the legacy quants
+ * Q4_0 .. Q8_0 and the K-quants Q2_K .. Q6_K, mixed per tensor as the *_K_M recipes
+ * do): used in place from the mapping, or, as an option, the same bytes copied into
+ * huge-page memory the model owns.  Nothing is expanded to f32, so resident memory is
+ * about the file size; kvp_model_info() reports bytes per type and what a copy cost, so
+ * the caller can log it (compute/ does not log).
  *
  * A model is immutable after open: any number of threads may read it, and any
  * number of forward contexts (forward.h) may run over it at once.
@@ -19,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compute/gguf.h"
 #include "kvpool/layout.h"
 
 struct kvp_model;
@@ -60,16 +62,18 @@ struct kvp_model_hparams {
 
 /**
  * struct kvp_model_info - what loading did, for the caller's log
- * @file_type:      GGML type name of most weights in the file ("f32", "f16", "bf16", "q8_0",
- *                  or "mixed")
+ * @file_type:      GGML type name of the file's matrices ("f32", "q4_k", ...) or "mixed"
  * @n_params:       parameters of all tensors bound
  * @file_bytes:     size of the mapped file
- * @n_converted:    tensors converted to f32 at load
- * @converted_bytes: memory those conversions cost (0 for an all-f32 file)
- * @weight_bytes:   bytes of f32 weights a forward pass reads (the decode roofline's
- *                  numerator: all matrices plus norms, the embedding row excluded)
- * @weights_copied: 1 when f32 tensors were copied out of the file (KVP_MODEL_WEIGHTS_COPY)
- * @copied_bytes:   memory those copies cost (0 when the f32 tensors are used in place)
+ * @type_tensors:   per enum kvp_ggml_type, tensors bound of that type
+ * @type_bytes:     per enum kvp_ggml_type, their bytes
+ * @n_converted:    vectors converted to f32 at load (f16/bf16 norms; matrices never are)
+ * @converted_bytes: memory those conversions cost
+ * @weight_bytes:   bytes of weights one forward step reads: every matrix and norm, the
+ *                  token embedding excluded unless it is also the output (the decode
+ *                  roofline's numerator)
+ * @weights_copied: 1 when the tensors were copied out of the file (KVP_MODEL_WEIGHTS_COPY)
+ * @copied_bytes:   memory those copies cost (0 when the tensors are used in place)
  * @arena_bytes:    the anonymous, huge-page-advised mapping that holds the converted and
  *                  copied tensors (their bytes rounded up to 2 MiB; 0 when none)
  */
@@ -77,6 +81,8 @@ struct kvp_model_info {
 	const char *file_type;
 	uint64_t n_params;
 	uint64_t file_bytes;
+	uint32_t type_tensors[KVP_GGML_TYPE__COUNT];
+	uint64_t type_bytes[KVP_GGML_TYPE__COUNT];
 	uint32_t n_converted;
 	uint64_t converted_bytes;
 	uint64_t weight_bytes;
@@ -85,12 +91,18 @@ struct kvp_model_info {
 	uint64_t arena_bytes;
 };
 
+/*
+ * kvp_model_info_types() - "q4_k 145 tensors 590.2 MiB, q6_k 17 tensors 97.1 MiB, ..."
+ * (the bytes per tensor type of @mi) into @buf; truncated to @len.
+ */
+void kvp_model_info_types(const struct kvp_model_info *mi, char *buf, size_t len);
+
 /**
- * enum kvp_model_weights - where the f32 weights live after open
+ * enum kvp_model_weights - where the weights live after open
  * @KVP_MODEL_WEIGHTS_DEFAULT: KVP_MODEL_WEIGHTS_DEFAULT_IS (chosen by measurement)
- * @KVP_MODEL_WEIGHTS_MAP:     F32 tensors used in place from the file mapping: no extra
+ * @KVP_MODEL_WEIGHTS_MAP:     tensors used in place from the file mapping: no extra
  *                             memory, 4 KiB pages (page cache)
- * @KVP_MODEL_WEIGHTS_COPY:    F32 tensors copied at open into anonymous memory advised
+ * @KVP_MODEL_WEIGHTS_COPY:    tensors copied at open (same bytes) into anonymous memory advised
  *                             MADV_HUGEPAGE: faster decode (the weight stream walks 2 MiB
  *                             pages) for a slower open (the copy, huge-page faults, and
  *                             memory compaction when 2 MiB pages are scarce: seconds
@@ -98,8 +110,6 @@ struct kvp_model_info {
  *                             process tensor by tensor, so the resident size is about
  *                             the mapped one; the file stays in the page cache
  *                             (reclaimable) until the kernel needs the memory
- *
- * Tensors of other types are converted into that same huge-page memory either way.
  */
 enum kvp_model_weights {
 	KVP_MODEL_WEIGHTS_DEFAULT = 0,
@@ -129,7 +139,8 @@ struct kvp_model_opts {
  * Hashes the hyper-parameters and all tensor data into the fingerprint, so opening
  * reads the whole file once.
  * Return: 0; -ENOENT/-EACCES/... from open; -EBADMSG for a malformed file;
- * -ENOTSUP for another architecture or an unsupported tensor type; -ENOMEM.
+ * -ENOTSUP for another architecture or a tensor type without kernels (the message names
+ * the tensor, its type and the supported list); -ENOMEM.
  */
 int kvp_model_open(struct kvp_model **out, const char *path, char *err, size_t errlen);
 
@@ -179,33 +190,51 @@ void kvp_model_kv_shape(const struct kvp_model *m, uint32_t dtype, uint32_t bloc
 			struct kvp_model_shape *out);
 
 /**
- * struct kvp_layer_weights - one transformer block, f32, row-major (out, in)
- * @attn_norm: (n_embd)
+ * struct kvp_tensor - a weight as the file stores it, in its own type
+ * @type:      enum kvp_ggml_type (one the kernels compute with: compute/kernels/quant.h)
+ * @data:      first byte: in the file mapping, or in the model's arena when copied
+ * @ne0:       elements per row (a matrix's input dimension), a multiple of the type's block
+ * @ne1:       rows (a matrix's output dimension); 1 for a vector
+ * @row_bytes: bytes per row
+ *
+ * Vectors (norms) are always f32 (a file's f16/bf16 norm is converted at load: a few KiB).
+ */
+struct kvp_tensor {
+	uint32_t type;
+	const void *data;
+	uint64_t ne0;
+	uint64_t ne1;
+	size_t row_bytes;
+};
+
+/**
+ * struct kvp_layer_weights - one transformer block; matrices row-major (out, in)
+ * @attn_norm: (n_embd) f32
  * @wq:        (n_heads * head_dim, n_embd)
  * @wk, @wv:   (n_kv_heads * head_dim, n_embd)
  * @wo:        (n_embd, n_heads * head_dim)
- * @ffn_norm:  (n_embd)
+ * @ffn_norm:  (n_embd) f32
  * @w_gate, @w_up: (n_ff, n_embd)
  * @w_down:    (n_embd, n_ff)
  */
 struct kvp_layer_weights {
-	const float *attn_norm;
-	const float *wq, *wk, *wv, *wo;
-	const float *ffn_norm;
-	const float *w_gate, *w_up, *w_down;
+	struct kvp_tensor attn_norm;
+	struct kvp_tensor wq, wk, wv, wo;
+	struct kvp_tensor ffn_norm;
+	struct kvp_tensor w_gate, w_up, w_down;
 };
 
 /**
- * struct kvp_weights - every weight the forward pass reads, f32 (compute type)
- * @tok_embd:    (n_vocab, n_embd)
- * @output_norm: (n_embd)
+ * struct kvp_weights - every weight the forward pass reads
+ * @tok_embd:    (n_vocab, n_embd): rows looked up (and dequantized) one per token
+ * @output_norm: (n_embd) f32
  * @output:      (n_vocab, n_embd); == tok_embd when tied
  * @layers:      n_layers entries
  */
 struct kvp_weights {
-	const float *tok_embd;
-	const float *output_norm;
-	const float *output;
+	struct kvp_tensor tok_embd;
+	struct kvp_tensor output_norm;
+	struct kvp_tensor output;
 	const struct kvp_layer_weights *layers;
 };
 

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ref.c - naive Llama forward for tests: every position of the sequence recomputed,
- * K and V kept in plain (position, kv_dim) arrays, every sum a double loop.  It shares
- * no kernel with the fast path, only the weights.  Any thread.
+ * K and V kept in plain (position, kv_dim) arrays, every sum a double loop, on weights
+ * dequantized to f32 by the reference dequantizer (compute/kernels/quant.c) - so it
+ * shares no kernel with the fast path, and for integer types it is exact where the fast
+ * path quantizes its activations.  Any thread.
  */
 #include "compute/ref.h"
 
@@ -11,11 +13,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute/kernels/quant.h"
 #include "compute/model.h"
 
-/* out (d_out) = W (d_out, d_in) @ x (d_in) */
-static void matvec(float *out, const float *W, const float *x, size_t d_out, size_t d_in)
+/*
+ * out (d_out) = W (d_out, d_in) @ x (d_in); with @round, x first rounded as the fast
+ * path rounds the input of a matrix of @type (a copy: x is read again by others).
+ */
+static void matvec_t(float *out, const float *W, const float *xin, size_t d_out, size_t d_in,
+		     uint32_t type, int round)
 {
+	float x[d_in];	/* d_in <= n_ff: tens of KiB at most */
+
+	memcpy(x, xin, d_in * sizeof(float));
+	if (round)
+		kvp_act_round_ref(x, kvp_qtype(type)->act, d_in);
 	for (size_t o = 0; o < d_out; o++) {
 		double s = 0;
 
@@ -52,7 +64,51 @@ static void rope(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, uint32
 	}
 }
 
+/* A malloc'd f32 copy of @t (NULL on allocation failure). */
+static float *deq(const struct kvp_tensor *t)
+{
+	float *f = malloc(t->ne0 * t->ne1 * sizeof(float));
+
+	if (f)
+		kvp_dequant_ref(f, t->data, t->type, t->ne0 * t->ne1);
+	return f;
+}
+
+/* One layer's matrices in f32. */
+struct ref_layer {
+	float *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+};
+
+static void ref_layer_free(struct ref_layer *R)
+{
+	free(R->wq); free(R->wk); free(R->wv); free(R->wo);
+	free(R->w_gate); free(R->w_up); free(R->w_down);
+	memset(R, 0, sizeof(*R));
+}
+
+static int ref_layer_load(struct ref_layer *R, const struct kvp_layer_weights *L)
+{
+	R->wq = deq(&L->wq);
+	R->wk = deq(&L->wk);
+	R->wv = deq(&L->wv);
+	R->wo = deq(&L->wo);
+	R->w_gate = deq(&L->w_gate);
+	R->w_up = deq(&L->w_up);
+	R->w_down = deq(&L->w_down);
+	if (!R->wq || !R->wk || !R->wv || !R->wo || !R->w_gate || !R->w_up || !R->w_down) {
+		ref_layer_free(R);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 int kvp_ref_forward(const struct kvp_model *m, const int32_t *tokens, uint32_t n, float *logits)
+{
+	return kvp_ref_forward_opts(m, tokens, n, logits, 0);
+}
+
+int kvp_ref_forward_opts(const struct kvp_model *m, const int32_t *tokens, uint32_t n,
+			 float *logits, unsigned flags)
 {
 	const struct kvp_model_hparams *hp = kvp_model_hparams(m);
 	const struct kvp_weights *w = kvp_model_weights(m);
@@ -64,20 +120,28 @@ int kvp_ref_forward(const struct kvp_model *m, const int32_t *tokens, uint32_t n
 	float *tmp = malloc((E > F ? E : F) * sizeof(float)), *g = malloc(F * sizeof(float));
 	float *u = malloc(F * sizeof(float));
 	double *sc = malloc(n * sizeof(double));
-	int r = -ENOMEM;
+	float *emb = deq(&w->tok_embd), *out = deq(&w->output);
+	struct ref_layer R = { 0 }, *L = &R;
+	int r = -ENOMEM, rd = !!(flags & KVP_REF_ROUND_ACT);
 
-	if (!x || !xn || !q || !K || !V || !att || !tmp || !g || !u || !sc)
+	if (!x || !xn || !q || !K || !V || !att || !tmp || !g || !u || !sc || !emb || !out)
 		goto out;
 	for (uint32_t p = 0; p < n; p++)
-		memcpy(x + p * E, w->tok_embd + (size_t)tokens[p] * E, E * sizeof(float));
+		memcpy(x + p * E, emb + (size_t)tokens[p] * E, E * sizeof(float));
 	for (uint32_t l = 0; l < hp->n_layers; l++) {
-		const struct kvp_layer_weights *L = &w->layers[l];
+		const struct kvp_layer_weights *T = &w->layers[l];
+		const float *attn_norm = w->layers[l].attn_norm.data;
+		const float *ffn_norm = w->layers[l].ffn_norm.data;
+
+		ref_layer_free(&R);
+		if (ref_layer_load(&R, &w->layers[l]))
+			goto out;
 
 		for (uint32_t p = 0; p < n; p++) {
-			rmsnorm(xn, x + p * E, L->attn_norm, E, hp->rms_eps);
-			matvec(q + p * qd, L->wq, xn, qd, E);
-			matvec(K + p * kvd, L->wk, xn, kvd, E);
-			matvec(V + p * kvd, L->wv, xn, kvd, E);
+			rmsnorm(xn, x + p * E, attn_norm, E, hp->rms_eps);
+			matvec_t(q + p * qd, L->wq, xn, qd, E, T->wq.type, rd);
+			matvec_t(K + p * kvd, L->wk, xn, kvd, E, T->wk.type, rd);
+			matvec_t(V + p * kvd, L->wv, xn, kvd, E, T->wv.type, rd);
 			rope(q + p * qd, hp->n_heads, hd, hp->n_rot, p, hp->rope_base);
 			rope(K + p * kvd, hp->n_kv_heads, hd, hp->n_rot, p, hp->rope_base);
 		}
@@ -106,26 +170,27 @@ int kvp_ref_forward(const struct kvp_model *m, const int32_t *tokens, uint32_t n
 					att[h * hd + d] = (float)o;
 				}
 			}
-			matvec(tmp, L->wo, att, E, qd);
+			matvec_t(tmp, L->wo, att, E, qd, T->wo.type, rd);
 			for (size_t i = 0; i < E; i++)
 				x[p * E + i] += tmp[i];
-			rmsnorm(xn, x + p * E, L->ffn_norm, E, hp->rms_eps);
-			matvec(g, L->w_gate, xn, F, E);
-			matvec(u, L->w_up, xn, F, E);
+			rmsnorm(xn, x + p * E, ffn_norm, E, hp->rms_eps);
+			matvec_t(g, L->w_gate, xn, F, E, T->w_gate.type, rd);
+			matvec_t(u, L->w_up, xn, F, E, T->w_up.type, rd);
 			for (size_t i = 0; i < F; i++)
 				g[i] = (float)(g[i] / (1.0 + exp(-(double)g[i])) * u[i]);
-			matvec(tmp, L->w_down, g, E, F);
+			matvec_t(tmp, L->w_down, g, E, F, T->w_down.type, rd);
 			for (size_t i = 0; i < E; i++)
 				x[p * E + i] += tmp[i];
 		}
 	}
 	for (uint32_t p = 0; p < n; p++) {
-		rmsnorm(xn, x + p * E, w->output_norm, E, hp->rms_eps);
-		matvec(logits + (size_t)p * hp->n_vocab, w->output, xn, hp->n_vocab, E);
+		rmsnorm(xn, x + p * E, w->output_norm.data, E, hp->rms_eps);
+		matvec_t(logits + (size_t)p * hp->n_vocab, out, xn, hp->n_vocab, E, w->output.type, rd);
 	}
 	r = 0;
 out:
 	free(x); free(xn); free(q); free(K); free(V); free(att); free(tmp); free(g); free(u);
-	free(sc);
+	free(sc); free(emb); free(out);
+	ref_layer_free(&R);
 	return r;
 }

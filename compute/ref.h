@@ -22,4 +22,19 @@ struct kvp_model;
  */
 int kvp_ref_forward(const struct kvp_model *m, const int32_t *tokens, uint32_t n, float *logits);
 
+/* kvp_ref_forward_opts() flags */
+enum {
+	/*
+	 * Round the input of every projection as the fast path does before its dot products
+	 * (int8 blocks for the integer types, bf16 for BF16: compute/kernels/quant.h), so
+	 * the only difference left is float rounding: tight bounds, equal greedy tokens.
+	 * Without it the reference is the exact model the file describes.
+	 */
+	KVP_REF_ROUND_ACT = 1,
+};
+
+/* kvp_ref_forward_opts() - kvp_ref_forward() with @flags (KVP_REF_*). */
+int kvp_ref_forward_opts(const struct kvp_model *m, const int32_t *tokens, uint32_t n,
+			 float *logits, unsigned flags);
+
 #endif /* KVP_COMPUTE_REF_H */

@@ -499,7 +499,7 @@ out:
 
 static void mkmodel_usage(FILE *f)
 {
-	fputs("usage: kvpool-mkmodel -o FILE [--preset tiny|demo|1b] [--type f32|f16|bf16|q8_0]\n"
+	fputs("usage: kvpool-mkmodel -o FILE [--preset tiny|tinyq|demo|1b] [--type TYPE]\n"
 	      "                      [--seed S] [--n-embd N] [--n-layers N] [--n-heads N]\n"
 	      "                      [--n-kv-heads N] [--n-ff N] [--n-ctx N] [--tied|--untied]\n"
 	      "                      [--name NAME]\n"
@@ -507,9 +507,14 @@ static void mkmodel_usage(FILE *f)
 	      "(<unk>, <s>, </s>, then 256 byte tokens); the same options always give the same file.\n"
 	      "  -o, --output FILE   where to write (replaced atomically)\n"
 	      "  -p, --preset NAME   tiny: n_embd 64, 2 layers, 4 heads / 2 KV, n_ff 128 (the default)\n"
+	      "                      tinyq: n_embd 256, 2 layers, 4 / 2 heads, n_ff 512 (fits K-quants)\n"
 	      "                      demo: ~104M params, n_embd 768, 12 layers, 12 / 4 heads, n_ff 3072\n"
 	      "                      1b: Llama-3.2-1B-like, n_embd 2048, 16 layers, 32 / 8 heads, n_ff 8192\n"
-	      "  -t, --type T        matrix type: f32 (default), f16, bf16 or q8_0; norms stay f32\n"
+	      "  -t, --type T        matrix type (norms stay f32): f32 (default), f16, bf16,\n"
+	      "                      q8_0, q4_0, q4_1, q5_0, q5_1 (n_embd, n_ff multiples of 32),\n"
+	      "                      q2_k, q3_k, q4_k, q5_k, q6_k (multiples of 256), or a mix as\n"
+	      "                      llama.cpp's recipes do: q4_k_m, q5_k_m (attn_v, ffn_down partly\n"
+	      "                      and output q6_k), q4_k_s (output q6_k)\n"
 	      "  -s, --seed S        weight seed (default 1234)\n"
 	      "      --n-embd, --n-layers, --n-heads, --n-kv-heads, --n-ff, --n-ctx N\n"
 	      "                      override the preset's shape (each 1..1048576)\n"
@@ -586,8 +591,8 @@ int kvp_mkmodel_main(int argc, char **argv)
 	if (type) {
 		r = kvp_mkmodel_type_parse(type);
 		if (r < 0) {
-			fprintf(stderr, "kvpool-mkmodel: --type: want f32, f16, bf16 or q8_0, got '%s'\n",
-				type);
+			fprintf(stderr, "kvpool-mkmodel: --type: want one of %s; got '%s'\n",
+				kvp_mkmodel_type_list(), type);
 			goto usage;
 		}
 		o.type = (uint32_t)r;

@@ -101,7 +101,7 @@ static int lane_init(struct lane *ln, struct kvp_model *m, int threads, uint32_t
 	ln->kv.n_blocks = B * nb;
 	ln->kv.base = aligned_alloc(KVP_BLOCK_ALIGN, (size_t)ln->kv.n_blocks * ln->kv.geom.block_stride);
 	if (!ln->seq || !ln->tables || !ln->lg || !ln->kv.base ||
-	    kvp_fwd_new(&ln->f, m, &(struct kvp_fwd_opts){ threads, PROMPT, B }))
+	    kvp_fwd_new(&ln->f, m, &(struct kvp_fwd_opts){ .n_threads = threads, .max_chunk = PROMPT, .max_batch = B }))
 		return 1;
 	memset(ln->kv.base, 0, (size_t)ln->kv.n_blocks * ln->kv.geom.block_stride);
 	for (uint32_t s = 0; s < B; s++) {

@@ -77,7 +77,7 @@ static int bench_model(const char *path, int threads)
 		table[i] = i;
 	for (uint32_t i = 0; i < CHUNK; i++)
 		toks[i] = 3 + (int32_t)((i * 7919u) % 256);
-	if (kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ threads, CHUNK, 1 })) {
+	if (kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = threads, .max_chunk = CHUNK, .max_batch = 1 })) {
 		fprintf(stderr, "bench-prefill: no forward context\n");
 		return 1;
 	}

@@ -1,7 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_kernels.c - type conversions exactly against scalar references written here
- * from the format definitions, and the float kernels against their formulas.
+ * test_kernels.c - every kernel table this CPU runs, against references written here.
+ *
+ *  - conversions: f16/bf16 exactly against the IEEE definitions;
+ *  - dequantization: every weight type against a decoder written in this file from the
+ *    GGUF block definitions, in ggml's loop order (a second, independent reading of the
+ *    layouts), on random blocks with extreme and zero scales; each table's dequant equals
+ *    the reference bit for bit;
+ *  - the quantizer: dequantize(quantize(x)) is close to x for every type;
+ *  - activation quantizers of each table equal the reference byte for byte;
+ *  - matmul of every type on every table, for 1..20 input rows, ragged shapes and
+ *    partial output ranges, against the dot product of the dequantized weights and the
+ *    dequantized activations computed in double: only rounding may differ;
+ *  - the float kernels (rmsnorm, swiglu, attention step, rope, softmax) vs formulas.
  */
 #include <errno.h>
 #include <math.h>
@@ -9,12 +20,12 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
-#include "compute/kernels.h"
-#include "compute/mkmodel.h"
+#include "compute/kernels/kernels.h"
 #include "kvpool/layout.h"
 
 static uint32_t bits(float f)
@@ -23,6 +34,34 @@ static uint32_t bits(float f)
 
 	memcpy(&u, &f, 4);
 	return u;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t next(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+/* uniform in [-1, 1) */
+static float frand(void)
+{
+	return (float)((next() >> 40) * 0x1p-24 * 2.0 - 1.0);
+}
+
+/* The tables this machine runs (scalar always). */
+static const struct kvp_kernels *tables[KVP_ISA__COUNT];
+static int n_tables;
+
+static int setup(void **state)
+{
+	for (uint32_t i = 0; i < KVP_ISA__COUNT; i++)
+		if (kvp_kernels_for(i))
+			tables[n_tables++] = kvp_kernels_for(i);
+	return 0;
 }
 
 /* IEEE binary16 by definition: (-1)^s * 2^(e-15) * (1 + m/1024), subnormal 2^-14 * m/1024 */
@@ -37,85 +76,76 @@ static float half_ref(uint16_t h)
 	return (float)(s ? -v : v);
 }
 
-static void test_f16_all_values_exact(void **state)
+static void test_tables_complete(void **state)
 {
-	/* all 65536 halves: scalar and bulk (F16C) paths equal the definition, bit for bit */
+	/* every table has every slot; the CPU's best is in the list; KVP_ISA is honoured */
+	char buf[64];
+	const struct kvp_kernels *best;
+
+	for (uint32_t i = 0; i < KVP_ISA__COUNT; i++) {
+		const struct kvp_kernels *k = i == 0 ? &kvp_kernels_scalar :
+					      i == 1 ? &kvp_kernels_avx2 : &kvp_kernels_avx512;
+
+		if (kvp_kernels_gap(k, buf, sizeof(buf)))
+			fail_msg("table %s: empty slot %s", k->name, buf);
+		assert_int_equal(kvp_kernels_check(k), 0);
+		assert_int_equal(k->isa, i);
+	}
+	assert_non_null(kvp_kernels_for(KVP_ISA_SCALAR));
+	unsetenv("KVP_ISA");
+	assert_int_equal(kvp_kernels_best(&best), 0);
+	assert_ptr_equal(best, tables[n_tables - 1]);
+	setenv("KVP_ISA", "scalar", 1);
+	assert_int_equal(kvp_kernels_best(&best), 0);
+	assert_ptr_equal(best, &kvp_kernels_scalar);
+	setenv("KVP_ISA", "mmx", 1);
+	assert_int_equal(kvp_kernels_best(&best), -EINVAL);
+	unsetenv("KVP_ISA");
+	print_message("kernel tables on this CPU:");
+	for (int t = 0; t < n_tables; t++)
+		print_message(" %s", tables[t]->name);
+	print_message("\n");
+}
+
+static void test_f16_bf16_all_values_exact(void **state)
+{
+	/* all 65536 halves and bfloats: the reference and every table's bulk paths */
 	uint16_t *h = malloc(65536 * 2);
-	float *f = malloc(65536 * 4);
+	float *f = malloc(65536 * 4), *g = malloc(65536 * 4);
 
 	for (uint32_t i = 0; i < 65536; i++)
 		h[i] = (uint16_t)i;
-	assert_int_equal(kvp_dequant(f, h, KVP_GGML_F16, 65536), 0);
-	for (uint32_t i = 0; i < 65536; i++) {
-		float r = half_ref((uint16_t)i), s = kvp_f16_to_f32((uint16_t)i);
+	assert_int_equal(kvp_dequant_ref(f, h, KVP_GGML_F16, 65536), 0);
+	for (int t = 0; t < n_tables; t++) {
+		tables[t]->dequant[KVP_GGML_F16](g, h, 65536);
+		for (uint32_t i = 0; i < 65536; i++) {
+			float r = half_ref((uint16_t)i);
 
-		if (isnan(r)) {
-			assert_true(isnan(s) && isnan(f[i]));
-			assert_int_equal(bits(s), bits(f[i]));	/* same NaN payload both ways */
-		} else {
-			assert_int_equal(bits(s), bits(r));
-			assert_int_equal(bits(f[i]), bits(r));
+			if (isnan(r)) {
+				assert_true(isnan(f[i]) && isnan(g[i]));
+				assert_int_equal(bits(f[i]), bits(g[i]));	/* same NaN payload */
+			} else {
+				assert_int_equal(bits(f[i]), bits(r));
+				assert_int_equal(bits(g[i]), bits(r));
+			}
 		}
+		tables[t]->dequant[KVP_GGML_BF16](g, h, 65536);
+		for (uint32_t i = 0; i < 65536; i++)
+			assert_int_equal(bits(g[i]), i << 16);
 	}
 	free(h);
 	free(f);
+	free(g);
 }
 
-static void test_bf16_all_values_exact(void **state)
-{
-	/* bf16 is the top half of an f32: all 65536 patterns */
-	uint16_t *h = malloc(65536 * 2);
-	float *f = malloc(65536 * 4);
-
-	for (uint32_t i = 0; i < 65536; i++)
-		h[i] = (uint16_t)i;
-	assert_int_equal(kvp_dequant(f, h, KVP_GGML_BF16, 65536), 0);
-	for (uint32_t i = 0; i < 65536; i++) {
-		assert_int_equal(bits(f[i]), i << 16);
-		assert_int_equal(bits(kvp_bf16_to_f32((uint16_t)i)), i << 16);
-	}
-	free(h);
-	free(f);
-}
-
-static void test_q8_0_exact(void **state)
-{
-	/* Q8_0 blocks: value = half(d) * q, for random scales and every int8 value */
-	enum { NB = 64 };
-	uint8_t blk[NB * 34];
-	float f[NB * 32];
-	uint64_t s = 12345;
-
-	for (int b = 0; b < NB; b++) {
-		uint16_t d = (uint16_t)((s = s * 6364136223846793005ull + 1) >> 48) & 0x7bff;
-
-		memcpy(blk + b * 34, &d, 2);
-		for (int j = 0; j < 32; j++)
-			blk[b * 34 + 2 + j] = (uint8_t)(b * 32 + j);	/* all 256 values over 8 blocks */
-	}
-	assert_int_equal(kvp_dequant(f, blk, KVP_GGML_Q8_0, NB * 32), 0);
-	for (int b = 0; b < NB; b++) {
-		uint16_t d;
-
-		memcpy(&d, blk + b * 34, 2);
-		for (int j = 0; j < 32; j++) {
-			double want = (double)half_ref(d) * (int8_t)blk[b * 34 + 2 + j];
-
-			assert_int_equal(bits(f[b * 32 + j]), bits((float)want));
-		}
-	}
-	assert_int_equal(kvp_dequant(f, blk, 2 /* q4_0 */, 32), -ENOTSUP);
-}
-
-static void test_f32_to_f16_round_nearest_even(void **state)
+static void test_f32_to_f16_bf16_rounding(void **state)
 {
 	/*
-	 * every finite half round-trips; the midpoint between neighbours goes to the even
-	 * one; bulk K/V store equals the scalar conversion on random values of all sizes
+	 * every finite half round-trips; midpoints go to the even neighbour; every table's
+	 * K/V stores equal the scalar conversions on random values of all magnitudes
 	 */
-	uint64_t s = 777;
-	float src[4096];
-	uint16_t out[4096];
+	float src[4099];
+	uint16_t out[4099];
 
 	for (uint32_t i = 0; i < 0x7c00; i++) {
 		for (uint32_t sign = 0; sign < 2; sign++) {
@@ -133,28 +163,424 @@ static void test_f32_to_f16_round_nearest_even(void **state)
 	assert_int_equal(kvp_f32_to_f16(70000.0f), 0x7c00);
 	assert_int_equal(kvp_f32_to_f16(-INFINITY), 0xfc00);
 	assert_true((kvp_f32_to_f16(NAN) & 0x7c00) == 0x7c00 && (kvp_f32_to_f16(NAN) & 0x3ff));
-	for (int i = 0; i < 4096; i++) {
-		s = s * 6364136223846793005ull + 1442695040888963407ull;
+	for (int i = 0; i < 4099; i++) {
+		uint64_t s = next();
+
 		src[i] = ldexpf((float)(s >> 40) / (1 << 24), (int)((s >> 8) % 50) - 30) *
 			 ((s & 1) ? -1 : 1);
 	}
-	kvp_kv_store(out, KVP_DTYPE_F16, src, 4096);
-	for (int i = 0; i < 4096; i++)
-		assert_int_equal(out[i], kvp_f32_to_f16(src[i]));
-	kvp_kv_store(out, KVP_DTYPE_BF16, src, 4096);
-	for (int i = 0; i < 4096; i++) {
-		uint32_t u = bits(src[i]), lo = u & 0xffff, hi = u >> 16;
-		uint16_t want = (uint16_t)(lo > 0x8000 || (lo == 0x8000 && (hi & 1)) ? hi + 1 : hi);
+	for (int t = 0; t < n_tables; t++) {
+		tables[t]->kv_store[KVP_DTYPE_F16](out, src, 4099);
+		for (int i = 0; i < 4099; i++)
+			assert_int_equal(out[i], kvp_f32_to_f16(src[i]));
+		tables[t]->kv_store[KVP_DTYPE_BF16](out, src, 4099);
+		for (int i = 0; i < 4099; i++) {
+			uint32_t u = bits(src[i]), lo = u & 0xffff, hi = u >> 16;
+			uint16_t want = (uint16_t)(lo > 0x8000 || (lo == 0x8000 && (hi & 1)) ? hi + 1 : hi);
 
-		assert_int_equal(out[i], want);
+			assert_int_equal(out[i], want);
+		}
+	}
+}
+
+/*
+ * ---- a second reading of the block layouts, in ggml's loop order ----
+ * Each decodes one block of @type at @b into 32 or 256 floats.
+ */
+static float h16(const uint8_t *p)
+{
+	uint16_t h;
+
+	memcpy(&h, p, 2);
+	return half_ref(h);
+}
+
+static void k4_scale_min(int j, const uint8_t *q, int *d, int *m)
+{
+	if (j < 4) {
+		*d = q[j] & 63;
+		*m = q[j + 4] & 63;
+	} else {
+		*d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+		*m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+	}
+}
+
+static void decode_block(const uint8_t *b, uint32_t type, float *y)
+{
+	switch (type) {
+	case KVP_GGML_Q4_0:	/* d; qs[16] */
+		for (int j = 0; j < 16; j++) {
+			y[j] = ((b[2 + j] & 0xF) - 8) * h16(b);
+			y[j + 16] = ((b[2 + j] >> 4) - 8) * h16(b);
+		}
+		return;
+	case KVP_GGML_Q4_1:	/* d; m; qs[16] */
+		for (int j = 0; j < 16; j++) {
+			y[j] = (b[4 + j] & 0xF) * h16(b) + h16(b + 2);
+			y[j + 16] = (b[4 + j] >> 4) * h16(b) + h16(b + 2);
+		}
+		return;
+	case KVP_GGML_Q5_0:
+	case KVP_GGML_Q5_1: {	/* d; (m;) qh[4]; qs[16] */
+		int one = type == KVP_GGML_Q5_1;
+		uint32_t qh;
+		const uint8_t *qs = b + (one ? 8 : 6);
+
+		memcpy(&qh, b + (one ? 4 : 2), 4);
+		for (int j = 0; j < 16; j++) {
+			int xh0 = ((qh >> j) << 4) & 0x10, xh1 = (qh >> (j + 12)) & 0x10;
+			int x0 = (qs[j] & 0xF) | xh0, x1 = (qs[j] >> 4) | xh1;
+
+			if (one) {
+				y[j] = x0 * h16(b) + h16(b + 2);
+				y[j + 16] = x1 * h16(b) + h16(b + 2);
+			} else {
+				y[j] = (x0 - 16) * h16(b);
+				y[j + 16] = (x1 - 16) * h16(b);
+			}
+		}
+		return;
+	}
+	case KVP_GGML_Q8_0:
+		for (int j = 0; j < 32; j++)
+			y[j] = (int8_t)b[2 + j] * h16(b);
+		return;
+	case KVP_GGML_Q2_K: {	/* scales[16]; qs[64]; d; dmin */
+		const uint8_t *q = b + 16;
+		float d = h16(b + 80), mn = h16(b + 82);
+		int is = 0;
+
+		for (int n = 0; n < 256; n += 128, q += 32)
+			for (int shift = 0; shift < 8; shift += 2)
+				for (int half = 0; half < 2; half++) {
+					uint8_t sc = b[is++];
+					float dl = d * (sc & 0xF), ml = mn * (sc >> 4);
+
+					for (int l = 0; l < 16; l++)
+						*y++ = dl * ((q[l + 16 * half] >> shift) & 3) - ml;
+				}
+		return;
+	}
+	case KVP_GGML_Q3_K: {	/* hmask[32]; qs[64]; scales[12]; d */
+		const uint8_t *hm = b, *q = b + 32, *s = b + 96;
+		float d = h16(b + 108);
+		int8_t sc[16];
+		uint8_t m = 1;
+		int is = 0;
+
+		for (int j = 0; j < 16; j++) {
+			int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4;
+
+			sc[j] = (int8_t)((lo | ((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32);
+		}
+		for (int n = 0; n < 256; n += 128, q += 32)
+			for (int shift = 0; shift < 8; shift += 2, m <<= 1)
+				for (int half = 0; half < 2; half++) {
+					float dl = d * sc[is++];
+
+					for (int l = 16 * half; l < 16 * half + 16; l++)
+						*y++ = dl * (((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
+				}
+		return;
+	}
+	case KVP_GGML_Q4_K:
+	case KVP_GGML_Q5_K: {	/* d; dmin; scales[12]; (qh[32];) qs[128] */
+		int five = type == KVP_GGML_Q5_K;
+		const uint8_t *ql = b + (five ? 48 : 16), *qh = b + 16;
+		float d = h16(b), mn = h16(b + 2);
+		uint8_t u1 = 1, u2 = 2;
+
+		for (int j = 0, is = 0; j < 256; j += 64, ql += 32, is += 2, u1 <<= 2, u2 <<= 2) {
+			int sc, m;
+			float d1, m1, d2, m2;
+
+			k4_scale_min(is, b + 4, &sc, &m);
+			d1 = d * sc;
+			m1 = mn * m;
+			k4_scale_min(is + 1, b + 4, &sc, &m);
+			d2 = d * sc;
+			m2 = mn * m;
+			for (int l = 0; l < 32; l++)
+				*y++ = d1 * ((ql[l] & 0xF) + (five && (qh[l] & u1) ? 16 : 0)) - m1;
+			for (int l = 0; l < 32; l++)
+				*y++ = d2 * ((ql[l] >> 4) + (five && (qh[l] & u2) ? 16 : 0)) - m2;
+		}
+		return;
+	}
+	case KVP_GGML_Q6_K: {	/* ql[128]; qh[64]; scales[16]; d */
+		const uint8_t *ql = b, *qh = b + 128;
+		const int8_t *sc = (const int8_t *)(b + 192);
+		float d = h16(b + 208);
+
+		for (int n = 0; n < 256; n += 128, y += 128, ql += 64, qh += 32, sc += 8)
+			for (int l = 0; l < 32; l++) {
+				int is = l / 16;
+
+				y[l] = d * sc[is] * (((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
+				y[l + 32] = d * sc[is + 2] *
+					    (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+				y[l + 64] = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+				y[l + 96] = d * sc[is + 6] *
+					    (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+			}
+		return;
+	}
+	}
+	fail_msg("decode_block: type %u", type);
+}
+
+static const uint32_t int_types[] = {
+	KVP_GGML_Q8_0, KVP_GGML_Q4_0, KVP_GGML_Q4_1, KVP_GGML_Q5_0, KVP_GGML_Q5_1,
+	KVP_GGML_Q2_K, KVP_GGML_Q3_K, KVP_GGML_Q4_K, KVP_GGML_Q5_K, KVP_GGML_Q6_K,
+};
+#define N_INT_TYPES (sizeof(int_types) / sizeof(int_types[0]))
+
+static const uint32_t all_types[] = {
+	KVP_GGML_F32, KVP_GGML_F16, KVP_GGML_BF16, KVP_GGML_Q8_0, KVP_GGML_Q4_0,
+	KVP_GGML_Q4_1, KVP_GGML_Q5_0, KVP_GGML_Q5_1, KVP_GGML_Q2_K, KVP_GGML_Q3_K,
+	KVP_GGML_Q4_K, KVP_GGML_Q5_K, KVP_GGML_Q6_K,
+};
+#define N_ALL_TYPES (sizeof(all_types) / sizeof(all_types[0]))
+
+/* Positions of the binary16 scales in each integer block (to plant extremes there). */
+static void scale_offsets(uint32_t type, int *off, int *n)
+{
+	switch (type) {
+	case KVP_GGML_Q4_1: case KVP_GGML_Q5_1: off[0] = 0; off[1] = 2; *n = 2; return;
+	case KVP_GGML_Q2_K: off[0] = 80; off[1] = 82; *n = 2; return;
+	case KVP_GGML_Q3_K: off[0] = 108; *n = 1; return;
+	case KVP_GGML_Q4_K: case KVP_GGML_Q5_K: off[0] = 0; off[1] = 2; *n = 2; return;
+	case KVP_GGML_Q6_K: off[0] = 208; *n = 1; return;
+	default: off[0] = 0; *n = 1; return;
+	}
+}
+
+/* @nb random blocks of @type; scales random finite halves, with zero and extremes mixed in */
+static void random_blocks(uint8_t *buf, uint32_t type, size_t nb, int extreme)
+{
+	const struct kvp_qtype *t = kvp_qtype(type);
+	int off[2], n;
+
+	for (size_t i = 0; i < nb * t->block_bytes; i++)
+		buf[i] = (uint8_t)next();
+	scale_offsets(type, off, &n);
+	for (size_t b = 0; b < nb; b++) {
+		for (int s = 0; s < n; s++) {
+			static const uint16_t special[] = { 0x0000, 0x8000, 0x7bff, 0xfbff, 0x0001, 0x3c00 };
+			uint16_t h = extreme && b % 3 == 0 ? special[next() % 6] :
+						     (uint16_t)(0x2000 + next() % 0x1800) | (next() & 0x8000);
+
+			memcpy(buf + b * t->block_bytes + off[s], &h, 2);
+		}
+	}
+}
+
+static void test_dequant_every_type(void **state)
+{
+	/*
+	 * random blocks (zero, tiny, huge and negative scales among them) decode the same in
+	 * quant.c's reference, in this file's second reading and in every table's dequant
+	 */
+	enum { NB = 48 };
+	uint8_t *buf = malloc(NB * 292);
+	float *ref = malloc(NB * 256 * 4), *got = malloc(NB * 256 * 4), y[256];
+
+	for (size_t i = 0; i < N_INT_TYPES; i++) {
+		uint32_t type = int_types[i];
+		const struct kvp_qtype *t = kvp_qtype(type);
+		size_t n = NB * t->block;
+
+		random_blocks(buf, type, NB, 1);
+		assert_int_equal(kvp_dequant_ref(ref, buf, type, n), 0);
+		for (size_t b = 0; b < NB; b++) {
+			decode_block(buf + b * t->block_bytes, type, y);
+			for (uint32_t e = 0; e < t->block; e++)
+				if (bits(y[e]) != bits(ref[b * t->block + e]) &&
+				    !(isnan(y[e]) && isnan(ref[b * t->block + e])))
+					fail_msg("%s block %zu elem %u: ref %g, test decoder %g", t->name,
+						 b, e, ref[b * t->block + e], y[e]);
+		}
+		for (int k = 0; k < n_tables; k++) {
+			tables[k]->dequant[type](got, buf, n);
+			assert_memory_equal(got, ref, n * 4);
+		}
+	}
+	assert_int_equal(kvp_dequant_ref(ref, buf, KVP_GGML_IQ2_XS, 256), -ENOTSUP);
+	free(buf);
+	free(ref);
+	free(got);
+}
+
+static void test_quantize_round_trip(void **state)
+{
+	/*
+	 * dequantize(quantize(x)) stays within about one step of x (the symmetric types map
+	 * the extreme to -2^(b-1) exactly and lose up to a step on the other side)
+	 */
+	enum { N = 4096 };
+	static const struct { uint32_t type; double rel; } bound[] = {
+		{ KVP_GGML_F16, 1e-3 }, { KVP_GGML_BF16, 8e-3 }, { KVP_GGML_Q8_0, 0.01 },
+		{ KVP_GGML_Q5_0, 0.07 }, { KVP_GGML_Q5_1, 0.07 }, { KVP_GGML_Q4_0, 0.13 },
+		{ KVP_GGML_Q4_1, 0.13 }, { KVP_GGML_Q6_K, 0.04 }, { KVP_GGML_Q5_K, 0.07 },
+		{ KVP_GGML_Q4_K, 0.13 }, { KVP_GGML_Q3_K, 0.3 }, { KVP_GGML_Q2_K, 0.5 },
+	};
+	float *x = malloc(N * 4), *y = malloc(N * 4);
+	uint8_t *q = malloc(N * 4);
+
+	for (int i = 0; i < N; i++)
+		x[i] = frand() * (i % 256 < 16 ? 0.01f : 1.0f);	/* a quiet sub-block too */
+	for (size_t i = 0; i < sizeof(bound) / sizeof(bound[0]); i++) {
+		double err = 0, mag = 0;
+
+		assert_int_equal(kvp_quantize_ref(q, x, bound[i].type, N), 0);
+		assert_int_equal(kvp_dequant_ref(y, q, bound[i].type, N), 0);
+		for (int j = 0; j < N; j++) {
+			err = fmax(err, fabs((double)y[j] - x[j]));
+			mag = fmax(mag, fabs(x[j]));
+		}
+		print_message("%s: max round-trip error %.4f of %.4f\n", kvp_qtype(bound[i].type)->name,
+			      err, mag);
+		if (err > bound[i].rel * mag)
+			fail_msg("%s: max error %g of max magnitude %g", kvp_qtype(bound[i].type)->name,
+				 err, mag);
+	}
+	free(x);
+	free(y);
+	free(q);
+}
+
+static void test_act_quantizers_equal_reference(void **state)
+{
+	/* each table's activation formats equal the reference byte for byte */
+	enum { K = 1024 };
+	float x[K];
+	uint8_t ref[K * 4], got[K * 4];
+
+	for (int round = 0; round < 4; round++) {
+		for (int i = 0; i < K; i++)
+			x[i] = round == 0 ? 0.0f : frand() * (round == 3 ? 1e6f : 3.0f) *
+						   (i % 97 == 0 ? 40.0f : 1.0f);
+		for (uint32_t a = 0; a < KVP_ACT__COUNT; a++) {
+			size_t bytes = kvp_act_row_bytes(a, K);
+
+			kvp_quant_act_ref(ref, a, x, K);
+			for (int t = 0; t < n_tables; t++) {
+				memset(got, 0xa5, sizeof(got));
+				tables[t]->quant_act[a](got, x, K);
+				if (memcmp(got, ref, bytes))
+					fail_msg("table %s act format %u round %d differs", tables[t]->name,
+						 a, round);
+			}
+		}
+	}
+}
+
+/* The activation row as the kernels see it, dequantized (what an exact dot uses). */
+static void act_values(float *v, uint32_t act, const uint8_t *row, size_t k)
+{
+	switch (act) {
+	case KVP_ACT_F32:
+		memcpy(v, row, k * 4);
+		return;
+	case KVP_ACT_BF16:
+		for (size_t i = 0; i < k; i++)
+			v[i] = kvp_bf16_to_f32(((const uint16_t *)row)[i]);
+		return;
+	case KVP_ACT_Q8_32: {
+		const float *d = kvp_act_q8_32_d(row, k);
+
+		for (size_t i = 0; i < k; i++)
+			v[i] = d[i / 32] * (float)((const int8_t *)row)[i];
+		return;
+	}
+	case KVP_ACT_Q8_256:
+		for (size_t i = 0; i < k; i++) {
+			const struct kvp_act_q8_256 *a = (const struct kvp_act_q8_256 *)row + i / 256;
+
+			v[i] = a->d * (float)a->q[i % 256];
+		}
+		return;
+	}
+}
+
+/* one matmul of @type on table @kt: @rows input rows, k = @k, outputs [o0, o1) of @d_out */
+static void matmul_case(const struct kvp_kernels *kt, uint32_t type, size_t rows, size_t k,
+			size_t d_out, size_t o0, size_t o1)
+{
+	const struct kvp_qtype *t = kvp_qtype(type);
+	size_t rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(t->act, k);
+	float *wf = malloc(d_out * k * 4), *x = malloc(rows * k * 4), *xv = malloc(k * 4);
+	float *out = malloc(rows * d_out * 4), *wd = malloc(d_out * k * 4);
+	uint8_t *w = malloc(d_out * rb), *xa = malloc(rows * xs);
+
+	for (size_t i = 0; i < d_out * k; i++)
+		wf[i] = frand();
+	for (size_t i = 0; i < rows * k; i++)
+		x[i] = frand() * (i % 31 == 0 ? 5.0f : 1.0f);
+	assert_int_equal(kvp_quantize_ref(w, wf, type, d_out * k), 0);
+	assert_int_equal(kvp_dequant_ref(wd, w, type, d_out * k), 0);
+	for (size_t r = 0; r < rows; r++)
+		kt->quant_act[t->act](xa + r * xs, x + r * k, k);
+	for (size_t i = 0; i < rows * d_out; i++)
+		out[i] = -1234.0f;
+	kt->matmul[type](out, d_out, w, rb, xa, xs, rows, k, o0, o1);
+	for (size_t r = 0; r < rows; r++) {
+		act_values(xv, t->act, xa + r * xs, k);
+		for (size_t o = 0; o < d_out; o++) {
+			double want = 0, mag = 0;
+
+			if (o < o0 || o >= o1) {
+				if (out[r * d_out + o] != -1234.0f)
+					fail_msg("%s %s: wrote output %zu outside [%zu, %zu)", kt->name,
+						 t->name, o, o0, o1);
+				continue;
+			}
+			for (size_t i = 0; i < k; i++) {
+				want += (double)wd[o * k + i] * xv[i];
+				mag += fabs((double)wd[o * k + i] * xv[i]);
+			}
+			if (!(fabs(out[r * d_out + o] - want) <= 2e-5 * mag + 1e-6))
+				fail_msg("%s %s rows %zu k %zu: out (%zu, %zu) = %.7g, want %.7g (mag %g)",
+					 kt->name, t->name, rows, k, r, o, out[r * d_out + o], want, mag);
+		}
+	}
+	free(wf);
+	free(x);
+	free(xv);
+	free(out);
+	free(wd);
+	free(w);
+	free(xa);
+}
+
+static void test_matmul_every_type_every_table(void **state)
+{
+	/*
+	 * rows 1..20 (decode batches, a prefill group boundary), k of one block up to
+	 * several panel slices for K-quants, ragged k for the float types, and output ranges
+	 * that do not start at 0 or end at d_out
+	 */
+	for (int t = 0; t < n_tables; t++) {
+		for (size_t i = 0; i < N_ALL_TYPES; i++) {
+			uint32_t type = all_types[i];
+			uint32_t blk = kvp_qtype(type)->block;
+			size_t ks[] = { blk == 1 ? 77 : blk, blk == 1 ? 1000 : 3 * blk,
+					blk == 256 ? 256 * 70 : blk == 32 ? 32 * 300 : 2053 };
+
+			for (size_t rows = 1; rows <= 20; rows += rows < 10 ? 1 : 5)
+				matmul_case(tables[t], type, rows, ks[rows % 2], 37, 3, 35);
+			matmul_case(tables[t], type, 3, ks[2], 5, 0, 5);
+			matmul_case(tables[t], type, 70, ks[1], 17, 1, 17);
+		}
 	}
 }
 
 static void test_float_kernels_match_formulas(void **state)
 {
-	/* rmsnorm, rope, softmax, swiglu, dot and the BLAS linear layer vs direct formulas */
-	enum { N = 64, R = 5, O = 24 };
-	float x[N], w[N], o[N], cs[N], y[N], W[O * N], X[R * N], out[R * O];
+	/* rmsnorm, swiglu, the attention step of every table; rope, softmax */
+	enum { N = 67 };
+	float x[N], w[N], o[N], cs[N], y[N];
 	double ss = 0;
 
 	for (int i = 0; i < N; i++) {
@@ -162,16 +588,22 @@ static void test_float_kernels_match_formulas(void **state)
 		w[i] = 0.5f + i / 64.0f;
 		ss += (double)x[i] * x[i];
 	}
-	kvp_rmsnorm(o, x, w, N, 1e-5f);
-	for (int i = 0; i < N; i++)
-		assert_true(fabs(o[i] - x[i] / sqrt(ss / N + 1e-5) * w[i]) < 1e-5);
+	for (int t = 0; t < n_tables; t++) {
+		tables[t]->rmsnorm(o, x, w, N, 1e-5f);
+		for (int i = 0; i < N; i++)
+			assert_true(fabs(o[i] - x[i] / sqrt(ss / N + 1e-5) * w[i]) < 1e-5);
+		memcpy(y, x, sizeof(x));
+		tables[t]->swiglu(y, w, N);
+		for (int i = 0; i < N; i++)
+			assert_true(fabs(y[i] - x[i] / (1 + exp(-x[i])) * w[i]) < 1e-5);
+	}
 
-	kvp_rope_table(cs, 17, N / 2, 10000.0f);
+	kvp_rope_table(cs, 17, 32, 10000.0f);
 	memcpy(y, x, sizeof(x));
-	kvp_rope_apply(y, 2, N / 2, N / 2, cs);	/* 2 heads of 32, all rotated */
+	kvp_rope_apply(y, 2, 32, 32, cs);	/* 2 heads of 32, all rotated */
 	for (int h = 0; h < 2; h++)
-		for (int i = 0; i < N / 4; i++) {
-			double th = 17 * pow(10000.0, -2.0 * i / (N / 2));
+		for (int i = 0; i < 16; i++) {
+			double th = 17 * pow(10000.0, -2.0 * i / 32);
 			double a = x[h * 32 + 2 * i], b = x[h * 32 + 2 * i + 1];
 
 			assert_true(fabs(y[h * 32 + 2 * i] - (a * cos(th) - b * sin(th))) < 1e-5);
@@ -187,90 +619,70 @@ static void test_float_kernels_match_formulas(void **state)
 		sum += exp(x[i] - mx);
 	for (int i = 0; i < N; i++)
 		assert_true(fabs(y[i] - exp(x[i] - mx) / sum) < 1e-6);
-
-	memcpy(y, x, sizeof(x));
-	kvp_swiglu(y, w, N);
-	for (int i = 0; i < N; i++)
-		assert_true(fabs(y[i] - x[i] / (1 + exp(-x[i])) * w[i]) < 1e-5);
-
-	double d = 0;
-	for (int i = 0; i < N; i++)
-		d += (double)x[i] * w[i];
-	assert_true(fabs(kvp_dot(x, w, N) - d) < 1e-4);
-
-	for (int i = 0; i < O * N; i++)
-		W[i] = cosf(i * 0.013f);
-	for (int i = 0; i < R * N; i++)
-		X[i] = sinf(i * 0.029f);
-	for (int rows = 1; rows <= R; rows += R - 1) {
-		kvp_linear(out, X, W, rows, O, N);
-		for (int r = 0; r < rows; r++)
-			for (int j = 0; j < O; j++) {
-				double want = 0;
-
-				for (int k = 0; k < N; k++)
-					want += (double)X[r * N + k] * W[j * N + k];
-				assert_true(fabs(out[r * O + j] - want) < 1e-4);
-			}
-	}
 }
 
-/* kvp_gemv_rows() for every row count on a (DO, @di) matrix, outputs [16, 33) only */
-static void gemv_rows_vs_naive(int di)
-{
-	enum { DO = 40 };
-	float *w = malloc((size_t)DO * di * 4), *x = malloc((size_t)8 * di * 4), out[8 * DO];
-
-	for (int i = 0; i < DO * di; i++)
-		w[i] = sinf(i * 0.37f);
-	for (int i = 0; i < 8 * di; i++)
-		x[i] = cosf(i * 0.11f);
-	for (int rows = 1; rows <= KVP_GEMV_ROWS_MAX; rows++) {
-		for (int i = 0; i < 8 * DO; i++)
-			out[i] = -1234.0f;
-		kvp_gemv_rows(out, x, w, rows, DO, di, 16, 33);
-		for (int r = 0; r < 8; r++)
-			for (int o = 0; o < DO; o++) {
-				double want = 0, mag = 0;
-
-				if (r >= rows || o < 16 || o >= 33) {
-					assert_true(out[r * DO + o] == -1234.0f);	/* untouched */
-					continue;
-				}
-				for (int k = 0; k < di; k++) {
-					want += (double)x[r * di + k] * w[o * di + k];
-					mag += fabs((double)x[r * di + k] * w[o * di + k]);
-				}
-				if (!(fabs(out[r * DO + o] - want) < 1e-5 * mag + 1e-6))
-					fail_msg("d_in %d, rows %d, out (%d, %d): %g, want %g", di, rows,
-						 r, o, out[r * DO + o], want);
-			}
-	}
-	free(w);
-	free(x);
-}
-
-static void test_gemv_rows_matches_naive(void **state)
+static void test_attn_block_matches_softmax(void **state)
 {
 	/*
-	 * the decode kernel: every row count 1..8, an odd sub-range of outputs, a d_in with
-	 * a scalar tail, and one spanning several k tiles with a partial last tile
+	 * two blocks through attn_block (online softmax) equal softmax(qK/sqrt(hd)) V over
+	 * both, for head_dim 64, 128 (the specialised paths) and 40 (the generic one)
 	 */
-	gemv_rows_vs_naive(77);
-	gemv_rows_vs_naive(2 * 1024 + 100);
-	gemv_rows_vs_naive(8192);
+	static const uint32_t hds[] = { 64, 128, 40 };
+	enum { T1 = 16, T2 = 9 };
+
+	for (int t = 0; t < n_tables; t++) {
+		for (int h = 0; h < 3; h++) {
+			uint32_t hd = hds[h];
+			float *q = malloc(hd * 4), *K = malloc((T1 + T2) * hd * 4);
+			float *V = malloc((T1 + T2) * hd * 4), *o = calloc(hd, 4), sbuf[T1];
+			float m[2] = { -INFINITY, 0 }, scale = 1.0f / sqrtf((float)hd);
+			double sc[T1 + T2], mx = -1e30, den = 0;
+
+			for (uint32_t i = 0; i < hd; i++)
+				q[i] = frand();
+			for (uint32_t i = 0; i < (T1 + T2) * hd; i++) {
+				K[i] = frand();
+				V[i] = frand();
+			}
+			tables[t]->attn_block(o, m, q, K, V, T1, scale, sbuf, hd);
+			tables[t]->attn_block(o, m, q, K + T1 * hd, V + T1 * hd, T2, scale, sbuf, hd);
+			for (int j = 0; j < T1 + T2; j++) {
+				sc[j] = 0;
+				for (uint32_t i = 0; i < hd; i++)
+					sc[j] += (double)q[i] * K[j * hd + i];
+				sc[j] *= scale;
+				mx = sc[j] > mx ? sc[j] : mx;
+			}
+			for (int j = 0; j < T1 + T2; j++)
+				den += exp(sc[j] - mx);
+			for (uint32_t i = 0; i < hd; i++) {
+				double want = 0;
+
+				for (int j = 0; j < T1 + T2; j++)
+					want += exp(sc[j] - mx) / den * V[j * hd + i];
+				assert_true(fabs(o[i] / m[1] - want) < 1e-5);
+			}
+			free(q);
+			free(K);
+			free(V);
+			free(o);
+		}
+	}
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_f16_all_values_exact),
-		cmocka_unit_test(test_bf16_all_values_exact),
-		cmocka_unit_test(test_q8_0_exact),
-		cmocka_unit_test(test_f32_to_f16_round_nearest_even),
+		cmocka_unit_test(test_tables_complete),
+		cmocka_unit_test(test_f16_bf16_all_values_exact),
+		cmocka_unit_test(test_f32_to_f16_bf16_rounding),
+		cmocka_unit_test(test_dequant_every_type),
+		cmocka_unit_test(test_quantize_round_trip),
+		cmocka_unit_test(test_act_quantizers_equal_reference),
+		cmocka_unit_test(test_matmul_every_type_every_table),
 		cmocka_unit_test(test_float_kernels_match_formulas),
-		cmocka_unit_test(test_gemv_rows_matches_naive),
+		cmocka_unit_test(test_attn_block_matches_softmax),
 	};
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return cmocka_run_group_tests(tests, setup, NULL);
 }

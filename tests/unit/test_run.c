@@ -111,7 +111,7 @@ static void direct_greedy(const char *path, const char *prompt, int32_t *out, ui
 	assert_int_equal(kvp_geom_init(&kv.geom, &sh), 0);
 	kv.n_blocks = 8;
 	kv.base = aligned_alloc(KVP_BLOCK_ALIGN, 8 * kv.geom.block_stride);
-	assert_int_equal(kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ 1, 64, 1 }), 0);
+	assert_int_equal(kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = 1, .max_chunk = 64, .max_batch = 1 }), 0);
 	assert_int_equal(kvp_fwd_prefill(f, &kv, table, 8, 0, ids, (uint32_t)n, lg, 0), 0);
 	for (uint32_t i = 0; i < n_gen; i++) {
 		out[i] = kvp_sample_greedy(lg, kvp_model_hparams(m)->n_vocab);
@@ -274,7 +274,7 @@ static void test_mkmodel_cli(void **state)
 	char *ok[] = { "kvpool-mkmodel", "--n-embd", "96", "--n-layers", "3", "--n-heads", "6",
 		       "--n-kv-heads", "3", "--n-ff", "64", "--type", "q8_0", "--tied", "-o",
 		       path, NULL };
-	char *bad_type[] = { "kvpool-mkmodel", "--type", "q4_0", "-o", path, NULL };
+	char *bad_type[] = { "kvpool-mkmodel", "--type", "iq2_xs", "-o", path, NULL };
 	char *bad_shape[] = { "kvpool-mkmodel", "--n-embd", "100", "--n-heads", "3", "-o", path,
 			      NULL };
 	char *no_out[] = { "kvpool-mkmodel", "--preset", "demo", NULL };

@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kernels.h - the numeric kernels, one table per instruction set, chosen at run time.
+ *
+ * The project is built for a portable x86-64 baseline; the code that needs wider
+ * vectors lives in one file per instruction set, each compiled with its own flags
+ * (kernels/scalar.c, avx2.c, avx512.c), and exports one const struct kvp_kernels.
+ * kvp_kernels_best() picks the widest table the CPU runs (cpuid and the OS's
+ * XSAVE state); KVP_ISA=scalar|avx2|avx512 in the environment forces one, which is
+ * how tests and benchmarks run every path the machine has.  The scalar table is the
+ * portable reference the others are tested against.
+ *
+ * Adding a weight type: its block layout and reference code in quant.h/quant.c, then
+ * one matmul (and dequant) entry per table.  Adding an instruction set: one file that
+ * fills a table, its flags in meson.build and its cpuid test in dispatch.c.
+ * kvp_kernels_check() refuses a table with an empty slot, at start and in the tests.
+ *
+ * Tables are immutable; every function is reentrant.
+ */
+#ifndef KVP_COMPUTE_KERNELS_KERNELS_H
+#define KVP_COMPUTE_KERNELS_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compute/gguf.h"
+#include "compute/kernels/quant.h"
+#include "kvpool/layout.h"
+
+enum kvp_isa {
+	KVP_ISA_SCALAR = 0,
+	KVP_ISA_AVX2 = 1,	/* AVX2 + FMA + F16C */
+	KVP_ISA_AVX512 = 2,	/* AVX-512 F/BW/DQ/VL + VNNI + BF16 */
+	KVP_ISA__COUNT
+};
+
+/*
+ * kvp_matmul_fn - out[r * ldo + o] = dot(W row o, x row r), r < @rows, o in [@o0, @o1)
+ * @w:      the weight matrix, rows of @w_row_bytes bytes of the table slot's type
+ * @x:      @rows activation rows of @x_row_bytes bytes each, in the format the type
+ *          takes (quant.h: struct kvp_qtype.act), prepared by the table's quant_act
+ * @k:      elements per row (a multiple of the type's block)
+ *
+ * Each weight row is read once for all @rows: decode batches (a few rows) stream the
+ * weights once per step, prefill tiles (many rows) reuse each weight block for a tile
+ * of tokens.  Threads split [0, d_out) into disjoint [o0, o1).
+ */
+typedef void kvp_matmul_fn(float *restrict out, size_t ldo, const void *restrict w,
+			   size_t w_row_bytes, const void *restrict x, size_t x_row_bytes,
+			   size_t rows, size_t k, size_t o0, size_t o1);
+
+/* @k f32 activations to the format at @dst (quant.h); equals kvp_quant_act_ref(). */
+typedef void kvp_quant_act_fn(void *restrict dst, const float *restrict x, size_t k);
+
+/* @n elements (a multiple of the block) of a weight type to f32. */
+typedef void kvp_dequant_fn(float *restrict dst, const void *restrict src, size_t n);
+
+/* K/V element conversion for one enum kvp_dtype: @n values stored or loaded. */
+typedef void kvp_kv_store_fn(void *restrict dst, const float *restrict src, size_t n);
+typedef void kvp_kv_load_fn(float *restrict dst, const void *restrict src, size_t n);
+
+/*
+ * kvp_attn_block_fn - one K/V block's worth of attention for one query head, with an
+ * online softmax
+ * @o:     (hd) running output, unnormalised
+ * @m:     [0] running max score, [1] running mass; -inf and 0 before the first block
+ * @q:     (hd) the query, RoPE applied
+ * @K, @V: (lim, hd) keys and values of the block's first @lim positions
+ * @scale: 1 / sqrt(hd)
+ * @sbuf:  room for @lim scores
+ */
+typedef void kvp_attn_block_fn(float *restrict o, float *restrict m, const float *restrict q,
+			       const float *restrict K, const float *restrict V, uint32_t lim,
+			       float scale, float *restrict sbuf, uint32_t hd);
+
+/**
+ * struct kvp_kernels - one instruction set's kernels
+ * @name:      "scalar", "avx2", "avx512"
+ * @isa:       enum kvp_isa
+ * @matmul:    per GGML type with kernels (quant.h: kvp_qtype() non-NULL); NULL elsewhere
+ * @dequant:   the same types to f32 (embedding rows, tests)
+ * @quant_act: per enum kvp_act
+ * @kv_store, @kv_load: per enum kvp_dtype
+ * @rmsnorm:   out (n) = x (n) / rms(x) * w (n); out may equal x
+ * @swiglu:    gate (n) = silu(gate) * up
+ * @attn_block: see kvp_attn_block_fn
+ */
+struct kvp_kernels {
+	const char *name;
+	uint32_t isa;
+	kvp_matmul_fn *matmul[KVP_GGML_TYPE__COUNT];
+	kvp_dequant_fn *dequant[KVP_GGML_TYPE__COUNT];
+	kvp_quant_act_fn *quant_act[KVP_ACT__COUNT];
+	kvp_kv_store_fn *kv_store[KVP_DTYPE__COUNT];
+	kvp_kv_load_fn *kv_load[KVP_DTYPE__COUNT];
+	void (*rmsnorm)(float *out, const float *x, const float *restrict w, size_t n, float eps);
+	void (*swiglu)(float *restrict gate, const float *restrict up, size_t n);
+	kvp_attn_block_fn *attn_block;
+};
+
+/* The tables (kernels/<isa>.c); use them through the functions below. */
+extern const struct kvp_kernels kvp_kernels_scalar;
+extern const struct kvp_kernels kvp_kernels_avx2;
+extern const struct kvp_kernels kvp_kernels_avx512;
+
+/* kvp_isa_name() - "scalar", "avx2", "avx512", or NULL for an unknown @isa. */
+const char *kvp_isa_name(uint32_t isa);
+
+/* kvp_isa_supported() - does this CPU (and OS) run @isa?  Scalar always. */
+int kvp_isa_supported(uint32_t isa);
+
+/* kvp_kernels_for() - the table of @isa, or NULL when unknown or not supported here. */
+const struct kvp_kernels *kvp_kernels_for(uint32_t isa);
+
+/**
+ * kvp_kernels_best() - the table to use: the widest the CPU supports, or the one
+ * KVP_ISA names
+ * @out: out; the table (immutable, static)
+ *
+ * Return: 0; -EINVAL when KVP_ISA names no instruction set; -ENOTSUP when it names one
+ * this CPU lacks.  Callers report both (a forced path must never fall back silently).
+ */
+int kvp_kernels_best(const struct kvp_kernels **out);
+
+/**
+ * kvp_kernels_check() - is every slot of @k filled?
+ * Return: 0, or -EINVAL naming nothing (tests name the slot via kvp_kernels_gap()).
+ */
+int kvp_kernels_check(const struct kvp_kernels *k);
+
+/* kvp_kernels_gap() - the first empty slot of @k as text ("matmul[q4_k]"), or NULL. */
+const char *kvp_kernels_gap(const struct kvp_kernels *k, char *buf, size_t len);
+
+/* Rotation and softmax run the same everywhere (not on a hot path worth a table slot). */
+
+/*
+ * kvp_rope_table() - cos/sin for one position: cs[2i] = cos(pos * base^(-2i/n_rot)),
+ * cs[2i+1] = sin(...), i < n_rot / 2.  Computed in double.
+ */
+void kvp_rope_table(float *restrict cs, uint32_t pos, uint32_t n_rot, float base);
+
+/*
+ * kvp_rope_apply() - rotate the pairs (2i, 2i+1), i < n_rot / 2, of each of @n_heads
+ * heads of @head_dim at @x by the angles of @cs (the GGUF "llama" RoPE layout).
+ */
+void kvp_rope_apply(float *restrict x, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot,
+		    const float *restrict cs);
+
+/* x (n) = softmax(x), max-subtracted; sums in double. */
+void kvp_softmax(float *x, size_t n);
+
+#endif /* KVP_COMPUTE_KERNELS_KERNELS_H */

@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * quant.h - the block layouts of the GGUF weight types the engine computes with, the
+ * activation formats their dot products take, and the portable reference code for both
+ * (quant.c): dequantize and quantize every type, quantize activations.
+ *
+ * Layouts are the ones GGUF files carry (ggml's block structs define them): little
+ * endian, packed, scales as IEEE binary16 (stored here as uint16_t).  A block is the
+ * unit a row is made of: 32 elements for the legacy types, 256 (a "super-block") for
+ * the K-quants, 1 for F32/F16/BF16.
+ *
+ * Every integer type is computed as unsigned weight codes q (0..255) against signed
+ * int8 activations, because that is what the int8 dot instructions take
+ * (vpdpbusd/vpmaddubsw: u8 x s8):
+ *   legacy:   w = d * (q - off) (+ m)       per block of 32
+ *   K-quants: w = d * s_j * (q - off) - dmin * m_j   per sub-block j of 16 (or 32)
+ * so a dot product is an integer sum of q * a plus corrections that need only the sum of
+ * each activation block (kept with the activations).  The quantized activation formats:
+ *   KVP_ACT_Q8_32  - blocks of 32: int8 q, f32 scale, scale * sum of q (legacy types)
+ *   KVP_ACT_Q8_256 - blocks of 256: int8 q, one f32 scale, int16 sums of each 16
+ *                    (K-quants: the sub-block scales are integers, so a whole
+ *                    super-block accumulates in int32 before one float multiply)
+ * F32 and F16 weights take f32 activations, BF16 weights bf16 activations.
+ *
+ * Pure functions, no state; any thread.
+ */
+#ifndef KVP_COMPUTE_KERNELS_QUANT_H
+#define KVP_COMPUTE_KERNELS_QUANT_H
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compute/gguf.h"
+
+#define KVP_QK 32	/* elements per legacy block */
+#define KVP_QK_K 256	/* elements per K-quant super-block */
+
+/* Q4_0: w = d * (q - 8), q the low nibbles (elements 0..15) then high (16..31). */
+struct kvp_blk_q4_0 {
+	uint16_t d;
+	uint8_t qs[KVP_QK / 2];
+};
+
+/* Q4_1: w = d * q + m. */
+struct kvp_blk_q4_1 {
+	uint16_t d, m;
+	uint8_t qs[KVP_QK / 2];
+};
+
+/* Q5_0: w = d * (q - 16), q = nibble | bit j of qh << 4. */
+struct kvp_blk_q5_0 {
+	uint16_t d;
+	uint8_t qh[4];
+	uint8_t qs[KVP_QK / 2];
+};
+
+/* Q5_1: w = d * q + m. */
+struct kvp_blk_q5_1 {
+	uint16_t d, m;
+	uint8_t qh[4];
+	uint8_t qs[KVP_QK / 2];
+};
+
+/* Q8_0: w = d * q, q signed. */
+struct kvp_blk_q8_0 {
+	uint16_t d;
+	int8_t qs[KVP_QK];
+};
+
+/*
+ * Q2_K: 16 sub-blocks of 16; scales[j] low nibble = scale, high nibble = min;
+ * w = d * sc * q - dmin * m, q 2 bits.
+ */
+struct kvp_blk_q2_k {
+	uint8_t scales[KVP_QK_K / 16];
+	uint8_t qs[KVP_QK_K / 4];
+	uint16_t d, dmin;
+};
+
+/* Q3_K: 16 sub-blocks of 16; 6-bit scales (packed in 12 bytes) biased by 32; q 3 bits. */
+struct kvp_blk_q3_k {
+	uint8_t hmask[KVP_QK_K / 8];
+	uint8_t qs[KVP_QK_K / 4];
+	uint8_t scales[12];
+	uint16_t d;
+};
+
+/* Q4_K: 8 sub-blocks of 32; 6-bit scales and mins packed in 12 bytes; q 4 bits. */
+struct kvp_blk_q4_k {
+	uint16_t d, dmin;
+	uint8_t scales[12];
+	uint8_t qs[KVP_QK_K / 2];
+};
+
+/* Q5_K: as Q4_K with a fifth bit per element in qh. */
+struct kvp_blk_q5_k {
+	uint16_t d, dmin;
+	uint8_t scales[12];
+	uint8_t qh[KVP_QK_K / 8];
+	uint8_t qs[KVP_QK_K / 2];
+};
+
+/* Q6_K: 16 sub-blocks of 16; int8 scales; w = d * sc * (q - 32), q 6 bits. */
+struct kvp_blk_q6_k {
+	uint8_t ql[KVP_QK_K / 2];
+	uint8_t qh[KVP_QK_K / 4];
+	int8_t scales[KVP_QK_K / 16];
+	uint16_t d;
+};
+
+static_assert(sizeof(struct kvp_blk_q4_0) == 18, "GGUF layout");
+static_assert(sizeof(struct kvp_blk_q4_1) == 20, "GGUF layout");
+static_assert(sizeof(struct kvp_blk_q5_0) == 22, "GGUF layout");
+static_assert(sizeof(struct kvp_blk_q5_1) == 24, "GGUF layout");
+static_assert(sizeof(struct kvp_blk_q8_0) == 34, "GGUF layout");
+static_assert(sizeof(struct kvp_blk_q2_k) == 84, "GGUF layout");
+static_assert(sizeof(struct kvp_blk_q3_k) == 110, "GGUF layout");
+static_assert(sizeof(struct kvp_blk_q4_k) == 144, "GGUF layout");
+static_assert(sizeof(struct kvp_blk_q5_k) == 176, "GGUF layout");
+static_assert(sizeof(struct kvp_blk_q6_k) == 210, "GGUF layout");
+static_assert(offsetof(struct kvp_blk_q2_k, d) == 80, "GGUF layout");
+static_assert(offsetof(struct kvp_blk_q3_k, d) == 108, "GGUF layout");
+static_assert(offsetof(struct kvp_blk_q5_k, qs) == 48, "GGUF layout");
+static_assert(offsetof(struct kvp_blk_q6_k, d) == 208, "GGUF layout");
+
+/* Activation formats (what a weight type's dot product takes). */
+enum kvp_act {
+	KVP_ACT_F32 = 0,
+	KVP_ACT_BF16 = 1,
+	KVP_ACT_Q8_32 = 2,
+	KVP_ACT_Q8_256 = 3,
+	KVP_ACT__COUNT
+};
+
+/*
+ * KVP_ACT_Q8_32 row of k elements, structure of arrays so a vector load takes the codes
+ * of several blocks at once: int8 q[k], then float d[k / 32] (x = d * q per block), then
+ * float ds[k / 32] (d times the sum of the block's q: the offset and min corrections).
+ */
+static inline const float *kvp_act_q8_32_d(const void *row, size_t k)
+{
+	return (const float *)((const int8_t *)row + k);
+}
+
+/*
+ * KVP_ACT_Q8_256: x = d * q over 256 elements; bsum[j] = sum of q[16j .. 16j+15].
+ * Padded to 320 bytes so every block's q starts 64-byte aligned in an aligned buffer.
+ */
+struct kvp_act_q8_256 {
+	int8_t q[KVP_QK_K];
+	int16_t bsum[KVP_QK_K / 16];
+	float d;
+	uint8_t pad[28];
+};
+
+static_assert(sizeof(struct kvp_act_q8_256) == 320, "activation block");
+
+/**
+ * struct kvp_qtype - what the engine knows of one weight type
+ * @name:        as gguf.h names it
+ * @block:       elements per block
+ * @block_bytes: bytes per block
+ * @act:         enum kvp_act its dot product takes
+ */
+struct kvp_qtype {
+	const char *name;
+	uint32_t block;
+	uint32_t block_bytes;
+	uint32_t act;
+};
+
+/*
+ * kvp_qtype() - the weight type @type (enum kvp_ggml_type) if the engine computes with
+ * it, else NULL.  kvp_qtype_list() - the names of all of them, for error messages
+ * ("f32, f16, bf16, q8_0, ...").
+ */
+const struct kvp_qtype *kvp_qtype(uint32_t type);
+const char *kvp_qtype_list(void);
+
+/*
+ * kvp_act_row_bytes() - bytes of one row of @k activations in format @act (k a
+ * multiple of the format's block: 32 for Q8_32, 256 for Q8_256).
+ */
+size_t kvp_act_row_bytes(uint32_t act, size_t k);
+
+/* One IEEE binary16 / bfloat16 value to f32, exactly. */
+float kvp_f16_to_f32(uint16_t h);
+float kvp_bf16_to_f32(uint16_t b);
+
+/* f32 to binary16 / bfloat16, round to nearest even; NaN stays NaN, overflow is inf. */
+uint16_t kvp_f32_to_f16(float f);
+uint16_t kvp_f32_to_bf16(float f);
+
+/**
+ * kvp_dequant_ref() - @n elements of weight type @type at @src to f32 at @dst
+ * @n: a multiple of the type's block
+ *
+ * The reference: the format's definition evaluated in the order ggml documents it,
+ * so results are exact where the definition is (every product of a binary16 scale and
+ * a small integer is).
+ * Return: 0, or -ENOTSUP for a type without kernels.
+ */
+int kvp_dequant_ref(float *restrict dst, const void *restrict src, uint32_t type, size_t n);
+
+/**
+ * kvp_quantize_ref() - @n f32 values to weight type @type (round to nearest)
+ * @n: a multiple of the type's block
+ *
+ * For the synthetic-model writer and tests: simple per-block scale search (max
+ * magnitude for symmetric types, min/max for types with a minimum), not the
+ * error-minimising search of llama.cpp's quantizers.
+ * Return: 0, or -ENOTSUP.
+ */
+int kvp_quantize_ref(void *restrict dst, const float *restrict src, uint32_t type, size_t n);
+
+/*
+ * kvp_quant_act_ref() - @k f32 activations to format @act at @dst (the reference the
+ * vector activation quantizers must equal exactly).  @k a multiple of the block.
+ */
+void kvp_quant_act_ref(void *restrict dst, uint32_t act, const float *restrict x, size_t k);
+
+/*
+ * kvp_act_round_ref() - @x (k values) replaced by what the kernels see of it in format
+ * @act: quantized and dequantized (d * q per block), bf16-rounded, or unchanged for f32.
+ * The reference forward uses it to compute exactly what the fast path computes.
+ */
+void kvp_act_round_ref(float *x, uint32_t act, size_t k);
+
+/*
+ * kvp_qtype_codes() - the integer view of block @blk (index in the row) of a row of
+ * weight type @type: unsigned codes q (@q: block elements), per-16-element integer scales
+ * @sc and mins @mn, and the float scales @d, @dmin, @off, such that element i is
+ *   d * sc[i/16] * (q[i] - off) - dmin * mn[i/16]          (K-quants)
+ *   d * (q[i] - off) + dmin                                (legacy: sc = 1, mn = 0)
+ * The scalar kernels compute from this; tests check it against kvp_dequant_ref.
+ * Return: 0 or -ENOTSUP (F32, F16, BF16: no integer view).
+ */
+int kvp_qtype_codes(const void *blk, uint32_t type, uint8_t *q, int32_t *sc, int32_t *mn,
+		    float *d, float *dmin, int32_t *off);
+
+#endif /* KVP_COMPUTE_KERNELS_QUANT_H */

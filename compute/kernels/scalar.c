@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * scalar.c - the portable kernel table: plain C, one element at a time, built for the
+ * baseline x86-64 (or any) target.
+ *
+ * It is the oracle the vector tables are tested against and the path a CPU without
+ * AVX2 runs, so it computes exactly what the vector kernels compute - the same integer
+ * dot products over the same quantized activations, the same corrections - only in
+ * the plainest order.  Integer types go through kvp_qtype_codes() (quant.c), the one
+ * place the block layouts are decoded for it.
+ */
+#include "compute/kernels/kernels.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Float weights (f32, f16, bf16) against f32 or bf16 activations, summed in order. */
+static float dot_float(const void *w, uint32_t wtype, const void *x, size_t k)
+{
+	float s = 0;
+
+	for (size_t i = 0; i < k; i++) {
+		float wi, xi;
+
+		if (wtype == KVP_GGML_F32) {
+			wi = ((const float *)w)[i];
+			xi = ((const float *)x)[i];
+		} else if (wtype == KVP_GGML_F16) {
+			wi = kvp_f16_to_f32(((const uint16_t *)w)[i]);
+			xi = ((const float *)x)[i];
+		} else {
+			wi = kvp_bf16_to_f32(((const uint16_t *)w)[i]);
+			xi = kvp_bf16_to_f32(((const uint16_t *)x)[i]);
+		}
+		s += wi * xi;
+	}
+	return s;
+}
+
+/*
+ * One weight row of an integer type against one Q8_32 (legacy) or Q8_256 (K-quant)
+ * activation row: per block the integer sums, then the block's float scales.
+ */
+static float dot_int(const uint8_t *w, uint32_t wtype, const void *x, size_t k)
+{
+	const struct kvp_qtype *t = kvp_qtype(wtype);
+	float s = 0;
+
+	for (size_t b = 0; b < k / t->block; b++, w += t->block_bytes) {
+		uint8_t q[KVP_QK_K];
+		int32_t sc[16], mn[16], off;
+		float d, dmin;
+
+		kvp_qtype_codes(w, wtype, q, sc, mn, &d, &dmin, &off);
+		if (t->block == KVP_QK) {
+			const int8_t *aq = (const int8_t *)x + b * KVP_QK;
+			const float *ad = kvp_act_q8_32_d(x, k), *ads = ad + k / KVP_QK;
+			int32_t dot = 0;
+
+			for (int e = 0; e < KVP_QK; e++)
+				dot += q[e] * aq[e];
+			/*
+			 * sum (d (q - off) + m) d_a a = d d_a q.a + (m - off d) d_a sum a: the
+			 * form the vector kernels use (the second term from ds = d_a sum a)
+			 */
+			s += d * ad[b] * (float)dot + (dmin - (float)off * d) * ads[b];
+		} else {
+			const struct kvp_act_q8_256 *a = (const struct kvp_act_q8_256 *)x + b;
+			int32_t A = 0, B = 0;
+
+			for (int j = 0; j < 16; j++) {
+				int32_t dot = 0;
+
+				for (int e = 16 * j; e < 16 * j + 16; e++)
+					dot += q[e] * a->q[e];
+				A += sc[j] * (dot - off * a->bsum[j]);
+				B += mn[j] * a->bsum[j];
+			}
+			s += a->d * (d * (float)A - dmin * (float)B);
+		}
+	}
+	return s;
+}
+
+#define MATMUL(name, type, dotfn)                                                          \
+	static void name(float *restrict out, size_t ldo, const void *restrict w,          \
+			 size_t w_row_bytes, const void *restrict x, size_t x_row_bytes,    \
+			 size_t rows, size_t k, size_t o0, size_t o1)                       \
+	{                                                                                  \
+		for (size_t o = o0; o < o1; o++)                                           \
+			for (size_t r = 0; r < rows; r++)                                  \
+				out[r * ldo + o] = dotfn((const uint8_t *)w + o * w_row_bytes, \
+							 type,                             \
+							 (const uint8_t *)x + r * x_row_bytes, k); \
+	}
+
+MATMUL(matmul_f32, KVP_GGML_F32, dot_float)
+MATMUL(matmul_f16, KVP_GGML_F16, dot_float)
+MATMUL(matmul_bf16, KVP_GGML_BF16, dot_float)
+MATMUL(matmul_q8_0, KVP_GGML_Q8_0, dot_int)
+MATMUL(matmul_q4_0, KVP_GGML_Q4_0, dot_int)
+MATMUL(matmul_q4_1, KVP_GGML_Q4_1, dot_int)
+MATMUL(matmul_q5_0, KVP_GGML_Q5_0, dot_int)
+MATMUL(matmul_q5_1, KVP_GGML_Q5_1, dot_int)
+MATMUL(matmul_q2_k, KVP_GGML_Q2_K, dot_int)
+MATMUL(matmul_q3_k, KVP_GGML_Q3_K, dot_int)
+MATMUL(matmul_q4_k, KVP_GGML_Q4_K, dot_int)
+MATMUL(matmul_q5_k, KVP_GGML_Q5_K, dot_int)
+MATMUL(matmul_q6_k, KVP_GGML_Q6_K, dot_int)
+
+#define DEQUANT(name, type)                                                      \
+	static void name(float *restrict dst, const void *restrict src, size_t n) \
+	{                                                                        \
+		kvp_dequant_ref(dst, src, type, n);                               \
+	}
+
+DEQUANT(dequant_f32, KVP_GGML_F32)
+DEQUANT(dequant_f16, KVP_GGML_F16)
+DEQUANT(dequant_bf16, KVP_GGML_BF16)
+DEQUANT(dequant_q8_0, KVP_GGML_Q8_0)
+DEQUANT(dequant_q4_0, KVP_GGML_Q4_0)
+DEQUANT(dequant_q4_1, KVP_GGML_Q4_1)
+DEQUANT(dequant_q5_0, KVP_GGML_Q5_0)
+DEQUANT(dequant_q5_1, KVP_GGML_Q5_1)
+DEQUANT(dequant_q2_k, KVP_GGML_Q2_K)
+DEQUANT(dequant_q3_k, KVP_GGML_Q3_K)
+DEQUANT(dequant_q4_k, KVP_GGML_Q4_K)
+DEQUANT(dequant_q5_k, KVP_GGML_Q5_K)
+DEQUANT(dequant_q6_k, KVP_GGML_Q6_K)
+
+#define QUANT_ACT(name, act)                                                      \
+	static void name(void *restrict dst, const float *restrict x, size_t k) \
+	{                                                                         \
+		kvp_quant_act_ref(dst, act, x, k);                                \
+	}
+
+QUANT_ACT(act_f32, KVP_ACT_F32)
+QUANT_ACT(act_bf16, KVP_ACT_BF16)
+QUANT_ACT(act_q8_32, KVP_ACT_Q8_32)
+QUANT_ACT(act_q8_256, KVP_ACT_Q8_256)
+
+static void kv_store_f32(void *restrict dst, const float *restrict src, size_t n)
+{
+	memcpy(dst, src, n * 4);
+}
+
+static void kv_store_f16(void *restrict dst, const float *restrict src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		((uint16_t *)dst)[i] = kvp_f32_to_f16(src[i]);
+}
+
+static void kv_store_bf16(void *restrict dst, const float *restrict src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		((uint16_t *)dst)[i] = kvp_f32_to_bf16(src[i]);
+}
+
+static void kv_load_f32(float *restrict dst, const void *restrict src, size_t n)
+{
+	memcpy(dst, src, n * 4);
+}
+
+static void kv_load_f16(float *restrict dst, const void *restrict src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = kvp_f16_to_f32(((const uint16_t *)src)[i]);
+}
+
+static void kv_load_bf16(float *restrict dst, const void *restrict src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = kvp_bf16_to_f32(((const uint16_t *)src)[i]);
+}
+
+static void rmsnorm(float *out, const float *x, const float *restrict w, size_t n, float eps)
+{
+	float ss = 0;
+
+	for (size_t i = 0; i < n; i++)
+		ss += x[i] * x[i];
+	float scale = 1.0f / sqrtf(ss / (float)n + eps);
+
+	for (size_t i = 0; i < n; i++)
+		out[i] = x[i] * scale * w[i];
+}
+
+static void swiglu(float *restrict gate, const float *restrict up, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		float g = gate[i];
+
+		gate[i] = g / (1.0f + expf(-g)) * up[i];
+	}
+}
+
+static void attn_block(float *restrict o, float *restrict m, const float *restrict q,
+		       const float *restrict K, const float *restrict V, uint32_t lim, float scale,
+		       float *restrict sbuf, uint32_t hd)
+{
+	float bmax = -INFINITY;
+
+	for (uint32_t t = 0; t < lim; t++) {
+		float s = 0;
+
+		for (uint32_t d = 0; d < hd; d++)
+			s += q[d] * K[(size_t)t * hd + d];
+		sbuf[t] = s * scale;
+		bmax = sbuf[t] > bmax ? sbuf[t] : bmax;
+	}
+	if (bmax > m[0]) {
+		float c = expf(m[0] - bmax);	/* 0 on the first block */
+
+		for (uint32_t d = 0; d < hd; d++)
+			o[d] *= c;
+		m[1] *= c;
+		m[0] = bmax;
+	}
+	for (uint32_t t = 0; t < lim; t++) {
+		float p = expf(sbuf[t] - m[0]);
+
+		m[1] += p;
+		for (uint32_t d = 0; d < hd; d++)
+			o[d] += p * V[(size_t)t * hd + d];
+	}
+}
+
+const struct kvp_kernels kvp_kernels_scalar = {
+	.name = "scalar",
+	.isa = KVP_ISA_SCALAR,
+	.matmul = {
+		[KVP_GGML_F32] = matmul_f32,	[KVP_GGML_F16] = matmul_f16,
+		[KVP_GGML_BF16] = matmul_bf16,	[KVP_GGML_Q8_0] = matmul_q8_0,
+		[KVP_GGML_Q4_0] = matmul_q4_0,	[KVP_GGML_Q4_1] = matmul_q4_1,
+		[KVP_GGML_Q5_0] = matmul_q5_0,	[KVP_GGML_Q5_1] = matmul_q5_1,
+		[KVP_GGML_Q2_K] = matmul_q2_k,	[KVP_GGML_Q3_K] = matmul_q3_k,
+		[KVP_GGML_Q4_K] = matmul_q4_k,	[KVP_GGML_Q5_K] = matmul_q5_k,
+		[KVP_GGML_Q6_K] = matmul_q6_k,
+	},
+	.dequant = {
+		[KVP_GGML_F32] = dequant_f32,	[KVP_GGML_F16] = dequant_f16,
+		[KVP_GGML_BF16] = dequant_bf16,	[KVP_GGML_Q8_0] = dequant_q8_0,
+		[KVP_GGML_Q4_0] = dequant_q4_0,	[KVP_GGML_Q4_1] = dequant_q4_1,
+		[KVP_GGML_Q5_0] = dequant_q5_0,	[KVP_GGML_Q5_1] = dequant_q5_1,
+		[KVP_GGML_Q2_K] = dequant_q2_k,	[KVP_GGML_Q3_K] = dequant_q3_k,
+		[KVP_GGML_Q4_K] = dequant_q4_k,	[KVP_GGML_Q5_K] = dequant_q5_k,
+		[KVP_GGML_Q6_K] = dequant_q6_k,
+	},
+	.quant_act = {
+		[KVP_ACT_F32] = act_f32,	[KVP_ACT_BF16] = act_bf16,
+		[KVP_ACT_Q8_32] = act_q8_32,	[KVP_ACT_Q8_256] = act_q8_256,
+	},
+	.kv_store = {
+		[KVP_DTYPE_F32] = kv_store_f32, [KVP_DTYPE_F16] = kv_store_f16,
+		[KVP_DTYPE_BF16] = kv_store_bf16,
+	},
+	.kv_load = {
+		[KVP_DTYPE_F32] = kv_load_f32, [KVP_DTYPE_F16] = kv_load_f16,
+		[KVP_DTYPE_BF16] = kv_load_bf16,
+	},
+	.rmsnorm = rmsnorm,
+	.swiglu = swiglu,
+	.attn_block = attn_block,
+};

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * linear.h - projections over typed weights: out = x @ W^T for one or several matrices
+ * that share an input, in whatever GGUF type each matrix has.
+ *
+ * The input rows are converted once per call into each activation format the matrices
+ * take (quant.h: int8 blocks for the integer types, bf16 for BF16, f32 as is), then
+ * the output rows of all matrices are split over the thread pool and each slice runs
+ * the kernel table's matmul for the matrix's type.  F32 weights with more than a
+ * decode batch of rows go to OpenBLAS's sgemm instead (prefill), and a single f32 row
+ * of a large matrix to its sgemv: both measured faster there (docs/compute.md).
+ * Jobs too small for a fork-join run on the calling thread alone, so neither our
+ * workers nor OpenBLAS's are woken for a tiny model's 1-token request.
+ *
+ * A struct kvp_lin belongs to one forward context (one thread at a time) and holds the
+ * activation scratch, sized at init: nothing allocates per call.
+ */
+#ifndef KVP_COMPUTE_LINEAR_H
+#define KVP_COMPUTE_LINEAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "compute/kernels/kernels.h"
+#include "compute/model.h"
+
+struct kvp_threads;
+
+/* Most matrices one kvp_lin_run() call takes (Q/K/V share an input). */
+#define KVP_LIN_MATS_MAX 3
+
+/**
+ * struct kvp_lin - the projection engine of one forward context
+ * @k:        the kernel table (borrowed, static)
+ * @pool:     the context's threads (borrowed)
+ * @rows_max: most input rows per call
+ * @k_max:    longest input row
+ * @act:      per enum kvp_act, rows_max rows of k_max elements in that format
+ */
+struct kvp_lin {
+	const struct kvp_kernels *k;
+	struct kvp_threads *pool;
+	size_t rows_max;
+	size_t k_max;
+	void *act[KVP_ACT__COUNT];
+};
+
+/**
+ * kvp_lin_init() - size the scratch
+ * @l:        out; released with kvp_lin_deinit() (also after a failed init)
+ * @k, @pool: kernels and threads (borrowed; must outlive @l)
+ * @rows_max, @k_max: the largest call
+ *
+ * Return: 0 or -ENOMEM.
+ */
+int kvp_lin_init(struct kvp_lin *l, const struct kvp_kernels *k, struct kvp_threads *pool,
+		 size_t rows_max, size_t k_max);
+
+/* kvp_lin_deinit() - free the scratch; safe on a zeroed or failed @l. */
+void kvp_lin_deinit(struct kvp_lin *l);
+
+/**
+ * kvp_lin_run() - out_i (rows, W_i.ne1) = x (rows, W_i.ne0) @ W_i^T, i < @n
+ * @x:    (rows, k) f32 input, row stride k; k = every W_i's ne0 (<= k_max)
+ * @rows: 1 .. rows_max
+ * @n:    1 .. KVP_LIN_MATS_MAX matrices sharing the input (one fork-join for all)
+ * @outs: @n outputs, row stride W_i.ne1; must not alias @x
+ * @ws:   @n matrices (borrowed)
+ */
+void kvp_lin_run(struct kvp_lin *l, const float *x, size_t rows, unsigned n,
+		 float *const *outs, const struct kvp_tensor *const *ws);
+
+#endif /* KVP_COMPUTE_LINEAR_H */
