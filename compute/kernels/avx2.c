@@ -3,12 +3,10 @@
  * avx2.c - the AVX2 kernel table (AVX2 + FMA + F16C: every x86-64 CPU since Haswell
  * and Zen 1).  Built with those flags only; dispatch.c checks the CPU first.
  *
- * Same structure as avx512.c (unpack a weight row into a panel of unsigned codes and
- * int16 sub-block scales, then dot it against a group of tokens), with 256-bit
- * registers and without VNNI: K-quants use vpmaddubsw (u8 x s8 -> int16 pairs) then
- * vpmaddwd against the scales; legacy types are unpacked to signed int8 so the
- * products go through vpmaddubsw(|w|, sign(a, w)) without saturating (a Q8_0 code of
- * 255 against 127 would), their offsets already removed.
+ * Same structure as avx512.c (a weight row unpacked into groups of 256 codes in the
+ * activations' lane order, then dotted against a group of tokens), with 256-bit
+ * registers and without VNNI: vpmaddubsw (u8 x s8 -> int16 pairs) then vpmaddwd by 1
+ * sums each 4 products into a 32-bit lane.
  */
 #include "compute/kernels/kernels.h"
 
@@ -46,357 +44,321 @@ static inline float hsum8(__m256 v)
 	return _mm_cvtss_f32(s);
 }
 
-/* ---- K-quant panels (same layout as avx512.c's) ---- */
-
-struct kpanel {
-	uint8_t q[KVP_QK_K];
-	int16_t sc[4][32];
-	int16_t mn[16];
-	float d, dm;
-	uint8_t pad[24];
-};
-
-/* sc16[j], j < 16, spread to the pair lanes: lane i of chunk c gets sc16[4c + i / 8] */
-static inline void spread_scales(struct kpanel *p, const int16_t *sc16)
+/* bytes per block of the integer types (a constant once inlined per type) */
+static inline uint32_t blk_bytes(uint32_t type)
 {
-	for (int c = 0; c < 4; c++) {
-		_mm256_storeu_si256((__m256i *)p->sc[c],
-				    _mm256_set_m128i(_mm_set1_epi16(sc16[4 * c + 1]),
-						     _mm_set1_epi16(sc16[4 * c])));
-		_mm256_storeu_si256((__m256i *)(p->sc[c] + 16),
-				    _mm256_set_m128i(_mm_set1_epi16(sc16[4 * c + 3]),
-						     _mm_set1_epi16(sc16[4 * c + 2])));
+	switch (type) {
+	case KVP_GGML_Q8_0: return sizeof(struct kvp_blk_q8_0);
+	case KVP_GGML_Q4_0: return sizeof(struct kvp_blk_q4_0);
+	case KVP_GGML_Q4_1: return sizeof(struct kvp_blk_q4_1);
+	case KVP_GGML_Q5_0: return sizeof(struct kvp_blk_q5_0);
+	case KVP_GGML_Q5_1: return sizeof(struct kvp_blk_q5_1);
+	case KVP_GGML_Q2_K: return sizeof(struct kvp_blk_q2_k);
+	case KVP_GGML_Q3_K: return sizeof(struct kvp_blk_q3_k);
+	case KVP_GGML_Q4_K: return sizeof(struct kvp_blk_q4_k);
+	case KVP_GGML_Q5_K: return sizeof(struct kvp_blk_q5_k);
+	default: return sizeof(struct kvp_blk_q6_k);
 	}
 }
 
-static inline __m256i bits(__m256i v, int shift, int mask)
+/* ---- integer weights (see avx512.c for the group layout) ---- */
+
+/*
+ * One group of 256 weights in the lane order of struct kvp_act_q8, as 256-bit halves:
+ * lo[c] = bytes 64c .. 64c + 31 (sub-blocks 0-7), hi[c] = the rest (8-15); per
+ * sub-block the weight scale dw and the correction c.  Q8_0 keeps its codes signed
+ * (@sgn): vpmaddubsw takes u8 x s8 into int16 pairs, and 255 x 127 twice would
+ * saturate, so those go through |w| x sign(a, w) instead, with no offset to correct.
+ */
+struct wgrp {
+	__m256i lo[4], hi[4];
+	__m256 dw[2], c[2];
+};
+
+static inline uint16_t ld16(const uint8_t *p)
 {
-	return _mm256_and_si256(_mm256_srli_epi16(v, shift), _mm256_set1_epi8((char)mask));
+	uint16_t v;
+
+	memcpy(&v, p, 2);
+	return v;
 }
 
-static inline __m256i ld(const uint8_t *p)
+static inline float h2f(uint16_t h)
+{
+	return _cvtsh_ss(h);
+}
+
+/*
+ * Element order (8 registers of 32 consecutive elements) to lane order, one half at a
+ * time: out[c] lane i = register i / 2, dword 4 (i % 2) + c.  Per register the dwords
+ * are paired by chunk, then the 64-bit pairs transposed across four registers.
+ */
+static inline void to_lanes_half(const __m256i *n, __m256i *out)
+{
+	const __m256i pair = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	__m256i p0 = _mm256_permutevar8x32_epi32(n[0], pair), p1 = _mm256_permutevar8x32_epi32(n[1], pair);
+	__m256i p2 = _mm256_permutevar8x32_epi32(n[2], pair), p3 = _mm256_permutevar8x32_epi32(n[3], pair);
+	__m256i t0 = _mm256_unpacklo_epi64(p0, p1), t1 = _mm256_unpackhi_epi64(p0, p1);
+	__m256i t2 = _mm256_unpacklo_epi64(p2, p3), t3 = _mm256_unpackhi_epi64(p2, p3);
+
+	out[0] = _mm256_permute2x128_si256(t0, t2, 0x20);
+	out[1] = _mm256_permute2x128_si256(t1, t3, 0x20);
+	out[2] = _mm256_permute2x128_si256(t0, t2, 0x31);
+	out[3] = _mm256_permute2x128_si256(t1, t3, 0x31);
+}
+
+static inline void to_lanes(const __m256i *n, struct wgrp *w)
+{
+	to_lanes_half(n, w->lo);
+	to_lanes_half(n + 4, w->hi);
+}
+
+static inline __m256i ldy(const uint8_t *p)
 {
 	return _mm256_loadu_si256((const __m256i *)p);
 }
 
-static inline void st(uint8_t *p, __m256i v)
+/* bytes of @v shifted right by @s, masked to @m (16-bit shifts; the mask drops the spill) */
+static inline __m256i bits(__m256i v, int s, int m)
 {
-	_mm256_storeu_si256((__m256i *)p, v);
+	return _mm256_and_si256(_mm256_srli_epi16(v, s), _mm256_set1_epi8((char)m));
 }
 
-static void unpack_q4_k_or_q5_k(const uint8_t *blk, struct kpanel *p, int five)
+/* per sub-block dw = d sc, c = -(dw off + dm mn), from 16 int16 each */
+static inline void k_scales(struct wgrp *w, const int16_t *sc, const int16_t *mn, float d,
+			    float dm, int off)
 {
-	const struct kvp_blk_q4_k *b4 = (const void *)blk;
-	const struct kvp_blk_q5_k *b5 = (const void *)blk;
-	const uint8_t *qs = five ? b5->qs : b4->qs, *s = five ? b5->scales : b4->scales;
-	int16_t sc[16];
-
-	for (int c = 0; c < 4; c++) {
-		__m256i v = ld(qs + 32 * c), lo = bits(v, 0, 0xf), hi = bits(v, 4, 0xf);
-
-		if (five) {
-			__m256i h = ld(b5->qh);
-
-			lo = _mm256_or_si256(lo, _mm256_slli_epi16(bits(h, 2 * c, 1), 4));
-			hi = _mm256_or_si256(hi, _mm256_slli_epi16(bits(h, 2 * c + 1, 1), 4));
-		}
-		st(p->q + 64 * c, lo);
-		st(p->q + 64 * c + 32, hi);
-	}
-	for (int j = 0; j < 8; j++) {
-		int a, m;
-
-		if (j < 4) {
-			a = s[j] & 63;
-			m = s[j + 4] & 63;
-		} else {
-			a = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
-			m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-		}
-		sc[2 * j] = sc[2 * j + 1] = (int16_t)a;
-		p->mn[2 * j] = p->mn[2 * j + 1] = (int16_t)m;
-	}
-	spread_scales(p, sc);
-	p->d = kvp_f16_to_f32(b4->d);
-	p->dm = kvp_f16_to_f32(b4->dmin);
-}
-
-static void unpack_q4_k(const uint8_t *blk, struct kpanel *p)
-{
-	unpack_q4_k_or_q5_k(blk, p, 0);
-}
-
-static void unpack_q5_k(const uint8_t *blk, struct kpanel *p)
-{
-	unpack_q4_k_or_q5_k(blk, p, 1);
-}
-
-static void unpack_q6_k(const uint8_t *blk, struct kpanel *p)
-{
-	const struct kvp_blk_q6_k *b = (const void *)blk;
-	int16_t sc[16];
-
 	for (int h = 0; h < 2; h++) {
-		__m256i l0 = ld(b->ql + 64 * h), l1 = ld(b->ql + 64 * h + 32), q = ld(b->qh + 32 * h);
-		uint8_t *o = p->q + 128 * h;
+		__m256 fs = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(sc + 8 * h))));
+		__m256 fm = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(mn + 8 * h))));
 
-		st(o, _mm256_or_si256(bits(l0, 0, 0xf), _mm256_slli_epi16(bits(q, 0, 3), 4)));
-		st(o + 32, _mm256_or_si256(bits(l1, 0, 0xf), _mm256_slli_epi16(bits(q, 2, 3), 4)));
-		st(o + 64, _mm256_or_si256(bits(l0, 4, 0xf), _mm256_slli_epi16(bits(q, 4, 3), 4)));
-		st(o + 96, _mm256_or_si256(bits(l1, 4, 0xf), _mm256_slli_epi16(bits(q, 6, 3), 4)));
+		w->dw[h] = _mm256_mul_ps(fs, _mm256_set1_ps(d));
+		w->c[h] = _mm256_sub_ps(_mm256_mul_ps(w->dw[h], _mm256_set1_ps((float)-off)),
+					_mm256_mul_ps(fm, _mm256_set1_ps(dm)));
 	}
-	for (int j = 0; j < 16; j++) {
-		sc[j] = b->scales[j];
-		p->mn[j] = (int16_t)(32 * sc[j]);	/* w = d sc (q - 32) */
-	}
-	spread_scales(p, sc);
-	p->d = p->dm = kvp_f16_to_f32(b->d);
-}
-
-/* the 2-bit planes of Q2_K/Q3_K, plus Q3_K's high bit */
-static void unpack_planes(const uint8_t *qs, const uint8_t *hmask, struct kpanel *p)
-{
-	for (int c = 0; c < 4; c++) {
-		__m256i v = ld(qs + 32 * (c / 2));
-		int pl = 2 * (c % 2);
-		__m256i lo = bits(v, 2 * pl, 3), hi = bits(v, 2 * pl + 2, 3);
-
-		if (hmask) {
-			__m256i h = ld(hmask);
-
-			lo = _mm256_or_si256(lo, _mm256_slli_epi16(bits(h, 2 * c, 1), 2));
-			hi = _mm256_or_si256(hi, _mm256_slli_epi16(bits(h, 2 * c + 1, 1), 2));
-		}
-		st(p->q + 64 * c, lo);
-		st(p->q + 64 * c + 32, hi);
-	}
-}
-
-static void unpack_q2_k(const uint8_t *blk, struct kpanel *p)
-{
-	const struct kvp_blk_q2_k *b = (const void *)blk;
-	int16_t sc[16];
-
-	unpack_planes(b->qs, NULL, p);
-	for (int j = 0; j < 16; j++) {
-		sc[j] = b->scales[j] & 0xf;
-		p->mn[j] = b->scales[j] >> 4;
-	}
-	spread_scales(p, sc);
-	p->d = kvp_f16_to_f32(b->d);
-	p->dm = kvp_f16_to_f32(b->dmin);
-}
-
-static void unpack_q3_k(const uint8_t *blk, struct kpanel *p)
-{
-	const struct kvp_blk_q3_k *b = (const void *)blk;
-	int16_t sc[16];
-
-	unpack_planes(b->qs, b->hmask, p);
-	for (int j = 0; j < 16; j++) {
-		int lo = j < 8 ? b->scales[j] & 0xf : b->scales[j - 8] >> 4;
-		int hi = (b->scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-
-		sc[j] = (int16_t)((lo | hi << 4) - 32);
-		p->mn[j] = (int16_t)(4 * sc[j]);	/* w = d sc (q - 4) */
-	}
-	spread_scales(p, sc);
-	p->d = p->dm = kvp_f16_to_f32(b->d);
 }
 
 static inline __attribute__((always_inline)) void
-kdot(float *out, const struct kpanel *p, size_t nsb, const uint8_t *x, size_t xs, const int R)
+unpack_k(const uint8_t *blk, uint32_t type, struct wgrp *w)
 {
-	__m256 acc[GROUP];
+	__m256i n[8];
+	int16_t sc[16], mn[16] = { 0 };
 
-	for (int r = 0; r < R; r++)
-		acc[r] = _mm256_setzero_ps();
-	for (size_t b = 0; b < nsb; b++, p++) {
-		__m256i ia[GROUP];
-		__m256i mn = _mm256_loadu_si256((const __m256i *)p->mn);
+	switch (type) {
+	case KVP_GGML_Q4_K:
+	case KVP_GGML_Q5_K: {
+		int five = type == KVP_GGML_Q5_K;
+		const uint8_t *qs = blk + (five ? 48 : 16), *s = blk + 4;
 
-		for (int r = 0; r < R; r++)
-			ia[r] = _mm256_setzero_si256();
-		for (int h = 0; h < 8; h++) {
-			__m256i w = ld(p->q + 32 * h);
-			__m256i s = _mm256_loadu_si256((const __m256i *)(p->sc[h / 2] + 16 * (h % 2)));
+		for (int c = 0; c < 4; c++) {
+			__m256i v = ldy(qs + 32 * c), lo = bits(v, 0, 0xf), hi = bits(v, 4, 0xf);
 
-			for (int r = 0; r < R; r++) {
-				const struct kvp_act_q8_256 *a =
-					(const struct kvp_act_q8_256 *)(x + r * xs) + b;
-				__m256i pr = _mm256_maddubs_epi16(w, ld((const uint8_t *)a->q + 32 * h));
+			if (five) {
+				__m256i h = ldy(blk + 16);
 
-				ia[r] = _mm256_add_epi32(ia[r], _mm256_madd_epi16(pr, s));
+				lo = _mm256_or_si256(lo, _mm256_slli_epi16(bits(h, 2 * c, 1), 4));
+				hi = _mm256_or_si256(hi, _mm256_slli_epi16(bits(h, 2 * c + 1, 1), 4));
 			}
+			n[2 * c] = lo;
+			n[2 * c + 1] = hi;
 		}
-		for (int r = 0; r < R; r++) {
-			const struct kvp_act_q8_256 *a = (const struct kvp_act_q8_256 *)(x + r * xs) + b;
-			__m256i m = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)a->bsum), mn);
+		for (int j = 0; j < 8; j++) {
+			int a, m;
 
-			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[r]), _mm256_set1_ps(p->d * a->d),
-						 acc[r]);
-			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(-p->dm * a->d),
-						 acc[r]);
-		}
-	}
-	for (int r = 0; r < R; r++)
-		out[r] = hsum8(acc[r]);
-}
-
-static void kdot_any(float *out, const struct kpanel *p, size_t nsb, const uint8_t *x, size_t xs,
-		     size_t R)
-{
-	switch (R) {
-	case 1: kdot(out, p, nsb, x, xs, 1); break;
-	case 2: kdot(out, p, nsb, x, xs, 2); break;
-	case 3: kdot(out, p, nsb, x, xs, 3); break;
-	default: kdot(out, p, nsb, x, xs, 4); break;
-	}
-}
-
-typedef void unpack_k_fn(const uint8_t *blk, struct kpanel *p);
-
-#define PANEL_SB_MAX 64
-
-static void matmul_k(float *restrict out, size_t ldo, const uint8_t *restrict w,
-		     size_t w_row_bytes, const uint8_t *restrict x, size_t xs, size_t rows,
-		     size_t k, size_t o0, size_t o1, uint32_t blk_bytes, unpack_k_fn *unpack)
-{
-	struct kpanel panel[PANEL_SB_MAX] __attribute__((aligned(64)));
-	size_t nsb = k / KVP_QK_K;
-
-	for (size_t t0 = 0; t0 < rows; t0 += TOKEN_BLOCK) {
-		size_t tn = rows - t0 < TOKEN_BLOCK ? rows - t0 : TOKEN_BLOCK;
-
-		for (size_t o = o0; o < o1; o++) {
-			const uint8_t *wr = w + o * w_row_bytes;
-
-			for (size_t s0 = 0; s0 < nsb; s0 += PANEL_SB_MAX) {
-				size_t sn = nsb - s0 < PANEL_SB_MAX ? nsb - s0 : PANEL_SB_MAX;
-				const uint8_t *xa = x + s0 * sizeof(struct kvp_act_q8_256);
-
-				for (size_t b = 0; b < sn; b++) {
-					__builtin_prefetch(wr + (s0 + b + 4) * blk_bytes, 0, 1);
-					unpack(wr + (s0 + b) * blk_bytes, &panel[b]);
-				}
-				for (size_t t = t0; t < t0 + tn; t += GROUP) {
-					size_t g = t0 + tn - t < GROUP ? t0 + tn - t : GROUP;
-					float part[GROUP];
-
-					kdot_any(part, panel, sn, xa + t * xs, xs, g);
-					for (size_t r = 0; r < g; r++)
-						out[(t + r) * ldo + o] = s0 ? out[(t + r) * ldo + o] + part[r] :
-									      part[r];
-				}
+			if (j < 4) {
+				a = s[j] & 63;
+				m = s[j + 4] & 63;
+			} else {
+				a = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+				m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
 			}
+			sc[2 * j] = sc[2 * j + 1] = (int16_t)a;
+			mn[2 * j] = mn[2 * j + 1] = (int16_t)m;
 		}
+		k_scales(w, sc, mn, h2f(ld16(blk)), h2f(ld16(blk + 2)), 0);
+		break;
 	}
+	case KVP_GGML_Q6_K:
+		for (int h = 0; h < 2; h++) {
+			__m256i l0 = ldy(blk + 64 * h), l1 = ldy(blk + 64 * h + 32);
+			__m256i q = ldy(blk + 128 + 32 * h);
+
+			n[4 * h] = _mm256_or_si256(bits(l0, 0, 0xf), _mm256_slli_epi16(bits(q, 0, 3), 4));
+			n[4 * h + 1] = _mm256_or_si256(bits(l1, 0, 0xf), _mm256_slli_epi16(bits(q, 2, 3), 4));
+			n[4 * h + 2] = _mm256_or_si256(bits(l0, 4, 0xf), _mm256_slli_epi16(bits(q, 4, 3), 4));
+			n[4 * h + 3] = _mm256_or_si256(bits(l1, 4, 0xf), _mm256_slli_epi16(bits(q, 6, 3), 4));
+		}
+		for (int j = 0; j < 16; j++)
+			sc[j] = (int8_t)blk[192 + j];
+		k_scales(w, sc, mn, h2f(ld16(blk + 208)), 0, 32);
+		break;
+	case KVP_GGML_Q2_K:
+	case KVP_GGML_Q3_K: {
+		int three = type == KVP_GGML_Q3_K;
+		const uint8_t *qs = blk + (three ? 32 : 16);
+
+		for (int c = 0; c < 4; c++) {
+			__m256i v = ldy(qs + 32 * (c / 2));
+			int pl = 2 * (c % 2);
+			__m256i lo = bits(v, 2 * pl, 3), hi = bits(v, 2 * pl + 2, 3);
+
+			if (three) {
+				__m256i h = ldy(blk);
+
+				lo = _mm256_or_si256(lo, _mm256_slli_epi16(bits(h, 2 * c, 1), 2));
+				hi = _mm256_or_si256(hi, _mm256_slli_epi16(bits(h, 2 * c + 1, 1), 2));
+			}
+			n[2 * c] = lo;
+			n[2 * c + 1] = hi;
+		}
+		if (three) {
+			for (int j = 0; j < 16; j++) {
+				int lo = j < 8 ? blk[96 + j] & 0xf : blk[96 + j - 8] >> 4;
+				int hi = (blk[104 + j % 4] >> (2 * (j / 4))) & 3;
+
+				sc[j] = (int16_t)((lo | hi << 4) - 32);
+			}
+			k_scales(w, sc, mn, h2f(ld16(blk + 108)), 0, 4);
+		} else {
+			for (int j = 0; j < 16; j++) {
+				sc[j] = blk[j] & 0xf;
+				mn[j] = blk[j] >> 4;
+			}
+			k_scales(w, sc, mn, h2f(ld16(blk + 80)), h2f(ld16(blk + 82)), 0);
+		}
+		break;
+	}
+	}
+	to_lanes(n, w);
 }
 
-#define MATMUL_K(type, blk)                                                                  \
-	static void matmul_##type(float *restrict out, size_t ldo, const void *restrict w,    \
-				  size_t w_row_bytes, const void *restrict x,                 \
-				  size_t x_row_bytes, size_t rows, size_t k, size_t o0,       \
-				  size_t o1)                                                  \
-	{                                                                                    \
-		matmul_k(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1,          \
-			 sizeof(blk), unpack_##type);                                        \
-	}
-
-MATMUL_K(q2_k, struct kvp_blk_q2_k)
-MATMUL_K(q3_k, struct kvp_blk_q3_k)
-MATMUL_K(q4_k, struct kvp_blk_q4_k)
-MATMUL_K(q5_k, struct kvp_blk_q5_k)
-MATMUL_K(q6_k, struct kvp_blk_q6_k)
-
-/* ---- legacy ---- */
-
-/* Signed codes w = q - off, per block its scale d and its min m (the only correction). */
-struct lpanel {
-	int8_t *w;
-	float *d;
-	float *m;
-};
-
-static void unpack_legacy(const uint8_t *row, uint32_t type, size_t nb, struct lpanel *p)
+static inline __attribute__((always_inline)) void
+unpack_l(const uint8_t *blk, uint32_t type, size_t nb, struct wgrp *w)
 {
-	const struct kvp_qtype *t = kvp_qtype(type);
+	const __m128i m4 = _mm_set1_epi8(0x0f);
+	uint32_t bb = blk_bytes(type);
+	int off = type == KVP_GGML_Q4_0 ? 8 : type == KVP_GGML_Q5_0 ? 16 : 0;
+	float d[16] = { 0 }, c[16] = { 0 };
+	__m256i n[8];
 
-	for (size_t b = 0; b < nb; b++) {
-		const uint8_t *blk = row + b * t->block_bytes;
-		int8_t *w = p->w + b * KVP_QK;
-		uint8_t q[KVP_QK_K];
-		int32_t sc[16], mn[16], off;
-		float d, dmin;
+	for (size_t b = 0; b < 8; b++) {
+		const uint8_t *x = blk + b * bb;
+		float db, m = 0;
 
-		if (type == KVP_GGML_Q8_0) {	/* already signed */
-			memcpy(w, ((const struct kvp_blk_q8_0 *)blk)->qs, KVP_QK);
-			p->d[b] = kvp_f16_to_f32(((const struct kvp_blk_q8_0 *)blk)->d);
-			p->m[b] = 0;
+		if (b >= nb) {
+			n[b] = _mm256_setzero_si256();
 			continue;
 		}
-		kvp_qtype_codes(blk, type, q, sc, mn, &d, &dmin, &off);
-		st((uint8_t *)w, _mm256_sub_epi8(ld(q), _mm256_set1_epi8((char)off)));
-		p->d[b] = d;
-		p->m[b] = dmin;
+		db = h2f(ld16(x));
+		switch (type) {
+		case KVP_GGML_Q8_0:	/* signed codes, no offset: see struct wgrp */
+			n[b] = ldy(x + 2);
+			break;
+		case KVP_GGML_Q4_0:
+		case KVP_GGML_Q4_1: {
+			__m128i v = _mm_loadu_si128((const __m128i *)(x + (type == KVP_GGML_Q4_0 ? 2 : 4)));
+
+			n[b] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+			if (type == KVP_GGML_Q4_1)
+				m = h2f(ld16(x + 2));
+			break;
+		}
+		default: {	/* Q5_0, Q5_1: nibbles plus bit e of qh as 16 */
+			int one = type == KVP_GGML_Q5_1;
+			__m128i v = _mm_loadu_si128((const __m128i *)(x + (one ? 8 : 6)));
+			uint8_t hb[32];
+			uint32_t qh;
+
+			memcpy(&qh, x + (one ? 4 : 2), 4);
+			for (int e = 0; e < 32; e++)
+				hb[e] = (uint8_t)(((qh >> e) & 1) << 4);
+			n[b] = _mm256_or_si256(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4),
+								_mm_and_si128(v, m4)), ldy(hb));
+			if (one)
+				m = h2f(ld16(x + 2));
+			break;
+		}
+		}
+		d[2 * b] = d[2 * b + 1] = db;
+		c[2 * b] = c[2 * b + 1] = m - (float)off * db;
+	}
+	w->dw[0] = _mm256_loadu_ps(d);
+	w->dw[1] = _mm256_loadu_ps(d + 8);
+	w->c[0] = _mm256_loadu_ps(c);
+	w->c[1] = _mm256_loadu_ps(c + 8);
+	to_lanes(n, w);
+}
+
+/* u8 x s8 (or, @sgn, s8 x s8 through the sign trick) 32 products, summed per 4 into int32 */
+static inline __m256i dot4(__m256i w, __m256i a, int sgn)
+{
+	__m256i p = sgn ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)) :
+			  _mm256_maddubs_epi16(w, a);
+
+	return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+static inline __attribute__((always_inline)) void
+gdot(const struct wgrp *w, const uint8_t *x, size_t xs, size_t g, const int R, __m256 *acc,
+     int sgn)
+{
+	_Pragma("GCC unroll 4")
+	for (int r = 0; r < R; r++) {
+		const struct kvp_act_q8 *a = (const struct kvp_act_q8 *)(x + r * xs) + g;
+		__m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+
+		_Pragma("GCC unroll 4")
+		for (int c = 0; c < 4; c++) {
+			lo = _mm256_add_epi32(lo, dot4(w->lo[c], ldy((const uint8_t *)a->q + 64 * c), sgn));
+			hi = _mm256_add_epi32(hi, dot4(w->hi[c], ldy((const uint8_t *)a->q + 64 * c + 32), sgn));
+		}
+		acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo),
+					 _mm256_mul_ps(w->dw[0], _mm256_loadu_ps(a->d)), acc[r]);
+		acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi),
+					 _mm256_mul_ps(w->dw[1], _mm256_loadu_ps(a->d + 8)), acc[r]);
+		acc[r] = _mm256_fmadd_ps(w->c[0], _mm256_loadu_ps(a->s), acc[r]);
+		acc[r] = _mm256_fmadd_ps(w->c[1], _mm256_loadu_ps(a->s + 8), acc[r]);
 	}
 }
 
 static inline __attribute__((always_inline)) void
-ldot(float *out, const struct lpanel *p, size_t s0, size_t nb, const uint8_t *x, size_t xs,
-     size_t k, const int R)
+unpack(const uint8_t *wr, uint32_t type, size_t k, size_t g, struct wgrp *w)
 {
-	const __m256i ones = _mm256_set1_epi16(1);
+	if (type >= KVP_GGML_Q2_K) {
+		unpack_k(wr + g * blk_bytes(type), type, w);
+	} else {
+		size_t nb = (k - g * KVP_QG) / KVP_QK;
+
+		unpack_l(wr + g * 8 * blk_bytes(type), type, nb < 8 ? nb : 8, w);
+	}
+}
+
+#define PANEL_MAX 64
+
+static inline __attribute__((always_inline)) void
+mat_rows(float *out, size_t ldo, size_t o, const struct wgrp *panel, size_t g0, size_t ng,
+	 const uint8_t *x, size_t xs, const int R, int sgn, int add)
+{
 	__m256 acc[GROUP];
-	float cor[GROUP];
 
-	for (int r = 0; r < R; r++) {
-		const float *ds = kvp_act_q8_32_d(x + r * xs, k) + k / KVP_QK + s0;
-		float c = 0;
-
-		acc[r] = _mm256_setzero_ps();
-		for (size_t b = 0; b < nb; b++)
-			c += p->m[b] * ds[b];
-		cor[r] = c;
-	}
-	for (size_t b = 0; b < nb; b++) {
-		__m256i w = ld((const uint8_t *)(p->w + b * KVP_QK)), aw = _mm256_sign_epi8(w, w);
-
-		for (int r = 0; r < R; r++) {
-			const uint8_t *xr = x + r * xs;
-			const float *ad = kvp_act_q8_32_d(xr, k) + s0;
-			__m256i a = _mm256_sign_epi8(ld(xr + (s0 + b) * KVP_QK), w);
-			__m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, a), ones);
-
-			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(p->d[b] * ad[b]),
-						 acc[r]);
-		}
-	}
+	_Pragma("GCC unroll 4")
 	for (int r = 0; r < R; r++)
-		out[r] = hsum8(acc[r]) + cor[r];
+		acc[r] = _mm256_setzero_ps();
+	for (size_t g = 0; g < ng; g++)
+		gdot(&panel[g], x, xs, g0 + g, R, acc, sgn);
+	_Pragma("GCC unroll 4")
+	for (int r = 0; r < R; r++)
+		out[r * ldo + o] = add ? out[r * ldo + o] + hsum8(acc[r]) : hsum8(acc[r]);
 }
 
-static void ldot_any(float *out, const struct lpanel *p, size_t s0, size_t nb, const uint8_t *x,
-		     size_t xs, size_t k, size_t R)
+static inline __attribute__((always_inline)) void
+matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_row_bytes,
+	   const uint8_t *restrict x, size_t xs, size_t rows, size_t k, size_t o0, size_t o1,
+	   uint32_t type)
 {
-	switch (R) {
-	case 1: ldot(out, p, s0, nb, x, xs, k, 1); break;
-	case 2: ldot(out, p, s0, nb, x, xs, k, 2); break;
-	case 3: ldot(out, p, s0, nb, x, xs, k, 3); break;
-	default: ldot(out, p, s0, nb, x, xs, k, 4); break;
-	}
-}
-
-#define LPANEL_MAX 256
-
-static void matmul_legacy(float *restrict out, size_t ldo, const uint8_t *restrict w,
-			  size_t w_row_bytes, const uint8_t *restrict x, size_t xs, size_t rows,
-			  size_t k, size_t o0, size_t o1, uint32_t type)
-{
-	int8_t q[LPANEL_MAX * KVP_QK] __attribute__((aligned(64)));
-	float d[LPANEL_MAX], m[LPANEL_MAX];
-	struct lpanel p = { q, d, m };
-	size_t nb = k / KVP_QK, bb = kvp_qtype(type)->block_bytes;
+	struct wgrp panel[PANEL_MAX];
+	size_t ng = (k + KVP_QG - 1) / KVP_QG;
+	int sgn = type == KVP_GGML_Q8_0;
 
 	for (size_t t0 = 0; t0 < rows; t0 += TOKEN_BLOCK) {
 		size_t tn = rows - t0 < TOKEN_BLOCK ? rows - t0 : TOKEN_BLOCK;
@@ -404,38 +366,47 @@ static void matmul_legacy(float *restrict out, size_t ldo, const uint8_t *restri
 		for (size_t o = o0; o < o1; o++) {
 			const uint8_t *wr = w + o * w_row_bytes;
 
-			for (size_t s0 = 0; s0 < nb; s0 += LPANEL_MAX) {
-				size_t sn = nb - s0 < LPANEL_MAX ? nb - s0 : LPANEL_MAX;
+			for (size_t s0 = 0; s0 < ng; s0 += PANEL_MAX) {
+				size_t sn = ng - s0 < PANEL_MAX ? ng - s0 : PANEL_MAX;
 
-				unpack_legacy(wr + s0 * bb, type, sn, &p);
+				for (size_t g = 0; g < sn; g++)
+					unpack(wr, type, k, s0 + g, &panel[g]);
 				for (size_t t = t0; t < t0 + tn; t += GROUP) {
-					size_t g = t0 + tn - t < GROUP ? t0 + tn - t : GROUP;
-					float part[GROUP];
+					size_t R = t0 + tn - t < GROUP ? t0 + tn - t : GROUP;
+					float *ot = out + t * ldo;
+					const uint8_t *xt = x + t * xs;
 
-					ldot_any(part, &p, s0, sn, x + t * xs, xs, k, g);
-					for (size_t r = 0; r < g; r++)
-						out[(t + r) * ldo + o] = s0 ? out[(t + r) * ldo + o] + part[r] :
-									      part[r];
+					switch (R) {
+					case 1: mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 1, sgn, s0 > 0); break;
+					case 2: mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 2, sgn, s0 > 0); break;
+					case 3: mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 3, sgn, s0 > 0); break;
+					default: mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 4, sgn, s0 > 0); break;
+					}
 				}
 			}
 		}
 	}
 }
 
-#define MATMUL_L(name, type)                                                                 \
+#define MATMUL_INT(name, TYPE)                                                               \
 	static void matmul_##name(float *restrict out, size_t ldo, const void *restrict w,    \
 				  size_t w_row_bytes, const void *restrict x,                 \
 				  size_t x_row_bytes, size_t rows, size_t k, size_t o0,       \
 				  size_t o1)                                                  \
 	{                                                                                    \
-		matmul_legacy(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, type); \
+		matmul_int(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, TYPE); \
 	}
 
-MATMUL_L(q8_0, KVP_GGML_Q8_0)
-MATMUL_L(q4_0, KVP_GGML_Q4_0)
-MATMUL_L(q4_1, KVP_GGML_Q4_1)
-MATMUL_L(q5_0, KVP_GGML_Q5_0)
-MATMUL_L(q5_1, KVP_GGML_Q5_1)
+MATMUL_INT(q8_0, KVP_GGML_Q8_0)
+MATMUL_INT(q4_0, KVP_GGML_Q4_0)
+MATMUL_INT(q4_1, KVP_GGML_Q4_1)
+MATMUL_INT(q5_0, KVP_GGML_Q5_0)
+MATMUL_INT(q5_1, KVP_GGML_Q5_1)
+MATMUL_INT(q2_k, KVP_GGML_Q2_K)
+MATMUL_INT(q3_k, KVP_GGML_Q3_K)
+MATMUL_INT(q4_k, KVP_GGML_Q4_K)
+MATMUL_INT(q5_k, KVP_GGML_Q5_K)
+MATMUL_INT(q6_k, KVP_GGML_Q6_K)
 
 /* ---- bf16: both operands widened to f32 (exact), FMA ---- */
 
@@ -494,8 +465,7 @@ static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w,
 
 QUANT_ACT(f32, KVP_ACT_F32)
 QUANT_ACT(bf16, KVP_ACT_BF16)
-QUANT_ACT(q8_32, KVP_ACT_Q8_32)
-QUANT_ACT(q8_256, KVP_ACT_Q8_256)
+QUANT_ACT(q8, KVP_ACT_Q8)
 
 static void dequant_f16(float *restrict dst, const void *restrict src, size_t n)
 {
@@ -548,7 +518,7 @@ const struct kvp_kernels kvp_kernels_avx2 = {
 	},
 	.quant_act = {
 		[KVP_ACT_F32] = act_f32,	[KVP_ACT_BF16] = act_bf16,
-		[KVP_ACT_Q8_32] = act_q8_32,	[KVP_ACT_Q8_256] = act_q8_256,
+		[KVP_ACT_Q8] = act_q8,
 	},
 	.kv_store = {
 		[KVP_DTYPE_F32] = kv_store_f32, [KVP_DTYPE_F16] = kv_store_f16,

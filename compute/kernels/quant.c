@@ -18,16 +18,16 @@ static const struct kvp_qtype qtypes[KVP_GGML_TYPE__COUNT] = {
 	[KVP_GGML_F32] = { "f32", 1, 4, KVP_ACT_F32 },
 	[KVP_GGML_F16] = { "f16", 1, 2, KVP_ACT_F32 },
 	[KVP_GGML_BF16] = { "bf16", 1, 2, KVP_ACT_BF16 },
-	[KVP_GGML_Q8_0] = { "q8_0", KVP_QK, 34, KVP_ACT_Q8_32 },
-	[KVP_GGML_Q4_0] = { "q4_0", KVP_QK, 18, KVP_ACT_Q8_32 },
-	[KVP_GGML_Q4_1] = { "q4_1", KVP_QK, 20, KVP_ACT_Q8_32 },
-	[KVP_GGML_Q5_0] = { "q5_0", KVP_QK, 22, KVP_ACT_Q8_32 },
-	[KVP_GGML_Q5_1] = { "q5_1", KVP_QK, 24, KVP_ACT_Q8_32 },
-	[KVP_GGML_Q2_K] = { "q2_k", KVP_QK_K, 84, KVP_ACT_Q8_256 },
-	[KVP_GGML_Q3_K] = { "q3_k", KVP_QK_K, 110, KVP_ACT_Q8_256 },
-	[KVP_GGML_Q4_K] = { "q4_k", KVP_QK_K, 144, KVP_ACT_Q8_256 },
-	[KVP_GGML_Q5_K] = { "q5_k", KVP_QK_K, 176, KVP_ACT_Q8_256 },
-	[KVP_GGML_Q6_K] = { "q6_k", KVP_QK_K, 210, KVP_ACT_Q8_256 },
+	[KVP_GGML_Q8_0] = { "q8_0", KVP_QK, 34, KVP_ACT_Q8 },
+	[KVP_GGML_Q4_0] = { "q4_0", KVP_QK, 18, KVP_ACT_Q8 },
+	[KVP_GGML_Q4_1] = { "q4_1", KVP_QK, 20, KVP_ACT_Q8 },
+	[KVP_GGML_Q5_0] = { "q5_0", KVP_QK, 22, KVP_ACT_Q8 },
+	[KVP_GGML_Q5_1] = { "q5_1", KVP_QK, 24, KVP_ACT_Q8 },
+	[KVP_GGML_Q2_K] = { "q2_k", KVP_QK_K, 84, KVP_ACT_Q8 },
+	[KVP_GGML_Q3_K] = { "q3_k", KVP_QK_K, 110, KVP_ACT_Q8 },
+	[KVP_GGML_Q4_K] = { "q4_k", KVP_QK_K, 144, KVP_ACT_Q8 },
+	[KVP_GGML_Q5_K] = { "q5_k", KVP_QK_K, 176, KVP_ACT_Q8 },
+	[KVP_GGML_Q6_K] = { "q6_k", KVP_QK_K, 210, KVP_ACT_Q8 },
 };
 
 const struct kvp_qtype *kvp_qtype(uint32_t type)
@@ -49,10 +49,8 @@ size_t kvp_act_row_bytes(uint32_t act, size_t k)
 		return k * 4;
 	case KVP_ACT_BF16:
 		return k * 2;
-	case KVP_ACT_Q8_32:
-		return k + k / KVP_QK * 2 * sizeof(float);
-	case KVP_ACT_Q8_256:
-		return k / KVP_QK_K * sizeof(struct kvp_act_q8_256);
+	case KVP_ACT_Q8:
+		return (k + KVP_QG - 1) / KVP_QG * sizeof(struct kvp_act_q8);
 	}
 	return 0;
 }
@@ -685,32 +683,25 @@ void kvp_quant_act_ref(void *restrict dst, uint32_t act, const float *restrict x
 		for (size_t i = 0; i < k; i++)
 			((uint16_t *)dst)[i] = kvp_f32_to_bf16(x[i]);
 		return;
-	case KVP_ACT_Q8_32: {
-		int8_t *q = dst;
-		float *d = (float *)(q + k), *ds = d + k / KVP_QK;
+	case KVP_ACT_Q8:
+		for (size_t g = 0; g < (k + KVP_QG - 1) / KVP_QG; g++) {
+			struct kvp_act_q8 *a = (struct kvp_act_q8 *)dst + g;
 
-		for (size_t i = 0; i < k / KVP_QK; i++) {
-			int32_t s = 0;
+			memset(a, 0, sizeof(*a));
+			for (size_t b = 0; b < 8 && g * KVP_QG + b * KVP_QK < k; b++) {
+				int8_t q[KVP_QK];
+				float d = quant_i8(q, x + g * KVP_QG + b * KVP_QK, KVP_QK);
 
-			d[i] = quant_i8(q + i * KVP_QK, x + i * KVP_QK, KVP_QK);
-			for (int e = 0; e < KVP_QK; e++)
-				s += q[i * KVP_QK + e];
-			ds[i] = d[i] * (float)s;
-		}
-		return;
-	}
-	case KVP_ACT_Q8_256:
-		for (size_t i = 0; i < k / KVP_QK_K; i++) {
-			struct kvp_act_q8_256 *a = (struct kvp_act_q8_256 *)dst + i;
+				for (int h = 0; h < 2; h++) {
+					int32_t sum = 0;
 
-			memset(a->pad, 0, sizeof(a->pad));
-			a->d = quant_i8(a->q, x + i * KVP_QK_K, KVP_QK_K);
-			for (int j = 0; j < 16; j++) {
-				int s = 0;
-
-				for (int e = 0; e < 16; e++)
-					s += a->q[16 * j + e];
-				a->bsum[j] = (int16_t)s;
+					for (int e = 0; e < 16; e++) {
+						a->q[kvp_q8_pos(32 * b + 16 * h + e)] = q[16 * h + e];
+						sum += q[16 * h + e];
+					}
+					a->d[2 * b + h] = d;
+					a->s[2 * b + h] = d * (float)sum;
+				}
 			}
 		}
 		return;
@@ -724,18 +715,14 @@ void kvp_act_round_ref(float *x, uint32_t act, size_t k)
 		for (size_t i = 0; i < k; i++)
 			x[i] = kvp_bf16_to_f32(kvp_f32_to_bf16(x[i]));
 		return;
-	case KVP_ACT_Q8_32:
-	case KVP_ACT_Q8_256: {
-		size_t blk = act == KVP_ACT_Q8_32 ? KVP_QK : KVP_QK_K;
+	case KVP_ACT_Q8:
+		for (size_t b = 0; b < k / KVP_QK; b++) {
+			int8_t q[KVP_QK];
+			float d = quant_i8(q, x + b * KVP_QK, KVP_QK);
 
-		for (size_t b = 0; b < k / blk; b++) {
-			int8_t q[KVP_QK_K];
-			float d = quant_i8(q, x + b * blk, (int)blk);
-
-			for (size_t e = 0; e < blk; e++)
-				x[b * blk + e] = d * (float)q[e];
+			for (size_t e = 0; e < KVP_QK; e++)
+				x[b * KVP_QK + e] = d * (float)q[e];
 		}
 		return;
-	}
 	}
 }

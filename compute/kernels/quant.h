@@ -12,15 +12,15 @@
  * Every integer type is computed as unsigned weight codes q (0..255) against signed
  * int8 activations, because that is what the int8 dot instructions take
  * (vpdpbusd/vpmaddubsw: u8 x s8):
- *   legacy:   w = d * (q - off) (+ m)       per block of 32
- *   K-quants: w = d * s_j * (q - off) - dmin * m_j   per sub-block j of 16 (or 32)
- * so a dot product is an integer sum of q * a plus corrections that need only the sum of
- * each activation block (kept with the activations).  The quantized activation formats:
- *   KVP_ACT_Q8_32  - blocks of 32: int8 q, f32 scale, scale * sum of q (legacy types)
- *   KVP_ACT_Q8_256 - blocks of 256: int8 q, one f32 scale, int16 sums of each 16
- *                    (K-quants: the sub-block scales are integers, so a whole
- *                    super-block accumulates in int32 before one float multiply)
- * F32 and F16 weights take f32 activations, BF16 weights bf16 activations.
+ *   legacy:   w = d * (q - off) (+ m)                        per block of 32
+ *   K-quants: w = d * s_j * (q - off) - dm * m_j             per sub-block j of 16 (or 32)
+ * so a dot product is an integer sum of q * a plus corrections that need only the sum
+ * of each activation sub-block.  Activations of every integer type share one format,
+ * KVP_ACT_Q8: groups of 256 elements quantized per block of 32 (int8 codes, an f32
+ * scale), their codes stored in the lane order of the int8 dot instructions (see
+ * struct kvp_act_q8) so that all 64-byte chunks of a group accumulate into one
+ * register whose 32-bit lane i is the dot product of sub-block i.  F32 and F16 weights
+ * take f32 activations, BF16 weights bf16 activations.
  *
  * Pure functions, no state; any thread.
  */
@@ -128,33 +128,38 @@ static_assert(offsetof(struct kvp_blk_q6_k, d) == 208, "GGUF layout");
 enum kvp_act {
 	KVP_ACT_F32 = 0,
 	KVP_ACT_BF16 = 1,
-	KVP_ACT_Q8_32 = 2,
-	KVP_ACT_Q8_256 = 3,
+	KVP_ACT_Q8 = 2,
 	KVP_ACT__COUNT
 };
 
-/*
- * KVP_ACT_Q8_32 row of k elements, structure of arrays so a vector load takes the codes
- * of several blocks at once: int8 q[k], then float d[k / 32] (x = d * q per block), then
- * float ds[k / 32] (d times the sum of the block's q: the offset and min corrections).
- */
-static inline const float *kvp_act_q8_32_d(const void *row, size_t k)
-{
-	return (const float *)((const int8_t *)row + k);
-}
+#define KVP_QG 256	/* elements per KVP_ACT_Q8 group */
 
-/*
- * KVP_ACT_Q8_256: x = d * q over 256 elements; bsum[j] = sum of q[16j .. 16j+15].
- * Padded to 320 bytes so every block's q starts 64-byte aligned in an aligned buffer.
+/**
+ * struct kvp_act_q8 - 256 activations (16 sub-blocks of 16, 8 blocks of 32)
+ * @q: int8 codes, element 16i + 4c + j (sub-block i, c < 4, j < 4) at byte 64c + 4i + j:
+ *     each 64-byte chunk c holds 4 elements of every sub-block, sub-block i in its
+ *     32-bit lane i (kvp_q8_pos())
+ * @d: per sub-block i, the scale of the block of 32 holding it: x = d * q
+ * @s: per sub-block i, d[i] times the sum of its 16 codes
+ *
+ * A row of k elements is ceil(k / 256) groups; the last one is padded with zero codes,
+ * scales and sums.  A weight row unpacked into the same lane order (codes, and per
+ * sub-block a scale dw and a correction c) gives its dot product as
+ *   sum over groups and lanes i of  dw_i * d_i * (q . a)_i + c_i * s_i.
  */
-struct kvp_act_q8_256 {
-	int8_t q[KVP_QK_K];
-	int16_t bsum[KVP_QK_K / 16];
-	float d;
-	uint8_t pad[28];
+struct kvp_act_q8 {
+	int8_t q[KVP_QG];
+	float d[16];
+	float s[16];
 };
 
-static_assert(sizeof(struct kvp_act_q8_256) == 320, "activation block");
+static_assert(sizeof(struct kvp_act_q8) == 384, "activation group");
+
+/* Byte position in a group of its element @e (0..255). */
+static inline unsigned int kvp_q8_pos(unsigned int e)
+{
+	return 64 * ((e % 16) / 4) + 4 * (e / 16) + e % 4;
+}
 
 /**
  * struct kvp_qtype - what the engine knows of one weight type
@@ -179,8 +184,8 @@ const struct kvp_qtype *kvp_qtype(uint32_t type);
 const char *kvp_qtype_list(void);
 
 /*
- * kvp_act_row_bytes() - bytes of one row of @k activations in format @act (k a
- * multiple of the format's block: 32 for Q8_32, 256 for Q8_256).
+ * kvp_act_row_bytes() - bytes of one row of @k activations in format @act (k a multiple
+ * of 32 for KVP_ACT_Q8).
  */
 size_t kvp_act_row_bytes(uint32_t act, size_t k);
 
@@ -216,13 +221,14 @@ int kvp_quantize_ref(void *restrict dst, const float *restrict src, uint32_t typ
 
 /*
  * kvp_quant_act_ref() - @k f32 activations to format @act at @dst (the reference the
- * vector activation quantizers must equal exactly).  @k a multiple of the block.
+ * vector activation quantizers must equal exactly).  @k a multiple of 32 for Q8.
  */
 void kvp_quant_act_ref(void *restrict dst, uint32_t act, const float *restrict x, size_t k);
 
 /*
  * kvp_act_round_ref() - @x (k values) replaced by what the kernels see of it in format
- * @act: quantized and dequantized (d * q per block), bf16-rounded, or unchanged for f32.
+ * @act: quantized and dequantized (d * q per block of 32), bf16-rounded, or unchanged
+ * for f32.
  * The reference forward uses it to compute exactly what the fast path computes.
  */
 void kvp_act_round_ref(float *x, uint32_t act, size_t k);

@@ -38,45 +38,45 @@ static float dot_float(const void *w, uint32_t wtype, const void *x, size_t k)
 }
 
 /*
- * One weight row of an integer type against one Q8_32 (legacy) or Q8_256 (K-quant)
- * activation row: per block the integer sums, then the block's float scales.
+ * One weight row of an integer type against one KVP_ACT_Q8 activation row, group by
+ * group of 256: per sub-block i of the group its integer dot product, then
+ *   dw_i * d_i * dot_i + c_i * s_i
+ * with dw_i the weight scale of the sub-block and c_i its offset/min correction
+ * (quant.h, struct kvp_act_q8).
  */
 static float dot_int(const uint8_t *w, uint32_t wtype, const void *x, size_t k)
 {
 	const struct kvp_qtype *t = kvp_qtype(wtype);
 	float s = 0;
 
-	for (size_t b = 0; b < k / t->block; b++, w += t->block_bytes) {
-		uint8_t q[KVP_QK_K];
-		int32_t sc[16], mn[16], off;
-		float d, dmin;
+	for (size_t g = 0; g < (k + KVP_QG - 1) / KVP_QG; g++) {
+		const struct kvp_act_q8 *a = (const struct kvp_act_q8 *)x + g;
+		uint8_t q[KVP_QG] = { 0 };
+		float dw[16] = { 0 }, c[16] = { 0 };
 
-		kvp_qtype_codes(w, wtype, q, sc, mn, &d, &dmin, &off);
-		if (t->block == KVP_QK) {
-			const int8_t *aq = (const int8_t *)x + b * KVP_QK;
-			const float *ad = kvp_act_q8_32_d(x, k), *ads = ad + k / KVP_QK;
+		/* the group's weight codes in element order, and per sub-block dw and c */
+		for (size_t b = 0; b < KVP_QG / t->block && g * KVP_QG + b * t->block < k; b++) {
+			int32_t sc[16], mn[16], off;
+			float d, dmin;
+
+			kvp_qtype_codes(w, wtype, q + b * t->block, sc, mn, &d, &dmin, &off);
+			w += t->block_bytes;
+			if (t->block == KVP_QK) {	/* legacy: d (q - off) + m, two sub-blocks */
+				dw[2 * b] = dw[2 * b + 1] = d;
+				c[2 * b] = c[2 * b + 1] = dmin - (float)off * d;
+				continue;
+			}
+			for (int i = 0; i < 16; i++) {	/* d sc (q - off) - dmin mn */
+				dw[i] = d * (float)sc[i];
+				c[i] = -(dw[i] * (float)off + dmin * (float)mn[i]);
+			}
+		}
+		for (int i = 0; i < 16; i++) {
 			int32_t dot = 0;
 
-			for (int e = 0; e < KVP_QK; e++)
-				dot += q[e] * aq[e];
-			/*
-			 * sum (d (q - off) + m) d_a a = d d_a q.a + (m - off d) d_a sum a: the
-			 * form the vector kernels use (the second term from ds = d_a sum a)
-			 */
-			s += d * ad[b] * (float)dot + (dmin - (float)off * d) * ads[b];
-		} else {
-			const struct kvp_act_q8_256 *a = (const struct kvp_act_q8_256 *)x + b;
-			int32_t A = 0, B = 0;
-
-			for (int j = 0; j < 16; j++) {
-				int32_t dot = 0;
-
-				for (int e = 16 * j; e < 16 * j + 16; e++)
-					dot += q[e] * a->q[e];
-				A += sc[j] * (dot - off * a->bsum[j]);
-				B += mn[j] * a->bsum[j];
-			}
-			s += a->d * (d * (float)A - dmin * (float)B);
+			for (int e = 16 * i; e < 16 * i + 16; e++)
+				dot += q[e] * a->q[kvp_q8_pos(e)];
+			s += dw[i] * a->d[i] * (float)dot + c[i] * a->s[i];
 		}
 	}
 	return s;
@@ -136,8 +136,7 @@ DEQUANT(dequant_q6_k, KVP_GGML_Q6_K)
 
 QUANT_ACT(act_f32, KVP_ACT_F32)
 QUANT_ACT(act_bf16, KVP_ACT_BF16)
-QUANT_ACT(act_q8_32, KVP_ACT_Q8_32)
-QUANT_ACT(act_q8_256, KVP_ACT_Q8_256)
+QUANT_ACT(act_q8, KVP_ACT_Q8)
 
 static void kv_store_f32(void *restrict dst, const float *restrict src, size_t n)
 {
@@ -248,7 +247,7 @@ const struct kvp_kernels kvp_kernels_scalar = {
 	},
 	.quant_act = {
 		[KVP_ACT_F32] = act_f32,	[KVP_ACT_BF16] = act_bf16,
-		[KVP_ACT_Q8_32] = act_q8_32,	[KVP_ACT_Q8_256] = act_q8_256,
+		[KVP_ACT_Q8] = act_q8,
 	},
 	.kv_store = {
 		[KVP_DTYPE_F32] = kv_store_f32, [KVP_DTYPE_F16] = kv_store_f16,

@@ -487,18 +487,11 @@ static void act_values(float *v, uint32_t act, const uint8_t *row, size_t k)
 		for (size_t i = 0; i < k; i++)
 			v[i] = kvp_bf16_to_f32(((const uint16_t *)row)[i]);
 		return;
-	case KVP_ACT_Q8_32: {
-		const float *d = kvp_act_q8_32_d(row, k);
-
-		for (size_t i = 0; i < k; i++)
-			v[i] = d[i / 32] * (float)((const int8_t *)row)[i];
-		return;
-	}
-	case KVP_ACT_Q8_256:
+	case KVP_ACT_Q8:
 		for (size_t i = 0; i < k; i++) {
-			const struct kvp_act_q8_256 *a = (const struct kvp_act_q8_256 *)row + i / 256;
+			const struct kvp_act_q8 *a = (const struct kvp_act_q8 *)row + i / KVP_QG;
 
-			v[i] = a->d * (float)a->q[i % 256];
+			v[i] = a->d[(i % KVP_QG) / 16] * (float)a->q[kvp_q8_pos(i % KVP_QG)];
 		}
 		return;
 	}
