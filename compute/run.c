@@ -23,7 +23,7 @@
 #include "compute/mkmodel.h"
 #include "compute/model.h"
 #include "compute/sample.h"
-#include "compute/tokenizer.h"
+#include "compute/text/tokenizer.h"
 #include "shm/geom.h"
 
 static double now_s(void)
