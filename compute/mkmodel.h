@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct kvp_mkmodel_vocab;
+
 /* GGML tensor types we write and read (values are the GGUF file format's). */
 enum kvp_ggml_type {
 	KVP_GGML_F32 = 0,
@@ -36,6 +38,9 @@ enum kvp_ggml_type {
  * @seed:       PRNG seed
  * @rope_base:  llama.rope.freq_base
  * @rms_eps:    llama.attention.layer_norm_rms_epsilon
+ * @vocab:      a real tokenizer to write (borrowed; compute/mkvocab.h), or NULL for the
+ *              synthetic byte-level one; the vocabulary dimension follows it
+ * @chat_template: tokenizer.chat_template (borrowed), or NULL (then @vocab's, if any)
  */
 struct kvp_mkmodel_opts {
 	const char *name;
@@ -50,6 +55,8 @@ struct kvp_mkmodel_opts {
 	uint64_t seed;
 	float rope_base;
 	float rms_eps;
+	const struct kvp_mkmodel_vocab *vocab;
+	const char *chat_template;
 };
 
 /**
