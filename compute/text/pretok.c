@@ -240,23 +240,27 @@ static int split_level(const struct kvp_pretok *p, struct kvp_pretok_state *s, u
 		int rc = pcre2_match(p->code[level], (PCRE2_SPTR)text, len, at, PCRE2_NO_UTF_CHECK,
 				     s->md, s->mctx);
 		PCRE2_SIZE *ov;
+		size_t ms, me;
 
 		if (rc == PCRE2_ERROR_NOMATCH)
 			break;
 		if (rc < 0)
 			return -EIO;
+		/* copied out: the levels below reuse the same match data */
 		ov = pcre2_get_ovector_pointer(s->md);
-		if (ov[1] <= ov[0]) {	/* an empty match cuts nothing: look again one character on */
-			size_t cl = kvp_utf8_char_len((const uint8_t *)text + ov[0], len - ov[0]);
+		ms = ov[0];
+		me = ov[1];
+		if (me <= ms) {	/* an empty match cuts nothing: look again one character on */
+			size_t cl = kvp_utf8_char_len((const uint8_t *)text + ms, len - ms);
 
-			at = ov[0] + (cl ? cl : 1);
+			at = ms + (cl ? cl : 1);
 			continue;
 		}
-		if (ov[0] > gap && (r = split_level(p, s, level + 1, text + gap, ov[0] - gap, fn, ctx)))
+		if (ms > gap && (r = split_level(p, s, level + 1, text + gap, ms - gap, fn, ctx)))
 			return r;
-		if ((r = split_level(p, s, level + 1, text + ov[0], ov[1] - ov[0], fn, ctx)))
+		if ((r = split_level(p, s, level + 1, text + ms, me - ms, fn, ctx)))
 			return r;
-		gap = at = ov[1];
+		gap = at = me;
 	}
 	if (gap < len)
 		return split_level(p, s, level + 1, text + gap, len - gap, fn, ctx);

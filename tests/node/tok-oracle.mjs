@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // tok-oracle.mjs - the reference side of tests/unit/test_tokenizer_oracle.c.
 //
-//   node tok-oracle.mjs llama3|llama2 OUTDIR [N_RANDOM] [SEED]
+//   node tok-oracle.mjs llama3|llama2|pretok OUTDIR [N_RANDOM] [SEED]
 //
 // Writes OUTDIR/vocab.json (the package's real vocabulary, merges and special tokens as
 // tokenizer.ggml.* keys, for kvpool-mkmodel --vocab) and OUTDIR/cases.txt: one line per
@@ -12,7 +12,10 @@
 // encoder) and llama-tokenizer-js (Llama 2 SentencePiece vocabulary; its encoder merges
 // by the HF merge list, whose order is the SentencePiece scores' order).  The corpus is
 // generated here from a seed: several scripts, code, whitespace and digit runs, emoji,
-// special-token look-alikes.  It leaves out U+FEFF, U+0085 and U+180E, the characters
+// special-token look-alikes.  "pretok" writes OUTDIR/pretok.txt instead: each
+// pre-tokenizer's words ("NAME HEX WORD,WORD,..." in hex) cut by JavaScript's RegExp
+// from the expressions as the families publish them, for kvpool's PCRE2 ones to match.
+// It leaves out U+FEFF, U+0085 and U+180E, the characters
 // where JavaScript's \s differs from Unicode White_Space (what the reference tokenizers
 // and kvpool use), and characters newer than Unicode 14 (PCRE2 10.42's tables).
 import fs from 'node:fs';
@@ -21,8 +24,8 @@ import llama3 from 'llama3-tokenizer-js';
 import llama2 from 'llama-tokenizer-js';
 
 const [family, outdir, nArg, seedArg] = process.argv.slice(2);
-if (!['llama3', 'llama2'].includes(family) || !outdir) {
-	console.error('usage: node tok-oracle.mjs llama3|llama2 OUTDIR [N_RANDOM] [SEED]');
+if (!['llama3', 'llama2', 'pretok'].includes(family) || !outdir) {
+	console.error('usage: node tok-oracle.mjs llama3|llama2|pretok OUTDIR [N_RANDOM] [SEED]');
 	process.exit(2);
 }
 const nRandom = Number(nArg ?? 2400);
@@ -150,7 +153,58 @@ const lines = [];
 const noSpecial = /(?!)/g;	// never matches: the Llama 3 oracle's raw-text mode
 fs.mkdirSync(outdir, { recursive: true });
 
-if (family === 'llama3') {
+// The published expressions, \s spelled as White_Space (see pretok.c); JavaScript
+// syntax: \u{...} escapes, no escaped backtick.
+const WS = '\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000';
+const S = `[${WS}]`, NS = `[^${WS}]`;
+const GPT2 = `'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^${WS}\\p{L}\\p{N}]+|${S}+(?!${NS})`;
+const L3 = (d) => `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|${d}` +
+	`| ?[^${WS}\\p{L}\\p{N}]+[\\r\\n]*|${S}*[\\r\\n]+|${S}+(?!${NS})|${S}+`;
+const CJK = '[\\u{4e00}-\\u{9fa5}\\u{0800}-\\u{4e00}\\u{ac00}-\\u{d7ff}]+';
+// deepseek-llm's letter class, as code points (an editor's NFC would change ώ, Ω, K ...)
+const DSL = 'A-Za-z\\u{b5}\\u{c0}-\\u{d6}\\u{d8}-\\u{f6}\\u{f8}-\\u{1ba}\\u{1bc}-\\u{1bf}\\u{1c4}-\\u{293}\\u{295}-\\u{2af}\\u{370}-\\u{373}\\u{376}\\u{377}\\u{37b}-\\u{37d}\\u{37f}\\u{386}\\u{388}-\\u{38a}\\u{38c}\\u{38e}-\\u{3a1}\\u{3a3}-\\u{3f5}\\u{3f7}-\\u{481}\\u{48a}-\\u{52f}\\u{531}-\\u{556}\\u{10a0}-\\u{10c5}\\u{13a0}-\\u{13f5}\\u{13f8}-\\u{13fd}\\u{1c90}-\\u{1cba}\\u{1cbd}-\\u{1cbf}\\u{1d00}-\\u{1d2b}\\u{1d6b}-\\u{1d77}\\u{1d79}-\\u{1d9a}\\u{1e00}-\\u{1f15}\\u{1f18}-\\u{1f1d}\\u{1f20}-\\u{1f45}\\u{1f48}-\\u{1f4d}\\u{1f50}-\\u{1f57}\\u{1f59}\\u{1f5b}\\u{1f5d}\\u{1f5f}-\\u{1f7d}\\u{1f80}-\\u{1fb4}\\u{1fb6}-\\u{1fbc}\\u{1fbe}\\u{1fc2}-\\u{1fc4}\\u{1fc6}-\\u{1fcc}\\u{1fd0}-\\u{1fd3}\\u{1fd6}-\\u{1fdb}\\u{1fe0}-\\u{1fec}\\u{1ff2}-\\u{1ff4}\\u{1ff6}-\\u{1ffc}\\u{2102}\\u{2107}\\u{210a}-\\u{2113}\\u{2115}\\u{2119}-\\u{211d}\\u{2124}\\u{2126}\\u{2128}\\u{212a}-\\u{212d}\\u{212f}-\\u{2134}\\u{2139}\\u{213c}-\\u{213f}\\u{2145}-\\u{2149}\\u{214e}\\u{2183}\\u{2184}\\u{2c00}-\\u{2c7b}\\u{2c7e}-\\u{2ce4}\\u{2ceb}-\\u{2cee}\\u{2cf2}\\u{2cf3}\\u{a640}-\\u{a66d}\\u{a680}-\\u{a69b}\\u{a722}-\\u{a76f}\\u{a771}-\\u{a787}\\u{a78b}-\\u{a78e}\\u{ab70}-\\u{abbf}\\u{fb00}-\\u{fb06}\\u{fb13}-\\u{fb17}\\u{ff21}-\\u{ff3a}\\u{ff41}-\\u{ff5a}\\u{10400}-\\u{1044f}\\u{104b0}-\\u{104d3}\\u{104d8}-\\u{104fb}\\u{10c80}-\\u{10cb2}\\u{10cc0}-\\u{10cf2}\\u{118a0}-\\u{118df}\\u{1e900}-\\u{1e943}';
+const pretoks = {
+	'default': ['[\\p{P}\\$\\+<=>\\^~\\|]+', GPT2, '\\p{N}+', '[0-9][0-9][0-9]'],
+	'llama-bpe': [L3('\\p{N}{1,3}')], 'llama3': [L3('\\p{N}{1,3}')], 'dbrx': [L3('\\p{N}{1,3}')],
+	'smaug-bpe': [L3('\\p{N}{1,3}')],
+	'qwen2': [L3('\\p{N}')], 'stablelm2': [L3('\\p{N}')], 'deepseek-r1-qwen': [L3('\\p{N}')],
+	'gpt-2': [GPT2], 'mpt': [GPT2], 'olmo': [GPT2], 'gpt-neox': [GPT2],
+	'starcoder': ['\\p{N}', GPT2], 'refact': ['\\p{N}', GPT2], 'smollm': ['\\p{N}', GPT2],
+	'command-r': ['\\p{N}', GPT2],
+	'falcon': ['[\\p{P}\\$\\+<=>\\^~\\|`]+', GPT2, '[0-9][0-9][0-9]'],
+	'deepseek-llm': ['[\\r\\n]', `${S}?[${DSL}]+`, `${S}?[!-/:-~！-／：-～‘-‟　-。]+`, `${S}+$`, CJK,
+		'\\p{N}+'],
+	'deepseek-coder': ['[\\r\\n]', `${S}?\\p{L}+`, `${S}?\\p{P}+`, CJK, '\\p{N}'],
+};
+
+function splitLevel(res, level, text, out) {
+	if (level === res.length) {
+		out.push(text);
+		return;
+	}
+	let gap = 0;
+	for (const m of text.matchAll(res[level])) {
+		if (m[0].length === 0)
+			continue;
+		if (m.index > gap)
+			splitLevel(res, level + 1, text.slice(gap, m.index), out);
+		splitLevel(res, level + 1, m[0], out);
+		gap = m.index + m[0].length;
+	}
+	if (gap < text.length)
+		splitLevel(res, level + 1, text.slice(gap), out);
+}
+
+if (family === 'pretok') {
+	for (const [name, srcs] of Object.entries(pretoks)) {
+		const res = srcs.map((x) => new RegExp(x, 'gu'));
+		for (const s of corpus.slice(0, 400)) {
+			const words = [];
+			splitLevel(res, 0, s, words);
+			lines.push(`${name} ${hex(s)} ${words.map(hex).join(',')}`);
+		}
+	}
+} else if (family === 'llama3') {
 	const t = llama3;
 	const n = t.vocabById.length;
 	const vocab = {
@@ -203,5 +257,6 @@ if (family === 'llama3') {
 	for (const s of corpus)
 		lines.push(`r ${hex(s)} ${t.encode(s).join(',')}`);
 }
-fs.writeFileSync(path.join(outdir, 'cases.txt'), lines.join('\n') + '\n');
+fs.writeFileSync(path.join(outdir, family === 'pretok' ? 'pretok.txt' : 'cases.txt'),
+	lines.join('\n') + '\n');
 console.log(`tok-oracle: ${family}: ${corpus.length} strings, ${lines.length} cases`);

@@ -26,6 +26,7 @@
 #include "compute/mkmodel.h"
 #include "compute/mkvocab.h"
 #include "compute/model.h"
+#include "compute/text/pretok.h"
 #include "compute/text/tokenizer.h"
 
 struct fixture {
@@ -113,6 +114,37 @@ static int setup_family(void **state, const char *family)
 }
 
 static int setup_llama3(void **state) { return setup_family(state, "llama3"); }
+
+/* The pre-tokenizer oracle: words only, no vocabulary. */
+static int setup_pretok(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	char cmd[8192], path[128];
+	FILE *fp;
+	long n;
+
+	assert_non_null(f);
+	*state = f;
+	if (!have_oracle())
+		return 0;
+	strcpy(f->dir, "/tmp/kvp-tok-oracle.XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	snprintf(cmd, sizeof(cmd), "node '%s/tests/node/tok-oracle.mjs' pretok '%s'",
+		 getenv("KVP_SOURCE_DIR"), f->dir);
+	assert_int_equal(system(cmd), 0);
+	snprintf(path, sizeof(path), "%s/pretok.txt", f->dir);
+	fp = fopen(path, "rb");
+	assert_non_null(fp);
+	fseek(fp, 0, SEEK_END);
+	n = ftell(fp);
+	fseek(fp, 0, SEEK_SET);
+	f->cases = malloc((size_t)n + 1);
+	assert_non_null(f->cases);
+	assert_int_equal(fread(f->cases, 1, (size_t)n, fp), (size_t)n);
+	f->cases[n] = 0;
+	fclose(fp);
+	return 0;
+}
 static int setup_llama2(void **state) { return setup_family(state, "llama2"); }
 
 static int teardown(void **state)
@@ -211,6 +243,79 @@ static int run_cases(const struct fixture *f, int *n_cases, int *n_spm_marks)
 	return bad;
 }
 
+/* Words as "hex,hex,..." into a growing string. */
+struct words {
+	char *s;
+	size_t len;
+};
+
+static int collect(void *ctx, const char *w, size_t n)
+{
+	struct words *o = ctx;
+
+	if (o->len)
+		o->s[o->len++] = ',';
+	for (size_t i = 0; i < n; i++)
+		o->len += (size_t)sprintf(o->s + o->len, "%02x", (uint8_t)w[i]);
+	return 0;
+}
+
+static void test_pretokenizers_equal_javascript(void **state)
+{
+	/*
+	 * every pre-tokenizer kvpool knows cuts 400 corpus strings into the same words as
+	 * JavaScript's RegExp running the families' published expressions
+	 */
+	struct fixture *f = *state;
+	struct kvp_pretok *p = NULL;
+	struct kvp_pretok_state *st = NULL;
+	char name[64] = "", *text = malloc(1 << 20);
+	struct words got = { malloc(4 << 20), 0 };
+	int n = 0, bad = 0, names = 0;
+
+	if (!f->cases)
+		skip();
+	assert_true(text && got.s);
+	for (char *line = f->cases, *nl; *line; line = nl + 1) {
+		char *sp1 = strchr(line, ' '), *sp2, *want;
+		size_t tl = 0;
+
+		nl = strchr(line, '\n');
+		assert_true(nl && sp1);
+		*nl = 0;
+		sp2 = strchr(sp1 + 1, ' ');
+		assert_non_null(sp2);
+		want = sp2 + 1;
+		if ((size_t)(sp1 - line) != strlen(name) || memcmp(line, name, (size_t)(sp1 - line))) {
+			char err[512];
+
+			kvp_pretok_state_free(st);
+			kvp_pretok_free(p);
+			snprintf(name, sizeof(name), "%.*s", (int)(sp1 - line), line);
+			assert_int_equal(kvp_pretok_new(&p, name, strlen(name), err, sizeof(err)), 0);
+			assert_int_equal(kvp_pretok_state_new(&st, p), 0);
+			names++;
+		}
+		for (char *h = sp1 + 1; h < sp2; h += 2)
+			text[tl++] = (char)(hexval(h[0]) << 4 | hexval(h[1]));
+		got.len = 0;
+		assert_int_equal(kvp_pretok_split(p, st, text, tl, collect, &got), 0);
+		got.s[got.len] = 0;
+		n++;
+		if (strcmp(got.s, want) && bad++ < 5)
+			fprintf(stderr, "MISMATCH %s \"%.*s\"\n  want %s\n  got  %s\n", name, (int)tl, text,
+				want, got.s);
+		*nl = '\n';
+	}
+	kvp_pretok_state_free(st);
+	kvp_pretok_free(p);
+	free(text);
+	free(got.s);
+	fprintf(stderr, "pretok: %d names, %d strings, %d mismatches\n", names, n, bad);
+	assert_int_equal(names, 19);
+	assert_int_equal(bad, 0);
+}
+
 static void test_llama3_bpe_equals_oracle(void **state)
 {
 	/*
@@ -282,7 +387,11 @@ int main(void)
 	const struct CMUnitTest llama2[] = {
 		cmocka_unit_test(test_llama2_spm_equals_oracle),
 	};
+	const struct CMUnitTest pretok[] = {
+		cmocka_unit_test(test_pretokenizers_equal_javascript),
+	};
 	int r = cmocka_run_group_tests_name("llama3", llama3, setup_llama3, teardown);
 
-	return r | cmocka_run_group_tests_name("llama2", llama2, setup_llama2, teardown);
+	r |= cmocka_run_group_tests_name("llama2", llama2, setup_llama2, teardown);
+	return r | cmocka_run_group_tests_name("pretok", pretok, setup_pretok, teardown);
 }
