@@ -240,7 +240,8 @@ struct cache_slot {
 };
 
 /* Per-call state of kvp_bpe_encode(). */
-struct bpe_ctx {
+struct kvp_bpe_ctx {
+	struct kvp_pretok_state *st;
 	const struct kvp_tokenizer *t;
 	struct kvp_ids *out;
 	struct sym *sym;
@@ -251,7 +252,7 @@ struct bpe_ctx {
 	uint32_t cache_mask;
 };
 
-static int grow(struct bpe_ctx *c, size_t n)
+static int grow(struct kvp_bpe_ctx *c, size_t n)
 {
 	size_t cap = c->cap ? c->cap : 64;
 	void *a, *b, *d;
@@ -273,7 +274,7 @@ static int grow(struct bpe_ctx *c, size_t n)
 	return 0;
 }
 
-static void queue_pair(const struct bpe_ctx *c, int32_t i, size_t *nh)
+static void queue_pair(const struct kvp_bpe_ctx *c, int32_t i, size_t *nh)
 {
 	const struct sym *s = c->sym;
 	int32_t j = i >= 0 ? s[i].next : -1;
@@ -287,7 +288,7 @@ static void queue_pair(const struct bpe_ctx *c, int32_t i, size_t *nh)
 						      s[i].len + s[j].len });
 }
 
-static void put_id(const struct bpe_ctx *c, int32_t id)
+static void put_id(const struct kvp_bpe_ctx *c, int32_t id)
 {
 	if (id >= 0)
 		kvp_ids_put(c->out, id);
@@ -307,7 +308,7 @@ static uint64_t hash_word(const char *w, size_t n)
 
 static int encode_word(void *ctx, const char *w, size_t n)
 {
-	struct bpe_ctx *c = ctx;
+	struct kvp_bpe_ctx *c = ctx;
 	const struct kvp_tokenizer *t = c->t;
 	struct cache_slot *slot = NULL;
 	size_t nh = 0, first = c->out->count;
@@ -375,31 +376,47 @@ static int encode_word(void *ctx, const char *w, size_t n)
 	return 0;
 }
 
-int kvp_bpe_encode(const struct kvp_tokenizer *t, const char *text, size_t len,
-		   struct kvp_ids *out)
+int kvp_bpe_ctx_new(struct kvp_bpe_ctx **out, const struct kvp_tokenizer *t, size_t text_len,
+		    struct kvp_ids *ids)
 {
-	struct bpe_ctx c = { .t = t, .out = out };
-	struct kvp_pretok_state *st = NULL;
+	struct kvp_bpe_ctx *c = calloc(1, sizeof(*c));
 	int r;
 
-	if (!len)
-		return 0;
-	r = kvp_pretok_state_new(&st, t->pre);
-	if (r)
+	*out = NULL;
+	if (!c)
+		return -ENOMEM;
+	c->t = t;
+	c->out = ids;
+	r = kvp_pretok_state_new(&c->st, t->pre);
+	if (r) {
+		free(c);
 		return r;
-	if (len >= CACHE_MIN_TEXT) {
+	}
+	if (text_len >= CACHE_MIN_TEXT) {
 		size_t slots = 256;
 
-		while (slots < len / 16 && slots < 4096)
+		while (slots < text_len / 16 && slots < 4096)
 			slots *= 2;
-		c.cache = calloc(slots, sizeof(*c.cache));	/* no cache is only slower */
-		c.cache_mask = c.cache ? (uint32_t)slots - 1 : 0;
+		c->cache = calloc(slots, sizeof(*c->cache));	/* no cache is only slower */
+		c->cache_mask = c->cache ? (uint32_t)slots - 1 : 0;
 	}
-	r = kvp_pretok_split(t->pre, st, text, len, encode_word, &c);
-	kvp_pretok_state_free(st);
-	free(c.sym);
-	free(c.heap);
-	free(c.map);
-	free(c.cache);
-	return r;
+	*out = c;
+	return 0;
+}
+
+void kvp_bpe_ctx_free(struct kvp_bpe_ctx *c)
+{
+	if (!c)
+		return;
+	kvp_pretok_state_free(c->st);
+	free(c->sym);
+	free(c->heap);
+	free(c->map);
+	free(c->cache);
+	free(c);
+}
+
+int kvp_bpe_encode(struct kvp_bpe_ctx *c, const char *text, size_t len)
+{
+	return len ? kvp_pretok_split(c->t->pre, c->st, text, len, encode_word, c) : 0;
 }

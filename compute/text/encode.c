@@ -44,11 +44,11 @@ static int32_t special_at(const struct kvp_tokenizer *t, const char *text, size_
  * A run of plain text.  Each run starts the text or follows a special token, and
  * SentencePiece gives each its word-start space.
  */
-static int encode_run(const struct kvp_tokenizer *t, const char *text, size_t len,
-		      struct kvp_ids *out)
+static int encode_run(const struct kvp_tokenizer *t, struct kvp_bpe_ctx *bpe, const char *text,
+		      size_t len, struct kvp_ids *out)
 {
-	if (t->model == KVP_TOKM_BPE)
-		return kvp_bpe_encode(t, text, len, out);
+	if (bpe)
+		return kvp_bpe_encode(bpe, text, len);
 	return kvp_spm_encode(t, text, len, t->add_space_prefix, out);
 }
 
@@ -56,11 +56,14 @@ int kvp_tokenizer_encode_flags(const struct kvp_tokenizer *t, const char *text, 
 			       unsigned int flags, int32_t *ids, size_t cap)
 {
 	struct kvp_ids out = { .ids = ids, .cap = cap };
-	int add = !(flags & KVP_TOK_NO_ADD_SPECIAL), r;
+	struct kvp_bpe_ctx *bpe = NULL;
+	int add = !(flags & KVP_TOK_NO_ADD_SPECIAL), r = 0;
 	size_t run = 0;
 
 	if (len > MAX_TEXT)
 		return -E2BIG;
+	if (t->model == KVP_TOKM_BPE && len && (r = kvp_bpe_ctx_new(&bpe, t, len, &out)))
+		return r;
 	if (add && t->add_bos)
 		kvp_ids_put(&out, t->bos);
 	if (flags & (KVP_TOK_PARSE_SPECIAL | KVP_TOK_PARSE_USER) && t->n_special) {
@@ -69,24 +72,21 @@ int kvp_tokenizer_encode_flags(const struct kvp_tokenizer *t, const char *text, 
 
 			if (id < 0)
 				continue;
-			if (i > run) {
-				r = encode_run(t, text + run, i - run, &out);
-				if (r)
-					return r;
-			}
+			if (i > run && (r = encode_run(t, bpe, text + run, i - run, &out)))
+				goto out;
 			kvp_ids_put(&out, id);
 			i += t->piece_len[id] - 1;
 			run = i + 1;
 		}
 	}
-	if (len > run) {
-		r = encode_run(t, text + run, len - run, &out);
-		if (r)
-			return r;
-	}
+	if (len > run && (r = encode_run(t, bpe, text + run, len - run, &out)))
+		goto out;
 	if (add && t->add_eos)
 		kvp_ids_put(&out, t->eos);
-	return out.count > INT32_MAX ? -E2BIG : (int)out.count;
+	r = out.count > INT32_MAX ? -E2BIG : (int)out.count;
+out:
+	kvp_bpe_ctx_free(bpe);
+	return r;
 }
 
 int kvp_tokenizer_encode(const struct kvp_tokenizer *t, const char *text, size_t len,

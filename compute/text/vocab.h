@@ -119,11 +119,21 @@ size_t kvp_bpe_byte_char(uint8_t b, char out[2]);
 size_t kvp_bpe_decode_piece(const char *piece, size_t n, char *out);
 
 /*
+ * struct kvp_bpe_ctx - the per-call state of byte-level BPE (PCRE2 match data, merge
+ * queue, word cache), made once per encode call and used for each run of text.
+ */
+struct kvp_bpe_ctx;
+
+/* @text_len: the whole text's length (sizes the word cache); @out: where ids go. */
+int kvp_bpe_ctx_new(struct kvp_bpe_ctx **out, const struct kvp_tokenizer *t, size_t text_len,
+		    struct kvp_ids *ids);
+void kvp_bpe_ctx_free(struct kvp_bpe_ctx *c);
+
+/*
  * kvp_bpe_encode() - byte-level BPE of one run of text (no special tokens in it):
  * pre-tokenize, then merge each word.  Return: 0, -ENOMEM, or -EIO when the regular
  * expression engine fails (its resource limits).
  */
-int kvp_bpe_encode(const struct kvp_tokenizer *t, const char *text, size_t len,
-		   struct kvp_ids *out);
+int kvp_bpe_encode(struct kvp_bpe_ctx *c, const char *text, size_t len);
 
 #endif /* KVP_COMPUTE_TEXT_VOCAB_H */
