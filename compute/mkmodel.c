@@ -22,6 +22,7 @@
 
 #include "compute/gguf.h"
 #include "compute/kernels/quant.h"
+#include "compute/mkvocab.h"
 
 #define ALIGN 32u
 #define N_BYTE_TOKENS 256u
@@ -35,11 +36,12 @@ struct sink {
 	uint8_t *mem;
 	size_t len, cap;
 	int err;	/* first -errno */
+	int dry;	/* count only: nothing is written */
 };
 
 static void put(struct sink *s, const void *p, size_t n)
 {
-	if (s->err || !n)
+	if (s->err || !n || s->dry)
 		return;
 	if (s->f) {
 		if (fwrite(p, 1, n, s->f) != n)
@@ -241,12 +243,20 @@ static int check_opts(const struct kvp_mkmodel_opts *o, char *err, size_t errlen
 		why = "this type needs n_embd and n_ff multiples of its block (32 for the legacy quants, 256 for the K-quants)";
 	else if (!(o->rope_base > 1.0f) || !(o->rms_eps > 0.0f))
 		why = "bad rope_base or rms_eps";
+	else if (o->vocab && (!o->vocab->n_tokens || !o->vocab->model))
+		why = "empty vocabulary";
 	if (why) {
 		if (err && errlen)
 			snprintf(err, errlen, "mkmodel: %s", why);
 		return -EINVAL;
 	}
 	return 0;
+}
+
+/* Rows of token_embd and output: the real vocabulary's size, or the byte-level one's. */
+static uint32_t n_vocab(const struct kvp_mkmodel_opts *o)
+{
+	return o->vocab ? o->vocab->n_tokens : N_VOCAB;
 }
 
 /* The tensor list in file order; returns the count (<= 9 * n_layers + 3). */
@@ -262,7 +272,7 @@ static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
 		t[n].ne0 = (a); t[n].ne1 = (b); t[n].scale = (s); \
 		t[n].type = (s) == 0 ? KVP_GGML_F32 : (ty); n++; \
 	} while (0)
-	ADD("token_embd.weight", o->n_embd, N_VOCAB, emb, matrix_type(o, "token_embd", 0));
+	ADD("token_embd.weight", o->n_embd, n_vocab(o), emb, matrix_type(o, "token_embd", 0));
 	for (uint32_t l = 0; l < o->n_layers; l++) {
 		char nm[48];
 		const struct { const char *s; uint64_t a, b; float sc; } L[] = {
@@ -284,7 +294,7 @@ static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
 	}
 	ADD("output_norm.weight", o->n_embd, 1, 0, KVP_GGML_F32);
 	if (!o->tied) {	/* logits with a std of about 2: varied but decisive */
-		ADD("output.weight", o->n_embd, N_VOCAB, 2.0f * in_e, matrix_type(o, "output", 0));
+		ADD("output.weight", o->n_embd, n_vocab(o), 2.0f * in_e, matrix_type(o, "output", 0));
 		/*
 		 * A random model's last hidden state is dominated by the current token's
 		 * embedding, so random output rows let some token predict itself and greedy
@@ -297,6 +307,116 @@ static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
 	return n;
 }
 
+static void kv_id(struct sink *s, unsigned int *n, const char *k, int64_t v)
+{
+	if (v < 0)
+		return;
+	kv_u32(s, k, (uint32_t)v);
+	++*n;
+}
+
+static void kv_flag(struct sink *s, unsigned int *n, const char *k, int v)
+{
+	if (v < 0)
+		return;
+	kv_bool(s, k, v);
+	++*n;
+}
+
+static void arr_head(struct sink *s, const char *k, uint32_t type, uint64_t n)
+{
+	put_str(s, k);
+	put_u32(s, KVP_GGUF_ARRAY);
+	put_u32(s, type);
+	put_u64(s, n);
+}
+
+/* The synthetic byte-level tokenizer: <unk> <s> </s> and the 256 byte tokens. */
+static unsigned int write_byte_vocab(struct sink *s)
+{
+	char piece[8];
+
+	kv_str(s, "tokenizer.ggml.model", "llama");
+	arr_head(s, "tokenizer.ggml.tokens", KVP_GGUF_STRING, N_VOCAB);
+	put_str(s, "<unk>");
+	put_str(s, "<s>");
+	put_str(s, "</s>");
+	for (unsigned b = 0; b < N_BYTE_TOKENS; b++) {
+		snprintf(piece, sizeof(piece), "<0x%02X>", b);
+		put_str(s, piece);
+	}
+	arr_head(s, "tokenizer.ggml.scores", KVP_GGUF_F32, N_VOCAB);
+	for (unsigned i = 0; i < N_VOCAB; i++)
+		put_f32(s, 0.0f);
+	arr_head(s, "tokenizer.ggml.token_type", KVP_GGUF_I32, N_VOCAB);
+	put_u32(s, 2);		/* <unk>: unknown */
+	put_u32(s, 3);		/* <s>: control */
+	put_u32(s, 3);		/* </s>: control */
+	for (unsigned b = 0; b < N_BYTE_TOKENS; b++)
+		put_u32(s, 6);	/* byte */
+	kv_u32(s, "tokenizer.ggml.bos_token_id", 1);
+	kv_u32(s, "tokenizer.ggml.eos_token_id", 2);
+	kv_u32(s, "tokenizer.ggml.unknown_token_id", 0);
+	kv_bool(s, "tokenizer.ggml.add_bos_token", 1);
+	kv_bool(s, "tokenizer.ggml.add_eos_token", 0);
+	return 9;
+}
+
+/* A real family's tokenizer (compute/mkvocab.h); returns the keys written. */
+static unsigned int write_real_vocab(struct sink *s, const struct kvp_mkmodel_vocab *v)
+{
+	unsigned int n = 2;
+
+	kv_str(s, "tokenizer.ggml.model", v->model);
+	if (v->pre) {
+		kv_str(s, "tokenizer.ggml.pre", v->pre);
+		n++;
+	}
+	arr_head(s, "tokenizer.ggml.tokens", KVP_GGUF_STRING, v->n_tokens);
+	for (uint32_t i = 0; i < v->n_tokens; i++)
+		put_str(s, v->tokens[i]);
+	if (v->scores) {
+		arr_head(s, "tokenizer.ggml.scores", KVP_GGUF_F32, v->n_tokens);
+		put(s, v->scores, (size_t)v->n_tokens * sizeof(float));
+		n++;
+	}
+	if (v->types) {
+		arr_head(s, "tokenizer.ggml.token_type", KVP_GGUF_I32, v->n_tokens);
+		put(s, v->types, (size_t)v->n_tokens * sizeof(int32_t));
+		n++;
+	}
+	if (v->merges) {
+		arr_head(s, "tokenizer.ggml.merges", KVP_GGUF_STRING, v->n_merges);
+		for (uint32_t i = 0; i < v->n_merges; i++)
+			put_str(s, v->merges[i]);
+		n++;
+	}
+	kv_id(s, &n, "tokenizer.ggml.bos_token_id", v->bos);
+	kv_id(s, &n, "tokenizer.ggml.eos_token_id", v->eos);
+	kv_id(s, &n, "tokenizer.ggml.unknown_token_id", v->unk);
+	kv_id(s, &n, "tokenizer.ggml.eot_token_id", v->eot);
+	kv_id(s, &n, "tokenizer.ggml.eom_token_id", v->eom);
+	kv_id(s, &n, "tokenizer.ggml.padding_token_id", v->pad);
+	kv_flag(s, &n, "tokenizer.ggml.add_bos_token", v->add_bos);
+	kv_flag(s, &n, "tokenizer.ggml.add_eos_token", v->add_eos);
+	kv_flag(s, &n, "tokenizer.ggml.add_space_prefix", v->add_space_prefix);
+	return n;
+}
+
+/* Every tokenizer key (and the chat template); returns how many were written. */
+static unsigned int write_tokenizer(struct sink *s, const struct kvp_mkmodel_opts *o)
+{
+	const char *tmpl = o->chat_template ? o->chat_template :
+			   o->vocab ? o->vocab->chat_template : NULL;
+	unsigned int n = o->vocab ? write_real_vocab(s, o->vocab) : write_byte_vocab(s);
+
+	if (tmpl) {
+		kv_str(s, "tokenizer.chat_template", tmpl);
+		n++;
+	}
+	return n;
+}
+
 static void write_meta(struct sink *s, const struct kvp_mkmodel_opts *o, size_t n_tensors)
 {
 	/* general.file_type: llama.cpp's LLAMA_FTYPE_MOSTLY_* of the main type */
@@ -306,12 +426,13 @@ static void write_meta(struct sink *s, const struct kvp_mkmodel_opts *o, size_t 
 		[KVP_GGML_Q3_K] = 12, [KVP_GGML_Q4_K] = 14, [KVP_GGML_Q5_K] = 16,
 		[KVP_GGML_Q6_K] = 18, [KVP_GGML_BF16] = 32,
 	};
-	char piece[8];
+	struct sink count = { .dry = 1 };
 
 	put_u32(s, KVP_GGUF_MAGIC);
 	put_u32(s, 3);
 	put_u64(s, n_tensors);
-	put_u64(s, 24);		/* metadata entries below (a wrong count fails every parse) */
+	/* metadata entries below (a wrong count fails every parse) */
+	put_u64(s, 15 + write_tokenizer(&count, o));
 	kv_str(s, "general.architecture", "llama");
 	kv_str(s, "general.name", o->name ? o->name : "kvpool-synthetic");
 	kv_u32(s, "general.alignment", ALIGN);
@@ -329,40 +450,8 @@ static void write_meta(struct sink *s, const struct kvp_mkmodel_opts *o, size_t 
 	kv_u32(s, "llama.rope.dimension_count", o->n_embd / o->n_heads);
 	kv_f32(s, "llama.rope.freq_base", o->rope_base);
 	kv_f32(s, "llama.attention.layer_norm_rms_epsilon", o->rms_eps);
-	kv_u32(s, "llama.vocab_size", N_VOCAB);
-	kv_str(s, "tokenizer.ggml.model", "llama");
-
-	put_str(s, "tokenizer.ggml.tokens");
-	put_u32(s, KVP_GGUF_ARRAY);
-	put_u32(s, KVP_GGUF_STRING);
-	put_u64(s, N_VOCAB);
-	put_str(s, "<unk>");
-	put_str(s, "<s>");
-	put_str(s, "</s>");
-	for (unsigned b = 0; b < N_BYTE_TOKENS; b++) {
-		snprintf(piece, sizeof(piece), "<0x%02X>", b);
-		put_str(s, piece);
-	}
-	put_str(s, "tokenizer.ggml.scores");
-	put_u32(s, KVP_GGUF_ARRAY);
-	put_u32(s, KVP_GGUF_F32);
-	put_u64(s, N_VOCAB);
-	for (unsigned i = 0; i < N_VOCAB; i++)
-		put_f32(s, 0.0f);
-	put_str(s, "tokenizer.ggml.token_type");
-	put_u32(s, KVP_GGUF_ARRAY);
-	put_u32(s, KVP_GGUF_I32);
-	put_u64(s, N_VOCAB);
-	put_u32(s, 2);		/* <unk>: unknown */
-	put_u32(s, 3);		/* <s>: control */
-	put_u32(s, 3);		/* </s>: control */
-	for (unsigned b = 0; b < N_BYTE_TOKENS; b++)
-		put_u32(s, 6);	/* byte */
-	kv_u32(s, "tokenizer.ggml.bos_token_id", 1);
-	kv_u32(s, "tokenizer.ggml.eos_token_id", 2);
-	kv_u32(s, "tokenizer.ggml.unknown_token_id", 0);
-	kv_bool(s, "tokenizer.ggml.add_bos_token", 1);
-	kv_bool(s, "tokenizer.ggml.add_eos_token", 0);
+	kv_u32(s, "llama.vocab_size", n_vocab(o));
+	write_tokenizer(s, o);
 }
 
 /* Generate tensor @idx's values and write them in its type. */

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct kvp_mkmodel_vocab;
+
 #include "compute/gguf.h"
 
 /*
@@ -43,6 +45,9 @@ enum kvp_mkmodel_recipe {
  * @seed:       PRNG seed
  * @rope_base:  llama.rope.freq_base
  * @rms_eps:    llama.attention.layer_norm_rms_epsilon
+ * @vocab:      a real tokenizer to write (borrowed; compute/mkvocab.h), or NULL for the
+ *              synthetic byte-level one; the vocabulary dimension follows it
+ * @chat_template: tokenizer.chat_template (borrowed), or NULL (then @vocab's, if any)
  */
 struct kvp_mkmodel_opts {
 	const char *name;
@@ -57,6 +62,8 @@ struct kvp_mkmodel_opts {
 	uint64_t seed;
 	float rope_base;
 	float rms_eps;
+	const struct kvp_mkmodel_vocab *vocab;
+	const char *chat_template;
 };
 
 /**

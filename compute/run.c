@@ -21,9 +21,10 @@
 
 #include "compute/forward.h"
 #include "compute/mkmodel.h"
+#include "compute/mkvocab.h"
 #include "compute/model.h"
 #include "compute/sample.h"
-#include "compute/tokenizer.h"
+#include "compute/text/tokenizer.h"
 #include "shm/geom.h"
 
 static double now_s(void)
@@ -520,6 +521,10 @@ static void mkmodel_usage(FILE *f)
 	      "                      override the preset's shape (each 1..1048576)\n"
 	      "      --tied, --untied  reuse token_embd as the output matrix, or not (presets: untied)\n"
 	      "      --name NAME     general.name\n"
+	      "      --vocab FILE    a real tokenizer instead of the byte-level one: a JSON object of\n"
+	      "                      the tokenizer.ggml.* keys (model, pre, tokens, token_type, scores,\n"
+	      "                      merges, *_token_id, add_*, chat_template); see compute/mkvocab.h\n"
+	      "      --chat-template FILE  tokenizer.chat_template from a text file\n"
 	      "  -h, --help          this text\n", f);
 }
 
@@ -532,8 +537,13 @@ int kvp_mkmodel_main(int argc, char **argv)
 		{ "n-heads", required_argument, 0, 'H' }, { "n-kv-heads", required_argument, 0, 'K' },
 		{ "n-ff", required_argument, 0, 'f' }, { "n-ctx", required_argument, 0, 'c' },
 		{ "tied", no_argument, 0, 'T' }, { "untied", no_argument, 0, 'U' },
-		{ "name", required_argument, 0, 'N' }, { "help", no_argument, 0, 'h' }, { 0 },
+		{ "name", required_argument, 0, 'N' }, { "help", no_argument, 0, 'h' },
+		{ "vocab", required_argument, 0, 'V' }, { "chat-template", required_argument, 0, 'C' },
+		{ 0 },
 	};
+	const char *vocab_path = NULL, *tmpl_path = NULL;
+	struct kvp_mkmodel_vocab *vocab = NULL;
+	char *tmpl = NULL;
 	const char *preset = "tiny", *path = NULL, *type = NULL, *name = NULL;
 	uint32_t e = 0, l = 0, H = 0, K = 0, F = 0, C = 0;
 	int tied = -1, c, r, li;
@@ -560,6 +570,8 @@ int kvp_mkmodel_main(int argc, char **argv)
 		case 't': type = optarg; break;
 		case 'o': path = optarg; break;
 		case 'N': name = optarg; break;
+		case 'V': vocab_path = optarg; break;
+		case 'C': tmpl_path = optarg; break;
 		case 'T': tied = 1; break;
 		case 'U': tied = 0; break;
 		case 's':
@@ -615,7 +627,20 @@ int kvp_mkmodel_main(int argc, char **argv)
 		o.tied = tied;
 	if (name)
 		o.name = name;
+	if (vocab_path && kvp_mkmodel_vocab_load(&vocab, vocab_path, err, sizeof(err))) {
+		fprintf(stderr, "kvpool-mkmodel: %s\n", err);
+		return 1;
+	}
+	if (tmpl_path && kvp_mkmodel_read_text(&tmpl, tmpl_path, err, sizeof(err))) {
+		fprintf(stderr, "kvpool-mkmodel: %s\n", err);
+		kvp_mkmodel_vocab_free(vocab);
+		return 1;
+	}
+	o.vocab = vocab;
+	o.chat_template = tmpl;
 	r = kvp_mkmodel_write(path, &o, err, sizeof(err));
+	kvp_mkmodel_vocab_free(vocab);
+	free(tmpl);
 	if (r) {
 		fprintf(stderr, "kvpool-mkmodel: %s\n", err);
 		return r == -EINVAL ? 2 : 1;

@@ -52,7 +52,7 @@
 
 #include "compute/mkmodel.h"
 #include "compute/model.h"
-#include "compute/tokenizer.h"
+#include "compute/text/tokenizer.h"
 #include "ipc/server.h"
 #include "shm/index.h"
 #include "shm/numa.h"

@@ -62,7 +62,7 @@
 
 #include "compute/forward.h"
 #include "compute/model.h"
-#include "compute/tokenizer.h"
+#include "compute/text/tokenizer.h"
 
 #define TTFT_RING 1024u
 

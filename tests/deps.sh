@@ -4,7 +4,12 @@
 set -euo pipefail
 
 pkgs=(gcc pkg-config meson ninja-build git
-      liburing-dev libhwloc-dev libopenblas-dev libxxhash-dev libcmocka-dev libinih-dev)
+      liburing-dev libhwloc-dev libopenblas-dev libxxhash-dev libcmocka-dev libinih-dev
+      libpcre2-dev libjansson-dev)
+
+# The tokenizer and chat-template oracles run on Node (the base image has it; Debian's
+# nodejs/npm otherwise).
+command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -16,4 +21,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
+fi
+
+# npm packages of the oracle tests (tests/node/package-lock.json pins them)
+node_dir=$(cd "$(dirname "$0")" && pwd)/node
+if [ ! -f "$node_dir/node_modules/.package-lock.json" ] ||
+   [ "$node_dir/package-lock.json" -nt "$node_dir/node_modules/.package-lock.json" ]; then
+	echo "deps: npm ci in tests/node"
+	npm ci --prefix "$node_dir" --no-audit --no-fund --loglevel=error </dev/null
 fi

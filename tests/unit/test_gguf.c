@@ -20,7 +20,7 @@
 #include "compute/gguf.h"
 #include "compute/mkmodel.h"
 #include "compute/model.h"
-#include "compute/tokenizer.h"
+#include "compute/text/tokenizer.h"
 #include "shm/geom.h"
 #include "tests/lib/testlib.h"
 

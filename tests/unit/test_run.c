@@ -19,7 +19,7 @@
 #include "compute/model.h"
 #include "compute/run.h"
 #include "compute/sample.h"
-#include "compute/tokenizer.h"
+#include "compute/text/tokenizer.h"
 #include "shm/geom.h"
 #include "tests/lib/testlib.h"
 

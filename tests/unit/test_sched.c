@@ -24,7 +24,7 @@
 
 #include "compute/mkmodel.h"
 #include "compute/model.h"
-#include "compute/tokenizer.h"
+#include "compute/text/tokenizer.h"
 #include "shm/index.h"
 #include "shm/pool.h"
 #include "svc/sched.h"

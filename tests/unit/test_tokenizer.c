@@ -15,7 +15,7 @@
 
 #include "compute/mkmodel.h"
 #include "compute/model.h"
-#include "compute/tokenizer.h"
+#include "compute/text/tokenizer.h"
 
 static void test_byte_level_round_trip(void **state)
 {

@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_chat.c - chat templates: recognition of the families from their real template
+ * text (tests/data/templates/FAMILY.MODEL.jinja), byte-equal rendering against
+ * @huggingface/jinja running those templates (tests/node/chat-oracle.mjs, run here
+ * with node; skipped without it), refusals where the template raises, names and errors.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "compute/text/chat.h"
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *b;
+	long n;
+
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	b = malloc((size_t)n + 1);
+	assert_non_null(b);
+	assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+	b[n] = 0;
+	fclose(f);
+	if (len)
+		*len = (size_t)n;
+	return b;
+}
+
+static char *template_path(const char *file)
+{
+	static char p[4096];
+
+	snprintf(p, sizeof(p), "%s/tests/data/templates/%s", getenv("KVP_SOURCE_DIR"), file);
+	return p;
+}
+
+static int hexval(int c)
+{
+	return c <= '9' ? c - '0' : c - 'a' + 10;
+}
+
+/* Decode a hex token ("-" = empty) into a malloc'd NUL-terminated string. */
+static char *unhex(const char *h, size_t hl, size_t *len)
+{
+	char *s = malloc(hl / 2 + 1);
+	size_t n = 0;
+
+	assert_non_null(s);
+	if (!(hl == 1 && h[0] == '-'))
+		for (size_t i = 0; i + 1 < hl; i += 2)
+			s[n++] = (char)(hexval(h[i]) << 4 | hexval(h[i + 1]));
+	s[n] = 0;
+	*len = n;
+	return s;
+}
+
+static void test_families_recognised(void **state)
+{
+	/* each real template is recognised as the family its file is named for */
+	static const char *const files[][2] = {
+		{ "llama3.meta-llama-3-8b-instruct.jinja", "llama3" },
+		{ "llama3.2.llama-3.2-1b-instruct.jinja", "llama3.2" },
+		{ "chatml.qwen2.5-0.5b-instruct.jinja", "chatml" },
+		{ "chatml.smollm2-instruct.jinja", "chatml" },
+		{ "chatml.openhermes-2.5-mistral-7b.jinja", "chatml" },
+		{ "llama2.llama-2-7b-chat.jinja", "llama2" },
+		{ "mistral.mistral-7b-instruct-v0.2.jinja", "mistral" },
+		{ "phi3.phi-3.5-mini-instruct.jinja", "phi3" },
+		{ "gemma.gemma-2-2b-it.jinja", "gemma" },
+		{ "zephyr.tinyllama-1.1b-chat.jinja", "zephyr" },
+		{ "deepseek.deepseek-llm-7b-chat.jinja", "deepseek" },
+	};
+	struct kvp_chat_template t;
+
+	if (!getenv("KVP_SOURCE_DIR"))
+		skip();
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		size_t len;
+		char *src = slurp(template_path(files[i][0]), &len);
+
+		assert_non_null(src);
+		assert_int_equal(kvp_chat_template_detect(&t, src, len, NULL, 0), 0);
+		assert_string_equal(kvp_chat_family_name(t.family), files[i][1]);
+		if (strstr(files[i][0], "qwen"))
+			assert_string_equal(t.default_system,
+					    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+		else if (strstr(files[i][0], "smollm"))
+			assert_string_equal(t.default_system,
+					    "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+		else
+			assert_string_equal(t.default_system, "");
+		free(src);
+	}
+}
+
+static void test_unknown_template_lists_names(void **state)
+{
+	/* an unknown template and an unknown name are errors that name every family */
+	static const char src[] = "{% for m in messages %}<<{{ m.content }}>>{% endfor %}";
+	struct kvp_chat_template t;
+	char err[512];
+
+	assert_int_equal(kvp_chat_template_detect(&t, src, sizeof(src) - 1, err, sizeof(err)),
+			 -ENOTSUP);
+	assert_non_null(strstr(err, "llama3, llama3.1, llama3.2, chatml, llama2, mistral, phi3, gemma, zephyr, deepseek"));
+	assert_int_equal(kvp_chat_template_named(&t, "vicuna", err, sizeof(err)), -ENOTSUP);
+	assert_non_null(strstr(err, "'vicuna'"));
+	assert_non_null(strstr(err, "chatml"));
+	assert_int_equal(kvp_chat_template_named(&t, "gemma", err, sizeof(err)), 0);
+	assert_int_equal(t.family, KVP_CHAT_GEMMA);
+	/* a Mistral template of a later version is not taken for v0.2 */
+	assert_int_equal(kvp_chat_template_detect(&t, "[INST][AVAILABLE_TOOLS]", 23, NULL, 0),
+			 -ENOTSUP);
+}
+
+static void test_refusals_and_trim(void **state)
+{
+	/*
+	 * Gemma refuses a system turn and non-alternating roles with the template's words;
+	 * Llama 3 trims content (Unicode spaces too), ChatML does not
+	 */
+	struct kvp_chat_template t;
+	struct kvp_chat_msg sys[] = { { KVP_CHAT_SYSTEM, "S", 1 }, { KVP_CHAT_USER, "u", 1 } };
+	struct kvp_chat_msg two[] = { { KVP_CHAT_USER, "a", 1 }, { KVP_CHAT_USER, "b", 1 } };
+	struct kvp_chat_msg sp[] = { { KVP_CHAT_USER, "\xe3\x80\x80 hi\t\xc2\xa0", 9 } };
+	struct kvp_chat_opts o = { .bos = "<B>", .eos = "<E>" };
+	char err[256], *out;
+	size_t len;
+
+	assert_int_equal(kvp_chat_template_named(&t, "gemma", NULL, 0), 0);
+	assert_int_equal(kvp_chat_render(&out, &len, &t, sys, 2, &o, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "chat: System role not supported");
+	assert_int_equal(kvp_chat_render(&out, &len, &t, two, 2, &o, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "must alternate"));
+	assert_int_equal(kvp_chat_template_named(&t, "llama3", NULL, 0), 0);
+	assert_int_equal(kvp_chat_render(&out, &len, &t, sp, 1, &o, err, sizeof(err)), 0);
+	assert_string_equal(out, "<B><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>");
+	assert_int_equal(len, strlen(out));
+	free(out);
+	assert_int_equal(kvp_chat_template_named(&t, "chatml", NULL, 0), 0);
+	o.add_generation_prompt = true;
+	assert_int_equal(kvp_chat_render(&out, &len, &t, sp, 1, &o, err, sizeof(err)), 0);
+	assert_string_equal(out, "<|im_start|>user\n\xe3\x80\x80 hi\t\xc2\xa0<|im_end|>\n<|im_start|>assistant\n");
+	free(out);
+}
+
+static void test_renders_equal_jinja(void **state)
+{
+	/*
+	 * every real template x 9 conversations (with and without a system turn, multi-turn,
+	 * whitespace to trim, non-Latin text, roles that do not alternate) x
+	 * add_generation_prompt on and off: kvpool's text is byte-equal to what
+	 * @huggingface/jinja renders from the template, and where the template raises,
+	 * kvpool refuses
+	 */
+	const char *src = getenv("KVP_SOURCE_DIR");
+	char cmd[8192], dir[] = "/tmp/kvp-chat-oracle.XXXXXX", path[128], cur[256] = "";
+	char *cases, *tsrc = NULL;
+	struct kvp_chat_template t;
+	int n = 0, bad = 0, refused = 0;
+
+	if (!src || system("command -v node >/dev/null 2>&1"))
+		skip();
+	snprintf(cmd, sizeof(cmd), "%s/tests/node/node_modules/@huggingface/jinja/package.json", src);
+	if (access(cmd, R_OK)) {
+		fprintf(stderr, "chat oracle: tests/node/node_modules missing (tests/deps.sh); skipped\n");
+		skip();
+	}
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/chat.txt", dir);
+	snprintf(cmd, sizeof(cmd), "node '%s/tests/node/chat-oracle.mjs' '%s/tests/data/templates' '%s'",
+		 src, src, path);
+	assert_int_equal(system(cmd), 0);
+	cases = slurp(path, NULL);
+	assert_non_null(cases);
+	for (char *line = cases, *nl; *line; line = nl + 1) {
+		char *tok[64], *save = NULL, *out = NULL, err[256];
+		struct kvp_chat_msg msgs[16];
+		struct kvp_chat_opts o = { .date = "26 Jul 2024" };
+		char *owned[20];
+		size_t nt = 0, nm, len, l, no = 0;
+		int r;
+
+		nl = strchr(line, '\n');
+		assert_non_null(nl);
+		*nl = 0;
+		for (char *w = strtok_r(line, " ", &save); w && nt < 64; w = strtok_r(NULL, " ", &save))
+			tok[nt++] = w;
+		assert_true(nt >= 7);
+		if (strcmp(cur, tok[0])) {
+			size_t tl;
+
+			free(tsrc);
+			snprintf(cur, sizeof(cur), "%s", tok[0]);
+			tsrc = slurp(template_path(cur), &tl);
+			assert_non_null(tsrc);
+			assert_int_equal(kvp_chat_template_detect(&t, tsrc, tl, NULL, 0), 0);
+		}
+		o.add_generation_prompt = tok[1][0] == '1';
+		o.bos = owned[no++] = unhex(tok[2], strlen(tok[2]), &l);
+		o.eos = owned[no++] = unhex(tok[3], strlen(tok[3]), &l);
+		nm = (size_t)atoi(tok[4]);
+		assert_true(nm <= 16 && nt == 5 + nm + 2);
+		for (size_t i = 0; i < nm; i++) {
+			char *colon = strchr(tok[5 + i], ':');
+
+			assert_non_null(colon);
+			*colon = 0;
+			msgs[i].role = !strcmp(tok[5 + i], "system") ? KVP_CHAT_SYSTEM :
+				       !strcmp(tok[5 + i], "user") ? KVP_CHAT_USER : KVP_CHAT_ASSISTANT;
+			msgs[i].content = owned[no++] = unhex(colon + 1, strlen(colon + 1), &msgs[i].len);
+		}
+		r = kvp_chat_render(&out, &len, &t, msgs, nm, &o, err, sizeof(err));
+		n++;
+		if (!strcmp(tok[nt - 1], "error")) {
+			refused++;
+			if (r != -EINVAL && bad++ < 5)
+				fprintf(stderr, "MISMATCH %s case %d: jinja raised, kvpool rendered\n", cur, n);
+		} else {
+			size_t wl;
+			char *want = unhex(tok[nt - 1] + 3, strlen(tok[nt - 1] + 3), &wl);
+
+			if ((r || wl != len || memcmp(want, out, len)) && bad++ < 5)
+				fprintf(stderr, "MISMATCH %s case %d (r=%d %s)\n  want \"%s\"\n  got  \"%s\"\n",
+					cur, n, r, r ? err : "", want, out ? out : "");
+			free(want);
+		}
+		free(out);
+		for (size_t i = 0; i < no; i++)
+			free(owned[i]);
+	}
+	fprintf(stderr, "chat: %d cases (%d refused by the template), %d mismatches\n", n, refused, bad);
+	free(tsrc);
+	free(cases);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+	assert_true(n >= 11 * 18);
+	assert_int_equal(bad, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_families_recognised),
+		cmocka_unit_test(test_unknown_template_lists_names),
+		cmocka_unit_test(test_refusals_and_trim),
+		cmocka_unit_test(test_renders_equal_jinja),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
