@@ -1,17 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_decode.c - decode throughput at batch 1 and 8 against the memory-bandwidth
- * roofline measured in the same run.
+ * bench_decode.c - decode throughput per weight type at batch 1, 4 and 16 against the
+ * memory-read roofline measured in the same run.
  *
- * For each model (demo and 1b presets as f32 in a temporary directory, or the paths
- * given): B sequences each prefilled with a 128-token prompt, then decode steps of
- * the whole batch, median over several runs of 16 steps, at the machine's thread count.
- * Figure: bytes a step must read (all weights once, plus every sequence's K/V history)
- * times steps/s; baseline: copy bandwidth of a 1 GiB memcpy split over the same number
- * of threads, counted as bytes read + written (the STREAM convention); the ratio is
- * the fraction of the roofline reached.  Each model is opened twice, weights mapped
- * from the file and weights copied into huge pages (kvp_model_opts), and the two are
- * run one after the other for each batch size: open time, memory and GB/s of one against the other.
+ * For each model (bench_models.h: the 1b preset in every type, or the paths given): B
+ * sequences each prefilled with a 128-token prompt, then decode steps of the whole
+ * batch, median over several runs of 16 steps, at the machine's thread count, with the
+ * weights mapped from the file and then copied into huge pages (kvp_model_opts).
+ * Figure: tokens/s.  Baseline: the roofline, read bandwidth (all threads summing a
+ * 1 GiB buffer) divided by the bytes a step reads (every weight once, plus each
+ * sequence's K/V history); the ratio is the fraction of the roofline reached.  Also:
+ * each type against the f32 file of the same weights in the same run (when the list
+ * holds f32: today's path converted every type to it), and the resident memory of the
+ * mapped model after decoding against the file size.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include "compute/forward.h"
+#include "compute/kernels/kernels.h"
 #include "compute/model.h"
 #include "compute/sample.h"
 #include "shm/geom.h"
@@ -28,48 +30,57 @@
 
 #define PROMPT 128u
 #define STEPS 16u
-#define RUNS 7u
+#define RUNS 5u
 #define BT 16u
+#define N_BATCH 3
 
-struct copy_arg {
-	uint8_t *dst;
-	const uint8_t *src;
+static const uint32_t batches[N_BATCH] = { 1, 4, 16 };
+
+struct read_arg {
+	const uint64_t *p;
 	size_t n;
+	uint64_t sum;
 };
 
-static void *copy_part(void *p)
+static void *read_part(void *p)
 {
-	struct copy_arg *a = p;
+	struct read_arg *a = p;
+	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
 
-	memcpy(a->dst, a->src, a->n);
+	for (size_t i = 0; i < a->n; i += 4) {
+		s0 += a->p[i];
+		s1 += a->p[i + 1];
+		s2 += a->p[i + 2];
+		s3 += a->p[i + 3];
+	}
+	a->sum = s0 + s1 + s2 + s3;
 	return NULL;
 }
 
-static double copy_gbps(int threads)
+/* @threads threads summing disjoint parts of a 1 GiB buffer: GB/s read */
+static double read_gbps(int threads)
 {
-	size_t n = 1ull << 30, part = n / threads;
-	uint8_t *src = malloc(n), *dst = malloc(n);
-	double t[5];
+	size_t n = (size_t)1 << 27, part = n / threads;	/* uint64 words */
+	uint64_t *b = malloc(n * 8);
 	pthread_t th[64];
-	struct copy_arg a[64];
+	struct read_arg a[64];
+	double t[5];
 
-	memset(src, 1, n);
-	memset(dst, 2, n);
+	memset(b, 1, n * 8);
 	for (int r = 0; r < 5; r++) {
 		double t0 = kvp_test_now_s();
 
 		for (int i = 0; i < threads; i++) {
-			a[i] = (struct copy_arg){ dst + i * part, src + i * part, part };
+			a[i] = (struct read_arg){ b + i * part, part, 0 };
 			if (i)
-				pthread_create(&th[i], NULL, copy_part, &a[i]);
+				pthread_create(&th[i], NULL, read_part, &a[i]);
 		}
-		copy_part(&a[0]);
+		read_part(&a[0]);
 		for (int i = 1; i < threads; i++)
 			pthread_join(th[i], NULL);
-		t[r] = 2.0 * part * threads / (kvp_test_now_s() - t0) / 1e9;
+		t[r] = (double)part * threads * 8 / (kvp_test_now_s() - t0) / 1e9;
 	}
-	free(src);
-	free(dst);
+	free(b);
 	return kvp_test_median(t, 5);
 }
 
@@ -81,7 +92,7 @@ struct lane {
 	struct kvp_fwd_seq *seq;
 	uint32_t *tables;
 	float *lg;
-	double tps[RUNS], bytes_s[RUNS];
+	double tps[RUNS], bytes_step[RUNS];
 };
 
 static int lane_init(struct lane *ln, struct kvp_model *m, int threads, uint32_t B)
@@ -101,7 +112,8 @@ static int lane_init(struct lane *ln, struct kvp_model *m, int threads, uint32_t
 	ln->kv.n_blocks = B * nb;
 	ln->kv.base = aligned_alloc(KVP_BLOCK_ALIGN, (size_t)ln->kv.n_blocks * ln->kv.geom.block_stride);
 	if (!ln->seq || !ln->tables || !ln->lg || !ln->kv.base ||
-	    kvp_fwd_new(&ln->f, m, &(struct kvp_fwd_opts){ .n_threads = threads, .max_chunk = PROMPT, .max_batch = B }))
+	    kvp_fwd_new(&ln->f, m, &(struct kvp_fwd_opts){ .n_threads = threads,
+			.max_chunk = PROMPT, .max_batch = B }))
 		return 1;
 	memset(ln->kv.base, 0, (size_t)ln->kv.n_blocks * ln->kv.geom.block_stride);
 	for (uint32_t s = 0; s < B; s++) {
@@ -132,10 +144,8 @@ static void lane_run(struct lane *ln, uint32_t B, uint32_t r)
 			ln->seq[s].pos++;
 		}
 	}
-	double dt = kvp_test_now_s() - t0;
-
-	ln->tps[r] = B * STEPS / dt;
-	ln->bytes_s[r] = (STEPS * (double)kvp_model_info(ln->m)->weight_bytes + kv_bytes) / dt;
+	ln->tps[r] = B * STEPS / (kvp_test_now_s() - t0);
+	ln->bytes_step[r] = (double)kvp_model_info(ln->m)->weight_bytes + kv_bytes / STEPS;
 }
 
 static void lane_deinit(struct lane *ln)
@@ -147,54 +157,7 @@ static void lane_deinit(struct lane *ln)
 	free(ln->lg);
 }
 
-/*
- * Batch @B on each of the @n models (the same file, two weight placements), one after
- * the other within seconds; each figure against the copy bandwidth, and the last
- * against the first.
- */
-static int bench_batch(struct kvp_model **m, int n, int threads, uint32_t B, double bw)
-{
-	struct lane ln[2];
-	int rc = 0;
-
-	for (int i = 0; i < n; i++)
-		rc |= lane_init(&ln[i], m[i], threads, B);
-	/*
-	 * All runs of one lane, then all of the other (the first lane alternates with the
-	 * batch size).  Not run by run: alternating the two placements step group by step
-	 * group slowed the mapped lane by a further 20-40% (mapped vs mapped and copied vs
-	 * copied lanes measured equal that way, mixed did not), while separate processes
-	 * agree with lane after lane.
-	 */
-	for (int k = 0; !rc && k < n; k++)
-		for (uint32_t r = 0; r < RUNS; r++)
-			lane_run(&ln[(k + B) % n], B, r);
-	for (int i = 0; !rc && i < n; i++) {
-		char name[160];
-
-		snprintf(name, sizeof(name), "decode %s, batch %u, %d threads, weights %s",
-			 kvp_model_name(m[i]), B, threads,
-			 kvp_model_info(m[i])->weights_copied ? "copied" : "mapped");
-		printf("%s: %.1f tokens/s (%.1f steps/s)\n", name, kvp_test_median(ln[i].tps, RUNS),
-		       kvp_test_median(ln[i].tps, RUNS) / B);
-		kvp_bench_report(name, kvp_test_median(ln[i].bytes_s, RUNS) / 1e9, "GB/s read",
-				 "memcpy copy bandwidth", bw, "GB/s");
-	}
-	if (!rc && n == 2) {
-		char name[160];
-
-		snprintf(name, sizeof(name), "decode %s, batch %u, weights copied vs mapped",
-			 kvp_model_name(m[0]), B);
-		kvp_bench_report(name, kvp_test_median(ln[1].bytes_s, RUNS) / 1e9, "GB/s read",
-				 "weights mapped", kvp_test_median(ln[0].bytes_s, RUNS) / 1e9, "GB/s");
-	}
-	fflush(stdout);
-	for (int i = 0; i < n; i++)
-		lane_deinit(&ln[i]);
-	return rc;
-}
-
-/* kB of a /proc/self/smaps_rollup line (AnonHugePages:, Rss:), 0 when unreadable. */
+/* kB of a /proc/self/smaps_rollup line (Rss:), 0 when unreadable. */
 static double smaps_kb(const char *key)
 {
 	FILE *fp = fopen("/proc/self/smaps_rollup", "r");
@@ -210,76 +173,104 @@ static double smaps_kb(const char *key)
 	return v;
 }
 
-/* Open @path with weight placement @w; print the time it took and the memory it added. */
-static struct kvp_model *open_timed(const char *path, uint32_t w, double *ms)
-{
-	struct kvp_model *m;
-	char err[256];
-	double rss = smaps_kb("Rss:"), huge = smaps_kb("AnonHugePages:"), t0 = kvp_test_now_s();
-
-	if (kvp_model_open_opts(&m, path, &(struct kvp_model_opts){ .weights = w }, err,
-				sizeof(err))) {
-		fprintf(stderr, "bench-decode: %s\n", err);
-		return NULL;
-	}
-	*ms = (kvp_test_now_s() - t0) * 1e3;
-	printf("open %s, weights %s: %.0f ms, resident +%.0f MiB, of it in huge pages %.0f MiB, "
-	       "arena %.0f MiB\n", kvp_model_name(m), w == KVP_MODEL_WEIGHTS_COPY ? "copied" : "mapped",
-	       *ms, (smaps_kb("Rss:") - rss) / 1024, (smaps_kb("AnonHugePages:") - huge) / 1024,
-	       kvp_model_info(m)->arena_bytes / 1048576.0);
-	return m;
-}
-
-/*
- * Both weight placements of one file (kvp_model_opts), batch by batch, so the
- * copied-into-huge-pages figure has the mapped one of the same seconds beside it.
- */
-static int bench_model(const char *path, int threads, double bw)
-{
-	static const uint32_t batches[] = { 1, 8 };
-	struct kvp_model *mm, *mc;
-	double t_map, t_copy;
-	int rc = 0;
-
-	mm = open_timed(path, KVP_MODEL_WEIGHTS_MAP, &t_map);
-	mc = mm ? open_timed(path, KVP_MODEL_WEIGHTS_COPY, &t_copy) : NULL;
-	if (!mc) {
-		kvp_model_close(mm);
-		return 1;
-	}
-	kvp_bench_report("open, weights copied into huge pages", t_copy, "ms",
-			 "open, weights mapped", t_map, "ms");
-	printf("model %s: %.1fM params, %.1f MB of weights read per step\n", kvp_model_name(mm),
-	       kvp_model_info(mm)->n_params / 1e6, kvp_model_info(mm)->weight_bytes / 1e6);
-	for (size_t i = 0; i < sizeof(batches) / sizeof(batches[0]); i++)
-		rc |= bench_batch((struct kvp_model *[]){ mm, mc }, 2, threads, batches[i], bw);
-	kvp_model_close(mc);
-	kvp_model_close(mm);
-	return rc;
-}
-
 struct run_arg {
 	int threads;
 	double bw;
+	double f32_tps[2][N_BATCH];	/* [placement][batch], 0 until the f32 file ran */
 };
 
-static int run_model(const char *path, void *arg)
+/* One placement of one model: every batch size; tokens/s into @tps. */
+static int bench_placement(const char *type, struct kvp_model *m, int copied, struct run_arg *a,
+			   double *tps)
 {
-	const struct run_arg *a = arg;
+	for (int b = 0; b < N_BATCH; b++) {
+		uint32_t B = batches[b];
+		struct lane ln;
+		char name[160];
+		double t, roof;
 
-	return bench_model(path, a->threads, a->bw);
+		if (lane_init(&ln, m, a->threads, B)) {
+			fprintf(stderr, "bench-decode: no forward context\n");
+			return 1;
+		}
+		for (uint32_t r = 0; r < RUNS; r++)
+			lane_run(&ln, B, r);
+		t = kvp_test_median(ln.tps, RUNS);
+		roof = a->bw * 1e9 / kvp_test_median(ln.bytes_step, RUNS) * B;
+		snprintf(name, sizeof(name), "decode %s, batch %u, %d threads, weights %s", type, B,
+			 a->threads, copied ? "copied" : "mapped");
+		kvp_bench_report(name, t, "tokens/s", "read bandwidth / bytes per step", roof,
+				 "tokens/s");
+		if (a->f32_tps[copied][b] > 0) {
+			snprintf(name, sizeof(name), "decode %s vs f32, batch %u, weights %s", type, B,
+				 copied ? "copied" : "mapped");
+			kvp_bench_report(name, t, "tokens/s", "the f32 file", a->f32_tps[copied][b],
+					 "tokens/s");
+		}
+		tps[b] = t;
+		lane_deinit(&ln);
+		fflush(stdout);
+	}
+	return 0;
+}
+
+static int bench_model(const char *path, const char *type, void *arg)
+{
+	struct run_arg *a = arg;
+	double tps[2][N_BATCH], rss0 = smaps_kb("Rss:");
+	int rc = 0;
+
+	for (int copied = 0; !rc && copied < 2; copied++) {
+		struct kvp_model *m;
+		char err[256], types[512];
+		double t0 = kvp_test_now_s();
+
+		if (kvp_model_open_opts(&m, path, &(struct kvp_model_opts){
+				.weights = copied ? KVP_MODEL_WEIGHTS_COPY : KVP_MODEL_WEIGHTS_MAP },
+					err, sizeof(err))) {
+			fprintf(stderr, "bench-decode: %s\n", err);
+			return 1;
+		}
+		if (!copied) {
+			kvp_model_info_types(kvp_model_info(m), types, sizeof(types));
+			printf("model %s (%s): %.1fM params, file %.1f MB, %.1f MB of weights per "
+			       "step; %s\n", kvp_model_name(m), type, kvp_model_info(m)->n_params / 1e6,
+			       kvp_model_info(m)->file_bytes / 1e6,
+			       kvp_model_info(m)->weight_bytes / 1e6, types);
+		}
+		printf("open, weights %s: %.0f ms\n", copied ? "copied" : "mapped",
+		       (kvp_test_now_s() - t0) * 1e3);
+		rc = bench_placement(type, m, copied, a, tps[copied]);
+		if (!copied && !rc) {
+			char name[160];
+
+			snprintf(name, sizeof(name), "resident after decoding %s, weights mapped", type);
+			kvp_bench_report(name, (smaps_kb("Rss:") - rss0) / 1024.0, "MiB", "file size",
+					 kvp_model_info(m)->file_bytes / 1048576.0, "MiB");
+		}
+		kvp_model_close(m);
+	}
+	if (!rc && !strcmp(type, "f32"))
+		memcpy(a->f32_tps, tps, sizeof(tps));
+	return rc;
 }
 
 int main(int argc, char **argv)
 {
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	struct run_arg a = { .threads = ncpu > 0 && ncpu < 64 ? (int)ncpu : 1 };
+	const struct kvp_kernels *k;
 	int rc;
 
+	if (kvp_kernels_best(&k)) {
+		fprintf(stderr, "bench-decode: KVP_ISA names no instruction set this CPU runs\n");
+		return 1;
+	}
+	printf("kernels: %s\n", k->name);
 	kvp_bench_cpu_regime(300);
-	a.bw = copy_gbps(a.threads);
-	printf("copy bandwidth (%d threads, read + write): %.1f GB/s\n", a.threads, a.bw);
-	rc = kvp_bench_each_model("bench-decode", argc, argv, run_model, &a);
+	a.bw = read_gbps(a.threads);
+	printf("read bandwidth (%d threads): %.1f GB/s\n", a.threads, a.bw);
+	rc = kvp_bench_each_model("bench-decode", argc, argv, bench_model, &a);
 	kvp_bench_cpu_regime(300);
 	return rc;
 }

@@ -127,7 +127,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < (size_t)PROWS * DK; i++)
 		x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
 	if (kt->isa == KVP_ISA_AVX512)
-		kvp_bench_peak_avx512(&peak);
+		kvp_bench_peak_avx512(&peak, 1);
 	bw = read_gbps();
 	printf("kernels: %s; one thread\n", kt->name);
 	kvp_bench_cpu_regime(300);

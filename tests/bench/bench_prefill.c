@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_prefill.c - prefill throughput against the sgemm peak measured in the same run.
+ * bench_prefill.c - prefill throughput per weight type against the compute ceiling of
+ * the instruction its kernels are built on, measured in the same run.
  *
- * For each model (the demo and 1b presets, generated as f32 into a temporary directory,
- * or the GGUF paths given as arguments): one 512-token chunk prefilled from position 0,
- * median of several runs, at the machine's thread count.  Figure: achieved GFLOP/s
- * (model FLOPs per token x tokens/s); baseline: cblas_sgemm at M=512, K=N=2048, median
- * of 9 runs in this process; the ratio is the fraction of the roofline reached.
+ * For each model (bench_models.h: the 1b preset in every type, or the paths given):
+ * one 512-token chunk prefilled from position 0, median of several runs, at the
+ * machine's thread count.  Figure: achieved GOP/s (model operations per token x
+ * tokens/s, 2 per multiply-add).  Baselines, all threads at once: for the integer
+ * types the vpdpbusd register peak, for bf16 the vdpbf16ps peak, for f16 the f32 FMA
+ * peak, for f32 cblas_sgemm at M=512, K=N=2048 (the path f32 prefill takes); and each
+ * type against the f32 file of the same weights in the same run (today's path
+ * converted every type to f32).
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -15,9 +19,11 @@
 #include <unistd.h>
 
 #include "compute/forward.h"
+#include "compute/kernels/kernels.h"
 #include "compute/model.h"
 #include "shm/geom.h"
 #include "tests/bench/bench_models.h"
+#include "tests/bench/peak.h"
 #include "tests/lib/testlib.h"
 
 #define CHUNK 512u
@@ -46,8 +52,16 @@ static double sgemm_gflops(void)
 	return kvp_test_median(t, 9);
 }
 
-static int bench_model(const char *path, int threads)
+struct run_arg {
+	int threads;
+	double sgemm;
+	struct kvp_bench_peak peak;
+	double f32_tps;	/* 0 until the f32 file ran */
+};
+
+static int bench_model(const char *path, const char *type, void *arg)
 {
+	struct run_arg *a = arg;
 	struct kvp_model *m;
 	struct kvp_fwd *f;
 	struct kvp_kv_view kv = { 0 };
@@ -56,8 +70,9 @@ static int bench_model(const char *path, int threads)
 	uint32_t nb, *table;
 	int32_t *toks;
 	float *lg;
-	double tps[RUNS], flops_tok, peak;
-	char err[256], name[128];
+	double tps[RUNS], flops_tok, ceil;
+	const char *ceil_name;
+	char err[256], name[160];
 
 	if (kvp_model_open(&m, path, err, sizeof(err))) {
 		fprintf(stderr, "bench-prefill: %s\n", err);
@@ -77,7 +92,8 @@ static int bench_model(const char *path, int threads)
 		table[i] = i;
 	for (uint32_t i = 0; i < CHUNK; i++)
 		toks[i] = 3 + (int32_t)((i * 7919u) % 256);
-	if (kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = threads, .max_chunk = CHUNK, .max_batch = 1 })) {
+	if (kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = a->threads,
+			.max_chunk = CHUNK, .max_batch = 1 })) {
 		fprintf(stderr, "bench-prefill: no forward context\n");
 		return 1;
 	}
@@ -89,25 +105,43 @@ static int bench_model(const char *path, int threads)
 		tps[r] = CHUNK / (kvp_test_now_s() - t0);
 	}
 	/*
-	 * matrices (2 flops per weight; the output matrix only for the chunk's last
-	 * position, as prefill computes only its logits) + attention (QK and PV over
-	 * (n+1)/2 keys on average)
+	 * matrices (2 per weight; the output matrix only for the chunk's last position, as
+	 * prefill computes only its logits) + attention (QK and PV over (n+1)/2 keys on
+	 * average)
 	 */
 	double out_params = (double)hp->n_vocab * hp->n_embd;
 
-	flops_tok = 2.0 * (kvp_model_info(m)->weight_bytes / 4 - out_params) +
-		    2.0 * out_params / CHUNK +
+	flops_tok = 2.0 * (kvp_model_info(m)->n_params - (double)hp->n_vocab * hp->n_embd *
+			   (hp->tied_output ? 1 : 2)) + 2.0 * out_params / CHUNK +
 		    4.0 * hp->n_layers * hp->n_heads * hp->head_dim * (CHUNK + 1) / 2.0;
-	peak = sgemm_gflops();
 	double med = kvp_test_median(tps, RUNS);
 
-	printf("model %s: %.1fM params, %.2f GFLOP/token\n", kvp_model_name(m),
+	if (!strcmp(type, "f32") || !strcmp(type, "file")) {
+		ceil = a->sgemm;
+		ceil_name = "sgemm M=512 K=N=2048";
+	} else if (!strcmp(type, "f16")) {
+		ceil = a->peak.f32;
+		ceil_name = "f32 FMA register peak";
+	} else if (!strcmp(type, "bf16")) {
+		ceil = a->peak.bf16;
+		ceil_name = "vdpbf16ps register peak";
+	} else {
+		ceil = a->peak.int8;
+		ceil_name = "vpdpbusd register peak";
+	}
+	printf("model %s (%s): %.1fM params, %.2f GOP/token\n", kvp_model_name(m), type,
 	       kvp_model_info(m)->n_params / 1e6, flops_tok / 1e9);
-	snprintf(name, sizeof(name), "prefill %s, %u-token chunk, %d threads", kvp_model_name(m),
-		 CHUNK, threads);
+	snprintf(name, sizeof(name), "prefill %s, %u-token chunk, %d threads", type, CHUNK,
+		 a->threads);
 	printf("%s: %.1f tokens/s\n", name, med);
-	kvp_bench_report(name, med * flops_tok / 1e9, "GFLOP/s", "sgemm M=512 K=N=2048", peak,
-			 "GFLOP/s");
+	if (ceil > 0)
+		kvp_bench_report(name, med * flops_tok / 1e9, "GOP/s", ceil_name, ceil, "GOP/s");
+	if (a->f32_tps > 0) {
+		snprintf(name, sizeof(name), "prefill %s vs f32", type);
+		kvp_bench_report(name, med, "tokens/s", "the f32 file", a->f32_tps, "tokens/s");
+	}
+	if (!strcmp(type, "f32"))
+		a->f32_tps = med;
 	fflush(stdout);
 	kvp_fwd_free(f);
 	kvp_model_close(m);
@@ -118,19 +152,27 @@ static int bench_model(const char *path, int threads)
 	return 0;
 }
 
-static int run_model(const char *path, void *arg)
-{
-	return bench_model(path, *(int *)arg);
-}
-
 int main(int argc, char **argv)
 {
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	int threads = ncpu > 0 ? (int)ncpu : 1;
+	struct run_arg a = { .threads = ncpu > 0 && ncpu < 64 ? (int)ncpu : 1 };
+	const struct kvp_kernels *k;
 	int rc;
 
+	if (kvp_kernels_best(&k)) {
+		fprintf(stderr, "bench-prefill: KVP_ISA names no instruction set this CPU runs\n");
+		return 1;
+	}
+	printf("kernels: %s\n", k->name);
 	kvp_bench_cpu_regime(300);
-	rc = kvp_bench_each_model("bench-prefill", argc, argv, run_model, &threads);
+	openblas_set_num_threads(a.threads);
+	a.sgemm = sgemm_gflops();
+	if (k->isa == KVP_ISA_AVX512)
+		kvp_bench_peak_avx512(&a.peak, a.threads);
+	printf("ceilings (%d threads, same run): sgemm %.0f GFLOP/s; register peaks f32 %.0f, "
+	       "bf16 %.0f, int8 %.0f GOP/s\n", a.threads, a.sgemm, a.peak.f32, a.peak.bf16,
+	       a.peak.int8);
+	rc = kvp_bench_each_model("bench-prefill", argc, argv, bench_model, &a);
 	kvp_bench_cpu_regime(300);
 	return rc;
 }

@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * peak.h - the register-only peak rates of one thread, measured in the benchmark's own
- * run: the ceilings compute throughput is judged against.
+ * peak.h - register-only peak rates measured in the benchmark's own run: the ceilings
+ * compute throughput is judged against.
  */
 #ifndef KVP_TESTS_BENCH_PEAK_H
 #define KVP_TESTS_BENCH_PEAK_H
 
-/* GOP/s of one thread: f32 FMA, bf16 dot (vdpbf16ps), int8 dot (vpdpbusd). */
+/* GOP/s: f32 FMA, bf16 dot (vdpbf16ps), int8 dot (vpdpbusd); 2 per multiply-add. */
 struct kvp_bench_peak {
 	double f32, bf16, int8;
 };
 
-/* AVX-512 (F, VNNI, BF16) machines only. */
-void kvp_bench_peak_avx512(struct kvp_bench_peak *p);
+/* @threads threads at once, summed.  AVX-512 (F, VNNI, BF16) machines only. */
+void kvp_bench_peak_avx512(struct kvp_bench_peak *p, int threads);
 
 #endif /* KVP_TESTS_BENCH_PEAK_H */
