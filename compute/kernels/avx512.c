@@ -60,10 +60,15 @@ static inline float absmax32(const float *x)
 	return _mm512_reduce_max_ps(m);
 }
 
-/* 16 floats times id, rounded to nearest even, as int32 (as nearbyintf in quant.c) */
+/*
+ * 16 floats times id, rounded to nearest even, as int32 (as nearbyintf in quant.c);
+ * a NaN (converted to INT_MIN) is clamped to -127, as the reference does
+ */
 static inline __m512i round16(const float *x, __m512 id)
 {
-	return _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), id));
+	__m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), id));
+
+	return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
 }
 
 /*

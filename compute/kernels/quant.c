@@ -668,8 +668,12 @@ static float quant_i8(int8_t *q, const float *x, int n)
 		amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
 	d = amax / 127.0f;
 	id = d ? 1.0f / d : 0.0f;
-	for (int i = 0; i < n; i++)
-		q[i] = (int8_t)nearbyintf(x[i] * id);
+	for (int i = 0; i < n; i++) {
+		float v = nearbyintf(x[i] * id);
+
+		/* only NaN input falls outside: -127, as the vector conversions give it */
+		q[i] = (int8_t)(v >= -127.0f && v <= 127.0f ? v : -127.0f);
+	}
 	return d;
 }
 

@@ -3,7 +3,8 @@
  * test_chat.c - chat templates: recognition of the families from their real template
  * text (tests/data/templates/FAMILY.MODEL.jinja), byte-equal rendering against
  * @huggingface/jinja running those templates (tests/node/chat-oracle.mjs, run here
- * with node; skipped without it), refusals where the template raises, names and errors.
+ * with node; skipped without node, failed when node is here but the packages are not),
+ * refusals where the template raises, names and errors.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -175,10 +176,8 @@ static void test_renders_equal_jinja(void **state)
 	if (!src || system("command -v node >/dev/null 2>&1"))
 		skip();
 	snprintf(cmd, sizeof(cmd), "%s/tests/node/node_modules/@huggingface/jinja/package.json", src);
-	if (access(cmd, R_OK)) {
-		fprintf(stderr, "chat oracle: tests/node/node_modules missing (tests/deps.sh); skipped\n");
-		skip();
-	}
+	if (access(cmd, R_OK))	/* node is here: the packages must be too (tests/deps.sh) */
+		fail_msg("chat oracle: %s missing: run tests/deps.sh", cmd);
 	assert_non_null(mkdtemp(dir));
 	snprintf(path, sizeof(path), "%s/chat.txt", dir);
 	snprintf(cmd, sizeof(cmd), "node '%s/tests/node/chat-oracle.mjs' '%s/tests/data/templates' '%s'",

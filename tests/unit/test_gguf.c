@@ -18,6 +18,7 @@
 
 #include "compute/forward.h"
 #include "compute/gguf.h"
+#include "compute/kernels/quant.h"
 #include "compute/mkmodel.h"
 #include "compute/model.h"
 #include "compute/text/tokenizer.h"
@@ -118,15 +119,33 @@ static uint64_t rng(uint64_t *s)
 	return *s;
 }
 
-static void test_random_byte_flips(void **state)
+/* A small file of @type: K-quant shapes (rows of 256) when the type needs them. */
+static void *small_file_of(size_t *len, uint32_t type, uint64_t seed)
 {
-	/*
-	 * 3000 copies with 1-4 random bytes changed (half of them inside the metadata and
-	 * tensor infos, where a flip matters most): each either loads or fails with a
-	 * message; a loaded one gets a tokenizer and runs a short prefill without a crash.
-	 */
+	struct kvp_mkmodel_opts o;
+	void *buf;
+
+	if (type < KVP_MKMODEL_Q4_K_M && (!kvp_qtype(type) || kvp_qtype(type)->block < 256))
+		return small_file(len, type, seed);
+	assert_int_equal(kvp_mkmodel_preset(&o, "tinyq"), 0);
+	o.n_layers = 1;
+	o.n_ff = 256;
+	o.type = type;
+	o.seed = seed;
+	assert_int_equal(kvp_mkmodel_write_mem(&buf, len, &o, NULL, 0), 0);
+	return buf;
+}
+
+/*
+ * @iters copies of a @type file with 1-4 random bytes changed (half of them inside the
+ * metadata and tensor infos, where a flip matters most): each either loads or fails
+ * with a message; a loaded one gets a tokenizer and runs a short prefill without a
+ * crash (flipped scales may give NaN logits; they must not give a fault).
+ */
+static void byte_flips(uint32_t type, int iters)
+{
 	size_t len;
-	uint8_t *buf = small_file(&len, KVP_GGML_F16, 3);
+	uint8_t *buf = small_file_of(&len, type, 3);
 	struct kvp_gguf *g;
 	uint64_t seed = 0x9e3779b97f4a7c15ull, head;
 	int loaded = 0, refused = 0;
@@ -135,7 +154,7 @@ static void test_random_byte_flips(void **state)
 	assert_int_equal(kvp_gguf_parse(&g, buf, len, NULL, 0), 0);
 	head = g->data_off;
 	kvp_gguf_close(g);
-	for (int it = 0; it < 3000; it++) {
+	for (int it = 0; it < iters; it++) {
 		uint8_t *c = malloc(len);
 		struct kvp_model *m;
 		int flips = 1 + (int)(rng(&seed) % 4), r;
@@ -173,7 +192,8 @@ static void test_random_byte_flips(void **state)
 			assert_int_equal(kvp_geom_init(&kv.geom, &sh), 0);
 			kv.n_blocks = 1;
 			kv.base = aligned_alloc(4096, kv.geom.block_stride);
-			assert_int_equal(kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = 1, .max_chunk = 4, .max_batch = 1 }), 0);
+			assert_int_equal(kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = 1,
+						     .max_chunk = 4, .max_batch = 1 }), 0);
 			int32_t toks[3] = { 1, 5, (int32_t)(hp->n_vocab - 1) };
 			assert_int_equal(kvp_fwd_prefill(f, &kv, table, 1, 0, toks, 3, lg, 0), 0);
 			kvp_fwd_free(f);
@@ -183,9 +203,61 @@ static void test_random_byte_flips(void **state)
 		}
 		free(c);
 	}
-	print_message("byte flips: %d loaded, %d refused\n", loaded, refused);
-	assert_true(refused > 100);
-	assert_true(loaded > 100);
+	print_message("byte flips, %s file: %d loaded, %d refused\n",
+		      type < KVP_GGML_TYPE__COUNT ? kvp_ggml_type_name(type) : "q4_k_m", loaded,
+		      refused);
+	assert_true(refused > iters / 30);
+	assert_true(loaded > iters / 30);
+	free(buf);
+}
+
+static void test_random_byte_flips(void **state)
+{
+	/* f16 (3000 copies), and files of the quantized layouts (700 each) */
+	byte_flips(KVP_GGML_F16, 3000);
+	byte_flips(KVP_GGML_Q8_0, 700);
+	byte_flips(KVP_GGML_Q4_0, 700);
+	byte_flips(KVP_GGML_Q5_1, 700);
+	byte_flips(KVP_MKMODEL_Q4_K_M, 700);
+	byte_flips(KVP_GGML_Q3_K, 700);
+}
+
+static void test_quantized_truncation_and_misalignment(void **state)
+{
+	/*
+	 * a Q4_K_M file cut inside its tensor data at every 61st byte, and one whose last
+	 * tensor's offset is moved off the file's alignment, are refused with a message
+	 * naming the tensor; the whole file loads
+	 */
+	size_t len;
+	uint8_t *buf = small_file_of(&len, KVP_MKMODEL_Q4_K_M, 4);
+	struct kvp_gguf *g;
+	struct kvp_model *m;
+	uint64_t head, off;
+	char err[256];
+	uint8_t *p;
+
+	assert_int_equal(kvp_gguf_parse(&g, buf, len, NULL, 0), 0);
+	head = g->data_off;
+	kvp_gguf_close(g);
+	for (size_t n = head; n < len; n += 61) {
+		err[0] = 0;
+		assert_int_equal(kvp_model_open_mem(&m, buf, n, err, sizeof(err)), -EBADMSG);
+		assert_non_null(strstr(err, "tensor '"));
+	}
+	assert_int_equal(kvp_model_open_mem(&m, buf, len, err, sizeof(err)), 0);
+	kvp_model_close(m);
+	/* output.weight's info ends with its type (u32) then its offset (u64) */
+	p = memmem(buf, head, "output.weight", strlen("output.weight"));
+	assert_non_null(p);
+	p += strlen("output.weight") + 4 + 2 * 8 + 4;
+	memcpy(&off, p, 8);
+	off += 2;
+	memcpy(p, &off, 8);
+	err[0] = 0;
+	assert_int_equal(kvp_model_open_mem(&m, buf, len, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "output.weight"));
+	assert_non_null(strstr(err, "misaligned"));
 	free(buf);
 }
 
@@ -460,6 +532,7 @@ int main(void)
 		cmocka_unit_test(test_parse_small_model),
 		cmocka_unit_test(test_every_truncation_fails_cleanly),
 		cmocka_unit_test(test_random_byte_flips),
+		cmocka_unit_test(test_quantized_truncation_and_misalignment),
 		cmocka_unit_test(test_refusals_name_the_problem),
 		cmocka_unit_test(test_hparams_from_metadata),
 		cmocka_unit_test(test_format_details),
