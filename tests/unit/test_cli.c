@@ -220,6 +220,29 @@ static void test_generate_json(void **state)
 
 }
 
+static void test_generate_json_exact(void **state)
+{
+	/* byte for byte what earlier releases printed (the echo server's usage is fixed) */
+	struct fixture *f = *state;
+	char out[4096], err[4096];
+
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5,6,7", "--json",
+			     NULL), 0);
+	assert_string_equal(out, "{\"tokens\":[5,6,7],\"text\":\"5;6;7;\",\"usage\":{"
+				 "\"prompt_tokens\":3,\"cached_tokens\":16,"
+				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
+				 "\"generated_tokens\":3,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
+				 "\"prefill_ms\":0.000,\"decode_ms\":0.000}}\n");
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "-p", "hi", "--json", NULL), 0);
+	assert_string_equal(out, "{\"tokens\":[1],\"text\":\"a\\\"b\\n\\ufffd"
+				 "\\ufffd\\ufffd\\ufffd" "\\ufffd\\ufffd\\ufffd"
+				 "\\ufffd\\ufffd\\ufffd\\ufffd" "\xc3\xa9\xf0\x9f\x98\x80\","
+				 "\"usage\":{\"prompt_tokens\":0,\"cached_tokens\":16,"
+				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
+				 "\"generated_tokens\":1,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
+				 "\"prefill_ms\":0.000,\"decode_ms\":0.000}}\n");
+}
+
 static void test_status_formats(void **state)
 {
 	/* status prints what the status socket returns, JSON by default */
@@ -348,6 +371,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_generate_streams_and_prints_usage, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_generate_json, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_generate_json_exact, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_formats, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bench_reports, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),

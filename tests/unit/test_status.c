@@ -3,7 +3,8 @@
  * test_status.c - status rendering: the JSON parses with a strict parser and carries the
  * snapshot's figures under the documented names; hostile strings stay escaped; hit rates
  * are computed right; a too-small buffer gives -ENOSPC, never a cut report; the
- * Prometheus text has one HELP/TYPE per family and the same figures.
+ * Prometheus text has one HELP/TYPE per family and the same figures; both outputs of a
+ * busy snapshot match tests/unit/golden/ byte for byte.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -66,6 +67,147 @@ static void fill(struct kvp_status_snap *s)
 	s->n_domains = 1;
 	strcpy(s->domains[0].name, "default");
 	s->domains[0].conns_open = 2;
+}
+
+/*
+ * A snapshot as a busy daemon reports it: every field set and distinct, numbers that
+ * exercise each format (%.3f milliseconds, %.6g ratios, %.15g Prometheus values),
+ * strings that need escaping only for '"' and '\'.
+ */
+static void fill_busy(struct kvp_status_snap *s)
+{
+	memset(s, 0, sizeof(*s));
+	strcpy(s->version, "0.1.0");
+	strcpy(s->model, "tinyllama-1.1b-chat");
+	strcpy(s->state, "serving");
+	s->pid = 31337;
+	s->uptime_ms = 86400123;
+	s->pool_bytes = 1ull << 30;
+	s->block_tokens = 16;
+	s->block_bytes = 360448;
+	strcpy(s->page_kind, "hugetlb-2m");
+	strcpy(s->kv_dtype, "f16");
+	s->blocks_total = 2978;
+	s->blocks_used = 301;
+	s->blocks_cached = 1207;
+	s->blocks_free = 1470;
+	s->n_arenas = 2;
+	s->arenas[0] = (struct kvp_status_arena){ 0, 1489, 150, 600, 739 };
+	s->arenas[1] = (struct kvp_status_arena){ 1, 1489, 151, 607, 731 };
+	s->index_entries = 1207;
+	s->index_lookups = 30000;
+	s->index_hit_requests = 20001;
+	s->index_lookup_tokens = 7340032;
+	s->index_hit_tokens = 5000000;
+	s->index_inserts = 4321;
+	s->index_evictions = 3114;
+	s->sched_queued = 5;
+	s->sched_running = 64;
+	s->sched_waiting_prefix = 3;
+	s->sched_cancels = 17;
+	s->req_total = 30123;
+	s->req_done = 29990;
+	s->req_cancelled = 17;
+	s->req_failed = 2;
+	s->req_rejected = 45;
+	s->prompt_tokens = 7340032;
+	s->cached_tokens = 5000000;
+	s->cache_creation_tokens = 2200000;
+	s->recomputed_tokens = 140032;
+	s->generated_tokens = 1920000;
+	s->queue_ms = 123456.789;
+	s->ttft_ms = 2345678.0625;
+	s->prefill_ms = 1999999.5;
+	s->decode_ms = 98765432.1;
+	s->ttft_samples = 30000;
+	s->ttft_p50_ms = 41.2345678;
+	s->ttft_p99_ms = 812.5;
+	s->server = (struct kvp_server_stats){ .conns_open = 3, .conns_total = 120,
+					       .conns_refused = 1, .frames_in = 90000,
+					       .frames_out = 2000000, .proto_errors = 4,
+					       .slow_disconnects = 2 };
+	s->n_conns = 3;
+	s->conns[0] = (struct kvp_status_conn){ .id = 0x100000001ull, .pid = 4242, .uid = 1000,
+						.client = "kvpool/4242", .domain = 0,
+						.in_flight = 2, .requests = 77,
+						.generated_tokens = 4900, .cached_tokens = 12000 };
+	s->conns[1] = (struct kvp_status_conn){ .id = 0x200000005ull, .pid = 1, .uid = 0,
+						.client = "app \"v2\" \\ x", .in_flight = 0 };
+	s->conns[2] = (struct kvp_status_conn){ .id = 7, .pid = -1, .uid = -1 };
+	s->n_domains = 1;
+	strcpy(s->domains[0].name, "default");
+	s->domains[0].conns_open = 3;
+	s->domains[0].requests = 30078;
+}
+
+/* Read tests/unit/golden/@name (KVP_SOURCE_DIR) into a malloc'd NUL-terminated buffer. */
+static char *golden(const char *name, size_t *len)
+{
+	const char *src = getenv("KVP_SOURCE_DIR");
+	char path[1024];
+	char *buf;
+	FILE *f;
+	long n;
+
+	snprintf(path, sizeof(path), "%s/tests/unit/golden/%s", src ? src : ".", name);
+	f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	n = ftell(f);
+	assert_true(n >= 0);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = '\0';
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+/*
+ * With KVP_GOLDEN_RECORD=1 in the environment the test writes the files instead (to
+ * record a deliberate change of the output; the diff then shows it).
+ */
+static void check_golden(const char *name, const char *out, size_t n)
+{
+	char *want;
+	size_t len;
+
+	if (getenv("KVP_GOLDEN_RECORD")) {
+		const char *src = getenv("KVP_SOURCE_DIR");
+		char path[1024];
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/tests/unit/golden/%s", src ? src : ".", name);
+		f = fopen(path, "wb");
+		assert_non_null(f);
+		assert_int_equal(fwrite(out, 1, n, f), n);
+		fclose(f);
+		return;
+	}
+	want = golden(name, &len);
+	assert_int_equal(n, len);
+	assert_memory_equal(out, want, n);
+	free(want);
+}
+
+static void test_output_matches_golden(void **state)
+{
+	struct kvp_status_snap *s = calloc(1, sizeof(*s));
+	char buf[16384];
+	int n;
+
+	/* byte for byte what earlier releases printed for the same figures */
+	assert_non_null(s);
+	fill_busy(s);
+	n = kvp_status_render_json(s, buf, sizeof(buf));
+	assert_true(n > 0);
+	check_golden("status.json", buf, (size_t)n);
+	n = kvp_status_render_prom(s, buf, sizeof(buf));
+	assert_true(n > 0);
+	check_golden("status.prom", buf, (size_t)n);
+	free(s);
 }
 
 static void test_json_parses_with_values(void **state)
@@ -212,6 +354,7 @@ int main(void)
 		cmocka_unit_test(test_small_buffer_enospc),
 		cmocka_unit_test(test_prom_text),
 		cmocka_unit_test(test_jsonq_is_strict),
+		cmocka_unit_test(test_output_matches_golden),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
