@@ -2,8 +2,8 @@
 /*
  * gguf.c - GGUF parsing through a bounds-checked cursor.
  *
- * Every read from the file goes through struct cur, which refuses to step past the
- * end; every product of file-supplied numbers is overflow-checked; counts are bounded
+ * Every read from the file goes through struct kvp_cur (util/cursor.h), which refuses to
+ * step past the end; every product of file-supplied numbers is overflow-checked; counts are bounded
  * by what the remaining bytes could possibly hold before anything is allocated.  A
  * parse either succeeds with every pointer inside the file, or fails with a message.
  * No state is shared: any thread may parse, and a parsed file is read-only.
@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "compute/errmsg.h"
+#include "util/cursor.h"
 
 /* Sanity limits beyond the file size: a key or name longer than this is corruption. */
 #define KEY_MAX 65535u
@@ -27,50 +28,12 @@
 #define ARRAY_DEPTH_MAX 3
 #define ELEMS_MAX (1ull << 40)
 
-struct cur {
-	const uint8_t *base;
-	size_t off;
-	size_t size;
-};
-
-/* Return pointer to @n bytes at the cursor and advance, or NULL when short. */
-static const uint8_t *cur_take(struct cur *c, uint64_t n)
-{
-	const uint8_t *p;
-
-	if (n > c->size - c->off)
-		return NULL;
-	p = c->base + c->off;
-	c->off += n;
-	return p;
-}
-
-static int cur_u32(struct cur *c, uint32_t *v)
-{
-	const uint8_t *p = cur_take(c, 4);
-
-	if (!p)
-		return -EBADMSG;
-	memcpy(v, p, 4);
-	return 0;
-}
-
-static int cur_u64(struct cur *c, uint64_t *v)
-{
-	const uint8_t *p = cur_take(c, 8);
-
-	if (!p)
-		return -EBADMSG;
-	memcpy(v, p, 8);
-	return 0;
-}
-
-static int cur_str(struct cur *c, struct kvp_gguf_str *s, uint64_t max)
+static int cur_str(struct kvp_cur *c, struct kvp_gguf_str *s, uint64_t max)
 {
 	uint64_t len;
 	const uint8_t *p;
 
-	if (cur_u64(c, &len) || len > max || !(p = cur_take(c, len)))
+	if (kvp_cur_le64(c, &len) || len > max || !(p = kvp_cur_take(c, len)))
 		return -EBADMSG;
 	s->p = (const char *)p;
 	s->len = len;
@@ -95,19 +58,19 @@ static uint64_t vtype_size(uint32_t t)
 }
 
 /* Skip one value of type @t (arrays recursively, to @depth); -EBADMSG if it overruns. */
-static int skip_value(struct cur *c, uint32_t t, int depth, uint32_t *arr_type, uint64_t *arr_n)
+static int skip_value(struct kvp_cur *c, uint32_t t, int depth, uint32_t *arr_type, uint64_t *arr_n)
 {
 	struct kvp_gguf_str s;
 	uint64_t sz = vtype_size(t), n, bytes;
 	uint32_t et;
 
 	if (sz)
-		return cur_take(c, sz) ? 0 : -EBADMSG;
+		return kvp_cur_take(c, sz) ? 0 : -EBADMSG;
 	if (t == KVP_GGUF_STRING)
 		return cur_str(c, &s, UINT64_MAX);
 	if (t != KVP_GGUF_ARRAY || depth >= ARRAY_DEPTH_MAX)
 		return -EBADMSG;
-	if (cur_u32(c, &et) || cur_u64(c, &n))
+	if (kvp_cur_le32(c, &et) || kvp_cur_le64(c, &n))
 		return -EBADMSG;
 	if (arr_type)
 		*arr_type = et;
@@ -115,7 +78,7 @@ static int skip_value(struct cur *c, uint32_t t, int depth, uint32_t *arr_type, 
 		*arr_n = n;
 	sz = vtype_size(et);
 	if (sz) {
-		if (__builtin_mul_overflow(n, sz, &bytes) || !cur_take(c, bytes))
+		if (__builtin_mul_overflow(n, sz, &bytes) || !kvp_cur_take(c, bytes))
 			return -EBADMSG;
 		return 0;
 	}
@@ -176,13 +139,13 @@ int kvp_gguf_str_eq(struct kvp_gguf_str s, const char *c)
 	return s.len == n && memcmp(s.p, c, n) == 0;
 }
 
-static int parse_kvs(struct kvp_gguf *g, struct cur *c, char *err, size_t errlen)
+static int parse_kvs(struct kvp_gguf *g, struct kvp_cur *c, char *err, size_t errlen)
 {
 	for (uint64_t i = 0; i < g->n_kv; i++) {
 		struct kvp_gguf_kv *kv = &g->kv[i];
 		size_t at = c->off, vstart;
 
-		if (cur_str(c, &kv->key, KEY_MAX) || cur_u32(c, &kv->type)) {
+		if (cur_str(c, &kv->key, KEY_MAX) || kvp_cur_le32(c, &kv->type)) {
 			kvp_errmsg(err, errlen, "gguf: metadata entry %llu truncated or bad key at offset %zu",
 			       (unsigned long long)i, at);
 			return -EBADMSG;
@@ -204,14 +167,14 @@ static int parse_kvs(struct kvp_gguf *g, struct cur *c, char *err, size_t errlen
 	return 0;
 }
 
-static int parse_tensor_infos(struct kvp_gguf *g, struct cur *c, char *err, size_t errlen)
+static int parse_tensor_infos(struct kvp_gguf *g, struct kvp_cur *c, char *err, size_t errlen)
 {
 	for (uint64_t i = 0; i < g->n_tensors; i++) {
 		struct kvp_gguf_tensor *t = &g->tensors[i];
 		size_t at = c->off;
 		uint64_t off;
 
-		if (cur_str(c, &t->name, NAME_MAX_BYTES) || cur_u32(c, &t->n_dims) ||
+		if (cur_str(c, &t->name, NAME_MAX_BYTES) || kvp_cur_le32(c, &t->n_dims) ||
 		    t->n_dims == 0 || t->n_dims > KVP_GGUF_MAX_DIMS) {
 			kvp_errmsg(err, errlen, "gguf: tensor info %llu truncated or bad at offset %zu",
 			       (unsigned long long)i, at);
@@ -220,7 +183,7 @@ static int parse_tensor_infos(struct kvp_gguf *g, struct cur *c, char *err, size
 		t->n_elems = 1;
 		for (uint32_t d = 0; d < KVP_GGUF_MAX_DIMS; d++) {
 			t->ne[d] = 1;
-			if (d < t->n_dims && cur_u64(c, &t->ne[d]))
+			if (d < t->n_dims && kvp_cur_le64(c, &t->ne[d]))
 				goto trunc;
 			if (t->ne[d] == 0 || __builtin_mul_overflow(t->n_elems, t->ne[d], &t->n_elems) ||
 			    t->n_elems > ELEMS_MAX) {
@@ -229,7 +192,7 @@ static int parse_tensor_infos(struct kvp_gguf *g, struct cur *c, char *err, size
 				return -EBADMSG;
 			}
 		}
-		if (cur_u32(c, &t->type) || cur_u64(c, &off))
+		if (kvp_cur_le32(c, &t->type) || kvp_cur_le64(c, &off))
 			goto trunc;
 		if (!kvp_ggml_type_name(t->type)) {
 			kvp_errmsg(err, errlen, "gguf: tensor '%.*s' has unknown type %u",
@@ -257,17 +220,17 @@ trunc:
 
 static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 {
-	struct cur c = { .base = g->base, .off = 0, .size = g->size };
+	struct kvp_cur c = { .base = g->base, .off = 0, .size = g->size };
 	const struct kvp_gguf_kv *al;
 	uint32_t magic;
 	uint64_t align64;
 	int r;
 
-	if (cur_u32(&c, &magic) || magic != KVP_GGUF_MAGIC) {
+	if (kvp_cur_le32(&c, &magic) || magic != KVP_GGUF_MAGIC) {
 		kvp_errmsg(err, errlen, "gguf: not a GGUF file (bad magic)");
 		return -EBADMSG;
 	}
-	if (cur_u32(&c, &g->version)) {
+	if (kvp_cur_le32(&c, &g->version)) {
 		kvp_errmsg(err, errlen, "gguf: header truncated");
 		return -EBADMSG;
 	}
@@ -280,7 +243,7 @@ static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 			kvp_errmsg(err, errlen, "gguf: unsupported version %u (want 2 or 3)", g->version);
 		return -EBADMSG;
 	}
-	if (cur_u64(&c, &g->n_tensors) || cur_u64(&c, &g->n_kv)) {
+	if (kvp_cur_le64(&c, &g->n_tensors) || kvp_cur_le64(&c, &g->n_kv)) {
 		kvp_errmsg(err, errlen, "gguf: header truncated");
 		return -EBADMSG;
 	}

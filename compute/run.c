@@ -25,102 +25,24 @@
 #include "compute/sample.h"
 #include "compute/tokenizer.h"
 #include "shm/geom.h"
+#include "util/buf.h"
+#include "util/json.h"
+#include "util/parse.h"
+#include "util/time.h"
 
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi)
-		return -EINVAL;
-	*out = v;
-	return 0;
+	return kvp_ns_to_s(kvp_now_ns());
 }
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 {
 	uint64_t v;
 
-	if (parse_u64(s, lo, hi, &v))
+	if (kvp_parse_u64(s, lo, hi, &v))
 		return -EINVAL;
 	*out = (uint32_t)v;
 	return 0;
-}
-
-/* A finite float in [lo, hi]. */
-static int parse_float(const char *s, float lo, float hi, float *out)
-{
-	char *end;
-	float v;
-
-	errno = 0;
-	v = strtof(s, &end);
-	if (errno || end == s || *end || !(v >= lo && v <= hi))
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
-/* "1,2,3" -> ids; Return count or -EINVAL. */
-static int parse_tokens(const char *s, int32_t **out)
-{
-	size_t n = 1, k = 0;
-	int32_t *v;
-
-	for (const char *p = s; *p; p++)
-		n += *p == ',';
-	if (n > INT32_MAX)
-		return -EINVAL;
-	v = malloc(n * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	while (*s) {
-		char *end;
-		long x;
-
-		errno = 0;
-		x = strtol(s, &end, 10);
-		if (errno || end == s || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
-			free(v);
-			return -EINVAL;
-		}
-		v[k++] = (int32_t)x;
-		s = *end ? end + 1 : end;
-	}
-	if (!k) {
-		free(v);
-		return -EINVAL;
-	}
-	*out = v;
-	return (int)k;
-}
-
-static void json_str(FILE *out, const char *s, size_t n)
-{
-	fputc('"', out);
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c == '"' || c == '\\')
-			fprintf(out, "\\%c", c);
-		else if (c == '\n')
-			fputs("\\n", out);
-		else if (c < 0x20 || c == 0x7f)
-			fprintf(out, "\\u%04x", c);
-		else
-			fputc(c, out);
-	}
-	fputc('"', out);
 }
 
 static void run_usage(FILE *f)
@@ -196,7 +118,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 				return bad_opt("-n", optarg, "an integer in [1, 1048576]");
 			break;
 		case 'T':
-			if (parse_float(optarg, 0.0f, 1e30f, &o->sp.temperature))
+			if (kvp_parse_float(optarg, 0.0f, 1e30f, &o->sp.temperature))
 				return bad_opt("--temperature", optarg, "a number >= 0");
 			break;
 		case 'k':
@@ -204,11 +126,11 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 				return bad_opt("--top-k", optarg, "an integer >= 0");
 			break;
 		case 'P':
-			if (parse_float(optarg, 0.0f, 1.0f, &o->sp.top_p))
+			if (kvp_parse_float(optarg, 0.0f, 1.0f, &o->sp.top_p))
 				return bad_opt("--top-p", optarg, "a number in [0, 1]");
 			break;
 		case 's':
-			if (parse_u64(optarg, 0, UINT64_MAX, &o->sp.seed))
+			if (kvp_parse_u64(optarg, 0, UINT64_MAX, &o->sp.seed))
 				return bad_opt("--seed", optarg, "an unsigned 64-bit integer");
 			break;
 		case 'j':
@@ -330,14 +252,16 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	if (tok)
 		eos = kvp_tokenizer_eos(tok);
 	if (o.tokens) {
-		r = parse_tokens(o.tokens, &prompt);
-		if (r < 0) {
+		size_t n_ids;
+
+		r = kvp_parse_ids(o.tokens, &prompt, &n_ids);
+		if (r < 0 || n_ids > UINT32_MAX) {
 			fprintf(stderr, "kvpool-run: --tokens: want comma-separated ids, got '%s'\n",
 				o.tokens);
 			ret = 2;
 			goto out;
 		}
-		n_prompt = (uint32_t)r;
+		n_prompt = (uint32_t)n_ids;
 		for (uint32_t i = 0; i < n_prompt; i++) {
 			if ((uint32_t)prompt[i] >= hp->n_vocab) {
 				fprintf(stderr, "kvpool-run: --tokens: id %d >= vocabulary %u\n", prompt[i],
@@ -467,15 +391,33 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	decode_tok_s = n_steps && t_decode > 0 ? n_steps / t_decode : 0.0;
 
 	if (o.json) {
-		fputs("{\"tokens\":[", out);
+		struct kvp_buf b = KVP_BUF_INIT;
+		struct kvp_json j;
+
+		kvp_json_init(&j, &b);
+		kvp_json_open(&j, NULL, '{');
+		kvp_json_open(&j, "tokens", '[');
 		for (uint32_t i = 0; i < n_out; i++)
-			fprintf(out, "%s%d", i ? "," : "", gen[i]);
-		fputs("],\"text\":", out);
-		json_str(out, text, text_len);
-		fprintf(out, ",\"timings\":{\"prompt_tokens\":%u,\"generated_tokens\":%u,"
-			"\"prefill_ms\":%.3f,\"decode_ms\":%.3f,\"prefill_tok_s\":%.2f,"
-			"\"decode_tok_s\":%.2f}}\n", n_prompt, n_out, t_prefill * 1e3, t_decode * 1e3,
-			prefill_tok_s, decode_tok_s);
+			kvp_json_i64(&j, NULL, gen[i]);
+		kvp_json_close(&j, ']');
+		kvp_json_str(&j, "text", text, text_len);
+		kvp_json_open(&j, "timings", '{');
+		kvp_json_u64(&j, "prompt_tokens", n_prompt);
+		kvp_json_u64(&j, "generated_tokens", n_out);
+		kvp_json_fixed(&j, "prefill_ms", t_prefill * 1e3, 3);
+		kvp_json_fixed(&j, "decode_ms", t_decode * 1e3, 3);
+		kvp_json_fixed(&j, "prefill_tok_s", prefill_tok_s, 2);
+		kvp_json_fixed(&j, "decode_tok_s", decode_tok_s, 2);
+		kvp_json_close(&j, '}');
+		kvp_json_close(&j, '}');
+		kvp_buf_add(&b, "\n", 1);
+		if (kvp_buf_finish(&b) < 0) {
+			fprintf(stderr, "kvpool-run: out of memory\n");
+			kvp_buf_deinit(&b);
+			goto out;
+		}
+		fwrite(b.p, 1, b.len, out);
+		kvp_buf_deinit(&b);
 	} else {
 		fputc('\n', out);
 		fprintf(stderr, "kvpool-run: prompt %u tokens in %.1f ms (%.1f tok/s), generated %u in %.1f ms (%.1f tok/s)\n",
@@ -558,7 +500,7 @@ int kvp_mkmodel_main(int argc, char **argv)
 		case 'T': tied = 1; break;
 		case 'U': tied = 0; break;
 		case 's':
-			if (parse_u64(optarg, 0, UINT64_MAX, &seed)) {
+			if (kvp_parse_u64(optarg, 0, UINT64_MAX, &seed)) {
 				fprintf(stderr, "kvpool-mkmodel: --seed: want an unsigned 64-bit integer, got '%s'\n",
 					optarg);
 				goto usage;

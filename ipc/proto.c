@@ -119,7 +119,7 @@ static int take_exact(const void *payload, size_t len, void *out, size_t size, c
 	p = kvp_cur_take(&c, size);
 	if (!p)
 		return fail(why, "payload shorter than its struct", KVP_E_PROTO);
-	if (c.left)
+	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after the payload", KVP_E_PROTO);
 	memcpy(out, p, size);
 	return KVP_OK;
@@ -183,7 +183,7 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 	*body = kvp_cur_take(&c, need);
 	if (!*body)
 		return fail(why, "prompt length beyond the frame", KVP_E_PROTO);
-	if (c.left)
+	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after the prompt", KVP_E_PROTO);
 
 	if ((out->n_tokens ? out->n_tokens : out->text_bytes) > lim->max_prompt_tokens)
@@ -232,7 +232,7 @@ int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *ou
 	*text = kvp_cur_take(&c, out->text_bytes);
 	if (!*ids || !*text)
 		return fail(why, "TOKEN lengths beyond the frame", KVP_E_PROTO);
-	if (c.left)
+	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after TOKEN", KVP_E_PROTO);
 	return KVP_OK;
 }
@@ -257,7 +257,7 @@ int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *ou
 	*msg = kvp_cur_take(&c, out->msg_bytes);
 	if (!*msg)
 		return fail(why, "ERROR message beyond the frame", KVP_E_PROTO);
-	if (c.left)
+	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after ERROR", KVP_E_PROTO);
 	return KVP_OK;
 }

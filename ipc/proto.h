@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * proto.h - encode and decode kvpool wire frames (include/kvpool/proto.h) through a
- * bounds-checked cursor.  Shared by the daemon's loop (ipc/server.c) and the client
- * library (ipc/client/client.c), so both sides agree on every check.
+ * bounds-checked cursor (util/cursor.h).  Shared by the daemon's loop (ipc/server.c)
+ * and the client library (ipc/client/client.c), so both sides agree on every check.
  *
  * Decoders take untrusted bytes and return an enum kvp_status: KVP_OK, or the class of
  * the fault (KVP_E_PROTO: the frame is malformed; KVP_E_VERSION; KVP_E_LIMIT: a
@@ -18,33 +18,11 @@
 #include <stdint.h>
 
 #include "kvpool/proto.h"
+#include "util/cursor.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the wire format is little-endian and frames are copied as structs"
 #endif
-
-/* A read cursor over untrusted bytes: every read goes through kvp_cur_take(). */
-struct kvp_cur {
-	const uint8_t *p;
-	size_t left;
-};
-
-static inline void kvp_cur_init(struct kvp_cur *c, const void *p, size_t n)
-{
-	*c = (struct kvp_cur){ .p = p, .left = n };
-}
-
-/* NULL if fewer than @n bytes remain, else the current position, advanced by @n. */
-static inline const void *kvp_cur_take(struct kvp_cur *c, size_t n)
-{
-	const void *p = c->p;
-
-	if (n > c->left)
-		return NULL;
-	c->p += n;
-	c->left -= n;
-	return p;
-}
 
 /**
  * struct kvp_proto_limits - the configured maxima a decoder enforces

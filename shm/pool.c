@@ -20,9 +20,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "shm/bigalloc.h"
+#include "util/time.h"
 
 struct arena {
 	struct kvp_arena_range range;
@@ -48,14 +48,6 @@ struct kvp_pool {
 	void *evict_ctx;
 	uint64_t allocs, alloc_fails, alloc_remote, evictions, cow_copies;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static struct kvp_block *blk(const struct kvp_pool *p, uint32_t id)
 {
@@ -219,7 +211,7 @@ static uint32_t evict_from(struct kvp_pool *p, uint32_t ai, uint64_t now)
 long kvp_pool_evict(struct kvp_pool *p, int node)
 {
 	uint32_t start = node < 0 ? 0 : (uint32_t)node;
-	uint64_t now = now_ns();
+	uint64_t now = kvp_now_ns();
 
 	if (node >= (int)p->n_arenas)
 		return -EINVAL;

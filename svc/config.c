@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <grp.h>
 #include <ini.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -26,6 +25,8 @@
 #include "compute/model.h"
 #include "kvpool/layout.h"
 #include "svc/log.h"
+#include "util/errmsg.h"
+#include "util/parse.h"
 
 enum key_type {
 	T_PATH,		/* char[PATH_MAX] or char[SOCK_MAX]: size in .cap */
@@ -119,20 +120,6 @@ static const char *const weights_names[] = {
 	[KVP_MODEL_WEIGHTS_MAP] = "map", [KVP_MODEL_WEIGHTS_COPY] = "copy",
 };
 
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !cap)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, cap, fmt, ap);
-	va_end(ap);
-}
-
 void kvp_config_defaults(struct kvp_config *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -158,54 +145,6 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->max_running = 64;
 	c->max_queued = 1024;
 	c->prefill_chunk_tokens = 256;
-}
-
-int kvp_parse_size(const char *s, uint64_t *out)
-{
-	unsigned long long v;
-	unsigned int shift = 0;
-	char *end;
-
-	if (!s || *s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno == ERANGE)
-		return -ERANGE;
-	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case 't': case 'T': shift = 40; end++; break;
-	default: break;
-	}
-	if (shift && (!strcmp(end, "iB") || !strcmp(end, "B")))
-		end += strlen(end);
-	else if (!shift && !strcmp(end, "B"))
-		end++;
-	if (*end)
-		return -EINVAL;
-	if (shift && v > (UINT64_MAX >> shift))
-		return -ERANGE;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno == ERANGE)
-		return -ERANGE;
-	if (*end)
-		return -EINVAL;
-	*out = v;
-	return 0;
 }
 
 static int lookup_name(const char *const *names, size_t n, const char *s, uint32_t *out)
@@ -245,22 +184,22 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 	case T_PATH:
 	case T_NAME:
 		if (strlen(value) >= k->cap) {
-			set_err(err, cap, "too long (at most %zu bytes)", k->cap - 1);
+			kvp_errmsg(err, cap, "too long (at most %zu bytes)", k->cap - 1);
 			return -EINVAL;
 		}
 		strcpy(field, value);
 		return 0;
 	case T_U32:
 	case T_SIZE:
-		r = k->type == T_U32 ? parse_u64(value, &v) : kvp_parse_size(value, &v);
+		r = k->type == T_U32 ? kvp_parse_u64(value, 0, UINT64_MAX, &v) : kvp_parse_size(value, &v);
 		if (r < 0) {
-			set_err(err, cap, k->type == T_U32 ? "'%s' is not a whole number" :
+			kvp_errmsg(err, cap, k->type == T_U32 ? "'%s' is not a whole number" :
 				"'%s' is not a size (a number with an optional K, M, G or T suffix)",
 				value);
 			return -EINVAL;
 		}
 		if (v < k->min || v > k->max) {
-			set_err(err, cap, "%s is out of range [%llu, %llu]", value,
+			kvp_errmsg(err, cap, "%s is out of range [%llu, %llu]", value,
 				(unsigned long long)k->min, (unsigned long long)k->max);
 			return -EINVAL;
 		}
@@ -271,14 +210,14 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 		return 0;
 	case T_HUGE:
 		if (lookup_name(huge_names, 3, value, &e) < 0) {
-			set_err(err, cap, "'%s' is not one of auto, require, off", value);
+			kvp_errmsg(err, cap, "'%s' is not one of auto, require, off", value);
 			return -EINVAL;
 		}
 		*(uint32_t *)field = e;
 		return 0;
 	case T_DTYPE:
 		if (lookup_name(dtype_names, KVP_DTYPE__COUNT, value, &e) < 0) {
-			set_err(err, cap, "'%s' is not one of f32, f16, bf16", value);
+			kvp_errmsg(err, cap, "'%s' is not one of f32, f16, bf16", value);
 			return -EINVAL;
 		}
 		*(uint32_t *)field = e;
@@ -286,7 +225,7 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 	case T_WEIGHTS:
 		/* index 0 (KVP_MODEL_WEIGHTS_DEFAULT) has no name: never stored */
 		if (lookup_name(weights_names, 3, value, &e) < 0) {
-			set_err(err, cap, "'%s' is not one of copy, map", value);
+			kvp_errmsg(err, cap, "'%s' is not one of copy, map", value);
 			return -EINVAL;
 		}
 		*(uint32_t *)field = e;
@@ -299,14 +238,14 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 			   !strcasecmp(value, "off") || !strcmp(value, "0")) {
 			*(bool *)field = false;
 		} else {
-			set_err(err, cap, "'%s' is not a boolean (yes, no, true, false, 1, 0)",
+			kvp_errmsg(err, cap, "'%s' is not a boolean (yes, no, true, false, 1, 0)",
 				value);
 			return -EINVAL;
 		}
 		return 0;
 	case T_LEVEL:
 		if (kvp_log_level_parse(value, &prio) < 0) {
-			set_err(err, cap, "'%s' is not a log level (err, warning, notice, info, "
+			kvp_errmsg(err, cap, "'%s' is not a log level (err, warning, notice, info, "
 				"debug or 0..7)", value);
 			return -EINVAL;
 		}
@@ -324,12 +263,12 @@ int kvp_config_set(struct kvp_config *c, const char *section, const char *key, c
 	int r;
 
 	if (!k) {
-		set_err(err, cap, "%s%s%s: unknown key", section, *section ? "." : "", key);
+		kvp_errmsg(err, cap, "%s%s%s: unknown key", section, *section ? "." : "", key);
 		return -ENOENT;
 	}
 	r = apply(c, k, value, why, sizeof(why));
 	if (r < 0)
-		set_err(err, cap, "%s.%s: %s", section, key, why);
+		kvp_errmsg(err, cap, "%s.%s: %s", section, key, why);
 	return r;
 }
 
@@ -415,23 +354,23 @@ int kvp_config_load_file(struct kvp_config *c, const char *path, bool must_exist
 			r = 0;
 			goto out_free;
 		}
-		set_err(err, cap, "%s: %s", path, strerror(-r));
+		kvp_errmsg(err, cap, "%s: %s", path, strerror(-r));
 		goto out_free;
 	}
 	/* a continuation line would silently glue two settings together */
 	ini_allow_multiline = false;
 	r = ini_parse_stream(ini_read, x, ini_handle, x);
 	if (r == 0 && !x->err_line && ferror(x->f)) {
-		set_err(err, cap, "%s: read error", path);
+		kvp_errmsg(err, cap, "%s: read error", path);
 		r = -EIO;
 	} else if (r != 0 || x->err_line) {
 		if (x->err_line)
-			set_err(err, cap, "%s:%d: %s", path, x->err_line, x->err);
+			kvp_errmsg(err, cap, "%s:%d: %s", path, x->err_line, x->err);
 		else if (r > 0)
-			set_err(err, cap, "%s:%d: syntax error (want [section] or key = value)",
+			kvp_errmsg(err, cap, "%s:%d: syntax error (want [section] or key = value)",
 				path, r);
 		else
-			set_err(err, cap, "%s: cannot parse (inih error %d)", path, r);
+			kvp_errmsg(err, cap, "%s: cannot parse (inih error %d)", path, r);
 		r = -EINVAL;
 	} else {
 		snprintf(c->config_path, sizeof(c->config_path), "%s", path);
@@ -502,25 +441,25 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 			return 0;
 		}
 		if (a[0] != '-' || a[1] != '-') {
-			set_err(err, cap, "%s: unexpected argument (try --help)", a);
+			kvp_errmsg(err, cap, "%s: unexpected argument (try --help)", a);
 			return -EINVAL;
 		}
 		if (is_flag(name, "foreground", len) || is_flag(name, "check-config", len)) {
 			if (eq) {
-				set_err(err, cap, "--%.*s takes no value", (int)len, name);
+				kvp_errmsg(err, cap, "--%.*s takes no value", (int)len, name);
 				return -EINVAL;
 			}
 			continue;
 		}
 		if (!is_flag(name, "config", len) && !is_flag(name, "set", len) &&
 		    !find_flag(name, len)) {
-			set_err(err, cap, "--%.*s: unknown flag (try --help)", (int)len, name);
+			kvp_errmsg(err, cap, "--%.*s: unknown flag (try --help)", (int)len, name);
 			return -EINVAL;
 		}
 		if (find_flag(name, len) && find_flag(name, len)->type == T_BOOL && !eq)
 			continue;	/* a bare boolean flag means yes */
 		if (flag_value(argc, argv, &i, eq, &value) < 0) {
-			set_err(err, cap, "--%.*s: needs a value", (int)len, name);
+			kvp_errmsg(err, cap, "--%.*s: needs a value", (int)len, name);
 			return -EINVAL;
 		}
 		if (is_flag(name, "config", len))
@@ -528,7 +467,7 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 	}
 
 	if (config && !*config) {
-		set_err(err, cap, "--config: empty path");
+		kvp_errmsg(err, cap, "--config: empty path");
 		return -EINVAL;
 	}
 	r = kvp_config_load_file(c, config ? config : KVP_CONFIG_DEFAULT_PATH, config != NULL,
@@ -567,7 +506,7 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 			const char *veq = strchr(value, '=');
 
 			if (!dot || !veq || dot > veq || (size_t)(veq - value) >= sizeof(sk)) {
-				set_err(err, cap, "--set %s: want SECTION.KEY=VALUE", value);
+				kvp_errmsg(err, cap, "--set %s: want SECTION.KEY=VALUE", value);
 				return -EINVAL;
 			}
 			memcpy(sk, value, (size_t)(veq - value));
@@ -575,7 +514,7 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 			sk[dot - value] = '\0';
 			r = kvp_config_set(c, sk, sk + (dot - value) + 1, veq + 1, why, sizeof(why));
 			if (r < 0) {
-				set_err(err, cap, "--set: %s", why);
+				kvp_errmsg(err, cap, "--set: %s", why);
 				return -EINVAL;
 			}
 			continue;
@@ -583,7 +522,7 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 		k = find_flag(name, len);
 		r = apply(c, k, value, why, sizeof(why));
 		if (r < 0) {
-			set_err(err, cap, "--%s: %s", k->flag, why);
+			kvp_errmsg(err, cap, "--%s: %s", k->flag, why);
 			return r;
 		}
 	}
@@ -601,7 +540,7 @@ static int check_group(const char *name, const char *key, char *err, size_t cap)
 		return 0;
 	r = getgrnam_r(name, &gr, buf, sizeof(buf), &res);
 	if (r || !res) {
-		set_err(err, cap, "server.%s: no group named '%s'", key, name);
+		kvp_errmsg(err, cap, "server.%s: no group named '%s'", key, name);
 		return -EINVAL;
 	}
 	return 0;
@@ -612,35 +551,35 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 	uint64_t hdr = 24 + 104;	/* frame header + GENERATE payload (proto.h) */
 
 	if (!*c->socket_path) {
-		set_err(err, cap, "server.socket: must not be empty");
+		kvp_errmsg(err, cap, "server.socket: must not be empty");
 		return -EINVAL;
 	}
 	if (*c->status_path && !strcmp(c->status_path, c->socket_path)) {
-		set_err(err, cap, "server.status_socket: same path as server.socket");
+		kvp_errmsg(err, cap, "server.status_socket: same path as server.socket");
 		return -EINVAL;
 	}
 	if (!*c->model_path && !*c->state_dir) {
-		set_err(err, cap, "daemon.state_dir: needed for the demo model when daemon.model "
+		kvp_errmsg(err, cap, "daemon.state_dir: needed for the demo model when daemon.model "
 			"is empty");
 		return -EINVAL;
 	}
 	if (c->block_tokens & (c->block_tokens - 1)) {
-		set_err(err, cap, "pool.block_size: %u is not a power of two", c->block_tokens);
+		kvp_errmsg(err, cap, "pool.block_size: %u is not a power of two", c->block_tokens);
 		return -EINVAL;
 	}
 	/* a GENERATE of max_prompt_tokens ids must fit in one frame */
 	if (hdr + 4ull * c->max_prompt_tokens > c->max_frame_bytes) {
-		set_err(err, cap, "server.max_frame_bytes: %u cannot carry limits.max_prompt_tokens "
+		kvp_errmsg(err, cap, "server.max_frame_bytes: %u cannot carry limits.max_prompt_tokens "
 			"= %u (needs %llu)", c->max_frame_bytes, c->max_prompt_tokens,
 			(unsigned long long)(hdr + 4ull * c->max_prompt_tokens));
 		return -EINVAL;
 	}
 	if (c->outq_bytes < c->max_frame_bytes) {
-		set_err(err, cap, "server.outq_bytes: smaller than server.max_frame_bytes");
+		kvp_errmsg(err, cap, "server.outq_bytes: smaller than server.max_frame_bytes");
 		return -EINVAL;
 	}
 	if (c->max_running > c->max_conns * (uint64_t)c->max_reqs_per_conn) {
-		set_err(err, cap, "scheduler.max_running: %u exceeds max_conns x max_reqs_per_conn",
+		kvp_errmsg(err, cap, "scheduler.max_running: %u exceeds max_conns x max_reqs_per_conn",
 			c->max_running);
 		return -EINVAL;
 	}

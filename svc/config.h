@@ -156,10 +156,4 @@ void kvp_config_usage(FILE *f);
 /* Print @c as an INI file that kvp_config_load_file() reads back to the same config. */
 void kvp_config_print(const struct kvp_config *c, FILE *f);
 
-/**
- * kvp_parse_size() - "512", "64K", "2G", "2MiB" -> bytes (powers of 1024)
- * Return: 0, -EINVAL for a malformed text, -ERANGE above UINT64_MAX.
- */
-int kvp_parse_size(const char *s, uint64_t *out);
-
 #endif /* KVP_SVC_CONFIG_H */

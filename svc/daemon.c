@@ -63,6 +63,8 @@
 #include "svc/notify.h"
 #include "svc/sched.h"
 #include "svc/status.h"
+#include "util/fs.h"
+#include "util/time.h"
 
 #ifndef KVP_VERSION
 #define KVP_VERSION "unknown"
@@ -126,14 +128,6 @@ struct kvp_daemon {
 
 static struct kvp_server *volatile sig_server;
 static volatile sig_atomic_t sig_count;
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void on_signal(int sig)
 {
@@ -278,7 +272,7 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 		       const char *text)
 {
 	struct kvp_daemon *d = ctx;
-	struct kvp_sched_req r = { .conn = conn, .req_id = req_id, .t_recv_ns = now_ns() };
+	struct kvp_sched_req r = { .conn = conn, .req_id = req_id, .t_recv_ns = kvp_now_ns() };
 	struct conn_info *c = conn_find(d, conn);
 	int st;
 	int n;
@@ -374,7 +368,7 @@ static void fill_snapshot(struct kvp_daemon *d, struct kvp_status_snap *s)
 	snprintf(s->version, sizeof(s->version), "%s", KVP_VERSION);
 	snprintf(s->model, sizeof(s->model), "%s", d->model_name);
 	snprintf(s->state, sizeof(s->state), "%s", d->state);
-	s->uptime_ms = (now_ns() - d->t_start_ns) / 1000000;
+	s->uptime_ms = (kvp_now_ns() - d->t_start_ns) / 1000000;
 	s->pid = (uint32_t)getpid();
 
 	s->block_tokens = g->shape.block_tokens;
@@ -535,27 +529,6 @@ static void on_watchdog(void *arg)
 
 /* ---- construction ---- */
 
-static int mkdir_p(const char *path, mode_t mode)
-{
-	char buf[PATH_MAX];
-	size_t i;
-
-	if (strlen(path) >= sizeof(buf))
-		return -ENAMETOOLONG;
-	strcpy(buf, path);
-	for (i = 1; buf[i]; i++) {
-		if (buf[i] != '/')
-			continue;
-		buf[i] = '\0';
-		if (mkdir(buf, mode) < 0 && errno != EEXIST)
-			return -errno;
-		buf[i] = '/';
-	}
-	if (mkdir(buf, mode) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
 /* Remove every entry of directory @path (not recursive: it holds only files of ours). */
 static int empty_dir(const char *path)
 {
@@ -588,7 +561,7 @@ static int generate_demo(struct kvp_daemon *d)
 	uint64_t t0;
 	int r;
 
-	r = mkdir_p(d->cfg.state_dir, 0750);
+	r = kvp_mkdir_p(d->cfg.state_dir, 0750);
 	if (r < 0) {
 		kvp_log(LOG_ERR, "model: create state directory %s: %s", d->cfg.state_dir,
 			strerror(-r));
@@ -610,7 +583,7 @@ static int generate_demo(struct kvp_daemon *d)
 	kvp_notify_status(&d->notify, "generating the demo model into %s", d->model_path);
 	kvp_log(LOG_NOTICE, "model: generating the built-in demo model into %s (once)",
 		d->model_path);
-	t0 = now_ns();
+	t0 = kvp_now_ns();
 	r = kvp_mkmodel_write(tmp, &o, err, sizeof(err));
 	if (r < 0)
 		kvp_log(LOG_ERR, "model: write demo model %s: %s", tmp, *err ? err : strerror(-r));
@@ -622,7 +595,7 @@ static int generate_demo(struct kvp_daemon *d)
 	rmdir(dir);
 	if (r < 0)
 		return r;
-	kvp_log(LOG_INFO, "model: demo model written in %.1f s", (double)(now_ns() - t0) / 1e9);
+	kvp_log(LOG_INFO, "model: demo model written in %.1f s", (double)(kvp_now_ns() - t0) / 1e9);
 	return 0;
 }
 
@@ -651,7 +624,7 @@ static int load_model(struct kvp_daemon *d)
 	}
 	kvp_notify_status(&d->notify, "loading %s (weights %s)", d->model_path,
 			  d->cfg.weights == KVP_MODEL_WEIGHTS_COPY ? "copied" : "mapped");
-	t0 = now_ns();
+	t0 = kvp_now_ns();
 	r = kvp_model_open_opts(&d->model, d->model_path, &mo, err, sizeof(err));
 	if (r == -EBADMSG && demo) {
 		/* a demo model cut short by a crash while writing: make it again */
@@ -660,14 +633,14 @@ static int load_model(struct kvp_daemon *d)
 		r = generate_demo(d);
 		if (r < 0)
 			return r;
-		t0 = now_ns();
+		t0 = kvp_now_ns();
 		r = kvp_model_open_opts(&d->model, d->model_path, &mo, err, sizeof(err));
 	}
 	if (r < 0) {
 		kvp_log(LOG_ERR, "model: open %s: %s", d->model_path, *err ? err : strerror(-r));
 		return r;
 	}
-	load_s = (double)(now_ns() - t0) / 1e9;
+	load_s = (double)(kvp_now_ns() - t0) / 1e9;
 	r = kvp_tokenizer_new(&d->tok, d->model, err, sizeof(err));
 	if (r < 0) {
 		kvp_log(LOG_ERR, "model: tokenizer of %s: %s", d->model_path,
@@ -739,7 +712,7 @@ static int make_pool(struct kvp_daemon *d)
 	pc.name = "kvpool:default";
 	kvp_notify_status(&d->notify, "pre-faulting the %llu MiB pool",
 			  (unsigned long long)(n_blocks * g.block_stride >> 20));
-	t0 = now_ns();
+	t0 = kvp_now_ns();
 	r = kvp_pool_new(&d->pool, &pc);
 	if (r < 0) {
 		if (d->cfg.huge_pages == KVP_HUGE_REQUIRE && (r == -ENOMEM || r == -EOPNOTSUPP)) {
@@ -766,7 +739,7 @@ static int make_pool(struct kvp_daemon *d)
 		kvp_pool_n_blocks(d->pool), shape.block_tokens, g.block_bytes,
 		kvp_dtype_name(shape.dtype), (unsigned long long)(n_blocks * g.block_stride >> 20),
 		kvp_page_kind_name(kvp_segment_page_kind(kvp_pool_segment(d->pool))),
-		kvp_pool_n_arenas(d->pool), (double)(now_ns() - t0) / 1e6);
+		kvp_pool_n_arenas(d->pool), (double)(kvp_now_ns() - t0) / 1e6);
 	if (d->cfg.huge_pages == KVP_HUGE_AUTO &&
 	    kvp_segment_page_kind(kvp_pool_segment(d->pool)) == KVP_PAGE_4K)
 		kvp_log(LOG_NOTICE, "pool: no huge pages obtained; using 4 KiB pages "
@@ -962,7 +935,7 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 	d->wake_fd = -1;
 	d->wd_fd = -1;
 	d->notify = (struct kvp_notify)KVP_NOTIFY_INIT;
-	d->t_start_ns = now_ns();
+	d->t_start_ns = kvp_now_ns();
 	d->state = "starting";
 	kvp_domains_init_default(&d->domains);
 	*out = d;	/* kvp_daemon_free() undoes whatever part was built */
@@ -1045,9 +1018,9 @@ int kvp_daemon_run(struct kvp_daemon *d)
 	kvp_log(LOG_INFO, "daemon: stopping; %llu request(s) in flight get %u ms to finish",
 		(unsigned long long)kvp_sched_outstanding(d->sched), d->cfg.drain_timeout_ms);
 	kvp_sched_drain(d->sched);
-	deadline = now_ns() + (uint64_t)d->cfg.drain_timeout_ms * 1000000;
-	while (kvp_sched_outstanding(d->sched) && now_ns() < deadline && sig_count < 2) {
-		uint64_t left_ms = (deadline - now_ns()) / 1000000;
+	deadline = kvp_now_ns() + (uint64_t)d->cfg.drain_timeout_ms * 1000000;
+	while (kvp_sched_outstanding(d->sched) && kvp_now_ns() < deadline && sig_count < 2) {
+		uint64_t left_ms = (deadline - kvp_now_ns()) / 1000000;
 
 		r = kvp_server_run_for(d->srv, left_ms < 50 ? (unsigned int)left_ms + 1 : 50);
 		if (r < 0)
@@ -1057,8 +1030,8 @@ int kvp_daemon_run(struct kvp_daemon *d)
 		kvp_log(LOG_NOTICE, "daemon: cancelling %llu request(s) still running",
 			(unsigned long long)kvp_sched_outstanding(d->sched));
 		kvp_sched_cancel_all(d->sched, KVP_E_SHUTDOWN);
-		deadline = now_ns() + 2000000000ull;
-		while (kvp_sched_outstanding(d->sched) && now_ns() < deadline)
+		deadline = kvp_now_ns() + 2000000000ull;
+		while (kvp_sched_outstanding(d->sched) && kvp_now_ns() < deadline)
 			if (kvp_server_run_for(d->srv, 20) < 0)
 				break;
 	}

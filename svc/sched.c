@@ -52,7 +52,6 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -63,6 +62,8 @@
 #include "compute/forward.h"
 #include "compute/model.h"
 #include "compute/tokenizer.h"
+#include "util/stats.h"
+#include "util/time.h"
 
 #define TTFT_RING 1024u
 
@@ -187,19 +188,6 @@ struct kvp_sched {
 	atomic_uint_fast64_t outstanding;
 	atomic_bool draining;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static double ns_to_ms(uint64_t ns)
-{
-	return (double)ns / 1e6;
-}
 
 static void list_add_tail(struct seq_list *l, struct seq *q)
 {
@@ -337,7 +325,7 @@ static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 
 static void fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, struct kvp_usage *u)
 {
-	uint64_t t = now_ns();
+	uint64_t t = kvp_now_ns();
 	uint32_t computed = q->n_past < q->n_prompt ? q->n_past : q->n_prompt;
 
 	memset(u, 0, sizeof(*u));
@@ -347,10 +335,10 @@ static void fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, stru
 	u->recomputed_tokens = computed > u->cached_tokens ? computed - u->cached_tokens : 0;
 	u->generated_tokens = q->n_generated;
 	u->status = status;
-	u->queue_ms = ns_to_ms((q->t_admit ? q->t_admit : t) - q->t_recv);
-	u->ttft_ms = q->t_first ? ns_to_ms(q->t_first - q->t_recv) : 0;
-	u->prefill_ms = ns_to_ms(q->prefill_ns);
-	u->decode_ms = q->t_first ? ns_to_ms(q->t_last - q->t_first) : 0;
+	u->queue_ms = kvp_ns_to_ms((q->t_admit ? q->t_admit : t) - q->t_recv);
+	u->ttft_ms = q->t_first ? kvp_ns_to_ms(q->t_first - q->t_recv) : 0;
+	u->prefill_ms = kvp_ns_to_ms(q->prefill_ns);
+	u->decode_ms = q->t_first ? kvp_ns_to_ms(q->t_last - q->t_first) : 0;
 }
 
 static void release_blocks(struct kvp_sched *s, struct seq *q)
@@ -520,7 +508,7 @@ static void admit(struct kvp_sched *s)
 		q->n_past = (uint32_t)n * s->block_tokens;
 		q->reserved = (uint32_t)need;
 		s->reserved_total += need;
-		q->t_admit = now_ns();
+		q->t_admit = kvp_now_ns();
 		q->state = SEQ_PREFILL;
 		list_add_tail(&s->active, q);
 		if (!q->no_cache) {
@@ -625,11 +613,11 @@ static void publish_ready(struct kvp_sched *s, struct seq *q)
  */
 static void took_token(struct kvp_sched *s, struct seq *q, int32_t token)
 {
-	uint64_t t = now_ns();
+	uint64_t t = kvp_now_ns();
 
 	if (!q->t_first) {
 		q->t_first = t;
-		s->ttft_ring[s->ttft_n++ % TTFT_RING] = ns_to_ms(t - q->t_recv);
+		s->ttft_ring[s->ttft_n++ % TTFT_RING] = kvp_ns_to_ms(t - q->t_recv);
 	}
 	q->t_last = t;
 	if (s->eos >= 0 && token == s->eos) {
@@ -667,10 +655,10 @@ static void prefill_step(struct kvp_sched *s)
 			q = next;
 			continue;
 		}
-		t0 = now_ns();
+		t0 = kvp_now_ns();
 		r = kvp_fwd_prefill(s->fwd, &s->view, q->table, q->n_table, q->n_past,
 				    q->prompt + q->n_past, n, s->logits, 0);
-		q->prefill_ns += now_ns() - t0;
+		q->prefill_ns += kvp_now_ns() - t0;
 		if (r < 0) {
 			seq_end(s, q, KVP_E_INTERNAL, true, "engine: prefill failed");
 			q = next;
@@ -802,26 +790,6 @@ static void reap_list(struct kvp_sched *s, struct seq_list *l, bool admitted)
 		}
 		q = next;
 	}
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a;
-	double y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double pct_sorted(const double *v, uint32_t n, double p)
-{
-	uint32_t rank;
-
-	if (!n)
-		return 0;
-	rank = (uint32_t)ceil(p / 100.0 * n);
-	if (rank < 1)
-		rank = 1;
-	return v[rank - 1];
 }
 
 static void publish_stats(struct kvp_sched *s)
@@ -1195,7 +1163,7 @@ void kvp_sched_get_stats(struct kvp_sched *s, struct kvp_sched_stats *st)
 	st->ttft_samples = s->snap_ttft_n;
 	pthread_mutex_unlock(&s->stats_lock);
 	/* the order of the samples does not matter for quantiles: sort the copy */
-	qsort(v, n, sizeof(double), cmp_double);
-	st->ttft_p50_ms = pct_sorted(v, n, 50);
-	st->ttft_p99_ms = pct_sorted(v, n, 99);
+	kvp_sort_doubles(v, n);
+	st->ttft_p50_ms = n ? kvp_percentile_sorted(v, n, 50) : 0;
+	st->ttft_p99_ms = n ? kvp_percentile_sorted(v, n, 99) : 0;
 }

@@ -2,10 +2,10 @@
 /*
  * status.c - render a struct kvp_status_snap as JSON or Prometheus text (see status.h).
  *
- * Output goes through a bounded writer: once a write does not fit, the writer is
- * marked full and the render returns -ENOSPC, so a report is whole or absent.
- * Strings are escaped for JSON (control bytes as \u00XX); numbers that are not finite
- * print as 0 because JSON has no NaN.
+ * Output goes into the caller's buffer through a struct kvp_buf: once a write does not
+ * fit, the render returns -ENOSPC, so a report is whole or absent.  The JSON goes
+ * through util/json.h (strings escaped by jansson, ill-formed UTF-8 as \ufffd); numbers
+ * that are not finite print as 0 because JSON has no NaN.
  *
  * Thread: pure functions; any thread.
  */
@@ -13,114 +13,39 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-struct out {
-	char *buf;
-	size_t cap;
-	size_t len;
-	bool full;
-	bool first;	/* JSON: next member is the first of its object or array */
-};
+#include "util/buf.h"
+#include "util/json.h"
 
-static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void put(struct out *o, const char *fmt, ...)
+/* Member helpers in the formats of the report: counts, ratios, milliseconds, strings. */
+static void put_u(struct kvp_json *j, const char *key, uint64_t v)
 {
-	va_list ap;
-	int n;
-
-	if (o->full)
-		return;
-	va_start(ap, fmt);
-	n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= o->cap - o->len) {
-		o->full = true;
-		return;
-	}
-	o->len += (size_t)n;
+	kvp_json_u64(j, key, v);
 }
 
-/*
- * JSON members.  The writer places the commas: every member but the first of its
- * object or array is preceded by one, so a renderer lists fields and nothing else.
- */
-static void sep(struct out *o)
+static void put_i(struct kvp_json *j, const char *key, long long v)
 {
-	if (!o->first)
-		put(o, ",");
-	o->first = false;
-}
-
-/* Open an object or array ('{' or '['), as member @key, or as an element when NULL. */
-static void open_(struct out *o, const char *key, char brace)
-{
-	sep(o);
-	if (key)
-		put(o, "\"%s\":", key);
-	put(o, "%c", brace);
-	o->first = true;
-}
-
-static void close_(struct out *o, char brace)
-{
-	put(o, "%c", brace);
-	o->first = false;
-}
-
-/* "key": "escaped string" (at most @max bytes of @s) */
-static void put_str(struct out *o, const char *key, const char *s, size_t max)
-{
-	size_t i;
-
-	sep(o);
-	put(o, "\"%s\":\"", key);
-	for (i = 0; i < max && s[i]; i++) {
-		unsigned char ch = (unsigned char)s[i];
-
-		if (ch == '"' || ch == '\\')
-			put(o, "\\%c", ch);
-		else if (ch < 0x20 || ch == 0x7f)
-			put(o, "\\u%04x", ch);
-		else
-			put(o, "%c", ch);
-	}
-	put(o, "\"");
-}
-
-static double finite_or_zero(double v)
-{
-	return isfinite(v) ? v : 0.0;
-}
-
-static void put_u(struct out *o, const char *key, uint64_t v)
-{
-	sep(o);
-	put(o, "\"%s\":%llu", key, (unsigned long long)v);
-}
-
-static void put_i(struct out *o, const char *key, long long v)
-{
-	sep(o);
-	put(o, "\"%s\":%lld", key, v);
+	kvp_json_i64(j, key, v);
 }
 
 /* a ratio or rate: 6 significant digits */
-static void put_d(struct out *o, const char *key, double v)
+static void put_d(struct kvp_json *j, const char *key, double v)
 {
-	sep(o);
-	put(o, "\"%s\":%.6g", key, finite_or_zero(v));
+	kvp_json_sig(j, key, v, 6);
 }
 
 /* milliseconds, to the microsecond */
-static void put_ms(struct out *o, const char *key, double v)
+static void put_ms(struct kvp_json *j, const char *key, double v)
 {
-	sep(o);
-	put(o, "\"%s\":%.3f", key, finite_or_zero(v));
+	kvp_json_fixed(j, key, v, 3);
+}
+
+/* a string field of at most @max bytes (NUL-terminated when shorter) */
+static void put_str(struct kvp_json *j, const char *key, const char *s, size_t max)
+{
+	kvp_json_str(j, key, s, strnlen(s, max));
 }
 
 double kvp_status_ratio(uint64_t hits, uint64_t total)
@@ -128,32 +53,26 @@ double kvp_status_ratio(uint64_t hits, uint64_t total)
 	return total ? (double)hits / (double)total : 0.0;
 }
 
-static int finish(struct out *o)
-{
-	if (o->full)
-		return -ENOSPC;
-	return (int)o->len;
-}
-
 int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t cap)
 {
-	struct out out = { .buf = buf, .cap = cap, .first = true };
-	struct out *o = &out;
+	struct kvp_buf out;
+	struct kvp_json js;
+	struct kvp_json *o = &js;
 	uint32_t i;
 
-	if (!cap)
-		return -ENOSPC;
-	open_(o, NULL, '{');
+	kvp_buf_init_fixed(&out, buf, cap);
+	kvp_json_init(o, &out);
+	kvp_json_open(o, NULL, '{');
 
-	open_(o, "daemon", '{');
+	kvp_json_open(o, "daemon", '{');
 	put_str(o, "version", s->version, sizeof(s->version));
 	put_str(o, "model", s->model, sizeof(s->model));
 	put_str(o, "state", s->state, sizeof(s->state));
 	put_u(o, "pid", s->pid);
 	put_u(o, "uptime_ms", s->uptime_ms);
-	close_(o, '}');
+	kvp_json_close(o, '}');
 
-	open_(o, "pool", '{');
+	kvp_json_open(o, "pool", '{');
 	put_u(o, "bytes", s->pool_bytes);
 	put_u(o, "block_bytes", s->block_bytes);
 	put_u(o, "block_tokens", s->block_tokens);
@@ -163,22 +82,22 @@ int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t ca
 	put_u(o, "blocks_used", s->blocks_used);
 	put_u(o, "blocks_cached", s->blocks_cached);
 	put_u(o, "blocks_free", s->blocks_free);
-	open_(o, "arenas", '[');
+	kvp_json_open(o, "arenas", '[');
 	for (i = 0; i < s->n_arenas && i < KVP_STATUS_MAX_ARENAS; i++) {
 		const struct kvp_status_arena *a = &s->arenas[i];
 
-		open_(o, NULL, '{');
+		kvp_json_open(o, NULL, '{');
 		put_u(o, "node", a->node);
 		put_u(o, "blocks_total", a->blocks_total);
 		put_u(o, "blocks_used", a->blocks_used);
 		put_u(o, "blocks_cached", a->blocks_cached);
 		put_u(o, "blocks_free", a->blocks_free);
-		close_(o, '}');
+		kvp_json_close(o, '}');
 	}
-	close_(o, ']');
-	close_(o, '}');
+	kvp_json_close(o, ']');
+	kvp_json_close(o, '}');
 
-	open_(o, "index", '{');
+	kvp_json_open(o, "index", '{');
 	put_u(o, "entries", s->index_entries);
 	put_u(o, "lookups", s->index_lookups);
 	put_u(o, "hit_requests", s->index_hit_requests);
@@ -188,9 +107,9 @@ int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t ca
 	put_d(o, "token_hit_rate", kvp_status_ratio(s->index_hit_tokens, s->index_lookup_tokens));
 	put_u(o, "inserts", s->index_inserts);
 	put_u(o, "evictions", s->index_evictions);
-	close_(o, '}');
+	kvp_json_close(o, '}');
 
-	open_(o, "scheduler", '{');
+	kvp_json_open(o, "scheduler", '{');
 	put_u(o, "queued", s->sched_queued);
 	put_u(o, "running", s->sched_running);
 	put_u(o, "waiting_prefix", s->sched_waiting_prefix);
@@ -203,9 +122,9 @@ int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t ca
 	put_u(o, "ttft_samples", s->ttft_samples);
 	put_d(o, "ttft_p50_ms", s->ttft_p50_ms);
 	put_d(o, "ttft_p99_ms", s->ttft_p99_ms);
-	close_(o, '}');
+	kvp_json_close(o, '}');
 
-	open_(o, "usage", '{');
+	kvp_json_open(o, "usage", '{');
 	put_u(o, "prompt_tokens", s->prompt_tokens);
 	put_u(o, "cached_tokens", s->cached_tokens);
 	put_u(o, "cache_creation_tokens", s->cache_creation_tokens);
@@ -215,9 +134,9 @@ int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t ca
 	put_ms(o, "ttft_ms", s->ttft_ms);
 	put_ms(o, "prefill_ms", s->prefill_ms);
 	put_ms(o, "decode_ms", s->decode_ms);
-	close_(o, '}');
+	kvp_json_close(o, '}');
 
-	open_(o, "connections", '{');
+	kvp_json_open(o, "connections", '{');
 	put_u(o, "open", s->server.conns_open);
 	put_u(o, "total", s->server.conns_total);
 	put_u(o, "refused", s->server.conns_refused);
@@ -225,11 +144,11 @@ int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t ca
 	put_u(o, "frames_out", s->server.frames_out);
 	put_u(o, "protocol_errors", s->server.proto_errors);
 	put_u(o, "slow_disconnects", s->server.slow_disconnects);
-	open_(o, "list", '[');
+	kvp_json_open(o, "list", '[');
 	for (i = 0; i < s->n_conns && i < KVP_STATUS_MAX_CONNS; i++) {
 		const struct kvp_status_conn *c = &s->conns[i];
 
-		open_(o, NULL, '{');
+		kvp_json_open(o, NULL, '{');
 		put_u(o, "id", c->id);
 		put_i(o, "pid", (long long)c->pid);
 		put_i(o, "uid", (long long)c->uid);
@@ -239,51 +158,56 @@ int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t ca
 		put_u(o, "requests", c->requests);
 		put_u(o, "generated_tokens", c->generated_tokens);
 		put_u(o, "cached_tokens", c->cached_tokens);
-		close_(o, '}');
+		kvp_json_close(o, '}');
 	}
-	close_(o, ']');
-	close_(o, '}');
+	kvp_json_close(o, ']');
+	kvp_json_close(o, '}');
 
-	open_(o, "domains", '[');
+	kvp_json_open(o, "domains", '[');
 	for (i = 0; i < s->n_domains && i < KVP_STATUS_MAX_DOMAINS; i++) {
 		const struct kvp_status_domain *d = &s->domains[i];
 
-		open_(o, NULL, '{');
+		kvp_json_open(o, NULL, '{');
 		put_str(o, "name", d->name, sizeof(d->name));
 		put_u(o, "connections_open", d->conns_open);
 		put_u(o, "requests", d->requests);
-		close_(o, '}');
+		kvp_json_close(o, '}');
 	}
-	close_(o, ']');
+	kvp_json_close(o, ']');
 
-	close_(o, '}');
-	put(o, "\n");
-	return finish(o);
+	kvp_json_close(o, '}');
+	kvp_buf_add(&out, "\n", 1);
+	return kvp_buf_finish(&out);
+}
+
+/* Prometheus takes NaN, but a report of ours never means it: print 0 as the JSON does. */
+static double finite_or_zero(double v)
+{
+	return isfinite(v) ? v : 0.0;
 }
 
 /* One metric family: HELP and TYPE lines, then a sample. */
-static void prom(struct out *o, const char *name, const char *type, const char *help,
+static void prom(struct kvp_buf *o, const char *name, const char *type, const char *help,
 		 const char *labels, double v)
 {
-	put(o, "# HELP kvpool_%s %s\n# TYPE kvpool_%s %s\n", name, help, name, type);
-	put(o, "kvpool_%s%s %.15g\n", name, labels, finite_or_zero(v));
+	kvp_buf_printf(o, "# HELP kvpool_%s %s\n# TYPE kvpool_%s %s\n", name, help, name, type);
+	kvp_buf_printf(o, "kvpool_%s%s %.15g\n", name, labels, finite_or_zero(v));
 }
 
 /* Another sample of the family just opened. */
-static void prom_more(struct out *o, const char *name, const char *labels, double v)
+static void prom_more(struct kvp_buf *o, const char *name, const char *labels, double v)
 {
-	put(o, "kvpool_%s%s %.15g\n", name, labels, finite_or_zero(v));
+	kvp_buf_printf(o, "kvpool_%s%s %.15g\n", name, labels, finite_or_zero(v));
 }
 
 int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t cap)
 {
-	struct out out = { .buf = buf, .cap = cap };
-	struct out *o = &out;
+	struct kvp_buf out;
+	struct kvp_buf *o = &out;
 	char lab[96];
 	uint32_t i;
 
-	if (!cap)
-		return -ENOSPC;
+	kvp_buf_init_fixed(o, buf, cap);
 	prom(o, "uptime_seconds", "gauge", "Seconds since the daemon started.", "",
 	     (double)s->uptime_ms / 1000.0);
 	prom(o, "pool_bytes", "gauge", "Size of the KV block pool.", "", (double)s->pool_bytes);
@@ -298,7 +222,7 @@ int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t ca
 		const struct kvp_status_arena *a = &s->arenas[i];
 
 		if (i == 0)
-			put(o, "# HELP kvpool_arena_blocks KV blocks by NUMA arena and state.\n"
+			kvp_buf_printf(o, "# HELP kvpool_arena_blocks KV blocks by NUMA arena and state.\n"
 			       "# TYPE kvpool_arena_blocks gauge\n");
 		snprintf(lab, sizeof(lab), "{node=\"%u\",state=\"used\"}", a->node);
 		prom_more(o, "arena_blocks", lab, (double)a->blocks_used);
@@ -360,5 +284,5 @@ int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t ca
 	     (double)s->server.proto_errors);
 	prom(o, "slow_disconnects_total", "counter", "Clients dropped for not reading.", "",
 	     (double)s->server.slow_disconnects);
-	return finish(o);
+	return kvp_buf_finish(o);
 }

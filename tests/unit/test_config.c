@@ -17,6 +17,7 @@
 
 #include "compute/model.h"
 #include "svc/config.h"
+#include "util/parse.h"
 #include "tests/lib/testlib.h"
 
 struct fixture {
