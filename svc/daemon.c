@@ -50,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "compute/gen.h"
 #include "compute/mkmodel.h"
 #include "compute/model.h"
 #include "compute/tokenizer.h"
@@ -242,29 +243,15 @@ static int op_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, co
 static int tokenize_prompt(struct kvp_daemon *d, const char *text, uint32_t len,
 			   struct kvp_sched_req *r)
 {
-	/* every Llama-style vocabulary needs at most len + 2 ids; others tell us */
-	size_t cap = (size_t)len + 2;
 	int n;
 
-	for (;;) {
-		int32_t *ids = realloc(r->tokens, cap * sizeof(int32_t));
-
-		if (!ids)
-			return KVP_E_INTERNAL;
-		r->tokens = ids;
-		n = kvp_tokenizer_encode(d->tok, text, len, ids, cap);
-		if (n < 0)
-			return KVP_E_INTERNAL;
-		if ((uint32_t)n > d->cfg.max_prompt_tokens)
-			return KVP_E_LIMIT;
-		if ((size_t)n <= cap)
-			break;
-		cap = (size_t)n;	/* a strange vocabulary: encode again with room */
-	}
-	if (!n)
-		return KVP_E_INVALID;
-	r->n_tokens = (uint32_t)n;
-	return KVP_OK;
+	n = kvp_gen_tokenize(&r->tokens, &r->n_tokens, d->tok, text, len,
+			     d->cfg.max_prompt_tokens);
+	if (n == -E2BIG)
+		return KVP_E_LIMIT;
+	if (n < 0)
+		return KVP_E_INTERNAL;
+	return r->n_tokens ? KVP_OK : KVP_E_INVALID;
 }
 
 static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,

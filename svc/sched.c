@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "compute/forward.h"
+#include "compute/gen.h"
 #include "compute/model.h"
 #include "compute/tokenizer.h"
 #include "util/stats.h"
@@ -80,9 +81,7 @@ struct seq {
 	enum seq_state state;
 	uint64_t conn;
 	uint64_t req_id;
-	int32_t *prompt;
-	uint32_t n_prompt;
-	uint32_t max_new;
+	int32_t *prompt;		/* owned; gen.prompt points at it */
 	bool no_cache;
 	struct kvp_prefix_key key;
 	struct kvp_sampler *sampler;
@@ -94,10 +93,8 @@ struct seq {
 	uint32_t n_indexed;		/* table[0..n_indexed) are in the index */
 	uint32_t n_created;		/* blocks this sequence inserted in the index */
 	bool publish_stopped;
-	uint32_t n_past;		/* positions whose K/V is in the table */
 	uint32_t reserved;		/* blocks it may still allocate */
-	int32_t last;			/* last sampled token */
-	uint32_t n_generated;
+	struct kvp_gen gen;		/* positions computed, tokens kept, text held */
 
 	struct seq *wait_on;		/* SEQ_WAITING: the sequence computing our prefix */
 	uint32_t wait_blocks;		/* ... wake when it has indexed this many blocks */
@@ -111,7 +108,6 @@ struct seq {
 	uint64_t t_first;
 	uint64_t t_last;
 	uint64_t prefill_ns;
-	struct kvp_utf8_stream utf8;
 };
 
 struct seq_list {
@@ -287,38 +283,22 @@ static void emit_error(struct kvp_sched *s, struct seq *q, enum kvp_status statu
 	push_event(s, &e);
 }
 
-/*
- * Bytes of a token's piece per TOKEN event.  kvp_utf8_feed() needs room for 3 bytes out
- * per byte in, plus 3 (every invalid byte becomes U+FFFD, and a held partial character
- * may be cut short), so a slice of n bytes needs 3n + 3 <= KVP_SCHED_EV_TEXT.
- */
-#define PIECE_SLICE ((KVP_SCHED_EV_TEXT - 3) / 3)
-static_assert(3 * PIECE_SLICE + 3 <= KVP_SCHED_EV_TEXT && PIECE_SLICE >= 4, "slice fits");
-
-/* TOKEN event(s) for @token: its text goes through the UTF-8 holder. */
+/* TOKEN event(s) for kept @token: its text in slices that fit an event. */
 static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 {
 	struct kvp_sched_event e = { .type = KVP_SCHED_EV_TOKEN, .token = token,
 				     .conn = q->conn, .req_id = q->req_id };
-	size_t len = 0;
-	const char *piece = kvp_tokenizer_piece(s->cfg.tok, token, &len);
 	size_t off = 0;
-	int n;
+	bool more;
 
 	if (q->silent)
 		return;
-	/* long pieces go in slices small enough for kvp_utf8_feed()'s worst case */
 	do {
-		size_t take = len - off;
-
-		if (take > PIECE_SLICE)
-			take = PIECE_SLICE;
-		n = piece ? kvp_utf8_feed(&q->utf8, piece + off, take, e.text, sizeof(e.text)) : 0;
-		e.text_len = n > 0 ? (uint32_t)n : 0;
-		off += take;
+		e.text_len = (uint32_t)kvp_gen_text(&q->gen, token, &off, e.text, sizeof(e.text),
+						    &more);
 		push_event(s, &e);
-		e.token = -1;
-	} while (off < len);
+		e.token = -1;	/* the id goes with the first slice only */
+	} while (more);
 }
 
 /* ---- engine thread: request end ---- */
@@ -326,14 +306,14 @@ static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 static void fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, struct kvp_usage *u)
 {
 	uint64_t t = kvp_now_ns();
-	uint32_t computed = q->n_past < q->n_prompt ? q->n_past : q->n_prompt;
+	uint32_t computed = q->gen.n_past < q->gen.n_prompt ? q->gen.n_past : q->gen.n_prompt;
 
 	memset(u, 0, sizeof(*u));
-	u->prompt_tokens = q->n_prompt;
+	u->prompt_tokens = q->gen.n_prompt;
 	u->cached_tokens = q->n_hit * s->block_tokens;
 	u->cache_creation_tokens = q->n_created * s->block_tokens;
 	u->recomputed_tokens = computed > u->cached_tokens ? computed - u->cached_tokens : 0;
-	u->generated_tokens = q->n_generated;
+	u->generated_tokens = q->gen.n_generated;
 	u->status = status;
 	u->queue_ms = kvp_ns_to_ms((q->t_admit ? q->t_admit : t) - q->t_recv);
 	u->ttft_ms = q->t_first ? kvp_ns_to_ms(q->t_first - q->t_recv) : 0;
@@ -367,7 +347,7 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 		} else {
 			struct kvp_sched_event e = { .type = KVP_SCHED_EV_TOKEN, .token = -1,
 						     .conn = q->conn, .req_id = q->req_id };
-			int n = kvp_utf8_flush(&q->utf8, e.text, sizeof(e.text));
+			int n = kvp_gen_flush(&q->gen, e.text, sizeof(e.text));
 
 			if (n > 0) {
 				e.text_len = (uint32_t)n;
@@ -433,13 +413,13 @@ static bool prefix_in_flight(struct kvp_sched *s, const struct seq *q, uint32_t 
 			     struct seq **owner, uint32_t *until)
 {
 	uint32_t bt = s->block_tokens;
-	uint32_t q_max = (q->n_prompt - 1) / bt;	/* most blocks a lookup can give @q */
+	uint32_t q_max = (q->gen.n_prompt - 1) / bt;	/* most blocks a lookup can give @q */
 	struct seq *a;
 
 	if (h >= q_max)
 		return false;
 	for (a = s->active.first; a; a = a->next) {
-		uint32_t a_full = a->n_prompt / bt;
+		uint32_t a_full = a->gen.n_prompt / bt;
 		uint32_t limit;
 		uint32_t p;
 
@@ -482,7 +462,7 @@ static void admit(struct kvp_sched *s)
 
 		if (!q->no_cache) {
 			n = kvp_index_lookup(s->cfg.index, &q->key, (const uint32_t *)q->prompt,
-					     q->n_prompt, q->table, q->cap_table);
+					     q->gen.n_prompt, q->table, q->cap_table);
 			if (n < 0)
 				n = 0;	/* a failed lookup is a miss */
 			q->n_table = (uint32_t)n;
@@ -505,7 +485,7 @@ static void admit(struct kvp_sched *s)
 		}
 		list_del(&s->queue, q);
 		q->n_hit = q->n_indexed = (uint32_t)n;
-		q->n_past = (uint32_t)n * s->block_tokens;
+		q->gen.n_past = (uint32_t)n * s->block_tokens;
 		q->reserved = (uint32_t)need;
 		s->reserved_total += need;
 		q->t_admit = kvp_now_ns();
@@ -513,8 +493,8 @@ static void admit(struct kvp_sched *s)
 		list_add_tail(&s->active, q);
 		if (!q->no_cache) {
 			s->st.lookups++;
-			s->st.lookup_tokens += q->n_prompt;
-			s->st.hit_tokens += q->n_past;
+			s->st.lookup_tokens += q->gen.n_prompt;
+			s->st.hit_tokens += q->gen.n_past;
 			if (n > 0)
 				s->st.hit_requests++;
 		}
@@ -580,7 +560,7 @@ static int ensure_blocks(struct kvp_sched *s, struct seq *q, uint32_t n_position
 static void publish_ready(struct kvp_sched *s, struct seq *q)
 {
 	uint32_t bt = s->block_tokens;
-	uint32_t filled = (q->n_past < q->n_prompt ? q->n_past : q->n_prompt) / bt;
+	uint32_t filled = (q->gen.n_past < q->gen.n_prompt ? q->gen.n_past : q->gen.n_prompt) / bt;
 
 	if (q->no_cache)
 		return;
@@ -609,25 +589,22 @@ static void publish_ready(struct kvp_sched *s, struct seq *q)
 
 /*
  * @q sampled @token: emit it, end the request when it should stop.  EOS ends the
- * request without being sent or counted, as kvpool-run does offline.
+ * request without being sent or counted, as kvpool-run does offline (compute/gen.c).
  */
 static void took_token(struct kvp_sched *s, struct seq *q, int32_t token)
 {
 	uint64_t t = kvp_now_ns();
+	enum kvp_gen_next next;
 
 	if (!q->t_first) {
 		q->t_first = t;
 		s->ttft_ring[s->ttft_n++ % TTFT_RING] = kvp_ns_to_ms(t - q->t_recv);
 	}
 	q->t_last = t;
-	if (s->eos >= 0 && token == s->eos) {
-		seq_end(s, q, KVP_OK, false, NULL);
-		return;
-	}
-	q->last = token;
-	q->n_generated++;
-	emit_token(s, q, token);
-	if (q->n_generated >= q->max_new)
+	next = kvp_gen_take(&q->gen, token);
+	if (next != KVP_GEN_EOS)
+		emit_token(s, q, token);
+	if (next != KVP_GEN_CONTINUE)
 		seq_end(s, q, KVP_OK, false, NULL);
 }
 
@@ -646,28 +623,24 @@ static void prefill_step(struct kvp_sched *s)
 			q = next;
 			continue;
 		}
-		n = q->n_prompt - q->n_past;
-		if (n > budget)
-			n = budget;
-		r = ensure_blocks(s, q, q->n_past + n);
+		n = kvp_gen_prefill_next(&q->gen, budget);
+		r = ensure_blocks(s, q, q->gen.n_past + n);
 		if (r < 0) {
 			seq_end(s, q, KVP_E_NOSPACE, true, "pool: no block for the prompt");
 			q = next;
 			continue;
 		}
 		t0 = kvp_now_ns();
-		r = kvp_fwd_prefill(s->fwd, &s->view, q->table, q->n_table, q->n_past,
-				    q->prompt + q->n_past, n, s->logits, 0);
+		r = kvp_gen_prefill(&q->gen, s->fwd, &s->view, q->table, q->n_table, n, s->logits);
 		q->prefill_ns += kvp_now_ns() - t0;
 		if (r < 0) {
 			seq_end(s, q, KVP_E_INTERNAL, true, "engine: prefill failed");
 			q = next;
 			continue;
 		}
-		q->n_past += n;
 		budget -= n;
 		publish_ready(s, q);
-		if (q->n_past == q->n_prompt) {
+		if (kvp_gen_prefilled(&q->gen)) {
 			q->state = SEQ_DECODE;
 			took_token(s, q, kvp_sampler_sample(q->sampler, s->logits));
 		}
@@ -685,13 +658,12 @@ static void decode_step(struct kvp_sched *s)
 	for (q = s->active.first; q && n < s->cfg.max_running; q = q->next) {
 		if (q->state != SEQ_DECODE)
 			continue;
-		if (ensure_blocks(s, q, q->n_past + 1) < 0) {
+		if (ensure_blocks(s, q, q->gen.n_past + 1) < 0) {
 			q->cancelled = true;	/* ended by reap at the next step */
 			q->cancel_status = KVP_E_NOSPACE;
 			continue;
 		}
-		s->batch[n] = (struct kvp_fwd_seq){ .table = q->table, .n_table = q->n_table,
-						    .pos = q->n_past, .token = q->last };
+		s->batch[n] = kvp_gen_decode_seq(&q->gen, q->table, q->n_table);
 		s->batch_seq[n++] = q;
 	}
 	if (!n)
@@ -703,7 +675,7 @@ static void decode_step(struct kvp_sched *s)
 			seq_end(s, q, KVP_E_INTERNAL, true, "engine: decode failed");
 			continue;
 		}
-		q->n_past++;
+		kvp_gen_decoded(&q->gen);
 		took_token(s, q, kvp_sampler_sample(q->sampler, s->logits + (size_t)i * s->n_vocab));
 	}
 }
@@ -908,7 +880,7 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	s->cfg = *cfg;
 	hp = kvp_model_hparams(cfg->model);
 	s->n_vocab = hp->n_vocab;
-	s->eos = cfg->ignore_eos ? -1 : kvp_tokenizer_eos(cfg->tok);
+	s->eos = kvp_gen_eos(cfg->tok, cfg->ignore_eos);
 	kvp_pool_kv_view(cfg->pool, &s->view);
 	s->block_tokens = s->view.geom.shape.block_tokens;
 	s->n_blocks = kvp_pool_n_blocks(cfg->pool);
@@ -1065,13 +1037,11 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 		goto err;
 	q->conn = r->conn;
 	q->req_id = r->req_id;
-	q->n_prompt = r->n_tokens;
-	q->max_new = r->max_new;
 	q->no_cache = r->no_cache;
 	q->cap_table = (uint32_t)blocks;
 	q->t_recv = r->t_recv_ns;
-	q->last = -1;
 	q->prompt = r->tokens;	/* ownership passes now that nothing can fail */
+	kvp_gen_init(&q->gen, s->cfg.tok, q->prompt, r->n_tokens, r->max_new, s->eos);
 	m->type = MSG_SUBMIT;
 	m->seq = q;
 	atomic_fetch_add(&s->outstanding, 1);

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_run.c - the offline command lines, run in-process: kvpool-mkmodel writes a model
- * that kvpool-run loads; kvpool-run's --json object has the keys the issue names and
- * the same greedy tokens as the forward pass driven directly; sampling flags are
- * seeded; --help and bad arguments give the documented exit statuses.
+ * test_run.c - the offline command lines, run in-process (their sources are compiled
+ * into this test): kvpool-mkmodel writes a model that kvpool-run loads; kvpool-run's
+ * --json object has the documented keys (docs/compute.md) and the same greedy tokens as
+ * the forward pass driven directly, and its printer writes the same bytes as before the
+ * JSON writers were merged; sampling flags are seeded; --help and bad arguments give the
+ * documented exit statuses.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -298,10 +300,39 @@ static void test_mkmodel_cli(void **state)
 	assert_int_equal(kvp_mkmodel_main(3, no_out), 2);
 }
 
+static void test_json_same_bytes_as_before(void **state)
+{
+	static const int32_t ids[] = { 1, 22, 333, 4444, 0 };
+	static const char text[] = "Hi \"x\" \\ y\nz \xc3\xa9\xf0\x9f\x98\x80 \xef\xbf\xbd/";
+	struct kvp_run_result a = { .ids = ids, .n_ids = 5, .text = text,
+				    .text_len = sizeof(text) - 1, .n_prompt = 6,
+				    .prefill_s = 0.0012345, .decode_s = 0.0456789, .n_steps = 4 };
+	struct kvp_run_result b = { .ids = ids, .text = "", .n_prompt = 1 };
+	struct kvp_buf out = KVP_BUF_INIT;
+
+	/*
+	 * byte for byte what kvpool-run's own printer wrote for the same figures (recorded
+	 * from it before the JSON writers were merged), including an empty generation
+	 */
+	kvp_run_json(&out, &a);
+	kvp_run_json(&out, &b);
+	assert_int_equal(kvp_buf_finish(&out), (int)out.len);
+	assert_string_equal(out.p,
+		"{\"tokens\":[1,22,333,4444,0],\"text\":\"Hi \\\"x\\\" \\\\ y\\nz \xc3\xa9\xf0\x9f"
+		"\x98\x80 \xef\xbf\xbd/\",\"timings\":{\"prompt_tokens\":6,\"generated_tokens\":5,"
+		"\"prefill_ms\":1.234,\"decode_ms\":45.679,\"prefill_tok_s\":4860.27,"
+		"\"decode_tok_s\":87.57}}\n"
+		"{\"tokens\":[],\"text\":\"\",\"timings\":{\"prompt_tokens\":1,"
+		"\"generated_tokens\":0,\"prefill_ms\":0.000,\"decode_ms\":0.000,"
+		"\"prefill_tok_s\":0.00,\"decode_tok_s\":0.00}}\n");
+	kvp_buf_deinit(&out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_json_matches_forward),
+		cmocka_unit_test(test_json_same_bytes_as_before),
 		cmocka_unit_test(test_tokens_and_sampling_flags),
 		cmocka_unit_test(test_stops_at_eos),
 		cmocka_unit_test(test_help_and_bad_arguments),

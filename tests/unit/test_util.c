@@ -2,8 +2,8 @@
 /*
  * test_util.c - util/: the monotonic clock, strict number parsing, UTF-8 validation,
  * the byte cursor, percentiles, mkdir -p, the error buffer, text buffers and the JSON
- * writer.  The writer's output is checked byte for byte against what kvpool-run and the
- * CLI printed before they shared it, and parsed back with jansson.
+ * writer, whose output is parsed back with jansson (test_run, test_cli and test_status
+ * check the programs' JSON byte for byte against what they printed before sharing it).
  */
 #include <errno.h>
 #include <limits.h>
@@ -273,57 +273,6 @@ static void test_buf_grows(void **state)
 	kvp_buf_deinit(&b);
 }
 
-/* kvpool-run's JSON object through the writer, as run.c writes it. */
-static void run_json(struct kvp_buf *b, const int32_t *ids, uint32_t n, const char *text,
-		     size_t len, uint32_t n_prompt, double t_prefill, double t_decode,
-		     uint32_t n_steps)
-{
-	struct kvp_json j;
-
-	kvp_json_init(&j, b);
-	kvp_json_open(&j, NULL, '{');
-	kvp_json_open(&j, "tokens", '[');
-	for (uint32_t i = 0; i < n; i++)
-		kvp_json_i64(&j, NULL, ids[i]);
-	kvp_json_close(&j, ']');
-	kvp_json_str(&j, "text", text, len);
-	kvp_json_open(&j, "timings", '{');
-	kvp_json_u64(&j, "prompt_tokens", n_prompt);
-	kvp_json_u64(&j, "generated_tokens", n);
-	kvp_json_fixed(&j, "prefill_ms", t_prefill * 1e3, 3);
-	kvp_json_fixed(&j, "decode_ms", t_decode * 1e3, 3);
-	kvp_json_fixed(&j, "prefill_tok_s", t_prefill > 0 ? n_prompt / t_prefill : 0.0, 2);
-	kvp_json_fixed(&j, "decode_tok_s", n_steps && t_decode > 0 ? n_steps / t_decode : 0.0,
-		       2);
-	kvp_json_close(&j, '}');
-	kvp_json_close(&j, '}');
-	kvp_buf_add(b, "\n", 1);
-}
-
-static void test_json_same_bytes_as_before(void **state)
-{
-	static const int32_t ids[] = { 1, 22, 333, 4444, 0 };
-	static const char text[] = "Hi \"x\" \\ y\nz \xc3\xa9\xf0\x9f\x98\x80 \xef\xbf\xbd/";
-	struct kvp_buf b = KVP_BUF_INIT;
-
-	/*
-	 * byte for byte what kvpool-run's own printer wrote for the same figures (recorded
-	 * from it before the writers were merged), including an empty generation
-	 */
-	run_json(&b, ids, 5, text, sizeof(text) - 1, 6, 0.0012345, 0.0456789, 4);
-	run_json(&b, ids, 0, "", 0, 1, 0, 0, 0);
-	assert_int_equal(kvp_buf_finish(&b), (int)b.len);
-	assert_string_equal(b.p,
-		"{\"tokens\":[1,22,333,4444,0],\"text\":\"Hi \\\"x\\\" \\\\ y\\nz \xc3\xa9\xf0\x9f"
-		"\x98\x80 \xef\xbf\xbd/\",\"timings\":{\"prompt_tokens\":6,\"generated_tokens\":5,"
-		"\"prefill_ms\":1.234,\"decode_ms\":45.679,\"prefill_tok_s\":4860.27,"
-		"\"decode_tok_s\":87.57}}\n"
-		"{\"tokens\":[],\"text\":\"\",\"timings\":{\"prompt_tokens\":1,"
-		"\"generated_tokens\":0,\"prefill_ms\":0.000,\"decode_ms\":0.000,"
-		"\"prefill_tok_s\":0.00,\"decode_tok_s\":0.00}}\n");
-	kvp_buf_deinit(&b);
-}
-
 static void test_json_escapes_one_policy(void **state)
 {
 	/* every control character, DEL, and each kind of ill-formed byte */
@@ -426,7 +375,6 @@ int main(void)
 		cmocka_unit_test(test_errmsg),
 		cmocka_unit_test(test_buf_fixed_is_whole_or_failed),
 		cmocka_unit_test(test_buf_grows),
-		cmocka_unit_test(test_json_same_bytes_as_before),
 		cmocka_unit_test(test_json_escapes_one_policy),
 		cmocka_unit_test(test_json_numbers_and_nesting),
 		cmocka_unit_test(test_json_fixed_buffer),

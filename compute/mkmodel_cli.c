@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mkmodel_cli.c - kvpool-mkmodel's command line over kvp_mkmodel_write() (see run.h and
+ * mkmodel.h).  Compiled into the kvpool-mkmodel executable only (and test_run).
+ */
+#include "compute/run.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "compute/mkmodel.h"
+#include "util/parse.h"
+
+static void mkmodel_usage(FILE *f)
+{
+	fputs("usage: kvpool-mkmodel -o FILE [--preset tiny|demo|1b] [--type f32|f16|bf16|q8_0]\n"
+	      "                      [--seed S] [--n-embd N] [--n-layers N] [--n-heads N]\n"
+	      "                      [--n-kv-heads N] [--n-ff N] [--n-ctx N] [--tied|--untied]\n"
+	      "                      [--name NAME]\n"
+	      "Writes a GGUF v3 llama model with seeded random weights and a byte-level vocabulary\n"
+	      "(<unk>, <s>, </s>, then 256 byte tokens); the same options always give the same file.\n"
+	      "  -o, --output FILE   where to write (replaced atomically)\n"
+	      "  -p, --preset NAME   tiny: n_embd 64, 2 layers, 4 heads / 2 KV, n_ff 128 (the default)\n"
+	      "                      demo: ~104M params, n_embd 768, 12 layers, 12 / 4 heads, n_ff 3072\n"
+	      "                      1b: Llama-3.2-1B-like, n_embd 2048, 16 layers, 32 / 8 heads, n_ff 8192\n"
+	      "  -t, --type T        matrix type: f32 (default), f16, bf16 or q8_0; norms stay f32\n"
+	      "  -s, --seed S        weight seed (default 1234)\n"
+	      "      --n-embd, --n-layers, --n-heads, --n-kv-heads, --n-ff, --n-ctx N\n"
+	      "                      override the preset's shape (each 1..1048576)\n"
+	      "      --tied, --untied  reuse token_embd as the output matrix, or not (presets: untied)\n"
+	      "      --name NAME     general.name\n"
+	      "  -h, --help          this text\n", f);
+}
+
+int kvp_mkmodel_main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "preset", required_argument, 0, 'p' }, { "type", required_argument, 0, 't' },
+		{ "seed", required_argument, 0, 's' }, { "output", required_argument, 0, 'o' },
+		{ "n-embd", required_argument, 0, 'e' }, { "n-layers", required_argument, 0, 'l' },
+		{ "n-heads", required_argument, 0, 'H' }, { "n-kv-heads", required_argument, 0, 'K' },
+		{ "n-ff", required_argument, 0, 'f' }, { "n-ctx", required_argument, 0, 'c' },
+		{ "tied", no_argument, 0, 'T' }, { "untied", no_argument, 0, 'U' },
+		{ "name", required_argument, 0, 'N' }, { "help", no_argument, 0, 'h' }, { 0 },
+	};
+	const char *preset = "tiny", *path = NULL, *type = NULL, *name = NULL;
+	uint32_t e = 0, l = 0, H = 0, K = 0, F = 0, C = 0;
+	int tied = -1, c, r, li;
+	uint64_t seed = 0;
+	int have_seed = 0;
+	struct kvp_mkmodel_opts o;
+	char err[256];
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "o:t:s:p:h", lo, &li)) != -1) {
+		uint32_t *dst = c == 'e' ? &e : c == 'l' ? &l : c == 'H' ? &H : c == 'K' ? &K :
+				c == 'f' ? &F : c == 'c' ? &C : NULL;
+
+		if (dst) {
+			uint64_t v;
+
+			if (kvp_parse_u64(optarg, 1, 1u << 20, &v)) {
+				fprintf(stderr, "kvpool-mkmodel: --%s: want an integer in [1, 1048576], got '%s'\n",
+					lo[li].name, optarg);
+				goto usage;
+			}
+			*dst = (uint32_t)v;
+			continue;
+		}
+		switch (c) {
+		case 'p': preset = optarg; break;
+		case 't': type = optarg; break;
+		case 'o': path = optarg; break;
+		case 'N': name = optarg; break;
+		case 'T': tied = 1; break;
+		case 'U': tied = 0; break;
+		case 's':
+			if (kvp_parse_u64(optarg, 0, UINT64_MAX, &seed)) {
+				fprintf(stderr, "kvpool-mkmodel: --seed: want an unsigned 64-bit integer, got '%s'\n",
+					optarg);
+				goto usage;
+			}
+			have_seed = 1;
+			break;
+		case 'h':
+			mkmodel_usage(stdout);
+			return 0;
+		default: goto usage;	/* getopt named the option */
+		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, "kvpool-mkmodel: unexpected argument '%s'\n", argv[optind]);
+		goto usage;
+	}
+	if (!path) {
+		fprintf(stderr, "kvpool-mkmodel: no output file (-o FILE)\n");
+		goto usage;
+	}
+	if (kvp_mkmodel_preset(&o, preset)) {
+		fprintf(stderr, "kvpool-mkmodel: --preset: want tiny, demo or 1b, got '%s'\n", preset);
+		goto usage;
+	}
+	if (type) {
+		r = kvp_mkmodel_type_parse(type);
+		if (r < 0) {
+			fprintf(stderr, "kvpool-mkmodel: --type: want f32, f16, bf16 or q8_0, got '%s'\n",
+				type);
+			goto usage;
+		}
+		o.type = (uint32_t)r;
+	}
+	if (have_seed)
+		o.seed = seed;
+	if (e)
+		o.n_embd = e;
+	if (l)
+		o.n_layers = l;
+	if (H)
+		o.n_heads = H;
+	if (K)
+		o.n_kv_heads = K;
+	if (F)
+		o.n_ff = F;
+	if (C)
+		o.n_ctx = C;
+	if (tied >= 0)
+		o.tied = tied;
+	if (name)
+		o.name = name;
+	r = kvp_mkmodel_write(path, &o, err, sizeof(err));
+	if (r) {
+		fprintf(stderr, "kvpool-mkmodel: %s\n", err);
+		return r == -EINVAL ? 2 : 1;
+	}
+	return 0;
+usage:
+	fprintf(stderr, "kvpool-mkmodel: try 'kvpool-mkmodel --help'\n");
+	return 2;
+}
