@@ -127,27 +127,45 @@ int kvp_conn_req_add(struct kvp_conn *c, uint64_t req_id, uint32_t max)
 		if (!c->reqs)
 			return -ENOMEM;
 	}
-	c->reqs[c->n_reqs++] = req_id;
+	c->reqs[c->n_reqs++] = (struct kvp_conn_req){ .id = req_id };
 	return 0;
 }
 
 /* Linear scan: max_reqs_per_conn is small (tens), and the set is per connection. */
-bool kvp_conn_req_has(const struct kvp_conn *c, uint64_t req_id)
+static struct kvp_conn_req *req_find(const struct kvp_conn *c, uint64_t req_id)
 {
 	for (uint32_t i = 0; i < c->n_reqs; i++)
-		if (c->reqs[i] == req_id)
-			return true;
-	return false;
+		if (c->reqs[i].id == req_id)
+			return &c->reqs[i];
+	return NULL;
+}
+
+bool kvp_conn_req_has(const struct kvp_conn *c, uint64_t req_id)
+{
+	return req_find(c, req_id) != NULL;
 }
 
 /* Forget @req_id.  Return: whether it was in flight. */
 bool kvp_conn_req_del(struct kvp_conn *c, uint64_t req_id)
 {
-	for (uint32_t i = 0; i < c->n_reqs; i++) {
-		if (c->reqs[i] == req_id) {
-			c->reqs[i] = c->reqs[--c->n_reqs];
-			return true;
-		}
-	}
-	return false;
+	struct kvp_conn_req *r = req_find(c, req_id);
+
+	if (!r)
+		return false;
+	*r = c->reqs[--c->n_reqs];
+	return true;
+}
+
+/*
+ * A CANCEL of @req_id arrived.  Return: true when it is in flight and this is its first
+ * CANCEL (pass it on), so svc/'s engine inbox holds at most one cancel per request.
+ */
+bool kvp_conn_req_cancel(struct kvp_conn *c, uint64_t req_id)
+{
+	struct kvp_conn_req *r = req_find(c, req_id);
+
+	if (!r || r->cancel_passed)
+		return false;
+	r->cancel_passed = true;
+	return true;
 }

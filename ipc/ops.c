@@ -141,8 +141,11 @@ static int on_cancel(struct kvp_server *srv, struct kvp_conn *c, const struct kv
 {
 	if (!c->helloed)
 		return kvp_srv_fail(srv, c, KVP_E_PROTO, "CANCEL before HELLO");
-	/* a request that already ended is no error: CANCEL races with DONE by nature */
-	if (kvp_conn_req_has(c, hdr->req_id))
+	/*
+	 * a request that already ended is no error: CANCEL races with DONE by nature; a
+	 * repeated CANCEL is dropped too, so svc/ hears of each request's first one only
+	 */
+	if (kvp_conn_req_cancel(c, hdr->req_id))
 		srv->ops.cancel(srv->ops.ctx, kvp_srv_conn_id(c), hdr->req_id);
 	return 0;
 }

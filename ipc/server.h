@@ -99,7 +99,8 @@ enum kvp_status_fmt {
  *            DONE or ERROR must follow (kvp_server_send_done/_error), also after a
  *            cancel; TOKENs may precede it.  Or return a status for an immediate ERROR
  *            with a generic message (or send your own ERROR and return KVP_OK).
- * @cancel:   the client cancelled @req_id, which is in flight (still answer it)
+ * @cancel:   the client cancelled @req_id, which is in flight (still answer it); called
+ *            once per request at most (repeated CANCELs are dropped by ipc/)
  * @closed:   the connection is gone: cancel all its requests and release all it held.
  *            Called exactly once for every connection that reached @hello (also when
  *            @hello refused it), never for others.  No kvp_server_send_*() to @conn

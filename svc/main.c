@@ -59,10 +59,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	r = kvp_daemon_new(&d, &cfg);
-	if (r < 0) {
-		kvp_daemon_free(d);	/* whatever part was built */
+	if (r < 0)
 		return r == -ECANCELED ? 0 : 1;	/* SIGTERM while starting is a clean stop */
-	}
 	r = kvp_daemon_run(d);
 	kvp_daemon_free(d);
 	return r < 0 ? 1 : 0;
