@@ -136,7 +136,6 @@ struct kvp_sched_stats {
 	uint64_t req_done;
 	uint64_t req_cancelled;
 	uint64_t req_failed;
-	uint64_t req_rejected;
 	uint64_t lookups;		/* requests that looked up the index (final lookup) */
 	uint64_t hit_requests;		/* ... with at least one hit block */
 	uint64_t lookup_tokens;		/* prompt tokens of those requests */

@@ -40,69 +40,37 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 {
 	const struct kvp_domain *dom = &src->domains->dom[KVP_DOMAIN_DEFAULT];
 	const struct kvp_geom *g = kvp_pool_geom(dom->pool);
-	struct kvp_sched_stats st;
+	const struct kvp_pool_stats *ps = &s->sched.pool;
 	const struct kvp_conn_rec *c;
 	uint32_t a;
 
-	kvp_sched_get_stats(src->sched, &st);
 	memset(s, 0, sizeof(*s));
+	/* the counters, whole: status.c's table says what each one is */
+	kvp_sched_get_stats(src->sched, &s->sched);
 	kvp_server_get_stats(src->req->srv, &s->server);
+
 	snprintf(s->version, sizeof(s->version), "%s", KVP_VERSION);
 	snprintf(s->model, sizeof(s->model), "%s", src->model);
 	snprintf(s->state, sizeof(s->state), "%s", *src->state);
 	s->uptime_ms = (kvp_now_ns() - src->t_start_ns) / 1000000;
 	s->pid = (uint32_t)getpid();
 
+	/* what is derived */
 	s->block_tokens = g->shape.block_tokens;
 	s->block_bytes = g->block_bytes;
 	s->pool_bytes = (uint64_t)kvp_pool_n_blocks(dom->pool) * g->block_stride;
 	snprintf(s->page_kind, sizeof(s->page_kind), "%s",
-		 kvp_page_kind_name((enum kvp_page_kind)st.pool.page_kind));
+		 kvp_page_kind_name((enum kvp_page_kind)ps->page_kind));
 	snprintf(s->kv_dtype, sizeof(s->kv_dtype), "%s", kvp_dtype_name(g->shape.dtype));
-	s->n_arenas = st.pool.n_arenas < KVP_STATUS_MAX_ARENAS ? st.pool.n_arenas :
-								  KVP_STATUS_MAX_ARENAS;
-	for (a = 0; a < st.pool.n_arenas && a < KVP_MAX_ARENAS; a++) {
-		const struct kvp_arena_stats *ar = &st.pool.arena[a];
-
-		s->blocks_total += ar->n_blocks;
-		s->blocks_used += ar->used;
-		s->blocks_cached += ar->cached;
-		s->blocks_free += ar->free;
-		if (a < KVP_STATUS_MAX_ARENAS)
-			s->arenas[a] = (struct kvp_status_arena){
-				.node = ar->node_os_index, .blocks_total = ar->n_blocks,
-				.blocks_used = ar->used, .blocks_cached = ar->cached,
-				.blocks_free = ar->free };
+	for (a = 0; a < ps->n_arenas && a < KVP_MAX_ARENAS; a++) {
+		s->blocks_total += ps->arena[a].n_blocks;
+		s->blocks_used += ps->arena[a].used;
+		s->blocks_cached += ps->arena[a].cached;
+		s->blocks_free += ps->arena[a].free;
 	}
-	s->index_entries = st.index.entries;
-	s->index_lookups = st.lookups;
-	s->index_hit_requests = st.hit_requests;
-	s->index_lookup_tokens = st.lookup_tokens;
-	s->index_hit_tokens = st.hit_tokens;
-	s->index_inserts = st.index.publishes - st.index.publish_dups;
-	s->index_evictions = st.pool.evictions;
-
-	s->sched_queued = st.queued;
-	s->sched_running = st.running;
-	s->sched_waiting_prefix = st.waiting_prefix;
-	s->sched_cancels = st.cancels_received;
-	s->req_total = st.req_total + src->req->rejected;
-	s->req_done = st.req_done;
-	s->req_cancelled = st.req_cancelled;
-	s->req_failed = st.req_failed;
+	s->index_inserts = s->sched.index.publishes - s->sched.index.publish_dups;
 	s->req_rejected = src->req->rejected;
-	s->prompt_tokens = st.prompt_tokens;
-	s->cached_tokens = st.cached_tokens;
-	s->cache_creation_tokens = st.cache_creation_tokens;
-	s->recomputed_tokens = st.recomputed_tokens;
-	s->generated_tokens = st.generated_tokens;
-	s->queue_ms = st.queue_ms;
-	s->ttft_ms = st.ttft_ms;
-	s->prefill_ms = st.prefill_ms;
-	s->decode_ms = st.decode_ms;
-	s->ttft_samples = st.ttft_samples;
-	s->ttft_p50_ms = st.ttft_p50_ms;
-	s->ttft_p99_ms = st.ttft_p99_ms;
+	s->req_total = s->sched.req_total + s->req_rejected;
 
 	for (c = kvp_conns_first(&src->req->conns); c && s->n_conns < KVP_STATUS_MAX_CONNS;
 	     c = kvp_conns_next(&src->req->conns, c)) {
