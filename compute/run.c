@@ -194,21 +194,21 @@ void kvp_run_json(struct kvp_buf *b, const struct kvp_run_result *res)
 	struct kvp_json j;
 
 	kvp_json_init(&j, b);
-	kvp_json_open(&j, NULL, '{');
-	kvp_json_open(&j, "tokens", '[');
+	kvp_json_begin(&j, NULL, '{');
+	kvp_json_begin(&j, "tokens", '[');
 	for (uint32_t i = 0; i < res->n_ids; i++)
 		kvp_json_i64(&j, NULL, res->ids[i]);
-	kvp_json_close(&j, ']');
+	kvp_json_end(&j, ']');
 	kvp_json_str(&j, "text", res->text, res->text_len);
-	kvp_json_open(&j, "timings", '{');
+	kvp_json_begin(&j, "timings", '{');
 	kvp_json_u64(&j, "prompt_tokens", res->n_prompt);
 	kvp_json_u64(&j, "generated_tokens", res->n_ids);
 	kvp_json_fixed(&j, "prefill_ms", res->prefill_s * 1e3, 3);
 	kvp_json_fixed(&j, "decode_ms", res->decode_s * 1e3, 3);
 	kvp_json_fixed(&j, "prefill_tok_s", prefill_rate(res), 2);
 	kvp_json_fixed(&j, "decode_tok_s", decode_rate(res), 2);
-	kvp_json_close(&j, '}');
-	kvp_json_close(&j, '}');
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, '}');
 	kvp_buf_add(b, "\n", 1);
 }
 

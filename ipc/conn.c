@@ -66,10 +66,10 @@ int kvp_conn_in_reserve(struct kvp_conn *c, uint32_t n, uint32_t max)
 }
 
 /*
- * kvp_outq_put() - append @n bytes, all or nothing
+ * kvp_outq_append() - append @n bytes, all or nothing
  * Return: 0, -ENOBUFS when they do not fit in what is left of @cap, or -ENOMEM.
  */
-int kvp_outq_put(struct kvp_outq *q, const void *p, uint32_t n)
+int kvp_outq_append(struct kvp_outq *q, const void *p, uint32_t n)
 {
 	uint32_t tail, first;
 

@@ -98,7 +98,7 @@ struct kvp_conn {
 void kvp_conn_reset(struct kvp_conn *c);
 int kvp_conn_in_reserve(struct kvp_conn *c, uint32_t n, uint32_t max);
 
-int kvp_outq_put(struct kvp_outq *q, const void *p, uint32_t n);
+int kvp_outq_append(struct kvp_outq *q, const void *p, uint32_t n);
 unsigned int kvp_outq_iov(const struct kvp_outq *q, struct iovec iov[2]);
 void kvp_outq_consume(struct kvp_outq *q, uint32_t n);
 

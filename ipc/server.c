@@ -260,7 +260,7 @@ static int queue_scratch(struct kvp_server *srv, struct kvp_conn *c, size_t len)
 
 	if (len > UINT32_MAX)
 		return -EMSGSIZE;
-	r = kvp_outq_put(&c->out, srv->scratch, (uint32_t)len);
+	r = kvp_outq_append(&c->out, srv->scratch, (uint32_t)len);
 	if (r == -ENOBUFS) {
 		srv->st.slow_disconnects++;
 		conn_close(srv, c);
@@ -520,7 +520,7 @@ static void status_input(struct kvp_server *srv, struct kvp_conn *c, bool eof)
 queue:
 	c->in_len = 0;
 	c->out.cap = (uint32_t)len;
-	if (len && kvp_outq_put(&c->out, out, (uint32_t)len)) {
+	if (len && kvp_outq_append(&c->out, out, (uint32_t)len)) {
 		free(report);
 		conn_close(srv, c);
 		return;
@@ -910,22 +910,21 @@ static int listen_unix(const char *path, gid_t gid, int *out)
 	old = umask(0177);
 	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);
-	if (r < 0)
-		goto out_errno;
-	if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0)
-		goto out_unlink;
-	if (chmod(path, 0660) < 0 || listen(fd, 512) < 0)
-		goto out_unlink;
+	if (r < 0) {
+		r = -errno;
+		goto err_close;
+	}
+	if ((gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0) || chmod(path, 0660) < 0 ||
+	    listen(fd, 512) < 0) {
+		r = -errno;
+		goto err_unlink;
+	}
 	*out = fd;
 	return 0;
 
-out_unlink:
-	r = -errno;
+err_unlink:
 	unlink(path);
-	close(fd);
-	return r;
-out_errno:
-	r = -errno;
+err_close:
 	close(fd);
 	return r;
 }
@@ -954,8 +953,19 @@ static int config_fill(struct kvp_server_config *c)
 	return 0;
 }
 
-int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_ops *ops,
-		   struct kvp_server **out)
+/* What kvp_server_new() allocates besides the server itself (NULLs are fine). */
+static void free_arrays(struct kvp_server *srv)
+{
+	free(srv->socket_path);
+	free(srv->status_path);
+	free(srv->conns);
+	free(srv->ids);
+	free(srv->text);
+	free(srv->scratch);
+}
+
+int kvp_server_new(struct kvp_server **out, const struct kvp_server_config *cfg,
+		   const struct kvp_server_ops *ops)
 {
 	struct kvp_server *srv;
 	int r;
@@ -973,7 +983,7 @@ int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_
 	srv->ops = *ops;
 	r = config_fill(&srv->cfg);
 	if (r)
-		goto out_free;
+		goto err_free;
 	srv->lim = (struct kvp_proto_limits){ .max_frame_bytes = srv->cfg.max_frame_bytes,
 					      .max_prompt_tokens = srv->cfg.max_prompt_tokens,
 					      .max_new_tokens = srv->cfg.max_new_tokens };
@@ -988,7 +998,7 @@ int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_
 	srv->text = malloc((size_t)srv->cfg.max_prompt_tokens + 1);
 	if (!srv->socket_path || (cfg->status_path && !srv->status_path) || !srv->conns ||
 	    !srv->ids || !srv->text)
-		goto out_free;
+		goto err_arrays;
 	srv->cfg.socket_path = srv->socket_path;
 	srv->cfg.status_path = srv->status_path;
 	for (uint32_t i = 0; i < srv->n_slots; i++) {
@@ -1001,19 +1011,19 @@ int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_
 	srv->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);	/* never blocks a signal handler */
 	if (srv->stop_efd < 0) {
 		r = -errno;
-		goto out_free;
+		goto err_arrays;
 	}
 	r = kvp_loop_init(&srv->loop, 256, 8192, RECV_BUFS, RECV_BUF_SIZE);
 	if (r)
-		goto out_free;
+		goto err_stop;
 	r = listen_unix(srv->socket_path, cfg->socket_gid, &srv->lfd[0]);
 	if (r)
-		goto out_free;
+		goto err_loop;
 	srv->bound[0] = true;
 	if (srv->status_path) {
 		r = listen_unix(srv->status_path, cfg->status_gid, &srv->lfd[1]);
 		if (r)
-			goto out_free;
+			goto err_listen;
 		srv->bound[1] = true;
 	}
 	arm_accept(srv, 0);
@@ -1023,8 +1033,17 @@ int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_
 	*out = srv;
 	return 0;
 
-out_free:
-	kvp_server_free(srv);
+err_listen:
+	close(srv->lfd[0]);
+	unlink(srv->socket_path);
+err_loop:
+	kvp_loop_deinit(&srv->loop);
+err_stop:
+	close(srv->stop_efd);
+err_arrays:
+	free_arrays(srv);
+err_free:
+	free(srv);
 	return r;
 }
 
@@ -1041,7 +1060,7 @@ void kvp_server_free(struct kvp_server *srv)
 		shutdown(c->fd, SHUT_RDWR);
 	}
 	/* the ring goes first: no operation may still point into the buffers below */
-	kvp_loop_fini(&srv->loop);
+	kvp_loop_deinit(&srv->loop);
 	for (uint32_t i = 0; srv->conns && i < srv->n_slots; i++) {
 		struct kvp_conn *c = &srv->conns[i];
 
@@ -1060,11 +1079,6 @@ void kvp_server_free(struct kvp_server *srv)
 	}
 	if (srv->stop_efd >= 0)
 		close(srv->stop_efd);
-	free(srv->socket_path);
-	free(srv->status_path);
-	free(srv->conns);
-	free(srv->ids);
-	free(srv->text);
-	free(srv->scratch);
+	free_arrays(srv);
 	free(srv);
 }

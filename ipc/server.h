@@ -122,13 +122,13 @@ struct kvp_server_ops {
 
 /**
  * kvp_server_new() - bind both sockets and set up the ring
+ * @out:  out; the new server, set only on success
  * @cfg:  sockets and limits (copied)
  * @ops:  svc/'s callbacks (copied)
- * @out:  the new server
  * Return: 0, or -errno (the socket path is logged by the caller).
  */
-int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_ops *ops,
-		   struct kvp_server **out);
+int kvp_server_new(struct kvp_server **out, const struct kvp_server_config *cfg,
+		   const struct kvp_server_ops *ops);
 
 /* Closes every connection (calling @closed for each), both sockets and the ring. NULL ok. */
 void kvp_server_free(struct kvp_server *srv);

@@ -224,6 +224,18 @@ static void on_evict(void *ctx, uint32_t block)
 	idx->st.evictions++;
 }
 
+/* Everything an index allocates besides itself (NULLs are fine). */
+static void free_arrays(struct kvp_index *idx)
+{
+	free(idx->bucket);
+	free(idx->hnext);
+	free(idx->hash);
+	free(idx->ek_id);
+	free(idx->tokens);
+	free(idx->eks);
+	free(idx->ek_bucket);
+}
+
 int kvp_index_new(struct kvp_index **out, struct kvp_pool *pool)
 {
 	struct kvp_index *idx;
@@ -252,19 +264,20 @@ int kvp_index_new(struct kvp_index **out, struct kvp_pool *pool)
 	idx->tokens = kvp_big_calloc((size_t)n * bt, sizeof(*idx->tokens));
 	if (!idx->bucket || !idx->hnext || !idx->hash || !idx->ek_id || !idx->tokens) {
 		r = -ENOMEM;
-		goto fail;
+		goto err_arrays;
 	}
 	memset(idx->bucket, 0xff, (size_t)nb * sizeof(*idx->bucket));
 	memset(idx->hnext, 0xff, (size_t)n * sizeof(*idx->hnext));
 	memset(idx->ek_id, 0xff, (size_t)n * sizeof(*idx->ek_id));
 	r = kvp_pool_set_evictor(pool, on_evict, idx);
 	if (r < 0)
-		goto fail;
+		goto err_arrays;
 	*out = idx;
 	return 0;
-fail:
-	idx->pool = NULL;
-	kvp_index_free(idx);
+
+err_arrays:
+	free_arrays(idx);
+	free(idx);
 	return r;
 }
 
@@ -272,15 +285,8 @@ void kvp_index_free(struct kvp_index *idx)
 {
 	if (!idx)
 		return;
-	if (idx->pool)
-		kvp_pool_set_evictor(idx->pool, NULL, NULL);
-	free(idx->bucket);
-	free(idx->hnext);
-	free(idx->hash);
-	free(idx->ek_id);
-	free(idx->tokens);
-	free(idx->eks);
-	free(idx->ek_bucket);
+	kvp_pool_set_evictor(idx->pool, NULL, NULL);
+	free_arrays(idx);
 	free(idx);
 }
 
@@ -330,7 +336,7 @@ int kvp_index_lookup(struct kvp_index *idx, const struct kvp_prefix_key *key,
 			const uint32_t *t = tokens + (size_t)i * idx->bt;
 			uint32_t id = entry_find(idx, hs[k], parent, ek, t);
 
-			if (id == NONE || kvp_pool_get(idx->pool, id) < 0)
+			if (id == NONE || kvp_pool_ref(idx->pool, id) < 0)
 				goto out;
 			kvp_pool_touch(idx->pool, id);
 			hits[i] = id;
@@ -370,7 +376,7 @@ int kvp_index_publish(struct kvp_index *idx, const struct kvp_prefix_key *key,
 	h = chain_hash(idx, parent == NONE ? key->seed : idx->hash[parent], tokens);
 	existing = ek == NONE ? NONE : entry_find(idx, h, parent, ek, tokens);
 	if (existing != NONE) {
-		r = kvp_pool_get(idx->pool, existing);
+		r = kvp_pool_ref(idx->pool, existing);
 		if (r < 0)
 			return r;
 		kvp_pool_touch(idx->pool, existing);

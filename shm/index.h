@@ -148,7 +148,7 @@ int kvp_index_lookup(struct kvp_index *idx, const struct kvp_prefix_key *key,
  * If an equal entry (same parent, tokens and extra keys) already exists, e.g. two
  * requests with the same prompt prefilled at once, nothing is inserted: *@out_block is
  * the existing block with one reference taken for the caller, who should switch its
- * block table to it and kvp_pool_put() its own @block (its later blocks then chain
+ * block table to it and kvp_pool_unref() its own @block (its later blocks then chain
  * under the existing one).  @block itself is never released here.
  * Return: 0 inserted (*out_block == block), 1 an equal entry exists (see above),
  * -ENOENT when @parent is not in the index (evicted or never published), -EEXIST when

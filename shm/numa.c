@@ -31,17 +31,17 @@ int kvp_numa_open(struct kvp_numa **out, const char *synthetic)
 	if (!n)
 		return -ENOMEM;
 	if (hwloc_topology_init(&n->topo) < 0) {
-		free(n);
-		return -ENOMEM;
+		r = -ENOMEM;
+		goto err_free;
 	}
 	if (synthetic && hwloc_topology_set_synthetic(n->topo, synthetic) < 0)
-		goto fail;
+		goto err_topology;
 	if (hwloc_topology_load(n->topo) < 0)
-		goto fail;
+		goto err_topology;
 	count = hwloc_get_nbobjs_by_type(n->topo, HWLOC_OBJ_NUMANODE);
 	if (count > KVP_MAX_ARENAS) {
 		r = -E2BIG;
-		goto fail;
+		goto err_topology;
 	}
 	if (count <= 0) {
 		n->n_nodes = 1;
@@ -54,8 +54,10 @@ int kvp_numa_open(struct kvp_numa **out, const char *synthetic)
 	n->binds = n->thissystem && n->n_nodes > 1;
 	*out = n;
 	return 0;
-fail:
+
+err_topology:
 	hwloc_topology_destroy(n->topo);
+err_free:
 	free(n);
 	return r;
 }

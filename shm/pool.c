@@ -254,7 +254,7 @@ int kvp_pool_alloc(struct kvp_pool *p, int node, uint32_t *id)
 	return 0;
 }
 
-int kvp_pool_get(struct kvp_pool *p, uint32_t id)
+int kvp_pool_ref(struct kvp_pool *p, uint32_t id)
 {
 	struct kvp_block *b = blk(p, id);
 
@@ -272,7 +272,7 @@ int kvp_pool_get(struct kvp_pool *p, uint32_t id)
 	return 0;
 }
 
-int kvp_pool_put(struct kvp_pool *p, uint32_t id)
+int kvp_pool_unref(struct kvp_pool *p, uint32_t id)
 {
 	struct kvp_block *b = blk(p, id);
 	struct arena *a;
@@ -310,7 +310,7 @@ int kvp_pool_cow(struct kvp_pool *p, uint32_t id, int node, uint32_t *out_id)
 	if (r < 0)
 		return r;
 	memcpy(kvp_pool_data(p, copy), kvp_pool_data(p, id), p->geom.block_bytes);
-	kvp_pool_put(p, id);
+	kvp_pool_unref(p, id);
 	p->cow_copies++;
 	*out_id = copy;
 	return 1;
@@ -419,6 +419,15 @@ static int bind_arenas(struct kvp_pool *p)
 	return 0;
 }
 
+/* The block metadata, the arenas' heaps and the stash (NULLs are fine). */
+static void free_arrays(struct kvp_pool *p)
+{
+	for (uint32_t i = 0; i < p->n_arenas; i++)
+		free(p->arenas[i].heap);
+	free(p->stash);
+	free(p->blocks);
+}
+
 int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 {
 	struct kvp_arena_range ranges[KVP_MAX_ARENAS];
@@ -433,18 +442,18 @@ int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 		return -ENOMEM;
 	r = kvp_geom_init(&p->geom, &cfg->shape);
 	if (r < 0)
-		goto fail;
+		goto err_free;
 	p->n_blocks = cfg->n_blocks;
 	p->numa = cfg->numa;
 	p->n_arenas = cfg->numa ? kvp_numa_n_nodes(cfg->numa) : 1;
 	r = kvp_numa_split(p->n_blocks, p->n_arenas, ranges);
 	if (r < 0)
-		goto fail;
+		goto err_free;
 
 	p->blocks = kvp_big_calloc(p->n_blocks, sizeof(*p->blocks));
 	if (!p->blocks) {
 		r = -ENOMEM;
-		goto fail;
+		goto err_free;
 	}
 	for (uint32_t i = 0; i < p->n_arenas; i++) {
 		struct arena *a = &p->arenas[i];
@@ -454,7 +463,7 @@ int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 		a->heap = malloc(((size_t)a->range.count + 1) * sizeof(*a->heap));
 		if (!a->heap) {
 			r = -ENOMEM;
-			goto fail;
+			goto err_arrays;
 		}
 		if (a->range.count > max_arena)
 			max_arena = a->range.count;
@@ -470,29 +479,34 @@ int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 	p->stash = malloc(((size_t)max_arena + 1) * sizeof(*p->stash));
 	if (!p->stash) {
 		r = -ENOMEM;
-		goto fail;
+		goto err_arrays;
 	}
 
 	r = kvp_segment_open(&p->seg, &p->geom, p->n_blocks, cfg->pages, cfg->name);
 	if (r < 0)
-		goto fail;
+		goto err_arrays;
 	if (p->numa) {
 		r = bind_arenas(p);
 		if (r < 0)
-			goto fail;
+			goto err_segment;
 	}
 	if (!cfg->no_prefault) {
 		r = kvp_segment_prefault(p->seg);
 		if (r < 0)
-			goto fail;
+			goto err_segment;
 	}
 	r = kvp_segment_seal(p->seg);
 	if (r < 0)
-		goto fail;
+		goto err_segment;
 	*out = p;
 	return 0;
-fail:
-	kvp_pool_free(p);
+
+err_segment:
+	kvp_segment_close(p->seg);
+err_arrays:
+	free_arrays(p);
+err_free:
+	free(p);
 	return r;
 }
 
@@ -501,10 +515,7 @@ void kvp_pool_free(struct kvp_pool *p)
 	if (!p)
 		return;
 	kvp_segment_close(p->seg);
-	for (uint32_t i = 0; i < p->n_arenas; i++)
-		free(p->arenas[i].heap);
-	free(p->stash);
-	free(p->blocks);
+	free_arrays(p);
 	free(p);
 }
 

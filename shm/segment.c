@@ -6,7 +6,7 @@
  * and data_offset + n_blocks * block_stride <= bytes; the fd is never resized after
  * creation (sealed against it once kvp_segment_seal() ran); our mapping is the only
  * writable one that can ever exist once sealed.  Only a memfd can be sealed, and it
- * leaves no name behind in /dev/shm after a crash (ARCHITECTURE.md).
+ * leaves no name behind in /dev/shm after a crash (docs/architecture.md).
  *
  * Thread: created, faulted and sealed by one thread at start; see segment.h.
  */

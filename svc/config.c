@@ -66,9 +66,9 @@ static const struct key_def keys[] = {
 	{ "daemon", "drain_timeout_ms", "drain-timeout-ms", T_U32, OFF(drain_timeout_ms), 0, 0,
 	  3600000, "on SIGTERM, time running requests get to finish before they are cancelled" },
 	{ "daemon", "weights", "weights", T_WEIGHTS, OFF(weights), 0, 0, 0,
-	  "copy: copied at start into huge-page memory: decode ~1.1-1.25x faster, no extra\n"
-	  "memory, but a slower start (demo +0.2-2 s, a 1B model +1.7-13 s), the right trade\n"
-	  "for a long-running daemon; map: used in place from the file, the fastest start" },
+	  "copy: copied at start into huge-page memory: faster decode, no extra memory, but a\n"
+	  "slower start (docs/daemon.md has figures), the right trade for a\n"
+	  "long-running daemon; map: used in place from the file, the fastest start" },
 	{ "pool", "size", "pool-size", T_SIZE, OFF(pool_bytes), CAP(pool_bytes), 1ull << 20, 1ull << 40,
 	  "KV block pool size (K, M, G, T suffixes)" },
 	{ "pool", "block_size", "block-size", T_U32, OFF(block_tokens), 0, 1, 1024,

@@ -263,7 +263,7 @@ static int make_server(struct kvp_daemon *d)
 	d->stats.req = &d->req;
 	d->stats.domains = &d->domains;
 	kvp_requests_ops(&d->req, &ops);
-	r = kvp_server_new(&sc, &ops, &d->srv);
+	r = kvp_server_new(&d->srv, &sc, &ops);
 	if (r < 0) {
 		kvp_log(LOG_ERR, "server: listen on %s%s%s: %s", d->cfg.socket_path,
 			sc.status_path ? " and " : "", sc.status_path ? sc.status_path : "",

@@ -321,13 +321,20 @@ static void fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, stru
 	u->decode_ms = q->t_first ? kvp_ns_to_ms(q->t_last - q->t_first) : 0;
 }
 
-static void release_blocks(struct kvp_sched *s, struct seq *q)
+/* Drop @q's reference on every block of its table (hits included); the table is empty. */
+static void unref_table(struct kvp_sched *s, struct seq *q)
 {
 	uint32_t i;
 
 	for (i = 0; i < q->n_table; i++)
-		kvp_pool_put(s->cfg.pool, q->table[i]);
+		kvp_pool_unref(s->cfg.pool, q->table[i]);
 	q->n_table = 0;
+}
+
+/* ... and give back what it had reserved. */
+static void release_blocks(struct kvp_sched *s, struct seq *q)
+{
+	unref_table(s, q);
 	s->reserved_total -= q->reserved;
 	q->reserved = 0;
 }
@@ -440,15 +447,6 @@ static bool prefix_in_flight(struct kvp_sched *s, const struct seq *q, uint32_t 
 	return false;
 }
 
-static void put_hits(struct kvp_sched *s, struct seq *q)
-{
-	uint32_t i;
-
-	for (i = 0; i < q->n_table; i++)
-		kvp_pool_put(s->cfg.pool, q->table[i]);
-	q->n_table = 0;
-}
-
 static void admit(struct kvp_sched *s)
 {
 	struct seq *q = s->queue.first;
@@ -467,7 +465,7 @@ static void admit(struct kvp_sched *s)
 				n = 0;	/* a failed lookup is a miss */
 			q->n_table = (uint32_t)n;
 			if (prefix_in_flight(s, q, (uint32_t)n, &owner, &until)) {
-				put_hits(s, q);
+				unref_table(s, q);
 				list_del(&s->queue, q);
 				q->state = SEQ_WAITING;
 				q->wait_on = owner;
@@ -480,7 +478,7 @@ static void admit(struct kvp_sched *s)
 		}
 		need = q->cap_table - (uint32_t)n;
 		if (need > pool_available(s)) {
-			put_hits(s, q);
+			unref_table(s, q);
 			break;	/* FIFO: the head waits for blocks */
 		}
 		list_del(&s->queue, q);
@@ -577,7 +575,7 @@ static void publish_ready(struct kvp_sched *s, struct seq *q)
 			q->n_created++;
 		} else if (r == 1) {
 			/* computed twice after all (e.g. a lookup raced a prefill): share theirs */
-			kvp_pool_put(s->cfg.pool, q->table[i]);
+			kvp_pool_unref(s->cfg.pool, q->table[i]);
 			q->table[i] = out;
 		} else {
 			q->publish_stopped = true;	/* later blocks would have no parent */
@@ -1017,24 +1015,26 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	if (blocks > s->n_blocks)
 		return -ENOSPC;
 	q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
 	m = calloc(1, sizeof(*m));
-	if (!q || !m) {
+	if (!m) {
 		ret = -ENOMEM;
-		goto err;
+		goto err_seq;
 	}
 	q->table = calloc(blocks, sizeof(uint32_t));
 	if (!q->table) {
 		ret = -ENOMEM;
-		goto err;
+		goto err_msg;
 	}
 	ek.salt_len = r->salt_len;
 	memcpy(ek.salt, r->salt, r->salt_len);
-	ret = kvp_prefix_key_init(&q->key, &ek);
+	ret = kvp_prefix_key_init(&q->key, &ek);	/* fills @q->key, allocates nothing */
 	if (ret < 0)
-		goto err;
+		goto err_table;
 	ret = kvp_sampler_new(&q->sampler, s->n_vocab, &sp);
 	if (ret < 0)
-		goto err;
+		goto err_table;
 	q->conn = r->conn;
 	q->req_id = r->req_id;
 	q->no_cache = r->no_cache;
@@ -1047,13 +1047,13 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	atomic_fetch_add(&s->outstanding, 1);
 	post(s, m);
 	return 0;
-err:
-	if (q) {
-		kvp_sampler_free(q->sampler);
-		free(q->table);
-	}
-	free(q);
+
+err_table:
+	free(q->table);
+err_msg:
 	free(m);
+err_seq:
+	free(q);
 	return ret;
 }
 

@@ -271,13 +271,13 @@ static void json_members(struct kvp_json *j, const struct def *defs_, size_t n,
 static void json_list(struct kvp_json *j, const char *key, const struct def *defs_,
 		      size_t n_defs, const void *elems, size_t size, uint32_t n)
 {
-	kvp_json_open(j, key, '[');
+	kvp_json_begin(j, key, '[');
 	for (uint32_t i = 0; i < n; i++) {
-		kvp_json_open(j, NULL, '{');
+		kvp_json_begin(j, NULL, '{');
 		json_members(j, defs_, n_defs, (const char *)elems + (size_t)i * size);
-		kvp_json_close(j, '}');
+		kvp_json_end(j, '}');
 	}
-	kvp_json_close(j, ']');
+	kvp_json_end(j, ']');
 }
 
 static void json_member(struct kvp_json *j, const struct def *d, const void *base)
@@ -347,7 +347,7 @@ int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t ca
 
 	kvp_buf_init_fixed(&out, buf, cap);
 	kvp_json_init(&j, &out);
-	kvp_json_open(&j, NULL, '{');
+	kvp_json_begin(&j, NULL, '{');
 	for (size_t i = 0; i < N(defs); i++) {
 		const struct def *d = &defs[i];
 
@@ -355,16 +355,16 @@ int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t ca
 			continue;
 		if (!same_section(d->section, section)) {
 			if (section)
-				kvp_json_close(&j, '}');
+				kvp_json_end(&j, '}');
 			if (d->section)
-				kvp_json_open(&j, d->section, '{');
+				kvp_json_begin(&j, d->section, '{');
 			section = d->section;
 		}
 		json_member(&j, d, s);
 	}
 	if (section)
-		kvp_json_close(&j, '}');
-	kvp_json_close(&j, '}');
+		kvp_json_end(&j, '}');
+	kvp_json_end(&j, '}');
 	kvp_buf_add(&out, "\n", 1);
 	return kvp_buf_finish(&out);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cursor.h - a bounds-checked read cursor over untrusted bytes (STYLE rule 12).
+ * cursor.h - a bounds-checked read cursor over untrusted bytes.
  *
  * Client frames (ipc/proto.c) and GGUF files (compute/gguf.c) are read only through
  * it: every read asks for a length first and gets NULL (or -EBADMSG) when fewer bytes

@@ -32,14 +32,14 @@ static void member(struct kvp_json *j, const char *key)
 		kvp_buf_printf(j->out, "\"%s\":", key);
 }
 
-void kvp_json_open(struct kvp_json *j, const char *key, char brace)
+void kvp_json_begin(struct kvp_json *j, const char *key, char brace)
 {
 	member(j, key);
 	kvp_buf_add(j->out, &brace, 1);
 	j->first = true;
 }
 
-void kvp_json_close(struct kvp_json *j, char brace)
+void kvp_json_end(struct kvp_json *j, char brace)
 {
 	kvp_buf_add(j->out, &brace, 1);
 	j->first = false;

@@ -44,10 +44,10 @@ void kvp_json_init(struct kvp_json *j, struct kvp_buf *out);
  */
 
 /* Open an object ('{') or an array ('['). */
-void kvp_json_open(struct kvp_json *j, const char *key, char brace);
+void kvp_json_begin(struct kvp_json *j, const char *key, char brace);
 
-/* Close what kvp_json_open() opened ('}' or ']'). */
-void kvp_json_close(struct kvp_json *j, char brace);
+/* Close what kvp_json_begin() opened ('}' or ']'). */
+void kvp_json_end(struct kvp_json *j, char brace);
 
 void kvp_json_u64(struct kvp_json *j, const char *key, uint64_t v);
 void kvp_json_i64(struct kvp_json *j, const char *key, int64_t v);

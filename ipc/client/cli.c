@@ -133,7 +133,7 @@ static char *read_file(const char *path, size_t *len)
 /* The usage of a DONE as a JSON object (member @key). */
 static void json_usage(struct kvp_json *j, const char *key, const struct kvp_usage *u)
 {
-	kvp_json_open(j, key, '{');
+	kvp_json_begin(j, key, '{');
 	kvp_json_u64(j, "prompt_tokens", u->prompt_tokens);
 	kvp_json_u64(j, "cached_tokens", u->cached_tokens);
 	kvp_json_u64(j, "cache_creation_tokens", u->cache_creation_tokens);
@@ -143,7 +143,7 @@ static void json_usage(struct kvp_json *j, const char *key, const struct kvp_usa
 	kvp_json_fixed(j, "ttft_ms", u->ttft_ms, 3);
 	kvp_json_fixed(j, "prefill_ms", u->prefill_ms, 3);
 	kvp_json_fixed(j, "decode_ms", u->decode_ms, 3);
-	kvp_json_close(j, '}');
+	kvp_json_end(j, '}');
 }
 
 /* Write a finished JSON text (one line) to stdout.  Return: 0, or -errno when it failed. */
@@ -373,7 +373,7 @@ static int cmd_generate(int argc, char **argv)
 	if (pr.text && !pr.text_len)
 		die_usage("generate: the prompt is empty");
 
-	r = kvp_client_connect(sock_path, &c);
+	r = kvp_client_connect(&c, sock_path);
 	if (r) {
 		fprintf(stderr, "kvpool: %s\n", kvp_client_errmsg(c));
 		goto out;
@@ -390,14 +390,14 @@ static int cmd_generate(int argc, char **argv)
 		struct kvp_json j;
 
 		kvp_json_init(&j, &b);
-		kvp_json_open(&j, NULL, '{');
-		kvp_json_open(&j, "tokens", '[');
+		kvp_json_begin(&j, NULL, '{');
+		kvp_json_begin(&j, "tokens", '[');
 		for (size_t i = 0; i < out.n_ids; i++)
 			kvp_json_i64(&j, NULL, out.ids[i]);
-		kvp_json_close(&j, ']');
+		kvp_json_end(&j, ']');
 		kvp_json_str(&j, "text", out.text.p, out.text.len);
 		json_usage(&j, "usage", &u);
-		kvp_json_close(&j, '}');
+		kvp_json_end(&j, '}');
 		if (json_print(&b) < 0)
 			r = -EIO;
 		kvp_buf_deinit(&b);
@@ -530,7 +530,7 @@ static void *bench_thread(void *arg)
 	int32_t *ids;
 	int r;
 
-	r = kvp_client_connect(sock_path, &c);
+	r = kvp_client_connect(&c, sock_path);
 	if (r) {
 		snprintf(bc->err, sizeof(bc->err), "%s", kvp_client_errmsg(c));
 		kvp_client_close(c);
@@ -613,7 +613,7 @@ static void group_print(const char *name, struct bench_group *g, struct kvp_json
 	p50 = kvp_percentile_sorted(g->ttft, g->n, 50);
 	p99 = kvp_percentile_sorted(g->ttft, g->n, 99);
 	if (j) {
-		kvp_json_open(j, name, '{');
+		kvp_json_begin(j, name, '{');
 		kvp_json_u64(j, "requests", g->n);
 		kvp_json_u64(j, "ok", g->ok);
 		kvp_json_fixed(j, "ttft_p50_ms", p50, 3);
@@ -622,7 +622,7 @@ static void group_print(const char *name, struct bench_group *g, struct kvp_json
 			       g->prompt ? (double)g->cached / (double)g->prompt : 0.0, 4);
 		kvp_json_fixed(j, "request_hit_rate", g->ok ? (double)g->hits / (double)g->ok : 0.0,
 			       4);
-		kvp_json_close(j, '}');
+		kvp_json_end(j, '}');
 		return;
 	}
 	printf("  %-5s %5zu ok of %-5zu TTFT p50 %8.2f ms  p99 %8.2f ms  "
@@ -771,7 +771,7 @@ static int cmd_bench(int argc, char **argv)
 		struct kvp_json j;
 
 		kvp_json_init(&j, &b);
-		kvp_json_open(&j, NULL, '{');
+		kvp_json_begin(&j, NULL, '{');
 		kvp_json_u64(&j, "clients", cfg.clients);
 		kvp_json_u64(&j, "requests", cfg.requests);
 		kvp_json_u64(&j, "prefix_tokens", cfg.prefix);
@@ -785,7 +785,7 @@ static int cmd_bench(int argc, char **argv)
 		kvp_json_fixed(&j, "prompt_tokens_per_s", (double)prompt_all / elapsed, 3);
 		group_print("cold", &cold, &j);
 		group_print("warm", &warm, &j);
-		kvp_json_close(&j, '}');
+		kvp_json_end(&j, '}');
 		if (json_print(&b) < 0)
 			failed++;
 		kvp_buf_deinit(&b);

@@ -353,7 +353,7 @@ static int map_pool(struct kvp_client *c)
 	return 0;
 }
 
-KVP_EXPORT int kvp_client_connect(const char *path, struct kvp_client **out)
+KVP_EXPORT int kvp_client_connect(struct kvp_client **out, const char *path)
 {
 	struct kvp_hello hello = { .flags = KVP_HELLO_WANT_POOL_FD };
 	struct kvp_frame_hdr hdr;

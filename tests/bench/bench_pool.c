@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_pool.c - the three shm/ figures of issue 2, each next to a baseline measured in
- * the same run (medians of several runs):
+ * bench_pool.c - the three shm/ figures, each next to a baseline measured in the same
+ * run (medians of several runs):
  *
  *  1. block alloc+free pairs per second, against malloc+free of 4 KiB chunks in the same
  *     batch pattern.  Baseline choice: malloc is what a fixed-size object allocator
@@ -78,7 +78,7 @@ static void bench_alloc_free(void)
 				if (kvp_pool_alloc(p, KVP_NODE_ANY, &ids[i]) < 0)
 					abort();
 			for (int i = 0; i < BATCH; i++)
-				kvp_pool_put(p, ids[i]);
+				kvp_pool_unref(p, ids[i]);
 		}
 		pool_s[r] = (double)(kvp_test_now_ns() - t0) * 1e-9;
 
@@ -147,7 +147,7 @@ static void bench_lookup(void)
 			parent = ids[b];
 		}
 		for (uint32_t b = 0; b < n; b++)
-			kvp_pool_put(p, ids[b]);
+			kvp_pool_unref(p, ids[b]);
 		if (chain++ == 200)	/* a prompt from the middle of the fill */
 			memcpy(target, toks, (size_t)PROMPT_BLOCKS * BT * sizeof(*toks));
 		done += n;
@@ -167,7 +167,7 @@ static void bench_lookup(void)
 			exit(1);
 		}
 		for (int i = 0; i < hits; i++)
-			kvp_pool_put(p, ids[i]);
+			kvp_pool_unref(p, ids[i]);
 
 		t0 = kvp_test_now_ns();
 		XXH128_hash_t h = XXH3_128bits(target, (size_t)PROMPT_BLOCKS * BT * sizeof(*target));

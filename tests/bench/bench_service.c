@@ -125,7 +125,7 @@ static double raw_pingpong_us(void)
 /*
  * Round trip with @threads compute threads ("" = the daemon's default, one per online
  * CPU): one thread shows the service path alone; the default is what users get, where a
- * forward step may also wake a worker on the other vCPU.
+ * forward step may also wake a worker on another CPU.
  */
 static int bench_rtt(const char *threads)
 {
@@ -141,7 +141,7 @@ static int bench_rtt(const char *threads)
 	double ping;
 
 	if (kvpd_init(&d) || kvpd_model(&d, "tiny", model, sizeof(model)) ||
-	    kvpd_start(&d, 60, args) || kvp_client_connect(d.sock, &k)) {
+	    kvpd_start(&d, 60, args) || kvp_client_connect(&k, d.sock)) {
 		kvpd_dump_log(&d);
 		kvpd_cleanup(&d);
 		return -1;
@@ -200,7 +200,7 @@ static void *group_main(void *arg)
 	struct group_client *g = arg;
 	struct kvp_client *k = NULL;
 
-	g->rc = kvp_client_connect(g->sock, &k);
+	g->rc = kvp_client_connect(&k, g->sock);
 	pthread_barrier_wait(g->go);
 	if (!g->rc) {
 		g->ttft_ms = request(k, g->prompt, 1600, 1, g->salt, &g->usage);
@@ -222,7 +222,7 @@ static int bench_demo(void)
 	struct kvp_usage u;
 	char salt[32];
 
-	if (kvpd_init(&d) || kvpd_start(&d, 600, args) || kvp_client_connect(d.sock, &k)) {
+	if (kvpd_init(&d) || kvpd_start(&d, 600, args) || kvp_client_connect(&k, d.sock)) {
 		kvpd_dump_log(&d);
 		return -1;
 	}

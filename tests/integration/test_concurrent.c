@@ -73,7 +73,7 @@ static void *client_main(void *arg)
 	struct kvp_client_params p;
 	struct kvp_client_prompt pr = { .tokens = c->prompt, .n_tokens = c->n_prompt };
 
-	c->rc = kvp_client_connect(c->sock, &k);
+	c->rc = kvp_client_connect(&k, c->sock);
 	pthread_barrier_wait(c->start);
 	if (c->rc) {
 		kvp_client_close(k);
@@ -227,7 +227,7 @@ static void test_full_prompt_hit_recomputes_last(void **state)
 
 	/* a prompt whose every block is cached still computes its last block's tokens */
 	pr = (struct kvp_client_prompt){ .tokens = c->prompt, .n_tokens = n };
-	assert_int_equal(kvp_client_connect(f->d.sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, f->d.sock), 0);
 	kvp_client_params_init(&p);
 	p.max_new_tokens = 4;
 	assert_int_equal(kvp_client_generate(k, &pr, &p, NULL, NULL, &c->usage), 0);

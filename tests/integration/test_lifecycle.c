@@ -69,7 +69,7 @@ static void *runner_main(void *arg)
 
 	for (int i = 0; i < 64; i++)
 		prompt[i] = 3 + (int32_t)((i * 13 + r->max_new) % 256);
-	r->rc = kvp_client_connect(r->sock, &k);
+	r->rc = kvp_client_connect(&k, r->sock);
 	if (!r->rc) {
 		kvp_client_params_init(&p);
 		p.max_new_tokens = r->max_new;
@@ -296,7 +296,7 @@ static void test_socket_groups(void **state)
 	assert_int_equal(stat(d.status, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0660);
 	assert_int_equal(st.st_gid, getgrnam(g2)->gr_gid);
-	assert_int_equal(kvp_client_connect(d.sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, d.sock), 0);
 	kvp_client_close(k);
 	assert_int_equal(kvpd_stop(&d), 0);
 	kvpd_cleanup(&d);
@@ -325,7 +325,7 @@ static void greedy8(const char *sock, struct tokens *out)
 	struct kvp_usage u;
 
 	memset(out, 0, sizeof(*out));
-	assert_int_equal(kvp_client_connect(sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, sock), 0);
 	kvp_client_params_init(&p);
 	p.max_new_tokens = 8;
 	assert_int_equal(kvp_client_generate(k, &pr, &p, keep_tok, out, &u), 0);
@@ -354,7 +354,7 @@ static void test_demo_model_generated_once(void **state)
 	assert_true(kvpd_log_has(&d, "generating the built-in demo model"));
 	snprintf(path, sizeof(path), "%s/demo.gguf", d.dir);
 	assert_int_equal(stat(path, &st1), 0);
-	assert_int_equal(kvp_client_connect(d.sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, d.sock), 0);
 	assert_string_equal(kvp_client_welcome(k)->model, "kvpool-demo");
 	kvp_client_params_init(&p);
 	p.max_new_tokens = 4;

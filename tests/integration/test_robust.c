@@ -166,7 +166,7 @@ static void *streamer_main(void *arg)
 	struct kvp_client_params p;
 	struct kvp_client_prompt pr = { .tokens = s->prompt, .n_tokens = 300 };
 
-	s->rc = kvp_client_connect(s->sock, &k);
+	s->rc = kvp_client_connect(&k, s->sock);
 	if (!s->rc) {
 		kvp_client_params_init(&p);
 		p.max_new_tokens = 1200;
@@ -500,7 +500,7 @@ static void kill_mid_stream(struct fixture *f, bool no_cache, uint32_t n_prompt)
 
 		for (uint32_t i = 0; i < n_prompt; i++)
 			prompt[i] = 3 + (int32_t)((i * 101 + (no_cache ? 7 : 0)) % 256);
-		if (kvp_client_connect(f->d.sock, &k))
+		if (kvp_client_connect(&k, f->d.sock))
 			_exit(2);
 		kvp_client_params_init(&p);
 		p.max_new_tokens = 8000;
@@ -567,7 +567,7 @@ static void test_client_name_in_log_and_status(void **state)
 
 	snprintf(want, sizeof(want), "itest-robust/%d", (int)getpid());
 	snprintf(line, sizeof(line), "client \"%s\"", want);
-	assert_int_equal(kvp_client_connect(f->d.sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, f->d.sock), 0);
 	assert_true(kvpd_log_has(&f->d, line));
 	j = kvpd_status(&f->d);
 	assert_non_null(j);
@@ -601,7 +601,7 @@ static void test_cancel_flood_reaches_engine_once(void **state)
 		prompt[i] = 3 + (int32_t)((i * 29) % 256);
 	before = status_when_idle(&f->d);
 	assert_non_null(before);
-	assert_int_equal(kvp_client_connect(f->d.sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, f->d.sock), 0);
 	kvp_client_params_init(&p);
 	p.max_new_tokens = 8000;	/* --ignore-eos: runs until cancelled */
 	assert_int_equal(kvp_client_submit(k, &pr, &p, &id), 0);
@@ -640,7 +640,7 @@ static void test_pool_mapping_is_read_only(void **state)
 	pid_t pid;
 	int fd, fd2, st;
 
-	assert_int_equal(kvp_client_connect(f->d.sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, f->d.sock), 0);
 	pool = kvp_client_pool(k, &len);
 	assert_non_null(pool);
 	assert_true(len > 0);

@@ -123,7 +123,7 @@ static int setup(void **state)
 	cfg.socket_path = f->sock;
 	cfg.status_path = f->status;
 	ops.ctx = f;
-	assert_int_equal(kvp_server_new(&cfg, &ops, &f->srv), 0);
+	assert_int_equal(kvp_server_new(&f->srv, &cfg, &ops), 0);
 	assert_int_equal(pthread_create(&f->thread, NULL, run, f), 0);
 	*state = f;
 	return 0;

@@ -354,7 +354,7 @@ static void test_usage_lists_every_flag(void **state)
 	size_t n;
 	FILE *fp;
 
-	/* --help tells about every flag the issue names */
+	/* --help tells about every flag */
 	fp = fopen(f->path, "w+");
 	assert_non_null(fp);
 	kvp_config_usage(fp);

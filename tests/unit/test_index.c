@@ -95,13 +95,13 @@ static void cache_prompt(struct fixture *f, const struct kvp_prefix_key *key,
 		parent = ids[i];
 	}
 	for (uint32_t i = 0; i < n_full; i++)
-		assert_int_equal(kvp_pool_put(f->pool, ids[i]), 0);
+		assert_int_equal(kvp_pool_unref(f->pool, ids[i]), 0);
 }
 
 static void put_all(struct fixture *f, const uint32_t *ids, int n)
 {
 	for (int i = 0; i < n; i++)
-		assert_int_equal(kvp_pool_put(f->pool, ids[i]), 0);
+		assert_int_equal(kvp_pool_unref(f->pool, ids[i]), 0);
 }
 
 static void test_hit_miss_partial(void **state)

@@ -65,13 +65,13 @@ static void test_exhaustion_free_reuse(void **state)
 	assert_int_equal(st.arena[0].free, 0);
 
 	gen = kvp_pool_block(p, id[3])->generation;
-	assert_int_equal(kvp_pool_put(p, id[3]), 0);
+	assert_int_equal(kvp_pool_unref(p, id[3]), 0);
 	assert_int_equal(kvp_pool_alloc(p, KVP_NODE_ANY, &again), 0);
 	assert_int_equal(again, id[3]);
 	assert_int_equal(kvp_pool_block(p, again)->generation, gen + 1);
 
 	for (int i = 0; i < 8; i++)
-		assert_int_equal(kvp_pool_put(p, id[i]), 0);
+		assert_int_equal(kvp_pool_unref(p, id[i]), 0);
 	kvp_pool_stats(p, &st);
 	assert_int_equal(st.arena[0].free, 8);
 	assert_int_equal(st.arena[0].used, 0);
@@ -87,19 +87,19 @@ static void test_refcounts(void **state)
 	uint32_t a;
 
 	assert_int_equal(kvp_pool_alloc(p, KVP_NODE_ANY, &a), 0);
-	assert_int_equal(kvp_pool_get(p, a), 0);
+	assert_int_equal(kvp_pool_ref(p, a), 0);
 	assert_int_equal(refs(p, a), 2);
-	assert_int_equal(kvp_pool_put(p, a), 0);
+	assert_int_equal(kvp_pool_unref(p, a), 0);
 	kvp_pool_stats(p, &st);
 	assert_int_equal(st.arena[0].used, 1);
-	assert_int_equal(kvp_pool_put(p, a), 0);
+	assert_int_equal(kvp_pool_unref(p, a), 0);
 	kvp_pool_stats(p, &st);
 	assert_int_equal(st.arena[0].used, 0);
 	assert_int_equal(st.arena[0].free, 4);
-	assert_int_equal(kvp_pool_put(p, a), -EINVAL);	/* double put */
-	assert_int_equal(kvp_pool_get(p, a), -EINVAL);	/* free block */
-	assert_int_equal(kvp_pool_get(p, 4), -EINVAL);	/* bad id */
-	assert_int_equal(kvp_pool_put(p, KVP_BLOCK_NONE), -EINVAL);
+	assert_int_equal(kvp_pool_unref(p, a), -EINVAL);	/* double put */
+	assert_int_equal(kvp_pool_ref(p, a), -EINVAL);	/* free block */
+	assert_int_equal(kvp_pool_ref(p, 4), -EINVAL);	/* bad id */
+	assert_int_equal(kvp_pool_unref(p, KVP_BLOCK_NONE), -EINVAL);
 	assert_null(kvp_pool_block(p, 4));
 	kvp_pool_free(p);
 }
@@ -116,7 +116,7 @@ static void test_copy_on_write(void **state)
 	assert_int_equal(kvp_pool_cow(p, a, KVP_NODE_ANY, &out), 0);
 	assert_int_equal(out, a);
 
-	assert_int_equal(kvp_pool_get(p, a), 0);	/* another sequence shares it */
+	assert_int_equal(kvp_pool_ref(p, a), 0);	/* another sequence shares it */
 	assert_int_equal(kvp_pool_cow(p, a, KVP_NODE_ANY, &b), 1);
 	assert_int_not_equal(b, a);
 	assert_int_equal(refs(p, a), 1);
@@ -126,7 +126,7 @@ static void test_copy_on_write(void **state)
 	assert_int_equal(kvp_pool_data(p, a)[0], 0x5c);
 
 	/* shared and the pool full: -ENOMEM, and the caller still holds its reference */
-	assert_int_equal(kvp_pool_get(p, b), 0);
+	assert_int_equal(kvp_pool_ref(p, b), 0);
 	assert_int_equal(kvp_pool_cow(p, b, KVP_NODE_ANY, &c), -ENOMEM);
 	assert_int_equal(refs(p, b), 2);
 	kvp_pool_free(p);
@@ -163,7 +163,7 @@ static void test_pin_and_ttl_bookkeeping(void **state)
 	assert_int_equal(kvp_pool_block(p, a)->ttl_deadline_ns, 500);
 	assert_int_equal(kvp_pool_pin(p, a), 0);
 	assert_int_equal(kvp_pool_pin(p, a), 0);
-	assert_int_equal(kvp_pool_put(p, a), 0);	/* cached, unreferenced, pinned twice */
+	assert_int_equal(kvp_pool_unref(p, a), 0);	/* cached, unreferenced, pinned twice */
 	assert_int_equal(kvp_pool_alloc(p, KVP_NODE_ANY, &x), -ENOMEM);
 	assert_int_equal(kvp_pool_unpin(p, a), 0);
 	assert_int_equal(kvp_pool_alloc(p, KVP_NODE_ANY, &x), -ENOMEM);
@@ -175,7 +175,7 @@ static void test_pin_and_ttl_bookkeeping(void **state)
 	assert_int_equal(kvp_pool_block(p, x)->ttl_deadline_ns, 0);
 	assert_false(kvp_pool_block(p, x)->cached);
 	assert_int_equal(kvp_pool_unpin(p, x), -EINVAL);
-	assert_int_equal(kvp_pool_put(p, x), 0);
+	assert_int_equal(kvp_pool_unref(p, x), 0);
 	assert_int_equal(kvp_pool_pin(p, x), -EINVAL);		/* free block */
 	assert_int_equal(kvp_pool_set_ttl(p, x, 1), -EINVAL);
 	kvp_pool_free(p);
@@ -276,7 +276,7 @@ static void test_four_node_arenas_spread(void **state)
 	assert_int_equal(kvp_pool_alloc(p, 2, &id), 0);
 	assert_int_equal(kvp_pool_block(p, id)->arena, 0);
 	/* a free returns the block to its own arena: node 2 gets it back */
-	assert_int_equal(kvp_pool_put(p, 11), 0);
+	assert_int_equal(kvp_pool_unref(p, 11), 0);
 	assert_int_equal(kvp_pool_alloc(p, 2, &id), 0);
 	assert_int_equal(id, 11);
 	kvp_pool_free(p);

@@ -7,8 +7,9 @@
  * The test ops: HELLO passes a read-only fd of a real sealed pool segment (shm/segment.c,
  * 4 KiB pages) and WELCOME describes it; GENERATE with seed 0 echoes the prompt
  * ids back one TOKEN each then DONE, seed 2 holds the request until cancelled, seed 1
- * streams 4 KiB TOKEN frames from the wakeup eventfd until the connection goes away;
- * cancel answers ERROR KVP_E_CANCELLED; status prints the server's counters.
+ * streams 4 KiB TOKEN frames from the wakeup eventfd until the connection goes away,
+ * seed 3 is refused (NOSPACE), seed 4 is held and its cancels only counted; cancel
+ * answers ERROR KVP_E_CANCELLED; status prints the server's counters.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -76,6 +77,10 @@ struct fixture {
 	kvp_conn_id stale_probe;
 	atomic_bool stale_probe_set;
 	atomic_int stale_result;
+	/* seed 4: held, and its cancels are counted, not answered */
+	kvp_conn_id deaf_conn;
+	uint64_t deaf_req;
+	atomic_uint n_cancels;
 };
 
 /* ------------------------------------------------------------ test ops (loop thread) */
@@ -126,6 +131,11 @@ static int t_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		return KVP_OK;
 	if (g->seed == 3)
 		return KVP_E_NOSPACE;
+	if (g->seed == 4) {
+		f->deaf_conn = conn;
+		f->deaf_req = req_id;
+		return KVP_OK;
+	}
 	if (text) {
 		/* text prompts: one TOKEN whose text is the prompt itself */
 		int32_t id = (int32_t)strlen(text);
@@ -149,6 +159,9 @@ static void t_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
 {
 	struct fixture *f = ctx;
 
+	atomic_fetch_add(&f->n_cancels, 1);
+	if (conn == f->deaf_conn && req_id == f->deaf_req)
+		return;
 	kvp_server_send_error(f->srv, conn, req_id, KVP_E_CANCELLED, "cancelled");
 }
 
@@ -263,7 +276,7 @@ static int setup(void **state)
 	cfg.status_path = f->status;
 	ops.ctx = f;
 	old_umask = umask(0);	/* the most permissive umask must not leak into the mode */
-	assert_int_equal(kvp_server_new(&cfg, &ops, &f->srv), 0);
+	assert_int_equal(kvp_server_new(&f->srv, &cfg, &ops), 0);
 	umask(old_umask);
 	f->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	assert_true(f->efd >= 0);
@@ -507,7 +520,7 @@ static void test_hello_passes_readonly_pool(void **state)
 	assert_int_equal(stat(f->status, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0660);
 
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	w = kvp_client_welcome(c);
 	assert_int_equal(w->n_vocab, N_VOCAB);
 	assert_int_equal(w->n_fds, 1);
@@ -543,7 +556,7 @@ static void expect_bad_pool(struct fixture *f, void (*edit)(struct kvp_pool_head
 	size_t len = 1;
 
 	edit(h);	/* through the daemon-side RW mapping, the only writable one */
-	assert_int_equal(kvp_client_connect(f->sock, &c), -EPROTO);
+	assert_int_equal(kvp_client_connect(&c, f->sock), -EPROTO);
 	if (!strstr(kvp_client_errmsg(c), msg))
 		fail_msg("errmsg \"%s\" lacks \"%s\"", kvp_client_errmsg(c), msg);
 	assert_null(kvp_client_pool(c, &len));	/* nothing stays mapped */
@@ -616,7 +629,7 @@ static void test_connect_checks_pool_header(void **state)
 	expect_bad_pool(f, fewer_blocks, "header says n_blocks 7, WELCOME says 8");
 	expect_bad_pool(f, other_head_dim, "header says n_kv_heads 1, WELCOME says 2");
 	/* the restored header is accepted again */
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	check_echo(c);
 	kvp_client_close(c);
 }
@@ -636,7 +649,7 @@ static void test_generate_text_and_callback(void **state)
 	struct kvp_usage u;
 	char seen[64] = "";
 
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	assert_int_equal(kvp_client_generate(c, &pr, NULL, append_text, seen, &u), 0);
 	assert_string_equal(seen, "hello world");
 	assert_int_equal(u.prompt_tokens, 11);
@@ -760,7 +773,7 @@ static void test_malformed_frames_close_only_their_connection(void **state)
 	b->shut_wr = true;
 #undef CASE
 
-	assert_int_equal(kvp_client_connect(f->sock, &good), 0);
+	assert_int_equal(kvp_client_connect(&good, f->sock), 0);
 	proto_before = status_field(f, "proto");
 	for (unsigned int i = 0; i < n; i++) {
 		int fd = raw_connect(f->sock);
@@ -856,6 +869,30 @@ static void test_reused_id_refused_original_goes_on(void **state)
 	close(fd);
 }
 
+static void test_cancel_passed_once(void **state)
+{
+	/*
+	 * svc/ hears of a request's first CANCEL only, however many the client sends while
+	 * it is in flight (here the request stays in flight: its cancel is not answered)
+	 */
+	struct fixture *f = *state;
+	int32_t ids[2] = { 1, 2 };
+	struct kvp_generate g = gen_tokens(2, 4);
+	uint8_t cancels[3][sizeof(struct kvp_frame_hdr)];
+	int fd = raw_connect(f->sock);
+
+	raw_hello(fd);
+	send_gen(fd, 9, &g, ids);
+	for (int i = 0; i < 3; i++)
+		kvp_proto_encode_cancel(cancels[i], sizeof(cancels[i]), 9);
+	raw_send(fd, cancels, sizeof(cancels));
+	/* a reuse of id 9 is refused: the cancels were read and 9 is still in flight */
+	send_gen(fd, 9, &g, ids);
+	expect_error(fd, 9, KVP_E_INVALID, false);
+	assert_int_equal(atomic_load(&f->n_cancels), 1);
+	close(fd);
+}
+
 static void test_requests_per_connection_limit_and_cancel(void **state)
 {
 	/* MAX_REQS held requests fill the connection; one more gets BUSY; cancel frees one */
@@ -869,7 +906,7 @@ static void test_requests_per_connection_limit_and_cancel(void **state)
 
 	kvp_client_params_init(&p);
 	p.seed = 2;	/* held */
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	for (unsigned int i = 0; i <= MAX_REQS; i++)
 		assert_int_equal(kvp_client_submit(c, &pr, &p, &ids[i]), 0);
 	assert_int_equal(kvp_client_next(c, &ev), 0);
@@ -905,7 +942,7 @@ static void test_disconnect_calls_closed_once(void **state)
 
 	kvp_client_params_init(&p);
 	p.seed = 2;
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	assert_int_equal(kvp_client_submit(c, &pr, &p, &req), 0);
 	assert_int_equal(kvp_client_submit(c, &pr, &p, &req), 0);
 	kvp_client_close(c);
@@ -915,7 +952,7 @@ static void test_disconnect_calls_closed_once(void **state)
 	pthread_mutex_unlock(&f->lock);
 
 	/* the slot gets reused by a new connection; the old handle must not reach it */
-	assert_int_equal(kvp_client_connect(f->sock, &other), 0);
+	assert_int_equal(kvp_client_connect(&other, f->sock), 0);
 	check_echo(other);
 	atomic_store(&f->stale_result, 1);
 	f->stale_probe = gone;
@@ -973,7 +1010,7 @@ static void test_fast_reader_gets_everything(void **state)
 	p.seed = 1;
 	f->stream_limit = 4u << 20;
 	atomic_store(&f->stream_sent, 0);
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	assert_int_equal(kvp_client_submit(c, &pr, &p, &req), 0);
 	/*
 	 * paced like a real engine: at most 4 chunks (16 KiB) ahead of the reader.  The
@@ -1005,15 +1042,15 @@ static void test_connection_limit(void **state)
 	unsigned int before = closed_total(f);
 
 	for (unsigned int i = 0; i < MAX_CONNS; i++)
-		assert_int_equal(kvp_client_connect(f->sock, &c[i]), 0);
-	assert_int_equal(kvp_client_connect(f->sock, &c[MAX_CONNS]), KVP_E_BUSY);
+		assert_int_equal(kvp_client_connect(&c[i], f->sock), 0);
+	assert_int_equal(kvp_client_connect(&c[MAX_CONNS], f->sock), KVP_E_BUSY);
 	assert_non_null(strstr(kvp_client_errmsg(c[MAX_CONNS]), "too many"));
 	kvp_client_close(c[MAX_CONNS]);
 	assert_int_equal(status_field(f, "refused"), 1);
 	assert_int_equal(status_field(f, "open"), MAX_CONNS);
 	kvp_client_close(c[0]);
 	wait_closed_total(f, before + 1);
-	assert_int_equal(kvp_client_connect(f->sock, &c[0]), 0);
+	assert_int_equal(kvp_client_connect(&c[0], f->sock), 0);
 	check_echo(c[0]);
 	for (unsigned int i = 0; i < MAX_CONNS; i++)
 		kvp_client_close(c[i]);
@@ -1053,10 +1090,10 @@ static void test_stop_refuses_new_connections(void **state)
 	int r = 0;
 
 	f->drain_ms = 20000;	/* the teardown's stop ends the drain early */
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	kvp_server_stop(f->srv);
 	for (int i = 0; i < 2000; i++) {
-		r = kvp_client_connect(f->sock, &late);
+		r = kvp_client_connect(&late, f->sock);
 		kvp_client_close(late);
 		if (r)
 			break;
@@ -1081,6 +1118,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_reused_id_refused_original_goes_on, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_passed_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_requests_per_connection_limit_and_cancel,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disconnect_calls_closed_once, setup, teardown),

@@ -289,10 +289,10 @@ static void test_json_escapes_one_policy(void **state)
 	 * \ufffd, so the text always parses, and parses to the policy's string
 	 */
 	kvp_json_init(&j, &b);
-	kvp_json_open(&j, NULL, '[');
+	kvp_json_begin(&j, NULL, '[');
 	kvp_json_str(&j, NULL, in, sizeof(in) - 1);
 	kvp_json_str(&j, NULL, "nul\0byte", 8);
-	kvp_json_close(&j, ']');
+	kvp_json_end(&j, ']');
 	assert_true(kvp_buf_finish(&b) > 0);
 	assert_string_equal(b.p, "[\"a\\tb\\u0001\\u001B\x7f\\u001F\\r\\f\\b\\n\\\"\\\\"
 				 "\\ufffd" "\\ufffd\\ufffd\\ufffd" "\\ufffd" "\\ufffd\\ufffd\\ufffd"
@@ -315,21 +315,21 @@ static void test_json_numbers_and_nesting(void **state)
 
 	/* commas placed by the writer; NaN and infinity print as 0 (JSON has neither) */
 	kvp_json_init(&j, &b);
-	kvp_json_open(&j, NULL, '{');
+	kvp_json_begin(&j, NULL, '{');
 	kvp_json_u64(&j, "max", UINT64_MAX);
 	kvp_json_i64(&j, "min", INT64_MIN);
-	kvp_json_open(&j, "a", '[');
-	kvp_json_open(&j, NULL, '{');
-	kvp_json_close(&j, '}');
-	kvp_json_open(&j, NULL, '[');
-	kvp_json_close(&j, ']');
+	kvp_json_begin(&j, "a", '[');
+	kvp_json_begin(&j, NULL, '{');
+	kvp_json_end(&j, '}');
+	kvp_json_begin(&j, NULL, '[');
+	kvp_json_end(&j, ']');
 	kvp_json_sig(&j, NULL, 2.0 / 3.0, 6);
 	kvp_json_fixed(&j, NULL, NAN, 3);
 	kvp_json_sig(&j, NULL, -INFINITY, 6);
-	kvp_json_close(&j, ']');
-	kvp_json_open(&j, "o", '{');
-	kvp_json_close(&j, '}');
-	kvp_json_close(&j, '}');
+	kvp_json_end(&j, ']');
+	kvp_json_begin(&j, "o", '{');
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, '}');
 	assert_true(kvp_buf_finish(&b) > 0);
 	assert_string_equal(b.p, "{\"max\":18446744073709551615,\"min\":-9223372036854775808,"
 				 "\"a\":[{},[],0.666667,0.000,0],\"o\":{}}");
@@ -346,15 +346,15 @@ static void test_json_fixed_buffer(void **state)
 	/* a report that does not fit fails whole, even when a string overflows */
 	kvp_buf_init_fixed(&b, mem, sizeof(mem));
 	kvp_json_init(&j, &b);
-	kvp_json_open(&j, NULL, '{');
+	kvp_json_begin(&j, NULL, '{');
 	kvp_json_str(&j, "k", "0123456789012345678901234567890123456789012345678901234567", 58);
-	kvp_json_close(&j, '}');
+	kvp_json_end(&j, '}');
 	assert_int_equal(kvp_buf_finish(&b), -ENOSPC);
 	kvp_buf_init_fixed(&b, mem, sizeof(mem));
 	kvp_json_init(&j, &b);
-	kvp_json_open(&j, NULL, '{');
+	kvp_json_begin(&j, NULL, '{');
 	kvp_json_str(&j, "k", "short", 5);
-	kvp_json_close(&j, '}');
+	kvp_json_end(&j, '}');
 	n = kvp_buf_finish(&b);
 	assert_int_equal(n, 13);
 	assert_string_equal(mem, "{\"k\":\"short\"}");
