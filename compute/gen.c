@@ -14,8 +14,12 @@
 void kvp_gen_init(struct kvp_gen *g, const struct kvp_tokenizer *tok, const int32_t *prompt,
 		  uint32_t n_prompt, uint32_t max_new, int32_t eos)
 {
-	*g = (struct kvp_gen){ .tok = tok, .prompt = prompt, .n_prompt = n_prompt,
-			       .max_new = max_new, .eos = eos, .last = -1 };
+	*g = (struct kvp_gen){ .tok = tok,
+			       .prompt = prompt,
+			       .n_prompt = n_prompt,
+			       .max_new = max_new,
+			       .eos = eos,
+			       .last = -1 };
 }
 
 int32_t kvp_gen_eos(const struct kvp_tokenizer *tok, bool ignore_eos)
@@ -51,7 +55,7 @@ int kvp_gen_tokenize(int32_t **ids, uint32_t *n_ids, const struct kvp_tokenizer 
 			*n_ids = (uint32_t)n;
 			return 0;
 		}
-		cap = (size_t)n;	/* a strange vocabulary: encode again with room */
+		cap = (size_t)n; /* a strange vocabulary: encode again with room */
 	}
 	free(v);
 	*ids = NULL;
@@ -87,8 +91,7 @@ enum kvp_gen_next kvp_gen_take(struct kvp_gen *g, int32_t token)
 	return g->n_generated >= g->max_new ? KVP_GEN_LAST : KVP_GEN_CONTINUE;
 }
 
-int kvp_gen_text(struct kvp_gen *g, int32_t token, size_t *off, char *out, size_t cap,
-		 bool *more)
+int kvp_gen_text(struct kvp_gen *g, int32_t token, size_t *off, char *out, size_t cap, bool *more)
 {
 	/* kvp_utf8_feed() writes at most 3 bytes per byte in, plus 3 for a held character */
 	size_t slice = cap >= 6 ? (cap - 3) / 3 : 0;
@@ -121,8 +124,9 @@ int kvp_gen_flush(struct kvp_gen *g, char *out, size_t cap)
 struct kvp_fwd_seq kvp_gen_decode_seq(const struct kvp_gen *g, const uint32_t *table,
 				      uint32_t n_table)
 {
-	return (struct kvp_fwd_seq){ .table = table, .n_table = n_table, .pos = g->n_past,
-				     .token = g->last };
+	return (struct kvp_fwd_seq){
+		.table = table, .n_table = n_table, .pos = g->n_past, .token = g->last
+	};
 }
 
 void kvp_gen_decoded(struct kvp_gen *g)

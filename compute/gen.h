@@ -55,9 +55,9 @@ struct kvp_gen {
 
 /* What to do after kvp_gen_take(). */
 enum kvp_gen_next {
-	KVP_GEN_CONTINUE,	/* kept: show it, then decode it */
-	KVP_GEN_LAST,		/* kept, and the last one allowed: show it, then end */
-	KVP_GEN_EOS,		/* end of sequence: neither kept nor shown; end now */
+	KVP_GEN_CONTINUE, /* kept: show it, then decode it */
+	KVP_GEN_LAST,	  /* kept, and the last one allowed: show it, then end */
+	KVP_GEN_EOS,	  /* end of sequence: neither kept nor shown; end now */
 };
 
 /* Start a sequence of @n_prompt >= 1 ids; @eos from kvp_gen_eos(). */
@@ -110,8 +110,7 @@ enum kvp_gen_next kvp_gen_take(struct kvp_gen *g, int32_t token);
  * Return: bytes of whole characters written to @out (0 .. cap), or -EINVAL for a
  * @cap below 6.
  */
-int kvp_gen_text(struct kvp_gen *g, int32_t token, size_t *off, char *out, size_t cap,
-		 bool *more);
+int kvp_gen_text(struct kvp_gen *g, int32_t token, size_t *off, char *out, size_t cap, bool *more);
 
 /* End of the text: a character left incomplete becomes U+FFFD.  @out: 3 bytes.  Return: 0 or 3. */
 int kvp_gen_flush(struct kvp_gen *g, char *out, size_t cap);

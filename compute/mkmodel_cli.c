@@ -31,19 +31,28 @@ static void mkmodel_usage(FILE *f)
 	      "                      override the preset's shape (each 1..1048576)\n"
 	      "      --tied, --untied  reuse token_embd as the output matrix, or not (presets: untied)\n"
 	      "      --name NAME     general.name\n"
-	      "  -h, --help          this text\n", f);
+	      "  -h, --help          this text\n",
+	      f);
 }
 
 int kvp_mkmodel_main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "preset", required_argument, 0, 'p' }, { "type", required_argument, 0, 't' },
-		{ "seed", required_argument, 0, 's' }, { "output", required_argument, 0, 'o' },
-		{ "n-embd", required_argument, 0, 'e' }, { "n-layers", required_argument, 0, 'l' },
-		{ "n-heads", required_argument, 0, 'H' }, { "n-kv-heads", required_argument, 0, 'K' },
-		{ "n-ff", required_argument, 0, 'f' }, { "n-ctx", required_argument, 0, 'c' },
-		{ "tied", no_argument, 0, 'T' }, { "untied", no_argument, 0, 'U' },
-		{ "name", required_argument, 0, 'N' }, { "help", no_argument, 0, 'h' }, { 0 },
+		{ "preset", required_argument, 0, 'p' },
+		{ "type", required_argument, 0, 't' },
+		{ "seed", required_argument, 0, 's' },
+		{ "output", required_argument, 0, 'o' },
+		{ "n-embd", required_argument, 0, 'e' },
+		{ "n-layers", required_argument, 0, 'l' },
+		{ "n-heads", required_argument, 0, 'H' },
+		{ "n-kv-heads", required_argument, 0, 'K' },
+		{ "n-ff", required_argument, 0, 'f' },
+		{ "n-ctx", required_argument, 0, 'c' },
+		{ "tied", no_argument, 0, 'T' },
+		{ "untied", no_argument, 0, 'U' },
+		{ "name", required_argument, 0, 'N' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0 },
 	};
 	const char *preset = "tiny", *path = NULL, *type = NULL, *name = NULL;
 	uint32_t e = 0, l = 0, H = 0, K = 0, F = 0, C = 0;
@@ -55,14 +64,20 @@ int kvp_mkmodel_main(int argc, char **argv)
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "o:t:s:p:h", lo, &li)) != -1) {
-		uint32_t *dst = c == 'e' ? &e : c == 'l' ? &l : c == 'H' ? &H : c == 'K' ? &K :
-				c == 'f' ? &F : c == 'c' ? &C : NULL;
+		uint32_t *dst = c == 'e' ? &e :
+				c == 'l' ? &l :
+				c == 'H' ? &H :
+				c == 'K' ? &K :
+				c == 'f' ? &F :
+				c == 'c' ? &C :
+					   NULL;
 
 		if (dst) {
 			uint64_t v;
 
 			if (kvp_parse_u64(optarg, 1, 1u << 20, &v)) {
-				fprintf(stderr, "kvpool-mkmodel: --%s: want an integer in [1, 1048576], got '%s'\n",
+				fprintf(stderr,
+					"kvpool-mkmodel: --%s: want an integer in [1, 1048576], got '%s'\n",
 					lo[li].name, optarg);
 				goto usage;
 			}
@@ -70,15 +85,28 @@ int kvp_mkmodel_main(int argc, char **argv)
 			continue;
 		}
 		switch (c) {
-		case 'p': preset = optarg; break;
-		case 't': type = optarg; break;
-		case 'o': path = optarg; break;
-		case 'N': name = optarg; break;
-		case 'T': tied = 1; break;
-		case 'U': tied = 0; break;
+		case 'p':
+			preset = optarg;
+			break;
+		case 't':
+			type = optarg;
+			break;
+		case 'o':
+			path = optarg;
+			break;
+		case 'N':
+			name = optarg;
+			break;
+		case 'T':
+			tied = 1;
+			break;
+		case 'U':
+			tied = 0;
+			break;
 		case 's':
 			if (kvp_parse_u64(optarg, 0, UINT64_MAX, &seed)) {
-				fprintf(stderr, "kvpool-mkmodel: --seed: want an unsigned 64-bit integer, got '%s'\n",
+				fprintf(stderr,
+					"kvpool-mkmodel: --seed: want an unsigned 64-bit integer, got '%s'\n",
 					optarg);
 				goto usage;
 			}
@@ -87,7 +115,8 @@ int kvp_mkmodel_main(int argc, char **argv)
 		case 'h':
 			mkmodel_usage(stdout);
 			return 0;
-		default: goto usage;	/* getopt named the option */
+		default:
+			goto usage; /* getopt named the option */
 		}
 	}
 	if (optind != argc) {
@@ -99,13 +128,15 @@ int kvp_mkmodel_main(int argc, char **argv)
 		goto usage;
 	}
 	if (kvp_mkmodel_preset(&o, preset)) {
-		fprintf(stderr, "kvpool-mkmodel: --preset: want tiny, demo or 1b, got '%s'\n", preset);
+		fprintf(stderr, "kvpool-mkmodel: --preset: want tiny, demo or 1b, got '%s'\n",
+			preset);
 		goto usage;
 	}
 	if (type) {
 		r = kvp_mkmodel_type_parse(type);
 		if (r < 0) {
-			fprintf(stderr, "kvpool-mkmodel: --type: want f32, f16, bf16 or q8_0, got '%s'\n",
+			fprintf(stderr,
+				"kvpool-mkmodel: --type: want f32, f16, bf16 or q8_0, got '%s'\n",
 				type);
 			goto usage;
 		}

@@ -61,7 +61,8 @@ static void run_usage(FILE *f)
 	      "      --weights W       f32 weights: map (used from the file, the default) or copy\n"
 	      "                        (copied at load into huge pages: faster decode, slower load)\n"
 	      "  -h, --help            this text\n"
-	      "The load report and timings go to stderr. Exit status: 0 ok, 1 failure, 2 usage.\n", f);
+	      "The load report and timings go to stderr. Exit status: 0 ok, 1 failure, 2 usage.\n",
+	      f);
 }
 
 struct run_opts {
@@ -82,14 +83,22 @@ static int bad_opt(const char *opt, const char *val, const char *want)
 static int run_parse(int argc, char **argv, struct run_opts *o)
 {
 	static const struct option lo[] = {
-		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
-		{ "tokens", required_argument, 0, 't' }, { "temperature", required_argument, 0, 'T' },
-		{ "top-k", required_argument, 0, 'k' }, { "top-p", required_argument, 0, 'P' },
-		{ "seed", required_argument, 0, 's' }, { "threads", required_argument, 0, 'j' },
-		{ "json", no_argument, 0, 'J' }, { "kv-type", required_argument, 0, 'K' },
-		{ "block-tokens", required_argument, 0, 'b' }, { "chunk", required_argument, 0, 'c' },
-		{ "ignore-eos", no_argument, 0, 'E' }, { "weights", required_argument, 0, 'W' },
-		{ "help", no_argument, 0, 'h' }, { 0 },
+		{ "model", required_argument, 0, 'm' },
+		{ "prompt", required_argument, 0, 'p' },
+		{ "tokens", required_argument, 0, 't' },
+		{ "temperature", required_argument, 0, 'T' },
+		{ "top-k", required_argument, 0, 'k' },
+		{ "top-p", required_argument, 0, 'P' },
+		{ "seed", required_argument, 0, 's' },
+		{ "threads", required_argument, 0, 'j' },
+		{ "json", no_argument, 0, 'J' },
+		{ "kv-type", required_argument, 0, 'K' },
+		{ "block-tokens", required_argument, 0, 'b' },
+		{ "chunk", required_argument, 0, 'c' },
+		{ "ignore-eos", no_argument, 0, 'E' },
+		{ "weights", required_argument, 0, 'W' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0 },
 	};
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	int c;
@@ -104,9 +113,15 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:p:n:h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'm': o->model = optarg; break;
-		case 'p': o->prompt = optarg; break;
-		case 't': o->tokens = optarg; break;
+		case 'm':
+			o->model = optarg;
+			break;
+		case 'p':
+			o->prompt = optarg;
+			break;
+		case 't':
+			o->tokens = optarg;
+			break;
 		case 'n':
 			if (parse_u32(optarg, 1, 1u << 20, &o->n_gen))
 				return bad_opt("-n", optarg, "an integer in [1, 1048576]");
@@ -131,8 +146,12 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 			if (parse_u32(optarg, 1, 256, &o->threads))
 				return bad_opt("--threads", optarg, "an integer in [1, 256]");
 			break;
-		case 'J': o->json = 1; break;
-		case 'E': o->ignore_eos = 1; break;
+		case 'J':
+			o->json = 1;
+			break;
+		case 'E':
+			o->ignore_eos = 1;
+			break;
 		case 'K':
 			if (!strcmp(optarg, "f32"))
 				o->kv_dtype = KVP_DTYPE_F32;
@@ -159,8 +178,10 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 			else
 				return bad_opt("--weights", optarg, "map or copy");
 			break;
-		case 'h': return 1;
-		default: return -EINVAL;	/* getopt named the option */
+		case 'h':
+			return 1;
+		default:
+			return -EINVAL; /* getopt named the option */
 		}
 	}
 	if (optind != argc) {
@@ -272,7 +293,8 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	}
 	hp = kvp_model_hparams(m);
 	info = kvp_model_info(m);
-	fprintf(stderr, "kvpool-run: model '%s': %u layers, n_embd %u, %u/%u heads, n_ff %u, "
+	fprintf(stderr,
+		"kvpool-run: model '%s': %u layers, n_embd %u, %u/%u heads, n_ff %u, "
 		"vocab %u, %.1fM params, %s; %u tensors converted to f32 (%.1f MiB)%s\n",
 		kvp_model_name(m), hp->n_layers, hp->n_embd, hp->n_heads, hp->n_kv_heads, hp->n_ff,
 		hp->n_vocab, info->n_params / 1e6, info->file_type, info->n_converted,
@@ -288,7 +310,8 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 
 		r = kvp_parse_ids(o.tokens, &prompt, &n_ids);
 		if (r < 0 || n_ids > UINT32_MAX) {
-			fprintf(stderr, "kvpool-run: --tokens: want comma-separated ids, got '%s'\n",
+			fprintf(stderr,
+				"kvpool-run: --tokens: want comma-separated ids, got '%s'\n",
 				o.tokens);
 			ret = 2;
 			goto out;
@@ -340,8 +363,11 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	}
 	for (uint32_t i = 0; i < n_blocks; i++)
 		table[i] = i;
-	r = kvp_fwd_new(&fwd, m, &(struct kvp_fwd_opts){ .n_threads = o.threads,
-		.max_chunk = o.chunk < n_prompt ? o.chunk : n_prompt, .max_batch = 1 });
+	r = kvp_fwd_new(&fwd, m,
+			&(struct kvp_fwd_opts){ .n_threads = o.threads,
+						.max_chunk = o.chunk < n_prompt ? o.chunk :
+										  n_prompt,
+						.max_batch = 1 });
 	if (!r)
 		r = kvp_sampler_new(&smp, hp->n_vocab, &o.sp);
 	if (r) {
@@ -352,8 +378,8 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 
 	t0 = kvp_now_ns();
 	while (!kvp_gen_prefilled(&g)) {
-		r = kvp_gen_prefill(&g, fwd, &kv, table, n_blocks, kvp_gen_prefill_next(&g, o.chunk),
-				    logits);
+		r = kvp_gen_prefill(&g, fwd, &kv, table, n_blocks,
+				    kvp_gen_prefill_next(&g, o.chunk), logits);
 		if (r) {
 			fprintf(stderr, "kvpool-run: prefill: %s\n", strerror(-r));
 			goto out;
@@ -411,10 +437,11 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 		kvp_buf_deinit(&b);
 	} else {
 		fputc('\n', out);
-		fprintf(stderr, "kvpool-run: prompt %u tokens in %.1f ms (%.1f tok/s), generated %u "
-			"in %.1f ms (%.1f tok/s)\n", n_prompt, res.prefill_s * 1e3,
-			prefill_rate(&res), res.n_ids, res.decode_s * 1e3,
-			decode_rate(&res));
+		fprintf(stderr,
+			"kvpool-run: prompt %u tokens in %.1f ms (%.1f tok/s), generated %u "
+			"in %.1f ms (%.1f tok/s)\n",
+			n_prompt, res.prefill_s * 1e3, prefill_rate(&res), res.n_ids,
+			res.decode_s * 1e3, decode_rate(&res));
 	}
 	fflush(out);
 	ret = 0;

@@ -109,7 +109,7 @@ void kvp_outq_consume(struct kvp_outq *q, uint32_t n)
 	q->head = (uint32_t)(((uint64_t)q->head + n) % q->cap);
 	q->used -= n;
 	if (!q->used)
-		q->head = 0;	/* keep the next frames contiguous */
+		q->head = 0; /* keep the next frames contiguous */
 }
 
 /*

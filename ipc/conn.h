@@ -20,15 +20,15 @@
 #define KVP_CONN_PASS_FDS_MAX 4
 
 enum kvp_conn_kind {
-	KVP_CONN_REQUEST = 0,	/* request socket: HELLO, GENERATE, CANCEL */
-	KVP_CONN_STATUS,	/* status socket: one request line, one report */
+	KVP_CONN_REQUEST = 0, /* request socket: HELLO, GENERATE, CANCEL */
+	KVP_CONN_STATUS,      /* status socket: one request line, one report */
 };
 
 enum kvp_conn_state {
-	KVP_CONN_FREE = 0,	/* slot unused */
-	KVP_CONN_OPEN,		/* reading and writing */
-	KVP_CONN_FLUSHING,	/* reads stopped; closes once the output queue is sent */
-	KVP_CONN_CLOSING,	/* shut down; the slot is freed when no operation is left */
+	KVP_CONN_FREE = 0, /* slot unused */
+	KVP_CONN_OPEN,	   /* reading and writing */
+	KVP_CONN_FLUSHING, /* reads stopped; closes once the output queue is sent */
+	KVP_CONN_CLOSING,  /* shut down; the slot is freed when no operation is left */
 };
 
 /*
@@ -48,7 +48,7 @@ struct kvp_outq {
 /* A request in flight on a connection. */
 struct kvp_conn_req {
 	uint64_t id;
-	bool cancel_passed;	/* its first CANCEL went to svc/; repeats are dropped */
+	bool cancel_passed; /* its first CANCEL went to svc/; repeats are dropped */
 };
 
 /**

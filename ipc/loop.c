@@ -50,8 +50,7 @@ int kvp_loop_init(struct kvp_loop *l, unsigned int sq_entries, unsigned int cq_e
 	l->bgid = 1;
 	l->br_mask = io_uring_buf_ring_mask(n_bufs);
 	l->br_bytes = (size_t)n_bufs * sizeof(struct io_uring_buf);
-	l->br = mmap(NULL, l->br_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-		     0);
+	l->br = mmap(NULL, l->br_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (l->br == MAP_FAILED) {
 		r = -errno;
 		goto err_exit;
@@ -155,8 +154,7 @@ int kvp_loop_wait(struct kvp_loop *l, int timeout_ms)
 	struct io_uring_cqe *cqe;
 	int r;
 
-	r = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, timeout_ms < 0 ? NULL : &ts,
-					     NULL);
+	r = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, timeout_ms < 0 ? NULL : &ts, NULL);
 	if (r == -ETIME || r == -EINTR || r == -EAGAIN || r == -EBUSY)
 		return 0;
 	return r < 0 ? r : 0;

@@ -16,12 +16,9 @@
 #include <string.h>
 
 static const char *const type_names[KVP_FRAME__COUNT] = {
-	[KVP_FRAME_HELLO] = "HELLO",
-	[KVP_FRAME_WELCOME] = "WELCOME",
-	[KVP_FRAME_GENERATE] = "GENERATE",
-	[KVP_FRAME_TOKEN] = "TOKEN",
-	[KVP_FRAME_DONE] = "DONE",
-	[KVP_FRAME_CANCEL] = "CANCEL",
+	[KVP_FRAME_HELLO] = "HELLO",	   [KVP_FRAME_WELCOME] = "WELCOME",
+	[KVP_FRAME_GENERATE] = "GENERATE", [KVP_FRAME_TOKEN] = "TOKEN",
+	[KVP_FRAME_DONE] = "DONE",	   [KVP_FRAME_CANCEL] = "CANCEL",
 	[KVP_FRAME_ERROR] = "ERROR",
 };
 
@@ -103,8 +100,7 @@ int kvp_proto_check_hdr(const void *buf, size_t len, uint32_t max_frame_bytes,
 		return fail(why, "unknown frame type", KVP_E_PROTO);
 	if (hdr->flags)
 		return fail(why, "header flags must be zero", KVP_E_PROTO);
-	if (hdr->len_bytes > max_frame_bytes ||
-	    max_frame_bytes - hdr->len_bytes < sizeof(*hdr))
+	if (hdr->len_bytes > max_frame_bytes || max_frame_bytes - hdr->len_bytes < sizeof(*hdr))
 		return fail(why, "frame larger than the maximum frame size", KVP_E_LIMIT);
 	return KVP_OK;
 }
@@ -125,8 +121,7 @@ static int take_exact(const void *payload, size_t len, void *out, size_t size, c
 	return KVP_OK;
 }
 
-int kvp_proto_decode_hello(const void *payload, size_t len, struct kvp_hello *out,
-			   const char **why)
+int kvp_proto_decode_hello(const void *payload, size_t len, struct kvp_hello *out, const char **why)
 {
 	int r = take_exact(payload, len, out, sizeof(*out), why);
 
@@ -217,8 +212,8 @@ int kvp_proto_decode_welcome(const void *payload, size_t len, struct kvp_welcome
 	return KVP_OK;
 }
 
-int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out,
-			   const void **ids, const char **text, const char **why)
+int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out, const void **ids,
+			   const char **text, const char **why)
 {
 	struct kvp_cur c;
 	const void *p;
@@ -237,14 +232,13 @@ int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *ou
 	return KVP_OK;
 }
 
-int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out,
-			  const char **why)
+int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out, const char **why)
 {
 	return take_exact(payload, len, out, sizeof(*out), why);
 }
 
-int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out,
-			   const char **msg, const char **why)
+int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out, const char **msg,
+			   const char **why)
 {
 	struct kvp_cur c;
 	const void *p;
@@ -316,11 +310,10 @@ size_t kvp_proto_encode_hello(void *buf, size_t cap, const struct kvp_hello *h)
 size_t kvp_proto_encode_generate(void *buf, size_t cap, uint64_t req_id,
 				 const struct kvp_generate *g, const void *body)
 {
-	size_t nbody = (g->flags & KVP_GEN_TEXT) ? g->text_bytes
-						 : (size_t)g->n_tokens * sizeof(int32_t);
+	size_t nbody = (g->flags & KVP_GEN_TEXT) ? g->text_bytes :
+						   (size_t)g->n_tokens * sizeof(int32_t);
 
-	return put_frame(buf, cap, KVP_FRAME_GENERATE, req_id, g, sizeof(*g), body, nbody, NULL,
-			 0);
+	return put_frame(buf, cap, KVP_FRAME_GENERATE, req_id, g, sizeof(*g), body, nbody, NULL, 0);
 }
 
 size_t kvp_proto_encode_cancel(void *buf, size_t cap, uint64_t req_id)
@@ -352,6 +345,5 @@ size_t kvp_proto_encode_error(void *buf, size_t cap, uint64_t req_id, uint32_t s
 {
 	struct kvp_error e = { .status = status, .msg_bytes = msg_bytes };
 
-	return put_frame(buf, cap, KVP_FRAME_ERROR, req_id, &e, sizeof(e), msg, msg_bytes, NULL,
-			 0);
+	return put_frame(buf, cap, KVP_FRAME_ERROR, req_id, &e, sizeof(e), msg, msg_bytes, NULL, 0);
 }

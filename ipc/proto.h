@@ -57,12 +57,11 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 			      struct kvp_generate *out, const void **body, const char **why);
 int kvp_proto_decode_welcome(const void *payload, size_t len, struct kvp_welcome *out,
 			     const char **why);
-int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out,
-			   const void **ids, const char **text, const char **why);
-int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out,
-			  const char **why);
-int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out,
-			   const char **msg, const char **why);
+int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out, const void **ids,
+			   const char **text, const char **why);
+int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out, const char **why);
+int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out, const char **msg,
+			   const char **why);
 
 void kvp_proto_hdr_init(struct kvp_frame_hdr *hdr, uint32_t type, uint64_t req_id,
 			uint32_t len_bytes);

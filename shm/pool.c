@@ -26,8 +26,8 @@
 
 struct arena {
 	struct kvp_arena_range range;
-	uint32_t free_head;	/* KVP_BLOCK_NONE when empty */
-	uint32_t *heap;		/* eviction candidates, min-heap on last_use */
+	uint32_t free_head; /* KVP_BLOCK_NONE when empty */
+	uint32_t *heap;	    /* eviction candidates, min-heap on last_use */
 	uint32_t heap_len;
 	uint32_t n_free;
 	uint32_t n_used;
@@ -40,10 +40,10 @@ struct kvp_pool {
 	uint32_t n_blocks;
 	uint32_t n_arenas;
 	const struct kvp_numa *numa;
-	struct kvp_block *blocks;	/* n_blocks */
+	struct kvp_block *blocks; /* n_blocks */
 	struct arena arenas[KVP_MAX_ARENAS];
-	uint32_t *stash;		/* eviction scratch: TTL-live candidates set aside */
-	uint64_t tick;			/* LRU clock */
+	uint32_t *stash; /* eviction scratch: TTL-live candidates set aside */
+	uint64_t tick;	 /* LRU clock */
 	kvp_pool_evict_fn evictor;
 	void *evict_ctx;
 	uint64_t allocs, alloc_fails, alloc_remote, evictions, cow_copies;
@@ -181,7 +181,7 @@ static uint32_t evict_from(struct kvp_pool *p, uint32_t ai, uint64_t now)
 
 		heap_remove(p, a, id);
 		if (p->blocks[id].ttl_deadline_ns > now) {
-			p->stash[n_stash++] = id;	/* still inside its TTL: skip, keep */
+			p->stash[n_stash++] = id; /* still inside its TTL: skip, keep */
 			continue;
 		}
 		victim = id;
@@ -202,7 +202,7 @@ static uint32_t evict_from(struct kvp_pool *p, uint32_t ai, uint64_t now)
 	free_push(p, victim);
 	if (parent != KVP_BLOCK_NONE) {
 		p->blocks[parent].n_children--;
-		lru_sync(p, parent);	/* it may have just become a leaf */
+		lru_sync(p, parent); /* it may have just become a leaf */
 	}
 	p->evictions++;
 	return victim;
@@ -403,9 +403,9 @@ static int bind_arenas(struct kvp_pool *p)
 	for (uint32_t i = 0; i < p->n_arenas; i++) {
 		const struct kvp_arena_range *r = &p->arenas[i].range;
 		size_t start = i ? s->data_offset + (size_t)r->first * p->geom.block_stride : 0;
-		size_t end = i + 1 < p->n_arenas ?
-			s->data_offset + (size_t)(r->first + r->count) * p->geom.block_stride :
-			s->bytes;
+		size_t end = i + 1 < p->n_arenas ? s->data_offset + (size_t)(r->first + r->count) *
+									    p->geom.block_stride :
+						   s->bytes;
 		int err;
 
 		start -= start % s->page_bytes;

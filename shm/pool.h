@@ -109,21 +109,21 @@ struct kvp_pool_config {
 
 /* Per-arena counts; free + used + cached == n_blocks of the arena. */
 struct kvp_arena_stats {
-	uint32_t node_os_index;	/* kernel NUMA node (0 without a topology) */
+	uint32_t node_os_index; /* kernel NUMA node (0 without a topology) */
 	uint32_t first;		/* first block id of the arena */
 	uint32_t n_blocks;
-	uint32_t free;		/* on the free list */
-	uint32_t used;		/* refcount > 0 */
-	uint32_t cached;	/* cached with refcount 0 (evictable unless pinned/TTL) */
+	uint32_t free;	 /* on the free list */
+	uint32_t used;	 /* refcount > 0 */
+	uint32_t cached; /* cached with refcount 0 (evictable unless pinned/TTL) */
 };
 
 /* Pool counters for the status socket; totals since the pool was made. */
 struct kvp_pool_stats {
 	uint32_t n_arenas;
-	uint32_t page_kind;	/* enum kvp_page_kind */
-	uint64_t allocs;	/* successful kvp_pool_alloc() */
-	uint64_t alloc_fails;	/* -ENOMEM returned */
-	uint64_t alloc_remote;	/* allocations served by a node other than the preferred */
+	uint32_t page_kind;    /* enum kvp_page_kind */
+	uint64_t allocs;       /* successful kvp_pool_alloc() */
+	uint64_t alloc_fails;  /* -ENOMEM returned */
+	uint64_t alloc_remote; /* allocations served by a node other than the preferred */
 	uint64_t evictions;
 	uint64_t cow_copies;
 	struct kvp_arena_stats arena[KVP_MAX_ARENAS];

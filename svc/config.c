@@ -29,25 +29,25 @@
 #include "util/parse.h"
 
 enum key_type {
-	T_PATH,		/* char[PATH_MAX] or char[SOCK_MAX]: size in .cap */
-	T_NAME,		/* short string: size in .cap */
-	T_U32,		/* [min, max] */
-	T_SIZE,		/* bytes with suffix, [min, max] */
-	T_HUGE,		/* auto|require|off */
-	T_DTYPE,	/* f32|f16|bf16 */
-	T_LEVEL,	/* log level */
-	T_BOOL,		/* yes/no, true/false, on/off, 1/0 */
-	T_WEIGHTS,	/* copy|map: enum kvp_model_weights */
+	T_PATH,	   /* char[PATH_MAX] or char[SOCK_MAX]: size in .cap */
+	T_NAME,	   /* short string: size in .cap */
+	T_U32,	   /* [min, max] */
+	T_SIZE,	   /* bytes with suffix, [min, max] */
+	T_HUGE,	   /* auto|require|off */
+	T_DTYPE,   /* f32|f16|bf16 */
+	T_LEVEL,   /* log level */
+	T_BOOL,	   /* yes/no, true/false, on/off, 1/0 */
+	T_WEIGHTS, /* copy|map: enum kvp_model_weights */
 };
 
 struct key_def {
 	const char *section;
 	const char *key;
-	const char *flag;	/* long flag without "--", or NULL */
+	const char *flag; /* long flag without "--", or NULL */
 	enum key_type type;
 	size_t off;
-	size_t cap;		/* strings: buffer size; sizes: 8 for a uint64_t field, else 4 */
-	uint64_t min, max;	/* numbers */
+	size_t cap;	   /* strings: buffer size; sizes: 8 for a uint64_t field, else 4 */
+	uint64_t min, max; /* numbers */
 	const char *help;
 };
 
@@ -69,8 +69,8 @@ static const struct key_def keys[] = {
 	  "copy: copied at start into huge-page memory: faster decode, no extra memory, but a\n"
 	  "slower start (docs/daemon.md has figures), the right trade for a\n"
 	  "long-running daemon; map: used in place from the file, the fastest start" },
-	{ "pool", "size", "pool-size", T_SIZE, OFF(pool_bytes), CAP(pool_bytes), 1ull << 20, 1ull << 40,
-	  "KV block pool size (K, M, G, T suffixes)" },
+	{ "pool", "size", "pool-size", T_SIZE, OFF(pool_bytes), CAP(pool_bytes), 1ull << 20,
+	  1ull << 40, "KV block pool size (K, M, G, T suffixes)" },
 	{ "pool", "block_size", "block-size", T_U32, OFF(block_tokens), 0, 1, 1024,
 	  "tokens per KV block (a power of two)" },
 	{ "pool", "huge_pages", "huge-pages", T_HUGE, OFF(huge_pages), 0, 0, 0,
@@ -79,45 +79,50 @@ static const struct key_def keys[] = {
 	  "element type of stored K/V: f32|f16|bf16" },
 	{ "server", "socket", "socket", T_PATH, OFF(socket_path), CAP(socket_path), 0, 0,
 	  "request socket" },
-	{ "server", "status_socket", "status-socket", T_PATH, OFF(status_path), CAP(status_path),
-	  0, 0, "status socket; empty: none" },
-	{ "server", "socket_group", "socket-group", T_NAME, OFF(socket_group), CAP(socket_group),
-	  0, 0, "group owning the request socket (mode 0660); empty: the daemon's" },
-	{ "server", "status_group", "status-group", T_NAME, OFF(status_group), CAP(status_group),
-	  0, 0, "group owning the status socket; empty: the daemon's" },
-	{ "server", "max_frame_bytes", "max-frame-bytes", T_SIZE, OFF(max_frame_bytes), CAP(max_frame_bytes), 4096,
-	  64ull << 20, "largest frame accepted, header included" },
+	{ "server", "status_socket", "status-socket", T_PATH, OFF(status_path), CAP(status_path), 0,
+	  0, "status socket; empty: none" },
+	{ "server", "socket_group", "socket-group", T_NAME, OFF(socket_group), CAP(socket_group), 0,
+	  0, "group owning the request socket (mode 0660); empty: the daemon's" },
+	{ "server", "status_group", "status-group", T_NAME, OFF(status_group), CAP(status_group), 0,
+	  0, "group owning the status socket; empty: the daemon's" },
+	{ "server", "max_frame_bytes", "max-frame-bytes", T_SIZE, OFF(max_frame_bytes),
+	  CAP(max_frame_bytes), 4096, 64ull << 20, "largest frame accepted, header included" },
 	{ "server", "max_conns", "max-conns", T_U32, OFF(max_conns), 0, 1, 65536,
 	  "connections at once" },
 	{ "server", "max_reqs_per_conn", "max-reqs-per-conn", T_U32, OFF(max_reqs_per_conn), 0, 1,
 	  4096, "requests in flight per connection" },
-	{ "server", "outq_bytes", "outq-bytes", T_SIZE, OFF(outq_bytes), CAP(outq_bytes), 4096, 1ull << 30,
-	  "unsent output a connection may queue before it is dropped" },
+	{ "server", "outq_bytes", "outq-bytes", T_SIZE, OFF(outq_bytes), CAP(outq_bytes), 4096,
+	  1ull << 30, "unsent output a connection may queue before it is dropped" },
 	{ "limits", "max_prompt_tokens", "max-prompt-tokens", T_U32, OFF(max_prompt_tokens), 0, 1,
 	  1u << 20, "prompt tokens (or text bytes) in one request" },
-	{ "limits", "max_new_tokens", "max-new-tokens", T_U32, OFF(max_new_tokens), 0, 1,
-	  1u << 20, "tokens one request may generate" },
+	{ "limits", "max_new_tokens", "max-new-tokens", T_U32, OFF(max_new_tokens), 0, 1, 1u << 20,
+	  "tokens one request may generate" },
 	{ "scheduler", "max_running", "max-running", T_U32, OFF(max_running), 0, 1, 4096,
 	  "sequences decoded together" },
 	{ "scheduler", "max_queued", "max-queued", T_U32, OFF(max_queued), 0, 1, 1u << 20,
 	  "requests waiting for admission before new ones are refused (BUSY)" },
 	{ "scheduler", "ignore_eos", "ignore-eos", T_BOOL, OFF(ignore_eos), 0, 0, 0,
 	  "generate max_new_tokens every time, never stopping at EOS (load tests)" },
-	{ "scheduler", "prefill_chunk_tokens", "prefill-chunk", T_U32, OFF(prefill_chunk_tokens),
-	  0, 1, 1u << 16, "prefill tokens computed per engine step, between decode steps" },
+	{ "scheduler", "prefill_chunk_tokens", "prefill-chunk", T_U32, OFF(prefill_chunk_tokens), 0,
+	  1, 1u << 16, "prefill tokens computed per engine step, between decode steps" },
 };
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
 static const char *const huge_names[] = {
-	[KVP_HUGE_AUTO] = "auto", [KVP_HUGE_REQUIRE] = "require", [KVP_HUGE_OFF] = "off",
+	[KVP_HUGE_AUTO] = "auto",
+	[KVP_HUGE_REQUIRE] = "require",
+	[KVP_HUGE_OFF] = "off",
 };
 static const char *const dtype_names[] = {
-	[KVP_DTYPE_F32] = "f32", [KVP_DTYPE_F16] = "f16", [KVP_DTYPE_BF16] = "bf16",
+	[KVP_DTYPE_F32] = "f32",
+	[KVP_DTYPE_F16] = "f16",
+	[KVP_DTYPE_BF16] = "bf16",
 };
 static_assert(sizeof(dtype_names) / sizeof(dtype_names[0]) == KVP_DTYPE__COUNT, "all dtypes");
 static const char *const weights_names[] = {
-	[KVP_MODEL_WEIGHTS_MAP] = "map", [KVP_MODEL_WEIGHTS_COPY] = "copy",
+	[KVP_MODEL_WEIGHTS_MAP] = "map",
+	[KVP_MODEL_WEIGHTS_COPY] = "copy",
 };
 
 void kvp_config_defaults(struct kvp_config *c)
@@ -191,16 +196,20 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 		return 0;
 	case T_U32:
 	case T_SIZE:
-		r = k->type == T_U32 ? kvp_parse_u64(value, 0, UINT64_MAX, &v) : kvp_parse_size(value, &v);
+		r = k->type == T_U32 ? kvp_parse_u64(value, 0, UINT64_MAX, &v) :
+				       kvp_parse_size(value, &v);
 		if (r < 0) {
-			kvp_errmsg(err, cap, k->type == T_U32 ? "'%s' is not a whole number" :
-				"'%s' is not a size (a number with an optional K, M, G or T suffix)",
+			kvp_errmsg(
+				err, cap,
+				k->type == T_U32 ?
+					"'%s' is not a whole number" :
+					"'%s' is not a size (a number with an optional K, M, G or T suffix)",
 				value);
 			return -EINVAL;
 		}
 		if (v < k->min || v > k->max) {
 			kvp_errmsg(err, cap, "%s is out of range [%llu, %llu]", value,
-				(unsigned long long)k->min, (unsigned long long)k->max);
+				   (unsigned long long)k->min, (unsigned long long)k->max);
 			return -EINVAL;
 		}
 		if (k->cap == sizeof(uint64_t))
@@ -239,14 +248,16 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 			*(bool *)field = false;
 		} else {
 			kvp_errmsg(err, cap, "'%s' is not a boolean (yes, no, true, false, 1, 0)",
-				value);
+				   value);
 			return -EINVAL;
 		}
 		return 0;
 	case T_LEVEL:
 		if (kvp_log_level_parse(value, &prio) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not a log level (err, warning, notice, info, "
-				"debug or 0..7)", value);
+			kvp_errmsg(err, cap,
+				   "'%s' is not a log level (err, warning, notice, info, "
+				   "debug or 0..7)",
+				   value);
 			return -EINVAL;
 		}
 		*(int *)field = prio;
@@ -277,10 +288,10 @@ struct ini_ctx {
 	struct kvp_config *c;
 	FILE *f;
 	const char *path;
-	int line;		/* lines handed to inih so far: the current line */
-	int err_line;		/* first error's line, 0 = none */
+	int line;     /* lines handed to inih so far: the current line */
+	int err_line; /* first error's line, 0 = none */
 	char err[512];
-	char *buf;		/* getline buffer */
+	char *buf; /* getline buffer */
 	size_t buf_cap;
 	unsigned char seen[N_KEYS];
 };
@@ -314,7 +325,7 @@ static int ini_handle(void *user, const char *section, const char *name, const c
 	char why[256];
 
 	if (x->err_line)
-		return 1;	/* report the first error only; keep inih quiet */
+		return 1; /* report the first error only; keep inih quiet */
 	if (!k) {
 		x->err_line = x->line;
 		if (!*section)
@@ -368,7 +379,7 @@ int kvp_config_load_file(struct kvp_config *c, const char *path, bool must_exist
 			kvp_errmsg(err, cap, "%s:%d: %s", path, x->err_line, x->err);
 		else if (r > 0)
 			kvp_errmsg(err, cap, "%s:%d: syntax error (want [section] or key = value)",
-				path, r);
+				   path, r);
 		else
 			kvp_errmsg(err, cap, "%s: cannot parse (inih error %d)", path, r);
 		r = -EINVAL;
@@ -387,7 +398,8 @@ static const struct key_def *find_flag(const char *name, size_t len)
 	size_t i;
 
 	for (i = 0; i < N_KEYS; i++)
-		if (keys[i].flag && strlen(keys[i].flag) == len && !strncmp(keys[i].flag, name, len))
+		if (keys[i].flag && strlen(keys[i].flag) == len &&
+		    !strncmp(keys[i].flag, name, len))
 			return &keys[i];
 	return NULL;
 }
@@ -457,7 +469,7 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 			return -EINVAL;
 		}
 		if (find_flag(name, len) && find_flag(name, len)->type == T_BOOL && !eq)
-			continue;	/* a bare boolean flag means yes */
+			continue; /* a bare boolean flag means yes */
 		if (flag_value(argc, argv, &i, eq, &value) < 0) {
 			kvp_errmsg(err, cap, "--%.*s: needs a value", (int)len, name);
 			return -EINVAL;
@@ -470,8 +482,8 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 		kvp_errmsg(err, cap, "--config: empty path");
 		return -EINVAL;
 	}
-	r = kvp_config_load_file(c, config ? config : KVP_CONFIG_DEFAULT_PATH, config != NULL,
-				 err, cap);
+	r = kvp_config_load_file(c, config ? config : KVP_CONFIG_DEFAULT_PATH, config != NULL, err,
+				 cap);
 	if (r < 0)
 		return r;
 
@@ -512,7 +524,8 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 			memcpy(sk, value, (size_t)(veq - value));
 			sk[veq - value] = '\0';
 			sk[dot - value] = '\0';
-			r = kvp_config_set(c, sk, sk + (dot - value) + 1, veq + 1, why, sizeof(why));
+			r = kvp_config_set(c, sk, sk + (dot - value) + 1, veq + 1, why,
+					   sizeof(why));
 			if (r < 0) {
 				kvp_errmsg(err, cap, "--set: %s", why);
 				return -EINVAL;
@@ -548,7 +561,7 @@ static int check_group(const char *name, const char *key, char *err, size_t cap)
 
 int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 {
-	uint64_t hdr = 24 + 104;	/* frame header + GENERATE payload (proto.h) */
+	uint64_t hdr = 24 + 104; /* frame header + GENERATE payload (proto.h) */
 
 	if (!*c->socket_path) {
 		kvp_errmsg(err, cap, "server.socket: must not be empty");
@@ -559,8 +572,9 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 		return -EINVAL;
 	}
 	if (!*c->model_path && !*c->state_dir) {
-		kvp_errmsg(err, cap, "daemon.state_dir: needed for the demo model when daemon.model "
-			"is empty");
+		kvp_errmsg(err, cap,
+			   "daemon.state_dir: needed for the demo model when daemon.model "
+			   "is empty");
 		return -EINVAL;
 	}
 	if (c->block_tokens & (c->block_tokens - 1)) {
@@ -569,9 +583,11 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 	}
 	/* a GENERATE of max_prompt_tokens ids must fit in one frame */
 	if (hdr + 4ull * c->max_prompt_tokens > c->max_frame_bytes) {
-		kvp_errmsg(err, cap, "server.max_frame_bytes: %u cannot carry limits.max_prompt_tokens "
-			"= %u (needs %llu)", c->max_frame_bytes, c->max_prompt_tokens,
-			(unsigned long long)(hdr + 4ull * c->max_prompt_tokens));
+		kvp_errmsg(err, cap,
+			   "server.max_frame_bytes: %u cannot carry limits.max_prompt_tokens "
+			   "= %u (needs %llu)",
+			   c->max_frame_bytes, c->max_prompt_tokens,
+			   (unsigned long long)(hdr + 4ull * c->max_prompt_tokens));
 		return -EINVAL;
 	}
 	if (c->outq_bytes < c->max_frame_bytes) {
@@ -579,8 +595,9 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 		return -EINVAL;
 	}
 	if (c->max_running > c->max_conns * (uint64_t)c->max_reqs_per_conn) {
-		kvp_errmsg(err, cap, "scheduler.max_running: %u exceeds max_conns x max_reqs_per_conn",
-			c->max_running);
+		kvp_errmsg(err, cap,
+			   "scheduler.max_running: %u exceeds max_conns x max_reqs_per_conn",
+			   c->max_running);
 		return -EINVAL;
 	}
 	if (check_group(c->socket_group, "socket_group", err, cap) < 0 ||
@@ -589,8 +606,7 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 	return 0;
 }
 
-static void value_text(const struct kvp_config *c, const struct key_def *k, char *buf,
-		       size_t cap)
+static void value_text(const struct kvp_config *c, const struct key_def *k, char *buf, size_t cap)
 {
 	const char *field = (const char *)c + k->off;
 	uint64_t v;

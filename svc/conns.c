@@ -93,8 +93,7 @@ const struct kvp_conn_rec *kvp_conns_first(const struct kvp_conns *t)
 	return from_bucket(t, 0);
 }
 
-const struct kvp_conn_rec *kvp_conns_next(const struct kvp_conns *t,
-					  const struct kvp_conn_rec *c)
+const struct kvp_conn_rec *kvp_conns_next(const struct kvp_conns *t, const struct kvp_conn_rec *c)
 {
 	return c->next ? c->next : from_bucket(t, bucket_of(c->id) + 1);
 }

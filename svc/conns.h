@@ -45,7 +45,10 @@ struct kvp_conns {
 	uint64_t n;
 };
 
-#define KVP_CONNS_INIT { .n = 0 }
+#define KVP_CONNS_INIT \
+	{ \
+		.n = 0 \
+	}
 
 /* Free every record; the registry is then empty (and may be used again). */
 void kvp_conns_deinit(struct kvp_conns *t);
@@ -66,7 +69,6 @@ void kvp_conns_drop(struct kvp_conns *t, kvp_conn_id id);
 
 /* Iteration in no particular order: first, then next until NULL; no add or drop meanwhile. */
 const struct kvp_conn_rec *kvp_conns_first(const struct kvp_conns *t);
-const struct kvp_conn_rec *kvp_conns_next(const struct kvp_conns *t,
-					  const struct kvp_conn_rec *c);
+const struct kvp_conn_rec *kvp_conns_next(const struct kvp_conns *t, const struct kvp_conn_rec *c);
 
 #endif /* KVP_SVC_CONNS_H */

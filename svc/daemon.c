@@ -70,12 +70,12 @@ struct kvp_daemon {
 	struct kvp_numa *numa;
 	struct kvp_sched *sched;
 	struct kvp_server *srv;
-	int wake_fd;			/* the engine writes it after queueing events */
+	int wake_fd; /* the engine writes it after queueing events */
 	struct kvp_watchdog watchdog;
-	struct kvp_requests req;	/* loop thread */
-	struct kvp_stats stats;		/* loop thread */
+	struct kvp_requests req; /* loop thread */
+	struct kvp_stats stats;	 /* loop thread */
 	uint64_t t_start_ns;
-	const char *state;		/* "starting", "serving", "draining" */
+	const char *state; /* "starting", "serving", "draining" */
 };
 
 static struct kvp_server *volatile sig_server;
@@ -155,12 +155,14 @@ static int load_model(struct kvp_daemon *d)
 			mi->n_converted, (double)mi->converted_bytes / (1 << 20));
 	/* the load time is what daemon.weights = copy costs: say what it bought */
 	if (mi->weights_copied)
-		kvp_log(LOG_INFO, "model: loaded in %.3f s, weights copied into huge-page "
+		kvp_log(LOG_INFO,
+			"model: loaded in %.3f s, weights copied into huge-page "
 			"memory: %.1f MiB copied, arena %.1f MiB (daemon.weights = copy)",
 			load_s, (double)mi->copied_bytes / (1 << 20),
 			(double)mi->arena_bytes / (1 << 20));
 	else
-		kvp_log(LOG_INFO, "model: loaded in %.3f s, weights used in place from the file "
+		kvp_log(LOG_INFO,
+			"model: loaded in %.3f s, weights used in place from the file "
 			"mapping, arena %.1f MiB (daemon.weights = map)",
 			load_s, (double)mi->arena_bytes / (1 << 20));
 	return 0;
@@ -227,7 +229,7 @@ static gid_t group_gid(const char *name)
 
 	if (!*name)
 		return (gid_t)-1;
-	gr = getgrnam(name);	/* main thread, before the engine thread starts */
+	gr = getgrnam(name); /* main thread, before the engine thread starts */
 	return gr ? gr->gr_gid : (gid_t)-1;
 }
 
@@ -244,7 +246,7 @@ static int make_server(struct kvp_daemon *d)
 		.max_prompt_tokens = d->cfg.max_prompt_tokens,
 		.max_new_tokens = d->cfg.max_new_tokens,
 		.outq_bytes = d->cfg.outq_bytes > UINT32_MAX ? UINT32_MAX :
-							     (uint32_t)d->cfg.outq_bytes,
+							       (uint32_t)d->cfg.outq_bytes,
 	};
 	struct kvp_server_ops ops;
 	int r;
@@ -371,7 +373,7 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 	r = make_server(d);
 	if (r < 0)
 		goto err_engine;
-	sig_server = d->srv;	/* from now on a signal also stops the loop */
+	sig_server = d->srv; /* from now on a signal also stops the loop */
 	r = kvp_watchdog_init(&d->watchdog, &d->notify, d->srv);
 	if (r < 0)
 		goto err_server;
@@ -383,7 +385,8 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 		kvp_log(LOG_ERR, "engine: start thread: %s", strerror(-r));
 		goto err_server;
 	}
-	kvp_log(LOG_INFO, "daemon: serving on %s (status %s); longest request %u tokens, "
+	kvp_log(LOG_INFO,
+		"daemon: serving on %s (status %s); longest request %u tokens, "
 		"pool holds %llu tokens",
 		cfg->socket_path, *cfg->status_path ? cfg->status_path : "off", dom->welcome.n_ctx,
 		(unsigned long long)dom->welcome.n_blocks * dom->welcome.shape.block_tokens);
@@ -393,7 +396,7 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 err_server:
 	sig_server = NULL;
 	kvp_server_free(d->srv);
-	kvp_watchdog_deinit(&d->watchdog);	/* after the server: its ring reads the timer */
+	kvp_watchdog_deinit(&d->watchdog); /* after the server: its ring reads the timer */
 err_engine:
 	kvp_sched_free(d->sched);
 err_wake:
@@ -467,7 +470,7 @@ void kvp_daemon_free(struct kvp_daemon *d)
 		return;
 	kvp_sched_loop_gone(d->sched);
 	sig_server = NULL;
-	kvp_server_free(d->srv);	/* reports every connection closed to d->req */
+	kvp_server_free(d->srv); /* reports every connection closed to d->req */
 	kvp_sched_free(d->sched);
 	kvp_watchdog_deinit(&d->watchdog);
 	close(d->wake_fd);

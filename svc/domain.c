@@ -67,9 +67,8 @@ static void log_huge_pages_missing(int r, uint64_t bytes)
 		free_pages < 0 ? 0 : free_pages, (unsigned long long)want);
 }
 
-int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m,
-		    const struct kvp_config *cfg, struct kvp_numa *numa,
-		    const struct kvp_notify *notify)
+int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m, const struct kvp_config *cfg,
+		    struct kvp_numa *numa, const struct kvp_notify *notify)
 {
 	static const enum kvp_page_mode modes[] = {
 		[KVP_HUGE_AUTO] = KVP_PAGES_AUTO,
@@ -92,7 +91,8 @@ int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m,
 	}
 	n_blocks = cfg->pool_bytes / g.block_stride;
 	if (n_blocks < 1 || n_blocks > UINT32_MAX - 1) {
-		kvp_log(LOG_ERR, "pool: pool.size %llu holds %llu blocks of %zu bytes; need 1 .. %u",
+		kvp_log(LOG_ERR,
+			"pool: pool.size %llu holds %llu blocks of %zu bytes; need 1 .. %u",
 			(unsigned long long)cfg->pool_bytes, (unsigned long long)n_blocks,
 			g.block_stride, UINT32_MAX - 1);
 		return -EINVAL;
@@ -125,7 +125,7 @@ int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m,
 	if (cfg->huge_pages == KVP_HUGE_AUTO &&
 	    kvp_segment_page_kind(kvp_pool_segment(dom->pool)) == KVP_PAGE_4K)
 		kvp_log(LOG_NOTICE, "pool: no huge pages obtained; using 4 KiB pages "
-			"(reserve vm.nr_hugepages for faster K/V reads)");
+				    "(reserve vm.nr_hugepages for faster K/V reads)");
 	r = kvp_index_new(&dom->index, dom->pool);
 	if (r < 0) {
 		kvp_log(LOG_ERR, "index: create: %s", strerror(-r));

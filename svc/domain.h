@@ -83,9 +83,8 @@ const char *kvp_domain_name(const struct kvp_domains *d, uint32_t idx);
  * with pool.huge_pages = require: how many were free and how many it needed).
  * Return: 0, or -errno (@dom is then as before).
  */
-int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m,
-		    const struct kvp_config *cfg, struct kvp_numa *numa,
-		    const struct kvp_notify *notify);
+int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m, const struct kvp_config *cfg,
+		    struct kvp_numa *numa, const struct kvp_notify *notify);
 
 /* Free @dom's fd, index and pool (NULL and -1 are fine); @dom can be opened again. */
 void kvp_domain_close(struct kvp_domain *dom);

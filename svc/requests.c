@@ -66,9 +66,11 @@ static int op_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, co
 	int idx;
 
 	idx = kvp_domain_of_peer(q->domains, peer->uid, peer->gid);
-	kvp_log(LOG_DEBUG, "server: connection %#llx: HELLO from pid %ld uid %ld gid %ld, "
-		"client \"%s\", domain %d", (unsigned long long)conn, (long)peer->pid,
-		(long)peer->uid, (long)peer->gid, client, idx);
+	kvp_log(LOG_DEBUG,
+		"server: connection %#llx: HELLO from pid %ld uid %ld gid %ld, "
+		"client \"%s\", domain %d",
+		(unsigned long long)conn, (long)peer->pid, (long)peer->uid, (long)peer->gid, client,
+		idx);
 	if (idx < 0)
 		return KVP_E_INVALID;
 	/* -EEXIST cannot happen: ipc/ refuses a second HELLO on a connection */
@@ -77,7 +79,7 @@ static int op_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, co
 	dom = &q->domains->dom[idx];
 	*welcome = dom->welcome;
 	if (*n_fds >= 1) {
-		fds[0] = dom->ro_fd;	/* borrowed: the server sends it, never closes it */
+		fds[0] = dom->ro_fd; /* borrowed: the server sends it, never closes it */
 		*n_fds = 1;
 		welcome->n_fds = 1;
 	} else {
@@ -93,7 +95,7 @@ static int submit_status(int r)
 	case -EAGAIN:
 		return KVP_E_BUSY;
 	case -ENOSPC:
-		return KVP_E_NOSPACE;	/* prompt + max_new_tokens beyond the whole pool */
+		return KVP_E_NOSPACE; /* prompt + max_new_tokens beyond the whole pool */
 	case -ESHUTDOWN:
 		return KVP_E_SHUTDOWN;
 	case -EINVAL:
@@ -117,9 +119,8 @@ static int tokenize_prompt(struct kvp_requests *q, const char *text, uint32_t le
 	return r->n_tokens ? KVP_OK : KVP_E_INVALID;
 }
 
-static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
-		       uint64_t req_id, const struct kvp_generate *g, const int32_t *tokens,
-		       const char *text)
+static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		       const struct kvp_generate *g, const int32_t *tokens, const char *text)
 {
 	struct kvp_requests *q = ctx;
 	struct kvp_sched_req r = { .conn = conn, .req_id = req_id, .t_recv_ns = kvp_now_ns() };
@@ -128,7 +129,7 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 
 	(void)peer;
 	if (!c)
-		return KVP_E_INTERNAL;	/* ipc/ only passes GENERATE after a HELLO we took */
+		return KVP_E_INTERNAL; /* ipc/ only passes GENERATE after a HELLO we took */
 	/* ipc/ keeps at most max_reqs_per_conn ids, each once, in flight */
 	assert(c->in_flight < q->max_reqs_per_conn);
 
@@ -147,8 +148,9 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 	}
 	r.max_new = g->max_new_tokens;
 	r.no_cache = g->flags & KVP_GEN_NO_CACHE;
-	r.sample = (struct kvp_sample_params){ .temperature = g->temperature, .top_k = g->top_k,
-					       .top_p = g->top_p, .seed = g->seed };
+	r.sample = (struct kvp_sample_params){
+		.temperature = g->temperature, .top_k = g->top_k, .top_p = g->top_p, .seed = g->seed
+	};
 	r.salt_len = g->salt_len;
 	memcpy(r.salt, g->salt, g->salt_len);
 	st = kvp_sched_submit(q->sched, &r);
@@ -216,8 +218,7 @@ static void ended(struct kvp_conn_rec *c)
  * send means the client is gone; its closed callback cleans up.  Return: the index after
  * them.
  */
-static unsigned int send_tokens(struct kvp_requests *q, unsigned int i, unsigned int n,
-				bool known)
+static unsigned int send_tokens(struct kvp_requests *q, unsigned int i, unsigned int n, bool known)
 {
 	const struct kvp_sched_event *e = &q->evbuf[i];
 	uint32_t n_tok = 0;

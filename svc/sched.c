@@ -69,38 +69,38 @@
 #define TTFT_RING 1024u
 
 enum seq_state {
-	SEQ_QUEUED = 0,		/* waiting for admission */
-	SEQ_WAITING,		/* waiting for another sequence's prefix blocks */
-	SEQ_PREFILL,		/* admitted; prompt being computed */
-	SEQ_DECODE,		/* generating */
+	SEQ_QUEUED = 0, /* waiting for admission */
+	SEQ_WAITING,	/* waiting for another sequence's prefix blocks */
+	SEQ_PREFILL,	/* admitted; prompt being computed */
+	SEQ_DECODE,	/* generating */
 };
 
 /* One request.  Owned by the engine thread from the moment it is taken off the inbox. */
 struct seq {
-	struct seq *prev, *next;	/* in exactly one of queue, waiting, active */
+	struct seq *prev, *next; /* in exactly one of queue, waiting, active */
 	enum seq_state state;
 	uint64_t conn;
 	uint64_t req_id;
-	int32_t *prompt;		/* owned; gen.prompt points at it */
+	int32_t *prompt; /* owned; gen.prompt points at it */
 	bool no_cache;
 	struct kvp_prefix_key key;
 	struct kvp_sampler *sampler;
 
-	uint32_t *table;		/* block ids; cap_table entries */
+	uint32_t *table; /* block ids; cap_table entries */
 	uint32_t n_table;
-	uint32_t cap_table;		/* = blocks_for(n_prompt, max_new) */
-	uint32_t n_hit;			/* blocks from the lookup */
-	uint32_t n_indexed;		/* table[0..n_indexed) are in the index */
-	uint32_t n_created;		/* blocks this sequence inserted in the index */
+	uint32_t cap_table; /* = blocks_for(n_prompt, max_new) */
+	uint32_t n_hit;	    /* blocks from the lookup */
+	uint32_t n_indexed; /* table[0..n_indexed) are in the index */
+	uint32_t n_created; /* blocks this sequence inserted in the index */
 	bool publish_stopped;
-	uint32_t reserved;		/* blocks it may still allocate */
-	struct kvp_gen gen;		/* positions computed, tokens kept, text held */
+	uint32_t reserved;  /* blocks it may still allocate */
+	struct kvp_gen gen; /* positions computed, tokens kept, text held */
 
-	struct seq *wait_on;		/* SEQ_WAITING: the sequence computing our prefix */
-	uint32_t wait_blocks;		/* ... wake when it has indexed this many blocks */
+	struct seq *wait_on;  /* SEQ_WAITING: the sequence computing our prefix */
+	uint32_t wait_blocks; /* ... wake when it has indexed this many blocks */
 
 	bool cancelled;
-	bool silent;			/* connection gone: end without events */
+	bool silent; /* connection gone: end without events */
 	uint32_t cancel_status;
 
 	uint64_t t_recv;
@@ -147,12 +147,12 @@ struct kvp_sched {
 	struct seq_list waiting;
 	struct seq_list active;
 	uint64_t reserved_total;
-	float *logits;			/* max_running * n_vocab */
-	struct kvp_fwd_seq *batch;	/* max_running */
+	float *logits;		   /* max_running * n_vocab */
+	struct kvp_fwd_seq *batch; /* max_running */
 	struct seq **batch_seq;
-	struct kvp_sched_stats st;	/* engine's own copy, published to snap */
-	double ttft_ring[TTFT_RING];	/* TTFT of the last TTFT_RING requests, ms */
-	uint64_t ttft_n;		/* samples ever taken; the next goes to % TTFT_RING */
+	struct kvp_sched_stats st;   /* engine's own copy, published to snap */
+	double ttft_ring[TTFT_RING]; /* TTFT of the last TTFT_RING requests, ms */
+	uint64_t ttft_n;	     /* samples ever taken; the next goes to % TTFT_RING */
 	bool ev_pushed;
 
 	/* inbox: loop -> engine */
@@ -166,7 +166,7 @@ struct kvp_sched {
 	pthread_cond_t ev_space;
 	struct kvp_sched_event *ev;
 	uint32_t ev_cap;
-	uint32_t ev_head;		/* next to take */
+	uint32_t ev_head; /* next to take */
 	uint32_t ev_count;
 	bool loop_gone;
 
@@ -267,11 +267,13 @@ static void push_event(struct kvp_sched *s, const struct kvp_sched_event *e)
 	pthread_mutex_unlock(&s->ev_lock);
 }
 
-static void emit_error(struct kvp_sched *s, struct seq *q, enum kvp_status status,
-		       const char *msg)
+static void emit_error(struct kvp_sched *s, struct seq *q, enum kvp_status status, const char *msg)
 {
-	struct kvp_sched_event e = { .type = KVP_SCHED_EV_ERROR, .token = -1,
-				     .status = status, .conn = q->conn, .req_id = q->req_id };
+	struct kvp_sched_event e = { .type = KVP_SCHED_EV_ERROR,
+				     .token = -1,
+				     .status = status,
+				     .conn = q->conn,
+				     .req_id = q->req_id };
 	size_t n = strlen(msg);
 
 	if (q->silent)
@@ -286,8 +288,9 @@ static void emit_error(struct kvp_sched *s, struct seq *q, enum kvp_status statu
 /* TOKEN event(s) for kept @token: its text in slices that fit an event. */
 static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 {
-	struct kvp_sched_event e = { .type = KVP_SCHED_EV_TOKEN, .token = token,
-				     .conn = q->conn, .req_id = q->req_id };
+	struct kvp_sched_event e = {
+		.type = KVP_SCHED_EV_TOKEN, .token = token, .conn = q->conn, .req_id = q->req_id
+	};
 	size_t off = 0;
 	bool more;
 
@@ -297,7 +300,7 @@ static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 		e.text_len = (uint32_t)kvp_gen_text(&q->gen, token, &off, e.text, sizeof(e.text),
 						    &more);
 		push_event(s, &e);
-		e.token = -1;	/* the id goes with the first slice only */
+		e.token = -1; /* the id goes with the first slice only */
 	} while (more);
 }
 
@@ -352,16 +355,20 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 		if (as_error) {
 			emit_error(s, q, status, msg ? msg : "request failed");
 		} else {
-			struct kvp_sched_event e = { .type = KVP_SCHED_EV_TOKEN, .token = -1,
-						     .conn = q->conn, .req_id = q->req_id };
+			struct kvp_sched_event e = { .type = KVP_SCHED_EV_TOKEN,
+						     .token = -1,
+						     .conn = q->conn,
+						     .req_id = q->req_id };
 			int n = kvp_gen_flush(&q->gen, e.text, sizeof(e.text));
 
 			if (n > 0) {
 				e.text_len = (uint32_t)n;
 				push_event(s, &e);
 			}
-			e = (struct kvp_sched_event){ .type = KVP_SCHED_EV_DONE, .token = -1,
-						      .conn = q->conn, .req_id = q->req_id };
+			e = (struct kvp_sched_event){ .type = KVP_SCHED_EV_DONE,
+						      .token = -1,
+						      .conn = q->conn,
+						      .req_id = q->req_id };
 			fill_usage(s, q, status, &e.usage);
 			push_event(s, &e);
 		}
@@ -420,7 +427,7 @@ static bool prefix_in_flight(struct kvp_sched *s, const struct seq *q, uint32_t 
 			     struct seq **owner, uint32_t *until)
 {
 	uint32_t bt = s->block_tokens;
-	uint32_t q_max = (q->gen.n_prompt - 1) / bt;	/* most blocks a lookup can give @q */
+	uint32_t q_max = (q->gen.n_prompt - 1) / bt; /* most blocks a lookup can give @q */
 	struct seq *a;
 
 	if (h >= q_max)
@@ -462,7 +469,7 @@ static void admit(struct kvp_sched *s)
 			n = kvp_index_lookup(s->cfg.index, &q->key, (const uint32_t *)q->prompt,
 					     q->gen.n_prompt, q->table, q->cap_table);
 			if (n < 0)
-				n = 0;	/* a failed lookup is a miss */
+				n = 0; /* a failed lookup is a miss */
 			q->n_table = (uint32_t)n;
 			if (prefix_in_flight(s, q, (uint32_t)n, &owner, &until)) {
 				unref_table(s, q);
@@ -479,7 +486,7 @@ static void admit(struct kvp_sched *s)
 		need = q->cap_table - (uint32_t)n;
 		if (need > pool_available(s)) {
 			unref_table(s, q);
-			break;	/* FIFO: the head waits for blocks */
+			break; /* FIFO: the head waits for blocks */
 		}
 		list_del(&s->queue, q);
 		q->n_hit = q->n_indexed = (uint32_t)n;
@@ -543,7 +550,7 @@ static int ensure_blocks(struct kvp_sched *s, struct seq *q, uint32_t n_position
 		int r;
 
 		if (q->n_table >= q->cap_table || !q->reserved)
-			return -ENOSPC;	/* cannot happen: blocks_for() bounds positions */
+			return -ENOSPC; /* cannot happen: blocks_for() bounds positions */
 		r = kvp_pool_alloc(s->cfg.pool, KVP_NODE_ANY, &id);
 		if (r < 0)
 			return r;
@@ -578,7 +585,7 @@ static void publish_ready(struct kvp_sched *s, struct seq *q)
 			kvp_pool_unref(s->cfg.pool, q->table[i]);
 			q->table[i] = out;
 		} else {
-			q->publish_stopped = true;	/* later blocks would have no parent */
+			q->publish_stopped = true; /* later blocks would have no parent */
 			break;
 		}
 		q->n_indexed++;
@@ -657,7 +664,7 @@ static void decode_step(struct kvp_sched *s)
 		if (q->state != SEQ_DECODE)
 			continue;
 		if (ensure_blocks(s, q, q->gen.n_past + 1) < 0) {
-			q->cancelled = true;	/* ended by reap at the next step */
+			q->cancelled = true; /* ended by reap at the next step */
 			q->cancel_status = KVP_E_NOSPACE;
 			continue;
 		}
@@ -674,7 +681,8 @@ static void decode_step(struct kvp_sched *s)
 			continue;
 		}
 		kvp_gen_decoded(&q->gen);
-		took_token(s, q, kvp_sampler_sample(q->sampler, s->logits + (size_t)i * s->n_vocab));
+		took_token(s, q,
+			   kvp_sampler_sample(q->sampler, s->logits + (size_t)i * s->n_vocab));
 	}
 }
 
@@ -693,8 +701,7 @@ static struct seq *find_seq(struct kvp_sched *s, uint64_t conn, uint64_t req_id)
 	return NULL;
 }
 
-static void mark_all(struct seq_list *l, uint64_t conn, bool any_conn, uint32_t status,
-		     bool silent)
+static void mark_all(struct seq_list *l, uint64_t conn, bool any_conn, uint32_t status, bool silent)
 {
 	struct seq *q;
 
@@ -755,8 +762,8 @@ static void reap_list(struct kvp_sched *s, struct seq_list *l, bool admitted)
 
 			seq_end(s, q, q->cancel_status, as_error,
 				q->cancel_status == KVP_E_SHUTDOWN ? "daemon: shutting down" :
-				q->cancel_status == KVP_E_NOSPACE ? "pool: out of blocks" :
-				"request cancelled");
+				q->cancel_status == KVP_E_NOSPACE  ? "pool: out of blocks" :
+								     "request cancelled");
 		}
 		q = next;
 	}
@@ -849,7 +856,8 @@ static void *engine_main(void *arg)
 		decode_step(s);
 		s->st.steps++;
 		progress = progress || steps_before != s->st.generated_tokens + s->st.req_done +
-							       s->st.req_cancelled + s->st.req_failed;
+							       s->st.req_cancelled +
+							       s->st.req_failed;
 		publish_stats(s);
 		if (s->ev_pushed) {
 			s->ev_pushed = false;
@@ -882,7 +890,8 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	kvp_pool_kv_view(cfg->pool, &s->view);
 	s->block_tokens = s->view.geom.shape.block_tokens;
 	s->n_blocks = kvp_pool_n_blocks(cfg->pool);
-	fo = (struct kvp_fwd_opts){ .n_threads = cfg->n_threads, .max_chunk = cfg->prefill_chunk,
+	fo = (struct kvp_fwd_opts){ .n_threads = cfg->n_threads,
+				    .max_chunk = cfg->prefill_chunk,
 				    .max_batch = cfg->max_running };
 	r = kvp_fwd_new(&s->fwd, cfg->model, &fo);
 	if (r < 0)
@@ -1029,7 +1038,7 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	}
 	ek.salt_len = r->salt_len;
 	memcpy(ek.salt, r->salt, r->salt_len);
-	ret = kvp_prefix_key_init(&q->key, &ek);	/* fills @q->key, allocates nothing */
+	ret = kvp_prefix_key_init(&q->key, &ek); /* fills @q->key, allocates nothing */
 	if (ret < 0)
 		goto err_table;
 	ret = kvp_sampler_new(&q->sampler, s->n_vocab, &sp);
@@ -1040,7 +1049,7 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	q->no_cache = r->no_cache;
 	q->cap_table = (uint32_t)blocks;
 	q->t_recv = r->t_recv_ns;
-	q->prompt = r->tokens;	/* ownership passes now that nothing can fail */
+	q->prompt = r->tokens; /* ownership passes now that nothing can fail */
 	kvp_gen_init(&q->gen, s->cfg.tok, q->prompt, r->n_tokens, r->max_new, s->eos);
 	m->type = MSG_SUBMIT;
 	m->seq = q;
@@ -1063,7 +1072,7 @@ static void post_simple(struct kvp_sched *s, enum msg_type type, uint64_t conn, 
 	struct msg *m = calloc(1, sizeof(*m));
 
 	if (!m)
-		return;	/* the request then runs to its end; nothing is leaked */
+		return; /* the request then runs to its end; nothing is leaked */
 	m->type = type;
 	m->conn = conn;
 	m->req_id = req_id;

@@ -76,16 +76,19 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 	     c = kvp_conns_next(&src->req->conns, c)) {
 		struct kvp_status_conn *sc = &s->conns[s->n_conns++];
 
-		*sc = (struct kvp_status_conn){
-			.id = c->id, .pid = c->peer.pid, .uid = c->peer.uid,
-			.domain = c->domain, .in_flight = c->in_flight,
-			.requests = c->requests, .generated_tokens = c->generated_tokens,
-			.cached_tokens = c->cached_tokens };
+		*sc = (struct kvp_status_conn){ .id = c->id,
+						.pid = c->peer.pid,
+						.uid = c->peer.uid,
+						.domain = c->domain,
+						.in_flight = c->in_flight,
+						.requests = c->requests,
+						.generated_tokens = c->generated_tokens,
+						.cached_tokens = c->cached_tokens };
 		static_assert(sizeof(sc->client) == sizeof(c->client), "client name");
 		memcpy(sc->client, c->client, sizeof(sc->client));
 	}
-	s->n_domains = src->domains->n_domains < KVP_STATUS_MAX_DOMAINS ?
-			       src->domains->n_domains : KVP_STATUS_MAX_DOMAINS;
+	s->n_domains = src->domains->n_domains < KVP_STATUS_MAX_DOMAINS ? src->domains->n_domains :
+									  KVP_STATUS_MAX_DOMAINS;
 	for (a = 0; a < s->n_domains; a++) {
 		snprintf(s->domains[a].name, sizeof(s->domains[a].name), "%s",
 			 src->domains->dom[a].name);

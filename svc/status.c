@@ -29,16 +29,16 @@
 #include "util/json.h"
 
 enum kind {
-	K_U64,		/* uint64_t */
-	K_U32,		/* uint32_t */
-	K_I64,		/* int64_t */
-	K_STR,		/* char[size]; in Prometheus: 1, labelled {labels="<the string>"} */
-	K_MS,		/* double milliseconds: JSON %.3f */
-	K_DBL,		/* double: JSON %.6g */
-	K_RATIO,	/* uint64_t at off / uint64_t at off2 (0 when that is 0): JSON %.6g */
-	K_ARENAS,	/* sched.pool's arenas: a JSON array; Prometheus kvpool_arena_blocks */
-	K_CONNS,	/* the listed connections: a JSON array */
-	K_DOMAINS,	/* the domains: a JSON array */
+	K_U64,	   /* uint64_t */
+	K_U32,	   /* uint32_t */
+	K_I64,	   /* int64_t */
+	K_STR,	   /* char[size]; in Prometheus: 1, labelled {labels="<the string>"} */
+	K_MS,	   /* double milliseconds: JSON %.3f */
+	K_DBL,	   /* double: JSON %.6g */
+	K_RATIO,   /* uint64_t at off / uint64_t at off2 (0 when that is 0): JSON %.6g */
+	K_ARENAS,  /* sched.pool's arenas: a JSON array; Prometheus kvpool_arena_blocks */
+	K_CONNS,   /* the listed connections: a JSON array */
+	K_DOMAINS, /* the domains: a JSON array */
 };
 
 /**
@@ -67,6 +67,8 @@ struct def {
 	double div;
 };
 
+/* The tables below are laid out by hand, to be read as tables. */
+/* clang-format off */
 #define S(f) offsetof(struct kvp_status_snap, f)
 #define SZ(f) sizeof(((struct kvp_status_snap *)0)->f)
 
@@ -218,6 +220,8 @@ static const struct def domain_defs[] = {
 	E(struct kvp_status_domain, "requests", K_U64, requests),
 };
 
+/* clang-format on */
+
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
 static uint64_t u64_at(const void *base, size_t off)
@@ -261,15 +265,14 @@ static double value(const struct def *d, const void *base)
 static uint32_t n_arenas(const struct kvp_status_snap *s)
 {
 	return s->sched.pool.n_arenas < KVP_STATUS_MAX_ARENAS ? s->sched.pool.n_arenas :
-								  KVP_STATUS_MAX_ARENAS;
+								KVP_STATUS_MAX_ARENAS;
 }
 
-static void json_members(struct kvp_json *j, const struct def *defs_, size_t n,
-			 const void *base);
+static void json_members(struct kvp_json *j, const struct def *defs_, size_t n, const void *base);
 
 /* One JSON array of @n elements of @size bytes at @elems, each an object of @defs_. */
-static void json_list(struct kvp_json *j, const char *key, const struct def *defs_,
-		      size_t n_defs, const void *elems, size_t size, uint32_t n)
+static void json_list(struct kvp_json *j, const char *key, const struct def *defs_, size_t n_defs,
+		      const void *elems, size_t size, uint32_t n)
 {
 	kvp_json_begin(j, key, '[');
 	for (uint32_t i = 0; i < n; i++) {
@@ -299,7 +302,7 @@ static void json_member(struct kvp_json *j, const struct def *d, const void *bas
 		kvp_json_str(j, d->key, p, strnlen(p, d->size));
 		break;
 	case K_MS:
-		kvp_json_fixed(j, d->key, value(d, base), 3);	/* to the microsecond */
+		kvp_json_fixed(j, d->key, value(d, base), 3); /* to the microsecond */
 		break;
 	case K_DBL:
 	case K_RATIO:
@@ -314,16 +317,14 @@ static void json_member(struct kvp_json *j, const struct def *d, const void *bas
 			  s->n_conns < KVP_STATUS_MAX_CONNS ? s->n_conns : KVP_STATUS_MAX_CONNS);
 		break;
 	case K_DOMAINS:
-		json_list(j, d->key, domain_defs, N(domain_defs), s->domains,
-			  sizeof(s->domains[0]),
+		json_list(j, d->key, domain_defs, N(domain_defs), s->domains, sizeof(s->domains[0]),
 			  s->n_domains < KVP_STATUS_MAX_DOMAINS ? s->n_domains :
-								 KVP_STATUS_MAX_DOMAINS);
+								  KVP_STATUS_MAX_DOMAINS);
 		break;
 	}
 }
 
-static void json_members(struct kvp_json *j, const struct def *defs_, size_t n,
-			 const void *base)
+static void json_members(struct kvp_json *j, const struct def *defs_, size_t n, const void *base)
 {
 	for (size_t i = 0; i < n; i++)
 		json_member(j, &defs_[i], base);

@@ -16,21 +16,21 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "ipc/server.h"	/* struct kvp_server_stats */
+#include "ipc/server.h" /* struct kvp_server_stats */
 #include "svc/sched.h"	/* struct kvp_sched_stats */
 
-#define KVP_STATUS_MAX_ARENAS 16		/* arenas listed (the rest still summed) */
-#define KVP_STATUS_MAX_CONNS 64		/* connections listed one by one; the rest counted */
+#define KVP_STATUS_MAX_ARENAS 16 /* arenas listed (the rest still summed) */
+#define KVP_STATUS_MAX_CONNS 64	 /* connections listed one by one; the rest counted */
 #define KVP_STATUS_MAX_DOMAINS 8
 
 struct kvp_status_conn {
 	uint64_t id;
 	int64_t pid;
 	int64_t uid;
-	char client[32];		/* the name the client gave in HELLO */
+	char client[32]; /* the name the client gave in HELLO */
 	uint32_t domain;
-	uint32_t in_flight;		/* requests running or queued now */
-	uint64_t requests;		/* GENERATEs accepted so far */
+	uint32_t in_flight; /* requests running or queued now */
+	uint64_t requests;  /* GENERATEs accepted so far */
 	uint64_t generated_tokens;
 	uint64_t cached_tokens;
 };
@@ -54,27 +54,27 @@ struct kvp_status_domain {
 struct kvp_status_snap {
 	char version[16];
 	char model[64];
-	char state[16];			/* "starting", "serving", "draining" */
+	char state[16]; /* "starting", "serving", "draining" */
 	uint64_t uptime_ms;
 	uint32_t pid;
 
 	struct kvp_sched_stats sched;	/* as kvp_sched_get_stats() gives them */
-	struct kvp_server_stats server;	/* as kvp_server_get_stats() gives them */
+	struct kvp_server_stats server; /* as kvp_server_get_stats() gives them */
 
 	uint64_t pool_bytes;
 	uint64_t block_bytes;
 	uint32_t block_tokens;
-	char page_kind[16];		/* "hugetlb-2m", "thp-2m", "4k" */
+	char page_kind[16]; /* "hugetlb-2m", "thp-2m", "4k" */
 	char kv_dtype[8];
-	uint64_t blocks_total;		/* the arenas' n_blocks, used, cached, free, summed */
+	uint64_t blocks_total; /* the arenas' n_blocks, used, cached, free, summed */
 	uint64_t blocks_used;
 	uint64_t blocks_cached;
 	uint64_t blocks_free;
-	uint64_t index_inserts;		/* publishes that added an entry */
-	uint64_t req_total;		/* the engine's, plus @req_rejected */
-	uint64_t req_rejected;		/* refused before or at submission */
+	uint64_t index_inserts; /* publishes that added an entry */
+	uint64_t req_total;	/* the engine's, plus @req_rejected */
+	uint64_t req_rejected;	/* refused before or at submission */
 
-	uint32_t n_conns;		/* listed in @conns (at most KVP_STATUS_MAX_CONNS) */
+	uint32_t n_conns; /* listed in @conns (at most KVP_STATUS_MAX_CONNS) */
 	struct kvp_status_conn conns[KVP_STATUS_MAX_CONNS];
 
 	uint32_t n_domains;

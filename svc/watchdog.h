@@ -21,7 +21,10 @@ struct kvp_watchdog {
 	const struct kvp_notify *notify;
 };
 
-#define KVP_WATCHDOG_INIT { .fd = -1 }
+#define KVP_WATCHDOG_INIT \
+	{ \
+		.fd = -1 \
+	}
 
 /**
  * kvp_watchdog_init() - arm the timer and register it with @srv's loop

@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(gcc pkg-config meson ninja-build git
       liburing-dev libhwloc-dev libopenblas-dev libxxhash-dev libcmocka-dev libinih-dev
-      libjansson-dev)
+      libjansson-dev clang-format-14)
 
 missing=()
 for p in "${pkgs[@]}"; do

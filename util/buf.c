@@ -94,7 +94,7 @@ void kvp_buf_printf(struct kvp_buf *b, const char *fmt, ...)
 	}
 	if (!room(b, (size_t)n)) {
 		if (b->p)
-			b->p[b->len] = '\0';	/* vsnprintf() may have written a partial tail */
+			b->p[b->len] = '\0'; /* vsnprintf() may have written a partial tail */
 		return;
 	}
 	va_start(ap, fmt);

@@ -32,7 +32,10 @@ struct kvp_buf {
 };
 
 /* A growable buffer; kvp_buf_deinit() frees it. */
-#define KVP_BUF_INIT { .p = NULL }
+#define KVP_BUF_INIT \
+	{ \
+		.p = NULL \
+	}
 
 /* Write into @cap bytes at @p (the caller's); deinit is then a no-op. */
 void kvp_buf_init_fixed(struct kvp_buf *b, char *p, size_t cap);

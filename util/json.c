@@ -77,7 +77,7 @@ static void put_run(struct kvp_buf *b, const char *s, size_t n)
 	json_t *str;
 	size_t len;
 
-	str = json_stringn_nocheck(s, n);	/* checked by the caller: see kvp_utf8_char_len() */
+	str = json_stringn_nocheck(s, n); /* checked by the caller: see kvp_utf8_char_len() */
 	if (!str) {
 		kvp_buf_fail(b, -ENOMEM);
 		return;

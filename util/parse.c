@@ -61,11 +61,28 @@ int kvp_parse_size(const char *s, uint64_t *out)
 	if (r < 0)
 		return r;
 	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case 't': case 'T': shift = 40; end++; break;
-	default: break;
+	case 'k':
+	case 'K':
+		shift = 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		shift = 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		shift = 30;
+		end++;
+		break;
+	case 't':
+	case 'T':
+		shift = 40;
+		end++;
+		break;
+	default:
+		break;
 	}
 	if (shift && (!strcmp(end, "iB") || !strcmp(end, "B")))
 		end += strlen(end);
@@ -128,7 +145,7 @@ int kvp_parse_ids(const char *s, int32_t **ids, size_t *n)
 		v[k++] = (int32_t)x;
 		if (!*end)
 			break;
-		s = end + 1;	/* an empty element after a ',' fails in digits() */
+		s = end + 1; /* an empty element after a ',' fails in digits() */
 	}
 	*ids = v;
 	*n = k;

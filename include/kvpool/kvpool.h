@@ -76,9 +76,9 @@ struct kvp_client_prompt {
 };
 
 enum kvp_client_event_type {
-	KVP_EVENT_TOKEN = 1,	/* new tokens of a request */
-	KVP_EVENT_DONE,		/* the request finished; @usage is set */
-	KVP_EVENT_ERROR,	/* the request (or with req_id 0, the connection) failed */
+	KVP_EVENT_TOKEN = 1, /* new tokens of a request */
+	KVP_EVENT_DONE,	     /* the request finished; @usage is set */
+	KVP_EVENT_ERROR,     /* the request (or with req_id 0, the connection) failed */
 };
 
 /**

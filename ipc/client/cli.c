@@ -207,8 +207,8 @@ static int on_tokens(struct gen_out *g, const int32_t *ids, uint32_t n, const ch
  * @why (@cap bytes) says why.
  */
 static int run_generate(struct kvp_client *c, const struct kvp_client_prompt *pr,
-			const struct kvp_client_params *p, struct gen_out *out,
-			struct kvp_usage *u, char *why, size_t cap)
+			const struct kvp_client_params *p, struct gen_out *out, struct kvp_usage *u,
+			char *why, size_t cap)
 {
 	struct kvp_client_event ev;
 	bool cancelled = false;
@@ -250,7 +250,7 @@ static int run_generate(struct kvp_client *c, const struct kvp_client_prompt *pr
 			if (ev.status && ev.status != KVP_E_CANCELLED)
 				snprintf(why, cap, "generation stopped: %s",
 					 kvp_client_strerror(ev.status));
-			return ev.status;	/* KVP_OK, or KVP_E_CANCELLED after our CANCEL */
+			return ev.status; /* KVP_OK, or KVP_E_CANCELLED after our CANCEL */
 		}
 		snprintf(why, cap, "daemon: %s", ev.message);
 		return ev.status;
@@ -282,7 +282,8 @@ static void generate_help(FILE *o)
 	      "      --no-cache         neither use nor publish prefix-cache blocks\n"
 	      "      --json             print one JSON object instead: tokens (generated ids),\n"
 	      "                         text and usage\n"
-	      "Ctrl-C cancels the request.\n", o);
+	      "Ctrl-C cancels the request.\n",
+	      o);
 }
 
 static int cmd_generate(int argc, char **argv)
@@ -408,8 +409,8 @@ static int cmd_generate(int argc, char **argv)
 			"recomputed_tokens %u, generated_tokens %u; queue %.1f ms, ttft %.1f ms, "
 			"prefill %.1f ms, decode %.1f ms%s\n",
 			u.prompt_tokens, u.cached_tokens, u.cache_creation_tokens,
-			u.recomputed_tokens, u.generated_tokens, u.queue_ms, u.ttft_ms, u.prefill_ms,
-			u.decode_ms, r == KVP_E_CANCELLED ? " (cancelled)" : "");
+			u.recomputed_tokens, u.generated_tokens, u.queue_ms, u.ttft_ms,
+			u.prefill_ms, u.decode_ms, r == KVP_E_CANCELLED ? " (cancelled)" : "");
 	}
 out:
 	kvp_client_close(c);
@@ -478,7 +479,7 @@ struct bench_cfg {
 struct bench_result {
 	bool ok;
 	int status;
-	double ttft_ms;		/* measured here: submit to first TOKEN */
+	double ttft_ms; /* measured here: submit to first TOKEN */
 	double total_ms;
 	struct kvp_usage u;
 };
@@ -487,7 +488,7 @@ struct bench_client {
 	pthread_t thread;
 	unsigned int idx;
 	const struct bench_cfg *cfg;
-	struct bench_result *res;	/* cfg->requests of them */
+	struct bench_result *res; /* cfg->requests of them */
 	char err[256];
 };
 
@@ -540,7 +541,8 @@ static void *bench_thread(void *arg)
 	w = kvp_client_welcome(c);
 	ids = malloc(n * sizeof(*ids));
 	if (!ids || !w->n_vocab) {
-		snprintf(bc->err, sizeof(bc->err), "%s", ids ? "daemon reports n_vocab 0" : "no memory");
+		snprintf(bc->err, sizeof(bc->err), "%s",
+			 ids ? "daemon reports n_vocab 0" : "no memory");
 		free(ids);
 		kvp_client_close(c);
 		atomic_fetch_add(&bench_done, cfg->requests);
@@ -556,10 +558,10 @@ static void *bench_thread(void *arg)
 		double t0;
 
 		for (unsigned int i = 0; i < cfg->prefix; i++)
-			ids[i] = pick_token(&s, w);	/* shared by every request */
+			ids[i] = pick_token(&s, w); /* shared by every request */
 		s = cfg->seed ^ ((uint64_t)(bc->idx + 1) << 32) ^ (r_i + 1);
 		for (unsigned int i = cfg->prefix; i < n; i++)
-			ids[i] = pick_token(&s, w);	/* this request's own tail */
+			ids[i] = pick_token(&s, w); /* this request's own tail */
 		t0 = now_ms();
 		res->ttft_ms = -1;
 		r = kvp_client_submit(c, &pr, &p, &req);
@@ -578,7 +580,8 @@ static void *bench_thread(void *arg)
 				break;
 			} else {
 				res->status = ev.status;
-				snprintf(bc->err, sizeof(bc->err), "request failed: %s", ev.message);
+				snprintf(bc->err, sizeof(bc->err), "request failed: %s",
+					 ev.message);
 				break;
 			}
 		}
@@ -588,7 +591,7 @@ static void *bench_thread(void *arg)
 			snprintf(bc->err, sizeof(bc->err), "%s", kvp_client_errmsg(c));
 		}
 		atomic_fetch_add(&bench_done, 1);
-		if (r)	/* the connection is gone: count the rest as failed */
+		if (r) /* the connection is gone: count the rest as failed */
 			atomic_fetch_add(&bench_done, cfg->requests - r_i - 1);
 		if (r)
 			break;
@@ -666,15 +669,18 @@ static int cmd_bench(int argc, char **argv)
 			have_r = true;
 			break;
 		case 'P':
-			cfg.prefix = (unsigned int)parse_u64(optarg, "--prefix-tokens", 0, 1u << 24);
+			cfg.prefix = (unsigned int)parse_u64(optarg, "--prefix-tokens", 0,
+							     1u << 24);
 			have_p = true;
 			break;
 		case 'S':
-			cfg.suffix = (unsigned int)parse_u64(optarg, "--suffix-tokens", 0, 1u << 24);
+			cfg.suffix = (unsigned int)parse_u64(optarg, "--suffix-tokens", 0,
+							     1u << 24);
 			have_s = true;
 			break;
 		case 'g':
-			cfg.new_tokens = (unsigned int)parse_u64(optarg, "--new-tokens", 1, 1u << 20);
+			cfg.new_tokens = (unsigned int)parse_u64(optarg, "--new-tokens", 1,
+								 1u << 20);
 			break;
 		case 's':
 			cfg.seed = parse_u64(optarg, "--seed", 0, UINT64_MAX);
@@ -725,9 +731,11 @@ static int cmd_bench(int argc, char **argv)
 		double t = now_ms() - t0;
 
 		if (done >= total || t - last >= (tty ? 250.0 : 1000.0)) {
-			fprintf(stderr, "%sbench: %u/%u requests done, %.1f s, %.1f generated tok/s%s",
+			fprintf(stderr,
+				"%sbench: %u/%u requests done, %.1f s, %.1f generated tok/s%s",
 				tty ? "\r" : "", done, total, t / 1e3,
-				(double)atomic_load(&bench_gen_tokens) / (t / 1e3), tty ? "" : "\n");
+				(double)atomic_load(&bench_gen_tokens) / (t / 1e3),
+				tty ? "" : "\n");
 			last = t;
 		}
 		if (done >= total)
@@ -764,7 +772,7 @@ static int cmd_bench(int argc, char **argv)
 			g->gen += res->u.generated_tokens;
 		}
 	}
-	cold.n = cold.ok, warm.n = warm.ok;	/* percentiles over successful requests */
+	cold.n = cold.ok, warm.n = warm.ok; /* percentiles over successful requests */
 	prompt_all = cold.prompt + warm.prompt;
 	if (json) {
 		struct kvp_buf b = KVP_BUF_INIT;
@@ -780,8 +788,8 @@ static int cmd_bench(int argc, char **argv)
 		kvp_json_u64(&j, "failed", failed);
 		kvp_json_fixed(&j, "seconds", elapsed, 3);
 		kvp_json_fixed(&j, "requests_per_s", (double)(total - failed) / elapsed, 3);
-		kvp_json_fixed(&j, "generated_tokens_per_s", (double)(cold.gen + warm.gen) / elapsed,
-			       3);
+		kvp_json_fixed(&j, "generated_tokens_per_s",
+			       (double)(cold.gen + warm.gen) / elapsed, 3);
 		kvp_json_fixed(&j, "prompt_tokens_per_s", (double)prompt_all / elapsed, 3);
 		group_print("cold", &cold, &j);
 		group_print("warm", &warm, &j);
@@ -791,12 +799,12 @@ static int cmd_bench(int argc, char **argv)
 		kvp_buf_deinit(&b);
 	} else {
 		printf("bench: %u clients x %u requests, prompt %u shared + %u own tokens, "
-		       "%u new tokens\n", cfg.clients, cfg.requests, cfg.prefix, cfg.suffix,
-		       cfg.new_tokens);
+		       "%u new tokens\n",
+		       cfg.clients, cfg.requests, cfg.prefix, cfg.suffix, cfg.new_tokens);
 		printf("  %u ok, %u failed in %.2f s: %.2f req/s, %.1f generated tok/s, "
-		       "%.1f prompt tok/s\n", total - failed, failed, elapsed,
-		       (double)(total - failed) / elapsed, (double)(cold.gen + warm.gen) / elapsed,
-		       (double)prompt_all / elapsed);
+		       "%.1f prompt tok/s\n",
+		       total - failed, failed, elapsed, (double)(total - failed) / elapsed,
+		       (double)(cold.gen + warm.gen) / elapsed, (double)prompt_all / elapsed);
 		group_print("cold", &cold, NULL);
 		group_print("warm", &warm, NULL);
 	}
@@ -825,7 +833,8 @@ static void main_help(FILE *o)
 	      "  --socket PATH         request socket (default " KVP_DEFAULT_SOCKET ")\n"
 	      "  --status-socket PATH  status socket (default " KVP_DEFAULT_STATUS_SOCKET ")\n"
 	      "  -h, --help            this text\n"
-	      "Exit status: 0 ok, 1 the request or connection failed, 2 bad usage.\n", o);
+	      "Exit status: 0 ok, 1 the request or connection failed, 2 bad usage.\n",
+	      o);
 }
 
 int main(int argc, char **argv)

@@ -119,8 +119,8 @@ static size_t stream(const struct kvp_tokenizer *t, const int32_t *ids, size_t n
 static void test_text_slices_equal_whole(void **state)
 {
 	/* é split over two byte tokens, the long piece, a stray byte, a cut-off character */
-	static const int32_t ids[] = { 3 + 0xc3, 3 + 0xa9, 259, 261, 3 + 0xff, 260, 0, 9999,
-				       3 + 0xe2, 3 + 0x82 };
+	static const int32_t ids[] = { 3 + 0xc3, 3 + 0xa9, 259,	 261,	   3 + 0xff,
+				       260,	 0,	   9999, 3 + 0xe2, 3 + 0x82 };
 	char whole[1024], small[1024];
 	size_t a, b;
 	char slice[8];
@@ -158,7 +158,7 @@ static void test_tokenize_limit(void **state)
 	assert_int_equal(kvp_gen_tokenize(&ids, &n, *state, "abababab", 8, 2), -E2BIG);
 	assert_null(ids);
 	assert_int_equal(kvp_gen_tokenize(&ids, &n, *state, "", 0, 16), 0);
-	assert_int_equal(n, 1);	/* just <s> */
+	assert_int_equal(n, 1); /* just <s> */
 	free(ids);
 }
 
@@ -172,7 +172,7 @@ static void test_prefill_chunks_and_decode_position(void **state)
 	/* chunks of at most the budget until the prompt is done; decode feeds @last back */
 	kvp_gen_init(&g, *state, prompt, 10, 4, -1);
 	assert_int_equal(kvp_gen_prefill_next(&g, 4), 4);
-	g.n_past = 8;	/* as after two chunks, or a prefix hit */
+	g.n_past = 8; /* as after two chunks, or a prefix hit */
 	assert_false(kvp_gen_prefilled(&g));
 	assert_int_equal(kvp_gen_prefill_next(&g, 4), 2);
 	g.n_past = 10;

@@ -57,21 +57,21 @@ struct fixture {
 	pthread_t thread;
 	int run_ret;
 	unsigned int drain_ms;
-	struct kvp_segment *seg;	/* its RW mapping can still write the header */
-	int memfd;			/* read-only reopen handed out with WELCOME */
+	struct kvp_segment *seg; /* its RW mapping can still write the header */
+	int memfd;		 /* read-only reopen handed out with WELCOME */
 	int efd;
 	pthread_mutex_t lock;
 	kvp_conn_id closed[CLOSED_MAX];
 	unsigned int n_closed;
 	atomic_uint n_hello;
-	char client[KVP_CLIENT_NAME_MAX + 1];	/* of the last HELLO (under @lock) */
+	char client[KVP_CLIENT_NAME_MAX + 1]; /* of the last HELLO (under @lock) */
 	/* streaming (seed 1) */
 	kvp_conn_id stream_conn;
 	uint64_t stream_req;
 	bool streaming;
 	atomic_bool stream_gone;
 	atomic_ulong stream_sent;
-	atomic_int credits;	/* chunks the wakeup may still stream */
+	atomic_int credits; /* chunks the wakeup may still stream */
 	uint64_t stream_limit;
 	/* a handle that must be stale when the wakeup fires */
 	kvp_conn_id stale_probe;
@@ -95,7 +95,7 @@ static int t_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, con
 	snprintf(f->client, sizeof(f->client), "%s", client);
 	pthread_mutex_unlock(&f->lock);
 	if (peer->uid != getuid() || peer->pid != getpid())
-		return KVP_E_INTERNAL;	/* SO_PEERCRED must name this process */
+		return KVP_E_INTERNAL; /* SO_PEERCRED must name this process */
 	w->n_vocab = N_VOCAB;
 	w->n_ctx = 512;
 	w->eos_id = UINT32_MAX;
@@ -124,7 +124,7 @@ static int t_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		f->stream_conn = conn;
 		f->stream_req = req_id;
 		f->streaming = true;
-		t_wakeup(f);	/* spend credits granted before this request arrived */
+		t_wakeup(f); /* spend credits granted before this request arrived */
 		return KVP_OK;
 	}
 	if (g->seed == 2)
@@ -146,7 +146,8 @@ static int t_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		for (uint32_t i = 0; i < g->n_tokens && i < g->max_new_tokens; i++) {
 			int n = snprintf(buf, sizeof(buf), "t%d ", tokens[i]);
 
-			kvp_server_send_tokens(f->srv, conn, req_id, &tokens[i], 1, buf, (uint32_t)n);
+			kvp_server_send_tokens(f->srv, conn, req_id, &tokens[i], 1, buf,
+					       (uint32_t)n);
 			u.generated_tokens++;
 		}
 		u.prompt_tokens = g->n_tokens;
@@ -241,15 +242,25 @@ static void *server_thread(void *arg)
 static int setup(void **state)
 {
 	struct kvp_server_config cfg = {
-		.socket_gid = (gid_t)-1, .status_gid = (gid_t)-1,
-		.max_frame_bytes = MAX_FRAME, .max_conns = MAX_CONNS,
-		.max_reqs_per_conn = MAX_REQS, .max_prompt_tokens = MAX_PROMPT,
-		.max_new_tokens = MAX_NEW, .outq_bytes = OUTQ,
+		.socket_gid = (gid_t)-1,
+		.status_gid = (gid_t)-1,
+		.max_frame_bytes = MAX_FRAME,
+		.max_conns = MAX_CONNS,
+		.max_reqs_per_conn = MAX_REQS,
+		.max_prompt_tokens = MAX_PROMPT,
+		.max_new_tokens = MAX_NEW,
+		.outq_bytes = OUTQ,
 	};
-	struct kvp_server_ops ops = { .hello = t_hello, .generate = t_generate,
-				      .cancel = t_cancel, .closed = t_closed, .status = t_status };
-	const struct kvp_model_shape shape = { .n_layers = 2, .n_kv_heads = 2, .head_dim = 64,
-					       .dtype = KVP_DTYPE_F32, .block_tokens = 16 };
+	struct kvp_server_ops ops = { .hello = t_hello,
+				      .generate = t_generate,
+				      .cancel = t_cancel,
+				      .closed = t_closed,
+				      .status = t_status };
+	const struct kvp_model_shape shape = { .n_layers = 2,
+					       .n_kv_heads = 2,
+					       .head_dim = 64,
+					       .dtype = KVP_DTYPE_F32,
+					       .block_tokens = 16 };
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct kvp_geom geom;
 	mode_t old_umask;
@@ -263,8 +274,8 @@ static int setup(void **state)
 
 	/* a real pool segment, its blocks filled with a known pattern, sealed */
 	assert_int_equal(kvp_geom_init(&geom, &shape), 0);
-	assert_int_equal(kvp_segment_open(&f->seg, &geom, POOL_BLOCKS, KVP_PAGES_OFF,
-					  "test-pool"), 0);
+	assert_int_equal(kvp_segment_open(&f->seg, &geom, POOL_BLOCKS, KVP_PAGES_OFF, "test-pool"),
+			 0);
 	p = kvp_segment_data(f->seg);
 	for (size_t i = 0; i < POOL_BLOCKS * geom.block_stride; i++)
 		p[i] = (uint8_t)(i * 31 + 7);
@@ -275,7 +286,7 @@ static int setup(void **state)
 	cfg.socket_path = f->sock;
 	cfg.status_path = f->status;
 	ops.ctx = f;
-	old_umask = umask(0);	/* the most permissive umask must not leak into the mode */
+	old_umask = umask(0); /* the most permissive umask must not leak into the mode */
 	assert_int_equal(kvp_server_new(&f->srv, &cfg, &ops), 0);
 	umask(old_umask);
 	f->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -460,8 +471,9 @@ static void expect_error(int fd, uint64_t req_id, int status, bool then_eof)
 
 static struct kvp_generate gen_tokens(uint32_t n, uint64_t seed)
 {
-	return (struct kvp_generate){ .n_tokens = n, .max_new_tokens = 8, .top_p = 1.0f,
-				      .seed = seed };
+	return (struct kvp_generate){
+		.n_tokens = n, .max_new_tokens = 8, .top_p = 1.0f, .seed = seed
+	};
 }
 
 static void send_gen(int fd, uint64_t req_id, const struct kvp_generate *g, const void *body)
@@ -524,7 +536,7 @@ static void test_hello_passes_readonly_pool(void **state)
 	w = kvp_client_welcome(c);
 	assert_int_equal(w->n_vocab, N_VOCAB);
 	assert_int_equal(w->n_fds, 1);
-	assert_int_equal(w->max_new_tokens, MAX_NEW);	/* filled from the config */
+	assert_int_equal(w->max_new_tokens, MAX_NEW); /* filled from the config */
 	assert_int_equal(w->max_prompt_tokens, MAX_PROMPT);
 	assert_string_equal(w->model, "test-model");
 	/* libkvpool names itself "<program>/<pid>" in HELLO */
@@ -555,11 +567,11 @@ static void expect_bad_pool(struct fixture *f, void (*edit)(struct kvp_pool_head
 	struct kvp_client *c;
 	size_t len = 1;
 
-	edit(h);	/* through the daemon-side RW mapping, the only writable one */
+	edit(h); /* through the daemon-side RW mapping, the only writable one */
 	assert_int_equal(kvp_client_connect(&c, f->sock), -EPROTO);
 	if (!strstr(kvp_client_errmsg(c), msg))
 		fail_msg("errmsg \"%s\" lacks \"%s\"", kvp_client_errmsg(c), msg);
-	assert_null(kvp_client_pool(c, &len));	/* nothing stays mapped */
+	assert_null(kvp_client_pool(c, &len)); /* nothing stays mapped */
 	assert_int_equal(len, 0);
 	kvp_client_close(c);
 	*h = saved;
@@ -577,12 +589,12 @@ static void bad_version(struct kvp_pool_header *h)
 
 static void bad_stride(struct kvp_pool_header *h)
 {
-	h->block_stride += 4096;	/* no longer what the shape gives */
+	h->block_stride += 4096; /* no longer what the shape gives */
 }
 
 static void fewer_blocks(struct kvp_pool_header *h)
 {
-	h->n_blocks--;	/* still a valid header, but not the pool WELCOME describes */
+	h->n_blocks--; /* still a valid header, but not the pool WELCOME describes */
 }
 
 static void other_head_dim(struct kvp_pool_header *h)
@@ -662,14 +674,18 @@ struct bad_case {
 	int status;
 	uint8_t frame[512];
 	size_t len;
-	bool shut_wr;	/* truncated: the client ends its side mid-frame */
+	bool shut_wr; /* truncated: the client ends its side mid-frame */
 };
 
-static size_t mk_hdr(uint8_t *buf, uint32_t magic, uint16_t version, uint16_t type,
-		     uint32_t flags, uint32_t len, uint64_t req_id)
+static size_t mk_hdr(uint8_t *buf, uint32_t magic, uint16_t version, uint16_t type, uint32_t flags,
+		     uint32_t len, uint64_t req_id)
 {
-	struct kvp_frame_hdr h = { .magic = magic, .version = version, .type = type,
-				   .flags = flags, .len_bytes = len, .req_id = req_id };
+	struct kvp_frame_hdr h = { .magic = magic,
+				   .version = version,
+				   .type = type,
+				   .flags = flags,
+				   .len_bytes = len,
+				   .req_id = req_id };
 
 	memcpy(buf, &h, sizeof(h));
 	return sizeof(h);
@@ -688,7 +704,8 @@ static void test_malformed_frames_close_only_their_connection(void **state)
 
 	for (int i = 0; i < 100; i++)
 		ids[i] = i;
-#define CASE(nm, hf, st) (cases[n] = (struct bad_case){ .name = nm, .hello_first = hf, .status = st }, &cases[n++])
+#define CASE(nm, hf, st) \
+	(cases[n] = (struct bad_case){ .name = nm, .hello_first = hf, .status = st }, &cases[n++])
 	struct bad_case *b;
 
 	b = CASE("bad magic", false, KVP_E_PROTO);
@@ -826,7 +843,7 @@ static void test_invalid_values_refuse_the_request_only(void **state)
 	g = gen_tokens(2, 0);
 	send_gen(fd, 13, &g, bad_ids);
 	expect_error(fd, 13, KVP_E_INVALID, false);
-	g = gen_tokens(2, 3);	/* the ops refuse it: NOSPACE */
+	g = gen_tokens(2, 3); /* the ops refuse it: NOSPACE */
 	send_gen(fd, 14, &g, ids);
 	expect_error(fd, 14, KVP_E_NOSPACE, false);
 	/* and a good request on the same connection still works */
@@ -849,7 +866,7 @@ static void test_reused_id_refused_original_goes_on(void **state)
 	 */
 	struct fixture *f = *state;
 	int32_t ids[2] = { 1, 2 }, bad_ids[2] = { 1, N_VOCAB };
-	struct kvp_generate g = gen_tokens(2, 2);	/* held until cancelled */
+	struct kvp_generate g = gen_tokens(2, 2); /* held until cancelled */
 	uint8_t cancel[sizeof(struct kvp_frame_hdr)];
 	int fd = raw_connect(f->sock);
 
@@ -905,7 +922,7 @@ static void test_requests_per_connection_limit_and_cancel(void **state)
 	uint64_t ids[MAX_REQS + 1];
 
 	kvp_client_params_init(&p);
-	p.seed = 2;	/* held */
+	p.seed = 2; /* held */
 	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	for (unsigned int i = 0; i <= MAX_REQS; i++)
 		assert_int_equal(kvp_client_submit(c, &pr, &p, &ids[i]), 0);
@@ -984,7 +1001,7 @@ static void test_slow_reader_disconnected(void **state)
 	 * the client does not read, not because one burst was larger than the queue.
 	 */
 	for (int i = 0; i < 10000 && !atomic_load(&f->stream_gone); i++) {
-		kick(f, atomic_load(&f->credits) <= 0 ? 4 : 0);	/* always wake: see t_wakeup */
+		kick(f, atomic_load(&f->credits) <= 0 ? 4 : 0); /* always wake: see t_wakeup */
 		usleep(500);
 	}
 	assert_true(atomic_load(&f->stream_gone));
@@ -1089,7 +1106,7 @@ static void test_stop_refuses_new_connections(void **state)
 	struct kvp_client *c, *late = NULL;
 	int r = 0;
 
-	f->drain_ms = 20000;	/* the teardown's stop ends the drain early */
+	f->drain_ms = 20000; /* the teardown's stop ends the drain early */
 	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	kvp_server_stop(f->srv);
 	for (int i = 0; i < 2000; i++) {

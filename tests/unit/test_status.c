@@ -36,10 +36,12 @@ static void fill(struct kvp_status_snap *s)
 	s->blocks_cached = 90;
 	s->blocks_free = 900;
 	s->sched.pool.n_arenas = 2;
-	s->sched.pool.arena[0] = (struct kvp_arena_stats){ .node_os_index = 0, .n_blocks = 500,
-							 .used = 5, .cached = 45, .free = 450 };
-	s->sched.pool.arena[1] = (struct kvp_arena_stats){ .node_os_index = 1, .n_blocks = 500,
-							 .used = 5, .cached = 45, .free = 450 };
+	s->sched.pool.arena[0] = (struct kvp_arena_stats){
+		.node_os_index = 0, .n_blocks = 500, .used = 5, .cached = 45, .free = 450
+	};
+	s->sched.pool.arena[1] = (struct kvp_arena_stats){
+		.node_os_index = 1, .n_blocks = 500, .used = 5, .cached = 45, .free = 450
+	};
 	s->sched.index.entries = 95;
 	s->sched.lookups = 8;
 	s->sched.hit_requests = 6;
@@ -51,7 +53,7 @@ static void fill(struct kvp_status_snap *s)
 	s->sched.cancels_received = 6;
 	s->sched.req_done = 11;
 	s->sched.ttft_p50_ms = 12.5;
-	s->sched.ttft_p99_ms = 0.0 / 0.0;	/* NaN must not reach the JSON */
+	s->sched.ttft_p99_ms = 0.0 / 0.0; /* NaN must not reach the JSON */
 	s->sched.prompt_tokens = 4100;
 	s->sched.cached_tokens = 3000;
 	s->sched.cache_creation_tokens = 48;
@@ -94,10 +96,12 @@ static void fill_busy(struct kvp_status_snap *s)
 	s->blocks_cached = 1207;
 	s->blocks_free = 1470;
 	s->sched.pool.n_arenas = 2;
-	s->sched.pool.arena[0] = (struct kvp_arena_stats){ .node_os_index = 0, .n_blocks = 1489,
-							 .used = 150, .cached = 600, .free = 739 };
-	s->sched.pool.arena[1] = (struct kvp_arena_stats){ .node_os_index = 1, .n_blocks = 1489,
-							 .used = 151, .cached = 607, .free = 731 };
+	s->sched.pool.arena[0] = (struct kvp_arena_stats){
+		.node_os_index = 0, .n_blocks = 1489, .used = 150, .cached = 600, .free = 739
+	};
+	s->sched.pool.arena[1] = (struct kvp_arena_stats){
+		.node_os_index = 1, .n_blocks = 1489, .used = 151, .cached = 607, .free = 731
+	};
 	s->sched.index.entries = 1207;
 	s->sched.lookups = 30000;
 	s->sched.hit_requests = 20001;
@@ -126,17 +130,28 @@ static void fill_busy(struct kvp_status_snap *s)
 	s->sched.ttft_samples = 30000;
 	s->sched.ttft_p50_ms = 41.2345678;
 	s->sched.ttft_p99_ms = 812.5;
-	s->server = (struct kvp_server_stats){ .conns_open = 3, .conns_total = 120,
-					       .conns_refused = 1, .frames_in = 90000,
-					       .frames_out = 2000000, .proto_errors = 4,
+	s->server = (struct kvp_server_stats){ .conns_open = 3,
+					       .conns_total = 120,
+					       .conns_refused = 1,
+					       .frames_in = 90000,
+					       .frames_out = 2000000,
+					       .proto_errors = 4,
 					       .slow_disconnects = 2 };
 	s->n_conns = 3;
-	s->conns[0] = (struct kvp_status_conn){ .id = 0x100000001ull, .pid = 4242, .uid = 1000,
-						.client = "kvpool/4242", .domain = 0,
-						.in_flight = 2, .requests = 77,
-						.generated_tokens = 4900, .cached_tokens = 12000 };
-	s->conns[1] = (struct kvp_status_conn){ .id = 0x200000005ull, .pid = 1, .uid = 0,
-						.client = "app \"v2\" \\ x", .in_flight = 0 };
+	s->conns[0] = (struct kvp_status_conn){ .id = 0x100000001ull,
+						.pid = 4242,
+						.uid = 1000,
+						.client = "kvpool/4242",
+						.domain = 0,
+						.in_flight = 2,
+						.requests = 77,
+						.generated_tokens = 4900,
+						.cached_tokens = 12000 };
+	s->conns[1] = (struct kvp_status_conn){ .id = 0x200000005ull,
+						.pid = 1,
+						.uid = 0,
+						.client = "app \"v2\" \\ x",
+						.in_flight = 0 };
 	s->conns[2] = (struct kvp_status_conn){ .id = 7, .pid = -1, .uid = -1 };
 	s->n_domains = 1;
 	strcpy(s->domains[0].name, "default");
@@ -332,8 +347,10 @@ static void test_prom_text(void **state)
 
 static void test_jsonq_is_strict(void **state)
 {
-	const char *bad[] = { "{\"a\":1,}", "[01]", "{\"a\" 1}", "\"\x01\"", "[1] x", "NaN",
-			      "{\"a\":\"\\ud800\"}", "[", "" };
+	const char *bad[] = {
+		"{\"a\":1,}",	       "[01]", "{\"a\" 1}", "\"\x01\"", "[1] x", "NaN",
+		"{\"a\":\"\\ud800\"}", "[",    ""
+	};
 	struct jsonq *j;
 
 	/* the checker used on the status output refuses what real parsers refuse */

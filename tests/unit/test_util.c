@@ -57,7 +57,7 @@ static void test_parse_u64_is_strict(void **state)
 	assert_int_equal(kvp_parse_u64("18446744073709551616", 0, UINT64_MAX, &v), -ERANGE);
 	assert_int_equal(kvp_parse_u64("11", 0, 10, &v), -ERANGE);
 	assert_int_equal(kvp_parse_u64("0", 1, 10, &v), -ERANGE);
-	assert_true(v == UINT64_MAX);	/* untouched on error */
+	assert_true(v == UINT64_MAX); /* untouched on error */
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		assert_int_equal(kvp_parse_u64(bad[i], 0, UINT64_MAX, &v), -EINVAL);
 }
@@ -81,8 +81,8 @@ static void test_parse_size_suffixes(void **state)
 
 static void test_parse_float(void **state)
 {
-	static const char *bad[] = { "", "nan", "inf", "-inf", " 1", "+1", "1e99", "1,5", "0x1p3",
-				     NULL };
+	static const char *bad[] = { "",   "nan",  "inf", "-inf",  " 1",
+				     "+1", "1e99", "1,5", "0x1p3", NULL };
 	float v;
 
 	/* finite decimal numbers only, range checked */
@@ -131,15 +131,15 @@ static void test_utf8_rfc3629(void **state)
 		{ "\xc3\xa9", 2, 2 },
 		{ "\xe2\x82\xac", 3, 3 },
 		{ "\xf0\x9f\x98\x80", 4, 4 },
-		{ "\xf4\x8f\xbf\xbf", 4, 4 },		/* U+10FFFF */
-		{ "\xc3", 1, 0 },			/* cut short */
-		{ "\xc0\xaf", 2, 0 },			/* overlong '/' */
-		{ "\xe0\x80\xaf", 3, 0 },		/* overlong */
-		{ "\xed\xa0\x80", 3, 0 },		/* surrogate U+D800 */
-		{ "\xf4\x90\x80\x80", 4, 0 },		/* past U+10FFFF */
+		{ "\xf4\x8f\xbf\xbf", 4, 4 }, /* U+10FFFF */
+		{ "\xc3", 1, 0 },	      /* cut short */
+		{ "\xc0\xaf", 2, 0 },	      /* overlong '/' */
+		{ "\xe0\x80\xaf", 3, 0 },     /* overlong */
+		{ "\xed\xa0\x80", 3, 0 },     /* surrogate U+D800 */
+		{ "\xf4\x90\x80\x80", 4, 0 }, /* past U+10FFFF */
 		{ "\xf5\x80\x80\x80", 4, 0 },
-		{ "\x80", 1, 0 },			/* lone continuation */
-		{ "\xe2\x28\xa1", 3, 0 },		/* bad continuation */
+		{ "\x80", 1, 0 },	  /* lone continuation */
+		{ "\xe2\x28\xa1", 3, 0 }, /* bad continuation */
 	};
 
 	/* what a strict JSON parser accepts, and nothing else */
@@ -247,7 +247,7 @@ static void test_buf_fixed_is_whole_or_failed(void **state)
 	kvp_buf_init_fixed(&b, mem, sizeof(mem));
 	kvp_buf_printf(&b, "%d", 12345678);
 	assert_int_equal(kvp_buf_finish(&b), -ENOSPC);
-	assert_int_equal(strlen(mem), 0);	/* no partial tail */
+	assert_int_equal(strlen(mem), 0); /* no partial tail */
 	kvp_buf_init_fixed(&b, mem, 0);
 	assert_int_equal(kvp_buf_finish(&b), -ENOSPC);
 	kvp_buf_deinit(&b);
@@ -276,8 +276,12 @@ static void test_buf_grows(void **state)
 static void test_json_escapes_one_policy(void **state)
 {
 	/* every control character, DEL, and each kind of ill-formed byte */
-	static const char in[] = "a\tb\x01\x1b\x7f\x1f\r\x0c\x08\n\"\\" "\xff" "\xed\xa0\x80"
-				 "\xc3" "\xf0\x9f\x98" "ok\xc3\xa9";
+	static const char in[] = "a\tb\x01\x1b\x7f\x1f\r\x0c\x08\n\"\\"
+				 "\xff"
+				 "\xed\xa0\x80"
+				 "\xc3"
+				 "\xf0\x9f\x98"
+				 "ok\xc3\xa9";
 	struct kvp_buf b = KVP_BUF_INIT;
 	struct kvp_json j;
 	json_error_t jerr;
@@ -295,14 +299,18 @@ static void test_json_escapes_one_policy(void **state)
 	kvp_json_end(&j, ']');
 	assert_true(kvp_buf_finish(&b) > 0);
 	assert_string_equal(b.p, "[\"a\\tb\\u0001\\u001B\x7f\\u001F\\r\\f\\b\\n\\\"\\\\"
-				 "\\ufffd" "\\ufffd\\ufffd\\ufffd" "\\ufffd" "\\ufffd\\ufffd\\ufffd"
+				 "\\ufffd"
+				 "\\ufffd\\ufffd\\ufffd"
+				 "\\ufffd"
+				 "\\ufffd\\ufffd\\ufffd"
 				 "ok\xc3\xa9\",\"nul\\u0000byte\"]");
 	root = json_loadb(b.p, b.len, JSON_ALLOW_NUL, &jerr);
 	assert_non_null(root);
 	assert_string_equal(json_string_value(json_array_get(root, 0)),
 			    "a\tb\x01\x1b\x7f\x1f\r\x0c\x08\n\"\\"
 			    "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
-			    "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd" "ok\xc3\xa9");
+			    "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+			    "ok\xc3\xa9");
 	assert_int_equal(json_string_length(json_array_get(root, 1)), 8);
 	json_decref(root);
 	kvp_buf_deinit(&b);
