@@ -5,10 +5,12 @@
  */
 #include "compute/run.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "compute/mkmodel.h"
 #include "util/parse.h"
@@ -55,7 +57,9 @@ int kvp_mkmodel_main(int argc, char **argv)
 		{ 0 },
 	};
 	const char *preset = "tiny", *path = NULL, *type = NULL, *name = NULL;
-	uint32_t e = 0, l = 0, H = 0, K = 0, F = 0, C = 0;
+	/* --n-embd .. --n-ctx, by option letter; 0: the preset's */
+	static const char shape_opts[] = "elHKfc";
+	uint32_t shape[sizeof(shape_opts) - 1] = { 0 };
 	int tied = -1, c, r, li;
 	uint64_t seed = 0;
 	int have_seed = 0;
@@ -64,15 +68,9 @@ int kvp_mkmodel_main(int argc, char **argv)
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "o:t:s:p:h", lo, &li)) != -1) {
-		uint32_t *dst = c == 'e' ? &e :
-				c == 'l' ? &l :
-				c == 'H' ? &H :
-				c == 'K' ? &K :
-				c == 'f' ? &F :
-				c == 'c' ? &C :
-					   NULL;
+		const char *k = c > 0 ? strchr(shape_opts, c) : NULL;
 
-		if (dst) {
+		if (k) {
 			uint64_t v;
 
 			if (kvp_parse_u64(optarg, 1, 1u << 20, &v)) {
@@ -81,7 +79,7 @@ int kvp_mkmodel_main(int argc, char **argv)
 					lo[li].name, optarg);
 				goto usage;
 			}
-			*dst = (uint32_t)v;
+			shape[k - shape_opts] = (uint32_t)v;
 			continue;
 		}
 		switch (c) {
@@ -144,18 +142,16 @@ int kvp_mkmodel_main(int argc, char **argv)
 	}
 	if (have_seed)
 		o.seed = seed;
-	if (e)
-		o.n_embd = e;
-	if (l)
-		o.n_layers = l;
-	if (H)
-		o.n_heads = H;
-	if (K)
-		o.n_kv_heads = K;
-	if (F)
-		o.n_ff = F;
-	if (C)
-		o.n_ctx = C;
+	{
+		uint32_t *field[] = { &o.n_embd,     &o.n_layers, &o.n_heads,
+				      &o.n_kv_heads, &o.n_ff,	  &o.n_ctx };
+
+		static_assert(sizeof(field) / sizeof(field[0]) == sizeof(shape_opts) - 1,
+			      "one field per shape option");
+		for (size_t i = 0; i < sizeof(shape) / sizeof(shape[0]); i++)
+			if (shape[i])
+				*field[i] = shape[i];
+	}
 	if (tied >= 0)
 		o.tied = tied;
 	if (name)

@@ -8,6 +8,7 @@
  */
 #include "util/parse.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -35,24 +36,31 @@ static int digits(const char *s, uint64_t *v, char **end)
 
 int kvp_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 {
-	uint64_t v;
-	char *end;
-	int r;
+	uint64_t v = 0;
+	char *end = NULL;
+	int r = digits(s, &v, &end);
 
-	r = digits(s, &v, &end);
-	if (r < 0)
-		return r;
-	if (*end)
-		return -EINVAL;
-	if (v < min || v > max)
-		return -ERANGE;
-	*out = v;
-	return 0;
+	if (r == 0 && *end)
+		r = -EINVAL;
+	if (r == 0 && (v < min || v > max))
+		r = -ERANGE;
+	if (r == 0)
+		*out = v;
+	return r;
+}
+
+/* The power of 2 a size suffix stands for: K 10, M 20, G 30, T 40; 0 for anything else. */
+static unsigned int suffix_shift(char c)
+{
+	static const char units[] = "kmgt";
+	const char *u = c ? strchr(units, tolower((unsigned char)c)) : NULL;
+
+	return u ? 10 * (unsigned int)(u - units + 1) : 0;
 }
 
 int kvp_parse_size(const char *s, uint64_t *out)
 {
-	unsigned int shift = 0;
+	unsigned int shift;
 	uint64_t v;
 	char *end;
 	int r;
@@ -60,30 +68,10 @@ int kvp_parse_size(const char *s, uint64_t *out)
 	r = digits(s, &v, &end);
 	if (r < 0)
 		return r;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		shift = 10;
+	shift = suffix_shift(*end);
+	if (shift)
 		end++;
-		break;
-	case 'm':
-	case 'M':
-		shift = 20;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		shift = 30;
-		end++;
-		break;
-	case 't':
-	case 'T':
-		shift = 40;
-		end++;
-		break;
-	default:
-		break;
-	}
+	/* "2G", "2GB", "2GiB"; a bare number may end in "B" */
 	if (shift && (!strcmp(end, "iB") || !strcmp(end, "B")))
 		end += strlen(end);
 	else if (!shift && !strcmp(end, "B"))

@@ -76,88 +76,68 @@ static void fill(struct kvp_status_snap *s)
 /*
  * A snapshot as a busy daemon reports it: every field set and distinct, numbers that
  * exercise each format (%.3f milliseconds, %.6g ratios, %.15g Prometheus values),
- * strings that need escaping only for '"' and '\'.
+ * strings that need escaping only for '"' and '\'.  Laid out by hand, as a table.
  */
+/* clang-format off */
 static void fill_busy(struct kvp_status_snap *s)
 {
-	memset(s, 0, sizeof(*s));
-	strcpy(s->version, "0.1.0");
-	strcpy(s->model, "tinyllama-1.1b-chat");
-	strcpy(s->state, "serving");
-	s->pid = 31337;
-	s->uptime_ms = 86400123;
-	s->pool_bytes = 1ull << 30;
-	s->block_tokens = 16;
-	s->block_bytes = 360448;
-	strcpy(s->page_kind, "hugetlb-2m");
-	strcpy(s->kv_dtype, "f16");
-	s->blocks_total = 2978;
-	s->blocks_used = 301;
-	s->blocks_cached = 1207;
-	s->blocks_free = 1470;
-	s->sched.pool.n_arenas = 2;
-	s->sched.pool.arena[0] = (struct kvp_arena_stats){
-		.node_os_index = 0, .n_blocks = 1489, .used = 150, .cached = 600, .free = 739
+	*s = (struct kvp_status_snap){
+		.version = "0.1.0",
+		.model = "tinyllama-1.1b-chat",
+		.state = "serving",
+		.pid = 31337,
+		.uptime_ms = 86400123,
+		.pool_bytes = 1ull << 30,
+		.block_tokens = 16,
+		.block_bytes = 360448,
+		.page_kind = "hugetlb-2m",
+		.kv_dtype = "f16",
+		.blocks_total = 2978,
+		.blocks_used = 301,
+		.blocks_cached = 1207,
+		.blocks_free = 1470,
+		.index_inserts = 4321,
+		.req_total = 30123,
+		.req_rejected = 45,
+		.sched = {
+			.pool = {
+				.n_arenas = 2,
+				.evictions = 3114,
+				.arena = {
+					{ .node_os_index = 0, .n_blocks = 1489, .used = 150,
+					  .cached = 600, .free = 739 },
+					{ .node_os_index = 1, .n_blocks = 1489, .used = 151,
+					  .cached = 607, .free = 731 },
+				},
+			},
+			.index = { .entries = 1207 },
+			.lookups = 30000, .hit_requests = 20001,
+			.lookup_tokens = 7340032, .hit_tokens = 5000000,
+			.queued = 5, .running = 64, .waiting_prefix = 3, .cancels_received = 17,
+			.req_done = 29990, .req_cancelled = 17, .req_failed = 2,
+			.prompt_tokens = 7340032, .cached_tokens = 5000000,
+			.cache_creation_tokens = 2200000, .recomputed_tokens = 140032,
+			.generated_tokens = 1920000,
+			.queue_ms = 123456.789, .ttft_ms = 2345678.0625, .prefill_ms = 1999999.5,
+			.decode_ms = 98765432.1,
+			.ttft_samples = 30000, .ttft_p50_ms = 41.2345678, .ttft_p99_ms = 812.5,
+		},
+		.server = { .conns_open = 3, .conns_total = 120, .conns_refused = 1,
+			    .frames_in = 90000, .frames_out = 2000000, .proto_errors = 4,
+			    .slow_disconnects = 2 },
+		.n_conns = 3,
+		.conns = {
+			{ .id = 0x100000001ull, .pid = 4242, .uid = 1000, .client = "kvpool/4242",
+			  .domain = 0, .in_flight = 2, .requests = 77, .generated_tokens = 4900,
+			  .cached_tokens = 12000 },
+			{ .id = 0x200000005ull, .pid = 1, .uid = 0, .client = "app \"v2\" \\ x" },
+			{ .id = 7, .pid = -1, .uid = -1 },
+		},
+		.n_domains = 1,
+		.domains = { { .name = "default", .conns_open = 3, .requests = 30078 } },
 	};
-	s->sched.pool.arena[1] = (struct kvp_arena_stats){
-		.node_os_index = 1, .n_blocks = 1489, .used = 151, .cached = 607, .free = 731
-	};
-	s->sched.index.entries = 1207;
-	s->sched.lookups = 30000;
-	s->sched.hit_requests = 20001;
-	s->sched.lookup_tokens = 7340032;
-	s->sched.hit_tokens = 5000000;
-	s->index_inserts = 4321;
-	s->sched.pool.evictions = 3114;
-	s->sched.queued = 5;
-	s->sched.running = 64;
-	s->sched.waiting_prefix = 3;
-	s->sched.cancels_received = 17;
-	s->req_total = 30123;
-	s->sched.req_done = 29990;
-	s->sched.req_cancelled = 17;
-	s->sched.req_failed = 2;
-	s->req_rejected = 45;
-	s->sched.prompt_tokens = 7340032;
-	s->sched.cached_tokens = 5000000;
-	s->sched.cache_creation_tokens = 2200000;
-	s->sched.recomputed_tokens = 140032;
-	s->sched.generated_tokens = 1920000;
-	s->sched.queue_ms = 123456.789;
-	s->sched.ttft_ms = 2345678.0625;
-	s->sched.prefill_ms = 1999999.5;
-	s->sched.decode_ms = 98765432.1;
-	s->sched.ttft_samples = 30000;
-	s->sched.ttft_p50_ms = 41.2345678;
-	s->sched.ttft_p99_ms = 812.5;
-	s->server = (struct kvp_server_stats){ .conns_open = 3,
-					       .conns_total = 120,
-					       .conns_refused = 1,
-					       .frames_in = 90000,
-					       .frames_out = 2000000,
-					       .proto_errors = 4,
-					       .slow_disconnects = 2 };
-	s->n_conns = 3;
-	s->conns[0] = (struct kvp_status_conn){ .id = 0x100000001ull,
-						.pid = 4242,
-						.uid = 1000,
-						.client = "kvpool/4242",
-						.domain = 0,
-						.in_flight = 2,
-						.requests = 77,
-						.generated_tokens = 4900,
-						.cached_tokens = 12000 };
-	s->conns[1] = (struct kvp_status_conn){ .id = 0x200000005ull,
-						.pid = 1,
-						.uid = 0,
-						.client = "app \"v2\" \\ x",
-						.in_flight = 0 };
-	s->conns[2] = (struct kvp_status_conn){ .id = 7, .pid = -1, .uid = -1 };
-	s->n_domains = 1;
-	strcpy(s->domains[0].name, "default");
-	s->domains[0].conns_open = 3;
-	s->domains[0].requests = 30078;
 }
+/* clang-format on */
 
 /* Read tests/unit/golden/@name (KVP_SOURCE_DIR) into a malloc'd NUL-terminated buffer. */
 static char *golden(const char *name, size_t *len)
