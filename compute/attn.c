@@ -21,9 +21,8 @@
 #include "compute/kernels/kernels.h"
 
 void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_view *kv,
-	      const uint32_t *table, uint32_t layer, uint32_t pos0, uint32_t n,
-	      uint32_t n_heads, uint32_t kh0, uint32_t kh1, const struct kvp_kernels *k,
-	      struct kvp_attn_scratch *s)
+	      const uint32_t *table, uint32_t layer, uint32_t pos0, uint32_t n, uint32_t n_heads,
+	      uint32_t kh0, uint32_t kh1, const struct kvp_kernels *k, struct kvp_attn_scratch *s)
 {
 	const struct kvp_geom *g = &kv->geom;
 	uint32_t bt = g->shape.block_tokens, hd = g->shape.head_dim;
@@ -50,9 +49,11 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 				K = (const float *)(blk + kvp_geom_run_offset(g, layer, 0, kh));
 				V = (const float *)(blk + kvp_geom_run_offset(g, layer, 1, kh));
 			} else {
-				k->kv_load[dtype](s->kbuf, blk + kvp_geom_run_offset(g, layer, 0, kh),
+				k->kv_load[dtype](s->kbuf,
+						  blk + kvp_geom_run_offset(g, layer, 0, kh),
 						  (size_t)tn * hd);
-				k->kv_load[dtype](s->vbuf, blk + kvp_geom_run_offset(g, layer, 1, kh),
+				k->kv_load[dtype](s->vbuf,
+						  blk + kvp_geom_run_offset(g, layer, 1, kh),
 						  (size_t)tn * hd);
 				K = s->kbuf;
 				V = s->vbuf;

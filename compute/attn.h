@@ -43,8 +43,7 @@ struct kvp_attn_scratch {
  * an online softmax (running max and mass, rescaled per block).
  */
 void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_view *kv,
-	      const uint32_t *table, uint32_t layer, uint32_t pos0, uint32_t n,
-	      uint32_t n_heads, uint32_t kh0, uint32_t kh1, const struct kvp_kernels *k,
-	      struct kvp_attn_scratch *s);
+	      const uint32_t *table, uint32_t layer, uint32_t pos0, uint32_t n, uint32_t n_heads,
+	      uint32_t kh0, uint32_t kh1, const struct kvp_kernels *k, struct kvp_attn_scratch *s);
 
 #endif /* KVP_COMPUTE_ATTN_H */

@@ -51,17 +51,17 @@ struct kvp_fwd {
 	const struct kvp_weights *w;
 	struct kvp_fwd_opts o;
 	uint32_t rows_max;
-	float *x;	/* (rows, n_embd) residual stream */
-	float *xn;	/* (rows, n_embd) normed input / projection output */
-	float *q;	/* (rows, n_heads * head_dim) */
-	float *kk, *v;	/* (rows, n_kv_heads * head_dim) keys, values */
-	float *att;	/* (rows, n_heads * head_dim) */
-	float *hb, *hb2;	/* (rows, n_ff) */
-	float *rope;	/* (rows, n_rot) cos/sin per row */
-	int32_t *tok;	/* (rows) */
-	uint32_t *pos;	/* (rows) */
-	struct fwd_seq *seqs;	/* (max_batch) */
-	struct kvp_attn_scratch *as;	/* (n_threads), ml shared: heads are disjoint */
+	float *x;		     /* (rows, n_embd) residual stream */
+	float *xn;		     /* (rows, n_embd) normed input / projection output */
+	float *q;		     /* (rows, n_heads * head_dim) */
+	float *kk, *v;		     /* (rows, n_kv_heads * head_dim) keys, values */
+	float *att;		     /* (rows, n_heads * head_dim) */
+	float *hb, *hb2;	     /* (rows, n_ff) */
+	float *rope;		     /* (rows, n_rot) cos/sin per row */
+	int32_t *tok;		     /* (rows) */
+	uint32_t *pos;		     /* (rows) */
+	struct fwd_seq *seqs;	     /* (max_batch) */
+	struct kvp_attn_scratch *as; /* (n_threads), ml shared: heads are disjoint */
 	float *ml;
 	struct kvp_threads *pool;
 	/* the job being run on the pool */
@@ -81,7 +81,8 @@ int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kv
 {
 	const struct kvp_model_hparams *hp = kvp_model_hparams(m);
 	struct kvp_fwd *f;
-	size_t r, qd = (size_t)hp->n_heads * hp->head_dim, kvd = (size_t)hp->n_kv_heads * hp->head_dim;
+	size_t r, qd = (size_t)hp->n_heads * hp->head_dim,
+		  kvd = (size_t)hp->n_kv_heads * hp->head_dim;
 
 	const struct kvp_kernels *k = o->kernels;
 	size_t k_max = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
@@ -180,9 +181,8 @@ int kvp_fwd_check_view(const struct kvp_fwd *f, const struct kvp_kv_view *kv)
 	const struct kvp_model_shape *s = &kv->geom.shape;
 
 	if (!kv->base || s->n_layers != f->hp->n_layers || s->n_kv_heads != f->hp->n_kv_heads ||
-	    s->head_dim != f->hp->head_dim || s->dtype >= KVP_DTYPE__COUNT ||
-	    !s->block_tokens || s->block_tokens > BT_SCRATCH_MAX ||
-	    kv->geom.elem_bytes != kvp_dtype_bytes(s->dtype) ||
+	    s->head_dim != f->hp->head_dim || s->dtype >= KVP_DTYPE__COUNT || !s->block_tokens ||
+	    s->block_tokens > BT_SCRATCH_MAX || kv->geom.elem_bytes != kvp_dtype_bytes(s->dtype) ||
 	    kv->geom.head_bytes != (size_t)s->block_tokens * s->head_dim * kv->geom.elem_bytes ||
 	    kv->geom.block_stride < kv->geom.block_bytes)
 		return -EINVAL;
@@ -216,16 +216,16 @@ static void store_kv(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint
 	kvp_kv_store_fn *store = f->k->kv_store[g->shape.dtype];
 
 	for (uint32_t h = 0; h < g->shape.n_kv_heads; h++) {
-		store(blk + kvp_geom_run_offset(g, l, 0, h) + row_off, f->kk + r * kvd + (size_t)h * hd,
-		      hd);
-		store(blk + kvp_geom_run_offset(g, l, 1, h) + row_off, f->v + r * kvd + (size_t)h * hd,
-		      hd);
+		store(blk + kvp_geom_run_offset(g, l, 0, h) + row_off,
+		      f->kk + r * kvd + (size_t)h * hd, hd);
+		store(blk + kvp_geom_run_offset(g, l, 1, h) + row_off,
+		      f->v + r * kvd + (size_t)h * hd, hd);
 	}
 }
 
 /* out_i = x @ W_i^T for matrices sharing input x (rows of it) */
-static void linear(struct kvp_fwd *f, const float *x, size_t rows, unsigned n,
-		   float *const *outs, const struct kvp_tensor *const *ws)
+static void linear(struct kvp_fwd *f, const float *x, size_t rows, unsigned n, float *const *outs,
+		   const struct kvp_tensor *const *ws)
 {
 	kvp_lin_run(&f->lin, x, rows, n, outs, ws);
 }
@@ -261,8 +261,8 @@ static size_t attn_bytes(const struct kvp_fwd *f, const struct kvp_kv_view *kv, 
  * Run all f->tok/f->pos rows (grouped in f->seqs) through the layers; then logits for
  * rows [out_row0, out_row0 + n_out) into @logits.
  */
-static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows,
-		uint32_t n_seqs, uint32_t out_row0, uint32_t n_out, float *logits)
+static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows, uint32_t n_seqs,
+		uint32_t out_row0, uint32_t n_out, float *logits)
 {
 	const struct kvp_model_hparams *hp = f->hp;
 	const struct kvp_weights *w = f->w;
@@ -273,14 +273,18 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows,
 		const struct kvp_tensor *emb = &w->tok_embd;
 
 		f->k->dequant[emb->type](f->x + r * E,
-					 (const uint8_t *)emb->data + (size_t)f->tok[r] * emb->row_bytes, E);
-		kvp_rope_table(f->rope + (size_t)r * hp->n_rot, f->pos[r], hp->n_rot, hp->rope_base);
+					 (const uint8_t *)emb->data +
+						 (size_t)f->tok[r] * emb->row_bytes,
+					 E);
+		kvp_rope_table(f->rope + (size_t)r * hp->n_rot, f->pos[r], hp->n_rot,
+			       hp->rope_base);
 	}
 	for (uint32_t l = 0; l < hp->n_layers; l++) {
 		const struct kvp_layer_weights *L = &w->layers[l];
 
 		for (uint32_t r = 0; r < rows; r++)
-			f->k->rmsnorm(f->xn + r * E, f->x + r * E, L->attn_norm.data, E, hp->rms_eps);
+			f->k->rmsnorm(f->xn + r * E, f->x + r * E, L->attn_norm.data, E,
+				      hp->rms_eps);
 		linear(f, f->xn, rows, 3, (float *[]){ f->q, f->kk, f->v },
 		       (const struct kvp_tensor *[]){ &L->wq, &L->wk, &L->wv });
 		for (uint32_t s = 0; s < n_seqs; s++) {
@@ -290,8 +294,10 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows,
 				uint32_t r = sq->row0 + i;
 				const float *cs = f->rope + (size_t)r * hp->n_rot;
 
-				kvp_rope_apply(f->q + r * qd, hp->n_heads, hp->head_dim, hp->n_rot, cs);
-				kvp_rope_apply(f->kk + r * kvd, hp->n_kv_heads, hp->head_dim, hp->n_rot, cs);
+				kvp_rope_apply(f->q + r * qd, hp->n_heads, hp->head_dim, hp->n_rot,
+					       cs);
+				kvp_rope_apply(f->kk + r * kvd, hp->n_kv_heads, hp->head_dim,
+					       hp->n_rot, cs);
 				store_kv(f, kv, sq->table, l, r, sq->pos0 + i);
 			}
 		}
@@ -302,12 +308,14 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows,
 			attn_part(f, 0, 1);
 		else
 			kvp_threads_run(f->pool, attn_part, f);
-		linear(f, f->att, rows, 1, (float *[]){ f->xn }, (const struct kvp_tensor *[]){ &L->wo });
+		linear(f, f->att, rows, 1, (float *[]){ f->xn },
+		       (const struct kvp_tensor *[]){ &L->wo });
 		for (size_t i = 0; i < rows * E; i++)
 			f->x[i] += f->xn[i];
 
 		for (uint32_t r = 0; r < rows; r++)
-			f->k->rmsnorm(f->xn + r * E, f->x + r * E, L->ffn_norm.data, E, hp->rms_eps);
+			f->k->rmsnorm(f->xn + r * E, f->x + r * E, L->ffn_norm.data, E,
+				      hp->rms_eps);
 		linear(f, f->xn, rows, 2, (float *[]){ f->hb, f->hb2 },
 		       (const struct kvp_tensor *[]){ &L->w_gate, &L->w_up });
 		f->k->swiglu(f->hb, f->hb2, rows * F);
@@ -341,8 +349,8 @@ int kvp_fwd_prefill(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint3
 	return 0;
 }
 
-int kvp_fwd_decode(struct kvp_fwd *f, const struct kvp_kv_view *kv,
-		   const struct kvp_fwd_seq *seqs, uint32_t n_seqs, float *logits)
+int kvp_fwd_decode(struct kvp_fwd *f, const struct kvp_kv_view *kv, const struct kvp_fwd_seq *seqs,
+		   uint32_t n_seqs, float *logits)
 {
 	if (!n_seqs || n_seqs > f->o.max_batch || !seqs || !logits || kvp_fwd_check_view(f, kv))
 		return -EINVAL;
@@ -354,7 +362,9 @@ int kvp_fwd_decode(struct kvp_fwd *f, const struct kvp_kv_view *kv,
 			return -EINVAL;
 		f->tok[s] = q->token;
 		f->pos[s] = q->pos;
-		f->seqs[s] = (struct fwd_seq){ .table = q->table, .pos0 = q->pos, .n = 1, .row0 = s };
+		f->seqs[s] = (struct fwd_seq){
+			.table = q->table, .pos0 = q->pos, .n = 1, .row0 = s
+		};
 	}
 	run(f, kv, n_seqs, n_seqs, 0, n_seqs, logits);
 	return 0;

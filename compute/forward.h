@@ -129,7 +129,7 @@ struct kvp_fwd_seq {
  * rounding: summation order differs between the paths).
  * Return: 0, or -EINVAL (bad ids, short table, view mismatch); nothing written then.
  */
-int kvp_fwd_decode(struct kvp_fwd *f, const struct kvp_kv_view *kv,
-		   const struct kvp_fwd_seq *seqs, uint32_t n_seqs, float *logits);
+int kvp_fwd_decode(struct kvp_fwd *f, const struct kvp_kv_view *kv, const struct kvp_fwd_seq *seqs,
+		   uint32_t n_seqs, float *logits);
 
 #endif /* KVP_COMPUTE_FORWARD_H */

@@ -2,8 +2,8 @@
 /*
  * gguf.c - GGUF parsing through a bounds-checked cursor.
  *
- * Every read from the file goes through struct cur, which refuses to step past the
- * end; every product of file-supplied numbers is overflow-checked; counts are bounded
+ * Every read from the file goes through struct kvp_cur (util/cursor.h), which refuses to
+ * step past the end; every product of file-supplied numbers is overflow-checked; counts are bounded
  * by what the remaining bytes could possibly hold before anything is allocated.  A
  * parse either succeeds with every pointer inside the file, or fails with a message.
  * No state is shared: any thread may parse, and a parsed file is read-only.
@@ -19,7 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compute/errmsg.h"
+#include "util/errmsg.h"
+#include "util/cursor.h"
 
 /* Sanity limits beyond the file size: a key or name longer than this is corruption. */
 #define KEY_MAX 65535u
@@ -27,50 +28,12 @@
 #define ARRAY_DEPTH_MAX 3
 #define ELEMS_MAX (1ull << 40)
 
-struct cur {
-	const uint8_t *base;
-	size_t off;
-	size_t size;
-};
-
-/* Return pointer to @n bytes at the cursor and advance, or NULL when short. */
-static const uint8_t *cur_take(struct cur *c, uint64_t n)
-{
-	const uint8_t *p;
-
-	if (n > c->size - c->off)
-		return NULL;
-	p = c->base + c->off;
-	c->off += n;
-	return p;
-}
-
-static int cur_u32(struct cur *c, uint32_t *v)
-{
-	const uint8_t *p = cur_take(c, 4);
-
-	if (!p)
-		return -EBADMSG;
-	memcpy(v, p, 4);
-	return 0;
-}
-
-static int cur_u64(struct cur *c, uint64_t *v)
-{
-	const uint8_t *p = cur_take(c, 8);
-
-	if (!p)
-		return -EBADMSG;
-	memcpy(v, p, 8);
-	return 0;
-}
-
-static int cur_str(struct cur *c, struct kvp_gguf_str *s, uint64_t max)
+static int cur_str(struct kvp_cur *c, struct kvp_gguf_str *s, uint64_t max)
 {
 	uint64_t len;
 	const uint8_t *p;
 
-	if (cur_u64(c, &len) || len > max || !(p = cur_take(c, len)))
+	if (kvp_cur_le64(c, &len) || len > max || !(p = kvp_cur_take(c, len)))
 		return -EBADMSG;
 	s->p = (const char *)p;
 	s->len = len;
@@ -81,13 +44,20 @@ static int cur_str(struct cur *c, struct kvp_gguf_str *s, uint64_t max)
 static uint64_t vtype_size(uint32_t t)
 {
 	switch (t) {
-	case KVP_GGUF_U8: case KVP_GGUF_I8: case KVP_GGUF_BOOL:
+	case KVP_GGUF_U8:
+	case KVP_GGUF_I8:
+	case KVP_GGUF_BOOL:
 		return 1;
-	case KVP_GGUF_U16: case KVP_GGUF_I16:
+	case KVP_GGUF_U16:
+	case KVP_GGUF_I16:
 		return 2;
-	case KVP_GGUF_U32: case KVP_GGUF_I32: case KVP_GGUF_F32:
+	case KVP_GGUF_U32:
+	case KVP_GGUF_I32:
+	case KVP_GGUF_F32:
 		return 4;
-	case KVP_GGUF_U64: case KVP_GGUF_I64: case KVP_GGUF_F64:
+	case KVP_GGUF_U64:
+	case KVP_GGUF_I64:
+	case KVP_GGUF_F64:
 		return 8;
 	default:
 		return 0;
@@ -95,19 +65,19 @@ static uint64_t vtype_size(uint32_t t)
 }
 
 /* Skip one value of type @t (arrays recursively, to @depth); -EBADMSG if it overruns. */
-static int skip_value(struct cur *c, uint32_t t, int depth, uint32_t *arr_type, uint64_t *arr_n)
+static int skip_value(struct kvp_cur *c, uint32_t t, int depth, uint32_t *arr_type, uint64_t *arr_n)
 {
 	struct kvp_gguf_str s;
 	uint64_t sz = vtype_size(t), n, bytes;
 	uint32_t et;
 
 	if (sz)
-		return cur_take(c, sz) ? 0 : -EBADMSG;
+		return kvp_cur_take(c, sz) ? 0 : -EBADMSG;
 	if (t == KVP_GGUF_STRING)
 		return cur_str(c, &s, UINT64_MAX);
 	if (t != KVP_GGUF_ARRAY || depth >= ARRAY_DEPTH_MAX)
 		return -EBADMSG;
-	if (cur_u32(c, &et) || cur_u64(c, &n))
+	if (kvp_cur_le32(c, &et) || kvp_cur_le64(c, &n))
 		return -EBADMSG;
 	if (arr_type)
 		*arr_type = et;
@@ -115,7 +85,7 @@ static int skip_value(struct cur *c, uint32_t t, int depth, uint32_t *arr_type, 
 		*arr_n = n;
 	sz = vtype_size(et);
 	if (sz) {
-		if (__builtin_mul_overflow(n, sz, &bytes) || !cur_take(c, bytes))
+		if (__builtin_mul_overflow(n, sz, &bytes) || !kvp_cur_take(c, bytes))
 			return -EBADMSG;
 		return 0;
 	}
@@ -132,28 +102,44 @@ static int skip_value(struct cur *c, uint32_t t, int depth, uint32_t *arr_type, 
 
 struct ggml_type_desc {
 	const char *name;
-	uint32_t block;	/* elements per block */
-	uint32_t bytes;	/* bytes per block */
+	uint32_t block; /* elements per block */
+	uint32_t bytes; /* bytes per block */
 };
 
 /* The GGML types whose sizes we know (so any file's extents can be checked). */
 static const struct ggml_type_desc ggml_types[KVP_GGML_TYPE__COUNT] = {
-	[KVP_GGML_F32] = { "f32", 1, 4 },		[KVP_GGML_F16] = { "f16", 1, 2 },
-	[KVP_GGML_Q4_0] = { "q4_0", 32, 18 },		[KVP_GGML_Q4_1] = { "q4_1", 32, 20 },
-	[KVP_GGML_Q5_0] = { "q5_0", 32, 22 },		[KVP_GGML_Q5_1] = { "q5_1", 32, 24 },
-	[KVP_GGML_Q8_0] = { "q8_0", 32, 34 },		[KVP_GGML_Q8_1] = { "q8_1", 32, 36 },
-	[KVP_GGML_Q2_K] = { "q2_k", 256, 84 },		[KVP_GGML_Q3_K] = { "q3_k", 256, 110 },
-	[KVP_GGML_Q4_K] = { "q4_k", 256, 144 },		[KVP_GGML_Q5_K] = { "q5_k", 256, 176 },
-	[KVP_GGML_Q6_K] = { "q6_k", 256, 210 },		[KVP_GGML_Q8_K] = { "q8_k", 256, 292 },
-	[KVP_GGML_IQ2_XXS] = { "iq2_xxs", 256, 66 },	[KVP_GGML_IQ2_XS] = { "iq2_xs", 256, 74 },
-	[KVP_GGML_IQ3_XXS] = { "iq3_xxs", 256, 98 },	[KVP_GGML_IQ1_S] = { "iq1_s", 256, 50 },
-	[KVP_GGML_IQ4_NL] = { "iq4_nl", 32, 18 },	[KVP_GGML_IQ3_S] = { "iq3_s", 256, 110 },
-	[KVP_GGML_IQ2_S] = { "iq2_s", 256, 82 },	[KVP_GGML_IQ4_XS] = { "iq4_xs", 256, 136 },
-	[KVP_GGML_I8] = { "i8", 1, 1 },			[KVP_GGML_I16] = { "i16", 1, 2 },
-	[KVP_GGML_I32] = { "i32", 1, 4 },		[KVP_GGML_I64] = { "i64", 1, 8 },
-	[KVP_GGML_F64] = { "f64", 1, 8 },		[KVP_GGML_IQ1_M] = { "iq1_m", 256, 56 },
-	[KVP_GGML_BF16] = { "bf16", 1, 2 },		[KVP_GGML_TQ1_0] = { "tq1_0", 256, 54 },
-	[KVP_GGML_TQ2_0] = { "tq2_0", 256, 66 },	[KVP_GGML_MXFP4] = { "mxfp4", 32, 17 },
+	[KVP_GGML_F32] = { "f32", 1, 4 },
+	[KVP_GGML_F16] = { "f16", 1, 2 },
+	[KVP_GGML_Q4_0] = { "q4_0", 32, 18 },
+	[KVP_GGML_Q4_1] = { "q4_1", 32, 20 },
+	[KVP_GGML_Q5_0] = { "q5_0", 32, 22 },
+	[KVP_GGML_Q5_1] = { "q5_1", 32, 24 },
+	[KVP_GGML_Q8_0] = { "q8_0", 32, 34 },
+	[KVP_GGML_Q8_1] = { "q8_1", 32, 36 },
+	[KVP_GGML_Q2_K] = { "q2_k", 256, 84 },
+	[KVP_GGML_Q3_K] = { "q3_k", 256, 110 },
+	[KVP_GGML_Q4_K] = { "q4_k", 256, 144 },
+	[KVP_GGML_Q5_K] = { "q5_k", 256, 176 },
+	[KVP_GGML_Q6_K] = { "q6_k", 256, 210 },
+	[KVP_GGML_Q8_K] = { "q8_k", 256, 292 },
+	[KVP_GGML_IQ2_XXS] = { "iq2_xxs", 256, 66 },
+	[KVP_GGML_IQ2_XS] = { "iq2_xs", 256, 74 },
+	[KVP_GGML_IQ3_XXS] = { "iq3_xxs", 256, 98 },
+	[KVP_GGML_IQ1_S] = { "iq1_s", 256, 50 },
+	[KVP_GGML_IQ4_NL] = { "iq4_nl", 32, 18 },
+	[KVP_GGML_IQ3_S] = { "iq3_s", 256, 110 },
+	[KVP_GGML_IQ2_S] = { "iq2_s", 256, 82 },
+	[KVP_GGML_IQ4_XS] = { "iq4_xs", 256, 136 },
+	[KVP_GGML_I8] = { "i8", 1, 1 },
+	[KVP_GGML_I16] = { "i16", 1, 2 },
+	[KVP_GGML_I32] = { "i32", 1, 4 },
+	[KVP_GGML_I64] = { "i64", 1, 8 },
+	[KVP_GGML_F64] = { "f64", 1, 8 },
+	[KVP_GGML_IQ1_M] = { "iq1_m", 256, 56 },
+	[KVP_GGML_BF16] = { "bf16", 1, 2 },
+	[KVP_GGML_TQ1_0] = { "tq1_0", 256, 54 },
+	[KVP_GGML_TQ2_0] = { "tq2_0", 256, 66 },
+	[KVP_GGML_MXFP4] = { "mxfp4", 32, 17 },
 };
 
 const char *kvp_ggml_type_name(uint32_t type)
@@ -187,72 +173,80 @@ int kvp_gguf_str_eq(struct kvp_gguf_str s, const char *c)
 	return s.len == n && memcmp(s.p, c, n) == 0;
 }
 
-static int parse_kvs(struct kvp_gguf *g, struct cur *c, char *err, size_t errlen)
+static int parse_kvs(struct kvp_gguf *g, struct kvp_cur *c, char *err, size_t errlen)
 {
 	for (uint64_t i = 0; i < g->n_kv; i++) {
 		struct kvp_gguf_kv *kv = &g->kv[i];
 		size_t at = c->off, vstart;
 
-		if (cur_str(c, &kv->key, KEY_MAX) || cur_u32(c, &kv->type)) {
-			kvp_errmsg(err, errlen, "gguf: metadata entry %llu truncated or bad key at offset %zu",
-			       (unsigned long long)i, at);
+		if (cur_str(c, &kv->key, KEY_MAX) || kvp_cur_le32(c, &kv->type)) {
+			kvp_errmsg(err, errlen,
+				   "gguf: metadata entry %llu truncated or bad key at offset %zu",
+				   (unsigned long long)i, at);
 			return -EBADMSG;
 		}
 		vstart = c->off;
 		if (kv->type >= KVP_GGUF_VTYPE__COUNT ||
 		    skip_value(c, kv->type, 0, &kv->arr_type, &kv->arr_n)) {
-			kvp_errmsg(err, errlen, "gguf: metadata '%.*s' (type %u) malformed or truncated at offset %zu",
-			       (int)(kv->key.len > 128 ? 128 : kv->key.len), kv->key.p, kv->type, vstart);
+			kvp_errmsg(
+				err, errlen,
+				"gguf: metadata '%.*s' (type %u) malformed or truncated at offset %zu",
+				(int)(kv->key.len > 128 ? 128 : kv->key.len), kv->key.p, kv->type,
+				vstart);
 			return -EBADMSG;
 		}
 		kv->val = c->base + vstart;
 		kv->val_bytes = c->off - vstart;
 		if (kv->type == KVP_GGUF_ARRAY) {
-			kv->val += 12;	/* element type and count precede the elements */
+			kv->val += 12; /* element type and count precede the elements */
 			kv->val_bytes -= 12;
 		}
 	}
 	return 0;
 }
 
-static int parse_tensor_infos(struct kvp_gguf *g, struct cur *c, char *err, size_t errlen)
+static int parse_tensor_infos(struct kvp_gguf *g, struct kvp_cur *c, char *err, size_t errlen)
 {
 	for (uint64_t i = 0; i < g->n_tensors; i++) {
 		struct kvp_gguf_tensor *t = &g->tensors[i];
 		size_t at = c->off;
 		uint64_t off;
 
-		if (cur_str(c, &t->name, NAME_MAX_BYTES) || cur_u32(c, &t->n_dims) ||
+		if (cur_str(c, &t->name, NAME_MAX_BYTES) || kvp_cur_le32(c, &t->n_dims) ||
 		    t->n_dims == 0 || t->n_dims > KVP_GGUF_MAX_DIMS) {
-			kvp_errmsg(err, errlen, "gguf: tensor info %llu truncated or bad at offset %zu",
-			       (unsigned long long)i, at);
+			kvp_errmsg(err, errlen,
+				   "gguf: tensor info %llu truncated or bad at offset %zu",
+				   (unsigned long long)i, at);
 			return -EBADMSG;
 		}
 		t->n_elems = 1;
 		for (uint32_t d = 0; d < KVP_GGUF_MAX_DIMS; d++) {
 			t->ne[d] = 1;
-			if (d < t->n_dims && cur_u64(c, &t->ne[d]))
+			if (d < t->n_dims && kvp_cur_le64(c, &t->ne[d]))
 				goto trunc;
-			if (t->ne[d] == 0 || __builtin_mul_overflow(t->n_elems, t->ne[d], &t->n_elems) ||
+			if (t->ne[d] == 0 ||
+			    __builtin_mul_overflow(t->n_elems, t->ne[d], &t->n_elems) ||
 			    t->n_elems > ELEMS_MAX) {
 				kvp_errmsg(err, errlen, "gguf: tensor '%.*s' has a bad shape",
-				       (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p);
+					   (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p);
 				return -EBADMSG;
 			}
 		}
-		if (cur_u32(c, &t->type) || cur_u64(c, &off))
+		if (kvp_cur_le32(c, &t->type) || kvp_cur_le64(c, &off))
 			goto trunc;
 		if (!kvp_ggml_type_name(t->type)) {
 			kvp_errmsg(err, errlen, "gguf: tensor '%.*s' has unknown type %u",
-			       (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p, t->type);
+				   (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p,
+				   t->type);
 			return -EBADMSG;
 		}
 		/* rows are whole blocks, so n_bytes = rows * row_bytes exactly */
 		uint64_t row = kvp_ggml_row_bytes(t->type, t->ne[0]);
 		if (!row || __builtin_mul_overflow(row, t->n_elems / t->ne[0], &t->n_bytes)) {
-			kvp_errmsg(err, errlen, "gguf: tensor '%.*s': row of %llu is not whole %s blocks",
-			       (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p,
-			       (unsigned long long)t->ne[0], kvp_ggml_type_name(t->type));
+			kvp_errmsg(err, errlen,
+				   "gguf: tensor '%.*s': row of %llu is not whole %s blocks",
+				   (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p,
+				   (unsigned long long)t->ne[0], kvp_ggml_type_name(t->type));
 			return -EBADMSG;
 		}
 		/* the data offset is checked once the data section start is known */
@@ -260,7 +254,7 @@ static int parse_tensor_infos(struct kvp_gguf *g, struct cur *c, char *err, size
 		continue;
 trunc:
 		kvp_errmsg(err, errlen, "gguf: tensor info %llu truncated at offset %zu",
-		       (unsigned long long)i, c->off);
+			   (unsigned long long)i, c->off);
 		return -EBADMSG;
 	}
 	return 0;
@@ -268,37 +262,39 @@ trunc:
 
 static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 {
-	struct cur c = { .base = g->base, .off = 0, .size = g->size };
+	struct kvp_cur c = { .base = g->base, .off = 0, .size = g->size };
 	const struct kvp_gguf_kv *al;
 	uint32_t magic;
 	uint64_t align64;
 	int r;
 
-	if (cur_u32(&c, &magic) || magic != KVP_GGUF_MAGIC) {
+	if (kvp_cur_le32(&c, &magic) || magic != KVP_GGUF_MAGIC) {
 		kvp_errmsg(err, errlen, "gguf: not a GGUF file (bad magic)");
 		return -EBADMSG;
 	}
-	if (cur_u32(&c, &g->version)) {
+	if (kvp_cur_le32(&c, &g->version)) {
 		kvp_errmsg(err, errlen, "gguf: header truncated");
 		return -EBADMSG;
 	}
 	if (g->version != 2 && g->version != 3) {
 		uint32_t sw = __builtin_bswap32(g->version);
 
-		if (sw == 2 || sw == 3)	/* v3 allows big-endian files; the magic reads the same */
+		if (sw == 2 || sw == 3) /* v3 allows big-endian files; the magic reads the same */
 			kvp_errmsg(err, errlen, "gguf: big-endian GGUF v%u is not supported", sw);
 		else
-			kvp_errmsg(err, errlen, "gguf: unsupported version %u (want 2 or 3)", g->version);
+			kvp_errmsg(err, errlen, "gguf: unsupported version %u (want 2 or 3)",
+				   g->version);
 		return -EBADMSG;
 	}
-	if (cur_u64(&c, &g->n_tensors) || cur_u64(&c, &g->n_kv)) {
+	if (kvp_cur_le64(&c, &g->n_tensors) || kvp_cur_le64(&c, &g->n_kv)) {
 		kvp_errmsg(err, errlen, "gguf: header truncated");
 		return -EBADMSG;
 	}
 	/* a kv takes >= 13 bytes and a tensor info >= 32: bound counts before allocating */
 	if (g->n_kv > (c.size - c.off) / 13 || g->n_tensors > (c.size - c.off) / 32) {
-		kvp_errmsg(err, errlen, "gguf: %llu metadata entries / %llu tensors cannot fit in %zu bytes",
-		       (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors, g->size);
+		kvp_errmsg(err, errlen,
+			   "gguf: %llu metadata entries / %llu tensors cannot fit in %zu bytes",
+			   (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors, g->size);
 		return -EBADMSG;
 	}
 	g->kv = calloc(g->n_kv ? g->n_kv : 1, sizeof(*g->kv));
@@ -329,7 +325,7 @@ static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 	g->data_off = (c.off + g->alignment - 1) & ~(uint64_t)(g->alignment - 1);
 	if (g->n_tensors && g->data_off > g->size) {
 		kvp_errmsg(err, errlen, "gguf: data section at %llu past end of file (%zu)",
-		       (unsigned long long)g->data_off, g->size);
+			   (unsigned long long)g->data_off, g->size);
 		return -EBADMSG;
 	}
 	for (uint64_t i = 0; i < g->n_tensors; i++) {
@@ -338,9 +334,11 @@ static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 
 		if (off % g->alignment || __builtin_add_overflow(g->data_off, off, &start) ||
 		    __builtin_add_overflow(start, t->n_bytes, &end) || end > g->size) {
-			kvp_errmsg(err, errlen, "gguf: tensor '%.*s' data [%llu, +%llu) misaligned or past end of file (%zu)",
-			       (int)(t->name.len > 128 ? 128 : t->name.len), t->name.p,
-			       (unsigned long long)off, (unsigned long long)t->n_bytes, g->size);
+			kvp_errmsg(
+				err, errlen,
+				"gguf: tensor '%.*s' data [%llu, +%llu) misaligned or past end of file (%zu)",
+				(int)(t->name.len > 128 ? 128 : t->name.len), t->name.p,
+				(unsigned long long)off, (unsigned long long)t->n_bytes, g->size);
 			return -EBADMSG;
 		}
 		t->data = g->base + start;
@@ -348,8 +346,7 @@ static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 	return 0;
 }
 
-int kvp_gguf_parse(struct kvp_gguf **out, const void *buf, size_t len, char *err,
-		   size_t errlen)
+int kvp_gguf_parse(struct kvp_gguf **out, const void *buf, size_t len, char *err, size_t errlen)
 {
 	struct kvp_gguf *g = calloc(1, sizeof(*g));
 	int r;
@@ -396,7 +393,7 @@ int kvp_gguf_open(struct kvp_gguf **out, const char *path, char *err, size_t err
 	}
 	map = mmap(NULL, st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 	r = -errno;
-	close(fd);	/* the mapping keeps the file */
+	close(fd); /* the mapping keeps the file */
 	if (map == MAP_FAILED) {
 		kvp_errmsg(err, errlen, "gguf: mmap %s: %s", path, strerror(-r));
 		return r;
@@ -438,15 +435,44 @@ int kvp_gguf_get_uint(const struct kvp_gguf *g, const char *key, uint64_t max, u
 	if (!kv)
 		return -ENOENT;
 	switch (kv->type) {
-	case KVP_GGUF_U8: u = kv->val[0]; break;
-	case KVP_GGUF_I8: s = (int8_t)kv->val[0]; goto sign;
-	case KVP_GGUF_U16: { uint16_t v; memcpy(&v, kv->val, 2); u = v; break; }
-	case KVP_GGUF_I16: { int16_t v; memcpy(&v, kv->val, 2); s = v; goto sign; }
-	case KVP_GGUF_U32: { uint32_t v; memcpy(&v, kv->val, 4); u = v; break; }
-	case KVP_GGUF_I32: { int32_t v; memcpy(&v, kv->val, 4); s = v; goto sign; }
-	case KVP_GGUF_U64: memcpy(&u, kv->val, 8); break;
-	case KVP_GGUF_I64: memcpy(&s, kv->val, 8); goto sign;
-	default: return -EBADMSG;
+	case KVP_GGUF_U8:
+		u = kv->val[0];
+		break;
+	case KVP_GGUF_I8:
+		s = (int8_t)kv->val[0];
+		goto sign;
+	case KVP_GGUF_U16: {
+		uint16_t v;
+		memcpy(&v, kv->val, 2);
+		u = v;
+		break;
+	}
+	case KVP_GGUF_I16: {
+		int16_t v;
+		memcpy(&v, kv->val, 2);
+		s = v;
+		goto sign;
+	}
+	case KVP_GGUF_U32: {
+		uint32_t v;
+		memcpy(&v, kv->val, 4);
+		u = v;
+		break;
+	}
+	case KVP_GGUF_I32: {
+		int32_t v;
+		memcpy(&v, kv->val, 4);
+		s = v;
+		goto sign;
+	}
+	case KVP_GGUF_U64:
+		memcpy(&u, kv->val, 8);
+		break;
+	case KVP_GGUF_I64:
+		memcpy(&s, kv->val, 8);
+		goto sign;
+	default:
+		return -EBADMSG;
 	}
 	goto check;
 sign:

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KVP_GGUF_MAGIC 0x46554747u	/* "GGUF" little-endian */
+#define KVP_GGUF_MAGIC 0x46554747u /* "GGUF" little-endian */
 #define KVP_GGUF_DEFAULT_ALIGN 32u
 #define KVP_GGUF_MAX_DIMS 4
 
@@ -141,7 +141,7 @@ struct kvp_gguf {
 	struct kvp_gguf_kv *kv;
 	struct kvp_gguf_tensor *tensors;
 	uint64_t data_off;
-	int mapped;	/* base came from mmap and is unmapped by close */
+	int mapped; /* base came from mmap and is unmapped by close */
 };
 
 /**
@@ -154,8 +154,7 @@ struct kvp_gguf {
 int kvp_gguf_open(struct kvp_gguf **out, const char *path, char *err, size_t errlen);
 
 /* kvp_gguf_parse() - as kvp_gguf_open() over a caller's buffer (borrowed). */
-int kvp_gguf_parse(struct kvp_gguf **out, const void *buf, size_t len, char *err,
-		   size_t errlen);
+int kvp_gguf_parse(struct kvp_gguf **out, const void *buf, size_t len, char *err, size_t errlen);
 
 /* kvp_gguf_close() - NULL is a no-op. */
 void kvp_gguf_close(struct kvp_gguf *g);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* kvpool-mkmodel: see run.h and mkmodel.h. */
+/* kvpool-mkmodel: main() of the executable; the program is mkmodel_cli.c (see run.h). */
 #include "compute/run.h"
 
 int main(int argc, char **argv)

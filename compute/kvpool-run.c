@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* kvpool-run: see run.h. */
+/* kvpool-run: main() of the executable; the program is run.c (see run.h). */
 #include <stdio.h>
 
 #include "compute/run.h"

@@ -46,7 +46,7 @@ int kvp_lin_init(struct kvp_lin *l, const struct kvp_kernels *k, struct kvp_thre
 		size_t bytes = rows_max * kvp_act_row_bytes(a, kb);
 
 		if (a == KVP_ACT_F32)
-			continue;	/* f32 weights read the input in place */
+			continue; /* f32 weights read the input in place */
 		l->act[a] = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 		if (!l->act[a])
 			return -ENOMEM;
@@ -63,13 +63,13 @@ void kvp_lin_deinit(struct kvp_lin *l)
 
 struct lin_job {
 	const struct kvp_kernels *k;
-	const float *x;		/* (rows, kin) */
+	const float *x; /* (rows, kin) */
 	size_t rows, kin;
 	unsigned n_mats;
 	struct {
 		float *out;
 		const struct kvp_tensor *w;
-		const void *xa;	/* input rows in the matrix's activation format */
+		const void *xa; /* input rows in the matrix's activation format */
 		size_t xs;	/* their stride */
 	} m[KVP_LIN_MATS_MAX];
 	/* activation formats to fill before the matmuls */
@@ -128,8 +128,8 @@ static void blas(float *out, const float *x, const struct kvp_tensor *w, size_t 
 			    (int)w->ne1);
 }
 
-void kvp_lin_run(struct kvp_lin *l, const float *x, size_t rows, unsigned n,
-		 float *const *outs, const struct kvp_tensor *const *ws)
+void kvp_lin_run(struct kvp_lin *l, const float *x, size_t rows, unsigned n, float *const *outs,
+		 const struct kvp_tensor *const *ws)
 {
 	struct lin_job j = { .k = l->k, .x = x, .rows = rows, .kin = ws[0]->ne0 };
 	size_t bytes = 0;

@@ -67,7 +67,7 @@ void kvp_lin_deinit(struct kvp_lin *l);
  * @outs: @n outputs, row stride W_i.ne1; must not alias @x
  * @ws:   @n matrices (borrowed)
  */
-void kvp_lin_run(struct kvp_lin *l, const float *x, size_t rows, unsigned n,
-		 float *const *outs, const struct kvp_tensor *const *ws);
+void kvp_lin_run(struct kvp_lin *l, const float *x, size_t rows, unsigned n, float *const *outs,
+		 const struct kvp_tensor *const *ws);
 
 #endif /* KVP_COMPUTE_LINEAR_H */

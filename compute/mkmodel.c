@@ -27,16 +27,16 @@
 #define ALIGN 32u
 #define N_BYTE_TOKENS 256u
 #define N_VOCAB (3u + N_BYTE_TOKENS)
-#define CHUNK_ELEMS (1u << 20)	/* values generated per write */
-#define QUANT_VERSION 2		/* GGML's Q8_0 layout: one f16 scale + 32 int8 */
+#define CHUNK_ELEMS (1u << 20) /* values generated per write */
+#define QUANT_VERSION 2	       /* GGML's Q8_0 layout: one f16 scale + 32 int8 */
 
 /* Output sink: a FILE, or a growing heap buffer. */
 struct sink {
 	FILE *f;
 	uint8_t *mem;
 	size_t len, cap;
-	int err;	/* first -errno */
-	int dry;	/* count only: nothing is written */
+	int err; /* first -errno */
+	int dry; /* count only: nothing is written */
 };
 
 static void put(struct sink *s, const void *p, size_t n)
@@ -66,9 +66,18 @@ static void put(struct sink *s, const void *p, size_t n)
 	s->len += n;
 }
 
-static void put_u32(struct sink *s, uint32_t v) { put(s, &v, 4); }
-static void put_u64(struct sink *s, uint64_t v) { put(s, &v, 8); }
-static void put_f32(struct sink *s, float v) { put(s, &v, 4); }
+static void put_u32(struct sink *s, uint32_t v)
+{
+	put(s, &v, 4);
+}
+static void put_u64(struct sink *s, uint64_t v)
+{
+	put(s, &v, 8);
+}
+static void put_f32(struct sink *s, float v)
+{
+	put(s, &v, 4);
+}
 
 static void put_str(struct sink *s, const char *str)
 {
@@ -117,11 +126,11 @@ static void pad_to(struct sink *s, uint64_t *off, uint64_t align)
 
 struct tinfo {
 	char name[48];
-	uint64_t ne0, ne1;	/* ne1 = 1: a vector */
+	uint64_t ne0, ne1; /* ne1 = 1: a vector */
 	uint32_t type;
-	float scale;		/* uniform half-width; 0: all ones (norms) */
-	float anti;		/* output only: minus this times token_embd (see plan()) */
-	uint64_t offset;	/* from the data section start */
+	float scale;	 /* uniform half-width; 0: all ones (norms) */
+	float anti;	 /* output only: minus this times token_embd (see plan()) */
+	uint64_t offset; /* from the data section start */
 	uint64_t bytes;
 };
 
@@ -136,8 +145,8 @@ static uint64_t splitmix64(uint64_t *s)
 
 static const struct {
 	const char *name;
-	uint32_t base;		/* the recipe's main type */
-	uint32_t file_type;	/* general.file_type (llama.cpp's LLAMA_FTYPE_*) */
+	uint32_t base;	    /* the recipe's main type */
+	uint32_t file_type; /* general.file_type (llama.cpp's LLAMA_FTYPE_*) */
 } recipes[] = {
 	[KVP_MKMODEL_Q4_K_M - KVP_MKMODEL_Q4_K_M] = { "q4_k_m", KVP_GGML_Q4_K, 15 },
 	[KVP_MKMODEL_Q5_K_M - KVP_MKMODEL_Q4_K_M] = { "q5_k_m", KVP_GGML_Q5_K, 17 },
@@ -203,20 +212,35 @@ int kvp_mkmodel_preset(struct kvp_mkmodel_opts *o, const char *preset)
 	o->n_ctx = 4096;
 	if (!strcmp(preset, "tiny")) {
 		o->name = "kvpool-tiny";
-		o->n_embd = 64; o->n_layers = 2; o->n_heads = 4; o->n_kv_heads = 2; o->n_ff = 128;
+		o->n_embd = 64;
+		o->n_layers = 2;
+		o->n_heads = 4;
+		o->n_kv_heads = 2;
+		o->n_ff = 128;
 		o->n_ctx = 1024;
 	} else if (!strcmp(preset, "tinyq")) {
 		o->name = "kvpool-tinyq";
-		o->n_embd = 256; o->n_layers = 2; o->n_heads = 4; o->n_kv_heads = 2; o->n_ff = 512;
+		o->n_embd = 256;
+		o->n_layers = 2;
+		o->n_heads = 4;
+		o->n_kv_heads = 2;
+		o->n_ff = 512;
 		o->n_ctx = 1024;
 	} else if (!strcmp(preset, "demo")) {
 		o->name = "kvpool-demo";
-		o->n_embd = 768; o->n_layers = 12; o->n_heads = 12; o->n_kv_heads = 4;
+		o->n_embd = 768;
+		o->n_layers = 12;
+		o->n_heads = 12;
+		o->n_kv_heads = 4;
 		o->n_ff = 3072;
 	} else if (!strcmp(preset, "1b")) {
 		o->name = "kvpool-1b";
-		o->n_embd = 2048; o->n_layers = 16; o->n_heads = 32; o->n_kv_heads = 8;
-		o->n_ff = 8192; o->rope_base = 500000.0f;
+		o->n_embd = 2048;
+		o->n_layers = 16;
+		o->n_heads = 32;
+		o->n_kv_heads = 8;
+		o->n_ff = 8192;
+		o->rope_base = 500000.0f;
 		/* untied (Llama-3.2-1B ties them): a tied random model repeats its input token */
 	} else {
 		return -EINVAL;
@@ -230,7 +254,8 @@ static int check_opts(const struct kvp_mkmodel_opts *o, char *err, size_t errlen
 
 	if (!o->n_embd || !o->n_layers || !o->n_heads || !o->n_kv_heads || !o->n_ff || !o->n_ctx)
 		why = "zero dimension";
-	else if (o->n_embd > 65536 || o->n_layers > 1024 || o->n_heads > 1024 || o->n_ff > (1u << 20))
+	else if (o->n_embd > 65536 || o->n_layers > 1024 || o->n_heads > 1024 ||
+		 o->n_ff > (1u << 20))
 		why = "dimension too large (n_embd <= 65536, n_layers <= 1024, n_heads <= 1024, n_ff <= 1048576)";
 	else if (o->n_embd % o->n_heads || o->n_heads % o->n_kv_heads ||
 		 (o->n_embd / o->n_heads) % 2)
@@ -264,18 +289,26 @@ static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
 {
 	uint64_t hd = o->n_embd / o->n_heads, kvd = hd * o->n_kv_heads;
 	size_t n = 0;
-	float emb = sqrtf(3.0f);			/* unit variance */
+	float emb = sqrtf(3.0f); /* unit variance */
 	float in_e = sqrtf(3.0f / o->n_embd), in_ff = sqrtf(3.0f / o->n_ff);
 
-#define ADD(nm, a, b, s, ty) do { \
+#define ADD(nm, a, b, s, ty) \
+	do { \
 		snprintf(t[n].name, sizeof(t[n].name), "%s", nm); \
-		t[n].ne0 = (a); t[n].ne1 = (b); t[n].scale = (s); \
-		t[n].type = (s) == 0 ? KVP_GGML_F32 : (ty); n++; \
+		t[n].ne0 = (a); \
+		t[n].ne1 = (b); \
+		t[n].scale = (s); \
+		t[n].type = (s) == 0 ? KVP_GGML_F32 : (ty); \
+		n++; \
 	} while (0)
 	ADD("token_embd.weight", o->n_embd, n_vocab(o), emb, matrix_type(o, "token_embd", 0));
 	for (uint32_t l = 0; l < o->n_layers; l++) {
 		char nm[48];
-		const struct { const char *s; uint64_t a, b; float sc; } L[] = {
+		const struct {
+			const char *s;
+			uint64_t a, b;
+			float sc;
+		} L[] = {
 			{ "attn_norm", o->n_embd, 1, 0 },
 			{ "attn_q", o->n_embd, o->n_embd, in_e },
 			{ "attn_k", o->n_embd, kvd, in_e },
@@ -293,8 +326,9 @@ static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
 		}
 	}
 	ADD("output_norm.weight", o->n_embd, 1, 0, KVP_GGML_F32);
-	if (!o->tied) {	/* logits with a std of about 2: varied but decisive */
-		ADD("output.weight", o->n_embd, n_vocab(o), 2.0f * in_e, matrix_type(o, "output", 0));
+	if (!o->tied) { /* logits with a std of about 2: varied but decisive */
+		ADD("output.weight", o->n_embd, n_vocab(o), 2.0f * in_e,
+		    matrix_type(o, "output", 0));
 		/*
 		 * A random model's last hidden state is dominated by the current token's
 		 * embedding, so random output rows let some token predict itself and greedy
@@ -349,11 +383,11 @@ static unsigned int write_byte_vocab(struct sink *s)
 	for (unsigned i = 0; i < N_VOCAB; i++)
 		put_f32(s, 0.0f);
 	arr_head(s, "tokenizer.ggml.token_type", KVP_GGUF_I32, N_VOCAB);
-	put_u32(s, 2);		/* <unk>: unknown */
-	put_u32(s, 3);		/* <s>: control */
-	put_u32(s, 3);		/* </s>: control */
+	put_u32(s, 2); /* <unk>: unknown */
+	put_u32(s, 3); /* <s>: control */
+	put_u32(s, 3); /* </s>: control */
 	for (unsigned b = 0; b < N_BYTE_TOKENS; b++)
-		put_u32(s, 6);	/* byte */
+		put_u32(s, 6); /* byte */
 	kv_u32(s, "tokenizer.ggml.bos_token_id", 1);
 	kv_u32(s, "tokenizer.ggml.eos_token_id", 2);
 	kv_u32(s, "tokenizer.ggml.unknown_token_id", 0);
@@ -407,7 +441,8 @@ static unsigned int write_real_vocab(struct sink *s, const struct kvp_mkmodel_vo
 static unsigned int write_tokenizer(struct sink *s, const struct kvp_mkmodel_opts *o)
 {
 	const char *tmpl = o->chat_template ? o->chat_template :
-			   o->vocab ? o->vocab->chat_template : NULL;
+			   o->vocab	    ? o->vocab->chat_template :
+					      NULL;
 	unsigned int n = o->vocab ? write_real_vocab(s, o->vocab) : write_byte_vocab(s);
 
 	if (tmpl) {
@@ -421,10 +456,11 @@ static void write_meta(struct sink *s, const struct kvp_mkmodel_opts *o, size_t 
 {
 	/* general.file_type: llama.cpp's LLAMA_FTYPE_MOSTLY_* of the main type */
 	static const uint32_t file_type[KVP_GGML_TYPE__COUNT] = {
-		[KVP_GGML_F32] = 0, [KVP_GGML_F16] = 1, [KVP_GGML_Q4_0] = 2, [KVP_GGML_Q4_1] = 3,
-		[KVP_GGML_Q8_0] = 7, [KVP_GGML_Q5_0] = 8, [KVP_GGML_Q5_1] = 9, [KVP_GGML_Q2_K] = 10,
-		[KVP_GGML_Q3_K] = 12, [KVP_GGML_Q4_K] = 14, [KVP_GGML_Q5_K] = 16,
-		[KVP_GGML_Q6_K] = 18, [KVP_GGML_BF16] = 32,
+		[KVP_GGML_F32] = 0,   [KVP_GGML_F16] = 1,   [KVP_GGML_Q4_0] = 2,
+		[KVP_GGML_Q4_1] = 3,  [KVP_GGML_Q8_0] = 7,  [KVP_GGML_Q5_0] = 8,
+		[KVP_GGML_Q5_1] = 9,  [KVP_GGML_Q2_K] = 10, [KVP_GGML_Q3_K] = 12,
+		[KVP_GGML_Q4_K] = 14, [KVP_GGML_Q5_K] = 16, [KVP_GGML_Q6_K] = 18,
+		[KVP_GGML_BF16] = 32,
 	};
 	struct sink count = { .dry = 1 };
 
@@ -436,9 +472,9 @@ static void write_meta(struct sink *s, const struct kvp_mkmodel_opts *o, size_t 
 	kv_str(s, "general.architecture", "llama");
 	kv_str(s, "general.name", o->name ? o->name : "kvpool-synthetic");
 	kv_u32(s, "general.alignment", ALIGN);
-	kv_u32(s, "general.file_type", is_recipe(o->type) ?
-					recipes[o->type - KVP_MKMODEL_Q4_K_M].file_type :
-					file_type[o->type]);
+	kv_u32(s, "general.file_type",
+	       is_recipe(o->type) ? recipes[o->type - KVP_MKMODEL_Q4_K_M].file_type :
+				    file_type[o->type]);
 	/* the spec requires it when any tensor is quantized; converters always write it */
 	kv_u32(s, "general.quantization_version", QUANT_VERSION);
 	kv_u32(s, "llama.context_length", o->n_ctx);
@@ -491,7 +527,7 @@ static void write_tensor(struct sink *s, const struct tinfo *t, size_t idx, uint
 				vals[i] = 1.0f;
 		} else {
 			uniform(vals, k, t->scale, &st);
-			if (t->anti) {	/* k splits identically: output and embedding share a shape */
+			if (t->anti) { /* k splits identically: output and embedding share a shape */
 				uniform(evals, k, emb->scale, &est);
 				for (size_t i = 0; i < k; i++)
 					vals[i] -= t->anti * evals[i];
@@ -552,8 +588,8 @@ out:
 	return r;
 }
 
-int kvp_mkmodel_write_mem(void **buf, size_t *len, const struct kvp_mkmodel_opts *o,
-			  char *err, size_t errlen)
+int kvp_mkmodel_write_mem(void **buf, size_t *len, const struct kvp_mkmodel_opts *o, char *err,
+			  size_t errlen)
 {
 	struct sink s = { 0 };
 	int r = check_opts(o, err, errlen);
@@ -572,8 +608,7 @@ int kvp_mkmodel_write_mem(void **buf, size_t *len, const struct kvp_mkmodel_opts
 	return 0;
 }
 
-int kvp_mkmodel_write(const char *path, const struct kvp_mkmodel_opts *o, char *err,
-		      size_t errlen)
+int kvp_mkmodel_write(const char *path, const struct kvp_mkmodel_opts *o, char *err, size_t errlen)
 {
 	struct sink s = { 0 };
 	char tmp[4096];
@@ -597,7 +632,7 @@ int kvp_mkmodel_write(const char *path, const struct kvp_mkmodel_opts *o, char *
 			snprintf(err, errlen, "mkmodel: create %s: %s", tmp, strerror(-r));
 		return r;
 	}
-	fchmod(fd, 0644);	/* a model is not a secret; mkstemp made it 0600 */
+	fchmod(fd, 0644); /* a model is not a secret; mkstemp made it 0600 */
 	setvbuf(s.f, NULL, _IOFBF, 1 << 20);
 	r = write_all(&s, o, err, errlen);
 	if (fclose(s.f) && !r) {

@@ -29,7 +29,7 @@ struct kvp_mkmodel_vocab;
 enum kvp_mkmodel_recipe {
 	KVP_MKMODEL_Q4_K_M = 0x100,
 	KVP_MKMODEL_Q5_K_M = 0x101,
-	KVP_MKMODEL_Q4_K_S = 0x102,	/* Q4_K everywhere but the output (Q6_K) */
+	KVP_MKMODEL_Q4_K_S = 0x102, /* Q4_K everywhere but the output (Q6_K) */
 };
 
 /**
@@ -95,14 +95,13 @@ const char *kvp_mkmodel_type_list(void);
  * @err, @errlen: reason on failure (may be NULL)
  * Return: 0, -EINVAL for a bad shape, or -errno from the file system.
  */
-int kvp_mkmodel_write(const char *path, const struct kvp_mkmodel_opts *o, char *err,
-		      size_t errlen);
+int kvp_mkmodel_write(const char *path, const struct kvp_mkmodel_opts *o, char *err, size_t errlen);
 
 /**
  * kvp_mkmodel_write_mem() - the same bytes into a malloc'd buffer (tests)
  * @buf, @len: out; free(*buf) when done
  */
-int kvp_mkmodel_write_mem(void **buf, size_t *len, const struct kvp_mkmodel_opts *o,
-			  char *err, size_t errlen);
+int kvp_mkmodel_write_mem(void **buf, size_t *len, const struct kvp_mkmodel_opts *o, char *err,
+			  size_t errlen);
 
 #endif /* KVP_COMPUTE_MKMODEL_H */

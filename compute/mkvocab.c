@@ -105,7 +105,8 @@ int kvp_mkmodel_vocab_load(struct kvp_mkmodel_vocab **out, const char *path, cha
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
 	if (!root) {
 		if (err && errlen)
-			snprintf(err, errlen, "mkmodel: vocabulary %s: line %d: %s", path, je.line, je.text);
+			snprintf(err, errlen, "mkmodel: vocabulary %s: line %d: %s", path, je.line,
+				 je.text);
 		return je.line < 0 ? -ENOENT : -EBADMSG;
 	}
 	v = calloc(1, sizeof(*v));
@@ -137,7 +138,8 @@ int kvp_mkmodel_vocab_load(struct kvp_mkmodel_vocab **out, const char *path, cha
 	r = -EBADMSG;
 	key = "scores";
 	if ((j = json_object_get(root, "scores")) && !json_is_null(j)) {
-		if (json_array_size(j) != v->n_tokens || !(v->scores = malloc(v->n_tokens * sizeof(float))))
+		if (json_array_size(j) != v->n_tokens ||
+		    !(v->scores = malloc(v->n_tokens * sizeof(float))))
 			goto bad;
 		for (uint32_t i = 0; i < v->n_tokens; i++) {
 			if (!json_is_number(json_array_get(j, i)))
@@ -147,12 +149,14 @@ int kvp_mkmodel_vocab_load(struct kvp_mkmodel_vocab **out, const char *path, cha
 	}
 	key = "token_type";
 	if ((j = json_object_get(root, "token_type")) && !json_is_null(j)) {
-		if (json_array_size(j) != v->n_tokens || !(v->types = malloc(v->n_tokens * sizeof(int32_t))))
+		if (json_array_size(j) != v->n_tokens ||
+		    !(v->types = malloc(v->n_tokens * sizeof(int32_t))))
 			goto bad;
 		for (uint32_t i = 0; i < v->n_tokens; i++) {
 			const json_t *e = json_array_get(j, i);
 
-			if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > 6)
+			if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+			    json_integer_value(e) > 6)
 				goto bad;
 			v->types[i] = (int32_t)json_integer_value(e);
 		}

@@ -21,7 +21,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "compute/errmsg.h"
+#include "util/errmsg.h"
 #include "compute/gguf.h"
 #include "compute/kernels/quant.h"
 
@@ -38,10 +38,10 @@ struct kvp_model {
 	struct kvp_model_info info;
 	struct kvp_weights w;
 	struct kvp_layer_weights *layers;
-	uint32_t placement;	/* enum kvp_model_weights, resolved (never DEFAULT) */
+	uint32_t placement; /* enum kvp_model_weights, resolved (never DEFAULT) */
 	/* arena: converted vectors, and copied tensors (KVP_MODEL_WEIGHTS_COPY) */
 	uint8_t *arena;
-	size_t arena_cap;	/* bytes mapped at arena */
+	size_t arena_cap; /* bytes mapped at arena */
 	size_t arena_used;
 	char name[256];
 	uint8_t fp[KVP_MODEL_FP_BYTES];
@@ -80,7 +80,7 @@ static int read_hparams(struct kvp_model *m, char *err, size_t errlen)
 	}
 	if (!kvp_gguf_str_eq(arch, "llama")) {
 		kvp_errmsg(err, errlen, "model: architecture '%.*s' is not supported (only llama)",
-		       (int)(arch.len > 64 ? 64 : arch.len), arch.p);
+			   (int)(arch.len > 64 ? 64 : arch.len), arch.p);
 		return -ENOTSUP;
 	}
 	if (!kvp_gguf_get_str(g, "general.name", &name))
@@ -90,9 +90,11 @@ static int read_hparams(struct kvp_model *m, char *err, size_t errlen)
 	hp->n_ctx_train = 2048;
 	if ((r = get_u32(g, "llama.embedding_length", 2, EMBD_MAX, 1, &hp->n_embd, err, errlen)) ||
 	    (r = get_u32(g, "llama.block_count", 1, LAYERS_MAX, 1, &hp->n_layers, err, errlen)) ||
-	    (r = get_u32(g, "llama.attention.head_count", 1, HEADS_MAX, 1, &hp->n_heads, err, errlen)) ||
+	    (r = get_u32(g, "llama.attention.head_count", 1, HEADS_MAX, 1, &hp->n_heads, err,
+			 errlen)) ||
 	    (r = get_u32(g, "llama.feed_forward_length", 1, FF_MAX, 1, &hp->n_ff, err, errlen)) ||
-	    (r = get_u32(g, "llama.context_length", 1, UINT32_MAX, 0, &hp->n_ctx_train, err, errlen)))
+	    (r = get_u32(g, "llama.context_length", 1, UINT32_MAX, 0, &hp->n_ctx_train, err,
+			 errlen)))
 		return r;
 	hp->n_kv_heads = hp->n_heads;
 	if ((r = get_u32(g, "llama.attention.head_count_kv", 1, hp->n_heads, 0, &hp->n_kv_heads,
@@ -100,8 +102,9 @@ static int read_hparams(struct kvp_model *m, char *err, size_t errlen)
 		return r;
 	if (hp->n_embd % hp->n_heads || hp->n_heads % hp->n_kv_heads ||
 	    (hp->n_embd / hp->n_heads) % 2) {
-		kvp_errmsg(err, errlen, "model: n_embd %u, %u heads, %u kv heads do not divide evenly",
-		       hp->n_embd, hp->n_heads, hp->n_kv_heads);
+		kvp_errmsg(err, errlen,
+			   "model: n_embd %u, %u heads, %u kv heads do not divide evenly",
+			   hp->n_embd, hp->n_heads, hp->n_kv_heads);
 		return -EBADMSG;
 	}
 	hp->head_dim = hp->n_embd / hp->n_heads;
@@ -147,8 +150,8 @@ static int arena_reserve(struct kvp_model *m, size_t need)
 	need = (need + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
 	len = need + ARENA_ALIGN;
 
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-		 -1, 0);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+		 0);
 	if (p == MAP_FAILED)
 		return -errno;
 	a = (uint8_t *)(((uintptr_t)p + ARENA_ALIGN - 1) & ~(uintptr_t)(ARENA_ALIGN - 1));
@@ -240,21 +243,26 @@ static int bind(struct kvp_model *m, const char *name, uint64_t ne0, uint64_t ne
 	}
 	if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1 ||
 	    t->n_dims < n_dims || t->n_dims > 2) {
-		kvp_errmsg(err, errlen, "model: tensor %s has shape [%llu, %llu], want [%llu, %llu]", name,
-		       (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-		       (unsigned long long)ne0, (unsigned long long)ne1);
+		kvp_errmsg(err, errlen,
+			   "model: tensor %s has shape [%llu, %llu], want [%llu, %llu]", name,
+			   (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+			   (unsigned long long)ne0, (unsigned long long)ne1);
 		return -EBADMSG;
 	}
 	qt = kvp_qtype(t->type);
 	if (!qt) {
-		kvp_errmsg(err, errlen, "model: tensor %s has type %s, not supported (supported: %s)",
-			   name, kvp_ggml_type_name(t->type), kvp_qtype_list());
+		kvp_errmsg(err, errlen,
+			   "model: tensor %s has type %s, not supported (supported: %s)", name,
+			   kvp_ggml_type_name(t->type), kvp_qtype_list());
 		return -ENOTSUP;
 	}
 	m->info.n_params += t->n_elems;
 	m->info.type_tensors[t->type]++;
 	m->info.type_bytes[t->type] += t->n_bytes;
-	*out = (struct kvp_tensor){ .type = t->type, .data = t->data, .ne0 = ne0, .ne1 = ne1,
+	*out = (struct kvp_tensor){ .type = t->type,
+				    .data = t->data,
+				    .ne0 = ne0,
+				    .ne1 = ne1,
 				    .row_bytes = kvp_ggml_row_bytes(t->type, ne0) };
 	bytes = arena_bytes(m, t);
 	if (!bytes)
@@ -268,8 +276,11 @@ static int bind(struct kvp_model *m, const char *name, uint64_t ne0, uint64_t ne
 	m->arena_used += bytes;
 	if (needs_conversion(t, n_dims == 1)) {
 		kvp_dequant_ref((float *)buf, t->data, t->type, t->n_elems);
-		*out = (struct kvp_tensor){ .type = KVP_GGML_F32, .data = buf, .ne0 = ne0,
-					    .ne1 = ne1, .row_bytes = ne0 * 4 };
+		*out = (struct kvp_tensor){ .type = KVP_GGML_F32,
+					    .data = buf,
+					    .ne0 = ne0,
+					    .ne1 = ne1,
+					    .row_bytes = ne0 * 4 };
 		m->info.n_converted++;
 		m->info.converted_bytes += bytes;
 	} else {
@@ -327,7 +338,8 @@ static int bind_all(struct kvp_model *m, char *err, size_t errlen)
 	int r;
 
 	if (!emb || emb->n_dims != 2 || emb->ne[1] < 1 || emb->ne[1] > VOCAB_MAX) {
-		kvp_errmsg(err, errlen, "model: token_embd.weight missing or not [n_embd, n_vocab]");
+		kvp_errmsg(err, errlen,
+			   "model: token_embd.weight missing or not [n_embd, n_vocab]");
 		return -EBADMSG;
 	}
 	m->hp.n_vocab = (uint32_t)emb->ne[1];
@@ -345,7 +357,8 @@ static int bind_all(struct kvp_model *m, char *err, size_t errlen)
 		kvp_errmsg(err, errlen, "model: cannot reserve %zu bytes for the weights", need);
 		return r;
 	}
-	if ((r = bind(m, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->w.tok_embd, err, errlen)) ||
+	if ((r = bind(m, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->w.tok_embd, err,
+		      errlen)) ||
 	    (r = bind(m, "output_norm.weight", hp->n_embd, 1, &m->w.output_norm, err, errlen)))
 		return r;
 	if (kvp_gguf_tensor(m->gguf, "output.weight")) {
@@ -428,8 +441,9 @@ static void fingerprint(struct kvp_model *m)
 	XXH3_state_t st;
 	XXH128_hash_t h;
 	const struct kvp_model_hparams *hp = &m->hp;
-	uint32_t words[] = { hp->n_vocab, hp->n_embd, hp->n_layers, hp->n_heads, hp->n_kv_heads,
-			     hp->head_dim, hp->n_ff, hp->n_rot, (uint32_t)hp->tied_output };
+	uint32_t words[] = { hp->n_vocab, hp->n_embd,	  hp->n_layers,
+			     hp->n_heads, hp->n_kv_heads, hp->head_dim,
+			     hp->n_ff,	  hp->n_rot,	  (uint32_t)hp->tied_output };
 
 	XXH3_128bits_reset(&st);
 	XXH3_128bits_update(&st, "kvpool-llama-1", 14);
@@ -455,7 +469,7 @@ static int finish_open(struct kvp_model **out, struct kvp_model *m, const struct
 	int r;
 
 	m->placement = o && o->weights != KVP_MODEL_WEIGHTS_DEFAULT ? o->weights :
-		       KVP_MODEL_WEIGHTS_DEFAULT_IS;
+								      KVP_MODEL_WEIGHTS_DEFAULT_IS;
 	if (m->placement != KVP_MODEL_WEIGHTS_MAP && m->placement != KVP_MODEL_WEIGHTS_COPY) {
 		kvp_errmsg(err, errlen, "model: unknown weight placement %u", m->placement);
 		kvp_model_close(m);

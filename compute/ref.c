@@ -23,7 +23,7 @@
 static void matvec_t(float *out, const float *W, const float *xin, size_t d_out, size_t d_in,
 		     uint32_t type, int round)
 {
-	float x[d_in];	/* d_in <= n_ff: tens of KiB at most */
+	float x[d_in]; /* d_in <= n_ff: tens of KiB at most */
 
 	memcpy(x, xin, d_in * sizeof(float));
 	if (round)
@@ -50,8 +50,7 @@ static void rmsnorm(float *out, const float *x, const float *w, size_t n, float 
 }
 
 /* rotate pairs (2i, 2i+1) of each head by pos * base^(-2i/n_rot) */
-static void rope(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, uint32_t pos,
-		 float base)
+static void rope(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, uint32_t pos, float base)
 {
 	for (uint32_t h = 0; h < n_heads; h++) {
 		for (uint32_t i = 0; i < n_rot / 2; i++) {
@@ -81,8 +80,13 @@ struct ref_layer {
 
 static void ref_layer_free(struct ref_layer *R)
 {
-	free(R->wq); free(R->wk); free(R->wv); free(R->wo);
-	free(R->w_gate); free(R->w_up); free(R->w_down);
+	free(R->wq);
+	free(R->wk);
+	free(R->wv);
+	free(R->wo);
+	free(R->w_gate);
+	free(R->w_up);
+	free(R->w_down);
 	memset(R, 0, sizeof(*R));
 }
 
@@ -154,7 +158,8 @@ int kvp_ref_forward_opts(const struct kvp_model *m, const int32_t *tokens, uint3
 					double s = 0;
 
 					for (size_t d = 0; d < hd; d++)
-						s += (double)q[p * qd + h * hd + d] * K[t * kvd + kh * hd + d];
+						s += (double)q[p * qd + h * hd + d] *
+						     K[t * kvd + kh * hd + d];
 					sc[t] = s / sqrt((double)hd);
 					mx = sc[t] > mx ? sc[t] : mx;
 				}
@@ -185,12 +190,23 @@ int kvp_ref_forward_opts(const struct kvp_model *m, const int32_t *tokens, uint3
 	}
 	for (uint32_t p = 0; p < n; p++) {
 		rmsnorm(xn, x + p * E, w->output_norm.data, E, hp->rms_eps);
-		matvec_t(logits + (size_t)p * hp->n_vocab, out, xn, hp->n_vocab, E, w->output.type, rd);
+		matvec_t(logits + (size_t)p * hp->n_vocab, out, xn, hp->n_vocab, E, w->output.type,
+			 rd);
 	}
 	r = 0;
 out:
-	free(x); free(xn); free(q); free(K); free(V); free(att); free(tmp); free(g); free(u);
-	free(sc); free(emb); free(out);
+	free(x);
+	free(xn);
+	free(q);
+	free(K);
+	free(V);
+	free(att);
+	free(tmp);
+	free(g);
+	free(u);
+	free(sc);
+	free(emb);
+	free(out);
 	ref_layer_free(&R);
 	return r;
 }

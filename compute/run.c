@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * run.c - the offline command-line tools: kvpool-run (one generation, in-process) and
- * kvpool-mkmodel (synthetic models).
+ * run.c - kvpool-run: one generation in this process, no daemon (see run.h).
  *
- * kvpool-run backs a struct kvp_kv_view with one page-aligned heap region holding just
- * enough blocks for prompt + generation, block table 0, 1, 2, ...; everything else is
- * the daemon's code path: chunked kvp_fwd_prefill(), then kvp_fwd_decode() one token
- * at a time, kvp_sampler_sample(), and streamed UTF-8 text.  Single-threaded driver;
- * OpenBLAS uses --threads.
+ * A struct kvp_kv_view is backed by one page-aligned heap region holding just enough
+ * blocks for prompt + generation, block table 0, 1, 2, ...; everything else is the
+ * daemon's code path: compute/gen.c's loop (tokenize, prefill in chunks, the stop
+ * rules, streamed UTF-8) over kvp_fwd_prefill()/kvp_fwd_decode() and
+ * kvp_sampler_sample().  Single-threaded driver; the forward pass uses --threads.
+ * Compiled into the kvpool-run executable only (and the test that runs it).
  */
 #include "compute/run.h"
 
@@ -16,112 +16,27 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "compute/forward.h"
-#include "compute/mkmodel.h"
-#include "compute/mkvocab.h"
+#include "compute/gen.h"
 #include "compute/model.h"
 #include "compute/sample.h"
 #include "compute/text/tokenizer.h"
 #include "shm/geom.h"
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || v < lo || v > hi)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
+#include "util/buf.h"
+#include "util/json.h"
+#include "util/parse.h"
+#include "util/time.h"
 
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 {
 	uint64_t v;
 
-	if (parse_u64(s, lo, hi, &v))
+	if (kvp_parse_u64(s, lo, hi, &v))
 		return -EINVAL;
 	*out = (uint32_t)v;
 	return 0;
-}
-
-/* A finite float in [lo, hi]. */
-static int parse_float(const char *s, float lo, float hi, float *out)
-{
-	char *end;
-	float v;
-
-	errno = 0;
-	v = strtof(s, &end);
-	if (errno || end == s || *end || !(v >= lo && v <= hi))
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
-/* "1,2,3" -> ids; Return count or -EINVAL. */
-static int parse_tokens(const char *s, int32_t **out)
-{
-	size_t n = 1, k = 0;
-	int32_t *v;
-
-	for (const char *p = s; *p; p++)
-		n += *p == ',';
-	if (n > INT32_MAX)
-		return -EINVAL;
-	v = malloc(n * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	while (*s) {
-		char *end;
-		long x;
-
-		errno = 0;
-		x = strtol(s, &end, 10);
-		if (errno || end == s || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
-			free(v);
-			return -EINVAL;
-		}
-		v[k++] = (int32_t)x;
-		s = *end ? end + 1 : end;
-	}
-	if (!k) {
-		free(v);
-		return -EINVAL;
-	}
-	*out = v;
-	return (int)k;
-}
-
-static void json_str(FILE *out, const char *s, size_t n)
-{
-	fputc('"', out);
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (c == '"' || c == '\\')
-			fprintf(out, "\\%c", c);
-		else if (c == '\n')
-			fputs("\\n", out);
-		else if (c < 0x20 || c == 0x7f)
-			fprintf(out, "\\u%04x", c);
-		else
-			fputc(c, out);
-	}
-	fputc('"', out);
 }
 
 static void run_usage(FILE *f)
@@ -146,7 +61,8 @@ static void run_usage(FILE *f)
 	      "      --weights W       f32 weights: map (used from the file, the default) or copy\n"
 	      "                        (copied at load into huge pages: faster decode, slower load)\n"
 	      "  -h, --help            this text\n"
-	      "The load report and timings go to stderr. Exit status: 0 ok, 1 failure, 2 usage.\n", f);
+	      "The load report and timings go to stderr. Exit status: 0 ok, 1 failure, 2 usage.\n",
+	      f);
 }
 
 struct run_opts {
@@ -167,14 +83,22 @@ static int bad_opt(const char *opt, const char *val, const char *want)
 static int run_parse(int argc, char **argv, struct run_opts *o)
 {
 	static const struct option lo[] = {
-		{ "model", required_argument, 0, 'm' }, { "prompt", required_argument, 0, 'p' },
-		{ "tokens", required_argument, 0, 't' }, { "temperature", required_argument, 0, 'T' },
-		{ "top-k", required_argument, 0, 'k' }, { "top-p", required_argument, 0, 'P' },
-		{ "seed", required_argument, 0, 's' }, { "threads", required_argument, 0, 'j' },
-		{ "json", no_argument, 0, 'J' }, { "kv-type", required_argument, 0, 'K' },
-		{ "block-tokens", required_argument, 0, 'b' }, { "chunk", required_argument, 0, 'c' },
-		{ "ignore-eos", no_argument, 0, 'E' }, { "weights", required_argument, 0, 'W' },
-		{ "help", no_argument, 0, 'h' }, { 0 },
+		{ "model", required_argument, 0, 'm' },
+		{ "prompt", required_argument, 0, 'p' },
+		{ "tokens", required_argument, 0, 't' },
+		{ "temperature", required_argument, 0, 'T' },
+		{ "top-k", required_argument, 0, 'k' },
+		{ "top-p", required_argument, 0, 'P' },
+		{ "seed", required_argument, 0, 's' },
+		{ "threads", required_argument, 0, 'j' },
+		{ "json", no_argument, 0, 'J' },
+		{ "kv-type", required_argument, 0, 'K' },
+		{ "block-tokens", required_argument, 0, 'b' },
+		{ "chunk", required_argument, 0, 'c' },
+		{ "ignore-eos", no_argument, 0, 'E' },
+		{ "weights", required_argument, 0, 'W' },
+		{ "help", no_argument, 0, 'h' },
+		{ 0 },
 	};
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	int c;
@@ -189,15 +113,21 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "m:p:n:h", lo, NULL)) != -1) {
 		switch (c) {
-		case 'm': o->model = optarg; break;
-		case 'p': o->prompt = optarg; break;
-		case 't': o->tokens = optarg; break;
+		case 'm':
+			o->model = optarg;
+			break;
+		case 'p':
+			o->prompt = optarg;
+			break;
+		case 't':
+			o->tokens = optarg;
+			break;
 		case 'n':
 			if (parse_u32(optarg, 1, 1u << 20, &o->n_gen))
 				return bad_opt("-n", optarg, "an integer in [1, 1048576]");
 			break;
 		case 'T':
-			if (parse_float(optarg, 0.0f, 1e30f, &o->sp.temperature))
+			if (kvp_parse_float(optarg, 0.0f, 1e30f, &o->sp.temperature))
 				return bad_opt("--temperature", optarg, "a number >= 0");
 			break;
 		case 'k':
@@ -205,19 +135,23 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 				return bad_opt("--top-k", optarg, "an integer >= 0");
 			break;
 		case 'P':
-			if (parse_float(optarg, 0.0f, 1.0f, &o->sp.top_p))
+			if (kvp_parse_float(optarg, 0.0f, 1.0f, &o->sp.top_p))
 				return bad_opt("--top-p", optarg, "a number in [0, 1]");
 			break;
 		case 's':
-			if (parse_u64(optarg, 0, UINT64_MAX, &o->sp.seed))
+			if (kvp_parse_u64(optarg, 0, UINT64_MAX, &o->sp.seed))
 				return bad_opt("--seed", optarg, "an unsigned 64-bit integer");
 			break;
 		case 'j':
 			if (parse_u32(optarg, 1, 256, &o->threads))
 				return bad_opt("--threads", optarg, "an integer in [1, 256]");
 			break;
-		case 'J': o->json = 1; break;
-		case 'E': o->ignore_eos = 1; break;
+		case 'J':
+			o->json = 1;
+			break;
+		case 'E':
+			o->ignore_eos = 1;
+			break;
 		case 'K':
 			if (!strcmp(optarg, "f32"))
 				o->kv_dtype = KVP_DTYPE_F32;
@@ -244,8 +178,10 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 			else
 				return bad_opt("--weights", optarg, "map or copy");
 			break;
-		case 'h': return 1;
-		default: return -EINVAL;	/* getopt named the option */
+		case 'h':
+			return 1;
+		default:
+			return -EINVAL; /* getopt named the option */
 		}
 	}
 	if (optind != argc) {
@@ -263,21 +199,59 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 	return 0;
 }
 
-/* Make room for @need more bytes after @len in *@buf; 0 or -ENOMEM. */
-static int reserve(char **buf, size_t *cap, size_t len, size_t need)
+static double prefill_rate(const struct kvp_run_result *res)
 {
-	size_t c = *cap ? *cap : 4096;
-	char *p;
+	return res->prefill_s > 0 ? res->n_prompt / res->prefill_s : 0.0;
+}
 
-	while (c - len < need)
-		c *= 2;
-	if (c == *cap)
-		return 0;
-	p = realloc(*buf, c);
-	if (!p)
-		return -ENOMEM;
-	*buf = p;
-	*cap = c;
+/* forward steps per second (sampling included, prefill excluded) */
+static double decode_rate(const struct kvp_run_result *res)
+{
+	return res->n_steps && res->decode_s > 0 ? res->n_steps / res->decode_s : 0.0;
+}
+
+void kvp_run_json(struct kvp_buf *b, const struct kvp_run_result *res)
+{
+	struct kvp_json j;
+
+	kvp_json_init(&j, b);
+	kvp_json_begin(&j, NULL, '{');
+	kvp_json_begin(&j, "tokens", '[');
+	for (uint32_t i = 0; i < res->n_ids; i++)
+		kvp_json_i64(&j, NULL, res->ids[i]);
+	kvp_json_end(&j, ']');
+	kvp_json_str(&j, "text", res->text, res->text_len);
+	kvp_json_begin(&j, "timings", '{');
+	kvp_json_u64(&j, "prompt_tokens", res->n_prompt);
+	kvp_json_u64(&j, "generated_tokens", res->n_ids);
+	kvp_json_fixed(&j, "prefill_ms", res->prefill_s * 1e3, 3);
+	kvp_json_fixed(&j, "decode_ms", res->decode_s * 1e3, 3);
+	kvp_json_fixed(&j, "prefill_tok_s", prefill_rate(res), 2);
+	kvp_json_fixed(&j, "decode_tok_s", decode_rate(res), 2);
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, '}');
+	kvp_buf_add(b, "\n", 1);
+}
+
+/* The text of kept @id: appended to @text, and shown at once unless @json.  -ENOMEM. */
+static int show_token(struct kvp_gen *g, int32_t id, struct kvp_buf *text, bool json, FILE *out)
+{
+	size_t from = text->len;
+	size_t off = 0;
+	char slice[256];
+	bool more;
+
+	do {
+		int n = kvp_gen_text(g, id, &off, slice, sizeof(slice), &more);
+
+		kvp_buf_add(text, slice, (size_t)n);
+	} while (more);
+	if (text->err)
+		return text->err;
+	if (!json && text->len > from) {
+		fwrite(text->p + from, 1, text->len - from, out);
+		fflush(out);
+	}
 	return 0;
 }
 
@@ -290,15 +264,16 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	struct kvp_sampler *smp = NULL;
 	struct kvp_kv_view kv = { 0 };
 	struct kvp_model_shape shape;
-	struct kvp_utf8_stream us = { 0 };
+	struct kvp_buf text = KVP_BUF_INIT;
+	struct kvp_run_result res = { 0 };
+	struct kvp_gen g;
 	const struct kvp_model_hparams *hp;
 	const struct kvp_model_info *info;
-	int32_t *prompt = NULL, *gen = NULL, eos = -1;
-	uint32_t *table = NULL, n_prompt, n_blocks, n_out = 0, n_steps = 0;
+	int32_t *prompt = NULL, *gen = NULL;
+	uint32_t *table = NULL, n_prompt, n_blocks;
 	float *logits = NULL;
-	char err[512] = "", *text = NULL;
-	size_t text_len = 0, text_cap = 0;
-	double t0, t_prefill, t_decode, prefill_tok_s, decode_tok_s;
+	char err[512] = "";
+	uint64_t t0;
 	int r, ret = 1;
 
 	r = run_parse(argc, argv, &o);
@@ -318,61 +293,50 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	}
 	hp = kvp_model_hparams(m);
 	info = kvp_model_info(m);
-	fprintf(stderr, "kvpool-run: model '%s': %u layers, n_embd %u, %u/%u heads, n_ff %u, vocab %u, "
-		"%.1fM params, %s; %u tensors converted to f32 (%.1f MiB)%s\n", kvp_model_name(m),
-		hp->n_layers, hp->n_embd, hp->n_heads, hp->n_kv_heads, hp->n_ff, hp->n_vocab,
-		info->n_params / 1e6, info->file_type, info->n_converted,
-		info->converted_bytes / 1048576.0, info->weights_copied ? ", f32 weights copied" : "");
+	fprintf(stderr,
+		"kvpool-run: model '%s': %u layers, n_embd %u, %u/%u heads, n_ff %u, "
+		"vocab %u, %.1fM params, %s; %u tensors converted to f32 (%.1f MiB)%s\n",
+		kvp_model_name(m), hp->n_layers, hp->n_embd, hp->n_heads, hp->n_kv_heads, hp->n_ff,
+		hp->n_vocab, info->n_params / 1e6, info->file_type, info->n_converted,
+		info->converted_bytes / 1048576.0,
+		info->weights_copied ? ", f32 weights copied" : "");
 	r = kvp_tokenizer_new(&tok, m, err, sizeof(err));
 	if (r && o.prompt) {
 		fprintf(stderr, "kvpool-run: %s\n", err);
 		goto out;
 	}
-	if (tok)
-		eos = kvp_tokenizer_eos(tok);
 	if (o.tokens) {
-		r = parse_tokens(o.tokens, &prompt);
-		if (r < 0) {
-			fprintf(stderr, "kvpool-run: --tokens: want comma-separated ids, got '%s'\n",
+		size_t n_ids;
+
+		r = kvp_parse_ids(o.tokens, &prompt, &n_ids);
+		if (r < 0 || n_ids > UINT32_MAX) {
+			fprintf(stderr,
+				"kvpool-run: --tokens: want comma-separated ids, got '%s'\n",
 				o.tokens);
 			ret = 2;
 			goto out;
 		}
-		n_prompt = (uint32_t)r;
+		n_prompt = (uint32_t)n_ids;
 		for (uint32_t i = 0; i < n_prompt; i++) {
 			if ((uint32_t)prompt[i] >= hp->n_vocab) {
-				fprintf(stderr, "kvpool-run: --tokens: id %d >= vocabulary %u\n", prompt[i],
-					hp->n_vocab);
+				fprintf(stderr, "kvpool-run: --tokens: id %d >= vocabulary %u\n",
+					prompt[i], hp->n_vocab);
 				ret = 2;
 				goto out;
 			}
 		}
 	} else {
-		size_t len = strlen(o.prompt), cap = len + 2;
-
-		/* len + 2 ids suffice for ordinary vocabularies; a stranger one says how many */
-		for (;;) {
-			free(prompt);
-			prompt = malloc(cap * sizeof(*prompt));
-			if (!prompt) {
-				fprintf(stderr, "kvpool-run: out of memory\n");
-				goto out;
-			}
-			r = kvp_tokenizer_encode(tok, o.prompt, len, prompt, cap);
-			if (r < 0 || (size_t)r <= cap)
-				break;
-			cap = (size_t)r;
-		}
+		r = kvp_gen_tokenize(&prompt, &n_prompt, tok, o.prompt, strlen(o.prompt),
+				     UINT32_MAX);
 		if (r < 0) {
 			fprintf(stderr, "kvpool-run: tokenize: %s\n", strerror(-r));
 			goto out;
 		}
-		if (r == 0) {
+		if (!n_prompt) {
 			fprintf(stderr, "kvpool-run: the prompt gives no tokens\n");
 			ret = 2;
 			goto out;
 		}
-		n_prompt = (uint32_t)r;
 	}
 	if ((uint64_t)n_prompt + o.n_gen > INT32_MAX) {
 		fprintf(stderr, "kvpool-run: prompt + generation too long\n");
@@ -392,95 +356,92 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	table = malloc(n_blocks * sizeof(*table));
 	gen = malloc(o.n_gen * sizeof(*gen));
 	logits = malloc((size_t)hp->n_vocab * sizeof(*logits));
-	if (!kv.base || !table || !gen || !logits || reserve(&text, &text_cap, 0, 4096)) {
+	if (!kv.base || !table || !gen || !logits) {
 		fprintf(stderr, "kvpool-run: out of memory (%.1f MiB of K/V for %u positions)\n",
 			(double)n_blocks * kv.geom.block_stride / 1048576.0, n_prompt + o.n_gen);
 		goto out;
 	}
 	for (uint32_t i = 0; i < n_blocks; i++)
 		table[i] = i;
-	r = kvp_fwd_new(&fwd, m, &(struct kvp_fwd_opts){ .n_threads = o.threads,
-		.max_chunk = o.chunk < n_prompt ? o.chunk : n_prompt, .max_batch = 1 });
+	r = kvp_fwd_new(&fwd, m,
+			&(struct kvp_fwd_opts){ .n_threads = o.threads,
+						.max_chunk = o.chunk < n_prompt ? o.chunk :
+										  n_prompt,
+						.max_batch = 1 });
 	if (!r)
 		r = kvp_sampler_new(&smp, hp->n_vocab, &o.sp);
 	if (r) {
 		fprintf(stderr, "kvpool-run: setup: %s\n", strerror(-r));
 		goto out;
 	}
+	kvp_gen_init(&g, tok, prompt, n_prompt, o.n_gen, kvp_gen_eos(tok, o.ignore_eos));
 
-	t0 = now_s();
-	for (uint32_t done = 0; done < n_prompt;) {
-		uint32_t n = n_prompt - done < o.chunk ? n_prompt - done : o.chunk;
-
-		r = kvp_fwd_prefill(fwd, &kv, table, n_blocks, done, prompt + done, n, logits, 0);
+	t0 = kvp_now_ns();
+	while (!kvp_gen_prefilled(&g)) {
+		r = kvp_gen_prefill(&g, fwd, &kv, table, n_blocks,
+				    kvp_gen_prefill_next(&g, o.chunk), logits);
 		if (r) {
 			fprintf(stderr, "kvpool-run: prefill: %s\n", strerror(-r));
 			goto out;
 		}
-		done += n;
 	}
-	t_prefill = now_s() - t0;
-	t0 = now_s();
+	res.prefill_s = kvp_ns_to_s(kvp_now_ns() - t0);
+	t0 = kvp_now_ns();
 	for (;;) {
 		int32_t id = kvp_sampler_sample(smp, logits);
+		enum kvp_gen_next next = kvp_gen_take(&g, id);
+		struct kvp_fwd_seq seq;
 
-		if (id == eos && !o.ignore_eos)
+		if (next == KVP_GEN_EOS)
 			break;
-		gen[n_out++] = id;
-		if (tok) {
-			size_t plen;
-			const char *p = kvp_tokenizer_piece(tok, id, &plen);
-			int w;
-
-			if (reserve(&text, &text_cap, text_len, 3 * plen + 3)) {
-				fprintf(stderr, "kvpool-run: out of memory\n");
-				goto out;
-			}
-			w = kvp_utf8_feed(&us, p, plen, text + text_len, 3 * plen + 3);
-			if (w > 0) {
-				if (!o.json) {
-					fwrite(text + text_len, 1, w, out);
-					fflush(out);
-				}
-				text_len += w;
-			}
+		gen[res.n_ids++] = id;
+		if (show_token(&g, id, &text, o.json, out)) {
+			fprintf(stderr, "kvpool-run: out of memory\n");
+			goto out;
 		}
-		if (n_out == o.n_gen)
+		if (next == KVP_GEN_LAST)
 			break;
-		r = kvp_fwd_decode(fwd, &kv, &(struct kvp_fwd_seq){ .table = table,
-			.n_table = n_blocks, .pos = n_prompt + n_out - 1, .token = id }, 1, logits);
+		seq = kvp_gen_decode_seq(&g, table, n_blocks);
+		r = kvp_fwd_decode(fwd, &kv, &seq, 1, logits);
 		if (r) {
 			fprintf(stderr, "kvpool-run: decode: %s\n", strerror(-r));
 			goto out;
 		}
-		n_steps++;
+		kvp_gen_decoded(&g);
+		res.n_steps++;
 	}
-	t_decode = now_s() - t0;
-	if (tok) {
-		int w = kvp_utf8_flush(&us, text + text_len, text_cap - text_len);
+	res.decode_s = kvp_ns_to_s(kvp_now_ns() - t0);
+	{
+		char tail[3];
+		int w = kvp_gen_flush(&g, tail, sizeof(tail));
 
 		if (w > 0 && !o.json)
-			fwrite(text + text_len, 1, w, out);
-		text_len += w > 0 ? w : 0;
+			fwrite(tail, 1, (size_t)w, out);
+		kvp_buf_add(&text, tail, (size_t)w);
 	}
-	/* decode rate: forward steps per second (sampling included, prefill excluded) */
-	prefill_tok_s = t_prefill > 0 ? n_prompt / t_prefill : 0.0;
-	decode_tok_s = n_steps && t_decode > 0 ? n_steps / t_decode : 0.0;
+	res.ids = gen;
+	res.n_prompt = n_prompt;
+	res.text = text.p ? text.p : "";
+	res.text_len = text.len;
 
 	if (o.json) {
-		fputs("{\"tokens\":[", out);
-		for (uint32_t i = 0; i < n_out; i++)
-			fprintf(out, "%s%d", i ? "," : "", gen[i]);
-		fputs("],\"text\":", out);
-		json_str(out, text, text_len);
-		fprintf(out, ",\"timings\":{\"prompt_tokens\":%u,\"generated_tokens\":%u,"
-			"\"prefill_ms\":%.3f,\"decode_ms\":%.3f,\"prefill_tok_s\":%.2f,"
-			"\"decode_tok_s\":%.2f}}\n", n_prompt, n_out, t_prefill * 1e3, t_decode * 1e3,
-			prefill_tok_s, decode_tok_s);
+		struct kvp_buf b = KVP_BUF_INIT;
+
+		kvp_run_json(&b, &res);
+		if (kvp_buf_finish(&b) < 0) {
+			fprintf(stderr, "kvpool-run: out of memory\n");
+			kvp_buf_deinit(&b);
+			goto out;
+		}
+		fwrite(b.p, 1, b.len, out);
+		kvp_buf_deinit(&b);
 	} else {
 		fputc('\n', out);
-		fprintf(stderr, "kvpool-run: prompt %u tokens in %.1f ms (%.1f tok/s), generated %u in %.1f ms (%.1f tok/s)\n",
-			n_prompt, t_prefill * 1e3, prefill_tok_s, n_out, t_decode * 1e3, decode_tok_s);
+		fprintf(stderr,
+			"kvpool-run: prompt %u tokens in %.1f ms (%.1f tok/s), generated %u "
+			"in %.1f ms (%.1f tok/s)\n",
+			n_prompt, res.prefill_s * 1e3, prefill_rate(&res), res.n_ids,
+			res.decode_s * 1e3, decode_rate(&res));
 	}
 	fflush(out);
 	ret = 0;
@@ -493,160 +454,7 @@ out:
 	free(table);
 	free(gen);
 	free(logits);
-	free(text);
+	kvp_buf_deinit(&text);
 	free(prompt);
 	return ret;
-}
-
-static void mkmodel_usage(FILE *f)
-{
-	fputs("usage: kvpool-mkmodel -o FILE [--preset tiny|tinyq|demo|1b] [--type TYPE]\n"
-	      "                      [--seed S] [--n-embd N] [--n-layers N] [--n-heads N]\n"
-	      "                      [--n-kv-heads N] [--n-ff N] [--n-ctx N] [--tied|--untied]\n"
-	      "                      [--name NAME]\n"
-	      "Writes a GGUF v3 llama model with seeded random weights and a byte-level vocabulary\n"
-	      "(<unk>, <s>, </s>, then 256 byte tokens); the same options always give the same file.\n"
-	      "  -o, --output FILE   where to write (replaced atomically)\n"
-	      "  -p, --preset NAME   tiny: n_embd 64, 2 layers, 4 heads / 2 KV, n_ff 128 (the default)\n"
-	      "                      tinyq: n_embd 256, 2 layers, 4 / 2 heads, n_ff 512 (fits K-quants)\n"
-	      "                      demo: ~104M params, n_embd 768, 12 layers, 12 / 4 heads, n_ff 3072\n"
-	      "                      1b: Llama-3.2-1B-like, n_embd 2048, 16 layers, 32 / 8 heads, n_ff 8192\n"
-	      "  -t, --type T        matrix type (norms stay f32): f32 (default), f16, bf16,\n"
-	      "                      q8_0, q4_0, q4_1, q5_0, q5_1 (n_embd, n_ff multiples of 32),\n"
-	      "                      q2_k, q3_k, q4_k, q5_k, q6_k (multiples of 256), or a mix as\n"
-	      "                      llama.cpp's recipes do: q4_k_m, q5_k_m (attn_v, ffn_down partly\n"
-	      "                      and output q6_k), q4_k_s (output q6_k)\n"
-	      "  -s, --seed S        weight seed (default 1234)\n"
-	      "      --n-embd, --n-layers, --n-heads, --n-kv-heads, --n-ff, --n-ctx N\n"
-	      "                      override the preset's shape (each 1..1048576)\n"
-	      "      --tied, --untied  reuse token_embd as the output matrix, or not (presets: untied)\n"
-	      "      --name NAME     general.name\n"
-	      "      --vocab FILE    a real tokenizer instead of the byte-level one: a JSON object of\n"
-	      "                      the tokenizer.ggml.* keys (model, pre, tokens, token_type, scores,\n"
-	      "                      merges, *_token_id, add_*, chat_template); see compute/mkvocab.h\n"
-	      "      --chat-template FILE  tokenizer.chat_template from a text file\n"
-	      "  -h, --help          this text\n", f);
-}
-
-int kvp_mkmodel_main(int argc, char **argv)
-{
-	static const struct option lo[] = {
-		{ "preset", required_argument, 0, 'p' }, { "type", required_argument, 0, 't' },
-		{ "seed", required_argument, 0, 's' }, { "output", required_argument, 0, 'o' },
-		{ "n-embd", required_argument, 0, 'e' }, { "n-layers", required_argument, 0, 'l' },
-		{ "n-heads", required_argument, 0, 'H' }, { "n-kv-heads", required_argument, 0, 'K' },
-		{ "n-ff", required_argument, 0, 'f' }, { "n-ctx", required_argument, 0, 'c' },
-		{ "tied", no_argument, 0, 'T' }, { "untied", no_argument, 0, 'U' },
-		{ "name", required_argument, 0, 'N' }, { "help", no_argument, 0, 'h' },
-		{ "vocab", required_argument, 0, 'V' }, { "chat-template", required_argument, 0, 'C' },
-		{ 0 },
-	};
-	const char *vocab_path = NULL, *tmpl_path = NULL;
-	struct kvp_mkmodel_vocab *vocab = NULL;
-	char *tmpl = NULL;
-	const char *preset = "tiny", *path = NULL, *type = NULL, *name = NULL;
-	uint32_t e = 0, l = 0, H = 0, K = 0, F = 0, C = 0;
-	int tied = -1, c, r, li;
-	uint64_t seed = 0;
-	int have_seed = 0;
-	struct kvp_mkmodel_opts o;
-	char err[256];
-
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "o:t:s:p:h", lo, &li)) != -1) {
-		uint32_t *dst = c == 'e' ? &e : c == 'l' ? &l : c == 'H' ? &H : c == 'K' ? &K :
-				c == 'f' ? &F : c == 'c' ? &C : NULL;
-
-		if (dst) {
-			if (parse_u32(optarg, 1, 1u << 20, dst)) {
-				fprintf(stderr, "kvpool-mkmodel: --%s: want an integer in [1, 1048576], got '%s'\n",
-					lo[li].name, optarg);
-				goto usage;
-			}
-			continue;
-		}
-		switch (c) {
-		case 'p': preset = optarg; break;
-		case 't': type = optarg; break;
-		case 'o': path = optarg; break;
-		case 'N': name = optarg; break;
-		case 'V': vocab_path = optarg; break;
-		case 'C': tmpl_path = optarg; break;
-		case 'T': tied = 1; break;
-		case 'U': tied = 0; break;
-		case 's':
-			if (parse_u64(optarg, 0, UINT64_MAX, &seed)) {
-				fprintf(stderr, "kvpool-mkmodel: --seed: want an unsigned 64-bit integer, got '%s'\n",
-					optarg);
-				goto usage;
-			}
-			have_seed = 1;
-			break;
-		case 'h':
-			mkmodel_usage(stdout);
-			return 0;
-		default: goto usage;	/* getopt named the option */
-		}
-	}
-	if (optind != argc) {
-		fprintf(stderr, "kvpool-mkmodel: unexpected argument '%s'\n", argv[optind]);
-		goto usage;
-	}
-	if (!path) {
-		fprintf(stderr, "kvpool-mkmodel: no output file (-o FILE)\n");
-		goto usage;
-	}
-	if (kvp_mkmodel_preset(&o, preset)) {
-		fprintf(stderr, "kvpool-mkmodel: --preset: want tiny, demo or 1b, got '%s'\n", preset);
-		goto usage;
-	}
-	if (type) {
-		r = kvp_mkmodel_type_parse(type);
-		if (r < 0) {
-			fprintf(stderr, "kvpool-mkmodel: --type: want one of %s; got '%s'\n",
-				kvp_mkmodel_type_list(), type);
-			goto usage;
-		}
-		o.type = (uint32_t)r;
-	}
-	if (have_seed)
-		o.seed = seed;
-	if (e)
-		o.n_embd = e;
-	if (l)
-		o.n_layers = l;
-	if (H)
-		o.n_heads = H;
-	if (K)
-		o.n_kv_heads = K;
-	if (F)
-		o.n_ff = F;
-	if (C)
-		o.n_ctx = C;
-	if (tied >= 0)
-		o.tied = tied;
-	if (name)
-		o.name = name;
-	if (vocab_path && kvp_mkmodel_vocab_load(&vocab, vocab_path, err, sizeof(err))) {
-		fprintf(stderr, "kvpool-mkmodel: %s\n", err);
-		return 1;
-	}
-	if (tmpl_path && kvp_mkmodel_read_text(&tmpl, tmpl_path, err, sizeof(err))) {
-		fprintf(stderr, "kvpool-mkmodel: %s\n", err);
-		kvp_mkmodel_vocab_free(vocab);
-		return 1;
-	}
-	o.vocab = vocab;
-	o.chat_template = tmpl;
-	r = kvp_mkmodel_write(path, &o, err, sizeof(err));
-	kvp_mkmodel_vocab_free(vocab);
-	free(tmpl);
-	if (r) {
-		fprintf(stderr, "kvpool-mkmodel: %s\n", err);
-		return r == -EINVAL ? 2 : 1;
-	}
-	return 0;
-usage:
-	fprintf(stderr, "kvpool-mkmodel: try 'kvpool-mkmodel --help'\n");
-	return 2;
 }

@@ -22,8 +22,8 @@ struct cand {
 struct kvp_sampler {
 	struct kvp_sample_params p;
 	uint32_t n_vocab;
-	uint64_t s[4];		/* xoshiro256** state */
-	struct cand *c;		/* n_vocab scratch */
+	uint64_t s[4];	/* xoshiro256** state */
+	struct cand *c; /* n_vocab scratch */
 };
 
 static uint64_t rotl(uint64_t x, int k)
@@ -44,8 +44,7 @@ static uint64_t next_u64(struct kvp_sampler *sp)
 	return r;
 }
 
-int kvp_sampler_new(struct kvp_sampler **out, uint32_t n_vocab,
-		    const struct kvp_sample_params *p)
+int kvp_sampler_new(struct kvp_sampler **out, uint32_t n_vocab, const struct kvp_sample_params *p)
 {
 	struct kvp_sampler *s;
 	uint64_t z;
@@ -64,7 +63,7 @@ int kvp_sampler_new(struct kvp_sampler **out, uint32_t n_vocab,
 	s->p = *p;
 	s->n_vocab = n_vocab;
 	z = p->seed;
-	for (int i = 0; i < 4; i++) {	/* splitmix64 expands the seed into the state */
+	for (int i = 0; i < 4; i++) { /* splitmix64 expands the seed into the state */
 		uint64_t x = (z += 0x9e3779b97f4a7c15ull);
 
 		x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -139,7 +138,7 @@ int32_t kvp_sampler_sample(struct kvp_sampler *s, const float *logits)
 		return kvp_sample_greedy(logits, n);
 	for (uint32_t i = 0; i < n; i++)
 		lmax = logits[i] > lmax ? logits[i] : lmax;
-	if (lmax == -INFINITY || isinf(lmax))	/* all NaN/-inf, or an infinite winner */
+	if (lmax == -INFINITY || isinf(lmax)) /* all NaN/-inf, or an infinite winner */
 		return kvp_sample_greedy(logits, n);
 	/*
 	 * Subtract the max before dividing by T, in double: every value is then <= 0 and
@@ -160,7 +159,7 @@ int32_t kvp_sampler_sample(struct kvp_sampler *s, const float *logits)
 		c[i].v = expf(c[i].v);
 		sum += c[i].v;
 	}
-	if (s->p.top_p > 0.0f && s->p.top_p < 1.0f) {	/* c[] is sorted here */
+	if (s->p.top_p > 0.0f && s->p.top_p < 1.0f) { /* c[] is sorted here */
 		uint32_t keep = 0;
 
 		acc = 0;

@@ -33,8 +33,7 @@ struct kvp_sample_params {
  * kvp_sampler_new() - sampler over a vocabulary of @n_vocab
  * Return: 0, -EINVAL (n_vocab 0, temperature NaN, top_p NaN), -ENOMEM.
  */
-int kvp_sampler_new(struct kvp_sampler **out, uint32_t n_vocab,
-		    const struct kvp_sample_params *p);
+int kvp_sampler_new(struct kvp_sampler **out, uint32_t n_vocab, const struct kvp_sample_params *p);
 
 void kvp_sampler_free(struct kvp_sampler *s);
 

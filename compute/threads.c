@@ -32,14 +32,17 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "util/time.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define cpu_relax() _mm_pause()
 #else
-#define cpu_relax() do { } while (0)
+#define cpu_relax() \
+	do { \
+	} while (0)
 #endif
 
 /*
@@ -80,14 +83,6 @@ static void futex_wake(_Atomic unsigned int *addr)
 	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Spin up to SPIN_NS while *addr == val; true if it changed. */
 static bool spin_while(_Atomic unsigned int *addr, unsigned int val)
 {
@@ -100,8 +95,8 @@ static bool spin_while(_Atomic unsigned int *addr, unsigned int val)
 		if (k % SPIN_CHECK)
 			continue;
 		if (!end)
-			end = now_ns() + SPIN_NS;
-		else if (now_ns() >= end)
+			end = kvp_now_ns() + SPIN_NS;
+		else if (kvp_now_ns() >= end)
 			return false;
 	}
 }

@@ -66,10 +66,10 @@ int kvp_conn_in_reserve(struct kvp_conn *c, uint32_t n, uint32_t max)
 }
 
 /*
- * kvp_outq_put() - append @n bytes, all or nothing
+ * kvp_outq_append() - append @n bytes, all or nothing
  * Return: 0, -ENOBUFS when they do not fit in what is left of @cap, or -ENOMEM.
  */
-int kvp_outq_put(struct kvp_outq *q, const void *p, uint32_t n)
+int kvp_outq_append(struct kvp_outq *q, const void *p, uint32_t n)
 {
 	uint32_t tail, first;
 
@@ -109,7 +109,7 @@ void kvp_outq_consume(struct kvp_outq *q, uint32_t n)
 	q->head = (uint32_t)(((uint64_t)q->head + n) % q->cap);
 	q->used -= n;
 	if (!q->used)
-		q->head = 0;	/* keep the next frames contiguous */
+		q->head = 0; /* keep the next frames contiguous */
 }
 
 /*
@@ -127,27 +127,45 @@ int kvp_conn_req_add(struct kvp_conn *c, uint64_t req_id, uint32_t max)
 		if (!c->reqs)
 			return -ENOMEM;
 	}
-	c->reqs[c->n_reqs++] = req_id;
+	c->reqs[c->n_reqs++] = (struct kvp_conn_req){ .id = req_id };
 	return 0;
 }
 
 /* Linear scan: max_reqs_per_conn is small (tens), and the set is per connection. */
-bool kvp_conn_req_has(const struct kvp_conn *c, uint64_t req_id)
+static struct kvp_conn_req *req_find(const struct kvp_conn *c, uint64_t req_id)
 {
 	for (uint32_t i = 0; i < c->n_reqs; i++)
-		if (c->reqs[i] == req_id)
-			return true;
-	return false;
+		if (c->reqs[i].id == req_id)
+			return &c->reqs[i];
+	return NULL;
+}
+
+bool kvp_conn_req_has(const struct kvp_conn *c, uint64_t req_id)
+{
+	return req_find(c, req_id) != NULL;
 }
 
 /* Forget @req_id.  Return: whether it was in flight. */
 bool kvp_conn_req_del(struct kvp_conn *c, uint64_t req_id)
 {
-	for (uint32_t i = 0; i < c->n_reqs; i++) {
-		if (c->reqs[i] == req_id) {
-			c->reqs[i] = c->reqs[--c->n_reqs];
-			return true;
-		}
-	}
-	return false;
+	struct kvp_conn_req *r = req_find(c, req_id);
+
+	if (!r)
+		return false;
+	*r = c->reqs[--c->n_reqs];
+	return true;
+}
+
+/*
+ * A CANCEL of @req_id arrived.  Return: true when it is in flight and this is its first
+ * CANCEL (pass it on), so svc/'s engine inbox holds at most one cancel per request.
+ */
+bool kvp_conn_req_cancel(struct kvp_conn *c, uint64_t req_id)
+{
+	struct kvp_conn_req *r = req_find(c, req_id);
+
+	if (!r || r->cancel_passed)
+		return false;
+	r->cancel_passed = true;
+	return true;
 }

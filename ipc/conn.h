@@ -20,15 +20,15 @@
 #define KVP_CONN_PASS_FDS_MAX 4
 
 enum kvp_conn_kind {
-	KVP_CONN_REQUEST = 0,	/* request socket: HELLO, GENERATE, CANCEL */
-	KVP_CONN_STATUS,	/* status socket: one request line, one report */
+	KVP_CONN_REQUEST = 0, /* request socket: HELLO, GENERATE, CANCEL */
+	KVP_CONN_STATUS,      /* status socket: one request line, one report */
 };
 
 enum kvp_conn_state {
-	KVP_CONN_FREE = 0,	/* slot unused */
-	KVP_CONN_OPEN,		/* reading and writing */
-	KVP_CONN_FLUSHING,	/* reads stopped; closes once the output queue is sent */
-	KVP_CONN_CLOSING,	/* shut down; the slot is freed when no operation is left */
+	KVP_CONN_FREE = 0, /* slot unused */
+	KVP_CONN_OPEN,	   /* reading and writing */
+	KVP_CONN_FLUSHING, /* reads stopped; closes once the output queue is sent */
+	KVP_CONN_CLOSING,  /* shut down; the slot is freed when no operation is left */
 };
 
 /*
@@ -45,6 +45,12 @@ struct kvp_outq {
 	uint32_t inflight;
 };
 
+/* A request in flight on a connection. */
+struct kvp_conn_req {
+	uint64_t id;
+	bool cancel_passed; /* its first CANCEL went to svc/; repeats are dropped */
+};
+
 /**
  * struct kvp_conn - a connection slot
  * @fd:          the socket, -1 when free
@@ -56,7 +62,8 @@ struct kvp_outq {
  * @peer:        SO_PEERCRED, read on accept
  * @n_vocab:     from WELCOME, to check token ids (0: unchecked)
  * @in:          bytes received and not yet consumed as frames (@in_len of @in_cap)
- * @reqs:        req_ids in flight (@n_reqs, at most max_reqs_per_conn)
+ * @reqs:        requests in flight (@n_reqs, at most max_reqs_per_conn): the one set
+ *               of them; svc/ keeps none of its own
  * @pass_fds:    dup()ed fds to attach (SCM_RIGHTS) to the next send, which starts at
  *               the first byte of WELCOME; closed once sent
  */
@@ -75,7 +82,7 @@ struct kvp_conn {
 	uint32_t in_len;
 	uint32_t in_cap;
 	struct kvp_outq out;
-	uint64_t *reqs;
+	struct kvp_conn_req *reqs;
 	uint32_t n_reqs;
 	int pass_fds[KVP_CONN_PASS_FDS_MAX];
 	uint32_t n_pass_fds;
@@ -91,12 +98,13 @@ struct kvp_conn {
 void kvp_conn_reset(struct kvp_conn *c);
 int kvp_conn_in_reserve(struct kvp_conn *c, uint32_t n, uint32_t max);
 
-int kvp_outq_put(struct kvp_outq *q, const void *p, uint32_t n);
+int kvp_outq_append(struct kvp_outq *q, const void *p, uint32_t n);
 unsigned int kvp_outq_iov(const struct kvp_outq *q, struct iovec iov[2]);
 void kvp_outq_consume(struct kvp_outq *q, uint32_t n);
 
 int kvp_conn_req_add(struct kvp_conn *c, uint64_t req_id, uint32_t max);
 bool kvp_conn_req_has(const struct kvp_conn *c, uint64_t req_id);
 bool kvp_conn_req_del(struct kvp_conn *c, uint64_t req_id);
+bool kvp_conn_req_cancel(struct kvp_conn *c, uint64_t req_id);
 
 #endif /* KVP_IPC_CONN_H */

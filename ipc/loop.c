@@ -50,24 +50,23 @@ int kvp_loop_init(struct kvp_loop *l, unsigned int sq_entries, unsigned int cq_e
 	l->bgid = 1;
 	l->br_mask = io_uring_buf_ring_mask(n_bufs);
 	l->br_bytes = (size_t)n_bufs * sizeof(struct io_uring_buf);
-	l->br = mmap(NULL, l->br_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-		     0);
+	l->br = mmap(NULL, l->br_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (l->br == MAP_FAILED) {
 		r = -errno;
-		goto out_exit;
+		goto err_exit;
 	}
 	l->bufs = mmap(NULL, (size_t)n_bufs * buf_size, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (l->bufs == MAP_FAILED) {
 		r = -errno;
-		goto out_unmap_br;
+		goto err_unmap_br;
 	}
 	reg.ring_addr = (uint64_t)(uintptr_t)l->br;
 	reg.ring_entries = n_bufs;
 	reg.bgid = l->bgid;
 	r = io_uring_register_buf_ring(&l->ring, &reg, 0);
 	if (r < 0)
-		goto out_unmap_bufs;
+		goto err_unmap_bufs;
 	io_uring_buf_ring_init(l->br);
 	for (uint32_t i = 0; i < n_bufs; i++)
 		io_uring_buf_ring_add(l->br, l->bufs + (size_t)i * buf_size, buf_size,
@@ -75,18 +74,18 @@ int kvp_loop_init(struct kvp_loop *l, unsigned int sq_entries, unsigned int cq_e
 	io_uring_buf_ring_advance(l->br, (int)n_bufs);
 	return 0;
 
-out_unmap_bufs:
+err_unmap_bufs:
 	munmap(l->bufs, (size_t)n_bufs * buf_size);
-out_unmap_br:
+err_unmap_br:
 	munmap(l->br, l->br_bytes);
-out_exit:
+err_exit:
 	io_uring_queue_exit(&l->ring);
 	memset(l, 0, sizeof(*l));
 	return r;
 }
 
 /* Tear down the ring (cancelling what is in flight), then the buffers. */
-void kvp_loop_fini(struct kvp_loop *l)
+void kvp_loop_deinit(struct kvp_loop *l)
 {
 	if (!l->br)
 		return;
@@ -155,8 +154,7 @@ int kvp_loop_wait(struct kvp_loop *l, int timeout_ms)
 	struct io_uring_cqe *cqe;
 	int r;
 
-	r = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, timeout_ms < 0 ? NULL : &ts,
-					     NULL);
+	r = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, timeout_ms < 0 ? NULL : &ts, NULL);
 	if (r == -ETIME || r == -EINTR || r == -EAGAIN || r == -EBUSY)
 		return 0;
 	return r < 0 ? r : 0;

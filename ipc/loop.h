@@ -57,7 +57,7 @@ struct kvp_loop {
 
 int kvp_loop_init(struct kvp_loop *l, unsigned int sq_entries, unsigned int cq_entries,
 		  unsigned int n_bufs, unsigned int buf_size);
-void kvp_loop_fini(struct kvp_loop *l);
+void kvp_loop_deinit(struct kvp_loop *l);
 struct io_uring_sqe *kvp_loop_sqe(struct kvp_loop *l);
 void kvp_loop_prep_recv(struct kvp_loop *l, struct io_uring_sqe *sqe, int fd);
 const uint8_t *kvp_loop_buf(const struct kvp_loop *l, uint32_t cqe_flags, uint32_t *bid);

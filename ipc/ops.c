@@ -40,7 +40,7 @@ static void client_name(const struct kvp_hello *h, char out[KVP_CLIENT_NAME_MAX 
 }
 
 static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
-		     const uint8_t *payload)
+		    const uint8_t *payload)
 {
 	char name[KVP_CLIENT_NAME_MAX + 1];
 	struct kvp_welcome w = { 0 };
@@ -58,7 +58,7 @@ static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp
 	if (r)
 		return kvp_srv_fail(srv, c, r, why);
 
-	c->helloed = true;	/* from here on svc/ knows the connection: closed is owed */
+	c->helloed = true; /* from here on svc/ knows the connection: closed is owed */
 	client_name(&h, name);
 	r = srv->ops.hello(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, name, &w, fds, &n_fds);
 	if (r != KVP_OK)
@@ -80,8 +80,8 @@ static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp
 	return 0;
 }
 
-static int on_generate(struct kvp_server *srv, struct kvp_conn *c,
-			const struct kvp_frame_hdr *hdr, const uint8_t *payload)
+static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
+		       const uint8_t *payload)
 {
 	struct kvp_generate g;
 	const void *body;
@@ -118,7 +118,8 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c,
 
 	r = kvp_conn_req_add(c, hdr->req_id, srv->cfg.max_reqs_per_conn);
 	if (r == -EEXIST)
-		return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID, "req_id already in flight");
+		return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID,
+				      "req_id already in flight");
 	if (r == -EBUSY)
 		return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_BUSY,
 				      "too many requests in flight on this connection");
@@ -137,27 +138,37 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c,
 }
 
 static int on_cancel(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
-		      const uint8_t *payload)
+		     const uint8_t *payload)
 {
 	if (!c->helloed)
 		return kvp_srv_fail(srv, c, KVP_E_PROTO, "CANCEL before HELLO");
-	/* a request that already ended is no error: CANCEL races with DONE by nature */
-	if (kvp_conn_req_has(c, hdr->req_id))
+	/*
+	 * a request that already ended is no error: CANCEL races with DONE by nature; a
+	 * repeated CANCEL is dropped too, so svc/ hears of each request's first one only
+	 */
+	if (kvp_conn_req_cancel(c, hdr->req_id))
 		srv->ops.cancel(srv->ops.ctx, kvp_srv_conn_id(c), hdr->req_id);
 	return 0;
 }
 
 const struct kvp_op_def kvp_op_defs[] = {
-	[KVP_FRAME_HELLO] = { .name = "HELLO", .from_client = true,
+	[KVP_FRAME_HELLO] = { .name = "HELLO",
+			      .from_client = true,
 			      .min_len = sizeof(struct kvp_hello),
-			      .max_len = sizeof(struct kvp_hello), .fn = on_hello },
+			      .max_len = sizeof(struct kvp_hello),
+			      .fn = on_hello },
 	[KVP_FRAME_WELCOME] = { .name = "WELCOME" },
-	[KVP_FRAME_GENERATE] = { .name = "GENERATE", .from_client = true,
-				 .min_len = sizeof(struct kvp_generate), .max_len = UINT32_MAX,
+	[KVP_FRAME_GENERATE] = { .name = "GENERATE",
+				 .from_client = true,
+				 .min_len = sizeof(struct kvp_generate),
+				 .max_len = UINT32_MAX,
 				 .fn = on_generate },
 	[KVP_FRAME_TOKEN] = { .name = "TOKEN" },
 	[KVP_FRAME_DONE] = { .name = "DONE" },
-	[KVP_FRAME_CANCEL] = { .name = "CANCEL", .from_client = true, .min_len = 0, .max_len = 0,
+	[KVP_FRAME_CANCEL] = { .name = "CANCEL",
+			       .from_client = true,
+			       .min_len = 0,
+			       .max_len = 0,
 			       .fn = on_cancel },
 	[KVP_FRAME_ERROR] = { .name = "ERROR" },
 };

@@ -22,13 +22,13 @@
 
 /* Operations in user_data (loop.h). */
 enum kvp_uop {
-	KVP_UOP_ACCEPT = 1,	/* idx: listener (0 request, 1 status) */
-	KVP_UOP_RECV,		/* idx, gen: connection */
-	KVP_UOP_SEND,		/* idx, gen: connection */
-	KVP_UOP_LINGER,		/* idx, gen: connection; its timer (idle, flush bounds) */
-	KVP_UOP_WAKEUP,		/* idx: wakeup slot */
-	KVP_UOP_STOP,		/* the stop eventfd */
-	KVP_UOP_IGNORE,		/* cancellations: nothing to do on completion */
+	KVP_UOP_ACCEPT = 1, /* idx: listener (0 request, 1 status) */
+	KVP_UOP_RECV,	    /* idx, gen: connection */
+	KVP_UOP_SEND,	    /* idx, gen: connection */
+	KVP_UOP_LINGER,	    /* idx, gen: connection; its timer (idle, flush bounds) */
+	KVP_UOP_WAKEUP,	    /* idx: wakeup slot */
+	KVP_UOP_STOP,	    /* the stop eventfd */
+	KVP_UOP_IGNORE,	    /* cancellations: nothing to do on completion */
 };
 
 struct kvp_wakeup {
@@ -39,7 +39,7 @@ struct kvp_wakeup {
 };
 
 struct kvp_server {
-	struct kvp_server_config cfg;	/* paths point at the copies below */
+	struct kvp_server_config cfg; /* paths point at the copies below */
 	char *socket_path;
 	char *status_path;
 	struct kvp_server_ops ops;
@@ -47,22 +47,22 @@ struct kvp_server {
 	struct kvp_loop loop;
 	int lfd[2];
 	bool accept_armed[2];
-	bool bound[2];		/* we created the socket file: unlink it at the end */
+	bool bound[2]; /* we created the socket file: unlink it at the end */
 	int stop_efd;
 	uint64_t stop_val;
-	bool stopping;		/* kvp_server_stop() seen: no more accepts */
-	bool break_loop;	/* return from the current run at the next turn */
+	bool stopping;	 /* kvp_server_stop() seen: no more accepts */
+	bool break_loop; /* return from the current run at the next turn */
 	struct kvp_conn *conns;
 	uint32_t n_slots;
-	uint32_t free_head;	/* free-slot list through next_free; n_slots = empty */
+	uint32_t free_head; /* free-slot list through next_free; n_slots = empty */
 	uint32_t n_req_conns;
 	uint32_t n_status_conns;
 	struct kvp_wakeup wakeups[KVP_WAKEUPS_MAX];
 	unsigned int n_wakeups;
-	uint8_t *scratch;	/* one encoded outgoing frame */
+	uint8_t *scratch; /* one encoded outgoing frame */
 	size_t scratch_cap;
-	int32_t *ids;		/* aligned copy of a prompt's ids (max_prompt_tokens) */
-	char *text;		/* NUL-terminated copy of a prompt's text */
+	int32_t *ids; /* aligned copy of a prompt's ids (max_prompt_tokens) */
+	char *text;   /* NUL-terminated copy of a prompt's text */
 	struct kvp_server_stats st;
 };
 
@@ -73,7 +73,7 @@ struct kvp_server {
  * value of kvp_srv_fail() after a fault that ends the connection.
  */
 typedef int kvp_op_fn(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
-		       const uint8_t *payload);
+		      const uint8_t *payload);
 
 struct kvp_op_def {
 	const char *name;
@@ -93,7 +93,7 @@ int kvp_srv_reply_error(struct kvp_server *srv, struct kvp_conn *c, uint64_t req
 			const char *msg);
 int kvp_srv_refuse(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id, int status,
 		   const char *msg);
-int kvp_srv_queue_welcome(struct kvp_server *srv, struct kvp_conn *c,
-			  const struct kvp_welcome *w, const int *fds, unsigned int n_fds);
+int kvp_srv_queue_welcome(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_welcome *w,
+			  const int *fds, unsigned int n_fds);
 
 #endif /* KVP_IPC_OPS_H */

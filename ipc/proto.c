@@ -16,12 +16,9 @@
 #include <string.h>
 
 static const char *const type_names[KVP_FRAME__COUNT] = {
-	[KVP_FRAME_HELLO] = "HELLO",
-	[KVP_FRAME_WELCOME] = "WELCOME",
-	[KVP_FRAME_GENERATE] = "GENERATE",
-	[KVP_FRAME_TOKEN] = "TOKEN",
-	[KVP_FRAME_DONE] = "DONE",
-	[KVP_FRAME_CANCEL] = "CANCEL",
+	[KVP_FRAME_HELLO] = "HELLO",	   [KVP_FRAME_WELCOME] = "WELCOME",
+	[KVP_FRAME_GENERATE] = "GENERATE", [KVP_FRAME_TOKEN] = "TOKEN",
+	[KVP_FRAME_DONE] = "DONE",	   [KVP_FRAME_CANCEL] = "CANCEL",
 	[KVP_FRAME_ERROR] = "ERROR",
 };
 
@@ -103,8 +100,7 @@ int kvp_proto_check_hdr(const void *buf, size_t len, uint32_t max_frame_bytes,
 		return fail(why, "unknown frame type", KVP_E_PROTO);
 	if (hdr->flags)
 		return fail(why, "header flags must be zero", KVP_E_PROTO);
-	if (hdr->len_bytes > max_frame_bytes ||
-	    max_frame_bytes - hdr->len_bytes < sizeof(*hdr))
+	if (hdr->len_bytes > max_frame_bytes || max_frame_bytes - hdr->len_bytes < sizeof(*hdr))
 		return fail(why, "frame larger than the maximum frame size", KVP_E_LIMIT);
 	return KVP_OK;
 }
@@ -119,14 +115,13 @@ static int take_exact(const void *payload, size_t len, void *out, size_t size, c
 	p = kvp_cur_take(&c, size);
 	if (!p)
 		return fail(why, "payload shorter than its struct", KVP_E_PROTO);
-	if (c.left)
+	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after the payload", KVP_E_PROTO);
 	memcpy(out, p, size);
 	return KVP_OK;
 }
 
-int kvp_proto_decode_hello(const void *payload, size_t len, struct kvp_hello *out,
-			   const char **why)
+int kvp_proto_decode_hello(const void *payload, size_t len, struct kvp_hello *out, const char **why)
 {
 	int r = take_exact(payload, len, out, sizeof(*out), why);
 
@@ -183,7 +178,7 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 	*body = kvp_cur_take(&c, need);
 	if (!*body)
 		return fail(why, "prompt length beyond the frame", KVP_E_PROTO);
-	if (c.left)
+	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after the prompt", KVP_E_PROTO);
 
 	if ((out->n_tokens ? out->n_tokens : out->text_bytes) > lim->max_prompt_tokens)
@@ -217,8 +212,8 @@ int kvp_proto_decode_welcome(const void *payload, size_t len, struct kvp_welcome
 	return KVP_OK;
 }
 
-int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out,
-			   const void **ids, const char **text, const char **why)
+int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out, const void **ids,
+			   const char **text, const char **why)
 {
 	struct kvp_cur c;
 	const void *p;
@@ -232,19 +227,18 @@ int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *ou
 	*text = kvp_cur_take(&c, out->text_bytes);
 	if (!*ids || !*text)
 		return fail(why, "TOKEN lengths beyond the frame", KVP_E_PROTO);
-	if (c.left)
+	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after TOKEN", KVP_E_PROTO);
 	return KVP_OK;
 }
 
-int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out,
-			  const char **why)
+int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out, const char **why)
 {
 	return take_exact(payload, len, out, sizeof(*out), why);
 }
 
-int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out,
-			   const char **msg, const char **why)
+int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out, const char **msg,
+			   const char **why)
 {
 	struct kvp_cur c;
 	const void *p;
@@ -257,7 +251,7 @@ int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *ou
 	*msg = kvp_cur_take(&c, out->msg_bytes);
 	if (!*msg)
 		return fail(why, "ERROR message beyond the frame", KVP_E_PROTO);
-	if (c.left)
+	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after ERROR", KVP_E_PROTO);
 	return KVP_OK;
 }
@@ -316,11 +310,10 @@ size_t kvp_proto_encode_hello(void *buf, size_t cap, const struct kvp_hello *h)
 size_t kvp_proto_encode_generate(void *buf, size_t cap, uint64_t req_id,
 				 const struct kvp_generate *g, const void *body)
 {
-	size_t nbody = (g->flags & KVP_GEN_TEXT) ? g->text_bytes
-						 : (size_t)g->n_tokens * sizeof(int32_t);
+	size_t nbody = (g->flags & KVP_GEN_TEXT) ? g->text_bytes :
+						   (size_t)g->n_tokens * sizeof(int32_t);
 
-	return put_frame(buf, cap, KVP_FRAME_GENERATE, req_id, g, sizeof(*g), body, nbody, NULL,
-			 0);
+	return put_frame(buf, cap, KVP_FRAME_GENERATE, req_id, g, sizeof(*g), body, nbody, NULL, 0);
 }
 
 size_t kvp_proto_encode_cancel(void *buf, size_t cap, uint64_t req_id)
@@ -352,6 +345,5 @@ size_t kvp_proto_encode_error(void *buf, size_t cap, uint64_t req_id, uint32_t s
 {
 	struct kvp_error e = { .status = status, .msg_bytes = msg_bytes };
 
-	return put_frame(buf, cap, KVP_FRAME_ERROR, req_id, &e, sizeof(e), msg, msg_bytes, NULL,
-			 0);
+	return put_frame(buf, cap, KVP_FRAME_ERROR, req_id, &e, sizeof(e), msg, msg_bytes, NULL, 0);
 }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * proto.h - encode and decode kvpool wire frames (include/kvpool/proto.h) through a
- * bounds-checked cursor.  Shared by the daemon's loop (ipc/server.c) and the client
- * library (ipc/client/client.c), so both sides agree on every check.
+ * bounds-checked cursor (util/cursor.h).  Shared by the daemon's loop (ipc/server.c)
+ * and the client library (ipc/client/client.c), so both sides agree on every check.
  *
  * Decoders take untrusted bytes and return an enum kvp_status: KVP_OK, or the class of
  * the fault (KVP_E_PROTO: the frame is malformed; KVP_E_VERSION; KVP_E_LIMIT: a
@@ -18,33 +18,11 @@
 #include <stdint.h>
 
 #include "kvpool/proto.h"
+#include "util/cursor.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the wire format is little-endian and frames are copied as structs"
 #endif
-
-/* A read cursor over untrusted bytes: every read goes through kvp_cur_take(). */
-struct kvp_cur {
-	const uint8_t *p;
-	size_t left;
-};
-
-static inline void kvp_cur_init(struct kvp_cur *c, const void *p, size_t n)
-{
-	*c = (struct kvp_cur){ .p = p, .left = n };
-}
-
-/* NULL if fewer than @n bytes remain, else the current position, advanced by @n. */
-static inline const void *kvp_cur_take(struct kvp_cur *c, size_t n)
-{
-	const void *p = c->p;
-
-	if (n > c->left)
-		return NULL;
-	c->p += n;
-	c->left -= n;
-	return p;
-}
 
 /**
  * struct kvp_proto_limits - the configured maxima a decoder enforces
@@ -79,12 +57,11 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 			      struct kvp_generate *out, const void **body, const char **why);
 int kvp_proto_decode_welcome(const void *payload, size_t len, struct kvp_welcome *out,
 			     const char **why);
-int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out,
-			   const void **ids, const char **text, const char **why);
-int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out,
-			  const char **why);
-int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out,
-			   const char **msg, const char **why);
+int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out, const void **ids,
+			   const char **text, const char **why);
+int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out, const char **why);
+int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out, const char **msg,
+			   const char **why);
 
 void kvp_proto_hdr_init(struct kvp_frame_hdr *hdr, uint32_t type, uint64_t req_id,
 			uint32_t len_bytes);

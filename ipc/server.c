@@ -78,8 +78,7 @@ static struct kvp_conn *conn_lookup(struct kvp_server *srv, kvp_conn_id id)
 	return c;
 }
 
-static struct io_uring_sqe *sqe_for(struct kvp_server *srv, uint32_t idx, uint32_t gen,
-				    uint32_t op)
+static struct io_uring_sqe *sqe_for(struct kvp_server *srv, uint32_t idx, uint32_t gen, uint32_t op)
 {
 	struct io_uring_sqe *sqe = kvp_loop_sqe(&srv->loop);
 
@@ -260,7 +259,7 @@ static int queue_scratch(struct kvp_server *srv, struct kvp_conn *c, size_t len)
 
 	if (len > UINT32_MAX)
 		return -EMSGSIZE;
-	r = kvp_outq_put(&c->out, srv->scratch, (uint32_t)len);
+	r = kvp_outq_append(&c->out, srv->scratch, (uint32_t)len);
 	if (r == -ENOBUFS) {
 		srv->st.slow_disconnects++;
 		conn_close(srv, c);
@@ -291,8 +290,7 @@ static int queue_error(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_
 		       const char *msg)
 {
 	size_t mlen = msg ? strnlen(msg, 1024) : 0;
-	size_t len = kvp_proto_encode_error(NULL, 0, req_id, (uint32_t)status, msg,
-					    (uint32_t)mlen);
+	size_t len = kvp_proto_encode_error(NULL, 0, req_id, (uint32_t)status, msg, (uint32_t)mlen);
 
 	if (scratch_reserve(srv, len))
 		return -ENOMEM;
@@ -338,8 +336,8 @@ int kvp_srv_refuse(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id, 
 }
 
 /* WELCOME, the first bytes of the connection, with dup()s of @fds attached. */
-int kvp_srv_queue_welcome(struct kvp_server *srv, struct kvp_conn *c,
-			  const struct kvp_welcome *w, const int *fds, unsigned int n_fds)
+int kvp_srv_queue_welcome(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_welcome *w,
+			  const int *fds, unsigned int n_fds)
 {
 	size_t len = kvp_proto_encode_welcome(NULL, 0, w);
 
@@ -436,11 +434,12 @@ static void request_input(struct kvp_server *srv, struct kvp_conn *c)
 			return;
 		}
 		if (hdr.len_bytes < d->min_len || hdr.len_bytes > d->max_len) {
-			kvp_srv_fail(srv, c, KVP_E_PROTO, "payload length wrong for the frame type");
+			kvp_srv_fail(srv, c, KVP_E_PROTO,
+				     "payload length wrong for the frame type");
 			return;
 		}
 		if (c->in_len - off - sizeof(hdr) < hdr.len_bytes)
-			break;	/* the rest of the frame has not arrived yet */
+			break; /* the rest of the frame has not arrived yet */
 		srv->st.frames_in++;
 		d->fn(srv, c, &hdr, c->in + off + sizeof(hdr));
 		off += (uint32_t)sizeof(hdr) + hdr.len_bytes;
@@ -496,7 +495,7 @@ static void status_input(struct kvp_server *srv, struct kvp_conn *c, bool eof)
 		return;
 	nl = memchr(c->in, '\n', c->in_len);
 	if (!nl && !eof && c->in_len < STATUS_REQ_MAX)
-		return;	/* wait for the rest of the line */
+		return; /* wait for the rest of the line */
 	n = nl ? (size_t)(nl - (char *)c->in) : c->in_len;
 	if (n > STATUS_REQ_MAX)
 		n = STATUS_REQ_MAX;
@@ -520,7 +519,7 @@ static void status_input(struct kvp_server *srv, struct kvp_conn *c, bool eof)
 queue:
 	c->in_len = 0;
 	c->out.cap = (uint32_t)len;
-	if (len && kvp_outq_put(&c->out, out, (uint32_t)len)) {
+	if (len && kvp_outq_append(&c->out, out, (uint32_t)len)) {
 		free(report);
 		conn_close(srv, c);
 		return;
@@ -570,7 +569,7 @@ static void on_recv(struct kvp_server *srv, struct kvp_conn *c, int res, uint32_
 		return;
 	}
 	if (c->state != KVP_CONN_OPEN)
-		return;	/* FLUSHING: input is ignored; the linger timer bounds the wait */
+		return; /* FLUSHING: input is ignored; the linger timer bounds the wait */
 	if (res == 0) {
 		/* the client closed or shut down its side */
 		if (c->kind == KVP_CONN_STATUS) {
@@ -589,7 +588,7 @@ static void on_recv(struct kvp_server *srv, struct kvp_conn *c, int res, uint32_
 		return;
 	}
 	if (!c->recv_armed)
-		rearm_recv(srv, c);	/* -ENOBUFS or a multishot the kernel ended */
+		rearm_recv(srv, c); /* -ENOBUFS or a multishot the kernel ended */
 }
 
 /* ---------------------------------------------------------------- accept */
@@ -633,8 +632,8 @@ static void on_accept(struct kvp_server *srv, unsigned int which, int res, uint3
 	if (res >= 0) {
 		if (srv->stopping) {
 			refuse(srv, res, KVP_E_SHUTDOWN, "daemon shutting down");
-		} else if (status ? srv->n_status_conns >= KVP_STATUS_CONNS_MAX
-				  : srv->n_req_conns >= srv->cfg.max_conns) {
+		} else if (status ? srv->n_status_conns >= KVP_STATUS_CONNS_MAX :
+				    srv->n_req_conns >= srv->cfg.max_conns) {
 			if (status) {
 				close(res);
 				srv->st.conns_refused++;
@@ -652,7 +651,8 @@ static void on_accept(struct kvp_server *srv, unsigned int which, int res, uint3
 			c->fd = res;
 			c->kind = status ? KVP_CONN_STATUS : KVP_CONN_REQUEST;
 			c->state = KVP_CONN_OPEN;
-			c->peer = (struct kvp_peer){ .pid = cred.pid, .uid = cred.uid,
+			c->peer = (struct kvp_peer){ .pid = cred.pid,
+						     .uid = cred.uid,
 						     .gid = cred.gid };
 			c->out.cap = srv->cfg.outq_bytes;
 			if (status) {
@@ -670,7 +670,7 @@ static void on_accept(struct kvp_server *srv, unsigned int which, int res, uint3
 		return;
 	if (srv->stopping || res == -ECANCELED)
 		return;
-	arm_accept(srv, which);	/* -EMFILE and the like end a multishot accept: re-arm */
+	arm_accept(srv, which); /* -EMFILE and the like end a multishot accept: re-arm */
 }
 
 /* ---------------------------------------------------------------- eventfds */
@@ -709,7 +709,7 @@ static void on_stop(struct kvp_server *srv, int res)
 		return;
 	}
 	if (res < 0)
-		return;	/* the ring is going away */
+		return; /* the ring is going away */
 	srv->break_loop = true;
 	if (!srv->stopping) {
 		/*
@@ -742,7 +742,7 @@ static void on_wakeup(struct kvp_server *srv, uint32_t idx, int res)
 		return;
 	}
 	if (res < 0)
-		return;	/* the ring is going away, or @efd is no eventfd */
+		return; /* the ring is going away, or @efd is no eventfd */
 	arm_read(srv, w->efd, &w->val, idx, KVP_UOP_WAKEUP);
 	w->fn(w->arg);
 }
@@ -753,9 +753,9 @@ static void on_wakeup(struct kvp_server *srv, uint32_t idx, int res)
 static void on_timer(struct kvp_server *srv, struct kvp_conn *c)
 {
 	if (c->state == KVP_CONN_FLUSHING)
-		conn_close(srv, c);	/* the client does not read its ERROR or report */
+		conn_close(srv, c); /* the client does not read its ERROR or report */
 	else if (c->state == KVP_CONN_OPEN && c->kind == KVP_CONN_STATUS)
-		conn_close(srv, c);	/* no status request line */
+		conn_close(srv, c); /* no status request line */
 	else if (c->state == KVP_CONN_OPEN && !c->helloed)
 		kvp_srv_fail(srv, c, KVP_E_PROTO, "no HELLO within 10 s");
 }
@@ -860,7 +860,7 @@ int kvp_server_add_wakeup(struct kvp_server *srv, int efd, void (*fn)(void *arg)
 		return -ENOSPC;
 	w = &srv->wakeups[srv->n_wakeups];
 	*w = (struct kvp_wakeup){ .efd = efd, .fn = fn, .arg = arg };
-	arm_read(srv, efd, &w->val, srv->n_wakeups, KVP_UOP_WAKEUP);	/* submitted by run */
+	arm_read(srv, efd, &w->val, srv->n_wakeups, KVP_UOP_WAKEUP); /* submitted by run */
 	srv->n_wakeups++;
 	return 0;
 }
@@ -910,22 +910,21 @@ static int listen_unix(const char *path, gid_t gid, int *out)
 	old = umask(0177);
 	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);
-	if (r < 0)
-		goto out_errno;
-	if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0)
-		goto out_unlink;
-	if (chmod(path, 0660) < 0 || listen(fd, 512) < 0)
-		goto out_unlink;
+	if (r < 0) {
+		r = -errno;
+		goto err_close;
+	}
+	if ((gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0) || chmod(path, 0660) < 0 ||
+	    listen(fd, 512) < 0) {
+		r = -errno;
+		goto err_unlink;
+	}
 	*out = fd;
 	return 0;
 
-out_unlink:
-	r = -errno;
+err_unlink:
 	unlink(path);
-	close(fd);
-	return r;
-out_errno:
-	r = -errno;
+err_close:
 	close(fd);
 	return r;
 }
@@ -946,16 +945,26 @@ static int config_fill(struct kvp_server_config *c)
 		c->max_new_tokens = DEF_MAX_NEW;
 	if (!c->outq_bytes)
 		c->outq_bytes = DEF_OUTQ;
-	if (c->max_frame_bytes < 256 || c->max_frame_bytes > (64u << 20) ||
-	    c->max_conns > 65536 || c->max_reqs_per_conn > 4096 ||
-	    c->max_prompt_tokens > (16u << 20) || c->outq_bytes < 4096 ||
-	    c->outq_bytes > (1u << 30))
+	if (c->max_frame_bytes < 256 || c->max_frame_bytes > (64u << 20) || c->max_conns > 65536 ||
+	    c->max_reqs_per_conn > 4096 || c->max_prompt_tokens > (16u << 20) ||
+	    c->outq_bytes < 4096 || c->outq_bytes > (1u << 30))
 		return -EINVAL;
 	return 0;
 }
 
-int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_ops *ops,
-		   struct kvp_server **out)
+/* What kvp_server_new() allocates besides the server itself (NULLs are fine). */
+static void free_arrays(struct kvp_server *srv)
+{
+	free(srv->socket_path);
+	free(srv->status_path);
+	free(srv->conns);
+	free(srv->ids);
+	free(srv->text);
+	free(srv->scratch);
+}
+
+int kvp_server_new(struct kvp_server **out, const struct kvp_server_config *cfg,
+		   const struct kvp_server_ops *ops)
 {
 	struct kvp_server *srv;
 	int r;
@@ -973,7 +982,7 @@ int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_
 	srv->ops = *ops;
 	r = config_fill(&srv->cfg);
 	if (r)
-		goto out_free;
+		goto err_free;
 	srv->lim = (struct kvp_proto_limits){ .max_frame_bytes = srv->cfg.max_frame_bytes,
 					      .max_prompt_tokens = srv->cfg.max_prompt_tokens,
 					      .max_new_tokens = srv->cfg.max_new_tokens };
@@ -988,7 +997,7 @@ int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_
 	srv->text = malloc((size_t)srv->cfg.max_prompt_tokens + 1);
 	if (!srv->socket_path || (cfg->status_path && !srv->status_path) || !srv->conns ||
 	    !srv->ids || !srv->text)
-		goto out_free;
+		goto err_arrays;
 	srv->cfg.socket_path = srv->socket_path;
 	srv->cfg.status_path = srv->status_path;
 	for (uint32_t i = 0; i < srv->n_slots; i++) {
@@ -998,22 +1007,22 @@ int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_
 	}
 	srv->free_head = 0;
 
-	srv->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);	/* never blocks a signal handler */
+	srv->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); /* never blocks a signal handler */
 	if (srv->stop_efd < 0) {
 		r = -errno;
-		goto out_free;
+		goto err_arrays;
 	}
 	r = kvp_loop_init(&srv->loop, 256, 8192, RECV_BUFS, RECV_BUF_SIZE);
 	if (r)
-		goto out_free;
+		goto err_stop;
 	r = listen_unix(srv->socket_path, cfg->socket_gid, &srv->lfd[0]);
 	if (r)
-		goto out_free;
+		goto err_loop;
 	srv->bound[0] = true;
 	if (srv->status_path) {
 		r = listen_unix(srv->status_path, cfg->status_gid, &srv->lfd[1]);
 		if (r)
-			goto out_free;
+			goto err_listen;
 		srv->bound[1] = true;
 	}
 	arm_accept(srv, 0);
@@ -1023,8 +1032,17 @@ int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_
 	*out = srv;
 	return 0;
 
-out_free:
-	kvp_server_free(srv);
+err_listen:
+	close(srv->lfd[0]);
+	unlink(srv->socket_path);
+err_loop:
+	kvp_loop_deinit(&srv->loop);
+err_stop:
+	close(srv->stop_efd);
+err_arrays:
+	free_arrays(srv);
+err_free:
+	free(srv);
 	return r;
 }
 
@@ -1041,7 +1059,7 @@ void kvp_server_free(struct kvp_server *srv)
 		shutdown(c->fd, SHUT_RDWR);
 	}
 	/* the ring goes first: no operation may still point into the buffers below */
-	kvp_loop_fini(&srv->loop);
+	kvp_loop_deinit(&srv->loop);
 	for (uint32_t i = 0; srv->conns && i < srv->n_slots; i++) {
 		struct kvp_conn *c = &srv->conns[i];
 
@@ -1060,11 +1078,6 @@ void kvp_server_free(struct kvp_server *srv)
 	}
 	if (srv->stop_efd >= 0)
 		close(srv->stop_efd);
-	free(srv->socket_path);
-	free(srv->status_path);
-	free(srv->conns);
-	free(srv->ids);
-	free(srv->text);
-	free(srv->scratch);
+	free_arrays(srv);
 	free(srv);
 }

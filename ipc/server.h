@@ -99,7 +99,8 @@ enum kvp_status_fmt {
  *            DONE or ERROR must follow (kvp_server_send_done/_error), also after a
  *            cancel; TOKENs may precede it.  Or return a status for an immediate ERROR
  *            with a generic message (or send your own ERROR and return KVP_OK).
- * @cancel:   the client cancelled @req_id, which is in flight (still answer it)
+ * @cancel:   the client cancelled @req_id, which is in flight (still answer it); called
+ *            once per request at most (repeated CANCELs are dropped by ipc/)
  * @closed:   the connection is gone: cancel all its requests and release all it held.
  *            Called exactly once for every connection that reached @hello (also when
  *            @hello refused it), never for others.  No kvp_server_send_*() to @conn
@@ -121,13 +122,13 @@ struct kvp_server_ops {
 
 /**
  * kvp_server_new() - bind both sockets and set up the ring
+ * @out:  out; the new server, set only on success
  * @cfg:  sockets and limits (copied)
  * @ops:  svc/'s callbacks (copied)
- * @out:  the new server
  * Return: 0, or -errno (the socket path is logged by the caller).
  */
-int kvp_server_new(const struct kvp_server_config *cfg, const struct kvp_server_ops *ops,
-		   struct kvp_server **out);
+int kvp_server_new(struct kvp_server **out, const struct kvp_server_config *cfg,
+		   const struct kvp_server_ops *ops);
 
 /* Closes every connection (calling @closed for each), both sockets and the ring. NULL ok. */
 void kvp_server_free(struct kvp_server *srv);

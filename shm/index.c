@@ -29,35 +29,35 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "hash input is the host
 static_assert(sizeof(struct kvp_extra_keys) == 112, "extra keys hashed as bytes: no padding");
 
 #define NONE KVP_BLOCK_NONE
-#define LOOKUP_GROUP 16		/* blocks hashed and prefetched ahead in a lookup */
-#define COLLIDE_LO 0x6b76706f6f6c2121ull	/* any constant will do */
+#define LOOKUP_GROUP 16			 /* blocks hashed and prefetched ahead in a lookup */
+#define COLLIDE_LO 0x6b76706f6f6c2121ull /* any constant will do */
 
 struct ek_entry {
-	struct kvp_extra_keys ek;	/* canonical */
+	struct kvp_extra_keys ek; /* canonical */
 	struct kvp_h128 digest;
-	uint32_t uses;			/* index entries referring to it */
-	uint32_t next;			/* bucket chain, or free list when unused */
+	uint32_t uses; /* index entries referring to it */
+	uint32_t next; /* bucket chain, or free list when unused */
 };
 
 struct kvp_index {
 	struct kvp_pool *pool;
 	uint32_t n_blocks;
-	uint32_t bt;			/* block_tokens */
-	uint32_t mask;			/* bucket count - 1 */
+	uint32_t bt;   /* block_tokens */
+	uint32_t mask; /* bucket count - 1 */
 	uint32_t *bucket;
-	uint32_t *hnext;		/* per block: next in bucket chain */
-	struct kvp_h128 *hash;		/* per block */
-	uint32_t *ek_id;		/* per block; NONE = not indexed */
-	uint32_t *tokens;		/* per block: bt tokens */
+	uint32_t *hnext;       /* per block: next in bucket chain */
+	struct kvp_h128 *hash; /* per block */
+	uint32_t *ek_id;       /* per block; NONE = not indexed */
+	uint32_t *tokens;      /* per block: bt tokens */
 
-	struct ek_entry *eks;		/* interned extra keys */
+	struct ek_entry *eks; /* interned extra keys */
 	uint32_t n_eks, cap_eks;
-	uint32_t ek_free;		/* free list of ids */
-	uint32_t *ek_bucket;		/* 2 * cap_eks heads */
+	uint32_t ek_free;    /* free list of ids */
+	uint32_t *ek_bucket; /* 2 * cap_eks heads */
 	uint32_t ek_mask;
 	uint32_t ek_live;
 
-	int collide;			/* test hook: every chain hash is equal */
+	int collide; /* test hook: every chain hash is equal */
 	struct kvp_index_stats st;
 };
 
@@ -190,8 +190,8 @@ static void ek_release(struct kvp_index *idx, uint32_t id)
 
 /* ---- block entries ---- */
 
-static uint32_t entry_find(struct kvp_index *idx, struct kvp_h128 h, uint32_t parent,
-			   uint32_t ek, const uint32_t *tokens)
+static uint32_t entry_find(struct kvp_index *idx, struct kvp_h128 h, uint32_t parent, uint32_t ek,
+			   const uint32_t *tokens)
 {
 	for (uint32_t id = idx->bucket[h.lo & idx->mask]; id != NONE; id = idx->hnext[id]) {
 		if (!h128_eq(idx->hash[id], h))
@@ -224,6 +224,18 @@ static void on_evict(void *ctx, uint32_t block)
 	idx->st.evictions++;
 }
 
+/* Everything an index allocates besides itself (NULLs are fine). */
+static void free_arrays(struct kvp_index *idx)
+{
+	free(idx->bucket);
+	free(idx->hnext);
+	free(idx->hash);
+	free(idx->ek_id);
+	free(idx->tokens);
+	free(idx->eks);
+	free(idx->ek_bucket);
+}
+
 int kvp_index_new(struct kvp_index **out, struct kvp_pool *pool)
 {
 	struct kvp_index *idx;
@@ -252,19 +264,20 @@ int kvp_index_new(struct kvp_index **out, struct kvp_pool *pool)
 	idx->tokens = kvp_big_calloc((size_t)n * bt, sizeof(*idx->tokens));
 	if (!idx->bucket || !idx->hnext || !idx->hash || !idx->ek_id || !idx->tokens) {
 		r = -ENOMEM;
-		goto fail;
+		goto err_arrays;
 	}
 	memset(idx->bucket, 0xff, (size_t)nb * sizeof(*idx->bucket));
 	memset(idx->hnext, 0xff, (size_t)n * sizeof(*idx->hnext));
 	memset(idx->ek_id, 0xff, (size_t)n * sizeof(*idx->ek_id));
 	r = kvp_pool_set_evictor(pool, on_evict, idx);
 	if (r < 0)
-		goto fail;
+		goto err_arrays;
 	*out = idx;
 	return 0;
-fail:
-	idx->pool = NULL;
-	kvp_index_free(idx);
+
+err_arrays:
+	free_arrays(idx);
+	free(idx);
 	return r;
 }
 
@@ -272,15 +285,8 @@ void kvp_index_free(struct kvp_index *idx)
 {
 	if (!idx)
 		return;
-	if (idx->pool)
-		kvp_pool_set_evictor(idx->pool, NULL, NULL);
-	free(idx->bucket);
-	free(idx->hnext);
-	free(idx->hash);
-	free(idx->ek_id);
-	free(idx->tokens);
-	free(idx->eks);
-	free(idx->ek_bucket);
+	kvp_pool_set_evictor(idx->pool, NULL, NULL);
+	free_arrays(idx);
 	free(idx);
 }
 
@@ -330,7 +336,7 @@ int kvp_index_lookup(struct kvp_index *idx, const struct kvp_prefix_key *key,
 			const uint32_t *t = tokens + (size_t)i * idx->bt;
 			uint32_t id = entry_find(idx, hs[k], parent, ek, t);
 
-			if (id == NONE || kvp_pool_get(idx->pool, id) < 0)
+			if (id == NONE || kvp_pool_ref(idx->pool, id) < 0)
 				goto out;
 			kvp_pool_touch(idx->pool, id);
 			hits[i] = id;
@@ -342,9 +348,8 @@ out:
 	return (int)i;
 }
 
-int kvp_index_publish(struct kvp_index *idx, const struct kvp_prefix_key *key,
-		      uint32_t parent, const uint32_t *tokens, uint32_t block,
-		      uint32_t *out_block)
+int kvp_index_publish(struct kvp_index *idx, const struct kvp_prefix_key *key, uint32_t parent,
+		      const uint32_t *tokens, uint32_t block, uint32_t *out_block)
 {
 	const struct kvp_block *b;
 	struct kvp_h128 h;
@@ -370,7 +375,7 @@ int kvp_index_publish(struct kvp_index *idx, const struct kvp_prefix_key *key,
 	h = chain_hash(idx, parent == NONE ? key->seed : idx->hash[parent], tokens);
 	existing = ek == NONE ? NONE : entry_find(idx, h, parent, ek, tokens);
 	if (existing != NONE) {
-		r = kvp_pool_get(idx->pool, existing);
+		r = kvp_pool_ref(idx->pool, existing);
 		if (r < 0)
 			return r;
 		kvp_pool_touch(idx->pool, existing);

@@ -91,7 +91,7 @@ struct kvp_index_stats {
 	uint64_t entries;	/* blocks in the index now */
 	uint64_t extra_keys;	/* distinct extra-key sets in use now */
 	uint64_t lookups;	/* kvp_index_lookup() calls */
-	uint64_t lookup_blocks;	/* full blocks those lookups could have hit */
+	uint64_t lookup_blocks; /* full blocks those lookups could have hit */
 	uint64_t hit_blocks;	/* blocks they did hit */
 	uint64_t publishes;	/* blocks inserted */
 	uint64_t publish_dups;	/* publishes that found an equal entry already there */
@@ -148,7 +148,7 @@ int kvp_index_lookup(struct kvp_index *idx, const struct kvp_prefix_key *key,
  * If an equal entry (same parent, tokens and extra keys) already exists, e.g. two
  * requests with the same prompt prefilled at once, nothing is inserted: *@out_block is
  * the existing block with one reference taken for the caller, who should switch its
- * block table to it and kvp_pool_put() its own @block (its later blocks then chain
+ * block table to it and kvp_pool_unref() its own @block (its later blocks then chain
  * under the existing one).  @block itself is never released here.
  * Return: 0 inserted (*out_block == block), 1 an equal entry exists (see above),
  * -ENOENT when @parent is not in the index (evicted or never published), -EEXIST when
@@ -156,9 +156,8 @@ int kvp_index_lookup(struct kvp_index *idx, const struct kvp_prefix_key *key,
  * @parent published under other extra keys (a chain never changes keys midway),
  * -ENOMEM when the table of extra keys cannot grow.
  */
-int kvp_index_publish(struct kvp_index *idx, const struct kvp_prefix_key *key,
-		      uint32_t parent, const uint32_t *tokens, uint32_t block,
-		      uint32_t *out_block);
+int kvp_index_publish(struct kvp_index *idx, const struct kvp_prefix_key *key, uint32_t parent,
+		      const uint32_t *tokens, uint32_t block, uint32_t *out_block);
 
 /* Chain hash of a published block (for the disk tier); -ENOENT if not published. */
 int kvp_index_block_hash(const struct kvp_index *idx, uint32_t block, struct kvp_h128 *h);

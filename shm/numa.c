@@ -17,9 +17,9 @@
 struct kvp_numa {
 	hwloc_topology_t topo;
 	uint32_t n_nodes;
-	bool thissystem;		/* the topology is this machine's (not synthetic) */
-	bool binds;			/* thissystem and more than one node (or the test hook) */
-	hwloc_obj_t node[KVP_MAX_ARENAS];	/* NULL: the pseudo-node of a node-less topology */
+	bool thissystem;		  /* the topology is this machine's (not synthetic) */
+	bool binds;			  /* thissystem and more than one node (or the test hook) */
+	hwloc_obj_t node[KVP_MAX_ARENAS]; /* NULL: the pseudo-node of a node-less topology */
 };
 
 int kvp_numa_open(struct kvp_numa **out, const char *synthetic)
@@ -31,31 +31,34 @@ int kvp_numa_open(struct kvp_numa **out, const char *synthetic)
 	if (!n)
 		return -ENOMEM;
 	if (hwloc_topology_init(&n->topo) < 0) {
-		free(n);
-		return -ENOMEM;
+		r = -ENOMEM;
+		goto err_free;
 	}
 	if (synthetic && hwloc_topology_set_synthetic(n->topo, synthetic) < 0)
-		goto fail;
+		goto err_topology;
 	if (hwloc_topology_load(n->topo) < 0)
-		goto fail;
+		goto err_topology;
 	count = hwloc_get_nbobjs_by_type(n->topo, HWLOC_OBJ_NUMANODE);
 	if (count > KVP_MAX_ARENAS) {
 		r = -E2BIG;
-		goto fail;
+		goto err_topology;
 	}
 	if (count <= 0) {
 		n->n_nodes = 1;
 	} else {
 		n->n_nodes = (uint32_t)count;
 		for (int i = 0; i < count; i++)
-			n->node[i] = hwloc_get_obj_by_type(n->topo, HWLOC_OBJ_NUMANODE, (unsigned)i);
+			n->node[i] = hwloc_get_obj_by_type(n->topo, HWLOC_OBJ_NUMANODE,
+							   (unsigned)i);
 	}
 	n->thissystem = !synthetic && hwloc_topology_is_thissystem(n->topo);
 	n->binds = n->thissystem && n->n_nodes > 1;
 	*out = n;
 	return 0;
-fail:
+
+err_topology:
 	hwloc_topology_destroy(n->topo);
+err_free:
 	free(n);
 	return r;
 }
@@ -129,8 +132,7 @@ int kvp_numa_bind(const struct kvp_numa *n, uint32_t node, void *addr, size_t le
 	 * would be pre-faulted on another node without a word; bound, pre-fault fails
 	 * with -ENOMEM instead, which the daemon reports.
 	 */
-	if (hwloc_set_area_membind(n->topo, addr, len, n->node[node]->nodeset,
-				   HWLOC_MEMBIND_BIND,
+	if (hwloc_set_area_membind(n->topo, addr, len, n->node[node]->nodeset, HWLOC_MEMBIND_BIND,
 				   HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_STRICT) < 0)
 		return errno ? -errno : -EIO;
 	return 0;

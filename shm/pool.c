@@ -20,14 +20,14 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "shm/bigalloc.h"
+#include "util/time.h"
 
 struct arena {
 	struct kvp_arena_range range;
-	uint32_t free_head;	/* KVP_BLOCK_NONE when empty */
-	uint32_t *heap;		/* eviction candidates, min-heap on last_use */
+	uint32_t free_head; /* KVP_BLOCK_NONE when empty */
+	uint32_t *heap;	    /* eviction candidates, min-heap on last_use */
 	uint32_t heap_len;
 	uint32_t n_free;
 	uint32_t n_used;
@@ -40,22 +40,14 @@ struct kvp_pool {
 	uint32_t n_blocks;
 	uint32_t n_arenas;
 	const struct kvp_numa *numa;
-	struct kvp_block *blocks;	/* n_blocks */
+	struct kvp_block *blocks; /* n_blocks */
 	struct arena arenas[KVP_MAX_ARENAS];
-	uint32_t *stash;		/* eviction scratch: TTL-live candidates set aside */
-	uint64_t tick;			/* LRU clock */
+	uint32_t *stash; /* eviction scratch: TTL-live candidates set aside */
+	uint64_t tick;	 /* LRU clock */
 	kvp_pool_evict_fn evictor;
 	void *evict_ctx;
 	uint64_t allocs, alloc_fails, alloc_remote, evictions, cow_copies;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static struct kvp_block *blk(const struct kvp_pool *p, uint32_t id)
 {
@@ -189,7 +181,7 @@ static uint32_t evict_from(struct kvp_pool *p, uint32_t ai, uint64_t now)
 
 		heap_remove(p, a, id);
 		if (p->blocks[id].ttl_deadline_ns > now) {
-			p->stash[n_stash++] = id;	/* still inside its TTL: skip, keep */
+			p->stash[n_stash++] = id; /* still inside its TTL: skip, keep */
 			continue;
 		}
 		victim = id;
@@ -210,7 +202,7 @@ static uint32_t evict_from(struct kvp_pool *p, uint32_t ai, uint64_t now)
 	free_push(p, victim);
 	if (parent != KVP_BLOCK_NONE) {
 		p->blocks[parent].n_children--;
-		lru_sync(p, parent);	/* it may have just become a leaf */
+		lru_sync(p, parent); /* it may have just become a leaf */
 	}
 	p->evictions++;
 	return victim;
@@ -219,7 +211,7 @@ static uint32_t evict_from(struct kvp_pool *p, uint32_t ai, uint64_t now)
 long kvp_pool_evict(struct kvp_pool *p, int node)
 {
 	uint32_t start = node < 0 ? 0 : (uint32_t)node;
-	uint64_t now = now_ns();
+	uint64_t now = kvp_now_ns();
 
 	if (node >= (int)p->n_arenas)
 		return -EINVAL;
@@ -262,7 +254,7 @@ int kvp_pool_alloc(struct kvp_pool *p, int node, uint32_t *id)
 	return 0;
 }
 
-int kvp_pool_get(struct kvp_pool *p, uint32_t id)
+int kvp_pool_ref(struct kvp_pool *p, uint32_t id)
 {
 	struct kvp_block *b = blk(p, id);
 
@@ -280,7 +272,7 @@ int kvp_pool_get(struct kvp_pool *p, uint32_t id)
 	return 0;
 }
 
-int kvp_pool_put(struct kvp_pool *p, uint32_t id)
+int kvp_pool_unref(struct kvp_pool *p, uint32_t id)
 {
 	struct kvp_block *b = blk(p, id);
 	struct arena *a;
@@ -318,7 +310,7 @@ int kvp_pool_cow(struct kvp_pool *p, uint32_t id, int node, uint32_t *out_id)
 	if (r < 0)
 		return r;
 	memcpy(kvp_pool_data(p, copy), kvp_pool_data(p, id), p->geom.block_bytes);
-	kvp_pool_put(p, id);
+	kvp_pool_unref(p, id);
 	p->cow_copies++;
 	*out_id = copy;
 	return 1;
@@ -411,9 +403,9 @@ static int bind_arenas(struct kvp_pool *p)
 	for (uint32_t i = 0; i < p->n_arenas; i++) {
 		const struct kvp_arena_range *r = &p->arenas[i].range;
 		size_t start = i ? s->data_offset + (size_t)r->first * p->geom.block_stride : 0;
-		size_t end = i + 1 < p->n_arenas ?
-			s->data_offset + (size_t)(r->first + r->count) * p->geom.block_stride :
-			s->bytes;
+		size_t end = i + 1 < p->n_arenas ? s->data_offset + (size_t)(r->first + r->count) *
+									    p->geom.block_stride :
+						   s->bytes;
 		int err;
 
 		start -= start % s->page_bytes;
@@ -425,6 +417,15 @@ static int bind_arenas(struct kvp_pool *p)
 			return err;
 	}
 	return 0;
+}
+
+/* The block metadata, the arenas' heaps and the stash (NULLs are fine). */
+static void free_arrays(struct kvp_pool *p)
+{
+	for (uint32_t i = 0; i < p->n_arenas; i++)
+		free(p->arenas[i].heap);
+	free(p->stash);
+	free(p->blocks);
 }
 
 int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
@@ -441,18 +442,18 @@ int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 		return -ENOMEM;
 	r = kvp_geom_init(&p->geom, &cfg->shape);
 	if (r < 0)
-		goto fail;
+		goto err_free;
 	p->n_blocks = cfg->n_blocks;
 	p->numa = cfg->numa;
 	p->n_arenas = cfg->numa ? kvp_numa_n_nodes(cfg->numa) : 1;
 	r = kvp_numa_split(p->n_blocks, p->n_arenas, ranges);
 	if (r < 0)
-		goto fail;
+		goto err_free;
 
 	p->blocks = kvp_big_calloc(p->n_blocks, sizeof(*p->blocks));
 	if (!p->blocks) {
 		r = -ENOMEM;
-		goto fail;
+		goto err_free;
 	}
 	for (uint32_t i = 0; i < p->n_arenas; i++) {
 		struct arena *a = &p->arenas[i];
@@ -462,7 +463,7 @@ int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 		a->heap = malloc(((size_t)a->range.count + 1) * sizeof(*a->heap));
 		if (!a->heap) {
 			r = -ENOMEM;
-			goto fail;
+			goto err_arrays;
 		}
 		if (a->range.count > max_arena)
 			max_arena = a->range.count;
@@ -478,29 +479,34 @@ int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 	p->stash = malloc(((size_t)max_arena + 1) * sizeof(*p->stash));
 	if (!p->stash) {
 		r = -ENOMEM;
-		goto fail;
+		goto err_arrays;
 	}
 
 	r = kvp_segment_open(&p->seg, &p->geom, p->n_blocks, cfg->pages, cfg->name);
 	if (r < 0)
-		goto fail;
+		goto err_arrays;
 	if (p->numa) {
 		r = bind_arenas(p);
 		if (r < 0)
-			goto fail;
+			goto err_segment;
 	}
 	if (!cfg->no_prefault) {
 		r = kvp_segment_prefault(p->seg);
 		if (r < 0)
-			goto fail;
+			goto err_segment;
 	}
 	r = kvp_segment_seal(p->seg);
 	if (r < 0)
-		goto fail;
+		goto err_segment;
 	*out = p;
 	return 0;
-fail:
-	kvp_pool_free(p);
+
+err_segment:
+	kvp_segment_close(p->seg);
+err_arrays:
+	free_arrays(p);
+err_free:
+	free(p);
 	return r;
 }
 
@@ -509,10 +515,7 @@ void kvp_pool_free(struct kvp_pool *p)
 	if (!p)
 		return;
 	kvp_segment_close(p->seg);
-	for (uint32_t i = 0; i < p->n_arenas; i++)
-		free(p->arenas[i].heap);
-	free(p->stash);
-	free(p->blocks);
+	free_arrays(p);
 	free(p);
 }
 

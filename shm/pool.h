@@ -109,21 +109,21 @@ struct kvp_pool_config {
 
 /* Per-arena counts; free + used + cached == n_blocks of the arena. */
 struct kvp_arena_stats {
-	uint32_t node_os_index;	/* kernel NUMA node (0 without a topology) */
+	uint32_t node_os_index; /* kernel NUMA node (0 without a topology) */
 	uint32_t first;		/* first block id of the arena */
 	uint32_t n_blocks;
-	uint32_t free;		/* on the free list */
-	uint32_t used;		/* refcount > 0 */
-	uint32_t cached;	/* cached with refcount 0 (evictable unless pinned/TTL) */
+	uint32_t free;	 /* on the free list */
+	uint32_t used;	 /* refcount > 0 */
+	uint32_t cached; /* cached with refcount 0 (evictable unless pinned/TTL) */
 };
 
 /* Pool counters for the status socket; totals since the pool was made. */
 struct kvp_pool_stats {
 	uint32_t n_arenas;
-	uint32_t page_kind;	/* enum kvp_page_kind */
-	uint64_t allocs;	/* successful kvp_pool_alloc() */
-	uint64_t alloc_fails;	/* -ENOMEM returned */
-	uint64_t alloc_remote;	/* allocations served by a node other than the preferred */
+	uint32_t page_kind;    /* enum kvp_page_kind */
+	uint64_t allocs;       /* successful kvp_pool_alloc() */
+	uint64_t alloc_fails;  /* -ENOMEM returned */
+	uint64_t alloc_remote; /* allocations served by a node other than the preferred */
 	uint64_t evictions;
 	uint64_t cow_copies;
 	struct kvp_arena_stats arena[KVP_MAX_ARENAS];
@@ -161,19 +161,19 @@ void kvp_pool_free(struct kvp_pool *pool);
 int kvp_pool_alloc(struct kvp_pool *pool, int node, uint32_t *id);
 
 /**
- * kvp_pool_get() - one more reference on a used or cached block
+ * kvp_pool_ref() - one more reference on a used or cached block
  * A cached unreferenced block leaves the eviction candidates and counts as used.
  * Return: 0; -EINVAL for a bad or free @id; -EOVERFLOW at UINT32_MAX references.
  */
-int kvp_pool_get(struct kvp_pool *pool, uint32_t id);
+int kvp_pool_ref(struct kvp_pool *pool, uint32_t id);
 
 /**
- * kvp_pool_put() - drop one reference
+ * kvp_pool_unref() - drop one reference
  * At zero, an uncached block returns to its arena's free list, a cached one becomes an
  * eviction candidate (most recently used).
- * Return: 0, or -EINVAL for a bad id or a block with no reference (a double put).
+ * Return: 0, or -EINVAL for a bad id or a block with no reference (a double unref).
  */
-int kvp_pool_put(struct kvp_pool *pool, uint32_t id);
+int kvp_pool_unref(struct kvp_pool *pool, uint32_t id);
 
 /**
  * kvp_pool_cow() - make sure the caller's reference is to a block nobody else sees
@@ -191,7 +191,7 @@ int kvp_pool_cow(struct kvp_pool *pool, uint32_t id, int node, uint32_t *out_id)
 
 /*
  * Pin / unpin a used or cached block (leases).  A pin keeps a cached block from eviction;
- * it is not a reference: an uncached block is freed at its last kvp_pool_put() whatever
+ * it is not a reference: an uncached block is freed at its last kvp_pool_unref() whatever
  * its pins, and they go with it (a lease holds a reference besides its pin).
  * Return 0, -EINVAL (bad id, free block, unpin without a pin), or -EOVERFLOW.
  */

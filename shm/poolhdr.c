@@ -26,7 +26,7 @@ int kvp_pool_header_check(const struct kvp_pool_header *hdr, size_t seg_bytes,
 		return -EINVAL;
 	/* the page size follows from the kind; blocks and the segment end on page bounds */
 	if (hdr->page_bytes != (hdr->page_kind == KVP_PAGE_HUGETLB_2M ? KVP_HUGE_PAGE_BYTES :
-				KVP_SMALL_PAGE_BYTES) ||
+									KVP_SMALL_PAGE_BYTES) ||
 	    hdr->data_offset % hdr->page_bytes || seg_bytes % hdr->page_bytes)
 		return -EINVAL;
 	if (__builtin_mul_overflow((uint64_t)hdr->n_blocks, hdr->block_stride, &end) ||

@@ -6,7 +6,7 @@
  * and data_offset + n_blocks * block_stride <= bytes; the fd is never resized after
  * creation (sealed against it once kvp_segment_seal() ran); our mapping is the only
  * writable one that can ever exist once sealed.  Only a memfd can be sealed, and it
- * leaves no name behind in /dev/shm after a crash (ARCHITECTURE.md).
+ * leaves no name behind in /dev/shm after a crash (docs/architecture.md).
  *
  * Thread: created, faulted and sealed by one thread at start; see segment.h.
  */
@@ -24,7 +24,7 @@
 #include <linux/memfd.h>
 
 #ifndef MFD_NOEXEC_SEAL
-#define MFD_NOEXEC_SEAL 0x0008u	/* Linux 6.3; older kernels refuse it with EINVAL */
+#define MFD_NOEXEC_SEAL 0x0008u /* Linux 6.3; older kernels refuse it with EINVAL */
 #endif
 
 /* memfd_create(2): longer names are EINVAL, which must not read as "no hugetlb" */
@@ -150,7 +150,7 @@ static int try_map(struct kvp_segment *seg, const char *name, enum kvp_page_kind
 		goto err_unmap;
 	}
 	if (kind == KVP_PAGE_4K)
-		(void)madvise(p, bytes, MADV_NOHUGEPAGE);	/* "off" means off; may be unsupported */
+		(void)madvise(p, bytes, MADV_NOHUGEPAGE); /* "off" means off; may be unsupported */
 	seg->fd = fd;
 	seg->base = p;
 	seg->bytes = bytes;

@@ -31,7 +31,7 @@
 
 #include "kvpool/layout.h"
 #include "shm/geom.h"
-#include "shm/poolhdr.h"	/* KVP_*_PAGE_BYTES; kvp_pool_header_check() */
+#include "shm/poolhdr.h" /* KVP_*_PAGE_BYTES; kvp_pool_header_check() */
 
 /* How hard to try for huge pages (config "pool_pages = auto|require|off"). */
 enum kvp_page_mode {

@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <grp.h>
 #include <ini.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -26,27 +25,29 @@
 #include "compute/model.h"
 #include "kvpool/layout.h"
 #include "svc/log.h"
+#include "util/errmsg.h"
+#include "util/parse.h"
 
 enum key_type {
-	T_PATH,		/* char[PATH_MAX] or char[SOCK_MAX]: size in .cap */
-	T_NAME,		/* short string: size in .cap */
-	T_U32,		/* [min, max] */
-	T_SIZE,		/* bytes with suffix, [min, max] */
-	T_HUGE,		/* auto|require|off */
-	T_DTYPE,	/* f32|f16|bf16 */
-	T_LEVEL,	/* log level */
-	T_BOOL,		/* yes/no, true/false, on/off, 1/0 */
-	T_WEIGHTS,	/* copy|map: enum kvp_model_weights */
+	T_PATH,	   /* char[PATH_MAX] or char[SOCK_MAX]: size in .cap */
+	T_NAME,	   /* short string: size in .cap */
+	T_U32,	   /* [min, max] */
+	T_SIZE,	   /* bytes with suffix, [min, max] */
+	T_HUGE,	   /* auto|require|off */
+	T_DTYPE,   /* f32|f16|bf16 */
+	T_LEVEL,   /* log level */
+	T_BOOL,	   /* yes/no, true/false, on/off, 1/0 */
+	T_WEIGHTS, /* copy|map: enum kvp_model_weights */
 };
 
 struct key_def {
 	const char *section;
 	const char *key;
-	const char *flag;	/* long flag without "--", or NULL */
+	const char *flag; /* long flag without "--", or NULL */
 	enum key_type type;
 	size_t off;
-	size_t cap;		/* strings: buffer size; sizes: 8 for a uint64_t field, else 4 */
-	uint64_t min, max;	/* numbers */
+	size_t cap;	   /* strings: buffer size; sizes: 8 for a uint64_t field, else 4 */
+	uint64_t min, max; /* numbers */
 	const char *help;
 };
 
@@ -65,11 +66,11 @@ static const struct key_def keys[] = {
 	{ "daemon", "drain_timeout_ms", "drain-timeout-ms", T_U32, OFF(drain_timeout_ms), 0, 0,
 	  3600000, "on SIGTERM, time running requests get to finish before they are cancelled" },
 	{ "daemon", "weights", "weights", T_WEIGHTS, OFF(weights), 0, 0, 0,
-	  "copy: copied at start into huge-page memory: decode ~1.1-1.25x faster, no extra\n"
-	  "memory, but a slower start (demo +0.2-2 s, a 1B model +1.7-13 s), the right trade\n"
-	  "for a long-running daemon; map: used in place from the file, the fastest start" },
-	{ "pool", "size", "pool-size", T_SIZE, OFF(pool_bytes), CAP(pool_bytes), 1ull << 20, 1ull << 40,
-	  "KV block pool size (K, M, G, T suffixes)" },
+	  "copy: copied at start into huge-page memory: faster decode, no extra memory, but a\n"
+	  "slower start (docs/daemon.md has figures), the right trade for a\n"
+	  "long-running daemon; map: used in place from the file, the fastest start" },
+	{ "pool", "size", "pool-size", T_SIZE, OFF(pool_bytes), CAP(pool_bytes), 1ull << 20,
+	  1ull << 40, "KV block pool size (K, M, G, T suffixes)" },
 	{ "pool", "block_size", "block-size", T_U32, OFF(block_tokens), 0, 1, 1024,
 	  "tokens per KV block (a power of two)" },
 	{ "pool", "huge_pages", "huge-pages", T_HUGE, OFF(huge_pages), 0, 0, 0,
@@ -78,60 +79,51 @@ static const struct key_def keys[] = {
 	  "element type of stored K/V: f32|f16|bf16" },
 	{ "server", "socket", "socket", T_PATH, OFF(socket_path), CAP(socket_path), 0, 0,
 	  "request socket" },
-	{ "server", "status_socket", "status-socket", T_PATH, OFF(status_path), CAP(status_path),
-	  0, 0, "status socket; empty: none" },
-	{ "server", "socket_group", "socket-group", T_NAME, OFF(socket_group), CAP(socket_group),
-	  0, 0, "group owning the request socket (mode 0660); empty: the daemon's" },
-	{ "server", "status_group", "status-group", T_NAME, OFF(status_group), CAP(status_group),
-	  0, 0, "group owning the status socket; empty: the daemon's" },
-	{ "server", "max_frame_bytes", "max-frame-bytes", T_SIZE, OFF(max_frame_bytes), CAP(max_frame_bytes), 4096,
-	  64ull << 20, "largest frame accepted, header included" },
+	{ "server", "status_socket", "status-socket", T_PATH, OFF(status_path), CAP(status_path), 0,
+	  0, "status socket; empty: none" },
+	{ "server", "socket_group", "socket-group", T_NAME, OFF(socket_group), CAP(socket_group), 0,
+	  0, "group owning the request socket (mode 0660); empty: the daemon's" },
+	{ "server", "status_group", "status-group", T_NAME, OFF(status_group), CAP(status_group), 0,
+	  0, "group owning the status socket; empty: the daemon's" },
+	{ "server", "max_frame_bytes", "max-frame-bytes", T_SIZE, OFF(max_frame_bytes),
+	  CAP(max_frame_bytes), 4096, 64ull << 20, "largest frame accepted, header included" },
 	{ "server", "max_conns", "max-conns", T_U32, OFF(max_conns), 0, 1, 65536,
 	  "connections at once" },
 	{ "server", "max_reqs_per_conn", "max-reqs-per-conn", T_U32, OFF(max_reqs_per_conn), 0, 1,
 	  4096, "requests in flight per connection" },
-	{ "server", "outq_bytes", "outq-bytes", T_SIZE, OFF(outq_bytes), CAP(outq_bytes), 4096, 1ull << 30,
-	  "unsent output a connection may queue before it is dropped" },
+	{ "server", "outq_bytes", "outq-bytes", T_SIZE, OFF(outq_bytes), CAP(outq_bytes), 4096,
+	  1ull << 30, "unsent output a connection may queue before it is dropped" },
 	{ "limits", "max_prompt_tokens", "max-prompt-tokens", T_U32, OFF(max_prompt_tokens), 0, 1,
 	  1u << 20, "prompt tokens (or text bytes) in one request" },
-	{ "limits", "max_new_tokens", "max-new-tokens", T_U32, OFF(max_new_tokens), 0, 1,
-	  1u << 20, "tokens one request may generate" },
+	{ "limits", "max_new_tokens", "max-new-tokens", T_U32, OFF(max_new_tokens), 0, 1, 1u << 20,
+	  "tokens one request may generate" },
 	{ "scheduler", "max_running", "max-running", T_U32, OFF(max_running), 0, 1, 4096,
 	  "sequences decoded together" },
 	{ "scheduler", "max_queued", "max-queued", T_U32, OFF(max_queued), 0, 1, 1u << 20,
 	  "requests waiting for admission before new ones are refused (BUSY)" },
 	{ "scheduler", "ignore_eos", "ignore-eos", T_BOOL, OFF(ignore_eos), 0, 0, 0,
 	  "generate max_new_tokens every time, never stopping at EOS (load tests)" },
-	{ "scheduler", "prefill_chunk_tokens", "prefill-chunk", T_U32, OFF(prefill_chunk_tokens),
-	  0, 1, 1u << 16, "prefill tokens computed per engine step, between decode steps" },
+	{ "scheduler", "prefill_chunk_tokens", "prefill-chunk", T_U32, OFF(prefill_chunk_tokens), 0,
+	  1, 1u << 16, "prefill tokens computed per engine step, between decode steps" },
 };
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
 static const char *const huge_names[] = {
-	[KVP_HUGE_AUTO] = "auto", [KVP_HUGE_REQUIRE] = "require", [KVP_HUGE_OFF] = "off",
+	[KVP_HUGE_AUTO] = "auto",
+	[KVP_HUGE_REQUIRE] = "require",
+	[KVP_HUGE_OFF] = "off",
 };
 static const char *const dtype_names[] = {
-	[KVP_DTYPE_F32] = "f32", [KVP_DTYPE_F16] = "f16", [KVP_DTYPE_BF16] = "bf16",
+	[KVP_DTYPE_F32] = "f32",
+	[KVP_DTYPE_F16] = "f16",
+	[KVP_DTYPE_BF16] = "bf16",
 };
 static_assert(sizeof(dtype_names) / sizeof(dtype_names[0]) == KVP_DTYPE__COUNT, "all dtypes");
 static const char *const weights_names[] = {
-	[KVP_MODEL_WEIGHTS_MAP] = "map", [KVP_MODEL_WEIGHTS_COPY] = "copy",
+	[KVP_MODEL_WEIGHTS_MAP] = "map",
+	[KVP_MODEL_WEIGHTS_COPY] = "copy",
 };
-
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t cap, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !cap)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, cap, fmt, ap);
-	va_end(ap);
-}
 
 void kvp_config_defaults(struct kvp_config *c)
 {
@@ -158,54 +150,6 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->max_running = 64;
 	c->max_queued = 1024;
 	c->prefill_chunk_tokens = 256;
-}
-
-int kvp_parse_size(const char *s, uint64_t *out)
-{
-	unsigned long long v;
-	unsigned int shift = 0;
-	char *end;
-
-	if (!s || *s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno == ERANGE)
-		return -ERANGE;
-	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case 't': case 'T': shift = 40; end++; break;
-	default: break;
-	}
-	if (shift && (!strcmp(end, "iB") || !strcmp(end, "B")))
-		end += strlen(end);
-	else if (!shift && !strcmp(end, "B"))
-		end++;
-	if (*end)
-		return -EINVAL;
-	if (shift && v > (UINT64_MAX >> shift))
-		return -ERANGE;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	if (*s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno == ERANGE)
-		return -ERANGE;
-	if (*end)
-		return -EINVAL;
-	*out = v;
-	return 0;
 }
 
 static int lookup_name(const char *const *names, size_t n, const char *s, uint32_t *out)
@@ -245,23 +189,27 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 	case T_PATH:
 	case T_NAME:
 		if (strlen(value) >= k->cap) {
-			set_err(err, cap, "too long (at most %zu bytes)", k->cap - 1);
+			kvp_errmsg(err, cap, "too long (at most %zu bytes)", k->cap - 1);
 			return -EINVAL;
 		}
 		strcpy(field, value);
 		return 0;
 	case T_U32:
 	case T_SIZE:
-		r = k->type == T_U32 ? parse_u64(value, &v) : kvp_parse_size(value, &v);
+		r = k->type == T_U32 ? kvp_parse_u64(value, 0, UINT64_MAX, &v) :
+				       kvp_parse_size(value, &v);
 		if (r < 0) {
-			set_err(err, cap, k->type == T_U32 ? "'%s' is not a whole number" :
-				"'%s' is not a size (a number with an optional K, M, G or T suffix)",
+			kvp_errmsg(
+				err, cap,
+				k->type == T_U32 ?
+					"'%s' is not a whole number" :
+					"'%s' is not a size (a number with an optional K, M, G or T suffix)",
 				value);
 			return -EINVAL;
 		}
 		if (v < k->min || v > k->max) {
-			set_err(err, cap, "%s is out of range [%llu, %llu]", value,
-				(unsigned long long)k->min, (unsigned long long)k->max);
+			kvp_errmsg(err, cap, "%s is out of range [%llu, %llu]", value,
+				   (unsigned long long)k->min, (unsigned long long)k->max);
 			return -EINVAL;
 		}
 		if (k->cap == sizeof(uint64_t))
@@ -271,14 +219,14 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 		return 0;
 	case T_HUGE:
 		if (lookup_name(huge_names, 3, value, &e) < 0) {
-			set_err(err, cap, "'%s' is not one of auto, require, off", value);
+			kvp_errmsg(err, cap, "'%s' is not one of auto, require, off", value);
 			return -EINVAL;
 		}
 		*(uint32_t *)field = e;
 		return 0;
 	case T_DTYPE:
 		if (lookup_name(dtype_names, KVP_DTYPE__COUNT, value, &e) < 0) {
-			set_err(err, cap, "'%s' is not one of f32, f16, bf16", value);
+			kvp_errmsg(err, cap, "'%s' is not one of f32, f16, bf16", value);
 			return -EINVAL;
 		}
 		*(uint32_t *)field = e;
@@ -286,7 +234,7 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 	case T_WEIGHTS:
 		/* index 0 (KVP_MODEL_WEIGHTS_DEFAULT) has no name: never stored */
 		if (lookup_name(weights_names, 3, value, &e) < 0) {
-			set_err(err, cap, "'%s' is not one of copy, map", value);
+			kvp_errmsg(err, cap, "'%s' is not one of copy, map", value);
 			return -EINVAL;
 		}
 		*(uint32_t *)field = e;
@@ -299,15 +247,17 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 			   !strcasecmp(value, "off") || !strcmp(value, "0")) {
 			*(bool *)field = false;
 		} else {
-			set_err(err, cap, "'%s' is not a boolean (yes, no, true, false, 1, 0)",
-				value);
+			kvp_errmsg(err, cap, "'%s' is not a boolean (yes, no, true, false, 1, 0)",
+				   value);
 			return -EINVAL;
 		}
 		return 0;
 	case T_LEVEL:
 		if (kvp_log_level_parse(value, &prio) < 0) {
-			set_err(err, cap, "'%s' is not a log level (err, warning, notice, info, "
-				"debug or 0..7)", value);
+			kvp_errmsg(err, cap,
+				   "'%s' is not a log level (err, warning, notice, info, "
+				   "debug or 0..7)",
+				   value);
 			return -EINVAL;
 		}
 		*(int *)field = prio;
@@ -324,12 +274,12 @@ int kvp_config_set(struct kvp_config *c, const char *section, const char *key, c
 	int r;
 
 	if (!k) {
-		set_err(err, cap, "%s%s%s: unknown key", section, *section ? "." : "", key);
+		kvp_errmsg(err, cap, "%s%s%s: unknown key", section, *section ? "." : "", key);
 		return -ENOENT;
 	}
 	r = apply(c, k, value, why, sizeof(why));
 	if (r < 0)
-		set_err(err, cap, "%s.%s: %s", section, key, why);
+		kvp_errmsg(err, cap, "%s.%s: %s", section, key, why);
 	return r;
 }
 
@@ -338,10 +288,10 @@ struct ini_ctx {
 	struct kvp_config *c;
 	FILE *f;
 	const char *path;
-	int line;		/* lines handed to inih so far: the current line */
-	int err_line;		/* first error's line, 0 = none */
+	int line;     /* lines handed to inih so far: the current line */
+	int err_line; /* first error's line, 0 = none */
 	char err[512];
-	char *buf;		/* getline buffer */
+	char *buf; /* getline buffer */
 	size_t buf_cap;
 	unsigned char seen[N_KEYS];
 };
@@ -375,7 +325,7 @@ static int ini_handle(void *user, const char *section, const char *name, const c
 	char why[256];
 
 	if (x->err_line)
-		return 1;	/* report the first error only; keep inih quiet */
+		return 1; /* report the first error only; keep inih quiet */
 	if (!k) {
 		x->err_line = x->line;
 		if (!*section)
@@ -415,23 +365,23 @@ int kvp_config_load_file(struct kvp_config *c, const char *path, bool must_exist
 			r = 0;
 			goto out_free;
 		}
-		set_err(err, cap, "%s: %s", path, strerror(-r));
+		kvp_errmsg(err, cap, "%s: %s", path, strerror(-r));
 		goto out_free;
 	}
 	/* a continuation line would silently glue two settings together */
 	ini_allow_multiline = false;
 	r = ini_parse_stream(ini_read, x, ini_handle, x);
 	if (r == 0 && !x->err_line && ferror(x->f)) {
-		set_err(err, cap, "%s: read error", path);
+		kvp_errmsg(err, cap, "%s: read error", path);
 		r = -EIO;
 	} else if (r != 0 || x->err_line) {
 		if (x->err_line)
-			set_err(err, cap, "%s:%d: %s", path, x->err_line, x->err);
+			kvp_errmsg(err, cap, "%s:%d: %s", path, x->err_line, x->err);
 		else if (r > 0)
-			set_err(err, cap, "%s:%d: syntax error (want [section] or key = value)",
-				path, r);
+			kvp_errmsg(err, cap, "%s:%d: syntax error (want [section] or key = value)",
+				   path, r);
 		else
-			set_err(err, cap, "%s: cannot parse (inih error %d)", path, r);
+			kvp_errmsg(err, cap, "%s: cannot parse (inih error %d)", path, r);
 		r = -EINVAL;
 	} else {
 		snprintf(c->config_path, sizeof(c->config_path), "%s", path);
@@ -448,7 +398,8 @@ static const struct key_def *find_flag(const char *name, size_t len)
 	size_t i;
 
 	for (i = 0; i < N_KEYS; i++)
-		if (keys[i].flag && strlen(keys[i].flag) == len && !strncmp(keys[i].flag, name, len))
+		if (keys[i].flag && strlen(keys[i].flag) == len &&
+		    !strncmp(keys[i].flag, name, len))
 			return &keys[i];
 	return NULL;
 }
@@ -502,25 +453,25 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 			return 0;
 		}
 		if (a[0] != '-' || a[1] != '-') {
-			set_err(err, cap, "%s: unexpected argument (try --help)", a);
+			kvp_errmsg(err, cap, "%s: unexpected argument (try --help)", a);
 			return -EINVAL;
 		}
 		if (is_flag(name, "foreground", len) || is_flag(name, "check-config", len)) {
 			if (eq) {
-				set_err(err, cap, "--%.*s takes no value", (int)len, name);
+				kvp_errmsg(err, cap, "--%.*s takes no value", (int)len, name);
 				return -EINVAL;
 			}
 			continue;
 		}
 		if (!is_flag(name, "config", len) && !is_flag(name, "set", len) &&
 		    !find_flag(name, len)) {
-			set_err(err, cap, "--%.*s: unknown flag (try --help)", (int)len, name);
+			kvp_errmsg(err, cap, "--%.*s: unknown flag (try --help)", (int)len, name);
 			return -EINVAL;
 		}
 		if (find_flag(name, len) && find_flag(name, len)->type == T_BOOL && !eq)
-			continue;	/* a bare boolean flag means yes */
+			continue; /* a bare boolean flag means yes */
 		if (flag_value(argc, argv, &i, eq, &value) < 0) {
-			set_err(err, cap, "--%.*s: needs a value", (int)len, name);
+			kvp_errmsg(err, cap, "--%.*s: needs a value", (int)len, name);
 			return -EINVAL;
 		}
 		if (is_flag(name, "config", len))
@@ -528,11 +479,11 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 	}
 
 	if (config && !*config) {
-		set_err(err, cap, "--config: empty path");
+		kvp_errmsg(err, cap, "--config: empty path");
 		return -EINVAL;
 	}
-	r = kvp_config_load_file(c, config ? config : KVP_CONFIG_DEFAULT_PATH, config != NULL,
-				 err, cap);
+	r = kvp_config_load_file(c, config ? config : KVP_CONFIG_DEFAULT_PATH, config != NULL, err,
+				 cap);
 	if (r < 0)
 		return r;
 
@@ -567,15 +518,16 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 			const char *veq = strchr(value, '=');
 
 			if (!dot || !veq || dot > veq || (size_t)(veq - value) >= sizeof(sk)) {
-				set_err(err, cap, "--set %s: want SECTION.KEY=VALUE", value);
+				kvp_errmsg(err, cap, "--set %s: want SECTION.KEY=VALUE", value);
 				return -EINVAL;
 			}
 			memcpy(sk, value, (size_t)(veq - value));
 			sk[veq - value] = '\0';
 			sk[dot - value] = '\0';
-			r = kvp_config_set(c, sk, sk + (dot - value) + 1, veq + 1, why, sizeof(why));
+			r = kvp_config_set(c, sk, sk + (dot - value) + 1, veq + 1, why,
+					   sizeof(why));
 			if (r < 0) {
-				set_err(err, cap, "--set: %s", why);
+				kvp_errmsg(err, cap, "--set: %s", why);
 				return -EINVAL;
 			}
 			continue;
@@ -583,7 +535,7 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 		k = find_flag(name, len);
 		r = apply(c, k, value, why, sizeof(why));
 		if (r < 0) {
-			set_err(err, cap, "--%s: %s", k->flag, why);
+			kvp_errmsg(err, cap, "--%s: %s", k->flag, why);
 			return r;
 		}
 	}
@@ -601,7 +553,7 @@ static int check_group(const char *name, const char *key, char *err, size_t cap)
 		return 0;
 	r = getgrnam_r(name, &gr, buf, sizeof(buf), &res);
 	if (r || !res) {
-		set_err(err, cap, "server.%s: no group named '%s'", key, name);
+		kvp_errmsg(err, cap, "server.%s: no group named '%s'", key, name);
 		return -EINVAL;
 	}
 	return 0;
@@ -609,39 +561,43 @@ static int check_group(const char *name, const char *key, char *err, size_t cap)
 
 int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 {
-	uint64_t hdr = 24 + 104;	/* frame header + GENERATE payload (proto.h) */
+	uint64_t hdr = 24 + 104; /* frame header + GENERATE payload (proto.h) */
 
 	if (!*c->socket_path) {
-		set_err(err, cap, "server.socket: must not be empty");
+		kvp_errmsg(err, cap, "server.socket: must not be empty");
 		return -EINVAL;
 	}
 	if (*c->status_path && !strcmp(c->status_path, c->socket_path)) {
-		set_err(err, cap, "server.status_socket: same path as server.socket");
+		kvp_errmsg(err, cap, "server.status_socket: same path as server.socket");
 		return -EINVAL;
 	}
 	if (!*c->model_path && !*c->state_dir) {
-		set_err(err, cap, "daemon.state_dir: needed for the demo model when daemon.model "
-			"is empty");
+		kvp_errmsg(err, cap,
+			   "daemon.state_dir: needed for the demo model when daemon.model "
+			   "is empty");
 		return -EINVAL;
 	}
 	if (c->block_tokens & (c->block_tokens - 1)) {
-		set_err(err, cap, "pool.block_size: %u is not a power of two", c->block_tokens);
+		kvp_errmsg(err, cap, "pool.block_size: %u is not a power of two", c->block_tokens);
 		return -EINVAL;
 	}
 	/* a GENERATE of max_prompt_tokens ids must fit in one frame */
 	if (hdr + 4ull * c->max_prompt_tokens > c->max_frame_bytes) {
-		set_err(err, cap, "server.max_frame_bytes: %u cannot carry limits.max_prompt_tokens "
-			"= %u (needs %llu)", c->max_frame_bytes, c->max_prompt_tokens,
-			(unsigned long long)(hdr + 4ull * c->max_prompt_tokens));
+		kvp_errmsg(err, cap,
+			   "server.max_frame_bytes: %u cannot carry limits.max_prompt_tokens "
+			   "= %u (needs %llu)",
+			   c->max_frame_bytes, c->max_prompt_tokens,
+			   (unsigned long long)(hdr + 4ull * c->max_prompt_tokens));
 		return -EINVAL;
 	}
 	if (c->outq_bytes < c->max_frame_bytes) {
-		set_err(err, cap, "server.outq_bytes: smaller than server.max_frame_bytes");
+		kvp_errmsg(err, cap, "server.outq_bytes: smaller than server.max_frame_bytes");
 		return -EINVAL;
 	}
 	if (c->max_running > c->max_conns * (uint64_t)c->max_reqs_per_conn) {
-		set_err(err, cap, "scheduler.max_running: %u exceeds max_conns x max_reqs_per_conn",
-			c->max_running);
+		kvp_errmsg(err, cap,
+			   "scheduler.max_running: %u exceeds max_conns x max_reqs_per_conn",
+			   c->max_running);
 		return -EINVAL;
 	}
 	if (check_group(c->socket_group, "socket_group", err, cap) < 0 ||
@@ -650,8 +606,7 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 	return 0;
 }
 
-static void value_text(const struct kvp_config *c, const struct key_def *k, char *buf,
-		       size_t cap)
+static void value_text(const struct kvp_config *c, const struct key_def *k, char *buf, size_t cap)
 {
 	const char *field = (const char *)c + k->off;
 	uint64_t v;

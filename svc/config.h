@@ -20,13 +20,13 @@
 #include <stdio.h>
 
 #define KVP_CONFIG_DEFAULT_PATH "/etc/kvpool/kvpoold.conf"
-#define KVP_CONFIG_SOCK_MAX 108		/* sizeof(sun_path), NUL included */
-#define KVP_CONFIG_NAME_MAX 64		/* group names */
+#define KVP_CONFIG_SOCK_MAX 108 /* sizeof(sun_path), NUL included */
+#define KVP_CONFIG_NAME_MAX 64	/* group names */
 
 enum kvp_huge_pages {
-	KVP_HUGE_AUTO = 0,	/* MFD_HUGETLB if reserved, else MADV_HUGEPAGE, else 4 KiB */
-	KVP_HUGE_REQUIRE,	/* MFD_HUGETLB or fail */
-	KVP_HUGE_OFF,		/* 4 KiB pages only */
+	KVP_HUGE_AUTO = 0, /* MFD_HUGETLB if reserved, else MADV_HUGEPAGE, else 4 KiB */
+	KVP_HUGE_REQUIRE,  /* MFD_HUGETLB or fail */
+	KVP_HUGE_OFF,	   /* 4 KiB pages only */
 };
 
 /**
@@ -98,10 +98,10 @@ struct kvp_config {
 
 /* What main() should do after kvp_config_parse_args(). */
 enum kvp_config_action {
-	KVP_CONFIG_RUN = 0,	/* start the daemon */
-	KVP_CONFIG_HELP,	/* --help: print kvp_config_usage() and exit 0 */
-	KVP_CONFIG_VERSION,	/* --version */
-	KVP_CONFIG_CHECK,	/* --check-config: validate, print the result, exit */
+	KVP_CONFIG_RUN = 0, /* start the daemon */
+	KVP_CONFIG_HELP,    /* --help: print kvp_config_usage() and exit 0 */
+	KVP_CONFIG_VERSION, /* --version */
+	KVP_CONFIG_CHECK,   /* --check-config: validate, print the result, exit */
 };
 
 /* Fill @c with the documented defaults. */
@@ -155,11 +155,5 @@ void kvp_config_usage(FILE *f);
 
 /* Print @c as an INI file that kvp_config_load_file() reads back to the same config. */
 void kvp_config_print(const struct kvp_config *c, FILE *f);
-
-/**
- * kvp_parse_size() - "512", "64K", "2G", "2MiB" -> bytes (powers of 1024)
- * Return: 0, -EINVAL for a malformed text, -ERANGE above UINT64_MAX.
- */
-int kvp_parse_size(const char *s, uint64_t *out);
 
 #endif /* KVP_SVC_CONFIG_H */

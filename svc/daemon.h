@@ -4,9 +4,10 @@
  * the NUMA topology, the pool and prefix index of each trust domain, the engine
  * (sched.h), the request/status server (ipc/server.h), sd_notify and the watchdog.
  *
- * Lifecycle: kvp_daemon_new() builds it all in order and binds the sockets;
- * kvp_daemon_run() sends READY=1, serves until SIGTERM/SIGINT, then drains;
- * kvp_daemon_free() tears down in reverse order.  main.c is just these three calls.
+ * Lifecycle: kvp_daemon_new() builds it all in order and binds the sockets (and on a
+ * failure undoes what it built); kvp_daemon_run() sends READY=1, serves until
+ * SIGTERM/SIGINT, then drains; kvp_daemon_free() tears down in reverse order.  main.c
+ * is just these three calls.
  *
  * Thread: the main thread builds and frees it and then becomes the loop thread; the
  * engine thread runs inside sched.c.
@@ -25,8 +26,10 @@ struct kvp_daemon;
  *
  * Installs the SIGTERM/SIGINT handler first: a stop requested while starting ends the
  * startup after the step in progress (no partial demo model is left behind).
+ * @out: out; the daemon, set only on success
  * Return: 0; -ECANCELED when a stop was requested while starting (logged; a clean
- * stop); or -errno after logging what failed and why.
+ * stop); or -errno after logging what failed and why.  Nothing is left to free after
+ * a failure.
  */
 int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg);
 

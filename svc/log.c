@@ -20,9 +20,9 @@ static int log_max_prio = LOG_INFO;
 static bool log_prefix = true;
 
 static const char *const level_names[] = {
-	[LOG_EMERG] = "emerg",	 [LOG_ALERT] = "alert", [LOG_CRIT] = "crit",
-	[LOG_ERR] = "err",	 [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
-	[LOG_INFO] = "info",	 [LOG_DEBUG] = "debug",
+	[LOG_EMERG] = "emerg", [LOG_ALERT] = "alert",	  [LOG_CRIT] = "crit",
+	[LOG_ERR] = "err",     [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
+	[LOG_INFO] = "info",   [LOG_DEBUG] = "debug",
 };
 static_assert(sizeof(level_names) / sizeof(level_names[0]) == LOG_DEBUG + 1, "one per level");
 
@@ -54,8 +54,9 @@ void kvp_log(int prio, const char *fmt, ...)
 	if (log_prefix)
 		n = snprintf(line, sizeof(line), "<%d>", prio & LOG_PRIMASK);
 	else
-		n = snprintf(line, sizeof(line), "kvpoold: %s%s", prio <= LOG_WARNING ?
-			     level_names[prio & LOG_PRIMASK] : "", prio <= LOG_WARNING ? ": " : "");
+		n = snprintf(line, sizeof(line), "kvpoold: %s%s",
+			     prio <= LOG_WARNING ? level_names[prio & LOG_PRIMASK] : "",
+			     prio <= LOG_WARNING ? ": " : "");
 	len = n > 0 ? (size_t)n : 0;
 	va_start(ap, fmt);
 	n = vsnprintf(line + len, sizeof(line) - len - 1, fmt, ap);

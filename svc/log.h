@@ -5,7 +5,8 @@
  *
  * Format of a message: "subsystem: what: why", lowercase, no trailing period.
  * The level and the prefix switch are set once by kvp_log_init() before any thread
- * starts (STYLE rule 7: the log level is the one allowed piece of global state).
+ * starts (the log level is the one piece of mutable global state kvpool allows:
+ * docs/architecture.md, Conventions).
  */
 #ifndef KVP_SVC_LOG_H
 #define KVP_SVC_LOG_H

@@ -22,7 +22,7 @@
 
 int main(int argc, char **argv)
 {
-	static struct kvp_config cfg;	/* 12 KiB of paths: keep it off the stack */
+	static struct kvp_config cfg; /* 12 KiB of paths: keep it off the stack */
 	enum kvp_config_action act;
 	struct kvp_daemon *d = NULL;
 	char err[1024];
@@ -59,10 +59,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	r = kvp_daemon_new(&d, &cfg);
-	if (r < 0) {
-		kvp_daemon_free(d);	/* whatever part was built */
-		return r == -ECANCELED ? 0 : 1;	/* SIGTERM while starting is a clean stop */
-	}
+	if (r < 0)
+		return r == -ECANCELED ? 0 : 1; /* SIGTERM while starting is a clean stop */
 	r = kvp_daemon_run(d);
 	kvp_daemon_free(d);
 	return r < 0 ? 1 : 0;

@@ -16,20 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int parse_u64_env(const char *s, uint64_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	if (!s || *s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
+#include "util/parse.h"
 
 int kvp_notify_open(struct kvp_notify *n)
 {
@@ -41,16 +28,17 @@ int kvp_notify_open(struct kvp_notify *n)
 
 	n->fd = -1;
 	n->watchdog_usec = 0;
-	if (wd && parse_u64_env(wd, &v) == 0 && v > 0) {
+	if (wd && kvp_parse_u64(wd, 0, UINT64_MAX, &v) == 0 && v > 0) {
 		uint64_t pid;
 
-		if (!wd_pid || (parse_u64_env(wd_pid, &pid) == 0 && pid == (uint64_t)getpid()))
+		if (!wd_pid ||
+		    (kvp_parse_u64(wd_pid, 0, UINT64_MAX, &pid) == 0 && pid == (uint64_t)getpid()))
 			n->watchdog_usec = v;
 	}
 	if (!path || !*path)
 		return 0;
 	if (path[0] != '/' && path[0] != '@')
-		return -EAFNOSUPPORT;	/* e.g. "vsock:": not for a local daemon */
+		return -EAFNOSUPPORT; /* e.g. "vsock:": not for a local daemon */
 	len = strlen(path);
 	if (len >= sizeof(n->addr.sun_path))
 		return -EINVAL;
@@ -58,7 +46,7 @@ int kvp_notify_open(struct kvp_notify *n)
 	n->addr.sun_family = AF_UNIX;
 	memcpy(n->addr.sun_path, path, len);
 	if (path[0] == '@')
-		n->addr.sun_path[0] = '\0';	/* abstract: no NUL terminator counted */
+		n->addr.sun_path[0] = '\0'; /* abstract: no NUL terminator counted */
 	n->addr_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len +
 				  (path[0] == '/' ? 1 : 0));
 	n->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

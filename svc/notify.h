@@ -31,7 +31,10 @@ struct kvp_notify {
 	uint64_t watchdog_usec;
 };
 
-#define KVP_NOTIFY_INIT { .fd = -1 }
+#define KVP_NOTIFY_INIT \
+	{ \
+		.fd = -1 \
+	}
 
 /**
  * kvp_notify_open() - read $NOTIFY_SOCKET, $WATCHDOG_USEC and $WATCHDOG_PID

@@ -52,7 +52,6 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -61,48 +60,47 @@
 #include <unistd.h>
 
 #include "compute/forward.h"
+#include "compute/gen.h"
 #include "compute/model.h"
 #include "compute/text/tokenizer.h"
+#include "util/stats.h"
+#include "util/time.h"
 
 #define TTFT_RING 1024u
 
 enum seq_state {
-	SEQ_QUEUED = 0,		/* waiting for admission */
-	SEQ_WAITING,		/* waiting for another sequence's prefix blocks */
-	SEQ_PREFILL,		/* admitted; prompt being computed */
-	SEQ_DECODE,		/* generating */
+	SEQ_QUEUED = 0, /* waiting for admission */
+	SEQ_WAITING,	/* waiting for another sequence's prefix blocks */
+	SEQ_PREFILL,	/* admitted; prompt being computed */
+	SEQ_DECODE,	/* generating */
 };
 
 /* One request.  Owned by the engine thread from the moment it is taken off the inbox. */
 struct seq {
-	struct seq *prev, *next;	/* in exactly one of queue, waiting, active */
+	struct seq *prev, *next; /* in exactly one of queue, waiting, active */
 	enum seq_state state;
 	uint64_t conn;
 	uint64_t req_id;
-	int32_t *prompt;
-	uint32_t n_prompt;
-	uint32_t max_new;
+	int32_t *prompt; /* owned; gen.prompt points at it */
 	bool no_cache;
 	struct kvp_prefix_key key;
 	struct kvp_sampler *sampler;
 
-	uint32_t *table;		/* block ids; cap_table entries */
+	uint32_t *table; /* block ids; cap_table entries */
 	uint32_t n_table;
-	uint32_t cap_table;		/* = blocks_for(n_prompt, max_new) */
-	uint32_t n_hit;			/* blocks from the lookup */
-	uint32_t n_indexed;		/* table[0..n_indexed) are in the index */
-	uint32_t n_created;		/* blocks this sequence inserted in the index */
+	uint32_t cap_table; /* = blocks_for(n_prompt, max_new) */
+	uint32_t n_hit;	    /* blocks from the lookup */
+	uint32_t n_indexed; /* table[0..n_indexed) are in the index */
+	uint32_t n_created; /* blocks this sequence inserted in the index */
 	bool publish_stopped;
-	uint32_t n_past;		/* positions whose K/V is in the table */
-	uint32_t reserved;		/* blocks it may still allocate */
-	int32_t last;			/* last sampled token */
-	uint32_t n_generated;
+	uint32_t reserved;  /* blocks it may still allocate */
+	struct kvp_gen gen; /* positions computed, tokens kept, text held */
 
-	struct seq *wait_on;		/* SEQ_WAITING: the sequence computing our prefix */
-	uint32_t wait_blocks;		/* ... wake when it has indexed this many blocks */
+	struct seq *wait_on;  /* SEQ_WAITING: the sequence computing our prefix */
+	uint32_t wait_blocks; /* ... wake when it has indexed this many blocks */
 
 	bool cancelled;
-	bool silent;			/* connection gone: end without events */
+	bool silent; /* connection gone: end without events */
 	uint32_t cancel_status;
 
 	uint64_t t_recv;
@@ -110,7 +108,6 @@ struct seq {
 	uint64_t t_first;
 	uint64_t t_last;
 	uint64_t prefill_ns;
-	struct kvp_utf8_stream utf8;
 };
 
 struct seq_list {
@@ -150,12 +147,12 @@ struct kvp_sched {
 	struct seq_list waiting;
 	struct seq_list active;
 	uint64_t reserved_total;
-	float *logits;			/* max_running * n_vocab */
-	struct kvp_fwd_seq *batch;	/* max_running */
+	float *logits;		   /* max_running * n_vocab */
+	struct kvp_fwd_seq *batch; /* max_running */
 	struct seq **batch_seq;
-	struct kvp_sched_stats st;	/* engine's own copy, published to snap */
-	double ttft_ring[TTFT_RING];	/* TTFT of the last TTFT_RING requests, ms */
-	uint64_t ttft_n;		/* samples ever taken; the next goes to % TTFT_RING */
+	struct kvp_sched_stats st;   /* engine's own copy, published to snap */
+	double ttft_ring[TTFT_RING]; /* TTFT of the last TTFT_RING requests, ms */
+	uint64_t ttft_n;	     /* samples ever taken; the next goes to % TTFT_RING */
 	bool ev_pushed;
 
 	/* inbox: loop -> engine */
@@ -169,7 +166,7 @@ struct kvp_sched {
 	pthread_cond_t ev_space;
 	struct kvp_sched_event *ev;
 	uint32_t ev_cap;
-	uint32_t ev_head;		/* next to take */
+	uint32_t ev_head; /* next to take */
 	uint32_t ev_count;
 	bool loop_gone;
 
@@ -187,19 +184,6 @@ struct kvp_sched {
 	atomic_uint_fast64_t outstanding;
 	atomic_bool draining;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static double ns_to_ms(uint64_t ns)
-{
-	return (double)ns / 1e6;
-}
 
 static void list_add_tail(struct seq_list *l, struct seq *q)
 {
@@ -283,11 +267,13 @@ static void push_event(struct kvp_sched *s, const struct kvp_sched_event *e)
 	pthread_mutex_unlock(&s->ev_lock);
 }
 
-static void emit_error(struct kvp_sched *s, struct seq *q, enum kvp_status status,
-		       const char *msg)
+static void emit_error(struct kvp_sched *s, struct seq *q, enum kvp_status status, const char *msg)
 {
-	struct kvp_sched_event e = { .type = KVP_SCHED_EV_ERROR, .token = -1,
-				     .status = status, .conn = q->conn, .req_id = q->req_id };
+	struct kvp_sched_event e = { .type = KVP_SCHED_EV_ERROR,
+				     .token = -1,
+				     .status = status,
+				     .conn = q->conn,
+				     .req_id = q->req_id };
 	size_t n = strlen(msg);
 
 	if (q->silent)
@@ -299,67 +285,59 @@ static void emit_error(struct kvp_sched *s, struct seq *q, enum kvp_status statu
 	push_event(s, &e);
 }
 
-/*
- * Bytes of a token's piece per TOKEN event.  kvp_utf8_feed() needs room for 3 bytes out
- * per byte in, plus 3 (every invalid byte becomes U+FFFD, and a held partial character
- * may be cut short), so a slice of n bytes needs 3n + 3 <= KVP_SCHED_EV_TEXT.
- */
-#define PIECE_SLICE ((KVP_SCHED_EV_TEXT - 3) / 3)
-static_assert(3 * PIECE_SLICE + 3 <= KVP_SCHED_EV_TEXT && PIECE_SLICE >= 4, "slice fits");
-
-/* TOKEN event(s) for @token: its text goes through the UTF-8 holder. */
+/* TOKEN event(s) for kept @token: its text in slices that fit an event. */
 static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 {
-	struct kvp_sched_event e = { .type = KVP_SCHED_EV_TOKEN, .token = token,
-				     .conn = q->conn, .req_id = q->req_id };
-	size_t len = 0;
-	const char *piece = kvp_tokenizer_piece(s->cfg.tok, token, &len);
+	struct kvp_sched_event e = {
+		.type = KVP_SCHED_EV_TOKEN, .token = token, .conn = q->conn, .req_id = q->req_id
+	};
 	size_t off = 0;
-	int n;
+	bool more;
 
 	if (q->silent)
 		return;
-	/* long pieces go in slices small enough for kvp_utf8_feed()'s worst case */
 	do {
-		size_t take = len - off;
-
-		if (take > PIECE_SLICE)
-			take = PIECE_SLICE;
-		n = piece ? kvp_utf8_feed(&q->utf8, piece + off, take, e.text, sizeof(e.text)) : 0;
-		e.text_len = n > 0 ? (uint32_t)n : 0;
-		off += take;
+		e.text_len = (uint32_t)kvp_gen_text(&q->gen, token, &off, e.text, sizeof(e.text),
+						    &more);
 		push_event(s, &e);
-		e.token = -1;
-	} while (off < len);
+		e.token = -1; /* the id goes with the first slice only */
+	} while (more);
 }
 
 /* ---- engine thread: request end ---- */
 
 static void fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, struct kvp_usage *u)
 {
-	uint64_t t = now_ns();
-	uint32_t computed = q->n_past < q->n_prompt ? q->n_past : q->n_prompt;
+	uint64_t t = kvp_now_ns();
+	uint32_t computed = q->gen.n_past < q->gen.n_prompt ? q->gen.n_past : q->gen.n_prompt;
 
 	memset(u, 0, sizeof(*u));
-	u->prompt_tokens = q->n_prompt;
+	u->prompt_tokens = q->gen.n_prompt;
 	u->cached_tokens = q->n_hit * s->block_tokens;
 	u->cache_creation_tokens = q->n_created * s->block_tokens;
 	u->recomputed_tokens = computed > u->cached_tokens ? computed - u->cached_tokens : 0;
-	u->generated_tokens = q->n_generated;
+	u->generated_tokens = q->gen.n_generated;
 	u->status = status;
-	u->queue_ms = ns_to_ms((q->t_admit ? q->t_admit : t) - q->t_recv);
-	u->ttft_ms = q->t_first ? ns_to_ms(q->t_first - q->t_recv) : 0;
-	u->prefill_ms = ns_to_ms(q->prefill_ns);
-	u->decode_ms = q->t_first ? ns_to_ms(q->t_last - q->t_first) : 0;
+	u->queue_ms = kvp_ns_to_ms((q->t_admit ? q->t_admit : t) - q->t_recv);
+	u->ttft_ms = q->t_first ? kvp_ns_to_ms(q->t_first - q->t_recv) : 0;
+	u->prefill_ms = kvp_ns_to_ms(q->prefill_ns);
+	u->decode_ms = q->t_first ? kvp_ns_to_ms(q->t_last - q->t_first) : 0;
 }
 
-static void release_blocks(struct kvp_sched *s, struct seq *q)
+/* Drop @q's reference on every block of its table (hits included); the table is empty. */
+static void unref_table(struct kvp_sched *s, struct seq *q)
 {
 	uint32_t i;
 
 	for (i = 0; i < q->n_table; i++)
-		kvp_pool_put(s->cfg.pool, q->table[i]);
+		kvp_pool_unref(s->cfg.pool, q->table[i]);
 	q->n_table = 0;
+}
+
+/* ... and give back what it had reserved. */
+static void release_blocks(struct kvp_sched *s, struct seq *q)
+{
+	unref_table(s, q);
 	s->reserved_total -= q->reserved;
 	q->reserved = 0;
 }
@@ -377,16 +355,20 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 		if (as_error) {
 			emit_error(s, q, status, msg ? msg : "request failed");
 		} else {
-			struct kvp_sched_event e = { .type = KVP_SCHED_EV_TOKEN, .token = -1,
-						     .conn = q->conn, .req_id = q->req_id };
-			int n = kvp_utf8_flush(&q->utf8, e.text, sizeof(e.text));
+			struct kvp_sched_event e = { .type = KVP_SCHED_EV_TOKEN,
+						     .token = -1,
+						     .conn = q->conn,
+						     .req_id = q->req_id };
+			int n = kvp_gen_flush(&q->gen, e.text, sizeof(e.text));
 
 			if (n > 0) {
 				e.text_len = (uint32_t)n;
 				push_event(s, &e);
 			}
-			e = (struct kvp_sched_event){ .type = KVP_SCHED_EV_DONE, .token = -1,
-						      .conn = q->conn, .req_id = q->req_id };
+			e = (struct kvp_sched_event){ .type = KVP_SCHED_EV_DONE,
+						      .token = -1,
+						      .conn = q->conn,
+						      .req_id = q->req_id };
 			fill_usage(s, q, status, &e.usage);
 			push_event(s, &e);
 		}
@@ -445,13 +427,13 @@ static bool prefix_in_flight(struct kvp_sched *s, const struct seq *q, uint32_t 
 			     struct seq **owner, uint32_t *until)
 {
 	uint32_t bt = s->block_tokens;
-	uint32_t q_max = (q->n_prompt - 1) / bt;	/* most blocks a lookup can give @q */
+	uint32_t q_max = (q->gen.n_prompt - 1) / bt; /* most blocks a lookup can give @q */
 	struct seq *a;
 
 	if (h >= q_max)
 		return false;
 	for (a = s->active.first; a; a = a->next) {
-		uint32_t a_full = a->n_prompt / bt;
+		uint32_t a_full = a->gen.n_prompt / bt;
 		uint32_t limit;
 		uint32_t p;
 
@@ -472,15 +454,6 @@ static bool prefix_in_flight(struct kvp_sched *s, const struct seq *q, uint32_t 
 	return false;
 }
 
-static void put_hits(struct kvp_sched *s, struct seq *q)
-{
-	uint32_t i;
-
-	for (i = 0; i < q->n_table; i++)
-		kvp_pool_put(s->cfg.pool, q->table[i]);
-	q->n_table = 0;
-}
-
 static void admit(struct kvp_sched *s)
 {
 	struct seq *q = s->queue.first;
@@ -494,12 +467,12 @@ static void admit(struct kvp_sched *s)
 
 		if (!q->no_cache) {
 			n = kvp_index_lookup(s->cfg.index, &q->key, (const uint32_t *)q->prompt,
-					     q->n_prompt, q->table, q->cap_table);
+					     q->gen.n_prompt, q->table, q->cap_table);
 			if (n < 0)
-				n = 0;	/* a failed lookup is a miss */
+				n = 0; /* a failed lookup is a miss */
 			q->n_table = (uint32_t)n;
 			if (prefix_in_flight(s, q, (uint32_t)n, &owner, &until)) {
-				put_hits(s, q);
+				unref_table(s, q);
 				list_del(&s->queue, q);
 				q->state = SEQ_WAITING;
 				q->wait_on = owner;
@@ -512,21 +485,21 @@ static void admit(struct kvp_sched *s)
 		}
 		need = q->cap_table - (uint32_t)n;
 		if (need > pool_available(s)) {
-			put_hits(s, q);
-			break;	/* FIFO: the head waits for blocks */
+			unref_table(s, q);
+			break; /* FIFO: the head waits for blocks */
 		}
 		list_del(&s->queue, q);
 		q->n_hit = q->n_indexed = (uint32_t)n;
-		q->n_past = (uint32_t)n * s->block_tokens;
+		q->gen.n_past = (uint32_t)n * s->block_tokens;
 		q->reserved = (uint32_t)need;
 		s->reserved_total += need;
-		q->t_admit = now_ns();
+		q->t_admit = kvp_now_ns();
 		q->state = SEQ_PREFILL;
 		list_add_tail(&s->active, q);
 		if (!q->no_cache) {
 			s->st.lookups++;
-			s->st.lookup_tokens += q->n_prompt;
-			s->st.hit_tokens += q->n_past;
+			s->st.lookup_tokens += q->gen.n_prompt;
+			s->st.hit_tokens += q->gen.n_past;
 			if (n > 0)
 				s->st.hit_requests++;
 		}
@@ -577,7 +550,7 @@ static int ensure_blocks(struct kvp_sched *s, struct seq *q, uint32_t n_position
 		int r;
 
 		if (q->n_table >= q->cap_table || !q->reserved)
-			return -ENOSPC;	/* cannot happen: blocks_for() bounds positions */
+			return -ENOSPC; /* cannot happen: blocks_for() bounds positions */
 		r = kvp_pool_alloc(s->cfg.pool, KVP_NODE_ANY, &id);
 		if (r < 0)
 			return r;
@@ -592,7 +565,7 @@ static int ensure_blocks(struct kvp_sched *s, struct seq *q, uint32_t n_position
 static void publish_ready(struct kvp_sched *s, struct seq *q)
 {
 	uint32_t bt = s->block_tokens;
-	uint32_t filled = (q->n_past < q->n_prompt ? q->n_past : q->n_prompt) / bt;
+	uint32_t filled = (q->gen.n_past < q->gen.n_prompt ? q->gen.n_past : q->gen.n_prompt) / bt;
 
 	if (q->no_cache)
 		return;
@@ -609,10 +582,10 @@ static void publish_ready(struct kvp_sched *s, struct seq *q)
 			q->n_created++;
 		} else if (r == 1) {
 			/* computed twice after all (e.g. a lookup raced a prefill): share theirs */
-			kvp_pool_put(s->cfg.pool, q->table[i]);
+			kvp_pool_unref(s->cfg.pool, q->table[i]);
 			q->table[i] = out;
 		} else {
-			q->publish_stopped = true;	/* later blocks would have no parent */
+			q->publish_stopped = true; /* later blocks would have no parent */
 			break;
 		}
 		q->n_indexed++;
@@ -621,25 +594,22 @@ static void publish_ready(struct kvp_sched *s, struct seq *q)
 
 /*
  * @q sampled @token: emit it, end the request when it should stop.  EOS ends the
- * request without being sent or counted, as kvpool-run does offline.
+ * request without being sent or counted, as kvpool-run does offline (compute/gen.c).
  */
 static void took_token(struct kvp_sched *s, struct seq *q, int32_t token)
 {
-	uint64_t t = now_ns();
+	uint64_t t = kvp_now_ns();
+	enum kvp_gen_next next;
 
 	if (!q->t_first) {
 		q->t_first = t;
-		s->ttft_ring[s->ttft_n++ % TTFT_RING] = ns_to_ms(t - q->t_recv);
+		s->ttft_ring[s->ttft_n++ % TTFT_RING] = kvp_ns_to_ms(t - q->t_recv);
 	}
 	q->t_last = t;
-	if (s->eos >= 0 && token == s->eos) {
-		seq_end(s, q, KVP_OK, false, NULL);
-		return;
-	}
-	q->last = token;
-	q->n_generated++;
-	emit_token(s, q, token);
-	if (q->n_generated >= q->max_new)
+	next = kvp_gen_take(&q->gen, token);
+	if (next != KVP_GEN_EOS)
+		emit_token(s, q, token);
+	if (next != KVP_GEN_CONTINUE)
 		seq_end(s, q, KVP_OK, false, NULL);
 }
 
@@ -658,28 +628,24 @@ static void prefill_step(struct kvp_sched *s)
 			q = next;
 			continue;
 		}
-		n = q->n_prompt - q->n_past;
-		if (n > budget)
-			n = budget;
-		r = ensure_blocks(s, q, q->n_past + n);
+		n = kvp_gen_prefill_next(&q->gen, budget);
+		r = ensure_blocks(s, q, q->gen.n_past + n);
 		if (r < 0) {
 			seq_end(s, q, KVP_E_NOSPACE, true, "pool: no block for the prompt");
 			q = next;
 			continue;
 		}
-		t0 = now_ns();
-		r = kvp_fwd_prefill(s->fwd, &s->view, q->table, q->n_table, q->n_past,
-				    q->prompt + q->n_past, n, s->logits, 0);
-		q->prefill_ns += now_ns() - t0;
+		t0 = kvp_now_ns();
+		r = kvp_gen_prefill(&q->gen, s->fwd, &s->view, q->table, q->n_table, n, s->logits);
+		q->prefill_ns += kvp_now_ns() - t0;
 		if (r < 0) {
 			seq_end(s, q, KVP_E_INTERNAL, true, "engine: prefill failed");
 			q = next;
 			continue;
 		}
-		q->n_past += n;
 		budget -= n;
 		publish_ready(s, q);
-		if (q->n_past == q->n_prompt) {
+		if (kvp_gen_prefilled(&q->gen)) {
 			q->state = SEQ_DECODE;
 			took_token(s, q, kvp_sampler_sample(q->sampler, s->logits));
 		}
@@ -697,13 +663,12 @@ static void decode_step(struct kvp_sched *s)
 	for (q = s->active.first; q && n < s->cfg.max_running; q = q->next) {
 		if (q->state != SEQ_DECODE)
 			continue;
-		if (ensure_blocks(s, q, q->n_past + 1) < 0) {
-			q->cancelled = true;	/* ended by reap at the next step */
+		if (ensure_blocks(s, q, q->gen.n_past + 1) < 0) {
+			q->cancelled = true; /* ended by reap at the next step */
 			q->cancel_status = KVP_E_NOSPACE;
 			continue;
 		}
-		s->batch[n] = (struct kvp_fwd_seq){ .table = q->table, .n_table = q->n_table,
-						    .pos = q->n_past, .token = q->last };
+		s->batch[n] = kvp_gen_decode_seq(&q->gen, q->table, q->n_table);
 		s->batch_seq[n++] = q;
 	}
 	if (!n)
@@ -715,8 +680,9 @@ static void decode_step(struct kvp_sched *s)
 			seq_end(s, q, KVP_E_INTERNAL, true, "engine: decode failed");
 			continue;
 		}
-		q->n_past++;
-		took_token(s, q, kvp_sampler_sample(q->sampler, s->logits + (size_t)i * s->n_vocab));
+		kvp_gen_decoded(&q->gen);
+		took_token(s, q,
+			   kvp_sampler_sample(q->sampler, s->logits + (size_t)i * s->n_vocab));
 	}
 }
 
@@ -735,8 +701,7 @@ static struct seq *find_seq(struct kvp_sched *s, uint64_t conn, uint64_t req_id)
 	return NULL;
 }
 
-static void mark_all(struct seq_list *l, uint64_t conn, bool any_conn, uint32_t status,
-		     bool silent)
+static void mark_all(struct seq_list *l, uint64_t conn, bool any_conn, uint32_t status, bool silent)
 {
 	struct seq *q;
 
@@ -797,31 +762,11 @@ static void reap_list(struct kvp_sched *s, struct seq_list *l, bool admitted)
 
 			seq_end(s, q, q->cancel_status, as_error,
 				q->cancel_status == KVP_E_SHUTDOWN ? "daemon: shutting down" :
-				q->cancel_status == KVP_E_NOSPACE ? "pool: out of blocks" :
-				"request cancelled");
+				q->cancel_status == KVP_E_NOSPACE  ? "pool: out of blocks" :
+								     "request cancelled");
 		}
 		q = next;
 	}
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a;
-	double y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double pct_sorted(const double *v, uint32_t n, double p)
-{
-	uint32_t rank;
-
-	if (!n)
-		return 0;
-	rank = (uint32_t)ceil(p / 100.0 * n);
-	if (rank < 1)
-		rank = 1;
-	return v[rank - 1];
 }
 
 static void publish_stats(struct kvp_sched *s)
@@ -911,7 +856,8 @@ static void *engine_main(void *arg)
 		decode_step(s);
 		s->st.steps++;
 		progress = progress || steps_before != s->st.generated_tokens + s->st.req_done +
-							       s->st.req_cancelled + s->st.req_failed;
+							       s->st.req_cancelled +
+							       s->st.req_failed;
 		publish_stats(s);
 		if (s->ev_pushed) {
 			s->ev_pushed = false;
@@ -940,11 +886,12 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	s->cfg = *cfg;
 	hp = kvp_model_hparams(cfg->model);
 	s->n_vocab = hp->n_vocab;
-	s->eos = cfg->ignore_eos ? -1 : kvp_tokenizer_eos(cfg->tok);
+	s->eos = kvp_gen_eos(cfg->tok, cfg->ignore_eos);
 	kvp_pool_kv_view(cfg->pool, &s->view);
 	s->block_tokens = s->view.geom.shape.block_tokens;
 	s->n_blocks = kvp_pool_n_blocks(cfg->pool);
-	fo = (struct kvp_fwd_opts){ .n_threads = cfg->n_threads, .max_chunk = cfg->prefill_chunk,
+	fo = (struct kvp_fwd_opts){ .n_threads = cfg->n_threads,
+				    .max_chunk = cfg->prefill_chunk,
 				    .max_batch = cfg->max_running };
 	r = kvp_fwd_new(&s->fwd, cfg->model, &fo);
 	if (r < 0)
@@ -1077,45 +1024,45 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	if (blocks > s->n_blocks)
 		return -ENOSPC;
 	q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
 	m = calloc(1, sizeof(*m));
-	if (!q || !m) {
+	if (!m) {
 		ret = -ENOMEM;
-		goto err;
+		goto err_seq;
 	}
 	q->table = calloc(blocks, sizeof(uint32_t));
 	if (!q->table) {
 		ret = -ENOMEM;
-		goto err;
+		goto err_msg;
 	}
 	ek.salt_len = r->salt_len;
 	memcpy(ek.salt, r->salt, r->salt_len);
-	ret = kvp_prefix_key_init(&q->key, &ek);
+	ret = kvp_prefix_key_init(&q->key, &ek); /* fills @q->key, allocates nothing */
 	if (ret < 0)
-		goto err;
+		goto err_table;
 	ret = kvp_sampler_new(&q->sampler, s->n_vocab, &sp);
 	if (ret < 0)
-		goto err;
+		goto err_table;
 	q->conn = r->conn;
 	q->req_id = r->req_id;
-	q->n_prompt = r->n_tokens;
-	q->max_new = r->max_new;
 	q->no_cache = r->no_cache;
 	q->cap_table = (uint32_t)blocks;
 	q->t_recv = r->t_recv_ns;
-	q->last = -1;
-	q->prompt = r->tokens;	/* ownership passes now that nothing can fail */
+	q->prompt = r->tokens; /* ownership passes now that nothing can fail */
+	kvp_gen_init(&q->gen, s->cfg.tok, q->prompt, r->n_tokens, r->max_new, s->eos);
 	m->type = MSG_SUBMIT;
 	m->seq = q;
 	atomic_fetch_add(&s->outstanding, 1);
 	post(s, m);
 	return 0;
-err:
-	if (q) {
-		kvp_sampler_free(q->sampler);
-		free(q->table);
-	}
-	free(q);
+
+err_table:
+	free(q->table);
+err_msg:
 	free(m);
+err_seq:
+	free(q);
 	return ret;
 }
 
@@ -1125,7 +1072,7 @@ static void post_simple(struct kvp_sched *s, enum msg_type type, uint64_t conn, 
 	struct msg *m = calloc(1, sizeof(*m));
 
 	if (!m)
-		return;	/* the request then runs to its end; nothing is leaked */
+		return; /* the request then runs to its end; nothing is leaked */
 	m->type = type;
 	m->conn = conn;
 	m->req_id = req_id;
@@ -1195,7 +1142,7 @@ void kvp_sched_get_stats(struct kvp_sched *s, struct kvp_sched_stats *st)
 	st->ttft_samples = s->snap_ttft_n;
 	pthread_mutex_unlock(&s->stats_lock);
 	/* the order of the samples does not matter for quantiles: sort the copy */
-	qsort(v, n, sizeof(double), cmp_double);
-	st->ttft_p50_ms = pct_sorted(v, n, 50);
-	st->ttft_p99_ms = pct_sorted(v, n, 99);
+	kvp_sort_doubles(v, n);
+	st->ttft_p50_ms = n ? kvp_percentile_sorted(v, n, 50) : 0;
+	st->ttft_p99_ms = n ? kvp_percentile_sorted(v, n, 99) : 0;
 }

@@ -93,7 +93,7 @@ struct kvp_sched_req {
 };
 
 enum kvp_sched_ev_type {
-	KVP_SCHED_EV_TOKEN = 1,	/* @token (or -1: text only) and @text */
+	KVP_SCHED_EV_TOKEN = 1, /* @token (or -1: text only) and @text */
 	KVP_SCHED_EV_DONE,	/* @usage */
 	KVP_SCHED_EV_ERROR,	/* @status and @text (message) */
 };
@@ -136,22 +136,21 @@ struct kvp_sched_stats {
 	uint64_t req_done;
 	uint64_t req_cancelled;
 	uint64_t req_failed;
-	uint64_t req_rejected;
-	uint64_t lookups;		/* requests that looked up the index (final lookup) */
-	uint64_t hit_requests;		/* ... with at least one hit block */
-	uint64_t lookup_tokens;		/* prompt tokens of those requests */
-	uint64_t hit_tokens;		/* cached tokens of those requests */
+	uint64_t lookups;	/* requests that looked up the index (final lookup) */
+	uint64_t hit_requests;	/* ... with at least one hit block */
+	uint64_t lookup_tokens; /* prompt tokens of those requests */
+	uint64_t hit_tokens;	/* cached tokens of those requests */
 	uint64_t prompt_tokens;
 	uint64_t cached_tokens;
 	uint64_t cache_creation_tokens;
 	uint64_t recomputed_tokens;
 	uint64_t generated_tokens;
-	double queue_ms;		/* sums of the usage times of ended requests */
+	double queue_ms; /* sums of the usage times of ended requests */
 	double ttft_ms;
 	double prefill_ms;
 	double decode_ms;
-	uint64_t prefix_waits;		/* times a request waited for another's prefix */
-	uint64_t cancels_received;	/* cancel messages taken from the inbox */
+	uint64_t prefix_waits;	   /* times a request waited for another's prefix */
+	uint64_t cancels_received; /* cancel messages taken from the inbox */
 	uint64_t steps;
 	uint64_t ttft_samples;
 	double ttft_p50_ms;

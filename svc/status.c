@@ -2,10 +2,17 @@
 /*
  * status.c - render a struct kvp_status_snap as JSON or Prometheus text (see status.h).
  *
- * Output goes through a bounded writer: once a write does not fit, the writer is
- * marked full and the render returns -ENOSPC, so a report is whole or absent.
- * Strings are escaped for JSON (control bytes as \u00XX); numbers that are not finite
- * print as 0 because JSON has no NaN.
+ * One const table describes every figure once, in the style of config.c's key table:
+ * where it goes in the JSON (object and member), its Prometheus family (name, labels,
+ * type, help text, and the unit change from milliseconds to seconds), and its source,
+ * a field of the snapshot.  Both renderers walk the table in order: the JSON opens an
+ * object when the section changes; Prometheus writes HELP and TYPE at the first sample
+ * of a family.  So a new counter is a field where it is counted and one row here.
+ *
+ * Output goes into the caller's buffer through a struct kvp_buf: once a write does not
+ * fit, the render returns -ENOSPC, so a report is whole or absent.  The JSON goes
+ * through util/json.h (strings escaped by jansson, ill-formed UTF-8 as \ufffd); numbers
+ * that are not finite print as 0 in both formats.
  *
  * Thread: pure functions; any thread.
  */
@@ -13,114 +20,319 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
-struct out {
-	char *buf;
-	size_t cap;
-	size_t len;
-	bool full;
-	bool first;	/* JSON: next member is the first of its object or array */
+#include "util/buf.h"
+#include "util/json.h"
+
+enum kind {
+	K_U64,	   /* uint64_t */
+	K_U32,	   /* uint32_t */
+	K_I64,	   /* int64_t */
+	K_STR,	   /* char[size]; in Prometheus: 1, labelled {labels="<the string>"} */
+	K_MS,	   /* double milliseconds: JSON %.3f */
+	K_DBL,	   /* double: JSON %.6g */
+	K_RATIO,   /* uint64_t at off / uint64_t at off2 (0 when that is 0): JSON %.6g */
+	K_ARENAS,  /* sched.pool's arenas: a JSON array; Prometheus kvpool_arena_blocks */
+	K_CONNS,   /* the listed connections: a JSON array */
+	K_DOMAINS, /* the domains: a JSON array */
 };
 
-static void put(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void put(struct out *o, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (o->full)
-		return;
-	va_start(ap, fmt);
-	n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= o->cap - o->len) {
-		o->full = true;
-		return;
-	}
-	o->len += (size_t)n;
-}
-
-/*
- * JSON members.  The writer places the commas: every member but the first of its
- * object or array is preceded by one, so a renderer lists fields and nothing else.
+/**
+ * struct def - one figure of the report
+ * @section:  JSON object it is a member of, NULL at the top level
+ * @key:      JSON member name; NULL: Prometheus only
+ * @kind:     how the source is read and printed
+ * @off, @off2, @size: the source in struct kvp_status_snap (or in a list element)
+ * @prom:     Prometheus family without "kvpool_"; NULL: JSON only
+ * @labels:   the sample's labels ("{state=\"used\"}"), or a K_STR's label name
+ * @type:     "gauge" or "counter"
+ * @help:     HELP text, on the first sample of a family only
+ * @div:      Prometheus value = source / div (1000: milliseconds to seconds)
  */
-static void sep(struct out *o)
+struct def {
+	const char *section;
+	const char *key;
+	enum kind kind;
+	size_t off;
+	size_t off2;
+	size_t size;
+	const char *prom;
+	const char *labels;
+	const char *type;
+	const char *help;
+	double div;
+};
+
+/* The tables below are laid out by hand, to be read as tables. */
+/* clang-format off */
+#define S(f) offsetof(struct kvp_status_snap, f)
+#define SZ(f) sizeof(((struct kvp_status_snap *)0)->f)
+
+/* A JSON-only figure. */
+#define J(sec, k, kd, f) { .section = sec, .key = k, .kind = kd, .off = S(f), .size = SZ(f) }
+
+/* A figure in both formats; the first of its Prometheus family carries the help text. */
+#define JP(sec, k, kd, f, p, lab, t, h, d)						\
+	{ .section = sec, .key = k, .kind = kd, .off = S(f), .size = SZ(f), .prom = p,	\
+	  .labels = lab, .type = t, .help = h, .div = d }
+
+static const struct def defs[] = {
+	J("daemon", "version", K_STR, version),
+	J("daemon", "model", K_STR, model),
+	J("daemon", "state", K_STR, state),
+	J("daemon", "pid", K_U32, pid),
+	JP("daemon", "uptime_ms", K_U64, uptime_ms, "uptime_seconds", "", "gauge",
+	   "Seconds since the daemon started.", 1000),
+
+	JP("pool", "bytes", K_U64, pool_bytes, "pool_bytes", "", "gauge",
+	   "Size of the KV block pool.", 1),
+	J("pool", "block_bytes", K_U64, block_bytes),
+	J("pool", "block_tokens", K_U32, block_tokens),
+	JP("pool", "page_kind", K_STR, page_kind, "pool_page_kind", "kind", "gauge",
+	   "Page kind the pool obtained (1 for the kind).", 1),
+	J("pool", "kv_dtype", K_STR, kv_dtype),
+	JP("pool", "blocks_total", K_U64, blocks_total, "pool_blocks", "{state=\"total\"}",
+	   "gauge", "KV blocks by state.", 1),
+	JP("pool", "blocks_used", K_U64, blocks_used, "pool_blocks", "{state=\"used\"}", NULL,
+	   NULL, 1),
+	JP("pool", "blocks_cached", K_U64, blocks_cached, "pool_blocks", "{state=\"cached\"}",
+	   NULL, NULL, 1),
+	JP("pool", "blocks_free", K_U64, blocks_free, "pool_blocks", "{state=\"free\"}", NULL,
+	   NULL, 1),
+	JP("pool", "arenas", K_ARENAS, sched.pool, "arena_blocks", "", "gauge",
+	   "KV blocks by NUMA arena and state.", 1),
+
+	JP("index", "entries", K_U64, sched.index.entries, "index_entries", "", "gauge",
+	   "Full blocks in the prefix index.", 1),
+	JP("index", "lookups", K_U64, sched.lookups, "index_lookups_total", "", "counter",
+	   "Requests that looked up the prefix index.", 1),
+	JP("index", "hit_requests", K_U64, sched.hit_requests, "index_hit_requests_total", "",
+	   "counter", "Lookups that hit at least one block.", 1),
+	{ .section = "index", .key = "request_hit_rate", .kind = K_RATIO,
+	  .off = S(sched.hit_requests), .off2 = S(sched.lookups) },
+	JP("index", "lookup_tokens", K_U64, sched.lookup_tokens, "index_lookup_tokens_total", "",
+	   "counter", "Prompt tokens looked up.", 1),
+	JP("index", "hit_tokens", K_U64, sched.hit_tokens, "index_hit_tokens_total", "",
+	   "counter", "Prompt tokens served from the cache.", 1),
+	/* the request hit rate again: Prometheus has always listed it after the tokens */
+	{ .section = "index", .kind = K_RATIO, .off = S(sched.hit_requests),
+	  .off2 = S(sched.lookups), .prom = "index_request_hit_rate", .labels = "",
+	  .type = "gauge", .help = "hit_requests / lookups.", .div = 1 },
+	{ .section = "index", .key = "token_hit_rate", .kind = K_RATIO,
+	  .off = S(sched.hit_tokens), .off2 = S(sched.lookup_tokens),
+	  .prom = "index_token_hit_rate", .labels = "", .type = "gauge",
+	  .help = "hit_tokens / lookup_tokens.", .div = 1 },
+	J("index", "inserts", K_U64, index_inserts),
+	JP("index", "evictions", K_U64, sched.pool.evictions, "index_evictions_total", "",
+	   "counter", "Cached blocks evicted.", 1),
+
+	JP("scheduler", "queued", K_U64, sched.queued, "sched_queued", "", "gauge",
+	   "Requests waiting for admission.", 1),
+	JP("scheduler", "running", K_U64, sched.running, "sched_running", "", "gauge",
+	   "Sequences admitted and running.", 1),
+	J("scheduler", "waiting_prefix", K_U64, sched.waiting_prefix),
+	JP("scheduler", "cancels_received", K_U64, sched.cancels_received,
+	   "sched_cancels_received_total", "", "counter",
+	   "Cancels that reached the engine (at most one per request).", 1),
+	J("scheduler", "requests_total", K_U64, req_total),
+	JP("scheduler", "requests_done", K_U64, sched.req_done, "requests_total",
+	   "{outcome=\"done\"}", "counter", "Requests by outcome.", 1),
+	JP("scheduler", "requests_cancelled", K_U64, sched.req_cancelled, "requests_total",
+	   "{outcome=\"cancelled\"}", NULL, NULL, 1),
+	JP("scheduler", "requests_failed", K_U64, sched.req_failed, "requests_total",
+	   "{outcome=\"failed\"}", NULL, NULL, 1),
+	JP("scheduler", "requests_rejected", K_U64, req_rejected, "requests_total",
+	   "{outcome=\"rejected\"}", NULL, NULL, 1),
+	J("scheduler", "ttft_samples", K_U64, sched.ttft_samples),
+	JP("scheduler", "ttft_p50_ms", K_DBL, sched.ttft_p50_ms, "ttft_seconds",
+	   "{quantile=\"0.5\"}", "gauge", "Time to first token over recent requests.", 1000),
+	JP("scheduler", "ttft_p99_ms", K_DBL, sched.ttft_p99_ms, "ttft_seconds",
+	   "{quantile=\"0.99\"}", NULL, NULL, 1000),
+
+	JP("usage", "prompt_tokens", K_U64, sched.prompt_tokens, "tokens_total",
+	   "{kind=\"prompt\"}", "counter", "Tokens by kind (DONE usage fields).", 1),
+	JP("usage", "cached_tokens", K_U64, sched.cached_tokens, "tokens_total",
+	   "{kind=\"cached\"}", NULL, NULL, 1),
+	JP("usage", "cache_creation_tokens", K_U64, sched.cache_creation_tokens, "tokens_total",
+	   "{kind=\"cache_creation\"}", NULL, NULL, 1),
+	JP("usage", "recomputed_tokens", K_U64, sched.recomputed_tokens, "tokens_total",
+	   "{kind=\"recomputed\"}", NULL, NULL, 1),
+	JP("usage", "generated_tokens", K_U64, sched.generated_tokens, "tokens_total",
+	   "{kind=\"generated\"}", NULL, NULL, 1),
+	JP("usage", "queue_ms", K_MS, sched.queue_ms, "request_seconds_total",
+	   "{phase=\"queue\"}", "counter",
+	   "Usage times summed over ended requests (DONE usage fields).", 1000),
+	JP("usage", "ttft_ms", K_MS, sched.ttft_ms, "request_seconds_total", "{phase=\"ttft\"}",
+	   NULL, NULL, 1000),
+	JP("usage", "prefill_ms", K_MS, sched.prefill_ms, "request_seconds_total",
+	   "{phase=\"prefill\"}", NULL, NULL, 1000),
+	JP("usage", "decode_ms", K_MS, sched.decode_ms, "request_seconds_total",
+	   "{phase=\"decode\"}", NULL, NULL, 1000),
+
+	JP("connections", "open", K_U64, server.conns_open, "connections_open", "", "gauge",
+	   "Open client connections.", 1),
+	JP("connections", "total", K_U64, server.conns_total, "connections_total", "",
+	   "counter", "Connections accepted.", 1),
+	JP("connections", "refused", K_U64, server.conns_refused, "connections_refused_total",
+	   "", "counter", "Connections refused (limit).", 1),
+	J("connections", "frames_in", K_U64, server.frames_in),
+	J("connections", "frames_out", K_U64, server.frames_out),
+	JP("connections", "protocol_errors", K_U64, server.proto_errors, "protocol_errors_total",
+	   "", "counter", "Malformed frames answered with ERROR.", 1),
+	JP("connections", "slow_disconnects", K_U64, server.slow_disconnects,
+	   "slow_disconnects_total", "", "counter", "Clients dropped for not reading.", 1),
+	J("connections", "list", K_CONNS, conns),
+
+	J(NULL, "domains", K_DOMAINS, domains),
+};
+
+/* The members of one element of a list: offsets into its own struct. */
+#define E(type, k, kd, f) { .key = k, .kind = kd, .off = offsetof(type, f), \
+			    .size = sizeof(((type *)0)->f) }
+
+static const struct def arena_defs[] = {
+	E(struct kvp_arena_stats, "node", K_U32, node_os_index),
+	E(struct kvp_arena_stats, "blocks_total", K_U32, n_blocks),
+	E(struct kvp_arena_stats, "blocks_used", K_U32, used),
+	E(struct kvp_arena_stats, "blocks_cached", K_U32, cached),
+	E(struct kvp_arena_stats, "blocks_free", K_U32, free),
+};
+
+static const struct def conn_defs[] = {
+	E(struct kvp_status_conn, "id", K_U64, id),
+	E(struct kvp_status_conn, "pid", K_I64, pid),
+	E(struct kvp_status_conn, "uid", K_I64, uid),
+	E(struct kvp_status_conn, "client", K_STR, client),
+	E(struct kvp_status_conn, "domain", K_U32, domain),
+	E(struct kvp_status_conn, "in_flight", K_U32, in_flight),
+	E(struct kvp_status_conn, "requests", K_U64, requests),
+	E(struct kvp_status_conn, "generated_tokens", K_U64, generated_tokens),
+	E(struct kvp_status_conn, "cached_tokens", K_U64, cached_tokens),
+};
+
+static const struct def domain_defs[] = {
+	E(struct kvp_status_domain, "name", K_STR, name),
+	E(struct kvp_status_domain, "connections_open", K_U64, conns_open),
+	E(struct kvp_status_domain, "requests", K_U64, requests),
+};
+
+/* clang-format on */
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+static uint64_t u64_at(const void *base, size_t off)
 {
-	if (!o->first)
-		put(o, ",");
-	o->first = false;
+	uint64_t v;
+
+	memcpy(&v, (const char *)base + off, sizeof(v));
+	return v;
 }
 
-/* Open an object or array ('{' or '['), as member @key, or as an element when NULL. */
-static void open_(struct out *o, const char *key, char brace)
+static double dbl_at(const void *base, size_t off)
 {
-	sep(o);
-	if (key)
-		put(o, "\"%s\":", key);
-	put(o, "%c", brace);
-	o->first = true;
+	double v;
+
+	memcpy(&v, (const char *)base + off, sizeof(v));
+	return v;
 }
 
-static void close_(struct out *o, char brace)
+/* A numeric source as a double (K_STR and the lists have none). */
+static double value(const struct def *d, const void *base)
 {
-	put(o, "%c", brace);
-	o->first = false;
-}
+	const char *p = (const char *)base + d->off;
 
-/* "key": "escaped string" (at most @max bytes of @s) */
-static void put_str(struct out *o, const char *key, const char *s, size_t max)
-{
-	size_t i;
-
-	sep(o);
-	put(o, "\"%s\":\"", key);
-	for (i = 0; i < max && s[i]; i++) {
-		unsigned char ch = (unsigned char)s[i];
-
-		if (ch == '"' || ch == '\\')
-			put(o, "\\%c", ch);
-		else if (ch < 0x20 || ch == 0x7f)
-			put(o, "\\u%04x", ch);
-		else
-			put(o, "%c", ch);
+	switch (d->kind) {
+	case K_U64:
+		return (double)u64_at(base, d->off);
+	case K_U32:
+		return (double)*(const uint32_t *)p;
+	case K_I64:
+		return (double)*(const int64_t *)p;
+	case K_MS:
+	case K_DBL:
+		return dbl_at(base, d->off);
+	case K_RATIO:
+		return kvp_status_ratio(u64_at(base, d->off), u64_at(base, d->off2));
+	default:
+		return 0;
 	}
-	put(o, "\"");
 }
 
-static double finite_or_zero(double v)
+static uint32_t n_arenas(const struct kvp_status_snap *s)
 {
-	return isfinite(v) ? v : 0.0;
+	return s->sched.pool.n_arenas < KVP_STATUS_MAX_ARENAS ? s->sched.pool.n_arenas :
+								KVP_STATUS_MAX_ARENAS;
 }
 
-static void put_u(struct out *o, const char *key, uint64_t v)
+static void json_members(struct kvp_json *j, const struct def *defs_, size_t n, const void *base);
+
+/* One JSON array of @n elements of @size bytes at @elems, each an object of @defs_. */
+static void json_list(struct kvp_json *j, const char *key, const struct def *defs_, size_t n_defs,
+		      const void *elems, size_t size, uint32_t n)
 {
-	sep(o);
-	put(o, "\"%s\":%llu", key, (unsigned long long)v);
+	kvp_json_begin(j, key, '[');
+	for (uint32_t i = 0; i < n; i++) {
+		kvp_json_begin(j, NULL, '{');
+		json_members(j, defs_, n_defs, (const char *)elems + (size_t)i * size);
+		kvp_json_end(j, '}');
+	}
+	kvp_json_end(j, ']');
 }
 
-static void put_i(struct out *o, const char *key, long long v)
+static void json_member(struct kvp_json *j, const struct def *d, const void *base)
 {
-	sep(o);
-	put(o, "\"%s\":%lld", key, v);
+	const struct kvp_status_snap *s = base;
+	const char *p = (const char *)base + d->off;
+
+	switch (d->kind) {
+	case K_U64:
+		kvp_json_u64(j, d->key, u64_at(base, d->off));
+		break;
+	case K_U32:
+		kvp_json_u64(j, d->key, *(const uint32_t *)p);
+		break;
+	case K_I64:
+		kvp_json_i64(j, d->key, *(const int64_t *)p);
+		break;
+	case K_STR:
+		kvp_json_str(j, d->key, p, strnlen(p, d->size));
+		break;
+	case K_MS:
+		kvp_json_fixed(j, d->key, value(d, base), 3); /* to the microsecond */
+		break;
+	case K_DBL:
+	case K_RATIO:
+		kvp_json_sig(j, d->key, value(d, base), 6);
+		break;
+	case K_ARENAS:
+		json_list(j, d->key, arena_defs, N(arena_defs), s->sched.pool.arena,
+			  sizeof(s->sched.pool.arena[0]), n_arenas(s));
+		break;
+	case K_CONNS:
+		json_list(j, d->key, conn_defs, N(conn_defs), s->conns, sizeof(s->conns[0]),
+			  s->n_conns < KVP_STATUS_MAX_CONNS ? s->n_conns : KVP_STATUS_MAX_CONNS);
+		break;
+	case K_DOMAINS:
+		json_list(j, d->key, domain_defs, N(domain_defs), s->domains, sizeof(s->domains[0]),
+			  s->n_domains < KVP_STATUS_MAX_DOMAINS ? s->n_domains :
+								  KVP_STATUS_MAX_DOMAINS);
+		break;
+	}
 }
 
-/* a ratio or rate: 6 significant digits */
-static void put_d(struct out *o, const char *key, double v)
+static void json_members(struct kvp_json *j, const struct def *defs_, size_t n, const void *base)
 {
-	sep(o);
-	put(o, "\"%s\":%.6g", key, finite_or_zero(v));
+	for (size_t i = 0; i < n; i++)
+		json_member(j, &defs_[i], base);
 }
 
-/* milliseconds, to the microsecond */
-static void put_ms(struct out *o, const char *key, double v)
+static bool same_section(const char *a, const char *b)
 {
-	sep(o);
-	put(o, "\"%s\":%.3f", key, finite_or_zero(v));
+	return a == b || (a && b && !strcmp(a, b));
 }
 
 double kvp_status_ratio(uint64_t hits, uint64_t total)
@@ -128,237 +340,96 @@ double kvp_status_ratio(uint64_t hits, uint64_t total)
 	return total ? (double)hits / (double)total : 0.0;
 }
 
-static int finish(struct out *o)
-{
-	if (o->full)
-		return -ENOSPC;
-	return (int)o->len;
-}
-
 int kvp_status_render_json(const struct kvp_status_snap *s, char *buf, size_t cap)
 {
-	struct out out = { .buf = buf, .cap = cap, .first = true };
-	struct out *o = &out;
-	uint32_t i;
+	const char *section = NULL;
+	struct kvp_buf out;
+	struct kvp_json j;
 
-	if (!cap)
-		return -ENOSPC;
-	open_(o, NULL, '{');
+	kvp_buf_init_fixed(&out, buf, cap);
+	kvp_json_init(&j, &out);
+	kvp_json_begin(&j, NULL, '{');
+	for (size_t i = 0; i < N(defs); i++) {
+		const struct def *d = &defs[i];
 
-	open_(o, "daemon", '{');
-	put_str(o, "version", s->version, sizeof(s->version));
-	put_str(o, "model", s->model, sizeof(s->model));
-	put_str(o, "state", s->state, sizeof(s->state));
-	put_u(o, "pid", s->pid);
-	put_u(o, "uptime_ms", s->uptime_ms);
-	close_(o, '}');
-
-	open_(o, "pool", '{');
-	put_u(o, "bytes", s->pool_bytes);
-	put_u(o, "block_bytes", s->block_bytes);
-	put_u(o, "block_tokens", s->block_tokens);
-	put_str(o, "page_kind", s->page_kind, sizeof(s->page_kind));
-	put_str(o, "kv_dtype", s->kv_dtype, sizeof(s->kv_dtype));
-	put_u(o, "blocks_total", s->blocks_total);
-	put_u(o, "blocks_used", s->blocks_used);
-	put_u(o, "blocks_cached", s->blocks_cached);
-	put_u(o, "blocks_free", s->blocks_free);
-	open_(o, "arenas", '[');
-	for (i = 0; i < s->n_arenas && i < KVP_STATUS_MAX_ARENAS; i++) {
-		const struct kvp_status_arena *a = &s->arenas[i];
-
-		open_(o, NULL, '{');
-		put_u(o, "node", a->node);
-		put_u(o, "blocks_total", a->blocks_total);
-		put_u(o, "blocks_used", a->blocks_used);
-		put_u(o, "blocks_cached", a->blocks_cached);
-		put_u(o, "blocks_free", a->blocks_free);
-		close_(o, '}');
+		if (!d->key)
+			continue;
+		if (!same_section(d->section, section)) {
+			if (section)
+				kvp_json_end(&j, '}');
+			if (d->section)
+				kvp_json_begin(&j, d->section, '{');
+			section = d->section;
+		}
+		json_member(&j, d, s);
 	}
-	close_(o, ']');
-	close_(o, '}');
-
-	open_(o, "index", '{');
-	put_u(o, "entries", s->index_entries);
-	put_u(o, "lookups", s->index_lookups);
-	put_u(o, "hit_requests", s->index_hit_requests);
-	put_d(o, "request_hit_rate", kvp_status_ratio(s->index_hit_requests, s->index_lookups));
-	put_u(o, "lookup_tokens", s->index_lookup_tokens);
-	put_u(o, "hit_tokens", s->index_hit_tokens);
-	put_d(o, "token_hit_rate", kvp_status_ratio(s->index_hit_tokens, s->index_lookup_tokens));
-	put_u(o, "inserts", s->index_inserts);
-	put_u(o, "evictions", s->index_evictions);
-	close_(o, '}');
-
-	open_(o, "scheduler", '{');
-	put_u(o, "queued", s->sched_queued);
-	put_u(o, "running", s->sched_running);
-	put_u(o, "waiting_prefix", s->sched_waiting_prefix);
-	put_u(o, "cancels_received", s->sched_cancels);
-	put_u(o, "requests_total", s->req_total);
-	put_u(o, "requests_done", s->req_done);
-	put_u(o, "requests_cancelled", s->req_cancelled);
-	put_u(o, "requests_failed", s->req_failed);
-	put_u(o, "requests_rejected", s->req_rejected);
-	put_u(o, "ttft_samples", s->ttft_samples);
-	put_d(o, "ttft_p50_ms", s->ttft_p50_ms);
-	put_d(o, "ttft_p99_ms", s->ttft_p99_ms);
-	close_(o, '}');
-
-	open_(o, "usage", '{');
-	put_u(o, "prompt_tokens", s->prompt_tokens);
-	put_u(o, "cached_tokens", s->cached_tokens);
-	put_u(o, "cache_creation_tokens", s->cache_creation_tokens);
-	put_u(o, "recomputed_tokens", s->recomputed_tokens);
-	put_u(o, "generated_tokens", s->generated_tokens);
-	put_ms(o, "queue_ms", s->queue_ms);
-	put_ms(o, "ttft_ms", s->ttft_ms);
-	put_ms(o, "prefill_ms", s->prefill_ms);
-	put_ms(o, "decode_ms", s->decode_ms);
-	close_(o, '}');
-
-	open_(o, "connections", '{');
-	put_u(o, "open", s->server.conns_open);
-	put_u(o, "total", s->server.conns_total);
-	put_u(o, "refused", s->server.conns_refused);
-	put_u(o, "frames_in", s->server.frames_in);
-	put_u(o, "frames_out", s->server.frames_out);
-	put_u(o, "protocol_errors", s->server.proto_errors);
-	put_u(o, "slow_disconnects", s->server.slow_disconnects);
-	open_(o, "list", '[');
-	for (i = 0; i < s->n_conns && i < KVP_STATUS_MAX_CONNS; i++) {
-		const struct kvp_status_conn *c = &s->conns[i];
-
-		open_(o, NULL, '{');
-		put_u(o, "id", c->id);
-		put_i(o, "pid", (long long)c->pid);
-		put_i(o, "uid", (long long)c->uid);
-		put_str(o, "client", c->client, sizeof(c->client));
-		put_u(o, "domain", c->domain);
-		put_u(o, "in_flight", c->in_flight);
-		put_u(o, "requests", c->requests);
-		put_u(o, "generated_tokens", c->generated_tokens);
-		put_u(o, "cached_tokens", c->cached_tokens);
-		close_(o, '}');
-	}
-	close_(o, ']');
-	close_(o, '}');
-
-	open_(o, "domains", '[');
-	for (i = 0; i < s->n_domains && i < KVP_STATUS_MAX_DOMAINS; i++) {
-		const struct kvp_status_domain *d = &s->domains[i];
-
-		open_(o, NULL, '{');
-		put_str(o, "name", d->name, sizeof(d->name));
-		put_u(o, "connections_open", d->conns_open);
-		put_u(o, "requests", d->requests);
-		close_(o, '}');
-	}
-	close_(o, ']');
-
-	close_(o, '}');
-	put(o, "\n");
-	return finish(o);
+	if (section)
+		kvp_json_end(&j, '}');
+	kvp_json_end(&j, '}');
+	kvp_buf_add(&out, "\n", 1);
+	return kvp_buf_finish(&out);
 }
 
-/* One metric family: HELP and TYPE lines, then a sample. */
-static void prom(struct out *o, const char *name, const char *type, const char *help,
-		 const char *labels, double v)
+/* Prometheus takes NaN, but a report of ours never means it: print 0 as the JSON does. */
+static double finite_or_zero(double v)
 {
-	put(o, "# HELP kvpool_%s %s\n# TYPE kvpool_%s %s\n", name, help, name, type);
-	put(o, "kvpool_%s%s %.15g\n", name, labels, finite_or_zero(v));
+	return isfinite(v) ? v : 0.0;
 }
 
-/* Another sample of the family just opened. */
-static void prom_more(struct out *o, const char *name, const char *labels, double v)
+static void prom_sample(struct kvp_buf *o, const char *name, const char *labels, double v)
 {
-	put(o, "kvpool_%s%s %.15g\n", name, labels, finite_or_zero(v));
+	kvp_buf_printf(o, "kvpool_%s%s %.15g\n", name, labels, finite_or_zero(v));
+}
+
+/* kvpool_arena_blocks: each listed arena's blocks by state (the total is pool_blocks). */
+static void prom_arenas(struct kvp_buf *o, const struct def *d, const struct kvp_status_snap *s)
+{
+	static const char *const states[] = { "used", "cached", "free" };
+	char lab[96];
+
+	for (uint32_t i = 0; i < n_arenas(s); i++) {
+		const struct kvp_arena_stats *a = &s->sched.pool.arena[i];
+		const uint32_t v[] = { a->used, a->cached, a->free };
+
+		/* the family is declared only when it has a sample */
+		if (i == 0)
+			kvp_buf_printf(o, "# HELP kvpool_%s %s\n# TYPE kvpool_%s %s\n", d->prom,
+				       d->help, d->prom, d->type);
+		for (size_t k = 0; k < N(states); k++) {
+			snprintf(lab, sizeof(lab), "{node=\"%u\",state=\"%s\"}", a->node_os_index,
+				 states[k]);
+			prom_sample(o, d->prom, lab, (double)v[k]);
+		}
+	}
 }
 
 int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t cap)
 {
-	struct out out = { .buf = buf, .cap = cap };
-	struct out *o = &out;
+	struct kvp_buf out;
 	char lab[96];
-	uint32_t i;
 
-	if (!cap)
-		return -ENOSPC;
-	prom(o, "uptime_seconds", "gauge", "Seconds since the daemon started.", "",
-	     (double)s->uptime_ms / 1000.0);
-	prom(o, "pool_bytes", "gauge", "Size of the KV block pool.", "", (double)s->pool_bytes);
-	snprintf(lab, sizeof(lab), "{kind=\"%s\"}", s->page_kind);
-	prom(o, "pool_page_kind", "gauge", "Page kind the pool obtained (1 for the kind).", lab, 1);
-	prom(o, "pool_blocks", "gauge", "KV blocks by state.", "{state=\"total\"}",
-	     (double)s->blocks_total);
-	prom_more(o, "pool_blocks", "{state=\"used\"}", (double)s->blocks_used);
-	prom_more(o, "pool_blocks", "{state=\"cached\"}", (double)s->blocks_cached);
-	prom_more(o, "pool_blocks", "{state=\"free\"}", (double)s->blocks_free);
-	for (i = 0; i < s->n_arenas && i < KVP_STATUS_MAX_ARENAS; i++) {
-		const struct kvp_status_arena *a = &s->arenas[i];
+	kvp_buf_init_fixed(&out, buf, cap);
+	for (size_t i = 0; i < N(defs); i++) {
+		const struct def *d = &defs[i];
 
-		if (i == 0)
-			put(o, "# HELP kvpool_arena_blocks KV blocks by NUMA arena and state.\n"
-			       "# TYPE kvpool_arena_blocks gauge\n");
-		snprintf(lab, sizeof(lab), "{node=\"%u\",state=\"used\"}", a->node);
-		prom_more(o, "arena_blocks", lab, (double)a->blocks_used);
-		snprintf(lab, sizeof(lab), "{node=\"%u\",state=\"cached\"}", a->node);
-		prom_more(o, "arena_blocks", lab, (double)a->blocks_cached);
-		snprintf(lab, sizeof(lab), "{node=\"%u\",state=\"free\"}", a->node);
-		prom_more(o, "arena_blocks", lab, (double)a->blocks_free);
+		if (!d->prom)
+			continue;
+		if (d->kind == K_ARENAS) {
+			prom_arenas(&out, d, s);
+			continue;
+		}
+		if (d->help)
+			kvp_buf_printf(&out, "# HELP kvpool_%s %s\n# TYPE kvpool_%s %s\n", d->prom,
+				       d->help, d->prom, d->type);
+		if (d->kind == K_STR) {
+			const char *p = (const char *)s + d->off;
+
+			snprintf(lab, sizeof(lab), "{%s=\"%.*s\"}", d->labels,
+				 (int)strnlen(p, d->size), p);
+			prom_sample(&out, d->prom, lab, 1);
+			continue;
+		}
+		prom_sample(&out, d->prom, d->labels, value(d, s) / d->div);
 	}
-	prom(o, "index_entries", "gauge", "Full blocks in the prefix index.", "",
-	     (double)s->index_entries);
-	prom(o, "index_lookups_total", "counter", "Requests that looked up the prefix index.", "",
-	     (double)s->index_lookups);
-	prom(o, "index_hit_requests_total", "counter", "Lookups that hit at least one block.", "",
-	     (double)s->index_hit_requests);
-	prom(o, "index_lookup_tokens_total", "counter", "Prompt tokens looked up.", "",
-	     (double)s->index_lookup_tokens);
-	prom(o, "index_hit_tokens_total", "counter", "Prompt tokens served from the cache.", "",
-	     (double)s->index_hit_tokens);
-	prom(o, "index_request_hit_rate", "gauge", "hit_requests / lookups.", "",
-	     kvp_status_ratio(s->index_hit_requests, s->index_lookups));
-	prom(o, "index_token_hit_rate", "gauge", "hit_tokens / lookup_tokens.", "",
-	     kvp_status_ratio(s->index_hit_tokens, s->index_lookup_tokens));
-	prom(o, "index_evictions_total", "counter", "Cached blocks evicted.", "",
-	     (double)s->index_evictions);
-	prom(o, "sched_queued", "gauge", "Requests waiting for admission.", "",
-	     (double)s->sched_queued);
-	prom(o, "sched_running", "gauge", "Sequences admitted and running.", "",
-	     (double)s->sched_running);
-	prom(o, "sched_cancels_received_total", "counter",
-	     "Cancels that reached the engine (at most one per request).", "",
-	     (double)s->sched_cancels);
-	prom(o, "requests_total", "counter", "Requests by outcome.", "{outcome=\"done\"}",
-	     (double)s->req_done);
-	prom_more(o, "requests_total", "{outcome=\"cancelled\"}", (double)s->req_cancelled);
-	prom_more(o, "requests_total", "{outcome=\"failed\"}", (double)s->req_failed);
-	prom_more(o, "requests_total", "{outcome=\"rejected\"}", (double)s->req_rejected);
-	prom(o, "ttft_seconds", "gauge", "Time to first token over recent requests.",
-	     "{quantile=\"0.5\"}", s->ttft_p50_ms / 1000.0);
-	prom_more(o, "ttft_seconds", "{quantile=\"0.99\"}", s->ttft_p99_ms / 1000.0);
-	prom(o, "tokens_total", "counter", "Tokens by kind (DONE usage fields).",
-	     "{kind=\"prompt\"}", (double)s->prompt_tokens);
-	prom_more(o, "tokens_total", "{kind=\"cached\"}", (double)s->cached_tokens);
-	prom_more(o, "tokens_total", "{kind=\"cache_creation\"}", (double)s->cache_creation_tokens);
-	prom_more(o, "tokens_total", "{kind=\"recomputed\"}", (double)s->recomputed_tokens);
-	prom_more(o, "tokens_total", "{kind=\"generated\"}", (double)s->generated_tokens);
-	prom(o, "request_seconds_total", "counter",
-	     "Usage times summed over ended requests (DONE usage fields).", "{phase=\"queue\"}",
-	     s->queue_ms / 1000.0);
-	prom_more(o, "request_seconds_total", "{phase=\"ttft\"}", s->ttft_ms / 1000.0);
-	prom_more(o, "request_seconds_total", "{phase=\"prefill\"}", s->prefill_ms / 1000.0);
-	prom_more(o, "request_seconds_total", "{phase=\"decode\"}", s->decode_ms / 1000.0);
-	prom(o, "connections_open", "gauge", "Open client connections.", "",
-	     (double)s->server.conns_open);
-	prom(o, "connections_total", "counter", "Connections accepted.", "",
-	     (double)s->server.conns_total);
-	prom(o, "connections_refused_total", "counter", "Connections refused (limit).", "",
-	     (double)s->server.conns_refused);
-	prom(o, "protocol_errors_total", "counter", "Malformed frames answered with ERROR.", "",
-	     (double)s->server.proto_errors);
-	prom(o, "slow_disconnects_total", "counter", "Clients dropped for not reading.", "",
-	     (double)s->server.slow_disconnects);
-	return finish(o);
+	return kvp_buf_finish(&out);
 }

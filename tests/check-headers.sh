@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-headers.sh - STYLE.md rule 16: every project header compiles alone.
+# check-headers.sh - every project header compiles alone (docs/architecture.md).
 #
 # Usage: check-headers.sh SRCDIR CC [CFLAGS...]
 #        check-headers.sh --selftest SRCDIR CC [CFLAGS...]

@@ -48,16 +48,26 @@ static inline float hsum8(__m256 v)
 static inline uint32_t blk_bytes(uint32_t type)
 {
 	switch (type) {
-	case KVP_GGML_Q8_0: return sizeof(struct kvp_blk_q8_0);
-	case KVP_GGML_Q4_0: return sizeof(struct kvp_blk_q4_0);
-	case KVP_GGML_Q4_1: return sizeof(struct kvp_blk_q4_1);
-	case KVP_GGML_Q5_0: return sizeof(struct kvp_blk_q5_0);
-	case KVP_GGML_Q5_1: return sizeof(struct kvp_blk_q5_1);
-	case KVP_GGML_Q2_K: return sizeof(struct kvp_blk_q2_k);
-	case KVP_GGML_Q3_K: return sizeof(struct kvp_blk_q3_k);
-	case KVP_GGML_Q4_K: return sizeof(struct kvp_blk_q4_k);
-	case KVP_GGML_Q5_K: return sizeof(struct kvp_blk_q5_k);
-	default: return sizeof(struct kvp_blk_q6_k);
+	case KVP_GGML_Q8_0:
+		return sizeof(struct kvp_blk_q8_0);
+	case KVP_GGML_Q4_0:
+		return sizeof(struct kvp_blk_q4_0);
+	case KVP_GGML_Q4_1:
+		return sizeof(struct kvp_blk_q4_1);
+	case KVP_GGML_Q5_0:
+		return sizeof(struct kvp_blk_q5_0);
+	case KVP_GGML_Q5_1:
+		return sizeof(struct kvp_blk_q5_1);
+	case KVP_GGML_Q2_K:
+		return sizeof(struct kvp_blk_q2_k);
+	case KVP_GGML_Q3_K:
+		return sizeof(struct kvp_blk_q3_k);
+	case KVP_GGML_Q4_K:
+		return sizeof(struct kvp_blk_q4_k);
+	case KVP_GGML_Q5_K:
+		return sizeof(struct kvp_blk_q5_k);
+	default:
+		return sizeof(struct kvp_blk_q6_k);
 	}
 }
 
@@ -96,8 +106,10 @@ static inline float h2f(uint16_t h)
 static inline void to_lanes_half(const __m256i *n, __m256i *out)
 {
 	const __m256i pair = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-	__m256i p0 = _mm256_permutevar8x32_epi32(n[0], pair), p1 = _mm256_permutevar8x32_epi32(n[1], pair);
-	__m256i p2 = _mm256_permutevar8x32_epi32(n[2], pair), p3 = _mm256_permutevar8x32_epi32(n[3], pair);
+	__m256i p0 = _mm256_permutevar8x32_epi32(n[0], pair),
+		p1 = _mm256_permutevar8x32_epi32(n[1], pair);
+	__m256i p2 = _mm256_permutevar8x32_epi32(n[2], pair),
+		p3 = _mm256_permutevar8x32_epi32(n[3], pair);
 	__m256i t0 = _mm256_unpacklo_epi64(p0, p1), t1 = _mm256_unpackhi_epi64(p0, p1);
 	__m256i t2 = _mm256_unpacklo_epi64(p2, p3), t3 = _mm256_unpackhi_epi64(p2, p3);
 
@@ -125,12 +137,14 @@ static inline __m256i bits(__m256i v, int s, int m)
 }
 
 /* per sub-block dw = d sc, c = -(dw off + dm mn), from 16 int16 each */
-static inline void k_scales(struct wgrp *w, const int16_t *sc, const int16_t *mn, float d,
-			    float dm, int off)
+static inline void k_scales(struct wgrp *w, const int16_t *sc, const int16_t *mn, float d, float dm,
+			    int off)
 {
 	for (int h = 0; h < 2; h++) {
-		__m256 fs = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(sc + 8 * h))));
-		__m256 fm = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(mn + 8 * h))));
+		__m256 fs = _mm256_cvtepi32_ps(
+			_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(sc + 8 * h))));
+		__m256 fm = _mm256_cvtepi32_ps(
+			_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(mn + 8 * h))));
 
 		w->dw[h] = _mm256_mul_ps(fs, _mm256_set1_ps(d));
 		w->c[h] = _mm256_sub_ps(_mm256_mul_ps(w->dw[h], _mm256_set1_ps((float)-off)),
@@ -138,8 +152,8 @@ static inline void k_scales(struct wgrp *w, const int16_t *sc, const int16_t *mn
 	}
 }
 
-static inline __attribute__((always_inline)) void
-unpack_k(const uint8_t *blk, uint32_t type, struct wgrp *w)
+static inline __attribute__((always_inline)) void unpack_k(const uint8_t *blk, uint32_t type,
+							   struct wgrp *w)
 {
 	__m256i n[8];
 	int16_t sc[16], mn[16] = { 0 };
@@ -157,7 +171,8 @@ unpack_k(const uint8_t *blk, uint32_t type, struct wgrp *w)
 				__m256i h = ldy(blk + 16);
 
 				lo = _mm256_or_si256(lo, _mm256_slli_epi16(bits(h, 2 * c, 1), 4));
-				hi = _mm256_or_si256(hi, _mm256_slli_epi16(bits(h, 2 * c + 1, 1), 4));
+				hi = _mm256_or_si256(hi,
+						     _mm256_slli_epi16(bits(h, 2 * c + 1, 1), 4));
 			}
 			n[2 * c] = lo;
 			n[2 * c + 1] = hi;
@@ -183,10 +198,14 @@ unpack_k(const uint8_t *blk, uint32_t type, struct wgrp *w)
 			__m256i l0 = ldy(blk + 64 * h), l1 = ldy(blk + 64 * h + 32);
 			__m256i q = ldy(blk + 128 + 32 * h);
 
-			n[4 * h] = _mm256_or_si256(bits(l0, 0, 0xf), _mm256_slli_epi16(bits(q, 0, 3), 4));
-			n[4 * h + 1] = _mm256_or_si256(bits(l1, 0, 0xf), _mm256_slli_epi16(bits(q, 2, 3), 4));
-			n[4 * h + 2] = _mm256_or_si256(bits(l0, 4, 0xf), _mm256_slli_epi16(bits(q, 4, 3), 4));
-			n[4 * h + 3] = _mm256_or_si256(bits(l1, 4, 0xf), _mm256_slli_epi16(bits(q, 6, 3), 4));
+			n[4 * h] = _mm256_or_si256(bits(l0, 0, 0xf),
+						   _mm256_slli_epi16(bits(q, 0, 3), 4));
+			n[4 * h + 1] = _mm256_or_si256(bits(l1, 0, 0xf),
+						       _mm256_slli_epi16(bits(q, 2, 3), 4));
+			n[4 * h + 2] = _mm256_or_si256(bits(l0, 4, 0xf),
+						       _mm256_slli_epi16(bits(q, 4, 3), 4));
+			n[4 * h + 3] = _mm256_or_si256(bits(l1, 4, 0xf),
+						       _mm256_slli_epi16(bits(q, 6, 3), 4));
 		}
 		for (int j = 0; j < 16; j++)
 			sc[j] = (int8_t)blk[192 + j];
@@ -206,7 +225,8 @@ unpack_k(const uint8_t *blk, uint32_t type, struct wgrp *w)
 				__m256i h = ldy(blk);
 
 				lo = _mm256_or_si256(lo, _mm256_slli_epi16(bits(h, 2 * c, 1), 2));
-				hi = _mm256_or_si256(hi, _mm256_slli_epi16(bits(h, 2 * c + 1, 1), 2));
+				hi = _mm256_or_si256(hi,
+						     _mm256_slli_epi16(bits(h, 2 * c + 1, 1), 2));
 			}
 			n[2 * c] = lo;
 			n[2 * c + 1] = hi;
@@ -232,8 +252,8 @@ unpack_k(const uint8_t *blk, uint32_t type, struct wgrp *w)
 	to_lanes(n, w);
 }
 
-static inline __attribute__((always_inline)) void
-unpack_l(const uint8_t *blk, uint32_t type, size_t nb, struct wgrp *w)
+static inline __attribute__((always_inline)) void unpack_l(const uint8_t *blk, uint32_t type,
+							   size_t nb, struct wgrp *w)
 {
 	const __m128i m4 = _mm_set1_epi8(0x0f);
 	uint32_t bb = blk_bytes(type);
@@ -251,19 +271,21 @@ unpack_l(const uint8_t *blk, uint32_t type, size_t nb, struct wgrp *w)
 		}
 		db = h2f(ld16(x));
 		switch (type) {
-		case KVP_GGML_Q8_0:	/* signed codes, no offset: see struct wgrp */
+		case KVP_GGML_Q8_0: /* signed codes, no offset: see struct wgrp */
 			n[b] = ldy(x + 2);
 			break;
 		case KVP_GGML_Q4_0:
 		case KVP_GGML_Q4_1: {
-			__m128i v = _mm_loadu_si128((const __m128i *)(x + (type == KVP_GGML_Q4_0 ? 2 : 4)));
+			__m128i v = _mm_loadu_si128(
+				(const __m128i *)(x + (type == KVP_GGML_Q4_0 ? 2 : 4)));
 
-			n[b] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+			n[b] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4),
+						_mm_and_si128(v, m4));
 			if (type == KVP_GGML_Q4_1)
 				m = h2f(ld16(x + 2));
 			break;
 		}
-		default: {	/* Q5_0, Q5_1: nibbles plus bit e of qh as 16 */
+		default: { /* Q5_0, Q5_1: nibbles plus bit e of qh as 16 */
 			int one = type == KVP_GGML_Q5_1;
 			__m128i v = _mm_loadu_si128((const __m128i *)(x + (one ? 8 : 6)));
 			uint8_t hb[32];
@@ -272,8 +294,10 @@ unpack_l(const uint8_t *blk, uint32_t type, size_t nb, struct wgrp *w)
 			memcpy(&qh, x + (one ? 4 : 2), 4);
 			for (int e = 0; e < 32; e++)
 				hb[e] = (uint8_t)(((qh >> e) & 1) << 4);
-			n[b] = _mm256_or_si256(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4),
-								_mm_and_si128(v, m4)), ldy(hb));
+			n[b] = _mm256_or_si256(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4),
+									      m4),
+								_mm_and_si128(v, m4)),
+					       ldy(hb));
 			if (one)
 				m = h2f(ld16(x + 2));
 			break;
@@ -299,30 +323,33 @@ static inline __m256i dot4(__m256i w, __m256i a, int sgn)
 }
 
 static inline __attribute__((always_inline)) void
-gdot(const struct wgrp *w, const uint8_t *x, size_t xs, size_t g, const int R, __m256 *acc,
-     int sgn)
+gdot(const struct wgrp *w, const uint8_t *x, size_t xs, size_t g, const int R, __m256 *acc, int sgn)
 {
-	_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++) {
 		const struct kvp_act_q8 *a = (const struct kvp_act_q8 *)(x + r * xs) + g;
 		__m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
 
-		_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 		for (int c = 0; c < 4; c++) {
-			lo = _mm256_add_epi32(lo, dot4(w->lo[c], ldy((const uint8_t *)a->q + 64 * c), sgn));
-			hi = _mm256_add_epi32(hi, dot4(w->hi[c], ldy((const uint8_t *)a->q + 64 * c + 32), sgn));
+			lo = _mm256_add_epi32(lo, dot4(w->lo[c],
+						       ldy((const uint8_t *)a->q + 64 * c), sgn));
+			hi = _mm256_add_epi32(hi,
+					      dot4(w->hi[c],
+						   ldy((const uint8_t *)a->q + 64 * c + 32), sgn));
 		}
 		acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo),
 					 _mm256_mul_ps(w->dw[0], _mm256_loadu_ps(a->d)), acc[r]);
 		acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi),
-					 _mm256_mul_ps(w->dw[1], _mm256_loadu_ps(a->d + 8)), acc[r]);
+					 _mm256_mul_ps(w->dw[1], _mm256_loadu_ps(a->d + 8)),
+					 acc[r]);
 		acc[r] = _mm256_fmadd_ps(w->c[0], _mm256_loadu_ps(a->s), acc[r]);
 		acc[r] = _mm256_fmadd_ps(w->c[1], _mm256_loadu_ps(a->s + 8), acc[r]);
 	}
 }
 
-static inline __attribute__((always_inline)) void
-unpack(const uint8_t *wr, uint32_t type, size_t k, size_t g, struct wgrp *w)
+static inline __attribute__((always_inline)) void unpack(const uint8_t *wr, uint32_t type, size_t k,
+							 size_t g, struct wgrp *w)
 {
 	if (type >= KVP_GGML_Q2_K) {
 		unpack_k(wr + g * blk_bytes(type), type, w);
@@ -335,18 +362,19 @@ unpack(const uint8_t *wr, uint32_t type, size_t k, size_t g, struct wgrp *w)
 
 #define PANEL_MAX 64
 
-static inline __attribute__((always_inline)) void
-mat_rows(float *out, size_t ldo, size_t o, const struct wgrp *panel, size_t g0, size_t ng,
-	 const uint8_t *x, size_t xs, const int R, int sgn, int add)
+static inline __attribute__((always_inline)) void mat_rows(float *out, size_t ldo, size_t o,
+							   const struct wgrp *panel, size_t g0,
+							   size_t ng, const uint8_t *x, size_t xs,
+							   const int R, int sgn, int add)
 {
 	__m256 acc[GROUP];
 
-	_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 		acc[r] = _mm256_setzero_ps();
 	for (size_t g = 0; g < ng; g++)
 		gdot(&panel[g], x, xs, g0 + g, R, acc, sgn);
-	_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 	for (int r = 0; r < R; r++)
 		out[r * ldo + o] = add ? out[r * ldo + o] + hsum8(acc[r]) : hsum8(acc[r]);
 }
@@ -377,10 +405,22 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 					const uint8_t *xt = x + t * xs;
 
 					switch (R) {
-					case 1: mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 1, sgn, s0 > 0); break;
-					case 2: mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 2, sgn, s0 > 0); break;
-					case 3: mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 3, sgn, s0 > 0); break;
-					default: mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 4, sgn, s0 > 0); break;
+					case 1:
+						mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 1, sgn,
+							 s0 > 0);
+						break;
+					case 2:
+						mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 2, sgn,
+							 s0 > 0);
+						break;
+					case 3:
+						mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 3, sgn,
+							 s0 > 0);
+						break;
+					default:
+						mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 4, sgn,
+							 s0 > 0);
+						break;
 					}
 				}
 			}
@@ -388,12 +428,11 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 	}
 }
 
-#define MATMUL_INT(name, TYPE)                                                               \
-	static void matmul_##name(float *restrict out, size_t ldo, const void *restrict w,    \
-				  size_t w_row_bytes, const void *restrict x,                 \
-				  size_t x_row_bytes, size_t rows, size_t k, size_t o0,       \
-				  size_t o1)                                                  \
-	{                                                                                    \
+#define MATMUL_INT(name, TYPE) \
+	static void matmul_##name(float *restrict out, size_t ldo, const void *restrict w, \
+				  size_t w_row_bytes, const void *restrict x, size_t x_row_bytes, \
+				  size_t rows, size_t k, size_t o0, size_t o1) \
+	{ \
 		matmul_int(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, TYPE); \
 	}
 
@@ -417,9 +456,9 @@ static inline __m256 bf16x8(const uint16_t *p)
 	return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
 
-static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w,
-			size_t w_row_bytes, const void *restrict x, size_t x_row_bytes, size_t rows,
-			size_t k, size_t o0, size_t o1)
+static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w, size_t w_row_bytes,
+			const void *restrict x, size_t x_row_bytes, size_t rows, size_t k,
+			size_t o0, size_t o1)
 {
 	size_t kv = k / 8 * 8;
 
@@ -427,7 +466,8 @@ static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w,
 		size_t g = rows - r0 < GROUP ? rows - r0 : GROUP;
 
 		for (size_t o = o0; o < o1; o++) {
-			const uint16_t *wr = (const uint16_t *)((const uint8_t *)w + o * w_row_bytes);
+			const uint16_t *wr = (const uint16_t *)((const uint8_t *)w +
+								o * w_row_bytes);
 			__m256 acc[GROUP];
 
 			for (size_t r = 0; r < g; r++)
@@ -436,15 +476,16 @@ static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w,
 				__m256 wv = bf16x8(wr + i);
 
 				for (size_t r = 0; r < g; r++) {
-					const uint16_t *xr =
-						(const uint16_t *)((const uint8_t *)x + (r0 + r) * x_row_bytes);
+					const uint16_t *xr = (const uint16_t *)((const uint8_t *)x +
+										(r0 +
+										 r) * x_row_bytes);
 
 					acc[r] = _mm256_fmadd_ps(wv, bf16x8(xr + i), acc[r]);
 				}
 			}
 			for (size_t r = 0; r < g; r++) {
-				const uint16_t *xr =
-					(const uint16_t *)((const uint8_t *)x + (r0 + r) * x_row_bytes);
+				const uint16_t *xr = (const uint16_t *)((const uint8_t *)x +
+									(r0 + r) * x_row_bytes);
 				float s = hsum8(acc[r]);
 
 				for (size_t i = kv; i < k; i++)
@@ -457,10 +498,10 @@ static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w,
 
 /* ---- the rest: the reference where it is not on a hot path ---- */
 
-#define QUANT_ACT(name, act)                                                      \
+#define QUANT_ACT(name, act) \
 	static void act_##name(void *restrict dst, const float *restrict x, size_t k) \
-	{                                                                         \
-		kvp_quant_act_ref(dst, act, x, k);                                \
+	{ \
+		kvp_quant_act_ref(dst, act, x, k); \
 	}
 
 QUANT_ACT(f32, KVP_ACT_F32)
@@ -477,10 +518,10 @@ static void dequant_bf16(float *restrict dst, const void *restrict src, size_t n
 	kv_load_bf16(dst, src, n);
 }
 
-#define DEQUANT_REF(name, type)                                                          \
+#define DEQUANT_REF(name, type) \
 	static void dequant_##name(float *restrict dst, const void *restrict src, size_t n) \
-	{                                                                                \
-		kvp_dequant_ref(dst, src, type, n);                                       \
+	{ \
+		kvp_dequant_ref(dst, src, type, n); \
 	}
 
 DEQUANT_REF(f32, KVP_GGML_F32)

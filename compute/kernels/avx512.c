@@ -38,8 +38,8 @@ static inline vf16_t vf_load_f16(const uint16_t *p)
 
 static inline void vf_store_f16(uint16_t *p, vf16_t v)
 {
-	_mm256_storeu_si256((__m256i *)p,
-			    _mm512_cvtps_ph((__m512)v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+	_mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph((__m512)v, _MM_FROUND_TO_NEAREST_INT |
+									     _MM_FROUND_NO_EXC));
 }
 
 #include "compute/kernels/vec_f32.inc"
@@ -68,7 +68,8 @@ static inline __m512i round16(const float *x, __m512 id)
 {
 	__m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), id));
 
-	return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+	return _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)),
+				_mm512_set1_epi32(127));
 }
 
 /*
@@ -80,7 +81,7 @@ static void act_q8(void *restrict dst, const float *restrict x, size_t k)
 {
 	for (size_t g = 0; g < (k + KVP_QG - 1) / KVP_QG; g++) {
 		struct kvp_act_q8 *a = (struct kvp_act_q8 *)dst + g;
-		uint32_t lanes[16][4];	/* [sub-block][chunk]: 4 codes each */
+		uint32_t lanes[16][4]; /* [sub-block][chunk]: 4 codes each */
 
 		memset(a, 0, sizeof(*a));
 		memset(lanes, 0, sizeof(lanes));
@@ -92,7 +93,8 @@ static void act_q8(void *restrict dst, const float *restrict x, size_t k)
 			for (int h = 0; h < 2; h++) {
 				__m512i q = round16(xb + 16 * h, id);
 
-				_mm_storeu_si128((__m128i *)lanes[2 * b + h], _mm512_cvtepi32_epi8(q));
+				_mm_storeu_si128((__m128i *)lanes[2 * b + h],
+						 _mm512_cvtepi32_epi8(q));
 				a->d[2 * b + h] = d;
 				a->s[2 * b + h] = d * (float)_mm512_reduce_add_epi32(q);
 			}
@@ -117,16 +119,26 @@ static void act_bf16(void *restrict dst, const float *restrict x, size_t k)
 static inline uint32_t blk_bytes(uint32_t type)
 {
 	switch (type) {
-	case KVP_GGML_Q8_0: return sizeof(struct kvp_blk_q8_0);
-	case KVP_GGML_Q4_0: return sizeof(struct kvp_blk_q4_0);
-	case KVP_GGML_Q4_1: return sizeof(struct kvp_blk_q4_1);
-	case KVP_GGML_Q5_0: return sizeof(struct kvp_blk_q5_0);
-	case KVP_GGML_Q5_1: return sizeof(struct kvp_blk_q5_1);
-	case KVP_GGML_Q2_K: return sizeof(struct kvp_blk_q2_k);
-	case KVP_GGML_Q3_K: return sizeof(struct kvp_blk_q3_k);
-	case KVP_GGML_Q4_K: return sizeof(struct kvp_blk_q4_k);
-	case KVP_GGML_Q5_K: return sizeof(struct kvp_blk_q5_k);
-	default: return sizeof(struct kvp_blk_q6_k);
+	case KVP_GGML_Q8_0:
+		return sizeof(struct kvp_blk_q8_0);
+	case KVP_GGML_Q4_0:
+		return sizeof(struct kvp_blk_q4_0);
+	case KVP_GGML_Q4_1:
+		return sizeof(struct kvp_blk_q4_1);
+	case KVP_GGML_Q5_0:
+		return sizeof(struct kvp_blk_q5_0);
+	case KVP_GGML_Q5_1:
+		return sizeof(struct kvp_blk_q5_1);
+	case KVP_GGML_Q2_K:
+		return sizeof(struct kvp_blk_q2_k);
+	case KVP_GGML_Q3_K:
+		return sizeof(struct kvp_blk_q3_k);
+	case KVP_GGML_Q4_K:
+		return sizeof(struct kvp_blk_q4_k);
+	case KVP_GGML_Q5_K:
+		return sizeof(struct kvp_blk_q5_k);
+	default:
+		return sizeof(struct kvp_blk_q6_k);
 	}
 }
 
@@ -203,10 +215,10 @@ static inline __m128i k4_scales_mins(const uint8_t *s)
 	/* 16 bytes from s: the 12 of the scales and 4 of the codes after them (ignored) */
 	__m128i v = _mm_loadu_si128((const __m128i *)s);
 	__m128i m6 = _mm_set1_epi8(0x3f), m4 = _mm_set1_epi8(0x0f), m2 = _mm_set1_epi8(3);
-	__m128i lo = _mm_and_si128(v, m6);					/* o0, o2 */
+	__m128i lo = _mm_and_si128(v, m6); /* o0, o2 */
 	__m128i w22 = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0xaa), _mm_setr_epi32(0, 4, 0, 0));
 	__m128i top = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(v, 6), m2), 4);
-	__m128i hi = _mm_or_si128(_mm_and_si128(w22, m4), top);		/* o1, o3 */
+	__m128i hi = _mm_or_si128(_mm_and_si128(w22, m4), top); /* o1, o3 */
 
 	return _mm_unpacklo_epi32(lo, hi);
 }
@@ -223,8 +235,8 @@ static inline void k_scales(struct wgrp *w, __m256i sc, __m256i mn, float d, flo
 }
 
 /* One K-quant super-block (= one group) into @w. */
-static inline __attribute__((always_inline)) void
-unpack_k(const uint8_t *blk, uint32_t type, struct wgrp *w)
+static inline __attribute__((always_inline)) void unpack_k(const uint8_t *blk, uint32_t type,
+							   struct wgrp *w)
 {
 	const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
 	const __m512i m1 = _mm512_set1_epi8(1);
@@ -236,13 +248,18 @@ unpack_k(const uint8_t *blk, uint32_t type, struct wgrp *w)
 		const uint8_t *qs = blk + (five ? 48 : 16);
 		__m128i sm = k4_scales_mins(blk + 4);
 
-		_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 		for (int c = 0; c < 4; c++) {
 			__m512i q = _mm512_and_si512(bcast_shift(qs + 32 * c, 0, 4), m4);
 
 			if (five)
-				q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(
-						bcast_shift(blk + 16, 2 * c, 2 * c + 1), m1), 4));
+				q = _mm512_or_si512(
+					q,
+					_mm512_slli_epi16(_mm512_and_si512(bcast_shift(blk + 16,
+										       2 * c,
+										       2 * c + 1),
+									   m1),
+							  4));
 			w->q[c] = q;
 		}
 		/* per-32 scale and min, each duplicated to the per-16 granularity */
@@ -254,14 +271,16 @@ unpack_k(const uint8_t *blk, uint32_t type, struct wgrp *w)
 	case KVP_GGML_Q6_K: {
 		__m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
 
-		_Pragma("GCC unroll 2")
+#pragma GCC unroll 2
 		for (int h = 0; h < 2; h++) {
 			__m512i l = _mm512_loadu_si512(blk + 64 * h);
 			__m512i h01 = _mm512_and_si512(bcast_shift(blk + 128 + 32 * h, 0, 2), m2);
 			__m512i h23 = _mm512_and_si512(bcast_shift(blk + 128 + 32 * h, 4, 6), m2);
 
-			w->q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_slli_epi16(h01, 4));
-			w->q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+			w->q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4),
+						      _mm512_slli_epi16(h01, 4));
+			w->q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4),
+									   m4),
 							  _mm512_slli_epi16(h23, 4));
 		}
 		k_scales(w, sc, _mm256_setzero_si256(), h2f(ld16(blk + 208)), 0, 32);
@@ -270,10 +289,11 @@ unpack_k(const uint8_t *blk, uint32_t type, struct wgrp *w)
 	case KVP_GGML_Q2_K: {
 		__m256i s = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)blk));
 
-		_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 		for (int c = 0; c < 4; c++)
 			w->q[c] = _mm512_and_si512(bcast_shift(blk + 16 + 32 * (c / 2), 4 * (c % 2),
-							       4 * (c % 2) + 2), m2);
+							       4 * (c % 2) + 2),
+						   m2);
 		k_scales(w, _mm256_and_si256(s, _mm256_set1_epi16(0xf)), _mm256_srli_epi16(s, 4),
 			 h2f(ld16(blk + 80)), h2f(ld16(blk + 82)), 0);
 		break;
@@ -286,16 +306,20 @@ unpack_k(const uint8_t *blk, uint32_t type, struct wgrp *w)
 		 */
 		__m128i v = _mm_srli_si128(_mm_loadu_si128((const __m128i *)(blk + 94)), 2);
 		__m128i n = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, 0x44),
-							 _mm_setr_epi32(0, 0, 4, 4)), _mm_set1_epi8(0x0f));
+							 _mm_setr_epi32(0, 0, 4, 4)),
+					  _mm_set1_epi8(0x0f));
 		__m128i t = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, 0xaa),
-							 _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
-		__m256i sc = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_or_si128(n, _mm_slli_epi32(t, 4))),
+							 _mm_setr_epi32(0, 2, 4, 6)),
+					  _mm_set1_epi8(3));
+		__m256i sc = _mm256_sub_epi16(_mm256_cvtepu8_epi16(
+						      _mm_or_si128(n, _mm_slli_epi32(t, 4))),
 					      _mm256_set1_epi16(32));
 
-		_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 		for (int c = 0; c < 4; c++) {
-			__m512i q = _mm512_and_si512(bcast_shift(blk + 32 + 32 * (c / 2), 4 * (c % 2),
-								 4 * (c % 2) + 2), m2);
+			__m512i q = _mm512_and_si512(bcast_shift(blk + 32 + 32 * (c / 2),
+								 4 * (c % 2), 4 * (c % 2) + 2),
+						     m2);
 			__m512i h = _mm512_and_si512(bcast_shift(blk, 2 * c, 2 * c + 1), m1);
 
 			w->q[c] = _mm512_or_si512(q, _mm512_slli_epi16(h, 2));
@@ -311,17 +335,19 @@ unpack_k(const uint8_t *blk, uint32_t type, struct wgrp *w)
  * Up to 8 legacy blocks (one group) into @w; missing blocks (a row's tail) are zero.
  * Each block is 32 codes as [lo nibbles | hi nibbles] (or the bytes), two per register.
  */
-static inline __attribute__((always_inline)) void
-unpack_l(const uint8_t *blk, uint32_t type, size_t nb, struct wgrp *w)
+static inline __attribute__((always_inline)) void unpack_l(const uint8_t *blk, uint32_t type,
+							   size_t nb, struct wgrp *w)
 {
 	const __m128i m4 = _mm_set1_epi8(0x0f);
 	uint32_t bb = blk_bytes(type);
 	__m128i dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
 	__m256i q[8];
-	float off = type == KVP_GGML_Q8_0 ? 128 : type == KVP_GGML_Q4_0 ? 8 :
-		    type == KVP_GGML_Q5_0 ? 16 : 0;
+	float off = type == KVP_GGML_Q8_0 ? 128 :
+		    type == KVP_GGML_Q4_0 ? 8 :
+		    type == KVP_GGML_Q5_0 ? 16 :
+					    0;
 
-	_Pragma("GCC unroll 8")
+#pragma GCC unroll 8
 	for (size_t b = 0; b < 8; b++) {
 		const uint8_t *x = blk + b * bb;
 
@@ -337,7 +363,8 @@ unpack_l(const uint8_t *blk, uint32_t type, size_t nb, struct wgrp *w)
 			break;
 		case KVP_GGML_Q4_0:
 		case KVP_GGML_Q4_1: {
-			__m128i v = _mm_loadu_si128((const __m128i *)(x + (type == KVP_GGML_Q4_0 ? 2 : 4)));
+			__m128i v = _mm_loadu_si128(
+				(const __m128i *)(x + (type == KVP_GGML_Q4_0 ? 2 : 4)));
 
 			q[b] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m4)),
 						       _mm_and_si128(_mm_srli_epi16(v, 4), m4), 1);
@@ -345,7 +372,7 @@ unpack_l(const uint8_t *blk, uint32_t type, size_t nb, struct wgrp *w)
 				mh = _mm_insert_epi16(mh, ld16(x + 2), (int)b);
 			break;
 		}
-		default: {	/* Q5_0, Q5_1: nibbles plus bit e of qh as 16 */
+		default: { /* Q5_0, Q5_1: nibbles plus bit e of qh as 16 */
 			int one = type == KVP_GGML_Q5_1;
 			__m128i v = _mm_loadu_si128((const __m128i *)(x + (one ? 8 : 6)));
 			uint32_t qh;
@@ -361,17 +388,18 @@ unpack_l(const uint8_t *blk, uint32_t type, size_t nb, struct wgrp *w)
 		}
 		}
 	}
-	_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 	for (int r = 0; r < 4; r++)
 		w->q[r] = _mm512_inserti64x4(_mm512_castsi256_si512(q[2 * r]), q[2 * r + 1], 1);
 	{
 		/* per block d and m, each to both of its sub-blocks (lanes 2b, 2b + 1) */
-		const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+		const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0,
+						     0);
 		__m512 d = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_cvtph_ps(dh)));
 		__m512 m = _mm512_permutexvar_ps(dup, _mm512_castps256_ps512(_mm256_cvtph_ps(mh)));
 
 		w->dw = d;
-		w->c = _mm512_fnmadd_ps(d, _mm512_set1_ps(off), m);	/* m - off d */
+		w->c = _mm512_fnmadd_ps(d, _mm512_set1_ps(off), m); /* m - off d */
 	}
 	to_lanes(w->q);
 }
@@ -380,12 +408,12 @@ unpack_l(const uint8_t *blk, uint32_t type, size_t nb, struct wgrp *w)
 static inline __attribute__((always_inline)) void
 gdot(const struct wgrp *w, const uint8_t *x, size_t xs, size_t g, const int R, __m512 *acc)
 {
-	_Pragma("GCC unroll 8")
+#pragma GCC unroll 8
 	for (int r = 0; r < R; r++) {
 		const struct kvp_act_q8 *a = (const struct kvp_act_q8 *)(x + r * xs) + g;
 		__m512i dot = _mm512_setzero_si512();
 
-		_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 		for (int c = 0; c < 4; c++)
 			dot = _mm512_dpbusd_epi32(dot, w->q[c], _mm512_loadu_si512(a->q + 64 * c));
 		acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
@@ -395,8 +423,8 @@ gdot(const struct wgrp *w, const uint8_t *x, size_t xs, size_t g, const int R, _
 }
 
 /* Unpack group @g (of @ng) of weight row @wr. */
-static inline __attribute__((always_inline)) void
-unpack(const uint8_t *wr, uint32_t type, size_t k, size_t g, struct wgrp *w)
+static inline __attribute__((always_inline)) void unpack(const uint8_t *wr, uint32_t type, size_t k,
+							 size_t g, struct wgrp *w)
 {
 	if (type >= KVP_GGML_Q2_K) {
 		unpack_k(wr + g * blk_bytes(type), type, w);
@@ -422,7 +450,7 @@ mat_fused(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_r
 		const uint8_t *wr = w + o * w_row_bytes;
 		__m512 acc[GROUP];
 
-		_Pragma("GCC unroll 8")
+#pragma GCC unroll 8
 		for (int r = 0; r < R; r++)
 			acc[r] = _mm512_setzero_ps();
 		_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0);
@@ -432,7 +460,7 @@ mat_fused(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_r
 			unpack(wr, type, k, g, &wg);
 			gdot(&wg, x, xs, g, R, acc);
 		}
-		_Pragma("GCC unroll 8")
+#pragma GCC unroll 8
 		for (int r = 0; r < R; r++)
 			out[r * ldo + o] = _mm512_reduce_add_ps(acc[r]);
 	}
@@ -454,42 +482,44 @@ mat_tile(float *out, size_t ldo, const struct wgrp *panel, size_t ps, size_t g0,
 {
 	__m512 acc[MK_RW][MK_RT];
 
-	_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 	for (int w = 0; w < RW; w++)
-		_Pragma("GCC unroll 3")
+#pragma GCC unroll 3
 		for (int t = 0; t < RT; t++)
 			acc[w][t] = _mm512_setzero_ps();
 	for (size_t g = 0; g < ng; g++) {
 		__m512i dot[MK_RW][MK_RT];
 
-		_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 		for (int w = 0; w < RW; w++)
-			_Pragma("GCC unroll 3")
+#pragma GCC unroll 3
 			for (int t = 0; t < RT; t++)
 				dot[w][t] = _mm512_setzero_si512();
-		_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 		for (int c = 0; c < 4; c++) {
 			__m512i a[MK_RT];
 
-			_Pragma("GCC unroll 3")
+#pragma GCC unroll 3
 			for (int t = 0; t < RT; t++)
-				a[t] = _mm512_loadu_si512(((const struct kvp_act_q8 *)(x + t * xs) + g0 + g)->q +
-							  64 * c);
-			_Pragma("GCC unroll 4")
+				a[t] = _mm512_loadu_si512(
+					((const struct kvp_act_q8 *)(x + t * xs) + g0 + g)->q +
+					64 * c);
+#pragma GCC unroll 4
 			for (int w = 0; w < RW; w++) {
 				__m512i wq = _mm512_load_si512(&panel[w * ps + g].q[c]);
 
-				_Pragma("GCC unroll 3")
+#pragma GCC unroll 3
 				for (int t = 0; t < RT; t++)
 					dot[w][t] = _mm512_dpbusd_epi32(dot[w][t], wq, a[t]);
 			}
 		}
-		_Pragma("GCC unroll 3")
+#pragma GCC unroll 3
 		for (int t = 0; t < RT; t++) {
-			const struct kvp_act_q8 *a = (const struct kvp_act_q8 *)(x + t * xs) + g0 + g;
+			const struct kvp_act_q8 *a = (const struct kvp_act_q8 *)(x + t * xs) + g0 +
+						     g;
 			__m512 ad = _mm512_loadu_ps(a->d), as = _mm512_loadu_ps(a->s);
 
-			_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 			for (int w = 0; w < RW; w++) {
 				const struct wgrp *pw = &panel[w * ps + g];
 
@@ -499,9 +529,9 @@ mat_tile(float *out, size_t ldo, const struct wgrp *panel, size_t ps, size_t g0,
 			}
 		}
 	}
-	_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 	for (int w = 0; w < RW; w++)
-		_Pragma("GCC unroll 3")
+#pragma GCC unroll 3
 		for (int t = 0; t < RT; t++) {
 			float v = _mm512_reduce_add_ps(acc[w][t]);
 
@@ -514,32 +544,72 @@ static void mat_tile_any(float *out, size_t ldo, const struct wgrp *panel, size_
 {
 #define T(a, b) mat_tile(out, ldo, panel, ps, g0, ng, x, xs, a, b, add)
 	switch (rw * 4 + rt) {
-	case 4 * 4 + 3: T(4, 3); break;
-	case 4 * 4 + 2: T(4, 2); break;
-	case 4 * 4 + 1: T(4, 1); break;
-	case 3 * 4 + 3: T(3, 3); break;
-	case 3 * 4 + 2: T(3, 2); break;
-	case 3 * 4 + 1: T(3, 1); break;
-	case 2 * 4 + 3: T(2, 3); break;
-	case 2 * 4 + 2: T(2, 2); break;
-	case 2 * 4 + 1: T(2, 1); break;
-	case 1 * 4 + 3: T(1, 3); break;
-	case 1 * 4 + 2: T(1, 2); break;
-	default: T(1, 1); break;
+	case 4 * 4 + 3:
+		T(4, 3);
+		break;
+	case 4 * 4 + 2:
+		T(4, 2);
+		break;
+	case 4 * 4 + 1:
+		T(4, 1);
+		break;
+	case 3 * 4 + 3:
+		T(3, 3);
+		break;
+	case 3 * 4 + 2:
+		T(3, 2);
+		break;
+	case 3 * 4 + 1:
+		T(3, 1);
+		break;
+	case 2 * 4 + 3:
+		T(2, 3);
+		break;
+	case 2 * 4 + 2:
+		T(2, 2);
+		break;
+	case 2 * 4 + 1:
+		T(2, 1);
+		break;
+	case 1 * 4 + 3:
+		T(1, 3);
+		break;
+	case 1 * 4 + 2:
+		T(1, 2);
+		break;
+	default:
+		T(1, 1);
+		break;
 	}
 #undef T
 }
 
-#define R_CASES(CALL)                                          \
-	switch (R) {                                           \
-	case 1: CALL(1); break;                                \
-	case 2: CALL(2); break;                                \
-	case 3: CALL(3); break;                                \
-	case 4: CALL(4); break;                                \
-	case 5: CALL(5); break;                                \
-	case 6: CALL(6); break;                                \
-	case 7: CALL(7); break;                                \
-	default: CALL(8); break;                               \
+#define R_CASES(CALL) \
+	switch (R) { \
+	case 1: \
+		CALL(1); \
+		break; \
+	case 2: \
+		CALL(2); \
+		break; \
+	case 3: \
+		CALL(3); \
+		break; \
+	case 4: \
+		CALL(4); \
+		break; \
+	case 5: \
+		CALL(5); \
+		break; \
+	case 6: \
+		CALL(6); \
+		break; \
+	case 7: \
+		CALL(7); \
+		break; \
+	default: \
+		CALL(8); \
+		break; \
 	}
 
 /*
@@ -581,20 +651,19 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 				for (size_t t = t0; t < t0 + tn; t += MK_RT) {
 					size_t rt = t0 + tn - t < MK_RT ? t0 + tn - t : MK_RT;
 
-					mat_tile_any(out + t * ldo + o, ldo, panel, PANEL_MAX, s0, sn,
-						     x + t * xs, xs, rw, rt, s0 > 0);
+					mat_tile_any(out + t * ldo + o, ldo, panel, PANEL_MAX, s0,
+						     sn, x + t * xs, xs, rw, rt, s0 > 0);
 				}
 			}
 		}
 	}
 }
 
-#define MATMUL_INT(name, TYPE)                                                               \
-	static void matmul_##name(float *restrict out, size_t ldo, const void *restrict w,    \
-				  size_t w_row_bytes, const void *restrict x,                 \
-				  size_t x_row_bytes, size_t rows, size_t k, size_t o0,       \
-				  size_t o1)                                                  \
-	{                                                                                    \
+#define MATMUL_INT(name, TYPE) \
+	static void matmul_##name(float *restrict out, size_t ldo, const void *restrict w, \
+				  size_t w_row_bytes, const void *restrict x, size_t x_row_bytes, \
+				  size_t rows, size_t k, size_t o0, size_t o1) \
+	{ \
 		matmul_int(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, TYPE); \
 	}
 
@@ -620,15 +689,16 @@ MATMUL_INT(q6_k, KVP_GGML_Q6_K)
 #define FT_RW 4
 #define FT_RT 4
 
-static inline __attribute__((always_inline)) void
-ftile(float *out, size_t ldo, const uint8_t *w, size_t wrb, const uint8_t *x, size_t xs,
-      size_t k, int bf, const int RW, const int RT)
+static inline __attribute__((always_inline)) void ftile(float *out, size_t ldo, const uint8_t *w,
+							size_t wrb, const uint8_t *x, size_t xs,
+							size_t k, int bf, const int RW,
+							const int RT)
 {
 	__m512 acc[FT_RW][FT_RT];
 
-	_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 	for (int r = 0; r < RW; r++)
-		_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 		for (int t = 0; t < RT; t++)
 			acc[r][t] = _mm512_setzero_ps();
 	for (size_t i = 0; i < k; i += 32) {
@@ -637,42 +707,47 @@ ftile(float *out, size_t ldo, const uint8_t *w, size_t wrb, const uint8_t *x, si
 		if (bf) {
 			__m512i a[FT_RT];
 
-			_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 			for (int t = 0; t < RT; t++)
 				a[t] = _mm512_maskz_loadu_epi16(m, x + t * xs + 2 * i);
-			_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 			for (int r = 0; r < RW; r++) {
-				__m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, w + r * wrb + 2 * i);
+				__m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, w + r * wrb +
+											    2 * i);
 
-				_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 				for (int t = 0; t < RT; t++)
 					acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, (__m512bh)a[t]);
 			}
 		} else {
 			__m512 a0[FT_RT], a1[FT_RT];
 
-			_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 			for (int t = 0; t < RT; t++) {
 				const float *xt = (const float *)(x + t * xs) + i;
 
 				a0[t] = _mm512_maskz_loadu_ps((__mmask16)m, xt);
 				a1[t] = _mm512_maskz_loadu_ps((__mmask16)(m >> 16), xt + 16);
 			}
-			_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 			for (int r = 0; r < RW; r++) {
 				const uint16_t *wr = (const uint16_t *)(w + r * wrb) + i;
-				__m512 w0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)m, wr));
-				__m512 w1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)(m >> 16), wr + 16));
+				__m512 w0 = _mm512_cvtph_ps(
+					_mm256_maskz_loadu_epi16((__mmask16)m, wr));
+				__m512 w1 = _mm512_cvtph_ps(
+					_mm256_maskz_loadu_epi16((__mmask16)(m >> 16), wr + 16));
 
-				_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 				for (int t = 0; t < RT; t++)
-					acc[r][t] = _mm512_fmadd_ps(w1, a1[t], _mm512_fmadd_ps(w0, a0[t], acc[r][t]));
+					acc[r][t] = _mm512_fmadd_ps(w1, a1[t],
+								    _mm512_fmadd_ps(w0, a0[t],
+										    acc[r][t]));
 			}
 		}
 	}
-	_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 	for (int r = 0; r < RW; r++)
-		_Pragma("GCC unroll 4")
+#pragma GCC unroll 4
 		for (int t = 0; t < RT; t++)
 			out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
@@ -680,21 +755,38 @@ ftile(float *out, size_t ldo, const uint8_t *w, size_t wrb, const uint8_t *x, si
 static void ftile_any(float *out, size_t ldo, const uint8_t *w, size_t wrb, const uint8_t *x,
 		      size_t xs, size_t k, int bf, size_t rw, size_t rt)
 {
-#define T(a, b) (bf ? ftile(out, ldo, w, wrb, x, xs, k, 1, a, b) : \
-		      ftile(out, ldo, w, wrb, x, xs, k, 0, a, b))
+#define T(a, b) \
+	(bf ? ftile(out, ldo, w, wrb, x, xs, k, 1, a, b) : \
+	      ftile(out, ldo, w, wrb, x, xs, k, 0, a, b))
 	switch (rw * 8 + rt) {
-	case 4 * 8 + 4: T(4, 4); break;
-	case 4 * 8 + 3: T(4, 3); break;
-	case 4 * 8 + 2: T(4, 2); break;
-	case 4 * 8 + 1: T(4, 1); break;
-	case 3 * 8 + 4: T(3, 4); break;
-	case 2 * 8 + 4: T(2, 4); break;
-	case 1 * 8 + 4: T(1, 4); break;
+	case 4 * 8 + 4:
+		T(4, 4);
+		break;
+	case 4 * 8 + 3:
+		T(4, 3);
+		break;
+	case 4 * 8 + 2:
+		T(4, 2);
+		break;
+	case 4 * 8 + 1:
+		T(4, 1);
+		break;
+	case 3 * 8 + 4:
+		T(3, 4);
+		break;
+	case 2 * 8 + 4:
+		T(2, 4);
+		break;
+	case 1 * 8 + 4:
+		T(1, 4);
+		break;
 	default:
 		for (size_t r = 0; r < rw; r++)
 			for (size_t t = 0; t < rt; t++)
-				bf ? ftile(out + t * ldo + r, ldo, w + r * wrb, wrb, x + t * xs, xs, k, 1, 1, 1) :
-				     ftile(out + t * ldo + r, ldo, w + r * wrb, wrb, x + t * xs, xs, k, 0, 1, 1);
+				bf ? ftile(out + t * ldo + r, ldo, w + r * wrb, wrb, x + t * xs, xs,
+					   k, 1, 1, 1) :
+				     ftile(out + t * ldo + r, ldo, w + r * wrb, wrb, x + t * xs, xs,
+					   k, 0, 1, 1);
 		break;
 	}
 #undef T
@@ -714,8 +806,8 @@ static void matmul_float_tiles(float *restrict out, size_t ldo, const uint8_t *r
 			for (size_t t = t0; t < t0 + tn; t += FT_RT) {
 				size_t rt = t0 + tn - t < FT_RT ? t0 + tn - t : FT_RT;
 
-				ftile_any(out + t * ldo + o, ldo, w + o * wrb, wrb, x + t * xs, xs, k, bf,
-					  rw, rt);
+				ftile_any(out + t * ldo + o, ldo, w + o * wrb, wrb, x + t * xs, xs,
+					  k, bf, rw, rt);
 			}
 		}
 	}
@@ -732,9 +824,9 @@ static void matmul_f16_any(float *restrict out, size_t ldo, const void *restrict
 }
 
 /* BF16 weights against bf16 activations: vdpbf16ps, 32 products per instruction. */
-static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w,
-			size_t w_row_bytes, const void *restrict x, size_t x_row_bytes, size_t rows,
-			size_t k, size_t o0, size_t o1)
+static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w, size_t w_row_bytes,
+			const void *restrict x, size_t x_row_bytes, size_t rows, size_t k,
+			size_t o0, size_t o1)
 {
 	size_t kv = k / 32 * 32;
 
@@ -747,7 +839,8 @@ static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w,
 		size_t g = rows - r0 < GROUP ? rows - r0 : GROUP;
 
 		for (size_t o = o0; o < o1; o++) {
-			const uint16_t *wr = (const uint16_t *)((const uint8_t *)w + o * w_row_bytes);
+			const uint16_t *wr = (const uint16_t *)((const uint8_t *)w +
+								o * w_row_bytes);
 			__m512 acc[GROUP];
 
 			for (size_t r = 0; r < g; r++)
@@ -757,16 +850,18 @@ static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w,
 
 				__builtin_prefetch((const char *)(wr + i) + 4096, 0, 1);
 				for (size_t r = 0; r < g; r++) {
-					const uint16_t *xr =
-						(const uint16_t *)((const uint8_t *)x + (r0 + r) * x_row_bytes);
+					const uint16_t *xr = (const uint16_t *)((const uint8_t *)x +
+										(r0 +
+										 r) * x_row_bytes);
 
 					acc[r] = _mm512_dpbf16_ps(acc[r], wv,
-								  (__m512bh)_mm512_loadu_si512(xr + i));
+								  (__m512bh)_mm512_loadu_si512(xr +
+											       i));
 				}
 			}
 			for (size_t r = 0; r < g; r++) {
-				const uint16_t *xr =
-					(const uint16_t *)((const uint8_t *)x + (r0 + r) * x_row_bytes);
+				const uint16_t *xr = (const uint16_t *)((const uint8_t *)x +
+									(r0 + r) * x_row_bytes);
 				float s = _mm512_reduce_add_ps(acc[r]);
 
 				for (size_t i = kv; i < k; i++)
@@ -789,10 +884,10 @@ static void dequant_bf16(float *restrict dst, const void *restrict src, size_t n
 	kv_load_bf16(dst, src, n);
 }
 
-#define DEQUANT_REF(name, type)                                                  \
+#define DEQUANT_REF(name, type) \
 	static void dequant_##name(float *restrict dst, const void *restrict src, size_t n) \
-	{                                                                        \
-		kvp_dequant_ref(dst, src, type, n);                               \
+	{ \
+		kvp_dequant_ref(dst, src, type, n); \
 	}
 
 DEQUANT_REF(f32, KVP_GGML_F32)

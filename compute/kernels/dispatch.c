@@ -51,12 +51,12 @@ int kvp_isa_supported(uint32_t isa)
 	if (!BIT(c, 12) || !BIT(c, 27) || !BIT(c, 28) || !BIT(c, 29))
 		return 0;
 	xcr0 = xgetbv0();
-	if ((xcr0 & 0x6) != 0x6)	/* XMM and YMM state */
+	if ((xcr0 & 0x6) != 0x6) /* XMM and YMM state */
 		return 0;
 	__cpuid_count(7, 0, a, b7, c7, d);
 	if (a >= 1)
 		__cpuid_count(7, 1, a71, b, c, d);
-	if (!BIT(b7, 5))	/* AVX2 */
+	if (!BIT(b7, 5)) /* AVX2 */
 		return 0;
 	if (isa == KVP_ISA_AVX2)
 		return 1;
@@ -93,7 +93,7 @@ int kvp_kernels_best(const struct kvp_kernels **out)
 			return 0;
 		}
 	}
-	*out = NULL;	/* cannot happen: scalar is always supported */
+	*out = NULL; /* cannot happen: scalar is always supported */
 	return -ENOTSUP;
 }
 
@@ -121,8 +121,11 @@ const char *kvp_kernels_gap(const struct kvp_kernels *k, char *buf, size_t len)
 		}
 	}
 	if (!k->rmsnorm || !k->swiglu || !k->attn_block || !k->name) {
-		snprintf(buf, len, "%s", !k->rmsnorm ? "rmsnorm" : !k->swiglu ? "swiglu" :
-					 !k->attn_block ? "attn_block" : "name");
+		snprintf(buf, len, "%s",
+			 !k->rmsnorm	? "rmsnorm" :
+			 !k->swiglu	? "swiglu" :
+			 !k->attn_block ? "attn_block" :
+					  "name");
 		return buf;
 	}
 	return NULL;

@@ -29,8 +29,8 @@
 
 enum kvp_isa {
 	KVP_ISA_SCALAR = 0,
-	KVP_ISA_AVX2 = 1,	/* AVX2 + FMA + F16C */
-	KVP_ISA_AVX512 = 2,	/* AVX-512 F/BW/DQ/VL + VNNI + BF16 */
+	KVP_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+	KVP_ISA_AVX512 = 2, /* AVX-512 F/BW/DQ/VL + VNNI + BF16 */
 	KVP_ISA__COUNT
 };
 

@@ -77,7 +77,7 @@ float kvp_f16_to_f32(uint16_t h)
 	uint32_t exp = (h >> 10) & 0x1f;
 	uint32_t man = h & 0x3ff;
 
-	if (exp == 0x1f)	/* inf / NaN: keep the payload, quiet bit as hardware does */
+	if (exp == 0x1f) /* inf / NaN: keep the payload, quiet bit as hardware does */
 		return u2f(sign | 0x7f800000 | (man << 13) | (man ? 0x400000 : 0));
 	if (exp == 0) {
 		if (!man)
@@ -99,11 +99,11 @@ uint16_t kvp_f32_to_f16(float f)
 	uint32_t sign = (u >> 16) & 0x8000;
 	uint32_t a = u & 0x7fffffff;
 
-	if (a > 0x7f800000)	/* NaN */
+	if (a > 0x7f800000) /* NaN */
 		return sign | 0x7e00 | ((a >> 13) & 0x3ff);
-	if (a >= 0x477ff000)	/* rounds to >= 65520: inf */
+	if (a >= 0x477ff000) /* rounds to >= 65520: inf */
 		return sign | 0x7c00;
-	if (a < 0x38800000) {	/* below the smallest normal half: subnormal or zero */
+	if (a < 0x38800000) { /* below the smallest normal half: subnormal or zero */
 		/* half subnormal unit is 2^-24: round(|f| * 2^24), exact scaling */
 		float v = u2f(a) * 0x1p24f;
 		uint32_t q = (uint32_t)v;
@@ -111,10 +111,10 @@ uint16_t kvp_f32_to_f16(float f)
 
 		if (rem > 0.5f || (rem == 0.5f && (q & 1)))
 			q++;
-		return sign | q;	/* q <= 0x400 rolls into the smallest normal correctly */
+		return sign | q; /* q <= 0x400 rolls into the smallest normal correctly */
 	}
 	/* normal: rebias, round to nearest even on the 13 dropped bits */
-	uint32_t r = a - 0x38000000;	/* exponent 127 -> 15 */
+	uint32_t r = a - 0x38000000; /* exponent 127 -> 15 */
 	uint32_t lsb = (r >> 13) & 1;
 
 	r += 0xfff + lsb;
@@ -126,7 +126,7 @@ uint16_t kvp_f32_to_bf16(float f)
 	uint32_t u = f2u(f);
 
 	if ((u & 0x7fffffff) > 0x7f800000)
-		return (u >> 16) | 0x40;	/* quiet NaN */
+		return (u >> 16) | 0x40; /* quiet NaN */
 	return (u + 0x7fff + ((u >> 16) & 1)) >> 16;
 }
 
@@ -182,8 +182,8 @@ static inline int q6code(const struct kvp_blk_q6_k *b, int e)
 	return lo | ((b->qh[32 * h + l] >> (2 * qr)) & 3) << 4;
 }
 
-int kvp_qtype_codes(const void *blk, uint32_t type, uint8_t *q, int32_t *sc, int32_t *mn,
-		    float *d, float *dmin, int32_t *off)
+int kvp_qtype_codes(const void *blk, uint32_t type, uint8_t *q, int32_t *sc, int32_t *mn, float *d,
+		    float *dmin, int32_t *off)
 {
 	*dmin = 0;
 	*off = 0;
@@ -349,7 +349,8 @@ int kvp_dequant_ref(float *restrict dst, const void *restrict src, uint32_t type
 			int has_min = type == KVP_GGML_Q4_1 || type == KVP_GGML_Q5_1;
 
 			for (uint32_t e = 0; e < KVP_QK; e++)
-				dst[e] = has_min ? (float)q[e] * d + dmin : (float)((int)q[e] - off) * d;
+				dst[e] = has_min ? (float)q[e] * d + dmin :
+						   (float)((int)q[e] - off) * d;
 			continue;
 		}
 		/* (d * sc) * (q - off) - dmin * m, as ggml evaluates it */
@@ -443,7 +444,7 @@ static void quant_legacy(uint8_t *out, const float *x, uint32_t type)
 			b->qs[j] = q[j] | q[j + 16] << 4;
 		break;
 	}
-	default: {	/* q5_0, q5_1: same nibbles, the fifth bits in qh */
+	default: { /* q5_0, q5_1: same nibbles, the fifth bits in qh */
 		uint32_t qh = 0;
 		uint8_t *qs, *qhp;
 
@@ -499,7 +500,7 @@ static void quant_k_min(uint8_t *out, const float *x, uint32_t type)
 	uint16_t dh, dminh;
 
 	for (int j = 0; j < nsub; j++) {
-		float lo = 0, hi = 0;	/* lo <= 0: the min term only subtracts */
+		float lo = 0, hi = 0; /* lo <= 0: the min term only subtracts */
 
 		for (int i = 0; i < sub; i++) {
 			lo = x[j * sub + i] < lo ? x[j * sub + i] : lo;
@@ -569,7 +570,7 @@ static void quant_k_min(uint8_t *out, const float *x, uint32_t type)
 /* Q3_K and Q6_K: symmetric per 16, signed integer sub-block scales. */
 static void quant_k_sym(uint8_t *out, const float *x, uint32_t type)
 {
-	int half = type == KVP_GGML_Q3_K ? 4 : 32;	/* codes -half .. half-1 */
+	int half = type == KVP_GGML_Q3_K ? 4 : 32; /* codes -half .. half-1 */
 	float scale[16], d;
 	int32_t sc[16];
 	uint8_t q[KVP_QK_K];
@@ -700,7 +701,8 @@ void kvp_quant_act_ref(void *restrict dst, uint32_t act, const float *restrict x
 					int32_t sum = 0;
 
 					for (int e = 0; e < 16; e++) {
-						a->q[kvp_q8_pos(32 * b + 16 * h + e)] = q[16 * h + e];
+						a->q[kvp_q8_pos(32 * b + 16 * h + e)] =
+							q[16 * h + e];
 						sum += q[16 * h + e];
 					}
 					a->d[2 * b + h] = d;

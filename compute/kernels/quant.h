@@ -33,8 +33,8 @@
 
 #include "compute/gguf.h"
 
-#define KVP_QK 32	/* elements per legacy block */
-#define KVP_QK_K 256	/* elements per K-quant super-block */
+#define KVP_QK 32    /* elements per legacy block */
+#define KVP_QK_K 256 /* elements per K-quant super-block */
 
 /* Q4_0: w = d * (q - 8), q the low nibbles (elements 0..15) then high (16..31). */
 struct kvp_blk_q4_0 {
@@ -125,14 +125,9 @@ static_assert(offsetof(struct kvp_blk_q5_k, qs) == 48, "GGUF layout");
 static_assert(offsetof(struct kvp_blk_q6_k, d) == 208, "GGUF layout");
 
 /* Activation formats (what a weight type's dot product takes). */
-enum kvp_act {
-	KVP_ACT_F32 = 0,
-	KVP_ACT_BF16 = 1,
-	KVP_ACT_Q8 = 2,
-	KVP_ACT__COUNT
-};
+enum kvp_act { KVP_ACT_F32 = 0, KVP_ACT_BF16 = 1, KVP_ACT_Q8 = 2, KVP_ACT__COUNT };
 
-#define KVP_QG 256	/* elements per KVP_ACT_Q8 group */
+#define KVP_QG 256 /* elements per KVP_ACT_Q8 group */
 
 /**
  * struct kvp_act_q8 - 256 activations (16 sub-blocks of 16, 8 blocks of 32)
@@ -242,7 +237,7 @@ void kvp_act_round_ref(float *x, uint32_t act, size_t k);
  * The scalar kernels compute from this; tests check it against kvp_dequant_ref.
  * Return: 0 or -ENOTSUP (F32, F16, BF16: no integer view).
  */
-int kvp_qtype_codes(const void *blk, uint32_t type, uint8_t *q, int32_t *sc, int32_t *mn,
-		    float *d, float *dmin, int32_t *off);
+int kvp_qtype_codes(const void *blk, uint32_t type, uint8_t *q, int32_t *sc, int32_t *mn, float *d,
+		    float *dmin, int32_t *off);
 
 #endif /* KVP_COMPUTE_KERNELS_QUANT_H */

@@ -61,12 +61,12 @@ static float dot_int(const uint8_t *w, uint32_t wtype, const void *x, size_t k)
 
 			kvp_qtype_codes(w, wtype, q + b * t->block, sc, mn, &d, &dmin, &off);
 			w += t->block_bytes;
-			if (t->block == KVP_QK) {	/* legacy: d (q - off) + m, two sub-blocks */
+			if (t->block == KVP_QK) { /* legacy: d (q - off) + m, two sub-blocks */
 				dw[2 * b] = dw[2 * b + 1] = d;
 				c[2 * b] = c[2 * b + 1] = dmin - (float)off * d;
 				continue;
 			}
-			for (int i = 0; i < 16; i++) {	/* d sc (q - off) - dmin mn */
+			for (int i = 0; i < 16; i++) { /* d sc (q - off) - dmin mn */
 				dw[i] = d * (float)sc[i];
 				c[i] = -(dw[i] * (float)off + dmin * (float)mn[i]);
 			}
@@ -82,15 +82,15 @@ static float dot_int(const uint8_t *w, uint32_t wtype, const void *x, size_t k)
 	return s;
 }
 
-#define MATMUL(name, type, dotfn)                                                          \
-	static void name(float *restrict out, size_t ldo, const void *restrict w,          \
-			 size_t w_row_bytes, const void *restrict x, size_t x_row_bytes,    \
-			 size_t rows, size_t k, size_t o0, size_t o1)                       \
-	{                                                                                  \
-		for (size_t o = o0; o < o1; o++)                                           \
-			for (size_t r = 0; r < rows; r++)                                  \
+#define MATMUL(name, type, dotfn) \
+	static void name(float *restrict out, size_t ldo, const void *restrict w, \
+			 size_t w_row_bytes, const void *restrict x, size_t x_row_bytes, \
+			 size_t rows, size_t k, size_t o0, size_t o1) \
+	{ \
+		for (size_t o = o0; o < o1; o++) \
+			for (size_t r = 0; r < rows; r++) \
 				out[r * ldo + o] = dotfn((const uint8_t *)w + o * w_row_bytes, \
-							 type,                             \
+							 type, \
 							 (const uint8_t *)x + r * x_row_bytes, k); \
 	}
 
@@ -108,10 +108,10 @@ MATMUL(matmul_q4_k, KVP_GGML_Q4_K, dot_int)
 MATMUL(matmul_q5_k, KVP_GGML_Q5_K, dot_int)
 MATMUL(matmul_q6_k, KVP_GGML_Q6_K, dot_int)
 
-#define DEQUANT(name, type)                                                      \
+#define DEQUANT(name, type) \
 	static void name(float *restrict dst, const void *restrict src, size_t n) \
-	{                                                                        \
-		kvp_dequant_ref(dst, src, type, n);                               \
+	{ \
+		kvp_dequant_ref(dst, src, type, n); \
 	}
 
 DEQUANT(dequant_f32, KVP_GGML_F32)
@@ -128,10 +128,10 @@ DEQUANT(dequant_q4_k, KVP_GGML_Q4_K)
 DEQUANT(dequant_q5_k, KVP_GGML_Q5_K)
 DEQUANT(dequant_q6_k, KVP_GGML_Q6_K)
 
-#define QUANT_ACT(name, act)                                                      \
+#define QUANT_ACT(name, act) \
 	static void name(void *restrict dst, const float *restrict x, size_t k) \
-	{                                                                         \
-		kvp_quant_act_ref(dst, act, x, k);                                \
+	{ \
+		kvp_quant_act_ref(dst, act, x, k); \
 	}
 
 QUANT_ACT(act_f32, KVP_ACT_F32)
@@ -208,7 +208,7 @@ static void attn_block(float *restrict o, float *restrict m, const float *restri
 		bmax = sbuf[t] > bmax ? sbuf[t] : bmax;
 	}
 	if (bmax > m[0]) {
-		float c = expf(m[0] - bmax);	/* 0 on the first block */
+		float c = expf(m[0] - bmax); /* 0 on the first block */
 
 		for (uint32_t d = 0; d < hd; d++)
 			o[d] *= c;

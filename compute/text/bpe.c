@@ -22,9 +22,9 @@
 #include "compute/text/pretok.h"
 #include "compute/text/vocab.h"
 
-#define CACHE_MIN_TEXT 2048u	/* shorter texts repeat too little to pay for a cache */
-#define CACHE_WORD 24u		/* longest word cached, bytes */
-#define CACHE_IDS 8u		/* most ids a cached word may have */
+#define CACHE_MIN_TEXT 2048u /* shorter texts repeat too little to pay for a cache */
+#define CACHE_WORD 24u	     /* longest word cached, bytes */
+#define CACHE_IDS 8u	     /* most ids a cached word may have */
 
 /*
  * GPT-2's byte -> character map: the printable Latin-1 bytes stand for themselves; the
@@ -87,7 +87,7 @@ size_t kvp_bpe_decode_piece(const char *piece, size_t n, char *out)
 		if (b >= 0) {
 			out[o++] = (char)b;
 			i += cl;
-		} else {	/* not a mapped character: its bytes as they are */
+		} else { /* not a mapped character: its bytes as they are */
 			cl = cl ? cl : 1;
 			memcpy(out + o, p + i, cl);
 			o += cl;
@@ -121,8 +121,8 @@ static int64_t merge_find(const struct kvp_bpe_merges *m, int32_t l, int32_t r)
 	}
 }
 
-int kvp_bpe_merges_build(struct kvp_tokenizer *t, const char *const *merges,
-			 const uint32_t *lens, uint32_t n, char *err, size_t errlen)
+int kvp_bpe_merges_build(struct kvp_tokenizer *t, const char *const *merges, const uint32_t *lens,
+			 uint32_t n, char *err, size_t errlen)
 {
 	struct kvp_bpe_merges *m = &t->merges;
 	size_t cap = 16;
@@ -147,7 +147,7 @@ int kvp_bpe_merges_build(struct kvp_tokenizer *t, const char *const *merges,
 		 * raw space in a byte-level vocabulary, but the left one may be a lone space) */
 		sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
 		if (!sp)
-			continue;	/* malformed: no merge can use it */
+			continue; /* malformed: no merge can use it */
 		l = kvp_vocab_lookup(t, s, (size_t)(sp - s));
 		r = kvp_vocab_lookup(t, sp + 1, len - (size_t)(sp - s) - 1);
 		if (l < 0 || r < 0 || len - 1 > sizeof(cat))
@@ -155,7 +155,7 @@ int kvp_bpe_merges_build(struct kvp_tokenizer *t, const char *const *merges,
 		memcpy(cat, s, (size_t)(sp - s));
 		memcpy(cat + (sp - s), sp + 1, len - (size_t)(sp - s) - 1);
 		res = kvp_vocab_lookup(t, cat, len - 1);
-		if (res < 0 || merge_find(m, l, r) >= 0)	/* a repeated pair keeps its first rank */
+		if (res < 0 || merge_find(m, l, r) >= 0) /* a repeated pair keeps its first rank */
 			continue;
 		key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
 		for (uint64_t h = mix64(key);; h++) {
@@ -182,8 +182,8 @@ void kvp_bpe_merges_deinit(struct kvp_bpe_merges *m)
 }
 
 struct sym {
-	int32_t id;		/* token of the bytes so far, -1 for a byte with no token */
-	uint32_t len;		/* bytes; 0: merged into its left neighbour */
+	int32_t id;   /* token of the bytes so far, -1 for a byte with no token */
+	uint32_t len; /* bytes; 0: merged into its left neighbour */
 	int32_t prev, next;
 };
 
@@ -191,7 +191,7 @@ struct sym {
 struct pair {
 	uint32_t rank;
 	int32_t left;
-	uint32_t len;		/* both symbols' bytes when queued: a later change makes it stale */
+	uint32_t len; /* both symbols' bytes when queued: a later change makes it stale */
 };
 
 static int pair_before(const struct pair *a, const struct pair *b)
@@ -233,7 +233,7 @@ static struct pair heap_pop(struct pair *h, size_t *n)
 }
 
 struct cache_slot {
-	uint8_t wlen;		/* 0: empty */
+	uint8_t wlen; /* 0: empty */
 	uint8_t n_ids;
 	char word[CACHE_WORD];
 	int32_t ids[CACHE_IDS];
@@ -246,8 +246,8 @@ struct kvp_bpe_ctx {
 	struct kvp_ids *out;
 	struct sym *sym;
 	struct pair *heap;
-	char *map;		/* a word spelled in mapped characters (ignore_merges) */
-	size_t cap;		/* bytes of the longest word the buffers hold */
+	char *map;  /* a word spelled in mapped characters (ignore_merges) */
+	size_t cap; /* bytes of the longest word the buffers hold */
 	struct cache_slot *cache;
 	uint32_t cache_mask;
 };
@@ -262,7 +262,7 @@ static int grow(struct kvp_bpe_ctx *c, size_t n)
 	a = realloc(c->sym, cap * sizeof(*c->sym));
 	if (a)
 		c->sym = a;
-	b = realloc(c->heap, 3 * cap * sizeof(*c->heap));	/* n - 1 pairs, + 2 per merge */
+	b = realloc(c->heap, 3 * cap * sizeof(*c->heap)); /* n - 1 pairs, + 2 per merge */
 	if (b)
 		c->heap = b;
 	d = realloc(c->map, 2 * cap);
@@ -284,8 +284,8 @@ static void queue_pair(const struct kvp_bpe_ctx *c, int32_t i, size_t *nh)
 		return;
 	slot = merge_find(&c->t->merges, s[i].id, s[j].id);
 	if (slot >= 0)
-		heap_push(c->heap, nh, (struct pair){ c->t->merges.rank[slot], i,
-						      s[i].len + s[j].len });
+		heap_push(c->heap, nh,
+			  (struct pair){ c->t->merges.rank[slot], i, s[i].len + s[j].len });
 }
 
 static void put_id(const struct kvp_bpe_ctx *c, int32_t id)
@@ -325,7 +325,8 @@ static int encode_word(void *ctx, const char *w, size_t n)
 		int32_t id;
 
 		for (size_t i = 0; i < n; i++) {
-			memcpy(c->map + ml, t->byte_char[(uint8_t)w[i]], t->byte_char_len[(uint8_t)w[i]]);
+			memcpy(c->map + ml, t->byte_char[(uint8_t)w[i]],
+			       t->byte_char_len[(uint8_t)w[i]]);
 			ml += t->byte_char_len[(uint8_t)w[i]];
 		}
 		id = ml <= KVP_PIECE_MAX ? kvp_vocab_lookup(t, c->map, ml) : -1;
@@ -343,8 +344,10 @@ static int encode_word(void *ctx, const char *w, size_t n)
 		}
 	}
 	for (int32_t i = 0; i < n_sym; i++)
-		c->sym[i] = (struct sym){ .id = t->byte_id[(uint8_t)w[i]], .len = 1,
-					  .prev = i - 1, .next = i + 1 < n_sym ? i + 1 : -1 };
+		c->sym[i] = (struct sym){ .id = t->byte_id[(uint8_t)w[i]],
+					  .len = 1,
+					  .prev = i - 1,
+					  .next = i + 1 < n_sym ? i + 1 : -1 };
 	for (int32_t i = 0; i + 1 < n_sym; i++)
 		queue_pair(c, i, &nh);
 	while (nh) {
@@ -397,7 +400,7 @@ int kvp_bpe_ctx_new(struct kvp_bpe_ctx **out, const struct kvp_tokenizer *t, siz
 
 		while (slots < text_len / 16 && slots < 4096)
 			slots *= 2;
-		c->cache = calloc(slots, sizeof(*c->cache));	/* no cache is only slower */
+		c->cache = calloc(slots, sizeof(*c->cache)); /* no cache is only slower */
 		c->cache_mask = c->cache ? (uint32_t)slots - 1 : 0;
 	}
 	*out = c;

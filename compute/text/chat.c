@@ -23,15 +23,17 @@
 #include <time.h>
 
 static const char *const names[KVP_CHAT__COUNT] = {
-	[KVP_CHAT_LLAMA3] = "llama3",	[KVP_CHAT_LLAMA31] = "llama3.1",
-	[KVP_CHAT_LLAMA32] = "llama3.2",	[KVP_CHAT_CHATML] = "chatml",
-	[KVP_CHAT_LLAMA2] = "llama2",	[KVP_CHAT_MISTRAL] = "mistral",
-	[KVP_CHAT_PHI3] = "phi3",	[KVP_CHAT_GEMMA] = "gemma",
-	[KVP_CHAT_ZEPHYR] = "zephyr",	[KVP_CHAT_DEEPSEEK] = "deepseek",
+	[KVP_CHAT_LLAMA3] = "llama3",	 [KVP_CHAT_LLAMA31] = "llama3.1",
+	[KVP_CHAT_LLAMA32] = "llama3.2", [KVP_CHAT_CHATML] = "chatml",
+	[KVP_CHAT_LLAMA2] = "llama2",	 [KVP_CHAT_MISTRAL] = "mistral",
+	[KVP_CHAT_PHI3] = "phi3",	 [KVP_CHAT_GEMMA] = "gemma",
+	[KVP_CHAT_ZEPHYR] = "zephyr",	 [KVP_CHAT_DEEPSEEK] = "deepseek",
 };
 
 static const char *const role_names[] = {
-	[KVP_CHAT_SYSTEM] = "system", [KVP_CHAT_USER] = "user", [KVP_CHAT_ASSISTANT] = "assistant",
+	[KVP_CHAT_SYSTEM] = "system",
+	[KVP_CHAT_USER] = "user",
+	[KVP_CHAT_ASSISTANT] = "assistant",
 };
 
 #define ALTERNATE "Conversation roles must alternate user/assistant/user/assistant/..."
@@ -84,7 +86,7 @@ static void chatml_default_system(struct kvp_chat_template *t, const char *src, 
 		if (!e)
 			continue;
 		for (; q < e && o + 1 < sizeof(t->default_system); q++) {
-			if (*q == '\\' && q + 1 < e) {	/* Jinja string escapes */
+			if (*q == '\\' && q + 1 < e) { /* Jinja string escapes */
 				q++;
 				t->default_system[o++] = *q == 'n' ? '\n' : *q == 't' ? '\t' : *q;
 			} else {
@@ -96,8 +98,8 @@ static void chatml_default_system(struct kvp_chat_template *t, const char *src, 
 	}
 }
 
-int kvp_chat_template_detect(struct kvp_chat_template *out, const char *src, size_t len,
-			     char *err, size_t errlen)
+int kvp_chat_template_detect(struct kvp_chat_template *out, const char *src, size_t len, char *err,
+			     size_t errlen)
 {
 	int f = -1;
 
@@ -127,8 +129,10 @@ int kvp_chat_template_detect(struct kvp_chat_template *out, const char *src, siz
 	}
 	if (f < 0) {
 		if (err && errlen)
-			snprintf(err, errlen, "chat: the model's chat template is not one kvpool knows (known: %s); choose one by name",
-				 kvp_chat_names());
+			snprintf(
+				err, errlen,
+				"chat: the model's chat template is not one kvpool knows (known: %s); choose one by name",
+				kvp_chat_names());
 		return -ENOTSUP;
 	}
 	out->family = (enum kvp_chat_family)f;
@@ -195,14 +199,14 @@ static size_t space_at(const uint8_t *p, size_t left)
 		return 1;
 	if (left >= 2 && p[0] == 0xc2 && (p[1] == 0x85 || p[1] == 0xa0))
 		return 2;
-	if (left >= 3 && p[0] == 0xe1 && p[1] == 0x9a && p[2] == 0x80)	/* U+1680 */
+	if (left >= 3 && p[0] == 0xe1 && p[1] == 0x9a && p[2] == 0x80) /* U+1680 */
 		return 3;
 	if (left >= 3 && p[0] == 0xe2 && p[1] == 0x80 &&
 	    (p[2] <= 0x8a || p[2] == 0xa8 || p[2] == 0xa9 || p[2] == 0xaf))
 		return 3;
-	if (left >= 3 && p[0] == 0xe2 && p[1] == 0x81 && p[2] == 0x9f)	/* U+205F */
+	if (left >= 3 && p[0] == 0xe2 && p[1] == 0x81 && p[2] == 0x9f) /* U+205F */
 		return 3;
-	if (left >= 3 && p[0] == 0xe3 && p[1] == 0x80 && p[2] == 0x80)	/* U+3000 */
+	if (left >= 3 && p[0] == 0xe3 && p[1] == 0x80 && p[2] == 0x80) /* U+3000 */
 		return 3;
 	return 0;
 }
@@ -280,7 +284,7 @@ static int render(struct buf *b, const struct kvp_chat_template *t, const struct
 		char today[32] = "26 Jul 2024";
 		const char *date = o->date;
 
-		if (!date && t->family == KVP_CHAT_LLAMA32) {	/* strftime_now("%d %b %Y") */
+		if (!date && t->family == KVP_CHAT_LLAMA32) { /* strftime_now("%d %b %Y") */
 			time_t now = time(NULL);
 			struct tm tm;
 
@@ -369,7 +373,8 @@ static int render(struct buf *b, const struct kvp_chat_template *t, const struct
 				put_msg(b, &m[i]);
 				puts_(b, o->eos);
 			} else {
-				return refuse(err, errlen, "Only user and assistant roles are supported!");
+				return refuse(err, errlen,
+					      "Only user and assistant roles are supported!");
 			}
 		}
 		return 0;
@@ -450,7 +455,7 @@ int kvp_chat_render(char **out, size_t *len, const struct kvp_chat_template *t,
 	for (size_t i = 0; i < n; i++)
 		if ((unsigned int)msgs[i].role > KVP_CHAT_ASSISTANT)
 			return refuse(err, errlen, "a message has an unknown role");
-	put(&b, "", 0);	/* an empty rendering is still a string */
+	put(&b, "", 0); /* an empty rendering is still a string */
 	r = render(&b, t, msgs, n, o, err, errlen);
 	if (!r)
 		r = b.err;

@@ -29,16 +29,16 @@ enum kvp_chat_role {
 };
 
 enum kvp_chat_family {
-	KVP_CHAT_LLAMA3,	/* Llama 3 Instruct: <|start_header_id|>role<|end_header_id|> */
-	KVP_CHAT_LLAMA31,	/* Llama 3.1: + a system header with "Cutting Knowledge Date" */
-	KVP_CHAT_LLAMA32,	/* Llama 3.2: the same, dated today unless told */
-	KVP_CHAT_CHATML,	/* <|im_start|>role\n...<|im_end|> (Qwen, SmolLM, Hermes) */
-	KVP_CHAT_LLAMA2,	/* [INST] <<SYS>> ... <</SYS>> [/INST] */
-	KVP_CHAT_MISTRAL,	/* [INST] ... [/INST], no system turn (v0.1/v0.2) */
-	KVP_CHAT_PHI3,		/* <|user|>\n...<|end|> */
-	KVP_CHAT_GEMMA,		/* <start_of_turn>user / model, no system turn */
-	KVP_CHAT_ZEPHYR,	/* <|user|>\n...</s> (Zephyr, TinyLlama) */
-	KVP_CHAT_DEEPSEEK,	/* User: ... Assistant: ... (deepseek-llm chat) */
+	KVP_CHAT_LLAMA3,   /* Llama 3 Instruct: <|start_header_id|>role<|end_header_id|> */
+	KVP_CHAT_LLAMA31,  /* Llama 3.1: + a system header with "Cutting Knowledge Date" */
+	KVP_CHAT_LLAMA32,  /* Llama 3.2: the same, dated today unless told */
+	KVP_CHAT_CHATML,   /* <|im_start|>role\n...<|im_end|> (Qwen, SmolLM, Hermes) */
+	KVP_CHAT_LLAMA2,   /* [INST] <<SYS>> ... <</SYS>> [/INST] */
+	KVP_CHAT_MISTRAL,  /* [INST] ... [/INST], no system turn (v0.1/v0.2) */
+	KVP_CHAT_PHI3,	   /* <|user|>\n...<|end|> */
+	KVP_CHAT_GEMMA,	   /* <start_of_turn>user / model, no system turn */
+	KVP_CHAT_ZEPHYR,   /* <|user|>\n...</s> (Zephyr, TinyLlama) */
+	KVP_CHAT_DEEPSEEK, /* User: ... Assistant: ... (deepseek-llm chat) */
 	KVP_CHAT__COUNT
 };
 
@@ -84,8 +84,8 @@ struct kvp_chat_opts {
  *        (known: llama3, ...); choose one by name"
  * Return: 0 or -ENOTSUP.
  */
-int kvp_chat_template_detect(struct kvp_chat_template *out, const char *src, size_t len,
-			     char *err, size_t errlen);
+int kvp_chat_template_detect(struct kvp_chat_template *out, const char *src, size_t len, char *err,
+			     size_t errlen);
 
 /**
  * kvp_chat_template_named() - a family by name (an override of the model's template)

@@ -73,10 +73,14 @@ int kvp_utf8_feed(struct kvp_utf8_stream *s, const void *in, size_t n, char *out
 			uint8_t lo = 0x80, hi = 0xbf;
 
 			if (s->n == 1) {
-				if (s->buf[0] == 0xe0) lo = 0xa0;
-				if (s->buf[0] == 0xed) hi = 0x9f;
-				if (s->buf[0] == 0xf0) lo = 0x90;
-				if (s->buf[0] == 0xf4) hi = 0x8f;
+				if (s->buf[0] == 0xe0)
+					lo = 0xa0;
+				if (s->buf[0] == 0xed)
+					hi = 0x9f;
+				if (s->buf[0] == 0xf0)
+					lo = 0x90;
+				if (s->buf[0] == 0xf4)
+					hi = 0x8f;
 			}
 			if (c >= lo && c <= hi) {
 				s->buf[s->n++] = c;
@@ -87,7 +91,8 @@ int kvp_utf8_feed(struct kvp_utf8_stream *s, const void *in, size_t n, char *out
 				}
 				continue;
 			}
-			memcpy(out + o, replacement, 3);	/* cut short: drop it, then look at c afresh */
+			memcpy(out + o, replacement,
+			       3); /* cut short: drop it, then look at c afresh */
 			o += 3;
 			s->n = 0;
 		}

@@ -89,8 +89,8 @@ out:
 	return r;
 }
 
-int kvp_tokenizer_encode(const struct kvp_tokenizer *t, const char *text, size_t len,
-			 int32_t *ids, size_t cap)
+int kvp_tokenizer_encode(const struct kvp_tokenizer *t, const char *text, size_t len, int32_t *ids,
+			 size_t cap)
 {
 	return kvp_tokenizer_encode_flags(t, text, len, 0, ids, cap);
 }

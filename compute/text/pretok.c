@@ -30,49 +30,57 @@
 #define MAX_RE 6
 
 /* Unicode White_Space, for use inside a character class */
-#define WS "\\t\\n\\x0b\\f\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}" \
-	   "\\x{202f}\\x{205f}\\x{3000}"
+#define WS \
+	"\\t\\n\\x0b\\f\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}" \
+	"\\x{202f}\\x{205f}\\x{3000}"
 #define S "[" WS "]"
 #define NS "[^" WS "]"
 
 /* GPT-2's expression, shared by many families */
-#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|" S "+(?!" NS ")"
+#define RE_GPT2 \
+	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|" S "+(?!" NS ")"
 #define RE_CONTRACTIONS_ANYCASE "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 /* Llama 3: digits in threes; Qwen2: one digit at a time */
-#define RE_LLAMA3_LIKE(digits) RE_CONTRACTIONS_ANYCASE "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|" digits \
-	"| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|" S "*[\\r\\n]+|" S "+(?!" NS ")|" S "+"
+#define RE_LLAMA3_LIKE(digits) \
+	RE_CONTRACTIONS_ANYCASE "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|" digits "| ?[^" WS \
+				"\\p{L}\\p{N}]+[\\r\\n]*|" S "*[\\r\\n]+|" S "+(?!" NS ")|" S "+"
 #define RE_CJK "[\\x{4e00}-\\x{9fa5}\\x{0800}-\\x{4e00}\\x{ac00}-\\x{d7ff}]+"
 
 static const char *const re_default[] = {
-	"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]",
+	"[\\p{P}\\$\\+<=>\\^~\\|]+",
+	RE_GPT2,
+	"\\p{N}+",
+	"[0-9][0-9][0-9]",
 };
 static const char *const re_llama3[] = { RE_LLAMA3_LIKE("\\p{N}{1,3}") };
 static const char *const re_qwen2[] = { RE_LLAMA3_LIKE("\\p{N}") };
 static const char *const re_gpt2[] = { RE_GPT2 };
 static const char *const re_starcoder[] = { "\\p{N}", RE_GPT2 };
 static const char *const re_falcon[] = {
-	"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]",
+	"[\\p{P}\\$\\+<=>\\^~\\|`]+",
+	RE_GPT2,
+	"[0-9][0-9][0-9]",
 };
 static const char *const re_deepseek_llm[] = {
 	"[\\r\\n]",
 	S "?[A-Za-z\\x{b5}\\x{c0}-\\x{d6}\\x{d8}-\\x{f6}\\x{f8}-\\x{1ba}\\x{1bc}-\\x{1bf}"
-	"\\x{1c4}-\\x{293}\\x{295}-\\x{2af}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37b}-\\x{37d}"
-	"\\x{37f}\\x{386}\\x{388}-\\x{38a}\\x{38c}\\x{38e}-\\x{3a1}\\x{3a3}-\\x{3f5}"
-	"\\x{3f7}-\\x{481}\\x{48a}-\\x{52f}\\x{531}-\\x{556}\\x{10a0}-\\x{10c5}"
-	"\\x{13a0}-\\x{13f5}\\x{13f8}-\\x{13fd}\\x{1c90}-\\x{1cba}\\x{1cbd}-\\x{1cbf}"
-	"\\x{1d00}-\\x{1d2b}\\x{1d6b}-\\x{1d77}\\x{1d79}-\\x{1d9a}\\x{1e00}-\\x{1f15}"
-	"\\x{1f18}-\\x{1f1d}\\x{1f20}-\\x{1f45}\\x{1f48}-\\x{1f4d}\\x{1f50}-\\x{1f57}"
-	"\\x{1f59}\\x{1f5b}\\x{1f5d}\\x{1f5f}-\\x{1f7d}\\x{1f80}-\\x{1fb4}\\x{1fb6}-\\x{1fbc}"
-	"\\x{1fbe}\\x{1fc2}-\\x{1fc4}\\x{1fc6}-\\x{1fcc}\\x{1fd0}-\\x{1fd3}\\x{1fd6}-\\x{1fdb}"
-	"\\x{1fe0}-\\x{1fec}\\x{1ff2}-\\x{1ff4}\\x{1ff6}-\\x{1ffc}\\x{2102}\\x{2107}"
-	"\\x{210a}-\\x{2113}\\x{2115}\\x{2119}-\\x{211d}\\x{2124}\\x{2126}\\x{2128}"
-	"\\x{212a}-\\x{212d}\\x{212f}-\\x{2134}\\x{2139}\\x{213c}-\\x{213f}\\x{2145}-\\x{2149}"
-	"\\x{214e}\\x{2183}\\x{2184}\\x{2c00}-\\x{2c7b}\\x{2c7e}-\\x{2ce4}\\x{2ceb}-\\x{2cee}"
-	"\\x{2cf2}\\x{2cf3}\\x{a640}-\\x{a66d}\\x{a680}-\\x{a69b}\\x{a722}-\\x{a76f}"
-	"\\x{a771}-\\x{a787}\\x{a78b}-\\x{a78e}\\x{ab70}-\\x{abbf}\\x{fb00}-\\x{fb06}"
-	"\\x{fb13}-\\x{fb17}\\x{ff21}-\\x{ff3a}\\x{ff41}-\\x{ff5a}\\x{10400}-\\x{1044f}"
-	"\\x{104b0}-\\x{104d3}\\x{104d8}-\\x{104fb}\\x{10c80}-\\x{10cb2}\\x{10cc0}-\\x{10cf2}"
-	"\\x{118a0}-\\x{118df}\\x{1e900}-\\x{1e943}]+",
+	  "\\x{1c4}-\\x{293}\\x{295}-\\x{2af}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37b}-\\x{37d}"
+	  "\\x{37f}\\x{386}\\x{388}-\\x{38a}\\x{38c}\\x{38e}-\\x{3a1}\\x{3a3}-\\x{3f5}"
+	  "\\x{3f7}-\\x{481}\\x{48a}-\\x{52f}\\x{531}-\\x{556}\\x{10a0}-\\x{10c5}"
+	  "\\x{13a0}-\\x{13f5}\\x{13f8}-\\x{13fd}\\x{1c90}-\\x{1cba}\\x{1cbd}-\\x{1cbf}"
+	  "\\x{1d00}-\\x{1d2b}\\x{1d6b}-\\x{1d77}\\x{1d79}-\\x{1d9a}\\x{1e00}-\\x{1f15}"
+	  "\\x{1f18}-\\x{1f1d}\\x{1f20}-\\x{1f45}\\x{1f48}-\\x{1f4d}\\x{1f50}-\\x{1f57}"
+	  "\\x{1f59}\\x{1f5b}\\x{1f5d}\\x{1f5f}-\\x{1f7d}\\x{1f80}-\\x{1fb4}\\x{1fb6}-\\x{1fbc}"
+	  "\\x{1fbe}\\x{1fc2}-\\x{1fc4}\\x{1fc6}-\\x{1fcc}\\x{1fd0}-\\x{1fd3}\\x{1fd6}-\\x{1fdb}"
+	  "\\x{1fe0}-\\x{1fec}\\x{1ff2}-\\x{1ff4}\\x{1ff6}-\\x{1ffc}\\x{2102}\\x{2107}"
+	  "\\x{210a}-\\x{2113}\\x{2115}\\x{2119}-\\x{211d}\\x{2124}\\x{2126}\\x{2128}"
+	  "\\x{212a}-\\x{212d}\\x{212f}-\\x{2134}\\x{2139}\\x{213c}-\\x{213f}\\x{2145}-\\x{2149}"
+	  "\\x{214e}\\x{2183}\\x{2184}\\x{2c00}-\\x{2c7b}\\x{2c7e}-\\x{2ce4}\\x{2ceb}-\\x{2cee}"
+	  "\\x{2cf2}\\x{2cf3}\\x{a640}-\\x{a66d}\\x{a680}-\\x{a69b}\\x{a722}-\\x{a76f}"
+	  "\\x{a771}-\\x{a787}\\x{a78b}-\\x{a78e}\\x{ab70}-\\x{abbf}\\x{fb00}-\\x{fb06}"
+	  "\\x{fb13}-\\x{fb17}\\x{ff21}-\\x{ff3a}\\x{ff41}-\\x{ff5a}\\x{10400}-\\x{1044f}"
+	  "\\x{104b0}-\\x{104d3}\\x{104d8}-\\x{104fb}\\x{10c80}-\\x{10cb2}\\x{10cc0}-\\x{10cf2}"
+	  "\\x{118a0}-\\x{118df}\\x{1e900}-\\x{1e943}]+",
 	S "?[!-/:-~\\x{ff01}-\\x{ff0f}\\x{ff1a}-\\x{ff5e}\\x{2018}-\\x{201f}\\x{3000}-\\x{3002}]+",
 	S "+$",
 	RE_CJK,
@@ -82,7 +90,10 @@ static const char *const re_deepseek_coder[] = {
 	"[\\r\\n]", S "?\\p{L}+", S "?\\p{P}+", RE_CJK, "\\p{N}",
 };
 
-#define DEF(nm, re, im, bos) { nm, re, sizeof(re) / sizeof(re[0]), im, bos }
+#define DEF(nm, re, im, bos) \
+	{ \
+		nm, re, sizeof(re) / sizeof(re[0]), im, bos \
+	}
 
 /* name, expressions, ignore_merges, adds BOS by default */
 static const struct pre_def {
@@ -133,8 +144,7 @@ const char *kvp_pretok_names(void)
 	       "deepseek-llm, deepseek-coder";
 }
 
-int kvp_pretok_new(struct kvp_pretok **out, const char *name, size_t len, char *err,
-		   size_t errlen)
+int kvp_pretok_new(struct kvp_pretok **out, const char *name, size_t len, char *err, size_t errlen)
 {
 	const struct pre_def *def = NULL;
 	struct kvp_pretok *p;
@@ -149,8 +159,10 @@ int kvp_pretok_new(struct kvp_pretok **out, const char *name, size_t len, char *
 	}
 	if (!def) {
 		if (err && errlen)
-			snprintf(err, errlen, "tokenizer: tokenizer.ggml.pre '%.*s' is not supported (known: %s)",
-				 (int)(len > 64 ? 64 : len), name, kvp_pretok_names());
+			snprintf(
+				err, errlen,
+				"tokenizer: tokenizer.ggml.pre '%.*s' is not supported (known: %s)",
+				(int)(len > 64 ? 64 : len), name, kvp_pretok_names());
 		return -ENOTSUP;
 	}
 	p = calloc(1, sizeof(*p));
@@ -162,13 +174,15 @@ int kvp_pretok_new(struct kvp_pretok **out, const char *name, size_t len, char *
 		PCRE2_SIZE eo;
 
 		p->code[i] = pcre2_compile((PCRE2_SPTR)def->re[i], PCRE2_ZERO_TERMINATED,
-					   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &ec, &eo, NULL);
+					   PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &ec, &eo,
+					   NULL);
 		if (!p->code[i]) {
 			PCRE2_UCHAR msg[128];
 
 			pcre2_get_error_message(ec, msg, sizeof(msg));
 			if (err && errlen)
-				snprintf(err, errlen, "tokenizer: pre-tokenizer '%s' expression %u at %zu: %s",
+				snprintf(err, errlen,
+					 "tokenizer: pre-tokenizer '%s' expression %u at %zu: %s",
 					 def->name, i, (size_t)eo, (const char *)msg);
 			kvp_pretok_free(p);
 			return ec == PCRE2_ERROR_NOMEMORY ? -ENOMEM : -EINVAL;
@@ -189,9 +203,18 @@ void kvp_pretok_free(struct kvp_pretok *p)
 	free(p);
 }
 
-const char *kvp_pretok_name(const struct kvp_pretok *p) { return p->def->name; }
-bool kvp_pretok_ignore_merges(const struct kvp_pretok *p) { return p->def->ignore_merges; }
-bool kvp_pretok_adds_bos(const struct kvp_pretok *p) { return p->def->add_bos; }
+const char *kvp_pretok_name(const struct kvp_pretok *p)
+{
+	return p->def->name;
+}
+bool kvp_pretok_ignore_merges(const struct kvp_pretok *p)
+{
+	return p->def->ignore_merges;
+}
+bool kvp_pretok_adds_bos(const struct kvp_pretok *p)
+{
+	return p->def->add_bos;
+}
 
 int kvp_pretok_state_new(struct kvp_pretok_state **out, const struct kvp_pretok *p)
 {
@@ -250,7 +273,7 @@ static int split_level(const struct kvp_pretok *p, struct kvp_pretok_state *s, u
 		ov = pcre2_get_ovector_pointer(s->md);
 		ms = ov[0];
 		me = ov[1];
-		if (me <= ms) {	/* an empty match cuts nothing: look again one character on */
+		if (me <= ms) { /* an empty match cuts nothing: look again one character on */
 			size_t cl = kvp_utf8_char_len((const uint8_t *)text + ms, len - ms);
 
 			at = ms + (cl ? cl : 1);

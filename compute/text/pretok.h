@@ -25,8 +25,7 @@ struct kvp_pretok_state;
  * Return: 0, -ENOTSUP for an unknown name, -ENOMEM, or -EINVAL if PCRE2 rejects a
  * pattern (a bug here, reported with PCRE2's message).
  */
-int kvp_pretok_new(struct kvp_pretok **out, const char *name, size_t len, char *err,
-		   size_t errlen);
+int kvp_pretok_new(struct kvp_pretok **out, const char *name, size_t len, char *err, size_t errlen);
 
 /* kvp_pretok_free() - NULL is a no-op. */
 void kvp_pretok_free(struct kvp_pretok *p);

@@ -15,7 +15,7 @@
 #include "compute/text/vocab.h"
 
 struct sym {
-	uint32_t start, len;	/* len 0: merged into its left neighbour */
+	uint32_t start, len; /* len 0: merged into its left neighbour */
 	int32_t prev, next;
 };
 
@@ -23,7 +23,7 @@ struct sym {
 struct bigram {
 	float score;
 	int32_t left;
-	uint32_t len;	/* both symbols' bytes when queued: a later change makes it stale */
+	uint32_t len; /* both symbols' bytes when queued: a later change makes it stale */
 };
 
 /* Higher score first; on a tie the leftmost pair, as SentencePiece does. */
@@ -78,8 +78,8 @@ static void queue_pair(const struct kvp_tokenizer *t, const char *txt, const str
 		heap_push(h, n, (struct bigram){ t->score[id], i, s[i].len + s[j].len });
 }
 
-int kvp_spm_encode(const struct kvp_tokenizer *t, const char *text, size_t len,
-		   int space_prefix, struct kvp_ids *out)
+int kvp_spm_encode(const struct kvp_tokenizer *t, const char *text, size_t len, int space_prefix,
+		   struct kvp_ids *out)
 {
 	size_t nl = 0, nh = 0;
 	char *txt;
@@ -91,7 +91,7 @@ int kvp_spm_encode(const struct kvp_tokenizer *t, const char *text, size_t len,
 		return 0;
 	txt = malloc(3 * len + 4);
 	s = malloc((len + 2) * sizeof(*s));	/* a symbol per byte, + the leading U+2581 */
-	h = malloc(3 * (len + 2) * sizeof(*h));	/* n - 1 pairs, + 2 per merge */
+	h = malloc(3 * (len + 2) * sizeof(*h)); /* n - 1 pairs, + 2 per merge */
 	if (!txt || !s || !h) {
 		free(txt);
 		free(s);
@@ -115,9 +115,10 @@ int kvp_spm_encode(const struct kvp_tokenizer *t, const char *text, size_t len,
 		size_t cl = kvp_utf8_char_len((const uint8_t *)txt + i, nl - i);
 
 		if (!cl)
-			cl = 1;	/* an invalid byte is a symbol of its own (a byte token) */
-		s[n_sym] = (struct sym){ .start = (uint32_t)i, .len = (uint32_t)cl,
-					 .prev = n_sym - 1, .next = -1 };
+			cl = 1; /* an invalid byte is a symbol of its own (a byte token) */
+		s[n_sym] = (struct sym){
+			.start = (uint32_t)i, .len = (uint32_t)cl, .prev = n_sym - 1, .next = -1
+		};
 		if (n_sym)
 			s[n_sym - 1].next = n_sym;
 		n_sym++;

@@ -35,7 +35,7 @@ enum kvp_tok_type {
 	KVP_TOK_NORMAL = 1,
 	KVP_TOK_UNKNOWN = 2,
 	KVP_TOK_CONTROL = 3,
-	KVP_TOK_USER = 4,	/* user-defined: an added token matched as a whole */
+	KVP_TOK_USER = 4, /* user-defined: an added token matched as a whole */
 	KVP_TOK_UNUSED = 5,
 	KVP_TOK_BYTE = 6,
 };
@@ -78,8 +78,8 @@ int kvp_tokenizer_new(struct kvp_tokenizer **out, const struct kvp_model *m, cha
  * @g:       the file (only read during the call); a vocabulary-only file will do
  * @n_vocab: the model's vocabulary size the token list must have, or 0 for any
  */
-int kvp_tokenizer_new_gguf(struct kvp_tokenizer **out, const struct kvp_gguf *g,
-			   uint32_t n_vocab, char *err, size_t errlen);
+int kvp_tokenizer_new_gguf(struct kvp_tokenizer **out, const struct kvp_gguf *g, uint32_t n_vocab,
+			   char *err, size_t errlen);
 
 /**
  * kvp_tokenizer_build() - a SentencePiece-style tokenizer from explicit arrays (tests,
@@ -90,16 +90,16 @@ int kvp_tokenizer_new_gguf(struct kvp_tokenizer **out, const struct kvp_gguf *g,
  * @bos, @eos, @unk: special ids (< n), or -1 for none
  * @add_bos: nonzero to prepend BOS in encode
  */
-int kvp_tokenizer_build(struct kvp_tokenizer **out, const char *const *pieces,
-			const float *scores, const int32_t *types, uint32_t n, int32_t bos,
-			int32_t eos, int32_t unk, int add_bos);
+int kvp_tokenizer_build(struct kvp_tokenizer **out, const char *const *pieces, const float *scores,
+			const int32_t *types, uint32_t n, int32_t bos, int32_t eos, int32_t unk,
+			int add_bos);
 
 /* kvp_tokenizer_free() - NULL is a no-op. */
 void kvp_tokenizer_free(struct kvp_tokenizer *t);
 
 uint32_t kvp_tokenizer_n_vocab(const struct kvp_tokenizer *t);
-int32_t kvp_tokenizer_bos(const struct kvp_tokenizer *t);	/* -1 if none */
-int32_t kvp_tokenizer_eos(const struct kvp_tokenizer *t);	/* -1 if none */
+int32_t kvp_tokenizer_bos(const struct kvp_tokenizer *t); /* -1 if none */
+int32_t kvp_tokenizer_eos(const struct kvp_tokenizer *t); /* -1 if none */
 /* "llama" or "gpt2"; and the pre-tokenizer's name ("" for SentencePiece) */
 const char *kvp_tokenizer_model_name(const struct kvp_tokenizer *t);
 const char *kvp_tokenizer_pre_name(const struct kvp_tokenizer *t);
@@ -146,8 +146,8 @@ int kvp_tokenizer_encode_flags(const struct kvp_tokenizer *t, const char *text, 
 			       unsigned int flags, int32_t *ids, size_t cap);
 
 /* kvp_tokenizer_encode() - kvp_tokenizer_encode_flags() with no flags (raw prompts). */
-int kvp_tokenizer_encode(const struct kvp_tokenizer *t, const char *text, size_t len,
-			 int32_t *ids, size_t cap);
+int kvp_tokenizer_encode(const struct kvp_tokenizer *t, const char *text, size_t len, int32_t *ids,
+			 size_t cap);
 
 /**
  * kvp_tokenizer_piece() - the bytes one token stands for
@@ -190,8 +190,8 @@ long kvp_tokenizer_decode(const struct kvp_tokenizer *t, const int32_t *ids, siz
  */
 struct kvp_utf8_stream {
 	uint8_t buf[4];
-	uint8_t n;	/* bytes held in buf */
-	uint8_t need;	/* total bytes of the character being held (2..4) */
+	uint8_t n;    /* bytes held in buf */
+	uint8_t need; /* total bytes of the character being held (2..4) */
 };
 
 /**

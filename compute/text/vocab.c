@@ -24,15 +24,15 @@
 struct build_args {
 	enum kvp_tok_model model;
 	const char *const *pieces;
-	const float *scores;		/* or NULL */
-	const int32_t *types;		/* or NULL */
+	const float *scores;  /* or NULL */
+	const int32_t *types; /* or NULL */
 	uint32_t n;
 	int32_t bos, eos, unk, eot, eom;	/* -1: none */
-	int add_bos, add_eos, add_space_prefix;	/* -1: the model's default */
-	const char *const *merges;	/* BPE: n_merges "left right" strings */
+	int add_bos, add_eos, add_space_prefix; /* -1: the model's default */
+	const char *const *merges;		/* BPE: n_merges "left right" strings */
 	const uint32_t *merge_lens;
 	uint32_t n_merges;
-	const char *pre;		/* BPE: tokenizer.ggml.pre, or NULL */
+	const char *pre; /* BPE: tokenizer.ggml.pre, or NULL */
 	size_t pre_len;
 };
 
@@ -42,9 +42,18 @@ struct build_args {
  * their end-of-turn token.
  */
 static const char *const eog_texts[] = {
-	"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|im_end|>", "<|end|>",
-	"<end_of_turn>", "<|endoftext|>", "<|EOT|>", "<EOT>", "_<EOT>",
-	"<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",	/* DeepSeek */
+	"<|eot_id|>",
+	"<|eom_id|>",
+	"<|end_of_text|>",
+	"<|im_end|>",
+	"<|end|>",
+	"<end_of_turn>",
+	"<|endoftext|>",
+	"<|EOT|>",
+	"<EOT>",
+	"_<EOT>",
+	"<\xef\xbd\x9c"
+	"end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", /* DeepSeek */
 	"</s>",
 };
 
@@ -67,35 +76,6 @@ int32_t kvp_vocab_lookup(const struct kvp_tokenizer *t, const char *p, size_t n)
 		if (t->piece_len[v - 1] == n && memcmp(t->piece[v - 1], p, n) == 0)
 			return (int32_t)(v - 1);
 	}
-}
-
-size_t kvp_utf8_char_len(const uint8_t *p, size_t left)
-{
-	uint8_t c = p[0], lo = 0x80, hi = 0xbf;
-	size_t n;
-
-	if (c < 0x80)
-		return 1;
-	if (c < 0xc2 || c > 0xf4)
-		return 0;
-	n = c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
-	if (n > left)
-		return 0;
-	/* second-byte ranges exclude overlongs, surrogates and > U+10FFFF */
-	if (c == 0xe0)
-		lo = 0xa0;
-	else if (c == 0xed)
-		hi = 0x9f;
-	else if (c == 0xf0)
-		lo = 0x90;
-	else if (c == 0xf4)
-		hi = 0x8f;
-	if (p[1] < lo || p[1] > hi)
-		return 0;
-	for (size_t i = 2; i < n; i++)
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-	return n;
 }
 
 static int hexval(char c)
@@ -162,7 +142,7 @@ static size_t decode_piece(const struct kvp_tokenizer *t, uint32_t i, char *d)
 	if (t->type[i] != KVP_TOK_NORMAL && t->type[i] != KVP_TOK_USER)
 		return 0;
 	if (t->model == KVP_TOKM_BPE) {
-		if (t->type[i] == KVP_TOK_USER) {	/* added tokens are stored as plain text */
+		if (t->type[i] == KVP_TOK_USER) { /* added tokens are stored as plain text */
 			memcpy(d, p, l);
 			return l;
 		}
@@ -179,8 +159,7 @@ static size_t decode_piece(const struct kvp_tokenizer *t, uint32_t i, char *d)
 	return dl;
 }
 
-static int build(struct kvp_tokenizer **out, const struct build_args *a, char *err,
-		 size_t errlen)
+static int build(struct kvp_tokenizer **out, const struct build_args *a, char *err, size_t errlen)
 {
 	struct kvp_tokenizer *t;
 	size_t arena = 0, cap = 16, off = 0;
@@ -190,7 +169,8 @@ static int build(struct kvp_tokenizer **out, const struct build_args *a, char *e
 	*out = NULL;
 	if (!n || n > (1u << 24)) {
 		if (err && errlen)
-			snprintf(err, errlen, "tokenizer: vocabulary of %u tokens (want 1 .. 16777216)", n);
+			snprintf(err, errlen,
+				 "tokenizer: vocabulary of %u tokens (want 1 .. 16777216)", n);
 		return -EINVAL;
 	}
 	for (uint32_t i = 0; i < n; i++) {
@@ -198,7 +178,8 @@ static int build(struct kvp_tokenizer **out, const struct build_args *a, char *e
 
 		if (l > KVP_PIECE_MAX) {
 			if (err && errlen)
-				snprintf(err, errlen, "tokenizer: token %u is %zu bytes long (at most %u)", i, l,
+				snprintf(err, errlen,
+					 "tokenizer: token %u is %zu bytes long (at most %u)", i, l,
 					 KVP_PIECE_MAX);
 			return -EINVAL;
 		}
@@ -243,13 +224,13 @@ static int build(struct kvp_tokenizer **out, const struct build_args *a, char *e
 		t->score[i] = a->scores && isfinite(a->scores[i]) ? a->scores[i] : 0.0f;
 		t->type[i] = a->types ? a->types[i] : (b >= 0 ? KVP_TOK_BYTE : KVP_TOK_NORMAL);
 		if (t->type[i] < KVP_TOK_NORMAL || t->type[i] > KVP_TOK_BYTE)
-			t->type[i] = KVP_TOK_NORMAL;	/* undefined types read as normal */
+			t->type[i] = KVP_TOK_NORMAL; /* undefined types read as normal */
 		if (a->model == KVP_TOKM_SPM && t->type[i] == KVP_TOK_BYTE && b >= 0 &&
 		    t->byte_id[b] < 0)
 			t->byte_id[b] = (int32_t)i;
 		if (l == 3 && memcmp(a->pieces[i], KVP_SPM_SPACE, 3) == 0)
 			t->spm = a->model == KVP_TOKM_SPM;
-		if (kvp_vocab_lookup(t, a->pieces[i], l) < 0) {	/* the first of duplicates wins */
+		if (kvp_vocab_lookup(t, a->pieces[i], l) < 0) { /* the first of duplicates wins */
 			for (uint64_t h = hash_bytes(a->pieces[i], l);; h++) {
 				if (!t->ht[h & t->ht_mask]) {
 					t->ht[h & t->ht_mask] = i + 1;
@@ -270,7 +251,8 @@ static int build(struct kvp_tokenizer **out, const struct build_args *a, char *e
 
 	if (a->model == KVP_TOKM_BPE) {
 		for (unsigned int b = 0; b < 256; b++) {
-			t->byte_char_len[b] = (uint8_t)kvp_bpe_byte_char((uint8_t)b, t->byte_char[b]);
+			t->byte_char_len[b] = (uint8_t)kvp_bpe_byte_char((uint8_t)b,
+									 t->byte_char[b]);
 			t->byte_id[b] = kvp_vocab_lookup(t, t->byte_char[b], t->byte_char_len[b]);
 		}
 		r = kvp_pretok_new(&t->pre, a->pre, a->pre_len, err, errlen);
@@ -318,14 +300,24 @@ err_free:
 	return r;
 }
 
-int kvp_tokenizer_build(struct kvp_tokenizer **out, const char *const *pieces,
-			const float *scores, const int32_t *types, uint32_t n, int32_t bos,
-			int32_t eos, int32_t unk, int add_bos)
+int kvp_tokenizer_build(struct kvp_tokenizer **out, const char *const *pieces, const float *scores,
+			const int32_t *types, uint32_t n, int32_t bos, int32_t eos, int32_t unk,
+			int add_bos)
 {
 	struct build_args a = {
-		.model = KVP_TOKM_SPM, .pieces = pieces, .scores = scores, .types = types, .n = n,
-		.bos = bos, .eos = eos, .unk = unk, .eot = -1, .eom = -1,
-		.add_bos = !!add_bos, .add_eos = 0, .add_space_prefix = 1,
+		.model = KVP_TOKM_SPM,
+		.pieces = pieces,
+		.scores = scores,
+		.types = types,
+		.n = n,
+		.bos = bos,
+		.eos = eos,
+		.unk = unk,
+		.eot = -1,
+		.eom = -1,
+		.add_bos = !!add_bos,
+		.add_eos = 0,
+		.add_space_prefix = 1,
 	};
 
 	return build(out, &a, NULL, 0);
@@ -380,8 +372,8 @@ static int get_flag(const struct kvp_gguf *g, const char *key)
 	return kvp_gguf_get_bool(g, key, &v) ? -1 : !!v;
 }
 
-int kvp_tokenizer_new_gguf(struct kvp_tokenizer **out, const struct kvp_gguf *g,
-			   uint32_t n_vocab, char *err, size_t errlen)
+int kvp_tokenizer_new_gguf(struct kvp_tokenizer **out, const struct kvp_gguf *g, uint32_t n_vocab,
+			   char *err, size_t errlen)
 {
 	const struct kvp_gguf_kv *toks, *sc = NULL, *ty = NULL, *mg = NULL;
 	struct kvp_gguf_str model, pre;
@@ -399,10 +391,13 @@ int kvp_tokenizer_new_gguf(struct kvp_tokenizer **out, const struct kvp_gguf *g,
 	    !(kvp_gguf_str_eq(model, "llama") || kvp_gguf_str_eq(model, "gpt2"))) {
 		if (err && errlen) {
 			if (kvp_gguf_get_str(g, "tokenizer.ggml.model", &model))
-				snprintf(err, errlen, "tokenizer: no tokenizer.ggml.model in the file");
+				snprintf(err, errlen,
+					 "tokenizer: no tokenizer.ggml.model in the file");
 			else
-				snprintf(err, errlen, "tokenizer: tokenizer.ggml.model '%.*s' is not supported (known: llama, gpt2)",
-					 (int)(model.len > 64 ? 64 : model.len), model.p);
+				snprintf(
+					err, errlen,
+					"tokenizer: tokenizer.ggml.model '%.*s' is not supported (known: llama, gpt2)",
+					(int)(model.len > 64 ? 64 : model.len), model.p);
 		}
 		return -ENOTSUP;
 	}
@@ -410,7 +405,8 @@ int kvp_tokenizer_new_gguf(struct kvp_tokenizer **out, const struct kvp_gguf *g,
 	if (kvp_gguf_get_arr(g, "tokenizer.ggml.tokens", KVP_GGUF_STRING, &toks) ||
 	    (n_vocab && toks->arr_n != n_vocab) || !toks->arr_n || toks->arr_n > (1u << 24)) {
 		if (err && errlen)
-			snprintf(err, errlen, "tokenizer: tokenizer.ggml.tokens missing or not %u strings",
+			snprintf(err, errlen,
+				 "tokenizer: tokenizer.ggml.tokens missing or not %u strings",
 				 n_vocab);
 		return -EBADMSG;
 	}
@@ -419,7 +415,8 @@ int kvp_tokenizer_new_gguf(struct kvp_tokenizer **out, const struct kvp_gguf *g,
 	    (kvp_gguf_get_arr(g, "tokenizer.ggml.scores", KVP_GGUF_F32, &sc) || sc->arr_n != a.n))
 		goto bad;
 	if (kvp_gguf_find(g, "tokenizer.ggml.token_type") &&
-	    (kvp_gguf_get_arr(g, "tokenizer.ggml.token_type", KVP_GGUF_I32, &ty) || ty->arr_n != a.n))
+	    (kvp_gguf_get_arr(g, "tokenizer.ggml.token_type", KVP_GGUF_I32, &ty) ||
+	     ty->arr_n != a.n))
 		goto bad;
 	if (bpe) {
 		why = "tokenizer.ggml.merges missing or malformed (byte-level BPE needs it)";
@@ -516,9 +513,18 @@ void kvp_tokenizer_free(struct kvp_tokenizer *t)
 	free(t);
 }
 
-uint32_t kvp_tokenizer_n_vocab(const struct kvp_tokenizer *t) { return t->n; }
-int32_t kvp_tokenizer_bos(const struct kvp_tokenizer *t) { return t->bos; }
-int32_t kvp_tokenizer_eos(const struct kvp_tokenizer *t) { return t->eos; }
+uint32_t kvp_tokenizer_n_vocab(const struct kvp_tokenizer *t)
+{
+	return t->n;
+}
+int32_t kvp_tokenizer_bos(const struct kvp_tokenizer *t)
+{
+	return t->bos;
+}
+int32_t kvp_tokenizer_eos(const struct kvp_tokenizer *t)
+{
+	return t->eos;
+}
 
 const char *kvp_tokenizer_model_name(const struct kvp_tokenizer *t)
 {

@@ -15,15 +15,16 @@
 #include <stdint.h>
 
 #include "compute/text/tokenizer.h"
+#include "util/utf8.h"
 
-#define KVP_SPM_SPACE "\xe2\x96\x81"	/* U+2581, SentencePiece's visible space */
-#define KVP_PIECE_MAX 1024u		/* longest piece accepted, bytes */
+#define KVP_SPM_SPACE "\xe2\x96\x81" /* U+2581, SentencePiece's visible space */
+#define KVP_PIECE_MAX 1024u	     /* longest piece accepted, bytes */
 
 struct kvp_pretok;
 
 enum kvp_tok_model {
-	KVP_TOKM_SPM,	/* "llama": SentencePiece-style (or plain byte-level) */
-	KVP_TOKM_BPE,	/* "gpt2": byte-level BPE with merges */
+	KVP_TOKM_SPM, /* "llama": SentencePiece-style (or plain byte-level) */
+	KVP_TOKM_BPE, /* "gpt2": byte-level BPE with merges */
 };
 
 /*
@@ -32,19 +33,19 @@ enum kvp_tok_model {
  * merges symbols that are tokens, so it could never apply.
  */
 struct kvp_bpe_merges {
-	uint64_t *key;		/* (uint64_t)left << 32 | right; UINT64_MAX = empty */
+	uint64_t *key; /* (uint64_t)left << 32 | right; UINT64_MAX = empty */
 	uint32_t *rank;
 	int32_t *result;
-	uint32_t mask;		/* slots - 1 (a power of two) */
-	uint32_t n;		/* merges kept */
+	uint32_t mask; /* slots - 1 (a power of two) */
+	uint32_t n;    /* merges kept */
 };
 
 struct kvp_tokenizer {
 	uint32_t n;
 	enum kvp_tok_model model;
-	const char **piece;	/* raw pieces, NUL-terminated, into arena */
+	const char **piece; /* raw pieces, NUL-terminated, into arena */
 	uint32_t *piece_len;
-	const char **text;	/* what each token decodes to (into arena) */
+	const char **text; /* what each token decodes to (into arena) */
 	uint32_t *text_len;
 	float *score;
 	int32_t *type;
@@ -52,22 +53,22 @@ struct kvp_tokenizer {
 	int32_t byte_id[256];
 	int32_t bos, eos, unk, eot, eom;
 	int add_bos, add_eos;
-	int add_space_prefix;	/* SPM: a U+2581 before the text (and after a special) */
-	int spm;		/* the vocabulary spells spaces as U+2581 */
-	uint32_t *ht;		/* piece hash: id + 1, 0 = empty */
+	int add_space_prefix; /* SPM: a U+2581 before the text (and after a special) */
+	int spm;	      /* the vocabulary spells spaces as U+2581 */
+	uint32_t *ht;	      /* piece hash: id + 1, 0 = empty */
 	uint32_t ht_mask;
 	char *arena;
 	/* control/unknown/user tokens a text may spell, longest first */
 	int32_t *special;
 	uint32_t n_special;
-	uint8_t special_first[256];	/* nonzero: some special piece starts with this byte */
-	uint8_t *eog;		/* n flags: ends a generation */
+	uint8_t special_first[256]; /* nonzero: some special piece starts with this byte */
+	uint8_t *eog;		    /* n flags: ends a generation */
 	/* BPE only */
-	char byte_char[256][2];		/* kvp_bpe_byte_char() of each byte */
+	char byte_char[256][2]; /* kvp_bpe_byte_char() of each byte */
 	uint8_t byte_char_len[256];
 	struct kvp_bpe_merges merges;
 	struct kvp_pretok *pre;
-	int ignore_merges;	/* a word that is a token is taken whole (Llama 3) */
+	int ignore_merges; /* a word that is a token is taken whole (Llama 3) */
 };
 
 /*
@@ -90,20 +91,17 @@ static inline void kvp_ids_put(struct kvp_ids *o, int32_t id)
 /* kvp_vocab_lookup() - id of the piece equal to p[0..n), or -1 (first of duplicates). */
 int32_t kvp_vocab_lookup(const struct kvp_tokenizer *t, const char *p, size_t n);
 
-/* kvp_utf8_char_len() - bytes of the valid UTF-8 character at @p, or 0 if invalid. */
-size_t kvp_utf8_char_len(const uint8_t *p, size_t left);
-
 /*
  * kvp_spm_encode() - SentencePiece encoding of one run of text (no special tokens in
  * it): spaces to U+2581, a leading U+2581 when @space_prefix, best-score merges, byte
  * fallback.  Return: 0 or -ENOMEM.
  */
-int kvp_spm_encode(const struct kvp_tokenizer *t, const char *text, size_t len,
-		   int space_prefix, struct kvp_ids *out);
+int kvp_spm_encode(const struct kvp_tokenizer *t, const char *text, size_t len, int space_prefix,
+		   struct kvp_ids *out);
 
 /* kvp_bpe_merges_build() - fill t->merges from "left right" strings; -EBADMSG/-ENOMEM. */
-int kvp_bpe_merges_build(struct kvp_tokenizer *t, const char *const *merges,
-			 const uint32_t *lens, uint32_t n, char *err, size_t errlen);
+int kvp_bpe_merges_build(struct kvp_tokenizer *t, const char *const *merges, const uint32_t *lens,
+			 uint32_t n, char *err, size_t errlen);
 void kvp_bpe_merges_deinit(struct kvp_bpe_merges *m);
 
 /*

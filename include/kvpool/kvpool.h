@@ -76,9 +76,9 @@ struct kvp_client_prompt {
 };
 
 enum kvp_client_event_type {
-	KVP_EVENT_TOKEN = 1,	/* new tokens of a request */
-	KVP_EVENT_DONE,		/* the request finished; @usage is set */
-	KVP_EVENT_ERROR,	/* the request (or with req_id 0, the connection) failed */
+	KVP_EVENT_TOKEN = 1, /* new tokens of a request */
+	KVP_EVENT_DONE,	     /* the request finished; @usage is set */
+	KVP_EVENT_ERROR,     /* the request (or with req_id 0, the connection) failed */
 };
 
 /**
@@ -109,20 +109,20 @@ void kvp_client_params_init(struct kvp_client_params *p);
 
 /**
  * kvp_client_connect() - connect, HELLO, WELCOME, map the pool segment read-only
+ * @out:  the new client; on failure *@out is set to a client holding only the error
+ *        message when memory allows (read it with kvp_client_errmsg(), then
+ *        kvp_client_close()), else NULL
  * @path: request socket, or NULL for KVP_DEFAULT_SOCKET
  *
  * HELLO names the client "<program>/<pid>" (program_invocation_short_name, cut to 20
  * bytes): the daemon logs it at debug level and lists it in its status report.  The
  * pool segment's header is checked against WELCOME before the pool is used; a header
  * this library cannot read, or one describing another pool, fails with -EPROTO.
- * @out:  the new client; on failure *@out is set to a client holding only the error
- *        message when memory allows (read it with kvp_client_errmsg(), then
- *        kvp_client_close()), else NULL
  * Return: 0, -errno (-EPROTO: the daemon sent something this library cannot use), or
  *         the daemon's enum kvp_status (KVP_E_BUSY: too many connections;
  *         KVP_E_VERSION: the daemon speaks another protocol version).
  */
-int kvp_client_connect(const char *path, struct kvp_client **out);
+int kvp_client_connect(struct kvp_client **out, const char *path);
 
 /* Close the connection and unmap the pool; in-flight requests are cancelled by the
  * daemon.  NULL is ok. */
@@ -152,7 +152,9 @@ int kvp_client_socket_fd(const struct kvp_client *c);
  * @prompt: tokens or text (copied into the frame; borrowed for the call)
  * @params: NULL for the defaults
  * @req_id: out; the new request's id (never 0)
- * Return: 0, -EINVAL (bad prompt or params: see the message), or -errno.
+ * Return: 0; -EINVAL (bad prompt or params: see the message); KVP_E_LIMIT when the
+ *         prompt or max_new_tokens exceeds the limits WELCOME announced (the daemon
+ *         would refuse it with the same status, so it is not sent); or -errno.
  */
 int kvp_client_submit(struct kvp_client *c, const struct kvp_client_prompt *prompt,
 		      const struct kvp_client_params *params, uint64_t *req_id);

@@ -18,12 +18,7 @@
 #include <stdint.h>
 
 /* K/V element types.  Values are ABI; int8 with per-block scales comes later as 3. */
-enum kvp_dtype {
-	KVP_DTYPE_F32 = 0,
-	KVP_DTYPE_F16 = 1,
-	KVP_DTYPE_BF16 = 2,
-	KVP_DTYPE__COUNT
-};
+enum kvp_dtype { KVP_DTYPE_F32 = 0, KVP_DTYPE_F16 = 1, KVP_DTYPE_BF16 = 2, KVP_DTYPE__COUNT };
 
 /**
  * struct kvp_model_shape - what decides the size and layout of a KV block
@@ -49,14 +44,9 @@ static_assert(sizeof(struct kvp_model_shape) == 24, "layout ABI");
  * with 2 MiB pages when it was pre-faulted; an advised segment that got no huge
  * page is reported as KVP_PAGE_4K.
  */
-enum kvp_page_kind {
-	KVP_PAGE_4K = 0,
-	KVP_PAGE_THP = 1,
-	KVP_PAGE_HUGETLB_2M = 2,
-	KVP_PAGE__COUNT
-};
+enum kvp_page_kind { KVP_PAGE_4K = 0, KVP_PAGE_THP = 1, KVP_PAGE_HUGETLB_2M = 2, KVP_PAGE__COUNT };
 
-#define KVP_POOL_MAGIC 0x4c4f4f5050564b31ull	/* "1KVPPOOL" little-endian */
+#define KVP_POOL_MAGIC 0x4c4f4f5050564b31ull /* "1KVPPOOL" little-endian */
 #define KVP_POOL_VERSION 1u
 
 /**

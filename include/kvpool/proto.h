@@ -19,32 +19,32 @@
 
 #include "kvpool/layout.h"
 
-#define KVP_WIRE_MAGIC 0x4b56504cu	/* "LPVK" in memory, 'KVPL' as a LE u32 */
+#define KVP_WIRE_MAGIC 0x4b56504cu /* "LPVK" in memory, 'KVPL' as a LE u32 */
 #define KVP_WIRE_VERSION 1u
 
 enum kvp_frame_type {
-	KVP_FRAME_HELLO = 0,	/* client -> daemon: struct kvp_hello */
-	KVP_FRAME_WELCOME,	/* daemon -> client: struct kvp_welcome (+ pool fd) */
-	KVP_FRAME_GENERATE,	/* client -> daemon: struct kvp_generate + tokens or text */
-	KVP_FRAME_TOKEN,	/* daemon -> client: struct kvp_token + ids + text */
-	KVP_FRAME_DONE,		/* daemon -> client: struct kvp_usage */
-	KVP_FRAME_CANCEL,	/* client -> daemon: no payload; req_id names the request */
-	KVP_FRAME_ERROR,	/* daemon -> client: struct kvp_error + message */
+	KVP_FRAME_HELLO = 0, /* client -> daemon: struct kvp_hello */
+	KVP_FRAME_WELCOME,   /* daemon -> client: struct kvp_welcome (+ pool fd) */
+	KVP_FRAME_GENERATE,  /* client -> daemon: struct kvp_generate + tokens or text */
+	KVP_FRAME_TOKEN,     /* daemon -> client: struct kvp_token + ids + text */
+	KVP_FRAME_DONE,	     /* daemon -> client: struct kvp_usage */
+	KVP_FRAME_CANCEL,    /* client -> daemon: no payload; req_id names the request */
+	KVP_FRAME_ERROR,     /* daemon -> client: struct kvp_error + message */
 	KVP_FRAME__COUNT
 };
 
 /* Outcomes seen on the wire.  Stable values; raw errno never goes on the wire. */
 enum kvp_status {
 	KVP_OK = 0,
-	KVP_E_PROTO,		/* malformed frame: bad magic, type, length, field */
-	KVP_E_VERSION,		/* unsupported protocol version */
-	KVP_E_LIMIT,		/* a configured maximum was exceeded */
-	KVP_E_INVALID,		/* a well-formed request with an invalid value */
-	KVP_E_NOSPACE,		/* the request can never fit in the pool */
-	KVP_E_BUSY,		/* too many requests or connections; try later */
-	KVP_E_CANCELLED,	/* cancelled by the client or by shutdown */
-	KVP_E_INTERNAL,		/* the daemon failed; see its log */
-	KVP_E_SHUTDOWN,		/* the daemon is stopping */
+	KVP_E_PROTO,	 /* malformed frame: bad magic, type, length, field */
+	KVP_E_VERSION,	 /* unsupported protocol version */
+	KVP_E_LIMIT,	 /* a configured maximum was exceeded */
+	KVP_E_INVALID,	 /* a well-formed request with an invalid value */
+	KVP_E_NOSPACE,	 /* the request can never fit in the pool */
+	KVP_E_BUSY,	 /* too many requests or connections; try later */
+	KVP_E_CANCELLED, /* cancelled by the client or by shutdown */
+	KVP_E_INTERNAL,	 /* the daemon failed; see its log */
+	KVP_E_SHUTDOWN,	 /* the daemon is stopping */
 	KVP_STATUS__COUNT
 };
 
@@ -94,7 +94,7 @@ struct kvp_usage {
 static_assert(sizeof(struct kvp_usage) == 56, "wire ABI");
 
 /* HELLO flags */
-#define KVP_HELLO_WANT_POOL_FD 0x1u	/* pass the read-only pool segment fd */
+#define KVP_HELLO_WANT_POOL_FD 0x1u /* pass the read-only pool segment fd */
 
 /**
  * struct kvp_hello - HELLO payload
@@ -143,8 +143,8 @@ struct kvp_welcome {
 static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
 
 /* GENERATE flags */
-#define KVP_GEN_TEXT 0x1u	/* the prompt is UTF-8 text (text_bytes), not token ids */
-#define KVP_GEN_NO_CACHE 0x2u	/* neither read nor publish prefix-cache blocks */
+#define KVP_GEN_TEXT 0x1u     /* the prompt is UTF-8 text (text_bytes), not token ids */
+#define KVP_GEN_NO_CACHE 0x2u /* neither read nor publish prefix-cache blocks */
 #define KVP_GEN__ALL 0x3u
 
 #define KVP_SALT_MAX 64
@@ -191,7 +191,7 @@ static_assert(sizeof(struct kvp_token) == 8, "wire ABI");
 
 /* ERROR payload, followed by msg_bytes of UTF-8 (no NUL) */
 struct kvp_error {
-	uint32_t status;	/* enum kvp_status */
+	uint32_t status; /* enum kvp_status */
 	uint32_t msg_bytes;
 };
 static_assert(sizeof(struct kvp_error) == 8, "wire ABI");

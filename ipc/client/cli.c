@@ -13,7 +13,6 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -24,10 +23,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kvpool/kvpool.h"
+#include "util/buf.h"
+#include "util/json.h"
+#include "util/parse.h"
+#include "util/stats.h"
+#include "util/time.h"
 
 #define EXIT_USAGE 2
 
@@ -52,57 +55,46 @@ static void die_usage(const char *fmt, ...)
 
 static uint64_t parse_u64(const char *s, const char *what, uint64_t min, uint64_t max)
 {
-	unsigned long long v;
-	char *end;
+	uint64_t v;
+	int r;
 
-	if (!s || !*s || *s < '0' || *s > '9')
+	r = kvp_parse_u64(s, min, max, &v);
+	if (r == -ERANGE)
+		die_usage("%s: '%s' is out of range [%llu, %llu]", what, s, (unsigned long long)min,
+			  (unsigned long long)max);
+	if (r < 0)
 		die_usage("%s: '%s' is not a non-negative integer", what, s ? s : "");
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end)
-		die_usage("%s: '%s' is not a non-negative integer", what, s);
-	if (v < min || v > max)
-		die_usage("%s: %llu is out of range [%llu, %llu]", what, v,
-			  (unsigned long long)min, (unsigned long long)max);
 	return v;
 }
 
+/* A finite number in [min, max], or in (min, max] when @open_min. */
 static float parse_float(const char *s, const char *what, float min, float max, bool open_min)
 {
-	char *end;
 	float v;
+	int r;
 
-	if (!s || !*s || (*s != '.' && *s != '-' && (*s < '0' || *s > '9')))
-		die_usage("%s: '%s' is not a number", what, s ? s : "");
-	errno = 0;
-	v = strtof(s, &end);
-	if (errno || *end || !isfinite(v))
-		die_usage("%s: '%s' is not a finite number", what, s);
-	if (v < min || v > max || (open_min && v == min))
-		die_usage("%s: %g is out of range %s%g, %g]", what, (double)v, open_min ? "(" : "[",
+	r = kvp_parse_float(s, min, max, &v);
+	if (r == 0 && open_min && v == min)
+		r = -ERANGE;
+	if (r == -ERANGE)
+		die_usage("%s: %s is out of range %s%g, %g]", what, s, open_min ? "(" : "[",
 			  (double)min, (double)max);
+	if (r < 0)
+		die_usage("%s: '%s' is not a finite number", what, s ? s : "");
 	return v;
 }
 
 /* "1,2,3" -> ids (malloc()ed) */
 static int32_t *parse_tokens(const char *s, size_t *n_out)
 {
-	size_t n = 1, i = 0;
 	int32_t *ids;
-	char *copy, *tok, *save = NULL;
+	int r;
 
-	for (const char *p = s; *p; p++)
-		n += *p == ',';
-	ids = malloc(n * sizeof(*ids));
-	copy = strdup(s);
-	if (!ids || !copy)
+	r = kvp_parse_ids(s, &ids, n_out);
+	if (r == -ENOMEM)
 		die_usage("out of memory");
-	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-		ids[i++] = (int32_t)parse_u64(tok, "--tokens", 0, INT32_MAX);
-	if (!i || i != n)
+	if (r < 0)
 		die_usage("--tokens: '%s' is not a comma-separated list of token ids", s);
-	free(copy);
-	*n_out = i;
 	return ids;
 }
 
@@ -138,76 +130,35 @@ static char *read_file(const char *path, size_t *len)
 
 /* ------------------------------------------------------------ JSON output */
 
-/*
- * Length of the well-formed UTF-8 character at @p (@n > 0 bytes left), or 0.  RFC 3629:
- * no overlong forms, no surrogates, nothing above U+10FFFF, which strict JSON parsers
- * reject as they reject stray bytes.
- */
-static size_t utf8_char_len(const unsigned char *p, size_t n)
+/* The usage of a DONE as a JSON object (member @key). */
+static void json_usage(struct kvp_json *j, const char *key, const struct kvp_usage *u)
 {
-	unsigned char lo = 0x80, hi = 0xbf;
-	size_t len;
-
-	if (p[0] < 0x80)
-		return 1;
-	if (p[0] < 0xc2 || p[0] > 0xf4)
-		return 0;
-	len = p[0] < 0xe0 ? 2 : p[0] < 0xf0 ? 3 : 4;
-	if (len > n)
-		return 0;
-	if (p[0] == 0xe0)
-		lo = 0xa0;
-	else if (p[0] == 0xed)
-		hi = 0x9f;
-	else if (p[0] == 0xf0)
-		lo = 0x90;
-	else if (p[0] == 0xf4)
-		hi = 0x8f;
-	if (p[1] < lo || p[1] > hi)
-		return 0;
-	for (size_t k = 2; k < len; k++)
-		if ((p[k] & 0xc0) != 0x80)
-			return 0;
-	return len;
+	kvp_json_begin(j, key, '{');
+	kvp_json_u64(j, "prompt_tokens", u->prompt_tokens);
+	kvp_json_u64(j, "cached_tokens", u->cached_tokens);
+	kvp_json_u64(j, "cache_creation_tokens", u->cache_creation_tokens);
+	kvp_json_u64(j, "recomputed_tokens", u->recomputed_tokens);
+	kvp_json_u64(j, "generated_tokens", u->generated_tokens);
+	kvp_json_fixed(j, "queue_ms", u->queue_ms, 3);
+	kvp_json_fixed(j, "ttft_ms", u->ttft_ms, 3);
+	kvp_json_fixed(j, "prefill_ms", u->prefill_ms, 3);
+	kvp_json_fixed(j, "decode_ms", u->decode_ms, 3);
+	kvp_json_end(j, '}');
 }
 
-/* A JSON string of @n bytes; ill-formed UTF-8 becomes U+FFFD so the output always parses. */
-static void json_str(FILE *o, const char *s, size_t n)
+/* Write a finished JSON text (one line) to stdout.  Return: 0, or -errno when it failed. */
+static int json_print(struct kvp_buf *b)
 {
-	const unsigned char *p = (const unsigned char *)s;
+	int r;
 
-	fputc('"', o);
-	for (size_t i = 0; i < n;) {
-		unsigned char c = p[i];
-		size_t len = utf8_char_len(p + i, n - i);
-
-		if (!len) {
-			fputs("\\ufffd", o);
-			i++;
-			continue;
-		}
-		if (c == '"' || c == '\\')
-			fprintf(o, "\\%c", c);
-		else if (c == '\n')
-			fputs("\\n", o);
-		else if (c == '\t')
-			fputs("\\t", o);
-		else if (c < 0x20 || c == 0x7f)
-			fprintf(o, "\\u%04x", c);
-		else
-			fwrite(p + i, 1, len, o);
-		i += len;
+	kvp_buf_add(b, "\n", 1);
+	r = kvp_buf_finish(b);
+	if (r < 0) {
+		fprintf(stderr, "kvpool: JSON output: %s\n", strerror(-r));
+		return r;
 	}
-	fputc('"', o);
-}
-
-static void json_usage(FILE *o, const struct kvp_usage *u)
-{
-	fprintf(o, "{\"prompt_tokens\":%u,\"cached_tokens\":%u,\"cache_creation_tokens\":%u,"
-		   "\"recomputed_tokens\":%u,\"generated_tokens\":%u,\"queue_ms\":%.3f,"
-		   "\"ttft_ms\":%.3f,\"prefill_ms\":%.3f,\"decode_ms\":%.3f}",
-		u->prompt_tokens, u->cached_tokens, u->cache_creation_tokens, u->recomputed_tokens,
-		u->generated_tokens, u->queue_ms, u->ttft_ms, u->prefill_ms, u->decode_ms);
+	fwrite(b->p, 1, b->len, stdout);
+	return 0;
 }
 
 /* ------------------------------------------------------------ generate */
@@ -223,8 +174,7 @@ struct gen_out {
 	bool json;
 	int32_t *ids;
 	size_t n_ids, cap_ids;
-	char *text;
-	size_t text_len, text_cap;
+	struct kvp_buf text;
 };
 
 /* One TOKEN event: print its text, or keep ids and text for --json.  Return -ENOMEM. */
@@ -240,16 +190,11 @@ static int on_tokens(struct gen_out *g, const int32_t *ids, uint32_t n, const ch
 		g->cap_ids = (g->n_ids + n) * 2;
 		g->ids = realloc(g->ids, g->cap_ids * sizeof(*g->ids));
 	}
-	if (g->text_len + len > g->text_cap) {
-		g->text_cap = (g->text_len + len) * 2 + 64;
-		g->text = realloc(g->text, g->text_cap);
-	}
-	if (!g->ids || !g->text)
+	kvp_buf_add(&g->text, text, len);
+	if (!g->ids || g->text.err)
 		return -ENOMEM;
 	memcpy(g->ids + g->n_ids, ids, n * sizeof(*ids));
-	memcpy(g->text + g->text_len, text, len);
 	g->n_ids += n;
-	g->text_len += len;
 	return 0;
 }
 
@@ -262,8 +207,8 @@ static int on_tokens(struct gen_out *g, const int32_t *ids, uint32_t n, const ch
  * @why (@cap bytes) says why.
  */
 static int run_generate(struct kvp_client *c, const struct kvp_client_prompt *pr,
-			const struct kvp_client_params *p, struct gen_out *out,
-			struct kvp_usage *u, char *why, size_t cap)
+			const struct kvp_client_params *p, struct gen_out *out, struct kvp_usage *u,
+			char *why, size_t cap)
 {
 	struct kvp_client_event ev;
 	bool cancelled = false;
@@ -305,7 +250,7 @@ static int run_generate(struct kvp_client *c, const struct kvp_client_prompt *pr
 			if (ev.status && ev.status != KVP_E_CANCELLED)
 				snprintf(why, cap, "generation stopped: %s",
 					 kvp_client_strerror(ev.status));
-			return ev.status;	/* KVP_OK, or KVP_E_CANCELLED after our CANCEL */
+			return ev.status; /* KVP_OK, or KVP_E_CANCELLED after our CANCEL */
 		}
 		snprintf(why, cap, "daemon: %s", ev.message);
 		return ev.status;
@@ -337,7 +282,8 @@ static void generate_help(FILE *o)
 	      "      --no-cache         neither use nor publish prefix-cache blocks\n"
 	      "      --json             print one JSON object instead: tokens (generated ids),\n"
 	      "                         text and usage\n"
-	      "Ctrl-C cancels the request.\n", o);
+	      "Ctrl-C cancels the request.\n",
+	      o);
 }
 
 static int cmd_generate(int argc, char **argv)
@@ -359,7 +305,7 @@ static int cmd_generate(int argc, char **argv)
 	};
 	struct kvp_client_prompt pr = { 0 };
 	struct kvp_client_params p;
-	struct gen_out out = { 0 };
+	struct gen_out out = { .text = KVP_BUF_INIT };
 	struct kvp_usage u = { 0 };
 	struct sigaction sa = { .sa_handler = on_sigint, .sa_flags = SA_RESETHAND };
 	struct kvp_client *c;
@@ -428,7 +374,7 @@ static int cmd_generate(int argc, char **argv)
 	if (pr.text && !pr.text_len)
 		die_usage("generate: the prompt is empty");
 
-	r = kvp_client_connect(sock_path, &c);
+	r = kvp_client_connect(&c, sock_path);
 	if (r) {
 		fprintf(stderr, "kvpool: %s\n", kvp_client_errmsg(c));
 		goto out;
@@ -441,14 +387,21 @@ static int cmd_generate(int argc, char **argv)
 		goto out;
 	}
 	if (out.json) {
-		fputs("{\"tokens\":[", stdout);
+		struct kvp_buf b = KVP_BUF_INIT;
+		struct kvp_json j;
+
+		kvp_json_init(&j, &b);
+		kvp_json_begin(&j, NULL, '{');
+		kvp_json_begin(&j, "tokens", '[');
 		for (size_t i = 0; i < out.n_ids; i++)
-			printf("%s%d", i ? "," : "", out.ids[i]);
-		fputs("],\"text\":", stdout);
-		json_str(stdout, out.text ? out.text : "", out.text_len);
-		fputs(",\"usage\":", stdout);
-		json_usage(stdout, &u);
-		fputs("}\n", stdout);
+			kvp_json_i64(&j, NULL, out.ids[i]);
+		kvp_json_end(&j, ']');
+		kvp_json_str(&j, "text", out.text.p, out.text.len);
+		json_usage(&j, "usage", &u);
+		kvp_json_end(&j, '}');
+		if (json_print(&b) < 0)
+			r = -EIO;
+		kvp_buf_deinit(&b);
 	} else {
 		fputc('\n', stdout);
 		fprintf(stderr,
@@ -456,15 +409,15 @@ static int cmd_generate(int argc, char **argv)
 			"recomputed_tokens %u, generated_tokens %u; queue %.1f ms, ttft %.1f ms, "
 			"prefill %.1f ms, decode %.1f ms%s\n",
 			u.prompt_tokens, u.cached_tokens, u.cache_creation_tokens,
-			u.recomputed_tokens, u.generated_tokens, u.queue_ms, u.ttft_ms, u.prefill_ms,
-			u.decode_ms, r == KVP_E_CANCELLED ? " (cancelled)" : "");
+			u.recomputed_tokens, u.generated_tokens, u.queue_ms, u.ttft_ms,
+			u.prefill_ms, u.decode_ms, r == KVP_E_CANCELLED ? " (cancelled)" : "");
 	}
 out:
 	kvp_client_close(c);
 	free(ids);
 	free(file_text);
 	free(out.ids);
-	free(out.text);
+	kvp_buf_deinit(&out.text);
 	return r ? 1 : 0;
 }
 
@@ -526,7 +479,7 @@ struct bench_cfg {
 struct bench_result {
 	bool ok;
 	int status;
-	double ttft_ms;		/* measured here: submit to first TOKEN */
+	double ttft_ms; /* measured here: submit to first TOKEN */
 	double total_ms;
 	struct kvp_usage u;
 };
@@ -535,7 +488,7 @@ struct bench_client {
 	pthread_t thread;
 	unsigned int idx;
 	const struct bench_cfg *cfg;
-	struct bench_result *res;	/* cfg->requests of them */
+	struct bench_result *res; /* cfg->requests of them */
 	char err[256];
 };
 
@@ -544,10 +497,7 @@ static atomic_ulong bench_gen_tokens;
 
 static double now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+	return kvp_ns_to_ms(kvp_now_ns());
 }
 
 /* splitmix64: the same seed gives the same prompt in every run */
@@ -581,7 +531,7 @@ static void *bench_thread(void *arg)
 	int32_t *ids;
 	int r;
 
-	r = kvp_client_connect(sock_path, &c);
+	r = kvp_client_connect(&c, sock_path);
 	if (r) {
 		snprintf(bc->err, sizeof(bc->err), "%s", kvp_client_errmsg(c));
 		kvp_client_close(c);
@@ -591,7 +541,8 @@ static void *bench_thread(void *arg)
 	w = kvp_client_welcome(c);
 	ids = malloc(n * sizeof(*ids));
 	if (!ids || !w->n_vocab) {
-		snprintf(bc->err, sizeof(bc->err), "%s", ids ? "daemon reports n_vocab 0" : "no memory");
+		snprintf(bc->err, sizeof(bc->err), "%s",
+			 ids ? "daemon reports n_vocab 0" : "no memory");
 		free(ids);
 		kvp_client_close(c);
 		atomic_fetch_add(&bench_done, cfg->requests);
@@ -607,10 +558,10 @@ static void *bench_thread(void *arg)
 		double t0;
 
 		for (unsigned int i = 0; i < cfg->prefix; i++)
-			ids[i] = pick_token(&s, w);	/* shared by every request */
+			ids[i] = pick_token(&s, w); /* shared by every request */
 		s = cfg->seed ^ ((uint64_t)(bc->idx + 1) << 32) ^ (r_i + 1);
 		for (unsigned int i = cfg->prefix; i < n; i++)
-			ids[i] = pick_token(&s, w);	/* this request's own tail */
+			ids[i] = pick_token(&s, w); /* this request's own tail */
 		t0 = now_ms();
 		res->ttft_ms = -1;
 		r = kvp_client_submit(c, &pr, &p, &req);
@@ -629,7 +580,8 @@ static void *bench_thread(void *arg)
 				break;
 			} else {
 				res->status = ev.status;
-				snprintf(bc->err, sizeof(bc->err), "request failed: %s", ev.message);
+				snprintf(bc->err, sizeof(bc->err), "request failed: %s",
+					 ev.message);
 				break;
 			}
 		}
@@ -639,7 +591,7 @@ static void *bench_thread(void *arg)
 			snprintf(bc->err, sizeof(bc->err), "%s", kvp_client_errmsg(c));
 		}
 		atomic_fetch_add(&bench_done, 1);
-		if (r)	/* the connection is gone: count the rest as failed */
+		if (r) /* the connection is gone: count the rest as failed */
 			atomic_fetch_add(&bench_done, cfg->requests - r_i - 1);
 		if (r)
 			break;
@@ -649,44 +601,36 @@ static void *bench_thread(void *arg)
 	return NULL;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* nearest-rank percentile of sorted @v */
-static double pct(const double *v, size_t n, double p)
-{
-	size_t k;
-
-	if (!n)
-		return NAN;
-	k = (size_t)ceil(p / 100.0 * (double)n);
-	return v[k ? k - 1 : 0];
-}
-
 struct bench_group {
 	double *ttft;
 	size_t n, ok;
 	uint64_t prompt, cached, hits, gen;
 };
 
-static void group_print(const char *name, struct bench_group *g, bool json)
+/* One group's figures: a JSON member @name of @j, or (@j NULL) a line of text. */
+static void group_print(const char *name, struct bench_group *g, struct kvp_json *j)
 {
-	qsort(g->ttft, g->n, sizeof(double), cmp_double);
-	if (json) {
-		printf("\"%s\":{\"requests\":%zu,\"ok\":%zu,\"ttft_p50_ms\":%.3f,"
-		       "\"ttft_p99_ms\":%.3f,\"token_hit_rate\":%.4f,\"request_hit_rate\":%.4f}",
-		       name, g->n, g->ok, pct(g->ttft, g->n, 50), pct(g->ttft, g->n, 99),
-		       g->prompt ? (double)g->cached / (double)g->prompt : 0.0,
-		       g->ok ? (double)g->hits / (double)g->ok : 0.0);
+	double p50, p99;
+
+	kvp_sort_doubles(g->ttft, g->n);
+	p50 = kvp_percentile_sorted(g->ttft, g->n, 50);
+	p99 = kvp_percentile_sorted(g->ttft, g->n, 99);
+	if (j) {
+		kvp_json_begin(j, name, '{');
+		kvp_json_u64(j, "requests", g->n);
+		kvp_json_u64(j, "ok", g->ok);
+		kvp_json_fixed(j, "ttft_p50_ms", p50, 3);
+		kvp_json_fixed(j, "ttft_p99_ms", p99, 3);
+		kvp_json_fixed(j, "token_hit_rate",
+			       g->prompt ? (double)g->cached / (double)g->prompt : 0.0, 4);
+		kvp_json_fixed(j, "request_hit_rate", g->ok ? (double)g->hits / (double)g->ok : 0.0,
+			       4);
+		kvp_json_end(j, '}');
 		return;
 	}
 	printf("  %-5s %5zu ok of %-5zu TTFT p50 %8.2f ms  p99 %8.2f ms  "
 	       "token hit rate %5.1f%%  request hit rate %5.1f%%\n",
-	       name, g->ok, g->n, pct(g->ttft, g->n, 50), pct(g->ttft, g->n, 99),
+	       name, g->ok, g->n, p50, p99,
 	       g->prompt ? 100.0 * (double)g->cached / (double)g->prompt : 0.0,
 	       g->ok ? 100.0 * (double)g->hits / (double)g->ok : 0.0);
 }
@@ -725,15 +669,18 @@ static int cmd_bench(int argc, char **argv)
 			have_r = true;
 			break;
 		case 'P':
-			cfg.prefix = (unsigned int)parse_u64(optarg, "--prefix-tokens", 0, 1u << 24);
+			cfg.prefix = (unsigned int)parse_u64(optarg, "--prefix-tokens", 0,
+							     1u << 24);
 			have_p = true;
 			break;
 		case 'S':
-			cfg.suffix = (unsigned int)parse_u64(optarg, "--suffix-tokens", 0, 1u << 24);
+			cfg.suffix = (unsigned int)parse_u64(optarg, "--suffix-tokens", 0,
+							     1u << 24);
 			have_s = true;
 			break;
 		case 'g':
-			cfg.new_tokens = (unsigned int)parse_u64(optarg, "--new-tokens", 1, 1u << 20);
+			cfg.new_tokens = (unsigned int)parse_u64(optarg, "--new-tokens", 1,
+								 1u << 20);
 			break;
 		case 's':
 			cfg.seed = parse_u64(optarg, "--seed", 0, UINT64_MAX);
@@ -784,9 +731,11 @@ static int cmd_bench(int argc, char **argv)
 		double t = now_ms() - t0;
 
 		if (done >= total || t - last >= (tty ? 250.0 : 1000.0)) {
-			fprintf(stderr, "%sbench: %u/%u requests done, %.1f s, %.1f generated tok/s%s",
+			fprintf(stderr,
+				"%sbench: %u/%u requests done, %.1f s, %.1f generated tok/s%s",
 				tty ? "\r" : "", done, total, t / 1e3,
-				(double)atomic_load(&bench_gen_tokens) / (t / 1e3), tty ? "" : "\n");
+				(double)atomic_load(&bench_gen_tokens) / (t / 1e3),
+				tty ? "" : "\n");
 			last = t;
 		}
 		if (done >= total)
@@ -823,29 +772,41 @@ static int cmd_bench(int argc, char **argv)
 			g->gen += res->u.generated_tokens;
 		}
 	}
-	cold.n = cold.ok, warm.n = warm.ok;	/* percentiles over successful requests */
+	cold.n = cold.ok, warm.n = warm.ok; /* percentiles over successful requests */
 	prompt_all = cold.prompt + warm.prompt;
 	if (json) {
-		printf("{\"clients\":%u,\"requests\":%u,\"prefix_tokens\":%u,\"suffix_tokens\":%u,"
-		       "\"new_tokens\":%u,\"failed\":%u,\"seconds\":%.3f,\"requests_per_s\":%.3f,"
-		       "\"generated_tokens_per_s\":%.3f,\"prompt_tokens_per_s\":%.3f,",
-		       cfg.clients, cfg.requests, cfg.prefix, cfg.suffix, cfg.new_tokens, failed,
-		       elapsed, (double)(total - failed) / elapsed,
-		       (double)(cold.gen + warm.gen) / elapsed, (double)prompt_all / elapsed);
-		group_print("cold", &cold, true);
-		putchar(',');
-		group_print("warm", &warm, true);
-		puts("}");
+		struct kvp_buf b = KVP_BUF_INIT;
+		struct kvp_json j;
+
+		kvp_json_init(&j, &b);
+		kvp_json_begin(&j, NULL, '{');
+		kvp_json_u64(&j, "clients", cfg.clients);
+		kvp_json_u64(&j, "requests", cfg.requests);
+		kvp_json_u64(&j, "prefix_tokens", cfg.prefix);
+		kvp_json_u64(&j, "suffix_tokens", cfg.suffix);
+		kvp_json_u64(&j, "new_tokens", cfg.new_tokens);
+		kvp_json_u64(&j, "failed", failed);
+		kvp_json_fixed(&j, "seconds", elapsed, 3);
+		kvp_json_fixed(&j, "requests_per_s", (double)(total - failed) / elapsed, 3);
+		kvp_json_fixed(&j, "generated_tokens_per_s",
+			       (double)(cold.gen + warm.gen) / elapsed, 3);
+		kvp_json_fixed(&j, "prompt_tokens_per_s", (double)prompt_all / elapsed, 3);
+		group_print("cold", &cold, &j);
+		group_print("warm", &warm, &j);
+		kvp_json_end(&j, '}');
+		if (json_print(&b) < 0)
+			failed++;
+		kvp_buf_deinit(&b);
 	} else {
 		printf("bench: %u clients x %u requests, prompt %u shared + %u own tokens, "
-		       "%u new tokens\n", cfg.clients, cfg.requests, cfg.prefix, cfg.suffix,
-		       cfg.new_tokens);
+		       "%u new tokens\n",
+		       cfg.clients, cfg.requests, cfg.prefix, cfg.suffix, cfg.new_tokens);
 		printf("  %u ok, %u failed in %.2f s: %.2f req/s, %.1f generated tok/s, "
-		       "%.1f prompt tok/s\n", total - failed, failed, elapsed,
-		       (double)(total - failed) / elapsed, (double)(cold.gen + warm.gen) / elapsed,
-		       (double)prompt_all / elapsed);
-		group_print("cold", &cold, false);
-		group_print("warm", &warm, false);
+		       "%.1f prompt tok/s\n",
+		       total - failed, failed, elapsed, (double)(total - failed) / elapsed,
+		       (double)(cold.gen + warm.gen) / elapsed, (double)prompt_all / elapsed);
+		group_print("cold", &cold, NULL);
+		group_print("warm", &warm, NULL);
 	}
 	for (unsigned int i = 0; i < cfg.clients; i++)
 		free(bc[i].res);
@@ -872,7 +833,8 @@ static void main_help(FILE *o)
 	      "  --socket PATH         request socket (default " KVP_DEFAULT_SOCKET ")\n"
 	      "  --status-socket PATH  status socket (default " KVP_DEFAULT_STATUS_SOCKET ")\n"
 	      "  -h, --help            this text\n"
-	      "Exit status: 0 ok, 1 the request or connection failed, 2 bad usage.\n", o);
+	      "Exit status: 0 ok, 1 the request or connection failed, 2 bad usage.\n",
+	      o);
 }
 
 int main(int argc, char **argv)

@@ -53,9 +53,9 @@ struct kvp_client {
 	int rx_fds[RX_FDS_MAX];
 	unsigned int n_rx_fds;
 	bool fds_truncated;
-	uint8_t *buf;		/* payload of the current frame (+1 byte for a NUL) */
+	uint8_t *buf; /* payload of the current frame (+1 byte for a NUL) */
 	size_t buf_cap;
-	uint8_t *out;		/* encoded outgoing frame */
+	uint8_t *out; /* encoded outgoing frame */
 	size_t out_cap;
 	char errmsg[256];
 };
@@ -197,8 +197,10 @@ static int recv_all(struct kvp_client *c, void *p, size_t n)
 	while (got < n) {
 		alignas(struct cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * RX_FDS_MAX)];
 		struct iovec iov = { .iov_base = b + got, .iov_len = n - got };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
-				     .msg_control = ctl, .msg_controllen = sizeof(ctl) };
+		struct msghdr mh = { .msg_iov = &iov,
+				     .msg_iovlen = 1,
+				     .msg_control = ctl,
+				     .msg_controllen = sizeof(ctl) };
 		ssize_t r = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
 
 		if (r < 0) {
@@ -288,8 +290,10 @@ static int pool_matches_welcome(struct kvp_client *c, const struct kvp_pool_head
 
 	for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
 		if (same[i].pool != same[i].welcome)
-			return set_err(c, -EPROTO, "pool segment header says %s %llu, WELCOME "
-				       "says %llu", same[i].name, (unsigned long long)same[i].pool,
+			return set_err(c, -EPROTO,
+				       "pool segment header says %s %llu, WELCOME "
+				       "says %llu",
+				       same[i].name, (unsigned long long)same[i].pool,
 				       (unsigned long long)same[i].welcome);
 	return 0;
 }
@@ -310,12 +314,16 @@ static int check_pool(struct kvp_client *c, const void *p, size_t len)
 	memcpy(&h, p, sizeof(h));
 	r = kvp_pool_header_check(&h, len, NULL);
 	if (r == -EPROTO)
-		return set_err(c, -EPROTO, "pool segment: header magic %#llx version %u; this "
-			       "library reads magic %#llx version %u", (unsigned long long)h.magic,
-			       h.version, (unsigned long long)KVP_POOL_MAGIC, KVP_POOL_VERSION);
+		return set_err(c, -EPROTO,
+			       "pool segment: header magic %#llx version %u; this "
+			       "library reads magic %#llx version %u",
+			       (unsigned long long)h.magic, h.version,
+			       (unsigned long long)KVP_POOL_MAGIC, KVP_POOL_VERSION);
 	if (r)
-		return set_err(c, -EPROTO, "pool segment: inconsistent header (shape, block "
-			       "sizes, page kind or extent do not add up for %zu bytes)", len);
+		return set_err(c, -EPROTO,
+			       "pool segment: inconsistent header (shape, block "
+			       "sizes, page kind or extent do not add up for %zu bytes)",
+			       len);
 	return pool_matches_welcome(c, &h);
 }
 
@@ -353,7 +361,7 @@ static int map_pool(struct kvp_client *c)
 	return 0;
 }
 
-KVP_EXPORT int kvp_client_connect(const char *path, struct kvp_client **out)
+KVP_EXPORT int kvp_client_connect(struct kvp_client **out, const char *path)
 {
 	struct kvp_hello hello = { .flags = KVP_HELLO_WANT_POOL_FD };
 	struct kvp_frame_hdr hdr;
@@ -547,7 +555,7 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 	r = read_frame(c, &hdr);
 	if (r)
 		return r;
-	drop_rx_fds(c);		/* fds are only expected with WELCOME */
+	drop_rx_fds(c); /* fds are only expected with WELCOME */
 	ev->req_id = hdr.req_id;
 	switch (hdr.type) {
 	case KVP_FRAME_TOKEN: {
@@ -557,7 +565,7 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 		if (kvp_proto_decode_token(c->buf, hdr.len_bytes, &t, &ids, &ev->text, &why))
 			break;
 		ev->type = KVP_EVENT_TOKEN;
-		ev->tokens = ids;	/* c->buf + 8: aligned (see the header comment) */
+		ev->tokens = ids; /* c->buf + 8: aligned (see the header comment) */
 		ev->n_tokens = t.n_tokens;
 		ev->text_len = t.text_bytes;
 		return 0;
@@ -581,7 +589,7 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 		ev->status = e.status && e.status <= INT32_MAX ? (int)e.status : KVP_E_INTERNAL;
 		ev->message = msg;
 		if (!hdr.req_id) {
-			c->dead = true;	/* the daemon closes the connection after this */
+			c->dead = true; /* the daemon closes the connection after this */
 			set_err(c, ev->status, "daemon: %s", msg);
 		} else if (c->in_flight) {
 			c->in_flight--;
@@ -619,7 +627,8 @@ KVP_EXPORT int kvp_client_generate(struct kvp_client *c, const struct kvp_client
 			continue;
 		switch (ev.type) {
 		case KVP_EVENT_TOKEN:
-			if (fn && !cancelled && fn(arg, ev.tokens, ev.n_tokens, ev.text, ev.text_len)) {
+			if (fn && !cancelled &&
+			    fn(arg, ev.tokens, ev.n_tokens, ev.text, ev.text_len)) {
 				cancelled = true;
 				r = kvp_client_cancel(c, id);
 				if (r)

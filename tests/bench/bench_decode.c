@@ -60,7 +60,7 @@ static void *read_part(void *p)
 /* @threads threads summing disjoint parts of a 1 GiB buffer: GB/s read */
 static double read_gbps(int threads)
 {
-	size_t n = (size_t)1 << 27, part = n / threads;	/* uint64 words */
+	size_t n = (size_t)1 << 27, part = n / threads; /* uint64 words */
 	uint64_t *b = malloc(n * 8);
 	pthread_t th[64];
 	struct read_arg a[64];
@@ -110,10 +110,12 @@ static int lane_init(struct lane *ln, struct kvp_model *m, int threads, uint32_t
 	kvp_model_kv_shape(m, KVP_DTYPE_F32, BT, &sh);
 	kvp_geom_init(&ln->kv.geom, &sh);
 	ln->kv.n_blocks = B * nb;
-	ln->kv.base = aligned_alloc(KVP_BLOCK_ALIGN, (size_t)ln->kv.n_blocks * ln->kv.geom.block_stride);
+	ln->kv.base = aligned_alloc(KVP_BLOCK_ALIGN,
+				    (size_t)ln->kv.n_blocks * ln->kv.geom.block_stride);
 	if (!ln->seq || !ln->tables || !ln->lg || !ln->kv.base ||
-	    kvp_fwd_new(&ln->f, m, &(struct kvp_fwd_opts){ .n_threads = threads,
-			.max_chunk = PROMPT, .max_batch = B }))
+	    kvp_fwd_new(&ln->f, m,
+			&(struct kvp_fwd_opts){
+				.n_threads = threads, .max_chunk = PROMPT, .max_batch = B }))
 		return 1;
 	memset(ln->kv.base, 0, (size_t)ln->kv.n_blocks * ln->kv.geom.block_stride);
 	for (uint32_t s = 0; s < B; s++) {
@@ -121,10 +123,13 @@ static int lane_init(struct lane *ln, struct kvp_model *m, int threads, uint32_t
 			ln->tables[s * nb + i] = s * nb + i;
 		for (uint32_t i = 0; i < PROMPT; i++)
 			toks[i] = 3 + (int32_t)((i * 31u + s * 17u) % 256);
-		kvp_fwd_prefill(ln->f, &ln->kv, ln->tables + s * nb, nb, 0, toks, PROMPT, ln->lg, 0);
-		ln->seq[s] = (struct kvp_fwd_seq){ .table = ln->tables + s * nb, .n_table = nb,
+		kvp_fwd_prefill(ln->f, &ln->kv, ln->tables + s * nb, nb, 0, toks, PROMPT, ln->lg,
+				0);
+		ln->seq[s] = (struct kvp_fwd_seq){ .table = ln->tables + s * nb,
+						   .n_table = nb,
 						   .pos = PROMPT,
-						   .token = kvp_sample_greedy(ln->lg, hp->n_vocab) };
+						   .token = kvp_sample_greedy(ln->lg,
+									      hp->n_vocab) };
 	}
 	return 0;
 }
@@ -176,7 +181,7 @@ static double smaps_kb(const char *key)
 struct run_arg {
 	int threads;
 	double bw;
-	double f32_tps[2][N_BATCH];	/* [placement][batch], 0 until the f32 file ran */
+	double f32_tps[2][N_BATCH]; /* [placement][batch], 0 until the f32 file ran */
 };
 
 /* One placement of one model: every batch size; tokens/s into @tps. */
@@ -202,8 +207,8 @@ static int bench_placement(const char *type, struct kvp_model *m, int copied, st
 		kvp_bench_report(name, t, "tokens/s", "read bandwidth / bytes per step", roof,
 				 "tokens/s");
 		if (a->f32_tps[copied][b] > 0) {
-			snprintf(name, sizeof(name), "decode %s vs f32, batch %u, weights %s", type, B,
-				 copied ? "copied" : "mapped");
+			snprintf(name, sizeof(name), "decode %s vs f32, batch %u, weights %s", type,
+				 B, copied ? "copied" : "mapped");
 			kvp_bench_report(name, t, "tokens/s", "the f32 file", a->f32_tps[copied][b],
 					 "tokens/s");
 		}
@@ -225,8 +230,10 @@ static int bench_model(const char *path, const char *type, void *arg)
 		char err[256], types[512];
 		double t0 = kvp_test_now_s();
 
-		if (kvp_model_open_opts(&m, path, &(struct kvp_model_opts){
-				.weights = copied ? KVP_MODEL_WEIGHTS_COPY : KVP_MODEL_WEIGHTS_MAP },
+		if (kvp_model_open_opts(&m, path,
+					&(struct kvp_model_opts){
+						.weights = copied ? KVP_MODEL_WEIGHTS_COPY :
+								    KVP_MODEL_WEIGHTS_MAP },
 					err, sizeof(err))) {
 			fprintf(stderr, "bench-decode: %s\n", err);
 			return 1;
@@ -234,7 +241,8 @@ static int bench_model(const char *path, const char *type, void *arg)
 		if (!copied) {
 			kvp_model_info_types(kvp_model_info(m), types, sizeof(types));
 			printf("model %s (%s): %.1fM params, file %.1f MB, %.1f MB of weights per "
-			       "step; %s\n", kvp_model_name(m), type, kvp_model_info(m)->n_params / 1e6,
+			       "step; %s\n",
+			       kvp_model_name(m), type, kvp_model_info(m)->n_params / 1e6,
 			       kvp_model_info(m)->file_bytes / 1e6,
 			       kvp_model_info(m)->weight_bytes / 1e6, types);
 		}
@@ -244,9 +252,11 @@ static int bench_model(const char *path, const char *type, void *arg)
 		if (!copied && !rc) {
 			char name[160];
 
-			snprintf(name, sizeof(name), "resident after decoding %s, weights mapped", type);
-			kvp_bench_report(name, (smaps_kb("Rss:") - rss0) / 1024.0, "MiB", "file size",
-					 kvp_model_info(m)->file_bytes / 1048576.0, "MiB");
+			snprintf(name, sizeof(name), "resident after decoding %s, weights mapped",
+				 type);
+			kvp_bench_report(name, (smaps_kb("Rss:") - rss0) / 1024.0, "MiB",
+					 "file size", kvp_model_info(m)->file_bytes / 1048576.0,
+					 "MiB");
 		}
 		kvp_model_close(m);
 	}

@@ -75,8 +75,8 @@ static int mat_make(struct mat *m, uint32_t type, size_t d_out, size_t k)
 }
 
 /* seconds for one out = x @ W^T of @rows, activations quantized inside the timing */
-static double run(const struct kvp_kernels *kt, const struct mat *m, size_t rows,
-		  const float *x, void *xa, float *out)
+static double run(const struct kvp_kernels *kt, const struct mat *m, size_t rows, const float *x,
+		  void *xa, float *out)
 {
 	const struct kvp_qtype *t = kvp_qtype(m->type);
 	size_t xs = kvp_act_row_bytes(t->act, m->k);
@@ -93,10 +93,10 @@ static double median_run(const struct kvp_kernels *kt, const struct mat *m, size
 {
 	double t[5];
 
-	run(kt, m, rows, x, xa, out);	/* warm */
+	run(kt, m, rows, x, xa, out); /* warm */
 	for (int i = 0; i < 5; i++)
 		t[i] = run(kt, m, rows, x, xa, out);
-	if (getenv("KVP_BENCH_MIN")) {	/* exploring on a busy machine: the least disturbed */
+	if (getenv("KVP_BENCH_MIN")) { /* exploring on a busy machine: the least disturbed */
 		for (int i = 1; i < 5; i++)
 			t[0] = t[i] < t[0] ? t[i] : t[0];
 		return t[0];
@@ -109,7 +109,7 @@ int main(int argc, char **argv)
 	const struct kvp_kernels *kt;
 	struct kvp_bench_peak peak = { 0 };
 	static const uint32_t all[] = {
-		KVP_GGML_F32, KVP_GGML_F16, KVP_GGML_BF16, KVP_GGML_Q8_0, KVP_GGML_Q4_0,
+		KVP_GGML_F32,  KVP_GGML_F16,  KVP_GGML_BF16, KVP_GGML_Q8_0, KVP_GGML_Q4_0,
 		KVP_GGML_Q4_1, KVP_GGML_Q5_0, KVP_GGML_Q5_1, KVP_GGML_Q2_K, KVP_GGML_Q3_K,
 		KVP_GGML_Q4_K, KVP_GGML_Q5_K, KVP_GGML_Q6_K,
 	};
@@ -136,7 +136,8 @@ int main(int argc, char **argv)
 		       peak.int8, peak.bf16, peak.f32);
 	printf("read bandwidth (same run): %.1f GB/s\n", bw);
 	printf("%-6s | prefill %dx%d x %d rows: GOP/s  ratio | decode %dx%d, GB/s of weights "
-	       "(ratio to read bw) at rows 1, 4, 16\n", "type", PO, PK, PROWS, DO, DK);
+	       "(ratio to read bw) at rows 1, 4, 16\n",
+	       "type", PO, PK, PROWS, DO, DK);
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
 		uint32_t type = all[i];
 		const struct kvp_qtype *t = kvp_qtype(type);
@@ -154,7 +155,9 @@ int main(int argc, char **argv)
 		}
 		s = median_run(kt, &pm, PROWS, x, xa, out);
 		gops = 2.0 * PO * PK * PROWS / s / 1e9;
-		ceil = t->act == KVP_ACT_F32 ? peak.f32 : t->act == KVP_ACT_BF16 ? peak.bf16 : peak.int8;
+		ceil = t->act == KVP_ACT_F32  ? peak.f32 :
+		       t->act == KVP_ACT_BF16 ? peak.bf16 :
+						peak.int8;
 		printf("%-6s | %7.1f  %5.2f |", t->name, gops, ceil ? gops / ceil : 0.0);
 		for (size_t rows = 1; rows <= 16; rows *= 4) {
 			double g = (double)DO * dm.rb / median_run(kt, &dm, rows, x, xa, out) / 1e9;

@@ -14,8 +14,7 @@
 
 #define DEFAULT_TYPES "f32,f16,bf16,q8_0,q4_0,q4_1,q5_0,q5_1,q2_k,q3_k,q4_k,q5_k,q6_k,q4_k_m"
 
-int kvp_bench_each_model(const char *prog, int argc, char **argv, kvp_bench_model_fn *fn,
-			 void *arg)
+int kvp_bench_each_model(const char *prog, int argc, char **argv, kvp_bench_model_fn *fn, void *arg)
 {
 	const char *preset = getenv("KVP_BENCH_PRESET"), *types = getenv("KVP_BENCH_TYPES");
 	char dir[256], path[512], err[256], list[512], *save = NULL;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_pool.c - the three shm/ figures of issue 2, each next to a baseline measured in
- * the same run (medians of several runs):
+ * bench_pool.c - the three shm/ figures, each next to a baseline measured in the same
+ * run (medians of several runs):
  *
  *  1. block alloc+free pairs per second, against malloc+free of 4 KiB chunks in the same
  *     batch pattern.  Baseline choice: malloc is what a fixed-size object allocator
@@ -37,14 +37,19 @@
 #define RUNS 7
 
 static const struct kvp_model_shape tiny = {
-	.n_layers = 1, .n_kv_heads = 1, .head_dim = 16, .dtype = KVP_DTYPE_F32,
+	.n_layers = 1,
+	.n_kv_heads = 1,
+	.head_dim = 16,
+	.dtype = KVP_DTYPE_F32,
 	.block_tokens = 16,
 };
 
 static struct kvp_pool *make_pool(uint32_t n_blocks)
 {
-	struct kvp_pool_config cfg = { .shape = tiny, .n_blocks = n_blocks,
-				       .pages = KVP_PAGES_OFF, .name = "kvpbench",
+	struct kvp_pool_config cfg = { .shape = tiny,
+				       .n_blocks = n_blocks,
+				       .pages = KVP_PAGES_OFF,
+				       .name = "kvpbench",
 				       .no_prefault = 1 };
 	struct kvp_pool *p;
 	int r = kvp_pool_new(&p, &cfg);
@@ -78,7 +83,7 @@ static void bench_alloc_free(void)
 				if (kvp_pool_alloc(p, KVP_NODE_ANY, &ids[i]) < 0)
 					abort();
 			for (int i = 0; i < BATCH; i++)
-				kvp_pool_put(p, ids[i]);
+				kvp_pool_unref(p, ids[i]);
 		}
 		pool_s[r] = (double)(kvp_test_now_ns() - t0) * 1e-9;
 
@@ -94,8 +99,8 @@ static void bench_alloc_free(void)
 	double ops = (double)ITERS * BATCH;
 
 	kvp_bench_report("block alloc+free", ops / kvp_test_median(pool_s, RUNS) * 1e-6,
-			 "M pairs/s", "malloc+free 4 KiB", ops / kvp_test_median(malloc_s, RUNS) * 1e-6,
-			 "M pairs/s");
+			 "M pairs/s", "malloc+free 4 KiB",
+			 ops / kvp_test_median(malloc_s, RUNS) * 1e-6, "M pairs/s");
 	kvp_pool_free(p);
 }
 
@@ -113,7 +118,7 @@ static uint32_t next_token(void)
 	rng ^= rng << 13;
 	rng ^= rng >> 7;
 	rng ^= rng << 17;
-	return (uint32_t)(rng % 128256);	/* a Llama-3-sized vocabulary */
+	return (uint32_t)(rng % 128256); /* a Llama-3-sized vocabulary */
 }
 
 static void bench_lookup(void)
@@ -135,7 +140,8 @@ static void bench_lookup(void)
 		abort();
 	/* fill: prompts of 2,048 random-token blocks until 1,000,000 blocks are cached */
 	while (done < INDEX_BLOCKS) {
-		uint32_t n = INDEX_BLOCKS - done < PROMPT_BLOCKS ? INDEX_BLOCKS - done : PROMPT_BLOCKS;
+		uint32_t n = INDEX_BLOCKS - done < PROMPT_BLOCKS ? INDEX_BLOCKS - done :
+								   PROMPT_BLOCKS;
 		uint32_t parent = KVP_BLOCK_NONE;
 
 		for (uint32_t i = 0; i < n * BT; i++)
@@ -147,12 +153,12 @@ static void bench_lookup(void)
 			parent = ids[b];
 		}
 		for (uint32_t b = 0; b < n; b++)
-			kvp_pool_put(p, ids[b]);
-		if (chain++ == 200)	/* a prompt from the middle of the fill */
+			kvp_pool_unref(p, ids[b]);
+		if (chain++ == 200) /* a prompt from the middle of the fill */
 			memcpy(target, toks, (size_t)PROMPT_BLOCKS * BT * sizeof(*toks));
 		done += n;
 	}
-	target[PROMPT_BLOCKS * BT] = 1;	/* the one token a lookup leaves to compute */
+	target[PROMPT_BLOCKS * BT] = 1; /* the one token a lookup leaves to compute */
 	printf("index: %u blocks cached in %.2f s\n", done,
 	       (double)(kvp_test_now_ns() - t_fill) * 1e-9);
 
@@ -167,10 +173,11 @@ static void bench_lookup(void)
 			exit(1);
 		}
 		for (int i = 0; i < hits; i++)
-			kvp_pool_put(p, ids[i]);
+			kvp_pool_unref(p, ids[i]);
 
 		t0 = kvp_test_now_ns();
-		XXH128_hash_t h = XXH3_128bits(target, (size_t)PROMPT_BLOCKS * BT * sizeof(*target));
+		XXH128_hash_t h = XXH3_128bits(target,
+					       (size_t)PROMPT_BLOCKS * BT * sizeof(*target));
 
 		hash_s[r] = (double)(kvp_test_now_ns() - t0) * 1e-9;
 		sink += h.low64;
@@ -236,7 +243,7 @@ static int write_nr_hugepages(long n)
 
 static void bench_fault(void)
 {
-	long need = FAULT_BYTES / KVP_HUGE_PAGE_BYTES + 1;	/* + the header page */
+	long need = FAULT_BYTES / KVP_HUGE_PAGE_BYTES + 1; /* + the header page */
 	long orig = read_nr_hugepages(), free_pages = kvp_hugetlb_free_pages();
 	const char *ask = getenv("KVP_BENCH_RESERVE_HUGEPAGES");
 	double small[FAULT_RUNS], huge[FAULT_RUNS];
@@ -252,7 +259,7 @@ static void bench_fault(void)
 	}
 	if (free_pages < need && ask && strcmp(ask, "1") == 0 && geteuid() == 0 && orig >= 0 &&
 	    write_nr_hugepages(orig + need - (free_pages > 0 ? free_pages : 0)) == 0) {
-		got = read_nr_hugepages();	/* the kernel may reserve fewer than asked */
+		got = read_nr_hugepages(); /* the kernel may reserve fewer than asked */
 		free_pages = kvp_hugetlb_free_pages();
 	}
 	err = free_pages < need ? -ENOMEM : 0;
@@ -262,13 +269,14 @@ static void bench_fault(void)
 		/* no ratio without the huge-page figure: say so rather than print half of one */
 		printf("fault-in 512 MiB, 2 MiB pages: skipped: %s (%ld free huge pages, need %ld; "
 		       "reserve them in /proc/sys/vm/nr_hugepages, or run as root with "
-		       "KVP_BENCH_RESERVE_HUGEPAGES=1)\n", strerror(-err), free_pages, need);
+		       "KVP_BENCH_RESERVE_HUGEPAGES=1)\n",
+		       strerror(-err), free_pages, need);
 		printf("fault-in 512 MiB, 4 KiB pages: %.1f ms (no same-run baseline)\n",
 		       kvp_test_median(small, FAULT_RUNS) * 1e3);
 	} else {
 		kvp_bench_report("fault-in 512 MiB pool, 2 MiB hugetlb pages",
-				 kvp_test_median(huge, FAULT_RUNS) * 1e3, "ms",
-				 "4 KiB pages", kvp_test_median(small, FAULT_RUNS) * 1e3, "ms");
+				 kvp_test_median(huge, FAULT_RUNS) * 1e3, "ms", "4 KiB pages",
+				 kvp_test_median(small, FAULT_RUNS) * 1e3, "ms");
 	}
 	/* put back only our own change: a different value now is someone else's */
 	if (got >= 0 && read_nr_hugepages() == got && write_nr_hugepages(orig) < 0)

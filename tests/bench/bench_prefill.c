@@ -32,7 +32,8 @@
 static double sgemm_gflops(void)
 {
 	const int M = 512, N = 2048, K = 2048;
-	float *a = malloc((size_t)M * K * 4), *b = malloc((size_t)N * K * 4), *c = malloc((size_t)M * N * 4);
+	float *a = malloc((size_t)M * K * 4), *b = malloc((size_t)N * K * 4),
+	      *c = malloc((size_t)M * N * 4);
 	double t[9];
 
 	for (size_t i = 0; i < (size_t)M * K; i++)
@@ -43,7 +44,8 @@ static double sgemm_gflops(void)
 	for (int r = 0; r < 9; r++) {
 		double t0 = kvp_test_now_s();
 
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, a, K, b, K, 0, c, N);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1, a, K, b, K, 0, c,
+			    N);
 		t[r] = 2.0 * M * N * K / (kvp_test_now_s() - t0) / 1e9;
 	}
 	free(a);
@@ -56,7 +58,7 @@ struct run_arg {
 	int threads;
 	double sgemm;
 	struct kvp_bench_peak peak;
-	double f32_tps;	/* 0 until the f32 file ran */
+	double f32_tps; /* 0 until the f32 file ran */
 };
 
 static int bench_model(const char *path, const char *type, void *arg)
@@ -92,12 +94,13 @@ static int bench_model(const char *path, const char *type, void *arg)
 		table[i] = i;
 	for (uint32_t i = 0; i < CHUNK; i++)
 		toks[i] = 3 + (int32_t)((i * 7919u) % 256);
-	if (kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = a->threads,
-			.max_chunk = CHUNK, .max_batch = 1 })) {
+	if (kvp_fwd_new(&f, m,
+			&(struct kvp_fwd_opts){
+				.n_threads = a->threads, .max_chunk = CHUNK, .max_batch = 1 })) {
 		fprintf(stderr, "bench-prefill: no forward context\n");
 		return 1;
 	}
-	kvp_fwd_prefill(f, &kv, table, nb, 0, toks, CHUNK, lg, 0);	/* warm-up: faults, caches */
+	kvp_fwd_prefill(f, &kv, table, nb, 0, toks, CHUNK, lg, 0); /* warm-up: faults, caches */
 	for (int r = 0; r < RUNS; r++) {
 		double t0 = kvp_test_now_s();
 
@@ -111,8 +114,9 @@ static int bench_model(const char *path, const char *type, void *arg)
 	 */
 	double out_params = (double)hp->n_vocab * hp->n_embd;
 
-	flops_tok = 2.0 * (kvp_model_info(m)->n_params - (double)hp->n_vocab * hp->n_embd *
-			   (hp->tied_output ? 1 : 2)) + 2.0 * out_params / CHUNK +
+	flops_tok = 2.0 * (kvp_model_info(m)->n_params -
+			   (double)hp->n_vocab * hp->n_embd * (hp->tied_output ? 1 : 2)) +
+		    2.0 * out_params / CHUNK +
 		    4.0 * hp->n_layers * hp->n_heads * hp->head_dim * (CHUNK + 1) / 2.0;
 	double med = kvp_test_median(tps, RUNS);
 
@@ -170,8 +174,8 @@ int main(int argc, char **argv)
 	if (k->isa == KVP_ISA_AVX512)
 		kvp_bench_peak_avx512(&a.peak, a.threads);
 	printf("ceilings (%d threads, same run): sgemm %.0f GFLOP/s; register peaks f32 %.0f, "
-	       "bf16 %.0f, int8 %.0f GOP/s\n", a.threads, a.sgemm, a.peak.f32, a.peak.bf16,
-	       a.peak.int8);
+	       "bf16 %.0f, int8 %.0f GOP/s\n",
+	       a.threads, a.sgemm, a.peak.f32, a.peak.bf16, a.peak.int8);
 	rc = kvp_bench_each_model("bench-prefill", argc, argv, bench_model, &a);
 	kvp_bench_cpu_regime(300);
 	return rc;

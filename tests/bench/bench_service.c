@@ -125,15 +125,17 @@ static double raw_pingpong_us(void)
 /*
  * Round trip with @threads compute threads ("" = the daemon's default, one per online
  * CPU): one thread shows the service path alone; the default is what users get, where a
- * forward step may also wake a worker on the other vCPU.
+ * forward step may also wake a worker on another CPU.
  */
 static int bench_rtt(const char *threads)
 {
 	struct kvpd d;
 	char model[512];
 	char name[160];
-	const char *args[] = { "--model", model, "--pool-size", "64M", "--ignore-eos",
-			       *threads ? "--threads" : NULL, threads, NULL };
+	const char *args[] = { "--model",      model,
+			       "--pool-size",  "64M",
+			       "--ignore-eos", *threads ? "--threads" : NULL,
+			       threads,	       NULL };
 	struct kvp_client *k = NULL;
 	double v[RTT_N];
 	struct kvp_usage u;
@@ -141,12 +143,12 @@ static int bench_rtt(const char *threads)
 	double ping;
 
 	if (kvpd_init(&d) || kvpd_model(&d, "tiny", model, sizeof(model)) ||
-	    kvpd_start(&d, 60, args) || kvp_client_connect(d.sock, &k)) {
+	    kvpd_start(&d, 60, args) || kvp_client_connect(&k, d.sock)) {
 		kvpd_dump_log(&d);
 		kvpd_cleanup(&d);
 		return -1;
 	}
-	for (int i = 0; i < 50; i++)	/* warm up */
+	for (int i = 0; i < 50; i++) /* warm up */
 		request(k, &tok, 1, 1, NULL, &u);
 	for (int i = 0; i < RTT_N; i++) {
 		double t0 = kvp_test_now_s();
@@ -159,11 +161,15 @@ static int bench_rtt(const char *threads)
 	kvpd_cleanup(&d);
 	ping = raw_pingpong_us();
 	if (*threads)
-		snprintf(name, sizeof(name), "daemon round trip, 1-token prompt + 1 token "
-			 "(tiny model, %s thread%s)", threads, strcmp(threads, "1") ? "s" : "");
+		snprintf(name, sizeof(name),
+			 "daemon round trip, 1-token prompt + 1 token "
+			 "(tiny model, %s thread%s)",
+			 threads, strcmp(threads, "1") ? "s" : "");
 	else
-		snprintf(name, sizeof(name), "daemon round trip, 1-token prompt + 1 token "
-			 "(tiny model, default threads = %ld)", sysconf(_SC_NPROCESSORS_ONLN));
+		snprintf(name, sizeof(name),
+			 "daemon round trip, 1-token prompt + 1 token "
+			 "(tiny model, default threads = %ld)",
+			 sysconf(_SC_NPROCESSORS_ONLN));
 	kvp_bench_report(name, kvp_test_median(v, RTT_N), "us", "raw unix-socket ping-pong 64 B",
 			 ping, "us");
 	return 0;
@@ -200,7 +206,7 @@ static void *group_main(void *arg)
 	struct group_client *g = arg;
 	struct kvp_client *k = NULL;
 
-	g->rc = kvp_client_connect(g->sock, &k);
+	g->rc = kvp_client_connect(&k, g->sock);
 	pthread_barrier_wait(g->go);
 	if (!g->rc) {
 		g->ttft_ms = request(k, g->prompt, 1600, 1, g->salt, &g->usage);
@@ -222,7 +228,7 @@ static int bench_demo(void)
 	struct kvp_usage u;
 	char salt[32];
 
-	if (kvpd_init(&d) || kvpd_start(&d, 600, args) || kvp_client_connect(d.sock, &k)) {
+	if (kvpd_init(&d) || kvpd_start(&d, 600, args) || kvp_client_connect(&k, d.sock)) {
 		kvpd_dump_log(&d);
 		return -1;
 	}
@@ -237,7 +243,7 @@ static int bench_demo(void)
 		if (u.cached_tokens != 0)
 			return -1;
 		snprintf(salt, sizeof(salt), "warm-%d", r);
-		request(k, prompt, 1900, 1, salt, &u);	/* puts the 1,900-token prefix in */
+		request(k, prompt, 1900, 1, salt, &u); /* puts the 1,900-token prefix in */
 		warm[r] = request(k, prompt, 2000, 1, salt, &u);
 		if (r == 0)
 			printf("warm request usage: prompt %u cached %u recomputed %u "
@@ -290,7 +296,7 @@ static int bench_demo(void)
 		double sorted[4 * GROUP_RUNS];
 
 		memcpy(sorted, group_ttft, sizeof(sorted));
-		kvp_test_median(sorted, 4 * GROUP_RUNS);	/* sorts */
+		kvp_test_median(sorted, 4 * GROUP_RUNS); /* sorts */
 		kvp_bench_report("TTFT p99, 4 clients at once sharing 1500 tokens (demo)",
 				 kvp_test_percentile_sorted(sorted, 4 * GROUP_RUNS, 99), "ms",
 				 "single warm request", kvp_test_median(single, GROUP_RUNS), "ms");
@@ -309,7 +315,7 @@ int main(void)
 		fprintf(stderr, "bench_service: round trip failed\n");
 		return 1;
 	}
-	kvp_bench_cpu_regime(1000);	/* the two-thread figure depends on it */
+	kvp_bench_cpu_regime(1000); /* the two-thread figure depends on it */
 	if (bench_rtt("") < 0) {
 		fprintf(stderr, "bench_service: round trip (default threads) failed\n");
 		return 1;

@@ -93,8 +93,8 @@ static int bench_family(const char *family, const char *src)
 
 	if (!text || !copy || !ids || !mkdtemp(dir))
 		goto out;
-	snprintf(cmd, sizeof(cmd), "node '%s/tests/node/tok-oracle.mjs' %s '%s' 2400 >/dev/null", src,
-		 family, dir);
+	snprintf(cmd, sizeof(cmd), "node '%s/tests/node/tok-oracle.mjs' %s '%s' 2400 >/dev/null",
+		 src, family, dir);
 	if (system(cmd))
 		goto out;
 	len = make_text(dir, text);
@@ -120,7 +120,8 @@ static int bench_family(const char *family, const char *src)
 	for (int i = 0; i < RUNS; i++) {
 		double t0 = now_s();
 
-		k = kvp_tokenizer_encode_flags(t, text, len, KVP_TOK_NO_ADD_SPECIAL, ids, TEXT_BYTES + 8);
+		k = kvp_tokenizer_encode_flags(t, text, len, KVP_TOK_NO_ADD_SPECIAL, ids,
+					       TEXT_BYTES + 8);
 		tk[i] = now_s() - t0;
 		t0 = now_s();
 		memcpy(copy, text, len);

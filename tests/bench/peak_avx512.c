@@ -36,7 +36,8 @@ __attribute__((noinline)) static void fma_zmm(long iters)
 __attribute__((noinline)) static void dpbf16(long iters)
 {
 	__m512 acc[NACC];
-	const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3380);
+	const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80),
+		       b = (__m512bh)_mm512_set1_epi16(0x3380);
 
 	for (int i = 0; i < NACC; i++)
 		acc[i] = _mm512_set1_ps((float)i);
@@ -82,7 +83,7 @@ static double rate(void (*fn)(long), double ops, int threads)
 	pthread_t th[64];
 	struct peak_job j = { fn };
 
-	fn(ITERS / 8);	/* wake the vector unit up */
+	fn(ITERS / 8); /* wake the vector unit up */
 	for (int r = 0; r < 5; r++) {
 		double t0 = kvp_test_now_s();
 
@@ -99,7 +100,7 @@ static double rate(void (*fn)(long), double ops, int threads)
 void kvp_bench_peak_avx512(struct kvp_bench_peak *p, int threads)
 {
 	threads = threads < 1 ? 1 : threads > 64 ? 64 : threads;
-	p->f32 = rate(fma_zmm, 32, threads);	/* 16 lanes x multiply + add */
-	p->bf16 = rate(dpbf16, 64, threads);	/* 16 lanes x 2 pairs x 2 */
-	p->int8 = rate(dpbusd, 128, threads);	/* 16 lanes x 4 pairs x 2 */
+	p->f32 = rate(fma_zmm, 32, threads);  /* 16 lanes x multiply + add */
+	p->bf16 = rate(dpbf16, 64, threads);  /* 16 lanes x 2 pairs x 2 */
+	p->int8 = rate(dpbusd, 128, threads); /* 16 lanes x 4 pairs x 2 */
 }

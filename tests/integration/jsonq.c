@@ -20,8 +20,8 @@ struct parser {
 
 static void skip_ws(struct parser *ps)
 {
-	while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' ||
-				   *ps->p == '\r'))
+	while (ps->p < ps->end &&
+	       (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
 		ps->p++;
 }
 
@@ -116,21 +116,38 @@ static char *parse_string(struct parser *ps)
 		}
 		c = (unsigned char)*ps->p++;
 		switch (c) {
-		case '"': out[n++] = '"'; break;
-		case '\\': out[n++] = '\\'; break;
-		case '/': out[n++] = '/'; break;
-		case 'b': out[n++] = '\b'; break;
-		case 'f': out[n++] = '\f'; break;
-		case 'n': out[n++] = '\n'; break;
-		case 'r': out[n++] = '\r'; break;
-		case 't': out[n++] = '\t'; break;
+		case '"':
+			out[n++] = '"';
+			break;
+		case '\\':
+			out[n++] = '\\';
+			break;
+		case '/':
+			out[n++] = '/';
+			break;
+		case 'b':
+			out[n++] = '\b';
+			break;
+		case 'f':
+			out[n++] = '\f';
+			break;
+		case 'n':
+			out[n++] = '\n';
+			break;
+		case 'r':
+			out[n++] = '\r';
+			break;
+		case 't':
+			out[n++] = '\t';
+			break;
 		case 'u':
 			if (!hex4(ps, &cp))
 				goto bad;
 			if (cp >= 0xd800 && cp < 0xdc00) {
 				uint32_t lo;
 
-				if (!lit(ps, "\\u") || !hex4(ps, &lo) || lo < 0xdc00 || lo >= 0xe000)
+				if (!lit(ps, "\\u") || !hex4(ps, &lo) || lo < 0xdc00 ||
+				    lo >= 0xe000)
 					goto bad;
 				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
 			} else if (cp >= 0xdc00 && cp < 0xe000) {

@@ -14,11 +14,11 @@ enum jsonq_type { JQ_NULL, JQ_BOOL, JQ_NUM, JQ_STR, JQ_ARR, JQ_OBJ };
 
 struct jsonq {
 	enum jsonq_type type;
-	double num;			/* JQ_NUM, JQ_BOOL (0/1) */
-	char *str;			/* JQ_STR (decoded, NUL-terminated) */
-	char *key;			/* member name when inside an object */
-	struct jsonq *child;		/* JQ_ARR/JQ_OBJ: first element */
-	struct jsonq *next;		/* next sibling */
+	double num;	     /* JQ_NUM, JQ_BOOL (0/1) */
+	char *str;	     /* JQ_STR (decoded, NUL-terminated) */
+	char *key;	     /* member name when inside an object */
+	struct jsonq *child; /* JQ_ARR/JQ_OBJ: first element */
+	struct jsonq *next;  /* next sibling */
 	size_t n_children;
 };
 
@@ -37,7 +37,7 @@ double jsonq_num(const struct jsonq *root, const char *path, double dflt);
  * Return: the difference, or JSONQ_ABSENT when either lacks a number there (never a
  * real difference of counters, so an equality check on it fails).
  */
-#define JSONQ_ABSENT 1e15	/* positive: cmocka converts it to an unsigned integer */
+#define JSONQ_ABSENT 1e15 /* positive: cmocka converts it to an unsigned integer */
 double jsonq_delta(const struct jsonq *after, const struct jsonq *before, const char *path);
 
 /* String at @path, or NULL. */

@@ -66,7 +66,7 @@ int kvpd_start(struct kvpd *d, double timeout_s, const char *const *args)
 	if (r < 0)
 		return r;
 	if (d->notify_fd >= 0)
-		close(d->notify_fd);	/* a restart gets a fresh notify socket */
+		close(d->notify_fd); /* a restart gets a fresh notify socket */
 	d->notify_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (d->notify_fd < 0)
 		return -errno;
@@ -188,8 +188,7 @@ int kvpd_setup(struct kvpd *d, const char *preset, const char *const *args)
 	argv[n] = NULL;
 	if (kvpd_init(d) < 0)
 		return -1;
-	if (kvpd_model(d, preset, d->model, sizeof(d->model)) < 0 ||
-	    kvpd_start(d, 60, argv) < 0) {
+	if (kvpd_model(d, preset, d->model, sizeof(d->model)) < 0 || kvpd_start(d, 60, argv) < 0) {
 		kvpd_dump_log(d);
 		kvpd_cleanup(d);
 		return -1;
@@ -199,7 +198,7 @@ int kvpd_setup(struct kvpd *d, const char *preset, const char *const *args)
 
 int kvpd_teardown(void **state)
 {
-	struct kvpd *d = *state;	/* the fixture's first member */
+	struct kvpd *d = *state; /* the fixture's first member */
 
 	kvpd_cleanup(d);
 	free(d);

@@ -15,16 +15,16 @@
 #include "tests/integration/jsonq.h"
 
 struct kvpd {
-	pid_t pid;		/* 0 when not running */
-	int exit_status;	/* wait status once reaped */
+	pid_t pid;	 /* 0 when not running */
+	int exit_status; /* wait status once reaped */
 	int notify_fd;
-	unsigned long watchdog_usec;	/* set $WATCHDOG_USEC for the daemon when non-zero */
+	unsigned long watchdog_usec; /* set $WATCHDOG_USEC for the daemon when non-zero */
 	char dir[256];
 	char sock[320];
 	char status[320];
 	char log[320];
 	char notify[320];
-	char model[512];	/* written by kvpd_setup() */
+	char model[512]; /* written by kvpd_setup() */
 };
 
 /* Fresh temporary directory and paths.  Return 0 or -errno. */

@@ -41,7 +41,7 @@ struct client {
 };
 
 struct fixture {
-	struct kvpd d;		/* first: kvpd_teardown() frees the fixture through it */
+	struct kvpd d; /* first: kvpd_teardown() frees the fixture through it */
 	struct client c[N_CLIENTS];
 	pthread_barrier_t start;
 };
@@ -73,7 +73,7 @@ static void *client_main(void *arg)
 	struct kvp_client_params p;
 	struct kvp_client_prompt pr = { .tokens = c->prompt, .n_tokens = c->n_prompt };
 
-	c->rc = kvp_client_connect(c->sock, &k);
+	c->rc = kvp_client_connect(&k, c->sock);
 	pthread_barrier_wait(c->start);
 	if (c->rc) {
 		kvp_client_close(k);
@@ -91,8 +91,7 @@ static_assert(offsetof(struct fixture, d) == 0, "kvpd_teardown");
 static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
-	const char *args[] = { "--pool-size", "64M", "--ignore-eos", "--max-running", "64",
-			       NULL };
+	const char *args[] = { "--pool-size", "64M", "--ignore-eos", "--max-running", "64", NULL };
 	int32_t prefix[PREFIX];
 	int r;
 
@@ -100,7 +99,7 @@ static int setup(void **state)
 		free(f);
 		return -1;
 	}
-	*state = f;	/* kvpd_teardown(state) now undoes all of it */
+	*state = f; /* kvpd_teardown(state) now undoes all of it */
 	for (int i = 0; i < PREFIX; i++)
 		prefix[i] = 3 + (int32_t)(rnd() % 256);
 	for (int i = 0; i < N_CLIENTS; i++) {
@@ -126,7 +125,7 @@ static void test_64_clients_shared_prefix(void **state)
 {
 	struct fixture *f = *state;
 	struct jsonq *before, *after;
-	uint32_t shared = (PREFIX / BT) * BT;	/* 62 full blocks of the shared prefix */
+	uint32_t shared = (PREFIX / BT) * BT; /* 62 full blocks of the shared prefix */
 	int computed = 0;
 	uint64_t gen_sum = 0, prompt_sum = 0, created_sum = 0, recomputed_sum = 0;
 	double ttft_sum = 0, queue_sum = 0, prefill_sum = 0, decode_sum = 0;
@@ -223,11 +222,11 @@ static void test_full_prompt_hit_recomputes_last(void **state)
 	struct kvp_client *k = NULL;
 	struct kvp_client_params p;
 	struct kvp_client_prompt pr;
-	uint32_t n = 64;	/* exactly four blocks */
+	uint32_t n = 64; /* exactly four blocks */
 
 	/* a prompt whose every block is cached still computes its last block's tokens */
 	pr = (struct kvp_client_prompt){ .tokens = c->prompt, .n_tokens = n };
-	assert_int_equal(kvp_client_connect(f->d.sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, f->d.sock), 0);
 	kvp_client_params_init(&p);
 	p.max_new_tokens = 4;
 	assert_int_equal(kvp_client_generate(k, &pr, &p, NULL, NULL, &c->usage), 0);

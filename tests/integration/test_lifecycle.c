@@ -69,7 +69,7 @@ static void *runner_main(void *arg)
 
 	for (int i = 0; i < 64; i++)
 		prompt[i] = 3 + (int32_t)((i * 13 + r->max_new) % 256);
-	r->rc = kvp_client_connect(r->sock, &k);
+	r->rc = kvp_client_connect(&k, r->sock);
 	if (!r->rc) {
 		kvp_client_params_init(&p);
 		p.max_new_tokens = r->max_new;
@@ -97,11 +97,16 @@ static void test_sigterm_drains_within_bound(void **state)
 {
 	struct kvpd d;
 	char model[512];
-	const char *args[] = { "--model", model, "--pool-size", "96M", "--ignore-eos",
-			       "--drain-timeout-ms", "1000", "--max-new-tokens", "100000",
-			       "--max-prompt-tokens", "1024", NULL };
+	const char *args[] = { "--model",      model,
+			       "--pool-size",  "96M",
+			       "--ignore-eos", "--drain-timeout-ms",
+			       "1000",	       "--max-new-tokens",
+			       "100000",       "--max-prompt-tokens",
+			       "1024",	       NULL };
 	struct runner run[3] = {
-		{ .max_new = 60000 }, { .max_new = 60000 }, { .max_new = 40 },
+		{ .max_new = 60000 },
+		{ .max_new = 60000 },
+		{ .max_new = 40 },
 	};
 	pthread_t th[3];
 	double t0, took;
@@ -183,8 +188,8 @@ static void test_huge_pages(void **state)
 	long free_pages = kvp_hugetlb_free_pages();
 	struct kvpd d;
 	char model[512];
-	const char *req[] = { "--model", model, "--pool-size", "32M", "--huge-pages", "require",
-			      NULL };
+	const char *req[] = { "--model",      model,	 "--pool-size", "32M",
+			      "--huge-pages", "require", NULL };
 	const char *aut[] = { "--model", model, "--pool-size", "32M", NULL };
 	struct jsonq *j;
 	int r;
@@ -279,14 +284,14 @@ static void test_socket_groups(void **state)
 {
 	struct kvpd d;
 	char model[512], g1[64], g2[64];
-	const char *args[] = { "--model", model, "--pool-size", "16M", "--socket-group", g1,
-			       "--status-group", g2, NULL };
+	const char *args[] = { "--model",	 model, "--pool-size", "16M", "--socket-group", g1,
+			       "--status-group", g2,	NULL };
 	struct kvp_client *k = NULL;
 	struct stat st;
 
 	/* each socket is 0660 and owned by the group its key names */
 	if (!two_groups(g1, g2, sizeof(g1)))
-		skip();	/* not root, and in fewer than two other groups */
+		skip(); /* not root, and in fewer than two other groups */
 	assert_int_equal(kvpd_init(&d), 0);
 	assert_int_equal(kvpd_model(&d, "tiny", model, sizeof(model)), 0);
 	assert_int_equal(kvpd_start(&d, 60, args), 0);
@@ -296,7 +301,7 @@ static void test_socket_groups(void **state)
 	assert_int_equal(stat(d.status, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0660);
 	assert_int_equal(st.st_gid, getgrnam(g2)->gr_gid);
-	assert_int_equal(kvp_client_connect(d.sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, d.sock), 0);
 	kvp_client_close(k);
 	assert_int_equal(kvpd_stop(&d), 0);
 	kvpd_cleanup(&d);
@@ -325,7 +330,7 @@ static void greedy8(const char *sock, struct tokens *out)
 	struct kvp_usage u;
 
 	memset(out, 0, sizeof(*out));
-	assert_int_equal(kvp_client_connect(sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, sock), 0);
 	kvp_client_params_init(&p);
 	p.max_new_tokens = 8;
 	assert_int_equal(kvp_client_generate(k, &pr, &p, keep_tok, out, &u), 0);
@@ -354,12 +359,12 @@ static void test_demo_model_generated_once(void **state)
 	assert_true(kvpd_log_has(&d, "generating the built-in demo model"));
 	snprintf(path, sizeof(path), "%s/demo.gguf", d.dir);
 	assert_int_equal(stat(path, &st1), 0);
-	assert_int_equal(kvp_client_connect(d.sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, d.sock), 0);
 	assert_string_equal(kvp_client_welcome(k)->model, "kvpool-demo");
 	kvp_client_params_init(&p);
 	p.max_new_tokens = 4;
 	assert_int_equal(kvp_client_generate(k, &pr, &p, NULL, NULL, &u), 0);
-	assert_int_equal(u.prompt_tokens, 21);	/* BOS + 20 bytes */
+	assert_int_equal(u.prompt_tokens, 21); /* BOS + 20 bytes */
 	kvp_client_close(k);
 	/* the default placement: copied, with its cost logged (demo: ~398 MiB of f32) */
 	assert_true(kvpd_log_has(&d, "weights copied into huge-page memory"));
@@ -381,7 +386,7 @@ static void test_demo_model_generated_once(void **state)
 	assert_int_equal(truncate(d.log, 0), 0);
 	assert_int_equal(kvpd_start(&d, 300, map_args), 0);
 	assert_true(kvpd_log_has(&d, "weights used in place from the file mapping, arena 0.0 MiB"
-				 " (daemon.weights = map)"));
+				     " (daemon.weights = map)"));
 	greedy8(d.sock, &mapped);
 	assert_true(copied.n > 0);
 	assert_int_equal(mapped.n, copied.n);
@@ -426,7 +431,7 @@ static void test_sigterm_while_generating_demo(void **state)
 	fputs("half a model", f);
 	fclose(f);
 
-	assert_int_equal(kvpd_start(&d, 0, args), -ETIMEDOUT);	/* started, not ready */
+	assert_int_equal(kvpd_start(&d, 0, args), -ETIMEDOUT); /* started, not ready */
 	t_end = kvp_test_now_s() + 120;
 	while (!kvpd_log_has(&d, "generating the built-in demo model") &&
 	       kvp_test_now_s() < t_end && kvpd_wait(&d, 0.001) == -ETIMEDOUT)

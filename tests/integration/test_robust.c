@@ -40,7 +40,7 @@
 #define MAX_FRAME (64 << 10)
 
 struct fixture {
-	struct kvpd d;		/* first: kvpd_teardown() frees the fixture through it */
+	struct kvpd d; /* first: kvpd_teardown() frees the fixture through it */
 };
 static_assert(offsetof(struct fixture, d) == 0, "kvpd_teardown");
 
@@ -48,9 +48,12 @@ static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	/* 576 blocks of 16 tokens: less than MAX_PROMPT + MAX_NEW, so NOSPACE can be seen */
-	const char *args[] = { "--pool-size", "4608K", "--ignore-eos",
-			       "--max-prompt-tokens", "2048", "--max-frame-bytes", "64K",
-			       "--max-new-tokens", "8192", "--log-level", "debug", NULL };
+	const char *args[] = { "--pool-size",  "4608K",
+			       "--ignore-eos", "--max-prompt-tokens",
+			       "2048",	       "--max-frame-bytes",
+			       "64K",	       "--max-new-tokens",
+			       "8192",	       "--log-level",
+			       "debug",	       NULL };
 
 	if (!f || kvpd_setup(&f->d, "tiny", args) < 0) {
 		free(f);
@@ -77,7 +80,6 @@ static void send_all(int fd, const void *p, size_t n)
 {
 	assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
 }
-
 
 /* Read exactly @n bytes within 10 s; returns bytes read (less on EOF). */
 static size_t read_n(int fd, void *buf, size_t n)
@@ -166,7 +168,7 @@ static void *streamer_main(void *arg)
 	struct kvp_client_params p;
 	struct kvp_client_prompt pr = { .tokens = s->prompt, .n_tokens = 300 };
 
-	s->rc = kvp_client_connect(s->sock, &k);
+	s->rc = kvp_client_connect(&k, s->sock);
 	if (!s->rc) {
 		kvp_client_params_init(&p);
 		p.max_new_tokens = 1200;
@@ -180,10 +182,10 @@ static void *streamer_main(void *arg)
 /* One hostile frame (or frame sequence) and the ERROR the daemon must answer. */
 struct bad_frame {
 	const char *name;
-	bool hello_first;	/* a valid HELLO goes first */
-	bool shut_wr;		/* we end our side after it: the frame is truncated */
-	uint32_t status;	/* the ERROR's status */
-	uint64_t req_id;	/* the ERROR's req_id; 0: about the connection, which closes */
+	bool hello_first; /* a valid HELLO goes first */
+	bool shut_wr;	  /* we end our side after it: the frame is truncated */
+	uint32_t status;  /* the ERROR's status */
+	uint64_t req_id;  /* the ERROR's req_id; 0: about the connection, which closes */
 	uint8_t *buf;
 	size_t len;
 };
@@ -194,8 +196,12 @@ struct bad_frame {
 static size_t frame(uint8_t *b, uint32_t magic, uint16_t version, uint16_t type, uint32_t flags,
 		    uint32_t len_field, uint64_t req_id, const void *p, size_t n)
 {
-	struct kvp_frame_hdr h = { .magic = magic, .version = version, .type = type,
-				   .flags = flags, .len_bytes = len_field, .req_id = req_id };
+	struct kvp_frame_hdr h = { .magic = magic,
+				   .version = version,
+				   .type = type,
+				   .flags = flags,
+				   .len_bytes = len_field,
+				   .req_id = req_id };
 
 	memcpy(b, &h, sizeof(h));
 	if (n)
@@ -208,13 +214,14 @@ static void send_hello(int fd)
 	uint8_t b[24 + sizeof(struct kvp_hello)];
 	struct kvp_hello h = { .flags = 0 };
 
-	send_all(fd, b, frame(b, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_HELLO, 0, sizeof(h),
-			      0, &h, sizeof(h)));
+	send_all(fd, b,
+		 frame(b, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_HELLO, 0, sizeof(h), 0, &h,
+		       sizeof(h)));
 }
 
 /* A GENERATE of @g and @body_len bytes of @body, its length field telling the truth. */
-static size_t gen_frame(uint8_t *b, uint64_t req_id, const struct kvp_generate *g,
-			const void *body, size_t body_len)
+static size_t gen_frame(uint8_t *b, uint64_t req_id, const struct kvp_generate *g, const void *body,
+			size_t body_len)
 {
 	size_t n = frame(b, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_GENERATE, 0,
 			 (uint32_t)(sizeof(*g) + body_len), req_id, g, sizeof(*g));
@@ -226,7 +233,8 @@ static size_t gen_frame(uint8_t *b, uint64_t req_id, const struct kvp_generate *
 
 static struct kvp_generate gen(uint32_t n_tokens, uint32_t max_new)
 {
-	return (struct kvp_generate){ .n_tokens = n_tokens, .max_new_tokens = max_new,
+	return (struct kvp_generate){ .n_tokens = n_tokens,
+				      .max_new_tokens = max_new,
 				      .top_p = 1.0f };
 }
 
@@ -271,9 +279,13 @@ static void test_malformed_frames(void **state)
 	for (int i = 0; i <= MAX_PROMPT; i++)
 		many[i] = 5;
 	memset(text, 'a', MAX_PROMPT);
-#define CASE(nm, hf, st, id) (cases[n] = (struct bad_frame){ .name = nm, .hello_first = hf, \
-	.status = st, .req_id = id, .buf = calloc(1, BAD_BUF) }, assert_non_null(cases[n].buf), \
-	&cases[n++])
+#define CASE(nm, hf, st, id) \
+	(cases[n] = (struct bad_frame){ .name = nm, \
+					.hello_first = hf, \
+					.status = st, \
+					.req_id = id, \
+					.buf = calloc(1, BAD_BUF) }, \
+	 assert_non_null(cases[n].buf), &cases[n++])
 #define HDR(t, fl, ln, id) KVP_WIRE_MAGIC, KVP_WIRE_VERSION, t, fl, ln, id
 
 	/* ---- the frame is malformed: ERROR with req_id 0, then the connection closes ---- */
@@ -388,7 +400,7 @@ static void test_malformed_frames(void **state)
 	g.text_bytes = 5;
 	b->len = gen_frame(b->buf, 7, &g, "ab\0cd", 5);
 	b = CASE("text that tokenizes beyond the prompt limit", true, KVP_E_LIMIT, 7);
-	g.text_bytes = MAX_PROMPT;	/* BOS + one id per byte */
+	g.text_bytes = MAX_PROMPT; /* BOS + one id per byte */
 	b->len = gen_frame(b->buf, 7, &g, text, MAX_PROMPT);
 	b = CASE("prompt + new tokens beyond the whole pool", true, KVP_E_NOSPACE, 7);
 	g = gen(MAX_PROMPT, MAX_NEW);
@@ -500,7 +512,7 @@ static void kill_mid_stream(struct fixture *f, bool no_cache, uint32_t n_prompt)
 
 		for (uint32_t i = 0; i < n_prompt; i++)
 			prompt[i] = 3 + (int32_t)((i * 101 + (no_cache ? 7 : 0)) % 256);
-		if (kvp_client_connect(f->d.sock, &k))
+		if (kvp_client_connect(&k, f->d.sock))
 			_exit(2);
 		kvp_client_params_init(&p);
 		p.max_new_tokens = 8000;
@@ -567,7 +579,7 @@ static void test_client_name_in_log_and_status(void **state)
 
 	snprintf(want, sizeof(want), "itest-robust/%d", (int)getpid());
 	snprintf(line, sizeof(line), "client \"%s\"", want);
-	assert_int_equal(kvp_client_connect(f->d.sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, f->d.sock), 0);
 	assert_true(kvpd_log_has(&f->d, line));
 	j = kvpd_status(&f->d);
 	assert_non_null(j);
@@ -601,9 +613,9 @@ static void test_cancel_flood_reaches_engine_once(void **state)
 		prompt[i] = 3 + (int32_t)((i * 29) % 256);
 	before = status_when_idle(&f->d);
 	assert_non_null(before);
-	assert_int_equal(kvp_client_connect(f->d.sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, f->d.sock), 0);
 	kvp_client_params_init(&p);
-	p.max_new_tokens = 8000;	/* --ignore-eos: runs until cancelled */
+	p.max_new_tokens = 8000; /* --ignore-eos: runs until cancelled */
 	assert_int_equal(kvp_client_submit(k, &pr, &p, &id), 0);
 	assert_int_equal(kvp_client_next(k, &ev), 0);
 	assert_int_equal(ev.type, KVP_EVENT_TOKEN);
@@ -640,7 +652,7 @@ static void test_pool_mapping_is_read_only(void **state)
 	pid_t pid;
 	int fd, fd2, st;
 
-	assert_int_equal(kvp_client_connect(f->d.sock, &k), 0);
+	assert_int_equal(kvp_client_connect(&k, f->d.sock), 0);
 	pool = kvp_client_pool(k, &len);
 	assert_non_null(pool);
 	assert_true(len > 0);
@@ -654,7 +666,7 @@ static void test_pool_mapping_is_read_only(void **state)
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		signal(SIGSEGV, SIG_DFL);	/* cmocka's handler would catch it */
+		signal(SIGSEGV, SIG_DFL); /* cmocka's handler would catch it */
 		*(volatile uint8_t *)((uintptr_t)pool + 4096) = 1;
 		_exit(0);
 	}

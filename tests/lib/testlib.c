@@ -10,15 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "util/stats.h"
+#include "util/time.h"
 
 uint64_t kvp_test_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return kvp_now_ns();
 }
 
 double kvp_test_now_s(void)
@@ -82,17 +81,9 @@ int kvp_test_build_path(char *buf, size_t cap, const char *rel)
 	return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a;
-	double y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
 double kvp_test_median(double *v, int n)
 {
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	kvp_sort_doubles(v, (size_t)n);
 	if (n % 2)
 		return v[n / 2];
 	return 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -100,13 +91,7 @@ double kvp_test_median(double *v, int n)
 
 double kvp_test_percentile_sorted(const double *v, int n, double p)
 {
-	long idx = (long)(p / 100.0 * n + 0.999999) - 1;
-
-	if (idx < 0)
-		idx = 0;
-	if (idx >= n)
-		idx = n - 1;
-	return v[idx];
+	return kvp_percentile_sorted(v, n > 0 ? (size_t)n : 0, p);
 }
 
 void kvp_bench_report(const char *name, double value, const char *unit, const char *base_name,

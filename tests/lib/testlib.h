@@ -47,10 +47,10 @@ void kvp_bench_report(const char *name, double value, const char *unit, const ch
 		      double base_value, const char *base_unit);
 
 /*
- * kvp_bench_cpu_regime() - are the two vCPUs each our own right now?
+ * kvp_bench_cpu_regime() - does each of two threads get a CPU of its own right now?
  * Spins two threads for ~@ms milliseconds and measures the fraction of wall time each
  * loses; prints "cpu regime: dedicated|shared (lost N%)" and returns the lost fraction.
- * MACHINE.md: two-thread figures are only comparable within one regime.
+ * On a shared machine two-thread figures are only comparable within one regime.
  */
 double kvp_bench_cpu_regime(unsigned int ms);
 

@@ -218,9 +218,12 @@ static void test_merges_match_the_definition(void **state)
 		byte_vocab(&b, "gpt-2");
 		for (int m = 0; m < 60; m++) {
 			/* a merge of two existing tokens over the letters */
-			uint32_t l = 256 + rnd(b.v.n_tokens - 256 + 4), r = 256 + rnd(b.v.n_tokens - 256 + 4);
-			const char *ls = l >= b.v.n_tokens ? b.v.tokens['a' + (l - b.v.n_tokens)] : b.v.tokens[l];
-			const char *rs = r >= b.v.n_tokens ? b.v.tokens['a' + (r - b.v.n_tokens)] : b.v.tokens[r];
+			uint32_t l = 256 + rnd(b.v.n_tokens - 256 + 4),
+				 r = 256 + rnd(b.v.n_tokens - 256 + 4);
+			const char *ls = l >= b.v.n_tokens ? b.v.tokens['a' + (l - b.v.n_tokens)] :
+							     b.v.tokens[l];
+			const char *rs = r >= b.v.n_tokens ? b.v.tokens['a' + (r - b.v.n_tokens)] :
+							     b.v.tokens[r];
 			char cat[128];
 			uint32_t id = 0;
 
@@ -265,7 +268,8 @@ static void test_lossless_and_streamed(void **state)
 	 * back exactly; streamed one token at a time through kvp_utf8_feed(), a valid text
 	 * comes out whole characters at a time, and equal
 	 */
-	static const char text[] = "caf\xc3\xa9 \xf0\x9f\xa6\x99 \xe4\xb8\xad\xe6\x96\x87 ok\xff\xfe\xc3";
+	static const char text[] =
+		"caf\xc3\xa9 \xf0\x9f\xa6\x99 \xe4\xb8\xad\xe6\x96\x87 ok\xff\xfe\xc3";
 	struct vb b;
 	struct kvp_tokenizer *t = NULL;
 	struct kvp_gguf *g = NULL;
@@ -287,8 +291,8 @@ static void test_lossless_and_streamed(void **state)
 	assert_int_equal(vb_load(&b.v, &buf, &g, &t, err, sizeof(err)), 0);
 	k = kvp_tokenizer_encode(t, text, sizeof(text) - 1, ids, 128);
 	assert_true(k > 0 && k <= (int)sizeof(text) + 1);
-	assert_int_equal(ids[k - 1], (int)b.v.n_tokens - 1);	/* add_eos */
-	assert_int_equal(ids[0], 256);				/* "ca" merged */
+	assert_int_equal(ids[k - 1], (int)b.v.n_tokens - 1); /* add_eos */
+	assert_int_equal(ids[0], 256);			     /* "ca" merged */
 	n = kvp_tokenizer_decode(t, ids, (size_t)k, 0, out, sizeof(out));
 	assert_int_equal(n, (long)sizeof(text) - 1);
 	assert_memory_equal(out, text, sizeof(text) - 1);
@@ -304,7 +308,7 @@ static void test_lossless_and_streamed(void **state)
 		ol += (size_t)w;
 	}
 	assert_true(ol >= 20);
-	assert_memory_equal(out, text, 20);	/* "café 🦙 中文 ok" */
+	assert_memory_equal(out, text, 20); /* "café 🦙 中文 ok" */
 	kvp_tokenizer_free(t);
 	kvp_gguf_close(g);
 	free(buf);
@@ -345,12 +349,12 @@ static void test_spm_space_prefix_flag(void **state)
 	assert_int_equal(vb_load(&b.v, &buf, &g, &t, err, sizeof(err)), 0);
 	assert_int_equal(kvp_tokenizer_encode(t, "hi hi", 5, ids, 16), 3);
 	assert_int_equal(ids[0], 1);
-	assert_int_equal(ids[1], 260);		/* "hi", no prefix */
-	assert_int_equal(ids[2], 261);		/* "▁hi" */
+	assert_int_equal(ids[1], 260); /* "hi", no prefix */
+	assert_int_equal(ids[2], 261); /* "▁hi" */
 	kvp_tokenizer_free(t);
 	kvp_gguf_close(g);
 	free(buf);
-	b.v.add_space_prefix = -1;		/* default: the prefix */
+	b.v.add_space_prefix = -1; /* default: the prefix */
 	assert_int_equal(vb_load(&b.v, &buf, &g, &t, err, sizeof(err)), 0);
 	assert_int_equal(kvp_tokenizer_encode(t, "hi hi", 5, ids, 16), 3);
 	assert_int_equal(ids[1], 261);
@@ -366,14 +370,15 @@ static void test_spm_space_prefix_flag(void **state)
 }
 
 static const char *const pres[] = {
-	"default", "llama-bpe", "qwen2", "gpt-2", "smollm", "falcon", "deepseek-llm",
-	"deepseek-coder", "starcoder", "mpt", "gpt-neox", "refact", "bogus",
+	"default",	  "llama-bpe", "qwen2", "gpt-2",    "smollm", "falcon", "deepseek-llm",
+	"deepseek-coder", "starcoder", "mpt",	"gpt-neox", "refact", "bogus",
 };
 
 static const char *const frags[] = {
-	"<|eot_id|>", "<|im_start|>", "\xe2\x96\x81", " ", "  ", "\n", "\r\n", "\t", "123456",
-	"hello", "'s", "\xf0\x9f\xa6\x99", "\xe4\xb8\xad", "\xc3", "\xff", "\x80", "!!", "<",
-	"\xe2\x80\xa8", "\xc2\xa0", "Ab", "\xd9\xa3",
+	"<|eot_id|>",	"<|im_start|>", "\xe2\x96\x81", " ",	    "  ", "\n",
+	"\r\n",		"\t",		"123456",	"hello",    "'s", "\xf0\x9f\xa6\x99",
+	"\xe4\xb8\xad", "\xc3",		"\xff",		"\x80",	    "!!", "<",
+	"\xe2\x80\xa8", "\xc2\xa0",	"Ab",		"\xd9\xa3",
 };
 
 /* Random bytes and fragments, up to @max bytes. */
@@ -411,7 +416,8 @@ static void fuzz_one(struct kvp_tokenizer *t)
 		assert_true(k >= 0 && k <= (int)(3 * n + 4));
 		for (int i = 0; i < k; i++)
 			assert_true(ids[i] >= 0 && (uint32_t)ids[i] < kvp_tokenizer_n_vocab(t));
-		assert_true(kvp_tokenizer_decode(t, ids, (size_t)k, rnd(4), back, sizeof(back)) >= 0);
+		assert_true(kvp_tokenizer_decode(t, ids, (size_t)k, rnd(4), back, sizeof(back)) >=
+			    0);
 		/* a short buffer: the same count, nothing past cap */
 		ids[3] = -7;
 		assert_int_equal(kvp_tokenizer_encode_flags(t, text, n, flags, ids, 3), k);
@@ -461,10 +467,12 @@ static void test_fuzz_vocabularies_and_text(void **state)
 					continue;
 				snprintf(cat, sizeof(cat), "%s%s", b.v.tokens[l], b.v.tokens[rr]);
 				if (rnd(4))
-					vb_token(&b, cat, rnd(10) ? KVP_TOK_NORMAL : (int32_t)rnd(8));
+					vb_token(&b, cat,
+						 rnd(10) ? KVP_TOK_NORMAL : (int32_t)rnd(8));
 				vb_merge(&b, b.v.tokens[l], b.v.tokens[rr]);
-				if (!rnd(20))	/* malformed merges too */
-					b.v.merges[b.v.n_merges++] = strdup(rnd(2) ? "nospace" : " ");
+				if (!rnd(20)) /* malformed merges too */
+					b.v.merges[b.v.n_merges++] = strdup(rnd(2) ? "nospace" :
+										     " ");
 			}
 			vb_token(&b, "<|eot_id|>", KVP_TOK_CONTROL);
 			vb_token(&b, "<|im_start|>", KVP_TOK_USER);
@@ -517,18 +525,33 @@ static void test_fuzz_chat(void **state)
 	 * NUL-terminated at its length, and a refusal says why
 	 */
 	static const char *const marks[] = {
-		"<|start_header_id|>", "Cutting Knowledge Date", "strftime_now", "<|im_start|>",
-		"<|im_start|>system\\nHello \\' there<|im_end|>", "<|im_start|>system\n'",
-		"<start_of_turn>", "System role not supported", "[INST]", "<<SYS>>",
-		"[AVAILABLE_TOOLS]", "<|assistant|>", "<|end|>", "<|user|>", "eos_token",
-		"'User: '", "Assistant:", "{% for %}", "\\",
+		"<|start_header_id|>",
+		"Cutting Knowledge Date",
+		"strftime_now",
+		"<|im_start|>",
+		"<|im_start|>system\\nHello \\' there<|im_end|>",
+		"<|im_start|>system\n'",
+		"<start_of_turn>",
+		"System role not supported",
+		"[INST]",
+		"<<SYS>>",
+		"[AVAILABLE_TOOLS]",
+		"<|assistant|>",
+		"<|end|>",
+		"<|user|>",
+		"eos_token",
+		"'User: '",
+		"Assistant:",
+		"{% for %}",
+		"\\",
 	};
 	char tmpl[512], content[8][64], err[256];
 
 	for (int it = 0; it < 3000; it++) {
 		struct kvp_chat_template t;
 		struct kvp_chat_msg m[8];
-		struct kvp_chat_opts o = { .bos = rnd(2) ? "<s>" : NULL, .eos = rnd(2) ? "</s>" : NULL,
+		struct kvp_chat_opts o = { .bos = rnd(2) ? "<s>" : NULL,
+					   .eos = rnd(2) ? "</s>" : NULL,
 					   .date = rnd(2) ? "1 Jan 2025" : NULL,
 					   .add_generation_prompt = rnd(2) };
 		size_t tl = 0, n = rnd(8), len;
@@ -545,14 +568,19 @@ static void test_fuzz_chat(void **state)
 		}
 		if (kvp_chat_template_detect(&t, tmpl, tl, err, sizeof(err))) {
 			assert_non_null(strstr(err, "known:"));
-			assert_int_equal(kvp_chat_template_named(&t, kvp_chat_family_name(rnd(KVP_CHAT__COUNT)),
-								 NULL, 0), 0);
+			assert_int_equal(kvp_chat_template_named(&t,
+								 kvp_chat_family_name(
+									 rnd(KVP_CHAT__COUNT)),
+								 NULL, 0),
+					 0);
 		}
 		for (size_t i = 0; i < n; i++) {
 			size_t l = rnd(64);
 
 			for (size_t c = 0; c < l; c++)
-				content[i][c] = (char)(rnd(4) ? " \t\n\xc2\xa0\xe3\x80\x80" "ab"[rnd(11)] : rnd(256));
+				content[i][c] = (char)(rnd(4) ? " \t\n\xc2\xa0\xe3\x80\x80"
+								"ab"[rnd(11)] :
+								rnd(256));
 			m[i] = (struct kvp_chat_msg){ (enum kvp_chat_role)rnd(3), content[i], l };
 		}
 		r = kvp_chat_render(&out, &len, &t, m, n, &o, err, sizeof(err));
@@ -593,7 +621,7 @@ static void test_long_runs_are_bounded(void **state)
 		for (size_t f = 0; f < sizeof(fill); f++) {
 			int k;
 
-			if (f == 4)	/* 中 repeated */
+			if (f == 4) /* 中 repeated */
 				for (size_t i = 0; i + 3 <= len; i += 3)
 					memcpy(text + i, "\xe4\xb8\xad", 3);
 			else

@@ -96,11 +96,13 @@ static void test_families_recognised(void **state)
 		assert_int_equal(kvp_chat_template_detect(&t, src, len, NULL, 0), 0);
 		assert_string_equal(kvp_chat_family_name(t.family), files[i][1]);
 		if (strstr(files[i][0], "qwen"))
-			assert_string_equal(t.default_system,
-					    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+			assert_string_equal(
+				t.default_system,
+				"You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
 		else if (strstr(files[i][0], "smollm"))
-			assert_string_equal(t.default_system,
-					    "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+			assert_string_equal(
+				t.default_system,
+				"You are a helpful AI assistant named SmolLM, trained by Hugging Face");
 		else
 			assert_string_equal(t.default_system, "");
 		free(src);
@@ -116,7 +118,9 @@ static void test_unknown_template_lists_names(void **state)
 
 	assert_int_equal(kvp_chat_template_detect(&t, src, sizeof(src) - 1, err, sizeof(err)),
 			 -ENOTSUP);
-	assert_non_null(strstr(err, "llama3, llama3.1, llama3.2, chatml, llama2, mistral, phi3, gemma, zephyr, deepseek"));
+	assert_non_null(strstr(
+		err,
+		"llama3, llama3.1, llama3.2, chatml, llama2, mistral, phi3, gemma, zephyr, deepseek"));
 	assert_int_equal(kvp_chat_template_named(&t, "vicuna", err, sizeof(err)), -ENOTSUP);
 	assert_non_null(strstr(err, "'vicuna'"));
 	assert_non_null(strstr(err, "chatml"));
@@ -154,7 +158,9 @@ static void test_refusals_and_trim(void **state)
 	assert_int_equal(kvp_chat_template_named(&t, "chatml", NULL, 0), 0);
 	o.add_generation_prompt = true;
 	assert_int_equal(kvp_chat_render(&out, &len, &t, sp, 1, &o, err, sizeof(err)), 0);
-	assert_string_equal(out, "<|im_start|>user\n\xe3\x80\x80 hi\t\xc2\xa0<|im_end|>\n<|im_start|>assistant\n");
+	assert_string_equal(
+		out,
+		"<|im_start|>user\n\xe3\x80\x80 hi\t\xc2\xa0<|im_end|>\n<|im_start|>assistant\n");
 	free(out);
 }
 
@@ -175,13 +181,15 @@ static void test_renders_equal_jinja(void **state)
 
 	if (!src || system("command -v node >/dev/null 2>&1"))
 		skip();
-	snprintf(cmd, sizeof(cmd), "%s/tests/node/node_modules/@huggingface/jinja/package.json", src);
-	if (access(cmd, R_OK))	/* node is here: the packages must be too (tests/deps.sh) */
+	snprintf(cmd, sizeof(cmd), "%s/tests/node/node_modules/@huggingface/jinja/package.json",
+		 src);
+	if (access(cmd, R_OK)) /* node is here: the packages must be too (tests/deps.sh) */
 		fail_msg("chat oracle: %s missing: run tests/deps.sh", cmd);
 	assert_non_null(mkdtemp(dir));
 	snprintf(path, sizeof(path), "%s/chat.txt", dir);
-	snprintf(cmd, sizeof(cmd), "node '%s/tests/node/chat-oracle.mjs' '%s/tests/data/templates' '%s'",
-		 src, src, path);
+	snprintf(cmd, sizeof(cmd),
+		 "node '%s/tests/node/chat-oracle.mjs' '%s/tests/data/templates' '%s'", src, src,
+		 path);
 	assert_int_equal(system(cmd), 0);
 	cases = slurp(path, NULL);
 	assert_non_null(cases);
@@ -196,7 +204,8 @@ static void test_renders_equal_jinja(void **state)
 		nl = strchr(line, '\n');
 		assert_non_null(nl);
 		*nl = 0;
-		for (char *w = strtok_r(line, " ", &save); w && nt < 64; w = strtok_r(NULL, " ", &save))
+		for (char *w = strtok_r(line, " ", &save); w && nt < 64;
+		     w = strtok_r(NULL, " ", &save))
 			tok[nt++] = w;
 		assert_true(nt >= 7);
 		if (strcmp(cur, tok[0])) {
@@ -219,21 +228,26 @@ static void test_renders_equal_jinja(void **state)
 			assert_non_null(colon);
 			*colon = 0;
 			msgs[i].role = !strcmp(tok[5 + i], "system") ? KVP_CHAT_SYSTEM :
-				       !strcmp(tok[5 + i], "user") ? KVP_CHAT_USER : KVP_CHAT_ASSISTANT;
-			msgs[i].content = owned[no++] = unhex(colon + 1, strlen(colon + 1), &msgs[i].len);
+				       !strcmp(tok[5 + i], "user")   ? KVP_CHAT_USER :
+								       KVP_CHAT_ASSISTANT;
+			msgs[i].content = owned[no++] = unhex(colon + 1, strlen(colon + 1),
+							      &msgs[i].len);
 		}
 		r = kvp_chat_render(&out, &len, &t, msgs, nm, &o, err, sizeof(err));
 		n++;
 		if (!strcmp(tok[nt - 1], "error")) {
 			refused++;
 			if (r != -EINVAL && bad++ < 5)
-				fprintf(stderr, "MISMATCH %s case %d: jinja raised, kvpool rendered\n", cur, n);
+				fprintf(stderr,
+					"MISMATCH %s case %d: jinja raised, kvpool rendered\n", cur,
+					n);
 		} else {
 			size_t wl;
 			char *want = unhex(tok[nt - 1] + 3, strlen(tok[nt - 1] + 3), &wl);
 
 			if ((r || wl != len || memcmp(want, out, len)) && bad++ < 5)
-				fprintf(stderr, "MISMATCH %s case %d (r=%d %s)\n  want \"%s\"\n  got  \"%s\"\n",
+				fprintf(stderr,
+					"MISMATCH %s case %d (r=%d %s)\n  want \"%s\"\n  got  \"%s\"\n",
 					cur, n, r, r ? err : "", want, out ? out : "");
 			free(want);
 		}
@@ -241,7 +255,8 @@ static void test_renders_equal_jinja(void **state)
 		for (size_t i = 0; i < no; i++)
 			free(owned[i]);
 	}
-	fprintf(stderr, "chat: %d cases (%d refused by the template), %d mismatches\n", n, refused, bad);
+	fprintf(stderr, "chat: %d cases (%d refused by the template), %d mismatches\n", n, refused,
+		bad);
 	free(tsrc);
 	free(cases);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

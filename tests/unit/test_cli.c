@@ -33,7 +33,7 @@ struct fixture {
 	char cli[512];
 	struct kvp_server *srv;
 	pthread_t thread;
-	atomic_bool held;	/* a GENERATE of token 42 arrived and is held */
+	atomic_bool held; /* a GENERATE of token 42 arrived and is held */
 };
 
 static int e_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, const char *client,
@@ -49,8 +49,7 @@ static int e_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		      const struct kvp_generate *g, const int32_t *tokens, const char *text)
 {
 	struct fixture *f = ctx;
-	struct kvp_usage u = { .prompt_tokens = g->n_tokens, .cached_tokens = 16,
-			       .ttft_ms = 2.5 };
+	struct kvp_usage u = { .prompt_tokens = g->n_tokens, .cached_tokens = 16, .ttft_ms = 2.5 };
 	char buf[16];
 
 	if (tokens && tokens[0] == 42) {
@@ -70,8 +69,12 @@ static int e_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		 * a code point past U+10FFFF, then good two- and four-byte characters: the
 		 * JSON must stay valid
 		 */
-		static const char odd[] = "a\"b\n\xff" "\xed\xa0\x80" "\xe0\x80\x80"
-					  "\xf4\x90\x80\x80" "\xc3\xa9" "\xf0\x9f\x98\x80";
+		static const char odd[] = "a\"b\n\xff"
+					  "\xed\xa0\x80"
+					  "\xe0\x80\x80"
+					  "\xf4\x90\x80\x80"
+					  "\xc3\xa9"
+					  "\xf0\x9f\x98\x80";
 		int32_t id = 1;
 
 		kvp_server_send_tokens(f->srv, conn, req_id, &id, 1, odd, sizeof(odd) - 1);
@@ -112,8 +115,11 @@ static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct kvp_server_config cfg = { .socket_gid = (gid_t)-1, .status_gid = (gid_t)-1 };
-	struct kvp_server_ops ops = { .hello = e_hello, .generate = e_generate,
-				      .cancel = e_cancel, .closed = e_closed, .status = e_status };
+	struct kvp_server_ops ops = { .hello = e_hello,
+				      .generate = e_generate,
+				      .cancel = e_cancel,
+				      .closed = e_closed,
+				      .status = e_status };
 
 	assert_non_null(f);
 	assert_int_equal(kvp_test_tmpdir(f->dir, sizeof(f->dir)), 0);
@@ -123,7 +129,7 @@ static int setup(void **state)
 	cfg.socket_path = f->sock;
 	cfg.status_path = f->status;
 	ops.ctx = f;
-	assert_int_equal(kvp_server_new(&cfg, &ops, &f->srv), 0);
+	assert_int_equal(kvp_server_new(&f->srv, &cfg, &ops), 0);
 	assert_int_equal(pthread_create(&f->thread, NULL, run, f), 0);
 	*state = f;
 	return 0;
@@ -207,7 +213,8 @@ static void test_generate_json(void **state)
 	char out[4096], err[4096];
 
 	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5,6", "-n", "1",
-			     "--json", NULL), 0);
+			     "--json", NULL),
+			 0);
 	assert_non_null(strstr(out, "{\"tokens\":[5],\"text\":\"5;\",\"usage\":{"));
 	assert_non_null(strstr(out, "\"prompt_tokens\":2,\"cached_tokens\":16,"
 				    "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
@@ -215,9 +222,36 @@ static void test_generate_json(void **state)
 				    "\"prefill_ms\":0.000,\"decode_ms\":0.000}}"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "-p", "hi", "--json", NULL), 0);
 	assert_non_null(strstr(out, "\"text\":\"a\\\"b\\n\\ufffd"
-				    "\\ufffd\\ufffd\\ufffd" "\\ufffd\\ufffd\\ufffd"
-				    "\\ufffd\\ufffd\\ufffd\\ufffd" "\xc3\xa9\xf0\x9f\x98\x80\""));
+				    "\\ufffd\\ufffd\\ufffd"
+				    "\\ufffd\\ufffd\\ufffd"
+				    "\\ufffd\\ufffd\\ufffd\\ufffd"
+				    "\xc3\xa9\xf0\x9f\x98\x80\""));
+}
 
+static void test_generate_json_exact(void **state)
+{
+	/* byte for byte what earlier releases printed (the echo server's usage is fixed) */
+	struct fixture *f = *state;
+	char out[4096], err[4096];
+
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5,6,7", "--json",
+			     NULL),
+			 0);
+	assert_string_equal(out, "{\"tokens\":[5,6,7],\"text\":\"5;6;7;\",\"usage\":{"
+				 "\"prompt_tokens\":3,\"cached_tokens\":16,"
+				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
+				 "\"generated_tokens\":3,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
+				 "\"prefill_ms\":0.000,\"decode_ms\":0.000}}\n");
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "-p", "hi", "--json", NULL), 0);
+	assert_string_equal(out, "{\"tokens\":[1],\"text\":\"a\\\"b\\n\\ufffd"
+				 "\\ufffd\\ufffd\\ufffd"
+				 "\\ufffd\\ufffd\\ufffd"
+				 "\\ufffd\\ufffd\\ufffd\\ufffd"
+				 "\xc3\xa9\xf0\x9f\x98\x80\","
+				 "\"usage\":{\"prompt_tokens\":0,\"cached_tokens\":16,"
+				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
+				 "\"generated_tokens\":1,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
+				 "\"prefill_ms\":0.000,\"decode_ms\":0.000}}\n");
 }
 
 static void test_status_formats(void **state)
@@ -240,7 +274,8 @@ static void test_bench_reports(void **state)
 
 	assert_int_equal(cli(f, out, err, sizeof(out), "bench", "--clients", "3", "--requests", "2",
 			     "--prefix-tokens", "8", "--suffix-tokens", "2", "--new-tokens", "4",
-			     NULL), 0);
+			     NULL),
+			 0);
 	assert_non_null(strstr(out, "6 ok, 0 failed"));
 	assert_non_null(strstr(out, "cold      3 ok of 3"));
 	assert_non_null(strstr(out, "warm      3 ok of 3"));
@@ -253,8 +288,8 @@ static void test_bad_arguments(void **state)
 	struct fixture *f = *state;
 	char out[4096], err[4096];
 	static const struct {
-		const char *a[6];	/* NULL-terminated */
-		const char *expect;	/* in stderr */
+		const char *a[6];   /* NULL-terminated */
+		const char *expect; /* in stderr */
 	} bad[] = {
 		{ { "generate", "-p", "x", "-n", "abc" }, "-n" },
 		{ { "generate", "-p", "x", "-n", "0" }, "-n" },
@@ -278,12 +313,14 @@ static void test_bad_arguments(void **state)
 		const char *const *a = bad[i].a;
 
 		assert_int_equal(cli(f, out, err, sizeof(out), a[0], a[1], a[2], a[3], a[4], a[5],
-				     NULL), 2);
+				     NULL),
+				 2);
 		assert_non_null(strstr(err, bad[i].expect));
 	}
 	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--salt",
 			     "0123456789012345678901234567890123456789012345678901234567890123X",
-			     "-p", "x", NULL), 2);
+			     "-p", "x", NULL),
+			 2);
 	assert_non_null(strstr(err, "--salt"));
 	/* help tells the truth and succeeds */
 	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--help", NULL), 0);
@@ -315,7 +352,7 @@ static void test_ctrl_c_cancels_before_first_token(void **state)
 	for (int i = 0; i < 5000 && !atomic_load(&f->held); i++)
 		usleep(1000);
 	assert_true(atomic_load(&f->held));
-	usleep(20000);	/* let the CLI block waiting for the first token */
+	usleep(20000); /* let the CLI block waiting for the first token */
 	kill(pid, SIGINT);
 	for (int i = 0; i < 5000 && waitpid(pid, &st, WNOHANG) == 0; i++)
 		usleep(1000);
@@ -348,6 +385,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_generate_streams_and_prints_usage, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_generate_json, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_generate_json_exact, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_formats, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bench_reports, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),

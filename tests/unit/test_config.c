@@ -17,6 +17,7 @@
 
 #include "compute/model.h"
 #include "svc/config.h"
+#include "util/parse.h"
 #include "tests/lib/testlib.h"
 
 struct fixture {
@@ -271,8 +272,9 @@ static void test_flag_errors(void **state)
 	assert_int_equal(parse(f, &act, cfg, "stray", NULL), -EINVAL);
 	assert_int_equal(parse(f, &act, cfg, "--set", "pool.nope=1", NULL), -EINVAL);
 	assert_non_null(strstr(f->err, "pool.nope: unknown key"));
-	assert_int_equal(parse(f, &act, cfg, "--set", "scheduler.max_running=8",
-			       "--foreground", "--ignore-eos", "--threads", "3", NULL), 0);
+	assert_int_equal(parse(f, &act, cfg, "--set", "scheduler.max_running=8", "--foreground",
+			       "--ignore-eos", "--threads", "3", NULL),
+			 0);
 	assert_int_equal(f->c.max_running, 8);
 	assert_true(f->c.foreground);
 	assert_true(f->c.ignore_eos);
@@ -345,15 +347,16 @@ static void test_print_reads_back(void **state)
 static void test_usage_lists_every_flag(void **state)
 {
 	struct fixture *f = *state;
-	const char *flags[] = { "--config", "--model", "--socket", "--status-socket",
-				"--pool-size", "--block-size", "--huge-pages", "--threads",
-				"--foreground", "--log-level", "--state-dir", "--kv-dtype",
+	const char *flags[] = { "--config",	      "--model",     "--socket",
+				"--status-socket",    "--pool-size", "--block-size",
+				"--huge-pages",	      "--threads",   "--foreground",
+				"--log-level",	      "--state-dir", "--kv-dtype",
 				"--drain-timeout-ms", "--weights" };
 	char text[16384];
 	size_t n;
 	FILE *fp;
 
-	/* --help tells about every flag the issue names */
+	/* --help tells about every flag */
 	fp = fopen(f->path, "w+");
 	assert_non_null(fp);
 	kvp_config_usage(fp);
@@ -375,8 +378,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_file_then_flags_override, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_key_names_key_and_line, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_bad_value_names_key_and_line, setup,
-						teardown),
+		cmocka_unit_test_setup_teardown(test_bad_value_names_key_and_line, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_weights_key, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_structural_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_missing_files, setup, teardown),

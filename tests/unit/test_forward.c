@@ -112,7 +112,7 @@ static double rel_err(const float *a, const float *b, size_t n)
 		double d = fabs((double)a[i] - b[i]);
 
 		if (!(d <= num))
-			num = d;	/* NaN propagates */
+			num = d; /* NaN propagates */
 		den = fabs(b[i]) > den ? fabs(b[i]) : den;
 	}
 	return num / (den > 0 ? den : 1);
@@ -122,15 +122,18 @@ static struct kvp_fwd *make_fwd(const struct kvp_model *m, uint32_t chunk, uint3
 {
 	struct kvp_fwd *f;
 
-	assert_int_equal(kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = 2,
-				     .max_chunk = chunk, .max_batch = batch }), 0);
+	assert_int_equal(kvp_fwd_new(&f, m,
+				     &(struct kvp_fwd_opts){ .n_threads = 2,
+							     .max_chunk = chunk,
+							     .max_batch = batch }),
+			 0);
 	return f;
 }
 
 /* Prompt of n pseudo-random byte tokens. */
 static void prompt(int32_t *t, uint32_t n, uint32_t seed)
 {
-	t[0] = 1;	/* BOS */
+	t[0] = 1; /* BOS */
 	for (uint32_t i = 1; i < n; i++) {
 		seed = seed * 1103515245u + 12345u;
 		t[i] = 3 + (int32_t)((seed >> 16) % 256);
@@ -153,7 +156,7 @@ static void decode_vs_ref(struct kvp_model *m, uint32_t dtype, uint32_t bt, uint
 	struct pool p;
 
 	pool_init(&p, m, dtype, bt, nb * 2);
-	for (uint32_t i = 0; i < nb; i++)	/* scattered, reversed ids: no accidental contiguity */
+	for (uint32_t i = 0; i < nb; i++) /* scattered, reversed ids: no accidental contiguity */
 		table[i] = 2 * nb - 1 - 2 * i;
 	pool_open(&p, table, nb);
 	prompt(toks, n_prompt, 7);
@@ -169,8 +172,13 @@ static void decode_vs_ref(struct kvp_model *m, uint32_t dtype, uint32_t bt, uint
 		double e;
 
 		toks[pos] = kvp_sample_greedy(last, V);
-		assert_int_equal(kvp_fwd_decode(f, &p.v, &(struct kvp_fwd_seq){ .table = table,
-				 .n_table = nb, .pos = pos, .token = toks[pos] }, 1, lg), 0);
+		assert_int_equal(kvp_fwd_decode(f, &p.v,
+						&(struct kvp_fwd_seq){ .table = table,
+								       .n_table = nb,
+								       .pos = pos,
+								       .token = toks[pos] },
+						1, lg),
+				 0);
 		assert_int_equal(kvp_ref_forward(m, toks, pos + 1, ref), 0);
 		e = rel_err(lg, ref + (size_t)pos * V, V);
 		if (!(e < tol))
@@ -250,8 +258,12 @@ static void greedy_vs_ref(struct kvp_model *m, const struct kvp_kernels *k, uint
 	struct pool p;
 	double sum = 0;
 
-	assert_int_equal(kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = 2,
-				     .max_chunk = n_prompt, .max_batch = 1, .kernels = k }), 0);
+	assert_int_equal(kvp_fwd_new(&f, m,
+				     &(struct kvp_fwd_opts){ .n_threads = 2,
+							     .max_chunk = n_prompt,
+							     .max_batch = 1,
+							     .kernels = k }),
+			 0);
 	pool_init(&p, m, KVP_DTYPE_F32, bt, nb);
 	for (uint32_t i = 0; i < nb; i++)
 		table[i] = i;
@@ -265,8 +277,13 @@ static void greedy_vs_ref(struct kvp_model *m, const struct kvp_kernels *k, uint
 
 		toks[pos] = kvp_sample_greedy(out, V);
 		out += V;
-		assert_int_equal(kvp_fwd_decode(f, &p.v, &(struct kvp_fwd_seq){ .table = table,
-				 .n_table = nb, .pos = pos, .token = toks[pos] }, 1, out), 0);
+		assert_int_equal(kvp_fwd_decode(f, &p.v,
+						&(struct kvp_fwd_seq){ .table = table,
+								       .n_table = nb,
+								       .pos = pos,
+								       .token = toks[pos] },
+						1, out),
+				 0);
 	}
 	/* the references, once each: position i's logits depend on tokens 0 .. i only */
 	assert_int_equal(kvp_ref_forward_opts(m, toks, total, ex, KVP_REF_ROUND_ACT), 0);
@@ -314,11 +331,14 @@ static void test_weight_types_match_ref(void **state)
 	 * so for them the bound is tight and the rounded reference must agree to 1e-4; the
 	 * integer types quantize each projection's input to int8 blocks, and bf16 rounds it.
 	 */
-	static const struct { uint32_t type; double bound; } cases[] = {
-		{ KVP_GGML_F32, 1e-5 }, { KVP_GGML_F16, 1e-5 }, { KVP_GGML_BF16, 1e-2 },
-		{ KVP_GGML_Q8_0, 4e-2 }, { KVP_GGML_Q4_0, 4e-2 }, { KVP_GGML_Q4_1, 4e-2 },
-		{ KVP_GGML_Q5_0, 4e-2 }, { KVP_GGML_Q5_1, 4e-2 }, { KVP_GGML_Q2_K, 4e-2 },
-		{ KVP_GGML_Q3_K, 4e-2 }, { KVP_GGML_Q4_K, 4e-2 }, { KVP_GGML_Q5_K, 4e-2 },
+	static const struct {
+		uint32_t type;
+		double bound;
+	} cases[] = {
+		{ KVP_GGML_F32, 1e-5 },	 { KVP_GGML_F16, 1e-5 },       { KVP_GGML_BF16, 1e-2 },
+		{ KVP_GGML_Q8_0, 4e-2 }, { KVP_GGML_Q4_0, 4e-2 },      { KVP_GGML_Q4_1, 4e-2 },
+		{ KVP_GGML_Q5_0, 4e-2 }, { KVP_GGML_Q5_1, 4e-2 },      { KVP_GGML_Q2_K, 4e-2 },
+		{ KVP_GGML_Q3_K, 4e-2 }, { KVP_GGML_Q4_K, 4e-2 },      { KVP_GGML_Q5_K, 4e-2 },
 		{ KVP_GGML_Q6_K, 4e-2 }, { KVP_MKMODEL_Q4_K_M, 4e-2 },
 	};
 
@@ -334,7 +354,8 @@ static void test_weight_types_match_ref(void **state)
 
 			if (!k)
 				continue;
-			greedy_vs_ref(m, k, 32, cases[i].bound, &exact, &differ, &ties, &model, &mean);
+			greedy_vs_ref(m, k, 32, cases[i].bound, &exact, &differ, &ties, &model,
+				      &mean);
 			print_message("%-6s %-6s logits vs model: max %.2e mean %.2e; vs rounded "
 				      "ref %.1e; greedy: %d of 32 differ (%d near-ties)\n",
 				      kvp_model_info(m)->file_type, k->name, model, mean, exact,
@@ -343,8 +364,8 @@ static void test_weight_types_match_ref(void **state)
 			    (is_float && !(exact < 1e-4)))
 				fail_msg("%s on %s: logit error %g (bound %g), %d greedy tokens "
 					 "differ, %d of them near-ties",
-					 kvp_model_info(m)->file_type, k->name, model, cases[i].bound,
-					 differ, ties);
+					 kvp_model_info(m)->file_type, k->name, model,
+					 cases[i].bound, differ, ties);
 		}
 		free_model(m);
 	}
@@ -434,8 +455,13 @@ static void greedy(struct kvp_fwd *f, struct pool *p, const uint32_t *table, uin
 {
 	for (uint32_t i = 0; i < n; i++) {
 		out[i] = kvp_sample_greedy(lg, V);
-		assert_int_equal(kvp_fwd_decode(f, &p->v, &(struct kvp_fwd_seq){ .table = table,
-				 .n_table = nt, .pos = pos + i, .token = out[i] }, 1, lg), 0);
+		assert_int_equal(kvp_fwd_decode(f, &p->v,
+						&(struct kvp_fwd_seq){ .table = table,
+								       .n_table = nt,
+								       .pos = pos + i,
+								       .token = out[i] },
+						1, lg),
+				 0);
 	}
 }
 
@@ -447,7 +473,7 @@ static void greedy(struct kvp_fwd *f, struct pool *p, const uint32_t *table, uin
 static void chunked_and_shared(struct kvp_model *m, double tol)
 {
 	uint32_t V = kvp_model_hparams(m)->n_vocab, bt = 4, n = 37, gen = 32;
-	uint32_t nb = (n + gen + bt - 1) / bt;	/* 18 blocks per sequence */
+	uint32_t nb = (n + gen + bt - 1) / bt; /* 18 blocks per sequence */
 	uint32_t ta[18], tb[18], tc[18];
 	int32_t toks[37], ga[32], gb[32], gc[32];
 	float *la = malloc(V * 4), *lb = malloc(V * 4), *lc = malloc(V * 4);
@@ -461,7 +487,7 @@ static void chunked_and_shared(struct kvp_model *m, double tol)
 	for (uint32_t i = 0; i < nb; i++) {
 		ta[i] = i;
 		tb[i] = nb + i;
-		tc[i] = i < 8 ? ta[i] : 2 * nb + i;	/* first 8 blocks (32 tokens) shared with a */
+		tc[i] = i < 8 ? ta[i] : 2 * nb + i; /* first 8 blocks (32 tokens) shared with a */
 	}
 	pool_open(&p, ta, nb);
 	pool_open(&p, tb, nb);
@@ -471,7 +497,8 @@ static void chunked_and_shared(struct kvp_model *m, double tol)
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, ta, nb, 0, toks, n, la, 0), 0);
 	for (uint32_t done = 0; done < n; done += 5)
 		assert_int_equal(kvp_fwd_prefill(f, &p.v, tb, nb, done, toks + done,
-						 n - done < 5 ? n - done : 5, lb, 0), 0);
+						 n - done < 5 ? n - done : 5, lb, 0),
+				 0);
 	snap = malloc(8 * bb);
 	for (uint32_t i = 0; i < 8; i++)
 		memcpy(snap + i * bb, kvp_kv_block(&p.v, ta[i]), bb);
@@ -538,24 +565,32 @@ static void batch_vs_alone(uint32_t B)
 		for (uint32_t s = 0; s < B; s++) {
 			uint32_t *t = tab + (w * B + s) * nb;
 
-			len[s] = 3 + (s * 7) % 15;	/* 3 .. 17 tokens */
+			len[s] = 3 + (s * 7) % 15; /* 3 .. 17 tokens */
 			for (uint32_t i = 0; i < nb; i++)
 				t[i] = (w * B + s) + i * 2 * B;
 			pool_open(&p, t, nb);
 			prompt(toks, len[s], 11 + s);
-			assert_int_equal(kvp_fwd_prefill(f, &p.v, t, nb, 0, toks, len[s], l1, 0), 0);
+			assert_int_equal(kvp_fwd_prefill(f, &p.v, t, nb, 0, toks, len[s], l1, 0),
+					 0);
 			cur[w * B + s] = kvp_sample_greedy(l1, V);
 		}
 	for (uint32_t i = 0; i < steps; i++) {
 		for (uint32_t s = 0; s < B; s++) {
 			out[s * steps + i] = cur[s];
-			assert_int_equal(kvp_fwd_decode(f, &p.v, &(struct kvp_fwd_seq){
-				.table = tab + s * nb, .n_table = nb, .pos = len[s] + i,
-				.token = cur[s] }, 1, l1), 0);
+			assert_int_equal(kvp_fwd_decode(f, &p.v,
+							&(struct kvp_fwd_seq){ .table = tab +
+											s * nb,
+									       .n_table = nb,
+									       .pos = len[s] + i,
+									       .token = cur[s] },
+							1, l1),
+					 0);
 			cur[s] = kvp_sample_greedy(l1, V);
-			memcpy(lg + s * V, l1, V * 4);	/* keep alone logits for comparison */
-			seq[s] = (struct kvp_fwd_seq){ .table = tab + (B + s) * nb, .n_table = nb,
-						       .pos = len[s] + i, .token = cur[B + s] };
+			memcpy(lg + s * V, l1, V * 4); /* keep alone logits for comparison */
+			seq[s] = (struct kvp_fwd_seq){ .table = tab + (B + s) * nb,
+						       .n_table = nb,
+						       .pos = len[s] + i,
+						       .token = cur[B + s] };
 			out[(B + s) * steps + i] = cur[B + s];
 		}
 		assert_int_equal(kvp_fwd_decode(f, &p.v, seq, B, lb), 0);
@@ -563,7 +598,8 @@ static void batch_vs_alone(uint32_t B)
 			double e = rel_err(lb + s * V, lg + s * V, V);
 
 			if (!(e < 1e-4))
-				fail_msg("batch %u, step %u, sequence %u: relative error %g", B, i, s, e);
+				fail_msg("batch %u, step %u, sequence %u: relative error %g", B, i,
+					 s, e);
 			cur[B + s] = kvp_sample_greedy(lb + s * V, V);
 		}
 	}
@@ -644,7 +680,8 @@ static void test_rejects_bad_arguments(void **state)
 {
 	/* bad token, block id, short table, oversize chunk, mismatched view: -EINVAL, no write */
 	struct kvp_model *m = make_model(64, 4, 2, 2, 128, KVP_GGML_F32, 0);
-	uint32_t V = kvp_model_hparams(m)->n_vocab, table[4] = { 0, 1, 2, 3 }, bad[4] = { 0, 1, 9, 3 };
+	uint32_t V = kvp_model_hparams(m)->n_vocab, table[4] = { 0, 1, 2, 3 },
+		 bad[4] = { 0, 1, 9, 3 };
 	int32_t toks[8] = { 1, 5, 6, 7, 8, 9, 10, 11 }, badtok[2] = { 1, 259 };
 	float *lg = malloc(8 * V * 4);
 	struct kvp_fwd *f = make_fwd(m, 8, 2);
@@ -657,19 +694,32 @@ static void test_rejects_bad_arguments(void **state)
 	pool_open(&p, table, 4);
 	copy = malloc(4 * p.v.geom.block_bytes);
 	for (int i = 0; i < 4; i++)
-		memcpy(copy + i * p.v.geom.block_bytes, kvp_kv_block(&p.v, i), p.v.geom.block_bytes);
+		memcpy(copy + i * p.v.geom.block_bytes, kvp_kv_block(&p.v, i),
+		       p.v.geom.block_bytes);
 
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, 4, 0, badtok, 2, lg, 0), -EINVAL);
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, bad, 4, 0, toks, 8, lg, 0), -EINVAL);
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, 3, 0, toks, 8, lg, 0), -EINVAL);
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, 4, 1, toks, 8, lg, 0), -EINVAL);
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, 4, 0, toks, 0, lg, 0), -EINVAL);
-	assert_int_equal(kvp_fwd_decode(f, &p.v, &(struct kvp_fwd_seq){ .table = table,
-			 .n_table = 4, .pos = 8, .token = 5 }, 1, lg), -EINVAL);
-	assert_int_equal(kvp_fwd_decode(f, &p.v, &(struct kvp_fwd_seq){ .table = table,
-			 .n_table = 4, .pos = 0, .token = -1 }, 1, lg), -EINVAL);
-	struct kvp_fwd_seq three[3] = { { table, 4, 0, 5 }, { table, 4, 1, 5 }, { table, 4, 2, 5 } };
-	assert_int_equal(kvp_fwd_decode(f, &p.v, three, 3, lg), -EINVAL);	/* > max_batch */
+	assert_int_equal(kvp_fwd_decode(f, &p.v,
+					&(struct kvp_fwd_seq){ .table = table,
+							       .n_table = 4,
+							       .pos = 8,
+							       .token = 5 },
+					1, lg),
+			 -EINVAL);
+	assert_int_equal(kvp_fwd_decode(f, &p.v,
+					&(struct kvp_fwd_seq){ .table = table,
+							       .n_table = 4,
+							       .pos = 0,
+							       .token = -1 },
+					1, lg),
+			 -EINVAL);
+	struct kvp_fwd_seq three[3] = { { table, 4, 0, 5 },
+					{ table, 4, 1, 5 },
+					{ table, 4, 2, 5 } };
+	assert_int_equal(kvp_fwd_decode(f, &p.v, three, 3, lg), -EINVAL); /* > max_batch */
 	kvp_model_kv_shape(m, KVP_DTYPE_F32, 2, &s);
 	s.n_layers = 3;
 	wrong = p.v;
@@ -705,7 +755,7 @@ static void test_reads_only_own_blocks(void **state)
 	pool_init(&p, m, KVP_DTYPE_F32, bt, pool_n);
 	pool_init(&q, m, KVP_DTYPE_F32, bt, nb);
 	for (uint32_t i = 0; i < nb; i++) {
-		scat[i] = (i * 37 + 5) % pool_n;	/* 37 is coprime with 64: distinct ids */
+		scat[i] = (i * 37 + 5) % pool_n; /* 37 is coprime with 64: distinct ids */
 		cont[i] = i;
 		used[scat[i]] = 1;
 	}

@@ -16,8 +16,11 @@
 static void test_bytes_per_token_exact(void **state)
 {
 	/* 2 * L * H_kv * D * s, for a GQA 1B-like shape in f16 */
-	struct kvp_model_shape s = { .n_layers = 16, .n_kv_heads = 8, .head_dim = 64,
-				     .dtype = KVP_DTYPE_F16, .block_tokens = 16 };
+	struct kvp_model_shape s = { .n_layers = 16,
+				     .n_kv_heads = 8,
+				     .head_dim = 64,
+				     .dtype = KVP_DTYPE_F16,
+				     .block_tokens = 16 };
 	struct kvp_geom g;
 
 	assert_int_equal(kvp_geom_init(&g, &s), 0);
@@ -31,8 +34,11 @@ static void test_bytes_per_token_exact(void **state)
 static void test_run_offsets_follow_layout(void **state)
 {
 	/* [layer][k|v][kv_head][token][head_dim]: V of layer 0 follows all K heads of layer 0 */
-	struct kvp_model_shape s = { .n_layers = 3, .n_kv_heads = 2, .head_dim = 8,
-				     .dtype = KVP_DTYPE_F32, .block_tokens = 4 };
+	struct kvp_model_shape s = { .n_layers = 3,
+				     .n_kv_heads = 2,
+				     .head_dim = 8,
+				     .dtype = KVP_DTYPE_F32,
+				     .block_tokens = 4 };
 	struct kvp_geom g;
 
 	assert_int_equal(kvp_geom_init(&g, &s), 0);
@@ -50,8 +56,11 @@ static void test_kv_run_tiles_blocks(void **state)
 	 * to look, and the runs tile each block's payload exactly: every byte written once,
 	 * the padding up to the stride never.
 	 */
-	struct kvp_model_shape s = { .n_layers = 3, .n_kv_heads = 2, .head_dim = 8,
-				     .dtype = KVP_DTYPE_BF16, .block_tokens = 5 };
+	struct kvp_model_shape s = { .n_layers = 3,
+				     .n_kv_heads = 2,
+				     .head_dim = 8,
+				     .dtype = KVP_DTYPE_BF16,
+				     .block_tokens = 5 };
 	struct kvp_kv_view v = { .n_blocks = 3 };
 	uint8_t *mem;
 
@@ -66,7 +75,8 @@ static void test_kv_run_tiles_blocks(void **state)
 					uint8_t *run = kvp_kv_run(&v, b, l, kv, h);
 					size_t off = b * v.geom.block_stride +
 						     ((l * 2 + kv) * s.n_kv_heads + h) *
-						     (size_t)s.block_tokens * s.head_dim * 2;
+							     (size_t)s.block_tokens * s.head_dim *
+							     2;
 
 					assert_ptr_equal(run, mem + off);
 					for (size_t i = 0; i < v.geom.head_bytes; i++)
@@ -81,8 +91,11 @@ static void test_kv_run_tiles_blocks(void **state)
 
 static void test_bad_shapes_rejected(void **state)
 {
-	struct kvp_model_shape ok = { .n_layers = 2, .n_kv_heads = 2, .head_dim = 8,
-				      .dtype = KVP_DTYPE_BF16, .block_tokens = 16 };
+	struct kvp_model_shape ok = { .n_layers = 2,
+				      .n_kv_heads = 2,
+				      .head_dim = 8,
+				      .dtype = KVP_DTYPE_BF16,
+				      .block_tokens = 16 };
 	struct kvp_model_shape s;
 	struct kvp_geom g;
 
@@ -103,7 +116,7 @@ static void test_bad_shapes_rejected(void **state)
 	s.head_dim = 1024;
 	s.block_tokens = (1u << 17) + 1;
 	assert_int_equal(kvp_geom_init(&g, &s), -EINVAL);
-	s.block_tokens = 1u << 17;			/* exactly 1 GiB: accepted */
+	s.block_tokens = 1u << 17; /* exactly 1 GiB: accepted */
 	assert_int_equal(kvp_geom_init(&g, &s), 0);
 	assert_int_equal(g.block_bytes, 1u << 30);
 	s = ok;

@@ -192,8 +192,11 @@ static void byte_flips(uint32_t type, int iters)
 			assert_int_equal(kvp_geom_init(&kv.geom, &sh), 0);
 			kv.n_blocks = 1;
 			kv.base = aligned_alloc(4096, kv.geom.block_stride);
-			assert_int_equal(kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = 1,
-						     .max_chunk = 4, .max_batch = 1 }), 0);
+			assert_int_equal(kvp_fwd_new(&f, m,
+						     &(struct kvp_fwd_opts){ .n_threads = 1,
+									     .max_chunk = 4,
+									     .max_batch = 1 }),
+					 0);
 			int32_t toks[3] = { 1, 5, (int32_t)(hp->n_vocab - 1) };
 			assert_int_equal(kvp_fwd_prefill(f, &kv, table, 1, 0, toks, 3, lg, 0), 0);
 			kvp_fwd_free(f);
@@ -288,12 +291,13 @@ static void test_refusals_name_the_problem(void **state)
 	assert_non_null(strstr(err, "qwen2"));
 
 	memcpy(c, buf, len);
-	patch_after(c, len, "tokenizer.ggml.add_eos_token", "output_norm.weight", "output_nXrm.weight");
+	patch_after(c, len, "tokenizer.ggml.add_eos_token", "output_norm.weight",
+		    "output_nXrm.weight");
 	assert_int_equal(kvp_model_open_mem(&m, c, len, err, sizeof(err)), -EBADMSG);
 	assert_non_null(strstr(err, "output_norm.weight"));
 
 	memcpy(c, buf, len);
-	{	/* head_count 2 -> 3: 32 is not divisible by 3 */
+	{ /* head_count 2 -> 3: 32 is not divisible by 3 */
 		uint8_t *k = memmem(c, len, "llama.attention.head_count", 26);
 
 		assert_non_null(k);
@@ -356,7 +360,8 @@ static void test_hparams_from_metadata(void **state)
 	assert_true(hp->rms_eps == 1e-6f);
 	assert_int_equal(hp->tied_output, 0);
 	assert_true(kvp_model_hparams(b)->rope_base == 10000.0f);
-	assert_memory_not_equal(kvp_model_fingerprint(a), kvp_model_fingerprint(b), KVP_MODEL_FP_BYTES);
+	assert_memory_not_equal(kvp_model_fingerprint(a), kvp_model_fingerprint(b),
+				KVP_MODEL_FP_BYTES);
 	kvp_model_close(a);
 	kvp_model_close(b);
 	free(ba);
@@ -375,7 +380,7 @@ static size_t tensor_type_at(const uint8_t *buf, size_t len, const char *name)
 	t = kvp_gguf_tensor(g, name);
 	assert_non_null(t);
 	assert_int_equal(t->n_dims, 2);
-	p = (const uint8_t *)t->name.p;	/* name, then n_dims, ne[0], ne[1], type */
+	p = (const uint8_t *)t->name.p; /* name, then n_dims, ne[0], ne[1], type */
 	at = (size_t)(p - buf) + t->name.len + 4 + 16;
 	kvp_gguf_close(g);
 	return at;
@@ -389,18 +394,19 @@ static void test_format_details(void **state)
 	 * byte-swapped version is reported as big-endian; an unknown version by number
 	 */
 	size_t qlen, len, at;
-	uint8_t *buf = small_file(&qlen, KVP_GGML_Q8_0, 5), *f32 = small_file(&len, KVP_GGML_F32, 5);
+	uint8_t *buf = small_file(&qlen, KVP_GGML_Q8_0, 5),
+		*f32 = small_file(&len, KVP_GGML_F32, 5);
 	struct kvp_gguf *g;
 	struct kvp_model *m;
 	uint64_t v;
-	uint32_t type = KVP_GGML_IQ4_NL;	/* no kernels; 32 per block, so the extent fits */
+	uint32_t type = KVP_GGML_IQ4_NL; /* no kernels; 32 per block, so the extent fits */
 	char err[256];
 
 	assert_int_equal(kvp_gguf_parse(&g, buf, qlen, NULL, 0), 0);
 	assert_int_equal(kvp_gguf_get_uint(g, "general.quantization_version", UINT32_MAX, &v), 0);
 	assert_int_equal(v, 2);
 	assert_int_equal(kvp_gguf_get_uint(g, "general.file_type", UINT32_MAX, &v), 0);
-	assert_int_equal(v, 7);	/* MOSTLY_Q8_0 */
+	assert_int_equal(v, 7); /* MOSTLY_Q8_0 */
 	kvp_gguf_close(g);
 	free(buf);
 
@@ -409,7 +415,7 @@ static void test_format_details(void **state)
 	assert_int_equal(kvp_model_open_mem(&m, f32, len, err, sizeof(err)), -ENOTSUP);
 	assert_non_null(strstr(err, "blk.0.ffn_up.weight"));
 	assert_non_null(strstr(err, "iq4_nl"));
-	assert_non_null(strstr(err, "q4_k"));	/* the supported list */
+	assert_non_null(strstr(err, "q4_k")); /* the supported list */
 
 	memcpy(f32 + 4, "\0\0\0\3", 4);
 	assert_int_equal(kvp_model_open_mem(&m, f32, len, err, sizeof(err)), -EBADMSG);
@@ -441,14 +447,16 @@ static void test_open_file_and_fingerprint(void **state)
 	o.seed++;
 	assert_int_equal(kvp_mkmodel_write(path, &o, err, sizeof(err)), 0);
 	assert_int_equal(kvp_model_open(&c, path, err, sizeof(err)), 0);
-	assert_memory_not_equal(kvp_model_fingerprint(a), kvp_model_fingerprint(c), KVP_MODEL_FP_BYTES);
+	assert_memory_not_equal(kvp_model_fingerprint(a), kvp_model_fingerprint(c),
+				KVP_MODEL_FP_BYTES);
 	o.seed--;
 	o.type = KVP_GGML_F16;
 	assert_int_equal(kvp_mkmodel_write(path, &o, err, sizeof(err)), 0);
 	assert_int_equal(kvp_model_open(&d, path, err, sizeof(err)), 0);
-	assert_int_equal(kvp_model_info(d)->n_converted, 0);	/* used in place */
+	assert_int_equal(kvp_model_info(d)->n_converted, 0); /* used in place */
 	assert_int_equal(kvp_model_info(d)->type_tensors[KVP_GGML_F16], 2 * 7 + 2);
-	assert_memory_not_equal(kvp_model_fingerprint(a), kvp_model_fingerprint(d), KVP_MODEL_FP_BYTES);
+	assert_memory_not_equal(kvp_model_fingerprint(a), kvp_model_fingerprint(d),
+				KVP_MODEL_FP_BYTES);
 	kvp_model_close(a);
 	kvp_model_close(b);
 	kvp_model_close(c);
@@ -475,12 +483,19 @@ static void test_weights_copied_equal_mapped(void **state)
 	snprintf(path, sizeof(path), "%s/m.gguf", dir);
 	assert_int_equal(kvp_mkmodel_preset(&o, "tiny"), 0);
 	assert_int_equal(kvp_mkmodel_write(path, &o, err, sizeof(err)), 0);
-	assert_int_equal(kvp_model_open_opts(&a, path, &(struct kvp_model_opts){
-		.weights = KVP_MODEL_WEIGHTS_MAP }, err, sizeof(err)), 0);
-	assert_int_equal(kvp_model_open_opts(&b, path, &(struct kvp_model_opts){
-		.weights = KVP_MODEL_WEIGHTS_COPY }, err, sizeof(err)), 0);
+	assert_int_equal(kvp_model_open_opts(&a, path,
+					     &(struct kvp_model_opts){
+						     .weights = KVP_MODEL_WEIGHTS_MAP },
+					     err, sizeof(err)),
+			 0);
+	assert_int_equal(kvp_model_open_opts(&b, path,
+					     &(struct kvp_model_opts){
+						     .weights = KVP_MODEL_WEIGHTS_COPY },
+					     err, sizeof(err)),
+			 0);
 	assert_int_equal(kvp_model_open_opts(&c, path, &(struct kvp_model_opts){ .weights = 7 },
-					     err, sizeof(err)), -EINVAL);
+					     err, sizeof(err)),
+			 -EINVAL);
 	assert_null(c);
 	assert_non_null(strstr(err, "placement"));
 	ia = kvp_model_info(a);

@@ -17,8 +17,8 @@
 
 #include "shm/index.h"
 
-#define BT 4		/* tokens per block: short prompts are many blocks */
-#define MAXB 16		/* blocks per test prompt at most */
+#define BT 4	/* tokens per block: short prompts are many blocks */
+#define MAXB 16 /* blocks per test prompt at most */
 
 struct fixture {
 	struct kvp_pool *pool;
@@ -29,12 +29,19 @@ struct fixture {
 static int setup_n(void **state, uint32_t n_blocks)
 {
 	struct kvp_pool_config cfg = {
-		.shape = { .n_layers = 1, .n_kv_heads = 1, .head_dim = 8,
-			   .dtype = KVP_DTYPE_F16, .block_tokens = BT },
-		.n_blocks = n_blocks, .pages = KVP_PAGES_AUTO, .name = "kvptest-index",
+		.shape = { .n_layers = 1,
+			   .n_kv_heads = 1,
+			   .head_dim = 8,
+			   .dtype = KVP_DTYPE_F16,
+			   .block_tokens = BT },
+		.n_blocks = n_blocks,
+		.pages = KVP_PAGES_AUTO,
+		.name = "kvptest-index",
 	};
-	struct kvp_extra_keys ek = { .model_fp = "model-fp-0123456", .kv_dtype = KVP_DTYPE_F16,
-				     .rope_theta_bits = 0x461c4000, .salt_len = 3,
+	struct kvp_extra_keys ek = { .model_fp = "model-fp-0123456",
+				     .kv_dtype = KVP_DTYPE_F16,
+				     .rope_theta_bits = 0x461c4000,
+				     .salt_len = 3,
 				     .salt = "abc" };
 	struct fixture *f = calloc(1, sizeof(*f));
 
@@ -90,18 +97,19 @@ static void cache_prompt(struct fixture *f, const struct kvp_prefix_key *key,
 	for (uint32_t i = 0; i < n_full; i++) {
 		assert_int_equal(kvp_pool_alloc(f->pool, KVP_NODE_ANY, &ids[i]), 0);
 		assert_int_equal(kvp_index_publish(f->idx, key, parent, tokens + i * BT, ids[i],
-						   &out), 0);
+						   &out),
+				 0);
 		assert_int_equal(out, ids[i]);
 		parent = ids[i];
 	}
 	for (uint32_t i = 0; i < n_full; i++)
-		assert_int_equal(kvp_pool_put(f->pool, ids[i]), 0);
+		assert_int_equal(kvp_pool_unref(f->pool, ids[i]), 0);
 }
 
 static void put_all(struct fixture *f, const uint32_t *ids, int n)
 {
 	for (int i = 0; i < n; i++)
-		assert_int_equal(kvp_pool_put(f->pool, ids[i]), 0);
+		assert_int_equal(kvp_pool_unref(f->pool, ids[i]), 0);
 }
 
 static void test_hit_miss_partial(void **state)
@@ -174,9 +182,9 @@ static void test_same_tokens_other_prefix_miss(void **state)
 	struct fixture *f = *state;
 	uint32_t a[3 * BT], b[3 * BT], ids[MAXB], ids2[MAXB], hits[MAXB];
 
-	fill(a, 2 * BT, 10);			/* P1 X */
-	fill(b, BT, 40);			/* P2 */
-	memcpy(b + BT, a + BT, BT * sizeof(uint32_t));	/* P2 X */
+	fill(a, 2 * BT, 10);			       /* P1 X */
+	fill(b, BT, 40);			       /* P2 */
+	memcpy(b + BT, a + BT, BT * sizeof(uint32_t)); /* P2 X */
 	b[2 * BT] = 1;
 	cache_prompt(f, &f->key, a, 2, ids);
 	cache_prompt(f, &f->key, b, 1, ids2);
@@ -217,12 +225,12 @@ static void test_extra_keys_must_match(void **state)
 	assert_int_equal(kvp_prefix_key_init(&k, &ek), 0);
 	assert_int_equal(kvp_index_lookup(f->idx, &k, t, 2 * BT + 1, hits, MAXB), 0);
 	ek = f->key.ek;
-	ek.salt_len = 2;			/* "ab" is not "abc" */
+	ek.salt_len = 2; /* "ab" is not "abc" */
 	assert_int_equal(kvp_prefix_key_init(&k, &ek), 0);
 	assert_int_equal(kvp_index_lookup(f->idx, &k, t, 2 * BT + 1, hits, MAXB), 0);
 
 	ek = f->key.ek;
-	ek.salt[10] = 'Z';			/* past salt_len: ignored */
+	ek.salt[10] = 'Z'; /* past salt_len: ignored */
 	ek.reserved = 9;
 	assert_int_equal(kvp_prefix_key_init(&k, &ek), 0);
 	assert_int_equal(kvp_index_lookup(f->idx, &k, t, 2 * BT + 1, hits, MAXB), 2);
@@ -264,7 +272,7 @@ static void test_forced_collisions_caught(void **state)
 	/* same tokens, other extra keys, equal hash: miss */
 	ek.adapter_id = 5;
 	assert_int_equal(kvp_prefix_key_init(&k2, &ek), 0);
-	cache_prompt(f, &k2, c, 1, hits);	/* make k2's keys known to the index */
+	cache_prompt(f, &k2, c, 1, hits); /* make k2's keys known to the index */
 	assert_int_equal(kvp_index_lookup(f->idx, &k2, a, 3 * BT + 1, hits, MAXB), 0);
 	/* publishing a's first block again finds the existing one, not b's */
 	assert_int_equal(kvp_pool_alloc(f->pool, KVP_NODE_ANY, &c[0]), 0);
@@ -291,7 +299,7 @@ static void test_publish_race_returns_existing(void **state)
 	assert_int_equal(kvp_index_publish(f->idx, &f->key, KVP_BLOCK_NONE, t, b, &out), 1);
 	assert_int_equal(out, a);
 	assert_int_equal(kvp_pool_block(f->pool, a)->refcount, 2);
-	assert_int_equal(kvp_pool_block(f->pool, b)->refcount, 1);	/* untouched */
+	assert_int_equal(kvp_pool_block(f->pool, b)->refcount, 1); /* untouched */
 	assert_false(kvp_pool_block(f->pool, b)->cached);
 	kvp_index_stats(f->idx, &st);
 	assert_int_equal(st.publish_dups, 1);
@@ -353,7 +361,7 @@ static void evict_n(struct fixture *f, uint32_t *ev, int n)
 static void test_eviction_lru_order(void **state)
 {
 	/* 4 single-block prompts A B C D released in order, B looked up again: A C D B */
-	struct fixture *f = *state;	/* 8 blocks */
+	struct fixture *f = *state; /* 8 blocks */
 	uint32_t t[4][BT + 1], id[4], hits[1], fr[4], ev[4];
 	struct kvp_index_stats st;
 	struct kvp_pool_stats ps;
@@ -367,7 +375,7 @@ static void test_eviction_lru_order(void **state)
 	kvp_pool_stats(f->pool, &ps);
 	assert_int_equal(ps.arena[0].cached, 4);
 	assert_int_equal(ps.arena[0].free, 4);
-	evict_n(f, fr, 4);			/* the 4 free blocks, no eviction yet */
+	evict_n(f, fr, 4); /* the 4 free blocks, no eviction yet */
 	kvp_index_stats(f->idx, &st);
 	assert_int_equal(st.evictions, 0);
 	evict_n(f, ev, 4);
@@ -387,11 +395,11 @@ static void test_eviction_lru_order(void **state)
 static void test_eviction_leaves_first(void **state)
 {
 	/* a chain R -> C1 -> C2 released root first: C2 goes first, then C1, then R */
-	struct fixture *f = *state;	/* 8 blocks */
+	struct fixture *f = *state; /* 8 blocks */
 	uint32_t t[3 * BT + 1], id[3], fr[5], ev[3], g0;
 
 	fill(t, 3 * BT + 1, 42);
-	cache_prompt(f, &f->key, t, 3, id);	/* puts R, C1, C2: R is the oldest */
+	cache_prompt(f, &f->key, t, 3, id); /* puts R, C1, C2: R is the oldest */
 	g0 = kvp_pool_block(f->pool, id[2])->generation;
 	evict_n(f, fr, 5);
 	evict_n(f, ev, 3);
@@ -405,7 +413,7 @@ static void test_eviction_leaves_first(void **state)
 static void test_pinned_and_ttl_kept(void **state)
 {
 	/* pinned and TTL-live blocks are never evicted; nothing else left -> -ENOMEM */
-	struct fixture *f = *state;	/* 8 blocks */
+	struct fixture *f = *state; /* 8 blocks */
 	uint32_t t[3][BT + 1], id[3], fr[5], ev, x;
 	struct timespec now;
 	uint64_t now_ns;
@@ -418,7 +426,7 @@ static void test_pinned_and_ttl_kept(void **state)
 	}
 	assert_int_equal(kvp_pool_pin(f->pool, id[0]), 0);
 	assert_int_equal(kvp_pool_set_ttl(f->pool, id[1], now_ns + 3600ull * 1000000000ull), 0);
-	assert_int_equal(kvp_pool_set_ttl(f->pool, id[2], now_ns - 1), 0);	/* expired */
+	assert_int_equal(kvp_pool_set_ttl(f->pool, id[2], now_ns - 1), 0); /* expired */
 	evict_n(f, fr, 5);
 	assert_int_equal(kvp_pool_alloc(f->pool, KVP_NODE_ANY, &ev), 0);
 	assert_int_equal(ev, id[2]);
@@ -435,7 +443,7 @@ static void test_pinned_and_ttl_kept(void **state)
 static void test_referenced_blocks_not_evicted(void **state)
 {
 	/* a block held by a lookup stays, even when it is the least recently used */
-	struct fixture *f = *state;	/* 8 blocks */
+	struct fixture *f = *state; /* 8 blocks */
 	uint32_t t[2][BT + 1], id[2], hits[1], fr[6], ev, x;
 
 	for (int i = 0; i < 2; i++) {
@@ -467,17 +475,20 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hit_miss_partial, setup64, teardown),
 		cmocka_unit_test_setup_teardown(test_changed_middle_token, setup64, teardown),
 		cmocka_unit_test_setup_teardown(test_last_token_never_covered, setup64, teardown),
-		cmocka_unit_test_setup_teardown(test_same_tokens_other_prefix_miss, setup64, teardown),
+		cmocka_unit_test_setup_teardown(test_same_tokens_other_prefix_miss, setup64,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_extra_keys_must_match, setup64, teardown),
 		cmocka_unit_test_setup_teardown(test_forced_collisions_caught, setup64, teardown),
-		cmocka_unit_test_setup_teardown(test_publish_race_returns_existing, setup64, teardown),
+		cmocka_unit_test_setup_teardown(test_publish_race_returns_existing, setup64,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_publish_errors, setup64, teardown),
 		cmocka_unit_test_setup_teardown(test_publish_under_other_keys_refused, setup64,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_eviction_lru_order, setup8, teardown),
 		cmocka_unit_test_setup_teardown(test_eviction_leaves_first, setup8, teardown),
 		cmocka_unit_test_setup_teardown(test_pinned_and_ttl_kept, setup8, teardown),
-		cmocka_unit_test_setup_teardown(test_referenced_blocks_not_evicted, setup8, teardown),
+		cmocka_unit_test_setup_teardown(test_referenced_blocks_not_evicted, setup8,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_one_index_per_pool, setup8, teardown),
 	};
 

@@ -84,7 +84,8 @@ static void test_tables_complete(void **state)
 
 	for (uint32_t i = 0; i < KVP_ISA__COUNT; i++) {
 		const struct kvp_kernels *k = i == 0 ? &kvp_kernels_scalar :
-					      i == 1 ? &kvp_kernels_avx2 : &kvp_kernels_avx512;
+					      i == 1 ? &kvp_kernels_avx2 :
+						       &kvp_kernels_avx512;
 
 		if (kvp_kernels_gap(k, buf, sizeof(buf)))
 			fail_msg("table %s: empty slot %s", k->name, buf);
@@ -123,7 +124,7 @@ static void test_f16_bf16_all_values_exact(void **state)
 
 			if (isnan(r)) {
 				assert_true(isnan(f[i]) && isnan(g[i]));
-				assert_int_equal(bits(f[i]), bits(g[i]));	/* same NaN payload */
+				assert_int_equal(bits(f[i]), bits(g[i])); /* same NaN payload */
 			} else {
 				assert_int_equal(bits(f[i]), bits(r));
 				assert_int_equal(bits(g[i]), bits(r));
@@ -153,7 +154,9 @@ static void test_f32_to_f16_bf16_rounding(void **state)
 
 			assert_int_equal(kvp_f32_to_f16(kvp_f16_to_f32(h)), h);
 			if (i + 1 < 0x7c00) {
-				float mid = (kvp_f16_to_f32((uint16_t)i) + kvp_f16_to_f32((uint16_t)(i + 1))) / 2;
+				float mid = (kvp_f16_to_f32((uint16_t)i) +
+					     kvp_f16_to_f32((uint16_t)(i + 1))) /
+					    2;
 				uint16_t want = (i & 1) ? i + 1 : i;
 
 				assert_int_equal(kvp_f32_to_f16(mid), want);
@@ -176,7 +179,9 @@ static void test_f32_to_f16_bf16_rounding(void **state)
 		tables[t]->kv_store[KVP_DTYPE_BF16](out, src, 4099);
 		for (int i = 0; i < 4099; i++) {
 			uint32_t u = bits(src[i]), lo = u & 0xffff, hi = u >> 16;
-			uint16_t want = (uint16_t)(lo > 0x8000 || (lo == 0x8000 && (hi & 1)) ? hi + 1 : hi);
+			uint16_t want = (uint16_t)(lo > 0x8000 || (lo == 0x8000 && (hi & 1)) ?
+							   hi + 1 :
+							   hi);
 
 			assert_int_equal(out[i], want);
 		}
@@ -209,20 +214,20 @@ static void k4_scale_min(int j, const uint8_t *q, int *d, int *m)
 static void decode_block(const uint8_t *b, uint32_t type, float *y)
 {
 	switch (type) {
-	case KVP_GGML_Q4_0:	/* d; qs[16] */
+	case KVP_GGML_Q4_0: /* d; qs[16] */
 		for (int j = 0; j < 16; j++) {
 			y[j] = ((b[2 + j] & 0xF) - 8) * h16(b);
 			y[j + 16] = ((b[2 + j] >> 4) - 8) * h16(b);
 		}
 		return;
-	case KVP_GGML_Q4_1:	/* d; m; qs[16] */
+	case KVP_GGML_Q4_1: /* d; m; qs[16] */
 		for (int j = 0; j < 16; j++) {
 			y[j] = (b[4 + j] & 0xF) * h16(b) + h16(b + 2);
 			y[j + 16] = (b[4 + j] >> 4) * h16(b) + h16(b + 2);
 		}
 		return;
 	case KVP_GGML_Q5_0:
-	case KVP_GGML_Q5_1: {	/* d; (m;) qh[4]; qs[16] */
+	case KVP_GGML_Q5_1: { /* d; (m;) qh[4]; qs[16] */
 		int one = type == KVP_GGML_Q5_1;
 		uint32_t qh;
 		const uint8_t *qs = b + (one ? 8 : 6);
@@ -246,7 +251,7 @@ static void decode_block(const uint8_t *b, uint32_t type, float *y)
 		for (int j = 0; j < 32; j++)
 			y[j] = (int8_t)b[2 + j] * h16(b);
 		return;
-	case KVP_GGML_Q2_K: {	/* scales[16]; qs[64]; d; dmin */
+	case KVP_GGML_Q2_K: { /* scales[16]; qs[64]; d; dmin */
 		const uint8_t *q = b + 16;
 		float d = h16(b + 80), mn = h16(b + 82);
 		int is = 0;
@@ -262,7 +267,7 @@ static void decode_block(const uint8_t *b, uint32_t type, float *y)
 				}
 		return;
 	}
-	case KVP_GGML_Q3_K: {	/* hmask[32]; qs[64]; scales[12]; d */
+	case KVP_GGML_Q3_K: { /* hmask[32]; qs[64]; scales[12]; d */
 		const uint8_t *hm = b, *q = b + 32, *s = b + 96;
 		float d = h16(b + 108);
 		int8_t sc[16];
@@ -280,12 +285,13 @@ static void decode_block(const uint8_t *b, uint32_t type, float *y)
 					float dl = d * sc[is++];
 
 					for (int l = 16 * half; l < 16 * half + 16; l++)
-						*y++ = dl * (((q[l] >> shift) & 3) - ((hm[l] & m) ? 0 : 4));
+						*y++ = dl * (((q[l] >> shift) & 3) -
+							     ((hm[l] & m) ? 0 : 4));
 				}
 		return;
 	}
 	case KVP_GGML_Q4_K:
-	case KVP_GGML_Q5_K: {	/* d; dmin; scales[12]; (qh[32];) qs[128] */
+	case KVP_GGML_Q5_K: { /* d; dmin; scales[12]; (qh[32];) qs[128] */
 		int five = type == KVP_GGML_Q5_K;
 		const uint8_t *ql = b + (five ? 48 : 16), *qh = b + 16;
 		float d = h16(b), mn = h16(b + 2);
@@ -308,7 +314,7 @@ static void decode_block(const uint8_t *b, uint32_t type, float *y)
 		}
 		return;
 	}
-	case KVP_GGML_Q6_K: {	/* ql[128]; qh[64]; scales[16]; d */
+	case KVP_GGML_Q6_K: { /* ql[128]; qh[64]; scales[16]; d */
 		const uint8_t *ql = b, *qh = b + 128;
 		const int8_t *sc = (const int8_t *)(b + 192);
 		float d = h16(b + 208);
@@ -320,7 +326,8 @@ static void decode_block(const uint8_t *b, uint32_t type, float *y)
 				y[l] = d * sc[is] * (((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
 				y[l + 32] = d * sc[is + 2] *
 					    (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-				y[l + 64] = d * sc[is + 4] * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+				y[l + 64] = d * sc[is + 4] *
+					    (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
 				y[l + 96] = d * sc[is + 6] *
 					    (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
 			}
@@ -337,7 +344,7 @@ static const uint32_t int_types[] = {
 #define N_INT_TYPES (sizeof(int_types) / sizeof(int_types[0]))
 
 static const uint32_t all_types[] = {
-	KVP_GGML_F32, KVP_GGML_F16, KVP_GGML_BF16, KVP_GGML_Q8_0, KVP_GGML_Q4_0,
+	KVP_GGML_F32,  KVP_GGML_F16,  KVP_GGML_BF16, KVP_GGML_Q8_0, KVP_GGML_Q4_0,
 	KVP_GGML_Q4_1, KVP_GGML_Q5_0, KVP_GGML_Q5_1, KVP_GGML_Q2_K, KVP_GGML_Q3_K,
 	KVP_GGML_Q4_K, KVP_GGML_Q5_K, KVP_GGML_Q6_K,
 };
@@ -347,12 +354,35 @@ static const uint32_t all_types[] = {
 static void scale_offsets(uint32_t type, int *off, int *n)
 {
 	switch (type) {
-	case KVP_GGML_Q4_1: case KVP_GGML_Q5_1: off[0] = 0; off[1] = 2; *n = 2; return;
-	case KVP_GGML_Q2_K: off[0] = 80; off[1] = 82; *n = 2; return;
-	case KVP_GGML_Q3_K: off[0] = 108; *n = 1; return;
-	case KVP_GGML_Q4_K: case KVP_GGML_Q5_K: off[0] = 0; off[1] = 2; *n = 2; return;
-	case KVP_GGML_Q6_K: off[0] = 208; *n = 1; return;
-	default: off[0] = 0; *n = 1; return;
+	case KVP_GGML_Q4_1:
+	case KVP_GGML_Q5_1:
+		off[0] = 0;
+		off[1] = 2;
+		*n = 2;
+		return;
+	case KVP_GGML_Q2_K:
+		off[0] = 80;
+		off[1] = 82;
+		*n = 2;
+		return;
+	case KVP_GGML_Q3_K:
+		off[0] = 108;
+		*n = 1;
+		return;
+	case KVP_GGML_Q4_K:
+	case KVP_GGML_Q5_K:
+		off[0] = 0;
+		off[1] = 2;
+		*n = 2;
+		return;
+	case KVP_GGML_Q6_K:
+		off[0] = 208;
+		*n = 1;
+		return;
+	default:
+		off[0] = 0;
+		*n = 1;
+		return;
 	}
 }
 
@@ -367,9 +397,11 @@ static void random_blocks(uint8_t *buf, uint32_t type, size_t nb, int extreme)
 	scale_offsets(type, off, &n);
 	for (size_t b = 0; b < nb; b++) {
 		for (int s = 0; s < n; s++) {
-			static const uint16_t special[] = { 0x0000, 0x8000, 0x7bff, 0xfbff, 0x0001, 0x3c00 };
+			static const uint16_t special[] = { 0x0000, 0x8000, 0x7bff,
+							    0xfbff, 0x0001, 0x3c00 };
 			uint16_t h = extreme && b % 3 == 0 ? special[next() % 6] :
-						     (uint16_t)(0x2000 + next() % 0x1800) | (next() & 0x8000);
+							     (uint16_t)(0x2000 + next() % 0x1800) |
+								     (next() & 0x8000);
 
 			memcpy(buf + b * t->block_bytes + off[s], &h, 2);
 		}
@@ -398,8 +430,8 @@ static void test_dequant_every_type(void **state)
 			for (uint32_t e = 0; e < t->block; e++)
 				if (bits(y[e]) != bits(ref[b * t->block + e]) &&
 				    !(isnan(y[e]) && isnan(ref[b * t->block + e])))
-					fail_msg("%s block %zu elem %u: ref %g, test decoder %g", t->name,
-						 b, e, ref[b * t->block + e], y[e]);
+					fail_msg("%s block %zu elem %u: ref %g, test decoder %g",
+						 t->name, b, e, ref[b * t->block + e], y[e]);
 		}
 		for (int k = 0; k < n_tables; k++) {
 			tables[k]->dequant[type](got, buf, n);
@@ -419,17 +451,20 @@ static void test_quantize_round_trip(void **state)
 	 * the extreme to -2^(b-1) exactly and lose up to a step on the other side)
 	 */
 	enum { N = 4096 };
-	static const struct { uint32_t type; double rel; } bound[] = {
-		{ KVP_GGML_F16, 1e-3 }, { KVP_GGML_BF16, 8e-3 }, { KVP_GGML_Q8_0, 0.01 },
+	static const struct {
+		uint32_t type;
+		double rel;
+	} bound[] = {
+		{ KVP_GGML_F16, 1e-3 },	 { KVP_GGML_BF16, 8e-3 }, { KVP_GGML_Q8_0, 0.01 },
 		{ KVP_GGML_Q5_0, 0.07 }, { KVP_GGML_Q5_1, 0.07 }, { KVP_GGML_Q4_0, 0.13 },
 		{ KVP_GGML_Q4_1, 0.13 }, { KVP_GGML_Q6_K, 0.04 }, { KVP_GGML_Q5_K, 0.07 },
-		{ KVP_GGML_Q4_K, 0.13 }, { KVP_GGML_Q3_K, 0.3 }, { KVP_GGML_Q2_K, 0.5 },
+		{ KVP_GGML_Q4_K, 0.13 }, { KVP_GGML_Q3_K, 0.3 },  { KVP_GGML_Q2_K, 0.5 },
 	};
 	float *x = malloc(N * 4), *y = malloc(N * 4);
 	uint8_t *q = malloc(N * 4);
 
 	for (int i = 0; i < N; i++)
-		x[i] = frand() * (i % 256 < 16 ? 0.01f : 1.0f);	/* a quiet sub-block too */
+		x[i] = frand() * (i % 256 < 16 ? 0.01f : 1.0f); /* a quiet sub-block too */
 	for (size_t i = 0; i < sizeof(bound) / sizeof(bound[0]); i++) {
 		double err = 0, mag = 0;
 
@@ -439,11 +474,11 @@ static void test_quantize_round_trip(void **state)
 			err = fmax(err, fabs((double)y[j] - x[j]));
 			mag = fmax(mag, fabs(x[j]));
 		}
-		print_message("%s: max round-trip error %.4f of %.4f\n", kvp_qtype(bound[i].type)->name,
-			      err, mag);
+		print_message("%s: max round-trip error %.4f of %.4f\n",
+			      kvp_qtype(bound[i].type)->name, err, mag);
 		if (err > bound[i].rel * mag)
-			fail_msg("%s: max error %g of max magnitude %g", kvp_qtype(bound[i].type)->name,
-				 err, mag);
+			fail_msg("%s: max error %g of max magnitude %g",
+				 kvp_qtype(bound[i].type)->name, err, mag);
 	}
 	free(x);
 	free(y);
@@ -459,8 +494,9 @@ static void test_act_quantizers_equal_reference(void **state)
 
 	for (int round = 0; round < 4; round++) {
 		for (int i = 0; i < K; i++)
-			x[i] = round == 0 ? 0.0f : frand() * (round == 3 ? 1e6f : 3.0f) *
-						   (i % 97 == 0 ? 40.0f : 1.0f);
+			x[i] = round == 0 ? 0.0f :
+					    frand() * (round == 3 ? 1e6f : 3.0f) *
+						    (i % 97 == 0 ? 40.0f : 1.0f);
 		for (uint32_t a = 0; a < KVP_ACT__COUNT; a++) {
 			size_t bytes = kvp_act_row_bytes(a, K);
 
@@ -469,8 +505,8 @@ static void test_act_quantizers_equal_reference(void **state)
 				memset(got, 0xa5, sizeof(got));
 				tables[t]->quant_act[a](got, x, K);
 				if (memcmp(got, ref, bytes))
-					fail_msg("table %s act format %u round %d differs", tables[t]->name,
-						 a, round);
+					fail_msg("table %s act format %u round %d differs",
+						 tables[t]->name, a, round);
 			}
 		}
 	}
@@ -525,8 +561,8 @@ static void matmul_case(const struct kvp_kernels *kt, uint32_t type, size_t rows
 
 			if (o < o0 || o >= o1) {
 				if (out[r * d_out + o] != -1234.0f)
-					fail_msg("%s %s: wrote output %zu outside [%zu, %zu)", kt->name,
-						 t->name, o, o0, o1);
+					fail_msg("%s %s: wrote output %zu outside [%zu, %zu)",
+						 kt->name, t->name, o, o0, o1);
 				continue;
 			}
 			for (size_t i = 0; i < k; i++) {
@@ -534,8 +570,10 @@ static void matmul_case(const struct kvp_kernels *kt, uint32_t type, size_t rows
 				mag += fabs((double)wd[o * k + i] * xv[i]);
 			}
 			if (!(fabs(out[r * d_out + o] - want) <= 2e-5 * mag + 1e-6))
-				fail_msg("%s %s rows %zu k %zu: out (%zu, %zu) = %.7g, want %.7g (mag %g)",
-					 kt->name, t->name, rows, k, r, o, out[r * d_out + o], want, mag);
+				fail_msg(
+					"%s %s rows %zu k %zu: out (%zu, %zu) = %.7g, want %.7g (mag %g)",
+					kt->name, t->name, rows, k, r, o, out[r * d_out + o], want,
+					mag);
 		}
 	}
 	free(wf);
@@ -559,7 +597,9 @@ static void test_matmul_every_type_every_table(void **state)
 			uint32_t type = all_types[i];
 			uint32_t blk = kvp_qtype(type)->block;
 			size_t ks[] = { blk == 1 ? 77 : blk, blk == 1 ? 1000 : 3 * blk,
-					blk == 256 ? 256 * 70 : blk == 32 ? 32 * 300 : 2053 };
+					blk == 256 ? 256 * 70 :
+					blk == 32  ? 32 * 300 :
+						     2053 };
 
 			for (size_t rows = 1; rows <= 20; rows += rows < 10 ? 1 : 5)
 				matmul_case(tables[t], type, rows, ks[rows % 2], 37, 3, 35);
@@ -593,14 +633,15 @@ static void test_float_kernels_match_formulas(void **state)
 
 	kvp_rope_table(cs, 17, 32, 10000.0f);
 	memcpy(y, x, sizeof(x));
-	kvp_rope_apply(y, 2, 32, 32, cs);	/* 2 heads of 32, all rotated */
+	kvp_rope_apply(y, 2, 32, 32, cs); /* 2 heads of 32, all rotated */
 	for (int h = 0; h < 2; h++)
 		for (int i = 0; i < 16; i++) {
 			double th = 17 * pow(10000.0, -2.0 * i / 32);
 			double a = x[h * 32 + 2 * i], b = x[h * 32 + 2 * i + 1];
 
 			assert_true(fabs(y[h * 32 + 2 * i] - (a * cos(th) - b * sin(th))) < 1e-5);
-			assert_true(fabs(y[h * 32 + 2 * i + 1] - (a * sin(th) + b * cos(th))) < 1e-5);
+			assert_true(fabs(y[h * 32 + 2 * i + 1] - (a * sin(th) + b * cos(th))) <
+				    1e-5);
 		}
 
 	memcpy(y, x, sizeof(x));
@@ -638,7 +679,8 @@ static void test_attn_block_matches_softmax(void **state)
 				V[i] = frand();
 			}
 			tables[t]->attn_block(o, m, q, K, V, T1, scale, sbuf, hd);
-			tables[t]->attn_block(o, m, q, K + T1 * hd, V + T1 * hd, T2, scale, sbuf, hd);
+			tables[t]->attn_block(o, m, q, K + T1 * hd, V + T1 * hd, T2, scale, sbuf,
+					      hd);
 			for (int j = 0; j < T1 + T2; j++) {
 				sc[j] = 0;
 				for (uint32_t i = 0; i < hd; i++)

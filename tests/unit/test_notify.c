@@ -150,7 +150,7 @@ static void capture(bool prefix, int level, char *out, size_t cap)
 	assert_int_equal(dup2(fd, STDERR_FILENO), STDERR_FILENO);
 	errno = EAGAIN;
 	kvp_log(LOG_ERR, "pool: create %u blocks: %s", 4u, "no memory");
-	assert_int_equal(errno, EAGAIN);	/* preserved */
+	assert_int_equal(errno, EAGAIN); /* preserved */
 	kvp_log(LOG_WARNING, "notify: unusable");
 	kvp_log(LOG_INFO, "daemon: serving");
 	kvp_log(LOG_DEBUG, "engine: step");
@@ -195,10 +195,8 @@ static void test_log_prefixes(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_path_socket),
-		cmocka_unit_test(test_abstract_socket),
-		cmocka_unit_test(test_watchdog_env),
-		cmocka_unit_test(test_disabled_and_bad),
+		cmocka_unit_test(test_path_socket),  cmocka_unit_test(test_abstract_socket),
+		cmocka_unit_test(test_watchdog_env), cmocka_unit_test(test_disabled_and_bad),
 		cmocka_unit_test(test_log_prefixes),
 	};
 

@@ -130,7 +130,7 @@ static void test_this_machine_binds(void **state)
 	if (mode == -ENOSYS || mode == -EPERM) {
 		munmap(p, 2 << 20);
 		kvp_numa_close(n);
-		skip();		/* no NUMA policy syscalls here (kernel or seccomp) */
+		skip(); /* no NUMA policy syscalls here (kernel or seccomp) */
 	}
 	assert_int_equal(mode, MPOL_BIND);
 	assert_true(has);

@@ -23,14 +23,19 @@
 
 /* 1 layer, 1 kv head, head_dim 16, f32, 16 tokens: 2 KiB of K/V, 4 KiB stride */
 static const struct kvp_model_shape tiny = {
-	.n_layers = 1, .n_kv_heads = 1, .head_dim = 16, .dtype = KVP_DTYPE_F32,
+	.n_layers = 1,
+	.n_kv_heads = 1,
+	.head_dim = 16,
+	.dtype = KVP_DTYPE_F32,
 	.block_tokens = 16,
 };
 
 static struct kvp_pool *make_pool(uint32_t n_blocks, const struct kvp_numa *numa)
 {
-	struct kvp_pool_config cfg = { .shape = tiny, .n_blocks = n_blocks,
-				       .pages = KVP_PAGES_AUTO, .numa = numa,
+	struct kvp_pool_config cfg = { .shape = tiny,
+				       .n_blocks = n_blocks,
+				       .pages = KVP_PAGES_AUTO,
+				       .numa = numa,
 				       .name = "kvptest-pool" };
 	struct kvp_pool *p = NULL;
 
@@ -65,13 +70,13 @@ static void test_exhaustion_free_reuse(void **state)
 	assert_int_equal(st.arena[0].free, 0);
 
 	gen = kvp_pool_block(p, id[3])->generation;
-	assert_int_equal(kvp_pool_put(p, id[3]), 0);
+	assert_int_equal(kvp_pool_unref(p, id[3]), 0);
 	assert_int_equal(kvp_pool_alloc(p, KVP_NODE_ANY, &again), 0);
 	assert_int_equal(again, id[3]);
 	assert_int_equal(kvp_pool_block(p, again)->generation, gen + 1);
 
 	for (int i = 0; i < 8; i++)
-		assert_int_equal(kvp_pool_put(p, id[i]), 0);
+		assert_int_equal(kvp_pool_unref(p, id[i]), 0);
 	kvp_pool_stats(p, &st);
 	assert_int_equal(st.arena[0].free, 8);
 	assert_int_equal(st.arena[0].used, 0);
@@ -87,19 +92,19 @@ static void test_refcounts(void **state)
 	uint32_t a;
 
 	assert_int_equal(kvp_pool_alloc(p, KVP_NODE_ANY, &a), 0);
-	assert_int_equal(kvp_pool_get(p, a), 0);
+	assert_int_equal(kvp_pool_ref(p, a), 0);
 	assert_int_equal(refs(p, a), 2);
-	assert_int_equal(kvp_pool_put(p, a), 0);
+	assert_int_equal(kvp_pool_unref(p, a), 0);
 	kvp_pool_stats(p, &st);
 	assert_int_equal(st.arena[0].used, 1);
-	assert_int_equal(kvp_pool_put(p, a), 0);
+	assert_int_equal(kvp_pool_unref(p, a), 0);
 	kvp_pool_stats(p, &st);
 	assert_int_equal(st.arena[0].used, 0);
 	assert_int_equal(st.arena[0].free, 4);
-	assert_int_equal(kvp_pool_put(p, a), -EINVAL);	/* double put */
-	assert_int_equal(kvp_pool_get(p, a), -EINVAL);	/* free block */
-	assert_int_equal(kvp_pool_get(p, 4), -EINVAL);	/* bad id */
-	assert_int_equal(kvp_pool_put(p, KVP_BLOCK_NONE), -EINVAL);
+	assert_int_equal(kvp_pool_unref(p, a), -EINVAL); /* double put */
+	assert_int_equal(kvp_pool_ref(p, a), -EINVAL);	 /* free block */
+	assert_int_equal(kvp_pool_ref(p, 4), -EINVAL);	 /* bad id */
+	assert_int_equal(kvp_pool_unref(p, KVP_BLOCK_NONE), -EINVAL);
 	assert_null(kvp_pool_block(p, 4));
 	kvp_pool_free(p);
 }
@@ -116,7 +121,7 @@ static void test_copy_on_write(void **state)
 	assert_int_equal(kvp_pool_cow(p, a, KVP_NODE_ANY, &out), 0);
 	assert_int_equal(out, a);
 
-	assert_int_equal(kvp_pool_get(p, a), 0);	/* another sequence shares it */
+	assert_int_equal(kvp_pool_ref(p, a), 0); /* another sequence shares it */
 	assert_int_equal(kvp_pool_cow(p, a, KVP_NODE_ANY, &b), 1);
 	assert_int_not_equal(b, a);
 	assert_int_equal(refs(p, a), 1);
@@ -126,7 +131,7 @@ static void test_copy_on_write(void **state)
 	assert_int_equal(kvp_pool_data(p, a)[0], 0x5c);
 
 	/* shared and the pool full: -ENOMEM, and the caller still holds its reference */
-	assert_int_equal(kvp_pool_get(p, b), 0);
+	assert_int_equal(kvp_pool_ref(p, b), 0);
 	assert_int_equal(kvp_pool_cow(p, b, KVP_NODE_ANY, &c), -ENOMEM);
 	assert_int_equal(refs(p, b), 2);
 	kvp_pool_free(p);
@@ -159,11 +164,11 @@ static void test_pin_and_ttl_bookkeeping(void **state)
 	assert_int_equal(kvp_pool_alloc(p, KVP_NODE_ANY, &a), 0);
 	assert_int_equal(kvp_pool_mark_cached(p, a, KVP_BLOCK_NONE), 0);
 	assert_int_equal(kvp_pool_set_ttl(p, a, 500), 0);
-	assert_int_equal(kvp_pool_set_ttl(p, a, 100), 0);	/* earlier: ignored */
+	assert_int_equal(kvp_pool_set_ttl(p, a, 100), 0); /* earlier: ignored */
 	assert_int_equal(kvp_pool_block(p, a)->ttl_deadline_ns, 500);
 	assert_int_equal(kvp_pool_pin(p, a), 0);
 	assert_int_equal(kvp_pool_pin(p, a), 0);
-	assert_int_equal(kvp_pool_put(p, a), 0);	/* cached, unreferenced, pinned twice */
+	assert_int_equal(kvp_pool_unref(p, a), 0); /* cached, unreferenced, pinned twice */
 	assert_int_equal(kvp_pool_alloc(p, KVP_NODE_ANY, &x), -ENOMEM);
 	assert_int_equal(kvp_pool_unpin(p, a), 0);
 	assert_int_equal(kvp_pool_alloc(p, KVP_NODE_ANY, &x), -ENOMEM);
@@ -175,8 +180,8 @@ static void test_pin_and_ttl_bookkeeping(void **state)
 	assert_int_equal(kvp_pool_block(p, x)->ttl_deadline_ns, 0);
 	assert_false(kvp_pool_block(p, x)->cached);
 	assert_int_equal(kvp_pool_unpin(p, x), -EINVAL);
-	assert_int_equal(kvp_pool_put(p, x), 0);
-	assert_int_equal(kvp_pool_pin(p, x), -EINVAL);		/* free block */
+	assert_int_equal(kvp_pool_unref(p, x), 0);
+	assert_int_equal(kvp_pool_pin(p, x), -EINVAL); /* free block */
 	assert_int_equal(kvp_pool_set_ttl(p, x, 1), -EINVAL);
 	kvp_pool_free(p);
 }
@@ -238,13 +243,13 @@ static void test_two_node_arenas_and_fallback(void **state)
 		assert_true(id >= 5 && id < 10);
 		assert_int_equal(kvp_pool_block(p, id)->arena, 1);
 	}
-	assert_int_equal(kvp_pool_alloc(p, 1, &id), 0);	/* node 1 full */
+	assert_int_equal(kvp_pool_alloc(p, 1, &id), 0); /* node 1 full */
 	assert_true(id < 5);
 	kvp_pool_stats(p, &st);
 	assert_int_equal(st.alloc_remote, 1);
 	assert_int_equal(st.arena[1].free, 0);
 	assert_int_equal(st.arena[0].free, 4);
-	assert_int_equal(kvp_pool_alloc(p, 2, &id), -EINVAL);	/* no node 2 */
+	assert_int_equal(kvp_pool_alloc(p, 2, &id), -EINVAL); /* no node 2 */
 	kvp_pool_free(p);
 	kvp_numa_close(n);
 }
@@ -276,7 +281,7 @@ static void test_four_node_arenas_spread(void **state)
 	assert_int_equal(kvp_pool_alloc(p, 2, &id), 0);
 	assert_int_equal(kvp_pool_block(p, id)->arena, 0);
 	/* a free returns the block to its own arena: node 2 gets it back */
-	assert_int_equal(kvp_pool_put(p, 11), 0);
+	assert_int_equal(kvp_pool_unref(p, 11), 0);
 	assert_int_equal(kvp_pool_alloc(p, 2, &id), 0);
 	assert_int_equal(id, 11);
 	kvp_pool_free(p);
@@ -307,10 +312,10 @@ static void test_arena_memory_bound_on_this_machine(void **state)
 		unsigned int os = kvp_numa_os_index(n, arena);
 		unsigned long mask[16] = { 0 };
 
-		if (syscall(SYS_get_mempolicy, &mode, mask, sizeof(mask) * 8,
-			    kvp_pool_data(p, id), MPOL_F_ADDR) < 0) {
+		if (syscall(SYS_get_mempolicy, &mode, mask, sizeof(mask) * 8, kvp_pool_data(p, id),
+			    MPOL_F_ADDR) < 0) {
 			assert_true(errno == ENOSYS || errno == EPERM);
-			break;		/* no policy syscalls here: nothing to check */
+			break; /* no policy syscalls here: nothing to check */
 		}
 		assert_int_equal(mode, MPOL_BIND);
 		assert_true(mask[os / 64] >> (os % 64) & 1);

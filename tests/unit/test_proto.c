@@ -15,13 +15,19 @@
 #include "ipc/proto.h"
 
 static const struct kvp_proto_limits lim = {
-	.max_frame_bytes = 4096, .max_prompt_tokens = 64, .max_new_tokens = 100,
+	.max_frame_bytes = 4096,
+	.max_prompt_tokens = 64,
+	.max_new_tokens = 100,
 };
 
 static struct kvp_generate gen(uint32_t n_tokens)
 {
-	return (struct kvp_generate){ .n_tokens = n_tokens, .max_new_tokens = 10, .top_p = 1.0f,
-				      .temperature = 0.7f, .top_k = 40, .seed = 1234 };
+	return (struct kvp_generate){ .n_tokens = n_tokens,
+				      .max_new_tokens = 10,
+				      .top_p = 1.0f,
+				      .temperature = 0.7f,
+				      .top_k = 40,
+				      .seed = 1234 };
 }
 
 /* Encode @g + @body, check the header, decode the payload. */
@@ -75,8 +81,12 @@ static void test_daemon_frames_roundtrip(void **state)
 	struct kvp_frame_hdr h;
 	const char *why, *text, *msg;
 	const void *ids;
-	struct kvp_welcome w = { .n_vocab = 32000, .n_ctx = 2048, .n_fds = 1,
-				 .segment_bytes = 1 << 30, .model = "demo" }, w2;
+	struct kvp_welcome w = { .n_vocab = 32000,
+				 .n_ctx = 2048,
+				 .n_fds = 1,
+				 .segment_bytes = 1 << 30,
+				 .model = "demo" },
+			   w2;
 	struct kvp_usage u = { .prompt_tokens = 100, .cached_tokens = 96, .ttft_ms = 3.25 }, u2;
 	struct kvp_token t;
 	struct kvp_error e;
@@ -141,7 +151,7 @@ static void test_bad_headers(void **state)
 	assert_int_equal(kvp_proto_check_hdr(&h, sizeof(h), 4096, &out, &why), KVP_OK);
 	h.len_bytes++;
 	assert_int_equal(kvp_proto_check_hdr(&h, sizeof(h), 4096, &out, &why), KVP_E_LIMIT);
-	h.len_bytes = UINT32_MAX;	/* no wrap-around in the size check */
+	h.len_bytes = UINT32_MAX; /* no wrap-around in the size check */
 	assert_int_equal(kvp_proto_check_hdr(&h, sizeof(h), UINT32_MAX, &out, &why), KVP_E_LIMIT);
 }
 
@@ -176,13 +186,13 @@ static void test_bad_generate_payloads(void **state)
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_E_PROTO);
 	g = gen(4), g.salt_len = KVP_SALT_MAX + 1;
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_E_PROTO);
-	g = gen(4), g.salt_len = 2, g.salt[5] = 1;	/* padding not zero */
+	g = gen(4), g.salt_len = 2, g.salt[5] = 1; /* padding not zero */
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_E_PROTO);
 	g = gen(4), g.salt_len = KVP_SALT_MAX, memset(g.salt, 7, KVP_SALT_MAX);
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_OK);
-	g = gen(0);	/* neither tokens nor text */
+	g = gen(0); /* neither tokens nor text */
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_E_PROTO);
-	g = gen(4), g.text_bytes = 3;	/* both */
+	g = gen(4), g.text_bytes = 3; /* both */
 	memcpy(raw, &g, sizeof(g));
 	memset(raw + sizeof(g), 'a', 19);
 	assert_int_equal(kvp_proto_decode_generate(raw, sizeof(g) + 19, &lim, &out, &body, &why),
@@ -236,7 +246,7 @@ static void test_bad_daemon_payloads(void **state)
 	assert_int_equal(kvp_proto_decode_welcome(raw, sizeof(w), &w, &why), KVP_E_PROTO);
 	memset(raw, 0, sizeof(raw));
 	assert_int_equal(kvp_proto_decode_hello(raw, sizeof(h) + 1, &h, &why), KVP_E_PROTO);
-	raw[0] = 2;	/* unknown HELLO flag */
+	raw[0] = 2; /* unknown HELLO flag */
 	assert_int_equal(kvp_proto_decode_hello(raw, sizeof(h), &h, &why), KVP_E_PROTO);
 	memcpy(raw, &t, sizeof(t));
 	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 2, &t, &ids, &text, &why),

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_run.c - the offline command lines, run in-process: kvpool-mkmodel writes a model
- * that kvpool-run loads; kvpool-run's --json object has the keys the issue names and
- * the same greedy tokens as the forward pass driven directly; sampling flags are
- * seeded; --help and bad arguments give the documented exit statuses.
+ * test_run.c - the offline command lines, run in-process (their sources are compiled
+ * into this test): kvpool-mkmodel writes a model that kvpool-run loads; kvpool-run's
+ * --json object has the documented keys (docs/compute.md) and the same greedy tokens as
+ * the forward pass driven directly, and its printer writes the same bytes as before the
+ * JSON writers were merged; sampling flags are seeded; --help and bad arguments give the
+ * documented exit statuses.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -31,8 +33,8 @@ struct fixture {
 static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
-	char *argv[] = { "kvpool-mkmodel", "--preset", "tiny", "--type", "f16", "--seed", "99",
-			 "-o", NULL, NULL };
+	char *argv[] = { "kvpool-mkmodel", "--preset", "tiny", "--type", "f16",
+			 "--seed",	   "99",       "-o",   NULL,	 NULL };
 
 	if (!f || kvp_test_tmpdir(f->dir, sizeof(f->dir)))
 		return -1;
@@ -111,12 +113,18 @@ static void direct_greedy(const char *path, const char *prompt, int32_t *out, ui
 	assert_int_equal(kvp_geom_init(&kv.geom, &sh), 0);
 	kv.n_blocks = 8;
 	kv.base = aligned_alloc(KVP_BLOCK_ALIGN, 8 * kv.geom.block_stride);
-	assert_int_equal(kvp_fwd_new(&f, m, &(struct kvp_fwd_opts){ .n_threads = 1, .max_chunk = 64, .max_batch = 1 }), 0);
+	assert_int_equal(kvp_fwd_new(&f, m,
+				     &(struct kvp_fwd_opts){
+					     .n_threads = 1, .max_chunk = 64, .max_batch = 1 }),
+			 0);
 	assert_int_equal(kvp_fwd_prefill(f, &kv, table, 8, 0, ids, (uint32_t)n, lg, 0), 0);
 	for (uint32_t i = 0; i < n_gen; i++) {
 		out[i] = kvp_sample_greedy(lg, kvp_model_hparams(m)->n_vocab);
-		assert_int_equal(kvp_fwd_decode(f, &kv, &(struct kvp_fwd_seq){ table, 8,
-				 (uint32_t)n + i, out[i] }, 1, lg), 0);
+		assert_int_equal(kvp_fwd_decode(f, &kv,
+						&(struct kvp_fwd_seq){ table, 8, (uint32_t)n + i,
+								       out[i] },
+						1, lg),
+				 0);
 	}
 	kvp_fwd_free(f);
 	free(kv.base);
@@ -132,9 +140,14 @@ static void test_json_matches_forward(void **state)
 	 * 6 prompt tokens (BOS + 5 bytes); the 16 greedy tokens equal the forward pass's
 	 */
 	struct fixture *f = *state;
-	static const char *const keys[] = { "\"text\":", "\"timings\":{", "\"prompt_tokens\":6,",
-		"\"generated_tokens\":16,", "\"prefill_ms\":", "\"decode_ms\":", "\"prefill_tok_s\":",
-		"\"decode_tok_s\":" };
+	static const char *const keys[] = { "\"text\":",
+					    "\"timings\":{",
+					    "\"prompt_tokens\":6,",
+					    "\"generated_tokens\":16,",
+					    "\"prefill_ms\":",
+					    "\"decode_ms\":",
+					    "\"prefill_tok_s\":",
+					    "\"decode_tok_s\":" };
 	const char *args[] = { "-m", f->model, "-p", "Hello", "-n", "16", "--json", NULL };
 	int32_t got[32], want[16];
 	char *out;
@@ -159,16 +172,20 @@ static void test_tokens_and_sampling_flags(void **state)
 	 */
 	struct fixture *f = *state;
 	const char *text[] = { "-m", f->model, "-p", "Hello", "-n", "12", "--json", NULL };
-	const char *ids[] = { "-m", f->model, "--tokens", "1,75,104,111,111,114", "-n", "12",
-			      "--json", NULL };
-	const char *small[] = { "-m", f->model, "-p", "Hello", "-n", "12", "--json", "--kv-type",
-				"f16", "--block-tokens", "2", "--chunk", "2", "--threads", "1", NULL };
-	const char *copy[] = { "-m", f->model, "-p", "Hello", "-n", "12", "--json", "--weights",
-			       "copy", NULL };
-	const char *s1[] = { "-m", f->model, "-p", "Hello", "-n", "24", "--json", "--temperature",
-			     "1.5", "--top-k", "50", "--top-p", "0.95", "--seed", "7", NULL };
-	const char *s2[] = { "-m", f->model, "-p", "Hello", "-n", "24", "--json", "--temperature",
-			     "1.5", "--top-k", "50", "--top-p", "0.95", "--seed", "8", NULL };
+	const char *ids[] = { "-m", f->model, "--tokens", "1,75,104,111,111,114",
+			      "-n", "12",     "--json",	  NULL };
+	const char *small[] = { "-m", f->model,	 "-p",	      "Hello",	   "-n",
+				"12", "--json",	 "--kv-type", "f16",	   "--block-tokens",
+				"2",  "--chunk", "2",	      "--threads", "1",
+				NULL };
+	const char *copy[] = { "-m", f->model, "-p",	    "Hello", "-n",
+			       "12", "--json", "--weights", "copy",  NULL };
+	const char *s1[] = { "-m",     f->model,	"-p",  "Hello",	  "-n", "24",
+			     "--json", "--temperature", "1.5", "--top-k", "50", "--top-p",
+			     "0.95",   "--seed",	"7",   NULL };
+	const char *s2[] = { "-m",     f->model,	"-p",  "Hello",	  "-n", "24",
+			     "--json", "--temperature", "1.5", "--top-k", "50", "--top-p",
+			     "0.95",   "--seed",	"8",   NULL };
 	char *a, *b, *c, *d, *e, *g;
 	int32_t ta[32], tb[32], tc[32];
 
@@ -208,10 +225,11 @@ static void test_stops_at_eos(void **state)
 	 * then EOS, then the rest up to -n
 	 */
 	struct fixture *f = *state;
-	const char *stop[] = { "-m", f->model, "-p", "Hi", "-n", "1500", "--json", "--temperature",
-			       "1e30", "--seed", "5", NULL };
-	const char *cont[] = { "-m", f->model, "-p", "Hi", "-n", "1500", "--json", "--temperature",
-			       "1e30", "--seed", "5", "--ignore-eos", NULL };
+	const char *stop[] = { "-m",	 f->model,	  "-p",	  "Hi",	    "-n", "1500",
+			       "--json", "--temperature", "1e30", "--seed", "5",  NULL };
+	const char *cont[] = { "-m",	 f->model,	  "-p",	  "Hi",	    "-n", "1500",
+			       "--json", "--temperature", "1e30", "--seed", "5",  "--ignore-eos",
+			       NULL };
 	int32_t *a = malloc(1500 * sizeof(int32_t)), *b = malloc(1500 * sizeof(int32_t));
 	char *oa, *ob;
 	int na, nb;
@@ -225,7 +243,7 @@ static void test_stops_at_eos(void **state)
 	for (int i = 0; i < na; i++)
 		assert_int_not_equal(a[i], 2);
 	assert_memory_equal(a, b, (size_t)na * sizeof(int32_t));
-	assert_int_equal(b[na], 2);	/* </s> */
+	assert_int_equal(b[na], 2); /* </s> */
 	free(a);
 	free(b);
 	free(oa);
@@ -238,8 +256,8 @@ static void test_help_and_bad_arguments(void **state)
 	struct fixture *f = *state;
 	const char *help[] = { "--help", NULL };
 	const char *const bad[][10] = {
-		{ "-m", f->model, NULL },			/* no prompt */
-		{ "-p", "x", NULL },				/* no model */
+		{ "-m", f->model, NULL }, /* no prompt */
+		{ "-p", "x", NULL },	  /* no model */
 		{ "-m", f->model, "-p", "x", "--tokens", "1", NULL },
 		{ "-m", f->model, "-p", "x", "-n", "0", NULL },
 		{ "-m", f->model, "-p", "x", "--temperature", "-1", NULL },
@@ -247,7 +265,7 @@ static void test_help_and_bad_arguments(void **state)
 		{ "-m", f->model, "-p", "x", "--kv-type", "q8_0", NULL },
 		{ "-m", f->model, "-p", "x", "--weights", "huge", NULL },
 		{ "-m", f->model, "--tokens", "1,,2", NULL },
-		{ "-m", f->model, "--tokens", "1,259", NULL },	/* id past the vocabulary */
+		{ "-m", f->model, "--tokens", "1,259", NULL }, /* id past the vocabulary */
 		{ "-m", f->model, "-p", "x", "stray", NULL },
 	};
 	char *out;
@@ -271,12 +289,27 @@ static void test_mkmodel_cli(void **state)
 	/* kvpool-mkmodel: shape flags and --type reach the file; bad values exit 2 */
 	struct fixture *f = *state;
 	char path[600];
-	char *ok[] = { "kvpool-mkmodel", "--n-embd", "96", "--n-layers", "3", "--n-heads", "6",
-		       "--n-kv-heads", "3", "--n-ff", "64", "--type", "q8_0", "--tied", "-o",
-		       path, NULL };
+	char *ok[] = { "kvpool-mkmodel",
+		       "--n-embd",
+		       "96",
+		       "--n-layers",
+		       "3",
+		       "--n-heads",
+		       "6",
+		       "--n-kv-heads",
+		       "3",
+		       "--n-ff",
+		       "64",
+		       "--type",
+		       "q8_0",
+		       "--tied",
+		       "-o",
+		       path,
+		       NULL };
 	char *bad_type[] = { "kvpool-mkmodel", "--type", "iq2_xs", "-o", path, NULL };
-	char *bad_shape[] = { "kvpool-mkmodel", "--n-embd", "100", "--n-heads", "3", "-o", path,
-			      NULL };
+	char *bad_shape[] = {
+		"kvpool-mkmodel", "--n-embd", "100", "--n-heads", "3", "-o", path, NULL
+	};
 	char *no_out[] = { "kvpool-mkmodel", "--preset", "demo", NULL };
 	struct kvp_model *m;
 	const struct kvp_model_hparams *hp;
@@ -298,10 +331,45 @@ static void test_mkmodel_cli(void **state)
 	assert_int_equal(kvp_mkmodel_main(3, no_out), 2);
 }
 
+static void test_json_same_bytes_as_before(void **state)
+{
+	static const int32_t ids[] = { 1, 22, 333, 4444, 0 };
+	static const char text[] = "Hi \"x\" \\ y\nz \xc3\xa9\xf0\x9f\x98\x80 \xef\xbf\xbd/";
+	struct kvp_run_result a = { .ids = ids,
+				    .n_ids = 5,
+				    .text = text,
+				    .text_len = sizeof(text) - 1,
+				    .n_prompt = 6,
+				    .prefill_s = 0.0012345,
+				    .decode_s = 0.0456789,
+				    .n_steps = 4 };
+	struct kvp_run_result b = { .ids = ids, .text = "", .n_prompt = 1 };
+	struct kvp_buf out = KVP_BUF_INIT;
+
+	/*
+	 * byte for byte what kvpool-run's own printer wrote for the same figures (recorded
+	 * from it before the JSON writers were merged), including an empty generation
+	 */
+	kvp_run_json(&out, &a);
+	kvp_run_json(&out, &b);
+	assert_int_equal(kvp_buf_finish(&out), (int)out.len);
+	assert_string_equal(
+		out.p,
+		"{\"tokens\":[1,22,333,4444,0],\"text\":\"Hi \\\"x\\\" \\\\ y\\nz \xc3\xa9\xf0\x9f"
+		"\x98\x80 \xef\xbf\xbd/\",\"timings\":{\"prompt_tokens\":6,\"generated_tokens\":5,"
+		"\"prefill_ms\":1.234,\"decode_ms\":45.679,\"prefill_tok_s\":4860.27,"
+		"\"decode_tok_s\":87.57}}\n"
+		"{\"tokens\":[],\"text\":\"\",\"timings\":{\"prompt_tokens\":1,"
+		"\"generated_tokens\":0,\"prefill_ms\":0.000,\"decode_ms\":0.000,"
+		"\"prefill_tok_s\":0.00,\"decode_tok_s\":0.00}}\n");
+	kvp_buf_deinit(&out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_json_matches_forward),
+		cmocka_unit_test(test_json_same_bytes_as_before),
 		cmocka_unit_test(test_tokens_and_sampling_flags),
 		cmocka_unit_test(test_stops_at_eos),
 		cmocka_unit_test(test_help_and_bad_arguments),

@@ -20,7 +20,8 @@ static void test_greedy_is_argmax(void **state)
 
 	assert_int_equal(kvp_sample_greedy(l, 6), 1);
 	assert_int_equal(kvp_sample_greedy(n, 3), 2);
-	assert_int_equal(kvp_sampler_new(&s, 6, &(struct kvp_sample_params){ .temperature = 0 }), 0);
+	assert_int_equal(kvp_sampler_new(&s, 6, &(struct kvp_sample_params){ .temperature = 0 }),
+			 0);
 	for (int i = 0; i < 10; i++)
 		assert_int_equal(kvp_sampler_sample(s, l), 1);
 	kvp_sampler_free(s);
@@ -85,8 +86,9 @@ static void test_top_k(void **state)
 	int c[100] = { 0 }, g[100] = { 0 };
 
 	for (int i = 0; i < 100; i++)
-		l[i] = (float)((i * 37) % 100) / 50.0f;	/* max at 27 (99), then 54 (98), 81 (97) */
-	draw(l, 100, (struct kvp_sample_params){ .temperature = 5, .top_k = 3, .seed = 1 }, 3000, c);
+		l[i] = (float)((i * 37) % 100) / 50.0f; /* max at 27 (99), then 54 (98), 81 (97) */
+	draw(l, 100, (struct kvp_sample_params){ .temperature = 5, .top_k = 3, .seed = 1 }, 3000,
+	     c);
 	for (int i = 0; i < 100; i++) {
 		if (i == 81 || i == 54 || i == 27)
 			assert_true(c[i] > 500);
@@ -103,12 +105,14 @@ static void test_top_p(void **state)
 	float l[4] = { logf(0.05f), logf(0.5f), logf(0.15f), logf(0.3f) };
 	int c[4] = { 0 }, t[4] = { 0 };
 
-	draw(l, 4, (struct kvp_sample_params){ .temperature = 1, .top_p = 0.7f, .seed = 9 }, 8000, c);
+	draw(l, 4, (struct kvp_sample_params){ .temperature = 1, .top_p = 0.7f, .seed = 9 }, 8000,
+	     c);
 	assert_int_equal(c[0], 0);
 	assert_int_equal(c[2], 0);
 	assert_true(fabs(c[1] / 8000.0 - 0.625) < 0.03);
 	/* a tiny p keeps only the most likely token */
-	draw(l, 4, (struct kvp_sample_params){ .temperature = 1, .top_p = 0.01f, .seed = 9 }, 100, t);
+	draw(l, 4, (struct kvp_sample_params){ .temperature = 1, .top_p = 0.01f, .seed = 9 }, 100,
+	     t);
 	assert_int_equal(t[1], 100);
 }
 
@@ -122,9 +126,11 @@ static void test_extreme_temperatures_and_logits(void **state)
 	float inf[4] = { 0.0f, INFINITY, 1.0f, NAN };
 	int c[5] = { 0 }, h[5] = { 0 }, g[4] = { 0 };
 
-	draw(l, 5, (struct kvp_sample_params){ .temperature = 1e-38f, .top_p = 1, .seed = 3 }, 200, c);
+	draw(l, 5, (struct kvp_sample_params){ .temperature = 1e-38f, .top_p = 1, .seed = 3 }, 200,
+	     c);
 	assert_int_equal(c[1], 200);
-	draw(l, 5, (struct kvp_sample_params){ .temperature = 1e30f, .top_p = 0.9f, .seed = 3 }, 2000, h);
+	draw(l, 5, (struct kvp_sample_params){ .temperature = 1e30f, .top_p = 0.9f, .seed = 3 },
+	     2000, h);
 	for (int i = 0; i < 5; i++)
 		assert_true(h[i] > 200);
 	draw(inf, 4, (struct kvp_sample_params){ .temperature = 1, .top_p = 1, .seed = 3 }, 50, g);

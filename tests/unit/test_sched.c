@@ -44,8 +44,8 @@ struct fixture {
 	struct kvp_usage usage[16];
 	uint32_t status[16];
 	uint32_t n_tokens[16];
-	int32_t ids[16][64];		/* the first 64 ids of each request */
-	char text[16][4096];		/* its text, as the TOKEN events carried it */
+	int32_t ids[16][64]; /* the first 64 ids of each request */
+	char text[16][4096]; /* its text, as the TOKEN events carried it */
 	size_t text_len[16];
 	bool done[16];
 	uint64_t max_running_seen;
@@ -80,13 +80,13 @@ static int make(struct fixture *f, uint32_t n_blocks, uint32_t max_running, bool
 	int r;
 
 	memset(f, 0, sizeof(*f));
-	if (kvp_mkmodel_preset(&o, "tiny") || kvp_mkmodel_write_mem(&f->gguf, &f->gguf_len, &o,
-								    NULL, 0))
+	if (kvp_mkmodel_preset(&o, "tiny") ||
+	    kvp_mkmodel_write_mem(&f->gguf, &f->gguf_len, &o, NULL, 0))
 		return -1;
 	if (kvp_model_open_mem(&f->model, f->gguf, f->gguf_len, NULL, 0))
 		return -1;
-	if (long_pieces ? long_piece_tokenizer(&f->tok) : kvp_tokenizer_new(&f->tok, f->model,
-									       NULL, 0))
+	if (long_pieces ? long_piece_tokenizer(&f->tok) :
+			  kvp_tokenizer_new(&f->tok, f->model, NULL, 0))
 		return -1;
 	kvp_model_kv_shape(f->model, KVP_DTYPE_F32, BT, &pc.shape);
 	pc.n_blocks = n_blocks;
@@ -163,8 +163,11 @@ static int teardown(void **state)
 static int submit(struct fixture *f, uint64_t id, uint32_t n_prompt, uint32_t max_new,
 		  bool no_cache, uint32_t tail_seed)
 {
-	struct kvp_sched_req r = { .conn = 1, .req_id = id, .n_tokens = n_prompt,
-				   .max_new = max_new, .no_cache = no_cache };
+	struct kvp_sched_req r = { .conn = 1,
+				   .req_id = id,
+				   .n_tokens = n_prompt,
+				   .max_new = max_new,
+				   .no_cache = no_cache };
 	int ret;
 
 	r.tokens = malloc(n_prompt * sizeof(int32_t));
@@ -464,8 +467,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cached_blocks_evicted_for_new_work,
 						setup_small, teardown),
 		cmocka_unit_test_setup_teardown(test_cancel_and_close_release, setup_big, teardown),
-		cmocka_unit_test_setup_teardown(test_shared_prefix_computed_once,
-						setup_big_stopped, teardown),
+		cmocka_unit_test_setup_teardown(test_shared_prefix_computed_once, setup_big_stopped,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_prefill_interleaves_with_decode, setup_big,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_long_pieces_sliced_whole, setup_long_pieces,

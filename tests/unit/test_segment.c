@@ -29,8 +29,11 @@
 /* 1 layer, 1 head, dim 64, f32, 16 tokens: 8 KiB blocks */
 static void small_geom(struct kvp_geom *g)
 {
-	struct kvp_model_shape s = { .n_layers = 1, .n_kv_heads = 1, .head_dim = 64,
-				     .dtype = KVP_DTYPE_F32, .block_tokens = 16 };
+	struct kvp_model_shape s = { .n_layers = 1,
+				     .n_kv_heads = 1,
+				     .head_dim = 64,
+				     .dtype = KVP_DTYPE_F32,
+				     .block_tokens = 16 };
 
 	assert_int_equal(kvp_geom_init(g, &s), 0);
 }
@@ -152,7 +155,7 @@ static int shmem_thp_off(void)
 	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "re");
 
 	if (!f)
-		return 1;	/* no THP at all */
+		return 1; /* no THP at all */
 	if (!fgets(buf, sizeof(buf), f))
 		buf[0] = 0;
 	fclose(f);
@@ -243,7 +246,7 @@ static void test_small_pool_prefault_and_thp_report(void **state)
 	/* at least 8 MiB and more than hugetlb can give: the THP-advised memfd path */
 	n_blocks = (uint32_t)((huge_pages_possible() + 4) * (KVP_HUGE_PAGE_BYTES / g.block_stride));
 	assert_int_equal(kvp_segment_open(&seg, &g, n_blocks, KVP_PAGES_AUTO, "kvptest"), 0);
-	assert_int_equal(seg->kind, KVP_PAGE_THP);	/* advised, not yet verified */
+	assert_int_equal(seg->kind, KVP_PAGE_THP); /* advised, not yet verified */
 	if (n_blocks * (size_t)g.block_stride > (64u << 20)) {
 		/* many pages free: do not fault in this much just for a unit test */
 		kvp_segment_close(seg);
@@ -277,7 +280,7 @@ static void test_bad_arguments(void **state)
 	name[sizeof(name) - 1] = 0;
 	assert_int_equal(kvp_segment_open(&seg, &g, 4, KVP_PAGES_REQUIRE_HUGE, name), -EINVAL);
 	assert_int_equal(kvp_segment_open(&seg, &g, 4, KVP_PAGES_AUTO, name), -EINVAL);
-	name[249] = 0;				/* the longest name memfd takes */
+	name[249] = 0; /* the longest name memfd takes */
 	assert_int_equal(kvp_segment_open(&seg, &g, 4, KVP_PAGES_OFF, name), 0);
 	kvp_segment_close(seg);
 	g.block_stride = SIZE_MAX / 2 & ~(size_t)4095;
@@ -361,8 +364,10 @@ static void test_hugetlb_auto_and_require(void **state)
 		struct kvp_geom g;
 
 		small_geom(&g);
-		assert_int_equal(kvp_segment_open(&seg, &g, 2 * KVP_HUGE_PAGE_BYTES / g.block_stride,
-						  (enum kvp_page_mode)mode, "kvptest"), 0);
+		assert_int_equal(kvp_segment_open(&seg, &g,
+						  2 * KVP_HUGE_PAGE_BYTES / g.block_stride,
+						  (enum kvp_page_mode)mode, "kvptest"),
+				 0);
 		assert_int_equal(kvp_segment_page_kind(seg), KVP_PAGE_HUGETLB_2M);
 		assert_string_equal(kvp_page_kind_name(seg->kind), "hugetlb-2m");
 		assert_int_equal(seg->data_offset, KVP_HUGE_PAGE_BYTES);
@@ -383,7 +388,8 @@ static void test_hugetlb_sealed_readonly_in_child(void **state)
 
 	small_geom(&g);
 	assert_int_equal(kvp_segment_open(&seg, &g, KVP_HUGE_PAGE_BYTES / g.block_stride,
-					  KVP_PAGES_REQUIRE_HUGE, "kvptest"), 0);
+					  KVP_PAGES_REQUIRE_HUGE, "kvptest"),
+			 0);
 	assert_int_equal(kvp_segment_prefault(seg), 0);
 	assert_int_equal(kvp_segment_seal(seg), 0);
 	check_sealed_in_child(seg);

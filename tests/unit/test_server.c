@@ -7,8 +7,9 @@
  * The test ops: HELLO passes a read-only fd of a real sealed pool segment (shm/segment.c,
  * 4 KiB pages) and WELCOME describes it; GENERATE with seed 0 echoes the prompt
  * ids back one TOKEN each then DONE, seed 2 holds the request until cancelled, seed 1
- * streams 4 KiB TOKEN frames from the wakeup eventfd until the connection goes away;
- * cancel answers ERROR KVP_E_CANCELLED; status prints the server's counters.
+ * streams 4 KiB TOKEN frames from the wakeup eventfd until the connection goes away,
+ * seed 3 is refused (NOSPACE), seed 4 is held and its cancels only counted; cancel
+ * answers ERROR KVP_E_CANCELLED; status prints the server's counters.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -56,26 +57,30 @@ struct fixture {
 	pthread_t thread;
 	int run_ret;
 	unsigned int drain_ms;
-	struct kvp_segment *seg;	/* its RW mapping can still write the header */
-	int memfd;			/* read-only reopen handed out with WELCOME */
+	struct kvp_segment *seg; /* its RW mapping can still write the header */
+	int memfd;		 /* read-only reopen handed out with WELCOME */
 	int efd;
 	pthread_mutex_t lock;
 	kvp_conn_id closed[CLOSED_MAX];
 	unsigned int n_closed;
 	atomic_uint n_hello;
-	char client[KVP_CLIENT_NAME_MAX + 1];	/* of the last HELLO (under @lock) */
+	char client[KVP_CLIENT_NAME_MAX + 1]; /* of the last HELLO (under @lock) */
 	/* streaming (seed 1) */
 	kvp_conn_id stream_conn;
 	uint64_t stream_req;
 	bool streaming;
 	atomic_bool stream_gone;
 	atomic_ulong stream_sent;
-	atomic_int credits;	/* chunks the wakeup may still stream */
+	atomic_int credits; /* chunks the wakeup may still stream */
 	uint64_t stream_limit;
 	/* a handle that must be stale when the wakeup fires */
 	kvp_conn_id stale_probe;
 	atomic_bool stale_probe_set;
 	atomic_int stale_result;
+	/* seed 4: held, and its cancels are counted, not answered */
+	kvp_conn_id deaf_conn;
+	uint64_t deaf_req;
+	atomic_uint n_cancels;
 };
 
 /* ------------------------------------------------------------ test ops (loop thread) */
@@ -90,7 +95,7 @@ static int t_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, con
 	snprintf(f->client, sizeof(f->client), "%s", client);
 	pthread_mutex_unlock(&f->lock);
 	if (peer->uid != getuid() || peer->pid != getpid())
-		return KVP_E_INTERNAL;	/* SO_PEERCRED must name this process */
+		return KVP_E_INTERNAL; /* SO_PEERCRED must name this process */
 	w->n_vocab = N_VOCAB;
 	w->n_ctx = 512;
 	w->eos_id = UINT32_MAX;
@@ -119,13 +124,18 @@ static int t_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		f->stream_conn = conn;
 		f->stream_req = req_id;
 		f->streaming = true;
-		t_wakeup(f);	/* spend credits granted before this request arrived */
+		t_wakeup(f); /* spend credits granted before this request arrived */
 		return KVP_OK;
 	}
 	if (g->seed == 2)
 		return KVP_OK;
 	if (g->seed == 3)
 		return KVP_E_NOSPACE;
+	if (g->seed == 4) {
+		f->deaf_conn = conn;
+		f->deaf_req = req_id;
+		return KVP_OK;
+	}
 	if (text) {
 		/* text prompts: one TOKEN whose text is the prompt itself */
 		int32_t id = (int32_t)strlen(text);
@@ -136,7 +146,8 @@ static int t_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		for (uint32_t i = 0; i < g->n_tokens && i < g->max_new_tokens; i++) {
 			int n = snprintf(buf, sizeof(buf), "t%d ", tokens[i]);
 
-			kvp_server_send_tokens(f->srv, conn, req_id, &tokens[i], 1, buf, (uint32_t)n);
+			kvp_server_send_tokens(f->srv, conn, req_id, &tokens[i], 1, buf,
+					       (uint32_t)n);
 			u.generated_tokens++;
 		}
 		u.prompt_tokens = g->n_tokens;
@@ -149,6 +160,9 @@ static void t_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
 {
 	struct fixture *f = ctx;
 
+	atomic_fetch_add(&f->n_cancels, 1);
+	if (conn == f->deaf_conn && req_id == f->deaf_req)
+		return;
 	kvp_server_send_error(f->srv, conn, req_id, KVP_E_CANCELLED, "cancelled");
 }
 
@@ -228,15 +242,25 @@ static void *server_thread(void *arg)
 static int setup(void **state)
 {
 	struct kvp_server_config cfg = {
-		.socket_gid = (gid_t)-1, .status_gid = (gid_t)-1,
-		.max_frame_bytes = MAX_FRAME, .max_conns = MAX_CONNS,
-		.max_reqs_per_conn = MAX_REQS, .max_prompt_tokens = MAX_PROMPT,
-		.max_new_tokens = MAX_NEW, .outq_bytes = OUTQ,
+		.socket_gid = (gid_t)-1,
+		.status_gid = (gid_t)-1,
+		.max_frame_bytes = MAX_FRAME,
+		.max_conns = MAX_CONNS,
+		.max_reqs_per_conn = MAX_REQS,
+		.max_prompt_tokens = MAX_PROMPT,
+		.max_new_tokens = MAX_NEW,
+		.outq_bytes = OUTQ,
 	};
-	struct kvp_server_ops ops = { .hello = t_hello, .generate = t_generate,
-				      .cancel = t_cancel, .closed = t_closed, .status = t_status };
-	const struct kvp_model_shape shape = { .n_layers = 2, .n_kv_heads = 2, .head_dim = 64,
-					       .dtype = KVP_DTYPE_F32, .block_tokens = 16 };
+	struct kvp_server_ops ops = { .hello = t_hello,
+				      .generate = t_generate,
+				      .cancel = t_cancel,
+				      .closed = t_closed,
+				      .status = t_status };
+	const struct kvp_model_shape shape = { .n_layers = 2,
+					       .n_kv_heads = 2,
+					       .head_dim = 64,
+					       .dtype = KVP_DTYPE_F32,
+					       .block_tokens = 16 };
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct kvp_geom geom;
 	mode_t old_umask;
@@ -250,8 +274,8 @@ static int setup(void **state)
 
 	/* a real pool segment, its blocks filled with a known pattern, sealed */
 	assert_int_equal(kvp_geom_init(&geom, &shape), 0);
-	assert_int_equal(kvp_segment_open(&f->seg, &geom, POOL_BLOCKS, KVP_PAGES_OFF,
-					  "test-pool"), 0);
+	assert_int_equal(kvp_segment_open(&f->seg, &geom, POOL_BLOCKS, KVP_PAGES_OFF, "test-pool"),
+			 0);
 	p = kvp_segment_data(f->seg);
 	for (size_t i = 0; i < POOL_BLOCKS * geom.block_stride; i++)
 		p[i] = (uint8_t)(i * 31 + 7);
@@ -262,8 +286,8 @@ static int setup(void **state)
 	cfg.socket_path = f->sock;
 	cfg.status_path = f->status;
 	ops.ctx = f;
-	old_umask = umask(0);	/* the most permissive umask must not leak into the mode */
-	assert_int_equal(kvp_server_new(&cfg, &ops, &f->srv), 0);
+	old_umask = umask(0); /* the most permissive umask must not leak into the mode */
+	assert_int_equal(kvp_server_new(&f->srv, &cfg, &ops), 0);
 	umask(old_umask);
 	f->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	assert_true(f->efd >= 0);
@@ -447,8 +471,9 @@ static void expect_error(int fd, uint64_t req_id, int status, bool then_eof)
 
 static struct kvp_generate gen_tokens(uint32_t n, uint64_t seed)
 {
-	return (struct kvp_generate){ .n_tokens = n, .max_new_tokens = 8, .top_p = 1.0f,
-				      .seed = seed };
+	return (struct kvp_generate){
+		.n_tokens = n, .max_new_tokens = 8, .top_p = 1.0f, .seed = seed
+	};
 }
 
 static void send_gen(int fd, uint64_t req_id, const struct kvp_generate *g, const void *body)
@@ -507,11 +532,11 @@ static void test_hello_passes_readonly_pool(void **state)
 	assert_int_equal(stat(f->status, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0660);
 
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	w = kvp_client_welcome(c);
 	assert_int_equal(w->n_vocab, N_VOCAB);
 	assert_int_equal(w->n_fds, 1);
-	assert_int_equal(w->max_new_tokens, MAX_NEW);	/* filled from the config */
+	assert_int_equal(w->max_new_tokens, MAX_NEW); /* filled from the config */
 	assert_int_equal(w->max_prompt_tokens, MAX_PROMPT);
 	assert_string_equal(w->model, "test-model");
 	/* libkvpool names itself "<program>/<pid>" in HELLO */
@@ -542,11 +567,11 @@ static void expect_bad_pool(struct fixture *f, void (*edit)(struct kvp_pool_head
 	struct kvp_client *c;
 	size_t len = 1;
 
-	edit(h);	/* through the daemon-side RW mapping, the only writable one */
-	assert_int_equal(kvp_client_connect(f->sock, &c), -EPROTO);
+	edit(h); /* through the daemon-side RW mapping, the only writable one */
+	assert_int_equal(kvp_client_connect(&c, f->sock), -EPROTO);
 	if (!strstr(kvp_client_errmsg(c), msg))
 		fail_msg("errmsg \"%s\" lacks \"%s\"", kvp_client_errmsg(c), msg);
-	assert_null(kvp_client_pool(c, &len));	/* nothing stays mapped */
+	assert_null(kvp_client_pool(c, &len)); /* nothing stays mapped */
 	assert_int_equal(len, 0);
 	kvp_client_close(c);
 	*h = saved;
@@ -564,12 +589,12 @@ static void bad_version(struct kvp_pool_header *h)
 
 static void bad_stride(struct kvp_pool_header *h)
 {
-	h->block_stride += 4096;	/* no longer what the shape gives */
+	h->block_stride += 4096; /* no longer what the shape gives */
 }
 
 static void fewer_blocks(struct kvp_pool_header *h)
 {
-	h->n_blocks--;	/* still a valid header, but not the pool WELCOME describes */
+	h->n_blocks--; /* still a valid header, but not the pool WELCOME describes */
 }
 
 static void other_head_dim(struct kvp_pool_header *h)
@@ -616,7 +641,7 @@ static void test_connect_checks_pool_header(void **state)
 	expect_bad_pool(f, fewer_blocks, "header says n_blocks 7, WELCOME says 8");
 	expect_bad_pool(f, other_head_dim, "header says n_kv_heads 1, WELCOME says 2");
 	/* the restored header is accepted again */
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	check_echo(c);
 	kvp_client_close(c);
 }
@@ -636,7 +661,7 @@ static void test_generate_text_and_callback(void **state)
 	struct kvp_usage u;
 	char seen[64] = "";
 
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	assert_int_equal(kvp_client_generate(c, &pr, NULL, append_text, seen, &u), 0);
 	assert_string_equal(seen, "hello world");
 	assert_int_equal(u.prompt_tokens, 11);
@@ -649,14 +674,18 @@ struct bad_case {
 	int status;
 	uint8_t frame[512];
 	size_t len;
-	bool shut_wr;	/* truncated: the client ends its side mid-frame */
+	bool shut_wr; /* truncated: the client ends its side mid-frame */
 };
 
-static size_t mk_hdr(uint8_t *buf, uint32_t magic, uint16_t version, uint16_t type,
-		     uint32_t flags, uint32_t len, uint64_t req_id)
+static size_t mk_hdr(uint8_t *buf, uint32_t magic, uint16_t version, uint16_t type, uint32_t flags,
+		     uint32_t len, uint64_t req_id)
 {
-	struct kvp_frame_hdr h = { .magic = magic, .version = version, .type = type,
-				   .flags = flags, .len_bytes = len, .req_id = req_id };
+	struct kvp_frame_hdr h = { .magic = magic,
+				   .version = version,
+				   .type = type,
+				   .flags = flags,
+				   .len_bytes = len,
+				   .req_id = req_id };
 
 	memcpy(buf, &h, sizeof(h));
 	return sizeof(h);
@@ -675,7 +704,8 @@ static void test_malformed_frames_close_only_their_connection(void **state)
 
 	for (int i = 0; i < 100; i++)
 		ids[i] = i;
-#define CASE(nm, hf, st) (cases[n] = (struct bad_case){ .name = nm, .hello_first = hf, .status = st }, &cases[n++])
+#define CASE(nm, hf, st) \
+	(cases[n] = (struct bad_case){ .name = nm, .hello_first = hf, .status = st }, &cases[n++])
 	struct bad_case *b;
 
 	b = CASE("bad magic", false, KVP_E_PROTO);
@@ -760,7 +790,7 @@ static void test_malformed_frames_close_only_their_connection(void **state)
 	b->shut_wr = true;
 #undef CASE
 
-	assert_int_equal(kvp_client_connect(f->sock, &good), 0);
+	assert_int_equal(kvp_client_connect(&good, f->sock), 0);
 	proto_before = status_field(f, "proto");
 	for (unsigned int i = 0; i < n; i++) {
 		int fd = raw_connect(f->sock);
@@ -813,7 +843,7 @@ static void test_invalid_values_refuse_the_request_only(void **state)
 	g = gen_tokens(2, 0);
 	send_gen(fd, 13, &g, bad_ids);
 	expect_error(fd, 13, KVP_E_INVALID, false);
-	g = gen_tokens(2, 3);	/* the ops refuse it: NOSPACE */
+	g = gen_tokens(2, 3); /* the ops refuse it: NOSPACE */
 	send_gen(fd, 14, &g, ids);
 	expect_error(fd, 14, KVP_E_NOSPACE, false);
 	/* and a good request on the same connection still works */
@@ -836,7 +866,7 @@ static void test_reused_id_refused_original_goes_on(void **state)
 	 */
 	struct fixture *f = *state;
 	int32_t ids[2] = { 1, 2 }, bad_ids[2] = { 1, N_VOCAB };
-	struct kvp_generate g = gen_tokens(2, 2);	/* held until cancelled */
+	struct kvp_generate g = gen_tokens(2, 2); /* held until cancelled */
 	uint8_t cancel[sizeof(struct kvp_frame_hdr)];
 	int fd = raw_connect(f->sock);
 
@@ -856,6 +886,30 @@ static void test_reused_id_refused_original_goes_on(void **state)
 	close(fd);
 }
 
+static void test_cancel_passed_once(void **state)
+{
+	/*
+	 * svc/ hears of a request's first CANCEL only, however many the client sends while
+	 * it is in flight (here the request stays in flight: its cancel is not answered)
+	 */
+	struct fixture *f = *state;
+	int32_t ids[2] = { 1, 2 };
+	struct kvp_generate g = gen_tokens(2, 4);
+	uint8_t cancels[3][sizeof(struct kvp_frame_hdr)];
+	int fd = raw_connect(f->sock);
+
+	raw_hello(fd);
+	send_gen(fd, 9, &g, ids);
+	for (int i = 0; i < 3; i++)
+		kvp_proto_encode_cancel(cancels[i], sizeof(cancels[i]), 9);
+	raw_send(fd, cancels, sizeof(cancels));
+	/* a reuse of id 9 is refused: the cancels were read and 9 is still in flight */
+	send_gen(fd, 9, &g, ids);
+	expect_error(fd, 9, KVP_E_INVALID, false);
+	assert_int_equal(atomic_load(&f->n_cancels), 1);
+	close(fd);
+}
+
 static void test_requests_per_connection_limit_and_cancel(void **state)
 {
 	/* MAX_REQS held requests fill the connection; one more gets BUSY; cancel frees one */
@@ -868,8 +922,8 @@ static void test_requests_per_connection_limit_and_cancel(void **state)
 	uint64_t ids[MAX_REQS + 1];
 
 	kvp_client_params_init(&p);
-	p.seed = 2;	/* held */
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	p.seed = 2; /* held */
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	for (unsigned int i = 0; i <= MAX_REQS; i++)
 		assert_int_equal(kvp_client_submit(c, &pr, &p, &ids[i]), 0);
 	assert_int_equal(kvp_client_next(c, &ev), 0);
@@ -905,7 +959,7 @@ static void test_disconnect_calls_closed_once(void **state)
 
 	kvp_client_params_init(&p);
 	p.seed = 2;
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	assert_int_equal(kvp_client_submit(c, &pr, &p, &req), 0);
 	assert_int_equal(kvp_client_submit(c, &pr, &p, &req), 0);
 	kvp_client_close(c);
@@ -915,7 +969,7 @@ static void test_disconnect_calls_closed_once(void **state)
 	pthread_mutex_unlock(&f->lock);
 
 	/* the slot gets reused by a new connection; the old handle must not reach it */
-	assert_int_equal(kvp_client_connect(f->sock, &other), 0);
+	assert_int_equal(kvp_client_connect(&other, f->sock), 0);
 	check_echo(other);
 	atomic_store(&f->stale_result, 1);
 	f->stale_probe = gone;
@@ -947,7 +1001,7 @@ static void test_slow_reader_disconnected(void **state)
 	 * the client does not read, not because one burst was larger than the queue.
 	 */
 	for (int i = 0; i < 10000 && !atomic_load(&f->stream_gone); i++) {
-		kick(f, atomic_load(&f->credits) <= 0 ? 4 : 0);	/* always wake: see t_wakeup */
+		kick(f, atomic_load(&f->credits) <= 0 ? 4 : 0); /* always wake: see t_wakeup */
 		usleep(500);
 	}
 	assert_true(atomic_load(&f->stream_gone));
@@ -973,7 +1027,7 @@ static void test_fast_reader_gets_everything(void **state)
 	p.seed = 1;
 	f->stream_limit = 4u << 20;
 	atomic_store(&f->stream_sent, 0);
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	assert_int_equal(kvp_client_submit(c, &pr, &p, &req), 0);
 	/*
 	 * paced like a real engine: at most 4 chunks (16 KiB) ahead of the reader.  The
@@ -1005,15 +1059,15 @@ static void test_connection_limit(void **state)
 	unsigned int before = closed_total(f);
 
 	for (unsigned int i = 0; i < MAX_CONNS; i++)
-		assert_int_equal(kvp_client_connect(f->sock, &c[i]), 0);
-	assert_int_equal(kvp_client_connect(f->sock, &c[MAX_CONNS]), KVP_E_BUSY);
+		assert_int_equal(kvp_client_connect(&c[i], f->sock), 0);
+	assert_int_equal(kvp_client_connect(&c[MAX_CONNS], f->sock), KVP_E_BUSY);
 	assert_non_null(strstr(kvp_client_errmsg(c[MAX_CONNS]), "too many"));
 	kvp_client_close(c[MAX_CONNS]);
 	assert_int_equal(status_field(f, "refused"), 1);
 	assert_int_equal(status_field(f, "open"), MAX_CONNS);
 	kvp_client_close(c[0]);
 	wait_closed_total(f, before + 1);
-	assert_int_equal(kvp_client_connect(f->sock, &c[0]), 0);
+	assert_int_equal(kvp_client_connect(&c[0], f->sock), 0);
 	check_echo(c[0]);
 	for (unsigned int i = 0; i < MAX_CONNS; i++)
 		kvp_client_close(c[i]);
@@ -1052,11 +1106,11 @@ static void test_stop_refuses_new_connections(void **state)
 	struct kvp_client *c, *late = NULL;
 	int r = 0;
 
-	f->drain_ms = 20000;	/* the teardown's stop ends the drain early */
-	assert_int_equal(kvp_client_connect(f->sock, &c), 0);
+	f->drain_ms = 20000; /* the teardown's stop ends the drain early */
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	kvp_server_stop(f->srv);
 	for (int i = 0; i < 2000; i++) {
-		r = kvp_client_connect(f->sock, &late);
+		r = kvp_client_connect(&late, f->sock);
 		kvp_client_close(late);
 		if (r)
 			break;
@@ -1081,6 +1135,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_reused_id_refused_original_goes_on, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_cancel_passed_once, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_requests_per_connection_limit_and_cancel,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_disconnect_calls_closed_once, setup, teardown),

@@ -3,7 +3,8 @@
  * test_status.c - status rendering: the JSON parses with a strict parser and carries the
  * snapshot's figures under the documented names; hostile strings stay escaped; hit rates
  * are computed right; a too-small buffer gives -ENOSPC, never a cut report; the
- * Prometheus text has one HELP/TYPE per family and the same figures.
+ * Prometheus text has one HELP/TYPE per family and the same figures; both outputs of a
+ * busy snapshot match tests/unit/golden/ byte for byte.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -34,30 +35,34 @@ static void fill(struct kvp_status_snap *s)
 	s->blocks_used = 10;
 	s->blocks_cached = 90;
 	s->blocks_free = 900;
-	s->n_arenas = 2;
-	s->arenas[0] = (struct kvp_status_arena){ 0, 500, 5, 45, 450 };
-	s->arenas[1] = (struct kvp_status_arena){ 1, 500, 5, 45, 450 };
-	s->index_entries = 95;
-	s->index_lookups = 8;
-	s->index_hit_requests = 6;
-	s->index_lookup_tokens = 4000;
-	s->index_hit_tokens = 3000;
-	s->index_evictions = 7;
-	s->sched_queued = 2;
-	s->sched_running = 3;
-	s->sched_cancels = 6;
-	s->req_done = 11;
-	s->ttft_p50_ms = 12.5;
-	s->ttft_p99_ms = 0.0 / 0.0;	/* NaN must not reach the JSON */
-	s->prompt_tokens = 4100;
-	s->cached_tokens = 3000;
-	s->cache_creation_tokens = 48;
-	s->recomputed_tokens = 1100;
-	s->generated_tokens = 170;
-	s->queue_ms = 1234567.125;
-	s->ttft_ms = 2.5;
-	s->prefill_ms = 3.25;
-	s->decode_ms = 400.5;
+	s->sched.pool.n_arenas = 2;
+	s->sched.pool.arena[0] = (struct kvp_arena_stats){
+		.node_os_index = 0, .n_blocks = 500, .used = 5, .cached = 45, .free = 450
+	};
+	s->sched.pool.arena[1] = (struct kvp_arena_stats){
+		.node_os_index = 1, .n_blocks = 500, .used = 5, .cached = 45, .free = 450
+	};
+	s->sched.index.entries = 95;
+	s->sched.lookups = 8;
+	s->sched.hit_requests = 6;
+	s->sched.lookup_tokens = 4000;
+	s->sched.hit_tokens = 3000;
+	s->sched.pool.evictions = 7;
+	s->sched.queued = 2;
+	s->sched.running = 3;
+	s->sched.cancels_received = 6;
+	s->sched.req_done = 11;
+	s->sched.ttft_p50_ms = 12.5;
+	s->sched.ttft_p99_ms = 0.0 / 0.0; /* NaN must not reach the JSON */
+	s->sched.prompt_tokens = 4100;
+	s->sched.cached_tokens = 3000;
+	s->sched.cache_creation_tokens = 48;
+	s->sched.recomputed_tokens = 1100;
+	s->sched.generated_tokens = 170;
+	s->sched.queue_ms = 1234567.125;
+	s->sched.ttft_ms = 2.5;
+	s->sched.prefill_ms = 3.25;
+	s->sched.decode_ms = 400.5;
 	s->server.conns_open = 2;
 	s->n_conns = 2;
 	s->conns[0] = (struct kvp_status_conn){ .id = 1, .pid = 100, .uid = 0, .requests = 4 };
@@ -66,6 +71,142 @@ static void fill(struct kvp_status_snap *s)
 	s->n_domains = 1;
 	strcpy(s->domains[0].name, "default");
 	s->domains[0].conns_open = 2;
+}
+
+/*
+ * A snapshot as a busy daemon reports it: every field set and distinct, numbers that
+ * exercise each format (%.3f milliseconds, %.6g ratios, %.15g Prometheus values),
+ * strings that need escaping only for '"' and '\'.  Laid out by hand, as a table.
+ */
+/* clang-format off */
+static void fill_busy(struct kvp_status_snap *s)
+{
+	*s = (struct kvp_status_snap){
+		.version = "0.1.0",
+		.model = "tinyllama-1.1b-chat",
+		.state = "serving",
+		.pid = 31337,
+		.uptime_ms = 86400123,
+		.pool_bytes = 1ull << 30,
+		.block_tokens = 16,
+		.block_bytes = 360448,
+		.page_kind = "hugetlb-2m",
+		.kv_dtype = "f16",
+		.blocks_total = 2978,
+		.blocks_used = 301,
+		.blocks_cached = 1207,
+		.blocks_free = 1470,
+		.index_inserts = 4321,
+		.req_total = 30123,
+		.req_rejected = 45,
+		.sched = {
+			.pool = {
+				.n_arenas = 2,
+				.evictions = 3114,
+				.arena = {
+					{ .node_os_index = 0, .n_blocks = 1489, .used = 150,
+					  .cached = 600, .free = 739 },
+					{ .node_os_index = 1, .n_blocks = 1489, .used = 151,
+					  .cached = 607, .free = 731 },
+				},
+			},
+			.index = { .entries = 1207 },
+			.lookups = 30000, .hit_requests = 20001,
+			.lookup_tokens = 7340032, .hit_tokens = 5000000,
+			.queued = 5, .running = 64, .waiting_prefix = 3, .cancels_received = 17,
+			.req_done = 29990, .req_cancelled = 17, .req_failed = 2,
+			.prompt_tokens = 7340032, .cached_tokens = 5000000,
+			.cache_creation_tokens = 2200000, .recomputed_tokens = 140032,
+			.generated_tokens = 1920000,
+			.queue_ms = 123456.789, .ttft_ms = 2345678.0625, .prefill_ms = 1999999.5,
+			.decode_ms = 98765432.1,
+			.ttft_samples = 30000, .ttft_p50_ms = 41.2345678, .ttft_p99_ms = 812.5,
+		},
+		.server = { .conns_open = 3, .conns_total = 120, .conns_refused = 1,
+			    .frames_in = 90000, .frames_out = 2000000, .proto_errors = 4,
+			    .slow_disconnects = 2 },
+		.n_conns = 3,
+		.conns = {
+			{ .id = 0x100000001ull, .pid = 4242, .uid = 1000, .client = "kvpool/4242",
+			  .domain = 0, .in_flight = 2, .requests = 77, .generated_tokens = 4900,
+			  .cached_tokens = 12000 },
+			{ .id = 0x200000005ull, .pid = 1, .uid = 0, .client = "app \"v2\" \\ x" },
+			{ .id = 7, .pid = -1, .uid = -1 },
+		},
+		.n_domains = 1,
+		.domains = { { .name = "default", .conns_open = 3, .requests = 30078 } },
+	};
+}
+/* clang-format on */
+
+/* Read tests/unit/golden/@name (KVP_SOURCE_DIR) into a malloc'd NUL-terminated buffer. */
+static char *golden(const char *name, size_t *len)
+{
+	const char *src = getenv("KVP_SOURCE_DIR");
+	char path[1024];
+	char *buf;
+	FILE *f;
+	long n;
+
+	snprintf(path, sizeof(path), "%s/tests/unit/golden/%s", src ? src : ".", name);
+	f = fopen(path, "rb");
+	assert_non_null(f);
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	n = ftell(f);
+	assert_true(n >= 0);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = '\0';
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+/*
+ * With KVP_GOLDEN_RECORD=1 in the environment the test writes the files instead (to
+ * record a deliberate change of the output; the diff then shows it).
+ */
+static void check_golden(const char *name, const char *out, size_t n)
+{
+	char *want;
+	size_t len;
+
+	if (getenv("KVP_GOLDEN_RECORD")) {
+		const char *src = getenv("KVP_SOURCE_DIR");
+		char path[1024];
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/tests/unit/golden/%s", src ? src : ".", name);
+		f = fopen(path, "wb");
+		assert_non_null(f);
+		assert_int_equal(fwrite(out, 1, n, f), n);
+		fclose(f);
+		return;
+	}
+	want = golden(name, &len);
+	assert_int_equal(n, len);
+	assert_memory_equal(out, want, n);
+	free(want);
+}
+
+static void test_output_matches_golden(void **state)
+{
+	struct kvp_status_snap *s = calloc(1, sizeof(*s));
+	char buf[16384];
+	int n;
+
+	/* byte for byte what earlier releases printed for the same figures */
+	assert_non_null(s);
+	fill_busy(s);
+	n = kvp_status_render_json(s, buf, sizeof(buf));
+	assert_true(n > 0);
+	check_golden("status.json", buf, (size_t)n);
+	n = kvp_status_render_prom(s, buf, sizeof(buf));
+	assert_true(n > 0);
+	check_golden("status.prom", buf, (size_t)n);
+	free(s);
 }
 
 static void test_json_parses_with_values(void **state)
@@ -186,8 +327,10 @@ static void test_prom_text(void **state)
 
 static void test_jsonq_is_strict(void **state)
 {
-	const char *bad[] = { "{\"a\":1,}", "[01]", "{\"a\" 1}", "\"\x01\"", "[1] x", "NaN",
-			      "{\"a\":\"\\ud800\"}", "[", "" };
+	const char *bad[] = {
+		"{\"a\":1,}",	       "[01]", "{\"a\" 1}", "\"\x01\"", "[1] x", "NaN",
+		"{\"a\":\"\\ud800\"}", "[",    ""
+	};
 	struct jsonq *j;
 
 	/* the checker used on the status output refuses what real parsers refuse */
@@ -212,6 +355,7 @@ int main(void)
 		cmocka_unit_test(test_small_buffer_enospc),
 		cmocka_unit_test(test_prom_text),
 		cmocka_unit_test(test_jsonq_is_strict),
+		cmocka_unit_test(test_output_matches_golden),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -20,10 +20,10 @@
 #define MAX_N 4
 
 struct job {
-	_Atomic unsigned int runs[MAX_N];	/* times index i ran */
-	_Atomic unsigned int bad_n;		/* calls that saw another n */
+	_Atomic unsigned int runs[MAX_N]; /* times index i ran */
+	_Atomic unsigned int bad_n;	  /* calls that saw another n */
 	unsigned int want_n;
-	unsigned int sleep_us[MAX_N];		/* how long index i takes */
+	unsigned int sleep_us[MAX_N]; /* how long index i takes */
 };
 
 static void sleep_us(unsigned int us)
@@ -103,7 +103,7 @@ static void test_waiting_burns_no_cpu(void **state)
 	memset(&j, 0, sizeof(j));
 	j.want_n = 2;
 	assert_int_equal(kvp_threads_new(&t, 2), 0);
-	kvp_threads_run(t, job_fn, &j);		/* the worker is up */
+	kvp_threads_run(t, job_fn, &j); /* the worker is up */
 	j.sleep_us[1] = 30000;
 	c0 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
 	kvp_threads_run(t, job_fn, &j);

@@ -49,7 +49,7 @@ static void test_byte_level_round_trip(void **state)
 		memcpy(out + ol, p, pl);
 		ol += pl;
 	}
-	assert_int_equal(ol, n);	/* BOS decodes to nothing */
+	assert_int_equal(ol, n); /* BOS decodes to nothing */
 	assert_memory_equal(out, text, n);
 	assert_null(kvp_tokenizer_piece(t, 259, &pl));
 	assert_int_equal(pl, 0);
@@ -74,18 +74,34 @@ static void test_sentencepiece_merges_and_fallback(void **state)
 	float scores[259 + 12] = { 0 };
 	int32_t types[259 + 12];
 	static const char *extra[12] = {
-		"\xe2\x96\x81", "h", "e", "l", "o", "he", "ll", "llo", "hello",
-		"\xe2\x96\x81hello", "w", "\xe2\x96\x81w",
+		"\xe2\x96\x81",
+		"h",
+		"e",
+		"l",
+		"o",
+		"he",
+		"ll",
+		"llo",
+		"hello",
+		"\xe2\x96\x81hello",
+		"w",
+		"\xe2\x96\x81w",
 	};
-	static const float sc[12] = { -1, -2, -2, -2, -2, -1.5f, -1, -0.8f, -0.5f, -0.1f, -3, -0.9f };
+	static const float sc[12] = {
+		-1, -2, -2, -2, -2, -1.5f, -1, -0.8f, -0.5f, -0.1f, -3, -0.9f
+	};
 	struct kvp_tokenizer *t;
 	int32_t ids[32];
 	char out[64];
 	size_t ol = 0, pl;
 	int k;
 
-	pieces[0] = "<unk>"; pieces[1] = "<s>"; pieces[2] = "</s>";
-	types[0] = KVP_TOK_UNKNOWN; types[1] = KVP_TOK_CONTROL; types[2] = KVP_TOK_CONTROL;
+	pieces[0] = "<unk>";
+	pieces[1] = "<s>";
+	pieces[2] = "</s>";
+	types[0] = KVP_TOK_UNKNOWN;
+	types[1] = KVP_TOK_CONTROL;
+	types[2] = KVP_TOK_CONTROL;
 	for (int b = 0; b < 256; b++) {
 		snprintf(bytes[b], sizeof(bytes[b]), "<0x%02X>", b);
 		pieces[3 + b] = bytes[b];
@@ -149,7 +165,7 @@ static int naive_spm(const char *const *pieces, const float *scores, uint32_t n_
 			char cat[128];
 			size_t la = strlen(sym[i]), lb = strlen(sym[i + 1]);
 
-			memcpy(cat, sym[i], la);	/* pieces are short: both fit in 63 */
+			memcpy(cat, sym[i], la); /* pieces are short: both fit in 63 */
 			memcpy(cat + la, sym[i + 1], lb + 1);
 			for (uint32_t v = 0; v < n_pieces; v++) {
 				if (strcmp(pieces[v], cat))
@@ -158,7 +174,7 @@ static int naive_spm(const char *const *pieces, const float *scores, uint32_t n_
 					best = i;
 					bs = scores[v];
 				}
-				break;	/* the first of duplicates */
+				break; /* the first of duplicates */
 			}
 		}
 		if (best < 0)
@@ -172,7 +188,7 @@ static int naive_spm(const char *const *pieces, const float *scores, uint32_t n_
 		memmove(sym[best + 1], sym[best + 2], (size_t)(n - best - 2) * sizeof(sym[0]));
 		n--;
 	}
-	ids[k++] = 1;	/* BOS */
+	ids[k++] = 1; /* BOS */
 	for (int i = 0; i < n; i++) {
 		uint32_t v = 0;
 
@@ -201,8 +217,12 @@ static void test_merges_match_the_definition(void **state)
 	float scores[259 + 40];
 	int32_t types[259 + 40];
 
-	pieces[0] = "<unk>"; pieces[1] = "<s>"; pieces[2] = "</s>";
-	types[0] = KVP_TOK_UNKNOWN; types[1] = KVP_TOK_CONTROL; types[2] = KVP_TOK_CONTROL;
+	pieces[0] = "<unk>";
+	pieces[1] = "<s>";
+	pieces[2] = "</s>";
+	types[0] = KVP_TOK_UNKNOWN;
+	types[1] = KVP_TOK_CONTROL;
+	types[2] = KVP_TOK_CONTROL;
 	for (int b = 0; b < 256; b++) {
 		snprintf(bytes[b], sizeof(bytes[b]), "<0x%02X>", b);
 		pieces[3 + b] = bytes[b];
@@ -226,7 +246,8 @@ static void test_merges_match_the_definition(void **state)
 			for (int c = 0; c < l; c++) {
 				int x = (int)((seed = seed * 6364136223846793005ull + 1) >> 61) % 4;
 
-				strcat(extra[e], x == 3 ? "\xe2\x96\x81" : (const char[]){ (char)('a' + x), 0 });
+				strcat(extra[e], x == 3 ? "\xe2\x96\x81" :
+							  (const char[]){ (char)('a' + x), 0 });
 			}
 		}
 		for (int e = 0; e < 40; e++, nv++) {
@@ -244,7 +265,8 @@ static void test_merges_match_the_definition(void **state)
 				text[c] = "abc "[(seed = seed * 6364136223846793005ull + 1) >> 62];
 			text[n] = 0;
 			k = naive_spm(pieces, scores, nv, text, want);
-			assert_int_equal(kvp_tokenizer_encode(t, text, (size_t)n, got, 160), n ? k : 1);
+			assert_int_equal(kvp_tokenizer_encode(t, text, (size_t)n, got, 160),
+					 n ? k : 1);
 			if (n)
 				assert_memory_equal(got, want, (size_t)k * sizeof(int32_t));
 		}
@@ -264,8 +286,13 @@ static void test_count_bound_of_a_strange_vocabulary(void **state)
 	int32_t types[260], ids[64];
 	struct kvp_tokenizer *t;
 
-	pieces[0] = "<unk>"; pieces[1] = "<s>"; pieces[2] = "</s>"; pieces[259] = "\xe2\x96\x81";
-	types[0] = KVP_TOK_UNKNOWN; types[1] = KVP_TOK_CONTROL; types[2] = KVP_TOK_CONTROL;
+	pieces[0] = "<unk>";
+	pieces[1] = "<s>";
+	pieces[2] = "</s>";
+	pieces[259] = "\xe2\x96\x81";
+	types[0] = KVP_TOK_UNKNOWN;
+	types[1] = KVP_TOK_CONTROL;
+	types[2] = KVP_TOK_CONTROL;
 	types[259] = KVP_TOK_BYTE;
 	for (int b = 0; b < 256; b++) {
 		snprintf(bytes[b], sizeof(bytes[b]), "<0x%02X>", b);
@@ -277,9 +304,9 @@ static void test_count_bound_of_a_strange_vocabulary(void **state)
 		ids[i] = -7;
 	/* "a b": BOS, then U+2581 a U+2581 b by bytes: 1 + 3 + 1 + 3 + 1 = 9 > 3 + 2 */
 	assert_int_equal(kvp_tokenizer_encode(t, "a b", 3, ids, 5), 9);
-	assert_int_equal(ids[3], 3 + 0x81);	/* the last byte of the leading U+2581 */
+	assert_int_equal(ids[3], 3 + 0x81); /* the last byte of the leading U+2581 */
 	assert_int_equal(ids[4], 3 + 'a');
-	assert_int_equal(ids[5], -7);		/* nothing past cap */
+	assert_int_equal(ids[5], -7); /* nothing past cap */
 	assert_int_equal(kvp_tokenizer_encode(t, "a b", 3, ids, 64), 9);
 	assert_int_equal(ids[8], 3 + 'b');
 	kvp_tokenizer_free(t);

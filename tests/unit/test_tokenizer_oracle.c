@@ -35,7 +35,7 @@ struct fixture {
 	void *buf;
 	struct kvp_model *m;
 	struct kvp_tokenizer *t;
-	char *cases;	/* cases.txt, NUL-terminated */
+	char *cases; /* cases.txt, NUL-terminated */
 };
 
 /*
@@ -85,7 +85,7 @@ static int setup_family(void **state, const char *family)
 		fprintf(stderr, "%s\n", err);
 	assert_int_equal(r, 0);
 	assert_int_equal(kvp_mkmodel_preset(&o, "tiny"), 0);
-	o.n_embd = 16;	/* the vocabulary is what matters: keep the embedding small */
+	o.n_embd = 16; /* the vocabulary is what matters: keep the embedding small */
 	o.n_heads = 2;
 	o.n_kv_heads = 1;
 	o.n_ff = 32;
@@ -121,7 +121,10 @@ static int setup_family(void **state, const char *family)
 	return 0;
 }
 
-static int setup_llama3(void **state) { return setup_family(state, "llama3"); }
+static int setup_llama3(void **state)
+{
+	return setup_family(state, "llama3");
+}
 
 /* The pre-tokenizer oracle: words only, no vocabulary. */
 static int setup_pretok(void **state)
@@ -153,7 +156,10 @@ static int setup_pretok(void **state)
 	fclose(fp);
 	return 0;
 }
-static int setup_llama2(void **state) { return setup_family(state, "llama2"); }
+static int setup_llama2(void **state)
+{
+	return setup_family(state, "llama2");
+}
 
 static int teardown(void **state)
 {
@@ -215,7 +221,8 @@ static int run_cases(const struct fixture *f, int *n_cases, int *n_spm_marks)
 		k = kvp_tokenizer_encode_flags(f->t, text, tl, flags, got, idcap);
 		if (k != (int)nw || memcmp(got, want, nw * sizeof(int32_t))) {
 			if (bad++ < 8) {
-				fprintf(stderr, "MISMATCH (%c) \"%.*s\"\n  want %zu:", line[0], (int)tl, text, nw);
+				fprintf(stderr, "MISMATCH (%c) \"%.*s\"\n  want %zu:", line[0],
+					(int)tl, text, nw);
 				for (size_t i = 0; i < nw && i < 40; i++)
 					fprintf(stderr, " %d", want[i]);
 				fprintf(stderr, "\n  got  %d:", k);
@@ -240,8 +247,8 @@ static int run_cases(const struct fixture *f, int *n_cases, int *n_spm_marks)
 					  flags ? KVP_DETOK_RENDER_SPECIAL : 0, back, 1 << 20);
 		if (bl != (long)tl || memcmp(back, text, tl)) {
 			if (bad++ < 8)
-				fprintf(stderr, "ROUND TRIP (%c) \"%.*s\" -> \"%.*s\"\n", line[0], (int)tl,
-					text, (int)(bl > 0 ? bl : 0), back);
+				fprintf(stderr, "ROUND TRIP (%c) \"%.*s\" -> \"%.*s\"\n", line[0],
+					(int)tl, text, (int)(bl > 0 ? bl : 0), back);
 		}
 	}
 	free(want);
@@ -296,13 +303,15 @@ static void test_pretokenizers_equal_javascript(void **state)
 		sp2 = strchr(sp1 + 1, ' ');
 		assert_non_null(sp2);
 		want = sp2 + 1;
-		if ((size_t)(sp1 - line) != strlen(name) || memcmp(line, name, (size_t)(sp1 - line))) {
+		if ((size_t)(sp1 - line) != strlen(name) ||
+		    memcmp(line, name, (size_t)(sp1 - line))) {
 			char err[512];
 
 			kvp_pretok_state_free(st);
 			kvp_pretok_free(p);
 			snprintf(name, sizeof(name), "%.*s", (int)(sp1 - line), line);
-			assert_int_equal(kvp_pretok_new(&p, name, strlen(name), err, sizeof(err)), 0);
+			assert_int_equal(kvp_pretok_new(&p, name, strlen(name), err, sizeof(err)),
+					 0);
 			assert_int_equal(kvp_pretok_state_new(&st, p), 0);
 			names++;
 		}
@@ -313,8 +322,8 @@ static void test_pretokenizers_equal_javascript(void **state)
 		got.s[got.len] = 0;
 		n++;
 		if (strcmp(got.s, want) && bad++ < 5)
-			fprintf(stderr, "MISMATCH %s \"%.*s\"\n  want %s\n  got  %s\n", name, (int)tl, text,
-				want, got.s);
+			fprintf(stderr, "MISMATCH %s \"%.*s\"\n  want %s\n  got  %s\n", name,
+				(int)tl, text, want, got.s);
 		*nl = '\n';
 	}
 	kvp_pretok_state_free(st);
@@ -363,12 +372,14 @@ static void test_llama3_specials_and_eog(void **state)
 	assert_false(kvp_tokenizer_is_eog(f->t, 128000));
 	assert_false(kvp_tokenizer_is_eog(f->t, 40));
 	assert_int_equal(kvp_tokenizer_encode_flags(f->t, s, sizeof(s) - 1, KVP_TOK_PARSE_SPECIAL,
-						    ids, 16), 2);
+						    ids, 16),
+			 2);
 	assert_int_equal(ids[1], 128009);
 	assert_true(kvp_tokenizer_encode(f->t, s, sizeof(s) - 1, ids, 16) > 2);
 	assert_int_equal(kvp_tokenizer_find(f->t, s, sizeof(s) - 1), 128009);
 	/* without BOS */
-	assert_int_equal(kvp_tokenizer_encode_flags(f->t, "I", 1, KVP_TOK_NO_ADD_SPECIAL, ids, 16), 1);
+	assert_int_equal(kvp_tokenizer_encode_flags(f->t, "I", 1, KVP_TOK_NO_ADD_SPECIAL, ids, 16),
+			 1);
 	assert_int_equal(ids[0], 40);
 }
 

@@ -2,7 +2,7 @@
 /*
  * errmsg.c - fill a caller's error-message buffer (see errmsg.h).
  */
-#include "compute/errmsg.h"
+#include "util/errmsg.h"
 
 #include <stdarg.h>
 #include <stdio.h>

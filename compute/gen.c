@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gen.c - the generation loop of one sequence (see gen.h).
+ *
+ * Invariants: n_past <= n_prompt + n_generated (the last kept token is fed back only
+ * by the next decode step); n_generated <= max_new.
+ * Thread: the thread driving the sequence.
+ */
+#include "compute/gen.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+void kvp_gen_init(struct kvp_gen *g, const struct kvp_tokenizer *tok, const int32_t *prompt,
+		  uint32_t n_prompt, uint32_t max_new, int32_t eos)
+{
+	*g = (struct kvp_gen){ .tok = tok,
+			       .prompt = prompt,
+			       .n_prompt = n_prompt,
+			       .max_new = max_new,
+			       .eos = eos,
+			       .last = -1 };
+}
+
+int32_t kvp_gen_eos(const struct kvp_tokenizer *tok, bool ignore_eos)
+{
+	return tok && !ignore_eos ? kvp_tokenizer_eos(tok) : -1;
+}
+
+int kvp_gen_tokenize(int32_t **ids, uint32_t *n_ids, const struct kvp_tokenizer *tok,
+		     const char *text, size_t len, uint32_t max_ids)
+{
+	/* every Llama-style vocabulary needs at most len + 2 ids; others say how many */
+	size_t cap = len + 2;
+	int32_t *v = NULL;
+	int n;
+
+	for (;;) {
+		int32_t *grown = realloc(v, cap * sizeof(*v));
+
+		if (!grown) {
+			n = -ENOMEM;
+			break;
+		}
+		v = grown;
+		n = kvp_tokenizer_encode(tok, text, len, v, cap);
+		if (n < 0)
+			break;
+		if ((uint32_t)n > max_ids) {
+			n = -E2BIG;
+			break;
+		}
+		if ((size_t)n <= cap) {
+			*ids = v;
+			*n_ids = (uint32_t)n;
+			return 0;
+		}
+		cap = (size_t)n; /* a strange vocabulary: encode again with room */
+	}
+	free(v);
+	*ids = NULL;
+	return n;
+}
+
+uint32_t kvp_gen_prefill_next(const struct kvp_gen *g, uint32_t budget)
+{
+	uint32_t left = g->n_prompt - g->n_past;
+
+	return left < budget ? left : budget;
+}
+
+int kvp_gen_prefill(struct kvp_gen *g, struct kvp_fwd *fwd, const struct kvp_kv_view *kv,
+		    const uint32_t *table, uint32_t n_table, uint32_t n, float *logits)
+{
+	int r;
+
+	r = kvp_fwd_prefill(fwd, kv, table, n_table, g->n_past, g->prompt + g->n_past, n, logits,
+			    0);
+	if (r < 0)
+		return r;
+	g->n_past += n;
+	return 0;
+}
+
+enum kvp_gen_next kvp_gen_take(struct kvp_gen *g, int32_t token)
+{
+	if (g->eos >= 0 && token == g->eos)
+		return KVP_GEN_EOS;
+	g->last = token;
+	g->n_generated++;
+	return g->n_generated >= g->max_new ? KVP_GEN_LAST : KVP_GEN_CONTINUE;
+}
+
+int kvp_gen_text(struct kvp_gen *g, int32_t token, size_t *off, char *out, size_t cap, bool *more)
+{
+	/* kvp_utf8_feed() writes at most 3 bytes per byte in, plus 3 for a held character */
+	size_t slice = cap >= 6 ? (cap - 3) / 3 : 0;
+	const char *piece = NULL;
+	size_t len = 0;
+	size_t take;
+	int n;
+
+	*more = false;
+	if (!slice)
+		return -EINVAL;
+	if (g->tok)
+		piece = kvp_tokenizer_piece(g->tok, token, &len);
+	if (!piece || *off >= len)
+		return 0;
+	take = len - *off < slice ? len - *off : slice;
+	n = kvp_utf8_feed(&g->utf8, piece + *off, take, out, cap);
+	*off += take;
+	*more = *off < len;
+	return n > 0 ? n : 0;
+}
+
+int kvp_gen_flush(struct kvp_gen *g, char *out, size_t cap)
+{
+	int n = kvp_utf8_flush(&g->utf8, out, cap);
+
+	return n > 0 ? n : 0;
+}
+
+struct kvp_fwd_seq kvp_gen_decode_seq(const struct kvp_gen *g, const uint32_t *table,
+				      uint32_t n_table)
+{
+	return (struct kvp_fwd_seq){
+		.table = table, .n_table = n_table, .pos = g->n_past, .token = g->last
+	};
+}
+
+void kvp_gen_decoded(struct kvp_gen *g)
+{
+	g->n_past++;
+}

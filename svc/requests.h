@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * requests.h - the loop thread's side of requests: what ipc/ hands svc/ becomes work for
+ * the engine, and what the engine answers becomes frames.
+ *
+ *	HELLO     the peer's trust domain (svc/domain.h) -> that domain's WELCOME and fd
+ *	GENERATE  a text prompt is tokenized (compute/gen.h); the request goes to the
+ *	          engine (kvp_sched_submit()), whose -errno becomes the wire status
+ *	CANCEL    to the engine (ipc/ passes each request's first CANCEL only)
+ *	closed    the engine drops the connection's requests
+ *	events    TOKEN / DONE / ERROR from the engine's ring -> kvp_server_send_*(),
+ *	          consecutive TOKENs of one request coalesced into one frame
+ *	status    handed to the status reporter (svc/stats.h)
+ *
+ * GENERATE arrives fully validated by ipc/ (frame, limits, sampling values, token ids
+ * against WELCOME's n_vocab, req_id unique in flight, max_reqs_per_conn); what is left
+ * here needs the model or the pool: tokenizing a text prompt and its limit, and (in the
+ * engine) whether the request can ever fit in the pool.  Every request the engine
+ * accepts ends with exactly one DONE or ERROR event.
+ *
+ * Thread: the loop thread, after kvp_requests_init() on the main thread.
+ */
+#ifndef KVP_SVC_REQUESTS_H
+#define KVP_SVC_REQUESTS_H
+
+#include <stdint.h>
+
+#include "ipc/server.h"
+#include "svc/conns.h"
+
+struct kvp_domains;
+struct kvp_sched;
+struct kvp_sched_event;
+struct kvp_tokenizer;
+
+/* Render the status report in @fmt into @buf (@cap bytes); the ipc/ status callback. */
+typedef int kvp_status_report_fn(void *arg, enum kvp_status_fmt fmt, char *buf, size_t cap);
+
+/**
+ * struct kvp_requests - the loop thread's request state
+ * @domains, @sched, @tok: borrowed; set before the server starts
+ * @srv:           the server answering (borrowed); set once it exists
+ * @max_prompt_tokens, @max_reqs_per_conn: the configured limits
+ * @report, @report_arg: the status reporter
+ * @conns:         the connections that said HELLO
+ * @rejected:      GENERATEs refused here or by the engine's admission
+ * @evbuf, @tok_buf, @text_buf: one batch of engine events and its coalesced TOKEN
+ */
+struct kvp_requests {
+	struct kvp_domains *domains;
+	struct kvp_sched *sched;
+	const struct kvp_tokenizer *tok;
+	struct kvp_server *srv;
+	uint32_t max_prompt_tokens;
+	uint32_t max_reqs_per_conn;
+	kvp_status_report_fn *report;
+	void *report_arg;
+
+	struct kvp_conns conns;
+	uint64_t rejected;
+	struct kvp_sched_event *evbuf;
+	int32_t *tok_buf;
+	char *text_buf;
+};
+
+/**
+ * kvp_requests_init() - empty registry, event buffers
+ * The caller sets the borrowed members (domains .. report_arg) before the server runs.
+ * Return: 0 or -ENOMEM (nothing to deinit then).
+ */
+int kvp_requests_init(struct kvp_requests *q);
+
+/* Free the registry and buffers; after kvp_server_free() (which reports every close). */
+void kvp_requests_deinit(struct kvp_requests *q);
+
+/* The ipc/ callbacks, @q as their context. */
+void kvp_requests_ops(struct kvp_requests *q, struct kvp_server_ops *ops);
+
+/*
+ * The engine's eventfd fired: turn the queued events into frames.  Register it with
+ * kvp_server_add_wakeup(), @arg being the struct kvp_requests.
+ */
+void kvp_requests_on_events(void *arg);
+
+#endif /* KVP_SVC_REQUESTS_H */
