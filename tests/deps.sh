@@ -4,7 +4,8 @@
 set -euo pipefail
 
 pkgs=(gcc pkg-config meson ninja-build git
-      liburing-dev libhwloc-dev libopenblas-dev libxxhash-dev libcmocka-dev libinih-dev)
+      liburing-dev libhwloc-dev libopenblas-dev libxxhash-dev libcmocka-dev libinih-dev
+      fio e2fsprogs)
 
 missing=()
 for p in "${pkgs[@]}"; do
