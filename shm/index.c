@@ -832,6 +832,12 @@ int kvp_index_insert_disk(struct kvp_index *idx, const struct kvp_index_rec *rec
 	return 0;
 }
 
+void kvp_index_set_uid_floor(struct kvp_index *idx, uint64_t uid)
+{
+	if (uid >= idx->next_uid)
+		idx->next_uid = uid + 1;
+}
+
 void kvp_index_stats(const struct kvp_index *idx, struct kvp_index_stats *st)
 {
 	*st = idx->st;

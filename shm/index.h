@@ -292,6 +292,13 @@ int kvp_index_lookup_disk(struct kvp_index *idx, const struct kvp_prefix_key *ke
  */
 int kvp_index_insert_disk(struct kvp_index *idx, const struct kvp_index_rec *rec, uint32_t slot);
 
+/*
+ * New entries get uids above @uid from now on.  The tier passes the largest uid and
+ * puid of every sound record it found, orphans included: a record left on disk must
+ * never name a later entry as its parent.
+ */
+void kvp_index_set_uid_floor(struct kvp_index *idx, uint64_t uid);
+
 /* Fill @st. */
 void kvp_index_stats(const struct kvp_index *idx, struct kvp_index_stats *st);
 

@@ -54,7 +54,7 @@
  * Where a block's K/V lives.  A pool block is always MEM: a block offloaded to the disk
  * tier is freed, and its index entry (shm/index.h) remembers the tier slot.
  */
-enum kvp_tier {
+enum kvp_block_tier {
 	KVP_TIER_MEM = 0,
 	KVP_TIER_DISK = 1,
 };
@@ -72,7 +72,7 @@ struct kvp_pool;
  * @free_next:  next block on the arena free list (free blocks only)
  * @heap_pos:   position in the arena's eviction heap, KVP_BLOCK_NONE when not in it
  * @arena:      arena (= logical NUMA node) the block belongs to
- * @tier:       enum kvp_tier
+ * @tier:       enum kvp_block_tier
  * @cached:     1 while published in the prefix index
  * @last_use:   LRU clock (a pool-wide counter) at the last release or lookup hit
  * @ttl_deadline_ns: CLOCK_MONOTONIC ns before which a cached block is not evicted
