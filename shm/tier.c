@@ -1042,6 +1042,15 @@ void kvp_tier_free(struct kvp_tier *t)
 			reap_one(t, cqe, &d);
 			io_uring_cqe_seen(&t->ring, cqe);
 		}
+		/*
+		 * The ring's own teardown is asynchronous: left registered, the file (and so
+		 * its lock, and a remount) and the pinned pool pages would outlive this call.
+		 * Unregistering is synchronous.
+		 */
+		if (t->sqe_flags & IOSQE_FIXED_FILE)
+			io_uring_unregister_files(&t->ring);
+		if (t->fixed_bufs)
+			io_uring_unregister_buffers(&t->ring);
 		io_uring_queue_exit(&t->ring);
 	}
 	if (t->fd >= 0)

@@ -39,12 +39,36 @@ int tfix_init(struct tfix *f, const struct kvp_model_shape *shape, uint32_t n_bl
 	return kvp_pool_new(&f->pool, &pc);
 }
 
+/* Unmount whatever a failed test left mounted under @dir, deepest first. */
+static void umount_under(const char *dir)
+{
+	size_t n = strlen(dir);
+
+	for (int pass = 0; pass < 4; pass++) {
+		char line[1024], mnt[1024], deepest[1024] = "";
+		FILE *m = fopen("/proc/self/mounts", "r");
+
+		if (!m)
+			return;
+		while (fgets(line, sizeof(line), m))
+			if (sscanf(line, "%*s %1023s", mnt) == 1 && strncmp(mnt, dir, n) == 0 &&
+			    mnt[n] == '/' && strlen(mnt) > strlen(deepest))
+				strcpy(deepest, mnt);
+		fclose(m);
+		if (!deepest[0])
+			return;
+		tfix_umount(deepest);
+	}
+}
+
 void tfix_deinit(struct tfix *f)
 {
 	kvp_pool_free(f->pool);
 	f->pool = NULL;
-	if (f->dir[0])
+	if (f->dir[0]) {
+		umount_under(f->dir);
 		kvp_test_rmtree(f->dir);
+	}
 }
 
 struct kvp_tier_config tfix_cfg(const struct tfix *f, uint32_t n_slots, uint32_t flags)
