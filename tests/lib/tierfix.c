@@ -18,8 +18,14 @@
 
 int tfix_init(struct tfix *f, const struct kvp_model_shape *shape, uint32_t n_blocks)
 {
+	return tfix_init_pages(f, shape, n_blocks, KVP_PAGES_OFF);
+}
+
+int tfix_init_pages(struct tfix *f, const struct kvp_model_shape *shape, uint32_t n_blocks,
+		    enum kvp_page_mode pages)
+{
 	struct kvp_pool_config pc = { .shape = *shape, .n_blocks = n_blocks,
-				      .pages = KVP_PAGES_OFF, .name = "kvptest-tier" };
+				      .pages = pages, .name = "kvptest-tier" };
 	struct kvp_extra_keys ek = { .kv_dtype = shape->dtype, .rope_theta_bits = 0x461c4000,
 				     .salt_len = 4, .salt = "salt" };
 	int r;

@@ -38,6 +38,10 @@ struct tfix {
 
 /* Make the directory and the pool (@n_blocks of @shape, 4 KiB pages).  0 or -errno. */
 int tfix_init(struct tfix *f, const struct kvp_model_shape *shape, uint32_t n_blocks);
+
+/* The same with the pool's pages as @pages (the daemon's default is KVP_PAGES_AUTO). */
+int tfix_init_pages(struct tfix *f, const struct kvp_model_shape *shape, uint32_t n_blocks,
+		    enum kvp_page_mode pages);
 void tfix_deinit(struct tfix *f);
 
 /* A tier config for f->path of @n_slots slots, @flags, short lock wait. */

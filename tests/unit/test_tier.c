@@ -2,7 +2,7 @@
 /*
  * test_tier.c - the disk tier on real files, real io_uring, real O_DIRECT:
  * write/read round trips bit-exact with several operations in flight (fixed buffers and
- * plain), restart and rebuild (headers-only and full scans, into an index), LRU eviction
+ * plain), a read whose data went astray read again, restart and rebuild (headers-only and full scans, into an index), LRU eviction
  * of a full tier, flipped bytes in K/V or header and truncated files (detected, never
  * served), torn writes cut at every 512-byte boundary (never served), model changes,
  * resizes, flush, and degrading cleanly: a missing directory, a file that is not ours,
@@ -287,6 +287,35 @@ static void test_api_errors(void **state)
 	assert_int_equal(kvp_tier_open(&t, &c, f->tf.pool), -EINVAL);	/* below one slot */
 	c.path = NULL;
 	assert_int_equal(kvp_tier_open(&t, &c, f->tf.pool), -EINVAL);
+}
+
+static void test_lost_read_is_read_again(void **state)
+{
+	/*
+	 * a read whose data never arrived (the virtual disk of MACHINE.md does this now and
+	 * then) is read again and served bit-exact; lost twice, the block is dropped
+	 */
+	struct fixture *f = *state;
+	struct kvp_tier *t = open_tier(f, 8, 0);
+	struct kvp_tier_stats st;
+
+	write_records(f, t, 2, 1);
+	kvp_tier_debug_lose_reads(t, 1);
+	assert_int_equal(read_back(f, t, (uint32_t)f->slot[0], f->rec[0].uid, 40), 0);
+	kvp_tier_stats(t, &st);
+	assert_int_equal(st.reread_recovered, 1);
+	assert_int_equal(st.checksum_failures, 0);
+	assert_int_equal(st.reads, 1);
+	assert_int_equal(st.in_flight, 0);
+	kvp_tier_debug_lose_reads(t, 2);
+	assert_int_equal(read_back(f, t, (uint32_t)f->slot[1], f->rec[1].uid, 40), -EBADMSG);
+	kvp_tier_stats(t, &st);
+	assert_int_equal(st.checksum_failures, 1);
+	assert_int_equal(st.blocks, 1);
+	assert_int_equal(f->n_dropped, 1);
+	assert_int_equal(f->dropped_uid[0], f->rec[1].uid);
+	assert_int_equal(st.in_flight, 0);
+	kvp_tier_free(t);
 }
 
 /* ---- restart ---- */
@@ -991,6 +1020,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_round_trip_fixed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_round_trip_plain, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lost_read_is_read_again, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_finds_every_block, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_rebuilds_the_index, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_attach_drops_orphans, setup, teardown),
