@@ -63,7 +63,7 @@ struct tio {
 	int32_t res;			/* first error of its parts */
 	uint8_t op;
 	uint8_t parts;			/* CQEs still to come; 0 = free */
-	uint8_t retried;		/* a read already read again after failing its check */
+	uint8_t retried;		/* times a read was read again after failing its check */
 	uint8_t *hdr;			/* its header region buffer (4 KiB aligned) */
 	struct iovec iov[2];
 };
@@ -468,13 +468,15 @@ static int finish(struct kvp_tier *t, struct tio *io, struct kvp_tier_done *d)
 		if (res >= 0) {
 			res = check_read(t, io);
 			/*
-			 * Read it once more before believing the disk: on some virtual disks an
+			 * Read it again before believing the disk: on some virtual disks an
 			 * O_DIRECT read into 4 KiB pages at queue depth > 1 now and then
-			 * completes in full without its data arriving (docs/tier.md), and the
-			 * copy on disk is fine.  A torn or corrupt block fails again.
+			 * completes in full without its data arriving, in bursts (docs/tier.md),
+			 * and the copy on disk is fine.  A torn or corrupt block fails every
+			 * time.
 			 */
-			if (res < 0 && !io->retried && !t->st.degraded && !sl->drop) {
-				io->retried = 1;
+			if (res < 0 && io->retried < KVP_TIER_REREADS && !t->st.degraded &&
+			    !sl->drop) {
+				io->retried++;
 				io->gen++;
 				io->res = 0;
 				if (submit_rw(t, io, kvp_pool_data(t->pool, io->block)) == 0)
@@ -486,7 +488,7 @@ static int finish(struct kvp_tier *t, struct tio *io, struct kvp_tier_done *d)
 			} else {
 				t->st.reads++;
 				t->st.read_bytes += t->lay.slot_bytes;
-				t->st.reread_recovered += io->retried;
+				t->st.reread_recovered += io->retried != 0;
 				lat_sample(t, now_ns() - io->t0);
 			}
 		} else {
@@ -715,7 +717,7 @@ static void setup_fixed_buffers(struct kvp_tier *t)
 	uint32_t nb = kvp_pool_n_blocks(t->pool), per, n_bufs;
 	struct iovec *iov;
 
-	if (t->flags & KVP_TIER_NO_FIXED_BUFS)
+	if (!(t->flags & KVP_TIER_FIXED_BUFS))
 		return;
 	per = (uint32_t)(FIXED_CHUNK_BYTES / g->block_stride);
 	if (!per)

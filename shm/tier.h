@@ -10,18 +10,21 @@
  * and tells the owner through the drop callback (the index forgets the entry).
  *
  * I/O: one io_uring, up to queue_depth operations in flight, each moving one block
- * between the file and its pool block directly (no copy): the header region from an
- * aligned buffer of the tier's, the K/V from/to the pool block.  The file is registered
- * with the ring; the pool segment is registered as fixed buffers when the kernel and
- * RLIMIT_MEMLOCK allow (else plain vectored I/O, reported in the stats).
+ * between the file and its pool block directly (no copy): one readv/writev of the header
+ * region (an aligned buffer of the tier's) and the pool block.  The file is registered
+ * with the ring.  Registering the pool as fixed buffers is opt-in (KVP_TIER_FIXED_BUFS):
+ * measured here it does not pay (tests/bench/bench_tier.c: equal with 2 MiB pages, far
+ * slower reads with 4 KiB ones, as it takes two requests per block), and it pins the
+ * whole pool at start; when asked for and refused (RLIMIT_MEMLOCK), plain I/O is used
+ * and the stats say so.
  *
  * Failures: an I/O error, ENOSPC, a file that cannot be opened, created, locked,
  * preallocated or opened O_DIRECT turns the tier off ("degraded"): every VALID slot is
  * dropped (callback), operations in flight complete with their result, and every later
  * call returns -ENODEV.  kvp_tier_error() says why, once, for the caller to log; the
  * counters say how often.  A block that fails its check on a read is dropped and reported
- * as -EBADMSG: never served (it is read once more first: reads do go astray now and
- * then, docs/tier.md).  Nothing here aborts on bad input or a bad disk.
+ * as -EBADMSG: never served (it is read again first: reads do go astray now and then,
+ * docs/tier.md).  Nothing here aborts on bad input or a bad disk.
  *
  * Thread: a tier is used by one thread at a time, with no locks: opened at daemon start
  * (that blocks: preallocation and the rebuild scan), then driven by the engine thread.
@@ -41,12 +44,13 @@
 
 /* Flags of struct kvp_tier_config. */
 #define KVP_TIER_SCAN_FULL 1u		/* rebuild reads and checks every block's K/V too */
-#define KVP_TIER_NO_FIXED_BUFS 2u	/* never register the pool with io_uring */
+#define KVP_TIER_FIXED_BUFS 2u		/* register the pool with io_uring (see below) */
 
 #define KVP_TIER_QD_DEFAULT 32u
 #define KVP_TIER_QD_MAX 256u
 #define KVP_TIER_LAT_SAMPLES 1024u	/* reload latencies kept for p50/p99 */
 #define KVP_TIER_LOCK_WAIT_MS 5000u
+#define KVP_TIER_REREADS 2u		/* a read failing its check is read again this often */
 
 /**
  * struct kvp_tier_config - what kvp_tier_open() makes
@@ -122,8 +126,8 @@ struct kvp_tier_stats {
 	uint64_t evictions;		/* sound blocks dropped to make room */
 	uint64_t checksum_failures;	/* blocks that failed their check twice: dropped,
 					 * never served */
-	uint64_t reread_recovered;	/* reads (and scan reads) that failed their check once
-					 * and passed when read again */
+	uint64_t reread_recovered;	/* reads (and scan reads) that failed their check and
+					 * passed when read again */
 	uint64_t errors;		/* I/O and setup errors (the first degrades) */
 	uint64_t in_flight;		/* operations queued now */
 	int32_t degraded;		/* 0, or the -errno that turned the tier off */
@@ -223,7 +227,8 @@ int kvp_tier_write(struct kvp_tier *t, const struct kvp_index_rec *rec, uint32_t
  *
  * The completion checks the header (tier, slot, uid, chain hash, every field) and the
  * sum of header and K/V before it reports 0; the bytes past block_bytes are zeroed.  A
- * read that fails the check is read once more before the block is dropped (-EBADMSG).
+ * read that fails the check is read again (up to KVP_TIER_REREADS times) before the
+ * block is dropped (-EBADMSG).
  * Return: 0; -ENODEV when the tier is off; -ESTALE when @slot no longer holds @uid;
  * -EBUSY when queue_depth operations are in flight; -EINVAL.
  */

@@ -206,7 +206,7 @@ static void test_sigkill_while_offloading(void **state)
 	srand((unsigned int)seed);
 	for (int round = 0; round < CRASH_ROUNDS; round++) {
 		/* alternate the scan, and fixed buffers vs plain I/O in the child */
-		uint32_t cflags = round & 2 ? KVP_TIER_NO_FIXED_BUFS : 0;
+		uint32_t cflags = round & 2 ? KVP_TIER_FIXED_BUFS : 0;
 		uint32_t vflags = round & 1 ? KVP_TIER_SCAN_FULL : 0;
 		int wst;
 		pid_t pid;
