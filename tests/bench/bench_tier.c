@@ -52,6 +52,13 @@ static char dir[512], tier_path[600], fio_path[600];
 static uint64_t tier_bytes;
 static const char *fio_mem = "";	/* fio's buffers: the same kind of pages as the pool */
 static uint64_t dropped;		/* blocks that failed their check on every read */
+static char cleanup_dir[512];		/* removed at exit, also after an error */
+
+static void cleanup(void)
+{
+	if (cleanup_dir[0])
+		kvp_test_rmtree(cleanup_dir);
+}
 
 #define HP_FILE "/proc/sys/vm/nr_hugepages"
 #define HP_WANT 48	/* the pool's 16 MiB + fio's 16.5 MiB of 2 MiB pages, with room */
@@ -270,6 +277,8 @@ int main(void)
 		return 1;
 	}
 	snprintf(dir, sizeof(dir), "%s", f.dir);
+	snprintf(cleanup_dir, sizeof(cleanup_dir), "%s", f.dir);
+	atexit(cleanup);
 	snprintf(tier_path, sizeof(tier_path), "%s/tier", dir);
 	snprintf(fio_path, sizeof(fio_path), "%s/fio", dir);
 	kvp_tier_layout_init(&lay, &shape, f.fp, tier_bytes);
