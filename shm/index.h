@@ -22,9 +22,22 @@
  * interned id compared exactly).  By induction over the chain no collision, accidental
  * or crafted, can return a block with other K/V.  Only full blocks are indexed.
  *
- * Memory: entries live in per-block arrays sized by the pool (no allocation per publish),
- * plus one table of distinct extra keys.  Eviction is the pool's (LRU leaves first); the
- * index is told through the pool's evictor callback and drops the entry.
+ * Memory: entries live in a table sized by the pool, plus the disk tier's slots when one
+ * is attached (no allocation per publish), plus one table of distinct extra keys.
+ * Eviction is the pool's (LRU leaves first); the index is told through the pool's
+ * evictor callback and drops the entry, unless the entry has a copy in the disk tier:
+ * then it stays, on disk only, until a lookup finds it and the block is read back.
+ *
+ * Entry identity.  Every entry gets a 64-bit uid when it is created, never reused for
+ * another entry (the disk tier persists it, and restarts continue above the largest uid
+ * it found).  An entry records its parent's uid, and a hit compares that uid exactly,
+ * so an entry keeps its parent across moves between memory and disk, and a child whose
+ * parent left the index can never be matched under a new entry.
+ *
+ * Bucket placement.  Chain hashes are unseeded and stable (the same on every host and
+ * after every restart: the remote tier keys on them).  The bucket of a hash is a seeded
+ * hash of it, with a random seed drawn at kvp_index_new() or taken from the disk tier
+ * (kvp_index_set_seed()), so a client cannot craft prompts that crowd one bucket.
  *
  * Thread: an index is owned by the engine thread, like its pool; no locking.  One index
  * per pool, one pool per trust domain.
@@ -88,15 +101,21 @@ struct kvp_prefix_key {
 
 /* Index counters for the status socket; totals since the index was made. */
 struct kvp_index_stats {
-	uint64_t entries;	/* blocks in the index now */
-	uint64_t extra_keys;	/* distinct extra-key sets in use now */
-	uint64_t lookups;	/* kvp_index_lookup() calls */
-	uint64_t lookup_blocks; /* full blocks those lookups could have hit */
-	uint64_t hit_blocks;	/* blocks they did hit */
-	uint64_t publishes;	/* blocks inserted */
-	uint64_t publish_dups;	/* publishes that found an equal entry already there */
-	uint64_t evictions;	/* entries dropped because the pool evicted the block */
-	uint64_t collisions;	/* equal 128-bit hash, different block (tokens/parent/keys) */
+	uint64_t entries;	     /* blocks in the index now */
+	uint64_t extra_keys;	     /* distinct extra-key sets in use now */
+	uint64_t lookups;	     /* kvp_index_lookup() calls */
+	uint64_t lookup_blocks;	     /* full blocks those lookups could have hit */
+	uint64_t hit_blocks;	     /* blocks they did hit */
+	uint64_t publishes;	     /* blocks inserted */
+	uint64_t publish_dups;	     /* publishes that found an equal entry already there */
+	uint64_t evictions;	     /* entries dropped because the pool evicted the block */
+	uint64_t collisions;	     /* equal 128-bit hash, different block (tokens/parent/keys) */
+	uint64_t disk_entries;	     /* entries on disk only now (memory block freed) */
+	uint64_t offloads;	     /* entries kept on disk when the pool evicted their block */
+	uint64_t disk_lookup_blocks; /* blocks kvp_index_lookup_disk() looked for */
+	uint64_t disk_hit_blocks;    /* on-disk entries it found */
+	uint64_t reloads;	     /* on-disk entries given a memory block again (publish) */
+	uint64_t disk_drops;	     /* on-disk entries dropped with their disk copy */
 };
 
 struct kvp_index;
@@ -136,7 +155,7 @@ int kvp_index_lookup(struct kvp_index *idx, const struct kvp_prefix_key *key,
 		     const uint32_t *tokens, uint32_t n_tokens, uint32_t *hits, uint32_t max_hits);
 
 /**
- * kvp_index_publish() - insert a newly filled full block
+ * kvp_index_publish() - insert a newly filled full block (or one read back from the tier)
  * @key:       the request's prefix key
  * @parent:    the block before it in the request's block table (itself published, or
  *             a hit), or KVP_BLOCK_NONE for the first block of the prompt
@@ -149,7 +168,9 @@ int kvp_index_lookup(struct kvp_index *idx, const struct kvp_prefix_key *key,
  * requests with the same prompt prefilled at once, nothing is inserted: *@out_block is
  * the existing block with one reference taken for the caller, who should switch its
  * block table to it and kvp_pool_unref() its own @block (its later blocks then chain
- * under the existing one).  @block itself is never released here.
+ * under the existing one).  @block itself is never released here.  An equal entry that
+ * is on disk only takes @block as its memory block (a reload: return 0, the entry keeps
+ * its uid, its children on disk and its disk copy).
  * Return: 0 inserted (*out_block == block), 1 an equal entry exists (see above),
  * -ENOENT when @parent is not in the index (evicted or never published), -EEXIST when
  * @block is already published, -EINVAL for bad ids, a block without a reference or a
@@ -161,6 +182,121 @@ int kvp_index_publish(struct kvp_index *idx, const struct kvp_prefix_key *key, u
 
 /* Chain hash of a published block (for the disk tier); -ENOENT if not published. */
 int kvp_index_block_hash(const struct kvp_index *idx, uint32_t block, struct kvp_h128 *h);
+
+/*
+ * kvp_chain_hash() - h_i = XXH3_128(@prev || @tokens as uint32 little-endian), unseeded:
+ * the same on every host and across restarts.  @n_tokens <= KVP_INDEX_MAX_BLOCK_TOKENS.
+ */
+struct kvp_h128 kvp_chain_hash(struct kvp_h128 prev, const uint32_t *tokens, uint32_t n_tokens);
+
+/**
+ * kvp_index_set_seed() - place buckets with @seed from now on (rehashes every entry)
+ * A new index has a random per-start seed; a disk tier brings its own (per tier), set
+ * before the rebuild.  Chain hashes do not change.
+ */
+void kvp_index_set_seed(struct kvp_index *idx, uint64_t seed);
+
+/* --- the disk tier (shm/tier.c) --- */
+
+/**
+ * struct kvp_index_rec - what identifies an entry, as the disk tier stores it with the K/V
+ * @hash:   chain hash of the block
+ * @phash:  chain hash of the parent block; the extra-keys digest (@key.seed) for a first
+ *          block
+ * @uid:    the entry's identity (never 0)
+ * @puid:   the parent entry's uid, 0 for a first block
+ * @key:    the canonical extra keys and their digest (kvp_prefix_key_init())
+ * @tokens: the block_tokens token ids of the block (borrowed)
+ */
+struct kvp_index_rec {
+	struct kvp_h128 hash;
+	struct kvp_h128 phash;
+	uint64_t uid;
+	uint64_t puid;
+	struct kvp_prefix_key key;
+	const uint32_t *tokens;
+};
+
+/* One on-disk entry found by kvp_index_lookup_disk(): read @slot, expect @uid. */
+struct kvp_index_disk_hit {
+	uint32_t slot;
+	uint32_t reserved;
+	uint64_t uid;
+};
+
+/**
+ * kvp_index_reserve_disk() - room for entries that live on disk only, in @n_slots slots
+ * Call once a tier is open, before any on-disk entry exists (grows the entry table).
+ * Return: 0; -EBUSY if on-disk entries exist already; -EINVAL if @n_slots is smaller
+ * than before or the table would pass 2^31 entries; -ENOMEM.
+ */
+int kvp_index_reserve_disk(struct kvp_index *idx, uint32_t n_slots);
+
+/**
+ * kvp_index_block_rec() - the identity of published @block, to write it to the tier
+ * @rec: out; @rec->tokens points into the index, valid while the entry exists
+ * Return: 0, or -ENOENT when @block is not published.
+ */
+int kvp_index_block_rec(const struct kvp_index *idx, uint32_t block, struct kvp_index_rec *rec);
+
+/**
+ * kvp_index_set_disk() - the tier holds a verified copy of @block's entry in @slot
+ * @uid: the uid the copy was written with (kvp_index_block_rec()): the entry must still
+ *       be the same one
+ * From now on, when the pool evicts @block the entry stays, on disk only.
+ * Return: 0; -ESTALE when @block's entry is gone or another (the caller frees the slot);
+ * -EEXIST when the entry has a disk copy already; -EBUSY when @slot is taken; -EINVAL.
+ */
+int kvp_index_set_disk(struct kvp_index *idx, uint32_t block, uint64_t uid, uint32_t slot);
+
+/**
+ * kvp_index_disk_dropped() - the tier no longer holds @slot (evicted, failed a check,
+ * flushed, or the tier degraded)
+ * An entry on disk only leaves the index; an entry in memory just loses its copy.
+ * Return: 0, or -ENOENT when no entry uses @slot.
+ */
+int kvp_index_disk_dropped(struct kvp_index *idx, uint32_t slot);
+
+/**
+ * kvp_index_lookup_disk() - continue a lookup past its memory hits, into on-disk entries
+ * @key, @tokens, @n_tokens: as given to kvp_index_lookup()
+ * @n_hit:  blocks kvp_index_lookup() hit (the walk starts at block @n_hit)
+ * @parent: the last of those blocks, or KVP_BLOCK_NONE when @n_hit is 0
+ * @out:    out; for blocks @n_hit, @n_hit + 1, ...: the slot to read and its uid
+ * @max:    room in @out
+ *
+ * Stops at the first block that misses or is not on disk only, and never covers the
+ * last prompt token.  Takes no reference; the caller reads each slot into a fresh block
+ * (kvp_tier_read()) and, once read, publishes the blocks in order with
+ * kvp_index_publish(), which gives each on-disk entry its block back.
+ * Return: number of on-disk hits (>= 0), or -EINVAL (bad arguments, @parent not an
+ * indexed block).
+ */
+int kvp_index_lookup_disk(struct kvp_index *idx, const struct kvp_prefix_key *key,
+			  const uint32_t *tokens, uint32_t n_tokens, uint32_t n_hit,
+			  uint32_t parent, struct kvp_index_disk_hit *out, uint32_t max);
+
+/**
+ * kvp_index_insert_disk() - an entry found in the tier at start (rebuild), on disk only
+ * @rec:  as read from the tier (every field is checked again here)
+ * @slot: where it lives
+ *
+ * Insert parents before children (ascending uid does it: a parent is always created
+ * before its children).  The parent is found by its uid and must have hash @rec->phash
+ * and the same extra keys; a first block must have phash == the extra-keys digest.
+ * Later uids start above the largest seen.
+ * Return: 0; -ENOENT when the parent is not in the index (an orphan: free the slot);
+ * -EEXIST when an entry with this uid, or an equal entry, is in already; -EBADMSG when
+ * the hashes do not agree with the tokens and keys; -EBUSY when @slot is taken; -EINVAL.
+ */
+int kvp_index_insert_disk(struct kvp_index *idx, const struct kvp_index_rec *rec, uint32_t slot);
+
+/*
+ * New entries get uids above @uid from now on.  The tier passes the largest uid and
+ * puid of every sound record it found, orphans included: a record left on disk must
+ * never name a later entry as its parent.
+ */
+void kvp_index_set_uid_floor(struct kvp_index *idx, uint64_t uid);
 
 /* Fill @st. */
 void kvp_index_stats(const struct kvp_index *idx, struct kvp_index_stats *st);

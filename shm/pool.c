@@ -170,6 +170,25 @@ static uint32_t free_pop(struct kvp_pool *p, struct arena *a)
 
 /* ---- eviction ---- */
 
+/* @victim (out of the heap, evictable) leaves the index and goes to the free list. */
+static void evict_one(struct kvp_pool *p, uint32_t victim)
+{
+	struct kvp_block *b = &p->blocks[victim];
+	struct arena *a = &p->arenas[b->arena];
+	uint32_t parent = b->parent;
+
+	if (p->evictor)
+		p->evictor(p->evict_ctx, victim);
+	b->cached = 0;
+	a->n_cached--;
+	free_push(p, victim);
+	if (parent != KVP_BLOCK_NONE) {
+		p->blocks[parent].n_children--;
+		lru_sync(p, parent); /* it may have just become a leaf */
+	}
+	p->evictions++;
+}
+
 /* Evict the LRU evictable block of arena @ai; returns its id or KVP_BLOCK_NONE. */
 static uint32_t evict_from(struct kvp_pool *p, uint32_t ai, uint64_t now)
 {
@@ -189,22 +208,8 @@ static uint32_t evict_from(struct kvp_pool *p, uint32_t ai, uint64_t now)
 	}
 	while (n_stash)
 		heap_push(p, a, p->stash[--n_stash]);
-	if (victim == KVP_BLOCK_NONE)
-		return victim;
-
-	struct kvp_block *b = &p->blocks[victim];
-	uint32_t parent = b->parent;
-
-	if (p->evictor)
-		p->evictor(p->evict_ctx, victim);
-	b->cached = 0;
-	a->n_cached--;
-	free_push(p, victim);
-	if (parent != KVP_BLOCK_NONE) {
-		p->blocks[parent].n_children--;
-		lru_sync(p, parent); /* it may have just become a leaf */
-	}
-	p->evictions++;
+	if (victim != KVP_BLOCK_NONE)
+		evict_one(p, victim);
 	return victim;
 }
 
@@ -222,6 +227,36 @@ long kvp_pool_evict(struct kvp_pool *p, int node)
 			return id;
 	}
 	return -ENOMEM;
+}
+
+int kvp_pool_evict_block(struct kvp_pool *p, uint32_t id)
+{
+	struct kvp_block *b = blk(p, id);
+
+	if (!b)
+		return -EINVAL;
+	if (b->heap_pos == KVP_BLOCK_NONE || b->ttl_deadline_ns > kvp_now_ns())
+		return -EBUSY;
+	heap_remove(p, &p->arenas[b->arena], id);
+	evict_one(p, id);
+	return 0;
+}
+
+long kvp_pool_lru_peek(const struct kvp_pool *p, int node)
+{
+	uint32_t best = KVP_BLOCK_NONE;
+
+	if (node >= (int)p->n_arenas || node < KVP_NODE_ANY)
+		return -EINVAL;
+	for (uint32_t i = 0; i < p->n_arenas; i++) {
+		const struct arena *a = &p->arenas[i];
+
+		if ((node >= 0 && i != (uint32_t)node) || !a->heap_len)
+			continue;
+		if (best == KVP_BLOCK_NONE || heap_less(p, a->heap[0], best))
+			best = a->heap[0];
+	}
+	return best == KVP_BLOCK_NONE ? -ENOENT : (long)best;
 }
 
 /* ---- public allocator API ---- */

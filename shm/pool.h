@@ -24,7 +24,10 @@
  * preferred node, else of another node, else it evicts one cached block (preferred
  * arena first) and takes that; -ENOMEM only when nothing at all can be evicted.
  *
- * Room for later: @tier (a block whose K/V went to the disk tier), int8 K/V with scales
+ * The disk tier keeps its own state (shm/tier.h, and the index entry of a block that went
+ * to disk): a block written there leaves the pool as an ordinary eviction.
+ *
+ * Room for later: int8 K/V with scales
  * (geometry only), one pool + one index per trust domain (nothing here is global).
  *
  * Thread: a pool is owned by the engine thread; no function here locks.  compute/
@@ -47,8 +50,11 @@
 /* Preferred node of an allocation when the caller has none (starts at arena 0). */
 #define KVP_NODE_ANY (-1)
 
-/* Where a block's K/V lives.  Only MEM exists now; DISK is for the disk tier. */
-enum kvp_tier {
+/*
+ * Where a block's K/V lives.  A pool block is always MEM: a block offloaded to the disk
+ * tier is freed, and its index entry (shm/index.h) remembers the tier slot.
+ */
+enum kvp_block_tier {
 	KVP_TIER_MEM = 0,
 	KVP_TIER_DISK = 1,
 };
@@ -66,7 +72,7 @@ struct kvp_pool;
  * @free_next:  next block on the arena free list (free blocks only)
  * @heap_pos:   position in the arena's eviction heap, KVP_BLOCK_NONE when not in it
  * @arena:      arena (= logical NUMA node) the block belongs to
- * @tier:       enum kvp_tier
+ * @tier:       enum kvp_block_tier
  * @cached:     1 while published in the prefix index
  * @last_use:   LRU clock (a pool-wide counter) at the last release or lookup hit
  * @ttl_deadline_ns: CLOCK_MONOTONIC ns before which a cached block is not evicted
@@ -212,6 +218,23 @@ int kvp_pool_set_ttl(struct kvp_pool *pool, uint32_t id, uint64_t deadline_ns);
  * Return: the evicted block id (now free), or -ENOMEM when none is evictable.
  */
 long kvp_pool_evict(struct kvp_pool *pool, int node);
+
+/**
+ * kvp_pool_evict_block() - evict @id now, if it is evictable (a disk-tier offload: the
+ * block whose copy was just written, not whichever is coldest by then)
+ * Return: 0; -EBUSY when @id is not an evictable cached block (referenced, pinned, with
+ * a cached child, or inside its TTL); -EINVAL for a bad id.
+ */
+int kvp_pool_evict_block(struct kvp_pool *pool, uint32_t id);
+
+/**
+ * kvp_pool_lru_peek() - the block kvp_pool_evict() would consider first: the least
+ * recently used evictable cached block of arena @node, or of all arenas (KVP_NODE_ANY)
+ * TTL is not looked at.  The offloader pins what it writes, which takes it out of the
+ * candidates, so the next peek gives the next coldest.
+ * Return: the block id, -ENOENT when there is none, -EINVAL for a bad @node.
+ */
+long kvp_pool_lru_peek(const struct kvp_pool *pool, int node);
 
 /* --- used by the prefix index (shm/index.c) only --- */
 

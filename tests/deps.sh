@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(gcc pkg-config meson ninja-build git
       liburing-dev libhwloc-dev libopenblas-dev libxxhash-dev libcmocka-dev libinih-dev
-      libpcre2-dev libjansson-dev clang-format-14)
+      libpcre2-dev libjansson-dev clang-format-14 fio e2fsprogs)
 
 # The tokenizer and chat-template oracles run on Node (the base image has it; Debian's
 # nodejs/npm otherwise).

@@ -3,7 +3,9 @@
  * test_index.c - the prefix index: hit, miss, partial hit, a changed middle token, the
  * last prompt token never covered, same tokens after another prefix, other extra keys,
  * forced hash collisions caught by the exact comparison, publish races, and eviction
- * (LRU order, leaves first, pinned and TTL-live blocks kept, -ENOMEM when nothing goes).
+ * (LRU order, leaves first, pinned and TTL-live blocks kept, -ENOMEM when nothing goes);
+ * for the disk tier: stable unseeded chain hashes under any bucket seed, offload and reload
+ * of an entry, dropped slots, orphans never matched, rebuild from records.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -469,6 +471,316 @@ static void test_one_index_per_pool(void **state)
 	assert_int_equal(kvp_index_new(&other, f->pool), -EBUSY);
 }
 
+/* ---- disk tier support ---- */
+
+/* Write @block's entry "to disk" at @slot (the tier's part is faked) and evict it. */
+static void offload(struct fixture *f, uint32_t block, uint32_t slot)
+{
+	struct kvp_index_rec rec;
+
+	assert_int_equal(kvp_index_block_rec(f->idx, block, &rec), 0);
+	assert_int_equal(kvp_index_set_disk(f->idx, block, rec.uid, slot), 0);
+	assert_int_equal(kvp_pool_evict_block(f->pool, block), 0);
+}
+
+static void test_chain_hash_stable_and_seed_free(void **state)
+{
+	/* chain hashes are XXH3_128(prev || tokens), unseeded; a new bucket seed keeps hits */
+	struct fixture *f = *state;
+	uint32_t t[2 * BT + 1], ids[2], hits[2];
+	struct kvp_h128 h0, h1, e0, e1;
+
+	fill(t, 2 * BT + 1, 500);
+	cache_prompt(f, &f->key, t, 2, ids);
+	e0 = kvp_chain_hash(f->key.seed, t, BT);
+	e1 = kvp_chain_hash(e0, t + BT, BT);
+	assert_int_equal(kvp_index_block_hash(f->idx, ids[0], &h0), 0);
+	assert_int_equal(kvp_index_block_hash(f->idx, ids[1], &h1), 0);
+	assert_memory_equal(&h0, &e0, sizeof(h0));
+	assert_memory_equal(&h1, &e1, sizeof(h1));
+	for (uint64_t seed = 1; seed < 40; seed += 7) {
+		kvp_index_set_seed(f->idx, seed * 0x9e3779b97f4a7c15ull);
+		assert_int_equal(kvp_index_lookup(f->idx, &f->key, t, 2 * BT + 1, hits, 2), 2);
+		assert_memory_equal(hits, ids, sizeof(ids));
+		put_all(f, hits, 2);
+		assert_int_equal(kvp_index_block_hash(f->idx, ids[1], &h1), 0);
+		assert_memory_equal(&h1, &e1, sizeof(h1));
+	}
+}
+
+static void test_offload_then_reload(void **state)
+{
+	/* a block with a disk copy keeps its entry when evicted; publish gives it memory back */
+	struct fixture *f = *state;
+	uint32_t t[3 * BT + 1], ids[3], hits[3], m, out;
+	struct kvp_index_disk_hit dh[3];
+	struct kvp_index_rec rec, rec2;
+	struct kvp_index_stats st;
+
+	assert_int_equal(kvp_index_reserve_disk(f->idx, 8), 0);
+	fill(t, 3 * BT + 1, 70);
+	cache_prompt(f, &f->key, t, 3, ids);
+	assert_int_equal(kvp_index_block_rec(f->idx, ids[2], &rec), 0);
+	/* the identity a tier record carries */
+	assert_memory_equal(&rec.phash, &(struct kvp_h128){ 0 }, 0);
+	assert_int_equal(kvp_index_block_hash(f->idx, ids[1], &rec2.hash), 0);
+	assert_memory_equal(&rec.phash, &rec2.hash, sizeof(rec.phash));
+	assert_memory_equal(rec.tokens, t + 2 * BT, BT * sizeof(uint32_t));
+	assert_memory_equal(&rec.key, &f->key, sizeof(rec.key));
+	assert_true(rec.uid != 0 && rec.puid != 0);
+	offload(f, ids[2], 5);
+	kvp_index_stats(f->idx, &st);
+	assert_int_equal(st.entries, 2);
+	assert_int_equal(st.disk_entries, 1);
+	assert_int_equal(st.offloads, 1);
+	assert_int_equal(st.evictions, 0);
+	assert_false(kvp_pool_block(f->pool, ids[2])->cached);
+
+	/* memory hits stop before it; the disk lookup continues from there */
+	assert_int_equal(kvp_index_lookup(f->idx, &f->key, t, 3 * BT + 1, hits, 3), 2);
+	assert_int_equal(kvp_index_lookup_disk(f->idx, &f->key, t, 3 * BT + 1, 2, hits[1], dh, 3),
+			 1);
+	assert_int_equal(dh[0].slot, 5);
+	assert_int_equal(dh[0].uid, rec.uid);
+	/* never the last prompt token */
+	assert_int_equal(kvp_index_lookup_disk(f->idx, &f->key, t, 3 * BT, 2, hits[1], dh, 3), 0);
+	/* a wrong parent: -EINVAL; a changed token: miss */
+	assert_int_equal(kvp_index_lookup_disk(f->idx, &f->key, t, 3 * BT + 1, 2, KVP_BLOCK_NONE,
+					       dh, 3),
+			 -EINVAL);
+	t[2 * BT + 3]++;
+	assert_int_equal(kvp_index_lookup_disk(f->idx, &f->key, t, 3 * BT + 1, 2, hits[1], dh, 3),
+			 0);
+	t[2 * BT + 3]--;
+
+	/* read back into a fresh block and published: same entry, memory again */
+	assert_int_equal(kvp_pool_alloc(f->pool, KVP_NODE_ANY, &m), 0);
+	assert_int_equal(kvp_index_publish(f->idx, &f->key, hits[1], t + 2 * BT, m, &out), 0);
+	assert_int_equal(out, m);
+	assert_int_equal(kvp_index_block_rec(f->idx, m, &rec2), 0);
+	assert_int_equal(rec2.uid, rec.uid);
+	kvp_index_stats(f->idx, &st);
+	assert_int_equal(st.entries, 3);
+	assert_int_equal(st.disk_entries, 0);
+	assert_int_equal(st.reloads, 1);
+	put_all(f, &m, 1);
+	put_all(f, hits, 2);
+	assert_int_equal(kvp_index_lookup(f->idx, &f->key, t, 3 * BT + 1, hits, 3), 3);
+	assert_int_equal(hits[2], m);
+	put_all(f, hits, 3);
+	/* it still has its copy: evicted again, it stays on disk without another write */
+	assert_int_equal(kvp_index_set_disk(f->idx, m, rec.uid, 6), -EEXIST);
+	assert_int_equal(kvp_pool_evict_block(f->pool, m), 0);
+	kvp_index_stats(f->idx, &st);
+	assert_int_equal(st.disk_entries, 1);
+	assert_int_equal(st.offloads, 2);
+}
+
+static void test_disk_dropped(void **state)
+{
+	/* a dropped slot: an on-disk entry leaves the index, one in memory only loses its copy */
+	struct fixture *f = *state;
+	uint32_t t[2 * BT + 1], ids[2], hits[2];
+	struct kvp_index_disk_hit dh[2];
+	struct kvp_index_stats st;
+
+	assert_int_equal(kvp_index_reserve_disk(f->idx, 4), 0);
+	fill(t, 2 * BT + 1, 300);
+	cache_prompt(f, &f->key, t, 2, ids);
+	offload(f, ids[1], 1);
+	assert_int_equal(kvp_index_disk_dropped(f->idx, 1), 0);
+	assert_int_equal(kvp_index_disk_dropped(f->idx, 1), -ENOENT);
+	assert_int_equal(kvp_index_lookup(f->idx, &f->key, t, 2 * BT + 1, hits, 2), 1);
+	assert_int_equal(kvp_index_lookup_disk(f->idx, &f->key, t, 2 * BT + 1, 1, hits[0], dh, 2),
+			 0);
+	put_all(f, hits, 1);
+	kvp_index_stats(f->idx, &st);
+	assert_int_equal(st.disk_entries, 0);
+	assert_int_equal(st.disk_drops, 1);
+
+	/* in memory with a copy: the drop keeps the entry, a later eviction then drops it */
+	assert_int_equal(kvp_index_set_disk(f->idx, ids[0], ({
+						    struct kvp_index_rec r;
+						    kvp_index_block_rec(f->idx, ids[0], &r);
+						    r.uid;
+					    }),
+					    2),
+			 0);
+	assert_int_equal(kvp_index_disk_dropped(f->idx, 2), 0);
+	assert_int_equal(kvp_pool_evict_block(f->pool, ids[0]), 0);
+	kvp_index_stats(f->idx, &st);
+	assert_int_equal(st.entries, 0);
+	assert_int_equal(st.disk_entries, 0);
+	assert_int_equal(st.evictions, 1);
+}
+
+static void test_set_disk_errors(void **state)
+{
+	/* the copy must be of the same entry (uid), one copy per entry, one entry per slot */
+	struct fixture *f = *state;
+	uint32_t t[2 * BT], ids[2];
+	struct kvp_index_rec r0, r1;
+
+	fill(t, 2 * BT, 900);
+	cache_prompt(f, &f->key, t, 2, ids);
+	assert_int_equal(kvp_index_block_rec(f->idx, ids[0], &r0), 0);
+	assert_int_equal(kvp_index_block_rec(f->idx, ids[1], &r1), 0);
+	assert_int_equal(kvp_index_set_disk(f->idx, ids[0], r0.uid, 0), -EINVAL); /* no slots */
+	assert_int_equal(kvp_index_reserve_disk(f->idx, 4), 0);
+	assert_int_equal(kvp_index_set_disk(f->idx, ids[0], r1.uid, 0), -ESTALE);
+	assert_int_equal(kvp_index_set_disk(f->idx, ids[0], r0.uid, 4), -EINVAL);
+	assert_int_equal(kvp_index_set_disk(f->idx, ids[0], r0.uid, 0), 0);
+	assert_int_equal(kvp_index_set_disk(f->idx, ids[1], r1.uid, 0), -EBUSY);
+	assert_int_equal(kvp_index_set_disk(f->idx, ids[0], r0.uid, 1), -EEXIST);
+	assert_int_equal(kvp_index_block_rec(f->idx, 63, &r0), -ENOENT);
+	assert_int_equal(kvp_index_reserve_disk(f->idx, 2), -EINVAL); /* never shrinks */
+	/* a block evicted (and its id reused) is no longer the entry the write was of */
+	assert_int_equal(kvp_index_set_disk(f->idx, ids[1], r1.uid, 1), 0);
+	assert_int_equal(kvp_pool_evict_block(f->pool, ids[1]), 0);
+	assert_int_equal(kvp_index_set_disk(f->idx, ids[1], r1.uid, 2), -ESTALE);
+	assert_int_equal(kvp_index_reserve_disk(f->idx, 8), -EBUSY); /* disk entries exist */
+}
+
+static void test_orphan_never_matches(void **state)
+{
+	/* a child on disk whose parent left the index stays unmatched under a new parent */
+	struct fixture *f = *state;
+	uint32_t t[2 * BT + 1], ids[2], again[1], hits[2];
+	struct kvp_index_disk_hit dh[2];
+
+	assert_int_equal(kvp_index_reserve_disk(f->idx, 4), 0);
+	fill(t, 2 * BT + 1, 1234);
+	cache_prompt(f, &f->key, t, 2, ids);
+	offload(f, ids[1], 3);
+	assert_int_equal(kvp_pool_evict_block(f->pool, ids[0]), 0); /* no copy: dropped */
+	cache_prompt(f, &f->key, t, 1, again);			    /* same tokens, a new entry */
+	assert_int_equal(kvp_index_lookup(f->idx, &f->key, t, 2 * BT + 1, hits, 2), 1);
+	assert_int_equal(kvp_index_lookup_disk(f->idx, &f->key, t, 2 * BT + 1, 1, hits[0], dh, 2),
+			 0);
+	put_all(f, hits, 1);
+}
+
+/* Records of a chain of @n blocks of @t cached in @f (tokens copied into @tok). */
+static void capture(struct fixture *f, const uint32_t *ids, int n, struct kvp_index_rec *recs,
+		    uint32_t *tok)
+{
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(kvp_index_block_rec(f->idx, ids[i], &recs[i]), 0);
+		memcpy(tok + i * BT, recs[i].tokens, BT * sizeof(uint32_t));
+		recs[i].tokens = tok + i * BT;
+	}
+}
+
+static void test_rebuild_from_records(void **state)
+{
+	/* records inserted parents first give back every chain; bad ones are refused */
+	struct fixture *f = *state, *g;
+	uint32_t t[3 * BT + 1], u[2 * BT + 1], ida[3], idb[2], tok[5 * BT], hits[3], m, out;
+	struct kvp_index_rec rec[5], bad;
+	struct kvp_index_disk_hit dh[3];
+	struct kvp_index_stats st;
+
+	fill(t, 3 * BT + 1, 10);
+	memcpy(u, t, BT * sizeof(uint32_t)); /* u shares t's first block, then branches */
+	fill(u + BT, BT + 1, 777);
+	cache_prompt(f, &f->key, t, 3, ida);
+	assert_int_equal(kvp_index_lookup(f->idx, &f->key, u, 2 * BT + 1, idb, 2), 1);
+	assert_int_equal(idb[0], ida[0]); /* the shared block */
+	assert_int_equal(kvp_pool_alloc(f->pool, KVP_NODE_ANY, &m), 0);
+	assert_int_equal(kvp_index_publish(f->idx, &f->key, idb[0], u + BT, m, &idb[1]), 0);
+	put_all(f, idb, 2);
+	capture(f, ida, 3, rec, tok);
+	capture(f, idb + 1, 1, rec + 3, tok + 3 * BT);
+
+	/* a "restarted" index over a fresh pool */
+	assert_int_equal(setup_n((void **)&g, 16), 0);
+	assert_int_equal(kvp_index_reserve_disk(g->idx, 8), 0);
+	assert_int_equal(kvp_index_insert_disk(g->idx, &rec[1], 1), -ENOENT); /* parent first */
+	bad = rec[0];
+	bad.hash.lo ^= 1;
+	assert_int_equal(kvp_index_insert_disk(g->idx, &bad, 0), -EBADMSG);
+	bad = rec[0];
+	bad.key.seed.hi ^= 1;
+	assert_int_equal(kvp_index_insert_disk(g->idx, &bad, 0), -EBADMSG);
+	bad = rec[0];
+	bad.phash.hi ^= 1; /* a first block's parent hash is the digest */
+	assert_int_equal(kvp_index_insert_disk(g->idx, &bad, 0), -EBADMSG);
+	bad = rec[0];
+	bad.key.ek.salt[60] = 1; /* not canonical (past salt_len) */
+	assert_int_equal(kvp_index_insert_disk(g->idx, &bad, 0), -EBADMSG);
+	assert_int_equal(kvp_index_insert_disk(g->idx, &rec[0], 8), -EINVAL);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(kvp_index_insert_disk(g->idx, &rec[i], i), 0);
+	assert_int_equal(kvp_index_insert_disk(g->idx, &rec[2], 5), -EEXIST); /* uid */
+	assert_int_equal(kvp_index_insert_disk(g->idx, &rec[2], 2), -EBUSY);  /* slot */
+	bad = rec[3];
+	bad.puid = rec[1].uid; /* a parent of another hash */
+	assert_int_equal(kvp_index_insert_disk(g->idx, &bad, 6), -ENOENT);
+	kvp_index_stats(g->idx, &st);
+	assert_int_equal(st.disk_entries, 4);
+	assert_int_equal(st.entries, 0);
+
+	/* both chains are found on disk from the root, and reload in order */
+	assert_int_equal(kvp_index_lookup(g->idx, &g->key, t, 3 * BT + 1, hits, 3), 0);
+	assert_int_equal(kvp_index_lookup_disk(g->idx, &g->key, t, 3 * BT + 1, 0, KVP_BLOCK_NONE,
+					       dh, 3),
+			 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(dh[i].slot, i);
+	assert_int_equal(kvp_index_lookup_disk(g->idx, &g->key, u, 2 * BT + 1, 0, KVP_BLOCK_NONE,
+					       dh, 3),
+			 2);
+	assert_int_equal(dh[1].slot, 3);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(kvp_pool_alloc(g->pool, KVP_NODE_ANY, &m), 0);
+		assert_int_equal(kvp_index_publish(g->idx, &g->key,
+						   i ? hits[i - 1] : KVP_BLOCK_NONE, t + i * BT, m,
+						   &out),
+				 0);
+		hits[i] = m;
+	}
+	put_all(g, hits, 3);
+	assert_int_equal(kvp_index_lookup(g->idx, &g->key, t, 3 * BT + 1, hits, 3), 3);
+	put_all(g, hits, 3);
+	/* new entries get uids above every rebuilt one */
+	fill(t, 2 * BT, 5555);
+	cache_prompt(g, &g->key, t, 1, &m);
+	assert_int_equal(kvp_index_block_rec(g->idx, m, &bad), 0);
+	for (int i = 0; i < 4; i++)
+		assert_true(bad.uid > rec[i].uid);
+	teardown((void **)&g);
+}
+
+static void test_pool_peek_and_evict_block(void **state)
+{
+	/* the peek gives the coldest leaf; pinning it shows the next; evict_block takes one */
+	struct fixture *f = *state; /* 8 blocks */
+	uint32_t t[2][2 * BT + 1], a[2], b[2];
+
+	fill(t[0], 2 * BT + 1, 1);
+	fill(t[1], 2 * BT + 1, 100);
+	assert_int_equal(kvp_pool_lru_peek(f->pool, KVP_NODE_ANY), -ENOENT);
+	cache_prompt(f, &f->key, t[0], 2, a);
+	cache_prompt(f, &f->key, t[1], 2, b);
+	/* leaves only: a[1] released before b[1] */
+	assert_int_equal(kvp_pool_lru_peek(f->pool, KVP_NODE_ANY), a[1]);
+	assert_int_equal(kvp_pool_lru_peek(f->pool, 0), a[1]);
+	assert_int_equal(kvp_pool_lru_peek(f->pool, 1), -EINVAL);
+	assert_int_equal(kvp_pool_pin(f->pool, a[1]), 0);
+	assert_int_equal(kvp_pool_lru_peek(f->pool, KVP_NODE_ANY), b[1]);
+	assert_int_equal(kvp_pool_evict_block(f->pool, a[1]), -EBUSY); /* pinned */
+	assert_int_equal(kvp_pool_evict_block(f->pool, a[0]), -EBUSY); /* has a child */
+	assert_int_equal(kvp_pool_evict_block(f->pool, 99), -EINVAL);
+	assert_int_equal(kvp_pool_unpin(f->pool, a[1]), 0);
+	assert_int_equal(kvp_pool_evict_block(f->pool, b[1]), 0);
+	assert_false(kvp_pool_block(f->pool, b[1])->cached);
+	/* its parent is a leaf now: after a[1] (released earlier), before nothing else */
+	assert_int_equal(kvp_pool_lru_peek(f->pool, KVP_NODE_ANY), a[1]);
+	assert_int_equal(kvp_pool_pin(f->pool, a[1]), 0);
+	assert_int_equal(kvp_pool_lru_peek(f->pool, KVP_NODE_ANY), b[0]);
+	assert_int_equal(kvp_pool_unpin(f->pool, a[1]), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -490,6 +802,14 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_referenced_blocks_not_evicted, setup8,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_one_index_per_pool, setup8, teardown),
+		cmocka_unit_test_setup_teardown(test_chain_hash_stable_and_seed_free, setup64,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_offload_then_reload, setup64, teardown),
+		cmocka_unit_test_setup_teardown(test_disk_dropped, setup64, teardown),
+		cmocka_unit_test_setup_teardown(test_set_disk_errors, setup64, teardown),
+		cmocka_unit_test_setup_teardown(test_orphan_never_matches, setup64, teardown),
+		cmocka_unit_test_setup_teardown(test_rebuild_from_records, setup64, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_peek_and_evict_block, setup8, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
