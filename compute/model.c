@@ -783,6 +783,22 @@ const struct kvp_model_info *kvp_model_info(const struct kvp_model *m)
 	return &m->info;
 }
 
+void kvp_model_describe(const struct kvp_model *m, char *buf, size_t len)
+{
+	const struct kvp_model_hparams *hp = &m->hp;
+	char sc[96] = "";
+
+	if (hp->rope_scaling == KVP_ROPE_SCALING_LINEAR)
+		snprintf(sc, sizeof(sc), ", linear x%g", hp->rope_factor);
+	else if (hp->rope_scaling == KVP_ROPE_SCALING_YARN)
+		snprintf(sc, sizeof(sc), ", yarn x%g from %u", hp->rope_factor, hp->rope_orig_ctx);
+	snprintf(buf, len, "%s, head_dim %u, RoPE %s base %g%s%s%s%s%s", m->arch->name, hp->head_dim,
+		 kvp_rope_layout_name(hp->rope_layout), hp->rope_base, sc,
+		 hp->n_rot != hp->head_dim ? " (partial)" : "",
+		 hp->rope_freqs ? ", rope_freqs" : "", hp->qkv_bias ? ", Q/K/V biases" : "",
+		 hp->o_bias ? ", output bias" : "");
+}
+
 const char *kvp_model_name(const struct kvp_model *m)
 {
 	return m->name;

@@ -201,6 +201,13 @@ const struct kvp_model_hparams *kvp_model_hparams(const struct kvp_model *m);
 /* What loading converted and cost (borrowed). */
 const struct kvp_model_info *kvp_model_info(const struct kvp_model *m);
 
+/*
+ * kvp_model_describe() - the architecture and the math traits that vary between files,
+ * for logs: "qwen2, head_dim 64, RoPE neox base 1e+06, yarn x4 from 32768, Q/K/V biases"
+ * into @buf (truncated to @len).
+ */
+void kvp_model_describe(const struct kvp_model *m, char *buf, size_t len);
+
 /* general.name, or "" when absent (borrowed, NUL-terminated, at most 255 bytes). */
 const char *kvp_model_name(const struct kvp_model *m);
 

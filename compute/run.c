@@ -129,7 +129,7 @@ static void run_usage(FILE *f)
 	fputs("usage: kvpool-run -m MODEL (-p TEXT | --tokens ID,ID,...) [options]\n"
 	      "Runs one generation in this process (no daemon) through the daemon's code path:\n"
 	      "chunked prefill, then one decode step per token, until N tokens or EOS.\n"
-	      "  -m, --model FILE      GGUF model (architecture llama; f32, f16, bf16 or q8_0)\n"
+	      "  -m, --model FILE      GGUF model (llama or qwen2, any type: docs/models.md)\n"
 	      "  -p, --prompt TEXT     prompt text, tokenized by the model's vocabulary\n"
 	      "      --tokens LIST     prompt as comma-separated token ids instead of text\n"
 	      "  -n N                  tokens to generate, 1..1048576 (default 32)\n"
@@ -296,7 +296,7 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	int32_t *prompt = NULL, *gen = NULL, eos = -1;
 	uint32_t *table = NULL, n_prompt, n_blocks, n_out = 0, n_steps = 0;
 	float *logits = NULL;
-	char err[512] = "", *text = NULL;
+	char err[512] = "", desc[256], *text = NULL;
 	size_t text_len = 0, text_cap = 0;
 	double t0, t_prefill, t_decode, prefill_tok_s, decode_tok_s;
 	int r, ret = 1;
@@ -318,9 +318,11 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	}
 	hp = kvp_model_hparams(m);
 	info = kvp_model_info(m);
-	fprintf(stderr, "kvpool-run: model '%s': %u layers, n_embd %u, %u/%u heads, n_ff %u, vocab %u, "
-		"%.1fM params, %s; %u tensors converted to f32 (%.1f MiB)%s\n", kvp_model_name(m),
-		hp->n_layers, hp->n_embd, hp->n_heads, hp->n_kv_heads, hp->n_ff, hp->n_vocab,
+	kvp_model_describe(m, desc, sizeof(desc));
+	fprintf(stderr, "kvpool-run: model '%s': %s; %u layers, n_embd %u, %u/%u heads, n_ff %u, "
+		"vocab %u, %.1fM params, %s; %u tensors converted to f32 (%.1f MiB)%s\n",
+		kvp_model_name(m), desc, hp->n_layers, hp->n_embd, hp->n_heads, hp->n_kv_heads,
+		hp->n_ff, hp->n_vocab,
 		info->n_params / 1e6, info->file_type, info->n_converted,
 		info->converted_bytes / 1048576.0, info->weights_copied ? ", f32 weights copied" : "");
 	r = kvp_tokenizer_new(&tok, m, err, sizeof(err));
@@ -498,13 +500,28 @@ out:
 	return ret;
 }
 
+/* kvpool-mkmodel's long options without a short form */
+enum {
+	OPT_ARCH = 0x100,
+	OPT_HEAD_DIM,
+	OPT_QKV_BIAS,
+	OPT_ROPE_BASE,
+	OPT_ROPE_FREQS,
+	OPT_ROPE_SCALING,
+	OPT_ROPE_FACTOR,
+	OPT_ROPE_ORIG_CTX,
+};
+
 static void mkmodel_usage(FILE *f)
 {
 	fputs("usage: kvpool-mkmodel -o FILE [--preset tiny|tinyq|demo|1b] [--type TYPE]\n"
 	      "                      [--seed S] [--n-embd N] [--n-layers N] [--n-heads N]\n"
 	      "                      [--n-kv-heads N] [--n-ff N] [--n-ctx N] [--tied|--untied]\n"
-	      "                      [--name NAME]\n"
-	      "Writes a GGUF v3 llama model with seeded random weights and a byte-level vocabulary\n"
+	      "                      [--name NAME] [--arch llama|qwen2] [--head-dim N] [--qkv-bias]\n"
+	      "                      [--rope-base F] [--rope-freqs[=F,LOW,HIGH,CTX]]\n"
+	      "                      [--rope-scaling none|linear|yarn] [--rope-scaling-factor F]\n"
+	      "                      [--rope-orig-ctx N]\n"
+	      "Writes a GGUF v3 llama (or qwen2) model with seeded random weights and a byte-level vocabulary\n"
 	      "(<unk>, <s>, </s>, then 256 byte tokens); the same options always give the same file.\n"
 	      "  -o, --output FILE   where to write (replaced atomically)\n"
 	      "  -p, --preset NAME   tiny: n_embd 64, 2 layers, 4 heads / 2 KV, n_ff 128 (the default)\n"
@@ -525,7 +542,40 @@ static void mkmodel_usage(FILE *f)
 	      "                      the tokenizer.ggml.* keys (model, pre, tokens, token_type, scores,\n"
 	      "                      merges, *_token_id, add_*, chat_template); see compute/mkvocab.h\n"
 	      "      --chat-template FILE  tokenizer.chat_template from a text file\n"
+	      "      --arch A        llama (default) or qwen2 (Q/K/V biases; read with the NEOX\n"
+	      "                      RoPE layout); the metadata keys take the architecture's prefix\n"
+	      "      --head-dim N    head size other than n_embd / n_heads (attention.key_length\n"
+	      "                      and value_length; Q is n_heads * N wide)\n"
+	      "      --qkv-bias      Q/K/V biases in a llama file too\n"
+	      "      --rope-base F   rope.freq_base (default 10000; the 1b preset 500000)\n"
+	      "      --rope-freqs[=F,LOW,HIGH,CTX]  write rope_freqs.weight: Llama 3.1's frequency\n"
+	      "                      factors (default 8,1,4,8192: factor, low/high frequency\n"
+	      "                      factors, original context)\n"
+	      "      --rope-scaling T  rope.scaling.type: none, linear or yarn\n"
+	      "      --rope-scaling-factor F  rope.scaling.factor (positions divided by F)\n"
+	      "      --rope-orig-ctx N  rope.scaling.original_context_length (YaRN)\n"
 	      "  -h, --help          this text\n", f);
+}
+
+/* "F,LOW,HIGH,CTX" into @p; -EINVAL when malformed. */
+static int parse_rope_freqs(const char *s, struct kvp_mkmodel_rope_freqs *p)
+{
+	char *end;
+
+	errno = 0;
+	p->factor = strtof(s, &end);
+	if (*end++ != ',')
+		return -EINVAL;
+	p->low_freq_factor = strtof(end, &end);
+	if (*end++ != ',')
+		return -EINVAL;
+	p->high_freq_factor = strtof(end, &end);
+	if (*end++ != ',')
+		return -EINVAL;
+	if (errno || parse_u32(end, 1, UINT32_MAX, &p->orig_ctx) || !(p->factor >= 1.0f) ||
+	    !(p->low_freq_factor > 0.0f) || !(p->high_freq_factor > p->low_freq_factor))
+		return -EINVAL;
+	return 0;
 }
 
 int kvp_mkmodel_main(int argc, char **argv)
@@ -539,8 +589,21 @@ int kvp_mkmodel_main(int argc, char **argv)
 		{ "tied", no_argument, 0, 'T' }, { "untied", no_argument, 0, 'U' },
 		{ "name", required_argument, 0, 'N' }, { "help", no_argument, 0, 'h' },
 		{ "vocab", required_argument, 0, 'V' }, { "chat-template", required_argument, 0, 'C' },
+		{ "arch", required_argument, 0, OPT_ARCH },
+		{ "head-dim", required_argument, 0, OPT_HEAD_DIM },
+		{ "qkv-bias", no_argument, 0, OPT_QKV_BIAS },
+		{ "rope-base", required_argument, 0, OPT_ROPE_BASE },
+		{ "rope-freqs", optional_argument, 0, OPT_ROPE_FREQS },
+		{ "rope-scaling", required_argument, 0, OPT_ROPE_SCALING },
+		{ "rope-scaling-factor", required_argument, 0, OPT_ROPE_FACTOR },
+		{ "rope-orig-ctx", required_argument, 0, OPT_ROPE_ORIG_CTX },
 		{ 0 },
 	};
+	struct kvp_mkmodel_rope_freqs freqs = { 0 };
+	const char *arch = NULL, *scaling = NULL;
+	uint32_t head_dim = 0, orig_ctx = 0;
+	float rope_base = 0, factor = 0;
+	int qkv_bias = 0;
 	const char *vocab_path = NULL, *tmpl_path = NULL;
 	struct kvp_mkmodel_vocab *vocab = NULL;
 	char *tmpl = NULL;
@@ -574,6 +637,57 @@ int kvp_mkmodel_main(int argc, char **argv)
 		case 'C': tmpl_path = optarg; break;
 		case 'T': tied = 1; break;
 		case 'U': tied = 0; break;
+		case OPT_ARCH:
+			if (strcmp(optarg, "llama") && strcmp(optarg, "qwen2")) {
+				fprintf(stderr, "kvpool-mkmodel: --arch: want llama or qwen2, got '%s'\n", optarg);
+				goto usage;
+			}
+			arch = optarg;
+			break;
+		case OPT_HEAD_DIM:
+			if (parse_u32(optarg, 2, 1024, &head_dim) || head_dim % 2) {
+				fprintf(stderr, "kvpool-mkmodel: --head-dim: want an even integer in [2, 1024], got '%s'\n",
+					optarg);
+				goto usage;
+			}
+			break;
+		case OPT_QKV_BIAS: qkv_bias = 1; break;
+		case OPT_ROPE_BASE:
+			if (parse_float(optarg, 1.0001f, 1e12f, &rope_base)) {
+				fprintf(stderr, "kvpool-mkmodel: --rope-base: want a number > 1, got '%s'\n", optarg);
+				goto usage;
+			}
+			break;
+		case OPT_ROPE_FREQS:
+			freqs = (struct kvp_mkmodel_rope_freqs){ 8.0f, 1.0f, 4.0f, 8192 };
+			if (optarg && parse_rope_freqs(optarg, &freqs)) {
+				fprintf(stderr, "kvpool-mkmodel: --rope-freqs: want FACTOR,LOW,HIGH,CTX (factor >= 1, 0 < low < high, ctx >= 1), got '%s'\n",
+					optarg);
+				goto usage;
+			}
+			break;
+		case OPT_ROPE_SCALING:
+			if (strcmp(optarg, "none") && strcmp(optarg, "linear") && strcmp(optarg, "yarn")) {
+				fprintf(stderr, "kvpool-mkmodel: --rope-scaling: want none, linear or yarn, got '%s'\n",
+					optarg);
+				goto usage;
+			}
+			scaling = optarg;
+			break;
+		case OPT_ROPE_FACTOR:
+			if (parse_float(optarg, 1e-3f, 1e6f, &factor)) {
+				fprintf(stderr, "kvpool-mkmodel: --rope-scaling-factor: want a number in [0.001, 1e6], got '%s'\n",
+					optarg);
+				goto usage;
+			}
+			break;
+		case OPT_ROPE_ORIG_CTX:
+			if (parse_u32(optarg, 1, UINT32_MAX, &orig_ctx)) {
+				fprintf(stderr, "kvpool-mkmodel: --rope-orig-ctx: want an integer >= 1, got '%s'\n",
+					optarg);
+				goto usage;
+			}
+			break;
 		case 's':
 			if (parse_u64(optarg, 0, UINT64_MAX, &seed)) {
 				fprintf(stderr, "kvpool-mkmodel: --seed: want an unsigned 64-bit integer, got '%s'\n",
@@ -597,7 +711,7 @@ int kvp_mkmodel_main(int argc, char **argv)
 		goto usage;
 	}
 	if (kvp_mkmodel_preset(&o, preset)) {
-		fprintf(stderr, "kvpool-mkmodel: --preset: want tiny, demo or 1b, got '%s'\n", preset);
+		fprintf(stderr, "kvpool-mkmodel: --preset: want tiny, tinyq, demo or 1b, got '%s'\n", preset);
 		goto usage;
 	}
 	if (type) {
@@ -627,6 +741,15 @@ int kvp_mkmodel_main(int argc, char **argv)
 		o.tied = tied;
 	if (name)
 		o.name = name;
+	if (rope_base)
+		o.rope_base = rope_base;
+	o.arch = arch;
+	o.head_dim = head_dim;
+	o.qkv_bias = qkv_bias;
+	o.rope_freqs = freqs;
+	o.rope_scaling = scaling;
+	o.rope_scaling_factor = factor;
+	o.rope_orig_ctx = orig_ctx;
 	if (vocab_path && kvp_mkmodel_vocab_load(&vocab, vocab_path, err, sizeof(err))) {
 		fprintf(stderr, "kvpool-mkmodel: %s\n", err);
 		return 1;
