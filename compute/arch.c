@@ -81,8 +81,13 @@ static const struct kvp_meta_key decoder_keys[] = {
 	NEUTRAL("use_parallel_residual", 0, "parallel attention and FFN"),
 	NEUTRAL("swin_norm", 0, "Swin-style norms"),
 	NEUTRAL("rope.scaling.yarn_log_multiplier", 0, "YaRN's mscale_all_dim"),
-	NEUTRAL("rope.scaling.yarn_attn_factor", 1, "a YaRN attention factor"),
 
+	/*
+	 * Written from Hugging Face's attention_factor / extrapolation_factor, which replace
+	 * YaRN's default mscale and mix; llama.cpp reads them for other families only, with
+	 * other conventions: no value is safe to assume.
+	 */
+	REFUSED("rope.scaling.yarn_attn_factor", "a YaRN attention factor replacing the default"),
 	REFUSED("rope.scaling.yarn_ext_factor", "a YaRN extrapolation mix other than the default"),
 	REFUSED("rope.scaling.alpha", "NTK-aware RoPE alpha scaling"),
 	REFUSED("rope.dimension_sections", "multimodal RoPE sections"),
