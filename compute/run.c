@@ -45,7 +45,7 @@ static void run_usage(FILE *f)
 	fputs("usage: kvpool-run -m MODEL (-p TEXT | --tokens ID,ID,...) [options]\n"
 	      "Runs one generation in this process (no daemon) through the daemon's code path:\n"
 	      "chunked prefill, then one decode step per token, until N tokens or EOS.\n"
-	      "  -m, --model FILE      GGUF model (docs/models.md: architectures and weight types)\n"
+	      "  -m, --model FILE      GGUF model (llama or qwen2, any type: docs/models.md)\n"
 	      "  -p, --prompt TEXT     prompt text, tokenized by the model's vocabulary\n"
 	      "      --tokens LIST     prompt as comma-separated token ids instead of text\n"
 	      "  -n N                  tokens to generate, 1..1048576 (default 32)\n"
@@ -274,7 +274,7 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	int32_t *prompt = NULL, *gen = NULL;
 	uint32_t *table = NULL, n_prompt, n_blocks;
 	float *logits = NULL;
-	char err[512] = "";
+	char err[512] = "", desc[256];
 	uint64_t t0;
 	int r, ret = 1;
 
@@ -308,11 +308,12 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 			goto out;
 		}
 		kvp_model_info_types(info, types, sizeof(types));
+		kvp_model_describe(m, desc, sizeof(desc));
 		fprintf(stderr,
-			"kvpool-run: model '%s': %u layers, n_embd %u, %u/%u heads, n_ff %u, "
+			"kvpool-run: model '%s': %s; %u layers, n_embd %u, %u/%u heads, n_ff %u, "
 			"vocab %u, %.1fM params; %s; weights %s; kernels %s\n",
-			kvp_model_name(m), hp->n_layers, hp->n_embd, hp->n_heads, hp->n_kv_heads,
-			hp->n_ff, hp->n_vocab, info->n_params / 1e6, types,
+			kvp_model_name(m), desc, hp->n_layers, hp->n_embd, hp->n_heads,
+			hp->n_kv_heads, hp->n_ff, hp->n_vocab, info->n_params / 1e6, types,
 			info->weights_copied ? "copied" : "mapped", k->name);
 	}
 	r = kvp_tokenizer_new(&tok, m, err, sizeof(err));
