@@ -71,6 +71,8 @@ struct kvp_fwd {
 	/* the job being run on the pool */
 	const struct kvp_kv_view *job_kv;
 	uint32_t job_layer, job_seqs;
+	uint32_t job_op, job_row0;  /* the per-row step being run (enum row_op) */
+	const uint32_t **row_table; /* (rows) the block table of each row's sequence */
 };
 
 static float *falloc(size_t n)
@@ -122,30 +124,38 @@ int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kv
 	f->rope_cs = falloc(r * hp->n_rot);
 	f->tok = malloc(r * sizeof(*f->tok));
 	f->pos = malloc(r * sizeof(*f->pos));
+	f->row_table = malloc(r * sizeof(*f->row_table));
 	f->seqs = malloc(o->max_batch * sizeof(*f->seqs));
 	f->ml = falloc(2 * r * hp->n_heads);
 	f->as = calloc(o->n_threads, sizeof(*f->as));
+	err = -ENOMEM;
 	if (!f->x || !f->xn || !f->q || !f->kk || !f->v || !f->att || !f->hb || !f->hb2 ||
-	    !f->rope_cs || !f->tok || !f->pos || !f->seqs || !f->ml || !f->as ||
-	    kvp_threads_new(&f->pool, o->n_threads) ||
-	    kvp_lin_init(&f->lin, k, f->pool, r, k_max)) {
-		kvp_fwd_free(f);
-		return -ENOMEM;
-	}
+	    !f->rope_cs || !f->tok || !f->pos || !f->row_table || !f->seqs || !f->ml || !f->as)
+		goto err_free;
+	err = kvp_threads_new(&f->pool, o->n_threads);
+	if (err)
+		goto err_free;
+	err = kvp_lin_init(&f->lin, k, f->pool, r, k_max);
+	if (err)
+		goto err_free;
 	for (uint32_t t = 0; t < o->n_threads; t++) {
 		f->as[t].ml = f->ml;
 		f->as[t].kbuf = falloc((size_t)BT_SCRATCH_MAX * hp->head_dim);
 		f->as[t].vbuf = falloc((size_t)BT_SCRATCH_MAX * hp->head_dim);
 		f->as[t].sbuf = falloc(BT_SCRATCH_MAX);
 		if (!f->as[t].kbuf || !f->as[t].vbuf || !f->as[t].sbuf) {
-			kvp_fwd_free(f);
-			return -ENOMEM;
+			err = -ENOMEM;
+			goto err_free;
 		}
 	}
 	/* process-wide: OpenBLAS has one thread pool */
 	openblas_set_num_threads((int)o->n_threads);
 	*out = f;
 	return 0;
+
+err_free: /* every member: kvp_fwd_free() takes a partly made context */
+	kvp_fwd_free(f);
+	return err;
 }
 
 void kvp_fwd_free(struct kvp_fwd *f)
@@ -163,6 +173,7 @@ void kvp_fwd_free(struct kvp_fwd *f)
 	free(f->rope_cs);
 	free(f->tok);
 	free(f->pos);
+	free(f->row_table);
 	free(f->seqs);
 	kvp_lin_deinit(&f->lin);
 	kvp_threads_free(f->pool);
@@ -275,6 +286,102 @@ static size_t attn_bytes(const struct kvp_fwd *f, const struct kvp_kv_view *kv, 
 }
 
 /*
+ * The per-row work between the projections, as steps a pool job can split by rows:
+ * with a prefill chunk's hundreds of rows it is a few percent of the step, and on the
+ * calling thread alone the other threads would wait for it.
+ */
+enum row_op {
+	ROWS_EMBED,   /* x = embedding row; the row's RoPE angles */
+	ROWS_ATTN_IN, /* x += xn (the previous layer's output; not in layer 0); xn = norm(x) */
+	ROWS_QKV,     /* Q/K/V biases, RoPE, K/V into the blocks */
+	ROWS_FFN_IN,  /* xn += output bias; x += xn; xn = norm(x) */
+	ROWS_SWIGLU,  /* hb = silu(hb) * hb2 */
+	ROWS_OUT,     /* x += xn (the last layer's output); xn = norm(x) */
+};
+
+/* A step over fewer elements than this stays on the calling thread. */
+#define ROWS_POOL_MIN ((size_t)1 << 16)
+
+static void rows_do(struct kvp_fwd *f, uint32_t op, uint32_t r0, uint32_t r1)
+{
+	const struct kvp_model_hparams *hp = f->hp;
+	const struct kvp_weights *w = f->w;
+	const struct kvp_layer_weights *L = &w->layers[f->job_layer];
+	size_t E = hp->n_embd, qd = (size_t)hp->n_heads * hp->head_dim;
+	size_t kvd = (size_t)hp->n_kv_heads * hp->head_dim, F = hp->n_ff;
+
+	for (uint32_t r = r0; r < r1; r++) {
+		float *x = f->x + r * E, *xn = f->xn + r * E;
+
+		switch (op) {
+		case ROWS_EMBED: {
+			const struct kvp_tensor *emb = &w->tok_embd;
+
+			f->k->dequant[emb->type](x,
+						 (const uint8_t *)emb->data +
+							 (size_t)f->tok[r] * emb->row_bytes,
+						 E);
+			kvp_rope_cs(f->rope, f->rope_cs + (size_t)r * hp->n_rot, f->pos[r]);
+			break;
+		}
+		case ROWS_ATTN_IN:
+			if (f->job_layer)
+				for (size_t i = 0; i < E; i++)
+					x[i] += xn[i];
+			f->k->rmsnorm(xn, x, L->attn_norm.data, E, hp->rms_eps);
+			break;
+		case ROWS_QKV: {
+			const float *cs = f->rope_cs + (size_t)r * hp->n_rot;
+
+			add_bias(f->q + r * qd, &L->bq, 1);
+			add_bias(f->kk + r * kvd, &L->bk, 1);
+			add_bias(f->v + r * kvd, &L->bv, 1);
+			kvp_rope_rotate(f->rope, f->q + r * qd, hp->n_heads, hp->head_dim, cs);
+			kvp_rope_rotate(f->rope, f->kk + r * kvd, hp->n_kv_heads, hp->head_dim, cs);
+			store_kv(f, f->job_kv, f->row_table[r], f->job_layer, r, f->pos[r]);
+			break;
+		}
+		case ROWS_FFN_IN:
+			add_bias(xn, &L->bo, 1);
+			for (size_t i = 0; i < E; i++)
+				x[i] += xn[i];
+			f->k->rmsnorm(xn, x, L->ffn_norm.data, E, hp->rms_eps);
+			break;
+		case ROWS_SWIGLU:
+			f->k->swiglu(f->hb + r * F, f->hb2 + r * F, F);
+			break;
+		case ROWS_OUT:
+			for (size_t i = 0; i < E; i++)
+				x[i] += xn[i];
+			f->k->rmsnorm(xn, x, w->output_norm.data, E, hp->rms_eps);
+			break;
+		}
+	}
+}
+
+/* Thread @i of @n: its share of the rows of the step in f->job_op. */
+static void rows_part(void *arg, unsigned int i, unsigned int n)
+{
+	struct kvp_fwd *f = arg;
+	uint32_t rows = f->job_seqs, r0 = f->job_row0;
+
+	rows_do(f, f->job_op, r0 + rows * i / n, r0 + rows * (i + 1) / n);
+}
+
+/* Step @op over rows [r0, r0 + rows) (of @width elements each), on the pool when large. */
+static void rows_run(struct kvp_fwd *f, uint32_t op, uint32_t r0, uint32_t rows, size_t width)
+{
+	if ((size_t)rows * width < ROWS_POOL_MIN) {
+		rows_do(f, op, r0, r0 + rows);
+		return;
+	}
+	f->job_op = op;
+	f->job_row0 = r0;
+	f->job_seqs = rows;
+	kvp_threads_run(f->pool, rows_part, f);
+}
+
+/*
  * Run all f->tok/f->pos rows (grouped in f->seqs) through the layers; then logits for
  * rows [out_row0, out_row0 + n_out) into @logits.
  */
@@ -283,45 +390,22 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows, 
 {
 	const struct kvp_model_hparams *hp = f->hp;
 	const struct kvp_weights *w = f->w;
-	size_t E = hp->n_embd, qd = (size_t)hp->n_heads * hp->head_dim;
-	size_t kvd = (size_t)hp->n_kv_heads * hp->head_dim, F = hp->n_ff;
+	size_t E = hp->n_embd;
 
-	for (uint32_t r = 0; r < rows; r++) {
-		const struct kvp_tensor *emb = &w->tok_embd;
-
-		f->k->dequant[emb->type](f->x + r * E,
-					 (const uint8_t *)emb->data +
-						 (size_t)f->tok[r] * emb->row_bytes,
-					 E);
-		kvp_rope_cs(f->rope, f->rope_cs + (size_t)r * hp->n_rot, f->pos[r]);
-	}
+	for (uint32_t s = 0; s < n_seqs; s++)
+		for (uint32_t i = 0; i < f->seqs[s].n; i++)
+			f->row_table[f->seqs[s].row0 + i] = f->seqs[s].table;
+	f->job_kv = kv;
+	f->job_layer = 0;
+	rows_run(f, ROWS_EMBED, 0, rows, E);
 	for (uint32_t l = 0; l < hp->n_layers; l++) {
 		const struct kvp_layer_weights *L = &w->layers[l];
 
-		for (uint32_t r = 0; r < rows; r++)
-			f->k->rmsnorm(f->xn + r * E, f->x + r * E, L->attn_norm.data, E,
-				      hp->rms_eps);
+		f->job_layer = l;
+		rows_run(f, ROWS_ATTN_IN, 0, rows, E);
 		linear(f, f->xn, rows, 3, (float *[]){ f->q, f->kk, f->v },
 		       (const struct kvp_tensor *[]){ &L->wq, &L->wk, &L->wv });
-		add_bias(f->q, &L->bq, rows);
-		add_bias(f->kk, &L->bk, rows);
-		add_bias(f->v, &L->bv, rows);
-		for (uint32_t s = 0; s < n_seqs; s++) {
-			const struct fwd_seq *sq = &f->seqs[s];
-
-			for (uint32_t i = 0; i < sq->n; i++) {
-				uint32_t r = sq->row0 + i;
-				const float *cs = f->rope_cs + (size_t)r * hp->n_rot;
-
-				kvp_rope_rotate(f->rope, f->q + r * qd, hp->n_heads, hp->head_dim,
-						cs);
-				kvp_rope_rotate(f->rope, f->kk + r * kvd, hp->n_kv_heads,
-						hp->head_dim, cs);
-				store_kv(f, kv, sq->table, l, r, sq->pos0 + i);
-			}
-		}
-		f->job_kv = kv;
-		f->job_layer = l;
+		rows_run(f, ROWS_QKV, 0, rows, (size_t)hp->n_heads * hp->head_dim);
 		f->job_seqs = n_seqs;
 		if (attn_bytes(f, kv, n_seqs) < POOL_MIN_BYTES)
 			attn_part(f, 0, 1);
@@ -329,23 +413,14 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows, 
 			kvp_threads_run(f->pool, attn_part, f);
 		linear(f, f->att, rows, 1, (float *[]){ f->xn },
 		       (const struct kvp_tensor *[]){ &L->wo });
-		add_bias(f->xn, &L->bo, rows);
-		for (size_t i = 0; i < rows * E; i++)
-			f->x[i] += f->xn[i];
-
-		for (uint32_t r = 0; r < rows; r++)
-			f->k->rmsnorm(f->xn + r * E, f->x + r * E, L->ffn_norm.data, E,
-				      hp->rms_eps);
+		rows_run(f, ROWS_FFN_IN, 0, rows, E);
 		linear(f, f->xn, rows, 2, (float *[]){ f->hb, f->hb2 },
 		       (const struct kvp_tensor *[]){ &L->w_gate, &L->w_up });
-		f->k->swiglu(f->hb, f->hb2, rows * F);
+		rows_run(f, ROWS_SWIGLU, 0, rows, hp->n_ff);
 		linear(f, f->hb, rows, 1, (float *[]){ f->xn },
 		       (const struct kvp_tensor *[]){ &L->w_down });
-		for (size_t i = 0; i < rows * E; i++)
-			f->x[i] += f->xn[i];
 	}
-	for (uint32_t r = out_row0; r < out_row0 + n_out; r++)
-		f->k->rmsnorm(f->xn + r * E, f->x + r * E, w->output_norm.data, E, hp->rms_eps);
+	rows_run(f, ROWS_OUT, out_row0, n_out, E);
 	linear(f, f->xn + (size_t)out_row0 * E, n_out, 1, (float *[]){ logits },
 	       (const struct kvp_tensor *[]){ &w->output });
 }

@@ -18,7 +18,7 @@
 
 #include "compute/threads.h"
 
-/* Up to this many rows an f32 projection uses our kernel (measured: bench_decode). */
+/* Up to this many rows an f32 projection uses our kernel (docs/compute.md, Threads). */
 #define LIN_GEMV_ROWS 16u
 
 /*

@@ -346,20 +346,25 @@ static void drop_file_pages(const struct kvp_model *m, const void *p, size_t len
 		madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
-/* Does a vector tensor need converting (not f32, or f32 not 4-byte aligned)? */
+/* Does a vector tensor need converting (not f32)?  (Alignment: see arena_bytes().) */
 static int needs_conversion(const struct kvp_gguf_tensor *t, int vector)
 {
-	return vector && (t->type != KVP_GGML_F32 || (uintptr_t)t->data % 4);
+	return vector && t->type != KVP_GGML_F32;
 }
 
-/* Bytes of arena a tensor takes (64-byte aligned): its f32 copy, its bytes, or none. */
+/*
+ * Bytes of arena a tensor takes (64-byte aligned): its f32 copy, its bytes, or none.
+ * The kernels read floats and binary16 scales in place, so a tensor must start 4-byte
+ * aligned; GGUF allows general.alignment = 1 (and a caller's buffer may be anywhere),
+ * so one that does not is copied, as with KVP_MODEL_WEIGHTS_COPY.
+ */
 static size_t arena_bytes(const struct kvp_model *m, const struct kvp_gguf_tensor *t)
 {
 	int vector = t->n_dims == 1 || t->ne[1] == 1;
 
 	if (needs_conversion(t, vector))
 		return (t->n_elems * 4 + 63) & ~(size_t)63;
-	if (m->placement == KVP_MODEL_WEIGHTS_COPY)
+	if (m->placement == KVP_MODEL_WEIGHTS_COPY || (uintptr_t)t->data % 4)
 		return (t->n_bytes + 63) & ~(size_t)63;
 	return 0;
 }
@@ -395,6 +400,14 @@ static int bind(struct kvp_model *m, const char *name, uint64_t ne0, uint64_t ne
 		kvp_errmsg(err, errlen,
 			   "model: tensor %s has type %s, not supported (supported: %s)", name,
 			   kvp_ggml_type_name(t->type), kvp_qtype_list());
+		return -ENOTSUP;
+	}
+	if (n_dims == 1 && t->type != KVP_GGML_F32 && t->type != KVP_GGML_F16 &&
+	    t->type != KVP_GGML_BF16) {
+		kvp_errmsg(
+			err, errlen,
+			"model: vector %s has type %s; norms and biases must be f32, f16 or bf16",
+			name, kvp_ggml_type_name(t->type));
 		return -ENOTSUP;
 	}
 	m->bound[t - m->gguf->tensors] = 1;
@@ -742,27 +755,28 @@ static int finish_open(struct kvp_model **out, struct kvp_model *m, const struct
 								      KVP_MODEL_WEIGHTS_DEFAULT_IS;
 	if (m->placement != KVP_MODEL_WEIGHTS_MAP && m->placement != KVP_MODEL_WEIGHTS_COPY) {
 		kvp_errmsg(err, errlen, "model: unknown weight placement %u", m->placement);
-		kvp_model_close(m);
-		return -EINVAL;
+		r = -EINVAL;
+		goto err_model;
 	}
 	m->info.weights_copied = m->placement == KVP_MODEL_WEIGHTS_COPY;
 	r = read_hparams(m, err, errlen);
-
 	if (!r)
 		r = bind_all(m, err, errlen);
 	if (!r)
 		r = make_rope(m, err, errlen);
 	free(m->bound);
 	m->bound = NULL;
-	if (r) {
-		kvp_model_close(m);
-		return r;
-	}
+	if (r)
+		goto err_model;
 	m->info.file_type = file_type(m->gguf);
 	m->info.file_bytes = m->gguf->size;
 	fingerprint(m);
 	*out = m;
 	return 0;
+
+err_model: /* whatever was bound: kvp_model_close() takes a partly opened model */
+	kvp_model_close(m);
+	return r;
 }
 
 int kvp_model_open(struct kvp_model **out, const char *path, char *err, size_t errlen)
@@ -782,11 +796,13 @@ int kvp_model_open_opts(struct kvp_model **out, const char *path, const struct k
 		return -ENOMEM;
 	}
 	r = kvp_gguf_open(&m->gguf, path, err, errlen);
-	if (r) {
-		free(m);
-		return r;
-	}
+	if (r)
+		goto err_free;
 	return finish_open(out, m, o, err, errlen);
+
+err_free:
+	free(m);
+	return r;
 }
 
 int kvp_model_open_mem(struct kvp_model **out, const void *buf, size_t len, char *err,
@@ -801,11 +817,13 @@ int kvp_model_open_mem(struct kvp_model **out, const void *buf, size_t len, char
 		return -ENOMEM;
 	}
 	r = kvp_gguf_parse(&m->gguf, buf, len, err, errlen);
-	if (r) {
-		free(m);
-		return r;
-	}
+	if (r)
+		goto err_free;
 	return finish_open(out, m, NULL, err, errlen);
+
+err_free:
+	free(m);
+	return r;
 }
 
 void kvp_model_close(struct kvp_model *m)

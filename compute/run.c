@@ -297,7 +297,7 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	info = kvp_model_info(m);
 	{
 		const struct kvp_kernels *k;
-		char types[256];
+		char types[512]; /* every type a file may mix */
 
 		r = kvp_kernels_best(&k);
 		if (r) {

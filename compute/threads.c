@@ -59,6 +59,7 @@
 
 struct kvp_threads {
 	unsigned int n;
+	unsigned int n_started; /* while starting: threads running, the caller counted */
 	pthread_t *th;
 	kvp_thread_fn *fn;
 	void *arg;
@@ -127,6 +128,7 @@ static void *worker(void *p)
 int kvp_threads_new(struct kvp_threads **out, unsigned int n)
 {
 	struct kvp_threads *t;
+	int r;
 
 	*out = NULL;
 	if (!n || n > 256)
@@ -135,31 +137,38 @@ int kvp_threads_new(struct kvp_threads **out, unsigned int n)
 	if (!t)
 		return -ENOMEM;
 	t->n = n;
+	t->n_started = 1;
 	t->th = calloc(n, sizeof(*t->th));
 	if (!t->th) {
-		free(t);
-		return -ENOMEM;
+		r = -ENOMEM;
+		goto err_free;
 	}
 	for (unsigned int i = 1; i < n; i++) {
 		struct worker_arg *wa = malloc(sizeof(*wa));
-		int r;
 
 		if (!wa) {
-			t->n = i;
-			kvp_threads_free(t);
-			return -ENOMEM;
+			r = -ENOMEM;
+			goto err_workers;
 		}
 		*wa = (struct worker_arg){ t, i };
 		r = pthread_create(&t->th[i], NULL, worker, wa);
 		if (r) {
 			free(wa);
-			t->n = i;
-			kvp_threads_free(t);
-			return -r;
+			r = -r;
+			goto err_workers;
 		}
+		t->n_started = i + 1;
 	}
 	*out = t;
 	return 0;
+
+err_workers: /* stop and join the workers started so far */
+	t->n = t->n_started;
+	kvp_threads_free(t);
+	return r;
+err_free:
+	free(t);
+	return r;
 }
 
 void kvp_threads_free(struct kvp_threads *t)

@@ -153,7 +153,7 @@ static int load_model(struct kvp_daemon *d)
 		hp->n_embd, hp->n_heads, hp->n_kv_heads, hp->n_vocab, mi->file_type);
 	{
 		const struct kvp_kernels *k;
-		char types[256];
+		char types[512]; /* every type a file may mix */
 
 		r = kvp_kernels_best(&k);
 		if (r < 0) {

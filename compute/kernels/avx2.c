@@ -13,6 +13,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "compute/kernels/table.inc"
+
 #define VLEN 8
 #define GEMV_GROUP 4
 
@@ -42,33 +44,6 @@ static inline float hsum8(__m256 v)
 	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
 	s = _mm_add_ss(s, _mm_movehdup_ps(s));
 	return _mm_cvtss_f32(s);
-}
-
-/* bytes per block of the integer types (a constant once inlined per type) */
-static inline uint32_t blk_bytes(uint32_t type)
-{
-	switch (type) {
-	case KVP_GGML_Q8_0:
-		return sizeof(struct kvp_blk_q8_0);
-	case KVP_GGML_Q4_0:
-		return sizeof(struct kvp_blk_q4_0);
-	case KVP_GGML_Q4_1:
-		return sizeof(struct kvp_blk_q4_1);
-	case KVP_GGML_Q5_0:
-		return sizeof(struct kvp_blk_q5_0);
-	case KVP_GGML_Q5_1:
-		return sizeof(struct kvp_blk_q5_1);
-	case KVP_GGML_Q2_K:
-		return sizeof(struct kvp_blk_q2_k);
-	case KVP_GGML_Q3_K:
-		return sizeof(struct kvp_blk_q3_k);
-	case KVP_GGML_Q4_K:
-		return sizeof(struct kvp_blk_q4_k);
-	case KVP_GGML_Q5_K:
-		return sizeof(struct kvp_blk_q5_k);
-	default:
-		return sizeof(struct kvp_blk_q6_k);
-	}
 }
 
 /* ---- integer weights (see avx512.c for the group layout) ---- */
@@ -428,24 +403,7 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 	}
 }
 
-#define MATMUL_INT(name, TYPE) \
-	static void matmul_##name(float *restrict out, size_t ldo, const void *restrict w, \
-				  size_t w_row_bytes, const void *restrict x, size_t x_row_bytes, \
-				  size_t rows, size_t k, size_t o0, size_t o1) \
-	{ \
-		matmul_int(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, TYPE); \
-	}
-
-MATMUL_INT(q8_0, KVP_GGML_Q8_0)
-MATMUL_INT(q4_0, KVP_GGML_Q4_0)
-MATMUL_INT(q4_1, KVP_GGML_Q4_1)
-MATMUL_INT(q5_0, KVP_GGML_Q5_0)
-MATMUL_INT(q5_1, KVP_GGML_Q5_1)
-MATMUL_INT(q2_k, KVP_GGML_Q2_K)
-MATMUL_INT(q3_k, KVP_GGML_Q3_K)
-MATMUL_INT(q4_k, KVP_GGML_Q4_K)
-MATMUL_INT(q5_k, KVP_GGML_Q5_K)
-MATMUL_INT(q6_k, KVP_GGML_Q6_K)
+KVP_MATMUL_INT_ALL
 
 /* ---- bf16: both operands widened to f32 (exact), FMA ---- */
 
@@ -460,45 +418,50 @@ static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w,
 			const void *restrict x, size_t x_row_bytes, size_t rows, size_t k,
 			size_t o0, size_t o1)
 {
-	size_t kv = k / 8 * 8;
+	size_t kv = k / 8 * 8, step = rows <= GROUP ? o1 - o0 : slice_rows(w_row_bytes);
 
-	for (size_t r0 = 0; r0 < rows; r0 += GROUP) {
-		size_t g = rows - r0 < GROUP ? rows - r0 : GROUP;
+	for (size_t s0 = o0; s0 < o1; s0 += step) { /* slices: see matmul_f32() */
+		size_t s1 = o1 - s0 < step ? o1 : s0 + step;
 
-		for (size_t o = o0; o < o1; o++) {
-			const uint16_t *wr = (const uint16_t *)((const uint8_t *)w +
-								o * w_row_bytes);
-			__m256 acc[GROUP];
+		for (size_t r0 = 0; r0 < rows; r0 += GROUP) {
+			size_t g = rows - r0 < GROUP ? rows - r0 : GROUP;
 
-			for (size_t r = 0; r < g; r++)
-				acc[r] = _mm256_setzero_ps();
-			for (size_t i = 0; i < kv; i += 8) {
-				__m256 wv = bf16x8(wr + i);
+			for (size_t o = s0; o < s1; o++) {
+				const uint16_t *wr = (const uint16_t *)((const uint8_t *)w +
+									o * w_row_bytes);
+				__m256 acc[GROUP];
 
+				for (size_t r = 0; r < g; r++)
+					acc[r] = _mm256_setzero_ps();
+				for (size_t i = 0; i < kv; i += 8) {
+					__m256 wv = bf16x8(wr + i);
+
+					for (size_t r = 0; r < g; r++) {
+						const uint16_t *xr =
+							(const uint16_t *)((const uint8_t *)x +
+									   (r0 + r) * x_row_bytes);
+
+						acc[r] = _mm256_fmadd_ps(wv, bf16x8(xr + i),
+									 acc[r]);
+					}
+				}
 				for (size_t r = 0; r < g; r++) {
 					const uint16_t *xr = (const uint16_t *)((const uint8_t *)x +
 										(r0 +
 										 r) * x_row_bytes);
+					float sum = hsum8(acc[r]);
 
-					acc[r] = _mm256_fmadd_ps(wv, bf16x8(xr + i), acc[r]);
+					for (size_t i = kv; i < k; i++)
+						sum += kvp_bf16_to_f32(wr[i]) *
+						       kvp_bf16_to_f32(xr[i]);
+					out[(r0 + r) * ldo + o] = sum;
 				}
-			}
-			for (size_t r = 0; r < g; r++) {
-				const uint16_t *xr = (const uint16_t *)((const uint8_t *)x +
-									(r0 + r) * x_row_bytes);
-				float s = hsum8(acc[r]);
-
-				for (size_t i = kv; i < k; i++)
-					s += kvp_bf16_to_f32(wr[i]) * kvp_bf16_to_f32(xr[i]);
-				out[(r0 + r) * ldo + o] = s;
 			}
 		}
 	}
 }
 
 /* ---- the rest: the reference where it is not on a hot path ---- */
-
-#include "compute/kernels/table.inc"
 
 /* F16 weights: the GEMV for every row count (no tiled prefill kernel here) */
 static void matmul_f16(float *restrict out, size_t ldo, const void *restrict w, size_t w_row_bytes,

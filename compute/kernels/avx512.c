@@ -4,19 +4,17 @@
  * Sapphire Rapids and later).  Built with those flags only; dispatch.c makes sure the
  * CPU has them before anything here runs.
  *
- * Integer weights (quant.h) are computed in two steps per output row:
- *  1. unpack: the row's blocks become a panel in scratch - unsigned codes in element
- *     order, int16 sub-block scales spread over the pair lanes vpmaddubsw produces,
- *     and the per-block floats - so the packed bit layouts are decoded once per row,
- *     not once per token;
- *  2. dot: for each group of up to GROUP tokens, the panel against their quantized
- *     activations: K-quants with vpmaddubsw (u8 x s8 -> pairs of int16) then vpdpwssd
- *     (pairs times the sub-block scale, accumulated in int32) so a whole super-block
- *     sums in integers before one float multiply; legacy types with vpdpbusd per block
- *     of 32 and a float multiply per block.
- * Tokens are taken in blocks of TOKEN_BLOCK so their activations stay in L2 while every
- * output row of the slice is unpacked and dotted against them: a weight row is read
- * from memory once per token block (once per step in decode).
+ * Integer weights (quant.h): a row is unpacked group by group (256 elements: one
+ * K-quant super-block or 8 legacy blocks) into unsigned codes in the lane order of the
+ * activations (struct kvp_act_q8) plus a scale and a correction per sub-block of 16
+ * (struct wgrp), then dotted with vpdpbusd: the four 64-byte chunks of a group
+ * accumulate into one register whose lane i is sub-block i's integer dot product, and
+ * one float step per group and token applies the scales.
+ *  - decode (up to GROUP tokens): each group is unpacked into registers and used at
+ *    once by every token, so the row streams through exactly once;
+ *  - prefill: MK_RW rows' groups are unpacked into a stack panel once per block of
+ *    TOKEN_BLOCK tokens, and a register tile of MK_RW rows x MK_RT tokens runs over it,
+ *    so each activation load feeds MK_RW rows and each weight load MK_RT tokens.
  *
  * Float weights: f32 through the shared GEMV (vec_f32.inc), f16 with vcvtph2ps + FMA,
  * bf16 with vdpbf16ps against bf16 activations.
@@ -25,6 +23,8 @@
 
 #include <immintrin.h>
 #include <string.h>
+
+#include "compute/kernels/table.inc"
 
 #define VLEN 16
 #define GEMV_GROUP 8
@@ -113,33 +113,6 @@ static void act_f32(void *restrict dst, const float *restrict x, size_t k)
 static void act_bf16(void *restrict dst, const float *restrict x, size_t k)
 {
 	kv_store_bf16(dst, x, k);
-}
-
-/* bytes per block of the integer types (a constant once inlined per type) */
-static inline uint32_t blk_bytes(uint32_t type)
-{
-	switch (type) {
-	case KVP_GGML_Q8_0:
-		return sizeof(struct kvp_blk_q8_0);
-	case KVP_GGML_Q4_0:
-		return sizeof(struct kvp_blk_q4_0);
-	case KVP_GGML_Q4_1:
-		return sizeof(struct kvp_blk_q4_1);
-	case KVP_GGML_Q5_0:
-		return sizeof(struct kvp_blk_q5_0);
-	case KVP_GGML_Q5_1:
-		return sizeof(struct kvp_blk_q5_1);
-	case KVP_GGML_Q2_K:
-		return sizeof(struct kvp_blk_q2_k);
-	case KVP_GGML_Q3_K:
-		return sizeof(struct kvp_blk_q3_k);
-	case KVP_GGML_Q4_K:
-		return sizeof(struct kvp_blk_q4_k);
-	case KVP_GGML_Q5_K:
-		return sizeof(struct kvp_blk_q5_k);
-	default:
-		return sizeof(struct kvp_blk_q6_k);
-	}
 }
 
 /* ---- integer weights ---- */
@@ -332,6 +305,17 @@ static inline __attribute__((always_inline)) void unpack_k(const uint8_t *blk, u
 }
 
 /*
+ * The binary16 at @p + b * @stride for b < @nb, zero from @nb on, as 8 lanes (scalar
+ * loads into lane inserts: no store-to-load round trip through memory)
+ */
+static inline __m128i half8(const uint8_t *p, uint32_t stride, size_t nb)
+{
+#define H(b) (short)((b) < nb ? ld16(p + (b)*stride) : 0)
+	return _mm_set_epi16(H(7), H(6), H(5), H(4), H(3), H(2), H(1), H(0));
+#undef H
+}
+
+/*
  * Up to 8 legacy blocks (one group) into @w; missing blocks (a row's tail) are zero.
  * Each block is 32 codes as [lo nibbles | hi nibbles] (or the bytes), two per register.
  */
@@ -340,7 +324,8 @@ static inline __attribute__((always_inline)) void unpack_l(const uint8_t *blk, u
 {
 	const __m128i m4 = _mm_set1_epi8(0x0f);
 	uint32_t bb = blk_bytes(type);
-	__m128i dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
+	int has_m = type == KVP_GGML_Q4_1 || type == KVP_GGML_Q5_1;
+	__m128i dh = half8(blk, bb, nb), mh = has_m ? half8(blk + 2, bb, nb) : _mm_setzero_si128();
 	__m256i q[8];
 	float off = type == KVP_GGML_Q8_0 ? 128 :
 		    type == KVP_GGML_Q4_0 ? 8 :
@@ -355,7 +340,6 @@ static inline __attribute__((always_inline)) void unpack_l(const uint8_t *blk, u
 			q[b] = _mm256_setzero_si256();
 			continue;
 		}
-		dh = _mm_insert_epi16(dh, ld16(x), (int)b);
 		switch (type) {
 		case KVP_GGML_Q8_0:
 			q[b] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(x + 2)),
@@ -368,8 +352,6 @@ static inline __attribute__((always_inline)) void unpack_l(const uint8_t *blk, u
 
 			q[b] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m4)),
 						       _mm_and_si128(_mm_srli_epi16(v, 4), m4), 1);
-			if (type == KVP_GGML_Q4_1)
-				mh = _mm_insert_epi16(mh, ld16(x + 2), (int)b);
 			break;
 		}
 		default: { /* Q5_0, Q5_1: nibbles plus bit e of qh as 16 */
@@ -382,8 +364,6 @@ static inline __attribute__((always_inline)) void unpack_l(const uint8_t *blk, u
 						       _mm_and_si128(_mm_srli_epi16(v, 4), m4), 1);
 			q[b] = _mm256_or_si256(q[b], _mm256_maskz_mov_epi8((__mmask32)qh,
 									   _mm256_set1_epi8(16)));
-			if (one)
-				mh = _mm_insert_epi16(mh, ld16(x + 2), (int)b);
 			break;
 		}
 		}
@@ -615,8 +595,7 @@ static void mat_tile_any(float *out, size_t ldo, const struct wgrp *panel, size_
 /*
  * The panel of MK_RW unpacked rows covers PANEL_MAX groups (4096 elements, 24 KiB: it
  * stays in L1 beside the activations streaming from L2); longer rows are done in
- * slices, partial sums added.  Measured (bench-matmul, one thread): k = 8192 at 32
- * groups ran at 0.6x the speed of 16.
+ * slices, partial sums added (a larger panel spills out of L1: docs/compute.md).
  */
 #define PANEL_MAX 16
 
@@ -659,24 +638,7 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 	}
 }
 
-#define MATMUL_INT(name, TYPE) \
-	static void matmul_##name(float *restrict out, size_t ldo, const void *restrict w, \
-				  size_t w_row_bytes, const void *restrict x, size_t x_row_bytes, \
-				  size_t rows, size_t k, size_t o0, size_t o1) \
-	{ \
-		matmul_int(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, TYPE); \
-	}
-
-MATMUL_INT(q8_0, KVP_GGML_Q8_0)
-MATMUL_INT(q4_0, KVP_GGML_Q4_0)
-MATMUL_INT(q4_1, KVP_GGML_Q4_1)
-MATMUL_INT(q5_0, KVP_GGML_Q5_0)
-MATMUL_INT(q5_1, KVP_GGML_Q5_1)
-MATMUL_INT(q2_k, KVP_GGML_Q2_K)
-MATMUL_INT(q3_k, KVP_GGML_Q3_K)
-MATMUL_INT(q4_k, KVP_GGML_Q4_K)
-MATMUL_INT(q5_k, KVP_GGML_Q5_K)
-MATMUL_INT(q6_k, KVP_GGML_Q6_K)
+KVP_MATMUL_INT_ALL
 
 /* ---- bf16 ---- */
 
@@ -883,8 +845,6 @@ static void dequant_bf16(float *restrict dst, const void *restrict src, size_t n
 {
 	kv_load_bf16(dst, src, n);
 }
-
-#include "compute/kernels/table.inc"
 
 KVP_REF_DEQUANT_INTEGER
 

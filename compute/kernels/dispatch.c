@@ -56,7 +56,7 @@ int kvp_isa_supported(uint32_t isa)
 	__cpuid_count(7, 0, a, b7, c7, d);
 	if (a >= 1)
 		__cpuid_count(7, 1, a71, b, c, d);
-	if (!BIT(b7, 5)) /* AVX2 */
+	if (!BIT(b7, 5) || !BIT(b7, 8)) /* AVX2, BMI2 (both vector files are built with it) */
 		return 0;
 	if (isa == KVP_ISA_AVX2)
 		return 1;

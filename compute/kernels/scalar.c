@@ -14,6 +14,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "compute/kernels/table.inc"
+
 /* Float weights (f32, f16, bf16) against f32 or bf16 activations, summed in order. */
 static float dot_float(const void *w, uint32_t wtype, const void *x, size_t k)
 {
@@ -107,8 +109,6 @@ MATMUL(matmul_q3_k, KVP_GGML_Q3_K, dot_int)
 MATMUL(matmul_q4_k, KVP_GGML_Q4_K, dot_int)
 MATMUL(matmul_q5_k, KVP_GGML_Q5_K, dot_int)
 MATMUL(matmul_q6_k, KVP_GGML_Q6_K, dot_int)
-
-#include "compute/kernels/table.inc"
 
 KVP_REF_DEQUANT_INTEGER
 KVP_REF_DEQUANT(f16, KVP_GGML_F16)

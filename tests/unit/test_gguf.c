@@ -136,6 +136,28 @@ static void *small_file_of(size_t *len, uint32_t type, uint64_t seed)
 	return buf;
 }
 
+/* The logits of a 3-token prefill of @m into @lg (n_vocab floats). */
+static void last_logits(struct kvp_model *m, float *lg)
+{
+	struct kvp_fwd *f;
+	struct kvp_kv_view kv = { 0 };
+	struct kvp_model_shape sh;
+	uint32_t table[1] = { 0 };
+	int32_t toks[3] = { 1, 5, 7 };
+
+	kvp_model_kv_shape(m, KVP_DTYPE_F32, 4, &sh);
+	assert_int_equal(kvp_geom_init(&kv.geom, &sh), 0);
+	kv.n_blocks = 1;
+	kv.base = aligned_alloc(4096, kv.geom.block_stride);
+	assert_int_equal(kvp_fwd_new(&f, m,
+				     &(struct kvp_fwd_opts){
+					     .n_threads = 1, .max_chunk = 4, .max_batch = 1 }),
+			 0);
+	assert_int_equal(kvp_fwd_prefill(f, &kv, table, 1, 0, toks, 3, lg, 0), 0);
+	kvp_fwd_free(f);
+	free(kv.base);
+}
+
 /*
  * @iters copies of a @type file with 1-4 random bytes changed (half of them inside the
  * metadata and tensor infos, where a flip matters most): each either loads or fails
@@ -216,13 +238,57 @@ static void byte_flips(uint32_t type, int iters)
 
 static void test_random_byte_flips(void **state)
 {
-	/* f16 (3000 copies), and files of the quantized layouts (700 each) */
+	/* f16 (3000 copies), and a file of every other layout (700 or 300 each) */
 	byte_flips(KVP_GGML_F16, 3000);
 	byte_flips(KVP_GGML_Q8_0, 700);
 	byte_flips(KVP_GGML_Q4_0, 700);
 	byte_flips(KVP_GGML_Q5_1, 700);
 	byte_flips(KVP_MKMODEL_Q4_K_M, 700);
 	byte_flips(KVP_GGML_Q3_K, 700);
+	byte_flips(KVP_GGML_BF16, 300);
+	byte_flips(KVP_GGML_Q4_1, 300);
+	byte_flips(KVP_GGML_Q5_0, 300);
+	byte_flips(KVP_GGML_Q2_K, 300);
+	byte_flips(KVP_GGML_Q5_K, 300);
+	byte_flips(KVP_GGML_Q6_K, 300);
+}
+
+static void test_unaligned_tensors_are_copied(void **state)
+{
+	/*
+	 * GGUF allows general.alignment = 1 and a caller's buffer may start anywhere: files
+	 * whose every tensor starts at an odd address (the whole buffer one byte off) load,
+	 * their tensors copied to aligned memory, and give the same logits as the aligned
+	 * file (under UBSan a misaligned read would abort)
+	 */
+	static const uint32_t types[] = { KVP_GGML_F32, KVP_GGML_F16, KVP_GGML_Q4_0,
+					  KVP_MKMODEL_Q4_K_M };
+
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		size_t len;
+		uint8_t *buf = small_file_of(&len, types[i], 5), *odd = malloc(len + 1);
+		struct kvp_model *a, *b;
+		float *la, *lb;
+		char err[256];
+
+		memcpy(odd + 1, buf, len);
+		assert_int_equal(kvp_model_open_mem(&a, buf, len, err, sizeof(err)), 0);
+		if (kvp_model_open_mem(&b, odd + 1, len, err, sizeof(err)))
+			fail_msg("unaligned file %zu: %s", i, err);
+		assert_int_equal(kvp_model_info(a)->copied_bytes, 0);
+		assert_true(kvp_model_info(b)->copied_bytes > 0);
+		la = malloc(kvp_model_hparams(a)->n_vocab * 4);
+		lb = malloc(kvp_model_hparams(a)->n_vocab * 4);
+		last_logits(a, la);
+		last_logits(b, lb);
+		assert_memory_equal(la, lb, kvp_model_hparams(a)->n_vocab * 4);
+		kvp_model_close(a);
+		kvp_model_close(b);
+		free(la);
+		free(lb);
+		free(odd);
+		free(buf);
+	}
 }
 
 static void test_quantized_truncation_and_misalignment(void **state)
@@ -549,6 +615,7 @@ int main(void)
 		cmocka_unit_test(test_every_truncation_fails_cleanly),
 		cmocka_unit_test(test_random_byte_flips),
 		cmocka_unit_test(test_quantized_truncation_and_misalignment),
+		cmocka_unit_test(test_unaligned_tensors_are_copied),
 		cmocka_unit_test(test_refusals_name_the_problem),
 		cmocka_unit_test(test_hparams_from_metadata),
 		cmocka_unit_test(test_format_details),
