@@ -182,7 +182,7 @@ static void test_bad_generate_payloads(void **state)
 	assert_int_equal(kvp_proto_decode_generate(raw, sizeof(g) + 16, &lim, &out, &body, &why),
 			 KVP_E_PROTO);
 
-	g = gen(4), g.flags = 0x4;
+	g = gen(4), g.flags = 0x8;
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_E_PROTO);
 	g = gen(4), g.salt_len = KVP_SALT_MAX + 1;
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_E_PROTO);
