@@ -264,8 +264,8 @@ static int read_all(const char *path, char **out, size_t *len)
 		r = -EIO;
 	if (f != stdin)
 		fclose(f);
-	if (!r)
-		r = kvp_buf_finish(&b);
+	if (!r && (r = kvp_buf_finish(&b)) > 0)
+		r = 0; /* the length */
 	if (r) {
 		kvp_buf_deinit(&b);
 		return r;
