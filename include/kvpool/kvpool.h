@@ -58,8 +58,9 @@ struct kvp_client;
  *                  cached blocks; @salt_len <= KVP_SALT_MAX bytes, 0 = none
  * @no_cache:       neither read nor publish prefix-cache blocks
  * @parse_special:  a text prompt's special-token text ("<|eot_id|>") becomes those
- *                  tokens; off (the default), it is plain text.  CHAT always parses the
- *                  template's own; message text is never parsed
+ *                  tokens; off (the default), it is plain text.  CHAT ignores it: the
+ *                  rendered conversation is always tokenized with special tokens parsed
+ *                  (as the reference engines do, messages included)
  *
  * kvp_client_params_init() sets greedy decoding of 16 tokens, no salt, caching on,
  * special tokens not parsed.  (parse_special was appended in 0.1: programs built
