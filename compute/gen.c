@@ -12,25 +12,20 @@
 #include <stdlib.h>
 
 void kvp_gen_init(struct kvp_gen *g, const struct kvp_tokenizer *tok, const int32_t *prompt,
-		  uint32_t n_prompt, uint32_t max_new, int32_t eos)
+		  uint32_t n_prompt, uint32_t max_new, bool stop_eog)
 {
 	*g = (struct kvp_gen){ .tok = tok,
 			       .prompt = prompt,
 			       .n_prompt = n_prompt,
 			       .max_new = max_new,
-			       .eos = eos,
+			       .stop_eog = stop_eog && tok,
 			       .last = -1 };
 }
 
-int32_t kvp_gen_eos(const struct kvp_tokenizer *tok, bool ignore_eos)
-{
-	return tok && !ignore_eos ? kvp_tokenizer_eos(tok) : -1;
-}
-
 int kvp_gen_tokenize(int32_t **ids, uint32_t *n_ids, const struct kvp_tokenizer *tok,
-		     const char *text, size_t len, uint32_t max_ids)
+		     const char *text, size_t len, unsigned int flags, uint32_t max_ids)
 {
-	/* every Llama-style vocabulary needs at most len + 2 ids; others say how many */
+	/* ordinary vocabularies need at most len + 2 ids; others say how many */
 	size_t cap = len + 2;
 	int32_t *v = NULL;
 	int n;
@@ -43,7 +38,7 @@ int kvp_gen_tokenize(int32_t **ids, uint32_t *n_ids, const struct kvp_tokenizer 
 			break;
 		}
 		v = grown;
-		n = kvp_tokenizer_encode(tok, text, len, v, cap);
+		n = kvp_tokenizer_encode_flags(tok, text, len, flags, v, cap);
 		if (n < 0)
 			break;
 		if ((uint32_t)n > max_ids) {
@@ -84,9 +79,11 @@ int kvp_gen_prefill(struct kvp_gen *g, struct kvp_fwd *fwd, const struct kvp_kv_
 
 enum kvp_gen_next kvp_gen_take(struct kvp_gen *g, int32_t token)
 {
-	if (g->eos >= 0 && token == g->eos)
+	if (g->stop_eog && kvp_tokenizer_is_eog(g->tok, token))
 		return KVP_GEN_EOS;
 	g->last = token;
+	if (g->kept && g->n_generated < g->max_new)
+		g->kept[g->n_generated] = token;
 	g->n_generated++;
 	return g->n_generated >= g->max_new ? KVP_GEN_LAST : KVP_GEN_CONTINUE;
 }

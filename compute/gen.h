@@ -8,8 +8,10 @@
  *	kvp_gen_tokenize()          text prompt -> ids (retrying when a vocabulary needs
  *	                            more ids than the usual len + 2)
  *	kvp_gen_prefill_next/_prefill()   the prompt in chunks, position by position
- *	kvp_gen_take()              a sampled token: EOS ends the sequence unseen and
- *	                            uncounted; the max_new-th kept token is the last
+ *	kvp_gen_take()              a sampled token: an end-of-generation token (the
+ *	                            model's EOG set: eos, eot, eom, end-of-turn markers)
+ *	                            ends the sequence unseen and uncounted; the
+ *	                            max_new-th kept token is the last
  *	kvp_gen_text()/_flush()     its piece as whole UTF-8 characters (an ill-formed
  *	                            byte becomes U+FFFD), in slices that fit a buffer
  *	kvp_gen_decode_seq()/_decoded()   the kept token through one decode step
@@ -33,11 +35,14 @@
  * @tok:         for the pieces of kept tokens (borrowed); NULL: no text
  * @prompt:      @n_prompt ids (borrowed; must outlive the generation)
  * @max_new:     tokens to keep at most (>= 1)
- * @eos:         the token that ends the sequence, -1 for none
+ * @stop_eog:    an end-of-generation token (kvp_tokenizer_is_eog()) ends the sequence
+ * @kept:        NULL, or room for @max_new ids: each kept token is stored there (the
+ *               engine points it right after the prompt, so prompt and reply are one
+ *               array whose full blocks it can publish)
  * @n_past:      positions whose K/V is computed (prompt, then kept tokens fed back); a
  *               caller that reuses cached K/V (the engine, after a prefix hit) moves it
  *               past those positions before the first prefill
- * @n_generated: tokens kept so far (EOS never is)
+ * @n_generated: tokens kept so far (an end-of-generation token never is)
  * @last:        the last kept token: the input of the next decode step; -1 before
  * @utf8:        holds a character split across pieces
  */
@@ -46,7 +51,8 @@ struct kvp_gen {
 	const int32_t *prompt;
 	uint32_t n_prompt;
 	uint32_t max_new;
-	int32_t eos;
+	bool stop_eog;
+	int32_t *kept;
 	uint32_t n_past;
 	uint32_t n_generated;
 	int32_t last;
@@ -57,26 +63,27 @@ struct kvp_gen {
 enum kvp_gen_next {
 	KVP_GEN_CONTINUE, /* kept: show it, then decode it */
 	KVP_GEN_LAST,	  /* kept, and the last one allowed: show it, then end */
-	KVP_GEN_EOS,	  /* end of sequence: neither kept nor shown; end now */
+	KVP_GEN_EOS,	  /* end of generation: neither kept nor shown; end now */
 };
 
-/* Start a sequence of @n_prompt >= 1 ids; @eos from kvp_gen_eos(). */
+/*
+ * Start a sequence of @n_prompt >= 1 ids; @stop_eog: stop at the model's end-of-generation
+ * set (false for --ignore-eos, and without a tokenizer there is none).  @kept is NULL.
+ */
 void kvp_gen_init(struct kvp_gen *g, const struct kvp_tokenizer *tok, const int32_t *prompt,
-		  uint32_t n_prompt, uint32_t max_new, int32_t eos);
-
-/* The stop token of @tok, or -1 without a tokenizer or when EOS is to be ignored. */
-int32_t kvp_gen_eos(const struct kvp_tokenizer *tok, bool ignore_eos);
+		  uint32_t n_prompt, uint32_t max_new, bool stop_eog);
 
 /**
  * kvp_gen_tokenize() - a text prompt as token ids
  * @ids:     out; malloc()ed ids (the caller frees them); NULL after an error
  * @n_ids:   out; how many (0 when the text gives none: the caller decides)
  * @text:    @len bytes (UTF-8; ill-formed bytes become their byte tokens)
+ * @flags:   enum kvp_tok_flags (0 for a raw prompt; KVP_TOK_PARSE_SPECIAL, ...)
  * @max_ids: more ids than this is an error
  * Return: 0, -E2BIG (more than @max_ids), -ENOMEM, or the tokenizer's -errno.
  */
 int kvp_gen_tokenize(int32_t **ids, uint32_t *n_ids, const struct kvp_tokenizer *tok,
-		     const char *text, size_t len, uint32_t max_ids);
+		     const char *text, size_t len, unsigned int flags, uint32_t max_ids);
 
 /* Prompt tokens the next prefill chunk takes: what is left, at most @budget. */
 uint32_t kvp_gen_prefill_next(const struct kvp_gen *g, uint32_t budget);

@@ -21,6 +21,7 @@
 #include "compute/forward.h"
 #include "compute/kernels/kernels.h"
 #include "compute/gen.h"
+#include "compute/gguf.h"
 #include "compute/model.h"
 #include "compute/sample.h"
 #include "compute/text/tokenizer.h"
@@ -42,12 +43,25 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 
 static void run_usage(FILE *f)
 {
-	fputs("usage: kvpool-run -m MODEL (-p TEXT | --tokens ID,ID,...) [options]\n"
+	fputs("usage: kvpool-run -m MODEL (-p TEXT | --prompt-file F | --tokens ID,ID,...) [options]\n"
+	      "       kvpool-run -m MODEL --tokenize (-p TEXT | --prompt-file F) [--no-bos]\n"
+	      "                  [--parse-special] [--json]\n"
+	      "       kvpool-run -m MODEL --detokenize --tokens ID,ID,... [--render-special] [--json]\n"
 	      "Runs one generation in this process (no daemon) through the daemon's code path:\n"
-	      "chunked prefill, then one decode step per token, until N tokens or EOS.\n"
+	      "chunked prefill, then one decode step per token, until N tokens or an\n"
+	      "end-of-generation token (eos, eot, eom, the model's end-of-turn markers).\n"
 	      "  -m, --model FILE      GGUF model (llama or qwen2, any type: docs/models.md)\n"
 	      "  -p, --prompt TEXT     prompt text, tokenized by the model's vocabulary\n"
+	      "      --prompt-file F   prompt text read from file F ('-': stdin)\n"
 	      "      --tokens LIST     prompt as comma-separated token ids instead of text\n"
+	      "      --parse-special   special-token text in the prompt (\"<|eot_id|>\") becomes\n"
+	      "                        the token; by default it is plain text\n"
+	      "      --no-bos          add neither BOS nor EOS to a text prompt\n"
+	      "      --tokenize        only print the prompt text's token ids ({\"tokens\":[...]}\n"
+	      "                        with --json; else comma-separated) and exit\n"
+	      "      --detokenize      only print the text of --tokens ({\"text\":...} with\n"
+	      "                        --json; else the bytes as they are) and exit\n"
+	      "      --render-special  --detokenize: control tokens as their text\n"
 	      "  -n N                  tokens to generate, 1..1048576 (default 32)\n"
 	      "      --temperature T   0 = greedy (the default); else sample from softmax(logits / T)\n"
 	      "      --top-k K         sample among the K most likely tokens (default 0 = all)\n"
@@ -58,7 +72,7 @@ static void run_usage(FILE *f)
 	      "      --kv-type T       K/V storage type: f32 (default), f16 or bf16\n"
 	      "      --block-tokens N  tokens per K/V block, 1..1024 (default 16)\n"
 	      "      --chunk N         prefill chunk, 1..4096 tokens (default 256)\n"
-	      "      --ignore-eos      do not stop at the end-of-sequence token\n"
+	      "      --ignore-eos      do not stop at end-of-generation tokens\n"
 	      "      --weights W       map (used in place from the file, the default) or copy (the\n"
 	      "                        same bytes copied at load into huge pages)\n"
 	      "  -h, --help            this text\n"
@@ -68,10 +82,10 @@ static void run_usage(FILE *f)
 }
 
 struct run_opts {
-	const char *model, *prompt, *tokens;
+	const char *model, *prompt, *prompt_file, *tokens;
 	uint32_t n_gen, threads, block_tokens, chunk, kv_dtype, weights;
 	struct kvp_sample_params sp;
-	int json, ignore_eos;
+	int json, ignore_eos, parse_special, no_bos, tokenize, detokenize, render_special;
 };
 
 /* Name the option and the value at fault, and what it takes. */
@@ -99,6 +113,12 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		{ "chunk", required_argument, 0, 'c' },
 		{ "ignore-eos", no_argument, 0, 'E' },
 		{ "weights", required_argument, 0, 'W' },
+		{ "prompt-file", required_argument, 0, 'f' },
+		{ "parse-special", no_argument, 0, 'S' },
+		{ "no-bos", no_argument, 0, 'B' },
+		{ "tokenize", no_argument, 0, 'z' },
+		{ "detokenize", no_argument, 0, 'Z' },
+		{ "render-special", no_argument, 0, 'R' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0 },
 	};
@@ -154,6 +174,24 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		case 'E':
 			o->ignore_eos = 1;
 			break;
+		case 'f':
+			o->prompt_file = optarg;
+			break;
+		case 'S':
+			o->parse_special = 1;
+			break;
+		case 'B':
+			o->no_bos = 1;
+			break;
+		case 'z':
+			o->tokenize = 1;
+			break;
+		case 'Z':
+			o->detokenize = 1;
+			break;
+		case 'R':
+			o->render_special = 1;
+			break;
 		case 'K':
 			if (!strcmp(optarg, "f32"))
 				o->kv_dtype = KVP_DTYPE_F32;
@@ -194,11 +232,154 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		fprintf(stderr, "kvpool-run: no model (-m FILE)\n");
 		return -EINVAL;
 	}
-	if (!o->prompt == !o->tokens) {
-		fprintf(stderr, "kvpool-run: give exactly one of -p TEXT and --tokens LIST\n");
+	if (o->tokenize && o->detokenize) {
+		fprintf(stderr, "kvpool-run: --tokenize and --detokenize exclude each other\n");
+		return -EINVAL;
+	}
+	if (!!o->prompt + !!o->prompt_file + !!o->tokens != 1) {
+		fprintf(stderr, "kvpool-run: give exactly one of -p TEXT, --prompt-file F and "
+				"--tokens LIST\n");
+		return -EINVAL;
+	}
+	if ((o->tokenize && o->tokens) || (o->detokenize && !o->tokens)) {
+		fprintf(stderr, "kvpool-run: --tokenize takes -p or --prompt-file, --detokenize "
+				"--tokens\n");
 		return -EINVAL;
 	}
 	return 0;
+}
+
+/* The whole of @path ("-": stdin) in *@out (malloc()ed).  Return: 0 or -errno. */
+static int read_all(const char *path, char **out, size_t *len)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+	struct kvp_buf b = KVP_BUF_INIT;
+	char chunk[65536];
+	size_t n;
+	int r = 0;
+
+	if (!f)
+		return -errno;
+	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+		kvp_buf_add(&b, chunk, n);
+	if (ferror(f))
+		r = -EIO;
+	if (f != stdin)
+		fclose(f);
+	if (!r && (r = kvp_buf_finish(&b)) > 0)
+		r = 0; /* the length */
+	if (r) {
+		kvp_buf_deinit(&b);
+		return r;
+	}
+	*len = b.len;
+	*out = b.p ? b.p : strdup("");
+	return *out ? 0 : -ENOMEM;
+}
+
+/* Flags of kvp_tokenizer_encode_flags() for a text prompt, from the options. */
+static unsigned int tok_flags(const struct run_opts *o)
+{
+	return (o->parse_special ? KVP_TOK_PARSE_SPECIAL : 0) |
+	       (o->no_bos ? KVP_TOK_NO_ADD_SPECIAL : 0);
+}
+
+/*
+ * --tokenize / --detokenize: only the vocabulary is read (kvp_tokenizer_new_gguf()), so
+ * this is quick for any model size.  Return: the exit status.
+ */
+static int run_text(const struct run_opts *o, const char *text, size_t text_len, FILE *out)
+{
+	struct kvp_tokenizer *tok = NULL;
+	struct kvp_buf b = KVP_BUF_INIT;
+	struct kvp_gguf *g = NULL;
+	struct kvp_json j;
+	int32_t *ids = NULL;
+	char err[512] = "";
+	char *dec = NULL;
+	uint32_t n = 0;
+	int r, ret = 1;
+
+	r = kvp_gguf_open(&g, o->model, err, sizeof(err));
+	if (!r)
+		r = kvp_tokenizer_new_gguf(&tok, g, 0, err, sizeof(err));
+	if (r) {
+		fprintf(stderr, "kvpool-run: %s\n", *err ? err : strerror(-r));
+		goto out;
+	}
+	kvp_json_init(&j, &b);
+	if (o->tokenize) {
+		r = kvp_gen_tokenize(&ids, &n, tok, text, text_len, tok_flags(o), UINT32_MAX);
+		if (r < 0) {
+			fprintf(stderr, "kvpool-run: tokenize: %s\n", strerror(-r));
+			goto out;
+		}
+		if (o->json) {
+			kvp_json_begin(&j, NULL, '{');
+			kvp_json_begin(&j, "tokens", '[');
+			for (uint32_t i = 0; i < n; i++)
+				kvp_json_i64(&j, NULL, ids[i]);
+			kvp_json_end(&j, ']');
+			kvp_json_end(&j, '}');
+		} else {
+			for (uint32_t i = 0; i < n; i++) {
+				char num[16];
+				int w = snprintf(num, sizeof(num), "%s%d", i ? "," : "", ids[i]);
+
+				kvp_buf_add(&b, num, (size_t)w);
+			}
+		}
+	} else {
+		size_t n_ids;
+		long len;
+
+		r = kvp_parse_ids(o->tokens, &ids, &n_ids);
+		if (r < 0 || n_ids > UINT32_MAX) {
+			fprintf(stderr,
+				"kvpool-run: --tokens: want comma-separated ids, got '%s'\n",
+				o->tokens);
+			ret = 2;
+			goto out;
+		}
+		len = kvp_tokenizer_decode(tok, ids, n_ids,
+					   o->render_special ? KVP_DETOK_RENDER_SPECIAL : 0, NULL,
+					   0);
+		dec = len >= 0 ? malloc((size_t)len + 1) : NULL;
+		if (len < 0) {
+			fprintf(stderr,
+				"kvpool-run: --tokens: an id is outside the vocabulary (%u)\n",
+				kvp_tokenizer_n_vocab(tok));
+			ret = 2;
+			goto out;
+		}
+		if (!dec)
+			goto out;
+		kvp_tokenizer_decode(tok, ids, n_ids,
+				     o->render_special ? KVP_DETOK_RENDER_SPECIAL : 0, dec,
+				     (size_t)len);
+		if (o->json) {
+			kvp_json_begin(&j, NULL, '{');
+			kvp_json_str(&j, "text", dec, (size_t)len);
+			kvp_json_end(&j, '}');
+		} else {
+			kvp_buf_add(&b, dec, (size_t)len);
+		}
+	}
+	kvp_buf_add(&b, "\n", 1);
+	if (kvp_buf_finish(&b) < 0) {
+		fprintf(stderr, "kvpool-run: out of memory\n");
+		goto out;
+	}
+	fwrite(b.p, 1, b.len, out);
+	fflush(out);
+	ret = 0;
+out:
+	kvp_buf_deinit(&b);
+	kvp_tokenizer_free(tok);
+	kvp_gguf_close(g);
+	free(ids);
+	free(dec);
+	return ret;
 }
 
 static double prefill_rate(const struct kvp_run_result *res)
@@ -275,6 +456,8 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	uint32_t *table = NULL, n_prompt, n_blocks;
 	float *logits = NULL;
 	char err[512] = "", desc[256];
+	char *file_text = NULL;
+	size_t file_len = 0;
 	uint64_t t0;
 	int r, ret = 1;
 
@@ -286,6 +469,20 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	if (r) {
 		fprintf(stderr, "kvpool-run: try 'kvpool-run --help'\n");
 		return 2;
+	}
+	if (o.prompt_file) {
+		r = read_all(o.prompt_file, &file_text, &file_len);
+		if (r) {
+			fprintf(stderr, "kvpool-run: --prompt-file %s: %s\n", o.prompt_file,
+				strerror(-r));
+			return 1;
+		}
+	}
+	if (o.tokenize || o.detokenize) {
+		ret = run_text(&o, o.prompt ? o.prompt : file_text,
+			       o.prompt ? strlen(o.prompt) : file_len, out);
+		free(file_text);
+		return ret;
 	}
 	r = kvp_model_open_opts(&m, o.model, &(struct kvp_model_opts){ .weights = o.weights }, err,
 				sizeof(err));
@@ -317,7 +514,7 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 			info->weights_copied ? "copied" : "mapped", k->name);
 	}
 	r = kvp_tokenizer_new(&tok, m, err, sizeof(err));
-	if (r && o.prompt) {
+	if (r && !o.tokens) {
 		fprintf(stderr, "kvpool-run: %s\n", err);
 		goto out;
 	}
@@ -342,7 +539,8 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 			}
 		}
 	} else {
-		r = kvp_gen_tokenize(&prompt, &n_prompt, tok, o.prompt, strlen(o.prompt),
+		r = kvp_gen_tokenize(&prompt, &n_prompt, tok, o.prompt ? o.prompt : file_text,
+				     o.prompt ? strlen(o.prompt) : file_len, tok_flags(&o),
 				     UINT32_MAX);
 		if (r < 0) {
 			fprintf(stderr, "kvpool-run: tokenize: %s\n", strerror(-r));
@@ -390,7 +588,7 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 		fprintf(stderr, "kvpool-run: setup: %s\n", strerror(-r));
 		goto out;
 	}
-	kvp_gen_init(&g, tok, prompt, n_prompt, o.n_gen, kvp_gen_eos(tok, o.ignore_eos));
+	kvp_gen_init(&g, tok, prompt, n_prompt, o.n_gen, !o.ignore_eos);
 
 	t0 = kvp_now_ns();
 	while (!kvp_gen_prefilled(&g)) {
@@ -472,5 +670,6 @@ out:
 	free(logits);
 	kvp_buf_deinit(&text);
 	free(prompt);
+	free(file_text);
 	return ret;
 }

@@ -17,6 +17,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -80,6 +81,66 @@ static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp
 	return 0;
 }
 
+/*
+ * Copy @n ids out of the frame into the aligned srv->ids and check each against the
+ * connection's vocabulary.  Return: 0, or the refusal's return (the id is refused).
+ */
+static int take_ids(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id, const void *body,
+		    uint32_t n, const int32_t **ids)
+{
+	/* copied: the payload sits at any offset of the input buffer */
+	if (n)
+		memcpy(srv->ids, body, (size_t)n * sizeof(int32_t));
+	for (uint32_t i = 0; i < n; i++) {
+		if (srv->ids[i] < 0 || (c->n_vocab && (uint32_t)srv->ids[i] >= c->n_vocab))
+			return kvp_srv_refuse(srv, c, req_id, KVP_E_INVALID,
+					      "token id outside the vocabulary") ?
+				       -ENOTCONN :
+				       1;
+	}
+	*ids = srv->ids;
+	return 0;
+}
+
+/*
+ * Take @req_id in flight.  Return: 0, or non-zero when it was refused (duplicate, too
+ * many) or the connection failed.
+ */
+static int take_req(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id)
+{
+	int r = kvp_conn_req_add(c, req_id, srv->cfg.max_reqs_per_conn);
+
+	if (r == -EEXIST)
+		kvp_srv_refuse(srv, c, req_id, KVP_E_INVALID, "req_id already in flight");
+	else if (r == -EBUSY)
+		kvp_srv_refuse(srv, c, req_id, KVP_E_BUSY,
+			       "too many requests in flight on this connection");
+	else if (r)
+		kvp_srv_fail(srv, c, KVP_E_INTERNAL, "out of memory");
+	return r;
+}
+
+/* svc/ answered a request in flight with status @r: anything but KVP_OK ends it. */
+static int answered(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id, int r)
+{
+	if (r != KVP_OK && c->state == KVP_CONN_OPEN && kvp_conn_req_has(c, req_id)) {
+		if (r <= 0 || r >= KVP_STATUS__COUNT)
+			r = KVP_E_INTERNAL;
+		return kvp_srv_reply_error(srv, c, req_id, r, kvp_proto_status_str((uint32_t)r));
+	}
+	return 0;
+}
+
+/* What every request frame checks first.  Return: 0, or the failure's return. */
+static int request_ok(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr)
+{
+	if (!c->helloed)
+		return kvp_srv_fail(srv, c, KVP_E_PROTO, "request before HELLO");
+	if (!hdr->req_id)
+		return kvp_srv_fail(srv, c, KVP_E_PROTO, "req_id 0 is reserved");
+	return 0;
+}
+
 static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
 		       const uint8_t *payload)
 {
@@ -90,10 +151,9 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct 
 	const char *why = "";
 	int r;
 
-	if (!c->helloed)
-		return kvp_srv_fail(srv, c, KVP_E_PROTO, "GENERATE before HELLO");
-	if (!hdr->req_id)
-		return kvp_srv_fail(srv, c, KVP_E_PROTO, "req_id 0 is reserved");
+	r = request_ok(srv, c, hdr);
+	if (r)
+		return r;
 	/* refusals until the id is taken in flight never touch a request using it already */
 	r = kvp_proto_decode_generate(payload, hdr->len_bytes, &srv->lim, &g, &body, &why);
 	if (r == KVP_E_INVALID)
@@ -106,35 +166,116 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct 
 		srv->text[g.text_bytes] = 0;
 		text = srv->text;
 	} else {
-		/* copied: the payload sits at any offset of the input buffer */
-		memcpy(srv->ids, body, (size_t)g.n_tokens * sizeof(int32_t));
-		for (uint32_t i = 0; i < g.n_tokens; i++) {
-			if (srv->ids[i] < 0 || (c->n_vocab && (uint32_t)srv->ids[i] >= c->n_vocab))
-				return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID,
-						      "token id outside the vocabulary");
-		}
-		ids = srv->ids;
+		r = take_ids(srv, c, hdr->req_id, body, g.n_tokens, &ids);
+		if (r)
+			return r < 0 ? r : 0;
 	}
-
-	r = kvp_conn_req_add(c, hdr->req_id, srv->cfg.max_reqs_per_conn);
-	if (r == -EEXIST)
-		return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID,
-				      "req_id already in flight");
-	if (r == -EBUSY)
-		return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_BUSY,
-				      "too many requests in flight on this connection");
-	if (r)
-		return kvp_srv_fail(srv, c, KVP_E_INTERNAL, "out of memory");
-
+	if (take_req(srv, c, hdr->req_id))
+		return 0;
 	r = srv->ops.generate(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &g, ids,
 			      text);
-	if (r != KVP_OK && c->state == KVP_CONN_OPEN && kvp_conn_req_has(c, hdr->req_id)) {
-		if (r <= 0 || r >= KVP_STATUS__COUNT)
-			r = KVP_E_INTERNAL;
-		return kvp_srv_reply_error(srv, c, hdr->req_id, r,
-					   kvp_proto_status_str((uint32_t)r));
+	return answered(srv, c, hdr->req_id, r);
+}
+
+/* A request type svc/ did not take: refused, the connection stays. */
+static int unsupported(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id,
+		       const char *what)
+{
+	return kvp_srv_refuse(srv, c, req_id, KVP_E_INVALID, what);
+}
+
+static int on_tokenize(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
+		       const uint8_t *payload)
+{
+	struct kvp_tokenize t;
+	const char *text, *why = "";
+	int r;
+
+	r = request_ok(srv, c, hdr);
+	if (r)
+		return r;
+	r = kvp_proto_decode_tokenize(payload, hdr->len_bytes, &srv->lim, &t, &text, &why);
+	if (r == KVP_E_INVALID)
+		return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
+	if (r)
+		return kvp_srv_fail(srv, c, r, why);
+	if (!srv->ops.tokenize)
+		return unsupported(srv, c, hdr->req_id, "TOKENIZE not supported here");
+	memcpy(srv->text, text, t.text_bytes);
+	srv->text[t.text_bytes] = 0;
+	if (take_req(srv, c, hdr->req_id))
+		return 0;
+	r = srv->ops.tokenize(srv->ops.ctx, kvp_srv_conn_id(c), hdr->req_id, &t, srv->text);
+	return answered(srv, c, hdr->req_id, r);
+}
+
+static int on_detokenize(struct kvp_server *srv, struct kvp_conn *c,
+			 const struct kvp_frame_hdr *hdr, const uint8_t *payload)
+{
+	struct kvp_detokenize d;
+	const int32_t *ids = NULL;
+	const void *body;
+	const char *why = "";
+	int r;
+
+	r = request_ok(srv, c, hdr);
+	if (r)
+		return r;
+	r = kvp_proto_decode_detokenize(payload, hdr->len_bytes, &srv->lim, &d, &body, &why);
+	if (r)
+		return kvp_srv_fail(srv, c, r, why);
+	if (!srv->ops.detokenize)
+		return unsupported(srv, c, hdr->req_id, "DETOKENIZE not supported here");
+	r = take_ids(srv, c, hdr->req_id, body, d.n_tokens, &ids);
+	if (r)
+		return r < 0 ? r : 0;
+	if (take_req(srv, c, hdr->req_id))
+		return 0;
+	r = srv->ops.detokenize(srv->ops.ctx, kvp_srv_conn_id(c), hdr->req_id, &d, ids);
+	return answered(srv, c, hdr->req_id, r);
+}
+
+/*
+ * CHAT: unlike GENERATE, every limit is refused for the request alone (the connection
+ * stays): a conversation grows turn by turn, and WELCOME announces no message limit.
+ */
+static int on_chat(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
+		   const uint8_t *payload)
+{
+	struct kvp_proto_msg *msgs;
+	const int32_t *ids = NULL;
+	const uint8_t *sect;
+	const void *body;
+	const char *why = "";
+	struct kvp_chat ch;
+	size_t sect_len;
+	int r;
+
+	r = request_ok(srv, c, hdr);
+	if (r)
+		return r;
+	r = kvp_proto_decode_chat(payload, hdr->len_bytes, &srv->lim, &ch, &body, &sect, &sect_len,
+				  &why);
+	if (r == KVP_E_INVALID || r == KVP_E_LIMIT)
+		return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
+	if (r)
+		return kvp_srv_fail(srv, c, r, why);
+	if (!srv->ops.chat)
+		return unsupported(srv, c, hdr->req_id, "CHAT not supported here");
+	r = take_ids(srv, c, hdr->req_id, body, ch.n_context, &ids);
+	if (r)
+		return r < 0 ? r : 0;
+	msgs = calloc(ch.n_messages, sizeof(*msgs));
+	if (!msgs)
+		return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INTERNAL, "out of memory");
+	kvp_proto_chat_messages(sect, sect_len, ch.n_messages, msgs);
+	if (take_req(srv, c, hdr->req_id)) {
+		free(msgs);
+		return 0;
 	}
-	return 0;
+	r = srv->ops.chat(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &ch, ids, msgs);
+	free(msgs);
+	return answered(srv, c, hdr->req_id, r);
 }
 
 static int on_cancel(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
@@ -171,6 +312,22 @@ const struct kvp_op_def kvp_op_defs[] = {
 			       .max_len = 0,
 			       .fn = on_cancel },
 	[KVP_FRAME_ERROR] = { .name = "ERROR" },
+	[KVP_FRAME_TOKENIZE] = { .name = "TOKENIZE",
+				 .from_client = true,
+				 .min_len = sizeof(struct kvp_tokenize),
+				 .max_len = UINT32_MAX,
+				 .fn = on_tokenize },
+	[KVP_FRAME_DETOKENIZE] = { .name = "DETOKENIZE",
+				   .from_client = true,
+				   .min_len = sizeof(struct kvp_detokenize),
+				   .max_len = UINT32_MAX,
+				   .fn = on_detokenize },
+	[KVP_FRAME_CHAT] = { .name = "CHAT",
+			     .from_client = true,
+			     .min_len = sizeof(struct kvp_chat),
+			     .max_len = UINT32_MAX,
+			     .fn = on_chat },
+	[KVP_FRAME_IDS] = { .name = "IDS" },
 };
 static_assert(ARRAY_SIZE(kvp_op_defs) == KVP_FRAME__COUNT, "one entry per frame type");
 

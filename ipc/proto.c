@@ -15,11 +15,20 @@
 #include <math.h>
 #include <string.h>
 
+#include "util/utf8.h"
+
 static const char *const type_names[KVP_FRAME__COUNT] = {
-	[KVP_FRAME_HELLO] = "HELLO",	   [KVP_FRAME_WELCOME] = "WELCOME",
-	[KVP_FRAME_GENERATE] = "GENERATE", [KVP_FRAME_TOKEN] = "TOKEN",
-	[KVP_FRAME_DONE] = "DONE",	   [KVP_FRAME_CANCEL] = "CANCEL",
+	[KVP_FRAME_HELLO] = "HELLO",
+	[KVP_FRAME_WELCOME] = "WELCOME",
+	[KVP_FRAME_GENERATE] = "GENERATE",
+	[KVP_FRAME_TOKEN] = "TOKEN",
+	[KVP_FRAME_DONE] = "DONE",
+	[KVP_FRAME_CANCEL] = "CANCEL",
 	[KVP_FRAME_ERROR] = "ERROR",
+	[KVP_FRAME_TOKENIZE] = "TOKENIZE",
+	[KVP_FRAME_DETOKENIZE] = "DETOKENIZE",
+	[KVP_FRAME_CHAT] = "CHAT",
+	[KVP_FRAME_IDS] = "IDS",
 };
 
 static const char *const status_strs[KVP_STATUS__COUNT] = {
@@ -37,7 +46,8 @@ static const char *const status_strs[KVP_STATUS__COUNT] = {
 
 bool kvp_proto_from_client(uint32_t type)
 {
-	return type == KVP_FRAME_HELLO || type == KVP_FRAME_GENERATE || type == KVP_FRAME_CANCEL;
+	return type == KVP_FRAME_HELLO || type == KVP_FRAME_GENERATE || type == KVP_FRAME_CANCEL ||
+	       type == KVP_FRAME_TOKENIZE || type == KVP_FRAME_DETOKENIZE || type == KVP_FRAME_CHAT;
 }
 
 const char *kvp_proto_type_name(uint32_t type)
@@ -134,6 +144,20 @@ int kvp_proto_decode_hello(const void *payload, size_t len, struct kvp_hello *ou
 	return KVP_OK;
 }
 
+/*
+ * The sampling values GENERATE and CHAT share.  Return: KVP_OK or KVP_E_INVALID.
+ */
+static int check_sampling(uint32_t max_new_tokens, float temperature, float top_p, const char **why)
+{
+	if (!max_new_tokens)
+		return fail(why, "max_new_tokens must be at least 1", KVP_E_INVALID);
+	if (!isfinite(temperature) || temperature < 0.0f || temperature > KVP_TEMPERATURE_MAX)
+		return fail(why, "temperature must be finite and in [0, 100]", KVP_E_INVALID);
+	if (!isfinite(top_p) || !(top_p > 0.0f) || top_p > 1.0f)
+		return fail(why, "top_p must be in (0, 1]", KVP_E_INVALID);
+	return KVP_OK;
+}
+
 /**
  * kvp_proto_decode_generate() - validate a GENERATE payload
  * @payload, @len: the bytes after the header
@@ -152,6 +176,7 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 	struct kvp_cur c;
 	const void *p;
 	size_t need;
+	int r;
 
 	kvp_cur_init(&c, payload, len);
 	p = kvp_cur_take(&c, sizeof(*out));
@@ -186,16 +211,192 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 	if (out->max_new_tokens > lim->max_new_tokens)
 		return fail(why, "max_new_tokens above the maximum", KVP_E_LIMIT);
 
-	if (!out->max_new_tokens)
-		return fail(why, "max_new_tokens must be at least 1", KVP_E_INVALID);
-	if (!isfinite(out->temperature) || out->temperature < 0.0f ||
-	    out->temperature > KVP_TEMPERATURE_MAX)
-		return fail(why, "temperature must be finite and in [0, 100]", KVP_E_INVALID);
-	if (!isfinite(out->top_p) || !(out->top_p > 0.0f) || out->top_p > 1.0f)
-		return fail(why, "top_p must be in (0, 1]", KVP_E_INVALID);
+	r = check_sampling(out->max_new_tokens, out->temperature, out->top_p, why);
+	if (r)
+		return r;
 	if ((out->flags & KVP_GEN_TEXT) && memchr(*body, 0, out->text_bytes))
 		return fail(why, "prompt text contains a NUL byte", KVP_E_INVALID);
 	return KVP_OK;
+}
+
+/**
+ * kvp_proto_decode_tokenize() - validate a TOKENIZE payload
+ * @text: out; the text_bytes of text after the struct (not NUL-terminated)
+ * Return: KVP_OK, KVP_E_PROTO, KVP_E_LIMIT (more text bytes than max_prompt_tokens) or
+ *         KVP_E_INVALID (a NUL in the text).
+ */
+int kvp_proto_decode_tokenize(const void *payload, size_t len, const struct kvp_proto_limits *lim,
+			      struct kvp_tokenize *out, const char **text, const char **why)
+{
+	struct kvp_cur c;
+	const void *p;
+
+	kvp_cur_init(&c, payload, len);
+	p = kvp_cur_take(&c, sizeof(*out));
+	if (!p)
+		return fail(why, "TOKENIZE payload shorter than its struct", KVP_E_PROTO);
+	memcpy(out, p, sizeof(*out));
+	if (out->flags & ~KVP_TOKENIZE__ALL)
+		return fail(why, "unknown TOKENIZE flags", KVP_E_PROTO);
+	*text = kvp_cur_take(&c, out->text_bytes);
+	if (!*text)
+		return fail(why, "text length beyond the frame", KVP_E_PROTO);
+	if (kvp_cur_left(&c))
+		return fail(why, "trailing bytes after the text", KVP_E_PROTO);
+	if (out->text_bytes > lim->max_prompt_tokens)
+		return fail(why, "text longer than the maximum prompt", KVP_E_LIMIT);
+	if (memchr(*text, 0, out->text_bytes))
+		return fail(why, "text contains a NUL byte", KVP_E_INVALID);
+	return KVP_OK;
+}
+
+/**
+ * kvp_proto_decode_detokenize() - validate a DETOKENIZE payload
+ * @ids: out; the n_tokens int32 ids (unaligned; not compared with the vocabulary)
+ * Return: KVP_OK, KVP_E_PROTO or KVP_E_LIMIT (more ids than max_prompt_tokens).
+ */
+int kvp_proto_decode_detokenize(const void *payload, size_t len, const struct kvp_proto_limits *lim,
+				struct kvp_detokenize *out, const void **ids, const char **why)
+{
+	struct kvp_cur c;
+	const void *p;
+
+	kvp_cur_init(&c, payload, len);
+	p = kvp_cur_take(&c, sizeof(*out));
+	if (!p)
+		return fail(why, "DETOKENIZE payload shorter than its struct", KVP_E_PROTO);
+	memcpy(out, p, sizeof(*out));
+	if (out->flags & ~KVP_DETOKENIZE__ALL)
+		return fail(why, "unknown DETOKENIZE flags", KVP_E_PROTO);
+	*ids = kvp_cur_take(&c, (uint64_t)out->n_tokens * sizeof(int32_t));
+	if (!*ids)
+		return fail(why, "ids beyond the frame", KVP_E_PROTO);
+	if (kvp_cur_left(&c))
+		return fail(why, "trailing bytes after the ids", KVP_E_PROTO);
+	if (out->n_tokens > lim->max_prompt_tokens)
+		return fail(why, "more ids than the maximum prompt", KVP_E_LIMIT);
+	return KVP_OK;
+}
+
+/* Is @name (a NUL-padded field) printable ASCII up to its first NUL, and zero after? */
+static bool name_ok(const char *name, size_t cap)
+{
+	size_t i = 0;
+
+	while (i < cap && name[i]) {
+		if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] >= 0x7f)
+			return false;
+		i++;
+	}
+	return i < cap && all_zero(name + i, cap - i);
+}
+
+/*
+ * Walk the messages of a CHAT: each header and its text inside the frame, nothing left
+ * over.  Values are checked by the caller, after every structural check.
+ */
+static int walk_messages(struct kvp_cur *c, uint32_t n, const char **why)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvp_chat_message m;
+		const void *p = kvp_cur_take(c, sizeof(m));
+
+		if (!p)
+			return fail(why, "chat message header beyond the frame", KVP_E_PROTO);
+		memcpy(&m, p, sizeof(m));
+		if (!kvp_cur_take(c, m.bytes))
+			return fail(why, "chat message text beyond the frame", KVP_E_PROTO);
+	}
+	if (kvp_cur_left(c))
+		return fail(why, "trailing bytes after the messages", KVP_E_PROTO);
+	return KVP_OK;
+}
+
+int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_proto_limits *lim,
+			  struct kvp_chat *out, const void **context, const uint8_t **msgs,
+			  size_t *msgs_len, const char **why)
+{
+	struct kvp_cur c;
+	const void *p;
+	size_t start;
+	int r;
+
+	kvp_cur_init(&c, payload, len);
+	p = kvp_cur_take(&c, sizeof(*out));
+	if (!p)
+		return fail(why, "CHAT payload shorter than its struct", KVP_E_PROTO);
+	memcpy(out, p, sizeof(*out));
+	if (out->flags & ~KVP_CHAT__ALL)
+		return fail(why, "unknown CHAT flags", KVP_E_PROTO);
+	if (out->reserved)
+		return fail(why, "CHAT reserved field must be zero", KVP_E_PROTO);
+	if (out->salt_len > KVP_SALT_MAX)
+		return fail(why, "salt longer than 64 bytes", KVP_E_PROTO);
+	if (!all_zero(out->salt + out->salt_len, KVP_SALT_MAX - out->salt_len))
+		return fail(why, "salt padding must be zero", KVP_E_PROTO);
+	if (!out->n_messages)
+		return fail(why, "CHAT without messages", KVP_E_PROTO);
+	if (!out->n_context != !out->context_msgs || out->context_msgs > out->n_messages)
+		return fail(why,
+			    "context_msgs must be 0 exactly without context ids, and at most "
+			    "n_messages",
+			    KVP_E_PROTO);
+	*context = kvp_cur_take(&c, (uint64_t)out->n_context * sizeof(int32_t));
+	if (!*context)
+		return fail(why, "context ids beyond the frame", KVP_E_PROTO);
+	start = c.off;
+	r = walk_messages(&c, out->n_messages, why);
+	if (r)
+		return r;
+	*msgs = c.base + start;
+	*msgs_len = c.size - start;
+
+	if (out->n_messages > KVP_CHAT_MESSAGES_MAX)
+		return fail(why, "more chat messages than the maximum (1024)", KVP_E_LIMIT);
+	if (out->n_context > lim->max_prompt_tokens)
+		return fail(why, "context longer than the maximum prompt", KVP_E_LIMIT);
+	if (out->max_new_tokens > lim->max_new_tokens)
+		return fail(why, "max_new_tokens above the maximum", KVP_E_LIMIT);
+
+	r = check_sampling(out->max_new_tokens, out->temperature, out->top_p, why);
+	if (r)
+		return r;
+	if (!name_ok(out->template_name, sizeof(out->template_name)))
+		return fail(why, "template name must be NUL-padded printable ASCII", KVP_E_INVALID);
+	kvp_cur_init(&c, *msgs, *msgs_len);
+	for (uint32_t i = 0; i < out->n_messages; i++) {
+		struct kvp_chat_message m;
+		const char *text;
+
+		memcpy(&m, kvp_cur_take(&c, sizeof(m)), sizeof(m));
+		text = kvp_cur_take(&c, m.bytes);
+		if (m.role >= KVP_ROLE__COUNT)
+			return fail(why, "unknown chat role", KVP_E_INVALID);
+		if (memchr(text, 0, m.bytes))
+			return fail(why, "chat message contains a NUL byte", KVP_E_INVALID);
+		if (!kvp_utf8_valid(text, m.bytes))
+			return fail(why, "chat message is not well-formed UTF-8", KVP_E_INVALID);
+		/* the context ends inside an assistant message: the reply it continues */
+		if (i + 1 == out->context_msgs && m.role != KVP_ROLE_ASSISTANT)
+			return fail(why, "the context must end with an assistant message",
+				    KVP_E_INVALID);
+	}
+	return KVP_OK;
+}
+
+void kvp_proto_chat_messages(const uint8_t *msgs, size_t len, uint32_t n, struct kvp_proto_msg *out)
+{
+	struct kvp_cur c;
+
+	kvp_cur_init(&c, msgs, len);
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvp_chat_message m;
+
+		memcpy(&m, kvp_cur_take(&c, sizeof(m)), sizeof(m));
+		out[i] = (struct kvp_proto_msg){ .role = m.role,
+						 .len = m.bytes,
+						 .text = kvp_cur_take(&c, m.bytes) };
+	}
 }
 
 int kvp_proto_decode_welcome(const void *payload, size_t len, struct kvp_welcome *out,
@@ -229,6 +430,26 @@ int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *ou
 		return fail(why, "TOKEN lengths beyond the frame", KVP_E_PROTO);
 	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after TOKEN", KVP_E_PROTO);
+	return KVP_OK;
+}
+
+int kvp_proto_decode_ids(const void *payload, size_t len, struct kvp_ids *out, const void **ids,
+			 const char **text, const char **why)
+{
+	struct kvp_cur c;
+	const void *p;
+
+	kvp_cur_init(&c, payload, len);
+	p = kvp_cur_take(&c, sizeof(*out));
+	if (!p)
+		return fail(why, "IDS payload shorter than its struct", KVP_E_PROTO);
+	memcpy(out, p, sizeof(*out));
+	*ids = kvp_cur_take(&c, (uint64_t)out->n_tokens * sizeof(int32_t));
+	*text = kvp_cur_take(&c, out->text_bytes);
+	if (!*ids || !*text)
+		return fail(why, "IDS lengths beyond the frame", KVP_E_PROTO);
+	if (kvp_cur_left(&c))
+		return fail(why, "trailing bytes after IDS", KVP_E_PROTO);
 	return KVP_OK;
 }
 
@@ -338,6 +559,66 @@ size_t kvp_proto_encode_token(void *buf, size_t cap, uint64_t req_id, const int3
 size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u)
 {
 	return put_frame(buf, cap, KVP_FRAME_DONE, req_id, u, sizeof(*u), NULL, 0, NULL, 0);
+}
+
+size_t kvp_proto_encode_tokenize(void *buf, size_t cap, uint64_t req_id,
+				 const struct kvp_tokenize *t, const char *text)
+{
+	return put_frame(buf, cap, KVP_FRAME_TOKENIZE, req_id, t, sizeof(*t), text, t->text_bytes,
+			 NULL, 0);
+}
+
+size_t kvp_proto_encode_detokenize(void *buf, size_t cap, uint64_t req_id,
+				   const struct kvp_detokenize *d, const int32_t *ids)
+{
+	return put_frame(buf, cap, KVP_FRAME_DETOKENIZE, req_id, d, sizeof(*d), ids,
+			 (size_t)d->n_tokens * sizeof(int32_t), NULL, 0);
+}
+
+size_t kvp_proto_encode_ids(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
+			    uint32_t n_ids, const char *text, uint32_t text_bytes)
+{
+	struct kvp_ids h = { .n_tokens = n_ids, .text_bytes = text_bytes };
+
+	return put_frame(buf, cap, KVP_FRAME_IDS, req_id, &h, sizeof(h), ids,
+			 (size_t)n_ids * sizeof(int32_t), text, text_bytes);
+}
+
+size_t kvp_proto_encode_chat(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
+			     const int32_t *context, const struct kvp_proto_msg *msgs)
+{
+	struct kvp_frame_hdr hdr;
+	size_t payload = sizeof(*c) + (size_t)c->n_context * sizeof(int32_t);
+	uint8_t *o = buf;
+
+	for (uint32_t i = 0; i < c->n_messages; i++) {
+		payload += sizeof(struct kvp_chat_message) + msgs[i].len;
+		if (payload > UINT32_MAX - sizeof(hdr))
+			return 0;
+	}
+	if (payload > UINT32_MAX - sizeof(hdr))
+		return 0;
+	if (sizeof(hdr) + payload > cap)
+		return sizeof(hdr) + payload;
+	kvp_proto_hdr_init(&hdr, KVP_FRAME_CHAT, req_id, (uint32_t)payload);
+	memcpy(o, &hdr, sizeof(hdr));
+	o += sizeof(hdr);
+	memcpy(o, c, sizeof(*c));
+	o += sizeof(*c);
+	if (c->n_context) {
+		memcpy(o, context, (size_t)c->n_context * sizeof(int32_t));
+		o += (size_t)c->n_context * sizeof(int32_t);
+	}
+	for (uint32_t i = 0; i < c->n_messages; i++) {
+		struct kvp_chat_message m = { .role = msgs[i].role, .bytes = msgs[i].len };
+
+		memcpy(o, &m, sizeof(m));
+		o += sizeof(m);
+		if (m.bytes)
+			memcpy(o, msgs[i].text, m.bytes);
+		o += m.bytes;
+	}
+	return sizeof(hdr) + payload;
 }
 
 size_t kvp_proto_encode_error(void *buf, size_t cap, uint64_t req_id, uint32_t status,

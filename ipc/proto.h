@@ -39,7 +39,10 @@ struct kvp_proto_limits {
 /* Largest temperature accepted; higher is indistinguishable from uniform sampling. */
 #define KVP_TEMPERATURE_MAX 100.0f
 
-/* Whether a client may send @type (HELLO, GENERATE, CANCEL) or the daemon (the rest). */
+/*
+ * Whether a client may send @type (HELLO, GENERATE, CANCEL, TOKENIZE, DETOKENIZE, CHAT)
+ * or the daemon (the rest).
+ */
 bool kvp_proto_from_client(uint32_t type);
 
 /* Name of a frame type ("GENERATE"), or "?" for an unknown value. */
@@ -63,6 +66,43 @@ int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out
 int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out, const char **msg,
 			   const char **why);
 
+int kvp_proto_decode_tokenize(const void *payload, size_t len, const struct kvp_proto_limits *lim,
+			      struct kvp_tokenize *out, const char **text, const char **why);
+int kvp_proto_decode_detokenize(const void *payload, size_t len, const struct kvp_proto_limits *lim,
+				struct kvp_detokenize *out, const void **ids, const char **why);
+int kvp_proto_decode_ids(const void *payload, size_t len, struct kvp_ids *out, const void **ids,
+			 const char **text, const char **why);
+
+/**
+ * struct kvp_proto_msg - one chat message as the codec hands it over
+ * @role: enum kvp_role
+ * @len:  bytes of @text (not NUL-terminated; borrowed from the frame)
+ */
+struct kvp_proto_msg {
+	uint32_t role;
+	uint32_t len;
+	const char *text;
+};
+
+/**
+ * kvp_proto_decode_chat() - validate a CHAT payload
+ * @out:      out; the fixed part
+ * @context:  out; the n_context int32 ids (unaligned: copy before reading)
+ * @msgs:     out; the messages section, @msgs_len bytes, for kvp_proto_chat_messages()
+ *
+ * Every message must have a known role and be well-formed UTF-8 with no NUL; the
+ * template name NUL-padded printable ASCII.
+ * Return: KVP_OK, KVP_E_PROTO, KVP_E_LIMIT (too many messages or context ids,
+ * max_new_tokens) or KVP_E_INVALID (a value).
+ */
+int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_proto_limits *lim,
+			  struct kvp_chat *out, const void **context, const uint8_t **msgs,
+			  size_t *msgs_len, const char **why);
+
+/* The messages of a CHAT that kvp_proto_decode_chat() accepted: @n of them into @out. */
+void kvp_proto_chat_messages(const uint8_t *msgs, size_t len, uint32_t n,
+			     struct kvp_proto_msg *out);
+
 void kvp_proto_hdr_init(struct kvp_frame_hdr *hdr, uint32_t type, uint64_t req_id,
 			uint32_t len_bytes);
 
@@ -74,6 +114,15 @@ size_t kvp_proto_encode_welcome(void *buf, size_t cap, const struct kvp_welcome 
 size_t kvp_proto_encode_token(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
 			      uint32_t n_ids, const char *text, uint32_t text_bytes);
 size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u);
+size_t kvp_proto_encode_tokenize(void *buf, size_t cap, uint64_t req_id,
+				 const struct kvp_tokenize *t, const char *text);
+size_t kvp_proto_encode_detokenize(void *buf, size_t cap, uint64_t req_id,
+				   const struct kvp_detokenize *d, const int32_t *ids);
+size_t kvp_proto_encode_ids(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
+			    uint32_t n_ids, const char *text, uint32_t text_bytes);
+/* CHAT: @c's n_context ids at @context, then @c->n_messages messages from @msgs. */
+size_t kvp_proto_encode_chat(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
+			     const int32_t *context, const struct kvp_proto_msg *msgs);
 size_t kvp_proto_encode_error(void *buf, size_t cap, uint64_t req_id, uint32_t status,
 			      const char *msg, uint32_t msg_bytes);
 

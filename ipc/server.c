@@ -377,6 +377,25 @@ int kvp_server_send_tokens(struct kvp_server *srv, kvp_conn_id conn, uint64_t re
 	return queue_scratch(srv, c, len);
 }
 
+int kvp_server_send_ids(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			const int32_t *ids, uint32_t n_ids, const char *text, uint32_t text_len)
+{
+	struct kvp_conn *c = conn_lookup(srv, conn);
+	size_t len;
+
+	if (!c)
+		return -ENOTCONN;
+	if (!kvp_conn_req_has(c, req_id))
+		return -ENOENT;
+	len = kvp_proto_encode_ids(NULL, 0, req_id, ids, n_ids, text, text_len);
+	if (!len || len > c->out.cap)
+		return -EMSGSIZE;
+	if (scratch_reserve(srv, len))
+		return -ENOMEM;
+	kvp_proto_encode_ids(srv->scratch, srv->scratch_cap, req_id, ids, n_ids, text, text_len);
+	return queue_scratch(srv, c, len);
+}
+
 int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			 const struct kvp_usage *usage)
 {

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "ipc/proto.h"
 #include "kvpool/proto.h"
 
 struct kvp_server;
@@ -105,6 +106,15 @@ enum kvp_status_fmt {
  *            Called exactly once for every connection that reached @hello (also when
  *            @hello refused it), never for others.  No kvp_server_send_*() to @conn
  *            succeeds from the moment it is called.
+ * @tokenize, @detokenize: a validated TOKENIZE (@text NUL-terminated, t->text_bytes
+ *            long) or DETOKENIZE (@ids checked against n_vocab), taken in flight: answer
+ *            with kvp_server_send_ids() then kvp_server_send_done(), or an ERROR; or
+ *            return a status for an immediate ERROR.  NULL: the frame is refused
+ *            (KVP_E_INVALID, the connection stays).
+ * @chat:     a validated CHAT (messages well-formed UTF-8 with known roles, context ids
+ *            checked against n_vocab; all borrowed for the call), taken in flight: as
+ *            @generate, and an IDS with the prompt's ids comes before any TOKEN.  NULL:
+ *            refused like @tokenize.
  * @status:   render the status report into @buf (at most @cap bytes); return the
  *            length, or -ENOSPC if it does not fit (the server retries with a larger
  *            buffer, up to 16 MiB).
@@ -117,6 +127,13 @@ struct kvp_server_ops {
 			const struct kvp_generate *req, const int32_t *tokens, const char *text);
 	void (*cancel)(void *ctx, kvp_conn_id conn, uint64_t req_id);
 	void (*closed)(void *ctx, kvp_conn_id conn);
+	int (*tokenize)(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp_tokenize *t,
+			const char *text);
+	int (*detokenize)(void *ctx, kvp_conn_id conn, uint64_t req_id,
+			  const struct kvp_detokenize *d, const int32_t *ids);
+	int (*chat)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		    const struct kvp_chat *req, const int32_t *context,
+		    const struct kvp_proto_msg *msgs);
 	int (*status)(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap);
 };
 
@@ -153,6 +170,9 @@ int kvp_server_add_wakeup(struct kvp_server *srv, int efd, void (*fn)(void *arg)
 int kvp_server_send_tokens(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			   const int32_t *tokens, uint32_t n_tokens, const char *text,
 			   uint32_t text_len);
+/* IDS: ids and/or text that were not generated (TOKENIZE, DETOKENIZE, a CHAT's prompt). */
+int kvp_server_send_ids(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			const int32_t *ids, uint32_t n_ids, const char *text, uint32_t text_len);
 int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			 const struct kvp_usage *usage);
 int kvp_server_send_error(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,

@@ -69,6 +69,10 @@ static const struct key_def keys[] = {
 	  "copy: copied at start into huge-page memory: faster decode, no extra memory, but a\n"
 	  "slower start (docs/daemon.md has figures), the right trade for a\n"
 	  "long-running daemon; map: used in place from the file, the fastest start" },
+	{ "daemon", "chat_template", "chat-template", T_NAME, OFF(chat_template),
+	  CAP(chat_template), 0, 0,
+	  "chat template family for CHAT requests naming none (llama3, chatml, llama2, ...);\n"
+	  "empty: recognised from the model's tokenizer.chat_template" },
 	{ "pool", "size", "pool-size", T_SIZE, OFF(pool_bytes), CAP(pool_bytes), 1ull << 20,
 	  1ull << 40, "KV block pool size (K, M, G, T suffixes)" },
 	{ "pool", "block_size", "block-size", T_U32, OFF(block_tokens), 0, 1, 1024,
@@ -102,7 +106,12 @@ static const struct key_def keys[] = {
 	{ "scheduler", "max_queued", "max-queued", T_U32, OFF(max_queued), 0, 1, 1u << 20,
 	  "requests waiting for admission before new ones are refused (BUSY)" },
 	{ "scheduler", "ignore_eos", "ignore-eos", T_BOOL, OFF(ignore_eos), 0, 0, 0,
-	  "generate max_new_tokens every time, never stopping at EOS (load tests)" },
+	  "generate max_new_tokens every time, never stopping at an end-of-generation token\n"
+	  "(load tests)" },
+	{ "scheduler", "test_eog_after", "test-eog-after", T_U32, OFF(test_eog_after), 0, 0,
+	  1u << 20,
+	  "TESTS ONLY, 0 = off: end every reply after N tokens by raising the model's\n"
+	  "end-of-generation ids (synthetic-weight models never end a turn by themselves)" },
 	{ "scheduler", "prefill_chunk_tokens", "prefill-chunk", T_U32, OFF(prefill_chunk_tokens), 0,
 	  1, 1u << 16, "prefill tokens computed per engine step, between decode steps" },
 };

@@ -41,6 +41,8 @@ enum kvp_huge_pages {
  * @weights:            enum kvp_model_weights: KVP_MODEL_WEIGHTS_COPY (default: decode
  *                      reads the weights from huge pages, for a slower start) or
  *                      KVP_MODEL_WEIGHTS_MAP (used in place from the file mapping)
+ * @chat_template:      chat template family for CHAT requests that name none ("" = the
+ *                      one the model's tokenizer.chat_template is recognised as)
  * [pool]
  * @pool_bytes:         size of the KV block pool
  * @block_tokens:       tokens per KV block
@@ -57,7 +59,10 @@ enum kvp_huge_pages {
  * @max_running:        sequences decoded together (batch size bound)
  * @max_queued:         requests waiting for admission before BUSY is answered
  * @prefill_chunk_tokens: prefill token budget per engine step
- * @ignore_eos:         never stop at EOS: every request generates max_new_tokens
+ * @ignore_eos:         never stop at end-of-generation tokens: every request
+ *                      generates max_new_tokens
+ * @test_eog_after:     tests only (0 = off): end every reply after this many tokens by
+ *                      raising the end-of-generation ids' logits (svc/sched.h)
  * (flags only)
  * @foreground:         plain log lines for a terminal instead of <N> prefixes
  * @config_path:        the file that was read ("" when none)
@@ -69,6 +74,7 @@ struct kvp_config {
 	int log_level;
 	uint32_t drain_timeout_ms;
 	uint32_t weights;
+	char chat_template[KVP_CONFIG_NAME_MAX];
 
 	uint64_t pool_bytes;
 	uint32_t block_tokens;
@@ -91,6 +97,7 @@ struct kvp_config {
 	uint32_t max_queued;
 	uint32_t prefill_chunk_tokens;
 	bool ignore_eos;
+	uint32_t test_eog_after;
 
 	bool foreground;
 	char config_path[PATH_MAX];

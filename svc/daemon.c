@@ -42,6 +42,8 @@
 
 #include "compute/kernels/kernels.h"
 #include "compute/model.h"
+#include "compute/gguf.h"
+#include "compute/text/chat.h"
 #include "compute/text/tokenizer.h"
 #include "ipc/server.h"
 #include "shm/numa.h"
@@ -68,6 +70,9 @@ struct kvp_daemon {
 	char model_name[64];
 	struct kvp_model *model;
 	struct kvp_tokenizer *tok;
+	struct kvp_chat_template tmpl; /* valid when have_tmpl, else tmpl_err says why */
+	bool have_tmpl;
+	char tmpl_err[512];
 	struct kvp_numa *numa;
 	struct kvp_sched *sched;
 	struct kvp_server *srv;
@@ -93,6 +98,47 @@ static void on_signal(int sig)
 }
 
 /* ---- construction ---- */
+
+/*
+ * The chat template CHAT requests use when they name none: daemon.chat_template, else
+ * the family the model's tokenizer.chat_template is recognised as.  A model without a
+ * known one still serves everything else; its CHATs without a template name are
+ * refused with the reason kept here.  Return: 0, or -ENOTSUP for a bad configured name.
+ */
+static int load_chat_template(struct kvp_daemon *d)
+{
+	struct kvp_gguf_str src;
+	int r;
+
+	if (*d->cfg.chat_template) {
+		r = kvp_chat_template_named(&d->tmpl, d->cfg.chat_template, d->tmpl_err,
+					    sizeof(d->tmpl_err));
+		if (r < 0) {
+			kvp_log(LOG_ERR, "daemon.chat_template: %s", d->tmpl_err);
+			return r;
+		}
+		d->have_tmpl = true;
+		kvp_log(LOG_INFO, "chat: template %s (daemon.chat_template)", d->cfg.chat_template);
+		return 0;
+	}
+	if (kvp_gguf_get_str(kvp_model_gguf(d->model), "tokenizer.chat_template", &src) < 0) {
+		snprintf(d->tmpl_err, sizeof(d->tmpl_err),
+			 "chat: the model has no chat template (tokenizer.chat_template); name one "
+			 "(known: %s)",
+			 kvp_chat_names());
+		kvp_log(LOG_NOTICE, "%s", d->tmpl_err);
+		return 0;
+	}
+	r = kvp_chat_template_detect(&d->tmpl, src.p, (size_t)src.len, d->tmpl_err,
+				     sizeof(d->tmpl_err));
+	if (r < 0) {
+		kvp_log(LOG_WARNING, "%s", d->tmpl_err);
+		return 0;
+	}
+	d->have_tmpl = true;
+	kvp_log(LOG_INFO, "chat: the model's template is %s", kvp_chat_family_name(d->tmpl.family));
+	return 0;
+}
 
 static int load_model(struct kvp_daemon *d)
 {
@@ -142,6 +188,9 @@ static int load_model(struct kvp_daemon *d)
 			*err ? err : strerror(-r));
 		goto err_model;
 	}
+	r = load_chat_template(d);
+	if (r < 0)
+		goto err_tok;
 	hp = kvp_model_hparams(d->model);
 	mi = kvp_model_info(d->model);
 	snprintf(d->model_name, sizeof(d->model_name), "%s",
@@ -182,6 +231,9 @@ static int load_model(struct kvp_daemon *d)
 			load_s, (double)mi->arena_bytes / (1 << 20));
 	return 0;
 
+err_tok:
+	kvp_tokenizer_free(d->tok);
+	d->tok = NULL;
 err_model:
 	kvp_model_close(d->model);
 	d->model = NULL;
@@ -230,6 +282,12 @@ static int make_engine(struct kvp_daemon *d)
 	sc.prefill_chunk = d->cfg.prefill_chunk_tokens;
 	sc.event_capacity = 8192;
 	sc.ignore_eos = d->cfg.ignore_eos;
+	sc.test_eog_after = d->cfg.test_eog_after;
+	if (sc.test_eog_after)
+		kvp_log(LOG_WARNING,
+			"engine: scheduler.test_eog_after = %u: every reply ends "
+			"after %u tokens (a test hook)",
+			sc.test_eog_after, sc.test_eog_after);
 	sc.wake_fd = d->wake_fd;
 	r = kvp_sched_new(&d->sched, &sc);
 	if (r < 0)
@@ -269,6 +327,8 @@ static int make_server(struct kvp_daemon *d)
 	d->req.domains = &d->domains;
 	d->req.sched = d->sched;
 	d->req.tok = d->tok;
+	d->req.tmpl = d->have_tmpl ? &d->tmpl : NULL;
+	d->req.tmpl_err = d->tmpl_err;
 	d->req.max_prompt_tokens = d->cfg.max_prompt_tokens;
 	d->req.max_reqs_per_conn = d->cfg.max_reqs_per_conn;
 	d->req.report = kvp_stats_report;

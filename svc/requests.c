@@ -12,10 +12,14 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute/convo.h"
 #include "compute/gen.h"
+#include "compute/text/chat.h"
+#include "compute/text/tokenizer.h"
 #include "svc/domain.h"
 #include "svc/log.h"
 #include "svc/sched.h"
@@ -107,16 +111,37 @@ static int submit_status(int r)
 
 /* A text prompt as ids in @r: KVP_OK, KVP_E_LIMIT, KVP_E_INVALID (no ids), KVP_E_INTERNAL. */
 static int tokenize_prompt(struct kvp_requests *q, const char *text, uint32_t len,
-			   struct kvp_sched_req *r)
+			   unsigned int flags, struct kvp_sched_req *r)
 {
 	int n;
 
-	n = kvp_gen_tokenize(&r->tokens, &r->n_tokens, q->tok, text, len, q->max_prompt_tokens);
+	n = kvp_gen_tokenize(&r->tokens, &r->n_tokens, q->tok, text, len, flags,
+			     q->max_prompt_tokens);
 	if (n == -E2BIG)
 		return KVP_E_LIMIT;
 	if (n < 0)
 		return KVP_E_INTERNAL;
 	return r->n_tokens ? KVP_OK : KVP_E_INVALID;
+}
+
+/*
+ * Hand @r (its tokens owned by us) to the engine.  Return: KVP_OK (the tokens now
+ * belong to the engine), or the status to answer with (the tokens are freed).
+ */
+static int submit(struct kvp_requests *q, struct kvp_conn_rec *c, struct kvp_sched_req *r)
+{
+	int st = kvp_sched_submit(q->sched, r);
+
+	if (st == 0) {
+		c->in_flight++;
+		c->requests++;
+		q->domains->dom[c->domain].requests++;
+		return KVP_OK;
+	}
+	free(r->tokens);
+	r->tokens = NULL;
+	q->rejected++;
+	return submit_status(st);
 }
 
 static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
@@ -134,14 +159,18 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 	assert(c->in_flight < q->max_reqs_per_conn);
 
 	if (g->flags & KVP_GEN_TEXT) {
-		st = tokenize_prompt(q, text, g->text_bytes, &r);
-		if (st != KVP_OK)
-			goto refuse;
+		st = tokenize_prompt(q, text, g->text_bytes,
+				     g->flags & KVP_GEN_PARSE_SPECIAL ? KVP_TOK_PARSE_SPECIAL : 0,
+				     &r);
+		if (st != KVP_OK) {
+			q->rejected++;
+			return st;
+		}
 	} else {
 		r.tokens = malloc((size_t)g->n_tokens * sizeof(int32_t));
 		if (!r.tokens) {
-			st = KVP_E_INTERNAL;
-			goto refuse;
+			q->rejected++;
+			return KVP_E_INTERNAL;
 		}
 		memcpy(r.tokens, tokens, (size_t)g->n_tokens * sizeof(int32_t));
 		r.n_tokens = g->n_tokens;
@@ -153,18 +182,178 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 	};
 	r.salt_len = g->salt_len;
 	memcpy(r.salt, g->salt, g->salt_len);
-	st = kvp_sched_submit(q->sched, &r);
-	if (st == 0) {
-		c->in_flight++;
-		c->requests++;
-		q->domains->dom[c->domain].requests++;
-		return KVP_OK;
-	}
-	st = submit_status(st);
-refuse:
-	free(r.tokens);
+	return submit(q, c, &r);
+}
+
+/* Send an ERROR of our own words for a request in flight; what the ops return then. */
+static int refuse(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id, enum kvp_status st,
+		  const char *msg)
+{
 	q->rejected++;
-	return st;
+	kvp_server_send_error(q->srv, conn, req_id, st, msg);
+	return KVP_OK;
+}
+
+/* IDS, then DONE with @n_ids as the prompt tokens: the end of TOKENIZE and DETOKENIZE. */
+static int answer_ids(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id, const int32_t *ids,
+		      uint32_t n_ids, const char *text, size_t len)
+{
+	struct kvp_usage u = { .prompt_tokens = n_ids, .status = KVP_OK };
+	int r;
+
+	if (len > UINT32_MAX)
+		return refuse(q, conn, req_id, KVP_E_LIMIT, "answer too large for one frame");
+	r = kvp_server_send_ids(q->srv, conn, req_id, ids, n_ids, text, (uint32_t)len);
+	if (r == -EMSGSIZE)
+		return refuse(q, conn, req_id, KVP_E_LIMIT,
+			      "answer larger than the connection's output queue (outq_bytes)");
+	if (r < 0)
+		return r == -ENOMEM ? KVP_E_INTERNAL : KVP_OK; /* gone: closed follows */
+	kvp_server_send_done(q->srv, conn, req_id, &u);
+	return KVP_OK;
+}
+
+static int op_tokenize(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp_tokenize *t,
+		       const char *text)
+{
+	struct kvp_requests *q = ctx;
+	unsigned int flags = 0;
+	int32_t *ids = NULL;
+	uint32_t n = 0;
+	int r;
+
+	if (t->flags & KVP_TOKENIZE_PARSE_SPECIAL)
+		flags |= KVP_TOK_PARSE_SPECIAL;
+	if (t->flags & KVP_TOKENIZE_NO_BOS)
+		flags |= KVP_TOK_NO_ADD_SPECIAL;
+	/* the text is at most max_prompt_tokens bytes; no vocabulary needs 3 ids a byte + 4 */
+	r = kvp_gen_tokenize(&ids, &n, q->tok, text, t->text_bytes, flags,
+			     3 * q->max_prompt_tokens + 4);
+	if (r < 0) {
+		q->rejected++;
+		return r == -E2BIG ? KVP_E_LIMIT : KVP_E_INTERNAL;
+	}
+	r = answer_ids(q, conn, req_id, ids, n, NULL, 0);
+	free(ids);
+	return r;
+}
+
+static int op_detokenize(void *ctx, kvp_conn_id conn, uint64_t req_id,
+			 const struct kvp_detokenize *d, const int32_t *ids)
+{
+	struct kvp_requests *q = ctx;
+	unsigned int flags = d->flags & KVP_DETOKENIZE_RENDER_SPECIAL ? KVP_DETOK_RENDER_SPECIAL :
+									0;
+	size_t cap = (size_t)d->n_tokens * 8 + 16;
+	char *text = NULL;
+	long n;
+	int r;
+
+	for (;;) {
+		char *grown = realloc(text, cap);
+
+		if (!grown) {
+			free(text);
+			q->rejected++;
+			return KVP_E_INTERNAL;
+		}
+		text = grown;
+		n = kvp_tokenizer_decode(q->tok, ids, d->n_tokens, flags, text, cap);
+		if (n < 0 || (size_t)n <= cap)
+			break;
+		cap = (size_t)n;
+	}
+	if (n < 0) {
+		free(text);
+		q->rejected++;
+		return KVP_E_INVALID; /* ids were checked against n_vocab: cannot happen */
+	}
+	r = answer_ids(q, conn, req_id, NULL, 0, text, (size_t)n);
+	free(text);
+	return r;
+}
+
+static const enum kvp_chat_role chat_roles[KVP_ROLE__COUNT] = {
+	[KVP_ROLE_SYSTEM] = KVP_CHAT_SYSTEM,
+	[KVP_ROLE_USER] = KVP_CHAT_USER,
+	[KVP_ROLE_ASSISTANT] = KVP_CHAT_ASSISTANT,
+};
+
+static int op_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		   const struct kvp_chat *ch, const int32_t *context,
+		   const struct kvp_proto_msg *msgs)
+{
+	struct kvp_requests *q = ctx;
+	struct kvp_sched_req r = { .conn = conn, .req_id = req_id, .t_recv_ns = kvp_now_ns() };
+	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
+	const struct kvp_chat_template *tmpl = q->tmpl;
+	struct kvp_chat_template named;
+	struct kvp_chat_msg *cm;
+	struct kvp_convo cv = { .context = context,
+				.n_context = ch->n_context,
+				.context_msgs = ch->context_msgs,
+				.n_msgs = ch->n_messages };
+	char err[512] = "";
+	int st;
+
+	(void)peer;
+	if (!c)
+		return KVP_E_INTERNAL;
+	assert(c->in_flight < q->max_reqs_per_conn);
+	if (ch->template_name[0]) {
+		char name[KVP_CHAT_TEMPLATE_NAME_MAX + 1] = "";
+
+		memcpy(name, ch->template_name, KVP_CHAT_TEMPLATE_NAME_MAX);
+		if (kvp_chat_template_named(&named, name, err, sizeof(err)) < 0)
+			return refuse(q, conn, req_id, KVP_E_INVALID, err);
+		tmpl = &named;
+	} else if (!tmpl) {
+		return refuse(q, conn, req_id, KVP_E_INVALID, q->tmpl_err);
+	}
+	cm = malloc(ch->n_messages * sizeof(*cm));
+	if (!cm) {
+		q->rejected++;
+		return KVP_E_INTERNAL;
+	}
+	for (uint32_t i = 0; i < ch->n_messages; i++)
+		cm[i] = (struct kvp_chat_msg){ .role = chat_roles[msgs[i].role],
+					       .content = msgs[i].text,
+					       .len = msgs[i].len };
+	cv.msgs = cm;
+	st = kvp_convo_prompt(&r.tokens, &r.n_tokens, q->tok, tmpl, &cv, q->max_prompt_tokens, err,
+			      sizeof(err));
+	free(cm);
+	if (st == -E2BIG) {
+		snprintf(err, sizeof(err),
+			 "chat: the conversation is longer than max_prompt_tokens (%u tokens)",
+			 q->max_prompt_tokens);
+		return refuse(q, conn, req_id, KVP_E_LIMIT, err);
+	}
+	if (st == -EINVAL)
+		return refuse(q, conn, req_id, KVP_E_INVALID, err);
+	if (st < 0) {
+		q->rejected++;
+		return KVP_E_INTERNAL;
+	}
+	/* the prompt's ids first: the client continues the conversation on them */
+	st = kvp_server_send_ids(q->srv, conn, req_id, r.tokens, r.n_tokens, NULL, 0);
+	if (st < 0) {
+		free(r.tokens);
+		if (st == -EMSGSIZE)
+			return refuse(q, conn, req_id, KVP_E_LIMIT,
+				      "prompt larger than the connection's output queue");
+		q->rejected++;
+		return st == -ENOMEM ? KVP_E_INTERNAL : KVP_OK; /* gone: closed follows */
+	}
+	r.max_new = ch->max_new_tokens;
+	r.no_cache = ch->flags & KVP_CHAT_NO_CACHE;
+	r.sample = (struct kvp_sample_params){ .temperature = ch->temperature,
+					       .top_k = ch->top_k,
+					       .top_p = ch->top_p,
+					       .seed = ch->seed };
+	r.salt_len = ch->salt_len;
+	memcpy(r.salt, ch->salt, ch->salt_len);
+	return submit(q, c, &r);
 }
 
 static void op_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
@@ -202,6 +391,9 @@ void kvp_requests_ops(struct kvp_requests *q, struct kvp_server_ops *ops)
 		.generate = op_generate,
 		.cancel = op_cancel,
 		.closed = op_closed,
+		.tokenize = op_tokenize,
+		.detokenize = op_detokenize,
+		.chat = op_chat,
 		.status = op_status,
 	};
 }

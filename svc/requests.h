@@ -4,8 +4,14 @@
  * the engine, and what the engine answers becomes frames.
  *
  *	HELLO     the peer's trust domain (svc/domain.h) -> that domain's WELCOME and fd
- *	GENERATE  a text prompt is tokenized (compute/gen.h); the request goes to the
- *	          engine (kvp_sched_submit()), whose -errno becomes the wire status
+ *	GENERATE  a text prompt is tokenized (compute/gen.h; special tokens parsed when
+ *	          asked); the request goes to the engine (kvp_sched_submit()), whose
+ *	          -errno becomes the wire status
+ *	TOKENIZE, DETOKENIZE   answered here at once (IDS, then DONE): the tokenizer is
+ *	          immutable and the work is of the size of a prompt
+ *	CHAT      the conversation's prompt ids (compute/convo.h: the chat template,
+ *	          special tokens parsed, exact context ids continued) go back in an IDS,
+ *	          then the request goes to the engine like a GENERATE
  *	CANCEL    to the engine (ipc/ passes each request's first CANCEL only)
  *	closed    the engine drops the connection's requests
  *	events    TOKEN / DONE / ERROR from the engine's ring -> kvp_server_send_*(),
@@ -28,6 +34,7 @@
 #include "ipc/server.h"
 #include "svc/conns.h"
 
+struct kvp_chat_template;
 struct kvp_domains;
 struct kvp_sched;
 struct kvp_sched_event;
@@ -39,6 +46,8 @@ typedef int kvp_status_report_fn(void *arg, enum kvp_status_fmt fmt, char *buf, 
 /**
  * struct kvp_requests - the loop thread's request state
  * @domains, @sched, @tok: borrowed; set before the server starts
+ * @tmpl:          the chat template CHATs naming none use (borrowed), or NULL: then
+ *                 @tmpl_err says why there is none
  * @srv:           the server answering (borrowed); set once it exists
  * @max_prompt_tokens, @max_reqs_per_conn: the configured limits
  * @report, @report_arg: the status reporter
@@ -50,6 +59,8 @@ struct kvp_requests {
 	struct kvp_domains *domains;
 	struct kvp_sched *sched;
 	const struct kvp_tokenizer *tok;
+	const struct kvp_chat_template *tmpl;
+	const char *tmpl_err;
 	struct kvp_server *srv;
 	uint32_t max_prompt_tokens;
 	uint32_t max_reqs_per_conn;

@@ -19,6 +19,12 @@
  * so a long prompt delays running streams by one chunk per step, never by its whole
  * prefill, and a new request joins the batch at the next step.
  *
+ * Generation stops at the model's end-of-generation set (kvp_gen_take()).  When a
+ * request ends with a DONE (finished, or cancelled by its client; not failed, not
+ * dropped with its connection), the full blocks of its prompt *and* of the tokens it
+ * generated are published before the DONE is queued, so a conversation's next turn,
+ * whose prompt starts with exactly those ids, finds them.
+ *
  * Admission.  A request may hold at most blocks_for(prompt, max_new) blocks: its hit
  * blocks (shared, read-only) plus blocks it allocates as its positions fill.  At
  * admission it reserves what it may still allocate; it is admitted only when
@@ -81,7 +87,7 @@ struct seq {
 	enum seq_state state;
 	uint64_t conn;
 	uint64_t req_id;
-	int32_t *prompt; /* owned; gen.prompt points at it */
+	int32_t *prompt; /* owned; n_prompt + max_new ids: the prompt, then gen.kept */
 	bool no_cache;
 	struct kvp_prefix_key key;
 	struct kvp_sampler *sampler;
@@ -136,7 +142,8 @@ struct kvp_sched {
 	uint32_t block_tokens;
 	uint32_t n_blocks;
 	uint32_t n_vocab;
-	int32_t eos;
+	int32_t *eog; /* the end-of-generation ids, for the test_eog_after hook */
+	size_t n_eog;
 	struct kvp_kv_view view;
 	struct kvp_fwd *fwd;
 	pthread_t thread;
@@ -306,6 +313,8 @@ static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 
 /* ---- engine thread: request end ---- */
 
+static void publish_ready(struct kvp_sched *s, struct seq *q, bool generated);
+
 static void fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, struct kvp_usage *u)
 {
 	uint64_t t = kvp_now_ns();
@@ -351,6 +360,13 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 {
 	struct seq *w;
 
+	/*
+	 * its K/V is good up to n_past: a next turn continuing on these ids reuses it (not
+	 * when the client is gone: no conversation goes on from a reply nobody read)
+	 */
+	if (!as_error && !q->silent && (status == KVP_OK || status == KVP_E_CANCELLED) &&
+	    (q->state == SEQ_PREFILL || q->state == SEQ_DECODE))
+		publish_ready(s, q, true);
 	if (!q->silent) {
 		if (as_error) {
 			emit_error(s, q, status, msg ? msg : "request failed");
@@ -561,11 +577,17 @@ static int ensure_blocks(struct kvp_sched *s, struct seq *q, uint32_t n_position
 	return 0;
 }
 
-/* Publish every full prompt block filled since the last call, in order. */
-static void publish_ready(struct kvp_sched *s, struct seq *q)
+/*
+ * Publish every full block filled since the last call, in order: of the prompt only
+ * while it is computed; with @generated (at the end) of the generated tokens too, whose
+ * ids follow the prompt's in q->prompt.
+ */
+static void publish_ready(struct kvp_sched *s, struct seq *q, bool generated)
 {
 	uint32_t bt = s->block_tokens;
-	uint32_t filled = (q->gen.n_past < q->gen.n_prompt ? q->gen.n_past : q->gen.n_prompt) / bt;
+	uint32_t upto = q->gen.n_past < q->gen.n_prompt || generated ? q->gen.n_past :
+								       q->gen.n_prompt;
+	uint32_t filled = upto / bt;
 
 	if (q->no_cache)
 		return;
@@ -613,6 +635,19 @@ static void took_token(struct kvp_sched *s, struct seq *q, int32_t token)
 		seq_end(s, q, KVP_OK, false, NULL);
 }
 
+/*
+ * Sample @q's next token from @logits.  The test_eog_after hook (tests only) raises
+ * every end-of-generation id once @q has kept that many tokens, so a model with
+ * synthetic weights ends its turns like a trained one.
+ */
+static int32_t sample(struct kvp_sched *s, struct seq *q, float *logits)
+{
+	if (s->cfg.test_eog_after && q->gen.n_generated >= s->cfg.test_eog_after)
+		for (size_t i = 0; i < s->n_eog; i++)
+			logits[s->eog[i]] += 1e4f;
+	return kvp_sampler_sample(q->sampler, logits);
+}
+
 static void prefill_step(struct kvp_sched *s)
 {
 	uint32_t budget = s->cfg.prefill_chunk;
@@ -644,10 +679,10 @@ static void prefill_step(struct kvp_sched *s)
 			continue;
 		}
 		budget -= n;
-		publish_ready(s, q);
+		publish_ready(s, q, false);
 		if (kvp_gen_prefilled(&q->gen)) {
 			q->state = SEQ_DECODE;
-			took_token(s, q, kvp_sampler_sample(q->sampler, s->logits));
+			took_token(s, q, sample(s, q, s->logits));
 		}
 		q = next;
 	}
@@ -681,8 +716,7 @@ static void decode_step(struct kvp_sched *s)
 			continue;
 		}
 		kvp_gen_decoded(&q->gen);
-		took_token(s, q,
-			   kvp_sampler_sample(q->sampler, s->logits + (size_t)i * s->n_vocab));
+		took_token(s, q, sample(s, q, s->logits + (size_t)i * s->n_vocab));
 	}
 }
 
@@ -886,7 +920,15 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	s->cfg = *cfg;
 	hp = kvp_model_hparams(cfg->model);
 	s->n_vocab = hp->n_vocab;
-	s->eos = kvp_gen_eos(cfg->tok, cfg->ignore_eos);
+	if (cfg->test_eog_after) {
+		s->n_eog = kvp_tokenizer_eog(cfg->tok, NULL, 0);
+		s->eog = calloc(s->n_eog ? s->n_eog : 1, sizeof(*s->eog));
+		if (!s->eog) {
+			free(s);
+			return -ENOMEM;
+		}
+		kvp_tokenizer_eog(cfg->tok, s->eog, s->n_eog);
+	}
 	kvp_pool_kv_view(cfg->pool, &s->view);
 	s->block_tokens = s->view.geom.shape.block_tokens;
 	s->n_blocks = kvp_pool_n_blocks(cfg->pool);
@@ -924,6 +966,7 @@ err_bufs:
 err_fwd:
 	kvp_fwd_free(s->fwd);
 err_free:
+	free(s->eog);
 	free(s);
 	return r;
 }
@@ -987,6 +1030,7 @@ void kvp_sched_free(struct kvp_sched *s)
 	free(s->batch);
 	free(s->logits);
 	kvp_fwd_free(s->fwd);
+	free(s->eog);
 	free(s);
 }
 
@@ -1049,14 +1093,24 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	q->no_cache = r->no_cache;
 	q->cap_table = (uint32_t)blocks;
 	q->t_recv = r->t_recv_ns;
-	q->prompt = r->tokens; /* ownership passes now that nothing can fail */
-	kvp_gen_init(&q->gen, s->cfg.tok, q->prompt, r->n_tokens, r->max_new, s->eos);
+	/* the prompt, then room for what it generates (published at the end) */
+	q->prompt = malloc(((size_t)r->n_tokens + r->max_new) * sizeof(*q->prompt));
+	if (!q->prompt) {
+		ret = -ENOMEM;
+		goto err_sampler;
+	}
+	memcpy(q->prompt, r->tokens, (size_t)r->n_tokens * sizeof(*q->prompt));
+	free(r->tokens); /* ownership passes now that nothing can fail */
+	kvp_gen_init(&q->gen, s->cfg.tok, q->prompt, r->n_tokens, r->max_new, !s->cfg.ignore_eos);
+	q->gen.kept = q->prompt + r->n_tokens;
 	m->type = MSG_SUBMIT;
 	m->seq = q;
 	atomic_fetch_add(&s->outstanding, 1);
 	post(s, m);
 	return 0;
 
+err_sampler:
+	kvp_sampler_free(q->sampler);
 err_table:
 	free(q->table);
 err_msg:

@@ -49,7 +49,11 @@ struct kvp_sched;
  * @max_queued:      requests waiting for admission; kvp_sched_submit() refuses more
  * @prefill_chunk:   prefill tokens per step (all sequences together)
  * @event_capacity:  engine -> loop ring size (events)
- * @ignore_eos:      generate max_new tokens even past EOS (load tests)
+ * @ignore_eos:      generate max_new tokens even past end-of-generation tokens (load
+ *                   tests)
+ * @test_eog_after:  tests only, 0 = off: once a request has kept this many tokens,
+ *                   every end-of-generation id's logit is raised by 1e4, so models with
+ *                   synthetic weights end their replies (docs/daemon.md)
  * @wake_fd:         eventfd the engine writes after queueing events (borrowed)
  */
 struct kvp_sched_config {
@@ -64,6 +68,7 @@ struct kvp_sched_config {
 	uint32_t prefill_chunk;
 	uint32_t event_capacity;
 	bool ignore_eos;
+	uint32_t test_eog_after;
 	int wake_fd;
 };
 
@@ -71,7 +76,7 @@ struct kvp_sched_config {
  * struct kvp_sched_req - one validated GENERATE, as the loop hands it over
  * @conn, @req_id:   who asked (answers go back with these)
  * @tokens:          prompt ids, each < n_vocab (checked by the caller); ownership passes
- *                   to the engine on success (malloc'd)
+ *                   to the engine on success (malloc'd; the engine frees it)
  * @n_tokens:        >= 1
  * @max_new:         >= 1
  * @no_cache:        neither look up nor publish prefix blocks

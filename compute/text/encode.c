@@ -45,11 +45,11 @@ static int32_t special_at(const struct kvp_tokenizer *t, const char *text, size_
  * SentencePiece gives each its word-start space.
  */
 static int encode_run(const struct kvp_tokenizer *t, struct kvp_bpe_ctx *bpe, const char *text,
-		      size_t len, struct kvp_ids *out)
+		      size_t len, bool space, struct kvp_ids *out)
 {
 	if (bpe)
 		return kvp_bpe_encode(bpe, text, len);
-	return kvp_spm_encode(t, text, len, t->add_space_prefix, out);
+	return kvp_spm_encode(t, text, len, space && t->add_space_prefix, out);
 }
 
 int kvp_tokenizer_encode_flags(const struct kvp_tokenizer *t, const char *text, size_t len,
@@ -58,6 +58,7 @@ int kvp_tokenizer_encode_flags(const struct kvp_tokenizer *t, const char *text, 
 	struct kvp_ids out = { .ids = ids, .cap = cap };
 	struct kvp_bpe_ctx *bpe = NULL;
 	int add = !(flags & KVP_TOK_NO_ADD_SPECIAL), r = 0;
+	bool cont = flags & KVP_TOK_CONTINUE; /* a run at the start continues earlier text */
 	size_t run = 0;
 
 	if (len > MAX_TEXT)
@@ -72,14 +73,15 @@ int kvp_tokenizer_encode_flags(const struct kvp_tokenizer *t, const char *text, 
 
 			if (id < 0)
 				continue;
-			if (i > run && (r = encode_run(t, bpe, text + run, i - run, &out)))
+			if (i > run &&
+			    (r = encode_run(t, bpe, text + run, i - run, !(cont && !run), &out)))
 				goto out;
 			kvp_ids_put(&out, id);
 			i += t->piece_len[id] - 1;
 			run = i + 1;
 		}
 	}
-	if (len > run && (r = encode_run(t, bpe, text + run, len - run, &out)))
+	if (len > run && (r = encode_run(t, bpe, text + run, len - run, !(cont && !run), &out)))
 		goto out;
 	if (add && t->add_eos)
 		kvp_ids_put(&out, t->eos);

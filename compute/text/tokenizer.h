@@ -49,6 +49,9 @@ enum kvp_tok_flags {
 	/* user-defined tokens only (control tokens stay text): a middle ground for callers
 	 * that want the reference engines' handling of added tokens without control ones */
 	KVP_TOK_PARSE_USER = 1u << 2,
+	/* the text continues earlier text (the rest of a conversation after its exact ids):
+	 * a SentencePiece vocabulary gives its first run no word-start space */
+	KVP_TOK_CONTINUE = 1u << 3,
 };
 
 /* Flags of kvp_tokenizer_decode(). */

@@ -12,6 +12,14 @@
  *   - kvp_client_submit() then kvp_client_next() until DONE or ERROR: several requests
  *     may be in flight on one connection, their events interleaved (told apart by id).
  *
+ * Chat: a struct kvp_client_conv holds a conversation (messages, and the exact token
+ * ids of everything the daemon has computed for it so far); kvp_client_chat() sends it
+ * as a CHAT, streams the reply and appends it, so the next turn continues on exactly
+ * those ids and the daemon's prefix cache covers all earlier turns.  The iterator form
+ * is kvp_client_chat_submit() + kvp_client_next() + kvp_client_conv_feed().
+ *
+ * Tokenization through the daemon: kvp_client_tokenize(), kvp_client_detokenize().
+ *
  * Return values: 0 on success; a negative -errno for a local or system failure (the
  * socket broke, out of memory, bad argument); a positive enum kvp_status when the
  * daemon refused or failed the request.  kvp_client_errmsg() describes the last
@@ -49,8 +57,14 @@ struct kvp_client;
  * @salt:           cache salt (borrowed): requests with different salts never share
  *                  cached blocks; @salt_len <= KVP_SALT_MAX bytes, 0 = none
  * @no_cache:       neither read nor publish prefix-cache blocks
+ * @parse_special:  a text prompt's special-token text ("<|eot_id|>") becomes those
+ *                  tokens; off (the default), it is plain text.  CHAT ignores it: the
+ *                  rendered conversation is always tokenized with special tokens parsed
+ *                  (as the reference engines do, messages included)
  *
- * kvp_client_params_init() sets greedy decoding of 16 tokens, no salt, caching on.
+ * kvp_client_params_init() sets greedy decoding of 16 tokens, no salt, caching on,
+ * special tokens not parsed.  (parse_special was appended in 0.1: programs built
+ * against an older kvpool.h must be rebuilt.)
  */
 struct kvp_client_params {
 	uint32_t max_new_tokens;
@@ -61,6 +75,7 @@ struct kvp_client_params {
 	const void *salt;
 	size_t salt_len;
 	bool no_cache;
+	bool parse_special;
 };
 
 /**
@@ -79,13 +94,15 @@ enum kvp_client_event_type {
 	KVP_EVENT_TOKEN = 1, /* new tokens of a request */
 	KVP_EVENT_DONE,	     /* the request finished; @usage is set */
 	KVP_EVENT_ERROR,     /* the request (or with req_id 0, the connection) failed */
+	KVP_EVENT_IDS,	     /* ids and/or text that were not generated: a CHAT's prompt ids
+			      * (before its TOKENs), a TOKENIZE's ids, a DETOKENIZE's text */
 };
 
 /**
  * struct kvp_client_event - one event from kvp_client_next()
  * @type:     enum kvp_client_event_type
  * @req_id:   the request it belongs to (0: the whole connection)
- * @tokens:   TOKEN: @n_tokens new ids; valid until the next call on the client
+ * @tokens:   TOKEN: @n_tokens new ids (IDS: the ids); valid until the next call on the client
  * @text:     TOKEN: their text, @text_len bytes (not NUL-terminated; may be empty when
  *            a UTF-8 character is split across tokens); same lifetime
  * @usage:    DONE: what the request cost and reused (usage.status: why it stopped)
@@ -185,6 +202,94 @@ typedef int (*kvp_client_token_fn)(void *arg, const int32_t *tokens, uint32_t n_
 int kvp_client_generate(struct kvp_client *c, const struct kvp_client_prompt *prompt,
 			const struct kvp_client_params *params, kvp_client_token_fn fn, void *arg,
 			struct kvp_usage *usage);
+
+/**
+ * kvp_client_tokenize() - the daemon's tokenizer: text to ids
+ * @text, @len:  text (no NUL bytes; bytes that are not UTF-8 become byte tokens)
+ * @flags:       KVP_TOKENIZE_PARSE_SPECIAL, KVP_TOKENIZE_NO_BOS (kvpool/proto.h)
+ * @ids, @n_ids: out; malloc()ed ids (free() them), set on success
+ * Needs no other request of @c in flight (-EBUSY).
+ * Return: 0, the daemon's enum kvp_status, or -errno.
+ */
+int kvp_client_tokenize(struct kvp_client *c, const char *text, size_t len, unsigned int flags,
+			int32_t **ids, size_t *n_ids);
+
+/**
+ * kvp_client_detokenize() - the daemon's tokenizer: ids to text
+ * @flags:     KVP_DETOKENIZE_RENDER_SPECIAL: control tokens as their text
+ * @text, @len: out; malloc()ed, NUL-terminated (free() it): exactly the bytes the ids
+ *             stand for, which are not UTF-8 when the ids cut a character
+ * Return: 0, the daemon's enum kvp_status, or -errno.
+ */
+int kvp_client_detokenize(struct kvp_client *c, const int32_t *ids, size_t n_ids,
+			  unsigned int flags, char **text, size_t *len);
+
+/* A conversation: messages and the exact token ids of what the daemon computed of it. */
+struct kvp_client_conv;
+
+/* An empty conversation.  Return: 0 or -ENOMEM. */
+int kvp_client_conv_new(struct kvp_client_conv **out);
+
+/* NULL is ok. */
+void kvp_client_conv_free(struct kvp_client_conv *cv);
+
+/**
+ * kvp_client_conv_set_template() - render with chat template family @name ("chatml",
+ * "llama3", ...) instead of the model's; NULL or "" for the model's.  An unknown name
+ * is refused by the daemon, with the known names.  Return: 0, -EINVAL (too long).
+ */
+int kvp_client_conv_set_template(struct kvp_client_conv *cv, const char *name);
+
+/* Append a message (@role: enum kvp_role; @text copied, UTF-8).  Return: 0, -EINVAL, -ENOMEM. */
+int kvp_client_conv_add(struct kvp_client_conv *cv, int role, const char *text, size_t len);
+
+/* Remove the last message (e.g. a user turn whose CHAT failed).  Return: 0, -ENOENT. */
+int kvp_client_conv_pop(struct kvp_client_conv *cv);
+
+/* Messages so far; message @i's role and text (borrowed, NUL-terminated).  -ENOENT. */
+size_t kvp_client_conv_n_messages(const struct kvp_client_conv *cv);
+int kvp_client_conv_message(const struct kvp_client_conv *cv, size_t i, int *role,
+			    const char **text, size_t *len);
+
+/*
+ * The exact token ids of the conversation so far (borrowed; valid until the conversation
+ * changes): the last prompt the daemon built plus the reply it generated; they cover
+ * the first *@n_msgs messages.  NULL and 0 before the first reply.
+ */
+const int32_t *kvp_client_conv_context(const struct kvp_client_conv *cv, size_t *n, size_t *n_msgs);
+
+/**
+ * kvp_client_chat_submit() - send @cv as one CHAT: every message, the context ids
+ * @req_id: out; its events come from kvp_client_next(); hand each to
+ *          kvp_client_conv_feed() so the reply and its ids join the conversation
+ * Return: 0, -EINVAL (no messages, another CHAT of @cv pending), KVP_E_LIMIT (beyond
+ *         WELCOME's limits), or -errno.
+ */
+int kvp_client_chat_submit(struct kvp_client *c, struct kvp_client_conv *cv,
+			   const struct kvp_client_params *params, uint64_t *req_id);
+
+/**
+ * kvp_client_conv_feed() - an event of @cv's pending CHAT (others are ignored)
+ *
+ * IDS: the prompt's ids; TOKEN: reply ids and text; DONE (any status, a cancel too):
+ * the reply so far becomes an assistant message and prompt + reply the context; ERROR:
+ * the conversation stays as it was (the caller may kvp_client_conv_pop() its turn).
+ * Return: 1 when the CHAT ended (DONE or ERROR), 0 when it goes on, -ENOMEM.
+ */
+int kvp_client_conv_feed(struct kvp_client_conv *cv, const struct kvp_client_event *ev);
+
+/**
+ * kvp_client_chat() - one blocking chat turn: the assistant's reply to @cv
+ * @fn:    called per TOKEN (may be NULL); non-zero cancels the reply (what came so far
+ *         stays in the conversation)
+ * @usage: out, may be NULL
+ * Needs no other request of @c in flight (-EBUSY).
+ * Return: 0 (the reply is @cv's last message), KVP_E_CANCELLED, the daemon's enum
+ *         kvp_status (an ERROR leaves @cv unchanged), or -errno.
+ */
+int kvp_client_chat(struct kvp_client *c, struct kvp_client_conv *cv,
+		    const struct kvp_client_params *params, kvp_client_token_fn fn, void *arg,
+		    struct kvp_usage *usage);
 
 /**
  * kvp_client_status() - fetch a status report from the status socket

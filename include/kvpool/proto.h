@@ -23,13 +23,17 @@
 #define KVP_WIRE_VERSION 1u
 
 enum kvp_frame_type {
-	KVP_FRAME_HELLO = 0, /* client -> daemon: struct kvp_hello */
-	KVP_FRAME_WELCOME,   /* daemon -> client: struct kvp_welcome (+ pool fd) */
-	KVP_FRAME_GENERATE,  /* client -> daemon: struct kvp_generate + tokens or text */
-	KVP_FRAME_TOKEN,     /* daemon -> client: struct kvp_token + ids + text */
-	KVP_FRAME_DONE,	     /* daemon -> client: struct kvp_usage */
-	KVP_FRAME_CANCEL,    /* client -> daemon: no payload; req_id names the request */
-	KVP_FRAME_ERROR,     /* daemon -> client: struct kvp_error + message */
+	KVP_FRAME_HELLO = 0,  /* client -> daemon: struct kvp_hello */
+	KVP_FRAME_WELCOME,    /* daemon -> client: struct kvp_welcome (+ pool fd) */
+	KVP_FRAME_GENERATE,   /* client -> daemon: struct kvp_generate + tokens or text */
+	KVP_FRAME_TOKEN,      /* daemon -> client: struct kvp_token + ids + text */
+	KVP_FRAME_DONE,	      /* daemon -> client: struct kvp_usage */
+	KVP_FRAME_CANCEL,     /* client -> daemon: no payload; req_id names the request */
+	KVP_FRAME_ERROR,      /* daemon -> client: struct kvp_error + message */
+	KVP_FRAME_TOKENIZE,   /* client -> daemon: struct kvp_tokenize + text */
+	KVP_FRAME_DETOKENIZE, /* client -> daemon: struct kvp_detokenize + ids */
+	KVP_FRAME_CHAT,	      /* client -> daemon: struct kvp_chat + context ids + messages */
+	KVP_FRAME_IDS,	      /* daemon -> client: struct kvp_ids + ids + text (not generated) */
 	KVP_FRAME__COUNT
 };
 
@@ -143,9 +147,10 @@ struct kvp_welcome {
 static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
 
 /* GENERATE flags */
-#define KVP_GEN_TEXT 0x1u     /* the prompt is UTF-8 text (text_bytes), not token ids */
-#define KVP_GEN_NO_CACHE 0x2u /* neither read nor publish prefix-cache blocks */
-#define KVP_GEN__ALL 0x3u
+#define KVP_GEN_TEXT 0x1u	   /* the prompt is UTF-8 text (text_bytes), not token ids */
+#define KVP_GEN_NO_CACHE 0x2u	   /* neither read nor publish prefix-cache blocks */
+#define KVP_GEN_PARSE_SPECIAL 0x4u /* a text prompt's special-token text becomes their ids */
+#define KVP_GEN__ALL 0x7u
 
 #define KVP_SALT_MAX 64
 
@@ -195,5 +200,107 @@ struct kvp_error {
 	uint32_t msg_bytes;
 };
 static_assert(sizeof(struct kvp_error) == 8, "wire ABI");
+
+/* TOKENIZE flags */
+#define KVP_TOKENIZE_PARSE_SPECIAL 0x1u /* special-token text ("<|eot_id|>") becomes its id */
+#define KVP_TOKENIZE_NO_BOS 0x2u	/* add neither BOS nor EOS, whatever the vocabulary says */
+#define KVP_TOKENIZE__ALL 0x3u
+
+/**
+ * struct kvp_tokenize - TOKENIZE payload, followed by text_bytes of text (no NUL; any
+ * bytes: what is not UTF-8 becomes byte tokens, as in a GENERATE).  Answered by one IDS
+ * (the ids; no text) then DONE (usage.prompt_tokens = the count), or by ERROR.
+ * @flags:      KVP_TOKENIZE_*
+ * @text_bytes: text after this struct (0 is allowed: BOS alone, or nothing)
+ */
+struct kvp_tokenize {
+	uint32_t flags;
+	uint32_t text_bytes;
+};
+static_assert(sizeof(struct kvp_tokenize) == 8, "wire ABI");
+
+/* DETOKENIZE flags */
+#define KVP_DETOKENIZE_RENDER_SPECIAL 0x1u /* control tokens as their text, not nothing */
+#define KVP_DETOKENIZE__ALL 0x1u
+
+/**
+ * struct kvp_detokenize - DETOKENIZE payload, followed by n_tokens int32 ids (each in
+ * [0, n_vocab)).  Answered by one IDS (no ids; the text, exactly the bytes the tokens
+ * stand for, which are not well-formed UTF-8 when the ids cut a character) then DONE,
+ * or by ERROR.
+ */
+struct kvp_detokenize {
+	uint32_t flags;
+	uint32_t n_tokens;
+};
+static_assert(sizeof(struct kvp_detokenize) == 8, "wire ABI");
+
+/**
+ * struct kvp_ids - IDS payload, followed by n_tokens int32 ids, then text_bytes of text.
+ * The answer of TOKENIZE (ids) and DETOKENIZE (text), and the first answer of CHAT: the
+ * ids of the prompt the daemon built (what the client keeps to continue on exact ids).
+ */
+struct kvp_ids {
+	uint32_t n_tokens;
+	uint32_t text_bytes;
+};
+static_assert(sizeof(struct kvp_ids) == 8, "wire ABI");
+
+/* Roles of chat messages (struct kvp_chat_message.role) */
+enum kvp_role { KVP_ROLE_SYSTEM = 0, KVP_ROLE_USER = 1, KVP_ROLE_ASSISTANT = 2, KVP_ROLE__COUNT };
+
+/* Most messages one CHAT may carry (more: ERROR KVP_E_LIMIT, the connection stays). */
+#define KVP_CHAT_MESSAGES_MAX 1024u
+/* Template names are NUL-padded in struct kvp_chat.template_name. */
+#define KVP_CHAT_TEMPLATE_NAME_MAX 32
+
+/* CHAT flags */
+#define KVP_CHAT_NO_CACHE 0x2u /* as KVP_GEN_NO_CACHE */
+#define KVP_CHAT__ALL 0x2u
+
+/**
+ * struct kvp_chat - CHAT payload, followed by n_context int32 ids, then n_messages times
+ * (struct kvp_chat_message + its bytes of UTF-8 text).
+ *
+ * The daemon renders the messages with the model's chat template (or @template_name),
+ * tokenizes the text with special tokens parsed, and generates the assistant's reply.
+ * With @n_context > 0 the conversation continues on exact ids: @context holds the ids of
+ * the conversation up to and including the content of message @context_msgs - 1 (an
+ * assistant message: the ids the daemon sent in the last IDS and TOKEN frames); only
+ * what the template writes after that content is tokenized anew and appended.  See
+ * docs/protocol.md, "CHAT".
+ * @flags:          KVP_CHAT_*
+ * @n_messages:     1 .. KVP_CHAT_MESSAGES_MAX
+ * @n_context:      context ids after this struct (0: render and tokenize everything)
+ * @context_msgs:   messages the context covers (0 exactly when @n_context is 0)
+ * @max_new_tokens, @top_k, @temperature, @top_p, @seed, @salt_len, @salt: as GENERATE
+ * @reserved:       zero
+ * @template_name:  NUL-padded template family name ("chatml"), "" for the model's own
+ */
+struct kvp_chat {
+	uint32_t flags;
+	uint32_t n_messages;
+	uint32_t n_context;
+	uint32_t context_msgs;
+	uint32_t max_new_tokens;
+	uint32_t top_k;
+	float temperature;
+	float top_p;
+	uint64_t seed;
+	uint32_t salt_len;
+	uint32_t reserved;
+	uint8_t salt[KVP_SALT_MAX];
+	char template_name[KVP_CHAT_TEMPLATE_NAME_MAX];
+};
+static_assert(sizeof(struct kvp_chat) == 144, "wire ABI");
+static_assert(offsetof(struct kvp_chat, seed) == 32, "wire ABI");
+static_assert(offsetof(struct kvp_chat, salt) == 48, "wire ABI");
+
+/* One CHAT message: enum kvp_role, then @bytes of UTF-8 (no NUL) after this struct. */
+struct kvp_chat_message {
+	uint32_t role;
+	uint32_t bytes;
+};
+static_assert(sizeof(struct kvp_chat_message) == 8, "wire ABI");
 
 #endif /* KVPOOL_PROTO_H */

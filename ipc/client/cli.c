@@ -2,10 +2,13 @@
 /*
  * cli.c - `kvpool`, the command-line client of kvpoold, built on libkvpool only.
  *
- *   kvpool [--socket PATH] [--status-socket PATH] generate|status|bench [options]
+ *   kvpool [--socket PATH] [--status-socket PATH] COMMAND [options]
  *
  * generate streams a request's text to stdout (usage on stderr) or prints one JSON
- * object; status prints the status socket's report; bench is a load generator with
+ * object; chat holds a conversation (interactive on a terminal, else one turn per
+ * --message or per line of stdin) on libkvpool's struct kvp_client_conv, so each turn
+ * continues on the exact ids of the last; tokenize and detokenize use the daemon's
+ * tokenizer; status prints the status socket's report; bench is a load generator with
  * one thread and one connection per client.  Numbers on the command line are parsed
  * strictly (the whole argument, in range) and a bad argument is an error naming it.
  * Exit status: 0 ok, 1 a request or connection failed, 2 bad usage.
@@ -263,7 +266,7 @@ static void generate_help(FILE *o)
 {
 	fputs("usage: kvpool [--socket PATH] generate (-p TEXT | --tokens 1,2,3 | --prompt-file F)\n"
 	      "              [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-	      "              [--salt S] [--no-cache] [--json]\n"
+	      "              [--salt S] [--no-cache] [--parse-special] [--json]\n"
 	      "\n"
 	      "Send one prompt to kvpoold and stream the generated text to stdout as it\n"
 	      "arrives; the usage (prompt, cached and computed tokens, times) goes to stderr.\n"
@@ -280,6 +283,8 @@ static void generate_help(FILE *o)
 	      "      --salt S           cache salt (at most 64 bytes): requests with different\n"
 	      "                         salts never share cached prefix blocks\n"
 	      "      --no-cache         neither use nor publish prefix-cache blocks\n"
+	      "      --parse-special    special-token text in the prompt (\"<|eot_id|>\") becomes\n"
+	      "                         those tokens; by default it is plain text\n"
 	      "      --json             print one JSON object instead: tokens (generated ids),\n"
 	      "                         text and usage\n"
 	      "Ctrl-C cancels the request.\n",
@@ -299,6 +304,7 @@ static int cmd_generate(int argc, char **argv)
 		{ "seed", required_argument, NULL, 's' },
 		{ "salt", required_argument, NULL, 'S' },
 		{ "no-cache", no_argument, NULL, 'N' },
+		{ "parse-special", no_argument, NULL, 'x' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -356,6 +362,9 @@ static int cmd_generate(int argc, char **argv)
 			break;
 		case 'N':
 			p.no_cache = true;
+			break;
+		case 'x':
+			p.parse_special = true;
 			break;
 		case 'j':
 			out.json = true;
@@ -418,6 +427,493 @@ out:
 	free(file_text);
 	free(out.ids);
 	kvp_buf_deinit(&out.text);
+	return r ? 1 : 0;
+}
+
+/* ------------------------------------------------------------ tokenize, detokenize */
+
+static int cmd_tokenize(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "prompt", required_argument, NULL, 'p' },
+		{ "prompt-file", required_argument, NULL, 'f' },
+		{ "no-bos", no_argument, NULL, 'B' },
+		{ "parse-special", no_argument, NULL, 'x' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct kvp_buf b = KVP_BUF_INIT;
+	struct kvp_client *c = NULL;
+	unsigned int flags = 0;
+	const char *text = NULL;
+	char *file_text = NULL;
+	int32_t *ids = NULL;
+	size_t len = 0, n = 0;
+	int n_texts = 0, opt, r;
+	bool json = false;
+
+	while ((opt = getopt_long(argc, argv, "p:h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'p':
+			text = optarg;
+			len = strlen(optarg);
+			n_texts++;
+			break;
+		case 'f':
+			file_text = read_file(optarg, &len);
+			text = file_text;
+			n_texts++;
+			break;
+		case 'B':
+			flags |= KVP_TOKENIZE_NO_BOS;
+			break;
+		case 'x':
+			flags |= KVP_TOKENIZE_PARSE_SPECIAL;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			puts("usage: kvpool [--socket PATH] tokenize (-p TEXT | --prompt-file F)\n"
+			     "              [--no-bos] [--parse-special] [--json]\n"
+			     "\n"
+			     "Print the token ids the daemon's model gives TEXT: comma-separated, or\n"
+			     "{\"tokens\":[...]} with --json (what kvpool-run --tokenize prints).\n"
+			     "  --no-bos          add neither BOS nor EOS\n"
+			     "  --parse-special   special-token text (\"<|eot_id|>\") becomes the token");
+			return 0;
+		default:
+			die_usage("tokenize: bad option");
+		}
+	}
+	if (optind < argc)
+		die_usage("tokenize: unexpected argument '%s'", argv[optind]);
+	if (n_texts != 1)
+		die_usage("tokenize: give exactly one of -p and --prompt-file");
+	r = kvp_client_connect(&c, sock_path);
+	if (!r)
+		r = kvp_client_tokenize(c, text, len, flags, &ids, &n);
+	if (r) {
+		fprintf(stderr, "kvpool: tokenize: %s\n", kvp_client_errmsg(c));
+		goto out;
+	}
+	if (json) {
+		struct kvp_json j;
+
+		kvp_json_init(&j, &b);
+		kvp_json_begin(&j, NULL, '{');
+		kvp_json_begin(&j, "tokens", '[');
+		for (size_t i = 0; i < n; i++)
+			kvp_json_i64(&j, NULL, ids[i]);
+		kvp_json_end(&j, ']');
+		kvp_json_end(&j, '}');
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			char num[16];
+			int w = snprintf(num, sizeof(num), "%s%d", i ? "," : "", ids[i]);
+
+			kvp_buf_add(&b, num, (size_t)w);
+		}
+	}
+	if (json_print(&b) < 0)
+		r = -EIO;
+out:
+	kvp_buf_deinit(&b);
+	kvp_client_close(c);
+	free(ids);
+	free(file_text);
+	return r ? 1 : 0;
+}
+
+static int cmd_detokenize(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "tokens", required_argument, NULL, 't' },
+		{ "render-special", no_argument, NULL, 'R' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct kvp_buf b = KVP_BUF_INIT;
+	struct kvp_client *c = NULL;
+	unsigned int flags = 0;
+	int32_t *ids = NULL;
+	char *text = NULL;
+	size_t n = 0, len = 0;
+	bool json = false;
+	int opt, r;
+
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 't':
+			free(ids);
+			ids = parse_tokens(optarg, &n);
+			break;
+		case 'R':
+			flags |= KVP_DETOKENIZE_RENDER_SPECIAL;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			puts("usage: kvpool [--socket PATH] detokenize --tokens 1,2,3 [--render-special]\n"
+			     "              [--json]\n"
+			     "\n"
+			     "Print the text of the ids: the bytes as they are, or {\"text\":...} with\n"
+			     "--json (bytes that are not UTF-8 shown as U+FFFD), as kvpool-run\n"
+			     "--detokenize prints them.\n"
+			     "  --render-special  control tokens as their text (\"<|eot_id|>\")");
+			return 0;
+		default:
+			die_usage("detokenize: bad option");
+		}
+	}
+	if (optind < argc)
+		die_usage("detokenize: unexpected argument '%s'", argv[optind]);
+	if (!ids)
+		die_usage("detokenize: --tokens is required");
+	r = kvp_client_connect(&c, sock_path);
+	if (!r)
+		r = kvp_client_detokenize(c, ids, n, flags, &text, &len);
+	if (r) {
+		fprintf(stderr, "kvpool: detokenize: %s\n", kvp_client_errmsg(c));
+		goto out;
+	}
+	if (json) {
+		struct kvp_json j;
+
+		kvp_json_init(&j, &b);
+		kvp_json_begin(&j, NULL, '{');
+		kvp_json_str(&j, "text", text, len);
+		kvp_json_end(&j, '}');
+	} else {
+		kvp_buf_add(&b, text, len);
+	}
+	if (json_print(&b) < 0)
+		r = -EIO;
+out:
+	kvp_buf_deinit(&b);
+	kvp_client_close(c);
+	free(ids);
+	free(text);
+	return r ? 1 : 0;
+}
+
+/* ------------------------------------------------------------ chat */
+
+struct chat_opts {
+	struct kvp_client_params p;
+	bool json;
+	bool interactive;
+};
+
+/*
+ * One turn: @cv's last message is the user's; send it, stream the reply to stdout (or
+ * keep it for --json), then print the usage.  Ctrl-C cancels the reply: what came stays
+ * in the conversation, as the reply so far.  On an ERROR the user's message is taken
+ * back.  Return: 0, KVP_E_CANCELLED, the daemon's status, or -errno.
+ */
+static int chat_turn(struct kvp_client *c, struct kvp_client_conv *cv, const struct chat_opts *o,
+		     unsigned int turn)
+{
+	struct kvp_client_event ev;
+	struct gen_out out = { .json = o->json, .text = KVP_BUF_INIT };
+	struct kvp_usage u = { 0 };
+	bool cancelled = false;
+	uint64_t id;
+	int r;
+
+	interrupted = 0;
+	r = kvp_client_chat_submit(c, cv, &o->p, &id);
+	while (!r) {
+		struct pollfd pfd = { .fd = kvp_client_socket_fd(c), .events = POLLIN };
+
+		if (interrupted && !cancelled) {
+			cancelled = true;
+			r = kvp_client_cancel(c, id);
+			if (r)
+				break;
+		}
+		if (poll(&pfd, 1, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			break;
+		}
+		r = kvp_client_next(c, &ev);
+		if (r)
+			break;
+		if (ev.req_id != id && ev.req_id)
+			continue;
+		r = kvp_client_conv_feed(cv, &ev);
+		if (r < 0)
+			break;
+		r = 0;
+		if (ev.type == KVP_EVENT_TOKEN) {
+			r = on_tokens(&out, ev.tokens, ev.n_tokens, ev.text, ev.text_len);
+			continue;
+		}
+		if (ev.type == KVP_EVENT_DONE) {
+			u = ev.usage;
+			r = ev.status; /* 0, KVP_E_CANCELLED, or why it stopped early */
+			if (ev.status && ev.status != KVP_E_CANCELLED)
+				fprintf(stderr, "%skvpool: chat: generation stopped: %s\n",
+					o->json ? "" : "\n", kvp_client_strerror(ev.status));
+			goto done;
+		}
+		if (ev.type == KVP_EVENT_ERROR) {
+			fprintf(stderr, "kvpool: chat: daemon: %s\n", ev.message);
+			kvp_client_conv_pop(cv);
+			r = ev.status;
+			goto out;
+		}
+	}
+	if (r > 0) /* refused before it was sent: the library's words */
+		fprintf(stderr, "kvpool: chat: %s\n", kvp_client_errmsg(c));
+	else
+		fprintf(stderr, "kvpool: chat: %s\n",
+			r == -ENOMEM ? "out of memory" : kvp_client_errmsg(c));
+	kvp_client_conv_pop(cv);
+	goto out;
+done:
+	if (o->json) {
+		struct kvp_buf b = KVP_BUF_INIT;
+		struct kvp_json j;
+
+		kvp_json_init(&j, &b);
+		kvp_json_begin(&j, NULL, '{');
+		kvp_json_u64(&j, "turn", turn);
+		kvp_json_begin(&j, "tokens", '[');
+		for (size_t i = 0; i < out.n_ids; i++)
+			kvp_json_i64(&j, NULL, out.ids[i]);
+		kvp_json_end(&j, ']');
+		kvp_json_str(&j, "text", out.text.p, out.text.len);
+		kvp_json_str(&j, "status", kvp_client_strerror((int)u.status),
+			     strlen(kvp_client_strerror((int)u.status)));
+		json_usage(&j, "usage", &u);
+		kvp_json_end(&j, '}');
+		if (json_print(&b) < 0 && !r)
+			r = -EIO;
+		kvp_buf_deinit(&b);
+	} else {
+		fputc('\n', stdout);
+		fflush(stdout);
+		fprintf(stderr,
+			"usage: prompt_tokens %u, cached_tokens %u, cache_creation_tokens %u, "
+			"recomputed_tokens %u, generated_tokens %u; ttft %.1f ms, decode %.1f ms%s\n",
+			u.prompt_tokens, u.cached_tokens, u.cache_creation_tokens,
+			u.recomputed_tokens, u.generated_tokens, u.ttft_ms, u.decode_ms,
+			r == KVP_E_CANCELLED ? " (cancelled)" : "");
+	}
+out:
+	free(out.ids);
+	kvp_buf_deinit(&out.text);
+	return r;
+}
+
+/*
+ * The next user turn from stdin: one line, without its newline.  Interactive, a Ctrl-C
+ * at the prompt drops the line typed so far.  Return: the length, or -1 at the end.
+ */
+static ssize_t chat_read_line(char **line, size_t *cap, bool interactive)
+{
+	for (;;) {
+		ssize_t n;
+
+		if (interactive) {
+			fputs("> ", stdout);
+			fflush(stdout);
+		}
+		interrupted = 0;
+		n = getline(line, cap, stdin);
+		if (n < 0 && interactive && errno == EINTR && interrupted) {
+			clearerr(stdin);
+			fputc('\n', stdout);
+			continue;
+		}
+		if (n < 0)
+			return -1;
+		if (n && (*line)[n - 1] == '\n')
+			(*line)[--n] = 0;
+		if (n && (*line)[n - 1] == '\r')
+			(*line)[--n] = 0;
+		if (!n && interactive)
+			continue; /* an empty line is no turn */
+		return n;
+	}
+}
+
+static void chat_help(FILE *o)
+{
+	fputs("usage: kvpool [--socket PATH] chat [--system TEXT] [--message TEXT]...\n"
+	      "              [--chat-template NAME] [-n N] [--temperature T] [--top-k K]\n"
+	      "              [--top-p P] [--seed S] [--salt S] [--no-cache] [--json]\n"
+	      "\n"
+	      "Chat with the daemon's model, rendered by its chat template.  On a terminal:\n"
+	      "one line per user turn, the reply streamed as it comes; Ctrl-C cancels the\n"
+	      "reply (the conversation goes on), Ctrl-D ends.  Otherwise the user turns are\n"
+	      "the --message arguments, in order (one: a one-shot question), or else each\n"
+	      "line of stdin.  Each turn continues on the exact token ids of the last, so the\n"
+	      "daemon's prefix cache covers the whole conversation so far; the usage of each\n"
+	      "turn goes to stderr (cached_tokens shows it).\n"
+	      "\n"
+	      "  -s, --system TEXT      the system message\n"
+	      "  -m, --message TEXT     a user turn (repeatable)\n"
+	      "      --chat-template N  render with template family N (llama3, llama3.1,\n"
+	      "                         llama3.2, chatml, llama2, mistral, phi3, gemma, zephyr,\n"
+	      "                         deepseek) instead of the model's\n"
+	      "  -n, --max-new-tokens N reply tokens at most (default: the daemon's maximum,\n"
+	      "                         at most 1024)\n"
+	      "      --temperature T, --top-k K, --top-p P, --seed S, --salt S, --no-cache\n"
+	      "                         as for kvpool generate\n"
+	      "      --json             one JSON object per turn: turn, tokens (the reply's\n"
+	      "                         ids), text, status, usage\n",
+	      o);
+}
+
+static int cmd_chat(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "system", required_argument, NULL, 's' },
+		{ "message", required_argument, NULL, 'm' },
+		{ "chat-template", required_argument, NULL, 'C' },
+		{ "max-new-tokens", required_argument, NULL, 'n' },
+		{ "temperature", required_argument, NULL, 'T' },
+		{ "top-k", required_argument, NULL, 'k' },
+		{ "top-p", required_argument, NULL, 'P' },
+		{ "seed", required_argument, NULL, 'S' },
+		{ "salt", required_argument, NULL, 'a' },
+		{ "no-cache", no_argument, NULL, 'N' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct sigaction sa = { .sa_handler = on_sigint };
+	struct kvp_client_conv *cv = NULL;
+	struct kvp_client *c = NULL;
+	struct chat_opts o = { 0 };
+	const char *system = NULL, *tmpl = NULL;
+	const char **messages = NULL;
+	size_t n_messages = 0, cap = 0;
+	bool have_n = false;
+	unsigned int turn = 0;
+	char *line = NULL;
+	int opt, r;
+
+	kvp_client_params_init(&o.p);
+	messages = calloc((size_t)argc + 1, sizeof(*messages));
+	if (!messages)
+		die_usage("out of memory");
+	while ((opt = getopt_long(argc, argv, "s:m:n:h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 's':
+			system = optarg;
+			break;
+		case 'm':
+			messages[n_messages++] = optarg;
+			break;
+		case 'C':
+			if (strlen(optarg) >= KVP_CHAT_TEMPLATE_NAME_MAX)
+				die_usage("--chat-template: '%s' is longer than %d bytes", optarg,
+					  KVP_CHAT_TEMPLATE_NAME_MAX - 1);
+			tmpl = optarg;
+			break;
+		case 'n':
+			o.p.max_new_tokens = (uint32_t)parse_u64(optarg, "-n", 1, UINT32_MAX);
+			have_n = true;
+			break;
+		case 'T':
+			o.p.temperature = parse_float(optarg, "--temperature", 0.0f, 100.0f, false);
+			break;
+		case 'k':
+			o.p.top_k = (uint32_t)parse_u64(optarg, "--top-k", 0, UINT32_MAX);
+			break;
+		case 'P':
+			o.p.top_p = parse_float(optarg, "--top-p", 0.0f, 1.0f, true);
+			break;
+		case 'S':
+			o.p.seed = parse_u64(optarg, "--seed", 0, UINT64_MAX);
+			break;
+		case 'a':
+			if (strlen(optarg) > KVP_SALT_MAX)
+				die_usage("--salt: longer than %d bytes", KVP_SALT_MAX);
+			o.p.salt = optarg;
+			o.p.salt_len = strlen(optarg);
+			break;
+		case 'N':
+			o.p.no_cache = true;
+			break;
+		case 'j':
+			o.json = true;
+			break;
+		case 'h':
+			chat_help(stdout);
+			free(messages);
+			return 0;
+		default:
+			die_usage("chat: bad option");
+		}
+	}
+	if (optind < argc)
+		die_usage("chat: unexpected argument '%s'", argv[optind]);
+	o.interactive = !n_messages && isatty(STDIN_FILENO) && !o.json;
+
+	if (kvp_client_conv_new(&cv) || kvp_client_conv_set_template(cv, tmpl) ||
+	    (system && kvp_client_conv_add(cv, KVP_ROLE_SYSTEM, system, strlen(system))))
+		die_usage("out of memory");
+	r = kvp_client_connect(&c, sock_path);
+	if (r) {
+		fprintf(stderr, "kvpool: %s\n", kvp_client_errmsg(c));
+		goto out;
+	}
+	if (!have_n) {
+		uint32_t most = kvp_client_welcome(c)->max_new_tokens;
+
+		o.p.max_new_tokens = most && most < 1024 ? most : 1024;
+	}
+	/*
+	 * no SA_RESTART: a Ctrl-C interrupts poll() or the line being read.  Interactive,
+	 * every Ctrl-C cancels a reply; otherwise a second one ends the program.
+	 */
+	if (!o.interactive)
+		sa.sa_flags = SA_RESETHAND;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	for (;;) {
+		const char *text;
+		size_t len;
+
+		if (n_messages) {
+			if (turn == n_messages)
+				break;
+			text = messages[turn];
+			len = strlen(text);
+		} else {
+			ssize_t n = chat_read_line(&line, &cap, o.interactive);
+
+			if (n < 0)
+				break;
+			text = line;
+			len = (size_t)n;
+		}
+		turn++;
+		if (kvp_client_conv_add(cv, KVP_ROLE_USER, text, len)) {
+			r = -ENOMEM;
+			break;
+		}
+		r = chat_turn(c, cv, &o, turn);
+		if (r == -ENOTCONN || r == -EPROTO || (r && !o.interactive))
+			break; /* the connection is gone, or a scripted conversation failed */
+		r = 0;
+	}
+	if (o.interactive)
+		fputc('\n', stdout);
+out:
+	kvp_client_close(c);
+	kvp_client_conv_free(cv);
+	free(messages);
+	free(line);
 	return r ? 1 : 0;
 }
 
@@ -826,6 +1322,9 @@ static void main_help(FILE *o)
 	      "\n"
 	      "Commands:\n"
 	      "  generate   send a prompt, stream the generated text (kvpool generate --help)\n"
+	      "  chat       a conversation with the model, on its chat template (kvpool chat --help)\n"
+	      "  tokenize   the model's token ids of a text (kvpool tokenize --help)\n"
+	      "  detokenize the text of token ids (kvpool detokenize --help)\n"
 	      "  status     print the daemon's status report (kvpool status --help)\n"
 	      "  bench      load generator: TTFT, throughput, prefix hit rates (kvpool bench --help)\n"
 	      "\n"
@@ -872,6 +1371,12 @@ int main(int argc, char **argv)
 	optind = 1;
 	if (!strcmp(cmd, "generate"))
 		return cmd_generate(argc, argv);
+	if (!strcmp(cmd, "chat"))
+		return cmd_chat(argc, argv);
+	if (!strcmp(cmd, "tokenize"))
+		return cmd_tokenize(argc, argv);
+	if (!strcmp(cmd, "detokenize"))
+		return cmd_detokenize(argc, argv);
 	if (!strcmp(cmd, "status"))
 		return cmd_status(argc, argv);
 	if (!strcmp(cmd, "bench"))

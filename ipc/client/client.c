@@ -9,8 +9,14 @@
  * riding on WELCOME (SCM_RIGHTS) is collected whichever read it arrives on; fds that
  * arrive at any other time are closed.
  *
+ * A struct kvp_client_conv keeps a conversation for CHAT: its messages, and the ids
+ * of what the daemon computed of it (the last IDS frame's prompt plus the TOKEN frames'
+ * ids), which the next CHAT sends back as its context (docs/protocol.md, "CHAT").
+ *
  * Invariants: c->in_flight counts requests submitted and not yet ended by DONE or
- * ERROR; c->dead is set once the connection cannot carry frames any more.
+ * ERROR; c->dead is set once the connection cannot carry frames any more; a
+ * conversation's context covers its first ctx_msgs messages, the last of which is the
+ * assistant reply the context's last ids were generated for.
  * Thread: the caller's; a client is used by one thread at a time.
  */
 #include "kvpool/kvpool.h"
@@ -442,6 +448,53 @@ KVP_EXPORT void kvp_client_close(struct kvp_client *c)
 	free(c);
 }
 
+/* Room for an encoded frame of @need bytes in c->out (0 from an encoder: too large). */
+static int out_reserve(struct kvp_client *c, size_t need)
+{
+	uint8_t *nb;
+
+	if (!need)
+		return set_err(c, -EMSGSIZE, "request too large for one frame");
+	if (need <= c->out_cap)
+		return 0;
+	nb = realloc(c->out, need);
+	if (!nb)
+		return set_err(c, -ENOMEM, "out of memory");
+	c->out = nb;
+	c->out_cap = need;
+	return 0;
+}
+
+/*
+ * Send the request frame in c->out (@len bytes) under a fresh id.  A daemon that refuses
+ * a frame (too large, say) sends ERROR and closes, possibly while we still write: then
+ * that ERROR, not the broken pipe, is what the caller hears.
+ */
+static int send_request(struct kvp_client *c, size_t len, const char *what, uint64_t *req_id)
+{
+	struct kvp_frame_hdr hdr = { 0 };
+	struct kvp_error e;
+	const char *msg, *why;
+	int r;
+
+	r = send_all(c->fd, c->out, len);
+	if (!r) {
+		*req_id = c->next_id++;
+		c->in_flight++;
+		return 0;
+	}
+	/* the connection is over either way; read what the daemon said before closing */
+	if (!read_frame(c, &hdr) && hdr.type == KVP_FRAME_ERROR &&
+	    !kvp_proto_decode_error(c->buf, hdr.len_bytes, &e, &msg, &why)) {
+		c->dead = true;
+		if (!e.status || e.status > INT32_MAX)
+			e.status = KVP_E_INTERNAL;
+		return set_err(c, (int)e.status, "daemon: %.*s", (int)e.msg_bytes, msg);
+	}
+	c->dead = true;
+	return set_err(c, r, "send %s: %s", what, strerror(-r));
+}
+
 static int check_params(struct kvp_client *c, const struct kvp_client_prompt *pr,
 			const struct kvp_client_params *p)
 {
@@ -479,7 +532,7 @@ KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_p
 	struct kvp_client_params defaults;
 	struct kvp_generate g = { 0 };
 	const void *body;
-	size_t need;
+	size_t need, cap0;
 	int r;
 
 	if (c->dead || c->fd < 0)
@@ -503,32 +556,22 @@ KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_p
 		g.flags |= KVP_GEN_NO_CACHE;
 	if (prompt->text_len) {
 		g.flags |= KVP_GEN_TEXT;
+		if (params->parse_special)
+			g.flags |= KVP_GEN_PARSE_SPECIAL;
 		g.text_bytes = (uint32_t)prompt->text_len;
 		body = prompt->text;
 	} else {
 		g.n_tokens = (uint32_t)prompt->n_tokens;
 		body = prompt->tokens;
 	}
-	need = kvp_proto_encode_generate(c->out, c->out_cap, c->next_id, &g, body);
-	if (!need)
-		return set_err(c, -EMSGSIZE, "prompt too large for one frame");
-	if (need > c->out_cap) {
-		uint8_t *nb = realloc(c->out, need);
-
-		if (!nb)
-			return set_err(c, -ENOMEM, "out of memory");
-		c->out = nb;
-		c->out_cap = need;
+	cap0 = c->out_cap;
+	need = kvp_proto_encode_generate(c->out, cap0, c->next_id, &g, body);
+	r = out_reserve(c, need);
+	if (r)
+		return r;
+	if (need > cap0) /* it did not fit: encode again */
 		kvp_proto_encode_generate(c->out, c->out_cap, c->next_id, &g, body);
-	}
-	r = send_all(c->fd, c->out, need);
-	if (r) {
-		c->dead = true;
-		return set_err(c, r, "send GENERATE: %s", strerror(-r));
-	}
-	*req_id = c->next_id++;
-	c->in_flight++;
-	return 0;
+	return send_request(c, need, "GENERATE", req_id);
 }
 
 KVP_EXPORT int kvp_client_cancel(struct kvp_client *c, uint64_t req_id)
@@ -566,6 +609,18 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 			break;
 		ev->type = KVP_EVENT_TOKEN;
 		ev->tokens = ids; /* c->buf + 8: aligned (see the header comment) */
+		ev->n_tokens = t.n_tokens;
+		ev->text_len = t.text_bytes;
+		return 0;
+	}
+	case KVP_FRAME_IDS: {
+		struct kvp_ids t;
+		const void *ids;
+
+		if (kvp_proto_decode_ids(c->buf, hdr.len_bytes, &t, &ids, &ev->text, &why))
+			break;
+		ev->type = KVP_EVENT_IDS;
+		ev->tokens = ids; /* c->buf + 8: aligned */
 		ev->n_tokens = t.n_tokens;
 		ev->text_len = t.text_bytes;
 		return 0;
@@ -647,6 +702,478 @@ KVP_EXPORT int kvp_client_generate(struct kvp_client *c, const struct kvp_client
 		case KVP_EVENT_ERROR:
 			return set_err(c, ev.status, "daemon: %s", ev.message);
 		}
+	}
+}
+
+/* ---- tokenizer through the daemon ---- */
+
+/*
+ * Wait for @id's answer: IDS (copied into *@ids / *@text when they are not NULL) then
+ * DONE.  Return: 0, the daemon's status, or -errno.
+ */
+static int wait_ids(struct kvp_client *c, uint64_t id, int32_t **ids, size_t *n_ids, char **text,
+		    size_t *len)
+{
+	struct kvp_client_event ev;
+	int r;
+
+	for (;;) {
+		r = kvp_client_next(c, &ev);
+		if (r)
+			return r;
+		if (ev.req_id != id && ev.req_id != 0)
+			continue;
+		switch (ev.type) {
+		case KVP_EVENT_IDS:
+			if (ids) {
+				free(*ids);
+				*ids = malloc(ev.n_tokens ? ev.n_tokens * sizeof(int32_t) : 1);
+				if (!*ids)
+					return set_err(c, -ENOMEM, "out of memory");
+				memcpy(*ids, ev.tokens, ev.n_tokens * sizeof(int32_t));
+				*n_ids = ev.n_tokens;
+			}
+			if (text) {
+				free(*text);
+				*text = malloc((size_t)ev.text_len + 1);
+				if (!*text)
+					return set_err(c, -ENOMEM, "out of memory");
+				memcpy(*text, ev.text, ev.text_len);
+				(*text)[ev.text_len] = 0;
+				*len = ev.text_len;
+			}
+			break;
+		case KVP_EVENT_DONE:
+			if (ev.status)
+				return set_err(c, ev.status, "daemon: %s",
+					       kvp_proto_status_str((uint32_t)ev.status));
+			if ((ids && !*ids) || (text && !*text))
+				return set_err(c, -EPROTO, "daemon ended without an answer");
+			return 0;
+		case KVP_EVENT_ERROR:
+			return set_err(c, ev.status, "daemon: %s", ev.message);
+		default:
+			break; /* a TOKEN has no place here: ignored */
+		}
+	}
+}
+
+KVP_EXPORT int kvp_client_tokenize(struct kvp_client *c, const char *text, size_t len,
+				   unsigned int flags, int32_t **ids, size_t *n_ids)
+{
+	struct kvp_tokenize t = { .flags = flags };
+	const struct kvp_welcome *w = &c->welcome;
+	int32_t *v = NULL;
+	size_t need, cap0, n = 0;
+	uint64_t id;
+	int r;
+
+	if (c->dead || c->fd < 0)
+		return set_err(c, -ENOTCONN, "connection closed");
+	if (c->in_flight)
+		return set_err(c, -EBUSY, "another request is in flight on this client");
+	if ((len && !text) || (flags & ~KVP_TOKENIZE__ALL) || (len && memchr(text, 0, len)))
+		return set_err(c, -EINVAL, "tokenize: bad text or flags");
+	if (len > UINT32_MAX || (w->max_prompt_tokens && len > w->max_prompt_tokens))
+		return set_err(c, KVP_E_LIMIT, "text of %zu bytes exceeds the daemon's limit %u",
+			       len, w->max_prompt_tokens);
+	t.text_bytes = (uint32_t)len;
+	cap0 = c->out_cap;
+	need = kvp_proto_encode_tokenize(c->out, cap0, c->next_id, &t, text);
+	r = out_reserve(c, need);
+	if (r)
+		return r;
+	if (need > cap0)
+		kvp_proto_encode_tokenize(c->out, c->out_cap, c->next_id, &t, text);
+	r = send_request(c, need, "TOKENIZE", &id);
+	if (r)
+		return r;
+	r = wait_ids(c, id, &v, &n, NULL, NULL);
+	if (r) {
+		free(v);
+		return r;
+	}
+	*ids = v;
+	*n_ids = n;
+	return 0;
+}
+
+KVP_EXPORT int kvp_client_detokenize(struct kvp_client *c, const int32_t *ids, size_t n_ids,
+				     unsigned int flags, char **text, size_t *len)
+{
+	struct kvp_detokenize d = { .flags = flags };
+	const struct kvp_welcome *w = &c->welcome;
+	size_t need, cap0, n = 0;
+	char *out = NULL;
+	uint64_t id;
+	int r;
+
+	if (c->dead || c->fd < 0)
+		return set_err(c, -ENOTCONN, "connection closed");
+	if (c->in_flight)
+		return set_err(c, -EBUSY, "another request is in flight on this client");
+	if ((n_ids && !ids) || (flags & ~KVP_DETOKENIZE__ALL))
+		return set_err(c, -EINVAL, "detokenize: bad ids or flags");
+	if (n_ids > UINT32_MAX || (w->max_prompt_tokens && n_ids > w->max_prompt_tokens))
+		return set_err(c, KVP_E_LIMIT, "%zu ids exceed the daemon's limit %u", n_ids,
+			       w->max_prompt_tokens);
+	d.n_tokens = (uint32_t)n_ids;
+	cap0 = c->out_cap;
+	need = kvp_proto_encode_detokenize(c->out, cap0, c->next_id, &d, ids);
+	r = out_reserve(c, need);
+	if (r)
+		return r;
+	if (need > cap0)
+		kvp_proto_encode_detokenize(c->out, c->out_cap, c->next_id, &d, ids);
+	r = send_request(c, need, "DETOKENIZE", &id);
+	if (r)
+		return r;
+	r = wait_ids(c, id, NULL, NULL, &out, &n);
+	if (r) {
+		free(out);
+		return r;
+	}
+	*text = out;
+	*len = n;
+	return 0;
+}
+
+/* ---- conversations ---- */
+
+struct conv_msg {
+	int role;
+	char *text; /* NUL-terminated */
+	size_t len;
+};
+
+/* A growable array of ids. */
+struct idvec {
+	int32_t *v;
+	size_t n, cap;
+};
+
+static int idvec_add(struct idvec *a, const int32_t *ids, size_t n)
+{
+	if (a->n + n > a->cap) {
+		size_t cap = (a->n + n) * 2 + 16;
+		int32_t *nv = realloc(a->v, cap * sizeof(*nv));
+
+		if (!nv)
+			return -ENOMEM;
+		a->v = nv;
+		a->cap = cap;
+	}
+	if (n)
+		memcpy(a->v + a->n, ids, n * sizeof(*ids));
+	a->n += n;
+	return 0;
+}
+
+/**
+ * struct kvp_client_conv - a conversation
+ * @msgs, @n_msgs, @cap_msgs: the messages
+ * @ctx, @ctx_msgs:  the exact ids of the first ctx_msgs messages (0: none yet)
+ * @tmpl:            template family name, "" for the model's
+ * @pending:         req_id of the CHAT in flight, 0 when none
+ * @prompt:          its prompt ids (from IDS), @got_prompt once they came
+ * @reply, @text:    its reply ids and text so far
+ */
+struct kvp_client_conv {
+	struct conv_msg *msgs;
+	size_t n_msgs, cap_msgs;
+	struct idvec ctx;
+	size_t ctx_msgs;
+	char tmpl[KVP_CHAT_TEMPLATE_NAME_MAX];
+	uint64_t pending;
+	struct idvec prompt;
+	bool got_prompt;
+	struct idvec reply;
+	char *text;
+	size_t text_len, text_cap;
+};
+
+KVP_EXPORT int kvp_client_conv_new(struct kvp_client_conv **out)
+{
+	*out = calloc(1, sizeof(**out));
+	return *out ? 0 : -ENOMEM;
+}
+
+KVP_EXPORT void kvp_client_conv_free(struct kvp_client_conv *cv)
+{
+	if (!cv)
+		return;
+	for (size_t i = 0; i < cv->n_msgs; i++)
+		free(cv->msgs[i].text);
+	free(cv->msgs);
+	free(cv->ctx.v);
+	free(cv->prompt.v);
+	free(cv->reply.v);
+	free(cv->text);
+	free(cv);
+}
+
+KVP_EXPORT int kvp_client_conv_set_template(struct kvp_client_conv *cv, const char *name)
+{
+	size_t n = name ? strlen(name) : 0;
+
+	if (n >= sizeof(cv->tmpl))
+		return -EINVAL;
+	memset(cv->tmpl, 0, sizeof(cv->tmpl));
+	if (n)
+		memcpy(cv->tmpl, name, n);
+	return 0;
+}
+
+KVP_EXPORT int kvp_client_conv_add(struct kvp_client_conv *cv, int role, const char *text,
+				   size_t len)
+{
+	char *copy;
+
+	if (role < 0 || role >= KVP_ROLE__COUNT || (len && !text) || len > UINT32_MAX)
+		return -EINVAL;
+	if (cv->n_msgs == cv->cap_msgs) {
+		size_t cap = cv->cap_msgs * 2 + 8;
+		struct conv_msg *nm = realloc(cv->msgs, cap * sizeof(*nm));
+
+		if (!nm)
+			return -ENOMEM;
+		cv->msgs = nm;
+		cv->cap_msgs = cap;
+	}
+	copy = malloc(len + 1);
+	if (!copy)
+		return -ENOMEM;
+	if (len)
+		memcpy(copy, text, len);
+	copy[len] = 0;
+	cv->msgs[cv->n_msgs++] = (struct conv_msg){ .role = role, .text = copy, .len = len };
+	return 0;
+}
+
+KVP_EXPORT int kvp_client_conv_pop(struct kvp_client_conv *cv)
+{
+	if (!cv->n_msgs)
+		return -ENOENT;
+	free(cv->msgs[--cv->n_msgs].text);
+	if (cv->ctx_msgs > cv->n_msgs) { /* the context ended in that message */
+		cv->ctx.n = 0;
+		cv->ctx_msgs = 0;
+	}
+	return 0;
+}
+
+KVP_EXPORT size_t kvp_client_conv_n_messages(const struct kvp_client_conv *cv)
+{
+	return cv->n_msgs;
+}
+
+KVP_EXPORT int kvp_client_conv_message(const struct kvp_client_conv *cv, size_t i, int *role,
+				       const char **text, size_t *len)
+{
+	if (i >= cv->n_msgs)
+		return -ENOENT;
+	if (role)
+		*role = cv->msgs[i].role;
+	if (text)
+		*text = cv->msgs[i].text;
+	if (len)
+		*len = cv->msgs[i].len;
+	return 0;
+}
+
+KVP_EXPORT const int32_t *kvp_client_conv_context(const struct kvp_client_conv *cv, size_t *n,
+						  size_t *n_msgs)
+{
+	if (n)
+		*n = cv->ctx_msgs ? cv->ctx.n : 0;
+	if (n_msgs)
+		*n_msgs = cv->ctx_msgs;
+	return cv->ctx_msgs ? cv->ctx.v : NULL;
+}
+
+KVP_EXPORT int kvp_client_chat_submit(struct kvp_client *c, struct kvp_client_conv *cv,
+				      const struct kvp_client_params *params, uint64_t *req_id)
+{
+	const struct kvp_welcome *w = &c->welcome;
+	struct kvp_client_params defaults;
+	struct kvp_client_prompt pr = { .text = "-", .text_len = 1 };
+	struct kvp_proto_msg *msgs;
+	struct kvp_chat ch = { 0 };
+	size_t need, cap0;
+	int r;
+
+	if (c->dead || c->fd < 0)
+		return set_err(c, -ENOTCONN, "connection closed");
+	if (!params) {
+		kvp_client_params_init(&defaults);
+		params = &defaults;
+	}
+	if (!cv->n_msgs)
+		return set_err(c, -EINVAL, "chat: the conversation has no messages");
+	if (cv->pending)
+		return set_err(c, -EINVAL, "chat: the conversation has a CHAT in flight");
+	if (cv->n_msgs > UINT32_MAX)
+		return set_err(c, -EINVAL, "chat: too many messages");
+	r = check_params(c, &pr, params); /* the sampling part; the prompt is the messages */
+	if (r)
+		return r;
+	if (cv->ctx_msgs && w->max_prompt_tokens && cv->ctx.n > w->max_prompt_tokens)
+		return set_err(c, KVP_E_LIMIT,
+			       "chat: the conversation (%zu tokens) exceeds the daemon's limit %u",
+			       cv->ctx.n, w->max_prompt_tokens);
+	ch.n_messages = (uint32_t)cv->n_msgs;
+	ch.n_context = cv->ctx_msgs ? (uint32_t)cv->ctx.n : 0;
+	ch.context_msgs = ch.n_context ? (uint32_t)cv->ctx_msgs : 0;
+	ch.max_new_tokens = params->max_new_tokens;
+	ch.top_k = params->top_k;
+	ch.temperature = params->temperature;
+	ch.top_p = params->top_p;
+	ch.seed = params->seed;
+	ch.salt_len = (uint32_t)params->salt_len;
+	if (params->salt_len)
+		memcpy(ch.salt, params->salt, params->salt_len);
+	if (params->no_cache)
+		ch.flags |= KVP_CHAT_NO_CACHE;
+	memcpy(ch.template_name, cv->tmpl, sizeof(ch.template_name));
+	msgs = calloc(cv->n_msgs, sizeof(*msgs));
+	if (!msgs)
+		return set_err(c, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < cv->n_msgs; i++)
+		msgs[i] = (struct kvp_proto_msg){ .role = (uint32_t)cv->msgs[i].role,
+						  .len = (uint32_t)cv->msgs[i].len,
+						  .text = cv->msgs[i].text };
+	cap0 = c->out_cap;
+	need = kvp_proto_encode_chat(c->out, cap0, c->next_id, &ch, cv->ctx.v, msgs);
+	r = out_reserve(c, need);
+	if (!r && need > cap0)
+		kvp_proto_encode_chat(c->out, c->out_cap, c->next_id, &ch, cv->ctx.v, msgs);
+	free(msgs);
+	if (r)
+		return r;
+	r = send_request(c, need, "CHAT", req_id);
+	if (r)
+		return r;
+	cv->pending = *req_id;
+	cv->got_prompt = false;
+	cv->prompt.n = 0;
+	cv->reply.n = 0;
+	cv->text_len = 0;
+	return 0;
+}
+
+/* The reply ended with DONE: it joins the conversation, and prompt + reply its context. */
+static int conv_reply_done(struct kvp_client_conv *cv)
+{
+	struct idvec ctx = { 0 };
+	int r;
+
+	r = kvp_client_conv_add(cv, KVP_ROLE_ASSISTANT, cv->text ? cv->text : "", cv->text_len);
+	if (r)
+		return r;
+	if (!cv->got_prompt) { /* cannot happen with this daemon: re-render next time */
+		cv->ctx.n = 0;
+		cv->ctx_msgs = 0;
+		return 0;
+	}
+	if (idvec_add(&ctx, cv->prompt.v, cv->prompt.n) ||
+	    idvec_add(&ctx, cv->reply.v, cv->reply.n)) {
+		free(ctx.v);
+		kvp_client_conv_pop(cv);
+		return -ENOMEM;
+	}
+	free(cv->ctx.v);
+	cv->ctx = ctx;
+	cv->ctx_msgs = cv->n_msgs;
+	return 0;
+}
+
+KVP_EXPORT int kvp_client_conv_feed(struct kvp_client_conv *cv, const struct kvp_client_event *ev)
+{
+	int r;
+
+	if (!cv->pending || (ev->req_id != cv->pending && ev->req_id != 0))
+		return 0;
+	switch (ev->type) {
+	case KVP_EVENT_IDS:
+		cv->prompt.n = 0;
+		if (idvec_add(&cv->prompt, ev->tokens, ev->n_tokens))
+			return -ENOMEM;
+		cv->got_prompt = true;
+		return 0;
+	case KVP_EVENT_TOKEN:
+		if (idvec_add(&cv->reply, ev->tokens, ev->n_tokens))
+			return -ENOMEM;
+		if (cv->text_len + ev->text_len + 1 > cv->text_cap) {
+			size_t cap = (cv->text_len + ev->text_len) * 2 + 64;
+			char *nt = realloc(cv->text, cap);
+
+			if (!nt)
+				return -ENOMEM;
+			cv->text = nt;
+			cv->text_cap = cap;
+		}
+		memcpy(cv->text + cv->text_len, ev->text, ev->text_len);
+		cv->text_len += ev->text_len;
+		cv->text[cv->text_len] = 0;
+		return 0;
+	case KVP_EVENT_DONE:
+		cv->pending = 0;
+		r = conv_reply_done(cv);
+		return r ? r : 1;
+	case KVP_EVENT_ERROR:
+		cv->pending = 0;
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+KVP_EXPORT int kvp_client_chat(struct kvp_client *c, struct kvp_client_conv *cv,
+			       const struct kvp_client_params *params, kvp_client_token_fn fn,
+			       void *arg, struct kvp_usage *usage)
+{
+	struct kvp_client_event ev;
+	bool cancelled = false;
+	uint64_t id;
+	int r;
+
+	if (c->in_flight)
+		return set_err(c, -EBUSY, "another request is in flight on this client");
+	r = kvp_client_chat_submit(c, cv, params, &id);
+	if (r)
+		return r;
+	for (;;) {
+		r = kvp_client_next(c, &ev);
+		if (r) {
+			cv->pending = 0;
+			return r;
+		}
+		if (ev.req_id != id && ev.req_id != 0)
+			continue;
+		r = kvp_client_conv_feed(cv, &ev);
+		if (r < 0)
+			return set_err(c, r, "out of memory");
+		if (ev.type == KVP_EVENT_TOKEN && fn && !cancelled &&
+		    fn(arg, ev.tokens, ev.n_tokens, ev.text, ev.text_len)) {
+			cancelled = true;
+			r = kvp_client_cancel(c, id);
+			if (r) {
+				cv->pending = 0;
+				return r;
+			}
+		}
+		if (ev.type == KVP_EVENT_DONE) {
+			if (usage)
+				*usage = ev.usage;
+			if (cancelled)
+				return set_err(c, KVP_E_CANCELLED, "cancelled by the callback");
+			if (ev.status)
+				return set_err(c, ev.status, "generation stopped: %s",
+					       kvp_proto_status_str((uint32_t)ev.status));
+			return 0;
+		}
+		if (ev.type == KVP_EVENT_ERROR)
+			return set_err(c, ev.status, "daemon: %s", ev.message);
 	}
 }
 

@@ -4,10 +4,13 @@
  * against the ipc/ server running in a thread of this process (an echo ops table:
  * each prompt id comes back as a TOKEN whose text is "<id>;"), and its exit status,
  * stdout and stderr are checked.  Bad arguments must fail with status 2 and a message
- * naming the argument.
+ * naming the argument.  chat, tokenize and detokenize talk to the same server (its
+ * CHAT answers with the conversation's shape as prompt ids); chat's interactive mode
+ * runs on a pseudo-terminal, where Ctrl-C cancels a reply and the conversation goes on.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -19,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -33,7 +38,9 @@ struct fixture {
 	char cli[512];
 	struct kvp_server *srv;
 	pthread_t thread;
-	atomic_bool held; /* a GENERATE of token 42 arrived and is held */
+	atomic_bool held; /* a GENERATE of token 42 (or a CHAT saying "hold") is held */
+	/* the last CHAT: its messages, context ids, the messages they cover, roles */
+	atomic_uint chat_msgs, chat_context, chat_context_msgs, chat_roles;
 };
 
 static int e_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, const char *client,
@@ -96,6 +103,83 @@ static void e_closed(void *ctx, kvp_conn_id conn)
 {
 }
 
+/* TOKENIZE: each byte its id, +1000 with parse_special, BOS 1 unless NO_BOS. */
+static int e_tokenize(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp_tokenize *t,
+		      const char *text)
+{
+	struct fixture *f = ctx;
+	struct kvp_usage u = { 0 };
+	int32_t ids[300];
+	uint32_t n = 0;
+
+	if (!(t->flags & KVP_TOKENIZE_NO_BOS))
+		ids[n++] = 1;
+	for (uint32_t i = 0; i < t->text_bytes && n < 300; i++)
+		ids[n++] = (uint8_t)text[i] + (t->flags & KVP_TOKENIZE_PARSE_SPECIAL ? 1000 : 0);
+	u.prompt_tokens = n;
+	kvp_server_send_ids(f->srv, conn, req_id, ids, n, NULL, 0);
+	kvp_server_send_done(f->srv, conn, req_id, &u);
+	return KVP_OK;
+}
+
+/* DETOKENIZE: "<id>;" per id, "[<id>]" with RENDER_SPECIAL, and a stray byte at the end. */
+static int e_detokenize(void *ctx, kvp_conn_id conn, uint64_t req_id,
+			const struct kvp_detokenize *d, const int32_t *ids)
+{
+	struct fixture *f = ctx;
+	struct kvp_usage u = { .prompt_tokens = d->n_tokens };
+	char text[4096];
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < d->n_tokens && n < 4000; i++)
+		n += (size_t)snprintf(text + n, sizeof(text) - n,
+				      d->flags & KVP_DETOKENIZE_RENDER_SPECIAL ? "[%d]" : "%d;",
+				      ids[i]);
+	text[n++] = (char)0xff;
+	kvp_server_send_ids(f->srv, conn, req_id, NULL, 0, text, (uint32_t)n);
+	kvp_server_send_done(f->srv, conn, req_id, &u);
+	return KVP_OK;
+}
+
+/*
+ * CHAT: the prompt ids say the conversation's shape (messages, context ids, messages
+ * covered); the reply is "r1 r2" (ids 7, 8), or nothing until cancelled when the last
+ * message is "hold"; a message "refuse" gets an ERROR.
+ */
+static int e_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		  const struct kvp_chat *ch, const int32_t *context,
+		  const struct kvp_proto_msg *msgs)
+{
+	struct fixture *f = ctx;
+	const struct kvp_proto_msg *last = &msgs[ch->n_messages - 1];
+	int32_t prompt[3] = { (int32_t)ch->n_messages, (int32_t)ch->n_context,
+			      (int32_t)ch->context_msgs };
+	struct kvp_usage u = { .prompt_tokens = 3 + ch->n_context, .generated_tokens = 2 };
+	unsigned int roles = 0;
+	int32_t r1 = 7, r2 = 8;
+
+	for (uint32_t i = 0; i < ch->n_messages && i < 16; i++)
+		roles |= msgs[i].role << (2 * i);
+	atomic_store(&f->chat_msgs, ch->n_messages);
+	atomic_store(&f->chat_context, ch->n_context);
+	atomic_store(&f->chat_context_msgs, ch->context_msgs);
+	atomic_store(&f->chat_roles, roles);
+	if (last->len == 6 && !memcmp(last->text, "refuse", 6)) {
+		kvp_server_send_error(f->srv, conn, req_id, KVP_E_INVALID, "refused on purpose");
+		return KVP_OK;
+	}
+	kvp_server_send_ids(f->srv, conn, req_id, prompt, 3, NULL, 0);
+	if (last->len == 4 && !memcmp(last->text, "hold", 4)) {
+		kvp_server_send_tokens(f->srv, conn, req_id, &r1, 1, "partial", 7);
+		atomic_store(&f->held, true);
+		return KVP_OK;
+	}
+	kvp_server_send_tokens(f->srv, conn, req_id, &r1, 1, "r1", 2);
+	kvp_server_send_tokens(f->srv, conn, req_id, &r2, 1, " r2", 3);
+	kvp_server_send_done(f->srv, conn, req_id, &u);
+	return KVP_OK;
+}
+
 static int e_status(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap)
 {
 	int n = snprintf(buf, cap, fmt == KVP_STATUS_PROM ? "kvpool_up 1\n" : "{\"up\":1}\n");
@@ -119,6 +203,9 @@ static int setup(void **state)
 				      .generate = e_generate,
 				      .cancel = e_cancel,
 				      .closed = e_closed,
+				      .tokenize = e_tokenize,
+				      .detokenize = e_detokenize,
+				      .chat = e_chat,
 				      .status = e_status };
 
 	assert_non_null(f);
@@ -306,6 +393,16 @@ static void test_bad_arguments(void **state)
 		{ { "generate", "--json" }, "exactly one" },
 		{ { "bench", "--clients", "2" }, "required" },
 		{ { "bench", "--clients", "0" }, "--clients" },
+		{ { "tokenize" }, "exactly one" },
+		{ { "tokenize", "-p", "x", "--prompt-file", "/dev/null" }, "exactly one" },
+		{ { "tokenize", "-p", "x", "extra" }, "unexpected argument" },
+		{ { "detokenize" }, "--tokens is required" },
+		{ { "detokenize", "--tokens", "1,,2" }, "--tokens" },
+		{ { "chat", "-n", "0", "--message", "x" }, "-n" },
+		{ { "chat", "--chat-template", "0123456789012345678901234567890123" },
+		  "--chat-template" },
+		{ { "chat", "--top-p", "2", "--message", "x" }, "--top-p" },
+		{ { "chat", "stray" }, "unexpected argument" },
 		{ { "frobnicate" }, "unknown command" },
 	};
 
@@ -329,6 +426,178 @@ static void test_bad_arguments(void **state)
 	assert_non_null(strstr(out, "--prefix-tokens"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "--help", NULL), 0);
 	assert_non_null(strstr(out, "status"));
+	assert_non_null(strstr(out, "chat"));
+	assert_non_null(strstr(out, "tokenize"));
+	assert_int_equal(cli(f, out, err, sizeof(out), "chat", "--help", NULL), 0);
+	assert_non_null(strstr(out, "Ctrl-C cancels the"));
+	assert_int_equal(cli(f, out, err, sizeof(out), "tokenize", "--help", NULL), 0);
+	assert_non_null(strstr(out, "--parse-special"));
+	assert_int_equal(cli(f, out, err, sizeof(out), "detokenize", "--help", NULL), 0);
+	assert_non_null(strstr(out, "--render-special"));
+}
+
+static void test_tokenize_detokenize(void **state)
+{
+	/* ids comma-separated or as JSON; flags reach the daemon; text as bytes or JSON */
+	struct fixture *f = *state;
+	char out[4096], err[4096];
+
+	assert_int_equal(cli(f, out, err, sizeof(out), "tokenize", "-p", "ab", NULL), 0);
+	assert_string_equal(out, "1,97,98\n");
+	assert_int_equal(cli(f, out, err, sizeof(out), "tokenize", "-p", "ab", "--json", "--no-bos",
+			     "--parse-special", NULL),
+			 0);
+	assert_string_equal(out, "{\"tokens\":[1097,1098]}\n");
+	assert_int_equal(cli(f, out, err, sizeof(out), "tokenize", "--prompt-file", "/dev/null",
+			     "--no-bos", "--json", NULL),
+			 0);
+	assert_string_equal(out, "{\"tokens\":[]}\n");
+	assert_int_equal(cli(f, out, err, sizeof(out), "detokenize", "--tokens", "5,6", NULL), 0);
+	assert_string_equal(out, "5;6;\xff\n");
+	assert_int_equal(cli(f, out, err, sizeof(out), "detokenize", "--tokens", "5,6", "--json",
+			     "--render-special", NULL),
+			 0);
+	assert_string_equal(out, "{\"text\":\"[5][6]\\ufffd\"}\n");
+}
+
+static void test_chat_turns(void **state)
+{
+	/*
+	 * --message turns in order, each continuing on the last: the second CHAT carries
+	 * the first prompt's and reply's ids (3 + 2) as context covering 3 messages; --json
+	 * prints one object per turn; an ERROR ends a scripted chat with status 1
+	 */
+	struct fixture *f = *state;
+	char out[4096], err[4096];
+
+	assert_int_equal(cli(f, out, err, sizeof(out), "chat", "--system", "S", "--message", "a",
+			     "--message", "b", "--json", NULL),
+			 0);
+	assert_string_equal(out, "{\"turn\":1,\"tokens\":[7,8],\"text\":\"r1 r2\",\"status\":"
+				 "\"ok\",\"usage\":{\"prompt_tokens\":3,\"cached_tokens\":0,"
+				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
+				 "\"generated_tokens\":2,\"queue_ms\":0.000,\"ttft_ms\":0.000,"
+				 "\"prefill_ms\":0.000,\"decode_ms\":0.000}}\n"
+				 "{\"turn\":2,\"tokens\":[7,8],\"text\":\"r1 r2\",\"status\":"
+				 "\"ok\",\"usage\":{\"prompt_tokens\":8,\"cached_tokens\":0,"
+				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
+				 "\"generated_tokens\":2,\"queue_ms\":0.000,\"ttft_ms\":0.000,"
+				 "\"prefill_ms\":0.000,\"decode_ms\":0.000}}\n");
+	assert_int_equal(atomic_load(&f->chat_msgs), 4);
+	assert_int_equal(atomic_load(&f->chat_context), 5);
+	assert_int_equal(atomic_load(&f->chat_context_msgs), 3);
+	/* system, user, assistant, user */
+	assert_int_equal(atomic_load(&f->chat_roles), KVP_ROLE_SYSTEM | KVP_ROLE_USER << 2 |
+							      KVP_ROLE_ASSISTANT << 4 |
+							      KVP_ROLE_USER << 6);
+	/* plain: the reply text, the usage on stderr */
+	assert_int_equal(cli(f, out, err, sizeof(out), "chat", "--message", "a", NULL), 0);
+	assert_string_equal(out, "r1 r2\n");
+	assert_non_null(strstr(err, "generated_tokens 2"));
+	assert_int_equal(cli(f, out, err, sizeof(out), "chat", "--message", "refuse", "--message",
+			     "never sent", NULL),
+			 1);
+	assert_non_null(strstr(err, "refused on purpose"));
+	assert_int_equal(atomic_load(&f->chat_msgs), 1);
+}
+
+/*
+ * Read from @fd until @needle shows up after *@from (or 5 s pass); then *@from is just
+ * past it.  Return: whether it did.
+ */
+static bool read_until(int fd, char *buf, size_t cap, size_t *len, size_t *from, const char *needle)
+{
+	for (int i = 0; i < 500; i++) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		const char *at;
+		ssize_t n;
+
+		buf[*len] = 0;
+		at = strstr(buf + *from, needle);
+		if (at) {
+			*from = (size_t)(at - buf) + strlen(needle);
+			return true;
+		}
+		if (poll(&p, 1, 10) <= 0)
+			continue;
+		n = read(fd, buf + *len, cap - 1 - *len);
+		if (n <= 0)
+			return false;
+		*len += (size_t)n;
+	}
+	return false;
+}
+
+static void test_chat_interactive_ctrl_c(void **state)
+{
+	/*
+	 * on a terminal: a prompt per turn; Ctrl-C while a reply streams cancels that reply
+	 * (its usage says cancelled) and the conversation goes on with the partial reply in
+	 * it; Ctrl-C at the prompt drops the line; Ctrl-D ends with status 0
+	 */
+	struct fixture *f = *state;
+	const char *argv[] = { f->cli, "--socket", f->sock, "chat", NULL };
+	char buf[16384];
+	size_t len = 0, from = 0;
+	int master, st;
+	pid_t pid;
+
+	master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	assert_true(master >= 0);
+	assert_int_equal(grantpt(master), 0);
+	assert_int_equal(unlockpt(master), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		int slave;
+
+		setsid();
+		slave = open(ptsname(master), O_RDWR);
+		if (slave < 0)
+			_exit(126);
+		ioctl(slave, TIOCSCTTY, 0);
+		dup2(slave, 0);
+		dup2(slave, 1);
+		dup2(slave, 2);
+		execv(f->cli, (char *const *)argv);
+		_exit(127);
+	}
+	assert_true(read_until(master, buf, sizeof(buf), &len, &from, "> "));
+	assert_int_equal(write(master, "hold\n", 5), 5);
+	for (int i = 0; i < 5000 && !atomic_load(&f->held); i++)
+		usleep(1000);
+	assert_true(atomic_load(&f->held));
+	assert_true(read_until(master, buf, sizeof(buf), &len, &from, "partial"));
+	assert_int_equal(write(master, "\x03", 1), 1); /* Ctrl-C: SIGINT to the CLI */
+	assert_true(read_until(master, buf, sizeof(buf), &len, &from, "(cancelled)"));
+	assert_true(read_until(master, buf, sizeof(buf), &len, &from, "> "));
+	/* the conversation went on: the held reply is in it, as context too */
+	assert_int_equal(write(master, "next\n", 5), 5);
+	assert_true(read_until(master, buf, sizeof(buf), &len, &from, "r1 r2"));
+	assert_int_equal(atomic_load(&f->chat_msgs), 3);
+	assert_int_equal(atomic_load(&f->chat_context), 4); /* 3 prompt ids + "partial" */
+	assert_int_equal(atomic_load(&f->chat_context_msgs), 2);
+	assert_true(read_until(master, buf, sizeof(buf), &len, &from, "> "));
+	/* Ctrl-C at the prompt: the line typed so far is dropped, a new prompt comes */
+	assert_int_equal(write(master, "dropped\x03", 8), 8);
+	assert_true(read_until(master, buf, sizeof(buf), &len, &from, "> "));
+	assert_int_equal(write(master, "\x04", 1), 1); /* Ctrl-D */
+	for (int i = 0; i < 5000 && waitpid(pid, &st, WNOHANG) == 0; i++) {
+		char drain[256];
+
+		if (read(master, drain, sizeof(drain)) < 0 && errno != EAGAIN)
+			usleep(1000);
+	}
+	if (waitpid(pid, &st, WNOHANG) == 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &st, 0);
+		fail_msg("kvpool chat did not end at Ctrl-D");
+	}
+	close(master);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	/* the dropped line never became a turn */
+	assert_int_equal(atomic_load(&f->chat_msgs), 3);
 }
 
 static void test_ctrl_c_cancels_before_first_token(void **state)
@@ -392,6 +661,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_daemon_refusal_exits_1, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ctrl_c_cancels_before_first_token, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_tokenize_detokenize, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_chat_turns, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_chat_interactive_ctrl_c, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,9 +19,9 @@
 #include "compute/gen.h"
 #include "compute/text/tokenizer.h"
 
-#define N_EXTRA 3
+#define N_EXTRA 4
 
-/* <unk> <s> </s>, the 256 byte tokens, then a long piece, "é" and "ab". */
+/* <unk> <s> </s>, the 256 byte tokens, then a long piece, "é", "ab" and <|eot_id|>. */
 static int setup(void **state)
 {
 	static char bytes[256][8];
@@ -48,8 +48,10 @@ static int setup(void **state)
 	pieces[259] = long_piece;
 	pieces[260] = "\xc3\xa9";
 	pieces[261] = "ab";
+	pieces[262] = "<|eot_id|>";
 	for (int i = 0; i < N_EXTRA; i++)
 		types[259 + i] = KVP_TOK_NORMAL;
+	types[262] = KVP_TOK_CONTROL; /* an end of turn that is not EOS */
 	assert_int_equal(kvp_tokenizer_build(&t, pieces, NULL, types, 259 + N_EXTRA, 1, 2, 0, 1),
 			 0);
 	*state = t;
@@ -68,8 +70,8 @@ static void test_stop_rules(void **state)
 	struct kvp_gen g;
 
 	/* EOS: not kept; the third kept token is the last of max_new = 3 */
-	kvp_gen_init(&g, *state, prompt, 2, 3, kvp_gen_eos(*state, false));
-	assert_int_equal(g.eos, 2);
+	kvp_gen_init(&g, *state, prompt, 2, 3, true);
+	assert_true(g.stop_eog);
 	assert_int_equal(g.last, -1);
 	assert_int_equal(kvp_gen_take(&g, 261), KVP_GEN_CONTINUE);
 	assert_int_equal(kvp_gen_take(&g, 260), KVP_GEN_CONTINUE);
@@ -80,10 +82,65 @@ static void test_stop_rules(void **state)
 	assert_int_equal(kvp_gen_take(&g, 5), KVP_GEN_LAST);
 	assert_int_equal(g.n_generated, 3);
 	/* ignoring EOS, or no tokenizer: the stop token is an ordinary one */
-	assert_int_equal(kvp_gen_eos(*state, true), -1);
-	assert_int_equal(kvp_gen_eos(NULL, false), -1);
-	kvp_gen_init(&g, NULL, prompt, 2, 1, -1);
+	kvp_gen_init(&g, *state, prompt, 2, 1, false);
 	assert_int_equal(kvp_gen_take(&g, 2), KVP_GEN_LAST);
+	kvp_gen_init(&g, NULL, prompt, 2, 1, true);
+	assert_false(g.stop_eog);
+	assert_int_equal(kvp_gen_take(&g, 2), KVP_GEN_LAST);
+}
+
+static void test_stops_at_end_of_turn(void **state)
+{
+	/*
+	 * the whole end-of-generation set stops, not only EOS: <|eot_id|> (a control token
+	 * that is not EOS) ends the sequence unkept; --ignore-eos keeps it like any token
+	 */
+	static const int32_t prompt[] = { 1, 261 };
+	int32_t kept[4] = { -1, -1, -1, -1 };
+	struct kvp_gen g;
+
+	assert_int_equal(kvp_tokenizer_eos(*state), 2);
+	assert_true(kvp_tokenizer_is_eog(*state, 262));
+	assert_false(kvp_tokenizer_is_eog(*state, 261));
+	kvp_gen_init(&g, *state, prompt, 2, 4, true);
+	g.kept = kept;
+	assert_int_equal(kvp_gen_take(&g, 261), KVP_GEN_CONTINUE);
+	assert_int_equal(kvp_gen_take(&g, 260), KVP_GEN_CONTINUE);
+	assert_int_equal(kvp_gen_take(&g, 262), KVP_GEN_EOS);
+	assert_int_equal(g.n_generated, 2);
+	/* the kept ids are stored in order; the end of turn is not */
+	assert_int_equal(kept[0], 261);
+	assert_int_equal(kept[1], 260);
+	assert_int_equal(kept[2], -1);
+
+	kvp_gen_init(&g, *state, prompt, 2, 2, false);
+	assert_int_equal(kvp_gen_take(&g, 262), KVP_GEN_CONTINUE);
+	assert_int_equal(kvp_gen_take(&g, 2), KVP_GEN_LAST);
+	assert_int_equal(g.n_generated, 2);
+}
+
+static void test_tokenize_parse_special(void **state)
+{
+	/*
+	 * special-token text in a prompt is text unless asked: parsed, "<|eot_id|>" is its
+	 * one id; raw, it is spelled out in byte tokens and can never end a turn
+	 */
+	int32_t *ids;
+	uint32_t n, i;
+
+	assert_int_equal(kvp_gen_tokenize(&ids, &n, *state, "ab<|eot_id|>", 12,
+					  KVP_TOK_PARSE_SPECIAL | KVP_TOK_NO_ADD_SPECIAL, 64),
+			 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(ids[0], 261);
+	assert_int_equal(ids[1], 262);
+	free(ids);
+	assert_int_equal(kvp_gen_tokenize(&ids, &n, *state, "ab<|eot_id|>", 12, 0, 64), 0);
+	assert_true(n > 3);
+	assert_int_equal(ids[0], 1); /* BOS, as the vocabulary says */
+	for (i = 0; i < n; i++)
+		assert_int_not_equal(ids[i], 262);
+	free(ids);
 }
 
 /* All the text of @ids through kvp_gen_text() with @cap-byte slices, then the flush. */
@@ -96,7 +153,7 @@ static size_t stream(const struct kvp_tokenizer *t, const int32_t *ids, size_t n
 	char slice[512];
 
 	assert_true(cap <= sizeof(slice));
-	kvp_gen_init(&g, t, prompt, 1, 100, -1);
+	kvp_gen_init(&g, t, prompt, 1, 100, false);
 	for (size_t i = 0; i < n; i++) {
 		size_t off = 0;
 		bool more;
@@ -139,7 +196,7 @@ static void test_text_slices_equal_whole(void **state)
 		struct kvp_gen g;
 		static const int32_t prompt[] = { 1 };
 
-		kvp_gen_init(&g, *state, prompt, 1, 1, -1);
+		kvp_gen_init(&g, *state, prompt, 1, 1, false);
 		assert_int_equal(kvp_gen_text(&g, 261, &off, slice, 5, &more), -EINVAL);
 		assert_false(more);
 	}
@@ -151,13 +208,13 @@ static void test_tokenize_limit(void **state)
 	uint32_t n = 0;
 
 	/* <s> + "ab" (the merge needs no scores: whole-piece match) within and past a limit */
-	assert_int_equal(kvp_gen_tokenize(&ids, &n, *state, "ab", 2, 16), 0);
+	assert_int_equal(kvp_gen_tokenize(&ids, &n, *state, "ab", 2, 0, 16), 0);
 	assert_true(n >= 2);
 	assert_int_equal(ids[0], 1);
 	free(ids);
-	assert_int_equal(kvp_gen_tokenize(&ids, &n, *state, "abababab", 8, 2), -E2BIG);
+	assert_int_equal(kvp_gen_tokenize(&ids, &n, *state, "abababab", 8, 0, 2), -E2BIG);
 	assert_null(ids);
-	assert_int_equal(kvp_gen_tokenize(&ids, &n, *state, "", 0, 16), 0);
+	assert_int_equal(kvp_gen_tokenize(&ids, &n, *state, "", 0, 0, 16), 0);
 	assert_int_equal(n, 1); /* just <s> */
 	free(ids);
 }
@@ -170,7 +227,7 @@ static void test_prefill_chunks_and_decode_position(void **state)
 	struct kvp_gen g;
 
 	/* chunks of at most the budget until the prompt is done; decode feeds @last back */
-	kvp_gen_init(&g, *state, prompt, 10, 4, -1);
+	kvp_gen_init(&g, *state, prompt, 10, 4, false);
 	assert_int_equal(kvp_gen_prefill_next(&g, 4), 4);
 	g.n_past = 8; /* as after two chunks, or a prefix hit */
 	assert_false(kvp_gen_prefilled(&g));
@@ -192,6 +249,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_stop_rules, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_stops_at_end_of_turn, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tokenize_parse_special, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_text_slices_equal_whole, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tokenize_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_prefill_chunks_and_decode_position, setup,

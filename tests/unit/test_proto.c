@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_proto.c - the wire codec (ipc/proto.c): every encoder round-trips through its
- * decoder, and every class of malformed frame is refused with the right status.
+ * decoder, and every class of malformed frame is refused with the right status
+ * (GENERATE, TOKENIZE, DETOKENIZE, CHAT from clients; WELCOME, TOKEN, IDS, DONE, ERROR
+ * from the daemon).
  */
 #include <errno.h>
 #include <math.h>
@@ -182,7 +184,7 @@ static void test_bad_generate_payloads(void **state)
 	assert_int_equal(kvp_proto_decode_generate(raw, sizeof(g) + 16, &lim, &out, &body, &why),
 			 KVP_E_PROTO);
 
-	g = gen(4), g.flags = 0x4;
+	g = gen(4), g.flags = 0x8;
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_E_PROTO);
 	g = gen(4), g.salt_len = KVP_SALT_MAX + 1;
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_E_PROTO);
@@ -260,6 +262,262 @@ static void test_bad_daemon_payloads(void **state)
 	assert_int_equal(kvp_proto_decode_error(raw, 8 + 10, &e, &text, &why), KVP_OK);
 }
 
+/* A frame's payload, checked for header type @type and req_id 9; its length in *@len. */
+static const uint8_t *payload_of(const uint8_t *frame, size_t n, uint32_t type, size_t *len)
+{
+	struct kvp_frame_hdr h;
+	const char *why;
+
+	assert_int_equal(kvp_proto_check_hdr(frame, n, 1u << 20, &h, &why), KVP_OK);
+	assert_int_equal(h.type, type);
+	assert_int_equal(h.req_id, 9);
+	assert_int_equal(h.len_bytes + sizeof(h), n);
+	*len = h.len_bytes;
+	return frame + sizeof(h);
+}
+
+static void test_tokenizer_frames(void **state)
+{
+	/*
+	 * TOKENIZE, DETOKENIZE and IDS round-trip; flags, lengths, limits and NUL bytes are
+	 * refused with their classes (structure, limit, value)
+	 */
+	uint8_t f[512], raw[512];
+	struct kvp_tokenize t = { .flags = KVP_TOKENIZE__ALL, .text_bytes = 5 }, to;
+	struct kvp_detokenize d = { .flags = KVP_DETOKENIZE_RENDER_SPECIAL, .n_tokens = 3 }, dout;
+	struct kvp_ids io;
+	int32_t ids[3] = { 5, 0, 70000 };
+	const uint8_t *pl;
+	const void *idp;
+	const char *text, *why;
+	size_t n, len;
+
+	n = kvp_proto_encode_tokenize(f, sizeof(f), 9, &t, "hello");
+	pl = payload_of(f, n, KVP_FRAME_TOKENIZE, &len);
+	assert_int_equal(kvp_proto_decode_tokenize(pl, len, &lim, &to, &text, &why), KVP_OK);
+	assert_memory_equal(&to, &t, sizeof(t));
+	assert_memory_equal(text, "hello", 5);
+	/* empty text is a request too (BOS alone) */
+	t.text_bytes = 0;
+	n = kvp_proto_encode_tokenize(f, sizeof(f), 9, &t, "");
+	pl = payload_of(f, n, KVP_FRAME_TOKENIZE, &len);
+	assert_int_equal(kvp_proto_decode_tokenize(pl, len, &lim, &to, &text, &why), KVP_OK);
+
+	n = kvp_proto_encode_detokenize(f, sizeof(f), 9, &d, ids);
+	pl = payload_of(f, n, KVP_FRAME_DETOKENIZE, &len);
+	assert_int_equal(kvp_proto_decode_detokenize(pl, len, &lim, &dout, &idp, &why), KVP_OK);
+	assert_memory_equal(&dout, &d, sizeof(d));
+	assert_memory_equal(idp, ids, sizeof(ids));
+
+	n = kvp_proto_encode_ids(f, sizeof(f), 9, ids, 3, "abc", 3);
+	pl = payload_of(f, n, KVP_FRAME_IDS, &len);
+	assert_int_equal(kvp_proto_decode_ids(pl, len, &io, &idp, &text, &why), KVP_OK);
+	assert_int_equal(io.n_tokens, 3);
+	assert_int_equal(io.text_bytes, 3);
+	assert_memory_equal(idp, ids, sizeof(ids));
+	assert_memory_equal(text, "abc", 3);
+	assert_int_equal(kvp_proto_decode_ids(pl, len - 1, &io, &idp, &text, &why), KVP_E_PROTO);
+	memcpy(raw, pl, len);
+	raw[len] = 0;
+	assert_int_equal(kvp_proto_decode_ids(raw, len + 1, &io, &idp, &text, &why), KVP_E_PROTO);
+
+	/* TOKENIZE: short, unknown flag, beyond the frame, trailing, too long, a NUL */
+	t = (struct kvp_tokenize){ .text_bytes = 3 };
+	memcpy(raw, &t, sizeof(t));
+	memcpy(raw + sizeof(t), "a\0b!", 4);
+	assert_int_equal(kvp_proto_decode_tokenize(raw, 7, &lim, &to, &text, &why), KVP_E_PROTO);
+	assert_int_equal(kvp_proto_decode_tokenize(raw, sizeof(t) + 2, &lim, &to, &text, &why),
+			 KVP_E_PROTO);
+	assert_int_equal(kvp_proto_decode_tokenize(raw, sizeof(t) + 4, &lim, &to, &text, &why),
+			 KVP_E_PROTO);
+	assert_int_equal(kvp_proto_decode_tokenize(raw, sizeof(t) + 3, &lim, &to, &text, &why),
+			 KVP_E_INVALID);
+	t.flags = 0x4;
+	memcpy(raw, &t, sizeof(t));
+	assert_int_equal(kvp_proto_decode_tokenize(raw, sizeof(t) + 3, &lim, &to, &text, &why),
+			 KVP_E_PROTO);
+	t = (struct kvp_tokenize){ .text_bytes = lim.max_prompt_tokens + 1 };
+	memset(raw, 'x', sizeof(raw));
+	memcpy(raw, &t, sizeof(t));
+	assert_int_equal(kvp_proto_decode_tokenize(raw, sizeof(t) + t.text_bytes, &lim, &to, &text,
+						   &why),
+			 KVP_E_LIMIT);
+
+	/* DETOKENIZE: unknown flag, n_tokens that would wrap, too many */
+	d = (struct kvp_detokenize){ .flags = 2, .n_tokens = 1 };
+	memcpy(raw, &d, sizeof(d));
+	assert_int_equal(kvp_proto_decode_detokenize(raw, sizeof(d) + 4, &lim, &dout, &idp, &why),
+			 KVP_E_PROTO);
+	d = (struct kvp_detokenize){ .n_tokens = UINT32_MAX };
+	memcpy(raw, &d, sizeof(d));
+	assert_int_equal(kvp_proto_decode_detokenize(raw, sizeof(d) + 4, &lim, &dout, &idp, &why),
+			 KVP_E_PROTO);
+	d = (struct kvp_detokenize){ .n_tokens = lim.max_prompt_tokens + 1 };
+	memcpy(raw, &d, sizeof(d));
+	assert_int_equal(kvp_proto_decode_detokenize(raw, sizeof(d) + 4 * d.n_tokens, &lim, &dout,
+						     &idp, &why),
+			 KVP_E_LIMIT);
+}
+
+static struct kvp_chat chat(uint32_t n_messages)
+{
+	return (struct kvp_chat){ .n_messages = n_messages,
+				  .max_new_tokens = 10,
+				  .temperature = 0.5f,
+				  .top_p = 1.0f,
+				  .seed = 7,
+				  .template_name = "chatml" };
+}
+
+/* Encode a CHAT and decode it: its status (and the decoded parts when KVP_OK). */
+static int chat_rt(const struct kvp_chat *c, const int32_t *ctx, const struct kvp_proto_msg *m,
+		   struct kvp_chat *out, struct kvp_proto_msg *mout)
+{
+	static uint8_t f[1 << 16];
+	const uint8_t *pl, *sect;
+	const void *ctxp;
+	const char *why = NULL;
+	size_t n, len, sect_len;
+	int r;
+
+	n = kvp_proto_encode_chat(f, sizeof(f), 9, c, ctx, m);
+	assert_true(n && n <= sizeof(f));
+	pl = payload_of(f, n, KVP_FRAME_CHAT, &len);
+	r = kvp_proto_decode_chat(pl, len, &lim, out, &ctxp, &sect, &sect_len, &why);
+	if (r) {
+		assert_non_null(why);
+		return r;
+	}
+	if (c->n_context)
+		assert_memory_equal(ctxp, ctx, c->n_context * sizeof(int32_t));
+	if (mout)
+		kvp_proto_chat_messages(sect, sect_len, out->n_messages, mout);
+	return r;
+}
+
+static void test_chat_frames(void **state)
+{
+	/*
+	 * CHAT round-trips (context ids, messages, template name, sampling), and each fault
+	 * has its class: structure (flags, reserved, salt, counts, lengths) PROTO; maxima
+	 * (messages, context, max_new_tokens) LIMIT; values (roles, text, name, sampling,
+	 * a context not ending in an assistant message) INVALID
+	 */
+	static struct kvp_proto_msg many[KVP_CHAT_MESSAGES_MAX + 1];
+	const struct kvp_proto_msg m[3] = {
+		{ .role = KVP_ROLE_USER, .len = 2, .text = "hi" },
+		{ .role = KVP_ROLE_ASSISTANT, .len = 0, .text = "" },
+		{ .role = KVP_ROLE_USER, .len = 10, .text = "\xc3\xa9t\xc3\xa9 \xf0\x9f\xa6\x99" },
+	};
+	int32_t ctx[4] = { 1, 2, 3, 4 };
+	struct kvp_proto_msg mo[3], bad[3];
+	struct kvp_chat c = chat(3), o;
+	uint8_t raw[512];
+	const uint8_t *sect;
+	const void *ctxp;
+	const char *why;
+	size_t sect_len;
+
+	c.n_context = 4;
+	c.context_msgs = 2;
+	c.salt_len = 2;
+	memcpy(c.salt, "ab", 2);
+	assert_int_equal(chat_rt(&c, ctx, m, &o, mo), KVP_OK);
+	assert_memory_equal(&o, &c, sizeof(c));
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(mo[i].role, m[i].role);
+		assert_int_equal(mo[i].len, m[i].len);
+		assert_memory_equal(mo[i].text, m[i].text, m[i].len);
+	}
+
+	/* structure */
+	c = chat(3), c.flags = 0x1;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
+	c = chat(3), c.reserved = 1;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
+	c = chat(3), c.salt_len = 65;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
+	c = chat(3), c.salt[3] = 1;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
+	c = chat(0);
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
+	c = chat(3), c.context_msgs = 2; /* no context ids */
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
+	c = chat(3), c.n_context = 4; /* context ids covering no message */
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
+	c = chat(3), c.n_context = 4, c.context_msgs = 4;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
+	/* a message longer than the frame, and one byte too many */
+	c = chat(1);
+	memcpy(raw, &c, sizeof(c));
+	memcpy(raw + sizeof(c), &(struct kvp_chat_message){ .role = 1, .bytes = 3 }, 8);
+	memcpy(raw + sizeof(c) + 8, "abcd", 4);
+	assert_int_equal(kvp_proto_decode_chat(raw, sizeof(c) + 8 + 2, &lim, &o, &ctxp, &sect,
+					       &sect_len, &why),
+			 KVP_E_PROTO);
+	assert_int_equal(kvp_proto_decode_chat(raw, sizeof(c) + 8 + 4, &lim, &o, &ctxp, &sect,
+					       &sect_len, &why),
+			 KVP_E_PROTO);
+	assert_int_equal(kvp_proto_decode_chat(raw, sizeof(c) + 8 + 3, &lim, &o, &ctxp, &sect,
+					       &sect_len, &why),
+			 KVP_OK);
+	c.n_context = UINT32_MAX, c.context_msgs = 1; /* must not wrap */
+	memcpy(raw, &c, sizeof(c));
+	assert_int_equal(kvp_proto_decode_chat(raw, sizeof(c) + 8 + 3, &lim, &o, &ctxp, &sect,
+					       &sect_len, &why),
+			 KVP_E_PROTO);
+
+	/* maxima */
+	for (size_t i = 0; i < KVP_CHAT_MESSAGES_MAX + 1; i++)
+		many[i] = (struct kvp_proto_msg){ .role = KVP_ROLE_USER, .len = 1, .text = "x" };
+	c = chat(KVP_CHAT_MESSAGES_MAX + 1);
+	assert_int_equal(chat_rt(&c, ctx, many, &o, NULL), KVP_E_LIMIT);
+	c = chat(KVP_CHAT_MESSAGES_MAX);
+	assert_int_equal(chat_rt(&c, ctx, many, &o, NULL), KVP_OK);
+	c = chat(3), c.max_new_tokens = lim.max_new_tokens + 1;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_LIMIT);
+	{
+		static int32_t long_ctx[65];
+
+		c = chat(3), c.n_context = lim.max_prompt_tokens + 1, c.context_msgs = 2;
+		assert_int_equal(chat_rt(&c, long_ctx, m, &o, NULL), KVP_E_LIMIT);
+	}
+
+	/* values */
+	c = chat(3), c.max_new_tokens = 0;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
+	c = chat(3), c.temperature = NAN;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
+	c = chat(3), c.top_p = 0.0f;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
+	c = chat(3), memcpy(c.template_name, "chat\nml", 7);
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
+	c = chat(3), memset(c.template_name, 'a', sizeof(c.template_name)); /* no NUL */
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
+	c = chat(3), c.template_name[7] = 'x'; /* "chatml\0x": not NUL-padded */
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
+	c = chat(3), c.n_context = 4, c.context_msgs = 1; /* ends in a user message */
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
+	memcpy(bad, m, sizeof(m));
+	bad[0].role = KVP_ROLE__COUNT;
+	c = chat(3);
+	assert_int_equal(chat_rt(&c, ctx, bad, &o, NULL), KVP_E_INVALID);
+	memcpy(bad, m, sizeof(m));
+	bad[2].text = "a\0b", bad[2].len = 3;
+	assert_int_equal(chat_rt(&c, ctx, bad, &o, NULL), KVP_E_INVALID);
+	/* ill-formed UTF-8: a stray byte, a surrogate, an overlong form, a cut character */
+	{
+		static const char *const ill[] = { "a\xff", "\xed\xa0\x80", "\xc0\xaf",
+						   "\xe6\x97" };
+
+		for (size_t i = 0; i < 4; i++) {
+			memcpy(bad, m, sizeof(m));
+			bad[1].text = ill[i], bad[1].len = (uint32_t)strlen(ill[i]);
+			assert_int_equal(chat_rt(&c, ctx, bad, &o, NULL), KVP_E_INVALID);
+		}
+	}
+}
+
 static void test_names(void **state)
 {
 	/* every type and status has a name; out of range values do not crash */
@@ -271,6 +529,11 @@ static void test_names(void **state)
 	assert_string_equal(kvp_proto_status_str(999), "unknown status");
 	assert_true(kvp_proto_from_client(KVP_FRAME_HELLO));
 	assert_false(kvp_proto_from_client(KVP_FRAME_TOKEN));
+	assert_true(kvp_proto_from_client(KVP_FRAME_TOKENIZE));
+	assert_true(kvp_proto_from_client(KVP_FRAME_DETOKENIZE));
+	assert_true(kvp_proto_from_client(KVP_FRAME_CHAT));
+	assert_false(kvp_proto_from_client(KVP_FRAME_IDS));
+	assert_string_equal(kvp_proto_type_name(KVP_FRAME_CHAT), "CHAT");
 }
 
 int main(void)
@@ -282,6 +545,8 @@ int main(void)
 		cmocka_unit_test(test_bad_headers),
 		cmocka_unit_test(test_bad_generate_payloads),
 		cmocka_unit_test(test_bad_daemon_payloads),
+		cmocka_unit_test(test_tokenizer_frames),
+		cmocka_unit_test(test_chat_frames),
 		cmocka_unit_test(test_names),
 	};
 

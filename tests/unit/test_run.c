@@ -267,6 +267,12 @@ static void test_help_and_bad_arguments(void **state)
 		{ "-m", f->model, "--tokens", "1,,2", NULL },
 		{ "-m", f->model, "--tokens", "1,259", NULL }, /* id past the vocabulary */
 		{ "-m", f->model, "-p", "x", "stray", NULL },
+		{ "-m", f->model, "--tokenize", "--tokens", "1", NULL },
+		{ "-m", f->model, "--detokenize", "-p", "x", NULL },
+		{ "-m", f->model, "--tokenize", "--detokenize", "-p", "x", NULL },
+		{ "-m", f->model, "--detokenize", "--tokens", "1,259", NULL },
+		{ "-m", f->model, "--detokenize", "--tokens", "1,,2", NULL },
+		{ "-m", f->model, "-p", "x", "--prompt-file", "/dev/null", NULL },
 	};
 	char *out;
 
@@ -280,6 +286,85 @@ static void test_help_and_bad_arguments(void **state)
 		if (rc != 2)
 			fail_msg("case %zu: exit %d, want 2", i, rc);
 		assert_string_equal(out, "");
+		free(out);
+	}
+}
+
+static void test_tokenize_and_detokenize(void **state)
+{
+	/*
+	 * --tokenize prints the text's ids and exits: BOS unless --no-bos, special-token text
+	 * ("</s>") one id only with --parse-special, from -p or --prompt-file alike;
+	 * --detokenize gives the text back (control tokens shown with --render-special); a
+	 * generation's prompt follows the same flags
+	 */
+	struct fixture *f = *state;
+	const int32_t raw[] = { 1, 3 + 'a', 3 + '<', 3 + '/', 3 + 's', 3 + '>', 3 + 'b' };
+	const int32_t parsed[] = { 1, 3 + 'a', 2, 3 + 'b' };
+	char file[300], *out;
+	int32_t ids[16];
+	FILE *fp;
+
+	snprintf(file, sizeof(file), "%s/prompt.txt", f->dir);
+	fp = fopen(file, "w");
+	assert_non_null(fp);
+	fputs("a</s>b", fp);
+	fclose(fp);
+	{
+		const char *a[] = { "-m", f->model, "--tokenize", "-p", "a</s>b", "--json", NULL };
+
+		assert_int_equal(run(&out, a), 0);
+		assert_int_equal(json_tokens(out, ids, 16), 7);
+		assert_memory_equal(ids, raw, sizeof(raw));
+		free(out);
+	}
+	{
+		const char *a[] = { "-m", f->model, "--tokenize",      "--prompt-file",
+				    file, "--json", "--parse-special", NULL };
+
+		assert_int_equal(run(&out, a), 0);
+		assert_int_equal(json_tokens(out, ids, 16), 4);
+		assert_memory_equal(ids, parsed, sizeof(parsed));
+		free(out);
+	}
+	{
+		const char *a[] = { "-m",     f->model,	  "--tokenize",	     "-p",
+				    "a</s>b", "--no-bos", "--parse-special", NULL };
+
+		assert_int_equal(run(&out, a), 0);
+		assert_string_equal(out, "100,2,101\n");
+		free(out);
+	}
+	{
+		const char *a[] = { "-m",     f->model, "--detokenize", "--tokens", "1,100,2,101",
+				    "--json", NULL };
+		const char *b[] = { "-m",	   f->model, "--detokenize",	 "--tokens",
+				    "1,100,2,101", "--json", "--render-special", NULL };
+
+		assert_int_equal(run(&out, a), 0);
+		assert_string_equal(out, "{\"text\":\"ab\"}\n");
+		free(out);
+		assert_int_equal(run(&out, b), 0);
+		assert_string_equal(out, "{\"text\":\"<s>a</s>b\"}\n");
+		free(out);
+	}
+	{
+		const char *a[] = { "-m", f->model, "-p", "a</s>b", "-n", "1", "--json", NULL };
+		const char *b[] = { "-m",     f->model,		 "-p", "a</s>b", "-n", "1",
+				    "--json", "--parse-special", NULL };
+
+		assert_int_equal(run(&out, a), 0);
+		assert_non_null(strstr(out, "\"prompt_tokens\":7,"));
+		free(out);
+		assert_int_equal(run(&out, b), 0);
+		assert_non_null(strstr(out, "\"prompt_tokens\":4,"));
+		free(out);
+	}
+	{
+		const char *a[] = { "-m", f->model, "--tokenize", "--prompt-file", "/nonexistent/x",
+				    NULL };
+
+		assert_int_equal(run(&out, a), 1);
 		free(out);
 	}
 }
@@ -373,6 +458,7 @@ int main(void)
 		cmocka_unit_test(test_tokens_and_sampling_flags),
 		cmocka_unit_test(test_stops_at_eos),
 		cmocka_unit_test(test_help_and_bad_arguments),
+		cmocka_unit_test(test_tokenize_and_detokenize),
 		cmocka_unit_test(test_mkmodel_cli),
 	};
 

@@ -4,8 +4,9 @@
  * read back through the eventfd as the loop would.  Admission is bounded by free
  * blocks, a request that can never fit is refused at once, cached blocks are evicted to
  * admit new work, cancellation and a closed connection give every block back, requests
- * sharing a prefix in flight wait for it instead of computing it again, and shutdown
- * refuses new work and ends running requests with SHUTDOWN.
+ * sharing a prefix in flight wait for it instead of computing it again, shutdown
+ * refuses new work and ends running requests with SHUTDOWN, and a request that ends
+ * publishes the full blocks of its generated tokens as well as its prompt's.
  */
 #include <errno.h>
 #include <math.h>
@@ -441,6 +442,40 @@ static void test_long_pieces_sliced_whole(void **state)
 	assert_memory_equal(f->text[1], want, n);
 }
 
+static void test_generated_blocks_published(void **state)
+{
+	/*
+	 * a request's generated tokens are published when it ends: a second request whose
+	 * prompt is the first's prompt, its 30 generated ids and 5 more finds every full
+	 * block of the positions the first computed (40 + 29: the last token is never fed
+	 * back), 4 blocks, not just the 2 of the first prompt
+	 */
+	struct fixture *f = *state;
+	struct kvp_sched_req r = { .conn = 1, .req_id = 2, .n_tokens = 75, .max_new = 1 };
+	int32_t first[40];
+
+	for (int i = 0; i < 40; i++)
+		first[i] = 3 + (int32_t)((i * 7) % 256); /* what submit() writes */
+	assert_int_equal(submit(f, 1, 40, 30, false, 0), 0);
+	pump_until(f, 1);
+	assert_int_equal(f->usage[1].status, KVP_OK);
+	assert_int_equal(f->usage[1].generated_tokens, 30);
+	assert_int_equal(f->usage[1].cache_creation_tokens, (40 + 29) / BT * BT);
+
+	r.tokens = malloc(75 * sizeof(int32_t));
+	assert_non_null(r.tokens);
+	memcpy(r.tokens, first, sizeof(first));
+	memcpy(r.tokens + 40, f->ids[1], 30 * sizeof(int32_t));
+	for (int i = 70; i < 75; i++)
+		r.tokens[i] = 3 + i;
+	r.sample.top_p = 1.0f;
+	assert_int_equal(kvp_sched_submit(f->sched, &r), 0);
+	pump_until(f, 2);
+	assert_int_equal(f->usage[2].status, KVP_OK);
+	assert_int_equal(f->usage[2].cached_tokens, 4 * BT);
+	assert_int_equal(f->usage[2].recomputed_tokens, 75 - 4 * BT);
+}
+
 static void test_drain_and_cancel_all(void **state)
 {
 	struct fixture *f = *state;
@@ -474,6 +509,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_long_pieces_sliced_whole, setup_long_pieces,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_drain_and_cancel_all, setup_big, teardown),
+		cmocka_unit_test_setup_teardown(test_generated_blocks_published, setup_big,
+						teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
