@@ -94,7 +94,7 @@ int kvp_proto_check_hdr(const void *buf, size_t len, uint32_t max_frame_bytes,
 	if (hdr->magic != KVP_WIRE_MAGIC)
 		return fail(why, "bad magic", KVP_E_PROTO);
 	if (hdr->version != KVP_WIRE_VERSION)
-		return fail(why, "protocol version not supported (this daemon speaks 1)",
+		return fail(why, "protocol version not supported (this daemon speaks 2)",
 			    KVP_E_VERSION);
 	if (hdr->type >= KVP_FRAME__COUNT)
 		return fail(why, "unknown frame type", KVP_E_PROTO);
@@ -164,6 +164,8 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 		return fail(why, "salt longer than 64 bytes", KVP_E_PROTO);
 	if (!all_zero(out->salt + out->salt_len, KVP_SALT_MAX - out->salt_len))
 		return fail(why, "salt padding must be zero", KVP_E_PROTO);
+	if (out->reserved)
+		return fail(why, "GENERATE reserved field must be zero", KVP_E_PROTO);
 	if (out->flags & KVP_GEN_TEXT) {
 		if (out->n_tokens || !out->text_bytes)
 			return fail(why, "text prompt must have text_bytes > 0 and n_tokens 0",
@@ -193,6 +195,8 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 		return fail(why, "temperature must be finite and in [0, 100]", KVP_E_INVALID);
 	if (!isfinite(out->top_p) || !(out->top_p > 0.0f) || out->top_p > 1.0f)
 		return fail(why, "top_p must be in (0, 1]", KVP_E_INVALID);
+	if (out->priority < KVP_PRIORITY_MIN || out->priority > KVP_PRIORITY_MAX)
+		return fail(why, "priority must be in [-1000, 1000]", KVP_E_INVALID);
 	if ((out->flags & KVP_GEN_TEXT) && memchr(*body, 0, out->text_bytes))
 		return fail(why, "prompt text contains a NUL byte", KVP_E_INVALID);
 	return KVP_OK;

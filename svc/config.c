@@ -24,6 +24,7 @@
 
 #include "compute/model.h"
 #include "kvpool/layout.h"
+#include "kvpool/proto.h"
 #include "svc/log.h"
 #include "util/errmsg.h"
 #include "util/parse.h"
@@ -561,7 +562,7 @@ static int check_group(const char *name, const char *key, char *err, size_t cap)
 
 int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 {
-	uint64_t hdr = 24 + 104; /* frame header + GENERATE payload (proto.h) */
+	uint64_t hdr = 24 + sizeof(struct kvp_generate); /* frame header + GENERATE payload */
 
 	if (!*c->socket_path) {
 		kvp_errmsg(err, cap, "server.socket: must not be empty");

@@ -49,8 +49,11 @@ struct kvp_client;
  * @salt:           cache salt (borrowed): requests with different salts never share
  *                  cached blocks; @salt_len <= KVP_SALT_MAX bytes, 0 = none
  * @no_cache:       neither read nor publish prefix-cache blocks
+ * @priority:       KVP_PRIORITY_MIN .. KVP_PRIORITY_MAX (0: normal); higher is admitted,
+ *                  prefilled and kept running first when the daemon is busy
  *
- * kvp_client_params_init() sets greedy decoding of 16 tokens, no salt, caching on.
+ * kvp_client_params_init() sets greedy decoding of 16 tokens, no salt, caching on,
+ * priority 0.
  */
 struct kvp_client_params {
 	uint32_t max_new_tokens;
@@ -61,6 +64,7 @@ struct kvp_client_params {
 	const void *salt;
 	size_t salt_len;
 	bool no_cache;
+	int32_t priority;
 };
 
 /**

@@ -67,6 +67,28 @@ static uint64_t parse_u64(const char *s, const char *what, uint64_t min, uint64_
 	return v;
 }
 
+/* A whole number in [min, max], with an optional leading '-'. */
+static int64_t parse_i64(const char *s, const char *what, int64_t min, int64_t max)
+{
+	bool neg = s && s[0] == '-';
+	uint64_t mag;
+	int64_t v;
+	int r;
+
+	r = kvp_parse_u64(s ? s + neg : s, 0, (uint64_t)INT64_MAX, &mag);
+	if (r == -ERANGE)
+		mag = UINT64_MAX;
+	else if (r < 0)
+		die_usage("%s: '%s' is not an integer", what, s ? s : "");
+	v = mag > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)mag;
+	if (neg)
+		v = -v;
+	if (v < min || v > max)
+		die_usage("%s: '%s' is out of range [%lld, %lld]", what, s, (long long)min,
+			  (long long)max);
+	return v;
+}
+
 /* A finite number in [min, max], or in (min, max] when @open_min. */
 static float parse_float(const char *s, const char *what, float min, float max, bool open_min)
 {
@@ -143,6 +165,10 @@ static void json_usage(struct kvp_json *j, const char *key, const struct kvp_usa
 	kvp_json_fixed(j, "ttft_ms", u->ttft_ms, 3);
 	kvp_json_fixed(j, "prefill_ms", u->prefill_ms, 3);
 	kvp_json_fixed(j, "decode_ms", u->decode_ms, 3);
+	kvp_json_u64(j, "cached_tokens_disk", u->cached_tokens_disk);
+	kvp_json_u64(j, "preemptions", u->preemptions);
+	kvp_json_u64(j, "swapped_tokens", u->swapped_tokens);
+	kvp_json_u64(j, "resume_computed_tokens", u->resume_computed_tokens);
 	kvp_json_end(j, '}');
 }
 
@@ -263,7 +289,7 @@ static void generate_help(FILE *o)
 {
 	fputs("usage: kvpool [--socket PATH] generate (-p TEXT | --tokens 1,2,3 | --prompt-file F)\n"
 	      "              [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-	      "              [--salt S] [--no-cache] [--json]\n"
+	      "              [--salt S] [--no-cache] [--priority N] [--json]\n"
 	      "\n"
 	      "Send one prompt to kvpoold and stream the generated text to stdout as it\n"
 	      "arrives; the usage (prompt, cached and computed tokens, times) goes to stderr.\n"
@@ -280,6 +306,9 @@ static void generate_help(FILE *o)
 	      "      --salt S           cache salt (at most 64 bytes): requests with different\n"
 	      "                         salts never share cached prefix blocks\n"
 	      "      --no-cache         neither use nor publish prefix-cache blocks\n"
+	      "      --priority N       -1000 .. 1000 (default 0): when the daemon is busy,\n"
+	      "                         higher priorities are admitted, prefilled and kept\n"
+	      "                         running first\n"
 	      "      --json             print one JSON object instead: tokens (generated ids),\n"
 	      "                         text and usage\n"
 	      "Ctrl-C cancels the request.\n",
@@ -299,6 +328,7 @@ static int cmd_generate(int argc, char **argv)
 		{ "seed", required_argument, NULL, 's' },
 		{ "salt", required_argument, NULL, 'S' },
 		{ "no-cache", no_argument, NULL, 'N' },
+		{ "priority", required_argument, NULL, 'R' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -357,6 +387,10 @@ static int cmd_generate(int argc, char **argv)
 		case 'N':
 			p.no_cache = true;
 			break;
+		case 'R':
+			p.priority = (int32_t)parse_i64(optarg, "--priority", KVP_PRIORITY_MIN,
+							KVP_PRIORITY_MAX);
+			break;
 		case 'j':
 			out.json = true;
 			break;
@@ -407,10 +441,18 @@ static int cmd_generate(int argc, char **argv)
 		fprintf(stderr,
 			"usage: prompt_tokens %u, cached_tokens %u, cache_creation_tokens %u, "
 			"recomputed_tokens %u, generated_tokens %u; queue %.1f ms, ttft %.1f ms, "
-			"prefill %.1f ms, decode %.1f ms%s\n",
+			"prefill %.1f ms, decode %.1f ms%s",
 			u.prompt_tokens, u.cached_tokens, u.cache_creation_tokens,
 			u.recomputed_tokens, u.generated_tokens, u.queue_ms, u.ttft_ms,
 			u.prefill_ms, u.decode_ms, r == KVP_E_CANCELLED ? " (cancelled)" : "");
+		/* the fields of protocol version 2, when they say something */
+		if (u.cached_tokens_disk || u.preemptions)
+			fprintf(stderr,
+				"; cached_tokens_disk %u, preemptions %u, swapped_tokens %u, "
+				"resume_computed_tokens %u",
+				u.cached_tokens_disk, u.preemptions, u.swapped_tokens,
+				u.resume_computed_tokens);
+		fputc('\n', stderr);
 	}
 out:
 	kvp_client_close(c);

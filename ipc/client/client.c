@@ -470,6 +470,9 @@ static int check_params(struct kvp_client *c, const struct kvp_client_prompt *pr
 		return set_err(c, -EINVAL, "top_p must be in (0, 1]");
 	if (p->salt_len > KVP_SALT_MAX || (p->salt_len && !p->salt))
 		return set_err(c, -EINVAL, "salt must be at most %d bytes", KVP_SALT_MAX);
+	if (p->priority < KVP_PRIORITY_MIN || p->priority > KVP_PRIORITY_MAX)
+		return set_err(c, -EINVAL, "priority must be in [%d, %d]", KVP_PRIORITY_MIN,
+			       KVP_PRIORITY_MAX);
 	return 0;
 }
 
@@ -501,6 +504,7 @@ KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_p
 		memcpy(g.salt, params->salt, params->salt_len);
 	if (params->no_cache)
 		g.flags |= KVP_GEN_NO_CACHE;
+	g.priority = params->priority;
 	if (prompt->text_len) {
 		g.flags |= KVP_GEN_TEXT;
 		g.text_bytes = (uint32_t)prompt->text_len;
