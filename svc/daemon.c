@@ -216,6 +216,11 @@ static int make_engine(struct kvp_daemon *d)
 	sc.event_capacity = 8192;
 	sc.ignore_eos = d->cfg.ignore_eos;
 	sc.wake_fd = d->wake_fd;
+	sc.policy = d->cfg.policy;
+	sc.step_target_ns = (uint64_t)d->cfg.step_target_ms * 1000000;
+	sc.prefill_step_ns = (uint64_t)d->cfg.prefill_step_ms * 1000000;
+	sc.aging_ms = d->cfg.prefill_aging_ms;
+	sc.headroom_blocks = d->cfg.admit_headroom_blocks;
 	r = kvp_sched_new(&d->sched, &sc);
 	if (r < 0)
 		kvp_log(LOG_ERR, "engine: create (%u threads, batch %u, chunk %u): %s",

@@ -106,10 +106,6 @@
 #define AUTO_STEP_DECODES 2.5 /* step while decoding: this many decode steps of one */
 #define AUTO_PREFILL_CALLS 10 /* prefill step alone: this many fixed costs of a call */
 
-const double kvp_sched_itl_bounds_ms[KVP_SCHED_ITL_BUCKETS] = {
-	5, 10, 25, 50, 100, 250, 500, 1000, 2500, INFINITY,
-};
-
 enum seq_state {
 	SEQ_QUEUED = 0, /* waiting for admission (new, or preempted) */
 	SEQ_WAITING,	/* waiting for another sequence's prefix blocks */
@@ -898,7 +894,7 @@ static void took_token(struct kvp_sched *s, struct seq *q, int32_t token)
 			double gap = kvp_ns_to_ms(t - q->t_last);
 			uint32_t b = 0;
 
-			while (b < KVP_SCHED_ITL_BUCKETS - 1 && gap > kvp_sched_itl_bounds_ms[b])
+			while (b < KVP_SCHED_ITL_BUCKETS - 1 && gap > kvp_sched_itl_bound_ms(b))
 				b++;
 			for (; b < KVP_SCHED_ITL_BUCKETS; b++)
 				s->st.itl_le[b]++;

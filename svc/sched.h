@@ -232,7 +232,7 @@ struct kvp_sched_stats {
 	uint64_t preempt_usage; /* sum of usage.preemptions over ended requests */
 
 	/* inter-token latency: a cumulative histogram since start (itl_le[i] counts the gaps
-	 * <= kvp_sched_itl_bounds_ms[i]), and quantiles over the last 4096 gaps */
+	 * <= kvp_sched_itl_bound_ms(i)), and quantiles over the last 4096 gaps */
 	uint64_t itl_le[KVP_SCHED_ITL_BUCKETS];
 	uint64_t itl_count;
 	double itl_sum_ms;
@@ -251,8 +251,13 @@ struct kvp_sched_stats {
 	double calib_token_ms;	/* ... a prefill token at context 0 */
 };
 
-/* Upper bounds (ms) of the inter-token latency histogram's buckets (the last: +Inf). */
-extern const double kvp_sched_itl_bounds_ms[KVP_SCHED_ITL_BUCKETS];
+/* Upper bound (ms) of bucket @i of the inter-token latency histogram (the last: +Inf). */
+static inline double kvp_sched_itl_bound_ms(uint32_t i)
+{
+	static const double b[KVP_SCHED_ITL_BUCKETS] = { 5,   10,  25,	 50,   100,
+							 250, 500, 1000, 2500, __builtin_inf() };
+	return b[i];
+}
 
 /**
  * kvp_sched_new() - make the engine (forward context, buffers); no thread yet

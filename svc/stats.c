@@ -71,6 +71,8 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 	s->index_inserts = s->sched.index.publishes - s->sched.index.publish_dups;
 	s->req_rejected = src->req->rejected;
 	s->req_total = s->sched.req_total + s->req_rejected;
+	snprintf(s->sched_policy, sizeof(s->sched_policy), "%s",
+		 s->sched.policy == KVP_SCHED_FIFO ? "fifo" : "fair");
 
 	for (c = kvp_conns_first(&src->req->conns); c && s->n_conns < KVP_STATUS_MAX_CONNS;
 	     c = kvp_conns_next(&src->req->conns, c)) {

@@ -73,6 +73,7 @@ struct kvp_status_snap {
 	uint64_t index_inserts; /* publishes that added an entry */
 	uint64_t req_total;	/* the engine's, plus @req_rejected */
 	uint64_t req_rejected;	/* refused before or at submission */
+	char sched_policy[8];	/* "fair", "fifo" */
 
 	uint32_t n_conns; /* listed in @conns (at most KVP_STATUS_MAX_CONNS) */
 	struct kvp_status_conn conns[KVP_STATUS_MAX_CONNS];
