@@ -1387,7 +1387,6 @@ static void *engine_main(void *arg)
 	bool progress = true;
 
 	pthread_setname_np(pthread_self(), "kvp-engine");
-	calibrate(s);
 	publish_stats(s);
 	for (;;) {
 		struct msg *m;
@@ -1578,6 +1577,8 @@ int kvp_sched_start(struct kvp_sched *s)
 {
 	int r;
 
+	/* before the thread: the first requests never wait for it, and READY=1 follows it */
+	calibrate(s);
 	publish_stats(s);
 	r = pthread_create(&s->thread, NULL, engine_main, s);
 	if (r)

@@ -265,7 +265,10 @@ static inline double kvp_sched_itl_bound_ms(uint32_t i)
  */
 int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg);
 
-/* Start the engine thread.  Return: 0 or -errno of pthread_create(). */
+/*
+ * Measure the model on this machine (FAIR: a few forward calls in free blocks, logged),
+ * then start the engine thread.  Return: 0 or -errno of pthread_create().
+ */
 int kvp_sched_start(struct kvp_sched *s);
 
 /*

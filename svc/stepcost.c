@@ -3,10 +3,10 @@
  * stepcost.c - the engine's forward cost model (see stepcost.h).
  *
  * The adaptation is an exponentially weighted mean of measured/predicted with weight
- * 0.2 per observation: a shift in machine load is followed within ~10 steps, one noisy
- * step moves the estimate by at most a fifth of its error.  Ratios are clamped to
- * [0.1, 10] so a single absurd measurement (the process stopped, a page-fault storm)
- * cannot wreck the budget for long.
+ * 0.2 per observation, each observation first clamped to [1/2, 2] x the current ratio:
+ * a shift in machine load is followed within ~10 steps, while one step stalled by
+ * another process (on a shared machine: 10x for a step, now and then) moves the estimate
+ * by at most 20%.  The ratio itself stays in [0.1, 10].
  *
  * Thread: the engine thread's.
  */
@@ -110,8 +110,9 @@ void kvp_stepcost_observe_prefill(struct kvp_stepcost *c, uint32_t n, uint32_t c
 
 	if (!n || m <= 0 || !(ns > 0))
 		return;
-	c->k_pre = clampd((1 - ALPHA) * c->k_pre + ALPHA * clampd(ns / m, K_MIN, K_MAX), K_MIN,
-			  K_MAX);
+	c->k_pre = clampd((1 - ALPHA) * c->k_pre +
+				  ALPHA * clampd(ns / m, c->k_pre / 2, c->k_pre * 2),
+			  K_MIN, K_MAX);
 }
 
 void kvp_stepcost_observe_decode(struct kvp_stepcost *c, uint32_t batch, double ns)
@@ -121,11 +122,12 @@ void kvp_stepcost_observe_decode(struct kvp_stepcost *c, uint32_t batch, double 
 	if (!batch || !(ns > 0))
 		return;
 	m = decode_model(c, batch);
-	c->k_dec = clampd((1 - ALPHA) * c->k_dec + ALPHA * clampd(ns / m, K_MIN, K_MAX), K_MIN,
-			  K_MAX);
+	c->k_dec = clampd((1 - ALPHA) * c->k_dec +
+				  ALPHA * clampd(ns / m, c->k_dec / 2, c->k_dec * 2),
+			  K_MIN, K_MAX);
 	if (batch <= KVP_STEPCOST_MAX_BATCH) {
 		double *d = &c->dec[batch - 1];
 
-		*d = *d > 0 ? (1 - ALPHA) * *d + ALPHA * ns : ns;
+		*d = *d > 0 ? (1 - ALPHA) * *d + ALPHA * clampd(ns, *d / 2, *d * 2) : ns;
 	}
 }
