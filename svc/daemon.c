@@ -221,6 +221,9 @@ static int make_engine(struct kvp_daemon *d)
 	sc.prefill_step_ns = (uint64_t)d->cfg.prefill_step_ms * 1000000;
 	sc.aging_ms = d->cfg.prefill_aging_ms;
 	sc.headroom_blocks = d->cfg.admit_headroom_blocks;
+	sc.tier = d->domains.dom[KVP_DOMAIN_DEFAULT].tier;
+	sc.tier_high_pct = d->cfg.tier_high_pct;
+	sc.tier_low_pct = d->cfg.tier_low_pct;
 	r = kvp_sched_new(&d->sched, &sc);
 	if (r < 0)
 		kvp_log(LOG_ERR, "engine: create (%u threads, batch %u, chunk %u): %s",

@@ -90,6 +90,7 @@
 #include "compute/text/tokenizer.h"
 #include "svc/log.h"
 #include "svc/stepcost.h"
+#include "svc/tiering.h"
 #include "util/stats.h"
 #include "util/time.h"
 
@@ -111,6 +112,7 @@ enum seq_state {
 	SEQ_WAITING,	/* waiting for another sequence's prefix blocks */
 	SEQ_PREFILL,	/* admitted; prompt (or, after a preemption, history) computed */
 	SEQ_DECODE,	/* generating */
+	SEQ_LOADING,	/* admitted; prefix blocks being read back from the disk tier */
 };
 
 /* One request.  Owned by the engine thread from the moment it is taken off the inbox. */
@@ -142,13 +144,24 @@ struct seq {
 	bool silent; /* connection gone: end without events */
 	uint32_t cancel_status;
 
-	uint64_t arrival;      /* submission order */
-	uint64_t admit_no;     /* first admission order; 0 = never admitted */
-	uint32_t preemptions;  /* times preempted */
-	bool resumed;	       /* admitted again after a preemption */
-	uint32_t tok_cached;   /* usage: prompt tokens hit in memory at first admission */
-	uint32_t tok_computed; /* ... prompt tokens computed before any preemption */
-	uint32_t tok_resume;   /* ... positions computed again after preemptions */
+	uint64_t arrival;	  /* submission order */
+	uint64_t admit_no;	  /* first admission order; 0 = never admitted */
+	uint32_t preemptions;	  /* times preempted */
+	bool resumed;		  /* admitted again after a preemption */
+	uint32_t tok_cached;	  /* usage: prompt tokens hit in memory at first admission */
+	uint32_t tok_computed;	  /* ... prompt tokens computed before any preemption */
+	uint32_t tok_resume;	  /* ... positions computed again after preemptions */
+	uint32_t tok_cached_disk; /* ... prompt tokens read back from the tier at first admission */
+	uint32_t tok_swapped;	  /* ... tokens read back from the tier after preemptions */
+
+	/* SEQ_LOADING: table[load_from + i] is read from disk[i], result in load_res[i] */
+	struct kvp_index_disk_hit *disk; /* owned; cap_table entries, made when needed */
+	int8_t *load_res;		 /* 1 pending, 0 sound, -1 failed */
+	uint32_t load_from;
+	uint32_t n_load;     /* blocks to read */
+	uint32_t n_issued;   /* reads queued */
+	uint32_t n_inflight; /* ... not completed yet */
+	bool load_failed;    /* stop issuing: a read failed */
 
 	uint64_t t_recv;
 	uint64_t t_admit;
@@ -175,6 +188,7 @@ enum msg_type {
 	MSG_CANCEL,
 	MSG_CLOSED,
 	MSG_CANCEL_ALL,
+	MSG_FLUSH_TIER,
 };
 
 struct msg {
@@ -194,7 +208,9 @@ struct kvp_sched {
 	int32_t eos;
 	bool fair;
 	struct kvp_kv_view view;
-	struct kvp_fwd *fwd; /* NULL with hooks */
+	struct kvp_fwd *fwd;	     /* NULL with hooks */
+	struct kvp_tiering *tiering; /* NULL without a disk tier */
+	bool flush_tier;	     /* a flush was asked for */
 	pthread_t thread;
 	bool started;
 	bool calibrated;
@@ -316,6 +332,7 @@ static void seq_free(struct seq *q)
 	if (!q)
 		return;
 	kvp_sampler_free(q->sampler);
+	free(q->disk);
 	free(q->hist);
 	free(q->table);
 	free(q);
@@ -430,6 +447,8 @@ static void fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, stru
 	u->decode_ms = q->t_first ? kvp_ns_to_ms(q->t_last - q->t_first) : 0;
 	u->preemptions = q->preemptions;
 	u->resume_computed_tokens = q->tok_resume;
+	u->cached_tokens_disk = q->tok_cached_disk;
+	u->swapped_tokens = q->tok_swapped;
 }
 
 /* Drop @q's reference on every block of its table (hits included); the table is empty. */
@@ -521,7 +540,7 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 
 /* ---- engine thread: blocks ---- */
 
-/* Blocks that can be handed out now: free, and cached ones nobody holds. */
+/* Blocks that can be handed out now: free, and cached ones nobody holds or writes. */
 static uint64_t pool_available(struct kvp_sched *s)
 {
 	struct kvp_pool_stats ps;
@@ -531,7 +550,7 @@ static uint64_t pool_available(struct kvp_sched *s)
 	kvp_pool_stats(s->cfg.pool, &ps);
 	for (a = 0; a < ps.n_arenas; a++)
 		avail += (uint64_t)ps.arena[a].free + ps.arena[a].cached;
-	return avail;
+	return avail - kvp_tiering_pinned_idle(s->tiering);
 }
 
 /* ... of which no reservation has a claim on. */
@@ -655,8 +674,8 @@ static struct seq *pick_victim(struct kvp_sched *s, int64_t below)
 	struct seq *a;
 
 	for (a = s->active.first; a; a = a->next) {
-		if (a->cancelled || a->priority >= below)
-			continue;
+		if (a->cancelled || a->priority >= below || a->state == SEQ_LOADING)
+			continue; /* blocks being read into are the tier's until it answers */
 		if (!v || victim_before(a, v))
 			v = a;
 	}
@@ -670,6 +689,9 @@ static struct seq *pick_victim(struct kvp_sched *s, int64_t below)
 static void preempt(struct kvp_sched *s, struct seq *v)
 {
 	publish_upto(s, v, v->gen.n_past);
+	/* with a disk tier, they go there too: back from disk rather than recomputed */
+	if (!v->no_cache && kvp_tiering_save(s->tiering, v->table, v->n_indexed))
+		s->st.preempt_swapped++;
 	release_blocks(s, v);
 	forget_waiters(s, v);
 	list_del(&s->active, v);
@@ -736,6 +758,147 @@ static uint32_t reservation(const struct kvp_sched *s, const struct seq *q, uint
 	return want > n_hit ? want - n_hit : 0;
 }
 
+/* ---- engine thread: reloads from the disk tier ---- */
+
+/*
+ * On-disk entries continuing @q's @n_hit memory hits (kvp_index_lookup_disk()): how many
+ * blocks it can read back instead of computing.  0 without a usable tier.
+ */
+static uint32_t disk_lookup(struct kvp_sched *s, struct seq *q, uint32_t n_hit)
+{
+	int n;
+
+	if (q->no_cache || !kvp_tiering_usable(s->tiering) || n_hit >= q->cap_table)
+		return 0;
+	if (!q->disk) {
+		q->disk = malloc(q->cap_table * (sizeof(*q->disk) + sizeof(*q->load_res)));
+		if (!q->disk)
+			return 0; /* computed instead */
+		q->load_res = (int8_t *)(q->disk + q->cap_table);
+	}
+	n = kvp_index_lookup_disk(s->cfg.index, &q->key, (const uint32_t *)q->hist,
+				  q->gen.n_prompt + q->gen.n_generated, n_hit,
+				  n_hit ? q->table[n_hit - 1] : KVP_BLOCK_NONE, q->disk,
+				  q->cap_table - n_hit);
+	return n > 0 ? (uint32_t)n : 0;
+}
+
+/* Queue the reads of loading @q that the tier takes now. */
+static void issue_reads(struct kvp_sched *s, struct seq *q)
+{
+	while (q->n_issued < q->n_load && !q->load_failed && !q->cancelled) {
+		uint32_t i = q->n_issued;
+		int r = kvp_tiering_read(s->tiering, &q->disk[i], q->table[q->load_from + i],
+					 (uint64_t)(uintptr_t)q);
+
+		if (r == -EBUSY)
+			return; /* the queue is full: more at the next step */
+		if (r < 0) {
+			q->load_failed = true; /* slot gone or tier off: computed instead */
+			return;
+		}
+		q->load_res[i] = 1;
+		q->n_issued++;
+		q->n_inflight++;
+	}
+}
+
+/*
+ * Admitted @q reads its next @n blocks from disk: blocks from its reservation, taken now
+ * and held, unpublished, until the reads come back (see kvp_tiering_read()).
+ */
+static void start_load(struct kvp_sched *s, struct seq *q, uint32_t n)
+{
+	uint32_t from = q->n_table;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (take_block(s, q) < 0) {
+			n = i; /* cannot happen: the reservation covers them */
+			break;
+		}
+	if (!n)
+		return;
+	q->state = SEQ_LOADING;
+	q->load_from = from;
+	q->n_load = n;
+	q->n_issued = q->n_inflight = 0;
+	q->load_failed = false;
+	issue_reads(s, q);
+}
+
+/* kvp_tiering_read_fn: a read of loading sequence @cookie finished. */
+static void read_done(void *ctx, uint64_t cookie, uint32_t block, int result)
+{
+	struct seq *q = (struct seq *)(uintptr_t)cookie;
+
+	(void)ctx;
+	for (uint32_t i = 0; i < q->n_issued; i++) {
+		if (q->table[q->load_from + i] != block)
+			continue;
+		q->load_res[i] = result ? -1 : 0;
+		q->load_failed |= result != 0;
+		break;
+	}
+	q->n_inflight--;
+}
+
+/*
+ * Every read of @q has come back: publish the leading sound blocks in order (each gives
+ * its on-disk entry a memory block again); from the first failure on, the positions are
+ * computed (those blocks are private and get overwritten).
+ */
+static void finish_load(struct kvp_sched *s, struct seq *q)
+{
+	uint32_t bt = s->block_tokens;
+	uint32_t i, ok = 0;
+
+	for (i = 0; i < q->n_issued && q->load_res[i] == 0; i++) {
+		uint32_t b = q->load_from + i;
+		uint32_t parent = b ? q->table[b - 1] : KVP_BLOCK_NONE;
+		uint32_t out = KVP_BLOCK_NONE;
+		int r = kvp_index_publish(s->cfg.index, &q->key, parent,
+					  (const uint32_t *)q->hist + (size_t)b * bt, q->table[b],
+					  &out);
+
+		if (r == 1) {
+			/* brought back (or computed) by another request meanwhile: share it */
+			kvp_pool_unref(s->cfg.pool, q->table[b]);
+			q->table[b] = out;
+		} else if (r < 0) {
+			break;
+		}
+		ok++;
+	}
+	q->n_indexed = q->load_from + ok;
+	q->gen.n_past = q->n_indexed * bt;
+	if (q->resumed)
+		q->tok_swapped += ok * bt;
+	else
+		q->tok_cached_disk += ok * bt;
+	q->n_load = 0;
+	q->state = SEQ_PREFILL;
+	q->t_served = now_ns(s);
+}
+
+/* Reap the tier, feed loading sequences, and flush when asked. */
+static void tier_step(struct kvp_sched *s)
+{
+	if (!s->tiering)
+		return;
+	kvp_tiering_poll(s->tiering, false);
+	if (s->flush_tier) {
+		s->flush_tier = false;
+		kvp_tiering_flush(s->tiering); /* waits for what is in flight, then empties */
+	}
+	for (struct seq *q = s->active.first; q; q = q->next) {
+		if (q->state != SEQ_LOADING)
+			continue;
+		issue_reads(s, q);
+		if (!q->n_inflight && (q->n_issued == q->n_load || q->load_failed || q->cancelled))
+			finish_load(s, q);
+	}
+}
+
 /*
  * Try to admit the queue's head @q.  Return: true when it left the queue (admitted, or
  * waiting for a prefix in flight); false when it does not fit now.
@@ -743,7 +906,7 @@ static uint32_t reservation(const struct kvp_sched *s, const struct seq *q, uint
 static bool try_admit(struct kvp_sched *s, struct seq *q)
 {
 	struct seq *owner = NULL;
-	uint32_t until = 0;
+	uint32_t until = 0, n_disk;
 	uint64_t need, room;
 	int n = 0;
 
@@ -764,6 +927,7 @@ static bool try_admit(struct kvp_sched *s, struct seq *q)
 			return true;
 		}
 	}
+	n_disk = disk_lookup(s, q, (uint32_t)n);
 	need = reservation(s, q, (uint32_t)n);
 	room = pool_unreserved(s);
 	if (s->fair && s->active.n) /* next to running sequences, leave them room to grow */
@@ -780,6 +944,8 @@ static bool try_admit(struct kvp_sched *s, struct seq *q)
 	q->t_served = now_ns(s);
 	q->state = SEQ_PREFILL;
 	list_add_tail(&s->active, q);
+	if (n_disk)
+		start_load(s, q, n_disk);
 	if (q->admit_no) {
 		q->resumed = true;
 		return true;
@@ -1263,6 +1429,9 @@ static void handle_msg(struct kvp_sched *s, struct msg *m)
 		mark_all(&s->waiting, 0, true, m->status, false);
 		mark_all(&s->active, 0, true, m->status, false);
 		break;
+	case MSG_FLUSH_TIER:
+		s->flush_tier = true;
+		break;
 	}
 }
 
@@ -1273,6 +1442,10 @@ static void reap_list(struct kvp_sched *s, struct seq_list *l, bool admitted)
 	while (q) {
 		struct seq *next = q->next;
 
+		if (q->cancelled && q->n_inflight) {
+			q = next; /* the tier still writes into its blocks: after its answer */
+			continue;
+		}
 		if (q->cancelled) {
 			/* never admitted and not cancelled by its client: an ERROR says why */
 			bool as_error = !admitted && !q->admit_no &&
@@ -1293,6 +1466,8 @@ static void publish_stats(struct kvp_sched *s)
 
 	kvp_pool_stats(s->cfg.pool, &s->st.pool);
 	kvp_index_stats(s->cfg.index, &s->st.index);
+	if (s->tiering)
+		kvp_tiering_stats(s->tiering, &s->st.tier, now_ns(s));
 	s->st.queued = s->queue.n;
 	s->st.waiting_prefix = s->waiting.n;
 	s->st.running = s->active.n;
@@ -1349,6 +1524,7 @@ static bool engine_step(struct kvp_sched *s)
 
 	if (!s->calibrated)
 		calibrate(s);
+	tier_step(s);
 	reap_list(s, &s->queue, false);
 	reap_list(s, &s->waiting, false);
 	reap_list(s, &s->active, true);
@@ -1363,6 +1539,7 @@ static bool engine_step(struct kvp_sched *s)
 		s->st.steps++;
 		s->step_ring[s->step_n++ % STEP_RING] = kvp_ns_to_ms(now_ns(s) - t0);
 	}
+	kvp_tiering_offload(s->tiering);
 	publish_stats(s);
 	flush_events(s);
 	return worked || s->active.n != active_before ||
@@ -1389,10 +1566,11 @@ static void *engine_main(void *arg)
 	pthread_setname_np(pthread_self(), "kvp-engine");
 	publish_stats(s);
 	for (;;) {
+		bool io = kvp_tiering_in_flight(s->tiering) > 0;
 		struct msg *m;
 
 		pthread_mutex_lock(&s->inbox_lock);
-		while (!s->stop && !s->inbox_head && (!has_work(s) || !progress)) {
+		while (!s->stop && !s->inbox_head && (!has_work(s) || !progress) && !io) {
 			if (has_work(s)) {
 				/* queued work that cannot be admitted yet: look again soon */
 				struct timespec ts;
@@ -1416,6 +1594,9 @@ static void *engine_main(void *arg)
 		s->inbox_head = s->inbox_tail = NULL;
 		pthread_mutex_unlock(&s->inbox_lock);
 		take_inbox(s, m);
+		/* nothing to compute but the disk answers: wait for it (offloads, reloads) */
+		if (io && !progress && !m)
+			kvp_tiering_poll(s->tiering, true);
 		progress = engine_step(s);
 	}
 	return NULL;
@@ -1528,6 +1709,7 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	s->headroom = cfg->headroom_blocks ? cfg->headroom_blocks :
 					     (s->n_blocks / 100 ? s->n_blocks / 100 : 1);
 	s->st.policy = cfg->policy;
+	s->st.tier_configured = cfg->tier != NULL;
 	kvp_stepcost_init(&s->cost, 0, 0, 0, 0);
 	if (!cfg->hooks) {
 		fo = (struct kvp_fwd_opts){ .n_threads = cfg->n_threads,
@@ -1551,6 +1733,12 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	s->ev = calloc(s->ev_cap, sizeof(*s->ev));
 	if (!s->logits || !s->batch || !s->batch_seq || !s->pkeys || !s->ev)
 		goto err_bufs;
+	if (cfg->tier) {
+		r = kvp_tiering_new(&s->tiering, cfg->tier, cfg->pool, cfg->index,
+				    cfg->tier_high_pct, cfg->tier_low_pct, read_done, s);
+		if (r < 0)
+			goto err_bufs;
+	}
 	pthread_mutex_init(&s->inbox_lock, NULL);
 	pthread_cond_init(&s->inbox_cv, NULL);
 	pthread_mutex_init(&s->ev_lock, NULL);
@@ -1612,7 +1800,8 @@ void kvp_sched_free(struct kvp_sched *s)
 		kvp_sched_loop_gone(s);
 		pthread_join(s->thread, NULL);
 	}
-	/* the engine thread is gone: this thread owns the pool now */
+	/* the engine thread is gone: this thread owns the pool now; the tier answers first */
+	kvp_tiering_free(s->tiering);
 	free_list(s, &s->queue);
 	free_list(s, &s->waiting);
 	free_list(s, &s->active);
@@ -1751,6 +1940,14 @@ void kvp_sched_drain(struct kvp_sched *s)
 void kvp_sched_cancel_all(struct kvp_sched *s, enum kvp_status why)
 {
 	post_simple(s, MSG_CANCEL_ALL, 0, 0, why);
+}
+
+int kvp_sched_flush_tier(struct kvp_sched *s)
+{
+	if (!s->cfg.tier)
+		return -ENODEV;
+	post_simple(s, MSG_FLUSH_TIER, 0, 0, 0);
+	return 0;
 }
 
 uint64_t kvp_sched_outstanding(const struct kvp_sched *s)

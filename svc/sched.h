@@ -34,6 +34,7 @@
 #include "kvpool/proto.h"
 #include "shm/index.h"
 #include "shm/pool.h"
+#include "svc/tiering.h"
 
 struct kvp_model;
 struct kvp_tokenizer;
@@ -249,6 +250,10 @@ struct kvp_sched_stats {
 	double calib_decode_ms; /* measured at start: a decode step of one sequence */
 	double calib_call_ms;	/* ... the fixed cost of a prefill call */
 	double calib_token_ms;	/* ... a prefill token at context 0 */
+
+	/* the disk tier, when one is configured */
+	uint32_t tier_configured;
+	struct kvp_tiering_stats tier;
 };
 
 /* Upper bound (ms) of bucket @i of the inter-token latency histogram (the last: +Inf). */
@@ -308,6 +313,12 @@ void kvp_sched_drain(struct kvp_sched *s);
 
 /* Shutdown, phase 2: every request still running ends now with DONE, status @why. */
 void kvp_sched_cancel_all(struct kvp_sched *s, enum kvp_status why);
+
+/*
+ * Empty the disk tier (`kvpool flush --tier`): the engine does it at its next step, after
+ * the I/O in flight.  Loop thread.  Return: 0, or -ENODEV without a tier.
+ */
+int kvp_sched_flush_tier(struct kvp_sched *s);
 
 /* Requests submitted and not yet ended (queued, waiting or running).  Any thread. */
 uint64_t kvp_sched_outstanding(const struct kvp_sched *s);

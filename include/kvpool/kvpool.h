@@ -193,7 +193,9 @@ int kvp_client_generate(struct kvp_client *c, const struct kvp_client_prompt *pr
 /**
  * kvp_client_status() - fetch a status report from the status socket
  * @path:  status socket, or NULL for KVP_DEFAULT_STATUS_SOCKET
- * @fmt:   "json" or "prom" (NULL: "json")
+ * @fmt:   "json" or "prom" (NULL: "json"); or the operator command "flush-tier" (empty
+ *         the disk tier: the daemon answers at once, and its report's tier.flushes
+ *         grows when the engine has done it)
  * @out:   out; the report, NUL-terminated, malloc()ed: free() it
  * @len:   out, may be NULL; its length
  * Return: 0 or -errno (-EPROTO if the daemon closed without a report).

@@ -463,6 +463,77 @@ out:
 	return r ? 1 : 0;
 }
 
+/* ------------------------------------------------------------ flush */
+
+/* The number after "@key": in @text (a report of ours), or -1. */
+static long long json_number_after(const char *text, const char *key)
+{
+	const char *p = text ? strstr(text, key) : NULL;
+
+	return p ? strtoll(p + strlen(key), NULL, 10) : -1;
+}
+
+static int cmd_flush(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "tier", no_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	bool tier = false;
+	long long before, now = -1;
+	char *text = NULL;
+	int opt, r;
+
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 't':
+			tier = true;
+			break;
+		case 'h':
+			puts("usage: kvpool [--status-socket PATH] flush --tier\n"
+			     "\n"
+			     "Empty kvpoold's disk tier: every cached block on disk is dropped (memory\n"
+			     "is kept), and the file is marked so that none of them comes back after a\n"
+			     "restart either.  Asked through the status socket (an operator's); waits\n"
+			     "until the engine has done it (at most 30 s).");
+			return 0;
+		default:
+			die_usage("flush: bad option");
+		}
+	}
+	if (optind < argc)
+		die_usage("flush: unexpected argument '%s'", argv[optind]);
+	if (!tier)
+		die_usage("flush: say what to flush (--tier)");
+	r = kvp_client_status(status_path, "flush-tier", &text, NULL);
+	if (r < 0) {
+		fprintf(stderr, "kvpool: flush: %s: %s\n",
+			status_path ? status_path : KVP_DEFAULT_STATUS_SOCKET, strerror(-r));
+		return 1;
+	}
+	before = json_number_after(text, "\"flushes_before\":");
+	if (before < 0) {
+		fprintf(stderr, "kvpool: flush: %s", text);
+		free(text);
+		return 1;
+	}
+	free(text);
+	for (int i = 0; i < 300 && now <= before; i++) {
+		usleep(100000);
+		text = NULL;
+		if (kvp_client_status(status_path, "json", &text, NULL) == 0)
+			now = json_number_after(text, "\"flushes\":");
+		free(text);
+	}
+	if (now <= before) {
+		fprintf(stderr, "kvpool: flush: the daemon did not report the flush within 30 s\n");
+		return 1;
+	}
+	puts("kvpool: disk tier flushed");
+	return 0;
+}
+
 /* ------------------------------------------------------------ status */
 
 static int cmd_status(int argc, char **argv)
@@ -869,6 +940,7 @@ static void main_help(FILE *o)
 	      "Commands:\n"
 	      "  generate   send a prompt, stream the generated text (kvpool generate --help)\n"
 	      "  status     print the daemon's status report (kvpool status --help)\n"
+	      "  flush      operators: empty the disk tier (kvpool flush --tier)\n"
 	      "  bench      load generator: TTFT, throughput, prefix hit rates (kvpool bench --help)\n"
 	      "\n"
 	      "Options:\n"
@@ -916,6 +988,8 @@ int main(int argc, char **argv)
 		return cmd_generate(argc, argv);
 	if (!strcmp(cmd, "status"))
 		return cmd_status(argc, argv);
+	if (!strcmp(cmd, "flush"))
+		return cmd_flush(argc, argv);
 	if (!strcmp(cmd, "bench"))
 		return cmd_bench(argc, argv);
 	if (!strcmp(cmd, "help")) {

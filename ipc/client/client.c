@@ -664,7 +664,7 @@ KVP_EXPORT int kvp_client_status(const char *path, const char *fmt, char **out, 
 	*out = NULL;
 	if (!fmt)
 		fmt = "json";
-	if (strcmp(fmt, "json") && strcmp(fmt, "prom"))
+	if (strcmp(fmt, "json") && strcmp(fmt, "prom") && strcmp(fmt, "flush-tier"))
 		return -EINVAL;
 	r = unix_connect(path ? path : KVP_DEFAULT_STATUS_SOCKET, &fd);
 	if (r)
