@@ -1243,8 +1243,14 @@ static bool decode_step(struct kvp_sched *s)
 		if (q->state != SEQ_DECODE)
 			continue; /* preempted for an earlier one */
 		while ((r = ensure_blocks(s, q, q->gen.n_past + 1)) < 0) {
-			struct seq *v = s->fair ? pick_victim(s, INT64_MAX) : NULL;
+			struct seq *v;
 
+			/* blocks of an earlier victim still being written: this step needs them */
+			if (kvp_tiering_pinned_idle(s->tiering)) {
+				kvp_tiering_poll(s->tiering, true);
+				continue;
+			}
+			v = s->fair ? pick_victim(s, INT64_MAX) : NULL;
 			if (!v) {
 				q->cancelled = true; /* ended by reap at the next step */
 				q->cancel_status = KVP_E_NOSPACE;
@@ -1539,7 +1545,8 @@ static bool engine_step(struct kvp_sched *s)
 		s->st.steps++;
 		s->step_ring[s->step_n++ % STEP_RING] = kvp_ns_to_ms(now_ns(s) - t0);
 	}
-	kvp_tiering_offload(s->tiering);
+	if (s->tiering)
+		kvp_tiering_offload(s->tiering, (uint32_t)pool_unreserved(s));
 	publish_stats(s);
 	flush_events(s);
 	return worked || s->active.n != active_before ||
@@ -1670,10 +1677,17 @@ int kvp_sched_check(struct kvp_sched *s, char *err, size_t cap)
 	if (!r && reserved != s->reserved_total)
 		r = check_fail(err, cap, "reserved %llu, sum of requests %llu",
 			       (unsigned long long)s->reserved_total, (unsigned long long)reserved);
-	if (!r && pool_available(s) < s->reserved_total)
-		r = check_fail(err, cap, "available blocks %llu below the reservations %llu",
+	if (!r && pool_available(s) < s->reserved_total) {
+		struct kvp_pool_stats ps;
+
+		kvp_pool_stats(s->cfg.pool, &ps);
+		r = check_fail(err, cap,
+			       "available blocks %llu below the reservations %llu (free %u, "
+			       "cached %u, written now %u)",
 			       (unsigned long long)pool_available(s),
-			       (unsigned long long)s->reserved_total);
+			       (unsigned long long)s->reserved_total, ps.arena[0].free,
+			       ps.arena[0].cached, kvp_tiering_pinned_idle(s->tiering));
+	}
 	free(refs);
 	return r;
 }

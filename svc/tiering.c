@@ -40,6 +40,8 @@ struct kvp_tiering {
 	struct pending_read *reads; /* reads in flight; KVP_TIER_QD_MAX */
 	uint32_t n_reads;
 	uint32_t *chain; /* scratch: a block's ancestors; n_blocks */
+	uint32_t *mark;	 /* scratch of kvp_tiering_pinned_idle(); n_blocks, by mark_gen */
+	uint32_t mark_gen;
 	uint32_t in_flight;
 	uint32_t offload_in_flight;
 	bool offloading; /* between crossing the high watermark and reaching the low one */
@@ -64,7 +66,9 @@ int kvp_tiering_new(struct kvp_tiering **out, struct kvp_tier *tier, struct kvp_
 	t->pinned = calloc(KVP_TIER_QD_MAX, sizeof(*t->pinned));
 	t->reads = calloc(KVP_TIER_QD_MAX, sizeof(*t->reads));
 	t->chain = calloc(kvp_pool_n_blocks(pool), sizeof(*t->chain));
-	if (!t->pinned || !t->reads || !t->chain) {
+	t->mark = calloc(kvp_pool_n_blocks(pool), sizeof(*t->mark));
+	if (!t->pinned || !t->reads || !t->chain || !t->mark) {
+		free(t->mark);
 		free(t->chain);
 		free(t->reads);
 		free(t->pinned);
@@ -105,12 +109,31 @@ uint32_t kvp_tiering_in_flight(const struct kvp_tiering *t)
 	return t ? t->in_flight : 0;
 }
 
-uint32_t kvp_tiering_pinned_idle(const struct kvp_tiering *t)
+uint32_t kvp_tiering_pinned_idle(struct kvp_tiering *t)
 {
 	uint32_t n = 0;
 
-	for (uint32_t i = 0; t && i < t->n_pinned; i++)
-		n += kvp_pool_block(t->pool, t->pinned[i])->refcount == 0;
+	if (!t)
+		return 0;
+	/* a new generation even with nothing pinned: pin_cost() reads these marks */
+	if (!++t->mark_gen) {
+		memset(t->mark, 0, t->n_blocks * sizeof(*t->mark));
+		t->mark_gen = 1;
+	}
+	for (uint32_t i = 0; i < t->n_pinned; i++) {
+		/* the pinned block, and the idle ancestors it keeps from being leaves */
+		uint32_t b = t->pinned[i];
+
+		while (b != KVP_BLOCK_NONE && t->mark[b] != t->mark_gen) {
+			const struct kvp_block *bl = kvp_pool_block(t->pool, b);
+
+			if (bl->refcount)
+				break; /* held: not counted as available anyway, nor its parents */
+			t->mark[b] = t->mark_gen;
+			n++;
+			b = bl->parent;
+		}
+	}
 	return n;
 }
 
@@ -133,14 +156,44 @@ static void unpin(struct kvp_tiering *t, uint32_t block)
 	}
 }
 
-/* Pin and write published @block.  Return: 0 queued; 1 nothing to do; -errno: stop. */
-static int write_block(struct kvp_tiering *t, uint32_t block, uint64_t cookie)
+/*
+ * Blocks that pinning @block takes from the scheduler: it and its idle ancestors not
+ * blocked yet (marks of the current generation: kvp_tiering_pinned_idle()); @set marks
+ * them.
+ */
+static uint32_t pin_cost(struct kvp_tiering *t, uint32_t block, bool set)
 {
+	uint32_t n = 0;
+
+	while (block != KVP_BLOCK_NONE && t->mark[block] != t->mark_gen) {
+		const struct kvp_block *bl = kvp_pool_block(t->pool, block);
+
+		if (bl->refcount)
+			break;
+		if (set)
+			t->mark[block] = t->mark_gen;
+		n++;
+		block = bl->parent;
+	}
+	return n;
+}
+
+/*
+ * Pin and write published @block.  *@spare: how many more blocks may become unavailable
+ * to the scheduler (a pinned block nobody holds, and the idle ancestors it keeps from
+ * being leaves; the marks of kvp_tiering_pinned_idle() are current); NULL: no limit.
+ * Return: 0 queued; 1 nothing to do; -errno: stop.
+ */
+static int write_block(struct kvp_tiering *t, uint32_t block, uint64_t cookie, uint32_t *spare)
+{
+	uint32_t cost = spare ? pin_cost(t, block, false) : 0;
 	struct kvp_index_rec rec;
 	int slot;
 
 	if (kvp_index_block_on_disk(t->index, block) || is_pinned(t, block))
 		return 1;
+	if (spare && cost > *spare)
+		return -ENOSPC;
 	if (t->n_pinned == KVP_TIER_QD_MAX || kvp_index_block_rec(t->index, block, &rec) < 0)
 		return t->n_pinned == KVP_TIER_QD_MAX ? -EBUSY : 1;
 	if (kvp_pool_pin(t->pool, block) < 0)
@@ -153,6 +206,10 @@ static int write_block(struct kvp_tiering *t, uint32_t block, uint64_t cookie)
 	}
 	t->pinned[t->n_pinned++] = block;
 	t->in_flight++;
+	if (spare) {
+		pin_cost(t, block, true);
+		*spare -= cost;
+	}
 	return 0;
 }
 
@@ -163,7 +220,7 @@ uint32_t kvp_tiering_save(struct kvp_tiering *t, const uint32_t *blocks, uint32_
 	if (!kvp_tiering_usable(t))
 		return 0;
 	for (uint32_t i = 0; kvp_tiering_usable(t) && i < n; i++) {
-		int r = write_block(t, blocks[i], COOKIE_SAVE);
+		int r = write_block(t, blocks[i], COOKIE_SAVE, NULL);
 
 		if (r < 0)
 			break; /* the queue is full: the rest stays cached, as any block */
@@ -208,7 +265,7 @@ bool kvp_tiering_over_watermark(const struct kvp_tiering *t)
  * (a child on disk whose parent lived only in memory would be an orphan then).
  * Return: 0, or -errno when the queue filled (the rest comes at the next call).
  */
-static int write_ancestors(struct kvp_tiering *t, uint32_t block)
+static int write_ancestors(struct kvp_tiering *t, uint32_t block, uint32_t *spare)
 {
 	uint32_t n = 0;
 	uint32_t p = kvp_pool_block(t->pool, block)->parent;
@@ -218,7 +275,7 @@ static int write_ancestors(struct kvp_tiering *t, uint32_t block)
 		p = kvp_pool_block(t->pool, p)->parent;
 	}
 	while (n--) {
-		int r = write_block(t, t->chain[n], COOKIE_SAVE);
+		int r = write_block(t, t->chain[n], COOKIE_SAVE, spare);
 
 		if (r < 0)
 			return r;
@@ -227,7 +284,7 @@ static int write_ancestors(struct kvp_tiering *t, uint32_t block)
 	return 0;
 }
 
-uint32_t kvp_tiering_offload(struct kvp_tiering *t)
+uint32_t kvp_tiering_offload(struct kvp_tiering *t, uint32_t spare)
 {
 	uint32_t free_now, want, queued = 0;
 
@@ -244,6 +301,7 @@ uint32_t kvp_tiering_offload(struct kvp_tiering *t)
 		t->offloading = false;
 		return 0;
 	}
+	kvp_tiering_pinned_idle(t); /* marks what is blocked already (pin_cost()) */
 	while (free_now + t->offload_in_flight < want) {
 		long b = kvp_pool_lru_peek(t->pool, KVP_NODE_ANY);
 		int r;
@@ -258,9 +316,9 @@ uint32_t kvp_tiering_offload(struct kvp_tiering *t)
 			t->st.offload_freed++;
 			continue;
 		}
-		r = write_ancestors(t, (uint32_t)b);
+		r = write_ancestors(t, (uint32_t)b, &spare);
 		if (r == 0)
-			r = write_block(t, (uint32_t)b, COOKIE_OFFLOAD);
+			r = write_block(t, (uint32_t)b, COOKIE_OFFLOAD, &spare);
 		if (r != 0)
 			break; /* queue full, tier off, or not a block of the index: later */
 		t->offload_in_flight++;
@@ -419,6 +477,7 @@ void kvp_tiering_free(struct kvp_tiering *t)
 		if (!kvp_tiering_poll(t, true))
 			break; /* nothing came back: the tier forgot it (a broken ring) */
 	forget_in_flight(t);
+	free(t->mark);
 	free(t->chain);
 	free(t->reads);
 	free(t->pinned);

@@ -79,8 +79,11 @@ bool kvp_tiering_usable(const struct kvp_tiering *t);
 /* Operations in flight. */
 uint32_t kvp_tiering_in_flight(const struct kvp_tiering *t);
 
-/* Blocks pinned by writes in flight that nobody references: cached, yet not evictable. */
-uint32_t kvp_tiering_pinned_idle(const struct kvp_tiering *t);
+/*
+ * Cached blocks nobody references that cannot be evicted until writes land: those being
+ * written, and their idle ancestors (a block is evicted only as a leaf).
+ */
+uint32_t kvp_tiering_pinned_idle(struct kvp_tiering *t);
 
 /**
  * kvp_tiering_read() - queue the read of on-disk entry @hit into @block (held by the
@@ -94,8 +97,12 @@ int kvp_tiering_read(struct kvp_tiering *t, const struct kvp_index_disk_hit *hit
 /* Queue writes of published @blocks without a disk copy (a preempted sequence's). */
 uint32_t kvp_tiering_save(struct kvp_tiering *t, const uint32_t *blocks, uint32_t n);
 
-/* The offloader (see top): queue what the watermarks ask for.  Return: writes queued. */
-uint32_t kvp_tiering_offload(struct kvp_tiering *t);
+/*
+ * The offloader (see top): queue what the watermarks ask for, pinning at most @spare
+ * blocks nobody references (a pinned block cannot be handed out until its write lands:
+ * the scheduler passes what no reservation claims).  Return: offload writes queued.
+ */
+uint32_t kvp_tiering_offload(struct kvp_tiering *t, uint32_t spare);
 
 /* Whether the offloader would write something now. */
 bool kvp_tiering_over_watermark(const struct kvp_tiering *t);

@@ -41,7 +41,9 @@
 #include "compute/text/tokenizer.h"
 #include "shm/index.h"
 #include "shm/pool.h"
+#include "shm/tier.h"
 #include "svc/sched.h"
+#include "tests/lib/testlib.h"
 
 #define MAX_REQ 128
 #define MAX_GEN 4096
@@ -104,6 +106,8 @@ struct req {
 struct sim {
 	struct kvp_pool *pool;
 	struct kvp_index *index;
+	struct kvp_tier *tier; /* NULL, or a disk tier in tier_dir */
+	char tier_dir[256];
 	struct kvp_sched *sched;
 	struct kvp_sched_hooks hooks;
 	int efd;
@@ -272,6 +276,7 @@ struct sim_opts {
 	enum kvp_sched_policy policy;
 	uint32_t aging_ms;
 	bool real;
+	uint32_t tier_slots; /* a disk tier of this many slots (0: none) */
 };
 
 static int sim_new(struct sim *m, const struct sim_opts *o)
@@ -290,6 +295,21 @@ static int sim_new(struct sim *m, const struct sim_opts *o)
 	pc.no_prefault = 1;
 	if (kvp_pool_new(&m->pool, &pc) || kvp_index_new(&m->index, m->pool))
 		return -1;
+	if (o->tier_slots) {
+		struct kvp_tier_config tc = { .queue_depth = 8, .lock_wait_ms = 100 };
+		char path[320];
+
+		if (kvp_test_tmpdir(m->tier_dir, sizeof(m->tier_dir)) < 0)
+			return -1;
+		snprintf(path, sizeof(path), "%s/tier", m->tier_dir);
+		tc.path = path;
+		memcpy(tc.model_fp, kvp_model_fingerprint(M.m), 16);
+		tc.max_bytes = 4096 +
+			       (uint64_t)o->tier_slots * 2 * kvp_pool_geom(m->pool)->block_stride;
+		if (kvp_tier_open(&m->tier, &tc, m->pool) ||
+		    kvp_tier_attach_index(m->tier, m->index))
+			return -1;
+	}
 	m->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	m->hooks = (struct kvp_sched_hooks){
 		.ctx = m, .prefill = fake_prefill, .decode = fake_decode, .now_ns = fake_now
@@ -309,6 +329,9 @@ static int sim_new(struct sim *m, const struct sim_opts *o)
 	sc.policy = o->policy;
 	sc.aging_ms = o->aging_ms ? o->aging_ms : 100;
 	sc.hooks = o->real ? NULL : &m->hooks;
+	sc.tier = m->tier;
+	sc.tier_high_pct = 50;
+	sc.tier_low_pct = 25;
 	return kvp_sched_new(&m->sched, &sc);
 }
 
@@ -317,6 +340,9 @@ static void sim_free(struct sim *m)
 	kvp_sched_free(m->sched);
 	if (m->efd >= 0)
 		close(m->efd);
+	kvp_tier_free(m->tier);
+	if (*m->tier_dir)
+		kvp_test_rmtree(m->tier_dir);
 	kvp_index_free(m->index);
 	kvp_pool_free(m->pool);
 }
@@ -506,6 +532,7 @@ static uint32_t rnd(uint32_t n)
 
 struct totals {
 	uint64_t requests, preemptions, resumed_hits, cancels, closes, steps;
+	uint64_t tiered, swapped, from_disk, offloaded;
 };
 
 static void one_schedule(uint64_t seed, struct totals *tot)
@@ -524,7 +551,9 @@ static void one_schedule(uint64_t seed, struct totals *tot)
 	o.prefill_chunk = 4 + rnd(64);
 	o.policy = rnd(5) ? KVP_SCHED_FAIR : KVP_SCHED_FIFO;
 	o.aging_ms = 1 + rnd(200);
+	o.tier_slots = rnd(3) ? 0 : 8 + rnd(64); /* a third with a disk tier: swap, reloads */
 	assert_int_equal(sim_new(&m, &o), 0);
+	tot->tiered += o.tier_slots != 0;
 	m.p0 = 1e6 * (1 + rnd(10));
 	m.p1 = 1e5 * (1 + rnd(20));
 	m.d0 = 1e6 * (1 + rnd(10));
@@ -597,7 +626,9 @@ static void one_schedule(uint64_t seed, struct totals *tot)
 		if (r->closed || !r->submitted)
 			continue;
 		assert_true(r->ended);
-		assert_false(r->error);
+		if (r->error)
+			fail_msg("schedule %llu, request %u: ERROR %u", (unsigned long long)seed, k,
+				 r->status);
 		reference(r, want);
 		assert_memory_equal(r->got, want, r->n_got * sizeof(int32_t));
 		if (!r->cancelled) {
@@ -608,6 +639,8 @@ static void one_schedule(uint64_t seed, struct totals *tot)
 		}
 		assert_int_equal(r->usage.generated_tokens, r->n_got);
 		tot->preemptions += r->usage.preemptions;
+		tot->swapped += r->usage.swapped_tokens;
+		tot->from_disk += r->usage.cached_tokens_disk;
 		if (r->usage.preemptions &&
 		    r->usage.resume_computed_tokens < r->n_prompt + (r->n_got ? r->n_got - 1 : 0))
 			tot->resumed_hits++;
@@ -615,6 +648,14 @@ static void one_schedule(uint64_t seed, struct totals *tot)
 	/* the pool is back to its baseline: nothing held, the rest free or cached */
 	assert_int_equal(used_blocks(&m), 0);
 	tot->steps += steps;
+	if (m.tier) {
+		struct kvp_tier_stats ts;
+
+		kvp_tier_stats(m.tier, &ts);
+		tot->offloaded += ts.writes;
+		assert_int_equal(ts.checksum_failures, 0);
+		assert_int_equal(ts.degraded, 0);
+	}
 	sim_free(&m);
 }
 
@@ -631,15 +672,23 @@ static void test_random_schedules(void **state)
 
 	for (uint32_t i = 0; i < n; i++)
 		one_schedule(i + 1, &tot);
-	print_message("%u schedules: %llu requests, %llu steps, %llu preemptions "
-		      "(%llu resumed with cached blocks), %llu cancels, %llu closes\n",
-		      n, (unsigned long long)tot.requests, (unsigned long long)tot.steps,
-		      (unsigned long long)tot.preemptions, (unsigned long long)tot.resumed_hits,
-		      (unsigned long long)tot.cancels, (unsigned long long)tot.closes);
+	print_message(
+		"%u schedules: %llu requests, %llu steps, %llu preemptions "
+		"(%llu resumed with cached blocks), %llu cancels, %llu closes; %llu with a disk "
+		"tier: %llu blocks written, %llu tokens read back at admission, %llu after "
+		"a preemption\n",
+		n, (unsigned long long)tot.requests, (unsigned long long)tot.steps,
+		(unsigned long long)tot.preemptions, (unsigned long long)tot.resumed_hits,
+		(unsigned long long)tot.cancels, (unsigned long long)tot.closes,
+		(unsigned long long)tot.tiered, (unsigned long long)tot.offloaded,
+		(unsigned long long)tot.from_disk, (unsigned long long)tot.swapped);
 	/* the schedules did exercise what they are for */
 	assert_true(tot.preemptions > 100);
 	assert_true(tot.resumed_hits > 10);
 	assert_true(tot.cancels > 100);
+	assert_true(tot.offloaded > 100);
+	assert_true(tot.from_disk > 0);
+	assert_true(tot.swapped > 0);
 }
 
 /* ---- the policy's promises ---- */
