@@ -1466,6 +1466,8 @@ static void reap_list(struct kvp_sched *s, struct seq_list *l, bool admitted)
 	}
 }
 
+static bool has_work(const struct kvp_sched *s);
+
 static void publish_stats(struct kvp_sched *s)
 {
 	uint64_t i;
@@ -1473,7 +1475,8 @@ static void publish_stats(struct kvp_sched *s)
 	kvp_pool_stats(s->cfg.pool, &s->st.pool);
 	kvp_index_stats(s->cfg.index, &s->st.index);
 	if (s->tiering)
-		kvp_tiering_stats(s->tiering, &s->st.tier, now_ns(s));
+		kvp_tiering_stats(s->tiering, &s->st.tier, now_ns(s),
+				  !has_work(s) && !kvp_tiering_in_flight(s->tiering));
 	s->st.queued = s->queue.n;
 	s->st.waiting_prefix = s->waiting.n;
 	s->st.running = s->active.n;

@@ -445,9 +445,10 @@ int kvp_tiering_flush(struct kvp_tiering *t)
 	return r;
 }
 
-void kvp_tiering_stats(struct kvp_tiering *t, struct kvp_tiering_stats *st, uint64_t now_ns)
+void kvp_tiering_stats(struct kvp_tiering *t, struct kvp_tiering_stats *st, uint64_t now_ns,
+		       bool now)
 {
-	if (now_ns - t->refreshed_ns >= REFRESH_NS) {
+	if (now || now_ns - t->refreshed_ns >= REFRESH_NS) {
 		t->refreshed_ns = now_ns;
 		kvp_tier_stats(t->tier, &t->st.tier);
 		if (now_ns - t->rate_ns >= RATE_NS) {

@@ -119,7 +119,11 @@ uint32_t kvp_tiering_poll(struct kvp_tiering *t, bool wait);
  */
 int kvp_tiering_flush(struct kvp_tiering *t);
 
-/* Fill @st; the tier's own counters are refreshed when @now_ns is 250 ms past the last. */
-void kvp_tiering_stats(struct kvp_tiering *t, struct kvp_tiering_stats *st, uint64_t now_ns);
+/*
+ * Fill @st; the tier's own counters are refreshed when @now_ns is 250 ms past the last,
+ * or with @now (the engine about to sleep: the report must not stay stale).
+ */
+void kvp_tiering_stats(struct kvp_tiering *t, struct kvp_tiering_stats *st, uint64_t now_ns,
+		       bool now);
 
 #endif /* KVP_SVC_TIERING_H */

@@ -810,8 +810,8 @@ static void test_preempt_real_model_same_tokens(void **state)
 {
 	/*
 	 * the real forward pass: two requests that cannot both grow in the pool; the later
-	 * is preempted (its K/V recomputed through the prefix cache) and both give exactly
-	 * the tokens each gives alone
+	 * is preempted and both give exactly the tokens each gives alone, whether its K/V
+	 * comes back by recompute (through the prefix cache) or by swap (the disk tier)
 	 */
 	static struct sim m;
 	struct sim_opts o = { .n_blocks = 20, .bt = 16, .max_running = 4, .real = true };
@@ -828,23 +828,33 @@ static void test_preempt_real_model_same_tokens(void **state)
 		memcpy(alone[i], a->got, sizeof(alone[i]));
 		sim_free(&m);
 	}
-	assert_int_equal(sim_new(&m, &o), 0);
-	a = add_req(&m, 40, 200, 7);
-	c = add_req(&m, 40, 200, 8);
-	assert_int_equal(submit(&m, a), 0);
-	assert_int_equal(submit(&m, c), 0);
-	run_until_idle(&m, 100000);
-	assert_int_equal(a->status, KVP_OK);
-	assert_int_equal(c->status, KVP_OK);
-	assert_int_equal(a->usage.preemptions, 0);
-	assert_true(c->usage.preemptions >= 1);
-	assert_true(c->usage.resume_computed_tokens > 0);
-	assert_int_equal(a->n_got, 200);
-	assert_int_equal(c->n_got, 200);
-	assert_memory_equal(a->got, alone[0], sizeof(alone[0]));
-	assert_memory_equal(c->got, alone[1], sizeof(alone[1]));
-	assert_int_equal(used_blocks(&m), 0);
-	sim_free(&m);
+	for (int swap = 0; swap < 2; swap++) {
+		o.tier_slots = swap ? 64 : 0;
+		assert_int_equal(sim_new(&m, &o), 0);
+		a = add_req(&m, 40, 200, 7);
+		c = add_req(&m, 40, 200, 8);
+		assert_int_equal(submit(&m, a), 0);
+		assert_int_equal(submit(&m, c), 0);
+		run_until_idle(&m, 100000);
+		print_message("%s: preempted %u times, %u positions computed again, %u tokens "
+			      "back from disk\n",
+			      swap ? "swap" : "recompute", c->usage.preemptions,
+			      c->usage.resume_computed_tokens, c->usage.swapped_tokens);
+		assert_int_equal(a->status, KVP_OK);
+		assert_int_equal(c->status, KVP_OK);
+		assert_int_equal(a->usage.preemptions, 0);
+		assert_true(c->usage.preemptions >= 1);
+		if (swap)
+			assert_true(c->usage.swapped_tokens > 0);
+		else
+			assert_true(c->usage.resume_computed_tokens > 0);
+		assert_int_equal(a->n_got, 200);
+		assert_int_equal(c->n_got, 200);
+		assert_memory_equal(a->got, alone[0], sizeof(alone[0]));
+		assert_memory_equal(c->got, alone[1], sizeof(alone[1]));
+		assert_int_equal(used_blocks(&m), 0);
+		sim_free(&m);
+	}
 }
 
 /* TTFT (fake ns) of a 16-token request alone. */
