@@ -70,9 +70,12 @@ static const char *const policies[2] = { "fair", "fifo" };
 
 static int start(struct kvpd *d, const char *policy, bool ignore_eos)
 {
-	const char *args[] = { "--model",	 model,
-			       "--pool-size",	 "1G",
-			       "--sched-policy", policy,
+	const char *args[] = { "--model",
+			       model,
+			       "--pool-size",
+			       "1G",
+			       "--sched-policy",
+			       policy,
 			       ignore_eos ? "--ignore-eos" : NULL,
 			       NULL };
 
@@ -244,7 +247,9 @@ static int bench_ttft(double during[2], double alone[2])
 			return -1;
 		for (int r = 0; r < runs; r++) {
 			struct timed tm = { 0 };
-			struct bg b = { .sock = d.sock, .prompt = long_prompt, .n = LONG_PROMPT,
+			struct bg b = { .sock = d.sock,
+					.prompt = long_prompt,
+					.n = LONG_PROMPT,
 					.max_new = 1 };
 			pthread_t th;
 
@@ -426,8 +431,8 @@ static void *arrival_main(void *arg)
 	if (!a->rc)
 		a->rc = request(k, prompt, a->n_prompt, a->max_new, true, &a->tm, NULL);
 	kvp_client_close(k);
-	a->good = !a->rc && a->tm.t_first && ttft_ms(&a->tm) <= 1000 &&
-		  a->tm.max_gap <= 0.100 && a->tm.n_tokens == a->max_new;
+	a->good = !a->rc && a->tm.t_first && ttft_ms(&a->tm) <= 1000 && a->tm.max_gap <= 0.100 &&
+		  a->tm.n_tokens == a->max_new;
 	return NULL;
 }
 
