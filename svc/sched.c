@@ -105,7 +105,7 @@
 
 /* Auto budgets, in units measured at start (docs/daemon.md "Scheduling"). */
 #define AUTO_STEP_DECODES 2.5 /* step while decoding: this many decode steps of one */
-#define AUTO_PREFILL_CALLS 10 /* prefill step alone: this many fixed costs of a call */
+#define AUTO_PREFILL_CALLS 20 /* prefill step alone: this many fixed costs of a call */
 
 enum seq_state {
 	SEQ_QUEUED = 0, /* waiting for admission (new, or preempted) */
@@ -1193,8 +1193,18 @@ static bool prefill_fair(struct kvp_sched *s)
 	if (!n_keys)
 		return false;
 	qsort(keys, n_keys, sizeof(keys[0]), prefill_cmp);
-	budget = decoders ? s->step_target_ns - kvp_stepcost_decode_ns(&s->cost, decoders) :
-			    s->prefill_step_ns;
+	if (decoders) {
+		/*
+		 * what the decode leaves of the step, and never less than the decode itself:
+		 * with many streams their step alone passes the target, and prefill (new
+		 * requests) would starve
+		 */
+		double dec = kvp_stepcost_decode_ns(&s->cost, decoders);
+
+		budget = s->step_target_ns - dec > dec ? s->step_target_ns - dec : dec;
+	} else {
+		budget = s->prefill_step_ns;
+	}
 	for (uint32_t i = 0; i < n_keys && tokens_left; i++) {
 		struct seq *q = keys[i].q;
 		uint32_t ctx = q->gen.n_past;
@@ -1318,7 +1328,7 @@ static void calibrate(struct kvp_sched *s)
 	uint32_t table[64];
 	int32_t tokens[CAL_CTX + CAL_N];
 	uint32_t got = 0, i;
-	double t1 = 0, ta = 0, tb = 0, d1 = 0;
+	double ta = 0, tm = 0, tb = 0, d1 = 0;
 
 	s->calibrated = true;
 	if (!s->fair)
@@ -1335,10 +1345,10 @@ static void calibrate(struct kvp_sched *s)
 		};
 
 		cal_prefill(s, table, n_cal, 0, tokens, 1); /* warm-up: page faults, caches */
-		t1 = cal_prefill(s, table, n_cal, 0, tokens, 1);
 		ta = cal_prefill(s, table, n_cal, 0, tokens, CAL_N);
-		/* the context, then CAL_N tokens after it */
-		if (cal_prefill(s, table, n_cal, CAL_N, tokens + CAL_N, CAL_CTX - CAL_N) > 0)
+		/* the rest of the context in one bigger call, then CAL_N tokens after it */
+		tm = cal_prefill(s, table, n_cal, CAL_N, tokens + CAL_N, CAL_CTX - CAL_N);
+		if (tm > 0)
 			tb = cal_prefill(s, table, n_cal, CAL_CTX, tokens, CAL_N);
 		s->batch[0] = one;
 		for (int k = 0; k < CAL_REPEAT; k++) {
@@ -1354,9 +1364,13 @@ static void calibrate(struct kvp_sched *s)
 	}
 	for (i = 0; i < got; i++)
 		kvp_pool_unref(s->cfg.pool, table[i]);
-	if (t1 > 0 && ta > 0)
-		kvp_stepcost_fit(&s->cost, t1, ta, CAL_N, tb, tb > 0 ? CAL_N : 0, CAL_CTX, d1);
-	else
+	if (ta > 0 && tm > 0 && tb > 0) {
+		const double n[3] = { CAL_N, CAL_CTX - CAL_N, CAL_N };
+		const double ctx[3] = { 0, CAL_N, CAL_CTX };
+		const double t[3] = { ta, tm, tb };
+
+		kvp_stepcost_fit(&s->cost, n, ctx, t, d1);
+	} else
 		kvp_stepcost_init(&s->cost, 0, 0, 0, 0); /* no room to measure: defaults */
 	s->step_target_ns = s->cfg.step_target_ns ? (double)s->cfg.step_target_ns :
 						    AUTO_STEP_DECODES * s->cost.d1;

@@ -13,6 +13,7 @@
 #include "svc/stepcost.h"
 
 #include <math.h>
+#include <string.h>
 
 #define ALPHA 0.2
 #define K_MIN 0.1
@@ -36,23 +37,44 @@ void kvp_stepcost_init(struct kvp_stepcost *c, double p0, double p1, double p2, 
 	c->k_dec = 1;
 }
 
-void kvp_stepcost_fit(struct kvp_stepcost *c, double t1, double ta, uint32_t na, double tb,
-		      uint32_t nb, uint32_t ctx_b, double d1)
+void kvp_stepcost_fit(struct kvp_stepcost *c, const double n[3], const double ctx[3],
+		      const double t[3], double d1)
 {
-	double p1 = na > 1 ? (ta - t1) / (na - 1) : 0;
-	double p0, p2 = 0;
+	/* t_i = p0 + n_i p1 + n_i (ctx_i + n_i / 2) p2: three equations, Cramer's rule */
+	double a[3][3], det, p[3];
 
-	if (p1 <= 0)
-		p1 = t1 / 8; /* noise swallowed the slope: one token is surely < 1/8 of a call */
-	/* t1 = p0 + p1 (its one token's attention is nothing) */
-	p0 = t1 - p1 > t1 / 4 ? t1 - p1 : t1 / 4;
-	if (nb && ctx_b) {
-		/* tb = p0 + nb (p1 + p2 (ctx_b + nb / 2)): what p0 and p1 leave is attention */
-		p2 = (tb - p0 - nb * p1) / ((double)nb * (ctx_b + nb / 2.0));
-		if (p2 < 0)
-			p2 = 0;
+	for (int i = 0; i < 3; i++) {
+		a[i][0] = 1;
+		a[i][1] = n[i];
+		a[i][2] = n[i] * (ctx[i] + n[i] / 2);
 	}
-	kvp_stepcost_init(c, p0, p1, p2, d1);
+	det = a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1]) -
+	      a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0]) +
+	      a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0]);
+	for (int k = 0; k < 3 && det != 0; k++) {
+		double m[3][3];
+
+		memcpy(m, a, sizeof(m));
+		for (int i = 0; i < 3; i++)
+			m[i][k] = t[i];
+		p[k] = (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) -
+			m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+			m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])) /
+		       det;
+	}
+	if (det == 0) {
+		p[0] = t[0] / 2;
+		p[1] = t[0] / (2 * n[0]);
+		p[2] = 0;
+	}
+	/* noise can make any of them absurd: keep each within what the timings allow */
+	if (p[2] < 0)
+		p[2] = 0;
+	if (!(p[1] > 0))
+		p[1] = t[0] / (4 * n[0]);
+	if (!(p[0] > t[0] / 8))
+		p[0] = t[0] / 8;
+	kvp_stepcost_init(c, p[0], p[1], p[2], d1);
 }
 
 static double prefill_model(const struct kvp_stepcost *c, uint32_t n, uint32_t ctx)

@@ -45,12 +45,13 @@ struct kvp_stepcost {
 void kvp_stepcost_init(struct kvp_stepcost *c, double p0, double p1, double p2, double d1);
 
 /*
- * kvp_stepcost_fit() - p0, p1, p2 from three timed prefills: @t1 of 1 token at context 0,
- * @ta of @na tokens at context 0, @tb of @nb tokens at context @ctx_b (ns)
- * Negative slopes (noise) are clamped to zero.
+ * kvp_stepcost_fit() - p0, p1, p2 from three timed prefills: @t[i] ns for @n[i] tokens
+ * after @ctx[i] positions (chunks of a few dozen tokens and more: a single token's call
+ * is cheaper per call than the line through real chunk sizes, whose matrix products run
+ * at a better rate); values that noise made absurd are clamped.  @d1: a decode step.
  */
-void kvp_stepcost_fit(struct kvp_stepcost *c, double t1, double ta, uint32_t na, double tb,
-		      uint32_t nb, uint32_t ctx_b, double d1);
+void kvp_stepcost_fit(struct kvp_stepcost *c, const double n[3], const double ctx[3],
+		      const double t[3], double d1);
 
 /* Predicted ns of a prefill of @n tokens after @ctx positions. */
 double kvp_stepcost_prefill_ns(const struct kvp_stepcost *c, uint32_t n, uint32_t ctx);

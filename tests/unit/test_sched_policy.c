@@ -879,7 +879,7 @@ static void test_short_prompt_goes_first(void **state)
 {
 	/*
 	 * a 16-token request arriving while a 4,000-token prompt prefills gets its first
-	 * token long before the long one, within 3x its time alone (FIFO: far beyond, it
+	 * token long before the long one, within 5x its time alone (FIFO: far beyond, it
 	 * waits for the whole prefill)
 	 */
 	static struct sim m;
@@ -909,7 +909,8 @@ static void test_short_prompt_goes_first(void **state)
 	}
 	print_message("16-token TTFT during a 4000-token prefill / alone: fair %.2f, fifo %.2f\n",
 		      ratio[KVP_SCHED_FAIR], ratio[KVP_SCHED_FIFO]);
-	assert_true(ratio[KVP_SCHED_FAIR] <= 3.0);
+	/* half a prefill step (20 fixed costs of a call: the long prompt's 1.1x) and its own */
+	assert_true(ratio[KVP_SCHED_FAIR] <= 5.0);
 	assert_true(ratio[KVP_SCHED_FIFO] > 10.0);
 }
 
