@@ -104,7 +104,8 @@
 #define CAL_REPEAT 3
 
 /* Auto budgets, in units measured at start (docs/daemon.md "Scheduling"). */
-#define AUTO_STEP_DECODES 2.5 /* step while decoding: this many decode steps of one */
+#define AUTO_STEP_DECODES 2.5 /* step while decoding: this many decode steps of one, */
+#define AUTO_STEP_CALLS 4     /* ... and at least this many fixed costs of a call */
 #define AUTO_PREFILL_CALLS 20 /* prefill step alone: this many fixed costs of a call */
 
 enum seq_state {
@@ -1219,6 +1220,11 @@ static bool prefill_fair(struct kvp_sched *s)
 			continue;
 		}
 		n = kvp_stepcost_fit_tokens(&s->cost, budget, ctx, cap);
+		/* the floor never takes more than a whole step (a noisy fit can make it huge) */
+		if (floor > kvp_stepcost_fit_tokens(&s->cost, s->step_target_ns, ctx, cap))
+			floor = kvp_stepcost_fit_tokens(&s->cost, s->step_target_ns, ctx, cap);
+		if (floor < 1)
+			floor = 1;
 		if (floor > cap)
 			floor = cap;
 		if (n < floor) {
@@ -1372,8 +1378,15 @@ static void calibrate(struct kvp_sched *s)
 		kvp_stepcost_fit(&s->cost, n, ctx, t, d1);
 	} else
 		kvp_stepcost_init(&s->cost, 0, 0, 0, 0); /* no room to measure: defaults */
+	/*
+	 * a step must hold prefill chunks worth their calls: where a call's fixed cost is
+	 * large against a decode step (CPUs), 2.5 decode steps would leave room for a few
+	 * tokens per call and starve prefill
+	 */
 	s->step_target_ns = s->cfg.step_target_ns ? (double)s->cfg.step_target_ns :
-						    AUTO_STEP_DECODES * s->cost.d1;
+			    AUTO_STEP_DECODES * s->cost.d1 > AUTO_STEP_CALLS * s->cost.p0 ?
+						    AUTO_STEP_DECODES * s->cost.d1 :
+						    AUTO_STEP_CALLS * s->cost.p0;
 	s->prefill_step_ns = s->cfg.prefill_step_ns ? (double)s->cfg.prefill_step_ns :
 						      AUTO_PREFILL_CALLS * s->cost.p0;
 	s->st.step_target_ms = s->step_target_ns / 1e6;

@@ -934,7 +934,7 @@ static void test_stream_gap_bounded(void **state)
 {
 	/*
 	 * a stream generating while a 4,000-token prompt prefills: its largest gap between
-	 * tokens stays within 3x its median alone (FIFO: a whole 256-token chunk per gap)
+	 * tokens stays within 3.5x its median alone (FIFO: a whole 256-token chunk per gap)
 	 */
 	static struct sim m;
 	struct sim_opts o = { .n_blocks = 600, .bt = 16, .max_running = 8 };
@@ -965,7 +965,8 @@ static void test_stream_gap_bounded(void **state)
 	print_message("largest gap during a 4000-token prefill / median alone: fair %.2f, "
 		      "fifo %.2f\n",
 		      ratio[KVP_SCHED_FAIR], ratio[KVP_SCHED_FIFO]);
-	assert_true(ratio[KVP_SCHED_FAIR] <= 3.0);
+	/* the step target: 4 fixed costs of a call here (44 ms), a decode step alone 13.5 */
+	assert_true(ratio[KVP_SCHED_FAIR] <= 3.5);
 	assert_true(ratio[KVP_SCHED_FIFO] > 10.0);
 }
 
