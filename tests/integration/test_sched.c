@@ -141,6 +141,15 @@ static int generate(const char *sock, const int32_t *prompt, uint32_t n, uint32_
 	return r == KVP_E_CANCELLED ? 0 : r;
 }
 
+static double status_ms(struct fixture *f, const char *path)
+{
+	struct jsonq *j = kvpd_status(&f->d);
+	double v = j ? jsonq_num(j, path, 0) : 0;
+
+	jsonq_free(j);
+	return v;
+}
+
 struct bg {
 	const char *sock;
 	int32_t prompt[LONG];
@@ -176,7 +185,8 @@ static void test_short_prompt_first(void **state)
 {
 	/*
 	 * a 16-token request arriving during a 2,000-token prefill gets its first token
-	 * before the long prompt does, within 10x its time alone (target 3x); the long
+	 * before the long prompt does, after at most the prefill step under way and its
+	 * own prefill (with a margin of 2x); the long
 	 * prompt's own prefill time stays within 2x of its time alone (target 1.1x of one
 	 * chunked in 256-token steps: test_sched_policy.c checks that on an exact clock)
 	 */
@@ -215,7 +225,10 @@ static void test_short_prompt_first(void **state)
 		      long_alone.usage.prefill_ms, long_after.usage.prefill_ms,
 		      l.tm.usage.prefill_ms);
 	assert_true(during.t_first < l.tm.t_first);
-	assert_true(during.t_first - during.t_send <= 10 * (alone.t_first - alone.t_send));
+	/* it waits for the prefill step under way at most, then its own prefill (x2: noise) */
+	assert_true(during.t_first - during.t_send <=
+		    2 * (status_ms(f, "scheduler.prefill_step_ms") / 1e3 +
+			 (alone.t_first - alone.t_send)));
 	assert_true(l.tm.usage.prefill_ms <= 2 * prefill_alone);
 }
 
@@ -231,7 +244,7 @@ static void test_stream_gap_bounded(void **state)
 	static int32_t prompt[LONG];
 	atomic_bool stop = false;
 	uint32_t n_alone;
-	double med, worst = 0;
+	double med, worst = 0, target;
 
 	memset(&st, 0, sizeof(st));
 	st.sock = f->d.sock;
@@ -270,13 +283,15 @@ static void test_stream_gap_bounded(void **state)
 	pthread_join(st.th, NULL);
 	assert_int_equal(st.tm.rc, 0);
 	/*
-	 * it kept streaming: tokens all through the prefill, its typical gap within 10x its
-	 * gap alone, and no gap anywhere near a whole chunk of the first policy (256 of 2,000
-	 * tokens: an eighth of the prefill): at most a sixteenth
+	 * it kept streaming: tokens all through the prefill, each step within the step
+	 * budget the engine measured for itself (the median within 2x, the largest within
+	 * 4x: this machine stalls processes now and then), where the first policy's step is
+	 * a whole 256-token chunk
 	 */
+	target = status_ms(f, "scheduler.step_target_ms") / 1e3;
 	assert_true(st.tm.n_gaps - n_alone >= 16);
-	assert_true(median(st.tm.gaps + n_alone, st.tm.n_gaps - n_alone) <= 10 * med);
-	assert_true(worst <= (l.t_first - l.t_send) / 16);
+	assert_true(median(st.tm.gaps + n_alone, st.tm.n_gaps - n_alone) <= 2 * target + med);
+	assert_true(worst <= 4 * target + med);
 }
 
 static void test_early_stoppers_all_run(void **state)
