@@ -2,14 +2,16 @@
 /*
  * test_sched.c - the scheduling policy against a real kvpoold (default policy, fair),
  * with a small synthetic model whose steps take milliseconds: a short prompt arriving
- * during a long prefill gets its first token first and within a bounded ratio of its
- * time alone; a running stream keeps a bounded gap between tokens while a long prompt
- * prefills; the long prompt's own prefill stays close to its time alone; sixteen
+ * during a long prefill gets its first token first, within the prefill step under way
+ * plus its own time; a running stream keeps gaps within the engine's measured step
+ * budget while a long prompt prefills; the long prompt's own prefill stays close to its
+ * time alone; sixteen
  * requests asking for 4,096 tokens all run at once; a high-priority request preempts
  * low-priority streams, and every request still gets kvpool-run's tokens.
  *
- * This machine is shared and noisy: the bounds are the issue's targets with generous
- * margins (orders, and ratios of times measured in the same run; never absolute times).
+ * This machine is shared and noisy: the bounds are orders, and ratios of times measured
+ * in the same run or reported by the daemon itself, with generous margins; never
+ * absolute times.
  */
 #include <errno.h>
 #include <pthread.h>
