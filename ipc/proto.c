@@ -104,7 +104,7 @@ int kvp_proto_check_hdr(const void *buf, size_t len, uint32_t max_frame_bytes,
 	if (hdr->magic != KVP_WIRE_MAGIC)
 		return fail(why, "bad magic", KVP_E_PROTO);
 	if (hdr->version != KVP_WIRE_VERSION)
-		return fail(why, "protocol version not supported (this daemon speaks 1)",
+		return fail(why, "protocol version not supported (this daemon speaks 2)",
 			    KVP_E_VERSION);
 	if (hdr->type >= KVP_FRAME__COUNT)
 		return fail(why, "unknown frame type", KVP_E_PROTO);
@@ -145,9 +145,11 @@ int kvp_proto_decode_hello(const void *payload, size_t len, struct kvp_hello *ou
 }
 
 /*
- * The sampling values GENERATE and CHAT share.  Return: KVP_OK or KVP_E_INVALID.
+ * The sampling values and the priority GENERATE and CHAT share.
+ * Return: KVP_OK or KVP_E_INVALID.
  */
-static int check_sampling(uint32_t max_new_tokens, float temperature, float top_p, const char **why)
+static int check_sampling(uint32_t max_new_tokens, float temperature, float top_p, int32_t priority,
+			  const char **why)
 {
 	if (!max_new_tokens)
 		return fail(why, "max_new_tokens must be at least 1", KVP_E_INVALID);
@@ -155,6 +157,8 @@ static int check_sampling(uint32_t max_new_tokens, float temperature, float top_
 		return fail(why, "temperature must be finite and in [0, 100]", KVP_E_INVALID);
 	if (!isfinite(top_p) || !(top_p > 0.0f) || top_p > 1.0f)
 		return fail(why, "top_p must be in (0, 1]", KVP_E_INVALID);
+	if (priority < KVP_PRIORITY_MIN || priority > KVP_PRIORITY_MAX)
+		return fail(why, "priority must be in [-1000, 1000]", KVP_E_INVALID);
 	return KVP_OK;
 }
 
@@ -189,6 +193,8 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 		return fail(why, "salt longer than 64 bytes", KVP_E_PROTO);
 	if (!all_zero(out->salt + out->salt_len, KVP_SALT_MAX - out->salt_len))
 		return fail(why, "salt padding must be zero", KVP_E_PROTO);
+	if (out->reserved)
+		return fail(why, "GENERATE reserved field must be zero", KVP_E_PROTO);
 	if (out->flags & KVP_GEN_TEXT) {
 		if (out->n_tokens || !out->text_bytes)
 			return fail(why, "text prompt must have text_bytes > 0 and n_tokens 0",
@@ -211,7 +217,7 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 	if (out->max_new_tokens > lim->max_new_tokens)
 		return fail(why, "max_new_tokens above the maximum", KVP_E_LIMIT);
 
-	r = check_sampling(out->max_new_tokens, out->temperature, out->top_p, why);
+	r = check_sampling(out->max_new_tokens, out->temperature, out->top_p, out->priority, why);
 	if (r)
 		return r;
 	if ((out->flags & KVP_GEN_TEXT) && memchr(*body, 0, out->text_bytes))
@@ -328,8 +334,6 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 	memcpy(out, p, sizeof(*out));
 	if (out->flags & ~KVP_CHAT__ALL)
 		return fail(why, "unknown CHAT flags", KVP_E_PROTO);
-	if (out->reserved)
-		return fail(why, "CHAT reserved field must be zero", KVP_E_PROTO);
 	if (out->salt_len > KVP_SALT_MAX)
 		return fail(why, "salt longer than 64 bytes", KVP_E_PROTO);
 	if (!all_zero(out->salt + out->salt_len, KVP_SALT_MAX - out->salt_len))
@@ -358,7 +362,7 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 	if (out->max_new_tokens > lim->max_new_tokens)
 		return fail(why, "max_new_tokens above the maximum", KVP_E_LIMIT);
 
-	r = check_sampling(out->max_new_tokens, out->temperature, out->top_p, why);
+	r = check_sampling(out->max_new_tokens, out->temperature, out->top_p, out->priority, why);
 	if (r)
 		return r;
 	if (!name_ok(out->template_name, sizeof(out->template_name)))

@@ -501,7 +501,8 @@ static int status_render(struct kvp_server *srv, enum kvp_status_fmt fmt, char *
 /* A status connection: one request line, then the report, then close. */
 static void status_input(struct kvp_server *srv, struct kvp_conn *c, bool eof)
 {
-	static const char bad[] = "{\"error\":\"unknown status request; send json or prom\"}\n";
+	static const char bad[] =
+		"{\"error\":\"unknown status request; send json, prom or flush-tier\"}\n";
 	static const char fail[] = "{\"error\":\"status report failed\"}\n";
 	enum kvp_status_fmt fmt = KVP_STATUS_JSON;
 	char line[STATUS_REQ_MAX + 1];
@@ -524,6 +525,8 @@ static void status_input(struct kvp_server *srv, struct kvp_conn *c, bool eof)
 	line[n] = 0;
 	if (!strcmp(line, "prom")) {
 		fmt = KVP_STATUS_PROM;
+	} else if (!strcmp(line, "flush-tier")) {
+		fmt = KVP_STATUS_FLUSH_TIER;
 	} else if (strcmp(line, "json") && n) {
 		out = bad;
 		len = (int)sizeof(bad) - 1;

@@ -78,6 +78,7 @@ struct kvp_server_config {
 enum kvp_status_fmt {
 	KVP_STATUS_JSON = 0,
 	KVP_STATUS_PROM,
+	KVP_STATUS_FLUSH_TIER, /* an operator command: empty the disk tier; answer in JSON */
 };
 
 /**

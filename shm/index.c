@@ -728,6 +728,15 @@ int kvp_index_set_disk(struct kvp_index *idx, uint32_t block, uint64_t uid, uint
 	return 0;
 }
 
+bool kvp_index_block_on_disk(const struct kvp_index *idx, uint32_t block)
+{
+	uint32_t e;
+
+	if (block >= idx->n_blocks || (e = idx->block_entry[block]) == NONE)
+		return false;
+	return idx->ent[e].slot != NONE;
+}
+
 int kvp_index_disk_dropped(struct kvp_index *idx, uint32_t slot)
 {
 	uint32_t e;

@@ -45,6 +45,7 @@
 #ifndef KVP_SHM_INDEX_H
 #define KVP_SHM_INDEX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -248,6 +249,9 @@ int kvp_index_block_rec(const struct kvp_index *idx, uint32_t block, struct kvp_
  * -EEXIST when the entry has a disk copy already; -EBUSY when @slot is taken; -EINVAL.
  */
 int kvp_index_set_disk(struct kvp_index *idx, uint32_t block, uint64_t uid, uint32_t slot);
+
+/* Whether published @block's entry has a copy in the disk tier (false if not published). */
+bool kvp_index_block_on_disk(const struct kvp_index *idx, uint32_t block);
 
 /**
  * kvp_index_disk_dropped() - the tier no longer holds @slot (evicted, failed a check,

@@ -704,7 +704,11 @@ static int setup_ring(struct kvp_tier *t)
 	if (r < 0)
 		return r;
 	t->ring_ok = 1;
-	io_uring_register_ring_fd(&t->ring); /* fewer fd lookups per enter; optional */
+	/*
+	 * No io_uring_register_ring_fd(): a registered ring fd is an index into the
+	 * registering thread's own table, and the tier is opened on the daemon's main thread
+	 * and driven by its engine thread: every enter from there failed with EINVAL.
+	 */
 	t->fd_ref = t->fd;
 	if (io_uring_register_files(&t->ring, &t->fd, 1) == 0) {
 		t->fd_ref = 0;

@@ -24,7 +24,9 @@
 
 #include "compute/model.h"
 #include "kvpool/layout.h"
+#include "kvpool/proto.h"
 #include "svc/log.h"
+#include "svc/sched.h"
 #include "util/errmsg.h"
 #include "util/parse.h"
 
@@ -38,6 +40,7 @@ enum key_type {
 	T_LEVEL,   /* log level */
 	T_BOOL,	   /* yes/no, true/false, on/off, 1/0 */
 	T_WEIGHTS, /* copy|map: enum kvp_model_weights */
+	T_POLICY,  /* fair|fifo: enum kvp_sched_policy */
 };
 
 struct key_def {
@@ -113,7 +116,35 @@ static const struct key_def keys[] = {
 	  "TESTS ONLY, 0 = off: end every reply after N tokens by raising the model's\n"
 	  "end-of-generation ids (synthetic-weight models never end a turn by themselves)" },
 	{ "scheduler", "prefill_chunk_tokens", "prefill-chunk", T_U32, OFF(prefill_chunk_tokens), 0,
-	  1, 1u << 16, "prefill tokens computed per engine step, between decode steps" },
+	  1, 1u << 16, "most prefill tokens computed per engine step, between decode steps" },
+	{ "scheduler", "policy", "sched-policy", T_POLICY, OFF(policy), 0, 0, 0,
+	  "fair: blocks on demand with preemption, short prompts first, steps sized by time,\n"
+	  "priorities; fifo: the first policy (worst-case reservation, arrival order, fixed\n"
+	  "chunks), kept for comparison" },
+	{ "scheduler", "step_target_ms", "step-target-ms", T_U32, OFF(step_target_ms), 0, 0, 10000,
+	  "fair: engine step time aimed at while requests generate (bounds the gap between\n"
+	  "their tokens while prompts prefill); 0: 2.5 decode steps or 4 fixed costs of a\n"
+	  "forward call, the larger, measured at start" },
+	{ "scheduler", "prefill_step_ms", "prefill-step-ms", T_U32, OFF(prefill_step_ms), 0, 0,
+	  60000,
+	  "fair: longest prefill step while nothing generates (a request arriving then waits\n"
+	  "for it); 0: 20 x the fixed cost of a forward call, measured at start" },
+	{ "scheduler", "prefill_aging_ms", "prefill-aging-ms", T_U32, OFF(prefill_aging_ms), 0, 1,
+	  600000,
+	  "fair: a prompt left without a prefill chunk this long goes ahead of shorter ones" },
+	{ "scheduler", "admit_headroom_blocks", "admit-headroom", T_U32, OFF(admit_headroom_blocks),
+	  0, 0, 1u << 30,
+	  "fair: blocks left free for running requests to grow into when admitting; 0: 1% of the\n"
+	  "pool" },
+	{ "tier", "path", "tier-path", T_PATH, OFF(tier_path), CAP(tier_path), 0, 0,
+	  "disk tier file (cold KV blocks, kept across restarts); empty: memory only" },
+	{ "tier", "size", "tier-size", T_SIZE, OFF(tier_bytes), CAP(tier_bytes), 1ull << 20,
+	  1ull << 50, "disk tier file size, preallocated (K, M, G, T suffixes)" },
+	{ "tier", "high_watermark", "tier-high-watermark", T_U32, OFF(tier_high_pct), 0, 1, 100,
+	  "pool use (% of blocks) above which cold cached blocks are written to the tier and\n"
+	  "freed" },
+	{ "tier", "low_watermark", "tier-low-watermark", T_U32, OFF(tier_low_pct), 0, 0, 99,
+	  "pool use (% of blocks) the offloader frees down to" },
 };
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
@@ -132,6 +163,10 @@ static_assert(sizeof(dtype_names) / sizeof(dtype_names[0]) == KVP_DTYPE__COUNT, 
 static const char *const weights_names[] = {
 	[KVP_MODEL_WEIGHTS_MAP] = "map",
 	[KVP_MODEL_WEIGHTS_COPY] = "copy",
+};
+static const char *const policy_names[] = {
+	[KVP_SCHED_FAIR] = "fair",
+	[KVP_SCHED_FIFO] = "fifo",
 };
 
 void kvp_config_defaults(struct kvp_config *c)
@@ -159,6 +194,11 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->max_running = 64;
 	c->max_queued = 1024;
 	c->prefill_chunk_tokens = 256;
+	c->policy = KVP_SCHED_FAIR;
+	c->prefill_aging_ms = 250;
+	c->tier_bytes = 16ull << 30;
+	c->tier_high_pct = 90;
+	c->tier_low_pct = 75;
 }
 
 static int lookup_name(const char *const *names, size_t n, const char *s, uint32_t *out)
@@ -244,6 +284,13 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 		/* index 0 (KVP_MODEL_WEIGHTS_DEFAULT) has no name: never stored */
 		if (lookup_name(weights_names, 3, value, &e) < 0) {
 			kvp_errmsg(err, cap, "'%s' is not one of copy, map", value);
+			return -EINVAL;
+		}
+		*(uint32_t *)field = e;
+		return 0;
+	case T_POLICY:
+		if (lookup_name(policy_names, 2, value, &e) < 0) {
+			kvp_errmsg(err, cap, "'%s' is not one of fair, fifo", value);
 			return -EINVAL;
 		}
 		*(uint32_t *)field = e;
@@ -570,7 +617,7 @@ static int check_group(const char *name, const char *key, char *err, size_t cap)
 
 int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 {
-	uint64_t hdr = 24 + 104; /* frame header + GENERATE payload (proto.h) */
+	uint64_t hdr = 24 + sizeof(struct kvp_generate); /* frame header + GENERATE payload */
 
 	if (!*c->socket_path) {
 		kvp_errmsg(err, cap, "server.socket: must not be empty");
@@ -607,6 +654,12 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 		kvp_errmsg(err, cap,
 			   "scheduler.max_running: %u exceeds max_conns x max_reqs_per_conn",
 			   c->max_running);
+		return -EINVAL;
+	}
+	if (c->tier_low_pct >= c->tier_high_pct) {
+		kvp_errmsg(err, cap,
+			   "tier.low_watermark: %u%% is not below tier.high_watermark %u%%",
+			   c->tier_low_pct, c->tier_high_pct);
 		return -EINVAL;
 	}
 	if (check_group(c->socket_group, "socket_group", err, cap) < 0 ||
@@ -654,6 +707,9 @@ static void value_text(const struct kvp_config *c, const struct key_def *k, char
 		return;
 	case T_WEIGHTS:
 		snprintf(buf, cap, "%s", weights_names[*(const uint32_t *)field]);
+		return;
+	case T_POLICY:
+		snprintf(buf, cap, "%s", policy_names[*(const uint32_t *)field]);
 		return;
 	}
 }

@@ -63,6 +63,16 @@ enum kvp_huge_pages {
  *                      generates max_new_tokens
  * @test_eog_after:     tests only (0 = off): end every reply after this many tokens by
  *                      raising the end-of-generation ids' logits (svc/sched.h)
+ * @policy:             enum kvp_sched_policy: fair (default) or fifo (the first policy)
+ * @step_target_ms:     fair: engine step time aimed at while sequences decode (0: auto)
+ * @prefill_step_ms:    fair: longest prefill step while nobody decodes (0: auto)
+ * @prefill_aging_ms:   fair: a prefill left out this long goes ahead of shorter ones
+ * @admit_headroom_blocks: fair: blocks kept free for growth when admitting (0: 1%)
+ * [tier]
+ * @tier_path:          disk tier file ("" = no tier: memory only)
+ * @tier_bytes:         its size
+ * @tier_high_pct, @tier_low_pct: pool use (%) above which cold cached blocks are
+ *                      written to the tier and freed, and down to which
  * (flags only)
  * @foreground:         plain log lines for a terminal instead of <N> prefixes
  * @config_path:        the file that was read ("" when none)
@@ -98,6 +108,16 @@ struct kvp_config {
 	uint32_t prefill_chunk_tokens;
 	bool ignore_eos;
 	uint32_t test_eog_after;
+	uint32_t policy;
+	uint32_t step_target_ms;
+	uint32_t prefill_step_ms;
+	uint32_t prefill_aging_ms;
+	uint32_t admit_headroom_blocks;
+
+	char tier_path[PATH_MAX];
+	uint64_t tier_bytes;
+	uint32_t tier_high_pct;
+	uint32_t tier_low_pct;
 
 	bool foreground;
 	char config_path[PATH_MAX];
@@ -117,7 +137,7 @@ void kvp_config_defaults(struct kvp_config *c);
 /**
  * kvp_config_set() - set one key from its text form
  * @c:        config to change
- * @section:  INI section ("daemon", "pool", "server", "limits", "scheduler")
+ * @section:  INI section ("daemon", "pool", "server", "limits", "scheduler", "tier")
  * @key:      key inside @section
  * @value:    text value (sizes with K/M/G/T suffixes, booleans yes/no/true/false/1/0)
  * @err:      out; "section.key: why" when the key is unknown or the value bad

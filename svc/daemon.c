@@ -289,6 +289,14 @@ static int make_engine(struct kvp_daemon *d)
 			"after %u tokens (a test hook)",
 			sc.test_eog_after, sc.test_eog_after);
 	sc.wake_fd = d->wake_fd;
+	sc.policy = d->cfg.policy;
+	sc.step_target_ns = (uint64_t)d->cfg.step_target_ms * 1000000;
+	sc.prefill_step_ns = (uint64_t)d->cfg.prefill_step_ms * 1000000;
+	sc.aging_ms = d->cfg.prefill_aging_ms;
+	sc.headroom_blocks = d->cfg.admit_headroom_blocks;
+	sc.tier = d->domains.dom[KVP_DOMAIN_DEFAULT].tier;
+	sc.tier_high_pct = d->cfg.tier_high_pct;
+	sc.tier_low_pct = d->cfg.tier_low_pct;
 	r = kvp_sched_new(&d->sched, &sc);
 	if (r < 0)
 		kvp_log(LOG_ERR, "engine: create (%u threads, batch %u, chunk %u): %s",

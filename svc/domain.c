@@ -19,6 +19,7 @@
 #include "shm/numa.h"
 #include "shm/pool.h"
 #include "shm/segment.h"
+#include "shm/tier.h"
 #include "svc/config.h"
 #include "svc/log.h"
 #include "svc/notify.h"
@@ -65,6 +66,60 @@ static void log_huge_pages_missing(int r, uint64_t bytes)
 		"sysctl vm.nr_hugepages or use huge_pages = auto",
 		r == -EOPNOTSUPP ? "the kernel has no hugetlb memfd" : "too few are reserved",
 		free_pages < 0 ? 0 : free_pages, (unsigned long long)want);
+}
+
+/*
+ * Open tier.path for @dom's pool and give its blocks back to the (empty) index: the
+ * rebuild after a restart.  An unusable file is logged and leaves the tier off (degraded).
+ * Return: 0, or -errno for a bad configuration or no memory.
+ */
+static int open_tier(struct kvp_domain *dom, const struct kvp_model *m,
+		     const struct kvp_config *cfg, const struct kvp_notify *notify)
+{
+	struct kvp_tier_config tc = { .path = cfg->tier_path, .max_bytes = cfg->tier_bytes };
+	struct kvp_tier_stats st;
+	uint64_t t0;
+	double secs, gib;
+	int r;
+
+	if (!*cfg->tier_path)
+		return 0;
+	memcpy(tc.model_fp, kvp_model_fingerprint(m), sizeof(tc.model_fp));
+	kvp_notify_status(notify, "opening the disk tier %s", cfg->tier_path);
+	t0 = kvp_now_ns();
+	r = kvp_tier_open(&dom->tier, &tc, dom->pool);
+	if (r < 0) {
+		kvp_log(LOG_ERR, "tier: %s: %s (tier.size %llu: at least one block)",
+			cfg->tier_path, strerror(-r), (unsigned long long)cfg->tier_bytes);
+		return r;
+	}
+	r = kvp_tier_attach_index(dom->tier, dom->index);
+	if (r < 0) {
+		kvp_log(LOG_ERR, "tier: rebuild the index from %s: %s", cfg->tier_path,
+			strerror(-r));
+		kvp_tier_free(dom->tier);
+		dom->tier = NULL;
+		return r;
+	}
+	secs = (double)(kvp_now_ns() - t0) / 1e9;
+	kvp_tier_stats(dom->tier, &st);
+	if (st.degraded) {
+		kvp_log(LOG_ERR, "%s", kvp_tier_error(dom->tier));
+		return 0;
+	}
+	gib = (double)st.file_bytes / (1u << 30);
+	kvp_log(LOG_INFO,
+		"tier: %s: %llu slots of %llu KiB (%.2f GiB)%s; rebuilt %llu blocks (scanned %llu "
+		"slots: %llu sound, %llu empty, %llu corrupt, %llu foreign; %llu orphans) in "
+		"%.3f s, %.3f s per GiB",
+		cfg->tier_path, (unsigned long long)st.slots,
+		(unsigned long long)(st.slot_bytes >> 10), gib,
+		st.reset ? ", new or re-initialised" : "", (unsigned long long)st.rebuilt,
+		(unsigned long long)st.scan_slots, (unsigned long long)st.scan_valid,
+		(unsigned long long)st.scan_empty, (unsigned long long)st.scan_corrupt,
+		(unsigned long long)st.scan_foreign, (unsigned long long)st.orphans, secs,
+		gib > 0 ? secs / gib : 0);
+	return 0;
 }
 
 int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m, const struct kvp_config *cfg,
@@ -131,14 +186,20 @@ int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m, const str
 		kvp_log(LOG_ERR, "index: create: %s", strerror(-r));
 		goto err_pool;
 	}
+	r = open_tier(dom, m, cfg, notify);
+	if (r < 0)
+		goto err_index;
 	dom->ro_fd = kvp_segment_reopen_ro(kvp_pool_segment(dom->pool));
 	if (dom->ro_fd < 0) {
 		r = dom->ro_fd;
 		kvp_log(LOG_ERR, "pool: read-only fd for clients: %s", strerror(-r));
-		goto err_index;
+		goto err_tier;
 	}
 	return 0;
 
+err_tier:
+	kvp_tier_free(dom->tier);
+	dom->tier = NULL;
 err_index:
 	kvp_index_free(dom->index);
 	dom->index = NULL;
@@ -154,6 +215,8 @@ void kvp_domain_close(struct kvp_domain *dom)
 	if (dom->ro_fd >= 0)
 		close(dom->ro_fd);
 	dom->ro_fd = -1;
+	kvp_tier_free(dom->tier); /* before the index it tells and the pool it reads */
+	dom->tier = NULL;
 	kvp_index_free(dom->index);
 	dom->index = NULL;
 	kvp_pool_free(dom->pool);

@@ -27,6 +27,7 @@ struct kvp_model;
 struct kvp_notify;
 struct kvp_numa;
 struct kvp_pool;
+struct kvp_tier;
 
 #define KVP_DOMAIN_NAME_MAX 32
 #define KVP_DOMAIN_DEFAULT 0u
@@ -37,6 +38,8 @@ struct kvp_pool;
  * @name:     for logs and the status report
  * @pool:     its K/V block pool (owned), NULL until kvp_domain_open()
  * @index:    its prefix index over @pool (owned)
+ * @tier:     its disk tier (owned; NULL without tier.path), attached to @index; driven
+ *            by the engine thread while it runs
  * @ro_fd:    read-only reopen of the pool segment, passed to its clients (owned; -1)
  * @welcome:  what its clients get in WELCOME: the model's figures and @pool's layout
  * @requests: GENERATEs accepted from its clients
@@ -45,6 +48,7 @@ struct kvp_domain {
 	char name[KVP_DOMAIN_NAME_MAX];
 	struct kvp_pool *pool;
 	struct kvp_index *index;
+	struct kvp_tier *tier;
 	int ro_fd;
 	struct kvp_welcome welcome;
 	uint64_t requests;
@@ -73,14 +77,17 @@ int kvp_domain_of_peer(const struct kvp_domains *d, uid_t uid, gid_t gid);
 const char *kvp_domain_name(const struct kvp_domains *d, uint32_t idx);
 
 /**
- * kvp_domain_open() - make @dom's pool (pre-faulted, sealed), index and client fd
- * @m:      the model (its K/V shape; borrowed)
- * @cfg:    pool.size, pool.block_size, pool.kv_dtype, pool.huge_pages
+ * kvp_domain_open() - make @dom's pool (pre-faulted, sealed), index, disk tier (its
+ * blocks back in the index) and client fd
+ * @m:      the model (its K/V shape and fingerprint; borrowed)
+ * @cfg:    pool.size, pool.block_size, pool.kv_dtype, pool.huge_pages, tier.path, tier.size
  * @numa:   the NUMA topology the arenas follow (borrowed; must outlive @dom)
  * @notify: where startup progress goes (borrowed)
  *
  * Logs what it made, and on failure what failed and why (huge pages it could not get
- * with pool.huge_pages = require: how many were free and how many it needed).
+ * with pool.huge_pages = require: how many were free and how many it needed).  A tier
+ * file that cannot be used (missing directory, read-only, no space, not a tier file)
+ * is logged as an error and the domain runs memory-only: that is not a failure.
  * Return: 0, or -errno (@dom is then as before).
  */
 int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m, const struct kvp_config *cfg,

@@ -177,6 +177,7 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 	}
 	r.max_new = g->max_new_tokens;
 	r.no_cache = g->flags & KVP_GEN_NO_CACHE;
+	r.priority = g->priority;
 	r.sample = (struct kvp_sample_params){
 		.temperature = g->temperature, .top_k = g->top_k, .top_p = g->top_p, .seed = g->seed
 	};
@@ -347,6 +348,7 @@ static int op_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uin
 	}
 	r.max_new = ch->max_new_tokens;
 	r.no_cache = ch->flags & KVP_CHAT_NO_CACHE;
+	r.priority = ch->priority;
 	r.sample = (struct kvp_sample_params){ .temperature = ch->temperature,
 					       .top_k = ch->top_k,
 					       .top_p = ch->top_p,

@@ -1,23 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * sched.c - the engine thread: continuous batching with chunked prefill, prefix-cache
- * lookup and publish, admission bounded by free blocks, cancellation (see sched.h).
+ * lookup and publish, blocks on demand with preemption, short-first prefill sized to a
+ * time budget, priorities, cancellation (see sched.h; docs/daemon.md "Scheduling").
  *
  * One engine step:
  *
  *	1. handle the inbox (new requests, cancels, closed connections, cancel-all)
  *	2. end cancelled requests, putting back their blocks
  *	3. wake requests that waited for a prefix another request was computing
- *	4. admit queued requests in arrival order while the batch has room and the pool
- *	   has blocks for them (see "Admission")
- *	5. prefill: up to prefill_chunk prompt tokens in total, sequence by sequence in
- *	   admission order; each newly filled full prompt block is published in the index;
+ *	4. admit queued requests (see "Admission"), preempting lower priorities for a
+ *	   higher one that does not fit
+ *	5. prefill (see "Prefill"); each newly filled full block is published in the index;
  *	   a sequence whose prompt is done samples its first token
- *	6. decode: one batched forward step over every sequence that is generating
+ *	6. decode: one batched forward step over every sequence that is generating, each
+ *	   taking a block when its positions cross into one (see "Blocks on demand")
  *	7. publish a counter snapshot; wake the loop if events were queued
- *
- * so a long prompt delays running streams by one chunk per step, never by its whole
- * prefill, and a new request joins the batch at the next step.
  *
  * Generation stops at the model's end-of-generation set (kvp_gen_take()).  When a
  * request ends with a DONE (finished, or cancelled by its client; not failed, not
@@ -25,15 +23,39 @@
  * generated are published before the DONE is queued, so a conversation's next turn,
  * whose prompt starts with exactly those ids, finds them.
  *
- * Admission.  A request may hold at most blocks_for(prompt, max_new) blocks: its hit
- * blocks (shared, read-only) plus blocks it allocates as its positions fill.  At
- * admission it reserves what it may still allocate; it is admitted only when
- *	free + cached-unreferenced - reserved(all running)  >=  its reservation
- * so an admitted request never runs out of blocks (kvp_pool_alloc() evicts
- * unreferenced cached blocks, LRU first, when no block is free).  Invariant: after every
- * admission, free + cached-unreferenced >= reserved.  A request that needs more blocks
- * than the pool has is refused at submission (NOSPACE); one that merely does not fit now
- * waits at the head of the queue (FIFO, no starvation of big requests).
+ * Two policies (scheduler.policy).  FIFO is the first one, kept as it was for
+ * comparison: admission in arrival order reserving every block a request may ever need,
+ * prefill in admission order in fixed chunks.  FAIR is the default and is what the rest
+ * of this comment describes where they differ.
+ *
+ * Admission.  The queue is ordered by priority (higher first), then requests resuming
+ * after a preemption (in their first admission's order), then arrivals.  The head is
+ * admitted when the pool can give it what it reserves: FIFO reserves
+ * blocks_for(prompt, max_new) minus its hits; FAIR only the blocks its prefill and first
+ * decode step write (plus, next to running sequences, a small headroom).  Invariant:
+ * after every admission, free + cached-unreferenced (not pinned) >= reserved(all), so a
+ * sequence never lacks a block its reservation promised.  The head that does not fit
+ * waits, and so does everything behind it (no starvation of big requests), unless a
+ * running sequence of lower priority can be preempted for it (FAIR).
+ *
+ * Blocks on demand (FAIR).  A decoding sequence whose next position starts a new block
+ * takes one from outside every reservation; when there is none, the victim is the
+ * running sequence of lowest priority, latest admitted (possibly itself).  A preempted
+ * sequence publishes its full blocks (prompt and generated: their K/V is exact for
+ * those tokens), drops every reference and goes back to the queue, in order.  When it is
+ * admitted again it looks up its prompt plus the tokens it generated: what is still
+ * cached is reused, the rest recomputed (positions only: nothing is sampled again, so
+ * the tokens are those of an undisturbed run), and it goes on decoding.  A request
+ * never fails because others grew.
+ *
+ * Prefill (FAIR).  Sequences take chunks in order of priority, then shortest remaining
+ * prompt first, except that a sequence left without a chunk for aging_ms goes ahead of
+ * every other of its priority (the longest left out first): however many short prompts
+ * arrive, each prefill advances at least once per aging_ms and step (no starvation).
+ * The step's prefill is sized by time with the cost model of svc/stepcost.c: while
+ * sequences decode, the step aims at step_target_ns including the decode; while none
+ * does, at prefill_step_ns.  Every step gives its first sequence at least a chunk worth
+ * a forward call (its own work at least the call's fixed cost), so prefill advances.
  *
  * Shared prefixes in flight.  Before admitting a request that hit h blocks, the engine
  * looks for a prefilling sequence that has the same extra keys and the same tokens for
@@ -44,9 +66,9 @@
  * lookup.
  *
  * Block table invariants of a sequence: table[0 .. n_indexed) are in the index (its hits,
- * then blocks it published, in prompt order) and only read; positions >= n_past are not
- * written yet; the block holding position n_past is private to the sequence (the lookup
- * never covers the last prompt token, and only full blocks are shared).
+ * then blocks it published, in order) and only read; positions >= n_past are not written
+ * yet; the block holding position n_past is private to the sequence (the lookup never
+ * covers the last known token, and only full blocks are shared).
  *
  * Threads: everything under "engine thread" below runs on the engine thread only, which
  * owns the pool, the index, the forward context and every struct seq once submitted.
@@ -58,8 +80,11 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -69,16 +94,32 @@
 #include "compute/gen.h"
 #include "compute/model.h"
 #include "compute/text/tokenizer.h"
+#include "svc/log.h"
+#include "svc/stepcost.h"
+#include "svc/tiering.h"
 #include "util/stats.h"
 #include "util/time.h"
 
 #define TTFT_RING 1024u
+#define ITL_RING 4096u
+#define STEP_RING 1024u
+
+/* Calibration: a prefill of CAL_N tokens at context 0 and at CAL_CTX, decode steps. */
+#define CAL_N 32u
+#define CAL_CTX 128u
+#define CAL_REPEAT 3
+
+/* Auto budgets, in units measured at start (docs/daemon.md "Scheduling"). */
+#define AUTO_STEP_DECODES 2.5 /* step while decoding: this many decode steps of one, */
+#define AUTO_STEP_CALLS 4     /* ... and at least this many fixed costs of a call */
+#define AUTO_PREFILL_CALLS 20 /* prefill step alone: this many fixed costs of a call */
 
 enum seq_state {
-	SEQ_QUEUED = 0, /* waiting for admission */
+	SEQ_QUEUED = 0, /* waiting for admission (new, or preempted) */
 	SEQ_WAITING,	/* waiting for another sequence's prefix blocks */
-	SEQ_PREFILL,	/* admitted; prompt being computed */
+	SEQ_PREFILL,	/* admitted; prompt (or, after a preemption, history) computed */
 	SEQ_DECODE,	/* generating */
+	SEQ_LOADING,	/* admitted; prefix blocks being read back from the disk tier */
 };
 
 /* One request.  Owned by the engine thread from the moment it is taken off the inbox. */
@@ -87,7 +128,8 @@ struct seq {
 	enum seq_state state;
 	uint64_t conn;
 	uint64_t req_id;
-	int32_t *prompt; /* owned; n_prompt + max_new ids: the prompt, then gen.kept */
+	int32_t *hist; /* owned: the prompt, then each kept token; n_prompt + max_new */
+	int32_t priority;
 	bool no_cache;
 	struct kvp_prefix_key key;
 	struct kvp_sampler *sampler;
@@ -95,12 +137,12 @@ struct seq {
 	uint32_t *table; /* block ids; cap_table entries */
 	uint32_t n_table;
 	uint32_t cap_table; /* = blocks_for(n_prompt, max_new) */
-	uint32_t n_hit;	    /* blocks from the lookup */
 	uint32_t n_indexed; /* table[0..n_indexed) are in the index */
 	uint32_t n_created; /* blocks this sequence inserted in the index */
 	bool publish_stopped;
-	uint32_t reserved;  /* blocks it may still allocate */
-	struct kvp_gen gen; /* positions computed, tokens kept, text held */
+	uint32_t reserved;  /* blocks it may still allocate from its reservation */
+	uint32_t n_fill;    /* positions to compute before it decodes (again) */
+	struct kvp_gen gen; /* positions computed, tokens kept, text held; prompt = hist */
 
 	struct seq *wait_on;  /* SEQ_WAITING: the sequence computing our prefix */
 	uint32_t wait_blocks; /* ... wake when it has indexed this many blocks */
@@ -109,10 +151,30 @@ struct seq {
 	bool silent; /* connection gone: end without events */
 	uint32_t cancel_status;
 
+	uint64_t arrival;	  /* submission order */
+	uint64_t admit_no;	  /* first admission order; 0 = never admitted */
+	uint32_t preemptions;	  /* times preempted */
+	bool resumed;		  /* admitted again after a preemption */
+	uint32_t tok_cached;	  /* usage: prompt tokens hit in memory at first admission */
+	uint32_t tok_computed;	  /* ... prompt tokens computed before any preemption */
+	uint32_t tok_resume;	  /* ... positions computed again after preemptions */
+	uint32_t tok_cached_disk; /* ... prompt tokens read back from the tier at first admission */
+	uint32_t tok_swapped;	  /* ... tokens read back from the tier after preemptions */
+
+	/* SEQ_LOADING: table[load_from + i] is read from disk[i], result in load_res[i] */
+	struct kvp_index_disk_hit *disk; /* owned; cap_table entries, made when needed */
+	int8_t *load_res;		 /* 1 pending, 0 sound, -1 failed */
+	uint32_t load_from;
+	uint32_t n_load;     /* blocks to read */
+	uint32_t n_issued;   /* reads queued */
+	uint32_t n_inflight; /* ... not completed yet */
+	bool load_failed;    /* stop issuing: a read failed */
+
 	uint64_t t_recv;
 	uint64_t t_admit;
 	uint64_t t_first;
 	uint64_t t_last;
+	uint64_t t_served; /* last prefill chunk, or admission (aging) */
 	uint64_t prefill_ns;
 };
 
@@ -121,11 +183,19 @@ struct seq_list {
 	uint32_t n;
 };
 
+/* A prefilling sequence and its place in this step's prefill order. */
+struct prefill_key {
+	struct seq *q;
+	uint32_t left; /* positions still to compute */
+	bool overdue;  /* left without a chunk for aging_ms */
+};
+
 enum msg_type {
 	MSG_SUBMIT,
 	MSG_CANCEL,
 	MSG_CLOSED,
 	MSG_CANCEL_ALL,
+	MSG_FLUSH_TIER,
 };
 
 struct msg {
@@ -144,22 +214,37 @@ struct kvp_sched {
 	uint32_t n_vocab;
 	int32_t *eog; /* the end-of-generation ids, for the test_eog_after hook */
 	size_t n_eog;
+	bool fair;
 	struct kvp_kv_view view;
-	struct kvp_fwd *fwd;
+	struct kvp_fwd *fwd;	     /* NULL with hooks */
+	struct kvp_tiering *tiering; /* NULL without a disk tier */
+	bool flush_tier;	     /* a flush was asked for */
 	pthread_t thread;
 	bool started;
+	bool calibrated;
 
 	/* engine thread */
 	struct seq_list queue;
 	struct seq_list waiting;
 	struct seq_list active;
 	uint64_t reserved_total;
-	float *logits;		   /* max_running * n_vocab */
-	struct kvp_fwd_seq *batch; /* max_running */
-	struct seq **batch_seq;
+	uint64_t arrivals;
+	uint64_t admissions;
+	uint32_t headroom;
+	struct kvp_stepcost cost;
+	double step_target_ns;
+	double prefill_step_ns;
+	float *logits;		     /* max_running * n_vocab */
+	struct kvp_fwd_seq *batch;   /* max_running */
+	struct seq **batch_seq;	     /* max_running */
+	struct prefill_key *pkeys;   /* max_running: prefill order */
 	struct kvp_sched_stats st;   /* engine's own copy, published to snap */
 	double ttft_ring[TTFT_RING]; /* TTFT of the last TTFT_RING requests, ms */
 	uint64_t ttft_n;	     /* samples ever taken; the next goes to % TTFT_RING */
+	double itl_ring[ITL_RING];   /* the last inter-token gaps, ms */
+	uint64_t itl_n;
+	double step_ring[STEP_RING]; /* the last working steps, ms */
+	uint64_t step_n;
 	bool ev_pushed;
 
 	/* inbox: loop -> engine */
@@ -178,7 +263,7 @@ struct kvp_sched {
 	bool loop_gone;
 
 	/*
-	 * snapshot (stats_lock): the counters, and a copy of the TTFT ring that
+	 * snapshot (stats_lock): the counters, and copies of the sample rings that
 	 * kvp_sched_get_stats() sorts for its quantiles.  Sorting there, when a report is
 	 * asked for, keeps the engine's step free of it (a sort of 1024 samples per step
 	 * was most of a short request's engine time).
@@ -187,6 +272,10 @@ struct kvp_sched {
 	struct kvp_sched_stats snap;
 	double snap_ttft[TTFT_RING];
 	uint64_t snap_ttft_n;
+	double snap_itl[ITL_RING];
+	uint64_t snap_itl_n;
+	double snap_step[STEP_RING];
+	uint64_t snap_step_n;
 
 	atomic_uint_fast64_t outstanding;
 	atomic_bool draining;
@@ -201,6 +290,22 @@ static void list_add_tail(struct seq_list *l, struct seq *q)
 	else
 		l->first = q;
 	l->last = q;
+	l->n++;
+}
+
+/* Put @q into @l right after @after (NULL: at the head). */
+static void list_add_after(struct seq_list *l, struct seq *after, struct seq *q)
+{
+	q->prev = after;
+	q->next = after ? after->next : l->first;
+	if (q->next)
+		q->next->prev = q;
+	else
+		l->last = q;
+	if (after)
+		after->next = q;
+	else
+		l->first = q;
 	l->n++;
 }
 
@@ -235,7 +340,8 @@ static void seq_free(struct seq *q)
 	if (!q)
 		return;
 	kvp_sampler_free(q->sampler);
-	free(q->prompt);
+	free(q->disk);
+	free(q->hist);
 	free(q->table);
 	free(q);
 }
@@ -245,6 +351,16 @@ uint64_t kvp_sched_blocks_for(const struct kvp_sched *s, uint32_t n_prompt, uint
 	uint64_t positions = (uint64_t)n_prompt + max_new - 1;
 
 	return (positions + s->block_tokens - 1) / s->block_tokens;
+}
+
+static uint32_t blocks_of(const struct kvp_sched *s, uint64_t positions)
+{
+	return (uint32_t)((positions + s->block_tokens - 1) / s->block_tokens);
+}
+
+static uint64_t now_ns(const struct kvp_sched *s)
+{
+	return s->cfg.hooks ? s->cfg.hooks->now_ns(s->cfg.hooks->ctx) : kvp_now_ns();
 }
 
 /* ---- engine thread: events ---- */
@@ -272,6 +388,15 @@ static void push_event(struct kvp_sched *s, const struct kvp_sched_event *e)
 		s->ev_pushed = true;
 	}
 	pthread_mutex_unlock(&s->ev_lock);
+}
+
+/* Hand queued events to the loop now (not only at the end of the step). */
+static void flush_events(struct kvp_sched *s)
+{
+	if (s->ev_pushed) {
+		s->ev_pushed = false;
+		wake_loop(s);
+	}
 }
 
 static void emit_error(struct kvp_sched *s, struct seq *q, enum kvp_status status, const char *msg)
@@ -313,24 +438,25 @@ static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 
 /* ---- engine thread: request end ---- */
 
-static void publish_ready(struct kvp_sched *s, struct seq *q, bool generated);
-
 static void fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, struct kvp_usage *u)
 {
-	uint64_t t = kvp_now_ns();
-	uint32_t computed = q->gen.n_past < q->gen.n_prompt ? q->gen.n_past : q->gen.n_prompt;
+	uint64_t t = now_ns(s);
 
 	memset(u, 0, sizeof(*u));
 	u->prompt_tokens = q->gen.n_prompt;
-	u->cached_tokens = q->n_hit * s->block_tokens;
+	u->cached_tokens = q->tok_cached;
 	u->cache_creation_tokens = q->n_created * s->block_tokens;
-	u->recomputed_tokens = computed > u->cached_tokens ? computed - u->cached_tokens : 0;
+	u->recomputed_tokens = q->tok_computed;
 	u->generated_tokens = q->gen.n_generated;
 	u->status = status;
 	u->queue_ms = kvp_ns_to_ms((q->t_admit ? q->t_admit : t) - q->t_recv);
 	u->ttft_ms = q->t_first ? kvp_ns_to_ms(q->t_first - q->t_recv) : 0;
 	u->prefill_ms = kvp_ns_to_ms(q->prefill_ns);
 	u->decode_ms = q->t_first ? kvp_ns_to_ms(q->t_last - q->t_first) : 0;
+	u->preemptions = q->preemptions;
+	u->resume_computed_tokens = q->tok_resume;
+	u->cached_tokens_disk = q->tok_cached_disk;
+	u->swapped_tokens = q->tok_swapped;
 }
 
 /* Drop @q's reference on every block of its table (hits included); the table is empty. */
@@ -351,14 +477,26 @@ static void release_blocks(struct kvp_sched *s, struct seq *q)
 	q->reserved = 0;
 }
 
+/* Whoever waited for @q's prefix looks up again at the next step. */
+static void forget_waiters(struct kvp_sched *s, struct seq *q)
+{
+	struct seq *w;
+
+	for (w = s->waiting.first; w; w = w->next)
+		if (w->wait_on == q)
+			w->wait_on = NULL;
+}
+
 /*
  * End @q: DONE (admitted requests, and cancels) or ERROR (@as_error: never admitted or
  * failed), then release everything.  @q is freed.
  */
+static void publish_upto(struct kvp_sched *s, struct seq *q, uint32_t upto);
+
 static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as_error,
 		    const char *msg)
 {
-	struct seq *w;
+	struct kvp_usage u;
 
 	/*
 	 * its K/V is good up to n_past: a next turn continuing on these ids reuses it (not
@@ -366,7 +504,7 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 	 */
 	if (!as_error && !q->silent && (status == KVP_OK || status == KVP_E_CANCELLED) &&
 	    (q->state == SEQ_PREFILL || q->state == SEQ_DECODE))
-		publish_ready(s, q, true);
+		publish_upto(s, q, q->gen.n_past);
 	if (!q->silent) {
 		if (as_error) {
 			emit_error(s, q, status, msg ? msg : "request failed");
@@ -389,21 +527,21 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 			push_event(s, &e);
 		}
 	}
-	{
-		struct kvp_usage u;
-
-		/* the usage sums cover every request that ended, finished or not */
-		fill_usage(s, q, status, &u);
-		s->st.prompt_tokens += u.prompt_tokens;
-		s->st.cached_tokens += u.cached_tokens;
-		s->st.cache_creation_tokens += u.cache_creation_tokens;
-		s->st.recomputed_tokens += u.recomputed_tokens;
-		s->st.generated_tokens += u.generated_tokens;
-		s->st.queue_ms += u.queue_ms;
-		s->st.ttft_ms += u.ttft_ms;
-		s->st.prefill_ms += u.prefill_ms;
-		s->st.decode_ms += u.decode_ms;
-	}
+	/* the usage sums cover every request that ended, finished or not */
+	fill_usage(s, q, status, &u);
+	s->st.prompt_tokens += u.prompt_tokens;
+	s->st.cached_tokens += u.cached_tokens;
+	s->st.cache_creation_tokens += u.cache_creation_tokens;
+	s->st.recomputed_tokens += u.recomputed_tokens;
+	s->st.generated_tokens += u.generated_tokens;
+	s->st.queue_ms += u.queue_ms;
+	s->st.ttft_ms += u.ttft_ms;
+	s->st.prefill_ms += u.prefill_ms;
+	s->st.decode_ms += u.decode_ms;
+	s->st.cached_tokens_disk += u.cached_tokens_disk;
+	s->st.swapped_tokens += u.swapped_tokens;
+	s->st.resume_computed_tokens += u.resume_computed_tokens;
+	s->st.preempt_usage += u.preemptions;
 	if (status == KVP_OK)
 		s->st.req_done++;
 	else if (status == KVP_E_CANCELLED || status == KVP_E_SHUTDOWN || q->silent)
@@ -411,17 +549,15 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 	else
 		s->st.req_failed++;
 	release_blocks(s, q);
-	/* whoever waited for our prefix looks up again at the next step */
-	for (w = s->waiting.first; w; w = w->next)
-		if (w->wait_on == q)
-			w->wait_on = NULL;
+	forget_waiters(s, q);
 	list_del(list_of(s, q), q);
 	seq_free(q);
 	atomic_fetch_sub(&s->outstanding, 1);
 }
 
-/* ---- engine thread: admission ---- */
+/* ---- engine thread: blocks ---- */
 
+/* Blocks that can be handed out now: free, and cached ones nobody holds or writes. */
 static uint64_t pool_available(struct kvp_sched *s)
 {
 	struct kvp_pool_stats ps;
@@ -431,166 +567,66 @@ static uint64_t pool_available(struct kvp_sched *s)
 	kvp_pool_stats(s->cfg.pool, &ps);
 	for (a = 0; a < ps.n_arenas; a++)
 		avail += (uint64_t)ps.arena[a].free + ps.arena[a].cached;
+	return avail - kvp_tiering_pinned_idle(s->tiering);
+}
+
+/* ... of which no reservation has a claim on. */
+static uint64_t pool_unreserved(struct kvp_sched *s)
+{
+	uint64_t avail = pool_available(s);
+
 	return avail > s->reserved_total ? avail - s->reserved_total : 0;
 }
 
 /*
- * Is block @h of @q's prompt (and maybe more) being computed right now by a prefilling
- * sequence?  Then *@owner is it and *@until the number of leading blocks @q shares with
- * it that @q could hit.
+ * One more block at the end of @q's table: from its reservation, else (FAIR) from what
+ * no reservation claims.  Return: 0, or -ENOSPC when there is none (FAIR: preempt).
  */
-static bool prefix_in_flight(struct kvp_sched *s, const struct seq *q, uint32_t h,
-			     struct seq **owner, uint32_t *until)
+static int take_block(struct kvp_sched *s, struct seq *q)
 {
-	uint32_t bt = s->block_tokens;
-	uint32_t q_max = (q->gen.n_prompt - 1) / bt; /* most blocks a lookup can give @q */
-	struct seq *a;
+	uint32_t id;
 
-	if (h >= q_max)
-		return false;
-	for (a = s->active.first; a; a = a->next) {
-		uint32_t a_full = a->gen.n_prompt / bt;
-		uint32_t limit;
-		uint32_t p;
-
-		if (a->state != SEQ_PREFILL || a->no_cache || a->publish_stopped ||
-		    a->n_indexed > h || a_full <= h)
-			continue;
-		if (memcmp(&a->key.ek, &q->key.ek, sizeof(a->key.ek)))
-			continue;
-		limit = (a_full < q_max ? a_full : q_max) * bt;
-		for (p = 0; p < limit && a->prompt[p] == q->prompt[p]; p++)
-			;
-		if (p / bt > h) {
-			*owner = a;
-			*until = p / bt;
-			return true;
-		}
-	}
-	return false;
-}
-
-static void admit(struct kvp_sched *s)
-{
-	struct seq *q = s->queue.first;
-
-	while (q && s->active.n < s->cfg.max_running) {
-		struct seq *next = q->next;
-		struct seq *owner = NULL;
-		uint32_t until = 0;
-		uint64_t need;
-		int n = 0;
-
-		if (!q->no_cache) {
-			n = kvp_index_lookup(s->cfg.index, &q->key, (const uint32_t *)q->prompt,
-					     q->gen.n_prompt, q->table, q->cap_table);
-			if (n < 0)
-				n = 0; /* a failed lookup is a miss */
-			q->n_table = (uint32_t)n;
-			if (prefix_in_flight(s, q, (uint32_t)n, &owner, &until)) {
-				unref_table(s, q);
-				list_del(&s->queue, q);
-				q->state = SEQ_WAITING;
-				q->wait_on = owner;
-				q->wait_blocks = until;
-				list_add_tail(&s->waiting, q);
-				s->st.prefix_waits++;
-				q = next;
-				continue;
-			}
-		}
-		need = q->cap_table - (uint32_t)n;
-		if (need > pool_available(s)) {
-			unref_table(s, q);
-			break; /* FIFO: the head waits for blocks */
-		}
-		list_del(&s->queue, q);
-		q->n_hit = q->n_indexed = (uint32_t)n;
-		q->gen.n_past = (uint32_t)n * s->block_tokens;
-		q->reserved = (uint32_t)need;
-		s->reserved_total += need;
-		q->t_admit = kvp_now_ns();
-		q->state = SEQ_PREFILL;
-		list_add_tail(&s->active, q);
-		if (!q->no_cache) {
-			s->st.lookups++;
-			s->st.lookup_tokens += q->gen.n_prompt;
-			s->st.hit_tokens += q->gen.n_past;
-			if (n > 0)
-				s->st.hit_requests++;
-		}
-		q = next;
-	}
-}
-
-/* Requests whose prefix owner published what they wait for (or ended) go first. */
-static void wake_waiters(struct kvp_sched *s)
-{
-	struct seq_list woken = { 0 };
-	struct seq *w = s->waiting.first;
-
-	while (w) {
-		struct seq *next = w->next;
-		struct seq *o = w->wait_on;
-
-		if (w->cancelled || !o || o->n_indexed >= w->wait_blocks ||
-		    o->state != SEQ_PREFILL || o->publish_stopped) {
-			list_del(&s->waiting, w);
-			w->state = SEQ_QUEUED;
-			w->wait_on = NULL;
-			list_add_tail(&woken, w);
-		}
-		w = next;
-	}
-	if (!woken.n)
-		return;
-	/* splice @woken in front of the queue: they arrived before what is queued now */
-	woken.last->next = s->queue.first;
-	if (s->queue.first)
-		s->queue.first->prev = woken.last;
-	else
-		s->queue.last = woken.last;
-	s->queue.first = woken.first;
-	s->queue.n += woken.n;
-}
-
-/* ---- engine thread: compute ---- */
-
-/* Make the table cover @n_positions positions, allocating from the reservation. */
-static int ensure_blocks(struct kvp_sched *s, struct seq *q, uint32_t n_positions)
-{
-	uint32_t want = (n_positions + s->block_tokens - 1) / s->block_tokens;
-
-	while (q->n_table < want) {
-		uint32_t id;
-		int r;
-
-		if (q->n_table >= q->cap_table || !q->reserved)
-			return -ENOSPC; /* cannot happen: blocks_for() bounds positions */
-		r = kvp_pool_alloc(s->cfg.pool, KVP_NODE_ANY, &id);
-		if (r < 0)
-			return r;
-		q->table[q->n_table++] = id;
+	if (q->n_table >= q->cap_table)
+		return -ENOSPC; /* cannot happen: blocks_for() bounds positions */
+	if (!q->reserved && (!s->fair || !pool_unreserved(s)))
+		return -ENOSPC;
+	if (kvp_pool_alloc(s->cfg.pool, KVP_NODE_ANY, &id) < 0)
+		return -ENOSPC; /* every cached block pinned or inside a TTL */
+	q->table[q->n_table++] = id;
+	if (q->reserved) {
 		q->reserved--;
 		s->reserved_total--;
 	}
 	return 0;
 }
 
+/* Make the table cover @n_positions positions. */
+static int ensure_blocks(struct kvp_sched *s, struct seq *q, uint32_t n_positions)
+{
+	uint32_t want = blocks_of(s, n_positions);
+
+	while (q->n_table < want) {
+		int r = take_block(s, q);
+
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
 /*
- * Publish every full block filled since the last call, in order: of the prompt only
- * while it is computed; with @generated (at the end) of the generated tokens too, whose
- * ids follow the prompt's in q->prompt.
+ * Publish every full block of @q below position @upto not published yet, in order
+ * (no-cache requests publish nothing).
  */
-static void publish_ready(struct kvp_sched *s, struct seq *q, bool generated)
+static void publish_upto(struct kvp_sched *s, struct seq *q, uint32_t upto)
 {
 	uint32_t bt = s->block_tokens;
-	uint32_t upto = q->gen.n_past < q->gen.n_prompt || generated ? q->gen.n_past :
-								       q->gen.n_prompt;
 	uint32_t filled = upto / bt;
 
 	if (q->no_cache)
 		return;
+	if (filled > q->n_table)
+		filled = q->n_table;
 	while (!q->publish_stopped && q->n_indexed < filled) {
 		uint32_t i = q->n_indexed;
 		uint32_t parent = i ? q->table[i - 1] : KVP_BLOCK_NONE;
@@ -598,7 +634,7 @@ static void publish_ready(struct kvp_sched *s, struct seq *q, bool generated)
 		int r;
 
 		r = kvp_index_publish(s->cfg.index, &q->key, parent,
-				      (const uint32_t *)q->prompt + (size_t)i * bt, q->table[i],
+				      (const uint32_t *)q->hist + (size_t)i * bt, q->table[i],
 				      &out);
 		if (r == 0) {
 			q->n_created++;
@@ -614,23 +650,445 @@ static void publish_ready(struct kvp_sched *s, struct seq *q, bool generated)
 	}
 }
 
+/* ---- engine thread: preemption (FAIR) ---- */
+
+/* Queue order (see "Admission"): does @a go before @b? */
+static bool queue_before(const struct kvp_sched *s, const struct seq *a, const struct seq *b)
+{
+	if (!s->fair)
+		return a->arrival < b->arrival;
+	if (a->priority != b->priority)
+		return a->priority > b->priority;
+	if (!a->admit_no != !b->admit_no)
+		return a->admit_no != 0; /* resuming after a preemption goes first */
+	if (a->admit_no)
+		return a->admit_no < b->admit_no;
+	return a->arrival < b->arrival;
+}
+
+static void queue_insert(struct kvp_sched *s, struct seq *q)
+{
+	struct seq *p = s->queue.last;
+
+	q->state = SEQ_QUEUED;
+	while (p && queue_before(s, q, p))
+		p = p->prev;
+	list_add_after(&s->queue, p, q);
+}
+
+/* The victim of a preemption among the running: lowest priority, then latest admitted. */
+static bool victim_before(const struct seq *a, const struct seq *b)
+{
+	if (a->priority != b->priority)
+		return a->priority < b->priority;
+	return a->admit_no > b->admit_no;
+}
+
+/* The running sequence to preempt first, if its priority is below @below (else NULL). */
+static struct seq *pick_victim(struct kvp_sched *s, int64_t below)
+{
+	struct seq *v = NULL;
+	struct seq *a;
+
+	for (a = s->active.first; a; a = a->next) {
+		if (a->cancelled || a->priority >= below || a->state == SEQ_LOADING)
+			continue; /* blocks being read into are the tier's until it answers */
+		if (!v || victim_before(a, v))
+			v = a;
+	}
+	return v;
+}
+
+/*
+ * Preempt running @v: publish its full blocks, drop every reference and reservation,
+ * queue it to resume (see "Blocks on demand").
+ */
+static void preempt(struct kvp_sched *s, struct seq *v)
+{
+	publish_upto(s, v, v->gen.n_past);
+	/* with a disk tier, they go there too: back from disk rather than recomputed */
+	if (!v->no_cache && kvp_tiering_save(s->tiering, v->table, v->n_indexed))
+		s->st.preempt_swapped++;
+	release_blocks(s, v);
+	forget_waiters(s, v);
+	list_del(&s->active, v);
+	v->n_indexed = 0;
+	v->publish_stopped = false;
+	v->gen.n_past = 0;
+	v->n_fill = v->gen.n_prompt + (v->gen.n_generated ? v->gen.n_generated - 1 : 0);
+	v->preemptions++;
+	s->st.preemptions++;
+	queue_insert(s, v);
+}
+
+/* ---- engine thread: admission ---- */
+
+/*
+ * Is block @h of @q's tokens (and maybe more) being computed right now by a prefilling
+ * sequence?  Then *@owner is it and *@until the number of leading blocks @q shares with
+ * it that @q could hit.
+ */
+static bool prefix_in_flight(struct kvp_sched *s, const struct seq *q, uint32_t h,
+			     struct seq **owner, uint32_t *until)
+{
+	uint32_t bt = s->block_tokens;
+	uint32_t n_known = q->gen.n_prompt + q->gen.n_generated;
+	uint32_t q_max = (n_known - 1) / bt; /* most blocks a lookup can give @q */
+	struct seq *a;
+
+	if (h >= q_max)
+		return false;
+	for (a = s->active.first; a; a = a->next) {
+		uint32_t a_full = a->n_fill / bt;
+		uint32_t limit;
+		uint32_t p;
+
+		if (a->state != SEQ_PREFILL || a->no_cache || a->publish_stopped ||
+		    a->n_indexed > h || a_full <= h)
+			continue;
+		if (memcmp(&a->key.ek, &q->key.ek, sizeof(a->key.ek)))
+			continue;
+		limit = (a_full < q_max ? a_full : q_max) * bt;
+		for (p = 0; p < limit && a->hist[p] == q->hist[p]; p++)
+			;
+		if (p / bt > h) {
+			*owner = a;
+			*until = p / bt;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Blocks @q reserves at admission with @n_hit blocks hit (see "Admission"). */
+static uint32_t reservation(const struct kvp_sched *s, const struct seq *q, uint32_t n_hit)
+{
+	uint32_t want = q->cap_table;
+
+	if (s->fair) {
+		/* its prefill, and the block of its first decode step */
+		uint32_t upto = blocks_of(s, (uint64_t)q->n_fill + 1);
+
+		if (upto < want)
+			want = upto;
+	}
+	return want > n_hit ? want - n_hit : 0;
+}
+
+/* ---- engine thread: reloads from the disk tier ---- */
+
+/*
+ * On-disk entries continuing @q's @n_hit memory hits (kvp_index_lookup_disk()): how many
+ * blocks it can read back instead of computing.  0 without a usable tier.
+ */
+static uint32_t disk_lookup(struct kvp_sched *s, struct seq *q, uint32_t n_hit)
+{
+	int n;
+
+	if (q->no_cache || !kvp_tiering_usable(s->tiering) || n_hit >= q->cap_table)
+		return 0;
+	if (!q->disk) {
+		q->disk = malloc(q->cap_table * (sizeof(*q->disk) + sizeof(*q->load_res)));
+		if (!q->disk)
+			return 0; /* computed instead */
+		q->load_res = (int8_t *)(q->disk + q->cap_table);
+	}
+	n = kvp_index_lookup_disk(s->cfg.index, &q->key, (const uint32_t *)q->hist,
+				  q->gen.n_prompt + q->gen.n_generated, n_hit,
+				  n_hit ? q->table[n_hit - 1] : KVP_BLOCK_NONE, q->disk,
+				  q->cap_table - n_hit);
+	return n > 0 ? (uint32_t)n : 0;
+}
+
+/* Queue the reads of loading @q that the tier takes now. */
+static void issue_reads(struct kvp_sched *s, struct seq *q)
+{
+	while (q->n_issued < q->n_load && !q->load_failed && !q->cancelled) {
+		uint32_t i = q->n_issued;
+		int r = kvp_tiering_read(s->tiering, &q->disk[i], q->table[q->load_from + i],
+					 (uint64_t)(uintptr_t)q);
+
+		if (r == -EBUSY)
+			return; /* the queue is full: more at the next step */
+		if (r < 0) {
+			q->load_failed = true; /* slot gone or tier off: computed instead */
+			return;
+		}
+		q->load_res[i] = 1;
+		q->n_issued++;
+		q->n_inflight++;
+	}
+}
+
+/*
+ * Admitted @q reads its next @n blocks from disk: blocks from its reservation, taken now
+ * and held, unpublished, until the reads come back (see kvp_tiering_read()).
+ */
+static void start_load(struct kvp_sched *s, struct seq *q, uint32_t n)
+{
+	uint32_t from = q->n_table;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (take_block(s, q) < 0) {
+			n = i; /* cannot happen: the reservation covers them */
+			break;
+		}
+	if (!n)
+		return;
+	q->state = SEQ_LOADING;
+	q->load_from = from;
+	q->n_load = n;
+	q->n_issued = q->n_inflight = 0;
+	q->load_failed = false;
+	issue_reads(s, q);
+}
+
+/* kvp_tiering_read_fn: a read of loading sequence @cookie finished. */
+static void read_done(void *ctx, uint64_t cookie, uint32_t block, int result)
+{
+	struct seq *q = (struct seq *)(uintptr_t)cookie;
+
+	(void)ctx;
+	for (uint32_t i = 0; i < q->n_issued; i++) {
+		if (q->table[q->load_from + i] != block)
+			continue;
+		q->load_res[i] = result ? -1 : 0;
+		q->load_failed |= result != 0;
+		break;
+	}
+	q->n_inflight--;
+}
+
+/*
+ * Every read of @q has come back: publish the leading sound blocks in order (each gives
+ * its on-disk entry a memory block again); from the first failure on, the positions are
+ * computed (those blocks are private and get overwritten).
+ */
+static void finish_load(struct kvp_sched *s, struct seq *q)
+{
+	uint32_t bt = s->block_tokens;
+	uint32_t i, ok = 0;
+
+	for (i = 0; i < q->n_issued && q->load_res[i] == 0; i++) {
+		uint32_t b = q->load_from + i;
+		uint32_t parent = b ? q->table[b - 1] : KVP_BLOCK_NONE;
+		uint32_t out = KVP_BLOCK_NONE;
+		int r = kvp_index_publish(s->cfg.index, &q->key, parent,
+					  (const uint32_t *)q->hist + (size_t)b * bt, q->table[b],
+					  &out);
+
+		if (r == 1) {
+			/* brought back (or computed) by another request meanwhile: share it */
+			kvp_pool_unref(s->cfg.pool, q->table[b]);
+			q->table[b] = out;
+		} else if (r < 0) {
+			break;
+		}
+		ok++;
+	}
+	q->n_indexed = q->load_from + ok;
+	q->gen.n_past = q->n_indexed * bt;
+	if (q->resumed)
+		q->tok_swapped += ok * bt;
+	else
+		q->tok_cached_disk += ok * bt;
+	q->n_load = 0;
+	q->state = SEQ_PREFILL;
+	q->t_served = now_ns(s);
+}
+
+/* Reap the tier, feed loading sequences, and flush when asked. */
+static void tier_step(struct kvp_sched *s)
+{
+	if (!s->tiering)
+		return;
+	kvp_tiering_poll(s->tiering, false);
+	if (s->flush_tier) {
+		s->flush_tier = false;
+		kvp_tiering_flush(s->tiering); /* waits for what is in flight, then empties */
+	}
+	for (struct seq *q = s->active.first; q; q = q->next) {
+		if (q->state != SEQ_LOADING)
+			continue;
+		issue_reads(s, q);
+		if (!q->n_inflight && (q->n_issued == q->n_load || q->load_failed || q->cancelled))
+			finish_load(s, q);
+	}
+}
+
+/*
+ * Try to admit the queue's head @q.  Return: true when it left the queue (admitted, or
+ * waiting for a prefix in flight); false when it does not fit now.
+ */
+static bool try_admit(struct kvp_sched *s, struct seq *q)
+{
+	struct seq *owner = NULL;
+	uint32_t until = 0, n_disk;
+	uint64_t need, room;
+	int n = 0;
+
+	if (!q->no_cache) {
+		n = kvp_index_lookup(s->cfg.index, &q->key, (const uint32_t *)q->hist,
+				     q->gen.n_prompt + q->gen.n_generated, q->table, q->cap_table);
+		if (n < 0)
+			n = 0; /* a failed lookup is a miss */
+		q->n_table = (uint32_t)n;
+		if (prefix_in_flight(s, q, (uint32_t)n, &owner, &until)) {
+			unref_table(s, q);
+			list_del(&s->queue, q);
+			q->state = SEQ_WAITING;
+			q->wait_on = owner;
+			q->wait_blocks = until;
+			list_add_tail(&s->waiting, q);
+			s->st.prefix_waits++;
+			return true;
+		}
+	}
+	n_disk = disk_lookup(s, q, (uint32_t)n);
+	need = reservation(s, q, (uint32_t)n);
+	room = pool_unreserved(s);
+	if (s->fair && s->active.n) /* next to running sequences, leave them room to grow */
+		room = room > s->headroom ? room - s->headroom : 0;
+	if (need > room) {
+		unref_table(s, q);
+		return false;
+	}
+	list_del(&s->queue, q);
+	q->n_indexed = (uint32_t)n;
+	q->gen.n_past = (uint32_t)n * s->block_tokens;
+	q->reserved = (uint32_t)need;
+	s->reserved_total += need;
+	q->t_served = now_ns(s);
+	q->state = SEQ_PREFILL;
+	list_add_tail(&s->active, q);
+	if (n_disk)
+		start_load(s, q, n_disk);
+	if (q->admit_no) {
+		q->resumed = true;
+		return true;
+	}
+	q->admit_no = ++s->admissions;
+	q->t_admit = q->t_served;
+	q->tok_cached = q->gen.n_past;
+	if (!q->no_cache) {
+		s->st.lookups++;
+		s->st.lookup_tokens += q->gen.n_prompt;
+		s->st.hit_tokens += q->gen.n_past;
+		if (n > 0)
+			s->st.hit_requests++;
+	}
+	return true;
+}
+
+/* Blocks (held or reserved) of running sequences of priority below @below. */
+static uint64_t held_below(const struct kvp_sched *s, int32_t below)
+{
+	uint64_t n = 0;
+
+	for (const struct seq *a = s->active.first; a; a = a->next)
+		if (a->priority < below)
+			n += (uint64_t)a->n_table + a->reserved;
+	return n;
+}
+
+static void admit(struct kvp_sched *s)
+{
+	struct seq *q;
+
+	while ((q = s->queue.first)) {
+		struct seq *v;
+
+		if (s->active.n < s->cfg.max_running && try_admit(s, q))
+			continue;
+		/*
+		 * The head does not fit (batch or blocks): FAIR makes room from lower
+		 * priorities when what they hold could be enough, else it waits.
+		 */
+		if (!s->fair)
+			return;
+		if (s->active.n < s->cfg.max_running &&
+		    pool_unreserved(s) + held_below(s, q->priority) < reservation(s, q, 0))
+			return;
+		v = pick_victim(s, q->priority);
+		if (!v)
+			return;
+		preempt(s, v);
+	}
+}
+
+/* Requests whose prefix owner published what they wait for (or ended) go back. */
+static void wake_waiters(struct kvp_sched *s)
+{
+	struct seq *w = s->waiting.first;
+
+	while (w) {
+		struct seq *next = w->next;
+		struct seq *o = w->wait_on;
+
+		if (w->cancelled || !o || o->n_indexed >= w->wait_blocks ||
+		    o->state != SEQ_PREFILL || o->publish_stopped) {
+			list_del(&s->waiting, w);
+			w->wait_on = NULL;
+			queue_insert(s, w); /* by arrival: ahead of what came after it */
+		}
+		w = next;
+	}
+}
+
+/* ---- engine thread: compute ---- */
+
+static int fwd_prefill_at(struct kvp_sched *s, const uint32_t *table, uint32_t n_table,
+			  uint32_t n_past, const int32_t *tokens, uint32_t n)
+{
+	if (s->cfg.hooks)
+		return s->cfg.hooks->prefill(s->cfg.hooks->ctx, &s->view, table, n_table, n_past,
+					     tokens, n, s->logits);
+	return kvp_fwd_prefill(s->fwd, &s->view, table, n_table, n_past, tokens, n, s->logits, 0);
+}
+
+static int fwd_prefill(struct kvp_sched *s, struct seq *q, uint32_t n)
+{
+	return fwd_prefill_at(s, q->table, q->n_table, q->gen.n_past, q->hist + q->gen.n_past, n);
+}
+
+static int fwd_decode(struct kvp_sched *s, uint32_t n)
+{
+	if (s->cfg.hooks)
+		return s->cfg.hooks->decode(s->cfg.hooks->ctx, &s->view, s->batch, n, s->logits);
+	return kvp_fwd_decode(s->fwd, &s->view, s->batch, n, s->logits);
+}
+
 /*
  * @q sampled @token: emit it, end the request when it should stop.  EOS ends the
  * request without being sent or counted, as kvpool-run does offline (compute/gen.c).
  */
 static void took_token(struct kvp_sched *s, struct seq *q, int32_t token)
 {
-	uint64_t t = kvp_now_ns();
+	uint64_t t = now_ns(s);
 	enum kvp_gen_next next;
 
 	if (!q->t_first) {
 		q->t_first = t;
 		s->ttft_ring[s->ttft_n++ % TTFT_RING] = kvp_ns_to_ms(t - q->t_recv);
 	}
-	q->t_last = t;
 	next = kvp_gen_take(&q->gen, token);
-	if (next != KVP_GEN_EOS)
+	if (next != KVP_GEN_EOS) {
+		if (q->gen.n_generated > 1) {
+			double gap = kvp_ns_to_ms(t - q->t_last);
+			uint32_t b = 0;
+
+			while (b < KVP_SCHED_ITL_BUCKETS - 1 && gap > kvp_sched_itl_bound_ms(b))
+				b++;
+			for (; b < KVP_SCHED_ITL_BUCKETS; b++)
+				s->st.itl_le[b]++;
+			s->st.itl_count++;
+			s->st.itl_sum_ms += gap;
+			s->itl_ring[s->itl_n++ % ITL_RING] = gap;
+		}
+		q->t_last = t;
+		q->hist[q->gen.n_prompt + q->gen.n_generated - 1] = token;
 		emit_token(s, q, token);
+	}
 	if (next != KVP_GEN_CONTINUE)
 		seq_end(s, q, KVP_OK, false, NULL);
 }
@@ -648,68 +1106,219 @@ static int32_t sample(struct kvp_sched *s, struct seq *q, float *logits)
 	return kvp_sampler_sample(q->sampler, logits);
 }
 
-static void prefill_step(struct kvp_sched *s)
+/* The positions before decoding are computed: sample the first token, or go on. */
+static void prefill_done(struct kvp_sched *s, struct seq *q, bool have_logits)
+{
+	q->state = SEQ_DECODE;
+	if (!q->gen.n_generated) {
+		assert(have_logits);
+		took_token(s, q, sample(s, q, s->logits));
+	}
+}
+
+/*
+ * Compute the next @n positions of @q.  Return: 0; -ENOSPC when its reservation cannot
+ * give a block (a bug: it ends the request); -errno of the forward pass.
+ */
+static int prefill_chunk(struct kvp_sched *s, struct seq *q, uint32_t n)
+{
+	uint64_t t0, dt;
+	int r;
+
+	r = ensure_blocks(s, q, q->gen.n_past + n);
+	if (r < 0) {
+		seq_end(s, q, KVP_E_NOSPACE, true, "pool: no block for the prompt");
+		return r;
+	}
+	t0 = now_ns(s);
+	r = fwd_prefill(s, q, n);
+	dt = now_ns(s) - t0;
+	q->prefill_ns += dt;
+	if (r < 0) {
+		seq_end(s, q, KVP_E_INTERNAL, true, "engine: prefill failed");
+		return r;
+	}
+	kvp_stepcost_observe_prefill(&s->cost, n, q->gen.n_past, (double)dt);
+	if (q->resumed)
+		q->tok_resume += n;
+	else
+		q->tok_computed += n;
+	q->gen.n_past += n;
+	q->t_served = now_ns(s);
+	publish_upto(s, q, q->gen.n_past);
+	if (q->gen.n_past == q->n_fill) {
+		prefill_done(s, q, true);
+		flush_events(s); /* a first token leaves now, not after the step */
+	}
+	return 0;
+}
+
+/* FIFO: up to prefill_chunk tokens, in admission order. */
+static bool prefill_fifo(struct kvp_sched *s)
 {
 	uint32_t budget = s->cfg.prefill_chunk;
 	struct seq *q = s->active.first;
+	bool worked = false;
 
 	while (q && budget) {
 		struct seq *next = q->next;
 		uint32_t n;
-		uint64_t t0;
-		int r;
 
-		if (q->state != SEQ_PREFILL) {
-			q = next;
-			continue;
-		}
-		n = kvp_gen_prefill_next(&q->gen, budget);
-		r = ensure_blocks(s, q, q->gen.n_past + n);
-		if (r < 0) {
-			seq_end(s, q, KVP_E_NOSPACE, true, "pool: no block for the prompt");
-			q = next;
-			continue;
-		}
-		t0 = kvp_now_ns();
-		r = kvp_gen_prefill(&q->gen, s->fwd, &s->view, q->table, q->n_table, n, s->logits);
-		q->prefill_ns += kvp_now_ns() - t0;
-		if (r < 0) {
-			seq_end(s, q, KVP_E_INTERNAL, true, "engine: prefill failed");
-			q = next;
-			continue;
-		}
-		budget -= n;
-		publish_ready(s, q, false);
-		if (kvp_gen_prefilled(&q->gen)) {
-			q->state = SEQ_DECODE;
-			took_token(s, q, sample(s, q, s->logits));
+		if (q->state == SEQ_PREFILL) {
+			n = q->n_fill - q->gen.n_past;
+			if (n > budget)
+				n = budget;
+			worked = true;
+			if (prefill_chunk(s, q, n) == 0)
+				budget -= n;
 		}
 		q = next;
 	}
+	return worked;
 }
 
-static void decode_step(struct kvp_sched *s)
+static int prefill_cmp(const void *a, const void *b)
 {
-	struct seq *q;
-	uint32_t n = 0;
-	uint32_t i;
-	int r;
+	const struct prefill_key *x = a, *y = b;
 
-	for (q = s->active.first; q && n < s->cfg.max_running; q = q->next) {
-		if (q->state != SEQ_DECODE)
-			continue;
-		if (ensure_blocks(s, q, q->gen.n_past + 1) < 0) {
-			q->cancelled = true; /* ended by reap at the next step */
-			q->cancel_status = KVP_E_NOSPACE;
+	if (x->q->priority != y->q->priority)
+		return x->q->priority > y->q->priority ? -1 : 1;
+	if (x->overdue != y->overdue)
+		return x->overdue ? -1 : 1;
+	if (x->overdue && x->q->t_served != y->q->t_served)
+		return x->q->t_served < y->q->t_served ? -1 : 1; /* the longest left out */
+	if (!x->overdue && x->left != y->left)
+		return x->left < y->left ? -1 : 1;
+	return x->q->admit_no < y->q->admit_no ? -1 : x->q->admit_no > y->q->admit_no;
+}
+
+/* Sequences that will decode in this step's decode (all of them, up to the batch). */
+static uint32_t n_decoding(const struct kvp_sched *s)
+{
+	uint32_t n = 0;
+
+	for (const struct seq *q = s->active.first; q; q = q->next)
+		n += q->state == SEQ_DECODE;
+	return n < s->cfg.max_running ? n : s->cfg.max_running;
+}
+
+/* FAIR: chunks by priority and shortest remaining (aged), sized to the step's budget. */
+static bool prefill_fair(struct kvp_sched *s)
+{
+	struct prefill_key *keys = s->pkeys;
+	uint32_t n_keys = 0, decoders = n_decoding(s);
+	uint32_t tokens_left = s->cfg.prefill_chunk;
+	uint64_t t = now_ns(s);
+	uint64_t aging_ns = (uint64_t)s->cfg.aging_ms * 1000000;
+	double budget;
+	bool worked = false;
+
+	for (struct seq *q = s->active.first; q && n_keys < s->cfg.max_running; q = q->next)
+		if (q->state == SEQ_PREFILL)
+			keys[n_keys++] = (struct prefill_key){
+				.q = q,
+				.left = q->n_fill - q->gen.n_past,
+				.overdue = t - q->t_served > aging_ns,
+			};
+	if (!n_keys)
+		return false;
+	qsort(keys, n_keys, sizeof(keys[0]), prefill_cmp);
+	if (decoders) {
+		/*
+		 * what the decode leaves of the step, and never less than the decode itself:
+		 * with many streams their step alone passes the target, and prefill (new
+		 * requests) would starve
+		 */
+		double dec = kvp_stepcost_decode_ns(&s->cost, decoders);
+
+		budget = s->step_target_ns - dec > dec ? s->step_target_ns - dec : dec;
+	} else {
+		budget = s->prefill_step_ns;
+	}
+	for (uint32_t i = 0; i < n_keys && tokens_left; i++) {
+		struct seq *q = keys[i].q;
+		uint32_t ctx = q->gen.n_past;
+		uint32_t left = q->n_fill - ctx;
+		uint32_t cap = left < tokens_left ? left : tokens_left;
+		uint32_t floor = kvp_stepcost_min_chunk(&s->cost, ctx);
+		uint32_t n;
+		uint64_t t0;
+
+		if (!left) {
+			prefill_done(s, q, false); /* a resumed sequence found all of it cached */
 			continue;
 		}
+		n = kvp_stepcost_fit_tokens(&s->cost, budget, ctx, cap);
+		/* the floor never takes more than a whole step (a noisy fit can make it huge) */
+		if (floor > kvp_stepcost_fit_tokens(&s->cost, s->step_target_ns, ctx, cap))
+			floor = kvp_stepcost_fit_tokens(&s->cost, s->step_target_ns, ctx, cap);
+		if (floor < 1)
+			floor = 1;
+		if (floor > cap)
+			floor = cap;
+		if (n < floor) {
+			/* the first chunk of a step is always worth a call: prefill advances */
+			if (worked)
+				break;
+			n = floor;
+		}
+		t0 = now_ns(s);
+		worked = true;
+		if (prefill_chunk(s, q, n) < 0)
+			continue;
+		tokens_left -= n;
+		budget -= (double)(now_ns(s) - t0);
+	}
+	return worked;
+}
+
+static bool decode_step(struct kvp_sched *s)
+{
+	struct seq *q;
+	uint32_t n = 0, m = 0;
+	uint64_t t0;
+	int r;
+
+	/* blocks first: a preemption may take any running sequence, batched or not */
+	for (q = s->active.first; q && m < s->cfg.max_running; q = q->next)
+		if (q->state == SEQ_DECODE)
+			s->batch_seq[m++] = q;
+	for (uint32_t i = 0; i < m; i++) {
+		q = s->batch_seq[i];
+		if (q->state != SEQ_DECODE)
+			continue; /* preempted for an earlier one */
+		while ((r = ensure_blocks(s, q, q->gen.n_past + 1)) < 0) {
+			struct seq *v;
+
+			/* blocks of an earlier victim still being written: this step needs them */
+			if (kvp_tiering_pinned_idle(s->tiering)) {
+				kvp_tiering_poll(s->tiering, true);
+				continue;
+			}
+			v = s->fair ? pick_victim(s, INT64_MAX) : NULL;
+			if (!v) {
+				q->cancelled = true; /* ended by reap at the next step */
+				q->cancel_status = KVP_E_NOSPACE;
+				break;
+			}
+			preempt(s, v);
+			if (v == q)
+				break;
+		}
+	}
+	for (uint32_t i = 0; i < m; i++) {
+		q = s->batch_seq[i];
+		if (q->state != SEQ_DECODE || q->cancelled)
+			continue;
 		s->batch[n] = kvp_gen_decode_seq(&q->gen, q->table, q->n_table);
 		s->batch_seq[n++] = q;
 	}
 	if (!n)
-		return;
-	r = kvp_fwd_decode(s->fwd, &s->view, s->batch, n, s->logits);
-	for (i = 0; i < n; i++) {
+		return false;
+	t0 = now_ns(s);
+	r = fwd_decode(s, n);
+	kvp_stepcost_observe_decode(&s->cost, n, (double)(now_ns(s) - t0));
+	for (uint32_t i = 0; i < n; i++) {
 		q = s->batch_seq[i];
 		if (r < 0) {
 			seq_end(s, q, KVP_E_INTERNAL, true, "engine: decode failed");
@@ -718,6 +1327,107 @@ static void decode_step(struct kvp_sched *s)
 		kvp_gen_decoded(&q->gen);
 		took_token(s, q, sample(s, q, s->logits + (size_t)i * s->n_vocab));
 	}
+	return true;
+}
+
+/* ---- engine thread: calibration ---- */
+
+/* Time @fn best of CAL_REPEAT; 0 when it failed. */
+static double cal_prefill(struct kvp_sched *s, const uint32_t *table, uint32_t n_table,
+			  uint32_t n_past, const int32_t *tokens, uint32_t n)
+{
+	double best = 0;
+
+	for (int i = 0; i < CAL_REPEAT; i++) {
+		uint64_t t0 = now_ns(s);
+		int r = fwd_prefill_at(s, table, n_table, n_past, tokens, n);
+		double dt = (double)(now_ns(s) - t0);
+
+		if (r < 0)
+			return 0;
+		if (!best || dt < best)
+			best = dt;
+	}
+	return best;
+}
+
+/*
+ * Measure this model on this machine (FAIR): a prefill call of one token and of CAL_N
+ * at context 0 and at CAL_CTX, a decode step of one sequence, in free blocks that are
+ * given back unpublished.  Sets the cost model and the step budgets, and logs them.
+ */
+static void calibrate(struct kvp_sched *s)
+{
+	uint32_t n_cal = blocks_of(s, CAL_CTX + CAL_N + 1);
+	uint32_t table[64];
+	int32_t tokens[CAL_CTX + CAL_N];
+	uint32_t got = 0, i;
+	double ta = 0, tm = 0, tb = 0, d1 = 0;
+
+	s->calibrated = true;
+	if (!s->fair)
+		return;
+	for (i = 0; i < CAL_CTX + CAL_N; i++)
+		tokens[i] = (int32_t)(i % s->n_vocab);
+	if (n_cal <= 64 && pool_unreserved(s) >= n_cal)
+		for (got = 0; got < n_cal; got++)
+			if (kvp_pool_alloc(s->cfg.pool, KVP_NODE_ANY, &table[got]) < 0)
+				break;
+	if (got == n_cal) {
+		struct kvp_fwd_seq one = {
+			.table = table, .n_table = n_cal, .pos = CAL_CTX + CAL_N, .token = 1
+		};
+
+		cal_prefill(s, table, n_cal, 0, tokens, 1); /* warm-up: page faults, caches */
+		ta = cal_prefill(s, table, n_cal, 0, tokens, CAL_N);
+		/* the rest of the context in one bigger call, then CAL_N tokens after it */
+		tm = cal_prefill(s, table, n_cal, CAL_N, tokens + CAL_N, CAL_CTX - CAL_N);
+		if (tm > 0)
+			tb = cal_prefill(s, table, n_cal, CAL_CTX, tokens, CAL_N);
+		s->batch[0] = one;
+		for (int k = 0; k < CAL_REPEAT; k++) {
+			uint64_t t0 = now_ns(s);
+			double dt;
+
+			if (fwd_decode(s, 1) < 0)
+				break;
+			dt = (double)(now_ns(s) - t0);
+			if (!d1 || dt < d1)
+				d1 = dt;
+		}
+	}
+	for (i = 0; i < got; i++)
+		kvp_pool_unref(s->cfg.pool, table[i]);
+	if (ta > 0 && tm > 0 && tb > 0) {
+		const double n[3] = { CAL_N, CAL_CTX - CAL_N, CAL_N };
+		const double ctx[3] = { 0, CAL_N, CAL_CTX };
+		const double t[3] = { ta, tm, tb };
+
+		kvp_stepcost_fit(&s->cost, n, ctx, t, d1);
+	} else
+		kvp_stepcost_init(&s->cost, 0, 0, 0, 0); /* no room to measure: defaults */
+	/*
+	 * a step must hold prefill chunks worth their calls: where a call's fixed cost is
+	 * large against a decode step (CPUs), 2.5 decode steps would leave room for a few
+	 * tokens per call and starve prefill
+	 */
+	s->step_target_ns = s->cfg.step_target_ns ? (double)s->cfg.step_target_ns :
+			    AUTO_STEP_DECODES * s->cost.d1 > AUTO_STEP_CALLS * s->cost.p0 ?
+						    AUTO_STEP_DECODES * s->cost.d1 :
+						    AUTO_STEP_CALLS * s->cost.p0;
+	s->prefill_step_ns = s->cfg.prefill_step_ns ? (double)s->cfg.prefill_step_ns :
+						      AUTO_PREFILL_CALLS * s->cost.p0;
+	s->st.step_target_ms = s->step_target_ns / 1e6;
+	s->st.prefill_step_ms = s->prefill_step_ns / 1e6;
+	s->st.calib_decode_ms = s->cost.d1 / 1e6;
+	s->st.calib_call_ms = s->cost.p0 / 1e6;
+	s->st.calib_token_ms = s->cost.p1 / 1e6;
+	kvp_log(LOG_INFO,
+		"engine: measured a decode step of one sequence at %.2f ms, a prefill call at "
+		"%.2f ms + %.3f ms per token + %.5f ms per token per position; step budget "
+		"%.1f ms while decoding, %.1f ms otherwise",
+		s->cost.d1 / 1e6, s->cost.p0 / 1e6, s->cost.p1 / 1e6, s->cost.p2 / 1e6,
+		s->step_target_ns / 1e6, s->prefill_step_ns / 1e6);
 }
 
 /* ---- engine thread: inbox, cancellation, stats ---- */
@@ -758,8 +1468,8 @@ static void handle_msg(struct kvp_sched *s, struct msg *m)
 	switch (m->type) {
 	case MSG_SUBMIT:
 		q = m->seq;
-		q->state = SEQ_QUEUED;
-		list_add_tail(&s->queue, q);
+		q->arrival = ++s->arrivals;
+		queue_insert(s, q);
 		s->st.req_total++;
 		break;
 	case MSG_CANCEL:
@@ -780,6 +1490,9 @@ static void handle_msg(struct kvp_sched *s, struct msg *m)
 		mark_all(&s->waiting, 0, true, m->status, false);
 		mark_all(&s->active, 0, true, m->status, false);
 		break;
+	case MSG_FLUSH_TIER:
+		s->flush_tier = true;
+		break;
 	}
 }
 
@@ -790,9 +1503,14 @@ static void reap_list(struct kvp_sched *s, struct seq_list *l, bool admitted)
 	while (q) {
 		struct seq *next = q->next;
 
+		if (q->cancelled && q->n_inflight) {
+			q = next; /* the tier still writes into its blocks: after its answer */
+			continue;
+		}
 		if (q->cancelled) {
 			/* never admitted and not cancelled by its client: an ERROR says why */
-			bool as_error = !admitted && q->cancel_status != KVP_E_CANCELLED;
+			bool as_error = !admitted && !q->admit_no &&
+					q->cancel_status != KVP_E_CANCELLED;
 
 			seq_end(s, q, q->cancel_status, as_error,
 				q->cancel_status == KVP_E_SHUTDOWN ? "daemon: shutting down" :
@@ -803,31 +1521,106 @@ static void reap_list(struct kvp_sched *s, struct seq_list *l, bool admitted)
 	}
 }
 
+static bool has_work(const struct kvp_sched *s);
+
 static void publish_stats(struct kvp_sched *s)
 {
 	uint64_t i;
 
 	kvp_pool_stats(s->cfg.pool, &s->st.pool);
 	kvp_index_stats(s->cfg.index, &s->st.index);
+	if (s->tiering)
+		kvp_tiering_stats(s->tiering, &s->st.tier, now_ns(s),
+				  !has_work(s) && !kvp_tiering_in_flight(s->tiering));
 	s->st.queued = s->queue.n;
 	s->st.waiting_prefix = s->waiting.n;
 	s->st.running = s->active.n;
 	s->st.reserved_blocks = s->reserved_total;
+	s->st.queued_high = s->st.queued_normal = s->st.queued_low = s->st.preempted = 0;
+	for (const struct seq *q = s->queue.first; q; q = q->next) {
+		if (q->priority > 0)
+			s->st.queued_high++;
+		else if (q->priority < 0)
+			s->st.queued_low++;
+		else
+			s->st.queued_normal++;
+		s->st.preempted += q->admit_no != 0;
+	}
 	pthread_mutex_lock(&s->stats_lock);
 	s->snap = s->st;
-	/* only the samples taken since the last publish (the ring keeps the newest) */
+	/* only the samples taken since the last publish (the rings keep the newest) */
 	i = s->snap_ttft_n;
 	if (s->ttft_n - i > TTFT_RING)
 		i = s->ttft_n - TTFT_RING;
 	for (; i < s->ttft_n; i++)
 		s->snap_ttft[i % TTFT_RING] = s->ttft_ring[i % TTFT_RING];
 	s->snap_ttft_n = s->ttft_n;
+	i = s->snap_itl_n;
+	if (s->itl_n - i > ITL_RING)
+		i = s->itl_n - ITL_RING;
+	for (; i < s->itl_n; i++)
+		s->snap_itl[i % ITL_RING] = s->itl_ring[i % ITL_RING];
+	s->snap_itl_n = s->itl_n;
+	i = s->snap_step_n;
+	if (s->step_n - i > STEP_RING)
+		i = s->step_n - STEP_RING;
+	for (; i < s->step_n; i++)
+		s->snap_step[i % STEP_RING] = s->step_ring[i % STEP_RING];
+	s->snap_step_n = s->step_n;
 	pthread_mutex_unlock(&s->stats_lock);
 }
 
 static bool has_work(const struct kvp_sched *s)
 {
 	return s->active.n || s->waiting.n || s->queue.n;
+}
+
+/*
+ * One step after the inbox was taken (see the top of the file).  Return: whether it
+ * made progress (admitted, computed or ended something).
+ */
+static bool engine_step(struct kvp_sched *s)
+{
+	uint64_t ended_before = s->st.req_done + s->st.req_cancelled + s->st.req_failed;
+	uint64_t t0;
+	uint32_t active_before;
+	bool worked;
+
+	if (!s->calibrated)
+		calibrate(s);
+	tier_step(s);
+	reap_list(s, &s->queue, false);
+	reap_list(s, &s->waiting, false);
+	reap_list(s, &s->active, true);
+	wake_waiters(s);
+	active_before = s->active.n;
+	admit(s);
+	t0 = now_ns(s);
+	worked = s->fair ? prefill_fair(s) : prefill_fifo(s);
+	flush_events(s); /* first tokens leave before the decode step */
+	worked = decode_step(s) || worked;
+	if (worked) {
+		s->st.steps++;
+		s->step_ring[s->step_n++ % STEP_RING] = kvp_ns_to_ms(now_ns(s) - t0);
+	}
+	if (s->tiering)
+		kvp_tiering_offload(s->tiering, (uint32_t)pool_unreserved(s));
+	publish_stats(s);
+	flush_events(s);
+	return worked || s->active.n != active_before ||
+	       ended_before != s->st.req_done + s->st.req_cancelled + s->st.req_failed;
+}
+
+/* Take the inbox (the caller holds inbox_lock) and handle it. */
+static void take_inbox(struct kvp_sched *s, struct msg *m)
+{
+	while (m) {
+		struct msg *next = m->next;
+
+		handle_msg(s, m);
+		free(m);
+		m = next;
+	}
 }
 
 static void *engine_main(void *arg)
@@ -838,11 +1631,11 @@ static void *engine_main(void *arg)
 	pthread_setname_np(pthread_self(), "kvp-engine");
 	publish_stats(s);
 	for (;;) {
+		bool io = kvp_tiering_in_flight(s->tiering) > 0;
 		struct msg *m;
-		uint64_t steps_before;
 
 		pthread_mutex_lock(&s->inbox_lock);
-		while (!s->stop && !s->inbox_head && (!has_work(s) || !progress)) {
+		while (!s->stop && !s->inbox_head && (!has_work(s) || !progress) && !io) {
 			if (has_work(s)) {
 				/* queued work that cannot be admitted yet: look again soon */
 				struct timespec ts;
@@ -865,40 +1658,96 @@ static void *engine_main(void *arg)
 		m = s->inbox_head;
 		s->inbox_head = s->inbox_tail = NULL;
 		pthread_mutex_unlock(&s->inbox_lock);
-
-		while (m) {
-			struct msg *next = m->next;
-
-			handle_msg(s, m);
-			free(m);
-			m = next;
-		}
-
-		steps_before = s->st.generated_tokens + s->st.req_done + s->st.req_cancelled +
-			       s->st.req_failed;
-		reap_list(s, &s->queue, false);
-		reap_list(s, &s->waiting, false);
-		reap_list(s, &s->active, true);
-		wake_waiters(s);
-		{
-			uint32_t before = s->active.n;
-
-			admit(s);
-			progress = s->active.n != before || s->active.n > 0;
-		}
-		prefill_step(s);
-		decode_step(s);
-		s->st.steps++;
-		progress = progress || steps_before != s->st.generated_tokens + s->st.req_done +
-							       s->st.req_cancelled +
-							       s->st.req_failed;
-		publish_stats(s);
-		if (s->ev_pushed) {
-			s->ev_pushed = false;
-			wake_loop(s);
-		}
+		take_inbox(s, m);
+		/* nothing to compute but the disk answers: wait for it (offloads, reloads) */
+		if (io && !progress && !m)
+			kvp_tiering_poll(s->tiering, true);
+		progress = engine_step(s);
 	}
 	return NULL;
+}
+
+bool kvp_sched_step(struct kvp_sched *s)
+{
+	struct msg *m;
+
+	assert(!s->started);
+	pthread_mutex_lock(&s->inbox_lock);
+	m = s->inbox_head;
+	s->inbox_head = s->inbox_tail = NULL;
+	pthread_mutex_unlock(&s->inbox_lock);
+	take_inbox(s, m);
+	engine_step(s);
+	return has_work(s);
+}
+
+static int check_fail(char *err, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, cap, fmt, ap);
+	va_end(ap);
+	return -EUCLEAN;
+}
+
+int kvp_sched_check(struct kvp_sched *s, char *err, size_t cap)
+{
+	uint32_t *refs = calloc(s->n_blocks, sizeof(*refs));
+	uint64_t reserved = 0;
+	int r = 0;
+
+	if (!refs)
+		return -ENOMEM;
+	for (const struct seq *q = s->queue.first; q && !r; q = q->next)
+		if (q->n_table || q->reserved)
+			r = check_fail(err, cap, "queued request %llu holds %u blocks, %u reserved",
+				       (unsigned long long)q->req_id, q->n_table, q->reserved);
+	for (const struct seq *q = s->waiting.first; q && !r; q = q->next)
+		if (q->n_table || q->reserved)
+			r = check_fail(err, cap, "waiting request %llu holds blocks",
+				       (unsigned long long)q->req_id);
+	for (const struct seq *q = s->active.first; q && !r; q = q->next) {
+		reserved += q->reserved;
+		if (q->n_table > q->cap_table || q->n_indexed > q->n_table ||
+		    (uint64_t)q->n_table * s->block_tokens < q->gen.n_past)
+			r = check_fail(err, cap, "request %llu: table %u/%u, indexed %u, n_past %u",
+				       (unsigned long long)q->req_id, q->n_table, q->cap_table,
+				       q->n_indexed, q->gen.n_past);
+		for (uint32_t i = 0; i < q->n_table && !r; i++) {
+			if (q->table[i] >= s->n_blocks)
+				r = check_fail(err, cap, "block id %u out of range", q->table[i]);
+			else
+				refs[q->table[i]]++;
+			for (uint32_t j = 0; j < i && !r; j++)
+				if (q->table[j] == q->table[i])
+					r = check_fail(err, cap, "block %u twice in one table",
+						       q->table[i]);
+		}
+	}
+	for (uint32_t b = 0; b < s->n_blocks && !r; b++) {
+		const struct kvp_block *bl = kvp_pool_block(s->cfg.pool, b);
+
+		if (bl->refcount != refs[b])
+			r = check_fail(err, cap, "block %u: refcount %u, held by %u tables", b,
+				       bl->refcount, refs[b]);
+	}
+	if (!r && reserved != s->reserved_total)
+		r = check_fail(err, cap, "reserved %llu, sum of requests %llu",
+			       (unsigned long long)s->reserved_total, (unsigned long long)reserved);
+	if (!r && pool_available(s) < s->reserved_total) {
+		struct kvp_pool_stats ps;
+
+		kvp_pool_stats(s->cfg.pool, &ps);
+		r = check_fail(err, cap,
+			       "available blocks %llu below the reservations %llu (free %u, "
+			       "cached %u, written now %u)",
+			       (unsigned long long)pool_available(s),
+			       (unsigned long long)s->reserved_total, ps.arena[0].free,
+			       ps.arena[0].cached, kvp_tiering_pinned_idle(s->tiering));
+	}
+	free(refs);
+	return r;
 }
 
 /* ---- construction ---- */
@@ -912,12 +1761,15 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 
 	if (!cfg->pool || !cfg->index || !cfg->model || !cfg->tok || cfg->wake_fd < 0 ||
 	    !cfg->max_running || !cfg->max_queued || !cfg->prefill_chunk || !cfg->n_threads ||
-	    cfg->event_capacity < 16)
+	    cfg->event_capacity < 16 || cfg->policy > KVP_SCHED_FIFO)
+		return -EINVAL;
+	if (cfg->hooks && (!cfg->hooks->prefill || !cfg->hooks->decode || !cfg->hooks->now_ns))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->cfg = *cfg;
+	s->fair = cfg->policy == KVP_SCHED_FAIR;
 	hp = kvp_model_hparams(cfg->model);
 	s->n_vocab = hp->n_vocab;
 	if (cfg->test_eog_after) {
@@ -932,23 +1784,41 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	kvp_pool_kv_view(cfg->pool, &s->view);
 	s->block_tokens = s->view.geom.shape.block_tokens;
 	s->n_blocks = kvp_pool_n_blocks(cfg->pool);
-	fo = (struct kvp_fwd_opts){ .n_threads = cfg->n_threads,
-				    .max_chunk = cfg->prefill_chunk,
-				    .max_batch = cfg->max_running };
-	r = kvp_fwd_new(&s->fwd, cfg->model, &fo);
-	if (r < 0)
-		goto err_free;
-	r = kvp_fwd_check_view(s->fwd, &s->view);
-	if (r < 0)
-		goto err_fwd;
+	if (!s->cfg.aging_ms)
+		s->cfg.aging_ms = 250;
+	s->headroom = cfg->headroom_blocks ? cfg->headroom_blocks :
+					     (s->n_blocks / 100 ? s->n_blocks / 100 : 1);
+	s->st.policy = cfg->policy;
+	s->st.tier_configured = cfg->tier != NULL;
+	kvp_stepcost_init(&s->cost, 0, 0, 0, 0);
+	if (!cfg->hooks) {
+		fo = (struct kvp_fwd_opts){ .n_threads = cfg->n_threads,
+					    .max_chunk = cfg->prefill_chunk > CAL_CTX ?
+								 cfg->prefill_chunk :
+								 CAL_CTX,
+					    .max_batch = cfg->max_running };
+		r = kvp_fwd_new(&s->fwd, cfg->model, &fo);
+		if (r < 0)
+			goto err_free;
+		r = kvp_fwd_check_view(s->fwd, &s->view);
+		if (r < 0)
+			goto err_fwd;
+	}
 	r = -ENOMEM;
 	s->logits = calloc((size_t)cfg->max_running * s->n_vocab, sizeof(float));
 	s->batch = calloc(cfg->max_running, sizeof(*s->batch));
 	s->batch_seq = calloc(cfg->max_running, sizeof(*s->batch_seq));
+	s->pkeys = calloc(cfg->max_running, sizeof(*s->pkeys));
 	s->ev_cap = cfg->event_capacity;
 	s->ev = calloc(s->ev_cap, sizeof(*s->ev));
-	if (!s->logits || !s->batch || !s->batch_seq || !s->ev)
+	if (!s->logits || !s->batch || !s->batch_seq || !s->pkeys || !s->ev)
 		goto err_bufs;
+	if (cfg->tier) {
+		r = kvp_tiering_new(&s->tiering, cfg->tier, cfg->pool, cfg->index,
+				    cfg->tier_high_pct, cfg->tier_low_pct, read_done, s);
+		if (r < 0)
+			goto err_bufs;
+	}
 	pthread_mutex_init(&s->inbox_lock, NULL);
 	pthread_cond_init(&s->inbox_cv, NULL);
 	pthread_mutex_init(&s->ev_lock, NULL);
@@ -960,6 +1830,7 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	return 0;
 err_bufs:
 	free(s->ev);
+	free(s->pkeys);
 	free(s->batch_seq);
 	free(s->batch);
 	free(s->logits);
@@ -975,6 +1846,8 @@ int kvp_sched_start(struct kvp_sched *s)
 {
 	int r;
 
+	/* before the thread: the first requests never wait for it, and READY=1 follows it */
+	calibrate(s);
 	publish_stats(s);
 	r = pthread_create(&s->thread, NULL, engine_main, s);
 	if (r)
@@ -1008,7 +1881,8 @@ void kvp_sched_free(struct kvp_sched *s)
 		kvp_sched_loop_gone(s);
 		pthread_join(s->thread, NULL);
 	}
-	/* the engine thread is gone: this thread owns the pool now */
+	/* the engine thread is gone: this thread owns the pool now; the tier answers first */
+	kvp_tiering_free(s->tiering);
 	free_list(s, &s->queue);
 	free_list(s, &s->waiting);
 	free_list(s, &s->active);
@@ -1026,6 +1900,7 @@ void kvp_sched_free(struct kvp_sched *s)
 	pthread_cond_destroy(&s->ev_space);
 	pthread_mutex_destroy(&s->stats_lock);
 	free(s->ev);
+	free(s->pkeys);
 	free(s->batch_seq);
 	free(s->batch);
 	free(s->logits);
@@ -1060,7 +1935,8 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 
 	if (atomic_load(&s->draining))
 		return -ESHUTDOWN;
-	if (!r->n_tokens || !r->max_new || r->salt_len > KVP_SALT_MAX)
+	if (!r->n_tokens || !r->max_new || r->salt_len > KVP_SALT_MAX ||
+	    r->priority < KVP_SCHED_PRIO_MIN || r->priority > KVP_SCHED_PRIO_MAX)
 		return -EINVAL;
 	if (atomic_load(&s->outstanding) >= (uint64_t)s->cfg.max_queued + s->cfg.max_running)
 		return -EAGAIN;
@@ -1076,7 +1952,8 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 		goto err_seq;
 	}
 	q->table = calloc(blocks, sizeof(uint32_t));
-	if (!q->table) {
+	q->hist = malloc(((size_t)r->n_tokens + r->max_new) * sizeof(int32_t));
+	if (!q->table || !q->hist) {
 		ret = -ENOMEM;
 		goto err_msg;
 	}
@@ -1084,38 +1961,31 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	memcpy(ek.salt, r->salt, r->salt_len);
 	ret = kvp_prefix_key_init(&q->key, &ek); /* fills @q->key, allocates nothing */
 	if (ret < 0)
-		goto err_table;
+		goto err_msg;
 	ret = kvp_sampler_new(&q->sampler, s->n_vocab, &sp);
 	if (ret < 0)
-		goto err_table;
+		goto err_msg;
+	memcpy(q->hist, r->tokens, (size_t)r->n_tokens * sizeof(int32_t));
 	q->conn = r->conn;
 	q->req_id = r->req_id;
 	q->no_cache = r->no_cache;
+	q->priority = r->priority;
 	q->cap_table = (uint32_t)blocks;
+	q->n_fill = r->n_tokens;
 	q->t_recv = r->t_recv_ns;
-	/* the prompt, then room for what it generates (published at the end) */
-	q->prompt = malloc(((size_t)r->n_tokens + r->max_new) * sizeof(*q->prompt));
-	if (!q->prompt) {
-		ret = -ENOMEM;
-		goto err_sampler;
-	}
-	memcpy(q->prompt, r->tokens, (size_t)r->n_tokens * sizeof(*q->prompt));
+	kvp_gen_init(&q->gen, s->cfg.tok, q->hist, r->n_tokens, r->max_new, !s->cfg.ignore_eos);
 	free(r->tokens); /* ownership passes now that nothing can fail */
-	kvp_gen_init(&q->gen, s->cfg.tok, q->prompt, r->n_tokens, r->max_new, !s->cfg.ignore_eos);
-	q->gen.kept = q->prompt + r->n_tokens;
 	m->type = MSG_SUBMIT;
 	m->seq = q;
 	atomic_fetch_add(&s->outstanding, 1);
 	post(s, m);
 	return 0;
 
-err_sampler:
-	kvp_sampler_free(q->sampler);
-err_table:
-	free(q->table);
 err_msg:
 	free(m);
 err_seq:
+	free(q->hist);
+	free(q->table);
 	free(q);
 	return ret;
 }
@@ -1154,6 +2024,14 @@ void kvp_sched_cancel_all(struct kvp_sched *s, enum kvp_status why)
 	post_simple(s, MSG_CANCEL_ALL, 0, 0, why);
 }
 
+int kvp_sched_flush_tier(struct kvp_sched *s)
+{
+	if (!s->cfg.tier)
+		return -ENODEV;
+	post_simple(s, MSG_FLUSH_TIER, 0, 0, 0);
+	return 0;
+}
+
 uint64_t kvp_sched_outstanding(const struct kvp_sched *s)
 {
 	return atomic_load(&((struct kvp_sched *)s)->outstanding);
@@ -1184,19 +2062,43 @@ void kvp_sched_loop_gone(struct kvp_sched *s)
 	pthread_mutex_unlock(&s->ev_lock);
 }
 
+/* Nearest-rank quantiles of the last min(@n, @cap) samples of @ring (sorted in place). */
+static void quantiles(double *ring, uint64_t n, uint32_t cap, double *p50, double *p99, double *max)
+{
+	uint32_t k = n < cap ? (uint32_t)n : cap;
+
+	kvp_sort_doubles(ring, k);
+	*p50 = k ? kvp_percentile_sorted(ring, k, 50) : 0;
+	*p99 = k ? kvp_percentile_sorted(ring, k, 99) : 0;
+	if (max)
+		*max = k ? ring[k - 1] : 0;
+}
+
 void kvp_sched_get_stats(struct kvp_sched *s, struct kvp_sched_stats *st)
 {
-	double v[TTFT_RING];
-	uint32_t n;
+	/* copies: the sorts happen outside the lock, on the caller's time */
+	double *v = malloc((TTFT_RING + ITL_RING + STEP_RING) * sizeof(double));
+	uint64_t n_ttft, n_itl, n_step;
 
 	pthread_mutex_lock(&s->stats_lock);
 	*st = s->snap;
-	n = s->snap_ttft_n < TTFT_RING ? (uint32_t)s->snap_ttft_n : TTFT_RING;
-	memcpy(v, s->snap_ttft, n * sizeof(double));
-	st->ttft_samples = s->snap_ttft_n;
+	n_ttft = s->snap_ttft_n;
+	n_itl = s->snap_itl_n;
+	n_step = s->snap_step_n;
+	if (v) {
+		memcpy(v, s->snap_ttft, sizeof(s->snap_ttft));
+		memcpy(v + TTFT_RING, s->snap_itl, sizeof(s->snap_itl));
+		memcpy(v + TTFT_RING + ITL_RING, s->snap_step, sizeof(s->snap_step));
+	}
 	pthread_mutex_unlock(&s->stats_lock);
-	/* the order of the samples does not matter for quantiles: sort the copy */
-	kvp_sort_doubles(v, n);
-	st->ttft_p50_ms = n ? kvp_percentile_sorted(v, n, 50) : 0;
-	st->ttft_p99_ms = n ? kvp_percentile_sorted(v, n, 99) : 0;
+	st->ttft_samples = n_ttft;
+	if (!v)
+		return; /* no quantiles this time; the counters are there */
+	/* the order of the samples does not matter for quantiles: sort the copies */
+	quantiles(v, n_ttft, TTFT_RING, &st->ttft_p50_ms, &st->ttft_p99_ms, NULL);
+	quantiles(v + TTFT_RING, n_itl, ITL_RING, &st->itl_p50_ms, &st->itl_p99_ms,
+		  &st->itl_max_ms);
+	quantiles(v + TTFT_RING + ITL_RING, n_step, STEP_RING, &st->step_p50_ms, &st->step_p99_ms,
+		  &st->step_max_ms);
+	free(v);
 }

@@ -26,16 +26,51 @@
 #define KVP_SVC_SCHED_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "compute/forward.h"
 #include "compute/sample.h"
 #include "kvpool/proto.h"
 #include "shm/index.h"
 #include "shm/pool.h"
+#include "svc/tiering.h"
 
 struct kvp_model;
 struct kvp_tokenizer;
 struct kvp_sched;
+struct kvp_tier;
+
+/* Scheduling policies (scheduler.policy). */
+enum kvp_sched_policy {
+	KVP_SCHED_FAIR = 0, /* blocks on demand + preemption, short-first prefill by time */
+	KVP_SCHED_FIFO,	    /* the first policy: worst-case reservation, arrival order,
+			     * fixed prefill chunks; kept for comparison (benchmarks) */
+};
+
+/* Priorities a request may ask for (the wire's); higher runs first.  0 is the default. */
+#define KVP_SCHED_PRIO_MIN KVP_PRIORITY_MIN
+#define KVP_SCHED_PRIO_MAX KVP_PRIORITY_MAX
+
+/**
+ * struct kvp_sched_hooks - replace the forward pass and the clock (tests)
+ * @ctx:     passed to each
+ * @prefill: as kvp_fwd_prefill() (logits of the last position only)
+ * @decode:  as kvp_fwd_decode()
+ * @now_ns:  CLOCK_MONOTONIC-like time in ns
+ *
+ * Every member must be set.  The engine then makes no forward context; the model is
+ * still read for its vocabulary size.
+ */
+struct kvp_sched_hooks {
+	void *ctx;
+	int (*prefill)(void *ctx, const struct kvp_kv_view *kv, const uint32_t *table,
+		       uint32_t n_table, uint32_t n_past, const int32_t *tokens, uint32_t n,
+		       float *logits);
+	int (*decode)(void *ctx, const struct kvp_kv_view *kv, const struct kvp_fwd_seq *seqs,
+		      uint32_t n, float *logits);
+	uint64_t (*now_ns)(void *ctx);
+};
 
 /**
  * struct kvp_sched_config - what the engine runs on
@@ -47,7 +82,7 @@ struct kvp_sched;
  * @n_threads:       BLAS threads for the forward pass (>= 1)
  * @max_running:     sequences admitted at once (decode batch bound)
  * @max_queued:      requests waiting for admission; kvp_sched_submit() refuses more
- * @prefill_chunk:   prefill tokens per step (all sequences together)
+ * @prefill_chunk:   most prefill tokens per step (all sequences together)
  * @event_capacity:  engine -> loop ring size (events)
  * @ignore_eos:      generate max_new tokens even past end-of-generation tokens (load
  *                   tests)
@@ -55,6 +90,21 @@ struct kvp_sched;
  *                   every end-of-generation id's logit is raised by 1e4, so models with
  *                   synthetic weights end their replies (docs/daemon.md)
  * @wake_fd:         eventfd the engine writes after queueing events (borrowed)
+ * @policy:          enum kvp_sched_policy
+ * @step_target_ns:  FAIR: engine step time to aim at while sequences are decoding
+ *                   (0: 2.5 decode steps of one sequence or 4 fixed costs
+ *                   of a forward call, the larger, measured at start)
+ * @prefill_step_ns: FAIR: longest prefill step while nobody decodes (0: 20 x the fixed
+ *                   cost of a forward call, measured at start)
+ * @aging_ms:        FAIR: a prefilling sequence left without a chunk for this long goes
+ *                   ahead of shorter ones (shortest first, with aging); 0: 250
+ * @headroom_blocks: FAIR: blocks left free when admitting next to running sequences
+ *                   (0: 1% of the pool, at least 1)
+ * @hooks:           NULL, or the forward pass and clock to use instead (borrowed)
+ * @tier:            the disk tier (borrowed; NULL: none), driven by the engine thread
+ *                   from kvp_sched_start() on; opened and attached to @index before
+ * @tier_high_pct, @tier_low_pct: pool use (blocks not free, %) above which cold cached
+ *                   blocks are written to @tier and freed, and down to which
  */
 struct kvp_sched_config {
 	struct kvp_pool *pool;
@@ -70,6 +120,15 @@ struct kvp_sched_config {
 	bool ignore_eos;
 	uint32_t test_eog_after;
 	int wake_fd;
+	uint32_t policy;
+	uint64_t step_target_ns;
+	uint64_t prefill_step_ns;
+	uint32_t aging_ms;
+	uint32_t headroom_blocks;
+	const struct kvp_sched_hooks *hooks;
+	struct kvp_tier *tier;
+	uint32_t tier_high_pct;
+	uint32_t tier_low_pct;
 };
 
 /**
@@ -80,6 +139,8 @@ struct kvp_sched_config {
  * @n_tokens:        >= 1
  * @max_new:         >= 1
  * @no_cache:        neither look up nor publish prefix blocks
+ * @priority:        KVP_SCHED_PRIO_MIN .. KVP_SCHED_PRIO_MAX; higher is admitted,
+ *                   prefilled and kept (not preempted) first
  * @sample:          sampling parameters
  * @salt_len, @salt: cache salt (partitions the prefix cache)
  * @t_recv_ns:       CLOCK_MONOTONIC when the frame arrived (queue and TTFT start here)
@@ -91,6 +152,7 @@ struct kvp_sched_req {
 	uint32_t n_tokens;
 	uint32_t max_new;
 	bool no_cache;
+	int32_t priority;
 	struct kvp_sample_params sample;
 	uint32_t salt_len;
 	uint8_t salt[KVP_SALT_MAX];
@@ -124,6 +186,8 @@ struct kvp_sched_event {
 	char text[KVP_SCHED_EV_TEXT];
 	struct kvp_usage usage;
 };
+
+#define KVP_SCHED_ITL_BUCKETS 10
 
 /**
  * struct kvp_sched_stats - engine-side counters for the status report
@@ -160,7 +224,51 @@ struct kvp_sched_stats {
 	uint64_t ttft_samples;
 	double ttft_p50_ms;
 	double ttft_p99_ms;
+
+	/* the policy (enum kvp_sched_policy) and what it did */
+	uint32_t policy;
+	uint64_t queued_high;	     /* queued with priority > 0 */
+	uint64_t queued_normal;	     /* ... = 0 */
+	uint64_t queued_low;	     /* ... < 0 */
+	uint64_t preempted;	     /* queued after a preemption, waiting to resume (in queued) */
+	uint64_t preemptions;	     /* times a running sequence was preempted */
+	uint64_t preempt_swapped;    /* ... whose blocks went to the disk tier */
+	uint64_t cached_tokens_disk; /* usage sums, as the fields of struct kvp_usage */
+	uint64_t swapped_tokens;
+	uint64_t resume_computed_tokens;
+	uint64_t preempt_usage; /* sum of usage.preemptions over ended requests */
+
+	/* inter-token latency: a cumulative histogram since start (itl_le[i] counts the gaps
+	 * <= kvp_sched_itl_bound_ms(i)), and quantiles over the last 4096 gaps */
+	uint64_t itl_le[KVP_SCHED_ITL_BUCKETS];
+	uint64_t itl_count;
+	double itl_sum_ms;
+	double itl_p50_ms;
+	double itl_p99_ms;
+	double itl_max_ms;
+
+	/* engine steps that computed something, over the last 1024; the step budget */
+	double step_p50_ms;
+	double step_p99_ms;
+	double step_max_ms;
+	double step_target_ms;	/* FAIR: budget while sequences decode */
+	double prefill_step_ms; /* FAIR: longest prefill step while nobody decodes */
+	double calib_decode_ms; /* measured at start: a decode step of one sequence */
+	double calib_call_ms;	/* ... the fixed cost of a prefill call */
+	double calib_token_ms;	/* ... a prefill token at context 0 */
+
+	/* the disk tier, when one is configured */
+	uint32_t tier_configured;
+	struct kvp_tiering_stats tier;
 };
+
+/* Upper bound (ms) of bucket @i of the inter-token latency histogram (the last: +Inf). */
+static inline double kvp_sched_itl_bound_ms(uint32_t i)
+{
+	static const double b[KVP_SCHED_ITL_BUCKETS] = { 5,   10,  25,	 50,   100,
+							 250, 500, 1000, 2500, __builtin_inf() };
+	return b[i];
+}
 
 /**
  * kvp_sched_new() - make the engine (forward context, buffers); no thread yet
@@ -168,7 +276,10 @@ struct kvp_sched_stats {
  */
 int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg);
 
-/* Start the engine thread.  Return: 0 or -errno of pthread_create(). */
+/*
+ * Measure the model on this machine (FAIR: a few forward calls in free blocks, logged),
+ * then start the engine thread.  Return: 0 or -errno of pthread_create().
+ */
 int kvp_sched_start(struct kvp_sched *s);
 
 /*
@@ -209,6 +320,12 @@ void kvp_sched_drain(struct kvp_sched *s);
 /* Shutdown, phase 2: every request still running ends now with DONE, status @why. */
 void kvp_sched_cancel_all(struct kvp_sched *s, enum kvp_status why);
 
+/*
+ * Empty the disk tier (`kvpool flush --tier`): the engine does it at its next step, after
+ * the I/O in flight.  Loop thread.  Return: 0, or -ENODEV without a tier.
+ */
+int kvp_sched_flush_tier(struct kvp_sched *s);
+
 /* Requests submitted and not yet ended (queued, waiting or running).  Any thread. */
 uint64_t kvp_sched_outstanding(const struct kvp_sched *s);
 
@@ -227,8 +344,27 @@ void kvp_sched_loop_gone(struct kvp_sched *s);
 
 /*
  * Copy the latest engine snapshot and compute the TTFT quantiles over its last 1024
- * samples (a sort: call it for a report, not in a hot loop).  Any thread.
+ * samples, the inter-token and step quantiles over theirs (sorts: call it for a report,
+ * not in a hot loop).  Any thread.
  */
 void kvp_sched_get_stats(struct kvp_sched *s, struct kvp_sched_stats *st);
+
+/* ---- tests: the engine driven step by step on the caller's thread ---- */
+
+/*
+ * kvp_sched_step() - one engine step (inbox, admission, prefill, decode, events) on the
+ * calling thread; only for an engine whose thread was never started.  The first call
+ * calibrates the cost model as the thread would.
+ * Return: true when requests are still queued or running.
+ */
+bool kvp_sched_step(struct kvp_sched *s);
+
+/*
+ * kvp_sched_check() - verify the engine's block accounting (after a step, or with the
+ * thread stopped): every block's references are exactly the tables holding it, the
+ * reservations add up, and free + evictable blocks cover them.
+ * Return: 0, or -EUCLEAN with @err saying what is wrong.
+ */
+int kvp_sched_check(struct kvp_sched *s, char *err, size_t cap);
 
 #endif /* KVP_SVC_SCHED_H */

@@ -71,6 +71,16 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 	s->index_inserts = s->sched.index.publishes - s->sched.index.publish_dups;
 	s->req_rejected = src->req->rejected;
 	s->req_total = s->sched.req_total + s->req_rejected;
+	snprintf(s->sched_policy, sizeof(s->sched_policy), "%s",
+		 s->sched.policy == KVP_SCHED_FIFO ? "fifo" : "fair");
+	snprintf(s->tier_state, sizeof(s->tier_state), "%s",
+		 !s->sched.tier_configured   ? "off" :
+		 s->sched.tier.tier.degraded ? "degraded" :
+					       "on");
+	s->tier_degraded = s->sched.tier.tier.degraded;
+	s->tier_reload_p50_ms = (double)s->sched.tier.tier.reload_p50_ns / 1e6;
+	s->tier_reload_p99_ms = (double)s->sched.tier.tier.reload_p99_ns / 1e6;
+	s->tier_scan_ms = (double)s->sched.tier.tier.scan_ns / 1e6;
 
 	for (c = kvp_conns_first(&src->req->conns); c && s->n_conns < KVP_STATUS_MAX_CONNS;
 	     c = kvp_conns_next(&src->req->conns, c)) {
@@ -99,9 +109,27 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 			s->domains[c->domain].conns_open++;
 }
 
+/* The answer to flush-tier: asked of the engine, which empties the tier at its next step. */
+static int flush_tier(struct kvp_stats *st, char *buf, size_t cap)
+{
+	struct kvp_sched_stats ss;
+	int n;
+
+	kvp_sched_get_stats(st->sched, &ss);
+	if (kvp_sched_flush_tier(st->sched) < 0)
+		n = snprintf(buf, cap, "{\"error\":\"no disk tier configured (tier.path)\"}\n");
+	else
+		n = snprintf(buf, cap, "{\"flush\":\"requested\",\"flushes_before\":%llu}\n",
+			     (unsigned long long)ss.tier.flushes);
+	return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
+}
+
 int kvp_stats_report(void *arg, enum kvp_status_fmt fmt, char *buf, size_t cap)
 {
 	struct kvp_stats *st = arg;
+
+	if (fmt == KVP_STATUS_FLUSH_TIER)
+		return flush_tier(st, buf, cap);
 
 	kvp_stats_fill(st, st->snap);
 	if (fmt == KVP_STATUS_PROM)

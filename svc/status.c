@@ -39,6 +39,7 @@ enum kind {
 	K_ARENAS,  /* sched.pool's arenas: a JSON array; Prometheus kvpool_arena_blocks */
 	K_CONNS,   /* the listed connections: a JSON array */
 	K_DOMAINS, /* the domains: a JSON array */
+	K_ITL,	   /* sched's inter-token histogram: a JSON object; a Prometheus histogram */
 };
 
 /**
@@ -152,6 +153,36 @@ static const struct def defs[] = {
 	   "{quantile=\"0.5\"}", "gauge", "Time to first token over recent requests.", 1000),
 	JP("scheduler", "ttft_p99_ms", K_DBL, sched.ttft_p99_ms, "ttft_seconds",
 	   "{quantile=\"0.99\"}", NULL, NULL, 1000),
+	J("scheduler", "policy", K_STR, sched_policy),
+	JP("scheduler", "queued_high", K_U64, sched.queued_high, "sched_queued_by_priority",
+	   "{class=\"high\"}", "gauge", "Requests waiting for admission by priority (> 0, 0, < 0).",
+	   1),
+	JP("scheduler", "queued_normal", K_U64, sched.queued_normal, "sched_queued_by_priority",
+	   "{class=\"normal\"}", NULL, NULL, 1),
+	JP("scheduler", "queued_low", K_U64, sched.queued_low, "sched_queued_by_priority",
+	   "{class=\"low\"}", NULL, NULL, 1),
+	JP("scheduler", "preempted", K_U64, sched.preempted, "sched_preempted", "", "gauge",
+	   "Preempted requests waiting to resume.", 1),
+	JP("scheduler", "preemptions", K_U64, sched.preemptions, "sched_preemptions_total", "",
+	   "counter", "Running requests preempted to make room for others.", 1),
+	J("scheduler", "itl_p50_ms", K_DBL, sched.itl_p50_ms),
+	J("scheduler", "itl_p99_ms", K_DBL, sched.itl_p99_ms),
+	J("scheduler", "itl_max_ms", K_DBL, sched.itl_max_ms),
+	JP("scheduler", "itl_histogram", K_ITL, sched.itl_le, "inter_token_seconds", "",
+	   "histogram", "Time between two tokens of a request.", 1000),
+	JP("scheduler", "step_p50_ms", K_DBL, sched.step_p50_ms, "sched_step_seconds",
+	   "{quantile=\"0.5\"}", "gauge", "Engine step time over recent working steps.", 1000),
+	JP("scheduler", "step_p99_ms", K_DBL, sched.step_p99_ms, "sched_step_seconds",
+	   "{quantile=\"0.99\"}", NULL, NULL, 1000),
+	J("scheduler", "step_max_ms", K_DBL, sched.step_max_ms),
+	JP("scheduler", "step_target_ms", K_DBL, sched.step_target_ms, "sched_step_target_seconds",
+	   "", "gauge", "Step time aimed at while requests generate (fair policy).", 1000),
+	JP("scheduler", "prefill_step_ms", K_DBL, sched.prefill_step_ms,
+	   "sched_prefill_step_seconds", "", "gauge",
+	   "Longest prefill step while nothing generates (fair policy).", 1000),
+	J("scheduler", "calib_decode_ms", K_DBL, sched.calib_decode_ms),
+	J("scheduler", "calib_call_ms", K_DBL, sched.calib_call_ms),
+	J("scheduler", "calib_token_ms", K_DBL, sched.calib_token_ms),
 
 	JP("usage", "prompt_tokens", K_U64, sched.prompt_tokens, "tokens_total",
 	   "{kind=\"prompt\"}", "counter", "Tokens by kind (DONE usage fields).", 1),
@@ -163,6 +194,13 @@ static const struct def defs[] = {
 	   "{kind=\"recomputed\"}", NULL, NULL, 1),
 	JP("usage", "generated_tokens", K_U64, sched.generated_tokens, "tokens_total",
 	   "{kind=\"generated\"}", NULL, NULL, 1),
+	JP("usage", "cached_tokens_disk", K_U64, sched.cached_tokens_disk, "tokens_total",
+	   "{kind=\"cached_disk\"}", NULL, NULL, 1),
+	JP("usage", "swapped_tokens", K_U64, sched.swapped_tokens, "tokens_total",
+	   "{kind=\"swapped\"}", NULL, NULL, 1),
+	JP("usage", "resume_computed_tokens", K_U64, sched.resume_computed_tokens, "tokens_total",
+	   "{kind=\"resume_computed\"}", NULL, NULL, 1),
+	J("usage", "preemptions", K_U64, sched.preempt_usage),
 	JP("usage", "queue_ms", K_MS, sched.queue_ms, "request_seconds_total",
 	   "{phase=\"queue\"}", "counter",
 	   "Usage times summed over ended requests (DONE usage fields).", 1000),
@@ -172,6 +210,48 @@ static const struct def defs[] = {
 	   "{phase=\"prefill\"}", NULL, NULL, 1000),
 	JP("usage", "decode_ms", K_MS, sched.decode_ms, "request_seconds_total",
 	   "{phase=\"decode\"}", NULL, NULL, 1000),
+
+	J("tier", "state", K_STR, tier_state),
+	J("tier", "slots", K_U64, sched.tier.tier.slots),
+	J("tier", "file_bytes", K_U64, sched.tier.tier.file_bytes),
+	JP("tier", "blocks", K_U64, sched.tier.tier.blocks, "tier_blocks", "", "gauge",
+	   "Blocks in the disk tier.", 1),
+	JP("tier", "bytes", K_U64, sched.tier.tier.bytes, "tier_bytes", "", "gauge",
+	   "K/V bytes in the disk tier.", 1),
+	JP("tier", "writes", K_U64, sched.tier.tier.writes, "tier_writes_total", "", "counter",
+	   "Blocks written to the disk tier.", 1),
+	JP("tier", "write_bytes", K_U64, sched.tier.tier.write_bytes, "tier_write_bytes_total", "",
+	   "counter", "Bytes written to the disk tier.", 1),
+	JP("tier", "reads", K_U64, sched.tier.tier.reads, "tier_reads_total", "", "counter",
+	   "Blocks read back from the disk tier and checked.", 1),
+	JP("tier", "read_bytes", K_U64, sched.tier.tier.read_bytes, "tier_read_bytes_total", "",
+	   "counter", "Bytes read back from the disk tier.", 1),
+	J("tier", "write_mb_s", K_DBL, sched.tier.write_mb_s),
+	J("tier", "read_mb_s", K_DBL, sched.tier.read_mb_s),
+	JP("tier", "checksum_failures", K_U64, sched.tier.tier.checksum_failures,
+	   "tier_checksum_failures_total", "", "counter",
+	   "Blocks that failed their check: dropped, never served.", 1),
+	J("tier", "reread_recovered", K_U64, sched.tier.tier.reread_recovered),
+	JP("tier", "errors", K_U64, sched.tier.tier.errors, "tier_errors_total", "", "counter",
+	   "I/O and setup errors of the disk tier (the first turns it off).", 1),
+	JP("tier", "degraded", K_I64, tier_degraded, "tier_degraded", "", "gauge",
+	   "The -errno that turned the disk tier off (memory only); 0 while it works.", 1),
+	JP("tier", "offloaded", K_U64, sched.tier.offloaded, "tier_offloaded_total", "",
+	   "counter", "Cold blocks the watermark offloader wrote to the tier.", 1),
+	J("tier", "offload_freed", K_U64, sched.tier.offload_freed),
+	J("tier", "saved", K_U64, sched.tier.saved),
+	J("tier", "reloads", K_U64, sched.tier.reloads),
+	J("tier", "reload_failures", K_U64, sched.tier.reload_failures),
+	JP("tier", "reload_p50_ms", K_DBL, tier_reload_p50_ms, "tier_reload_seconds",
+	   "{quantile=\"0.5\"}", "gauge", "Time to read a block back, recent reads.", 1000),
+	JP("tier", "reload_p99_ms", K_DBL, tier_reload_p99_ms, "tier_reload_seconds",
+	   "{quantile=\"0.99\"}", NULL, NULL, 1000),
+	J("tier", "flushes", K_U64, sched.tier.flushes),
+	J("tier", "rebuilt", K_U64, sched.tier.tier.rebuilt),
+	J("tier", "orphans", K_U64, sched.tier.tier.orphans),
+	J("tier", "scan_corrupt", K_U64, sched.tier.tier.scan_corrupt),
+	J("tier", "scan_foreign", K_U64, sched.tier.tier.scan_foreign),
+	J("tier", "scan_ms", K_MS, tier_scan_ms),
 
 	JP("connections", "open", K_U64, server.conns_open, "connections_open", "", "gauge",
 	   "Open client connections.", 1),
@@ -270,6 +350,35 @@ static uint32_t n_arenas(const struct kvp_status_snap *s)
 
 static void json_members(struct kvp_json *j, const struct def *defs_, size_t n, const void *base);
 
+/* Bucket i's upper bound as text: "5", "2500", "+Inf" (ms; Prometheus: s with @div). */
+static void itl_bound(char *buf, size_t cap, uint32_t i, double div)
+{
+	double b = kvp_sched_itl_bound_ms(i);
+
+	if (isinf(b))
+		snprintf(buf, cap, "+Inf");
+	else
+		snprintf(buf, cap, "%g", b / div);
+}
+
+/* The inter-token histogram: cumulative counts by upper bound (ms), their sum and count. */
+static void json_itl(struct kvp_json *j, const char *key, const struct kvp_status_snap *s)
+{
+	char name[32];
+
+	kvp_json_begin(j, key, '{');
+	for (uint32_t i = 0; i < KVP_SCHED_ITL_BUCKETS; i++) {
+		char b[16];
+
+		itl_bound(b, sizeof(b), i, 1);
+		snprintf(name, sizeof(name), "le_%s", b);
+		kvp_json_u64(j, name, s->sched.itl_le[i]);
+	}
+	kvp_json_u64(j, "count", s->sched.itl_count);
+	kvp_json_fixed(j, "sum_ms", s->sched.itl_sum_ms, 3);
+	kvp_json_end(j, '}');
+}
+
 /* One JSON array of @n elements of @size bytes at @elems, each an object of @defs_. */
 static void json_list(struct kvp_json *j, const char *key, const struct def *defs_, size_t n_defs,
 		      const void *elems, size_t size, uint32_t n)
@@ -320,6 +429,9 @@ static void json_member(struct kvp_json *j, const struct def *d, const void *bas
 		json_list(j, d->key, domain_defs, N(domain_defs), s->domains, sizeof(s->domains[0]),
 			  s->n_domains < KVP_STATUS_MAX_DOMAINS ? s->n_domains :
 								  KVP_STATUS_MAX_DOMAINS);
+		break;
+	case K_ITL:
+		json_itl(j, d->key, s);
 		break;
 	}
 }
@@ -403,6 +515,22 @@ static void prom_arenas(struct kvp_buf *o, const struct def *d, const struct kvp
 	}
 }
 
+/* kvpool_inter_token_seconds: a Prometheus histogram (cumulative buckets, sum, count). */
+static void prom_itl(struct kvp_buf *o, const struct def *d, const struct kvp_status_snap *s)
+{
+	char lab[64], b[16];
+
+	kvp_buf_printf(o, "# HELP kvpool_%s %s\n# TYPE kvpool_%s %s\n", d->prom, d->help, d->prom,
+		       d->type);
+	for (uint32_t i = 0; i < KVP_SCHED_ITL_BUCKETS; i++) {
+		itl_bound(b, sizeof(b), i, d->div);
+		snprintf(lab, sizeof(lab), "_bucket{le=\"%s\"}", b);
+		prom_sample(o, d->prom, lab, (double)s->sched.itl_le[i]);
+	}
+	prom_sample(o, d->prom, "_sum", s->sched.itl_sum_ms / d->div);
+	prom_sample(o, d->prom, "_count", (double)s->sched.itl_count);
+}
+
 int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t cap)
 {
 	struct kvp_buf out;
@@ -416,6 +544,10 @@ int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t ca
 			continue;
 		if (d->kind == K_ARENAS) {
 			prom_arenas(&out, d, s);
+			continue;
+		}
+		if (d->kind == K_ITL) {
+			prom_itl(&out, d, s);
 			continue;
 		}
 		if (d->help)

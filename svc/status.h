@@ -73,6 +73,12 @@ struct kvp_status_snap {
 	uint64_t index_inserts; /* publishes that added an entry */
 	uint64_t req_total;	/* the engine's, plus @req_rejected */
 	uint64_t req_rejected;	/* refused before or at submission */
+	char sched_policy[8];	/* "fair", "fifo" */
+	char tier_state[12];	/* "off" (none configured), "on", "degraded" */
+	int64_t tier_degraded;	/* the -errno that turned the tier off, 0 */
+	double tier_reload_p50_ms;
+	double tier_reload_p99_ms;
+	double tier_scan_ms; /* the rebuild scan at start */
 
 	uint32_t n_conns; /* listed in @conns (at most KVP_STATUS_MAX_CONNS) */
 	struct kvp_status_conn conns[KVP_STATUS_MAX_CONNS];

@@ -61,10 +61,12 @@ struct kvp_client;
  *                  tokens; off (the default), it is plain text.  CHAT ignores it: the
  *                  rendered conversation is always tokenized with special tokens parsed
  *                  (as the reference engines do, messages included)
+ * @priority:       KVP_PRIORITY_MIN .. KVP_PRIORITY_MAX (0: normal); higher is admitted,
+ *                  prefilled and kept running first when the daemon is busy
  *
  * kvp_client_params_init() sets greedy decoding of 16 tokens, no salt, caching on,
- * special tokens not parsed.  (parse_special was appended in 0.1: programs built
- * against an older kvpool.h must be rebuilt.)
+ * special tokens not parsed, priority 0.  (parse_special and priority were appended in
+ * 0.1: programs built against an older kvpool.h must be rebuilt.)
  */
 struct kvp_client_params {
 	uint32_t max_new_tokens;
@@ -76,6 +78,7 @@ struct kvp_client_params {
 	size_t salt_len;
 	bool no_cache;
 	bool parse_special;
+	int32_t priority;
 };
 
 /**
@@ -294,7 +297,9 @@ int kvp_client_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 /**
  * kvp_client_status() - fetch a status report from the status socket
  * @path:  status socket, or NULL for KVP_DEFAULT_STATUS_SOCKET
- * @fmt:   "json" or "prom" (NULL: "json")
+ * @fmt:   "json" or "prom" (NULL: "json"); or the operator command "flush-tier" (empty
+ *         the disk tier: the daemon answers at once, and its report's tier.flushes
+ *         grows when the engine has done it)
  * @out:   out; the report, NUL-terminated, malloc()ed: free() it
  * @len:   out, may be NULL; its length
  * Return: 0 or -errno (-EPROTO if the daemon closed without a report).

@@ -20,7 +20,8 @@
 #include "kvpool/layout.h"
 
 #define KVP_WIRE_MAGIC 0x4b56504cu /* "LPVK" in memory, 'KVPL' as a LE u32 */
-#define KVP_WIRE_VERSION 1u
+/* 2: GENERATE carries a priority; DONE's usage counts preemptions and the disk tier */
+#define KVP_WIRE_VERSION 2u
 
 enum kvp_frame_type {
 	KVP_FRAME_HELLO = 0,  /* client -> daemon: struct kvp_hello */
@@ -82,6 +83,13 @@ static_assert(offsetof(struct kvp_frame_hdr, req_id) == 16, "wire ABI");
  * @generated_tokens:      tokens sampled
  * @status:                enum kvp_status: KVP_OK, or why generation stopped early
  * @queue_ms .. decode_ms: times in milliseconds; ttft from receipt to first token
+ * (version 2:)
+ * @cached_tokens_disk:    prompt tokens whose K/V was read back from the disk tier
+ * @preemptions:           times the request was preempted to make room for others
+ * @swapped_tokens:        after a preemption, tokens whose K/V came back from the disk
+ *                         tier
+ * @resume_computed_tokens: after a preemption, positions (prompt or generated) computed
+ *                         again
  */
 struct kvp_usage {
 	uint32_t prompt_tokens;
@@ -94,8 +102,13 @@ struct kvp_usage {
 	double ttft_ms;
 	double prefill_ms;
 	double decode_ms;
+	uint32_t cached_tokens_disk;
+	uint32_t preemptions;
+	uint32_t swapped_tokens;
+	uint32_t resume_computed_tokens;
 };
-static_assert(sizeof(struct kvp_usage) == 56, "wire ABI");
+static_assert(sizeof(struct kvp_usage) == 72, "wire ABI");
+static_assert(offsetof(struct kvp_usage, cached_tokens_disk) == 56, "wire ABI");
 
 /* HELLO flags */
 #define KVP_HELLO_WANT_POOL_FD 0x1u /* pass the read-only pool segment fd */
@@ -154,6 +167,10 @@ static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
 
 #define KVP_SALT_MAX 64
 
+/* Request priorities (struct kvp_generate.priority) */
+#define KVP_PRIORITY_MIN (-1000)
+#define KVP_PRIORITY_MAX 1000
+
 /**
  * struct kvp_generate - GENERATE payload, followed by n_tokens int32 ids or text_bytes
  * of UTF-8 text (exactly one of the two is non-zero, as KVP_GEN_TEXT says)
@@ -167,6 +184,9 @@ static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
  * @seed:           sampler seed
  * @salt_len:       bytes used in @salt; requests with different salts never share blocks
  * @salt:           cache salt
+ * @priority:       (version 2) KVP_PRIORITY_MIN .. KVP_PRIORITY_MAX, 0 = normal; higher
+ *                  is admitted, prefilled and kept running (not preempted) first
+ * @reserved:       zero
  */
 struct kvp_generate {
 	uint32_t flags;
@@ -179,9 +199,12 @@ struct kvp_generate {
 	uint32_t salt_len;
 	uint64_t seed;
 	uint8_t salt[KVP_SALT_MAX];
+	int32_t priority;
+	uint32_t reserved;
 };
-static_assert(sizeof(struct kvp_generate) == 104, "wire ABI");
+static_assert(sizeof(struct kvp_generate) == 112, "wire ABI");
 static_assert(offsetof(struct kvp_generate, seed) == 32, "wire ABI");
+static_assert(offsetof(struct kvp_generate, priority) == 104, "wire ABI");
 
 /**
  * struct kvp_token - TOKEN payload, followed by n_tokens int32 ids, then text_bytes of
@@ -273,8 +296,8 @@ enum kvp_role { KVP_ROLE_SYSTEM = 0, KVP_ROLE_USER = 1, KVP_ROLE_ASSISTANT = 2, 
  * @n_messages:     1 .. KVP_CHAT_MESSAGES_MAX
  * @n_context:      context ids after this struct (0: render and tokenize everything)
  * @context_msgs:   messages the context covers (0 exactly when @n_context is 0)
- * @max_new_tokens, @top_k, @temperature, @top_p, @seed, @salt_len, @salt: as GENERATE
- * @reserved:       zero
+ * @max_new_tokens, @top_k, @temperature, @top_p, @seed, @salt_len, @salt, @priority:
+ *                  as GENERATE
  * @template_name:  NUL-padded template family name ("chatml"), "" for the model's own
  */
 struct kvp_chat {
@@ -288,7 +311,7 @@ struct kvp_chat {
 	float top_p;
 	uint64_t seed;
 	uint32_t salt_len;
-	uint32_t reserved;
+	int32_t priority;
 	uint8_t salt[KVP_SALT_MAX];
 	char template_name[KVP_CHAT_TEMPLATE_NAME_MAX];
 };

@@ -70,6 +70,28 @@ static uint64_t parse_u64(const char *s, const char *what, uint64_t min, uint64_
 	return v;
 }
 
+/* A whole number in [min, max], with an optional leading '-'. */
+static int64_t parse_i64(const char *s, const char *what, int64_t min, int64_t max)
+{
+	bool neg = s && s[0] == '-';
+	uint64_t mag;
+	int64_t v;
+	int r;
+
+	r = kvp_parse_u64(s ? s + neg : s, 0, (uint64_t)INT64_MAX, &mag);
+	if (r == -ERANGE)
+		mag = UINT64_MAX;
+	else if (r < 0)
+		die_usage("%s: '%s' is not an integer", what, s ? s : "");
+	v = mag > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)mag;
+	if (neg)
+		v = -v;
+	if (v < min || v > max)
+		die_usage("%s: '%s' is out of range [%lld, %lld]", what, s, (long long)min,
+			  (long long)max);
+	return v;
+}
+
 /* A finite number in [min, max], or in (min, max] when @open_min. */
 static float parse_float(const char *s, const char *what, float min, float max, bool open_min)
 {
@@ -146,6 +168,10 @@ static void json_usage(struct kvp_json *j, const char *key, const struct kvp_usa
 	kvp_json_fixed(j, "ttft_ms", u->ttft_ms, 3);
 	kvp_json_fixed(j, "prefill_ms", u->prefill_ms, 3);
 	kvp_json_fixed(j, "decode_ms", u->decode_ms, 3);
+	kvp_json_u64(j, "cached_tokens_disk", u->cached_tokens_disk);
+	kvp_json_u64(j, "preemptions", u->preemptions);
+	kvp_json_u64(j, "swapped_tokens", u->swapped_tokens);
+	kvp_json_u64(j, "resume_computed_tokens", u->resume_computed_tokens);
 	kvp_json_end(j, '}');
 }
 
@@ -266,7 +292,8 @@ static void generate_help(FILE *o)
 {
 	fputs("usage: kvpool [--socket PATH] generate (-p TEXT | --tokens 1,2,3 | --prompt-file F)\n"
 	      "              [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-	      "              [--salt S] [--no-cache] [--parse-special] [--json]\n"
+	      "              [--salt S] [--no-cache] [--parse-special] [--priority N]\n"
+	      "              [--json]\n"
 	      "\n"
 	      "Send one prompt to kvpoold and stream the generated text to stdout as it\n"
 	      "arrives; the usage (prompt, cached and computed tokens, times) goes to stderr.\n"
@@ -285,6 +312,9 @@ static void generate_help(FILE *o)
 	      "      --no-cache         neither use nor publish prefix-cache blocks\n"
 	      "      --parse-special    special-token text in the prompt (\"<|eot_id|>\") becomes\n"
 	      "                         those tokens; by default it is plain text\n"
+	      "      --priority N       -1000 .. 1000 (default 0): when the daemon is busy,\n"
+	      "                         higher priorities are admitted, prefilled and kept\n"
+	      "                         running first\n"
 	      "      --json             print one JSON object instead: tokens (generated ids),\n"
 	      "                         text and usage\n"
 	      "Ctrl-C cancels the request.\n",
@@ -305,6 +335,7 @@ static int cmd_generate(int argc, char **argv)
 		{ "salt", required_argument, NULL, 'S' },
 		{ "no-cache", no_argument, NULL, 'N' },
 		{ "parse-special", no_argument, NULL, 'x' },
+		{ "priority", required_argument, NULL, 'R' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -366,6 +397,10 @@ static int cmd_generate(int argc, char **argv)
 		case 'x':
 			p.parse_special = true;
 			break;
+		case 'R':
+			p.priority = (int32_t)parse_i64(optarg, "--priority", KVP_PRIORITY_MIN,
+							KVP_PRIORITY_MAX);
+			break;
 		case 'j':
 			out.json = true;
 			break;
@@ -416,10 +451,18 @@ static int cmd_generate(int argc, char **argv)
 		fprintf(stderr,
 			"usage: prompt_tokens %u, cached_tokens %u, cache_creation_tokens %u, "
 			"recomputed_tokens %u, generated_tokens %u; queue %.1f ms, ttft %.1f ms, "
-			"prefill %.1f ms, decode %.1f ms%s\n",
+			"prefill %.1f ms, decode %.1f ms%s",
 			u.prompt_tokens, u.cached_tokens, u.cache_creation_tokens,
 			u.recomputed_tokens, u.generated_tokens, u.queue_ms, u.ttft_ms,
 			u.prefill_ms, u.decode_ms, r == KVP_E_CANCELLED ? " (cancelled)" : "");
+		/* the fields of protocol version 2, when they say something */
+		if (u.cached_tokens_disk || u.preemptions)
+			fprintf(stderr,
+				"; cached_tokens_disk %u, preemptions %u, swapped_tokens %u, "
+				"resume_computed_tokens %u",
+				u.cached_tokens_disk, u.preemptions, u.swapped_tokens,
+				u.resume_computed_tokens);
+		fputc('\n', stderr);
 	}
 out:
 	kvp_client_close(c);
@@ -917,6 +960,77 @@ out:
 	return r ? 1 : 0;
 }
 
+/* ------------------------------------------------------------ flush */
+
+/* The number after "@key": in @text (a report of ours), or -1. */
+static long long json_number_after(const char *text, const char *key)
+{
+	const char *p = text ? strstr(text, key) : NULL;
+
+	return p ? strtoll(p + strlen(key), NULL, 10) : -1;
+}
+
+static int cmd_flush(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "tier", no_argument, NULL, 't' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	bool tier = false;
+	long long before, now = -1;
+	char *text = NULL;
+	int opt, r;
+
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 't':
+			tier = true;
+			break;
+		case 'h':
+			puts("usage: kvpool [--status-socket PATH] flush --tier\n"
+			     "\n"
+			     "Empty kvpoold's disk tier: every cached block on disk is dropped (memory\n"
+			     "is kept), and the file is marked so that none of them comes back after a\n"
+			     "restart either.  Asked through the status socket (an operator's); waits\n"
+			     "until the engine has done it (at most 30 s).");
+			return 0;
+		default:
+			die_usage("flush: bad option");
+		}
+	}
+	if (optind < argc)
+		die_usage("flush: unexpected argument '%s'", argv[optind]);
+	if (!tier)
+		die_usage("flush: say what to flush (--tier)");
+	r = kvp_client_status(status_path, "flush-tier", &text, NULL);
+	if (r < 0) {
+		fprintf(stderr, "kvpool: flush: %s: %s\n",
+			status_path ? status_path : KVP_DEFAULT_STATUS_SOCKET, strerror(-r));
+		return 1;
+	}
+	before = json_number_after(text, "\"flushes_before\":");
+	if (before < 0) {
+		fprintf(stderr, "kvpool: flush: %s", text);
+		free(text);
+		return 1;
+	}
+	free(text);
+	for (int i = 0; i < 300 && now <= before; i++) {
+		usleep(100000);
+		text = NULL;
+		if (kvp_client_status(status_path, "json", &text, NULL) == 0)
+			now = json_number_after(text, "\"flushes\":");
+		free(text);
+	}
+	if (now <= before) {
+		fprintf(stderr, "kvpool: flush: the daemon did not report the flush within 30 s\n");
+		return 1;
+	}
+	puts("kvpool: disk tier flushed");
+	return 0;
+}
+
 /* ------------------------------------------------------------ status */
 
 static int cmd_status(int argc, char **argv)
@@ -1326,6 +1440,7 @@ static void main_help(FILE *o)
 	      "  tokenize   the model's token ids of a text (kvpool tokenize --help)\n"
 	      "  detokenize the text of token ids (kvpool detokenize --help)\n"
 	      "  status     print the daemon's status report (kvpool status --help)\n"
+	      "  flush      operators: empty the disk tier (kvpool flush --tier)\n"
 	      "  bench      load generator: TTFT, throughput, prefix hit rates (kvpool bench --help)\n"
 	      "\n"
 	      "Options:\n"
@@ -1379,6 +1494,8 @@ int main(int argc, char **argv)
 		return cmd_detokenize(argc, argv);
 	if (!strcmp(cmd, "status"))
 		return cmd_status(argc, argv);
+	if (!strcmp(cmd, "flush"))
+		return cmd_flush(argc, argv);
 	if (!strcmp(cmd, "bench"))
 		return cmd_bench(argc, argv);
 	if (!strcmp(cmd, "help")) {

@@ -523,6 +523,9 @@ static int check_params(struct kvp_client *c, const struct kvp_client_prompt *pr
 		return set_err(c, -EINVAL, "top_p must be in (0, 1]");
 	if (p->salt_len > KVP_SALT_MAX || (p->salt_len && !p->salt))
 		return set_err(c, -EINVAL, "salt must be at most %d bytes", KVP_SALT_MAX);
+	if (p->priority < KVP_PRIORITY_MIN || p->priority > KVP_PRIORITY_MAX)
+		return set_err(c, -EINVAL, "priority must be in [%d, %d]", KVP_PRIORITY_MIN,
+			       KVP_PRIORITY_MAX);
 	return 0;
 }
 
@@ -554,6 +557,7 @@ KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_p
 		memcpy(g.salt, params->salt, params->salt_len);
 	if (params->no_cache)
 		g.flags |= KVP_GEN_NO_CACHE;
+	g.priority = params->priority;
 	if (prompt->text_len) {
 		g.flags |= KVP_GEN_TEXT;
 		if (params->parse_special)
@@ -1029,6 +1033,7 @@ KVP_EXPORT int kvp_client_chat_submit(struct kvp_client *c, struct kvp_client_co
 	ch.temperature = params->temperature;
 	ch.top_p = params->top_p;
 	ch.seed = params->seed;
+	ch.priority = params->priority;
 	ch.salt_len = (uint32_t)params->salt_len;
 	if (params->salt_len)
 		memcpy(ch.salt, params->salt, params->salt_len);
@@ -1187,7 +1192,7 @@ KVP_EXPORT int kvp_client_status(const char *path, const char *fmt, char **out, 
 	*out = NULL;
 	if (!fmt)
 		fmt = "json";
-	if (strcmp(fmt, "json") && strcmp(fmt, "prom"))
+	if (strcmp(fmt, "json") && strcmp(fmt, "prom") && strcmp(fmt, "flush-tier"))
 		return -EINVAL;
 	r = unix_connect(path ? path : KVP_DEFAULT_STATUS_SOCKET, &fd);
 	if (r)

@@ -306,7 +306,9 @@ static void test_generate_json(void **state)
 	assert_non_null(strstr(out, "\"prompt_tokens\":2,\"cached_tokens\":16,"
 				    "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
 				    "\"generated_tokens\":1,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
-				    "\"prefill_ms\":0.000,\"decode_ms\":0.000}}"));
+				    "\"prefill_ms\":0.000,\"decode_ms\":0.000,"
+				    "\"cached_tokens_disk\":0,\"preemptions\":0,"
+				    "\"swapped_tokens\":0,\"resume_computed_tokens\":0}}"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "-p", "hi", "--json", NULL), 0);
 	assert_non_null(strstr(out, "\"text\":\"a\\\"b\\n\\ufffd"
 				    "\\ufffd\\ufffd\\ufffd"
@@ -317,7 +319,8 @@ static void test_generate_json(void **state)
 
 static void test_generate_json_exact(void **state)
 {
-	/* byte for byte what earlier releases printed (the echo server's usage is fixed) */
+	/* byte for byte what earlier releases printed, with protocol 2's usage fields
+	 * appended (the echo server's usage is fixed) */
 	struct fixture *f = *state;
 	char out[4096], err[4096];
 
@@ -328,7 +331,9 @@ static void test_generate_json_exact(void **state)
 				 "\"prompt_tokens\":3,\"cached_tokens\":16,"
 				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
 				 "\"generated_tokens\":3,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
-				 "\"prefill_ms\":0.000,\"decode_ms\":0.000}}\n");
+				 "\"prefill_ms\":0.000,\"decode_ms\":0.000,"
+				 "\"cached_tokens_disk\":0,\"preemptions\":0,"
+				 "\"swapped_tokens\":0,\"resume_computed_tokens\":0}}\n");
 	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "-p", "hi", "--json", NULL), 0);
 	assert_string_equal(out, "{\"tokens\":[1],\"text\":\"a\\\"b\\n\\ufffd"
 				 "\\ufffd\\ufffd\\ufffd"
@@ -338,7 +343,9 @@ static void test_generate_json_exact(void **state)
 				 "\"usage\":{\"prompt_tokens\":0,\"cached_tokens\":16,"
 				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
 				 "\"generated_tokens\":1,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
-				 "\"prefill_ms\":0.000,\"decode_ms\":0.000}}\n");
+				 "\"prefill_ms\":0.000,\"decode_ms\":0.000,"
+				 "\"cached_tokens_disk\":0,\"preemptions\":0,"
+				 "\"swapped_tokens\":0,\"resume_computed_tokens\":0}}\n");
 }
 
 static void test_status_formats(void **state)
@@ -477,12 +484,16 @@ static void test_chat_turns(void **state)
 				 "\"ok\",\"usage\":{\"prompt_tokens\":3,\"cached_tokens\":0,"
 				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
 				 "\"generated_tokens\":2,\"queue_ms\":0.000,\"ttft_ms\":0.000,"
-				 "\"prefill_ms\":0.000,\"decode_ms\":0.000}}\n"
+				 "\"prefill_ms\":0.000,\"decode_ms\":0.000,"
+				 "\"cached_tokens_disk\":0,\"preemptions\":0,"
+				 "\"swapped_tokens\":0,\"resume_computed_tokens\":0}}\n"
 				 "{\"turn\":2,\"tokens\":[7,8],\"text\":\"r1 r2\",\"status\":"
 				 "\"ok\",\"usage\":{\"prompt_tokens\":8,\"cached_tokens\":0,"
 				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
 				 "\"generated_tokens\":2,\"queue_ms\":0.000,\"ttft_ms\":0.000,"
-				 "\"prefill_ms\":0.000,\"decode_ms\":0.000}}\n");
+				 "\"prefill_ms\":0.000,\"decode_ms\":0.000,"
+				 "\"cached_tokens_disk\":0,\"preemptions\":0,"
+				 "\"swapped_tokens\":0,\"resume_computed_tokens\":0}}\n");
 	assert_int_equal(atomic_load(&f->chat_msgs), 4);
 	assert_int_equal(atomic_load(&f->chat_context), 5);
 	assert_int_equal(atomic_load(&f->chat_context_msgs), 3);

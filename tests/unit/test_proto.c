@@ -128,7 +128,7 @@ static void test_encoder_reports_needed_size(void **state)
 	struct kvp_usage u = { 0 };
 
 	memset(frame, 0xaa, sizeof(frame));
-	assert_int_equal(kvp_proto_encode_done(frame, sizeof(frame), 1, &u), 24 + 56);
+	assert_int_equal(kvp_proto_encode_done(frame, sizeof(frame), 1, &u), 24 + 72);
 	assert_int_equal(frame[0], 0xaa);
 }
 
@@ -143,7 +143,9 @@ static void test_bad_headers(void **state)
 	assert_int_equal(kvp_proto_check_hdr(&ok, sizeof(ok) - 1, 4096, &out, &why), KVP_E_PROTO);
 	h = ok, h.magic ^= 1;
 	assert_int_equal(kvp_proto_check_hdr(&h, sizeof(h), 4096, &out, &why), KVP_E_PROTO);
-	h = ok, h.version = 2;
+	h = ok, h.version = 1; /* version 1 clients: a clear error, not garbage */
+	assert_int_equal(kvp_proto_check_hdr(&h, sizeof(h), 4096, &out, &why), KVP_E_VERSION);
+	h = ok, h.version = 3;
 	assert_int_equal(kvp_proto_check_hdr(&h, sizeof(h), 4096, &out, &why), KVP_E_VERSION);
 	h = ok, h.type = KVP_FRAME__COUNT;
 	assert_int_equal(kvp_proto_check_hdr(&h, sizeof(h), 4096, &out, &why), KVP_E_PROTO);
@@ -433,8 +435,10 @@ static void test_chat_frames(void **state)
 	/* structure */
 	c = chat(3), c.flags = 0x1;
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
-	c = chat(3), c.reserved = 1;
-	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
+	c = chat(3), c.priority = 1001; /* a value: refused as invalid, not as structure */
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
+	c = chat(3), c.priority = -1000;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_OK);
 	c = chat(3), c.salt_len = 65;
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
 	c = chat(3), c.salt[3] = 1;

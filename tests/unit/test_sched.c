@@ -73,7 +73,7 @@ static int long_piece_tokenizer(struct kvp_tokenizer **out)
 }
 
 static int make(struct fixture *f, uint32_t n_blocks, uint32_t max_running, bool long_pieces,
-		bool start)
+		bool start, enum kvp_sched_policy policy)
 {
 	struct kvp_mkmodel_opts o;
 	struct kvp_pool_config pc = { 0 };
@@ -107,6 +107,7 @@ static int make(struct fixture *f, uint32_t n_blocks, uint32_t max_running, bool
 	sc.event_capacity = 64;
 	sc.ignore_eos = true;
 	sc.wake_fd = f->efd;
+	sc.policy = policy;
 	r = kvp_sched_new(&f->sched, &sc);
 	if (r)
 		return r;
@@ -118,7 +119,16 @@ static int setup_big(void **state)
 	struct fixture *f = malloc(sizeof(*f));
 
 	*state = f;
-	return f ? make(f, 256, 8, false, true) : -1;
+	return f ? make(f, 256, 8, false, true, KVP_SCHED_FAIR) : -1;
+}
+
+/* The first policy (FIFO), kept for comparison. */
+static int setup_big_fifo(void **state)
+{
+	struct fixture *f = malloc(sizeof(*f));
+
+	*state = f;
+	return f ? make(f, 256, 8, false, true, KVP_SCHED_FIFO) : -1;
 }
 
 /* As setup_big, but the engine thread is not started: the test starts it. */
@@ -127,7 +137,7 @@ static int setup_big_stopped(void **state)
 	struct fixture *f = malloc(sizeof(*f));
 
 	*state = f;
-	return f ? make(f, 256, 8, false, false) : -1;
+	return f ? make(f, 256, 8, false, false, KVP_SCHED_FAIR) : -1;
 }
 
 static int setup_long_pieces(void **state)
@@ -135,7 +145,7 @@ static int setup_long_pieces(void **state)
 	struct fixture *f = malloc(sizeof(*f));
 
 	*state = f;
-	return f ? make(f, 64, 8, true, true) : -1;
+	return f ? make(f, 64, 8, true, true, KVP_SCHED_FAIR) : -1;
 }
 
 static int setup_small(void **state)
@@ -143,7 +153,7 @@ static int setup_small(void **state)
 	struct fixture *f = malloc(sizeof(*f));
 
 	*state = f;
-	return f ? make(f, 40, 8, false, true) : -1;
+	return f ? make(f, 40, 8, false, true, KVP_SCHED_FAIR) : -1;
 }
 
 static int teardown(void **state)
@@ -391,9 +401,9 @@ static void test_prefill_interleaves_with_decode(void **state)
 	uint32_t before, during;
 
 	/*
-	 * a 2,048-token prompt arriving while another request streams joins the batch and
-	 * is prefilled in 64-token chunks between decode steps: the running stream gets a
-	 * token at every one of those 32 steps instead of waiting for the whole prefill
+	 * FIFO: a 2,048-token prompt arriving while another request streams joins the batch
+	 * and is prefilled in 64-token chunks between decode steps: the running stream gets
+	 * a token at every one of those 32 steps instead of waiting for the whole prefill
 	 */
 	assert_int_equal(submit(f, 1, 16, 1500, true, 9), 0);
 	for (int i = 0; i < 2000 && !f->n_tokens[1]; i++)
@@ -504,8 +514,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cancel_and_close_release, setup_big, teardown),
 		cmocka_unit_test_setup_teardown(test_shared_prefix_computed_once, setup_big_stopped,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_prefill_interleaves_with_decode, setup_big,
-						teardown),
+		cmocka_unit_test_setup_teardown(test_prefill_interleaves_with_decode,
+						setup_big_fifo, teardown),
 		cmocka_unit_test_setup_teardown(test_long_pieces_sliced_whole, setup_long_pieces,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_drain_and_cancel_all, setup_big, teardown),

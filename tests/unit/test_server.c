@@ -695,7 +695,7 @@ static void test_malformed_frames_close_only_their_connection(void **state)
 {
 	/* each malformed frame gets ERROR (req 0) and EOF; a concurrent client is unaffected */
 	struct fixture *f = *state;
-	static struct bad_case cases[32];
+	static struct bad_case cases[40];
 	struct kvp_generate g;
 	int32_t ids[100];
 	struct kvp_client *good;
@@ -712,21 +712,30 @@ static void test_malformed_frames_close_only_their_connection(void **state)
 	b->len = mk_hdr(b->frame, 0xdeadbeef, 1, KVP_FRAME_HELLO, 0, 40, 0);
 	memset(b->frame + b->len, 0, 40), b->len += 40;
 	b = CASE("bad version", false, KVP_E_VERSION);
-	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 2, KVP_FRAME_HELLO, 0, 40, 0);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION + 1, KVP_FRAME_HELLO, 0, 40, 0);
 	memset(b->frame + b->len, 0, 40), b->len += 40;
+	b = CASE("version 1 client", false, KVP_E_VERSION);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_HELLO, 0, 40, 0);
+	memset(b->frame + b->len, 0, 40), b->len += 40;
+	b = CASE("GENERATE reserved", true, KVP_E_PROTO);
+	g = gen_tokens(2, 0);
+	g.reserved = 1;
+	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
 	b = CASE("unknown type", true, KVP_E_PROTO);
-	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, 77, 0, 0, 1);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, 77, 0, 0, 1);
 	b = CASE("daemon-only type", true, KVP_E_PROTO);
-	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_TOKEN, 0, 8, 1);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_TOKEN, 0, 8, 1);
 	memset(b->frame + b->len, 0, 8), b->len += 8;
 	b = CASE("header flags", true, KVP_E_PROTO);
-	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_CANCEL, 4, 0, 1);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_CANCEL, 4, 0, 1);
 	b = CASE("frame beyond max size", true, KVP_E_LIMIT);
-	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_GENERATE, 0, MAX_FRAME, 1);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_GENERATE, 0,
+			MAX_FRAME, 1);
 	b = CASE("length beyond u32 frame", true, KVP_E_LIMIT);
-	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_GENERATE, 0, UINT32_MAX, 1);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_GENERATE, 0,
+			UINT32_MAX, 1);
 	b = CASE("GENERATE shorter than its struct", true, KVP_E_PROTO);
-	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_GENERATE, 0, 50, 1);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_GENERATE, 0, 50, 1);
 	memset(b->frame + b->len, 0, 50), b->len += 50;
 	b = CASE("n_tokens beyond the frame", true, KVP_E_PROTO);
 	g = gen_tokens(2, 0);
@@ -770,23 +779,23 @@ static void test_malformed_frames_close_only_their_connection(void **state)
 	g = gen_tokens(2, 0);
 	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
 	b = CASE("second HELLO", true, KVP_E_PROTO);
-	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_HELLO, 0, 40, 0);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_HELLO, 0, 40, 0);
 	memset(b->frame + b->len, 0, 40), b->len += 40;
 	b = CASE("HELLO reserved", false, KVP_E_PROTO);
-	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_HELLO, 0, 40, 0);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_HELLO, 0, 40, 0);
 	memset(b->frame + b->len, 0, 40), b->frame[b->len + 4] = 1, b->len += 40;
 	b = CASE("HELLO wrong length", false, KVP_E_PROTO);
-	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_HELLO, 0, 39, 0);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_HELLO, 0, 39, 0);
 	memset(b->frame + b->len, 0, 39), b->len += 39;
 	b = CASE("CANCEL with payload", true, KVP_E_PROTO);
-	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_CANCEL, 0, 4, 1);
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_CANCEL, 0, 4, 1);
 	memset(b->frame + b->len, 0, 4), b->len += 4;
 	b = CASE("truncated payload", true, KVP_E_PROTO);
 	g = gen_tokens(2, 0);
 	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids) - 5;
 	b->shut_wr = true;
 	b = CASE("truncated header", true, KVP_E_PROTO);
-	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, 1, KVP_FRAME_CANCEL, 0, 0, 1) - 10;
+	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_CANCEL, 0, 0, 1) - 10;
 	b->shut_wr = true;
 #undef CASE
 

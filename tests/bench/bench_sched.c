@@ -1,0 +1,557 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_sched.c - the scheduler under mixed load, the fair policy against the first one
+ * (scheduler.policy = fifo) in the same run, on the demo model (docs/daemon.md
+ * "Scheduling"):
+ *
+ *  1. concurrency: 16 requests of 100 prompt tokens with max_new 4,096 on a 1 GiB pool:
+ *     how many run at once;
+ *  2. TTFT of a 16-token request arriving during a 4,000-token prefill, against the same
+ *     request alone (medians of TTFT_RUNS);
+ *  3. the largest gap between two tokens of a running stream while a 4,000-token prompt
+ *     prefills, against its median gap alone; the long prompt's time to its first token
+ *     next to the first policy's;
+ *  4. aggregate tokens/s of 8 and of 32 concurrent streams (100-token prompts, max_new
+ *     4,096, each client stops after STREAM_TOKENS tokens: chat clients that ask for much
+ *     and stop early);
+ *  5. goodput: requests per second that met TTFT <= 1 s and every inter-token gap <= 100
+ *     ms, at rising Poisson arrival rates (prompts of 50..400 tokens, 32..128 new ones).
+ *
+ * Times are measured by the client (just before GENERATE is sent, each TOKEN frame).
+ * Every figure is printed for both policies with the ratio fair / fifo (or the ratio the
+ * issue names).  KVP_BENCH_QUICK=1 runs fewer and shorter rounds.  The CPU regime is
+ * printed before and after.
+ */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvpool/kvpool.h"
+#include "tests/integration/kvpd.h"
+#include "tests/lib/testlib.h"
+
+#define TTFT_RUNS 3
+#define STREAM_TOKENS 128
+#define LONG_PROMPT 4000
+#define MAX_GAPS 8192
+
+static bool quick;
+static char model[512];
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static pthread_mutex_t rng_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t rnd(void)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&rng_lock);
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	v = rng;
+	pthread_mutex_unlock(&rng_lock);
+	return v;
+}
+
+static void fill(int32_t *t, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = 3 + (int32_t)(rnd() % 256);
+}
+
+static const char *const policies[2] = { "fair", "fifo" };
+
+static int start(struct kvpd *d, const char *policy, bool ignore_eos)
+{
+	const char *args[] = { "--model",
+			       model,
+			       "--pool-size",
+			       "1G",
+			       "--sched-policy",
+			       policy,
+			       ignore_eos ? "--ignore-eos" : NULL,
+			       NULL };
+
+	if (kvpd_init(d) || kvpd_start(d, 600, args)) {
+		kvpd_dump_log(d);
+		kvpd_cleanup(d);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- one timed request ---- */
+
+struct timed {
+	double t_send;
+	double t_first;
+	double t_last;
+	double max_gap;
+	uint32_t n_tokens;
+	uint32_t stop_after; /* cancel after this many tokens (0: never) */
+	uint32_t n_gaps;
+	double gaps[MAX_GAPS];
+	atomic_bool *stop; /* cancel when it turns true */
+	bool record_gaps;
+};
+
+static int on_tokens(void *arg, const int32_t *t, uint32_t n, const char *text, uint32_t tl)
+{
+	struct timed *tm = arg;
+	double now = kvp_test_now_s();
+
+	if (n) {
+		if (!tm->t_first) {
+			tm->t_first = now;
+		} else {
+			double gap = now - tm->t_last;
+
+			if (gap > tm->max_gap)
+				tm->max_gap = gap;
+			if (tm->record_gaps && tm->n_gaps < MAX_GAPS)
+				tm->gaps[tm->n_gaps++] = gap;
+		}
+		tm->t_last = now;
+		tm->n_tokens += n;
+	}
+	if (tm->stop_after && tm->n_tokens >= tm->stop_after)
+		return 1;
+	return tm->stop && atomic_load(tm->stop);
+}
+
+/* One blocking request on @k; fills @tm.  Return: 0, or -1 when it failed. */
+static int request(struct kvp_client *k, const int32_t *prompt, uint32_t n, uint32_t max_new,
+		   bool no_cache, struct timed *tm, struct kvp_usage *u)
+{
+	struct kvp_client_prompt pr = { .tokens = prompt, .n_tokens = n };
+	struct kvp_client_params p;
+	struct kvp_usage local;
+	int r;
+
+	kvp_client_params_init(&p);
+	p.max_new_tokens = max_new;
+	p.no_cache = no_cache;
+	tm->t_send = kvp_test_now_s();
+	r = kvp_client_generate(k, &pr, &p, on_tokens, tm, u ? u : &local);
+	if (r && r != KVP_E_CANCELLED) {
+		fprintf(stderr, "bench: generate: %d %s\n", r, kvp_client_errmsg(k));
+		return -1;
+	}
+	return 0;
+}
+
+static double ttft_ms(const struct timed *tm)
+{
+	return (tm->t_first - tm->t_send) * 1e3;
+}
+
+static double median_of(const double *v, uint32_t n)
+{
+	double *c = malloc(n * sizeof(double));
+	double m;
+
+	if (!c || !n) {
+		free(c);
+		return 0;
+	}
+	memcpy(c, v, n * sizeof(double));
+	m = kvp_test_median(c, (int)n);
+	free(c);
+	return m;
+}
+
+/* ---- 1. concurrency ---- */
+
+static int bench_concurrency(double running[2])
+{
+	for (int pol = 0; pol < 2; pol++) {
+		struct kvpd d;
+		struct kvp_client *k = NULL;
+		static int32_t prompt[100];
+		double best = 0;
+
+		if (start(&d, policies[pol], true) || kvp_client_connect(&k, d.sock))
+			return -1;
+		for (int i = 0; i < 16; i++) {
+			struct kvp_client_prompt pr = { .tokens = prompt, .n_tokens = 100 };
+			struct kvp_client_params p;
+			uint64_t id;
+
+			fill(prompt, 100);
+			kvp_client_params_init(&p);
+			p.max_new_tokens = 4096;
+			if (kvp_client_submit(k, &pr, &p, &id))
+				return -1;
+		}
+		/* let admission settle: the most seen running over 3 s */
+		for (int t = 0; t < 15; t++) {
+			struct jsonq *j;
+
+			usleep(200000);
+			j = kvpd_status(&d);
+			if (j && jsonq_num(j, "scheduler.running", 0) > best)
+				best = jsonq_num(j, "scheduler.running", 0);
+			jsonq_free(j);
+		}
+		running[pol] = best;
+		printf("concurrency (%s): %.0f of 16 running at once\n", policies[pol], best);
+		kvp_client_close(k); /* cancels them */
+		kvpd_cleanup(&d);
+	}
+	return 0;
+}
+
+/* ---- 2. short TTFT during a long prefill; 3. stream gap during a long prefill ---- */
+
+struct bg {
+	const char *sock;
+	const int32_t *prompt;
+	uint32_t n;
+	uint32_t max_new;
+	struct timed tm;
+	struct kvp_usage u;
+	int rc;
+};
+
+static void *bg_main(void *arg)
+{
+	struct bg *b = arg;
+	struct kvp_client *k = NULL;
+
+	b->rc = kvp_client_connect(&k, b->sock);
+	if (!b->rc)
+		b->rc = request(k, b->prompt, b->n, b->max_new, true, &b->tm, &b->u);
+	kvp_client_close(k);
+	return NULL;
+}
+
+static int bench_ttft(double during[2], double alone[2])
+{
+	static int32_t long_prompt[LONG_PROMPT];
+	int32_t short_prompt[16];
+
+	for (int pol = 0; pol < 2; pol++) {
+		double a[TTFT_RUNS], w[TTFT_RUNS];
+		struct kvp_client *k = NULL;
+		struct kvpd d;
+		int runs = quick ? 1 : TTFT_RUNS;
+
+		if (start(&d, policies[pol], false) || kvp_client_connect(&k, d.sock))
+			return -1;
+		for (int r = 0; r < runs; r++) {
+			struct timed tm = { 0 };
+			struct bg b = { .sock = d.sock,
+					.prompt = long_prompt,
+					.n = LONG_PROMPT,
+					.max_new = 1 };
+			pthread_t th;
+
+			fill(short_prompt, 16);
+			if (request(k, short_prompt, 16, 1, true, &tm, NULL))
+				return -1;
+			a[r] = ttft_ms(&tm);
+			fill(long_prompt, LONG_PROMPT);
+			pthread_create(&th, NULL, bg_main, &b);
+			/* arrive at a random moment of the prefill's first seconds */
+			usleep(500000 + (useconds_t)(rnd() % 1500000));
+			memset(&tm, 0, sizeof(tm));
+			fill(short_prompt, 16);
+			if (request(k, short_prompt, 16, 1, true, &tm, NULL))
+				return -1;
+			w[r] = ttft_ms(&tm);
+			pthread_join(th, NULL);
+			if (b.rc)
+				return -1;
+			printf("  %s run %d: 16-token TTFT alone %.1f ms, during the prefill %.1f ms "
+			       "(the long prompt: first token after %.0f ms)\n",
+			       policies[pol], r, a[r], w[r], ttft_ms(&b.tm));
+		}
+		alone[pol] = median_of(a, (uint32_t)runs);
+		during[pol] = median_of(w, (uint32_t)runs);
+		kvp_client_close(k);
+		kvpd_cleanup(&d);
+	}
+	return 0;
+}
+
+struct stream {
+	const char *sock;
+	int32_t prompt[16];
+	struct timed tm;
+	atomic_bool stop;
+	int rc;
+};
+
+static void *stream_main(void *arg)
+{
+	struct stream *s = arg;
+	struct kvp_client *k = NULL;
+
+	s->tm.stop = &s->stop;
+	s->tm.record_gaps = true;
+	s->rc = kvp_client_connect(&k, s->sock);
+	if (!s->rc)
+		s->rc = request(k, s->prompt, 16, 4096, true, &s->tm, NULL);
+	kvp_client_close(k);
+	return NULL;
+}
+
+static int bench_gap(double max_gap[2], double median_alone[2], double long_ttft[2])
+{
+	static int32_t long_prompt[LONG_PROMPT];
+
+	for (int pol = 0; pol < 2; pol++) {
+		static struct stream s;
+		struct kvp_client *k = NULL;
+		struct timed tm = { 0 };
+		struct kvpd d;
+		pthread_t th;
+		uint32_t n_alone;
+		double worst;
+
+		if (start(&d, policies[pol], true) || kvp_client_connect(&k, d.sock))
+			return -1;
+		memset(&s, 0, sizeof(s));
+		s.sock = d.sock;
+		fill(s.prompt, 16);
+		pthread_create(&th, NULL, stream_main, &s);
+		sleep(2); /* its gaps alone */
+		n_alone = s.tm.n_gaps;
+		median_alone[pol] = median_of(s.tm.gaps, n_alone);
+		fill(long_prompt, LONG_PROMPT);
+		if (request(k, long_prompt, LONG_PROMPT, 1, true, &tm, NULL))
+			return -1;
+		worst = 0;
+		for (uint32_t i = n_alone; i < s.tm.n_gaps; i++)
+			if (s.tm.gaps[i] > worst)
+				worst = s.tm.gaps[i];
+		max_gap[pol] = worst;
+		long_ttft[pol] = ttft_ms(&tm);
+		atomic_store(&s.stop, true);
+		pthread_join(th, NULL);
+		printf("  %s: stream median gap alone %.1f ms (%u gaps), largest during the "
+		       "4000-token prefill %.1f ms (%u gaps); the long prompt's first token after "
+		       "%.0f ms\n",
+		       policies[pol], median_alone[pol] * 1e3, n_alone, worst * 1e3,
+		       s.tm.n_gaps - n_alone, long_ttft[pol]);
+		kvp_client_close(k);
+		kvpd_cleanup(&d);
+	}
+	return 0;
+}
+
+/* ---- 4. aggregate tokens/s ---- */
+
+struct chat {
+	const char *sock;
+	pthread_barrier_t *go;
+	struct timed tm;
+	int rc;
+};
+
+static void *chat_main(void *arg)
+{
+	struct chat *c = arg;
+	struct kvp_client *k = NULL;
+	int32_t prompt[100];
+
+	fill(prompt, 100);
+	c->tm.stop_after = STREAM_TOKENS;
+	c->rc = kvp_client_connect(&k, c->sock);
+	pthread_barrier_wait(c->go);
+	if (!c->rc)
+		c->rc = request(k, prompt, 100, 4096, true, &c->tm, NULL);
+	kvp_client_close(k);
+	return NULL;
+}
+
+static int bench_throughput(uint32_t n, double tps[2])
+{
+	for (int pol = 0; pol < 2; pol++) {
+		struct chat *c = calloc(n, sizeof(*c));
+		pthread_t *th = calloc(n, sizeof(*th));
+		pthread_barrier_t go;
+		struct kvpd d;
+		double t0 = 0, t1 = 0;
+		uint64_t tokens = 0;
+
+		if (!c || !th || start(&d, policies[pol], true))
+			return -1;
+		pthread_barrier_init(&go, NULL, n + 1);
+		for (uint32_t i = 0; i < n; i++) {
+			c[i] = (struct chat){ .sock = d.sock, .go = &go };
+			pthread_create(&th[i], NULL, chat_main, &c[i]);
+		}
+		pthread_barrier_wait(&go);
+		t0 = kvp_test_now_s();
+		for (uint32_t i = 0; i < n; i++) {
+			pthread_join(th[i], NULL);
+			if (c[i].rc)
+				return -1;
+			tokens += c[i].tm.n_tokens;
+			if (c[i].tm.t_last > t1)
+				t1 = c[i].tm.t_last;
+		}
+		tps[pol] = (double)tokens / (t1 - t0);
+		printf("  %s: %u streams x %u tokens: %llu tokens in %.2f s\n", policies[pol], n,
+		       STREAM_TOKENS, (unsigned long long)tokens, t1 - t0);
+		pthread_barrier_destroy(&go);
+		kvpd_cleanup(&d);
+		free(c);
+		free(th);
+	}
+	return 0;
+}
+
+/* ---- 5. goodput under Poisson arrivals ---- */
+
+struct arrival {
+	const char *sock;
+	uint32_t n_prompt, max_new;
+	struct timed tm;
+	int rc;
+	bool good;
+};
+
+static void *arrival_main(void *arg)
+{
+	struct arrival *a = arg;
+	struct kvp_client *k = NULL;
+	int32_t prompt[400];
+
+	fill(prompt, a->n_prompt);
+	a->rc = kvp_client_connect(&k, a->sock);
+	if (!a->rc)
+		a->rc = request(k, prompt, a->n_prompt, a->max_new, true, &a->tm, NULL);
+	kvp_client_close(k);
+	a->good = !a->rc && a->tm.t_first && ttft_ms(&a->tm) <= 1000 && a->tm.max_gap <= 0.100 &&
+		  a->tm.n_tokens == a->max_new;
+	return NULL;
+}
+
+/* Requests/s meeting both bounds at @rate arrivals/s over @secs of arrivals. */
+static double goodput(const char *sock, double rate, double secs, double *p99_ttft)
+{
+	uint32_t cap = (uint32_t)(rate * secs * 3) + 16, n = 0, good = 0;
+	struct arrival *a = calloc(cap, sizeof(*a));
+	pthread_t *th = calloc(cap, sizeof(*th));
+	double t = kvp_test_now_s(), end = t + secs;
+	double *ttft;
+
+	if (!a || !th)
+		return -1;
+	while (n < cap) {
+		/* exponential gaps: a Poisson process of @rate */
+		double u = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
+
+		t += -log(u) / rate;
+		if (t >= end)
+			break;
+		while (kvp_test_now_s() < t)
+			usleep(1000);
+		a[n] = (struct arrival){ .sock = sock,
+					 .n_prompt = 50 + (uint32_t)(rnd() % 351),
+					 .max_new = 32 + (uint32_t)(rnd() % 97) };
+		pthread_create(&th[n], NULL, arrival_main, &a[n]);
+		n++;
+	}
+	ttft = calloc(n + 1, sizeof(double));
+	for (uint32_t i = 0; i < n; i++) {
+		pthread_join(th[i], NULL);
+		good += a[i].good;
+		if (ttft)
+			ttft[i] = a[i].tm.t_first ? ttft_ms(&a[i].tm) : 1e9;
+	}
+	if (ttft && n) {
+		kvp_test_median(ttft, (int)n);
+		*p99_ttft = kvp_test_percentile_sorted(ttft, (int)n, 99);
+	}
+	free(ttft);
+	free(a);
+	free(th);
+	return good / secs;
+}
+
+static int bench_goodput(void)
+{
+	static const double rates[] = { 0.5, 1, 1.5, 2, 3 };
+	double secs = quick ? 8 : 15;
+	double g[2][5], p99[2][5];
+	uint32_t n_rates = quick ? 3 : 5;
+
+	for (int pol = 0; pol < 2; pol++) {
+		struct kvpd d;
+
+		if (start(&d, policies[pol], false))
+			return -1;
+		for (uint32_t r = 0; r < n_rates; r++) {
+			g[pol][r] = goodput(d.sock, rates[r], secs, &p99[pol][r]);
+			printf("  %s: %.1f req/s offered: goodput %.2f req/s (TTFT p99 %.0f ms)\n",
+			       policies[pol], rates[r], g[pol][r], p99[pol][r]);
+			sleep(2); /* drain */
+		}
+		kvpd_cleanup(&d);
+	}
+	for (uint32_t r = 0; r < n_rates; r++) {
+		char name[96];
+
+		snprintf(name, sizeof(name), "goodput at %.1f req/s offered (fair)", rates[r]);
+		kvp_bench_report(name, g[0][r], "req/s", "fifo", g[1][r], "req/s");
+	}
+	return 0;
+}
+
+int main(void)
+{
+	struct kvpd md;
+	double a[2], b[2], c[2];
+
+	quick = getenv("KVP_BENCH_QUICK") != NULL;
+	kvp_bench_cpu_regime(1000);
+	if (kvpd_init(&md) || kvpd_model(&md, "demo", model, sizeof(model))) {
+		fprintf(stderr, "bench_sched: cannot write the demo model\n");
+		return 1;
+	}
+	if (bench_concurrency(a) < 0)
+		goto fail;
+	kvp_bench_report("requests running at once, 16 x (100 + max_new 4096), 1 GiB (fair)", a[0],
+			 "", "fifo", a[1], "");
+	if (bench_ttft(a, b) < 0)
+		goto fail;
+	kvp_bench_report("16-token TTFT during a 4000-token prefill (fair)", a[0], "ms",
+			 "same request alone (fair)", b[0], "ms");
+	kvp_bench_report("16-token TTFT during a 4000-token prefill (fifo)", a[1], "ms",
+			 "same request alone (fifo)", b[1], "ms");
+	if (bench_gap(a, b, c) < 0)
+		goto fail;
+	kvp_bench_report("largest inter-token gap during a 4000-token prefill (fair)", a[0] * 1e3,
+			 "ms", "median gap alone (fair)", b[0] * 1e3, "ms");
+	kvp_bench_report("largest inter-token gap during a 4000-token prefill (fifo)", a[1] * 1e3,
+			 "ms", "median gap alone (fifo)", b[1] * 1e3, "ms");
+	kvp_bench_report("4000-token prompt's first token next to a stream (fair)", c[0], "ms",
+			 "fifo", c[1], "ms");
+	if (bench_throughput(8, a) < 0)
+		goto fail;
+	kvp_bench_report("aggregate tokens/s, 8 streams (fair)", a[0], "tok/s", "fifo", a[1],
+			 "tok/s");
+	if (bench_throughput(32, a) < 0)
+		goto fail;
+	kvp_bench_report("aggregate tokens/s, 32 streams (fair)", a[0], "tok/s", "fifo", a[1],
+			 "tok/s");
+	if (bench_goodput() < 0)
+		goto fail;
+	kvp_bench_cpu_regime(1000);
+	kvpd_cleanup(&md);
+	return 0;
+fail:
+	fprintf(stderr, "bench_sched: a run failed\n");
+	kvpd_cleanup(&md);
+	return 1;
+}
