@@ -65,6 +65,7 @@ struct kvp_daemon {
 	struct kvp_domains domains;
 	char model_path[PATH_MAX];
 	char model_name[64];
+	char model_fp[2 * KVP_MODEL_FP_BYTES + 1];
 	struct kvp_model *model;
 	struct kvp_tokenizer *tok;
 	struct kvp_numa *numa;
@@ -188,6 +189,8 @@ static void set_welcomes(struct kvp_daemon *d)
 	base.max_prompt_tokens = d->cfg.max_prompt_tokens;
 	memcpy(base.fingerprint, kvp_model_fingerprint(d->model), sizeof(base.fingerprint));
 	snprintf(base.model, sizeof(base.model), "%s", d->model_name);
+	for (unsigned int i = 0; i < KVP_MODEL_FP_BYTES; i++)
+		snprintf(d->model_fp + 2 * i, 3, "%02x", kvp_model_fingerprint(d->model)[i]);
 	for (uint32_t i = 0; i < d->domains.n_domains; i++)
 		kvp_domain_set_welcome(&d->domains.dom[i], &base);
 }
@@ -259,6 +262,8 @@ static int make_server(struct kvp_daemon *d)
 	d->req.report = kvp_stats_report;
 	d->req.report_arg = &d->stats;
 	d->stats.model = d->model_name;
+	d->stats.model_fp = d->model_fp;
+	d->req.log.enabled = d->cfg.request_log;
 	d->stats.state = &d->state;
 	d->stats.t_start_ns = d->t_start_ns;
 	d->stats.sched = d->sched;

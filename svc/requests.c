@@ -27,6 +27,7 @@ int kvp_requests_init(struct kvp_requests *q)
 {
 	memset(q, 0, sizeof(*q));
 	q->conns = (struct kvp_conns)KVP_CONNS_INIT;
+	kvp_reqlog_init(&q->log);
 	q->evbuf = calloc(EVENT_BATCH, sizeof(*q->evbuf));
 	if (!q->evbuf)
 		goto err;
@@ -49,6 +50,7 @@ err:
 void kvp_requests_deinit(struct kvp_requests *q)
 {
 	kvp_conns_deinit(&q->conns);
+	kvp_reqlog_deinit(&q->log);
 	free(q->text_buf);
 	free(q->tok_buf);
 	free(q->evbuf);
@@ -155,6 +157,7 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 	memcpy(r.salt, g->salt, g->salt_len);
 	st = kvp_sched_submit(q->sched, &r);
 	if (st == 0) {
+		kvp_reqlog_start(&q->log, conn, req_id, r.t_recv_ns);
 		c->in_flight++;
 		c->requests++;
 		q->domains->dom[c->domain].requests++;
@@ -164,6 +167,8 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 refuse:
 	free(r.tokens);
 	q->rejected++;
+	kvp_reqlog_end(&q->log, conn, req_id, &(struct kvp_reqlog_who){ c->client, c->peer.uid },
+		       (enum kvp_status)st, NULL, kvp_now_ns());
 	return st;
 }
 
@@ -182,8 +187,12 @@ static void op_closed(void *ctx, kvp_conn_id conn)
 
 	if (!c)
 		return;
-	if (c->in_flight)
+	if (c->in_flight) {
 		kvp_sched_conn_closed(q->sched, conn);
+		kvp_reqlog_conn_closed(&q->log, conn,
+				       &(struct kvp_reqlog_who){ c->client, c->peer.uid },
+				       kvp_now_ns());
+	}
 	kvp_conns_drop(&q->conns, conn);
 }
 
@@ -263,6 +272,9 @@ void kvp_requests_on_events(void *arg)
 				ended(c);
 				c->generated_tokens += e->usage.generated_tokens;
 				c->cached_tokens += e->usage.cached_tokens;
+				kvp_reqlog_end(&q->log, e->conn, e->req_id,
+					       &(struct kvp_reqlog_who){ c->client, c->peer.uid },
+					       KVP_OK, &e->usage, kvp_now_ns());
 				kvp_server_send_done(q->srv, e->conn, e->req_id, &e->usage);
 			} else if (c && e->type == KVP_SCHED_EV_ERROR) {
 				char msg[KVP_SCHED_EV_TEXT + 1];
@@ -270,6 +282,9 @@ void kvp_requests_on_events(void *arg)
 				memcpy(msg, e->text, e->text_len);
 				msg[e->text_len] = '\0';
 				ended(c);
+				kvp_reqlog_end(&q->log, e->conn, e->req_id,
+					       &(struct kvp_reqlog_who){ c->client, c->peer.uid },
+					       (enum kvp_status)e->status, NULL, kvp_now_ns());
 				kvp_server_send_error(q->srv, e->conn, e->req_id,
 						      (enum kvp_status)e->status, msg);
 			}
