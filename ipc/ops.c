@@ -75,6 +75,12 @@ static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp
 	w.n_fds = n_fds;
 	c->n_vocab = w.n_vocab;
 	r = kvp_srv_queue_welcome(srv, c, &w, fds, n_fds);
+	if (r == -EMFILE || r == -ENFILE) {
+		/* the pool fd could not be dup()ed: a passing shortage, as at accept */
+		srv->st.conns_refused_fds++;
+		return kvp_srv_fail(srv, c, KVP_E_BUSY,
+				    "daemon out of file descriptors; try later");
+	}
 	if (r)
 		return kvp_srv_fail(srv, c, KVP_E_INTERNAL, "cannot send WELCOME");
 	return 0;

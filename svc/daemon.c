@@ -250,6 +250,8 @@ static int make_server(struct kvp_daemon *d)
 		.max_new_tokens = d->cfg.max_new_tokens,
 		.outq_bytes = d->cfg.outq_bytes > UINT32_MAX ? UINT32_MAX :
 							       (uint32_t)d->cfg.outq_bytes,
+		.max_conns_per_uid = kvp_config_conns_per_uid(&d->cfg),
+		.idle_timeout_ms = d->cfg.idle_timeout_ms,
 	};
 	struct kvp_server_ops ops;
 	int r;
