@@ -17,6 +17,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -115,9 +116,16 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct 
 		/* copied: the payload sits at any offset of the input buffer */
 		memcpy(srv->ids, body, (size_t)g.n_tokens * sizeof(int32_t));
 		for (uint32_t i = 0; i < g.n_tokens; i++) {
-			if (srv->ids[i] < 0 || (c->n_vocab && (uint32_t)srv->ids[i] >= c->n_vocab))
-				return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID,
-						      "token id outside the vocabulary");
+			char msg[160];
+
+			if (srv->ids[i] >= 0 && (!c->n_vocab || (uint32_t)srv->ids[i] < c->n_vocab))
+				continue;
+			/* the id, where, and what the model has: enough to find the bug */
+			snprintf(msg, sizeof(msg),
+				 "token id %d (prompt position %u) is outside the vocabulary: "
+				 "n_vocab %u, ids 0..%u",
+				 srv->ids[i], i, c->n_vocab, c->n_vocab ? c->n_vocab - 1 : 0);
+			return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID, msg);
 		}
 		ids = srv->ids;
 	}
