@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "compute/model.h"
@@ -48,7 +49,9 @@
 #include "svc/demo.h"
 #include "svc/domain.h"
 #include "svc/log.h"
+#include "svc/memguard.h"
 #include "svc/notify.h"
+#include "svc/preflight.h"
 #include "svc/requests.h"
 #include "svc/sched.h"
 #include "svc/stats.h"
@@ -172,6 +175,71 @@ err_model:
 	kvp_model_close(d->model);
 	d->model = NULL;
 	return r;
+}
+
+/* The demo model's file, for the memory guard before it is first written. */
+#define DEMO_MODEL_BYTES (420ull << 20)
+
+/*
+ * What can fail before the model loads and the pool is faulted in fails here, in a
+ * fraction of a second: socket paths, required huge pages, and whether pool and model
+ * fit the memory the machine and the cgroup give us (svc/preflight.h, svc/memguard.h).
+ */
+static int startup_checks(struct kvp_daemon *d)
+{
+	struct kvp_memguard_facts mf;
+	const char *model = *d->cfg.model_path ? d->cfg.model_path : NULL;
+	uint64_t pool = d->cfg.pool_bytes, model_bytes = DEMO_MODEL_BYTES;
+	const char *note = "the demo model";
+	char path[PATH_MAX + 16];
+	char err[1024];
+	struct stat st;
+	long hp;
+	int r;
+
+	r = kvp_preflight(&d->cfg, err, sizeof(err));
+	if (r < 0) {
+		kvp_log(LOG_ERR, "%s", err);
+		return r;
+	}
+	if (!d->cfg.memory_guard) {
+		kvp_log(LOG_NOTICE, "memory: not checked (daemon.memory_guard = no)");
+		return 0;
+	}
+	if (!model) {
+		snprintf(path, sizeof(path), "%s/demo.gguf", d->cfg.state_dir);
+		model = path;
+		note = "the demo model, its file";
+	} else {
+		note = "its file";
+	}
+	if (stat(model, &st) == 0)
+		model_bytes = (uint64_t)st.st_size;
+	else if (*d->cfg.model_path)
+		model_bytes = 0; /* opening it will say what is wrong */
+	else
+		note = "the demo model, not yet written";
+	/* a pool on reserved 2 MiB pages is counted by neither MemAvailable nor a cgroup */
+	hp = kvp_hugetlb_free_pages();
+	if (d->cfg.huge_pages != KVP_HUGE_OFF && hp > 0 &&
+	    (uint64_t)hp * KVP_HUGE_PAGE_BYTES >= pool + KVP_HUGE_PAGE_BYTES)
+		pool = 0;
+	kvp_memguard_read(&mf);
+	r = kvp_memguard_check(&mf, pool, model_bytes, note, err, sizeof(err));
+	if (r < 0) {
+		kvp_log(LOG_ERR, "%s", err);
+		return r;
+	}
+	if (mf.cg_limit == UINT64_MAX)
+		snprintf(err, sizeof(err), "none");
+	else
+		snprintf(err, sizeof(err), "%.1f MiB", (double)mf.cg_limit / (1 << 20));
+	kvp_log(LOG_INFO,
+		"memory: pool %.1f MiB%s + model %.1f MiB fit (MemAvailable %.1f MiB, cgroup "
+		"limit %s)",
+		(double)d->cfg.pool_bytes / (1 << 20), pool ? "" : " on huge pages",
+		(double)model_bytes / (1 << 20), (double)mf.mem_available / (1 << 20), err);
+	return 0;
 }
 
 /* The model's part of every domain's WELCOME, then each domain's pool layout. */
@@ -350,6 +418,9 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 	r = kvp_stats_init(&d->stats);
 	if (r < 0)
 		goto err_requests;
+	r = startup_checks(d);
+	if (r < 0)
+		goto err_stats;
 	r = load_model(d);
 	if (r < 0)
 		goto err_stats;
