@@ -530,6 +530,17 @@ KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_p
 	}
 	r = send_all(c->fd, c->out, need);
 	if (r) {
+		struct kvp_frame_hdr hdr;
+		struct kvp_error e;
+		const char *msg, *why;
+
+		/* the daemon may have said why it closed (idle timeout, shutdown): report that */
+		if (!read_frame(c, &hdr) && hdr.type == KVP_FRAME_ERROR &&
+		    !kvp_proto_decode_error(c->buf, hdr.len_bytes, &e, &msg, &why)) {
+			c->dead = true;
+			return set_err(c, -ENOTCONN, "daemon closed the connection: %.*s",
+				       (int)e.msg_bytes, msg);
+		}
 		c->dead = true;
 		return set_err(c, r, "send GENERATE: %s", strerror(-r));
 	}
