@@ -5,7 +5,7 @@
  * sleep on a futex, so neither ever busy-waits on sched_yield.
  *
  * Why both spin at all: decode issues one job per projection, a few microseconds
- * apart, and a futex wake-up across vCPUs costs tens of microseconds (MACHINE.md).
+ * apart, and a futex wake-up across vCPUs costs tens of microseconds (measured: docs/compute.md).
  * Why the spin is bounded by time: an idle pool, or one waiting on a descheduled
  * thread in the "shared" CPU regime, must leave the vCPUs to the daemon's loop and
  * engine threads instead of burning them (a sched_yield loop showed up as a quarter

@@ -21,6 +21,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/utf8.h"
+
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /*
@@ -109,6 +111,19 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct 
 		return kvp_srv_fail(srv, c, r, why);
 
 	if (g.flags & KVP_GEN_TEXT) {
+		/* text is UTF-8 (docs/protocol.md): ill-formed bytes are refused, not guessed at */
+		for (uint32_t i = 0; i < g.text_bytes;) {
+			size_t n = kvp_utf8_char_len((const uint8_t *)body + i, g.text_bytes - i);
+			char msg[96];
+
+			if (n) {
+				i += (uint32_t)n;
+				continue;
+			}
+			snprintf(msg, sizeof(msg), "prompt text is not valid UTF-8 (at byte %u)",
+				 i);
+			return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID, msg);
+		}
 		memcpy(srv->text, body, g.text_bytes);
 		srv->text[g.text_bytes] = 0;
 		text = srv->text;

@@ -4,6 +4,7 @@
  *  - `kvpool status --prom` on a daemon that served requests passes `promtool check
  *    metrics` (Debian's prometheus package), with latency histograms, build and model info;
  *  - one key=value log line per ended request, and none with daemon.request_log = no;
+ *  - a text prompt that is not well-formed UTF-8 is refused (KVP_E_INVALID, where);
  *  - server.max_conns_per_uid: children of several uids, one refused at its limit while
  *    the others still connect; the idle timeout closes a connection with nothing in
  *    flight and spares a busy one; both counted in the status report;
@@ -161,6 +162,29 @@ static void test_request_log_lines(void **state)
 	assert_int_equal(one_request(d.sock, "hello log", 5, &u), 0);
 	usleep(100000);
 	assert_false(kvpd_log_has(&d, "request: id="));
+	kvpd_cleanup(&d);
+}
+
+static void test_text_must_be_utf8(void **state)
+{
+	/* a text prompt that is not UTF-8 (ff fe c3) is refused, saying where; the
+	 * connection stays and serves the next request */
+	const char *args[] = { "--pool-size", "64M", NULL };
+	struct kvp_client_prompt bad = { .text = "ab\xff\xfe\xc3", .text_len = 5 };
+	struct kvp_client_prompt good = { .text = "ab", .text_len = 2 };
+	struct kvp_client_params p;
+	struct kvp_client *k = NULL;
+	struct kvp_usage u;
+	struct kvpd d;
+
+	assert_int_equal(kvpd_setup(&d, "tiny", args), 0);
+	assert_int_equal(kvp_client_connect(&k, d.sock), 0);
+	kvp_client_params_init(&p);
+	p.max_new_tokens = 2;
+	assert_int_equal(kvp_client_generate(k, &bad, &p, NULL, NULL, &u), KVP_E_INVALID);
+	assert_non_null(strstr(kvp_client_errmsg(k), "prompt text is not valid UTF-8 (at byte 2)"));
+	assert_int_equal(kvp_client_generate(k, &good, &p, NULL, NULL, &u), 0);
+	kvp_client_close(k);
 	kvpd_cleanup(&d);
 }
 
@@ -574,6 +598,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_prom_passes_promtool),
 		cmocka_unit_test(test_request_log_lines),
+		cmocka_unit_test(test_text_must_be_utf8),
 		cmocka_unit_test(test_per_uid_limit),
 		cmocka_unit_test(test_idle_timeout),
 		cmocka_unit_test(test_busy_when_out_of_fds),
