@@ -93,13 +93,12 @@ int kvp_preflight(const struct kvp_config *c, char *err, size_t cap)
 	need = (c->pool_bytes + KVP_HUGE_PAGE_BYTES - 1) / KVP_HUGE_PAGE_BYTES;
 	free_pages = kvp_hugetlb_free_pages();
 	if (free_pages < 0 || (uint64_t)free_pages < need) {
-		kvp_errmsg(
-			err, cap,
-			"pool.huge_pages = require: the pool (pool.size %llu MiB) needs at least "
-			"%llu free 2 MiB huge pages, %ld are free (reserve more with "
-			"vm.nr_hugepages, or use huge_pages = auto)",
-			(unsigned long long)(c->pool_bytes >> 20), (unsigned long long)need,
-			free_pages < 0 ? 0 : free_pages);
+		kvp_errmsg(err, cap,
+			   "pool: huge pages required (pool.huge_pages = require), but the pool "
+			   "(pool.size %llu MiB) needs at least %llu free 2 MiB huge pages and %ld "
+			   "are free (reserve more with vm.nr_hugepages, or use huge_pages = auto)",
+			   (unsigned long long)(c->pool_bytes >> 20), (unsigned long long)need,
+			   free_pages < 0 ? 0 : free_pages);
 		return -ENOMEM;
 	}
 	return 0;

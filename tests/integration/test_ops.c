@@ -471,7 +471,8 @@ static void test_checks_before_model_loads(void **state)
 	snprintf(pool, sizeof(pool), "%ldM", free_pages * 2 + 64);
 	assert_int_equal(kvpd_init(&d), 0);
 	log = start_fails_early(&d, a3);
-	assert_non_null(strstr(log, "pool.huge_pages = require: the pool"));
+	assert_non_null(
+		strstr(log, "huge pages required (pool.huge_pages = require), but the pool"));
 	assert_non_null(strstr(log, "free 2 MiB huge pages"));
 	free(log);
 	kvpd_cleanup(&d);
