@@ -5,9 +5,11 @@
  * Prefill and decode share one path: a set of "rows" (token, position) grouped into
  * sequences (a run of consecutive positions with one block table).  Prefill is one
  * sequence of n rows; decode is n sequences of one row each.  Per layer: RMSNorm, the
- * Q/K/V projections over all rows at once (one GEMM each), RoPE, K/V written into the
- * blocks of their positions, attention per sequence through its block table, the
- * output projection, then the SwiGLU FFN, again one GEMM per matrix for all rows.
+ * Q/K/V projections over all rows at once (one GEMM each) plus their biases where the
+ * architecture has them, RoPE in the model's variant (compute/rope.h: pair layout,
+ * frequency factors, scaling), K/V written into the blocks of their positions,
+ * attention per sequence through its block table, the output projection, then the
+ * SwiGLU FFN, again one GEMM per matrix for all rows.
  *
  * Invariants: every argument is validated before anything is written, so -EINVAL
  * leaves the blocks untouched; all scratch is allocated in kvp_fwd_new().  A context
@@ -28,6 +30,7 @@
 #include "compute/kernels/kernels.h"
 #include "compute/linear.h"
 #include "compute/model.h"
+#include "compute/rope.h"
 #include "compute/threads.h"
 
 /* Larger contexts are configuration mistakes (scratch would run into gigabytes). */
@@ -49,6 +52,7 @@ struct kvp_fwd {
 	struct kvp_lin lin;
 	const struct kvp_model_hparams *hp;
 	const struct kvp_weights *w;
+	const struct kvp_rope *rope;
 	struct kvp_fwd_opts o;
 	uint32_t rows_max;
 	float *x;		     /* (rows, n_embd) residual stream */
@@ -57,7 +61,7 @@ struct kvp_fwd {
 	float *kk, *v;		     /* (rows, n_kv_heads * head_dim) keys, values */
 	float *att;		     /* (rows, n_heads * head_dim) */
 	float *hb, *hb2;	     /* (rows, n_ff) */
-	float *rope;		     /* (rows, n_rot) cos/sin per row */
+	float *rope_cs;		     /* (rows, n_rot) cos/sin per row */
 	int32_t *tok;		     /* (rows) */
 	uint32_t *pos;		     /* (rows) */
 	struct fwd_seq *seqs;	     /* (max_batch) */
@@ -104,6 +108,7 @@ int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kv
 	f->k = k;
 	f->hp = hp;
 	f->w = kvp_model_weights(m);
+	f->rope = kvp_model_rope(m);
 	f->o = *o;
 	r = f->rows_max = o->max_chunk > o->max_batch ? o->max_chunk : o->max_batch;
 	f->x = falloc(r * hp->n_embd);
@@ -114,14 +119,14 @@ int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kv
 	f->att = falloc(r * qd);
 	f->hb = falloc(r * hp->n_ff);
 	f->hb2 = falloc(r * hp->n_ff);
-	f->rope = falloc(r * hp->n_rot);
+	f->rope_cs = falloc(r * hp->n_rot);
 	f->tok = malloc(r * sizeof(*f->tok));
 	f->pos = malloc(r * sizeof(*f->pos));
 	f->seqs = malloc(o->max_batch * sizeof(*f->seqs));
 	f->ml = falloc(2 * r * hp->n_heads);
 	f->as = calloc(o->n_threads, sizeof(*f->as));
 	if (!f->x || !f->xn || !f->q || !f->kk || !f->v || !f->att || !f->hb || !f->hb2 ||
-	    !f->rope || !f->tok || !f->pos || !f->seqs || !f->ml || !f->as ||
+	    !f->rope_cs || !f->tok || !f->pos || !f->seqs || !f->ml || !f->as ||
 	    kvp_threads_new(&f->pool, o->n_threads) ||
 	    kvp_lin_init(&f->lin, k, f->pool, r, k_max)) {
 		kvp_fwd_free(f);
@@ -155,7 +160,7 @@ void kvp_fwd_free(struct kvp_fwd *f)
 	free(f->att);
 	free(f->hb);
 	free(f->hb2);
-	free(f->rope);
+	free(f->rope_cs);
 	free(f->tok);
 	free(f->pos);
 	free(f->seqs);
@@ -230,6 +235,18 @@ static void linear(struct kvp_fwd *f, const float *x, size_t rows, unsigned n, f
 	kvp_lin_run(&f->lin, x, rows, n, outs, ws);
 }
 
+/* x (rows, b.ne0) += b per row; nothing when the model has no such bias */
+static void add_bias(float *x, const struct kvp_tensor *b, size_t rows)
+{
+	const float *v = b->data;
+
+	if (!v)
+		return;
+	for (size_t r = 0; r < rows; r++)
+		for (size_t i = 0; i < b->ne0; i++)
+			x[r * b->ne0 + i] += v[i];
+}
+
 /* Thread @i of @n: attention units (sequence, kv head) i, i + n, ... */
 static void attn_part(void *arg, unsigned int i, unsigned int n)
 {
@@ -276,8 +293,7 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows, 
 					 (const uint8_t *)emb->data +
 						 (size_t)f->tok[r] * emb->row_bytes,
 					 E);
-		kvp_rope_table(f->rope + (size_t)r * hp->n_rot, f->pos[r], hp->n_rot,
-			       hp->rope_base);
+		kvp_rope_cs(f->rope, f->rope_cs + (size_t)r * hp->n_rot, f->pos[r]);
 	}
 	for (uint32_t l = 0; l < hp->n_layers; l++) {
 		const struct kvp_layer_weights *L = &w->layers[l];
@@ -287,17 +303,20 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows, 
 				      hp->rms_eps);
 		linear(f, f->xn, rows, 3, (float *[]){ f->q, f->kk, f->v },
 		       (const struct kvp_tensor *[]){ &L->wq, &L->wk, &L->wv });
+		add_bias(f->q, &L->bq, rows);
+		add_bias(f->kk, &L->bk, rows);
+		add_bias(f->v, &L->bv, rows);
 		for (uint32_t s = 0; s < n_seqs; s++) {
 			const struct fwd_seq *sq = &f->seqs[s];
 
 			for (uint32_t i = 0; i < sq->n; i++) {
 				uint32_t r = sq->row0 + i;
-				const float *cs = f->rope + (size_t)r * hp->n_rot;
+				const float *cs = f->rope_cs + (size_t)r * hp->n_rot;
 
-				kvp_rope_apply(f->q + r * qd, hp->n_heads, hp->head_dim, hp->n_rot,
-					       cs);
-				kvp_rope_apply(f->kk + r * kvd, hp->n_kv_heads, hp->head_dim,
-					       hp->n_rot, cs);
+				kvp_rope_rotate(f->rope, f->q + r * qd, hp->n_heads, hp->head_dim,
+						cs);
+				kvp_rope_rotate(f->rope, f->kk + r * kvd, hp->n_kv_heads,
+						hp->head_dim, cs);
 				store_kv(f, kv, sq->table, l, r, sq->pos0 + i);
 			}
 		}
@@ -310,6 +329,7 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows, 
 			kvp_threads_run(f->pool, attn_part, f);
 		linear(f, f->att, rows, 1, (float *[]){ f->xn },
 		       (const struct kvp_tensor *[]){ &L->wo });
+		add_bias(f->xn, &L->bo, rows);
 		for (size_t i = 0; i < rows * E; i++)
 			f->x[i] += f->xn[i];
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * mkmodel.c - synthetic GGUF llama models with seeded random weights.
+ * mkmodel.c - synthetic GGUF llama / qwen2 models with seeded random weights.
  *
  * Layout written: header, metadata (architecture, shape, a byte-level llama-style
  * tokenizer), tensor infos, then the tensor data, each tensor aligned to 32 bytes.
@@ -128,9 +128,10 @@ struct tinfo {
 	char name[48];
 	uint64_t ne0, ne1; /* ne1 = 1: a vector */
 	uint32_t type;
-	float scale;	 /* uniform half-width; 0: all ones (norms) */
-	float anti;	 /* output only: minus this times token_embd (see plan()) */
-	uint64_t offset; /* from the data section start */
+	float scale;	    /* uniform half-width; 0: all ones (norms) */
+	float anti;	    /* output only: minus this times token_embd (see plan()) */
+	const float *fixed; /* ne0 given values instead of random ones (rope_freqs) */
+	uint64_t offset;    /* from the data section start */
 	uint64_t bytes;
 };
 
@@ -248,26 +249,54 @@ int kvp_mkmodel_preset(struct kvp_mkmodel_opts *o, const char *preset)
 	return 0;
 }
 
+/* The head size: the explicit one, or n_embd / n_heads. */
+static uint32_t head_dim(const struct kvp_mkmodel_opts *o)
+{
+	return o->head_dim ? o->head_dim : o->n_embd / o->n_heads;
+}
+
+static const char *arch_name(const struct kvp_mkmodel_opts *o)
+{
+	return o->arch ? o->arch : "llama";
+}
+
+static int is_qwen2(const struct kvp_mkmodel_opts *o)
+{
+	return !strcmp(arch_name(o), "qwen2");
+}
+
 static int check_opts(const struct kvp_mkmodel_opts *o, char *err, size_t errlen)
 {
 	const char *why = NULL;
+	const struct kvp_mkmodel_rope_freqs *rf = &o->rope_freqs;
+	uint32_t blk = !is_recipe(o->type) && kvp_qtype(o->type) ? kvp_qtype(o->type)->block : 1;
 
+	if (is_recipe(o->type))
+		blk = KVP_QK_K;
 	if (!o->n_embd || !o->n_layers || !o->n_heads || !o->n_kv_heads || !o->n_ff || !o->n_ctx)
 		why = "zero dimension";
 	else if (o->n_embd > 65536 || o->n_layers > 1024 || o->n_heads > 1024 ||
-		 o->n_ff > (1u << 20))
-		why = "dimension too large (n_embd <= 65536, n_layers <= 1024, n_heads <= 1024, n_ff <= 1048576)";
-	else if (o->n_embd % o->n_heads || o->n_heads % o->n_kv_heads ||
-		 (o->n_embd / o->n_heads) % 2)
+		 o->n_ff > (1u << 20) || o->head_dim > 1024)
+		why = "dimension too large (n_embd <= 65536, n_layers <= 1024, n_heads <= 1024, n_ff <= 1048576, head_dim <= 1024)";
+	else if (o->n_heads % o->n_kv_heads || (!o->head_dim && o->n_embd % o->n_heads) ||
+		 head_dim(o) % 2)
 		why = "n_embd / n_heads / n_kv_heads do not divide evenly into an even head_dim";
+	else if (strcmp(arch_name(o), "llama") && strcmp(arch_name(o), "qwen2"))
+		why = "unknown architecture (llama, qwen2)";
 	else if (!is_recipe(o->type) && !kvp_qtype(o->type))
 		why = "unknown type";
-	else if ((o->n_embd % kvp_qtype(base_type(o->type))->block ||
-		  o->n_ff % kvp_qtype(base_type(o->type))->block) ||
-		 (is_recipe(o->type) && (o->n_embd % KVP_QK_K || o->n_ff % KVP_QK_K)))
-		why = "this type needs n_embd and n_ff multiples of its block (32 for the legacy quants, 256 for the K-quants)";
+	else if (o->n_embd % blk || o->n_ff % blk || ((uint64_t)o->n_heads * head_dim(o)) % blk)
+		why = "this type needs n_embd, n_ff and n_heads * head_dim multiples of its block (32 for the legacy quants, 256 for the K-quants)";
 	else if (!(o->rope_base > 1.0f) || !(o->rms_eps > 0.0f))
 		why = "bad rope_base or rms_eps";
+	else if (rf->factor != 0 &&
+		 (!(rf->factor >= 1.0f) || !(rf->low_freq_factor > 0.0f) ||
+		  !(rf->high_freq_factor > rf->low_freq_factor) || !rf->orig_ctx))
+		why = "bad rope_freqs (want factor >= 1, 0 < low < high, orig_ctx > 0)";
+	else if (!(o->rope_scaling_factor >= 0.0f))
+		why = "bad rope scaling factor";
+	else if (o->n_extra && !o->extra)
+		why = "extra keys missing";
 	else if (o->vocab && (!o->vocab->n_tokens || !o->vocab->model))
 		why = "empty vocabulary";
 	if (why) {
@@ -278,19 +307,53 @@ static int check_opts(const struct kvp_mkmodel_opts *o, char *err, size_t errlen
 	return 0;
 }
 
+void kvp_mkmodel_rope_freqs_llama3(float *out, uint32_t n_rot, float base,
+				   const struct kvp_mkmodel_rope_freqs *p)
+{
+	double lo_wave = p->orig_ctx / p->low_freq_factor,
+	       hi_wave = p->orig_ctx / p->high_freq_factor;
+
+	for (uint32_t i = 0; i < n_rot / 2; i++) {
+		double wave = 2 * M_PI / pow(base, -2.0 * i / n_rot);
+
+		if (wave < hi_wave) {
+			out[i] = 1.0f;
+		} else if (wave > lo_wave) {
+			out[i] = p->factor;
+		} else {
+			double a = (p->orig_ctx / wave - p->low_freq_factor) /
+				   (p->high_freq_factor - p->low_freq_factor);
+
+			out[i] = (float)(1.0 / ((1 - a) / p->factor + a));
+		}
+	}
+}
+
 /* Rows of token_embd and output: the real vocabulary's size, or the byte-level one's. */
 static uint32_t n_vocab(const struct kvp_mkmodel_opts *o)
 {
 	return o->vocab ? o->vocab->n_tokens : N_VOCAB;
 }
 
-/* The tensor list in file order; returns the count (<= 9 * n_layers + 3). */
-static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
+/* Most tensors plan() lists. */
+static size_t max_tensors(const struct kvp_mkmodel_opts *o)
 {
-	uint64_t hd = o->n_embd / o->n_heads, kvd = hd * o->n_kv_heads;
+	return 12 * (size_t)o->n_layers + 4;
+}
+
+/*
+ * The tensor list in file order; returns the count (<= max_tensors()).  Tensors past
+ * the original llama set (biases, rope_freqs) come last, so every other tensor keeps
+ * its index, hence its random stream: the same options give the same weights with or
+ * without them.  @freqs: rope_freqs' values when @o asks for them.
+ */
+static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t, const float *freqs)
+{
+	uint64_t hd = head_dim(o), qd = hd * o->n_heads, kvd = hd * o->n_kv_heads;
 	size_t n = 0;
 	float emb = sqrtf(3.0f); /* unit variance */
 	float in_e = sqrtf(3.0f / o->n_embd), in_ff = sqrtf(3.0f / o->n_ff);
+	float in_q = sqrtf(3.0f / (float)qd);
 
 #define ADD(nm, a, b, s, ty) \
 	do { \
@@ -298,7 +361,7 @@ static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
 		t[n].ne0 = (a); \
 		t[n].ne1 = (b); \
 		t[n].scale = (s); \
-		t[n].type = (s) == 0 ? KVP_GGML_F32 : (ty); \
+		t[n].type = (s) == 0 || (b) == 1 ? KVP_GGML_F32 : (ty); \
 		n++; \
 	} while (0)
 	ADD("token_embd.weight", o->n_embd, n_vocab(o), emb, matrix_type(o, "token_embd", 0));
@@ -310,10 +373,10 @@ static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
 			float sc;
 		} L[] = {
 			{ "attn_norm", o->n_embd, 1, 0 },
-			{ "attn_q", o->n_embd, o->n_embd, in_e },
+			{ "attn_q", o->n_embd, qd, in_e },
 			{ "attn_k", o->n_embd, kvd, in_e },
 			{ "attn_v", o->n_embd, kvd, in_e },
-			{ "attn_output", o->n_embd, o->n_embd, in_e },
+			{ "attn_output", qd, o->n_embd, in_q },
 			{ "ffn_norm", o->n_embd, 1, 0 },
 			{ "ffn_gate", o->n_embd, o->n_ff, in_e },
 			{ "ffn_up", o->n_embd, o->n_ff, in_e },
@@ -336,6 +399,27 @@ static size_t plan(const struct kvp_mkmodel_opts *o, struct tinfo *t)
 		 * embedding from each output row costs that token ~4 logit std devs.
 		 */
 		t[n - 1].anti = 8.0f * sqrtf(2.0f * o->n_layers + 1) / o->n_embd;
+	}
+	/* biases of about the projections' own scale, as trained Qwen2 models have */
+	for (uint32_t l = 0; (is_qwen2(o) || o->qkv_bias) && l < o->n_layers; l++) {
+		const struct {
+			const char *s;
+			uint64_t a;
+		} B[] = {
+			{ "attn_q", qd },
+			{ "attn_k", kvd },
+			{ "attn_v", kvd },
+		};
+		char nm[48];
+
+		for (size_t i = 0; i < sizeof(B) / sizeof(B[0]); i++) {
+			snprintf(nm, sizeof(nm), "blk.%u.%s.bias", l, B[i].s);
+			ADD(nm, B[i].a, 1, 0.5f, KVP_GGML_F32);
+		}
+	}
+	if (freqs) {
+		ADD("rope_freqs.weight", hd / 2, 1, 1.0f, KVP_GGML_F32);
+		t[n - 1].fixed = freqs;
 	}
 #undef ADD
 	return n;
@@ -452,6 +536,66 @@ static unsigned int write_tokenizer(struct sink *s, const struct kvp_mkmodel_opt
 	return n;
 }
 
+/* "<arch>.<suffix>" */
+static const char *akey(char *buf, size_t len, const struct kvp_mkmodel_opts *o, const char *suffix)
+{
+	snprintf(buf, len, "%s.%s", arch_name(o), suffix);
+	return buf;
+}
+
+/* The keys past the original llama set (head size, RoPE scaling, extras); returns the count. */
+static unsigned int write_model_keys(struct sink *s, const struct kvp_mkmodel_opts *o)
+{
+	unsigned int n = 0;
+	char k[96];
+
+	if (o->head_dim) {
+		kv_u32(s, akey(k, sizeof(k), o, "attention.key_length"), o->head_dim);
+		kv_u32(s, akey(k, sizeof(k), o, "attention.value_length"), o->head_dim);
+		n += 2;
+	}
+	if (o->rope_scaling) {
+		kv_str(s, akey(k, sizeof(k), o, "rope.scaling.type"), o->rope_scaling);
+		n++;
+	}
+	if (o->rope_scaling_factor) {
+		kv_f32(s, akey(k, sizeof(k), o, "rope.scaling.factor"), o->rope_scaling_factor);
+		n++;
+	}
+	if (o->rope_orig_ctx) {
+		kv_u32(s, akey(k, sizeof(k), o, "rope.scaling.original_context_length"),
+		       o->rope_orig_ctx);
+		n++;
+	}
+	for (uint32_t i = 0; i < o->n_extra; i++) {
+		const struct kvp_mkmodel_kv *e = &o->extra[i];
+
+		put_str(s, e->key);
+		put_u32(s, e->type);
+		switch (e->type) {
+		case KVP_GGUF_I32:
+			put_u32(s, (uint32_t)(int32_t)e->num);
+			break;
+		case KVP_GGUF_F32:
+			put_f32(s, (float)e->num);
+			break;
+		case KVP_GGUF_BOOL: {
+			uint8_t b = e->num != 0;
+			put(s, &b, 1);
+			break;
+		}
+		case KVP_GGUF_STRING:
+			put_str(s, e->str ? e->str : "");
+			break;
+		default:
+			put_u32(s, (uint32_t)e->num);
+			break; /* KVP_GGUF_U32 */
+		}
+		n++;
+	}
+	return n;
+}
+
 static void write_meta(struct sink *s, const struct kvp_mkmodel_opts *o, size_t n_tensors)
 {
 	/* general.file_type: llama.cpp's LLAMA_FTYPE_MOSTLY_* of the main type */
@@ -463,13 +607,14 @@ static void write_meta(struct sink *s, const struct kvp_mkmodel_opts *o, size_t 
 		[KVP_GGML_BF16] = 32,
 	};
 	struct sink count = { .dry = 1 };
+	char k[96];
 
 	put_u32(s, KVP_GGUF_MAGIC);
 	put_u32(s, 3);
 	put_u64(s, n_tensors);
 	/* metadata entries below (a wrong count fails every parse) */
-	put_u64(s, 15 + write_tokenizer(&count, o));
-	kv_str(s, "general.architecture", "llama");
+	put_u64(s, 15 + write_tokenizer(&count, o) + write_model_keys(&count, o));
+	kv_str(s, "general.architecture", arch_name(o));
 	kv_str(s, "general.name", o->name ? o->name : "kvpool-synthetic");
 	kv_u32(s, "general.alignment", ALIGN);
 	kv_u32(s, "general.file_type",
@@ -477,16 +622,17 @@ static void write_meta(struct sink *s, const struct kvp_mkmodel_opts *o, size_t 
 				    file_type[o->type]);
 	/* the spec requires it when any tensor is quantized; converters always write it */
 	kv_u32(s, "general.quantization_version", QUANT_VERSION);
-	kv_u32(s, "llama.context_length", o->n_ctx);
-	kv_u32(s, "llama.embedding_length", o->n_embd);
-	kv_u32(s, "llama.block_count", o->n_layers);
-	kv_u32(s, "llama.feed_forward_length", o->n_ff);
-	kv_u32(s, "llama.attention.head_count", o->n_heads);
-	kv_u32(s, "llama.attention.head_count_kv", o->n_kv_heads);
-	kv_u32(s, "llama.rope.dimension_count", o->n_embd / o->n_heads);
-	kv_f32(s, "llama.rope.freq_base", o->rope_base);
-	kv_f32(s, "llama.attention.layer_norm_rms_epsilon", o->rms_eps);
-	kv_u32(s, "llama.vocab_size", n_vocab(o));
+	kv_u32(s, akey(k, sizeof(k), o, "context_length"), o->n_ctx);
+	kv_u32(s, akey(k, sizeof(k), o, "embedding_length"), o->n_embd);
+	kv_u32(s, akey(k, sizeof(k), o, "block_count"), o->n_layers);
+	kv_u32(s, akey(k, sizeof(k), o, "feed_forward_length"), o->n_ff);
+	kv_u32(s, akey(k, sizeof(k), o, "attention.head_count"), o->n_heads);
+	kv_u32(s, akey(k, sizeof(k), o, "attention.head_count_kv"), o->n_kv_heads);
+	kv_u32(s, akey(k, sizeof(k), o, "rope.dimension_count"), head_dim(o));
+	kv_f32(s, akey(k, sizeof(k), o, "rope.freq_base"), o->rope_base);
+	kv_f32(s, akey(k, sizeof(k), o, "attention.layer_norm_rms_epsilon"), o->rms_eps);
+	kv_u32(s, akey(k, sizeof(k), o, "vocab_size"), n_vocab(o));
+	write_model_keys(s, o);
 	write_tokenizer(s, o);
 }
 
@@ -522,7 +668,9 @@ static void write_tensor(struct sink *s, const struct tinfo *t, size_t idx, uint
 	while (done < n) {
 		size_t k = n - done < CHUNK_ELEMS ? n - done : CHUNK_ELEMS;
 
-		if (t->scale == 0) {
+		if (t->fixed) {
+			memcpy(vals, t->fixed + done, k * sizeof(float));
+		} else if (t->scale == 0) {
 			for (size_t i = 0; i < k; i++)
 				vals[i] = 1.0f;
 		} else {
@@ -542,19 +690,22 @@ static void write_tensor(struct sink *s, const struct tinfo *t, size_t idx, uint
 
 static int write_all(struct sink *s, const struct kvp_mkmodel_opts *o, char *err, size_t errlen)
 {
-	size_t cap = 9 * (size_t)o->n_layers + 3, n;
+	size_t cap = max_tensors(o), n;
 	struct tinfo *t = calloc(cap, sizeof(*t));
+	float *freqs = o->rope_freqs.factor ? malloc(head_dim(o) / 2 * sizeof(float) + 1) : NULL;
 	float *vals = malloc(CHUNK_ELEMS * sizeof(float));
 	float *evals = malloc(CHUNK_ELEMS * sizeof(float));
 	uint8_t *enc = malloc(CHUNK_ELEMS * sizeof(float));
 	uint64_t off = 0, data_off = 0;
 	int r = 0;
 
-	if (!t || !vals || !evals || !enc) {
+	if (!t || !vals || !evals || !enc || (o->rope_freqs.factor && !freqs)) {
 		r = -ENOMEM;
 		goto out;
 	}
-	n = plan(o, t);
+	if (freqs)
+		kvp_mkmodel_rope_freqs_llama3(freqs, head_dim(o), o->rope_base, &o->rope_freqs);
+	n = plan(o, t, freqs);
 	for (size_t i = 0; i < n; i++) {
 		t[i].bytes = kvp_ggml_row_bytes(t[i].type, t[i].ne0) * t[i].ne1;
 		t[i].offset = data_off;
@@ -582,6 +733,7 @@ out:
 	if (r && err && errlen)
 		snprintf(err, errlen, "mkmodel: write: %s", strerror(-r));
 	free(t);
+	free(freqs);
 	free(vals);
 	free(evals);
 	free(enc);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * mkmodel.h - write synthetic Llama GGUF models with seeded random weights.
+ * mkmodel.h - write synthetic Llama/Qwen2 GGUF models with seeded random weights.
  *
  * The files are ordinary GGUF v3 "llama" models with a byte-level vocabulary (<unk>,
  * <s>, </s>, then the 256 byte tokens <0x00>..<0xFF>) written as a llama-style
@@ -33,6 +33,36 @@ enum kvp_mkmodel_recipe {
 };
 
 /**
+ * struct kvp_mkmodel_rope_freqs - Llama 3.1's RoPE frequency factors, written as the
+ * rope_freqs.weight tensor (n_rot/2 f32) the way the GGUF converter computes them from
+ * the Hugging Face "llama3" rope_scaling: pair i of frequency w_i = base^(-2i/n_rot) and
+ * wavelength L_i = 2 pi / w_i gets factor 1 when L_i < @orig_ctx / @high_freq_factor,
+ * @factor when L_i > @orig_ctx / @low_freq_factor, and 1 / ((1 - a) / factor + a), with
+ * a = (@orig_ctx / L_i - low) / (high - low), between.  Llama 3.1: 8, 1, 4, 8192.
+ * @factor: 0 writes no tensor
+ */
+struct kvp_mkmodel_rope_freqs {
+	float factor;
+	float low_freq_factor;
+	float high_freq_factor;
+	uint32_t orig_ctx;
+};
+
+/**
+ * struct kvp_mkmodel_kv - one more metadata key to write (tests of the loader's refusals)
+ * @key:  full name
+ * @type: KVP_GGUF_U32, KVP_GGUF_I32, KVP_GGUF_F32, KVP_GGUF_BOOL or KVP_GGUF_STRING
+ * @num:  the value of a number or boolean (converted to @type)
+ * @str:  the value of a string
+ */
+struct kvp_mkmodel_kv {
+	const char *key;
+	uint32_t type;
+	double num;
+	const char *str;
+};
+
+/**
  * struct kvp_mkmodel_opts - shape and contents of a synthetic model
  * @name:       general.name
  * @n_embd, @n_layers, @n_heads, @n_kv_heads, @n_ff: the shape (n_embd % n_heads == 0,
@@ -48,6 +78,19 @@ enum kvp_mkmodel_recipe {
  * @vocab:      a real tokenizer to write (borrowed; compute/mkvocab.h), or NULL for the
  *              synthetic byte-level one; the vocabulary dimension follows it
  * @chat_template: tokenizer.chat_template (borrowed), or NULL (then @vocab's, if any)
+ * @arch:       general.architecture and key prefix: NULL or "llama", or "qwen2" (which
+ *              also gets Q/K/V biases, and is read with the NEOX RoPE layout)
+ * @head_dim:   0: n_embd / n_heads; else the head size, written as attention.key_length
+ *              and value_length (Q and the attention output are n_heads * head_dim wide)
+ * @qkv_bias:   nonzero: Q/K/V biases for a llama file too (blk.N.attn_{q,k,v}.bias)
+ * @rope_freqs: frequency factors to write (factor 0: none)
+ * @rope_scaling: rope.scaling.type to write ("none", "linear", "yarn"; anything else is
+ *              written as given, for refusal tests), or NULL for no key
+ * @rope_scaling_factor: rope.scaling.factor, or 0 for no key
+ * @rope_orig_ctx: rope.scaling.original_context_length, or 0 for no key
+ * @extra, @n_extra: more metadata keys (borrowed)
+ *
+ * The new fields zeroed write exactly the bytes the presets always had.
  */
 struct kvp_mkmodel_opts {
 	const char *name;
@@ -64,7 +107,23 @@ struct kvp_mkmodel_opts {
 	float rms_eps;
 	const struct kvp_mkmodel_vocab *vocab;
 	const char *chat_template;
+	const char *arch;
+	uint32_t head_dim;
+	int qkv_bias;
+	struct kvp_mkmodel_rope_freqs rope_freqs;
+	const char *rope_scaling;
+	float rope_scaling_factor;
+	uint32_t rope_orig_ctx;
+	const struct kvp_mkmodel_kv *extra;
+	uint32_t n_extra;
 };
+
+/*
+ * kvp_mkmodel_rope_freqs_llama3() - fill @out (@n_rot / 2 factors) from @p and the
+ * rope base, as struct kvp_mkmodel_rope_freqs describes.
+ */
+void kvp_mkmodel_rope_freqs_llama3(float *out, uint32_t n_rot, float base,
+				   const struct kvp_mkmodel_rope_freqs *p);
 
 /**
  * kvp_mkmodel_preset() - fill @o with a named preset

@@ -5,7 +5,6 @@
  */
 #include "compute/run.h"
 
-#include <assert.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
@@ -17,15 +16,49 @@
 #include "compute/mkvocab.h"
 #include "util/parse.h"
 
+static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+	uint64_t v;
+
+	if (kvp_parse_u64(s, lo, hi, &v))
+		return -EINVAL;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	return kvp_parse_u64(s, lo, hi, out);
+}
+
+static int parse_float(const char *s, float lo, float hi, float *out)
+{
+	return kvp_parse_float(s, lo, hi, out);
+}
+
+/* kvpool-mkmodel's long options without a short form */
+enum {
+	OPT_ARCH = 0x100,
+	OPT_HEAD_DIM,
+	OPT_QKV_BIAS,
+	OPT_ROPE_BASE,
+	OPT_ROPE_FREQS,
+	OPT_ROPE_SCALING,
+	OPT_ROPE_FACTOR,
+	OPT_ROPE_ORIG_CTX,
+};
+
 static void mkmodel_usage(FILE *f)
 {
 	fputs("usage: kvpool-mkmodel -o FILE [--preset tiny|tinyq|demo|1b] [--type TYPE]\n"
 	      "                      [--seed S] [--n-embd N] [--n-layers N] [--n-heads N]\n"
 	      "                      [--n-kv-heads N] [--n-ff N] [--n-ctx N] [--tied|--untied]\n"
-	      "                      [--name NAME] [--vocab FILE] [--chat-template FILE]\n"
-	      "Writes a GGUF v3 llama model with seeded random weights and a byte-level vocabulary\n"
-	      "(<unk>, <s>, </s>, then 256 byte tokens) or a given one; the same options always\n"
-	      "give the same file.\n"
+	      "                      [--name NAME] [--arch llama|qwen2] [--head-dim N] [--qkv-bias]\n"
+	      "                      [--rope-base F] [--rope-freqs[=F,LOW,HIGH,CTX]]\n"
+	      "                      [--rope-scaling none|linear|yarn] [--rope-scaling-factor F]\n"
+	      "                      [--rope-orig-ctx N]\n"
+	      "Writes a GGUF v3 llama (or qwen2) model with seeded random weights and a byte-level vocabulary\n"
+	      "(<unk>, <s>, </s>, then 256 byte tokens); the same options always give the same file.\n"
 	      "  -o, --output FILE   where to write (replaced atomically)\n"
 	      "  -p, --preset NAME   tiny: n_embd 64, 2 layers, 4 heads / 2 KV, n_ff 128 (the default)\n"
 	      "                      tinyq: n_embd 256, 2 layers, 4 / 2 heads, n_ff 512 (fits K-quants)\n"
@@ -45,8 +78,41 @@ static void mkmodel_usage(FILE *f)
 	      "                      the tokenizer.ggml.* keys (model, pre, tokens, token_type, scores,\n"
 	      "                      merges, *_token_id, add_*, chat_template); see compute/mkvocab.h\n"
 	      "      --chat-template FILE  tokenizer.chat_template from a text file\n"
+	      "      --arch A        llama (default) or qwen2 (Q/K/V biases; read with the NEOX\n"
+	      "                      RoPE layout); the metadata keys take the architecture's prefix\n"
+	      "      --head-dim N    head size other than n_embd / n_heads (attention.key_length\n"
+	      "                      and value_length; Q is n_heads * N wide)\n"
+	      "      --qkv-bias      Q/K/V biases in a llama file too\n"
+	      "      --rope-base F   rope.freq_base (default 10000; the 1b preset 500000)\n"
+	      "      --rope-freqs[=F,LOW,HIGH,CTX]  write rope_freqs.weight: Llama 3.1's frequency\n"
+	      "                      factors (default 8,1,4,8192: factor, low/high frequency\n"
+	      "                      factors, original context)\n"
+	      "      --rope-scaling T  rope.scaling.type: none, linear or yarn\n"
+	      "      --rope-scaling-factor F  rope.scaling.factor (positions divided by F)\n"
+	      "      --rope-orig-ctx N  rope.scaling.original_context_length (YaRN)\n"
 	      "  -h, --help          this text\n",
 	      f);
+}
+
+/* "F,LOW,HIGH,CTX" into @p; -EINVAL when malformed. */
+static int parse_rope_freqs(const char *s, struct kvp_mkmodel_rope_freqs *p)
+{
+	char *end;
+
+	errno = 0;
+	p->factor = strtof(s, &end);
+	if (*end++ != ',')
+		return -EINVAL;
+	p->low_freq_factor = strtof(end, &end);
+	if (*end++ != ',')
+		return -EINVAL;
+	p->high_freq_factor = strtof(end, &end);
+	if (*end++ != ',')
+		return -EINVAL;
+	if (errno || parse_u32(end, 1, UINT32_MAX, &p->orig_ctx) || !(p->factor >= 1.0f) ||
+	    !(p->low_freq_factor > 0.0f) || !(p->high_freq_factor > p->low_freq_factor))
+		return -EINVAL;
+	return 0;
 }
 
 int kvp_mkmodel_main(int argc, char **argv)
@@ -68,15 +134,26 @@ int kvp_mkmodel_main(int argc, char **argv)
 		{ "help", no_argument, 0, 'h' },
 		{ "vocab", required_argument, 0, 'V' },
 		{ "chat-template", required_argument, 0, 'C' },
+		{ "arch", required_argument, 0, OPT_ARCH },
+		{ "head-dim", required_argument, 0, OPT_HEAD_DIM },
+		{ "qkv-bias", no_argument, 0, OPT_QKV_BIAS },
+		{ "rope-base", required_argument, 0, OPT_ROPE_BASE },
+		{ "rope-freqs", optional_argument, 0, OPT_ROPE_FREQS },
+		{ "rope-scaling", required_argument, 0, OPT_ROPE_SCALING },
+		{ "rope-scaling-factor", required_argument, 0, OPT_ROPE_FACTOR },
+		{ "rope-orig-ctx", required_argument, 0, OPT_ROPE_ORIG_CTX },
 		{ 0 },
 	};
+	struct kvp_mkmodel_rope_freqs freqs = { 0 };
+	const char *arch = NULL, *scaling = NULL;
+	uint32_t head_dim = 0, orig_ctx = 0;
+	float rope_base = 0, factor = 0;
+	int qkv_bias = 0;
 	const char *vocab_path = NULL, *tmpl_path = NULL;
 	struct kvp_mkmodel_vocab *vocab = NULL;
 	char *tmpl = NULL;
 	const char *preset = "tiny", *path = NULL, *type = NULL, *name = NULL;
-	/* --n-embd .. --n-ctx, by option letter; 0: the preset's */
-	static const char shape_opts[] = "elHKfc";
-	uint32_t shape[sizeof(shape_opts) - 1] = { 0 };
+	uint32_t e = 0, l = 0, H = 0, K = 0, F = 0, C = 0;
 	int tied = -1, c, r, li;
 	uint64_t seed = 0;
 	int have_seed = 0;
@@ -85,18 +162,21 @@ int kvp_mkmodel_main(int argc, char **argv)
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "o:t:s:p:h", lo, &li)) != -1) {
-		const char *k = c > 0 ? strchr(shape_opts, c) : NULL;
+		uint32_t *dst = c == 'e' ? &e :
+				c == 'l' ? &l :
+				c == 'H' ? &H :
+				c == 'K' ? &K :
+				c == 'f' ? &F :
+				c == 'c' ? &C :
+					   NULL;
 
-		if (k) {
-			uint64_t v;
-
-			if (kvp_parse_u64(optarg, 1, 1u << 20, &v)) {
+		if (dst) {
+			if (parse_u32(optarg, 1, 1u << 20, dst)) {
 				fprintf(stderr,
 					"kvpool-mkmodel: --%s: want an integer in [1, 1048576], got '%s'\n",
 					lo[li].name, optarg);
 				goto usage;
 			}
-			shape[k - shape_opts] = (uint32_t)v;
 			continue;
 		}
 		switch (c) {
@@ -124,8 +204,71 @@ int kvp_mkmodel_main(int argc, char **argv)
 		case 'U':
 			tied = 0;
 			break;
+		case OPT_ARCH:
+			if (strcmp(optarg, "llama") && strcmp(optarg, "qwen2")) {
+				fprintf(stderr,
+					"kvpool-mkmodel: --arch: want llama or qwen2, got '%s'\n",
+					optarg);
+				goto usage;
+			}
+			arch = optarg;
+			break;
+		case OPT_HEAD_DIM:
+			if (parse_u32(optarg, 2, 1024, &head_dim) || head_dim % 2) {
+				fprintf(stderr,
+					"kvpool-mkmodel: --head-dim: want an even integer in [2, 1024], got '%s'\n",
+					optarg);
+				goto usage;
+			}
+			break;
+		case OPT_QKV_BIAS:
+			qkv_bias = 1;
+			break;
+		case OPT_ROPE_BASE:
+			if (parse_float(optarg, 1.0001f, 1e12f, &rope_base)) {
+				fprintf(stderr,
+					"kvpool-mkmodel: --rope-base: want a number > 1, got '%s'\n",
+					optarg);
+				goto usage;
+			}
+			break;
+		case OPT_ROPE_FREQS:
+			freqs = (struct kvp_mkmodel_rope_freqs){ 8.0f, 1.0f, 4.0f, 8192 };
+			if (optarg && parse_rope_freqs(optarg, &freqs)) {
+				fprintf(stderr,
+					"kvpool-mkmodel: --rope-freqs: want FACTOR,LOW,HIGH,CTX (factor >= 1, 0 < low < high, ctx >= 1), got '%s'\n",
+					optarg);
+				goto usage;
+			}
+			break;
+		case OPT_ROPE_SCALING:
+			if (strcmp(optarg, "none") && strcmp(optarg, "linear") &&
+			    strcmp(optarg, "yarn")) {
+				fprintf(stderr,
+					"kvpool-mkmodel: --rope-scaling: want none, linear or yarn, got '%s'\n",
+					optarg);
+				goto usage;
+			}
+			scaling = optarg;
+			break;
+		case OPT_ROPE_FACTOR:
+			if (parse_float(optarg, 1e-3f, 1e6f, &factor)) {
+				fprintf(stderr,
+					"kvpool-mkmodel: --rope-scaling-factor: want a number in [0.001, 1e6], got '%s'\n",
+					optarg);
+				goto usage;
+			}
+			break;
+		case OPT_ROPE_ORIG_CTX:
+			if (parse_u32(optarg, 1, UINT32_MAX, &orig_ctx)) {
+				fprintf(stderr,
+					"kvpool-mkmodel: --rope-orig-ctx: want an integer >= 1, got '%s'\n",
+					optarg);
+				goto usage;
+			}
+			break;
 		case 's':
-			if (kvp_parse_u64(optarg, 0, UINT64_MAX, &seed)) {
+			if (parse_u64(optarg, 0, UINT64_MAX, &seed)) {
 				fprintf(stderr,
 					"kvpool-mkmodel: --seed: want an unsigned 64-bit integer, got '%s'\n",
 					optarg);
@@ -165,20 +308,31 @@ int kvp_mkmodel_main(int argc, char **argv)
 	}
 	if (have_seed)
 		o.seed = seed;
-	{
-		uint32_t *field[] = { &o.n_embd,     &o.n_layers, &o.n_heads,
-				      &o.n_kv_heads, &o.n_ff,	  &o.n_ctx };
-
-		static_assert(sizeof(field) / sizeof(field[0]) == sizeof(shape_opts) - 1,
-			      "one field per shape option");
-		for (size_t i = 0; i < sizeof(shape) / sizeof(shape[0]); i++)
-			if (shape[i])
-				*field[i] = shape[i];
-	}
+	if (e)
+		o.n_embd = e;
+	if (l)
+		o.n_layers = l;
+	if (H)
+		o.n_heads = H;
+	if (K)
+		o.n_kv_heads = K;
+	if (F)
+		o.n_ff = F;
+	if (C)
+		o.n_ctx = C;
 	if (tied >= 0)
 		o.tied = tied;
 	if (name)
 		o.name = name;
+	if (rope_base)
+		o.rope_base = rope_base;
+	o.arch = arch;
+	o.head_dim = head_dim;
+	o.qkv_bias = qkv_bias;
+	o.rope_freqs = freqs;
+	o.rope_scaling = scaling;
+	o.rope_scaling_factor = factor;
+	o.rope_orig_ctx = orig_ctx;
 	if (vocab_path && kvp_mkmodel_vocab_load(&vocab, vocab_path, err, sizeof(err))) {
 		fprintf(stderr, "kvpool-mkmodel: %s\n", err);
 		return 1;

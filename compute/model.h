@@ -2,8 +2,10 @@
 /*
  * model.h - a Llama-family model loaded from a GGUF file.
  *
- * kvp_model_open() maps the file, checks it is architecture "llama" with every tensor
- * the forward pass needs at the shape the hyper-parameters imply, and binds the
+ * kvp_model_open() maps the file, checks it is an architecture of compute/arch.h's
+ * table ("llama", "qwen2") whose every metadata key is one the loader implements or
+ * knows to be neutral, with every tensor the forward pass needs at the shape the
+ * hyper-parameters imply and no tensor it would ignore, and binds the
  * weights as typed tensors in the file's own types (F32, F16, BF16, the legacy quants
  * Q4_0 .. Q8_0 and the K-quants Q2_K .. Q6_K, mixed per tensor as the *_K_M recipes
  * do): used in place from the mapping, or, as an option, the same bytes copied into
@@ -25,27 +27,43 @@
 
 struct kvp_model;
 struct kvp_gguf;
+struct kvp_rope;
 
 /* Bytes of the model fingerprint (a 128-bit hash). */
 #define KVP_MODEL_FP_BYTES 16
 
 /**
- * struct kvp_model_hparams - hyper-parameters, from the GGUF "llama.*" keys
- * @n_vocab:    vocabulary size (rows of token_embd)
- * @n_embd:     residual width (llama.embedding_length)
- * @n_layers:   transformer blocks (llama.block_count)
- * @n_heads:    query heads (llama.attention.head_count)
- * @n_kv_heads: K/V heads (llama.attention.head_count_kv; = n_heads when absent)
- * @head_dim:   n_embd / n_heads
- * @n_ff:       FFN hidden width (llama.feed_forward_length)
- * @n_rot:      dimensions of each head that RoPE rotates (llama.rope.dimension_count;
- *              head_dim when absent); pairs (2i, 2i+1) as GGUF llama weights expect
- * @n_ctx_train: llama.context_length (informative; positions are not limited by it)
- * @rope_base:  llama.rope.freq_base (10000 when absent)
- * @rms_eps:    llama.attention.layer_norm_rms_epsilon (1e-5 when absent)
+ * struct kvp_model_hparams - hyper-parameters, from the GGUF "<prefix>.*" keys (the
+ * prefix is the architecture's: compute/arch.h)
+ * @arch:       enum kvp_arch_id
+ * @n_vocab:    vocabulary size (rows of token_embd; = <prefix>.vocab_size when present)
+ * @n_embd:     residual width (embedding_length)
+ * @n_layers:   transformer blocks (block_count)
+ * @n_heads:    query heads (attention.head_count)
+ * @n_kv_heads: K/V heads (attention.head_count_kv; = n_heads when absent)
+ * @head_dim:   per-head size of Q, K and V: attention.key_length (which
+ *              attention.value_length must equal), n_embd / n_heads when absent;
+ *              Q is n_heads * head_dim wide, which need not be n_embd
+ * @n_ff:       FFN hidden width (feed_forward_length)
+ * @n_rot:      dimensions of each head that RoPE rotates (rope.dimension_count; head_dim
+ *              when absent)
+ * @n_ctx_train: context_length (informative; positions are not limited by it)
+ * @rope_base:  rope.freq_base (10000 when absent)
+ * @rms_eps:    attention.layer_norm_rms_epsilon (1e-5 when absent)
  * @tied_output: 1 when there is no output.weight and token_embd is reused
+ * @rope_layout: enum kvp_rope_layout (compute/rope.h): the architecture's pair layout
+ * @rope_scaling: enum kvp_rope_scaling: rope.scaling.type ("linear" when absent but a
+ *              factor is given, as llama.cpp reads it)
+ * @rope_factor: rope.scaling.factor (or the older rope.scale_linear); 1 when absent
+ * @rope_orig_ctx: rope.scaling.original_context_length (YaRN); n_ctx_train when absent
+ * @yarn_beta_fast, @yarn_beta_slow: rope.scaling.yarn_beta_fast/_slow (32, 1)
+ * @rope_attn_factor: rope.scaling.attn_factor: extra scale of cos and sin (1)
+ * @rope_freqs: 1 when rope_freqs.weight (n_rot/2 factors) divides the frequencies
+ * @qkv_bias:   1 when Q, K and V have biases (blk.N.attn_{q,k,v}.bias)
+ * @o_bias:     1 when the attention output has a bias (blk.N.attn_output.bias)
  */
 struct kvp_model_hparams {
+	uint32_t arch;
 	uint32_t n_vocab;
 	uint32_t n_embd;
 	uint32_t n_layers;
@@ -58,6 +76,16 @@ struct kvp_model_hparams {
 	float rope_base;
 	float rms_eps;
 	int tied_output;
+	uint32_t rope_layout;
+	uint32_t rope_scaling;
+	float rope_factor;
+	uint32_t rope_orig_ctx;
+	float yarn_beta_fast;
+	float yarn_beta_slow;
+	float rope_attn_factor;
+	int rope_freqs;
+	int qkv_bias;
+	int o_bias;
 };
 
 /**
@@ -139,8 +167,10 @@ struct kvp_model_opts {
  * Hashes the hyper-parameters and all tensor data into the fingerprint, so opening
  * reads the whole file once.
  * Return: 0; -ENOENT/-EACCES/... from open; -EBADMSG for a malformed file;
- * -ENOTSUP for another architecture or a tensor type without kernels (the message names
- * the tensor, its type and the supported list); -ENOMEM.
+ * -ENOTSUP for another architecture, a metadata key asking for math kvpool does not
+ * implement (the message names the key), a tensor the forward pass would not use, or a
+ * tensor type without kernels (the message names the tensor, its type and the supported
+ * list); -ENOMEM.
  */
 int kvp_model_open(struct kvp_model **out, const char *path, char *err, size_t errlen);
 
@@ -171,12 +201,21 @@ const struct kvp_model_hparams *kvp_model_hparams(const struct kvp_model *m);
 /* What loading converted and cost (borrowed). */
 const struct kvp_model_info *kvp_model_info(const struct kvp_model *m);
 
+/*
+ * kvp_model_describe() - the architecture and the math traits that vary between files,
+ * for logs: "qwen2, head_dim 64, RoPE neox base 1e+06, yarn x4 from 32768, Q/K/V biases"
+ * into @buf (truncated to @len).
+ */
+void kvp_model_describe(const struct kvp_model *m, char *buf, size_t len);
+
 /* general.name, or "" when absent (borrowed, NUL-terminated, at most 255 bytes). */
 const char *kvp_model_name(const struct kvp_model *m);
 
 /*
- * kvp_model_fingerprint() - 16-byte hash of the hyper-parameters and tensor data:
- * the prefix index's extra key that keeps K/V of different models apart.
+ * kvp_model_fingerprint() - 16-byte hash of the architecture, every hyper-parameter
+ * (head sizes, RoPE layout, scaling and the derived per-pair frequencies included) and
+ * the tensor data (biases and rope_freqs included): the prefix index's extra key that
+ * keeps K/V of differently computed models apart.
  */
 const uint8_t *kvp_model_fingerprint(const struct kvp_model *m);
 
@@ -213,6 +252,9 @@ struct kvp_tensor {
  * @wq:        (n_heads * head_dim, n_embd)
  * @wk, @wv:   (n_kv_heads * head_dim, n_embd)
  * @wo:        (n_embd, n_heads * head_dim)
+ * @bq, @bk, @bv: f32 biases of Q (n_heads * head_dim), K and V (n_kv_heads * head_dim),
+ *             added after the projection; data NULL when the model has none
+ * @bo:        f32 bias of the attention output (n_embd); data NULL when none
  * @ffn_norm:  (n_embd) f32
  * @w_gate, @w_up: (n_ff, n_embd)
  * @w_down:    (n_embd, n_ff)
@@ -220,6 +262,7 @@ struct kvp_tensor {
 struct kvp_layer_weights {
 	struct kvp_tensor attn_norm;
 	struct kvp_tensor wq, wk, wv, wo;
+	struct kvp_tensor bq, bk, bv, bo;
 	struct kvp_tensor ffn_norm;
 	struct kvp_tensor w_gate, w_up, w_down;
 };
@@ -229,17 +272,25 @@ struct kvp_layer_weights {
  * @tok_embd:    (n_vocab, n_embd): rows looked up (and dequantized) one per token
  * @output_norm: (n_embd) f32
  * @output:      (n_vocab, n_embd); == tok_embd when tied
+ * @rope_freqs:  (n_rot / 2) f32 frequency factors; data NULL when none
  * @layers:      n_layers entries
  */
 struct kvp_weights {
 	struct kvp_tensor tok_embd;
 	struct kvp_tensor output_norm;
 	struct kvp_tensor output;
+	struct kvp_tensor rope_freqs;
 	const struct kvp_layer_weights *layers;
 };
 
 /* The bound weights (borrowed; for forward.c and ref.c). */
 const struct kvp_weights *kvp_model_weights(const struct kvp_model *m);
+
+/*
+ * kvp_model_rope() - the model's rotation (compute/rope.h), derived from the
+ * hyper-parameters and rope_freqs at open (borrowed; for forward.c).
+ */
+const struct kvp_rope *kvp_model_rope(const struct kvp_model *m);
 
 /* The parsed file (for the tokenizer's metadata); borrowed. */
 const struct kvp_gguf *kvp_model_gguf(const struct kvp_model *m);

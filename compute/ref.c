@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ref.c - naive Llama forward for tests: every position of the sequence recomputed,
+ * ref.c - naive forward for tests (every architecture of compute/arch.h: they differ
+ * only in biases and RoPE): every position of the sequence recomputed,
  * K and V kept in plain (position, kv_dim) arrays, every sum a double loop, on weights
  * dequantized to f32 by the reference dequantizer (compute/kernels/quant.c) - so it
  * shares no kernel with the fast path, and for integer types it is exact where the fast
@@ -15,6 +16,7 @@
 
 #include "compute/kernels/quant.h"
 #include "compute/model.h"
+#include "compute/rope.h"
 
 /*
  * out (d_out) = W (d_out, d_in) @ x (d_in); with @round, x first rounded as the fast
@@ -49,18 +51,58 @@ static void rmsnorm(float *out, const float *x, const float *w, size_t n, float 
 		out[i] = (float)(x[i] * scale * w[i]);
 }
 
-/* rotate pairs (2i, 2i+1) of each head by pos * base^(-2i/n_rot) */
-static void rope(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, uint32_t pos, float base)
+/*
+ * RoPE of @n_heads heads at @pos, straight from llama.cpp's formulas (rope.h states
+ * them), in double and pair by pair: the extrapolated angle t, the interpolated one
+ * s t, YaRN's ramp mixing them, cos and sin times mscale; pairs (2i, 2i+1) or, NEOX,
+ * (i, i + n_rot/2).  Written independently of rope.c (nothing precomputed) on purpose.
+ */
+static void rope(float *x, uint32_t n_heads, const struct kvp_model_hparams *hp, const float *ff,
+		 uint32_t pos)
 {
-	for (uint32_t h = 0; h < n_heads; h++) {
-		for (uint32_t i = 0; i < n_rot / 2; i++) {
-			double th = pos * pow(base, -2.0 * i / n_rot);
-			double a = x[h * hd + 2 * i], b = x[h * hd + 2 * i + 1];
+	uint32_t n = hp->n_rot, hd = hp->head_dim;
+	int yarn = hp->rope_scaling == KVP_ROPE_SCALING_YARN;
+	double s = hp->rope_scaling == KVP_ROPE_SCALING_NONE ? 1.0 : 1.0 / hp->rope_factor;
+	double mscale = hp->rope_attn_factor, lo = 0, hi = 0;
 
-			x[h * hd + 2 * i] = (float)(a * cos(th) - b * sin(th));
-			x[h * hd + 2 * i + 1] = (float)(a * sin(th) + b * cos(th));
+	if (yarn) {
+		/* the pair indices turning beta_fast and beta_slow times over orig_ctx */
+		double lb = 2 * log(hp->rope_base);
+
+		lo = floor(n * log(hp->rope_orig_ctx / (hp->yarn_beta_fast * 2 * M_PI)) / lb);
+		hi = ceil(n * log(hp->rope_orig_ctx / (hp->yarn_beta_slow * 2 * M_PI)) / lb);
+		lo = fmax(0, lo);
+		hi = fmin(n - 1, hi);
+		mscale *= 1 + 0.1 * log(1 / s);
+	}
+	for (uint32_t h = 0; h < n_heads; h++) {
+		for (uint32_t i = 0; i < n / 2; i++) {
+			double t = pos * pow(hp->rope_base, -2.0 * i / n) / (ff ? ff[i] : 1.0);
+			double th = s * t;
+			size_t a = h * hd + (hp->rope_layout == KVP_ROPE_NEOX ? i : 2 * i);
+			size_t b = h * hd +
+				   (hp->rope_layout == KVP_ROPE_NEOX ? i + n / 2 : 2 * i + 1);
+			double xa = x[a], xb = x[b];
+
+			if (yarn) {
+				double y = (i - lo) / fmax(0.001, hi - lo);
+				double mix = 1 - fmin(1, fmax(0, y));
+
+				th = th * (1 - mix) + t * mix;
+			}
+			x[a] = (float)((xa * cos(th) - xb * sin(th)) * mscale);
+			x[b] = (float)((xa * sin(th) + xb * cos(th)) * mscale);
 		}
 	}
+}
+
+/* x (n) += bias, when there is one */
+static void add_bias(float *x, const struct kvp_tensor *b)
+{
+	const float *v = b->data;
+
+	for (size_t i = 0; v && i < b->ne0; i++)
+		x[i] += v[i];
 }
 
 /* A malloc'd f32 copy of @t (NULL on allocation failure). */
@@ -126,6 +168,7 @@ int kvp_ref_forward_opts(const struct kvp_model *m, const int32_t *tokens, uint3
 	double *sc = malloc(n * sizeof(double));
 	float *emb = deq(&w->tok_embd), *out = deq(&w->output);
 	struct ref_layer R = { 0 }, *L = &R;
+	const float *ff = w->rope_freqs.data;
 	int r = -ENOMEM, rd = !!(flags & KVP_REF_ROUND_ACT);
 
 	if (!x || !xn || !q || !K || !V || !att || !tmp || !g || !u || !sc || !emb || !out)
@@ -146,8 +189,11 @@ int kvp_ref_forward_opts(const struct kvp_model *m, const int32_t *tokens, uint3
 			matvec_t(q + p * qd, L->wq, xn, qd, E, T->wq.type, rd);
 			matvec_t(K + p * kvd, L->wk, xn, kvd, E, T->wk.type, rd);
 			matvec_t(V + p * kvd, L->wv, xn, kvd, E, T->wv.type, rd);
-			rope(q + p * qd, hp->n_heads, hd, hp->n_rot, p, hp->rope_base);
-			rope(K + p * kvd, hp->n_kv_heads, hd, hp->n_rot, p, hp->rope_base);
+			add_bias(q + p * qd, &T->bq);
+			add_bias(K + p * kvd, &T->bk);
+			add_bias(V + p * kvd, &T->bv);
+			rope(q + p * qd, hp->n_heads, hp, ff, p);
+			rope(K + p * kvd, hp->n_kv_heads, hp, ff, p);
 		}
 		for (uint32_t p = 0; p < n; p++) {
 			for (size_t h = 0; h < hp->n_heads; h++) {
@@ -176,6 +222,7 @@ int kvp_ref_forward_opts(const struct kvp_model *m, const int32_t *tokens, uint3
 				}
 			}
 			matvec_t(tmp, L->wo, att, E, qd, T->wo.type, rd);
+			add_bias(tmp, &T->bo);
 			for (size_t i = 0; i < E; i++)
 				x[p * E + i] += tmp[i];
 			rmsnorm(xn, x + p * E, ffn_norm, E, hp->rms_eps);

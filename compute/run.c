@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "compute/forward.h"
+#include "compute/kernels/kernels.h"
 #include "compute/gen.h"
 #include "compute/model.h"
 #include "compute/sample.h"
@@ -44,7 +45,7 @@ static void run_usage(FILE *f)
 	fputs("usage: kvpool-run -m MODEL (-p TEXT | --tokens ID,ID,...) [options]\n"
 	      "Runs one generation in this process (no daemon) through the daemon's code path:\n"
 	      "chunked prefill, then one decode step per token, until N tokens or EOS.\n"
-	      "  -m, --model FILE      GGUF model (architecture llama; f32, f16, bf16 or q8_0)\n"
+	      "  -m, --model FILE      GGUF model (llama or qwen2, any type: docs/models.md)\n"
 	      "  -p, --prompt TEXT     prompt text, tokenized by the model's vocabulary\n"
 	      "      --tokens LIST     prompt as comma-separated token ids instead of text\n"
 	      "  -n N                  tokens to generate, 1..1048576 (default 32)\n"
@@ -58,10 +59,11 @@ static void run_usage(FILE *f)
 	      "      --block-tokens N  tokens per K/V block, 1..1024 (default 16)\n"
 	      "      --chunk N         prefill chunk, 1..4096 tokens (default 256)\n"
 	      "      --ignore-eos      do not stop at the end-of-sequence token\n"
-	      "      --weights W       f32 weights: map (used from the file, the default) or copy\n"
-	      "                        (copied at load into huge pages: faster decode, slower load)\n"
+	      "      --weights W       map (used in place from the file, the default) or copy (the\n"
+	      "                        same bytes copied at load into huge pages)\n"
 	      "  -h, --help            this text\n"
-	      "The load report and timings go to stderr. Exit status: 0 ok, 1 failure, 2 usage.\n",
+	      "The load report and timings go to stderr. KVP_ISA=scalar|avx2|avx512 forces a kernel\n"
+	      "set (default: the widest this CPU runs). Exit status: 0 ok, 1 failure, 2 usage.\n",
 	      f);
 }
 
@@ -272,7 +274,7 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	int32_t *prompt = NULL, *gen = NULL;
 	uint32_t *table = NULL, n_prompt, n_blocks;
 	float *logits = NULL;
-	char err[512] = "";
+	char err[512] = "", desc[256];
 	uint64_t t0;
 	int r, ret = 1;
 
@@ -293,13 +295,27 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	}
 	hp = kvp_model_hparams(m);
 	info = kvp_model_info(m);
-	fprintf(stderr,
-		"kvpool-run: model '%s': %u layers, n_embd %u, %u/%u heads, n_ff %u, "
-		"vocab %u, %.1fM params, %s; %u tensors converted to f32 (%.1f MiB)%s\n",
-		kvp_model_name(m), hp->n_layers, hp->n_embd, hp->n_heads, hp->n_kv_heads, hp->n_ff,
-		hp->n_vocab, info->n_params / 1e6, info->file_type, info->n_converted,
-		info->converted_bytes / 1048576.0,
-		info->weights_copied ? ", f32 weights copied" : "");
+	{
+		const struct kvp_kernels *k;
+		char types[256];
+
+		r = kvp_kernels_best(&k);
+		if (r) {
+			fprintf(stderr, "kvpool-run: KVP_ISA=%s: %s\n", getenv("KVP_ISA"),
+				r == -EINVAL ? "no such kernel set (scalar, avx2, avx512)" :
+					       "this CPU cannot run it");
+			ret = 1;
+			goto out;
+		}
+		kvp_model_info_types(info, types, sizeof(types));
+		kvp_model_describe(m, desc, sizeof(desc));
+		fprintf(stderr,
+			"kvpool-run: model '%s': %s; %u layers, n_embd %u, %u/%u heads, n_ff %u, "
+			"vocab %u, %.1fM params; %s; weights %s; kernels %s\n",
+			kvp_model_name(m), desc, hp->n_layers, hp->n_embd, hp->n_heads,
+			hp->n_kv_heads, hp->n_ff, hp->n_vocab, info->n_params / 1e6, types,
+			info->weights_copied ? "copied" : "mapped", k->name);
+	}
 	r = kvp_tokenizer_new(&tok, m, err, sizeof(err));
 	if (r && o.prompt) {
 		fprintf(stderr, "kvpool-run: %s\n", err);

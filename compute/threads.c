@@ -5,11 +5,12 @@
  * sleep on a futex, so neither ever busy-waits on sched_yield.
  *
  * Why both spin at all: decode issues one job per projection, a few microseconds
- * apart, and a futex wake-up across vCPUs costs tens of microseconds (measured: docs/compute.md).
- * Why the spin is bounded by time: an idle pool, or one waiting on a descheduled
- * thread in the "shared" CPU regime, must leave the vCPUs to the daemon's loop and
- * engine threads instead of burning them (a sched_yield loop showed up as a quarter
- * of a daemon's samples under a stream of 1-token requests).
+ * apart, and waking a sleeping thread on another CPU costs far more than that on a
+ * virtual machine (docs/compute.md has the measurement).  Why the spin is bounded by
+ * time: an idle pool, or one waiting on a thread whose CPU was taken away, must leave
+ * the CPUs to the daemon's loop and engine threads instead of burning them (a
+ * sched_yield loop showed up as a quarter of a daemon's samples under a stream of
+ * 1-token requests).
  *
  * Ordering: the caller publishes fn/arg, then increments gen (seq_cst); a worker that
  * sees the new gen sees fn/arg.  A worker announces itself in `sleepers` before
@@ -197,7 +198,7 @@ void kvp_threads_run(struct kvp_threads *t, kvp_thread_fn *fn, void *arg)
 	while ((d = atomic_load(&t->done)) != t->n - 1) {
 		if (spin_while(&t->done, d))
 			continue;
-		/* a worker is slow or descheduled (shared vCPUs): sleep until the last one ends */
+		/* a worker is slow or descheduled: sleep until the last one ends */
 		atomic_store(&t->caller_waits, 1);
 		d = atomic_load(&t->done);
 		if (d != t->n - 1)

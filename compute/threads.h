@@ -7,8 +7,8 @@
  * returns when all are done.  Workers spin up to 50 us after a job (decode issues one
  * job per projection, microseconds apart), then sleep on a futex; the caller waiting
  * for a slow worker does the same, so an idle pool costs nothing and a descheduled
- * worker is waited for without burning a vCPU.  One caller at a time.  Callers keep
- * jobs too small for a fork-join off the pool (forward.c: POOL_MIN_BYTES).
+ * worker is waited for without burning a CPU.  One caller at a time.  Callers keep
+ * jobs too small for a fork-join off the pool (linear.c, forward.c: POOL_MIN_BYTES).
  */
 #ifndef KVP_COMPUTE_THREADS_H
 #define KVP_COMPUTE_THREADS_H

@@ -41,6 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "compute/kernels/kernels.h"
 #include "compute/model.h"
 #include "compute/text/tokenizer.h"
 #include "ipc/server.h"
@@ -154,9 +155,23 @@ static int load_model(struct kvp_daemon *d)
 		"vocab %u, weights %s",
 		d->model_path, d->model_name, (unsigned long long)mi->n_params, hp->n_layers,
 		hp->n_embd, hp->n_heads, hp->n_kv_heads, hp->n_vocab, mi->file_type);
-	if (mi->n_converted)
-		kvp_log(LOG_INFO, "model: converted %u tensors to f32 at load (%.1f MiB)",
-			mi->n_converted, (double)mi->converted_bytes / (1 << 20));
+	{
+		const struct kvp_kernels *k;
+		char types[256];
+
+		r = kvp_kernels_best(&k);
+		if (r < 0) {
+			kvp_log(LOG_ERR, "model: KVP_ISA=%s: %s", getenv("KVP_ISA"),
+				r == -EINVAL ? "no such kernel set (scalar, avx2, avx512)" :
+					       "this CPU cannot run it");
+			goto err_model;
+		}
+		kvp_model_info_types(mi, types, sizeof(types));
+		kvp_log(LOG_INFO,
+			"model: weights in their file types: %s; %.1f MiB read per step; "
+			"kernels %s",
+			types, (double)mi->weight_bytes / (1 << 20), k->name);
+	}
 	/* the load time is what daemon.weights = copy costs: say what it bought */
 	if (mi->weights_copied)
 		kvp_log(LOG_INFO,

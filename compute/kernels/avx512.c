@@ -813,14 +813,14 @@ static void matmul_float_tiles(float *restrict out, size_t ldo, const uint8_t *r
 	}
 }
 
-static void matmul_f16_any(float *restrict out, size_t ldo, const void *restrict w,
-			   size_t w_row_bytes, const void *restrict x, size_t x_row_bytes,
-			   size_t rows, size_t k, size_t o0, size_t o1)
+static void matmul_f16(float *restrict out, size_t ldo, const void *restrict w, size_t w_row_bytes,
+		       const void *restrict x, size_t x_row_bytes, size_t rows, size_t k, size_t o0,
+		       size_t o1)
 {
 	if (rows > GROUP)
 		matmul_float_tiles(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, 0);
 	else
-		matmul_f16(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1);
+		gemv_f16(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1);
 }
 
 /* BF16 weights against bf16 activations: vdpbf16ps, 32 products per instruction. */
@@ -884,58 +884,8 @@ static void dequant_bf16(float *restrict dst, const void *restrict src, size_t n
 	kv_load_bf16(dst, src, n);
 }
 
-#define DEQUANT_REF(name, type) \
-	static void dequant_##name(float *restrict dst, const void *restrict src, size_t n) \
-	{ \
-		kvp_dequant_ref(dst, src, type, n); \
-	}
+#include "compute/kernels/table.inc"
 
-DEQUANT_REF(f32, KVP_GGML_F32)
-DEQUANT_REF(q8_0, KVP_GGML_Q8_0)
-DEQUANT_REF(q4_0, KVP_GGML_Q4_0)
-DEQUANT_REF(q4_1, KVP_GGML_Q4_1)
-DEQUANT_REF(q5_0, KVP_GGML_Q5_0)
-DEQUANT_REF(q5_1, KVP_GGML_Q5_1)
-DEQUANT_REF(q2_k, KVP_GGML_Q2_K)
-DEQUANT_REF(q3_k, KVP_GGML_Q3_K)
-DEQUANT_REF(q4_k, KVP_GGML_Q4_K)
-DEQUANT_REF(q5_k, KVP_GGML_Q5_K)
-DEQUANT_REF(q6_k, KVP_GGML_Q6_K)
+KVP_REF_DEQUANT_INTEGER
 
-const struct kvp_kernels kvp_kernels_avx512 = {
-	.name = "avx512",
-	.isa = KVP_ISA_AVX512,
-	.matmul = {
-		[KVP_GGML_F32] = matmul_f32,	[KVP_GGML_F16] = matmul_f16_any,
-		[KVP_GGML_BF16] = matmul_bf16,	[KVP_GGML_Q8_0] = matmul_q8_0,
-		[KVP_GGML_Q4_0] = matmul_q4_0,	[KVP_GGML_Q4_1] = matmul_q4_1,
-		[KVP_GGML_Q5_0] = matmul_q5_0,	[KVP_GGML_Q5_1] = matmul_q5_1,
-		[KVP_GGML_Q2_K] = matmul_q2_k,	[KVP_GGML_Q3_K] = matmul_q3_k,
-		[KVP_GGML_Q4_K] = matmul_q4_k,	[KVP_GGML_Q5_K] = matmul_q5_k,
-		[KVP_GGML_Q6_K] = matmul_q6_k,
-	},
-	.dequant = {
-		[KVP_GGML_F32] = dequant_f32,	[KVP_GGML_F16] = dequant_f16,
-		[KVP_GGML_BF16] = dequant_bf16,	[KVP_GGML_Q8_0] = dequant_q8_0,
-		[KVP_GGML_Q4_0] = dequant_q4_0,	[KVP_GGML_Q4_1] = dequant_q4_1,
-		[KVP_GGML_Q5_0] = dequant_q5_0,	[KVP_GGML_Q5_1] = dequant_q5_1,
-		[KVP_GGML_Q2_K] = dequant_q2_k,	[KVP_GGML_Q3_K] = dequant_q3_k,
-		[KVP_GGML_Q4_K] = dequant_q4_k,	[KVP_GGML_Q5_K] = dequant_q5_k,
-		[KVP_GGML_Q6_K] = dequant_q6_k,
-	},
-	.quant_act = {
-		[KVP_ACT_F32] = act_f32,	[KVP_ACT_BF16] = act_bf16,
-		[KVP_ACT_Q8] = act_q8,
-	},
-	.kv_store = {
-		[KVP_DTYPE_F32] = kv_store_f32, [KVP_DTYPE_F16] = kv_store_f16,
-		[KVP_DTYPE_BF16] = kv_store_bf16,
-	},
-	.kv_load = {
-		[KVP_DTYPE_F32] = kv_load_f32, [KVP_DTYPE_F16] = kv_load_f16,
-		[KVP_DTYPE_BF16] = kv_load_bf16,
-	},
-	.rmsnorm = rmsnorm,
-	.swiglu = swiglu,
-	.attn_block = attn_block,
-};
+KVP_KERNEL_TABLE(avx512, KVP_ISA_AVX512);

@@ -108,35 +108,15 @@ MATMUL(matmul_q4_k, KVP_GGML_Q4_K, dot_int)
 MATMUL(matmul_q5_k, KVP_GGML_Q5_K, dot_int)
 MATMUL(matmul_q6_k, KVP_GGML_Q6_K, dot_int)
 
-#define DEQUANT(name, type) \
-	static void name(float *restrict dst, const void *restrict src, size_t n) \
-	{ \
-		kvp_dequant_ref(dst, src, type, n); \
-	}
+#include "compute/kernels/table.inc"
 
-DEQUANT(dequant_f32, KVP_GGML_F32)
-DEQUANT(dequant_f16, KVP_GGML_F16)
-DEQUANT(dequant_bf16, KVP_GGML_BF16)
-DEQUANT(dequant_q8_0, KVP_GGML_Q8_0)
-DEQUANT(dequant_q4_0, KVP_GGML_Q4_0)
-DEQUANT(dequant_q4_1, KVP_GGML_Q4_1)
-DEQUANT(dequant_q5_0, KVP_GGML_Q5_0)
-DEQUANT(dequant_q5_1, KVP_GGML_Q5_1)
-DEQUANT(dequant_q2_k, KVP_GGML_Q2_K)
-DEQUANT(dequant_q3_k, KVP_GGML_Q3_K)
-DEQUANT(dequant_q4_k, KVP_GGML_Q4_K)
-DEQUANT(dequant_q5_k, KVP_GGML_Q5_K)
-DEQUANT(dequant_q6_k, KVP_GGML_Q6_K)
+KVP_REF_DEQUANT_INTEGER
+KVP_REF_DEQUANT(f16, KVP_GGML_F16)
+KVP_REF_DEQUANT(bf16, KVP_GGML_BF16)
 
-#define QUANT_ACT(name, act) \
-	static void name(void *restrict dst, const float *restrict x, size_t k) \
-	{ \
-		kvp_quant_act_ref(dst, act, x, k); \
-	}
-
-QUANT_ACT(act_f32, KVP_ACT_F32)
-QUANT_ACT(act_bf16, KVP_ACT_BF16)
-QUANT_ACT(act_q8, KVP_ACT_Q8)
+KVP_REF_ACT(f32, KVP_ACT_F32)
+KVP_REF_ACT(bf16, KVP_ACT_BF16)
+KVP_REF_ACT(q8, KVP_ACT_Q8)
 
 static void kv_store_f32(void *restrict dst, const float *restrict src, size_t n)
 {
@@ -224,40 +204,4 @@ static void attn_block(float *restrict o, float *restrict m, const float *restri
 	}
 }
 
-const struct kvp_kernels kvp_kernels_scalar = {
-	.name = "scalar",
-	.isa = KVP_ISA_SCALAR,
-	.matmul = {
-		[KVP_GGML_F32] = matmul_f32,	[KVP_GGML_F16] = matmul_f16,
-		[KVP_GGML_BF16] = matmul_bf16,	[KVP_GGML_Q8_0] = matmul_q8_0,
-		[KVP_GGML_Q4_0] = matmul_q4_0,	[KVP_GGML_Q4_1] = matmul_q4_1,
-		[KVP_GGML_Q5_0] = matmul_q5_0,	[KVP_GGML_Q5_1] = matmul_q5_1,
-		[KVP_GGML_Q2_K] = matmul_q2_k,	[KVP_GGML_Q3_K] = matmul_q3_k,
-		[KVP_GGML_Q4_K] = matmul_q4_k,	[KVP_GGML_Q5_K] = matmul_q5_k,
-		[KVP_GGML_Q6_K] = matmul_q6_k,
-	},
-	.dequant = {
-		[KVP_GGML_F32] = dequant_f32,	[KVP_GGML_F16] = dequant_f16,
-		[KVP_GGML_BF16] = dequant_bf16,	[KVP_GGML_Q8_0] = dequant_q8_0,
-		[KVP_GGML_Q4_0] = dequant_q4_0,	[KVP_GGML_Q4_1] = dequant_q4_1,
-		[KVP_GGML_Q5_0] = dequant_q5_0,	[KVP_GGML_Q5_1] = dequant_q5_1,
-		[KVP_GGML_Q2_K] = dequant_q2_k,	[KVP_GGML_Q3_K] = dequant_q3_k,
-		[KVP_GGML_Q4_K] = dequant_q4_k,	[KVP_GGML_Q5_K] = dequant_q5_k,
-		[KVP_GGML_Q6_K] = dequant_q6_k,
-	},
-	.quant_act = {
-		[KVP_ACT_F32] = act_f32,	[KVP_ACT_BF16] = act_bf16,
-		[KVP_ACT_Q8] = act_q8,
-	},
-	.kv_store = {
-		[KVP_DTYPE_F32] = kv_store_f32, [KVP_DTYPE_F16] = kv_store_f16,
-		[KVP_DTYPE_BF16] = kv_store_bf16,
-	},
-	.kv_load = {
-		[KVP_DTYPE_F32] = kv_load_f32, [KVP_DTYPE_F16] = kv_load_f16,
-		[KVP_DTYPE_BF16] = kv_load_bf16,
-	},
-	.rmsnorm = rmsnorm,
-	.swiglu = swiglu,
-	.attn_block = attn_block,
-};
+KVP_KERNEL_TABLE(scalar, KVP_ISA_SCALAR);

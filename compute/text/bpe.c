@@ -188,50 +188,6 @@ struct sym {
 };
 
 /* A candidate merge of symbol left with its next. */
-struct pair {
-	uint32_t rank;
-	int32_t left;
-	uint32_t len; /* both symbols' bytes when queued: a later change makes it stale */
-};
-
-static int pair_before(const struct pair *a, const struct pair *b)
-{
-	return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static void heap_push(struct pair *h, size_t *n, struct pair e)
-{
-	size_t i = (*n)++;
-
-	while (i && pair_before(&e, &h[(i - 1) / 2])) {
-		h[i] = h[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	h[i] = e;
-}
-
-static struct pair heap_pop(struct pair *h, size_t *n)
-{
-	struct pair top = h[0], last = h[--(*n)];
-	size_t i = 0;
-
-	for (;;) {
-		size_t c = 2 * i + 1;
-
-		if (c >= *n)
-			break;
-		if (c + 1 < *n && pair_before(&h[c + 1], &h[c]))
-			c++;
-		if (!pair_before(&h[c], &last))
-			break;
-		h[i] = h[c];
-		i = c;
-	}
-	if (*n)
-		h[i] = last;
-	return top;
-}
-
 struct cache_slot {
 	uint8_t wlen; /* 0: empty */
 	uint8_t n_ids;
@@ -245,7 +201,7 @@ struct kvp_bpe_ctx {
 	const struct kvp_tokenizer *t;
 	struct kvp_ids *out;
 	struct sym *sym;
-	struct pair *heap;
+	struct kvp_merge *heap;
 	char *map;  /* a word spelled in mapped characters (ignore_merges) */
 	size_t cap; /* bytes of the longest word the buffers hold */
 	struct cache_slot *cache;
@@ -284,8 +240,9 @@ static void queue_pair(const struct kvp_bpe_ctx *c, int32_t i, size_t *nh)
 		return;
 	slot = merge_find(&c->t->merges, s[i].id, s[j].id);
 	if (slot >= 0)
-		heap_push(c->heap, nh,
-			  (struct pair){ c->t->merges.rank[slot], i, s[i].len + s[j].len });
+		kvp_merge_push(c->heap, nh,
+			       (struct kvp_merge){ (float)c->t->merges.rank[slot], i,
+						   s[i].len + s[j].len });
 }
 
 static void put_id(const struct kvp_bpe_ctx *c, int32_t id)
@@ -351,7 +308,7 @@ static int encode_word(void *ctx, const char *w, size_t n)
 	for (int32_t i = 0; i + 1 < n_sym; i++)
 		queue_pair(c, i, &nh);
 	while (nh) {
-		struct pair e = heap_pop(c->heap, &nh);
+		struct kvp_merge e = kvp_merge_pop(c->heap, &nh);
 		struct sym *s = c->sym;
 		int32_t i = e.left, j = s[i].next;
 		int64_t m;

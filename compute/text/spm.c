@@ -20,54 +20,9 @@ struct sym {
 };
 
 /* A candidate merge of symbol left with its next, queued with the piece's score. */
-struct bigram {
-	float score;
-	int32_t left;
-	uint32_t len; /* both symbols' bytes when queued: a later change makes it stale */
-};
-
-/* Higher score first; on a tie the leftmost pair, as SentencePiece does. */
-static int bigram_before(const struct bigram *a, const struct bigram *b)
-{
-	return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static void heap_push(struct bigram *h, size_t *n, struct bigram e)
-{
-	size_t i = (*n)++;
-
-	while (i && bigram_before(&e, &h[(i - 1) / 2])) {
-		h[i] = h[(i - 1) / 2];
-		i = (i - 1) / 2;
-	}
-	h[i] = e;
-}
-
-static struct bigram heap_pop(struct bigram *h, size_t *n)
-{
-	struct bigram top = h[0], last = h[--(*n)];
-	size_t i = 0;
-
-	for (;;) {
-		size_t c = 2 * i + 1;
-
-		if (c >= *n)
-			break;
-		if (c + 1 < *n && bigram_before(&h[c + 1], &h[c]))
-			c++;
-		if (!bigram_before(&h[c], &last))
-			break;
-		h[i] = h[c];
-		i = c;
-	}
-	if (*n)
-		h[i] = last;
-	return top;
-}
-
 /* Queue the merge of symbol @i with its next when their bytes together are a piece. */
 static void queue_pair(const struct kvp_tokenizer *t, const char *txt, const struct sym *s,
-		       int32_t i, struct bigram *h, size_t *n)
+		       int32_t i, struct kvp_merge *h, size_t *n)
 {
 	int32_t j = i >= 0 ? s[i].next : -1, id;
 
@@ -75,7 +30,8 @@ static void queue_pair(const struct kvp_tokenizer *t, const char *txt, const str
 		return;
 	id = kvp_vocab_lookup(t, txt + s[i].start, s[i].len + s[j].len);
 	if (id >= 0)
-		heap_push(h, n, (struct bigram){ t->score[id], i, s[i].len + s[j].len });
+		/* higher score first: the queue pops the lowest key */
+		kvp_merge_push(h, n, (struct kvp_merge){ -t->score[id], i, s[i].len + s[j].len });
 }
 
 int kvp_spm_encode(const struct kvp_tokenizer *t, const char *text, size_t len, int space_prefix,
@@ -84,7 +40,7 @@ int kvp_spm_encode(const struct kvp_tokenizer *t, const char *text, size_t len, 
 	size_t nl = 0, nh = 0;
 	char *txt;
 	struct sym *s;
-	struct bigram *h;
+	struct kvp_merge *h;
 	int32_t n_sym = 0;
 
 	if (!len && !space_prefix)
@@ -133,7 +89,7 @@ int kvp_spm_encode(const struct kvp_tokenizer *t, const char *text, size_t len, 
 	for (int32_t i = 0; i < n_sym; i++)
 		queue_pair(t, txt, s, i, h, &nh);
 	while (nh) {
-		struct bigram e = heap_pop(h, &nh);
+		struct kvp_merge e = kvp_merge_pop(h, &nh);
 		int32_t i = e.left, j = s[i].next;
 
 		if (!s[i].len || j < 0 || s[i].len + s[j].len != e.len)

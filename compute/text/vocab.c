@@ -574,3 +574,41 @@ const char *kvp_tokenizer_token_text(const struct kvp_tokenizer *t, int32_t id, 
 	*len = t->piece_len[id];
 	return t->piece[id];
 }
+
+static int merge_before(const struct kvp_merge *a, const struct kvp_merge *b)
+{
+	return a->key < b->key || (a->key == b->key && a->left < b->left);
+}
+
+void kvp_merge_push(struct kvp_merge *h, size_t *n, struct kvp_merge e)
+{
+	size_t i = (*n)++;
+
+	while (i && merge_before(&e, &h[(i - 1) / 2])) {
+		h[i] = h[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h[i] = e;
+}
+
+struct kvp_merge kvp_merge_pop(struct kvp_merge *h, size_t *n)
+{
+	struct kvp_merge top = h[0], last = h[--(*n)];
+	size_t i = 0;
+
+	for (;;) {
+		size_t c = 2 * i + 1;
+
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && merge_before(&h[c + 1], &h[c]))
+			c++;
+		if (!merge_before(&h[c], &last))
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	if (*n)
+		h[i] = last;
+	return top;
+}

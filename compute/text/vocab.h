@@ -134,4 +134,25 @@ void kvp_bpe_ctx_free(struct kvp_bpe_ctx *c);
  */
 int kvp_bpe_encode(struct kvp_bpe_ctx *c, const char *text, size_t len);
 
+/**
+ * struct kvp_merge - a candidate merge of symbol @left with the one after it, in the
+ * priority queue both tokenizers merge by (BPE: lowest rank first; SentencePiece:
+ * highest score first, queued as -score)
+ * @key:  the priority: the lowest pops first; on a tie the leftmost
+ * @left: index of the left symbol
+ * @len:  both symbols' bytes when queued (a later merge makes the entry stale)
+ */
+struct kvp_merge {
+	float key;
+	int32_t left;
+	uint32_t len;
+};
+
+/*
+ * kvp_merge_push() / kvp_merge_pop() - a binary min-heap of @n entries at @h (the caller
+ * sized it).
+ */
+void kvp_merge_push(struct kvp_merge *h, size_t *n, struct kvp_merge e);
+struct kvp_merge kvp_merge_pop(struct kvp_merge *h, size_t *n);
+
 #endif /* KVP_COMPUTE_TEXT_VOCAB_H */
