@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # check-doc-refs.sh SRCDIR - every file or folder that README.md and docs/*.md name (in
 # `code` spans or as link targets) exists in the repository: a path with a slash
-# relative to the top (or to the page, or to include/), a bare file name somewhere in
-# the tree.  Absolute paths (installed
+# relative to the top, or to a folder of the tree (`kernels/kernels.h` on the compute
+# page), a bare file name somewhere in the tree.  Absolute paths (installed
 # locations), build directories (build*/) and URLs are not the repository's, so they
 # are skipped.  A reference to notes kept outside the repository fails here.
 set -euo pipefail
@@ -23,6 +23,11 @@ done
 for f in "${files[@]}"; do
 	have[$f]=1
 	base[${f##*/}]=1
+	t=$f
+	while [[ $t == */* ]]; do # every tail: a path relative to any folder
+		t=${t#*/}
+		[[ $t == */* ]] && have[$t]=1
+	done
 	d=$f
 	while [[ $d == */* ]]; do
 		d=${d%/*}
