@@ -77,6 +77,7 @@ struct kvp_conn {
 	bool helloed;
 	bool closed_sent;
 	struct kvp_peer peer;
+	uint64_t last_active_ns; /* last frame in, or last request ended (idle timeout) */
 	uint32_t n_vocab;
 	uint8_t *in;
 	uint32_t in_len;

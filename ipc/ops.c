@@ -17,9 +17,12 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "util/utf8.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -76,6 +79,12 @@ static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp
 	w.n_fds = n_fds;
 	c->n_vocab = w.n_vocab;
 	r = kvp_srv_queue_welcome(srv, c, &w, fds, n_fds);
+	if (r == -EMFILE || r == -ENFILE) {
+		/* the pool fd could not be dup()ed: a passing shortage, as at accept */
+		srv->st.conns_refused_fds++;
+		return kvp_srv_fail(srv, c, KVP_E_BUSY,
+				    "daemon out of file descriptors; try later");
+	}
 	if (r)
 		return kvp_srv_fail(srv, c, KVP_E_INTERNAL, "cannot send WELCOME");
 	return 0;
@@ -83,20 +92,26 @@ static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp
 
 /*
  * Copy @n ids out of the frame into the aligned srv->ids and check each against the
- * connection's vocabulary.  Return: 0, or the refusal's return (the id is refused).
+ * connection's vocabulary; @what names the ids in the refusal ("prompt").  Return: 0,
+ * or the refusal's return (the id is refused).
  */
 static int take_ids(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id, const void *body,
-		    uint32_t n, const int32_t **ids)
+		    uint32_t n, const char *what, const int32_t **ids)
 {
 	/* copied: the payload sits at any offset of the input buffer */
 	if (n)
 		memcpy(srv->ids, body, (size_t)n * sizeof(int32_t));
 	for (uint32_t i = 0; i < n; i++) {
-		if (srv->ids[i] < 0 || (c->n_vocab && (uint32_t)srv->ids[i] >= c->n_vocab))
-			return kvp_srv_refuse(srv, c, req_id, KVP_E_INVALID,
-					      "token id outside the vocabulary") ?
-				       -ENOTCONN :
-				       1;
+		char msg[160];
+
+		if (srv->ids[i] >= 0 && (!c->n_vocab || (uint32_t)srv->ids[i] < c->n_vocab))
+			continue;
+		/* the id, where, and what the model has: enough to find the bug */
+		snprintf(msg, sizeof(msg),
+			 "token id %d (%s position %u) is outside the vocabulary: n_vocab %u, "
+			 "ids 0..%u",
+			 srv->ids[i], what, i, c->n_vocab, c->n_vocab ? c->n_vocab - 1 : 0);
+		return kvp_srv_refuse(srv, c, req_id, KVP_E_INVALID, msg) ? -ENOTCONN : 1;
 	}
 	*ids = srv->ids;
 	return 0;
@@ -162,11 +177,24 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct 
 		return kvp_srv_fail(srv, c, r, why);
 
 	if (g.flags & KVP_GEN_TEXT) {
+		/* text is UTF-8 (docs/protocol.md): ill-formed bytes are refused, not guessed at */
+		for (uint32_t i = 0; i < g.text_bytes;) {
+			size_t n = kvp_utf8_char_len((const uint8_t *)body + i, g.text_bytes - i);
+			char msg[96];
+
+			if (n) {
+				i += (uint32_t)n;
+				continue;
+			}
+			snprintf(msg, sizeof(msg), "prompt text is not valid UTF-8 (at byte %u)",
+				 i);
+			return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID, msg);
+		}
 		memcpy(srv->text, body, g.text_bytes);
 		srv->text[g.text_bytes] = 0;
 		text = srv->text;
 	} else {
-		r = take_ids(srv, c, hdr->req_id, body, g.n_tokens, &ids);
+		r = take_ids(srv, c, hdr->req_id, body, g.n_tokens, "prompt", &ids);
 		if (r)
 			return r < 0 ? r : 0;
 	}
@@ -226,7 +254,7 @@ static int on_detokenize(struct kvp_server *srv, struct kvp_conn *c,
 		return kvp_srv_fail(srv, c, r, why);
 	if (!srv->ops.detokenize)
 		return unsupported(srv, c, hdr->req_id, "DETOKENIZE not supported here");
-	r = take_ids(srv, c, hdr->req_id, body, d.n_tokens, &ids);
+	r = take_ids(srv, c, hdr->req_id, body, d.n_tokens, "DETOKENIZE", &ids);
 	if (r)
 		return r < 0 ? r : 0;
 	if (take_req(srv, c, hdr->req_id))
@@ -262,7 +290,7 @@ static int on_chat(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_
 		return kvp_srv_fail(srv, c, r, why);
 	if (!srv->ops.chat)
 		return unsupported(srv, c, hdr->req_id, "CHAT not supported here");
-	r = take_ids(srv, c, hdr->req_id, body, ch.n_context, &ids);
+	r = take_ids(srv, c, hdr->req_id, body, ch.n_context, "context", &ids);
 	if (r)
 		return r < 0 ? r : 0;
 	msgs = calloc(ch.n_messages, sizeof(*msgs));

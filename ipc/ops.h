@@ -29,6 +29,8 @@ enum kvp_uop {
 	KVP_UOP_WAKEUP,	    /* idx: wakeup slot */
 	KVP_UOP_STOP,	    /* the stop eventfd */
 	KVP_UOP_IGNORE,	    /* cancellations: nothing to do on completion */
+	KVP_UOP_TICK,	    /* the idle sweep's timer */
+	KVP_UOP_RETRY,	    /* idx: listener; re-arm its accept after running out of fds */
 };
 
 struct kvp_wakeup {
@@ -64,6 +66,8 @@ struct kvp_server {
 	int32_t *ids; /* aligned copy of a prompt's ids (max_prompt_tokens) */
 	char *text;   /* NUL-terminated copy of a prompt's text */
 	struct kvp_server_stats st;
+	int reserve_fd; /* /dev/null, closed to accept-and-refuse when fds run out */
+	struct __kernel_timespec tick, retry[2];
 };
 
 /*

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -53,11 +54,23 @@
 #define LINGER_MS 1000
 /* A request connection must say HELLO, a status connection its request, within this. */
 #define IDLE_MS 10000
+/* The idle sweep runs this often at most (and at a quarter of the timeout if shorter). */
+#define TICK_MAX_MS 1000u
+/* Out of fds with no reserve left: try accepting again after this. */
+#define RETRY_MS 100u
 /* A status request is one short line ("json\n"). */
 #define STATUS_REQ_MAX 64u
 #define STATUS_OUT_MAX (16u << 20)
 
 /* ---------------------------------------------------------------- helpers */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 kvp_conn_id kvp_srv_conn_id(const struct kvp_conn *c)
 {
@@ -268,6 +281,7 @@ static int queue_scratch(struct kvp_server *srv, struct kvp_conn *c, size_t len)
 	if (r)
 		return r;
 	srv->st.frames_out++;
+	c->last_active_ns = now_ns();
 	send_kick(srv, c);
 	return 0;
 }
@@ -435,6 +449,7 @@ static void request_input(struct kvp_server *srv, struct kvp_conn *c)
 {
 	uint32_t off = 0;
 
+	c->last_active_ns = now_ns();
 	while (c->state == KVP_CONN_OPEN && c->in_len - off >= sizeof(struct kvp_frame_hdr)) {
 		const struct kvp_op_def *d;
 		struct kvp_frame_hdr hdr;
@@ -643,6 +658,69 @@ static void refuse(struct kvp_server *srv, int fd, int status, const char *msg)
 	srv->st.conns_refused++;
 }
 
+/* Request connections of @uid open now. */
+static uint32_t conns_of_uid(const struct kvp_server *srv, uid_t uid)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < srv->n_slots; i++) {
+		const struct kvp_conn *c = &srv->conns[i];
+
+		n += c->state == KVP_CONN_OPEN && c->kind == KVP_CONN_REQUEST && c->peer.uid == uid;
+	}
+	return n;
+}
+
+static bool arm_retry(struct kvp_server *srv, unsigned int which)
+{
+	struct io_uring_sqe *sqe = sqe_for(srv, which, 0, KVP_UOP_RETRY);
+
+	if (!sqe)
+		return false;
+	srv->retry[which] = (struct __kernel_timespec){ .tv_nsec = RETRY_MS * 1000000ll };
+	io_uring_prep_timeout(sqe, &srv->retry[which], 0, 0);
+	io_uring_sqe_set_data64(sqe, kvp_ud_pack(which, 0, KVP_UOP_RETRY));
+	return true;
+}
+
+/*
+ * Out of file descriptors: the connections waiting in the backlog would hang there
+ * unanswered, and a re-armed accept would fail at once, over and over.  So the reserve
+ * fd is given up for a moment to take each waiting connection and answer it ERROR
+ * KVP_E_BUSY (documented: try later), then taken back.  Return: whether accept may be
+ * re-armed now (else a short timer re-arms it).
+ */
+static bool refuse_backlog(struct kvp_server *srv, unsigned int which)
+{
+	int lfd = srv->lfd[which];
+
+	for (unsigned int n = 0; n < 64 && srv->reserve_fd >= 0; n++) {
+		struct pollfd p = { .fd = lfd, .events = POLLIN };
+		int fd;
+
+		if (poll(&p, 1, 0) <= 0)
+			break;
+		close(srv->reserve_fd);
+		fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd >= 0) {
+			srv->st.conns_refused_fds++;
+			if (which == 1) {
+				close(fd);
+				srv->st.conns_refused++;
+			} else {
+				refuse(srv, fd, KVP_E_BUSY,
+				       "daemon out of file descriptors; try later");
+			}
+		}
+		srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			break;
+	}
+	if (srv->reserve_fd < 0)
+		srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	return srv->reserve_fd >= 0;
+}
+
 static void on_accept(struct kvp_server *srv, unsigned int which, int res, uint32_t flags)
 {
 	struct kvp_conn *c;
@@ -651,7 +729,10 @@ static void on_accept(struct kvp_server *srv, unsigned int which, int res, uint3
 	bool status = which == 1;
 
 	srv->accept_armed[which] = !!(flags & IORING_CQE_F_MORE);
-	if (res >= 0) {
+	if (res >= 0 && getsockopt(res, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
+		close(res);
+		srv->st.conns_refused++;
+	} else if (res >= 0) {
 		if (srv->stopping) {
 			refuse(srv, res, KVP_E_SHUTDOWN, "daemon shutting down");
 		} else if (status ? srv->n_status_conns >= KVP_STATUS_CONNS_MAX :
@@ -662,11 +743,18 @@ static void on_accept(struct kvp_server *srv, unsigned int which, int res, uint3
 			} else {
 				refuse(srv, res, KVP_E_BUSY, "too many connections");
 			}
+		} else if (!status && srv->cfg.max_conns_per_uid &&
+			   conns_of_uid(srv, cred.uid) >= srv->cfg.max_conns_per_uid) {
+			char msg[128];
+
+			snprintf(
+				msg, sizeof(msg),
+				"too many connections from uid %ld (server.max_conns_per_uid = %u)",
+				(long)cred.uid, srv->cfg.max_conns_per_uid);
+			srv->st.conns_refused_uid++;
+			refuse(srv, res, KVP_E_BUSY, msg);
 		} else if (srv->free_head == srv->n_slots) {
 			refuse(srv, res, KVP_E_BUSY, "too many connections closing");
-		} else if (getsockopt(res, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
-			close(res);
-			srv->st.conns_refused++;
 		} else {
 			c = &srv->conns[srv->free_head];
 			srv->free_head = c->next_free;
@@ -676,6 +764,7 @@ static void on_accept(struct kvp_server *srv, unsigned int which, int res, uint3
 			c->peer = (struct kvp_peer){ .pid = cred.pid,
 						     .uid = cred.uid,
 						     .gid = cred.gid };
+			c->last_active_ns = now_ns();
 			c->out.cap = srv->cfg.outq_bytes;
 			if (status) {
 				srv->n_status_conns++;
@@ -692,7 +781,12 @@ static void on_accept(struct kvp_server *srv, unsigned int which, int res, uint3
 		return;
 	if (srv->stopping || res == -ECANCELED)
 		return;
-	arm_accept(srv, which); /* -EMFILE and the like end a multishot accept: re-arm */
+	if ((res == -EMFILE || res == -ENFILE) && !refuse_backlog(srv, which)) {
+		if (!arm_retry(srv, which))
+			arm_accept(srv, which);
+		return;
+	}
+	arm_accept(srv, which); /* other errors end a multishot accept too: re-arm */
 }
 
 /* ---------------------------------------------------------------- eventfds */
@@ -769,6 +863,52 @@ static void on_wakeup(struct kvp_server *srv, uint32_t idx, int res)
 	w->fn(w->arg);
 }
 
+/* ---------------------------------------------------------------- idle sweep */
+
+static void arm_tick(struct kvp_server *srv)
+{
+	unsigned int ms = srv->cfg.idle_timeout_ms / 4;
+	struct io_uring_sqe *sqe;
+
+	if (!srv->cfg.idle_timeout_ms)
+		return;
+	ms = ms < 1 ? 1 : ms > TICK_MAX_MS ? TICK_MAX_MS : ms;
+	sqe = sqe_for(srv, 0, 0, KVP_UOP_TICK);
+	if (!sqe)
+		return;
+	srv->tick = (struct __kernel_timespec){ .tv_sec = ms / 1000,
+						.tv_nsec = (long long)(ms % 1000) * 1000000 };
+	io_uring_prep_timeout(sqe, &srv->tick, 0, 0);
+	io_uring_sqe_set_data64(sqe, kvp_ud_pack(0, 0, KVP_UOP_TICK));
+}
+
+/*
+ * Close the request connections that said HELLO and have been idle for idle_timeout_ms:
+ * nothing in flight, nothing queued to send, no frame either way.  So a client that
+ * opens connections and sits on them cannot hold max_conns (or its uid's share) forever.
+ */
+static void on_tick(struct kvp_server *srv, int res)
+{
+	uint64_t now = now_ns(), idle = (uint64_t)srv->cfg.idle_timeout_ms * 1000000u;
+	char msg[96];
+
+	if (res != -ETIME)
+		return; /* cancelled: the ring is going away */
+	snprintf(msg, sizeof(msg),
+		 "connection idle for %u ms with nothing in flight (server.idle_timeout_ms)",
+		 srv->cfg.idle_timeout_ms);
+	for (uint32_t i = 0; i < srv->n_slots; i++) {
+		struct kvp_conn *c = &srv->conns[i];
+
+		if (c->state != KVP_CONN_OPEN || c->kind != KVP_CONN_REQUEST || !c->helloed ||
+		    c->n_reqs || c->out.used || now - c->last_active_ns < idle)
+			continue;
+		srv->st.idle_closes++;
+		kvp_srv_fail(srv, c, KVP_E_BUSY, msg);
+	}
+	arm_tick(srv);
+}
+
 /* ---------------------------------------------------------------- dispatch */
 
 /* A connection's timer expired: end what it bounded, if that is still going on. */
@@ -819,6 +959,13 @@ static void on_cqe(void *arg, uint64_t ud, int res, uint32_t flags)
 		break;
 	case KVP_UOP_STOP:
 		on_stop(srv, res);
+		break;
+	case KVP_UOP_TICK:
+		on_tick(srv, res);
+		break;
+	case KVP_UOP_RETRY:
+		if (idx < 2 && !srv->accept_armed[idx] && !srv->stopping)
+			arm_accept(srv, idx);
 		break;
 	default:
 		break;
@@ -999,7 +1146,7 @@ int kvp_server_new(struct kvp_server **out, const struct kvp_server_config *cfg,
 	srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return -ENOMEM;
-	srv->lfd[0] = srv->lfd[1] = srv->stop_efd = -1;
+	srv->lfd[0] = srv->lfd[1] = srv->stop_efd = srv->reserve_fd = -1;
 	srv->cfg = *cfg;
 	srv->ops = *ops;
 	r = config_fill(&srv->cfg);
@@ -1047,9 +1194,12 @@ int kvp_server_new(struct kvp_server **out, const struct kvp_server_config *cfg,
 			goto err_listen;
 		srv->bound[1] = true;
 	}
+	/* the fd that lets an accept answer BUSY when the process runs out of fds */
+	srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	arm_accept(srv, 0);
 	arm_accept(srv, 1);
 	arm_read(srv, srv->stop_efd, &srv->stop_val, 0, KVP_UOP_STOP);
+	arm_tick(srv);
 	/* not submitted here: see "Thread" at the top */
 	*out = srv;
 	return 0;
@@ -1100,6 +1250,8 @@ void kvp_server_free(struct kvp_server *srv)
 	}
 	if (srv->stop_efd >= 0)
 		close(srv->stop_efd);
+	if (srv->reserve_fd >= 0)
+		close(srv->reserve_fd);
 	free_arrays(srv);
 	free(srv);
 }

@@ -72,6 +72,8 @@ struct kvp_server_config {
 	uint32_t max_prompt_tokens;
 	uint32_t max_new_tokens;
 	uint32_t outq_bytes;
+	uint32_t max_conns_per_uid;
+	uint32_t idle_timeout_ms;
 };
 
 /* Output format asked of the status socket. */
@@ -200,7 +202,10 @@ int kvp_server_run_for(struct kvp_server *srv, unsigned int timeout_ms);
 struct kvp_server_stats {
 	uint64_t conns_open;
 	uint64_t conns_total;
-	uint64_t conns_refused;
+	uint64_t conns_refused;	    /* all refusals at accept, the two below included */
+	uint64_t conns_refused_uid; /* the peer's uid held max_conns_per_uid */
+	uint64_t conns_refused_fds; /* the daemon was out of file descriptors */
+	uint64_t idle_closes;	    /* closed by idle_timeout_ms */
 	uint64_t frames_in;
 	uint64_t frames_out;
 	uint64_t proto_errors;

@@ -76,6 +76,11 @@ static const struct key_def keys[] = {
 	  CAP(chat_template), 0, 0,
 	  "chat template family for CHAT requests naming none (llama3, chatml, llama2, ...);\n"
 	  "empty: recognised from the model's tokenizer.chat_template" },
+	{ "daemon", "request_log", "request-log", T_BOOL, OFF(request_log), 0, 0, 0,
+	  "log one info line (key=value) per ended request" },
+	{ "daemon", "memory_guard", "memory-guard", T_BOOL, OFF(memory_guard), 0, 0, 0,
+	  "refuse to start when pool + model exceed MemAvailable or the cgroup's memory\n"
+	  "limit (no: start anyway, e.g. when swap or overcommit is intended)" },
 	{ "pool", "size", "pool-size", T_SIZE, OFF(pool_bytes), CAP(pool_bytes), 1ull << 20,
 	  1ull << 40, "KV block pool size (K, M, G, T suffixes)" },
 	{ "pool", "block_size", "block-size", T_U32, OFF(block_tokens), 0, 1, 1024,
@@ -87,7 +92,7 @@ static const struct key_def keys[] = {
 	{ "server", "socket", "socket", T_PATH, OFF(socket_path), CAP(socket_path), 0, 0,
 	  "request socket" },
 	{ "server", "status_socket", "status-socket", T_PATH, OFF(status_path), CAP(status_path), 0,
-	  0, "status socket; empty: none" },
+	  0, "status socket; default: status.sock next to the request socket; empty: none" },
 	{ "server", "socket_group", "socket-group", T_NAME, OFF(socket_group), CAP(socket_group), 0,
 	  0, "group owning the request socket (mode 0660); empty: the daemon's" },
 	{ "server", "status_group", "status-group", T_NAME, OFF(status_group), CAP(status_group), 0,
@@ -100,6 +105,10 @@ static const struct key_def keys[] = {
 	  4096, "requests in flight per connection" },
 	{ "server", "outq_bytes", "outq-bytes", T_SIZE, OFF(outq_bytes), CAP(outq_bytes), 4096,
 	  1ull << 30, "unsent output a connection may queue before it is dropped" },
+	{ "server", "max_conns_per_uid", "max-conns-per-uid", T_U32, OFF(max_conns_per_uid), 0, 0,
+	  65536, "connections one user (uid) may hold; 0: a quarter of max_conns" },
+	{ "server", "idle_timeout_ms", "idle-timeout-ms", T_U32, OFF(idle_timeout_ms), 0, 0,
+	  86400000, "close a connection idle this long with nothing in flight; 0: never" },
 	{ "limits", "max_prompt_tokens", "max-prompt-tokens", T_U32, OFF(max_prompt_tokens), 0, 1,
 	  1u << 20, "prompt tokens (or text bytes) in one request" },
 	{ "limits", "max_new_tokens", "max-new-tokens", T_U32, OFF(max_new_tokens), 0, 1, 1u << 20,
@@ -179,16 +188,20 @@ void kvp_config_defaults(struct kvp_config *c)
 	/* a long-running daemon pays the copy once at start for faster decode ever after
 	 * (docs/compute.md measures both); compute/'s own default stays "map" */
 	c->weights = KVP_MODEL_WEIGHTS_COPY;
+	c->request_log = true;
+	c->memory_guard = true;
 	c->pool_bytes = 1ull << 30;
 	c->block_tokens = 16;
 	c->huge_pages = KVP_HUGE_AUTO;
 	c->kv_dtype = KVP_DTYPE_F32;
 	strcpy(c->socket_path, "/run/kvpool/kvpool.sock");
 	strcpy(c->status_path, "/run/kvpool/status.sock");
+	c->status_path_auto = true;
 	c->max_frame_bytes = 1u << 20;
 	c->max_conns = 256;
 	c->max_reqs_per_conn = 16;
 	c->outq_bytes = 4u << 20;
+	c->idle_timeout_ms = 300000;
 	c->max_prompt_tokens = 16384;
 	c->max_new_tokens = 4096;
 	c->max_running = 64;
@@ -234,6 +247,8 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 	int prio;
 	int r;
 
+	if (k->off == OFF(status_path))
+		c->status_path_auto = false; /* set: no longer derived from server.socket */
 	switch (k->type) {
 	case T_PATH:
 	case T_NAME:
@@ -481,6 +496,36 @@ static bool is_flag(const char *arg, const char *name, size_t len)
 	return strlen(name) == len && !strncmp(arg, name, len);
 }
 
+uint32_t kvp_config_conns_per_uid(const struct kvp_config *c)
+{
+	if (c->max_conns_per_uid)
+		return c->max_conns_per_uid;
+	return c->max_conns >= 4 ? c->max_conns / 4 : 1;
+}
+
+/*
+ * An unset status socket lives next to the request socket, so `--socket DIR/x.sock`
+ * alone moves both, and `kvpool --socket` finds the status socket the same way.
+ */
+static int resolve_status_path(struct kvp_config *c, char *err, size_t cap)
+{
+	const char *slash = strrchr(c->socket_path, '/');
+	int n;
+
+	if (!c->status_path_auto)
+		return 0;
+	n = snprintf(c->status_path, sizeof(c->status_path), "%.*sstatus.sock",
+		     slash ? (int)(slash - c->socket_path + 1) : 0, c->socket_path);
+	if (n >= (int)sizeof(c->status_path)) {
+		kvp_errmsg(err, cap,
+			   "server.status_socket: status.sock next to %s is longer than %zu "
+			   "bytes; set server.status_socket",
+			   c->socket_path, sizeof(c->status_path) - 1);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 			  enum kvp_config_action *act, char *err, size_t cap)
 {
@@ -595,7 +640,7 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 			return r;
 		}
 	}
-	return 0;
+	return resolve_status_path(c, err, cap);
 }
 
 static int check_group(const char *name, const char *key, char *err, size_t cap)

@@ -43,6 +43,9 @@ enum kvp_huge_pages {
  *                      KVP_MODEL_WEIGHTS_MAP (used in place from the file mapping)
  * @chat_template:      chat template family for CHAT requests that name none ("" = the
  *                      one the model's tokenizer.chat_template is recognised as)
+ * @request_log:        one info line per ended request (svc/reqlog.h)
+ * @memory_guard:       refuse to start when pool + model exceed the memory available
+ *                      (svc/memguard.h); off for operators who know better
  * [pool]
  * @pool_bytes:         size of the KV block pool
  * @block_tokens:       tokens per KV block
@@ -50,8 +53,12 @@ enum kvp_huge_pages {
  * @kv_dtype:           enum kvp_dtype of stored K/V
  * [server]
  * @socket_path, @status_path: Unix socket paths (status "" = no status socket)
+ * @status_path_auto:   status_socket was not set: it is status.sock in the request
+ *                      socket's directory (kvp_config_parse_args() resolves it)
  * @socket_group, @status_group: group owning each socket ("" = the daemon's group)
  * @max_frame_bytes, @max_conns, @max_reqs_per_conn, @outq_bytes: ipc/ limits
+ * @max_conns_per_uid:  connections one uid may hold; 0: a quarter of max_conns
+ * @idle_timeout_ms:    a connection with nothing in flight this long is closed; 0: never
  * [limits]
  * @max_prompt_tokens:  prompt tokens (or text bytes) in one request
  * @max_new_tokens:     generated tokens one request may ask for
@@ -85,6 +92,8 @@ struct kvp_config {
 	uint32_t drain_timeout_ms;
 	uint32_t weights;
 	char chat_template[KVP_CONFIG_NAME_MAX];
+	bool request_log;
+	bool memory_guard;
 
 	uint64_t pool_bytes;
 	uint32_t block_tokens;
@@ -93,12 +102,15 @@ struct kvp_config {
 
 	char socket_path[KVP_CONFIG_SOCK_MAX];
 	char status_path[KVP_CONFIG_SOCK_MAX];
+	bool status_path_auto;
 	char socket_group[KVP_CONFIG_NAME_MAX];
 	char status_group[KVP_CONFIG_NAME_MAX];
 	uint32_t max_frame_bytes;
 	uint32_t max_conns;
 	uint32_t max_reqs_per_conn;
 	uint64_t outq_bytes;
+	uint32_t max_conns_per_uid;
+	uint32_t idle_timeout_ms;
 
 	uint32_t max_prompt_tokens;
 	uint32_t max_new_tokens;
@@ -133,6 +145,9 @@ enum kvp_config_action {
 
 /* Fill @c with the documented defaults. */
 void kvp_config_defaults(struct kvp_config *c);
+
+/* max_conns_per_uid as the daemon applies it (0 resolved to a quarter of max_conns). */
+uint32_t kvp_config_conns_per_uid(const struct kvp_config *c);
 
 /**
  * kvp_config_set() - set one key from its text form

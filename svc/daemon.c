@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "compute/kernels/kernels.h"
@@ -51,7 +52,9 @@
 #include "svc/demo.h"
 #include "svc/domain.h"
 #include "svc/log.h"
+#include "svc/memguard.h"
 #include "svc/notify.h"
+#include "svc/preflight.h"
 #include "svc/requests.h"
 #include "svc/sched.h"
 #include "svc/stats.h"
@@ -68,6 +71,7 @@ struct kvp_daemon {
 	struct kvp_domains domains;
 	char model_path[PATH_MAX];
 	char model_name[64];
+	char model_fp[2 * KVP_MODEL_FP_BYTES + 1];
 	struct kvp_model *model;
 	struct kvp_tokenizer *tok;
 	struct kvp_chat_template tmpl; /* valid when have_tmpl, else tmpl_err says why */
@@ -240,6 +244,71 @@ err_model:
 	return r;
 }
 
+/* The demo model's file, for the memory guard before it is first written. */
+#define DEMO_MODEL_BYTES (420ull << 20)
+
+/*
+ * What can fail before the model loads and the pool is faulted in fails here, in a
+ * fraction of a second: socket paths, required huge pages, and whether pool and model
+ * fit the memory the machine and the cgroup give us (svc/preflight.h, svc/memguard.h).
+ */
+static int startup_checks(struct kvp_daemon *d)
+{
+	struct kvp_memguard_facts mf;
+	const char *model = *d->cfg.model_path ? d->cfg.model_path : NULL;
+	uint64_t pool = d->cfg.pool_bytes, model_bytes = DEMO_MODEL_BYTES;
+	const char *note = "the demo model";
+	char path[PATH_MAX + 16];
+	char err[1024];
+	struct stat st;
+	long hp;
+	int r;
+
+	r = kvp_preflight(&d->cfg, err, sizeof(err));
+	if (r < 0) {
+		kvp_log(LOG_ERR, "%s", err);
+		return r;
+	}
+	if (!d->cfg.memory_guard) {
+		kvp_log(LOG_NOTICE, "memory: not checked (daemon.memory_guard = no)");
+		return 0;
+	}
+	if (!model) {
+		snprintf(path, sizeof(path), "%s/demo.gguf", d->cfg.state_dir);
+		model = path;
+		note = "the demo model, its file";
+	} else {
+		note = "its file";
+	}
+	if (stat(model, &st) == 0)
+		model_bytes = (uint64_t)st.st_size;
+	else if (*d->cfg.model_path)
+		model_bytes = 0; /* opening it will say what is wrong */
+	else
+		note = "the demo model, not yet written";
+	/* a pool on reserved 2 MiB pages is counted by neither MemAvailable nor a cgroup */
+	hp = kvp_hugetlb_free_pages();
+	if (d->cfg.huge_pages != KVP_HUGE_OFF && hp > 0 &&
+	    (uint64_t)hp * KVP_HUGE_PAGE_BYTES >= pool + KVP_HUGE_PAGE_BYTES)
+		pool = 0;
+	kvp_memguard_read(&mf);
+	r = kvp_memguard_check(&mf, pool, model_bytes, note, err, sizeof(err));
+	if (r < 0) {
+		kvp_log(LOG_ERR, "%s", err);
+		return r;
+	}
+	if (mf.cg_limit == UINT64_MAX)
+		snprintf(err, sizeof(err), "none");
+	else
+		snprintf(err, sizeof(err), "%.1f MiB", (double)mf.cg_limit / (1 << 20));
+	kvp_log(LOG_INFO,
+		"memory: pool %.1f MiB%s + model %.1f MiB fit (MemAvailable %.1f MiB, cgroup "
+		"limit %s)",
+		(double)d->cfg.pool_bytes / (1 << 20), pool ? "" : " on huge pages",
+		(double)model_bytes / (1 << 20), (double)mf.mem_available / (1 << 20), err);
+	return 0;
+}
+
 /* The model's part of every domain's WELCOME, then each domain's pool layout. */
 static void set_welcomes(struct kvp_daemon *d)
 {
@@ -255,6 +324,8 @@ static void set_welcomes(struct kvp_daemon *d)
 	base.max_prompt_tokens = d->cfg.max_prompt_tokens;
 	memcpy(base.fingerprint, kvp_model_fingerprint(d->model), sizeof(base.fingerprint));
 	snprintf(base.model, sizeof(base.model), "%s", d->model_name);
+	for (unsigned int i = 0; i < KVP_MODEL_FP_BYTES; i++)
+		snprintf(d->model_fp + 2 * i, 3, "%02x", kvp_model_fingerprint(d->model)[i]);
 	for (uint32_t i = 0; i < d->domains.n_domains; i++)
 		kvp_domain_set_welcome(&d->domains.dom[i], &base);
 }
@@ -328,6 +399,8 @@ static int make_server(struct kvp_daemon *d)
 		.max_new_tokens = d->cfg.max_new_tokens,
 		.outq_bytes = d->cfg.outq_bytes > UINT32_MAX ? UINT32_MAX :
 							       (uint32_t)d->cfg.outq_bytes,
+		.max_conns_per_uid = kvp_config_conns_per_uid(&d->cfg),
+		.idle_timeout_ms = d->cfg.idle_timeout_ms,
 	};
 	struct kvp_server_ops ops;
 	int r;
@@ -342,6 +415,8 @@ static int make_server(struct kvp_daemon *d)
 	d->req.report = kvp_stats_report;
 	d->req.report_arg = &d->stats;
 	d->stats.model = d->model_name;
+	d->stats.model_fp = d->model_fp;
+	d->req.log.enabled = d->cfg.request_log;
 	d->stats.state = &d->state;
 	d->stats.t_start_ns = d->t_start_ns;
 	d->stats.sched = d->sched;
@@ -426,6 +501,9 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 	r = kvp_stats_init(&d->stats);
 	if (r < 0)
 		goto err_requests;
+	r = startup_checks(d);
+	if (r < 0)
+		goto err_stats;
 	r = load_model(d);
 	if (r < 0)
 		goto err_stats;

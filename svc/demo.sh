@@ -78,22 +78,46 @@ field() { # field NAME JSON -> the number after "NAME":
 show() { # show TITLE JSON
 	local j=$2
 	printf '%s\n' "$1"
-	# random synthetic weights over a byte vocabulary: the ids say more than the bytes
-	printf '    generated token ids (synthetic model, not meant to read well): %s\n' \
+	# random synthetic weights over a byte vocabulary: its text is noise by design, so
+	# the ids are shown rather than the bytes
+	printf '    generated token ids: %s\n' \
 		"$(sed -n 's/.*"tokens":\[\([0-9,]*\)\].*/\1/p' <<<"$j" | tr ',' ' ')"
+	printf '    (the demo model is synthetic: seeded random weights, so its tokens are noise;\n'
+	printf '     what matters here is the usage below)\n' 
 	for f in prompt_tokens cached_tokens cache_creation_tokens recomputed_tokens \
 		generated_tokens queue_ms ttft_ms prefill_ms decode_ms; do
 		printf '    %-22s %s\n' "$f" "$(field "$f" "$j")"
 	done
 }
 
+# gen TITLE PROMPT OUTVAR: one request, with a progress line while it computes (a cold
+# prefill of the demo model takes ~10 s on 2 vCPUs)
+gen() {
+	local out="$run/gen.json" t0=$SECONDS bg
+	"${kvpool[@]}" generate -p "$2" -n 24 --json >"$out" &
+	bg=$!
+	while kill -0 "$bg" 2>/dev/null; do
+		# a terminal gets one line rewritten; a log a line every 2 s
+		if [ -t 1 ]; then
+			printf '\r    %s: computing, %d s so far...' "$1" $((SECONDS - t0))
+		elif (((SECONDS - t0) % 2 == 1)); then
+			printf '    %s: computing, %d s so far...\n' "$1" $((SECONDS - t0))
+		fi
+		sleep 1
+	done
+	[ -t 1 ] && printf '\r'
+	printf '    %s: done in %d s.                \n' "$1" $((SECONDS - t0))
+	wait "$bg"
+	printf -v "$3" '%s' "$(cat "$out")"
+}
+
 sleep 0.2
 say "request 1: a ${#prompt1}-byte prompt, nothing cached yet"
-j1=$("${kvpool[@]}" generate -p "$prompt1" -n 24 --json)
+gen "request 1" "$prompt1" j1
 show "usage of request 1:" "$j1"
 
 say "request 2: shares all but its last sentence with request 1"
-j2=$("${kvpool[@]}" generate -p "$prompt2" -n 24 --json)
+gen "request 2" "$prompt2" j2
 show "usage of request 2:" "$j2"
 
 t1=$(field ttft_ms "$j1")
@@ -102,13 +126,17 @@ c2=$(field cached_tokens "$j2")
 p2=$(field prompt_tokens "$j2")
 say "result"
 awk -v t1="$t1" -v t2="$t2" -v c="$c2" -v p="$p2" 'BEGIN {
-	printf "    request 2 read %d of its %d prompt tokens from the cache;\n", c, p
+	printf "    request 2 read %d of its %d prompt tokens from the cache (%.1f%%);\n", c, p, 100 * c / p
 	printf "    time to first token: %.1f ms -> %.1f ms (%.1fx sooner)\n", t1, t2, t1 / t2
 }'
-st=$("${kvpool[@]}" status)
-printf '    pool: page kind %s, %s blocks cached, index token hit rate %s\n' \
-	"$(sed -n 's/.*"page_kind":"\([^"]*\)".*/\1/p' <<<"$st")" \
-	"$(field blocks_cached "$st")" "$(field token_hit_rate "$st")"
+st=$("${kvpool[@]}" status --json)
+awk -v kind="$(sed -n 's/.*"page_kind":"\([^"]*\)".*/\1/p' <<<"$st")" \
+	-v cached="$(field blocks_cached "$st")" -v rate="$(field token_hit_rate "$st")" 'BEGIN {
+	printf "    pool: page kind %s, %d blocks cached; prefix hit rate %.1f%% of prompt tokens\n",
+		kind, cached, 100 * rate
+}'
+say "kvpool status (the summary an operator sees)"
+"${kvpool[@]}" status | sed 's/^/    /' 
 
 say "stopping kvpoold (SIGTERM)"
 kill -TERM "$pid"

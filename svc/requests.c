@@ -31,6 +31,7 @@ int kvp_requests_init(struct kvp_requests *q)
 {
 	memset(q, 0, sizeof(*q));
 	q->conns = (struct kvp_conns)KVP_CONNS_INIT;
+	kvp_reqlog_init(&q->log);
 	q->evbuf = calloc(EVENT_BATCH, sizeof(*q->evbuf));
 	if (!q->evbuf)
 		goto err;
@@ -53,6 +54,7 @@ err:
 void kvp_requests_deinit(struct kvp_requests *q)
 {
 	kvp_conns_deinit(&q->conns);
+	kvp_reqlog_deinit(&q->log);
 	free(q->text_buf);
 	free(q->tok_buf);
 	free(q->evbuf);
@@ -125,6 +127,22 @@ static int tokenize_prompt(struct kvp_requests *q, const char *text, uint32_t le
 }
 
 /*
+ * A request refused before the engine had it: counted and logged (svc/reqlog.h).
+ * Return: @st.
+ */
+static int reject(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id, int st)
+{
+	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
+
+	q->rejected++;
+	if (c)
+		kvp_reqlog_end(&q->log, conn, req_id,
+			       &(struct kvp_reqlog_who){ c->client, c->peer.uid },
+			       (enum kvp_status)st, NULL, kvp_now_ns());
+	return st;
+}
+
+/*
  * Hand @r (its tokens owned by us) to the engine.  Return: KVP_OK (the tokens now
  * belong to the engine), or the status to answer with (the tokens are freed).
  */
@@ -133,6 +151,7 @@ static int submit(struct kvp_requests *q, struct kvp_conn_rec *c, struct kvp_sch
 	int st = kvp_sched_submit(q->sched, r);
 
 	if (st == 0) {
+		kvp_reqlog_start(&q->log, r->conn, r->req_id, r->t_recv_ns);
 		c->in_flight++;
 		c->requests++;
 		q->domains->dom[c->domain].requests++;
@@ -140,8 +159,7 @@ static int submit(struct kvp_requests *q, struct kvp_conn_rec *c, struct kvp_sch
 	}
 	free(r->tokens);
 	r->tokens = NULL;
-	q->rejected++;
-	return submit_status(st);
+	return reject(q, r->conn, r->req_id, submit_status(st));
 }
 
 static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
@@ -162,16 +180,12 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 		st = tokenize_prompt(q, text, g->text_bytes,
 				     g->flags & KVP_GEN_PARSE_SPECIAL ? KVP_TOK_PARSE_SPECIAL : 0,
 				     &r);
-		if (st != KVP_OK) {
-			q->rejected++;
-			return st;
-		}
+		if (st != KVP_OK)
+			return reject(q, conn, req_id, st);
 	} else {
 		r.tokens = malloc((size_t)g->n_tokens * sizeof(int32_t));
-		if (!r.tokens) {
-			q->rejected++;
-			return KVP_E_INTERNAL;
-		}
+		if (!r.tokens)
+			return reject(q, conn, req_id, KVP_E_INTERNAL);
 		memcpy(r.tokens, tokens, (size_t)g->n_tokens * sizeof(int32_t));
 		r.n_tokens = g->n_tokens;
 	}
@@ -190,8 +204,8 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 static int refuse(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id, enum kvp_status st,
 		  const char *msg)
 {
-	q->rejected++;
 	kvp_server_send_error(q->srv, conn, req_id, st, msg);
+	reject(q, conn, req_id, st);
 	return KVP_OK;
 }
 
@@ -230,10 +244,8 @@ static int op_tokenize(void *ctx, kvp_conn_id conn, uint64_t req_id, const struc
 	/* the text is at most max_prompt_tokens bytes; no vocabulary needs 3 ids a byte + 4 */
 	r = kvp_gen_tokenize(&ids, &n, q->tok, text, t->text_bytes, flags,
 			     3 * q->max_prompt_tokens + 4);
-	if (r < 0) {
-		q->rejected++;
-		return r == -E2BIG ? KVP_E_LIMIT : KVP_E_INTERNAL;
-	}
+	if (r < 0)
+		return reject(q, conn, req_id, r == -E2BIG ? KVP_E_LIMIT : KVP_E_INTERNAL);
 	r = answer_ids(q, conn, req_id, ids, n, NULL, 0);
 	free(ids);
 	return r;
@@ -255,8 +267,7 @@ static int op_detokenize(void *ctx, kvp_conn_id conn, uint64_t req_id,
 
 		if (!grown) {
 			free(text);
-			q->rejected++;
-			return KVP_E_INTERNAL;
+			return reject(q, conn, req_id, KVP_E_INTERNAL);
 		}
 		text = grown;
 		n = kvp_tokenizer_decode(q->tok, ids, d->n_tokens, flags, text, cap);
@@ -266,8 +277,8 @@ static int op_detokenize(void *ctx, kvp_conn_id conn, uint64_t req_id,
 	}
 	if (n < 0) {
 		free(text);
-		q->rejected++;
-		return KVP_E_INVALID; /* ids were checked against n_vocab: cannot happen */
+		/* ids were checked against n_vocab: cannot happen */
+		return reject(q, conn, req_id, KVP_E_INVALID);
 	}
 	r = answer_ids(q, conn, req_id, NULL, 0, text, (size_t)n);
 	free(text);
@@ -312,10 +323,8 @@ static int op_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uin
 		return refuse(q, conn, req_id, KVP_E_INVALID, q->tmpl_err);
 	}
 	cm = malloc(ch->n_messages * sizeof(*cm));
-	if (!cm) {
-		q->rejected++;
-		return KVP_E_INTERNAL;
-	}
+	if (!cm)
+		return reject(q, conn, req_id, KVP_E_INTERNAL);
 	for (uint32_t i = 0; i < ch->n_messages; i++)
 		cm[i] = (struct kvp_chat_msg){ .role = chat_roles[msgs[i].role],
 					       .content = msgs[i].text,
@@ -332,10 +341,8 @@ static int op_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uin
 	}
 	if (st == -EINVAL)
 		return refuse(q, conn, req_id, KVP_E_INVALID, err);
-	if (st < 0) {
-		q->rejected++;
-		return KVP_E_INTERNAL;
-	}
+	if (st < 0)
+		return reject(q, conn, req_id, KVP_E_INTERNAL);
 	/* the prompt's ids first: the client continues the conversation on them */
 	st = kvp_server_send_ids(q->srv, conn, req_id, r.tokens, r.n_tokens, NULL, 0);
 	if (st < 0) {
@@ -373,8 +380,12 @@ static void op_closed(void *ctx, kvp_conn_id conn)
 
 	if (!c)
 		return;
-	if (c->in_flight)
+	if (c->in_flight) {
 		kvp_sched_conn_closed(q->sched, conn);
+		kvp_reqlog_conn_closed(&q->log, conn,
+				       &(struct kvp_reqlog_who){ c->client, c->peer.uid },
+				       kvp_now_ns());
+	}
 	kvp_conns_drop(&q->conns, conn);
 }
 
@@ -457,6 +468,9 @@ void kvp_requests_on_events(void *arg)
 				ended(c);
 				c->generated_tokens += e->usage.generated_tokens;
 				c->cached_tokens += e->usage.cached_tokens;
+				kvp_reqlog_end(&q->log, e->conn, e->req_id,
+					       &(struct kvp_reqlog_who){ c->client, c->peer.uid },
+					       KVP_OK, &e->usage, kvp_now_ns());
 				kvp_server_send_done(q->srv, e->conn, e->req_id, &e->usage);
 			} else if (c && e->type == KVP_SCHED_EV_ERROR) {
 				char msg[KVP_SCHED_EV_TEXT + 1];
@@ -464,6 +478,9 @@ void kvp_requests_on_events(void *arg)
 				memcpy(msg, e->text, e->text_len);
 				msg[e->text_len] = '\0';
 				ended(c);
+				kvp_reqlog_end(&q->log, e->conn, e->req_id,
+					       &(struct kvp_reqlog_who){ c->client, c->peer.uid },
+					       (enum kvp_status)e->status, NULL, kvp_now_ns());
 				kvp_server_send_error(q->srv, e->conn, e->req_id,
 						      (enum kvp_status)e->status, msg);
 			}

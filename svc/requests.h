@@ -33,6 +33,7 @@
 
 #include "ipc/server.h"
 #include "svc/conns.h"
+#include "svc/reqlog.h"
 
 struct kvp_chat_template;
 struct kvp_domains;
@@ -54,6 +55,7 @@ typedef int kvp_status_report_fn(void *arg, enum kvp_status_fmt fmt, char *buf, 
  * @conns:         the connections that said HELLO
  * @rejected:      GENERATEs refused here or by the engine's admission
  * @evbuf, @tok_buf, @text_buf: one batch of engine events and its coalesced TOKEN
+ * @log:           each ended request's log line and latency histograms
  */
 struct kvp_requests {
 	struct kvp_domains *domains;
@@ -72,6 +74,7 @@ struct kvp_requests {
 	struct kvp_sched_event *evbuf;
 	int32_t *tok_buf;
 	char *text_buf;
+	struct kvp_reqlog log;
 };
 
 /**

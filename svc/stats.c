@@ -51,6 +51,9 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 
 	snprintf(s->version, sizeof(s->version), "%s", KVP_VERSION);
 	snprintf(s->model, sizeof(s->model), "%s", src->model);
+	snprintf(s->model_fp, sizeof(s->model_fp), "%s", src->model_fp ? src->model_fp : "");
+	static_assert(sizeof(s->lat) == sizeof(src->req->log.lat), "histograms");
+	memcpy(s->lat, src->req->log.lat, sizeof(s->lat));
 	snprintf(s->state, sizeof(s->state), "%s", *src->state);
 	s->uptime_ms = (kvp_now_ns() - src->t_start_ns) / 1000000;
 	s->pid = (uint32_t)getpid();

@@ -21,6 +21,7 @@ struct kvp_status_snap;
 /**
  * struct kvp_stats - where the figures come from (all borrowed; set by the owner)
  * @model:      the model's name
+ * @model_fp:   its fingerprint, hex
  * @state:      the daemon's state word ("starting", "serving", "draining"), read at
  *              each report
  * @t_start_ns: when the daemon started (CLOCK_MONOTONIC)
@@ -31,6 +32,7 @@ struct kvp_status_snap;
  */
 struct kvp_stats {
 	const char *model;
+	const char *model_fp;
 	const char *const *state;
 	uint64_t t_start_ns;
 	struct kvp_sched *sched;

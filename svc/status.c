@@ -27,6 +27,7 @@
 
 #include "util/buf.h"
 #include "util/json.h"
+#include "util/utf8.h"
 
 enum kind {
 	K_U64,	   /* uint64_t */
@@ -40,6 +41,8 @@ enum kind {
 	K_CONNS,   /* the listed connections: a JSON array */
 	K_DOMAINS, /* the domains: a JSON array */
 	K_ITL,	   /* sched's inter-token histogram: a JSON object; a Prometheus histogram */
+	K_HIST,	   /* struct kvp_hist: a Prometheus histogram (seconds) */
+	K_INFO,	   /* Prometheus only: 1, labelled {labels="<str at off>",labels2="<at off2>"} */
 };
 
 /**
@@ -53,6 +56,7 @@ enum kind {
  * @type:     "gauge" or "counter"
  * @help:     HELP text, on the first sample of a family only
  * @div:      Prometheus value = source / div (1000: milliseconds to seconds)
+ * @labels2, @size2: K_INFO's second label and the size of its source at @off2
  */
 struct def {
 	const char *section;
@@ -66,6 +70,8 @@ struct def {
 	const char *type;
 	const char *help;
 	double div;
+	const char *labels2;
+	size_t size2;
 };
 
 /* The tables below are laid out by hand, to be read as tables. */
@@ -81,9 +87,20 @@ struct def {
 	{ .section = sec, .key = k, .kind = kd, .off = S(f), .size = SZ(f), .prom = p,	\
 	  .labels = lab, .type = t, .help = h, .div = d }
 
+/* A histogram of ended requests' times (Prometheus only). */
+#define H(which, p, h)									\
+	{ .section = "usage", .kind = K_HIST, .off = S(lat[which]), .size = SZ(lat[which]),	\
+	  .prom = p, .labels = "", .type = "histogram", .help = h, .div = 1 }
+
 static const struct def defs[] = {
-	J("daemon", "version", K_STR, version),
+	JP("daemon", "version", K_STR, version, "build_info", "version", "gauge",
+	   "The daemon's version (1).", 1),
 	J("daemon", "model", K_STR, model),
+	J("daemon", "model_fingerprint", K_STR, model_fp),
+	{ .section = "daemon", .kind = K_INFO, .off = S(model), .size = SZ(model),
+	  .off2 = S(model_fp), .size2 = SZ(model_fp), .prom = "model_info", .labels = "name",
+	  .labels2 = "fingerprint", .type = "gauge",
+	  .help = "The model served: its name and fingerprint (1).", .div = 1 },
 	J("daemon", "state", K_STR, state),
 	J("daemon", "pid", K_U32, pid),
 	JP("daemon", "uptime_ms", K_U64, uptime_ms, "uptime_seconds", "", "gauge",
@@ -149,10 +166,8 @@ static const struct def defs[] = {
 	JP("scheduler", "requests_rejected", K_U64, req_rejected, "requests_total",
 	   "{outcome=\"rejected\"}", NULL, NULL, 1),
 	J("scheduler", "ttft_samples", K_U64, sched.ttft_samples),
-	JP("scheduler", "ttft_p50_ms", K_DBL, sched.ttft_p50_ms, "ttft_seconds",
-	   "{quantile=\"0.5\"}", "gauge", "Time to first token over recent requests.", 1000),
-	JP("scheduler", "ttft_p99_ms", K_DBL, sched.ttft_p99_ms, "ttft_seconds",
-	   "{quantile=\"0.99\"}", NULL, NULL, 1000),
+	J("scheduler", "ttft_p50_ms", K_DBL, sched.ttft_p50_ms),
+	J("scheduler", "ttft_p99_ms", K_DBL, sched.ttft_p99_ms),
 	J("scheduler", "policy", K_STR, sched_policy),
 	JP("scheduler", "queued_high", K_U64, sched.queued_high, "sched_queued_by_priority",
 	   "{class=\"high\"}", "gauge", "Requests waiting for admission by priority (> 0, 0, < 0).",
@@ -170,10 +185,9 @@ static const struct def defs[] = {
 	J("scheduler", "itl_max_ms", K_DBL, sched.itl_max_ms),
 	JP("scheduler", "itl_histogram", K_ITL, sched.itl_le, "inter_token_seconds", "",
 	   "histogram", "Time between two tokens of a request.", 1000),
-	JP("scheduler", "step_p50_ms", K_DBL, sched.step_p50_ms, "sched_step_seconds",
-	   "{quantile=\"0.5\"}", "gauge", "Engine step time over recent working steps.", 1000),
-	JP("scheduler", "step_p99_ms", K_DBL, sched.step_p99_ms, "sched_step_seconds",
-	   "{quantile=\"0.99\"}", NULL, NULL, 1000),
+	/* quantiles stay in the JSON: Prometheus gets histograms, which aggregate */
+	J("scheduler", "step_p50_ms", K_DBL, sched.step_p50_ms),
+	J("scheduler", "step_p99_ms", K_DBL, sched.step_p99_ms),
 	J("scheduler", "step_max_ms", K_DBL, sched.step_max_ms),
 	JP("scheduler", "step_target_ms", K_DBL, sched.step_target_ms, "sched_step_target_seconds",
 	   "", "gauge", "Step time aimed at while requests generate (fair policy).", 1000),
@@ -210,6 +224,11 @@ static const struct def defs[] = {
 	   "{phase=\"prefill\"}", NULL, NULL, 1000),
 	JP("usage", "decode_ms", K_MS, sched.decode_ms, "request_seconds_total",
 	   "{phase=\"decode\"}", NULL, NULL, 1000),
+	H(KVP_LAT_TTFT, "ttft_seconds",
+	  "Time to first token: receipt to the first generated token, per request."),
+	H(KVP_LAT_QUEUE, "queue_seconds", "Receipt to admission (blocks reserved), per request."),
+	H(KVP_LAT_PREFILL, "prefill_seconds", "Prefill compute time, per request."),
+	H(KVP_LAT_DECODE, "decode_seconds", "First token to the last, per request."),
 
 	J("tier", "state", K_STR, tier_state),
 	J("tier", "slots", K_U64, sched.tier.tier.slots),
@@ -242,10 +261,8 @@ static const struct def defs[] = {
 	J("tier", "saved", K_U64, sched.tier.saved),
 	J("tier", "reloads", K_U64, sched.tier.reloads),
 	J("tier", "reload_failures", K_U64, sched.tier.reload_failures),
-	JP("tier", "reload_p50_ms", K_DBL, tier_reload_p50_ms, "tier_reload_seconds",
-	   "{quantile=\"0.5\"}", "gauge", "Time to read a block back, recent reads.", 1000),
-	JP("tier", "reload_p99_ms", K_DBL, tier_reload_p99_ms, "tier_reload_seconds",
-	   "{quantile=\"0.99\"}", NULL, NULL, 1000),
+	J("tier", "reload_p50_ms", K_DBL, tier_reload_p50_ms),
+	J("tier", "reload_p99_ms", K_DBL, tier_reload_p99_ms),
 	J("tier", "flushes", K_U64, sched.tier.flushes),
 	J("tier", "rebuilt", K_U64, sched.tier.tier.rebuilt),
 	J("tier", "orphans", K_U64, sched.tier.tier.orphans),
@@ -259,6 +276,15 @@ static const struct def defs[] = {
 	   "counter", "Connections accepted.", 1),
 	JP("connections", "refused", K_U64, server.conns_refused, "connections_refused_total",
 	   "", "counter", "Connections refused (limit).", 1),
+	JP("connections", "refused_per_uid", K_U64, server.conns_refused_uid,
+	   "connections_refused_per_uid_total", "", "counter",
+	   "Connections refused because their uid held server.max_conns_per_uid.", 1),
+	JP("connections", "refused_no_fds", K_U64, server.conns_refused_fds,
+	   "connections_refused_no_fds_total", "", "counter",
+	   "Connections answered BUSY because the daemon was out of file descriptors.", 1),
+	JP("connections", "idle_closed", K_U64, server.idle_closes, "connections_idle_closed_total",
+	   "", "counter", "Connections closed after server.idle_timeout_ms with nothing in flight.",
+	   1),
 	J("connections", "frames_in", K_U64, server.frames_in),
 	J("connections", "frames_out", K_U64, server.frames_out),
 	JP("connections", "protocol_errors", K_U64, server.proto_errors, "protocol_errors_total",
@@ -433,6 +459,9 @@ static void json_member(struct kvp_json *j, const struct def *d, const void *bas
 	case K_ITL:
 		json_itl(j, d->key, s);
 		break;
+	case K_HIST:
+	case K_INFO:
+		break; /* Prometheus only */
 	}
 }
 
@@ -493,6 +522,53 @@ static void prom_sample(struct kvp_buf *o, const char *name, const char *labels,
 	kvp_buf_printf(o, "kvpool_%s%s %.15g\n", name, labels, finite_or_zero(v));
 }
 
+/*
+ * A label value as the text format wants it: backslash, quote and newline escaped; other
+ * control characters and bytes that are not well-formed UTF-8 (a model's name is what
+ * its file says) become '?', so the exposition always parses.
+ */
+static void prom_label(char *out, size_t cap, const char *p, size_t n)
+{
+	size_t k = 0;
+
+	n = strnlen(p, n);
+	for (size_t i = 0; i < n && k + 5 < cap;) {
+		unsigned char c = (unsigned char)p[i];
+		size_t len = c < 0x80 ? 1 : kvp_utf8_char_len(p + i, n - i);
+
+		if (c >= 0x80 && len) {
+			memcpy(out + k, p + i, len);
+			k += len;
+			i += len;
+			continue;
+		}
+		if (c == '\\' || c == '"' || c == '\n') {
+			out[k++] = '\\';
+			out[k++] = c == '\n' ? 'n' : (char)c;
+		} else {
+			out[k++] = c < 0x20 || c >= 0x7f ? '?' : (char)c;
+		}
+		i++;
+	}
+	out[k] = '\0';
+}
+
+/* kvpool_<name>_bucket{le=...} (cumulative), _sum and _count of one histogram. */
+static void prom_hist(struct kvp_buf *o, const struct def *d, const struct kvp_status_snap *s)
+{
+	struct kvp_hist h;
+
+	memcpy(&h, (const char *)s + d->off, sizeof(h));
+	for (unsigned int i = 0; i < KVP_HIST_BUCKETS; i++)
+		kvp_buf_printf(o, "kvpool_%s_bucket{le=\"%g\"} %llu\n", d->prom,
+			       kvp_hist_bounds_s[i],
+			       (unsigned long long)kvp_hist_cumulative(&h, i));
+	kvp_buf_printf(o, "kvpool_%s_bucket{le=\"+Inf\"} %llu\n", d->prom,
+		       (unsigned long long)h.count);
+	kvp_buf_printf(o, "kvpool_%s_sum %.15g\nkvpool_%s_count %llu\n", d->prom,
+		       finite_or_zero(h.sum_s), d->prom, (unsigned long long)h.count);
+}
+
 /* kvpool_arena_blocks: each listed arena's blocks by state (the total is pool_blocks). */
 static void prom_arenas(struct kvp_buf *o, const struct def *d, const struct kvp_status_snap *s)
 {
@@ -534,7 +610,7 @@ static void prom_itl(struct kvp_buf *o, const struct def *d, const struct kvp_st
 int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t cap)
 {
 	struct kvp_buf out;
-	char lab[96];
+	char lab[400];
 
 	kvp_buf_init_fixed(&out, buf, cap);
 	for (size_t i = 0; i < N(defs); i++) {
@@ -553,11 +629,22 @@ int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t ca
 		if (d->help)
 			kvp_buf_printf(&out, "# HELP kvpool_%s %s\n# TYPE kvpool_%s %s\n", d->prom,
 				       d->help, d->prom, d->type);
-		if (d->kind == K_STR) {
+		if (d->kind == K_HIST) {
+			prom_hist(&out, d, s);
+			continue;
+		}
+		if (d->kind == K_STR || d->kind == K_INFO) {
 			const char *p = (const char *)s + d->off;
+			char v1[2 * 64 + 1], v2[2 * 64 + 1] = "";
 
-			snprintf(lab, sizeof(lab), "{%s=\"%.*s\"}", d->labels,
-				 (int)strnlen(p, d->size), p);
+			prom_label(v1, sizeof(v1), p, d->size);
+			if (d->kind == K_INFO)
+				prom_label(v2, sizeof(v2), (const char *)s + d->off2, d->size2);
+			if (d->kind == K_INFO)
+				snprintf(lab, sizeof(lab), "{%s=\"%s\",%s=\"%s\"}", d->labels, v1,
+					 d->labels2, v2);
+			else
+				snprintf(lab, sizeof(lab), "{%s=\"%s\"}", d->labels, v1);
 			prom_sample(&out, d->prom, lab, 1);
 			continue;
 		}

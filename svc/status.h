@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "ipc/server.h" /* struct kvp_server_stats */
+#include "svc/reqlog.h" /* struct kvp_hist, enum kvp_lat */
 #include "svc/sched.h"	/* struct kvp_sched_stats */
 
 #define KVP_STATUS_MAX_ARENAS 16 /* arenas listed (the rest still summed) */
@@ -54,7 +55,8 @@ struct kvp_status_domain {
 struct kvp_status_snap {
 	char version[16];
 	char model[64];
-	char state[16]; /* "starting", "serving", "draining" */
+	char model_fp[33]; /* the model's fingerprint, hex */
+	char state[16];	   /* "starting", "serving", "draining" */
 	uint64_t uptime_ms;
 	uint32_t pid;
 
@@ -70,12 +72,13 @@ struct kvp_status_snap {
 	uint64_t blocks_used;
 	uint64_t blocks_cached;
 	uint64_t blocks_free;
-	uint64_t index_inserts; /* publishes that added an entry */
-	uint64_t req_total;	/* the engine's, plus @req_rejected */
-	uint64_t req_rejected;	/* refused before or at submission */
-	char sched_policy[8];	/* "fair", "fifo" */
-	char tier_state[12];	/* "off" (none configured), "on", "degraded" */
-	int64_t tier_degraded;	/* the -errno that turned the tier off, 0 */
+	uint64_t index_inserts;		     /* publishes that added an entry */
+	uint64_t req_total;		     /* the engine's, plus @req_rejected */
+	uint64_t req_rejected;		     /* refused before or at submission */
+	struct kvp_hist lat[KVP_LAT__COUNT]; /* per-request times of ended requests */
+	char sched_policy[8];		     /* "fair", "fifo" */
+	char tier_state[12];		     /* "off" (none configured), "on", "degraded" */
+	int64_t tier_degraded;		     /* the -errno that turned the tier off, 0 */
 	double tier_reload_p50_ms;
 	double tier_reload_p99_ms;
 	double tier_scan_ms; /* the rebuild scan at start */

@@ -5,7 +5,8 @@ set -euo pipefail
 
 pkgs=(gcc pkg-config meson ninja-build git
       liburing-dev libhwloc-dev libopenblas-dev libxxhash-dev libcmocka-dev libinih-dev
-      libpcre2-dev libjansson-dev clang-format-14 fio e2fsprogs)
+      libpcre2-dev libjansson-dev clang-format-14 fio e2fsprogs
+      prometheus systemd)	# promtool checks the metrics; systemd-analyze the unit
 
 # The tokenizer and chat-template oracles run on Node (the base image has it; Debian's
 # nodejs/npm otherwise).

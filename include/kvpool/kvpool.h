@@ -2,6 +2,9 @@
 /*
  * kvpool/kvpool.h - libkvpool, the C client of kvpoold.
  *
+ * Needs C11 or later (static_assert of <assert.h>, used to pin the ABI); an older
+ * -std= stops at an #error saying so.  Link with -lkvpool (pkg-config: kvpool).
+ *
  * A struct kvp_client is one connection to the request socket.  kvp_client_connect()
  * sends HELLO and waits for WELCOME: the model's vocabulary and limits, the pool
  * layout, and (when the daemon passes it) the sealed read-only pool segment, which the

@@ -2,6 +2,9 @@
 /*
  * kvpool/layout.h - pool geometry as clients see it (ABI, versioned).
  *
+ * Needs C11 or later (static_assert of <assert.h>, used to pin the ABI); an older
+ * -std= stops at an #error saying so.  Link with -lkvpool (pkg-config: kvpool).
+ *
  * A client that maps a pool segment read-only (the fd passed in WELCOME) finds the
  * K/V of block id at  data_offset + id * block_stride  and, inside a block, the run of
  * (layer, k|v, kv_head) at  ((layer * 2 + kv) * n_kv_heads + kv_head) * head_bytes,
@@ -12,6 +15,10 @@
  */
 #ifndef KVPOOL_LAYOUT_H
 #define KVPOOL_LAYOUT_H
+
+#if !defined(__cplusplus) && (!defined(__STDC_VERSION__) || __STDC_VERSION__ < 201112L)
+#error "the kvpool headers need C11 or later (e.g. -std=c11 or -std=gnu17)"
+#endif
 
 #include <assert.h>
 #include <stddef.h>

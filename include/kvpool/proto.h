@@ -2,6 +2,9 @@
 /*
  * kvpool/proto.h - the kvpool wire protocol (ABI, versioned).  docs/protocol.md is the prose.
  *
+ * Needs C11 or later (static_assert of <assert.h>, used to pin the ABI); an older
+ * -std= stops at an #error saying so.  Link with -lkvpool (pkg-config: kvpool).
+ *
  * Every frame is a 24-byte little-endian header followed by len_bytes of payload.  A
  * connection starts with HELLO; the daemon answers WELCOME (with the sealed read-only
  * pool fd attached by SCM_RIGHTS) or ERROR and closes.  Requests carry a client-chosen
@@ -12,6 +15,10 @@
  */
 #ifndef KVPOOL_PROTO_H
 #define KVPOOL_PROTO_H
+
+#if !defined(__cplusplus) && (!defined(__STDC_VERSION__) || __STDC_VERSION__ < 201112L)
+#error "the kvpool headers need C11 or later (e.g. -std=c11 or -std=gnu17)"
+#endif
 
 #include <assert.h>
 #include <stddef.h>

@@ -4,6 +4,8 @@
  *
  *   kvpool [--socket PATH] [--status-socket PATH] COMMAND [options]
  *
+ * Without --status-socket, the status socket is status.sock next to --socket, as the
+ * daemon places it (or the default path when neither is given).
  * generate streams a request's text to stdout (usage on stderr) or prints one JSON
  * object; chat holds a conversation (interactive on a terminal, else one turn per
  * --message or per line of stdin) on libkvpool's struct kvp_client_conv, so each turn
@@ -28,8 +30,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "kvpool/kvpool.h"
 #include "util/buf.h"
+#include "util/escape.h"
 #include "util/json.h"
 #include "util/parse.h"
 #include "util/stats.h"
@@ -37,8 +42,15 @@
 
 #define EXIT_USAGE 2
 
+#ifndef KVP_VERSION
+#define KVP_VERSION "unknown"
+#endif
+
 static const char *sock_path;
 static const char *status_path;
+static char status_buf[4096]; /* status.sock next to --socket */
+/* where a usage error points: the command's own help once a command is chosen */
+static const char *help_hint = "kvpool --help";
 
 static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -50,8 +62,41 @@ static void die_usage(const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputs(" (see kvpool --help)\n", stderr);
+	fprintf(stderr, " (see %s)\n", help_hint);
 	exit(EXIT_USAGE);
+}
+
+/*
+ * getopt_long() returned '?' or ':' (opterr is 0, so it printed nothing): one message
+ * naming the option as typed.
+ */
+static void die_bad_option(int opt, char **argv)
+{
+	const char *arg = argv[optind - 1];
+
+	if (optopt && (!arg || strncmp(arg, "--", 2)))
+		die_usage(opt == ':' ? "option '-%c' needs a value" : "unknown option '-%c'",
+			  optopt);
+	die_usage(opt == ':' ? "option '%s' needs a value" : "unknown option '%s'", arg);
+}
+
+/*
+ * Why connecting to the daemon failed, in words an operator can act on: nothing
+ * listening, or no permission, is not the same as a daemon that refused.
+ */
+static void print_connect_error(const char *what, const char *path, int r, const char *detail)
+{
+	if (r == -ENOENT || r == -ECONNREFUSED)
+		fprintf(stderr,
+			"kvpool: no kvpoold listening on %s (is the service running? see %s)\n",
+			path, what);
+	else if (r == -EACCES || r == -EPERM)
+		fprintf(stderr,
+			"kvpool: no permission to connect to %s (join the group that owns it, "
+			"kvpool for the service)\n",
+			path);
+	else
+		fprintf(stderr, "kvpool: %s\n", detail);
 }
 
 /* ------------------------------------------------------------ strict parsing */
@@ -199,20 +244,53 @@ static void on_sigint(int sig)
 	interrupted = 1;
 }
 
+/**
+ * struct gen_out - what one generate has received
+ * @json:     keep ids and text for one JSON object at the end
+ * @tty:      stdout is a terminal: text is escaped (util/escape.h), else raw bytes
+ * @n_recv:   token ids received (also without --json: the partial usage needs it)
+ * @t0_ms, @ttft_ms: submit time, and first token as seen here (< 0: none yet)
+ * @midline:  text was printed and its last byte was not a newline
+ * @got_done: a DONE arrived; @u holds its usage
+ */
 struct gen_out {
 	bool json;
+	bool tty;
 	int32_t *ids;
 	size_t n_ids, cap_ids;
 	struct kvp_buf text;
+	uint64_t n_recv;
+	double t0_ms, ttft_ms;
+	bool midline;
+	bool got_done;
 };
+
+static double now_ms(void);
 
 /* One TOKEN event: print its text, or keep ids and text for --json.  Return -ENOMEM. */
 static int on_tokens(struct gen_out *g, const int32_t *ids, uint32_t n, const char *text,
 		     uint32_t len)
 {
+	g->n_recv += n;
+	if (g->ttft_ms < 0 && n)
+		g->ttft_ms = now_ms() - g->t0_ms;
 	if (!g->json) {
-		fwrite(text, 1, len, stdout);
+		if (g->tty) {
+			struct kvp_buf e = KVP_BUF_INIT;
+
+			kvp_escape_tty(&e, text, len);
+			if (e.err) {
+				kvp_buf_deinit(&e);
+				return -ENOMEM;
+			}
+			fwrite(e.p, 1, e.len, stdout);
+			kvp_buf_deinit(&e);
+		} else {
+			fwrite(text, 1, len, stdout);
+		}
 		fflush(stdout);
+		if (len)
+			g->midline = text[len - 1] != '\n';
 		return 0;
 	}
 	if (g->n_ids + n > g->cap_ids) {
@@ -244,6 +322,8 @@ static int run_generate(struct kvp_client *c, const struct kvp_client_prompt *pr
 	uint64_t id;
 	int r;
 
+	out->t0_ms = now_ms();
+	out->ttft_ms = -1;
 	r = kvp_client_submit(c, pr, p, &id);
 	while (!r) {
 		struct pollfd pfd = { .fd = kvp_client_socket_fd(c), .events = POLLIN };
@@ -276,6 +356,7 @@ static int run_generate(struct kvp_client *c, const struct kvp_client_prompt *pr
 		}
 		if (ev.type == KVP_EVENT_DONE) {
 			*u = ev.usage;
+			out->got_done = true;
 			if (ev.status && ev.status != KVP_E_CANCELLED)
 				snprintf(why, cap, "generation stopped: %s",
 					 kvp_client_strerror(ev.status));
@@ -301,8 +382,9 @@ static void generate_help(FILE *o)
 	      "  -p, --prompt TEXT      prompt text, tokenized by the daemon\n"
 	      "      --tokens LIST      prompt as comma-separated token ids\n"
 	      "      --prompt-file F    prompt text read from file F ('-': stdin)\n"
-	      "  -n, --max-new-tokens N tokens to generate at most (default 64; the daemon\n"
-	      "                         caps it, see its max_new_tokens)\n"
+	      "  -n, --max-new-tokens N tokens to generate at most: 1 .. the daemon's\n"
+	      "                         limits.max_new_tokens (4096 unless configured);\n"
+	      "                         default 64, or that limit if lower\n"
 	      "      --temperature T    0 = greedy (default), up to 100\n"
 	      "      --top-k K          sample from the K most likely tokens; 0 = off (default)\n"
 	      "      --top-p P          nucleus sampling, in (0, 1]; 1 = off (default)\n"
@@ -317,8 +399,29 @@ static void generate_help(FILE *o)
 	      "                         running first\n"
 	      "      --json             print one JSON object instead: tokens (generated ids),\n"
 	      "                         text and usage\n"
-	      "Ctrl-C cancels the request.\n",
+	      "Ctrl-C cancels the request.  On a terminal, control characters and bytes that\n"
+	      "are not UTF-8 in the text are shown as \\xNN; piped, the bytes are written as\n"
+	      "they are.\n",
 	      o);
+}
+
+/* Print the usage of a DONE on stderr (@how: "" or why it stopped early). */
+static void print_usage_line(const struct kvp_usage *u, const char *how)
+{
+	fprintf(stderr,
+		"usage: prompt_tokens %u, cached_tokens %u, cache_creation_tokens %u, "
+		"recomputed_tokens %u, generated_tokens %u; queue %.1f ms, ttft %.1f ms, "
+		"prefill %.1f ms, decode %.1f ms%s",
+		u->prompt_tokens, u->cached_tokens, u->cache_creation_tokens, u->recomputed_tokens,
+		u->generated_tokens, u->queue_ms, u->ttft_ms, u->prefill_ms, u->decode_ms, how);
+	/* the fields of protocol version 2, when they say something */
+	if (u->cached_tokens_disk || u->preemptions)
+		fprintf(stderr,
+			"; cached_tokens_disk %u, preemptions %u, swapped_tokens %u, "
+			"resume_computed_tokens %u",
+			u->cached_tokens_disk, u->preemptions, u->swapped_tokens,
+			u->resume_computed_tokens);
+	fputc('\n', stderr);
 }
 
 static int cmd_generate(int argc, char **argv)
@@ -350,10 +453,12 @@ static int cmd_generate(int argc, char **argv)
 	int n_prompts = 0, opt, r;
 	char *file_text = NULL;
 	int32_t *ids = NULL;
+	bool n_given = false;
 
+	help_hint = "kvpool generate --help";
 	kvp_client_params_init(&p);
 	p.max_new_tokens = 64;
-	while ((opt = getopt_long(argc, argv, "p:n:h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'p':
 			pr.text = optarg;
@@ -372,6 +477,7 @@ static int cmd_generate(int argc, char **argv)
 			break;
 		case 'n':
 			p.max_new_tokens = (uint32_t)parse_u64(optarg, "-n", 1, UINT32_MAX);
+			n_given = true;
 			break;
 		case 'T':
 			p.temperature = parse_float(optarg, "--temperature", 0.0f, 100.0f, false);
@@ -408,7 +514,7 @@ static int cmd_generate(int argc, char **argv)
 			generate_help(stdout);
 			return 0;
 		default:
-			die_usage("generate: bad option");
+			die_bad_option(opt, argv);
 		}
 	}
 	if (optind < argc)
@@ -420,15 +526,48 @@ static int cmd_generate(int argc, char **argv)
 
 	r = kvp_client_connect(&c, sock_path);
 	if (r) {
-		fprintf(stderr, "kvpool: %s\n", kvp_client_errmsg(c));
+		print_connect_error("--socket", sock_path ? sock_path : KVP_DEFAULT_SOCKET, r,
+				    kvp_client_errmsg(c));
 		goto out;
 	}
+	/* the daemon's own limit, known from WELCOME: say it rather than be refused */
+	if (p.max_new_tokens > kvp_client_welcome(c)->max_new_tokens) {
+		uint32_t lim = kvp_client_welcome(c)->max_new_tokens;
+
+		if (n_given) {
+			fprintf(stderr,
+				"kvpool: -n: %u is more than this daemon allows: 1 .. %u (its "
+				"limits.max_new_tokens) (see %s)\n",
+				p.max_new_tokens, lim, help_hint);
+			kvp_client_close(c);
+			free(ids);
+			free(file_text);
+			return EXIT_USAGE;
+		}
+		p.max_new_tokens = lim;
+	}
+	out.tty = isatty(STDOUT_FILENO);
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	r = run_generate(c, &pr, &p, &out, &u, why, sizeof(why));
+	/* text on stdout ends its line before anything else is said */
+	if (!out.json && out.midline)
+		fputc('\n', stdout);
+	fflush(stdout);
 	if (r && r != KVP_E_CANCELLED) {
-		fprintf(stderr, "%skvpool: generate: %s\n", out.json ? "" : "\n", why);
-		goto out;
+		fprintf(stderr, "kvpool: generate: %s\n", why);
+		if (out.got_done && !out.json) {
+			/* the daemon ended it early (e.g. it is stopping): its usage so far */
+			print_usage_line(&u, " (partial)");
+		} else if (!out.got_done) {
+			fprintf(stderr,
+				"partial usage (counted here, no DONE arrived): generated_tokens "
+				"%llu, ttft %.1f ms%s\n",
+				(unsigned long long)out.n_recv, out.ttft_ms < 0 ? 0.0 : out.ttft_ms,
+				out.ttft_ms < 0 ? " (no token arrived)" : "");
+		}
+		if (!out.got_done || !out.json)
+			goto out;
 	}
 	if (out.json) {
 		struct kvp_buf b = KVP_BUF_INIT;
@@ -443,26 +582,11 @@ static int cmd_generate(int argc, char **argv)
 		kvp_json_str(&j, "text", out.text.p, out.text.len);
 		json_usage(&j, "usage", &u);
 		kvp_json_end(&j, '}');
-		if (json_print(&b) < 0)
+		if (json_print(&b) < 0 && !r)
 			r = -EIO;
 		kvp_buf_deinit(&b);
 	} else {
-		fputc('\n', stdout);
-		fprintf(stderr,
-			"usage: prompt_tokens %u, cached_tokens %u, cache_creation_tokens %u, "
-			"recomputed_tokens %u, generated_tokens %u; queue %.1f ms, ttft %.1f ms, "
-			"prefill %.1f ms, decode %.1f ms%s",
-			u.prompt_tokens, u.cached_tokens, u.cache_creation_tokens,
-			u.recomputed_tokens, u.generated_tokens, u.queue_ms, u.ttft_ms,
-			u.prefill_ms, u.decode_ms, r == KVP_E_CANCELLED ? " (cancelled)" : "");
-		/* the fields of protocol version 2, when they say something */
-		if (u.cached_tokens_disk || u.preemptions)
-			fprintf(stderr,
-				"; cached_tokens_disk %u, preemptions %u, swapped_tokens %u, "
-				"resume_computed_tokens %u",
-				u.cached_tokens_disk, u.preemptions, u.swapped_tokens,
-				u.resume_computed_tokens);
-		fputc('\n', stderr);
+		print_usage_line(&u, r == KVP_E_CANCELLED ? " (cancelled)" : "");
 	}
 out:
 	kvp_client_close(c);
@@ -661,7 +785,9 @@ static int chat_turn(struct kvp_client *c, struct kvp_client_conv *cv, const str
 		     unsigned int turn)
 {
 	struct kvp_client_event ev;
-	struct gen_out out = { .json = o->json, .text = KVP_BUF_INIT };
+	struct gen_out out = { .json = o->json,
+			       .tty = isatty(STDOUT_FILENO),
+			       .text = KVP_BUF_INIT };
 	struct kvp_usage u = { 0 };
 	bool cancelled = false;
 	uint64_t id;
@@ -740,14 +866,10 @@ done:
 			r = -EIO;
 		kvp_buf_deinit(&b);
 	} else {
-		fputc('\n', stdout);
+		if (out.midline) /* the reply's text ends its line before the usage */
+			fputc('\n', stdout);
 		fflush(stdout);
-		fprintf(stderr,
-			"usage: prompt_tokens %u, cached_tokens %u, cache_creation_tokens %u, "
-			"recomputed_tokens %u, generated_tokens %u; ttft %.1f ms, decode %.1f ms%s\n",
-			u.prompt_tokens, u.cached_tokens, u.cache_creation_tokens,
-			u.recomputed_tokens, u.generated_tokens, u.ttft_ms, u.decode_ms,
-			r == KVP_E_CANCELLED ? " (cancelled)" : "");
+		print_usage_line(&u, r == KVP_E_CANCELLED ? " (cancelled)" : "");
 	}
 out:
 	free(out.ids);
@@ -1033,6 +1155,124 @@ static int cmd_flush(int argc, char **argv)
 
 /* ------------------------------------------------------------ status */
 
+/* The member at dotted @path of @root, or NULL. */
+static json_t *jget(json_t *root, const char *path)
+{
+	char key[64];
+
+	while (root && *path) {
+		size_t n = strcspn(path, ".");
+
+		if (n >= sizeof(key))
+			return NULL;
+		memcpy(key, path, n);
+		key[n] = '\0';
+		root = json_object_get(root, key);
+		path += n + (path[n] == '.');
+	}
+	return root;
+}
+
+static double jnum(json_t *root, const char *path)
+{
+	return json_number_value(jget(root, path)); /* 0 when absent */
+}
+
+static unsigned long long ju(json_t *root, const char *path)
+{
+	return (unsigned long long)jnum(root, path);
+}
+
+static const char *jstr(json_t *root, const char *path)
+{
+	const char *v = json_string_value(jget(root, path));
+
+	return v ? v : "?";
+}
+
+/* 1536 -> "1.5 KiB" */
+static const char *human_bytes(double v, char *buf, size_t cap)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	unsigned int i = 0;
+
+	while (v >= 1024 && i < 4) {
+		v /= 1024;
+		i++;
+	}
+	snprintf(buf, cap, i ? "%.1f %s" : "%.0f %s", v, unit[i]);
+	return buf;
+}
+
+static const char *human_duration(unsigned long long ms, char *buf, size_t cap)
+{
+	unsigned long long s = ms / 1000;
+
+	if (s >= 86400)
+		snprintf(buf, cap, "%llud %lluh", s / 86400, s % 86400 / 3600);
+	else if (s >= 3600)
+		snprintf(buf, cap, "%lluh %llum", s / 3600, s % 3600 / 60);
+	else if (s >= 60)
+		snprintf(buf, cap, "%llum %llus", s / 60, s % 60);
+	else
+		snprintf(buf, cap, "%.1f s", (double)ms / 1000);
+	return buf;
+}
+
+/* The report as a person reads it: the figures that say how the daemon is doing. */
+static int print_status_summary(const char *text, size_t len)
+{
+	json_error_t e;
+	json_t *j = json_loadb(text, len, 0, &e);
+	char b1[32];
+	unsigned long long lookups;
+
+	if (!json_is_object(j)) {
+		fprintf(stderr, "kvpool: status: the daemon's report is not JSON: %s\n", e.text);
+		json_decref(j);
+		return 1;
+	}
+	printf("kvpoold %s (pid %llu), %s for %s\n", jstr(j, "daemon.version"), ju(j, "daemon.pid"),
+	       jstr(j, "daemon.state"), human_duration(ju(j, "daemon.uptime_ms"), b1, sizeof(b1)));
+	printf("  model        %s\n", jstr(j, "daemon.model"));
+	printf("  pool         %s in %s pages, %s K/V, %llu tokens per block\n",
+	       human_bytes(jnum(j, "pool.bytes"), b1, sizeof(b1)), jstr(j, "pool.page_kind"),
+	       jstr(j, "pool.kv_dtype"), ju(j, "pool.block_tokens"));
+	printf("  blocks       %llu: %llu used, %llu cached, %llu free\n",
+	       ju(j, "pool.blocks_total"), ju(j, "pool.blocks_used"), ju(j, "pool.blocks_cached"),
+	       ju(j, "pool.blocks_free"));
+	lookups = ju(j, "index.lookups");
+	if (lookups)
+		printf("  prefix hits  %.1f%% of requests, %.1f%% of prompt tokens (%llu lookups, "
+		       "%llu entries, %llu evictions)\n",
+		       100 * jnum(j, "index.request_hit_rate"),
+		       100 * jnum(j, "index.token_hit_rate"), lookups, ju(j, "index.entries"),
+		       ju(j, "index.evictions"));
+	else
+		printf("  prefix hits  no lookups yet (%llu entries)\n", ju(j, "index.entries"));
+	printf("  scheduler    %llu running, %llu queued; requests %llu: %llu done, %llu "
+	       "cancelled, %llu failed, %llu rejected\n",
+	       ju(j, "scheduler.running"), ju(j, "scheduler.queued"),
+	       ju(j, "scheduler.requests_total"), ju(j, "scheduler.requests_done"),
+	       ju(j, "scheduler.requests_cancelled"), ju(j, "scheduler.requests_failed"),
+	       ju(j, "scheduler.requests_rejected"));
+	if (ju(j, "scheduler.ttft_samples"))
+		printf("  TTFT         p50 %.1f ms, p99 %.1f ms (last %llu requests)\n",
+		       jnum(j, "scheduler.ttft_p50_ms"), jnum(j, "scheduler.ttft_p99_ms"),
+		       ju(j, "scheduler.ttft_samples"));
+	printf("  connections  %llu open (%llu since start); refused %llu (%llu per-uid "
+	       "limit), %llu closed idle\n",
+	       ju(j, "connections.open"), ju(j, "connections.total"), ju(j, "connections.refused"),
+	       ju(j, "connections.refused_per_uid"), ju(j, "connections.idle_closed"));
+	printf("  usage        %llu prompt tokens (%llu cached, %llu computed), %llu "
+	       "generated\n",
+	       ju(j, "usage.prompt_tokens"), ju(j, "usage.cached_tokens"),
+	       ju(j, "usage.recomputed_tokens"), ju(j, "usage.generated_tokens"));
+	printf("(every figure: kvpool status --json; Prometheus: kvpool status --prom)\n");
+	json_decref(j);
+	return 0;
+}
+
 static int cmd_status(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -1041,42 +1281,74 @@ static int cmd_status(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
+	const char *path = status_path ? status_path : KVP_DEFAULT_STATUS_SOCKET;
 	const char *fmt = "json";
+	bool raw = false;
 	char *text;
 	size_t len;
 	int opt, r;
 
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	help_hint = "kvpool status --help";
+	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'j':
 			fmt = "json";
+			raw = true;
 			break;
 		case 'p':
 			fmt = "prom";
+			raw = true;
 			break;
 		case 'h':
-			puts("usage: kvpool [--status-socket PATH] status [--json | --prom]\n"
+			puts("usage: kvpool [--socket PATH | --status-socket PATH] status [--json | "
+			     "--prom]\n"
 			     "\n"
-			     "Print kvpoold's status report: pool, index, scheduler and connection\n"
-			     "counters, as JSON (default) or in the Prometheus text format.");
+			     "Print kvpoold's status: a summary (pool, page kind, prefix hit rates,\n"
+			     "scheduler, connections, usage totals); with --json the whole report as\n"
+			     "one JSON object, with --prom in the Prometheus text format.\n"
+			     "It asks the status socket: --status-socket, else status.sock next to\n"
+			     "--socket, else " KVP_DEFAULT_STATUS_SOCKET ".");
 			return 0;
 		default:
-			die_usage("status: bad option");
+			die_bad_option(opt, argv);
 		}
 	}
 	if (optind < argc)
 		die_usage("status: unexpected argument '%s'", argv[optind]);
 	r = kvp_client_status(status_path, fmt, &text, &len);
 	if (r) {
-		fprintf(stderr, "kvpool: status %s: %s\n",
-			status_path ? status_path : KVP_DEFAULT_STATUS_SOCKET, strerror(-r));
+		char detail[600];
+
+		snprintf(detail, sizeof(detail), "status %s: %s", path, strerror(-r));
+		print_connect_error(status_path == status_buf ? "--socket, --status-socket" :
+								"--status-socket",
+				    path, r, detail);
 		return 1;
 	}
-	fwrite(text, 1, len, stdout);
-	if (len && text[len - 1] != '\n')
-		fputc('\n', stdout);
+	/* a frame's magic ("LPVK" little-endian): this is the request socket */
+	if (len >= 4 && !memcmp(text, "LPVK", 4)) {
+		fprintf(stderr,
+			"kvpool: %s is kvpoold's request socket, not its status socket (give the "
+			"status socket with --status-socket)\n",
+			path);
+		free(text);
+		return 1;
+	}
+	if (len > 9 && !memcmp(text, "{\"error\":", 9)) {
+		fprintf(stderr, "kvpool: status %s: %.*s", path, (int)len, text);
+		free(text);
+		return 1;
+	}
+	if (raw) {
+		fwrite(text, 1, len, stdout);
+		if (len && text[len - 1] != '\n')
+			fputc('\n', stdout);
+		r = 0;
+	} else {
+		r = print_status_summary(text, len);
+	}
 	free(text);
-	return 0;
+	return r;
 }
 
 /* ------------------------------------------------------------ bench */
@@ -1143,7 +1415,13 @@ static void *bench_thread(void *arg)
 
 	r = kvp_client_connect(&c, sock_path);
 	if (r) {
-		snprintf(bc->err, sizeof(bc->err), "%s", kvp_client_errmsg(c));
+		if (r == -ENOENT || r == -ECONNREFUSED)
+			snprintf(bc->err, sizeof(bc->err),
+				 "no kvpoold listening on %s (is the service running? see "
+				 "--socket)",
+				 sock_path ? sock_path : KVP_DEFAULT_SOCKET);
+		else
+			snprintf(bc->err, sizeof(bc->err), "%s", kvp_client_errmsg(c));
 		kvp_client_close(c);
 		atomic_fetch_add(&bench_done, cfg->requests);
 		return NULL;
@@ -1268,7 +1546,8 @@ static int cmd_bench(int argc, char **argv)
 	double t0, elapsed, last = 0;
 	int opt;
 
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	help_hint = "kvpool bench --help";
+	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'c':
 			cfg.clients = (unsigned int)parse_u64(optarg, "--clients", 1, 1024);
@@ -1313,7 +1592,7 @@ static int cmd_bench(int argc, char **argv)
 			     "for cold requests (each client's first) and warm ones (the rest).");
 			return 0;
 		default:
-			die_usage("bench: bad option");
+			die_bad_option(opt, argv);
 		}
 	}
 	if (optind < argc)
@@ -1445,8 +1724,11 @@ static void main_help(FILE *o)
 	      "\n"
 	      "Options:\n"
 	      "  --socket PATH         request socket (default " KVP_DEFAULT_SOCKET ")\n"
-	      "  --status-socket PATH  status socket (default " KVP_DEFAULT_STATUS_SOCKET ")\n"
+	      "  --status-socket PATH  status socket (default: status.sock next to --socket,\n"
+	      "                        where kvpoold puts it unless told otherwise; without\n"
+	      "                        --socket " KVP_DEFAULT_STATUS_SOCKET ")\n"
 	      "  -h, --help            this text\n"
+	      "  --version             print the version\n"
 	      "Exit status: 0 ok, 1 the request or connection failed, 2 bad usage.\n",
 	      o);
 }
@@ -1457,13 +1739,15 @@ int main(int argc, char **argv)
 		{ "socket", required_argument, NULL, 's' },
 		{ "status-socket", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
 	const char *cmd;
 	int opt;
 
+	opterr = 0; /* one message of ours per bad option: die_bad_option() */
 	/* '+': stop at the command; its own options are parsed by the command */
-	while ((opt = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
 			sock_path = optarg;
@@ -1474,9 +1758,21 @@ int main(int argc, char **argv)
 		case 'h':
 			main_help(stdout);
 			return 0;
+		case 'V':
+			printf("kvpool %s\n", KVP_VERSION);
+			return 0;
 		default:
-			die_usage("bad option");
+			die_bad_option(opt, argv);
 		}
+	}
+	if (sock_path && !status_path) {
+		/* kvpoold puts its status socket there unless told otherwise */
+		const char *slash = strrchr(sock_path, '/');
+
+		if (snprintf(status_buf, sizeof(status_buf), "%.*sstatus.sock",
+			     slash ? (int)(slash - sock_path + 1) : 0,
+			     sock_path) < (int)sizeof(status_buf))
+			status_path = status_buf;
 	}
 	if (optind >= argc)
 		die_usage("no command given");

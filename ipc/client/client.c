@@ -252,6 +252,13 @@ static int read_frame(struct kvp_client *c, struct kvp_frame_hdr *hdr)
 		r = KVP_E_PROTO;
 		why = "client frame type sent by the daemon";
 	}
+	if (r != KVP_OK && raw[0] == '{') {
+		/* the status socket's JSON answer to our HELLO */
+		c->dead = true;
+		return set_err(c, -EPROTO,
+			       "this is kvpoold's status socket (it answered with JSON), not its "
+			       "request socket");
+	}
 	if (r != KVP_OK) {
 		c->dead = true;
 		return set_err(c, -EPROTO, "bad frame from daemon: %s", why);

@@ -104,6 +104,15 @@ int kvpd_start(struct kvpd *d, double timeout_s, const char *const *args)
 			dup2(fd, STDERR_FILENO);
 			dup2(fd, STDOUT_FILENO);
 		}
+		if (*d->cgroup) {
+			char procs[600];
+			FILE *cg;
+
+			snprintf(procs, sizeof(procs), "%s/cgroup.procs", d->cgroup);
+			cg = fopen(procs, "w");
+			if (!cg || fprintf(cg, "0\n") < 0 || fclose(cg) != 0)
+				_exit(126);
+		}
 		setenv("NOTIFY_SOCKET", d->notify, 1);
 		if (d->watchdog_usec) {
 			char v[32];

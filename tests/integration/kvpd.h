@@ -19,6 +19,7 @@ struct kvpd {
 	int exit_status; /* wait status once reaped */
 	int notify_fd;
 	unsigned long watchdog_usec; /* set $WATCHDOG_USEC for the daemon when non-zero */
+	char cgroup[512];	     /* non-empty: the daemon joins this cgroup directory */
 	char dir[256];
 	char sock[320];
 	char status[320];

@@ -22,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <pty.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -59,6 +61,30 @@ static int e_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 	struct kvp_usage u = { .prompt_tokens = g->n_tokens, .cached_tokens = 16, .ttft_ms = 2.5 };
 	char buf[16];
 
+	if (tokens && (tokens[0] == 43 || tokens[0] == 44)) {
+		/* the daemon stops mid-generation: a DONE with SHUTDOWN, or the connection ends */
+		static const int32_t two[] = { 7, 8 };
+
+		kvp_server_send_tokens(f->srv, conn, req_id, two, 2, "ab", 2);
+		if (tokens[0] == 44) {
+			kvp_server_send_error(f->srv, conn, 0, KVP_E_SHUTDOWN, "daemon stopping");
+			return KVP_OK;
+		}
+		u.generated_tokens = 2;
+		u.status = KVP_E_SHUTDOWN;
+		kvp_server_send_done(f->srv, conn, req_id, &u);
+		return KVP_OK;
+	}
+	if (tokens && tokens[0] == 27) {
+		/* escape sequences, a bell, a C1 control, a stray byte, then good UTF-8 */
+		static const char ctl[] = "\x1b[31mred\x07 \xc2\x9b \xff \xc3\xa9\tok\n";
+		int32_t id = 27;
+
+		kvp_server_send_tokens(f->srv, conn, req_id, &id, 1, ctl, sizeof(ctl) - 1);
+		u.generated_tokens = 1;
+		kvp_server_send_done(f->srv, conn, req_id, &u);
+		return KVP_OK;
+	}
 	if (tokens && tokens[0] == 42) {
 		/* held: no answer until the client cancels, like a long prefill */
 		atomic_store(&f->held, true);
@@ -180,9 +206,23 @@ static int e_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint
 	return KVP_OK;
 }
 
+/* A status report with the members the CLI's summary reads. */
+static const char status_json[] =
+	"{\"daemon\":{\"version\":\"0.1.0\",\"model\":\"tiny\",\"state\":\"serving\","
+	"\"pid\":7,\"uptime_ms\":61000},\"pool\":{\"bytes\":67108864,\"block_tokens\":16,"
+	"\"page_kind\":\"4k\",\"kv_dtype\":\"f32\",\"blocks_total\":100,\"blocks_used\":1,"
+	"\"blocks_cached\":9,\"blocks_free\":90},\"index\":{\"entries\":9,\"lookups\":4,"
+	"\"request_hit_rate\":0.5,\"token_hit_rate\":0.25,\"evictions\":0},"
+	"\"scheduler\":{\"queued\":0,\"running\":1,\"requests_total\":5,\"requests_done\":4,"
+	"\"requests_cancelled\":0,\"requests_failed\":0,\"requests_rejected\":1,"
+	"\"ttft_samples\":4,\"ttft_p50_ms\":12.5,\"ttft_p99_ms\":40},"
+	"\"usage\":{\"prompt_tokens\":400,\"cached_tokens\":100,\"recomputed_tokens\":300,"
+	"\"generated_tokens\":64},\"connections\":{\"open\":2,\"total\":9,\"refused\":3,"
+	"\"refused_per_uid\":1,\"idle_closed\":2}}\n";
+
 static int e_status(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap)
 {
-	int n = snprintf(buf, cap, fmt == KVP_STATUS_PROM ? "kvpool_up 1\n" : "{\"up\":1}\n");
+	int n = snprintf(buf, cap, "%s", fmt == KVP_STATUS_PROM ? "kvpool_up 1\n" : status_json);
 
 	return (size_t)n < cap ? n : -ENOSPC;
 }
@@ -245,7 +285,7 @@ static void slurp(int fd, char *buf, size_t cap)
 	buf[n] = 0;
 }
 
-/* Run the CLI with --socket/--status-socket and @args (NULL-terminated). */
+/* Run the CLI with --socket/--status-socket (not with "--bare" first) and @args. */
 static int cli(struct fixture *f, char *out, char *err, size_t cap, ...)
 {
 	const char *argv[32] = { f->cli, "--socket", f->sock, "--status-socket", f->status };
@@ -257,6 +297,11 @@ static int cli(struct fixture *f, char *out, char *err, size_t cap, ...)
 	while (n < 31 && (argv[n] = va_arg(ap, const char *)))
 		n++;
 	va_end(ap);
+	if (!strcmp(argv[5] ? argv[5] : "", "--bare")) {
+		/* without the fixture's socket flags */
+		memmove(&argv[1], &argv[6], (size_t)(n - 5) * sizeof(argv[0]));
+		n -= 5;
+	}
 	argv[n] = NULL;
 	assert_int_equal(pipe2(po, O_CLOEXEC), 0);
 	assert_int_equal(pipe2(pe, O_CLOEXEC), 0);
@@ -350,12 +395,21 @@ static void test_generate_json_exact(void **state)
 
 static void test_status_formats(void **state)
 {
-	/* status prints what the status socket returns, JSON by default */
+	/* a summary by default; --json and --prom print what the status socket returns */
 	struct fixture *f = *state;
 	char out[4096], err[4096];
 
 	assert_int_equal(cli(f, out, err, sizeof(out), "status", NULL), 0);
-	assert_string_equal(out, "{\"up\":1}\n");
+	assert_non_null(strstr(out, "kvpoold 0.1.0 (pid 7), serving for 1m 1s\n"));
+	assert_non_null(strstr(out, "pool         64.0 MiB in 4k pages, f32 K/V"));
+	assert_non_null(strstr(out, "prefix hits  50.0% of requests, 25.0% of prompt tokens"));
+	assert_non_null(strstr(out, "requests 5: 4 done, 0 cancelled, 0 failed, 1 rejected"));
+	assert_non_null(strstr(out, "TTFT         p50 12.5 ms, p99 40.0 ms"));
+	assert_non_null(
+		strstr(out, "2 open (9 since start); refused 3 (1 per-uid limit), 2 closed"));
+	assert_non_null(strstr(out, "400 prompt tokens (100 cached, 300 computed), 64 generated"));
+	assert_int_equal(cli(f, out, err, sizeof(out), "status", "--json", NULL), 0);
+	assert_string_equal(out, status_json);
 	assert_int_equal(cli(f, out, err, sizeof(out), "status", "--prom", NULL), 0);
 	assert_string_equal(out, "kvpool_up 1\n");
 }
@@ -659,6 +713,141 @@ static void test_daemon_refusal_exits_1(void **state)
 	assert_non_null(strstr(err, "outside the vocabulary"));
 }
 
+static void test_messages_name_the_fix(void **state)
+{
+	/* one line per usage error, pointing at the command's help; limits from the daemon */
+	struct fixture *f = *state;
+	char out[4096], err[4096], bad[400];
+
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokenz", "1", NULL), 2);
+	assert_string_equal(err,
+			    "kvpool: unknown option '--tokenz' (see kvpool generate --help)\n");
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "-p", "x", "-n", NULL), 2);
+	assert_string_equal(err,
+			    "kvpool: option '-n' needs a value (see kvpool generate --help)\n");
+	assert_int_equal(cli(f, out, err, sizeof(out), "status", "--jsn", NULL), 2);
+	assert_string_equal(err, "kvpool: unknown option '--jsn' (see kvpool status --help)\n");
+	assert_int_equal(cli(f, out, err, sizeof(out), "bench", "-x", NULL), 2);
+	assert_string_equal(err, "kvpool: unknown option '-x' (see kvpool bench --help)\n");
+	assert_int_equal(cli(f, out, err, sizeof(out), "--sockett", "x", "status", NULL), 2);
+	assert_string_equal(err, "kvpool: unknown option '--sockett' (see kvpool --help)\n");
+	/* -n beyond the daemon's limits.max_new_tokens (4096 here): the range is stated */
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "-p", "x", "-n", "5000", NULL),
+			 2);
+	assert_non_null(strstr(err, "-n: 5000 is more than this daemon allows: 1 .. 4096"));
+	/* a token id the vocabulary lacks: the id, where, and the vocabulary size */
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "299,300", NULL), 1);
+	assert_non_null(strstr(err, "token id 300 (prompt position 1) is outside the vocabulary: "
+				    "n_vocab 300, ids 0..299"));
+	assert_true(err[0] != '\n');
+	assert_string_equal(out, "");
+	/* nothing listening: said so, with the path and the flag */
+	snprintf(bad, sizeof(bad), "%s/none.sock", f->dir);
+	assert_int_equal(cli(f, out, err, sizeof(out), "--socket", bad, "generate", "-p", "x",
+			     NULL),
+			 1);
+	assert_non_null(strstr(err, "kvpool: no kvpoold listening on "));
+	assert_non_null(strstr(err, "none.sock (is the service running? see --socket)"));
+	/* --socket alone: the status socket is looked for next to it */
+	assert_int_equal(cli(f, out, err, sizeof(out), "--bare", "--socket", bad, "status", NULL),
+			 1);
+	assert_non_null(strstr(err, "/status.sock (is the service running?"));
+	/* each socket given the other's path: which one answered, not "bad magic" */
+	assert_int_equal(cli(f, out, err, sizeof(out), "--socket", f->status, "generate", "-p", "x",
+			     NULL),
+			 1);
+	assert_non_null(strstr(err, "status socket"));
+	assert_null(strstr(err, "magic"));
+	assert_int_equal(cli(f, out, err, sizeof(out), "--status-socket", f->sock, "status", NULL),
+			 1);
+	assert_non_null(strstr(err, "is kvpoold's request socket, not its status socket"));
+}
+
+static void test_partial_usage_when_daemon_stops(void **state)
+{
+	/* the daemon stops mid-generation: the text so far, then the usage the CLI has */
+	struct fixture *f = *state;
+	char out[4096], err[4096];
+
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "43", NULL), 1);
+	assert_string_equal(out, "ab\n");
+	assert_non_null(strstr(err, "kvpool: generate: generation stopped"));
+	assert_non_null(strstr(err, "generated_tokens 2;"));
+	assert_non_null(strstr(err, "(partial)"));
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "44", NULL), 1);
+	assert_string_equal(out, "ab\n");
+	assert_non_null(strstr(err, "daemon stopping"));
+	assert_non_null(strstr(err, "partial usage (counted here, no DONE arrived): "
+				    "generated_tokens 2, ttft"));
+	assert_true(err[0] != '\n');
+}
+
+static void test_text_escaped_on_terminal_only(void **state)
+{
+	/* on a terminal, control characters and stray bytes show as \xNN; piped, raw */
+	struct fixture *f = *state;
+	const char *argv[] = { f->cli, "--socket", f->sock, "generate", "--tokens", "27", NULL };
+	char out[4096], err[4096], tty[4096];
+	size_t n = 0;
+	int master, st;
+	pid_t pid;
+
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "27", NULL), 0);
+	assert_string_equal(out, "\x1b[31mred\x07 \xc2\x9b \xff \xc3\xa9\tok\n");
+	pid = forkpty(&master, NULL, NULL, NULL);
+	assert_true(pid >= 0);
+	if (!pid) {
+		int devnull = open("/dev/null", O_WRONLY);
+
+		dup2(devnull, 2); /* the usage line stays out of the captured screen */
+		execv(f->cli, (char *const *)argv);
+		_exit(127);
+	}
+	for (;;) {
+		struct pollfd p = { .fd = master, .events = POLLIN };
+		ssize_t r;
+
+		if (poll(&p, 1, 5000) <= 0)
+			break;
+		r = read(master, tty + n, sizeof(tty) - 1 - n);
+		if (r <= 0)
+			break; /* EIO once the child has gone */
+		n += (size_t)r;
+	}
+	tty[n] = '\0';
+	close(master);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	/* the terminal turns \n into \r\n; \t and é pass */
+	assert_string_equal(tty, "\\x1b[31mred\\x07 \\xc2\\x9b \\xff \xc3\xa9\tok\r\n");
+}
+
+static void test_every_program_has_version(void **state)
+{
+	/* --version on every program prints the same version string (meson's) */
+	static const char *const progs[] = { "ipc/kvpool", "svc/kvpoold", "compute/kvpool-run",
+					     "compute/kvpool-mkmodel" };
+	char want[64] = "", path[512], cmd[600], line[128];
+
+	for (size_t i = 0; i < sizeof(progs) / sizeof(progs[0]); i++) {
+		FILE *p;
+		const char *v;
+
+		assert_int_equal(kvp_test_build_path(path, sizeof(path), progs[i]), 0);
+		snprintf(cmd, sizeof(cmd), "'%s' --version", path);
+		p = popen(cmd, "r");
+		assert_non_null(p);
+		assert_non_null(fgets(line, sizeof(line), p));
+		assert_int_equal(pclose(p), 0);
+		v = strchr(line, ' ');
+		assert_non_null(v);
+		assert_true(v[1] >= '0' && v[1] <= '9');
+		if (!*want)
+			snprintf(want, sizeof(want), "%s", v);
+		assert_string_equal(v, want);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -675,6 +864,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_tokenize_detokenize, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_chat_turns, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_chat_interactive_ctrl_c, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_messages_name_the_fix, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_partial_usage_when_daemon_stops, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_text_escaped_on_terminal_only, setup,
+						teardown),
+		cmocka_unit_test(test_every_program_has_version),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -332,6 +332,7 @@ static void test_print_reads_back(void **state)
 	f->c.huge_pages = KVP_HUGE_REQUIRE;
 	strcpy(f->c.model_path, "/models/x.gguf");
 	strcpy(f->c.status_path, "");
+	f->c.status_path_auto = false; /* set, as the file read back sets it */
 	f->c.log_level = LOG_WARNING;
 	f->c.weights = KVP_MODEL_WEIGHTS_MAP;
 	fp = fopen(f->path, "w");
@@ -342,6 +343,57 @@ static void test_print_reads_back(void **state)
 	assert_int_equal(kvp_config_load_file(&back, f->path, true, f->err, sizeof(f->err)), 0);
 	memset(back.config_path, 0, sizeof(back.config_path));
 	assert_memory_equal(&back, &f->c, sizeof(back));
+}
+
+static void test_status_socket_follows_socket(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+
+	/* unset, the status socket is status.sock next to the request socket */
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", "--socket", "/tmp/x/k.sock", NULL),
+			 0);
+	assert_string_equal(f->c.status_path, "/tmp/x/status.sock");
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", "--socket", "k.sock", NULL), 0);
+	assert_string_equal(f->c.status_path, "status.sock");
+	/* set by a flag (also empty: none) or by the file, it stays as set */
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", "--socket", "/tmp/x/k.sock",
+			       "--status-socket", "/tmp/y/s.sock", NULL),
+			 0);
+	assert_string_equal(f->c.status_path, "/tmp/y/s.sock");
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", "--status-socket=", "--socket",
+			       "/tmp/x/k.sock", NULL),
+			 0);
+	assert_string_equal(f->c.status_path, "");
+	write_file(f->path, "[server]\nstatus_socket = /tmp/z/s.sock\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, "--socket", "/tmp/x/k.sock", NULL), 0);
+	assert_string_equal(f->c.status_path, "/tmp/z/s.sock");
+}
+
+static void test_conn_limit_keys(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+
+	/* per-uid connections default to a quarter of max_conns; the idle timeout to 5 min */
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", NULL), 0);
+	assert_int_equal(kvp_config_conns_per_uid(&f->c), 64);
+	assert_int_equal(f->c.idle_timeout_ms, 300000);
+	assert_true(f->c.request_log);
+	assert_true(f->c.memory_guard);
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", "--max-conns", "2", NULL), 0);
+	assert_int_equal(kvp_config_conns_per_uid(&f->c), 1);
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", "--max-conns-per-uid", "5",
+			       "--idle-timeout-ms", "0", "--request-log=no", "--memory-guard=no",
+			       NULL),
+			 0);
+	assert_int_equal(kvp_config_conns_per_uid(&f->c), 5);
+	assert_int_equal(f->c.idle_timeout_ms, 0);
+	assert_false(f->c.request_log);
+	assert_false(f->c.memory_guard);
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", "--idle-timeout-ms", "-1", NULL),
+			 -EINVAL);
+	assert_non_null(strstr(f->err, "--idle-timeout-ms"));
 }
 
 static void test_usage_lists_every_flag(void **state)
@@ -387,6 +439,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_check_cross_fields, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_print_reads_back, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_usage_lists_every_flag, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_status_socket_follows_socket, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_conn_limit_keys, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

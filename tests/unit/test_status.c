@@ -71,6 +71,10 @@ static void fill(struct kvp_status_snap *s)
 	s->n_domains = 1;
 	strcpy(s->domains[0].name, "default");
 	s->domains[0].conns_open = 2;
+	strcpy(s->model_fp, "00112233445566778899aabbccddeeff");
+	kvp_hist_observe_ms(&s->lat[KVP_LAT_TTFT], 3);	    /* <= 0.005 */
+	kvp_hist_observe_ms(&s->lat[KVP_LAT_TTFT], 40);	    /* <= 0.05 */
+	kvp_hist_observe_ms(&s->lat[KVP_LAT_TTFT], 900000); /* past the last bound: +Inf */
 }
 
 /*
@@ -84,6 +88,7 @@ static void fill_busy(struct kvp_status_snap *s)
 	*s = (struct kvp_status_snap){
 		.version = "0.1.0",
 		.model = "tinyllama-1.1b-chat",
+		.model_fp = "0123456789abcdef0123456789abcdef",
 		.state = "serving",
 		.pid = 31337,
 		.uptime_ms = 86400123,
@@ -161,6 +166,12 @@ static void fill_busy(struct kvp_status_snap *s)
 		.n_domains = 1,
 		.domains = { { .name = "default", .conns_open = 3, .requests = 30078 } },
 	};
+	for (int i = 0; i < 100; i++) {
+		kvp_hist_observe_ms(&s->lat[KVP_LAT_TTFT], 20.0 + i * 30);
+		kvp_hist_observe_ms(&s->lat[KVP_LAT_QUEUE], i * 0.5);
+		kvp_hist_observe_ms(&s->lat[KVP_LAT_PREFILL], 10.0 + i * 25);
+		kvp_hist_observe_ms(&s->lat[KVP_LAT_DECODE], 1000.0 + i * 400);
+	}
 }
 /* clang-format on */
 
@@ -340,7 +351,23 @@ static void test_prom_text(void **state)
 	assert_non_null(strstr(buf, "kvpool_pool_page_kind{kind=\"4K\"} 1\n"));
 	assert_non_null(strstr(buf, "kvpool_arena_blocks{node=\"1\",state=\"cached\"} 45\n"));
 	assert_non_null(strstr(buf, "kvpool_index_token_hit_rate 0.75\n"));
-	assert_non_null(strstr(buf, "kvpool_ttft_seconds{quantile=\"0.5\"} 0.0125\n"));
+	/* latency as histograms (no quantile gauges): cumulative buckets, sum, count */
+	assert_null(strstr(buf, "quantile"));
+	assert_non_null(strstr(buf, "# TYPE kvpool_ttft_seconds histogram\n"));
+	assert_non_null(strstr(buf, "kvpool_ttft_seconds_bucket{le=\"0.005\"} 1\n"));
+	assert_non_null(strstr(buf, "kvpool_ttft_seconds_bucket{le=\"0.025\"} 1\n"));
+	assert_non_null(strstr(buf, "kvpool_ttft_seconds_bucket{le=\"0.05\"} 2\n"));
+	assert_non_null(strstr(buf, "kvpool_ttft_seconds_bucket{le=\"300\"} 2\n"));
+	assert_non_null(strstr(buf, "kvpool_ttft_seconds_bucket{le=\"+Inf\"} 3\n"));
+	assert_non_null(strstr(buf, "kvpool_ttft_seconds_sum 900.043\n"));
+	assert_non_null(strstr(buf, "kvpool_ttft_seconds_count 3\n"));
+	assert_non_null(strstr(buf, "# TYPE kvpool_queue_seconds histogram\n"));
+	assert_non_null(strstr(buf, "kvpool_prefill_seconds_count 0\n"));
+	assert_non_null(strstr(buf, "kvpool_decode_seconds_bucket{le=\"+Inf\"} 0\n"));
+	/* build and model as info gauges; label values escaped */
+	assert_non_null(strstr(buf, "kvpool_build_info{version=\"0.1.0\"} 1\n"));
+	assert_non_null(strstr(buf, "kvpool_model_info{name=\"demo \\\"q\\\"\\\\\\n?\","
+				    "fingerprint=\"00112233445566778899aabbccddeeff\"} 1\n"));
 	assert_non_null(strstr(buf, "kvpool_request_seconds_total{phase=\"decode\"} 0.4005\n"));
 	assert_non_null(strstr(buf, "kvpool_sched_cancels_received_total 6\n"));
 	p = strstr(buf, "# TYPE kvpool_pool_blocks gauge");
