@@ -60,6 +60,52 @@ void ffix_pool_deinit(struct ffix_pool *p);
 struct kvp_fwd *ffix_fwd_new(const struct kvp_model *m, const struct kvp_kernels *k, uint32_t chunk,
 			     uint32_t batch);
 
+/*
+ * Decode @n greedy tokens of one sequence (block table @table of @nt ids) at positions
+ * @pos ..: the first is the argmax of @lg (position @pos - 1's logits), and each step's
+ * logits go back into @lg; the tokens to @out.
+ */
+void ffix_greedy(struct kvp_fwd *f, struct ffix_pool *p, const uint32_t *table, uint32_t nt,
+		 uint32_t pos, float *lg, uint32_t V, int32_t *out, uint32_t n);
+
+/* The prefix-split scenario: its prompt, block size, shared prefix, longest decode. */
+#define FFIX_SPLIT_PROMPT 37
+#define FFIX_SPLIT_BT 4
+#define FFIX_SPLIT_SHARED 8 /* blocks of a that c reuses: 32 tokens */
+#define FFIX_SPLIT_GEN_MAX 32
+#define FFIX_SPLIT_NB ((FFIX_SPLIT_PROMPT + FFIX_SPLIT_GEN_MAX + FFIX_SPLIT_BT - 1) / FFIX_SPLIT_BT)
+
+/**
+ * struct ffix_split - one prompt of FFIX_SPLIT_PROMPT tokens computed three ways, each
+ * sequence in its own blocks of one pool (f32 K/V, FFIX_SPLIT_BT tokens per block):
+ * a in one chunk, b in chunks of 5, c as a prefix hit on a's first FFIX_SPLIT_SHARED
+ * blocks plus the rest of the prompt.
+ * @la, @lb, @lc: the last prompt position's logits of each (n_vocab floats)
+ * @gen:          tokens ffix_split_decode() generates (<= FFIX_SPLIT_GEN_MAX)
+ * @nb:           blocks per sequence (prompt + @gen)
+ * @snap:         a's shared blocks as prefilled, before c ran
+ */
+struct ffix_split {
+	struct ffix_pool p;
+	struct kvp_fwd *f;
+	uint32_t n_vocab, gen, nb;
+	uint32_t ta[FFIX_SPLIT_NB], tb[FFIX_SPLIT_NB], tc[FFIX_SPLIT_NB];
+	float *la, *lb, *lc;
+	uint8_t *snap;
+};
+
+/* Prefill the three sequences of @m (the caller compares @s->la, lb and lc). */
+void ffix_split_init(struct ffix_split *s, const struct kvp_model *m, uint32_t gen);
+
+/*
+ * Decode @s->gen greedy tokens of each sequence, a before c, and check that all three
+ * generate the same tokens and that a's shared blocks are still as prefilled (c wrote
+ * only its own).
+ */
+void ffix_split_decode(struct ffix_split *s);
+
+void ffix_split_deinit(struct ffix_split *s);
+
 /* @n tokens: BOS, then pseudo-random byte tokens (ids 3..258) from @seed. */
 void ffix_prompt(int32_t *t, uint32_t n, uint32_t seed);
 

@@ -281,9 +281,6 @@ static void test_weight_types_match_ref(void **state)
 	}
 }
 
-static void greedy(struct kvp_fwd *f, struct ffix_pool *p, const uint32_t *table, uint32_t nt,
-		   uint32_t pos, float *lg, uint32_t V, int32_t *out, uint32_t n);
-
 /* kB of a /proc/self/smaps_rollup line ("Rss:"), -1 when unreadable */
 static long rss_kb(void)
 {
@@ -336,7 +333,7 @@ static void test_resident_is_file_size(void **state)
 	ffix_pool_open(&p, table, 8);
 	ffix_prompt(toks, 64, 5);
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, 8, 0, toks, 64, lg, 0), 0);
-	greedy(f, &p, table, 8, 64, lg, kvp_model_hparams(m)->n_vocab, toks, 8);
+	ffix_greedy(f, &p, table, 8, 64, lg, kvp_model_hparams(m)->n_vocab, toks, 8);
 	after = rss_kb();
 	print_message("file %.1f MiB; process grew by %.1f MiB\n", file / 1048576,
 		      (after - before) / 1024.0);
@@ -359,22 +356,6 @@ static void test_kv_f16_bf16_close_to_f32(void **state)
 	ffix_model_close(m);
 }
 
-/* Greedy-decode @n tokens after logits @lg, in @table; tokens to @out. */
-static void greedy(struct kvp_fwd *f, struct ffix_pool *p, const uint32_t *table, uint32_t nt,
-		   uint32_t pos, float *lg, uint32_t V, int32_t *out, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++) {
-		out[i] = kvp_sample_greedy(lg, V);
-		assert_int_equal(kvp_fwd_decode(f, &p->v,
-						&(struct kvp_fwd_seq){ .table = table,
-								       .n_table = nt,
-								       .pos = pos + i,
-								       .token = out[i] },
-						1, lg),
-				 0);
-	}
-}
-
 /*
  * One chunk, chunks of 5, and "8 shared prefix blocks of another sequence + suffix"
  * give the same last logits (@tol) and the same 32 greedy tokens; the shared blocks
@@ -382,55 +363,14 @@ static void greedy(struct kvp_fwd *f, struct ffix_pool *p, const uint32_t *table
  */
 static void chunked_and_shared(struct kvp_model *m, double tol)
 {
-	uint32_t V = kvp_model_hparams(m)->n_vocab, bt = 4, n = 37, gen = 32;
-	uint32_t nb = (n + gen + bt - 1) / bt; /* 18 blocks per sequence */
-	uint32_t ta[18], tb[18], tc[18];
-	int32_t toks[37], ga[32], gb[32], gc[32];
-	float *la = malloc(V * 4), *lb = malloc(V * 4), *lc = malloc(V * 4);
-	struct kvp_fwd *f = ffix_fwd_new(m, NULL, 64, 1);
-	struct ffix_pool p;
-	uint8_t *snap;
-	size_t bb;
+	uint32_t V = kvp_model_hparams(m)->n_vocab;
+	struct ffix_split sp;
 
-	ffix_pool_init(&p, m, KVP_DTYPE_F32, bt, 3 * nb);
-	bb = p.v.geom.block_bytes;
-	for (uint32_t i = 0; i < nb; i++) {
-		ta[i] = i;
-		tb[i] = nb + i;
-		tc[i] = i < 8 ? ta[i] : 2 * nb + i; /* first 8 blocks (32 tokens) shared with a */
-	}
-	ffix_pool_open(&p, ta, nb);
-	ffix_pool_open(&p, tb, nb);
-	ffix_pool_open(&p, tc, nb);
-	ffix_prompt(toks, n, 99);
-
-	assert_int_equal(kvp_fwd_prefill(f, &p.v, ta, nb, 0, toks, n, la, 0), 0);
-	for (uint32_t done = 0; done < n; done += 5)
-		assert_int_equal(kvp_fwd_prefill(f, &p.v, tb, nb, done, toks + done,
-						 n - done < 5 ? n - done : 5, lb, 0),
-				 0);
-	snap = malloc(8 * bb);
-	for (uint32_t i = 0; i < 8; i++)
-		memcpy(snap + i * bb, kvp_kv_block(&p.v, ta[i]), bb);
-	assert_int_equal(kvp_fwd_prefill(f, &p.v, tc, nb, 32, toks + 32, n - 32, lc, 0), 0);
-
-	assert_true(ffix_rel_err(lb, la, V) < tol);
-	assert_true(ffix_rel_err(lc, la, V) < tol);
-	/* decode a before c: a's own blocks after the prefix change, the shared ones must not */
-	greedy(f, &p, ta, nb, n, la, V, ga, gen);
-	greedy(f, &p, tb, nb, n, lb, V, gb, gen);
-	greedy(f, &p, tc, nb, n, lc, V, gc, gen);
-	assert_memory_equal(ga, gb, sizeof(ga));
-	assert_memory_equal(ga, gc, sizeof(ga));
-	for (uint32_t i = 0; i < 8; i++)
-		assert_memory_equal(snap + i * bb, kvp_kv_block(&p.v, ta[i]), bb);
-
-	free(snap);
-	ffix_pool_deinit(&p);
-	kvp_fwd_free(f);
-	free(la);
-	free(lb);
-	free(lc);
+	ffix_split_init(&sp, m, 32);
+	assert_true(ffix_rel_err(sp.lb, sp.la, V) < tol);
+	assert_true(ffix_rel_err(sp.lc, sp.la, V) < tol);
+	ffix_split_decode(&sp);
+	ffix_split_deinit(&sp);
 }
 
 static void test_chunked_and_shared_prefix_prefill(void **state)
@@ -573,7 +513,7 @@ static void test_greedy_not_degenerate(void **state)
 		table[i] = i;
 	ffix_pool_open(&p, table, nb);
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, nb, 0, toks, 4, lg, 0), 0);
-	greedy(f, &p, table, nb, 4, lg, V, out, 32);
+	ffix_greedy(f, &p, table, nb, 4, lg, V, out, 32);
 	for (int i = 0; i < 32; i++) {
 		distinct += !seen[out[i]];
 		seen[out[i]] = 1;
@@ -673,8 +613,8 @@ static void test_reads_only_own_blocks(void **state)
 	ffix_pool_open(&q, cont, nb);
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, scat, nb, 0, toks, 6, la, 0), 0);
 	assert_int_equal(kvp_fwd_prefill(f, &q.v, cont, nb, 0, toks, 6, lb, 0), 0);
-	greedy(f, &p, scat, nb, 6, la, V, ga, n - 6);
-	greedy(f, &q, cont, nb, 6, lb, V, gb, n - 6);
+	ffix_greedy(f, &p, scat, nb, 6, la, V, ga, n - 6);
+	ffix_greedy(f, &q, cont, nb, 6, lb, V, gb, n - 6);
 	for (uint32_t i = 0; i < V; i++)
 		assert_true(isfinite(la[i]));
 	assert_true(ffix_rel_err(la, lb, V) < 1e-6);

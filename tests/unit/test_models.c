@@ -292,22 +292,6 @@ static void test_rope_variants_change_the_output(void **state)
 
 /* ---- prefix-cache splits ---- */
 
-/* Greedy-decode @n tokens after logits @lg. */
-static void greedy(struct kvp_fwd *f, struct ffix_pool *p, const uint32_t *table, uint32_t nt,
-		   uint32_t pos, float *lg, uint32_t V, int32_t *out, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++) {
-		out[i] = kvp_sample_greedy(lg, V);
-		assert_int_equal(kvp_fwd_decode(f, &p->v,
-						&(struct kvp_fwd_seq){ .table = table,
-								       .n_table = nt,
-								       .pos = pos + i,
-								       .token = out[i] },
-						1, lg),
-				 0);
-	}
-}
-
 static void test_prefix_splits_equal_one_shot(void **state)
 {
 	/*
@@ -319,58 +303,19 @@ static void test_prefix_splits_equal_one_shot(void **state)
 	for (int v = 0; v < V__COUNT; v++) {
 		struct kvp_mkmodel_opts o;
 		struct kvp_model *m;
-		uint32_t V, bt = 4, n = 37, gen = 16, nb = (37 + 16 + 3) / 4;
-		uint32_t ta[14], tb[14], tc[14];
-		int32_t toks[37], ga[16], gb[16], gc[16];
-		float *la, *lb, *lc;
-		struct kvp_fwd *f;
-		struct ffix_pool p;
-		uint8_t *snap;
-		size_t bb;
+		struct ffix_split sp;
+		uint32_t V;
 
 		variant_opts(&o, KVP_GGML_F32, v);
 		m = ffix_model_open(&o);
 		V = kvp_model_hparams(m)->n_vocab;
-		la = malloc(V * 4);
-		lb = malloc(V * 4);
-		lc = malloc(V * 4);
-		f = ffix_fwd_new(m, NULL, 64, 1);
-		ffix_pool_init(&p, m, KVP_DTYPE_F32, bt, 3 * nb);
-		bb = p.v.geom.block_bytes;
-		for (uint32_t i = 0; i < nb; i++) {
-			ta[i] = i;
-			tb[i] = nb + i;
-			tc[i] = i < 8 ? ta[i] : 2 * nb + i;
-		}
-		ffix_pool_open(&p, ta, nb);
-		ffix_pool_open(&p, tb, nb);
-		ffix_pool_open(&p, tc, nb);
-		ffix_prompt(toks, n, 99);
-		assert_int_equal(kvp_fwd_prefill(f, &p.v, ta, nb, 0, toks, n, la, 0), 0);
-		for (uint32_t done = 0; done < n; done += 5)
-			assert_int_equal(kvp_fwd_prefill(f, &p.v, tb, nb, done, toks + done,
-							 n - done < 5 ? n - done : 5, lb, 0),
-					 0);
-		snap = malloc(8 * bb);
-		for (uint32_t i = 0; i < 8; i++)
-			memcpy(snap + i * bb, kvp_kv_block(&p.v, ta[i]), bb);
-		assert_int_equal(kvp_fwd_prefill(f, &p.v, tc, nb, 32, toks + 32, n - 32, lc, 0), 0);
-		if (!(ffix_rel_err(lb, la, V) < 1e-4) || !(ffix_rel_err(lc, la, V) < 1e-4))
+		ffix_split_init(&sp, m, 16);
+		if (!(ffix_rel_err(sp.lb, sp.la, V) < 1e-4) ||
+		    !(ffix_rel_err(sp.lc, sp.la, V) < 1e-4))
 			fail_msg("%s: chunked %g, shared prefix %g", variant_name[v],
-				 ffix_rel_err(lb, la, V), ffix_rel_err(lc, la, V));
-		greedy(f, &p, ta, nb, n, la, V, ga, gen);
-		greedy(f, &p, tb, nb, n, lb, V, gb, gen);
-		greedy(f, &p, tc, nb, n, lc, V, gc, gen);
-		assert_memory_equal(ga, gb, sizeof(ga));
-		assert_memory_equal(ga, gc, sizeof(ga));
-		for (uint32_t i = 0; i < 8; i++)
-			assert_memory_equal(snap + i * bb, kvp_kv_block(&p.v, ta[i]), bb);
-		free(snap);
-		ffix_pool_deinit(&p);
-		kvp_fwd_free(f);
-		free(la);
-		free(lb);
-		free(lc);
+				 ffix_rel_err(sp.lb, sp.la, V), ffix_rel_err(sp.lc, sp.la, V));
+		ffix_split_decode(&sp);
+		ffix_split_deinit(&sp);
 		ffix_model_close(m);
 	}
 }
