@@ -179,74 +179,6 @@ const struct kvp_meta_key *kvp_arch_global_keys(size_t *n)
 	return global_keys;
 }
 
-/* A scalar number or boolean value as a double; -EINVAL for strings and arrays. */
-static int kv_number(const struct kvp_gguf_kv *kv, double *out)
-{
-	const uint8_t *p = kv->val;
-
-	switch (kv->type) {
-	case KVP_GGUF_U8:
-		*out = p[0];
-		return 0;
-	case KVP_GGUF_I8:
-		*out = (int8_t)p[0];
-		return 0;
-	case KVP_GGUF_BOOL:
-		*out = p[0] != 0;
-		return 0;
-	case KVP_GGUF_U16: {
-		uint16_t v;
-		memcpy(&v, p, 2);
-		*out = v;
-		return 0;
-	}
-	case KVP_GGUF_I16: {
-		int16_t v;
-		memcpy(&v, p, 2);
-		*out = v;
-		return 0;
-	}
-	case KVP_GGUF_U32: {
-		uint32_t v;
-		memcpy(&v, p, 4);
-		*out = v;
-		return 0;
-	}
-	case KVP_GGUF_I32: {
-		int32_t v;
-		memcpy(&v, p, 4);
-		*out = v;
-		return 0;
-	}
-	case KVP_GGUF_F32: {
-		float v;
-		memcpy(&v, p, 4);
-		*out = v;
-		return 0;
-	}
-	case KVP_GGUF_U64: {
-		uint64_t v;
-		memcpy(&v, p, 8);
-		*out = (double)v;
-		return 0;
-	}
-	case KVP_GGUF_I64: {
-		int64_t v;
-		memcpy(&v, p, 8);
-		*out = (double)v;
-		return 0;
-	}
-	case KVP_GGUF_F64: {
-		double v;
-		memcpy(&v, p, 8);
-		*out = v;
-		return 0;
-	}
-	default:
-		return -EINVAL;
-	}
-}
-
 static const struct kvp_meta_key *lookup(const struct kvp_meta_key *keys, size_t n,
 					 const char *name, size_t len)
 {
@@ -266,9 +198,9 @@ static int check_one(const struct kvp_meta_key *k, const struct kvp_gguf_kv *kv,
 	if (k->use == KVP_META_USED || k->use == KVP_META_INFO)
 		return 0;
 	if (k->use == KVP_META_NEUTRAL) {
-		if (!kv_number(kv, &v) && v == k->neutral)
+		if (!kvp_gguf_kv_f64(kv, &v) && v == k->neutral)
 			return 0;
-		if (!kv_number(kv, &v))
+		if (!kvp_gguf_kv_f64(kv, &v))
 			kvp_errmsg(err, errlen, "model: %.*s = %g: %s is not supported (only %g)",
 				   klen, kv->key.p, v, k->what, k->neutral);
 		else

@@ -426,90 +426,113 @@ const struct kvp_gguf_kv *kvp_gguf_find(const struct kvp_gguf *g, const char *ke
 	return NULL;
 }
 
-int kvp_gguf_get_uint(const struct kvp_gguf *g, const char *key, uint64_t max, uint64_t *out)
+/*
+ * A scalar number of the file, decoded in one place for every getter: which kind it is
+ * and its value as that kind (BOOL is an unsigned 0 or 1 of its own kind).
+ */
+enum num_kind { NUM_UINT, NUM_SINT, NUM_FLOAT, NUM_BOOL };
+
+struct num {
+	enum num_kind kind;
+	uint64_t u; /* NUM_UINT, NUM_BOOL */
+	int64_t s;  /* NUM_SINT */
+	double f;   /* NUM_FLOAT */
+};
+
+/* Decode @kv's scalar value into @n; -EBADMSG for a string or an array. */
+static int kv_num(const struct kvp_gguf_kv *kv, struct num *n)
+{
+	uint64_t w = vtype_size(kv->type), raw = 0;
+
+	if (!w)
+		return -EBADMSG;
+	/* copied as stored: little-endian, as the host is (ipc/proto.h refuses others) */
+	memcpy(&raw, kv->val, w);
+	n->kind = NUM_SINT;
+	switch (kv->type) {
+	case KVP_GGUF_I8:
+		n->s = (int8_t)raw;
+		return 0;
+	case KVP_GGUF_I16:
+		n->s = (int16_t)raw;
+		return 0;
+	case KVP_GGUF_I32:
+		n->s = (int32_t)raw;
+		return 0;
+	case KVP_GGUF_I64:
+		n->s = (int64_t)raw;
+		return 0;
+	case KVP_GGUF_F32: {
+		float f;
+
+		memcpy(&f, kv->val, 4);
+		n->kind = NUM_FLOAT;
+		n->f = f;
+		return 0;
+	}
+	case KVP_GGUF_F64:
+		n->kind = NUM_FLOAT;
+		memcpy(&n->f, kv->val, 8);
+		return 0;
+	case KVP_GGUF_BOOL:
+		n->kind = NUM_BOOL;
+		n->u = raw != 0;
+		return 0;
+	default: /* U8, U16, U32, U64 */
+		n->kind = NUM_UINT;
+		n->u = raw;
+		return 0;
+	}
+}
+
+/* @key's integer value, not negative; -ENOENT, -EBADMSG for any other type. */
+static int find_uint(const struct kvp_gguf *g, const char *key, struct num *n)
 {
 	const struct kvp_gguf_kv *kv = kvp_gguf_find(g, key);
-	int64_t s;
-	uint64_t u;
 
 	if (!kv)
 		return -ENOENT;
-	switch (kv->type) {
-	case KVP_GGUF_U8:
-		u = kv->val[0];
-		break;
-	case KVP_GGUF_I8:
-		s = (int8_t)kv->val[0];
-		goto sign;
-	case KVP_GGUF_U16: {
-		uint16_t v;
-		memcpy(&v, kv->val, 2);
-		u = v;
-		break;
-	}
-	case KVP_GGUF_I16: {
-		int16_t v;
-		memcpy(&v, kv->val, 2);
-		s = v;
-		goto sign;
-	}
-	case KVP_GGUF_U32: {
-		uint32_t v;
-		memcpy(&v, kv->val, 4);
-		u = v;
-		break;
-	}
-	case KVP_GGUF_I32: {
-		int32_t v;
-		memcpy(&v, kv->val, 4);
-		s = v;
-		goto sign;
-	}
-	case KVP_GGUF_U64:
-		memcpy(&u, kv->val, 8);
-		break;
-	case KVP_GGUF_I64:
-		memcpy(&s, kv->val, 8);
-		goto sign;
-	default:
+	if (kv_num(kv, n) || n->kind == NUM_FLOAT || n->kind == NUM_BOOL)
 		return -EBADMSG;
+	if (n->kind == NUM_SINT) {
+		if (n->s < 0)
+			return -EBADMSG;
+		n->kind = NUM_UINT;
+		n->u = (uint64_t)n->s;
 	}
-	goto check;
-sign:
-	if (s < 0)
+	return 0;
+}
+
+int kvp_gguf_get_uint(const struct kvp_gguf *g, const char *key, uint64_t max, uint64_t *out)
+{
+	struct num n;
+	int r = find_uint(g, key, &n);
+
+	if (r)
+		return r;
+	if (n.u > max)
 		return -EBADMSG;
-	u = (uint64_t)s;
-check:
-	if (u > max)
-		return -EBADMSG;
-	*out = u;
+	*out = n.u;
 	return 0;
 }
 
 int kvp_gguf_get_f32(const struct kvp_gguf *g, const char *key, float *out)
 {
 	const struct kvp_gguf_kv *kv = kvp_gguf_find(g, key);
+	struct num n;
 
 	if (!kv)
 		return -ENOENT;
-	if (kv->type == KVP_GGUF_F32) {
-		memcpy(out, kv->val, 4);
-		return 0;
-	}
-	if (kv->type == KVP_GGUF_F64) {
-		double d;
-
-		memcpy(&d, kv->val, 8);
-		*out = (float)d;
-		return 0;
-	}
-	return -EBADMSG;
+	if (kv_num(kv, &n) || n.kind != NUM_FLOAT)
+		return -EBADMSG;
+	*out = (float)n.f;
+	return 0;
 }
 
 int kvp_gguf_get_bool(const struct kvp_gguf *g, const char *key, int *out)
 {
 	const struct kvp_gguf_kv *kv = kvp_gguf_find(g, key);
-	uint64_t u;
+	struct num n;
 	int r;
 
 	if (!kv)
@@ -518,10 +541,30 @@ int kvp_gguf_get_bool(const struct kvp_gguf *g, const char *key, int *out)
 		*out = kv->val[0] != 0;
 		return 0;
 	}
-	r = kvp_gguf_get_uint(g, key, UINT64_MAX, &u);
+	r = find_uint(g, key, &n);
 	if (r)
 		return r;
-	*out = u != 0;
+	*out = n.u != 0;
+	return 0;
+}
+
+int kvp_gguf_kv_f64(const struct kvp_gguf_kv *kv, double *out)
+{
+	struct num n;
+
+	if (kv_num(kv, &n))
+		return -EBADMSG;
+	switch (n.kind) {
+	case NUM_SINT:
+		*out = (double)n.s;
+		break;
+	case NUM_FLOAT:
+		*out = n.f;
+		break;
+	default:
+		*out = (double)n.u;
+		break;
+	}
 	return 0;
 }
 

@@ -174,6 +174,13 @@ int kvp_gguf_get_bool(const struct kvp_gguf *g, const char *key, int *out);
 int kvp_gguf_get_str(const struct kvp_gguf *g, const char *key, struct kvp_gguf_str *out);
 
 /*
+ * kvp_gguf_kv_f64() - the value of @kv, any scalar number or BOOL (0 or 1), as a double
+ * (64-bit integers beyond 2^53 rounded).  Decoded by the same code as the getters above.
+ * Return: 0, or -EBADMSG for a string or an array.
+ */
+int kvp_gguf_kv_f64(const struct kvp_gguf_kv *kv, double *out);
+
+/*
  * kvp_gguf_get_arr() - the ARRAY called @key with elements of @elem_type
  * @out: the entry.  Return 0, -ENOENT, or -EBADMSG (not an array of that type).
  */

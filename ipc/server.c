@@ -33,13 +33,13 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ipc/conn.h"
 #include "ipc/loop.h"
 #include "ipc/ops.h"
 #include "ipc/proto.h"
+#include "util/time.h"
 
 /* Defaults for zero config fields (server.h). */
 #define DEF_MAX_FRAME (1u << 20)
@@ -979,11 +979,8 @@ static int run_until(struct kvp_server *srv, int64_t deadline_ns)
 		int timeout = -1, r;
 
 		if (deadline_ns) {
-			struct timespec ts;
-			int64_t now;
+			int64_t now = (int64_t)kvp_now_ns();
 
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 			if (now >= deadline_ns)
 				break;
 			timeout = (int)((deadline_ns - now + 999999) / 1000000);
@@ -1004,11 +1001,7 @@ int kvp_server_run(struct kvp_server *srv)
 
 int kvp_server_run_for(struct kvp_server *srv, unsigned int timeout_ms)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return run_until(srv, (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec +
-				      (int64_t)timeout_ms * 1000000 + 1);
+	return run_until(srv, (int64_t)kvp_now_ns() + (int64_t)timeout_ms * 1000000 + 1);
 }
 
 void kvp_server_stop(struct kvp_server *srv)

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "shm/geom.h"
+#include "util/time.h"
 
 #define NONE UINT32_MAX
 #define SCAN_BUF_BYTES (32u << 20)     /* read buffers of the rebuild scan, at most */
@@ -103,14 +104,6 @@ struct kvp_tier {
 	struct kvp_tier_stats st;
 	char err[320];
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t random_u64(void)
 {
@@ -359,7 +352,7 @@ int kvp_tier_write(struct kvp_tier *t, const struct kvp_index_rec *rec, uint32_t
 	io->block = block;
 	io->cookie = cookie;
 	io->uid = rec->uid;
-	io->t0 = now_ns();
+	io->t0 = kvp_now_ns();
 	kvp_tier_blk_encode(io->hdr, &t->lay, t->tier_id, s, t->next_gen++, rec, data);
 	if (submit_rw(t, io, data) < 0) {
 		free_push(t, s);
@@ -389,7 +382,7 @@ int kvp_tier_read(struct kvp_tier *t, uint32_t slot, uint64_t uid, uint32_t bloc
 	io->block = block;
 	io->cookie = cookie;
 	io->uid = uid;
-	io->t0 = now_ns();
+	io->t0 = kvp_now_ns();
 	if (submit_rw(t, io, kvp_pool_data(t->pool, block)) < 0) {
 		io_put(t, io);
 		return -EBUSY;
@@ -488,7 +481,7 @@ static int finish(struct kvp_tier *t, struct tio *io, struct kvp_tier_done *d)
 				t->st.reads++;
 				t->st.read_bytes += t->lay.slot_bytes;
 				t->st.reread_recovered += io->retried != 0;
-				lat_sample(t, now_ns() - io->t0);
+				lat_sample(t, kvp_now_ns() - io->t0);
 			}
 		} else {
 			degrade(t, res, "read from");
@@ -610,14 +603,14 @@ static int write_file_header(struct kvp_tier *t)
  */
 static int lock_file(int fd, uint32_t wait_ms)
 {
-	uint64_t end = now_ns() + (uint64_t)wait_ms * 1000000ull;
+	uint64_t end = kvp_now_ns() + (uint64_t)wait_ms * 1000000ull;
 
 	for (;;) {
 		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
 			return 0;
 		if (errno != EWOULDBLOCK && errno != EINTR)
 			return -errno;
-		if (now_ns() >= end)
+		if (kvp_now_ns() >= end)
 			return -EBUSY;
 		usleep(10000);
 	}
@@ -882,7 +875,7 @@ static uint32_t scan_fill(struct kvp_tier *t, struct scan_state *ss)
  */
 static int scan(struct kvp_tier *t, int full)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = kvp_now_ns();
 	struct scan_state ss = { .len = full ? (uint32_t)t->lay.slot_bytes :
 					       t->lay.slot_hdr_bytes };
 	uint32_t nq = SCAN_BUF_BYTES / ss.len;
@@ -944,7 +937,7 @@ out:
 	if (!stuck)
 		free(ss.bufs); /* else leaked on purpose: reads may still land in it */
 	free(ss.stack);
-	t->st.scan_ns = now_ns() - t0;
+	t->st.scan_ns = kvp_now_ns() - t0;
 	if (io_err)
 		set_error(t, io_err, "scan of");
 	return r;

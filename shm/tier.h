@@ -13,10 +13,10 @@
  * between the file and its pool block directly (no copy): one readv/writev of the header
  * region (an aligned buffer of the tier's) and the pool block.  The file is registered
  * with the ring.  Registering the pool as fixed buffers is opt-in (KVP_TIER_FIXED_BUFS):
- * measured here it does not pay (tests/bench/bench_tier.c: equal with 2 MiB pages, far
- * slower reads with 4 KiB ones, as it takes two requests per block), and it pins the
- * whole pool at start; when asked for and refused (RLIMIT_MEMLOCK), plain I/O is used
- * and the stats say so.
+ * it takes two requests per block instead of one vectored one, and it pins the whole
+ * pool at start; whether it pays depends on the machine and the page size
+ * (tests/bench/bench_tier.c measures both; figures in docs/tier.md).  When asked for and
+ * refused (RLIMIT_MEMLOCK), plain I/O is used and the stats say so.
  *
  * Failures: an I/O error, ENOSPC, a file that cannot be opened, created, locked,
  * preallocated or opened O_DIRECT turns the tier off ("degraded"): every VALID slot is
@@ -237,10 +237,10 @@ int kvp_tier_read(struct kvp_tier *t, uint32_t slot, uint64_t uid, uint32_t bloc
  * kvp_tier_poll() - reap finished operations without waiting
  * @done: out; up to @max completions
  *
- * Each read returned has been checked here, on the calling thread (a sum over the block:
- * ~10-20 us per 512 KiB on this machine).  A caller that wants the disk kept busy reaps a
- * few at a time and queues more in between, rather than checking a whole queue's worth
- * while the device idles.
+ * Each read returned has been checked here, on the calling thread (a sum over every byte
+ * of the block: docs/tier.md gives a measured cost).  A caller that wants the disk kept
+ * busy reaps a few at a time and queues more in between, rather than checking a whole
+ * queue's worth while the device idles.
  * Return: number filled (>= 0).
  */
 int kvp_tier_poll(struct kvp_tier *t, struct kvp_tier_done *done, uint32_t max);

@@ -4,11 +4,12 @@
 # Usage: check-headers.sh SRCDIR CC [CFLAGS...]
 #        check-headers.sh --selftest SRCDIR CC [CFLAGS...]
 #
-# Each header under shm/ compute/ ipc/ svc/ include/ tests/lib/ tests/integration/ is
-# compiled as its own translation unit (#include "it" twice, so a missing include guard
-# fails too) with the project's flags.  The installed headers (include/kvpool/) are also
-# compiled as a client would: strict C11 with -pedantic-errors and only -Iinclude, so
-# they can reach neither a private header nor a GNU extension.
+# Each header under util/ shm/ compute/ ipc/ svc/ include/ tests/lib/ tests/unit/
+# tests/integration/ tests/bench/ is compiled as its own translation unit (#include "it"
+# twice, so a missing include guard fails too) with the project's flags.  The installed
+# headers (include/kvpool/) are also compiled as a client would: strict C11 with
+# -pedantic-errors and only -Iinclude, so they can reach neither a private header nor a
+# GNU extension.
 #
 # The headers are found at run time, so a header added later is checked without anyone
 # editing a list.  Every failing header is reported, with the compiler's first lines.
@@ -67,7 +68,7 @@ fi
 
 n=0
 bad=0
-for dir in shm compute ipc svc include tests/lib tests/integration; do
+for dir in util shm compute ipc svc include tests/lib tests/unit tests/integration tests/bench; do
 	[ -d "$src/$dir" ] || continue
 	while IFS= read -r h; do
 		rel=${h#"$src"/}

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench_tier.c - the disk tier against fio on the same file system, in the same run,
- * with the same I/O unit and queue depth (issue 10; target: ratio >= 0.8):
+ * with the same I/O unit and queue depth (target: ratio >= 0.8):
  *
  *  1. write: every slot of a fresh 1 GiB tier, in slot order (a block = 512 KiB of K/V
  *     of a 1B-class model, 16 layers x 8 KV heads x 64 x f16 x 16 tokens, plus its 4 KiB
@@ -9,23 +9,24 @@
  *     against fio rw=write bs=516k iodepth=32 ioengine=io_uring direct=1;
  *  2. read: every slot back in random order into pool blocks, header and sum checked,
  *     against fio rw=randread with the same unit and depth (fio checks nothing: the sum
- *     of every block read, ~20 us per block from DRAM here, is the tier's to pay);
+ *     of every block read is the tier's to pay);
  *  3. rebuild: reopening the full tier, per GiB of file: the header scan (4 KiB per slot)
  *     against fio reading 4 KiB every 516 KiB (rw=read:512k), and the full scan (every
  *     byte read and summed) against fio reading the file sequentially; the whole open
  *     (which adds preallocation, ring setup and registering the pool) is printed too.
  *
  * Both the registered-buffer path (opt-in) and plain vectored I/O (the default) are
- * measured, each against fio using the same technique (on this
- * VM, fio's own figure moves 2-4x with --fixedbufs --registerfiles, and 2x between
- * identical runs).  Each tier figure is measured right before its fio run; RUNS runs;
- * printed: medians, their ratio, and the median of the per-pair ratios.
+ * measured, each against fio using the same technique (fio's own figure can move
+ * severalfold with --fixedbufs --registerfiles, and between identical runs on a shared
+ * machine: docs/tier.md).  Each tier figure is measured right before its fio run; RUNS
+ * runs; printed: medians, their ratio, and the median of the per-pair ratios.
  * The file system is $KVP_BENCH_TIER_DIR, else $TMPDIR, else /var/tmp; the size is
  * $KVP_BENCH_TIER_MB (default 1024).  The pool's pages are the daemon's default (2 MiB
  * hugetlb pages when some are reserved; KVP_BENCH_RESERVE_HUGEPAGES=1 reserves them, as
  * root, and gives them back), or 4 KiB with KVP_BENCH_TIER_4K=1; fio's buffers get the
- * same kind of pages (--mem=shmhuge), since on this VM the page size of the buffers
- * moves O_DIRECT throughput 2-3x for both.  fio is the Debian package (tests/deps.sh).
+ * same kind of pages (--mem=shmhuge), since the page size of the buffers can move
+ * O_DIRECT throughput severalfold for both (docs/tier.md).  fio is the Debian package
+ * (tests/deps.sh).
  */
 #include <errno.h>
 #include <stdint.h>

@@ -4,10 +4,10 @@
  * chunked prefill, shared prefix blocks, batched decode, K/V dtypes, argument checks,
  * and that generation touches only its own blocks.
  *
- * The K/V "pool" is an aligned heap region laid out as the daemon's; every byte starts
- * as 0xff (NaN in f32, f16 and bf16), and under ASan every block not in the sequence's
- * table (and every block's padding) is poisoned, so a read outside the sequence's
- * blocks is an ASan report, and in a plain build a NaN in the logits.
+ * The K/V "pool" (tests/lib/fwdfix.h) is an aligned heap region laid out as the daemon's;
+ * every byte starts as 0xff (NaN in f32, f16 and bf16), and under ASan every block not in
+ * the sequence's table (and every block's padding) is poisoned, so a read outside the
+ * sequence's blocks is an ASan report, and in a plain build a NaN in the logits.
  */
 #include <errno.h>
 #include <math.h>
@@ -30,21 +30,13 @@
 #include "compute/ref.h"
 #include "compute/sample.h"
 #include "shm/geom.h"
+#include "tests/lib/fwdfix.h"
 #include "tests/lib/testlib.h"
-
-struct pool {
-	struct kvp_kv_view v;
-	size_t bytes;
-};
 
 static struct kvp_model *make_model(uint32_t embd, uint32_t heads, uint32_t kv_heads,
 				    uint32_t layers, uint32_t ff, uint32_t type, int tied)
 {
 	struct kvp_mkmodel_opts o;
-	struct kvp_model *m;
-	void *buf;
-	size_t len;
-	char err[256];
 
 	assert_int_equal(kvp_mkmodel_preset(&o, "tiny"), 0);
 	o.n_embd = embd;
@@ -54,90 +46,8 @@ static struct kvp_model *make_model(uint32_t embd, uint32_t heads, uint32_t kv_h
 	o.n_ff = ff;
 	o.type = type;
 	o.tied = tied;
-	assert_int_equal(kvp_mkmodel_write_mem(&buf, &len, &o, err, sizeof(err)), 0);
-	/* the model borrows the buffer; free_model() frees both */
-	int r = kvp_model_open_mem(&m, buf, len, err, sizeof(err));
-	if (r)
-		fail_msg("%s", err);
-	return m;
-}
-
-static void *model_buf(const struct kvp_model *m)
-{
-	return (void *)kvp_model_gguf(m)->base;
-}
-
-static void free_model(struct kvp_model *m)
-{
-	void *buf = model_buf(m);
-
-	kvp_model_close(m);
-	free(buf);
-}
-
-static void pool_init(struct pool *p, const struct kvp_model *m, uint32_t dtype, uint32_t bt,
-		      uint32_t n_blocks)
-{
-	struct kvp_model_shape s;
-
-	kvp_model_kv_shape(m, dtype, bt, &s);
-	assert_int_equal(kvp_geom_init(&p->v.geom, &s), 0);
-	p->v.n_blocks = n_blocks;
-	p->bytes = (size_t)n_blocks * p->v.geom.block_stride;
-	p->v.base = aligned_alloc(KVP_BLOCK_ALIGN, p->bytes);
-	assert_non_null(p->v.base);
-	memset(p->v.base, 0xff, p->bytes);
-	ASAN_POISON_MEMORY_REGION(p->v.base, p->bytes);
-}
-
-/* Make the payload of the @n blocks of @table readable (the padding stays poisoned). */
-static void pool_open(struct pool *p, const uint32_t *table, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++)
-		ASAN_UNPOISON_MEMORY_REGION(kvp_kv_block(&p->v, table[i]), p->v.geom.block_bytes);
-}
-
-static void pool_free(struct pool *p)
-{
-	ASAN_UNPOISON_MEMORY_REGION(p->v.base, p->bytes);
-	free(p->v.base);
-}
-
-/* max |a - b| / max |b| */
-static double rel_err(const float *a, const float *b, size_t n)
-{
-	double num = 0, den = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		double d = fabs((double)a[i] - b[i]);
-
-		if (!(d <= num))
-			num = d; /* NaN propagates */
-		den = fabs(b[i]) > den ? fabs(b[i]) : den;
-	}
-	return num / (den > 0 ? den : 1);
-}
-
-static struct kvp_fwd *make_fwd(const struct kvp_model *m, uint32_t chunk, uint32_t batch)
-{
-	struct kvp_fwd *f;
-
-	assert_int_equal(kvp_fwd_new(&f, m,
-				     &(struct kvp_fwd_opts){ .n_threads = 2,
-							     .max_chunk = chunk,
-							     .max_batch = batch }),
-			 0);
-	return f;
-}
-
-/* Prompt of n pseudo-random byte tokens. */
-static void prompt(int32_t *t, uint32_t n, uint32_t seed)
-{
-	t[0] = 1; /* BOS */
-	for (uint32_t i = 1; i < n; i++) {
-		seed = seed * 1103515245u + 12345u;
-		t[i] = 3 + (int32_t)((seed >> 16) % 256);
-	}
+	/* the model borrows the buffer; ffix_model_close() frees both */
+	return ffix_model_open(&o);
 }
 
 /*
@@ -152,19 +62,19 @@ static void decode_vs_ref(struct kvp_model *m, uint32_t dtype, uint32_t bt, uint
 	int32_t *toks = malloc(total * sizeof(int32_t));
 	float *lg = malloc(total * V * sizeof(float)), *ref = malloc(total * V * sizeof(float));
 	uint32_t *table = malloc(nb * sizeof(uint32_t));
-	struct kvp_fwd *f = make_fwd(m, n_prompt, 1);
-	struct pool p;
+	struct kvp_fwd *f = ffix_fwd_new(m, NULL, n_prompt, 1);
+	struct ffix_pool p;
 
-	pool_init(&p, m, dtype, bt, nb * 2);
+	ffix_pool_init(&p, m, dtype, bt, nb * 2);
 	for (uint32_t i = 0; i < nb; i++) /* scattered, reversed ids: no accidental contiguity */
 		table[i] = 2 * nb - 1 - 2 * i;
-	pool_open(&p, table, nb);
-	prompt(toks, n_prompt, 7);
+	ffix_pool_open(&p, table, nb);
+	ffix_prompt(toks, n_prompt, 7);
 
 	/* prefill: every position's logits against the reference */
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, nb, 0, toks, n_prompt, lg, 1), 0);
 	assert_int_equal(kvp_ref_forward(m, toks, n_prompt, ref), 0);
-	assert_true(rel_err(lg, ref, (size_t)n_prompt * V) < tol);
+	assert_true(ffix_rel_err(lg, ref, (size_t)n_prompt * V) < tol);
 
 	float *last = lg + (size_t)(n_prompt - 1) * V;
 	for (uint32_t s = 0; s < steps; s++) {
@@ -180,12 +90,12 @@ static void decode_vs_ref(struct kvp_model *m, uint32_t dtype, uint32_t bt, uint
 						1, lg),
 				 0);
 		assert_int_equal(kvp_ref_forward(m, toks, pos + 1, ref), 0);
-		e = rel_err(lg, ref + (size_t)pos * V, V);
+		e = ffix_rel_err(lg, ref + (size_t)pos * V, V);
 		if (!(e < tol))
 			fail_msg("step %u: relative error %g >= %g", s, e, tol);
 		last = lg;
 	}
-	pool_free(&p);
+	ffix_pool_deinit(&p);
 	kvp_fwd_free(f);
 	free(toks);
 	free(lg);
@@ -199,7 +109,7 @@ static void test_decode_matches_ref_mha(void **state)
 	struct kvp_model *m = make_model(64, 4, 4, 2, 96, KVP_GGML_F32, 0);
 
 	decode_vs_ref(m, KVP_DTYPE_F32, 4, 5, 64, 1e-4);
-	free_model(m);
+	ffix_model_close(m);
 }
 
 static void test_decode_matches_ref_gqa(void **state)
@@ -208,7 +118,7 @@ static void test_decode_matches_ref_gqa(void **state)
 	struct kvp_model *m = make_model(64, 8, 2, 2, 128, KVP_GGML_F32, 1);
 
 	decode_vs_ref(m, KVP_DTYPE_F32, 3, 7, 64, 1e-4);
-	free_model(m);
+	ffix_model_close(m);
 }
 
 static void test_decode_matches_ref_llama_head_dims(void **state)
@@ -226,12 +136,12 @@ static void test_decode_matches_ref_llama_head_dims(void **state)
 	decode_vs_ref(a, KVP_DTYPE_F32, 5, 9, 48, 1e-4);
 	decode_vs_ref(b, KVP_DTYPE_F32, 5, 9, 48, 1e-4);
 	decode_vs_ref(a, KVP_DTYPE_F16, 5, 9, 16, 5e-3);
-	free_model(a);
-	free_model(b);
+	ffix_model_close(a);
+	ffix_model_close(b);
 	b = make_model(256, 2, 1, 1, 64, KVP_GGML_F32, 1);
 	assert_int_equal(kvp_model_hparams(b)->head_dim, 128);
 	decode_vs_ref(b, KVP_DTYPE_F32, 5, 9, 48, 1e-4);
-	free_model(b);
+	ffix_model_close(b);
 }
 
 /*
@@ -255,7 +165,7 @@ static void greedy_vs_ref(struct kvp_model *m, const struct kvp_kernels *k, uint
 	float *ex = malloc(total * V * sizeof(float));
 	uint32_t *table = malloc(nb * sizeof(uint32_t));
 	struct kvp_fwd *f;
-	struct pool p;
+	struct ffix_pool p;
 	double sum = 0;
 
 	assert_int_equal(kvp_fwd_new(&f, m,
@@ -264,11 +174,11 @@ static void greedy_vs_ref(struct kvp_model *m, const struct kvp_kernels *k, uint
 							     .max_batch = 1,
 							     .kernels = k }),
 			 0);
-	pool_init(&p, m, KVP_DTYPE_F32, bt, nb);
+	ffix_pool_init(&p, m, KVP_DTYPE_F32, bt, nb);
 	for (uint32_t i = 0; i < nb; i++)
 		table[i] = i;
-	pool_open(&p, table, nb);
-	prompt(toks, n_prompt, 11);
+	ffix_pool_open(&p, table, nb);
+	ffix_prompt(toks, n_prompt, 11);
 	/* the fast path's logits of positions n_prompt - 1 .. total - 1, greedy tokens */
 	float *out = lg + (size_t)(n_prompt - 1) * V;
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, nb, 0, toks, n_prompt, out, 0), 0);
@@ -292,11 +202,11 @@ static void greedy_vs_ref(struct kvp_model *m, const struct kvp_kernels *k, uint
 	*exact = *model = 0;
 	for (uint32_t pos = n_prompt - 1; pos < total; pos++) {
 		const float *a = lg + (size_t)pos * V, *r = ref + (size_t)pos * V;
-		double e = rel_err(a, ex + (size_t)pos * V, V), mx = 0;
+		double e = ffix_rel_err(a, ex + (size_t)pos * V, V), mx = 0;
 		int32_t best;
 
 		*exact = e > *exact ? e : *exact;
-		e = rel_err(a, r, V);
+		e = ffix_rel_err(a, r, V);
 		*model = e > *model ? e : *model;
 		sum += e;
 		if (pos + 1 == total)
@@ -311,7 +221,7 @@ static void greedy_vs_ref(struct kvp_model *m, const struct kvp_kernels *k, uint
 		}
 	}
 	*mean = sum / (steps + 1);
-	pool_free(&p);
+	ffix_pool_deinit(&p);
 	kvp_fwd_free(f);
 	free(toks);
 	free(lg);
@@ -367,12 +277,9 @@ static void test_weight_types_match_ref(void **state)
 					 kvp_model_info(m)->file_type, k->name, model,
 					 cases[i].bound, differ, ties);
 		}
-		free_model(m);
+		ffix_model_close(m);
 	}
 }
-
-static void greedy(struct kvp_fwd *f, struct pool *p, const uint32_t *table, uint32_t nt,
-		   uint32_t pos, float *lg, uint32_t V, int32_t *out, uint32_t n);
 
 /* kB of a /proc/self/smaps_rollup line ("Rss:"), -1 when unreadable */
 static long rss_kb(void)
@@ -401,7 +308,7 @@ static void test_resident_is_file_size(void **state)
 	struct kvp_mkmodel_opts o;
 	struct kvp_model *m;
 	struct kvp_fwd *f;
-	struct pool p;
+	struct ffix_pool p;
 	uint32_t table[8];
 	int32_t toks[64];
 	float *lg;
@@ -418,21 +325,21 @@ static void test_resident_is_file_size(void **state)
 	file = (double)kvp_model_info(m)->file_bytes;
 	assert_int_equal(kvp_model_info(m)->n_converted, 0);
 	assert_int_equal(kvp_model_info(m)->arena_bytes, 0);
-	f = make_fwd(m, 64, 1);
+	f = ffix_fwd_new(m, NULL, 64, 1);
 	lg = malloc(kvp_model_hparams(m)->n_vocab * 4);
-	pool_init(&p, m, KVP_DTYPE_F16, 16, 8);
+	ffix_pool_init(&p, m, KVP_DTYPE_F16, 16, 8);
 	for (uint32_t i = 0; i < 8; i++)
 		table[i] = i;
-	pool_open(&p, table, 8);
-	prompt(toks, 64, 5);
+	ffix_pool_open(&p, table, 8);
+	ffix_prompt(toks, 64, 5);
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, 8, 0, toks, 64, lg, 0), 0);
-	greedy(f, &p, table, 8, 64, lg, kvp_model_hparams(m)->n_vocab, toks, 8);
+	ffix_greedy(f, &p, table, 8, 64, lg, kvp_model_hparams(m)->n_vocab, toks, 8);
 	after = rss_kb();
 	print_message("file %.1f MiB; process grew by %.1f MiB\n", file / 1048576,
 		      (after - before) / 1024.0);
 	if (before > 0 && after > 0)
 		assert_true((after - before) * 1024.0 < file * 1.15 + 48.0 * 1048576);
-	pool_free(&p);
+	ffix_pool_deinit(&p);
 	free(lg);
 	kvp_fwd_free(f);
 	kvp_model_close(m);
@@ -446,23 +353,7 @@ static void test_kv_f16_bf16_close_to_f32(void **state)
 
 	decode_vs_ref(m, KVP_DTYPE_F16, 4, 6, 16, 5e-3);
 	decode_vs_ref(m, KVP_DTYPE_BF16, 4, 6, 16, 3e-2);
-	free_model(m);
-}
-
-/* Greedy-decode @n tokens after logits @lg, in @table; tokens to @out. */
-static void greedy(struct kvp_fwd *f, struct pool *p, const uint32_t *table, uint32_t nt,
-		   uint32_t pos, float *lg, uint32_t V, int32_t *out, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++) {
-		out[i] = kvp_sample_greedy(lg, V);
-		assert_int_equal(kvp_fwd_decode(f, &p->v,
-						&(struct kvp_fwd_seq){ .table = table,
-								       .n_table = nt,
-								       .pos = pos + i,
-								       .token = out[i] },
-						1, lg),
-				 0);
-	}
+	ffix_model_close(m);
 }
 
 /*
@@ -472,55 +363,14 @@ static void greedy(struct kvp_fwd *f, struct pool *p, const uint32_t *table, uin
  */
 static void chunked_and_shared(struct kvp_model *m, double tol)
 {
-	uint32_t V = kvp_model_hparams(m)->n_vocab, bt = 4, n = 37, gen = 32;
-	uint32_t nb = (n + gen + bt - 1) / bt; /* 18 blocks per sequence */
-	uint32_t ta[18], tb[18], tc[18];
-	int32_t toks[37], ga[32], gb[32], gc[32];
-	float *la = malloc(V * 4), *lb = malloc(V * 4), *lc = malloc(V * 4);
-	struct kvp_fwd *f = make_fwd(m, 64, 1);
-	struct pool p;
-	uint8_t *snap;
-	size_t bb;
+	uint32_t V = kvp_model_hparams(m)->n_vocab;
+	struct ffix_split sp;
 
-	pool_init(&p, m, KVP_DTYPE_F32, bt, 3 * nb);
-	bb = p.v.geom.block_bytes;
-	for (uint32_t i = 0; i < nb; i++) {
-		ta[i] = i;
-		tb[i] = nb + i;
-		tc[i] = i < 8 ? ta[i] : 2 * nb + i; /* first 8 blocks (32 tokens) shared with a */
-	}
-	pool_open(&p, ta, nb);
-	pool_open(&p, tb, nb);
-	pool_open(&p, tc, nb);
-	prompt(toks, n, 99);
-
-	assert_int_equal(kvp_fwd_prefill(f, &p.v, ta, nb, 0, toks, n, la, 0), 0);
-	for (uint32_t done = 0; done < n; done += 5)
-		assert_int_equal(kvp_fwd_prefill(f, &p.v, tb, nb, done, toks + done,
-						 n - done < 5 ? n - done : 5, lb, 0),
-				 0);
-	snap = malloc(8 * bb);
-	for (uint32_t i = 0; i < 8; i++)
-		memcpy(snap + i * bb, kvp_kv_block(&p.v, ta[i]), bb);
-	assert_int_equal(kvp_fwd_prefill(f, &p.v, tc, nb, 32, toks + 32, n - 32, lc, 0), 0);
-
-	assert_true(rel_err(lb, la, V) < tol);
-	assert_true(rel_err(lc, la, V) < tol);
-	/* decode a before c: a's own blocks after the prefix change, the shared ones must not */
-	greedy(f, &p, ta, nb, n, la, V, ga, gen);
-	greedy(f, &p, tb, nb, n, lb, V, gb, gen);
-	greedy(f, &p, tc, nb, n, lc, V, gc, gen);
-	assert_memory_equal(ga, gb, sizeof(ga));
-	assert_memory_equal(ga, gc, sizeof(ga));
-	for (uint32_t i = 0; i < 8; i++)
-		assert_memory_equal(snap + i * bb, kvp_kv_block(&p.v, ta[i]), bb);
-
-	free(snap);
-	pool_free(&p);
-	kvp_fwd_free(f);
-	free(la);
-	free(lb);
-	free(lc);
+	ffix_split_init(&sp, m, 32);
+	assert_true(ffix_rel_err(sp.lb, sp.la, V) < tol);
+	assert_true(ffix_rel_err(sp.lc, sp.la, V) < tol);
+	ffix_split_decode(&sp);
+	ffix_split_deinit(&sp);
 }
 
 static void test_chunked_and_shared_prefix_prefill(void **state)
@@ -534,13 +384,13 @@ static void test_chunked_and_shared_prefix_prefill(void **state)
 	struct kvp_model *m = make_model(64, 4, 2, 2, 128, KVP_GGML_F32, 0);
 
 	chunked_and_shared(m, 1e-4);
-	free_model(m);
+	ffix_model_close(m);
 	m = make_model(256, 4, 2, 2, 512, KVP_MKMODEL_Q4_K_M, 0);
 	chunked_and_shared(m, 1e-3);
-	free_model(m);
+	ffix_model_close(m);
 	m = make_model(256, 4, 2, 2, 512, KVP_GGML_Q8_0, 1);
 	chunked_and_shared(m, 1e-3);
-	free_model(m);
+	ffix_model_close(m);
 }
 
 /*
@@ -556,10 +406,10 @@ static void batch_vs_alone(uint32_t B)
 	int32_t *out = malloc(2 * B * steps * sizeof(int32_t));
 	struct kvp_fwd_seq *seq = malloc(B * sizeof(*seq));
 	float *lg = malloc(B * V * 4), *l1 = malloc(V * 4), *lb = malloc(B * V * 4);
-	struct kvp_fwd *f = make_fwd(m, 32, B);
-	struct pool p;
+	struct kvp_fwd *f = ffix_fwd_new(m, NULL, 32, B);
+	struct ffix_pool p;
 
-	pool_init(&p, m, KVP_DTYPE_F32, bt, 2 * B * nb);
+	ffix_pool_init(&p, m, KVP_DTYPE_F32, bt, 2 * B * nb);
 	/* w = 0: each alone; w = 1: one batch; blocks interleaved across all 2B sequences */
 	for (uint32_t w = 0; w < 2; w++)
 		for (uint32_t s = 0; s < B; s++) {
@@ -568,8 +418,8 @@ static void batch_vs_alone(uint32_t B)
 			len[s] = 3 + (s * 7) % 15; /* 3 .. 17 tokens */
 			for (uint32_t i = 0; i < nb; i++)
 				t[i] = (w * B + s) + i * 2 * B;
-			pool_open(&p, t, nb);
-			prompt(toks, len[s], 11 + s);
+			ffix_pool_open(&p, t, nb);
+			ffix_prompt(toks, len[s], 11 + s);
 			assert_int_equal(kvp_fwd_prefill(f, &p.v, t, nb, 0, toks, len[s], l1, 0),
 					 0);
 			cur[w * B + s] = kvp_sample_greedy(l1, V);
@@ -595,7 +445,7 @@ static void batch_vs_alone(uint32_t B)
 		}
 		assert_int_equal(kvp_fwd_decode(f, &p.v, seq, B, lb), 0);
 		for (uint32_t s = 0; s < B; s++) {
-			double e = rel_err(lb + s * V, lg + s * V, V);
+			double e = ffix_rel_err(lb + s * V, lg + s * V, V);
 
 			if (!(e < 1e-4))
 				fail_msg("batch %u, step %u, sequence %u: relative error %g", B, i,
@@ -604,7 +454,7 @@ static void batch_vs_alone(uint32_t B)
 		}
 	}
 	assert_memory_equal(out, out + B * steps, B * steps * sizeof(int32_t));
-	pool_free(&p);
+	ffix_pool_deinit(&p);
 	kvp_fwd_free(f);
 	free(tab);
 	free(len);
@@ -615,7 +465,7 @@ static void batch_vs_alone(uint32_t B)
 	free(lg);
 	free(l1);
 	free(lb);
-	free_model(m);
+	ffix_model_close(m);
 }
 
 static void test_batch_equals_alone(void **state)
@@ -635,7 +485,7 @@ static void test_sgemm_prefill_matches_ref(void **state)
 	struct kvp_model *m = make_model(64, 8, 2, 2, 128, KVP_GGML_F32, 0);
 
 	decode_vs_ref(m, KVP_DTYPE_F32, 16, 40, 8, 1e-4);
-	free_model(m);
+	ffix_model_close(m);
 }
 
 static void test_greedy_not_degenerate(void **state)
@@ -649,7 +499,7 @@ static void test_greedy_not_degenerate(void **state)
 	int32_t toks[4] = { 1, 3 + 'H', 3 + 'i', 3 + '!' }, out[32];
 	uint8_t seen[512] = { 0 };
 	struct kvp_fwd *f;
-	struct pool p;
+	struct ffix_pool p;
 	float *lg;
 
 	assert_int_equal(kvp_mkmodel_preset(&o, "tiny"), 0);
@@ -657,23 +507,23 @@ static void test_greedy_not_degenerate(void **state)
 	assert_int_equal(kvp_model_open_mem(&m, buf, len, NULL, 0), 0);
 	V = kvp_model_hparams(m)->n_vocab;
 	lg = malloc(V * 4);
-	f = make_fwd(m, 4, 1);
-	pool_init(&p, m, KVP_DTYPE_F32, 16, nb);
+	f = ffix_fwd_new(m, NULL, 4, 1);
+	ffix_pool_init(&p, m, KVP_DTYPE_F32, 16, nb);
 	for (uint32_t i = 0; i < nb; i++)
 		table[i] = i;
-	pool_open(&p, table, nb);
+	ffix_pool_open(&p, table, nb);
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, nb, 0, toks, 4, lg, 0), 0);
-	greedy(f, &p, table, nb, 4, lg, V, out, 32);
+	ffix_greedy(f, &p, table, nb, 4, lg, V, out, 32);
 	for (int i = 0; i < 32; i++) {
 		distinct += !seen[out[i]];
 		seen[out[i]] = 1;
 	}
 	if (distinct < 8)
 		fail_msg("only %u distinct tokens in 32 greedy steps", distinct);
-	pool_free(&p);
+	ffix_pool_deinit(&p);
 	kvp_fwd_free(f);
 	free(lg);
-	free_model(m);
+	ffix_model_close(m);
 }
 
 static void test_rejects_bad_arguments(void **state)
@@ -684,14 +534,14 @@ static void test_rejects_bad_arguments(void **state)
 		 bad[4] = { 0, 1, 9, 3 };
 	int32_t toks[8] = { 1, 5, 6, 7, 8, 9, 10, 11 }, badtok[2] = { 1, 259 };
 	float *lg = malloc(8 * V * 4);
-	struct kvp_fwd *f = make_fwd(m, 8, 2);
+	struct kvp_fwd *f = ffix_fwd_new(m, NULL, 8, 2);
 	struct kvp_kv_view wrong;
 	struct kvp_model_shape s;
-	struct pool p;
+	struct ffix_pool p;
 	uint8_t *copy;
 
-	pool_init(&p, m, KVP_DTYPE_F32, 2, 4);
-	pool_open(&p, table, 4);
+	ffix_pool_init(&p, m, KVP_DTYPE_F32, 2, 4);
+	ffix_pool_open(&p, table, 4);
 	copy = malloc(4 * p.v.geom.block_bytes);
 	for (int i = 0; i < 4; i++)
 		memcpy(copy + i * p.v.geom.block_bytes, kvp_kv_block(&p.v, i),
@@ -730,10 +580,10 @@ static void test_rejects_bad_arguments(void **state)
 		assert_memory_equal(copy + i * p.v.geom.block_bytes, kvp_kv_block(&p.v, i),
 				    p.v.geom.block_bytes);
 	free(copy);
-	pool_free(&p);
+	ffix_pool_deinit(&p);
 	kvp_fwd_free(f);
 	free(lg);
-	free_model(m);
+	ffix_model_close(m);
 }
 
 static void test_reads_only_own_blocks(void **state)
@@ -748,26 +598,26 @@ static void test_reads_only_own_blocks(void **state)
 	uint32_t scat[20], cont[20];
 	int32_t toks[6] = { 1, 40, 50, 60, 70, 80 }, ga[34], gb[34];
 	float *la = malloc(V * 4), *lb = malloc(V * 4);
-	struct kvp_fwd *f = make_fwd(m, 6, 1);
-	struct pool p, q;
+	struct kvp_fwd *f = ffix_fwd_new(m, NULL, 6, 1);
+	struct ffix_pool p, q;
 	uint8_t used[64] = { 0 };
 
-	pool_init(&p, m, KVP_DTYPE_F32, bt, pool_n);
-	pool_init(&q, m, KVP_DTYPE_F32, bt, nb);
+	ffix_pool_init(&p, m, KVP_DTYPE_F32, bt, pool_n);
+	ffix_pool_init(&q, m, KVP_DTYPE_F32, bt, nb);
 	for (uint32_t i = 0; i < nb; i++) {
 		scat[i] = (i * 37 + 5) % pool_n; /* 37 is coprime with 64: distinct ids */
 		cont[i] = i;
 		used[scat[i]] = 1;
 	}
-	pool_open(&p, scat, nb);
-	pool_open(&q, cont, nb);
+	ffix_pool_open(&p, scat, nb);
+	ffix_pool_open(&q, cont, nb);
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, scat, nb, 0, toks, 6, la, 0), 0);
 	assert_int_equal(kvp_fwd_prefill(f, &q.v, cont, nb, 0, toks, 6, lb, 0), 0);
-	greedy(f, &p, scat, nb, 6, la, V, ga, n - 6);
-	greedy(f, &q, cont, nb, 6, lb, V, gb, n - 6);
+	ffix_greedy(f, &p, scat, nb, 6, la, V, ga, n - 6);
+	ffix_greedy(f, &q, cont, nb, 6, lb, V, gb, n - 6);
 	for (uint32_t i = 0; i < V; i++)
 		assert_true(isfinite(la[i]));
-	assert_true(rel_err(la, lb, V) < 1e-6);
+	assert_true(ffix_rel_err(la, lb, V) < 1e-6);
 	assert_memory_equal(ga, gb, sizeof(ga));
 	ASAN_UNPOISON_MEMORY_REGION(p.v.base, p.bytes);
 	for (uint32_t b = 0; b < pool_n; b++) {
@@ -777,12 +627,12 @@ static void test_reads_only_own_blocks(void **state)
 			if (!used[b] || i >= p.v.geom.block_bytes)
 				assert_int_equal(blk[i], 0xff);
 	}
-	pool_free(&p);
-	pool_free(&q);
+	ffix_pool_deinit(&p);
+	ffix_pool_deinit(&q);
 	kvp_fwd_free(f);
 	free(la);
 	free(lb);
-	free_model(m);
+	ffix_model_close(m);
 }
 
 int main(void)

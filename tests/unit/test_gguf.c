@@ -493,6 +493,82 @@ static void test_format_details(void **state)
 	free(f32);
 }
 
+/* One scalar metadata value and what each getter must make of it (E = -EBADMSG). */
+struct scalar_case {
+	uint32_t type;
+	uint8_t val[8]; /* as stored: little-endian */
+	int r_uint;	/* kvp_gguf_get_uint(..., UINT64_MAX) */
+	uint64_t u;	/* its value when 0 */
+	int r_f32;	/* kvp_gguf_get_f32 */
+	int r_bool;	/* kvp_gguf_get_bool */
+	int b;		/* its value when 0 */
+	double f;	/* kvp_gguf_kv_f64's value (it takes every scalar) */
+};
+
+#define E (-EBADMSG)
+
+static void test_scalar_getters_every_type(void **state)
+{
+	/*
+	 * every scalar metadata type reads back its value through each getter that takes it
+	 * (signed, unsigned, 8 to 64 bits, floats, BOOL), and the others refuse it: a
+	 * negative integer is no uint or bool, a float no integer, a BOOL no uint;
+	 * kvp_gguf_kv_f64() takes every scalar and refuses a string
+	 */
+	static const struct scalar_case cases[] = {
+		{ KVP_GGUF_U8, { 200 }, 0, 200, E, 0, 1, 200 },
+		{ KVP_GGUF_U8, { 0 }, 0, 0, E, 0, 0, 0 },
+		{ KVP_GGUF_I8, { 0xfb }, E, 0, E, E, 0, -5 },
+		{ KVP_GGUF_I8, { 7 }, 0, 7, E, 0, 1, 7 },
+		{ KVP_GGUF_U16, { 0x60, 0xea }, 0, 60000, E, 0, 1, 60000 },
+		{ KVP_GGUF_I16, { 0xd4, 0xfe }, E, 0, E, E, 0, -300 },
+		{ KVP_GGUF_U32, { 0x00, 0x28, 0x6b, 0xee }, 0, 4000000000u, E, 0, 1, 4e9 },
+		{ KVP_GGUF_I32, { 0x90, 0xee, 0xfe, 0xff }, E, 0, E, E, 0, -70000 },
+		{ KVP_GGUF_I32, { 0x70, 0x11, 0x01, 0x00 }, 0, 70000, E, 0, 1, 70000 },
+		{ KVP_GGUF_U64, { 0, 0, 0, 0, 0, 0, 0, 0x10 }, 0, 1ull << 60, E, 0, 1, 0x1p60 },
+		{ KVP_GGUF_I64, { 0, 0, 0, 0, 0, 0xff, 0xff, 0xff }, E, 0, E, E, 0, -0x1p40 },
+		{ KVP_GGUF_F32, { 0, 0, 0xc0, 0x3f }, E, 0, 0, E, 0, 1.5 },
+		{ KVP_GGUF_F64, { 0, 0, 0, 0, 0, 0, 0x02, 0xc0 }, E, 0, 0, E, 0, -2.25 },
+		{ KVP_GGUF_BOOL, { 1 }, E, 0, E, 0, 1, 1 },
+		{ KVP_GGUF_BOOL, { 0 }, E, 0, E, 0, 0, 0 },
+	};
+	static const uint8_t str[] = { 2, 0, 0, 0, 0, 0, 0, 0, 'h', 'i' };
+	struct kvp_gguf_kv kv = { .key = { "k", 1 } };
+	struct kvp_gguf g = { .n_kv = 1, .kv = &kv };
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct scalar_case *c = &cases[i];
+		uint64_t u = 12345;
+		float f32 = 0;
+		double f = 0;
+		int b = -1;
+
+		kv.type = c->type;
+		kv.val = c->val;
+		kv.val_bytes = sizeof(c->val);
+		assert_int_equal(kvp_gguf_get_uint(&g, "k", UINT64_MAX, &u), c->r_uint);
+		if (!c->r_uint)
+			assert_true(u == c->u);
+		assert_int_equal(kvp_gguf_get_f32(&g, "k", &f32), c->r_f32);
+		if (!c->r_f32)
+			assert_true(f32 == (float)c->f);
+		assert_int_equal(kvp_gguf_get_bool(&g, "k", &b), c->r_bool);
+		if (!c->r_bool)
+			assert_int_equal(b, c->b);
+		assert_int_equal(kvp_gguf_kv_f64(&kv, &f), 0);
+		assert_true(f == c->f);
+	}
+	kv.type = KVP_GGUF_STRING;
+	kv.val = str;
+	kv.val_bytes = sizeof(str);
+	assert_int_equal(kvp_gguf_kv_f64(&kv, &(double){ 0 }), -EBADMSG);
+	assert_int_equal(kvp_gguf_get_uint(&g, "k", UINT64_MAX, &(uint64_t){ 0 }), -EBADMSG);
+	assert_int_equal(kvp_gguf_get_bool(&g, "k", &(int){ 0 }), -EBADMSG);
+	assert_int_equal(kvp_gguf_get_f32(&g, "nope", &(float){ 0 }), -ENOENT);
+}
+
+#undef E
+
 static void test_open_file_and_fingerprint(void **state)
 {
 	/* a file on disk opens; a missing one gives -ENOENT; fingerprints follow content */
@@ -619,6 +695,7 @@ int main(void)
 		cmocka_unit_test(test_refusals_name_the_problem),
 		cmocka_unit_test(test_hparams_from_metadata),
 		cmocka_unit_test(test_format_details),
+		cmocka_unit_test(test_scalar_getters_every_type),
 		cmocka_unit_test(test_open_file_and_fingerprint),
 		cmocka_unit_test(test_weights_copied_equal_mapped),
 	};

@@ -21,8 +21,6 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include <sanitizer/asan_interface.h>
-
 #include "compute/arch.h"
 #include "compute/forward.h"
 #include "compute/gguf.h"
@@ -33,6 +31,7 @@
 #include "compute/rope.h"
 #include "compute/sample.h"
 #include "shm/geom.h"
+#include "tests/lib/fwdfix.h"
 
 /* ---- models ---- */
 
@@ -41,42 +40,6 @@ static void base_opts(struct kvp_mkmodel_opts *o, uint32_t type)
 {
 	assert_int_equal(kvp_mkmodel_preset(o, "tinyq"), 0);
 	o->type = type;
-}
-
-/* Open @o's bytes (the model borrows them: free_model() frees both); NULL + @err on failure. */
-static struct kvp_model *try_open(const struct kvp_mkmodel_opts *o, int *r, char *err,
-				  size_t errlen)
-{
-	struct kvp_model *m;
-	void *buf;
-	size_t len;
-
-	assert_int_equal(kvp_mkmodel_write_mem(&buf, &len, o, err, errlen), 0);
-	*r = kvp_model_open_mem(&m, buf, len, err, errlen);
-	if (*r) {
-		free(buf);
-		return NULL;
-	}
-	return m;
-}
-
-static struct kvp_model *open_opts(const struct kvp_mkmodel_opts *o)
-{
-	char err[256];
-	int r;
-	struct kvp_model *m = try_open(o, &r, err, sizeof(err));
-
-	if (!m)
-		fail_msg("open: %s", err);
-	return m;
-}
-
-static void free_model(struct kvp_model *m)
-{
-	void *buf = (void *)kvp_model_gguf(m)->base;
-
-	kvp_model_close(m);
-	free(buf);
 }
 
 /* The math variants: each a change of the base options. */
@@ -156,78 +119,6 @@ static void variant_opts(struct kvp_mkmodel_opts *o, uint32_t type, enum variant
 	}
 }
 
-/* ---- the K/V pool (as test_forward.c: 0xff-filled, poisoned outside the tables) ---- */
-
-struct pool {
-	struct kvp_kv_view v;
-	size_t bytes;
-};
-
-static void pool_init(struct pool *p, const struct kvp_model *m, uint32_t dtype, uint32_t bt,
-		      uint32_t n_blocks)
-{
-	struct kvp_model_shape s;
-
-	kvp_model_kv_shape(m, dtype, bt, &s);
-	assert_int_equal(kvp_geom_init(&p->v.geom, &s), 0);
-	p->v.n_blocks = n_blocks;
-	p->bytes = (size_t)n_blocks * p->v.geom.block_stride;
-	p->v.base = aligned_alloc(KVP_BLOCK_ALIGN, p->bytes);
-	assert_non_null(p->v.base);
-	memset(p->v.base, 0xff, p->bytes);
-	ASAN_POISON_MEMORY_REGION(p->v.base, p->bytes);
-}
-
-static void pool_open(struct pool *p, const uint32_t *table, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++)
-		ASAN_UNPOISON_MEMORY_REGION(kvp_kv_block(&p->v, table[i]), p->v.geom.block_bytes);
-}
-
-static void pool_free(struct pool *p)
-{
-	ASAN_UNPOISON_MEMORY_REGION(p->v.base, p->bytes);
-	free(p->v.base);
-}
-
-/* max |a - b| / max |b| (NaN propagates) */
-static double rel_err(const float *a, const float *b, size_t n)
-{
-	double num = 0, den = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		double d = fabs((double)a[i] - b[i]);
-
-		if (!(d <= num))
-			num = d;
-		den = fabs(b[i]) > den ? fabs(b[i]) : den;
-	}
-	return num / (den > 0 ? den : 1);
-}
-
-static void prompt(int32_t *t, uint32_t n, uint32_t seed)
-{
-	t[0] = 1;
-	for (uint32_t i = 1; i < n; i++) {
-		seed = seed * 1103515245u + 12345u;
-		t[i] = 3 + (int32_t)((seed >> 16) % 256);
-	}
-}
-
-static struct kvp_fwd *make_fwd(const struct kvp_model *m, const struct kvp_kernels *k,
-				uint32_t chunk)
-{
-	struct kvp_fwd *f;
-
-	assert_int_equal(kvp_fwd_new(&f, m,
-				     &(struct kvp_fwd_opts){ .n_threads = 2,
-							     .max_chunk = chunk,
-							     .max_batch = 1,
-							     .kernels = k }),
-			 0);
-	return f;
-}
-
 /* ---- fast path against the reference ---- */
 
 /*
@@ -245,15 +136,15 @@ static double vs_ref(const struct kvp_model *m, const struct kvp_kernels *k, uin
 	float *lg = malloc((size_t)total * V * sizeof(float));
 	float *ref = malloc((size_t)total * V * sizeof(float));
 	uint32_t *table = malloc(nb * sizeof(uint32_t));
-	struct kvp_fwd *f = make_fwd(m, k, n_prompt);
-	struct pool p;
+	struct kvp_fwd *f = ffix_fwd_new(m, k, n_prompt, 1);
+	struct ffix_pool p;
 	double worst = 0;
 
-	pool_init(&p, m, dtype, bt, 2 * nb);
+	ffix_pool_init(&p, m, dtype, bt, 2 * nb);
 	for (uint32_t i = 0; i < nb; i++) /* scattered, reversed ids */
 		table[i] = 2 * nb - 1 - 2 * i;
-	pool_open(&p, table, nb);
-	prompt(toks, n_prompt, 7);
+	ffix_pool_open(&p, table, nb);
+	ffix_prompt(toks, n_prompt, 7);
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, nb, 0, toks, n_prompt, lg, 1), 0);
 	for (uint32_t s = 0; s < steps; s++) {
 		uint32_t pos = n_prompt + s;
@@ -270,14 +161,14 @@ static double vs_ref(const struct kvp_model *m, const struct kvp_kernels *k, uin
 	assert_int_equal(kvp_ref_forward_opts(m, toks, total, ref, ref_flags), 0);
 	*differ = 0;
 	for (uint32_t pos = 0; pos < total; pos++) {
-		double e = rel_err(lg + (size_t)pos * V, ref + (size_t)pos * V, V);
+		double e = ffix_rel_err(lg + (size_t)pos * V, ref + (size_t)pos * V, V);
 
 		worst = e > worst ? e : worst;
 		if (pos + 1 < total && pos + 1 >= n_prompt &&
 		    toks[pos + 1] != kvp_sample_greedy(ref + (size_t)pos * V, V))
 			(*differ)++;
 	}
-	pool_free(&p);
+	ffix_pool_deinit(&p);
 	kvp_fwd_free(f);
 	free(toks);
 	free(lg);
@@ -301,7 +192,7 @@ static void test_variants_match_ref_f32(void **state)
 		int differ, d16;
 
 		variant_opts(&o, KVP_GGML_F32, v);
-		m = open_opts(&o);
+		m = ffix_model_open(&o);
 		e = vs_ref(m, NULL, KVP_DTYPE_F32, 12, 28, 0, &differ);
 		e16 = vs_ref(m, NULL, KVP_DTYPE_F16, 12, 8, 0, &d16);
 		print_message("%-15s f32 K/V: max rel err %.1e, %d greedy differ; f16 K/V %.1e\n",
@@ -309,7 +200,7 @@ static void test_variants_match_ref_f32(void **state)
 		if (!(e < 1e-4) || differ || !(e16 < 5e-3))
 			fail_msg("%s: error %g (f16 K/V %g), %d greedy tokens differ",
 				 variant_name[v], e, e16, differ);
-		free_model(m);
+		ffix_model_close(m);
 	}
 }
 
@@ -327,7 +218,7 @@ static void test_variants_match_ref_every_kernel_table(void **state)
 		struct kvp_model *m;
 
 		variant_opts(&o, v == V_HEAD_32 ? KVP_GGML_Q8_0 : KVP_GGML_Q4_K, v);
-		m = open_opts(&o);
+		m = ffix_model_open(&o);
 		for (uint32_t isa = 0; isa < KVP_ISA__COUNT; isa++) {
 			const struct kvp_kernels *k = kvp_kernels_for(isa);
 			double e;
@@ -343,7 +234,7 @@ static void test_variants_match_ref_every_kernel_table(void **state)
 				fail_msg("%s on %s: error %g, %d greedy tokens differ",
 					 variant_name[v], k->name, e, differ);
 		}
-		free_model(m);
+		ffix_model_close(m);
 	}
 }
 
@@ -352,14 +243,14 @@ static void last_logits(const struct kvp_model *m, float *out)
 {
 	uint32_t bt = 16, nb = 3, table[3] = { 0, 1, 2 };
 	int32_t toks[36];
-	struct kvp_fwd *f = make_fwd(m, NULL, 36);
-	struct pool p;
+	struct kvp_fwd *f = ffix_fwd_new(m, NULL, 36, 1);
+	struct ffix_pool p;
 
-	pool_init(&p, m, KVP_DTYPE_F32, bt, nb);
-	pool_open(&p, table, nb);
-	prompt(toks, 36, 3);
+	ffix_pool_init(&p, m, KVP_DTYPE_F32, bt, nb);
+	ffix_pool_open(&p, table, nb);
+	ffix_prompt(toks, 36, 3);
 	assert_int_equal(kvp_fwd_prefill(f, &p.v, table, nb, 0, toks, 36, out, 0), 0);
-	pool_free(&p);
+	ffix_pool_deinit(&p);
 	kvp_fwd_free(f);
 }
 
@@ -377,7 +268,7 @@ static void test_rope_variants_change_the_output(void **state)
 
 	(void)state;
 	variant_opts(&o, KVP_GGML_F32, V_BASE);
-	base = open_opts(&o);
+	base = ffix_model_open(&o);
 	V = kvp_model_hparams(base)->n_vocab;
 	a = malloc(V * sizeof(float));
 	b = malloc(V * sizeof(float));
@@ -386,36 +277,20 @@ static void test_rope_variants_change_the_output(void **state)
 		double d;
 
 		variant_opts(&o, KVP_GGML_F32, vs[i]);
-		m = open_opts(&o);
+		m = ffix_model_open(&o);
 		last_logits(m, b);
-		d = rel_err(b, a, V);
+		d = ffix_rel_err(b, a, V);
 		print_message("%-15s moves the logits by %.2e\n", variant_name[vs[i]], d);
 		if (!(d > 1e-3))
 			fail_msg("%s changes the logits by only %g", variant_name[vs[i]], d);
-		free_model(m);
+		ffix_model_close(m);
 	}
 	free(a);
 	free(b);
-	free_model(base);
+	ffix_model_close(base);
 }
 
 /* ---- prefix-cache splits ---- */
-
-/* Greedy-decode @n tokens after logits @lg. */
-static void greedy(struct kvp_fwd *f, struct pool *p, const uint32_t *table, uint32_t nt,
-		   uint32_t pos, float *lg, uint32_t V, int32_t *out, uint32_t n)
-{
-	for (uint32_t i = 0; i < n; i++) {
-		out[i] = kvp_sample_greedy(lg, V);
-		assert_int_equal(kvp_fwd_decode(f, &p->v,
-						&(struct kvp_fwd_seq){ .table = table,
-								       .n_table = nt,
-								       .pos = pos + i,
-								       .token = out[i] },
-						1, lg),
-				 0);
-	}
-}
 
 static void test_prefix_splits_equal_one_shot(void **state)
 {
@@ -428,59 +303,20 @@ static void test_prefix_splits_equal_one_shot(void **state)
 	for (int v = 0; v < V__COUNT; v++) {
 		struct kvp_mkmodel_opts o;
 		struct kvp_model *m;
-		uint32_t V, bt = 4, n = 37, gen = 16, nb = (37 + 16 + 3) / 4;
-		uint32_t ta[14], tb[14], tc[14];
-		int32_t toks[37], ga[16], gb[16], gc[16];
-		float *la, *lb, *lc;
-		struct kvp_fwd *f;
-		struct pool p;
-		uint8_t *snap;
-		size_t bb;
+		struct ffix_split sp;
+		uint32_t V;
 
 		variant_opts(&o, KVP_GGML_F32, v);
-		m = open_opts(&o);
+		m = ffix_model_open(&o);
 		V = kvp_model_hparams(m)->n_vocab;
-		la = malloc(V * 4);
-		lb = malloc(V * 4);
-		lc = malloc(V * 4);
-		f = make_fwd(m, NULL, 64);
-		pool_init(&p, m, KVP_DTYPE_F32, bt, 3 * nb);
-		bb = p.v.geom.block_bytes;
-		for (uint32_t i = 0; i < nb; i++) {
-			ta[i] = i;
-			tb[i] = nb + i;
-			tc[i] = i < 8 ? ta[i] : 2 * nb + i;
-		}
-		pool_open(&p, ta, nb);
-		pool_open(&p, tb, nb);
-		pool_open(&p, tc, nb);
-		prompt(toks, n, 99);
-		assert_int_equal(kvp_fwd_prefill(f, &p.v, ta, nb, 0, toks, n, la, 0), 0);
-		for (uint32_t done = 0; done < n; done += 5)
-			assert_int_equal(kvp_fwd_prefill(f, &p.v, tb, nb, done, toks + done,
-							 n - done < 5 ? n - done : 5, lb, 0),
-					 0);
-		snap = malloc(8 * bb);
-		for (uint32_t i = 0; i < 8; i++)
-			memcpy(snap + i * bb, kvp_kv_block(&p.v, ta[i]), bb);
-		assert_int_equal(kvp_fwd_prefill(f, &p.v, tc, nb, 32, toks + 32, n - 32, lc, 0), 0);
-		if (!(rel_err(lb, la, V) < 1e-4) || !(rel_err(lc, la, V) < 1e-4))
+		ffix_split_init(&sp, m, 16);
+		if (!(ffix_rel_err(sp.lb, sp.la, V) < 1e-4) ||
+		    !(ffix_rel_err(sp.lc, sp.la, V) < 1e-4))
 			fail_msg("%s: chunked %g, shared prefix %g", variant_name[v],
-				 rel_err(lb, la, V), rel_err(lc, la, V));
-		greedy(f, &p, ta, nb, n, la, V, ga, gen);
-		greedy(f, &p, tb, nb, n, lb, V, gb, gen);
-		greedy(f, &p, tc, nb, n, lc, V, gc, gen);
-		assert_memory_equal(ga, gb, sizeof(ga));
-		assert_memory_equal(ga, gc, sizeof(ga));
-		for (uint32_t i = 0; i < 8; i++)
-			assert_memory_equal(snap + i * bb, kvp_kv_block(&p.v, ta[i]), bb);
-		free(snap);
-		pool_free(&p);
-		kvp_fwd_free(f);
-		free(la);
-		free(lb);
-		free(lc);
-		free_model(m);
+				 ffix_rel_err(sp.lb, sp.la, V), ffix_rel_err(sp.lc, sp.la, V));
+		ffix_split_decode(&sp);
+		ffix_split_deinit(&sp);
+		ffix_model_close(m);
 	}
 }
 
@@ -584,34 +420,35 @@ static void test_neox_equals_permuted_llama(void **state)
 		lr = malloc((size_t)n * V * 4);
 		rq = malloc((size_t)n * V * 4);
 		rl = malloc((size_t)n * V * 4);
-		prompt(toks, n, 5);
+		ffix_prompt(toks, n, 5);
 		{
 			const struct kvp_model *ms[3] = { q, l, raw };
 			float *outs[3] = { lq, ll, lr };
 
 			for (int i = 0; i < 3; i++) {
 				uint32_t table[2] = { 0, 1 };
-				struct kvp_fwd *f = make_fwd(ms[i], NULL, n);
-				struct pool p;
+				struct kvp_fwd *f = ffix_fwd_new(ms[i], NULL, n, 1);
+				struct ffix_pool p;
 
-				pool_init(&p, ms[i], KVP_DTYPE_F32, 16, 2);
-				pool_open(&p, table, 2);
+				ffix_pool_init(&p, ms[i], KVP_DTYPE_F32, 16, 2);
+				ffix_pool_open(&p, table, 2);
 				assert_int_equal(kvp_fwd_prefill(f, &p.v, table, 2, 0, toks, n,
 								 outs[i], 1),
 						 0);
-				pool_free(&p);
+				ffix_pool_deinit(&p);
 				kvp_fwd_free(f);
 			}
 		}
 		assert_int_equal(kvp_ref_forward(q, toks, n, rq), 0);
 		assert_int_equal(kvp_ref_forward(l, toks, n, rl), 0);
 		print_message("%s: qwen2 vs permuted llama %.1e (ref %.1e), vs unpermuted %.1e\n",
-			      yarn ? "yarn" : "plain", rel_err(ll, lq, (size_t)n * V),
-			      rel_err(rl, rq, (size_t)n * V), rel_err(lr, lq, (size_t)n * V));
-		assert_true(rel_err(ll, lq, (size_t)n * V) < 1e-4);
-		assert_true(rel_err(rl, rq, (size_t)n * V) < 1e-4);
-		assert_true(rel_err(lq, rq, (size_t)n * V) < 1e-4);
-		assert_true(rel_err(lr, lq, (size_t)n * V) > 1e-2);
+			      yarn ? "yarn" : "plain", ffix_rel_err(ll, lq, (size_t)n * V),
+			      ffix_rel_err(rl, rq, (size_t)n * V),
+			      ffix_rel_err(lr, lq, (size_t)n * V));
+		assert_true(ffix_rel_err(ll, lq, (size_t)n * V) < 1e-4);
+		assert_true(ffix_rel_err(rl, rq, (size_t)n * V) < 1e-4);
+		assert_true(ffix_rel_err(lq, rq, (size_t)n * V) < 1e-4);
+		assert_true(ffix_rel_err(lr, lq, (size_t)n * V) > 1e-2);
 		kvp_model_close(q);
 		kvp_model_close(l);
 		kvp_model_close(raw);
@@ -642,7 +479,7 @@ static void test_hparams_of_each_variant(void **state)
 
 	(void)state;
 	variant_opts(&o, KVP_GGML_F32, V_BASE);
-	m = open_opts(&o);
+	m = ffix_model_open(&o);
 	hp = kvp_model_hparams(m);
 	assert_int_equal(hp->arch, KVP_ARCH_LLAMA);
 	assert_int_equal(hp->rope_layout, KVP_ROPE_NORM);
@@ -653,10 +490,10 @@ static void test_hparams_of_each_variant(void **state)
 	assert_int_equal(hp->qkv_bias, 0);
 	assert_null(kvp_model_weights(m)->rope_freqs.data);
 	assert_null(kvp_model_weights(m)->layers[0].bq.data);
-	free_model(m);
+	ffix_model_close(m);
 
 	variant_opts(&o, KVP_GGML_F32, V_HEAD_128);
-	m = open_opts(&o);
+	m = ffix_model_open(&o);
 	hp = kvp_model_hparams(m);
 	w = kvp_model_weights(m);
 	assert_int_equal(hp->head_dim, 128);
@@ -665,10 +502,10 @@ static void test_hparams_of_each_variant(void **state)
 	assert_int_equal(w->layers[1].wk.ne1, 2 * 128);
 	assert_int_equal(w->layers[1].wo.ne0, 4 * 128);
 	assert_int_equal(w->layers[1].wo.ne1, 256);
-	free_model(m);
+	ffix_model_close(m);
 
 	variant_opts(&o, KVP_GGML_F32, V_YARN_TUNED);
-	m = open_opts(&o);
+	m = ffix_model_open(&o);
 	hp = kvp_model_hparams(m);
 	assert_int_equal(hp->rope_scaling, KVP_ROPE_SCALING_YARN);
 	assert_true(hp->rope_factor == 8.0f);
@@ -677,25 +514,25 @@ static void test_hparams_of_each_variant(void **state)
 	assert_true(hp->yarn_beta_fast == 16.0f);
 	assert_true(hp->yarn_beta_slow == 2.0f);
 	assert_true(fabs(kvp_model_rope(m)->mscale - 1.25 * (1 + 0.1 * log(8.0))) < 1e-6);
-	free_model(m);
+	ffix_model_close(m);
 
 	variant_opts(&o, KVP_GGML_F32, V_LINEAR);
-	m = open_opts(&o);
+	m = ffix_model_open(&o);
 	assert_int_equal(kvp_model_hparams(m)->rope_scaling, KVP_ROPE_SCALING_LINEAR);
 	assert_true(kvp_model_hparams(m)->rope_factor == 4.0f);
 	/* linear: every pair's frequency divided by the factor, no mscale */
 	assert_true(fabs(kvp_model_rope(m)->freq[1] - pow(10000.0, -2.0 / 64) / 4) < 1e-12);
 	assert_true(kvp_model_rope(m)->mscale == 1.0);
-	free_model(m);
+	ffix_model_close(m);
 
 	variant_opts(&o, KVP_GGML_F32, V_ROPE_FREQS);
-	m = open_opts(&o);
+	m = ffix_model_open(&o);
 	assert_int_equal(kvp_model_hparams(m)->rope_freqs, 1);
 	assert_int_equal(kvp_model_weights(m)->rope_freqs.ne0, 32);
-	free_model(m);
+	ffix_model_close(m);
 
 	variant_opts(&o, KVP_GGML_F32, V_QWEN2);
-	m = open_opts(&o);
+	m = ffix_model_open(&o);
 	hp = kvp_model_hparams(m);
 	assert_int_equal(hp->arch, KVP_ARCH_QWEN2);
 	assert_int_equal(hp->rope_layout, KVP_ROPE_NEOX);
@@ -704,15 +541,15 @@ static void test_hparams_of_each_variant(void **state)
 	assert_non_null(kvp_model_weights(m)->layers[1].bv.data);
 	assert_int_equal(kvp_model_weights(m)->layers[1].bk.ne0, 2 * 64);
 	assert_int_equal(hp->tied_output, 0);
-	free_model(m);
+	ffix_model_close(m);
 
 	variant_opts(&o, KVP_GGML_F32, V_QWEN2_YARN);
-	m = open_opts(&o);
+	m = ffix_model_open(&o);
 	hp = kvp_model_hparams(m);
 	assert_int_equal(hp->tied_output, 1);
 	assert_ptr_equal(kvp_model_weights(m)->output.data, kvp_model_weights(m)->tok_embd.data);
 	assert_int_equal(hp->rope_scaling, KVP_ROPE_SCALING_YARN);
-	free_model(m);
+	ffix_model_close(m);
 }
 
 static void test_yarn_ramp_and_llama3_factors(void **state)
@@ -776,10 +613,10 @@ static void test_yarn_ramp_and_llama3_factors(void **state)
 static void expect_refused(const struct kvp_mkmodel_opts *o, int want, const char *needle)
 {
 	char err[512] = "";
-	int r;
-	struct kvp_model *m = try_open(o, &r, err, sizeof(err));
+	struct kvp_model *m = NULL;
+	int r = ffix_model_try_open(&m, o, err, sizeof(err));
 
-	if (m)
+	if (!r)
 		fail_msg("loaded, want refused naming '%s'", needle);
 	if (r != want || !strstr(err, needle))
 		fail_msg("error %d '%s', want %d naming '%s'", r, err, want, needle);
@@ -830,7 +667,7 @@ static void test_math_keys_refused_by_name(void **state)
 			expect_refused(&o, -ENOTSUP, key);
 			if (k->use == KVP_META_NEUTRAL) {
 				kv = (struct kvp_mkmodel_kv){ key, KVP_GGUF_U32, k->neutral, NULL };
-				free_model(open_opts(&o));
+				ffix_model_close(ffix_model_open(&o));
 			}
 			n_checked++;
 		}
@@ -849,7 +686,7 @@ static void test_math_keys_refused_by_name(void **state)
 		o.n_extra = 1;
 		expect_refused(&o, -ENOTSUP, "llama.foo_bar");
 		o.extra = kv + 1;
-		free_model(open_opts(&o));
+		ffix_model_close(ffix_model_open(&o));
 	}
 }
 
@@ -875,7 +712,7 @@ static void test_other_refusals(void **state)
 	expect_refused(&o, -ENOTSUP, "llama.rope.scaling.type 'longrope'");
 	for (int i = 0; i < 3; i++) {
 		o.rope_scaling = ok[i];
-		free_model(open_opts(&o));
+		ffix_model_close(ffix_model_open(&o));
 	}
 	o.rope_scaling = "yarn";
 	o.rope_scaling_factor = 0.5f;
@@ -886,7 +723,7 @@ static void test_other_refusals(void **state)
 	o.n_extra = 1;
 	expect_refused(&o, -ENOTSUP, "llama.attention.value_length 32");
 	kv.num = 64; /* equal: fine */
-	free_model(open_opts(&o));
+	ffix_model_close(ffix_model_open(&o));
 
 	/* vocab_size 259 -> 258 */
 	variant_opts(&o, KVP_GGML_F32, V_BASE);
@@ -925,10 +762,10 @@ static void test_other_refusals(void **state)
 
 static void fp_of(const struct kvp_mkmodel_opts *o, uint8_t *fp)
 {
-	struct kvp_model *m = open_opts(o);
+	struct kvp_model *m = ffix_model_open(o);
 
 	memcpy(fp, kvp_model_fingerprint(m), KVP_MODEL_FP_BYTES);
-	free_model(m);
+	ffix_model_close(m);
 }
 
 static void test_fingerprints_follow_math(void **state)

@@ -294,7 +294,7 @@ static void test_api_errors(void **state)
 static void test_lost_read_is_read_again(void **state)
 {
 	/*
-	 * a read whose data never arrived (this VM's virtual disk does that now and then,
+	 * a read whose data never arrived (a virtual disk was seen to do that now and then:
 	 * docs/tier.md) is read again and served bit-exact; lost on every try, the block is
 	 * dropped
 	 */
@@ -401,7 +401,10 @@ static void test_restart_rebuilds_the_index(void **state)
 		for (int i = 0; i < 4; i++)
 			assert_int_equal(kvp_pool_unref(f->tf.pool, blocks[i]), 0);
 	}
-	/* the offloader of phase 2, in its simplest form: coldest leaf, pin, write, evict */
+	/*
+	 * the daemon's offloader (docs/tier.md, "Left to do") in its simplest form: coldest
+	 * leaf, pin, write, evict
+	 */
 	while ((b = kvp_pool_lru_peek(f->tf.pool, KVP_NODE_ANY)) >= 0) {
 		struct kvp_index_rec rec;
 		int s;
