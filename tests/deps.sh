@@ -7,6 +7,10 @@ pkgs=(gcc pkg-config meson ninja-build git
       liburing-dev libhwloc-dev libopenblas-dev libxxhash-dev libcmocka-dev libinih-dev
       libpcre2-dev libjansson-dev clang-format-14 fio e2fsprogs)
 
+# The remote tier: hiredis to build, Redis 7.0 (redis-server, redis-benchmark) for its
+# tests and benchmark, which start their own server in a temporary directory.
+pkgs+=(libhiredis-dev redis-server redis-tools)
+
 # The tokenizer and chat-template oracles run on Node (the base image has it; Debian's
 # nodejs/npm otherwise).
 command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
