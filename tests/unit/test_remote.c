@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -28,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -992,6 +995,8 @@ static void test_no_store(void **state)
 	assert_int_equal(kvp_remote_publish(w->a.r, 0, KVP_REMOTE_WHY_CREATED, &rec, dest[0], 1),
 			 0);
 	wait_done(w->a.r, KVP_REMOTE_DONE_PUBLISH, 1);
+	/* the completion says the K/V was taken; drain waits for the store's answer */
+	assert_int_equal(kvp_remote_drain(w->a.r, 5000), 0);
 	assert_int_equal(kvp_remote_fetch(w->a.r, &f), 0);
 	d = wait_done(w->a.r, KVP_REMOTE_DONE_FETCH, 1);
 	assert_int_equal(d.result, 1);
@@ -1153,6 +1158,105 @@ static void test_route_summary(void **state)
 	kvp_bloom_free(b);
 }
 
+/* ---- a store that misbehaves on purpose (raw RESP written by hand: it is the
+ * hostile peer here, not the client) ---- */
+
+struct fake {
+	char path[108];
+	int lfd;
+	int array; /* answer EXISTS with a huge array header, else GET with a huge bulk */
+	pthread_t thread;
+};
+
+static void send_all(int fd, const void *p, size_t n)
+{
+	(void)!send(fd, p, n, MSG_NOSIGNAL);
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake *fk = arg;
+	static char zeros[65536];
+	char buf[65536];
+	int c = accept(fk->lfd, NULL, NULL);
+	bool hs = false;
+
+	while (c >= 0) {
+		ssize_t n = read(c, buf, sizeof(buf));
+
+		if (n <= 0)
+			break;
+		if (!hs && memmem(buf, (size_t)n, "PING", 4)) {
+			send_all(c, "+OK\r\n+PONG\r\n", 12);
+			hs = true;
+		} else if (memmem(buf, (size_t)n, "EXISTS", 6)) {
+			if (fk->array)
+				send_all(c, "*2000000000\r\n", 13);
+			else
+				send_all(c, ":1\r\n:1\r\n", 8);
+		} else if (memmem(buf, (size_t)n, "GET", 3)) {
+			send_all(c, "$400000000\r\n", 12);
+			for (int i = 0; i < 1024; i++) /* 64 MB at most, until the tier hangs up */
+				if (send(c, zeros, sizeof(zeros), MSG_NOSIGNAL) < 0)
+					break;
+		}
+	}
+	if (c >= 0)
+		close(c);
+	return NULL;
+}
+
+static void fake_start(struct fake *fk, const char *dir, int array)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+
+	assert_true(snprintf(fk->path, sizeof(fk->path), "%s/fake.sock", dir) < 100);
+	unlink(fk->path);
+	strcpy(a.sun_path, fk->path);
+	fk->array = array;
+	fk->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fk->lfd >= 0);
+	assert_int_equal(bind(fk->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fk->lfd, 4), 0);
+	assert_int_equal(pthread_create(&fk->thread, NULL, fake_main, fk), 0);
+}
+
+/* A store that answers with a bulk string far larger than any record, or with an array
+ * header of two billion elements: the connection is dropped (bounded memory, no huge
+ * allocation), the fetch ends with an error, nothing is served. */
+static void test_hostile_store(void **state)
+{
+	struct world *w = *state;
+
+	for (int array = 0; array < 2; array++) {
+		struct kvp_remote_config c;
+		struct kvp_remote_stats st;
+		struct kvp_remote_done d;
+		struct fake fk;
+		char url[128], err[256];
+		uint32_t id;
+
+		fake_start(&fk, w->rf.dir, array);
+		snprintf(url, sizeof(url), "unix:%s", fk.path);
+		kvp_remote_config_defaults(&c);
+		assert_int_equal(kvp_remote_config_set(&c, "url", url, err, sizeof(err)), 0);
+		assert_int_equal(kvp_remote_config_add_domain(&c, &id, "a", "kvp-a", "pw-a", err,
+							      sizeof(err)),
+				 0);
+		assert_int_equal(host_up(&w->b, &c, "avx2", fp), 0);
+		d = fetch_chain(w, &w->b, 0, &w->key, 2, 0, 0);
+		assert_int_equal(d.result, 0);
+		assert_int_equal(d.stop, KVP_REMOTE_STOP_ERROR);
+		kvp_remote_stats(w->b.r, 0, &st);
+		print_message("%s: %s\n", array ? "array" : "bulk", st.last_error);
+		assert_non_null(strstr(st.last_error, array ? "protocol error" : "larger than"));
+		assert_int_equal(st.hit_blocks, 0);
+		host_down(&w->b);
+		pthread_join(fk.thread, NULL);
+		close(fk.lfd);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1170,6 +1274,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_selective, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cost_and_deadline, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_route_summary, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_store, setup, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN); /* the admin connection writes with write(2) too */
