@@ -8,6 +8,11 @@ pkgs=(gcc pkg-config meson ninja-build git
       libpcre2-dev libjansson-dev clang-format-14 fio e2fsprogs
       prometheus systemd)	# promtool checks the metrics; systemd-analyze the unit
 
+# The remote tier: hiredis to build, Redis 7.0 (redis-server, redis-benchmark) for its
+# tests and benchmark, which start their own server in a temporary directory; haproxy to
+# check the routing example's configuration (haproxy -c).
+pkgs+=(libhiredis-dev redis-server redis-tools haproxy)
+
 # The tokenizer and chat-template oracles run on Node (the base image has it; Debian's
 # nodejs/npm otherwise).
 command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
