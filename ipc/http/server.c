@@ -741,8 +741,6 @@ static enum MHD_Result post_ready(struct hreq *r, const char *url)
 	char id[48];
 	int rc;
 
-	if (r->early)
-		return queue_error(r, &r->early_err);
 	if (r->too_big)
 		return fail(r, 413, "request_too_large", NULL,
 			    "the request body is larger than %llu bytes",
@@ -944,10 +942,11 @@ static struct hreq *hreq_new(struct kvp_http_server *srv, struct MHD_Connection 
 }
 
 /*
- * Headers are in: route, method, key, limits.  A GET is answered now.  A POST's error
- * waits until its body has been read (and dropped): a client still sending would get a
- * reset connection instead of the answer.  Only a client that asked first (Expect:
- * 100-continue) is answered at once.
+ * Headers are in: route, method, key, limits.  An error found here is the answer, given
+ * once the request is complete: a response queued before that makes the library close
+ * the connection (no keep-alive), and a client still sending its body would get a reset
+ * connection instead of the answer.  Only a client that asked first (Expect:
+ * 100-continue) is answered at once, before it sends the body.
  */
 static enum MHD_Result first_call(struct hreq *r, const char *url, const char *method)
 {
@@ -975,20 +974,30 @@ static enum MHD_Result first_call(struct hreq *r, const char *url, const char *m
 		kvp_http_err_set(&e, 413, "request_too_large", NULL,
 				 "the request body is larger than %llu bytes",
 				 (unsigned long long)srv->cfg->max_body_bytes);
+	if (e.status && asked)
+		return queue_error(r, &e);
 	if (e.status) {
-		if (!is_post || asked)
-			return queue_error(r, &e);
 		r->early = true;
 		r->early_err = e;
-		return MHD_YES;
 	}
-	if (r->ep == KVP_HTTP_EP_HEALTH)
-		return get_health(r);
-	if (r->ep == KVP_HTTP_EP_MODELS)
-		return get_models(r, url);
-	if (r->ep == KVP_HTTP_EP_METRICS)
-		return get_metrics(r);
 	return MHD_YES;
+}
+
+/* The request is complete (body and all): answer, or start the work. */
+static enum MHD_Result ready(struct hreq *r, const char *url)
+{
+	if (r->early)
+		return queue_error(r, &r->early_err);
+	switch (r->ep) {
+	case KVP_HTTP_EP_HEALTH:
+		return get_health(r);
+	case KVP_HTTP_EP_MODELS:
+		return get_models(r, url);
+	case KVP_HTTP_EP_METRICS:
+		return get_metrics(r);
+	default:
+		return post_ready(r, url);
+	}
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -1024,7 +1033,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	if (r->status)
 		return MHD_YES; /* answered already */
 	if (!r->submitted)
-		return post_ready(r, url);
+		return ready(r, url);
 	return resumed(r);
 }
 

@@ -14,6 +14,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 int httpc_open(struct httpc *c, int port, double timeout_s)
@@ -30,6 +31,30 @@ int httpc_open(struct httpc *c, int port, double timeout_s)
 		return -errno;
 	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		int r = -errno;
+
+		close(c->fd);
+		c->fd = -1;
+		return r;
+	}
+	return 0;
+}
+
+int httpc_open_unix(struct httpc *c, const char *path, double timeout_s)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = (time_t)timeout_s,
+			      .tv_usec = (suseconds_t)((timeout_s - (time_t)timeout_s) * 1e6) };
+
+	c->off = c->len = 0;
+	if (strlen(path) >= sizeof(a.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(a.sun_path, path);
+	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c->fd < 0)
+		return -errno;
+	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	if (connect(c->fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
 		int r = -errno;
 

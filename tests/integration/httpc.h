@@ -39,6 +39,9 @@ struct httpc_resp {
 int httpc_open(struct httpc *c, int port, double timeout_s);
 void httpc_close(struct httpc *c);
 
+/* Connect to the unix socket at @path instead.  Return 0 or -errno. */
+int httpc_open_unix(struct httpc *c, const char *path, double timeout_s);
+
 /* Write all of @p.  Return 0 or -errno. */
 int httpc_send(struct httpc *c, const void *p, size_t n);
 
