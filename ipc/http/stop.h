@@ -6,7 +6,9 @@
  * holds back the shortest tail that could still grow into a stop string and releases the
  * rest, so a client never sees a byte of a stop string (nor anything after it), and
  * streamed text is delayed only by as many bytes as the longest stop string minus one.
- * The earliest occurrence in the text wins; the released text ends right before it.
+ * The earliest occurrence in the text wins; the released text ends right before it.  When
+ * one stop string contains another, the first to be complete as the text arrives wins
+ * (a match is declared as soon as one is whole, as vLLM does per token).
  *
  * Thread: a matcher belongs to its request (used under the request's lock).
  */
