@@ -4,9 +4,10 @@
  *
  * The thread loops: take new jobs from the inbox (under @lock) and send them, send the
  * cancels that were asked for, poll the eventfd, every open connection and the watched
- * client sockets, then handle what is ready.  It reads at most one frame per connection
- * per round, so a poll never says "readable" about bytes libkvpool already buffered
- * (kvp_client_next() reads exactly one frame and nothing more).
+ * client sockets, then handle what is ready.  kvp_client_next() reads exactly one frame
+ * and buffers nothing, and it blocks until the frame is whole; so a connection is read
+ * while the socket holds at least a frame header (kvpoold writes whole frames, so the
+ * rest follows at once), up to FRAMES_PER_ROUND frames, and poll() sees the rest.
  *
  * Invariants: a job is in exactly one place, the inbox or one slot of one connection,
  * from submit until its end (its slot is cleared before ops->end is called); @busy
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "svc/log.h"
@@ -30,6 +32,7 @@
 
 #define RETRY_NS 250000000ull /* after a failed connect, the next try waits this long */
 #define IDLE_RETRY_MS 1000    /* no connection open: try one again this often */
+#define FRAMES_PER_ROUND 64   /* frames read from one connection before polling again */
 
 struct bconn {
 	struct kvp_client *c; /* NULL: closed */
@@ -382,9 +385,21 @@ static void *run(void *arg)
 			job->ops->hangup(job);
 		}
 		send_cancels(be, false);
-		for (size_t k = 1; k < first_watch; k++)
-			if (pfd[k].revents && be->conns[conn_of[k]].c)
+		for (size_t k = 1; k < first_watch; k++) {
+			struct bconn *b = &be->conns[conn_of[k]];
+
+			if (!pfd[k].revents)
+				continue;
+			for (int f = 0; f < FRAMES_PER_ROUND && b->c; f++) {
+				int avail = 0;
+
 				read_one(be, conn_of[k]);
+				if (!b->c ||
+				    ioctl(kvp_client_socket_fd(b->c), FIONREAD, &avail) < 0 ||
+				    avail < (int)sizeof(struct kvp_frame_hdr))
+					break;
+			}
+		}
 	}
 	for (unsigned int i = 0; i < be->n_conns; i++)
 		conn_down(be, i, -ESHUTDOWN, "kvpool-http is stopping");
