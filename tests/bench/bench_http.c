@@ -113,8 +113,7 @@ static char *body_for(const int32_t *prompt, uint32_t n, uint32_t max_new, const
 	off += (size_t)snprintf(b + off, cap - off, "{\"prompt\":[");
 	for (uint32_t i = 0; i < n; i++)
 		off += (size_t)snprintf(b + off, cap - off, "%s%d", i ? "," : "", prompt[i]);
-	snprintf(b + off, cap - off,
-		 "],\"max_tokens\":%u,\"temperature\":0%s%s%s%s}", max_new,
+	snprintf(b + off, cap - off, "],\"max_tokens\":%u,\"temperature\":0%s%s%s%s}", max_new,
 		 salt ? ",\"cache_salt\":\"" : "", salt ? salt : "", salt ? "\"" : "",
 		 stream ? ",\"stream\":true,\"return_token_ids\":true,"
 			  "\"stream_options\":{\"include_usage\":true}" :
@@ -177,8 +176,7 @@ static int bench_stream(void)
 {
 	const char *dargs[] = { "--pool-size", "1G", NULL };
 	const char *hargs[] = { "--config", "/dev/null", "--listen", "127.0.0.1:0", NULL };
-	double d_ttft[RUNS], h_ttft[RUNS], d_rate[RUNS], h_rate[RUNS], d_total[RUNS],
-		h_total[RUNS];
+	double d_ttft[RUNS], h_ttft[RUNS], d_rate[RUNS], h_rate[RUNS], d_total[RUNS], h_total[RUNS];
 	static int32_t prompt[PROMPT];
 	struct kvp_client *k = NULL;
 	struct timing t;
@@ -241,7 +239,7 @@ out:
 
 struct rps_arg {
 	pthread_t th;
-	int port;	   /* > 0: HTTP; else straight to @sock */
+	int port; /* > 0: HTTP; else straight to @sock */
 	const char *sock;
 	double t_end;
 	unsigned int done;
@@ -357,7 +355,8 @@ static int bench_rps(void)
 		if (base < 0 || via < 0)
 			goto out;
 		snprintf(name, sizeof(name),
-			 "requests/s, 4-token prompt + 1 token, %d HTTP clients (tiny)", clients[i]);
+			 "requests/s, 4-token prompt + 1 token, %d HTTP clients (tiny)",
+			 clients[i]);
 		kvp_bench_report(name, via, "req/s", "as many libkvpool clients", base, "req/s");
 	}
 	ret = 0;
