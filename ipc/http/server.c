@@ -319,9 +319,11 @@ static bool on_tokens(struct kvp_http_job *job, const int32_t *ids, uint32_t n_i
 		r->gone = true;
 		cancel = true;
 	}
-	r->first = true;
-	if (r->gen.stream || r->gone)
+	/* a stream wakes for its first event (its headers go then) and for new bytes; a
+	 * plain answer only at its end */
+	if (r->gone || (r->gen.stream && (!r->first || r->out.len > r->out_off)))
 		resume_locked(r);
+	r->first = true;
 	pthread_mutex_unlock(&r->lock);
 	return cancel;
 }
