@@ -18,6 +18,7 @@
 
 static int log_max_prio = LOG_INFO;
 static bool log_prefix = true;
+static const char *log_name = "kvpoold";
 
 static const char *const level_names[] = {
 	[LOG_EMERG] = "emerg", [LOG_ALERT] = "alert",	  [LOG_CRIT] = "crit",
@@ -34,6 +35,11 @@ void kvp_log_init(int max_prio, bool prefix)
 		max_prio = LOG_DEBUG;
 	log_max_prio = max_prio;
 	log_prefix = prefix;
+}
+
+void kvp_log_set_name(const char *name)
+{
+	log_name = name;
 }
 
 bool kvp_log_enabled(int prio)
@@ -54,7 +60,7 @@ void kvp_log(int prio, const char *fmt, ...)
 	if (log_prefix)
 		n = snprintf(line, sizeof(line), "<%d>", prio & LOG_PRIMASK);
 	else
-		n = snprintf(line, sizeof(line), "kvpoold: %s%s",
+		n = snprintf(line, sizeof(line), "%s: %s%s", log_name,
 			     prio <= LOG_WARNING ? level_names[prio & LOG_PRIMASK] : "",
 			     prio <= LOG_WARNING ? ": " : "");
 	len = n > 0 ? (size_t)n : 0;

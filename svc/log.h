@@ -23,6 +23,13 @@
  */
 void kvp_log_init(int max_prio, bool prefix);
 
+/*
+ * kvp_log_set_name() - the program name of the terminal form ("kvpoold" unless set)
+ * @name: a string that outlives every logging thread (a literal); call it before any
+ *        thread starts, as kvp_log_init()
+ */
+void kvp_log_set_name(const char *name);
+
 /* True when a message of @prio would be written. */
 bool kvp_log_enabled(int prio);
 

@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(gcc pkg-config meson ninja-build git
       liburing-dev libhwloc-dev libopenblas-dev libxxhash-dev libcmocka-dev libinih-dev
-      libpcre2-dev libjansson-dev clang-format-14 fio e2fsprogs
+      libpcre2-dev libjansson-dev libmicrohttpd-dev clang-format-14 fio e2fsprogs
       prometheus systemd)	# promtool checks the metrics; systemd-analyze the unit
 
 # The remote tier: hiredis to build, Redis 7.0 (redis-server, redis-benchmark) for its
@@ -29,10 +29,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" </dev/null
 fi
 
-# npm packages of the oracle tests (tests/node/package-lock.json pins them)
+# npm packages of the oracle tests and of kvpool-http's SDK tests (openai,
+# @anthropic-ai/sdk); tests/node/package-lock.json pins them
 node_dir=$(cd "$(dirname "$0")" && pwd)/node
-if [ ! -f "$node_dir/node_modules/.package-lock.json" ] ||
-   [ "$node_dir/package-lock.json" -nt "$node_dir/node_modules/.package-lock.json" ]; then
+# (npm ls fails when any pinned package is missing or at another version)
+if ! npm ls --prefix "$node_dir" --all >/dev/null 2>&1; then
 	echo "deps: npm ci in tests/node"
 	npm ci --prefix "$node_dir" --no-audit --no-fund --loglevel=error </dev/null
 fi

@@ -121,3 +121,15 @@ void kvp_json_str(struct kvp_json *j, const char *key, const char *s, size_t n)
 		put_run(j->out, s + run, n - run);
 	kvp_buf_add(j->out, "\"", 1);
 }
+
+void kvp_json_bool(struct kvp_json *j, const char *key, bool v)
+{
+	member(j, key);
+	kvp_buf_add(j->out, v ? "true" : "false", v ? 4 : 5);
+}
+
+void kvp_json_null(struct kvp_json *j, const char *key)
+{
+	member(j, key);
+	kvp_buf_add(j->out, "null", 4);
+}

@@ -61,4 +61,10 @@ void kvp_json_sig(struct kvp_json *j, const char *key, double v, int digits);
 /* @n bytes of @s, which may hold anything (see the UTF-8 policy above). */
 void kvp_json_str(struct kvp_json *j, const char *key, const char *s, size_t n);
 
+/* true or false. */
+void kvp_json_bool(struct kvp_json *j, const char *key, bool v);
+
+/* null: a member that the API's shape has but this output has no value for. */
+void kvp_json_null(struct kvp_json *j, const char *key);
+
 #endif /* KVP_UTIL_JSON_H */

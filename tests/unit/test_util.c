@@ -344,6 +344,26 @@ static void test_json_numbers_and_nesting(void **state)
 	kvp_buf_deinit(&b);
 }
 
+static void test_json_bool_and_null(void **state)
+{
+	struct kvp_buf b = KVP_BUF_INIT;
+	struct kvp_json j;
+
+	/* true, false and null as members and as array elements, commas placed */
+	kvp_json_init(&j, &b);
+	kvp_json_begin(&j, NULL, '{');
+	kvp_json_bool(&j, "t", true);
+	kvp_json_null(&j, "n");
+	kvp_json_begin(&j, "a", '[');
+	kvp_json_bool(&j, NULL, false);
+	kvp_json_null(&j, NULL);
+	kvp_json_end(&j, ']');
+	kvp_json_end(&j, '}');
+	assert_true(kvp_buf_finish(&b) > 0);
+	assert_string_equal(b.p, "{\"t\":true,\"n\":null,\"a\":[false,null]}");
+	kvp_buf_deinit(&b);
+}
+
 static void test_json_fixed_buffer(void **state)
 {
 	char mem[64];
@@ -385,6 +405,7 @@ int main(void)
 		cmocka_unit_test(test_buf_grows),
 		cmocka_unit_test(test_json_escapes_one_policy),
 		cmocka_unit_test(test_json_numbers_and_nesting),
+		cmocka_unit_test(test_json_bool_and_null),
 		cmocka_unit_test(test_json_fixed_buffer),
 	};
 

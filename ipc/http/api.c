@@ -1,0 +1,765 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * api.c - request bodies in, error bodies out (see api.h).
+ *
+ * Bodies are parsed by jansson (strings are then well-formed UTF-8 without NUL: jansson
+ * refuses the rest), fields are read through the small typed getters below, so every
+ * wrong type or range is a 400 that names the field.  Numbers may be sent as integers
+ * or, where an integer is wanted, as a float with no fraction (JavaScript clients).
+ */
+#include "ipc/http/api.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/json.h"
+
+void kvp_http_err_set(struct kvp_http_err *e, unsigned int status, const char *code,
+		      const char *param, const char *fmt, ...)
+{
+	va_list ap;
+
+	e->status = status;
+	e->code = code;
+	e->param = param;
+	va_start(ap, fmt);
+	vsnprintf(e->message, sizeof(e->message), fmt, ap);
+	va_end(ap);
+}
+
+const char *kvp_http_err_type(const struct kvp_http_err *e, enum kvp_http_shape shape)
+{
+	bool a = shape == KVP_HTTP_SHAPE_ANTHROPIC;
+
+	switch (e->status) {
+	case 401:
+		return a ? "authentication_error" : "invalid_request_error";
+	case 403:
+		return a ? "permission_error" : "invalid_request_error";
+	case 404:
+		return a ? "not_found_error" : "invalid_request_error";
+	case 413:
+		return a ? "request_too_large" : "invalid_request_error";
+	case 429:
+		return a ? "rate_limit_error" : "rate_limit_error";
+	case 503:
+		return a ? "overloaded_error" : "server_error";
+	default:
+		if (e->status >= 500)
+			return a ? "api_error" : "server_error";
+		return "invalid_request_error";
+	}
+}
+
+void kvp_http_err_json(const struct kvp_http_err *e, enum kvp_http_shape shape, struct kvp_buf *out)
+{
+	struct kvp_json j;
+
+	kvp_json_init(&j, out);
+	kvp_json_begin(&j, NULL, '{');
+	if (shape == KVP_HTTP_SHAPE_ANTHROPIC) {
+		kvp_json_str(&j, "type", "error", 5);
+		kvp_json_begin(&j, "error", '{');
+		kvp_json_str(&j, "type", kvp_http_err_type(e, shape),
+			     strlen(kvp_http_err_type(e, shape)));
+		kvp_json_str(&j, "message", e->message, strlen(e->message));
+		kvp_json_end(&j, '}');
+	} else {
+		kvp_json_begin(&j, "error", '{');
+		kvp_json_str(&j, "message", e->message, strlen(e->message));
+		kvp_json_str(&j, "type", kvp_http_err_type(e, shape),
+			     strlen(kvp_http_err_type(e, shape)));
+		if (e->param)
+			kvp_json_str(&j, "param", e->param, strlen(e->param));
+		else
+			kvp_json_null(&j, "param");
+		if (e->code)
+			kvp_json_str(&j, "code", e->code, strlen(e->code));
+		else
+			kvp_json_null(&j, "code");
+		kvp_json_end(&j, '}');
+	}
+	kvp_json_end(&j, '}');
+}
+
+/* ------------------------------------------------------------ typed getters */
+
+/* A member that is absent or null counts as not given. */
+static json_t *member(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+
+	return v && !json_is_null(v) ? v : NULL;
+}
+
+static int bad(struct kvp_http_err *err, const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int bad(struct kvp_http_err *err, const char *param, const char *fmt, ...)
+{
+	va_list ap;
+
+	err->status = 400;
+	err->code = NULL;
+	err->param = param;
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+/* Refuse a feature kvpool does not have, naming it. */
+static int unsupported(struct kvp_http_err *err, const char *param, const char *what)
+{
+	bad(err, param, "%s: %s", param, what);
+	err->code = "unsupported_parameter";
+	return -EINVAL;
+}
+
+static int get_bool(json_t *o, const char *key, bool *out, struct kvp_http_err *err)
+{
+	json_t *v = member(o, key);
+
+	if (!v)
+		return 0;
+	if (!json_is_boolean(v))
+		return bad(err, key, "%s: must be true or false", key);
+	*out = json_is_true(v);
+	return 0;
+}
+
+/* An integer in [min, max]; *@given says whether it was there. */
+static int get_int(json_t *o, const char *key, long long min, long long max, bool *given,
+		   long long *out, struct kvp_http_err *err)
+{
+	json_t *v = member(o, key);
+	long long x;
+
+	*given = false;
+	if (!v)
+		return 0;
+	if (json_is_integer(v)) {
+		x = json_integer_value(v);
+	} else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+		   fabs(json_real_value(v)) < 9e15) {
+		x = (long long)json_real_value(v);
+	} else {
+		return bad(err, key, "%s: must be an integer", key);
+	}
+	if (x < min || x > max)
+		return bad(err, key, "%s: %lld is out of range [%lld, %lld]", key, x, min, max);
+	*given = true;
+	*out = x;
+	return 0;
+}
+
+/* A finite number in [min, max] ((min, max] with @open_min), kept in *@out when given. */
+static int get_num(json_t *o, const char *key, double min, double max, bool open_min, float *out,
+		   struct kvp_http_err *err)
+{
+	json_t *v = member(o, key);
+	double x;
+
+	if (!v)
+		return 0;
+	if (!json_is_number(v))
+		return bad(err, key, "%s: must be a number", key);
+	x = json_number_value(v);
+	if (!isfinite(x) || x < min || x > max || (open_min && x == min))
+		return bad(err, key, "%s: %g is out of range %s%g, %g]", key, x,
+			   open_min ? "(" : "[", min, max);
+	*out = (float)x;
+	return 0;
+}
+
+/* A string member: *@s borrowed from @o (NULL when absent). */
+static int get_str(json_t *o, const char *key, const char **s, size_t *n, struct kvp_http_err *err)
+{
+	json_t *v = member(o, key);
+
+	*s = NULL;
+	*n = 0;
+	if (!v)
+		return 0;
+	if (!json_is_string(v))
+		return bad(err, key, "%s: must be a string", key);
+	*s = json_string_value(v);
+	*n = json_string_length(v);
+	return 0;
+}
+
+/* A feature flag that must be off: absent, null, false, 0 or an empty array/object. */
+static bool is_off(json_t *v)
+{
+	return !v || json_is_null(v) || json_is_false(v) ||
+	       (json_is_integer(v) && !json_integer_value(v)) ||
+	       (json_is_real(v) && json_real_value(v) == 0) ||
+	       (json_is_array(v) && !json_array_size(v)) ||
+	       (json_is_object(v) && !json_object_size(v));
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+	char *d = malloc(n + 1);
+
+	if (d) {
+		memcpy(d, s, n);
+		d[n] = '\0';
+	}
+	return d;
+}
+
+/* ------------------------------------------------------------ shared fields */
+
+static int parse_stop(struct kvp_http_gen *g, json_t *o, const char *key, struct kvp_http_err *err)
+{
+	json_t *v = member(o, key);
+	size_t n, i;
+
+	if (!v)
+		return 0;
+	if (json_is_string(v)) {
+		n = 1;
+	} else if (json_is_array(v)) {
+		n = json_array_size(v);
+		if (n > KVP_HTTP_STOP_MAX)
+			return bad(err, key, "%s: at most %d stop strings", key, KVP_HTTP_STOP_MAX);
+	} else {
+		return bad(err, key, "%s: must be a string or an array of strings", key);
+	}
+	for (i = 0; i < n; i++) {
+		json_t *s = json_is_string(v) ? v : json_array_get(v, i);
+		size_t len;
+
+		if (!json_is_string(s))
+			return bad(err, key, "%s: must be a string or an array of strings", key);
+		len = json_string_length(s);
+		if (!len || len > KVP_HTTP_STOP_LEN_MAX)
+			return bad(err, key, "%s: each stop string must be 1 to %d bytes", key,
+				   KVP_HTTP_STOP_LEN_MAX);
+		g->stop[i] = dup_n(json_string_value(s), len);
+		if (!g->stop[i])
+			return -ENOMEM;
+		g->stop_len[i] = len;
+		g->n_stop = i + 1;
+	}
+	return 0;
+}
+
+/* model, max tokens, sampling, stream, cache_salt and return_token_ids. */
+static int parse_common(struct kvp_http_gen *g, json_t *o, const char *max_key,
+			struct kvp_http_err *err)
+{
+	const char *s;
+	long long x;
+	bool given;
+	size_t n;
+	int r;
+
+	r = get_str(o, "model", &s, &n, err);
+	if (r)
+		return r;
+	if (s) {
+		g->model = dup_n(s, n);
+		if (!g->model)
+			return -ENOMEM;
+	}
+	r = get_int(o, max_key, 1, UINT32_MAX, &given, &x, err);
+	if (r)
+		return r;
+	if (given)
+		g->max_tokens = (uint32_t)x;
+	g->temperature = 1.0f;
+	g->top_p = 1.0f;
+	r = get_num(o, "temperature", 0, 100, false, &g->temperature, err);
+	if (!r)
+		r = get_num(o, "top_p", 0, 1, true, &g->top_p, err);
+	if (!r)
+		r = get_int(o, "top_k", -1, UINT32_MAX, &given, &x, err);
+	if (r)
+		return r;
+	if (given && x > 0)
+		g->top_k = (uint32_t)x;
+	r = get_int(o, "seed", INT64_MIN, INT64_MAX, &given, &x, err);
+	if (r)
+		return r;
+	g->has_seed = given;
+	g->seed = given ? (uint64_t)x : 0;
+	r = get_bool(o, "stream", &g->stream, err);
+	if (!r)
+		r = get_bool(o, "return_token_ids", &g->return_token_ids, err);
+	if (!r)
+		r = get_str(o, "cache_salt", &s, &n, err);
+	if (r)
+		return r;
+	if (s) {
+		if (!n || n > KVP_HTTP_CACHE_SALT_MAX)
+			return bad(err, "cache_salt", "cache_salt: must be 1 to %d bytes",
+				   KVP_HTTP_CACHE_SALT_MAX);
+		g->cache_salt = dup_n(s, n);
+		if (!g->cache_salt)
+			return -ENOMEM;
+		g->cache_salt_len = n;
+	}
+	return 0;
+}
+
+/* OpenAI's n, logprobs, penalties, logit_bias, stream_options: what kvpool cannot do. */
+static int parse_openai_extras(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
+{
+	static const char *const zero[] = { "presence_penalty", "frequency_penalty" };
+	json_t *so;
+	long long x;
+	bool given;
+	int r;
+
+	r = get_int(o, "n", 1, 128, &given, &x, err);
+	if (r)
+		return r;
+	if (given && x != 1)
+		return unsupported(err, "n", "only n = 1 is supported (no parallel sampling yet)");
+	r = get_int(o, "best_of", 1, 128, &given, &x, err);
+	if (r)
+		return r;
+	if (given && x != 1)
+		return unsupported(err, "best_of", "only best_of = 1 is supported");
+	if (!is_off(json_object_get(o, "logprobs")))
+		return unsupported(err, "logprobs", "log probabilities are not supported");
+	if (!is_off(json_object_get(o, "top_logprobs")))
+		return unsupported(err, "top_logprobs", "log probabilities are not supported");
+	if (!is_off(json_object_get(o, "echo")))
+		return unsupported(err, "echo", "echoing the prompt is not supported");
+	if (!is_off(json_object_get(o, "logit_bias")))
+		return unsupported(err, "logit_bias", "logit biases are not supported");
+	for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++) {
+		json_t *v = member(o, zero[i]);
+
+		if (v && !json_is_number(v))
+			return bad(err, zero[i], "%s: must be a number", zero[i]);
+		if (!is_off(v))
+			return unsupported(err, zero[i], "penalties are not supported (only 0)");
+	}
+	so = member(o, "stream_options");
+	if (so) {
+		if (!json_is_object(so))
+			return bad(err, "stream_options", "stream_options: must be an object");
+		r = get_bool(so, "include_usage", &g->include_usage, err);
+		if (r)
+			return r;
+	}
+	return parse_stop(g, o, "stop", err);
+}
+
+/* ------------------------------------------------------------ prompts */
+
+static int parse_ids(struct kvp_http_gen *g, json_t *a, const char *param, uint32_t n_vocab,
+		     struct kvp_http_err *err)
+{
+	size_t n = json_array_size(a);
+
+	if (!n)
+		return bad(err, param, "%s: empty token list", param);
+	g->tokens = malloc(n * sizeof(*g->tokens));
+	if (!g->tokens)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		json_t *e = json_array_get(a, i);
+		long long id;
+
+		if (!json_is_integer(e))
+			return bad(err, param, "%s: token ids must be integers", param);
+		id = json_integer_value(e);
+		if (id < 0 || id > INT32_MAX || (n_vocab && id >= n_vocab))
+			return bad(err, param, "%s: token id %lld is out of range [0, %u)", param,
+				   id, n_vocab ? n_vocab : (uint32_t)INT32_MAX);
+		g->tokens[i] = (int32_t)id;
+	}
+	g->n_tokens = n;
+	return 0;
+}
+
+/* OpenAI's prompt: a string, [string], [ids] or [[ids]] (exactly one prompt). */
+static int parse_prompt(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab,
+			struct kvp_http_err *err)
+{
+	json_t *v = member(o, "prompt");
+	json_t *e;
+
+	if (!v)
+		return bad(err, "prompt", "prompt: required");
+	if (json_is_array(v) && json_array_size(v) > 0) {
+		e = json_array_get(v, 0);
+		if (json_is_integer(e))
+			return parse_ids(g, v, "prompt", n_vocab, err);
+		if (json_array_size(v) > 1)
+			return unsupported(err, "prompt",
+					   "one prompt per request (a batch needs parallel "
+					   "sampling)");
+		v = e;
+		if (json_is_array(v))
+			return parse_ids(g, v, "prompt", n_vocab, err);
+	}
+	if (!json_is_string(v))
+		return bad(err, "prompt",
+			   "prompt: must be a string, an array of token ids, or an array holding "
+			   "one of those");
+	if (!json_string_length(v))
+		return bad(err, "prompt", "prompt: empty");
+	g->text = dup_n(json_string_value(v), json_string_length(v));
+	if (!g->text)
+		return -ENOMEM;
+	g->text_len = json_string_length(v);
+	return 0;
+}
+
+/* ------------------------------------------------------------ chat messages */
+
+/* Append @n bytes to a message's text, a newline between parts. */
+static int msg_add(struct kvp_http_msg *m, const char *s, size_t n, bool sep)
+{
+	char *t = realloc(m->text, m->len + n + 2);
+
+	if (!t)
+		return -ENOMEM;
+	m->text = t;
+	if (sep && m->len)
+		m->text[m->len++] = '\n';
+	memcpy(m->text + m->len, s, n);
+	m->len += n;
+	m->text[m->len] = '\0';
+	return 0;
+}
+
+/* Where the Anthropic breakpoints stand while a request is read. */
+struct bp_state {
+	unsigned int n;
+	bool seen_5m;
+};
+
+/* Anthropic cache_control of @block at @where; *@ttl set when there is one. */
+static int parse_cache_control(json_t *block, const char *where, struct bp_state *bp,
+			       enum kvp_http_ttl *ttl, struct kvp_http_err *err)
+{
+	json_t *cc = member(block, "cache_control");
+	json_t *t;
+	const char *s;
+
+	if (!cc)
+		return 0;
+	if (!json_is_object(cc))
+		return bad(err, "cache_control", "%s.cache_control: must be an object", where);
+	t = json_object_get(cc, "type");
+	if (!json_is_string(t) || strcmp(json_string_value(t), "ephemeral"))
+		return bad(err, "cache_control", "%s.cache_control.type: must be \"ephemeral\"",
+			   where);
+	t = member(cc, "ttl");
+	*ttl = KVP_HTTP_TTL_5M;
+	if (t) {
+		s = json_is_string(t) ? json_string_value(t) : "";
+		if (!strcmp(s, "1h"))
+			*ttl = KVP_HTTP_TTL_1H;
+		else if (strcmp(s, "5m"))
+			return bad(err, "cache_control",
+				   "%s.cache_control.ttl: must be \"5m\" or \"1h\"", where);
+	}
+	if (++bp->n > KVP_HTTP_BREAKPOINTS_MAX)
+		return bad(err, "cache_control",
+			   "a maximum of %d blocks with cache_control may be provided; found %u",
+			   KVP_HTTP_BREAKPOINTS_MAX, bp->n);
+	if (*ttl == KVP_HTTP_TTL_1H && bp->seen_5m)
+		return bad(err, "cache_control",
+			   "%s.cache_control.ttl: a \"1h\" breakpoint must not come after a "
+			   "\"5m\" one",
+			   where);
+	if (*ttl == KVP_HTTP_TTL_5M)
+		bp->seen_5m = true;
+	return 0;
+}
+
+/*
+ * Message content: a string, or an array of text parts/blocks ({"type":"text","text"}),
+ * joined by newlines.  @bp is NULL for OpenAI (no cache_control there).
+ */
+static int parse_content(struct kvp_http_msg *m, json_t *c, const char *where, struct bp_state *bp,
+			 const char *param, struct kvp_http_err *err)
+{
+	char at[96];
+	int r;
+
+	if (json_is_string(c))
+		return msg_add(m, json_string_value(c), json_string_length(c), false);
+	if (!json_is_array(c) || !json_array_size(c))
+		return bad(err, param, "%s.content: must be a string or a non-empty array", where);
+	for (size_t i = 0; i < json_array_size(c); i++) {
+		json_t *b = json_array_get(c, i);
+		json_t *t = json_is_object(b) ? json_object_get(b, "type") : NULL;
+		json_t *text = json_is_object(b) ? json_object_get(b, "text") : NULL;
+		enum kvp_http_ttl ttl = KVP_HTTP_TTL_NONE;
+
+		snprintf(at, sizeof(at), "%s.content.%zu", where, i);
+		if (!json_is_string(t))
+			return bad(err, param, "%s.type: required", at);
+		if (strcmp(json_string_value(t), "text"))
+			return bad(err, param,
+				   "%s: content of type \"%s\" is not supported (text only)", at,
+				   json_string_value(t));
+		if (!json_is_string(text))
+			return bad(err, param, "%s.text: must be a string", at);
+		if (bp) {
+			r = parse_cache_control(b, at, bp, &ttl, err);
+			if (r)
+				return r;
+			if (ttl)
+				m->cache = ttl;
+		}
+		r = msg_add(m, json_string_value(text), json_string_length(text), true);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+static struct kvp_http_msg *new_msg(struct kvp_http_gen *g, enum kvp_http_role role)
+{
+	struct kvp_http_msg *m = &g->msgs[g->n_msgs++];
+
+	*m = (struct kvp_http_msg){ .role = role };
+	return m;
+}
+
+static int parse_chat(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
+{
+	static const char *const no[] = { "tools",	   "functions", "tool_choice",
+					  "function_call", "audio",	"prediction" };
+	json_t *msgs = member(o, "messages");
+	json_t *rf = member(o, "response_format");
+	long long x;
+	bool given;
+	int r;
+
+	r = parse_common(g, o, "max_completion_tokens", err);
+	if (r)
+		return r;
+	if (!g->max_tokens) {
+		r = get_int(o, "max_tokens", 1, UINT32_MAX, &given, &x, err);
+		if (r)
+			return r;
+		if (given)
+			g->max_tokens = (uint32_t)x;
+	}
+	r = parse_openai_extras(g, o, err);
+	if (r)
+		return r;
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+		if (!is_off(json_object_get(o, no[i])))
+			return unsupported(err, no[i],
+					   "tools and function calling are not supported");
+	if (rf) {
+		json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+
+		if (!json_is_string(t) || strcmp(json_string_value(t), "text"))
+			return unsupported(err, "response_format",
+					   "only {\"type\": \"text\"} is supported");
+	}
+	if (!json_is_array(msgs) || !json_array_size(msgs))
+		return bad(err, "messages", "messages: must be a non-empty array");
+	g->msgs = calloc(json_array_size(msgs), sizeof(*g->msgs));
+	if (!g->msgs)
+		return -ENOMEM;
+	for (size_t i = 0; i < json_array_size(msgs); i++) {
+		json_t *m = json_array_get(msgs, i);
+		json_t *role = json_is_object(m) ? json_object_get(m, "role") : NULL;
+		json_t *content = json_is_object(m) ? member(m, "content") : NULL;
+		const char *rs = json_is_string(role) ? json_string_value(role) : "";
+		enum kvp_http_role ro;
+		char at[48];
+
+		snprintf(at, sizeof(at), "messages.%zu", i);
+		if (!json_is_object(m))
+			return bad(err, "messages", "%s: must be an object", at);
+		if (!strcmp(rs, "system") || !strcmp(rs, "developer"))
+			ro = KVP_HTTP_ROLE_SYSTEM;
+		else if (!strcmp(rs, "user"))
+			ro = KVP_HTTP_ROLE_USER;
+		else if (!strcmp(rs, "assistant"))
+			ro = KVP_HTTP_ROLE_ASSISTANT;
+		else if (!strcmp(rs, "tool") || !strcmp(rs, "function"))
+			return unsupported(err, "messages", "tool messages are not supported");
+		else
+			return bad(err, "messages",
+				   "%s.role: must be system, developer, user or assistant", at);
+		if (!is_off(json_object_get(m, "tool_calls")))
+			return unsupported(err, "messages", "tool calls are not supported");
+		if (!content)
+			return bad(err, "messages", "%s.content: required", at);
+		r = parse_content(new_msg(g, ro), content, at, NULL, "messages", err);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
+{
+	json_t *msgs = member(o, "messages");
+	json_t *sys = member(o, "system");
+	json_t *think = member(o, "thinking");
+	struct bp_state bp = { 0 };
+	enum kvp_http_ttl ttl = KVP_HTTP_TTL_NONE;
+	size_t n;
+	int r;
+
+	r = parse_common(g, o, "max_tokens", err);
+	if (r)
+		return r;
+	if (!g->model)
+		return bad(err, "model", "model: required");
+	if (!g->max_tokens)
+		return bad(err, "max_tokens", "max_tokens: required");
+	r = parse_stop(g, o, "stop_sequences", err);
+	if (r)
+		return r;
+	if (!is_off(json_object_get(o, "tools")))
+		return unsupported(err, "tools", "tools are not supported");
+	if (think) {
+		json_t *t = json_is_object(think) ? json_object_get(think, "type") : NULL;
+
+		if (!json_is_string(t) || strcmp(json_string_value(t), "disabled"))
+			return unsupported(err, "thinking", "extended thinking is not supported");
+	}
+	if (!json_is_array(msgs) || !json_array_size(msgs))
+		return bad(err, "messages", "messages: must be a non-empty array");
+	n = json_array_size(msgs) + (sys ? 1 : 0);
+	g->msgs = calloc(n, sizeof(*g->msgs));
+	if (!g->msgs)
+		return -ENOMEM;
+	/* breakpoints are counted and ordered as the prompt is laid out: system, messages */
+	if (sys) {
+		struct kvp_http_msg *m = new_msg(g, KVP_HTTP_ROLE_SYSTEM);
+
+		if (json_is_string(sys))
+			r = msg_add(m, json_string_value(sys), json_string_length(sys), false);
+		else if (json_is_array(sys) && json_array_size(sys))
+			r = parse_content(m, sys, "system", &bp, "system", err);
+		else
+			r = bad(err, "system",
+				"system: must be a string or an array of text blocks");
+		if (r)
+			return r;
+	}
+	for (size_t i = 0; i < json_array_size(msgs); i++) {
+		json_t *m = json_array_get(msgs, i);
+		json_t *role = json_is_object(m) ? json_object_get(m, "role") : NULL;
+		json_t *content = json_is_object(m) ? member(m, "content") : NULL;
+		const char *rs = json_is_string(role) ? json_string_value(role) : "";
+		char at[48];
+
+		snprintf(at, sizeof(at), "messages.%zu", i);
+		if (!json_is_object(m))
+			return bad(err, "messages", "%s: must be an object", at);
+		if (strcmp(rs, "user") && strcmp(rs, "assistant"))
+			return bad(err, "messages", "%s.role: must be user or assistant", at);
+		if (!content)
+			return bad(err, "messages", "%s.content: required", at);
+		r = parse_content(new_msg(g, strcmp(rs, "user") ? KVP_HTTP_ROLE_ASSISTANT :
+								  KVP_HTTP_ROLE_USER),
+				  content, at, &bp, "messages", err);
+		if (r)
+			return r;
+	}
+	/* a top-level cache_control marks the end of the prompt */
+	r = parse_cache_control(o, "request", &bp, &ttl, err);
+	if (r)
+		return r;
+	if (ttl)
+		g->msgs[g->n_msgs - 1].cache = ttl;
+	g->n_breakpoints = bp.n;
+	return 0;
+}
+
+/* ------------------------------------------------------------ entry points */
+
+int kvp_http_parse(struct kvp_http_gen *g, enum kvp_http_api api, const char *body, size_t len,
+		   uint32_t n_vocab, struct kvp_http_err *err)
+{
+	json_error_t je;
+	json_t *o;
+	const char *s;
+	size_t n;
+	int r;
+
+	*g = (struct kvp_http_gen){ .api = api };
+	o = json_loadb(body, len, 0, &je);
+	if (!o)
+		return bad(err, NULL, "the body is not valid JSON: %s (line %d, column %d)",
+			   je.text, je.line, je.column);
+	if (!json_is_object(o)) {
+		r = bad(err, NULL, "the body must be a JSON object");
+		goto out;
+	}
+	switch (api) {
+	case KVP_HTTP_API_COMPLETIONS:
+		r = parse_common(g, o, "max_tokens", err);
+		if (!r)
+			r = parse_openai_extras(g, o, err);
+		if (!r && !is_off(json_object_get(o, "suffix")))
+			r = unsupported(err, "suffix", "suffix is not supported");
+		if (!r)
+			r = parse_prompt(g, o, n_vocab, err);
+		break;
+	case KVP_HTTP_API_CHAT:
+		r = parse_chat(g, o, err);
+		break;
+	case KVP_HTTP_API_MESSAGES:
+		r = parse_messages(g, o, err);
+		break;
+	case KVP_HTTP_API_TOKENIZE:
+		r = get_str(o, "model", &s, &n, err);
+		if (!r && s && !(g->model = dup_n(s, n)))
+			r = -ENOMEM;
+		if (!r && member(o, "messages"))
+			r = parse_chat(g, o, err);
+		else if (!r)
+			r = parse_prompt(g, o, n_vocab, err);
+		if (!r && g->tokens)
+			r = bad(err, "prompt", "prompt: must be text");
+		break;
+	case KVP_HTTP_API_DETOKENIZE: {
+		json_t *t = member(o, "tokens");
+
+		r = get_str(o, "model", &s, &n, err);
+		if (!r && s && !(g->model = dup_n(s, n)))
+			r = -ENOMEM;
+		if (!r && !json_is_array(t))
+			r = bad(err, "tokens", "tokens: must be an array of token ids");
+		if (!r)
+			r = parse_ids(g, t, "tokens", n_vocab, err);
+		break;
+	}
+	default:
+		r = bad(err, NULL, "unknown API");
+		break;
+	}
+out:
+	json_decref(o);
+	return r;
+}
+
+void kvp_http_gen_deinit(struct kvp_http_gen *g)
+{
+	free(g->model);
+	free(g->text);
+	free(g->tokens);
+	for (size_t i = 0; i < g->n_msgs; i++)
+		free(g->msgs[i].text);
+	free(g->msgs);
+	for (size_t i = 0; i < g->n_stop; i++)
+		free(g->stop[i]);
+	free(g->cache_salt);
+	*g = (struct kvp_http_gen){ 0 };
+}

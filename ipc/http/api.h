@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * api.h - the request bodies kvpool-http accepts, parsed and checked into one struct
+ * kvp_http_gen, and the error bodies it answers with, in each API's shape.
+ *
+ *   OpenAI    POST /v1/completions, POST /v1/chat/completions
+ *   Anthropic POST /v1/messages
+ *   vLLM's    POST /tokenize, POST /detokenize
+ *
+ * Parsing is strict about what kvpool does (a wrong type or a value out of range is a
+ * 400 naming the field) and about what it cannot do (n > 1, logprobs, tools, images:
+ * a 400 saying it is not supported, never silently ignored); fields that change nothing
+ * here (user, metadata, ...) and unknown fields are ignored, as the hosted APIs do for
+ * fields they do not know.  docs/http.md lists every field.
+ *
+ * Thread: any; nothing here is shared.
+ */
+#ifndef KVP_IPC_HTTP_API_H
+#define KVP_IPC_HTTP_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/buf.h"
+
+enum kvp_http_api {
+	KVP_HTTP_API_COMPLETIONS, /* OpenAI /v1/completions */
+	KVP_HTTP_API_CHAT,	  /* OpenAI /v1/chat/completions */
+	KVP_HTTP_API_MESSAGES,	  /* Anthropic /v1/messages */
+	KVP_HTTP_API_TOKENIZE,	  /* /tokenize */
+	KVP_HTTP_API_DETOKENIZE,  /* /detokenize */
+};
+
+/* Which error body a request gets. */
+enum kvp_http_shape {
+	KVP_HTTP_SHAPE_OPENAI,	  /* {"error":{"message","type","param","code"}} */
+	KVP_HTTP_SHAPE_ANTHROPIC, /* {"type":"error","error":{"type","message"}} */
+};
+
+/**
+ * struct kvp_http_err - an error answer
+ * @status:  HTTP status
+ * @code:    OpenAI's error.code (a literal), or NULL
+ * @param:   the request field at fault (a literal or a static name), or NULL
+ * @message: the sentence
+ */
+struct kvp_http_err {
+	unsigned int status;
+	const char *code;
+	const char *param;
+	char message[512];
+};
+
+enum kvp_http_role {
+	KVP_HTTP_ROLE_SYSTEM,
+	KVP_HTTP_ROLE_USER,
+	KVP_HTTP_ROLE_ASSISTANT,
+};
+
+/* Anthropic cache_control TTLs. */
+enum kvp_http_ttl {
+	KVP_HTTP_TTL_NONE = 0,
+	KVP_HTTP_TTL_5M,
+	KVP_HTTP_TTL_1H,
+};
+
+/**
+ * struct kvp_http_msg - one chat message, its text parts joined
+ * @text:   owned, NUL-terminated, @len bytes of UTF-8
+ * @cache:  the TTL of a cache_control breakpoint at the end of this message (the last
+ *          marked block of its content), or KVP_HTTP_TTL_NONE
+ */
+struct kvp_http_msg {
+	enum kvp_http_role role;
+	char *text;
+	size_t len;
+	enum kvp_http_ttl cache;
+};
+
+#define KVP_HTTP_STOP_MAX 16	   /* stop strings per request */
+#define KVP_HTTP_STOP_LEN_MAX 256  /* bytes of one */
+#define KVP_HTTP_BREAKPOINTS_MAX 4 /* Anthropic's limit on cache_control blocks */
+#define KVP_HTTP_CACHE_SALT_MAX 64
+
+/**
+ * struct kvp_http_gen - one parsed request (all zero before parsing)
+ * @api:              which endpoint's body this is
+ * @model:            owned; NULL when not given
+ * @text, @text_len:  completions/tokenize: the prompt text (owned), or
+ * @tokens, @n_tokens: completions/detokenize: token ids (owned)
+ * @msgs, @n_msgs:    chat/messages: the conversation, system first (owned)
+ * @n_breakpoints:    messages: cache_control blocks seen (<= KVP_HTTP_BREAKPOINTS_MAX)
+ * @max_tokens:       0 = not given (the server picks the API's default)
+ * @temperature, @top_p, @top_k, @seed (@has_seed): sampling; defaults 1, 1, 0
+ * @stop, @stop_len, @n_stop: stop strings (owned)
+ * @stream:           answer with server-sent events
+ * @include_usage:    OpenAI stream_options.include_usage
+ * @return_token_ids: vLLM's return_token_ids: generated ids in the answer
+ * @cache_salt:       vLLM's cache_salt (owned), @cache_salt_len bytes
+ */
+struct kvp_http_gen {
+	enum kvp_http_api api;
+	char *model;
+	char *text;
+	size_t text_len;
+	int32_t *tokens;
+	size_t n_tokens;
+	struct kvp_http_msg *msgs;
+	size_t n_msgs;
+	unsigned int n_breakpoints;
+	uint32_t max_tokens;
+	float temperature;
+	float top_p;
+	uint32_t top_k;
+	uint64_t seed;
+	bool has_seed;
+	char *stop[KVP_HTTP_STOP_MAX];
+	size_t stop_len[KVP_HTTP_STOP_MAX];
+	size_t n_stop;
+	bool stream;
+	bool include_usage;
+	bool return_token_ids;
+	char *cache_salt;
+	size_t cache_salt_len;
+};
+
+/**
+ * kvp_http_parse() - parse and check a request body
+ * @g:       out; filled on success, left for kvp_http_gen_deinit() either way
+ * @n_vocab: token ids must be below it (0: not known, not checked here)
+ * @err:     out; the 400 to answer on failure
+ * Return: 0, -EINVAL (a bad request: @err), or -ENOMEM.
+ */
+int kvp_http_parse(struct kvp_http_gen *g, enum kvp_http_api api, const char *body, size_t len,
+		   uint32_t n_vocab, struct kvp_http_err *err);
+
+/* Free what kvp_http_parse() allocated; safe on an all-zero struct. */
+void kvp_http_gen_deinit(struct kvp_http_gen *g);
+
+/* Set @e (printf-style message). */
+void kvp_http_err_set(struct kvp_http_err *e, unsigned int status, const char *code,
+		      const char *param, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+/* The error's type string in @shape ("invalid_request_error", "not_found_error", ...). */
+const char *kvp_http_err_type(const struct kvp_http_err *e, enum kvp_http_shape shape);
+
+/* The error body of @e in @shape, appended to @out. */
+void kvp_http_err_json(const struct kvp_http_err *e, enum kvp_http_shape shape,
+		       struct kvp_buf *out);
+
+#endif /* KVP_IPC_HTTP_API_H */

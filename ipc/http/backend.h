@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * backend.h - kvpool-http's side of kvpoold: a pool of libkvpool connections served by
+ * one thread, each carrying up to backend_reqs_per_conn generations at once (requests
+ * multiplexed by id, their TOKEN/DONE/ERROR frames interleaved).
+ *
+ * A request is a struct kvp_http_job embedded in the caller's own request object.  The
+ * caller reserves room (kvp_http_backend_reserve(): -EBUSY when every connection is
+ * full, which the front answers with 429), then submits; from then on the backend thread
+ * reports to the job through its ops until exactly one ops->end().  Connections are
+ * opened as load needs them and reopened after kvpoold restarts; while none is open the
+ * thread retries every second, so /health and the model's name recover by themselves.
+ *
+ * A job whose client waits with nothing to send (a long prefill, a non-streamed answer)
+ * names the client's socket through ops->watch_fd(): the thread polls it for a hang-up
+ * and cancels the request in kvpoold when the client goes away.
+ *
+ * Threads: one backend thread owns every kvp_client and calls the ops; the functions
+ * below are called from any thread.
+ */
+#ifndef KVP_IPC_HTTP_BACKEND_H
+#define KVP_IPC_HTTP_BACKEND_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ipc/http/api.h"
+#include "kvpool/kvpool.h"
+
+struct kvp_http_backend;
+struct kvp_http_job;
+
+/**
+ * struct kvp_http_job_ops - how the backend thread reports to a job (the caller's code)
+ * @tokens:   new tokens and their text; return true to cancel the request in kvpoold
+ *            (a stop string matched, the client is gone, its buffer is full)
+ * @end:      the end, exactly once: @u is DONE's usage (@status = usage.status), or NULL
+ *            with @status an enum kvp_status from kvpoold's ERROR or a -errno of this
+ *            side (-ENOTCONN: kvpoold unreachable or the connection broke; -ESHUTDOWN:
+ *            this process is stopping; -EINVAL, -EMSGSIZE, -ENOSYS: refused before it was
+ *            sent, or a kvp_status the client library decided, e.g. KVP_E_LIMIT) and @msg
+ *            the reason.  After it returns the backend never touches the job again.
+ * @watch_fd: the client socket to watch for a hang-up now, or -1
+ * @hangup:   the watched socket hung up; the backend cancels the request itself
+ */
+struct kvp_http_job_ops {
+	bool (*tokens)(struct kvp_http_job *job, const int32_t *ids, uint32_t n_ids,
+		       const char *text, uint32_t len);
+	void (*end)(struct kvp_http_job *job, const struct kvp_usage *u, int status,
+		    const char *msg);
+	int (*watch_fd)(struct kvp_http_job *job);
+	void (*hangup)(struct kvp_http_job *job);
+};
+
+/**
+ * struct kvp_http_job - one generation as the backend sees it
+ * @ops:      set by the caller
+ * @prompt:   set by the caller for a completion: tokens or text (borrowed until @end)
+ * @msgs:     set by the caller for a chat (@n_msgs, borrowed until @end); chats wait on
+ *            kvpoold's CHAT request: kvp_http_backend_has_chat() says false, and a chat
+ *            job ends with -ENOSYS
+ * @params:   sampling and cache options (the salt borrowed until @end)
+ * (the rest is the backend's)
+ */
+struct kvp_http_job {
+	const struct kvp_http_job_ops *ops;
+	struct kvp_client_prompt prompt;
+	const struct kvp_http_msg *msgs;
+	size_t n_msgs;
+	struct kvp_client_params params;
+
+	struct kvp_http_job *next;
+	atomic_bool cancel;
+	bool cancel_sent;
+	bool hung_up;
+	int conn;
+	uint64_t req_id;
+};
+
+/**
+ * struct kvp_http_backend_info - what the last WELCOME said
+ * @up:     a connection is open now
+ * @known:  a WELCOME was ever received (the fields below are set)
+ */
+struct kvp_http_backend_info {
+	bool up;
+	bool known;
+	char model[65];
+	uint32_t n_vocab;
+	uint32_t n_ctx;
+	uint32_t max_new_tokens;
+	uint32_t max_prompt_tokens;
+};
+
+/**
+ * kvp_http_backend_new() - start the backend thread (and try a first connection)
+ * @socket_path: kvpoold's request socket (copied)
+ * @n_conns:     connections at most; @per_conn generations on each
+ * Return: 0 or -errno.  An unreachable kvpoold is not an error: see the header comment.
+ */
+int kvp_http_backend_new(struct kvp_http_backend **out, const char *socket_path,
+			 unsigned int n_conns, unsigned int per_conn);
+
+/* Stop the thread; jobs still there end with -ESHUTDOWN.  NULL is ok. */
+void kvp_http_backend_free(struct kvp_http_backend *be);
+
+/* Room for one more job: 0, or -EBUSY when n_conns x per_conn jobs are there already. */
+int kvp_http_backend_reserve(struct kvp_http_backend *be);
+
+/* Give back a reservation that was not submitted. */
+void kvp_http_backend_unreserve(struct kvp_http_backend *be);
+
+/* Hand @job over (after a reservation); it ends through job->ops->end. */
+void kvp_http_backend_submit(struct kvp_http_backend *be, struct kvp_http_job *job);
+
+/* Ask for @job to be cancelled (in kvpoold if it is there); it still ends through @end. */
+void kvp_http_backend_cancel(struct kvp_http_backend *be, struct kvp_http_job *job);
+
+/* Cancel every job (shutdown). */
+void kvp_http_backend_cancel_all(struct kvp_http_backend *be);
+
+/* Make the thread look at the jobs' watch_fd() again (a job started waiting). */
+void kvp_http_backend_wake(struct kvp_http_backend *be);
+
+/* Jobs reserved or running. */
+unsigned int kvp_http_backend_busy(struct kvp_http_backend *be);
+
+/* Connections open now. */
+unsigned int kvp_http_backend_up(struct kvp_http_backend *be);
+
+/* A copy of what kvpoold announced (see struct kvp_http_backend_info). */
+void kvp_http_backend_info(struct kvp_http_backend *be, struct kvp_http_backend_info *info);
+
+/* Whether chats can be sent (kvpoold's CHAT request): false until libkvpool has it. */
+bool kvp_http_backend_has_chat(const struct kvp_http_backend *be);
+
+#endif /* KVP_IPC_HTTP_BACKEND_H */

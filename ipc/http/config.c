@@ -1,0 +1,477 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.c - defaults, INI file (libinih), flags and checks of kvpool-http (see config.h).
+ *
+ * One table describes every key of section [http] once (name, type, bounds, help); the
+ * file reader, --help and the docs follow it.  As in svc/config.c, the inih reader
+ * counts lines itself (Debian's inih gives the handler no line number) and a line too
+ * long for inih is an error, not two settings.
+ *
+ * Thread: main, before any other thread starts.
+ */
+#include "ipc/http/config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <ini.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <syslog.h>
+
+#include "svc/log.h"
+#include "util/errmsg.h"
+#include "util/parse.h"
+
+enum key_type {
+	T_STR,	  /* char[.cap] */
+	T_LISTEN, /* comma-separated listen addresses */
+	T_U32,	  /* [min, max] */
+	T_SIZE,	  /* bytes with K/M/G suffix, [min, max]; .cap 8: uint64_t, else uint32_t */
+	T_LEVEL,  /* log level */
+	T_CACHE,  /* auto|explicit */
+};
+
+struct key_def {
+	const char *key;
+	enum key_type type;
+	size_t off;
+	size_t cap;
+	uint64_t min, max;
+	const char *dflt; /* the default as text, for --help */
+	const char *help;
+};
+
+#define OFF(f) offsetof(struct kvp_http_config, f)
+#define CAP(f) sizeof(((struct kvp_http_config *)0)->f)
+
+static const struct key_def keys[] = {
+	{ "socket", T_STR, OFF(socket_path), CAP(socket_path), 0, 0, "/run/kvpool/kvpool.sock",
+	  "kvpoold's request socket (--socket)" },
+	{ "status_socket", T_STR, OFF(status_path), CAP(status_path), 0, 0, "\"\"",
+	  "kvpoold's status socket; empty: status.sock beside the request socket" },
+	{ "listen", T_LISTEN, 0, 0, 0, 0, "127.0.0.1:8080",
+	  "comma-separated HOST:PORT or unix:PATH addresses (--listen, repeatable)" },
+	{ "api_keys", T_STR, OFF(api_keys), CAP(api_keys), 0, 0, "\"\"",
+	  "API key file (KEY NAME [SALT] lines); empty: no keys, loopback/unix only (--api-keys)" },
+	{ "log_level", T_LEVEL, OFF(log_level), 0, 0, 0, "info",
+	  "err|warning|notice|info|debug (--log-level)" },
+	{ "threads", T_U32, OFF(threads), 0, 1, 64, "2", "HTTP threads per listen address" },
+	{ "max_body_bytes", T_SIZE, OFF(max_body_bytes), CAP(max_body_bytes), 1024, 1ull << 30,
+	  "1M", "largest request body; larger ones get 413" },
+	{ "max_header_bytes", T_SIZE, OFF(max_header_bytes), CAP(max_header_bytes), 2048, 1u << 20,
+	  "16K", "request line plus headers of one request; more gets 431" },
+	{ "max_conns", T_U32, OFF(max_conns), 0, 1, 65536, "256",
+	  "open HTTP connections per listen address" },
+	{ "idle_timeout_s", T_U32, OFF(idle_timeout_s), 0, 1, 86400, "60",
+	  "close a connection after this many seconds without traffic" },
+	{ "backend_conns", T_U32, OFF(backend_conns), 0, 1, 256, "4",
+	  "connections to kvpoold, opened as load needs them" },
+	{ "backend_reqs_per_conn", T_U32, OFF(backend_reqs_per_conn), 0, 1, 4096, "16",
+	  "generations in flight per kvpoold connection (<= kvpoold's max_reqs_per_conn)" },
+	{ "stream_buffer_bytes", T_SIZE, OFF(stream_buffer_bytes), CAP(stream_buffer_bytes), 4096,
+	  1ull << 30, "1M", "unsent output one request may queue before its client is cut off" },
+	{ "drain_timeout_ms", T_U32, OFF(drain_timeout_ms), 0, 0, 3600000, "10000",
+	  "on SIGTERM, time running requests get to finish before they are cancelled" },
+	{ "model_aliases", T_STR, OFF(model_aliases), CAP(model_aliases), 0, 0, "\"\"",
+	  "comma-separated model names accepted besides the one kvpoold serves" },
+	{ "anthropic_cache", T_CACHE, OFF(anthropic_cache), 0, 0, 0, "auto",
+	  "auto: /v1/messages always uses the prefix cache; explicit: only with cache_control" },
+};
+
+#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
+
+void kvp_http_config_defaults(struct kvp_http_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	strcpy(c->socket_path, "/run/kvpool/kvpool.sock");
+	strcpy(c->listen[0], "127.0.0.1:8080");
+	c->n_listen = 1;
+	c->log_level = LOG_INFO;
+	c->threads = 2;
+	c->max_body_bytes = 1u << 20;
+	c->max_header_bytes = 16u << 10;
+	c->max_conns = 256;
+	c->idle_timeout_s = 60;
+	c->backend_conns = 4;
+	c->backend_reqs_per_conn = 16;
+	c->stream_buffer_bytes = 1u << 20;
+	c->drain_timeout_ms = 10000;
+	c->anthropic_cache = KVP_HTTP_CACHE_AUTO;
+}
+
+static const struct key_def *find_key(const char *key)
+{
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (!strcmp(keys[i].key, key))
+			return &keys[i];
+	return NULL;
+}
+
+/* Append one listen address.  Return: 0 or -EINVAL (@err says why). */
+static int add_listen(struct kvp_http_config *c, const char *a, size_t n, char *err, size_t cap)
+{
+	if (!n) {
+		kvp_errmsg(err, cap, "an empty address");
+		return -EINVAL;
+	}
+	if (c->n_listen == KVP_HTTP_LISTEN_MAX) {
+		kvp_errmsg(err, cap, "more than %d addresses", KVP_HTTP_LISTEN_MAX);
+		return -EINVAL;
+	}
+	if (n >= KVP_HTTP_ADDR_MAX) {
+		kvp_errmsg(err, cap, "address longer than %d bytes", KVP_HTTP_ADDR_MAX - 1);
+		return -EINVAL;
+	}
+	memcpy(c->listen[c->n_listen], a, n);
+	c->listen[c->n_listen][n] = '\0';
+	c->n_listen++;
+	return 0;
+}
+
+/* Apply @value to @k; on error write "why" (without the key name) to @err. */
+static int apply(struct kvp_http_config *c, const struct key_def *k, const char *value, char *err,
+		 size_t cap)
+{
+	char *field = (char *)c + k->off;
+	uint64_t v;
+	int r;
+
+	switch (k->type) {
+	case T_STR:
+		if (strlen(value) >= k->cap) {
+			kvp_errmsg(err, cap, "too long (at most %zu bytes)", k->cap - 1);
+			return -EINVAL;
+		}
+		strcpy(field, value);
+		return 0;
+	case T_LISTEN:
+		c->n_listen = 0;
+		for (const char *p = value;;) {
+			const char *comma = strchr(p, ',');
+			size_t n = comma ? (size_t)(comma - p) : strlen(p);
+
+			while (n && (*p == ' ' || *p == '\t'))
+				p++, n--;
+			while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+				n--;
+			r = add_listen(c, p, n, err, cap);
+			if (r)
+				return r;
+			if (!comma)
+				return 0;
+			p = comma + 1;
+		}
+	case T_U32:
+	case T_SIZE:
+		r = k->type == T_U32 ? kvp_parse_u64(value, 0, UINT64_MAX, &v) :
+				       kvp_parse_size(value, &v);
+		if (r < 0) {
+			kvp_errmsg(err, cap,
+				   k->type == T_U32 ? "'%s' is not a whole number" :
+						      "'%s' is not a size (a number with an "
+						      "optional K, M or G suffix)",
+				   value);
+			return -EINVAL;
+		}
+		if (v < k->min || v > k->max) {
+			kvp_errmsg(err, cap, "%s is out of range [%llu, %llu]", value,
+				   (unsigned long long)k->min, (unsigned long long)k->max);
+			return -EINVAL;
+		}
+		if (k->cap == sizeof(uint64_t))
+			*(uint64_t *)field = v;
+		else
+			*(uint32_t *)field = (uint32_t)v;
+		return 0;
+	case T_LEVEL:
+		if (kvp_log_level_parse(value, (int *)field) < 0) {
+			kvp_errmsg(err, cap,
+				   "'%s' is not a log level (err, warning, notice, info, debug or "
+				   "0..7)",
+				   value);
+			return -EINVAL;
+		}
+		return 0;
+	case T_CACHE:
+		if (!strcasecmp(value, "auto")) {
+			*(uint32_t *)field = KVP_HTTP_CACHE_AUTO;
+		} else if (!strcasecmp(value, "explicit")) {
+			*(uint32_t *)field = KVP_HTTP_CACHE_EXPLICIT;
+		} else {
+			kvp_errmsg(err, cap, "'%s' is not one of auto, explicit", value);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int kvp_http_config_set(struct kvp_http_config *c, const char *key, const char *value, char *err,
+			size_t cap)
+{
+	const struct key_def *k = find_key(key);
+	char why[256];
+	int r;
+
+	if (!k) {
+		kvp_errmsg(err, cap, "http.%s: unknown key", key);
+		return -ENOENT;
+	}
+	r = apply(c, k, value, why, sizeof(why));
+	if (r < 0)
+		kvp_errmsg(err, cap, "http.%s: %s", key, why);
+	return r;
+}
+
+/* State of one file's parse, passed to inih's callbacks. */
+struct ini_ctx {
+	struct kvp_http_config *c;
+	FILE *f;
+	int line;     /* lines handed to inih so far: the current line */
+	int err_line; /* first error's line, 0 = none */
+	char err[512];
+	char *buf; /* getline buffer */
+	size_t buf_cap;
+	unsigned char seen[N_KEYS];
+};
+
+/* fgets-like reader that counts lines and never splits one. */
+static char *ini_read(char *str, int num, void *stream)
+{
+	struct ini_ctx *x = stream;
+	ssize_t n;
+
+	n = getline(&x->buf, &x->buf_cap, x->f);
+	if (n < 0)
+		return NULL;
+	x->line++;
+	if (n >= num - 1) {
+		if (!x->err_line) {
+			x->err_line = x->line;
+			snprintf(x->err, sizeof(x->err), "line longer than %d bytes", num - 3);
+		}
+		strcpy(str, "\n");
+		return str;
+	}
+	memcpy(str, x->buf, (size_t)n + 1);
+	return str;
+}
+
+static int ini_handle(void *user, const char *section, const char *name, const char *value)
+{
+	struct ini_ctx *x = user;
+	const struct key_def *k = find_key(name);
+	char why[256];
+
+	if (x->err_line)
+		return 1; /* the first error only */
+	x->err_line = x->line;
+	if (strcmp(section, "http")) {
+		snprintf(x->err, sizeof(x->err), "%s%s%s: kvpool-http reads only section [http]",
+			 section, *section ? "." : "", name);
+		return 0;
+	}
+	if (!k) {
+		snprintf(x->err, sizeof(x->err), "http.%s: unknown key", name);
+		return 0;
+	}
+	if (x->seen[k - keys]++) {
+		snprintf(x->err, sizeof(x->err), "http.%s: set twice", name);
+		return 0;
+	}
+	if (apply(x->c, k, value, why, sizeof(why)) < 0) {
+		snprintf(x->err, sizeof(x->err), "http.%s: %s", name, why);
+		return 0;
+	}
+	x->err_line = 0;
+	return 1;
+}
+
+int kvp_http_config_load_file(struct kvp_http_config *c, const char *path, bool must_exist,
+			      char *err, size_t cap)
+{
+	struct ini_ctx *x;
+	int r;
+
+	x = calloc(1, sizeof(*x));
+	if (!x)
+		return -ENOMEM;
+	x->c = c;
+	x->f = fopen(path, "re");
+	if (!x->f) {
+		r = -errno;
+		if (r == -ENOENT && !must_exist)
+			r = 0;
+		else
+			kvp_errmsg(err, cap, "%s: %s", path, strerror(-r));
+		goto out_free;
+	}
+	/* a continuation line would silently glue two settings together */
+	ini_allow_multiline = false;
+	r = ini_parse_stream(ini_read, x, ini_handle, x);
+	if (r == 0 && !x->err_line && ferror(x->f)) {
+		kvp_errmsg(err, cap, "%s: read error", path);
+		r = -EIO;
+	} else if (r != 0 || x->err_line) {
+		if (x->err_line)
+			kvp_errmsg(err, cap, "%s:%d: %s", path, x->err_line, x->err);
+		else if (r > 0)
+			kvp_errmsg(err, cap, "%s:%d: syntax error (want [http] or key = value)",
+				   path, r);
+		else
+			kvp_errmsg(err, cap, "%s: cannot parse (inih error %d)", path, r);
+		r = -EINVAL;
+	} else {
+		snprintf(c->config_path, sizeof(c->config_path), "%s", path);
+	}
+	fclose(x->f);
+out_free:
+	free(x->buf);
+	free(x);
+	return r;
+}
+
+static const struct option opts[] = {
+	{ "config", required_argument, NULL, 'c' },    { "socket", required_argument, NULL, 's' },
+	{ "listen", required_argument, NULL, 'l' },    { "api-keys", required_argument, NULL, 'k' },
+	{ "log-level", required_argument, NULL, 'L' }, { "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },	       { 0 },
+};
+
+int kvp_http_config_parse_args(struct kvp_http_config *c, int argc, char *const *argv,
+			       enum kvp_http_config_action *act, char *err, size_t cap)
+{
+	const char *config = NULL;
+	bool listen_flag = false;
+	char why[256];
+	int opt, r;
+
+	*act = KVP_HTTP_CONFIG_RUN;
+	kvp_http_config_defaults(c);
+	/* pass 1: --config, --help, --version and the syntax of the rest */
+	optind = 1;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'c':
+			config = optarg;
+			break;
+		case 'h':
+			*act = KVP_HTTP_CONFIG_HELP;
+			return 0;
+		case 'V':
+			*act = KVP_HTTP_CONFIG_VERSION;
+			return 0;
+		case ':':
+			kvp_errmsg(err, cap, "%s: needs a value", argv[optind - 1]);
+			return -EINVAL;
+		case '?':
+			kvp_errmsg(err, cap, "%s: unknown flag (try --help)", argv[optind - 1]);
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		kvp_errmsg(err, cap, "%s: unexpected argument (try --help)", argv[optind]);
+		return -EINVAL;
+	}
+	if (config && !*config) {
+		kvp_errmsg(err, cap, "--config: empty path");
+		return -EINVAL;
+	}
+	r = kvp_http_config_load_file(c, config ? config : KVP_HTTP_CONFIG_DEFAULT_PATH,
+				      config != NULL, err, cap);
+	if (r < 0)
+		return r;
+	/* pass 2: flags override the file; the first --listen replaces the file's list */
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		const char *key = NULL, *flag = NULL;
+
+		switch (opt) {
+		case 's':
+			key = "socket", flag = "--socket";
+			break;
+		case 'k':
+			key = "api_keys", flag = "--api-keys";
+			break;
+		case 'L':
+			key = "log_level", flag = "--log-level";
+			break;
+		case 'l':
+			if (!listen_flag)
+				c->n_listen = 0;
+			listen_flag = true;
+			r = add_listen(c, optarg, strlen(optarg), why, sizeof(why));
+			if (r) {
+				kvp_errmsg(err, cap, "--listen %s: %s", optarg, why);
+				return r;
+			}
+			continue;
+		default:
+			continue;
+		}
+		r = apply(c, find_key(key), optarg, why, sizeof(why));
+		if (r) {
+			kvp_errmsg(err, cap, "%s: %s", flag, why);
+			return r;
+		}
+	}
+	return 0;
+}
+
+int kvp_http_config_check(struct kvp_http_config *c, char *err, size_t cap)
+{
+	if (!*c->socket_path) {
+		kvp_errmsg(err, cap, "http.socket: must not be empty");
+		return -EINVAL;
+	}
+	if (!c->n_listen) {
+		kvp_errmsg(err, cap, "http.listen: no address to listen on");
+		return -EINVAL;
+	}
+	if (!*c->status_path) {
+		const char *slash = strrchr(c->socket_path, '/');
+		size_t dir = slash ? (size_t)(slash - c->socket_path) + 1 : 0;
+
+		if (dir + sizeof("status.sock") > sizeof(c->status_path)) {
+			kvp_errmsg(err, cap, "http.status_socket: the derived path is too long");
+			return -EINVAL;
+		}
+		memcpy(c->status_path, c->socket_path, dir);
+		strcpy(c->status_path + dir, "status.sock");
+	}
+	if (!strcmp(c->status_path, c->socket_path)) {
+		kvp_errmsg(err, cap, "http.status_socket: same path as http.socket");
+		return -EINVAL;
+	}
+	if (c->stream_buffer_bytes < 4096) {
+		kvp_errmsg(err, cap, "http.stream_buffer_bytes: at least 4096");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void kvp_http_config_usage(FILE *f)
+{
+	fputs("usage: kvpool-http [--config FILE] [--socket PATH]\n"
+	      "                   [--listen HOST:PORT | --listen unix:PATH]... [--api-keys FILE]\n"
+	      "                   [--log-level L] [--help] [--version]\n"
+	      "\n"
+	      "OpenAI- and Anthropic-compatible HTTP front of kvpoold (docs/http.md).\n"
+	      "Settings: defaults, then section [http] of the config file (" KVP_HTTP_CONFIG_DEFAULT_PATH
+	      "\nwhen it exists, or --config FILE), then the flags.  Without --api-keys only\n"
+	      "loopback addresses and unix: sockets may be listened on.\n"
+	      "\n"
+	      "  --config FILE     INI file with a section [http]\n"
+	      "  --socket PATH     kvpoold's request socket\n"
+	      "  --listen ADDR     HOST:PORT ([::1]:PORT for IPv6) or unix:PATH; repeatable\n"
+	      "  --api-keys FILE   API key file: lines 'KEY NAME [SALT]'\n"
+	      "  --log-level L     err, warning, notice, info, debug\n"
+	      "\n"
+	      "Keys of [http] (default):\n",
+	      f);
+	for (size_t i = 0; i < N_KEYS; i++)
+		fprintf(f, "  %-22s %s (%s)\n", keys[i].key, keys[i].help, keys[i].dflt);
+}

@@ -1,0 +1,403 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * emit.c - answers in the OpenAI and Anthropic shapes (see emit.h).
+ *
+ * Every JSON text goes through util/json.h, so generated text that is not well-formed
+ * UTF-8 (a model may emit any bytes) comes out as U+FFFD, never as invalid JSON.
+ */
+#include "ipc/http/emit.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/json.h"
+
+static void str(struct kvp_json *j, const char *key, const char *s)
+{
+	kvp_json_str(j, key, s, strlen(s));
+}
+
+void kvp_http_emit_init(struct kvp_http_emit *e, enum kvp_http_api api, bool stream,
+			bool include_usage, bool return_token_ids, const char *id,
+			long long created, const char *model)
+{
+	*e = (struct kvp_http_emit){ .api = api,
+				     .stream = stream,
+				     .include_usage = include_usage,
+				     .return_token_ids = return_token_ids,
+				     .created = created,
+				     .model = model,
+				     .text = KVP_BUF_INIT };
+	snprintf(e->id, sizeof(e->id), "%s", id);
+}
+
+void kvp_http_emit_deinit(struct kvp_http_emit *e)
+{
+	kvp_buf_deinit(&e->text);
+	free(e->ids);
+	e->ids = NULL;
+}
+
+/* "data: " + JSON + "\n\n" around what @fn writes; @event names an Anthropic event. */
+static void sse_begin(struct kvp_buf *out, const char *event, struct kvp_json *j)
+{
+	if (event)
+		kvp_buf_printf(out, "event: %s\n", event);
+	kvp_buf_add(out, "data: ", 6);
+	kvp_json_init(j, out);
+}
+
+static void sse_end(struct kvp_buf *out)
+{
+	kvp_buf_add(out, "\n\n", 2);
+}
+
+/* The fields every OpenAI object starts with. */
+static void openai_head(struct kvp_http_emit *e, struct kvp_json *j, const char *object)
+{
+	str(j, "id", e->id);
+	str(j, "object", object);
+	kvp_json_i64(j, "created", e->created);
+	str(j, "model", e->model);
+}
+
+static void ids_array(struct kvp_json *j, const int32_t *ids, size_t n)
+{
+	kvp_json_begin(j, "token_ids", '[');
+	for (size_t i = 0; i < n; i++)
+		kvp_json_i64(j, NULL, ids[i]);
+	kvp_json_end(j, ']');
+}
+
+static void kvpool_usage(struct kvp_json *j, const struct kvp_usage *u)
+{
+	kvp_json_begin(j, "kvpool", '{');
+	kvp_json_u64(j, "prompt_tokens", u->prompt_tokens);
+	kvp_json_u64(j, "cached_tokens", u->cached_tokens);
+	kvp_json_u64(j, "cache_creation_tokens", u->cache_creation_tokens);
+	kvp_json_u64(j, "recomputed_tokens", u->recomputed_tokens);
+	kvp_json_u64(j, "generated_tokens", u->generated_tokens);
+	kvp_json_fixed(j, "queue_ms", u->queue_ms, 3);
+	kvp_json_fixed(j, "ttft_ms", u->ttft_ms, 3);
+	kvp_json_fixed(j, "prefill_ms", u->prefill_ms, 3);
+	kvp_json_fixed(j, "decode_ms", u->decode_ms, 3);
+	kvp_json_end(j, '}');
+}
+
+static void openai_usage(struct kvp_json *j, const struct kvp_usage *u, uint32_t completion)
+{
+	kvp_json_begin(j, "usage", '{');
+	kvp_json_u64(j, "prompt_tokens", u->prompt_tokens);
+	kvp_json_u64(j, "completion_tokens", completion);
+	kvp_json_u64(j, "total_tokens", (uint64_t)u->prompt_tokens + completion);
+	kvp_json_begin(j, "prompt_tokens_details", '{');
+	kvp_json_u64(j, "cached_tokens", u->cached_tokens);
+	kvp_json_end(j, '}');
+	kvpool_usage(j, u);
+	kvp_json_end(j, '}');
+}
+
+/* Anthropic splits the prompt: read from the cache, written to it, and the rest. */
+static void anthropic_usage(struct kvp_json *j, const struct kvp_usage *u, uint32_t completion,
+			    bool ext)
+{
+	uint64_t rest = (uint64_t)u->cached_tokens + u->cache_creation_tokens;
+
+	rest = u->prompt_tokens > rest ? u->prompt_tokens - rest : 0;
+	kvp_json_begin(j, "usage", '{');
+	kvp_json_u64(j, "input_tokens", rest);
+	kvp_json_u64(j, "cache_creation_input_tokens", u->cache_creation_tokens);
+	kvp_json_u64(j, "cache_read_input_tokens", u->cached_tokens);
+	kvp_json_u64(j, "output_tokens", completion);
+	if (ext)
+		kvpool_usage(j, u);
+	kvp_json_end(j, '}');
+}
+
+static const char *openai_finish(enum kvp_http_finish f)
+{
+	return f == KVP_HTTP_FINISH_LENGTH ? "length" : "stop";
+}
+
+static const char *anthropic_finish(enum kvp_http_finish f)
+{
+	return f == KVP_HTTP_FINISH_LENGTH ? "max_tokens" :
+	       f == KVP_HTTP_FINISH_STOP   ? "stop_sequence" :
+					     "end_turn";
+}
+
+void kvp_http_emit_open(struct kvp_http_emit *e, struct kvp_buf *out)
+{
+	static const struct kvp_usage zero;
+	struct kvp_json j;
+
+	if (!e->stream || e->opened)
+		return;
+	e->opened = true;
+	if (e->api == KVP_HTTP_API_CHAT) {
+		sse_begin(out, NULL, &j);
+		kvp_json_begin(&j, NULL, '{');
+		openai_head(e, &j, "chat.completion.chunk");
+		kvp_json_begin(&j, "choices", '[');
+		kvp_json_begin(&j, NULL, '{');
+		kvp_json_u64(&j, "index", 0);
+		kvp_json_begin(&j, "delta", '{');
+		str(&j, "role", "assistant");
+		str(&j, "content", "");
+		kvp_json_end(&j, '}');
+		kvp_json_null(&j, "logprobs");
+		kvp_json_null(&j, "finish_reason");
+		kvp_json_end(&j, '}');
+		kvp_json_end(&j, ']');
+		if (e->include_usage)
+			kvp_json_null(&j, "usage");
+		kvp_json_end(&j, '}');
+		sse_end(out);
+	} else if (e->api == KVP_HTTP_API_MESSAGES) {
+		sse_begin(out, "message_start", &j);
+		kvp_json_begin(&j, NULL, '{');
+		str(&j, "type", "message_start");
+		kvp_json_begin(&j, "message", '{');
+		str(&j, "id", e->id);
+		str(&j, "type", "message");
+		str(&j, "role", "assistant");
+		kvp_json_begin(&j, "content", '[');
+		kvp_json_end(&j, ']');
+		str(&j, "model", e->model);
+		kvp_json_null(&j, "stop_reason");
+		kvp_json_null(&j, "stop_sequence");
+		anthropic_usage(&j, &zero, 0, false);
+		kvp_json_end(&j, '}');
+		kvp_json_end(&j, '}');
+		sse_end(out);
+		sse_begin(out, "content_block_start", &j);
+		kvp_json_begin(&j, NULL, '{');
+		str(&j, "type", "content_block_start");
+		kvp_json_u64(&j, "index", 0);
+		kvp_json_begin(&j, "content_block", '{');
+		str(&j, "type", "text");
+		str(&j, "text", "");
+		kvp_json_end(&j, '}');
+		kvp_json_end(&j, '}');
+		sse_end(out);
+		kvp_buf_add(out, "event: ping\ndata: {\"type\":\"ping\"}\n\n", 35);
+	}
+}
+
+/* One streamed piece of text. */
+static void stream_text(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len,
+			const int32_t *ids, size_t n_ids)
+{
+	struct kvp_json j;
+
+	if (e->api == KVP_HTTP_API_MESSAGES) {
+		sse_begin(out, "content_block_delta", &j);
+		kvp_json_begin(&j, NULL, '{');
+		str(&j, "type", "content_block_delta");
+		kvp_json_u64(&j, "index", 0);
+		kvp_json_begin(&j, "delta", '{');
+		str(&j, "type", "text_delta");
+		kvp_json_str(&j, "text", text, len);
+		kvp_json_end(&j, '}');
+		kvp_json_end(&j, '}');
+		sse_end(out);
+		return;
+	}
+	sse_begin(out, NULL, &j);
+	kvp_json_begin(&j, NULL, '{');
+	if (e->api == KVP_HTTP_API_CHAT)
+		openai_head(e, &j, "chat.completion.chunk");
+	else
+		openai_head(e, &j, "text_completion");
+	kvp_json_begin(&j, "choices", '[');
+	kvp_json_begin(&j, NULL, '{');
+	kvp_json_u64(&j, "index", 0);
+	if (e->api == KVP_HTTP_API_CHAT) {
+		kvp_json_begin(&j, "delta", '{');
+		kvp_json_str(&j, "content", text, len);
+		kvp_json_end(&j, '}');
+	} else {
+		kvp_json_str(&j, "text", text, len);
+	}
+	kvp_json_null(&j, "logprobs");
+	kvp_json_null(&j, "finish_reason");
+	if (e->return_token_ids)
+		ids_array(&j, ids, n_ids);
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, ']');
+	if (e->include_usage)
+		kvp_json_null(&j, "usage");
+	kvp_json_end(&j, '}');
+	sse_end(out);
+}
+
+void kvp_http_emit_text(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len,
+			const int32_t *ids, size_t n_ids)
+{
+	if (e->stream) {
+		bool with_ids = e->return_token_ids && e->api != KVP_HTTP_API_MESSAGES;
+
+		kvp_http_emit_open(e, out);
+		if (len || (with_ids && n_ids))
+			stream_text(e, out, text, len, ids, n_ids);
+		return;
+	}
+	kvp_buf_add(&e->text, text, len);
+	if (!e->return_token_ids || !n_ids)
+		return;
+	if (e->n_ids + n_ids > e->cap_ids) {
+		size_t cap = (e->n_ids + n_ids) * 2;
+		int32_t *p = realloc(e->ids, cap * sizeof(*p));
+
+		if (!p) {
+			kvp_buf_fail(&e->text, -ENOMEM); /* the answer is lost, and says so */
+			return;
+		}
+		e->ids = p;
+		e->cap_ids = cap;
+	}
+	memcpy(e->ids + e->n_ids, ids, n_ids * sizeof(*ids));
+	e->n_ids += n_ids;
+}
+
+static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp_http_finish finish,
+			  const char *stop, size_t stop_len, const struct kvp_usage *u,
+			  uint32_t completion)
+{
+	struct kvp_json j;
+
+	kvp_http_emit_open(e, out);
+	if (e->api == KVP_HTTP_API_MESSAGES) {
+		kvp_buf_add(
+			out,
+			"event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
+			"\"index\":0}\n\n",
+			strlen("event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
+			       "\"index\":0}\n\n"));
+		sse_begin(out, "message_delta", &j);
+		kvp_json_begin(&j, NULL, '{');
+		str(&j, "type", "message_delta");
+		kvp_json_begin(&j, "delta", '{');
+		str(&j, "stop_reason", anthropic_finish(finish));
+		if (stop)
+			kvp_json_str(&j, "stop_sequence", stop, stop_len);
+		else
+			kvp_json_null(&j, "stop_sequence");
+		kvp_json_end(&j, '}');
+		anthropic_usage(&j, u, completion, true);
+		kvp_json_end(&j, '}');
+		sse_end(out);
+		kvp_buf_add(out, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+			    strlen("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+		return;
+	}
+	sse_begin(out, NULL, &j);
+	kvp_json_begin(&j, NULL, '{');
+	openai_head(e, &j,
+		    e->api == KVP_HTTP_API_CHAT ? "chat.completion.chunk" : "text_completion");
+	kvp_json_begin(&j, "choices", '[');
+	kvp_json_begin(&j, NULL, '{');
+	kvp_json_u64(&j, "index", 0);
+	if (e->api == KVP_HTTP_API_CHAT) {
+		kvp_json_begin(&j, "delta", '{');
+		kvp_json_end(&j, '}');
+	} else {
+		str(&j, "text", "");
+	}
+	kvp_json_null(&j, "logprobs");
+	str(&j, "finish_reason", openai_finish(finish));
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, ']');
+	if (e->include_usage)
+		kvp_json_null(&j, "usage");
+	kvp_json_end(&j, '}');
+	sse_end(out);
+	if (e->include_usage) {
+		sse_begin(out, NULL, &j);
+		kvp_json_begin(&j, NULL, '{');
+		openai_head(e, &j,
+			    e->api == KVP_HTTP_API_CHAT ? "chat.completion.chunk" :
+							  "text_completion");
+		kvp_json_begin(&j, "choices", '[');
+		kvp_json_end(&j, ']');
+		openai_usage(&j, u, completion);
+		kvp_json_end(&j, '}');
+		sse_end(out);
+	}
+	kvp_buf_add(out, "data: [DONE]\n\n", 14);
+}
+
+void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp_http_finish finish,
+			  const char *stop, size_t stop_len, const struct kvp_usage *u,
+			  uint32_t completion)
+{
+	struct kvp_json j;
+
+	if (e->stream) {
+		stream_finish(e, out, finish, stop, stop_len, u, completion);
+		return;
+	}
+	if (e->text.err) {
+		kvp_buf_fail(out, e->text.err);
+		return;
+	}
+	kvp_json_init(&j, out);
+	kvp_json_begin(&j, NULL, '{');
+	if (e->api == KVP_HTTP_API_MESSAGES) {
+		str(&j, "id", e->id);
+		str(&j, "type", "message");
+		str(&j, "role", "assistant");
+		str(&j, "model", e->model);
+		kvp_json_begin(&j, "content", '[');
+		kvp_json_begin(&j, NULL, '{');
+		str(&j, "type", "text");
+		kvp_json_str(&j, "text", e->text.p ? e->text.p : "", e->text.len);
+		kvp_json_end(&j, '}');
+		kvp_json_end(&j, ']');
+		str(&j, "stop_reason", anthropic_finish(finish));
+		if (stop)
+			kvp_json_str(&j, "stop_sequence", stop, stop_len);
+		else
+			kvp_json_null(&j, "stop_sequence");
+		anthropic_usage(&j, u, completion, true);
+		kvp_json_end(&j, '}');
+		return;
+	}
+	openai_head(e, &j, e->api == KVP_HTTP_API_CHAT ? "chat.completion" : "text_completion");
+	kvp_json_begin(&j, "choices", '[');
+	kvp_json_begin(&j, NULL, '{');
+	kvp_json_u64(&j, "index", 0);
+	if (e->api == KVP_HTTP_API_CHAT) {
+		kvp_json_begin(&j, "message", '{');
+		str(&j, "role", "assistant");
+		kvp_json_str(&j, "content", e->text.p ? e->text.p : "", e->text.len);
+		kvp_json_null(&j, "refusal");
+		kvp_json_end(&j, '}');
+	} else {
+		kvp_json_str(&j, "text", e->text.p ? e->text.p : "", e->text.len);
+	}
+	kvp_json_null(&j, "logprobs");
+	str(&j, "finish_reason", openai_finish(finish));
+	if (e->return_token_ids)
+		ids_array(&j, e->ids, e->n_ids);
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, ']');
+	openai_usage(&j, u, completion);
+	kvp_json_end(&j, '}');
+}
+
+void kvp_http_emit_error(struct kvp_http_emit *e, struct kvp_buf *out,
+			 const struct kvp_http_err *err)
+{
+	if (e->api == KVP_HTTP_API_MESSAGES) {
+		kvp_buf_add(out, "event: error\ndata: ", 19);
+		kvp_http_err_json(err, KVP_HTTP_SHAPE_ANTHROPIC, out);
+		kvp_buf_add(out, "\n\n", 2);
+		return;
+	}
+	kvp_buf_add(out, "data: ", 6);
+	kvp_http_err_json(err, KVP_HTTP_SHAPE_OPENAI, out);
+	kvp_buf_add(out, "\n\ndata: [DONE]\n\n", 16);
+}

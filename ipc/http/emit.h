@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * emit.h - generated text out, in each API's shape: one JSON body, or server-sent
+ * events as the text arrives.
+ *
+ *   completions  {"object":"text_completion", choices[0].text}; stream: chunks of the same
+ *                shape, then an optional usage chunk (stream_options.include_usage),
+ *                then "data: [DONE]"
+ *   chat         {"object":"chat.completion", choices[0].message}; stream:
+ *                "chat.completion.chunk"s with a delta (role first), usage, [DONE]
+ *   messages     Anthropic {"type":"message", content[0].text}; stream: message_start,
+ *                content_block_start, ping, content_block_delta..., content_block_stop,
+ *                message_delta (stop_reason and the usage), message_stop
+ *
+ * Usage: OpenAI's prompt_tokens, completion_tokens, total_tokens and
+ * prompt_tokens_details.cached_tokens; Anthropic's input_tokens (prompt tokens neither
+ * read from nor written to the cache), cache_read_input_tokens,
+ * cache_creation_input_tokens, output_tokens; and in both, kvpool's own DONE fields
+ * under usage.kvpool.  Anthropic's message_start has no usage yet (kvpoold reports it at
+ * the end), so it carries zeros and message_delta carries every counter.
+ *
+ * Thread: an emitter belongs to its request (used under the request's lock).
+ */
+#ifndef KVP_IPC_HTTP_EMIT_H
+#define KVP_IPC_HTTP_EMIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ipc/http/api.h"
+#include "kvpool/proto.h"
+#include "util/buf.h"
+
+enum kvp_http_finish {
+	KVP_HTTP_FINISH_LENGTH, /* max_tokens generated */
+	KVP_HTTP_FINISH_EOS,	/* the model ended its answer */
+	KVP_HTTP_FINISH_STOP,	/* a stop string matched */
+};
+
+/**
+ * struct kvp_http_emit - the answer being written
+ * @api, @stream, @include_usage, @return_token_ids: what was asked
+ * @id:       "cmpl-...", "chatcmpl-..." or "msg_..."
+ * @created:  Unix time of the request
+ * @model:    the model name answered (borrowed)
+ * @opened:   stream: the opening events are out
+ * @text:     not streaming: the answer so far
+ * @ids:      not streaming, @return_token_ids: the generated ids so far (@n_ids)
+ */
+struct kvp_http_emit {
+	enum kvp_http_api api;
+	bool stream, include_usage, return_token_ids;
+	char id[48];
+	long long created;
+	const char *model;
+	bool opened;
+	struct kvp_buf text;
+	int32_t *ids;
+	size_t n_ids, cap_ids;
+};
+
+/* Start an answer; @id is copied, @model borrowed. */
+void kvp_http_emit_init(struct kvp_http_emit *e, enum kvp_http_api api, bool stream,
+			bool include_usage, bool return_token_ids, const char *id,
+			long long created, const char *model);
+
+void kvp_http_emit_deinit(struct kvp_http_emit *e);
+
+/* Stream: the opening events (a no-op after the first call or when not streaming). */
+void kvp_http_emit_open(struct kvp_http_emit *e, struct kvp_buf *out);
+
+/**
+ * kvp_http_emit_text() - new text and the ids that produced it
+ * Stream: one chunk appended to @out (none for empty text unless ids are returned);
+ * otherwise kept for kvp_http_emit_finish().
+ */
+void kvp_http_emit_text(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len,
+			const int32_t *ids, size_t n_ids);
+
+/**
+ * kvp_http_emit_finish() - the end: closing events, or the whole JSON body
+ * @stop:       the stop string that matched (@finish KVP_HTTP_FINISH_STOP), else NULL
+ * @u:          kvpoold's usage
+ * @completion: generated tokens the answer counts (up to a matched stop string)
+ */
+void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp_http_finish finish,
+			  const char *stop, size_t stop_len, const struct kvp_usage *u,
+			  uint32_t completion);
+
+/* Stream: an error event after the stream started (and [DONE] for OpenAI). */
+void kvp_http_emit_error(struct kvp_http_emit *e, struct kvp_buf *out,
+			 const struct kvp_http_err *err);
+
+#endif /* KVP_IPC_HTTP_EMIT_H */

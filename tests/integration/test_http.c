@@ -1,0 +1,429 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_http.c - kvpool-http in front of a real kvpoold, driven by the official SDKs:
+ *  - tests/node/http-openai.mjs (npm `openai`): completions, plain and streamed, their
+ *    usage (cached tokens on a repeated long prompt, tenants and cache_salt apart), the
+ *    same tokens as `kvpool generate`, stop strings, typed errors, chat's 501, a
+ *    disconnected stream cancelled in kvpoold, models;
+ *  - tests/node/http-anthropic.mjs (npm `@anthropic-ai/sdk`): messages' 501, cache_control
+ *    checks, typed errors, models;
+ * and from C: only loopback without API keys, bad command lines, kvpoold going away and
+ * coming back, SIGTERM draining running requests (or cancelling them after the drain
+ * timeout), a non-streamed request whose client hangs up cancelled in kvpoold.
+ * Without node the SDK tests skip; with node, missing packages fail them.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "tests/integration/httpc.h"
+#include "tests/integration/httpd.h"
+#include "tests/integration/jsonq.h"
+#include "tests/integration/kvpd.h"
+#include "tests/lib/testlib.h"
+
+#define KEY_A "sk-alice-0123456789abcdef"
+#define KEY_B "sk-bob-0123456789abcdef"
+#define MAX_BODY (256 << 10)
+
+struct fixture {
+	struct kvpd d; /* first: kvpd_teardown() frees the fixture through it */
+	struct httpd h;
+	char keys[320];
+	char conf[320];
+	char model[80]; /* the name kvpoold serves */
+};
+static_assert(offsetof(struct fixture, d) == 0, "kvpd_teardown");
+
+static const char *const daemon_args[] = { "--ignore-eos", "--pool-size", "256M", NULL };
+
+static int write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		return -errno;
+	fputs(text, f);
+	return fclose(f) ? -errno : 0;
+}
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	const char *args[] = { "--config", f ? f->conf : "", "--api-keys", f ? f->keys : "",
+			       "--listen", "127.0.0.1:0",    NULL };
+	char text[256];
+
+	if (!f || kvpd_setup(&f->d, "tinyq", daemon_args) < 0) {
+		free(f);
+		return -1;
+	}
+	snprintf(f->keys, sizeof(f->keys), "%s/keys", f->d.dir);
+	snprintf(f->conf, sizeof(f->conf), "%s/http.conf", f->d.dir);
+	snprintf(text, sizeof(text), "# test keys\n%s alice\n%s bob\n", KEY_A, KEY_B);
+	write_file(f->keys, text);
+	snprintf(text, sizeof(text),
+		 "[http]\nmax_body_bytes = %d\nmodel_aliases = gpt-kvpool\nthreads = 2\n",
+		 MAX_BODY);
+	write_file(f->conf, text);
+	if (httpd_start(&f->h, f->d.dir, f->d.sock, args, 30) < 0 || !f->h.port) {
+		httpd_dump_log(&f->h);
+		kvpd_cleanup(&f->d);
+		free(f);
+		return -1;
+	}
+	snprintf(f->model, sizeof(f->model), "kvpool-tinyq");
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	int st = httpd_stop(&f->h);
+
+	/* a clean stop after everything the tests did (under ASan: no leak either) */
+	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+		fprintf(stderr, "kvpool-http did not stop cleanly: wait status %#x\n", st);
+		httpd_dump_log(&f->h);
+		kvpd_teardown(state);
+		return -1;
+	}
+	return kvpd_teardown(state);
+}
+
+/* ------------------------------------------------------------ the SDK scripts */
+
+/* node on the machine?  Then the SDKs must be installed (tests/deps.sh). */
+static bool have_node(void)
+{
+	const char *src = getenv("KVP_SOURCE_DIR");
+	char p[4096];
+
+	if (!src || system("command -v node >/dev/null 2>&1"))
+		return false;
+	snprintf(p, sizeof(p), "%s/tests/node/node_modules/openai/package.json", src);
+	if (access(p, R_OK))
+		fail_msg("node is here but %s is not: run tests/deps.sh", p);
+	snprintf(p, sizeof(p), "%s/tests/node/node_modules/@anthropic-ai/sdk/package.json", src);
+	if (access(p, R_OK))
+		fail_msg("node is here but %s is not: run tests/deps.sh", p);
+	return true;
+}
+
+static int run_script(struct fixture *f, const char *script)
+{
+	char path[4096], cli[512], maxb[32];
+	pid_t pid;
+	int st;
+
+	snprintf(path, sizeof(path), "%s/tests/node/%s", getenv("KVP_SOURCE_DIR"), script);
+	assert_int_equal(kvp_test_build_path(cli, sizeof(cli), "ipc/kvpool"), 0);
+	snprintf(maxb, sizeof(maxb), "%d", MAX_BODY);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		dup2(STDERR_FILENO, STDOUT_FILENO); /* meson shows stderr on failure */
+		setenv("KVP_HTTP_URL", f->h.url, 1);
+		setenv("KVP_HTTP_KEY_A", KEY_A, 1);
+		setenv("KVP_HTTP_KEY_B", KEY_B, 1);
+		setenv("KVP_CLI", cli, 1);
+		setenv("KVP_SOCKET", f->d.sock, 1);
+		setenv("KVP_STATUS_SOCKET", f->d.status, 1);
+		setenv("KVP_MODEL", f->model, 1);
+		setenv("KVP_MAX_BODY", maxb, 1);
+		execlp("node", "node", path, (char *)NULL);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void test_sdk_openai(void **state)
+{
+	struct fixture *f = *state;
+	int r;
+
+	/* every script check passes (each one prints ok/FAIL with its reason) */
+	if (!have_node())
+		skip();
+	r = run_script(f, "http-openai.mjs");
+	if (r)
+		httpd_dump_log(&f->h);
+	assert_int_equal(r, 0);
+}
+
+static void test_sdk_anthropic(void **state)
+{
+	struct fixture *f = *state;
+	int r;
+
+	/* every script check passes */
+	if (!have_node())
+		skip();
+	r = run_script(f, "http-anthropic.mjs");
+	if (r)
+		httpd_dump_log(&f->h);
+	assert_int_equal(r, 0);
+}
+
+/* ------------------------------------------------------------ from C */
+
+/* The value of "path" in @r's JSON body, or @dflt. */
+static double body_num(const struct httpc_resp *r, const char *path, double dflt)
+{
+	struct jsonq *j = jsonq_parse(r->body, r->body_len);
+	double v = jsonq_num(j, path, dflt);
+
+	jsonq_free(j);
+	return v;
+}
+
+static bool body_str_is(const struct httpc_resp *r, const char *path, const char *want)
+{
+	struct jsonq *j = jsonq_parse(r->body, r->body_len);
+	const char *s = jsonq_str(j, path);
+	bool eq = s && !strcmp(s, want);
+
+	jsonq_free(j);
+	return eq;
+}
+
+static void test_loopback_only_without_keys(void **state)
+{
+	struct fixture *f = *state;
+	const char *open_args[] = { "--config", "/dev/null", "--listen", "0.0.0.0:0", NULL };
+	const char *keyed_args[] = { "--config",   "/dev/null", "--listen", "0.0.0.0:0",
+				     "--api-keys", f->keys,	NULL };
+	const char *local_args[] = { "--config", "/dev/null",	"--listen", "[::1]:0",
+				     "--listen", "127.0.0.2:0", NULL };
+	struct httpd h;
+
+	/* a non-loopback address without API keys is refused at start, naming the reason */
+	assert_int_equal(httpd_start(&h, f->d.dir, f->d.sock, open_args, 10), -ECHILD);
+	assert_true(WIFEXITED(h.exit_status) && WEXITSTATUS(h.exit_status) == 1);
+	assert_true(httpd_log_has(&h, "not a loopback address"));
+	httpd_stop(&h);
+	/* with keys it is allowed */
+	assert_int_equal(httpd_start(&h, f->d.dir, f->d.sock, keyed_args, 10), 0);
+	assert_int_equal(httpd_stop(&h), 0);
+	/* other loopback addresses are fine without keys (::1 when the machine has IPv6) */
+	if (httpd_start(&h, f->d.dir, f->d.sock, local_args, 10) == 0) {
+		assert_int_equal(httpd_stop(&h), 0);
+	} else {
+		assert_true(httpd_log_has(&h, "[::1]:0"));
+		httpd_stop(&h);
+	}
+}
+
+static void test_bad_command_lines(void **state)
+{
+	struct fixture *f = *state;
+	static const char *const bad[][6] = {
+		{ "--bogus", NULL },
+		{ "--listen", NULL },
+		{ "--config", "/nonexistent/kvpool-http.conf", NULL },
+		{ "--config", "/dev/null", "--api-keys", "/nonexistent/keys", NULL },
+		{ "--config", "/dev/null", "--listen", "127.0.0.1:99999", NULL },
+		{ "--config", "/dev/null", "--listen", "unix:relative.sock", NULL },
+		{ "--config", "/dev/null", "--log-level", "chatty", NULL },
+		{ "--config", "/dev/null", "stray", NULL },
+	};
+	static const char *const why[] = {
+		"--bogus: unknown flag", "--listen: needs a value",
+		"No such file",		 "api keys: /nonexistent/keys",
+		"is not a port",	 "unix:/absolute/path",
+		"is not a log level",	 "stray: unexpected argument",
+	};
+	char conf[400];
+
+	/* each fails at start with exit status 1 and a message naming what is wrong */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct httpd h;
+
+		assert_int_equal(httpd_start(&h, f->d.dir, f->d.sock, bad[i], 10), -ECHILD);
+		assert_true(WIFEXITED(h.exit_status) && WEXITSTATUS(h.exit_status) == 1);
+		if (!httpd_log_has(&h, why[i])) {
+			httpd_dump_log(&h);
+			fail_msg("case %zu: no '%s' in the log", i, why[i]);
+		}
+		httpd_stop(&h);
+	}
+	/* a config file with a key outside [http], and one with an unknown key */
+	snprintf(conf, sizeof(conf), "%s/bad.conf", f->d.dir);
+	write_file(conf, "[daemon]\nmodel = x\n");
+	{
+		const char *args[] = { "--config", conf, NULL };
+		struct httpd h;
+
+		assert_int_equal(httpd_start(&h, f->d.dir, f->d.sock, args, 10), -ECHILD);
+		assert_true(httpd_log_has(&h, "bad.conf:2: daemon.model"));
+		httpd_stop(&h);
+		write_file(conf, "[http]\nthreads = 2\nmax_body = 1\n");
+		assert_int_equal(httpd_start(&h, f->d.dir, f->d.sock, args, 10), -ECHILD);
+		assert_true(httpd_log_has(&h, "bad.conf:3: http.max_body: unknown key"));
+		httpd_stop(&h);
+	}
+}
+
+static void test_kvpoold_restart(void **state)
+{
+	struct fixture *f = *state;
+	const char *auth = "Authorization: Bearer " KEY_A "\r\n";
+	const char *req = "{\"prompt\":\"after a restart\",\"max_tokens\":4,\"temperature\":0}";
+	const char *argv[8] = { "--model", f->d.model };
+	struct httpc_resp r;
+	double t_end;
+	int n = 2;
+
+	for (const char *const *a = daemon_args; *a; a++)
+		argv[n++] = *a;
+	/* kvpoold gone: health and generations answer 503, in each API's error shape */
+	kvpd_stop(&f->d);
+	assert_int_equal(httpc_request(f->h.port, "GET", "/health", NULL, NULL, &r), 0);
+	assert_int_equal(r.status, 503);
+	assert_true(body_str_is(&r, "status", "unavailable"));
+	httpc_resp_free(&r);
+	assert_int_equal(httpc_request(f->h.port, "POST", "/v1/completions", auth, req, &r), 0);
+	assert_int_equal(r.status, 503);
+	assert_true(body_str_is(&r, "error.code", "backend_unavailable"));
+	httpc_resp_free(&r);
+	/* kvpoold back: the front reconnects by itself within a few seconds */
+	assert_int_equal(kvpd_start(&f->d, 60, argv), 0);
+	t_end = kvp_test_now_s() + 10;
+	do {
+		assert_int_equal(httpc_request(f->h.port, "GET", "/health", NULL, NULL, &r), 0);
+		httpc_resp_free(&r);
+		if (r.status == 200)
+			break;
+		usleep(100000);
+	} while (kvp_test_now_s() < t_end);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(httpc_request(f->h.port, "POST", "/v1/completions", auth, req, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_int_equal((int)body_num(&r, "usage.completion_tokens", -1), 4);
+	httpc_resp_free(&r);
+}
+
+/* A non-streamed request of @max_tokens on its own connection, not yet read. */
+static void send_long(struct httpc *c, int port, int max_tokens, bool stream)
+{
+	char body[256];
+
+	snprintf(body, sizeof(body),
+		 "{\"prompt\":\"drain me\",\"max_tokens\":%d,\"temperature\":0%s}", max_tokens,
+		 stream ? ",\"stream\":true" : "");
+	assert_int_equal(httpc_open(c, port, 60), 0);
+	assert_int_equal(httpc_send_request(c, "POST", "/v1/completions", NULL, body, strlen(body)),
+			 0);
+}
+
+static void test_sigterm_drains(void **state)
+{
+	struct fixture *f = *state;
+	char conf[400];
+	const char *args[] = { "--config", conf, "--listen", "127.0.0.1:0", NULL };
+	struct httpc c, c2;
+	struct httpc_resp r;
+	struct httpd h;
+
+	/* SIGTERM: a running request still completes within the drain time; exit 0 */
+	snprintf(conf, sizeof(conf), "%s/drain.conf", f->d.dir);
+	write_file(conf, "[http]\ndrain_timeout_ms = 30000\n");
+	assert_int_equal(httpd_start(&h, f->d.dir, f->d.sock, args, 10), 0);
+	send_long(&c, h.port, 1500, false);
+	usleep(100000);
+	kill(h.pid, SIGTERM);
+	assert_int_equal(httpc_read(&c, &r, NULL, NULL), 0);
+	assert_int_equal(r.status, 200);
+	assert_int_equal((int)body_num(&r, "usage.completion_tokens", -1), 1500);
+	httpc_resp_free(&r);
+	httpc_close(&c);
+	assert_int_equal(httpd_wait(&h, 30), 0);
+	assert_true(WIFEXITED(h.exit_status) && WEXITSTATUS(h.exit_status) == 0);
+	assert_true(httpd_log_has(&h, "stopping"));
+	httpd_stop(&h);
+
+	/* a drain time too short: the requests are cancelled in kvpoold and say so (503 for
+	 * the plain one; an error event in the started stream); exit 0 all the same */
+	write_file(conf, "[http]\ndrain_timeout_ms = 50\n");
+	assert_int_equal(httpd_start(&h, f->d.dir, f->d.sock, args, 10), 0);
+	send_long(&c, h.port, 4000, false);
+	send_long(&c2, h.port, 4000, true);
+	usleep(200000);
+	kill(h.pid, SIGTERM);
+	assert_int_equal(httpc_read(&c, &r, NULL, NULL), 0);
+	assert_int_equal(r.status, 503);
+	assert_true(body_str_is(&r, "error.type", "server_error"));
+	httpc_resp_free(&r);
+	assert_int_equal(httpc_read(&c2, &r, NULL, NULL), 0);
+	assert_int_equal(r.status, 200);
+	assert_non_null(strstr(r.body, "\"error\""));
+	assert_non_null(strstr(r.body, "data: [DONE]"));
+	httpc_resp_free(&r);
+	httpc_close(&c);
+	httpc_close(&c2);
+	assert_int_equal(httpd_wait(&h, 30), 0);
+	assert_true(WIFEXITED(h.exit_status) && WEXITSTATUS(h.exit_status) == 0);
+	assert_true(httpd_log_has(&h, "drain: cancelling 2 requests"));
+	httpd_stop(&h);
+}
+
+static void test_hangup_cancels_plain_request(void **state)
+{
+	struct fixture *f = *state;
+	const char *auth = "Authorization: Bearer " KEY_A "\r\n";
+	const char *body = "{\"prompt\":\"hang up on me\",\"max_tokens\":4000,\"temperature\":0}";
+	struct jsonq *before, *after = NULL;
+	struct httpc c;
+	double t_end;
+
+	/* a client that closes while its non-streamed answer is being generated (its
+	 * connection waits suspended, watched by the backend) is cancelled in kvpoold */
+	before = kvpd_status(&f->d);
+	assert_non_null(before);
+	assert_int_equal(httpc_open(&c, f->h.port, 60), 0);
+	assert_int_equal(httpc_send_request(&c, "POST", "/v1/completions", auth, body,
+					    strlen(body)),
+			 0);
+	usleep(100000);
+	httpc_close(&c);
+	t_end = kvp_test_now_s() + 10;
+	while (kvp_test_now_s() < t_end) {
+		jsonq_free(after);
+		after = kvpd_status(&f->d);
+		if (after && jsonq_delta(after, before, "scheduler.requests_cancelled") >= 1)
+			break;
+		usleep(50000);
+	}
+	assert_non_null(after);
+	assert_true(jsonq_delta(after, before, "scheduler.requests_cancelled") >= 1);
+	assert_true(jsonq_delta(after, before, "usage.generated_tokens") < 4000);
+	jsonq_free(before);
+	jsonq_free(after);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sdk_openai),
+		cmocka_unit_test(test_sdk_anthropic),
+		cmocka_unit_test(test_loopback_only_without_keys),
+		cmocka_unit_test(test_bad_command_lines),
+		cmocka_unit_test(test_hangup_cancels_plain_request),
+		cmocka_unit_test(test_sigterm_drains),
+		cmocka_unit_test(test_kvpoold_restart),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

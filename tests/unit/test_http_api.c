@@ -1,0 +1,431 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_http_api.c - ipc/http/api.c: request bodies of the OpenAI, Anthropic and
+ * tokenize endpoints parsed and checked field by field, and the error bodies in each
+ * API's shape (parsed back with jansson).
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "ipc/http/api.h"
+
+#define VOCAB 259
+
+struct parsed {
+	struct kvp_http_gen g;
+	struct kvp_http_err e;
+	int r;
+};
+
+static struct parsed *parse(enum kvp_http_api api, const char *body)
+{
+	struct parsed *p = calloc(1, sizeof(*p));
+
+	assert_non_null(p);
+	p->r = kvp_http_parse(&p->g, api, body, strlen(body), VOCAB, &p->e);
+	return p;
+}
+
+static void done(struct parsed *p)
+{
+	kvp_http_gen_deinit(&p->g);
+	free(p);
+}
+
+/* @body is refused with a 400 naming @param (NULL: none) and saying @words. */
+static void refused(enum kvp_http_api api, const char *body, const char *param, const char *words)
+{
+	struct parsed *p = parse(api, body);
+
+	if (p->r != -EINVAL)
+		fail_msg("accepted: %s", body);
+	assert_int_equal(p->e.status, 400);
+	if (param && (!p->e.param || strcmp(p->e.param, param)))
+		fail_msg("%s: param %s, want %s", body, p->e.param ? p->e.param : "(null)", param);
+	if (words && !strstr(p->e.message, words))
+		fail_msg("%s: message '%s' lacks '%s'", body, p->e.message, words);
+	done(p);
+}
+
+#define C KVP_HTTP_API_COMPLETIONS
+#define CHAT KVP_HTTP_API_CHAT
+#define MSG KVP_HTTP_API_MESSAGES
+
+static void test_completion_defaults(void **state)
+{
+	struct parsed *p = parse(C, "{\"model\":\"m\",\"prompt\":\"hi\"}");
+
+	/* OpenAI's defaults: temperature 1, top_p 1, no top_k, no max_tokens given */
+	assert_int_equal(p->r, 0);
+	assert_string_equal(p->g.model, "m");
+	assert_string_equal(p->g.text, "hi");
+	assert_int_equal(p->g.text_len, 2);
+	assert_null(p->g.tokens);
+	assert_float_equal(p->g.temperature, 1.0, 0);
+	assert_float_equal(p->g.top_p, 1.0, 0);
+	assert_int_equal(p->g.top_k, 0);
+	assert_int_equal(p->g.max_tokens, 0);
+	assert_false(p->g.stream);
+	assert_false(p->g.has_seed);
+	done(p);
+}
+
+static void test_completion_fields(void **state)
+{
+	struct parsed
+		*p = parse(C, "{\"prompt\":\"x\",\"max_tokens\":16.0,\"temperature\":0,"
+			      "\"top_p\":0.5,\"top_k\":40,\"seed\":-3,\"stream\":true,"
+			      "\"stream_options\":{\"include_usage\":true},\"stop\":[\"a\",\"bc\"],"
+			      "\"cache_salt\":\"s1\",\"return_token_ids\":true,\"n\":1,"
+			      "\"logprobs\":null,\"echo\":false,\"presence_penalty\":0,"
+			      "\"user\":\"ignored\",\"unknown_field\":[1,2]}");
+
+	/* every field kvpool honours is read; neutral values of the others pass */
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.max_tokens, 16);
+	assert_float_equal(p->g.temperature, 0, 0);
+	assert_float_equal(p->g.top_p, 0.5, 1e-6);
+	assert_int_equal(p->g.top_k, 40);
+	assert_true(p->g.has_seed);
+	assert_true(p->g.seed == (uint64_t)-3);
+	assert_true(p->g.stream);
+	assert_true(p->g.include_usage);
+	assert_true(p->g.return_token_ids);
+	assert_int_equal(p->g.n_stop, 2);
+	assert_string_equal(p->g.stop[1], "bc");
+	assert_int_equal(p->g.stop_len[1], 2);
+	assert_memory_equal(p->g.cache_salt, "s1", 2);
+	done(p);
+	p = parse(C, "{\"prompt\":\"x\",\"top_k\":-1,\"stop\":\"only\"}");
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.top_k, 0); /* -1: off, as vLLM */
+	assert_int_equal(p->g.n_stop, 1);
+	done(p);
+}
+
+static void test_prompt_forms(void **state)
+{
+	struct parsed *p;
+
+	/* a string, [string], [ids] and [[ids]] are one prompt each */
+	p = parse(C, "{\"prompt\":[\"one\"]}");
+	assert_int_equal(p->r, 0);
+	assert_string_equal(p->g.text, "one");
+	done(p);
+	p = parse(C, "{\"prompt\":[1,2,258]}");
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.n_tokens, 3);
+	assert_int_equal(p->g.tokens[2], 258);
+	assert_null(p->g.text);
+	done(p);
+	p = parse(C, "{\"prompt\":[[5,6]]}");
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.n_tokens, 2);
+	done(p);
+	/* what is not one prompt, or not a valid one */
+	refused(C, "{}", "prompt", "required");
+	refused(C, "{\"prompt\":\"\"}", "prompt", "empty");
+	refused(C, "{\"prompt\":[]}", "prompt", NULL);
+	refused(C, "{\"prompt\":5}", "prompt", NULL);
+	refused(C, "{\"prompt\":[\"a\",\"b\"]}", "prompt", "one prompt");
+	refused(C, "{\"prompt\":[1,259]}", "prompt", "out of range");
+	refused(C, "{\"prompt\":[1,-1]}", "prompt", "out of range");
+	refused(C, "{\"prompt\":[1,\"x\"]}", "prompt", "integers");
+	refused(C, "{\"prompt\":[[1],[2]]}", "prompt", "one prompt");
+}
+
+static void test_types_and_ranges(void **state)
+{
+	/* a wrong type or a value out of range names the field */
+	refused(C, "{\"prompt\":\"x\",\"max_tokens\":\"16\"}", "max_tokens", "integer");
+	refused(C, "{\"prompt\":\"x\",\"max_tokens\":1.5}", "max_tokens", "integer");
+	refused(C, "{\"prompt\":\"x\",\"max_tokens\":0}", "max_tokens", "out of range");
+	refused(C, "{\"prompt\":\"x\",\"temperature\":-0.1}", "temperature", "out of range");
+	refused(C, "{\"prompt\":\"x\",\"temperature\":101}", "temperature", NULL);
+	refused(C, "{\"prompt\":\"x\",\"temperature\":\"hot\"}", "temperature", "number");
+	refused(C, "{\"prompt\":\"x\",\"top_p\":0}", "top_p", "out of range");
+	refused(C, "{\"prompt\":\"x\",\"top_p\":1.01}", "top_p", NULL);
+	refused(C, "{\"prompt\":\"x\",\"top_k\":-2}", "top_k", NULL);
+	refused(C, "{\"prompt\":\"x\",\"stream\":\"yes\"}", "stream", "true or false");
+	refused(C, "{\"prompt\":\"x\",\"stream_options\":true}", "stream_options", NULL);
+	refused(C, "{\"prompt\":\"x\",\"stop\":5}", "stop", NULL);
+	refused(C, "{\"prompt\":\"x\",\"stop\":[\"\"]}", "stop", "1 to 256");
+	refused(C,
+		"{\"prompt\":\"x\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\","
+		"\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
+		"stop", "at most 16");
+	refused(C, "{\"prompt\":\"x\",\"cache_salt\":\"\"}", "cache_salt", NULL);
+	refused(C,
+		"{\"prompt\":\"x\",\"cache_salt\":\"0123456789012345678901234567890123456789012345"
+		"6789012345678901234\"}",
+		"cache_salt", "1 to 64");
+	refused(C, "{\"prompt\":\"x\",\"model\":7}", "model", "string");
+}
+
+static void test_unsupported_is_refused(void **state)
+{
+	static const char *const cases[][2] = {
+		{ "{\"prompt\":\"x\",\"n\":2}", "n" },
+		{ "{\"prompt\":\"x\",\"best_of\":3}", "best_of" },
+		{ "{\"prompt\":\"x\",\"logprobs\":1}", "logprobs" },
+		{ "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs" },
+		{ "{\"prompt\":\"x\",\"echo\":true}", "echo" },
+		{ "{\"prompt\":\"x\",\"logit_bias\":{\"1\":5}}", "logit_bias" },
+		{ "{\"prompt\":\"x\",\"presence_penalty\":0.5}", "presence_penalty" },
+		{ "{\"prompt\":\"x\",\"frequency_penalty\":-1}", "frequency_penalty" },
+		{ "{\"prompt\":\"x\",\"suffix\":\"tail\"}", "suffix" },
+	};
+
+	/* what kvpool cannot do is a 400 that says so, never silently ignored */
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct parsed *p = parse(C, cases[i][0]);
+
+		assert_int_equal(p->r, -EINVAL);
+		assert_string_equal(p->e.param, cases[i][1]);
+		assert_string_equal(p->e.code, "unsupported_parameter");
+		done(p);
+	}
+}
+
+static void test_bad_bodies(void **state)
+{
+	/* not JSON, or not an object: a 400 that says which */
+	refused(C, "{\"prompt\": bad", NULL, "not valid JSON");
+	refused(C, "", NULL, "not valid JSON");
+	refused(C, "[1,2]", NULL, "JSON object");
+	refused(C, "{\"prompt\":\"a\\u0000b\"}", NULL, "not valid JSON"); /* NUL in text */
+	refused(C, "{\"prompt\":\"x\"} trailing", NULL, "not valid JSON");
+}
+
+static void test_chat_messages(void **state)
+{
+	struct parsed *p = parse(
+		CHAT,
+		"{\"messages\":[{\"role\":\"developer\",\"content\":\"be brief\"},"
+		"{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+		"{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":\"ok\"}],"
+		"\"max_tokens\":9,\"max_completion_tokens\":7,\"response_format\":{\"type\":\"text\"}}");
+
+	/* roles mapped (developer is system), text parts joined by newlines,
+	 * max_completion_tokens preferred */
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.n_msgs, 3);
+	assert_int_equal(p->g.msgs[0].role, KVP_HTTP_ROLE_SYSTEM);
+	assert_string_equal(p->g.msgs[0].text, "be brief");
+	assert_int_equal(p->g.msgs[1].role, KVP_HTTP_ROLE_USER);
+	assert_string_equal(p->g.msgs[1].text, "a\nb");
+	assert_int_equal(p->g.msgs[1].len, 3);
+	assert_int_equal(p->g.msgs[2].role, KVP_HTTP_ROLE_ASSISTANT);
+	assert_int_equal(p->g.max_tokens, 7);
+	done(p);
+	refused(CHAT, "{\"messages\":[]}", "messages", "non-empty");
+	refused(CHAT, "{\"messages\":[{\"role\":\"user\"}]}", "messages", "content: required");
+	refused(CHAT, "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "messages",
+		"role");
+	refused(CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages", "tool");
+	refused(CHAT,
+		"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+		"\"image_url\":{\"url\":\"x\"}}]}]}",
+		"messages", "image_url");
+	refused(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}",
+		"tools", NULL);
+	refused(CHAT,
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+		"\"response_format\":{\"type\":\"json_object\"}}",
+		"response_format", NULL);
+	refused(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", "n", NULL);
+	refused(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}",
+		"logprobs", NULL);
+}
+
+static void test_messages_and_cache_control(void **state)
+{
+	struct parsed *p = parse(
+		MSG,
+		"{\"model\":\"m\",\"max_tokens\":5,\"stop_sequences\":[\"END\"],"
+		"\"system\":[{\"type\":\"text\",\"text\":\"sys\",\"cache_control\":"
+		"{\"type\":\"ephemeral\",\"ttl\":\"1h\"}}],"
+		"\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"ctx\","
+		"\"cache_control\":{\"type\":\"ephemeral\"}},{\"type\":\"text\",\"text\":\"q\"}]},"
+		"{\"role\":\"assistant\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"b\"}],"
+		"\"thinking\":{\"type\":\"disabled\"},\"metadata\":{\"user_id\":\"u\"}}");
+
+	/* system first; breakpoints counted and kept on the message that ends with them;
+	 * a cache_control without ttl is 5m */
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.n_msgs, 4);
+	assert_int_equal(p->g.msgs[0].role, KVP_HTTP_ROLE_SYSTEM);
+	assert_int_equal(p->g.msgs[0].cache, KVP_HTTP_TTL_1H);
+	assert_string_equal(p->g.msgs[1].text, "ctx\nq");
+	assert_int_equal(p->g.msgs[1].cache, KVP_HTTP_TTL_5M);
+	assert_int_equal(p->g.msgs[2].cache, KVP_HTTP_TTL_NONE);
+	assert_int_equal(p->g.n_breakpoints, 2);
+	assert_int_equal(p->g.max_tokens, 5);
+	assert_string_equal(p->g.stop[0], "END");
+	done(p);
+	/* a top-level cache_control marks the end of the prompt */
+	p = parse(MSG, "{\"model\":\"m\",\"max_tokens\":5,\"system\":\"s\","
+		       "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+		       "\"cache_control\":{\"type\":\"ephemeral\",\"ttl\":\"5m\"}}");
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.msgs[0].cache, KVP_HTTP_TTL_NONE);
+	assert_int_equal(p->g.msgs[1].cache, KVP_HTTP_TTL_5M);
+	assert_int_equal(p->g.n_breakpoints, 1);
+	done(p);
+}
+
+#define MSG_HEAD "{\"model\":\"m\",\"max_tokens\":5,"
+#define BLOCK(cc) "{\"type\":\"text\",\"text\":\"t\",\"cache_control\":" cc "}"
+#define EPH "{\"type\":\"ephemeral\"}"
+
+static void test_messages_refusals(void **state)
+{
+	/* Anthropic's rules: cache_control ephemeral, ttl 5m|1h, at most 4, 1h before 5m */
+	refused(MSG,
+		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":[" BLOCK(
+			"{\"type\":\"ephemeral\",\"ttl\":\"2h\"}") "]}]}",
+		"cache_control", "\"5m\" or \"1h\"");
+	refused(MSG,
+		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":[" BLOCK(
+			"{\"type\":\"persistent\"}") "]}]}",
+		"cache_control", "ephemeral");
+	refused(MSG, MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":[" BLOCK("5") "]}]}",
+		"cache_control", "object");
+	refused(MSG,
+		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":[" BLOCK(EPH) "," BLOCK(
+			EPH) "," BLOCK(EPH) "," BLOCK(EPH) "," BLOCK(EPH) "]}]}",
+		"cache_control", "maximum of 4");
+	refused(MSG,
+		MSG_HEAD
+		"\"system\":[" BLOCK(EPH) "],\"messages\":[{\"role\":\"user\",\"content\":[" BLOCK(
+			"{\"type\":\"ephemeral\",\"ttl\":\"1h\"}") "]}]}",
+		"cache_control", "must not come after");
+	/* the rest of the shape */
+	refused(MSG, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+		"max_tokens", "required");
+	refused(MSG, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+		"model", "required");
+	refused(MSG, MSG_HEAD "\"messages\":[{\"role\":\"system\",\"content\":\"x\"}]}", "messages",
+		"user or assistant");
+	refused(MSG,
+		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\","
+			 "\"source\":{}}]}]}",
+		"messages", "\"image\" is not supported");
+	refused(MSG,
+		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}",
+		"tools", NULL);
+	refused(MSG,
+		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+			 "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}}",
+		"thinking", NULL);
+	refused(MSG, MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"system\":5}",
+		"system", NULL);
+}
+
+static void test_tokenize_bodies(void **state)
+{
+	struct parsed *p = parse(KVP_HTTP_API_TOKENIZE, "{\"model\":\"m\",\"prompt\":\"hello\"}");
+
+	/* /tokenize takes text, /detokenize ids */
+	assert_int_equal(p->r, 0);
+	assert_string_equal(p->g.text, "hello");
+	done(p);
+	p = parse(KVP_HTTP_API_DETOKENIZE, "{\"tokens\":[1,2,3]}");
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.n_tokens, 3);
+	done(p);
+	refused(KVP_HTTP_API_TOKENIZE, "{\"prompt\":[1,2]}", "prompt", "text");
+	refused(KVP_HTTP_API_DETOKENIZE, "{\"tokens\":\"abc\"}", "tokens", NULL);
+	refused(KVP_HTTP_API_DETOKENIZE, "{\"tokens\":[999]}", "tokens", "out of range");
+}
+
+/* The error body of @status in @shape, parsed. */
+static json_t *err_body(unsigned int status, enum kvp_http_shape shape)
+{
+	struct kvp_http_err e;
+	struct kvp_buf b = KVP_BUF_INIT;
+	json_t *j;
+
+	kvp_http_err_set(&e, status, status == 404 ? "model_not_found" : NULL,
+			 status == 404 ? "model" : NULL, "went \"wrong\" %d", 42);
+	kvp_http_err_json(&e, shape, &b);
+	assert_int_equal(kvp_buf_finish(&b) >= 0, 1);
+	j = json_loads(b.p, 0, NULL);
+	assert_non_null(j);
+	kvp_buf_deinit(&b);
+	return j;
+}
+
+static void test_error_shapes(void **state)
+{
+	static const struct {
+		unsigned int status;
+		const char *openai, *anthropic;
+	} types[] = {
+		{ 400, "invalid_request_error", "invalid_request_error" },
+		{ 401, "invalid_request_error", "authentication_error" },
+		{ 404, "invalid_request_error", "not_found_error" },
+		{ 413, "invalid_request_error", "request_too_large" },
+		{ 429, "rate_limit_error", "rate_limit_error" },
+		{ 500, "server_error", "api_error" },
+		{ 501, "server_error", "api_error" },
+		{ 503, "server_error", "overloaded_error" },
+	};
+
+	/* OpenAI: {"error":{message,type,param,code}}; Anthropic: {"type":"error",
+	 * "error":{type,message}}; each status with the type its SDK expects */
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		json_t *o = err_body(types[i].status, KVP_HTTP_SHAPE_OPENAI);
+		json_t *a = err_body(types[i].status, KVP_HTTP_SHAPE_ANTHROPIC);
+		json_t *oe = json_object_get(o, "error"), *ae = json_object_get(a, "error");
+
+		assert_string_equal(json_string_value(json_object_get(oe, "message")),
+				    "went \"wrong\" 42");
+		assert_string_equal(json_string_value(json_object_get(oe, "type")),
+				    types[i].openai);
+		assert_non_null(json_object_get(oe, "param"));
+		assert_non_null(json_object_get(oe, "code"));
+		assert_string_equal(json_string_value(json_object_get(a, "type")), "error");
+		assert_string_equal(json_string_value(json_object_get(ae, "type")),
+				    types[i].anthropic);
+		assert_string_equal(json_string_value(json_object_get(ae, "message")),
+				    "went \"wrong\" 42");
+		if (types[i].status == 404) {
+			assert_string_equal(json_string_value(json_object_get(oe, "code")),
+					    "model_not_found");
+			assert_string_equal(json_string_value(json_object_get(oe, "param")),
+					    "model");
+		} else {
+			assert_true(json_is_null(json_object_get(oe, "code")));
+		}
+		json_decref(o);
+		json_decref(a);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_completion_defaults),
+		cmocka_unit_test(test_completion_fields),
+		cmocka_unit_test(test_prompt_forms),
+		cmocka_unit_test(test_types_and_ranges),
+		cmocka_unit_test(test_unsupported_is_refused),
+		cmocka_unit_test(test_bad_bodies),
+		cmocka_unit_test(test_chat_messages),
+		cmocka_unit_test(test_messages_and_cache_control),
+		cmocka_unit_test(test_messages_refusals),
+		cmocka_unit_test(test_tokenize_bodies),
+		cmocka_unit_test(test_error_shapes),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

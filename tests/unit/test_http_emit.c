@@ -1,0 +1,348 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_http_emit.c - ipc/http/emit.c: answers in the OpenAI completions, OpenAI chat and
+ * Anthropic Messages shapes, whole and streamed as server-sent events; every JSON text is
+ * parsed back with jansson and checked field by field, events in their order.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "ipc/http/emit.h"
+
+static const struct kvp_usage usage = {
+	.prompt_tokens = 100,
+	.cached_tokens = 64,
+	.cache_creation_tokens = 32,
+	.recomputed_tokens = 36,
+	.generated_tokens = 3,
+	.ttft_ms = 1.5,
+};
+
+/* One server-sent event: its name (or "") and its data parsed (NULL for [DONE]). */
+struct event {
+	char name[32];
+	json_t *data;
+	bool done;
+};
+
+/* Split @text into events (at most @cap); every data line must be JSON or [DONE]. */
+static size_t events(const char *text, struct event *ev, size_t cap)
+{
+	size_t n = 0;
+	const char *p = text;
+
+	while (*p) {
+		const char *end = strstr(p, "\n\n");
+		struct event *e = &ev[n];
+
+		assert_non_null(end); /* every event ends with a blank line */
+		assert_true(n < cap);
+		memset(e, 0, sizeof(*e));
+		if (!strncmp(p, "event: ", 7)) {
+			const char *nl = strchr(p, '\n');
+
+			snprintf(e->name, sizeof(e->name), "%.*s", (int)(nl - p - 7), p + 7);
+			p = nl + 1;
+		}
+		assert_memory_equal(p, "data: ", 6);
+		p += 6;
+		if (!strncmp(p, "[DONE]\n\n", 8)) {
+			e->done = true;
+		} else {
+			json_error_t je;
+
+			e->data = json_loadb(p, (size_t)(end - p), 0, &je);
+			if (!e->data)
+				fail_msg("bad JSON in an event: %s: %.*s", je.text, (int)(end - p),
+					 p);
+		}
+		p = end + 2;
+		n++;
+	}
+	return n;
+}
+
+static void free_events(struct event *ev, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		json_decref(ev[i].data);
+}
+
+static const char *str(json_t *o, const char *path)
+{
+	char key[64];
+	const char *dot;
+
+	while ((dot = strchr(path, '.'))) {
+		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
+		o = json_is_array(o) ? json_array_get(o, (size_t)atoi(key)) :
+				       json_object_get(o, key);
+		path = dot + 1;
+	}
+	o = json_is_array(o) ? json_array_get(o, (size_t)atoi(path)) : json_object_get(o, path);
+	return json_is_string(o) ? json_string_value(o) : json_is_null(o) ? "(null)" : NULL;
+}
+
+static json_int_t num(json_t *o, const char *path)
+{
+	char key[64];
+	const char *dot;
+
+	while ((dot = strchr(path, '.'))) {
+		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
+		o = json_is_array(o) ? json_array_get(o, (size_t)atoi(key)) :
+				       json_object_get(o, key);
+		path = dot + 1;
+	}
+	o = json_is_array(o) ? json_array_get(o, (size_t)atoi(path)) : json_object_get(o, path);
+	if (!json_is_integer(o))
+		fail_msg("%s: not an integer", path);
+	return json_integer_value(o);
+}
+
+static json_t *whole(enum kvp_http_api api, bool ids, enum kvp_http_finish fin, const char *stop)
+{
+	static const int32_t a[] = { 10, 11 }, b[] = { 12 };
+	struct kvp_http_emit e;
+	struct kvp_buf out = KVP_BUF_INIT;
+	json_t *j;
+
+	kvp_http_emit_init(&e, api, false, false, ids, "id-1", 1700000000, "model-x");
+	kvp_http_emit_text(&e, &out, "Hel", 3, a, 2);
+	kvp_http_emit_text(&e, &out, "lo\xff", 3, b, 1); /* a bad byte: U+FFFD */
+	assert_int_equal(out.len, 0);			 /* nothing before the end */
+	kvp_http_emit_finish(&e, &out, fin, stop, stop ? strlen(stop) : 0, &usage, 3);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	kvp_buf_deinit(&out);
+	kvp_http_emit_deinit(&e);
+	return j;
+}
+
+static void test_completion_whole(void **state)
+{
+	json_t *j = whole(KVP_HTTP_API_COMPLETIONS, true, KVP_HTTP_FINISH_LENGTH, NULL);
+
+	/* text_completion with usage: prompt, completion, total, cached; kvpool's own */
+	assert_string_equal(str(j, "object"), "text_completion");
+	assert_string_equal(str(j, "id"), "id-1");
+	assert_int_equal(num(j, "created"), 1700000000);
+	assert_string_equal(str(j, "model"), "model-x");
+	assert_string_equal(str(j, "choices.0.text"), "Hello\xef\xbf\xbd");
+	assert_string_equal(str(j, "choices.0.finish_reason"), "length");
+	assert_string_equal(str(j, "choices.0.logprobs"), "(null)");
+	assert_int_equal(num(j, "choices.0.token_ids.2"), 12);
+	assert_int_equal(num(j, "usage.prompt_tokens"), 100);
+	assert_int_equal(num(j, "usage.completion_tokens"), 3);
+	assert_int_equal(num(j, "usage.total_tokens"), 103);
+	assert_int_equal(num(j, "usage.prompt_tokens_details.cached_tokens"), 64);
+	assert_int_equal(num(j, "usage.kvpool.cache_creation_tokens"), 32);
+	assert_int_equal(num(j, "usage.kvpool.recomputed_tokens"), 36);
+	json_decref(j);
+	j = whole(KVP_HTTP_API_COMPLETIONS, false, KVP_HTTP_FINISH_EOS, NULL);
+	assert_string_equal(str(j, "choices.0.finish_reason"), "stop");
+	assert_null(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "token_ids"));
+	json_decref(j);
+}
+
+static void test_chat_whole(void **state)
+{
+	json_t *j = whole(KVP_HTTP_API_CHAT, false, KVP_HTTP_FINISH_STOP, "lo");
+
+	/* chat.completion: the message of the assistant */
+	assert_string_equal(str(j, "object"), "chat.completion");
+	assert_string_equal(str(j, "choices.0.message.role"), "assistant");
+	assert_string_equal(str(j, "choices.0.message.content"), "Hello\xef\xbf\xbd");
+	assert_string_equal(str(j, "choices.0.finish_reason"), "stop");
+	assert_int_equal(num(j, "usage.prompt_tokens_details.cached_tokens"), 64);
+	json_decref(j);
+}
+
+static void test_messages_whole(void **state)
+{
+	json_t *j = whole(KVP_HTTP_API_MESSAGES, false, KVP_HTTP_FINISH_STOP, "END");
+
+	/* an Anthropic message; input_tokens counts what was neither read from nor
+	 * written to the cache: 100 - 64 - 32 */
+	assert_string_equal(str(j, "type"), "message");
+	assert_string_equal(str(j, "role"), "assistant");
+	assert_string_equal(str(j, "content.0.type"), "text");
+	assert_string_equal(str(j, "content.0.text"), "Hello\xef\xbf\xbd");
+	assert_string_equal(str(j, "stop_reason"), "stop_sequence");
+	assert_string_equal(str(j, "stop_sequence"), "END");
+	assert_int_equal(num(j, "usage.input_tokens"), 4);
+	assert_int_equal(num(j, "usage.cache_read_input_tokens"), 64);
+	assert_int_equal(num(j, "usage.cache_creation_input_tokens"), 32);
+	assert_int_equal(num(j, "usage.output_tokens"), 3);
+	json_decref(j);
+	j = whole(KVP_HTTP_API_MESSAGES, false, KVP_HTTP_FINISH_EOS, NULL);
+	assert_string_equal(str(j, "stop_reason"), "end_turn");
+	assert_string_equal(str(j, "stop_sequence"), "(null)");
+	json_decref(j);
+	j = whole(KVP_HTTP_API_MESSAGES, false, KVP_HTTP_FINISH_LENGTH, NULL);
+	assert_string_equal(str(j, "stop_reason"), "max_tokens");
+	json_decref(j);
+}
+
+/* A streamed answer: two texts (one empty), then the end. */
+static size_t stream(enum kvp_http_api api, bool include_usage, bool ids, struct event *ev,
+		     size_t cap)
+{
+	static const int32_t a[] = { 10 }, b[] = { 11 };
+	struct kvp_http_emit e;
+	struct kvp_buf out = KVP_BUF_INIT;
+	size_t n;
+
+	kvp_http_emit_init(&e, api, true, include_usage, ids, "id-2", 1, "model-x");
+	kvp_http_emit_text(&e, &out, "Hi", 2, a, 1);
+	kvp_http_emit_text(&e, &out, "", 0, b, 1); /* a character still incomplete */
+	kvp_http_emit_text(&e, &out, " there", 6, NULL, 0);
+	kvp_http_emit_finish(&e, &out, KVP_HTTP_FINISH_LENGTH, NULL, 0, &usage, 3);
+	n = events(out.p, ev, cap);
+	kvp_buf_deinit(&out);
+	kvp_http_emit_deinit(&e);
+	return n;
+}
+
+static void test_completion_stream(void **state)
+{
+	struct event ev[16];
+	size_t n = stream(KVP_HTTP_API_COMPLETIONS, true, false, ev, 16);
+
+	/* text chunks (none for empty text), the finish chunk, the usage chunk with no
+	 * choices, then [DONE] */
+	assert_int_equal(n, 5);
+	assert_string_equal(str(ev[0].data, "object"), "text_completion");
+	assert_string_equal(str(ev[0].data, "choices.0.text"), "Hi");
+	assert_string_equal(str(ev[0].data, "choices.0.finish_reason"), "(null)");
+	assert_string_equal(str(ev[0].data, "usage"), "(null)");
+	assert_string_equal(str(ev[1].data, "choices.0.text"), " there");
+	assert_string_equal(str(ev[2].data, "choices.0.text"), "");
+	assert_string_equal(str(ev[2].data, "choices.0.finish_reason"), "length");
+	assert_int_equal(json_array_size(json_object_get(ev[3].data, "choices")), 0);
+	assert_int_equal(num(ev[3].data, "usage.completion_tokens"), 3);
+	assert_int_equal(num(ev[3].data, "usage.prompt_tokens_details.cached_tokens"), 64);
+	assert_true(ev[4].done);
+	free_events(ev, n);
+	/* without include_usage: no usage member at all, no usage chunk */
+	n = stream(KVP_HTTP_API_COMPLETIONS, false, false, ev, 16);
+	assert_int_equal(n, 4);
+	assert_null(json_object_get(ev[0].data, "usage"));
+	assert_true(ev[3].done);
+	free_events(ev, n);
+	/* with return_token_ids: a chunk per TOKEN, even one with no text yet */
+	n = stream(KVP_HTTP_API_COMPLETIONS, false, true, ev, 16);
+	assert_int_equal(n, 5);
+	assert_int_equal(num(ev[0].data, "choices.0.token_ids.0"), 10);
+	assert_string_equal(str(ev[1].data, "choices.0.text"), "");
+	assert_int_equal(num(ev[1].data, "choices.0.token_ids.0"), 11);
+	free_events(ev, n);
+}
+
+static void test_chat_stream(void **state)
+{
+	struct event ev[16];
+	size_t n = stream(KVP_HTTP_API_CHAT, true, false, ev, 16);
+
+	/* the role first, content deltas, an empty delta with the finish, usage, [DONE] */
+	assert_int_equal(n, 6);
+	for (size_t i = 0; i < 5; i++)
+		assert_string_equal(str(ev[i].data, "object"), "chat.completion.chunk");
+	assert_string_equal(str(ev[0].data, "choices.0.delta.role"), "assistant");
+	assert_string_equal(str(ev[0].data, "choices.0.delta.content"), "");
+	assert_string_equal(str(ev[1].data, "choices.0.delta.content"), "Hi");
+	assert_string_equal(str(ev[2].data, "choices.0.delta.content"), " there");
+	assert_int_equal(json_object_size(json_object_get(json_array_get(json_object_get(ev[3].data,
+											 "choices"),
+									 0),
+							  "delta")),
+			 0);
+	assert_string_equal(str(ev[3].data, "choices.0.finish_reason"), "length");
+	assert_int_equal(num(ev[4].data, "usage.total_tokens"), 103);
+	assert_true(ev[5].done);
+	free_events(ev, n);
+}
+
+static void test_messages_stream(void **state)
+{
+	static const char *const names[] = {
+		"message_start",       "content_block_start", "ping",
+		"content_block_delta", "content_block_delta", "content_block_stop",
+		"message_delta",       "message_stop"
+	};
+	struct event ev[16];
+	size_t n = stream(KVP_HTTP_API_MESSAGES, false, true, ev, 16);
+
+	/* Anthropic's event sequence; each event's data names its own type; the usage
+	 * comes whole in message_delta */
+	assert_int_equal(n, 8);
+	for (size_t i = 0; i < n; i++) {
+		assert_string_equal(ev[i].name, names[i]);
+		assert_string_equal(str(ev[i].data, "type"), names[i]);
+	}
+	assert_string_equal(str(ev[0].data, "message.role"), "assistant");
+	assert_string_equal(str(ev[0].data, "message.model"), "model-x");
+	assert_int_equal(num(ev[0].data, "message.usage.input_tokens"), 0);
+	assert_string_equal(str(ev[1].data, "content_block.type"), "text");
+	assert_string_equal(str(ev[3].data, "delta.type"), "text_delta");
+	assert_string_equal(str(ev[3].data, "delta.text"), "Hi");
+	assert_string_equal(str(ev[4].data, "delta.text"), " there");
+	assert_string_equal(str(ev[6].data, "delta.stop_reason"), "max_tokens");
+	assert_int_equal(num(ev[6].data, "usage.output_tokens"), 3);
+	assert_int_equal(num(ev[6].data, "usage.input_tokens"), 4);
+	assert_int_equal(num(ev[6].data, "usage.cache_read_input_tokens"), 64);
+	assert_int_equal(num(ev[6].data, "usage.cache_creation_input_tokens"), 32);
+	free_events(ev, n);
+}
+
+static void test_stream_errors(void **state)
+{
+	struct kvp_http_err err;
+	struct kvp_http_emit e;
+	struct kvp_buf out = KVP_BUF_INIT;
+	struct event ev[8];
+	size_t n;
+
+	/* an error after the stream started: OpenAI's data {"error":...} then [DONE];
+	 * Anthropic's "event: error" */
+	kvp_http_err_set(&err, 503, NULL, NULL, "kvpoold is stopping");
+	kvp_http_emit_init(&e, KVP_HTTP_API_COMPLETIONS, true, false, false, "id", 1, "m");
+	kvp_http_emit_error(&e, &out, &err);
+	n = events(out.p, ev, 8);
+	assert_int_equal(n, 2);
+	assert_string_equal(str(ev[0].data, "error.message"), "kvpoold is stopping");
+	assert_string_equal(str(ev[0].data, "error.type"), "server_error");
+	assert_true(ev[1].done);
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+	kvp_http_emit_deinit(&e);
+	kvp_http_emit_init(&e, KVP_HTTP_API_MESSAGES, true, false, false, "id", 1, "m");
+	kvp_http_emit_error(&e, &out, &err);
+	n = events(out.p, ev, 8);
+	assert_int_equal(n, 1);
+	assert_string_equal(ev[0].name, "error");
+	assert_string_equal(str(ev[0].data, "type"), "error");
+	assert_string_equal(str(ev[0].data, "error.type"), "overloaded_error");
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+	kvp_http_emit_deinit(&e);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_completion_whole), cmocka_unit_test(test_chat_whole),
+		cmocka_unit_test(test_messages_whole),	 cmocka_unit_test(test_completion_stream),
+		cmocka_unit_test(test_chat_stream),	 cmocka_unit_test(test_messages_stream),
+		cmocka_unit_test(test_stream_errors),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
