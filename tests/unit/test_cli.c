@@ -828,7 +828,7 @@ static void test_every_program_has_version(void **state)
 {
 	/* --version on every program prints the same version string (meson's) */
 	static const char *const progs[] = { "ipc/kvpool", "svc/kvpoold", "compute/kvpool-run",
-					     "compute/kvpool-mkmodel" };
+					     "compute/kvpool-mkmodel", "ipc/http/kvpool-http" };
 	char want[64] = "", path[512], cmd[600], line[128];
 
 	for (size_t i = 0; i < sizeof(progs) / sizeof(progs[0]); i++) {
