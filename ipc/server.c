@@ -64,14 +64,6 @@
 
 /* ---------------------------------------------------------------- helpers */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 kvp_conn_id kvp_srv_conn_id(const struct kvp_conn *c)
 {
 	return (uint64_t)c->gen << 32 | c->idx;
@@ -281,7 +273,7 @@ static int queue_scratch(struct kvp_server *srv, struct kvp_conn *c, size_t len)
 	if (r)
 		return r;
 	srv->st.frames_out++;
-	c->last_active_ns = now_ns();
+	c->last_active_ns = kvp_now_ns();
 	send_kick(srv, c);
 	return 0;
 }
@@ -449,7 +441,7 @@ static void request_input(struct kvp_server *srv, struct kvp_conn *c)
 {
 	uint32_t off = 0;
 
-	c->last_active_ns = now_ns();
+	c->last_active_ns = kvp_now_ns();
 	while (c->state == KVP_CONN_OPEN && c->in_len - off >= sizeof(struct kvp_frame_hdr)) {
 		const struct kvp_op_def *d;
 		struct kvp_frame_hdr hdr;
@@ -764,7 +756,7 @@ static void on_accept(struct kvp_server *srv, unsigned int which, int res, uint3
 			c->peer = (struct kvp_peer){ .pid = cred.pid,
 						     .uid = cred.uid,
 						     .gid = cred.gid };
-			c->last_active_ns = now_ns();
+			c->last_active_ns = kvp_now_ns();
 			c->out.cap = srv->cfg.outq_bytes;
 			if (status) {
 				srv->n_status_conns++;
@@ -889,7 +881,7 @@ static void arm_tick(struct kvp_server *srv)
  */
 static void on_tick(struct kvp_server *srv, int res)
 {
-	uint64_t now = now_ns(), idle = (uint64_t)srv->cfg.idle_timeout_ms * 1000000u;
+	uint64_t now = kvp_now_ns(), idle = (uint64_t)srv->cfg.idle_timeout_ms * 1000000u;
 	char msg[96];
 
 	if (res != -ETIME)

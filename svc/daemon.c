@@ -213,7 +213,7 @@ static int load_model(struct kvp_daemon *d)
 			kvp_log(LOG_ERR, "model: KVP_ISA=%s: %s", getenv("KVP_ISA"),
 				r == -EINVAL ? "no such kernel set (scalar, avx2, avx512)" :
 					       "this CPU cannot run it");
-			goto err_model;
+			goto err_tok;
 		}
 		kvp_model_info_types(mi, types, sizeof(types));
 		kvp_log(LOG_INFO,

@@ -91,7 +91,7 @@ show() { # show TITLE JSON
 }
 
 # gen TITLE PROMPT OUTVAR: one request, with a progress line while it computes (a cold
-# prefill of the demo model takes ~10 s on 2 vCPUs)
+# prefill of the demo model takes seconds on a small machine)
 gen() {
 	local out="$run/gen.json" t0=$SECONDS bg
 	"${kvpool[@]}" generate -p "$2" -n 24 --json >"$out" &

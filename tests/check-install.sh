@@ -15,7 +15,7 @@ DESTDIR= "$meson" install -C "$build" --no-rebuild --quiet --destdir "$tmp/root"
 root=$tmp/root
 case $sysconfdir in /*) ;; *) sysconfdir=$prefix/$sysconfdir ;; esac
 
-for p in sbin/kvpoold bin/kvpool bin/kvpool-run bin/kvpool-mkmodel; do
+for p in sbin/kvpoold sbin/kvpool-http bin/kvpool bin/kvpool-run bin/kvpool-mkmodel; do
 	[ -x "$root$prefix/$p" ] || fail "$prefix/$p not installed"
 	LD_LIBRARY_PATH="$root$prefix/lib:$root$prefix/lib/x86_64-linux-gnu" \
 		"$root$prefix/$p" --version | grep -Eq '^kvpool[a-z-]* [0-9]' ||

@@ -559,7 +559,9 @@ static int cmd_generate(int argc, char **argv)
 		if (out.got_done && !out.json) {
 			/* the daemon ended it early (e.g. it is stopping): its usage so far */
 			print_usage_line(&u, " (partial)");
-		} else if (!out.got_done) {
+		} else if (!out.got_done && (out.n_recv || r < 0)) {
+			/* tokens came, or the connection was lost: what we counted.  An
+			 * ERROR refusing the request before any token says all there is. */
 			fprintf(stderr,
 				"partial usage (counted here, no DONE arrived): generated_tokens "
 				"%llu, ttft %.1f ms%s\n",

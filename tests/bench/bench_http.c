@@ -17,7 +17,7 @@
  *
  * Times are the client's: request written to first token (first SSE bytes, which the
  * front sends with the first token) and to the end.  Medians; the CPU regime is printed
- * before and after (2 shared vCPUs: compare ratios of one run, not figures across runs).
+ * before and after (on a shared machine, compare ratios of one run, not figures across runs).
  */
 #include <errno.h>
 #include <pthread.h>

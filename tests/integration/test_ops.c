@@ -12,6 +12,8 @@
  *    answered KVP_E_BUSY, at accept and at WELCOME, and served again once fds free up;
  *  - checks before the model loads: a socket directory that does not exist, a live
  *    daemon on the socket, --huge-pages require without enough pages;
+ *  - KVP_ISA=scalar: the daemon names the kernels it uses and serves; an unknown set
+ *    stops the start;
  *  - the memory guard in a memory cgroup the test creates: refused with the numbers,
  *    started when it fits, SIGKILLed by the OOM killer with the guard off (skipped, 77,
  *    only on a machine with no memory cgroup at all).
@@ -137,23 +139,30 @@ static void test_request_log_lines(void **state)
 	/* one info line per ended request, key=value, every field; none when turned off */
 	const char *args[] = { "--pool-size", "1M", NULL };
 	const char *off[] = { "--pool-size", "1M", "--request-log=no", NULL };
-	struct kvp_usage u;
+	struct kvp_usage u, u2;
 	struct kvpd d;
-	char want[128];
+	char want[160];
 
 	assert_int_equal(kvpd_setup(&d, "tiny", args), 0);
 	assert_int_equal(one_request(d.sock, "hello log", 5, &u), 0);
 	/* more than the 1 MiB pool can ever hold: refused at once, logged too */
-	assert_int_equal(one_request(d.sock, "hello log", 4000, &u), KVP_E_NOSPACE);
+	assert_int_equal(one_request(d.sock, "hello log", 4000, &u2), KVP_E_NOSPACE);
 	usleep(100000);
 	snprintf(want, sizeof(want), "request: id=1 conn=");
 	assert_true(kvpd_log_has(&d, want));
+	/* the first request's own figures, in the documented order */
 	snprintf(want, sizeof(want),
-		 " uid=%ld status=ok prompt=%u cached=0 created=", (long)getuid(),
-		 u.prompt_tokens ? u.prompt_tokens : 0);
+		 " uid=%ld status=ok prompt=%u cached=%u created=%u recomputed=%u generated=5 "
+		 "queue_ms=",
+		 (long)getuid(), u.prompt_tokens, u.cached_tokens, u.cache_creation_tokens,
+		 u.recomputed_tokens);
+	if (!kvpd_log_has(&d, want)) {
+		kvpd_dump_log(&d);
+		fail_msg("no log line with '%s'", want);
+	}
+	assert_true(u.prompt_tokens > 0);
 	assert_true(kvpd_log_has(&d, " client=\"itest-ops/"));
-	assert_true(kvpd_log_has(&d, " status=ok prompt="));
-	assert_true(kvpd_log_has(&d, " generated=5 queue_ms="));
+	assert_true(kvpd_log_has(&d, " ttft_ms="));
 	assert_true(kvpd_log_has(&d, " total_ms="));
 	assert_true(kvpd_log_has(&d, " status=nospace prompt=0"));
 	kvpd_cleanup(&d);
@@ -478,6 +487,40 @@ static void test_checks_before_model_loads(void **state)
 	kvpd_cleanup(&d);
 }
 
+static void test_forced_scalar_kernels(void **state)
+{
+	/* KVP_ISA=scalar (the SIMD paths off): the daemon says which kernels it uses and
+	 * serves; a kernel set this build does not know stops the start, naming it */
+	const char *args[] = { "--pool-size", "64M", NULL };
+	struct kvp_usage u;
+	struct kvpd d;
+	char *log;
+
+	assert_int_equal(setenv("KVP_ISA", "scalar", 1), 0); /* the daemon inherits it */
+	assert_int_equal(kvpd_setup(&d, "tiny", args), 0);
+	assert_true(kvpd_log_has(&d, "; kernels scalar"));
+	assert_int_equal(one_request(d.sock, "hello scalar", 4, &u), 0);
+	assert_int_equal(u.generated_tokens, 4);
+	kvpd_cleanup(&d);
+
+	assert_int_equal(setenv("KVP_ISA", "neon", 1), 0);
+	assert_int_equal(kvpd_init(&d), 0);
+	{
+		char model[512];
+		const char *argv[] = { "--model", model, "--pool-size", "64M", NULL };
+
+		assert_int_equal(kvpd_model(&d, "tiny", model, sizeof(model)), 0);
+		assert_int_equal(kvpd_start(&d, 30, argv), -ECHILD);
+	}
+	unsetenv("KVP_ISA");
+	assert_true(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) == 1);
+	log = read_all(d.log);
+	assert_non_null(log);
+	assert_non_null(strstr(log, "KVP_ISA=neon: no such kernel set"));
+	free(log);
+	kvpd_cleanup(&d);
+}
+
 /*
  * Make a memory cgroup limited to @limit bytes for the daemon: v1 under this process's
  * memory cgroup, else v2 at the root of the unified hierarchy.  Return: 0, or -1 when
@@ -604,6 +647,7 @@ int main(void)
 		cmocka_unit_test(test_idle_timeout),
 		cmocka_unit_test(test_busy_when_out_of_fds),
 		cmocka_unit_test(test_checks_before_model_loads),
+		cmocka_unit_test(test_forced_scalar_kernels),
 		cmocka_unit_test(test_memory_guard_in_cgroup),
 	};
 

@@ -5,7 +5,8 @@
  * --json object has the documented keys (docs/compute.md) and the same greedy tokens as
  * the forward pass driven directly, and its printer writes the same bytes as before the
  * JSON writers were merged; sampling flags are seeded; --help and bad arguments give the
- * documented exit statuses.
+ * documented exit statuses; the built binary with KVP_ISA=scalar names its kernels and
+ * gives the scalar tokens.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -161,6 +162,39 @@ static void test_json_matches_forward(void **state)
 	direct_greedy(f->model, "Hello", want, 16);
 	assert_memory_equal(got, want, sizeof(want));
 	free(out);
+}
+
+static void test_binary_forced_scalar(void **state)
+{
+	/* the built kvpool-run with KVP_ISA=scalar (SIMD paths off) says so on stderr and
+	 * gives the greedy tokens of the scalar kernels driven directly */
+	struct fixture *f = *state;
+	char exe[512], cmd[2048], errpath[600], line[4096] = "", *err = NULL;
+	size_t n = 0, cap = 0;
+	int32_t got[16], want[8];
+	FILE *p;
+
+	assert_int_equal(kvp_test_build_path(exe, sizeof(exe), "compute/kvpool-run"), 0);
+	snprintf(errpath, sizeof(errpath), "%s/scalar.err", f->dir);
+	snprintf(cmd, sizeof(cmd), "KVP_ISA=scalar '%s' -m '%s' -p Hello -n 8 --json 2>'%s'", exe,
+		 f->model, errpath);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(line, 1, sizeof(line) - 1, p);
+	line[n] = '\0';
+	assert_int_equal(pclose(p), 0);
+	p = fopen(errpath, "r");
+	assert_non_null(p);
+	assert_true(getdelim(&err, &cap, '\0', p) > 0);
+	fclose(p);
+	if (!strstr(err, "; kernels scalar"))
+		fail_msg("kvpool-run with KVP_ISA=scalar said: %s", err);
+	free(err);
+	assert_int_equal(json_tokens(line, got, 16), 8);
+	assert_int_equal(setenv("KVP_ISA", "scalar", 1), 0);
+	direct_greedy(f->model, "Hello", want, 8);
+	unsetenv("KVP_ISA");
+	assert_memory_equal(got, want, sizeof(want));
 }
 
 static void test_tokens_and_sampling_flags(void **state)
@@ -455,6 +489,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_json_matches_forward),
 		cmocka_unit_test(test_json_same_bytes_as_before),
+		cmocka_unit_test(test_binary_forced_scalar),
 		cmocka_unit_test(test_tokens_and_sampling_flags),
 		cmocka_unit_test(test_stops_at_eos),
 		cmocka_unit_test(test_help_and_bad_arguments),
