@@ -47,6 +47,19 @@ for f in "${KNOWN_UNFORMATTED[@]}"; do
 		bad=1
 	fi
 done
+# One clang-format process for the whole tree first: starting clang-format costs ~0.15 s
+# of CPU, so a process per file took 45 s of CPU and, on a loaded 2-vCPU machine, past
+# the test's timeout.  Only when that finds a difference (or for the known exceptions)
+# are files checked one by one, to name them and show their diffs.
+present=()
+for f in "${files[@]}"; do
+	[ -f "$f" ] && present+=("$f")	# deleted in the working tree, not yet in the index
+done
+if [ ${#KNOWN_UNFORMATTED[@]} -eq 0 ] && [ $bad -eq 0 ] &&
+	"$cf" --style=file --dry-run -Werror "${present[@]}" >/dev/null 2>&1; then
+	echo "check-format: ${#present[@]} files checked, 0 known exceptions"
+	exit 0
+fi
 checked=0
 for f in "${files[@]}"; do
 	[ -f "$f" ] || continue	# deleted in the working tree, not yet in the index
