@@ -651,6 +651,7 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 		kvp_buf_deinit(&b);
 	} else {
 		fputc('\n', out);
+		fflush(out); /* the text's line ends before the timings, also in one pipe */
 		fprintf(stderr,
 			"kvpool-run: prompt %u tokens in %.1f ms (%.1f tok/s), generated %u "
 			"in %.1f ms (%.1f tok/s)\n",

@@ -1221,6 +1221,29 @@ static const char *human_duration(unsigned long long ms, char *buf, size_t cap)
 	return buf;
 }
 
+/*
+ * The disk tier's line, when one is configured: prefix hits above count memory only, so
+ * without it a prefix served from disk would not show in the summary at all.
+ */
+static void print_tier_summary(json_t *j)
+{
+	const char *state = jstr(j, "tier.state");
+	char b1[32];
+
+	if (!strcmp(state, "off") || !strcmp(state, "?"))
+		return;
+	if (!strcmp(state, "degraded"))
+		printf("  tier         degraded (%s): memory only, see the log\n",
+		       strerror((int)-jnum(j, "tier.degraded")));
+	else
+		printf("  tier         %llu blocks (%s) on disk in %llu slots; %llu writes, %llu "
+		       "reloads (p50 %.1f ms, p99 %.1f ms); %llu checksum failures, %llu errors\n",
+		       ju(j, "tier.blocks"), human_bytes(jnum(j, "tier.bytes"), b1, sizeof(b1)),
+		       ju(j, "tier.slots"), ju(j, "tier.writes"), ju(j, "tier.reloads"),
+		       jnum(j, "tier.reload_p50_ms"), jnum(j, "tier.reload_p99_ms"),
+		       ju(j, "tier.checksum_failures"), ju(j, "tier.errors"));
+}
+
 /* The report as a person reads it: the figures that say how the daemon is doing. */
 static int print_status_summary(const char *text, size_t len)
 {
@@ -1266,10 +1289,18 @@ static int print_status_summary(const char *text, size_t len)
 	       "limit), %llu closed idle\n",
 	       ju(j, "connections.open"), ju(j, "connections.total"), ju(j, "connections.refused"),
 	       ju(j, "connections.refused_per_uid"), ju(j, "connections.idle_closed"));
-	printf("  usage        %llu prompt tokens (%llu cached, %llu computed), %llu "
-	       "generated\n",
-	       ju(j, "usage.prompt_tokens"), ju(j, "usage.cached_tokens"),
-	       ju(j, "usage.recomputed_tokens"), ju(j, "usage.generated_tokens"));
+	if (ju(j, "usage.cached_tokens_disk")) /* disjoint from cached_tokens (memory) */
+		printf("  usage        %llu prompt tokens (%llu cached, %llu from disk, %llu "
+		       "computed), %llu generated\n",
+		       ju(j, "usage.prompt_tokens"), ju(j, "usage.cached_tokens"),
+		       ju(j, "usage.cached_tokens_disk"), ju(j, "usage.recomputed_tokens"),
+		       ju(j, "usage.generated_tokens"));
+	else
+		printf("  usage        %llu prompt tokens (%llu cached, %llu computed), %llu "
+		       "generated\n",
+		       ju(j, "usage.prompt_tokens"), ju(j, "usage.cached_tokens"),
+		       ju(j, "usage.recomputed_tokens"), ju(j, "usage.generated_tokens"));
+	print_tier_summary(j);
 	printf("(every figure: kvpool status --json; Prometheus: kvpool status --prom)\n");
 	json_decref(j);
 	return 0;

@@ -6,7 +6,10 @@
  * Llama 2 (SentencePiece, [INST]).  tests/node/chat-models.mjs writes each family's
  * vocabulary + template and the oracle's prompt ids of a few conversations (the
  * published template rendered by @huggingface/jinja, encoded by the family's reference
- * tokenizer); the models are written here as kvpool-mkmodel --vocab writes them.
+ * tokenizer); the models are written here as kvpool-mkmodel --vocab writes them, with
+ * each family's architecture and RoPE metadata (Llama 3: base 5e5 and rope_freqs.weight;
+ * Qwen2: architecture qwen2, Q/K/V biases, NEOX RoPE, base 1e6, tied output), checked
+ * by loading them.
  *
  * For each family, against a daemon whose test hook (scheduler.test_eog_after) makes
  * every reply end after EOG_AFTER tokens:
@@ -80,7 +83,40 @@ static int have_oracle(void)
 	return 1;
 }
 
-/* Model dir/FAM.gguf from dir/FAM/vocab.json: 1 layer, n_embd 16 (the vocabulary matters). */
+/* The model at @path loads with the traits of family @fam (kvp_model_describe()). */
+static int check_model(const char *path, const char *fam)
+{
+	static const struct {
+		const char *fam, *want;
+	} traits[] = {
+		{ "llama3", "llama, head_dim 8, RoPE norm base 500000, rope_freqs" },
+		{ "qwen2", "qwen2, head_dim 8, RoPE neox base 1e+06, Q/K/V biases" },
+		{ "llama2", "llama, head_dim 8, RoPE norm base 10000" },
+	};
+	struct kvp_model *m = NULL;
+	char err[512] = "", d[512] = "";
+	int r = kvp_model_open(&m, path, err, sizeof(err));
+
+	if (r) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		return r;
+	}
+	kvp_model_describe(m, d, sizeof(d));
+	kvp_model_close(m);
+	for (size_t i = 0; i < sizeof(traits) / sizeof(traits[0]); i++)
+		if (!strcmp(traits[i].fam, fam) && strcmp(d, traits[i].want)) {
+			fprintf(stderr, "%s: '%s' is not '%s'\n", path, d, traits[i].want);
+			return -EINVAL;
+		}
+	return 0;
+}
+
+/*
+ * Model dir/FAM.gguf from dir/FAM/vocab.json: 1 layer, n_embd 16 (the vocabulary matters),
+ * with the metadata of the family too: Llama 3 its RoPE base and Llama 3.1's frequency
+ * factors (rope_freqs.weight), Qwen2 architecture qwen2 (Q/K/V biases, NEOX RoPE, base
+ * 1e6, tied output as the small Qwen2.5 files), Llama 2 the llama defaults.
+ */
 static int write_model(const char *fam)
 {
 	struct kvp_mkmodel_vocab *v = NULL;
@@ -101,12 +137,20 @@ static int write_model(const char *fam)
 	o.n_ff = 32;
 	o.n_layers = 1;
 	o.vocab = v;
+	if (!strcmp(fam, "llama3")) {
+		o.rope_base = 500000.0f;
+		o.rope_freqs = (struct kvp_mkmodel_rope_freqs){ 8.0f, 1.0f, 4.0f, 8192 };
+	} else if (!strcmp(fam, "qwen2")) {
+		o.arch = "qwen2";
+		o.rope_base = 1000000.0f;
+		o.tied = 1;
+	}
 	snprintf(path, sizeof(path), "%s/%s.gguf", g_dir, fam);
 	r = kvp_mkmodel_write(path, &o, err, sizeof(err));
 	if (r)
 		fprintf(stderr, "%s: %s\n", path, err);
 	kvp_mkmodel_vocab_free(v);
-	return r;
+	return r ? r : check_model(path, fam);
 }
 
 static int group_setup(void **state)

@@ -7,6 +7,7 @@
  *    read-only mapping, are found byte for byte in the tier file and, once read back, in
  *    the pool again; generation after the reload equals the same generation cold;
  *  - after a restart the prompt hits from disk (rebuilt index) with the same tokens;
+ *    after `kvpool flush --tier` and a restart nothing comes back from disk;
  *  - flipped bytes in a block's K/V and in another's header, a truncated file, torn
  *    blocks (cut at 512-byte boundaries, garbage after the cut): detected, never served,
  *    recomputed with the right tokens;
@@ -359,6 +360,26 @@ static void test_roundtrip_reload_restart(void **state)
 	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
 	assert_memory_equal(o.ids, cold.ids, sizeof(cold.ids));
 	assert_int_equal(o.u.cached_tokens_disk, 24 * BT);
+
+	/* kvpool flush --tier (the operators' socket): nothing comes back, not even after a
+	 * restart, where the flushed blocks are foreign; the output is still the cold one */
+	{
+		char cli[512], cmd[2048];
+
+		assert_int_equal(kvp_test_build_path(cli, sizeof(cli), "ipc/kvpool"), 0);
+		snprintf(cmd, sizeof(cmd), "'%s' --status-socket '%s' flush --tier >/dev/null", cli,
+			 f->d.status);
+		assert_int_equal(system(cmd), 0);
+	}
+	assert_true(status_num(f, "tier.flushes") == 1);
+	kvpd_stop(&f->d);
+	assert_int_equal(start(f), 0);
+	assert_true(status_num(f, "tier.rebuilt") == 0);
+	assert_true(status_num(f, "tier.scan_foreign") >= 24);
+	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
+	assert_memory_equal(o.ids, cold.ids, sizeof(cold.ids));
+	assert_int_equal(o.u.cached_tokens_disk, 0);
+	assert_int_equal(o.u.cached_tokens, 0);
 	kvpd_stop(&f->d);
 }
 

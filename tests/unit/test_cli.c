@@ -216,8 +216,11 @@ static const char status_json[] =
 	"\"scheduler\":{\"queued\":0,\"running\":1,\"requests_total\":5,\"requests_done\":4,"
 	"\"requests_cancelled\":0,\"requests_failed\":0,\"requests_rejected\":1,"
 	"\"ttft_samples\":4,\"ttft_p50_ms\":12.5,\"ttft_p99_ms\":40},"
-	"\"usage\":{\"prompt_tokens\":400,\"cached_tokens\":100,\"recomputed_tokens\":300,"
-	"\"generated_tokens\":64},\"connections\":{\"open\":2,\"total\":9,\"refused\":3,"
+	"\"usage\":{\"prompt_tokens\":400,\"cached_tokens\":100,\"recomputed_tokens\":268,"
+	"\"generated_tokens\":64,\"cached_tokens_disk\":32},\"tier\":{\"state\":\"on\","
+	"\"slots\":500,\"blocks\":12,\"bytes\":3145728,\"writes\":20,\"reloads\":2,"
+	"\"reload_p50_ms\":1.25,\"reload_p99_ms\":4,\"checksum_failures\":1,\"errors\":0},"
+	"\"connections\":{\"open\":2,\"total\":9,\"refused\":3,"
 	"\"refused_per_uid\":1,\"idle_closed\":2}}\n";
 
 static int e_status(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap)
@@ -407,7 +410,11 @@ static void test_status_formats(void **state)
 	assert_non_null(strstr(out, "TTFT         p50 12.5 ms, p99 40.0 ms"));
 	assert_non_null(
 		strstr(out, "2 open (9 since start); refused 3 (1 per-uid limit), 2 closed"));
-	assert_non_null(strstr(out, "400 prompt tokens (100 cached, 300 computed), 64 generated"));
+	assert_non_null(strstr(out, "400 prompt tokens (100 cached, 32 from disk, 268 computed), "
+				    "64 generated"));
+	assert_non_null(strstr(out, "tier         12 blocks (3.0 MiB) on disk in 500 slots; 20 "
+				    "writes, 2 reloads (p50 1.2 ms, p99 4.0 ms); 1 checksum "
+				    "failures, 0 errors\n"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "status", "--json", NULL), 0);
 	assert_string_equal(out, status_json);
 	assert_int_equal(cli(f, out, err, sizeof(out), "status", "--prom", NULL), 0);
