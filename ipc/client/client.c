@@ -803,6 +803,8 @@ KVP_EXPORT int kvp_client_tokenize(struct kvp_client *c, const char *text, size_
 	uint64_t id;
 	int r;
 
+	if (c->dead || c->fd < 0) /* a dead connection says so before anything else */
+		return set_err(c, -ENOTCONN, "connection closed");
 	if (c->in_flight)
 		return set_err(c, -EBUSY, "another request is in flight on this client");
 	r = kvp_client_tokenize_submit(c, text, len, flags, &id);
@@ -852,6 +854,8 @@ KVP_EXPORT int kvp_client_detokenize(struct kvp_client *c, const int32_t *ids, s
 	uint64_t id;
 	int r;
 
+	if (c->dead || c->fd < 0) /* a dead connection says so before anything else */
+		return set_err(c, -ENOTCONN, "connection closed");
 	if (c->in_flight)
 		return set_err(c, -EBUSY, "another request is in flight on this client");
 	r = kvp_client_detokenize_submit(c, ids, n_ids, flags, &id);
@@ -1119,6 +1123,8 @@ KVP_EXPORT int kvp_client_chat_prompt(struct kvp_client *c, struct kvp_client_co
 	uint64_t id;
 	int r;
 
+	if (c->dead || c->fd < 0) /* a dead connection says so before anything else */
+		return set_err(c, -ENOTCONN, "connection closed");
 	if (c->in_flight)
 		return set_err(c, -EBUSY, "another request is in flight on this client");
 	r = kvp_client_chat_prompt_submit(c, cv, &id);
