@@ -744,7 +744,7 @@ static bool make_salt(struct hreq *r, struct kvp_http_err *e)
 /* The job a tokenizer endpoint sends; false for the generating ones. */
 static bool tokenizer_job(struct hreq *r)
 {
-	const struct kvp_http_gen *g = &r->gen;
+	struct kvp_http_gen *g = &r->gen;
 
 	switch (r->api) {
 	case KVP_HTTP_API_COUNT_TOKENS:
@@ -767,6 +767,7 @@ static bool tokenizer_job(struct hreq *r)
 	r->job.prompt.n_tokens = g->n_tokens;
 	r->job.msgs = g->msgs;
 	r->job.n_msgs = g->n_msgs;
+	g->stream = false; /* a body copied from a streamed call: one JSON answer all the same */
 	return true;
 }
 

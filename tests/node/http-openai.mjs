@@ -323,6 +323,8 @@ test('tokenize and detokenize: a round trip, and the counts generation reports',
 	// the same count a completion of that prompt reports
 	const c = await client().completions.create({ model: env.model, prompt: text, max_tokens: 1 });
 	assert.equal(c.usage.prompt_tokens, t.count);
+	// a body with stream: true (copied from a streamed call) still gets one JSON answer
+	assert.deepEqual(await post('/tokenize', { prompt: text, stream: true }), t);
 	// add_special_tokens: false leaves the BOS out
 	const nb = await post('/tokenize', { prompt: text, add_special_tokens: false });
 	assert.equal(nb.count, t.count - 1);
