@@ -343,6 +343,11 @@ static int op_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uin
 		return refuse(q, conn, req_id, KVP_E_INVALID, err);
 	if (st < 0)
 		return reject(q, conn, req_id, KVP_E_INTERNAL);
+	if (ch->flags & KVP_CHAT_PROMPT_ONLY) { /* counting: answered as a TOKENIZE is */
+		st = answer_ids(q, conn, req_id, r.tokens, r.n_tokens, NULL, 0);
+		free(r.tokens);
+		return st;
+	}
 	/* the prompt's ids first: the client continues the conversation on them */
 	st = kvp_server_send_ids(q->srv, conn, req_id, r.tokens, r.n_tokens, NULL, 0);
 	if (st < 0) {

@@ -220,6 +220,16 @@ int kvp_client_generate(struct kvp_client *c, const struct kvp_client_prompt *pr
 int kvp_client_tokenize(struct kvp_client *c, const char *text, size_t len, unsigned int flags,
 			int32_t **ids, size_t *n_ids);
 
+/*
+ * The iterator forms of the two above (several may be in flight on @c, beside
+ * generations): one KVP_EVENT_IDS with the answer, then DONE (or ERROR) from
+ * kvp_client_next().  Same checks and return values as the blocking forms, minus -EBUSY.
+ */
+int kvp_client_tokenize_submit(struct kvp_client *c, const char *text, size_t len,
+			       unsigned int flags, uint64_t *req_id);
+int kvp_client_detokenize_submit(struct kvp_client *c, const int32_t *ids, size_t n_ids,
+				 unsigned int flags, uint64_t *req_id);
+
 /**
  * kvp_client_detokenize() - the daemon's tokenizer: ids to text
  * @flags:     KVP_DETOKENIZE_RENDER_SPECIAL: control tokens as their text
@@ -273,6 +283,23 @@ const int32_t *kvp_client_conv_context(const struct kvp_client_conv *cv, size_t 
  */
 int kvp_client_chat_submit(struct kvp_client *c, struct kvp_client_conv *cv,
 			   const struct kvp_client_params *params, uint64_t *req_id);
+
+/**
+ * kvp_client_chat_prompt() - the prompt ids a CHAT of @cv would be given, nothing
+ * generated (counting a conversation's tokens): the daemon renders and tokenizes the
+ * messages exactly as for kvp_client_chat() (context ids included) and answers with them
+ * (CHAT with KVP_CHAT_PROMPT_ONLY).  @cv is not changed.
+ * @ids, @n_ids: out; malloc()ed ids (free() them), set on success
+ * Needs no other request of @c in flight (-EBUSY).
+ * Return: 0, -EINVAL (no messages), KVP_E_LIMIT, the daemon's enum kvp_status, or -errno.
+ */
+int kvp_client_chat_prompt(struct kvp_client *c, struct kvp_client_conv *cv, int32_t **ids,
+			   size_t *n_ids);
+
+/* Its iterator form: one KVP_EVENT_IDS (the ids), then DONE (or ERROR); not for
+ * kvp_client_conv_feed(). */
+int kvp_client_chat_prompt_submit(struct kvp_client *c, struct kvp_client_conv *cv,
+				  uint64_t *req_id);
 
 /**
  * kvp_client_conv_feed() - an event of @cv's pending CHAT (others are ignored)

@@ -286,7 +286,10 @@ enum kvp_role { KVP_ROLE_SYSTEM = 0, KVP_ROLE_USER = 1, KVP_ROLE_ASSISTANT = 2, 
 
 /* CHAT flags */
 #define KVP_CHAT_NO_CACHE 0x2u /* as KVP_GEN_NO_CACHE */
-#define KVP_CHAT__ALL 0x2u
+/* render and tokenize only: one IDS (the prompt's ids), then DONE; nothing is generated
+ * and the engine is not involved (counting a conversation's tokens) */
+#define KVP_CHAT_PROMPT_ONLY 0x4u
+#define KVP_CHAT__ALL 0x6u
 
 /**
  * struct kvp_chat - CHAT payload, followed by n_context int32 ids, then n_messages times

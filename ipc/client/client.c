@@ -769,20 +769,16 @@ static int wait_ids(struct kvp_client *c, uint64_t id, int32_t **ids, size_t *n_
 	}
 }
 
-KVP_EXPORT int kvp_client_tokenize(struct kvp_client *c, const char *text, size_t len,
-				   unsigned int flags, int32_t **ids, size_t *n_ids)
+KVP_EXPORT int kvp_client_tokenize_submit(struct kvp_client *c, const char *text, size_t len,
+					  unsigned int flags, uint64_t *req_id)
 {
 	struct kvp_tokenize t = { .flags = flags };
 	const struct kvp_welcome *w = &c->welcome;
-	int32_t *v = NULL;
-	size_t need, cap0, n = 0;
-	uint64_t id;
+	size_t need, cap0;
 	int r;
 
 	if (c->dead || c->fd < 0)
 		return set_err(c, -ENOTCONN, "connection closed");
-	if (c->in_flight)
-		return set_err(c, -EBUSY, "another request is in flight on this client");
 	if ((len && !text) || (flags & ~KVP_TOKENIZE__ALL) || (len && memchr(text, 0, len)))
 		return set_err(c, -EINVAL, "tokenize: bad text or flags");
 	if (len > UINT32_MAX || (w->max_prompt_tokens && len > w->max_prompt_tokens))
@@ -796,7 +792,22 @@ KVP_EXPORT int kvp_client_tokenize(struct kvp_client *c, const char *text, size_
 		return r;
 	if (need > cap0)
 		kvp_proto_encode_tokenize(c->out, c->out_cap, c->next_id, &t, text);
-	r = send_request(c, need, "TOKENIZE", &id);
+	return send_request(c, need, "TOKENIZE", req_id);
+}
+
+KVP_EXPORT int kvp_client_tokenize(struct kvp_client *c, const char *text, size_t len,
+				   unsigned int flags, int32_t **ids, size_t *n_ids)
+{
+	int32_t *v = NULL;
+	size_t n = 0;
+	uint64_t id;
+	int r;
+
+	if (c->dead || c->fd < 0) /* a dead connection says so before anything else */
+		return set_err(c, -ENOTCONN, "connection closed");
+	if (c->in_flight)
+		return set_err(c, -EBUSY, "another request is in flight on this client");
+	r = kvp_client_tokenize_submit(c, text, len, flags, &id);
 	if (r)
 		return r;
 	r = wait_ids(c, id, &v, &n, NULL, NULL);
@@ -809,20 +820,16 @@ KVP_EXPORT int kvp_client_tokenize(struct kvp_client *c, const char *text, size_
 	return 0;
 }
 
-KVP_EXPORT int kvp_client_detokenize(struct kvp_client *c, const int32_t *ids, size_t n_ids,
-				     unsigned int flags, char **text, size_t *len)
+KVP_EXPORT int kvp_client_detokenize_submit(struct kvp_client *c, const int32_t *ids, size_t n_ids,
+					    unsigned int flags, uint64_t *req_id)
 {
 	struct kvp_detokenize d = { .flags = flags };
 	const struct kvp_welcome *w = &c->welcome;
-	size_t need, cap0, n = 0;
-	char *out = NULL;
-	uint64_t id;
+	size_t need, cap0;
 	int r;
 
 	if (c->dead || c->fd < 0)
 		return set_err(c, -ENOTCONN, "connection closed");
-	if (c->in_flight)
-		return set_err(c, -EBUSY, "another request is in flight on this client");
 	if ((n_ids && !ids) || (flags & ~KVP_DETOKENIZE__ALL))
 		return set_err(c, -EINVAL, "detokenize: bad ids or flags");
 	if (n_ids > UINT32_MAX || (w->max_prompt_tokens && n_ids > w->max_prompt_tokens))
@@ -836,7 +843,22 @@ KVP_EXPORT int kvp_client_detokenize(struct kvp_client *c, const int32_t *ids, s
 		return r;
 	if (need > cap0)
 		kvp_proto_encode_detokenize(c->out, c->out_cap, c->next_id, &d, ids);
-	r = send_request(c, need, "DETOKENIZE", &id);
+	return send_request(c, need, "DETOKENIZE", req_id);
+}
+
+KVP_EXPORT int kvp_client_detokenize(struct kvp_client *c, const int32_t *ids, size_t n_ids,
+				     unsigned int flags, char **text, size_t *len)
+{
+	size_t n = 0;
+	char *out = NULL;
+	uint64_t id;
+	int r;
+
+	if (c->dead || c->fd < 0) /* a dead connection says so before anything else */
+		return set_err(c, -ENOTCONN, "connection closed");
+	if (c->in_flight)
+		return set_err(c, -EBUSY, "another request is in flight on this client");
+	r = kvp_client_detokenize_submit(c, ids, n_ids, flags, &id);
 	if (r)
 		return r;
 	r = wait_ids(c, id, NULL, NULL, &out, &n);
@@ -1002,8 +1024,9 @@ KVP_EXPORT const int32_t *kvp_client_conv_context(const struct kvp_client_conv *
 	return cv->ctx_msgs ? cv->ctx.v : NULL;
 }
 
-KVP_EXPORT int kvp_client_chat_submit(struct kvp_client *c, struct kvp_client_conv *cv,
-				      const struct kvp_client_params *params, uint64_t *req_id)
+/* A CHAT of @cv with CHAT @flags; @req_id set.  See kvp_client_chat_submit(). */
+static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
+		     const struct kvp_client_params *params, uint32_t flags, uint64_t *req_id)
 {
 	const struct kvp_welcome *w = &c->welcome;
 	struct kvp_client_params defaults;
@@ -1044,6 +1067,7 @@ KVP_EXPORT int kvp_client_chat_submit(struct kvp_client *c, struct kvp_client_co
 	ch.salt_len = (uint32_t)params->salt_len;
 	if (params->salt_len)
 		memcpy(ch.salt, params->salt, params->salt_len);
+	ch.flags = flags;
 	if (params->no_cache)
 		ch.flags |= KVP_CHAT_NO_CACHE;
 	memcpy(ch.template_name, cv->tmpl, sizeof(ch.template_name));
@@ -1062,7 +1086,15 @@ KVP_EXPORT int kvp_client_chat_submit(struct kvp_client *c, struct kvp_client_co
 	free(msgs);
 	if (r)
 		return r;
-	r = send_request(c, need, "CHAT", req_id);
+	return send_request(c, need, "CHAT", req_id);
+}
+
+KVP_EXPORT int kvp_client_chat_submit(struct kvp_client *c, struct kvp_client_conv *cv,
+				      const struct kvp_client_params *params, uint64_t *req_id)
+{
+	int r;
+
+	r = send_chat(c, cv, params, 0, req_id);
 	if (r)
 		return r;
 	cv->pending = *req_id;
@@ -1070,6 +1102,41 @@ KVP_EXPORT int kvp_client_chat_submit(struct kvp_client *c, struct kvp_client_co
 	cv->prompt.n = 0;
 	cv->reply.n = 0;
 	cv->text_len = 0;
+	return 0;
+}
+
+KVP_EXPORT int kvp_client_chat_prompt_submit(struct kvp_client *c, struct kvp_client_conv *cv,
+					     uint64_t *req_id)
+{
+	struct kvp_client_params p;
+
+	kvp_client_params_init(&p);
+	p.max_new_tokens = 1; /* checked as a CHAT's; nothing is generated */
+	return send_chat(c, cv, &p, KVP_CHAT_PROMPT_ONLY, req_id);
+}
+
+KVP_EXPORT int kvp_client_chat_prompt(struct kvp_client *c, struct kvp_client_conv *cv,
+				      int32_t **ids, size_t *n_ids)
+{
+	int32_t *v = NULL;
+	size_t n = 0;
+	uint64_t id;
+	int r;
+
+	if (c->dead || c->fd < 0) /* a dead connection says so before anything else */
+		return set_err(c, -ENOTCONN, "connection closed");
+	if (c->in_flight)
+		return set_err(c, -EBUSY, "another request is in flight on this client");
+	r = kvp_client_chat_prompt_submit(c, cv, &id);
+	if (r)
+		return r;
+	r = wait_ids(c, id, &v, &n, NULL, NULL);
+	if (r) {
+		free(v);
+		return r;
+	}
+	*ids = v;
+	*n_ids = n;
 	return 0;
 }
 

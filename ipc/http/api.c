@@ -297,6 +297,10 @@ static int parse_common(struct kvp_http_gen *g, json_t *o, const char *max_key,
 		r = get_str(o, "cache_salt", &s, &n, err);
 	if (r)
 		return r;
+	r = get_int(o, "priority", KVP_HTTP_PRIORITY_MIN, KVP_HTTP_PRIORITY_MAX, &given, &x, err);
+	if (r)
+		return r;
+	g->priority = given ? (int32_t)x : 0;
 	if (s) {
 		if (!n || n > KVP_HTTP_CACHE_SALT_MAX)
 			return bad(err, "cache_salt", "cache_salt: must be 1 to %d bytes",
@@ -619,7 +623,7 @@ static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err
 		return r;
 	if (!g->model)
 		return bad(err, "model", "model: required");
-	if (!g->max_tokens)
+	if (!g->max_tokens && g->api == KVP_HTTP_API_MESSAGES)
 		return bad(err, "max_tokens", "max_tokens: required");
 	r = parse_stop(g, o, "stop_sequences", err);
 	if (r)
@@ -682,6 +686,49 @@ static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err
 	return 0;
 }
 
+/*
+ * vLLM's /tokenize: {"prompt": text} or {"messages": [...]} (the chat form, rendered as a
+ * chat completion would be, with the generation prompt); add_special_tokens (default
+ * true for a prompt) says whether the tokenizer adds its BOS.
+ */
+static int parse_tokenize(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab,
+			  struct kvp_http_err *err)
+{
+	bool special = true, gen_prompt = true;
+	const char *s;
+	size_t n;
+	int r;
+
+	if (member(o, "messages")) {
+		r = parse_chat(g, o, err);
+		if (!r)
+			r = get_bool(o, "add_generation_prompt", &gen_prompt, err);
+		if (!r && !gen_prompt)
+			r = unsupported(err, "add_generation_prompt",
+					"the chat form is rendered with the generation prompt, as "
+					"a chat completion is");
+		if (!r && !is_off(json_object_get(o, "continue_final_message")))
+			r = unsupported(err, "continue_final_message",
+					"continuing the final message is not supported");
+		return r;
+	}
+	r = get_str(o, "model", &s, &n, err);
+	if (r)
+		return r;
+	if (s && !(g->model = dup_n(s, n)))
+		return -ENOMEM;
+	r = get_bool(o, "add_special_tokens", &special, err);
+	if (r)
+		return r;
+	g->no_special = !special;
+	if (!is_off(json_object_get(o, "return_token_strs")))
+		return unsupported(err, "return_token_strs", "token strings are not returned");
+	r = parse_prompt(g, o, n_vocab, err);
+	if (!r && g->tokens)
+		r = bad(err, "prompt", "prompt: must be text");
+	return r;
+}
+
 /* ------------------------------------------------------------ entry points */
 
 int kvp_http_parse(struct kvp_http_gen *g, enum kvp_http_api api, const char *body, size_t len,
@@ -716,18 +763,11 @@ int kvp_http_parse(struct kvp_http_gen *g, enum kvp_http_api api, const char *bo
 		r = parse_chat(g, o, err);
 		break;
 	case KVP_HTTP_API_MESSAGES:
+	case KVP_HTTP_API_COUNT_TOKENS:
 		r = parse_messages(g, o, err);
 		break;
 	case KVP_HTTP_API_TOKENIZE:
-		r = get_str(o, "model", &s, &n, err);
-		if (!r && s && !(g->model = dup_n(s, n)))
-			r = -ENOMEM;
-		if (!r && member(o, "messages"))
-			r = parse_chat(g, o, err);
-		else if (!r)
-			r = parse_prompt(g, o, n_vocab, err);
-		if (!r && g->tokens)
-			r = bad(err, "prompt", "prompt: must be text");
+		r = parse_tokenize(g, o, n_vocab, err);
 		break;
 	case KVP_HTTP_API_DETOKENIZE: {
 		json_t *t = member(o, "tokens");

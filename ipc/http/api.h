@@ -5,6 +5,7 @@
  *
  *   OpenAI    POST /v1/completions, POST /v1/chat/completions
  *   Anthropic POST /v1/messages
+ *   Anthropic POST /v1/messages/count_tokens
  *   vLLM's    POST /tokenize, POST /detokenize
  *
  * Parsing is strict about what kvpool does (a wrong type or a value out of range is a
@@ -25,11 +26,12 @@
 #include "util/buf.h"
 
 enum kvp_http_api {
-	KVP_HTTP_API_COMPLETIONS, /* OpenAI /v1/completions */
-	KVP_HTTP_API_CHAT,	  /* OpenAI /v1/chat/completions */
-	KVP_HTTP_API_MESSAGES,	  /* Anthropic /v1/messages */
-	KVP_HTTP_API_TOKENIZE,	  /* /tokenize */
-	KVP_HTTP_API_DETOKENIZE,  /* /detokenize */
+	KVP_HTTP_API_COMPLETIONS,  /* OpenAI /v1/completions */
+	KVP_HTTP_API_CHAT,	   /* OpenAI /v1/chat/completions */
+	KVP_HTTP_API_MESSAGES,	   /* Anthropic /v1/messages */
+	KVP_HTTP_API_TOKENIZE,	   /* /tokenize */
+	KVP_HTTP_API_DETOKENIZE,   /* /detokenize */
+	KVP_HTTP_API_COUNT_TOKENS, /* Anthropic /v1/messages/count_tokens */
 };
 
 /* Which error body a request gets. */
@@ -82,6 +84,8 @@ struct kvp_http_msg {
 #define KVP_HTTP_STOP_LEN_MAX 256  /* bytes of one */
 #define KVP_HTTP_BREAKPOINTS_MAX 4 /* Anthropic's limit on cache_control blocks */
 #define KVP_HTTP_CACHE_SALT_MAX 64
+#define KVP_HTTP_PRIORITY_MIN (-1000) /* kvpoold's range (KVP_PRIORITY_MIN/MAX), negated */
+#define KVP_HTTP_PRIORITY_MAX 1000
 
 /**
  * struct kvp_http_gen - one parsed request (all zero before parsing)
@@ -98,6 +102,9 @@ struct kvp_http_msg {
  * @include_usage:    OpenAI stream_options.include_usage
  * @return_token_ids: vLLM's return_token_ids: generated ids in the answer
  * @cache_salt:       vLLM's cache_salt (owned), @cache_salt_len bytes
+ * @priority:         vLLM's priority, lower is served first (kvpoold's is the other
+ *                    way round): in [KVP_HTTP_PRIORITY_MIN, KVP_HTTP_PRIORITY_MAX], 0
+ * @no_special:       tokenize: add_special_tokens false (no BOS)
  */
 struct kvp_http_gen {
 	enum kvp_http_api api;
@@ -123,6 +130,8 @@ struct kvp_http_gen {
 	bool return_token_ids;
 	char *cache_salt;
 	size_t cache_salt_len;
+	int32_t priority;
+	bool no_special;
 };
 
 /**

@@ -106,6 +106,7 @@ static int connect_conn(struct kvp_http_backend *be, unsigned int i)
 	be->info.n_ctx = w->n_ctx;
 	be->info.max_new_tokens = w->max_new_tokens;
 	be->info.max_prompt_tokens = w->max_prompt_tokens;
+	be->info.block_tokens = w->shape.block_tokens;
 	pthread_mutex_unlock(&be->lock);
 	atomic_fetch_add(&be->up, 1);
 	return 0;
@@ -177,6 +178,60 @@ static int pick(struct kvp_http_backend *be)
 	return best;
 }
 
+/* A chat's messages as a libkvpool conversation (a builder: freed once it is sent). */
+static int build_conv(const struct kvp_http_job *job, struct kvp_client_conv **out)
+{
+	static const int roles[] = { [KVP_HTTP_ROLE_SYSTEM] = KVP_ROLE_SYSTEM,
+				     [KVP_HTTP_ROLE_USER] = KVP_ROLE_USER,
+				     [KVP_HTTP_ROLE_ASSISTANT] = KVP_ROLE_ASSISTANT };
+	struct kvp_client_conv *cv;
+	int r;
+
+	r = kvp_client_conv_new(&cv);
+	if (r)
+		return r;
+	for (size_t k = 0; k < job->n_msgs; k++) {
+		const struct kvp_http_msg *m = &job->msgs[k];
+
+		r = kvp_client_conv_add(cv, roles[m->role], m->text ? m->text : "", m->len);
+		if (r) {
+			kvp_client_conv_free(cv);
+			return r;
+		}
+	}
+	*out = cv;
+	return 0;
+}
+
+/* Send @job's request on @c: 0, or as kvp_client_submit() (-ENOMEM: nothing was sent). */
+static int send_job(struct kvp_client *c, struct kvp_http_job *job)
+{
+	struct kvp_client_conv *cv;
+	int r;
+
+	switch (job->kind) {
+	case KVP_HTTP_JOB_CHAT:
+	case KVP_HTTP_JOB_CHAT_PROMPT:
+		r = build_conv(job, &cv);
+		if (r)
+			return r;
+		if (job->kind == KVP_HTTP_JOB_CHAT)
+			r = kvp_client_chat_submit(c, cv, &job->params, &job->req_id);
+		else
+			r = kvp_client_chat_prompt_submit(c, cv, &job->req_id);
+		kvp_client_conv_free(cv); /* the frame is out; the reply is not kept here */
+		return r;
+	case KVP_HTTP_JOB_TOKENIZE:
+		return kvp_client_tokenize_submit(c, job->prompt.text, job->prompt.text_len,
+						  job->tok_flags, &job->req_id);
+	case KVP_HTTP_JOB_DETOKENIZE:
+		return kvp_client_detokenize_submit(c, job->prompt.tokens, job->prompt.n_tokens,
+						    job->tok_flags, &job->req_id);
+	default:
+		return kvp_client_submit(c, &job->prompt, &job->params, &job->req_id);
+	}
+}
+
 static void dispatch(struct kvp_http_backend *be, struct kvp_http_job *job)
 {
 	char msg[400];
@@ -184,11 +239,6 @@ static void dispatch(struct kvp_http_backend *be, struct kvp_http_job *job)
 
 	if (atomic_load(&job->cancel)) {
 		end_job(be, job, NULL, KVP_E_CANCELLED, "cancelled before it was sent");
-		return;
-	}
-	if (job->n_msgs) {
-		end_job(be, job, NULL, -ENOSYS,
-			"chat needs kvpoold's CHAT request, which this build does not have yet");
 		return;
 	}
 again:
@@ -203,10 +253,11 @@ again:
 		}
 		return;
 	}
-	r = kvp_client_submit(be->conns[i].c, &job->prompt, &job->params, &job->req_id);
-	if (r > 0 || r == -EINVAL || r == -EMSGSIZE) {
+	r = send_job(be->conns[i].c, job);
+	if (r > 0 || r == -EINVAL || r == -EMSGSIZE || r == -ENOMEM) {
 		/* refused before anything was sent: the request's fault, not the link's */
-		snprintf(msg, sizeof(msg), "%s", kvp_client_errmsg(be->conns[i].c));
+		snprintf(msg, sizeof(msg), "%s",
+			 r == -ENOMEM ? "out of memory" : kvp_client_errmsg(be->conns[i].c));
 		end_job(be, job, NULL, r, msg);
 		return;
 	}
@@ -260,6 +311,10 @@ static void read_one(struct kvp_http_backend *be, unsigned int i)
 		return; /* not ours (cannot happen: ids are this connection's) */
 	job = *slot;
 	switch (ev.type) {
+	case KVP_EVENT_IDS:
+		if (job->ops->ids)
+			job->ops->ids(job, ev.tokens, ev.n_tokens, ev.text, ev.text_len);
+		return;
 	case KVP_EVENT_TOKEN:
 		if (job->ops->tokens(job, ev.tokens, ev.n_tokens, ev.text, ev.text_len))
 			atomic_store(&job->cancel, true);
@@ -547,9 +602,4 @@ void kvp_http_backend_info(struct kvp_http_backend *be, struct kvp_http_backend_
 	pthread_mutex_lock(&be->lock);
 	*info = be->info;
 	pthread_mutex_unlock(&be->lock);
-}
-
-bool kvp_http_backend_has_chat(const struct kvp_http_backend *be)
-{
-	return false; /* flips when libkvpool has kvp_client_chat() (see dispatch()) */
 }

@@ -44,32 +44,48 @@ struct kvp_http_job;
  *            the reason.  After it returns the backend never touches the job again.
  * @watch_fd: the client socket to watch for a hang-up now, or -1
  * @hangup:   the watched socket hung up; the backend cancels the request itself
+ * @ids:      kvpoold's IDS: a chat's prompt ids (before its tokens), the answer of a
+ *            tokenize, detokenize or chat-prompt job (@text for detokenize); may be NULL
  */
 struct kvp_http_job_ops {
 	bool (*tokens)(struct kvp_http_job *job, const int32_t *ids, uint32_t n_ids,
 		       const char *text, uint32_t len);
+	void (*ids)(struct kvp_http_job *job, const int32_t *ids, uint32_t n_ids, const char *text,
+		    uint32_t len);
 	void (*end)(struct kvp_http_job *job, const struct kvp_usage *u, int status,
 		    const char *msg);
 	int (*watch_fd)(struct kvp_http_job *job);
 	void (*hangup)(struct kvp_http_job *job);
 };
 
+/* What a job asks kvpoold for. */
+enum kvp_http_job_kind {
+	KVP_HTTP_JOB_GENERATE = 0, /* GENERATE of @prompt */
+	KVP_HTTP_JOB_CHAT,	   /* CHAT of @msgs: IDS (the prompt), TOKENs, DONE */
+	KVP_HTTP_JOB_CHAT_PROMPT,  /* CHAT of @msgs, prompt only: IDS, DONE (counting) */
+	KVP_HTTP_JOB_TOKENIZE,	   /* TOKENIZE of @prompt.text: IDS, DONE */
+	KVP_HTTP_JOB_DETOKENIZE,   /* DETOKENIZE of @prompt.tokens: IDS (text), DONE */
+};
+
 /**
- * struct kvp_http_job - one generation as the backend sees it
+ * struct kvp_http_job - one request to kvpoold as the backend sees it
  * @ops:      set by the caller
- * @prompt:   set by the caller for a completion: tokens or text (borrowed until @end)
- * @msgs:     set by the caller for a chat (@n_msgs, borrowed until @end); chats wait on
- *            kvpoold's CHAT request: kvp_http_backend_has_chat() says false, and a chat
- *            job ends with -ENOSYS
+ * @kind:     set by the caller: enum kvp_http_job_kind
+ * @prompt:   set by the caller for a completion: tokens or text (borrowed until @end);
+ *            the text to tokenize, the ids to detokenize
+ * @msgs:     set by the caller for a chat (@n_msgs, borrowed until @end)
  * @params:   sampling and cache options (the salt borrowed until @end)
+ * @tok_flags: KVP_TOKENIZE_* / KVP_DETOKENIZE_* for those kinds
  * (the rest is the backend's)
  */
 struct kvp_http_job {
 	const struct kvp_http_job_ops *ops;
+	enum kvp_http_job_kind kind;
 	struct kvp_client_prompt prompt;
 	const struct kvp_http_msg *msgs;
 	size_t n_msgs;
 	struct kvp_client_params params;
+	unsigned int tok_flags;
 
 	struct kvp_http_job *next;
 	atomic_bool cancel;
@@ -83,6 +99,7 @@ struct kvp_http_job {
  * struct kvp_http_backend_info - what the last WELCOME said
  * @up:     a connection is open now
  * @known:  a WELCOME was ever received (the fields below are set)
+ * @block_tokens: tokens per cache block (the pool's shape)
  */
 struct kvp_http_backend_info {
 	bool up;
@@ -92,6 +109,7 @@ struct kvp_http_backend_info {
 	uint32_t n_ctx;
 	uint32_t max_new_tokens;
 	uint32_t max_prompt_tokens;
+	uint32_t block_tokens;
 };
 
 /**
@@ -132,8 +150,5 @@ unsigned int kvp_http_backend_up(struct kvp_http_backend *be);
 
 /* A copy of what kvpoold announced (see struct kvp_http_backend_info). */
 void kvp_http_backend_info(struct kvp_http_backend *be, struct kvp_http_backend_info *info);
-
-/* Whether chats can be sent (kvpoold's CHAT request): false until libkvpool has it. */
-bool kvp_http_backend_has_chat(const struct kvp_http_backend *be);
 
 #endif /* KVP_IPC_HTTP_BACKEND_H */

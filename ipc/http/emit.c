@@ -83,7 +83,32 @@ static void kvpool_usage(struct kvp_json *j, const struct kvp_usage *u)
 	kvp_json_fixed(j, "ttft_ms", u->ttft_ms, 3);
 	kvp_json_fixed(j, "prefill_ms", u->prefill_ms, 3);
 	kvp_json_fixed(j, "decode_ms", u->decode_ms, 3);
+	kvp_json_u64(j, "cached_tokens_disk", u->cached_tokens_disk);
+	kvp_json_u64(j, "preemptions", u->preemptions);
 	kvp_json_end(j, '}');
+}
+
+/* Prompt tokens whose K/V came from the cache, memory or disk: not computed. */
+static uint64_t cache_read(const struct kvp_usage *u)
+{
+	uint64_t n = (uint64_t)u->cached_tokens + u->cached_tokens_disk;
+
+	return n < u->prompt_tokens ? n : u->prompt_tokens;
+}
+
+void kvp_http_anthropic_split(const struct kvp_usage *u, uint32_t block_tokens,
+			      struct kvp_http_anthropic_usage *out)
+{
+	uint64_t full = block_tokens ? u->prompt_tokens / block_tokens * block_tokens :
+				       u->prompt_tokens;
+
+	out->cache_read = cache_read(u);
+	/* kvpoold's cache_creation_tokens also counts the blocks of the generated tokens it
+	 * published at the end: the prompt's share is at most its full blocks past the read */
+	out->cache_creation = full > out->cache_read ? full - out->cache_read : 0;
+	if (out->cache_creation > u->cache_creation_tokens)
+		out->cache_creation = u->cache_creation_tokens;
+	out->input = u->prompt_tokens - out->cache_read - out->cache_creation;
 }
 
 static void openai_usage(struct kvp_json *j, const struct kvp_usage *u, uint32_t completion)
@@ -93,23 +118,23 @@ static void openai_usage(struct kvp_json *j, const struct kvp_usage *u, uint32_t
 	kvp_json_u64(j, "completion_tokens", completion);
 	kvp_json_u64(j, "total_tokens", (uint64_t)u->prompt_tokens + completion);
 	kvp_json_begin(j, "prompt_tokens_details", '{');
-	kvp_json_u64(j, "cached_tokens", u->cached_tokens);
+	kvp_json_u64(j, "cached_tokens", cache_read(u));
 	kvp_json_end(j, '}');
 	kvpool_usage(j, u);
 	kvp_json_end(j, '}');
 }
 
 /* Anthropic splits the prompt: read from the cache, written to it, and the rest. */
-static void anthropic_usage(struct kvp_json *j, const struct kvp_usage *u, uint32_t completion,
-			    bool ext)
+static void anthropic_usage(struct kvp_http_emit *e, struct kvp_json *j, const struct kvp_usage *u,
+			    uint32_t completion, bool ext)
 {
-	uint64_t rest = (uint64_t)u->cached_tokens + u->cache_creation_tokens;
+	struct kvp_http_anthropic_usage a;
 
-	rest = u->prompt_tokens > rest ? u->prompt_tokens - rest : 0;
+	kvp_http_anthropic_split(u, e->block_tokens, &a);
 	kvp_json_begin(j, "usage", '{');
-	kvp_json_u64(j, "input_tokens", rest);
-	kvp_json_u64(j, "cache_creation_input_tokens", u->cache_creation_tokens);
-	kvp_json_u64(j, "cache_read_input_tokens", u->cached_tokens);
+	kvp_json_u64(j, "input_tokens", a.input);
+	kvp_json_u64(j, "cache_creation_input_tokens", a.cache_creation);
+	kvp_json_u64(j, "cache_read_input_tokens", a.cache_read);
 	kvp_json_u64(j, "output_tokens", completion);
 	if (ext)
 		kvpool_usage(j, u);
@@ -168,7 +193,7 @@ void kvp_http_emit_open(struct kvp_http_emit *e, struct kvp_buf *out)
 		str(&j, "model", e->model);
 		kvp_json_null(&j, "stop_reason");
 		kvp_json_null(&j, "stop_sequence");
-		anthropic_usage(&j, &zero, 0, false);
+		anthropic_usage(e, &j, &zero, 0, false);
 		kvp_json_end(&j, '}');
 		kvp_json_end(&j, '}');
 		sse_end(out);
@@ -286,7 +311,7 @@ static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 		else
 			kvp_json_null(&j, "stop_sequence");
 		kvp_json_end(&j, '}');
-		anthropic_usage(&j, u, completion, true);
+		anthropic_usage(e, &j, u, completion, true);
 		kvp_json_end(&j, '}');
 		sse_end(out);
 		kvp_buf_add(out, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
@@ -361,7 +386,7 @@ void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 			kvp_json_str(&j, "stop_sequence", stop, stop_len);
 		else
 			kvp_json_null(&j, "stop_sequence");
-		anthropic_usage(&j, u, completion, true);
+		anthropic_usage(e, &j, u, completion, true);
 		kvp_json_end(&j, '}');
 		return;
 	}
@@ -400,4 +425,31 @@ void kvp_http_emit_error(struct kvp_http_emit *e, struct kvp_buf *out,
 	kvp_buf_add(out, "data: ", 6);
 	kvp_http_err_json(err, KVP_HTTP_SHAPE_OPENAI, out);
 	kvp_buf_add(out, "\n\ndata: [DONE]\n\n", 16);
+}
+
+void kvp_http_emit_ids(struct kvp_http_emit *e, struct kvp_buf *out, const int32_t *ids,
+		       size_t n_ids, const char *text, size_t len, uint32_t n_ctx)
+{
+	struct kvp_json j;
+
+	kvp_json_init(&j, out);
+	kvp_json_begin(&j, NULL, '{');
+	switch (e->api) {
+	case KVP_HTTP_API_COUNT_TOKENS:
+		kvp_json_u64(&j, "input_tokens", n_ids);
+		break;
+	case KVP_HTTP_API_DETOKENIZE:
+		kvp_json_str(&j, "prompt", text ? text : "", len);
+		break;
+	default:
+		kvp_json_u64(&j, "count", n_ids);
+		kvp_json_u64(&j, "max_model_len", n_ctx);
+		kvp_json_begin(&j, "tokens", '[');
+		for (size_t i = 0; i < n_ids; i++)
+			kvp_json_i64(&j, NULL, ids[i]);
+		kvp_json_end(&j, ']');
+		kvp_json_null(&j, "token_strs");
+		break;
+	}
+	kvp_json_end(&j, '}');
 }

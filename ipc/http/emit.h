@@ -13,9 +13,10 @@
  *                message_delta (stop_reason and the usage), message_stop
  *
  * Usage: OpenAI's prompt_tokens, completion_tokens, total_tokens and
- * prompt_tokens_details.cached_tokens; Anthropic's input_tokens (prompt tokens neither
- * read from nor written to the cache), cache_read_input_tokens,
- * cache_creation_input_tokens, output_tokens; and in both, kvpool's own DONE fields
+ * prompt_tokens_details.cached_tokens (read from kvpoold's cache, memory or disk tier);
+ * Anthropic's input_tokens (prompt tokens neither read from nor written to the cache),
+ * cache_read_input_tokens, cache_creation_input_tokens (see kvp_http_anthropic_split()),
+ * output_tokens; and in both, kvpool's own DONE fields
  * under usage.kvpool.  Anthropic's message_start has no usage yet (kvpoold reports it at
  * the end), so it carries zeros and message_delta carries every counter.
  *
@@ -47,6 +48,8 @@ enum kvp_http_finish {
  * @opened:   stream: the opening events are out
  * @text:     not streaming: the answer so far
  * @ids:      not streaming, @return_token_ids: the generated ids so far (@n_ids)
+ * @block_tokens: kvpoold's cache block size, for Anthropic's usage (0: not known);
+ *            set after kvp_http_emit_init()
  */
 struct kvp_http_emit {
 	enum kvp_http_api api;
@@ -58,7 +61,26 @@ struct kvp_http_emit {
 	struct kvp_buf text;
 	int32_t *ids;
 	size_t n_ids, cap_ids;
+	uint32_t block_tokens;
 };
+
+/**
+ * struct kvp_http_anthropic_usage - a prompt split as Anthropic's usage splits it
+ * @input:          tokens neither read from nor written to the cache (input_tokens)
+ * @cache_read:     read from the cache, memory or disk tier (cache_read_input_tokens)
+ * @cache_creation: written to it (cache_creation_input_tokens): the prompt's full blocks
+ *                  kvpoold newly published, not the generated tokens' blocks it also counts
+ * The three add up to kvpoold's prompt_tokens.
+ */
+struct kvp_http_anthropic_usage {
+	uint64_t input;
+	uint64_t cache_read;
+	uint64_t cache_creation;
+};
+
+/* Split @u's prompt for Anthropic (@block_tokens: the cache's block size, 0 = unknown). */
+void kvp_http_anthropic_split(const struct kvp_usage *u, uint32_t block_tokens,
+			      struct kvp_http_anthropic_usage *out);
 
 /* Start an answer; @id is copied, @model borrowed. */
 void kvp_http_emit_init(struct kvp_http_emit *e, enum kvp_http_api api, bool stream,
@@ -87,6 +109,14 @@ void kvp_http_emit_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp_http_finish finish,
 			  const char *stop, size_t stop_len, const struct kvp_usage *u,
 			  uint32_t completion);
+
+/**
+ * kvp_http_emit_ids() - the whole answer of a tokenizer endpoint, from kvpoold's IDS
+ * /tokenize: {"count", "max_model_len" (@n_ctx), "tokens", "token_strs": null};
+ * /detokenize: {"prompt": @text}; count_tokens: {"input_tokens"}.
+ */
+void kvp_http_emit_ids(struct kvp_http_emit *e, struct kvp_buf *out, const int32_t *ids,
+		       size_t n_ids, const char *text, size_t len, uint32_t n_ctx);
 
 /* Stream: an error event after the stream started (and [DONE] for OpenAI). */
 void kvp_http_emit_error(struct kvp_http_emit *e, struct kvp_buf *out,

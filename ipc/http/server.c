@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "ipc/http/api.h"
+#include "ipc/http/cache.h"
 #include "ipc/http/emit.h"
 #include "ipc/http/metrics.h"
 #include "ipc/http/stop.h"
@@ -71,6 +72,7 @@ struct hreq {
 	struct MHD_Connection *conn;
 	atomic_int refs;
 	enum kvp_http_ep ep;
+	enum kvp_http_api api;
 	enum kvp_http_shape shape;
 	int fd; /* the client's socket, for the backend's hang-up watch */
 	uint64_t t0_ns;
@@ -91,6 +93,7 @@ struct hreq {
 	uint8_t salt[KVP_SALT_MAX];
 	size_t salt_len;
 	char model[128];
+	uint32_t n_ctx; /* kvpoold's, for /tokenize's max_model_len */
 
 	pthread_mutex_t lock; /* what follows, shared with the backend/status thread */
 	bool suspended;
@@ -99,6 +102,7 @@ struct hreq {
 	bool gone;   /* the client went away */
 	bool failed; /* ended in an error before any output: @err says which */
 	bool ttft_seen;
+	bool got_ids; /* a tokenizer job's answer is in @out */
 	struct kvp_http_err err;
 	struct kvp_http_emit emit;
 	struct kvp_http_stop stop;
@@ -251,9 +255,6 @@ static void map_status(int status, const char *msg, struct kvp_http_err *e)
 					 "kvpoold is stopping" :
 					 "the request was cancelled (the server is stopping)");
 		break;
-	case -ENOSYS:
-		kvp_http_err_set(e, 501, "not_implemented", NULL, "%s", m ? m : "not implemented");
-		break;
 	case -EINVAL:
 	case -EMSGSIZE:
 	case KVP_E_INVALID:
@@ -328,16 +329,40 @@ static bool on_tokens(struct kvp_http_job *job, const int32_t *ids, uint32_t n_i
 	return cancel;
 }
 
+/* A tokenizer job's answer (a chat's prompt ids are not needed: DONE counts them). */
+static void on_ids(struct kvp_http_job *job, const int32_t *ids, uint32_t n_ids, const char *text,
+		   uint32_t len)
+{
+	struct hreq *r = (struct hreq *)job;
+
+	if (job->kind == KVP_HTTP_JOB_GENERATE || job->kind == KVP_HTTP_JOB_CHAT)
+		return;
+	pthread_mutex_lock(&r->lock);
+	r->out.len = 0;
+	kvp_http_emit_ids(&r->emit, &r->out, ids, n_ids, text, len, r->n_ctx);
+	r->got_ids = true;
+	pthread_mutex_unlock(&r->lock);
+}
+
 static void on_end(struct kvp_http_job *job, const struct kvp_usage *u, int status, const char *msg)
 {
 	struct hreq *r = (struct hreq *)job;
 	struct kvp_http_server *srv = r->srv;
 	bool ok = u && (status == KVP_OK || (status == KVP_E_CANCELLED && r->stop.hit));
+	bool tok = job->kind != KVP_HTTP_JOB_GENERATE && job->kind != KVP_HTTP_JOB_CHAT;
 
 	atomic_fetch_sub(&srv->metrics.in_flight, 1);
 	pthread_mutex_lock(&r->lock);
 	r->ended = true;
-	if (ok) {
+	if (ok && tok && !r->got_ids) {
+		ok = false;
+		status = KVP_E_INTERNAL;
+		msg = "kvpoold ended the request without its answer";
+	}
+	if (ok && tok) {
+		if (r->out.err)
+			r->gone = true; /* no memory for the answer: close rather than lie */
+	} else if (ok) {
 		enum kvp_http_finish fin = r->stop.hit ? KVP_HTTP_FINISH_STOP :
 					   u->generated_tokens >= r->job.params.max_new_tokens ?
 							 KVP_HTTP_FINISH_LENGTH :
@@ -402,6 +427,7 @@ static void on_hangup(struct kvp_http_job *job)
 
 static const struct kvp_http_job_ops job_ops = {
 	.tokens = on_tokens,
+	.ids = on_ids,
 	.end = on_end,
 	.watch_fd = on_watch_fd,
 	.hangup = on_hangup,
@@ -715,29 +741,82 @@ static bool make_salt(struct hreq *r, struct kvp_http_err *e)
 	return true;
 }
 
-static enum kvp_http_api api_of(enum kvp_http_ep ep)
+/* The job a tokenizer endpoint sends; false for the generating ones. */
+static bool tokenizer_job(struct hreq *r)
 {
-	switch (ep) {
-	case KVP_HTTP_EP_CHAT:
-		return KVP_HTTP_API_CHAT;
-	case KVP_HTTP_EP_MESSAGES:
-		return KVP_HTTP_API_MESSAGES;
-	case KVP_HTTP_EP_TOKENIZE:
-		return KVP_HTTP_API_TOKENIZE;
-	case KVP_HTTP_EP_DETOKENIZE:
-		return KVP_HTTP_API_DETOKENIZE;
+	struct kvp_http_gen *g = &r->gen;
+
+	switch (r->api) {
+	case KVP_HTTP_API_COUNT_TOKENS:
+		r->job.kind = KVP_HTTP_JOB_CHAT_PROMPT;
+		break;
+	case KVP_HTTP_API_TOKENIZE:
+		/* the chat form counts as a chat completion would; text as a completion */
+		r->job.kind = g->msgs ? KVP_HTTP_JOB_CHAT_PROMPT : KVP_HTTP_JOB_TOKENIZE;
+		r->job.tok_flags = g->no_special ? KVP_TOKENIZE_NO_BOS : 0;
+		break;
+	case KVP_HTTP_API_DETOKENIZE:
+		r->job.kind = KVP_HTTP_JOB_DETOKENIZE;
+		break;
 	default:
-		return KVP_HTTP_API_COMPLETIONS;
+		return false;
 	}
+	r->job.prompt.text = g->text;
+	r->job.prompt.text_len = g->text_len;
+	r->job.prompt.tokens = g->tokens;
+	r->job.prompt.n_tokens = g->n_tokens;
+	r->job.msgs = g->msgs;
+	r->job.n_msgs = g->n_msgs;
+	g->stream = false; /* a body copied from a streamed call: one JSON answer all the same */
+	return true;
 }
 
-/* The body is complete: parse, check, and hand the generation to the backend. */
-static enum MHD_Result post_ready(struct hreq *r, const char *url)
+/* A generating endpoint's job: sampling, priority and cache options.  false: @e says why. */
+static bool generation_job(struct hreq *r, const struct kvp_http_backend_info *info,
+			   struct kvp_http_err *e)
+{
+	struct kvp_http_server *srv = r->srv;
+	const struct kvp_http_gen *g = &r->gen;
+	struct kvp_client_params *p = &r->job.params;
+
+	kvp_client_params_init(p);
+	p->max_new_tokens = g->max_tokens ? g->max_tokens :
+			    r->api == KVP_HTTP_API_COMPLETIONS ? 16 : /* OpenAI's default */
+								   info->max_new_tokens;
+	if (info->max_new_tokens && p->max_new_tokens > info->max_new_tokens) {
+		kvp_http_err_set(e, 400, "context_length_exceeded",
+				 r->api == KVP_HTTP_API_CHAT ? "max_completion_tokens" :
+							       "max_tokens",
+				 "max_tokens %u exceeds this server's limit of %u",
+				 p->max_new_tokens, info->max_new_tokens);
+		return false;
+	}
+	p->temperature = g->temperature;
+	p->top_p = g->top_p;
+	p->top_k = g->top_k;
+	p->seed = g->has_seed ? g->seed : mix(srv->id_prefix ^ atomic_fetch_add(&srv->id_next, 1));
+	p->priority = -g->priority; /* vLLM's: lower first; kvpoold's: higher first */
+	kvp_http_cache_map(p, g, (enum kvp_http_anthropic_cache)srv->cfg->anthropic_cache);
+	if (g->msgs) {
+		r->job.kind = KVP_HTTP_JOB_CHAT;
+		r->job.msgs = g->msgs;
+		r->job.n_msgs = g->n_msgs;
+	} else {
+		r->job.kind = KVP_HTTP_JOB_GENERATE;
+		r->job.prompt.text = g->text;
+		r->job.prompt.text_len = g->text_len;
+		r->job.prompt.tokens = g->tokens;
+		r->job.prompt.n_tokens = g->n_tokens;
+	}
+	return true;
+}
+
+/* The body is complete: parse, check, and hand the request to the backend. */
+static enum MHD_Result post_ready(struct hreq *r)
 {
 	struct kvp_http_server *srv = r->srv;
 	struct kvp_http_backend_info info;
 	struct kvp_http_gen *g = &r->gen;
-	struct kvp_client_params *p = &r->job.params;
 	struct kvp_http_err e;
 	const char *prefix;
 	char id[48];
@@ -747,13 +826,8 @@ static enum MHD_Result post_ready(struct hreq *r, const char *url)
 		return fail(r, 413, "request_too_large", NULL,
 			    "the request body is larger than %llu bytes",
 			    (unsigned long long)srv->cfg->max_body_bytes);
-	if (!strcmp(url, "/v1/messages/count_tokens"))
-		return fail(r, 501, "not_implemented", NULL,
-			    "counting tokens needs kvpoold's TOKENIZE request, which this build "
-			    "does not have yet");
 	kvp_http_backend_info(srv->be, &info);
-	rc = kvp_http_parse(g, api_of(r->ep), r->body.p ? r->body.p : "", r->body.len, info.n_vocab,
-			    &e);
+	rc = kvp_http_parse(g, r->api, r->body.p ? r->body.p : "", r->body.len, info.n_vocab, &e);
 	kvp_buf_deinit(&r->body);
 	if (rc == -ENOMEM)
 		return fail(r, 500, "server_error", NULL, "out of memory");
@@ -767,56 +841,22 @@ static enum MHD_Result post_ready(struct hreq *r, const char *url)
 			    "The model '%s' does not exist; this server has '%s' (GET /v1/models)",
 			    g->model, info.model);
 	snprintf(r->model, sizeof(r->model), "%s", g->model ? g->model : info.model);
-	if (r->ep == KVP_HTTP_EP_TOKENIZE || r->ep == KVP_HTTP_EP_DETOKENIZE)
-		return fail(r, 501, "not_implemented", NULL,
-			    "%s needs kvpoold's TOKENIZE/DETOKENIZE requests, which this build "
-			    "does not have yet (the daemon owns the model's tokenizer)",
-			    r->ep == KVP_HTTP_EP_TOKENIZE ? "tokenize" : "detokenize");
-	if ((r->ep == KVP_HTTP_EP_CHAT || r->ep == KVP_HTTP_EP_MESSAGES) &&
-	    !kvp_http_backend_has_chat(srv->be))
-		return fail(r, 501, "not_implemented", NULL,
-			    "%s needs kvpoold's CHAT request (the model's chat template), which "
-			    "this build does not have yet; POST /v1/completions works",
-			    r->ep == KVP_HTTP_EP_CHAT ? "chat completions" : "messages");
-
-	/* sampling and cache options */
-	kvp_client_params_init(p);
-	p->max_new_tokens = g->max_tokens ? g->max_tokens :
-			    r->ep == KVP_HTTP_EP_COMPLETIONS ? 16 : /* OpenAI's default */
-								     info.max_new_tokens;
-	if (info.max_new_tokens && p->max_new_tokens > info.max_new_tokens)
-		return fail(r, 400, "context_length_exceeded",
-			    r->ep == KVP_HTTP_EP_CHAT ? "max_completion_tokens" : "max_tokens",
-			    "max_tokens %u exceeds this server's limit of %u", p->max_new_tokens,
-			    info.max_new_tokens);
-	p->temperature = g->temperature;
-	p->top_p = g->top_p;
-	p->top_k = g->top_k;
-	p->seed = g->has_seed ? g->seed : mix(srv->id_prefix ^ atomic_fetch_add(&srv->id_next, 1));
+	r->n_ctx = info.n_ctx;
 	if (!make_salt(r, &e))
 		return queue_error(r, &e);
-	p->salt = r->salt;
-	p->salt_len = r->salt_len;
-	p->no_cache = r->ep == KVP_HTTP_EP_MESSAGES && !g->n_breakpoints &&
-		      srv->cfg->anthropic_cache == KVP_HTTP_CACHE_EXPLICIT;
-	if (g->text) {
-		r->job.prompt.text = g->text;
-		r->job.prompt.text_len = g->text_len;
-	} else if (g->tokens) {
-		r->job.prompt.tokens = g->tokens;
-		r->job.prompt.n_tokens = g->n_tokens;
-	} else {
-		r->job.msgs = g->msgs; /* chat: sent once kvpoold has CHAT */
-		r->job.n_msgs = g->n_msgs;
-	}
+	if (!tokenizer_job(r) && !generation_job(r, &info, &e))
+		return queue_error(r, &e);
+	r->job.params.salt = r->salt;
+	r->job.params.salt_len = r->salt_len;
 	r->job.ops = &job_ops;
 
-	prefix = r->ep == KVP_HTTP_EP_CHAT     ? "chatcmpl-" :
-		 r->ep == KVP_HTTP_EP_MESSAGES ? "msg_" :
-						 "cmpl-";
+	prefix = r->api == KVP_HTTP_API_CHAT	 ? "chatcmpl-" :
+		 r->api == KVP_HTTP_API_MESSAGES ? "msg_" :
+						   "cmpl-";
 	new_id(srv, id, sizeof(id), prefix);
-	kvp_http_emit_init(&r->emit, api_of(r->ep), g->stream, g->include_usage,
-			   g->return_token_ids, id, (long long)time(NULL), r->model);
+	kvp_http_emit_init(&r->emit, r->api, g->stream, g->include_usage, g->return_token_ids, id,
+			   (long long)time(NULL), r->model);
+	r->emit.block_tokens = info.block_tokens;
 	kvp_http_stop_init(&r->stop, g->stop, g->stop_len, g->n_stop);
 
 	pthread_mutex_lock(&srv->gate);
@@ -890,19 +930,21 @@ struct route {
 	bool prefix; /* @path is a prefix (/v1/models/{id}) */
 	bool post;
 	enum kvp_http_ep ep;
+	enum kvp_http_api api; /* POST: the body's shape */
 };
 
 static const struct route routes[] = {
-	{ "/v1/completions", false, true, KVP_HTTP_EP_COMPLETIONS },
-	{ "/v1/chat/completions", false, true, KVP_HTTP_EP_CHAT },
-	{ "/v1/messages", false, true, KVP_HTTP_EP_MESSAGES },
-	{ "/v1/messages/count_tokens", false, true, KVP_HTTP_EP_TOKENIZE },
-	{ "/tokenize", false, true, KVP_HTTP_EP_TOKENIZE },
-	{ "/detokenize", false, true, KVP_HTTP_EP_DETOKENIZE },
-	{ "/v1/models", false, false, KVP_HTTP_EP_MODELS },
-	{ "/v1/models/", true, false, KVP_HTTP_EP_MODELS },
-	{ "/health", false, false, KVP_HTTP_EP_HEALTH },
-	{ "/metrics", false, false, KVP_HTTP_EP_METRICS },
+	{ "/v1/completions", false, true, KVP_HTTP_EP_COMPLETIONS, KVP_HTTP_API_COMPLETIONS },
+	{ "/v1/chat/completions", false, true, KVP_HTTP_EP_CHAT, KVP_HTTP_API_CHAT },
+	{ "/v1/messages", false, true, KVP_HTTP_EP_MESSAGES, KVP_HTTP_API_MESSAGES },
+	{ "/v1/messages/count_tokens", false, true, KVP_HTTP_EP_TOKENIZE,
+	  KVP_HTTP_API_COUNT_TOKENS },
+	{ "/tokenize", false, true, KVP_HTTP_EP_TOKENIZE, KVP_HTTP_API_TOKENIZE },
+	{ "/detokenize", false, true, KVP_HTTP_EP_DETOKENIZE, KVP_HTTP_API_DETOKENIZE },
+	{ "/v1/models", false, false, KVP_HTTP_EP_MODELS, KVP_HTTP_API_COMPLETIONS /* unused */ },
+	{ "/v1/models/", true, false, KVP_HTTP_EP_MODELS, KVP_HTTP_API_COMPLETIONS /* unused */ },
+	{ "/health", false, false, KVP_HTTP_EP_HEALTH, KVP_HTTP_API_COMPLETIONS /* unused */ },
+	{ "/metrics", false, false, KVP_HTTP_EP_METRICS, KVP_HTTP_API_COMPLETIONS /* unused */ },
 };
 
 static const struct route *route_of(const char *url)
@@ -934,6 +976,7 @@ static struct hreq *hreq_new(struct kvp_http_server *srv, struct MHD_Connection 
 	r->conn = conn;
 	r->t0_ns = kvp_now_ns();
 	r->ep = rt ? rt->ep : KVP_HTTP_EP_OTHER;
+	r->api = rt ? rt->api : KVP_HTTP_API_COMPLETIONS;
 	r->shape = !strncmp(url, "/v1/messages", 12) ? KVP_HTTP_SHAPE_ANTHROPIC :
 						       KVP_HTTP_SHAPE_OPENAI;
 	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -998,7 +1041,7 @@ static enum MHD_Result ready(struct hreq *r, const char *url)
 	case KVP_HTTP_EP_METRICS:
 		return get_metrics(r);
 	default:
-		return post_ready(r, url);
+		return post_ready(r);
 	}
 }
 

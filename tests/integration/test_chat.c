@@ -13,7 +13,8 @@
  *
  * For each family, against a daemon whose test hook (scheduler.test_eog_after) makes
  * every reply end after EOG_AFTER tokens:
- *  - a CHAT's prompt ids equal the oracle's and the library's (compute/convo.c);
+ *  - a CHAT's prompt ids equal the oracle's and the library's (compute/convo.c), and so
+ *    do the ids of the prompt alone (kvp_client_chat_prompt(), nothing generated);
  *  - a 5-turn conversation through kvp_client_chat(): each reply ends at an
  *    end-of-generation token (EOG_AFTER tokens kept, none of them EOG), each prompt
  *    starts with exactly the ids of the previous prompt and reply, and each turn's
@@ -487,6 +488,17 @@ static void check_oracle_prompts(struct fam *f)
 		n_want = parse_case(line, cv, msgs, &n_msgs, texts, want);
 		assert_int_equal(library_prompt(f, cv, lib), n_want);
 		assert_memory_equal(lib, want, n_want * sizeof(int32_t));
+		/* the prompt alone (KVP_CHAT_PROMPT_ONLY, counting): the same ids, no reply */
+		{
+			int32_t *only = NULL;
+			size_t n_only = 0;
+
+			assert_int_equal(kvp_client_chat_prompt(f->c, cv, &only, &n_only), 0);
+			assert_int_equal(n_only, n_want);
+			assert_memory_equal(only, want, n_want * sizeof(int32_t));
+			assert_int_equal(kvp_client_conv_n_messages(cv), n_msgs);
+			free(only);
+		}
 		assert_int_equal(turn(f->c, cv, &p, got, &n_got, reply, &n_reply, &u), KVP_OK);
 		if (n_got != n_want || memcmp(got, want, n_want * sizeof(int32_t)))
 			fprintf(stderr,
@@ -537,6 +549,15 @@ static void check_five_turns(struct fam *f, int32_t replies[TURNS][64], size_t n
 						     strlen(questions[k])),
 				 0);
 		n_lib = library_prompt(f, cv, lib);
+		{ /* counting on the context ids gives what the CHAT then gets */
+			int32_t *only = NULL;
+			size_t n_only = 0;
+
+			assert_int_equal(kvp_client_chat_prompt(f->c, cv, &only, &n_only), 0);
+			assert_int_equal(n_only, n_lib);
+			assert_memory_equal(only, lib, n_lib * sizeof(int32_t));
+			free(only);
+		}
 		assert_int_equal(turn(f->c, cv, &p, prompt, &n_prompt, replies[k], &n_replies[k],
 				      &u),
 				 KVP_OK);

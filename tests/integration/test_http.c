@@ -3,13 +3,18 @@
  * test_http.c - kvpool-http in front of a real kvpoold, driven by the official SDKs:
  *  - tests/node/http-openai.mjs (npm `openai`): completions, plain and streamed, their
  *    usage (cached tokens on a repeated long prompt, tenants and cache_salt apart), the
- *    same tokens as `kvpool generate`, stop strings, typed errors, chat's 501, a
- *    disconnected stream cancelled in kvpoold, models;
- *  - tests/node/http-anthropic.mjs (npm `@anthropic-ai/sdk`): messages' 501, cache_control
- *    checks, typed errors, models;
+ *    same tokens as `kvpool generate`, stop strings, typed errors, chat completions whole
+ *    and streamed, a second turn read from the cache, priority, /tokenize and
+ *    /detokenize, a disconnected stream cancelled in kvpoold, models;
+ *  - tests/node/http-anthropic.mjs (npm `@anthropic-ai/sdk`): messages whole and
+ *    streamed (events in order), the usage split, a second turn read from the cache,
+ *    count_tokens against a real call, cache_control checks, priority, typed errors,
+ *    models;
  * and from C: only loopback without API keys, bad command lines, kvpoold going away and
  * coming back, SIGTERM draining running requests (or cancelling them after the drain
- * timeout), a non-streamed request whose client hangs up cancelled in kvpoold.
+ * timeout), a non-streamed request whose client hangs up cancelled in kvpoold, replies
+ * ending at the model's end of generation ("stop", "end_turn") or at max_tokens, no chat
+ * template, priorities as kvpoold queues them.
  * Without node the SDK tests skip; with node, missing packages fail them.
  */
 #include <assert.h>
@@ -45,7 +50,9 @@ struct fixture {
 };
 static_assert(offsetof(struct fixture, d) == 0, "kvpd_teardown");
 
-static const char *const daemon_args[] = { "--ignore-eos", "--pool-size", "256M", NULL };
+/* ChatML: the synthetic model has no chat template of its own */
+static const char *const daemon_args[] = { "--ignore-eos",    "--pool-size", "256M",
+					   "--chat-template", "chatml",	     NULL };
 
 static int write_file(const char *path, const char *text)
 {
@@ -281,7 +288,7 @@ static void test_kvpoold_restart(void **state)
 	struct fixture *f = *state;
 	const char *auth = "Authorization: Bearer " KEY_A "\r\n";
 	const char *req = "{\"prompt\":\"after a restart\",\"max_tokens\":4,\"temperature\":0}";
-	const char *argv[8] = { "--model", f->d.model };
+	const char *argv[12] = { "--model", f->d.model };
 	struct httpc_resp r;
 	double t_end;
 	int n = 2;
@@ -413,6 +420,164 @@ static void test_hangup_cancels_plain_request(void **state)
 	jsonq_free(after);
 }
 
+/* A second kvpoold (on the fixture's model, @extra flags) and a kvpool-http without keys. */
+static void start_pair(struct fixture *f, struct kvpd *d, struct httpd *h, const char *const *extra)
+{
+	const char *argv[16] = { "--model", f->d.model, "--pool-size", "64M" };
+	const char *hargs[] = { "--config", "/dev/null", "--listen", "127.0.0.1:0", NULL };
+	int n = 4;
+
+	for (; *extra; extra++)
+		argv[n++] = *extra;
+	assert_int_equal(kvpd_init(d), 0);
+	if (kvpd_start(d, 60, argv)) {
+		kvpd_dump_log(d);
+		fail_msg("kvpoold did not start");
+	}
+	assert_int_equal(httpd_start(h, d->dir, d->sock, hargs, 30), 0);
+}
+
+static void stop_pair(struct kvpd *d, struct httpd *h)
+{
+	assert_int_equal(httpd_stop(h), 0);
+	kvpd_cleanup(d);
+}
+
+/* POST @body to @path: the parsed answer, its HTTP status in *@status. */
+static struct jsonq *post_json(int port, const char *path, const char *body, int *status)
+{
+	struct httpc_resp r;
+	struct jsonq *j;
+
+	assert_int_equal(httpc_request(port, "POST", path, NULL, body, &r), 0);
+	*status = r.status;
+	j = jsonq_parse(r.body, r.body_len);
+	httpc_resp_free(&r);
+	assert_non_null(j);
+	return j;
+}
+
+static void test_end_of_generation(void **state)
+{
+	struct fixture *f = *state;
+	const char *extra[] = { "--chat-template", "chatml", "--test-eog-after", "3", NULL };
+	const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+			   "\"max_tokens\":%d%s}";
+	const char *msgs = "{\"model\":\"kvpool-tinyq\",\"messages\":[{\"role\":\"user\","
+			   "\"content\":\"Hi\"}],\"max_tokens\":%d}";
+	struct httpc_resp resp;
+	struct kvpd d;
+	struct httpd h;
+	struct jsonq *j;
+	char body[256];
+	int st;
+
+	/* a daemon whose replies end after 3 tokens (the model's end-of-generation token,
+	 * as a trained model's would): the reply that ends so says "stop" / "end_turn", one
+	 * cut by max_tokens "length" / "max_tokens" */
+	start_pair(f, &d, &h, extra);
+	snprintf(body, sizeof(body), chat, 16, "");
+	j = post_json(h.port, "/v1/chat/completions", body, &st);
+	assert_int_equal(st, 200);
+	assert_string_equal(jsonq_str(j, "choices.0.finish_reason"), "stop");
+	assert_true(jsonq_num(j, "usage.completion_tokens", -1) >= 1);
+	assert_true(jsonq_num(j, "usage.completion_tokens", -1) <= 3);
+	jsonq_free(j);
+	snprintf(body, sizeof(body), chat, 2, "");
+	j = post_json(h.port, "/v1/chat/completions", body, &st);
+	assert_int_equal(st, 200);
+	assert_string_equal(jsonq_str(j, "choices.0.finish_reason"), "length");
+	assert_int_equal((int)jsonq_num(j, "usage.completion_tokens", -1), 2);
+	jsonq_free(j);
+	snprintf(body, sizeof(body), msgs, 16);
+	j = post_json(h.port, "/v1/messages", body, &st);
+	assert_int_equal(st, 200);
+	assert_string_equal(jsonq_str(j, "stop_reason"), "end_turn");
+	assert_true(jsonq_num(j, "usage.output_tokens", -1) <= 3);
+	jsonq_free(j);
+	snprintf(body, sizeof(body), msgs, 2);
+	j = post_json(h.port, "/v1/messages", body, &st);
+	assert_int_equal(st, 200);
+	assert_string_equal(jsonq_str(j, "stop_reason"), "max_tokens");
+	jsonq_free(j);
+	/* streamed: the finish chunk and message_delta say the same */
+	snprintf(body, sizeof(body), chat, 16, ",\"stream\":true");
+	assert_int_equal(httpc_request(h.port, "POST", "/v1/chat/completions", NULL, body, &resp),
+			 0);
+	assert_int_equal(resp.status, 200);
+	assert_non_null(strstr(resp.body, "\"finish_reason\":\"stop\""));
+	assert_non_null(strstr(resp.body, "data: [DONE]"));
+	httpc_resp_free(&resp);
+	/* a model without a chat template (and none named): a clear 400 naming the template */
+	stop_pair(&d, &h);
+	start_pair(f, &d, &h, (const char *const[]){ NULL });
+	snprintf(body, sizeof(body), chat, 4, "");
+	j = post_json(h.port, "/v1/chat/completions", body, &st);
+	assert_int_equal(st, 400);
+	assert_non_null(strstr(jsonq_str(j, "error.message"), "template"));
+	jsonq_free(j);
+	stop_pair(&d, &h);
+}
+
+/* Poll kvpoold's status until @path is @want (10 s at most). */
+static bool status_reaches(struct kvpd *d, const char *path, double want)
+{
+	double t_end = kvp_test_now_s() + 10;
+
+	do {
+		struct jsonq *s = kvpd_status(d);
+		double v = s ? jsonq_num(s, path, -1) : -1;
+
+		jsonq_free(s);
+		if (v == want)
+			return true;
+		usleep(50000);
+	} while (kvp_test_now_s() < t_end);
+	return false;
+}
+
+static void test_priority_reaches_kvpoold(void **state)
+{
+	struct fixture *f = *state;
+	const char *extra[] = { "--ignore-eos", "--max-running", "1", NULL };
+	const char *body = "{\"prompt\":\"p\",\"max_tokens\":%d,\"priority\":%d}";
+	struct httpc busy, hi, lo;
+	struct httpc_resp r;
+	struct kvpd d;
+	struct httpd h;
+	char b[128];
+
+	/* one request at a time: a long one runs, the next ones wait for admission, and
+	 * kvpoold counts the waiting by priority class.  vLLM's field: lower is served
+	 * first, so priority -5 waits as kvpoold's high class (+5), 5 as its low one (-5);
+	 * the running one has -10 (kvpoold's 10), so neither preempts it */
+	start_pair(f, &d, &h, extra);
+	snprintf(b, sizeof(b), body, 4000, -10); /* above the others: never preempted */
+	assert_int_equal(httpc_open(&busy, h.port, 60), 0);
+	assert_int_equal(httpc_send_request(&busy, "POST", "/v1/completions", NULL, b, strlen(b)),
+			 0);
+	assert_true(status_reaches(&d, "scheduler.running", 1));
+	snprintf(b, sizeof(b), body, 1, -5);
+	assert_int_equal(httpc_open(&hi, h.port, 60), 0);
+	assert_int_equal(httpc_send_request(&hi, "POST", "/v1/completions", NULL, b, strlen(b)), 0);
+	assert_true(status_reaches(&d, "scheduler.queued_high", 1));
+	snprintf(b, sizeof(b), body, 1, 5);
+	assert_int_equal(httpc_open(&lo, h.port, 60), 0);
+	assert_int_equal(httpc_send_request(&lo, "POST", "/v1/completions", NULL, b, strlen(b)), 0);
+	assert_true(status_reaches(&d, "scheduler.queued_low", 1));
+	/* the long one goes (its client hangs up): both waiting ones are then served */
+	httpc_close(&busy);
+	assert_int_equal(httpc_read(&hi, &r, NULL, NULL), 0);
+	assert_int_equal(r.status, 200);
+	httpc_resp_free(&r);
+	assert_int_equal(httpc_read(&lo, &r, NULL, NULL), 0);
+	assert_int_equal(r.status, 200);
+	httpc_resp_free(&r);
+	httpc_close(&hi);
+	httpc_close(&lo);
+	stop_pair(&d, &h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -423,6 +588,8 @@ int main(void)
 		cmocka_unit_test(test_hangup_cancels_plain_request),
 		cmocka_unit_test(test_sigterm_drains),
 		cmocka_unit_test(test_kvpoold_restart),
+		cmocka_unit_test(test_end_of_generation),
+		cmocka_unit_test(test_priority_reaches_kvpoold),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

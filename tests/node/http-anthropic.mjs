@@ -1,15 +1,14 @@
 // http-anthropic.mjs - the official `@anthropic-ai/sdk` against a real kvpool-http +
 // kvpoold (run by tests/integration/test_http.c, which starts both).
 //
-// /v1/messages renders a conversation with the model's chat template, which needs
-// kvpoold's CHAT request (branch 'proto', not in this build): until it lands the endpoint
-// checks the whole request (cache_control included) and answers 501.  When CHAT lands,
-// the 501 tests below flip: they then have to check a real message, its streamed events
-// (message_start .. message_stop) and the usage (input_tokens, cache_read_input_tokens,
-// cache_creation_input_tokens, output_tokens).
+// /v1/messages is rendered by kvpoold's CHAT request (ChatML in the fixture, --ignore-eos:
+// every reply is max_tokens long): messages whole and streamed (the events in order),
+// the usage split (input_tokens + cache_read_input_tokens + cache_creation_input_tokens =
+// the prompt), a second turn read from the cache, count_tokens against a real call,
+// cache_control checks, priority, typed errors, models.
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
-import { env, test, run, fetchWithBody } from './http-common.mjs';
+import { env, test, run, fetchWithBody, freshLongPrompt } from './http-common.mjs';
 
 const client = (key = env.keyA, opts = {}) =>
 	new Anthropic({ baseURL: env.url, apiKey: key, maxRetries: 0, ...opts });
@@ -29,29 +28,153 @@ const base = {
 	messages: [{ role: 'user', content: 'Hello' }],
 };
 
-test('messages answer 501 (NotImplementedError) until kvpoold has CHAT', async () => {
-	let e = await thrown(client().messages.create(base));
-	assert.ok(e instanceof Anthropic.NotImplementedError, `${e}`);
-	assert.equal(e.status, 501);
-	assert.equal(e.type, 'api_error');
-	assert.match(e.message, /CHAT/);
-	assert.ok(e.requestID, 'no request-id header');
-	e = await thrown(client().messages.create({ ...base, stream: true }));
-	assert.ok(e instanceof Anthropic.NotImplementedError, `${e}`);
-	e = await thrown(client().messages.stream(base).finalMessage());
-	assert.equal(e.status, 501);
+const BLOCK = 16; // kvpoold's default cache block, the fixture's
+
+// Anthropic's three parts of the prompt add up to what kvpoold counted.
+function checkUsage(u) {
+	assert.equal(u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens,
+		     u.kvpool.prompt_tokens, JSON.stringify(u));
+	assert.equal(u.cache_read_input_tokens,
+		     u.kvpool.cached_tokens + u.kvpool.cached_tokens_disk);
+	assert.ok(u.cache_creation_input_tokens <= u.kvpool.cache_creation_tokens);
+}
+
+test('messages: shape, usage, stop_reason', async () => {
+	const r = await client().messages.create({ ...base, max_tokens: 5, temperature: 0 });
+	assert.equal(r.type, 'message');
+	assert.match(r.id, /^msg_/);
+	assert.equal(r.role, 'assistant');
+	assert.equal(r.model, env.model);
+	assert.equal(r.content.length, 1);
+	assert.equal(r.content[0].type, 'text');
+	// --ignore-eos: cut by max_tokens (test_http.c checks end_turn where turns end)
+	assert.equal(r.stop_reason, 'max_tokens');
+	assert.equal(r.stop_sequence, null);
+	assert.equal(r.usage.output_tokens, 5);
+	checkUsage(r.usage);
+	assert.ok(r.request_id ?? r._request_id, 'no request-id header');
+});
+
+test('messages: a system prompt and stop_sequences', async () => {
+	const req = { ...base, system: 'Be brief.', max_tokens: 24, temperature: 0 };
+	const r = await client().messages.create(req);
+	const text = r.content[0].text;
+	// stop at a printable ASCII character greedy decoding says anyway (after the first:
+	// an ASCII byte is never part of another character, so it occurs as itself)
+	const at = [...text].findIndex((ch, i) => i > 0 && ch >= '!' && ch <= '~');
+	assert.ok(at > 0, 'no printable character generated');
+	const stop = [...text][at];
+	const s = await client().messages.create({ ...req, stop_sequences: [stop] });
+	assert.equal(s.stop_reason, 'stop_sequence');
+	assert.equal(s.stop_sequence, stop);
+	assert.equal(s.content[0].text, text.slice(0, text.indexOf(stop)));
+	assert.ok(s.usage.output_tokens < 24);
+});
+
+test('messages streamed: events in order, the same message as whole', async () => {
+	const req = { ...base, messages: [{ role: 'user', content: 'Stream a message' }],
+		      max_tokens: 10, temperature: 0 };
+	const whole = await client().messages.create(req);
+	const stream = await client().messages.create({ ...req, stream: true });
+	const kinds = [];
+	let text = '', start = null, delta = null;
+	for await (const ev of stream) {
+		if (kinds.at(-1) !== ev.type || ev.type !== 'content_block_delta')
+			kinds.push(ev.type);
+		if (ev.type === 'message_start')
+			start = ev.message;
+		if (ev.type === 'content_block_start')
+			assert.deepEqual(ev.content_block, { type: 'text', text: '' });
+		if (ev.type === 'content_block_delta') {
+			assert.equal(ev.delta.type, 'text_delta');
+			text += ev.delta.text;
+		}
+		if (ev.type === 'message_delta')
+			delta = ev;
+	}
+	assert.deepEqual(kinds, ['message_start', 'content_block_start', 'content_block_delta',
+				 'content_block_stop', 'message_delta', 'message_stop']);
+	assert.match(start.id, /^msg_/);
+	assert.equal(start.role, 'assistant');
+	assert.equal(text, whole.content[0].text);
+	assert.equal(delta.delta.stop_reason, 'max_tokens');
+	assert.equal(delta.usage.output_tokens, 10);
+	checkUsage(delta.usage);
+	assert.equal(delta.usage.kvpool.prompt_tokens, whole.usage.kvpool.prompt_tokens);
+	// the SDK's helper assembles the same message
+	const fin = await client().messages.stream(req).finalMessage();
+	assert.equal(fin.content[0].text, whole.content[0].text);
+	assert.equal(fin.stop_reason, 'max_tokens');
+	assert.equal(fin.usage.output_tokens, 10);
+});
+
+test('multi-turn: the second turn reads the first from the cache', async () => {
+	const system = [{ type: 'text', text: freshLongPrompt('messages system', 600),
+			  cache_control: { type: 'ephemeral' } }];
+	const q1 = { role: 'user', content: 'First question?' };
+	const t1 = await client().messages.create({ ...base, system, messages: [q1],
+						    max_tokens: 8, temperature: 0 });
+	checkUsage(t1.usage);
+	const p1 = t1.usage.kvpool.prompt_tokens;
+	assert.ok(t1.usage.cache_read_input_tokens <= BLOCK, `${t1.usage.cache_read_input_tokens}`);
+	assert.ok(t1.usage.cache_creation_input_tokens > 0); // written for the next turn
+	const t2 = await client().messages.create({
+		...base, system, max_tokens: 8, temperature: 0,
+		messages: [q1, { role: 'assistant', content: t1.content[0].text },
+			   { role: 'user', content: 'And a second one?' }],
+	});
+	checkUsage(t2.usage);
+	const read = t2.usage.cache_read_input_tokens;
+	assert.ok(read >= Math.floor(p1 / BLOCK) * BLOCK, `read ${read} of turn 1's ${p1}`);
+	assert.ok(t2.usage.input_tokens > 0);
+});
+
+test('count_tokens: the prompt tokens a messages call reports', async () => {
+	const system = 'You count tokens.';
+	const messages = [{ role: 'user', content: 'How many tokens is this?' },
+			  { role: 'assistant', content: 'Let me see.' },
+			  { role: 'user', content: [{ type: 'text', text: 'Count them all: naïve ☕' }] }];
+	const n = await client().messages.countTokens({ model: env.model, system, messages });
+	assert.equal(typeof n.input_tokens, 'number');
+	const r = await client().messages.create({ ...base, system, messages, max_tokens: 1 });
+	const u = r.usage;
+	assert.equal(n.input_tokens,
+		     u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens);
+	// more text, more tokens; counting needs no max_tokens but checks the rest
+	const more = await client().messages.countTokens({
+		model: env.model, system, messages: [...messages, { role: 'assistant', content: 'x' }],
+	});
+	assert.ok(more.input_tokens > n.input_tokens);
+	let e = await thrown(client().messages.countTokens({ model: env.model, messages: [] }));
+	assert.ok(e instanceof Anthropic.BadRequestError, `${e}`);
+	e = await thrown(client().messages.countTokens({ model: 'nope', messages }));
+	assert.ok(e instanceof Anthropic.NotFoundError, `${e}`);
+	e = await thrown(client('sk-not-a-key-at-all').messages.countTokens({ model: env.model,
+									   messages }));
+	assert.ok(e instanceof Anthropic.AuthenticationError, `${e}`);
+});
+
+test('priority (vLLM\'s field) is checked and bounded', async () => {
+	const r = await client().messages.create({ ...base, max_tokens: 2, priority: -10 });
+	assert.equal(r.usage.output_tokens, 2);
+	const e = await thrown(client().messages.create({ ...base, priority: 4000 }));
+	assert.ok(e instanceof Anthropic.BadRequestError, `${e}`);
+	assert.match(e.message, /priority/);
 });
 
 test('cache_control is parsed and checked (ephemeral, ttl 5m|1h, at most 4, 1h before 5m)', async () => {
 	const cc = (ttl) => ({ type: 'ephemeral', ...(ttl ? { ttl } : {}) });
 	const block = (text, c) => ({ type: 'text', text, ...(c ? { cache_control: c } : {}) });
-	// valid: system and message breakpoints, 1h before 5m: reaches the 501
-	let e = await thrown(client().messages.create({
+	// valid: system and message breakpoints, 1h before 5m: answered (kvpoold has no
+	// breakpoints or TTLs yet: the prefix cache is used as for any request)
+	const r = await client().messages.create({
 		...base,
 		system: [block('You are terse.', cc('1h'))],
 		messages: [{ role: 'user', content: [block('Long context', cc('5m')), block('Q', cc())] }],
-	}));
-	assert.equal(e.status, 501, `${e}`);
+	});
+	assert.equal(r.type, 'message');
+	checkUsage(r.usage);
+	let e;
 	// a ttl other than 5m and 1h
 	e = await thrown(client().messages.create({
 		...base, messages: [{ role: 'user', content: [block('x', cc('2h'))] }],

@@ -1,6 +1,6 @@
 // http-openai.mjs - the official `openai` SDK against a real kvpool-http + kvpoold (run by
 // tests/integration/test_http.c, which starts both; kvpoold runs with --ignore-eos, so
-// every request generates exactly max_tokens).
+// every request generates exactly max_tokens, and renders chats with ChatML).
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { env, test, run, kvpoolGenerate, kvpoolStatus, eventually, fetchWithBody,
@@ -187,19 +187,94 @@ test('errors arrive as typed errors', async () => {
 	assert.ok(e instanceof OpenAI.NotFoundError, `${e}`);
 });
 
-// Flips when kvpoold's CHAT request lands (branch 'proto'): this test then has to check a
-// real chat completion (and streaming chunks with delta.role/delta.content) instead.
-test('chat completions answer 501 until kvpoold has CHAT', async () => {
+const BLOCK = 16; // kvpoold's default cache block, the fixture's
+
+test('chat completion: shape, usage, finish_reason', async () => {
+	const r = await client().chat.completions.create({
+		model: env.model, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 6,
+		temperature: 0,
+	});
+	assert.equal(r.object, 'chat.completion');
+	assert.match(r.id, /^chatcmpl-/);
+	assert.equal(r.model, env.model);
+	assert.equal(r.choices.length, 1);
+	assert.equal(r.choices[0].message.role, 'assistant');
+	assert.equal(typeof r.choices[0].message.content, 'string');
+	// kvpoold runs with --ignore-eos here: the reply is cut by max_tokens
+	// (test_http.c's end-of-generation test checks "stop" on a daemon that ends turns)
+	assert.equal(r.choices[0].finish_reason, 'length');
+	assert.equal(r.usage.completion_tokens, 6);
+	assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 6);
+	// the chat template (ChatML here) wraps the message: more tokens than 'Hello' alone
+	const tok = await post('/tokenize', { prompt: 'Hello' });
+	assert.ok(r.usage.prompt_tokens > tok.count + 10, `${r.usage.prompt_tokens}`);
+	assert.equal(r.usage.kvpool.prompt_tokens, r.usage.prompt_tokens);
+});
+
+test('multi-turn chat: the second turn reads the first from the cache', async () => {
+	const system = freshLongPrompt('chat system', 600);
+	const msgs = [{ role: 'system', content: system },
+		      { role: 'user', content: 'First question?' }];
+	const t1 = await client().chat.completions.create({
+		model: env.model, messages: msgs, max_tokens: 8, temperature: 0,
+	});
+	const p1 = t1.usage.prompt_tokens;
+	// a fresh system prompt: at most the template's first block is shared with others
+	assert.ok(t1.usage.prompt_tokens_details.cached_tokens <= BLOCK,
+		  `${t1.usage.prompt_tokens_details.cached_tokens}`);
+	const t2 = await client().chat.completions.create({
+		model: env.model, max_tokens: 8, temperature: 0,
+		messages: [...msgs, { role: 'assistant', content: t1.choices[0].message.content },
+			   { role: 'user', content: 'And a second one?' }],
+	});
+	const cached = t2.usage.prompt_tokens_details.cached_tokens;
+	// turn 1's prompt is a prefix of turn 2's, so every full block of it is found again
+	assert.ok(t2.usage.prompt_tokens > p1);
+	assert.ok(cached >= Math.floor(p1 / BLOCK) * BLOCK, `cached ${cached} of turn 1's ${p1}`);
+	assert.ok(cached < t2.usage.prompt_tokens);
+	assert.equal(t2.usage.kvpool.cached_tokens + t2.usage.kvpool.cached_tokens_disk, cached);
+});
+
+test('streaming chat: role first, content deltas, finish, usage, same text as whole', async () => {
+	const req = { model: env.model, messages: [{ role: 'user', content: 'Stream a chat' }],
+		      max_tokens: 10, temperature: 0 };
+	const whole = await client().chat.completions.create(req);
+	const stream = await client().chat.completions.create({
+		...req, stream: true, stream_options: { include_usage: true },
+	});
+	const seen = [];
+	let text = '', usage = null;
+	for await (const c of stream) {
+		assert.equal(c.object, 'chat.completion.chunk');
+		assert.match(c.id, /^chatcmpl-/);
+		if (c.usage) {
+			assert.equal(c.choices.length, 0);
+			usage = c.usage;
+			seen.push('usage');
+			continue;
+		}
+		const ch = c.choices[0];
+		if (ch.delta.role) {
+			assert.equal(ch.delta.role, 'assistant');
+			seen.push('role');
+		} else if (ch.finish_reason) {
+			assert.equal(ch.finish_reason, 'length');
+			seen.push('finish');
+		} else {
+			text += ch.delta.content;
+			if (seen.at(-1) !== 'content')
+				seen.push('content');
+		}
+	}
+	assert.deepEqual(seen, ['role', 'content', 'finish', 'usage']);
+	assert.equal(text, whole.choices[0].message.content);
+	assert.equal(usage.completion_tokens, 10);
+	assert.equal(usage.prompt_tokens, whole.usage.prompt_tokens);
+});
+
+test('chat completions check their body', async () => {
 	const req = { model: env.model, messages: [{ role: 'user', content: 'Hello' }] };
-	let e = await thrown(client().chat.completions.create(req));
-	assert.ok(e instanceof OpenAI.InternalServerError, `${e}`);
-	assert.equal(e.status, 501);
-	assert.equal(e.code, 'not_implemented');
-	assert.match(e.message, /CHAT/);
-	e = await thrown(client().chat.completions.create({ ...req, stream: true }));
-	assert.equal(e.status, 501);
-	// the body is checked before that: a bad request is still a 400
-	e = await thrown(client().chat.completions.create({ ...req, messages: [] }));
+	let e = await thrown(client().chat.completions.create({ ...req, messages: [] }));
 	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
 	e = await thrown(client().chat.completions.create({ ...req, n: 3 }));
 	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
@@ -207,6 +282,65 @@ test('chat completions answer 501 until kvpoold has CHAT', async () => {
 		...req, tools: [{ type: 'function', function: { name: 'f' } }],
 	}));
 	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
+	e = await thrown(client().chat.completions.create({ ...req, stream: true, model: 'nope' }));
+	assert.ok(e instanceof OpenAI.NotFoundError, `${e}`);
+});
+
+test('priority (vLLM\'s field) is checked and bounded', async () => {
+	const req = { model: env.model, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2 };
+	for (const priority of [-1000, -3, 0, 7, 1000]) {
+		const r = await client().chat.completions.create({ ...req, priority });
+		assert.equal(r.usage.completion_tokens, 2);
+	}
+	const c = await client().completions.create({ model: env.model, prompt: 'x', max_tokens: 1,
+						      priority: 5 });
+	assert.equal(c.usage.completion_tokens, 1);
+	for (const priority of [1001, -1001, 1.5, 'high']) {
+		const e = await thrown(client().chat.completions.create({ ...req, priority }));
+		assert.ok(e instanceof OpenAI.BadRequestError, `${priority}: ${e}`);
+		assert.equal(e.param, 'priority');
+	}
+});
+
+// POST @path with a JSON body as tenant A; the parsed answer (fails on a non-200).
+async function post(path, body, status = 200) {
+	const res = await fetch(`${env.url}${path}`, {
+		method: 'POST', body: JSON.stringify(body),
+		headers: { Authorization: `Bearer ${env.keyA}`, 'Content-Type': 'application/json' },
+	});
+	const j = await res.json();
+	assert.equal(res.status, status, JSON.stringify(j));
+	return j;
+}
+
+test('tokenize and detokenize: a round trip, and the counts generation reports', async () => {
+	const text = 'Tokenize me, please: naïve café ☕';
+	const t = await post('/tokenize', { model: env.model, prompt: text });
+	assert.equal(t.count, t.tokens.length);
+	assert.ok(t.max_model_len > 0);
+	const d = await post('/detokenize', { model: env.model, tokens: t.tokens });
+	assert.equal(d.prompt, text);
+	// the same count a completion of that prompt reports
+	const c = await client().completions.create({ model: env.model, prompt: text, max_tokens: 1 });
+	assert.equal(c.usage.prompt_tokens, t.count);
+	// a body with stream: true (copied from a streamed call) still gets one JSON answer
+	assert.deepEqual(await post('/tokenize', { prompt: text, stream: true }), t);
+	// add_special_tokens: false leaves the BOS out
+	const nb = await post('/tokenize', { prompt: text, add_special_tokens: false });
+	assert.equal(nb.count, t.count - 1);
+	assert.deepEqual(nb.tokens, t.tokens.slice(1));
+	// the chat form counts what a chat completion of those messages is given
+	const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: text }];
+	const ct = await post('/tokenize', { model: env.model, messages });
+	const cc = await client().chat.completions.create({ model: env.model, messages, max_tokens: 1 });
+	assert.equal(ct.count, cc.usage.prompt_tokens);
+	// checks: ids against the vocabulary, text only, a known model
+	let e = await post('/detokenize', { tokens: [1, 1e9] }, 400);
+	assert.equal(e.error.param, 'tokens');
+	e = await post('/tokenize', { prompt: [1, 2, 3] }, 400);
+	assert.equal(e.error.param, 'prompt');
+	e = await post('/tokenize', { model: 'nope', prompt: 'x' }, 404);
+	assert.equal(e.error.code, 'model_not_found');
 });
 
 test('a disconnected stream cancels its request in kvpoold', async () => {

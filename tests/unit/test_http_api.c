@@ -2,7 +2,7 @@
 /*
  * test_http_api.c - ipc/http/api.c: request bodies of the OpenAI, Anthropic and
  * tokenize endpoints parsed and checked field by field, and the error bodies in each
- * API's shape (parsed back with jansson).
+ * API's shape (parsed back with jansson); ipc/http/cache.c's cache_control mapping.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "ipc/http/api.h"
+#include "ipc/http/cache.h"
 
 #define VOCAB 259
 
@@ -347,6 +348,123 @@ static void test_tokenize_bodies(void **state)
 	refused(KVP_HTTP_API_DETOKENIZE, "{\"tokens\":[999]}", "tokens", "out of range");
 }
 
+static void test_tokenize_fields(void **state)
+{
+	struct parsed *p = parse(KVP_HTTP_API_TOKENIZE,
+				 "{\"prompt\":\"x\",\"add_special_tokens\":false}");
+
+	/* vLLM's add_special_tokens: false means no BOS */
+	assert_int_equal(p->r, 0);
+	assert_true(p->g.no_special);
+	done(p);
+	p = parse(KVP_HTTP_API_TOKENIZE, "{\"prompt\":\"x\"}");
+	assert_false(p->g.no_special);
+	done(p);
+	/* the chat form: messages, as a chat completion has them (model read once) */
+	p = parse(KVP_HTTP_API_TOKENIZE,
+		  "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+		  "{\"role\":\"user\",\"content\":\"u\"}],\"add_generation_prompt\":true}");
+	assert_int_equal(p->r, 0);
+	assert_string_equal(p->g.model, "m");
+	assert_int_equal(p->g.n_msgs, 2);
+	assert_null(p->g.text);
+	done(p);
+	refused(KVP_HTTP_API_TOKENIZE,
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],"
+		"\"add_generation_prompt\":false}",
+		"add_generation_prompt", NULL);
+	refused(KVP_HTTP_API_TOKENIZE, "{\"prompt\":\"x\",\"return_token_strs\":true}",
+		"return_token_strs", "not");
+	refused(KVP_HTTP_API_TOKENIZE, "{\"prompt\":\"x\",\"add_special_tokens\":1}",
+		"add_special_tokens", "true or false");
+}
+
+static void test_count_tokens_bodies(void **state)
+{
+	const char *body = "{\"model\":\"m\",\"system\":\"s\",\"messages\":[{\"role\":"
+			   "\"user\",\"content\":\"u\"}]}";
+	struct parsed *p = parse(KVP_HTTP_API_COUNT_TOKENS, body);
+
+	/* Anthropic's count_tokens: a messages body without max_tokens */
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.n_msgs, 2);
+	assert_int_equal(p->g.msgs[0].role, KVP_HTTP_ROLE_SYSTEM);
+	done(p);
+	/* which /v1/messages itself still requires */
+	refused(MSG, body, "max_tokens", "required");
+	refused(KVP_HTTP_API_COUNT_TOKENS, "{\"model\":\"m\",\"messages\":[]}", "messages", NULL);
+	refused(KVP_HTTP_API_COUNT_TOKENS, "{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}]}",
+		"model", "required");
+}
+
+static void test_priority(void **state)
+{
+	static const char *const bodies[] = {
+		"{\"prompt\":\"x\",\"priority\":%s}",
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],\"priority\":%s}",
+		"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\","
+		"\"content\":\"u\"}],\"priority\":%s}",
+	};
+	static const enum kvp_http_api apis[] = { C, CHAT, MSG };
+	char b[256];
+
+	/* vLLM's priority in every generating endpoint: an integer in [-1000, 1000] */
+	for (size_t i = 0; i < 3; i++) {
+		struct parsed *p;
+
+		snprintf(b, sizeof(b), bodies[i], "-1000");
+		p = parse(apis[i], b);
+		assert_int_equal(p->r, 0);
+		assert_int_equal(p->g.priority, -1000);
+		done(p);
+		snprintf(b, sizeof(b), bodies[i], "7.0"); /* JavaScript's integers */
+		p = parse(apis[i], b);
+		assert_int_equal(p->g.priority, 7);
+		done(p);
+		snprintf(b, sizeof(b), bodies[i], "1001");
+		refused(apis[i], b, "priority", "out of range");
+		snprintf(b, sizeof(b), bodies[i], "-1001");
+		refused(apis[i], b, "priority", "out of range");
+		snprintf(b, sizeof(b), bodies[i], "0.5");
+		refused(apis[i], b, "priority", "integer");
+		snprintf(b, sizeof(b), bodies[i], "\"high\"");
+		refused(apis[i], b, "priority", "integer");
+	}
+	{
+		struct parsed *p = parse(C, "{\"prompt\":\"x\"}");
+
+		assert_int_equal(p->g.priority, 0); /* absent: normal */
+		done(p);
+	}
+}
+
+static void test_cache_map(void **state)
+{
+	const char *plain = "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":"
+			    "\"user\",\"content\":\"u\"}]}";
+	const char *marked = "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":"
+			     "\"user\",\"content\":[{\"type\":\"text\",\"text\":\"u\","
+			     "\"cache_control\":{\"type\":\"ephemeral\",\"ttl\":\"1h\"}}]}]}";
+	struct parsed *a = parse(MSG, plain), *b = parse(MSG, marked),
+		      *c = parse(C, "{\"prompt\":\"x\"}");
+	struct kvp_client_params p;
+
+	/* today's mapping (cache.h): only explicit mode without a breakpoint opts out */
+	assert_int_equal(b->g.msgs[0].cache, KVP_HTTP_TTL_1H);
+	kvp_client_params_init(&p);
+	kvp_http_cache_map(&p, &a->g, KVP_HTTP_CACHE_AUTO);
+	assert_false(p.no_cache);
+	kvp_http_cache_map(&p, &a->g, KVP_HTTP_CACHE_EXPLICIT);
+	assert_true(p.no_cache);
+	kvp_http_cache_map(&p, &b->g, KVP_HTTP_CACHE_EXPLICIT);
+	assert_false(p.no_cache);
+	kvp_http_cache_map(&p, &c->g, KVP_HTTP_CACHE_EXPLICIT); /* OpenAI: always cached */
+	assert_false(p.no_cache);
+	done(a);
+	done(b);
+	done(c);
+}
+
 /* The error body of @status in @shape, parsed. */
 static json_t *err_body(unsigned int status, enum kvp_http_shape shape)
 {
@@ -424,6 +542,10 @@ int main(void)
 		cmocka_unit_test(test_messages_and_cache_control),
 		cmocka_unit_test(test_messages_refusals),
 		cmocka_unit_test(test_tokenize_bodies),
+		cmocka_unit_test(test_tokenize_fields),
+		cmocka_unit_test(test_count_tokens_bodies),
+		cmocka_unit_test(test_priority),
+		cmocka_unit_test(test_cache_map),
 		cmocka_unit_test(test_error_shapes),
 	};
 

@@ -335,13 +335,84 @@ static void test_stream_errors(void **state)
 	kvp_http_emit_deinit(&e);
 }
 
+static void test_anthropic_split(void **state)
+{
+	struct kvp_http_anthropic_usage a;
+	struct kvp_usage u = { .prompt_tokens = 100,
+			       .cached_tokens = 48,
+			       .cache_creation_tokens = 64,
+			       .generated_tokens = 40 };
+
+	/* kvpoold's cache_creation_tokens (64) also holds the generated tokens' blocks: the
+	 * prompt's share is its full blocks (96) past what was read (48) */
+	kvp_http_anthropic_split(&u, 16, &a);
+	assert_int_equal(a.cache_read, 48);
+	assert_int_equal(a.cache_creation, 48);
+	assert_int_equal(a.input, 4);
+	/* the disk tier's tokens were read from the cache too */
+	u.cached_tokens = 32;
+	u.cached_tokens_disk = 16;
+	kvp_http_anthropic_split(&u, 16, &a);
+	assert_int_equal(a.cache_read, 48);
+	assert_int_equal(a.cache_creation + a.cache_read + a.input, 100);
+	/* nothing published (no-cache, or every block there already) */
+	u.cache_creation_tokens = 0;
+	kvp_http_anthropic_split(&u, 16, &a);
+	assert_int_equal(a.cache_creation, 0);
+	assert_int_equal(a.input, 52);
+	/* block size unknown: the whole prompt may count as written, never more than that */
+	u = (struct kvp_usage){ .prompt_tokens = 10, .cache_creation_tokens = 99 };
+	kvp_http_anthropic_split(&u, 0, &a);
+	assert_int_equal(a.cache_creation, 10);
+	assert_int_equal(a.input, 0);
+}
+
+/* The tokenizer endpoints' answer for @api, parsed. */
+static json_t *ids_answer(enum kvp_http_api api)
+{
+	static const int32_t ids[] = { 1, 72, 105 };
+	struct kvp_http_emit e;
+	struct kvp_buf out = KVP_BUF_INIT;
+	json_t *j;
+
+	kvp_http_emit_init(&e, api, false, false, false, "id-3", 1, "model-x");
+	kvp_http_emit_ids(&e, &out, ids, 3, api == KVP_HTTP_API_DETOKENIZE ? "Hi\xff" : NULL,
+			  api == KVP_HTTP_API_DETOKENIZE ? 3 : 0, 4096);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	kvp_buf_deinit(&out);
+	kvp_http_emit_deinit(&e);
+	return j;
+}
+
+static void test_ids_answers(void **state)
+{
+	json_t *j = ids_answer(KVP_HTTP_API_TOKENIZE);
+
+	/* vLLM's /tokenize and /detokenize, Anthropic's count_tokens */
+	assert_int_equal(num(j, "count"), 3);
+	assert_int_equal(num(j, "max_model_len"), 4096);
+	assert_int_equal(num(j, "tokens.0"), 1);
+	assert_int_equal(num(j, "tokens.2"), 105);
+	assert_string_equal(str(j, "token_strs"), "(null)");
+	json_decref(j);
+	j = ids_answer(KVP_HTTP_API_DETOKENIZE);
+	assert_string_equal(str(j, "prompt"), "Hi\xef\xbf\xbd"); /* not UTF-8: U+FFFD */
+	json_decref(j);
+	j = ids_answer(KVP_HTTP_API_COUNT_TOKENS);
+	assert_int_equal(num(j, "input_tokens"), 3);
+	assert_int_equal(json_object_size(j), 1);
+	json_decref(j);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_completion_whole), cmocka_unit_test(test_chat_whole),
 		cmocka_unit_test(test_messages_whole),	 cmocka_unit_test(test_completion_stream),
 		cmocka_unit_test(test_chat_stream),	 cmocka_unit_test(test_messages_stream),
-		cmocka_unit_test(test_stream_errors),
+		cmocka_unit_test(test_stream_errors),	 cmocka_unit_test(test_anthropic_split),
+		cmocka_unit_test(test_ids_answers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

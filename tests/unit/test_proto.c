@@ -435,6 +435,10 @@ static void test_chat_frames(void **state)
 	/* structure */
 	c = chat(3), c.flags = 0x1;
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
+	c = chat(3), c.flags = 0x8;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
+	c = chat(3), c.flags = KVP_CHAT_NO_CACHE | KVP_CHAT_PROMPT_ONLY;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_OK);
 	c = chat(3), c.priority = 1001; /* a value: refused as invalid, not as structure */
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
 	c = chat(3), c.priority = -1000;
