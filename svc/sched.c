@@ -11,11 +11,14 @@
  *	3. wake requests that waited for a prefix another request was computing
  *	4. admit queued requests (see "Admission"), preempting lower priorities for a
  *	   higher one that does not fit
- *	5. prefill (see "Prefill"); each newly filled full block is published in the index;
- *	   a sequence whose prompt is done samples its first token
- *	6. decode: one batched forward step over every sequence that is generating, each
- *	   taking a block when its positions cross into one (see "Blocks on demand")
- *	7. publish a counter snapshot; wake the loop if events were queued
+ *	5. compute.  FAIR: one forward call (compute/forward.h kvp_fwd_step()) holding a
+ *	   decode row of every sequence that is generating, each taking a block when its
+ *	   positions cross into one (see "Blocks on demand"), and the prefill chunks that
+ *	   fit the step's time with them (see "Prefill").  FIFO: prefill chunks, one call
+ *	   each, then one batched decode call.  Each newly filled full block is published
+ *	   in the index; a sequence whose prompt is done samples its first token from the
+ *	   call's logits, and decodes from the next step on
+ *	6. publish a counter snapshot; wake the loop if events were queued
  *
  * Generation stops at the model's end-of-generation set (kvp_gen_take()).  When a
  * request ends with a DONE (finished, or cancelled by its client; not failed, not
@@ -52,10 +55,13 @@
  * prompt first, except that a sequence left without a chunk for aging_ms goes ahead of
  * every other of its priority (the longest left out first): however many short prompts
  * arrive, each prefill advances at least once per aging_ms and step (no starvation).
- * The step's prefill is sized by time with the cost model of svc/stepcost.c: while
- * sequences decode, the step aims at step_target_ns including the decode; while none
- * does, at prefill_step_ns.  Every step gives its first sequence at least a chunk worth
- * a forward call (its own work at least the call's fixed cost), so prefill advances.
+ * The step's prefill is sized by time with the cost model of svc/stepcost.c, which
+ * prices the step's one call as a whole (one fixed cost, every row alike): while
+ * sequences decode, the step aims at step_target_ns including their rows; while none
+ * does, at prefill_step_ns; a step that ends a prompt at no more than step_target_ns
+ * (its first token should not wait for a long prefill step).  Every step gives its first
+ * prefilling sequence at least one token, and a step of prefill alone at least a chunk
+ * worth a forward call (its own work at least the call's fixed cost): prefill advances.
  *
  * Shared prefixes in flight.  Before admitting a request that hit h blocks, the engine
  * looks for a prefilling sequence that has the same extra keys and the same tokens for

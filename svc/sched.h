@@ -96,7 +96,7 @@ struct kvp_sched_hooks {
  * @wake_fd:         eventfd the engine writes after queueing events (borrowed)
  * @policy:          enum kvp_sched_policy
  * @step_target_ns:  FAIR: engine step time to aim at while sequences are decoding
- *                   (0: 2.5 decode steps of one sequence or 4 fixed costs
+ *                   (0: 2.5 decode steps of one sequence or 2.5 fixed costs
  *                   of a forward call, the larger, measured at start)
  * @prefill_step_ns: FAIR: longest prefill step while nobody decodes (0: 20 x the fixed
  *                   cost of a forward call, measured at start)
