@@ -2,14 +2,18 @@
 /*
  * forward.c - the fast forward pass over pool blocks.
  *
- * Prefill and decode share one path: a set of "rows" (token, position) grouped into
- * sequences (a run of consecutive positions with one block table).  Prefill is one
- * sequence of n rows; decode is n sequences of one row each.  Per layer: RMSNorm, the
+ * Prefill, decode and mixed steps share one path: a set of "rows" (token, position)
+ * grouped into sequences (a run of consecutive positions with one block table).  Prefill
+ * is one sequence of n rows; decode is n sequences of one row each; a mixed step
+ * (kvp_fwd_step()) is any list of them, e.g. a decode batch plus a prefill chunk, so the
+ * decode rows ride along the chunk's pass over the weights.  Per layer: RMSNorm, the
  * Q/K/V projections over all rows at once (one GEMM each) plus their biases where the
  * architecture has them, RoPE in the model's variant (compute/rope.h: pair layout,
  * frequency factors, scaling), K/V written into the blocks of their positions,
  * attention per sequence through its block table, the output projection, then the
- * SwiGLU FFN, again one GEMM per matrix for all rows.
+ * SwiGLU FFN, again one GEMM per matrix for all rows.  At the end each sequence's last
+ * row is gathered (unless every row's logits are wanted) so that the output norm and the
+ * vocabulary projection run over one row per sequence.
  *
  * Invariants: every argument is validated before anything is written, so -EINVAL
  * leaves the blocks untouched; all scratch is allocated in kvp_fwd_new().  A context
@@ -65,8 +69,9 @@ struct kvp_fwd {
 	int32_t *tok;		     /* (rows) */
 	uint32_t *pos;		     /* (rows) */
 	struct fwd_seq *seqs;	     /* (max_batch) */
-	struct kvp_attn_scratch *as; /* (n_threads), ml shared: heads are disjoint */
-	float *ml;
+	struct kvp_fwd_part *parts;  /* (max_batch) kvp_fwd_decode()'s batch as parts */
+	struct kvp_attn_scratch *as; /* (n_threads) */
+	float *ml;		     /* (n_threads, 2 rows n_heads): each thread its own */
 	struct kvp_threads *pool;
 	/* the job being run on the pool */
 	const struct kvp_kv_view *job_kv;
@@ -112,7 +117,8 @@ int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kv
 	f->w = kvp_model_weights(m);
 	f->rope = kvp_model_rope(m);
 	f->o = *o;
-	r = f->rows_max = o->max_chunk > o->max_batch ? o->max_chunk : o->max_batch;
+	/* a mixed step holds a prefill chunk and a decode batch together */
+	r = f->rows_max = o->max_chunk + o->max_batch;
 	f->x = falloc(r * hp->n_embd);
 	f->xn = falloc(r * hp->n_embd);
 	f->q = falloc(r * qd);
@@ -126,11 +132,18 @@ int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kv
 	f->pos = malloc(r * sizeof(*f->pos));
 	f->row_table = malloc(r * sizeof(*f->row_table));
 	f->seqs = malloc(o->max_batch * sizeof(*f->seqs));
-	f->ml = falloc(2 * r * hp->n_heads);
+	f->parts = malloc(o->max_batch * sizeof(*f->parts));
+	/*
+	 * per thread: two threads may hold the same kv head of different sequences at once
+	 * (odd kv head counts; a decode part next to a prefill part), and ml is indexed by
+	 * the sequence's own rows
+	 */
+	f->ml = falloc((size_t)o->n_threads * 2 * r * hp->n_heads);
 	f->as = calloc(o->n_threads, sizeof(*f->as));
 	err = -ENOMEM;
 	if (!f->x || !f->xn || !f->q || !f->kk || !f->v || !f->att || !f->hb || !f->hb2 ||
-	    !f->rope_cs || !f->tok || !f->pos || !f->row_table || !f->seqs || !f->ml || !f->as)
+	    !f->rope_cs || !f->tok || !f->pos || !f->row_table || !f->seqs || !f->parts || !f->ml ||
+	    !f->as)
 		goto err_free;
 	err = kvp_threads_new(&f->pool, o->n_threads);
 	if (err)
@@ -139,7 +152,7 @@ int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kv
 	if (err)
 		goto err_free;
 	for (uint32_t t = 0; t < o->n_threads; t++) {
-		f->as[t].ml = f->ml;
+		f->as[t].ml = f->ml + (size_t)t * 2 * r * hp->n_heads;
 		f->as[t].kbuf = falloc((size_t)BT_SCRATCH_MAX * hp->head_dim);
 		f->as[t].vbuf = falloc((size_t)BT_SCRATCH_MAX * hp->head_dim);
 		f->as[t].sbuf = falloc(BT_SCRATCH_MAX);
@@ -175,6 +188,7 @@ void kvp_fwd_free(struct kvp_fwd *f)
 	free(f->pos);
 	free(f->row_table);
 	free(f->seqs);
+	free(f->parts);
 	kvp_lin_deinit(&f->lin);
 	kvp_threads_free(f->pool);
 	for (uint32_t t = 0; f->as && t < f->o.n_threads; t++) {
@@ -382,15 +396,37 @@ static void rows_run(struct kvp_fwd *f, uint32_t op, uint32_t r0, uint32_t rows,
 }
 
 /*
- * Run all f->tok/f->pos rows (grouped in f->seqs) through the layers; then logits for
- * rows [out_row0, out_row0 + n_out) into @logits.
+ * Move the last row of each sequence (x and xn) to row s, so the output norm and the
+ * vocabulary projection run over n_seqs rows, not every row of the step.  Safe in
+ * place: sequence s's last row is >= s and grows with s, so row s is never a later
+ * sequence's source.
+ */
+static void gather_last_rows(struct kvp_fwd *f, uint32_t n_seqs)
+{
+	size_t E = f->hp->n_embd;
+
+	for (uint32_t s = 0; s < n_seqs; s++) {
+		uint32_t r = f->seqs[s].row0 + f->seqs[s].n - 1;
+
+		if (r == s)
+			continue;
+		memcpy(f->x + s * E, f->x + r * E, E * sizeof(float));
+		memcpy(f->xn + s * E, f->xn + r * E, E * sizeof(float));
+	}
+}
+
+/*
+ * Run all f->tok/f->pos rows (grouped in f->seqs) through the layers; then logits into
+ * @logits: of every row when @all_rows, else of each sequence's last row (row s of
+ * @logits for sequence s).
  */
 static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows, uint32_t n_seqs,
-		uint32_t out_row0, uint32_t n_out, float *logits)
+		int all_rows, float *logits)
 {
 	const struct kvp_model_hparams *hp = f->hp;
 	const struct kvp_weights *w = f->w;
 	size_t E = hp->n_embd;
+	uint32_t n_out = all_rows ? rows : n_seqs;
 
 	for (uint32_t s = 0; s < n_seqs; s++)
 		for (uint32_t i = 0; i < f->seqs[s].n; i++)
@@ -420,47 +456,80 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows, 
 		linear(f, f->hb, rows, 1, (float *[]){ f->xn },
 		       (const struct kvp_tensor *[]){ &L->w_down });
 	}
-	rows_run(f, ROWS_OUT, out_row0, n_out, E);
-	linear(f, f->xn + (size_t)out_row0 * E, n_out, 1, (float *[]){ logits },
+	if (!all_rows)
+		gather_last_rows(f, n_seqs);
+	rows_run(f, ROWS_OUT, 0, n_out, E);
+	linear(f, f->xn, n_out, 1, (float *[]){ logits },
 	       (const struct kvp_tensor *[]){ &w->output });
+}
+
+/*
+ * Validate @parts and lay their rows out in f->tok, f->pos and f->seqs; then run them.
+ * Nothing reaches the blocks before every part was checked.
+ */
+static int step(struct kvp_fwd *f, const struct kvp_kv_view *kv, const struct kvp_fwd_part *parts,
+		uint32_t n_parts, int all_rows, float *logits)
+{
+	uint32_t rows = 0;
+
+	if (!n_parts || n_parts > f->o.max_batch || !parts || !logits || kvp_fwd_check_view(f, kv))
+		return -EINVAL;
+	for (uint32_t s = 0; s < n_parts; s++) {
+		const struct kvp_fwd_part *p = &parts[s];
+
+		if (!p->n || !p->tokens || p->n > f->rows_max - rows ||
+		    (uint64_t)p->pos0 + p->n > UINT32_MAX ||
+		    check_table(kv, p->table, p->n_table, (uint64_t)p->pos0 + p->n))
+			return -EINVAL;
+		for (uint32_t i = 0; i < p->n; i++) {
+			if (p->tokens[i] < 0 || (uint32_t)p->tokens[i] >= f->hp->n_vocab)
+				return -EINVAL;
+			f->tok[rows + i] = p->tokens[i];
+			f->pos[rows + i] = p->pos0 + i;
+		}
+		f->seqs[s] = (struct fwd_seq){
+			.table = p->table, .pos0 = p->pos0, .n = p->n, .row0 = rows
+		};
+		rows += p->n;
+	}
+	run(f, kv, rows, n_parts, all_rows, logits);
+	return 0;
+}
+
+int kvp_fwd_step(struct kvp_fwd *f, const struct kvp_kv_view *kv, const struct kvp_fwd_part *parts,
+		 uint32_t n_parts, float *logits)
+{
+	return step(f, kv, parts, n_parts, 0, logits);
 }
 
 int kvp_fwd_prefill(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint32_t *table,
 		    uint32_t n_table, uint32_t n_past, const int32_t *tokens, uint32_t n,
 		    float *logits, int all_logits)
 {
-	if (!n || n > f->o.max_chunk || !tokens || !logits || kvp_fwd_check_view(f, kv) ||
-	    check_table(kv, table, n_table, (uint64_t)n_past + n) ||
-	    (uint64_t)n_past + n > UINT32_MAX)
+	struct kvp_fwd_part p = {
+		.table = table, .n_table = n_table, .pos0 = n_past, .tokens = tokens, .n = n
+	};
+
+	if (n > f->o.max_chunk)
 		return -EINVAL;
-	for (uint32_t i = 0; i < n; i++) {
-		if (tokens[i] < 0 || (uint32_t)tokens[i] >= f->hp->n_vocab)
-			return -EINVAL;
-		f->tok[i] = tokens[i];
-		f->pos[i] = n_past + i;
-	}
-	f->seqs[0] = (struct fwd_seq){ .table = table, .pos0 = n_past, .n = n, .row0 = 0 };
-	run(f, kv, n, 1, all_logits ? 0 : n - 1, all_logits ? n : 1, logits);
-	return 0;
+	return step(f, kv, &p, 1, all_logits, logits);
 }
 
 int kvp_fwd_decode(struct kvp_fwd *f, const struct kvp_kv_view *kv, const struct kvp_fwd_seq *seqs,
 		   uint32_t n_seqs, float *logits)
 {
-	if (!n_seqs || n_seqs > f->o.max_batch || !seqs || !logits || kvp_fwd_check_view(f, kv))
+	struct kvp_fwd_part *parts = f->parts;
+
+	if (!n_seqs || n_seqs > f->o.max_batch || !seqs)
 		return -EINVAL;
 	for (uint32_t s = 0; s < n_seqs; s++) {
-		const struct kvp_fwd_seq *q = &seqs[s];
-
-		if (q->token < 0 || (uint32_t)q->token >= f->hp->n_vocab || q->pos == UINT32_MAX ||
-		    check_table(kv, q->table, q->n_table, (uint64_t)q->pos + 1))
+		if (seqs[s].pos == UINT32_MAX)
 			return -EINVAL;
-		f->tok[s] = q->token;
-		f->pos[s] = q->pos;
-		f->seqs[s] = (struct fwd_seq){
-			.table = q->table, .pos0 = q->pos, .n = 1, .row0 = s
-		};
+		parts[s] = (struct kvp_fwd_part){ .table = seqs[s].table,
+						  .n_table = seqs[s].n_table,
+						  .pos0 = seqs[s].pos,
+						  .tokens = &seqs[s].token,
+						  .n = 1 };
 	}
-	run(f, kv, n_seqs, n_seqs, 0, n_seqs, logits);
-	return 0;
+	return step(f, kv, parts, n_seqs, 0, logits);
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * forward.h - the fast forward pass: chunked prefill and batched decode over pool blocks.
+ * forward.h - the fast forward pass: chunked prefill, batched decode and mixed steps of both
+ * over pool blocks.
  *
  * A forward context (struct kvp_fwd) is made once per engine thread and holds all
  * scratch, sized by its options: nothing allocates inside prefill or decode.  K/V is
@@ -41,7 +42,8 @@ struct kvp_fwd;
  * struct kvp_fwd_opts - sizes a forward context
  * @n_threads:  threads for the matrix products (>= 1)
  * @max_chunk:  most tokens one kvp_fwd_prefill() call takes (>= 1)
- * @max_batch:  most sequences one kvp_fwd_decode() call takes (>= 1)
+ * @max_batch:  most sequences one kvp_fwd_decode() call takes, and most parts of one
+ *              kvp_fwd_step() (>= 1); a step's rows add up to max_chunk + max_batch
  * @kernels:    the kernel table to use, or NULL for kvp_kernels_best()
  */
 struct kvp_fwd_opts {
@@ -57,8 +59,9 @@ struct kvp_fwd_opts {
  * @m:    the model (borrowed; must outlive the context)
  * @o:    sizes
  *
- * Scratch is about (max(max_chunk, max_batch)) * (4 n_embd + 2 n_ff) floats, plus the
- * quantized copies of one layer input.
+ * Scratch is about (max_chunk + max_batch) * (4 n_embd + 2 n_ff) floats (a mixed step
+ * holds a prefill chunk and a decode batch), plus the quantized copies of one layer
+ * input.
  * Return: 0, -EINVAL for zero or absurd sizes or an unknown KVP_ISA, -ENOTSUP when
  * KVP_ISA names an instruction set this CPU lacks, -ENOMEM.
  */
@@ -131,5 +134,43 @@ struct kvp_fwd_seq {
  */
 int kvp_fwd_decode(struct kvp_fwd *f, const struct kvp_kv_view *kv, const struct kvp_fwd_seq *seqs,
 		   uint32_t n_seqs, float *logits);
+
+/**
+ * struct kvp_fwd_part - the rows of one sequence in a mixed step
+ * @table:   its block table (borrowed), @n_table ids covering positions 0 .. pos0 + n - 1
+ * @n_table: entries in @table
+ * @pos0:    position of tokens[0] (= positions already in the blocks; read, never written)
+ * @tokens:  @n token ids (borrowed), each < n_vocab, at positions pos0 .. pos0 + n - 1
+ * @n:       >= 1: 1 for a decode row, more for a prefill chunk
+ */
+struct kvp_fwd_part {
+	const uint32_t *table;
+	uint32_t n_table;
+	uint32_t pos0;
+	const int32_t *tokens;
+	uint32_t n;
+};
+
+/**
+ * kvp_fwd_step() - one forward step over the rows of several sequences at once
+ * @f:       the context
+ * @kv:      where K/V live (one view for the whole step)
+ * @parts:   @n_parts sequences, 1 .. max_batch, rows adding up to at most
+ *           max_chunk + max_batch; like a decode batch, no two may share the block of
+ *           a position they write (shared, read-only prefix blocks are fine)
+ * @logits:  out; n_parts * n_vocab floats, row i for the last position of parts[i]
+ *
+ * The decode batch and a prefill chunk in one call: every projection runs once over all
+ * rows (the weights are read once per step, not once per call), attention runs per part
+ * over its own block table, and only each part's last row goes through the output norm
+ * and the vocabulary projection.  Writes K/V of every row's position.  The result for
+ * each part equals running it alone through kvp_fwd_prefill() or kvp_fwd_decode()
+ * (within rounding: with more rows an f32 projection may take sgemm instead of the GEMV
+ * kernel, whose summation order differs; docs/compute.md "Mixed steps").
+ * Return: 0, or -EINVAL (bad ids, short table, view mismatch, sizes); nothing written
+ * then.
+ */
+int kvp_fwd_step(struct kvp_fwd *f, const struct kvp_kv_view *kv, const struct kvp_fwd_part *parts,
+		 uint32_t n_parts, float *logits);
 
 #endif /* KVP_COMPUTE_FORWARD_H */

@@ -132,7 +132,7 @@ static const struct key_def keys[] = {
 	  "chunks), kept for comparison" },
 	{ "scheduler", "step_target_ms", "step-target-ms", T_U32, OFF(step_target_ms), 0, 0, 10000,
 	  "fair: engine step time aimed at while requests generate (bounds the gap between\n"
-	  "their tokens while prompts prefill); 0: 2.5 decode steps or 4 fixed costs of a\n"
+	  "their tokens while prompts prefill); 0: 2.5 decode steps or 2.5 fixed costs of a\n"
 	  "forward call, the larger, measured at start" },
 	{ "scheduler", "prefill_step_ms", "prefill-step-ms", T_U32, OFF(prefill_step_ms), 0, 0,
 	  60000,

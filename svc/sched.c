@@ -11,11 +11,14 @@
  *	3. wake requests that waited for a prefix another request was computing
  *	4. admit queued requests (see "Admission"), preempting lower priorities for a
  *	   higher one that does not fit
- *	5. prefill (see "Prefill"); each newly filled full block is published in the index;
- *	   a sequence whose prompt is done samples its first token
- *	6. decode: one batched forward step over every sequence that is generating, each
- *	   taking a block when its positions cross into one (see "Blocks on demand")
- *	7. publish a counter snapshot; wake the loop if events were queued
+ *	5. compute.  FAIR: one forward call (compute/forward.h kvp_fwd_step()) holding a
+ *	   decode row of every sequence that is generating, each taking a block when its
+ *	   positions cross into one (see "Blocks on demand"), and the prefill chunks that
+ *	   fit the step's time with them (see "Prefill").  FIFO: prefill chunks, one call
+ *	   each, then one batched decode call.  Each newly filled full block is published
+ *	   in the index; a sequence whose prompt is done samples its first token from the
+ *	   call's logits, and decodes from the next step on
+ *	6. publish a counter snapshot; wake the loop if events were queued
  *
  * Generation stops at the model's end-of-generation set (kvp_gen_take()).  When a
  * request ends with a DONE (finished, or cancelled by its client; not failed, not
@@ -52,10 +55,13 @@
  * prompt first, except that a sequence left without a chunk for aging_ms goes ahead of
  * every other of its priority (the longest left out first): however many short prompts
  * arrive, each prefill advances at least once per aging_ms and step (no starvation).
- * The step's prefill is sized by time with the cost model of svc/stepcost.c: while
- * sequences decode, the step aims at step_target_ns including the decode; while none
- * does, at prefill_step_ns.  Every step gives its first sequence at least a chunk worth
- * a forward call (its own work at least the call's fixed cost), so prefill advances.
+ * The step's prefill is sized by time with the cost model of svc/stepcost.c, which
+ * prices the step's one call as a whole (one fixed cost, every row alike): while
+ * sequences decode, the step aims at step_target_ns including their rows; while none
+ * does, at prefill_step_ns; a step that ends a prompt at no more than step_target_ns
+ * (its first token should not wait for a long prefill step).  Every step gives its first
+ * prefilling sequence at least one token, and a step of prefill alone at least a chunk
+ * worth a forward call (its own work at least the call's fixed cost): prefill advances.
  *
  * Shared prefixes in flight.  Before admitting a request that hit h blocks, the engine
  * looks for a prefilling sequence that has the same extra keys and the same tokens for
@@ -111,7 +117,7 @@
 
 /* Auto budgets, in units measured at start (docs/daemon.md "Scheduling"). */
 #define AUTO_STEP_DECODES 2.5 /* step while decoding: this many decode steps of one, */
-#define AUTO_STEP_CALLS 4     /* ... and at least this many fixed costs of a call */
+#define AUTO_STEP_CALLS 2.5   /* ... and at least this many fixed costs of a call */
 #define AUTO_PREFILL_CALLS 20 /* prefill step alone: this many fixed costs of a call */
 
 enum seq_state {
@@ -238,6 +244,8 @@ struct kvp_sched {
 	struct kvp_fwd_seq *batch;   /* max_running */
 	struct seq **batch_seq;	     /* max_running */
 	struct prefill_key *pkeys;   /* max_running: prefill order */
+	struct kvp_fwd_part *parts;  /* max_running: FAIR's mixed step, decode rows first */
+	struct seq **part_seq;	     /* max_running: the prefilling sequence of each chunk */
 	struct kvp_sched_stats st;   /* engine's own copy, published to snap */
 	double ttft_ring[TTFT_RING]; /* TTFT of the last TTFT_RING requests, ms */
 	uint64_t ttft_n;	     /* samples ever taken; the next goes to % TTFT_RING */
@@ -1106,13 +1114,38 @@ static int32_t sample(struct kvp_sched *s, struct seq *q, float *logits)
 	return kvp_sampler_sample(q->sampler, logits);
 }
 
-/* The positions before decoding are computed: sample the first token, or go on. */
-static void prefill_done(struct kvp_sched *s, struct seq *q, bool have_logits)
+/*
+ * The positions before decoding are computed: sample the first token from @logits (its
+ * last position's; NULL when no position was computed), or go on.
+ */
+static void prefill_done(struct kvp_sched *s, struct seq *q, float *logits)
 {
 	q->state = SEQ_DECODE;
 	if (!q->gen.n_generated) {
-		assert(have_logits);
-		took_token(s, q, sample(s, q, s->logits));
+		assert(logits);
+		took_token(s, q, sample(s, q, logits));
+	}
+}
+
+/*
+ * @q's next @n positions were computed in @dt ns, the last one's logits in @logits:
+ * count them, publish the blocks they filled, and sample the first token when the
+ * prompt is done.
+ */
+static void prefill_advanced(struct kvp_sched *s, struct seq *q, uint32_t n, uint64_t dt,
+			     float *logits)
+{
+	q->prefill_ns += dt;
+	if (q->resumed)
+		q->tok_resume += n;
+	else
+		q->tok_computed += n;
+	q->gen.n_past += n;
+	q->t_served = now_ns(s);
+	publish_upto(s, q, q->gen.n_past);
+	if (q->gen.n_past == q->n_fill) {
+		prefill_done(s, q, logits);
+		flush_events(s); /* a first token leaves now, not after the step */
 	}
 }
 
@@ -1133,23 +1166,13 @@ static int prefill_chunk(struct kvp_sched *s, struct seq *q, uint32_t n)
 	t0 = now_ns(s);
 	r = fwd_prefill(s, q, n);
 	dt = now_ns(s) - t0;
-	q->prefill_ns += dt;
 	if (r < 0) {
+		q->prefill_ns += dt;
 		seq_end(s, q, KVP_E_INTERNAL, true, "engine: prefill failed");
 		return r;
 	}
 	kvp_stepcost_observe_prefill(&s->cost, n, q->gen.n_past, (double)dt);
-	if (q->resumed)
-		q->tok_resume += n;
-	else
-		q->tok_computed += n;
-	q->gen.n_past += n;
-	q->t_served = now_ns(s);
-	publish_upto(s, q, q->gen.n_past);
-	if (q->gen.n_past == q->n_fill) {
-		prefill_done(s, q, true);
-		flush_events(s); /* a first token leaves now, not after the step */
-	}
+	prefill_advanced(s, q, n, dt, s->logits);
 	return 0;
 }
 
@@ -1192,94 +1215,17 @@ static int prefill_cmp(const void *a, const void *b)
 	return x->q->admit_no < y->q->admit_no ? -1 : x->q->admit_no > y->q->admit_no;
 }
 
-/* Sequences that will decode in this step's decode (all of them, up to the batch). */
-static uint32_t n_decoding(const struct kvp_sched *s)
-{
-	uint32_t n = 0;
-
-	for (const struct seq *q = s->active.first; q; q = q->next)
-		n += q->state == SEQ_DECODE;
-	return n < s->cfg.max_running ? n : s->cfg.max_running;
-}
-
-/* FAIR: chunks by priority and shortest remaining (aged), sized to the step's budget. */
-static bool prefill_fair(struct kvp_sched *s)
-{
-	struct prefill_key *keys = s->pkeys;
-	uint32_t n_keys = 0, decoders = n_decoding(s);
-	uint32_t tokens_left = s->cfg.prefill_chunk;
-	uint64_t t = now_ns(s);
-	uint64_t aging_ns = (uint64_t)s->cfg.aging_ms * 1000000;
-	double budget;
-	bool worked = false;
-
-	for (struct seq *q = s->active.first; q && n_keys < s->cfg.max_running; q = q->next)
-		if (q->state == SEQ_PREFILL)
-			keys[n_keys++] = (struct prefill_key){
-				.q = q,
-				.left = q->n_fill - q->gen.n_past,
-				.overdue = t - q->t_served > aging_ns,
-			};
-	if (!n_keys)
-		return false;
-	qsort(keys, n_keys, sizeof(keys[0]), prefill_cmp);
-	if (decoders) {
-		/*
-		 * what the decode leaves of the step, and never less than the decode itself:
-		 * with many streams their step alone passes the target, and prefill (new
-		 * requests) would starve
-		 */
-		double dec = kvp_stepcost_decode_ns(&s->cost, decoders);
-
-		budget = s->step_target_ns - dec > dec ? s->step_target_ns - dec : dec;
-	} else {
-		budget = s->prefill_step_ns;
-	}
-	for (uint32_t i = 0; i < n_keys && tokens_left; i++) {
-		struct seq *q = keys[i].q;
-		uint32_t ctx = q->gen.n_past;
-		uint32_t left = q->n_fill - ctx;
-		uint32_t cap = left < tokens_left ? left : tokens_left;
-		uint32_t floor = kvp_stepcost_min_chunk(&s->cost, ctx);
-		uint32_t n;
-		uint64_t t0;
-
-		if (!left) {
-			prefill_done(s, q, false); /* a resumed sequence found all of it cached */
-			continue;
-		}
-		n = kvp_stepcost_fit_tokens(&s->cost, budget, ctx, cap);
-		/* the floor never takes more than a whole step (a noisy fit can make it huge) */
-		if (floor > kvp_stepcost_fit_tokens(&s->cost, s->step_target_ns, ctx, cap))
-			floor = kvp_stepcost_fit_tokens(&s->cost, s->step_target_ns, ctx, cap);
-		if (floor < 1)
-			floor = 1;
-		if (floor > cap)
-			floor = cap;
-		if (n < floor) {
-			/* the first chunk of a step is always worth a call: prefill advances */
-			if (worked)
-				break;
-			n = floor;
-		}
-		t0 = now_ns(s);
-		worked = true;
-		if (prefill_chunk(s, q, n) < 0)
-			continue;
-		tokens_left -= n;
-		budget -= (double)(now_ns(s) - t0);
-	}
-	return worked;
-}
-
-static bool decode_step(struct kvp_sched *s)
+/*
+ * The decode batch of this step: every sequence that is generating (up to max_running),
+ * each given the block of its next position first (a preemption may take any running
+ * sequence, batched or not).  Fills s->batch and s->batch_seq.  Return: its size.
+ */
+static uint32_t decode_prepare(struct kvp_sched *s)
 {
 	struct seq *q;
 	uint32_t n = 0, m = 0;
-	uint64_t t0;
 	int r;
 
-	/* blocks first: a preemption may take any running sequence, batched or not */
 	for (q = s->active.first; q && m < s->cfg.max_running; q = q->next)
 		if (q->state == SEQ_DECODE)
 			s->batch_seq[m++] = q;
@@ -1313,13 +1259,15 @@ static bool decode_step(struct kvp_sched *s)
 		s->batch[n] = kvp_gen_decode_seq(&q->gen, q->table, q->n_table);
 		s->batch_seq[n++] = q;
 	}
-	if (!n)
-		return false;
-	t0 = now_ns(s);
-	r = fwd_decode(s, n);
-	kvp_stepcost_observe_decode(&s->cost, n, (double)(now_ns(s) - t0));
+	return n;
+}
+
+/* The decode batch's forward call returned @r, logits of sequence i at row i: sample. */
+static void decode_finish(struct kvp_sched *s, uint32_t n, int r)
+{
 	for (uint32_t i = 0; i < n; i++) {
-		q = s->batch_seq[i];
+		struct seq *q = s->batch_seq[i];
+
 		if (r < 0) {
 			seq_end(s, q, KVP_E_INTERNAL, true, "engine: decode failed");
 			continue;
@@ -1327,6 +1275,187 @@ static bool decode_step(struct kvp_sched *s)
 		kvp_gen_decoded(&q->gen);
 		took_token(s, q, sample(s, q, s->logits + (size_t)i * s->n_vocab));
 	}
+}
+
+/* FIFO: one batched decode call over every generating sequence. */
+static bool decode_step(struct kvp_sched *s)
+{
+	uint32_t n = decode_prepare(s);
+	uint64_t t0;
+	int r;
+
+	if (!n)
+		return false;
+	t0 = now_ns(s);
+	r = fwd_decode(s, n);
+	kvp_stepcost_observe_decode(&s->cost, n, (double)(now_ns(s) - t0));
+	decode_finish(s, n, r);
+	return true;
+}
+
+/*
+ * FAIR: after the @nd decode rows already in the step (*@rows rows, *@attn positions of
+ * attention so far), choose the prefill chunks, by priority and shortest remaining
+ * (aged), sized so the step fits its time budget; give each its blocks and add it to
+ * s->parts after the decode rows (s->part_seq[i] its sequence).  Return: chunks planned.
+ */
+static uint32_t plan_prefill(struct kvp_sched *s, uint32_t nd, double *rows, double *attn)
+{
+	struct prefill_key *keys = s->pkeys;
+	uint32_t n_keys = 0, n_plan = 0;
+	uint32_t tokens_left = s->cfg.prefill_chunk;
+	uint64_t t = now_ns(s);
+	uint64_t aging_ns = (uint64_t)s->cfg.aging_ms * 1000000;
+	double limit;
+
+	for (struct seq *q = s->active.first; q && n_keys < s->cfg.max_running; q = q->next)
+		if (q->state == SEQ_PREFILL)
+			keys[n_keys++] = (struct prefill_key){
+				.q = q,
+				.left = q->n_fill - q->gen.n_past,
+				.overdue = t - q->t_served > aging_ns,
+			};
+	if (!n_keys)
+		return 0;
+	qsort(keys, n_keys, sizeof(keys[0]), prefill_cmp);
+	if (nd) {
+		/*
+		 * the whole step, decode rows included, aims at the target; and prefill gets
+		 * at least what the decode rows cost: with many streams their rows alone pass
+		 * the target, and prefill (new requests) would starve
+		 */
+		double dec = kvp_stepcost_step_ns(&s->cost, *rows, *attn);
+
+		limit = s->step_target_ns > 2 * dec ? s->step_target_ns : 2 * dec;
+	} else {
+		limit = s->prefill_step_ns;
+	}
+	for (uint32_t i = 0; i < n_keys && tokens_left && nd + n_plan < s->cfg.max_running; i++) {
+		struct seq *q = keys[i].q;
+		uint32_t ctx = q->gen.n_past;
+		uint32_t left = q->n_fill - ctx;
+		uint32_t cap = left < tokens_left ? left : tokens_left;
+		uint32_t floor = 1, n;
+
+		if (!left) {
+			prefill_done(s, q, NULL); /* a resumed sequence found all of it cached */
+			continue;
+		}
+		n = kvp_stepcost_fit_step(&s->cost, limit, *rows, *attn, ctx, cap);
+		if (!nd) {
+			/*
+			 * a step of prefill alone is a call of its own: its first chunk is worth
+			 * the call's fixed cost, but never more than a whole step (a noisy fit
+			 * can make that huge)
+			 */
+			uint32_t whole = kvp_stepcost_fit_tokens(&s->cost, s->step_target_ns, ctx,
+								 cap);
+
+			floor = kvp_stepcost_min_chunk(&s->cost, ctx);
+			floor = floor < whole ? floor : whole;
+			floor = floor < 1 ? 1 : floor > cap ? cap : floor;
+		}
+		if (n < floor) {
+			/* the step's first chunk always goes: prefill advances */
+			if (n_plan)
+				break;
+			n = floor;
+		}
+		if (ensure_blocks(s, q, ctx + n) < 0) {
+			seq_end(s, q, KVP_E_NOSPACE, true, "pool: no block for the prompt");
+			continue;
+		}
+		/*
+		 * a step that ends a prompt (a first token) lasts no longer than a step
+		 * next to streams: a short prompt that came during a long one's prefill
+		 * waits for its own chunk, not for a long prefill step
+		 */
+		if (n == left && limit > s->step_target_ns)
+			limit = s->step_target_ns;
+		s->part_seq[n_plan] = q;
+		s->parts[nd + n_plan++] = (struct kvp_fwd_part){ .table = q->table,
+								 .n_table = q->n_table,
+								 .pos0 = ctx,
+								 .tokens = q->hist + ctx,
+								 .n = n };
+		tokens_left -= n;
+		*rows += n;
+		*attn += n * ((double)ctx + n / 2.0);
+	}
+	return n_plan;
+}
+
+/*
+ * FAIR: the step's one forward call over s->parts (@nd decode rows, then @np chunks).
+ * Test hooks without a step hook get the decode batch and each chunk one after the
+ * other, into the same logits rows.
+ */
+static int fwd_step(struct kvp_sched *s, uint32_t nd, uint32_t np)
+{
+	const struct kvp_sched_hooks *h = s->cfg.hooks;
+	int r;
+
+	if (!h)
+		return kvp_fwd_step(s->fwd, &s->view, s->parts, nd + np, s->logits);
+	if (h->step)
+		return h->step(h->ctx, &s->view, s->parts, nd + np, s->logits);
+	if (nd && (r = h->decode(h->ctx, &s->view, s->batch, nd, s->logits)) < 0)
+		return r;
+	for (uint32_t i = nd; i < nd + np; i++) {
+		const struct kvp_fwd_part *p = &s->parts[i];
+
+		r = h->prefill(h->ctx, &s->view, p->table, p->n_table, p->pos0, p->tokens, p->n,
+			       s->logits + (size_t)i * s->n_vocab);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/*
+ * FAIR: one forward call for the whole step: the decode batch and the prefill chunks
+ * that fit the step's time budget with it (compute/forward.h kvp_fwd_step()), so the
+ * decode rows ride along the chunks' pass over the weights and streams never wait for
+ * a separate prefill call.  Return: whether anything was computed.
+ */
+static bool mixed_step(struct kvp_sched *s)
+{
+	uint32_t nd = decode_prepare(s), np;
+	double rows = nd, attn = 0;
+	uint64_t t0, dt;
+	int r;
+
+	for (uint32_t i = 0; i < nd; i++) {
+		s->parts[i] = (struct kvp_fwd_part){ .table = s->batch[i].table,
+						     .n_table = s->batch[i].n_table,
+						     .pos0 = s->batch[i].pos,
+						     .tokens = &s->batch[i].token,
+						     .n = 1 };
+		attn += (double)s->batch[i].pos + 1;
+	}
+	np = plan_prefill(s, nd, &rows, &attn);
+	if (!nd && !np)
+		return false;
+	t0 = now_ns(s);
+	r = fwd_step(s, nd, np);
+	dt = now_ns(s) - t0;
+	if (np)
+		kvp_stepcost_observe_step(&s->cost, rows, attn, (double)dt);
+	else
+		kvp_stepcost_observe_decode(&s->cost, nd, (double)dt);
+	/* first tokens before the streams' next ones (prefill_advanced flushes them) */
+	for (uint32_t i = 0; i < np; i++) {
+		struct seq *q = s->part_seq[i];
+
+		if (r < 0) {
+			q->prefill_ns += dt;
+			seq_end(s, q, KVP_E_INTERNAL, true, "engine: prefill failed");
+			continue;
+		}
+		prefill_advanced(s, q, s->parts[nd + i].n, dt,
+				 s->logits + (size_t)(nd + i) * s->n_vocab);
+	}
+	decode_finish(s, nd, r);
 	return true;
 }
 
@@ -1407,9 +1536,9 @@ static void calibrate(struct kvp_sched *s)
 	} else
 		kvp_stepcost_init(&s->cost, 0, 0, 0, 0); /* no room to measure: defaults */
 	/*
-	 * a step must hold prefill chunks worth their calls: where a call's fixed cost is
-	 * large against a decode step (CPUs), 2.5 decode steps would leave room for a few
-	 * tokens per call and starve prefill
+	 * a step pays the call's fixed cost once (one mixed call), so 2.5 of whichever is
+	 * larger, a decode step or that fixed cost, leaves prefill 1.5 of them per step
+	 * while a stream's gap stays within 2.5 of its gap alone
 	 */
 	s->step_target_ns = s->cfg.step_target_ns ? (double)s->cfg.step_target_ns :
 			    AUTO_STEP_DECODES * s->cost.d1 > AUTO_STEP_CALLS * s->cost.p0 ?
@@ -1596,9 +1725,13 @@ static bool engine_step(struct kvp_sched *s)
 	active_before = s->active.n;
 	admit(s);
 	t0 = now_ns(s);
-	worked = s->fair ? prefill_fair(s) : prefill_fifo(s);
-	flush_events(s); /* first tokens leave before the decode step */
-	worked = decode_step(s) || worked;
+	if (s->fair) {
+		worked = mixed_step(s);
+	} else {
+		worked = prefill_fifo(s);
+		flush_events(s); /* first tokens leave before the decode step */
+		worked = decode_step(s) || worked;
+	}
 	if (worked) {
 		s->st.steps++;
 		s->step_ring[s->step_n++ % STEP_RING] = kvp_ns_to_ms(now_ns(s) - t0);
@@ -1809,9 +1942,12 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	s->batch = calloc(cfg->max_running, sizeof(*s->batch));
 	s->batch_seq = calloc(cfg->max_running, sizeof(*s->batch_seq));
 	s->pkeys = calloc(cfg->max_running, sizeof(*s->pkeys));
+	s->parts = calloc(cfg->max_running, sizeof(*s->parts));
+	s->part_seq = calloc(cfg->max_running, sizeof(*s->part_seq));
 	s->ev_cap = cfg->event_capacity;
 	s->ev = calloc(s->ev_cap, sizeof(*s->ev));
-	if (!s->logits || !s->batch || !s->batch_seq || !s->pkeys || !s->ev)
+	if (!s->logits || !s->batch || !s->batch_seq || !s->pkeys || !s->parts || !s->part_seq ||
+	    !s->ev)
 		goto err_bufs;
 	if (cfg->tier) {
 		r = kvp_tiering_new(&s->tiering, cfg->tier, cfg->pool, cfg->index,
@@ -1830,6 +1966,8 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	return 0;
 err_bufs:
 	free(s->ev);
+	free(s->part_seq);
+	free(s->parts);
 	free(s->pkeys);
 	free(s->batch_seq);
 	free(s->batch);
@@ -1900,6 +2038,8 @@ void kvp_sched_free(struct kvp_sched *s)
 	pthread_cond_destroy(&s->ev_space);
 	pthread_mutex_destroy(&s->stats_lock);
 	free(s->ev);
+	free(s->part_seq);
+	free(s->parts);
 	free(s->pkeys);
 	free(s->batch_seq);
 	free(s->batch);

@@ -58,9 +58,11 @@ enum kvp_sched_policy {
  * @prefill: as kvp_fwd_prefill() (logits of the last position only)
  * @decode:  as kvp_fwd_decode()
  * @now_ns:  CLOCK_MONOTONIC-like time in ns
+ * @step:    as kvp_fwd_step() (FAIR's mixed steps), or NULL: then a mixed step runs as
+ *           @decode over its decode rows followed by @prefill per chunk
  *
- * Every member must be set.  The engine then makes no forward context; the model is
- * still read for its vocabulary size.
+ * Every member but @step must be set.  The engine then makes no forward context; the
+ * model is still read for its vocabulary size.
  */
 struct kvp_sched_hooks {
 	void *ctx;
@@ -70,6 +72,8 @@ struct kvp_sched_hooks {
 	int (*decode)(void *ctx, const struct kvp_kv_view *kv, const struct kvp_fwd_seq *seqs,
 		      uint32_t n, float *logits);
 	uint64_t (*now_ns)(void *ctx);
+	int (*step)(void *ctx, const struct kvp_kv_view *kv, const struct kvp_fwd_part *parts,
+		    uint32_t n_parts, float *logits);
 };
 
 /**
@@ -92,7 +96,7 @@ struct kvp_sched_hooks {
  * @wake_fd:         eventfd the engine writes after queueing events (borrowed)
  * @policy:          enum kvp_sched_policy
  * @step_target_ns:  FAIR: engine step time to aim at while sequences are decoding
- *                   (0: 2.5 decode steps of one sequence or 4 fixed costs
+ *                   (0: 2.5 decode steps of one sequence or 2.5 fixed costs
  *                   of a forward call, the larger, measured at start)
  * @prefill_step_ns: FAIR: longest prefill step while nobody decodes (0: 20 x the fixed
  *                   cost of a forward call, measured at start)

@@ -77,9 +77,57 @@ void kvp_stepcost_fit(struct kvp_stepcost *c, const double n[3], const double ct
 	kvp_stepcost_init(c, p[0], p[1], p[2], d1);
 }
 
+static double step_model(const struct kvp_stepcost *c, double rows, double attn)
+{
+	return c->p0 + rows * c->p1 + attn * c->p2;
+}
+
+/* positions a chunk of @n tokens after @ctx reads in attention, in all */
+static double chunk_attn(uint32_t n, uint32_t ctx)
+{
+	return n * ((double)ctx + n / 2.0);
+}
+
 static double prefill_model(const struct kvp_stepcost *c, uint32_t n, uint32_t ctx)
 {
-	return c->p0 + n * (c->p1 + c->p2 * ((double)ctx + n / 2.0));
+	return step_model(c, n, chunk_attn(n, ctx));
+}
+
+static void observe_k_pre(struct kvp_stepcost *c, double model, double ns)
+{
+	if (model <= 0 || !(ns > 0))
+		return;
+	c->k_pre = clampd((1 - ALPHA) * c->k_pre +
+				  ALPHA * clampd(ns / model, c->k_pre / 2, c->k_pre * 2),
+			  K_MIN, K_MAX);
+}
+
+double kvp_stepcost_step_ns(const struct kvp_stepcost *c, double rows, double attn)
+{
+	return rows > 0 ? c->k_pre * step_model(c, rows, attn) : 0;
+}
+
+uint32_t kvp_stepcost_fit_step(const struct kvp_stepcost *c, double budget_ns, double rows,
+			       double attn, uint32_t ctx, uint32_t max)
+{
+	uint32_t lo = 0, hi = max;
+
+	/* as kvp_stepcost_fit_tokens(), with the rows already in the step */
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo + 1) / 2;
+
+		if (kvp_stepcost_step_ns(c, rows + mid, attn + chunk_attn(mid, ctx)) <= budget_ns)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+void kvp_stepcost_observe_step(struct kvp_stepcost *c, double rows, double attn, double ns)
+{
+	if (rows > 0)
+		observe_k_pre(c, step_model(c, rows, attn), ns);
 }
 
 double kvp_stepcost_prefill_ns(const struct kvp_stepcost *c, uint32_t n, uint32_t ctx)
@@ -128,13 +176,8 @@ double kvp_stepcost_decode_ns(const struct kvp_stepcost *c, uint32_t batch)
 
 void kvp_stepcost_observe_prefill(struct kvp_stepcost *c, uint32_t n, uint32_t ctx, double ns)
 {
-	double m = prefill_model(c, n, ctx);
-
-	if (!n || m <= 0 || !(ns > 0))
-		return;
-	c->k_pre = clampd((1 - ALPHA) * c->k_pre +
-				  ALPHA * clampd(ns / m, c->k_pre / 2, c->k_pre * 2),
-			  K_MIN, K_MAX);
+	if (n)
+		observe_k_pre(c, prefill_model(c, n, ctx), ns);
 }
 
 void kvp_stepcost_observe_decode(struct kvp_stepcost *c, uint32_t batch, double ns)

@@ -14,7 +14,16 @@
  * recent chunks (an exponentially weighted mean, clamped): on a machine whose load
  * changes the shape of the model stays and its scale moves.
  *
- * A decode step of a batch of b sequences: the recent measurement of that batch size
+ * A mixed step (compute/forward.h kvp_fwd_step(): a decode batch and prefill chunks in
+ * one call) is the same model over all its rows: R rows whose attention reads A
+ * positions in all (a prefill chunk n(ctx + n/2), a decode row at pos, pos + 1) cost
+ *
+ *	t(R, A) = k * (p0 + R * p1 + A * p2)
+ *
+ * so the fixed cost is paid once per step, and a decode row costs what a prefill token
+ * does.  Mixed steps adapt k like prefill calls.
+ *
+ * A decode step of a batch of b sequences alone: the recent measurement of that batch size
  * when there is one, else d1 * (1 + 0.06 (b - 1)) scaled by the decode ratio (each
  * sequence adds its attention and sampling to one pass over the weights).
  *
@@ -68,6 +77,19 @@ uint32_t kvp_stepcost_min_chunk(const struct kvp_stepcost *c, uint32_t ctx);
 
 /* Predicted ns of a decode step of @batch sequences (0 for none). */
 double kvp_stepcost_decode_ns(const struct kvp_stepcost *c, uint32_t batch);
+
+/* Predicted ns of a mixed step of @rows rows reading @attn positions in attention. */
+double kvp_stepcost_step_ns(const struct kvp_stepcost *c, double rows, double attn);
+
+/*
+ * Most tokens (<= @max) of a chunk after @ctx positions that a step already holding
+ * @rows rows and @attn attention positions can take within @budget_ns; 0 when none.
+ */
+uint32_t kvp_stepcost_fit_step(const struct kvp_stepcost *c, double budget_ns, double rows,
+			       double attn, uint32_t ctx, uint32_t max);
+
+/* A mixed step of @rows rows and @attn attention positions took @ns: adapt. */
+void kvp_stepcost_observe_step(struct kvp_stepcost *c, double rows, double attn, double ns);
 
 /* A prefill of @n tokens after @ctx took @ns: adapt. */
 void kvp_stepcost_observe_prefill(struct kvp_stepcost *c, uint32_t n, uint32_t ctx, double ns);

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_stepcost.c - the engine's cost model of forward calls (svc/stepcost.c): a mixed
+ * step is priced as one call over all its rows, chunks fitted into a step that already
+ * holds decode rows are the largest that fit, and observed steps move the scale.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "svc/stepcost.h"
+
+/* p0 11 ms, p1 1.3 ms a row, p2 700 ns a row per position, a decode step 13.5 ms */
+static void demo(struct kvp_stepcost *c)
+{
+	kvp_stepcost_init(c, 11e6, 1.3e6, 700, 13.5e6);
+}
+
+static void test_step_prices_one_call(void **state)
+{
+	struct kvp_stepcost c;
+
+	demo(&c);
+	/* a chunk alone is a step of its rows: the same price as a prefill call */
+	assert_true(fabs(kvp_stepcost_step_ns(&c, 40, 40 * (100 + 20.0)) -
+			 kvp_stepcost_prefill_ns(&c, 40, 100)) < 1);
+	/* one fixed cost for decode rows and a chunk together, not two */
+	assert_true(fabs(kvp_stepcost_step_ns(&c, 8 + 40, 8 * 51.0 + 40 * 20.0) -
+			 (11e6 + 48 * 1.3e6 + 700 * (8 * 51.0 + 40 * 20.0))) < 1);
+	assert_true(kvp_stepcost_step_ns(&c, 0, 0) == 0);
+}
+
+static void test_fit_step_is_largest_within_budget(void **state)
+{
+	struct kvp_stepcost c;
+	double rows = 3, attn = 3 * 200.0;
+
+	demo(&c);
+	for (double budget = 10e6; budget < 400e6; budget *= 1.37) {
+		uint32_t n = kvp_stepcost_fit_step(&c, budget, rows, attn, 500, 4000);
+
+		if (n)
+			assert_true(kvp_stepcost_step_ns(&c, rows + n,
+							 attn + n * (500 + n / 2.0)) <= budget);
+		if (n < 4000)
+			assert_true(kvp_stepcost_step_ns(&c, rows + n + 1,
+							 attn + (n + 1) * (500 + (n + 1) / 2.0)) >
+				    budget);
+	}
+	/* the decode rows alone over budget: no room */
+	assert_int_equal(kvp_stepcost_fit_step(&c, 12e6, 8, 8, 0, 100), 0);
+	/* capped */
+	assert_int_equal(kvp_stepcost_fit_step(&c, 1e12, 1, 1, 0, 77), 77);
+}
+
+static void test_observed_steps_move_the_scale(void **state)
+{
+	struct kvp_stepcost c;
+	double model, before;
+
+	demo(&c);
+	model = kvp_stepcost_step_ns(&c, 30, 900);
+	/* steps that take twice the model: the scale follows, within ~20 of them */
+	for (int i = 0; i < 20; i++)
+		kvp_stepcost_observe_step(&c, 30, 900, 2 * model);
+	assert_true(c.k_pre > 1.9 && c.k_pre <= 2.0);
+	/* one step stalled 10x moves it by at most 20% */
+	before = c.k_pre;
+	kvp_stepcost_observe_step(&c, 30, 900, 20 * model);
+	assert_true(c.k_pre <= before * 1.2 + 1e-9);
+	/* nothing observed, nothing moved */
+	before = c.k_pre;
+	kvp_stepcost_observe_step(&c, 0, 0, 1e6);
+	kvp_stepcost_observe_step(&c, 30, 900, 0);
+	assert_true(c.k_pre == before);
+	/* decode-only steps keep their own figures */
+	assert_true(c.k_dec == 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_step_prices_one_call),
+		cmocka_unit_test(test_fit_step_is_largest_within_budget),
+		cmocka_unit_test(test_observed_steps_move_the_scale),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
