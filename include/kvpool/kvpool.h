@@ -191,6 +191,9 @@ int kvp_client_lease(struct kvp_client *c, const int32_t *ids, size_t n_ids, con
 /* Send RELEASE (when the lease holds blocks) and free @l.  NULL is ok.  Return: 0, -errno. */
 int kvp_client_release(struct kvp_client *c, struct kvp_client_lease *l);
 
+/* Free @l without RELEASE (the daemon keeps it until close or its time limit).  NULL ok. */
+void kvp_client_lease_free(struct kvp_client_lease *l);
+
 /* The lease's header: id, block count, granted lifetime, layout. */
 const struct kvp_lease *kvp_client_lease_info(const struct kvp_client_lease *l);
 

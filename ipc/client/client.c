@@ -1368,6 +1368,11 @@ KVP_EXPORT int kvp_client_release(struct kvp_client *c, struct kvp_client_lease 
 	return r;
 }
 
+KVP_EXPORT void kvp_client_lease_free(struct kvp_client_lease *l)
+{
+	free(l);
+}
+
 KVP_EXPORT const struct kvp_lease *kvp_client_lease_info(const struct kvp_client_lease *l)
 {
 	return &l->hdr;
