@@ -3,7 +3,8 @@
  * test_domains.c - trust domains in a real kvpoold, with children that switch to other
  * uids and gids (needs root; skipped, 77, without):
  *  - per-uid (the default): a peer of another uid never hits root's cached prompt, its
- *    WELCOME fd is another segment (another inode) and its traffic leaves root's
+ *    WELCOME fd is another segment (another inode), a LEASE of that prompt holds
+ *    nothing, and its traffic leaves root's
  *    segment bytes and root's domain counters unchanged; paired control: its own second
  *    request does hit, in its own domain;
  *  - groups: two uids of one group share a domain (the second hits the first's prompt);
@@ -45,6 +46,7 @@ struct seen {
 	char msg[200];
 	unsigned long ino;
 	uint32_t cached[2];
+	uint32_t leased; /* blocks a LEASE of the prompt held before its requests */
 };
 
 /* Connect to @sock and run @n greedy requests of PROMPT (2 new tokens each). */
@@ -64,6 +66,23 @@ static void visit(const char *sock, int n, struct seen *out)
 	}
 	if (fstat(kvp_client_pool_fd(k), &st) == 0)
 		out->ino = (unsigned long)st.st_ino;
+	{
+		struct kvp_client_lease *l = NULL;
+		int32_t *ids = NULL;
+		size_t n_ids = 0;
+
+		out->rc = kvp_client_tokenize(k, PROMPT, strlen(PROMPT), 0, &ids, &n_ids);
+		if (!out->rc)
+			out->rc = kvp_client_lease(k, ids, n_ids, NULL, 0, 0, &l);
+		free(ids);
+		if (out->rc) {
+			snprintf(out->msg, sizeof(out->msg), "lease: %s", kvp_client_errmsg(k));
+			kvp_client_close(k);
+			return;
+		}
+		out->leased = kvp_client_lease_info(l)->n_blocks;
+		kvp_client_release(k, l);
+	}
 	kvp_client_params_init(&p);
 	p.max_new_tokens = 2;
 	for (int i = 0; i < n && i < 2; i++) {
@@ -196,6 +215,7 @@ static void test_per_uid(void **state)
 	visit_as(d.sock, 65534, 65534, 2, &b);
 	assert_int_equal(b.rc, 0);
 	assert_int_equal(b.cached[0], 0);
+	assert_int_equal(b.leased, 0); /* A's blocks cannot be leased either */
 	assert_true(b.ino != 0 && a.ino != 0);
 	assert_true(b.ino != a.ino);
 	/* paired control: the same prompt does hit inside B's own domain */
@@ -269,11 +289,13 @@ static void test_groups(void **state)
 	assert_int_equal(x.cached[0], 0);
 	visit_as(d.sock, 60012, 60100, 1, &y);
 	assert_int_equal(y.rc, 0);
+	assert_true(y.leased > 0); /* the other member's blocks, leased */
 	assert_true(y.cached[0] > 0);
 	assert_true(x.ino == y.ino);
 	/* a listed user of another domain: nothing of the team's */
 	visit_as(d.sock, 60011, 65534, 1, &z);
 	assert_int_equal(z.rc, 0);
+	assert_int_equal(z.leased, 0);
 	assert_int_equal(z.cached[0], 0);
 	assert_true(z.ino != x.ino);
 	/* in no domain: refused, saying so; root too */
