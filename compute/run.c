@@ -73,6 +73,9 @@ static void run_usage(FILE *f)
 	      "      --block-tokens N  tokens per K/V block, 1..1024 (default 16)\n"
 	      "      --chunk N         prefill chunk, 1..4096 tokens (default 256)\n"
 	      "      --ignore-eos      do not stop at end-of-generation tokens\n"
+	      "      --dump-kv F       after the prefill, write the K/V of the prompt's full blocks\n"
+	      "                        to F: each block's bytes in the pool's block layout\n"
+	      "                        (include/kvpool/layout.h), in prompt order\n"
 	      "      --weights W       map (used in place from the file, the default) or copy (the\n"
 	      "                        same bytes copied at load into huge pages)\n"
 	      "  -h, --help            this text\n"
@@ -82,11 +85,30 @@ static void run_usage(FILE *f)
 }
 
 struct run_opts {
-	const char *model, *prompt, *prompt_file, *tokens;
+	const char *model, *prompt, *prompt_file, *tokens, *dump_kv;
 	uint32_t n_gen, threads, block_tokens, chunk, kv_dtype, weights;
 	struct kvp_sample_params sp;
 	int json, ignore_eos, parse_special, no_bos, tokenize, detokenize, render_special;
 };
+
+/*
+ * --dump-kv: the first @n blocks' bytes (block_bytes each, the layout the daemon's pool
+ * and a lease show) to @path.  Return: 0, or -1 (said on stderr).
+ */
+static int dump_kv(const char *path, const struct kvp_kv_view *kv, uint32_t n)
+{
+	FILE *f = fopen(path, "we");
+	bool ok = f != NULL;
+
+	for (uint32_t i = 0; ok && i < n; i++)
+		ok = fwrite((const uint8_t *)kv->base + (size_t)i * kv->geom.block_stride, 1,
+			    kv->geom.block_bytes, f) == kv->geom.block_bytes;
+	if (f && fclose(f))
+		ok = false;
+	if (!ok)
+		fprintf(stderr, "kvpool-run: --dump-kv %s: %s\n", path, strerror(errno));
+	return ok ? 0 : -1;
+}
 
 /* Name the option and the value at fault, and what it takes. */
 static int bad_opt(const char *opt, const char *val, const char *want)
@@ -119,6 +141,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		{ "tokenize", no_argument, 0, 'z' },
 		{ "detokenize", no_argument, 0, 'Z' },
 		{ "render-special", no_argument, 0, 'R' },
+		{ "dump-kv", required_argument, 0, 'D' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0 },
 	};
@@ -217,6 +240,9 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 				o->weights = KVP_MODEL_WEIGHTS_COPY;
 			else
 				return bad_opt("--weights", optarg, "map or copy");
+			break;
+		case 'D':
+			o->dump_kv = optarg;
 			break;
 		case 'h':
 			return 1;
@@ -600,6 +626,8 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 		}
 	}
 	res.prefill_s = kvp_ns_to_s(kvp_now_ns() - t0);
+	if (o.dump_kv && dump_kv(o.dump_kv, &kv, n_prompt / o.block_tokens) < 0)
+		goto out;
 	t0 = kvp_now_ns();
 	for (;;) {
 		int32_t id = kvp_sampler_sample(smp, logits);

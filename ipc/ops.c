@@ -66,8 +66,14 @@ static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp
 	client_name(&h, name);
 	r = srv->ops.hello(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, name, &w, fds, &n_fds);
 	if (r != KVP_OK)
-		return kvp_srv_fail(srv, c, r > 0 && r < KVP_STATUS__COUNT ? r : KVP_E_INTERNAL,
-				    "HELLO refused");
+		return kvp_srv_fail(
+			srv, c, r > 0 && r < KVP_STATUS__COUNT ? r : KVP_E_INTERNAL,
+			r == KVP_E_INVALID ?
+				"HELLO refused: your uid and gid are in no trust domain "
+				"of this daemon (domains in kvpoold.conf)" :
+			r == KVP_E_BUSY ? "HELLO refused: no trust domain can be opened "
+					  "for you now (domains.max); try later" :
+					  "HELLO refused");
 	if (n_fds > KVP_CONN_PASS_FDS_MAX)
 		return kvp_srv_fail(srv, c, KVP_E_INTERNAL, "too many fds for WELCOME");
 	if (!(h.flags & KVP_HELLO_WANT_POOL_FD))
@@ -320,6 +326,45 @@ static int on_cancel(struct kvp_server *srv, struct kvp_conn *c, const struct kv
 	return 0;
 }
 
+static int on_lease(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
+		    const uint8_t *payload)
+{
+	struct kvp_lease_req l;
+	const int32_t *ids = NULL;
+	const void *body;
+	const char *why = "";
+	int r;
+
+	r = request_ok(srv, c, hdr);
+	if (r)
+		return r;
+	r = kvp_proto_decode_lease_req(payload, hdr->len_bytes, &srv->lim, &l, &body, &why);
+	if (r == KVP_E_INVALID || r == KVP_E_LIMIT)
+		return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
+	if (r)
+		return kvp_srv_fail(srv, c, r, why);
+	if (!srv->ops.lease)
+		return unsupported(srv, c, hdr->req_id, "LEASE not supported here");
+	r = take_ids(srv, c, hdr->req_id, body, l.n_tokens, "LEASE", &ids);
+	if (r)
+		return r < 0 ? r : 0;
+	if (take_req(srv, c, hdr->req_id))
+		return 0;
+	r = srv->ops.lease(srv->ops.ctx, kvp_srv_conn_id(c), hdr->req_id, &l, ids);
+	return answered(srv, c, hdr->req_id, r);
+}
+
+static int on_release(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
+		      const uint8_t *payload)
+{
+	(void)payload;
+	if (!c->helloed)
+		return kvp_srv_fail(srv, c, KVP_E_PROTO, "RELEASE before HELLO");
+	if (srv->ops.release)
+		srv->ops.release(srv->ops.ctx, kvp_srv_conn_id(c), hdr->req_id);
+	return 0;
+}
+
 const struct kvp_op_def kvp_op_defs[] = {
 	[KVP_FRAME_HELLO] = { .name = "HELLO",
 			      .from_client = true,
@@ -356,6 +401,17 @@ const struct kvp_op_def kvp_op_defs[] = {
 			     .max_len = UINT32_MAX,
 			     .fn = on_chat },
 	[KVP_FRAME_IDS] = { .name = "IDS" },
+	[KVP_FRAME_LEASE] = { .name = "LEASE",
+			      .from_client = true,
+			      .min_len = sizeof(struct kvp_lease_req),
+			      .max_len = UINT32_MAX,
+			      .fn = on_lease },
+	[KVP_FRAME_LEASED] = { .name = "LEASED" },
+	[KVP_FRAME_RELEASE] = { .name = "RELEASE",
+				.from_client = true,
+				.min_len = 0,
+				.max_len = 0,
+				.fn = on_release },
 };
 static_assert(ARRAY_SIZE(kvp_op_defs) == KVP_FRAME__COUNT, "one entry per frame type");
 

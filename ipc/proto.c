@@ -29,6 +29,9 @@ static const char *const type_names[KVP_FRAME__COUNT] = {
 	[KVP_FRAME_DETOKENIZE] = "DETOKENIZE",
 	[KVP_FRAME_CHAT] = "CHAT",
 	[KVP_FRAME_IDS] = "IDS",
+	[KVP_FRAME_LEASE] = "LEASE",
+	[KVP_FRAME_LEASED] = "LEASED",
+	[KVP_FRAME_RELEASE] = "RELEASE",
 };
 
 static const char *const status_strs[KVP_STATUS__COUNT] = {
@@ -47,7 +50,8 @@ static const char *const status_strs[KVP_STATUS__COUNT] = {
 bool kvp_proto_from_client(uint32_t type)
 {
 	return type == KVP_FRAME_HELLO || type == KVP_FRAME_GENERATE || type == KVP_FRAME_CANCEL ||
-	       type == KVP_FRAME_TOKENIZE || type == KVP_FRAME_DETOKENIZE || type == KVP_FRAME_CHAT;
+	       type == KVP_FRAME_TOKENIZE || type == KVP_FRAME_DETOKENIZE ||
+	       type == KVP_FRAME_CHAT || type == KVP_FRAME_LEASE || type == KVP_FRAME_RELEASE;
 }
 
 const char *kvp_proto_type_name(uint32_t type)
@@ -631,4 +635,69 @@ size_t kvp_proto_encode_error(void *buf, size_t cap, uint64_t req_id, uint32_t s
 	struct kvp_error e = { .status = status, .msg_bytes = msg_bytes };
 
 	return put_frame(buf, cap, KVP_FRAME_ERROR, req_id, &e, sizeof(e), msg, msg_bytes, NULL, 0);
+}
+
+/* ---- leases ---- */
+
+int kvp_proto_decode_lease_req(const void *payload, size_t len, const struct kvp_proto_limits *lim,
+			       struct kvp_lease_req *out, const void **ids, const char **why)
+{
+	struct kvp_cur c;
+	const void *p;
+
+	kvp_cur_init(&c, payload, len);
+	p = kvp_cur_take(&c, sizeof(*out));
+	if (!p)
+		return fail(why, "LEASE payload shorter than its struct", KVP_E_PROTO);
+	memcpy(out, p, sizeof(*out));
+	if (out->flags)
+		return fail(why, "unknown LEASE flags", KVP_E_PROTO);
+	if (out->salt_len > KVP_SALT_MAX)
+		return fail(why, "LEASE salt longer than KVP_SALT_MAX", KVP_E_PROTO);
+	if (!out->n_tokens)
+		return fail(why, "LEASE of no tokens", KVP_E_INVALID);
+	if (out->n_tokens > lim->max_prompt_tokens)
+		return fail(why, "LEASE longer than the maximum prompt", KVP_E_LIMIT);
+	*ids = kvp_cur_take(&c, (size_t)out->n_tokens * sizeof(int32_t));
+	if (!*ids)
+		return fail(why, "LEASE ids beyond the frame", KVP_E_PROTO);
+	if (kvp_cur_left(&c))
+		return fail(why, "trailing bytes after the LEASE ids", KVP_E_PROTO);
+	return KVP_OK;
+}
+
+int kvp_proto_decode_lease(const void *payload, size_t len, struct kvp_lease *out,
+			   const void **blocks, const char **why)
+{
+	struct kvp_cur c;
+	const void *p;
+
+	kvp_cur_init(&c, payload, len);
+	p = kvp_cur_take(&c, sizeof(*out));
+	if (!p)
+		return fail(why, "LEASED payload shorter than its struct", KVP_E_PROTO);
+	memcpy(out, p, sizeof(*out));
+	*blocks = kvp_cur_take(&c, (size_t)out->n_blocks * sizeof(struct kvp_lease_block));
+	if (!*blocks || kvp_cur_left(&c))
+		return fail(why, "LEASED blocks do not match the frame", KVP_E_PROTO);
+	return KVP_OK;
+}
+
+size_t kvp_proto_encode_lease_req(void *buf, size_t cap, uint64_t req_id,
+				  const struct kvp_lease_req *l, const int32_t *ids)
+{
+	return put_frame(buf, cap, KVP_FRAME_LEASE, req_id, l, sizeof(*l), ids,
+			 (size_t)l->n_tokens * sizeof(int32_t), NULL, 0);
+}
+
+size_t kvp_proto_encode_lease(void *buf, size_t cap, uint64_t req_id, const struct kvp_lease *l,
+			      const struct kvp_lease_block *blocks)
+{
+	return put_frame(buf, cap, KVP_FRAME_LEASED, req_id, l, sizeof(*l), blocks,
+			 (size_t)l->n_blocks * sizeof(*blocks), NULL, 0);
+}
+
+size_t kvp_proto_encode_release(void *buf, size_t cap, uint64_t lease_id)
+{
+	return put_frame(buf, cap, KVP_FRAME_RELEASE, lease_id, NULL, 0, NULL, 0, NULL, 0);
 }

@@ -126,4 +126,15 @@ size_t kvp_proto_encode_chat(void *buf, size_t cap, uint64_t req_id, const struc
 size_t kvp_proto_encode_error(void *buf, size_t cap, uint64_t req_id, uint32_t status,
 			      const char *msg, uint32_t msg_bytes);
 
+/* Leases (include/kvpool/proto.h): LEASE and LEASED payloads, RELEASE. */
+int kvp_proto_decode_lease_req(const void *payload, size_t len, const struct kvp_proto_limits *lim,
+			       struct kvp_lease_req *out, const void **ids, const char **why);
+int kvp_proto_decode_lease(const void *payload, size_t len, struct kvp_lease *out,
+			   const void **blocks, const char **why);
+size_t kvp_proto_encode_lease_req(void *buf, size_t cap, uint64_t req_id,
+				  const struct kvp_lease_req *l, const int32_t *ids);
+size_t kvp_proto_encode_lease(void *buf, size_t cap, uint64_t req_id, const struct kvp_lease *l,
+			      const struct kvp_lease_block *blocks);
+size_t kvp_proto_encode_release(void *buf, size_t cap, uint64_t lease_id);
+
 #endif /* KVP_IPC_PROTO_H */

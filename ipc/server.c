@@ -418,6 +418,24 @@ int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_
 	return queue_scratch(srv, c, len);
 }
 
+int kvp_server_send_lease(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			  const struct kvp_lease *l, const struct kvp_lease_block *blocks)
+{
+	struct kvp_conn *c = conn_lookup(srv, conn);
+	size_t len = kvp_proto_encode_lease(NULL, 0, req_id, l, blocks);
+
+	if (!c)
+		return -ENOTCONN;
+	if (!len || len > c->out.cap)
+		return -EMSGSIZE;
+	if (!kvp_conn_req_del(c, req_id))
+		return -ENOENT;
+	if (scratch_reserve(srv, len))
+		return -ENOMEM;
+	kvp_proto_encode_lease(srv->scratch, srv->scratch_cap, req_id, l, blocks);
+	return queue_scratch(srv, c, len);
+}
+
 int kvp_server_send_error(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			  enum kvp_status status, const char *msg)
 {

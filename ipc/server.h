@@ -118,6 +118,11 @@ enum kvp_status_fmt {
  *            checked against n_vocab; all borrowed for the call), taken in flight: as
  *            @generate, and an IDS with the prompt's ids comes before any TOKEN.  NULL:
  *            refused like @tokenize.
+ * @lease:    a validated LEASE (@ids checked against n_vocab, borrowed for the call),
+ *            taken in flight: answer with kvp_server_send_lease() or an ERROR; or return
+ *            a status for an immediate ERROR.  NULL: refused like @tokenize.
+ * @release:  RELEASE of lease @lease_id (no answer; an unknown id is ignored: a lease
+ *            may have timed out).  NULL: ignored.
  * @status:   render the status report into @buf (at most @cap bytes); return the
  *            length, or -ENOSPC if it does not fit (the server retries with a larger
  *            buffer, up to 16 MiB).
@@ -138,6 +143,9 @@ struct kvp_server_ops {
 		    const struct kvp_chat *req, const int32_t *context,
 		    const struct kvp_proto_msg *msgs);
 	int (*status)(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap);
+	int (*lease)(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp_lease_req *req,
+		     const int32_t *ids);
+	void (*release)(void *ctx, kvp_conn_id conn, uint64_t lease_id);
 };
 
 /**
@@ -178,6 +186,10 @@ int kvp_server_send_ids(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_i
 			const int32_t *ids, uint32_t n_ids, const char *text, uint32_t text_len);
 int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			 const struct kvp_usage *usage);
+/* LEASED for @req_id (a LEASE in flight, which it ends): @l and its @l->n_blocks blocks. */
+int kvp_server_send_lease(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			  const struct kvp_lease *l, const struct kvp_lease_block *blocks);
+
 int kvp_server_send_error(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			  enum kvp_status status, const char *msg);
 

@@ -41,6 +41,7 @@ enum key_type {
 	T_BOOL,	   /* yes/no, true/false, on/off, 1/0 */
 	T_WEIGHTS, /* copy|map: enum kvp_model_weights */
 	T_POLICY,  /* fair|fifo: enum kvp_sched_policy */
+	T_DOMMODE, /* per-uid|groups|single: enum kvp_domains_mode */
 };
 
 struct key_def {
@@ -154,6 +155,23 @@ static const struct key_def keys[] = {
 	  "freed" },
 	{ "tier", "low_watermark", "tier-low-watermark", T_U32, OFF(tier_low_pct), 0, 0, 99,
 	  "pool use (% of blocks) the offloader frees down to" },
+	{ "domains", "mode", "domains-mode", T_DOMMODE, OFF(domains_mode), 0, 0, 0,
+	  "how peers (SO_PEERCRED) are sorted into trust domains, each with its own pool,\n"
+	  "index and tier: per-uid: every uid its own, made on its first HELLO; groups: the\n"
+	  "[domain NAME] sections (a peer in none is refused); single: one for everybody" },
+	{ "domains", "max", "domains-max", T_U32, OFF(domains_max), 0, 1, 64,
+	  "per-uid: most domains at once (a HELLO from one more uid is refused BUSY)" },
+	{ "domains", "pool_size", "domains-pool-size", T_SIZE, OFF(domains_pool_bytes),
+	  CAP(domains_pool_bytes), 0, 1ull << 40,
+	  "per-uid: each domain's pool (memory use is up to domains.max times this);\n"
+	  "0: pool.size" },
+	{ "domains", "tier_size", "domains-tier-size", T_SIZE, OFF(domains_tier_bytes),
+	  CAP(domains_tier_bytes), 0, 1ull << 50,
+	  "per-uid: each domain's disk tier file (tier.path.DOMAIN); 0: tier.size" },
+	{ "leases", "max_per_conn", "lease-max-per-conn", T_U32, OFF(lease_max_per_conn), 0, 0,
+	  4096, "leases (zero-copy reads of cached blocks) one connection may hold; 0: none" },
+	{ "leases", "max_ms", "lease-max-ms", T_U32, OFF(lease_max_ms), 0, 1, 86400000,
+	  "longest lease lifetime; its blocks are released after it at the latest" },
 };
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
@@ -212,6 +230,10 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->tier_bytes = 16ull << 30;
 	c->tier_high_pct = 90;
 	c->tier_low_pct = 75;
+	c->domains_mode = KVP_DOMAINS_PER_UID;
+	c->domains_max = 8;
+	c->lease_max_per_conn = 16;
+	c->lease_max_ms = 60000;
 }
 
 static int lookup_name(const char *const *names, size_t n, const char *s, uint32_t *out)
@@ -310,6 +332,13 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 		}
 		*(uint32_t *)field = e;
 		return 0;
+	case T_DOMMODE:
+		if (kvp_domains_mode_parse(value, &e) < 0) {
+			kvp_errmsg(err, cap, "'%s' is not one of per-uid, groups, single", value);
+			return -EINVAL;
+		}
+		*(uint32_t *)field = e;
+		return 0;
 	case T_BOOL:
 		if (!strcasecmp(value, "yes") || !strcasecmp(value, "true") ||
 		    !strcasecmp(value, "on") || !strcmp(value, "1")) {
@@ -341,9 +370,16 @@ int kvp_config_set(struct kvp_config *c, const char *section, const char *key, c
 		   char *err, size_t cap)
 {
 	const struct key_def *k = find_key(section, key);
+	const char *dom = kvp_domcfg_section(section);
 	char why[256];
 	int r;
 
+	if (dom) {
+		r = kvp_domcfg_set(c->domcfg, &c->n_domcfg, dom, key, value, why, sizeof(why));
+		if (r < 0)
+			kvp_errmsg(err, cap, "%s.%s: %s", section, key, why);
+		return r;
+	}
 	if (!k) {
 		kvp_errmsg(err, cap, "%s%s%s: unknown key", section, *section ? "." : "", key);
 		return -ENOENT;
@@ -393,10 +429,20 @@ static int ini_handle(void *user, const char *section, const char *name, const c
 {
 	struct ini_ctx *x = user;
 	const struct key_def *k = find_key(section, name);
+	const char *dom = kvp_domcfg_section(section);
 	char why[256];
 
 	if (x->err_line)
 		return 1; /* report the first error only; keep inih quiet */
+	if (dom) {
+		if (kvp_domcfg_set(x->c->domcfg, &x->c->n_domcfg, dom, name, value, why,
+				   sizeof(why)) < 0) {
+			x->err_line = x->line;
+			snprintf(x->err, sizeof(x->err), "%s.%s: %s", section, name, why);
+			return 0;
+		}
+		return 1;
+	}
 	if (!k) {
 		x->err_line = x->line;
 		if (!*section)
@@ -660,6 +706,25 @@ static int check_group(const char *name, const char *key, char *err, size_t cap)
 	return 0;
 }
 
+/* [domain NAME] sections only with domains.mode = groups, and at least one there. */
+static int check_domains(const struct kvp_config *c, char *err, size_t cap)
+{
+	if (c->domains_mode == KVP_DOMAINS_GROUPS && !c->n_domcfg) {
+		kvp_errmsg(err, cap,
+			   "domains.mode: groups needs at least one [domain NAME] section "
+			   "(users = ..., groups = ...)");
+		return -EINVAL;
+	}
+	if (c->domains_mode != KVP_DOMAINS_GROUPS && c->n_domcfg) {
+		kvp_errmsg(err, cap,
+			   "domain %s: [domain NAME] sections are used only with "
+			   "domains.mode = groups (it is %s)",
+			   c->domcfg[0].name, kvp_domains_mode_name(c->domains_mode));
+		return -EINVAL;
+	}
+	return kvp_domcfg_check(c->domcfg, c->n_domcfg, err, cap);
+}
+
 int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 {
 	uint64_t hdr = 24 + sizeof(struct kvp_generate); /* frame header + GENERATE payload */
@@ -710,7 +775,7 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 	if (check_group(c->socket_group, "socket_group", err, cap) < 0 ||
 	    check_group(c->status_group, "status_group", err, cap) < 0)
 		return -EINVAL;
-	return 0;
+	return check_domains(c, err, cap);
 }
 
 static void value_text(const struct kvp_config *c, const struct key_def *k, char *buf, size_t cap)
@@ -755,6 +820,9 @@ static void value_text(const struct kvp_config *c, const struct key_def *k, char
 		return;
 	case T_POLICY:
 		snprintf(buf, cap, "%s", policy_names[*(const uint32_t *)field]);
+		return;
+	case T_DOMMODE:
+		snprintf(buf, cap, "%s", kvp_domains_mode_name(*(const uint32_t *)field));
 		return;
 	}
 }
@@ -813,4 +881,5 @@ void kvp_config_print(const struct kvp_config *c, FILE *f)
 		value_text(c, &keys[i], val, sizeof(val));
 		fprintf(f, "%s = %s\n", keys[i].key, val);
 	}
+	kvp_domcfg_print(c->domcfg, c->n_domcfg, f);
 }

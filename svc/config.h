@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "svc/domcfg.h"
+
 #define KVP_CONFIG_DEFAULT_PATH "/etc/kvpool/kvpoold.conf"
 #define KVP_CONFIG_SOCK_MAX 108 /* sizeof(sun_path), NUL included */
 #define KVP_CONFIG_NAME_MAX 64	/* group names */
@@ -80,6 +82,15 @@ enum kvp_huge_pages {
  * @tier_bytes:         its size
  * @tier_high_pct, @tier_low_pct: pool use (%) above which cold cached blocks are
  *                      written to the tier and freed, and down to which
+ * [domains] (svc/domcfg.h; docs/daemon.md "Trust domains")
+ * @domains_mode:       enum kvp_domains_mode: per-uid (default), groups, single
+ * @domains_max:        per-uid: most domains (uids) at once; a further uid is refused
+ * @domains_pool_bytes: per-uid: each domain's pool (0: pool.size)
+ * @domains_tier_bytes: per-uid: each domain's disk tier file (0: tier.size)
+ * @n_domcfg, @domcfg:  groups: the [domain NAME] sections
+ * [leases] (LEASE in docs/protocol.md)
+ * @lease_max_per_conn: leases one connection may hold at once (0: LEASE refused)
+ * @lease_max_ms:       longest lease lifetime; a LEASE asking 0 or more gets this
  * (flags only)
  * @foreground:         plain log lines for a terminal instead of <N> prefixes
  * @config_path:        the file that was read ("" when none)
@@ -130,6 +141,16 @@ struct kvp_config {
 	uint64_t tier_bytes;
 	uint32_t tier_high_pct;
 	uint32_t tier_low_pct;
+
+	uint32_t domains_mode;
+	uint32_t domains_max;
+	uint64_t domains_pool_bytes;
+	uint64_t domains_tier_bytes;
+	uint32_t n_domcfg;
+	struct kvp_domcfg domcfg[KVP_DOMCFG_MAX];
+
+	uint32_t lease_max_per_conn;
+	uint32_t lease_max_ms;
 
 	bool foreground;
 	char config_path[PATH_MAX];

@@ -78,7 +78,7 @@ struct kvp_daemon {
 	bool have_tmpl;
 	char tmpl_err[512];
 	struct kvp_numa *numa;
-	struct kvp_sched *sched;
+	struct kvp_welcome base; /* the model's part of every domain's WELCOME */
 	struct kvp_server *srv;
 	int wake_fd; /* the engine writes it after queueing events */
 	struct kvp_watchdog watchdog;
@@ -313,6 +313,7 @@ static int startup_checks(struct kvp_daemon *d)
 static void set_welcomes(struct kvp_daemon *d)
 {
 	struct kvp_welcome base = { 0 };
+
 	int32_t bos = kvp_tokenizer_bos(d->tok);
 	int32_t eos = kvp_tokenizer_eos(d->tok);
 
@@ -326,11 +327,12 @@ static void set_welcomes(struct kvp_daemon *d)
 	snprintf(base.model, sizeof(base.model), "%s", d->model_name);
 	for (unsigned int i = 0; i < KVP_MODEL_FP_BYTES; i++)
 		snprintf(d->model_fp + 2 * i, 3, "%02x", kvp_model_fingerprint(d->model)[i]);
+	d->base = base;
 	for (uint32_t i = 0; i < d->domains.n_domains; i++)
 		kvp_domain_set_welcome(&d->domains.dom[i], &base);
 }
 
-static int make_engine(struct kvp_daemon *d)
+static int make_engine(struct kvp_daemon *d, struct kvp_domain *dom)
 {
 	const struct kvp_model_hparams *hp = kvp_model_hparams(d->model);
 	struct kvp_sched_config sc = { 0 };
@@ -339,8 +341,8 @@ static int make_engine(struct kvp_daemon *d)
 	int r;
 
 	ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	sc.pool = d->domains.dom[KVP_DOMAIN_DEFAULT].pool;
-	sc.index = d->domains.dom[KVP_DOMAIN_DEFAULT].index;
+	sc.pool = dom->pool;
+	sc.index = dom->index;
 	sc.model = d->model;
 	sc.tok = d->tok;
 	memcpy(sc.base_keys.model_fp, kvp_model_fingerprint(d->model), KVP_MODEL_FP_BYTES);
@@ -365,13 +367,84 @@ static int make_engine(struct kvp_daemon *d)
 	sc.prefill_step_ns = (uint64_t)d->cfg.prefill_step_ms * 1000000;
 	sc.aging_ms = d->cfg.prefill_aging_ms;
 	sc.headroom_blocks = d->cfg.admit_headroom_blocks;
-	sc.tier = d->domains.dom[KVP_DOMAIN_DEFAULT].tier;
+	sc.tier = dom->tier;
 	sc.tier_high_pct = d->cfg.tier_high_pct;
 	sc.tier_low_pct = d->cfg.tier_low_pct;
-	r = kvp_sched_new(&d->sched, &sc);
+	r = kvp_sched_new(&dom->sched, &sc);
 	if (r < 0)
-		kvp_log(LOG_ERR, "engine: create (%u threads, batch %u, chunk %u): %s",
-			sc.n_threads, sc.max_running, sc.prefill_chunk, strerror(-r));
+		kvp_log(LOG_ERR, "engine: domain %s: create (%u threads, batch %u, chunk %u): %s",
+			dom->name, sc.n_threads, sc.max_running, sc.prefill_chunk, strerror(-r));
+	return r;
+}
+
+/* ---- the engines, one per trust domain (svc/domain.h) ---- */
+
+static int make_engines(struct kvp_daemon *d)
+{
+	for (uint32_t i = 0; i < d->domains.n_domains; i++) {
+		int r = make_engine(d, &d->domains.dom[i]);
+
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int start_engines(struct kvp_daemon *d)
+{
+	for (uint32_t i = 0; i < d->domains.n_domains; i++) {
+		int r = kvp_sched_start(d->domains.dom[i].sched);
+
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+/* Free every domain's engine (its blocks go back to its pool); NULL ones are fine. */
+static void free_engines(struct kvp_daemon *d)
+{
+	for (uint32_t i = 0; i < d->domains.n_domains; i++) {
+		kvp_sched_free(d->domains.dom[i].sched);
+		d->domains.dom[i].sched = NULL;
+	}
+}
+
+static uint64_t outstanding(const struct kvp_daemon *d)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < d->domains.n_domains; i++)
+		n += kvp_sched_outstanding(d->domains.dom[i].sched);
+	return n;
+}
+
+/*
+ * domains.mode = per-uid: a uid's first HELLO opens its domain (loop thread): its pool is
+ * pre-faulted and its engine calibrated here, so that HELLO waits for both.
+ */
+static int open_uid_domain(void *arg, struct kvp_domain *dom)
+{
+	struct kvp_daemon *d = arg;
+	int r;
+
+	r = kvp_domain_open(dom, d->model, &d->cfg, d->numa, &d->notify);
+	if (r < 0)
+		return r;
+	kvp_domain_set_welcome(dom, &d->base);
+	r = make_engine(d, dom);
+	if (r < 0)
+		goto err_close;
+	r = kvp_sched_start(dom->sched);
+	if (r < 0)
+		goto err_sched;
+	return 0;
+
+err_sched:
+	kvp_sched_free(dom->sched);
+	dom->sched = NULL;
+err_close:
+	kvp_domain_close(dom);
 	return r;
 }
 
@@ -406,12 +479,13 @@ static int make_server(struct kvp_daemon *d)
 	int r;
 
 	d->req.domains = &d->domains;
-	d->req.sched = d->sched;
 	d->req.tok = d->tok;
 	d->req.tmpl = d->have_tmpl ? &d->tmpl : NULL;
 	d->req.tmpl_err = d->tmpl_err;
 	d->req.max_prompt_tokens = d->cfg.max_prompt_tokens;
 	d->req.max_reqs_per_conn = d->cfg.max_reqs_per_conn;
+	d->req.lease_max_per_conn = d->cfg.lease_max_per_conn;
+	d->req.lease_max_ms = d->cfg.lease_max_ms;
 	d->req.report = kvp_stats_report;
 	d->req.report_arg = &d->stats;
 	d->stats.model = d->model_name;
@@ -419,7 +493,6 @@ static int make_server(struct kvp_daemon *d)
 	d->req.log.enabled = d->cfg.request_log;
 	d->stats.state = &d->state;
 	d->stats.t_start_ns = d->t_start_ns;
-	d->stats.sched = d->sched;
 	d->stats.req = &d->req;
 	d->stats.domains = &d->domains;
 	kvp_requests_ops(&d->req, &ops);
@@ -486,7 +559,13 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 	d->watchdog = (struct kvp_watchdog)KVP_WATCHDOG_INIT;
 	d->t_start_ns = kvp_now_ns();
 	d->state = "starting";
-	kvp_domains_init_default(&d->domains);
+	r = kvp_domains_init(&d->domains, cfg, geteuid());
+	if (r < 0) {
+		free(d);
+		return r;
+	}
+	d->domains.open = open_uid_domain;
+	d->domains.open_arg = d;
 	dom = &d->domains.dom[KVP_DOMAIN_DEFAULT];
 
 	r = kvp_notify_open(&d->notify);
@@ -515,9 +594,11 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 		kvp_log(LOG_ERR, "pool: read NUMA topology: %s", strerror(-r));
 		goto err_model;
 	}
-	r = kvp_domain_open(dom, d->model, &d->cfg, d->numa, &d->notify);
-	if (r < 0)
-		goto err_numa;
+	for (uint32_t i = 0; i < d->domains.n_domains; i++) {
+		r = kvp_domain_open(&d->domains.dom[i], d->model, &d->cfg, d->numa, &d->notify);
+		if (r < 0)
+			goto err_domains;
+	}
 	r = -ECANCELED;
 	if (stop_requested("making the pool"))
 		goto err_domains;
@@ -528,9 +609,9 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 		kvp_log(LOG_ERR, "engine: eventfd: %s", strerror(-r));
 		goto err_domains;
 	}
-	r = make_engine(d);
+	r = make_engines(d);
 	if (r < 0)
-		goto err_wake;
+		goto err_engine;
 	r = make_server(d);
 	if (r < 0)
 		goto err_engine;
@@ -541,16 +622,17 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 	r = -ECANCELED;
 	if (stop_requested("binding the sockets"))
 		goto err_server;
-	r = kvp_sched_start(d->sched);
+	r = start_engines(d);
 	if (r < 0) {
 		kvp_log(LOG_ERR, "engine: start thread: %s", strerror(-r));
 		goto err_server;
 	}
 	kvp_log(LOG_INFO,
 		"daemon: serving on %s (status %s); longest request %u tokens, "
-		"pool holds %llu tokens",
+		"pool holds %llu tokens; domains.mode %s, %u domain(s) open (first: %s)",
 		cfg->socket_path, *cfg->status_path ? cfg->status_path : "off", dom->welcome.n_ctx,
-		(unsigned long long)dom->welcome.n_blocks * dom->welcome.shape.block_tokens);
+		(unsigned long long)dom->welcome.n_blocks * dom->welcome.shape.block_tokens,
+		kvp_domains_mode_name(d->domains.mode), d->domains.n_domains, dom->name);
 	*out = d;
 	return 0;
 
@@ -559,12 +641,10 @@ err_server:
 	kvp_server_free(d->srv);
 	kvp_watchdog_deinit(&d->watchdog); /* after the server: its ring reads the timer */
 err_engine:
-	kvp_sched_free(d->sched);
-err_wake:
+	free_engines(d);
 	close(d->wake_fd);
 err_domains:
 	kvp_domains_deinit(&d->domains);
-err_numa:
 	kvp_numa_close(d->numa);
 err_model:
 	kvp_tokenizer_free(d->tok);
@@ -597,25 +677,26 @@ int kvp_daemon_run(struct kvp_daemon *d)
 	/* drain: no new connections or requests; running ones get drain_timeout_ms */
 	d->state = "draining";
 	kvp_notify_send(&d->notify, "STOPPING=1");
-	kvp_notify_status(&d->notify, "draining %llu requests",
-			  (unsigned long long)kvp_sched_outstanding(d->sched));
+	kvp_notify_status(&d->notify, "draining %llu requests", (unsigned long long)outstanding(d));
 	kvp_log(LOG_INFO, "daemon: stopping; %llu request(s) in flight get %u ms to finish",
-		(unsigned long long)kvp_sched_outstanding(d->sched), d->cfg.drain_timeout_ms);
-	kvp_sched_drain(d->sched);
+		(unsigned long long)outstanding(d), d->cfg.drain_timeout_ms);
+	for (uint32_t i = 0; i < d->domains.n_domains; i++)
+		kvp_sched_drain(d->domains.dom[i].sched);
 	deadline = kvp_now_ns() + (uint64_t)d->cfg.drain_timeout_ms * 1000000;
-	while (kvp_sched_outstanding(d->sched) && kvp_now_ns() < deadline && sig_count < 2) {
+	while (outstanding(d) && kvp_now_ns() < deadline && sig_count < 2) {
 		uint64_t left_ms = (deadline - kvp_now_ns()) / 1000000;
 
 		r = kvp_server_run_for(d->srv, left_ms < 50 ? (unsigned int)left_ms + 1 : 50);
 		if (r < 0)
 			break;
 	}
-	if (kvp_sched_outstanding(d->sched)) {
+	if (outstanding(d)) {
 		kvp_log(LOG_NOTICE, "daemon: cancelling %llu request(s) still running",
-			(unsigned long long)kvp_sched_outstanding(d->sched));
-		kvp_sched_cancel_all(d->sched, KVP_E_SHUTDOWN);
+			(unsigned long long)outstanding(d));
+		for (uint32_t i = 0; i < d->domains.n_domains; i++)
+			kvp_sched_cancel_all(d->domains.dom[i].sched, KVP_E_SHUTDOWN);
 		deadline = kvp_now_ns() + 2000000000ull;
-		while (kvp_sched_outstanding(d->sched) && kvp_now_ns() < deadline)
+		while (outstanding(d) && kvp_now_ns() < deadline)
 			if (kvp_server_run_for(d->srv, 20) < 0)
 				break;
 	}
@@ -629,10 +710,11 @@ void kvp_daemon_free(struct kvp_daemon *d)
 {
 	if (!d)
 		return;
-	kvp_sched_loop_gone(d->sched);
+	for (uint32_t i = 0; i < d->domains.n_domains; i++)
+		kvp_sched_loop_gone(d->domains.dom[i].sched);
 	sig_server = NULL;
 	kvp_server_free(d->srv); /* reports every connection closed to d->req */
-	kvp_sched_free(d->sched);
+	free_engines(d);
 	kvp_watchdog_deinit(&d->watchdog);
 	close(d->wake_fd);
 	kvp_domains_deinit(&d->domains);

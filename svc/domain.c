@@ -10,6 +10,8 @@
 #include "svc/domain.h"
 
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,6 +23,7 @@
 #include "shm/segment.h"
 #include "shm/tier.h"
 #include "svc/config.h"
+#include "svc/domcfg.h"
 #include "svc/log.h"
 #include "svc/notify.h"
 #include "util/time.h"
@@ -28,9 +31,150 @@
 void kvp_domains_init_default(struct kvp_domains *d)
 {
 	memset(d, 0, sizeof(*d));
+	d->mode = KVP_DOMAINS_SINGLE;
+	d->max = 1;
 	d->n_domains = 1;
 	strcpy(d->dom[KVP_DOMAIN_DEFAULT].name, "default");
 	d->dom[KVP_DOMAIN_DEFAULT].ro_fd = -1;
+}
+
+/*
+ * An empty entry named @name after the last one; it counts (n_domains) only once the
+ * caller has filled it.  Return: it, or NULL when the table is full.
+ */
+static struct kvp_domain *add_entry(struct kvp_domains *d, const char *name)
+{
+	struct kvp_domain *dom;
+
+	if (d->n_domains >= KVP_DOMAINS_MAX)
+		return NULL;
+	dom = &d->dom[d->n_domains];
+	memset(dom, 0, sizeof(*dom));
+	snprintf(dom->name, sizeof(dom->name), "%s", name);
+	dom->ro_fd = -1;
+	dom->uid = UINT32_MAX;
+	return dom;
+}
+
+/* @dom's tier file: tier.path itself when it is the only domain there can be. */
+static void set_tier_path(struct kvp_domain *dom, const char *base, bool only)
+{
+	size_t n = strnlen(base, sizeof(dom->tier_path) - KVP_DOMAIN_NAME_MAX - 2);
+
+	memcpy(dom->tier_path, base, n); /* distinct buffers: base is the table's */
+	dom->tier_path[n] = '\0';
+	if (n && !only) {
+		dom->tier_path[n] = '.';
+		memcpy(dom->tier_path + n + 1, dom->name, strlen(dom->name) + 1);
+	}
+}
+
+static int add_id(uint32_t *ids, uint32_t *n, uint32_t id, const char *dom)
+{
+	for (uint32_t i = 0; i < *n; i++)
+		if (ids[i] == id)
+			return 0;
+	if (*n >= KVP_DOMAIN_IDS_MAX) {
+		kvp_log(LOG_ERR, "domain %s: more than %d users or groups", dom,
+			KVP_DOMAIN_IDS_MAX);
+		return -EINVAL;
+	}
+	ids[(*n)++] = id;
+	return 0;
+}
+
+/*
+ * Who is in [domain NAME] @c: its listed uids, the members of its listed groups (their
+ * uids: a peer's supplementary groups are not in SO_PEERCRED) and the groups' gids.
+ */
+static int resolve_members(struct kvp_domain *dom, const struct kvp_domcfg *c)
+{
+	const char *p = c->users;
+	char buf[16384];
+	uint32_t id;
+	int r;
+
+	while ((r = kvp_domcfg_next_id(&p, true, &id)) > 0)
+		if (add_id(dom->uids, &dom->n_uids, id, dom->name) < 0)
+			return -EINVAL;
+	if (r < 0)
+		goto bad;
+	p = c->groups;
+	while ((r = kvp_domcfg_next_id(&p, false, &id)) > 0) {
+		struct group gr, *res = NULL;
+
+		if (add_id(dom->gids, &dom->n_gids, id, dom->name) < 0)
+			return -EINVAL;
+		if (getgrgid_r((gid_t)id, &gr, buf, sizeof(buf), &res) || !res)
+			continue; /* a numeric gid without a group entry: gid match only */
+		for (char **m = res->gr_mem; *m; m++) {
+			struct passwd pw, *pr = NULL;
+			char pbuf[4096];
+
+			if (getpwnam_r(*m, &pw, pbuf, sizeof(pbuf), &pr) || !pr)
+				continue;
+			if (add_id(dom->uids, &dom->n_uids, pr->pw_uid, dom->name) < 0)
+				return -EINVAL;
+		}
+	}
+	if (r < 0)
+		goto bad;
+	return 0;
+bad:
+	kvp_log(LOG_ERR, "domain %s: a user or group named in it does not exist", dom->name);
+	return -EINVAL;
+}
+
+int kvp_domains_init(struct kvp_domains *d, const struct kvp_config *cfg, uid_t self)
+{
+	struct kvp_domain *dom;
+	char name[KVP_DOMAIN_NAME_MAX];
+	uint32_t n = cfg->n_domcfg;
+
+	memset(d, 0, sizeof(*d));
+	d->mode = cfg->domains_mode;
+	snprintf(d->tier_base, sizeof(d->tier_base), "%s", cfg->tier_path);
+	switch (cfg->domains_mode) {
+	case KVP_DOMAINS_SINGLE:
+		d->max = 1;
+		dom = add_entry(d, "all");
+		dom->pool_bytes = cfg->pool_bytes;
+		dom->tier_bytes = cfg->tier_bytes;
+		dom->operators = true;
+		set_tier_path(dom, d->tier_base, true);
+		d->n_domains = 1;
+		return 0;
+	case KVP_DOMAINS_GROUPS:
+		d->max = n;
+		for (uint32_t i = 0; i < n; i++) {
+			const struct kvp_domcfg *c = &cfg->domcfg[i];
+
+			dom = add_entry(d, c->name);
+			dom->pool_bytes = c->pool_bytes ? c->pool_bytes : cfg->pool_bytes / n;
+			dom->tier_bytes = c->tier_bytes ? c->tier_bytes : cfg->tier_bytes / n;
+			dom->operators = c->operators;
+			set_tier_path(dom, d->tier_base, false);
+			if (resolve_members(dom, c) < 0)
+				return -EINVAL;
+			d->n_domains++;
+		}
+		return 0;
+	default:
+		d->max = cfg->domains_max < KVP_DOMAINS_MAX ? cfg->domains_max : KVP_DOMAINS_MAX;
+		d->uid_pool_bytes = cfg->domains_pool_bytes ? cfg->domains_pool_bytes :
+							      cfg->pool_bytes;
+		d->uid_tier_bytes = cfg->domains_tier_bytes ? cfg->domains_tier_bytes :
+							      cfg->tier_bytes;
+		snprintf(name, sizeof(name), "uid-%u", (unsigned int)self);
+		dom = add_entry(d, name);
+		dom->uid = (uint32_t)self;
+		dom->pool_bytes = d->uid_pool_bytes;
+		dom->tier_bytes = d->uid_tier_bytes;
+		dom->operators = self == 0;
+		set_tier_path(dom, d->tier_base, true); /* the daemon's own: tier.path itself */
+		d->n_domains = 1;
+		return 0;
+	}
 }
 
 void kvp_domains_deinit(struct kvp_domains *d)
@@ -39,14 +183,69 @@ void kvp_domains_deinit(struct kvp_domains *d)
 		kvp_domain_close(&d->dom[i]);
 }
 
+static bool has_id(const uint32_t *ids, uint32_t n, uint32_t id)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
 int kvp_domain_of_peer(const struct kvp_domains *d, uid_t uid, gid_t gid)
 {
-	(void)uid;
-	(void)gid;
 	if (d->n_domains == 0)
 		return -EPERM;
-	/* one domain for everyone until domains are configured by user and group */
-	return KVP_DOMAIN_DEFAULT;
+	switch (d->mode) {
+	case KVP_DOMAINS_SINGLE:
+		return KVP_DOMAIN_DEFAULT;
+	case KVP_DOMAINS_GROUPS:
+		for (uint32_t i = 0; i < d->n_domains; i++)
+			if (has_id(d->dom[i].uids, d->dom[i].n_uids, (uint32_t)uid) ||
+			    has_id(d->dom[i].gids, d->dom[i].n_gids, (uint32_t)gid))
+				return (int)i;
+		return -EPERM;
+	default:
+		for (uint32_t i = 0; i < d->n_domains; i++)
+			if (d->dom[i].uid == (uint32_t)uid)
+				return (int)i;
+		return -ENOENT;
+	}
+}
+
+int kvp_domains_for_peer(struct kvp_domains *d, uid_t uid, gid_t gid)
+{
+	struct kvp_domain *dom;
+	char name[KVP_DOMAIN_NAME_MAX];
+	int idx = kvp_domain_of_peer(d, uid, gid);
+	int r;
+
+	if (idx != -ENOENT)
+		return idx;
+	if (d->n_domains >= d->max || !d->open)
+		return -EBUSY;
+	snprintf(name, sizeof(name), "uid-%u", (unsigned int)uid);
+	dom = add_entry(d, name);
+	if (!dom)
+		return -EBUSY;
+	dom->uid = (uint32_t)uid;
+	dom->pool_bytes = d->uid_pool_bytes;
+	dom->tier_bytes = d->uid_tier_bytes;
+	dom->operators = uid == 0;
+	set_tier_path(dom, d->tier_base, false);
+	r = d->open(d->open_arg, dom);
+	if (r < 0) {
+		memset(dom, 0, sizeof(*dom));
+		dom->ro_fd = -1;
+		return r;
+	}
+	kvp_log(LOG_INFO, "domain %s: made on its first HELLO (%u of at most %u domains)",
+		dom->name, d->n_domains + 1, d->max);
+	return (int)d->n_domains++;
+}
+
+bool kvp_domain_may_pin(const struct kvp_domain *dom)
+{
+	return dom->operators;
 }
 
 const char *kvp_domain_name(const struct kvp_domains *d, uint32_t idx)
@@ -74,28 +273,28 @@ static void log_huge_pages_missing(int r, uint64_t bytes)
  * Return: 0, or -errno for a bad configuration or no memory.
  */
 static int open_tier(struct kvp_domain *dom, const struct kvp_model *m,
-		     const struct kvp_config *cfg, const struct kvp_notify *notify)
+		     const struct kvp_notify *notify)
 {
-	struct kvp_tier_config tc = { .path = cfg->tier_path, .max_bytes = cfg->tier_bytes };
+	struct kvp_tier_config tc = { .path = dom->tier_path, .max_bytes = dom->tier_bytes };
 	struct kvp_tier_stats st;
 	uint64_t t0;
 	double secs, gib;
 	int r;
 
-	if (!*cfg->tier_path)
+	if (!*dom->tier_path)
 		return 0;
 	memcpy(tc.model_fp, kvp_model_fingerprint(m), sizeof(tc.model_fp));
-	kvp_notify_status(notify, "opening the disk tier %s", cfg->tier_path);
+	kvp_notify_status(notify, "opening the disk tier %s", dom->tier_path);
 	t0 = kvp_now_ns();
 	r = kvp_tier_open(&dom->tier, &tc, dom->pool);
 	if (r < 0) {
 		kvp_log(LOG_ERR, "tier: %s: %s (tier.size %llu: at least one block)",
-			cfg->tier_path, strerror(-r), (unsigned long long)cfg->tier_bytes);
+			dom->tier_path, strerror(-r), (unsigned long long)dom->tier_bytes);
 		return r;
 	}
 	r = kvp_tier_attach_index(dom->tier, dom->index);
 	if (r < 0) {
-		kvp_log(LOG_ERR, "tier: rebuild the index from %s: %s", cfg->tier_path,
+		kvp_log(LOG_ERR, "tier: rebuild the index from %s: %s", dom->tier_path,
 			strerror(-r));
 		kvp_tier_free(dom->tier);
 		dom->tier = NULL;
@@ -112,7 +311,7 @@ static int open_tier(struct kvp_domain *dom, const struct kvp_model *m,
 		"tier: %s: %llu slots of %llu KiB (%.2f GiB)%s; rebuilt %llu blocks (scanned %llu "
 		"slots: %llu sound, %llu empty, %llu corrupt, %llu foreign; %llu orphans) in "
 		"%.3f s, %.3f s per GiB",
-		cfg->tier_path, (unsigned long long)st.slots,
+		dom->tier_path, (unsigned long long)st.slots,
 		(unsigned long long)(st.slot_bytes >> 10), gib,
 		st.reset ? ", new or re-initialised" : "", (unsigned long long)st.rebuilt,
 		(unsigned long long)st.scan_slots, (unsigned long long)st.scan_valid,
@@ -144,12 +343,12 @@ int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m, const str
 		kvp_log(LOG_ERR, "pool: block shape of this model is invalid: %s", strerror(-r));
 		return r;
 	}
-	n_blocks = cfg->pool_bytes / g.block_stride;
+	n_blocks = dom->pool_bytes / g.block_stride;
 	if (n_blocks < 1 || n_blocks > UINT32_MAX - 1) {
 		kvp_log(LOG_ERR,
-			"pool: pool.size %llu holds %llu blocks of %zu bytes; need 1 .. %u",
-			(unsigned long long)cfg->pool_bytes, (unsigned long long)n_blocks,
-			g.block_stride, UINT32_MAX - 1);
+			"pool: domain %s: pool size %llu holds %llu blocks of %zu bytes; need 1 .. %u",
+			dom->name, (unsigned long long)dom->pool_bytes,
+			(unsigned long long)n_blocks, g.block_stride, UINT32_MAX - 1);
 		return -EINVAL;
 	}
 	snprintf(name, sizeof(name), "kvpool:%s", dom->name);
@@ -186,7 +385,7 @@ int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m, const str
 		kvp_log(LOG_ERR, "index: create: %s", strerror(-r));
 		goto err_pool;
 	}
-	r = open_tier(dom, m, cfg, notify);
+	r = open_tier(dom, m, notify);
 	if (r < 0)
 		goto err_index;
 	dom->ro_fd = kvp_segment_reopen_ro(kvp_pool_segment(dom->pool));

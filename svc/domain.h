@@ -3,35 +3,46 @@
  * domain.h - trust domains: which pool, prefix index and pool fd a peer may use.
  *
  * A trust domain is decided from the peer's SO_PEERCRED credentials only, never from a
- * request field.  Each domain owns its pool segment, its index and the sealed read-only
- * fd its clients get in WELCOME, so a client can never see another domain's K/V or its
- * hits.  For now there is one domain, "default", for every peer; the table is already
- * the mapping domain -> pool/index/fd, so per-domain pools (config sections naming
- * users and groups) add entries here and nothing else changes shape.
+ * request field.  Each domain owns its pool segment (its own sealed memfd), its index,
+ * its disk tier file, its engine (svc/sched.h) and the sealed read-only fd its clients
+ * get in WELCOME, so a client can never map another domain's K/V, see its hits, or
+ * evict its blocks.  domains.mode (svc/domcfg.h) fills the table:
  *
- * Thread: the table is built on the main thread before any other starts.  Afterwards
- * names, fds and welcomes are read-only (any thread); @requests is the loop thread's;
- * a domain's pool and index belong to the engine thread while it runs (svc/sched.h).
+ *	single   one domain "all" for every peer
+ *	groups   one per [domain NAME] section; a peer whose uid is listed, whose gid is
+ *	         listed, or who is a member (/etc/group) of a listed group belongs to the
+ *	         first section that matches; a peer in none is refused
+ *	per-uid  one per uid, "uid-N", made on that uid's first HELLO (the daemon's own uid's
+ *	         at start), at most domains.max; the table never shrinks while running
+ *
+ * Thread: the table is built on the main thread before any other starts; per-uid
+ * entries are added (appended, never moved) by the loop thread.  A domain's name, fd and
+ * welcome are read-only once it is opened; @requests is the loop thread's; its pool,
+ * index and tier belong to its engine's thread while that runs (svc/sched.h).
  */
 #ifndef KVP_SVC_DOMAIN_H
 #define KVP_SVC_DOMAIN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "kvpool/proto.h"
 
 struct kvp_config;
+struct kvp_domains;
 struct kvp_index;
 struct kvp_model;
 struct kvp_notify;
 struct kvp_numa;
 struct kvp_pool;
+struct kvp_sched;
 struct kvp_tier;
 
 #define KVP_DOMAIN_NAME_MAX 32
-#define KVP_DOMAIN_DEFAULT 0u
-#define KVP_DOMAINS_MAX 1
+#define KVP_DOMAIN_DEFAULT 0u /* the first domain: "all", the first section, or our uid's */
+#define KVP_DOMAINS_MAX 64
+#define KVP_DOMAIN_IDS_MAX 64 /* uids (and gids) one [domain NAME] section may name */
 
 /**
  * struct kvp_domain - one trust domain
@@ -43,6 +54,14 @@ struct kvp_tier;
  * @ro_fd:    read-only reopen of the pool segment, passed to its clients (owned; -1)
  * @welcome:  what its clients get in WELCOME: the model's figures and @pool's layout
  * @requests: GENERATEs accepted from its clients
+ * @sched:    its engine (owned by the daemon, which makes and frees it); NULL until then
+ * @pool_bytes, @tier_bytes: its shares (pool.size / tier.size or the configured share)
+ * @tier_path: its disk tier file ("" = none): tier.path, or tier.path.NAME when there
+ *            can be more than one domain
+ * @operators: its members may pin prefixes (kvp_domain_may_pin())
+ * @uid:      per-uid: the uid it is for
+ * @uids, @n_uids, @gids, @n_gids: groups: who belongs (listed users and members of the
+ *            listed groups; listed gids)
  */
 struct kvp_domain {
 	char name[KVP_DOMAIN_NAME_MAX];
@@ -52,15 +71,50 @@ struct kvp_domain {
 	int ro_fd;
 	struct kvp_welcome welcome;
 	uint64_t requests;
+	struct kvp_sched *sched;
+	uint64_t pool_bytes;
+	uint64_t tier_bytes;
+	char tier_path[4096];
+	bool operators;
+	uint32_t uid;
+	uint32_t n_uids, n_gids;
+	uint32_t uids[KVP_DOMAIN_IDS_MAX];
+	uint32_t gids[KVP_DOMAIN_IDS_MAX];
 };
 
-/* struct kvp_domains - the table; indexes below @n_domains name a domain */
+/*
+ * Open a new per-uid domain (kvp_domain_open(), its welcome and its engine): the
+ * daemon's; 0 or -errno, and on failure @dom is as before.
+ */
+typedef int kvp_domain_open_fn(void *arg, struct kvp_domain *dom);
+
+/**
+ * struct kvp_domains - the table; indexes below @n_domains name a domain
+ * @mode:         enum kvp_domains_mode
+ * @max:          per-uid: most domains
+ * @open, @open_arg: per-uid: how a uid's domain is opened on its first HELLO
+ */
 struct kvp_domains {
+	uint32_t mode;
+	uint32_t max;
 	uint32_t n_domains;
+	kvp_domain_open_fn *open;
+	void *open_arg;
+	uint64_t uid_pool_bytes; /* per-uid: each new domain's shares and tier base path */
+	uint64_t uid_tier_bytes;
+	char tier_base[4096];
 	struct kvp_domain dom[KVP_DOMAINS_MAX];
 };
 
-/* Fill @d with the single default domain, nothing opened yet. */
+/**
+ * kvp_domains_init() - the table of @cfg's domains.mode, nothing opened yet
+ * @self: the daemon's own uid: per-uid mode makes its domain now (an HTTP front or an
+ *        operator's tools usually run as it)
+ * Return: 0, or -EINVAL (a listed name no longer resolves, too many ids; logged).
+ */
+int kvp_domains_init(struct kvp_domains *d, const struct kvp_config *cfg, uid_t self);
+
+/* Fill @d with the single default domain "default", nothing opened yet (tests). */
 void kvp_domains_init_default(struct kvp_domains *d);
 
 /* Close every domain (kvp_domain_close()); safe on a table never opened. */
@@ -68,10 +122,21 @@ void kvp_domains_deinit(struct kvp_domains *d);
 
 /**
  * kvp_domain_of_peer() - the domain a peer with @uid / @gid belongs to
- * Return: a domain index (< n_domains), or -EPERM when the peer belongs to none
- * (not possible with the default table: every peer is in "default").
+ * Return: a domain index (< n_domains); -EPERM when the peer belongs to none (groups);
+ * -ENOENT when per-uid mode has no domain for @uid yet.
  */
 int kvp_domain_of_peer(const struct kvp_domains *d, uid_t uid, gid_t gid);
+
+/**
+ * kvp_domains_for_peer() - kvp_domain_of_peer(), and in per-uid mode a uid seen first
+ * gets its domain, opened through @d->open (loop thread)
+ * Return: a domain index; -EPERM (in no domain); -EBUSY (per-uid: domains.max reached);
+ * or the -errno of opening it.
+ */
+int kvp_domains_for_peer(struct kvp_domains *d, uid_t uid, gid_t gid);
+
+/* May members of @dom pin prefixes (the operators flag of its [domain NAME])? */
+bool kvp_domain_may_pin(const struct kvp_domain *dom);
 
 /* Name of domain @idx, "?" when out of range. */
 const char *kvp_domain_name(const struct kvp_domains *d, uint32_t idx);
@@ -80,7 +145,8 @@ const char *kvp_domain_name(const struct kvp_domains *d, uint32_t idx);
  * kvp_domain_open() - make @dom's pool (pre-faulted, sealed), index, disk tier (its
  * blocks back in the index) and client fd
  * @m:      the model (its K/V shape and fingerprint; borrowed)
- * @cfg:    pool.size, pool.block_size, pool.kv_dtype, pool.huge_pages, tier.path, tier.size
+ * @cfg:    pool.block_size, pool.kv_dtype, pool.huge_pages (sizes and tier path are
+ *          @dom's own)
  * @numa:   the NUMA topology the arenas follow (borrowed; must outlive @dom)
  * @notify: where startup progress goes (borrowed)
  *

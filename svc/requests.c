@@ -71,14 +71,21 @@ static int op_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, co
 	struct kvp_conn_rec *c;
 	int idx;
 
-	idx = kvp_domain_of_peer(q->domains, peer->uid, peer->gid);
+	idx = kvp_domains_for_peer(q->domains, peer->uid, peer->gid);
 	kvp_log(LOG_DEBUG,
 		"server: connection %#llx: HELLO from pid %ld uid %ld gid %ld, "
 		"client \"%s\", domain %d",
 		(unsigned long long)conn, (long)peer->pid, (long)peer->uid, (long)peer->gid, client,
 		idx);
-	if (idx < 0)
-		return KVP_E_INVALID;
+	if (idx < 0) {
+		/* the peer hears only the class (ipc/ops.c words it); the log says why */
+		kvp_log(LOG_NOTICE, "server: HELLO from pid %ld uid %ld gid %ld refused: %s",
+			(long)peer->pid, (long)peer->uid, (long)peer->gid,
+			idx == -EPERM ? "in no trust domain (domains.mode = groups)" :
+			idx == -EBUSY ? "no room for another domain (domains.max)" :
+					"its domain could not be opened");
+		return idx == -EPERM ? KVP_E_INVALID : KVP_E_BUSY;
+	}
 	/* -EEXIST cannot happen: ipc/ refuses a second HELLO on a connection */
 	if (kvp_conns_add(&q->conns, &c, conn, peer, client, (uint32_t)idx) == -ENOMEM)
 		return KVP_E_INTERNAL;
@@ -148,7 +155,7 @@ static int reject(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id, int
  */
 static int submit(struct kvp_requests *q, struct kvp_conn_rec *c, struct kvp_sched_req *r)
 {
-	int st = kvp_sched_submit(q->sched, r);
+	int st = kvp_sched_submit(q->domains->dom[c->domain].sched, r);
 
 	if (st == 0) {
 		kvp_reqlog_start(&q->log, r->conn, r->req_id, r->t_recv_ns);
@@ -373,9 +380,11 @@ static int op_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uin
 static void op_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
 {
 	struct kvp_requests *q = ctx;
+	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
 
 	/* in flight, and its first CANCEL: ipc/ checked both */
-	kvp_sched_cancel(q->sched, conn, req_id);
+	if (c)
+		kvp_sched_cancel(q->domains->dom[c->domain].sched, conn, req_id);
 }
 
 static void op_closed(void *ctx, kvp_conn_id conn)
@@ -385,13 +394,52 @@ static void op_closed(void *ctx, kvp_conn_id conn)
 
 	if (!c)
 		return;
+	/* always: the engine may hold leases of it even with nothing in flight */
+	kvp_sched_conn_closed(q->domains->dom[c->domain].sched, conn);
 	if (c->in_flight) {
-		kvp_sched_conn_closed(q->sched, conn);
 		kvp_reqlog_conn_closed(&q->log, conn,
 				       &(struct kvp_reqlog_who){ c->client, c->peer.uid },
 				       kvp_now_ns());
 	}
 	kvp_conns_drop(&q->conns, conn);
+}
+
+static int op_lease(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp_lease_req *l,
+		    const int32_t *ids)
+{
+	struct kvp_requests *q = ctx;
+	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
+	struct kvp_sched_lease_ask a = { .conn = conn,
+					 .req_id = req_id,
+					 .tokens = ids,
+					 .n_tokens = l->n_tokens,
+					 .salt_len = l->salt_len,
+					 .max_per_conn = q->lease_max_per_conn };
+	int r;
+
+	if (!c)
+		return KVP_E_INTERNAL;
+	if (!q->lease_max_per_conn) {
+		kvp_server_send_error(q->srv, conn, req_id, KVP_E_INVALID,
+				      "leases are off (leases.max_per_conn = 0)");
+		return KVP_OK;
+	}
+	a.ttl_ms = l->ttl_ms && l->ttl_ms < q->lease_max_ms ? l->ttl_ms : q->lease_max_ms;
+	memcpy(a.salt, l->salt, l->salt_len);
+	r = kvp_sched_lease(q->domains->dom[c->domain].sched, &a);
+	if (r < 0)
+		return submit_status(r);
+	c->in_flight++;
+	return KVP_OK;
+}
+
+static void op_release(void *ctx, kvp_conn_id conn, uint64_t lease_id)
+{
+	struct kvp_requests *q = ctx;
+	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
+
+	if (c)
+		kvp_sched_release(q->domains->dom[c->domain].sched, conn, lease_id);
 }
 
 static int op_status(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap)
@@ -413,8 +461,12 @@ void kvp_requests_ops(struct kvp_requests *q, struct kvp_server_ops *ops)
 		.detokenize = op_detokenize,
 		.chat = op_chat,
 		.status = op_status,
+		.lease = op_lease,
+		.release = op_release,
 	};
 }
+
+static void domain_events(struct kvp_requests *q, struct kvp_sched *s);
 
 /* A request ended (DONE or ERROR sent): its connection has one fewer in flight. */
 static void ended(struct kvp_conn_rec *c)
@@ -452,9 +504,18 @@ static unsigned int send_tokens(struct kvp_requests *q, unsigned int i, unsigned
 void kvp_requests_on_events(void *arg)
 {
 	struct kvp_requests *q = arg;
+
+	/* every domain's engine writes the one eventfd: ask each */
+	for (uint32_t d = 0; d < q->domains->n_domains; d++)
+		domain_events(q, q->domains->dom[d].sched);
+}
+
+/* Turn the events queued by one engine into frames. */
+static void domain_events(struct kvp_requests *q, struct kvp_sched *s)
+{
 	unsigned int n;
 
-	while ((n = kvp_sched_poll_events(q->sched, q->evbuf, EVENT_BATCH)) > 0) {
+	while ((n = kvp_sched_poll_events(s, q->evbuf, EVENT_BATCH)) > 0) {
 		unsigned int i = 0;
 
 		while (i < n) {
@@ -469,7 +530,14 @@ void kvp_requests_on_events(void *arg)
 			 * @c is updated before the send: a send that overflows a slow client's
 			 * output queue closes the connection, and the closed callback frees @c
 			 */
-			if (c && e->type == KVP_SCHED_EV_DONE) {
+			if (e->type == KVP_SCHED_EV_LEASE) {
+				if (c) {
+					ended(c);
+					kvp_server_send_lease(q->srv, e->conn, e->req_id,
+							      &e->lease->hdr, e->lease->blocks);
+				}
+				free(e->lease);
+			} else if (c && e->type == KVP_SCHED_EV_DONE) {
 				ended(c);
 				c->generated_tokens += e->usage.generated_tokens;
 				c->cached_tokens += e->usage.cached_tokens;

@@ -13,7 +13,9 @@
  *	          special tokens parsed, exact context ids continued) go back in an IDS,
  *	          then the request goes to the engine like a GENERATE
  *	CANCEL    to the engine (ipc/ passes each request's first CANCEL only)
- *	closed    the engine drops the connection's requests
+ *	LEASE     to the domain's engine (kvp_sched_lease()), answered by LEASED
+ *	RELEASE   to the domain's engine
+ *	closed    the engine drops the connection's requests and leases
  *	events    TOKEN / DONE / ERROR from the engine's ring -> kvp_server_send_*(),
  *	          consecutive TOKENs of one request coalesced into one frame
  *	status    handed to the status reporter (svc/stats.h)
@@ -46,11 +48,12 @@ typedef int kvp_status_report_fn(void *arg, enum kvp_status_fmt fmt, char *buf, 
 
 /**
  * struct kvp_requests - the loop thread's request state
- * @domains, @sched, @tok: borrowed; set before the server starts
+ * @domains, @tok:  borrowed; set before the server starts (each domain has its engine)
  * @tmpl:          the chat template CHATs naming none use (borrowed), or NULL: then
  *                 @tmpl_err says why there is none
  * @srv:           the server answering (borrowed); set once it exists
- * @max_prompt_tokens, @max_reqs_per_conn: the configured limits
+ * @max_prompt_tokens, @max_reqs_per_conn, @lease_max_per_conn, @lease_max_ms: the
+ *                 configured limits
  * @report, @report_arg: the status reporter
  * @conns:         the connections that said HELLO
  * @rejected:      GENERATEs refused here or by the engine's admission
@@ -59,13 +62,14 @@ typedef int kvp_status_report_fn(void *arg, enum kvp_status_fmt fmt, char *buf, 
  */
 struct kvp_requests {
 	struct kvp_domains *domains;
-	struct kvp_sched *sched;
 	const struct kvp_tokenizer *tok;
 	const struct kvp_chat_template *tmpl;
 	const char *tmpl_err;
 	struct kvp_server *srv;
 	uint32_t max_prompt_tokens;
 	uint32_t max_reqs_per_conn;
+	uint32_t lease_max_per_conn;
+	uint32_t lease_max_ms;
 	kvp_status_report_fn *report;
 	void *report_arg;
 

@@ -100,6 +100,7 @@
 #include "compute/gen.h"
 #include "compute/model.h"
 #include "compute/text/tokenizer.h"
+#include "svc/leases.h"
 #include "svc/log.h"
 #include "svc/stepcost.h"
 #include "svc/tiering.h"
@@ -202,6 +203,14 @@ enum msg_type {
 	MSG_CLOSED,
 	MSG_CANCEL_ALL,
 	MSG_FLUSH_TIER,
+	MSG_LEASE,
+	MSG_RELEASE,
+};
+
+/* A LEASE on its way to the engine: the ask, its tokens after it (n_tokens + 1). */
+struct lease_msg {
+	struct kvp_sched_lease_ask ask;
+	int32_t tokens[];
 };
 
 struct msg {
@@ -211,6 +220,7 @@ struct msg {
 	uint64_t req_id;
 	uint32_t status;
 	struct seq *seq;
+	struct lease_msg *lease; /* MSG_LEASE (owned) */
 };
 
 struct kvp_sched {
@@ -224,6 +234,7 @@ struct kvp_sched {
 	struct kvp_kv_view view;
 	struct kvp_fwd *fwd;	     /* NULL with hooks */
 	struct kvp_tiering *tiering; /* NULL without a disk tier */
+	struct kvp_leases leases;    /* engine thread */
 	bool flush_tier;	     /* a flush was asked for */
 	pthread_t thread;
 	bool started;
@@ -394,6 +405,8 @@ static void push_event(struct kvp_sched *s, const struct kvp_sched_event *e)
 		s->ev[(s->ev_head + s->ev_count) % s->ev_cap] = *e;
 		s->ev_count++;
 		s->ev_pushed = true;
+	} else {
+		free(e->lease); /* nobody will take it */
 	}
 	pthread_mutex_unlock(&s->ev_lock);
 }
@@ -1590,6 +1603,89 @@ static void mark_all(struct seq_list *l, uint64_t conn, bool any_conn, uint32_t 
 	}
 }
 
+/* ERROR event for a LEASE (not a sequence). */
+static void lease_error(struct kvp_sched *s, const struct kvp_sched_lease_ask *a,
+			enum kvp_status status, const char *msg)
+{
+	struct kvp_sched_event e = { .type = KVP_SCHED_EV_ERROR,
+				     .token = -1,
+				     .status = status,
+				     .conn = a->conn,
+				     .req_id = a->req_id };
+	size_t n = strlen(msg);
+
+	if (n > sizeof(e.text))
+		n = sizeof(e.text);
+	memcpy(e.text, msg, n);
+	e.text_len = (uint32_t)n;
+	s->st.leases_refused++;
+	push_event(s, &e);
+}
+
+/*
+ * MSG_LEASE: the longest cached prefix of every full block of the tokens (one token
+ * more is passed to the lookup, which never covers a prompt's last token), its blocks
+ * held by a new lease, the answer as an event.
+ */
+static void do_lease(struct kvp_sched *s, struct msg *m)
+{
+	const struct kvp_sched_lease_ask *a = &m->lease->ask;
+	const struct kvp_segment *seg = kvp_pool_segment(s->cfg.pool);
+	const struct kvp_geom *g = kvp_pool_geom(s->cfg.pool);
+	struct kvp_extra_keys ek = s->cfg.base_keys;
+	struct kvp_sched_event e = { .type = KVP_SCHED_EV_LEASE,
+				     .conn = a->conn,
+				     .req_id = a->req_id };
+	struct kvp_sched_lease *res;
+	struct kvp_prefix_key key;
+	uint32_t cap = a->n_tokens / s->block_tokens;
+	uint32_t *table;
+	int n;
+
+	if (kvp_leases_count(&s->leases, a->conn) >= a->max_per_conn) {
+		lease_error(s, a, KVP_E_BUSY, "too many leases (leases.max_per_conn)");
+		return;
+	}
+	ek.salt_len = a->salt_len;
+	memcpy(ek.salt, a->salt, a->salt_len);
+	res = calloc(1, sizeof(*res) + (size_t)cap * sizeof(res->blocks[0]));
+	table = calloc(cap ? cap : 1, sizeof(*table));
+	if (!res || !table || kvp_prefix_key_init(&key, &ek) < 0) {
+		free(res);
+		free(table);
+		lease_error(s, a, KVP_E_INTERNAL, "lease: out of memory");
+		return;
+	}
+	n = cap ? kvp_index_lookup(s->cfg.index, &key, (const uint32_t *)m->lease->tokens,
+				   a->n_tokens + 1, table, cap) :
+		  0;
+	if (n < 0)
+		n = 0;
+	if (n > 0 &&
+	    kvp_leases_add(&s->leases, a->conn, table, (uint32_t)n,
+			   now_ns(s) + (uint64_t)a->ttl_ms * 1000000, &res->hdr.lease_id) < 0) {
+		for (int i = 0; i < n; i++)
+			kvp_pool_unref(s->cfg.pool, table[i]);
+		free(res);
+		free(table);
+		lease_error(s, a, KVP_E_INTERNAL, "lease: out of memory");
+		return;
+	}
+	res->hdr.n_blocks = (uint32_t)n;
+	res->hdr.ttl_ms = n ? a->ttl_ms : 0;
+	res->hdr.block_stride = g->block_stride;
+	res->hdr.data_offset = seg->data_offset;
+	res->hdr.shape = g->shape;
+	for (int i = 0; i < n; i++) {
+		res->blocks[i].block = table[i];
+		res->blocks[i].generation = kvp_pool_block(s->cfg.pool, table[i])->generation;
+		res->blocks[i].offset = seg->data_offset + (uint64_t)table[i] * g->block_stride;
+	}
+	free(table);
+	e.lease = res;
+	push_event(s, &e);
+}
+
 static void handle_msg(struct kvp_sched *s, struct msg *m)
 {
 	struct seq *q;
@@ -1610,6 +1706,7 @@ static void handle_msg(struct kvp_sched *s, struct msg *m)
 		}
 		break;
 	case MSG_CLOSED:
+		kvp_leases_conn_closed(&s->leases, s->cfg.pool, m->conn);
 		mark_all(&s->queue, m->conn, false, KVP_E_CANCELLED, true);
 		mark_all(&s->waiting, m->conn, false, KVP_E_CANCELLED, true);
 		mark_all(&s->active, m->conn, false, KVP_E_CANCELLED, true);
@@ -1621,6 +1718,12 @@ static void handle_msg(struct kvp_sched *s, struct msg *m)
 		break;
 	case MSG_FLUSH_TIER:
 		s->flush_tier = true;
+		break;
+	case MSG_LEASE:
+		do_lease(s, m);
+		break;
+	case MSG_RELEASE:
+		kvp_leases_release(&s->leases, s->cfg.pool, m->conn, m->req_id);
 		break;
 	}
 }
@@ -1665,6 +1768,11 @@ static void publish_stats(struct kvp_sched *s)
 	s->st.waiting_prefix = s->waiting.n;
 	s->st.running = s->active.n;
 	s->st.reserved_blocks = s->reserved_total;
+	s->st.leases_active = s->leases.n;
+	s->st.leases_granted = s->leases.granted;
+	s->st.leases_released = s->leases.released;
+	s->st.leases_expired = s->leases.expired;
+	s->st.leases_closed = s->leases.closed;
 	s->st.queued_high = s->st.queued_normal = s->st.queued_low = s->st.preempted = 0;
 	for (const struct seq *q = s->queue.first; q; q = q->next) {
 		if (q->priority > 0)
@@ -1751,6 +1859,7 @@ static void take_inbox(struct kvp_sched *s, struct msg *m)
 		struct msg *next = m->next;
 
 		handle_msg(s, m);
+		free(m->lease);
 		free(m);
 		m = next;
 	}
@@ -1769,8 +1878,9 @@ static void *engine_main(void *arg)
 
 		pthread_mutex_lock(&s->inbox_lock);
 		while (!s->stop && !s->inbox_head && (!has_work(s) || !progress) && !io) {
-			if (has_work(s)) {
-				/* queued work that cannot be admitted yet: look again soon */
+			if (has_work(s) || s->leases.n) {
+				/* queued work that cannot be admitted yet, or leases that may
+				 * expire: look again soon */
 				struct timespec ts;
 
 				clock_gettime(CLOCK_REALTIME, &ts);
@@ -1792,6 +1902,8 @@ static void *engine_main(void *arg)
 		s->inbox_head = s->inbox_tail = NULL;
 		pthread_mutex_unlock(&s->inbox_lock);
 		take_inbox(s, m);
+		if (s->leases.n)
+			kvp_leases_expire(&s->leases, s->cfg.pool, now_ns(s));
 		/* nothing to compute but the disk answers: wait for it (offloads, reloads) */
 		if (io && !progress && !m)
 			kvp_tiering_poll(s->tiering, true);
@@ -2021,6 +2133,9 @@ void kvp_sched_free(struct kvp_sched *s)
 	}
 	/* the engine thread is gone: this thread owns the pool now; the tier answers first */
 	kvp_tiering_free(s->tiering);
+	kvp_leases_deinit(&s->leases, s->cfg.pool);
+	for (uint32_t i = 0; s->ev && i < s->ev_count; i++)
+		free(s->ev[(s->ev_head + i) % s->ev_cap].lease); /* answers never taken */
 	free_list(s, &s->queue);
 	free_list(s, &s->waiting);
 	free_list(s, &s->active);
@@ -2029,6 +2144,7 @@ void kvp_sched_free(struct kvp_sched *s)
 		struct msg *next = m->next;
 
 		seq_free(m->type == MSG_SUBMIT ? m->seq : NULL);
+		free(m->lease);
 		free(m);
 		m = next;
 	}
@@ -2142,6 +2258,39 @@ static void post_simple(struct kvp_sched *s, enum msg_type type, uint64_t conn, 
 	m->req_id = req_id;
 	m->status = status;
 	post(s, m);
+}
+
+int kvp_sched_lease(struct kvp_sched *s, const struct kvp_sched_lease_ask *a)
+{
+	struct msg *m;
+
+	if (atomic_load(&s->draining))
+		return -ESHUTDOWN;
+	if (!a->n_tokens || a->salt_len > KVP_SALT_MAX)
+		return -EINVAL;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	/* one token more: the lookup never covers a prompt's last token (do_lease()) */
+	m->lease = malloc(sizeof(*m->lease) + ((size_t)a->n_tokens + 1) * sizeof(int32_t));
+	if (!m->lease) {
+		free(m);
+		return -ENOMEM;
+	}
+	m->lease->ask = *a;
+	m->lease->ask.tokens = NULL;
+	memcpy(m->lease->tokens, a->tokens, (size_t)a->n_tokens * sizeof(int32_t));
+	m->lease->tokens[a->n_tokens] = 0;
+	m->type = MSG_LEASE;
+	m->conn = a->conn;
+	m->req_id = a->req_id;
+	post(s, m);
+	return 0;
+}
+
+void kvp_sched_release(struct kvp_sched *s, uint64_t conn, uint64_t lease_id)
+{
+	post_simple(s, MSG_RELEASE, conn, lease_id, 0);
 }
 
 void kvp_sched_cancel(struct kvp_sched *s, uint64_t conn, uint64_t req_id)

@@ -167,6 +167,16 @@ enum kvp_sched_ev_type {
 	KVP_SCHED_EV_TOKEN = 1, /* @token (or -1: text only) and @text */
 	KVP_SCHED_EV_DONE,	/* @usage */
 	KVP_SCHED_EV_ERROR,	/* @status and @text (message) */
+	KVP_SCHED_EV_LEASE,	/* @lease: the answer to kvp_sched_lease() */
+};
+
+/**
+ * struct kvp_sched_lease - a LEASE's answer, as the wire's LEASED: @hdr then
+ * @hdr.n_blocks blocks.  Malloc'd by the engine; the loop frees it after sending.
+ */
+struct kvp_sched_lease {
+	struct kvp_lease hdr;
+	struct kvp_lease_block blocks[];
 };
 
 #define KVP_SCHED_EV_TEXT 48
@@ -189,6 +199,7 @@ struct kvp_sched_event {
 	uint64_t req_id;
 	char text[KVP_SCHED_EV_TEXT];
 	struct kvp_usage usage;
+	struct kvp_sched_lease *lease; /* LEASE: owned by whoever takes the event */
 };
 
 #define KVP_SCHED_ITL_BUCKETS 10
@@ -264,6 +275,14 @@ struct kvp_sched_stats {
 	/* the disk tier, when one is configured */
 	uint32_t tier_configured;
 	struct kvp_tiering_stats tier;
+
+	/* leases (svc/leases.h): held now, made, ended by RELEASE / deadline / close, refused */
+	uint64_t leases_active;
+	uint64_t leases_granted;
+	uint64_t leases_released;
+	uint64_t leases_expired;
+	uint64_t leases_closed;
+	uint64_t leases_refused;
 };
 
 /* Upper bound (ms) of bucket @i of the inter-token latency histogram (the last: +Inf). */
@@ -329,6 +348,36 @@ void kvp_sched_cancel_all(struct kvp_sched *s, enum kvp_status why);
  * the I/O in flight.  Loop thread.  Return: 0, or -ENODEV without a tier.
  */
 int kvp_sched_flush_tier(struct kvp_sched *s);
+
+/**
+ * struct kvp_sched_lease_ask - a LEASE, as the loop hands it over
+ * @conn, @req_id: who asked (the answer goes back with these)
+ * @tokens:        @n_tokens ids (borrowed for the call)
+ * @salt_len, @salt: cache salt
+ * @ttl_ms:        the lifetime granted (the loop applied leases.max_ms)
+ * @max_per_conn:  leases the connection may hold (leases.max_per_conn)
+ */
+struct kvp_sched_lease_ask {
+	uint64_t conn;
+	uint64_t req_id;
+	const int32_t *tokens;
+	uint32_t n_tokens;
+	uint32_t salt_len;
+	uint8_t salt[KVP_SALT_MAX];
+	uint32_t ttl_ms;
+	uint32_t max_per_conn;
+};
+
+/**
+ * kvp_sched_lease() - look up the longest cached prefix of @a's tokens and hold its
+ * blocks for the client (loop thread); answered by one KVP_SCHED_EV_LEASE event (0
+ * blocks when nothing is cached) or an ERROR event (BUSY: max_per_conn reached)
+ * Return: 0, -EINVAL, -ESHUTDOWN after kvp_sched_drain(), or -ENOMEM.
+ */
+int kvp_sched_lease(struct kvp_sched *s, const struct kvp_sched_lease_ask *a);
+
+/* End lease @lease_id of @conn (an unknown one is ignored).  Loop thread. */
+void kvp_sched_release(struct kvp_sched *s, uint64_t conn, uint64_t lease_id);
 
 /* Requests submitted and not yet ended (queued, waiting or running).  Any thread. */
 uint64_t kvp_sched_outstanding(const struct kvp_sched *s);

@@ -36,6 +36,111 @@ void kvp_stats_deinit(struct kvp_stats *st)
 	st->snap = NULL;
 }
 
+#define ADD(f) (sum->f += x->f)
+#define MAXOF(f) (sum->f = x->f > sum->f ? x->f : sum->f)
+
+static void add_tier(struct kvp_tiering_stats *sum, const struct kvp_tiering_stats *x)
+{
+	ADD(offloaded), ADD(offload_freed), ADD(saved), ADD(reloads), ADD(reload_failures);
+	ADD(flushes), ADD(write_mb_s), ADD(read_mb_s);
+	ADD(tier.slots), ADD(tier.file_bytes), ADD(tier.blocks), ADD(tier.bytes);
+	ADD(tier.writes), ADD(tier.write_bytes), ADD(tier.reads), ADD(tier.read_bytes);
+	ADD(tier.evictions), ADD(tier.checksum_failures), ADD(tier.reread_recovered);
+	ADD(tier.errors), ADD(tier.in_flight), ADD(tier.scan_slots), ADD(tier.scan_valid);
+	ADD(tier.scan_empty), ADD(tier.scan_corrupt), ADD(tier.scan_foreign);
+	ADD(tier.scan_bytes), ADD(tier.scan_ns), ADD(tier.rebuilt), ADD(tier.orphans);
+	ADD(tier.duplicates), ADD(tier.reload_samples);
+	MAXOF(tier.reload_p50_ns), MAXOF(tier.reload_p99_ns);
+	if (!sum->tier.degraded)
+		sum->tier.degraded = x->tier.degraded;
+}
+
+/*
+ * Fold domain engine @x into the daemon-wide @sum: counters and gauges add up, arenas
+ * add up by position (every pool follows the same NUMA topology); a quantile or a
+ * maximum is the largest of the domains' (the worst domain's, not a true quantile of
+ * the union); the calibration is the first engine's.
+ */
+static void add_sched(struct kvp_sched_stats *sum, const struct kvp_sched_stats *x)
+{
+	ADD(pool.allocs), ADD(pool.alloc_fails), ADD(pool.alloc_remote), ADD(pool.evictions);
+	ADD(pool.cow_copies);
+	for (uint32_t a = 0; a < x->pool.n_arenas && a < KVP_MAX_ARENAS; a++) {
+		ADD(pool.arena[a].n_blocks), ADD(pool.arena[a].free), ADD(pool.arena[a].used);
+		ADD(pool.arena[a].cached);
+	}
+	ADD(index.entries), ADD(index.extra_keys), ADD(index.lookups), ADD(index.lookup_blocks);
+	ADD(index.hit_blocks), ADD(index.publishes), ADD(index.publish_dups);
+	ADD(index.evictions), ADD(index.collisions), ADD(index.disk_entries), ADD(index.offloads);
+	ADD(index.disk_lookup_blocks), ADD(index.disk_hit_blocks), ADD(index.reloads);
+	ADD(index.disk_drops);
+	ADD(queued), ADD(running), ADD(waiting_prefix), ADD(reserved_blocks), ADD(req_total);
+	ADD(req_done), ADD(req_cancelled), ADD(req_failed), ADD(lookups), ADD(hit_requests);
+	ADD(lookup_tokens), ADD(hit_tokens), ADD(prompt_tokens), ADD(cached_tokens);
+	ADD(cache_creation_tokens), ADD(recomputed_tokens), ADD(generated_tokens);
+	ADD(queue_ms), ADD(ttft_ms), ADD(prefill_ms), ADD(decode_ms), ADD(prefix_waits);
+	ADD(cancels_received), ADD(steps), ADD(ttft_samples);
+	MAXOF(ttft_p50_ms), MAXOF(ttft_p99_ms);
+	ADD(queued_high), ADD(queued_normal), ADD(queued_low), ADD(preempted), ADD(preemptions);
+	ADD(preempt_swapped), ADD(cached_tokens_disk), ADD(swapped_tokens);
+	ADD(resume_computed_tokens), ADD(preempt_usage);
+	for (uint32_t i = 0; i < KVP_SCHED_ITL_BUCKETS; i++)
+		ADD(itl_le[i]);
+	ADD(itl_count), ADD(itl_sum_ms);
+	MAXOF(itl_p50_ms), MAXOF(itl_p99_ms), MAXOF(itl_max_ms);
+	MAXOF(step_p50_ms), MAXOF(step_p99_ms), MAXOF(step_max_ms);
+	ADD(leases_active), ADD(leases_granted), ADD(leases_released), ADD(leases_expired);
+	ADD(leases_closed), ADD(leases_refused);
+	sum->tier_configured |= x->tier_configured;
+	add_tier(&sum->tier, &x->tier);
+}
+
+#undef ADD
+#undef MAXOF
+
+/* Domain @i's line of the report from its engine's figures @x. */
+static void fill_domain(const struct kvp_stats *src, struct kvp_status_snap *s, uint32_t i,
+			const struct kvp_sched_stats *x)
+{
+	const struct kvp_domain *dom = &src->domains->dom[i];
+	struct kvp_status_domain *sd = &s->domains[i];
+
+	snprintf(sd->name, sizeof(sd->name), "%s", dom->name);
+	sd->requests = dom->requests;
+	sd->pool_bytes = dom->pool ? (uint64_t)kvp_pool_n_blocks(dom->pool) *
+					     kvp_pool_geom(dom->pool)->block_stride :
+				     0;
+	for (uint32_t a = 0; a < x->pool.n_arenas && a < KVP_MAX_ARENAS; a++) {
+		sd->blocks_total += x->pool.arena[a].n_blocks;
+		sd->blocks_used += x->pool.arena[a].used;
+		sd->blocks_cached += x->pool.arena[a].cached;
+		sd->blocks_free += x->pool.arena[a].free;
+	}
+	sd->lookups = x->lookups;
+	sd->hit_requests = x->hit_requests;
+	sd->prompt_tokens = x->prompt_tokens;
+	sd->cached_tokens = x->cached_tokens;
+	sd->evictions = x->pool.evictions;
+	sd->operators = kvp_domain_may_pin(dom);
+}
+
+/* Every domain's engine: the daemon-wide sums in s->sched, each domain's own line. */
+static void fill_engines(const struct kvp_stats *src, struct kvp_status_snap *s)
+{
+	struct kvp_sched_stats xs;
+	struct kvp_sched_stats *x = &xs;
+
+	s->n_domains = src->domains->n_domains < KVP_STATUS_MAX_DOMAINS ? src->domains->n_domains :
+									  KVP_STATUS_MAX_DOMAINS;
+	for (uint32_t i = 0; i < src->domains->n_domains; i++) {
+		kvp_sched_get_stats(src->domains->dom[i].sched, i ? x : &s->sched);
+		if (i)
+			add_sched(&s->sched, x);
+		if (i < s->n_domains)
+			fill_domain(src, s, i, i ? x : &s->sched);
+	}
+}
+
 void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 {
 	const struct kvp_domain *dom = &src->domains->dom[KVP_DOMAIN_DEFAULT];
@@ -46,7 +151,7 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 
 	memset(s, 0, sizeof(*s));
 	/* the counters, whole: status.c's table says what each one is */
-	kvp_sched_get_stats(src->sched, &s->sched);
+	fill_engines(src, s);
 	kvp_server_get_stats(src->req->srv, &s->server);
 
 	snprintf(s->version, sizeof(s->version), "%s", KVP_VERSION);
@@ -61,7 +166,9 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 	/* what is derived */
 	s->block_tokens = g->shape.block_tokens;
 	s->block_bytes = g->block_bytes;
-	s->pool_bytes = (uint64_t)kvp_pool_n_blocks(dom->pool) * g->block_stride;
+	for (a = 0; a < src->domains->n_domains; a++)
+		s->pool_bytes += (uint64_t)kvp_pool_n_blocks(src->domains->dom[a].pool) *
+				 g->block_stride;
 	snprintf(s->page_kind, sizeof(s->page_kind), "%s",
 		 kvp_page_kind_name((enum kvp_page_kind)ps->page_kind));
 	snprintf(s->kv_dtype, sizeof(s->kv_dtype), "%s", kvp_dtype_name(g->shape.dtype));
@@ -100,13 +207,6 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 		static_assert(sizeof(sc->client) == sizeof(c->client), "client name");
 		memcpy(sc->client, c->client, sizeof(sc->client));
 	}
-	s->n_domains = src->domains->n_domains < KVP_STATUS_MAX_DOMAINS ? src->domains->n_domains :
-									  KVP_STATUS_MAX_DOMAINS;
-	for (a = 0; a < s->n_domains; a++) {
-		snprintf(s->domains[a].name, sizeof(s->domains[a].name), "%s",
-			 src->domains->dom[a].name);
-		s->domains[a].requests = src->domains->dom[a].requests;
-	}
 	for (c = kvp_conns_first(&src->req->conns); c; c = kvp_conns_next(&src->req->conns, c))
 		if (c->domain < s->n_domains)
 			s->domains[c->domain].conns_open++;
@@ -115,15 +215,23 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 /* The answer to flush-tier: asked of the engine, which empties the tier at its next step. */
 static int flush_tier(struct kvp_stats *st, char *buf, size_t cap)
 {
-	struct kvp_sched_stats ss;
-	int n;
+	struct kvp_sched_stats sst;
+	struct kvp_sched_stats *ss = &sst;
+	uint64_t flushes = 0;
+	int n, r = -ENODEV;
 
-	kvp_sched_get_stats(st->sched, &ss);
-	if (kvp_sched_flush_tier(st->sched) < 0)
+	/* every domain's tier: the flush is the operator's, over all of them */
+	for (uint32_t i = 0; i < st->domains->n_domains; i++) {
+		kvp_sched_get_stats(st->domains->dom[i].sched, ss);
+		flushes += ss->tier.flushes;
+		if (kvp_sched_flush_tier(st->domains->dom[i].sched) == 0)
+			r = 0;
+	}
+	if (r < 0)
 		n = snprintf(buf, cap, "{\"error\":\"no disk tier configured (tier.path)\"}\n");
 	else
 		n = snprintf(buf, cap, "{\"flush\":\"requested\",\"flushes_before\":%llu}\n",
-			     (unsigned long long)ss.tier.flushes);
+			     (unsigned long long)flushes);
 	return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
 }
 

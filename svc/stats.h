@@ -25,9 +25,8 @@ struct kvp_status_snap;
  * @state:      the daemon's state word ("starting", "serving", "draining"), read at
  *              each report
  * @t_start_ns: when the daemon started (CLOCK_MONOTONIC)
- * @sched:      the engine
  * @req:        the loop thread's requests: server, connections, refusals
- * @domains:    the trust domains and their pools
+ * @domains:    the trust domains, their pools and engines (the report sums the engines)
  * @snap:       owned scratch for one report (too big for the loop thread's stack)
  */
 struct kvp_stats {
@@ -35,7 +34,6 @@ struct kvp_stats {
 	const char *model_fp;
 	const char *const *state;
 	uint64_t t_start_ns;
-	struct kvp_sched *sched;
 	const struct kvp_requests *req;
 	const struct kvp_domains *domains;
 	struct kvp_status_snap *snap;

@@ -293,6 +293,19 @@ static const struct def defs[] = {
 	   "slow_disconnects_total", "", "counter", "Clients dropped for not reading.", 1),
 	J("connections", "list", K_CONNS, conns),
 
+	JP("leases", "active", K_U64, sched.leases_active, "leases_active", "", "gauge",
+	   "Leases held by clients now (their blocks stay referenced).", 1),
+	JP("leases", "granted", K_U64, sched.leases_granted, "leases_total", "", "counter",
+	   "Leases granted.", 1),
+	JP("leases", "released", K_U64, sched.leases_released, "leases_ended_total",
+	   "{how=\"released\"}", "counter", "Leases ended, by how.", 1),
+	JP("leases", "expired", K_U64, sched.leases_expired, "leases_ended_total",
+	   "{how=\"expired\"}", "counter", NULL, 1),
+	JP("leases", "closed", K_U64, sched.leases_closed, "leases_ended_total",
+	   "{how=\"closed\"}", "counter", NULL, 1),
+	JP("leases", "refused", K_U64, sched.leases_refused, "leases_refused_total", "",
+	   "counter", "LEASEs refused (leases.max_per_conn reached).", 1),
+
 	J(NULL, "domains", K_DOMAINS, domains),
 };
 
@@ -324,6 +337,17 @@ static const struct def domain_defs[] = {
 	E(struct kvp_status_domain, "name", K_STR, name),
 	E(struct kvp_status_domain, "connections_open", K_U64, conns_open),
 	E(struct kvp_status_domain, "requests", K_U64, requests),
+	E(struct kvp_status_domain, "pool_bytes", K_U64, pool_bytes),
+	E(struct kvp_status_domain, "blocks_total", K_U64, blocks_total),
+	E(struct kvp_status_domain, "blocks_used", K_U64, blocks_used),
+	E(struct kvp_status_domain, "blocks_cached", K_U64, blocks_cached),
+	E(struct kvp_status_domain, "blocks_free", K_U64, blocks_free),
+	E(struct kvp_status_domain, "lookups", K_U64, lookups),
+	E(struct kvp_status_domain, "hit_requests", K_U64, hit_requests),
+	E(struct kvp_status_domain, "prompt_tokens", K_U64, prompt_tokens),
+	E(struct kvp_status_domain, "cached_tokens", K_U64, cached_tokens),
+	E(struct kvp_status_domain, "evictions", K_U64, evictions),
+	E(struct kvp_status_domain, "operators", K_U32, operators),
 };
 
 /* clang-format on */
@@ -607,6 +631,50 @@ static void prom_itl(struct kvp_buf *o, const struct def *d, const struct kvp_st
 	prom_sample(o, d->prom, "_count", (double)s->sched.itl_count);
 }
 
+/* The per-domain families, each sample labelled with its domain's name. */
+static void prom_domains(struct kvp_buf *o, const struct kvp_status_snap *s)
+{
+	static const struct {
+		const char *name, *type, *help;
+		size_t off;
+	} fam[] = {
+		{ "domain_blocks_used", "gauge", "Blocks referenced now, by trust domain.",
+		  offsetof(struct kvp_status_domain, blocks_used) },
+		{ "domain_blocks_cached", "gauge", "Cached unreferenced blocks, by trust domain.",
+		  offsetof(struct kvp_status_domain, blocks_cached) },
+		{ "domain_blocks_free", "gauge", "Free blocks, by trust domain.",
+		  offsetof(struct kvp_status_domain, blocks_free) },
+		{ "domain_requests_total", "counter", "Requests accepted, by trust domain.",
+		  offsetof(struct kvp_status_domain, requests) },
+		{ "domain_hit_requests_total", "counter",
+		  "Requests with at least one cached block, by trust domain.",
+		  offsetof(struct kvp_status_domain, hit_requests) },
+		{ "domain_cached_tokens_total", "counter",
+		  "Prompt tokens served from the cache, by trust domain.",
+		  offsetof(struct kvp_status_domain, cached_tokens) },
+		{ "domain_evictions_total", "counter", "Cached blocks evicted, by trust domain.",
+		  offsetof(struct kvp_status_domain, evictions) },
+	};
+	uint32_t n = s->n_domains < KVP_STATUS_MAX_DOMAINS ? s->n_domains : KVP_STATUS_MAX_DOMAINS;
+	char name[2 * 32 + 1], lab[160];
+
+	if (!n)
+		return;
+	for (size_t f = 0; f < N(fam); f++) {
+		kvp_buf_printf(o, "# HELP kvpool_%s %s\n# TYPE kvpool_%s %s\n", fam[f].name,
+			       fam[f].help, fam[f].name, fam[f].type);
+		for (uint32_t i = 0; i < n; i++) {
+			uint64_t v;
+
+			memcpy(&v, (const char *)&s->domains[i] + fam[f].off, sizeof(v));
+			prom_label(name, sizeof(name), s->domains[i].name,
+				   sizeof(s->domains[i].name));
+			snprintf(lab, sizeof(lab), "{domain=\"%s\"}", name);
+			prom_sample(o, fam[f].name, lab, (double)v);
+		}
+	}
+}
+
 int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t cap)
 {
 	struct kvp_buf out;
@@ -650,5 +718,6 @@ int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t ca
 		}
 		prom_sample(&out, d->prom, d->labels, value(d, s) / d->div);
 	}
+	prom_domains(&out, s);
 	return kvp_buf_finish(&out);
 }

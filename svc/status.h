@@ -22,7 +22,7 @@
 
 #define KVP_STATUS_MAX_ARENAS 16 /* arenas listed (the rest still summed) */
 #define KVP_STATUS_MAX_CONNS 64	 /* connections listed one by one; the rest counted */
-#define KVP_STATUS_MAX_DOMAINS 8
+#define KVP_STATUS_MAX_DOMAINS 64
 
 struct kvp_status_conn {
 	uint64_t id;
@@ -36,10 +36,25 @@ struct kvp_status_conn {
 	uint64_t cached_tokens;
 };
 
+/*
+ * One trust domain: its pool's blocks and its engine's counters (each domain has its
+ * own), so an operator sees whose traffic fills what.
+ */
 struct kvp_status_domain {
 	char name[32];
 	uint64_t conns_open;
 	uint64_t requests;
+	uint64_t pool_bytes;
+	uint64_t blocks_total;
+	uint64_t blocks_used;
+	uint64_t blocks_cached;
+	uint64_t blocks_free;
+	uint64_t lookups;      /* requests that looked up its index */
+	uint64_t hit_requests; /* ... with at least one hit block */
+	uint64_t prompt_tokens;
+	uint64_t cached_tokens;
+	uint64_t evictions;
+	uint32_t operators; /* 1: its members may pin */
 };
 
 /**

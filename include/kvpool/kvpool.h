@@ -170,6 +170,45 @@ const void *kvp_client_pool(const struct kvp_client *c, size_t *len);
 int kvp_client_pool_fd(const struct kvp_client *c);
 int kvp_client_socket_fd(const struct kvp_client *c);
 
+/* ---- leases: zero-copy reads of cached K/V (docs/protocol.md, LEASE) ---- */
+
+struct kvp_client_lease;
+
+/**
+ * kvp_client_lease() - hold the cached blocks of the longest cached prefix of @ids
+ * @ids, @n_ids: token ids; every full block of them is looked up
+ * @salt, @salt_len: the cache salt the prefix was published under (NULL, 0: none)
+ * @ttl_ms:  lifetime asked for (0: the daemon's maximum, leases.max_ms)
+ * @out:     out; the lease (0 blocks when nothing is cached); end it with
+ *           kvp_client_release().  The blocks are read through kvp_client_lease_kv()
+ *           in this client's read-only pool mapping; they stay valid until the release,
+ *           the connection's end or the granted lifetime.
+ * Return: 0; KVP_E_BUSY (too many leases on this connection); another status; -errno.
+ */
+int kvp_client_lease(struct kvp_client *c, const int32_t *ids, size_t n_ids, const void *salt,
+		     size_t salt_len, uint32_t ttl_ms, struct kvp_client_lease **out);
+
+/* Send RELEASE (when the lease holds blocks) and free @l.  NULL is ok.  Return: 0, -errno. */
+int kvp_client_release(struct kvp_client *c, struct kvp_client_lease *l);
+
+/* Free @l without RELEASE (the daemon keeps it until close or its time limit).  NULL ok. */
+void kvp_client_lease_free(struct kvp_client_lease *l);
+
+/* The lease's header: id, block count, granted lifetime, layout. */
+const struct kvp_lease *kvp_client_lease_info(const struct kvp_client_lease *l);
+
+/* Leased block @i (prompt order): offset, block id, generation; NULL when out of range. */
+const struct kvp_lease_block *kvp_client_lease_block(const struct kvp_client_lease *l, uint32_t i);
+
+/**
+ * kvp_client_lease_kv() - where the K (@v = 0) or V (@v = 1) of kv head @head of
+ * layer @layer of leased block @i starts in the pool mapping: block_tokens rows of
+ * head_dim elements of the pool's dtype (include/kvpool/layout.h).  NULL when anything
+ * is out of range or the client has no mapping.
+ */
+const void *kvp_client_lease_kv(const struct kvp_client *c, const struct kvp_client_lease *l,
+				uint32_t i, uint32_t layer, int v, uint32_t head);
+
 /**
  * kvp_client_submit() - send one GENERATE; its events come from kvp_client_next()
  * @prompt: tokens or text (copied into the frame; borrowed for the call)

@@ -42,6 +42,9 @@ enum kvp_frame_type {
 	KVP_FRAME_DETOKENIZE, /* client -> daemon: struct kvp_detokenize + ids */
 	KVP_FRAME_CHAT,	      /* client -> daemon: struct kvp_chat + context ids + messages */
 	KVP_FRAME_IDS,	      /* daemon -> client: struct kvp_ids + ids + text (not generated) */
+	KVP_FRAME_LEASE,      /* client -> daemon: struct kvp_lease_req + ids */
+	KVP_FRAME_LEASED,     /* daemon -> client: struct kvp_lease + kvp_lease_block[] */
+	KVP_FRAME_RELEASE,    /* client -> daemon: no payload; req_id names the lease */
 	KVP_FRAME__COUNT
 };
 
@@ -335,5 +338,58 @@ struct kvp_chat_message {
 	uint32_t bytes;
 };
 static_assert(sizeof(struct kvp_chat_message) == 8, "wire ABI");
+
+/**
+ * struct kvp_lease_req - LEASE payload, followed by @n_tokens int32 ids.  Answered by
+ * one LEASED (possibly of 0 blocks) or by ERROR (BUSY: the connection holds
+ * leases.max_per_conn leases already; INVALID: leases are off).
+ * @n_tokens: ids after this struct (>= 1); every full block of them is looked up
+ * @ttl_ms:   how long the lease may live; 0 or more than leases.max_ms: leases.max_ms
+ * @salt_len, @salt: the cache salt the prefix was published under (as GENERATE's)
+ * @flags:    0
+ */
+struct kvp_lease_req {
+	uint32_t n_tokens;
+	uint32_t ttl_ms;
+	uint32_t salt_len;
+	uint32_t flags;
+	uint8_t salt[KVP_SALT_MAX];
+};
+static_assert(sizeof(struct kvp_lease_req) == 80, "wire ABI");
+
+/**
+ * struct kvp_lease_block - one leased block
+ * @offset:     its first byte in the domain's pool fd (WELCOME's), = data_offset +
+ *              block * block_stride; K/V inside as include/kvpool/layout.h says
+ * @block:      block id
+ * @generation: the block's generation when leased: bumped each time the daemon hands
+ *              the block out again, so a (block, generation) pair seen earlier that
+ *              differs from a later lease's means the block was reused
+ */
+struct kvp_lease_block {
+	uint64_t offset;
+	uint32_t block;
+	uint32_t generation;
+};
+static_assert(sizeof(struct kvp_lease_block) == 16, "wire ABI");
+
+/**
+ * struct kvp_lease - LEASED payload, followed by @n_blocks struct kvp_lease_block in
+ * prompt order.  The blocks stay referenced (never evicted or reused) until RELEASE
+ * with req_id = @lease_id, the connection's end, or @ttl_ms, whichever comes first.
+ * @lease_id:     names the lease in RELEASE (0 when @n_blocks is 0: nothing is held)
+ * @n_blocks:     blocks matched, from the first; @n_blocks * shape.block_tokens tokens
+ * @ttl_ms:       granted lifetime
+ * @block_stride, @data_offset, @shape: the pool's layout (as WELCOME's)
+ */
+struct kvp_lease {
+	uint64_t lease_id;
+	uint32_t n_blocks;
+	uint32_t ttl_ms;
+	uint64_t block_stride;
+	uint64_t data_offset;
+	struct kvp_model_shape shape;
+};
+static_assert(sizeof(struct kvp_lease) == 56, "wire ABI");
 
 #endif /* KVPOOL_PROTO_H */

@@ -769,6 +769,110 @@ out:
 	return r ? 1 : 0;
 }
 
+/* ------------------------------------------------------------ lease */
+
+/* FNV-1a of @n bytes: a short fingerprint of a block's K/V for --dump. */
+static uint64_t fnv1a(const uint8_t *p, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 1099511628211ull;
+	return h;
+}
+
+static int cmd_lease(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "tokens", required_argument, NULL, 't' },
+		{ "salt", required_argument, NULL, 'S' },
+		{ "dump", no_argument, NULL, 'd' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct kvp_client_lease *l = NULL;
+	struct kvp_client *c = NULL;
+	const struct kvp_lease *h;
+	const char *salt = "";
+	int32_t *ids = NULL;
+	bool dump = false;
+	size_t n = 0;
+	int opt, r;
+
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 't':
+			free(ids);
+			ids = parse_tokens(optarg, &n);
+			break;
+		case 'S':
+			salt = optarg;
+			break;
+		case 'd':
+			dump = true;
+			break;
+		case 'h':
+			puts("usage: kvpool [--socket PATH] lease --tokens 1,2,3 [--salt S] [--dump]\n"
+			     "\n"
+			     "Lease the cached blocks of the longest cached prefix of the ids (as a\n"
+			     "GENERATE with this salt published them), print what the lease holds,\n"
+			     "release it.  --dump: each block's generation, offset in the pool\n"
+			     "mapping, a checksum of its K/V and the first K values of layer 0,\n"
+			     "head 0, read in place through the read-only mapping.");
+			return 0;
+		default:
+			die_usage("lease: bad option");
+		}
+	}
+	if (optind < argc)
+		die_usage("lease: unexpected argument '%s'", argv[optind]);
+	if (!ids)
+		die_usage("lease: --tokens is required");
+	r = kvp_client_connect(&c, sock_path);
+	if (!r)
+		r = kvp_client_lease(c, ids, n, salt, strlen(salt), 0, &l);
+	if (r) {
+		fprintf(stderr, "kvpool: lease: %s\n", kvp_client_errmsg(c));
+		goto out;
+	}
+	h = kvp_client_lease_info(l);
+	printf("lease %llu: %u blocks (%u of %zu tokens), ttl %u ms; %u layers, %u kv heads, "
+	       "head_dim %u, %s\n",
+	       (unsigned long long)h->lease_id, h->n_blocks, h->n_blocks * h->shape.block_tokens, n,
+	       h->ttl_ms, h->shape.n_layers, h->shape.n_kv_heads, h->shape.head_dim,
+	       h->shape.dtype == KVP_DTYPE_F32 ? "f32" :
+	       h->shape.dtype == KVP_DTYPE_F16 ? "f16" :
+						 "bf16");
+	for (uint32_t i = 0; dump && i < h->n_blocks; i++) {
+		const struct kvp_lease_block *b = kvp_client_lease_block(l, i);
+		const uint8_t *k0 = kvp_client_lease_kv(c, l, i, 0, 0, 0);
+		size_t len = 0;
+		const uint8_t *pool = kvp_client_pool(c, &len);
+		size_t bytes = (size_t)h->block_stride;
+
+		if (!k0 || !pool || b->offset + bytes > len) {
+			fprintf(stderr, "kvpool: lease: block %u is outside the pool mapping\n", i);
+			r = -EIO;
+			break;
+		}
+		printf("  block %u: id %u generation %u offset %llu fnv1a %016llx", i, b->block,
+		       b->generation, (unsigned long long)b->offset,
+		       (unsigned long long)fnv1a(pool + b->offset, bytes));
+		if (h->shape.dtype == KVP_DTYPE_F32) {
+			float v[4];
+
+			memcpy(v, k0, sizeof(v));
+			printf(" k[0][0][0][0..3] %g %g %g %g", v[0], v[1], v[2], v[3]);
+		}
+		printf("\n");
+	}
+	kvp_client_release(c, l);
+out:
+	kvp_client_close(c);
+	free(ids);
+	return r ? 1 : 0;
+}
+
 /* ------------------------------------------------------------ chat */
 
 struct chat_opts {
@@ -1751,6 +1855,7 @@ static void main_help(FILE *o)
 	      "  chat       a conversation with the model, on its chat template (kvpool chat --help)\n"
 	      "  tokenize   the model's token ids of a text (kvpool tokenize --help)\n"
 	      "  detokenize the text of token ids (kvpool detokenize --help)\n"
+	      "  lease      lease the cached blocks of a prefix, print them (kvpool lease --help)\n"
 	      "  status     print the daemon's status report (kvpool status --help)\n"
 	      "  flush      operators: empty the disk tier (kvpool flush --tier)\n"
 	      "  bench      load generator: TTFT, throughput, prefix hit rates (kvpool bench --help)\n"
@@ -1821,6 +1926,8 @@ int main(int argc, char **argv)
 		return cmd_tokenize(argc, argv);
 	if (!strcmp(cmd, "detokenize"))
 		return cmd_detokenize(argc, argv);
+	if (!strcmp(cmd, "lease"))
+		return cmd_lease(argc, argv);
 	if (!strcmp(cmd, "status"))
 		return cmd_status(argc, argv);
 	if (!strcmp(cmd, "flush"))

@@ -1321,3 +1321,152 @@ out_close:
 	close(fd);
 	return r;
 }
+
+/* ---- leases ---- */
+
+struct kvp_client_lease {
+	struct kvp_lease hdr;
+	struct kvp_lease_block blocks[];
+};
+
+/* Wait for @id's LEASED (into *@out) or ERROR.  Return: 0, the daemon's status, -errno. */
+static int wait_lease(struct kvp_client *c, uint64_t id, struct kvp_client_lease **out)
+{
+	struct kvp_frame_hdr hdr;
+	const char *why = "";
+	int r;
+
+	for (;;) {
+		r = read_frame(c, &hdr);
+		if (r)
+			return r;
+		drop_rx_fds(c);
+		if (hdr.type == KVP_FRAME_LEASED && hdr.req_id == id) {
+			struct kvp_lease l;
+			const void *blocks;
+			struct kvp_client_lease *res;
+
+			if (kvp_proto_decode_lease(c->buf, hdr.len_bytes, &l, &blocks, &why))
+				break;
+			if (c->in_flight)
+				c->in_flight--;
+			res = malloc(sizeof(*res) + (size_t)l.n_blocks * sizeof(res->blocks[0]));
+			if (!res)
+				return set_err(c, -ENOMEM, "out of memory");
+			res->hdr = l;
+			memcpy(res->blocks, blocks, (size_t)l.n_blocks * sizeof(res->blocks[0]));
+			*out = res;
+			return 0;
+		}
+		if (hdr.type == KVP_FRAME_ERROR) {
+			struct kvp_error e;
+			const char *msg;
+
+			if (kvp_proto_decode_error(c->buf, hdr.len_bytes, &e, &msg, &why))
+				break;
+			if (hdr.req_id && hdr.req_id != id)
+				continue;
+			if (!hdr.req_id)
+				c->dead = true;
+			else if (c->in_flight)
+				c->in_flight--;
+			if (!e.status || e.status > INT32_MAX)
+				e.status = KVP_E_INTERNAL;
+			return set_err(c, (int)e.status, "daemon: %.*s", (int)e.msg_bytes, msg);
+		}
+		/* another request's frame: not ours to take (one request at a time) */
+	}
+	c->dead = true;
+	return set_err(c, -EPROTO, "bad %s frame from daemon: %s", kvp_proto_type_name(hdr.type),
+		       why);
+}
+
+KVP_EXPORT int kvp_client_lease(struct kvp_client *c, const int32_t *ids, size_t n_ids,
+				const void *salt, size_t salt_len, uint32_t ttl_ms,
+				struct kvp_client_lease **out)
+{
+	struct kvp_lease_req l = { .ttl_ms = ttl_ms };
+	size_t need, cap0;
+	uint64_t id;
+	int r;
+
+	*out = NULL;
+	if (c->dead || c->fd < 0)
+		return set_err(c, -ENOTCONN, "connection closed");
+	if (c->in_flight)
+		return set_err(c, -EBUSY, "another request is in flight on this client");
+	if (!ids || !n_ids || n_ids > UINT32_MAX || salt_len > KVP_SALT_MAX || (salt_len && !salt))
+		return set_err(c, -EINVAL, "lease: bad ids or salt");
+	l.n_tokens = (uint32_t)n_ids;
+	l.salt_len = (uint32_t)salt_len;
+	if (salt_len)
+		memcpy(l.salt, salt, salt_len);
+	cap0 = c->out_cap;
+	need = kvp_proto_encode_lease_req(c->out, cap0, c->next_id, &l, ids);
+	r = out_reserve(c, need);
+	if (r)
+		return r;
+	if (need > cap0)
+		kvp_proto_encode_lease_req(c->out, c->out_cap, c->next_id, &l, ids);
+	r = send_request(c, need, "LEASE", &id);
+	if (r)
+		return r;
+	return wait_lease(c, id, out);
+}
+
+KVP_EXPORT int kvp_client_release(struct kvp_client *c, struct kvp_client_lease *l)
+{
+	size_t need;
+	int r = 0;
+
+	if (!l)
+		return 0;
+	if (l->hdr.lease_id && !c->dead && c->fd >= 0) {
+		need = kvp_proto_encode_release(NULL, 0, l->hdr.lease_id);
+		r = out_reserve(c, need);
+		if (!r) {
+			kvp_proto_encode_release(c->out, c->out_cap, l->hdr.lease_id);
+			r = send_all(c->fd, c->out, need);
+			if (r)
+				r = set_err(c, r, "send RELEASE: %s", strerror(-r));
+		}
+	}
+	free(l);
+	return r;
+}
+
+KVP_EXPORT void kvp_client_lease_free(struct kvp_client_lease *l)
+{
+	free(l);
+}
+
+KVP_EXPORT const struct kvp_lease *kvp_client_lease_info(const struct kvp_client_lease *l)
+{
+	return &l->hdr;
+}
+
+KVP_EXPORT const struct kvp_lease_block *kvp_client_lease_block(const struct kvp_client_lease *l,
+								uint32_t i)
+{
+	return i < l->hdr.n_blocks ? &l->blocks[i] : NULL;
+}
+
+KVP_EXPORT const void *kvp_client_lease_kv(const struct kvp_client *c,
+					   const struct kvp_client_lease *l, uint32_t i,
+					   uint32_t layer, int v, uint32_t head)
+{
+	const struct kvp_model_shape *s = &l->hdr.shape;
+	size_t elem = s->dtype == KVP_DTYPE_F32 ? 4 : 2;
+	size_t head_bytes = (size_t)s->block_tokens * s->head_dim * elem;
+	size_t off;
+
+	if (!c->pool || i >= l->hdr.n_blocks || layer >= s->n_layers || head >= s->n_kv_heads ||
+	    (v != 0 && v != 1))
+		return NULL;
+	/* [layer][k|v][kv_head][token][head_dim] (include/kvpool/layout.h) */
+	off = l->blocks[i].offset +
+	      (((size_t)layer * 2 + (size_t)v) * s->n_kv_heads + head) * head_bytes;
+	if (off + head_bytes > c->pool_len)
+		return NULL;
+	return (const uint8_t *)c->pool + off;
+}

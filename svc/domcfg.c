@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * domcfg.c - [domain NAME] sections and the domains.mode words (see domcfg.h).
+ *
+ * Names in users/groups lists are resolved with getpwnam_r()/getgrnam_r(): once by
+ * kvp_domcfg_check() (a typo fails the start, not a peer), and again when the domain
+ * table is built (svc/domain.c).
+ * Thread: main thread, before any other starts.
+ */
+#include "svc/domcfg.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <grp.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util/errmsg.h"
+#include "util/parse.h"
+
+static const char *const mode_names[] = {
+	[KVP_DOMAINS_PER_UID] = "per-uid",
+	[KVP_DOMAINS_GROUPS] = "groups",
+	[KVP_DOMAINS_SINGLE] = "single",
+};
+
+enum { K_USERS, K_GROUPS, K_POOL, K_TIER, K_OPERATORS, K__COUNT };
+static const char *const key_names[K__COUNT] = { "users", "groups", "pool_size", "tier_size",
+						 "operators" };
+
+const char *kvp_domains_mode_name(uint32_t mode)
+{
+	return mode < KVP_DOMAINS__COUNT ? mode_names[mode] : NULL;
+}
+
+int kvp_domains_mode_parse(const char *s, uint32_t *out)
+{
+	for (uint32_t i = 0; i < KVP_DOMAINS__COUNT; i++) {
+		if (!strcasecmp(s, mode_names[i])) {
+			*out = i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+const char *kvp_domcfg_section(const char *section)
+{
+	if (strncmp(section, "domain ", 7))
+		return NULL;
+	section += 7;
+	while (*section == ' ')
+		section++;
+	return section;
+}
+
+static bool valid_name(const char *s)
+{
+	if (!*s || strlen(s) >= KVP_DOMCFG_NAME_MAX)
+		return false;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_')
+			return false;
+	return true;
+}
+
+static int set_size(const char *value, uint64_t *out, char *err, size_t cap)
+{
+	uint64_t v;
+
+	if (kvp_parse_size(value, &v) < 0) {
+		kvp_errmsg(err, cap,
+			   "'%s' is not a size (a number with an optional K, M, G or T suffix)",
+			   value);
+		return -EINVAL;
+	}
+	if (v && v < (1ull << 20)) {
+		kvp_errmsg(err, cap, "%s is below 1M (0: an even share)", value);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+int kvp_domcfg_set(struct kvp_domcfg *tab, uint32_t *n, const char *name, const char *key,
+		   const char *value, char *err, size_t cap)
+{
+	struct kvp_domcfg *d = NULL;
+	uint32_t k;
+
+	for (k = 0; k < K__COUNT && strcmp(key, key_names[k]); k++)
+		;
+	if (k == K__COUNT) {
+		kvp_errmsg(err, cap,
+			   "unknown key (users, groups, pool_size, tier_size, operators)");
+		return -ENOENT;
+	}
+	if (!valid_name(name)) {
+		kvp_errmsg(err, cap, "domain name '%s': 1..%d letters, digits, '-' or '_'", name,
+			   KVP_DOMCFG_NAME_MAX - 1);
+		return -EINVAL;
+	}
+	for (uint32_t i = 0; i < *n; i++)
+		if (!strcmp(tab[i].name, name))
+			d = &tab[i];
+	if (!d) {
+		if (*n >= KVP_DOMCFG_MAX) {
+			kvp_errmsg(err, cap, "more than %d [domain NAME] sections", KVP_DOMCFG_MAX);
+			return -EINVAL;
+		}
+		d = &tab[(*n)++];
+		memset(d, 0, sizeof(*d));
+		strcpy(d->name, name);
+	}
+	if (d->seen & (1u << k)) {
+		kvp_errmsg(err, cap, "set twice");
+		return -EINVAL;
+	}
+	switch (k) {
+	case K_USERS:
+	case K_GROUPS:
+		if (strlen(value) >= KVP_DOMCFG_LIST_MAX) {
+			kvp_errmsg(err, cap, "too long (at most %d bytes)",
+				   KVP_DOMCFG_LIST_MAX - 1);
+			return -EINVAL;
+		}
+		strcpy(k == K_USERS ? d->users : d->groups, value);
+		break;
+	case K_POOL:
+	case K_TIER:
+		if (set_size(value, k == K_POOL ? &d->pool_bytes : &d->tier_bytes, err, cap) < 0)
+			return -EINVAL;
+		break;
+	case K_OPERATORS:
+		if (!strcasecmp(value, "yes") || !strcasecmp(value, "true") || !strcmp(value, "1"))
+			d->operators = true;
+		else if (!strcasecmp(value, "no") || !strcasecmp(value, "false") ||
+			 !strcmp(value, "0"))
+			d->operators = false;
+		else {
+			kvp_errmsg(err, cap, "'%s' is not a boolean (yes, no, true, false, 1, 0)",
+				   value);
+			return -EINVAL;
+		}
+		break;
+	}
+	d->seen |= 1u << k;
+	return 0;
+}
+
+int kvp_domcfg_next_id(const char **p, bool is_user, uint32_t *id)
+{
+	char item[128];
+	char buf[4096];
+	const char *s = *p;
+	size_t len;
+	uint64_t v;
+
+	while (*s == ',' || isspace((unsigned char)*s))
+		s++;
+	len = strcspn(s, ", \t");
+	*p = s + len;
+	if (!len)
+		return 0;
+	if (len >= sizeof(item))
+		return -ENOENT;
+	memcpy(item, s, len);
+	item[len] = '\0';
+	if (kvp_parse_u64(item, 0, UINT32_MAX - 1, &v) == 0) {
+		*id = (uint32_t)v;
+		return 1;
+	}
+	if (is_user) {
+		struct passwd pw, *res = NULL;
+
+		if (getpwnam_r(item, &pw, buf, sizeof(buf), &res) || !res)
+			return -ENOENT;
+		*id = res->pw_uid;
+	} else {
+		struct group gr, *res = NULL;
+
+		if (getgrnam_r(item, &gr, buf, sizeof(buf), &res) || !res)
+			return -ENOENT;
+		*id = res->gr_gid;
+	}
+	return 1;
+}
+
+/* Every item of @list resolves.  Return: 0, or -EINVAL with the first bad one named. */
+static int check_list(const struct kvp_domcfg *d, const char *list, bool is_user, char *err,
+		      size_t cap)
+{
+	const char *p = list;
+	uint32_t id;
+	int r;
+
+	while ((r = kvp_domcfg_next_id(&p, is_user, &id)) != 0) {
+		if (r < 0) {
+			const char *end = p;
+			const char *start = end;
+
+			while (start > list && start[-1] != ',' &&
+			       !isspace((unsigned char)start[-1]))
+				start--;
+			kvp_errmsg(err, cap, "domain %s.%s: no %s named '%.*s'", d->name,
+				   is_user ? "users" : "groups", is_user ? "user" : "group",
+				   (int)(end - start), start);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+int kvp_domcfg_check(const struct kvp_domcfg *tab, uint32_t n, char *err, size_t cap)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		const struct kvp_domcfg *d = &tab[i];
+
+		if (!*d->users && !*d->groups) {
+			kvp_errmsg(err, cap, "domain %s: names no users and no groups", d->name);
+			return -EINVAL;
+		}
+		if (check_list(d, d->users, true, err, cap) < 0 ||
+		    check_list(d, d->groups, false, err, cap) < 0)
+			return -EINVAL;
+	}
+	return 0;
+}
+
+static void print_size(FILE *f, const char *key, uint64_t v)
+{
+	if (v && !(v & ((1ull << 20) - 1)))
+		fprintf(f, "%s = %lluM\n", key, (unsigned long long)(v >> 20));
+	else
+		fprintf(f, "%s = %llu\n", key, (unsigned long long)v);
+}
+
+void kvp_domcfg_print(const struct kvp_domcfg *tab, uint32_t n, FILE *f)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		fprintf(f, "\n[domain %s]\n", tab[i].name);
+		fprintf(f, "users = %s\n", tab[i].users);
+		fprintf(f, "groups = %s\n", tab[i].groups);
+		print_size(f, "pool_size", tab[i].pool_bytes);
+		print_size(f, "tier_size", tab[i].tier_bytes);
+		fprintf(f, "operators = %s\n", tab[i].operators ? "yes" : "no");
+	}
+}

@@ -1,0 +1,372 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_domains.c - trust domains in a real kvpoold, with children that switch to other
+ * uids and gids (needs root; skipped, 77, without):
+ *  - per-uid (the default): a peer of another uid never hits root's cached prompt, its
+ *    WELCOME fd is another segment (another inode), a LEASE of that prompt holds
+ *    nothing, and its traffic leaves root's
+ *    segment bytes and root's domain counters unchanged; paired control: its own second
+ *    request does hit, in its own domain;
+ *  - groups: two uids of one group share a domain (the second hits the first's prompt);
+ *    a uid listed in another section does not; a uid in no section (and root) is
+ *    refused with a message naming trust domains;
+ *  - single: peers of different uids share, as before domains existed.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "kvpool/kvpool.h"
+#include "tests/integration/jsonq.h"
+#include "tests/integration/kvpd.h"
+#include "tests/lib/testlib.h"
+
+/* Three full blocks of 16 tokens at least, with the tiny model's byte tokens. */
+#define PROMPT \
+	"The quick brown fox jumps over the lazy dog; the five boxing wizards jump quickly. " \
+	"Pack my box with five dozen liquor jugs."
+
+/*
+ * What a child (or the parent) saw: connect status, message, pool inode, the
+ * cached_tokens of each of its requests.
+ */
+struct seen {
+	int rc;
+	char msg[200];
+	unsigned long ino;
+	uint32_t cached[2];
+	uint32_t leased; /* blocks a LEASE of the prompt held before its requests */
+};
+
+/* Connect to @sock and run @n greedy requests of PROMPT (2 new tokens each). */
+static void visit(const char *sock, int n, struct seen *out)
+{
+	struct kvp_client_prompt pr = { .text = PROMPT, .text_len = strlen(PROMPT) };
+	struct kvp_client_params p;
+	struct kvp_client *k = NULL;
+	struct stat st;
+
+	memset(out, 0, sizeof(*out));
+	out->rc = kvp_client_connect(&k, sock);
+	if (out->rc) {
+		snprintf(out->msg, sizeof(out->msg), "%s", kvp_client_errmsg(k));
+		kvp_client_close(k);
+		return;
+	}
+	if (fstat(kvp_client_pool_fd(k), &st) == 0)
+		out->ino = (unsigned long)st.st_ino;
+	{
+		struct kvp_client_lease *l = NULL;
+		int32_t *ids = NULL;
+		size_t n_ids = 0;
+
+		out->rc = kvp_client_tokenize(k, PROMPT, strlen(PROMPT), 0, &ids, &n_ids);
+		if (!out->rc)
+			out->rc = kvp_client_lease(k, ids, n_ids, NULL, 0, 0, &l);
+		free(ids);
+		if (out->rc) {
+			snprintf(out->msg, sizeof(out->msg), "lease: %s", kvp_client_errmsg(k));
+			kvp_client_close(k);
+			return;
+		}
+		out->leased = kvp_client_lease_info(l)->n_blocks;
+		kvp_client_release(k, l);
+	}
+	kvp_client_params_init(&p);
+	p.max_new_tokens = 2;
+	for (int i = 0; i < n && i < 2; i++) {
+		struct kvp_usage u = { 0 };
+
+		out->rc = kvp_client_generate(k, &pr, &p, NULL, NULL, &u);
+		if (out->rc) {
+			snprintf(out->msg, sizeof(out->msg), "%s", kvp_client_errmsg(k));
+			break;
+		}
+		out->cached[i] = u.cached_tokens;
+	}
+	kvp_client_close(k);
+}
+
+/* visit() in a child running as @uid / @gid (no supplementary groups). */
+static void visit_as(const char *sock, uid_t uid, gid_t gid, int n, struct seen *out)
+{
+	int fd[2], st;
+	pid_t pid;
+
+	assert_int_equal(pipe(fd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct seen s;
+
+		close(fd[0]);
+		if (setgroups(0, NULL) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
+			_exit(125);
+		visit(sock, n, &s);
+		_exit(write(fd[1], &s, sizeof(s)) == (ssize_t)sizeof(s) ? 0 : 126);
+	}
+	close(fd[1]);
+	memset(out, 0, sizeof(*out));
+	assert_int_equal(read(fd[0], out, sizeof(*out)), (ssize_t)sizeof(*out));
+	close(fd[0]);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* FNV-1a over a client's whole pool mapping: a change anywhere changes it. */
+static uint64_t pool_hash(const struct kvp_client *k)
+{
+	size_t len = 0;
+	const unsigned char *p = kvp_client_pool(k, &len);
+	uint64_t h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ p[i]) * 1099511628211ull;
+	return h;
+}
+
+/* Index of the domain named @name in the status report's list, or -1. */
+static int domain_at(const struct jsonq *j, const char *name)
+{
+	char path[64];
+
+	for (int i = 0; i < 64; i++) {
+		const char *n;
+
+		snprintf(path, sizeof(path), "domains.%d.name", i);
+		n = jsonq_str(j, path);
+		if (!n)
+			return -1;
+		if (!strcmp(n, name))
+			return i;
+	}
+	return -1;
+}
+
+static double dom_num(const struct jsonq *j, const char *name, const char *key)
+{
+	char path[96];
+	int i = domain_at(j, name);
+
+	if (i < 0)
+		return -1;
+	snprintf(path, sizeof(path), "domains.%d.%s", i, key);
+	return jsonq_num(j, path, -1);
+}
+
+static void need_root(void)
+{
+	if (geteuid() != 0) {
+		fprintf(stderr, "needs root to run children as other uids\n");
+		skip();
+	}
+}
+
+/* The socket reachable by every uid (the test's directory is private otherwise). */
+static void open_up(struct kvpd *d)
+{
+	assert_int_equal(chmod(d->dir, 0711), 0);
+	assert_int_equal(chmod(d->sock, 0666), 0);
+}
+
+static void test_per_uid(void **state)
+{
+	const char *args[] = { "--pool-size", "32M", NULL };
+	static const char *const keys[] = { "requests",	     "lookups",	      "hit_requests",
+					    "prompt_tokens", "cached_tokens", "blocks_used",
+					    "blocks_cached" };
+	struct kvp_client *root = NULL;
+	struct seen a, b;
+	struct jsonq *j0, *j1;
+	struct kvpd d;
+	uint64_t h0, h1;
+	char me[32];
+
+	(void)state;
+	need_root();
+	assert_int_equal(kvpd_setup(&d, "tiny", args), 0);
+	open_up(&d);
+	snprintf(me, sizeof(me), "uid-%u", (unsigned int)geteuid());
+
+	/* domain A (root): the prompt cached, the second request hits */
+	visit(d.sock, 2, &a);
+	assert_int_equal(a.rc, 0);
+	assert_int_equal(a.cached[0], 0);
+	assert_true(a.cached[1] > 0);
+	assert_int_equal(kvp_client_connect(&root, d.sock), 0);
+	h0 = pool_hash(root);
+	j0 = kvpd_status(&d);
+	assert_non_null(j0);
+	assert_true(dom_num(j0, me, "hit_requests") >= 1);
+	assert_int_equal(domain_at(j0, "uid-65534"), -1); /* made on its first HELLO */
+
+	/* domain B (nobody): never hits A's prompt, maps another segment */
+	visit_as(d.sock, 65534, 65534, 2, &b);
+	assert_int_equal(b.rc, 0);
+	assert_int_equal(b.cached[0], 0);
+	assert_int_equal(b.leased, 0); /* A's blocks cannot be leased either */
+	assert_true(b.ino != 0 && a.ino != 0);
+	assert_true(b.ino != a.ino);
+	/* paired control: the same prompt does hit inside B's own domain */
+	assert_true(b.cached[1] > 0);
+
+	/* A's segment and A's counters are what they were */
+	h1 = pool_hash(root);
+	assert_true(h0 == h1);
+	j1 = kvpd_status(&d);
+	assert_non_null(j1);
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		if (dom_num(j0, me, keys[i]) != dom_num(j1, me, keys[i]))
+			fail_msg("domain %s: %s changed from %g to %g by another uid", me, keys[i],
+				 dom_num(j0, me, keys[i]), dom_num(j1, me, keys[i]));
+	}
+	assert_true(dom_num(j1, "uid-65534", "requests") == 2);
+	assert_true(dom_num(j1, "uid-65534", "hit_requests") == 1);
+	assert_true(dom_num(j1, "uid-65534", "blocks_total") > 0);
+	jsonq_free(j0);
+	jsonq_free(j1);
+	kvp_client_close(root);
+	kvpd_cleanup(&d);
+}
+
+static void test_per_uid_max(void **state)
+{
+	/* domains.max = 2: root's and one more; a third uid is refused BUSY, saying why */
+	const char *args[] = { "--pool-size", "16M", "--domains-max", "2", NULL };
+	struct seen s;
+	struct kvpd d;
+
+	(void)state;
+	need_root();
+	assert_int_equal(kvpd_setup(&d, "tiny", args), 0);
+	open_up(&d);
+	visit_as(d.sock, 60021, 65534, 1, &s);
+	assert_int_equal(s.rc, 0);
+	visit_as(d.sock, 60022, 65534, 1, &s);
+	assert_int_equal(s.rc, KVP_E_BUSY);
+	assert_non_null(strstr(s.msg, "domains.max"));
+	visit_as(d.sock, 60021, 65534, 1, &s); /* its domain stays */
+	assert_int_equal(s.rc, 0);
+	assert_true(kvpd_log_has(&d, "no room for another domain"));
+	kvpd_cleanup(&d);
+}
+
+static void test_groups(void **state)
+{
+	const char *args[] = { "--pool-size",
+			       "32M",
+			       "--domains-mode",
+			       "groups",
+			       "--set",
+			       "domain team.groups=60100",
+			       "--set",
+			       "domain team.pool_size=16M",
+			       "--set",
+			       "domain solo.users=60011",
+			       NULL };
+	struct seen x, y, z, w, r;
+	struct jsonq *j;
+	struct kvpd d;
+
+	(void)state;
+	need_root();
+	assert_int_equal(kvpd_setup(&d, "tiny", args), 0);
+	open_up(&d);
+	/* two uids of group 60100: one domain, so the second hits the first's prompt */
+	visit_as(d.sock, 60010, 60100, 1, &x);
+	assert_int_equal(x.rc, 0);
+	assert_int_equal(x.cached[0], 0);
+	visit_as(d.sock, 60012, 60100, 1, &y);
+	assert_int_equal(y.rc, 0);
+	assert_true(y.leased > 0); /* the other member's blocks, leased */
+	assert_true(y.cached[0] > 0);
+	assert_true(x.ino == y.ino);
+	/* a listed user of another domain: nothing of the team's */
+	visit_as(d.sock, 60011, 65534, 1, &z);
+	assert_int_equal(z.rc, 0);
+	assert_int_equal(z.leased, 0);
+	assert_int_equal(z.cached[0], 0);
+	assert_true(z.ino != x.ino);
+	/* in no domain: refused, saying so; root too */
+	visit_as(d.sock, 60013, 65534, 1, &w);
+	assert_int_equal(w.rc, KVP_E_INVALID);
+	assert_non_null(strstr(w.msg, "no trust domain"));
+	visit(d.sock, 1, &r);
+	assert_int_equal(r.rc, KVP_E_INVALID);
+	j = kvpd_status(&d);
+	assert_non_null(j);
+	assert_true(dom_num(j, "team", "requests") == 2);
+	assert_true(dom_num(j, "team", "hit_requests") == 1);
+	assert_true(dom_num(j, "team", "pool_bytes") <= 16 << 20);
+	assert_true(dom_num(j, "solo", "requests") == 1);
+	assert_true(dom_num(j, "solo", "hit_requests") == 0);
+	jsonq_free(j);
+	kvpd_cleanup(&d);
+}
+
+static void test_single(void **state)
+{
+	/* everyone in one domain: another uid hits root's prompt, one segment */
+	const char *args[] = { "--pool-size", "32M", "--domains-mode", "single", NULL };
+	struct seen a, b;
+	struct kvpd d;
+
+	(void)state;
+	need_root();
+	assert_int_equal(kvpd_setup(&d, "tiny", args), 0);
+	open_up(&d);
+	visit(d.sock, 1, &a);
+	assert_int_equal(a.rc, 0);
+	visit_as(d.sock, 65534, 65534, 1, &b);
+	assert_int_equal(b.rc, 0);
+	assert_true(b.cached[0] > 0);
+	assert_true(a.ino == b.ino);
+	kvpd_cleanup(&d);
+}
+
+static void test_config_errors(void **state)
+{
+	/* groups without a section, a section outside groups mode, an unknown user */
+	static const char *const bad[][6] = {
+		{ "--domains-mode", "groups", NULL },
+		{ "--set", "domain x.users=0", NULL },
+		{ "--domains-mode", "groups", "--set", "domain x.users=no-such-user-kvp", NULL },
+	};
+	static const char *const why[] = { "needs at least one [domain NAME]",
+					   "only with domains.mode = groups",
+					   "no user named 'no-such-user-kvp'" };
+	struct kvpd d;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(kvpd_init(&d), 0);
+		assert_int_equal(kvpd_start(&d, 60, bad[i]), -ECHILD);
+		if (!kvpd_log_has(&d, why[i])) {
+			kvpd_dump_log(&d);
+			fail_msg("case %zu: no '%s' in the log", i, why[i]);
+		}
+		kvpd_cleanup(&d);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_per_uid),	      cmocka_unit_test(test_per_uid_max),
+		cmocka_unit_test(test_groups),	      cmocka_unit_test(test_single),
+		cmocka_unit_test(test_config_errors),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
