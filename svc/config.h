@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "svc/cachepol.h"
+
 #define KVP_CONFIG_DEFAULT_PATH "/etc/kvpool/kvpoold.conf"
 #define KVP_CONFIG_SOCK_MAX 108 /* sizeof(sun_path), NUL included */
 #define KVP_CONFIG_NAME_MAX 64	/* group names */
@@ -130,6 +132,8 @@ struct kvp_config {
 	uint64_t tier_bytes;
 	uint32_t tier_high_pct;
 	uint32_t tier_low_pct;
+
+	struct kvp_cache_policy cache;
 
 	bool foreground;
 	char config_path[PATH_MAX];
