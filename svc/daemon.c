@@ -368,6 +368,7 @@ static int make_engine(struct kvp_daemon *d)
 	sc.tier = d->domains.dom[KVP_DOMAIN_DEFAULT].tier;
 	sc.tier_high_pct = d->cfg.tier_high_pct;
 	sc.tier_low_pct = d->cfg.tier_low_pct;
+	sc.cache = d->cfg.cache;
 	r = kvp_sched_new(&d->sched, &sc);
 	if (r < 0)
 		kvp_log(LOG_ERR, "engine: create (%u threads, batch %u, chunk %u): %s",
@@ -412,6 +413,7 @@ static int make_server(struct kvp_daemon *d)
 	d->req.tmpl_err = d->tmpl_err;
 	d->req.max_prompt_tokens = d->cfg.max_prompt_tokens;
 	d->req.max_reqs_per_conn = d->cfg.max_reqs_per_conn;
+	d->req.cache = &d->cfg.cache;
 	d->req.report = kvp_stats_report;
 	d->req.report_arg = &d->stats;
 	d->stats.model = d->model_name;

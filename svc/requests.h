@@ -35,6 +35,7 @@
 #include "svc/conns.h"
 #include "svc/reqlog.h"
 
+struct kvp_cache_policy;
 struct kvp_chat_template;
 struct kvp_domains;
 struct kvp_sched;
@@ -51,6 +52,7 @@ typedef int kvp_status_report_fn(void *arg, enum kvp_status_fmt fmt, char *buf, 
  *                 @tmpl_err says why there is none
  * @srv:           the server answering (borrowed); set once it exists
  * @max_prompt_tokens, @max_reqs_per_conn: the configured limits
+ * @cache:      the prompt-cache policy (cache.pin_allowed gates PIN, UNPIN, FLUSH)
  * @report, @report_arg: the status reporter
  * @conns:         the connections that said HELLO
  * @rejected:      GENERATEs refused here or by the engine's admission
@@ -66,6 +68,7 @@ struct kvp_requests {
 	struct kvp_server *srv;
 	uint32_t max_prompt_tokens;
 	uint32_t max_reqs_per_conn;
+	const struct kvp_cache_policy *cache;
 	kvp_status_report_fn *report;
 	void *report_arg;
 
