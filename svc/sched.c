@@ -604,28 +604,32 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 		last = group_end(q, status, &gu, &cu);
 		as_error = false;
 	}
-	if (!q->silent && last) {
+	if (!q->silent) {
 		if (as_error) {
 			emit_error(s, q, status, msg ? msg : "request failed");
 		} else {
 			struct kvp_sched_event e = { .type = KVP_SCHED_EV_TOKEN,
 						     .token = -1,
 						     .conn = q->conn,
-						     .req_id = q->req_id };
+						     .req_id = q->req_id,
+						     .cont = q->grp ? (int32_t)q->cont : -1 };
 			int n = kvp_gen_flush(&q->gen, e.text, sizeof(e.text));
 
 			if (n > 0) {
 				e.text_len = (uint32_t)n;
 				push_event(s, &e);
 			}
-			e = (struct kvp_sched_event){ .type = KVP_SCHED_EV_DONE,
-						      .token = -1,
-						      .conn = q->conn,
-						      .req_id = q->req_id,
-						      .usage = gu,
-						      .has_cu = q->has_cc,
-						      .cu = cu };
-			push_event(s, &e);
+			/* a continuation that is not the last: its text is out, the DONE later */
+			if (last) {
+				e = (struct kvp_sched_event){ .type = KVP_SCHED_EV_DONE,
+							      .token = -1,
+							      .conn = q->conn,
+							      .req_id = q->req_id,
+							      .usage = gu,
+							      .has_cu = q->has_cc,
+							      .cu = cu };
+				push_event(s, &e);
+			}
 		}
 	}
 	/* the usage sums cover every request that ended, finished or not */
