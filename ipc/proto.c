@@ -68,8 +68,9 @@ const char *kvp_proto_miss_reason_name(uint32_t reason)
 bool kvp_proto_from_client(uint32_t type)
 {
 	return type == KVP_FRAME_HELLO || type == KVP_FRAME_GENERATE || type == KVP_FRAME_CANCEL ||
-	       type == KVP_FRAME_TOKENIZE || type == KVP_FRAME_DETOKENIZE || type == KVP_FRAME_CHAT ||
-	       type == KVP_FRAME_PIN || type == KVP_FRAME_UNPIN || type == KVP_FRAME_FLUSH;
+	       type == KVP_FRAME_TOKENIZE || type == KVP_FRAME_DETOKENIZE ||
+	       type == KVP_FRAME_CHAT || type == KVP_FRAME_PIN || type == KVP_FRAME_UNPIN ||
+	       type == KVP_FRAME_FLUSH;
 }
 
 const char *kvp_proto_type_name(uint32_t type)

@@ -151,7 +151,8 @@ struct kvp_server_ops {
 		       const struct kvp_chat *req, const struct kvp_cache_ctl *cc,
 		       const int32_t *context, const struct kvp_proto_msg *msgs);
 	int (*pin)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		   uint32_t type, const struct kvp_pin *req, const int32_t *tokens, const char *text);
+		   uint32_t type, const struct kvp_pin *req, const int32_t *tokens,
+		   const char *text);
 	int (*flush)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id);
 };
 

@@ -936,8 +936,7 @@ int kvp_index_evicted(struct kvp_index *idx, const struct kvp_prefix_key *key,
 }
 
 /* Does the chain of blocks 0..@block of @tokens exist under interned keys @ek? */
-static bool chain_under(struct kvp_index *idx, uint32_t ek, const uint32_t *tokens,
-			uint32_t block)
+static bool chain_under(struct kvp_index *idx, uint32_t ek, const uint32_t *tokens, uint32_t block)
 {
 	struct kvp_h128 h = idx->eks[ek].digest;
 	uint64_t puid = 0;

@@ -49,7 +49,7 @@ struct kvp_pool {
 	const struct kvp_numa *numa;
 	struct kvp_block *blocks; /* n_blocks */
 	struct arena arenas[KVP_MAX_ARENAS];
-	uint64_t tick;	 /* LRU clock */
+	uint64_t tick; /* LRU clock */
 	kvp_pool_evict_fn evictor;
 	void *evict_ctx;
 	uint64_t (*clock)(void *ctx); /* NULL: CLOCK_MONOTONIC */
@@ -337,9 +337,9 @@ long kvp_pool_lru_peek(const struct kvp_pool *p, int node)
 		if ((node >= 0 && i != (uint32_t)node) || !h->len)
 			continue;
 		/* open candidates first; among arenas the policy's (or the deadline's) order */
-		if (best == KVP_BLOCK_NONE ||
-		    (p->blocks[best].prot && !p->blocks[h->v[0]].prot) ||
-		    (p->blocks[best].prot == p->blocks[h->v[0]].prot && heap_less(p, h->v[0], best)))
+		if (best == KVP_BLOCK_NONE || (p->blocks[best].prot && !p->blocks[h->v[0]].prot) ||
+		    (p->blocks[best].prot == p->blocks[h->v[0]].prot &&
+		     heap_less(p, h->v[0], best)))
 			best = h->v[0];
 	}
 	return best == KVP_BLOCK_NONE ? -ENOENT : (long)best;

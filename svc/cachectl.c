@@ -40,9 +40,9 @@ int kvp_cachectl_resolve(struct kvp_cachectl *out, const struct kvp_cache_policy
 			return -EINVAL;
 		}
 		out->bp_blocks[i] = cc->breakpoints[i] / block_tokens;
-		out->bp_ttl_ns[i] =
-			(uint64_t)ttl_of(pol, cc->bp_ttl_s[i] ? cc->bp_ttl_s[i] : cc->ttl_s) *
-			NS_PER_S;
+		out->bp_ttl_ns[i] = (uint64_t)ttl_of(pol, cc->bp_ttl_s[i] ? cc->bp_ttl_s[i] :
+									    cc->ttl_s) *
+				    NS_PER_S;
 	}
 	/* only the prefix up to the last breakpoint, in full blocks */
 	out->publish_blocks = out->bp_blocks[out->n_bp - 1];
@@ -115,8 +115,9 @@ void kvp_cache_stats_hit(struct kvp_cache_stats *st, struct kvp_h128 h, uint32_t
 			min = p;
 	}
 	if (st->n_prefixes < KVP_CACHE_TRACK) {
-		st->prefixes[st->n_prefixes++] =
-			(struct kvp_cache_prefix){ .hash = h, .tokens = tokens, .hits = 1 };
+		st->prefixes[st->n_prefixes++] = (struct kvp_cache_prefix){ .hash = h,
+									    .tokens = tokens,
+									    .hits = 1 };
 		return;
 	}
 	/* space-saving: the newcomer inherits the least count, so counts never undercount */

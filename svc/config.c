@@ -173,7 +173,8 @@ static const struct key_def keys[] = {
 	{ "cache", "retain_default", "cache-retain", T_U32, OFF(cache.retain_default), 0, 0, 100,
 	  "retention priority (0..100) of requests that name none (eviction = priority)" },
 	{ "cache", "cost_write_pct", "cache-cost-write", T_U32, OFF(cache.cost_write_pct), 0, 0,
-	  100000, "status cost view: a token written to the cache costs this % of an uncached one" },
+	  100000,
+	  "status cost view: a token written to the cache costs this % of an uncached one" },
 	{ "cache", "cost_read_pct", "cache-cost-read", T_U32, OFF(cache.cost_read_pct), 0, 0,
 	  100000, "status cost view: a token read from the cache costs this % of an uncached one" },
 };

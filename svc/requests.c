@@ -233,9 +233,9 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 	return generate(ctx, conn, req_id, g, NULL, tokens, text);
 }
 
-static int op_generate_cc(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
-			  uint64_t req_id, const struct kvp_generate *g,
-			  const struct kvp_cache_ctl *cc, const int32_t *tokens, const char *text)
+static int op_generate_cc(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+			  const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
+			  const int32_t *tokens, const char *text)
 {
 	(void)peer;
 	return generate(ctx, conn, req_id, g, cc, tokens, text);
@@ -616,8 +616,7 @@ void kvp_requests_on_events(void *arg)
 					kvp_server_send_done_cc(q->srv, e->conn, e->req_id,
 								&e->usage, &e->cu);
 				else
-					kvp_server_send_done(q->srv, e->conn, e->req_id,
-							     &e->usage);
+					kvp_server_send_done(q->srv, e->conn, e->req_id, &e->usage);
 			} else if (c && e->type == KVP_SCHED_EV_ERROR) {
 				char msg[KVP_SCHED_EV_TEXT + 1];
 

@@ -203,9 +203,9 @@ struct seq_list {
  * with one DONE when the last of them ends: @u sums what they did.
  */
 struct group {
-	uint32_t n;	  /* continuations */
-	uint32_t live;	  /* not ended yet */
-	uint32_t status;  /* the first status other than KVP_OK, else KVP_OK */
+	uint32_t n;	 /* continuations */
+	uint32_t live;	 /* not ended yet */
+	uint32_t status; /* the first status other than KVP_OK, else KVP_OK */
 	struct kvp_usage u;
 	struct kvp_cache_usage cu;
 };
@@ -1746,8 +1746,8 @@ static void cancel_req(struct kvp_sched *s, uint64_t conn, uint64_t req_id)
 }
 
 /* DONE (with cache usage: @blocks) or ERROR for a request the engine answers at once. */
-static void answer_now(struct kvp_sched *s, const struct msg *m, uint32_t status,
-		       const char *err, uint32_t prompt_tokens, uint32_t blocks)
+static void answer_now(struct kvp_sched *s, const struct msg *m, uint32_t status, const char *err,
+		       uint32_t prompt_tokens, uint32_t blocks)
 {
 	struct kvp_sched_event e = {
 		.token = -1, .conn = m->conn, .req_id = m->req_id, .cont = -1
@@ -1788,8 +1788,7 @@ static void unpin(struct kvp_sched *s, struct msg *m)
 	memcpy(ek.salt, m->salt, m->salt_len);
 	if (!want) {
 		err = "unpin: the prompt has no full block";
-	} else if (kvp_prefix_key_init(&key, &ek) < 0 ||
-		   !(hits = calloc(want, sizeof(*hits))) ||
+	} else if (kvp_prefix_key_init(&key, &ek) < 0 || !(hits = calloc(want, sizeof(*hits))) ||
 		   !(toks = calloc((size_t)want * s->block_tokens + 1, sizeof(*toks)))) {
 		err = "unpin: out of memory";
 	} else {

@@ -49,8 +49,8 @@ static void cache_derive(struct kvp_status_snap *s)
 	snprintf(c->eviction, sizeof(c->eviction), "%s",
 		 pol->eviction < KVP_EVICT__COUNT ? names[pol->eviction] : "?");
 	c->request_hit_rate = st->lookups ? (double)st->hit_requests / (double)st->lookups : 0;
-	c->token_hit_rate =
-		st->lookup_tokens ? (double)st->hit_tokens / (double)st->lookup_tokens : 0;
+	c->token_hit_rate = st->lookup_tokens ? (double)st->hit_tokens / (double)st->lookup_tokens :
+						0;
 	c->tokens_saved = st->cached_tokens + st->cached_tokens_disk;
 	c->flops_saved = (double)c->tokens_saved * (double)st->cache.flops_per_token;
 	c->pinned_bytes = (uint64_t)st->pool.cpin_blocks * st->block_bytes;
@@ -76,7 +76,6 @@ static void cache_derive(struct kvp_status_snap *s)
 		c->top[i].hits = top[i].hits;
 	}
 }
-
 
 void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 {

@@ -43,7 +43,7 @@ enum kind {
 	K_ITL,	   /* sched's inter-token histogram: a JSON object; a Prometheus histogram */
 	K_HIST,	   /* struct kvp_hist: a Prometheus histogram (seconds) */
 	K_INFO,	   /* Prometheus only: 1, labelled {labels="<str at off>",labels2="<at off2>"} */
-	K_PREFIXES, /* cache.top: a JSON array; Prometheus kvpool_cache_prefix_hits by hash */
+	K_TOP,	   /* cache.top: a JSON array; Prometheus kvpool_cache_prefix_hits by hash */
 };
 
 /**
@@ -347,16 +347,16 @@ static const struct def defs[] = {
 	   "Blocks evicted without ever being hit after they were written.", 1),
 	J("cache", "cost_write_pct", K_U32, sched.cache_policy.cost_write_pct),
 	J("cache", "cost_read_pct", K_U32, sched.cache_policy.cost_read_pct),
-	JP("cache", "cost_uncached", K_DBL, cache.cost_uncached, "cache_cost_tokens",
+	JP("cache", "cost_uncached", K_DBL, cache.cost_uncached, "cache_cost_tokens_total",
 	   "{view=\"uncached\"}", "counter",
 	   "Prompt cost in uncached-token units, without and with the cache.", 1),
-	JP("cache", "cost_cached", K_DBL, cache.cost_cached, "cache_cost_tokens",
+	JP("cache", "cost_cached", K_DBL, cache.cost_cached, "cache_cost_tokens_total",
 	   "{view=\"cached\"}", NULL, NULL, 1),
 	J("cache", "cost_saved_ratio", K_DBL, cache.cost_saved_ratio),
 	J("cache", "parallel_requests", K_U64, sched.cache.parallel),
 	J("cache", "continuations", K_U64, sched.cache.continuations),
 	J("cache", "cow_copies", K_U64, sched.pool.cow_copies),
-	JP("cache", "top_prefixes", K_PREFIXES, cache.top, "cache_prefix_hits", "", "gauge",
+	JP("cache", "top_prefixes", K_TOP, cache.top, "cache_prefix_hits", "", "gauge",
 	   "Hits of the most hit prefixes, by the chain hash of their last block.", 1),
 
 	J(NULL, "domains", K_DOMAINS, domains),
@@ -528,7 +528,7 @@ static void json_member(struct kvp_json *j, const struct def *d, const void *bas
 			  s->n_domains < KVP_STATUS_MAX_DOMAINS ? s->n_domains :
 								  KVP_STATUS_MAX_DOMAINS);
 		break;
-	case K_PREFIXES:
+	case K_TOP:
 		json_list(j, d->key, prefix_defs, N(prefix_defs), s->cache.top,
 			  sizeof(s->cache.top[0]),
 			  s->cache.n_top < KVP_CACHE_TOP ? s->cache.n_top : KVP_CACHE_TOP);
@@ -703,7 +703,7 @@ int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t ca
 			prom_itl(&out, d, s);
 			continue;
 		}
-		if (d->kind == K_PREFIXES) {
+		if (d->kind == K_TOP) {
 			kvp_buf_printf(&out, "# HELP kvpool_%s %s\n# TYPE kvpool_%s %s\n", d->prom,
 				       d->help, d->prom, d->type);
 			for (uint32_t k = 0; k < s->cache.n_top && k < KVP_CACHE_TOP; k++) {

@@ -127,7 +127,6 @@ struct kvp_status_snap {
 	struct kvp_status_cache cache; /* kvp_status_cache_derive() */
 };
 
-
 /**
  * kvp_status_render_json() - one JSON object, newline-terminated
  * Return: bytes written (without a NUL; one is added when room allows), or -ENOSPC.

@@ -329,8 +329,8 @@ int kvp_client_event_cont(const struct kvp_client *c);
  * Needs no other request of @c in flight (-EBUSY).
  * Return: 0, the daemon's enum kvp_status, or -errno.
  */
-int kvp_client_pin(struct kvp_client *c, const struct kvp_client_prompt *prompt,
-		   const void *salt, size_t salt_len, bool unpin, uint32_t *blocks);
+int kvp_client_pin(struct kvp_client *c, const struct kvp_client_prompt *prompt, const void *salt,
+		   size_t salt_len, bool unpin, uint32_t *blocks);
 
 /* FLUSH: drop every unreferenced, unpinned cached block (operators; as kvp_client_pin()). */
 int kvp_client_flush(struct kvp_client *c, uint32_t *blocks);

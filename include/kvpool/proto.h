@@ -44,7 +44,7 @@ enum kvp_frame_type {
 	KVP_FRAME_IDS,	      /* daemon -> client: struct kvp_ids + ids + text (not generated) */
 	KVP_FRAME_PIN,	      /* client -> daemon: struct kvp_pin + tokens or text (operators) */
 	KVP_FRAME_UNPIN,      /* client -> daemon: struct kvp_pin + tokens or text (operators) */
-	KVP_FRAME_FLUSH,      /* client -> daemon: no payload: drop unreferenced blocks (operators) */
+	KVP_FRAME_FLUSH, /* client -> daemon: no payload: drop unreferenced blocks (operators) */
 	KVP_FRAME__COUNT
 };
 
@@ -290,7 +290,7 @@ enum kvp_role { KVP_ROLE_SYSTEM = 0, KVP_ROLE_USER = 1, KVP_ROLE_ASSISTANT = 2, 
 #define KVP_CHAT_TEMPLATE_NAME_MAX 32
 
 /* CHAT flags */
-#define KVP_CHAT_NO_CACHE 0x2u  /* as KVP_GEN_NO_CACHE */
+#define KVP_CHAT_NO_CACHE 0x2u	/* as KVP_GEN_NO_CACHE */
 #define KVP_CHAT_CACHE_CTL 0x8u /* struct kvp_cache_ctl follows struct kvp_chat */
 #define KVP_CHAT__ALL 0xau
 
@@ -382,12 +382,12 @@ static_assert(offsetof(struct kvp_cache_ctl, ttl_s) == 40, "wire ABI");
 
 /* Why a request's prompt was not (entirely) served from the cache. */
 enum kvp_miss_reason {
-	KVP_MISS_NONE = 0,	 /* every block a lookup can cover was hit */
-	KVP_MISS_NO_PREFIX,	 /* the next block was never cached (or forgotten long ago) */
-	KVP_MISS_BELOW_BLOCK,	 /* the prompt has no full block before its last token */
-	KVP_MISS_BELOW_MINIMUM,	 /* shorter than cache.min_tokens: not looked up, not published */
-	KVP_MISS_EVICTED,	 /* the next block was cached and evicted (@miss_tier: from where) */
-	KVP_MISS_SALT_MISMATCH,	 /* the prefix is cached under another salt */
+	KVP_MISS_NONE = 0,	/* every block a lookup can cover was hit */
+	KVP_MISS_NO_PREFIX,	/* the next block was never cached (or forgotten long ago) */
+	KVP_MISS_BELOW_BLOCK,	/* the prompt has no full block before its last token */
+	KVP_MISS_BELOW_MINIMUM, /* shorter than cache.min_tokens: not looked up, not published */
+	KVP_MISS_EVICTED,	/* the next block was cached and evicted (@miss_tier: from where) */
+	KVP_MISS_SALT_MISMATCH, /* the prefix is cached under another salt */
 	KVP_MISS_MODEL_MISMATCH, /* ... under other model keys (fingerprint, RoPE, dtype) */
 	KVP_MISS_DISABLED,	 /* no-cache */
 	KVP_MISS_IO_ERROR,	 /* the disk tier failed to read a block back */

@@ -219,14 +219,13 @@ static int cache_option(int opt, const char *arg)
 		colon = strchr(arg, ':');
 		if (colon) {
 			*colon = '\0';
-			cli_cc.bp_ttl_s[cli_cc.n_breakpoints] =
-				(uint32_t)parse_u64(colon + 1, "--breakpoint TTL", 1, 7 * 86400);
+			cli_cc.bp_ttl_s[cli_cc.n_breakpoints] = (uint32_t)
+				parse_u64(colon + 1, "--breakpoint TTL", 1, 7 * 86400);
 		}
-		cli_cc.breakpoints[cli_cc.n_breakpoints] =
-			(uint32_t)parse_u64(arg, "--breakpoint", 1, UINT32_MAX);
-		if (cli_cc.n_breakpoints &&
-		    cli_cc.breakpoints[cli_cc.n_breakpoints] <=
-			    cli_cc.breakpoints[cli_cc.n_breakpoints - 1])
+		cli_cc.breakpoints[cli_cc.n_breakpoints] = (uint32_t)parse_u64(arg, "--breakpoint",
+									       1, UINT32_MAX);
+		if (cli_cc.n_breakpoints && cli_cc.breakpoints[cli_cc.n_breakpoints] <=
+						    cli_cc.breakpoints[cli_cc.n_breakpoints - 1])
 			die_usage("--breakpoint: positions must increase");
 		cli_cc.n_breakpoints++;
 		return 0;
@@ -244,16 +243,17 @@ static int cache_option(int opt, const char *arg)
 	return -1;
 }
 
-#define CACHE_OPTIONS                                                                  \
-	{ "breakpoint", required_argument, NULL, 'B' },                                \
-		{ "ttl", required_argument, NULL, 'L' },                               \
-		{ "retain", required_argument, NULL, 'Q' }
+#define CACHE_OPTIONS \
+	{ "breakpoint", required_argument, NULL, 'B' }, { "ttl", required_argument, NULL, 'L' }, \
+	{ \
+		"retain", required_argument, NULL, 'Q' \
+	}
 
-#define CACHE_HELP                                                                         \
-	"      --breakpoint POS[:TTL]  cache only the prefix up to token POS (up to 4; the\n"   \
-	"                         last one counts), kept TTL seconds (default --ttl)\n"       \
+#define CACHE_HELP \
+	"      --breakpoint POS[:TTL]  cache only the prefix up to token POS (up to 4; the\n" \
+	"                         last one counts), kept TTL seconds (default --ttl)\n" \
 	"      --ttl S            keep what this request caches or hits S seconds (default\n" \
-	"                         cache.ttl_default_s, at most cache.ttl_max_s)\n"            \
+	"                         cache.ttl_default_s, at most cache.ttl_max_s)\n" \
 	"      --retain P         retention priority 0..100 (cache.eviction = priority)\n"
 
 /* The usage of a DONE as a JSON object (member @key). */
@@ -482,8 +482,7 @@ static void generate_help(FILE *o)
 	      "      --json             print one JSON object instead: tokens (generated ids),\n"
 	      "                         text and usage\n"
 	      "      --parallel N       sample N continuations (1..16) of the one prompt;\n"
-	      "                         continuation i uses seed S + i; shown one after another\n"
-	      CACHE_HELP
+	      "                         continuation i uses seed S + i; shown one after another\n" CACHE_HELP
 	      "The usage line ends with the cache's view: miss_reason (none, no_prefix,\n"
 	      "below_block, below_minimum, evicted (memory|disk), salt_mismatch,\n"
 	      "model_mismatch, disabled, io_error) and matched_blocks.\n"
@@ -1055,8 +1054,7 @@ static void chat_help(FILE *o)
 	      "                         llama3.2, chatml, llama2, mistral, phi3, gemma, zephyr,\n"
 	      "                         deepseek) instead of the model's\n"
 	      "  -n, --max-new-tokens N reply tokens at most (default: the daemon's maximum,\n"
-	      "                         at most 1024)\n"
-	      CACHE_HELP
+	      "                         at most 1024)\n" CACHE_HELP
 	      "      --temperature T, --top-k K, --top-p P, --seed S, --salt S, --no-cache\n"
 	      "                         as for kvpool generate\n"
 	      "      --json             one JSON object per turn: turn, tokens (the reply's\n"

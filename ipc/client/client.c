@@ -693,7 +693,8 @@ KVP_EXPORT int kvp_client_set_cache(struct kvp_client *c, const struct kvp_cache
 			       KVP_CACHE_BREAKPOINTS_MAX);
 	for (uint32_t i = 0; i < cc->n_breakpoints; i++)
 		if (!cc->breakpoints[i] || (i && cc->breakpoints[i] <= cc->breakpoints[i - 1]))
-			return set_err(c, -EINVAL, "cache breakpoints must increase and be above 0");
+			return set_err(c, -EINVAL,
+				       "cache breakpoints must increase and be above 0");
 	if (cc->retain > 100 || cc->n > KVP_PARALLEL_MAX)
 		return set_err(c, -EINVAL, "retain must be at most 100, n at most %d",
 			       KVP_PARALLEL_MAX);
@@ -727,8 +728,7 @@ KVP_EXPORT int kvp_client_event_cont(const struct kvp_client *c)
 }
 
 /* Send a PIN, UNPIN or FLUSH already encoded in c->out and wait for its answer. */
-static int operator_request(struct kvp_client *c, size_t need, const char *what,
-			    uint32_t *blocks)
+static int operator_request(struct kvp_client *c, size_t need, const char *what, uint32_t *blocks)
 {
 	struct kvp_client_event ev;
 	uint64_t id;
@@ -768,8 +768,9 @@ KVP_EXPORT int kvp_client_pin(struct kvp_client *c, const struct kvp_client_prom
 		return set_err(c, -EBUSY, "another request is in flight on this client");
 	if (!prompt || (!prompt->n_tokens == !prompt->text_len) || salt_len > KVP_SALT_MAX ||
 	    prompt->n_tokens > UINT32_MAX || prompt->text_len > UINT32_MAX)
-		return set_err(c, -EINVAL, "pin: give exactly one of tokens or text, a salt of "
-					   "at most 64 bytes");
+		return set_err(c, -EINVAL,
+			       "pin: give exactly one of tokens or text, a salt of "
+			       "at most 64 bytes");
 	if (prompt->text_len) {
 		pin.flags = KVP_GEN_TEXT;
 		pin.text_bytes = (uint32_t)prompt->text_len;

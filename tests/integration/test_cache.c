@@ -47,9 +47,15 @@ static int setup_args(void **state, const char *const *args)
 
 static int setup(void **state)
 {
-	const char *args[] = { "--pool-size",	   "64M",	     "--cache-min-tokens",
-			       "8",		   "--cache-pin-allowed", "--ignore-eos",
-			       "--threads",	   "1",		     NULL };
+	const char *args[] = { "--pool-size",
+			       "64M",
+			       "--cache-min-tokens",
+			       "8",
+			       "--cache-pin-allowed",
+			       "--ignore-eos",
+			       "--threads",
+			       "1",
+			       NULL };
 
 	return setup_args(state, args);
 }
@@ -338,6 +344,5 @@ int main(void)
 	};
 	int r = cmocka_run_group_tests_name("cache", tests, setup, kvpd_teardown);
 
-	return r | cmocka_run_group_tests_name("cache-denied", denied, setup_no_pin,
-					       kvpd_teardown);
+	return r | cmocka_run_group_tests_name("cache-denied", denied, setup_no_pin, kvpd_teardown);
 }

@@ -321,10 +321,9 @@ static void test_evicted_set_and_miss_reasons(void **state)
 static void test_resolve_breakpoints(void **state)
 {
 	struct kvp_cache_policy pol;
-	struct kvp_cache_ctl cc = { .n_breakpoints = 2,
-				    .breakpoints = { 20, 40 },
-				    .bp_ttl_s = { 7200, 0 },
-				    .ttl_s = 60 };
+	struct kvp_cache_ctl cc = {
+		.n_breakpoints = 2, .breakpoints = { 20, 40 }, .bp_ttl_s = { 7200, 0 }, .ttl_s = 60
+	};
 	struct kvp_cachectl r;
 	const char *why = NULL;
 
@@ -353,10 +352,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_priority_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cache_pin_survives_pressure_and_flush, setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_flush_ignores_ttl_keeps_held, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_evicted_set_and_miss_reasons, setup,
-						teardown),
+		cmocka_unit_test_setup_teardown(test_flush_ignores_ttl_keeps_held, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_evicted_set_and_miss_reasons, setup, teardown),
 		cmocka_unit_test(test_resolve_breakpoints),
 	};
 
