@@ -162,10 +162,14 @@ static int request_ok(struct kvp_server *srv, struct kvp_conn *c, const struct k
 	return 0;
 }
 
+static int unsupported(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id,
+		       const char *what);
+
 static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
 		       const uint8_t *payload)
 {
 	struct kvp_generate g;
+	struct kvp_cache_ctl cc;
 	const void *body;
 	const int32_t *ids = NULL;
 	const char *text = NULL;
@@ -204,10 +208,23 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct 
 		if (r)
 			return r < 0 ? r : 0;
 	}
+	if (g.flags & KVP_GEN_CACHE_CTL) {
+		r = kvp_proto_decode_cache_ctl(payload, hdr->len_bytes, sizeof(g), &cc, &why);
+		if (r == KVP_E_PROTO)
+			return kvp_srv_fail(srv, c, r, why);
+		if (r)
+			return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
+		if (!srv->ops.generate_cc)
+			return unsupported(srv, c, hdr->req_id, "cache control not supported here");
+	}
 	if (take_req(srv, c, hdr->req_id))
 		return 0;
-	r = srv->ops.generate(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &g, ids,
-			      text);
+	if (srv->ops.generate_cc)
+		r = srv->ops.generate_cc(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id,
+					 &g, (g.flags & KVP_GEN_CACHE_CTL) ? &cc : NULL, ids, text);
+	else
+		r = srv->ops.generate(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &g,
+				      ids, text);
 	return answered(srv, c, hdr->req_id, r);
 }
 
@@ -282,6 +299,7 @@ static int on_chat(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_
 	const void *body;
 	const char *why = "";
 	struct kvp_chat ch;
+	struct kvp_cache_ctl cc;
 	size_t sect_len;
 	int r;
 
@@ -296,6 +314,15 @@ static int on_chat(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_
 		return kvp_srv_fail(srv, c, r, why);
 	if (!srv->ops.chat)
 		return unsupported(srv, c, hdr->req_id, "CHAT not supported here");
+	if (ch.flags & KVP_CHAT_CACHE_CTL) {
+		r = kvp_proto_decode_cache_ctl(payload, hdr->len_bytes, sizeof(ch), &cc, &why);
+		if (r == KVP_E_PROTO)
+			return kvp_srv_fail(srv, c, r, why);
+		if (r)
+			return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
+		if (!srv->ops.chat_cc)
+			return unsupported(srv, c, hdr->req_id, "cache control not supported here");
+	}
 	r = take_ids(srv, c, hdr->req_id, body, ch.n_context, "context", &ids);
 	if (r)
 		return r < 0 ? r : 0;
@@ -307,7 +334,12 @@ static int on_chat(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_
 		free(msgs);
 		return 0;
 	}
-	r = srv->ops.chat(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &ch, ids, msgs);
+	if (srv->ops.chat_cc)
+		r = srv->ops.chat_cc(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &ch,
+				     (ch.flags & KVP_CHAT_CACHE_CTL) ? &cc : NULL, ids, msgs);
+	else
+		r = srv->ops.chat(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &ch, ids,
+				  msgs);
 	free(msgs);
 	return answered(srv, c, hdr->req_id, r);
 }
@@ -365,6 +397,63 @@ static int on_release(struct kvp_server *srv, struct kvp_conn *c, const struct k
 	return 0;
 }
 
+/* PIN and UNPIN: the prompt as GENERATE's (text UTF-8, ids in the vocabulary). */
+static int on_pin(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
+		  const uint8_t *payload)
+{
+	struct kvp_pin pin;
+	const void *body;
+	const int32_t *ids = NULL;
+	const char *text = NULL;
+	const char *why = "";
+	int r;
+
+	r = request_ok(srv, c, hdr);
+	if (r)
+		return r;
+	r = kvp_proto_decode_pin(payload, hdr->len_bytes, &srv->lim, &pin, &body, &why);
+	if (r == KVP_E_INVALID)
+		return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
+	if (r)
+		return kvp_srv_fail(srv, c, r, why);
+	if (!srv->ops.pin)
+		return unsupported(srv, c, hdr->req_id, "PIN not supported here");
+	if (pin.flags & KVP_GEN_TEXT) {
+		if (!kvp_utf8_valid(body, pin.text_bytes))
+			return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID,
+					      "prompt text is not valid UTF-8");
+		memcpy(srv->text, body, pin.text_bytes);
+		srv->text[pin.text_bytes] = 0;
+		text = srv->text;
+	} else {
+		r = take_ids(srv, c, hdr->req_id, body, pin.n_tokens, "prompt", &ids);
+		if (r)
+			return r < 0 ? r : 0;
+	}
+	if (take_req(srv, c, hdr->req_id))
+		return 0;
+	r = srv->ops.pin(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, hdr->type, &pin,
+			 ids, text);
+	return answered(srv, c, hdr->req_id, r);
+}
+
+static int on_flush(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
+		    const uint8_t *payload)
+{
+	int r;
+
+	(void)payload;
+	r = request_ok(srv, c, hdr);
+	if (r)
+		return r;
+	if (!srv->ops.flush)
+		return unsupported(srv, c, hdr->req_id, "FLUSH not supported here");
+	if (take_req(srv, c, hdr->req_id))
+		return 0;
+	r = srv->ops.flush(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id);
+	return answered(srv, c, hdr->req_id, r);
+}
+
 const struct kvp_op_def kvp_op_defs[] = {
 	[KVP_FRAME_HELLO] = { .name = "HELLO",
 			      .from_client = true,
@@ -412,6 +501,21 @@ const struct kvp_op_def kvp_op_defs[] = {
 				.min_len = 0,
 				.max_len = 0,
 				.fn = on_release },
+	[KVP_FRAME_PIN] = { .name = "PIN",
+			    .from_client = true,
+			    .min_len = sizeof(struct kvp_pin),
+			    .max_len = UINT32_MAX,
+			    .fn = on_pin },
+	[KVP_FRAME_UNPIN] = { .name = "UNPIN",
+			      .from_client = true,
+			      .min_len = sizeof(struct kvp_pin),
+			      .max_len = UINT32_MAX,
+			      .fn = on_pin },
+	[KVP_FRAME_FLUSH] = { .name = "FLUSH",
+			      .from_client = true,
+			      .min_len = 0,
+			      .max_len = 0,
+			      .fn = on_flush },
 };
 static_assert(ARRAY_SIZE(kvp_op_defs) == KVP_FRAME__COUNT, "one entry per frame type");
 

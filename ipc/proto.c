@@ -32,6 +32,9 @@ static const char *const type_names[KVP_FRAME__COUNT] = {
 	[KVP_FRAME_LEASE] = "LEASE",
 	[KVP_FRAME_LEASED] = "LEASED",
 	[KVP_FRAME_RELEASE] = "RELEASE",
+	[KVP_FRAME_PIN] = "PIN",
+	[KVP_FRAME_UNPIN] = "UNPIN",
+	[KVP_FRAME_FLUSH] = "FLUSH",
 };
 
 static const char *const status_strs[KVP_STATUS__COUNT] = {
@@ -45,13 +48,32 @@ static const char *const status_strs[KVP_STATUS__COUNT] = {
 	[KVP_E_CANCELLED] = "cancelled",
 	[KVP_E_INTERNAL] = "internal daemon error",
 	[KVP_E_SHUTDOWN] = "daemon shutting down",
+	[KVP_E_DENIED] = "not allowed",
 };
+
+static const char *const miss_names[KVP_MISS__COUNT] = {
+	[KVP_MISS_NONE] = "none",
+	[KVP_MISS_NO_PREFIX] = "no_prefix",
+	[KVP_MISS_BELOW_BLOCK] = "below_block",
+	[KVP_MISS_BELOW_MINIMUM] = "below_minimum",
+	[KVP_MISS_EVICTED] = "evicted",
+	[KVP_MISS_SALT_MISMATCH] = "salt_mismatch",
+	[KVP_MISS_MODEL_MISMATCH] = "model_mismatch",
+	[KVP_MISS_DISABLED] = "disabled",
+	[KVP_MISS_IO_ERROR] = "io_error",
+};
+
+const char *kvp_proto_miss_reason_name(uint32_t reason)
+{
+	return reason < KVP_MISS__COUNT ? miss_names[reason] : "?";
+}
 
 bool kvp_proto_from_client(uint32_t type)
 {
 	return type == KVP_FRAME_HELLO || type == KVP_FRAME_GENERATE || type == KVP_FRAME_CANCEL ||
 	       type == KVP_FRAME_TOKENIZE || type == KVP_FRAME_DETOKENIZE ||
-	       type == KVP_FRAME_CHAT || type == KVP_FRAME_LEASE || type == KVP_FRAME_RELEASE;
+	       type == KVP_FRAME_CHAT || type == KVP_FRAME_LEASE || type == KVP_FRAME_RELEASE ||
+	       type == KVP_FRAME_PIN || type == KVP_FRAME_UNPIN || type == KVP_FRAME_FLUSH;
 }
 
 const char *kvp_proto_type_name(uint32_t type)
@@ -199,6 +221,9 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 		return fail(why, "salt padding must be zero", KVP_E_PROTO);
 	if (out->reserved)
 		return fail(why, "GENERATE reserved field must be zero", KVP_E_PROTO);
+	/* struct kvp_cache_ctl: checked by kvp_proto_decode_cache_ctl() */
+	if ((out->flags & KVP_GEN_CACHE_CTL) && !kvp_cur_take(&c, sizeof(struct kvp_cache_ctl)))
+		return fail(why, "GENERATE cache control beyond the frame", KVP_E_PROTO);
 	if (out->flags & KVP_GEN_TEXT) {
 		if (out->n_tokens || !out->text_bytes)
 			return fail(why, "text prompt must have text_bytes > 0 and n_tokens 0",
@@ -349,6 +374,8 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 			    "context_msgs must be 0 exactly without context ids, and at most "
 			    "n_messages",
 			    KVP_E_PROTO);
+	if ((out->flags & KVP_CHAT_CACHE_CTL) && !kvp_cur_take(&c, sizeof(struct kvp_cache_ctl)))
+		return fail(why, "CHAT cache control beyond the frame", KVP_E_PROTO);
 	*context = kvp_cur_take(&c, (uint64_t)out->n_context * sizeof(int32_t));
 	if (!*context)
 		return fail(why, "context ids beyond the frame", KVP_E_PROTO);
@@ -424,6 +451,12 @@ int kvp_proto_decode_welcome(const void *payload, size_t len, struct kvp_welcome
 int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out, const void **ids,
 			   const char **text, const char **why)
 {
+	return kvp_proto_decode_token_cc(payload, len, out, ids, text, NULL, why);
+}
+
+int kvp_proto_decode_token_cc(const void *payload, size_t len, struct kvp_token *out,
+			      const void **ids, const char **text, int32_t *cont, const char **why)
+{
 	struct kvp_cur c;
 	const void *p;
 
@@ -436,6 +469,16 @@ int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *ou
 	*text = kvp_cur_take(&c, out->text_bytes);
 	if (!*ids || !*text)
 		return fail(why, "TOKEN lengths beyond the frame", KVP_E_PROTO);
+	if (cont)
+		*cont = -1;
+	if (cont && kvp_cur_left(&c) == sizeof(struct kvp_token_cont)) {
+		struct kvp_token_cont tc;
+
+		memcpy(&tc, kvp_cur_take(&c, sizeof(tc)), sizeof(tc));
+		if (tc.reserved || tc.index >= KVP_PARALLEL_MAX)
+			return fail(why, "TOKEN continuation out of range", KVP_E_PROTO);
+		*cont = (int32_t)tc.index;
+	}
 	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after TOKEN", KVP_E_PROTO);
 	return KVP_OK;
@@ -464,6 +507,94 @@ int kvp_proto_decode_ids(const void *payload, size_t len, struct kvp_ids *out, c
 int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out, const char **why)
 {
 	return take_exact(payload, len, out, sizeof(*out), why);
+}
+
+int kvp_proto_decode_done_cc(const void *payload, size_t len, struct kvp_usage *out,
+			     struct kvp_cache_usage *cu, bool *has_cu, const char **why)
+{
+	*has_cu = len == sizeof(*out) + sizeof(*cu);
+	memset(cu, 0, sizeof(*cu));
+	if (!*has_cu)
+		return take_exact(payload, len, out, sizeof(*out), why);
+	memcpy(out, payload, sizeof(*out));
+	memcpy(cu, (const uint8_t *)payload + sizeof(*out), sizeof(*cu));
+	if (cu->miss_reason >= KVP_MISS__COUNT || cu->miss_tier > KVP_MISS_TIER_DISK ||
+	    cu->reserved)
+		return fail(why, "DONE cache usage out of range", KVP_E_PROTO);
+	return KVP_OK;
+}
+
+int kvp_proto_decode_cache_ctl(const void *payload, size_t len, size_t offset,
+			       struct kvp_cache_ctl *out, const char **why)
+{
+	if (len < offset || len - offset < sizeof(*out))
+		return fail(why, "cache control beyond the frame", KVP_E_PROTO);
+	memcpy(out, (const uint8_t *)payload + offset, sizeof(*out));
+	if (out->flags & ~KVP_CC__ALL)
+		return fail(why, "unknown cache control flags", KVP_E_PROTO);
+	if (!all_zero(out->reserved, sizeof(out->reserved)))
+		return fail(why, "cache control reserved fields must be zero", KVP_E_PROTO);
+	if (out->n_breakpoints > KVP_CACHE_BREAKPOINTS_MAX)
+		return fail(why, "more than 4 cache breakpoints", KVP_E_INVALID);
+	for (uint32_t i = 0; i < KVP_CACHE_BREAKPOINTS_MAX; i++) {
+		if (i >= out->n_breakpoints) {
+			if (out->breakpoints[i] || out->bp_ttl_s[i])
+				return fail(why, "unused cache breakpoints must be zero",
+					    KVP_E_PROTO);
+			continue;
+		}
+		if (!out->breakpoints[i] || (i && out->breakpoints[i] <= out->breakpoints[i - 1]))
+			return fail(why, "cache breakpoints must be increasing and above 0",
+				    KVP_E_INVALID);
+	}
+	if (!(out->flags & KVP_CC_RETAIN) && out->retain)
+		return fail(why, "retain set without KVP_CC_RETAIN", KVP_E_PROTO);
+	if (out->retain > 100)
+		return fail(why, "retention priority must be in [0, 100]", KVP_E_INVALID);
+	if (out->n > KVP_PARALLEL_MAX)
+		return fail(why, "more continuations than the maximum (16)", KVP_E_LIMIT);
+	return KVP_OK;
+}
+
+int kvp_proto_decode_pin(const void *payload, size_t len, const struct kvp_proto_limits *lim,
+			 struct kvp_pin *out, const void **body, const char **why)
+{
+	struct kvp_cur c;
+	const void *p;
+	size_t need;
+
+	kvp_cur_init(&c, payload, len);
+	p = kvp_cur_take(&c, sizeof(*out));
+	if (!p)
+		return fail(why, "PIN payload shorter than its struct", KVP_E_PROTO);
+	memcpy(out, p, sizeof(*out));
+	if (out->flags & ~(KVP_GEN_TEXT | KVP_GEN_PARSE_SPECIAL))
+		return fail(why, "unknown PIN flags", KVP_E_PROTO);
+	if (out->salt_len > KVP_SALT_MAX)
+		return fail(why, "salt longer than 64 bytes", KVP_E_PROTO);
+	if (!all_zero(out->salt + out->salt_len, KVP_SALT_MAX - out->salt_len))
+		return fail(why, "salt padding must be zero", KVP_E_PROTO);
+	if (out->flags & KVP_GEN_TEXT) {
+		if (out->n_tokens || !out->text_bytes)
+			return fail(why, "text prompt must have text_bytes > 0 and n_tokens 0",
+				    KVP_E_PROTO);
+		need = out->text_bytes;
+	} else {
+		if (out->text_bytes || !out->n_tokens)
+			return fail(why, "token prompt must have n_tokens > 0 and text_bytes 0",
+				    KVP_E_PROTO);
+		need = (size_t)out->n_tokens * sizeof(int32_t);
+	}
+	*body = kvp_cur_take(&c, need);
+	if (!*body)
+		return fail(why, "prompt length beyond the frame", KVP_E_PROTO);
+	if (kvp_cur_left(&c))
+		return fail(why, "trailing bytes after the prompt", KVP_E_PROTO);
+	if ((out->n_tokens ? out->n_tokens : out->text_bytes) > lim->max_prompt_tokens)
+		return fail(why, "prompt longer than the maximum", KVP_E_LIMIT);
+	if ((out->flags & KVP_GEN_TEXT) && memchr(*body, 0, out->text_bytes))
+		return fail(why, "prompt text contains a NUL byte", KVP_E_INVALID);
+	return KVP_OK;
 }
 
 int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out, const char **msg,
@@ -545,6 +676,59 @@ size_t kvp_proto_encode_generate(void *buf, size_t cap, uint64_t req_id,
 	return put_frame(buf, cap, KVP_FRAME_GENERATE, req_id, g, sizeof(*g), body, nbody, NULL, 0);
 }
 
+size_t kvp_proto_encode_generate_cc(void *buf, size_t cap, uint64_t req_id,
+				    const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
+				    const void *body)
+{
+	size_t nbody = (g->flags & KVP_GEN_TEXT) ? g->text_bytes :
+						   (size_t)g->n_tokens * sizeof(int32_t);
+
+	if (!(g->flags & KVP_GEN_CACHE_CTL))
+		return kvp_proto_encode_generate(buf, cap, req_id, g, body);
+	return put_frame(buf, cap, KVP_FRAME_GENERATE, req_id, g, sizeof(*g), cc, sizeof(*cc), body,
+			 nbody);
+}
+
+size_t kvp_proto_encode_pin(void *buf, size_t cap, uint32_t type, uint64_t req_id,
+			    const struct kvp_pin *pin, const void *body)
+{
+	size_t nbody = (pin->flags & KVP_GEN_TEXT) ? pin->text_bytes :
+						     (size_t)pin->n_tokens * sizeof(int32_t);
+
+	return put_frame(buf, cap, type, req_id, pin, sizeof(*pin), body, nbody, NULL, 0);
+}
+
+size_t kvp_proto_encode_flush(void *buf, size_t cap, uint64_t req_id)
+{
+	return put_frame(buf, cap, KVP_FRAME_FLUSH, req_id, NULL, 0, NULL, 0, NULL, 0);
+}
+
+size_t kvp_proto_encode_token_cc(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
+				 uint32_t n_ids, const char *text, uint32_t text_bytes,
+				 uint32_t cont)
+{
+	struct kvp_frame_hdr hdr;
+	struct kvp_token t = { .n_tokens = n_ids, .text_bytes = text_bytes };
+	struct kvp_token_cont tc = { .index = cont };
+	size_t ni = (size_t)n_ids * sizeof(int32_t);
+	size_t n = put_frame(buf, cap, KVP_FRAME_TOKEN, req_id, &t, sizeof(t), ids, ni, text,
+			     text_bytes);
+
+	/* the frame with room for the trailer: patch the length and append it */
+	if (!n || n + sizeof(tc) > cap)
+		return n ? n + sizeof(tc) : 0;
+	memcpy((uint8_t *)buf + n, &tc, sizeof(tc));
+	kvp_proto_hdr_init(&hdr, KVP_FRAME_TOKEN, req_id, (uint32_t)(n - sizeof(hdr) + sizeof(tc)));
+	memcpy(buf, &hdr, sizeof(hdr));
+	return n + sizeof(tc);
+}
+
+size_t kvp_proto_encode_done_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
+				const struct kvp_cache_usage *cu)
+{
+	return put_frame(buf, cap, KVP_FRAME_DONE, req_id, u, sizeof(*u), cu, sizeof(*cu), NULL, 0);
+}
+
 size_t kvp_proto_encode_cancel(void *buf, size_t cap, uint64_t req_id)
 {
 	return put_frame(buf, cap, KVP_FRAME_CANCEL, req_id, NULL, 0, NULL, 0, NULL, 0);
@@ -595,8 +779,17 @@ size_t kvp_proto_encode_ids(void *buf, size_t cap, uint64_t req_id, const int32_
 size_t kvp_proto_encode_chat(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
 			     const int32_t *context, const struct kvp_proto_msg *msgs)
 {
+	return kvp_proto_encode_chat_cc(buf, cap, req_id, c, NULL, context, msgs);
+}
+
+size_t kvp_proto_encode_chat_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
+				const struct kvp_cache_ctl *cc, const int32_t *context,
+				const struct kvp_proto_msg *msgs)
+{
 	struct kvp_frame_hdr hdr;
-	size_t payload = sizeof(*c) + (size_t)c->n_context * sizeof(int32_t);
+	bool with_cc = cc && (c->flags & KVP_CHAT_CACHE_CTL);
+	size_t payload = sizeof(*c) + (with_cc ? sizeof(*cc) : 0) +
+			 (size_t)c->n_context * sizeof(int32_t);
 	uint8_t *o = buf;
 
 	for (uint32_t i = 0; i < c->n_messages; i++) {
@@ -613,6 +806,10 @@ size_t kvp_proto_encode_chat(void *buf, size_t cap, uint64_t req_id, const struc
 	o += sizeof(hdr);
 	memcpy(o, c, sizeof(*c));
 	o += sizeof(*c);
+	if (with_cc) {
+		memcpy(o, cc, sizeof(*cc));
+		o += sizeof(*cc);
+	}
 	if (c->n_context) {
 		memcpy(o, context, (size_t)c->n_context * sizeof(int32_t));
 		o += (size_t)c->n_context * sizeof(int32_t);

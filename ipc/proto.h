@@ -136,5 +136,54 @@ size_t kvp_proto_encode_lease_req(void *buf, size_t cap, uint64_t req_id,
 size_t kvp_proto_encode_lease(void *buf, size_t cap, uint64_t req_id, const struct kvp_lease *l,
 			      const struct kvp_lease_block *blocks);
 size_t kvp_proto_encode_release(void *buf, size_t cap, uint64_t lease_id);
+/* ---- prompt-cache control (additive; docs/protocol.md "Cache control") ---- */
+
+/* Name of an enum kvp_miss_reason ("no_prefix"), "?" when out of range. */
+const char *kvp_proto_miss_reason_name(uint32_t reason);
+
+/*
+ * As kvp_proto_decode_token(), and a trailing struct kvp_token_cont is accepted: *@cont
+ * is its index, or -1 without one.
+ */
+int kvp_proto_decode_token_cc(const void *payload, size_t len, struct kvp_token *out,
+			      const void **ids, const char **text, int32_t *cont, const char **why);
+
+/* A DONE with or without struct kvp_cache_usage after the usage (*@has_cu says which). */
+int kvp_proto_decode_done_cc(const void *payload, size_t len, struct kvp_usage *out,
+			     struct kvp_cache_usage *cu, bool *has_cu, const char **why);
+
+/**
+ * kvp_proto_decode_cache_ctl() - the struct kvp_cache_ctl at @offset of a GENERATE or CHAT
+ * payload that kvp_proto_decode_generate()/_chat() accepted with the flag set
+ * Checks flags, reserved fields, breakpoints (at most 4, increasing, above 0; lengths
+ * against the prompt are the daemon's to check), retain <= 100, n <= KVP_PARALLEL_MAX.
+ * Return: KVP_OK, KVP_E_PROTO, KVP_E_INVALID or KVP_E_LIMIT.
+ */
+int kvp_proto_decode_cache_ctl(const void *payload, size_t len, size_t offset,
+			       struct kvp_cache_ctl *out, const char **why);
+
+/* PIN / UNPIN: struct kvp_pin and the prompt after it (*@body: ids, unaligned, or text). */
+int kvp_proto_decode_pin(const void *payload, size_t len, const struct kvp_proto_limits *lim,
+			 struct kvp_pin *out, const void **body, const char **why);
+
+/* GENERATE with @cc after @g when @g->flags has KVP_GEN_CACHE_CTL. */
+size_t kvp_proto_encode_generate_cc(void *buf, size_t cap, uint64_t req_id,
+				    const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
+				    const void *body);
+/* PIN or UNPIN (@type) */
+size_t kvp_proto_encode_pin(void *buf, size_t cap, uint32_t type, uint64_t req_id,
+			    const struct kvp_pin *pin, const void *body);
+size_t kvp_proto_encode_flush(void *buf, size_t cap, uint64_t req_id);
+/* TOKEN tagged with continuation @cont (struct kvp_token_cont after the text) */
+size_t kvp_proto_encode_token_cc(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
+				 uint32_t n_ids, const char *text, uint32_t text_bytes,
+				 uint32_t cont);
+/* DONE with struct kvp_cache_usage after the usage */
+size_t kvp_proto_encode_done_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
+				const struct kvp_cache_usage *cu);
+/* CHAT with @cc after @c when @c->flags has KVP_CHAT_CACHE_CTL */
+size_t kvp_proto_encode_chat_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
+				const struct kvp_cache_ctl *cc, const int32_t *context,
+				const struct kvp_proto_msg *msgs);
 
 #endif /* KVP_IPC_PROTO_H */

@@ -436,6 +436,43 @@ int kvp_server_send_lease(struct kvp_server *srv, kvp_conn_id conn, uint64_t req
 	return queue_scratch(srv, c, len);
 }
 
+int kvp_server_send_tokens_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			      const int32_t *tokens, uint32_t n_tokens, const char *text,
+			      uint32_t text_len, uint32_t cont)
+{
+	struct kvp_conn *c = conn_lookup(srv, conn);
+	size_t len;
+
+	if (!c)
+		return -ENOTCONN;
+	if (!kvp_conn_req_has(c, req_id))
+		return -ENOENT;
+	len = kvp_proto_encode_token_cc(NULL, 0, req_id, tokens, n_tokens, text, text_len, cont);
+	if (!len || len > c->out.cap)
+		return -EMSGSIZE;
+	if (scratch_reserve(srv, len))
+		return -ENOMEM;
+	kvp_proto_encode_token_cc(srv->scratch, srv->scratch_cap, req_id, tokens, n_tokens, text,
+				  text_len, cont);
+	return queue_scratch(srv, c, len);
+}
+
+int kvp_server_send_done_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			    const struct kvp_usage *usage, const struct kvp_cache_usage *cu)
+{
+	struct kvp_conn *c = conn_lookup(srv, conn);
+	size_t len = kvp_proto_encode_done_cc(NULL, 0, req_id, usage, cu);
+
+	if (!c)
+		return -ENOTCONN;
+	if (!kvp_conn_req_del(c, req_id))
+		return -ENOENT;
+	if (scratch_reserve(srv, len))
+		return -ENOMEM;
+	kvp_proto_encode_done_cc(srv->scratch, srv->scratch_cap, req_id, usage, cu);
+	return queue_scratch(srv, c, len);
+}
+
 int kvp_server_send_error(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			  enum kvp_status status, const char *msg)
 {

@@ -146,6 +146,22 @@ struct kvp_server_ops {
 	int (*lease)(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp_lease_req *req,
 		     const int32_t *ids);
 	void (*release)(void *ctx, kvp_conn_id conn, uint64_t lease_id);
+	/*
+	 * Prompt-cache control (optional; docs/protocol.md "Cache control").  When set,
+	 * GENERATE and CHAT go to @generate_cc and @chat_cc instead, with @cc the request's
+	 * struct kvp_cache_ctl or NULL; without them a request carrying one is refused.
+	 * @pin (PIN and UNPIN: @type says which) and @flush answer like @generate.
+	 */
+	int (*generate_cc)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
+			   uint64_t req_id, const struct kvp_generate *req,
+			   const struct kvp_cache_ctl *cc, const int32_t *tokens, const char *text);
+	int (*chat_cc)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		       const struct kvp_chat *req, const struct kvp_cache_ctl *cc,
+		       const int32_t *context, const struct kvp_proto_msg *msgs);
+	int (*pin)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		   uint32_t type, const struct kvp_pin *req, const int32_t *tokens,
+		   const char *text);
+	int (*flush)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id);
 };
 
 /**
@@ -190,6 +206,13 @@ int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_
 int kvp_server_send_lease(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			  const struct kvp_lease *l, const struct kvp_lease_block *blocks);
 
+/* TOKEN of continuation @cont (struct kvp_token_cont after the text; n > 1 requests). */
+int kvp_server_send_tokens_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			      const int32_t *tokens, uint32_t n_tokens, const char *text,
+			      uint32_t text_len, uint32_t cont);
+/* DONE with struct kvp_cache_usage after the usage (requests that carried cache control). */
+int kvp_server_send_done_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			    const struct kvp_usage *usage, const struct kvp_cache_usage *cu);
 int kvp_server_send_error(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			  enum kvp_status status, const char *msg);
 

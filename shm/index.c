@@ -90,6 +90,17 @@ struct kvp_index {
 
 	int collide; /* test hook: every chain hash is equal */
 	struct kvp_index_stats st;
+
+	/* recently evicted chain hashes (kvp_index_evicted()), calloc'd on first use */
+	struct evicted_way *evicted;
+	uint64_t evicted_clock;
+};
+
+struct evicted_way {
+	struct kvp_h128 hash;
+	uint64_t when; /* evicted_clock at insertion; 0 = empty */
+	uint32_t tier; /* enum kvp_evicted_tier */
+	uint32_t reserved;
 };
 
 int kvp_prefix_key_init(struct kvp_prefix_key *key, const struct kvp_extra_keys *ek)
@@ -362,6 +373,44 @@ static uint32_t entry_by_uid(const struct kvp_index *idx, struct kvp_h128 h, uin
 	return NONE;
 }
 
+/* Remember that the entry of chain hash @h left the index from @tier. */
+static void evicted_note(struct kvp_index *idx, struct kvp_h128 h, uint32_t tier)
+{
+	struct evicted_way *set, *w;
+
+	if (!idx->evicted) {
+		idx->evicted = calloc((size_t)KVP_INDEX_EVICTED_SETS * KVP_INDEX_EVICTED_WAYS,
+				      sizeof(*idx->evicted));
+		if (!idx->evicted)
+			return; /* a hint only: miss reasons say no_prefix instead */
+	}
+	set = &idx->evicted[(placement(idx, h) % KVP_INDEX_EVICTED_SETS) * KVP_INDEX_EVICTED_WAYS];
+	w = &set[0];
+	for (uint32_t k = 0; k < KVP_INDEX_EVICTED_WAYS; k++) {
+		if (set[k].when && h128_eq(set[k].hash, h)) {
+			w = &set[k]; /* evicted again: refresh */
+			break;
+		}
+		if (set[k].when < w->when)
+			w = &set[k]; /* the oldest (or an empty) way */
+	}
+	*w = (struct evicted_way){ .hash = h, .when = ++idx->evicted_clock, .tier = tier };
+	idx->st.evicted_seen++;
+}
+
+static uint32_t evicted_tier(const struct kvp_index *idx, struct kvp_h128 h)
+{
+	const struct evicted_way *set;
+
+	if (!idx->evicted)
+		return KVP_EVICTED_NONE;
+	set = &idx->evicted[(placement(idx, h) % KVP_INDEX_EVICTED_SETS) * KVP_INDEX_EVICTED_WAYS];
+	for (uint32_t k = 0; k < KVP_INDEX_EVICTED_WAYS; k++)
+		if (set[k].when && h128_eq(set[k].hash, h))
+			return set[k].tier;
+	return KVP_EVICTED_NONE;
+}
+
 /* The pool evicted @block: it leaves the index, or stays on disk when it has a copy. */
 static void on_evict(void *ctx, uint32_t block)
 {
@@ -378,8 +427,11 @@ static void on_evict(void *ctx, uint32_t block)
 		idx->st.offloads++;
 		return;
 	}
+	evicted_note(idx, idx->ent[e].hash, KVP_EVICTED_MEM);
 	entry_drop(idx, e);
 	idx->st.evictions++;
+	/* written and never read: no lookup hit or duplicate publish ever touched it */
+	idx->st.evicted_unread += !kvp_pool_block(idx->pool, block)->uses;
 }
 
 /* Size the bucket array for @cap entries and relink every live entry. */
@@ -445,6 +497,7 @@ static void free_arrays(struct kvp_index *idx)
 	free(idx->slot_entry);
 	free(idx->eks);
 	free(idx->ek_bucket);
+	free(idx->evicted);
 }
 
 int kvp_index_new(struct kvp_index **out, struct kvp_pool *pool)
@@ -503,6 +556,9 @@ void kvp_index_free(struct kvp_index *idx)
 void kvp_index_set_seed(struct kvp_index *idx, uint64_t seed)
 {
 	idx->seed = seed;
+	/* the evicted set is placed by the seed too: start it afresh */
+	free(idx->evicted);
+	idx->evicted = NULL;
 	buckets_resize(idx, idx->cap); /* same size: cannot fail */
 	if (idx->ek_bucket)
 		ek_rehash(idx);
@@ -747,6 +803,7 @@ int kvp_index_disk_dropped(struct kvp_index *idx, uint32_t slot)
 	idx->ent[e].slot = NONE;
 	if (idx->ent[e].block == NONE) {
 		/* its children on disk become orphans: their puid names no live entry */
+		evicted_note(idx, idx->ent[e].hash, KVP_EVICTED_DISK);
 		entry_drop(idx, e);
 		idx->st.disk_entries--;
 		idx->st.disk_drops++;
@@ -850,6 +907,79 @@ void kvp_index_set_uid_floor(struct kvp_index *idx, uint64_t uid)
 {
 	if (uid >= idx->next_uid)
 		idx->next_uid = uid + 1;
+}
+
+int kvp_index_evicted(struct kvp_index *idx, const struct kvp_prefix_key *key,
+		      const uint32_t *tokens, uint32_t n_tokens, uint32_t first, uint32_t *tier)
+{
+	struct kvp_h128 h;
+	uint32_t n_full, k = 0;
+
+	if (!idx || !key || !tier || (n_tokens && !tokens))
+		return -EINVAL;
+	*tier = KVP_EVICTED_NONE;
+	h = key->seed;
+	n_full = n_tokens ? (n_tokens - 1) / idx->bt : 0;
+	for (uint32_t b = 0; b < n_full; b++) {
+		uint32_t t;
+
+		h = chain_hash(idx, h, tokens + (size_t)b * idx->bt);
+		if (b < first)
+			continue;
+		t = evicted_tier(idx, h);
+		if (t == KVP_EVICTED_NONE)
+			break;
+		if (!k++)
+			*tier = t;
+	}
+	return (int)k;
+}
+
+/* Does the chain of blocks 0..@block of @tokens exist under interned keys @ek? */
+static bool chain_under(struct kvp_index *idx, uint32_t ek, const uint32_t *tokens, uint32_t block)
+{
+	struct kvp_h128 h = idx->eks[ek].digest;
+	uint64_t puid = 0;
+
+	for (uint32_t b = 0; b <= block; b++) {
+		const uint32_t *t = tokens + (size_t)b * idx->bt;
+		uint32_t e;
+
+		h = chain_hash(idx, h, t);
+		e = entry_find(idx, h, puid, ek, t);
+		if (e == NONE)
+			return false;
+		puid = idx->ent[e].uid;
+	}
+	return true;
+}
+
+int kvp_index_probe_keys(struct kvp_index *idx, const struct kvp_prefix_key *key,
+			 const uint32_t *tokens, uint32_t n_tokens, uint32_t block)
+{
+	uint32_t mine, looked = 0;
+	int best = KVP_PROBE_NONE;
+
+	if (!idx || !key || !tokens || (uint64_t)(block + 1) * idx->bt > n_tokens)
+		return -EINVAL;
+	mine = ek_find(idx, key);
+	for (uint32_t id = 0; id < idx->n_eks && looked < 64; id++) {
+		struct kvp_extra_keys other;
+
+		if (id == mine || !idx->eks[id].uses)
+			continue;
+		looked++;
+		if (!chain_under(idx, id, tokens, block))
+			continue;
+		/* the same keys with our salt: then the salt alone differs */
+		other = idx->eks[id].ek;
+		other.salt_len = key->ek.salt_len;
+		memcpy(other.salt, key->ek.salt, sizeof(other.salt));
+		if (memcmp(&other, &key->ek, sizeof(other)) == 0)
+			return KVP_PROBE_SALT;
+		best = KVP_PROBE_OTHER;
+	}
+	return best;
 }
 
 void kvp_index_stats(const struct kvp_index *idx, struct kvp_index_stats *st)

@@ -117,6 +117,26 @@ struct kvp_index_stats {
 	uint64_t disk_hit_blocks;    /* on-disk entries it found */
 	uint64_t reloads;	     /* on-disk entries given a memory block again (publish) */
 	uint64_t disk_drops;	     /* on-disk entries dropped with their disk copy */
+	uint64_t evicted_seen;	     /* hashes put in the recently-evicted set */
+	uint64_t evicted_unread;     /* evictions (memory, no disk copy) of blocks never hit */
+};
+
+/* Where a block in the recently-evicted set was evicted from (kvp_index_evicted()). */
+enum kvp_evicted_tier {
+	KVP_EVICTED_NONE = 0,
+	KVP_EVICTED_MEM = 1,  /* the pool evicted it and no disk copy was kept */
+	KVP_EVICTED_DISK = 2, /* its disk copy was dropped (tier full, flushed, bad) */
+};
+
+/* The recently-evicted set: sets of KVP_INDEX_EVICTED_WAYS chain hashes, oldest replaced. */
+#define KVP_INDEX_EVICTED_SETS 1024u
+#define KVP_INDEX_EVICTED_WAYS 4u
+
+/* kvp_index_probe_keys() answers */
+enum kvp_probe {
+	KVP_PROBE_NONE = 0,  /* no other extra keys hold the prefix */
+	KVP_PROBE_SALT = 1,  /* the same keys but another salt hold it */
+	KVP_PROBE_OTHER = 2, /* keys that differ besides the salt (model, RoPE, dtype) do */
 };
 
 struct kvp_index;
@@ -301,6 +321,32 @@ int kvp_index_insert_disk(struct kvp_index *idx, const struct kvp_index_rec *rec
  * never name a later entry as its parent.
  */
 void kvp_index_set_uid_floor(struct kvp_index *idx, uint64_t uid);
+
+/**
+ * kvp_index_evicted() - why did block @first of @tokens miss: was it evicted recently?
+ * @key, @tokens, @n_tokens: as given to kvp_index_lookup()
+ * @first:  the first block that missed (blocks before it are hashed, not looked at)
+ * @tier:   out; enum kvp_evicted_tier of block @first (KVP_EVICTED_NONE when not in the
+ *          set)
+ *
+ * Every entry that leaves the index (the pool evicted its block and it had no disk copy;
+ * or, on disk only, its copy was dropped) leaves its chain hash in a small
+ * set-associative set (KVP_INDEX_EVICTED_SETS x KVP_INDEX_EVICTED_WAYS, the oldest of a
+ * set replaced): a hint for miss reasons and recomputation counts, never used to serve
+ * K/V, so the hash alone is enough.
+ * Return: how many consecutive blocks from @first on (never covering the last prompt
+ * token) are in the set, 0 when block @first is not; -EINVAL.
+ */
+int kvp_index_evicted(struct kvp_index *idx, const struct kvp_prefix_key *key,
+		      const uint32_t *tokens, uint32_t n_tokens, uint32_t first, uint32_t *tier);
+
+/**
+ * kvp_index_probe_keys() - is block @block of @tokens (and every block before it) in the
+ * index under extra keys other than @key's?  Looks at up to 64 other key sets.
+ * Return: enum kvp_probe, or -EINVAL.
+ */
+int kvp_index_probe_keys(struct kvp_index *idx, const struct kvp_prefix_key *key,
+			 const uint32_t *tokens, uint32_t n_tokens, uint32_t block);
 
 /* Fill @st. */
 void kvp_index_stats(const struct kvp_index *idx, struct kvp_index_stats *st);

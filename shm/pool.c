@@ -5,11 +5,11 @@
  * Invariants, per arena:
  *   - free + used + cached == arena block count, where free = on the free list,
  *     used = refcount > 0, cached = cached with refcount 0;
- *   - a block is in the arena's eviction heap iff it is evictable-by-state: cached,
- *     refcount 0, no cached child, not pinned, in memory (TTL is checked at eviction
- *     time because it expires by itself);
- *   - the heap is a min-heap on last_use, and last_use values are unique (a pool-wide
- *     counter), so "least recently used" is exact and ties cannot occur;
+ *   - a block is in one of the arena's two eviction heaps iff it is evictable-by-state:
+ *     cached, refcount 0, no cached child, not pinned, in memory; which one is decided
+ *     by its TTL when it enters, and expired ones move over at each eviction;
+ *   - the open heap is a min-heap in the policy's order ending on last_use, whose values
+ *     are unique (a pool-wide counter), so the order is exact and ties cannot occur;
  *   - a cached block's parent is cached, and parent->n_children counts its cached
  *     children, so only leaves of the prefix tree are ever evicted.
  *
@@ -18,17 +18,24 @@
 #include "shm/pool.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "shm/bigalloc.h"
 #include "util/time.h"
 
+/* A binary min-heap of block ids (see "eviction heaps"). */
+struct bheap {
+	uint32_t *v;
+	uint32_t len;
+};
+
 struct arena {
 	struct kvp_arena_range range;
 	uint32_t free_head; /* KVP_BLOCK_NONE when empty */
-	uint32_t *heap;	    /* eviction candidates, min-heap on last_use */
-	uint32_t heap_len;
+	struct bheap open;  /* candidates outside their TTL, in policy order */
+	struct bheap prot;  /* candidates inside their TTL, soonest deadline first */
 	uint32_t n_free;
 	uint32_t n_used;
 	uint32_t n_cached;
@@ -42,11 +49,14 @@ struct kvp_pool {
 	const struct kvp_numa *numa;
 	struct kvp_block *blocks; /* n_blocks */
 	struct arena arenas[KVP_MAX_ARENAS];
-	uint32_t *stash; /* eviction scratch: TTL-live candidates set aside */
-	uint64_t tick;	 /* LRU clock */
+	uint64_t tick; /* LRU clock */
 	kvp_pool_evict_fn evictor;
 	void *evict_ctx;
-	uint64_t allocs, alloc_fails, alloc_remote, evictions, cow_copies;
+	uint64_t (*clock)(void *ctx); /* NULL: CLOCK_MONOTONIC */
+	void *clock_ctx;
+	enum kvp_evict_policy policy;
+	uint32_t cpin_blocks, cpin_idle;
+	uint64_t allocs, alloc_fails, alloc_remote, evictions, evictions_ttl, flushed, cow_copies;
 };
 
 static struct kvp_block *blk(const struct kvp_pool *p, uint32_t id)
@@ -54,89 +64,132 @@ static struct kvp_block *blk(const struct kvp_pool *p, uint32_t id)
 	return id < p->n_blocks ? &p->blocks[id] : NULL;
 }
 
-/* ---- eviction heap (per arena, min on last_use) ---- */
+/*
+ * ---- eviction heaps (per arena) ----
+ *
+ * Two heaps: the candidates outside their TTL ("open", in the policy's order) and those
+ * inside one ("protected", soonest deadline first).  A block goes into one when it
+ * becomes a candidate, by its deadline then; an eviction first moves every protected
+ * block whose deadline has passed into the open heap (each block moves at most once per
+ * release), so "is any open candidate left" is one look at a heap top.
+ */
 
+/* Eviction order: the policy's key first, then last use (unique, so never a tie). */
 static int heap_less(const struct kvp_pool *p, uint32_t a, uint32_t b)
 {
-	return p->blocks[a].last_use < p->blocks[b].last_use;
+	const struct kvp_block *x = &p->blocks[a], *y = &p->blocks[b];
+
+	if (x->prot) {
+		if (x->ttl_deadline_ns != y->ttl_deadline_ns)
+			return x->ttl_deadline_ns < y->ttl_deadline_ns;
+		return x->last_use < y->last_use;
+	}
+	if (p->policy == KVP_EVICT_LFU && x->uses != y->uses)
+		return x->uses < y->uses;
+	if (p->policy == KVP_EVICT_PRIORITY && x->retain != y->retain)
+		return x->retain < y->retain;
+	return x->last_use < y->last_use;
 }
 
-static void heap_set(struct kvp_pool *p, struct arena *a, uint32_t pos, uint32_t id)
+static void heap_set(struct kvp_pool *p, struct bheap *h, uint32_t pos, uint32_t id)
 {
-	a->heap[pos] = id;
+	h->v[pos] = id;
 	p->blocks[id].heap_pos = pos;
 }
 
-static void heap_up(struct kvp_pool *p, struct arena *a, uint32_t pos)
+static void heap_up(struct kvp_pool *p, struct bheap *h, uint32_t pos)
 {
-	uint32_t id = a->heap[pos];
+	uint32_t id = h->v[pos];
 
 	while (pos > 0) {
 		uint32_t up = (pos - 1) / 2;
 
-		if (!heap_less(p, id, a->heap[up]))
+		if (!heap_less(p, id, h->v[up]))
 			break;
-		heap_set(p, a, pos, a->heap[up]);
+		heap_set(p, h, pos, h->v[up]);
 		pos = up;
 	}
-	heap_set(p, a, pos, id);
+	heap_set(p, h, pos, id);
 }
 
-static void heap_down(struct kvp_pool *p, struct arena *a, uint32_t pos)
+static void heap_down(struct kvp_pool *p, struct bheap *h, uint32_t pos)
 {
-	uint32_t id = a->heap[pos];
+	uint32_t id = h->v[pos];
 
 	for (;;) {
 		uint32_t c = 2 * pos + 1;
 
-		if (c >= a->heap_len)
+		if (c >= h->len)
 			break;
-		if (c + 1 < a->heap_len && heap_less(p, a->heap[c + 1], a->heap[c]))
+		if (c + 1 < h->len && heap_less(p, h->v[c + 1], h->v[c]))
 			c++;
-		if (!heap_less(p, a->heap[c], id))
+		if (!heap_less(p, h->v[c], id))
 			break;
-		heap_set(p, a, pos, a->heap[c]);
+		heap_set(p, h, pos, h->v[c]);
 		pos = c;
 	}
-	heap_set(p, a, pos, id);
+	heap_set(p, h, pos, id);
 }
 
-static void heap_push(struct kvp_pool *p, struct arena *a, uint32_t id)
+/* The heap @id belongs in (by its prot flag). */
+static struct bheap *heap_of(struct kvp_pool *p, uint32_t id)
 {
-	a->heap[a->heap_len] = id;
-	p->blocks[id].heap_pos = a->heap_len++;
-	heap_up(p, a, a->heap_len - 1);
+	struct arena *a = &p->arenas[p->blocks[id].arena];
+
+	return p->blocks[id].prot ? &a->prot : &a->open;
 }
 
-static void heap_remove(struct kvp_pool *p, struct arena *a, uint32_t id)
+static void heap_push(struct kvp_pool *p, uint32_t id, bool prot)
 {
+	struct bheap *h;
+
+	p->blocks[id].prot = prot;
+	h = heap_of(p, id);
+	h->v[h->len] = id;
+	p->blocks[id].heap_pos = h->len++;
+	heap_up(p, h, h->len - 1);
+}
+
+static void heap_remove(struct kvp_pool *p, uint32_t id)
+{
+	struct bheap *h = heap_of(p, id);
 	uint32_t pos = p->blocks[id].heap_pos;
-	uint32_t last = a->heap[--a->heap_len];
+	uint32_t last = h->v[--h->len];
 
 	p->blocks[id].heap_pos = KVP_BLOCK_NONE;
-	if (pos == a->heap_len)
+	if (pos == h->len)
 		return;
-	heap_set(p, a, pos, last);
-	heap_down(p, a, pos);
-	heap_up(p, a, p->blocks[last].heap_pos);
+	heap_set(p, h, pos, last);
+	heap_down(p, h, pos);
+	heap_up(p, h, p->blocks[last].heap_pos);
 }
 
 static int evictable_state(const struct kvp_block *b)
 {
-	return b->cached && !b->refcount && !b->n_children && !b->pin && b->tier == KVP_TIER_MEM;
+	return b->cached && !b->refcount && !b->n_children && !b->pin && !b->cpin &&
+	       b->tier == KVP_TIER_MEM;
 }
 
-/* Put @id in or out of its arena's heap after any change to the fields above. */
+/* Put @id in or out of the heaps after any change to the fields above or its TTL. */
 static void lru_sync(struct kvp_pool *p, uint32_t id)
 {
 	struct kvp_block *b = &p->blocks[id];
-	struct arena *a = &p->arenas[b->arena];
-	int in = b->heap_pos != KVP_BLOCK_NONE;
 
-	if (evictable_state(b) && !in)
-		heap_push(p, a, id);
-	else if (!evictable_state(b) && in)
-		heap_remove(p, a, id);
+	if (b->heap_pos != KVP_BLOCK_NONE)
+		heap_remove(p, id);
+	if (evictable_state(b))
+		heap_push(p, id, b->ttl_deadline_ns && b->ttl_deadline_ns > kvp_pool_now(p));
+}
+
+/* Protected candidates of arena @a whose TTL has passed join the open ones. */
+static void expire(struct kvp_pool *p, struct arena *a, uint64_t now)
+{
+	while (a->prot.len && p->blocks[a->prot.v[0]].ttl_deadline_ns <= now) {
+		uint32_t id = a->prot.v[0];
+
+		heap_remove(p, id);
+		heap_push(p, id, false);
+	}
 }
 
 /* ---- free lists ---- */
@@ -149,6 +202,9 @@ static void free_push(struct kvp_pool *p, uint32_t id)
 	b->free_next = a->free_head;
 	a->free_head = id;
 	b->pin = 0;
+	b->cpin = 0;
+	b->uses = 0;
+	b->retain = 0;
 	b->ttl_deadline_ns = 0;
 	b->parent = KVP_BLOCK_NONE;
 	a->n_free++;
@@ -189,44 +245,69 @@ static void evict_one(struct kvp_pool *p, uint32_t victim)
 	p->evictions++;
 }
 
-/* Evict the LRU evictable block of arena @ai; returns its id or KVP_BLOCK_NONE. */
-static uint32_t evict_from(struct kvp_pool *p, uint32_t ai, uint64_t now)
+/*
+ * Evict the first candidate of arena @ai: an open one, or with @ttl_too the protected
+ * one whose TTL ends first.  Returns its id or KVP_BLOCK_NONE.
+ */
+static uint32_t evict_from(struct kvp_pool *p, uint32_t ai, uint64_t now, bool ttl_too)
 {
 	struct arena *a = &p->arenas[ai];
-	uint32_t victim = KVP_BLOCK_NONE, n_stash = 0;
+	uint32_t victim;
 
-	while (a->heap_len) {
-		uint32_t id = a->heap[0];
-
-		heap_remove(p, a, id);
-		if (p->blocks[id].ttl_deadline_ns > now) {
-			p->stash[n_stash++] = id; /* still inside its TTL: skip, keep */
-			continue;
-		}
-		victim = id;
-		break;
-	}
-	while (n_stash)
-		heap_push(p, a, p->stash[--n_stash]);
-	if (victim != KVP_BLOCK_NONE)
-		evict_one(p, victim);
+	expire(p, a, now);
+	if (a->open.len)
+		victim = a->open.v[0];
+	else if (ttl_too && a->prot.len)
+		victim = a->prot.v[0];
+	else
+		return KVP_BLOCK_NONE;
+	p->evictions_ttl += p->blocks[victim].prot;
+	heap_remove(p, victim);
+	evict_one(p, victim);
 	return victim;
+}
+
+uint64_t kvp_pool_now(const struct kvp_pool *p)
+{
+	return p->clock ? p->clock(p->clock_ctx) : kvp_now_ns();
 }
 
 long kvp_pool_evict(struct kvp_pool *p, int node)
 {
 	uint32_t start = node < 0 ? 0 : (uint32_t)node;
-	uint64_t now = kvp_now_ns();
+	uint64_t now = kvp_pool_now(p);
 
 	if (node >= (int)p->n_arenas)
 		return -EINVAL;
-	for (uint32_t i = 0; i < p->n_arenas; i++) {
-		uint32_t id = evict_from(p, (start + i) % p->n_arenas, now);
+	/* a TTL protects only while something unprotected is left (pool.h) */
+	for (int pass = 0; pass < 2; pass++)
+		for (uint32_t i = 0; i < p->n_arenas; i++) {
+			uint32_t id = evict_from(p, (start + i) % p->n_arenas, now, pass == 1);
 
-		if (id != KVP_BLOCK_NONE)
-			return id;
-	}
+			if (id != KVP_BLOCK_NONE)
+				return id;
+		}
 	return -ENOMEM;
+}
+
+uint32_t kvp_pool_flush(struct kvp_pool *p)
+{
+	uint32_t n = 0;
+
+	/* evicting a leaf may push its parent into the heap: loop until each is empty */
+	for (uint32_t i = 0; i < p->n_arenas; i++) {
+		struct arena *a = &p->arenas[i];
+
+		while (a->open.len || a->prot.len) {
+			uint32_t id = a->open.len ? a->open.v[0] : a->prot.v[0];
+
+			heap_remove(p, id);
+			evict_one(p, id);
+			n++;
+		}
+	}
+	p->flushed += n;
+	return n;
 }
 
 int kvp_pool_evict_block(struct kvp_pool *p, uint32_t id)
@@ -235,9 +316,10 @@ int kvp_pool_evict_block(struct kvp_pool *p, uint32_t id)
 
 	if (!b)
 		return -EINVAL;
-	if (b->heap_pos == KVP_BLOCK_NONE || b->ttl_deadline_ns > kvp_now_ns())
+	/* a TTL does not hold it: the caller keeps its entry (a disk copy) */
+	if (b->heap_pos == KVP_BLOCK_NONE)
 		return -EBUSY;
-	heap_remove(p, &p->arenas[b->arena], id);
+	heap_remove(p, id);
 	evict_one(p, id);
 	return 0;
 }
@@ -250,11 +332,15 @@ long kvp_pool_lru_peek(const struct kvp_pool *p, int node)
 		return -EINVAL;
 	for (uint32_t i = 0; i < p->n_arenas; i++) {
 		const struct arena *a = &p->arenas[i];
+		const struct bheap *h = a->open.len ? &a->open : &a->prot;
 
-		if ((node >= 0 && i != (uint32_t)node) || !a->heap_len)
+		if ((node >= 0 && i != (uint32_t)node) || !h->len)
 			continue;
-		if (best == KVP_BLOCK_NONE || heap_less(p, a->heap[0], best))
-			best = a->heap[0];
+		/* open candidates first; among arenas the policy's (or the deadline's) order */
+		if (best == KVP_BLOCK_NONE || (p->blocks[best].prot && !p->blocks[h->v[0]].prot) ||
+		    (p->blocks[best].prot == p->blocks[h->v[0]].prot &&
+		     heap_less(p, h->v[0], best)))
+			best = h->v[0];
 	}
 	return best == KVP_BLOCK_NONE ? -ENOENT : (long)best;
 }
@@ -302,6 +388,7 @@ int kvp_pool_ref(struct kvp_pool *p, uint32_t id)
 
 		a->n_cached--;
 		a->n_used++;
+		p->cpin_idle -= b->cpin != 0;
 		lru_sync(p, id);
 	}
 	return 0;
@@ -321,6 +408,7 @@ int kvp_pool_unref(struct kvp_pool *p, uint32_t id)
 	b->last_use = ++p->tick;
 	if (b->cached) {
 		a->n_cached++;
+		p->cpin_idle += b->cpin != 0;
 		lru_sync(p, id);
 	} else {
 		free_push(p, id);
@@ -375,14 +463,77 @@ int kvp_pool_unpin(struct kvp_pool *p, uint32_t id)
 	return 0;
 }
 
+int kvp_pool_cache_pin(struct kvp_pool *p, uint32_t id)
+{
+	struct kvp_block *b = blk(p, id);
+
+	/* cached blocks only: they leave the pool by eviction alone, which a pin prevents */
+	if (!b || !b->cached)
+		return -EINVAL;
+	if (b->cpin == UINT32_MAX)
+		return -EOVERFLOW;
+	if (!b->cpin++) {
+		p->cpin_blocks++;
+		p->cpin_idle += !b->refcount;
+	}
+	lru_sync(p, id);
+	return 0;
+}
+
+int kvp_pool_cache_unpin(struct kvp_pool *p, uint32_t id)
+{
+	struct kvp_block *b = blk(p, id);
+
+	if (!b || !b->cpin)
+		return -EINVAL;
+	if (!--b->cpin) {
+		p->cpin_blocks--;
+		p->cpin_idle -= !b->refcount;
+	}
+	lru_sync(p, id);
+	return 0;
+}
+
+void kvp_pool_set_clock(struct kvp_pool *p, uint64_t (*now)(void *ctx), void *ctx)
+{
+	p->clock = now;
+	p->clock_ctx = ctx;
+}
+
+int kvp_pool_set_policy(struct kvp_pool *p, enum kvp_evict_policy policy)
+{
+	if ((unsigned int)policy >= KVP_EVICT__COUNT)
+		return -EINVAL;
+	p->policy = policy;
+	for (uint32_t i = 0; i < p->n_arenas; i++) {
+		struct arena *a = &p->arenas[i];
+
+		/* heapify again under the new order */
+		for (uint32_t k = a->open.len / 2; k-- > 0;)
+			heap_down(p, &a->open, k);
+	}
+	return 0;
+}
+
+void kvp_pool_set_retain(struct kvp_pool *p, uint32_t id, uint32_t prio)
+{
+	struct kvp_block *b = blk(p, id);
+
+	if (b)
+		b->retain = (uint8_t)(prio > KVP_RETAIN_MAX ? KVP_RETAIN_MAX : prio);
+}
+
 int kvp_pool_set_ttl(struct kvp_pool *p, uint32_t id, uint64_t deadline_ns)
 {
 	struct kvp_block *b = blk(p, id);
 
 	if (!b || (!b->refcount && !b->cached))
 		return -EINVAL;
-	if (deadline_ns > b->ttl_deadline_ns)
+	if (deadline_ns > b->ttl_deadline_ns) {
 		b->ttl_deadline_ns = deadline_ns;
+		if (b->heap_pos != KVP_BLOCK_NONE)
+			lru_sync(p, id); /* it may be protected now */
+	}
 	return 0;
 }
 
@@ -420,12 +571,10 @@ void kvp_pool_touch(struct kvp_pool *p, uint32_t id)
 	if (!b)
 		return;
 	b->last_use = ++p->tick;
-	if (b->heap_pos != KVP_BLOCK_NONE) {
-		struct arena *a = &p->arenas[b->arena];
-
-		heap_remove(p, a, id);
-		heap_push(p, a, id);
-	}
+	if (b->uses < UINT32_MAX)
+		b->uses++;
+	if (b->heap_pos != KVP_BLOCK_NONE)
+		lru_sync(p, id);
 }
 
 /* ---- construction ---- */
@@ -454,12 +603,13 @@ static int bind_arenas(struct kvp_pool *p)
 	return 0;
 }
 
-/* The block metadata, the arenas' heaps and the stash (NULLs are fine). */
+/* The block metadata and the arenas' heaps (NULLs are fine). */
 static void free_arrays(struct kvp_pool *p)
 {
-	for (uint32_t i = 0; i < p->n_arenas; i++)
-		free(p->arenas[i].heap);
-	free(p->stash);
+	for (uint32_t i = 0; i < p->n_arenas; i++) {
+		free(p->arenas[i].open.v);
+		free(p->arenas[i].prot.v);
+	}
 	free(p->blocks);
 }
 
@@ -467,7 +617,6 @@ int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 {
 	struct kvp_arena_range ranges[KVP_MAX_ARENAS];
 	struct kvp_pool *p;
-	uint32_t max_arena = 0;
 	int r;
 
 	if (!out || !cfg || !cfg->n_blocks || cfg->n_blocks == KVP_BLOCK_NONE)
@@ -495,13 +644,12 @@ int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 
 		a->range = ranges[i];
 		a->free_head = KVP_BLOCK_NONE;
-		a->heap = malloc(((size_t)a->range.count + 1) * sizeof(*a->heap));
-		if (!a->heap) {
+		a->open.v = malloc(((size_t)a->range.count + 1) * sizeof(*a->open.v));
+		a->prot.v = malloc(((size_t)a->range.count + 1) * sizeof(*a->prot.v));
+		if (!a->open.v || !a->prot.v) {
 			r = -ENOMEM;
 			goto err_arrays;
 		}
-		if (a->range.count > max_arena)
-			max_arena = a->range.count;
 		/* push in reverse so the lowest ids come out first */
 		for (uint32_t k = a->range.count; k-- > 0;) {
 			uint32_t id = a->range.first + k;
@@ -510,11 +658,6 @@ int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 			p->blocks[id].heap_pos = KVP_BLOCK_NONE;
 			free_push(p, id);
 		}
-	}
-	p->stash = malloc(((size_t)max_arena + 1) * sizeof(*p->stash));
-	if (!p->stash) {
-		r = -ENOMEM;
-		goto err_arrays;
 	}
 
 	r = kvp_segment_open(&p->seg, &p->geom, p->n_blocks, cfg->pages, cfg->name);
@@ -609,7 +752,12 @@ void kvp_pool_stats(const struct kvp_pool *p, struct kvp_pool_stats *st)
 	st->alloc_fails = p->alloc_fails;
 	st->alloc_remote = p->alloc_remote;
 	st->evictions = p->evictions;
+	st->evictions_ttl = p->evictions_ttl;
+	st->flushed = p->flushed;
 	st->cow_copies = p->cow_copies;
+	st->policy = p->policy;
+	st->cpin_blocks = p->cpin_blocks;
+	st->cpin_idle = p->cpin_idle;
 	for (uint32_t i = 0; i < p->n_arenas; i++) {
 		const struct arena *a = &p->arenas[i];
 

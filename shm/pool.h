@@ -11,13 +11,19 @@
  *	cached   published in the prefix index (kvp_index_publish()); when its refcount
  *	         falls to 0 it stays in memory and becomes an eviction candidate
  *
- * Eviction takes the least recently used *evictable* cached block: refcount 0, no cached
- * child (a leaf of the prefix tree: evicting a parent would orphan its children), not
- * pinned, and past its TTL deadline.  Evicting a leaf may make its parent a leaf.  Each
- * arena keeps its candidates in a binary heap ordered by last use: alloc/free from a
- * free list are O(1), releasing a cached block O(log n), and an eviction O(log n) plus
- * O(log n) for each TTL-live candidate older than the victim (TTL expires by itself, so
- * it is checked when eviction meets a block, not kept in the heap order).  The index
+ * Eviction takes the first *evictable* cached block in the order of the pool's policy
+ * (enum kvp_evict_policy: least recently used by default; least frequently used; lowest
+ * retention priority): refcount 0, no cached child (a leaf of the prefix tree: evicting
+ * a parent would orphan its children), not pinned (kvp_pool_pin() or
+ * kvp_pool_cache_pin()), and past its TTL deadline.  A TTL protects softly: blocks inside
+ * a live TTL are evicted only when no candidate outside one is left in any arena, so a
+ * pool full of TTL-protected blocks still serves requests; pins protect always.
+ * Evicting a leaf may make its parent a leaf.  Each arena keeps its candidates in a
+ * binary heap ordered by the policy: alloc/free from a free list are O(1), releasing a
+ * cached block O(log n), and an eviction O(log n) plus O(log n) for each TTL-live
+ * candidate before the victim (TTL expires by itself, so it is checked when eviction
+ * meets a block, not kept in the heap order).  The clock TTLs are compared with is
+ * CLOCK_MONOTONIC unless kvp_pool_set_clock() gives another (tests).  The index
  * registers an evictor callback so an evicted block also leaves the index.
  *
  * The one call the scheduler makes for a block is kvp_pool_alloc(): a free block of the
@@ -59,6 +65,17 @@ enum kvp_block_tier {
 	KVP_TIER_DISK = 1,
 };
 
+/* Eviction order among the candidates (cache.eviction). */
+enum kvp_evict_policy {
+	KVP_EVICT_LRU = 0,  /* least recently used first */
+	KVP_EVICT_LFU,	    /* fewest uses (hits) first, then least recently used */
+	KVP_EVICT_PRIORITY, /* lowest retention priority first, then least recently used */
+	KVP_EVICT__COUNT
+};
+
+/* Highest retention priority (kvp_pool_set_retain()); 0 is the lowest. */
+#define KVP_RETAIN_MAX 100
+
 struct kvp_pool;
 
 /**
@@ -74,8 +91,13 @@ struct kvp_pool;
  * @arena:      arena (= logical NUMA node) the block belongs to
  * @tier:       enum kvp_block_tier
  * @cached:     1 while published in the prefix index
+ * @retain:     retention priority 0..KVP_RETAIN_MAX (the last request that used it)
  * @last_use:   LRU clock (a pool-wide counter) at the last release or lookup hit
- * @ttl_deadline_ns: CLOCK_MONOTONIC ns before which a cached block is not evicted
+ * @ttl_deadline_ns: ns (the pool's clock) before which a cached block is evicted only
+ *              when nothing else can be
+ * @uses:       times published or hit (kvp_pool_touch()), the LFU count
+ * @cpin:       cache pins (kvp_pool_cache_pin(): `kvpool pin`), counted apart from @pin
+ * @prot:       1 while it waits for eviction among the TTL-protected candidates
  */
 struct kvp_block {
 	uint32_t refcount;
@@ -88,9 +110,13 @@ struct kvp_block {
 	uint8_t arena;
 	uint8_t tier;
 	uint8_t cached;
-	uint8_t reserved0;
+	uint8_t retain;
 	uint64_t last_use;
 	uint64_t ttl_deadline_ns;
+	uint32_t uses;
+	uint32_t cpin;
+	uint8_t prot;
+	uint8_t reserved1[3];
 };
 
 /**
@@ -131,7 +157,12 @@ struct kvp_pool_stats {
 	uint64_t alloc_fails;  /* -ENOMEM returned */
 	uint64_t alloc_remote; /* allocations served by a node other than the preferred */
 	uint64_t evictions;
+	uint64_t evictions_ttl; /* ... of blocks inside a live TTL (nothing else was left) */
+	uint64_t flushed;	/* ... by kvp_pool_flush() */
 	uint64_t cow_copies;
+	uint32_t policy;      /* enum kvp_evict_policy */
+	uint32_t cpin_blocks; /* blocks with a cache pin */
+	uint32_t cpin_idle;   /* ... of which cached and unreferenced */
 	struct kvp_arena_stats arena[KVP_MAX_ARENAS];
 };
 
@@ -221,20 +252,59 @@ long kvp_pool_evict(struct kvp_pool *pool, int node);
 
 /**
  * kvp_pool_evict_block() - evict @id now, if it is evictable (a disk-tier offload: the
- * block whose copy was just written, not whichever is coldest by then)
+ * block whose copy was just written, not whichever is coldest by then).  A TTL does not
+ * hold it: the entry stays cached on disk.
  * Return: 0; -EBUSY when @id is not an evictable cached block (referenced, pinned, with
- * a cached child, or inside its TTL); -EINVAL for a bad id.
+ * a cached child); -EINVAL for a bad id.
  */
 int kvp_pool_evict_block(struct kvp_pool *pool, uint32_t id);
 
 /**
- * kvp_pool_lru_peek() - the block kvp_pool_evict() would consider first: the least
- * recently used evictable cached block of arena @node, or of all arenas (KVP_NODE_ANY)
- * TTL is not looked at.  The offloader pins what it writes, which takes it out of the
+ * kvp_pool_lru_peek() - the block kvp_pool_evict() would consider first: the first
+ * evictable cached block of arena @node, or of all arenas (KVP_NODE_ANY), in the policy's
+ * order; those inside a TTL come after all others (soonest deadline first).  The offloader pins what it writes, which takes it out of the
  * candidates, so the next peek gives the next coldest.
  * Return: the block id, -ENOENT when there is none, -EINVAL for a bad @node.
  */
 long kvp_pool_lru_peek(const struct kvp_pool *pool, int node);
+
+/**
+ * kvp_pool_set_clock() - the clock TTL deadlines are compared with (tests inject one)
+ * @now: returns ns; NULL for CLOCK_MONOTONIC
+ */
+void kvp_pool_set_clock(struct kvp_pool *pool, uint64_t (*now)(void *ctx), void *ctx);
+
+/* The pool's clock now (ns). */
+uint64_t kvp_pool_now(const struct kvp_pool *pool);
+
+/**
+ * kvp_pool_set_policy() - order eviction candidates by @policy from now on (reorders
+ * every arena's heap).  Return: 0, or -EINVAL for an unknown policy.
+ */
+int kvp_pool_set_policy(struct kvp_pool *pool, enum kvp_evict_policy policy);
+
+/*
+ * Retention priority of @id (KVP_EVICT_PRIORITY): @prio clamped to KVP_RETAIN_MAX.  Set
+ * while the block is held (hit or published); it orders the block when released.
+ */
+void kvp_pool_set_retain(struct kvp_pool *pool, uint32_t id, uint32_t prio);
+
+/*
+ * Cache pins (`kvpool pin`): like kvp_pool_pin() they keep a cached block from eviction
+ * and flush, but are counted apart (kvp_pool_stats(): cpin_blocks, cpin_idle) so the
+ * scheduler can leave pinned blocks out of what it can hand out, and the pinned bytes
+ * can be capped.  Only cached blocks take one.  Return 0, -EINVAL (bad id, a block not
+ * cached, unpin without a pin), -EOVERFLOW.
+ */
+int kvp_pool_cache_pin(struct kvp_pool *pool, uint32_t id);
+int kvp_pool_cache_unpin(struct kvp_pool *pool, uint32_t id);
+
+/**
+ * kvp_pool_flush() - evict every evictable cached block now, TTL or not (`kvpool flush`):
+ * what is held, pinned or has a held child stays
+ * Return: blocks evicted.
+ */
+uint32_t kvp_pool_flush(struct kvp_pool *pool);
 
 /* --- used by the prefix index (shm/index.c) only --- */
 
@@ -248,7 +318,7 @@ int kvp_pool_set_evictor(struct kvp_pool *pool, kvp_pool_evict_fn fn, void *ctx)
  */
 int kvp_pool_mark_cached(struct kvp_pool *pool, uint32_t id, uint32_t parent);
 
-/* Update the LRU clock of @id (a lookup hit). */
+/* Update the LRU clock and the use count of @id (a lookup hit, a publish). */
 void kvp_pool_touch(struct kvp_pool *pool, uint32_t id);
 
 /* --- queries --- */

@@ -42,6 +42,7 @@ enum key_type {
 	T_WEIGHTS, /* copy|map: enum kvp_model_weights */
 	T_POLICY,  /* fair|fifo: enum kvp_sched_policy */
 	T_DOMMODE, /* per-uid|groups|single: enum kvp_domains_mode */
+	T_EVICT,   /* lru|lfu|priority: enum kvp_evict_policy */
 };
 
 struct key_def {
@@ -172,6 +173,28 @@ static const struct key_def keys[] = {
 	  4096, "leases (zero-copy reads of cached blocks) one connection may hold; 0: none" },
 	{ "leases", "max_ms", "lease-max-ms", T_U32, OFF(lease_max_ms), 0, 1, 86400000,
 	  "longest lease lifetime; its blocks are released after it at the latest" },
+	{ "cache", "ttl_default_s", "cache-ttl", T_U32, OFF(cache.ttl_default_s), 0, 0, 7 * 86400,
+	  "TTL (s) of the blocks a request publishes or hits when it names none: inside it a\n"
+	  "block is evicted only when nothing outside a TTL is left" },
+	{ "cache", "ttl_max_s", "cache-ttl-max", T_U32, OFF(cache.ttl_max_s), 0, 0, 7 * 86400,
+	  "longest TTL (s) a request may ask for; longer asks are cut to it" },
+	{ "cache", "min_tokens", "cache-min-tokens", T_U32, OFF(cache.min_tokens), 0, 0, 1u << 24,
+	  "prompts shorter than this are neither looked up nor published (0: no minimum)" },
+	{ "cache", "pin_allowed", "cache-pin-allowed", T_BOOL, OFF(cache.pin_allowed), 0, 0, 0,
+	  "accept `kvpool pin`, `unpin` and `flush` (operators' commands)" },
+	{ "cache", "pin_max", "cache-pin-max", T_SIZE, OFF(cache.pin_max_bytes),
+	  CAP(cache.pin_max_bytes), 0, 1ull << 50,
+	  "most K/V bytes pinned at once (0: a quarter of the pool)" },
+	{ "cache", "eviction", "cache-eviction", T_EVICT, OFF(cache.eviction), 0, 0, 0,
+	  "which unreferenced cached block goes first: lru (least recently used), lfu (fewest\n"
+	  "hits, then lru), priority (lowest retention priority, then lru)" },
+	{ "cache", "retain_default", "cache-retain", T_U32, OFF(cache.retain_default), 0, 0, 100,
+	  "retention priority (0..100) of requests that name none (eviction = priority)" },
+	{ "cache", "cost_write_pct", "cache-cost-write", T_U32, OFF(cache.cost_write_pct), 0, 0,
+	  100000,
+	  "status cost view: a token written to the cache costs this % of an uncached one" },
+	{ "cache", "cost_read_pct", "cache-cost-read", T_U32, OFF(cache.cost_read_pct), 0, 0,
+	  100000, "status cost view: a token read from the cache costs this % of an uncached one" },
 };
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
@@ -195,6 +218,12 @@ static const char *const policy_names[] = {
 	[KVP_SCHED_FAIR] = "fair",
 	[KVP_SCHED_FIFO] = "fifo",
 };
+static const char *const evict_names[] = {
+	[KVP_EVICT_LRU] = "lru",
+	[KVP_EVICT_LFU] = "lfu",
+	[KVP_EVICT_PRIORITY] = "priority",
+};
+static_assert(sizeof(evict_names) / sizeof(evict_names[0]) == KVP_EVICT__COUNT, "all policies");
 
 void kvp_config_defaults(struct kvp_config *c)
 {
@@ -234,6 +263,7 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->domains_max = 8;
 	c->lease_max_per_conn = 16;
 	c->lease_max_ms = 60000;
+	kvp_cache_policy_defaults(&c->cache);
 }
 
 static int lookup_name(const char *const *names, size_t n, const char *s, uint32_t *out)
@@ -335,6 +365,13 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 	case T_DOMMODE:
 		if (kvp_domains_mode_parse(value, &e) < 0) {
 			kvp_errmsg(err, cap, "'%s' is not one of per-uid, groups, single", value);
+			return -EINVAL;
+		}
+		*(uint32_t *)field = e;
+		return 0;
+	case T_EVICT:
+		if (lookup_name(evict_names, KVP_EVICT__COUNT, value, &e) < 0) {
+			kvp_errmsg(err, cap, "'%s' is not one of lru, lfu, priority", value);
 			return -EINVAL;
 		}
 		*(uint32_t *)field = e;
@@ -766,6 +803,11 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 			   c->max_running);
 		return -EINVAL;
 	}
+	if (c->cache.ttl_default_s > c->cache.ttl_max_s) {
+		kvp_errmsg(err, cap, "cache.ttl_default_s: %u is above cache.ttl_max_s = %u",
+			   c->cache.ttl_default_s, c->cache.ttl_max_s);
+		return -EINVAL;
+	}
 	if (c->tier_low_pct >= c->tier_high_pct) {
 		kvp_errmsg(err, cap,
 			   "tier.low_watermark: %u%% is not below tier.high_watermark %u%%",
@@ -823,6 +865,9 @@ static void value_text(const struct kvp_config *c, const struct key_def *k, char
 		return;
 	case T_DOMMODE:
 		snprintf(buf, cap, "%s", kvp_domains_mode_name(*(const uint32_t *)field));
+		return;
+	case T_EVICT:
+		snprintf(buf, cap, "%s", evict_names[*(const uint32_t *)field]);
 		return;
 	}
 }

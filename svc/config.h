@@ -20,6 +20,7 @@
 #include <stdio.h>
 
 #include "svc/domcfg.h"
+#include "svc/cachepol.h"
 
 #define KVP_CONFIG_DEFAULT_PATH "/etc/kvpool/kvpoold.conf"
 #define KVP_CONFIG_SOCK_MAX 108 /* sizeof(sun_path), NUL included */
@@ -151,6 +152,7 @@ struct kvp_config {
 
 	uint32_t lease_max_per_conn;
 	uint32_t lease_max_ms;
+	struct kvp_cache_policy cache;
 
 	bool foreground;
 	char config_path[PATH_MAX];

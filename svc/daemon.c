@@ -370,6 +370,7 @@ static int make_engine(struct kvp_daemon *d, struct kvp_domain *dom)
 	sc.tier = dom->tier;
 	sc.tier_high_pct = d->cfg.tier_high_pct;
 	sc.tier_low_pct = d->cfg.tier_low_pct;
+	sc.cache = d->cfg.cache;
 	r = kvp_sched_new(&dom->sched, &sc);
 	if (r < 0)
 		kvp_log(LOG_ERR, "engine: domain %s: create (%u threads, batch %u, chunk %u): %s",
@@ -486,6 +487,7 @@ static int make_server(struct kvp_daemon *d)
 	d->req.max_reqs_per_conn = d->cfg.max_reqs_per_conn;
 	d->req.lease_max_per_conn = d->cfg.lease_max_per_conn;
 	d->req.lease_max_ms = d->cfg.lease_max_ms;
+	d->req.cache = &d->cfg.cache;
 	d->req.report = kvp_stats_report;
 	d->req.report_arg = &d->stats;
 	d->stats.model = d->model_name;

@@ -169,15 +169,38 @@ static int submit(struct kvp_requests *q, struct kvp_conn_rec *c, struct kvp_sch
 	return reject(q, r->conn, r->req_id, submit_status(st));
 }
 
-static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		       const struct kvp_generate *g, const int32_t *tokens, const char *text)
+/* Send an ERROR of our own words for a request in flight; what the ops return then. */
+static int refuse(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id, enum kvp_status st,
+		  const char *msg);
+
+/*
+ * @cc (NULL: none) into @r, once its prompt is known: breakpoints within the prompt.
+ * Return: KVP_OK, or what refuse() returned (the tokens are freed).
+ */
+static int take_cache_ctl(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
+			  const struct kvp_cache_ctl *cc, struct kvp_sched_req *r)
 {
-	struct kvp_requests *q = ctx;
+	if (!cc)
+		return KVP_OK;
+	r->cc = *cc;
+	r->has_cc = true;
+	if (cc->n_breakpoints && cc->breakpoints[cc->n_breakpoints - 1] > r->n_tokens) {
+		free(r->tokens);
+		r->tokens = NULL;
+		return refuse(q, conn, req_id, KVP_E_INVALID,
+			      "a cache breakpoint lies past the end of the prompt");
+	}
+	return KVP_OK;
+}
+
+static int generate(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
+		    const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
+		    const int32_t *tokens, const char *text)
+{
 	struct kvp_sched_req r = { .conn = conn, .req_id = req_id, .t_recv_ns = kvp_now_ns() };
 	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
 	int st;
 
-	(void)peer;
 	if (!c)
 		return KVP_E_INTERNAL; /* ipc/ only passes GENERATE after a HELLO we took */
 	/* ipc/ keeps at most max_reqs_per_conn ids, each once, in flight */
@@ -204,10 +227,116 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 	};
 	r.salt_len = g->salt_len;
 	memcpy(r.salt, g->salt, g->salt_len);
+	st = take_cache_ctl(q, conn, req_id, cc, &r);
+	if (!r.tokens)
+		return st;
 	return submit(q, c, &r);
 }
 
-/* Send an ERROR of our own words for a request in flight; what the ops return then. */
+static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		       const struct kvp_generate *g, const int32_t *tokens, const char *text)
+{
+	(void)peer;
+	return generate(ctx, conn, req_id, g, NULL, tokens, text);
+}
+
+static int op_generate_cc(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+			  const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
+			  const int32_t *tokens, const char *text)
+{
+	(void)peer;
+	return generate(ctx, conn, req_id, g, cc, tokens, text);
+}
+
+/*
+ * PIN, UNPIN and FLUSH are operators' commands: the daemon must allow them
+ * (cache.pin_allowed) and the peer's domain must be one of operators (root's own in
+ * per-uid mode, every peer in single mode, `operators = yes` in groups mode).
+ */
+static bool may_pin(const struct kvp_requests *q, const struct kvp_conn_rec *c)
+{
+	return q->cache && q->cache->pin_allowed && kvp_domain_may_pin(&q->domains->dom[c->domain]);
+}
+
+static const char *pin_denied_why(const struct kvp_requests *q, const struct kvp_conn_rec *c)
+{
+	if (!q->cache || !q->cache->pin_allowed)
+		return "pin, unpin and flush are off (cache.pin_allowed = no)";
+	return "pin, unpin and flush: this peer's trust domain has no operators";
+}
+
+/*
+ * PIN / UNPIN (@type): operators only (cache.pin_allowed); PIN runs as a request that
+ * computes and publishes the prompt's blocks, UNPIN and FLUSH the engine answers at once.
+ */
+static int op_pin(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		  uint32_t type, const struct kvp_pin *p, const int32_t *tokens, const char *text)
+{
+	struct kvp_requests *q = ctx;
+	struct kvp_sched_req r = { .conn = conn,
+				   .req_id = req_id,
+				   .t_recv_ns = kvp_now_ns(),
+				   .max_new = 1,
+				   .op = KVP_SCHED_OP_PIN,
+				   .has_cc = true,
+				   .sample = { .top_p = 1.0f } };
+	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
+	int st;
+
+	(void)peer;
+	if (!c)
+		return KVP_E_INTERNAL;
+	if (!may_pin(q, c))
+		return refuse(q, conn, req_id, KVP_E_DENIED, pin_denied_why(q, c));
+	if (p->flags & KVP_GEN_TEXT) {
+		st = tokenize_prompt(q, text, p->text_bytes,
+				     p->flags & KVP_GEN_PARSE_SPECIAL ? KVP_TOK_PARSE_SPECIAL : 0,
+				     &r);
+		if (st != KVP_OK)
+			return reject(q, conn, req_id, st);
+	} else {
+		r.tokens = malloc((size_t)p->n_tokens * sizeof(int32_t));
+		if (!r.tokens)
+			return reject(q, conn, req_id, KVP_E_INTERNAL);
+		memcpy(r.tokens, tokens, (size_t)p->n_tokens * sizeof(int32_t));
+		r.n_tokens = p->n_tokens;
+	}
+	r.salt_len = p->salt_len;
+	memcpy(r.salt, p->salt, p->salt_len);
+	if (type == KVP_FRAME_PIN)
+		return submit(q, c, &r);
+	st = kvp_sched_unpin(q->domains->dom[c->domain].sched, conn, req_id, r.tokens, r.n_tokens,
+			     r.salt_len, r.salt);
+	if (st < 0) {
+		free(r.tokens);
+		return reject(q, conn, req_id, submit_status(st));
+	}
+	kvp_reqlog_start(&q->log, conn, req_id, r.t_recv_ns);
+	c->in_flight++;
+	c->requests++;
+	return KVP_OK;
+}
+
+static int op_flush(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id)
+{
+	struct kvp_requests *q = ctx;
+	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
+	int st;
+
+	(void)peer;
+	if (!c)
+		return KVP_E_INTERNAL;
+	if (!may_pin(q, c))
+		return refuse(q, conn, req_id, KVP_E_DENIED, pin_denied_why(q, c));
+	st = kvp_sched_flush_cache(q->domains->dom[c->domain].sched, conn, req_id);
+	if (st < 0)
+		return reject(q, conn, req_id, submit_status(st));
+	kvp_reqlog_start(&q->log, conn, req_id, kvp_now_ns());
+	c->in_flight++;
+	c->requests++;
+	return KVP_OK;
+}
+
 static int refuse(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id, enum kvp_status st,
 		  const char *msg)
 {
@@ -298,11 +427,10 @@ static const enum kvp_chat_role chat_roles[KVP_ROLE__COUNT] = {
 	[KVP_ROLE_ASSISTANT] = KVP_CHAT_ASSISTANT,
 };
 
-static int op_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		   const struct kvp_chat *ch, const int32_t *context,
-		   const struct kvp_proto_msg *msgs)
+static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
+		const struct kvp_chat *ch, const struct kvp_cache_ctl *cc, const int32_t *context,
+		const struct kvp_proto_msg *msgs)
 {
-	struct kvp_requests *q = ctx;
 	struct kvp_sched_req r = { .conn = conn, .req_id = req_id, .t_recv_ns = kvp_now_ns() };
 	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
 	const struct kvp_chat_template *tmpl = q->tmpl;
@@ -315,10 +443,12 @@ static int op_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uin
 	char err[512] = "";
 	int st;
 
-	(void)peer;
 	if (!c)
 		return KVP_E_INTERNAL;
 	assert(c->in_flight < q->max_reqs_per_conn);
+	if (cc && cc->n > 1)
+		return refuse(q, conn, req_id, KVP_E_INVALID,
+			      "chat: parallel sampling (n > 1) is GENERATE's only");
 	if (ch->template_name[0]) {
 		char name[KVP_CHAT_TEMPLATE_NAME_MAX + 1] = "";
 
@@ -374,7 +504,26 @@ static int op_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uin
 					       .seed = ch->seed };
 	r.salt_len = ch->salt_len;
 	memcpy(r.salt, ch->salt, ch->salt_len);
+	st = take_cache_ctl(q, conn, req_id, cc, &r);
+	if (!r.tokens)
+		return st;
 	return submit(q, c, &r);
+}
+
+static int op_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		   const struct kvp_chat *ch, const int32_t *context,
+		   const struct kvp_proto_msg *msgs)
+{
+	(void)peer;
+	return chat(ctx, conn, req_id, ch, NULL, context, msgs);
+}
+
+static int op_chat_cc(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		      const struct kvp_chat *ch, const struct kvp_cache_ctl *cc,
+		      const int32_t *context, const struct kvp_proto_msg *msgs)
+{
+	(void)peer;
+	return chat(ctx, conn, req_id, ch, cc, context, msgs);
 }
 
 static void op_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
@@ -463,6 +612,10 @@ void kvp_requests_ops(struct kvp_requests *q, struct kvp_server_ops *ops)
 		.status = op_status,
 		.lease = op_lease,
 		.release = op_release,
+		.generate_cc = op_generate_cc,
+		.chat_cc = op_chat_cc,
+		.pin = op_pin,
+		.flush = op_flush,
 	};
 }
 
@@ -488,14 +641,18 @@ static unsigned int send_tokens(struct kvp_requests *q, unsigned int i, unsigned
 	unsigned int j = i;
 
 	while (j < n && q->evbuf[j].type == KVP_SCHED_EV_TOKEN && q->evbuf[j].conn == e->conn &&
-	       q->evbuf[j].req_id == e->req_id && n_tok < EVENT_BATCH) {
+	       q->evbuf[j].req_id == e->req_id && q->evbuf[j].cont == e->cont &&
+	       n_tok < EVENT_BATCH) {
 		if (q->evbuf[j].token >= 0)
 			q->tok_buf[n_tok++] = q->evbuf[j].token;
 		memcpy(q->text_buf + n_text, q->evbuf[j].text, q->evbuf[j].text_len);
 		n_text += q->evbuf[j].text_len;
 		j++;
 	}
-	if (known)
+	if (known && e->cont >= 0)
+		kvp_server_send_tokens_cc(q->srv, e->conn, e->req_id, q->tok_buf, n_tok,
+					  q->text_buf, n_text, (uint32_t)e->cont);
+	else if (known)
 		kvp_server_send_tokens(q->srv, e->conn, e->req_id, q->tok_buf, n_tok, q->text_buf,
 				       n_text);
 	return j;
@@ -544,7 +701,11 @@ static void domain_events(struct kvp_requests *q, struct kvp_sched *s)
 				kvp_reqlog_end(&q->log, e->conn, e->req_id,
 					       &(struct kvp_reqlog_who){ c->client, c->peer.uid },
 					       KVP_OK, &e->usage, kvp_now_ns());
-				kvp_server_send_done(q->srv, e->conn, e->req_id, &e->usage);
+				if (e->has_cu)
+					kvp_server_send_done_cc(q->srv, e->conn, e->req_id,
+								&e->usage, &e->cu);
+				else
+					kvp_server_send_done(q->srv, e->conn, e->req_id, &e->usage);
 			} else if (c && e->type == KVP_SCHED_EV_ERROR) {
 				char msg[KVP_SCHED_EV_TEXT + 1];
 

@@ -37,6 +37,7 @@
 #include "svc/conns.h"
 #include "svc/reqlog.h"
 
+struct kvp_cache_policy;
 struct kvp_chat_template;
 struct kvp_domains;
 struct kvp_sched;
@@ -54,6 +55,7 @@ typedef int kvp_status_report_fn(void *arg, enum kvp_status_fmt fmt, char *buf, 
  * @srv:           the server answering (borrowed); set once it exists
  * @max_prompt_tokens, @max_reqs_per_conn, @lease_max_per_conn, @lease_max_ms: the
  *                 configured limits
+ * @cache:         the prompt-cache policy (cache.pin_allowed gates PIN, UNPIN, FLUSH)
  * @report, @report_arg: the status reporter
  * @conns:         the connections that said HELLO
  * @rejected:      GENERATEs refused here or by the engine's admission
@@ -70,6 +72,7 @@ struct kvp_requests {
 	uint32_t max_reqs_per_conn;
 	uint32_t lease_max_per_conn;
 	uint32_t lease_max_ms;
+	const struct kvp_cache_policy *cache;
 	kvp_status_report_fn *report;
 	void *report_arg;
 

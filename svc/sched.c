@@ -140,6 +140,21 @@ struct seq {
 	bool no_cache;
 	struct kvp_prefix_key key;
 	struct kvp_sampler *sampler;
+	struct kvp_sample_params sp; /* as asked (continuation i samples with seed + i) */
+
+	/* prompt cache (svc/cachectl.h) */
+	struct kvp_cachectl cc;
+	bool has_cc;	       /* the DONE carries struct kvp_cache_usage */
+	bool pin_op;	       /* KVP_SCHED_OP_PIN */
+	uint32_t miss_reason;  /* enum kvp_miss_reason, at first admission */
+	uint32_t miss_tier;    /* enum kvp_miss_tier */
+	uint32_t matched;      /* full blocks served by the cache at first admission */
+	uint32_t evicted_toks; /* prompt tokens computed again: their blocks were evicted */
+	uint32_t cu_blocks;    /* PIN: blocks pinned */
+
+	/* parallel sampling: continuation @cont of group @grp (NULL: a lone sequence) */
+	struct group *grp;
+	uint32_t cont;
 
 	uint32_t *table; /* block ids; cap_table entries */
 	uint32_t n_table;
@@ -190,6 +205,18 @@ struct seq_list {
 	uint32_t n;
 };
 
+/*
+ * The continuations of one n > 1 request (see "Parallel sampling").  The request ends
+ * with one DONE when the last of them ends: @u sums what they did.
+ */
+struct group {
+	uint32_t n;	 /* continuations */
+	uint32_t live;	 /* not ended yet */
+	uint32_t status; /* the first status other than KVP_OK, else KVP_OK */
+	struct kvp_usage u;
+	struct kvp_cache_usage cu;
+};
+
 /* A prefilling sequence and its place in this step's prefill order. */
 struct prefill_key {
 	struct seq *q;
@@ -205,6 +232,8 @@ enum msg_type {
 	MSG_FLUSH_TIER,
 	MSG_LEASE,
 	MSG_RELEASE,
+	MSG_UNPIN,
+	MSG_FLUSH_CACHE,
 };
 
 /* A LEASE on its way to the engine: the ask, its tokens after it (n_tokens + 1). */
@@ -221,6 +250,11 @@ struct msg {
 	uint32_t status;
 	struct seq *seq;
 	struct lease_msg *lease; /* MSG_LEASE (owned) */
+	/* MSG_UNPIN: the prompt (owned) and salt */
+	int32_t *tokens;
+	uint32_t n_tokens;
+	uint32_t salt_len;
+	uint8_t salt[KVP_SALT_MAX];
 };
 
 struct kvp_sched {
@@ -252,6 +286,8 @@ struct kvp_sched {
 	double step_target_ns;
 	double prefill_step_ns;
 	float *logits;		     /* max_running * n_vocab */
+	float *fork_logits;	     /* n_vocab: the prompt's logits, kept for each continuation */
+	uint32_t pin_max_blocks;     /* cache.pin_max in blocks */
 	struct kvp_fwd_seq *batch;   /* max_running */
 	struct seq **batch_seq;	     /* max_running */
 	struct prefill_key *pkeys;   /* max_running: prefill order */
@@ -358,6 +394,8 @@ static void seq_free(struct seq *q)
 {
 	if (!q)
 		return;
+	if (q->grp && !q->grp->live)
+		free(q->grp); /* the last of its group */
 	kvp_sampler_free(q->sampler);
 	free(q->disk);
 	free(q->hist);
@@ -441,9 +479,11 @@ static void emit_error(struct kvp_sched *s, struct seq *q, enum kvp_status statu
 /* TOKEN event(s) for kept @token: its text in slices that fit an event. */
 static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 {
-	struct kvp_sched_event e = {
-		.type = KVP_SCHED_EV_TOKEN, .token = token, .conn = q->conn, .req_id = q->req_id
-	};
+	struct kvp_sched_event e = { .type = KVP_SCHED_EV_TOKEN,
+				     .token = token,
+				     .conn = q->conn,
+				     .req_id = q->req_id,
+				     .cont = q->grp ? (int32_t)q->cont : -1 };
 	size_t off = 0;
 	bool more;
 
@@ -464,7 +504,8 @@ static void fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, stru
 	uint64_t t = now_ns(s);
 
 	memset(u, 0, sizeof(*u));
-	u->prompt_tokens = q->gen.n_prompt;
+	/* a continuation forked from the first one shares its prompt: counted there */
+	u->prompt_tokens = q->cont ? 0 : q->gen.n_prompt;
 	u->cached_tokens = q->tok_cached;
 	u->cache_creation_tokens = q->n_created * s->block_tokens;
 	u->recomputed_tokens = q->tok_computed;
@@ -478,6 +519,55 @@ static void fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, stru
 	u->resume_computed_tokens = q->tok_resume;
 	u->cached_tokens_disk = q->tok_cached_disk;
 	u->swapped_tokens = q->tok_swapped;
+}
+
+static void fill_cache_usage(const struct seq *q, struct kvp_cache_usage *cu)
+{
+	*cu = (struct kvp_cache_usage){ .miss_reason = q->miss_reason,
+					.miss_tier = q->miss_tier,
+					.matched_blocks = q->matched,
+					.evicted_tokens = q->evicted_toks,
+					.ttl_s = q->no_cache ? 0 : q->cc.ttl_s,
+					.n = q->cc.n,
+					.blocks = q->cu_blocks };
+}
+
+/*
+ * @q of a group ends with usage @u and @status: add them to the group's.  Return: true
+ * when @q is the last (the group's DONE goes out now, with @u and @cu the group's).
+ */
+static bool group_end(struct seq *q, uint32_t status, struct kvp_usage *u,
+		      struct kvp_cache_usage *cu)
+{
+	struct group *g = q->grp;
+	struct kvp_usage *a = &g->u;
+
+	if (!q->cont) {
+		/* the prompt's figures are the first continuation's */
+		a->prompt_tokens = u->prompt_tokens;
+		a->cached_tokens = u->cached_tokens;
+		a->recomputed_tokens = u->recomputed_tokens;
+		a->cached_tokens_disk = u->cached_tokens_disk;
+		a->queue_ms = u->queue_ms;
+		a->ttft_ms = u->ttft_ms;
+		a->prefill_ms = u->prefill_ms;
+		fill_cache_usage(q, &g->cu);
+	}
+	a->cache_creation_tokens += u->cache_creation_tokens;
+	a->generated_tokens += u->generated_tokens;
+	a->preemptions += u->preemptions;
+	a->swapped_tokens += u->swapped_tokens;
+	a->resume_computed_tokens += u->resume_computed_tokens;
+	if (u->decode_ms > a->decode_ms)
+		a->decode_ms = u->decode_ms;
+	if (status != KVP_OK && g->status == KVP_OK)
+		g->status = status;
+	if (--g->live)
+		return false;
+	*u = *a;
+	u->status = g->status;
+	*cu = g->cu;
+	return true;
 }
 
 /* Drop @q's reference on every block of its table (hits included); the table is empty. */
@@ -517,7 +607,9 @@ static void publish_upto(struct kvp_sched *s, struct seq *q, uint32_t upto);
 static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as_error,
 		    const char *msg)
 {
-	struct kvp_usage u;
+	struct kvp_usage u, gu;
+	struct kvp_cache_usage cu;
+	bool last = true;
 
 	/*
 	 * its K/V is good up to n_past: a next turn continuing on these ids reuses it (not
@@ -526,6 +618,13 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 	if (!as_error && !q->silent && (status == KVP_OK || status == KVP_E_CANCELLED) &&
 	    (q->state == SEQ_PREFILL || q->state == SEQ_DECODE))
 		publish_upto(s, q, q->gen.n_past);
+	fill_usage(s, q, status, &gu);
+	fill_cache_usage(q, &cu);
+	if (q->grp) {
+		/* a continuation: the group answers once, when its last one ends */
+		last = group_end(q, status, &gu, &cu);
+		as_error = false;
+	}
 	if (!q->silent) {
 		if (as_error) {
 			emit_error(s, q, status, msg ? msg : "request failed");
@@ -533,19 +632,25 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 			struct kvp_sched_event e = { .type = KVP_SCHED_EV_TOKEN,
 						     .token = -1,
 						     .conn = q->conn,
-						     .req_id = q->req_id };
+						     .req_id = q->req_id,
+						     .cont = q->grp ? (int32_t)q->cont : -1 };
 			int n = kvp_gen_flush(&q->gen, e.text, sizeof(e.text));
 
 			if (n > 0) {
 				e.text_len = (uint32_t)n;
 				push_event(s, &e);
 			}
-			e = (struct kvp_sched_event){ .type = KVP_SCHED_EV_DONE,
-						      .token = -1,
-						      .conn = q->conn,
-						      .req_id = q->req_id };
-			fill_usage(s, q, status, &e.usage);
-			push_event(s, &e);
+			/* a continuation that is not the last: its text is out, the DONE later */
+			if (last) {
+				e = (struct kvp_sched_event){ .type = KVP_SCHED_EV_DONE,
+							      .token = -1,
+							      .conn = q->conn,
+							      .req_id = q->req_id,
+							      .usage = gu,
+							      .has_cu = q->has_cc,
+							      .cu = cu };
+				push_event(s, &e);
+			}
 		}
 	}
 	/* the usage sums cover every request that ended, finished or not */
@@ -563,7 +668,9 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 	s->st.swapped_tokens += u.swapped_tokens;
 	s->st.resume_computed_tokens += u.resume_computed_tokens;
 	s->st.preempt_usage += u.preemptions;
-	if (status == KVP_OK)
+	if (!last)
+		; /* the group's request ends with its last continuation */
+	else if (status == KVP_OK)
 		s->st.req_done++;
 	else if (status == KVP_E_CANCELLED || status == KVP_E_SHUTDOWN || q->silent)
 		s->st.req_cancelled++;
@@ -588,6 +695,8 @@ static uint64_t pool_available(struct kvp_sched *s)
 	kvp_pool_stats(s->cfg.pool, &ps);
 	for (a = 0; a < ps.n_arenas; a++)
 		avail += (uint64_t)ps.arena[a].free + ps.arena[a].cached;
+	/* cache-pinned blocks nobody holds are cached but never handed out */
+	avail -= ps.cpin_idle;
 	return avail - kvp_tiering_pinned_idle(s->tiering);
 }
 
@@ -635,9 +744,17 @@ static int ensure_blocks(struct kvp_sched *s, struct seq *q, uint32_t n_position
 	return 0;
 }
 
+/* @q publishes or hits block @i (@b): its TTL and retention priority are @q's. */
+static void keep_block(struct kvp_sched *s, const struct seq *q, uint32_t i, uint32_t b)
+{
+	kvp_pool_set_ttl(s->cfg.pool, b,
+			 kvp_pool_now(s->cfg.pool) + kvp_cachectl_block_ttl_ns(&q->cc, i));
+	kvp_pool_set_retain(s->cfg.pool, b, q->cc.retain);
+}
+
 /*
- * Publish every full block of @q below position @upto not published yet, in order
- * (no-cache requests publish nothing).
+ * Publish every full block of @q below position @upto not published yet, in order, up
+ * to its breakpoints (no-cache requests publish nothing).
  */
 static void publish_upto(struct kvp_sched *s, struct seq *q, uint32_t upto)
 {
@@ -648,6 +765,8 @@ static void publish_upto(struct kvp_sched *s, struct seq *q, uint32_t upto)
 		return;
 	if (filled > q->n_table)
 		filled = q->n_table;
+	if (filled > q->cc.publish_blocks)
+		filled = q->cc.publish_blocks;
 	while (!q->publish_stopped && q->n_indexed < filled) {
 		uint32_t i = q->n_indexed;
 		uint32_t parent = i ? q->table[i - 1] : KVP_BLOCK_NONE;
@@ -667,6 +786,7 @@ static void publish_upto(struct kvp_sched *s, struct seq *q, uint32_t upto)
 			q->publish_stopped = true; /* later blocks would have no parent */
 			break;
 		}
+		keep_block(s, q, i, q->table[i]);
 		q->n_indexed++;
 	}
 }
@@ -764,6 +884,8 @@ static bool prefix_in_flight(struct kvp_sched *s, const struct seq *q, uint32_t 
 		uint32_t limit;
 		uint32_t p;
 
+		if (a_full > a->cc.publish_blocks)
+			a_full = a->cc.publish_blocks; /* it publishes no further */
 		if (a->state != SEQ_PREFILL || a->no_cache || a->publish_stopped ||
 		    a->n_indexed > h || a_full <= h)
 			continue;
@@ -905,7 +1027,17 @@ static void finish_load(struct kvp_sched *s, struct seq *q)
 		} else if (r < 0) {
 			break;
 		}
+		keep_block(s, q, b, q->table[b]);
 		ok++;
+	}
+	if (ok < q->n_issued || q->load_failed) {
+		/* counted as matched at admission; the tier could not give them back */
+		if (!q->resumed && q->miss_reason != KVP_MISS_IO_ERROR) {
+			s->st.cache.miss[q->miss_reason]--;
+			s->st.cache.miss[KVP_MISS_IO_ERROR]++;
+			q->miss_reason = KVP_MISS_IO_ERROR;
+			q->matched -= q->n_load - ok;
+		}
 	}
 	q->n_indexed = q->load_from + ok;
 	q->gen.n_past = q->n_indexed * bt;
@@ -938,6 +1070,24 @@ static void tier_step(struct kvp_sched *s)
 }
 
 /*
+ * @q was admitted for the first time with @n blocks hit in memory and @n_disk on disk:
+ * why it missed what it missed (svc/cachectl.h), counted once per request.
+ */
+static void admitted_first(struct kvp_sched *s, struct seq *q, uint32_t n, uint32_t n_disk)
+{
+	struct kvp_h128 h;
+
+	q->matched = n + n_disk;
+	if (q->miss_reason == KVP_MISS_NONE && !q->no_cache)
+		q->miss_reason = kvp_cachectl_miss(s->cfg.index, &q->key, (const uint32_t *)q->hist,
+						   q->gen.n_prompt, s->block_tokens, q->matched,
+						   &q->miss_tier, &q->evicted_toks);
+	kvp_cache_stats_miss(&s->st.cache, q->miss_reason, q->miss_tier, q->evicted_toks);
+	if (n && kvp_index_block_hash(s->cfg.index, q->table[n - 1], &h) == 0)
+		kvp_cache_stats_hit(&s->st.cache, h, n * s->block_tokens);
+}
+
+/*
  * Try to admit the queue's head @q.  Return: true when it left the queue (admitted, or
  * waiting for a prefix in flight); false when it does not fit now.
  */
@@ -948,6 +1098,9 @@ static bool try_admit(struct kvp_sched *s, struct seq *q)
 	uint64_t need, room;
 	int n = 0;
 
+	/* n continuations run at once: room for all of them in the batch */
+	if (!q->grp && q->cc.n > 1 && s->active.n + q->cc.n > s->cfg.max_running)
+		return false;
 	if (!q->no_cache) {
 		n = kvp_index_lookup(s->cfg.index, &q->key, (const uint32_t *)q->hist,
 				     q->gen.n_prompt + q->gen.n_generated, q->table, q->cap_table);
@@ -991,6 +1144,9 @@ static bool try_admit(struct kvp_sched *s, struct seq *q)
 	q->admit_no = ++s->admissions;
 	q->t_admit = q->t_served;
 	q->tok_cached = q->gen.n_past;
+	for (int i = 0; i < n; i++)
+		keep_block(s, q, (uint32_t)i, q->table[i]); /* a hit refreshes the TTL */
+	admitted_first(s, q, (uint32_t)n, n_disk);
 	if (!q->no_cache) {
 		s->st.lookups++;
 		s->st.lookup_tokens += q->gen.n_prompt;
@@ -1128,14 +1284,126 @@ static int32_t sample(struct kvp_sched *s, struct seq *q, float *logits)
 }
 
 /*
+ * PIN: the prompt is computed and its full blocks published; pin them all, within
+ * cache.pin_max.  Ends @q.
+ */
+static void pin_finish(struct kvp_sched *s, struct seq *q)
+{
+	uint32_t want = q->gen.n_prompt / s->block_tokens, fresh = 0;
+	struct kvp_pool_stats ps;
+
+	if (!want || q->n_indexed < want) {
+		s->st.cache.pin_refused++;
+		seq_end(s, q, want ? KVP_E_INTERNAL : KVP_E_INVALID, true,
+			want ? "pin: the prompt's blocks could not be published" :
+			       "pin: the prompt has no full block");
+		return;
+	}
+	kvp_pool_stats(s->cfg.pool, &ps);
+	for (uint32_t i = 0; i < want; i++)
+		fresh += !kvp_pool_block(s->cfg.pool, q->table[i])->cpin;
+	if ((uint64_t)ps.cpin_blocks + fresh > s->pin_max_blocks) {
+		s->st.cache.pin_refused++;
+		seq_end(s, q, KVP_E_LIMIT, true, "pin: cache.pin_max would be exceeded");
+		return;
+	}
+	for (uint32_t i = 0; i < want; i++)
+		kvp_pool_cache_pin(s->cfg.pool, q->table[i]);
+	q->cu_blocks = want;
+	s->st.cache.pins++;
+	seq_end(s, q, KVP_OK, false, NULL);
+}
+
+/*
+ * Parallel sampling: @q's prompt is computed and its logits are in fork_logits.  Make
+ * continuations 1 .. n-1 of it: each holds a reference to every block of @q's table (the
+ * partly filled last one is copied when first written, see writable_tail()), has its own
+ * history and a sampler seeded seed + i, and samples its first token from the same
+ * logits.  Return: 0, or -ENOMEM (the request then has fewer continuations: the group's
+ * n says how many ran).
+ */
+static int fork_seq(struct kvp_sched *s, struct seq *q, uint32_t i)
+{
+	struct kvp_sample_params sp = q->sp;
+	uint32_t total = q->gen.n_prompt + q->gen.max_new;
+	struct seq *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	c->table = calloc(q->cap_table, sizeof(uint32_t));
+	c->hist = malloc((size_t)total * sizeof(int32_t));
+	sp.seed += i;
+	if (!c->table || !c->hist || kvp_sampler_new(&c->sampler, s->n_vocab, &sp) < 0) {
+		free(c->table);
+		free(c->hist);
+		free(c);
+		return -ENOMEM;
+	}
+	memcpy(c->hist, q->hist, (size_t)q->gen.n_prompt * sizeof(int32_t));
+	for (uint32_t k = 0; k < q->n_table; k++) {
+		kvp_pool_ref(s->cfg.pool, q->table[k]); /* held by @q: cannot fail */
+		c->table[k] = q->table[k];
+	}
+	c->n_table = q->n_table;
+	c->cap_table = q->cap_table;
+	c->n_indexed = q->n_indexed;
+	c->publish_stopped = q->publish_stopped;
+	c->n_fill = q->n_fill;
+	kvp_gen_init(&c->gen, s->cfg.tok, c->hist, q->gen.n_prompt, q->gen.max_new,
+		     q->gen.stop_eog);
+	c->gen.n_past = q->gen.n_past;
+	c->state = SEQ_DECODE;
+	c->conn = q->conn;
+	c->req_id = q->req_id;
+	c->priority = q->priority;
+	c->no_cache = q->no_cache;
+	c->key = q->key;
+	c->sp = sp;
+	c->cc = q->cc;
+	c->has_cc = q->has_cc;
+	c->grp = q->grp;
+	c->cont = i;
+	c->arrival = q->arrival;
+	c->admit_no = ++s->admissions;
+	c->t_recv = q->t_recv;
+	c->t_admit = q->t_admit;
+	c->t_served = q->t_served;
+	list_add_tail(&s->active, c);
+	atomic_fetch_add(&s->outstanding, 1);
+	q->grp->live++;
+	s->st.cache.continuations++;
+	/* its own sampler over the same logits: the copy, since sampling may change them */
+	memcpy(s->fork_logits + s->n_vocab, s->fork_logits, (size_t)s->n_vocab * sizeof(float));
+	took_token(s, c, sample(s, c, s->fork_logits + s->n_vocab));
+	return 0;
+}
+
+/*
  * The positions before decoding are computed: sample the first token from @logits (its
  * last position's; NULL when no position was computed), or go on.
  */
 static void prefill_done(struct kvp_sched *s, struct seq *q, float *logits)
 {
+	if (q->pin_op) {
+		pin_finish(s, q);
+		return;
+	}
 	q->state = SEQ_DECODE;
 	if (!q->gen.n_generated) {
 		assert(logits);
+		if (q->cc.n > 1 && !q->grp) {
+			q->grp = calloc(1, sizeof(*q->grp));
+			if (q->grp) {
+				q->grp->n = q->cc.n;
+				q->grp->live = 1;
+				s->st.cache.parallel++;
+				s->st.cache.continuations++;
+				memcpy(s->fork_logits, logits, (size_t)s->n_vocab * sizeof(float));
+				for (uint32_t i = 1; i < q->cc.n; i++)
+					if (fork_seq(s, q, i) < 0)
+						break;
+			}
+		}
 		took_token(s, q, sample(s, q, logits));
 	}
 }
@@ -1229,6 +1497,34 @@ static int prefill_cmp(const void *a, const void *b)
 }
 
 /*
+ * The block decode writes @q's next position into must be @q's alone: after a fork the
+ * partly filled last block of the prompt is shared, and the first continuation to write
+ * into it gets a copy (copy on write; the last one keeps the original).  The copy is a
+ * block like one take_block() gives.  Return: 0, or -ENOSPC (as ensure_blocks()).
+ */
+static int writable_tail(struct kvp_sched *s, struct seq *q)
+{
+	uint32_t i = q->gen.n_past / s->block_tokens, copy;
+	const struct kvp_block *b;
+
+	if (i >= q->n_table)
+		return 0;
+	b = kvp_pool_block(s->cfg.pool, q->table[i]);
+	if (b->refcount == 1 && !b->cached)
+		return 0;
+	if (!q->reserved && (!s->fair || !pool_unreserved(s)))
+		return -ENOSPC;
+	if (kvp_pool_cow(s->cfg.pool, q->table[i], KVP_NODE_ANY, &copy) < 0)
+		return -ENOSPC;
+	q->table[i] = copy;
+	if (q->reserved) {
+		q->reserved--;
+		s->reserved_total--;
+	}
+	return 0;
+}
+
+/*
  * The decode batch of this step: every sequence that is generating (up to max_running),
  * each given the block of its next position first (a preemption may take any running
  * sequence, batched or not).  Fills s->batch and s->batch_seq.  Return: its size.
@@ -1246,7 +1542,8 @@ static uint32_t decode_prepare(struct kvp_sched *s)
 		q = s->batch_seq[i];
 		if (q->state != SEQ_DECODE)
 			continue; /* preempted for an earlier one */
-		while ((r = ensure_blocks(s, q, q->gen.n_past + 1)) < 0) {
+		while ((r = ensure_blocks(s, q, q->gen.n_past + 1)) < 0 ||
+		       (r = writable_tail(s, q)) < 0) {
 			struct seq *v;
 
 			/* blocks of an earlier victim still being written: this step needs them */
@@ -1574,7 +1871,8 @@ static void calibrate(struct kvp_sched *s)
 
 /* ---- engine thread: inbox, cancellation, stats ---- */
 
-static struct seq *find_seq(struct kvp_sched *s, uint64_t conn, uint64_t req_id)
+/* Cancel request (@conn, @req_id): every continuation of it. */
+static void cancel_req(struct kvp_sched *s, uint64_t conn, uint64_t req_id)
 {
 	struct seq_list *lists[] = { &s->queue, &s->waiting, &s->active };
 	struct seq *q;
@@ -1582,9 +1880,92 @@ static struct seq *find_seq(struct kvp_sched *s, uint64_t conn, uint64_t req_id)
 
 	for (i = 0; i < 3; i++)
 		for (q = lists[i]->first; q; q = q->next)
-			if (q->conn == conn && q->req_id == req_id)
-				return q;
-	return NULL;
+			if (q->conn == conn && q->req_id == req_id && !q->cancelled) {
+				q->cancelled = true;
+				q->cancel_status = KVP_E_CANCELLED;
+			}
+}
+
+/* DONE (with cache usage: @blocks) or ERROR for a request the engine answers at once. */
+static void answer_now(struct kvp_sched *s, const struct msg *m, uint32_t status, const char *err,
+		       uint32_t prompt_tokens, uint32_t blocks)
+{
+	struct kvp_sched_event e = {
+		.token = -1, .conn = m->conn, .req_id = m->req_id, .cont = -1
+	};
+
+	if (err) {
+		size_t n = strlen(err) < sizeof(e.text) ? strlen(err) : sizeof(e.text);
+
+		e.type = KVP_SCHED_EV_ERROR;
+		e.status = status;
+		memcpy(e.text, err, n);
+		e.text_len = (uint32_t)n;
+	} else {
+		e.type = KVP_SCHED_EV_DONE;
+		e.usage.status = KVP_OK;
+		e.usage.prompt_tokens = prompt_tokens;
+		e.has_cu = true;
+		e.cu.blocks = blocks;
+	}
+	push_event(s, &e);
+}
+
+/*
+ * UNPIN: the full blocks of the prompt, found as a lookup finds them (with one token
+ * more, so the last full block is covered too), each lose one cache pin - if every one
+ * has a pin; else nothing changes and the answer is an ERROR.
+ */
+static void unpin(struct kvp_sched *s, struct msg *m)
+{
+	struct kvp_extra_keys ek = s->cfg.base_keys;
+	uint32_t want = m->n_tokens / s->block_tokens;
+	struct kvp_prefix_key key;
+	uint32_t *hits = NULL, *toks = NULL;
+	const char *err = NULL;
+	int n = 0;
+
+	ek.salt_len = m->salt_len;
+	memcpy(ek.salt, m->salt, m->salt_len);
+	if (!want) {
+		err = "unpin: the prompt has no full block";
+	} else if (kvp_prefix_key_init(&key, &ek) < 0 || !(hits = calloc(want, sizeof(*hits))) ||
+		   !(toks = calloc((size_t)want * s->block_tokens + 1, sizeof(*toks)))) {
+		err = "unpin: out of memory";
+	} else {
+		memcpy(toks, m->tokens, (size_t)want * s->block_tokens * sizeof(*toks));
+		n = kvp_index_lookup(s->cfg.index, &key, toks, want * s->block_tokens + 1, hits,
+				     want);
+		if (n < 0)
+			n = 0;
+		for (int i = 0; i < n && !err; i++)
+			if (!kvp_pool_block(s->cfg.pool, hits[i])->cpin)
+				err = "unpin: that prompt is not pinned";
+		if ((uint32_t)n < want)
+			err = "unpin: that prompt is not pinned";
+		for (int i = 0; i < n && !err; i++)
+			kvp_pool_cache_unpin(s->cfg.pool, hits[i]);
+		for (int i = 0; i < n; i++)
+			kvp_pool_unref(s->cfg.pool, hits[i]);
+	}
+	if (err)
+		s->st.cache.pin_refused++;
+	else
+		s->st.cache.unpins++;
+	answer_now(s, m, err && !strstr(err, "memory") ? KVP_E_INVALID : KVP_E_INTERNAL, err,
+		   m->n_tokens, want);
+	free(hits);
+	free(toks);
+}
+
+/* FLUSH: every evictable cached block goes (TTL or not); held and pinned ones stay. */
+static void flush_cache(struct kvp_sched *s, struct msg *m)
+{
+	uint32_t n = kvp_pool_flush(s->cfg.pool);
+
+	s->st.cache.flushes++;
+	s->st.cache.flushed_blocks += n;
+	answer_now(s, m, KVP_OK, NULL, 0, n);
 }
 
 static void mark_all(struct seq_list *l, uint64_t conn, bool any_conn, uint32_t status, bool silent)
@@ -1699,11 +2080,13 @@ static void handle_msg(struct kvp_sched *s, struct msg *m)
 		break;
 	case MSG_CANCEL:
 		s->st.cancels_received++;
-		q = find_seq(s, m->conn, m->req_id);
-		if (q && !q->cancelled) {
-			q->cancelled = true;
-			q->cancel_status = KVP_E_CANCELLED;
-		}
+		cancel_req(s, m->conn, m->req_id);
+		break;
+	case MSG_UNPIN:
+		unpin(s, m);
+		break;
+	case MSG_FLUSH_CACHE:
+		flush_cache(s, m);
 		break;
 	case MSG_CLOSED:
 		kvp_leases_conn_closed(&s->leases, s->cfg.pool, m->conn);
@@ -1860,6 +2243,7 @@ static void take_inbox(struct kvp_sched *s, struct msg *m)
 
 		handle_msg(s, m);
 		free(m->lease);
+		free(m->tokens);
 		free(m);
 		m = next;
 	}
@@ -2035,6 +2419,22 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 					     (s->n_blocks / 100 ? s->n_blocks / 100 : 1);
 	s->st.policy = cfg->policy;
 	s->st.tier_configured = cfg->tier != NULL;
+	s->st.cache_policy = cfg->cache;
+	s->st.block_bytes = s->view.geom.block_bytes;
+	s->st.cache.flops_per_token = kvp_cache_flops_per_token(hp);
+	{
+		uint64_t pin_bytes = cfg->cache.pin_max_bytes ?
+					     cfg->cache.pin_max_bytes :
+					     (uint64_t)s->n_blocks * s->view.geom.block_bytes / 4;
+
+		s->pin_max_blocks = (uint32_t)(pin_bytes / s->view.geom.block_bytes);
+	}
+	/* TTLs are measured on the engine's clock (a test's, with hooks) */
+	if (cfg->hooks)
+		kvp_pool_set_clock(cfg->pool, cfg->hooks->now_ns, cfg->hooks->ctx);
+	r = kvp_pool_set_policy(cfg->pool, (enum kvp_evict_policy)cfg->cache.eviction);
+	if (r < 0)
+		goto err_free;
 	kvp_stepcost_init(&s->cost, 0, 0, 0, 0);
 	if (!cfg->hooks) {
 		fo = (struct kvp_fwd_opts){ .n_threads = cfg->n_threads,
@@ -2056,10 +2456,11 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	s->pkeys = calloc(cfg->max_running, sizeof(*s->pkeys));
 	s->parts = calloc(cfg->max_running, sizeof(*s->parts));
 	s->part_seq = calloc(cfg->max_running, sizeof(*s->part_seq));
+	s->fork_logits = calloc(2 * (size_t)s->n_vocab, sizeof(float));
 	s->ev_cap = cfg->event_capacity;
 	s->ev = calloc(s->ev_cap, sizeof(*s->ev));
 	if (!s->logits || !s->batch || !s->batch_seq || !s->pkeys || !s->parts || !s->part_seq ||
-	    !s->ev)
+	    !s->ev || !s->fork_logits)
 		goto err_bufs;
 	if (cfg->tier) {
 		r = kvp_tiering_new(&s->tiering, cfg->tier, cfg->pool, cfg->index,
@@ -2077,6 +2478,7 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	*out = s;
 	return 0;
 err_bufs:
+	free(s->fork_logits);
 	free(s->ev);
 	free(s->part_seq);
 	free(s->parts);
@@ -2111,6 +2513,8 @@ static void free_list(struct kvp_sched *s, struct seq_list *l)
 	while (l->first) {
 		struct seq *q = l->first;
 
+		if (q->grp)
+			q->grp->live--; /* the last one frees the group */
 		release_blocks(s, q);
 		list_del(l, q);
 		seq_free(q);
@@ -2145,6 +2549,7 @@ void kvp_sched_free(struct kvp_sched *s)
 
 		seq_free(m->type == MSG_SUBMIT ? m->seq : NULL);
 		free(m->lease);
+		free(m->tokens);
 		free(m);
 		m = next;
 	}
@@ -2156,6 +2561,7 @@ void kvp_sched_free(struct kvp_sched *s)
 	free(s->ev);
 	free(s->part_seq);
 	free(s->parts);
+	free(s->fork_logits);
 	free(s->pkeys);
 	free(s->batch_seq);
 	free(s->batch);
@@ -2191,8 +2597,18 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 
 	if (atomic_load(&s->draining))
 		return -ESHUTDOWN;
+	struct kvp_cachectl cc;
+	const char *why = NULL;
+
 	if (!r->n_tokens || !r->max_new || r->salt_len > KVP_SALT_MAX ||
-	    r->priority < KVP_SCHED_PRIO_MIN || r->priority > KVP_SCHED_PRIO_MAX)
+	    r->priority < KVP_SCHED_PRIO_MIN || r->priority > KVP_SCHED_PRIO_MAX ||
+	    r->op > KVP_SCHED_OP_PIN)
+		return -EINVAL;
+	if (kvp_cachectl_resolve(&cc, &s->cfg.cache, r->has_cc ? &r->cc : NULL, r->n_tokens,
+				 s->block_tokens, &why) < 0)
+		return -EINVAL;
+	/* continuations take blocks on demand (FAIR) and run in one batch */
+	if (cc.n > 1 && (!s->fair || cc.n > s->cfg.max_running || r->op != KVP_SCHED_OP_GENERATE))
 		return -EINVAL;
 	if (atomic_load(&s->outstanding) >= (uint64_t)s->cfg.max_queued + s->cfg.max_running)
 		return -EAGAIN;
@@ -2226,6 +2642,18 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	q->req_id = r->req_id;
 	q->no_cache = r->no_cache;
 	q->priority = r->priority;
+	q->sp = sp;
+	q->cc = cc;
+	q->has_cc = r->has_cc;
+	q->pin_op = r->op == KVP_SCHED_OP_PIN;
+	if (r->no_cache && !q->pin_op) {
+		q->miss_reason = KVP_MISS_DISABLED;
+	} else if (r->n_tokens < s->cfg.cache.min_tokens && !q->pin_op) {
+		/* below the minimum: treated as no-cache, and said so */
+		q->no_cache = true;
+		q->miss_reason = KVP_MISS_BELOW_MINIMUM;
+	}
+	q->no_cache = q->no_cache && !q->pin_op; /* a pin publishes whatever it was asked */
 	q->cap_table = (uint32_t)blocks;
 	q->n_fill = r->n_tokens;
 	q->t_recv = r->t_recv_ns;
@@ -2311,6 +2739,45 @@ void kvp_sched_drain(struct kvp_sched *s)
 void kvp_sched_cancel_all(struct kvp_sched *s, enum kvp_status why)
 {
 	post_simple(s, MSG_CANCEL_ALL, 0, 0, why);
+}
+
+int kvp_sched_unpin(struct kvp_sched *s, uint64_t conn, uint64_t req_id, int32_t *tokens,
+		    uint32_t n_tokens, uint32_t salt_len, const uint8_t *salt)
+{
+	struct msg *m;
+
+	if (atomic_load(&s->draining))
+		return -ESHUTDOWN;
+	if (salt_len > KVP_SALT_MAX)
+		return -EINVAL;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->type = MSG_UNPIN;
+	m->conn = conn;
+	m->req_id = req_id;
+	m->tokens = tokens;
+	m->n_tokens = n_tokens;
+	m->salt_len = salt_len;
+	memcpy(m->salt, salt, salt_len);
+	post(s, m);
+	return 0;
+}
+
+int kvp_sched_flush_cache(struct kvp_sched *s, uint64_t conn, uint64_t req_id)
+{
+	struct msg *m;
+
+	if (atomic_load(&s->draining))
+		return -ESHUTDOWN;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->type = MSG_FLUSH_CACHE;
+	m->conn = conn;
+	m->req_id = req_id;
+	post(s, m);
+	return 0;
 }
 
 int kvp_sched_flush_tier(struct kvp_sched *s)

@@ -34,6 +34,8 @@
 #include "kvpool/proto.h"
 #include "shm/index.h"
 #include "shm/pool.h"
+#include "svc/cachectl.h"
+#include "svc/cachepol.h"
 #include "svc/tiering.h"
 
 struct kvp_model;
@@ -109,6 +111,7 @@ struct kvp_sched_hooks {
  *                   from kvp_sched_start() on; opened and attached to @index before
  * @tier_high_pct, @tier_low_pct: pool use (blocks not free, %) above which cold cached
  *                   blocks are written to @tier and freed, and down to which
+ * @cache:           the domain's prompt-cache policy (TTLs, minimum, pins, eviction)
  */
 struct kvp_sched_config {
 	struct kvp_pool *pool;
@@ -133,6 +136,13 @@ struct kvp_sched_config {
 	struct kvp_tier *tier;
 	uint32_t tier_high_pct;
 	uint32_t tier_low_pct;
+	struct kvp_cache_policy cache;
+};
+
+/* What a submitted request does (struct kvp_sched_req.op). */
+enum kvp_sched_op {
+	KVP_SCHED_OP_GENERATE = 0, /* generate (GENERATE, CHAT) */
+	KVP_SCHED_OP_PIN,	   /* compute and publish the prompt's full blocks, pin them */
 };
 
 /**
@@ -148,6 +158,9 @@ struct kvp_sched_config {
  * @sample:          sampling parameters
  * @salt_len, @salt: cache salt (partitions the prefix cache)
  * @t_recv_ns:       CLOCK_MONOTONIC when the frame arrived (queue and TTFT start here)
+ * @cc:              cache control (zero: automatic, the policy's defaults)
+ * @has_cc:          the client sent @cc: its DONE carries struct kvp_cache_usage
+ * @op:              enum kvp_sched_op
  */
 struct kvp_sched_req {
 	uint64_t conn;
@@ -161,6 +174,9 @@ struct kvp_sched_req {
 	uint32_t salt_len;
 	uint8_t salt[KVP_SALT_MAX];
 	uint64_t t_recv_ns;
+	struct kvp_cache_ctl cc;
+	bool has_cc;
+	uint32_t op;
 };
 
 enum kvp_sched_ev_type {
@@ -189,6 +205,9 @@ struct kvp_sched_lease {
  * @status:   ERROR: enum kvp_status
  * @text:     TOKEN: UTF-8 of complete characters so far; ERROR: message (no NUL)
  * @usage:    DONE: the request's usage (usage.status says why it stopped)
+ * @cont:     TOKEN: continuation index of an n > 1 request, else -1
+ * @has_cu:   DONE: send @cu after the usage
+ * @cu:       DONE: cache usage (miss reason, matched blocks, ...)
  */
 struct kvp_sched_event {
 	uint32_t type;
@@ -200,6 +219,9 @@ struct kvp_sched_event {
 	char text[KVP_SCHED_EV_TEXT];
 	struct kvp_usage usage;
 	struct kvp_sched_lease *lease; /* LEASE: owned by whoever takes the event */
+	int32_t cont;
+	bool has_cu;
+	struct kvp_cache_usage cu;
 };
 
 #define KVP_SCHED_ITL_BUCKETS 10
@@ -283,6 +305,10 @@ struct kvp_sched_stats {
 	uint64_t leases_expired;
 	uint64_t leases_closed;
 	uint64_t leases_refused;
+	/* the prompt cache: miss reasons, pins, most-hit prefixes, its policy */
+	struct kvp_cache_stats cache;
+	struct kvp_cache_policy cache_policy;
+	uint64_t block_bytes;
 };
 
 /* Upper bound (ms) of bucket @i of the inter-token latency histogram (the last: +Inf). */
@@ -378,6 +404,22 @@ int kvp_sched_lease(struct kvp_sched *s, const struct kvp_sched_lease_ask *a);
 
 /* End lease @lease_id of @conn (an unknown one is ignored).  Loop thread. */
 void kvp_sched_release(struct kvp_sched *s, uint64_t conn, uint64_t lease_id);
+
+/**
+ * kvp_sched_unpin() - UNPIN: drop one cache pin from every full block of @tokens under
+ * @salt (loop thread).  Answered by a DONE event (cu.blocks: blocks unpinned) or ERROR
+ * (not pinned).
+ * @tokens: ownership passes to the engine on success
+ * Return: 0, -ENOMEM, -ESHUTDOWN.
+ */
+int kvp_sched_unpin(struct kvp_sched *s, uint64_t conn, uint64_t req_id, int32_t *tokens,
+		    uint32_t n_tokens, uint32_t salt_len, const uint8_t *salt);
+
+/*
+ * FLUSH: drop every unreferenced, unpinned cached block (loop thread); answered by a
+ * DONE event (cu.blocks: blocks dropped).  Return: 0, -ENOMEM, -ESHUTDOWN.
+ */
+int kvp_sched_flush_cache(struct kvp_sched *s, uint64_t conn, uint64_t req_id);
 
 /* Requests submitted and not yet ended (queued, waiting or running).  Any thread. */
 uint64_t kvp_sched_outstanding(const struct kvp_sched *s);

@@ -35,6 +35,47 @@ void kvp_stats_deinit(struct kvp_stats *st)
 	free(st->snap);
 	st->snap = NULL;
 }
+/* Fill @s->cache from @s->sched (its cache counters, usage sums and policy). */
+static void cache_derive(struct kvp_status_snap *s)
+{
+	static const char *const names[KVP_EVICT__COUNT] = { "lru", "lfu", "priority" };
+	const struct kvp_sched_stats *st = &s->sched;
+	const struct kvp_cache_policy *pol = &st->cache_policy;
+	struct kvp_status_cache *c = &s->cache;
+	struct kvp_cache_prefix top[KVP_CACHE_TOP];
+	double written, read, computed;
+
+	memset(c, 0, sizeof(*c));
+	snprintf(c->eviction, sizeof(c->eviction), "%s",
+		 pol->eviction < KVP_EVICT__COUNT ? names[pol->eviction] : "?");
+	c->request_hit_rate = st->lookups ? (double)st->hit_requests / (double)st->lookups : 0;
+	c->token_hit_rate = st->lookup_tokens ? (double)st->hit_tokens / (double)st->lookup_tokens :
+						0;
+	c->tokens_saved = st->cached_tokens + st->cached_tokens_disk;
+	c->flops_saved = (double)c->tokens_saved * (double)st->cache.flops_per_token;
+	c->pinned_bytes = (uint64_t)st->pool.cpin_blocks * st->block_bytes;
+	/*
+	 * Cost view, as hosted prompt caching bills it: a prompt token computed and not
+	 * cached costs 1, one written to the cache cost_write_pct %, one read from it
+	 * cost_read_pct %.
+	 */
+	written = (double)st->cache_creation_tokens;
+	read = (double)c->tokens_saved;
+	computed = (double)st->prompt_tokens - read;
+	if (computed < written)
+		written = computed > 0 ? computed : 0;
+	c->cost_uncached = (double)st->prompt_tokens;
+	c->cost_cached = (computed - written) + written * pol->cost_write_pct / 100.0 +
+			 read * pol->cost_read_pct / 100.0;
+	c->cost_saved_ratio = c->cost_uncached > 0 ? 1.0 - c->cost_cached / c->cost_uncached : 0;
+	c->n_top = kvp_cache_stats_top(&st->cache, top, KVP_CACHE_TOP);
+	for (uint32_t i = 0; i < c->n_top; i++) {
+		snprintf(c->top[i].hash, sizeof(c->top[i].hash), "%016llx%016llx",
+			 (unsigned long long)top[i].hash.hi, (unsigned long long)top[i].hash.lo);
+		c->top[i].tokens = top[i].tokens;
+		c->top[i].hits = top[i].hits;
+	}
+}
 
 #define ADD(f) (sum->f += x->f)
 #define MAXOF(f) (sum->f = x->f > sum->f ? x->f : sum->f)
@@ -53,6 +94,21 @@ static void add_tier(struct kvp_tiering_stats *sum, const struct kvp_tiering_sta
 	MAXOF(tier.reload_p50_ns), MAXOF(tier.reload_p99_ns);
 	if (!sum->tier.degraded)
 		sum->tier.degraded = x->tier.degraded;
+}
+
+/*
+ * The cache counters of every domain add up; the most-hit prefixes are pooled (each
+ * domain's own chain hashes, so none is merged with another's) up to the table's size.
+ */
+static void add_cache(struct kvp_cache_stats *sum, const struct kvp_cache_stats *x)
+{
+	for (uint32_t i = 0; i < KVP_MISS__COUNT; i++)
+		ADD(miss[i]);
+	ADD(miss_evicted_mem), ADD(miss_evicted_disk), ADD(evicted_tokens), ADD(pins);
+	ADD(unpins), ADD(pin_refused), ADD(flushes), ADD(flushed_blocks), ADD(parallel);
+	ADD(continuations);
+	for (uint32_t i = 0; i < x->n_prefixes && sum->n_prefixes < KVP_CACHE_TRACK; i++)
+		sum->prefixes[sum->n_prefixes++] = x->prefixes[i];
 }
 
 /*
@@ -93,6 +149,9 @@ static void add_sched(struct kvp_sched_stats *sum, const struct kvp_sched_stats 
 	ADD(leases_closed), ADD(leases_refused);
 	sum->tier_configured |= x->tier_configured;
 	add_tier(&sum->tier, &x->tier);
+	add_cache(&sum->cache, &x->cache);
+	ADD(pool.evictions_ttl), ADD(pool.flushed), ADD(pool.cpin_blocks), ADD(pool.cpin_idle);
+	ADD(index.evicted_unread);
 }
 
 #undef ADD
@@ -191,6 +250,7 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 	s->tier_reload_p50_ms = (double)s->sched.tier.tier.reload_p50_ns / 1e6;
 	s->tier_reload_p99_ms = (double)s->sched.tier.tier.reload_p99_ns / 1e6;
 	s->tier_scan_ms = (double)s->sched.tier.tier.scan_ns / 1e6;
+	cache_derive(s);
 
 	for (c = kvp_conns_first(&src->req->conns); c && s->n_conns < KVP_STATUS_MAX_CONNS;
 	     c = kvp_conns_next(&src->req->conns, c)) {

@@ -43,6 +43,7 @@ enum kind {
 	K_ITL,	   /* sched's inter-token histogram: a JSON object; a Prometheus histogram */
 	K_HIST,	   /* struct kvp_hist: a Prometheus histogram (seconds) */
 	K_INFO,	   /* Prometheus only: 1, labelled {labels="<str at off>",labels2="<at off2>"} */
+	K_TOP,	   /* cache.top: a JSON array; Prometheus kvpool_cache_prefix_hits by hash */
 };
 
 /**
@@ -305,6 +306,70 @@ static const struct def defs[] = {
 	   "{how=\"closed\"}", "counter", NULL, 1),
 	JP("leases", "refused", K_U64, sched.leases_refused, "leases_refused_total", "",
 	   "counter", "LEASEs refused (leases.max_per_conn reached).", 1),
+	J("cache", "eviction", K_STR, cache.eviction),
+	J("cache", "ttl_default_s", K_U32, sched.cache_policy.ttl_default_s),
+	J("cache", "ttl_max_s", K_U32, sched.cache_policy.ttl_max_s),
+	J("cache", "min_tokens", K_U32, sched.cache_policy.min_tokens),
+	JP("cache", "request_hit_rate", K_DBL, cache.request_hit_rate, "cache_request_hit_ratio",
+	   "", "gauge", "Requests that hit at least one cached block, of those that looked up.", 1),
+	JP("cache", "token_hit_rate", K_DBL, cache.token_hit_rate, "cache_token_hit_ratio", "",
+	   "gauge", "Prompt tokens served from memory, of those looked up.", 1),
+	JP("cache", "tokens_saved", K_U64, cache.tokens_saved, "cache_tokens_saved_total", "",
+	   "counter", "Prompt tokens not computed: read from memory or the disk tier.", 1),
+	JP("cache", "prefill_flops_saved", K_DBL, cache.flops_saved,
+	   "cache_prefill_flops_saved_total", "", "counter",
+	   "Prefill FLOPs those tokens would have cost (the model's figures).", 1),
+	JP("cache", "evictions", K_U64, sched.pool.evictions, "cache_evictions_total", "",
+	   "counter", "Cached blocks evicted from memory.", 1),
+	J("cache", "evictions_ttl", K_U64, sched.pool.evictions_ttl),
+	JP("cache", "recomputed_tokens", K_U64, sched.cache.evicted_tokens,
+	   "cache_recomputed_tokens_total", "", "counter",
+	   "Prompt tokens computed again because their blocks had been evicted.", 1),
+	JP("cache", "miss_none", K_U64, sched.cache.miss[KVP_MISS_NONE], "cache_requests_total",
+	   "{miss_reason=\"none\"}", "counter", "Requests by why the cache missed (none: a full hit).",
+	   1),
+	JP("cache", "miss_no_prefix", K_U64, sched.cache.miss[KVP_MISS_NO_PREFIX],
+	   "cache_requests_total", "{miss_reason=\"no_prefix\"}", NULL, NULL, 1),
+	JP("cache", "miss_below_block", K_U64, sched.cache.miss[KVP_MISS_BELOW_BLOCK],
+	   "cache_requests_total", "{miss_reason=\"below_block\"}", NULL, NULL, 1),
+	JP("cache", "miss_below_minimum", K_U64, sched.cache.miss[KVP_MISS_BELOW_MINIMUM],
+	   "cache_requests_total", "{miss_reason=\"below_minimum\"}", NULL, NULL, 1),
+	JP("cache", "miss_evicted", K_U64, sched.cache.miss[KVP_MISS_EVICTED],
+	   "cache_requests_total", "{miss_reason=\"evicted\"}", NULL, NULL, 1),
+	J("cache", "miss_evicted_memory", K_U64, sched.cache.miss_evicted_mem),
+	J("cache", "miss_evicted_disk", K_U64, sched.cache.miss_evicted_disk),
+	JP("cache", "miss_salt_mismatch", K_U64, sched.cache.miss[KVP_MISS_SALT_MISMATCH],
+	   "cache_requests_total", "{miss_reason=\"salt_mismatch\"}", NULL, NULL, 1),
+	JP("cache", "miss_model_mismatch", K_U64, sched.cache.miss[KVP_MISS_MODEL_MISMATCH],
+	   "cache_requests_total", "{miss_reason=\"model_mismatch\"}", NULL, NULL, 1),
+	JP("cache", "miss_disabled", K_U64, sched.cache.miss[KVP_MISS_DISABLED],
+	   "cache_requests_total", "{miss_reason=\"disabled\"}", NULL, NULL, 1),
+	JP("cache", "miss_io_error", K_U64, sched.cache.miss[KVP_MISS_IO_ERROR],
+	   "cache_requests_total", "{miss_reason=\"io_error\"}", NULL, NULL, 1),
+	JP("cache", "pinned_blocks", K_U32, sched.pool.cpin_blocks, "cache_pinned_blocks", "",
+	   "gauge", "Blocks kept by `kvpool pin`.", 1),
+	J("cache", "pinned_bytes", K_U64, cache.pinned_bytes),
+	J("cache", "pins", K_U64, sched.cache.pins),
+	J("cache", "unpins", K_U64, sched.cache.unpins),
+	J("cache", "pin_refused", K_U64, sched.cache.pin_refused),
+	J("cache", "flushes", K_U64, sched.cache.flushes),
+	J("cache", "flushed_blocks", K_U64, sched.cache.flushed_blocks),
+	JP("cache", "written_never_read", K_U64, sched.index.evicted_unread,
+	   "cache_blocks_written_never_read_total", "", "counter",
+	   "Blocks evicted without ever being hit after they were written.", 1),
+	J("cache", "cost_write_pct", K_U32, sched.cache_policy.cost_write_pct),
+	J("cache", "cost_read_pct", K_U32, sched.cache_policy.cost_read_pct),
+	JP("cache", "cost_uncached", K_DBL, cache.cost_uncached, "cache_cost_tokens_total",
+	   "{view=\"uncached\"}", "counter",
+	   "Prompt cost in uncached-token units, without and with the cache.", 1),
+	JP("cache", "cost_cached", K_DBL, cache.cost_cached, "cache_cost_tokens_total",
+	   "{view=\"cached\"}", NULL, NULL, 1),
+	J("cache", "cost_saved_ratio", K_DBL, cache.cost_saved_ratio),
+	J("cache", "parallel_requests", K_U64, sched.cache.parallel),
+	J("cache", "continuations", K_U64, sched.cache.continuations),
+	J("cache", "cow_copies", K_U64, sched.pool.cow_copies),
+	JP("cache", "top_prefixes", K_TOP, cache.top, "cache_prefix_hits", "", "gauge",
+	   "Hits of the most hit prefixes, by the chain hash of their last block.", 1),
 
 	J(NULL, "domains", K_DOMAINS, domains),
 };
@@ -331,6 +396,12 @@ static const struct def conn_defs[] = {
 	E(struct kvp_status_conn, "requests", K_U64, requests),
 	E(struct kvp_status_conn, "generated_tokens", K_U64, generated_tokens),
 	E(struct kvp_status_conn, "cached_tokens", K_U64, cached_tokens),
+};
+
+static const struct def prefix_defs[] = {
+	E(struct kvp_status_prefix, "hash", K_STR, hash),
+	E(struct kvp_status_prefix, "tokens", K_U32, tokens),
+	E(struct kvp_status_prefix, "hits", K_U64, hits),
 };
 
 static const struct def domain_defs[] = {
@@ -479,6 +550,11 @@ static void json_member(struct kvp_json *j, const struct def *d, const void *bas
 		json_list(j, d->key, domain_defs, N(domain_defs), s->domains, sizeof(s->domains[0]),
 			  s->n_domains < KVP_STATUS_MAX_DOMAINS ? s->n_domains :
 								  KVP_STATUS_MAX_DOMAINS);
+		break;
+	case K_TOP:
+		json_list(j, d->key, prefix_defs, N(prefix_defs), s->cache.top,
+			  sizeof(s->cache.top[0]),
+			  s->cache.n_top < KVP_CACHE_TOP ? s->cache.n_top : KVP_CACHE_TOP);
 		break;
 	case K_ITL:
 		json_itl(j, d->key, s);
@@ -692,6 +768,16 @@ int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t ca
 		}
 		if (d->kind == K_ITL) {
 			prom_itl(&out, d, s);
+			continue;
+		}
+		if (d->kind == K_TOP) {
+			kvp_buf_printf(&out, "# HELP kvpool_%s %s\n# TYPE kvpool_%s %s\n", d->prom,
+				       d->help, d->prom, d->type);
+			for (uint32_t k = 0; k < s->cache.n_top && k < KVP_CACHE_TOP; k++) {
+				snprintf(lab, sizeof(lab), "{hash=\"%s\",tokens=\"%u\"}",
+					 s->cache.top[k].hash, s->cache.top[k].tokens);
+				prom_sample(&out, d->prom, lab, (double)s->cache.top[k].hits);
+			}
 			continue;
 		}
 		if (d->help)

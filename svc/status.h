@@ -40,6 +40,41 @@ struct kvp_status_conn {
  * One trust domain: its pool's blocks and its engine's counters (each domain has its
  * own), so an operator sees whose traffic fills what.
  */
+/* One of the most-hit prefixes: its last block's chain hash, length, hits (no tokens). */
+struct kvp_status_prefix {
+	char hash[33];
+	uint32_t tokens;
+	uint64_t hits;
+};
+
+/**
+ * struct kvp_status_cache - the prompt cache's figures derived for the report
+ * (kvp_status_cache_derive() in svc/stats.c, from @sched of the snapshot)
+ * @eviction:          the policy's name
+ * @request_hit_rate:  requests that hit at least one block / requests that looked up
+ * @token_hit_rate:    prompt tokens served from memory / prompt tokens looked up
+ * @tokens_saved:      prompt tokens not computed: read from memory or from the disk tier
+ * @flops_saved:       their prefill FLOPs (the model's figures)
+ * @pinned_bytes:      K/V bytes pinned now
+ * @cost_uncached:     the traffic's prompt cost without a cache, in uncached-token units
+ * @cost_cached:       ... with it: computed 1, written cost_write_pct, read cost_read_pct
+ * @cost_saved_ratio:  1 - cost_cached / cost_uncached
+ * @top:               the most hit prefixes, @n_top of them
+ */
+struct kvp_status_cache {
+	char eviction[12];
+	double request_hit_rate;
+	double token_hit_rate;
+	uint64_t tokens_saved;
+	double flops_saved;
+	uint64_t pinned_bytes;
+	double cost_uncached;
+	double cost_cached;
+	double cost_saved_ratio;
+	uint32_t n_top;
+	struct kvp_status_prefix top[KVP_CACHE_TOP];
+};
+
 struct kvp_status_domain {
 	char name[32];
 	uint64_t conns_open;
@@ -103,6 +138,8 @@ struct kvp_status_snap {
 
 	uint32_t n_domains;
 	struct kvp_status_domain domains[KVP_STATUS_MAX_DOMAINS];
+
+	struct kvp_status_cache cache; /* kvp_status_cache_derive() */
 };
 
 /**

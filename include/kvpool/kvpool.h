@@ -363,6 +363,44 @@ int kvp_client_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 		    const struct kvp_client_params *params, kvp_client_token_fn fn, void *arg,
 		    struct kvp_usage *usage);
 
+/* ---- prompt-cache control (docs/protocol.md, "Cache control") ---- */
+
+/**
+ * kvp_client_set_cache() - send @cc (breakpoints, TTL, retention priority, n) with every
+ * GENERATE and CHAT of @c from now on; NULL stops.  With it set, each DONE carries the
+ * request's struct kvp_cache_usage (kvp_client_event_cache()).  An all-zero @cc asks for
+ * nothing but that: automatic caching with the daemon's defaults.
+ * Return: 0, -EINVAL (breakpoints not increasing, retain > 100, n > KVP_PARALLEL_MAX).
+ */
+int kvp_client_set_cache(struct kvp_client *c, const struct kvp_cache_ctl *cc);
+
+/* The cache usage of the last DONE event: 1 and *@cu when it carried one, else 0. */
+int kvp_client_event_cache(const struct kvp_client *c, struct kvp_cache_usage *cu);
+
+/* Name of an enum kvp_miss_reason ("no_prefix"), "?" when out of range. */
+const char *kvp_client_miss_reason_name(uint32_t reason);
+
+/*
+ * The continuation the last TOKEN event belongs to (0 .. n-1) when its request asked for
+ * n > 1 continuations, else -1.  Continuation i samples with seed + i.
+ */
+int kvp_client_event_cont(const struct kvp_client *c);
+
+/**
+ * kvp_client_pin() - PIN (or with @unpin, UNPIN) the full blocks of @prompt under @salt
+ * PIN computes what is not cached and keeps every full block of the prompt in memory
+ * until an UNPIN of the same prompt and salt (pins nest); operators only: the daemon
+ * answers KVP_E_DENIED unless cache.pin_allowed, KVP_E_LIMIT past cache.pin_max.
+ * @blocks: out, may be NULL; blocks pinned or unpinned
+ * Needs no other request of @c in flight (-EBUSY).
+ * Return: 0, the daemon's enum kvp_status, or -errno.
+ */
+int kvp_client_pin(struct kvp_client *c, const struct kvp_client_prompt *prompt, const void *salt,
+		   size_t salt_len, bool unpin, uint32_t *blocks);
+
+/* FLUSH: drop every unreferenced, unpinned cached block (operators; as kvp_client_pin()). */
+int kvp_client_flush(struct kvp_client *c, uint32_t *blocks);
+
 /**
  * kvp_client_status() - fetch a status report from the status socket
  * @path:  status socket, or NULL for KVP_DEFAULT_STATUS_SOCKET

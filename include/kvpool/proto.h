@@ -45,6 +45,9 @@ enum kvp_frame_type {
 	KVP_FRAME_LEASE,      /* client -> daemon: struct kvp_lease_req + ids */
 	KVP_FRAME_LEASED,     /* daemon -> client: struct kvp_lease + kvp_lease_block[] */
 	KVP_FRAME_RELEASE,    /* client -> daemon: no payload; req_id names the lease */
+	KVP_FRAME_PIN,	      /* client -> daemon: struct kvp_pin + tokens or text (operators) */
+	KVP_FRAME_UNPIN,      /* client -> daemon: struct kvp_pin + tokens or text (operators) */
+	KVP_FRAME_FLUSH, /* client -> daemon: no payload: drop unreferenced blocks (operators) */
 	KVP_FRAME__COUNT
 };
 
@@ -60,6 +63,7 @@ enum kvp_status {
 	KVP_E_CANCELLED, /* cancelled by the client or by shutdown */
 	KVP_E_INTERNAL,	 /* the daemon failed; see its log */
 	KVP_E_SHUTDOWN,	 /* the daemon is stopping */
+	KVP_E_DENIED,	 /* not allowed to this peer (an operator's command: cache.pin_allowed) */
 	KVP_STATUS__COUNT
 };
 
@@ -173,7 +177,8 @@ static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
 #define KVP_GEN_TEXT 0x1u	   /* the prompt is UTF-8 text (text_bytes), not token ids */
 #define KVP_GEN_NO_CACHE 0x2u	   /* neither read nor publish prefix-cache blocks */
 #define KVP_GEN_PARSE_SPECIAL 0x4u /* a text prompt's special-token text becomes their ids */
-#define KVP_GEN__ALL 0x7u
+#define KVP_GEN_CACHE_CTL 0x8u	   /* struct kvp_cache_ctl follows struct kvp_generate */
+#define KVP_GEN__ALL 0xfu
 
 #define KVP_SALT_MAX 64
 
@@ -292,7 +297,8 @@ enum kvp_role { KVP_ROLE_SYSTEM = 0, KVP_ROLE_USER = 1, KVP_ROLE_ASSISTANT = 2, 
 /* render and tokenize only: one IDS (the prompt's ids), then DONE; nothing is generated
  * and the engine is not involved (counting a conversation's tokens) */
 #define KVP_CHAT_PROMPT_ONLY 0x4u
-#define KVP_CHAT__ALL 0x6u
+#define KVP_CHAT_CACHE_CTL 0x8u /* struct kvp_cache_ctl follows struct kvp_chat */
+#define KVP_CHAT__ALL 0xeu
 
 /**
  * struct kvp_chat - CHAT payload, followed by n_context int32 ids, then n_messages times
@@ -391,5 +397,114 @@ struct kvp_lease {
 	struct kvp_model_shape shape;
 };
 static_assert(sizeof(struct kvp_lease) == 56, "wire ABI");
+/* ---- prompt-cache control (docs/protocol.md, "Cache control") ---- */
+
+#define KVP_CACHE_BREAKPOINTS_MAX 4
+#define KVP_PARALLEL_MAX 16 /* most continuations one GENERATE may ask for */
+
+/* struct kvp_cache_ctl flags */
+#define KVP_CC_RETAIN 0x1u /* @retain is set (else the daemon's cache.retain_default) */
+#define KVP_CC__ALL 0x1u
+
+/**
+ * struct kvp_cache_ctl - cache control of one GENERATE (KVP_GEN_CACHE_CTL) or CHAT
+ * (KVP_CHAT_CACHE_CTL); sits right after struct kvp_generate / kvp_chat, before the
+ * prompt.  A request that carries it gets struct kvp_cache_usage after its DONE's usage.
+ * @flags:         KVP_CC_*
+ * @n_breakpoints: 0 = automatic (every full prompt block is published); 1 ..
+ *                 KVP_CACHE_BREAKPOINTS_MAX: only the prefix up to the last breakpoint is
+ *                 published (its full blocks), and nothing generated
+ * @breakpoints:   prefix lengths in prompt tokens, strictly increasing, each in
+ *                 [1, prompt length]
+ * @bp_ttl_s:      TTL of the blocks up to each breakpoint (seconds; 0 = @ttl_s); a block
+ *                 takes the longest TTL of the breakpoints covering it
+ * @ttl_s:         TTL of the blocks this request publishes or hits (0 = cache.ttl_default);
+ *                 at most cache.ttl_max
+ * @retain:        retention priority 0..100 (cache.eviction = priority), with KVP_CC_RETAIN
+ * @n:             continuations to sample (parallel sampling; 0 or 1 = one); continuation
+ *                 i samples with seed + i; GENERATE only
+ * @reserved:      zero
+ */
+struct kvp_cache_ctl {
+	uint32_t flags;
+	uint32_t n_breakpoints;
+	uint32_t breakpoints[KVP_CACHE_BREAKPOINTS_MAX];
+	uint32_t bp_ttl_s[KVP_CACHE_BREAKPOINTS_MAX];
+	uint32_t ttl_s;
+	uint32_t retain;
+	uint32_t n;
+	uint32_t reserved[3];
+};
+static_assert(sizeof(struct kvp_cache_ctl) == 64, "wire ABI");
+static_assert(offsetof(struct kvp_cache_ctl, ttl_s) == 40, "wire ABI");
+
+/* Why a request's prompt was not (entirely) served from the cache. */
+enum kvp_miss_reason {
+	KVP_MISS_NONE = 0,	/* every block a lookup can cover was hit */
+	KVP_MISS_NO_PREFIX,	/* the next block was never cached (or forgotten long ago) */
+	KVP_MISS_BELOW_BLOCK,	/* the prompt has no full block before its last token */
+	KVP_MISS_BELOW_MINIMUM, /* shorter than cache.min_tokens: not looked up, not published */
+	KVP_MISS_EVICTED,	/* the next block was cached and evicted (@miss_tier: from where) */
+	KVP_MISS_SALT_MISMATCH, /* the prefix is cached under another salt */
+	KVP_MISS_MODEL_MISMATCH, /* ... under other model keys (fingerprint, RoPE, dtype) */
+	KVP_MISS_DISABLED,	 /* no-cache */
+	KVP_MISS_IO_ERROR,	 /* the disk tier failed to read a block back */
+	KVP_MISS__COUNT
+};
+
+/* struct kvp_cache_usage.miss_tier */
+enum kvp_miss_tier { KVP_MISS_TIER_NONE = 0, KVP_MISS_TIER_MEMORY = 1, KVP_MISS_TIER_DISK = 2 };
+
+/**
+ * struct kvp_cache_usage - after struct kvp_usage in the DONE of a request that carried
+ * struct kvp_cache_ctl, and of PIN, UNPIN and FLUSH
+ * @miss_reason:    enum kvp_miss_reason (at the request's first admission)
+ * @miss_tier:      enum kvp_miss_tier: for KVP_MISS_EVICTED, where the block was evicted
+ *                  from
+ * @matched_blocks: full prompt blocks served from the cache (memory and disk)
+ * @evicted_tokens: prompt tokens computed again because their blocks had been evicted
+ * @ttl_s:          TTL given to the blocks it published or hit (0: none, no-cache)
+ * @n:              continuations sampled
+ * @blocks:         PIN: blocks pinned; UNPIN: unpinned; FLUSH: dropped; else 0
+ * @reserved:       zero
+ */
+struct kvp_cache_usage {
+	uint32_t miss_reason;
+	uint32_t miss_tier;
+	uint32_t matched_blocks;
+	uint32_t evicted_tokens;
+	uint32_t ttl_s;
+	uint32_t n;
+	uint32_t blocks;
+	uint32_t reserved;
+};
+static_assert(sizeof(struct kvp_cache_usage) == 32, "wire ABI");
+
+/*
+ * struct kvp_token_cont - after a TOKEN's text when its request asked for n > 1
+ * continuations: which one the tokens belong to (0 .. n-1)
+ */
+struct kvp_token_cont {
+	uint32_t index;
+	uint32_t reserved;
+};
+static_assert(sizeof(struct kvp_token_cont) == 8, "wire ABI");
+
+/**
+ * struct kvp_pin - PIN / UNPIN payload, followed by n_tokens int32 ids or text_bytes of
+ * text (exactly one non-zero, as KVP_GEN_TEXT says).  PIN computes the prompt's full
+ * blocks if they are not cached and keeps them until UNPIN of the same prompt and salt;
+ * answered by DONE (usage + struct kvp_cache_usage: @blocks pinned) or ERROR
+ * (KVP_E_DENIED unless cache.pin_allowed; KVP_E_LIMIT past cache.pin_max).
+ * @flags: KVP_GEN_TEXT, KVP_GEN_PARSE_SPECIAL
+ */
+struct kvp_pin {
+	uint32_t flags;
+	uint32_t n_tokens;
+	uint32_t text_bytes;
+	uint32_t salt_len;
+	uint8_t salt[KVP_SALT_MAX];
+};
+static_assert(sizeof(struct kvp_pin) == 80, "wire ABI");
 
 #endif /* KVPOOL_PROTO_H */

@@ -200,9 +200,67 @@ static char *read_file(const char *path, size_t *len)
 
 /* ------------------------------------------------------------ JSON output */
 
+/*
+ * Cache control of this run's requests (--breakpoint, --ttl, --retain, --parallel), and
+ * the client whose last DONE the usage line reports the cache usage of.
+ */
+static struct kvp_cache_ctl cli_cc;
+static struct kvp_client *cli_client;
+
+/* A cache option of generate and chat: 0 when @opt is one, -1 when it is not. */
+static int cache_option(int opt, const char *arg)
+{
+	char *colon;
+
+	switch (opt) {
+	case 'B':
+		if (cli_cc.n_breakpoints == KVP_CACHE_BREAKPOINTS_MAX)
+			die_usage("--breakpoint: at most %d", KVP_CACHE_BREAKPOINTS_MAX);
+		colon = strchr(arg, ':');
+		if (colon) {
+			*colon = '\0';
+			cli_cc.bp_ttl_s[cli_cc.n_breakpoints] = (uint32_t)
+				parse_u64(colon + 1, "--breakpoint TTL", 1, 7 * 86400);
+		}
+		cli_cc.breakpoints[cli_cc.n_breakpoints] = (uint32_t)parse_u64(arg, "--breakpoint",
+									       1, UINT32_MAX);
+		if (cli_cc.n_breakpoints && cli_cc.breakpoints[cli_cc.n_breakpoints] <=
+						    cli_cc.breakpoints[cli_cc.n_breakpoints - 1])
+			die_usage("--breakpoint: positions must increase");
+		cli_cc.n_breakpoints++;
+		return 0;
+	case 'L':
+		cli_cc.ttl_s = (uint32_t)parse_u64(arg, "--ttl", 1, 7 * 86400);
+		return 0;
+	case 'Q':
+		cli_cc.retain = (uint32_t)parse_u64(arg, "--retain", 0, 100);
+		cli_cc.flags |= KVP_CC_RETAIN;
+		return 0;
+	case 'W':
+		cli_cc.n = (uint32_t)parse_u64(arg, "--parallel", 1, KVP_PARALLEL_MAX);
+		return 0;
+	}
+	return -1;
+}
+
+#define CACHE_OPTIONS \
+	{ "breakpoint", required_argument, NULL, 'B' }, { "ttl", required_argument, NULL, 'L' }, \
+	{ \
+		"retain", required_argument, NULL, 'Q' \
+	}
+
+#define CACHE_HELP \
+	"      --breakpoint POS[:TTL]  cache only the prefix up to token POS (up to 4; the\n" \
+	"                         last one counts), kept TTL seconds (default --ttl)\n" \
+	"      --ttl S            keep what this request caches or hits S seconds (default\n" \
+	"                         cache.ttl_default_s, at most cache.ttl_max_s)\n" \
+	"      --retain P         retention priority 0..100 (cache.eviction = priority)\n"
+
 /* The usage of a DONE as a JSON object (member @key). */
 static void json_usage(struct kvp_json *j, const char *key, const struct kvp_usage *u)
 {
+	struct kvp_cache_usage cu;
+
 	kvp_json_begin(j, key, '{');
 	kvp_json_u64(j, "prompt_tokens", u->prompt_tokens);
 	kvp_json_u64(j, "cached_tokens", u->cached_tokens);
@@ -217,6 +275,19 @@ static void json_usage(struct kvp_json *j, const char *key, const struct kvp_usa
 	kvp_json_u64(j, "preemptions", u->preemptions);
 	kvp_json_u64(j, "swapped_tokens", u->swapped_tokens);
 	kvp_json_u64(j, "resume_computed_tokens", u->resume_computed_tokens);
+	if (cli_client && kvp_client_event_cache(cli_client, &cu)) {
+		const char *mr = kvp_client_miss_reason_name(cu.miss_reason);
+
+		kvp_json_str(j, "miss_reason", mr, strlen(mr));
+		if (cu.miss_tier)
+			kvp_json_str(j, "miss_tier",
+				     cu.miss_tier == KVP_MISS_TIER_DISK ? "disk" : "memory",
+				     cu.miss_tier == KVP_MISS_TIER_DISK ? 4 : 6);
+		kvp_json_u64(j, "matched_blocks", cu.matched_blocks);
+		kvp_json_u64(j, "evicted_tokens", cu.evicted_tokens);
+		kvp_json_u64(j, "ttl_s", cu.ttl_s);
+		kvp_json_u64(j, "n", cu.n);
+	}
 	kvp_json_end(j, '}');
 }
 
@@ -263,6 +334,8 @@ struct gen_out {
 	double t0_ms, ttft_ms;
 	bool midline;
 	bool got_done;
+	struct kvp_buf cont[KVP_PARALLEL_MAX]; /* --parallel: each continuation's text */
+	bool parallel;
 };
 
 static double now_ms(void);
@@ -274,6 +347,15 @@ static int on_tokens(struct gen_out *g, const int32_t *ids, uint32_t n, const ch
 	g->n_recv += n;
 	if (g->ttft_ms < 0 && n)
 		g->ttft_ms = now_ms() - g->t0_ms;
+	if (g->parallel) {
+		/* continuations interleave: each one's text is kept and shown at the end */
+		int k = cli_client ? kvp_client_event_cont(cli_client) : -1;
+
+		if (k < 0 || k >= KVP_PARALLEL_MAX)
+			k = 0;
+		kvp_buf_add(&g->cont[k], text, len);
+		return g->cont[k].err ? -ENOMEM : 0;
+	}
 	if (!g->json) {
 		if (g->tty) {
 			struct kvp_buf e = KVP_BUF_INIT;
@@ -399,6 +481,11 @@ static void generate_help(FILE *o)
 	      "                         running first\n"
 	      "      --json             print one JSON object instead: tokens (generated ids),\n"
 	      "                         text and usage\n"
+	      "      --parallel N       sample N continuations (1..16) of the one prompt;\n"
+	      "                         continuation i uses seed S + i; shown one after another\n" CACHE_HELP
+	      "The usage line ends with the cache's view: miss_reason (none, no_prefix,\n"
+	      "below_block, below_minimum, evicted (memory|disk), salt_mismatch,\n"
+	      "model_mismatch, disabled, io_error) and matched_blocks.\n"
 	      "Ctrl-C cancels the request.  On a terminal, control characters and bytes that\n"
 	      "are not UTF-8 in the text are shown as \\xNN; piped, the bytes are written as\n"
 	      "they are.\n",
@@ -408,6 +495,8 @@ static void generate_help(FILE *o)
 /* Print the usage of a DONE on stderr (@how: "" or why it stopped early). */
 static void print_usage_line(const struct kvp_usage *u, const char *how)
 {
+	struct kvp_cache_usage cu;
+
 	fprintf(stderr,
 		"usage: prompt_tokens %u, cached_tokens %u, cache_creation_tokens %u, "
 		"recomputed_tokens %u, generated_tokens %u; queue %.1f ms, ttft %.1f ms, "
@@ -421,6 +510,18 @@ static void print_usage_line(const struct kvp_usage *u, const char *how)
 			"resume_computed_tokens %u",
 			u->cached_tokens_disk, u->preemptions, u->swapped_tokens,
 			u->resume_computed_tokens);
+	/* why the prompt was not (all) served from the cache */
+	if (cli_client && kvp_client_event_cache(cli_client, &cu)) {
+		fprintf(stderr, "; miss_reason %s", kvp_client_miss_reason_name(cu.miss_reason));
+		if (cu.miss_tier)
+			fprintf(stderr, " (%s)",
+				cu.miss_tier == KVP_MISS_TIER_DISK ? "disk" : "memory");
+		fprintf(stderr, ", matched_blocks %u", cu.matched_blocks);
+		if (cu.evicted_tokens)
+			fprintf(stderr, ", evicted_tokens %u", cu.evicted_tokens);
+		if (cu.n > 1)
+			fprintf(stderr, ", continuations %u", cu.n);
+	}
 	fputc('\n', stderr);
 }
 
@@ -441,6 +542,8 @@ static int cmd_generate(int argc, char **argv)
 		{ "priority", required_argument, NULL, 'R' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "parallel", required_argument, NULL, 'W' },
+		CACHE_OPTIONS,
 		{ 0 },
 	};
 	struct kvp_client_prompt pr = { 0 };
@@ -514,6 +617,8 @@ static int cmd_generate(int argc, char **argv)
 			generate_help(stdout);
 			return 0;
 		default:
+			if (optarg && cache_option(opt, optarg) == 0)
+				break;
 			die_bad_option(opt, argv);
 		}
 	}
@@ -530,6 +635,11 @@ static int cmd_generate(int argc, char **argv)
 				    kvp_client_errmsg(c));
 		goto out;
 	}
+	cli_client = c;
+	kvp_client_set_cache(c, &cli_cc); /* checked above; DONE then says why it missed */
+	out.parallel = cli_cc.n > 1;
+	for (int k = 0; k < KVP_PARALLEL_MAX; k++)
+		out.cont[k] = (struct kvp_buf)KVP_BUF_INIT;
 	/* the daemon's own limit, known from WELCOME: say it rather than be refused */
 	if (p.max_new_tokens > kvp_client_welcome(c)->max_new_tokens) {
 		uint32_t lim = kvp_client_welcome(c)->max_new_tokens;
@@ -582,15 +692,30 @@ static int cmd_generate(int argc, char **argv)
 			kvp_json_i64(&j, NULL, out.ids[i]);
 		kvp_json_end(&j, ']');
 		kvp_json_str(&j, "text", out.text.p, out.text.len);
+		if (out.parallel) {
+			kvp_json_begin(&j, "continuations", '[');
+			for (uint32_t k = 0; k < cli_cc.n; k++)
+				kvp_json_str(&j, NULL, out.cont[k].p ? out.cont[k].p : "",
+					     out.cont[k].len);
+			kvp_json_end(&j, ']');
+		}
 		json_usage(&j, "usage", &u);
 		kvp_json_end(&j, '}');
 		if (json_print(&b) < 0 && !r)
 			r = -EIO;
 		kvp_buf_deinit(&b);
 	} else {
+		for (uint32_t k = 0; out.parallel && k < cli_cc.n; k++)
+			printf("--- continuation %u (seed %llu) ---\n%.*s\n", k,
+			       (unsigned long long)(p.seed + k), (int)out.cont[k].len,
+			       out.cont[k].p ? out.cont[k].p : "");
+		fflush(stdout);
 		print_usage_line(&u, r == KVP_E_CANCELLED ? " (cancelled)" : "");
 	}
 out:
+	for (int k = 0; out.parallel && k < KVP_PARALLEL_MAX; k++)
+		kvp_buf_deinit(&out.cont[k]);
+	cli_client = NULL;
 	kvp_client_close(c);
 	free(ids);
 	free(file_text);
@@ -984,6 +1109,32 @@ out:
 }
 
 /*
+ * Interactive: show the prompt and wait until stdin has a line (or its end) or a Ctrl-C
+ * comes; true on Ctrl-C (the terminal has dropped the line typed so far).  SIGINT is
+ * blocked except inside ppoll(), so one that lands between the prompt and the wait is
+ * taken there, never lost while a read sleeps.  On a terminal in canonical mode a
+ * readable stdin holds a whole line, so the getline() after this does not block.
+ */
+static bool prompt_interrupted(void)
+{
+	struct pollfd p = { .fd = STDIN_FILENO, .events = POLLIN };
+	sigset_t block, old;
+	int r;
+
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	interrupted = 0;
+	fputs("> ", stdout);
+	fflush(stdout);
+	do
+		r = ppoll(&p, 1, NULL, &old);
+	while (r < 0 && errno == EINTR && !interrupted);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	return interrupted;
+}
+
+/*
  * The next user turn from stdin: one line, without its newline.  Interactive, a Ctrl-C
  * at the prompt drops the line typed so far.  Return: the length, or -1 at the end.
  */
@@ -992,17 +1143,11 @@ static ssize_t chat_read_line(char **line, size_t *cap, bool interactive)
 	for (;;) {
 		ssize_t n;
 
-		if (interactive) {
-			fputs("> ", stdout);
-			fflush(stdout);
-		}
-		interrupted = 0;
-		n = getline(line, cap, stdin);
-		if (n < 0 && interactive && errno == EINTR && interrupted) {
-			clearerr(stdin);
+		if (interactive && prompt_interrupted()) {
 			fputc('\n', stdout);
 			continue;
 		}
+		n = getline(line, cap, stdin);
 		if (n < 0)
 			return -1;
 		if (n && (*line)[n - 1] == '\n')
@@ -1035,7 +1180,7 @@ static void chat_help(FILE *o)
 	      "                         llama3.2, chatml, llama2, mistral, phi3, gemma, zephyr,\n"
 	      "                         deepseek) instead of the model's\n"
 	      "  -n, --max-new-tokens N reply tokens at most (default: the daemon's maximum,\n"
-	      "                         at most 1024)\n"
+	      "                         at most 1024)\n" CACHE_HELP
 	      "      --temperature T, --top-k K, --top-p P, --seed S, --salt S, --no-cache\n"
 	      "                         as for kvpool generate\n"
 	      "      --json             one JSON object per turn: turn, tokens (the reply's\n"
@@ -1058,6 +1203,7 @@ static int cmd_chat(int argc, char **argv)
 		{ "no-cache", no_argument, NULL, 'N' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
+		CACHE_OPTIONS,
 		{ 0 },
 	};
 	struct sigaction sa = { .sa_handler = on_sigint };
@@ -1123,6 +1269,8 @@ static int cmd_chat(int argc, char **argv)
 			free(messages);
 			return 0;
 		default:
+			if (optarg && cache_option(opt, optarg) == 0)
+				break;
 			die_usage("chat: bad option");
 		}
 	}
@@ -1138,6 +1286,8 @@ static int cmd_chat(int argc, char **argv)
 		fprintf(stderr, "kvpool: %s\n", kvp_client_errmsg(c));
 		goto out;
 	}
+	cli_client = c;
+	kvp_client_set_cache(c, &cli_cc); /* each DONE then says why it missed */
 	if (!have_n) {
 		uint32_t most = kvp_client_welcome(c)->max_new_tokens;
 
@@ -1198,6 +1348,108 @@ static long long json_number_after(const char *text, const char *key)
 	return p ? strtoll(p + strlen(key), NULL, 10) : -1;
 }
 
+/* kvpool pin / unpin: the full blocks of a prompt stay cached (operators). */
+static int cmd_pin(int argc, char **argv, bool unpin)
+{
+	static const struct option opts[] = {
+		{ "prompt", required_argument, NULL, 'p' },
+		{ "tokens", required_argument, NULL, 't' },
+		{ "prompt-file", required_argument, NULL, 'f' },
+		{ "salt", required_argument, NULL, 'S' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	const char *what = unpin ? "unpin" : "pin";
+	struct kvp_client_prompt pr = { 0 };
+	const char *salt = NULL;
+	char *file_text = NULL;
+	int32_t *ids = NULL;
+	struct kvp_client *c;
+	int n_prompts = 0, opt, r;
+	uint32_t blocks = 0;
+
+	while ((opt = getopt_long(argc, argv, ":p:h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'p':
+			pr.text = optarg;
+			pr.text_len = strlen(optarg);
+			n_prompts++;
+			break;
+		case 't':
+			ids = parse_tokens(optarg, &pr.n_tokens);
+			pr.tokens = ids;
+			n_prompts++;
+			break;
+		case 'f':
+			file_text = read_file(optarg, &pr.text_len);
+			pr.text = file_text;
+			n_prompts++;
+			break;
+		case 'S':
+			if (strlen(optarg) > KVP_SALT_MAX)
+				die_usage("--salt: longer than %d bytes", KVP_SALT_MAX);
+			salt = optarg;
+			break;
+		case 'h':
+			printf("usage: kvpool [--socket PATH] %s (-p TEXT | --tokens 1,2,3 |\n"
+			       "              --prompt-file F) [--salt S]\n"
+			       "\n"
+			       "%s\n"
+			       "Operators only: the daemon refuses unless cache.pin_allowed = yes.\n",
+			       what,
+			       unpin ? "Drop one pin from the full blocks of the prompt (pins nest)." :
+				       "Compute the prompt's full blocks if they are not cached and keep\n"
+				       "them in memory, under any pressure, until `kvpool unpin` of the\n"
+				       "same prompt and salt.  Pinned bytes are capped by cache.pin_max.");
+			return 0;
+		default:
+			die_bad_option(opt, argv);
+		}
+	}
+	if (optind < argc)
+		die_usage("%s: unexpected argument '%s'", what, argv[optind]);
+	if (n_prompts != 1)
+		die_usage("%s: give exactly one of -p, --tokens, --prompt-file", what);
+	if (pr.text && !pr.text_len)
+		die_usage("%s: the prompt is empty", what);
+	r = kvp_client_connect(&c, sock_path);
+	if (r) {
+		print_connect_error("--socket", sock_path ? sock_path : KVP_DEFAULT_SOCKET, r,
+				    kvp_client_errmsg(c));
+	} else {
+		r = kvp_client_pin(c, &pr, salt, salt ? strlen(salt) : 0, unpin, &blocks);
+		if (r)
+			fprintf(stderr, "kvpool: %s: %s\n", what, kvp_client_errmsg(c));
+		else
+			printf("kvpool: %s %u blocks\n", unpin ? "unpinned" : "pinned", blocks);
+	}
+	kvp_client_close(c);
+	free(ids);
+	free(file_text);
+	return r ? 1 : 0;
+}
+
+/* kvpool flush (no --tier): the FLUSH frame, on the request socket. */
+static int flush_cache(void)
+{
+	struct kvp_client *c;
+	uint32_t blocks = 0;
+	int r = kvp_client_connect(&c, sock_path);
+
+	if (r) {
+		print_connect_error("--socket", sock_path ? sock_path : KVP_DEFAULT_SOCKET, r,
+				    kvp_client_errmsg(c));
+	} else {
+		r = kvp_client_flush(c, &blocks);
+		if (r)
+			fprintf(stderr, "kvpool: flush: %s\n", kvp_client_errmsg(c));
+		else
+			printf("kvpool: flushed %u cached blocks\n", blocks);
+	}
+	kvp_client_close(c);
+	return r ? 1 : 0;
+}
+
 static int cmd_flush(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -1216,9 +1468,12 @@ static int cmd_flush(int argc, char **argv)
 			tier = true;
 			break;
 		case 'h':
-			puts("usage: kvpool [--status-socket PATH] flush --tier\n"
+			puts("usage: kvpool [--socket PATH] flush\n"
+			     "       kvpool [--status-socket PATH] flush --tier\n"
 			     "\n"
-			     "Empty kvpoold's disk tier: every cached block on disk is dropped (memory\n"
+			     "Without --tier: drop every cached block in memory that no request holds\n"
+			     "and no pin keeps (a TTL does not keep it); operators only\n"
+			     "(cache.pin_allowed).  With --tier: empty kvpoold's disk tier: every cached block on disk is dropped (memory\n"
 			     "is kept), and the file is marked so that none of them comes back after a\n"
 			     "restart either.  Asked through the status socket (an operator's); waits\n"
 			     "until the engine has done it (at most 30 s).");
@@ -1230,7 +1485,7 @@ static int cmd_flush(int argc, char **argv)
 	if (optind < argc)
 		die_usage("flush: unexpected argument '%s'", argv[optind]);
 	if (!tier)
-		die_usage("flush: say what to flush (--tier)");
+		return flush_cache();
 	r = kvp_client_status(status_path, "flush-tier", &text, NULL);
 	if (r < 0) {
 		fprintf(stderr, "kvpool: flush: %s: %s\n",
@@ -1857,7 +2112,8 @@ static void main_help(FILE *o)
 	      "  detokenize the text of token ids (kvpool detokenize --help)\n"
 	      "  lease      lease the cached blocks of a prefix, print them (kvpool lease --help)\n"
 	      "  status     print the daemon's status report (kvpool status --help)\n"
-	      "  flush      operators: empty the disk tier (kvpool flush --tier)\n"
+	      "  flush      operators: drop unreferenced cached blocks; --tier: empty the disk tier\n"
+	      "  pin, unpin operators: keep a prompt's blocks cached until unpinned\n"
 	      "  bench      load generator: TTFT, throughput, prefix hit rates (kvpool bench --help)\n"
 	      "\n"
 	      "Options:\n"
@@ -1932,6 +2188,10 @@ int main(int argc, char **argv)
 		return cmd_status(argc, argv);
 	if (!strcmp(cmd, "flush"))
 		return cmd_flush(argc, argv);
+	if (!strcmp(cmd, "pin"))
+		return cmd_pin(argc, argv, false);
+	if (!strcmp(cmd, "unpin"))
+		return cmd_pin(argc, argv, true);
 	if (!strcmp(cmd, "bench"))
 		return cmd_bench(argc, argv);
 	if (!strcmp(cmd, "help")) {

@@ -64,6 +64,11 @@ struct kvp_client {
 	uint8_t *out; /* encoded outgoing frame */
 	size_t out_cap;
 	char errmsg[256];
+	struct kvp_cache_ctl cc; /* kvp_client_set_cache(): sent with each request when set */
+	bool has_cc;
+	struct kvp_cache_usage last_cu; /* of the last DONE event, when it carried one */
+	bool last_has_cu;
+	int32_t last_cont; /* continuation of the last TOKEN event, -1 none */
 };
 
 static int set_err(struct kvp_client *c, int code, const char *fmt, ...)
@@ -391,6 +396,7 @@ KVP_EXPORT int kvp_client_connect(struct kvp_client **out, const char *path)
 	c->fd = -1;
 	c->pool_fd = -1;
 	c->next_id = 1;
+	c->last_cont = -1;
 	if (!path)
 		path = KVP_DEFAULT_SOCKET;
 
@@ -564,6 +570,8 @@ KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_p
 		memcpy(g.salt, params->salt, params->salt_len);
 	if (params->no_cache)
 		g.flags |= KVP_GEN_NO_CACHE;
+	if (c->has_cc)
+		g.flags |= KVP_GEN_CACHE_CTL;
 	g.priority = params->priority;
 	if (prompt->text_len) {
 		g.flags |= KVP_GEN_TEXT;
@@ -576,12 +584,12 @@ KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_p
 		body = prompt->tokens;
 	}
 	cap0 = c->out_cap;
-	need = kvp_proto_encode_generate(c->out, cap0, c->next_id, &g, body);
+	need = kvp_proto_encode_generate_cc(c->out, cap0, c->next_id, &g, &c->cc, body);
 	r = out_reserve(c, need);
 	if (r)
 		return r;
 	if (need > cap0) /* it did not fit: encode again */
-		kvp_proto_encode_generate(c->out, c->out_cap, c->next_id, &g, body);
+		kvp_proto_encode_generate_cc(c->out, c->out_cap, c->next_id, &g, &c->cc, body);
 	return send_request(c, need, "GENERATE", req_id);
 }
 
@@ -616,7 +624,8 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 		struct kvp_token t;
 		const void *ids;
 
-		if (kvp_proto_decode_token(c->buf, hdr.len_bytes, &t, &ids, &ev->text, &why))
+		if (kvp_proto_decode_token_cc(c->buf, hdr.len_bytes, &t, &ids, &ev->text,
+					      &c->last_cont, &why))
 			break;
 		ev->type = KVP_EVENT_TOKEN;
 		ev->tokens = ids; /* c->buf + 8: aligned (see the header comment) */
@@ -637,7 +646,8 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 		return 0;
 	}
 	case KVP_FRAME_DONE:
-		if (kvp_proto_decode_done(c->buf, hdr.len_bytes, &ev->usage, &why))
+		if (kvp_proto_decode_done_cc(c->buf, hdr.len_bytes, &ev->usage, &c->last_cu,
+					     &c->last_has_cu, &why))
 			break;
 		ev->type = KVP_EVENT_DONE;
 		ev->status = (int)ev->usage.status;
@@ -669,6 +679,134 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 	c->dead = true;
 	return set_err(c, -EPROTO, "bad %s frame from daemon: %s", kvp_proto_type_name(hdr.type),
 		       why);
+}
+
+KVP_EXPORT int kvp_client_set_cache(struct kvp_client *c, const struct kvp_cache_ctl *cc)
+{
+	if (!cc) {
+		c->has_cc = false;
+		memset(&c->cc, 0, sizeof(c->cc));
+		return 0;
+	}
+	if (cc->n_breakpoints > KVP_CACHE_BREAKPOINTS_MAX)
+		return set_err(c, -EINVAL, "at most %d cache breakpoints",
+			       KVP_CACHE_BREAKPOINTS_MAX);
+	for (uint32_t i = 0; i < cc->n_breakpoints; i++)
+		if (!cc->breakpoints[i] || (i && cc->breakpoints[i] <= cc->breakpoints[i - 1]))
+			return set_err(c, -EINVAL,
+				       "cache breakpoints must increase and be above 0");
+	if (cc->retain > 100 || cc->n > KVP_PARALLEL_MAX)
+		return set_err(c, -EINVAL, "retain must be at most 100, n at most %d",
+			       KVP_PARALLEL_MAX);
+	c->cc = *cc;
+	c->cc.flags &= KVP_CC__ALL;
+	memset(c->cc.reserved, 0, sizeof(c->cc.reserved));
+	for (uint32_t i = cc->n_breakpoints; i < KVP_CACHE_BREAKPOINTS_MAX; i++)
+		c->cc.breakpoints[i] = c->cc.bp_ttl_s[i] = 0;
+	if (!(c->cc.flags & KVP_CC_RETAIN))
+		c->cc.retain = 0;
+	c->has_cc = true;
+	return 0;
+}
+
+KVP_EXPORT int kvp_client_event_cache(const struct kvp_client *c, struct kvp_cache_usage *cu)
+{
+	if (!c->last_has_cu)
+		return 0;
+	*cu = c->last_cu;
+	return 1;
+}
+
+KVP_EXPORT const char *kvp_client_miss_reason_name(uint32_t reason)
+{
+	return kvp_proto_miss_reason_name(reason);
+}
+
+KVP_EXPORT int kvp_client_event_cont(const struct kvp_client *c)
+{
+	return c->last_cont;
+}
+
+/* Send a PIN, UNPIN or FLUSH already encoded in c->out and wait for its answer. */
+static int operator_request(struct kvp_client *c, size_t need, const char *what, uint32_t *blocks)
+{
+	struct kvp_client_event ev;
+	uint64_t id;
+	int r;
+
+	r = send_request(c, need, what, &id);
+	if (r)
+		return r;
+	for (;;) {
+		r = kvp_client_next(c, &ev);
+		if (r)
+			return r;
+		if (ev.req_id != id && ev.req_id != 0)
+			continue;
+		if (ev.type == KVP_EVENT_ERROR)
+			return set_err(c, ev.status, "daemon: %s", ev.message);
+		if (ev.type != KVP_EVENT_DONE)
+			continue;
+		if (blocks)
+			*blocks = c->last_has_cu ? c->last_cu.blocks : 0;
+		return ev.status ? set_err(c, ev.status, "%s failed", what) : 0;
+	}
+}
+
+KVP_EXPORT int kvp_client_pin(struct kvp_client *c, const struct kvp_client_prompt *prompt,
+			      const void *salt, size_t salt_len, bool unpin, uint32_t *blocks)
+{
+	struct kvp_pin pin = { 0 };
+	uint32_t type = unpin ? KVP_FRAME_UNPIN : KVP_FRAME_PIN;
+	const void *body;
+	size_t need, cap0;
+	int r;
+
+	if (c->dead || c->fd < 0)
+		return set_err(c, -ENOTCONN, "connection closed");
+	if (c->in_flight)
+		return set_err(c, -EBUSY, "another request is in flight on this client");
+	if (!prompt || (!prompt->n_tokens == !prompt->text_len) || salt_len > KVP_SALT_MAX ||
+	    prompt->n_tokens > UINT32_MAX || prompt->text_len > UINT32_MAX)
+		return set_err(c, -EINVAL,
+			       "pin: give exactly one of tokens or text, a salt of "
+			       "at most 64 bytes");
+	if (prompt->text_len) {
+		pin.flags = KVP_GEN_TEXT;
+		pin.text_bytes = (uint32_t)prompt->text_len;
+		body = prompt->text;
+	} else {
+		pin.n_tokens = (uint32_t)prompt->n_tokens;
+		body = prompt->tokens;
+	}
+	pin.salt_len = (uint32_t)salt_len;
+	if (salt_len)
+		memcpy(pin.salt, salt, salt_len);
+	cap0 = c->out_cap;
+	need = kvp_proto_encode_pin(c->out, cap0, type, c->next_id, &pin, body);
+	r = out_reserve(c, need);
+	if (r)
+		return r;
+	if (need > cap0)
+		kvp_proto_encode_pin(c->out, c->out_cap, type, c->next_id, &pin, body);
+	return operator_request(c, need, unpin ? "UNPIN" : "PIN", blocks);
+}
+
+KVP_EXPORT int kvp_client_flush(struct kvp_client *c, uint32_t *blocks)
+{
+	size_t need;
+	int r;
+
+	if (c->dead || c->fd < 0)
+		return set_err(c, -ENOTCONN, "connection closed");
+	if (c->in_flight)
+		return set_err(c, -EBUSY, "another request is in flight on this client");
+	need = kvp_proto_encode_flush(NULL, 0, c->next_id);
+	r = out_reserve(c, need);
+	if (r)
+		return r;
+	kvp_proto_encode_flush(c->out, c->out_cap, c->next_id);
+	return operator_request(c, need, "FLUSH", blocks);
 }
 
 KVP_EXPORT int kvp_client_generate(struct kvp_client *c, const struct kvp_client_prompt *prompt,
@@ -1070,6 +1208,8 @@ static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 	ch.flags = flags;
 	if (params->no_cache)
 		ch.flags |= KVP_CHAT_NO_CACHE;
+	if (c->has_cc)
+		ch.flags |= KVP_CHAT_CACHE_CTL;
 	memcpy(ch.template_name, cv->tmpl, sizeof(ch.template_name));
 	msgs = calloc(cv->n_msgs, sizeof(*msgs));
 	if (!msgs)
@@ -1079,10 +1219,11 @@ static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 						  .len = (uint32_t)cv->msgs[i].len,
 						  .text = cv->msgs[i].text };
 	cap0 = c->out_cap;
-	need = kvp_proto_encode_chat(c->out, cap0, c->next_id, &ch, cv->ctx.v, msgs);
+	need = kvp_proto_encode_chat_cc(c->out, cap0, c->next_id, &ch, &c->cc, cv->ctx.v, msgs);
 	r = out_reserve(c, need);
 	if (!r && need > cap0)
-		kvp_proto_encode_chat(c->out, c->out_cap, c->next_id, &ch, cv->ctx.v, msgs);
+		kvp_proto_encode_chat_cc(c->out, c->out_cap, c->next_id, &ch, &c->cc, cv->ctx.v,
+					 msgs);
 	free(msgs);
 	if (r)
 		return r;

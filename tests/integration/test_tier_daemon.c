@@ -448,6 +448,8 @@ static void test_corruption_never_served(void **state)
 	assert_int_equal(o.u.cached_tokens_disk, 3 * BT);
 	assert_int_equal(o.u.recomputed_tokens, PROMPT - 3 * BT);
 	assert_true(status_num(f, "tier.checksum_failures") >= 1);
+	/* the read that failed is the request's miss reason (docs/protocol.md) */
+	assert_true(status_num(f, "cache.miss_io_error") == 1);
 	kvpd_stop(&f->d);
 
 	/* truncated in the middle of block 0's K/V (and everything after it) */

@@ -230,6 +230,23 @@ static int e_status(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap)
 	return (size_t)n < cap ? n : -ENOSPC;
 }
 
+/* The CLI sends cache control with every request; this daemon ignores it. */
+static int e_generate_cc(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+			 const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
+			 const int32_t *tokens, const char *text)
+{
+	(void)cc;
+	return e_generate(ctx, conn, peer, req_id, g, tokens, text);
+}
+
+static int e_chat_cc(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		     const struct kvp_chat *ch, const struct kvp_cache_ctl *cc,
+		     const int32_t *context, const struct kvp_proto_msg *msgs)
+{
+	(void)cc;
+	return e_chat(ctx, conn, peer, req_id, ch, context, msgs);
+}
+
 static void *run(void *arg)
 {
 	struct fixture *f = arg;
@@ -249,7 +266,9 @@ static int setup(void **state)
 				      .tokenize = e_tokenize,
 				      .detokenize = e_detokenize,
 				      .chat = e_chat,
-				      .status = e_status };
+				      .status = e_status,
+				      .generate_cc = e_generate_cc,
+				      .chat_cc = e_chat_cc };
 
 	assert_non_null(f);
 	assert_int_equal(kvp_test_tmpdir(f->dir, sizeof(f->dir)), 0);

@@ -172,6 +172,18 @@ static void fill_busy(struct kvp_status_snap *s)
 		kvp_hist_observe_ms(&s->lat[KVP_LAT_PREFILL], 10.0 + i * 25);
 		kvp_hist_observe_ms(&s->lat[KVP_LAT_DECODE], 1000.0 + i * 400);
 	}
+	/* the prompt cache: derived figures as svc/stats.c fills them */
+	s->sched.cache.miss[KVP_MISS_NONE] = 3;
+	s->sched.cache.miss[KVP_MISS_EVICTED] = 1;
+	s->sched.cache.evicted_tokens = 32;
+	strcpy(s->cache.eviction, "lru");
+	s->cache.request_hit_rate = 0.75;
+	s->cache.cost_uncached = 1200;
+	s->cache.cost_cached = 412.5;
+	s->cache.n_top = 1;
+	strcpy(s->cache.top[0].hash, "0123456789abcdef0123456789abcdef");
+	s->cache.top[0].tokens = 64;
+	s->cache.top[0].hits = 3;
 }
 /* clang-format on */
 
