@@ -34,6 +34,7 @@
 #include "kvpool/proto.h"
 #include "shm/index.h"
 #include "shm/pool.h"
+#include "svc/remoting.h"
 #include "svc/tiering.h"
 
 struct kvp_model;
@@ -104,7 +105,11 @@ struct kvp_sched_hooks {
  * @tier:            the disk tier (borrowed; NULL: none), driven by the engine thread
  *                   from kvp_sched_start() on; opened and attached to @index before
  * @tier_high_pct, @tier_low_pct: pool use (blocks not free, %) above which cold cached
- *                   blocks are written to @tier and freed, and down to which
+ *                   blocks are written to @tier and freed, and down to which (also the
+ *                   remote tier's selective mode: published before they are evicted)
+ * @remote:          the remote tier (borrowed; NULL: none), below memory and @tier; it
+ *                   must outlive the engine and be freed before @pool
+ * @remote_domain:   the remote domain id of @pool's trust domain (svc/remotecfg.h)
  */
 struct kvp_sched_config {
 	struct kvp_pool *pool;
@@ -129,6 +134,8 @@ struct kvp_sched_config {
 	struct kvp_tier *tier;
 	uint32_t tier_high_pct;
 	uint32_t tier_low_pct;
+	struct kvp_remote *remote;
+	uint32_t remote_domain;
 };
 
 /**
@@ -260,6 +267,10 @@ struct kvp_sched_stats {
 	/* the disk tier, when one is configured */
 	uint32_t tier_configured;
 	struct kvp_tiering_stats tier;
+
+	/* the remote tier, when one is configured (remote.configured) */
+	struct kvp_remoting_stats remote;
+	uint64_t cached_tokens_remote; /* usage sum */
 };
 
 /* Upper bound (ms) of bucket @i of the inter-token latency histogram (the last: +Inf). */

@@ -84,6 +84,11 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 	s->tier_reload_p50_ms = (double)s->sched.tier.tier.reload_p50_ns / 1e6;
 	s->tier_reload_p99_ms = (double)s->sched.tier.tier.reload_p99_ns / 1e6;
 	s->tier_scan_ms = (double)s->sched.tier.tier.scan_ns / 1e6;
+	snprintf(s->remote_state, sizeof(s->remote_state), "%s",
+		 !s->sched.remote.configured	 ? "off" :
+		 s->sched.remote.tier.state == 0 ? "on" :
+		 s->sched.remote.tier.state == 1 ? "open" :
+						   "probing");
 
 	for (c = kvp_conns_first(&src->req->conns); c && s->n_conns < KVP_STATUS_MAX_CONNS;
 	     c = kvp_conns_next(&src->req->conns, c)) {

@@ -217,6 +217,7 @@ static void json_usage(struct kvp_json *j, const char *key, const struct kvp_usa
 	kvp_json_u64(j, "preemptions", u->preemptions);
 	kvp_json_u64(j, "swapped_tokens", u->swapped_tokens);
 	kvp_json_u64(j, "resume_computed_tokens", u->resume_computed_tokens);
+	kvp_json_u64(j, "cached_tokens_remote", u->cached_tokens_remote);
 	kvp_json_end(j, '}');
 }
 
@@ -421,6 +422,8 @@ static void print_usage_line(const struct kvp_usage *u, const char *how)
 			"resume_computed_tokens %u",
 			u->cached_tokens_disk, u->preemptions, u->swapped_tokens,
 			u->resume_computed_tokens);
+	if (u->cached_tokens_remote)
+		fprintf(stderr, "; cached_tokens_remote %u", u->cached_tokens_remote);
 	fputc('\n', stderr);
 }
 
