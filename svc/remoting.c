@@ -13,7 +13,7 @@
  * prompt is 256 blocks at once; the tier holds queue_blocks).  Rather than drop what
  * does not fit, the ids wait in a bounded ring (no reference held) and are offered as
  * completions free room; a block evicted or reused meanwhile is skipped.  Only a full
- * backlog drops (counted here as backlog_drops, in publish_drops of the status).
+ * backlog drops (counted here: backlog_drops).
  *
  * Thread: the engine thread.
  */
@@ -438,5 +438,5 @@ void kvp_remoting_stats(struct kvp_remoting *t, struct kvp_remoting_stats *st, u
 		t->was_up = up;
 	}
 	*st = t->st;
-	st->tier.publish_drops += t->backlog_drops;
+	st->backlog_drops = t->backlog_drops;
 }

@@ -40,6 +40,7 @@ struct kvp_remoting;
  * @fetch_blocks:  blocks asked for by fetches
  * @loaded_blocks: blocks fetched, checked and published in the index
  * @evict_offers:  selective mode: blocks published before their eviction
+ * @backlog_drops: blocks not offered: the engine's backlog behind the tier's queue full
  */
 struct kvp_remoting_stats {
 	struct kvp_remote_stats tier;
@@ -48,6 +49,7 @@ struct kvp_remoting_stats {
 	uint64_t fetch_blocks;
 	uint64_t loaded_blocks;
 	uint64_t evict_offers;
+	uint64_t backlog_drops;
 };
 
 /* A fetch finished: @n_ok leading blocks hold checked K/V (0 when refused or failed). */

@@ -2264,6 +2264,9 @@ void kvp_sched_get_stats(struct kvp_sched *s, struct kvp_sched_stats *st)
 	}
 	pthread_mutex_unlock(&s->stats_lock);
 	st->ttft_samples = n_ttft;
+	/* the store answers while the engine sleeps: its counters now, not at the last step */
+	if (s->cfg.remote)
+		kvp_remote_stats(s->cfg.remote, s->cfg.remote_domain, &st->remote.tier);
 	if (!v)
 		return; /* no quantiles this time; the counters are there */
 	/* the order of the samples does not matter for quantiles: sort the copies */

@@ -311,6 +311,7 @@ static const struct def defs[] = {
 	   "Blocks not published to the remote store: queue full, or the tier off.", 1),
 	JP("remote", "publish_off_drops", K_U64, sched.remote.tier.publish_off_drops,
 	   "remote_publish_drops_total", "{why=\"off\"}", NULL, NULL, 1),
+	J("remote", "backlog_drops", K_U64, sched.remote.backlog_drops),
 	J("remote", "publish_lost", K_U64, sched.remote.tier.publish_lost),
 	J("remote", "stored", K_U64, sched.remote.tier.stored),
 	J("remote", "already", K_U64, sched.remote.tier.already),
