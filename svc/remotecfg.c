@@ -106,7 +106,7 @@ int kvp_remotecfg_build(struct kvp_remote_config *rc, const struct kvp_config *c
 		return 0;
 	r = kvp_remote_config_set(rc, "url", c->remote.url, why, sizeof(why));
 	if (r < 0) {
-		kvp_errmsg(err, cap, "remote.url: %s", why);
+		kvp_errmsg(err, cap, "%s", why); /* the tier's sentences name the key */
 		return r;
 	}
 	for (size_t i = 0; i < sizeof(tier_keys) / sizeof(tier_keys[0]); i++) {
@@ -114,7 +114,7 @@ int kvp_remotecfg_build(struct kvp_remote_config *rc, const struct kvp_config *c
 			continue; /* "": the tier's default */
 		r = kvp_remote_config_set(rc, tier_keys[i], val, why, sizeof(why));
 		if (r < 0) {
-			kvp_errmsg(err, cap, "remote.%s: %s", tier_keys[i], why);
+			kvp_errmsg(err, cap, "%s", why);
 			return r;
 		}
 	}
@@ -132,14 +132,13 @@ int kvp_remotecfg_build(struct kvp_remote_config *rc, const struct kvp_config *c
 		r = kvp_remote_config_add_domain(rc, &id, rd.name, rd.user, pass, why, sizeof(why));
 		memset(pass, 0, sizeof(pass));
 		if (r < 0 || id != i) {
-			kvp_errmsg(err, cap, "remote: domain %s: %s", rd.name,
-				   r < 0 ? why : "ids out of order");
+			kvp_errmsg(err, cap, "%s", r < 0 ? why : "remote: domain ids out of order");
 			return r < 0 ? r : -EINVAL;
 		}
 	}
 	r = kvp_remote_config_check(rc, why, sizeof(why));
 	if (r < 0)
-		kvp_errmsg(err, cap, "remote: %s", why);
+		kvp_errmsg(err, cap, "%s", why);
 	return r;
 }
 

@@ -163,11 +163,26 @@ static bool wait_pub(struct world *w, double want)
 
 static int start_host(struct world *w, struct kvpd *d)
 {
-	const char *args[] = { "--model",	w->a.model,    "--pool-size",
-			       "96M",		"--threads",   "1",
-			       "--ignore-eos",	"--remote",    w->rf.url_unix,
-			       "--remote-user", "kvp-default", "--remote-password-file",
-			       w->pwfile,	NULL };
+	/* op_timeout_ms: a loaded machine can leave the store silent for the default 250 ms,
+	 * and a publish lost to that would leave a hole the test does not expect */
+	const char *args[] = { "--model",
+			       w->a.model,
+			       "--pool-size",
+			       "96M",
+			       "--threads",
+			       "1",
+			       "--ignore-eos",
+			       "--remote",
+			       w->rf.url_unix,
+			       "--remote-user",
+			       "kvp-default",
+			       "--remote-password-file",
+			       w->pwfile,
+			       "--set",
+			       "remote.op_timeout_ms=1000",
+			       "--set",
+			       "remote.fetch_timeout_ms=3000",
+			       NULL };
 	int r = kvpd_start(d, 120, args);
 
 	if (r)
