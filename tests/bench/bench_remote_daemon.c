@@ -134,8 +134,16 @@ static int bench_fetch(const char *model, const char *url, uint32_t prefix, int 
 		printf("  run %d: computed on A %.0f ms; on B from the store %.1f ms "
 		       "(cached_tokens_remote %u, computed %u)\n",
 		       r, cold[r], remote[r], u.cached_tokens_remote, u.recomputed_tokens);
-		if (remote[r] < 0 || u.cached_tokens_remote != prefix)
+		if (remote[r] < 0 || u.cached_tokens_remote != prefix) {
+			printf("  B: holes %.0f, cost skips %.0f, deadline cuts %.0f, verify "
+			       "failures %.0f, rtt %.3f ms, %.0f MB/s: %s\n",
+			       status_num(&b, "remote.holes"), status_num(&b, "remote.cost_skips"),
+			       status_num(&b, "remote.deadline_cuts"),
+			       status_num(&b, "remote.verify_failures"),
+			       status_num(&b, "remote.rtt_ms"), status_num(&b, "remote.bw_mbps"),
+			       "not all fetched");
 			goto out;
+		}
 	}
 	printf("  B: fetch p50 %.1f ms, p99 %.1f ms, rtt %.3f ms, %.0f MB/s\n",
 	       status_num(&b, "remote.fetch_p50_ms"), status_num(&b, "remote.fetch_p99_ms"),
@@ -207,6 +215,7 @@ int main(void)
 	int r;
 
 	signal(SIGPIPE, SIG_IGN);
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (runs < 1 || runs > MAX_RUNS || prefix < 16 || prefix > 16384 || prefix % 16) {
 		fprintf(stderr, "KVP_BENCH_RUNS 1..%d, KVP_BENCH_PREFIX a multiple of 16\n",
 			MAX_RUNS);
