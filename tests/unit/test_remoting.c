@@ -33,6 +33,7 @@
 #define BT 16
 #define NB 64
 #define CHAIN 24
+#define SEL_CHAIN 40 /* test_selective: 40 of the 64 blocks cached */
 
 static const struct kvp_model_shape shape = {
 	.n_layers = 2,
@@ -55,7 +56,7 @@ struct world {
 	struct redisfix rf;
 	struct host a, b;
 	struct kvp_prefix_key key;
-	uint32_t tokens[CHAIN * BT];
+	uint32_t tokens[SEL_CHAIN * BT];
 };
 
 static void on_fetch(void *ctx, uint64_t cookie, uint32_t n_ok, uint32_t stop)
@@ -122,7 +123,7 @@ static int setup(void **state)
 	memcpy(ek.model_fp, fp, 16);
 	if (kvp_prefix_key_init(&w->key, &ek))
 		return -1;
-	for (uint32_t i = 0; i < CHAIN * BT; i++)
+	for (uint32_t i = 0; i < SEL_CHAIN * BT; i++)
 		w->tokens[i] = 1000 + i * 7;
 	*state = w;
 	return 0;
@@ -247,7 +248,7 @@ static void test_backlog_skips_reused(void **state)
 static void test_selective(void **state)
 {
 	struct world *w = *state;
-	uint32_t blocks[40];
+	uint32_t blocks[SEL_CHAIN];
 	struct kvp_remote_stats st;
 	struct kvp_remoting_stats rs;
 	uint32_t queued;
@@ -255,14 +256,14 @@ static void test_selective(void **state)
 	w->key.ek.salt[0] = 'y';
 	assert_int_equal(kvp_prefix_key_init(&w->key, &w->key.ek), 0);
 	host_up(&w->a, w->rf.url_unix, "selective", 8);
-	make_chain(&w->a, w, blocks, 40);
+	make_chain(&w->a, w, blocks, SEL_CHAIN);
 	/* created: not this mode's; reused: sent */
 	assert_false(kvp_remoting_offer(w->a.t, blocks[0], KVP_REMOTE_WHY_CREATED));
 	assert_true(kvp_remoting_offer(w->a.t, blocks[0], KVP_REMOTE_WHY_REUSED));
 	settle(&w->a, 1);
 	/* 40 of 64 blocks cached and idle (62% used > 50%): the coldest leaves are published
 	 * before they go; pinned meanwhile, so they are not available */
-	for (uint32_t i = 0; i < 40; i++)
+	for (uint32_t i = 0; i < SEL_CHAIN; i++)
 		kvp_pool_unref(w->a.pool, blocks[i]);
 	queued = kvp_remoting_offload(w->a.t, NB);
 	assert_true(queued >= 1);
