@@ -195,6 +195,56 @@ static const struct key_def keys[] = {
 	  "status cost view: a token written to the cache costs this % of an uncached one" },
 	{ "cache", "cost_read_pct", "cache-cost-read", T_U32, OFF(cache.cost_read_pct), 0, 0,
 	  100000, "status cost view: a token read from the cache costs this % of an uncached one" },
+	/*
+	 * [remote]: the remote tier (docs/remote.md).  The tier's own keys are kept as text
+	 * and handed to kvp_remote_config_set() one to one (svc/remotecfg.c), which checks
+	 * them ("" = the tier's default, named in the help); --check-config does too.
+	 */
+	{ "remote", "url", "remote", T_NAME, OFF(remote.url), CAP(remote.url), 0, 0,
+	  "Redis/Valkey store shared by several hosts: redis://HOST[:PORT] or unix:/PATH;\n"
+	  "empty: no remote tier (no TLS: docs/remote.md)" },
+	{ "remote", "user", "remote-user", T_NAME, OFF(remote.user), CAP(remote.user), 0, 0,
+	  "ACL user of this host's trust domain; empty: the store's default user" },
+	{ "remote", "password_file", "remote-password-file", T_PATH, OFF(remote.password_file),
+	  CAP(remote.password_file), 0, 0,
+	  "file holding that user's password (one line; mode 0600 or 0400); empty: no AUTH" },
+	{ "remote", "start_wait_ms", NULL, T_U32, OFF(remote.start_wait_ms), 0, 0, 60000,
+	  "at start, wait this long for the store's first answer (logged either way; the\n"
+	  "daemon serves local-only until the store answers)" },
+	{ "remote", "ttl_s", NULL, T_NAME, OFF(remote.ttl_s), CAP(remote.ttl_s), 0, 0,
+	  "expiry of every block written, seconds; empty: 3600" },
+	{ "remote", "publish", "remote-publish", T_NAME, OFF(remote.publish), CAP(remote.publish),
+	  0, 0,
+	  "all: every full block when created; selective: blocks hit a second time or about\n"
+	  "to be evicted; off: read only; empty: all" },
+	{ "remote", "connect_timeout_ms", NULL, T_NAME, OFF(remote.connect_timeout_ms),
+	  CAP(remote.connect_timeout_ms), 0, 0, "a connection attempt gives up; empty: 100" },
+	{ "remote", "op_timeout_ms", NULL, T_NAME, OFF(remote.op_timeout_ms),
+	  CAP(remote.op_timeout_ms), 0, 0,
+	  "a connection owing replies that receives nothing this long is dead; empty: 250" },
+	{ "remote", "fetch_timeout_ms", NULL, T_NAME, OFF(remote.fetch_timeout_ms),
+	  CAP(remote.fetch_timeout_ms), 0, 0,
+	  "deadline of a whole fetch (a request waits at most this long); empty: 1000" },
+	{ "remote", "max_fetch_blocks", NULL, T_NAME, OFF(remote.max_fetch_blocks),
+	  CAP(remote.max_fetch_blocks), 0, 0, "blocks one fetch may look for; empty: 256" },
+	{ "remote", "queue_blocks", NULL, T_NAME, OFF(remote.queue_blocks),
+	  CAP(remote.queue_blocks), 0, 0,
+	  "publishes in the tier's queue (more wait in the engine's backlog); empty: 32" },
+	{ "remote", "fetch_queue", NULL, T_NAME, OFF(remote.fetch_queue), CAP(remote.fetch_queue),
+	  0, 0, "fetches queued before new ones are refused (computed); empty: 8" },
+	{ "remote", "breaker_errors", NULL, T_NAME, OFF(remote.breaker_errors),
+	  CAP(remote.breaker_errors), 0, 0,
+	  "consecutive connection errors that turn the tier off; empty: 3" },
+	{ "remote", "breaker_probe_ms", NULL, T_NAME, OFF(remote.breaker_probe_ms),
+	  CAP(remote.breaker_probe_ms), 0, 0, "first probe after the tier turned off; empty: 250" },
+	{ "remote", "breaker_probe_max_ms", NULL, T_NAME, OFF(remote.breaker_probe_max_ms),
+	  CAP(remote.breaker_probe_max_ms), 0, 0, "probes back off up to this; empty: 5000" },
+	{ "remote", "bandwidth_mbps", NULL, T_NAME, OFF(remote.bandwidth_mbps),
+	  CAP(remote.bandwidth_mbps), 0, 0,
+	  "transfer rate (MB/s) assumed until the first fetch measured one; empty: 1000" },
+	{ "remote", "allow_plaintext", NULL, T_NAME, OFF(remote.allow_plaintext),
+	  CAP(remote.allow_plaintext), 0, 0,
+	  "1: allow a store that is not on loopback, in clear (there is no TLS); empty: 0" },
 };
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
@@ -264,6 +314,7 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->lease_max_per_conn = 16;
 	c->lease_max_ms = 60000;
 	kvp_cache_policy_defaults(&c->cache);
+	c->remote.start_wait_ms = 1000;
 }
 
 static int lookup_name(const char *const *names, size_t n, const char *s, uint32_t *out)
@@ -870,6 +921,17 @@ static void value_text(const struct kvp_config *c, const struct key_def *k, char
 		snprintf(buf, cap, "%s", evict_names[*(const uint32_t *)field]);
 		return;
 	}
+}
+
+int kvp_config_get(const struct kvp_config *c, const char *section, const char *key, char *buf,
+		   size_t cap)
+{
+	const struct key_def *k = find_key(section, key);
+
+	if (!k)
+		return -ENOENT;
+	value_text(c, k, buf, cap);
+	return 0;
 }
 
 void kvp_config_usage(FILE *f)

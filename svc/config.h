@@ -92,6 +92,9 @@ enum kvp_huge_pages {
  * [leases] (LEASE in docs/protocol.md)
  * @lease_max_per_conn: leases one connection may hold at once (0: LEASE refused)
  * @lease_max_ms:       longest lease lifetime; a LEASE asking 0 or more gets this
+ * [remote]             the remote tier (svc/remotecfg.h, docs/remote.md)
+ * @remote:             url, user, password_file, start_wait_ms; the tier's own keys as
+ *                      text ("" = its default), checked by kvp_remote_config_set()
  * (flags only)
  * @foreground:         plain log lines for a terminal instead of <N> prefixes
  * @config_path:        the file that was read ("" when none)
@@ -156,6 +159,26 @@ struct kvp_config {
 
 	bool foreground;
 	char config_path[PATH_MAX];
+
+	struct {
+		char url[300];
+		char user[33];
+		char password_file[PATH_MAX];
+		uint32_t start_wait_ms;
+		char ttl_s[16];
+		char publish[16];
+		char connect_timeout_ms[16];
+		char op_timeout_ms[16];
+		char fetch_timeout_ms[16];
+		char max_fetch_blocks[16];
+		char queue_blocks[16];
+		char fetch_queue[16];
+		char breaker_errors[16];
+		char breaker_probe_ms[16];
+		char breaker_probe_max_ms[16];
+		char bandwidth_mbps[16];
+		char allow_plaintext[16];
+	} remote;
 };
 
 /* What main() should do after kvp_config_parse_args(). */
@@ -175,7 +198,8 @@ uint32_t kvp_config_conns_per_uid(const struct kvp_config *c);
 /**
  * kvp_config_set() - set one key from its text form
  * @c:        config to change
- * @section:  INI section ("daemon", "pool", "server", "limits", "scheduler", "tier")
+ * @section:  INI section ("daemon", "pool", "server", "limits", "scheduler", "tier",
+ *            "remote")
  * @key:      key inside @section
  * @value:    text value (sizes with K/M/G/T suffixes, booleans yes/no/true/false/1/0)
  * @err:      out; "section.key: why" when the key is unknown or the value bad
@@ -214,6 +238,13 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
  * Return: 0, or -EINVAL with @err naming the key.
  */
 int kvp_config_check(const struct kvp_config *c, char *err, size_t cap);
+
+/*
+ * kvp_config_get() - @section.@key of @c as text (as --check-config prints it)
+ * Return: 0, or -ENOENT for an unknown key.
+ */
+int kvp_config_get(const struct kvp_config *c, const char *section, const char *key, char *buf,
+		   size_t cap);
 
 /* --help text, generated from the key table, with the defaults. */
 void kvp_config_usage(FILE *f);

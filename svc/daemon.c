@@ -14,7 +14,8 @@
  * and this file wires them.  Construction order (kvp_daemon_new): notify channel,
  * request state and status scratch, model + tokenizer (the demo model generated first
  * when none is configured), NUMA topology, each domain's pool (pre-faulted, sealed),
- * index and read-only fd, engine eventfd, engine (no thread yet), server (sockets bound
+ * index and read-only fd, engine eventfd, remote tier (svc/remotecfg.c: its I/O thread, the
+ * store's first answer logged), engine (no thread yet), server (sockets bound
  * under the server's umask, before any other thread of ours exists) with the engine
  * eventfd in its ring, watchdog timer, engine thread.  Failure unwinds the steps taken,
  * in reverse; kvp_daemon_free() runs the whole list backwards.
@@ -49,12 +50,14 @@
 #include "ipc/server.h"
 #include "shm/numa.h"
 #include "shm/pool.h"
+#include "shm/remote/remote.h"
 #include "svc/demo.h"
 #include "svc/domain.h"
 #include "svc/log.h"
 #include "svc/memguard.h"
 #include "svc/notify.h"
 #include "svc/preflight.h"
+#include "svc/remotecfg.h"
 #include "svc/requests.h"
 #include "svc/sched.h"
 #include "svc/stats.h"
@@ -78,7 +81,10 @@ struct kvp_daemon {
 	bool have_tmpl;
 	char tmpl_err[512];
 	struct kvp_numa *numa;
-	struct kvp_welcome base; /* the model's part of every domain's WELCOME */
+	struct kvp_welcome base;   /* the model's part of every domain's WELCOME */
+	struct kvp_remote *remote; /* NULL without remote.url */
+	uint32_t n_remote_domains; /* domains the remote tier knows: those made at start */
+	char numerics[16];	   /* the engine's kernel table: the remote tier's class */
 	struct kvp_server *srv;
 	int wake_fd; /* the engine writes it after queueing events */
 	struct kvp_watchdog watchdog;
@@ -215,6 +221,7 @@ static int load_model(struct kvp_daemon *d)
 					       "this CPU cannot run it");
 			goto err_tok;
 		}
+		snprintf(d->numerics, sizeof(d->numerics), "%s", k->name);
 		kvp_model_info_types(mi, types, sizeof(types));
 		kvp_log(LOG_INFO,
 			"model: weights in their file types: %s; %.1f MiB read per step; "
@@ -336,6 +343,7 @@ static int make_engine(struct kvp_daemon *d, struct kvp_domain *dom)
 {
 	const struct kvp_model_hparams *hp = kvp_model_hparams(d->model);
 	struct kvp_sched_config sc = { 0 };
+	uint32_t idx = (uint32_t)(dom - d->domains.dom);
 	float one = 1.0f;
 	long ncpu;
 	int r;
@@ -371,6 +379,18 @@ static int make_engine(struct kvp_daemon *d, struct kvp_domain *dom)
 	sc.tier_high_pct = d->cfg.tier_high_pct;
 	sc.tier_low_pct = d->cfg.tier_low_pct;
 	sc.cache = d->cfg.cache;
+	/*
+	 * remote domain ids are domain indexes; the tier learns the domains that exist at
+	 * start (groups, single, and the daemon's own uid): a uid's domain made later has
+	 * the local tiers only
+	 */
+	if (idx < d->n_remote_domains) {
+		sc.remote = d->remote;
+		sc.remote_domain = idx;
+	} else if (d->remote) {
+		kvp_log(LOG_NOTICE, "remote: domain %s opened after start: memory and disk only",
+			dom->name);
+	}
 	r = kvp_sched_new(&dom->sched, &sc);
 	if (r < 0)
 		kvp_log(LOG_ERR, "engine: domain %s: create (%u threads, batch %u, chunk %u): %s",
@@ -611,9 +631,15 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 		kvp_log(LOG_ERR, "engine: eventfd: %s", strerror(-r));
 		goto err_domains;
 	}
+	r = kvp_remotecfg_start(&d->remote, &d->cfg, &d->domains,
+				d->domains.dom[KVP_DOMAIN_DEFAULT].pool,
+				kvp_model_fingerprint(d->model), d->numerics);
+	if (r < 0)
+		goto err_wake;
+	d->n_remote_domains = d->remote ? d->domains.n_domains : 0;
 	r = make_engines(d);
 	if (r < 0)
-		goto err_engine;
+		goto err_remote;
 	r = make_server(d);
 	if (r < 0)
 		goto err_engine;
@@ -644,6 +670,9 @@ err_server:
 	kvp_watchdog_deinit(&d->watchdog); /* after the server: its ring reads the timer */
 err_engine:
 	free_engines(d);
+err_remote:
+	kvp_remote_free(d->remote); /* after the engines, before the pools it reads */
+err_wake:
 	close(d->wake_fd);
 err_domains:
 	kvp_domains_deinit(&d->domains);
@@ -717,6 +746,7 @@ void kvp_daemon_free(struct kvp_daemon *d)
 	sig_server = NULL;
 	kvp_server_free(d->srv); /* reports every connection closed to d->req */
 	free_engines(d);
+	kvp_remote_free(d->remote); /* its I/O thread reads pool blocks: before the pools */
 	kvp_watchdog_deinit(&d->watchdog);
 	close(d->wake_fd);
 	kvp_domains_deinit(&d->domains);

@@ -10,15 +10,31 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "svc/config.h"
 #include "svc/daemon.h"
+#include "svc/domain.h"
 #include "svc/log.h"
+#include "svc/remotecfg.h"
 
 #ifndef KVP_VERSION
 #define KVP_VERSION "unknown"
 #endif
+
+/* [remote] as the tier will take it (URL, keys, password files), without starting it. */
+static int check_remote(const struct kvp_config *cfg, char *err, size_t cap)
+{
+	static struct kvp_remote_config rc;
+	struct kvp_domains doms;
+	int r;
+
+	kvp_domains_init_default(&doms);
+	r = kvp_remotecfg_build(&rc, cfg, &doms, err, cap);
+	memset(&rc, 0, sizeof(rc)); /* passwords */
+	return r;
+}
 
 int main(int argc, char **argv)
 {
@@ -42,6 +58,8 @@ int main(int argc, char **argv)
 		return 0;
 	case KVP_CONFIG_CHECK:
 		r = kvp_config_check(&cfg, err, sizeof(err));
+		if (r >= 0)
+			r = check_remote(&cfg, err, sizeof(err));
 		if (r < 0) {
 			fprintf(stderr, "kvpoold: config: %s\n", err);
 			return 1;

@@ -87,6 +87,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -103,6 +104,7 @@
 #include "svc/leases.h"
 #include "svc/log.h"
 #include "svc/stepcost.h"
+#include "svc/remoting.h"
 #include "svc/tiering.h"
 #include "util/stats.h"
 #include "util/time.h"
@@ -116,6 +118,8 @@
 #define CAL_CTX 128u
 #define CAL_REPEAT 3
 
+#define REMOTE_WAIT_MS 2 /* idle engine waiting for the remote tier: inbox latency bound */
+
 /* Auto budgets, in units measured at start (docs/daemon.md "Scheduling"). */
 #define AUTO_STEP_DECODES 2.5 /* step while decoding: this many decode steps of one, */
 #define AUTO_STEP_CALLS 2.5   /* ... and at least this many fixed costs of a call */
@@ -126,7 +130,8 @@ enum seq_state {
 	SEQ_WAITING,	/* waiting for another sequence's prefix blocks */
 	SEQ_PREFILL,	/* admitted; prompt (or, after a preemption, history) computed */
 	SEQ_DECODE,	/* generating */
-	SEQ_LOADING,	/* admitted; prefix blocks being read back from the disk tier */
+	SEQ_LOADING,	/* admitted; prefix blocks being read back from the disk tier and/or
+			 * fetched from the remote tier */
 };
 
 /* One request.  Owned by the engine thread from the moment it is taken off the inbox. */
@@ -191,6 +196,13 @@ struct seq {
 	uint32_t n_issued;   /* reads queued */
 	uint32_t n_inflight; /* ... not completed yet */
 	bool load_failed;    /* stop issuing: a read failed */
+
+	/* SEQ_LOADING, remote: table[r_from .. r_from + r_n) are fetched (svc/remoting.h) */
+	uint32_t r_from;
+	uint32_t r_n;
+	uint32_t r_ok;		    /* leading blocks the fetch checked */
+	bool r_pending;		    /* the fetch's completion has not come yet */
+	uint32_t tok_cached_remote; /* usage: prompt tokens fetched at first admission */
 
 	uint64_t t_recv;
 	uint64_t t_admit;
@@ -266,10 +278,11 @@ struct kvp_sched {
 	size_t n_eog;
 	bool fair;
 	struct kvp_kv_view view;
-	struct kvp_fwd *fwd;	     /* NULL with hooks */
-	struct kvp_tiering *tiering; /* NULL without a disk tier */
-	struct kvp_leases leases;    /* engine thread */
-	bool flush_tier;	     /* a flush was asked for */
+	struct kvp_fwd *fwd;	       /* NULL with hooks */
+	struct kvp_tiering *tiering;   /* NULL without a disk tier */
+	struct kvp_remoting *remoting; /* NULL without a remote tier */
+	struct kvp_leases leases;      /* engine thread */
+	bool flush_tier;	       /* a flush was asked for */
 	pthread_t thread;
 	bool started;
 	bool calibrated;
@@ -519,6 +532,7 @@ static void fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, stru
 	u->resume_computed_tokens = q->tok_resume;
 	u->cached_tokens_disk = q->tok_cached_disk;
 	u->swapped_tokens = q->tok_swapped;
+	u->cached_tokens_remote = q->tok_cached_remote;
 }
 
 static void fill_cache_usage(const struct seq *q, struct kvp_cache_usage *cu)
@@ -666,6 +680,7 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 	s->st.decode_ms += u.decode_ms;
 	s->st.cached_tokens_disk += u.cached_tokens_disk;
 	s->st.swapped_tokens += u.swapped_tokens;
+	s->st.cached_tokens_remote += u.cached_tokens_remote;
 	s->st.resume_computed_tokens += u.resume_computed_tokens;
 	s->st.preempt_usage += u.preemptions;
 	if (!last)
@@ -689,7 +704,7 @@ static void seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as
 static uint64_t pool_available(struct kvp_sched *s)
 {
 	struct kvp_pool_stats ps;
-	uint64_t avail = 0;
+	uint64_t avail = 0, pinned;
 	uint32_t a;
 
 	kvp_pool_stats(s->cfg.pool, &ps);
@@ -697,7 +712,9 @@ static uint64_t pool_available(struct kvp_sched *s)
 		avail += (uint64_t)ps.arena[a].free + ps.arena[a].cached;
 	/* cache-pinned blocks nobody holds are cached but never handed out */
 	avail -= ps.cpin_idle;
-	return avail - kvp_tiering_pinned_idle(s->tiering);
+	pinned = (uint64_t)kvp_tiering_pinned_idle(s->tiering) +
+		 kvp_remoting_pinned_idle(s->remoting);
+	return avail > pinned ? avail - pinned : 0;
 }
 
 /* ... of which no reservation has a claim on. */
@@ -778,6 +795,8 @@ static void publish_upto(struct kvp_sched *s, struct seq *q, uint32_t upto)
 				      &out);
 		if (r == 0) {
 			q->n_created++;
+			/* prompt blocks as they fill, generated ones when the request ends */
+			kvp_remoting_offer(s->remoting, q->table[i], KVP_REMOTE_WHY_CREATED);
 		} else if (r == 1) {
 			/* computed twice after all (e.g. a lookup raced a prefill): share theirs */
 			kvp_pool_unref(s->cfg.pool, q->table[i]);
@@ -1007,12 +1026,118 @@ static void read_done(void *ctx, uint64_t cookie, uint32_t block, int result)
  * its on-disk entry a memory block again); from the first failure on, the positions are
  * computed (those blocks are private and get overwritten).
  */
+/* ---- engine thread: fetches from the remote tier ---- */
+
+/*
+ * The remote tier's fetch of @q came back: publish its leading checked blocks in order,
+ * after the memory and disk prefix (which must reach r_from: a disk read that failed
+ * before leaves them unusable, their parent missing); from the first block not checked
+ * on, the positions are computed (those blocks are private and get overwritten).
+ */
+static void finish_remote(struct kvp_sched *s, struct seq *q)
+{
+	uint32_t bt = s->block_tokens;
+	uint32_t ok = 0;
+
+	for (uint32_t i = 0; q->n_indexed == q->r_from && i < q->r_ok; i++) {
+		uint32_t b = q->r_from + i;
+		uint32_t out = KVP_BLOCK_NONE;
+		int r = kvp_index_publish(s->cfg.index, &q->key,
+					  b ? q->table[b - 1] : KVP_BLOCK_NONE,
+					  (const uint32_t *)q->hist + (size_t)b * bt, q->table[b],
+					  &out);
+
+		if (r == 0) {
+			kvp_remoting_mark(s->remoting, q->table[b]); /* from the store: not back */
+		} else if (r == 1) {
+			kvp_pool_unref(s->cfg.pool, q->table[b]);
+			q->table[b] = out;
+		} else {
+			break;
+		}
+		keep_block(s, q, b, q->table[b]);
+		ok++;
+	}
+	q->n_indexed += ok;
+	q->gen.n_past = q->n_indexed * bt;
+	if (q->resumed)
+		q->tok_swapped += ok * bt;
+	else
+		q->tok_cached_remote += ok * bt;
+	kvp_remoting_loaded(s->remoting, ok);
+	q->r_n = 0;
+}
+
+/* kvp_remoting_fetch_fn: the fetch of loading sequence @cookie finished. */
+static void fetch_done(void *ctx, uint64_t cookie, uint32_t n_ok, uint32_t stop)
+{
+	struct seq *q = (struct seq *)(uintptr_t)cookie;
+
+	(void)ctx;
+	(void)stop;
+	q->r_ok = n_ok < q->r_n ? n_ok : q->r_n;
+	q->r_pending = false;
+}
+
+/* Give back the last @n blocks of @q's table, taken from its reservation. */
+static void give_back(struct kvp_sched *s, struct seq *q, uint32_t n)
+{
+	while (n--) {
+		kvp_pool_unref(s->cfg.pool, q->table[--q->n_table]);
+		q->reserved++;
+		s->reserved_total++;
+	}
+}
+
+/*
+ * Admitted @q continues its local prefix (memory hits, then disk) from the remote tier:
+ * the full blocks after the first @from (never the one holding the last known token,
+ * at most max_fetch_blocks) are asked for, into blocks from its reservation held,
+ * unpublished, until the completion; meanwhile @q is parked (SEQ_LOADING) and every
+ * other request runs.  The tier refusing (breaker open, queue full) costs nothing: the
+ * positions are computed.
+ */
+static void start_remote(struct kvp_sched *s, struct seq *q, uint32_t from)
+{
+	uint32_t bt = s->block_tokens;
+	uint32_t full = (q->gen.n_prompt + q->gen.n_generated - 1) / bt;
+	uint32_t n, got = 0;
+	struct kvp_h128 parent = q->key.seed;
+	double ns, tps;
+
+	if (q->no_cache || from >= full || q->n_table != from || !kvp_remoting_usable(s->remoting))
+		return;
+	n = full - from;
+	if (n > kvp_remoting_max_fetch(s->remoting))
+		n = kvp_remoting_max_fetch(s->remoting);
+	while (got < n && take_block(s, q) == 0)
+		got++;
+	if (!got)
+		return;
+	/* the chain hash is unseeded: the same here as on the host that published */
+	for (uint32_t b = 0; b < from; b++)
+		parent = kvp_chain_hash(parent, (const uint32_t *)q->hist + (size_t)b * bt, bt);
+	ns = kvp_stepcost_prefill_ns(&s->cost, got * bt, from * bt);
+	tps = ns > 0 ? (double)got * bt * 1e9 / ns : 0;
+	if (kvp_remoting_fetch(s->remoting, &q->key, parent,
+			       (const uint32_t *)q->hist + (size_t)from * bt, q->table + from, got,
+			       tps, (uint64_t)(uintptr_t)q) < 0) {
+		give_back(s, q, got);
+		return;
+	}
+	q->r_from = from;
+	q->r_n = got;
+	q->r_ok = 0;
+	q->r_pending = true;
+	q->state = SEQ_LOADING;
+}
+
 static void finish_load(struct kvp_sched *s, struct seq *q)
 {
 	uint32_t bt = s->block_tokens;
 	uint32_t i, ok = 0;
 
-	for (i = 0; i < q->n_issued && q->load_res[i] == 0; i++) {
+	for (i = 0; q->n_load && i < q->n_issued && q->load_res[i] == 0; i++) {
 		uint32_t b = q->load_from + i;
 		uint32_t parent = b ? q->table[b - 1] : KVP_BLOCK_NONE;
 		uint32_t out = KVP_BLOCK_NONE;
@@ -1030,41 +1155,50 @@ static void finish_load(struct kvp_sched *s, struct seq *q)
 		keep_block(s, q, b, q->table[b]);
 		ok++;
 	}
-	if (ok < q->n_issued || q->load_failed) {
-		/* counted as matched at admission; the tier could not give them back */
-		if (!q->resumed && q->miss_reason != KVP_MISS_IO_ERROR) {
-			s->st.cache.miss[q->miss_reason]--;
-			s->st.cache.miss[KVP_MISS_IO_ERROR]++;
-			q->miss_reason = KVP_MISS_IO_ERROR;
-			q->matched -= q->n_load - ok;
+	if (q->n_load) {
+		if (ok < q->n_issued || q->load_failed) {
+			/* counted as matched at admission; the tier could not give them back */
+			if (!q->resumed && q->miss_reason != KVP_MISS_IO_ERROR) {
+				s->st.cache.miss[q->miss_reason]--;
+				s->st.cache.miss[KVP_MISS_IO_ERROR]++;
+				q->miss_reason = KVP_MISS_IO_ERROR;
+				q->matched -= q->n_load - ok;
+			}
 		}
+		q->n_indexed = q->load_from + ok;
+		q->gen.n_past = q->n_indexed * bt;
+		if (q->resumed)
+			q->tok_swapped += ok * bt;
+		else
+			q->tok_cached_disk += ok * bt;
 	}
-	q->n_indexed = q->load_from + ok;
-	q->gen.n_past = q->n_indexed * bt;
-	if (q->resumed)
-		q->tok_swapped += ok * bt;
-	else
-		q->tok_cached_disk += ok * bt;
+	if (q->r_n)
+		finish_remote(s, q);
 	q->n_load = 0;
 	q->state = SEQ_PREFILL;
 	q->t_served = now_ns(s);
 }
 
-/* Reap the tier, feed loading sequences, and flush when asked. */
+/* Reap the tiers, feed loading sequences, and flush when asked. */
 static void tier_step(struct kvp_sched *s)
 {
-	if (!s->tiering)
+	if (!s->tiering && !s->remoting)
 		return;
+	kvp_remoting_poll(s->remoting);
 	kvp_tiering_poll(s->tiering, false);
-	if (s->flush_tier) {
+	if (s->flush_tier && s->tiering) {
 		s->flush_tier = false;
 		kvp_tiering_flush(s->tiering); /* waits for what is in flight, then empties */
 	}
 	for (struct seq *q = s->active.first; q; q = q->next) {
 		if (q->state != SEQ_LOADING)
 			continue;
-		issue_reads(s, q);
-		if (!q->n_inflight && (q->n_issued == q->n_load || q->load_failed || q->cancelled))
+		if (q->n_load)
+			issue_reads(s, q);
+		if (q->r_pending)
+			continue; /* the store has its blocks until the fetch completes */
+		if (!q->n_load || (!q->n_inflight &&
+				   (q->n_issued == q->n_load || q->load_failed || q->cancelled)))
 			finish_load(s, q);
 	}
 }
@@ -1137,6 +1271,11 @@ static bool try_admit(struct kvp_sched *s, struct seq *q)
 	list_add_tail(&s->active, q);
 	if (n_disk)
 		start_load(s, q, n_disk);
+	/* what memory and disk do not have, the store may: fetched meanwhile */
+	start_remote(s, q, q->n_table);
+	/* hit a second time: the selective mode publishes such blocks */
+	for (int i = 0; i < n; i++)
+		kvp_remoting_offer(s->remoting, q->table[i], KVP_REMOTE_WHY_REUSED);
 	if (q->admit_no) {
 		q->resumed = true;
 		return true;
@@ -2118,7 +2257,7 @@ static void reap_list(struct kvp_sched *s, struct seq_list *l, bool admitted)
 	while (q) {
 		struct seq *next = q->next;
 
-		if (q->cancelled && q->n_inflight) {
+		if (q->cancelled && (q->n_inflight || q->r_pending)) {
 			q = next; /* the tier still writes into its blocks: after its answer */
 			continue;
 		}
@@ -2147,6 +2286,8 @@ static void publish_stats(struct kvp_sched *s)
 	if (s->tiering)
 		kvp_tiering_stats(s->tiering, &s->st.tier, now_ns(s),
 				  !has_work(s) && !kvp_tiering_in_flight(s->tiering));
+	if (s->remoting)
+		kvp_remoting_stats(s->remoting, &s->st.remote, now_ns(s));
 	s->st.queued = s->queue.n;
 	s->st.waiting_prefix = s->waiting.n;
 	s->st.running = s->active.n;
@@ -2229,6 +2370,8 @@ static bool engine_step(struct kvp_sched *s)
 	}
 	if (s->tiering)
 		kvp_tiering_offload(s->tiering, (uint32_t)pool_unreserved(s));
+	if (s->remoting)
+		kvp_remoting_offload(s->remoting, (uint32_t)pool_unreserved(s));
 	publish_stats(s);
 	flush_events(s);
 	return worked || s->active.n != active_before ||
@@ -2249,6 +2392,19 @@ static void take_inbox(struct kvp_sched *s, struct msg *m)
 	}
 }
 
+/*
+ * Nothing to compute, the remote tier owes answers: sleep until its event fd says a
+ * completion is there, or REMOTE_WAIT_MS (the inbox is a condition variable poll() cannot
+ * watch: a request arriving meanwhile waits at most that long).
+ */
+static void remote_wait(struct kvp_sched *s)
+{
+	struct pollfd pfd = { .fd = kvp_remoting_event_fd(s->remoting), .events = POLLIN };
+
+	if (pfd.fd >= 0)
+		(void)poll(&pfd, 1, REMOTE_WAIT_MS);
+}
+
 static void *engine_main(void *arg)
 {
 	struct kvp_sched *s = arg;
@@ -2257,7 +2413,8 @@ static void *engine_main(void *arg)
 	pthread_setname_np(pthread_self(), "kvp-engine");
 	publish_stats(s);
 	for (;;) {
-		bool io = kvp_tiering_in_flight(s->tiering) > 0;
+		bool disk_io = kvp_tiering_in_flight(s->tiering) > 0;
+		bool io = disk_io || kvp_remoting_in_flight(s->remoting) > 0;
 		struct msg *m;
 
 		pthread_mutex_lock(&s->inbox_lock);
@@ -2289,8 +2446,10 @@ static void *engine_main(void *arg)
 		if (s->leases.n)
 			kvp_leases_expire(&s->leases, s->cfg.pool, now_ns(s));
 		/* nothing to compute but the disk answers: wait for it (offloads, reloads) */
-		if (io && !progress && !m)
+		if (disk_io && !progress && !m)
 			kvp_tiering_poll(s->tiering, true);
+		else if (io && !progress && !m)
+			remote_wait(s);
 		progress = engine_step(s);
 	}
 	return NULL;
@@ -2354,6 +2513,7 @@ int kvp_sched_check(struct kvp_sched *s, char *err, size_t cap)
 						       q->table[i]);
 		}
 	}
+	kvp_remoting_count_refs(s->remoting, refs); /* blocks being copied to the store */
 	for (uint32_t b = 0; b < s->n_blocks && !r; b++) {
 		const struct kvp_block *bl = kvp_pool_block(s->cfg.pool, b);
 
@@ -2468,6 +2628,14 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 		if (r < 0)
 			goto err_bufs;
 	}
+	if (cfg->remote) {
+		r = kvp_remoting_new(&s->remoting, cfg->remote, cfg->remote_domain, cfg->pool,
+				     cfg->index, cfg->tier_high_pct, cfg->tier_low_pct, fetch_done,
+				     s);
+		if (r < 0)
+			goto err_tiering;
+	}
+	s->st.remote.configured = cfg->remote != NULL;
 	pthread_mutex_init(&s->inbox_lock, NULL);
 	pthread_cond_init(&s->inbox_cv, NULL);
 	pthread_mutex_init(&s->ev_lock, NULL);
@@ -2477,6 +2645,8 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	atomic_init(&s->draining, false);
 	*out = s;
 	return 0;
+err_tiering:
+	kvp_tiering_free(s->tiering);
 err_bufs:
 	free(s->fork_logits);
 	free(s->ev);
@@ -2540,6 +2710,9 @@ void kvp_sched_free(struct kvp_sched *s)
 	kvp_leases_deinit(&s->leases, s->cfg.pool);
 	for (uint32_t i = 0; s->ev && i < s->ev_count; i++)
 		free(s->ev[(s->ev_head + i) % s->ev_cap].lease); /* answers never taken */
+	/* our references go; the tier's I/O thread may still read or write blocks until
+	 * kvp_remote_free(), which the daemon calls before the pool goes */
+	kvp_remoting_free(s->remoting);
 	free_list(s, &s->queue);
 	free_list(s, &s->waiting);
 	free_list(s, &s->active);
@@ -2848,6 +3021,9 @@ void kvp_sched_get_stats(struct kvp_sched *s, struct kvp_sched_stats *st)
 	}
 	pthread_mutex_unlock(&s->stats_lock);
 	st->ttft_samples = n_ttft;
+	/* the store answers while the engine sleeps: its counters now, not at the last step */
+	if (s->cfg.remote)
+		kvp_remote_stats(s->cfg.remote, s->cfg.remote_domain, &st->remote.tier);
 	if (!v)
 		return; /* no quantiles this time; the counters are there */
 	/* the order of the samples does not matter for quantiles: sort the copies */

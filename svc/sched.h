@@ -36,6 +36,7 @@
 #include "shm/pool.h"
 #include "svc/cachectl.h"
 #include "svc/cachepol.h"
+#include "svc/remoting.h"
 #include "svc/tiering.h"
 
 struct kvp_model;
@@ -110,8 +111,12 @@ struct kvp_sched_hooks {
  * @tier:            the disk tier (borrowed; NULL: none), driven by the engine thread
  *                   from kvp_sched_start() on; opened and attached to @index before
  * @tier_high_pct, @tier_low_pct: pool use (blocks not free, %) above which cold cached
- *                   blocks are written to @tier and freed, and down to which
+ *                   blocks are written to @tier and freed, and down to which (also the
+ *                   remote tier's selective mode: published before they are evicted)
  * @cache:           the domain's prompt-cache policy (TTLs, minimum, pins, eviction)
+ * @remote:          the remote tier (borrowed; NULL: none), below memory and @tier; it
+ *                   must outlive the engine and be freed before @pool
+ * @remote_domain:   the remote domain id of @pool's trust domain (svc/remotecfg.h)
  */
 struct kvp_sched_config {
 	struct kvp_pool *pool;
@@ -137,6 +142,8 @@ struct kvp_sched_config {
 	uint32_t tier_high_pct;
 	uint32_t tier_low_pct;
 	struct kvp_cache_policy cache;
+	struct kvp_remote *remote;
+	uint32_t remote_domain;
 };
 
 /* What a submitted request does (struct kvp_sched_req.op). */
@@ -309,6 +316,9 @@ struct kvp_sched_stats {
 	struct kvp_cache_stats cache;
 	struct kvp_cache_policy cache_policy;
 	uint64_t block_bytes;
+	/* the remote tier, when one is configured (remote.configured) */
+	struct kvp_remoting_stats remote;
+	uint64_t cached_tokens_remote; /* usage sum */
 };
 
 /* Upper bound (ms) of bucket @i of the inter-token latency histogram (the last: +Inf). */

@@ -112,6 +112,32 @@ static void add_cache(struct kvp_cache_stats *sum, const struct kvp_cache_stats 
 }
 
 /*
+ * Each domain's part of the remote tier: its counters add up; the breaker, the
+ * connection, the round trip and the rate are the tier's, so the first domain's stand.
+ */
+static void add_remote(struct kvp_remoting_stats *sum, const struct kvp_remoting_stats *x)
+{
+	if (!x->configured)
+		return;
+	if (!sum->configured) {
+		*sum = *x;
+		return;
+	}
+	ADD(offered), ADD(fetch_blocks), ADD(loaded_blocks), ADD(evict_offers);
+	ADD(backlog_drops);
+	ADD(tier.fetches), ADD(tier.fetch_refused), ADD(tier.fetch_busy), ADD(tier.exist_checked);
+	ADD(tier.exist_found), ADD(tier.hit_blocks), ADD(tier.hit_bytes), ADD(tier.holes);
+	ADD(tier.cost_skips), ADD(tier.deadline_cuts), ADD(tier.verify_failures);
+	ADD(tier.publishes), ADD(tier.publish_skipped), ADD(tier.publish_drops);
+	ADD(tier.publish_off_drops), ADD(tier.publish_lost), ADD(tier.stored), ADD(tier.already);
+	ADD(tier.publish_errors), ADD(tier.bytes_written), ADD(tier.route_published);
+	if (x->tier.fetch_p50_ms > sum->tier.fetch_p50_ms)
+		sum->tier.fetch_p50_ms = x->tier.fetch_p50_ms;
+	if (x->tier.fetch_p99_ms > sum->tier.fetch_p99_ms)
+		sum->tier.fetch_p99_ms = x->tier.fetch_p99_ms;
+}
+
+/*
  * Fold domain engine @x into the daemon-wide @sum: counters and gauges add up, arenas
  * add up by position (every pool follows the same NUMA topology); a quantile or a
  * maximum is the largest of the domains' (the worst domain's, not a true quantile of
@@ -150,6 +176,8 @@ static void add_sched(struct kvp_sched_stats *sum, const struct kvp_sched_stats 
 	sum->tier_configured |= x->tier_configured;
 	add_tier(&sum->tier, &x->tier);
 	add_cache(&sum->cache, &x->cache);
+	add_remote(&sum->remote, &x->remote);
+	ADD(cached_tokens_remote);
 	ADD(pool.evictions_ttl), ADD(pool.flushed), ADD(pool.cpin_blocks), ADD(pool.cpin_idle);
 	ADD(index.evicted_unread);
 }
@@ -251,6 +279,11 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 	s->tier_reload_p99_ms = (double)s->sched.tier.tier.reload_p99_ns / 1e6;
 	s->tier_scan_ms = (double)s->sched.tier.tier.scan_ns / 1e6;
 	cache_derive(s);
+	snprintf(s->remote_state, sizeof(s->remote_state), "%s",
+		 !s->sched.remote.configured	 ? "off" :
+		 s->sched.remote.tier.state == 0 ? "on" :
+		 s->sched.remote.tier.state == 1 ? "open" :
+						   "probing");
 
 	for (c = kvp_conns_first(&src->req->conns); c && s->n_conns < KVP_STATUS_MAX_CONNS;
 	     c = kvp_conns_next(&src->req->conns, c)) {

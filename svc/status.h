@@ -131,7 +131,8 @@ struct kvp_status_snap {
 	int64_t tier_degraded;		     /* the -errno that turned the tier off, 0 */
 	double tier_reload_p50_ms;
 	double tier_reload_p99_ms;
-	double tier_scan_ms; /* the rebuild scan at start */
+	double tier_scan_ms;   /* the rebuild scan at start */
+	char remote_state[12]; /* "off" (none configured), "on", "open", "probing" */
 
 	uint32_t n_conns; /* listed in @conns (at most KVP_STATUS_MAX_CONNS) */
 	struct kvp_status_conn conns[KVP_STATUS_MAX_CONNS];

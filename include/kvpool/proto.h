@@ -104,6 +104,10 @@ static_assert(offsetof(struct kvp_frame_hdr, req_id) == 16, "wire ABI");
  *                         tier
  * @resume_computed_tokens: after a preemption, positions (prompt or generated) computed
  *                         again
+ * (remote tier:)
+ * @cached_tokens_remote:  prompt tokens whose K/V was fetched from the remote tier (another
+ *                         host's blocks, checked)
+ * @reserved_remote:       zero
  */
 struct kvp_usage {
 	uint32_t prompt_tokens;
@@ -120,9 +124,12 @@ struct kvp_usage {
 	uint32_t preemptions;
 	uint32_t swapped_tokens;
 	uint32_t resume_computed_tokens;
+	uint32_t cached_tokens_remote;
+	uint32_t reserved_remote;
 };
-static_assert(sizeof(struct kvp_usage) == 72, "wire ABI");
+static_assert(sizeof(struct kvp_usage) == 80, "wire ABI");
 static_assert(offsetof(struct kvp_usage, cached_tokens_disk) == 56, "wire ABI");
+static_assert(offsetof(struct kvp_usage, cached_tokens_remote) == 72, "wire ABI");
 
 /* HELLO flags */
 #define KVP_HELLO_WANT_POOL_FD 0x1u /* pass the read-only pool segment fd */

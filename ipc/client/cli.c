@@ -288,6 +288,7 @@ static void json_usage(struct kvp_json *j, const char *key, const struct kvp_usa
 		kvp_json_u64(j, "ttl_s", cu.ttl_s);
 		kvp_json_u64(j, "n", cu.n);
 	}
+	kvp_json_u64(j, "cached_tokens_remote", u->cached_tokens_remote);
 	kvp_json_end(j, '}');
 }
 
@@ -522,6 +523,8 @@ static void print_usage_line(const struct kvp_usage *u, const char *how)
 		if (cu.n > 1)
 			fprintf(stderr, ", continuations %u", cu.n);
 	}
+	if (u->cached_tokens_remote)
+		fprintf(stderr, "; cached_tokens_remote %u", u->cached_tokens_remote);
 	fputc('\n', stderr);
 }
 

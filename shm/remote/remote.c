@@ -954,13 +954,11 @@ void kvp_remote_free(struct kvp_remote *r)
  * hundreds of KiB and glibc's default thresholds, each of those is a new mmap whose pages
  * fault in, then a munmap: measured on this VM (where a page fault is expensive), a plain
  * hiredis loop of pipelined 516 KiB SETs ran at 27-46 MB/s that way and at 360-550 MB/s
- * with the thresholds raised.  So the tier has glibc serve such buffers from its heap
- * and keep freed memory for the next one (tens of MiB at most: the windows below bound
- * what is in flight).  Process-wide, once; kvpoold preallocates its pool anyway.
+ * with the thresholds raised.  Serving such buffers from glibc's heap and keeping freed
+ * memory for the next one (tens of MiB at most: the windows bound what is in flight) is
+ * a process-wide choice, so the program makes it (kvpoold at start-up), not the tier.
  */
-static pthread_once_t malloc_once = PTHREAD_ONCE_INIT;
-
-static void tune_malloc(void)
+void kvp_remote_tune_malloc(void)
 {
 	mallopt(M_MMAP_THRESHOLD, 16 << 20);
 	mallopt(M_TRIM_THRESHOLD, 128 << 20);
@@ -980,7 +978,6 @@ int kvp_remote_new(struct kvp_remote **out, const struct kvp_remote_config *cfg,
 	e = kvp_remote_config_check(cfg, err, errlen);
 	if (e < 0)
 		return e;
-	pthread_once(&malloc_once, tune_malloc);
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
@@ -1270,6 +1267,23 @@ int kvp_remote_poll(struct kvp_remote *r, struct kvp_remote_done *out, uint32_t 
 		poke(r->done_fd);
 	unlock(r);
 	return (int)n;
+}
+
+const struct kvp_remote_config *kvp_remote_settings(const struct kvp_remote *r)
+{
+	return &r->cfg;
+}
+
+bool kvp_remote_domain_up(struct kvp_remote *r, uint32_t domain)
+{
+	bool up;
+
+	if (domain >= r->n_doms)
+		return false;
+	lock(r);
+	up = kvp_breaker_closed(&r->doms[domain].br);
+	unlock(r);
+	return up;
 }
 
 int kvp_remote_event_fd(const struct kvp_remote *r)

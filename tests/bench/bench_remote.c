@@ -127,6 +127,7 @@ int main(void)
 	uint64_t seed = 42;
 	int r;
 
+	kvp_remote_tune_malloc(); /* as kvpoold does at start-up */
 	signal(SIGPIPE, SIG_IGN);
 	if (!redisfix_available() || system("command -v redis-benchmark >/dev/null 2>&1")) {
 		printf("redis-server / redis-benchmark not installed (tests/deps.sh): skipped\n");

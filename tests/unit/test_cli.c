@@ -370,12 +370,14 @@ static void test_generate_json(void **state)
 			     "--json", NULL),
 			 0);
 	assert_non_null(strstr(out, "{\"tokens\":[5],\"text\":\"5;\",\"usage\":{"));
-	assert_non_null(strstr(out, "\"prompt_tokens\":2,\"cached_tokens\":16,"
-				    "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
-				    "\"generated_tokens\":1,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
-				    "\"prefill_ms\":0.000,\"decode_ms\":0.000,"
-				    "\"cached_tokens_disk\":0,\"preemptions\":0,"
-				    "\"swapped_tokens\":0,\"resume_computed_tokens\":0}}"));
+	assert_non_null(strstr(
+		out,
+		"\"prompt_tokens\":2,\"cached_tokens\":16,"
+		"\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
+		"\"generated_tokens\":1,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
+		"\"prefill_ms\":0.000,\"decode_ms\":0.000,"
+		"\"cached_tokens_disk\":0,\"preemptions\":0,"
+		"\"swapped_tokens\":0,\"resume_computed_tokens\":0,\"cached_tokens_remote\":0}}"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "-p", "hi", "--json", NULL), 0);
 	assert_non_null(strstr(out, "\"text\":\"a\\\"b\\n\\ufffd"
 				    "\\ufffd\\ufffd\\ufffd"
@@ -394,25 +396,29 @@ static void test_generate_json_exact(void **state)
 	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5,6,7", "--json",
 			     NULL),
 			 0);
-	assert_string_equal(out, "{\"tokens\":[5,6,7],\"text\":\"5;6;7;\",\"usage\":{"
-				 "\"prompt_tokens\":3,\"cached_tokens\":16,"
-				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
-				 "\"generated_tokens\":3,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
-				 "\"prefill_ms\":0.000,\"decode_ms\":0.000,"
-				 "\"cached_tokens_disk\":0,\"preemptions\":0,"
-				 "\"swapped_tokens\":0,\"resume_computed_tokens\":0}}\n");
+	assert_string_equal(
+		out,
+		"{\"tokens\":[5,6,7],\"text\":\"5;6;7;\",\"usage\":{"
+		"\"prompt_tokens\":3,\"cached_tokens\":16,"
+		"\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
+		"\"generated_tokens\":3,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
+		"\"prefill_ms\":0.000,\"decode_ms\":0.000,"
+		"\"cached_tokens_disk\":0,\"preemptions\":0,"
+		"\"swapped_tokens\":0,\"resume_computed_tokens\":0,\"cached_tokens_remote\":0}}\n");
 	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "-p", "hi", "--json", NULL), 0);
-	assert_string_equal(out, "{\"tokens\":[1],\"text\":\"a\\\"b\\n\\ufffd"
-				 "\\ufffd\\ufffd\\ufffd"
-				 "\\ufffd\\ufffd\\ufffd"
-				 "\\ufffd\\ufffd\\ufffd\\ufffd"
-				 "\xc3\xa9\xf0\x9f\x98\x80\","
-				 "\"usage\":{\"prompt_tokens\":0,\"cached_tokens\":16,"
-				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
-				 "\"generated_tokens\":1,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
-				 "\"prefill_ms\":0.000,\"decode_ms\":0.000,"
-				 "\"cached_tokens_disk\":0,\"preemptions\":0,"
-				 "\"swapped_tokens\":0,\"resume_computed_tokens\":0}}\n");
+	assert_string_equal(
+		out,
+		"{\"tokens\":[1],\"text\":\"a\\\"b\\n\\ufffd"
+		"\\ufffd\\ufffd\\ufffd"
+		"\\ufffd\\ufffd\\ufffd"
+		"\\ufffd\\ufffd\\ufffd\\ufffd"
+		"\xc3\xa9\xf0\x9f\x98\x80\","
+		"\"usage\":{\"prompt_tokens\":0,\"cached_tokens\":16,"
+		"\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
+		"\"generated_tokens\":1,\"queue_ms\":0.000,\"ttft_ms\":2.500,"
+		"\"prefill_ms\":0.000,\"decode_ms\":0.000,"
+		"\"cached_tokens_disk\":0,\"preemptions\":0,"
+		"\"swapped_tokens\":0,\"resume_computed_tokens\":0,\"cached_tokens_remote\":0}}\n");
 }
 
 static void test_status_formats(void **state)
@@ -560,20 +566,22 @@ static void test_chat_turns(void **state)
 	assert_int_equal(cli(f, out, err, sizeof(out), "chat", "--system", "S", "--message", "a",
 			     "--message", "b", "--json", NULL),
 			 0);
-	assert_string_equal(out, "{\"turn\":1,\"tokens\":[7,8],\"text\":\"r1 r2\",\"status\":"
-				 "\"ok\",\"usage\":{\"prompt_tokens\":3,\"cached_tokens\":0,"
-				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
-				 "\"generated_tokens\":2,\"queue_ms\":0.000,\"ttft_ms\":0.000,"
-				 "\"prefill_ms\":0.000,\"decode_ms\":0.000,"
-				 "\"cached_tokens_disk\":0,\"preemptions\":0,"
-				 "\"swapped_tokens\":0,\"resume_computed_tokens\":0}}\n"
-				 "{\"turn\":2,\"tokens\":[7,8],\"text\":\"r1 r2\",\"status\":"
-				 "\"ok\",\"usage\":{\"prompt_tokens\":8,\"cached_tokens\":0,"
-				 "\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
-				 "\"generated_tokens\":2,\"queue_ms\":0.000,\"ttft_ms\":0.000,"
-				 "\"prefill_ms\":0.000,\"decode_ms\":0.000,"
-				 "\"cached_tokens_disk\":0,\"preemptions\":0,"
-				 "\"swapped_tokens\":0,\"resume_computed_tokens\":0}}\n");
+	assert_string_equal(
+		out,
+		"{\"turn\":1,\"tokens\":[7,8],\"text\":\"r1 r2\",\"status\":"
+		"\"ok\",\"usage\":{\"prompt_tokens\":3,\"cached_tokens\":0,"
+		"\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
+		"\"generated_tokens\":2,\"queue_ms\":0.000,\"ttft_ms\":0.000,"
+		"\"prefill_ms\":0.000,\"decode_ms\":0.000,"
+		"\"cached_tokens_disk\":0,\"preemptions\":0,"
+		"\"swapped_tokens\":0,\"resume_computed_tokens\":0,\"cached_tokens_remote\":0}}\n"
+		"{\"turn\":2,\"tokens\":[7,8],\"text\":\"r1 r2\",\"status\":"
+		"\"ok\",\"usage\":{\"prompt_tokens\":8,\"cached_tokens\":0,"
+		"\"cache_creation_tokens\":0,\"recomputed_tokens\":0,"
+		"\"generated_tokens\":2,\"queue_ms\":0.000,\"ttft_ms\":0.000,"
+		"\"prefill_ms\":0.000,\"decode_ms\":0.000,"
+		"\"cached_tokens_disk\":0,\"preemptions\":0,"
+		"\"swapped_tokens\":0,\"resume_computed_tokens\":0,\"cached_tokens_remote\":0}}\n");
 	assert_int_equal(atomic_load(&f->chat_msgs), 4);
 	assert_int_equal(atomic_load(&f->chat_context), 5);
 	assert_int_equal(atomic_load(&f->chat_context_msgs), 3);

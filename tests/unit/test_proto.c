@@ -128,7 +128,7 @@ static void test_encoder_reports_needed_size(void **state)
 	struct kvp_usage u = { 0 };
 
 	memset(frame, 0xaa, sizeof(frame));
-	assert_int_equal(kvp_proto_encode_done(frame, sizeof(frame), 1, &u), 24 + 72);
+	assert_int_equal(kvp_proto_encode_done(frame, sizeof(frame), 1, &u), 24 + 80);
 	assert_int_equal(frame[0], 0xaa);
 }
 

@@ -1277,6 +1277,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hostile_store, setup, teardown),
 	};
 
+	kvp_remote_tune_malloc(); /* as kvpoold does at start-up */
 	signal(SIGPIPE, SIG_IGN); /* the admin connection writes with write(2) too */
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
