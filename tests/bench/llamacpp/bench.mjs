@@ -19,7 +19,8 @@
 //            tokens/s = P / wall time of that evaluation;
 //   decode:  a D-id prompt (default 16) and its first greedy token, untimed, then N
 //            greedy single-token steps (each: evaluate the last token, pick the next),
-//            tokens/s = N / wall time of those steps (the first token is excluded).
+//            tokens/s = N / wall time of those steps (the first token is excluded);
+//            the run's "tokens" are the N + 1 greedy ids, the first one included.
 // One untimed warm-up (a prefill of min(P, B) ids and 4 steps) comes first, so the
 // weights are resident and the buffers touched, as llama-bench does.  Medians over R.
 //
@@ -187,15 +188,19 @@ async function decode(seq, prompt, steps) {
 	const it = seq.evaluate(prompt, { temperature: 0, yieldEogToken: true });
 	try {
 		let r = await it.next(); // the prompt and the first token: not timed
+		const tokens = [r.value];
 		const c0 = cpuSeconds(), t0 = nowSeconds();
-		for (let i = 0; i < steps && !r.done; i++)
+		for (let i = 0; i < steps && !r.done; i++) {
 			r = await it.next();
+			tokens.push(r.value);
+		}
 		const t = nowSeconds() - t0, c = cpuSeconds() - c0;
 		if (r.done)
 			throw new Error("decode: the generator ended early");
 		if (seq.nextTokenIndex !== prompt.length + steps)
 			throw new Error(`decode: sequence holds ${seq.nextTokenIndex} tokens, not ${prompt.length + steps}`);
-		return { s: t, cpu: c };
+		// the greedy ids, the first one included: steps + 1 of them
+		return { s: t, cpu: c, tokens: tokens.map(Number) };
 	} finally {
 		await it.return();
 	}
@@ -308,6 +313,7 @@ async function main() {
 			llama_decode_tok_s: round(ld.eRuns / (ld.eMs / 1e3)),
 			prefill_cpu_per_wall: round(p.cpu / p.s),
 			decode_cpu_per_wall: round(d.cpu / d.s),
+			tokens: d.tokens,
 		};
 		runs.push(run);
 		process.stdout.write(JSON.stringify(run) + "\n");
