@@ -252,7 +252,7 @@ bench_file() { # FILE
 	done
 }
 
-echo "# kvpool vs llama.cpp: $threads threads, prefill P=$prompt (batch $batch), decode N=$gen after a $dprompt-id prompt, kvpool K/V $kv, medians of $runs rounds" >&2
+echo "# kvpool vs llama.cpp: $threads threads, prefill P=$prompt (batch $((batch < prompt ? batch : prompt))), decode N=$gen after a $dprompt-id prompt, kvpool K/V $kv, medians of $runs rounds" >&2
 echo "# cpu: $cpu_line" >&2
 regime_before=$(regime before)
 echo "# $regime_before" >&2
@@ -281,7 +281,7 @@ echo "# $regime_after" >&2
 # what ran and where, then the medians (table or JSON) on stdout
 if ((!json)); then
 	echo "# $(date -u '+%Y-%m-%d %H:%M UTC'); cpu: $cpu_line"
-	echo "# $threads threads; prefill P=$prompt (batch $batch); decode N=$gen after a $dprompt-id prompt; kvpool K/V $kv; medians of $runs rounds (kvpool, llama.cpp alternating)"
+	echo "# $threads threads; prefill P=$prompt (batch $((batch < prompt ? batch : prompt))); decode N=$gen after a $dprompt-id prompt; kvpool K/V $kv; medians of $runs rounds (kvpool, llama.cpp alternating)"
 	echo "# $regime_before"
 	echo "# $regime_after"
 	sed 's/^/# /' "$context"
