@@ -26,7 +26,7 @@ fi
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 	mapfile -t files < <(git ls-files '*.c' '*.h')
 else	# a tarball: every source below the top, build directories left out
-	mapfile -t files < <(find . -name '*.[ch]' -not -path './build*' | sed 's|^\./||' | sort)
+	mapfile -t files < <(find . -name '*.[ch]' -not -path './build*' -not -path '*/node_modules/*' | sed 's|^\./||' | sort)
 fi
 
 declare -A known=() tracked=()

@@ -88,7 +88,7 @@ for dir in util shm compute ipc svc include tests/lib tests/unit tests/integrati
 			fi
 			;;
 		esac
-	done < <(find "$src/$dir" -name '*.h' -type f | LC_ALL=C sort)
+	done < <(find "$src/$dir" -name node_modules -prune -o -name '*.h' -type f -print | LC_ALL=C sort)
 done
 
 if [ $n = 0 ]; then
