@@ -440,17 +440,15 @@ static int message_breakpoints(const struct kvp_requests *q, const struct kvp_ca
 			       size_t errlen)
 {
 	uint32_t ttl = cc->ttl_s ? cc->ttl_s : q->cache ? q->cache->ttl_default_s : 0;
-	int st;
 
 	*out = *cc;
 	out->flags &= ~KVP_CC_BP_MESSAGES;
 	for (uint32_t i = 0; i < out->n_breakpoints; i++)
 		if (!out->bp_ttl_s[i])
 			out->bp_ttl_s[i] = ttl;
-	st = kvp_convo_breakpoints(out->breakpoints, out->bp_ttl_s, &out->n_breakpoints, q->tok,
-				   tmpl, cv, r->tokens, r->n_tokens, q->max_prompt_tokens, err,
-				   errlen);
-	return st;
+	return kvp_convo_breakpoints(out->breakpoints, out->bp_ttl_s, &out->n_breakpoints, q->tok,
+				     tmpl, cv, r->tokens, r->n_tokens, q->max_prompt_tokens, err,
+				     errlen);
 }
 
 static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,

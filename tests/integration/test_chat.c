@@ -958,7 +958,8 @@ static void test_bad_input(void **state)
 {
 	/*
 	 * unknown template (KVP_E_INVALID naming the known ones), ill-formed UTF-8, too
-	 * many messages, a conversation beyond max_prompt_tokens: refused, the connection
+	 * many messages, message breakpoints past the messages or with a GENERATE, a
+	 * conversation beyond max_prompt_tokens: refused, the connection
 	 * and the conversation kept; a frame beyond max_frame_bytes ends the connection
 	 */
 	static const char *const args[] = { "--max-prompt-tokens", "512", "--max-frame-bytes",
@@ -1014,6 +1015,23 @@ static void test_bad_input(void **state)
 		assert_int_equal(kvp_client_chat(c, many, &p, NULL, NULL, &u), KVP_E_LIMIT);
 		assert_non_null(strstr(kvp_client_errmsg(c), "more chat messages than"));
 		kvp_client_conv_free(many);
+	}
+	/* message breakpoints: past the chat's messages, or with a GENERATE: refused */
+	{
+		struct kvp_cache_ctl cc = { .flags = KVP_CC_BP_MESSAGES,
+					    .n_breakpoints = 1,
+					    .breakpoints = { 3 } };
+		struct kvp_client_prompt pr = { .text = "hi", .text_len = 2 };
+
+		assert_int_equal(kvp_client_set_cache(c, &cc), 0);
+		assert_int_equal(kvp_client_chat(c, cv, &p, NULL, NULL, &u), KVP_E_INVALID);
+		assert_non_null(strstr(kvp_client_errmsg(c), "more messages than the chat has"));
+		assert_int_equal(kvp_client_conv_n_messages(cv), 2); /* unchanged */
+		cc.breakpoints[0] = 1;
+		assert_int_equal(kvp_client_set_cache(c, &cc), 0);
+		assert_int_equal(kvp_client_generate(c, &pr, &p, NULL, NULL, &u), KVP_E_INVALID);
+		assert_non_null(strstr(kvp_client_errmsg(c), "CHAT only"));
+		assert_int_equal(kvp_client_set_cache(c, NULL), 0);
 	}
 	/* a conversation of more than max_prompt_tokens tokens */
 	big = malloc(70000);
