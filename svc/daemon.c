@@ -517,6 +517,7 @@ static int make_server(struct kvp_daemon *d)
 	d->stats.t_start_ns = d->t_start_ns;
 	d->stats.req = &d->req;
 	d->stats.domains = &d->domains;
+	d->stats.cache = &d->cfg.cache;
 	kvp_requests_ops(&d->req, &ops);
 	r = kvp_server_new(&d->srv, &sc, &ops);
 	if (r < 0) {

@@ -1606,6 +1606,36 @@ static void print_tier_summary(json_t *j)
 		       ju(j, "tier.checksum_failures"), ju(j, "tier.errors"));
 }
 
+/*
+ * One line per trust domain: its traffic and its cache, by its own policy (never a
+ * prefix's content: the report has none).
+ */
+static void print_domains_summary(json_t *j)
+{
+	json_t *doms = jget(j, "domains");
+	size_t i;
+	json_t *d;
+
+	json_array_foreach(doms, i, d)
+	{
+		char b1[32], min[32] = "";
+
+		if (ju(d, "cache.min_tokens"))
+			snprintf(min, sizeof(min), ", min %llu tokens", ju(d, "cache.min_tokens"));
+		printf("  domain %-9s %llu requests; hits %.1f%% of requests, %.1f%% of tokens; "
+		       "%llu tokens saved; %llu evictions, %llu recomputed; %s pinned; cost "
+		       "%.1f%% of uncached (%s%s)\n",
+		       jstr(d, "name"), ju(d, "requests"), 100 * jnum(d, "cache.request_hit_rate"),
+		       100 * jnum(d, "cache.token_hit_rate"), ju(d, "cache.tokens_saved"),
+		       ju(d, "cache.evictions"), ju(d, "cache.recomputed_tokens"),
+		       human_bytes(jnum(d, "cache.pinned_bytes"), b1, sizeof(b1)),
+		       jnum(d, "cache.cost_uncached") > 0 ?
+			       100 * (1 - jnum(d, "cache.cost_saved_ratio")) :
+			       100.0,
+		       jstr(d, "cache.eviction"), min);
+	}
+}
+
 /* The report as a person reads it: the figures that say how the daemon is doing. */
 static int print_status_summary(const char *text, size_t len)
 {
@@ -1663,6 +1693,7 @@ static int print_status_summary(const char *text, size_t len)
 		       ju(j, "usage.prompt_tokens"), ju(j, "usage.cached_tokens"),
 		       ju(j, "usage.recomputed_tokens"), ju(j, "usage.generated_tokens"));
 	print_tier_summary(j);
+	print_domains_summary(j);
 	printf("(every figure: kvpool status --json; Prometheus: kvpool status --prom)\n");
 	json_decref(j);
 	return 0;
