@@ -538,7 +538,8 @@ static void test_mixed_workload(void **state)
 		assert_non_null(f);
 		fprintf(f, "kvpool status after test_domcache's mixed workload (groups mode: "
 			   "research = uids 60030, 60031, operators, min_tokens 32, lfu; support "
-			   "= uids 60040, 60041, [cache] defaults)\n\n");
+			   "= uids 60040, 60041, [cache] defaults); written by "
+			   "KVP_ISSUE11_NOTE=FILE build/tests/itest-domcache (as root)\n\n");
 		note_status(f, &d, NULL);
 		note_status(f, &d, "--json");
 		fclose(f);
