@@ -454,16 +454,17 @@ static const enum kvp_chat_role chat_roles[KVP_ROLE__COUNT] = {
 
 /*
  * @cc's message breakpoints (KVP_CC_BP_MESSAGES) as token positions of @r's prompt, in
- * @out.  Each breakpoint's TTL is resolved first (0 = the request's, then the daemon's
- * default) so that two landing on one position keep the longer one.
+ * @out.  Each breakpoint's TTL is resolved first (0 = the request's, then the default of
+ * @c's domain) so that two landing on one position keep the longer one.
  * Return: 0, or as kvp_convo_breakpoints() (@err says why on -EINVAL).
  */
-static int message_breakpoints(const struct kvp_requests *q, const struct kvp_cache_ctl *cc,
-			       const struct kvp_chat_template *tmpl, const struct kvp_convo *cv,
-			       const struct kvp_sched_req *r, struct kvp_cache_ctl *out, char *err,
-			       size_t errlen)
+static int message_breakpoints(const struct kvp_requests *q, const struct kvp_conn_rec *c,
+			       const struct kvp_cache_ctl *cc, const struct kvp_chat_template *tmpl,
+			       const struct kvp_convo *cv, const struct kvp_sched_req *r,
+			       struct kvp_cache_ctl *out, char *err, size_t errlen)
 {
-	uint32_t ttl = cc->ttl_s ? cc->ttl_s : q->cache ? q->cache->ttl_default_s : 0;
+	/* the peer's domain's policy: its engine resolves the TTLs by it */
+	uint32_t ttl = cc->ttl_s ? cc->ttl_s : q->domains->dom[c->domain].cache.ttl_default_s;
 
 	*out = *cc;
 	out->flags &= ~KVP_CC_BP_MESSAGES;
@@ -520,7 +521,7 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 			      sizeof(err));
 	if (st == 0 && cc && (cc->flags & KVP_CC_BP_MESSAGES) &&
 	    !(ch->flags & KVP_CHAT_PROMPT_ONLY)) {
-		st = message_breakpoints(q, cc, tmpl, &cv, &r, &cc_tok, err, sizeof(err));
+		st = message_breakpoints(q, c, cc, tmpl, &cv, &r, &cc_tok, err, sizeof(err));
 		if (st < 0) {
 			free(r.tokens);
 			r.tokens = NULL;
