@@ -131,7 +131,8 @@ int kvp_convo_prompt(int32_t **ids, uint32_t *n_ids, const struct kvp_tokenizer 
 		     uint32_t max_ids, char *err, size_t errlen)
 {
 	struct kvp_chat_msg *msgs = NULL;
-	struct kvp_chat_opts o = { .add_generation_prompt = true, .date = cv->date };
+	struct kvp_chat_opts o = { .add_generation_prompt = !cv->no_generation_prompt,
+				   .date = cv->date };
 	char *bos = NULL, *eos = NULL, *text = NULL;
 	size_t len = 0;
 	int r;

@@ -23,6 +23,7 @@
 #ifndef KVP_COMPUTE_CONVO_H
 #define KVP_COMPUTE_CONVO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,8 @@ struct kvp_tokenizer;
  * @context_msgs:   messages @context covers; message @context_msgs - 1 is an assistant
  *                  message and the context ends after its content (0 without context)
  * @date:           Llama 3.1/3.2's "Today Date", or NULL (see struct kvp_chat_opts)
+ * @no_generation_prompt: end after the last message, without the header of the
+ *                  assistant's turn (a prefix of a longer conversation, convo_bp.h)
  */
 struct kvp_convo {
 	const struct kvp_chat_msg *msgs;
@@ -45,6 +48,7 @@ struct kvp_convo {
 	uint32_t n_context;
 	uint32_t context_msgs;
 	const char *date;
+	bool no_generation_prompt;
 };
 
 /**

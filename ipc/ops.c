@@ -213,6 +213,8 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct 
 		r = kvp_proto_decode_cache_ctl(payload, hdr->len_bytes, sizeof(g), &cc, &why);
 		if (r == KVP_E_PROTO)
 			return kvp_srv_fail(srv, c, r, why);
+		if (!r)
+			r = kvp_proto_cache_ctl_for(&cc, KVP_FRAME_GENERATE, 0, &why);
 		if (r)
 			return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
 		if (!srv->ops.generate_cc)
@@ -319,6 +321,8 @@ static int on_chat(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_
 		r = kvp_proto_decode_cache_ctl(payload, hdr->len_bytes, sizeof(ch), &cc, &why);
 		if (r == KVP_E_PROTO)
 			return kvp_srv_fail(srv, c, r, why);
+		if (!r)
+			r = kvp_proto_cache_ctl_for(&cc, KVP_FRAME_CHAT, ch.n_messages, &why);
 		if (r)
 			return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
 		if (!srv->ops.chat_cc)

@@ -543,6 +543,9 @@ int kvp_proto_decode_cache_ctl(const void *payload, size_t len, size_t offset,
 					    KVP_E_PROTO);
 			continue;
 		}
+		if (!out->breakpoints[i] && (out->flags & KVP_CC_BP_MESSAGES))
+			return fail(why, "a message breakpoint counts at least one message",
+				    KVP_E_INVALID);
 		if (!out->breakpoints[i] || (i && out->breakpoints[i] <= out->breakpoints[i - 1]))
 			return fail(why, "cache breakpoints must be increasing and above 0",
 				    KVP_E_INVALID);
@@ -553,6 +556,21 @@ int kvp_proto_decode_cache_ctl(const void *payload, size_t len, size_t offset,
 		return fail(why, "retention priority must be in [0, 100]", KVP_E_INVALID);
 	if (out->n > KVP_PARALLEL_MAX)
 		return fail(why, "more continuations than the maximum (16)", KVP_E_LIMIT);
+	return KVP_OK;
+}
+
+int kvp_proto_cache_ctl_for(const struct kvp_cache_ctl *cc, uint32_t type, uint32_t n_messages,
+			    const char **why)
+{
+	if (!(cc->flags & KVP_CC_BP_MESSAGES))
+		return KVP_OK;
+	/* a GENERATE's prompt has no messages to count */
+	if (type != KVP_FRAME_CHAT)
+		return fail(why, "message breakpoints (KVP_CC_BP_MESSAGES) are for CHAT only",
+			    KVP_E_INVALID);
+	if (cc->n_breakpoints && cc->breakpoints[cc->n_breakpoints - 1] > n_messages)
+		return fail(why, "a cache breakpoint counts more messages than the chat has",
+			    KVP_E_INVALID);
 	return KVP_OK;
 }
 

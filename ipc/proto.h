@@ -162,6 +162,15 @@ int kvp_proto_decode_done_cc(const void *payload, size_t len, struct kvp_usage *
 int kvp_proto_decode_cache_ctl(const void *payload, size_t len, size_t offset,
 			       struct kvp_cache_ctl *out, const char **why);
 
+/**
+ * kvp_proto_cache_ctl_for() - may @cc come with a request of frame @type?
+ * @n_messages: CHAT: its messages (message breakpoints must lie within them)
+ * KVP_CC_BP_MESSAGES is CHAT's only, and its breakpoints count at most @n_messages.
+ * Return: KVP_OK or KVP_E_INVALID (*@why says why).
+ */
+int kvp_proto_cache_ctl_for(const struct kvp_cache_ctl *cc, uint32_t type, uint32_t n_messages,
+			    const char **why);
+
 /* PIN / UNPIN: struct kvp_pin and the prompt after it (*@body: ids, unaligned, or text). */
 int kvp_proto_decode_pin(const void *payload, size_t len, const struct kvp_proto_limits *lim,
 			 struct kvp_pin *out, const void **body, const char **why);

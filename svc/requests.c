@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "compute/convo.h"
+#include "compute/convo_bp.h"
 #include "compute/gen.h"
 #include "compute/text/chat.h"
 #include "compute/text/tokenizer.h"
@@ -451,6 +452,30 @@ static const enum kvp_chat_role chat_roles[KVP_ROLE__COUNT] = {
 	[KVP_ROLE_ASSISTANT] = KVP_CHAT_ASSISTANT,
 };
 
+/*
+ * @cc's message breakpoints (KVP_CC_BP_MESSAGES) as token positions of @r's prompt, in
+ * @out.  Each breakpoint's TTL is resolved first (0 = the request's, then the default of
+ * @c's domain) so that two landing on one position keep the longer one.
+ * Return: 0, or as kvp_convo_breakpoints() (@err says why on -EINVAL).
+ */
+static int message_breakpoints(const struct kvp_requests *q, const struct kvp_conn_rec *c,
+			       const struct kvp_cache_ctl *cc, const struct kvp_chat_template *tmpl,
+			       const struct kvp_convo *cv, const struct kvp_sched_req *r,
+			       struct kvp_cache_ctl *out, char *err, size_t errlen)
+{
+	/* the peer's domain's policy: its engine resolves the TTLs by it */
+	uint32_t ttl = cc->ttl_s ? cc->ttl_s : q->domains->dom[c->domain].cache.ttl_default_s;
+
+	*out = *cc;
+	out->flags &= ~KVP_CC_BP_MESSAGES;
+	for (uint32_t i = 0; i < out->n_breakpoints; i++)
+		if (!out->bp_ttl_s[i])
+			out->bp_ttl_s[i] = ttl;
+	return kvp_convo_breakpoints(out->breakpoints, out->bp_ttl_s, &out->n_breakpoints, q->tok,
+				     tmpl, cv, r->tokens, r->n_tokens, q->max_prompt_tokens, err,
+				     errlen);
+}
+
 static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 		const struct kvp_chat *ch, const struct kvp_cache_ctl *cc, const int32_t *context,
 		const struct kvp_proto_msg *msgs)
@@ -459,6 +484,7 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
 	const struct kvp_chat_template *tmpl = q->tmpl;
 	struct kvp_chat_template named;
+	struct kvp_cache_ctl cc_tok;
 	struct kvp_chat_msg *cm;
 	struct kvp_convo cv = { .context = context,
 				.n_context = ch->n_context,
@@ -493,6 +519,15 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 	cv.msgs = cm;
 	st = kvp_convo_prompt(&r.tokens, &r.n_tokens, q->tok, tmpl, &cv, q->max_prompt_tokens, err,
 			      sizeof(err));
+	if (st == 0 && cc && (cc->flags & KVP_CC_BP_MESSAGES) &&
+	    !(ch->flags & KVP_CHAT_PROMPT_ONLY)) {
+		st = message_breakpoints(q, c, cc, tmpl, &cv, &r, &cc_tok, err, sizeof(err));
+		if (st < 0) {
+			free(r.tokens);
+			r.tokens = NULL;
+		}
+		cc = &cc_tok;
+	}
 	free(cm);
 	if (st == -E2BIG) {
 		snprintf(err, sizeof(err),

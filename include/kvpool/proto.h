@@ -415,7 +415,13 @@ static_assert(sizeof(struct kvp_lease) == 56, "wire ABI");
 
 /* struct kvp_cache_ctl flags */
 #define KVP_CC_RETAIN 0x1u /* @retain is set (else the daemon's cache.retain_default) */
-#define KVP_CC__ALL 0x1u
+/*
+ * CHAT only: @breakpoints count messages, not tokens: breakpoint k is the prefix that
+ * ends after the k-th message (1 .. n_messages); the daemon maps it onto the prompt's
+ * ids (docs/protocol.md, "Message breakpoints")
+ */
+#define KVP_CC_BP_MESSAGES 0x2u
+#define KVP_CC__ALL 0x3u
 
 /**
  * struct kvp_cache_ctl - cache control of one GENERATE (KVP_GEN_CACHE_CTL) or CHAT

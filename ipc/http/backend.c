@@ -215,10 +215,20 @@ static int send_job(struct kvp_client *c, struct kvp_http_job *job)
 		r = build_conv(job, &cv);
 		if (r)
 			return r;
-		if (job->kind == KVP_HTTP_JOB_CHAT)
-			r = kvp_client_chat_submit(c, cv, &job->params, &job->req_id);
-		else
+		if (job->kind == KVP_HTTP_JOB_CHAT) {
+			/*
+			 * the connection is shared: the cache control goes with this request's
+			 * frame only (libkvpool copies it into the frame at submit)
+			 */
+			if (job->has_cc)
+				r = kvp_client_set_cache(c, &job->cc);
+			if (r == 0)
+				r = kvp_client_chat_submit(c, cv, &job->params, &job->req_id);
+			if (job->has_cc)
+				kvp_client_set_cache(c, NULL);
+		} else {
 			r = kvp_client_chat_prompt_submit(c, cv, &job->req_id);
+		}
 		kvp_client_conv_free(cv); /* the frame is out; the reply is not kept here */
 		return r;
 	case KVP_HTTP_JOB_TOKENIZE:

@@ -76,6 +76,8 @@ enum kvp_http_job_kind {
  * @msgs:     set by the caller for a chat (@n_msgs, borrowed until @end)
  * @params:   sampling and cache options (the salt borrowed until @end)
  * @tok_flags: KVP_TOKENIZE_* / KVP_DETOKENIZE_* for those kinds
+ * @cc, @has_cc: set by the caller: cache control sent with this request only
+ *            (kvp_http_cache_map()), when @has_cc
  * (the rest is the backend's)
  */
 struct kvp_http_job {
@@ -86,6 +88,8 @@ struct kvp_http_job {
 	size_t n_msgs;
 	struct kvp_client_params params;
 	unsigned int tok_flags;
+	struct kvp_cache_ctl cc;
+	bool has_cc;
 
 	struct kvp_http_job *next;
 	atomic_bool cancel;

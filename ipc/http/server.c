@@ -796,7 +796,8 @@ static bool generation_job(struct hreq *r, const struct kvp_http_backend_info *i
 	p->top_k = g->top_k;
 	p->seed = g->has_seed ? g->seed : mix(srv->id_prefix ^ atomic_fetch_add(&srv->id_next, 1));
 	p->priority = -g->priority; /* vLLM's: lower first; kvpoold's: higher first */
-	kvp_http_cache_map(p, g, (enum kvp_http_anthropic_cache)srv->cfg->anthropic_cache);
+	kvp_http_cache_map(p, &r->job.cc, &r->job.has_cc, g,
+			   (enum kvp_http_anthropic_cache)srv->cfg->anthropic_cache);
 	if (g->msgs) {
 		r->job.kind = KVP_HTTP_JOB_CHAT;
 		r->job.msgs = g->msgs;

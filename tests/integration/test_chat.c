@@ -25,7 +25,9 @@
  *  - tokenize/detokenize through the daemon (libkvpool), `kvpool tokenize/detokenize`,
  *    `kvpool-run --tokenize/--detokenize` and the tokenizer library agree, with
  *    parse_special and no-BOS on and off; parse_special on and off differ exactly where
- *    the text spells a special token, also for GENERATE.
+ *    the text spells a special token, also for GENERATE;
+ *  - a message breakpoint after the system message (KVP_CC_BP_MESSAGES) publishes the
+ *    blocks up to the end of the system turn (its text, decoded) and nothing after.
  * Then bad input: an unknown template (the names listed), ill-formed UTF-8, too many
  * messages and a conversation beyond max_prompt_tokens (refused, the connection kept),
  * a frame beyond max_frame_bytes (the connection closed), a model with no template
@@ -48,6 +50,7 @@
 #include <cmocka.h>
 
 #include "compute/convo.h"
+#include "compute/convo_bp.h"
 #include "compute/gguf.h"
 #include "compute/mkmodel.h"
 #include "compute/mkvocab.h"
@@ -590,6 +593,90 @@ static void check_five_turns(struct fam *f, int32_t replies[TURNS][64], size_t n
 	kvp_client_conv_free(cv);
 }
 
+/*
+ * A CHAT with a message breakpoint after the system message (KVP_CC_BP_MESSAGES): the
+ * daemon publishes the full blocks of the prefix up to where the library maps it (whose
+ * text is the system turn, ending at the family's end-of-turn marker; Llama 2 folds the
+ * system prompt into the user turn: the first token), nothing after; the same
+ * conversation again without cache control reads exactly those blocks.
+ */
+static void check_message_breakpoints(struct fam *f)
+{
+	static int32_t prompt[MAX_IDS], reply[MAX_IDS];
+	static const char q1[] = "A first question that is long enough to fill a few cache "
+				 "blocks of its own after the system turn, if they were written?";
+	struct kvp_cache_ctl cc = { .flags = KVP_CC_BP_MESSAGES,
+				    .n_breakpoints = 1,
+				    .breakpoints = { 1 },
+				    .bp_ttl_s = { 3600 } };
+	char sys[512], text[8192], err[256] = "";
+	struct kvp_chat_msg m[2];
+	struct kvp_convo cv2 = { .msgs = m, .n_msgs = 2 };
+	struct kvp_client_conv *cv;
+	struct kvp_client_params p;
+	struct kvp_cache_usage cu;
+	struct kvp_usage u;
+	size_t n_prompt, n_reply;
+	uint32_t pos[1] = { 1 }, n_pos = 1, covered;
+	long len;
+
+	snprintf(sys, sizeof(sys),
+		 "You answer questions about the %s family in plain words. Keep every answer "
+		 "short, with no lists, no code and no headings; this sentence only makes the "
+		 "system prompt span several cache blocks of sixteen tokens each.",
+		 f->name);
+	m[0] = (struct kvp_chat_msg){ KVP_CHAT_SYSTEM, sys, strlen(sys) };
+	m[1] = (struct kvp_chat_msg){ KVP_CHAT_USER, q1, strlen(q1) };
+	kvp_client_params_init(&p);
+	p.max_new_tokens = 8;
+	p.salt = "message-breakpoints";
+	p.salt_len = strlen(p.salt);
+	assert_int_equal(kvp_client_conv_new(&cv), 0);
+	assert_int_equal(kvp_client_conv_add(cv, KVP_ROLE_SYSTEM, sys, strlen(sys)), 0);
+	assert_int_equal(kvp_client_conv_add(cv, KVP_ROLE_USER, q1, strlen(q1)), 0);
+	assert_int_equal(kvp_client_set_cache(f->c, &cc), 0);
+	assert_int_equal(turn(f->c, cv, &p, prompt, &n_prompt, reply, &n_reply, &u), KVP_OK);
+	assert_int_equal(kvp_client_event_cache(f->c, &cu), 1);
+	assert_int_equal(kvp_client_set_cache(f->c, NULL), 0);
+	kvp_client_conv_free(cv);
+
+	assert_int_equal(kvp_convo_breakpoints(pos, NULL, &n_pos, f->tok, &f->tmpl, &cv2, prompt,
+					       (uint32_t)n_prompt, MAX_IDS, err, sizeof(err)),
+			 0);
+	assert_int_equal(n_pos, 1);
+	if (!strcmp(f->name, "llama2")) {
+		assert_int_equal(pos[0], 1);
+	} else {
+		const char *after;
+
+		len = kvp_tokenizer_decode(f->tok, prompt, pos[0], KVP_DETOK_RENDER_SPECIAL, text,
+					   sizeof(text) - 1);
+		assert_true(len > 0 && (size_t)len < sizeof(text));
+		text[len] = '\0';
+		after = strstr(text, sys);
+		assert_non_null(after);
+		after += strlen(sys);
+		assert_memory_equal(after, f->marker, strlen(f->marker));
+		after += strlen(f->marker);
+		assert_true(!strcmp(after, "") || !strcmp(after, "\n"));
+		assert_true(pos[0] + 2 * BT <= n_prompt);
+	}
+	covered = pos[0] / BT * BT;
+	fprintf(stderr, "%s: system turn ends at %u of %zu: %u tokens published, %u read\n",
+		f->name, pos[0], n_prompt, u.cache_creation_tokens, u.cached_tokens);
+	assert_int_equal(u.cached_tokens + u.cache_creation_tokens, covered);
+	assert_int_equal(cu.matched_blocks * BT, u.cached_tokens);
+
+	/* again, cache control off: exactly the breakpoint's blocks were there */
+	assert_int_equal(kvp_client_conv_new(&cv), 0);
+	assert_int_equal(kvp_client_conv_add(cv, KVP_ROLE_SYSTEM, sys, strlen(sys)), 0);
+	assert_int_equal(kvp_client_conv_add(cv, KVP_ROLE_USER, q1, strlen(q1)), 0);
+	assert_int_equal(turn(f->c, cv, &p, prompt, &n_prompt, reply, &n_reply, &u), KVP_OK);
+	assert_int_equal(kvp_client_event_cache(f->c, &cu), 0);
+	assert_int_equal(u.cached_tokens, covered);
+	kvp_client_conv_free(cv);
+}
+
 /* The same conversation through `kvpool chat`: same replies, same cache property. */
 static void check_cli_chat(struct fam *f, int32_t replies[TURNS][64], size_t n_replies[TURNS])
 {
@@ -846,6 +933,7 @@ static void check_family(const char *name, const char *marker)
 	check_cli_chat(&f, replies, n_replies);
 	check_tokenize(&f);
 	check_generate_parse_special(&f);
+	check_message_breakpoints(&f);
 	fam_close(&f);
 }
 
@@ -870,7 +958,8 @@ static void test_bad_input(void **state)
 {
 	/*
 	 * unknown template (KVP_E_INVALID naming the known ones), ill-formed UTF-8, too
-	 * many messages, a conversation beyond max_prompt_tokens: refused, the connection
+	 * many messages, message breakpoints past the messages or with a GENERATE, a
+	 * conversation beyond max_prompt_tokens: refused, the connection
 	 * and the conversation kept; a frame beyond max_frame_bytes ends the connection
 	 */
 	static const char *const args[] = { "--max-prompt-tokens", "512", "--max-frame-bytes",
@@ -926,6 +1015,23 @@ static void test_bad_input(void **state)
 		assert_int_equal(kvp_client_chat(c, many, &p, NULL, NULL, &u), KVP_E_LIMIT);
 		assert_non_null(strstr(kvp_client_errmsg(c), "more chat messages than"));
 		kvp_client_conv_free(many);
+	}
+	/* message breakpoints: past the chat's messages, or with a GENERATE: refused */
+	{
+		struct kvp_cache_ctl cc = { .flags = KVP_CC_BP_MESSAGES,
+					    .n_breakpoints = 1,
+					    .breakpoints = { 3 } };
+		struct kvp_client_prompt pr = { .text = "hi", .text_len = 2 };
+
+		assert_int_equal(kvp_client_set_cache(c, &cc), 0);
+		assert_int_equal(kvp_client_chat(c, cv, &p, NULL, NULL, &u), KVP_E_INVALID);
+		assert_non_null(strstr(kvp_client_errmsg(c), "more messages than the chat has"));
+		assert_int_equal(kvp_client_conv_n_messages(cv), 2); /* unchanged */
+		cc.breakpoints[0] = 1;
+		assert_int_equal(kvp_client_set_cache(c, &cc), 0);
+		assert_int_equal(kvp_client_generate(c, &pr, &p, NULL, NULL, &u), KVP_E_INVALID);
+		assert_non_null(strstr(kvp_client_errmsg(c), "CHAT only"));
+		assert_int_equal(kvp_client_set_cache(c, NULL), 0);
 	}
 	/* a conversation of more than max_prompt_tokens tokens */
 	big = malloc(70000);

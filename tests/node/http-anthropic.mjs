@@ -4,11 +4,14 @@
 // /v1/messages is rendered by kvpoold's CHAT request (ChatML in the fixture, --ignore-eos:
 // every reply is max_tokens long): messages whole and streamed (the events in order),
 // the usage split (input_tokens + cache_read_input_tokens + cache_creation_input_tokens =
-// the prompt), a second turn read from the cache, count_tokens against a real call,
+// the prompt), a second turn read from the cache, cache_control as kvpoold's message
+// breakpoints (only the prefix up to it written and read; kvpoold's counter),
+// count_tokens against a real call,
 // cache_control checks, priority, typed errors, models.
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
-import { env, test, run, fetchWithBody, freshLongPrompt } from './http-common.mjs';
+import { env, test, run, fetchWithBody, freshLongPrompt, kvpoolStatus, eventually }
+	from './http-common.mjs';
 
 const client = (key = env.keyA, opts = {}) =>
 	new Anthropic({ baseURL: env.url, apiKey: key, maxRetries: 0, ...opts });
@@ -109,8 +112,8 @@ test('messages streamed: events in order, the same message as whole', async () =
 });
 
 test('multi-turn: the second turn reads the first from the cache', async () => {
-	const system = [{ type: 'text', text: freshLongPrompt('messages system', 600),
-			  cache_control: { type: 'ephemeral' } }];
+	// no cache_control: anthropic_cache = auto publishes every full block of the prompt
+	const system = [{ type: 'text', text: freshLongPrompt('messages system', 600) }];
 	const q1 = { role: 'user', content: 'First question?' };
 	const t1 = await client().messages.create({ ...base, system, messages: [q1],
 						    max_tokens: 8, temperature: 0 });
@@ -127,6 +130,71 @@ test('multi-turn: the second turn reads the first from the cache', async () => {
 	const read = t2.usage.cache_read_input_tokens;
 	assert.ok(read >= Math.floor(p1 / BLOCK) * BLOCK, `read ${read} of turn 1's ${p1}`);
 	assert.ok(t2.usage.input_tokens > 0);
+});
+
+// POST @body to @path with tenant A's key; the JSON answer.
+async function post(path, body) {
+	const res = await fetch(`${env.url}${path}`, {
+		method: 'POST', body: JSON.stringify(body),
+		headers: { Authorization: `Bearer ${env.keyA}`, 'Content-Type': 'application/json' },
+	});
+	const j = await res.json();
+	assert.equal(res.status, 200, JSON.stringify(j));
+	return j;
+}
+
+// kvpoold's count of tokens published to the cache, once it has moved past @old (or now).
+async function published(old = -1) {
+	let n = old;
+	await eventually(() => (n = kvpoolStatus().usage.cache_creation_tokens) !== old, 3000);
+	return n;
+}
+
+test('cache_control on the system message: only its prefix is written, then read', async () => {
+	const S = freshLongPrompt('breakpoint system', 600);
+	const system = [{ type: 'text', text: S,
+			  cache_control: { type: 'ephemeral', ttl: '1h' } }];
+	// where the system message's turn ends in the prompt: the fixture's template is
+	// ChatML, whose first turn is this text after the vocabulary's BOS
+	const sysEnd = (await post('/tokenize', {
+		model: env.model, prompt: `<|im_start|>system\n${S}<|im_end|>\n`,
+	})).count;
+	const covered = Math.floor(sysEnd / BLOCK) * BLOCK; // the breakpoint's full blocks
+	const q1 = { role: 'user',
+		     content: 'A first question, long enough to fill two blocks of its own?' };
+	const before = await published();
+	const t1 = await client().messages.create({ ...base, system, messages: [q1],
+						    max_tokens: 8, temperature: 0 });
+	checkUsage(t1.usage);
+	const p1 = t1.usage.kvpool.prompt_tokens;
+	assert.ok(Math.floor(p1 / BLOCK) * BLOCK >= covered + 2 * BLOCK, `${p1} vs ${sysEnd}`);
+	// a ChatML system turn's first block may be cached by anyone's: at most one read
+	const read1 = t1.usage.cache_read_input_tokens;
+	assert.ok(read1 <= BLOCK, `${read1}`);
+	// written: the blocks up to the breakpoint, nothing of the user turn nor the reply
+	assert.equal(t1.usage.cache_creation_input_tokens, covered - read1, JSON.stringify(t1.usage));
+	assert.equal(t1.usage.kvpool.cache_creation_tokens, covered - read1);
+	assert.equal(await published(before) - before, covered - read1); // kvpoold's counter
+	// a later turn of the same conversation (same system, the reply, another question):
+	// without the breakpoint it would read turn 1's whole prompt; it reads the system's
+	const t2 = await client().messages.create({
+		...base, system, max_tokens: 8, temperature: 0,
+		messages: [q1, { role: 'assistant', content: t1.content[0].text },
+			   { role: 'user', content: 'And a second one?' }],
+	});
+	checkUsage(t2.usage);
+	assert.equal(t2.usage.cache_read_input_tokens, covered, JSON.stringify(t2.usage));
+	assert.equal(t2.usage.cache_creation_input_tokens, 0);
+	assert.equal(t2.usage.kvpool.cache_creation_tokens, 0);
+	// the same without cache_control (auto mode): every full block read and written
+	const t3 = await client().messages.create({
+		...base, system: S, max_tokens: 8, temperature: 0,
+		messages: [q1, { role: 'assistant', content: t1.content[0].text },
+			   { role: 'user', content: 'And a second one?' }],
+	});
+	checkUsage(t3.usage);
+	assert.equal(t3.usage.cache_read_input_tokens, covered);
+	assert.ok(t3.usage.cache_creation_input_tokens >= 2 * BLOCK, JSON.stringify(t3.usage));
 });
 
 test('count_tokens: the prompt tokens a messages call reports', async () => {

@@ -445,24 +445,59 @@ static void test_cache_map(void **state)
 	const char *marked = "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":"
 			     "\"user\",\"content\":[{\"type\":\"text\",\"text\":\"u\","
 			     "\"cache_control\":{\"type\":\"ephemeral\",\"ttl\":\"1h\"}}]}]}";
+	/* system (1h), message 2 (5m, its first block of two), top level (the end, 5m) */
+	const char *three =
+		"{\"model\":\"m\",\"max_tokens\":1,\"system\":[{\"type\":\"text\",\"text\":\"s\","
+		"\"cache_control\":{\"type\":\"ephemeral\",\"ttl\":\"1h\"}}],\"messages\":["
+		"{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":[{"
+		"\"type\":\"text\",\"text\":\"b\",\"cache_control\":{\"type\":\"ephemeral\"}},"
+		"{\"type\":\"text\",\"text\":\"c\"}]},{\"role\":\"user\",\"content\":\"d\"}],"
+		"\"cache_control\":{\"type\":\"ephemeral\"}}";
 	struct parsed *a = parse(MSG, plain), *b = parse(MSG, marked),
-		      *c = parse(C, "{\"prompt\":\"x\"}");
+		      *c = parse(C, "{\"prompt\":\"x\"}"), *d = parse(MSG, three);
 	struct kvp_client_params p;
+	struct kvp_cache_ctl cc;
+	bool has_cc = true;
 
-	/* today's mapping (cache.h): only explicit mode without a breakpoint opts out */
+	/* no breakpoint: automatic caching, or (explicit) no-cache; no cache control */
 	assert_int_equal(b->g.msgs[0].cache, KVP_HTTP_TTL_1H);
 	kvp_client_params_init(&p);
-	kvp_http_cache_map(&p, &a->g, KVP_HTTP_CACHE_AUTO);
+	kvp_http_cache_map(&p, &cc, &has_cc, &a->g, KVP_HTTP_CACHE_AUTO);
 	assert_false(p.no_cache);
-	kvp_http_cache_map(&p, &a->g, KVP_HTTP_CACHE_EXPLICIT);
+	assert_false(has_cc);
+	kvp_http_cache_map(&p, &cc, &has_cc, &a->g, KVP_HTTP_CACHE_EXPLICIT);
 	assert_true(p.no_cache);
-	kvp_http_cache_map(&p, &b->g, KVP_HTTP_CACHE_EXPLICIT);
+	assert_false(has_cc);
+	/* OpenAI: always cached, never breakpoints */
+	kvp_http_cache_map(&p, &cc, &has_cc, &c->g, KVP_HTTP_CACHE_EXPLICIT);
 	assert_false(p.no_cache);
-	kvp_http_cache_map(&p, &c->g, KVP_HTTP_CACHE_EXPLICIT); /* OpenAI: always cached */
+	assert_false(has_cc);
+	/* a breakpoint: message breakpoints in either mode, with their TTLs */
+	for (int mode = KVP_HTTP_CACHE_AUTO; mode <= KVP_HTTP_CACHE_EXPLICIT; mode++) {
+		kvp_http_cache_map(&p, &cc, &has_cc, &b->g, (enum kvp_http_anthropic_cache)mode);
+		assert_false(p.no_cache);
+		assert_true(has_cc);
+		assert_int_equal(cc.flags, KVP_CC_BP_MESSAGES);
+		assert_int_equal(cc.n_breakpoints, 1);
+		assert_int_equal(cc.breakpoints[0], 1);
+		assert_int_equal(cc.bp_ttl_s[0], 3600);
+		assert_int_equal(cc.breakpoints[1], 0);
+	}
+	kvp_http_cache_map(&p, &cc, &has_cc, &d->g, KVP_HTTP_CACHE_EXPLICIT);
+	assert_true(has_cc);
+	assert_int_equal(cc.n_breakpoints, 3);
+	assert_int_equal(cc.breakpoints[0], 1); /* system */
+	assert_int_equal(cc.breakpoints[1], 3); /* the assistant message */
+	assert_int_equal(cc.breakpoints[2], 4); /* the top level: the last message */
+	assert_int_equal(cc.bp_ttl_s[0], 3600);
+	assert_int_equal(cc.bp_ttl_s[1], 300);
+	assert_int_equal(cc.bp_ttl_s[2], 300);
+	assert_int_equal(cc.ttl_s, 0);
 	assert_false(p.no_cache);
 	done(a);
 	done(b);
 	done(c);
+	done(d);
 }
 
 /* The error body of @status in @shape, parsed. */

@@ -526,6 +526,37 @@ static void test_chat_frames(void **state)
 	}
 }
 
+static void test_message_breakpoints(void **state)
+{
+	/*
+	 * KVP_CC_BP_MESSAGES: counted messages, at least 1, at most the CHAT's; a GENERATE
+	 * carrying it is refused (INVALID, the connection kept), and so is a count of 0
+	 */
+	struct kvp_cache_ctl cc = { .flags = KVP_CC_BP_MESSAGES,
+				    .n_breakpoints = 2,
+				    .breakpoints = { 1, 3 },
+				    .bp_ttl_s = { 3600, 0 } };
+	struct kvp_cache_ctl out;
+	const char *why = NULL;
+
+	(void)state;
+	assert_int_equal(kvp_proto_decode_cache_ctl(&cc, sizeof(cc), 0, &out, &why), KVP_OK);
+	assert_int_equal(out.flags, KVP_CC_BP_MESSAGES);
+	assert_int_equal(kvp_proto_cache_ctl_for(&out, KVP_FRAME_CHAT, 3, &why), KVP_OK);
+	assert_int_equal(kvp_proto_cache_ctl_for(&out, KVP_FRAME_CHAT, 2, &why), KVP_E_INVALID);
+	assert_non_null(strstr(why, "messages"));
+	assert_int_equal(kvp_proto_cache_ctl_for(&out, KVP_FRAME_GENERATE, 0, &why), KVP_E_INVALID);
+	assert_non_null(strstr(why, "CHAT only"));
+	out.flags = 0; /* token positions: anything goes here, the daemon checks the prompt */
+	assert_int_equal(kvp_proto_cache_ctl_for(&out, KVP_FRAME_GENERATE, 0, &why), KVP_OK);
+	cc.breakpoints[0] = 0;
+	assert_int_equal(kvp_proto_decode_cache_ctl(&cc, sizeof(cc), 0, &out, &why), KVP_E_INVALID);
+	assert_non_null(strstr(why, "message breakpoint"));
+	cc.breakpoints[0] = 1;
+	cc.flags = 0x4; /* not a flag */
+	assert_int_equal(kvp_proto_decode_cache_ctl(&cc, sizeof(cc), 0, &out, &why), KVP_E_PROTO);
+}
+
 static void test_names(void **state)
 {
 	/* every type and status has a name; out of range values do not crash */
@@ -556,6 +587,7 @@ int main(void)
 		cmocka_unit_test(test_tokenizer_frames),
 		cmocka_unit_test(test_chat_frames),
 		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_message_breakpoints),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
