@@ -28,7 +28,13 @@ static const char *const mode_names[] = {
 
 enum { K_USERS, K_GROUPS, K_POOL, K_TIER, K_OPERATORS, K_RUSER, K_RPASS, K__COUNT };
 static const char *const key_names[K__COUNT] = {
-	"users", "groups", "pool_size", "tier_size", "operators", "remote_user", "remote_password_file",
+	"users",
+	"groups",
+	"pool_size",
+	"tier_size",
+	"operators",
+	"remote_user",
+	"remote_password_file",
 };
 
 const char *kvp_domains_mode_name(uint32_t mode)

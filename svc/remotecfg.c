@@ -58,8 +58,7 @@ void kvp_remotecfg_domain(const struct kvp_config *c, const char *domain_name,
 	}
 }
 
-int kvp_remotecfg_host(const struct kvp_config *c, char *buf, size_t cap, char *err,
-		       size_t errcap)
+int kvp_remotecfg_host(const struct kvp_config *c, char *buf, size_t cap, char *err, size_t errcap)
 {
 	char name[256];
 
@@ -72,9 +71,10 @@ int kvp_remotecfg_host(const struct kvp_config *c, char *buf, size_t cap, char *
 	}
 	name[sizeof(name) - 1] = '\0';
 	if (!kvp_remote_host_ok(name) || strlen(name) >= cap) {
-		kvp_errmsg(err, errcap,
-			   "remote.host_id: '%s'%s is not 1..64 of A-Za-z0-9_.-; set remote.host_id",
-			   name, *c->remote.host_id ? "" : " (the host name)");
+		kvp_errmsg(
+			err, errcap,
+			"remote.host_id: '%s'%s is not 1..64 of A-Za-z0-9_.-; set remote.host_id",
+			name, *c->remote.host_id ? "" : " (the host name)");
 		return -EINVAL;
 	}
 	strcpy(buf, name);
@@ -104,8 +104,8 @@ static int read_password(const char *key, const char *path, char *buf, size_t ca
 		goto out;
 	}
 	if (st.st_mode & (S_IROTH | S_IWOTH)) {
-		kvp_errmsg(err, errcap,
-			   "%s: %s: other users may read it (mode %04o); chmod o-rw", key, path, (unsigned int)(st.st_mode & 07777));
+		kvp_errmsg(err, errcap, "%s: %s: other users may read it (mode %04o); chmod o-rw",
+			   key, path, (unsigned int)(st.st_mode & 07777));
 		r = -EPERM;
 		goto out;
 	}

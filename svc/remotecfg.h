@@ -59,8 +59,7 @@ void kvp_remotecfg_domain(const struct kvp_config *c, const char *domain_name,
  * @buf: out; KVP_REMOTE_HOST_ID_MAX bytes
  * Return: 0, or -EINVAL with @err naming remote.host_id (not 1..64 of [A-Za-z0-9_.-]).
  */
-int kvp_remotecfg_host(const struct kvp_config *c, char *buf, size_t cap, char *err,
-		       size_t errcap);
+int kvp_remotecfg_host(const struct kvp_config *c, char *buf, size_t cap, char *err, size_t errcap);
 
 /**
  * kvp_remotecfg_build() - @rc from [remote] and the domains of @doms

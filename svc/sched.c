@@ -2426,9 +2426,9 @@ static void *engine_main(void *arg)
 			/* queued work that cannot be admitted yet, or leases that may expire:
 			 * look again soon; a chain summary due: wake for it (idle hosts too
 			 * keep theirs in the store) */
-			uint32_t ms = has_work(s) || s->leases.n
-					      ? 20
-					      : kvp_routesum_due_in_ms(s->routesum, now_ns(s));
+			uint32_t ms = has_work(s) || s->leases.n ?
+					      20 :
+					      kvp_routesum_due_in_ms(s->routesum, now_ns(s));
 
 			if (ms != UINT32_MAX) {
 				struct timespec ts;

@@ -127,7 +127,7 @@ struct dom {
 	 * fetch_queue, never full */
 	struct kvp_remote_done *done;
 	uint32_t done_head, done_n;
-	int done_fd;  /* I/O thread -> this domain's engine */
+	int done_fd; /* I/O thread -> this domain's engine */
 	bool notify; /* completions posted this turn */
 
 	/* the I/O thread's */
