@@ -988,6 +988,20 @@ void kvp_index_stats(const struct kvp_index *idx, struct kvp_index_stats *st)
 	st->extra_keys = idx->ek_live;
 }
 
+uint64_t kvp_index_for_each_hash(const struct kvp_index *idx,
+				 void (*fn)(void *ctx, struct kvp_h128 h), void *ctx)
+{
+	uint64_t n = 0;
+
+	for (uint32_t e = 0; e < idx->cap; e++) {
+		if (idx->ent[e].ek_id == NONE)
+			continue; /* free */
+		fn(ctx, idx->ent[e].hash);
+		n++;
+	}
+	return n;
+}
+
 void kvp_index_debug_force_collisions(struct kvp_index *idx, int on)
 {
 	idx->collide = !!on;

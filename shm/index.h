@@ -352,6 +352,14 @@ int kvp_index_probe_keys(struct kvp_index *idx, const struct kvp_prefix_key *key
 void kvp_index_stats(const struct kvp_index *idx, struct kvp_index_stats *st);
 
 /*
+ * kvp_index_for_each_hash() - call @fn with the chain hash of every entry, in memory or
+ * on disk only, in no particular order (the remote tier's chain summary, svc/routesum.c).
+ * Return: entries visited.
+ */
+uint64_t kvp_index_for_each_hash(const struct kvp_index *idx,
+				 void (*fn)(void *ctx, struct kvp_h128 h), void *ctx);
+
+/*
  * Test hook: when @on, every chain hash of this index is the same constant, so every
  * lookup and publish meets "equal hash, maybe different block" and only the exact
  * comparison of tokens, parent and extra keys separates entries.  Turn it on only on an

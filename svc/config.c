@@ -245,6 +245,12 @@ static const struct key_def keys[] = {
 	{ "remote", "allow_plaintext", NULL, T_NAME, OFF(remote.allow_plaintext),
 	  CAP(remote.allow_plaintext), 0, 0,
 	  "1: allow a store that is not on loopback, in clear (there is no TLS); empty: 0" },
+	{ "remote", "summary_period_s", NULL, T_U32, OFF(remote.summary_period_s), 0, 0, 86400,
+	  "publish each domain's chain summary (routing) this often, seconds; it lives\n"
+	  "three periods in the store; 0: never" },
+	{ "remote", "host_id", NULL, T_NAME, OFF(remote.host_id), CAP(remote.host_id), 0, 0,
+	  "this host in summary keys kvp1:DOMAIN:r:HOST (1..64 of A-Za-z0-9_.-);\n"
+	  "empty: the host name" },
 };
 
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
@@ -315,6 +321,7 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->lease_max_ms = 60000;
 	kvp_cache_policy_defaults(&c->cache);
 	c->remote.start_wait_ms = 1000;
+	c->remote.summary_period_s = 30;
 }
 
 static int lookup_name(const char *const *names, size_t n, const char *s, uint32_t *out)

@@ -94,7 +94,9 @@ enum kvp_huge_pages {
  * @lease_max_ms:       longest lease lifetime; a LEASE asking 0 or more gets this
  * [remote]             the remote tier (svc/remotecfg.h, docs/remote.md)
  * @remote:             url, user, password_file, start_wait_ms; the tier's own keys as
- *                      text ("" = its default), checked by kvp_remote_config_set()
+ *                      text ("" = its default), checked by kvp_remote_config_set();
+ *                      summary_period_s and host_id of the chain summaries
+ *                      (svc/routesum.h)
  * (flags only)
  * @foreground:         plain log lines for a terminal instead of <N> prefixes
  * @config_path:        the file that was read ("" when none)
@@ -178,6 +180,8 @@ struct kvp_config {
 		char breaker_probe_max_ms[16];
 		char bandwidth_mbps[16];
 		char allow_plaintext[16];
+		uint32_t summary_period_s;
+		char host_id[65];
 	} remote;
 };
 

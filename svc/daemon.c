@@ -50,6 +50,7 @@
 #include "ipc/server.h"
 #include "shm/numa.h"
 #include "shm/pool.h"
+#include "shm/remote/codec.h"
 #include "shm/remote/remote.h"
 #include "svc/demo.h"
 #include "svc/domain.h"
@@ -85,6 +86,7 @@ struct kvp_daemon {
 	struct kvp_remote *remote; /* NULL without remote.url */
 	uint32_t n_remote_domains; /* domains the remote tier knows: those made at start */
 	char numerics[16];	   /* the engine's kernel table: the remote tier's class */
+	char remote_host[KVP_REMOTE_HOST_ID_MAX]; /* chain summary keys' HOST */
 	struct kvp_server *srv;
 	int wake_fd; /* the engine writes it after queueing events */
 	struct kvp_watchdog watchdog;
@@ -387,6 +389,8 @@ static int make_engine(struct kvp_daemon *d, struct kvp_domain *dom)
 	if (idx < d->n_remote_domains) {
 		sc.remote = d->remote;
 		sc.remote_domain = idx;
+		sc.remote_host = d->remote_host;
+		sc.remote_summary_s = d->cfg.remote.summary_period_s;
 	} else if (d->remote) {
 		kvp_log(LOG_NOTICE, "remote: domain %s opened after start: memory and disk only",
 			dom->name);
@@ -638,6 +642,19 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 	if (r < 0)
 		goto err_wake;
 	d->n_remote_domains = d->remote ? d->domains.n_domains : 0;
+	if (d->remote && d->cfg.remote.summary_period_s) {
+		char err[256];
+
+		/* checked with the rest of [remote]: fails only if the host name changed */
+		r = kvp_remotecfg_host(&d->cfg, d->remote_host, sizeof(d->remote_host), err,
+				       sizeof(err));
+		if (r < 0) {
+			kvp_log(LOG_ERR, "config: %s", err);
+			goto err_remote;
+		}
+		kvp_log(LOG_INFO, "remote: chain summaries every %u s as host %s",
+			d->cfg.remote.summary_period_s, d->remote_host);
+	}
 	r = make_engines(d);
 	if (r < 0)
 		goto err_remote;

@@ -28,9 +28,26 @@ static const char *const mode_names[] = {
 };
 
 /* K_CACHE and after: [cache] keys a section overrides, in the order of cache_keys[] */
-enum { K_USERS, K_GROUPS, K_POOL, K_TIER, K_OPERATORS, K_CACHE, K__COUNT = K_CACHE + 6 };
-static const char *const key_names[K_CACHE] = { "users", "groups", "pool_size", "tier_size",
-						"operators" };
+enum {
+	K_USERS,
+	K_GROUPS,
+	K_POOL,
+	K_TIER,
+	K_OPERATORS,
+	K_RUSER,
+	K_RPASS,
+	K_CACHE,
+	K__COUNT = K_CACHE + 6
+};
+static const char *const key_names[K_CACHE] = {
+	"users",
+	"groups",
+	"pool_size",
+	"tier_size",
+	"operators",
+	"remote_user",
+	"remote_password_file",
+};
 
 #define PF(f) offsetof(struct kvp_cache_policy, f), sizeof(((struct kvp_cache_policy *)0)->f)
 
@@ -81,9 +98,10 @@ const char *kvp_domcfg_section(const char *section)
 	return section;
 }
 
-static bool valid_name(const char *s)
+/* 1..@cap-1 of [A-Za-z0-9_-] */
+static bool valid_name(const char *s, size_t cap)
 {
-	if (!*s || strlen(s) >= KVP_DOMCFG_NAME_MAX)
+	if (!*s || strlen(s) >= cap)
 		return false;
 	for (; *s; s++)
 		if (!isalnum((unsigned char)*s) && *s != '-' && *s != '_')
@@ -120,11 +138,12 @@ int kvp_domcfg_set(struct kvp_domcfg *tab, uint32_t *n, const char *name, const 
 	if (k == K__COUNT) {
 		kvp_errmsg(err, cap,
 			   "unknown key (users, groups, pool_size, tier_size, operators, "
+			   "remote_user, remote_password_file, "
 			   "ttl_default_s, ttl_max_s, min_tokens, pin_max, eviction, "
 			   "retain_default)");
 		return -ENOENT;
 	}
-	if (!valid_name(name)) {
+	if (!valid_name(name, KVP_DOMCFG_NAME_MAX)) {
 		kvp_errmsg(err, cap, "domain name '%s': 1..%d letters, digits, '-' or '_'", name,
 			   KVP_DOMCFG_NAME_MAX - 1);
 		return -EINVAL;
@@ -171,6 +190,23 @@ int kvp_domcfg_set(struct kvp_domcfg *tab, uint32_t *n, const char *name, const 
 				   value);
 			return -EINVAL;
 		}
+		break;
+	case K_RUSER:
+		/* the store's rule for ACL user names (shm/remote/config.h), said early */
+		if (!valid_name(value, KVP_DOMCFG_RUSER_MAX)) {
+			kvp_errmsg(err, cap, "user name '%s': 1..%d letters, digits, '-' or '_'",
+				   value, KVP_DOMCFG_RUSER_MAX - 1);
+			return -EINVAL;
+		}
+		strcpy(d->remote_user, value);
+		break;
+	case K_RPASS:
+		if (!*value || strlen(value) >= sizeof(d->remote_password_file)) {
+			kvp_errmsg(err, cap, "a path of 1..%zu bytes",
+				   sizeof(d->remote_password_file) - 1);
+			return -EINVAL;
+		}
+		strcpy(d->remote_password_file, value);
 		break;
 	default:
 		/* [cache]'s own parser and bounds: the value means what it means there */
@@ -291,6 +327,14 @@ int kvp_domcfg_check(const struct kvp_domcfg *tab, uint32_t n, char *err, size_t
 			kvp_errmsg(err, cap, "domain %s: names no users and no groups", d->name);
 			return -EINVAL;
 		}
+		/* a user without its password (or one for another user) cannot log in */
+		if (!*d->remote_user != !*d->remote_password_file) {
+			kvp_errmsg(err, cap,
+				   "domain %s: remote_user and remote_password_file go together "
+				   "(neither: the [remote] user and password_file)",
+				   d->name);
+			return -EINVAL;
+		}
 		if (check_list(d, d->users, true, err, cap) < 0 ||
 		    check_list(d, d->groups, false, err, cap) < 0)
 			return -EINVAL;
@@ -320,6 +364,9 @@ void kvp_domcfg_print(const struct kvp_domcfg *tab, uint32_t n, const struct kvp
 		print_size(f, "pool_size", tab[i].pool_bytes);
 		print_size(f, "tier_size", tab[i].tier_bytes);
 		fprintf(f, "operators = %s\n", tab[i].operators ? "yes" : "no");
+		if (*tab[i].remote_user)
+			fprintf(f, "remote_user = %s\nremote_password_file = %s\n",
+				tab[i].remote_user, tab[i].remote_password_file);
 		/* only the overrides as keys, so the output reads back to the same config */
 		for (uint32_t k = K_CACHE; k < K__COUNT; k++) {
 			if (!(tab[i].seen & (1u << k)))

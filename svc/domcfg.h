@@ -13,6 +13,8 @@
  *	pool_size = 256M
  *	tier_size = 4G
  *	operators = yes
+ *	remote_user = kvp-research
+ *	remote_password_file = /etc/kvpool/research.pw
  *	min_tokens = 64        ; any of these [cache] keys overrides [cache] for it:
  *	eviction = lfu         ; ttl_default_s, ttl_max_s, min_tokens, pin_max,
  *	                       ; eviction, retain_default
@@ -25,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <limits.h>
 #include <stdio.h>
 
 #include "svc/cachepol.h"
@@ -32,6 +35,7 @@
 #define KVP_DOMCFG_MAX 16	/* [domain NAME] sections */
 #define KVP_DOMCFG_NAME_MAX 24	/* a domain's name, NUL included */
 #define KVP_DOMCFG_LIST_MAX 256 /* users = / groups = lists, NUL included */
+#define KVP_DOMCFG_RUSER_MAX 33 /* remote_user, NUL included (the store's ACL user names) */
 
 /* domains.mode: how peers are sorted into trust domains */
 enum kvp_domains_mode {
@@ -50,6 +54,9 @@ enum kvp_domains_mode {
  * @pool_bytes: its pool (0: pool.size divided evenly among the sections)
  * @tier_bytes: its disk tier file (0: tier.size divided evenly among the sections)
  * @operators:  its members may pin prefixes (kvp_domain_may_pin())
+ * @remote_user, @remote_password_file: its own ACL user in the remote store and the file
+ *              holding its password, set together ("": the [remote] user and
+ *              password_file; svc/remotecfg.c reads and checks the file)
  * @cache:      its [cache] overrides: only the fields whose key is in @seen count
  *              (kvp_domcfg_cache_policy())
  * @seen:       keys set so far (bit per key), to refuse one set twice
@@ -61,6 +68,8 @@ struct kvp_domcfg {
 	uint64_t pool_bytes;
 	uint64_t tier_bytes;
 	bool operators;
+	char remote_user[KVP_DOMCFG_RUSER_MAX];
+	char remote_password_file[PATH_MAX];
 	struct kvp_cache_policy cache;
 	uint32_t seen;
 };
@@ -87,7 +96,8 @@ int kvp_domcfg_set(struct kvp_domcfg *tab, uint32_t *n, const char *name, const 
 		   const char *value, char *err, size_t cap);
 
 /**
- * kvp_domcfg_check() - every listed user and group exists; names are unique
+ * kvp_domcfg_check() - every listed user and group exists; names are unique;
+ * remote_user and remote_password_file are set together
  * Return: 0, or -EINVAL with "domain NAME.key: why" in @err.
  */
 int kvp_domcfg_check(const struct kvp_domcfg *tab, uint32_t n, char *err, size_t cap);

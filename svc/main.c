@@ -31,6 +31,13 @@ static int check_remote(const struct kvp_config *cfg, char *err, size_t cap)
 	int r;
 
 	kvp_domains_init_default(&doms);
+	/* groups: the sections' names, so each domain's own remote user and file are checked */
+	if (cfg->domains_mode == KVP_DOMAINS_GROUPS && cfg->n_domcfg) {
+		doms.n_domains = cfg->n_domcfg;
+		for (uint32_t i = 0; i < cfg->n_domcfg; i++)
+			snprintf(doms.dom[i].name, sizeof(doms.dom[i].name), "%s",
+				 cfg->domcfg[i].name);
+	}
 	r = kvp_remotecfg_build(&rc, cfg, &doms, err, cap);
 	memset(&rc, 0, sizeof(rc)); /* passwords */
 	return r;

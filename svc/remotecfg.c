@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "shm/pool.h"
+#include "shm/remote/codec.h"
 #include "shm/remote/remote.h"
 #include "svc/config.h"
 #include "svc/domain.h"
@@ -39,17 +40,53 @@ static const char *const tier_keys[] = {
 void kvp_remotecfg_domain(const struct kvp_config *c, const char *domain_name,
 			  struct kvp_remotecfg_domain *out)
 {
-	/* every domain takes the [remote] credentials today (see remotecfg.h) */
 	out->name = domain_name;
 	out->user = c->remote.user;
 	out->password_file = c->remote.password_file;
+	out->key = "remote.password_file";
+	/* a [domain NAME] with its own user (groups mode): both its keys, never mixed */
+	for (uint32_t i = 0; i < c->n_domcfg; i++) {
+		const struct kvp_domcfg *d = &c->domcfg[i];
+
+		if (strcmp(d->name, domain_name) || !*d->remote_user)
+			continue;
+		out->user = d->remote_user;
+		out->password_file = d->remote_password_file;
+		snprintf(out->keybuf, sizeof(out->keybuf), "domain %s.remote_password_file",
+			 d->name);
+		out->key = out->keybuf;
+	}
+}
+
+int kvp_remotecfg_host(const struct kvp_config *c, char *buf, size_t cap, char *err, size_t errcap)
+{
+	char name[256];
+
+	if (*c->remote.host_id) {
+		snprintf(name, sizeof(name), "%s", c->remote.host_id);
+	} else if (gethostname(name, sizeof(name)) < 0) {
+		kvp_errmsg(err, errcap, "remote.host_id: empty, and no host name: %s",
+			   strerror(errno));
+		return -EINVAL;
+	}
+	name[sizeof(name) - 1] = '\0';
+	if (!kvp_remote_host_ok(name) || strlen(name) >= cap) {
+		kvp_errmsg(
+			err, errcap,
+			"remote.host_id: '%s'%s is not 1..64 of A-Za-z0-9_.-; set remote.host_id",
+			name, *c->remote.host_id ? "" : " (the host name)");
+		return -EINVAL;
+	}
+	strcpy(buf, name);
+	return 0;
 }
 
 /*
  * Read a password: one line of a regular file no other user may read (a password in a
  * world-readable file is no secret); a final newline is not part of it.
  */
-static int read_password(const char *path, char *buf, size_t cap, char *err, size_t errcap)
+static int read_password(const char *key, const char *path, char *buf, size_t cap, char *err,
+			 size_t errcap)
 {
 	struct stat st;
 	ssize_t n;
@@ -58,32 +95,30 @@ static int read_password(const char *path, char *buf, size_t cap, char *err, siz
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0) {
 		r = -errno;
-		kvp_errmsg(err, errcap, "remote.password_file: %s: %s", path, strerror(-r));
+		kvp_errmsg(err, errcap, "%s: %s: %s", key, path, strerror(-r));
 		return r;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		kvp_errmsg(err, errcap, "remote.password_file: %s: not a regular file", path);
+		kvp_errmsg(err, errcap, "%s: %s: not a regular file", key, path);
 		r = -EINVAL;
 		goto out;
 	}
 	if (st.st_mode & (S_IROTH | S_IWOTH)) {
-		kvp_errmsg(err, errcap,
-			   "remote.password_file: %s: other users may read it (mode %04o); "
-			   "chmod o-rw",
-			   path, (unsigned int)(st.st_mode & 07777));
+		kvp_errmsg(err, errcap, "%s: %s: other users may read it (mode %04o); chmod o-rw",
+			   key, path, (unsigned int)(st.st_mode & 07777));
 		r = -EPERM;
 		goto out;
 	}
 	n = read(fd, buf, cap);
 	if (n < 0) {
 		r = -errno;
-		kvp_errmsg(err, errcap, "remote.password_file: %s: %s", path, strerror(-r));
+		kvp_errmsg(err, errcap, "%s: %s: %s", key, path, strerror(-r));
 		goto out;
 	}
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
 		n--;
 	if (n == 0 || (size_t)n >= cap) {
-		kvp_errmsg(err, errcap, "remote.password_file: %s: %s", path,
+		kvp_errmsg(err, errcap, "%s: %s: %s", key, path,
 			   n ? "longer than a password may be" : "empty");
 		r = -EINVAL;
 		goto out;
@@ -125,7 +160,7 @@ int kvp_remotecfg_build(struct kvp_remote_config *rc, const struct kvp_config *c
 		kvp_remotecfg_domain(c, doms->dom[i].name, &rd);
 		pass[0] = '\0';
 		if (*rd.password_file) {
-			r = read_password(rd.password_file, pass, sizeof(pass), err, cap);
+			r = read_password(rd.key, rd.password_file, pass, sizeof(pass), err, cap);
 			if (r < 0)
 				return r;
 		}
@@ -137,8 +172,15 @@ int kvp_remotecfg_build(struct kvp_remote_config *rc, const struct kvp_config *c
 		}
 	}
 	r = kvp_remote_config_check(rc, why, sizeof(why));
-	if (r < 0)
+	if (r < 0) {
 		kvp_errmsg(err, cap, "%s", why);
+		return r;
+	}
+	if (c->remote.summary_period_s) {
+		char host[KVP_REMOTE_HOST_ID_MAX];
+
+		r = kvp_remotecfg_host(c, host, sizeof(host), err, cap);
+	}
 	return r;
 }
 

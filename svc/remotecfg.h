@@ -7,10 +7,11 @@
  *
  * Domains.  Each daemon trust domain (svc/domain.h) is one remote domain of the same name
  * (keys `kvp1:NAME:...`) with its own ACL user and password: kvp_remotecfg_domain() is
- * the one place that says which.  Today every domain takes remote.user and
- * remote.password_file (one ACL user that may read every domain's keys: the daemon keeps
- * domains apart, the store's ACL keeps other clients out); per-domain users would be read
- * there from [domain NAME].  The tier learns the domains that exist at start (groups,
+ * the one place that says which.  A [domain NAME] with remote_user and
+ * remote_password_file logs in as that user (an ACL user confined to `~kvp1:NAME:*`: the
+ * store itself keeps the domains apart); any other domain takes remote.user and
+ * remote.password_file (one ACL user for all of them: the daemon keeps them apart, the
+ * store's ACL keeps other clients out).  The tier learns the domains that exist at start (groups,
  * single, and the daemon's own uid in per-uid mode); a uid's domain opened later has
  * memory and the disk tier only.
  *
@@ -34,11 +35,15 @@ struct kvp_pool;
  * @name:          the remote domain (key prefix `kvp1:NAME:`)
  * @user:          its ACL user ("" = the store's default user)
  * @password_file: the file holding its password ("" = no AUTH)
+ * @key:           the configuration key that named @password_file (for messages)
+ * @keybuf:        room for @key
  */
 struct kvp_remotecfg_domain {
 	const char *name;
 	const char *user;
 	const char *password_file;
+	const char *key;
+	char keybuf[64];
 };
 
 /*
@@ -49,11 +54,20 @@ void kvp_remotecfg_domain(const struct kvp_config *c, const char *domain_name,
 			  struct kvp_remotecfg_domain *out);
 
 /**
+ * kvp_remotecfg_host() - this host's id in chain summary keys: remote.host_id, or the
+ * host name when that is empty
+ * @buf: out; KVP_REMOTE_HOST_ID_MAX bytes
+ * Return: 0, or -EINVAL with @err naming remote.host_id (not 1..64 of [A-Za-z0-9_.-]).
+ */
+int kvp_remotecfg_host(const struct kvp_config *c, char *buf, size_t cap, char *err, size_t errcap);
+
+/**
  * kvp_remotecfg_build() - @rc from [remote] and the domains of @doms
  * Each key set in [remote] goes through kvp_remote_config_set() under its own name; each
  * domain through kvp_remotecfg_domain() and kvp_remote_config_add_domain() (passwords
  * read from their files, which must be regular files no other user may read); domain ids
- * are the daemon's domain indexes.  Then kvp_remote_config_check().
+ * are the daemon's domain indexes.  Then kvp_remote_config_check(), and the host id when
+ * summaries are on (kvp_remotecfg_host()).
  * Return: 0 (also when remote.url is empty: no tier, @rc->url ""), or -errno with @err
  * naming the key ("remote.ttl_s: ...", "remote.password_file: ...").
  */

@@ -132,7 +132,7 @@ void kvp_remoting_free(struct kvp_remoting *t)
 
 int kvp_remoting_event_fd(const struct kvp_remoting *t)
 {
-	return t ? kvp_remote_event_fd(t->remote) : -1;
+	return t ? kvp_remote_domain_event_fd(t->remote, t->domain) : -1;
 }
 
 uint32_t kvp_remoting_in_flight(const struct kvp_remoting *t)
@@ -404,7 +404,8 @@ uint32_t kvp_remoting_poll(struct kvp_remoting *t)
 
 	if (!t)
 		return 0;
-	while ((n = kvp_remote_poll(t->remote, done, POLL_BATCH)) > 0) {
+	/* this domain's only: another engine's completions carry its cookies and blocks */
+	while ((n = kvp_remote_poll_domain(t->remote, t->domain, done, POLL_BATCH)) > 0) {
 		for (int i = 0; i < n; i++) {
 			if (done[i].kind == KVP_REMOTE_DONE_PUBLISH) {
 				publish_done(t, &done[i]);

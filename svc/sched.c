@@ -105,6 +105,7 @@
 #include "svc/log.h"
 #include "svc/stepcost.h"
 #include "svc/remoting.h"
+#include "svc/routesum.h"
 #include "svc/tiering.h"
 #include "util/stats.h"
 #include "util/time.h"
@@ -281,6 +282,7 @@ struct kvp_sched {
 	struct kvp_fwd *fwd;	       /* NULL with hooks */
 	struct kvp_tiering *tiering;   /* NULL without a disk tier */
 	struct kvp_remoting *remoting; /* NULL without a remote tier */
+	struct kvp_routesum *routesum; /* NULL without chain summaries */
 	struct kvp_leases leases;      /* engine thread */
 	bool flush_tier;	       /* a flush was asked for */
 	pthread_t thread;
@@ -1185,6 +1187,8 @@ static void tier_step(struct kvp_sched *s)
 	if (!s->tiering && !s->remoting)
 		return;
 	kvp_remoting_poll(s->remoting);
+	if (s->routesum)
+		(void)kvp_routesum_step(s->routesum, now_ns(s)); /* when due; retried itself */
 	kvp_tiering_poll(s->tiering, false);
 	if (s->flush_tier && s->tiering) {
 		s->flush_tier = false;
@@ -2419,13 +2423,21 @@ static void *engine_main(void *arg)
 
 		pthread_mutex_lock(&s->inbox_lock);
 		while (!s->stop && !s->inbox_head && (!has_work(s) || !progress) && !io) {
-			if (has_work(s) || s->leases.n) {
-				/* queued work that cannot be admitted yet, or leases that may
-				 * expire: look again soon */
+			/* queued work that cannot be admitted yet, or leases that may expire:
+			 * look again soon; a chain summary due: wake for it (idle hosts too
+			 * keep theirs in the store) */
+			uint32_t ms = has_work(s) || s->leases.n ?
+					      20 :
+					      kvp_routesum_due_in_ms(s->routesum, now_ns(s));
+
+			if (ms != UINT32_MAX) {
 				struct timespec ts;
 
+				if (ms > 60000)
+					ms = 60000;
 				clock_gettime(CLOCK_REALTIME, &ts);
-				ts.tv_nsec += 20 * 1000000;
+				ts.tv_sec += ms / 1000;
+				ts.tv_nsec += (long)(ms % 1000) * 1000000;
 				if (ts.tv_nsec >= 1000000000) {
 					ts.tv_sec++;
 					ts.tv_nsec -= 1000000000;
@@ -2635,6 +2647,14 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 		if (r < 0)
 			goto err_tiering;
 	}
+	if (cfg->remote && cfg->remote_summary_s) {
+		r = kvp_routesum_new(&s->routesum, cfg->remote, cfg->remote_domain, cfg->index,
+				     cfg->remote_host, cfg->remote_summary_s);
+		if (r < 0) {
+			kvp_remoting_free(s->remoting);
+			goto err_tiering;
+		}
+	}
 	s->st.remote.configured = cfg->remote != NULL;
 	pthread_mutex_init(&s->inbox_lock, NULL);
 	pthread_cond_init(&s->inbox_cv, NULL);
@@ -2713,6 +2733,7 @@ void kvp_sched_free(struct kvp_sched *s)
 	/* our references go; the tier's I/O thread may still read or write blocks until
 	 * kvp_remote_free(), which the daemon calls before the pool goes */
 	kvp_remoting_free(s->remoting);
+	kvp_routesum_free(s->routesum);
 	free_list(s, &s->queue);
 	free_list(s, &s->waiting);
 	free_list(s, &s->active);

@@ -117,6 +117,9 @@ struct kvp_sched_hooks {
  * @remote:          the remote tier (borrowed; NULL: none), below memory and @tier; it
  *                   must outlive the engine and be freed before @pool
  * @remote_domain:   the remote domain id of @pool's trust domain (svc/remotecfg.h)
+ * @remote_host:     this host's id in the store (borrowed; outlives the engine)
+ * @remote_summary_s: with @remote: publish @index's chain summary every this many seconds
+ *                   (svc/routesum.h; 0: never)
  */
 struct kvp_sched_config {
 	struct kvp_pool *pool;
@@ -144,6 +147,8 @@ struct kvp_sched_config {
 	struct kvp_cache_policy cache;
 	struct kvp_remote *remote;
 	uint32_t remote_domain;
+	const char *remote_host;
+	uint32_t remote_summary_s;
 };
 
 /* What a submitted request does (struct kvp_sched_req.op). */

@@ -122,6 +122,13 @@ struct dom {
 	uint32_t route_ttl;
 	int last_err;
 	bool busy; /* the I/O thread has replies owed or a fetch in progress */
+	/* finished operations of this domain: its engine takes only its own (the cookies
+	 * and blocks in them are that engine's); a ring bounded by queue_blocks +
+	 * fetch_queue, never full */
+	struct kvp_remote_done *done;
+	uint32_t done_head, done_n;
+	int done_fd; /* I/O thread -> this domain's engine */
+	bool notify; /* completions posted this turn */
 
 	/* the I/O thread's */
 	struct kvp_rconn fc; /* fetch lane (and probes) */
@@ -145,14 +152,14 @@ struct kvp_remote {
 	bool notify; /* completions posted this turn */
 	uint64_t turn;
 	bool idle;
-	struct kvp_remote_done *done;
-	uint32_t done_cap, done_head, done_n;
+	uint32_t done_cap; /* each domain's ring */
+	uint32_t done_n;   /* completions waiting, all domains */
 	struct kvp_remote_est est;
 	kvp_remote_hook_fn hook;
 	void *hook_ctx;
 
 	int wake_fd; /* engine -> I/O thread */
-	int done_fd; /* I/O thread -> engine */
+	int done_fd; /* I/O thread -> a caller polling every domain (kvp_remote_poll()) */
 	pthread_t thread;
 	bool thread_ok;
 
@@ -195,12 +202,16 @@ static bool h128_eq(struct kvp_h128 a, struct kvp_h128 b)
 	return a.lo == b.lo && a.hi == b.hi;
 }
 
-/* Post a completion (locked).  The ring holds every bound together: never full. */
+/* Post a completion to its domain's ring (locked).  The ring holds the domain's bounds
+ * together: never full. */
 static void post_done(struct kvp_remote *r, const struct kvp_remote_done *d)
 {
-	uint32_t i = (r->done_head + r->done_n) % r->done_cap;
+	struct dom *dm = &r->doms[d->domain];
+	uint32_t i = (dm->done_head + dm->done_n) % r->done_cap;
 
-	r->done[i] = *d;
+	dm->done[i] = *d;
+	dm->done_n++;
+	dm->notify = true;
 	r->done_n++;
 	r->notify = true;
 }
@@ -802,6 +813,7 @@ static void *io_main(void *arg)
 	for (;;) {
 		uint64_t now = kvp_now_ns(), next = now + POLL_MAX_NS;
 		bool idle = true, notify;
+		uint32_t doms_done = 0; /* bit per domain with completions posted */
 		nfds_t n = 1;
 		int ms;
 
@@ -848,10 +860,17 @@ static void *io_main(void *arg)
 		r->turn++;
 		notify = r->notify;
 		r->notify = false;
+		for (uint32_t i = 0; i < r->n_doms; i++) {
+			doms_done |= (uint32_t)r->doms[i].notify << i;
+			r->doms[i].notify = false;
+		}
 		pthread_cond_broadcast(&r->cond);
 		unlock(r);
 		if (notify)
 			poke(r->done_fd);
+		for (uint32_t i = 0; i < r->n_doms; i++)
+			if (doms_done & (1u << i))
+				poke(r->doms[i].done_fd);
 
 		ms = next <= now ? 0 : (int)((next - now + MS - 1) / MS);
 		if (poll(r->pfd, n, ms) < 0 && errno != EINTR)
@@ -883,8 +902,12 @@ static int dom_alloc(struct kvp_remote *r, struct dom *d)
 	d->pub_tokens = calloc((size_t)r->cfg.queue_blocks * bt, sizeof(uint32_t));
 	d->fops = calloc(r->cfg.fetch_queue, sizeof(*d->fops));
 	d->lat = calloc(KVP_REMOTE_LAT_SAMPLES, sizeof(double));
-	if (!d->pubs || !d->pub_tokens || !d->fops || !d->lat)
+	d->done = calloc(r->done_cap, sizeof(*d->done));
+	if (!d->pubs || !d->pub_tokens || !d->fops || !d->lat || !d->done)
 		return -ENOMEM;
+	d->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (d->done_fd < 0)
+		return -errno;
 	for (uint32_t i = 0; i < r->cfg.queue_blocks; i++)
 		d->pubs[i].tokens = d->pub_tokens + (size_t)i * bt;
 	for (uint32_t i = 0; i < r->cfg.fetch_queue; i++) {
@@ -914,6 +937,9 @@ static void dom_free(struct kvp_remote *r, struct dom *d)
 	free(d->pub_tokens);
 	free(d->lat);
 	free(d->route);
+	free(d->done);
+	if (d->done_fd >= 0)
+		close(d->done_fd);
 }
 
 void kvp_remote_free(struct kvp_remote *r)
@@ -931,7 +957,6 @@ void kvp_remote_free(struct kvp_remote *r)
 		for (uint32_t i = 0; i < r->n_doms; i++)
 			dom_free(r, &r->doms[i]);
 	free(r->doms);
-	free(r->done);
 	free(r->scratch);
 	free(r->vbuf);
 	free(r->pfd);
@@ -995,8 +1020,9 @@ int kvp_remote_new(struct kvp_remote **out, const struct kvp_remote_config *cfg,
 	e = -ENOMEM;
 	r->n_doms = cfg->n_domains;
 	r->doms = calloc(r->n_doms, sizeof(*r->doms));
-	r->done_cap = r->n_doms * (cfg->queue_blocks + cfg->fetch_queue);
-	r->done = calloc(r->done_cap, sizeof(*r->done));
+	r->done_cap = cfg->queue_blocks + cfg->fetch_queue; /* per domain */
+	for (uint32_t i = 0; r->doms && i < r->n_doms; i++)
+		r->doms[i].done_fd = -1;
 	r->scratch = malloc(READ_CHUNK);
 	r->vbuf = malloc(r->codec.value_bytes);
 	r->window = (uint32_t)(WINDOW_BYTES / r->codec.value_bytes);
@@ -1004,7 +1030,7 @@ int kvp_remote_new(struct kvp_remote **out, const struct kvp_remote_config *cfg,
 	r->pfd = calloc(1 + 2 * r->n_doms, sizeof(*r->pfd));
 	r->pconn = calloc(1 + 2 * r->n_doms, sizeof(*r->pconn));
 	r->pdom = calloc(1 + 2 * r->n_doms, sizeof(*r->pdom));
-	if (!r->doms || !r->done || !r->scratch || !r->vbuf || !r->pfd || !r->pconn || !r->pdom)
+	if (!r->doms || !r->scratch || !r->vbuf || !r->pfd || !r->pconn || !r->pdom)
 		goto err_free;
 	now = kvp_now_ns();
 	for (uint32_t i = 0; i < r->n_doms; i++) {
@@ -1012,8 +1038,10 @@ int kvp_remote_new(struct kvp_remote **out, const struct kvp_remote_config *cfg,
 
 		d->cfg = cfg->domains[i];
 		d->id = i;
-		if (dom_alloc(r, d) < 0)
+		e = dom_alloc(r, d);
+		if (e < 0)
 			goto err_free;
+		e = -ENOMEM;
 		kvp_breaker_init(&d->br, cfg->breaker_errors, cfg->breaker_probe_ms * MS,
 				 cfg->breaker_probe_max_ms * MS, now);
 		d->st.state = d->br.state;
@@ -1243,28 +1271,59 @@ int kvp_remote_route_publish(struct kvp_remote *r, uint32_t domain, const char *
 	return 0;
 }
 
-int kvp_remote_poll(struct kvp_remote *r, struct kvp_remote_done *out, uint32_t max)
+/* Take up to @max of @dm's completions into @out (locked).  Return: how many. */
+static uint32_t take_done(struct kvp_remote *r, struct dom *dm, struct kvp_remote_done *out,
+			  uint32_t max)
 {
-	uint64_t v;
 	uint32_t n = 0;
 
-	/* reset first: a completion posted after the pop sets it again */
-	(void)!read(r->done_fd, &v, sizeof(v));
-	lock(r);
-	while (n < max && r->done_n) {
-		struct kvp_remote_done *d = &r->done[r->done_head];
-		struct dom *dm = &r->doms[d->domain];
+	while (n < max && dm->done_n) {
+		const struct kvp_remote_done *d = &dm->done[dm->done_head];
 
 		out[n++] = *d;
 		if (d->kind == KVP_REMOTE_DONE_PUBLISH)
 			dm->pub_inflight--;
 		else
 			dm->f_inflight--;
-		r->done_head = (r->done_head + 1) % r->done_cap;
+		dm->done_head = (dm->done_head + 1) % r->done_cap;
+		dm->done_n--;
 		r->done_n--;
 	}
+	return n;
+}
+
+int kvp_remote_poll(struct kvp_remote *r, struct kvp_remote_done *out, uint32_t max)
+{
+	uint64_t v;
+	uint32_t n = 0;
+
+	/* reset first: a completion posted after the pop sets it again (a domain's own fd
+	 * may stay readable for nothing: its poller finds its ring empty) */
+	(void)!read(r->done_fd, &v, sizeof(v));
+	lock(r);
+	for (uint32_t i = 0; i < r->n_doms && n < max; i++)
+		n += take_done(r, &r->doms[i], out + n, max - n);
 	if (r->done_n)
 		poke(r->done_fd);
+	unlock(r);
+	return (int)n;
+}
+
+int kvp_remote_poll_domain(struct kvp_remote *r, uint32_t domain, struct kvp_remote_done *out,
+			   uint32_t max)
+{
+	struct dom *dm;
+	uint64_t v;
+	uint32_t n;
+
+	if (domain >= r->n_doms)
+		return -EINVAL;
+	dm = &r->doms[domain];
+	(void)!read(dm->done_fd, &v, sizeof(v));
+	lock(r);
+	n = take_done(r, dm, out, max);
+	if (dm->done_n)
+		poke(dm->done_fd);
 	unlock(r);
 	return (int)n;
 }
@@ -1291,17 +1350,31 @@ int kvp_remote_event_fd(const struct kvp_remote *r)
 	return r->done_fd;
 }
 
+int kvp_remote_domain_event_fd(const struct kvp_remote *r, uint32_t domain)
+{
+	return domain < r->n_doms ? r->doms[domain].done_fd : -1;
+}
+
 int kvp_remote_wait(struct kvp_remote *r, uint32_t timeout_ms)
 {
-	struct pollfd p = { .fd = r->done_fd, .events = POLLIN };
-	bool ready;
+	uint64_t end = kvp_now_ns() + (uint64_t)timeout_ms * MS;
 
-	lock(r);
-	ready = r->done_n > 0;
-	unlock(r);
-	if (ready)
-		return 1;
-	return poll(&p, 1, (int)timeout_ms) > 0 ? 1 : 0;
+	for (;;) {
+		struct pollfd p = { .fd = r->done_fd, .events = POLLIN };
+		uint64_t now, v;
+		bool ready;
+
+		lock(r);
+		ready = r->done_n > 0;
+		unlock(r);
+		if (ready)
+			return 1;
+		now = kvp_now_ns();
+		if (now >= end || poll(&p, 1, (int)((end - now + MS - 1) / MS)) <= 0)
+			return 0;
+		/* readable for completions a domain's poller took already: reset, look again */
+		(void)!read(r->done_fd, &v, sizeof(v));
+	}
 }
 
 int kvp_remote_drain(struct kvp_remote *r, uint32_t timeout_ms)

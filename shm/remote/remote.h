@@ -249,8 +249,21 @@ int kvp_remote_route_publish(struct kvp_remote *r, uint32_t domain, const char *
  */
 int kvp_remote_poll(struct kvp_remote *r, struct kvp_remote_done *out, uint32_t max);
 
-/* An fd that is readable while completions wait (eventfd; kvp_remote_poll() resets it). */
+/**
+ * kvp_remote_poll_domain() - take finished operations of @domain only, without waiting
+ * Each engine of a tier shared by several domains polls its own: a completion carries
+ * its caller's tag and K/V pointers, which only that caller may act on.
+ * Return: how many were written to @out (0..@max), or -EINVAL for a bad @domain.
+ */
+int kvp_remote_poll_domain(struct kvp_remote *r, uint32_t domain, struct kvp_remote_done *out,
+			   uint32_t max);
+
+/* An fd that is readable while completions wait (eventfd; kvp_remote_poll() resets it;
+ * it may stay readable after kvp_remote_poll_domain() took them: look, then wait again). */
 int kvp_remote_event_fd(const struct kvp_remote *r);
+
+/* The same for @domain's completions (kvp_remote_poll_domain() resets it); -1 if none. */
+int kvp_remote_domain_event_fd(const struct kvp_remote *r, uint32_t domain);
 
 /* Wait until a completion is there or @timeout_ms passed (tests, benchmarks, shutdown).
  * Return: 1 ready, 0 timed out. */

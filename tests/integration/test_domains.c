@@ -338,14 +338,21 @@ static void test_single(void **state)
 static void test_config_errors(void **state)
 {
 	/* groups without a section, a section outside groups mode, an unknown user */
-	static const char *const bad[][6] = {
+	static const char *const bad[][8] = {
 		{ "--domains-mode", "groups", NULL },
 		{ "--set", "domain x.users=0", NULL },
 		{ "--domains-mode", "groups", "--set", "domain x.users=no-such-user-kvp", NULL },
+		/* a remote user without its password file */
+		{ "--domains-mode", "groups", "--set", "domain x.users=0", "--set",
+		  "domain x.remote_user=kvp-x", NULL },
+		{ "--domains-mode", "groups", "--set", "domain x.users=0", "--set",
+		  "domain x.remote_user=no:colons", NULL },
 	};
 	static const char *const why[] = { "needs at least one [domain NAME]",
 					   "only with domains.mode = groups",
-					   "no user named 'no-such-user-kvp'" };
+					   "no user named 'no-such-user-kvp'",
+					   "remote_user and remote_password_file go together",
+					   "domain x.remote_user: user name 'no:colons'" };
 	struct kvpd d;
 
 	(void)state;
