@@ -32,6 +32,7 @@
 
 #include <jansson.h>
 
+#include "ipc/client/usage_json.h"
 #include "kvpool/kvpool.h"
 #include "util/buf.h"
 #include "util/escape.h"
@@ -262,17 +263,7 @@ static void json_usage(struct kvp_json *j, const char *key, const struct kvp_usa
 	struct kvp_cache_usage cu;
 
 	kvp_json_begin(j, key, '{');
-	kvp_json_u64(j, "prompt_tokens", u->prompt_tokens);
-	kvp_json_u64(j, "cached_tokens", u->cached_tokens);
-	kvp_json_u64(j, "cache_creation_tokens", u->cache_creation_tokens);
-	kvp_json_u64(j, "recomputed_tokens", u->recomputed_tokens);
-	kvp_json_u64(j, "generated_tokens", u->generated_tokens);
-	kvp_json_fixed(j, "queue_ms", u->queue_ms, 3);
-	kvp_json_fixed(j, "ttft_ms", u->ttft_ms, 3);
-	kvp_json_fixed(j, "prefill_ms", u->prefill_ms, 3);
-	kvp_json_fixed(j, "decode_ms", u->decode_ms, 3);
-	kvp_json_u64(j, "cached_tokens_disk", u->cached_tokens_disk);
-	kvp_json_u64(j, "preemptions", u->preemptions);
+	kvp_usage_json_members(j, u);
 	kvp_json_u64(j, "swapped_tokens", u->swapped_tokens);
 	kvp_json_u64(j, "resume_computed_tokens", u->resume_computed_tokens);
 	if (cli_client && kvp_client_event_cache(cli_client, &cu)) {
