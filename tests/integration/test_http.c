@@ -54,14 +54,9 @@ static_assert(offsetof(struct fixture, d) == 0, "kvpd_teardown");
 static const char *const daemon_args[] = { "--ignore-eos",    "--pool-size", "256M",
 					   "--chat-template", "chatml",	     NULL };
 
-static int write_file(const char *path, const char *text)
+static void write_file(const char *path, const char *text)
 {
-	FILE *f = fopen(path, "w");
-
-	if (!f)
-		return -errno;
-	fputs(text, f);
-	return fclose(f) ? -errno : 0;
+	assert_int_equal(kvp_test_write_file(path, text), 0);
 }
 
 static int setup(void **state)

@@ -52,6 +52,55 @@ int kvp_test_rmtree(const char *path)
 	return 0;
 }
 
+char *kvp_test_read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	size_t n = 0, cap = 0;
+
+	if (!f)
+		return NULL;
+	for (;;) {
+		size_t got;
+
+		if (cap - n < 4097) {
+			char *grown = realloc(buf, cap ? cap * 2 : 8192);
+
+			if (!grown)
+				goto out_fail;
+			buf = grown;
+			cap = cap ? cap * 2 : 8192;
+		}
+		got = fread(buf + n, 1, cap - n - 1, f);
+		n += got;
+		if (!got)
+			break;
+	}
+	if (ferror(f)) {
+		errno = EIO;
+		goto out_fail;
+	}
+	fclose(f);
+	buf[n] = '\0';
+	if (len)
+		*len = n;
+	return buf;
+out_fail:
+	fclose(f);
+	free(buf);
+	return NULL;
+}
+
+int kvp_test_write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		return -errno;
+	fputs(text, f);
+	return fclose(f) ? -errno : 0;
+}
+
 int kvp_test_build_path(char *buf, size_t cap, const char *rel)
 {
 	const char *dir = getenv("KVP_BUILD_DIR");

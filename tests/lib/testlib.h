@@ -26,6 +26,16 @@ int kvp_test_tmpdir(char *buf, size_t cap);
 int kvp_test_rmtree(const char *path);
 
 /*
+ * kvp_test_read_file() - the whole file at @path, NUL-terminated (also when binary)
+ * @len: out, may be NULL; the bytes read, without the NUL
+ * Return: a malloc()ed buffer the caller frees, or NULL (errno set) when it cannot be read.
+ */
+char *kvp_test_read_file(const char *path, size_t *len);
+
+/* kvp_test_write_file() - create or truncate @path with @text.  Return: 0 or -errno. */
+int kvp_test_write_file(const char *path, const char *text);
+
+/*
  * kvp_test_build_path() - path of a built file, e.g. "compute/kvpool-mkmodel"
  * Uses $KVP_BUILD_DIR (set by meson test), else the directory above the test binary.
  * Return: 0, or -ENAMETOOLONG.
