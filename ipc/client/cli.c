@@ -201,6 +201,52 @@ static char *read_file(const char *path, size_t *len)
 
 /* ------------------------------------------------------------ JSON output */
 
+/* The prompt of generate, pin and unpin: one of -p TEXT, --tokens IDS, --prompt-file F. */
+struct prompt_opt {
+	struct kvp_client_prompt pr;
+	int32_t *ids;	 /* --tokens, owned */
+	char *file_text; /* --prompt-file, owned */
+	int n;		 /* how many were given */
+};
+
+/* A prompt option: 0 when @opt is one, -1 when it is not. */
+static int prompt_option(struct prompt_opt *po, int opt, const char *arg)
+{
+	switch (opt) {
+	case 'p':
+		po->pr.text = arg;
+		po->pr.text_len = strlen(arg);
+		break;
+	case 't':
+		po->ids = parse_tokens(arg, &po->pr.n_tokens);
+		po->pr.tokens = po->ids;
+		break;
+	case 'f':
+		po->file_text = read_file(arg, &po->pr.text_len);
+		po->pr.text = po->file_text;
+		break;
+	default:
+		return -1;
+	}
+	po->n++;
+	return 0;
+}
+
+/* After the options: exactly one prompt, and not an empty text. */
+static void prompt_check(const struct prompt_opt *po, const char *cmd)
+{
+	if (po->n != 1)
+		die_usage("%s: give exactly one of -p, --tokens, --prompt-file", cmd);
+	if (po->pr.text && !po->pr.text_len)
+		die_usage("%s: the prompt is empty", cmd);
+}
+
+static void prompt_opt_deinit(struct prompt_opt *po)
+{
+	free(po->ids);
+	free(po->file_text);
+}
+
 /*
  * Cache control of this run's requests (--breakpoint, --ttl, --retain, --parallel), and
  * the client whose last DONE the usage line reports the cache usage of.
@@ -540,38 +586,21 @@ static int cmd_generate(int argc, char **argv)
 		CACHE_OPTIONS,
 		{ 0 },
 	};
-	struct kvp_client_prompt pr = { 0 };
+	struct prompt_opt po = { 0 };
 	struct kvp_client_params p;
 	struct gen_out out = { .text = KVP_BUF_INIT };
 	struct kvp_usage u = { 0 };
 	struct sigaction sa = { .sa_handler = on_sigint, .sa_flags = SA_RESETHAND };
 	struct kvp_client *c;
 	char why[512] = "";
-	int n_prompts = 0, opt, r;
-	char *file_text = NULL;
-	int32_t *ids = NULL;
 	bool n_given = false;
+	int opt, r;
 
 	help_hint = "kvpool generate --help";
 	kvp_client_params_init(&p);
 	p.max_new_tokens = 64;
 	while ((opt = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'p':
-			pr.text = optarg;
-			pr.text_len = strlen(optarg);
-			n_prompts++;
-			break;
-		case 't':
-			ids = parse_tokens(optarg, &pr.n_tokens);
-			pr.tokens = ids;
-			n_prompts++;
-			break;
-		case 'f':
-			file_text = read_file(optarg, &pr.text_len);
-			pr.text = file_text;
-			n_prompts++;
-			break;
 		case 'n':
 			p.max_new_tokens = (uint32_t)parse_u64(optarg, "-n", 1, UINT32_MAX);
 			n_given = true;
@@ -611,17 +640,15 @@ static int cmd_generate(int argc, char **argv)
 			generate_help(stdout);
 			return 0;
 		default:
-			if (optarg && cache_option(opt, optarg) == 0)
+			if (optarg && (prompt_option(&po, opt, optarg) == 0 ||
+				       cache_option(opt, optarg) == 0))
 				break;
 			die_bad_option(opt, argv);
 		}
 	}
 	if (optind < argc)
 		die_usage("generate: unexpected argument '%s'", argv[optind]);
-	if (n_prompts != 1)
-		die_usage("generate: give exactly one of -p, --tokens, --prompt-file");
-	if (pr.text && !pr.text_len)
-		die_usage("generate: the prompt is empty");
+	prompt_check(&po, "generate");
 
 	r = kvp_client_connect(&c, sock_path);
 	if (r) {
@@ -644,8 +671,7 @@ static int cmd_generate(int argc, char **argv)
 				"limits.max_new_tokens) (see %s)\n",
 				p.max_new_tokens, lim, help_hint);
 			kvp_client_close(c);
-			free(ids);
-			free(file_text);
+			prompt_opt_deinit(&po);
 			return EXIT_USAGE;
 		}
 		p.max_new_tokens = lim;
@@ -653,7 +679,7 @@ static int cmd_generate(int argc, char **argv)
 	out.tty = isatty(STDOUT_FILENO);
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
-	r = run_generate(c, &pr, &p, &out, &u, why, sizeof(why));
+	r = run_generate(c, &po.pr, &p, &out, &u, why, sizeof(why));
 	/* text on stdout ends its line before anything else is said */
 	if (!out.json && out.midline)
 		fputc('\n', stdout);
@@ -711,8 +737,7 @@ out:
 		kvp_buf_deinit(&out.cont[k]);
 	cli_client = NULL;
 	kvp_client_close(c);
-	free(ids);
-	free(file_text);
+	prompt_opt_deinit(&po);
 	free(out.ids);
 	kvp_buf_deinit(&out.text);
 	return r ? 1 : 0;
@@ -1354,31 +1379,14 @@ static int cmd_pin(int argc, char **argv, bool unpin)
 		{ 0 },
 	};
 	const char *what = unpin ? "unpin" : "pin";
-	struct kvp_client_prompt pr = { 0 };
+	struct prompt_opt po = { 0 };
 	const char *salt = NULL;
-	char *file_text = NULL;
-	int32_t *ids = NULL;
 	struct kvp_client *c;
-	int n_prompts = 0, opt, r;
+	int opt, r;
 	uint32_t blocks = 0;
 
 	while ((opt = getopt_long(argc, argv, ":p:h", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'p':
-			pr.text = optarg;
-			pr.text_len = strlen(optarg);
-			n_prompts++;
-			break;
-		case 't':
-			ids = parse_tokens(optarg, &pr.n_tokens);
-			pr.tokens = ids;
-			n_prompts++;
-			break;
-		case 'f':
-			file_text = read_file(optarg, &pr.text_len);
-			pr.text = file_text;
-			n_prompts++;
-			break;
 		case 'S':
 			if (strlen(optarg) > KVP_SALT_MAX)
 				die_usage("--salt: longer than %d bytes", KVP_SALT_MAX);
@@ -1397,29 +1405,27 @@ static int cmd_pin(int argc, char **argv, bool unpin)
 				       "same prompt and salt.  Pinned bytes are capped by cache.pin_max.");
 			return 0;
 		default:
+			if (optarg && prompt_option(&po, opt, optarg) == 0)
+				break;
 			die_bad_option(opt, argv);
 		}
 	}
 	if (optind < argc)
 		die_usage("%s: unexpected argument '%s'", what, argv[optind]);
-	if (n_prompts != 1)
-		die_usage("%s: give exactly one of -p, --tokens, --prompt-file", what);
-	if (pr.text && !pr.text_len)
-		die_usage("%s: the prompt is empty", what);
+	prompt_check(&po, what);
 	r = kvp_client_connect(&c, sock_path);
 	if (r) {
 		print_connect_error("--socket", sock_path ? sock_path : KVP_DEFAULT_SOCKET, r,
 				    kvp_client_errmsg(c));
 	} else {
-		r = kvp_client_pin(c, &pr, salt, salt ? strlen(salt) : 0, unpin, &blocks);
+		r = kvp_client_pin(c, &po.pr, salt, salt ? strlen(salt) : 0, unpin, &blocks);
 		if (r)
 			fprintf(stderr, "kvpool: %s: %s\n", what, kvp_client_errmsg(c));
 		else
 			printf("kvpool: %s %u blocks\n", unpin ? "unpinned" : "pinned", blocks);
 	}
 	kvp_client_close(c);
-	free(ids);
-	free(file_text);
+	prompt_opt_deinit(&po);
 	return r ? 1 : 0;
 }
 
