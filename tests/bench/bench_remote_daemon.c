@@ -36,10 +36,7 @@ static uint64_t rng = 0x2545f4914f6cdd1dull;
 
 static void fill(int32_t *t, uint32_t n)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-		t[i] = 3 + (int32_t)(rng % 250);
-	}
+	kvp_test_fill_ids(&rng, t, n, 250);
 }
 
 static int start(struct kvpd *d, const char *model, const char *url, const char *publish)

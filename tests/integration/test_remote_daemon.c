@@ -63,10 +63,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static void fill(int32_t *t, uint32_t n)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-		t[i] = 3 + (int32_t)(rng % 250); /* the byte-level vocabulary: 259 ids */
-	}
+	kvp_test_fill_ids(&rng, t, n, 250); /* the byte-level vocabulary: 259 ids */
 }
 
 static int collect(void *arg, const int32_t *t, uint32_t n, const char *text, uint32_t tl)

@@ -68,10 +68,7 @@ static uint64_t rng = 0x853c49e6748fea9bull;
 
 static void fill(int32_t *t, uint32_t n)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-		t[i] = 3 + (int32_t)(rng % 256);
-	}
+	kvp_test_fill_ids(&rng, t, n, 256);
 }
 
 static int start(struct fixture *f)
@@ -598,12 +595,8 @@ static void *load_main(void *arg)
 
 		if (!k && kvp_client_connect(&k, l->f->d.sock))
 			break; /* the daemon is gone */
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		memcpy(prompt, l->prefixes[x % 4], sizeof(l->prefixes[0]));
-		for (uint32_t i = 200; i < PROMPT; i++) {
-			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-			prompt[i] = 3 + (int32_t)(x % 256);
-		}
+		memcpy(prompt, l->prefixes[kvp_test_xorshift(&x) % 4], sizeof(l->prefixes[0]));
+		kvp_test_fill_ids(&x, prompt + 200, PROMPT - 200, 256);
 		if (kvp_client_generate(k, &pr, &p, NULL, NULL, NULL) < 0)
 			break;
 	}

@@ -101,6 +101,20 @@ int kvp_test_write_file(const char *path, const char *text)
 	return fclose(f) ? -errno : 0;
 }
 
+uint64_t kvp_test_xorshift(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+void kvp_test_fill_ids(uint64_t *s, int32_t *t, uint32_t n, uint32_t mod)
+{
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = 3 + (int32_t)(kvp_test_xorshift(s) % mod);
+}
+
 int kvp_test_build_path(char *buf, size_t cap, const char *rel)
 {
 	const char *dir = getenv("KVP_BUILD_DIR");

@@ -42,6 +42,18 @@ int kvp_test_write_file(const char *path, const char *text);
  */
 int kvp_test_build_path(char *buf, size_t cap, const char *rel);
 
+/*
+ * kvp_test_xorshift() - the next value of Marsaglia's xorshift64 (13, 7, 17) over *@s
+ * (seeded non-zero): the tests' one reproducible PRNG; each caller keeps its own state.
+ */
+uint64_t kvp_test_xorshift(uint64_t *s);
+
+/*
+ * kvp_test_fill_ids() - @n token ids 3 + kvp_test_xorshift(@s) % @mod: random prompts
+ * past <unk> <s> </s> of the synthetic byte-level vocabularies
+ */
+void kvp_test_fill_ids(uint64_t *s, int32_t *t, uint32_t n, uint32_t mod);
+
 /* Sorts @v in place and returns its median (n >= 1). */
 double kvp_test_median(double *v, int n);
 
