@@ -87,11 +87,7 @@ static double request(struct kvpd *d, const int32_t *prompt, uint32_t n, uint32_
 
 static double status_num(struct kvpd *d, const char *path)
 {
-	struct jsonq *j = kvpd_status(d);
-	double v = j ? jsonq_num(j, path, -1) : -1;
-
-	jsonq_free(j);
-	return v;
+	return kvpd_status_num(d, path, -1);
 }
 
 /* Until A's store answered @want publishes (stored or there already), at most 120 s. */

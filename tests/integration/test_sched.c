@@ -142,11 +142,7 @@ static int generate(const char *sock, const int32_t *prompt, uint32_t n, uint32_
 
 static double status_ms(struct fixture *f, const char *path)
 {
-	struct jsonq *j = kvpd_status(&f->d);
-	double v = j ? jsonq_num(j, path, 0) : 0;
-
-	jsonq_free(j);
-	return v;
+	return kvpd_status_num(&f->d, path, 0);
 }
 
 struct bg {
