@@ -426,6 +426,39 @@ static int on_tokens(struct gen_out *g, const int32_t *ids, uint32_t n, const ch
 }
 
 /*
+ * The next event of request @id, waiting in poll() so that a Ctrl-C is seen: the first
+ * SIGINT sends a CANCEL (once: *@cancelled), and the wait goes on for the DONE that
+ * follows.  Events of other requests are skipped.
+ * Return: 0 with @ev, or the error of cancel/next (kvp_client_errmsg() says why) or of
+ * poll(), in which case @why (@cap bytes; may be NULL, 0) says so.
+ */
+static int next_event(struct kvp_client *c, uint64_t id, bool *cancelled,
+		      struct kvp_client_event *ev, char *why, size_t cap)
+{
+	for (;;) {
+		struct pollfd pfd = { .fd = kvp_client_socket_fd(c), .events = POLLIN };
+		int r;
+
+		if (interrupted && !*cancelled) {
+			*cancelled = true;
+			r = kvp_client_cancel(c, id);
+			if (r)
+				return r;
+		}
+		if (poll(&pfd, 1, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			snprintf(why, cap, "poll: %s", strerror(-r));
+			return r;
+		}
+		r = kvp_client_next(c, ev);
+		if (r || ev->req_id == id || !ev->req_id)
+			return r;
+	}
+}
+
+/*
  * One request through the iterator API, so that Ctrl-C cancels it at any moment, also
  * during a long prefill before the first token: SIGINT (installed without SA_RESTART)
  * interrupts poll(), a CANCEL goes out, and the DONE that follows still carries the
@@ -444,28 +477,12 @@ static int run_generate(struct kvp_client *c, const struct kvp_client_prompt *pr
 
 	out->t0_ms = now_ms();
 	out->ttft_ms = -1;
+	*why = '\0';
 	r = kvp_client_submit(c, pr, p, &id);
 	while (!r) {
-		struct pollfd pfd = { .fd = kvp_client_socket_fd(c), .events = POLLIN };
-
-		if (interrupted && !cancelled) {
-			cancelled = true;
-			r = kvp_client_cancel(c, id);
-			if (r)
-				break;
-		}
-		if (poll(&pfd, 1, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			r = -errno;
-			snprintf(why, cap, "poll: %s", strerror(-r));
-			return r;
-		}
-		r = kvp_client_next(c, &ev);
+		r = next_event(c, id, &cancelled, &ev, why, cap);
 		if (r)
 			break;
-		if (ev.req_id != id && ev.req_id)
-			continue;
 		if (ev.type == KVP_EVENT_TOKEN) {
 			r = on_tokens(out, ev.tokens, ev.n_tokens, ev.text, ev.text_len);
 			if (r) {
@@ -485,7 +502,8 @@ static int run_generate(struct kvp_client *c, const struct kvp_client_prompt *pr
 		snprintf(why, cap, "daemon: %s", ev.message);
 		return ev.status;
 	}
-	snprintf(why, cap, "%s", kvp_client_errmsg(c));
+	if (!*why) /* poll() said already */
+		snprintf(why, cap, "%s", kvp_client_errmsg(c));
 	return r;
 }
 
@@ -1046,25 +1064,9 @@ static int chat_turn(struct kvp_client *c, struct kvp_client_conv *cv, const str
 	interrupted = 0;
 	r = kvp_client_chat_submit(c, cv, &o->p, &id);
 	while (!r) {
-		struct pollfd pfd = { .fd = kvp_client_socket_fd(c), .events = POLLIN };
-
-		if (interrupted && !cancelled) {
-			cancelled = true;
-			r = kvp_client_cancel(c, id);
-			if (r)
-				break;
-		}
-		if (poll(&pfd, 1, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			r = -errno;
-			break;
-		}
-		r = kvp_client_next(c, &ev);
+		r = next_event(c, id, &cancelled, &ev, NULL, 0);
 		if (r)
 			break;
-		if (ev.req_id != id && ev.req_id)
-			continue;
 		r = kvp_client_conv_feed(cv, &ev);
 		if (r < 0)
 			break;
