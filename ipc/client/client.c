@@ -809,22 +809,15 @@ KVP_EXPORT int kvp_client_flush(struct kvp_client *c, uint32_t *blocks)
 	return operator_request(c, need, "FLUSH", blocks);
 }
 
-static int wait_done(struct kvp_client *c, uint64_t id, struct kvp_client_conv *cv,
-		     kvp_client_token_fn fn, void *arg, struct kvp_usage *usage);
+static int run_to_done(struct kvp_client *c, const struct kvp_client_prompt *prompt,
+		       struct kvp_client_conv *cv, const struct kvp_client_params *params,
+		       kvp_client_token_fn fn, void *arg, struct kvp_usage *usage);
 
 KVP_EXPORT int kvp_client_generate(struct kvp_client *c, const struct kvp_client_prompt *prompt,
 				   const struct kvp_client_params *params, kvp_client_token_fn fn,
 				   void *arg, struct kvp_usage *usage)
 {
-	uint64_t id;
-	int r;
-
-	if (c->in_flight)
-		return set_err(c, -EBUSY, "another request is in flight on this client");
-	r = kvp_client_submit(c, prompt, params, &id);
-	if (r)
-		return r;
-	return wait_done(c, id, NULL, fn, arg, usage);
+	return run_to_done(c, prompt, NULL, params, fn, arg, usage);
 }
 
 /* ---- tokenizer through the daemon ---- */
@@ -1370,19 +1363,31 @@ out_drop:
 	return r;
 }
 
-KVP_EXPORT int kvp_client_chat(struct kvp_client *c, struct kvp_client_conv *cv,
-			       const struct kvp_client_params *params, kvp_client_token_fn fn,
-			       void *arg, struct kvp_usage *usage)
+/*
+ * Submit @prompt (GENERATE), or with @cv the conversation's turn (CHAT), and wait for
+ * its end.  Return: as kvp_client_generate().
+ */
+static int run_to_done(struct kvp_client *c, const struct kvp_client_prompt *prompt,
+		       struct kvp_client_conv *cv, const struct kvp_client_params *params,
+		       kvp_client_token_fn fn, void *arg, struct kvp_usage *usage)
 {
 	uint64_t id;
 	int r;
 
 	if (c->in_flight)
 		return set_err(c, -EBUSY, "another request is in flight on this client");
-	r = kvp_client_chat_submit(c, cv, params, &id);
+	r = cv ? kvp_client_chat_submit(c, cv, params, &id) :
+		 kvp_client_submit(c, prompt, params, &id);
 	if (r)
 		return r;
 	return wait_done(c, id, cv, fn, arg, usage);
+}
+
+KVP_EXPORT int kvp_client_chat(struct kvp_client *c, struct kvp_client_conv *cv,
+			       const struct kvp_client_params *params, kvp_client_token_fn fn,
+			       void *arg, struct kvp_usage *usage)
+{
+	return run_to_done(c, NULL, cv, params, fn, arg, usage);
 }
 
 KVP_EXPORT int kvp_client_status(const char *path, const char *fmt, char **out, size_t *len)
