@@ -16,6 +16,7 @@
 #include "ipc/ops.h"
 
 #include <assert.h>
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -437,20 +438,33 @@ static int on_pin(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_f
 	return answered(srv, c, hdr->req_id, r);
 }
 
+/*
+ * FLUSH: no payload (the peer's own domain, as before the name was added) or a domain's
+ * name; a malformed name refuses the request, the connection stays.
+ */
 static int on_flush(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
 		    const uint8_t *payload)
 {
+	char name[KVP_FLUSH_DOMAIN_MAX + 1];
+	uint32_t n = hdr->len_bytes;
 	int r;
 
-	(void)payload;
 	r = request_ok(srv, c, hdr);
 	if (r)
 		return r;
 	if (!srv->ops.flush)
 		return unsupported(srv, c, hdr->req_id, "FLUSH not supported here");
+	for (uint32_t i = 0; i < n; i++) {
+		if (!isalnum(payload[i]) && payload[i] != '-' && payload[i] != '_')
+			return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID,
+					      "FLUSH: a domain name is letters, digits, '-', '_'");
+	}
+	memcpy(name, payload, n); /* n <= KVP_FLUSH_DOMAIN_MAX: the table's max_len */
+	name[n] = '\0';
 	if (take_req(srv, c, hdr->req_id))
 		return 0;
-	r = srv->ops.flush(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id);
+	r = srv->ops.flush(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id,
+			   n ? name : NULL);
 	return answered(srv, c, hdr->req_id, r);
 }
 
@@ -514,7 +528,7 @@ const struct kvp_op_def kvp_op_defs[] = {
 	[KVP_FRAME_FLUSH] = { .name = "FLUSH",
 			      .from_client = true,
 			      .min_len = 0,
-			      .max_len = 0,
+			      .max_len = KVP_FLUSH_DOMAIN_MAX,
 			      .fn = on_flush },
 };
 static_assert(ARRAY_SIZE(kvp_op_defs) == KVP_FRAME__COUNT, "one entry per frame type");

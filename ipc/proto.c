@@ -709,6 +709,13 @@ size_t kvp_proto_encode_flush(void *buf, size_t cap, uint64_t req_id)
 	return put_frame(buf, cap, KVP_FRAME_FLUSH, req_id, NULL, 0, NULL, 0, NULL, 0);
 }
 
+size_t kvp_proto_encode_flush_domain(void *buf, size_t cap, uint64_t req_id, const char *domain)
+{
+	size_t n = domain ? strlen(domain) : 0;
+
+	return put_frame(buf, cap, KVP_FRAME_FLUSH, req_id, domain, n, NULL, 0, NULL, 0);
+}
+
 size_t kvp_proto_encode_token_cc(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
 				 uint32_t n_ids, const char *text, uint32_t text_bytes,
 				 uint32_t cont)

@@ -174,6 +174,8 @@ size_t kvp_proto_encode_generate_cc(void *buf, size_t cap, uint64_t req_id,
 size_t kvp_proto_encode_pin(void *buf, size_t cap, uint32_t type, uint64_t req_id,
 			    const struct kvp_pin *pin, const void *body);
 size_t kvp_proto_encode_flush(void *buf, size_t cap, uint64_t req_id);
+/* FLUSH naming trust domain @domain (NULL or "": none, the peer's own) */
+size_t kvp_proto_encode_flush_domain(void *buf, size_t cap, uint64_t req_id, const char *domain);
 /* TOKEN tagged with continuation @cont (struct kvp_token_cont after the text) */
 size_t kvp_proto_encode_token_cc(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
 				 uint32_t n_ids, const char *text, uint32_t text_bytes,

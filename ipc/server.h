@@ -150,7 +150,9 @@ struct kvp_server_ops {
 	 * Prompt-cache control (optional; docs/protocol.md "Cache control").  When set,
 	 * GENERATE and CHAT go to @generate_cc and @chat_cc instead, with @cc the request's
 	 * struct kvp_cache_ctl or NULL; without them a request carrying one is refused.
-	 * @pin (PIN and UNPIN: @type says which) and @flush answer like @generate.
+	 * @pin (PIN and UNPIN: @type says which) and @flush answer like @generate;
+	 * @flush's @domain is the trust domain the FLUSH names (checked: 1..31 bytes of
+	 * [A-Za-z0-9_-]), or NULL for the peer's own.
 	 */
 	int (*generate_cc)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 			   uint64_t req_id, const struct kvp_generate *req,
@@ -161,7 +163,8 @@ struct kvp_server_ops {
 	int (*pin)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
 		   uint32_t type, const struct kvp_pin *req, const int32_t *tokens,
 		   const char *text);
-	int (*flush)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id);
+	int (*flush)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		     const char *domain);
 };
 
 /**

@@ -339,18 +339,15 @@ static const struct key_def *find_key(const char *section, const char *key)
 	return NULL;
 }
 
-/* Apply @value to @k; on error write "why" (without the key name) to @err. */
-static int apply(struct kvp_config *c, const struct key_def *k, const char *value, char *err,
-		 size_t cap)
+/* Parse @value as @k's type into @field; on error write "why" (without the key) to @err. */
+static int apply_field(char *field, const struct key_def *k, const char *value, char *err,
+		       size_t cap)
 {
-	char *field = (char *)c + k->off;
 	uint64_t v;
 	uint32_t e;
 	int prio;
 	int r;
 
-	if (k->off == OFF(status_path))
-		c->status_path_auto = false; /* set: no longer derived from server.socket */
 	switch (k->type) {
 	case T_PATH:
 	case T_NAME:
@@ -451,6 +448,36 @@ static int apply(struct kvp_config *c, const struct key_def *k, const char *valu
 		return 0;
 	}
 	return -EINVAL;
+}
+
+/* Apply @value to @k of @c; on error write "why" (without the key name) to @err. */
+static int apply(struct kvp_config *c, const struct key_def *k, const char *value, char *err,
+		 size_t cap)
+{
+	if (k->off == OFF(status_path))
+		c->status_path_auto = false; /* set: no longer derived from server.socket */
+	return apply_field((char *)c + k->off, k, value, err, cap);
+}
+
+/* The [cache] key @key, when it is one: its field lies inside struct kvp_cache_policy. */
+static const struct key_def *find_cache_key(const char *key)
+{
+	const struct key_def *k = find_key("cache", key);
+
+	if (!k || k->off < OFF(cache) || k->off >= OFF(cache) + CAP(cache))
+		return NULL;
+	return k;
+}
+
+int kvp_config_cache_key(struct kvp_cache_policy *p, const char *key, const char *value, char *err,
+			 size_t cap)
+{
+	const struct key_def *k = find_cache_key(key);
+
+	if (!k)
+		return -ENOENT;
+	/* the same parser and bounds as [cache] itself: one definition of each key */
+	return apply_field((char *)p + (k->off - OFF(cache)), k, value, err, cap);
 }
 
 int kvp_config_set(struct kvp_config *c, const char *section, const char *key, const char *value,
@@ -743,7 +770,9 @@ static int check_domains(const struct kvp_config *c, char *err, size_t cap)
 			   c->domcfg[0].name, kvp_domains_mode_name(c->domains_mode));
 		return -EINVAL;
 	}
-	return kvp_domcfg_check(c->domcfg, c->n_domcfg, err, cap);
+	if (kvp_domcfg_check(c->domcfg, c->n_domcfg, err, cap) < 0)
+		return -EINVAL;
+	return kvp_domcfg_check_cache(c->domcfg, c->n_domcfg, &c->cache, err, cap);
 }
 
 int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
@@ -804,9 +833,8 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 	return check_domains(c, err, cap);
 }
 
-static void value_text(const struct kvp_config *c, const struct key_def *k, char *buf, size_t cap)
+static void field_text(const char *field, const struct key_def *k, char *buf, size_t cap)
 {
-	const char *field = (const char *)c + k->off;
 	uint64_t v;
 
 	switch (k->type) {
@@ -854,6 +882,21 @@ static void value_text(const struct kvp_config *c, const struct key_def *k, char
 		snprintf(buf, cap, "%s", evict_names[*(const uint32_t *)field]);
 		return;
 	}
+}
+
+static void value_text(const struct kvp_config *c, const struct key_def *k, char *buf, size_t cap)
+{
+	field_text((const char *)c + k->off, k, buf, cap);
+}
+
+int kvp_config_cache_text(const struct kvp_cache_policy *p, const char *key, char *buf, size_t cap)
+{
+	const struct key_def *k = find_cache_key(key);
+
+	if (!k)
+		return -ENOENT;
+	field_text((const char *)p + (k->off - OFF(cache)), k, buf, cap);
+	return 0;
 }
 
 int kvp_config_get(const struct kvp_config *c, const char *section, const char *key, char *buf,
@@ -921,5 +964,5 @@ void kvp_config_print(const struct kvp_config *c, FILE *f)
 		value_text(c, &keys[i], val, sizeof(val));
 		fprintf(f, "%s = %s\n", keys[i].key, val);
 	}
-	kvp_domcfg_print(c->domcfg, c->n_domcfg, f);
+	kvp_domcfg_print(c->domcfg, c->n_domcfg, &c->cache, f);
 }

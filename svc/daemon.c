@@ -378,7 +378,7 @@ static int make_engine(struct kvp_daemon *d, struct kvp_domain *dom)
 	sc.tier = dom->tier;
 	sc.tier_high_pct = d->cfg.tier_high_pct;
 	sc.tier_low_pct = d->cfg.tier_low_pct;
-	sc.cache = d->cfg.cache;
+	sc.cache = dom->cache; /* [cache] with the domain's overrides */
 	/*
 	 * remote domain ids are domain indexes; the tier learns the domains that exist at
 	 * start (groups, single, and the daemon's own uid): a uid's domain made later has
@@ -517,6 +517,7 @@ static int make_server(struct kvp_daemon *d)
 	d->stats.t_start_ns = d->t_start_ns;
 	d->stats.req = &d->req;
 	d->stats.domains = &d->domains;
+	d->stats.cache = &d->cfg.cache;
 	kvp_requests_ops(&d->req, &ops);
 	r = kvp_server_new(&d->srv, &sc, &ops);
 	if (r < 0) {

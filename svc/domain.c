@@ -35,6 +35,7 @@ void kvp_domains_init_default(struct kvp_domains *d)
 	d->max = 1;
 	d->n_domains = 1;
 	strcpy(d->dom[KVP_DOMAIN_DEFAULT].name, "default");
+	kvp_cache_policy_defaults(&d->dom[KVP_DOMAIN_DEFAULT].cache);
 	d->dom[KVP_DOMAIN_DEFAULT].ro_fd = -1;
 }
 
@@ -141,6 +142,7 @@ int kvp_domains_init(struct kvp_domains *d, const struct kvp_config *cfg, uid_t 
 		dom->pool_bytes = cfg->pool_bytes;
 		dom->tier_bytes = cfg->tier_bytes;
 		dom->operators = true;
+		dom->cache = cfg->cache;
 		set_tier_path(dom, d->tier_base, true);
 		d->n_domains = 1;
 		return 0;
@@ -153,6 +155,7 @@ int kvp_domains_init(struct kvp_domains *d, const struct kvp_config *cfg, uid_t 
 			dom->pool_bytes = c->pool_bytes ? c->pool_bytes : cfg->pool_bytes / n;
 			dom->tier_bytes = c->tier_bytes ? c->tier_bytes : cfg->tier_bytes / n;
 			dom->operators = c->operators;
+			kvp_domcfg_cache_policy(&dom->cache, c, &cfg->cache);
 			set_tier_path(dom, d->tier_base, false);
 			if (resolve_members(dom, c) < 0)
 				return -EINVAL;
@@ -171,6 +174,8 @@ int kvp_domains_init(struct kvp_domains *d, const struct kvp_config *cfg, uid_t 
 		dom->pool_bytes = d->uid_pool_bytes;
 		dom->tier_bytes = d->uid_tier_bytes;
 		dom->operators = self == 0;
+		d->uid_cache = cfg->cache;
+		dom->cache = cfg->cache;
 		set_tier_path(dom, d->tier_base, true); /* the daemon's own: tier.path itself */
 		d->n_domains = 1;
 		return 0;
@@ -231,6 +236,7 @@ int kvp_domains_for_peer(struct kvp_domains *d, uid_t uid, gid_t gid)
 	dom->pool_bytes = d->uid_pool_bytes;
 	dom->tier_bytes = d->uid_tier_bytes;
 	dom->operators = uid == 0;
+	dom->cache = d->uid_cache;
 	set_tier_path(dom, d->tier_base, false);
 	r = d->open(d->open_arg, dom);
 	if (r < 0) {

@@ -28,6 +28,7 @@
 #include <sys/types.h>
 
 #include "kvpool/proto.h"
+#include "svc/cachepol.h"
 
 struct kvp_config;
 struct kvp_domains;
@@ -59,6 +60,8 @@ struct kvp_tier;
  * @tier_path: its disk tier file ("" = none): tier.path, or tier.path.NAME when there
  *            can be more than one domain
  * @operators: its members may pin prefixes (kvp_domain_may_pin())
+ * @cache:    its prompt-cache policy: [cache], with its [domain NAME] overrides in groups
+ *            mode (kvp_domcfg_cache_policy()); its engine runs by it
  * @uid:      per-uid: the uid it is for
  * @uids, @n_uids, @gids, @n_gids: groups: who belongs (listed users and members of the
  *            listed groups; listed gids)
@@ -76,6 +79,7 @@ struct kvp_domain {
 	uint64_t tier_bytes;
 	char tier_path[4096];
 	bool operators;
+	struct kvp_cache_policy cache;
 	uint32_t uid;
 	uint32_t n_uids, n_gids;
 	uint32_t uids[KVP_DOMAIN_IDS_MAX];
@@ -93,6 +97,7 @@ typedef int kvp_domain_open_fn(void *arg, struct kvp_domain *dom);
  * @mode:         enum kvp_domains_mode
  * @max:          per-uid: most domains
  * @open, @open_arg: per-uid: how a uid's domain is opened on its first HELLO
+ * @uid_cache:    per-uid: each new domain's cache policy ([cache])
  */
 struct kvp_domains {
 	uint32_t mode;
@@ -103,6 +108,7 @@ struct kvp_domains {
 	uint64_t uid_pool_bytes; /* per-uid: each new domain's shares and tier base path */
 	uint64_t uid_tier_bytes;
 	char tier_base[4096];
+	struct kvp_cache_policy uid_cache;
 	struct kvp_domain dom[KVP_DOMAINS_MAX];
 };
 

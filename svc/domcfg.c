@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "svc/config.h"
 #include "util/errmsg.h"
 #include "util/parse.h"
 
@@ -26,9 +27,33 @@ static const char *const mode_names[] = {
 	[KVP_DOMAINS_SINGLE] = "single",
 };
 
-enum { K_USERS, K_GROUPS, K_POOL, K_TIER, K_OPERATORS, K__COUNT };
-static const char *const key_names[K__COUNT] = { "users", "groups", "pool_size", "tier_size",
-						 "operators" };
+/* K_CACHE and after: [cache] keys a section overrides, in the order of cache_keys[] */
+enum { K_USERS, K_GROUPS, K_POOL, K_TIER, K_OPERATORS, K_CACHE, K__COUNT = K_CACHE + 6 };
+static const char *const key_names[K_CACHE] = { "users", "groups", "pool_size", "tier_size",
+						"operators" };
+
+#define PF(f) offsetof(struct kvp_cache_policy, f), sizeof(((struct kvp_cache_policy *)0)->f)
+
+/*
+ * The [cache] keys a domain may set, and the field each one fills.  Not pin_allowed
+ * (the daemon's switch; a domain's own is `operators`) nor the cost multipliers (the
+ * report's prices, one for the whole daemon).
+ */
+static const struct {
+	const char *key;
+	size_t off, size;
+} cache_keys[K__COUNT - K_CACHE] = {
+	{ "ttl_default_s", PF(ttl_default_s) }, { "ttl_max_s", PF(ttl_max_s) },
+	{ "min_tokens", PF(min_tokens) },	{ "pin_max", PF(pin_max_bytes) },
+	{ "eviction", PF(eviction) },		{ "retain_default", PF(retain_default) },
+};
+
+#undef PF
+
+static const char *key_name(uint32_t k)
+{
+	return k < K_CACHE ? key_names[k] : cache_keys[k - K_CACHE].key;
+}
 
 const char *kvp_domains_mode_name(uint32_t mode)
 {
@@ -90,11 +115,13 @@ int kvp_domcfg_set(struct kvp_domcfg *tab, uint32_t *n, const char *name, const 
 	struct kvp_domcfg *d = NULL;
 	uint32_t k;
 
-	for (k = 0; k < K__COUNT && strcmp(key, key_names[k]); k++)
+	for (k = 0; k < K__COUNT && strcmp(key, key_name(k)); k++)
 		;
 	if (k == K__COUNT) {
 		kvp_errmsg(err, cap,
-			   "unknown key (users, groups, pool_size, tier_size, operators)");
+			   "unknown key (users, groups, pool_size, tier_size, operators, "
+			   "ttl_default_s, ttl_max_s, min_tokens, pin_max, eviction, "
+			   "retain_default)");
 		return -ENOENT;
 	}
 	if (!valid_name(name)) {
@@ -145,8 +172,50 @@ int kvp_domcfg_set(struct kvp_domcfg *tab, uint32_t *n, const char *name, const 
 			return -EINVAL;
 		}
 		break;
+	default:
+		/* [cache]'s own parser and bounds: the value means what it means there */
+		if (kvp_config_cache_key(&d->cache, key, value, err, cap) < 0)
+			return -EINVAL;
+		break;
 	}
 	d->seen |= 1u << k;
+	return 0;
+}
+
+void kvp_domcfg_cache_policy(struct kvp_cache_policy *out, const struct kvp_domcfg *d,
+			     const struct kvp_cache_policy *base)
+{
+	*out = *base;
+	if (!d)
+		return;
+	for (uint32_t k = K_CACHE; k < K__COUNT; k++)
+		if (d->seen & (1u << k))
+			memcpy((char *)out + cache_keys[k - K_CACHE].off,
+			       (const char *)&d->cache + cache_keys[k - K_CACHE].off,
+			       cache_keys[k - K_CACHE].size);
+}
+
+int kvp_domcfg_check_cache(const struct kvp_domcfg *tab, uint32_t n,
+			   const struct kvp_cache_policy *base, char *err, size_t cap)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvp_cache_policy p;
+
+		kvp_domcfg_cache_policy(&p, &tab[i], base);
+		if (p.ttl_default_s > p.ttl_max_s) {
+			/* name the key the section set; the other one is [cache]'s */
+			if (tab[i].seen & (1u << K_CACHE)) /* ttl_default_s */
+				kvp_errmsg(err, cap,
+					   "domain %s.ttl_default_s: %u is above ttl_max_s = %u",
+					   tab[i].name, p.ttl_default_s, p.ttl_max_s);
+			else
+				kvp_errmsg(err, cap,
+					   "domain %s.ttl_max_s: %u is below the ttl_default_s "
+					   "of [cache] (%u)",
+					   tab[i].name, p.ttl_max_s, p.ttl_default_s);
+			return -EINVAL;
+		}
+	}
 	return 0;
 }
 
@@ -237,14 +306,33 @@ static void print_size(FILE *f, const char *key, uint64_t v)
 		fprintf(f, "%s = %llu\n", key, (unsigned long long)v);
 }
 
-void kvp_domcfg_print(const struct kvp_domcfg *tab, uint32_t n, FILE *f)
+void kvp_domcfg_print(const struct kvp_domcfg *tab, uint32_t n, const struct kvp_cache_policy *base,
+		      FILE *f)
 {
+	char val[64];
+
 	for (uint32_t i = 0; i < n; i++) {
+		struct kvp_cache_policy p;
+
 		fprintf(f, "\n[domain %s]\n", tab[i].name);
 		fprintf(f, "users = %s\n", tab[i].users);
 		fprintf(f, "groups = %s\n", tab[i].groups);
 		print_size(f, "pool_size", tab[i].pool_bytes);
 		print_size(f, "tier_size", tab[i].tier_bytes);
 		fprintf(f, "operators = %s\n", tab[i].operators ? "yes" : "no");
+		/* only the overrides as keys, so the output reads back to the same config */
+		for (uint32_t k = K_CACHE; k < K__COUNT; k++) {
+			if (!(tab[i].seen & (1u << k)))
+				continue;
+			kvp_config_cache_text(&tab[i].cache, key_name(k), val, sizeof(val));
+			fprintf(f, "%s = %s\n", key_name(k), val);
+		}
+		kvp_domcfg_cache_policy(&p, &tab[i], base);
+		fprintf(f, "; cache policy in effect:");
+		for (uint32_t k = K_CACHE; k < K__COUNT; k++) {
+			kvp_config_cache_text(&p, key_name(k), val, sizeof(val));
+			fprintf(f, " %s=%s", key_name(k), val);
+		}
+		fprintf(f, "\n");
 	}
 }

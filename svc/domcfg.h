@@ -13,6 +13,9 @@
  *	pool_size = 256M
  *	tier_size = 4G
  *	operators = yes
+ *	min_tokens = 64        ; any of these [cache] keys overrides [cache] for it:
+ *	eviction = lfu         ; ttl_default_s, ttl_max_s, min_tokens, pin_max,
+ *	                       ; eviction, retain_default
  *
  * Thread: main thread, before any other starts.
  */
@@ -23,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "svc/cachepol.h"
 
 #define KVP_DOMCFG_MAX 16	/* [domain NAME] sections */
 #define KVP_DOMCFG_NAME_MAX 24	/* a domain's name, NUL included */
@@ -45,6 +50,8 @@ enum kvp_domains_mode {
  * @pool_bytes: its pool (0: pool.size divided evenly among the sections)
  * @tier_bytes: its disk tier file (0: tier.size divided evenly among the sections)
  * @operators:  its members may pin prefixes (kvp_domain_may_pin())
+ * @cache:      its [cache] overrides: only the fields whose key is in @seen count
+ *              (kvp_domcfg_cache_policy())
  * @seen:       keys set so far (bit per key), to refuse one set twice
  */
 struct kvp_domcfg {
@@ -54,6 +61,7 @@ struct kvp_domcfg {
 	uint64_t pool_bytes;
 	uint64_t tier_bytes;
 	bool operators;
+	struct kvp_cache_policy cache;
 	uint32_t seen;
 };
 
@@ -84,8 +92,29 @@ int kvp_domcfg_set(struct kvp_domcfg *tab, uint32_t *n, const char *name, const 
  */
 int kvp_domcfg_check(const struct kvp_domcfg *tab, uint32_t n, char *err, size_t cap);
 
-/* Print the sections as INI that kvp_domcfg_set() reads back. */
-void kvp_domcfg_print(const struct kvp_domcfg *tab, uint32_t n, FILE *f);
+/**
+ * kvp_domcfg_cache_policy() - the prompt-cache policy of a domain: @base ([cache]) with
+ * the keys @d sets in its section put over it
+ * @out: out; the effective policy
+ * @d:   the domain's section, or NULL (per-uid and single domains): @base as it is
+ */
+void kvp_domcfg_cache_policy(struct kvp_cache_policy *out, const struct kvp_domcfg *d,
+			     const struct kvp_cache_policy *base);
+
+/**
+ * kvp_domcfg_check_cache() - each section's effective policy over @base is coherent
+ * (its ttl_default_s not above its ttl_max_s)
+ * Return: 0, or -EINVAL with "domain NAME.key: why" in @err.
+ */
+int kvp_domcfg_check_cache(const struct kvp_domcfg *tab, uint32_t n,
+			   const struct kvp_cache_policy *base, char *err, size_t cap);
+
+/*
+ * Print the sections as INI that kvp_domcfg_set() reads back: the keys a section sets,
+ * then as a comment its whole effective cache policy over @base.
+ */
+void kvp_domcfg_print(const struct kvp_domcfg *tab, uint32_t n, const struct kvp_cache_policy *base,
+		      FILE *f);
 
 /**
  * kvp_domcfg_next_id() - the next id of a users/groups list

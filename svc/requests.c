@@ -317,18 +317,42 @@ static int op_pin(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint
 	return KVP_OK;
 }
 
-static int op_flush(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id)
+/*
+ * FLUSH: the peer's own domain, or the one it names.  Another domain than its own only
+ * for uid 0 (SO_PEERCRED): an operator of one domain must not empty another's cache.
+ */
+static int op_flush(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		    const char *domain)
 {
 	struct kvp_requests *q = ctx;
 	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
+	uint32_t target;
+	char msg[96];
 	int st;
 
-	(void)peer;
 	if (!c)
 		return KVP_E_INTERNAL;
 	if (!may_pin(q, c))
 		return refuse(q, conn, req_id, KVP_E_DENIED, pin_denied_why(q, c));
-	st = kvp_sched_flush_cache(q->domains->dom[c->domain].sched, conn, req_id);
+	target = c->domain;
+	if (domain) {
+		for (target = 0;
+		     target < q->domains->n_domains && strcmp(q->domains->dom[target].name, domain);
+		     target++)
+			;
+		if (target == q->domains->n_domains) {
+			snprintf(msg, sizeof(msg), "flush: no trust domain named '%s'", domain);
+			return refuse(q, conn, req_id, KVP_E_INVALID, msg);
+		}
+		if (target != c->domain && peer->uid != 0) {
+			snprintf(msg, sizeof(msg),
+				 "flush: domain '%s' is not this peer's own (only uid 0 may "
+				 "flush another)",
+				 domain);
+			return refuse(q, conn, req_id, KVP_E_DENIED, msg);
+		}
+	}
+	st = kvp_sched_flush_cache(q->domains->dom[target].sched, conn, req_id);
 	if (st < 0)
 		return reject(q, conn, req_id, submit_status(st));
 	kvp_reqlog_start(&q->log, conn, req_id, kvp_now_ns());

@@ -35,13 +35,14 @@ void kvp_stats_deinit(struct kvp_stats *st)
 	free(st->snap);
 	st->snap = NULL;
 }
-/* Fill @s->cache from @s->sched (its cache counters, usage sums and policy). */
-static void cache_derive(struct kvp_status_snap *s)
+/*
+ * Fill @c from @st (its cache counters, usage sums and policy): the daemon-wide figures
+ * from the sums, each domain's from its own engine's.
+ */
+static void cache_derive(struct kvp_status_cache *c, const struct kvp_sched_stats *st)
 {
 	static const char *const names[KVP_EVICT__COUNT] = { "lru", "lfu", "priority" };
-	const struct kvp_sched_stats *st = &s->sched;
 	const struct kvp_cache_policy *pol = &st->cache_policy;
-	struct kvp_status_cache *c = &s->cache;
 	struct kvp_cache_prefix top[KVP_CACHE_TOP];
 	double written, read, computed;
 
@@ -209,6 +210,8 @@ static void fill_domain(const struct kvp_stats *src, struct kvp_status_snap *s, 
 	sd->cached_tokens = x->cached_tokens;
 	sd->evictions = x->pool.evictions;
 	sd->operators = kvp_domain_may_pin(dom);
+	sd->sched = *x;
+	cache_derive(&sd->cache, x);
 }
 
 /* Every domain's engine: the daemon-wide sums in s->sched, each domain's own line. */
@@ -239,6 +242,8 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 	memset(s, 0, sizeof(*s));
 	/* the counters, whole: status.c's table says what each one is */
 	fill_engines(src, s);
+	if (src->cache) /* the sums' policy is the first domain's: show [cache]'s */
+		s->sched.cache_policy = *src->cache;
 	kvp_server_get_stats(src->req->srv, &s->server);
 
 	snprintf(s->version, sizeof(s->version), "%s", KVP_VERSION);
@@ -278,7 +283,7 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 	s->tier_reload_p50_ms = (double)s->sched.tier.tier.reload_p50_ns / 1e6;
 	s->tier_reload_p99_ms = (double)s->sched.tier.tier.reload_p99_ns / 1e6;
 	s->tier_scan_ms = (double)s->sched.tier.tier.scan_ns / 1e6;
-	cache_derive(s);
+	cache_derive(&s->cache, &s->sched);
 	snprintf(s->remote_state, sizeof(s->remote_state), "%s",
 		 !s->sched.remote.configured	 ? "off" :
 		 s->sched.remote.tier.state == 0 ? "on" :

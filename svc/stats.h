@@ -13,6 +13,7 @@
 
 #include "ipc/server.h"
 
+struct kvp_cache_policy;
 struct kvp_domains;
 struct kvp_requests;
 struct kvp_sched;
@@ -27,6 +28,8 @@ struct kvp_status_snap;
  * @t_start_ns: when the daemon started (CLOCK_MONOTONIC)
  * @req:        the loop thread's requests: server, connections, refusals
  * @domains:    the trust domains, their pools and engines (the report sums the engines)
+ * @cache:      [cache] as configured: the policy the daemon-wide cache section shows
+ *              (each domain's own is in its entry); NULL: the first domain's
  * @snap:       owned scratch for one report (too big for the loop thread's stack)
  */
 struct kvp_stats {
@@ -36,6 +39,7 @@ struct kvp_stats {
 	uint64_t t_start_ns;
 	const struct kvp_requests *req;
 	const struct kvp_domains *domains;
+	const struct kvp_cache_policy *cache;
 	struct kvp_status_snap *snap;
 };
 

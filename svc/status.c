@@ -43,7 +43,9 @@ enum kind {
 	K_ITL,	   /* sched's inter-token histogram: a JSON object; a Prometheus histogram */
 	K_HIST,	   /* struct kvp_hist: a Prometheus histogram (seconds) */
 	K_INFO,	   /* Prometheus only: 1, labelled {labels="<str at off>",labels2="<at off2>"} */
-	K_TOP,	   /* cache.top: a JSON array; Prometheus kvpool_cache_prefix_hits by hash */
+	K_TOP,	   /* a struct kvp_status_cache's top prefixes: a JSON array; Prometheus
+		      kvpool_cache_prefix_hits by hash */
+	K_DCACHE,  /* a domain's cache figures: a JSON object of dom_cache_defs */
 };
 
 /**
@@ -92,6 +94,80 @@ struct def {
 #define H(which, p, h)									\
 	{ .section = "usage", .kind = K_HIST, .off = S(lat[which]), .size = SZ(lat[which]),	\
 	  .prom = p, .labels = "", .type = "histogram", .help = h, .div = 1 }
+
+/*
+ * The prompt cache's figures, listed once: the daemon-wide "cache" section renders them
+ * from the snapshot, and each domains[] entry's "cache" object from that domain's own
+ * engine (struct kvp_status_domain has @sched and @cache members of the same types), so
+ * both read alike.  Prometheus: kvpool_FAMILY for the daemon, kvpool_domain_FAMILY with
+ * a domain="NAME" label for each domain.
+ * R(JSON key, kind, source field, Prometheus family, labels, type, help)
+ */
+#define KVP_STATUS_CACHE_ROWS(R) \
+	R("eviction", K_STR, cache.eviction, NULL, NULL, NULL, NULL) \
+	R("ttl_default_s", K_U32, sched.cache_policy.ttl_default_s, NULL, NULL, NULL, NULL) \
+	R("ttl_max_s", K_U32, sched.cache_policy.ttl_max_s, NULL, NULL, NULL, NULL) \
+	R("min_tokens", K_U32, sched.cache_policy.min_tokens, NULL, NULL, NULL, NULL) \
+	R("pin_max_bytes", K_U64, sched.cache_policy.pin_max_bytes, NULL, NULL, NULL, NULL) \
+	R("retain_default", K_U32, sched.cache_policy.retain_default, NULL, NULL, NULL, NULL) \
+	R("request_hit_rate", K_DBL, cache.request_hit_rate, "cache_request_hit_ratio", "", \
+	  "gauge", "Requests that hit at least one cached block, of those that looked up.") \
+	R("token_hit_rate", K_DBL, cache.token_hit_rate, "cache_token_hit_ratio", "", "gauge", \
+	  "Prompt tokens served from memory, of those looked up.") \
+	R("tokens_saved", K_U64, cache.tokens_saved, "cache_tokens_saved_total", "", "counter", \
+	  "Prompt tokens not computed: read from memory or the disk tier.") \
+	R("prefill_flops_saved", K_DBL, cache.flops_saved, "cache_prefill_flops_saved_total", "", \
+	  "counter", "Prefill FLOPs those tokens would have cost (the model's figures).") \
+	R("evictions", K_U64, sched.pool.evictions, "cache_evictions_total", "", "counter", \
+	  "Cached blocks evicted from memory.") \
+	R("evictions_ttl", K_U64, sched.pool.evictions_ttl, NULL, NULL, NULL, NULL) \
+	R("recomputed_tokens", K_U64, sched.cache.evicted_tokens, "cache_recomputed_tokens_total", \
+	  "", "counter", "Prompt tokens computed again because their blocks had been evicted.") \
+	R("miss_none", K_U64, sched.cache.miss[KVP_MISS_NONE], "cache_requests_total", \
+	  "{miss_reason=\"none\"}", "counter", \
+	  "Requests by why the cache missed (none: a full hit).") \
+	R("miss_no_prefix", K_U64, sched.cache.miss[KVP_MISS_NO_PREFIX], "cache_requests_total", \
+	  "{miss_reason=\"no_prefix\"}", NULL, NULL) \
+	R("miss_below_block", K_U64, sched.cache.miss[KVP_MISS_BELOW_BLOCK], \
+	  "cache_requests_total", "{miss_reason=\"below_block\"}", NULL, NULL) \
+	R("miss_below_minimum", K_U64, sched.cache.miss[KVP_MISS_BELOW_MINIMUM], \
+	  "cache_requests_total", "{miss_reason=\"below_minimum\"}", NULL, NULL) \
+	R("miss_evicted", K_U64, sched.cache.miss[KVP_MISS_EVICTED], "cache_requests_total", \
+	  "{miss_reason=\"evicted\"}", NULL, NULL) \
+	R("miss_evicted_memory", K_U64, sched.cache.miss_evicted_mem, NULL, NULL, NULL, NULL) \
+	R("miss_evicted_disk", K_U64, sched.cache.miss_evicted_disk, NULL, NULL, NULL, NULL) \
+	R("miss_salt_mismatch", K_U64, sched.cache.miss[KVP_MISS_SALT_MISMATCH], \
+	  "cache_requests_total", "{miss_reason=\"salt_mismatch\"}", NULL, NULL) \
+	R("miss_model_mismatch", K_U64, sched.cache.miss[KVP_MISS_MODEL_MISMATCH], \
+	  "cache_requests_total", "{miss_reason=\"model_mismatch\"}", NULL, NULL) \
+	R("miss_disabled", K_U64, sched.cache.miss[KVP_MISS_DISABLED], "cache_requests_total", \
+	  "{miss_reason=\"disabled\"}", NULL, NULL) \
+	R("miss_io_error", K_U64, sched.cache.miss[KVP_MISS_IO_ERROR], "cache_requests_total", \
+	  "{miss_reason=\"io_error\"}", NULL, NULL) \
+	R("pinned_blocks", K_U32, sched.pool.cpin_blocks, "cache_pinned_blocks", "", "gauge", \
+	  "Blocks kept by `kvpool pin`.") \
+	R("pinned_bytes", K_U64, cache.pinned_bytes, NULL, NULL, NULL, NULL) \
+	R("pins", K_U64, sched.cache.pins, NULL, NULL, NULL, NULL) \
+	R("unpins", K_U64, sched.cache.unpins, NULL, NULL, NULL, NULL) \
+	R("pin_refused", K_U64, sched.cache.pin_refused, NULL, NULL, NULL, NULL) \
+	R("flushes", K_U64, sched.cache.flushes, NULL, NULL, NULL, NULL) \
+	R("flushed_blocks", K_U64, sched.cache.flushed_blocks, NULL, NULL, NULL, NULL) \
+	R("written_never_read", K_U64, sched.index.evicted_unread, \
+	  "cache_blocks_written_never_read_total", "", "counter", \
+	  "Blocks evicted without ever being hit after they were written.") \
+	R("cost_write_pct", K_U32, sched.cache_policy.cost_write_pct, NULL, NULL, NULL, NULL) \
+	R("cost_read_pct", K_U32, sched.cache_policy.cost_read_pct, NULL, NULL, NULL, NULL) \
+	R("cost_uncached", K_DBL, cache.cost_uncached, "cache_cost_tokens_total", \
+	  "{view=\"uncached\"}", "counter", \
+	  "Prompt cost in uncached-token units, without and with the cache.") \
+	R("cost_cached", K_DBL, cache.cost_cached, "cache_cost_tokens_total", "{view=\"cached\"}", \
+	  NULL, NULL) \
+	R("cost_saved_ratio", K_DBL, cache.cost_saved_ratio, NULL, NULL, NULL, NULL) \
+	R("parallel_requests", K_U64, sched.cache.parallel, NULL, NULL, NULL, NULL) \
+	R("continuations", K_U64, sched.cache.continuations, NULL, NULL, NULL, NULL) \
+	R("cow_copies", K_U64, sched.pool.cow_copies, NULL, NULL, NULL, NULL) \
+	R("top_prefixes", K_TOP, cache, "cache_prefix_hits", "", "gauge", \
+	  "Hits of the most hit prefixes, by the chain hash of their last block.")
 
 static const struct def defs[] = {
 	JP("daemon", "version", K_STR, version, "build_info", "version", "gauge",
@@ -362,70 +438,9 @@ static const struct def defs[] = {
 	   "{how=\"closed\"}", "counter", NULL, 1),
 	JP("leases", "refused", K_U64, sched.leases_refused, "leases_refused_total", "",
 	   "counter", "LEASEs refused (leases.max_per_conn reached).", 1),
-	J("cache", "eviction", K_STR, cache.eviction),
-	J("cache", "ttl_default_s", K_U32, sched.cache_policy.ttl_default_s),
-	J("cache", "ttl_max_s", K_U32, sched.cache_policy.ttl_max_s),
-	J("cache", "min_tokens", K_U32, sched.cache_policy.min_tokens),
-	JP("cache", "request_hit_rate", K_DBL, cache.request_hit_rate, "cache_request_hit_ratio",
-	   "", "gauge", "Requests that hit at least one cached block, of those that looked up.", 1),
-	JP("cache", "token_hit_rate", K_DBL, cache.token_hit_rate, "cache_token_hit_ratio", "",
-	   "gauge", "Prompt tokens served from memory, of those looked up.", 1),
-	JP("cache", "tokens_saved", K_U64, cache.tokens_saved, "cache_tokens_saved_total", "",
-	   "counter", "Prompt tokens not computed: read from memory or the disk tier.", 1),
-	JP("cache", "prefill_flops_saved", K_DBL, cache.flops_saved,
-	   "cache_prefill_flops_saved_total", "", "counter",
-	   "Prefill FLOPs those tokens would have cost (the model's figures).", 1),
-	JP("cache", "evictions", K_U64, sched.pool.evictions, "cache_evictions_total", "",
-	   "counter", "Cached blocks evicted from memory.", 1),
-	J("cache", "evictions_ttl", K_U64, sched.pool.evictions_ttl),
-	JP("cache", "recomputed_tokens", K_U64, sched.cache.evicted_tokens,
-	   "cache_recomputed_tokens_total", "", "counter",
-	   "Prompt tokens computed again because their blocks had been evicted.", 1),
-	JP("cache", "miss_none", K_U64, sched.cache.miss[KVP_MISS_NONE], "cache_requests_total",
-	   "{miss_reason=\"none\"}", "counter", "Requests by why the cache missed (none: a full hit).",
-	   1),
-	JP("cache", "miss_no_prefix", K_U64, sched.cache.miss[KVP_MISS_NO_PREFIX],
-	   "cache_requests_total", "{miss_reason=\"no_prefix\"}", NULL, NULL, 1),
-	JP("cache", "miss_below_block", K_U64, sched.cache.miss[KVP_MISS_BELOW_BLOCK],
-	   "cache_requests_total", "{miss_reason=\"below_block\"}", NULL, NULL, 1),
-	JP("cache", "miss_below_minimum", K_U64, sched.cache.miss[KVP_MISS_BELOW_MINIMUM],
-	   "cache_requests_total", "{miss_reason=\"below_minimum\"}", NULL, NULL, 1),
-	JP("cache", "miss_evicted", K_U64, sched.cache.miss[KVP_MISS_EVICTED],
-	   "cache_requests_total", "{miss_reason=\"evicted\"}", NULL, NULL, 1),
-	J("cache", "miss_evicted_memory", K_U64, sched.cache.miss_evicted_mem),
-	J("cache", "miss_evicted_disk", K_U64, sched.cache.miss_evicted_disk),
-	JP("cache", "miss_salt_mismatch", K_U64, sched.cache.miss[KVP_MISS_SALT_MISMATCH],
-	   "cache_requests_total", "{miss_reason=\"salt_mismatch\"}", NULL, NULL, 1),
-	JP("cache", "miss_model_mismatch", K_U64, sched.cache.miss[KVP_MISS_MODEL_MISMATCH],
-	   "cache_requests_total", "{miss_reason=\"model_mismatch\"}", NULL, NULL, 1),
-	JP("cache", "miss_disabled", K_U64, sched.cache.miss[KVP_MISS_DISABLED],
-	   "cache_requests_total", "{miss_reason=\"disabled\"}", NULL, NULL, 1),
-	JP("cache", "miss_io_error", K_U64, sched.cache.miss[KVP_MISS_IO_ERROR],
-	   "cache_requests_total", "{miss_reason=\"io_error\"}", NULL, NULL, 1),
-	JP("cache", "pinned_blocks", K_U32, sched.pool.cpin_blocks, "cache_pinned_blocks", "",
-	   "gauge", "Blocks kept by `kvpool pin`.", 1),
-	J("cache", "pinned_bytes", K_U64, cache.pinned_bytes),
-	J("cache", "pins", K_U64, sched.cache.pins),
-	J("cache", "unpins", K_U64, sched.cache.unpins),
-	J("cache", "pin_refused", K_U64, sched.cache.pin_refused),
-	J("cache", "flushes", K_U64, sched.cache.flushes),
-	J("cache", "flushed_blocks", K_U64, sched.cache.flushed_blocks),
-	JP("cache", "written_never_read", K_U64, sched.index.evicted_unread,
-	   "cache_blocks_written_never_read_total", "", "counter",
-	   "Blocks evicted without ever being hit after they were written.", 1),
-	J("cache", "cost_write_pct", K_U32, sched.cache_policy.cost_write_pct),
-	J("cache", "cost_read_pct", K_U32, sched.cache_policy.cost_read_pct),
-	JP("cache", "cost_uncached", K_DBL, cache.cost_uncached, "cache_cost_tokens_total",
-	   "{view=\"uncached\"}", "counter",
-	   "Prompt cost in uncached-token units, without and with the cache.", 1),
-	JP("cache", "cost_cached", K_DBL, cache.cost_cached, "cache_cost_tokens_total",
-	   "{view=\"cached\"}", NULL, NULL, 1),
-	J("cache", "cost_saved_ratio", K_DBL, cache.cost_saved_ratio),
-	J("cache", "parallel_requests", K_U64, sched.cache.parallel),
-	J("cache", "continuations", K_U64, sched.cache.continuations),
-	J("cache", "cow_copies", K_U64, sched.pool.cow_copies),
-	JP("cache", "top_prefixes", K_TOP, cache.top, "cache_prefix_hits", "", "gauge",
-	   "Hits of the most hit prefixes, by the chain hash of their last block.", 1),
+#define CROW_SNAP(k, kd, f, p, lab, t, h) JP("cache", k, kd, f, p, lab, t, h, 1),
+	KVP_STATUS_CACHE_ROWS(CROW_SNAP)
+#undef CROW_SNAP
 
 	J(NULL, "domains", K_DOMAINS, domains),
 };
@@ -475,7 +490,17 @@ static const struct def domain_defs[] = {
 	E(struct kvp_status_domain, "cached_tokens", K_U64, cached_tokens),
 	E(struct kvp_status_domain, "evictions", K_U64, evictions),
 	E(struct kvp_status_domain, "operators", K_U32, operators),
+	{ .key = "cache", .kind = K_DCACHE },
 };
+
+/* A domain's "cache" object: the rows of the daemon-wide section, read from the domain. */
+#define CROW_DOM(k, kd, f, p, lab, t, h)						\
+	{ .section = "cache", .key = k, .kind = kd,					\
+	  .off = offsetof(struct kvp_status_domain, f),					\
+	  .size = sizeof(((struct kvp_status_domain *)0)->f), .prom = p, .labels = lab,	\
+	  .type = t, .help = h, .div = 1 },
+static const struct def dom_cache_defs[] = { KVP_STATUS_CACHE_ROWS(CROW_DOM) };
+#undef CROW_DOM
 
 /* clang-format on */
 
@@ -526,6 +551,17 @@ static uint32_t n_arenas(const struct kvp_status_snap *s)
 }
 
 static void json_members(struct kvp_json *j, const struct def *defs_, size_t n, const void *base);
+
+/* A K_TOP source: the struct kvp_status_cache at @d's offset in @base. */
+static const struct kvp_status_cache *top_of(const struct def *d, const void *base)
+{
+	return (const struct kvp_status_cache *)((const char *)base + d->off);
+}
+
+static uint32_t n_top(const struct kvp_status_cache *c)
+{
+	return c->n_top < KVP_CACHE_TOP ? c->n_top : KVP_CACHE_TOP;
+}
 
 /* Bucket i's upper bound as text: "5", "2500", "+Inf" (ms; Prometheus: s with @div). */
 static void itl_bound(char *buf, size_t cap, uint32_t i, double div)
@@ -608,9 +644,13 @@ static void json_member(struct kvp_json *j, const struct def *d, const void *bas
 								  KVP_STATUS_MAX_DOMAINS);
 		break;
 	case K_TOP:
-		json_list(j, d->key, prefix_defs, N(prefix_defs), s->cache.top,
-			  sizeof(s->cache.top[0]),
-			  s->cache.n_top < KVP_CACHE_TOP ? s->cache.n_top : KVP_CACHE_TOP);
+		json_list(j, d->key, prefix_defs, N(prefix_defs), top_of(d, base)->top,
+			  sizeof(top_of(d, base)->top[0]), n_top(top_of(d, base)));
+		break;
+	case K_DCACHE:
+		kvp_json_begin(j, d->key, '{');
+		json_members(j, dom_cache_defs, N(dom_cache_defs), base);
+		kvp_json_end(j, '}');
 		break;
 	case K_ITL:
 		json_itl(j, d->key, s);
@@ -807,6 +847,58 @@ static void prom_domains(struct kvp_buf *o, const struct kvp_status_snap *s)
 	}
 }
 
+/* The samples of @c's most hit prefixes, each labelled @pre (empty, or "domain=\"x\","). */
+static void prom_top(struct kvp_buf *o, const char *family, const char *pre,
+		     const struct kvp_status_cache *c)
+{
+	char lab[400];
+
+	for (uint32_t k = 0; k < n_top(c); k++) {
+		snprintf(lab, sizeof(lab), "{%shash=\"%s\",tokens=\"%u\"}", pre, c->top[k].hash,
+			 c->top[k].tokens);
+		prom_sample(o, family, lab, (double)c->top[k].hits);
+	}
+}
+
+/*
+ * The cache families again, by domain: kvpool_domain_FAMILY{domain="NAME",...}, one
+ * sample per domain, from the rows the daemon-wide ones come from.
+ */
+static void prom_domain_cache(struct kvp_buf *o, const struct kvp_status_snap *s)
+{
+	uint32_t n = s->n_domains < KVP_STATUS_MAX_DOMAINS ? s->n_domains : KVP_STATUS_MAX_DOMAINS;
+	char name[2 * 32 + 1], family[96], pre[96], lab[256];
+
+	if (!n)
+		return;
+	for (size_t i = 0; i < N(dom_cache_defs); i++) {
+		const struct def *d = &dom_cache_defs[i];
+
+		if (!d->prom)
+			continue;
+		snprintf(family, sizeof(family), "domain_%s", d->prom);
+		if (d->help)
+			kvp_buf_printf(
+				o, "# HELP kvpool_%s %s (by trust domain)\n# TYPE kvpool_%s %s\n",
+				family, d->help, family, d->type);
+		for (uint32_t k = 0; k < n; k++) {
+			const struct kvp_status_domain *dom = &s->domains[k];
+
+			prom_label(name, sizeof(name), dom->name, sizeof(dom->name));
+			snprintf(pre, sizeof(pre), "domain=\"%s\",", name);
+			if (d->kind == K_TOP) {
+				prom_top(o, family, pre, top_of(d, dom));
+				continue;
+			}
+			/* d->labels: "" or "{miss_reason=\"none\"}": the domain's label first */
+			snprintf(lab, sizeof(lab), "{domain=\"%s\"%s%.*s}", name,
+				 *d->labels ? "," : "", *d->labels ? (int)strlen(d->labels) - 2 : 0,
+				 *d->labels ? d->labels + 1 : "");
+			prom_sample(o, family, lab, value(d, dom) / d->div);
+		}
+	}
+}
+
 int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t cap)
 {
 	struct kvp_buf out;
@@ -829,11 +921,7 @@ int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t ca
 		if (d->kind == K_TOP) {
 			kvp_buf_printf(&out, "# HELP kvpool_%s %s\n# TYPE kvpool_%s %s\n", d->prom,
 				       d->help, d->prom, d->type);
-			for (uint32_t k = 0; k < s->cache.n_top && k < KVP_CACHE_TOP; k++) {
-				snprintf(lab, sizeof(lab), "{hash=\"%s\",tokens=\"%u\"}",
-					 s->cache.top[k].hash, s->cache.top[k].tokens);
-				prom_sample(&out, d->prom, lab, (double)s->cache.top[k].hits);
-			}
+			prom_top(&out, d->prom, "", top_of(d, s));
 			continue;
 		}
 		if (d->help)
@@ -861,5 +949,6 @@ int kvp_status_render_prom(const struct kvp_status_snap *s, char *buf, size_t ca
 		prom_sample(&out, d->prom, d->labels, value(d, s) / d->div);
 	}
 	prom_domains(&out, s);
+	prom_domain_cache(&out, s);
 	return kvp_buf_finish(&out);
 }

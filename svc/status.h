@@ -49,7 +49,7 @@ struct kvp_status_prefix {
 
 /**
  * struct kvp_status_cache - the prompt cache's figures derived for the report
- * (kvp_status_cache_derive() in svc/stats.c, from @sched of the snapshot)
+ * (cache_derive() in svc/stats.c, from the @sched of the snapshot or of a domain)
  * @eviction:          the policy's name
  * @request_hit_rate:  requests that hit at least one block / requests that looked up
  * @token_hit_rate:    prompt tokens served from memory / prompt tokens looked up
@@ -90,6 +90,11 @@ struct kvp_status_domain {
 	uint64_t cached_tokens;
 	uint64_t evictions;
 	uint32_t operators; /* 1: its members may pin */
+	/* its engine's figures whole (its cache policy among them), and its cache figures
+	 * derived from them as the daemon-wide @cache is from the sums: the "cache" object
+	 * of its domains[] entry */
+	struct kvp_sched_stats sched;
+	struct kvp_status_cache cache;
 };
 
 /**
@@ -140,7 +145,7 @@ struct kvp_status_snap {
 	uint32_t n_domains;
 	struct kvp_status_domain domains[KVP_STATUS_MAX_DOMAINS];
 
-	struct kvp_status_cache cache; /* kvp_status_cache_derive() */
+	struct kvp_status_cache cache; /* derived from @sched (its policy: the first domain's) */
 };
 
 /**

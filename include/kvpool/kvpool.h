@@ -401,6 +401,13 @@ int kvp_client_pin(struct kvp_client *c, const struct kvp_client_prompt *prompt,
 /* FLUSH: drop every unreferenced, unpinned cached block (operators; as kvp_client_pin()). */
 int kvp_client_flush(struct kvp_client *c, uint32_t *blocks);
 
+/*
+ * kvp_client_flush_domain() - FLUSH the trust domain named @domain (NULL: this client's
+ * own, as kvp_client_flush()); another domain than one's own needs uid 0.  Return: as
+ * kvp_client_pin(); -EINVAL for a name the daemon could not take (1..31 of [A-Za-z0-9_-]).
+ */
+int kvp_client_flush_domain(struct kvp_client *c, const char *domain, uint32_t *blocks);
+
 /**
  * kvp_client_status() - fetch a status report from the status socket
  * @path:  status socket, or NULL for KVP_DEFAULT_STATUS_SOCKET

@@ -47,9 +47,13 @@ enum kvp_frame_type {
 	KVP_FRAME_RELEASE,    /* client -> daemon: no payload; req_id names the lease */
 	KVP_FRAME_PIN,	      /* client -> daemon: struct kvp_pin + tokens or text (operators) */
 	KVP_FRAME_UNPIN,      /* client -> daemon: struct kvp_pin + tokens or text (operators) */
-	KVP_FRAME_FLUSH, /* client -> daemon: no payload: drop unreferenced blocks (operators) */
+	KVP_FRAME_FLUSH,      /* client -> daemon: drop unreferenced blocks (operators); payload:
+			    none (the peer's own trust domain) or a domain's name (uid 0) */
 	KVP_FRAME__COUNT
 };
+
+/* FLUSH's optional payload: a trust domain's name, 1..31 bytes of [A-Za-z0-9_-], no NUL */
+#define KVP_FLUSH_DOMAIN_MAX 31
 
 /* Outcomes seen on the wire.  Stable values; raw errno never goes on the wire. */
 enum kvp_status {

@@ -1431,8 +1431,8 @@ static int cmd_pin(int argc, char **argv, bool unpin)
 	return r ? 1 : 0;
 }
 
-/* kvpool flush (no --tier): the FLUSH frame, on the request socket. */
-static int flush_cache(void)
+/* kvpool flush (no --tier): the FLUSH frame, on the request socket; @domain or NULL. */
+static int flush_cache(const char *domain)
 {
 	struct kvp_client *c;
 	uint32_t blocks = 0;
@@ -1442,9 +1442,11 @@ static int flush_cache(void)
 		print_connect_error("--socket", sock_path ? sock_path : KVP_DEFAULT_SOCKET, r,
 				    kvp_client_errmsg(c));
 	} else {
-		r = kvp_client_flush(c, &blocks);
+		r = kvp_client_flush_domain(c, domain, &blocks);
 		if (r)
 			fprintf(stderr, "kvpool: flush: %s\n", kvp_client_errmsg(c));
+		else if (domain)
+			printf("kvpool: flushed %u cached blocks of domain %s\n", blocks, domain);
 		else
 			printf("kvpool: flushed %u cached blocks\n", blocks);
 	}
@@ -1456,9 +1458,11 @@ static int cmd_flush(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "tier", no_argument, NULL, 't' },
+		{ "domain", required_argument, NULL, 'd' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
+	const char *domain = NULL;
 	bool tier = false;
 	long long before, now = -1;
 	char *text = NULL;
@@ -1469,13 +1473,18 @@ static int cmd_flush(int argc, char **argv)
 		case 't':
 			tier = true;
 			break;
+		case 'd':
+			domain = optarg;
+			break;
 		case 'h':
-			puts("usage: kvpool [--socket PATH] flush\n"
+			puts("usage: kvpool [--socket PATH] flush [--domain D]\n"
 			     "       kvpool [--status-socket PATH] flush --tier\n"
 			     "\n"
 			     "Without --tier: drop every cached block in memory that no request holds\n"
 			     "and no pin keeps (a TTL does not keep it); operators only\n"
-			     "(cache.pin_allowed).  With --tier: empty kvpoold's disk tier: every cached block on disk is dropped (memory\n"
+			     "(cache.pin_allowed).  --domain D: trust domain D's instead of\n"
+			     "this user's own (another domain than one's own: uid 0 only).\n"
+			     "With --tier: empty kvpoold's disk tier: every cached block on disk is dropped (memory\n"
 			     "is kept), and the file is marked so that none of them comes back after a\n"
 			     "restart either.  Asked through the status socket (an operator's); waits\n"
 			     "until the engine has done it (at most 30 s).");
@@ -1486,8 +1495,10 @@ static int cmd_flush(int argc, char **argv)
 	}
 	if (optind < argc)
 		die_usage("flush: unexpected argument '%s'", argv[optind]);
+	if (tier && domain)
+		die_usage("flush: --tier empties every domain's tier; no --domain with it");
 	if (!tier)
-		return flush_cache();
+		return flush_cache(domain);
 	r = kvp_client_status(status_path, "flush-tier", &text, NULL);
 	if (r < 0) {
 		fprintf(stderr, "kvpool: flush: %s: %s\n",
@@ -1605,6 +1616,36 @@ static void print_tier_summary(json_t *j)
 		       ju(j, "tier.checksum_failures"), ju(j, "tier.errors"));
 }
 
+/*
+ * One line per trust domain: its traffic and its cache, by its own policy (never a
+ * prefix's content: the report has none).
+ */
+static void print_domains_summary(json_t *j)
+{
+	json_t *doms = jget(j, "domains");
+	size_t i;
+	json_t *d;
+
+	json_array_foreach(doms, i, d)
+	{
+		char b1[32], min[32] = "";
+
+		if (ju(d, "cache.min_tokens"))
+			snprintf(min, sizeof(min), ", min %llu tokens", ju(d, "cache.min_tokens"));
+		printf("  domain %-9s %llu requests; hits %.1f%% of requests, %.1f%% of tokens; "
+		       "%llu tokens saved; %llu evictions, %llu recomputed; %s pinned; cost "
+		       "%.1f%% of uncached (%s%s)\n",
+		       jstr(d, "name"), ju(d, "requests"), 100 * jnum(d, "cache.request_hit_rate"),
+		       100 * jnum(d, "cache.token_hit_rate"), ju(d, "cache.tokens_saved"),
+		       ju(d, "cache.evictions"), ju(d, "cache.recomputed_tokens"),
+		       human_bytes(jnum(d, "cache.pinned_bytes"), b1, sizeof(b1)),
+		       jnum(d, "cache.cost_uncached") > 0 ?
+			       100 * (1 - jnum(d, "cache.cost_saved_ratio")) :
+			       100.0,
+		       jstr(d, "cache.eviction"), min);
+	}
+}
+
 /* The report as a person reads it: the figures that say how the daemon is doing. */
 static int print_status_summary(const char *text, size_t len)
 {
@@ -1662,6 +1703,7 @@ static int print_status_summary(const char *text, size_t len)
 		       ju(j, "usage.prompt_tokens"), ju(j, "usage.cached_tokens"),
 		       ju(j, "usage.recomputed_tokens"), ju(j, "usage.generated_tokens"));
 	print_tier_summary(j);
+	print_domains_summary(j);
 	printf("(every figure: kvpool status --json; Prometheus: kvpool status --prom)\n");
 	json_decref(j);
 	return 0;

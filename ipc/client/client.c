@@ -794,6 +794,11 @@ KVP_EXPORT int kvp_client_pin(struct kvp_client *c, const struct kvp_client_prom
 
 KVP_EXPORT int kvp_client_flush(struct kvp_client *c, uint32_t *blocks)
 {
+	return kvp_client_flush_domain(c, NULL, blocks);
+}
+
+KVP_EXPORT int kvp_client_flush_domain(struct kvp_client *c, const char *domain, uint32_t *blocks)
+{
 	size_t need;
 	int r;
 
@@ -801,11 +806,13 @@ KVP_EXPORT int kvp_client_flush(struct kvp_client *c, uint32_t *blocks)
 		return set_err(c, -ENOTCONN, "connection closed");
 	if (c->in_flight)
 		return set_err(c, -EBUSY, "another request is in flight on this client");
-	need = kvp_proto_encode_flush(NULL, 0, c->next_id);
+	if (domain && (!*domain || strlen(domain) > KVP_FLUSH_DOMAIN_MAX))
+		return set_err(c, -EINVAL, "a domain name is 1..31 bytes");
+	need = kvp_proto_encode_flush_domain(NULL, 0, c->next_id, domain);
 	r = out_reserve(c, need);
 	if (r)
 		return r;
-	kvp_proto_encode_flush(c->out, c->out_cap, c->next_id);
+	kvp_proto_encode_flush_domain(c->out, c->out_cap, c->next_id, domain);
 	return operator_request(c, need, "FLUSH", blocks);
 }
 

@@ -221,7 +221,12 @@ static const char status_json[] =
 	"\"slots\":500,\"blocks\":12,\"bytes\":3145728,\"writes\":20,\"reloads\":2,"
 	"\"reload_p50_ms\":1.25,\"reload_p99_ms\":4,\"checksum_failures\":1,\"errors\":0},"
 	"\"connections\":{\"open\":2,\"total\":9,\"refused\":3,"
-	"\"refused_per_uid\":1,\"idle_closed\":2}}\n";
+	"\"refused_per_uid\":1,\"idle_closed\":2},"
+	"\"domains\":[{\"name\":\"research\",\"requests\":3,\"cache\":{\"eviction\":\"lfu\","
+	"\"min_tokens\":64,\"request_hit_rate\":0.5,\"token_hit_rate\":0.25,"
+	"\"tokens_saved\":48,\"evictions\":2,\"recomputed_tokens\":16,"
+	"\"pinned_bytes\":2097152,\"cost_uncached\":200,\"cost_saved_ratio\":0.215}},"
+	"{\"name\":\"ops\",\"requests\":0,\"cache\":{\"eviction\":\"lru\"}}]}\n";
 
 static int e_status(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap)
 {
@@ -440,6 +445,14 @@ static void test_status_formats(void **state)
 	assert_non_null(strstr(out, "tier         12 blocks (3.0 MiB) on disk in 500 slots; 20 "
 				    "writes, 2 reloads (p50 1.2 ms, p99 4.0 ms); 1 checksum "
 				    "failures, 0 errors\n"));
+	/* one line per trust domain, its cache by its own policy */
+	assert_non_null(strstr(out, "  domain research  3 requests; hits 50.0% of requests, "
+				    "25.0% of tokens; 48 tokens saved; 2 evictions, 16 "
+				    "recomputed; 2.0 MiB pinned; cost 78.5% of uncached (lfu, "
+				    "min 64 tokens)\n"));
+	assert_non_null(strstr(out, "  domain ops       0 requests; hits 0.0% of requests, 0.0% "
+				    "of tokens; 0 tokens saved; 0 evictions, 0 recomputed; 0 B "
+				    "pinned; cost 100.0% of uncached (lru)\n"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "status", "--json", NULL), 0);
 	assert_string_equal(out, status_json);
 	assert_int_equal(cli(f, out, err, sizeof(out), "status", "--prom", NULL), 0);

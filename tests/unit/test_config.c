@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "compute/model.h"
+#include "shm/pool.h"
 #include "svc/config.h"
 #include "util/parse.h"
 #include "tests/lib/testlib.h"
@@ -341,6 +342,142 @@ static void test_print_reads_back(void **state)
 	assert_memory_equal(&back, &f->c, sizeof(back));
 }
 
+/* f->c's [domain @name] section; fails the test when there is none. */
+static const struct kvp_domcfg *domcfg_of(const struct fixture *f, const char *name)
+{
+	for (uint32_t i = 0; i < f->c.n_domcfg; i++)
+		if (!strcmp(f->c.domcfg[i].name, name))
+			return &f->c.domcfg[i];
+	fail_msg("no [domain %s]", name);
+	return NULL;
+}
+
+static void test_domain_cache_overrides(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+	struct kvp_cache_policy a, b, none;
+	struct kvp_config back;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *fp;
+
+	/* a [domain NAME] key overrides [cache] for that domain only; the rest is [cache]'s */
+	write_file(f->path, "[domains]\nmode = groups\n[cache]\nmin_tokens = 16\n"
+			    "ttl_default_s = 120\n[domain a]\nusers = root\nmin_tokens = 64\n"
+			    "eviction = lfu\npin_max = 8M\nretain_default = 90\n"
+			    "[domain b]\ngroups = 0\nttl_default_s = 60\nttl_max_s = 600\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), 0);
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), 0);
+	kvp_domcfg_cache_policy(&a, domcfg_of(f, "a"), &f->c.cache);
+	kvp_domcfg_cache_policy(&b, domcfg_of(f, "b"), &f->c.cache);
+	kvp_domcfg_cache_policy(&none, NULL, &f->c.cache);
+	assert_int_equal(a.min_tokens, 64);
+	assert_int_equal(a.eviction, KVP_EVICT_LFU);
+	assert_int_equal(a.pin_max_bytes, 8u << 20);
+	assert_int_equal(a.retain_default, 90);
+	assert_int_equal(a.ttl_default_s, 120); /* [cache]'s */
+	assert_int_equal(a.ttl_max_s, 3600);	/* the default's */
+	assert_int_equal(b.min_tokens, 16);
+	assert_int_equal(b.eviction, KVP_EVICT_LRU);
+	assert_int_equal(b.ttl_default_s, 60);
+	assert_int_equal(b.ttl_max_s, 600);
+	assert_int_equal(b.pin_max_bytes, 0);
+	/* no section (per-uid, single): [cache] itself, the global keys untouched */
+	assert_memory_equal(&none, &f->c.cache, sizeof(none));
+	assert_int_equal(f->c.cache.min_tokens, 16);
+	assert_int_equal(f->c.cache.eviction, KVP_EVICT_LRU);
+
+	/* --check-config prints the overrides as keys (read back to the same config) and
+	 * each domain's whole policy in effect as a comment */
+	fp = open_memstream(&text, &len);
+	assert_non_null(fp);
+	kvp_config_print(&f->c, fp);
+	fclose(fp);
+	assert_non_null(strstr(text,
+			       "[domain a]\nusers = root\ngroups = \npool_size = 0\n"
+			       "tier_size = 0\noperators = no\nmin_tokens = 64\npin_max = 8M\n"
+			       "eviction = lfu\nretain_default = 90\n"));
+	assert_non_null(strstr(text, "; cache policy in effect: ttl_default_s=120 "
+				     "ttl_max_s=3600 min_tokens=64 pin_max=8M eviction=lfu "
+				     "retain_default=90\n"));
+	assert_non_null(strstr(text, "; cache policy in effect: ttl_default_s=60 ttl_max_s=600 "
+				     "min_tokens=16 pin_max=0 eviction=lru retain_default=50\n"));
+	write_file(f->path, text);
+	free(text);
+	kvp_config_defaults(&back);
+	assert_int_equal(kvp_config_load_file(&back, f->path, true, f->err, sizeof(f->err)), 0);
+	memset(back.config_path, 0, sizeof(back.config_path));
+	memset(f->c.config_path, 0, sizeof(f->c.config_path));
+	assert_memory_equal(&back.cache, &f->c.cache, sizeof(back.cache));
+	/* (@seen differs: the printed "groups = " sets that key, empty) */
+	assert_int_equal(back.n_domcfg, 2);
+	for (uint32_t i = 0; i < 2; i++) {
+		struct kvp_cache_policy p0, p1;
+
+		kvp_domcfg_cache_policy(&p0, &f->c.domcfg[i], &f->c.cache);
+		kvp_domcfg_cache_policy(&p1, &back.domcfg[i], &back.cache);
+		assert_memory_equal(&p0, &p1, sizeof(p0));
+	}
+}
+
+static void test_domain_cache_errors(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+
+	/* a bad value names file line, section and key, with [cache]'s own words */
+	write_file(f->path, "[domains]\nmode = groups\n[domain a]\nusers = root\n"
+			    "min_tokens = many\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":5: domain a.min_tokens: 'many' is not a whole number"));
+
+	write_file(f->path, "[domains]\nmode = groups\n[domain a]\nusers = root\n"
+			    "eviction = fifo\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":5: domain a.eviction: 'fifo' is not one of lru, lfu, "
+				       "priority"));
+
+	write_file(f->path, "[domains]\nmode = groups\n[domain a]\nusers = root\n"
+			    "retain_default = 101\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":5: domain a.retain_default: 101 is out of range"));
+
+	write_file(f->path, "[domains]\nmode = groups\n[domain a]\nusers = root\n"
+			    "pin_max = lots\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":5: domain a.pin_max: 'lots' is not a size"));
+
+	write_file(f->path, "[domains]\nmode = groups\n[domain a]\nusers = root\n"
+			    "min_tokens = 1\nmin_tokens = 2\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":6: domain a.min_tokens: set twice"));
+
+	/* the daemon-wide switches are not a domain's */
+	write_file(f->path, "[domains]\nmode = groups\n[domain a]\nusers = root\n"
+			    "pin_allowed = yes\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":5: domain a.pin_allowed: unknown key"));
+
+	/* TTLs coherent per domain, naming the key the section set */
+	write_file(f->path, "[domains]\nmode = groups\n[domain a]\nusers = root\n"
+			    "ttl_default_s = 7200\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), 0);
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "domain a.ttl_default_s: 7200 is above ttl_max_s = 3600"));
+	write_file(f->path, "[domains]\nmode = groups\n[domain a]\nusers = root\n"
+			    "ttl_max_s = 60\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), 0);
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "domain a.ttl_max_s: 60 is below the ttl_default_s of "
+				       "[cache] (300)"));
+	/* a flag reaches a domain's key too */
+	assert_int_equal(parse(f, &act, "--config", f->path, "--set", "domain a.ttl_default_s=30",
+			       NULL),
+			 0);
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), 0);
+}
+
 static void test_status_socket_follows_socket(void **state)
 {
 	struct fixture *f = *state;
@@ -437,6 +574,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_usage_lists_every_flag, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_socket_follows_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conn_limit_keys, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_domain_cache_overrides, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_domain_cache_errors, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -199,6 +199,35 @@ static void fill_busy(struct kvp_status_snap *s)
 	strcpy(s->cache.top[0].hash, "0123456789abcdef0123456789abcdef");
 	s->cache.top[0].tokens = 64;
 	s->cache.top[0].hits = 3;
+	/* a second domain with its own policy and figures: its entry's "cache" object and
+	 * the kvpool_domain_cache_* samples (the first domain's are all 0) */
+	s->n_domains = 2;
+	strcpy(s->domains[1].name, "research");
+	s->domains[1].requests = 9;
+	s->domains[1].sched.cache_policy = (struct kvp_cache_policy){
+		.ttl_default_s = 60, .ttl_max_s = 600, .min_tokens = 64,
+		.pin_max_bytes = 8u << 20, .eviction = 1, .retain_default = 90,
+		.cost_write_pct = 125, .cost_read_pct = 10 };
+	s->domains[1].sched.cache.miss[KVP_MISS_NONE] = 2;
+	s->domains[1].sched.cache.miss[KVP_MISS_BELOW_MINIMUM] = 4;
+	s->domains[1].sched.cache.evicted_tokens = 16;
+	s->domains[1].sched.pool.evictions = 5;
+	s->domains[1].sched.cache.flushes = 1;
+	s->domains[1].sched.cache.flushed_blocks = 7;
+	strcpy(s->domains[1].cache.eviction, "lfu");
+	s->domains[1].cache.request_hit_rate = 0.25;
+	s->domains[1].cache.token_hit_rate = 0.125;
+	s->domains[1].cache.tokens_saved = 96;
+	s->domains[1].cache.flops_saved = 1.5e9;
+	s->domains[1].cache.cost_uncached = 400;
+	s->domains[1].cache.cost_cached = 330.5;
+	s->domains[1].cache.n_top = 2;
+	strcpy(s->domains[1].cache.top[0].hash, "fedcba9876543210fedcba9876543210");
+	s->domains[1].cache.top[0].tokens = 80;
+	s->domains[1].cache.top[0].hits = 5;
+	strcpy(s->domains[1].cache.top[1].hash, "00000000000000010000000000000002");
+	s->domains[1].cache.top[1].tokens = 16;
+	s->domains[1].cache.top[1].hits = 1;
 }
 /* clang-format on */
 
@@ -312,6 +341,62 @@ static void test_json_parses_with_values(void **state)
 	free(s);
 }
 
+static void test_domain_cache_figures(void **state)
+{
+	struct kvp_status_snap *s = calloc(1, sizeof(*s));
+	static char buf[65536];
+	struct jsonq *j;
+	int n;
+
+	/* each domains[] entry carries the cache section's members, from its own figures */
+	assert_non_null(s);
+	fill_busy(s);
+	n = kvp_status_render_json(s, buf, sizeof(buf));
+	assert_true(n > 0);
+	j = jsonq_parse(buf, (size_t)n);
+	assert_non_null(j);
+	assert_string_equal(jsonq_str(j, "domains.1.name"), "research");
+	assert_string_equal(jsonq_str(j, "domains.1.cache.eviction"), "lfu");
+	assert_int_equal(jsonq_num(j, "domains.1.cache.min_tokens", -1), 64);
+	assert_int_equal(jsonq_num(j, "domains.1.cache.ttl_default_s", -1), 60);
+	assert_int_equal(jsonq_num(j, "domains.1.cache.pin_max_bytes", -1), 8 << 20);
+	assert_int_equal(jsonq_num(j, "domains.1.cache.retain_default", -1), 90);
+	assert_float_equal(jsonq_num(j, "domains.1.cache.request_hit_rate", -1), 0.25, 0);
+	assert_float_equal(jsonq_num(j, "domains.1.cache.token_hit_rate", -1), 0.125, 0);
+	assert_int_equal(jsonq_num(j, "domains.1.cache.tokens_saved", -1), 96);
+	assert_float_equal(jsonq_num(j, "domains.1.cache.prefill_flops_saved", -1), 1.5e9, 0);
+	assert_int_equal(jsonq_num(j, "domains.1.cache.evictions", -1), 5);
+	assert_int_equal(jsonq_num(j, "domains.1.cache.recomputed_tokens", -1), 16);
+	assert_int_equal(jsonq_num(j, "domains.1.cache.miss_below_minimum", -1), 4);
+	assert_int_equal(jsonq_num(j, "domains.1.cache.flushed_blocks", -1), 7);
+	assert_float_equal(jsonq_num(j, "domains.1.cache.cost_cached", -1), 330.5, 0);
+	assert_int_equal(jsonq_num(j, "domains.1.cache.top_prefixes.0.hits", -1), 5);
+	assert_int_equal(jsonq_num(j, "domains.1.cache.top_prefixes.1.tokens", -1), 16);
+	assert_int_equal(jsonq_get(j, "domains.1.cache.top_prefixes")->n_children, 2);
+	/* the other domain's are its own, not the sums */
+	assert_int_equal(jsonq_num(j, "domains.0.cache.miss_none", -1), 0);
+	assert_int_equal(jsonq_get(j, "domains.0.cache.top_prefixes")->n_children, 0);
+	assert_int_equal(jsonq_num(j, "cache.miss_none", -1), 3);
+	jsonq_free(j);
+
+	/* Prometheus: the cache families again, labelled by domain */
+	n = kvp_status_render_prom(s, buf, sizeof(buf));
+	assert_true(n > 0);
+	assert_non_null(strstr(buf, "\nkvpool_domain_cache_requests_total{domain=\"research\","
+				    "miss_reason=\"below_minimum\"} 4\n"));
+	assert_non_null(strstr(buf, "\nkvpool_domain_cache_request_hit_ratio{domain="
+				    "\"research\"} 0.25\n"));
+	assert_non_null(strstr(buf, "\nkvpool_domain_cache_prefix_hits{domain=\"research\",hash="
+				    "\"fedcba9876543210fedcba9876543210\",tokens=\"80\"} 5\n"));
+	assert_non_null(strstr(buf, "\nkvpool_domain_cache_recomputed_tokens_total{domain="
+				    "\"default\"} 0\n"));
+	/* each family declared once */
+	assert_non_null(strstr(buf, "# TYPE kvpool_domain_cache_requests_total counter\n"));
+	assert_null(strstr(strstr(buf, "# TYPE kvpool_domain_cache_requests_total") + 1,
+			   "# TYPE kvpool_domain_cache_requests_total"));
+	free(s);
+}
+
 static void test_empty_snapshot_is_valid(void **state)
 {
 	struct kvp_status_snap *s = calloc(1, sizeof(*s));
@@ -418,6 +503,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_json_parses_with_values),
+		cmocka_unit_test(test_domain_cache_figures),
 		cmocka_unit_test(test_empty_snapshot_is_valid),
 		cmocka_unit_test(test_small_buffer_enospc),
 		cmocka_unit_test(test_prom_text),
