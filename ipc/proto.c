@@ -104,6 +104,47 @@ static bool all_zero(const void *p, size_t n)
 	return true;
 }
 
+/* A salt's bytes past @salt_len must be zero (they would change no hash, silently). */
+static int check_salt(const uint8_t *salt, uint32_t salt_len, const char **why)
+{
+	if (salt_len > KVP_SALT_MAX)
+		return fail(why, "salt longer than 64 bytes", KVP_E_PROTO);
+	if (!all_zero(salt + salt_len, KVP_SALT_MAX - salt_len))
+		return fail(why, "salt padding must be zero", KVP_E_PROTO);
+	return KVP_OK;
+}
+
+/*
+ * The prompt of GENERATE and PIN, the rest of the frame: @n_tokens int32 ids, or
+ * @text_bytes of text with KVP_GEN_TEXT in @flags (exactly one of them non-zero), within
+ * max_prompt_tokens.  The NUL check of text is the caller's, after its other checks.
+ */
+static int take_prompt(struct kvp_cur *c, uint32_t flags, uint32_t n_tokens, uint32_t text_bytes,
+		       const struct kvp_proto_limits *lim, const void **body, const char **why)
+{
+	size_t need;
+
+	if (flags & KVP_GEN_TEXT) {
+		if (n_tokens || !text_bytes)
+			return fail(why, "text prompt must have text_bytes > 0 and n_tokens 0",
+				    KVP_E_PROTO);
+		need = text_bytes;
+	} else {
+		if (text_bytes || !n_tokens)
+			return fail(why, "token prompt must have n_tokens > 0 and text_bytes 0",
+				    KVP_E_PROTO);
+		need = (size_t)n_tokens * sizeof(int32_t);
+	}
+	*body = kvp_cur_take(c, need);
+	if (!*body)
+		return fail(why, "prompt length beyond the frame", KVP_E_PROTO);
+	if (kvp_cur_left(c))
+		return fail(why, "trailing bytes after the prompt", KVP_E_PROTO);
+	if ((n_tokens ? n_tokens : text_bytes) > lim->max_prompt_tokens)
+		return fail(why, "prompt longer than the maximum", KVP_E_LIMIT);
+	return KVP_OK;
+}
+
 /**
  * kvp_proto_check_hdr() - validate a frame header
  * @buf:             at least @len bytes from the start of the frame
@@ -205,7 +246,6 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 {
 	struct kvp_cur c;
 	const void *p;
-	size_t need;
 	int r;
 
 	kvp_cur_init(&c, payload, len);
@@ -215,34 +255,17 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 	memcpy(out, p, sizeof(*out));
 	if (out->flags & ~KVP_GEN__ALL)
 		return fail(why, "unknown GENERATE flags", KVP_E_PROTO);
-	if (out->salt_len > KVP_SALT_MAX)
-		return fail(why, "salt longer than 64 bytes", KVP_E_PROTO);
-	if (!all_zero(out->salt + out->salt_len, KVP_SALT_MAX - out->salt_len))
-		return fail(why, "salt padding must be zero", KVP_E_PROTO);
+	r = check_salt(out->salt, out->salt_len, why);
+	if (r)
+		return r;
 	if (out->reserved)
 		return fail(why, "GENERATE reserved field must be zero", KVP_E_PROTO);
 	/* struct kvp_cache_ctl: checked by kvp_proto_decode_cache_ctl() */
 	if ((out->flags & KVP_GEN_CACHE_CTL) && !kvp_cur_take(&c, sizeof(struct kvp_cache_ctl)))
 		return fail(why, "GENERATE cache control beyond the frame", KVP_E_PROTO);
-	if (out->flags & KVP_GEN_TEXT) {
-		if (out->n_tokens || !out->text_bytes)
-			return fail(why, "text prompt must have text_bytes > 0 and n_tokens 0",
-				    KVP_E_PROTO);
-		need = out->text_bytes;
-	} else {
-		if (out->text_bytes || !out->n_tokens)
-			return fail(why, "token prompt must have n_tokens > 0 and text_bytes 0",
-				    KVP_E_PROTO);
-		need = (size_t)out->n_tokens * sizeof(int32_t);
-	}
-	*body = kvp_cur_take(&c, need);
-	if (!*body)
-		return fail(why, "prompt length beyond the frame", KVP_E_PROTO);
-	if (kvp_cur_left(&c))
-		return fail(why, "trailing bytes after the prompt", KVP_E_PROTO);
-
-	if ((out->n_tokens ? out->n_tokens : out->text_bytes) > lim->max_prompt_tokens)
-		return fail(why, "prompt longer than the maximum", KVP_E_LIMIT);
+	r = take_prompt(&c, out->flags, out->n_tokens, out->text_bytes, lim, body, why);
+	if (r)
+		return r;
 	if (out->max_new_tokens > lim->max_new_tokens)
 		return fail(why, "max_new_tokens above the maximum", KVP_E_LIMIT);
 
@@ -363,10 +386,9 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 	memcpy(out, p, sizeof(*out));
 	if (out->flags & ~KVP_CHAT__ALL)
 		return fail(why, "unknown CHAT flags", KVP_E_PROTO);
-	if (out->salt_len > KVP_SALT_MAX)
-		return fail(why, "salt longer than 64 bytes", KVP_E_PROTO);
-	if (!all_zero(out->salt + out->salt_len, KVP_SALT_MAX - out->salt_len))
-		return fail(why, "salt padding must be zero", KVP_E_PROTO);
+	r = check_salt(out->salt, out->salt_len, why);
+	if (r)
+		return r;
 	if (!out->n_messages)
 		return fail(why, "CHAT without messages", KVP_E_PROTO);
 	if (!out->n_context != !out->context_msgs || out->context_msgs > out->n_messages)
@@ -579,7 +601,7 @@ int kvp_proto_decode_pin(const void *payload, size_t len, const struct kvp_proto
 {
 	struct kvp_cur c;
 	const void *p;
-	size_t need;
+	int r;
 
 	kvp_cur_init(&c, payload, len);
 	p = kvp_cur_take(&c, sizeof(*out));
@@ -588,28 +610,12 @@ int kvp_proto_decode_pin(const void *payload, size_t len, const struct kvp_proto
 	memcpy(out, p, sizeof(*out));
 	if (out->flags & ~(KVP_GEN_TEXT | KVP_GEN_PARSE_SPECIAL))
 		return fail(why, "unknown PIN flags", KVP_E_PROTO);
-	if (out->salt_len > KVP_SALT_MAX)
-		return fail(why, "salt longer than 64 bytes", KVP_E_PROTO);
-	if (!all_zero(out->salt + out->salt_len, KVP_SALT_MAX - out->salt_len))
-		return fail(why, "salt padding must be zero", KVP_E_PROTO);
-	if (out->flags & KVP_GEN_TEXT) {
-		if (out->n_tokens || !out->text_bytes)
-			return fail(why, "text prompt must have text_bytes > 0 and n_tokens 0",
-				    KVP_E_PROTO);
-		need = out->text_bytes;
-	} else {
-		if (out->text_bytes || !out->n_tokens)
-			return fail(why, "token prompt must have n_tokens > 0 and text_bytes 0",
-				    KVP_E_PROTO);
-		need = (size_t)out->n_tokens * sizeof(int32_t);
-	}
-	*body = kvp_cur_take(&c, need);
-	if (!*body)
-		return fail(why, "prompt length beyond the frame", KVP_E_PROTO);
-	if (kvp_cur_left(&c))
-		return fail(why, "trailing bytes after the prompt", KVP_E_PROTO);
-	if ((out->n_tokens ? out->n_tokens : out->text_bytes) > lim->max_prompt_tokens)
-		return fail(why, "prompt longer than the maximum", KVP_E_LIMIT);
+	r = check_salt(out->salt, out->salt_len, why);
+	if (r)
+		return r;
+	r = take_prompt(&c, out->flags, out->n_tokens, out->text_bytes, lim, body, why);
+	if (r)
+		return r;
 	if ((out->flags & KVP_GEN_TEXT) && memchr(*body, 0, out->text_bytes))
 		return fail(why, "prompt text contains a NUL byte", KVP_E_INVALID);
 	return KVP_OK;

@@ -721,6 +721,15 @@ uint32_t kvp_pool_n_blocks(const struct kvp_pool *p)
 	return p->n_blocks;
 }
 
+uint32_t kvp_pool_n_free(const struct kvp_pool *p)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < p->n_arenas; i++)
+		n += p->arenas[i].n_free;
+	return n;
+}
+
 const struct kvp_geom *kvp_pool_geom(const struct kvp_pool *p)
 {
 	return &p->geom;

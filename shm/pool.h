@@ -333,6 +333,8 @@ uint8_t *kvp_pool_data(const struct kvp_pool *pool, uint32_t id);
 void kvp_pool_kv_view(const struct kvp_pool *pool, struct kvp_kv_view *view);
 
 uint32_t kvp_pool_n_blocks(const struct kvp_pool *pool);
+/* Free blocks over all arenas (no cached ones): what the tiers' watermarks compare. */
+uint32_t kvp_pool_n_free(const struct kvp_pool *pool);
 const struct kvp_geom *kvp_pool_geom(const struct kvp_pool *pool);
 uint32_t kvp_pool_n_arenas(const struct kvp_pool *pool);
 struct kvp_arena_range kvp_pool_arena(const struct kvp_pool *pool, uint32_t arena);

@@ -6,9 +6,8 @@
  * help text.  The INI reader, the flag parser, --help, --check-config and the docs all
  * follow that table, so they cannot drift apart.
  *
- * libinih gives no line numbers to the handler in Debian's build, so the reader below
- * counts lines itself (inih calls it once per line); a line too long for inih's buffer
- * is an error rather than being silently split in two.
+ * The INI file itself is read by util/ini.h (shared with kvpool-http): line numbers, a
+ * line too long is an error rather than two settings.
  *
  * Thread: main thread, before any other starts.
  */
@@ -16,7 +15,6 @@
 
 #include <errno.h>
 #include <grp.h>
-#include <ini.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -28,6 +26,7 @@
 #include "svc/log.h"
 #include "svc/sched.h"
 #include "util/errmsg.h"
+#include "util/ini.h"
 #include "util/parse.h"
 
 enum key_type {
@@ -512,123 +511,57 @@ int kvp_config_set(struct kvp_config *c, const char *section, const char *key, c
 	return r;
 }
 
-/* State of one file's parse, passed to inih's callbacks. */
-struct ini_ctx {
+/* One file's parse: which keys it has set, so a second setting is an error. */
+struct load_ctx {
 	struct kvp_config *c;
-	FILE *f;
-	const char *path;
-	int line;     /* lines handed to inih so far: the current line */
-	int err_line; /* first error's line, 0 = none */
-	char err[512];
-	char *buf; /* getline buffer */
-	size_t buf_cap;
 	unsigned char seen[N_KEYS];
 };
 
-/* fgets-like reader that counts lines and never splits one. */
-static char *ini_read(char *str, int num, void *stream)
+static int load_key(void *user, const char *section, const char *name, const char *value, char *err,
+		    size_t cap)
 {
-	struct ini_ctx *x = stream;
-	ssize_t n;
-
-	n = getline(&x->buf, &x->buf_cap, x->f);
-	if (n < 0)
-		return NULL;
-	x->line++;
-	if (n >= num - 1) {
-		if (!x->err_line) {
-			x->err_line = x->line;
-			snprintf(x->err, sizeof(x->err), "line longer than %d bytes", num - 3);
-		}
-		strcpy(str, "\n");
-		return str;
-	}
-	memcpy(str, x->buf, (size_t)n + 1);
-	return str;
-}
-
-static int ini_handle(void *user, const char *section, const char *name, const char *value)
-{
-	struct ini_ctx *x = user;
+	struct load_ctx *x = user;
 	const struct key_def *k = find_key(section, name);
 	const char *dom = kvp_domcfg_section(section);
 	char why[256];
 
-	if (x->err_line)
-		return 1; /* report the first error only; keep inih quiet */
 	if (dom) {
 		if (kvp_domcfg_set(x->c->domcfg, &x->c->n_domcfg, dom, name, value, why,
 				   sizeof(why)) < 0) {
-			x->err_line = x->line;
-			snprintf(x->err, sizeof(x->err), "%s.%s: %s", section, name, why);
-			return 0;
+			kvp_errmsg(err, cap, "%s.%s: %s", section, name, why);
+			return -EINVAL;
 		}
-		return 1;
+		return 0;
 	}
 	if (!k) {
-		x->err_line = x->line;
 		if (!*section)
-			snprintf(x->err, sizeof(x->err), "%s: key outside any [section]", name);
+			kvp_errmsg(err, cap, "%s: key outside any [section]", name);
 		else
-			snprintf(x->err, sizeof(x->err), "%s.%s: unknown key", section, name);
-		return 0;
+			kvp_errmsg(err, cap, "%s.%s: unknown key", section, name);
+		return -EINVAL;
 	}
 	if (x->seen[k - keys]++) {
-		x->err_line = x->line;
-		snprintf(x->err, sizeof(x->err), "%s.%s: set twice", section, name);
-		return 0;
+		kvp_errmsg(err, cap, "%s.%s: set twice", section, name);
+		return -EINVAL;
 	}
 	if (apply(x->c, k, value, why, sizeof(why)) < 0) {
-		x->err_line = x->line;
-		snprintf(x->err, sizeof(x->err), "%s.%s: %s", section, name, why);
-		return 0;
+		kvp_errmsg(err, cap, "%s.%s: %s", section, name, why);
+		return -EINVAL;
 	}
-	return 1;
+	return 0;
 }
 
 int kvp_config_load_file(struct kvp_config *c, const char *path, bool must_exist, char *err,
 			 size_t cap)
 {
-	struct ini_ctx *x;
+	struct load_ctx x = { .c = c };
 	int r;
 
-	x = calloc(1, sizeof(*x));
-	if (!x)
-		return -ENOMEM;
-	x->c = c;
-	x->path = path;
-	x->f = fopen(path, "re");
-	if (!x->f) {
-		r = -errno;
-		if (r == -ENOENT && !must_exist) {
-			r = 0;
-			goto out_free;
-		}
-		kvp_errmsg(err, cap, "%s: %s", path, strerror(-r));
-		goto out_free;
-	}
-	/* a continuation line would silently glue two settings together */
-	ini_allow_multiline = false;
-	r = ini_parse_stream(ini_read, x, ini_handle, x);
-	if (r == 0 && !x->err_line && ferror(x->f)) {
-		kvp_errmsg(err, cap, "%s: read error", path);
-		r = -EIO;
-	} else if (r != 0 || x->err_line) {
-		if (x->err_line)
-			kvp_errmsg(err, cap, "%s:%d: %s", path, x->err_line, x->err);
-		else if (r > 0)
-			kvp_errmsg(err, cap, "%s:%d: syntax error (want [section] or key = value)",
-				   path, r);
-		else
-			kvp_errmsg(err, cap, "%s: cannot parse (inih error %d)", path, r);
-		r = -EINVAL;
-	} else {
+	r = kvp_ini_load(path, "[section] or key = value", load_key, &x, err, cap);
+	if (r == -ENOENT && !must_exist)
+		return 0;
+	if (r == 0)
 		snprintf(c->config_path, sizeof(c->config_path), "%s", path);
-	}
-	fclose(x->f);
-out_free:
-	free(x->buf);
-	free(x);
 	return r;
 }
 

@@ -281,17 +281,6 @@ void kvp_remoting_loaded(struct kvp_remoting *t, uint32_t n)
 		t->st.loaded_blocks += n;
 }
 
-static uint32_t free_blocks(const struct kvp_remoting *t)
-{
-	struct kvp_pool_stats ps;
-	uint32_t n = 0;
-
-	kvp_pool_stats(t->pool, &ps);
-	for (uint32_t a = 0; a < ps.n_arenas; a++)
-		n += ps.arena[a].free;
-	return n;
-}
-
 /* Idle blocks (no reference) that pinning @block keeps from eviction: it and its chain. */
 static uint32_t idle_chain(const struct kvp_remoting *t, uint32_t block)
 {
@@ -327,7 +316,7 @@ uint32_t kvp_remoting_offload(struct kvp_remoting *t, uint32_t spare)
 
 	if (!t || t->mode != KVP_REMOTE_PUBLISH_SELECTIVE)
 		return 0;
-	free_now = free_blocks(t);
+	free_now = kvp_pool_n_free(t->pool);
 	used = t->n_blocks - free_now;
 	want = t->n_blocks - (uint32_t)((uint64_t)t->n_blocks * t->low_pct / 100);
 	if (!t->offloading && (uint64_t)used * 100 > (uint64_t)t->n_blocks * t->high_pct)

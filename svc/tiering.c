@@ -230,17 +230,6 @@ uint32_t kvp_tiering_save(struct kvp_tiering *t, const uint32_t *blocks, uint32_
 	return queued;
 }
 
-static uint32_t free_blocks(const struct kvp_tiering *t)
-{
-	struct kvp_pool_stats ps;
-	uint32_t n = 0;
-
-	kvp_pool_stats(t->pool, &ps);
-	for (uint32_t a = 0; a < ps.n_arenas; a++)
-		n += ps.arena[a].free;
-	return n;
-}
-
 /* Free blocks the low watermark asks for. */
 static uint32_t target_free(const struct kvp_tiering *t)
 {
@@ -253,7 +242,7 @@ bool kvp_tiering_over_watermark(const struct kvp_tiering *t)
 
 	if (!kvp_tiering_usable(t))
 		return false;
-	free_now = free_blocks(t);
+	free_now = kvp_pool_n_free(t->pool);
 	if (t->offloading)
 		return free_now + t->offload_in_flight < target_free(t);
 	return (uint64_t)(t->n_blocks - free_now) * 100 > (uint64_t)t->n_blocks * t->high_pct;
@@ -290,7 +279,7 @@ uint32_t kvp_tiering_offload(struct kvp_tiering *t, uint32_t spare)
 
 	if (!kvp_tiering_usable(t))
 		return 0;
-	free_now = free_blocks(t);
+	free_now = kvp_pool_n_free(t->pool);
 	if (!t->offloading &&
 	    (uint64_t)(t->n_blocks - free_now) * 100 > (uint64_t)t->n_blocks * t->high_pct)
 		t->offloading = true;

@@ -32,6 +32,7 @@
 
 #include <jansson.h>
 
+#include "ipc/client/usage_json.h"
 #include "kvpool/kvpool.h"
 #include "util/buf.h"
 #include "util/escape.h"
@@ -200,6 +201,52 @@ static char *read_file(const char *path, size_t *len)
 
 /* ------------------------------------------------------------ JSON output */
 
+/* The prompt of generate, pin and unpin: one of -p TEXT, --tokens IDS, --prompt-file F. */
+struct prompt_opt {
+	struct kvp_client_prompt pr;
+	int32_t *ids;	 /* --tokens, owned */
+	char *file_text; /* --prompt-file, owned */
+	int n;		 /* how many were given */
+};
+
+/* A prompt option: 0 when @opt is one, -1 when it is not. */
+static int prompt_option(struct prompt_opt *po, int opt, const char *arg)
+{
+	switch (opt) {
+	case 'p':
+		po->pr.text = arg;
+		po->pr.text_len = strlen(arg);
+		break;
+	case 't':
+		po->ids = parse_tokens(arg, &po->pr.n_tokens);
+		po->pr.tokens = po->ids;
+		break;
+	case 'f':
+		po->file_text = read_file(arg, &po->pr.text_len);
+		po->pr.text = po->file_text;
+		break;
+	default:
+		return -1;
+	}
+	po->n++;
+	return 0;
+}
+
+/* After the options: exactly one prompt, and not an empty text. */
+static void prompt_check(const struct prompt_opt *po, const char *cmd)
+{
+	if (po->n != 1)
+		die_usage("%s: give exactly one of -p, --tokens, --prompt-file", cmd);
+	if (po->pr.text && !po->pr.text_len)
+		die_usage("%s: the prompt is empty", cmd);
+}
+
+static void prompt_opt_deinit(struct prompt_opt *po)
+{
+	free(po->ids);
+	free(po->file_text);
+}
+
 /*
  * Cache control of this run's requests (--breakpoint, --ttl, --retain, --parallel), and
  * the client whose last DONE the usage line reports the cache usage of.
@@ -262,17 +309,7 @@ static void json_usage(struct kvp_json *j, const char *key, const struct kvp_usa
 	struct kvp_cache_usage cu;
 
 	kvp_json_begin(j, key, '{');
-	kvp_json_u64(j, "prompt_tokens", u->prompt_tokens);
-	kvp_json_u64(j, "cached_tokens", u->cached_tokens);
-	kvp_json_u64(j, "cache_creation_tokens", u->cache_creation_tokens);
-	kvp_json_u64(j, "recomputed_tokens", u->recomputed_tokens);
-	kvp_json_u64(j, "generated_tokens", u->generated_tokens);
-	kvp_json_fixed(j, "queue_ms", u->queue_ms, 3);
-	kvp_json_fixed(j, "ttft_ms", u->ttft_ms, 3);
-	kvp_json_fixed(j, "prefill_ms", u->prefill_ms, 3);
-	kvp_json_fixed(j, "decode_ms", u->decode_ms, 3);
-	kvp_json_u64(j, "cached_tokens_disk", u->cached_tokens_disk);
-	kvp_json_u64(j, "preemptions", u->preemptions);
+	kvp_usage_json_members(j, u);
 	kvp_json_u64(j, "swapped_tokens", u->swapped_tokens);
 	kvp_json_u64(j, "resume_computed_tokens", u->resume_computed_tokens);
 	if (cli_client && kvp_client_event_cache(cli_client, &cu)) {
@@ -389,6 +426,39 @@ static int on_tokens(struct gen_out *g, const int32_t *ids, uint32_t n, const ch
 }
 
 /*
+ * The next event of request @id, waiting in poll() so that a Ctrl-C is seen: the first
+ * SIGINT sends a CANCEL (once: *@cancelled), and the wait goes on for the DONE that
+ * follows.  Events of other requests are skipped.
+ * Return: 0 with @ev, or the error of cancel/next (kvp_client_errmsg() says why) or of
+ * poll(), in which case @why (@cap bytes; may be NULL, 0) says so.
+ */
+static int next_event(struct kvp_client *c, uint64_t id, bool *cancelled,
+		      struct kvp_client_event *ev, char *why, size_t cap)
+{
+	for (;;) {
+		struct pollfd pfd = { .fd = kvp_client_socket_fd(c), .events = POLLIN };
+		int r;
+
+		if (interrupted && !*cancelled) {
+			*cancelled = true;
+			r = kvp_client_cancel(c, id);
+			if (r)
+				return r;
+		}
+		if (poll(&pfd, 1, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			snprintf(why, cap, "poll: %s", strerror(-r));
+			return r;
+		}
+		r = kvp_client_next(c, ev);
+		if (r || ev->req_id == id || !ev->req_id)
+			return r;
+	}
+}
+
+/*
  * One request through the iterator API, so that Ctrl-C cancels it at any moment, also
  * during a long prefill before the first token: SIGINT (installed without SA_RESTART)
  * interrupts poll(), a CANCEL goes out, and the DONE that follows still carries the
@@ -407,28 +477,12 @@ static int run_generate(struct kvp_client *c, const struct kvp_client_prompt *pr
 
 	out->t0_ms = now_ms();
 	out->ttft_ms = -1;
+	*why = '\0';
 	r = kvp_client_submit(c, pr, p, &id);
 	while (!r) {
-		struct pollfd pfd = { .fd = kvp_client_socket_fd(c), .events = POLLIN };
-
-		if (interrupted && !cancelled) {
-			cancelled = true;
-			r = kvp_client_cancel(c, id);
-			if (r)
-				break;
-		}
-		if (poll(&pfd, 1, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			r = -errno;
-			snprintf(why, cap, "poll: %s", strerror(-r));
-			return r;
-		}
-		r = kvp_client_next(c, &ev);
+		r = next_event(c, id, &cancelled, &ev, why, cap);
 		if (r)
 			break;
-		if (ev.req_id != id && ev.req_id)
-			continue;
 		if (ev.type == KVP_EVENT_TOKEN) {
 			r = on_tokens(out, ev.tokens, ev.n_tokens, ev.text, ev.text_len);
 			if (r) {
@@ -448,7 +502,8 @@ static int run_generate(struct kvp_client *c, const struct kvp_client_prompt *pr
 		snprintf(why, cap, "daemon: %s", ev.message);
 		return ev.status;
 	}
-	snprintf(why, cap, "%s", kvp_client_errmsg(c));
+	if (!*why) /* poll() said already */
+		snprintf(why, cap, "%s", kvp_client_errmsg(c));
 	return r;
 }
 
@@ -549,38 +604,21 @@ static int cmd_generate(int argc, char **argv)
 		CACHE_OPTIONS,
 		{ 0 },
 	};
-	struct kvp_client_prompt pr = { 0 };
+	struct prompt_opt po = { 0 };
 	struct kvp_client_params p;
 	struct gen_out out = { .text = KVP_BUF_INIT };
 	struct kvp_usage u = { 0 };
 	struct sigaction sa = { .sa_handler = on_sigint, .sa_flags = SA_RESETHAND };
 	struct kvp_client *c;
 	char why[512] = "";
-	int n_prompts = 0, opt, r;
-	char *file_text = NULL;
-	int32_t *ids = NULL;
 	bool n_given = false;
+	int opt, r;
 
 	help_hint = "kvpool generate --help";
 	kvp_client_params_init(&p);
 	p.max_new_tokens = 64;
 	while ((opt = getopt_long(argc, argv, ":p:n:h", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'p':
-			pr.text = optarg;
-			pr.text_len = strlen(optarg);
-			n_prompts++;
-			break;
-		case 't':
-			ids = parse_tokens(optarg, &pr.n_tokens);
-			pr.tokens = ids;
-			n_prompts++;
-			break;
-		case 'f':
-			file_text = read_file(optarg, &pr.text_len);
-			pr.text = file_text;
-			n_prompts++;
-			break;
 		case 'n':
 			p.max_new_tokens = (uint32_t)parse_u64(optarg, "-n", 1, UINT32_MAX);
 			n_given = true;
@@ -620,17 +658,15 @@ static int cmd_generate(int argc, char **argv)
 			generate_help(stdout);
 			return 0;
 		default:
-			if (optarg && cache_option(opt, optarg) == 0)
+			if (optarg && (prompt_option(&po, opt, optarg) == 0 ||
+				       cache_option(opt, optarg) == 0))
 				break;
 			die_bad_option(opt, argv);
 		}
 	}
 	if (optind < argc)
 		die_usage("generate: unexpected argument '%s'", argv[optind]);
-	if (n_prompts != 1)
-		die_usage("generate: give exactly one of -p, --tokens, --prompt-file");
-	if (pr.text && !pr.text_len)
-		die_usage("generate: the prompt is empty");
+	prompt_check(&po, "generate");
 
 	r = kvp_client_connect(&c, sock_path);
 	if (r) {
@@ -653,8 +689,7 @@ static int cmd_generate(int argc, char **argv)
 				"limits.max_new_tokens) (see %s)\n",
 				p.max_new_tokens, lim, help_hint);
 			kvp_client_close(c);
-			free(ids);
-			free(file_text);
+			prompt_opt_deinit(&po);
 			return EXIT_USAGE;
 		}
 		p.max_new_tokens = lim;
@@ -662,7 +697,7 @@ static int cmd_generate(int argc, char **argv)
 	out.tty = isatty(STDOUT_FILENO);
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
-	r = run_generate(c, &pr, &p, &out, &u, why, sizeof(why));
+	r = run_generate(c, &po.pr, &p, &out, &u, why, sizeof(why));
 	/* text on stdout ends its line before anything else is said */
 	if (!out.json && out.midline)
 		fputc('\n', stdout);
@@ -720,8 +755,7 @@ out:
 		kvp_buf_deinit(&out.cont[k]);
 	cli_client = NULL;
 	kvp_client_close(c);
-	free(ids);
-	free(file_text);
+	prompt_opt_deinit(&po);
 	free(out.ids);
 	kvp_buf_deinit(&out.text);
 	return r ? 1 : 0;
@@ -1030,25 +1064,9 @@ static int chat_turn(struct kvp_client *c, struct kvp_client_conv *cv, const str
 	interrupted = 0;
 	r = kvp_client_chat_submit(c, cv, &o->p, &id);
 	while (!r) {
-		struct pollfd pfd = { .fd = kvp_client_socket_fd(c), .events = POLLIN };
-
-		if (interrupted && !cancelled) {
-			cancelled = true;
-			r = kvp_client_cancel(c, id);
-			if (r)
-				break;
-		}
-		if (poll(&pfd, 1, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			r = -errno;
-			break;
-		}
-		r = kvp_client_next(c, &ev);
+		r = next_event(c, id, &cancelled, &ev, NULL, 0);
 		if (r)
 			break;
-		if (ev.req_id != id && ev.req_id)
-			continue;
 		r = kvp_client_conv_feed(cv, &ev);
 		if (r < 0)
 			break;
@@ -1363,31 +1381,14 @@ static int cmd_pin(int argc, char **argv, bool unpin)
 		{ 0 },
 	};
 	const char *what = unpin ? "unpin" : "pin";
-	struct kvp_client_prompt pr = { 0 };
+	struct prompt_opt po = { 0 };
 	const char *salt = NULL;
-	char *file_text = NULL;
-	int32_t *ids = NULL;
 	struct kvp_client *c;
-	int n_prompts = 0, opt, r;
+	int opt, r;
 	uint32_t blocks = 0;
 
 	while ((opt = getopt_long(argc, argv, ":p:h", opts, NULL)) != -1) {
 		switch (opt) {
-		case 'p':
-			pr.text = optarg;
-			pr.text_len = strlen(optarg);
-			n_prompts++;
-			break;
-		case 't':
-			ids = parse_tokens(optarg, &pr.n_tokens);
-			pr.tokens = ids;
-			n_prompts++;
-			break;
-		case 'f':
-			file_text = read_file(optarg, &pr.text_len);
-			pr.text = file_text;
-			n_prompts++;
-			break;
 		case 'S':
 			if (strlen(optarg) > KVP_SALT_MAX)
 				die_usage("--salt: longer than %d bytes", KVP_SALT_MAX);
@@ -1406,29 +1407,27 @@ static int cmd_pin(int argc, char **argv, bool unpin)
 				       "same prompt and salt.  Pinned bytes are capped by cache.pin_max.");
 			return 0;
 		default:
+			if (optarg && prompt_option(&po, opt, optarg) == 0)
+				break;
 			die_bad_option(opt, argv);
 		}
 	}
 	if (optind < argc)
 		die_usage("%s: unexpected argument '%s'", what, argv[optind]);
-	if (n_prompts != 1)
-		die_usage("%s: give exactly one of -p, --tokens, --prompt-file", what);
-	if (pr.text && !pr.text_len)
-		die_usage("%s: the prompt is empty", what);
+	prompt_check(&po, what);
 	r = kvp_client_connect(&c, sock_path);
 	if (r) {
 		print_connect_error("--socket", sock_path ? sock_path : KVP_DEFAULT_SOCKET, r,
 				    kvp_client_errmsg(c));
 	} else {
-		r = kvp_client_pin(c, &pr, salt, salt ? strlen(salt) : 0, unpin, &blocks);
+		r = kvp_client_pin(c, &po.pr, salt, salt ? strlen(salt) : 0, unpin, &blocks);
 		if (r)
 			fprintf(stderr, "kvpool: %s: %s\n", what, kvp_client_errmsg(c));
 		else
 			printf("kvpool: %s %u blocks\n", unpin ? "unpinned" : "pinned", blocks);
 	}
 	kvp_client_close(c);
-	free(ids);
-	free(file_text);
+	prompt_opt_deinit(&po);
 	return r ? 1 : 0;
 }
 

@@ -816,49 +816,15 @@ KVP_EXPORT int kvp_client_flush_domain(struct kvp_client *c, const char *domain,
 	return operator_request(c, need, "FLUSH", blocks);
 }
 
+static int run_to_done(struct kvp_client *c, const struct kvp_client_prompt *prompt,
+		       struct kvp_client_conv *cv, const struct kvp_client_params *params,
+		       kvp_client_token_fn fn, void *arg, struct kvp_usage *usage);
+
 KVP_EXPORT int kvp_client_generate(struct kvp_client *c, const struct kvp_client_prompt *prompt,
 				   const struct kvp_client_params *params, kvp_client_token_fn fn,
 				   void *arg, struct kvp_usage *usage)
 {
-	struct kvp_client_event ev;
-	bool cancelled = false;
-	uint64_t id;
-	int r;
-
-	if (c->in_flight)
-		return set_err(c, -EBUSY, "another request is in flight on this client");
-	r = kvp_client_submit(c, prompt, params, &id);
-	if (r)
-		return r;
-	for (;;) {
-		r = kvp_client_next(c, &ev);
-		if (r)
-			return r;
-		if (ev.req_id != id && ev.req_id != 0)
-			continue;
-		switch (ev.type) {
-		case KVP_EVENT_TOKEN:
-			if (fn && !cancelled &&
-			    fn(arg, ev.tokens, ev.n_tokens, ev.text, ev.text_len)) {
-				cancelled = true;
-				r = kvp_client_cancel(c, id);
-				if (r)
-					return r;
-			}
-			break;
-		case KVP_EVENT_DONE:
-			if (usage)
-				*usage = ev.usage;
-			if (cancelled)
-				return set_err(c, KVP_E_CANCELLED, "cancelled by the callback");
-			if (ev.status)
-				return set_err(c, ev.status, "generation stopped: %s",
-					       kvp_proto_status_str((uint32_t)ev.status));
-			return 0;
-		case KVP_EVENT_ERROR:
-			return set_err(c, ev.status, "daemon: %s", ev.message);
-		}
-	}
+	return run_to_done(c, prompt, NULL, params, fn, arg, usage);
 }
 
 /* ---- tokenizer through the daemon ---- */
@@ -1355,39 +1321,35 @@ KVP_EXPORT int kvp_client_conv_feed(struct kvp_client_conv *cv, const struct kvp
 	}
 }
 
-KVP_EXPORT int kvp_client_chat(struct kvp_client *c, struct kvp_client_conv *cv,
-			       const struct kvp_client_params *params, kvp_client_token_fn fn,
-			       void *arg, struct kvp_usage *usage)
+/*
+ * Wait for request @id to end, handing its tokens to @fn (non-zero: cancel it, once);
+ * with @cv, every event is fed to the conversation too, and a failure of the connection
+ * drops the pending turn.  Return: as kvp_client_generate().
+ */
+static int wait_done(struct kvp_client *c, uint64_t id, struct kvp_client_conv *cv,
+		     kvp_client_token_fn fn, void *arg, struct kvp_usage *usage)
 {
 	struct kvp_client_event ev;
 	bool cancelled = false;
-	uint64_t id;
 	int r;
 
-	if (c->in_flight)
-		return set_err(c, -EBUSY, "another request is in flight on this client");
-	r = kvp_client_chat_submit(c, cv, params, &id);
-	if (r)
-		return r;
 	for (;;) {
 		r = kvp_client_next(c, &ev);
-		if (r) {
-			cv->pending = 0;
-			return r;
-		}
+		if (r)
+			goto out_drop;
 		if (ev.req_id != id && ev.req_id != 0)
 			continue;
-		r = kvp_client_conv_feed(cv, &ev);
-		if (r < 0)
-			return set_err(c, r, "out of memory");
+		if (cv) {
+			r = kvp_client_conv_feed(cv, &ev);
+			if (r < 0)
+				return set_err(c, r, "out of memory");
+		}
 		if (ev.type == KVP_EVENT_TOKEN && fn && !cancelled &&
 		    fn(arg, ev.tokens, ev.n_tokens, ev.text, ev.text_len)) {
 			cancelled = true;
 			r = kvp_client_cancel(c, id);
-			if (r) {
-				cv->pending = 0;
-				return r;
-			}
+			if (r)
+				goto out_drop;
 		}
 		if (ev.type == KVP_EVENT_DONE) {
 			if (usage)
@@ -1402,6 +1364,37 @@ KVP_EXPORT int kvp_client_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 		if (ev.type == KVP_EVENT_ERROR)
 			return set_err(c, ev.status, "daemon: %s", ev.message);
 	}
+out_drop:
+	if (cv)
+		cv->pending = 0;
+	return r;
+}
+
+/*
+ * Submit @prompt (GENERATE), or with @cv the conversation's turn (CHAT), and wait for
+ * its end.  Return: as kvp_client_generate().
+ */
+static int run_to_done(struct kvp_client *c, const struct kvp_client_prompt *prompt,
+		       struct kvp_client_conv *cv, const struct kvp_client_params *params,
+		       kvp_client_token_fn fn, void *arg, struct kvp_usage *usage)
+{
+	uint64_t id;
+	int r;
+
+	if (c->in_flight)
+		return set_err(c, -EBUSY, "another request is in flight on this client");
+	r = cv ? kvp_client_chat_submit(c, cv, params, &id) :
+		 kvp_client_submit(c, prompt, params, &id);
+	if (r)
+		return r;
+	return wait_done(c, id, cv, fn, arg, usage);
+}
+
+KVP_EXPORT int kvp_client_chat(struct kvp_client *c, struct kvp_client_conv *cv,
+			       const struct kvp_client_params *params, kvp_client_token_fn fn,
+			       void *arg, struct kvp_usage *usage)
+{
+	return run_to_done(c, NULL, cv, params, fn, arg, usage);
 }
 
 KVP_EXPORT int kvp_client_status(const char *path, const char *fmt, char **out, size_t *len)

@@ -3,9 +3,7 @@
  * config.c - defaults, INI file (libinih), flags and checks of kvpool-http (see config.h).
  *
  * One table describes every key of section [http] once (name, type, bounds, help); the
- * file reader, --help and the docs follow it.  As in svc/config.c, the inih reader
- * counts lines itself (Debian's inih gives the handler no line number) and a line too
- * long for inih is an error, not two settings.
+ * file reader (util/ini.h, shared with kvpoold), --help and the docs follow it.
  *
  * Thread: main, before any other thread starts.
  */
@@ -13,7 +11,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <ini.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +19,7 @@
 
 #include "svc/log.h"
 #include "util/errmsg.h"
+#include "util/ini.h"
 #include "util/parse.h"
 
 enum key_type {
@@ -225,111 +223,50 @@ int kvp_http_config_set(struct kvp_http_config *c, const char *key, const char *
 	return r;
 }
 
-/* State of one file's parse, passed to inih's callbacks. */
-struct ini_ctx {
+/* One file's parse: which keys it has set, so a second setting is an error. */
+struct load_ctx {
 	struct kvp_http_config *c;
-	FILE *f;
-	int line;     /* lines handed to inih so far: the current line */
-	int err_line; /* first error's line, 0 = none */
-	char err[512];
-	char *buf; /* getline buffer */
-	size_t buf_cap;
 	unsigned char seen[N_KEYS];
 };
 
-/* fgets-like reader that counts lines and never splits one. */
-static char *ini_read(char *str, int num, void *stream)
+static int load_key(void *user, const char *section, const char *name, const char *value, char *err,
+		    size_t cap)
 {
-	struct ini_ctx *x = stream;
-	ssize_t n;
-
-	n = getline(&x->buf, &x->buf_cap, x->f);
-	if (n < 0)
-		return NULL;
-	x->line++;
-	if (n >= num - 1) {
-		if (!x->err_line) {
-			x->err_line = x->line;
-			snprintf(x->err, sizeof(x->err), "line longer than %d bytes", num - 3);
-		}
-		strcpy(str, "\n");
-		return str;
-	}
-	memcpy(str, x->buf, (size_t)n + 1);
-	return str;
-}
-
-static int ini_handle(void *user, const char *section, const char *name, const char *value)
-{
-	struct ini_ctx *x = user;
+	struct load_ctx *x = user;
 	const struct key_def *k = find_key(name);
 	char why[256];
 
-	if (x->err_line)
-		return 1; /* the first error only */
-	x->err_line = x->line;
 	if (strcmp(section, "http")) {
-		snprintf(x->err, sizeof(x->err), "%s%s%s: kvpool-http reads only section [http]",
-			 section, *section ? "." : "", name);
-		return 0;
+		kvp_errmsg(err, cap, "%s%s%s: kvpool-http reads only section [http]", section,
+			   *section ? "." : "", name);
+		return -EINVAL;
 	}
 	if (!k) {
-		snprintf(x->err, sizeof(x->err), "http.%s: unknown key", name);
-		return 0;
+		kvp_errmsg(err, cap, "http.%s: unknown key", name);
+		return -ENOENT;
 	}
 	if (x->seen[k - keys]++) {
-		snprintf(x->err, sizeof(x->err), "http.%s: set twice", name);
-		return 0;
+		kvp_errmsg(err, cap, "http.%s: set twice", name);
+		return -EINVAL;
 	}
 	if (apply(x->c, k, value, why, sizeof(why)) < 0) {
-		snprintf(x->err, sizeof(x->err), "http.%s: %s", name, why);
-		return 0;
+		kvp_errmsg(err, cap, "http.%s: %s", name, why);
+		return -EINVAL;
 	}
-	x->err_line = 0;
-	return 1;
+	return 0;
 }
 
 int kvp_http_config_load_file(struct kvp_http_config *c, const char *path, bool must_exist,
 			      char *err, size_t cap)
 {
-	struct ini_ctx *x;
+	struct load_ctx x = { .c = c };
 	int r;
 
-	x = calloc(1, sizeof(*x));
-	if (!x)
-		return -ENOMEM;
-	x->c = c;
-	x->f = fopen(path, "re");
-	if (!x->f) {
-		r = -errno;
-		if (r == -ENOENT && !must_exist)
-			r = 0;
-		else
-			kvp_errmsg(err, cap, "%s: %s", path, strerror(-r));
-		goto out_free;
-	}
-	/* a continuation line would silently glue two settings together */
-	ini_allow_multiline = false;
-	r = ini_parse_stream(ini_read, x, ini_handle, x);
-	if (r == 0 && !x->err_line && ferror(x->f)) {
-		kvp_errmsg(err, cap, "%s: read error", path);
-		r = -EIO;
-	} else if (r != 0 || x->err_line) {
-		if (x->err_line)
-			kvp_errmsg(err, cap, "%s:%d: %s", path, x->err_line, x->err);
-		else if (r > 0)
-			kvp_errmsg(err, cap, "%s:%d: syntax error (want [http] or key = value)",
-				   path, r);
-		else
-			kvp_errmsg(err, cap, "%s: cannot parse (inih error %d)", path, r);
-		r = -EINVAL;
-	} else {
+	r = kvp_ini_load(path, "[http] or key = value", load_key, &x, err, cap);
+	if (r == -ENOENT && !must_exist)
+		return 0;
+	if (r == 0)
 		snprintf(c->config_path, sizeof(c->config_path), "%s", path);
-	}
-	fclose(x->f);
-out_free:
-	free(x->buf);
-	free(x);
 	return r;
 }
 

@@ -44,10 +44,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static int32_t rnd_tok(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return 3 + (int32_t)(rng % 256);
+	return 3 + (int32_t)(kvp_test_xorshift(&rng) % 256);
 }
 
 struct timing {

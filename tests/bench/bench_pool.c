@@ -115,10 +115,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static uint32_t next_token(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng % 128256); /* a Llama-3-sized vocabulary */
+	return (uint32_t)(kvp_test_xorshift(&rng) % 128256); /* a Llama-3-sized vocabulary */
 }
 
 static void bench_lookup(void)

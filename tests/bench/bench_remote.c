@@ -104,14 +104,6 @@ static void flushall(void)
 	redisFree(a);
 }
 
-static uint64_t xs(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
 int main(void)
 {
 	double w_tier[RUNS], w_rb[RUNS], r_tier[RUNS], r_rb[RUNS], f_ms[RUNS], wr[RUNS], rr[RUNS];
@@ -170,7 +162,7 @@ int main(void)
 		    kvp_pool_alloc(pb, KVP_NODE_ANY, &bb[i]) < 0)
 			die("pool alloc", ENOMEM);
 		for (size_t j = 0; j < kvb; j += 8) {
-			uint64_t v = xs(&seed);
+			uint64_t v = kvp_test_xorshift(&seed);
 
 			memcpy(kvp_pool_data(pa, ba[i]) + j, &v, 8);
 		}
@@ -193,7 +185,7 @@ int main(void)
 		int got = 0;
 
 		for (int i = 0; i < NB * BT; i++)
-			tokens[i] = (uint32_t)(xs(&seed) % 128000);
+			tokens[i] = (uint32_t)(kvp_test_xorshift(&seed) % 128000);
 		memcpy(ek.model_fp, fp, 16);
 		ek.salt_len = 4;
 		memcpy(ek.salt, &run, 4);

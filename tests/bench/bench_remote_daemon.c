@@ -36,10 +36,7 @@ static uint64_t rng = 0x2545f4914f6cdd1dull;
 
 static void fill(int32_t *t, uint32_t n)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-		t[i] = 3 + (int32_t)(rng % 250);
-	}
+	kvp_test_fill_ids(&rng, t, n, 250);
 }
 
 static int start(struct kvpd *d, const char *model, const char *url, const char *publish)
@@ -90,11 +87,7 @@ static double request(struct kvpd *d, const int32_t *prompt, uint32_t n, uint32_
 
 static double status_num(struct kvpd *d, const char *path)
 {
-	struct jsonq *j = kvpd_status(d);
-	double v = j ? jsonq_num(j, path, -1) : -1;
-
-	jsonq_free(j);
-	return v;
+	return kvpd_status_num(d, path, -1);
 }
 
 /* Until A's store answered @want publishes (stored or there already), at most 120 s. */

@@ -52,10 +52,7 @@ static uint64_t rnd(void)
 	uint64_t v;
 
 	pthread_mutex_lock(&rng_lock);
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	v = rng;
+	v = kvp_test_xorshift(&rng);
 	pthread_mutex_unlock(&rng_lock);
 	return v;
 }

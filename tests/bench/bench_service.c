@@ -41,10 +41,7 @@ static uint64_t rng = 0x2545f4914f6cdd1dull;
 
 static int32_t rnd_tok(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return 3 + (int32_t)(rng % 256);
+	return 3 + (int32_t)(kvp_test_xorshift(&rng) % 256);
 }
 
 static void fill(int32_t *t, uint32_t n)

@@ -35,10 +35,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static void fill(int32_t *t, uint32_t n)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-		t[i] = 3 + (int32_t)(rng % 256);
-	}
+	kvp_test_fill_ids(&rng, t, n, 256);
 }
 
 static int start(struct kvpd *d, const char *model, const char *tier, const char *tier_size,

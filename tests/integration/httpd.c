@@ -19,22 +19,6 @@
 
 #include "tests/lib/testlib.h"
 
-static char *read_log(struct httpd *h)
-{
-	FILE *f = fopen(h->log, "r");
-	char *text = NULL;
-	size_t len = 0;
-
-	if (!f)
-		return NULL;
-	if (getdelim(&text, &len, '\0', f) < 0) {
-		free(text);
-		text = NULL;
-	}
-	fclose(f);
-	return text;
-}
-
 int httpd_start(struct httpd *h, const char *dir, const char *sock, const char *const *args,
 		double timeout_s)
 {
@@ -97,7 +81,7 @@ int httpd_start(struct httpd *h, const char *dir, const char *sock, const char *
 				msg[n] = '\0';
 				if (!strstr(msg, "READY=1"))
 					continue;
-				log = read_log(h);
+				log = kvp_test_read_file(h->log, NULL);
 				at = log ? strstr(log, "listening on http://") : NULL;
 				if (at) {
 					char *end = strpbrk(at + 13, " \n");
@@ -162,9 +146,21 @@ int httpd_stop(struct httpd *h)
 	return h->exit_status;
 }
 
+int httpd_stop_clean(struct httpd *h)
+{
+	int st = httpd_stop(h);
+
+	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+		fprintf(stderr, "kvpool-http did not stop cleanly: wait status %#x\n", st);
+		httpd_dump_log(h);
+		return -1;
+	}
+	return 0;
+}
+
 bool httpd_log_has(struct httpd *h, const char *needle)
 {
-	char *log = read_log(h);
+	char *log = kvp_test_read_file(h->log, NULL);
 	bool found = log && strstr(log, needle);
 
 	free(log);
@@ -173,7 +169,7 @@ bool httpd_log_has(struct httpd *h, const char *needle)
 
 void httpd_dump_log(struct httpd *h)
 {
-	char *log = read_log(h);
+	char *log = kvp_test_read_file(h->log, NULL);
 
 	fprintf(stderr, "---- kvpool-http log ----\n%s", log ? log : "(none)\n");
 	free(log);

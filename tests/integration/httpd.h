@@ -37,6 +37,13 @@ int httpd_wait(struct httpd *h, double timeout_s);
 /* SIGTERM and wait (SIGKILL after 30 s).  Return the wait status. */
 int httpd_stop(struct httpd *h);
 
+/*
+ * httpd_stop_clean() - httpd_stop(), and say so when kvpool-http did not exit 0 (under
+ * ASan: a leak makes it exit non-zero): the wait status and the log go to stderr.
+ * Return: 0 after a clean exit, else -1.
+ */
+int httpd_stop_clean(struct httpd *h);
+
 /* Whether the log contains @needle. */
 bool httpd_log_has(struct httpd *h, const char *needle);
 

@@ -227,19 +227,52 @@ struct jsonq *kvpd_status(struct kvpd *d)
 	return j;
 }
 
+double kvpd_status_num(struct kvpd *d, const char *path, double dflt)
+{
+	struct jsonq *j = kvpd_status(d);
+	double v = j ? jsonq_num(j, path, dflt) : dflt;
+
+	jsonq_free(j);
+	return v;
+}
+
+static int gen_collect(void *arg, const int32_t *t, uint32_t n, const char *text, uint32_t tl)
+{
+	struct kvpd_gen *o = arg;
+
+	(void)text, (void)tl;
+	for (uint32_t i = 0; i < n && o->n < KVPD_GEN_MAX; i++)
+		o->ids[o->n++] = t[i];
+	return 0;
+}
+
+int kvpd_generate(const char *sock, const int32_t *prompt, uint32_t n, uint32_t max_new,
+		  bool no_cache, struct kvpd_gen *o)
+{
+	struct kvp_client_prompt pr = { .tokens = prompt, .n_tokens = n };
+	struct kvp_client_params p;
+	struct kvp_client *k = NULL;
+	int r;
+
+	memset(o, 0, sizeof(*o));
+	kvp_client_params_init(&p);
+	p.max_new_tokens = max_new;
+	p.no_cache = no_cache;
+	r = kvp_client_connect(&k, sock);
+	if (!r)
+		r = kvp_client_generate(k, &pr, &p, gen_collect, o, &o->u);
+	kvp_client_close(k);
+	o->rc = r;
+	return r;
+}
+
 bool kvpd_log_has(struct kvpd *d, const char *needle)
 {
-	char *text = NULL;
-	size_t len = 0;
-	FILE *f = fopen(d->log, "r");
-	bool found;
-
-	if (!f)
-		return false;
 	/* the whole log: a debug-level one outgrows any fixed buffer */
-	found = getdelim(&text, &len, '\0', f) > 0 && strstr(text, needle);
+	char *text = kvp_test_read_file(d->log, NULL);
+	bool found = text && strstr(text, needle);
+
 	free(text);
-	fclose(f);
 	return found;
 }
 

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "kvpool/kvpool.h"
 #include "tests/integration/jsonq.h"
 
 struct kvpd {
@@ -69,6 +70,27 @@ int kvpd_teardown(void **state);
 
 /* The status socket's JSON, parsed (strictly); NULL when it fails to fetch or parse. */
 struct jsonq *kvpd_status(struct kvpd *d);
+
+/* One figure of the status report (a dotted path); @dflt when it cannot be had. */
+double kvpd_status_num(struct kvpd *d, const char *path, double dflt);
+
+/* What kvpd_generate() collected: the first KVPD_GEN_MAX ids, the usage, the result. */
+#define KVPD_GEN_MAX 64
+struct kvpd_gen {
+	int32_t ids[KVPD_GEN_MAX];
+	uint32_t n;
+	struct kvp_usage u;
+	int rc;
+};
+
+/*
+ * kvpd_generate() - one greedy generation of @max_new tokens after the @n ids of
+ * @prompt on a connection of its own to @sock (with @no_cache: past the prefix cache)
+ * @o: out; zeroed first, so ids past o->n compare equal between runs
+ * Return: 0 or what connect/generate returned (also in o->rc).
+ */
+int kvpd_generate(const char *sock, const int32_t *prompt, uint32_t n, uint32_t max_new,
+		  bool no_cache, struct kvpd_gen *o);
 
 /* Whether the daemon's stderr log contains @needle. */
 bool kvpd_log_has(struct kvpd *d, const char *needle);

@@ -20,6 +20,7 @@
 
 #include "kvpool/kvpool.h"
 #include "tests/integration/kvpd.h"
+#include "tests/lib/testlib.h"
 
 #define N_CLIENTS 64
 #define PREFIX 1000
@@ -50,10 +51,7 @@ static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static uint32_t rnd(void)
 {
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return (uint32_t)rng_state;
+	return (uint32_t)kvp_test_xorshift(&rng_state);
 }
 
 static int on_tokens(void *arg, const int32_t *tokens, uint32_t n, const char *text,

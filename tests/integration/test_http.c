@@ -54,14 +54,9 @@ static_assert(offsetof(struct fixture, d) == 0, "kvpd_teardown");
 static const char *const daemon_args[] = { "--ignore-eos",    "--pool-size", "256M",
 					   "--chat-template", "chatml",	     NULL };
 
-static int write_file(const char *path, const char *text)
+static void write_file(const char *path, const char *text)
 {
-	FILE *f = fopen(path, "w");
-
-	if (!f)
-		return -errno;
-	fputs(text, f);
-	return fclose(f) ? -errno : 0;
+	assert_int_equal(kvp_test_write_file(path, text), 0);
 }
 
 static int setup(void **state)
@@ -97,16 +92,11 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
-	int st = httpd_stop(&f->h);
-
 	/* a clean stop after everything the tests did (under ASan: no leak either) */
-	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-		fprintf(stderr, "kvpool-http did not stop cleanly: wait status %#x\n", st);
-		httpd_dump_log(&f->h);
-		kvpd_teardown(state);
-		return -1;
-	}
-	return kvpd_teardown(state);
+	int r = httpd_stop_clean(&f->h);
+	int t = kvpd_teardown(state);
+
+	return r ? -1 : t;
 }
 
 /* ------------------------------------------------------------ the SDK scripts */

@@ -79,16 +79,11 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	struct fixture *f = *state;
-	int st = httpd_stop(&f->h);
-
 	/* a clean stop after everything the tests did (under ASan: no leak either) */
-	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-		fprintf(stderr, "kvpool-http did not stop cleanly: wait status %#x\n", st);
-		httpd_dump_log(&f->h);
-		kvpd_teardown(state);
-		return -1;
-	}
-	return kvpd_teardown(state);
+	int r = httpd_stop_clean(&f->h);
+	int t = kvpd_teardown(state);
+
+	return r ? -1 : t;
 }
 
 /* Before each test: the resident memory to compare against. */

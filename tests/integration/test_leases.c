@@ -77,24 +77,6 @@ static int run_dump(const char *model, const int32_t *ids, uint32_t n, const cha
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
 }
 
-static void *read_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	void *buf;
-	long n;
-
-	assert_non_null(f);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	buf = malloc(n > 0 ? (size_t)n : 1);
-	assert_non_null(buf);
-	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	*len = (size_t)n;
-	return buf;
-}
-
 /* The status report's figure at @path, once the engine has published it (<= 3 s). */
 static double status_num_until(struct kvpd *d, const char *path, double want)
 {
@@ -198,7 +180,8 @@ static void test_bits_and_pressure(void **state)
 
 	snprintf(path, sizeof(path), "%s/kv.bin", d.dir);
 	assert_int_equal(run_dump(d.model, ids, 40, path), 0);
-	ref = read_file(path, &ref_len);
+	ref = (uint8_t *)kvp_test_read_file(path, &ref_len);
+	assert_non_null(ref);
 	assert_int_equal(ref_len, 2 * block_bytes(kvp_client_lease_info(l)));
 	check_bits(k, l, ref, ref_len);
 

@@ -62,22 +62,6 @@ static int one_request(const char *sock, const char *text, uint32_t n_new, struc
 	return r;
 }
 
-static char *read_all(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *text = NULL;
-	size_t len = 0;
-
-	if (!f)
-		return NULL;
-	if (getdelim(&text, &len, '\0', f) < 0) {
-		free(text);
-		text = NULL;
-	}
-	fclose(f);
-	return text;
-}
-
 static const char *promtool_path(void)
 {
 	static const char *const paths[] = { "/usr/bin/promtool", "/usr/local/bin/promtool" };
@@ -125,7 +109,7 @@ static void test_prom_passes_promtool(void **state)
 		 d.dir);
 	st = system(cmd);
 	snprintf(path, sizeof(path), "%s/promtool.out", d.dir);
-	text = read_all(path);
+	text = kvp_test_read_file(path, NULL);
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || (text && *text))
 		fprintf(stderr, "promtool said (status %d):\n%s\n", st, text ? text : "");
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -437,7 +421,7 @@ static char *start_fails_early(struct kvpd *d, const char *const *args)
 	}
 	assert_true(WIFEXITED(d->exit_status) && WEXITSTATUS(d->exit_status) == 1);
 	assert_false(kvpd_log_has(d, "model: ")); /* failed before the model loaded */
-	return read_all(d->log);
+	return kvp_test_read_file(d->log, NULL);
 }
 
 static void test_checks_before_model_loads(void **state)
@@ -514,7 +498,7 @@ static void test_forced_scalar_kernels(void **state)
 	}
 	unsetenv("KVP_ISA");
 	assert_true(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) == 1);
-	log = read_all(d.log);
+	log = kvp_test_read_file(d.log, NULL);
 	assert_non_null(log);
 	assert_non_null(strstr(log, "KVP_ISA=neon: no such kernel set"));
 	free(log);
@@ -609,7 +593,7 @@ static void test_memory_guard_in_cgroup(void **state)
 		argv[2 + i] = big[i];
 	assert_int_equal(kvpd_start(&d, 30, argv), -ECHILD);
 	assert_true(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) == 1);
-	log = read_all(d.log);
+	log = kvp_test_read_file(d.log, NULL);
 	assert_non_null(log);
 	assert_non_null(strstr(log, "memory: the pool (512.0 MiB) and the model ("));
 	assert_non_null(strstr(log, "more than the memory cgroup allows: 256.0 MiB ("));

@@ -52,58 +52,21 @@ struct world {
 	char acl[256];
 };
 
-struct out {
-	int32_t ids[GEN];
-	uint32_t n;
-	struct kvp_usage u;
-	int rc;
-};
-
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static void fill(int32_t *t, uint32_t n)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-		t[i] = 3 + (int32_t)(rng % 250); /* the byte-level vocabulary: 259 ids */
-	}
+	kvp_test_fill_ids(&rng, t, n, 250); /* the byte-level vocabulary: 259 ids */
 }
 
-static int collect(void *arg, const int32_t *t, uint32_t n, const char *text, uint32_t tl)
+static int gen(struct kvpd *d, const int32_t *prompt, uint32_t n, bool no_cache, struct kvpd_gen *o)
 {
-	struct out *o = arg;
-
-	for (uint32_t i = 0; i < n && o->n < GEN; i++)
-		o->ids[o->n++] = t[i];
-	return 0;
-}
-
-static int gen(struct kvpd *d, const int32_t *prompt, uint32_t n, bool no_cache, struct out *o)
-{
-	struct kvp_client_prompt pr = { .tokens = prompt, .n_tokens = n };
-	struct kvp_client_params p;
-	struct kvp_client *k = NULL;
-	int r;
-
-	memset(o, 0, sizeof(*o));
-	kvp_client_params_init(&p);
-	p.max_new_tokens = GEN;
-	p.no_cache = no_cache;
-	r = kvp_client_connect(&k, d->sock);
-	if (!r)
-		r = kvp_client_generate(k, &pr, &p, collect, o, &o->u);
-	kvp_client_close(k);
-	o->rc = r;
-	return r;
+	return kvpd_generate(d->sock, prompt, n, GEN, no_cache, o);
 }
 
 static double status_num(struct kvpd *d, const char *path)
 {
-	struct jsonq *j = kvpd_status(d);
-	double v = j ? jsonq_num(j, path, -1) : -1;
-
-	jsonq_free(j);
-	return v;
+	return kvpd_status_num(d, path, -1);
 }
 
 static bool status_is(struct kvpd *d, const char *path, const char *want)
@@ -304,7 +267,7 @@ static void test_two_hosts(void **state)
 {
 	struct world *w = *state;
 	static int32_t p[LONG];
-	struct out ref, cold, warm, rb, rb2;
+	struct kvpd_gen ref, cold, warm, rb, rb2;
 	double before = a_published(w);
 
 	fill(p, LONG);
@@ -339,7 +302,7 @@ static void test_tampered(void **state)
 {
 	struct world *w = *state;
 	static int32_t p[SHORT], q[SHORT];
-	struct out ref, o;
+	struct kvpd_gen ref, o;
 	char key[128];
 	double fails;
 
@@ -375,7 +338,7 @@ static void test_tampered(void **state)
 struct runner {
 	struct world *w;
 	int32_t (*p)[SHORT];
-	struct out *o;
+	struct kvpd_gen *o;
 	uint32_t n;
 };
 
@@ -394,7 +357,7 @@ static void test_store_stopped_and_killed(void **state)
 {
 	struct world *w = *state;
 	static int32_t p[N_RUN][SHORT];
-	struct out ref[N_RUN], o[N_RUN];
+	struct kvpd_gen ref[N_RUN], o[N_RUN];
 	struct runner rn = { .w = w, .p = p, .o = o, .n = N_RUN };
 	pthread_t th;
 	double before, conn_b;

@@ -87,10 +87,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static void fill(int32_t *t, uint32_t n)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-		t[i] = 3 + (int32_t)(rng % 256);
-	}
+	kvp_test_fill_ids(&rng, t, n, 256);
 }
 
 struct timed {
@@ -145,11 +142,7 @@ static int generate(const char *sock, const int32_t *prompt, uint32_t n, uint32_
 
 static double status_ms(struct fixture *f, const char *path)
 {
-	struct jsonq *j = kvpd_status(&f->d);
-	double v = j ? jsonq_num(j, path, 0) : 0;
-
-	jsonq_free(j);
-	return v;
+	return kvpd_status_num(&f->d, path, 0);
 }
 
 struct bg {

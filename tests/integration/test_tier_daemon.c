@@ -68,10 +68,7 @@ static uint64_t rng = 0x853c49e6748fea9bull;
 
 static void fill(int32_t *t, uint32_t n)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-		t[i] = 3 + (int32_t)(rng % 256);
-	}
+	kvp_test_fill_ids(&rng, t, n, 256);
 }
 
 static int start(struct fixture *f)
@@ -106,53 +103,22 @@ static int setup(void **state)
 
 /* ---- requests ---- */
 
-struct out {
-	int32_t ids[64];
-	uint32_t n;
-	struct kvp_usage u;
-};
-
-static int collect(void *arg, const int32_t *t, uint32_t n, const char *text, uint32_t tl)
+static int gen(struct fixture *f, const int32_t *prompt, uint32_t n, bool no_cache,
+	       struct kvpd_gen *o)
 {
-	struct out *o = arg;
-
-	for (uint32_t i = 0; i < n && o->n < 64; i++)
-		o->ids[o->n++] = t[i];
-	return 0;
-}
-
-static int gen(struct fixture *f, const int32_t *prompt, uint32_t n, bool no_cache, struct out *o)
-{
-	struct kvp_client_prompt pr = { .tokens = prompt, .n_tokens = n };
-	struct kvp_client_params p;
-	struct kvp_client *k = NULL;
-	int r;
-
-	memset(o, 0, sizeof(*o));
-	kvp_client_params_init(&p);
-	p.max_new_tokens = GEN;
-	p.no_cache = no_cache;
-	r = kvp_client_connect(&k, f->d.sock);
-	if (!r)
-		r = kvp_client_generate(k, &pr, &p, collect, o, &o->u);
-	kvp_client_close(k);
-	return r;
+	return kvpd_generate(f->d.sock, prompt, n, GEN, no_cache, o);
 }
 
 static double status_num(struct fixture *f, const char *path)
 {
-	struct jsonq *j = kvpd_status(&f->d);
-	double v = j ? jsonq_num(j, path, -1) : -1;
-
-	jsonq_free(j);
-	return v;
+	return kvpd_status_num(&f->d, path, -1);
 }
 
 /* Push other prompts until the offloader has written @want blocks (or 15 s). */
 static void push_out(struct fixture *f, double want)
 {
 	static int32_t other[PROMPT];
-	struct out o;
+	struct kvpd_gen o;
 
 	for (int i = 0; i < 40 && status_num(f, "tier.blocks") < want; i++) {
 		fill(other, PROMPT);
@@ -305,7 +271,7 @@ static void test_roundtrip_reload_restart(void **state)
 	struct fixture *f = *state;
 	static int32_t a[PROMPT];
 	struct kvp_client *k = NULL;
-	struct out cold, o;
+	struct kvpd_gen cold, o;
 	uint64_t *h0, *h1;
 	uint32_t n0, n1, on_disk = 0;
 	struct tfile t;
@@ -411,9 +377,10 @@ static void tear(const char *path, uint64_t off, uint64_t end)
 }
 
 /* Start, cache @a, push it to disk, stop; the file's blocks of @a in @t. */
-static void offload_prompt(struct fixture *f, const int32_t *a, struct out *cold, struct tfile *t)
+static void offload_prompt(struct fixture *f, const int32_t *a, struct kvpd_gen *cold,
+			   struct tfile *t)
 {
-	struct out o;
+	struct kvpd_gen o;
 
 	assert_int_equal(start(f), 0);
 	assert_int_equal(gen(f, a, PROMPT, true, cold), 0);
@@ -434,7 +401,7 @@ static void test_corruption_never_served(void **state)
 	 */
 	struct fixture *f = *state;
 	static int32_t a[PROMPT];
-	struct out cold, o;
+	struct kvpd_gen cold, o;
 	struct tfile t;
 
 	fill(a, PROMPT);
@@ -470,7 +437,7 @@ static void test_torn_blocks_never_served(void **state)
 	 */
 	struct fixture *f = *state;
 	static int32_t a[PROMPT];
-	struct out cold, o;
+	struct kvpd_gen cold, o;
 	struct tfile t;
 	const struct blk *b2, *b5;
 
@@ -495,7 +462,7 @@ static void test_torn_blocks_never_served(void **state)
 static void still_serves(struct fixture *f)
 {
 	static int32_t a[PROMPT];
-	struct out cold, o;
+	struct kvpd_gen cold, o;
 
 	fill(a, PROMPT);
 	assert_int_equal(gen(f, a, PROMPT, true, &cold), 0);
@@ -511,7 +478,7 @@ static void test_tiny_filesystem_fills(void **state)
 	struct fixture *f = *state;
 	char outer[400], dir[420], image[420];
 	static int32_t other[PROMPT];
-	struct out o;
+	struct kvpd_gen o;
 	int r;
 
 	snprintf(outer, sizeof(outer), "%s/thin", f->d.dir);
@@ -598,12 +565,8 @@ static void *load_main(void *arg)
 
 		if (!k && kvp_client_connect(&k, l->f->d.sock))
 			break; /* the daemon is gone */
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		memcpy(prompt, l->prefixes[x % 4], sizeof(l->prefixes[0]));
-		for (uint32_t i = 200; i < PROMPT; i++) {
-			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-			prompt[i] = 3 + (int32_t)(x % 256);
-		}
+		memcpy(prompt, l->prefixes[kvp_test_xorshift(&x) % 4], sizeof(l->prefixes[0]));
+		kvp_test_fill_ids(&x, prompt + 200, PROMPT - 200, 256);
 		if (kvp_client_generate(k, &pr, &p, NULL, NULL, NULL) < 0)
 			break;
 	}

@@ -52,6 +52,69 @@ int kvp_test_rmtree(const char *path)
 	return 0;
 }
 
+char *kvp_test_read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	size_t n = 0, cap = 0;
+
+	if (!f)
+		return NULL;
+	for (;;) {
+		size_t got;
+
+		if (cap - n < 4097) {
+			char *grown = realloc(buf, cap ? cap * 2 : 8192);
+
+			if (!grown)
+				goto out_fail;
+			buf = grown;
+			cap = cap ? cap * 2 : 8192;
+		}
+		got = fread(buf + n, 1, cap - n - 1, f);
+		n += got;
+		if (!got)
+			break;
+	}
+	if (ferror(f)) {
+		errno = EIO;
+		goto out_fail;
+	}
+	fclose(f);
+	buf[n] = '\0';
+	if (len)
+		*len = n;
+	return buf;
+out_fail:
+	fclose(f);
+	free(buf);
+	return NULL;
+}
+
+int kvp_test_write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		return -errno;
+	fputs(text, f);
+	return fclose(f) ? -errno : 0;
+}
+
+uint64_t kvp_test_xorshift(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+void kvp_test_fill_ids(uint64_t *s, int32_t *t, uint32_t n, uint32_t mod)
+{
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = 3 + (int32_t)(kvp_test_xorshift(s) % mod);
+}
+
 int kvp_test_build_path(char *buf, size_t cap, const char *rel)
 {
 	const char *dir = getenv("KVP_BUILD_DIR");

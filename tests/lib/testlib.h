@@ -26,11 +26,33 @@ int kvp_test_tmpdir(char *buf, size_t cap);
 int kvp_test_rmtree(const char *path);
 
 /*
+ * kvp_test_read_file() - the whole file at @path, NUL-terminated (also when binary)
+ * @len: out, may be NULL; the bytes read, without the NUL
+ * Return: a malloc()ed buffer the caller frees, or NULL (errno set) when it cannot be read.
+ */
+char *kvp_test_read_file(const char *path, size_t *len);
+
+/* kvp_test_write_file() - create or truncate @path with @text.  Return: 0 or -errno. */
+int kvp_test_write_file(const char *path, const char *text);
+
+/*
  * kvp_test_build_path() - path of a built file, e.g. "compute/kvpool-mkmodel"
  * Uses $KVP_BUILD_DIR (set by meson test), else the directory above the test binary.
  * Return: 0, or -ENAMETOOLONG.
  */
 int kvp_test_build_path(char *buf, size_t cap, const char *rel);
+
+/*
+ * kvp_test_xorshift() - the next value of Marsaglia's xorshift64 (13, 7, 17) over *@s
+ * (seeded non-zero): the tests' one reproducible PRNG; each caller keeps its own state.
+ */
+uint64_t kvp_test_xorshift(uint64_t *s);
+
+/*
+ * kvp_test_fill_ids() - @n token ids 3 + kvp_test_xorshift(@s) % @mod: random prompts
+ * past <unk> <s> </s> of the synthetic byte-level vocabularies
+ */
+void kvp_test_fill_ids(uint64_t *s, int32_t *t, uint32_t n, uint32_t mod);
 
 /* Sorts @v in place and returns its median (n >= 1). */
 double kvp_test_median(double *v, int n);

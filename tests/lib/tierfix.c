@@ -93,21 +93,13 @@ struct kvp_tier_config tfix_cfg(const struct tfix *f, uint32_t n_slots, uint32_t
 	return c;
 }
 
-static uint64_t xs(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
 void tfix_rec(struct tfix *f, const struct kvp_index_rec *parent, uint32_t *tokens,
 	      struct kvp_index_rec *out)
 {
 	uint32_t bt = kvp_pool_geom(f->pool)->shape.block_tokens;
 
 	for (uint32_t i = 0; i < bt; i++)
-		tokens[i] = (uint32_t)(xs(&f->rng) % 128000);
+		tokens[i] = (uint32_t)(kvp_test_xorshift(&f->rng) % 128000);
 	memset(out, 0, sizeof(*out));
 	out->key = f->key;
 	out->uid = f->next_uid++;
@@ -125,11 +117,11 @@ void tfix_pattern(uint8_t *buf, size_t n, struct kvp_h128 hash)
 	if (!s)
 		s = 1;
 	for (; i + 8 <= n; i += 8) {
-		uint64_t v = xs(&s);
+		uint64_t v = kvp_test_xorshift(&s);
 
 		memcpy(buf + i, &v, 8);
 	}
-	for (uint64_t v = xs(&s); i < n; i++, v >>= 8)
+	for (uint64_t v = kvp_test_xorshift(&s); i < n; i++, v >>= 8)
 		buf[i] = (uint8_t)v;
 }
 

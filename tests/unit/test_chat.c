@@ -18,27 +18,7 @@
 #include <cmocka.h>
 
 #include "compute/text/chat.h"
-
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *b;
-	long n;
-
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	b = malloc((size_t)n + 1);
-	assert_non_null(b);
-	assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-	b[n] = 0;
-	fclose(f);
-	if (len)
-		*len = (size_t)n;
-	return b;
-}
+#include "tests/lib/testlib.h"
 
 static char *template_path(const char *file)
 {
@@ -90,7 +70,7 @@ static void test_families_recognised(void **state)
 		skip();
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
 		size_t len;
-		char *src = slurp(template_path(files[i][0]), &len);
+		char *src = kvp_test_read_file(template_path(files[i][0]), &len);
 
 		assert_non_null(src);
 		assert_int_equal(kvp_chat_template_detect(&t, src, len, NULL, 0), 0);
@@ -191,7 +171,7 @@ static void test_renders_equal_jinja(void **state)
 		 "node '%s/tests/node/chat-oracle.mjs' '%s/tests/data/templates' '%s'", src, src,
 		 path);
 	assert_int_equal(system(cmd), 0);
-	cases = slurp(path, NULL);
+	cases = kvp_test_read_file(path, NULL);
 	assert_non_null(cases);
 	for (char *line = cases, *nl; *line; line = nl + 1) {
 		char *tok[64], *save = NULL, *out = NULL, err[256];
@@ -213,7 +193,7 @@ static void test_renders_equal_jinja(void **state)
 
 			free(tsrc);
 			snprintf(cur, sizeof(cur), "%s", tok[0]);
-			tsrc = slurp(template_path(cur), &tl);
+			tsrc = kvp_test_read_file(template_path(cur), &tl);
 			assert_non_null(tsrc);
 			assert_int_equal(kvp_chat_template_detect(&t, tsrc, tl, NULL, 0), 0);
 		}

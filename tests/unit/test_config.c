@@ -50,11 +50,7 @@ static int teardown(void **state)
 
 static void write_file(const char *path, const char *text)
 {
-	FILE *fp = fopen(path, "w");
-
-	assert_non_null(fp);
-	fputs(text, fp);
-	fclose(fp);
+	assert_int_equal(kvp_test_write_file(path, text), 0);
 }
 
 /* Parse argv (NULL-terminated list after the program name) into f->c. */

@@ -18,6 +18,7 @@
 
 #include "compute/gen.h"
 #include "compute/text/tokenizer.h"
+#include "tests/lib/spmfix.h"
 
 #define N_EXTRA 4
 
@@ -30,17 +31,7 @@ static int setup(void **state)
 	int32_t types[259 + N_EXTRA];
 	struct kvp_tokenizer *t;
 
-	pieces[0] = "<unk>";
-	pieces[1] = "<s>";
-	pieces[2] = "</s>";
-	types[0] = KVP_TOK_UNKNOWN;
-	types[1] = KVP_TOK_CONTROL;
-	types[2] = KVP_TOK_CONTROL;
-	for (int b = 0; b < 256; b++) {
-		snprintf(bytes[b], sizeof(bytes[b]), "<0x%02X>", b);
-		pieces[3 + b] = bytes[b];
-		types[3 + b] = KVP_TOK_BYTE;
-	}
+	spmfix_base(bytes, pieces, types);
 	/* 100 bytes: 33 three-byte characters and a 'z' */
 	for (int i = 0; i < 33; i++)
 		memcpy(long_piece + 3 * i, "\xe2\x82\xac", 3);

@@ -111,14 +111,6 @@ static void test_every_truncation_fails_cleanly(void **state)
 	free(buf);
 }
 
-static uint64_t rng(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
 /* A small file of @type: K-quant shapes (rows of 256) when the type needs them. */
 static void *small_file_of(size_t *len, uint32_t type, uint64_t seed)
 {
@@ -179,13 +171,14 @@ static void byte_flips(uint32_t type, int iters)
 	for (int it = 0; it < iters; it++) {
 		uint8_t *c = malloc(len);
 		struct kvp_model *m;
-		int flips = 1 + (int)(rng(&seed) % 4), r;
+		int flips = 1 + (int)(kvp_test_xorshift(&seed) % 4), r;
 
 		memcpy(c, buf, len);
 		for (int k = 0; k < flips; k++) {
-			size_t at = it % 2 ? rng(&seed) % head : rng(&seed) % len;
+			size_t at = it % 2 ? kvp_test_xorshift(&seed) % head :
+					     kvp_test_xorshift(&seed) % len;
 
-			c[at] ^= (uint8_t)(1 + rng(&seed) % 255);
+			c[at] ^= (uint8_t)(1 + kvp_test_xorshift(&seed) % 255);
 		}
 		err[0] = 0;
 		r = kvp_model_open_mem(&m, c, len, err, sizeof(err));

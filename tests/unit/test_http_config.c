@@ -49,11 +49,7 @@ static int teardown(void **state)
 
 static void put(struct fixture *f, const char *text)
 {
-	FILE *fp = fopen(f->path, "w");
-
-	assert_non_null(fp);
-	fputs(text, fp);
-	fclose(fp);
+	assert_int_equal(kvp_test_write_file(f->path, text), 0);
 }
 
 /* argv from a NULL-terminated list, with the program name first. */

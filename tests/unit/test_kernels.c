@@ -27,6 +27,7 @@
 
 #include "compute/kernels/kernels.h"
 #include "kvpool/layout.h"
+#include "tests/lib/testlib.h"
 
 static uint32_t bits(float f)
 {
@@ -40,10 +41,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 static uint64_t next(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
+	return kvp_test_xorshift(&rng);
 }
 
 /* uniform in [-1, 1) */

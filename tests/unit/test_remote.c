@@ -77,21 +77,13 @@ struct world {
 
 /* ---- fixture ---- */
 
-static uint64_t xs(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
-
 /* K/V contents any host can predict from the chain hash */
 static void pattern(uint8_t *buf, size_t n, struct kvp_h128 h)
 {
 	uint64_t s = (h.lo ^ (h.hi * 0x9e3779b97f4a7c15ull)) | 1;
 
 	for (size_t i = 0; i + 8 <= n; i += 8) {
-		uint64_t v = xs(&s);
+		uint64_t v = kvp_test_xorshift(&s);
 
 		memcpy(buf + i, &v, 8);
 	}
@@ -200,7 +192,7 @@ static int world_up(void **state, const char *const *extra)
 	make_key(&w->key, fp, "salt");
 	assert_int_equal(kvp_remote_codec_init(&w->codec, &shape, fp, "avx2"), 0);
 	for (size_t i = 0; i < sizeof(w->tokens) / sizeof(w->tokens[0]); i++)
-		w->tokens[i] = (uint32_t)(xs(&s) % 128000);
+		w->tokens[i] = (uint32_t)(kvp_test_xorshift(&s) % 128000);
 	h = w->key.seed;
 	for (int i = 0; i < NCHAIN; i++) {
 		h = kvp_chain_hash(h, w->tokens + i * BT, BT);

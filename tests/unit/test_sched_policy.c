@@ -425,10 +425,7 @@ static struct req *add_req(struct sim *m, uint32_t n, uint32_t max_new, uint32_t
 	r->n_prompt = n;
 	r->max_new = max_new;
 	r->conn = 1;
-	for (uint32_t i = 0; i < n; i++) {
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		r->prompt[i] = 3 + (int32_t)(x % 256);
-	}
+	kvp_test_fill_ids(&x, r->prompt, n, 256);
 	return r;
 }
 
@@ -581,10 +578,9 @@ static uint64_t rng_state;
 
 static uint32_t rnd(uint32_t n)
 {
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return n ? (uint32_t)(rng_state % n) : 0;
+	uint64_t v = kvp_test_xorshift(&rng_state);
+
+	return n ? (uint32_t)(v % n) : 0;
 }
 
 struct totals {

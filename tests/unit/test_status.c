@@ -18,6 +18,7 @@
 
 #include "svc/status.h"
 #include "tests/integration/jsonq.h"
+#include "tests/lib/testlib.h"
 
 static void fill(struct kvp_status_snap *s)
 {
@@ -236,22 +237,10 @@ static char *golden(const char *name, size_t *len)
 	const char *src = getenv("KVP_SOURCE_DIR");
 	char path[1024];
 	char *buf;
-	FILE *f;
-	long n;
 
 	snprintf(path, sizeof(path), "%s/tests/unit/golden/%s", src ? src : ".", name);
-	f = fopen(path, "rb");
-	assert_non_null(f);
-	assert_int_equal(fseek(f, 0, SEEK_END), 0);
-	n = ftell(f);
-	assert_true(n >= 0);
-	rewind(f);
-	buf = malloc((size_t)n + 1);
+	buf = kvp_test_read_file(path, len);
 	assert_non_null(buf);
-	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = '\0';
-	fclose(f);
-	*len = (size_t)n;
 	return buf;
 }
 

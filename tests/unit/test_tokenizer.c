@@ -16,6 +16,7 @@
 #include "compute/mkmodel.h"
 #include "compute/model.h"
 #include "compute/text/tokenizer.h"
+#include "tests/lib/spmfix.h"
 
 static void test_byte_level_round_trip(void **state)
 {
@@ -96,17 +97,7 @@ static void test_sentencepiece_merges_and_fallback(void **state)
 	size_t ol = 0, pl;
 	int k;
 
-	pieces[0] = "<unk>";
-	pieces[1] = "<s>";
-	pieces[2] = "</s>";
-	types[0] = KVP_TOK_UNKNOWN;
-	types[1] = KVP_TOK_CONTROL;
-	types[2] = KVP_TOK_CONTROL;
-	for (int b = 0; b < 256; b++) {
-		snprintf(bytes[b], sizeof(bytes[b]), "<0x%02X>", b);
-		pieces[3 + b] = bytes[b];
-		types[3 + b] = KVP_TOK_BYTE;
-	}
+	spmfix_base(bytes, pieces, types);
 	for (int i = 0; i < 12; i++) {
 		pieces[259 + i] = extra[i];
 		scores[259 + i] = sc[i];
@@ -217,19 +208,9 @@ static void test_merges_match_the_definition(void **state)
 	float scores[259 + 40];
 	int32_t types[259 + 40];
 
-	pieces[0] = "<unk>";
-	pieces[1] = "<s>";
-	pieces[2] = "</s>";
-	types[0] = KVP_TOK_UNKNOWN;
-	types[1] = KVP_TOK_CONTROL;
-	types[2] = KVP_TOK_CONTROL;
-	for (int b = 0; b < 256; b++) {
-		snprintf(bytes[b], sizeof(bytes[b]), "<0x%02X>", b);
-		pieces[3 + b] = bytes[b];
-		types[3 + b] = KVP_TOK_BYTE;
-		scores[3 + b] = 0;
-	}
-	scores[0] = scores[1] = scores[2] = 0;
+	spmfix_base(bytes, pieces, types);
+	for (int i = 0; i < SPMFIX_BASE; i++)
+		scores[i] = 0;
 	for (int round = 0; round < 20; round++) {
 		struct kvp_tokenizer *t;
 		uint32_t nv = 259;
@@ -286,19 +267,9 @@ static void test_count_bound_of_a_strange_vocabulary(void **state)
 	int32_t types[260], ids[64];
 	struct kvp_tokenizer *t;
 
-	pieces[0] = "<unk>";
-	pieces[1] = "<s>";
-	pieces[2] = "</s>";
+	spmfix_base(bytes, pieces, types);
 	pieces[259] = "\xe2\x96\x81";
-	types[0] = KVP_TOK_UNKNOWN;
-	types[1] = KVP_TOK_CONTROL;
-	types[2] = KVP_TOK_CONTROL;
 	types[259] = KVP_TOK_BYTE;
-	for (int b = 0; b < 256; b++) {
-		snprintf(bytes[b], sizeof(bytes[b]), "<0x%02X>", b);
-		pieces[3 + b] = bytes[b];
-		types[3 + b] = KVP_TOK_BYTE;
-	}
 	assert_int_equal(kvp_tokenizer_build(&t, pieces, NULL, types, 260, 1, 2, 0, 1), 0);
 	for (int i = 0; i < 64; i++)
 		ids[i] = -7;

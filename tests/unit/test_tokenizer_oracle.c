@@ -29,6 +29,7 @@
 #include "compute/model.h"
 #include "compute/text/pretok.h"
 #include "compute/text/tokenizer.h"
+#include "tests/lib/testlib.h"
 
 struct fixture {
 	char dir[64];
@@ -104,20 +105,8 @@ static int setup_family(void **state, const char *family)
 	assert_int_equal(r, 0);
 
 	snprintf(path, sizeof(path), "%s/cases.txt", f->dir);
-	{
-		FILE *fp = fopen(path, "rb");
-		long n;
-
-		assert_non_null(fp);
-		fseek(fp, 0, SEEK_END);
-		n = ftell(fp);
-		fseek(fp, 0, SEEK_SET);
-		f->cases = malloc((size_t)n + 1);
-		assert_non_null(f->cases);
-		assert_int_equal(fread(f->cases, 1, (size_t)n, fp), (size_t)n);
-		f->cases[n] = 0;
-		fclose(fp);
-	}
+	f->cases = kvp_test_read_file(path, NULL);
+	assert_non_null(f->cases);
 	return 0;
 }
 
@@ -131,8 +120,6 @@ static int setup_pretok(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	char cmd[8192], path[128];
-	FILE *fp;
-	long n;
 
 	assert_non_null(f);
 	*state = f;
@@ -144,16 +131,8 @@ static int setup_pretok(void **state)
 		 getenv("KVP_SOURCE_DIR"), f->dir);
 	assert_int_equal(system(cmd), 0);
 	snprintf(path, sizeof(path), "%s/pretok.txt", f->dir);
-	fp = fopen(path, "rb");
-	assert_non_null(fp);
-	fseek(fp, 0, SEEK_END);
-	n = ftell(fp);
-	fseek(fp, 0, SEEK_SET);
-	f->cases = malloc((size_t)n + 1);
+	f->cases = kvp_test_read_file(path, NULL);
 	assert_non_null(f->cases);
-	assert_int_equal(fread(f->cases, 1, (size_t)n, fp), (size_t)n);
-	f->cases[n] = 0;
-	fclose(fp);
 	return 0;
 }
 static int setup_llama2(void **state)
