@@ -512,6 +512,7 @@ static void generate_help(FILE *o)
 	fputs("usage: kvpool [--socket PATH] generate (-p TEXT | --tokens 1,2,3 | --prompt-file F)\n"
 	      "              [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
 	      "              [--salt S] [--no-cache] [--parse-special] [--priority N]\n"
+	      "              [--parallel N] [--breakpoint POS[:TTL]]... [--ttl S] [--retain P]\n"
 	      "              [--json]\n"
 	      "\n"
 	      "Send one prompt to kvpoold and stream the generated text to stdout as it\n"
@@ -539,6 +540,7 @@ static void generate_help(FILE *o)
 	      "                         text and usage\n"
 	      "      --parallel N       sample N continuations (1..16) of the one prompt;\n"
 	      "                         continuation i uses seed S + i; shown one after another\n" CACHE_HELP
+	      "\n"
 	      "The usage line ends with the cache's view: miss_reason (none, no_prefix,\n"
 	      "below_block, below_minimum, evicted (memory|disk), salt_mismatch,\n"
 	      "model_mismatch, disabled, io_error) and matched_blocks.\n"

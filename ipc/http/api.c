@@ -326,7 +326,9 @@ static int parse_openai_extras(struct kvp_http_gen *g, json_t *o, struct kvp_htt
 	if (r)
 		return r;
 	if (given && x != 1)
-		return unsupported(err, "n", "only n = 1 is supported (no parallel sampling yet)");
+		return unsupported(err, "n",
+				   "only n = 1 is supported (kvpool-http does not ask kvpoold "
+				   "for parallel continuations yet)");
 	r = get_int(o, "best_of", 1, 128, &given, &x, err);
 	if (r)
 		return r;

@@ -528,6 +528,8 @@ static void test_bad_arguments(void **state)
 	/* help tells the truth and succeeds */
 	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--help", NULL), 0);
 	assert_non_null(strstr(out, "--prompt-file"));
+	/* the synopsis names the cache-control flags too, not only the option list */
+	assert_non_null(strstr(out, "[--parallel N] [--breakpoint POS[:TTL]]... [--ttl S]"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "bench", "--help", NULL), 0);
 	assert_non_null(strstr(out, "--prefix-tokens"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "--help", NULL), 0);

@@ -194,6 +194,8 @@ static void test_unsupported_is_refused(void **state)
 		assert_string_equal(p->e.code, "unsupported_parameter");
 		done(p);
 	}
+	/* kvpoold does sample n continuations: the 400 must not claim it cannot */
+	refused(C, "{\"prompt\":\"x\",\"n\":2}", "n", "does not ask kvpoold");
 }
 
 static void test_bad_bodies(void **state)
