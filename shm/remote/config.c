@@ -216,11 +216,20 @@ int kvp_remote_url_parse(struct kvp_remote_addr *addr, const char *url, char *er
 	} else if (strncmp(url, "unix:", 5) == 0) {
 		r = parse_unix(&a, url + 5, url, err, errlen);
 	} else if (strncmp(url, "rediss://", 9) == 0) {
+		/* the tier never links hiredis_ssl: with hiredis >= 1.0 the reason is ours */
+#if HIREDIS_MAJOR >= 1
+		kvp_errmsg(err, errlen,
+			   "remote url '%s': TLS is not available: kvpool does not use hiredis_ssl "
+			   "yet (hiredis %d.%d.%d); use a Unix socket or loopback to a local TLS "
+			   "tunnel (docs/remote.md)",
+			   url, HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH);
+#else
 		kvp_errmsg(err, errlen,
 			   "remote url '%s': TLS is not available: this build's hiredis (%d.%d.%d) "
 			   "has no TLS support (hiredis_ssl came with hiredis 1.0); use a Unix "
 			   "socket or loopback to a local TLS tunnel (docs/remote.md)",
 			   url, HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH);
+#endif
 		return -EPROTONOSUPPORT;
 	} else {
 		kvp_errmsg(err, errlen,
