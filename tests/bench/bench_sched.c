@@ -20,7 +20,7 @@
  * Times are measured by the client (just before GENERATE is sent, each TOKEN frame).
  * Every figure is printed for both policies with the ratio fair / fifo (or the ratio the
  * issue names).  KVP_BENCH_QUICK=1 runs fewer and shorter rounds.  The CPU regime is
- * printed before and after.
+ * printed before and after.  KVP_BENCH_STEP_TARGET_MS=N tries another step target.
  */
 #include <errno.h>
 #include <math.h>
@@ -67,14 +67,18 @@ static const char *const policies[2] = { "fair", "fifo" };
 
 static int start(struct kvpd *d, const char *policy, bool ignore_eos)
 {
-	const char *args[] = { "--model",
-			       model,
-			       "--pool-size",
-			       "1G",
-			       "--sched-policy",
-			       policy,
-			       ignore_eos ? "--ignore-eos" : NULL,
-			       NULL };
+	/* KVP_BENCH_STEP_TARGET_MS: the fair policy's step target instead of the calibrated */
+	const char *step = getenv("KVP_BENCH_STEP_TARGET_MS");
+	const char *args[12] = { "--model", model, "--pool-size", "1G", "--sched-policy", policy };
+	int n = 6;
+
+	if (ignore_eos)
+		args[n++] = "--ignore-eos";
+	if (step) {
+		args[n++] = "--step-target-ms";
+		args[n++] = step;
+	}
+	args[n] = NULL;
 
 	if (kvpd_init(d) || kvpd_start(d, 600, args)) {
 		kvpd_dump_log(d);
