@@ -166,6 +166,34 @@ static int request_ok(struct kvp_server *srv, struct kvp_conn *c, const struct k
 static int unsupported(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id,
 		       const char *what);
 
+/*
+ * The prompt of a GENERATE or PIN: UTF-8 text (KVP_GEN_TEXT; ill-formed bytes are refused,
+ * not guessed at) copied NUL-terminated into srv->text, or ids checked by take_ids().
+ * Return: as take_ids(): 0, > 0 when refused (the connection stays), < 0 when failed.
+ */
+static int take_prompt(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id, uint32_t flags,
+		       const void *body, uint32_t text_bytes, uint32_t n_tokens,
+		       const int32_t **ids, const char **text)
+{
+	if (!(flags & KVP_GEN_TEXT))
+		return take_ids(srv, c, req_id, body, n_tokens, "prompt", ids);
+	for (uint32_t i = 0; i < text_bytes;) {
+		size_t n = kvp_utf8_char_len((const uint8_t *)body + i, text_bytes - i);
+		char msg[96];
+
+		if (n) {
+			i += (uint32_t)n;
+			continue;
+		}
+		snprintf(msg, sizeof(msg), "prompt text is not valid UTF-8 (at byte %u)", i);
+		return kvp_srv_refuse(srv, c, req_id, KVP_E_INVALID, msg) ? -ENOTCONN : 1;
+	}
+	memcpy(srv->text, body, text_bytes);
+	srv->text[text_bytes] = 0;
+	*text = srv->text;
+	return 0;
+}
+
 static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
 		       const uint8_t *payload)
 {
@@ -187,28 +215,9 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct 
 	if (r)
 		return kvp_srv_fail(srv, c, r, why);
 
-	if (g.flags & KVP_GEN_TEXT) {
-		/* text is UTF-8 (docs/protocol.md): ill-formed bytes are refused, not guessed at */
-		for (uint32_t i = 0; i < g.text_bytes;) {
-			size_t n = kvp_utf8_char_len((const uint8_t *)body + i, g.text_bytes - i);
-			char msg[96];
-
-			if (n) {
-				i += (uint32_t)n;
-				continue;
-			}
-			snprintf(msg, sizeof(msg), "prompt text is not valid UTF-8 (at byte %u)",
-				 i);
-			return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID, msg);
-		}
-		memcpy(srv->text, body, g.text_bytes);
-		srv->text[g.text_bytes] = 0;
-		text = srv->text;
-	} else {
-		r = take_ids(srv, c, hdr->req_id, body, g.n_tokens, "prompt", &ids);
-		if (r)
-			return r < 0 ? r : 0;
-	}
+	r = take_prompt(srv, c, hdr->req_id, g.flags, body, g.text_bytes, g.n_tokens, &ids, &text);
+	if (r)
+		return r < 0 ? r : 0;
 	if (g.flags & KVP_GEN_CACHE_CTL) {
 		r = kvp_proto_decode_cache_ctl(payload, hdr->len_bytes, sizeof(g), &cc, &why);
 		if (r == KVP_E_PROTO)
@@ -423,18 +432,10 @@ static int on_pin(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_f
 		return kvp_srv_fail(srv, c, r, why);
 	if (!srv->ops.pin)
 		return unsupported(srv, c, hdr->req_id, "PIN not supported here");
-	if (pin.flags & KVP_GEN_TEXT) {
-		if (!kvp_utf8_valid(body, pin.text_bytes))
-			return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INVALID,
-					      "prompt text is not valid UTF-8");
-		memcpy(srv->text, body, pin.text_bytes);
-		srv->text[pin.text_bytes] = 0;
-		text = srv->text;
-	} else {
-		r = take_ids(srv, c, hdr->req_id, body, pin.n_tokens, "prompt", &ids);
-		if (r)
-			return r < 0 ? r : 0;
-	}
+	r = take_prompt(srv, c, hdr->req_id, pin.flags, body, pin.text_bytes, pin.n_tokens, &ids,
+			&text);
+	if (r)
+		return r < 0 ? r : 0;
 	if (take_req(srv, c, hdr->req_id))
 		return 0;
 	r = srv->ops.pin(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, hdr->type, &pin,
