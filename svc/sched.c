@@ -564,6 +564,7 @@ static bool group_end(struct seq *q, uint32_t status, struct kvp_usage *u,
 		a->cached_tokens = u->cached_tokens;
 		a->recomputed_tokens = u->recomputed_tokens;
 		a->cached_tokens_disk = u->cached_tokens_disk;
+		a->cached_tokens_remote = u->cached_tokens_remote;
 		a->queue_ms = u->queue_ms;
 		a->ttft_ms = u->ttft_ms;
 		a->prefill_ms = u->prefill_ms;

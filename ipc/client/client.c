@@ -753,6 +753,19 @@ static int operator_request(struct kvp_client *c, size_t need, const char *what,
 	}
 }
 
+/*
+ * A blocking call (one request, then its answer) may start: the connection is alive
+ * (a dead one says so before anything else) and nothing else is in flight on it.
+ */
+static int blocking_ok(struct kvp_client *c)
+{
+	if (c->dead || c->fd < 0)
+		return set_err(c, -ENOTCONN, "connection closed");
+	if (c->in_flight)
+		return set_err(c, -EBUSY, "another request is in flight on this client");
+	return 0;
+}
+
 KVP_EXPORT int kvp_client_pin(struct kvp_client *c, const struct kvp_client_prompt *prompt,
 			      const void *salt, size_t salt_len, bool unpin, uint32_t *blocks)
 {
@@ -762,10 +775,9 @@ KVP_EXPORT int kvp_client_pin(struct kvp_client *c, const struct kvp_client_prom
 	size_t need, cap0;
 	int r;
 
-	if (c->dead || c->fd < 0)
-		return set_err(c, -ENOTCONN, "connection closed");
-	if (c->in_flight)
-		return set_err(c, -EBUSY, "another request is in flight on this client");
+	r = blocking_ok(c);
+	if (r)
+		return r;
 	if (!prompt || (!prompt->n_tokens == !prompt->text_len) || salt_len > KVP_SALT_MAX ||
 	    prompt->n_tokens > UINT32_MAX || prompt->text_len > UINT32_MAX)
 		return set_err(c, -EINVAL,
@@ -802,10 +814,9 @@ KVP_EXPORT int kvp_client_flush_domain(struct kvp_client *c, const char *domain,
 	size_t need;
 	int r;
 
-	if (c->dead || c->fd < 0)
-		return set_err(c, -ENOTCONN, "connection closed");
-	if (c->in_flight)
-		return set_err(c, -EBUSY, "another request is in flight on this client");
+	r = blocking_ok(c);
+	if (r)
+		return r;
 	if (domain && (!*domain || strlen(domain) > KVP_FLUSH_DOMAIN_MAX))
 		return set_err(c, -EINVAL, "a domain name is 1..31 bytes");
 	need = kvp_proto_encode_flush_domain(NULL, 0, c->next_id, domain);
@@ -914,10 +925,9 @@ KVP_EXPORT int kvp_client_tokenize(struct kvp_client *c, const char *text, size_
 	uint64_t id;
 	int r;
 
-	if (c->dead || c->fd < 0) /* a dead connection says so before anything else */
-		return set_err(c, -ENOTCONN, "connection closed");
-	if (c->in_flight)
-		return set_err(c, -EBUSY, "another request is in flight on this client");
+	r = blocking_ok(c);
+	if (r)
+		return r;
 	r = kvp_client_tokenize_submit(c, text, len, flags, &id);
 	if (r)
 		return r;
@@ -965,10 +975,9 @@ KVP_EXPORT int kvp_client_detokenize(struct kvp_client *c, const int32_t *ids, s
 	uint64_t id;
 	int r;
 
-	if (c->dead || c->fd < 0) /* a dead connection says so before anything else */
-		return set_err(c, -ENOTCONN, "connection closed");
-	if (c->in_flight)
-		return set_err(c, -EBUSY, "another request is in flight on this client");
+	r = blocking_ok(c);
+	if (r)
+		return r;
 	r = kvp_client_detokenize_submit(c, ids, n_ids, flags, &id);
 	if (r)
 		return r;
@@ -1237,10 +1246,9 @@ KVP_EXPORT int kvp_client_chat_prompt(struct kvp_client *c, struct kvp_client_co
 	uint64_t id;
 	int r;
 
-	if (c->dead || c->fd < 0) /* a dead connection says so before anything else */
-		return set_err(c, -ENOTCONN, "connection closed");
-	if (c->in_flight)
-		return set_err(c, -EBUSY, "another request is in flight on this client");
+	r = blocking_ok(c);
+	if (r)
+		return r;
 	r = kvp_client_chat_prompt_submit(c, cv, &id);
 	if (r)
 		return r;
@@ -1532,10 +1540,9 @@ KVP_EXPORT int kvp_client_lease(struct kvp_client *c, const int32_t *ids, size_t
 	int r;
 
 	*out = NULL;
-	if (c->dead || c->fd < 0)
-		return set_err(c, -ENOTCONN, "connection closed");
-	if (c->in_flight)
-		return set_err(c, -EBUSY, "another request is in flight on this client");
+	r = blocking_ok(c);
+	if (r)
+		return r;
 	if (!ids || !n_ids || n_ids > UINT32_MAX || salt_len > KVP_SALT_MAX || (salt_len && !salt))
 		return set_err(c, -EINVAL, "lease: bad ids or salt");
 	l.n_tokens = (uint32_t)n_ids;
