@@ -6,9 +6,9 @@
  * The input rows are converted once per call into each activation format the matrices
  * take (quant.h: int8 blocks for the integer types, bf16 for BF16, f32 as is), then
  * the output rows of all matrices are split over the thread pool and each slice runs
- * the kernel table's matmul for the matrix's type.  F32 weights with more than a
- * decode batch of rows go to OpenBLAS's sgemm instead (prefill), and a single f32 row
- * of a large matrix to its sgemv: both measured faster there (docs/compute.md).
+ * the kernel table's matmul for the matrix's type.  F32 weights with many rows go to
+ * OpenBLAS's sgemm instead when it was measured faster on this CPU (once per process,
+ * kvp_lin_blas_rows(); docs/compute.md).
  * Jobs too small for a fork-join run on the calling thread alone, so neither our
  * workers nor OpenBLAS's are woken for a tiny model's 1-token request.
  *
@@ -35,6 +35,7 @@ struct kvp_threads;
  * @pool:     the context's threads (borrowed)
  * @rows_max: most input rows per call
  * @k_max:    longest input row
+ * @blas_rows: f32 calls of more rows than this go to sgemm (0: not measured yet)
  * @act:      per enum kvp_act, rows_max rows of k_max elements in that format
  */
 struct kvp_lin {
@@ -42,6 +43,7 @@ struct kvp_lin {
 	struct kvp_threads *pool;
 	size_t rows_max;
 	size_t k_max;
+	size_t blas_rows;
 	void *act[KVP_ACT__COUNT];
 };
 
@@ -69,5 +71,17 @@ void kvp_lin_deinit(struct kvp_lin *l);
  */
 void kvp_lin_run(struct kvp_lin *l, const float *x, size_t rows, unsigned n, float *const *outs,
 		 const struct kvp_tensor *const *ws);
+
+/**
+ * kvp_lin_blas_rows() - the row count above which f32 projections go to sgemm
+ *
+ * Measured at the first call (tens of ms: sgemm against our kernel on a 2048 x 2048
+ * matrix at 64 and 256 rows), then the same for every context of the process with the
+ * same kernel table.  Return: 16 .. SIZE_MAX (never).
+ */
+size_t kvp_lin_blas_rows(struct kvp_lin *l);
+
+/* kvp_lin_set_blas_rows() - use sgemm above @rows (>= 16) instead: tests of both paths. */
+void kvp_lin_set_blas_rows(struct kvp_lin *l, size_t rows);
 
 #endif /* KVP_COMPUTE_LINEAR_H */

@@ -53,8 +53,10 @@
  *
  * Prefill (FAIR).  Sequences take chunks in order of priority, then shortest remaining
  * prompt first, except that a sequence left without a chunk for aging_ms goes ahead of
- * every other of its priority (the longest left out first): however many short prompts
- * arrive, each prefill advances at least once per aging_ms and step (no starvation).
+ * every other of its priority (the earliest admitted first: among many overdue ones,
+ * the longest left out would be a round robin that a flood of short prompts stretches
+ * without bound): however many short prompts arrive, each prefill advances at least
+ * once per aging_ms and step (no starvation).
  * The step's prefill is sized by time with the cost model of svc/stepcost.c, which
  * prices the step's one call as a whole (one fixed cost, every row alike): while
  * sequences decode, the step aims at step_target_ns including their rows; while none
@@ -124,7 +126,7 @@
 /* Auto budgets, in units measured at start (docs/daemon.md "Scheduling"). */
 #define AUTO_STEP_DECODES 2.5 /* step while decoding: this many decode steps of one, */
 #define AUTO_STEP_CALLS 2.5   /* ... and at least this many fixed costs of a call */
-#define AUTO_PREFILL_CALLS 20 /* prefill step alone: this many fixed costs of a call */
+#define AUTO_PREFILL_CALLS 10 /* prefill step alone: this many fixed costs of a call */
 
 enum seq_state {
 	SEQ_QUEUED = 0, /* waiting for admission (new, or preempted) */
@@ -1633,8 +1635,6 @@ static int prefill_cmp(const void *a, const void *b)
 		return x->q->priority > y->q->priority ? -1 : 1;
 	if (x->overdue != y->overdue)
 		return x->overdue ? -1 : 1;
-	if (x->overdue && x->q->t_served != y->q->t_served)
-		return x->q->t_served < y->q->t_served ? -1 : 1; /* the longest left out */
 	if (!x->overdue && x->left != y->left)
 		return x->left < y->left ? -1 : 1;
 	return x->q->admit_no < y->q->admit_no ? -1 : x->q->admit_no > y->q->admit_no;
@@ -1776,9 +1776,11 @@ static uint32_t plan_prefill(struct kvp_sched *s, uint32_t nd, double *rows, dou
 		/*
 		 * the whole step, decode rows included, aims at the target; and prefill gets
 		 * at least what the decode rows cost: with many streams their rows alone pass
-		 * the target, and prefill (new requests) would starve
+		 * the target, and prefill (new requests) would starve.  Their cost is the
+		 * decode steps' own measurement: the step model's scales follow the chunks,
+		 * whose attention at a long context priced one decode row at two steps
 		 */
-		double dec = kvp_stepcost_step_ns(&s->cost, *rows, *attn);
+		double dec = kvp_stepcost_decode_ns(&s->cost, nd);
 
 		limit = s->step_target_ns > 2 * dec ? s->step_target_ns : 2 * dec;
 	} else {
@@ -1992,7 +1994,11 @@ static void calibrate(struct kvp_sched *s)
 	/*
 	 * a step pays the call's fixed cost once (one mixed call), so 2.5 of whichever is
 	 * larger, a decode step or that fixed cost, leaves prefill 1.5 of them per step
-	 * while a stream's gap stays within 2.5 of its gap alone
+	 * while a stream's gap stays within 2.5 of its gap alone (2 starved a long prompt:
+	 * at 4,000 positions a chunk's attention rereads the whole history, and 1 token per
+	 * step was left); alone, a prefill step of 10 fixed costs loses a tenth to them
+	 * (the issue's 1.1x for a long prompt) and keeps a short request arriving during
+	 * it within about 3x its TTFT alone (half a step waited, then its own)
 	 */
 	s->step_target_ns = s->cfg.step_target_ns ? (double)s->cfg.step_target_ns :
 			    AUTO_STEP_DECODES * s->cost.d1 > AUTO_STEP_CALLS * s->cost.p0 ?

@@ -2,11 +2,16 @@
 /*
  * stepcost.c - the engine's forward cost model (see stepcost.h).
  *
- * The adaptation is an exponentially weighted mean of measured/predicted with weight
- * 0.2 per observation, each observation first clamped to [1/2, 2] x the current ratio:
- * a shift in machine load is followed within ~10 steps, while one step stalled by
- * another process (on a shared machine: 10x for a step, now and then) moves the estimate
- * by at most 20%.  The ratio itself stays in [0.1, 10].
+ * The adaptation scales the two parts of a step separately, k_w the weights and rows
+ * (p0 + R p1) and k_a the attention (A p2): calibrated at short contexts, the attention
+ * part is the least certain (measured on the demo model: 3x its fit at 3,000 positions),
+ * and one scale for both made a long prompt's attention inflate the predicted cost of
+ * every step's fixed part.  After each step the two move along their shares of the
+ * prediction (normalised least mean squares) so that the prediction closes 0.2 of its
+ * error, the measurement first clamped to [1/2, 2] x the prediction: a shift in machine
+ * load is followed within ~10 steps, while one step stalled by another process (on a
+ * shared machine: 10x for a step, now and then) moves the prediction by at most 20%.
+ * Each scale stays in [0.1, 10].
  *
  * Thread: the engine thread's.
  */
@@ -33,7 +38,8 @@ void kvp_stepcost_init(struct kvp_stepcost *c, double p0, double p1, double p2, 
 	c->p1 = p1 > 0 ? p1 : 1e4;
 	c->p2 = p2 > 0 ? p2 : 0;
 	c->d1 = d1 > 0 ? d1 : c->p0;
-	c->k_pre = 1;
+	c->k_w = 1;
+	c->k_a = 1;
 	c->k_dec = 1;
 }
 
@@ -68,18 +74,29 @@ void kvp_stepcost_fit(struct kvp_stepcost *c, const double n[3], const double ct
 		p[2] = 0;
 	}
 	/* noise can make any of them absurd: keep each within what the timings allow */
-	if (p[2] < 0)
-		p[2] = 0;
 	if (!(p[1] > 0))
 		p[1] = t[0] / (4 * n[0]);
 	if (!(p[0] > t[0] / 8))
 		p[0] = t[0] / 8;
+	/*
+	 * attention that costs nothing could never be scaled up by the adaptation (it moves
+	 * each part by its share): at least what makes 8,192 positions cost a token's matrix
+	 * work
+	 */
+	if (!(p[2] >= p[1] / 8192))
+		p[2] = p[1] / 8192;
 	kvp_stepcost_init(c, p[0], p[1], p[2], d1);
 }
 
-static double step_model(const struct kvp_stepcost *c, double rows, double attn)
+/* the weights-and-rows part of a step of @rows rows, and its attention part, unscaled */
+static double part_w(const struct kvp_stepcost *c, double rows)
 {
-	return c->p0 + rows * c->p1 + attn * c->p2;
+	return c->p0 + rows * c->p1;
+}
+
+static double part_a(const struct kvp_stepcost *c, double attn)
+{
+	return attn * c->p2;
 }
 
 /* positions a chunk of @n tokens after @ctx reads in attention, in all */
@@ -88,23 +105,21 @@ static double chunk_attn(uint32_t n, uint32_t ctx)
 	return n * ((double)ctx + n / 2.0);
 }
 
-static double prefill_model(const struct kvp_stepcost *c, uint32_t n, uint32_t ctx)
+static void observe_scales(struct kvp_stepcost *c, double rows, double attn, double ns)
 {
-	return step_model(c, n, chunk_attn(n, ctx));
-}
+	double w = part_w(c, rows), a = part_a(c, attn);
+	double pred = c->k_w * w + c->k_a * a, norm = w * w + a * a, e;
 
-static void observe_k_pre(struct kvp_stepcost *c, double model, double ns)
-{
-	if (model <= 0 || !(ns > 0))
+	if (!(pred > 0) || !(norm > 0) || !(ns > 0))
 		return;
-	c->k_pre = clampd((1 - ALPHA) * c->k_pre +
-				  ALPHA * clampd(ns / model, c->k_pre / 2, c->k_pre * 2),
-			  K_MIN, K_MAX);
+	e = clampd(ns, pred / 2, pred * 2) - pred;
+	c->k_w = clampd(c->k_w + ALPHA * e * w / norm, K_MIN, K_MAX);
+	c->k_a = clampd(c->k_a + ALPHA * e * a / norm, K_MIN, K_MAX);
 }
 
 double kvp_stepcost_step_ns(const struct kvp_stepcost *c, double rows, double attn)
 {
-	return rows > 0 ? c->k_pre * step_model(c, rows, attn) : 0;
+	return rows > 0 ? c->k_w * part_w(c, rows) + c->k_a * part_a(c, attn) : 0;
 }
 
 uint32_t kvp_stepcost_fit_step(const struct kvp_stepcost *c, double budget_ns, double rows,
@@ -127,12 +142,12 @@ uint32_t kvp_stepcost_fit_step(const struct kvp_stepcost *c, double budget_ns, d
 void kvp_stepcost_observe_step(struct kvp_stepcost *c, double rows, double attn, double ns)
 {
 	if (rows > 0)
-		observe_k_pre(c, step_model(c, rows, attn), ns);
+		observe_scales(c, rows, attn, ns);
 }
 
 double kvp_stepcost_prefill_ns(const struct kvp_stepcost *c, uint32_t n, uint32_t ctx)
 {
-	return n ? c->k_pre * prefill_model(c, n, ctx) : 0;
+	return kvp_stepcost_step_ns(c, n, chunk_attn(n, ctx));
 }
 
 uint32_t kvp_stepcost_fit_tokens(const struct kvp_stepcost *c, double budget_ns, uint32_t ctx,
@@ -177,7 +192,7 @@ double kvp_stepcost_decode_ns(const struct kvp_stepcost *c, uint32_t batch)
 void kvp_stepcost_observe_prefill(struct kvp_stepcost *c, uint32_t n, uint32_t ctx, double ns)
 {
 	if (n)
-		observe_k_pre(c, prefill_model(c, n, ctx), ns);
+		observe_scales(c, n, chunk_attn(n, ctx), ns);
 }
 
 void kvp_stepcost_observe_decode(struct kvp_stepcost *c, uint32_t batch, double ns)

@@ -6,22 +6,22 @@
  *
  * Prefill of n tokens after ctx cached positions:
  *
- *	t(n, ctx) = k * (p0 + n * (p1 + p2 * (ctx + n / 2)))
+ *	t(n, ctx) = k_w * (p0 + n * p1) + k_a * n * p2 * (ctx + n / 2)
  *
  * p0 is what a call costs whatever its size (reading every weight once: on a CPU about
  * one decode step), p1 the matrix work per token, p2 the attention work per token and per
- * position it attends to.  k starts at 1 and follows the measured/predicted ratio of the
- * recent chunks (an exponentially weighted mean, clamped): on a machine whose load
- * changes the shape of the model stays and its scale moves.
+ * position it attends to.  k_w and k_a start at 1 and follow what the recent steps took
+ * (svc/stepcost.c): on a machine whose load changes the shape of the model stays and its
+ * scales move; attention, fitted at short contexts, gets a scale of its own.
  *
  * A mixed step (compute/forward.h kvp_fwd_step(): a decode batch and prefill chunks in
  * one call) is the same model over all its rows: R rows whose attention reads A
  * positions in all (a prefill chunk n(ctx + n/2), a decode row at pos, pos + 1) cost
  *
- *	t(R, A) = k * (p0 + R * p1 + A * p2)
+ *	t(R, A) = k_w * (p0 + R * p1) + k_a * A * p2
  *
  * so the fixed cost is paid once per step, and a decode row costs what a prefill token
- * does.  Mixed steps adapt k like prefill calls.
+ * does.  Mixed steps adapt the scales like prefill calls.
  *
  * A decode step of a batch of b sequences alone: the recent measurement of that batch size
  * when there is one, else d1 * (1 + 0.06 (b - 1)) scaled by the decode ratio (each
@@ -40,13 +40,15 @@
  * struct kvp_stepcost - the model; fill with kvp_stepcost_init()
  * @p0, @p1, @p2:  prefill: fixed ns per call, ns per token, ns per token per position
  * @d1:            decode step of one sequence, ns
- * @k_pre, @k_dec: measured / modelled, recent (1 = as calibrated)
+ * @k_w, @k_a:    prefill and mixed steps, scales of the weights-and-rows part and of the
+ *                 attention part (1 = as calibrated)
+ * @k_dec:         decode steps, measured / modelled, recent
  * @dec:           recent decode step ns per batch size (0 = not seen); [b - 1]
  */
 struct kvp_stepcost {
 	double p0, p1, p2;
 	double d1;
-	double k_pre, k_dec;
+	double k_w, k_a, k_dec;
 	double dec[KVP_STEPCOST_MAX_BATCH];
 };
 

@@ -34,10 +34,11 @@ int kvp_cur_le64(struct kvp_cur *c, uint64_t *v)
 {
 	uint32_t lo, hi;
 
+	/* both halves or neither: a short read leaves the cursor where it was */
 	if (kvp_cur_left(c) < 8)
 		return -EBADMSG;
-	kvp_cur_le32(c, &lo);
-	kvp_cur_le32(c, &hi);
+	if (kvp_cur_le32(c, &lo) < 0 || kvp_cur_le32(c, &hi) < 0)
+		return -EBADMSG;
 	*v = (uint64_t)hi << 32 | lo;
 	return 0;
 }

@@ -99,7 +99,11 @@ void kvp_http_config_defaults(struct kvp_http_config *c)
 	c->anthropic_cache = KVP_HTTP_CACHE_AUTO;
 }
 
-static const struct key_def *find_key(const char *key)
+/*
+ * Not inlined: gcc 12 -O3 propagates each option's key name into the loop and warns
+ * (-Wstring-compare) about comparing it with the shorter names of other keys.
+ */
+static __attribute__((noinline)) const struct key_def *find_key(const char *key)
 {
 	for (size_t i = 0; i < N_KEYS; i++)
 		if (!strcmp(keys[i].key, key))

@@ -32,9 +32,11 @@
 #define STEPS 16u
 #define RUNS 5u
 #define BT 16u
-#define N_BATCH 3
+#define N_BATCH 8 /* most batch sizes one run takes */
 
-static const uint32_t batches[N_BATCH] = { 1, 4, 16 };
+/* KVP_BENCH_BATCHES=1,8,32 replaces them (at most N_BATCH, each 1..256) */
+static uint32_t batches[N_BATCH] = { 1, 4, 16 };
+static int n_batch = 3;
 
 struct read_arg {
 	const uint64_t *p;
@@ -188,7 +190,7 @@ struct run_arg {
 static int bench_placement(const char *type, struct kvp_model *m, int copied, struct run_arg *a,
 			   double *tps)
 {
-	for (int b = 0; b < N_BATCH; b++) {
+	for (int b = 0; b < n_batch; b++) {
 		uint32_t B = batches[b];
 		struct lane ln;
 		char name[160];
@@ -265,6 +267,26 @@ static int bench_model(const char *path, const char *type, void *arg)
 	return rc;
 }
 
+/* KVP_BENCH_BATCHES: a comma-separated list.  Return: 0, or -1 when it is not one. */
+static int parse_batches(const char *v)
+{
+	int n = 0;
+
+	while (*v) {
+		char *end;
+		unsigned long b = strtoul(v, &end, 10);
+
+		if (end == v || !b || b > 256 || n == N_BATCH || (*end && *end != ','))
+			return -1;
+		batches[n++] = (uint32_t)b;
+		v = *end ? end + 1 : end;
+	}
+	if (!n)
+		return -1;
+	n_batch = n;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -274,6 +296,13 @@ int main(int argc, char **argv)
 
 	if (kvp_kernels_best(&k)) {
 		fprintf(stderr, "bench-decode: KVP_ISA names no instruction set this CPU runs\n");
+		return 1;
+	}
+	if (getenv("KVP_BENCH_BATCHES") && parse_batches(getenv("KVP_BENCH_BATCHES"))) {
+		fprintf(stderr,
+			"bench-decode: KVP_BENCH_BATCHES: want up to %d sizes 1..256, "
+			"comma-separated, got '%s'\n",
+			N_BATCH, getenv("KVP_BENCH_BATCHES"));
 		return 1;
 	}
 	printf("kernels: %s\n", k->name);

@@ -63,10 +63,12 @@ test('messages: a system prompt and stop_sequences', async () => {
 	const r = await client().messages.create(req);
 	const text = r.content[0].text;
 	// stop at a printable ASCII character greedy decoding says anyway (after the first:
-	// an ASCII byte is never part of another character, so it occurs as itself)
-	const at = [...text].findIndex((ch, i) => i > 0 && ch >= '!' && ch <= '~');
+	// an ASCII byte is never part of another character, so it occurs as itself; and
+	// before the last, so that stopping there leaves tokens ungenerated)
+	const chars = [...text];
+	const at = chars.findIndex((ch, i) => i > 0 && i < chars.length - 1 && ch >= '!' && ch <= '~');
 	assert.ok(at > 0, 'no printable character generated');
-	const stop = [...text][at];
+	const stop = chars[at];
 	const s = await client().messages.create({ ...req, stop_sequences: [stop] });
 	assert.equal(s.stop_reason, 'stop_sequence');
 	assert.equal(s.stop_sequence, stop);

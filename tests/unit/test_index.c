@@ -679,7 +679,7 @@ static void capture(struct fixture *f, const uint32_t *ids, int n, struct kvp_in
 static void test_rebuild_from_records(void **state)
 {
 	/* records inserted parents first give back every chain; bad ones are refused */
-	struct fixture *f = *state, *g;
+	struct fixture *f = *state, *g = NULL;
 	uint32_t t[3 * BT + 1], u[2 * BT + 1], ida[3], idb[2], tok[5 * BT], hits[3], m, out;
 	struct kvp_index_rec rec[5], bad;
 	struct kvp_index_disk_hit dh[3];

@@ -26,6 +26,8 @@
 #include <cmocka.h>
 
 #include "compute/kernels/kernels.h"
+#include "compute/linear.h"
+#include "compute/threads.h"
 #include "kvpool/layout.h"
 #include "tests/lib/testlib.h"
 
@@ -703,6 +705,65 @@ static void test_attn_block_matches_softmax(void **state)
 	}
 }
 
+/*
+ * F32 projections of many rows take sgemm or our kernel, whichever this CPU runs faster
+ * (measured): both give x @ W^T, and the measured choice is the same for every context.
+ */
+static void test_linear_f32_both_paths(void **state)
+{
+	enum { ROWS = 80, K = 300, D = 70 };
+	float *w = malloc(sizeof(float) * D * K), *x = malloc(sizeof(float) * ROWS * K);
+	float *out = malloc(sizeof(float) * ROWS * D);
+	struct kvp_threads *pool;
+	uint64_t seed = 7;
+
+	assert_non_null(w);
+	assert_non_null(x);
+	assert_non_null(out);
+	for (int i = 0; i < D * K; i++)
+		w[i] = (float)(kvp_test_xorshift(&seed) % 2001) * 1e-3f - 1;
+	for (int i = 0; i < ROWS * K; i++)
+		x[i] = (float)(kvp_test_xorshift(&seed) % 2001) * 1e-3f - 1;
+	assert_int_equal(kvp_threads_new(&pool, 2), 0);
+	for (int t = 0; t < n_tables; t++) {
+		const struct kvp_tensor wt = { .type = KVP_GGML_F32,
+					       .data = w,
+					       .ne0 = K,
+					       .ne1 = D,
+					       .row_bytes = K * sizeof(float) };
+		struct kvp_lin a, b;
+		size_t measured;
+
+		assert_int_equal(kvp_lin_init(&a, tables[t], pool, ROWS, K), 0);
+		assert_int_equal(kvp_lin_init(&b, tables[t], pool, ROWS, K), 0);
+		measured = kvp_lin_blas_rows(&a);
+		assert_true(measured >= 16);
+		assert_int_equal(kvp_lin_blas_rows(&b), measured);
+		for (int path = 0; path < 2; path++) {
+			kvp_lin_set_blas_rows(&a, path ? 16 : SIZE_MAX);
+			for (size_t rows = 17; rows <= ROWS; rows += 63) {
+				memset(out, 0, sizeof(float) * ROWS * D);
+				kvp_lin_run(&a, x, rows, 1, (float *[]){ out },
+					    (const struct kvp_tensor *[]){ &wt });
+				for (size_t r = 0; r < rows; r++)
+					for (int o = 0; o < D; o++) {
+						double want = 0;
+
+						for (int i = 0; i < K; i++)
+							want += (double)x[r * K + i] * w[o * K + i];
+						assert_true(fabs(out[r * D + o] - want) < 1e-3);
+					}
+			}
+		}
+		kvp_lin_deinit(&a);
+		kvp_lin_deinit(&b);
+	}
+	kvp_threads_free(pool);
+	free(w);
+	free(x);
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -715,6 +776,7 @@ int main(void)
 		cmocka_unit_test(test_matmul_every_type_every_table),
 		cmocka_unit_test(test_float_kernels_match_formulas),
 		cmocka_unit_test(test_attn_block_matches_softmax),
+		cmocka_unit_test(test_linear_f32_both_paths),
 	};
 
 	return cmocka_run_group_tests(tests, setup, NULL);

@@ -962,8 +962,11 @@ static void test_short_prompt_goes_first(void **state)
 	}
 	print_message("16-token TTFT during a 4000-token prefill / alone: fair %.2f, fifo %.2f\n",
 		      ratio[KVP_SCHED_FAIR], ratio[KVP_SCHED_FIFO]);
-	/* half a prefill step (20 fixed costs of a call: the long prompt's 1.1x) and its own */
-	assert_true(ratio[KVP_SCHED_FAIR] <= 5.0);
+	/*
+	 * half a prefill step (10 fixed costs of a call: the long prompt's 1.1x) and its
+	 * own: the issue's 3x (the clock is the test's: deterministic)
+	 */
+	assert_true(ratio[KVP_SCHED_FAIR] <= 3.0);
 	assert_true(ratio[KVP_SCHED_FIFO] > 10.0);
 }
 

@@ -63,21 +63,50 @@ static void test_observed_steps_move_the_scale(void **state)
 
 	demo(&c);
 	model = kvp_stepcost_step_ns(&c, 30, 900);
-	/* steps that take twice the model: the scale follows, within ~20 of them */
+	/* steps that take twice the model: the prediction follows, within ~20 of them */
 	for (int i = 0; i < 20; i++)
 		kvp_stepcost_observe_step(&c, 30, 900, 2 * model);
-	assert_true(c.k_pre > 1.9 && c.k_pre <= 2.0);
+	assert_true(kvp_stepcost_step_ns(&c, 30, 900) > 1.9 * model);
+	assert_true(kvp_stepcost_step_ns(&c, 30, 900) <= 2.0 * model);
 	/* one step stalled 10x moves it by at most 20% */
-	before = c.k_pre;
+	before = kvp_stepcost_step_ns(&c, 30, 900);
 	kvp_stepcost_observe_step(&c, 30, 900, 20 * model);
-	assert_true(c.k_pre <= before * 1.2 + 1e-9);
+	assert_true(kvp_stepcost_step_ns(&c, 30, 900) <= before * 1.2 + 1e-3);
 	/* nothing observed, nothing moved */
-	before = c.k_pre;
+	before = kvp_stepcost_step_ns(&c, 30, 900);
 	kvp_stepcost_observe_step(&c, 0, 0, 1e6);
 	kvp_stepcost_observe_step(&c, 30, 900, 0);
-	assert_true(c.k_pre == before);
+	assert_true(kvp_stepcost_step_ns(&c, 30, 900) == before);
 	/* decode-only steps keep their own figures */
 	assert_true(c.k_dec == 1);
+}
+
+static void test_attention_scaled_apart(void **state)
+{
+	/*
+	 * the machine's attention costs 3x the calibrated figure, its matrix work as
+	 * calibrated: steps at short and at long contexts, in turn, teach both scales, so
+	 * both kinds are predicted within 10% (one scale for both would price the short
+	 * steps by the long ones' error)
+	 */
+	struct kvp_stepcost c, truth;
+
+	demo(&c);
+	truth = c;
+	truth.k_a = 3;
+	for (int i = 0; i < 200; i++) {
+		double attn = i % 2 ? 8 * 3000.0 : 64 * 32.0, rows = i % 2 ? 9 : 65;
+
+		kvp_stepcost_observe_step(&c, rows, attn, kvp_stepcost_step_ns(&truth, rows, attn));
+	}
+	for (int k = 0; k < 2; k++) {
+		double attn = k ? 8 * 3000.0 : 64 * 32.0, rows = k ? 9 : 65;
+		double want = kvp_stepcost_step_ns(&truth, rows, attn);
+
+		assert_true(fabs(kvp_stepcost_step_ns(&c, rows, attn) - want) < 0.1 * want);
+	}
+	/* and a step of decode rows alone (little attention) is priced as calibrated */
+	assert_true(fabs(c.k_w - 1) < 0.1);
 }
 
 int main(void)
@@ -86,6 +115,7 @@ int main(void)
 		cmocka_unit_test(test_step_prices_one_call),
 		cmocka_unit_test(test_fit_step_is_largest_within_budget),
 		cmocka_unit_test(test_observed_steps_move_the_scale),
+		cmocka_unit_test(test_attention_scaled_apart),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
