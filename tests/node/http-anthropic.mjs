@@ -73,7 +73,11 @@ test('messages: a system prompt and stop_sequences', async () => {
 	assert.equal(s.stop_reason, 'stop_sequence');
 	assert.equal(s.stop_sequence, stop);
 	assert.equal(s.content[0].text, text.slice(0, text.indexOf(stop)));
-	assert.ok(s.usage.output_tokens < 24);
+	// usage counts what kvpoold generated before the stop reached it: tokens come in
+	// frames of several when the model outruns the reader, and the frame that holds
+	// the stop may hold the rest (as the OpenAI test's completion_tokens <= max)
+	assert.ok(s.usage.output_tokens >= [...s.content[0].text].length);
+	assert.ok(s.usage.output_tokens <= 24);
 });
 
 test('messages streamed: events in order, the same message as whole', async () => {
