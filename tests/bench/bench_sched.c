@@ -12,8 +12,9 @@
  *     request alone (medians of TTFT_RUNS); the long prompt's first token next to the
  *     first policy's (the issue's 1.1x for fair prefill);
  *  3. the largest gap between two tokens of a running stream while a 4,000-token prompt
- *     prefills, against its median gap alone; the long prompt's time to its first token
- *     next to the first policy's;
+ *     prefills, against its median gap alone (and the 99th percentile: the largest is
+ *     one step of ~1,700 that met the machine's noise); the long prompt's time to its
+ *     first token next to the first policy's;
  *  4. aggregate tokens/s of 8 and of 32 concurrent streams (100-token prompts, max_new
  *     4,096, each client stops after STREAM_TOKENS tokens: chat clients that ask for much
  *     and stop early), on 1 GiB, and the 8 on 350 MiB as in 1.;
@@ -320,7 +321,8 @@ static void *stream_main(void *arg)
 	return NULL;
 }
 
-static int bench_gap(double max_gap[2], double median_alone[2], double long_ttft[2])
+static int bench_gap(double max_gap[2], double p99_gap[2], double median_alone[2],
+		     double long_ttft[2])
 {
 	static int32_t long_prompt[LONG_PROMPT];
 
@@ -350,6 +352,13 @@ static int bench_gap(double max_gap[2], double median_alone[2], double long_ttft
 			if (s.tm.gaps[i] > worst)
 				worst = s.tm.gaps[i];
 		max_gap[pol] = worst;
+		p99_gap[pol] = 0;
+		if (s.tm.n_gaps > n_alone) {
+			uint32_t n = s.tm.n_gaps - n_alone;
+
+			kvp_test_median(s.tm.gaps + n_alone, (int)n); /* sorts them */
+			p99_gap[pol] = kvp_test_percentile_sorted(s.tm.gaps + n_alone, (int)n, 99);
+		}
 		long_ttft[pol] = ttft_ms(&tm);
 		atomic_store(&s.stop, true);
 		pthread_join(th, NULL);
@@ -528,7 +537,7 @@ static int bench_goodput(void)
 int main(void)
 {
 	struct kvpd md;
-	double a[2], b[2], c[2];
+	double a[2], b[2], c[2], p99[2];
 
 	quick = getenv("KVP_BENCH_QUICK") != NULL;
 	kvp_bench_cpu_regime(1000);
@@ -553,11 +562,16 @@ int main(void)
 			 "same request alone (fifo)", b[1], "ms");
 	kvp_bench_report("4000-token prompt's first token, a short one arriving (fair)", c[0], "ms",
 			 "fifo", c[1], "ms");
-	if (bench_gap(a, b, c) < 0)
+	if (bench_gap(a, p99, b, c) < 0)
 		goto fail;
 	kvp_bench_report("largest inter-token gap during a 4000-token prefill (fair)", a[0] * 1e3,
 			 "ms", "median gap alone (fair)", b[0] * 1e3, "ms");
 	kvp_bench_report("largest inter-token gap during a 4000-token prefill (fifo)", a[1] * 1e3,
+			 "ms", "median gap alone (fifo)", b[1] * 1e3, "ms");
+	/* the largest is one step that met the machine's noise: the tail next to it */
+	kvp_bench_report("p99 inter-token gap during a 4000-token prefill (fair)", p99[0] * 1e3,
+			 "ms", "median gap alone (fair)", b[0] * 1e3, "ms");
+	kvp_bench_report("p99 inter-token gap during a 4000-token prefill (fifo)", p99[1] * 1e3,
 			 "ms", "median gap alone (fifo)", b[1] * 1e3, "ms");
 	kvp_bench_report("4000-token prompt's first token next to a stream (fair)", c[0], "ms",
 			 "fifo", c[1], "ms");

@@ -705,6 +705,32 @@ static void test_attn_block_matches_softmax(void **state)
 	}
 }
 
+static void test_swiglu_whole_range(void **state)
+{
+	/*
+	 * the vector tables' exp (SwiGLU's and softmax's) against libm in double over the
+	 * whole float range SiLU meets, both clamps, a tail shorter than a vector, and NaN
+	 */
+	enum { N = 3 * 16 * 64 + 5 };
+	static float x[N], y[N], one[N];
+
+	for (int i = 0; i < N; i++) {
+		x[i] = -100.0f + 200.0f * (float)i / (N - 2);
+		one[i] = 1;
+	}
+	x[N - 1] = NAN;
+	for (int t = 0; t < n_tables; t++) {
+		memcpy(y, x, sizeof(y));
+		tables[t]->swiglu(y, one, N);
+		for (int i = 0; i < N - 1; i++) {
+			double want = x[i] / (1 + exp(-(double)x[i]));
+
+			assert_true(fabs(y[i] - want) <= 2e-6 * fabs(want) + 1e-30);
+		}
+		assert_true(isnan(y[N - 1]));
+	}
+}
+
 /*
  * F32 projections of many rows take sgemm or our kernel, whichever this CPU runs faster
  * (measured): both give x @ W^T, and the measured choice is the same for every context.
@@ -776,6 +802,7 @@ int main(void)
 		cmocka_unit_test(test_matmul_every_type_every_table),
 		cmocka_unit_test(test_float_kernels_match_formulas),
 		cmocka_unit_test(test_attn_block_matches_softmax),
+		cmocka_unit_test(test_swiglu_whole_range),
 		cmocka_unit_test(test_linear_f32_both_paths),
 	};
 
