@@ -8,7 +8,8 @@
  * machine's thread count.  Figure: achieved GOP/s (model operations per token x
  * tokens/s, 2 per multiply-add).  Baselines, all threads at once: for the integer
  * types the vpdpbusd register peak, for bf16 the vdpbf16ps peak, for f16 the f32 FMA
- * peak, for f32 cblas_sgemm at M=512, K=N=2048 (the path f32 prefill takes); and each
+ * peak, for f32 cblas_sgemm at M=512, K=N=2048 (f32 prefill takes it where it was
+ * measured faster than our kernel: compute/linear.c; not on Zen 5); and each
  * type against the f32 file of the same weights in the same run (today's path
  * converted every type to f32).
  */
