@@ -176,7 +176,7 @@ static double time_path(struct kvp_lin *l, int use_sgemm, float *out, const floa
 /*
  * The row count above which f32 projections go to sgemm on @l's kernel table: measured
  * at CAL_ROWS_LO and CAL_ROWS_HI rows; SIZE_MAX when sgemm wins at neither (or the
- * scratch cannot be had: today's kernel is always correct).  Once per process and
+ * scratch cannot be had: our kernel is always correct).  Once per process and
  * table: every forward context of it gets the same answer, so the same input gives the
  * same output in every context.
  */
@@ -221,9 +221,10 @@ static size_t blas_from(struct kvp_lin *l)
 		/* OpenBLAS's threads spin for ~0.1 s after a call: not into the caller's step */
 		if (rows == SIZE_MAX)
 			nanosleep(&(struct timespec){ .tv_nsec = 150000000 }, NULL);
+		/* remembered only when measured: no memory now is not the answer for good */
+		if (n_seen < sizeof(seen) / sizeof(seen[0]))
+			seen[n_seen++] = (typeof(seen[0])){ .k = l->k, .rows = rows };
 	}
-	if (n_seen < sizeof(seen) / sizeof(seen[0]))
-		seen[n_seen++] = (typeof(seen[0])){ .k = l->k, .rows = rows };
 out:
 	pthread_mutex_unlock(&lock);
 	free(wd);

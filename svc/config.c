@@ -138,7 +138,7 @@ static const struct key_def keys[] = {
 	{ "scheduler", "prefill_step_ms", "prefill-step-ms", T_U32, OFF(prefill_step_ms), 0, 0,
 	  60000,
 	  "fair: longest prefill step while nothing generates (a request arriving then waits\n"
-	  "for it); 0: 20 x the fixed cost of a forward call, measured at start" },
+	  "for it); 0: 10 x the fixed cost of a forward call, measured at start" },
 	{ "scheduler", "prefill_aging_ms", "prefill-aging-ms", T_U32, OFF(prefill_aging_ms), 0, 1,
 	  600000,
 	  "fair: a prompt left without a prefill chunk this long goes ahead of shorter ones" },

@@ -101,7 +101,7 @@ struct kvp_sched_hooks {
  * @step_target_ns:  FAIR: engine step time to aim at while sequences are decoding
  *                   (0: 2.5 decode steps of one sequence or 2.5 fixed costs
  *                   of a forward call, the larger, measured at start)
- * @prefill_step_ns: FAIR: longest prefill step while nobody decodes (0: 20 x the fixed
+ * @prefill_step_ns: FAIR: longest prefill step while nobody decodes (0: 10 x the fixed
  *                   cost of a forward call, measured at start)
  * @aging_ms:        FAIR: a prefilling sequence left without a chunk for this long goes
  *                   ahead of shorter ones (shortest first, with aging); 0: 250

@@ -932,7 +932,7 @@ static void test_short_prompt_goes_first(void **state)
 {
 	/*
 	 * a 16-token request arriving while a 4,000-token prompt prefills gets its first
-	 * token long before the long one, within 5x its time alone (FIFO: far beyond, it
+	 * token long before the long one, within 3x its time alone (FIFO: far beyond, it
 	 * waits for the whole prefill)
 	 */
 	static struct sim m;
