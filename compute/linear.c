@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "compute/threads.h"
+#include "util/time.h"
 
 /* Up to this many rows an f32 projection always uses our kernel (a decode batch). */
 #define LIN_GEMV_ROWS 16u
@@ -145,14 +146,6 @@ static void own_f32(struct kvp_lin *l, float *out, const float *x, const struct 
 	kvp_threads_run(l->pool, mat_part, &j);
 }
 
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Best of 3 of one path at @rows rows of the calibration matrix: seconds. */
 static double time_path(struct kvp_lin *l, int use_sgemm, float *out, const float *x,
 			const struct kvp_tensor *w, size_t rows)
@@ -160,13 +153,14 @@ static double time_path(struct kvp_lin *l, int use_sgemm, float *out, const floa
 	double best = 0;
 
 	for (int i = 0; i < 4; i++) { /* the first is a warm-up: threads, caches */
-		double t = now_s();
+		uint64_t t0 = kvp_now_ns();
+		double t;
 
 		if (use_sgemm)
 			blas(out, x, w, rows);
 		else
 			own_f32(l, out, x, w, rows);
-		t = now_s() - t;
+		t = kvp_ns_to_s(kvp_now_ns() - t0);
 		if (i && (!best || t < best))
 			best = t;
 	}

@@ -23,6 +23,7 @@
 #include "compute/convo_bp.h"
 #include "compute/text/chat.h"
 #include "compute/text/tokenizer.h"
+#include "tests/lib/spmfix.h"
 
 #define N_SPECIAL 7
 #define CAP 1024
@@ -40,14 +41,7 @@ static int setup(void **state)
 	int32_t types[259 + N_SPECIAL];
 	struct kvp_tokenizer *t;
 
-	pieces[0] = "<unk>", types[0] = KVP_TOK_UNKNOWN;
-	pieces[1] = "<s>", types[1] = KVP_TOK_CONTROL;
-	pieces[2] = "</s>", types[2] = KVP_TOK_CONTROL;
-	for (int b = 0; b < 256; b++) {
-		snprintf(bytes[b], sizeof(bytes[b]), "<0x%02X>", b);
-		pieces[3 + b] = bytes[b];
-		types[3 + b] = KVP_TOK_BYTE;
-	}
+	spmfix_base(bytes, pieces, types);
 	for (int i = 0; i < N_SPECIAL; i++) {
 		pieces[259 + i] = specials[i];
 		types[259 + i] = KVP_TOK_CONTROL;
