@@ -31,14 +31,23 @@
 #define KVP_VERSION "unknown"
 #endif
 
-/* Wait until no generation is left or @ms passed.  Return: how many are left. */
-static unsigned int wait_idle(struct kvp_http_backend *be, unsigned int ms)
+/* Requests received and not yet answered: generations and those not yet at the backend. */
+static unsigned int in_flight(struct kvp_http_server *srv, struct kvp_http_backend *be)
+{
+	unsigned int open = kvp_http_server_open(srv), busy = kvp_http_backend_busy(be);
+
+	return open > busy ? open : busy;
+}
+
+/* Wait until no request is left or @ms passed.  Return: how many are left. */
+static unsigned int wait_idle(struct kvp_http_server *srv, struct kvp_http_backend *be,
+			      unsigned int ms)
 {
 	uint64_t end = kvp_now_ns() + (uint64_t)ms * 1000000u;
 
-	while (kvp_http_backend_busy(be) && kvp_now_ns() < end)
+	while (in_flight(srv, be) && kvp_now_ns() < end)
 		usleep(10000);
-	return kvp_http_backend_busy(be);
+	return in_flight(srv, be);
 }
 
 /* Wait for SIGTERM/SIGINT, pinging systemd's watchdog meanwhile when it asks for that. */
@@ -149,14 +158,14 @@ int main(int argc, char **argv)
 
 	sig = wait_signal(&set, &notify);
 	kvp_log(LOG_INFO, "%s: stopping; %u requests in flight get %u ms to finish", strsignal(sig),
-		kvp_http_backend_busy(be), cfg.drain_timeout_ms);
+		in_flight(srv, be), cfg.drain_timeout_ms);
 	kvp_notify_send(&notify, "STOPPING=1\nSTATUS=draining");
 	kvp_http_server_stop_accepting(srv);
-	left = wait_idle(be, cfg.drain_timeout_ms);
+	left = wait_idle(srv, be, cfg.drain_timeout_ms);
 	if (left) {
 		kvp_log(LOG_NOTICE, "drain: cancelling %u requests", left);
 		kvp_http_backend_cancel_all(be);
-		wait_idle(be, 2000);
+		wait_idle(srv, be, 2000);
 	}
 	status = 0;
 out:

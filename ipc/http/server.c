@@ -54,8 +54,14 @@ struct kvp_http_server {
 	uint64_t id_prefix; /* random, so ids differ between runs */
 	atomic_uint_fast64_t id_next;
 
-	pthread_mutex_t gate; /* setting @stopping against the reservations racing with it */
+	/*
+	 * @stopping is set once, on SIGTERM.  @open counts requests from their headers to
+	 * their completion: a drain waits for them too, not only for those the backend has,
+	 * so that a request received before the signal but still reading its body (or not
+	 * yet submitted) is answered rather than cut off.
+	 */
 	atomic_bool stopping;
+	atomic_uint open;
 
 	/* the status thread (GET /metrics) */
 	pthread_t status_thread;
@@ -86,6 +92,7 @@ struct hreq {
 	bool early;		       /* @early_err is the answer, once the body is read */
 	struct kvp_http_err early_err; /* found in the headers of a POST */
 	bool submitted;		       /* to the backend or the status thread */
+	bool late;		       /* its headers came after SIGTERM: 503 */
 	bool via_status;
 	unsigned int status; /* of the response queued, 0 = none */
 	struct kvp_http_gen gen;
@@ -590,6 +597,7 @@ static enum MHD_Result get_health(struct hreq *r)
 		kvp_json_str(&j, "model", info.model, strlen(info.model));
 	kvp_json_u64(&j, "backend_connections", kvp_http_backend_up(srv->be));
 	kvp_json_u64(&j, "in_flight", kvp_http_backend_busy(srv->be));
+	kvp_json_u64(&j, "requests_open", kvp_http_server_open(srv) - 1); /* this one aside */
 	if (!ok) {
 		char why[256];
 
@@ -860,9 +868,7 @@ static enum MHD_Result post_ready(struct hreq *r)
 	r->emit.block_tokens = info.block_tokens;
 	kvp_http_stop_init(&r->stop, g->stop, g->stop_len, g->n_stop);
 
-	pthread_mutex_lock(&srv->gate);
-	rc = atomic_load(&srv->stopping) ? -ESHUTDOWN : kvp_http_backend_reserve(srv->be);
-	pthread_mutex_unlock(&srv->gate);
+	rc = r->late ? -ESHUTDOWN : kvp_http_backend_reserve(srv->be);
 	if (rc == -ESHUTDOWN)
 		return fail(r, 503, "service_unavailable", NULL, "kvpool-http is stopping");
 	if (rc) {
@@ -984,6 +990,9 @@ static struct hreq *hreq_new(struct kvp_http_server *srv, struct MHD_Connection 
 	r->fd = ci ? ci->connect_fd : -1;
 	r->body = r->out = r->scratch = (struct kvp_buf)KVP_BUF_INIT;
 	new_id(srv, r->req_id, sizeof(r->req_id), "req_");
+	/* counted before @stopping is read: a drain that saw no request sees this one late */
+	atomic_fetch_add(&srv->open, 1);
+	r->late = atomic_load(&srv->stopping);
 	return r;
 }
 
@@ -1014,7 +1023,7 @@ static enum MHD_Result first_call(struct hreq *r, const char *url, const char *m
 				 rt->post ? "POST" : "GET");
 	else if (r->ep != KVP_HTTP_EP_HEALTH && !check_key(r, &e))
 		; /* @e is the 401 */
-	else if (r->ep != KVP_HTTP_EP_HEALTH && atomic_load(&srv->stopping))
+	else if (r->ep != KVP_HTTP_EP_HEALTH && r->late)
 		kvp_http_err_set(&e, 503, "service_unavailable", NULL, "kvpool-http is stopping");
 	else if (is_post && cl && strtoull(cl, NULL, 10) > srv->cfg->max_body_bytes)
 		kvp_http_err_set(&e, 413, "request_too_large", NULL,
@@ -1107,6 +1116,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		kvp_http_metrics_request(&srv->metrics, r->ep, r->status,
 					 kvp_ns_to_s(kvp_now_ns() - r->t0_ns));
 	hreq_unref(r);
+	atomic_fetch_sub(&srv->open, 1);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
@@ -1151,7 +1161,6 @@ int kvp_http_server_new(struct kvp_http_server **out, const struct kvp_http_conf
 		srv->quiesced_fd[i] = -1;
 	if (getrandom(&srv->id_prefix, sizeof(srv->id_prefix), 0) != sizeof(srv->id_prefix))
 		srv->id_prefix = mix(kvp_now_ns());
-	pthread_mutex_init(&srv->gate, NULL);
 	pthread_mutex_init(&srv->status_lock, NULL);
 	pthread_cond_init(&srv->status_cond, NULL);
 	for (p = cfg->model_aliases; *p;) {
@@ -1226,11 +1235,14 @@ int kvp_http_server_listen(struct kvp_http_server *srv, struct kvp_http_listener
 	return 0;
 }
 
+unsigned int kvp_http_server_open(struct kvp_http_server *srv)
+{
+	return atomic_load(&srv->open);
+}
+
 void kvp_http_server_stop_accepting(struct kvp_http_server *srv)
 {
-	pthread_mutex_lock(&srv->gate);
 	atomic_store(&srv->stopping, true);
-	pthread_mutex_unlock(&srv->gate);
 	for (unsigned int i = 0; i < srv->n_mhd; i++)
 		srv->quiesced_fd[i] = MHD_quiesce_daemon(srv->mhd[i]);
 }
@@ -1253,6 +1265,5 @@ void kvp_http_server_free(struct kvp_http_server *srv)
 	}
 	pthread_cond_destroy(&srv->status_cond);
 	pthread_mutex_destroy(&srv->status_lock);
-	pthread_mutex_destroy(&srv->gate);
 	free(srv);
 }

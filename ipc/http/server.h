@@ -50,10 +50,13 @@ int kvp_http_server_listen(struct kvp_http_server *srv, struct kvp_http_listener
 			   size_t cap);
 
 /*
- * Stop taking work: the listen sockets close, requests that come on open connections get
- * 503, running ones go on.  Afterwards nothing new reaches the backend.
+ * Stop taking work: the listen sockets close, requests whose headers come afterwards (on
+ * connections already open) get 503; requests received before go on, to the backend too.
  */
 void kvp_http_server_stop_accepting(struct kvp_http_server *srv);
+
+/* Requests from their headers until their response is sent (or their connection gone). */
+unsigned int kvp_http_server_open(struct kvp_http_server *srv);
 
 /*
  * Stop serving and free.  Call after kvp_http_backend_free() (every generation has

@@ -325,27 +325,67 @@ static void send_long(struct httpc *c, int port, int max_tokens, bool stream)
 			 0);
 }
 
+/*
+ * Wait until GET /health's @what (in_flight: generations at kvpoold; requests_open:
+ * received, not yet answered) is at least @n: a connection still in the listen backlog
+ * when SIGTERM comes is reset, not drained.
+ */
+static void wait_health(int port, const char *what, int n)
+{
+	double t_end = kvp_test_now_s() + 30;
+	struct httpc_resp r;
+	int got;
+
+	do {
+		assert_int_equal(httpc_request(port, "GET", "/health", NULL, NULL, &r), 0);
+		got = (int)body_num(&r, what, -1);
+		httpc_resp_free(&r);
+		if (got >= n)
+			return;
+		usleep(10000);
+	} while (kvp_test_now_s() < t_end);
+	fail_msg("kvpool-http's %s stays %d, not %d", what, got, n);
+}
+
 static void test_sigterm_drains(void **state)
 {
 	struct fixture *f = *state;
 	char conf[400];
 	const char *args[] = { "--config", conf, "--listen", "127.0.0.1:0", NULL };
+	const char *late = "{\"prompt\":\"sent in two\",\"max_tokens\":3,\"temperature\":0}";
+	char late_head[128];
 	struct httpc c, c2;
 	struct httpc_resp r;
 	struct httpd h;
 
-	/* SIGTERM: a running request still completes within the drain time; exit 0 */
+	/*
+	 * SIGTERM: a running request still completes within the drain time, and so does one
+	 * whose headers came before the signal and its body after; exit 0
+	 */
 	snprintf(conf, sizeof(conf), "%s/drain.conf", f->d.dir);
 	write_file(conf, "[http]\ndrain_timeout_ms = 30000\n");
 	assert_int_equal(httpd_start(&h, f->d.dir, f->d.sock, args, 10), 0);
 	send_long(&c, h.port, 1500, false);
-	usleep(100000);
+	assert_int_equal(httpc_open(&c2, h.port, 60), 0);
+	snprintf(late_head, sizeof(late_head),
+		 "Content-Type: application/json\r\nContent-Length: %zu\r\n", strlen(late));
+	assert_int_equal(httpc_send_request(&c2, "POST", "/v1/completions", late_head, NULL, 0), 0);
+	assert_int_equal(httpc_send(&c2, late, 10), 0);
+	wait_health(h.port, "in_flight", 1);
+	wait_health(h.port, "requests_open", 2);
 	kill(h.pid, SIGTERM);
+	usleep(100000);
+	assert_int_equal(httpc_send(&c2, late + 10, strlen(late) - 10), 0);
 	assert_int_equal(httpc_read(&c, &r, NULL, NULL), 0);
 	assert_int_equal(r.status, 200);
 	assert_int_equal((int)body_num(&r, "usage.completion_tokens", -1), 1500);
 	httpc_resp_free(&r);
+	assert_int_equal(httpc_read(&c2, &r, NULL, NULL), 0);
+	assert_int_equal(r.status, 200);
+	assert_int_equal((int)body_num(&r, "usage.completion_tokens", -1), 3);
+	httpc_resp_free(&r);
 	httpc_close(&c);
+	httpc_close(&c2);
 	assert_int_equal(httpd_wait(&h, 30), 0);
 	assert_true(WIFEXITED(h.exit_status) && WEXITSTATUS(h.exit_status) == 0);
 	assert_true(httpd_log_has(&h, "stopping"));
@@ -357,7 +397,7 @@ static void test_sigterm_drains(void **state)
 	assert_int_equal(httpd_start(&h, f->d.dir, f->d.sock, args, 10), 0);
 	send_long(&c, h.port, 4000, false);
 	send_long(&c2, h.port, 4000, true);
-	usleep(200000);
+	wait_health(h.port, "in_flight", 2);
 	kill(h.pid, SIGTERM);
 	assert_int_equal(httpc_read(&c, &r, NULL, NULL), 0);
 	assert_int_equal(r.status, 503);
