@@ -105,7 +105,7 @@ int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kv
 		return -EINVAL;
 	if (!k && (err = kvp_kernels_best(&k)))
 		return err;
-	if (kvp_kernels_check(k))
+	if (kvp_kernels_check(k) || kvp_lin_f32_gemm() < 0)
 		return -EINVAL;
 	k_max = qd > k_max ? qd : k_max;
 	f = calloc(1, sizeof(*f));

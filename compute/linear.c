@@ -227,10 +227,37 @@ out:
 	return rows;
 }
 
+int kvp_lin_f32_gemm(void)
+{
+	static const char *const names[] = {
+		[KVP_F32_GEMM_AUTO] = "auto",
+		[KVP_F32_GEMM_KVPOOL] = "kvpool",
+		[KVP_F32_GEMM_OPENBLAS] = "openblas",
+	};
+	const char *v = getenv("KVP_F32_GEMM");
+
+	if (!v || !*v)
+		return KVP_F32_GEMM_AUTO;
+	for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); i++)
+		if (!strcmp(v, names[i]))
+			return i;
+	return -EINVAL;
+}
+
 size_t kvp_lin_blas_rows(struct kvp_lin *l)
 {
-	if (!l->blas_rows)
-		l->blas_rows = blas_from(l);
+	if (!l->blas_rows) {
+		switch (kvp_lin_f32_gemm()) {
+		case KVP_F32_GEMM_KVPOOL:
+			l->blas_rows = SIZE_MAX;
+			break;
+		case KVP_F32_GEMM_OPENBLAS:
+			l->blas_rows = LIN_GEMV_ROWS;
+			break;
+		default: /* auto; kvp_fwd_new() refused another value */
+			l->blas_rows = blas_from(l);
+		}
+	}
 	return l->blas_rows;
 }
 

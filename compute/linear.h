@@ -72,12 +72,29 @@ void kvp_lin_deinit(struct kvp_lin *l);
 void kvp_lin_run(struct kvp_lin *l, const float *x, size_t rows, unsigned n, float *const *outs,
 		 const struct kvp_tensor *const *ws);
 
+/* What KVP_F32_GEMM asks of f32 projections of more than 16 rows. */
+enum kvp_f32_gemm {
+	KVP_F32_GEMM_AUTO,     /* unset, empty or "auto": the faster, measured */
+	KVP_F32_GEMM_KVPOOL,   /* "kvpool": our kernel */
+	KVP_F32_GEMM_OPENBLAS, /* "openblas": OpenBLAS's sgemm */
+};
+
+/**
+ * kvp_lin_f32_gemm() - read KVP_F32_GEMM
+ *
+ * A measured choice can differ between processes (a loaded machine), and the two paths
+ * sum in different orders: fixing it makes f32 results bit-identical between processes.
+ * Return: enum kvp_f32_gemm, or -EINVAL for another value.
+ */
+int kvp_lin_f32_gemm(void);
+
 /**
  * kvp_lin_blas_rows() - the row count above which f32 projections go to sgemm
  *
- * Measured at the first call (tens of ms: sgemm against our kernel on a 2048 x 2048
- * matrix at 64 and 256 rows), then the same for every context of the process with the
- * same kernel table.  Return: 16 .. SIZE_MAX (never).
+ * KVP_F32_GEMM=kvpool: SIZE_MAX; =openblas: 16.  Otherwise measured at the first call
+ * (tens of ms: sgemm against our kernel on a 2048 x 2048 matrix at 64 and 256 rows),
+ * then the same for every context of the process with the same kernel table.
+ * Return: 16 .. SIZE_MAX (never).
  */
 size_t kvp_lin_blas_rows(struct kvp_lin *l);
 

@@ -20,6 +20,7 @@
 
 #include "compute/forward.h"
 #include "compute/kernels/kernels.h"
+#include "compute/linear.h"
 #include "compute/gen.h"
 #include "compute/gguf.h"
 #include "compute/model.h"
@@ -80,7 +81,9 @@ static void run_usage(FILE *f)
 	      "                        same bytes copied at load into huge pages)\n"
 	      "  -h, --help            this text\n"
 	      "The load report and timings go to stderr. KVP_ISA=scalar|avx2|avx512 forces a kernel\n"
-	      "set (default: the widest this CPU runs). Exit status: 0 ok, 1 failure, 2 usage.\n",
+	      "set (default: the widest this CPU runs); KVP_F32_GEMM=kvpool|openblas fixes the path\n"
+	      "of f32 projections over more than 16 rows (default auto: the faster, measured once).\n"
+	      "Exit status: 0 ok, 1 failure, 2 usage.\n",
 	      f);
 }
 
@@ -527,6 +530,13 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 			fprintf(stderr, "kvpool-run: KVP_ISA=%s: %s\n", getenv("KVP_ISA"),
 				r == -EINVAL ? "no such kernel set (scalar, avx2, avx512)" :
 					       "this CPU cannot run it");
+			ret = 1;
+			goto out;
+		}
+		if (kvp_lin_f32_gemm() < 0) {
+			fprintf(stderr,
+				"kvpool-run: KVP_F32_GEMM=%s: not auto, kvpool or openblas\n",
+				getenv("KVP_F32_GEMM"));
 			ret = 1;
 			goto out;
 		}

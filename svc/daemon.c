@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "compute/kernels/kernels.h"
+#include "compute/linear.h"
 #include "compute/model.h"
 #include "compute/gguf.h"
 #include "compute/text/chat.h"
@@ -221,6 +222,12 @@ static int load_model(struct kvp_daemon *d)
 			kvp_log(LOG_ERR, "model: KVP_ISA=%s: %s", getenv("KVP_ISA"),
 				r == -EINVAL ? "no such kernel set (scalar, avx2, avx512)" :
 					       "this CPU cannot run it");
+			goto err_tok;
+		}
+		if (kvp_lin_f32_gemm() < 0) {
+			kvp_log(LOG_ERR, "model: KVP_F32_GEMM=%s: not auto, kvpool or openblas",
+				getenv("KVP_F32_GEMM"));
+			r = -EINVAL;
 			goto err_tok;
 		}
 		snprintf(d->numerics, sizeof(d->numerics), "%s", k->name);

@@ -147,7 +147,8 @@ static void test_bits_and_pressure(void **state)
 	 * 40 ids: two full blocks leased; then other prompts fill the 1 MiB pool twice.
 	 * Bit equality needs the same chunk boundaries as kvpool-run's one chunk: the fifo
 	 * policy's fixed chunks (256 tokens) rather than the fair policy's time-sized ones,
-	 * which a slow build (sanitizers) cuts smaller.
+	 * which a slow build (sanitizers) cuts smaller; and the same f32 path: each process
+	 * measures sgemm against our kernel, and a loaded machine can tip one of them.
 	 */
 	const char *args[] = {
 		"--pool-size", "1M", "--threads", "1", "--sched-policy", "fifo", NULL
@@ -162,6 +163,7 @@ static void test_bits_and_pressure(void **state)
 	uint32_t n_pool;
 
 	(void)state;
+	assert_int_equal(setenv("KVP_F32_GEMM", "kvpool", 1), 0); /* both inherit it */
 	assert_int_equal(kvpd_setup(&d, "tiny", args), 0);
 	ids_of(ids, 40, 1);
 	assert_int_equal(kvp_client_connect(&k, d.sock), 0);
@@ -197,6 +199,7 @@ static void test_bits_and_pressure(void **state)
 	free(ref);
 	kvp_client_close(k);
 	kvpd_cleanup(&d);
+	unsetenv("KVP_F32_GEMM");
 }
 
 static void test_generation_tells_reuse(void **state)

@@ -503,6 +503,24 @@ static void test_forced_scalar_kernels(void **state)
 	assert_non_null(strstr(log, "KVP_ISA=neon: no such kernel set"));
 	free(log);
 	kvpd_cleanup(&d);
+
+	/* nor does an f32 path KVP_F32_GEMM does not know */
+	assert_int_equal(setenv("KVP_F32_GEMM", "fast", 1), 0);
+	assert_int_equal(kvpd_init(&d), 0);
+	{
+		char model[512];
+		const char *argv[] = { "--model", model, "--pool-size", "64M", NULL };
+
+		assert_int_equal(kvpd_model(&d, "tiny", model, sizeof(model)), 0);
+		assert_int_equal(kvpd_start(&d, 30, argv), -ECHILD);
+	}
+	unsetenv("KVP_F32_GEMM");
+	assert_true(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) == 1);
+	log = kvp_test_read_file(d.log, NULL);
+	assert_non_null(log);
+	assert_non_null(strstr(log, "KVP_F32_GEMM=fast: not auto, kvpool or openblas"));
+	free(log);
+	kvpd_cleanup(&d);
 }
 
 /*

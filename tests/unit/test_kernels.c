@@ -790,6 +790,42 @@ static void test_linear_f32_both_paths(void **state)
 	free(out);
 }
 
+/* KVP_F32_GEMM fixes the path without measuring; another value is refused. */
+static void test_f32_gemm_env(void **state)
+{
+	static const struct {
+		const char *v;
+		int mode;
+		size_t rows;
+	} cases[] = {
+		{ "kvpool", KVP_F32_GEMM_KVPOOL, SIZE_MAX },
+		{ "openblas", KVP_F32_GEMM_OPENBLAS, 16 },
+		{ "", KVP_F32_GEMM_AUTO, 0 },
+		{ "OpenBLAS", -EINVAL, 0 },
+		{ "fast", -EINVAL, 0 },
+	};
+	struct kvp_threads *pool;
+
+	(void)state;
+	assert_int_equal(kvp_threads_new(&pool, 1), 0);
+	unsetenv("KVP_F32_GEMM");
+	assert_int_equal(kvp_lin_f32_gemm(), KVP_F32_GEMM_AUTO);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct kvp_lin l;
+
+		assert_int_equal(setenv("KVP_F32_GEMM", cases[i].v, 1), 0);
+		assert_int_equal(kvp_lin_f32_gemm(), cases[i].mode);
+		if (!cases[i].rows)
+			continue;
+		/* a fresh context: the process's measurement (if any) is not consulted */
+		assert_int_equal(kvp_lin_init(&l, tables[0], pool, 64, 64), 0);
+		assert_int_equal(kvp_lin_blas_rows(&l), cases[i].rows);
+		kvp_lin_deinit(&l);
+	}
+	unsetenv("KVP_F32_GEMM");
+	kvp_threads_free(pool);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -804,6 +840,7 @@ int main(void)
 		cmocka_unit_test(test_attn_block_matches_softmax),
 		cmocka_unit_test(test_swiglu_whole_range),
 		cmocka_unit_test(test_linear_f32_both_paths),
+		cmocka_unit_test(test_f32_gemm_env),
 	};
 
 	return cmocka_run_group_tests(tests, setup, NULL);
