@@ -493,6 +493,7 @@ static const struct def domain_defs[] = {
 	E(struct kvp_status_domain, "cached_tokens", K_U64, cached_tokens),
 	E(struct kvp_status_domain, "evictions", K_U64, evictions),
 	E(struct kvp_status_domain, "operators", K_U32, operators),
+	E(struct kvp_status_domain, "priority", K_I64, priority),
 	{ .key = "cache", .kind = K_DCACHE },
 };
 

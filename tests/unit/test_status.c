@@ -205,6 +205,7 @@ static void fill_busy(struct kvp_status_snap *s)
 	s->n_domains = 2;
 	strcpy(s->domains[1].name, "research");
 	s->domains[1].requests = 9;
+	s->domains[1].priority = -10;
 	s->domains[1].sched.cache_policy = (struct kvp_cache_policy){
 		.ttl_default_s = 60, .ttl_max_s = 600, .min_tokens = 64,
 		.pin_max_bytes = 8u << 20, .eviction = 1, .retain_default = 90,
