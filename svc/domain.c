@@ -155,6 +155,7 @@ int kvp_domains_init(struct kvp_domains *d, const struct kvp_config *cfg, uid_t 
 			dom->pool_bytes = c->pool_bytes ? c->pool_bytes : cfg->pool_bytes / n;
 			dom->tier_bytes = c->tier_bytes ? c->tier_bytes : cfg->tier_bytes / n;
 			dom->operators = c->operators;
+			dom->priority = c->priority;
 			kvp_domcfg_cache_policy(&dom->cache, c, &cfg->cache);
 			set_tier_path(dom, d->tier_base, false);
 			if (resolve_members(dom, c) < 0)

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "kvpool/proto.h"
 #include "svc/config.h"
 #include "util/errmsg.h"
 #include "util/parse.h"
@@ -36,6 +37,7 @@ enum {
 	K_OPERATORS,
 	K_RUSER,
 	K_RPASS,
+	K_PRIO,
 	K_CACHE,
 	K__COUNT = K_CACHE + 6
 };
@@ -47,6 +49,7 @@ static const char *const key_names[K_CACHE] = {
 	"operators",
 	"remote_user",
 	"remote_password_file",
+	"priority",
 };
 
 #define PF(f) offsetof(struct kvp_cache_policy, f), sizeof(((struct kvp_cache_policy *)0)->f)
@@ -127,6 +130,28 @@ static int set_size(const char *value, uint64_t *out, char *err, size_t cap)
 	return 0;
 }
 
+/* GENERATE.priority's range, written as an integer with an optional '-'. */
+static int set_priority(const char *value, int32_t *out, char *err, size_t cap)
+{
+	bool neg = *value == '-';
+	uint64_t mag = 0;
+	int64_t v;
+	int r = kvp_parse_u64(value + neg, 0, UINT32_MAX, &mag);
+
+	if (r == -EINVAL) {
+		kvp_errmsg(err, cap, "'%s' is not an integer", value);
+		return -EINVAL;
+	}
+	v = neg ? -(int64_t)mag : (int64_t)mag;
+	if (r < 0 || v < KVP_PRIORITY_MIN || v > KVP_PRIORITY_MAX) {
+		kvp_errmsg(err, cap, "'%s' is out of range [%d, %d]", value, KVP_PRIORITY_MIN,
+			   KVP_PRIORITY_MAX);
+		return -EINVAL;
+	}
+	*out = (int32_t)v;
+	return 0;
+}
+
 int kvp_domcfg_set(struct kvp_domcfg *tab, uint32_t *n, const char *name, const char *key,
 		   const char *value, char *err, size_t cap)
 {
@@ -138,7 +163,7 @@ int kvp_domcfg_set(struct kvp_domcfg *tab, uint32_t *n, const char *name, const 
 	if (k == K__COUNT) {
 		kvp_errmsg(err, cap,
 			   "unknown key (users, groups, pool_size, tier_size, operators, "
-			   "remote_user, remote_password_file, "
+			   "remote_user, remote_password_file, priority, "
 			   "ttl_default_s, ttl_max_s, min_tokens, pin_max, eviction, "
 			   "retain_default)");
 		return -ENOENT;
@@ -207,6 +232,10 @@ int kvp_domcfg_set(struct kvp_domcfg *tab, uint32_t *n, const char *name, const 
 			return -EINVAL;
 		}
 		strcpy(d->remote_password_file, value);
+		break;
+	case K_PRIO:
+		if (set_priority(value, &d->priority, err, cap) < 0)
+			return -EINVAL;
 		break;
 	default:
 		/* [cache]'s own parser and bounds: the value means what it means there */
@@ -364,6 +393,7 @@ void kvp_domcfg_print(const struct kvp_domcfg *tab, uint32_t n, const struct kvp
 		print_size(f, "pool_size", tab[i].pool_bytes);
 		print_size(f, "tier_size", tab[i].tier_bytes);
 		fprintf(f, "operators = %s\n", tab[i].operators ? "yes" : "no");
+		fprintf(f, "priority = %d\n", (int)tab[i].priority);
 		if (*tab[i].remote_user)
 			fprintf(f, "remote_user = %s\nremote_password_file = %s\n",
 				tab[i].remote_user, tab[i].remote_password_file);

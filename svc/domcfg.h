@@ -15,6 +15,7 @@
  *	operators = yes
  *	remote_user = kvp-research
  *	remote_password_file = /etc/kvpool/research.pw
+ *	priority = -10         ; its requests that name no priority (0) get this one
  *	min_tokens = 64        ; any of these [cache] keys overrides [cache] for it:
  *	eviction = lfu         ; ttl_default_s, ttl_max_s, min_tokens, pin_max,
  *	                       ; eviction, retain_default
@@ -57,6 +58,8 @@ enum kvp_domains_mode {
  * @remote_user, @remote_password_file: its own ACL user in the remote store and the file
  *              holding its password, set together ("": the [remote] user and
  *              password_file; svc/remotecfg.c reads and checks the file)
+ * @priority:   the priority its requests get when they name none (priority 0 on the
+ *              wire): KVP_PRIORITY_MIN .. KVP_PRIORITY_MAX, as the request field; 0
  * @cache:      its [cache] overrides: only the fields whose key is in @seen count
  *              (kvp_domcfg_cache_policy())
  * @seen:       keys set so far (bit per key), to refuse one set twice
@@ -70,6 +73,7 @@ struct kvp_domcfg {
 	bool operators;
 	char remote_user[KVP_DOMCFG_RUSER_MAX];
 	char remote_password_file[PATH_MAX];
+	int32_t priority;
 	struct kvp_cache_policy cache;
 	uint32_t seen;
 };

@@ -170,6 +170,18 @@ static int submit(struct kvp_requests *q, struct kvp_conn_rec *c, struct kvp_sch
 	return reject(q, r->conn, r->req_id, submit_status(st));
 }
 
+/*
+ * The priority @c's request runs at: the one it asked for, or when it asked for none (0,
+ * the field's "normal": the protocol has no other way to leave it unset) its domain's
+ * default.  So in a domain whose default is not 0, exactly 0 cannot be asked for; -1 or 1
+ * can (docs/daemon.md, "Trust domains").
+ */
+static int32_t request_priority(const struct kvp_requests *q, const struct kvp_conn_rec *c,
+				int32_t asked)
+{
+	return asked ? asked : q->domains->dom[c->domain].priority;
+}
+
 /* Send an ERROR of our own words for a request in flight; what the ops return then. */
 static int refuse(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id, enum kvp_status st,
 		  const char *msg);
@@ -222,7 +234,7 @@ static int generate(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 	}
 	r.max_new = g->max_new_tokens;
 	r.no_cache = g->flags & KVP_GEN_NO_CACHE;
-	r.priority = g->priority;
+	r.priority = request_priority(q, c, g->priority);
 	r.sample = (struct kvp_sample_params){
 		.temperature = g->temperature, .top_k = g->top_k, .top_p = g->top_p, .seed = g->seed
 	};
@@ -304,6 +316,7 @@ static int op_pin(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint
 	}
 	r.salt_len = p->salt_len;
 	memcpy(r.salt, p->salt, p->salt_len);
+	r.priority = request_priority(q, c, 0); /* PIN has no field: it names none */
 	if (type == KVP_FRAME_PIN)
 		return submit(q, c, &r);
 	st = kvp_sched_unpin(q->domains->dom[c->domain].sched, conn, req_id, r.tokens, r.n_tokens,
@@ -556,7 +569,7 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 	}
 	r.max_new = ch->max_new_tokens;
 	r.no_cache = ch->flags & KVP_CHAT_NO_CACHE;
-	r.priority = ch->priority;
+	r.priority = request_priority(q, c, ch->priority);
 	r.sample = (struct kvp_sample_params){ .temperature = ch->temperature,
 					       .top_k = ch->top_k,
 					       .top_p = ch->top_p,

@@ -210,6 +210,7 @@ static void fill_domain(const struct kvp_stats *src, struct kvp_status_snap *s, 
 	sd->cached_tokens = x->cached_tokens;
 	sd->evictions = x->pool.evictions;
 	sd->operators = kvp_domain_may_pin(dom);
+	sd->priority = dom->priority;
 	sd->sched = *x;
 	cache_derive(&sd->cache, x);
 }

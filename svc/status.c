@@ -257,6 +257,9 @@ static const struct def defs[] = {
 	   "Preempted requests waiting to resume.", 1),
 	JP("scheduler", "preemptions", K_U64, sched.preemptions, "sched_preemptions_total", "",
 	   "counter", "Running requests preempted to make room for others.", 1),
+	JP("scheduler", "preemptions_swapped", K_U64, sched.preempt_swapped,
+	   "sched_preemptions_swapped_total", "", "counter",
+	   "Preemptions whose blocks went to the disk tier (read back, not computed again).", 1),
 	J("scheduler", "itl_p50_ms", K_DBL, sched.itl_p50_ms),
 	J("scheduler", "itl_p99_ms", K_DBL, sched.itl_p99_ms),
 	J("scheduler", "itl_max_ms", K_DBL, sched.itl_max_ms),
@@ -490,6 +493,7 @@ static const struct def domain_defs[] = {
 	E(struct kvp_status_domain, "cached_tokens", K_U64, cached_tokens),
 	E(struct kvp_status_domain, "evictions", K_U64, evictions),
 	E(struct kvp_status_domain, "operators", K_U32, operators),
+	E(struct kvp_status_domain, "priority", K_I64, priority),
 	{ .key = "cache", .kind = K_DCACHE },
 };
 

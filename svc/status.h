@@ -90,6 +90,7 @@ struct kvp_status_domain {
 	uint64_t cached_tokens;
 	uint64_t evictions;
 	uint32_t operators; /* 1: its members may pin */
+	int64_t priority;   /* of its requests that name none ([domain NAME] priority) */
 	/* its engine's figures whole (its cache policy among them), and its cache figures
 	 * derived from them as the daemon-wide @cache is from the sums: the "cache" object
 	 * of its domains[] entry */

@@ -211,7 +211,9 @@ static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
  * @salt_len:       bytes used in @salt; requests with different salts never share blocks
  * @salt:           cache salt
  * @priority:       (version 2) KVP_PRIORITY_MIN .. KVP_PRIORITY_MAX, 0 = normal; higher
- *                  is admitted, prefilled and kept running (not preempted) first
+ *                  is admitted, prefilled and kept running (not preempted) first.  0 is
+ *                  also "none named": the peer's trust domain's default applies (0
+ *                  unless its [domain NAME] section sets priority)
  * @reserved:       zero
  */
 struct kvp_generate {

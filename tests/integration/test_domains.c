@@ -10,7 +10,9 @@
  *  - groups: two uids of one group share a domain (the second hits the first's prompt);
  *    a uid listed in another section does not; a uid in no section (and root) is
  *    refused with a message naming trust domains;
- *  - single: peers of different uids share, as before domains existed.
+ *  - single: peers of different uids share, as before domains existed;
+ *  - a [domain NAME]'s priority: a request naming none (0) runs at it (no root needed:
+ *    the test's own uid is the section's user).
  */
 #include <errno.h>
 #include <grp.h>
@@ -27,6 +29,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "compute/mkmodel.h"
 #include "kvpool/kvpool.h"
 #include "tests/integration/jsonq.h"
 #include "tests/integration/kvpd.h"
@@ -335,6 +338,132 @@ static void test_single(void **state)
 	kvpd_cleanup(&d);
 }
 
+/* Poll the status until @path is @want (10 s at most); the last report in *@out. */
+static bool status_reaches(struct kvpd *d, const char *path, double want, struct jsonq **out)
+{
+	double t_end = kvp_test_now_s() + 10;
+
+	do {
+		struct jsonq *j = kvpd_status(d);
+
+		if (j && jsonq_num(j, path, -1) == want) {
+			*out = j;
+			return true;
+		}
+		jsonq_free(j);
+		usleep(20000);
+	} while (kvp_test_now_s() < t_end);
+	return false;
+}
+
+static void test_groups_priority(void **state)
+{
+	/*
+	 * [domain fg] priority = 5, one request at a time (scheduler.max_running = 1): a long
+	 * request of priority 1000 runs (it is never preempted); one asking for priority 1,
+	 * then one naming none, wait.  The one naming none waits at its domain's 5: both
+	 * count as high (neither as normal), and once the long one is cancelled it is served
+	 * first, and ends before the other starts, although it came second and a plain 0
+	 * ranks below 1.  The model decodes in
+	 * milliseconds (n_embd 512, 4 layers), so the long one still runs when the two wait.
+	 */
+	char uid[48];
+	const char *args[] = { "--model",	 NULL,
+			       "--pool-size",	 "32M",
+			       "--domains-mode", "groups",
+			       "--set",		 uid,
+			       "--set",		 "domain fg.priority=5",
+			       "--max-running",	 "1",
+			       "--ignore-eos",	 NULL };
+	struct kvp_mkmodel_opts mo;
+	struct kvp_client *k = NULL;
+	struct kvp_client_event ev;
+	struct kvp_client_params p;
+	struct jsonq *j = NULL;
+	uint64_t rng = 77, id_long, id_one, id_none;
+	int32_t t_long[16], t_one[16], t_none[16];
+	struct kvp_client_prompt pr_long = { .tokens = t_long, .n_tokens = 16 };
+	struct kvp_client_prompt pr_one = { .tokens = t_one, .n_tokens = 16 };
+	struct kvp_client_prompt pr_none = { .tokens = t_none, .n_tokens = 16 };
+	int seq = 0, first_one = 0, first_none = 0, none_done = 0, done = 0;
+	struct kvpd d;
+	bool long_done = false;
+
+	(void)state;
+	snprintf(uid, sizeof(uid), "domain fg.users=%u", (unsigned int)geteuid());
+	assert_int_equal(kvpd_init(&d), 0);
+	kvp_mkmodel_preset(&mo, "tiny");
+	mo.name = "kvpool-domain-priority";
+	mo.n_embd = 512;
+	mo.n_layers = 4;
+	mo.n_heads = 8;
+	mo.n_kv_heads = 4;
+	mo.n_ff = 1536;
+	mo.n_ctx = 4096;
+	snprintf(d.model, sizeof(d.model), "%s/prio.gguf", d.dir);
+	assert_int_equal(kvp_mkmodel_write(d.model, &mo, NULL, 0), 0);
+	args[1] = d.model;
+	if (kvpd_start(&d, 120, args)) {
+		kvpd_dump_log(&d);
+		fail_msg("kvpoold did not start");
+	}
+	kvp_test_fill_ids(&rng, t_long, 16, 256);
+	kvp_test_fill_ids(&rng, t_one, 16, 256);
+	kvp_test_fill_ids(&rng, t_none, 16, 256);
+	assert_int_equal(kvp_client_connect(&k, d.sock), 0);
+
+	/* the long one, until its first token */
+	kvp_client_params_init(&p);
+	p.max_new_tokens = 2000;
+	p.priority = 1000;
+	assert_int_equal(kvp_client_submit(k, &pr_long, &p, &id_long), 0);
+	do
+		assert_int_equal(kvp_client_next(k, &ev), 0);
+	while (!(ev.req_id == id_long && ev.type == KVP_EVENT_TOKEN));
+
+	/* priority 1, then none: both wait */
+	p.max_new_tokens = 2;
+	p.priority = 1;
+	assert_int_equal(kvp_client_submit(k, &pr_one, &p, &id_one), 0);
+	p.priority = 0;
+	assert_int_equal(kvp_client_submit(k, &pr_none, &p, &id_none), 0);
+	if (!status_reaches(&d, "scheduler.queued", 2, &j))
+		fail_msg("the two requests never waited together behind the long one");
+	assert_int_equal(jsonq_num(j, "scheduler.running", -1), 1);
+	assert_int_equal(jsonq_num(j, "scheduler.queued_high", -1), 2);
+	assert_int_equal(jsonq_num(j, "scheduler.queued_normal", -1), 0);
+	assert_int_equal(dom_num(j, "fg", "priority"), 5);
+	jsonq_free(j);
+
+	/* the long one goes: the one naming none is served first, whole, then the other */
+	assert_int_equal(kvp_client_cancel(k, id_long), 0);
+	while (done < 3) {
+		assert_int_equal(kvp_client_next(k, &ev), 0);
+		seq++;
+		if (ev.req_id == id_one && !first_one)
+			first_one = seq;
+		if (ev.req_id == id_none && !first_none)
+			first_none = seq;
+		if (ev.type == KVP_EVENT_ERROR && ev.req_id != id_long)
+			fail_msg("request %llu: %s", (unsigned long long)ev.req_id, ev.message);
+		if (ev.type == KVP_EVENT_DONE || ev.type == KVP_EVENT_ERROR) {
+			done++;
+			if (ev.req_id == id_long)
+				long_done = true;
+			else
+				assert_int_equal(ev.usage.generated_tokens, 2);
+			if (ev.req_id == id_none)
+				none_done = seq;
+		}
+	}
+	assert_true(long_done);
+	assert_true(first_none > 0 && first_one > 0);
+	assert_true(first_none < none_done);
+	assert_true(none_done < first_one);
+	kvp_client_close(k);
+	kvpd_cleanup(&d);
+}
+
 static void test_config_errors(void **state)
 {
 	/* groups without a section, a section outside groups mode, an unknown user */
@@ -347,12 +476,17 @@ static void test_config_errors(void **state)
 		  "domain x.remote_user=kvp-x", NULL },
 		{ "--domains-mode", "groups", "--set", "domain x.users=0", "--set",
 		  "domain x.remote_user=no:colons", NULL },
+		{ "--domains-mode", "groups", "--set", "domain x.users=0", "--set",
+		  "domain x.priority=1001", NULL },
 	};
-	static const char *const why[] = { "needs at least one [domain NAME]",
-					   "only with domains.mode = groups",
-					   "no user named 'no-such-user-kvp'",
-					   "remote_user and remote_password_file go together",
-					   "domain x.remote_user: user name 'no:colons'" };
+	static const char *const why[] = {
+		"needs at least one [domain NAME]",
+		"only with domains.mode = groups",
+		"no user named 'no-such-user-kvp'",
+		"remote_user and remote_password_file go together",
+		"domain x.remote_user: user name 'no:colons'",
+		"domain x.priority: '1001' is out of range [-1000, 1000]"
+	};
 	struct kvpd d;
 
 	(void)state;
@@ -370,9 +504,9 @@ static void test_config_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_per_uid),	      cmocka_unit_test(test_per_uid_max),
-		cmocka_unit_test(test_groups),	      cmocka_unit_test(test_single),
-		cmocka_unit_test(test_config_errors),
+		cmocka_unit_test(test_per_uid),		cmocka_unit_test(test_per_uid_max),
+		cmocka_unit_test(test_groups),		cmocka_unit_test(test_single),
+		cmocka_unit_test(test_groups_priority), cmocka_unit_test(test_config_errors),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

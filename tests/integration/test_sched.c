@@ -239,7 +239,7 @@ static void test_stream_gap_bounded(void **state)
 	static int32_t prompt[LONG];
 	atomic_bool stop = false;
 	uint32_t n_alone;
-	double med, worst = 0, target, chunk;
+	double med, worst = 0, p90, target, chunk;
 
 	memset(&st, 0, sizeof(st));
 	st.sock = f->d.sock;
@@ -264,14 +264,19 @@ static void test_stream_gap_bounded(void **state)
 
 		memcpy(sorted, st.tm.gaps + n_alone, nd * sizeof(double));
 		kvp_test_median(sorted, (int)nd);
+		p90 = kvp_test_percentile_sorted(sorted, (int)nd, 90);
+		target = jsonq_num(j, "scheduler.step_target_ms", 0) / 1e3;
+		chunk = l.usage.prefill_ms / 1e3 * 256 / LONG;
 		print_message("stream: median gap alone %.2f ms, during the prefill: median %.2f, "
 			      "p90 %.2f, p99 %.2f, largest %.2f ms (%u gaps); step target %.2f ms, "
-			      "calibrated decode %.2f ms; the long prompt's prefill %.0f ms\n",
+			      "calibrated decode %.2f ms; the long prompt's prefill %.0f ms; "
+			      "p90 = median alone + %.2f x target (bound 3), largest = median "
+			      "alone + %.2f x target (bound 4) = %.2f x a 256-token chunk\n",
 			      med * 1e3, kvp_test_percentile_sorted(sorted, (int)nd, 50) * 1e3,
-			      kvp_test_percentile_sorted(sorted, (int)nd, 90) * 1e3,
-			      kvp_test_percentile_sorted(sorted, (int)nd, 99) * 1e3, worst * 1e3,
-			      nd, jsonq_num(j, "scheduler.step_target_ms", 0),
-			      jsonq_num(j, "scheduler.calib_decode_ms", 0), l.usage.prefill_ms);
+			      p90 * 1e3, kvp_test_percentile_sorted(sorted, (int)nd, 99) * 1e3,
+			      worst * 1e3, nd, target * 1e3,
+			      jsonq_num(j, "scheduler.calib_decode_ms", 0), l.usage.prefill_ms,
+			      (p90 - med) / target, (worst - med) / target, worst / chunk);
 		jsonq_free(j);
 	}
 	atomic_store(&stop, true);
@@ -279,16 +284,17 @@ static void test_stream_gap_bounded(void **state)
 	assert_int_equal(st.tm.rc, 0);
 	/*
 	 * it kept streaming: tokens all through the prefill, each step within the step
-	 * budget the engine measured for itself (the median within 2x, the largest within
-	 * 4x: this machine stalls processes now and then), where the first policy's step is
-	 * a whole 256-token chunk.  On a loaded machine (load 12 on 2 vCPUs) one stall of a
-	 * few hundred ms passes 4x the budget; the largest gap then still has to stay below
-	 * that 256-token chunk, timed by this same run's prefill.
+	 * budget the engine measured for itself (the median within 2x, the 90th percentile
+	 * within 3x), where the first policy's step is a whole 256-token chunk.  The
+	 * largest gap is one sample, and this machine stalls processes now and then: within
+	 * 4x the budget, or, on a loaded machine (load 12 on 2 vCPUs: one stall of a few
+	 * hundred ms), below that 256-token chunk, timed by this same run's prefill.  So
+	 * the largest gap alone bounds little; the 90th percentile bounds the tail that a
+	 * single stall does not move.
 	 */
-	target = status_ms(f, "scheduler.step_target_ms") / 1e3;
-	chunk = l.usage.prefill_ms / 1e3 * 256 / LONG;
 	assert_true(st.tm.n_gaps - n_alone >= 16);
 	assert_true(median(st.tm.gaps + n_alone, st.tm.n_gaps - n_alone) <= 2 * target + med);
+	assert_true(p90 <= 3 * target + med);
 	assert_true(worst <= 4 * target + med || worst < chunk);
 }
 

@@ -43,6 +43,9 @@ struct fixture {
 	atomic_bool held; /* a GENERATE of token 42 (or a CHAT saying "hold") is held */
 	/* the last CHAT: its messages, context ids, the messages they cover, roles */
 	atomic_uint chat_msgs, chat_context, chat_context_msgs, chat_roles;
+	/* GENERATEs received, and the priority field of the last one */
+	atomic_uint generates;
+	atomic_int gen_priority;
 };
 
 static int e_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, const char *client,
@@ -61,6 +64,8 @@ static int e_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 	struct kvp_usage u = { .prompt_tokens = g->n_tokens, .cached_tokens = 16, .ttft_ms = 2.5 };
 	char buf[16];
 
+	atomic_store(&f->gen_priority, g->priority);
+	atomic_fetch_add(&f->generates, 1);
 	if (tokens && (tokens[0] == 43 || tokens[0] == 44)) {
 		/* the daemon stops mid-generation: a DONE with SHUTDOWN, or the connection ends */
 		static const int32_t two[] = { 7, 8 };
@@ -544,6 +549,61 @@ static void test_bad_arguments(void **state)
 	assert_non_null(strstr(out, "--render-special"));
 }
 
+static void test_generate_priority(void **state)
+{
+	/*
+	 * --priority N reaches the daemon in GENERATE.priority, either end of the range and
+	 * a negative value as its own argument included; without it, 0.  A value out of
+	 * range or not a number: exit 2 naming the flag and the range, nothing sent.
+	 */
+	struct fixture *f = *state;
+	char out[4096], err[4096];
+	static const struct {
+		const char *arg;
+		int want;
+	} good[] = { { "7", 7 }, { "-1000", -1000 }, { "1000", 1000 }, { "-1", -1 } };
+	static const struct {
+		const char *arg, *why;
+	} bad[] = {
+		{ "1001", "--priority: '1001' is out of range [-1000, 1000]" },
+		{ "-1001", "--priority: '-1001' is out of range [-1000, 1000]" },
+		{ "high", "--priority: 'high' is not an integer" },
+		{ "5x", "--priority: '5x' is not an integer" },
+		{ "", "--priority: '' is not an integer" },
+	};
+	unsigned int n;
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		atomic_store(&f->gen_priority, 12345);
+		assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5,6",
+				     "--priority", good[i].arg, NULL),
+				 0);
+		assert_int_equal(atomic_load(&f->gen_priority), good[i].want);
+		assert_string_equal(out, "5;6;\n");
+	}
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5", "--priority=-3",
+			     NULL),
+			 0);
+	assert_int_equal(atomic_load(&f->gen_priority), -3);
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5", NULL), 0);
+	assert_int_equal(atomic_load(&f->gen_priority), 0);
+
+	n = atomic_load(&f->generates);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5",
+				     "--priority", bad[i].arg, NULL),
+				 2);
+		if (!strstr(err, bad[i].why))
+			fail_msg("--priority '%s': stderr '%s'", bad[i].arg, err);
+		assert_string_equal(out, "");
+	}
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5", "--priority",
+			     NULL),
+			 2);
+	assert_non_null(strstr(err, "option '--priority' needs a value"));
+	assert_int_equal(atomic_load(&f->generates), n); /* none of them was sent */
+}
+
 static void test_tokenize_detokenize(void **state)
 {
 	/* ids comma-separated or as JSON; flags reach the daemon; text as bytes or JSON */
@@ -909,6 +969,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_status_formats, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bench_reports, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_generate_priority, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_daemon_refusal_exits_1, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ctrl_c_cancels_before_first_token, setup,
 						teardown),

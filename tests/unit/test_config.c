@@ -396,7 +396,8 @@ static void test_domain_cache_overrides(void **state)
 	fclose(fp);
 	assert_non_null(strstr(text,
 			       "[domain a]\nusers = root\ngroups = \npool_size = 0\n"
-			       "tier_size = 0\noperators = no\nmin_tokens = 64\npin_max = 8M\n"
+			       "tier_size = 0\noperators = no\npriority = 0\nmin_tokens = 64\n"
+			       "pin_max = 8M\n"
 			       "eviction = lfu\nretain_default = 90\n"));
 	assert_non_null(strstr(text, "; cache policy in effect: ttl_default_s=120 "
 				     "ttl_max_s=3600 min_tokens=64 pin_max=8M eviction=lfu "
@@ -476,6 +477,86 @@ static void test_domain_cache_errors(void **state)
 			       NULL),
 			 0);
 	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), 0);
+}
+
+static void test_domain_priority(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+	struct kvp_config back;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *fp;
+
+	/* the request field's range, either end included; a section without it: 0 */
+	write_file(f->path, "[domains]\nmode = groups\n[domain a]\nusers = root\n"
+			    "priority = -1000\n[domain b]\ngroups = 0\npriority = 1000\n"
+			    "[domain c]\ngroups = 0\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), 0);
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), 0);
+	assert_int_equal(domcfg_of(f, "a")->priority, -1000);
+	assert_int_equal(domcfg_of(f, "b")->priority, 1000);
+	assert_int_equal(domcfg_of(f, "c")->priority, 0);
+	/* a flag sets it too */
+	assert_int_equal(parse(f, &act, "--config", f->path, "--set", "domain c.priority=-7", NULL),
+			 0);
+	assert_int_equal(domcfg_of(f, "c")->priority, -7);
+
+	/* --check-config prints it, and the output reads back to the same values */
+	fp = open_memstream(&text, &len);
+	assert_non_null(fp);
+	kvp_config_print(&f->c, fp);
+	fclose(fp);
+	assert_non_null(strstr(text, "[domain a]\nusers = root\ngroups = \npool_size = 0\n"
+				     "tier_size = 0\noperators = no\npriority = -1000\n"));
+	assert_non_null(strstr(text, "operators = no\npriority = -7\n"));
+	write_file(f->path, text);
+	free(text);
+	kvp_config_defaults(&back);
+	assert_int_equal(kvp_config_load_file(&back, f->path, true, f->err, sizeof(f->err)), 0);
+	assert_int_equal(back.n_domcfg, 3);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_int_equal(back.domcfg[i].priority, f->c.domcfg[i].priority);
+}
+
+static void test_domain_priority_errors(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+	static const struct {
+		const char *value, *why;
+	} bad[] = {
+		{ "1001", "'1001' is out of range [-1000, 1000]" },
+		{ "-1001", "'-1001' is out of range [-1000, 1000]" },
+		{ "99999999999999999999", "is out of range [-1000, 1000]" },
+		{ "high", "'high' is not an integer" },
+		{ "5x", "'5x' is not an integer" },
+		{ "+5", "'+5' is not an integer" },
+		{ "-", "'-' is not an integer" },
+		{ "", "'' is not an integer" },
+	};
+	char text[256];
+
+	/* a bad value stops the load, naming line, section and key and the range */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(text, sizeof(text),
+			 "[domains]\nmode = groups\n[domain a]\nusers = root\npriority = %s\n",
+			 bad[i].value);
+		write_file(f->path, text);
+		assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+		if (!strstr(f->err, ":5: domain a.priority: ") || !strstr(f->err, bad[i].why))
+			fail_msg("priority = %s: '%s'", bad[i].value, f->err);
+	}
+	write_file(f->path, "[domains]\nmode = groups\n[domain a]\nusers = root\n"
+			    "priority = 1\npriority = 2\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":6: domain a.priority: set twice"));
+	/* and from a flag */
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", "--domains-mode", "groups",
+			       "--set", "domain a.users=root", "--set", "domain a.priority=2000",
+			       NULL),
+			 -EINVAL);
+	assert_non_null(strstr(f->err, "domain a.priority: '2000' is out of range"));
 }
 
 static void test_status_socket_follows_socket(void **state)
@@ -576,6 +657,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_conn_limit_keys, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_domain_cache_overrides, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_domain_cache_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_domain_priority, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_domain_priority_errors, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

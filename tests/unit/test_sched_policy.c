@@ -882,6 +882,8 @@ static void test_preempt_real_model_same_tokens(void **state)
 		sim_free(&m);
 	}
 	for (int swap = 0; swap < 2; swap++) {
+		struct kvp_sched_stats st;
+
 		o.tier_slots = swap ? 64 : 0;
 		assert_int_equal(sim_new(&m, &o), 0);
 		a = add_req(&m, 40, 200, 7);
@@ -901,6 +903,14 @@ static void test_preempt_real_model_same_tokens(void **state)
 			assert_true(c->usage.swapped_tokens > 0);
 		else
 			assert_true(c->usage.resume_computed_tokens > 0);
+		/* the status report's scheduler.preemptions_swapped: only with the tier */
+		kvp_sched_get_stats(m.sched, &st);
+		assert_true(st.preemptions >= 1);
+		if (swap)
+			assert_true(st.preempt_swapped > 0);
+		else
+			assert_int_equal(st.preempt_swapped, 0);
+		assert_true(st.preempt_swapped <= st.preemptions);
 		assert_int_equal(a->n_got, 200);
 		assert_int_equal(c->n_got, 200);
 		assert_memory_equal(a->got, alone[0], sizeof(alone[0]));

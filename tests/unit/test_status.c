@@ -128,7 +128,8 @@ static void fill_busy(struct kvp_status_snap *s)
 			.decode_ms = 98765432.1,
 			.ttft_samples = 30000, .ttft_p50_ms = 41.2345678, .ttft_p99_ms = 812.5,
 			.queued_high = 1, .queued_normal = 3, .queued_low = 1, .preempted = 2,
-			.preemptions = 321, .cached_tokens_disk = 65536, .swapped_tokens = 4096,
+			.preemptions = 321, .preempt_swapped = 123, .cached_tokens_disk = 65536,
+			.swapped_tokens = 4096,
 			.resume_computed_tokens = 777, .preempt_usage = 319,
 			.itl_le = { 100, 5000, 900000, 1500000, 1800000, 1900000, 1910000,
 				    1915000, 1919000, 1919990 },
@@ -204,6 +205,7 @@ static void fill_busy(struct kvp_status_snap *s)
 	s->n_domains = 2;
 	strcpy(s->domains[1].name, "research");
 	s->domains[1].requests = 9;
+	s->domains[1].priority = -10;
 	s->domains[1].sched.cache_policy = (struct kvp_cache_policy){
 		.ttl_default_s = 60, .ttl_max_s = 600, .min_tokens = 64,
 		.pin_max_bytes = 8u << 20, .eviction = 1, .retain_default = 90,
