@@ -224,7 +224,8 @@ static int check_sampling(uint32_t max_new_tokens, float temperature, float top_
 		return fail(why, "temperature must be finite and in [0, 100]", KVP_E_INVALID);
 	if (!isfinite(top_p) || !(top_p > 0.0f) || top_p > 1.0f)
 		return fail(why, "top_p must be in (0, 1]", KVP_E_INVALID);
-	if (priority < KVP_PRIORITY_MIN || priority > KVP_PRIORITY_MAX)
+	if ((priority < KVP_PRIORITY_MIN || priority > KVP_PRIORITY_MAX) &&
+	    priority != KVP_PRIORITY_DEFAULT)
 		return fail(why, "priority must be in [-1000, 1000]", KVP_E_INVALID);
 	return KVP_OK;
 }

@@ -58,8 +58,8 @@ enum kvp_domains_mode {
  * @remote_user, @remote_password_file: its own ACL user in the remote store and the file
  *              holding its password, set together ("": the [remote] user and
  *              password_file; svc/remotecfg.c reads and checks the file)
- * @priority:   the priority its requests get when they name none (priority 0 on the
- *              wire): KVP_PRIORITY_MIN .. KVP_PRIORITY_MAX, as the request field; 0
+ * @priority:   the priority its requests get when they name none (KVP_PRIORITY_DEFAULT
+ *              on the wire): KVP_PRIORITY_MIN .. KVP_PRIORITY_MAX, as the request field; 0
  * @cache:      its [cache] overrides: only the fields whose key is in @seen count
  *              (kvp_domcfg_cache_policy())
  * @seen:       keys set so far (bit per key), to refuse one set twice

@@ -171,15 +171,13 @@ static int submit(struct kvp_requests *q, struct kvp_conn_rec *c, struct kvp_sch
 }
 
 /*
- * The priority @c's request runs at: the one it asked for, or when it asked for none (0,
- * the field's "normal": the protocol has no other way to leave it unset) its domain's
- * default.  So in a domain whose default is not 0, exactly 0 cannot be asked for; -1 or 1
- * can (docs/daemon.md, "Trust domains").
+ * The priority @c's request runs at: the one it asked for, or when it named none
+ * (KVP_PRIORITY_DEFAULT) its domain's default (docs/daemon.md, "Trust domains").
  */
 static int32_t request_priority(const struct kvp_requests *q, const struct kvp_conn_rec *c,
 				int32_t asked)
 {
-	return asked ? asked : q->domains->dom[c->domain].priority;
+	return asked != KVP_PRIORITY_DEFAULT ? asked : q->domains->dom[c->domain].priority;
 }
 
 /* Send an ERROR of our own words for a request in flight; what the ops return then. */
@@ -316,7 +314,7 @@ static int op_pin(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint
 	}
 	r.salt_len = p->salt_len;
 	memcpy(r.salt, p->salt, p->salt_len);
-	r.priority = request_priority(q, c, 0); /* PIN has no field: it names none */
+	r.priority = request_priority(q, c, KVP_PRIORITY_DEFAULT); /* PIN has no field */
 	if (type == KVP_FRAME_PIN)
 		return submit(q, c, &r);
 	st = kvp_sched_unpin(q->domains->dom[c->domain].sched, conn, req_id, r.tokens, r.n_tokens,

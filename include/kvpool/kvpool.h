@@ -64,12 +64,13 @@ struct kvp_client;
  *                  tokens; off (the default), it is plain text.  CHAT ignores it: the
  *                  rendered conversation is always tokenized with special tokens parsed
  *                  (as the reference engines do, messages included)
- * @priority:       KVP_PRIORITY_MIN .. KVP_PRIORITY_MAX (0: normal, or the default of
- *                  the client's trust domain when the daemon configures one); higher is
- *                  admitted, prefilled and kept running first when the daemon is busy
+ * @priority:       KVP_PRIORITY_MIN .. KVP_PRIORITY_MAX (0: normal), higher is
+ *                  admitted, prefilled and kept running first when the daemon is busy; or
+ *                  KVP_PRIORITY_DEFAULT: the default of the client's trust domain (0
+ *                  unless the daemon configures one)
  *
  * kvp_client_params_init() sets greedy decoding of 16 tokens, no salt, caching on,
- * special tokens not parsed, priority 0.  (parse_special and priority were appended in
+ * special tokens not parsed, priority KVP_PRIORITY_DEFAULT.  (parse_special and priority were appended in
  * 0.1: programs built against an older kvpool.h must be rebuilt.)
  */
 struct kvp_client_params {

@@ -196,6 +196,7 @@ static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
 /* Request priorities (struct kvp_generate.priority) */
 #define KVP_PRIORITY_MIN (-1000)
 #define KVP_PRIORITY_MAX 1000
+#define KVP_PRIORITY_DEFAULT INT32_MIN /* none named: the trust domain's default */
 
 /**
  * struct kvp_generate - GENERATE payload, followed by n_tokens int32 ids or text_bytes
@@ -211,9 +212,9 @@ static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
  * @salt_len:       bytes used in @salt; requests with different salts never share blocks
  * @salt:           cache salt
  * @priority:       (version 2) KVP_PRIORITY_MIN .. KVP_PRIORITY_MAX, 0 = normal; higher
- *                  is admitted, prefilled and kept running (not preempted) first.  0 is
- *                  also "none named": the peer's trust domain's default applies (0
- *                  unless its [domain NAME] section sets priority)
+ *                  is admitted, prefilled and kept running (not preempted) first; or
+ *                  KVP_PRIORITY_DEFAULT, none named: the peer's trust domain's default
+ *                  (0 unless its [domain NAME] section sets priority)
  * @reserved:       zero
  */
 struct kvp_generate {

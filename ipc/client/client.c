@@ -91,6 +91,7 @@ KVP_EXPORT void kvp_client_params_init(struct kvp_client_params *p)
 		.temperature = 0.0f,
 		.top_k = 0,
 		.top_p = 1.0f,
+		.priority = KVP_PRIORITY_DEFAULT,
 	};
 }
 
@@ -536,9 +537,10 @@ static int check_params(struct kvp_client *c, const struct kvp_client_prompt *pr
 		return set_err(c, -EINVAL, "top_p must be in (0, 1]");
 	if (p->salt_len > KVP_SALT_MAX || (p->salt_len && !p->salt))
 		return set_err(c, -EINVAL, "salt must be at most %d bytes", KVP_SALT_MAX);
-	if (p->priority < KVP_PRIORITY_MIN || p->priority > KVP_PRIORITY_MAX)
-		return set_err(c, -EINVAL, "priority must be in [%d, %d]", KVP_PRIORITY_MIN,
-			       KVP_PRIORITY_MAX);
+	if ((p->priority < KVP_PRIORITY_MIN || p->priority > KVP_PRIORITY_MAX) &&
+	    p->priority != KVP_PRIORITY_DEFAULT)
+		return set_err(c, -EINVAL, "priority must be in [%d, %d] or KVP_PRIORITY_DEFAULT",
+			       KVP_PRIORITY_MIN, KVP_PRIORITY_MAX);
 	return 0;
 }
 

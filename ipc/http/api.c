@@ -300,6 +300,7 @@ static int parse_common(struct kvp_http_gen *g, json_t *o, const char *max_key,
 	r = get_int(o, "priority", KVP_HTTP_PRIORITY_MIN, KVP_HTTP_PRIORITY_MAX, &given, &x, err);
 	if (r)
 		return r;
+	g->has_priority = given;
 	g->priority = given ? (int32_t)x : 0;
 	if (s) {
 		if (!n || n > KVP_HTTP_CACHE_SALT_MAX)

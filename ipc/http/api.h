@@ -103,7 +103,9 @@ struct kvp_http_msg {
  * @return_token_ids: vLLM's return_token_ids: generated ids in the answer
  * @cache_salt:       vLLM's cache_salt (owned), @cache_salt_len bytes
  * @priority:         vLLM's priority, lower is served first (kvpoold's is the other
- *                    way round): in [KVP_HTTP_PRIORITY_MIN, KVP_HTTP_PRIORITY_MAX], 0
+ *                    way round): in [KVP_HTTP_PRIORITY_MIN, KVP_HTTP_PRIORITY_MAX]
+ * @has_priority:     the body named one (else kvpoold applies its domain's default;
+ *                    @priority is 0)
  * @no_special:       tokenize: add_special_tokens false (no BOS)
  */
 struct kvp_http_gen {
@@ -131,6 +133,7 @@ struct kvp_http_gen {
 	char *cache_salt;
 	size_t cache_salt_len;
 	int32_t priority;
+	bool has_priority;
 	bool no_special;
 };
 

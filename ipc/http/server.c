@@ -803,9 +803,9 @@ static bool generation_job(struct hreq *r, const struct kvp_http_backend_info *i
 	p->top_p = g->top_p;
 	p->top_k = g->top_k;
 	p->seed = g->has_seed ? g->seed : mix(srv->id_prefix ^ atomic_fetch_add(&srv->id_next, 1));
-	/* vLLM's: lower first; kvpoold's: higher first.  0 (also when the body has none):
-	 * kvpoold gives the request its trust domain's default */
-	p->priority = -g->priority;
+	/* vLLM's: lower first; kvpoold's: higher first.  None in the body: kvpoold gives
+	 * the request its trust domain's default */
+	p->priority = g->has_priority ? -g->priority : KVP_PRIORITY_DEFAULT;
 	kvp_http_cache_map(p, &r->job.cc, &r->job.has_cc, g,
 			   (enum kvp_http_anthropic_cache)srv->cfg->anthropic_cache);
 	if (g->msgs) {

@@ -11,7 +11,7 @@
  *    a uid listed in another section does not; a uid in no section (and root) is
  *    refused with a message naming trust domains;
  *  - single: peers of different uids share, as before domains existed;
- *  - a [domain NAME]'s priority: a request naming none (0) runs at it (no root needed:
+ *  - a [domain NAME]'s priority: a request naming none runs at it (no root needed:
  *    the test's own uid is the section's user).
  */
 #include <errno.h>
@@ -361,10 +361,10 @@ static void test_groups_priority(void **state)
 	/*
 	 * [domain fg] priority = 5, one request at a time (scheduler.max_running = 1): a long
 	 * request of priority 1000 runs (it is never preempted); one asking for priority 1,
-	 * then one naming none, wait.  The one naming none waits at its domain's 5: both
-	 * count as high (neither as normal), and once the long one is cancelled it is served
-	 * first, and ends before the other starts, although it came second and a plain 0
-	 * ranks below 1.  The model decodes in
+	 * one naming none and one asking for exactly 0 wait.  The one naming none waits at
+	 * its domain's 5: two count as high, the 0 as normal, and once the long one is
+	 * cancelled the one naming none is served first, whole, then the 1, then the 0,
+	 * although it came second.  The model decodes in
 	 * milliseconds (n_embd 512, 4 layers), so the long one still runs when the two wait.
 	 */
 	char uid[48];
@@ -380,12 +380,14 @@ static void test_groups_priority(void **state)
 	struct kvp_client_event ev;
 	struct kvp_client_params p;
 	struct jsonq *j = NULL;
-	uint64_t rng = 77, id_long, id_one, id_none;
-	int32_t t_long[16], t_one[16], t_none[16];
+	uint64_t rng = 77, id_long, id_one, id_none, id_zero;
+	int32_t t_long[16], t_one[16], t_none[16], t_zero[16];
 	struct kvp_client_prompt pr_long = { .tokens = t_long, .n_tokens = 16 };
 	struct kvp_client_prompt pr_one = { .tokens = t_one, .n_tokens = 16 };
 	struct kvp_client_prompt pr_none = { .tokens = t_none, .n_tokens = 16 };
-	int seq = 0, first_one = 0, first_none = 0, none_done = 0, done = 0;
+	struct kvp_client_prompt pr_zero = { .tokens = t_zero, .n_tokens = 16 };
+	int seq = 0, first_one = 0, first_none = 0, first_zero = 0, none_done = 0, one_done = 0;
+	int done = 0;
 	struct kvpd d;
 	bool long_done = false;
 
@@ -410,6 +412,7 @@ static void test_groups_priority(void **state)
 	kvp_test_fill_ids(&rng, t_long, 16, 256);
 	kvp_test_fill_ids(&rng, t_one, 16, 256);
 	kvp_test_fill_ids(&rng, t_none, 16, 256);
+	kvp_test_fill_ids(&rng, t_zero, 16, 256);
 	assert_int_equal(kvp_client_connect(&k, d.sock), 0);
 
 	/* the long one, until its first token */
@@ -421,29 +424,33 @@ static void test_groups_priority(void **state)
 		assert_int_equal(kvp_client_next(k, &ev), 0);
 	while (!(ev.req_id == id_long && ev.type == KVP_EVENT_TOKEN));
 
-	/* priority 1, then none: both wait */
+	/* priority 1, none, exactly 0: all wait */
 	p.max_new_tokens = 2;
 	p.priority = 1;
 	assert_int_equal(kvp_client_submit(k, &pr_one, &p, &id_one), 0);
-	p.priority = 0;
+	p.priority = KVP_PRIORITY_DEFAULT;
 	assert_int_equal(kvp_client_submit(k, &pr_none, &p, &id_none), 0);
-	if (!status_reaches(&d, "scheduler.queued", 2, &j))
-		fail_msg("the two requests never waited together behind the long one");
+	p.priority = 0;
+	assert_int_equal(kvp_client_submit(k, &pr_zero, &p, &id_zero), 0);
+	if (!status_reaches(&d, "scheduler.queued", 3, &j))
+		fail_msg("the three requests never waited together behind the long one");
 	assert_int_equal(jsonq_num(j, "scheduler.running", -1), 1);
 	assert_int_equal(jsonq_num(j, "scheduler.queued_high", -1), 2);
-	assert_int_equal(jsonq_num(j, "scheduler.queued_normal", -1), 0);
+	assert_int_equal(jsonq_num(j, "scheduler.queued_normal", -1), 1);
 	assert_int_equal(dom_num(j, "fg", "priority"), 5);
 	jsonq_free(j);
 
-	/* the long one goes: the one naming none is served first, whole, then the other */
+	/* the long one goes: the one naming none is served first, whole, then 1, then 0 */
 	assert_int_equal(kvp_client_cancel(k, id_long), 0);
-	while (done < 3) {
+	while (done < 4) {
 		assert_int_equal(kvp_client_next(k, &ev), 0);
 		seq++;
 		if (ev.req_id == id_one && !first_one)
 			first_one = seq;
 		if (ev.req_id == id_none && !first_none)
 			first_none = seq;
+		if (ev.req_id == id_zero && !first_zero)
+			first_zero = seq;
 		if (ev.type == KVP_EVENT_ERROR && ev.req_id != id_long)
 			fail_msg("request %llu: %s", (unsigned long long)ev.req_id, ev.message);
 		if (ev.type == KVP_EVENT_DONE || ev.type == KVP_EVENT_ERROR) {
@@ -454,12 +461,15 @@ static void test_groups_priority(void **state)
 				assert_int_equal(ev.usage.generated_tokens, 2);
 			if (ev.req_id == id_none)
 				none_done = seq;
+			if (ev.req_id == id_one)
+				one_done = seq;
 		}
 	}
 	assert_true(long_done);
-	assert_true(first_none > 0 && first_one > 0);
+	assert_true(first_none > 0 && first_one > 0 && first_zero > 0);
 	assert_true(first_none < none_done);
 	assert_true(none_done < first_one);
+	assert_true(one_done < first_zero);
 	kvp_client_close(k);
 	kvpd_cleanup(&d);
 }

@@ -585,8 +585,13 @@ static void test_generate_priority(void **state)
 			     NULL),
 			 0);
 	assert_int_equal(atomic_load(&f->gen_priority), -3);
-	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5", NULL), 0);
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5", "--priority",
+			     "0", NULL),
+			 0);
 	assert_int_equal(atomic_load(&f->gen_priority), 0);
+	/* no flag: none named, the trust domain's default */
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5", NULL), 0);
+	assert_int_equal(atomic_load(&f->gen_priority), KVP_PRIORITY_DEFAULT);
 
 	n = atomic_load(&f->generates);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

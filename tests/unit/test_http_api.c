@@ -435,7 +435,8 @@ static void test_priority(void **state)
 	{
 		struct parsed *p = parse(C, "{\"prompt\":\"x\"}");
 
-		assert_int_equal(p->g.priority, 0); /* absent: normal */
+		assert_false(p->g.has_priority); /* absent: kvpoold's domain default */
+		assert_int_equal(p->g.priority, 0);
 		done(p);
 	}
 }
