@@ -471,56 +471,45 @@ static void test_checks_before_model_loads(void **state)
 	kvpd_cleanup(&d);
 }
 
-static void test_forced_scalar_kernels(void **state)
+/* With @var=@value in its environment the daemon does not start, and logs @msg. */
+static void env_refused(const char *var, const char *value, const char *msg)
 {
-	/* KVP_ISA=scalar (the SIMD paths off): the daemon says which kernels it uses and
-	 * serves; a kernel set this build does not know stops the start, naming it */
-	const char *args[] = { "--pool-size", "64M", NULL };
-	struct kvp_usage u;
+	char model[512];
+	const char *argv[] = { "--model", model, "--pool-size", "64M", NULL };
 	struct kvpd d;
 	char *log;
 
+	assert_int_equal(setenv(var, value, 1), 0);
+	assert_int_equal(kvpd_init(&d), 0);
+	assert_int_equal(kvpd_model(&d, "tiny", model, sizeof(model)), 0);
+	assert_int_equal(kvpd_start(&d, 30, argv), -ECHILD);
+	unsetenv(var);
+	assert_true(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) == 1);
+	log = kvp_test_read_file(d.log, NULL);
+	assert_non_null(log);
+	assert_non_null(strstr(log, msg));
+	free(log);
+	kvpd_cleanup(&d);
+}
+
+static void test_forced_scalar_kernels(void **state)
+{
+	/* KVP_ISA=scalar (the SIMD paths off): the daemon says which kernels it uses and
+	 * serves; a kernel set this build does not know stops the start, naming it, as does
+	 * an f32 path KVP_F32_GEMM does not know */
+	const char *args[] = { "--pool-size", "64M", NULL };
+	struct kvp_usage u;
+	struct kvpd d;
+
+	(void)state;
 	assert_int_equal(setenv("KVP_ISA", "scalar", 1), 0); /* the daemon inherits it */
 	assert_int_equal(kvpd_setup(&d, "tiny", args), 0);
 	assert_true(kvpd_log_has(&d, "; kernels scalar"));
 	assert_int_equal(one_request(d.sock, "hello scalar", 4, &u), 0);
 	assert_int_equal(u.generated_tokens, 4);
 	kvpd_cleanup(&d);
-
-	assert_int_equal(setenv("KVP_ISA", "neon", 1), 0);
-	assert_int_equal(kvpd_init(&d), 0);
-	{
-		char model[512];
-		const char *argv[] = { "--model", model, "--pool-size", "64M", NULL };
-
-		assert_int_equal(kvpd_model(&d, "tiny", model, sizeof(model)), 0);
-		assert_int_equal(kvpd_start(&d, 30, argv), -ECHILD);
-	}
-	unsetenv("KVP_ISA");
-	assert_true(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) == 1);
-	log = kvp_test_read_file(d.log, NULL);
-	assert_non_null(log);
-	assert_non_null(strstr(log, "KVP_ISA=neon: no such kernel set"));
-	free(log);
-	kvpd_cleanup(&d);
-
-	/* nor does an f32 path KVP_F32_GEMM does not know */
-	assert_int_equal(setenv("KVP_F32_GEMM", "fast", 1), 0);
-	assert_int_equal(kvpd_init(&d), 0);
-	{
-		char model[512];
-		const char *argv[] = { "--model", model, "--pool-size", "64M", NULL };
-
-		assert_int_equal(kvpd_model(&d, "tiny", model, sizeof(model)), 0);
-		assert_int_equal(kvpd_start(&d, 30, argv), -ECHILD);
-	}
-	unsetenv("KVP_F32_GEMM");
-	assert_true(WIFEXITED(d.exit_status) && WEXITSTATUS(d.exit_status) == 1);
-	log = kvp_test_read_file(d.log, NULL);
-	assert_non_null(log);
-	assert_non_null(strstr(log, "KVP_F32_GEMM=fast: not auto, kvpool or openblas"));
-	free(log);
-	kvpd_cleanup(&d);
+	env_refused("KVP_ISA", "neon", "KVP_ISA=neon: no such kernel set");
+	env_refused("KVP_F32_GEMM", "fast", "KVP_F32_GEMM=fast: not auto, kvpool or openblas");
 }
 
 /*
