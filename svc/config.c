@@ -126,7 +126,9 @@ static const struct key_def keys[] = {
 	  "TESTS ONLY, 0 = off: end every reply after N tokens by raising the model's\n"
 	  "end-of-generation ids (synthetic-weight models never end a turn by themselves)" },
 	{ "scheduler", "prefill_chunk_tokens", "prefill-chunk", T_U32, OFF(prefill_chunk_tokens), 0,
-	  1, 1u << 16, "most prefill tokens computed per engine step, between decode steps" },
+	  1, 1u << 16,
+	  "most prefill tokens computed per engine step (fair: a cap next to the step's time\n"
+	  "budget, in the same forward call as the decode rows; fifo: between decode steps)" },
 	{ "scheduler", "policy", "sched-policy", T_POLICY, OFF(policy), 0, 0, 0,
 	  "fair: blocks on demand with preemption, short prompts first, steps sized by time,\n"
 	  "priorities; fifo: the first policy (worst-case reservation, arrival order, fixed\n"
