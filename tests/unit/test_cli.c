@@ -553,8 +553,9 @@ static void test_generate_priority(void **state)
 {
 	/*
 	 * --priority N reaches the daemon in GENERATE.priority, either end of the range and
-	 * a negative value as its own argument included; without it, 0.  A value out of
-	 * range or not a number: exit 2 naming the flag and the range, nothing sent.
+	 * a negative value as its own argument included; without it, KVP_PRIORITY_DEFAULT
+	 * (none named: the trust domain's).  A value out of range or not a number: exit 2
+	 * naming the flag and the range, nothing sent.
 	 */
 	struct fixture *f = *state;
 	char out[4096], err[4096];
