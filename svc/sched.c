@@ -1314,6 +1314,17 @@ static uint64_t held_below(const struct kvp_sched *s, int32_t below)
 	return n;
 }
 
+/*
+ * Nothing runs that could give blocks back, and no tier write is about to: what the pool
+ * cannot hand out now (cache-pinned, leased, inside a TTL) waiting for the engine will
+ * not bring, so a request that does not fit is refused rather than left waiting.
+ */
+static bool nothing_to_free(struct kvp_sched *s)
+{
+	return !s->active.n && !kvp_tiering_pinned_idle(s->tiering) &&
+	       !kvp_remoting_pinned_idle(s->remoting);
+}
+
 static void admit(struct kvp_sched *s)
 {
 	struct seq *q;
@@ -1323,15 +1334,20 @@ static void admit(struct kvp_sched *s)
 
 		if (s->active.n < s->cfg.max_running && try_admit(s, q))
 			continue;
+		if (nothing_to_free(s)) {
+			seq_end(s, q, KVP_E_NOSPACE, true,
+				"pool: not enough blocks can be had for the request (the rest "
+				"are cache-pinned, leased or inside a TTL)");
+			continue;
+		}
 		/*
 		 * The head does not fit (batch or blocks): FAIR makes room from lower
 		 * priorities when what they hold could be enough, else it waits.
 		 */
 		if (!s->fair)
 			return;
-		if (s->active.n < s->cfg.max_running &&
-		    pool_unreserved(s) + held_below(s, q->priority) < reservation(s, q, 0))
-			return;
+		if (pool_unreserved(s) + held_below(s, q->priority) < reservation(s, q, 0))
+			return; /* (a batch slot alone would not let it in either) */
 		v = pick_victim(s, q->priority);
 		if (!v)
 			return;
@@ -1696,7 +1712,8 @@ static uint32_t decode_prepare(struct kvp_sched *s)
 				continue;
 			}
 			v = s->fair ? pick_victim(s, INT64_MAX) : NULL;
-			if (!v) {
+			/* alone, it would only come back to the same shortage */
+			if (!v || (v == q && s->active.n == 1)) {
 				q->cancelled = true; /* ended by reap at the next step */
 				q->cancel_status = KVP_E_NOSPACE;
 				break;

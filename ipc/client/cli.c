@@ -1188,7 +1188,8 @@ static void chat_help(FILE *o)
 {
 	fputs("usage: kvpool [--socket PATH] chat [--system TEXT] [--message TEXT]...\n"
 	      "              [--chat-template NAME] [-n N] [--temperature T] [--top-k K]\n"
-	      "              [--top-p P] [--seed S] [--salt S] [--no-cache] [--json]\n"
+	      "              [--top-p P] [--seed S] [--salt S] [--no-cache] [--priority N]\n"
+	      "              [--breakpoint POS[:TTL]]... [--ttl S] [--retain P] [--json]\n"
 	      "\n"
 	      "Chat with the daemon's model, rendered by its chat template.  On a terminal:\n"
 	      "one line per user turn, the reply streamed as it comes; Ctrl-C cancels the\n"
@@ -1205,8 +1206,8 @@ static void chat_help(FILE *o)
 	      "                         deepseek) instead of the model's\n"
 	      "  -n, --max-new-tokens N reply tokens at most (default: the daemon's maximum,\n"
 	      "                         at most 1024)\n" CACHE_HELP
-	      "      --temperature T, --top-k K, --top-p P, --seed S, --salt S, --no-cache\n"
-	      "                         as for kvpool generate\n"
+	      "      --temperature T, --top-k K, --top-p P, --seed S, --salt S, --no-cache,\n"
+	      "      --priority N       as for kvpool generate\n"
 	      "      --json             one JSON object per turn: turn, tokens (the reply's\n"
 	      "                         ids), text, status, usage\n",
 	      o);
@@ -1225,6 +1226,7 @@ static int cmd_chat(int argc, char **argv)
 		{ "seed", required_argument, NULL, 'S' },
 		{ "salt", required_argument, NULL, 'a' },
 		{ "no-cache", no_argument, NULL, 'N' },
+		{ "priority", required_argument, NULL, 'R' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		CACHE_OPTIONS,
@@ -1284,6 +1286,10 @@ static int cmd_chat(int argc, char **argv)
 			break;
 		case 'N':
 			o.p.no_cache = true;
+			break;
+		case 'R':
+			o.p.priority = (int32_t)parse_i64(optarg, "--priority", KVP_PRIORITY_MIN,
+							  KVP_PRIORITY_MAX);
 			break;
 		case 'j':
 			o.json = true;

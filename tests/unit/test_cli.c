@@ -43,6 +43,7 @@ struct fixture {
 	atomic_bool held; /* a GENERATE of token 42 (or a CHAT saying "hold") is held */
 	/* the last CHAT: its messages, context ids, the messages they cover, roles */
 	atomic_uint chat_msgs, chat_context, chat_context_msgs, chat_roles;
+	atomic_int chat_priority;
 	/* GENERATEs received, and the priority field of the last one */
 	atomic_uint generates;
 	atomic_int gen_priority;
@@ -192,6 +193,7 @@ static int e_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint
 	for (uint32_t i = 0; i < ch->n_messages && i < 16; i++)
 		roles |= msgs[i].role << (2 * i);
 	atomic_store(&f->chat_msgs, ch->n_messages);
+	atomic_store(&f->chat_priority, ch->priority);
 	atomic_store(&f->chat_context, ch->n_context);
 	atomic_store(&f->chat_context_msgs, ch->context_msgs);
 	atomic_store(&f->chat_roles, roles);
@@ -670,8 +672,12 @@ static void test_chat_turns(void **state)
 	assert_int_equal(atomic_load(&f->chat_roles), KVP_ROLE_SYSTEM | KVP_ROLE_USER << 2 |
 							      KVP_ROLE_ASSISTANT << 4 |
 							      KVP_ROLE_USER << 6);
-	/* plain: the reply text, the usage on stderr */
-	assert_int_equal(cli(f, out, err, sizeof(out), "chat", "--message", "a", NULL), 0);
+	assert_int_equal(atomic_load(&f->chat_priority), KVP_PRIORITY_DEFAULT); /* none named */
+	/* plain: the reply text, the usage on stderr; --priority as generate's */
+	assert_int_equal(cli(f, out, err, sizeof(out), "chat", "--message", "a", "--priority", "-7",
+			     NULL),
+			 0);
+	assert_int_equal(atomic_load(&f->chat_priority), -7);
 	assert_string_equal(out, "r1 r2\n");
 	assert_non_null(strstr(err, "generated_tokens 2"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "chat", "--message", "refuse", "--message",

@@ -792,6 +792,65 @@ static void test_early_stoppers_never_block(void **state)
 	}
 }
 
+/* Cache-pin @n of the cached blocks among @m's @n_blocks.  Return: how many it pinned. */
+static uint32_t pin_cached(struct sim *m, uint32_t n_blocks, uint32_t n)
+{
+	uint32_t pinned = 0;
+
+	for (uint32_t id = 0; pinned < n && id < n_blocks; id++)
+		if (!kvp_pool_cache_pin(m->pool, id))
+			pinned++;
+	return pinned;
+}
+
+static void test_pinned_pool_refuses(void **state)
+{
+	/*
+	 * 20 blocks, 10 of them cache-pinned: nothing running can free them, so a request
+	 * that does not fit in the other 10 is refused, not left waiting (both policies),
+	 * and one the fair policy admits (a short prompt) that outgrows them alone ends
+	 * with the error after the tokens it had (FIFO refuses it: its worst case is 17)
+	 */
+	static struct sim m;
+	struct sim_opts o = { .n_blocks = 20, .bt = 16, .max_running = 4 };
+
+	(void)state;
+	for (int pol = KVP_SCHED_FAIR; pol <= KVP_SCHED_FIFO; pol++) {
+		struct req *seed, *big, *grows, *fits;
+
+		o.policy = (enum kvp_sched_policy)pol;
+		assert_int_equal(sim_new(&m, &o), 0);
+		seed = add_req(&m, 160, 1, 1);
+		assert_int_equal(submit(&m, seed), 0);
+		run_until_idle(&m, 1000);
+		expect_reference(seed);
+		assert_int_equal(pin_cached(&m, o.n_blocks, 10), 10);
+
+		big = add_req(&m, 200, 64, 2); /* 13 blocks of prompt */
+		assert_int_equal(submit(&m, big), 0);
+		run_until(&m, big, false, 100);
+		assert_int_equal(big->status, KVP_E_NOSPACE);
+		assert_int_equal(big->n_got, 0);
+
+		grows = add_req(&m, 32, 240, 3); /* 17 blocks at the end */
+		assert_int_equal(submit(&m, grows), 0);
+		run_until(&m, grows, false, 1000);
+		assert_int_equal(grows->status, KVP_E_NOSPACE);
+		if (pol == KVP_SCHED_FAIR)
+			assert_true(grows->n_got >= 100 && grows->n_got < 240);
+		else
+			assert_int_equal(grows->n_got, 0);
+
+		/* what fits still runs, and nothing leaked */
+		fits = add_req(&m, 32, 32, 4);
+		assert_int_equal(submit(&m, fits), 0);
+		run_until_idle(&m, 1000);
+		expect_reference(fits);
+		assert_int_equal(used_blocks(&m), 0);
+		sim_free(&m);
+	}
+}
+
 static void test_priority_orders_admission(void **state)
 {
 	/* one slot: low, normal, high queued in that order are admitted high, normal, low */
@@ -1116,6 +1175,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_random_schedules),
 		cmocka_unit_test(test_early_stoppers_never_block),
+		cmocka_unit_test(test_pinned_pool_refuses),
 		cmocka_unit_test(test_priority_orders_admission),
 		cmocka_unit_test(test_priority_orders_preemption),
 		cmocka_unit_test(test_preempt_real_model_same_tokens),
