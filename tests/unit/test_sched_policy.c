@@ -918,6 +918,66 @@ static void test_priority_orders_preemption(void **state)
 	sim_free(&m);
 }
 
+/* The fake-clock time of @r's first token after its longest wait (a preemption). */
+static uint64_t resumed_at(const struct req *r)
+{
+	uint64_t t = r->t_first, at = 0, longest = 0;
+
+	for (uint32_t i = 0; i + 1 < r->n_got; i++) {
+		t += r->gaps[i];
+		if (r->gaps[i] > longest) {
+			longest = r->gaps[i];
+			at = t;
+		}
+	}
+	return at;
+}
+
+static void test_preempted_resume_in_order(void **state)
+{
+	/*
+	 * three normal requests run; a high-priority one needs the blocks of two: the latest
+	 * admitted (c) goes, then b.  They come back in admission order (b, then c), both
+	 * before a normal request that arrived after the preemption; all give their tokens
+	 */
+	static struct sim m;
+	struct sim_opts o = { .n_blocks = 40, .bt = 16, .max_running = 3 };
+	struct req *a, *b, *c, *h, *n;
+
+	(void)state;
+	assert_int_equal(sim_new(&m, &o), 0);
+	a = add_req(&m, 100, 40, 1); /* 7 blocks of prompt, 9 at the end */
+	b = add_req(&m, 100, 40, 2);
+	c = add_req(&m, 100, 40, 3);
+	assert_int_equal(submit(&m, a), 0);
+	step(&m);
+	assert_int_equal(submit(&m, b), 0);
+	step(&m);
+	assert_int_equal(submit(&m, c), 0);
+	run_until(&m, c, true, 1000);
+	h = add_req(&m, 480, 4, 4); /* 31 blocks: two of the three must go */
+	h->priority = 10;
+	assert_int_equal(submit(&m, h), 0);
+	step(&m);
+	n = add_req(&m, 100, 40, 5);
+	assert_int_equal(submit(&m, n), 0);
+	run_until_idle(&m, 100000);
+	expect_reference(a);
+	expect_reference(b);
+	expect_reference(c);
+	expect_reference(h);
+	expect_reference(n);
+	assert_int_equal(h->usage.preemptions, 0);
+	assert_true(b->usage.preemptions >= 1);
+	assert_true(c->usage.preemptions >= 1);
+	assert_true(resumed_at(b) < resumed_at(c));
+	assert_true(resumed_at(c) < n->t_first);
+	if (a->usage.preemptions) /* when h's growth took a's blocks too */
+		assert_true(resumed_at(a) < resumed_at(b));
+	assert_int_equal(used_blocks(&m), 0);
+	sim_free(&m);
+}
+
 static void test_preempt_real_model_same_tokens(void **state)
 {
 	/*
@@ -1178,6 +1238,7 @@ int main(void)
 		cmocka_unit_test(test_pinned_pool_refuses),
 		cmocka_unit_test(test_priority_orders_admission),
 		cmocka_unit_test(test_priority_orders_preemption),
+		cmocka_unit_test(test_preempted_resume_in_order),
 		cmocka_unit_test(test_preempt_real_model_same_tokens),
 		cmocka_unit_test(test_short_prompt_goes_first),
 		cmocka_unit_test(test_stream_gap_bounded),
