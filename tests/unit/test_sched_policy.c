@@ -978,6 +978,33 @@ static void test_preempted_resume_in_order(void **state)
 	sim_free(&m);
 }
 
+static void test_priority_orders_prefill(void **state)
+{
+	/*
+	 * two 2,000-token prompts: the normal one started first (less of it is left, and it
+	 * soon waits past the aging time), the one of priority 5 came a step later; the
+	 * prefill share goes by priority first, so the later one's first token comes first
+	 */
+	static struct sim m;
+	struct sim_opts o = { .n_blocks = 400, .bt = 16, .max_running = 4 };
+	struct req *lo, *hi;
+
+	(void)state;
+	assert_int_equal(sim_new(&m, &o), 0);
+	lo = add_req(&m, 2000, 4, 1);
+	hi = add_req(&m, 2000, 4, 2);
+	hi->priority = 5;
+	assert_int_equal(submit(&m, lo), 0);
+	step(&m);
+	assert_int_equal(submit(&m, hi), 0);
+	run_until_idle(&m, 100000);
+	expect_reference(lo);
+	expect_reference(hi);
+	assert_true(hi->t_first < lo->t_first);
+	assert_int_equal(used_blocks(&m), 0);
+	sim_free(&m);
+}
+
 static void test_preempt_real_model_same_tokens(void **state)
 {
 	/*
@@ -1239,6 +1266,7 @@ int main(void)
 		cmocka_unit_test(test_priority_orders_admission),
 		cmocka_unit_test(test_priority_orders_preemption),
 		cmocka_unit_test(test_preempted_resume_in_order),
+		cmocka_unit_test(test_priority_orders_prefill),
 		cmocka_unit_test(test_preempt_real_model_same_tokens),
 		cmocka_unit_test(test_short_prompt_goes_first),
 		cmocka_unit_test(test_stream_gap_bounded),
