@@ -277,6 +277,16 @@ static void test_stream_gap_bounded(void **state)
 			      worst * 1e3, nd, target * 1e3,
 			      jsonq_num(j, "scheduler.calib_decode_ms", 0), l.usage.prefill_ms,
 			      (p90 - med) / target, (worst - med) / target, worst / chunk);
+		/* the daemon's own view of the same stream: inter-token and step times */
+		assert_true(jsonq_num(j, "scheduler.itl_p50_ms", 0) > 0);
+		assert_true(jsonq_num(j, "scheduler.itl_p99_ms", 0) >=
+			    jsonq_num(j, "scheduler.itl_p50_ms", 0));
+		assert_true(jsonq_num(j, "scheduler.itl_max_ms", 0) >=
+			    jsonq_num(j, "scheduler.itl_p99_ms", 0));
+		assert_true(jsonq_num(j, "scheduler.itl_max_ms", 0) / 1e3 >= 0.5 * p90);
+		assert_true(jsonq_num(j, "scheduler.step_p50_ms", 0) > 0);
+		assert_true(jsonq_num(j, "scheduler.step_max_ms", 0) >=
+			    jsonq_num(j, "scheduler.step_p50_ms", 0));
 		jsonq_free(j);
 	}
 	atomic_store(&stop, true);
