@@ -1692,10 +1692,22 @@ static int print_status_summary(const char *text, size_t len)
 	       ju(j, "scheduler.requests_total"), ju(j, "scheduler.requests_done"),
 	       ju(j, "scheduler.requests_cancelled"), ju(j, "scheduler.requests_failed"),
 	       ju(j, "scheduler.requests_rejected"));
+	printf("  policy       %s: queued by priority %llu high, %llu normal, %llu low; "
+	       "%llu preemptions (%llu to disk), %llu preempted now\n",
+	       jstr(j, "scheduler.policy"), ju(j, "scheduler.queued_high"),
+	       ju(j, "scheduler.queued_normal"), ju(j, "scheduler.queued_low"),
+	       ju(j, "scheduler.preemptions"), ju(j, "scheduler.preemptions_swapped"),
+	       ju(j, "scheduler.preempted"));
 	if (ju(j, "scheduler.ttft_samples"))
 		printf("  TTFT         p50 %.1f ms, p99 %.1f ms (last %llu requests)\n",
 		       jnum(j, "scheduler.ttft_p50_ms"), jnum(j, "scheduler.ttft_p99_ms"),
 		       ju(j, "scheduler.ttft_samples"));
+	printf("  steps        p50 %.1f ms, p99 %.1f, max %.1f (target %.1f); between tokens "
+	       "p50 %.1f ms, p99 %.1f, max %.1f\n",
+	       jnum(j, "scheduler.step_p50_ms"), jnum(j, "scheduler.step_p99_ms"),
+	       jnum(j, "scheduler.step_max_ms"), jnum(j, "scheduler.step_target_ms"),
+	       jnum(j, "scheduler.itl_p50_ms"), jnum(j, "scheduler.itl_p99_ms"),
+	       jnum(j, "scheduler.itl_max_ms"));
 	printf("  connections  %llu open (%llu since start); refused %llu (%llu per-uid "
 	       "limit), %llu closed idle\n",
 	       ju(j, "connections.open"), ju(j, "connections.total"), ju(j, "connections.refused"),

@@ -222,7 +222,11 @@ static const char status_json[] =
 	"\"request_hit_rate\":0.5,\"token_hit_rate\":0.25,\"evictions\":0},"
 	"\"scheduler\":{\"queued\":0,\"running\":1,\"requests_total\":5,\"requests_done\":4,"
 	"\"requests_cancelled\":0,\"requests_failed\":0,\"requests_rejected\":1,"
-	"\"ttft_samples\":4,\"ttft_p50_ms\":12.5,\"ttft_p99_ms\":40},"
+	"\"ttft_samples\":4,\"ttft_p50_ms\":12.5,\"ttft_p99_ms\":40,\"policy\":\"fair\","
+	"\"queued_high\":1,\"queued_normal\":2,\"queued_low\":3,\"preemptions\":5,"
+	"\"preemptions_swapped\":4,\"preempted\":1,\"step_p50_ms\":7.5,\"step_p99_ms\":20,"
+	"\"step_max_ms\":31,\"step_target_ms\":18.25,\"itl_p50_ms\":8,\"itl_p99_ms\":22.5,"
+	"\"itl_max_ms\":33},"
 	"\"usage\":{\"prompt_tokens\":400,\"cached_tokens\":100,\"recomputed_tokens\":268,"
 	"\"generated_tokens\":64,\"cached_tokens_disk\":32},\"tier\":{\"state\":\"on\","
 	"\"slots\":500,\"blocks\":12,\"bytes\":3145728,\"writes\":20,\"reloads\":2,"
@@ -445,6 +449,11 @@ static void test_status_formats(void **state)
 	assert_non_null(strstr(out, "prefix hits  50.0% of requests, 25.0% of prompt tokens"));
 	assert_non_null(strstr(out, "requests 5: 4 done, 0 cancelled, 0 failed, 1 rejected"));
 	assert_non_null(strstr(out, "TTFT         p50 12.5 ms, p99 40.0 ms"));
+	assert_non_null(strstr(out,
+			       "policy       fair: queued by priority 1 high, 2 normal, 3 low; "
+			       "5 preemptions (4 to disk), 1 preempted now\n"));
+	assert_non_null(strstr(out, "steps        p50 7.5 ms, p99 20.0, max 31.0 (target 18.2); "
+				    "between tokens p50 8.0 ms, p99 22.5, max 33.0\n"));
 	assert_non_null(
 		strstr(out, "2 open (9 since start); refused 3 (1 per-uid limit), 2 closed"));
 	assert_non_null(strstr(out, "400 prompt tokens (100 cached, 32 from disk, 268 computed), "
