@@ -50,6 +50,13 @@ uint32_t kvp_leases_count(const struct kvp_leases *l, uint64_t conn)
 	return n;
 }
 
+void kvp_leases_count_refs(const struct kvp_leases *l, uint32_t *refs)
+{
+	for (const struct kvp_lease_rec *r = l->head; r; r = r->next)
+		for (uint32_t i = 0; i < r->n; i++)
+			refs[r->blocks[i]]++;
+}
+
 /* Unlink *@pp, give its references back, free it. */
 static void drop(struct kvp_leases *l, struct kvp_pool *pool, struct kvp_lease_rec **pp)
 {

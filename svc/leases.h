@@ -47,6 +47,9 @@ int kvp_leases_add(struct kvp_leases *l, uint64_t conn, const uint32_t *blocks, 
 /* Leases @conn holds now. */
 uint32_t kvp_leases_count(const struct kvp_leases *l, uint64_t conn);
 
+/* Add one to @refs[id] for each reference a live lease holds (kvp_sched_check()). */
+void kvp_leases_count_refs(const struct kvp_leases *l, uint32_t *refs);
+
 /* End lease @id of @conn: its references back to @pool.  Return: 0, or -ENOENT. */
 int kvp_leases_release(struct kvp_leases *l, struct kvp_pool *pool, uint64_t conn, uint64_t id);
 

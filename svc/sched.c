@@ -2550,6 +2550,7 @@ int kvp_sched_check(struct kvp_sched *s, char *err, size_t cap)
 		}
 	}
 	kvp_remoting_count_refs(s->remoting, refs); /* blocks being copied to the store */
+	kvp_leases_count_refs(&s->leases, refs);
 	for (uint32_t b = 0; b < s->n_blocks && !r; b++) {
 		const struct kvp_block *bl = kvp_pool_block(s->cfg.pool, b);
 

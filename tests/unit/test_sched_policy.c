@@ -121,6 +121,8 @@ struct sim {
 	uint32_t n_req;
 	bool real;		   /* the real forward pass (no hooks, no fake clock) */
 	uint64_t step_t0, step_t1; /* the last step, on the clock */
+	uint64_t lease_id;	   /* the last lease granted, and its blocks */
+	uint32_t lease_blocks;
 };
 
 /* Demo model on this machine, roughly: a call ~11 ms, 1.3 ms a token, attention on top. */
@@ -481,6 +483,12 @@ static void drain_events(struct sim *m)
 		for (unsigned int i = 0; i < n; i++) {
 			struct req *r;
 
+			if (ev[i].type == KVP_SCHED_EV_LEASE) {
+				m->lease_id = ev[i].lease->hdr.lease_id;
+				m->lease_blocks = ev[i].lease->hdr.n_blocks;
+				free(ev[i].lease);
+				continue;
+			}
 			assert_true(ev[i].req_id >= 1 && ev[i].req_id <= m->n_req);
 			r = &m->r[ev[i].req_id - 1];
 			if (r->closed)
@@ -849,6 +857,43 @@ static void test_pinned_pool_refuses(void **state)
 		assert_int_equal(used_blocks(&m), 0);
 		sim_free(&m);
 	}
+}
+
+static void test_lease_holds_blocks(void **state)
+{
+	/*
+	 * a lease's references are the accounting's too (kvp_sched_check() after every
+	 * step): requests run beside it, pressure does not take its blocks, and RELEASE
+	 * gives them back
+	 */
+	static struct sim m;
+	struct sim_opts o = { .n_blocks = 24, .bt = 16, .max_running = 4 };
+	struct kvp_sched_lease_ask a = {
+		.conn = 9, .req_id = 1000, .ttl_ms = 60000, .max_per_conn = 4
+	};
+	struct req *first;
+
+	(void)state;
+	assert_int_equal(sim_new(&m, &o), 0);
+	first = add_req(&m, 64, 1, 1);
+	assert_int_equal(submit(&m, first), 0);
+	run_until_idle(&m, 1000);
+	a.tokens = first->prompt;
+	a.n_tokens = first->n_prompt;
+	assert_int_equal(kvp_sched_lease(m.sched, &a), 0);
+	step(&m);
+	assert_int_equal(m.lease_blocks, 4);
+	assert_int_equal(used_blocks(&m), 4);
+	for (uint32_t i = 0; i < 6; i++) /* 6 x 3 blocks through the other 20 */
+		assert_int_equal(submit(&m, add_req(&m, 40, 2, 10 + i)), 0);
+	run_until_idle(&m, 10000);
+	for (uint32_t i = 1; i <= 6; i++)
+		expect_reference(&m.r[i]);
+	assert_int_equal(used_blocks(&m), 4);
+	kvp_sched_release(m.sched, 9, m.lease_id);
+	step(&m);
+	assert_int_equal(used_blocks(&m), 0);
+	sim_free(&m);
 }
 
 static void test_priority_orders_admission(void **state)
@@ -1263,6 +1308,7 @@ int main(void)
 		cmocka_unit_test(test_random_schedules),
 		cmocka_unit_test(test_early_stoppers_never_block),
 		cmocka_unit_test(test_pinned_pool_refuses),
+		cmocka_unit_test(test_lease_holds_blocks),
 		cmocka_unit_test(test_priority_orders_admission),
 		cmocka_unit_test(test_priority_orders_preemption),
 		cmocka_unit_test(test_preempted_resume_in_order),
