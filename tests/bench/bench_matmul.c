@@ -7,9 +7,9 @@
  *    once, as the forward pass does), in GOP/s (2 per multiply-add), against the
  *    register peak of the instruction the type's kernel is built on (int8 vpdpbusd for
  *    the integer types, vdpbf16ps for bf16, f32 FMA for f32 and f16);
- *  - decode shape: an 8192 x 4096 matrix (larger than any cache) times 1, 4 and 16 rows,
- *    in GB/s of weight bytes streamed, against the read bandwidth of one thread summing
- *    a 1 GiB buffer.
+ *  - decode shape: an 8192 x 4096 matrix (larger than any cache) times 1, 4, 8, 16 and
+ *    32 rows, in GB/s of weight bytes streamed, against the read bandwidth of one thread
+ *    summing a 1 GiB buffer.
  * Medians of 5.  KVP_ISA=scalar|avx2|avx512 picks the table (default: the CPU's best);
  * arguments name types to run (default: all).
  */
@@ -136,7 +136,7 @@ int main(int argc, char **argv)
 		       peak.int8, peak.bf16, peak.f32);
 	printf("read bandwidth (same run): %.1f GB/s\n", bw);
 	printf("%-6s | prefill %dx%d x %d rows: GOP/s  ratio | decode %dx%d, GB/s of weights "
-	       "(ratio to read bw) at rows 1, 4, 16\n",
+	       "(ratio to read bw) at rows 1, 4, 8, 16, 32\n",
 	       "type", PO, PK, PROWS, DO, DK);
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
 		uint32_t type = all[i];
@@ -159,7 +159,7 @@ int main(int argc, char **argv)
 		       t->act == KVP_ACT_BF16 ? peak.bf16 :
 						peak.int8;
 		printf("%-6s | %7.1f  %5.2f |", t->name, gops, ceil ? gops / ceil : 0.0);
-		for (size_t rows = 1; rows <= 16; rows *= 4) {
+		for (size_t rows = 1; rows <= 32; rows = rows < 4 ? 4 : rows * 2) {
 			double g = (double)DO * dm.rb / median_run(kt, &dm, rows, x, xa, out) / 1e9;
 
 			printf(" %6.1f (%4.2f)", g, g / bw);

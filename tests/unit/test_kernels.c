@@ -605,6 +605,10 @@ static void test_matmul_every_type_every_table(void **state)
 				matmul_case(tables[t], type, rows, ks[rows % 2], 37, 3, 35);
 			matmul_case(tables[t], type, 3, ks[2], 5, 0, 5);
 			matmul_case(tables[t], type, 70, ks[1], 17, 1, 17);
+			/* the float outer-product tile: uneven row tiles, k blocks with a ragged
+			 * end, whole panels then a remainder through the GEMV */
+			if (blk == 1)
+				matmul_case(tables[t], type, 29, ks[2], 75, 2, 71);
 		}
 	}
 }
