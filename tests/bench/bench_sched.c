@@ -21,7 +21,8 @@
  *     4,096, each client stops after STREAM_TOKENS tokens: chat clients that ask for much
  *     and stop early), on 1 GiB, and the 8 on 350 MiB as in 1.;
  *  5. goodput: requests per second that met TTFT <= 1 s and every inter-token gap <= 100
- *     ms, at rising Poisson arrival rates (prompts of 50..400 tokens, 32..128 new ones).
+ *     ms, at rising Poisson arrival rates (prompts of 50..400 tokens, 32..128 new ones;
+ *     the same arrivals for both policies).
  *
  * Times are measured by the client (just before GENERATE is sent, each TOKEN frame).
  * Every figure is printed for both policies with the ratio fair / fifo (or the ratio the
@@ -492,9 +493,15 @@ static void *arrival_main(void *arg)
 }
 
 /* Requests/s meeting both bounds at @rate arrivals/s over @secs of arrivals. */
-static double goodput(const char *sock, double rate, double secs, double *p99_ttft)
+/*
+ * Requests that met the bounds, per second, at @rate for @secs; *@offered: how many came.
+ * The arrival times and sizes come from @seed alone, so both policies get the same ones.
+ */
+static double goodput(const char *sock, double rate, double secs, uint64_t seed, double *p99_ttft,
+		      uint32_t *offered)
 {
 	uint32_t cap = (uint32_t)(rate * secs * 3) + 16, n = 0, good = 0;
+	uint64_t x = seed;
 	struct arrival *a = calloc(cap, sizeof(*a));
 	pthread_t *th = calloc(cap, sizeof(*th));
 	double t = kvp_test_now_s(), end = t + secs;
@@ -504,7 +511,7 @@ static double goodput(const char *sock, double rate, double secs, double *p99_tt
 		return -1;
 	while (n < cap) {
 		/* exponential gaps: a Poisson process of @rate */
-		double u = ((double)(rnd() >> 11) + 0.5) / 9007199254740992.0;
+		double u = ((double)(kvp_test_xorshift(&x) >> 11) + 0.5) / 9007199254740992.0;
 
 		t += -log(u) / rate;
 		if (t >= end)
@@ -512,8 +519,8 @@ static double goodput(const char *sock, double rate, double secs, double *p99_tt
 		while (kvp_test_now_s() < t)
 			usleep(1000);
 		a[n] = (struct arrival){ .sock = sock,
-					 .n_prompt = 50 + (uint32_t)(rnd() % 351),
-					 .max_new = 32 + (uint32_t)(rnd() % 97) };
+					 .n_prompt = 50 + (uint32_t)(kvp_test_xorshift(&x) % 351),
+					 .max_new = 32 + (uint32_t)(kvp_test_xorshift(&x) % 97) };
 		pthread_create(&th[n], NULL, arrival_main, &a[n]);
 		n++;
 	}
@@ -531,6 +538,7 @@ static double goodput(const char *sock, double rate, double secs, double *p99_tt
 	free(ttft);
 	free(a);
 	free(th);
+	*offered = n;
 	return good / secs;
 }
 
@@ -547,9 +555,14 @@ static int bench_goodput(void)
 		if (start(&d, policies[pol], false))
 			return -1;
 		for (uint32_t r = 0; r < n_rates; r++) {
-			g[pol][r] = goodput(d.sock, rates[r], secs, &p99[pol][r]);
-			printf("  %s: %.1f req/s offered: goodput %.2f req/s (TTFT p99 %.0f ms)\n",
-			       policies[pol], rates[r], g[pol][r], p99[pol][r]);
+			uint32_t offered = 0;
+
+			g[pol][r] = goodput(d.sock, rates[r], secs, 0x9e3779b9u * (r + 1),
+					    &p99[pol][r], &offered);
+			printf("  %s: %.1f req/s offered: goodput %.2f req/s, %.0f of %u requests "
+			       "(TTFT p99 %.0f ms)\n",
+			       policies[pol], rates[r], g[pol][r], g[pol][r] * secs, offered,
+			       p99[pol][r]);
 			sleep(2); /* drain */
 		}
 		kvpd_cleanup(&d);
