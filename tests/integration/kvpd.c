@@ -53,6 +53,22 @@ int kvpd_model(struct kvpd *d, const char *preset, char *path, size_t cap)
 	return kvp_mkmodel_write(path, &o, NULL, 0);
 }
 
+int kvpd_model_mid(struct kvpd *d, uint32_t n_ctx)
+{
+	struct kvp_mkmodel_opts o;
+
+	kvp_mkmodel_preset(&o, "tiny");
+	o.name = "kvpool-mid";
+	o.n_embd = 512;
+	o.n_layers = 4;
+	o.n_heads = 8;
+	o.n_kv_heads = 4;
+	o.n_ff = 1536;
+	o.n_ctx = n_ctx;
+	snprintf(d->model, sizeof(d->model), "%s/mid.gguf", d->dir);
+	return kvp_mkmodel_write(d->model, &o, NULL, 0);
+}
+
 int kvpd_start(struct kvpd *d, double timeout_s, const char *const *args)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };

@@ -39,6 +39,13 @@ int kvpd_init(struct kvpd *d);
 int kvpd_model(struct kvpd *d, const char *preset, char *path, size_t cap);
 
 /*
+ * kvpd_model_mid() - write @d->model: the tiny preset widened to n_embd 512, 4 layers,
+ * n_ff 1536 (f32), context @n_ctx: decodes in a few ms, prefills ~0.3 ms a token, so a
+ * test can keep one request running while others queue behind it.
+ */
+int kvpd_model_mid(struct kvpd *d, uint32_t n_ctx);
+
+/*
  * kvpd_start() - exec kvpoold --foreground --socket --status-socket --state-dir, then the
  * NULL-terminated @args; wait (up to @timeout_s) for READY=1 on a private NOTIFY_SOCKET.
  * Return: 0 when ready; -ECHILD when it exited first (see exit_status); -ETIMEDOUT.

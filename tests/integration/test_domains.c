@@ -29,7 +29,6 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "compute/mkmodel.h"
 #include "kvpool/kvpool.h"
 #include "tests/integration/jsonq.h"
 #include "tests/integration/kvpd.h"
@@ -375,7 +374,6 @@ static void test_groups_priority(void **state)
 			       "--set",		 "domain fg.priority=5",
 			       "--max-running",	 "1",
 			       "--ignore-eos",	 NULL };
-	struct kvp_mkmodel_opts mo;
 	struct kvp_client *k = NULL;
 	struct kvp_client_event ev;
 	struct kvp_client_params p;
@@ -394,16 +392,7 @@ static void test_groups_priority(void **state)
 	(void)state;
 	snprintf(uid, sizeof(uid), "domain fg.users=%u", (unsigned int)geteuid());
 	assert_int_equal(kvpd_init(&d), 0);
-	kvp_mkmodel_preset(&mo, "tiny");
-	mo.name = "kvpool-domain-priority";
-	mo.n_embd = 512;
-	mo.n_layers = 4;
-	mo.n_heads = 8;
-	mo.n_kv_heads = 4;
-	mo.n_ff = 1536;
-	mo.n_ctx = 4096;
-	snprintf(d.model, sizeof(d.model), "%s/prio.gguf", d.dir);
-	assert_int_equal(kvp_mkmodel_write(d.model, &mo, NULL, 0), 0);
+	assert_int_equal(kvpd_model_mid(&d, 4096), 0);
 	args[1] = d.model;
 	if (kvpd_start(&d, 120, args)) {
 		kvpd_dump_log(&d);

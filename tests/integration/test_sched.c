@@ -26,7 +26,6 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "compute/mkmodel.h"
 #include "kvpool/kvpool.h"
 #include "tests/integration/kvpd.h"
 #include "tests/lib/testlib.h"
@@ -38,23 +37,6 @@ struct fixture {
 	struct kvpd d; /* first: kvpd_teardown() */
 };
 
-/* n_embd 512, 4 layers, n_ff 1536, f32: decode a few ms, prefill ~0.3 ms a token here. */
-static int write_model(struct kvpd *d)
-{
-	struct kvp_mkmodel_opts o;
-
-	kvp_mkmodel_preset(&o, "tiny");
-	o.name = "kvpool-sched-test";
-	o.n_embd = 512;
-	o.n_layers = 4;
-	o.n_heads = 8;
-	o.n_kv_heads = 4;
-	o.n_ff = 1536;
-	o.n_ctx = 8192;
-	snprintf(d->model, sizeof(d->model), "%s/sched.gguf", d->dir);
-	return kvp_mkmodel_write(d->model, &o, NULL, 0);
-}
-
 static int setup_with(void **state, const char *pool)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
@@ -62,7 +44,7 @@ static int setup_with(void **state, const char *pool)
 			       "--ignore-eos", "--threads", "2",	   NULL };
 
 	*state = f;
-	if (!f || kvpd_init(&f->d) || write_model(&f->d))
+	if (!f || kvpd_init(&f->d) || kvpd_model_mid(&f->d, 8192))
 		return -1;
 	if (kvpd_start(&f->d, 120, args)) {
 		kvpd_dump_log(&f->d);
