@@ -1964,7 +1964,7 @@ static void calibrate(struct kvp_sched *s)
 	uint32_t table[64];
 	int32_t tokens[CAL_CTX + CAL_N];
 	uint32_t got = 0, i;
-	double ta = 0, tm = 0, tb = 0, d1 = 0;
+	double ta = 0, tm = 0, tb = 0, d1 = 0, fixed;
 
 	s->calibrated = true;
 	if (!s->fair)
@@ -2017,12 +2017,19 @@ static void calibrate(struct kvp_sched *s)
 	 * (the issue's 1.1x for a long prompt) and keeps a short request arriving during
 	 * it within about 3x its TTFT alone (half a step waited, then its own)
 	 */
+	/*
+	 * The fixed cost is the fit's intercept, but a call of one token (the decode step)
+	 * pays it too, less that token: the direct measurement bounds an intercept that the
+	 * matmul's row tiles (12 rows at a time) can pull low, which made prefill steps
+	 * alone too short and a long prompt up to 1.7x slower in some daemon starts.
+	 */
+	fixed = s->cost.d1 - s->cost.p1 > s->cost.p0 ? s->cost.d1 - s->cost.p1 : s->cost.p0;
 	s->step_target_ns = s->cfg.step_target_ns ? (double)s->cfg.step_target_ns :
-			    AUTO_STEP_DECODES * s->cost.d1 > AUTO_STEP_CALLS * s->cost.p0 ?
+			    AUTO_STEP_DECODES * s->cost.d1 > AUTO_STEP_CALLS * fixed ?
 						    AUTO_STEP_DECODES * s->cost.d1 :
-						    AUTO_STEP_CALLS * s->cost.p0;
+						    AUTO_STEP_CALLS * fixed;
 	s->prefill_step_ns = s->cfg.prefill_step_ns ? (double)s->cfg.prefill_step_ns :
-						      AUTO_PREFILL_CALLS * s->cost.p0;
+						      AUTO_PREFILL_CALLS * fixed;
 	s->st.step_target_ms = s->step_target_ns / 1e6;
 	s->st.prefill_step_ms = s->prefill_step_ns / 1e6;
 	s->st.calib_decode_ms = s->cost.d1 / 1e6;
