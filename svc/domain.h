@@ -60,8 +60,8 @@ struct kvp_tier;
  * @tier_path: its disk tier file ("" = none): tier.path, or tier.path.NAME when there
  *            can be more than one domain
  * @operators: its members may pin prefixes (kvp_domain_may_pin())
- * @priority: the priority of its requests that name none (priority 0): its [domain
- *            NAME]'s `priority`; 0 for per-uid and single domains
+ * @priority: the priority of its requests that name none (KVP_PRIORITY_DEFAULT): its
+ *            [domain NAME]'s `priority`; 0 for per-uid and single domains
  * @cache:    its prompt-cache policy: [cache], with its [domain NAME] overrides in groups
  *            mode (kvp_domcfg_cache_policy()); its engine runs by it
  * @uid:      per-uid: the uid it is for

@@ -133,23 +133,17 @@ static int set_size(const char *value, uint64_t *out, char *err, size_t cap)
 /* GENERATE.priority's range, written as an integer with an optional '-'. */
 static int set_priority(const char *value, int32_t *out, char *err, size_t cap)
 {
-	bool neg = *value == '-';
-	uint64_t mag = 0;
 	int64_t v;
-	int r = kvp_parse_u64(value + neg, 0, UINT32_MAX, &mag);
+	int r = kvp_parse_i64(value, KVP_PRIORITY_MIN, KVP_PRIORITY_MAX, &v);
 
-	if (r == -EINVAL) {
+	if (r == -EINVAL)
 		kvp_errmsg(err, cap, "'%s' is not an integer", value);
-		return -EINVAL;
-	}
-	v = neg ? -(int64_t)mag : (int64_t)mag;
-	if (r < 0 || v < KVP_PRIORITY_MIN || v > KVP_PRIORITY_MAX) {
+	else if (r < 0)
 		kvp_errmsg(err, cap, "'%s' is out of range [%d, %d]", value, KVP_PRIORITY_MIN,
 			   KVP_PRIORITY_MAX);
-		return -EINVAL;
-	}
-	*out = (int32_t)v;
-	return 0;
+	else
+		*out = (int32_t)v;
+	return r < 0 ? -EINVAL : 0;
 }
 
 int kvp_domcfg_set(struct kvp_domcfg *tab, uint32_t *n, const char *name, const char *key,

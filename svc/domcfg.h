@@ -15,7 +15,7 @@
  *	operators = yes
  *	remote_user = kvp-research
  *	remote_password_file = /etc/kvpool/research.pw
- *	priority = -10         ; its requests that name no priority (0) get this one
+ *	priority = -10         ; its requests that name no priority get this one
  *	min_tokens = 64        ; any of these [cache] keys overrides [cache] for it:
  *	eviction = lfu         ; ttl_default_s, ttl_max_s, min_tokens, pin_max,
  *	                       ; eviction, retain_default

@@ -2009,6 +2009,13 @@ static void calibrate(struct kvp_sched *s)
 	} else
 		kvp_stepcost_init(&s->cost, 0, 0, 0, 0); /* no room to measure: defaults */
 	/*
+	 * The fixed cost is the fit's intercept, but a call of one token (the decode step)
+	 * pays it too, less that token: the direct measurement bounds an intercept that the
+	 * matmul's row tiles (12 rows at a time) can pull low, which made prefill steps
+	 * alone too short and a long prompt up to 1.7x slower in some daemon starts.
+	 */
+	fixed = s->cost.d1 - s->cost.p1 > s->cost.p0 ? s->cost.d1 - s->cost.p1 : s->cost.p0;
+	/*
 	 * a step pays the call's fixed cost once (one mixed call), so 2.5 of whichever is
 	 * larger, a decode step or that fixed cost, leaves prefill 1.5 of them per step
 	 * while a stream's gap stays within 2.5 of its gap alone (2 starved a long prompt:
@@ -2017,13 +2024,6 @@ static void calibrate(struct kvp_sched *s)
 	 * (the issue's 1.1x for a long prompt) and keeps a short request arriving during
 	 * it within about 3x its TTFT alone (half a step waited, then its own)
 	 */
-	/*
-	 * The fixed cost is the fit's intercept, but a call of one token (the decode step)
-	 * pays it too, less that token: the direct measurement bounds an intercept that the
-	 * matmul's row tiles (12 rows at a time) can pull low, which made prefill steps
-	 * alone too short and a long prompt up to 1.7x slower in some daemon starts.
-	 */
-	fixed = s->cost.d1 - s->cost.p1 > s->cost.p0 ? s->cost.d1 - s->cost.p1 : s->cost.p0;
 	s->step_target_ns = s->cfg.step_target_ns ? (double)s->cfg.step_target_ns :
 			    AUTO_STEP_DECODES * s->cost.d1 > AUTO_STEP_CALLS * fixed ?
 						    AUTO_STEP_DECODES * s->cost.d1 :

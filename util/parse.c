@@ -9,6 +9,7 @@
 #include "util/parse.h"
 
 #include <ctype.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -47,6 +48,22 @@ int kvp_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 	if (r == 0)
 		*out = v;
 	return r;
+}
+
+int kvp_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
+{
+	bool neg = s && *s == '-';
+	uint64_t mag;
+	int64_t v;
+	int r = kvp_parse_u64(s ? s + neg : s, 0, (uint64_t)INT64_MAX + neg, &mag);
+
+	if (r < 0)
+		return r;
+	v = neg ? (int64_t)(0 - mag) : (int64_t)mag; /* -2^63 included */
+	if (v < min || v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
 }
 
 /* The power of 2 a size suffix stands for: K 10, M 20, G 30, T 40; 0 for anything else. */

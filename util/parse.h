@@ -17,6 +17,9 @@
 /* Decimal digits only, in [@min, @max]. */
 int kvp_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 
+/* Decimal digits with an optional leading '-' (no '+'), in [@min, @max]. */
+int kvp_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+
 /**
  * kvp_parse_size() - a byte count: "512", "64K", "3m", "2G", "2GiB", "1TB"
  *

@@ -70,8 +70,8 @@ struct kvp_client;
  *                  unless the daemon configures one)
  *
  * kvp_client_params_init() sets greedy decoding of 16 tokens, no salt, caching on,
- * special tokens not parsed, priority KVP_PRIORITY_DEFAULT.  (parse_special and priority were appended in
- * 0.1: programs built against an older kvpool.h must be rebuilt.)
+ * special tokens not parsed, priority KVP_PRIORITY_DEFAULT.  (parse_special and priority
+ * were appended in 0.1: programs built against an older kvpool.h must be rebuilt.)
  */
 struct kvp_client_params {
 	uint32_t max_new_tokens;

@@ -119,22 +119,14 @@ static uint64_t parse_u64(const char *s, const char *what, uint64_t min, uint64_
 /* A whole number in [min, max], with an optional leading '-'. */
 static int64_t parse_i64(const char *s, const char *what, int64_t min, int64_t max)
 {
-	bool neg = s && s[0] == '-';
-	uint64_t mag;
 	int64_t v;
-	int r;
+	int r = kvp_parse_i64(s, min, max, &v);
 
-	r = kvp_parse_u64(s ? s + neg : s, 0, (uint64_t)INT64_MAX, &mag);
 	if (r == -ERANGE)
-		mag = UINT64_MAX;
-	else if (r < 0)
-		die_usage("%s: '%s' is not an integer", what, s ? s : "");
-	v = mag > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)mag;
-	if (neg)
-		v = -v;
-	if (v < min || v > max)
 		die_usage("%s: '%s' is out of range [%lld, %lld]", what, s, (long long)min,
 			  (long long)max);
+	if (r < 0)
+		die_usage("%s: '%s' is not an integer", what, s ? s : "");
 	return v;
 }
 

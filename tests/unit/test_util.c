@@ -62,6 +62,29 @@ static void test_parse_u64_is_strict(void **state)
 		assert_int_equal(kvp_parse_u64(bad[i], 0, UINT64_MAX, &v), -EINVAL);
 }
 
+static void test_parse_i64_is_strict(void **state)
+{
+	static const char *bad[] = { "", "-", "+1", "--1", " -1", "-1 ", "-0x1", "1.0", NULL };
+	int64_t v = 7;
+
+	/* one optional '-', then as kvp_parse_u64(); both ends of int64_t */
+	assert_int_equal(kvp_parse_i64("-1000", -1000, 1000, &v), 0);
+	assert_int_equal(v, -1000);
+	assert_int_equal(kvp_parse_i64("-0", -1, 1, &v), 0);
+	assert_int_equal(v, 0);
+	assert_int_equal(kvp_parse_i64("-9223372036854775808", INT64_MIN, 0, &v), 0);
+	assert_true(v == INT64_MIN);
+	assert_int_equal(kvp_parse_i64("9223372036854775807", 0, INT64_MAX, &v), 0);
+	assert_true(v == INT64_MAX);
+	assert_int_equal(kvp_parse_i64("9223372036854775808", INT64_MIN, INT64_MAX, &v), -ERANGE);
+	assert_int_equal(kvp_parse_i64("-9223372036854775809", INT64_MIN, INT64_MAX, &v), -ERANGE);
+	assert_int_equal(kvp_parse_i64("-1001", -1000, 1000, &v), -ERANGE);
+	assert_int_equal(kvp_parse_i64("1001", -1000, 1000, &v), -ERANGE);
+	assert_true(v == INT64_MAX); /* untouched on error */
+	for (size_t i = 0; bad[i]; i++)
+		assert_int_equal(kvp_parse_i64(bad[i], INT64_MIN, INT64_MAX, &v), -EINVAL);
+}
+
 static void test_parse_size_suffixes(void **state)
 {
 	static const char *bad[] = { "1KiBx", "iB", "1iB", "1 KiB", "1kb", NULL };
@@ -393,6 +416,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_clock_is_monotonic),
 		cmocka_unit_test(test_parse_u64_is_strict),
+		cmocka_unit_test(test_parse_i64_is_strict),
 		cmocka_unit_test(test_parse_size_suffixes),
 		cmocka_unit_test(test_parse_float),
 		cmocka_unit_test(test_parse_ids),
