@@ -689,67 +689,91 @@ static void test_tampered(void **state)
 	free(v);
 }
 
-/* maxmemory 4 MB with allkeys-lru: the store evicts the least recently used blocks
- * (Redis's LRU clock ticks once a second, hence the pause), and a fetch serves exactly
- * the leading blocks still there, all bit-exact, stopping cleanly at the first hole. */
+/*
+ * maxmemory 4 MB with allkeys-lru: the store evicts what it chooses, and a fetch serves
+ * exactly the leading blocks still there, all bit-exact, stopping cleanly at the first
+ * hole wherever it is.  Which keys Redis evicts is not ours to assert: its LRU is
+ * sampled (maxmemory-samples), so under load it may evict blocks that were read again;
+ * the test finds the holes with EXISTS after evictions are switched off and asserts the
+ * fetch against them.  A hole at a known place (DEL) is asserted first, so the stop at
+ * a hole is shown even when the store's choice leaves the chain whole.
+ */
+static uint32_t leading_present(struct world *w, uint32_t n, uint32_t *present)
+{
+	char key[KVP_REMOTE_KEY_MAX];
+	uint32_t lead = 0;
+
+	*present = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		redisReply *rep;
+
+		block_key(w, &w->codec, "a", i, key);
+		rep = cmd(w->admin, "EXISTS %s", key);
+		*present += rep->integer == 1;
+		lead += rep->integer == 1 && lead == i;
+		freeReplyObject(rep);
+	}
+	return lead;
+}
+
 static void test_lru_holes(void **state)
 {
 	struct world *w = *state;
 	struct kvp_remote_stats st;
 	struct kvp_remote_done d;
 	char key[KVP_REMOTE_KEY_MAX];
-	uint32_t present = 0, lead = 0, filler = 0;
+	uint32_t present = 0, lead, filler = 0;
 	redisReply *rep;
-	bool hole = false;
+	bool evicted = false;
 
 	assert_int_equal(host_up(&w->a, &w->cfg, "avx2", fp), 0);
 	fill_chain(w, &w->a, NCHAIN);
 	publish_chain(w, &w->a, 0, 60);
-	usleep(1100 * 1000);
-	for (uint32_t i = 0; i < 30; i++) { /* the first half used again, a second later */
+
+	/* a hole the test makes: block 37 deleted, the fetch stops there */
+	block_key(w, &w->codec, "a", 37, key);
+	freeReplyObject(cmd(w->admin, "DEL %s", key));
+	assert_int_equal(host_up(&w->b, &w->cfg, "avx2", fp), 0);
+	d = fetch_chain(w, &w->b, 0, &w->key, 60, 0, 0);
+	assert_int_equal(d.result, 37);
+	assert_int_equal(d.n_found, 37);
+	assert_int_equal(d.stop, KVP_REMOTE_STOP_MISS);
+	assert_holds(w, &w->b, 37);
+	host_down(&w->b);
+	publish_range(w, &w->a, 0, 37, 38); /* whole again */
+	assert_int_equal(leading_present(w, 60, &present), 60);
+
+	/* holes the store makes: other blocks (domain b) until it evicted something */
+	usleep(1100 * 1000);		    /* Redis's LRU clock ticks once a second */
+	for (uint32_t i = 0; i < 30; i++) { /* the first half used again */
 		block_key(w, &w->codec, "a", i, key);
 		freeReplyObject(cmd(w->admin, "GET %s", key));
 	}
-	/* other blocks (domain b) until the store evicted some of the second half */
-	while (!hole && filler < NCHAIN) {
+	while (!evicted && filler < NCHAIN) {
 		publish_range(w, &w->a, 1, filler, filler + 10);
 		filler += 10;
-		for (uint32_t i = 30; i < 60 && !hole; i++) {
-			block_key(w, &w->codec, "a", i, key);
-			rep = cmd(w->admin, "EXISTS %s", key);
-			hole = rep->integer == 0;
-			freeReplyObject(rep);
-		}
-	}
-	assert_true(hole);
-	rep = cmd(w->admin, "INFO stats");
-	assert_non_null(strstr(rep->str, "evicted_keys:"));
-	assert_null(strstr(rep->str, "evicted_keys:0\r"));
-	freeReplyObject(rep);
-	/* no more evictions from here on (big replies in flight count as used memory) */
-	freeReplyObject(cmd(w->admin, "CONFIG SET maxmemory 0"));
-	for (uint32_t i = 0; i < 60; i++) {
-		block_key(w, &w->codec, "a", i, key);
-		rep = cmd(w->admin, "EXISTS %s", key);
-		present += rep->integer == 1;
-		lead += rep->integer == 1 && lead == i;
+		rep = cmd(w->admin, "INFO stats");
+		evicted = strstr(rep->str, "evicted_keys:") &&
+			  !strstr(rep->str, "evicted_keys:0\r");
 		freeReplyObject(rep);
 	}
+	assert_true(evicted); /* over 5 MB written into 4: the store had to evict */
+	/* no more evictions from here on (big replies in flight count as used memory) */
+	freeReplyObject(cmd(w->admin, "CONFIG SET maxmemory 0"));
+	lead = leading_present(w, 60, &present);
 	print_message("lru: %u of 60 blocks left after %u more, leading run %u\n", present, filler,
 		      lead);
-	assert_true(present < 60); /* there are holes */
-	assert_true(lead > 0);	   /* the blocks used again were kept */
 
 	assert_int_equal(host_up(&w->b, &w->cfg, "avx2", fp), 0);
 	d = fetch_chain(w, &w->b, 0, &w->key, 60, 0, 0);
 	assert_int_equal(d.result, lead);
 	assert_int_equal(d.n_found, lead);
-	assert_int_equal(d.stop, KVP_REMOTE_STOP_MISS);
+	assert_int_equal(d.stop, lead < 60 ? KVP_REMOTE_STOP_MISS : KVP_REMOTE_STOP_END);
 	assert_holds(w, &w->b, lead);
 	kvp_remote_stats(w->b.r, 0, &st);
 	assert_int_equal(st.verify_failures, 0);
 	assert_int_equal(st.errors, 0);
-	assert_int_equal(st.holes, 1);
+	assert_int_equal(st.holes, lead < 60);
 }
 
 /* A key evicted between the existence check and its GET (a test hook deletes it):
