@@ -575,6 +575,15 @@ static void status_input(struct kvp_server *srv, struct kvp_conn *c, bool eof)
 
 	if (c->state != KVP_CONN_OPEN)
 		return;
+	if (!c->in_len) {
+		/*
+		 * Nothing was asked (c->in may still be NULL): a peer that shut its side
+		 * without a line, e.g. another kvpoold probing whether the socket is live.
+		 */
+		if (eof)
+			conn_close(srv, c);
+		return;
+	}
 	nl = memchr(c->in, '\n', c->in_len);
 	if (!nl && !eof && c->in_len < STATUS_REQ_MAX)
 		return; /* wait for the rest of the line */

@@ -1108,6 +1108,87 @@ static void test_status_socket(void **state)
 	close(fd);
 }
 
+/* Everything the status socket sends back until EOF (at most @cap - 1 bytes). */
+static size_t read_to_eof(int fd, char *buf, size_t cap)
+{
+	size_t n = 0;
+	ssize_t r;
+
+	while (n + 1 < cap && (r = read(fd, buf + n, cap - 1 - n)) > 0)
+		n += (size_t)r;
+	buf[n] = 0;
+	return n;
+}
+
+static void test_status_empty_request(void **state)
+{
+	/*
+	 * A peer that shuts its side having sent nothing (another kvpoold's start-up probe
+	 * does) is closed with no answer and the server goes on (c->in was still NULL: UB
+	 * before the fix, an abort under UBSan); an empty line still means json.
+	 */
+	struct fixture *f = *state;
+	char buf[256], *text;
+	size_t len;
+	int fd;
+
+	for (int i = 0; i < 3; i++) {
+		fd = raw_connect(f->status);
+		assert_int_equal(shutdown(fd, SHUT_WR), 0);
+		assert_int_equal(read_to_eof(fd, buf, sizeof(buf)), 0);
+		close(fd);
+	}
+	fd = raw_connect(f->status);
+	close(fd); /* gone before the server reads anything */
+	fd = raw_connect(f->status);
+	raw_send(fd, "\n", 1);
+	assert_int_equal(shutdown(fd, SHUT_WR), 0);
+	assert_true(read_to_eof(fd, buf, sizeof(buf)) > 0);
+	assert_true(!strncmp(buf, "json ", 5));
+	close(fd);
+	assert_int_equal(kvp_client_status(f->status, "json", &text, &len), 0);
+	assert_true(len > 0 && !strncmp(text, "json ", 5));
+	free(text);
+}
+
+static void test_empty_payload_frames(void **state)
+{
+	/*
+	 * Every client frame type with a zero-length payload, before and after HELLO: each
+	 * is answered with an ERROR or taken as what it means (CANCEL, RELEASE, FLUSH), never
+	 * read past its end; the server then serves a good client.
+	 */
+	struct fixture *f = *state;
+	struct kvp_client *good;
+
+	for (uint16_t t = 0; t < KVP_FRAME__COUNT + 1; t++) {
+		for (int hello = 0; hello < 2; hello++) {
+			struct kvp_frame_hdr hdr;
+			uint8_t frame[1100];
+			size_t n = mk_hdr(frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, t, 0, 0, 7);
+			int fd = raw_connect(f->sock), r;
+
+			if (hello)
+				raw_hello(fd);
+			raw_send(fd, frame, n);
+			/* a frame that needs no answer: a CANCEL/RELEASE of nothing, ... */
+			n = kvp_proto_encode_cancel(frame, sizeof(frame), 99);
+			(void)send(fd, frame, n, MSG_NOSIGNAL);
+			assert_int_equal(shutdown(fd, SHUT_WR), 0);
+			/* ... so read what comes until the server closes: frames, then EOF */
+			while ((r = raw_frame(fd, &hdr, frame, sizeof(frame))) == 0)
+				assert_true(hdr.type == KVP_FRAME_ERROR ||
+					    hdr.type == KVP_FRAME_DONE ||
+					    hdr.type == KVP_FRAME_WELCOME);
+			assert_true(r == 1 || r == -ECONNRESET);
+			close(fd);
+		}
+	}
+	assert_int_equal(kvp_client_connect(&good, f->sock), 0);
+	check_echo(good);
+	kvp_client_close(good);
+}
+
 static void test_stop_refuses_new_connections(void **state)
 {
 	/* after a stop, connects are refused while open connections are still served */
@@ -1152,6 +1233,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fast_reader_gets_everything, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_connection_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_socket, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_status_empty_request, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_empty_payload_frames, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_refuses_new_connections, setup, teardown),
 	};
 
