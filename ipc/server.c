@@ -533,7 +533,8 @@ static void request_input(struct kvp_server *srv, struct kvp_conn *c)
 	c->in_len -= off;
 }
 
-static int status_render(struct kvp_server *srv, enum kvp_status_fmt fmt, char **out)
+static int status_render(struct kvp_server *srv, const struct kvp_peer *peer,
+			 enum kvp_status_fmt fmt, char **out)
 {
 	size_t cap = 65536;
 	char *buf = NULL;
@@ -547,7 +548,7 @@ static int status_render(struct kvp_server *srv, enum kvp_status_fmt fmt, char *
 			return -ENOMEM;
 		}
 		buf = nb;
-		r = srv->ops.status(srv->ops.ctx, fmt, buf, cap);
+		r = srv->ops.status(srv->ops.ctx, peer, fmt, buf, cap);
 		if (r >= 0 && (size_t)r <= cap) {
 			*out = buf;
 			return r;
@@ -603,7 +604,7 @@ static void status_input(struct kvp_server *srv, struct kvp_conn *c, bool eof)
 		len = (int)sizeof(bad) - 1;
 		goto queue;
 	}
-	len = status_render(srv, fmt, &report);
+	len = status_render(srv, &c->peer, fmt, &report);
 	out = report;
 	if (len < 0) {
 		out = fail;

@@ -178,12 +178,14 @@ static void t_closed(void *ctx, kvp_conn_id conn)
 	pthread_mutex_unlock(&f->lock);
 }
 
-static int t_status(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap)
+static int t_status(void *ctx, const struct kvp_peer *peer, enum kvp_status_fmt fmt, char *buf,
+		    size_t cap)
 {
 	struct fixture *f = ctx;
 	struct kvp_server_stats st;
 	int n;
 
+	(void)peer;
 	kvp_server_get_stats(f->srv, &st);
 	n = snprintf(buf, cap, "%s open=%lu total=%lu refused=%lu proto=%lu slow=%lu\n",
 		     fmt == KVP_STATUS_PROM ? "prom" : "json", (unsigned long)st.conns_open,
