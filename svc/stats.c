@@ -7,6 +7,8 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,7 @@ int kvp_stats_init(struct kvp_stats *st)
 
 	memset(st, 0, sizeof(*st));
 	st->self_uid = geteuid();
+	st->op_gid = (gid_t)-1;
 	while (got < sizeof(st->hash_key)) {
 		ssize_t n = getrandom(st->hash_key + got, sizeof(st->hash_key) - got, 0);
 
@@ -44,6 +47,45 @@ int kvp_stats_init(struct kvp_stats *st)
 	return st->snap ? 0 : -ENOMEM;
 }
 
+int kvp_stats_set_operators(struct kvp_stats *st, const char *name)
+{
+	struct group gr, *res = NULL;
+	char buf[16384];
+
+	st->op_gid = (gid_t)-1;
+	st->n_op_uids = 0;
+	if (!*name)
+		return 0;
+	if (getgrnam_r(name, &gr, buf, sizeof(buf), &res) || !res)
+		return -ENOENT;
+	for (char **m = res->gr_mem; *m; m++) {
+		struct passwd pw, *pr = NULL;
+		char pbuf[4096];
+
+		if (getpwnam_r(*m, &pw, pbuf, sizeof(pbuf), &pr) || !pr)
+			continue;
+		if (st->n_op_uids == KVP_STATS_OPERATORS_MAX) {
+			st->n_op_uids = 0;
+			return -E2BIG;
+		}
+		st->op_uids[st->n_op_uids++] = pr->pw_uid;
+	}
+	st->op_gid = res->gr_gid;
+	return 0;
+}
+
+static bool is_operator(const struct kvp_stats *st, const struct kvp_peer *peer)
+{
+	if (peer->uid == 0 || peer->uid == st->self_uid)
+		return true;
+	if (st->op_gid != (gid_t)-1 && peer->gid == st->op_gid)
+		return true;
+	for (uint32_t i = 0; i < st->n_op_uids; i++)
+		if (st->op_uids[i] == peer->uid)
+			return true;
+	return false;
+}
+
 void kvp_stats_view_of(const struct kvp_stats *st, const struct kvp_peer *peer,
 		       struct kvp_stats_view *v)
 {
@@ -51,8 +93,7 @@ void kvp_stats_view_of(const struct kvp_stats *st, const struct kvp_peer *peer,
 
 	/* never makes a per-uid domain: a status peer that never said HELLO has none */
 	v->domain = idx >= 0 ? idx : -1;
-	v->all = peer->uid == 0 || peer->uid == st->self_uid ||
-		 (idx >= 0 && kvp_domain_may_pin(&st->domains->dom[idx]));
+	v->all = is_operator(st, peer);
 }
 
 /*
@@ -423,11 +464,10 @@ static int flush_tier(struct kvp_stats *st, char *buf, size_t cap)
 /* A command from a peer who is no operator: refused, nothing done. */
 static int refuse_command(const struct kvp_peer *peer, char *buf, size_t cap)
 {
-	int n = snprintf(
-		buf, cap,
-		"{\"error\":\"denied: status commands (flush-tier) are operators' and uid "
-		"%ld is none (root, the daemon's user, a domain with operators = yes)\"}\n",
-		(long)peer->uid);
+	int n = snprintf(buf, cap,
+			 "{\"error\":\"denied: status commands (flush-tier) are operators' and uid "
+			 "%ld is none (root, the daemon's user, server.status_operators)\"}\n",
+			 (long)peer->uid);
 
 	kvp_log(LOG_NOTICE, "status: flush-tier from uid %ld pid %ld refused: not an operator",
 		(long)peer->uid, (long)peer->pid);

@@ -4,8 +4,9 @@
  * at one moment from the engine's published counters, the server's, the connection
  * registry and the domains, then rendered as JSON or Prometheus text.
  * Who sees what (docs/daemon.md, "Status socket"): the peer's SO_PEERCRED decides.  An
- * operator (uid 0, the daemon's own uid, or a member of a domain with operators, see
- * kvp_domain_may_pin()) gets every domain and may send commands (flush-tier); any other
+ * operator (uid 0, the daemon's own uid, or a member of server.status_operators: its gid,
+ * or a uid /etc/group lists in it, resolved at start) gets every domain and may send
+ * commands (flush-tier); any other
  * peer gets the report as if the daemon had only its own domain (none: no domain's
  * figures at all), with the daemon-wide counters that sum other domains' traffic (the
  * server's, the request log's) zeroed, and its commands are refused.  Chain hashes are
@@ -35,6 +36,8 @@ struct kvp_status_snap;
 
 /* Bytes of the secret shown hashes are keyed with (XXH3 wants at least 136). */
 #define KVP_STATS_KEY_BYTES 192
+/* Members of server.status_operators listed by uid (more: an error at start). */
+#define KVP_STATS_OPERATORS_MAX 64
 
 /**
  * struct kvp_stats - where the figures come from (all borrowed; set by the owner)
@@ -50,6 +53,8 @@ struct kvp_status_snap;
  * @snap:       owned scratch for one report (too big for the loop thread's stack)
  * @self_uid:   the daemon's own uid (an operator of its status socket), set by init
  * @hash_key:   the secret shown hashes are keyed with, drawn by init (never shown)
+ * @op_gid:     server.status_operators' gid, (gid_t)-1 for none
+ * @op_uids, @n_op_uids: its members (/etc/group), as kvp_stats_set_operators() found them
  */
 struct kvp_stats {
 	const char *model;
@@ -62,6 +67,9 @@ struct kvp_stats {
 	struct kvp_status_snap *snap;
 	uid_t self_uid;
 	uint8_t hash_key[KVP_STATS_KEY_BYTES];
+	gid_t op_gid;
+	uint32_t n_op_uids;
+	uid_t op_uids[KVP_STATS_OPERATORS_MAX];
 };
 
 /**
@@ -80,6 +88,15 @@ struct kvp_stats_view {
  */
 int kvp_stats_init(struct kvp_stats *st);
 void kvp_stats_deinit(struct kvp_stats *st);
+
+/*
+ * Make the members of group @name (its gid, and the users /etc/group lists in it) the
+ * status socket's operators, besides uid 0 and the daemon's own; "" for none.  Main
+ * thread, before the server starts (name service lookups).
+ * Return: 0, -ENOENT (no such group: none set), or -E2BIG (more than
+ * KVP_STATS_OPERATORS_MAX members).
+ */
+int kvp_stats_set_operators(struct kvp_stats *st, const char *name);
 
 /* What status peer @peer is shown and may do (the rules above). */
 void kvp_stats_view_of(const struct kvp_stats *st, const struct kvp_peer *peer,

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_stats.c - who sees what on the status socket (svc/stats.h): the view a peer's
- * credentials give it (operators: uid 0, the daemon's own uid, a member of a domain with
- * operators; anyone else: its own domain or none, never one made for the asking), and
+ * credentials give it (operators: uid 0, the daemon's own uid, a member of
+ * server.status_operators; anyone else: its own domain or none, never one made for the
+ * asking), and
  * the chain hashes the report shows (keyed per daemon and per domain, never the hash).
  */
 #include <errno.h>
@@ -72,9 +73,12 @@ static void test_view_per_uid(void **state)
 	kvp_stats_deinit(&st);
 }
 
-static void test_view_groups(void **state)
+static void test_view_operators_group(void **state)
 {
-	/* groups: a member of a domain with operators = yes sees all; another member not */
+	/*
+	 * groups: the members of server.status_operators (its gid, or a uid listed in it)
+	 * see all; a domain's own operators flag (PIN, FLUSH of its cache) is not that
+	 */
 	static struct kvp_domains d;
 	struct kvp_stats st;
 	struct kvp_stats_view v;
@@ -87,15 +91,31 @@ static void test_view_groups(void **state)
 	add_domain(&d, "admins", 60002, true);
 	st.domains = &d;
 	st.self_uid = 4321;
+	st.op_gid = 700;
+	st.op_uids[st.n_op_uids++] = 60004;
 
 	v = view(&st, 60001, 100);
 	assert_false(v.all);
 	assert_int_equal(v.domain, 0);
 	v = view(&st, 60002, 100);
+	assert_false(v.all);
+	assert_int_equal(v.domain, 1);
+	v = view(&st, 60001, 700); /* primary gid: the operators' group */
+	assert_true(v.all);
+	v = view(&st, 60004, 100); /* listed in it */
 	assert_true(v.all);
 	v = view(&st, 60003, 100); /* in no domain */
 	assert_false(v.all);
 	assert_int_equal(v.domain, -1);
+
+	/* a group that does not exist sets none */
+	assert_int_equal(kvp_stats_set_operators(&st, "no-such-group-kvp"), -ENOENT);
+	v = view(&st, 60004, 700);
+	assert_false(v.all);
+	assert_int_equal(kvp_stats_set_operators(&st, ""), 0);
+	assert_int_equal(kvp_stats_set_operators(&st, "root"), 0);
+	v = view(&st, 60004, 0);
+	assert_true(v.all);
 	kvp_stats_deinit(&st);
 }
 
@@ -128,7 +148,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_view_per_uid),
-		cmocka_unit_test(test_view_groups),
+		cmocka_unit_test(test_view_operators_group),
 		cmocka_unit_test(test_shown_hash_keyed),
 	};
 
