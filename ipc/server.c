@@ -1098,7 +1098,7 @@ void kvp_server_get_stats(const struct kvp_server *srv, struct kvp_server_stats 
  * is process-wide, which is why kvp_server_new() belongs before other threads start.
  * A stale socket file is replaced, a live one (something answers) is -EADDRINUSE.
  */
-static int listen_unix(const char *path, gid_t gid, int *out)
+static int listen_unix(const char *path, gid_t gid, mode_t mode, int *out)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
@@ -1133,7 +1133,7 @@ static int listen_unix(const char *path, gid_t gid, int *out)
 		r = -errno;
 		goto err_close;
 	}
-	if ((gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0) || chmod(path, 0660) < 0 ||
+	if ((gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0) || chmod(path, mode) < 0 ||
 	    listen(fd, 512) < 0) {
 		r = -errno;
 		goto err_unlink;
@@ -1234,12 +1234,14 @@ int kvp_server_new(struct kvp_server **out, const struct kvp_server_config *cfg,
 	r = kvp_loop_init(&srv->loop, 256, 8192, RECV_BUFS, RECV_BUF_SIZE);
 	if (r)
 		goto err_stop;
-	r = listen_unix(srv->socket_path, cfg->socket_gid, &srv->lfd[0]);
+	r = listen_unix(srv->socket_path, cfg->socket_gid, 0660, &srv->lfd[0]);
 	if (r)
 		goto err_loop;
 	srv->bound[0] = true;
 	if (srv->status_path) {
-		r = listen_unix(srv->status_path, cfg->status_gid, &srv->lfd[1]);
+		/* operators' only: its group, or nobody but the daemon's user (and root) */
+		r = listen_unix(srv->status_path, cfg->status_gid,
+				cfg->status_gid == (gid_t)-1 ? 0600 : 0660, &srv->lfd[1]);
 		if (r)
 			goto err_listen;
 		srv->bound[1] = true;

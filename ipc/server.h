@@ -46,7 +46,8 @@ struct kvp_peer {
  *                      replaced, a live one is -EADDRINUSE, a non-socket -EEXIST)
  * @status_path:        status socket path, or NULL for none
  * @socket_gid:         group of the request socket, or (gid_t)-1 to leave it
- * @status_gid:         group of the status socket, or (gid_t)-1 to leave it
+ * @status_gid:         group of the status socket (mode 0660), or (gid_t)-1: mode 0600,
+ *                      the daemon's user (and root) only
  * @max_frame_bytes:    largest frame accepted (header included); 0: 1 MiB; 256 .. 64 MiB
  * @max_conns:          request connections at once; more are accepted, sent ERROR
  *                      KVP_E_BUSY and closed; 0: 256.  (Status connections: 16 more.)
