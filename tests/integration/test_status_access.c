@@ -3,6 +3,7 @@
  * test_status_access.c - the status socket as a trust boundary, in a real kvpoold (the
  * per-uid default), with children that switch to uid 65534 (needs root; skipped, 77,
  * without):
+ *  - the status socket is mode 0600 (0660 with group kvpool-status where that exists);
  *  - a peer of another uid that can reach the socket (the test widens it, as an admin
  *    could) sees its own domain only: no other domain's entry, prompt lengths,
  *    connections or shown hashes, in JSON and in Prometheus text, and daemon-wide sums
@@ -197,6 +198,21 @@ static void test_other_uid_sees_own_domain_only(void **state)
 			kvpd_dump_log(&d);
 			fail_msg("kvpoold did not start");
 		}
+	}
+	/* the status socket is the operators': group kvpool-status, else the owner's only */
+	{
+		struct group *g = getgrnam("kvpool-status");
+		struct stat st;
+
+		assert_int_equal(stat(d.status, &st), 0);
+		if (g) {
+			assert_int_equal(st.st_mode & 0777, 0660);
+			assert_int_equal(st.st_gid, g->gr_gid);
+		} else {
+			assert_int_equal(st.st_mode & 0777, 0600);
+		}
+		assert_int_equal(stat(d.sock, &st), 0);
+		assert_int_equal(st.st_mode & 0777, 0660);
 	}
 	open_up(&d);
 
