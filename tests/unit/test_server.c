@@ -29,6 +29,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -1153,6 +1154,39 @@ static void test_status_empty_request(void **state)
 	free(text);
 }
 
+static void test_client_status_empty_answer(void **state)
+{
+	/* kvp_client_status() of a socket that answers nothing: -EPROTO, no text */
+	struct fixture *f = *state;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char path[sizeof(f->dir) + 16], *text = (char *)1;
+	int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), st;
+	size_t len = 7;
+	pid_t pid;
+
+	assert_true(lfd >= 0);
+	snprintf(path, sizeof(path), "%s/mute.sock", f->dir);
+	assert_true(strlen(path) < sizeof(sa.sun_path));
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 1), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char buf[64];
+		int fd = accept(lfd, NULL, NULL);
+
+		while (fd >= 0 && read(fd, buf, sizeof(buf)) > 0)
+			;
+		_exit(fd >= 0 ? 0 : 1);
+	}
+	close(lfd);
+	assert_int_equal(kvp_client_status(path, "json", &text, &len), -EPROTO);
+	assert_null(text);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 static void test_empty_payload_frames(void **state)
 {
 	/*
@@ -1237,6 +1271,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_status_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_empty_request, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_empty_payload_frames, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_client_status_empty_answer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_refuses_new_connections, setup, teardown),
 	};
 
