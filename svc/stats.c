@@ -51,12 +51,16 @@ int kvp_stats_set_operators(struct kvp_stats *st, const char *name)
 {
 	struct group gr, *res = NULL;
 	char buf[16384];
+	int r;
 
 	st->op_gid = (gid_t)-1;
 	st->n_op_uids = 0;
 	if (!*name)
 		return 0;
-	if (getgrnam_r(name, &gr, buf, sizeof(buf), &res) || !res)
+	r = getgrnam_r(name, &gr, buf, sizeof(buf), &res);
+	if (r == ERANGE)
+		return -E2BIG; /* an /etc/group entry longer than we read */
+	if (r || !res)
 		return -ENOENT;
 	for (char **m = res->gr_mem; *m; m++) {
 		struct passwd pw, *pr = NULL;
