@@ -533,7 +533,8 @@ static void request_input(struct kvp_server *srv, struct kvp_conn *c)
 	c->in_len -= off;
 }
 
-static int status_render(struct kvp_server *srv, enum kvp_status_fmt fmt, char **out)
+static int status_render(struct kvp_server *srv, const struct kvp_peer *peer,
+			 enum kvp_status_fmt fmt, char **out)
 {
 	size_t cap = 65536;
 	char *buf = NULL;
@@ -547,7 +548,7 @@ static int status_render(struct kvp_server *srv, enum kvp_status_fmt fmt, char *
 			return -ENOMEM;
 		}
 		buf = nb;
-		r = srv->ops.status(srv->ops.ctx, fmt, buf, cap);
+		r = srv->ops.status(srv->ops.ctx, peer, fmt, buf, cap);
 		if (r >= 0 && (size_t)r <= cap) {
 			*out = buf;
 			return r;
@@ -575,6 +576,15 @@ static void status_input(struct kvp_server *srv, struct kvp_conn *c, bool eof)
 
 	if (c->state != KVP_CONN_OPEN)
 		return;
+	if (!c->in_len) {
+		/*
+		 * Nothing was asked (c->in may still be NULL): a peer that shut its side
+		 * without a line, e.g. another kvpoold probing whether the socket is live.
+		 */
+		if (eof)
+			conn_close(srv, c);
+		return;
+	}
 	nl = memchr(c->in, '\n', c->in_len);
 	if (!nl && !eof && c->in_len < STATUS_REQ_MAX)
 		return; /* wait for the rest of the line */
@@ -594,7 +604,7 @@ static void status_input(struct kvp_server *srv, struct kvp_conn *c, bool eof)
 		len = (int)sizeof(bad) - 1;
 		goto queue;
 	}
-	len = status_render(srv, fmt, &report);
+	len = status_render(srv, &c->peer, fmt, &report);
 	out = report;
 	if (len < 0) {
 		out = fail;
@@ -1088,7 +1098,7 @@ void kvp_server_get_stats(const struct kvp_server *srv, struct kvp_server_stats 
  * is process-wide, which is why kvp_server_new() belongs before other threads start.
  * A stale socket file is replaced, a live one (something answers) is -EADDRINUSE.
  */
-static int listen_unix(const char *path, gid_t gid, int *out)
+static int listen_unix(const char *path, gid_t gid, mode_t mode, int *out)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
@@ -1123,7 +1133,7 @@ static int listen_unix(const char *path, gid_t gid, int *out)
 		r = -errno;
 		goto err_close;
 	}
-	if ((gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0) || chmod(path, 0660) < 0 ||
+	if ((gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) < 0) || chmod(path, mode) < 0 ||
 	    listen(fd, 512) < 0) {
 		r = -errno;
 		goto err_unlink;
@@ -1224,12 +1234,14 @@ int kvp_server_new(struct kvp_server **out, const struct kvp_server_config *cfg,
 	r = kvp_loop_init(&srv->loop, 256, 8192, RECV_BUFS, RECV_BUF_SIZE);
 	if (r)
 		goto err_stop;
-	r = listen_unix(srv->socket_path, cfg->socket_gid, &srv->lfd[0]);
+	r = listen_unix(srv->socket_path, cfg->socket_gid, 0660, &srv->lfd[0]);
 	if (r)
 		goto err_loop;
 	srv->bound[0] = true;
 	if (srv->status_path) {
-		r = listen_unix(srv->status_path, cfg->status_gid, &srv->lfd[1]);
+		/* operators' only: its group, or nobody but the daemon's user (and root) */
+		r = listen_unix(srv->status_path, cfg->status_gid,
+				cfg->status_gid == (gid_t)-1 ? 0600 : 0660, &srv->lfd[1]);
 		if (r)
 			goto err_listen;
 		srv->bound[1] = true;

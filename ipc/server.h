@@ -46,7 +46,8 @@ struct kvp_peer {
  *                      replaced, a live one is -EADDRINUSE, a non-socket -EEXIST)
  * @status_path:        status socket path, or NULL for none
  * @socket_gid:         group of the request socket, or (gid_t)-1 to leave it
- * @status_gid:         group of the status socket, or (gid_t)-1 to leave it
+ * @status_gid:         group of the status socket (mode 0660), or (gid_t)-1: mode 0600,
+ *                      the daemon's user (and root) only
  * @max_frame_bytes:    largest frame accepted (header included); 0: 1 MiB; 256 .. 64 MiB
  * @max_conns:          request connections at once; more are accepted, sent ERROR
  *                      KVP_E_BUSY and closed; 0: 256.  (Status connections: 16 more.)
@@ -123,9 +124,10 @@ enum kvp_status_fmt {
  *            a status for an immediate ERROR.  NULL: refused like @tokenize.
  * @release:  RELEASE of lease @lease_id (no answer; an unknown id is ignored: a lease
  *            may have timed out).  NULL: ignored.
- * @status:   render the status report into @buf (at most @cap bytes); return the
- *            length, or -ENOSPC if it does not fit (the server retries with a larger
- *            buffer, up to 16 MiB).
+ * @status:   render the status report asked by @peer (the status connection's
+ *            SO_PEERCRED: svc/ decides from it what the peer may see and do) into @buf
+ *            (at most @cap bytes); return the length, or -ENOSPC if it does not fit
+ *            (the server retries with a larger buffer, up to 16 MiB).
  */
 struct kvp_server_ops {
 	void *ctx;
@@ -142,7 +144,8 @@ struct kvp_server_ops {
 	int (*chat)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
 		    const struct kvp_chat *req, const int32_t *context,
 		    const struct kvp_proto_msg *msgs);
-	int (*status)(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap);
+	int (*status)(void *ctx, const struct kvp_peer *peer, enum kvp_status_fmt fmt, char *buf,
+		      size_t cap);
 	int (*lease)(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp_lease_req *req,
 		     const int32_t *ids);
 	void (*release)(void *ctx, kvp_conn_id conn, uint64_t lease_id);

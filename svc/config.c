@@ -19,6 +19,7 @@
 #include <string.h>
 #include <strings.h>
 #include <syslog.h>
+#include <unistd.h>
 
 #include "compute/model.h"
 #include "kvpool/layout.h"
@@ -97,7 +98,12 @@ static const struct key_def keys[] = {
 	{ "server", "socket_group", "socket-group", T_NAME, OFF(socket_group), CAP(socket_group), 0,
 	  0, "group owning the request socket (mode 0660); empty: the daemon's" },
 	{ "server", "status_group", "status-group", T_NAME, OFF(status_group), CAP(status_group), 0,
-	  0, "group owning the status socket; empty: the daemon's" },
+	  0,
+	  "group owning the status socket (operators; never socket_group's); empty: owner only" },
+	{ "server", "status_operators", "status-operators", T_NAME, OFF(status_operators),
+	  CAP(status_operators), 0, 0,
+	  "group whose members see every domain on the status socket and may run its commands "
+	  "(besides root and the daemon's user); empty: none" },
 	{ "server", "max_frame_bytes", "max-frame-bytes", T_SIZE, OFF(max_frame_bytes),
 	  CAP(max_frame_bytes), 4096, 64ull << 20, "largest frame accepted, header included" },
 	{ "server", "max_conns", "max-conns", T_U32, OFF(max_conns), 0, 1, 65536,
@@ -301,6 +307,8 @@ void kvp_config_defaults(struct kvp_config *c)
 	strcpy(c->socket_path, "/run/kvpool/kvpool.sock");
 	strcpy(c->status_path, "/run/kvpool/status.sock");
 	c->status_path_auto = true;
+	strcpy(c->status_group, KVP_STATUS_GROUP_DEFAULT);
+	strcpy(c->status_operators, KVP_STATUS_GROUP_DEFAULT);
 	c->max_frame_bytes = 1u << 20;
 	c->max_conns = 256;
 	c->max_reqs_per_conn = 16;
@@ -599,6 +607,55 @@ static bool is_flag(const char *arg, const char *name, size_t len)
 	return strlen(name) == len && !strncmp(arg, name, len);
 }
 
+static int group_named(const char *name, gid_t *gid)
+{
+	struct group gr;
+	struct group *res = NULL;
+	char buf[4096];
+
+	if (getgrnam_r(name, &gr, buf, sizeof(buf), &res) || !res)
+		return -ENOENT;
+	*gid = res->gr_gid;
+	return 0;
+}
+
+/* May this process give a file to group @gid (chown(2) without capabilities)? */
+static bool group_is_ours(gid_t gid)
+{
+	gid_t groups[256];
+	int n;
+
+	if (geteuid() == 0 || getegid() == gid)
+		return true;
+	n = getgroups(256, groups);
+	for (int i = 0; i < n; i++)
+		if (groups[i] == gid)
+			return true;
+	return false;
+}
+
+int kvp_config_status_gid(const struct kvp_config *c, gid_t *gid)
+{
+	bool dflt = !strcmp(c->status_group, KVP_STATUS_GROUP_DEFAULT);
+
+	if (!*c->status_group)
+		return 0;
+	if (group_named(c->status_group, gid) < 0)
+		return dflt ? -ENOENT : -EINVAL;
+	if (dflt && !group_is_ours(*gid))
+		return -EPERM;
+	return 1;
+}
+
+int kvp_config_socket_gid(const struct kvp_config *c, gid_t *gid)
+{
+	if (!*c->socket_group) {
+		*gid = getegid();
+		return 0;
+	}
+	return group_named(c->socket_group, gid) < 0 ? -EINVAL : 0;
+}
+
 uint32_t kvp_config_conns_per_uid(const struct kvp_config *c)
 {
 	if (c->max_conns_per_uid)
@@ -748,19 +805,36 @@ int kvp_config_parse_args(struct kvp_config *c, int argc, char *const *argv,
 
 static int check_group(const char *name, const char *key, char *err, size_t cap)
 {
-	struct group gr;
-	struct group *res = NULL;
-	char buf[4096];
-	int r;
+	gid_t gid;
 
-	if (!*name)
+	if (!*name || group_named(name, &gid) == 0)
 		return 0;
-	r = getgrnam_r(name, &gr, buf, sizeof(buf), &res);
-	if (r || !res) {
-		kvp_errmsg(err, cap, "server.%s: no group named '%s'", key, name);
+	kvp_errmsg(err, cap, "server.%s: no group named '%s'", key, name);
+	return -EINVAL;
+}
+
+/*
+ * The status socket answers every domain's figures to an operator and takes operator
+ * commands: a group of its own, never the request socket's, whose members are the clients.
+ */
+static int check_status_group(const struct kvp_config *c, char *err, size_t cap)
+{
+	gid_t sg, rg;
+	int r = kvp_config_status_gid(c, &sg);
+
+	if (r == -EINVAL) {
+		kvp_errmsg(err, cap, "server.status_group: no group named '%s'", c->status_group);
 		return -EINVAL;
 	}
-	return 0;
+	if (r != 1 || !*c->status_path || kvp_config_socket_gid(c, &rg) < 0 || sg != rg)
+		return 0;
+	kvp_errmsg(err, cap,
+		   "server.status_group: '%s' is also the request socket's group (%s), so every "
+		   "client could reach the status socket; give it a group of its own (%s, the "
+		   "default) or \"\" (the daemon's user only)",
+		   c->status_group, *c->socket_group ? c->socket_group : "the daemon's own",
+		   KVP_STATUS_GROUP_DEFAULT);
+	return -EINVAL;
 }
 
 /* [domain NAME] sections only with domains.mode = groups, and at least one there. */
@@ -837,7 +911,11 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 		return -EINVAL;
 	}
 	if (check_group(c->socket_group, "socket_group", err, cap) < 0 ||
-	    check_group(c->status_group, "status_group", err, cap) < 0)
+	    check_status_group(c, err, cap) < 0)
+		return -EINVAL;
+	/* the default operators' group may be missing: then root and the daemon's user only */
+	if (strcmp(c->status_operators, KVP_STATUS_GROUP_DEFAULT) &&
+	    check_group(c->status_operators, "status_operators", err, cap) < 0)
 		return -EINVAL;
 	return check_domains(c, err, cap);
 }

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "svc/domcfg.h"
 #include "svc/cachepol.h"
@@ -58,7 +59,12 @@ enum kvp_huge_pages {
  * @socket_path, @status_path: Unix socket paths (status "" = no status socket)
  * @status_path_auto:   status_socket was not set: it is status.sock in the request
  *                      socket's directory (kvp_config_parse_args() resolves it)
- * @socket_group, @status_group: group owning each socket ("" = the daemon's group)
+ * @socket_group:       group owning the request socket ("" = the daemon's group)
+ * @status_group:       group owning the status socket ("" = none: mode 0600; default
+ *                      kvpool-status, see kvp_config_status_gid()); never @socket_group's
+ * @status_operators:   group whose members are operators on the status socket (default
+ *                      kvpool-status; "" or a missing default group: none), besides uid
+ *                      0 and the daemon's own (svc/stats.h)
  * @max_frame_bytes, @max_conns, @max_reqs_per_conn, @outq_bytes: ipc/ limits
  * @max_conns_per_uid:  connections one uid may hold; 0: a quarter of max_conns
  * @idle_timeout_ms:    a connection with nothing in flight this long is closed; 0: never
@@ -122,6 +128,7 @@ struct kvp_config {
 	bool status_path_auto;
 	char socket_group[KVP_CONFIG_NAME_MAX];
 	char status_group[KVP_CONFIG_NAME_MAX];
+	char status_operators[KVP_CONFIG_NAME_MAX];
 	uint32_t max_frame_bytes;
 	uint32_t max_conns;
 	uint32_t max_reqs_per_conn;
@@ -198,6 +205,31 @@ void kvp_config_defaults(struct kvp_config *c);
 
 /* max_conns_per_uid as the daemon applies it (0 resolved to a quarter of max_conns). */
 uint32_t kvp_config_conns_per_uid(const struct kvp_config *c);
+
+/*
+ * server.status_group's and server.status_operators' default: the operators' group, never
+ * the clients' (docs/daemon.md).
+ */
+#define KVP_STATUS_GROUP_DEFAULT "kvpool-status"
+
+/**
+ * kvp_config_status_gid() - the group the status socket is given (mode 0660)
+ * @gid: out; set when 1 is returned
+ *
+ * The default group (KVP_STATUS_GROUP_DEFAULT) is used when it exists and this process
+ * may give a file to it (root, or a member: the unit's SupplementaryGroups=); without it
+ * the socket is the daemon's user's alone (mode 0600), as with status_group = "".
+ * Return: 1 (@gid set); 0 for "" (owner only); -ENOENT or -EPERM: the default group is
+ * missing, or not one of ours (owner only, to be logged); -EINVAL: a group named in the
+ * configuration that does not exist.
+ */
+int kvp_config_status_gid(const struct kvp_config *c, gid_t *gid);
+
+/*
+ * The request socket's group: server.socket_group's, or this process's own (the group a
+ * socket left as it is has).  Return: 0 (@gid set), or -EINVAL (no such group).
+ */
+int kvp_config_socket_gid(const struct kvp_config *c, gid_t *gid);
 
 /**
  * kvp_config_set() - set one key from its text form

@@ -490,13 +490,30 @@ static gid_t group_gid(const char *name)
 	return gr ? gr->gr_gid : (gid_t)-1;
 }
 
+/* The status socket's group, or (gid_t)-1: the daemon's user's alone (mode 0600). */
+static gid_t status_gid(const struct kvp_config *cfg)
+{
+	gid_t gid;
+	int r = kvp_config_status_gid(cfg, &gid);
+
+	if (r == 1)
+		return gid;
+	if (r < 0 && *cfg->status_path)
+		kvp_log(LOG_NOTICE,
+			"server: status socket %s: the daemon's user's only (mode 0600): group "
+			"%s %s",
+			cfg->status_path, cfg->status_group,
+			r == -ENOENT ? "does not exist" : "is not one of the daemon's");
+	return (gid_t)-1;
+}
+
 static int make_server(struct kvp_daemon *d)
 {
 	struct kvp_server_config sc = {
 		.socket_path = d->cfg.socket_path,
 		.status_path = *d->cfg.status_path ? d->cfg.status_path : NULL,
 		.socket_gid = group_gid(d->cfg.socket_group),
-		.status_gid = group_gid(d->cfg.status_group),
+		.status_gid = status_gid(&d->cfg),
 		.max_frame_bytes = d->cfg.max_frame_bytes,
 		.max_conns = d->cfg.max_conns,
 		.max_reqs_per_conn = d->cfg.max_reqs_per_conn,
@@ -614,6 +631,15 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 	r = kvp_stats_init(&d->stats);
 	if (r < 0)
 		goto err_requests;
+	r = kvp_stats_set_operators(&d->stats, d->cfg.status_operators);
+	if (r == -ENOENT && !strcmp(d->cfg.status_operators, KVP_STATUS_GROUP_DEFAULT)) {
+		r = 0; /* the default group is optional: root and the daemon's user only */
+	} else if (r < 0) {
+		kvp_log(LOG_ERR, "server.status_operators: group %s: %s", d->cfg.status_operators,
+			r == -E2BIG ? "more members than the status socket lists (64)" :
+				      "does not exist");
+		goto err_stats;
+	}
 	r = startup_checks(d);
 	if (r < 0)
 		goto err_stats;

@@ -661,11 +661,12 @@ static void op_release(void *ctx, kvp_conn_id conn, uint64_t lease_id)
 		kvp_sched_release(q->domains->dom[c->domain].sched, conn, lease_id);
 }
 
-static int op_status(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap)
+static int op_status(void *ctx, const struct kvp_peer *peer, enum kvp_status_fmt fmt, char *buf,
+		     size_t cap)
 {
 	struct kvp_requests *q = ctx;
 
-	return q->report(q->report_arg, fmt, buf, cap);
+	return q->report(q->report_arg, peer, fmt, buf, cap);
 }
 
 void kvp_requests_ops(struct kvp_requests *q, struct kvp_server_ops *ops)

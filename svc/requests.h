@@ -44,8 +44,12 @@ struct kvp_sched;
 struct kvp_sched_event;
 struct kvp_tokenizer;
 
-/* Render the status report in @fmt into @buf (@cap bytes); the ipc/ status callback. */
-typedef int kvp_status_report_fn(void *arg, enum kvp_status_fmt fmt, char *buf, size_t cap);
+/*
+ * Render the status report in @fmt into @buf (@cap bytes) for status peer @peer (what it
+ * may see and do follows from its credentials); the ipc/ status callback.
+ */
+typedef int kvp_status_report_fn(void *arg, const struct kvp_peer *peer, enum kvp_status_fmt fmt,
+				 char *buf, size_t cap);
 
 /**
  * struct kvp_requests - the loop thread's request state

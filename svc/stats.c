@@ -7,13 +7,18 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "shm/pool.h"
 #include "svc/domain.h"
+#include "svc/log.h"
 #include "svc/requests.h"
 #include "svc/sched.h"
 #include "svc/status.h"
@@ -25,9 +30,93 @@
 
 int kvp_stats_init(struct kvp_stats *st)
 {
+	size_t got = 0;
+
 	memset(st, 0, sizeof(*st));
+	st->self_uid = geteuid();
+	st->op_gid = (gid_t)-1;
+	while (got < sizeof(st->hash_key)) {
+		ssize_t n = getrandom(st->hash_key + got, sizeof(st->hash_key) - got, 0);
+
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		if (n > 0)
+			got += (size_t)n;
+	}
 	st->snap = calloc(1, sizeof(*st->snap));
 	return st->snap ? 0 : -ENOMEM;
+}
+
+int kvp_stats_set_operators(struct kvp_stats *st, const char *name)
+{
+	struct group gr, *res = NULL;
+	char buf[16384];
+	int r;
+
+	st->op_gid = (gid_t)-1;
+	st->n_op_uids = 0;
+	if (!*name)
+		return 0;
+	r = getgrnam_r(name, &gr, buf, sizeof(buf), &res);
+	if (r == ERANGE)
+		return -E2BIG; /* an /etc/group entry longer than we read */
+	if (r || !res)
+		return -ENOENT;
+	for (char **m = res->gr_mem; *m; m++) {
+		struct passwd pw, *pr = NULL;
+		char pbuf[4096];
+
+		if (getpwnam_r(*m, &pw, pbuf, sizeof(pbuf), &pr) || !pr)
+			continue;
+		if (st->n_op_uids == KVP_STATS_OPERATORS_MAX) {
+			st->n_op_uids = 0;
+			return -E2BIG;
+		}
+		st->op_uids[st->n_op_uids++] = pr->pw_uid;
+	}
+	st->op_gid = res->gr_gid;
+	return 0;
+}
+
+static bool is_operator(const struct kvp_stats *st, const struct kvp_peer *peer)
+{
+	if (peer->uid == 0 || peer->uid == st->self_uid)
+		return true;
+	if (st->op_gid != (gid_t)-1 && peer->gid == st->op_gid)
+		return true;
+	for (uint32_t i = 0; i < st->n_op_uids; i++)
+		if (st->op_uids[i] == peer->uid)
+			return true;
+	return false;
+}
+
+void kvp_stats_view_of(const struct kvp_stats *st, const struct kvp_peer *peer,
+		       struct kvp_stats_view *v)
+{
+	int idx = kvp_domain_of_peer(st->domains, peer->uid, peer->gid);
+
+	/* never makes a per-uid domain: a status peer that never said HELLO has none */
+	v->domain = idx >= 0 ? idx : -1;
+	v->all = is_operator(st, peer);
+}
+
+/*
+ * Keyed, so that it confirms nothing about a guessed prompt (the secret never leaves the
+ * process), and mixed with the domain so equal prompts of two domains show different
+ * values.
+ */
+struct kvp_h128 kvp_stats_shown_hash(const struct kvp_stats *st, const char *name,
+				     struct kvp_h128 h)
+{
+	uint8_t in[16 + KVP_DOMAIN_NAME_MAX] = { 0 };
+	size_t n = strnlen(name, KVP_DOMAIN_NAME_MAX);
+	XXH128_hash_t k;
+
+	memcpy(in, &h.lo, 8);
+	memcpy(in + 8, &h.hi, 8);
+	memcpy(in + 16, name, n);
+	k = XXH3_128bits_withSecret(in, 16 + n, st->hash_key, sizeof(st->hash_key));
+	return (struct kvp_h128){ .lo = k.low64, .hi = k.high64 };
 }
 
 void kvp_stats_deinit(struct kvp_stats *st)
@@ -186,12 +275,12 @@ static void add_sched(struct kvp_sched_stats *sum, const struct kvp_sched_stats 
 #undef ADD
 #undef MAXOF
 
-/* Domain @i's line of the report from its engine's figures @x. */
+/* Domain @i's line (@slot of the report's list) from its engine's figures @x. */
 static void fill_domain(const struct kvp_stats *src, struct kvp_status_snap *s, uint32_t i,
-			const struct kvp_sched_stats *x)
+			uint32_t slot, const struct kvp_sched_stats *x)
 {
 	const struct kvp_domain *dom = &src->domains->dom[i];
-	struct kvp_status_domain *sd = &s->domains[i];
+	struct kvp_status_domain *sd = &s->domains[slot];
 
 	snprintf(sd->name, sizeof(sd->name), "%s", dom->name);
 	sd->requests = dom->requests;
@@ -215,43 +304,78 @@ static void fill_domain(const struct kvp_stats *src, struct kvp_status_snap *s, 
 	cache_derive(&sd->cache, x);
 }
 
-/* Every domain's engine: the daemon-wide sums in s->sched, each domain's own line. */
-static void fill_engines(const struct kvp_stats *src, struct kvp_status_snap *s)
+static bool visible(const struct kvp_stats_view *v, uint32_t i)
+{
+	return v->all || (v->domain >= 0 && i == (uint32_t)v->domain);
+}
+
+/*
+ * Every domain's engine @v may see: the sums in s->sched (the daemon-wide figures of an
+ * operator's report, its own domain's otherwise), each domain's own line in the report's
+ * list (@slot[i]: domain i's place there, -1 when not listed), chain hashes keyed.
+ */
+static void fill_engines(const struct kvp_stats *src, const struct kvp_stats_view *v,
+			 struct kvp_status_snap *s, int *slot)
 {
 	struct kvp_sched_stats xs;
-	struct kvp_sched_stats *x = &xs;
+	struct kvp_sched_stats *x;
+	bool first = true;
 
-	s->n_domains = src->domains->n_domains < KVP_STATUS_MAX_DOMAINS ? src->domains->n_domains :
-									  KVP_STATUS_MAX_DOMAINS;
 	for (uint32_t i = 0; i < src->domains->n_domains; i++) {
-		kvp_sched_get_stats(src->domains->dom[i].sched, i ? x : &s->sched);
-		if (i)
+		const struct kvp_domain *dom = &src->domains->dom[i];
+
+		slot[i] = -1;
+		if (!visible(v, i))
+			continue;
+		x = first ? &s->sched : &xs;
+		kvp_sched_get_stats(dom->sched, x);
+		for (uint32_t k = 0; k < x->cache.n_prefixes && k < KVP_CACHE_TRACK; k++)
+			x->cache.prefixes[k].hash = kvp_stats_shown_hash(src, dom->name,
+									 x->cache.prefixes[k].hash);
+		if (!first)
 			add_sched(&s->sched, x);
-		if (i < s->n_domains)
-			fill_domain(src, s, i, i ? x : &s->sched);
+		first = false;
+		if (s->n_domains < KVP_STATUS_MAX_DOMAINS) {
+			slot[i] = (int)s->n_domains++;
+			fill_domain(src, s, i, (uint32_t)slot[i], x);
+		}
+	}
+	if (first) {
+		/* no domain to show: the pool's page kind is still the daemon's */
+		kvp_sched_get_stats(src->domains->dom[KVP_DOMAIN_DEFAULT].sched, &xs);
+		s->sched.pool.page_kind = xs.pool.page_kind;
 	}
 }
 
-void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
+void kvp_stats_fill(const struct kvp_stats *src, const struct kvp_stats_view *v,
+		    struct kvp_status_snap *s)
 {
 	const struct kvp_domain *dom = &src->domains->dom[KVP_DOMAIN_DEFAULT];
 	const struct kvp_geom *g = kvp_pool_geom(dom->pool);
 	const struct kvp_pool_stats *ps = &s->sched.pool;
 	const struct kvp_conn_rec *c;
+	int slot[KVP_DOMAINS_MAX];
 	uint32_t a;
 
 	memset(s, 0, sizeof(*s));
 	/* the counters, whole: status.c's table says what each one is */
-	fill_engines(src, s);
+	fill_engines(src, v, s, slot);
 	if (src->cache) /* the sums' policy is the first domain's: show [cache]'s */
 		s->sched.cache_policy = *src->cache;
-	kvp_server_get_stats(src->req->srv, &s->server);
+	snprintf(s->view, sizeof(s->view), "%s", v->all ? "all" : "domain");
+	snprintf(s->view_domain, sizeof(s->view_domain), "%s",
+		 v->all || v->domain < 0 ? "" : kvp_domain_name(src->domains, (uint32_t)v->domain));
+	/* the server's counters and the request log count every domain's traffic */
+	if (v->all) {
+		kvp_server_get_stats(src->req->srv, &s->server);
+		static_assert(sizeof(s->lat) == sizeof(src->req->log.lat), "histograms");
+		memcpy(s->lat, src->req->log.lat, sizeof(s->lat));
+		s->req_rejected = src->req->rejected;
+	}
 
 	snprintf(s->version, sizeof(s->version), "%s", KVP_VERSION);
 	snprintf(s->model, sizeof(s->model), "%s", src->model);
 	snprintf(s->model_fp, sizeof(s->model_fp), "%s", src->model_fp ? src->model_fp : "");
-	static_assert(sizeof(s->lat) == sizeof(src->req->log.lat), "histograms");
-	memcpy(s->lat, src->req->log.lat, sizeof(s->lat));
 	snprintf(s->state, sizeof(s->state), "%s", *src->state);
 	s->uptime_ms = (kvp_now_ns() - src->t_start_ns) / 1000000;
 	s->pid = (uint32_t)getpid();
@@ -260,8 +384,9 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 	s->block_tokens = g->shape.block_tokens;
 	s->block_bytes = g->block_bytes;
 	for (a = 0; a < src->domains->n_domains; a++)
-		s->pool_bytes += (uint64_t)kvp_pool_n_blocks(src->domains->dom[a].pool) *
-				 g->block_stride;
+		if (visible(v, a))
+			s->pool_bytes += (uint64_t)kvp_pool_n_blocks(src->domains->dom[a].pool) *
+					 g->block_stride;
 	snprintf(s->page_kind, sizeof(s->page_kind), "%s",
 		 kvp_page_kind_name((enum kvp_page_kind)ps->page_kind));
 	snprintf(s->kv_dtype, sizeof(s->kv_dtype), "%s", kvp_dtype_name(g->shape.dtype));
@@ -272,7 +397,6 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 		s->blocks_free += ps->arena[a].free;
 	}
 	s->index_inserts = s->sched.index.publishes - s->sched.index.publish_dups;
-	s->req_rejected = src->req->rejected;
 	s->req_total = s->sched.req_total + s->req_rejected;
 	snprintf(s->sched_policy, sizeof(s->sched_policy), "%s",
 		 s->sched.policy == KVP_SCHED_FIFO ? "fifo" : "fair");
@@ -293,8 +417,11 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 
 	for (c = kvp_conns_first(&src->req->conns); c && s->n_conns < KVP_STATUS_MAX_CONNS;
 	     c = kvp_conns_next(&src->req->conns, c)) {
-		struct kvp_status_conn *sc = &s->conns[s->n_conns++];
+		struct kvp_status_conn *sc;
 
+		if (!visible(v, c->domain))
+			continue;
+		sc = &s->conns[s->n_conns++];
 		*sc = (struct kvp_status_conn){ .id = c->id,
 						.pid = c->peer.pid,
 						.uid = c->peer.uid,
@@ -306,9 +433,13 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 		static_assert(sizeof(sc->client) == sizeof(c->client), "client name");
 		memcpy(sc->client, c->client, sizeof(sc->client));
 	}
-	for (c = kvp_conns_first(&src->req->conns); c; c = kvp_conns_next(&src->req->conns, c))
-		if (c->domain < s->n_domains)
-			s->domains[c->domain].conns_open++;
+	for (c = kvp_conns_first(&src->req->conns); c; c = kvp_conns_next(&src->req->conns, c)) {
+		if (c->domain >= src->domains->n_domains || slot[c->domain] < 0)
+			continue;
+		s->domains[slot[c->domain]].conns_open++;
+		if (!v->all)
+			s->server.conns_open++; /* its own, in place of the daemon's */
+	}
 }
 
 /* The answer to flush-tier: asked of the engine, which empties the tier at its next step. */
@@ -334,14 +465,30 @@ static int flush_tier(struct kvp_stats *st, char *buf, size_t cap)
 	return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
 }
 
-int kvp_stats_report(void *arg, enum kvp_status_fmt fmt, char *buf, size_t cap)
+/* A command from a peer who is no operator: refused, nothing done. */
+static int refuse_command(const struct kvp_peer *peer, char *buf, size_t cap)
+{
+	int n = snprintf(buf, cap,
+			 "{\"error\":\"denied: status commands (flush-tier) are operators' and uid "
+			 "%ld is none (root, the daemon's user, server.status_operators)\"}\n",
+			 (long)peer->uid);
+
+	kvp_log(LOG_NOTICE, "status: flush-tier from uid %ld pid %ld refused: not an operator",
+		(long)peer->uid, (long)peer->pid);
+	return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
+}
+
+int kvp_stats_report(void *arg, const struct kvp_peer *peer, enum kvp_status_fmt fmt, char *buf,
+		     size_t cap)
 {
 	struct kvp_stats *st = arg;
+	struct kvp_stats_view v;
 
+	kvp_stats_view_of(st, peer, &v);
 	if (fmt == KVP_STATUS_FLUSH_TIER)
-		return flush_tier(st, buf, cap);
+		return v.all ? flush_tier(st, buf, cap) : refuse_command(peer, buf, cap);
 
-	kvp_stats_fill(st, st->snap);
+	kvp_stats_fill(st, &v, st->snap);
 	if (fmt == KVP_STATUS_PROM)
 		return kvp_status_render_prom(st->snap, buf, cap);
 	return kvp_status_render_json(st->snap, buf, cap);

@@ -180,6 +180,8 @@ static const struct def defs[] = {
 	  .help = "The model served: its name and fingerprint (1).", .div = 1 },
 	J("daemon", "state", K_STR, state),
 	J("daemon", "pid", K_U32, pid),
+	J("daemon", "view", K_STR, view),
+	J("daemon", "view_domain", K_STR, view_domain),
 	JP("daemon", "uptime_ms", K_U64, uptime_ms, "uptime_seconds", "", "gauge",
 	   "Seconds since the daemon started.", 1000),
 

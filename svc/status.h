@@ -115,6 +115,8 @@ struct kvp_status_snap {
 	char state[16];	   /* "starting", "serving", "draining" */
 	uint64_t uptime_ms;
 	uint32_t pid;
+	char view[8];	      /* "all" (an operator's report) or "domain" (svc/stats.h) */
+	char view_domain[32]; /* "domain": the peer's own domain, "" when it has none */
 
 	struct kvp_sched_stats sched;	/* as kvp_sched_get_stats() gives them */
 	struct kvp_server_stats server; /* as kvp_server_get_stats() gives them */

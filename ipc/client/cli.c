@@ -93,8 +93,9 @@ static void print_connect_error(const char *what, const char *path, int r, const
 			path, what);
 	else if (r == -EACCES || r == -EPERM)
 		fprintf(stderr,
-			"kvpool: no permission to connect to %s (join the group that owns it, "
-			"kvpool for the service)\n",
+			"kvpool: no permission to connect to %s (join the group that owns it: "
+			"for the service, kvpool for the request socket, kvpool-status for the "
+			"status socket, which is the operators')\n",
 			path);
 	else
 		fprintf(stderr, "kvpool: %s\n", detail);

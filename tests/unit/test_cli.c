@@ -239,7 +239,8 @@ static const char status_json[] =
 	"\"pinned_bytes\":2097152,\"cost_uncached\":200,\"cost_saved_ratio\":0.215}},"
 	"{\"name\":\"ops\",\"requests\":0,\"cache\":{\"eviction\":\"lru\"}}]}\n";
 
-static int e_status(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap)
+static int e_status(void *ctx, const struct kvp_peer *peer, enum kvp_status_fmt fmt, char *buf,
+		    size_t cap)
 {
 	int n = snprintf(buf, cap, "%s", fmt == KVP_STATUS_PROM ? "kvpool_up 1\n" : status_json);
 

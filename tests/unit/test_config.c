@@ -4,6 +4,7 @@
  * the key and the line, size suffixes, cross-field checks, print/reload round trip.
  */
 #include <errno.h>
+#include <grp.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -314,6 +315,57 @@ static void test_check_cross_fields(void **state)
 	kvp_config_defaults(&f->c);
 	strcpy(f->c.socket_group, "root");
 	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), 0);
+}
+
+static void test_status_group(void **state)
+{
+	/*
+	 * The status socket's group is the operators' (kvpool-status by default, the socket
+	 * the daemon's user's alone without it), never the request socket's: that is refused
+	 * naming both, whether named twice or left to the daemon's own group.
+	 */
+	struct fixture *f = *state;
+	struct group *own = getgrgid(getegid());
+	char own_name[64];
+	gid_t gid;
+
+	assert_non_null(own);
+	snprintf(own_name, sizeof(own_name), "%s", own->gr_name);
+	kvp_config_defaults(&f->c);
+	assert_string_equal(f->c.status_group, "kvpool-status");
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), 0);
+	if (!getgrnam("kvpool-status"))
+		assert_int_equal(kvp_config_status_gid(&f->c, &gid), -ENOENT);
+
+	strcpy(f->c.socket_group, own_name);
+	strcpy(f->c.status_group, own_name);
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "server.status_group"));
+	assert_non_null(strstr(f->err, "request socket's group"));
+
+	f->c.socket_group[0] = 0; /* the daemon's own group: the same */
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "server.status_group"));
+
+	f->c.status_path[0] = 0; /* no status socket: nothing to refuse */
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), 0);
+
+	kvp_config_defaults(&f->c);
+	f->c.status_group[0] = 0; /* owner only */
+	assert_int_equal(kvp_config_status_gid(&f->c, &gid), 0);
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), 0);
+
+	strcpy(f->c.status_group, "no-such-group-kvp");
+	assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), -EINVAL);
+	assert_non_null(strstr(f->err, "server.status_group: no group named"));
+
+	/* another group than the request socket's is fine */
+	if (getgrnam("nogroup") && getgrnam("nogroup")->gr_gid != getegid()) {
+		strcpy(f->c.status_group, "nogroup");
+		assert_int_equal(kvp_config_check(&f->c, f->err, sizeof(f->err)), 0);
+		assert_int_equal(kvp_config_status_gid(&f->c, &gid), 1);
+		assert_int_equal(gid, getgrnam("nogroup")->gr_gid);
+	}
 }
 
 static void test_print_reads_back(void **state)
@@ -659,6 +711,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_domain_cache_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_domain_priority, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_domain_priority_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_status_group, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -575,6 +575,77 @@ static void test_names(void **state)
 	assert_string_equal(kvp_proto_type_name(KVP_FRAME_CHAT), "CHAT");
 }
 
+static void test_empty_input(void **state)
+{
+	/*
+	 * Every decoder given no bytes at all (a NULL buffer, length 0) and a zero-length
+	 * payload inside a buffer refuses it with KVP_E_PROTO and reads nothing (UBSan and
+	 * ASan check the "nothing"); so does the header check.
+	 */
+	static const uint8_t some[64];
+	const void *bufs[2] = { NULL, some };
+	const void *body, *ids, *blocks;
+	const uint8_t *msgs;
+	const char *text, *msg, *why;
+	struct kvp_frame_hdr hdr;
+	size_t msgs_len;
+	bool has_cu;
+	int32_t cont;
+
+	(void)state;
+	for (int i = 0; i < 2; i++) {
+		const void *p = bufs[i];
+		union {
+			struct kvp_hello hello;
+			struct kvp_generate gen;
+			struct kvp_welcome welcome;
+			struct kvp_token token;
+			struct kvp_usage usage;
+			struct kvp_error error;
+			struct kvp_tokenize tok;
+			struct kvp_detokenize detok;
+			struct kvp_ids ids;
+			struct kvp_chat chat;
+			struct kvp_lease_req lreq;
+			struct kvp_lease lease;
+			struct kvp_cache_ctl cc;
+			struct kvp_pin pin;
+		} o;
+		struct kvp_cache_usage cu;
+
+		assert_int_not_equal(kvp_proto_check_hdr(p, 0, 1u << 20, &hdr, &why), KVP_OK);
+		assert_int_equal(kvp_proto_decode_hello(p, 0, &o.hello, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_generate(p, 0, &lim, &o.gen, &body, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_welcome(p, 0, &o.welcome, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_token(p, 0, &o.token, &ids, &text, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_done(p, 0, &o.usage, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_error(p, 0, &o.error, &msg, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_tokenize(p, 0, &lim, &o.tok, &text, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_detokenize(p, 0, &lim, &o.detok, &ids, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_ids(p, 0, &o.ids, &ids, &text, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_chat(p, 0, &lim, &o.chat, &ids, &msgs, &msgs_len,
+						       &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_lease_req(p, 0, &lim, &o.lreq, &ids, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_lease(p, 0, &o.lease, &blocks, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_token_cc(p, 0, &o.token, &ids, &text, &cont,
+							   &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_done_cc(p, 0, &o.usage, &cu, &has_cu, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_cache_ctl(p, 0, 0, &o.cc, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_pin(p, 0, &lim, &o.pin, &body, &why),
+				 KVP_E_PROTO);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -588,6 +659,7 @@ int main(void)
 		cmocka_unit_test(test_chat_frames),
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_message_breakpoints),
+		cmocka_unit_test(test_empty_input),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -29,6 +29,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -178,12 +179,14 @@ static void t_closed(void *ctx, kvp_conn_id conn)
 	pthread_mutex_unlock(&f->lock);
 }
 
-static int t_status(void *ctx, enum kvp_status_fmt fmt, char *buf, size_t cap)
+static int t_status(void *ctx, const struct kvp_peer *peer, enum kvp_status_fmt fmt, char *buf,
+		    size_t cap)
 {
 	struct fixture *f = ctx;
 	struct kvp_server_stats st;
 	int n;
 
+	(void)peer;
 	kvp_server_get_stats(f->srv, &st);
 	n = snprintf(buf, cap, "%s open=%lu total=%lu refused=%lu proto=%lu slow=%lu\n",
 		     fmt == KVP_STATUS_PROM ? "prom" : "json", (unsigned long)st.conns_open,
@@ -526,11 +529,14 @@ static void test_hello_passes_readonly_pool(void **state)
 	size_t len;
 	void *p;
 
-	/* both sockets are created 0660 whatever the umask */
+	/*
+	 * whatever the umask, the request socket is created 0660 and the status socket,
+	 * with no group of its own (status_gid -1), 0600: the operators' only
+	 */
 	assert_int_equal(stat(f->sock, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0660);
 	assert_int_equal(stat(f->status, &st), 0);
-	assert_int_equal(st.st_mode & 07777, 0660);
+	assert_int_equal(st.st_mode & 07777, 0600);
 
 	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
 	w = kvp_client_welcome(c);
@@ -1108,6 +1114,120 @@ static void test_status_socket(void **state)
 	close(fd);
 }
 
+/* Everything the status socket sends back until EOF (at most @cap - 1 bytes). */
+static size_t read_to_eof(int fd, char *buf, size_t cap)
+{
+	size_t n = 0;
+	ssize_t r;
+
+	while (n + 1 < cap && (r = read(fd, buf + n, cap - 1 - n)) > 0)
+		n += (size_t)r;
+	buf[n] = 0;
+	return n;
+}
+
+static void test_status_empty_request(void **state)
+{
+	/*
+	 * A peer that shuts its side having sent nothing (another kvpoold's start-up probe
+	 * does) is closed with no answer and the server goes on (c->in was still NULL: UB
+	 * before the fix, an abort under UBSan); an empty line still means json.
+	 */
+	struct fixture *f = *state;
+	char buf[256], *text;
+	size_t len;
+	int fd;
+
+	for (int i = 0; i < 3; i++) {
+		fd = raw_connect(f->status);
+		assert_int_equal(shutdown(fd, SHUT_WR), 0);
+		assert_int_equal(read_to_eof(fd, buf, sizeof(buf)), 0);
+		close(fd);
+	}
+	fd = raw_connect(f->status);
+	close(fd); /* gone before the server reads anything */
+	fd = raw_connect(f->status);
+	raw_send(fd, "\n", 1);
+	assert_int_equal(shutdown(fd, SHUT_WR), 0);
+	assert_true(read_to_eof(fd, buf, sizeof(buf)) > 0);
+	assert_true(!strncmp(buf, "json ", 5));
+	close(fd);
+	assert_int_equal(kvp_client_status(f->status, "json", &text, &len), 0);
+	assert_true(len > 0 && !strncmp(text, "json ", 5));
+	free(text);
+}
+
+static void test_client_status_empty_answer(void **state)
+{
+	/* kvp_client_status() of a socket that answers nothing: -EPROTO, no text */
+	struct fixture *f = *state;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char path[sizeof(f->dir) + 16], *text = (char *)1;
+	int lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), st;
+	size_t len = 7;
+	pid_t pid;
+
+	assert_true(lfd >= 0);
+	snprintf(path, sizeof(path), "%s/mute.sock", f->dir);
+	assert_true(strlen(path) < sizeof(sa.sun_path));
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 1), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char buf[64];
+		int fd = accept(lfd, NULL, NULL);
+
+		while (fd >= 0 && read(fd, buf, sizeof(buf)) > 0)
+			;
+		_exit(fd >= 0 ? 0 : 1);
+	}
+	close(lfd);
+	assert_int_equal(kvp_client_status(path, "json", &text, &len), -EPROTO);
+	assert_null(text);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_empty_payload_frames(void **state)
+{
+	/*
+	 * Every client frame type with a zero-length payload, before and after HELLO: each
+	 * is answered with an ERROR or taken as what it means (CANCEL, RELEASE, FLUSH), never
+	 * read past its end; the server then serves a good client.
+	 */
+	struct fixture *f = *state;
+	struct kvp_client *good;
+
+	for (uint16_t t = 0; t < KVP_FRAME__COUNT + 1; t++) {
+		for (int hello = 0; hello < 2; hello++) {
+			struct kvp_frame_hdr hdr;
+			uint8_t frame[1100];
+			size_t n = mk_hdr(frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, t, 0, 0, 7);
+			int fd = raw_connect(f->sock), r;
+
+			if (hello)
+				raw_hello(fd);
+			raw_send(fd, frame, n);
+			/* a frame that needs no answer: a CANCEL/RELEASE of nothing, ... */
+			n = kvp_proto_encode_cancel(frame, sizeof(frame), 99);
+			(void)send(fd, frame, n, MSG_NOSIGNAL);
+			assert_int_equal(shutdown(fd, SHUT_WR), 0);
+			/* ... so read what comes until the server closes: frames, then EOF */
+			while ((r = raw_frame(fd, &hdr, frame, sizeof(frame))) == 0)
+				assert_true(hdr.type == KVP_FRAME_ERROR ||
+					    hdr.type == KVP_FRAME_DONE ||
+					    hdr.type == KVP_FRAME_WELCOME);
+			assert_true(r == 1 || r == -ECONNRESET);
+			close(fd);
+		}
+	}
+	assert_int_equal(kvp_client_connect(&good, f->sock), 0);
+	check_echo(good);
+	kvp_client_close(good);
+}
+
 static void test_stop_refuses_new_connections(void **state)
 {
 	/* after a stop, connects are refused while open connections are still served */
@@ -1152,6 +1272,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fast_reader_gets_everything, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_connection_limit, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_socket, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_status_empty_request, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_empty_payload_frames, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_client_status_empty_answer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_refuses_new_connections, setup, teardown),
 	};
 

@@ -92,6 +92,7 @@ static void fill_busy(struct kvp_status_snap *s)
 		.model_fp = "0123456789abcdef0123456789abcdef",
 		.state = "serving",
 		.pid = 31337,
+		.view = "all",
 		.uptime_ms = 86400123,
 		.pool_bytes = 1ull << 30,
 		.block_tokens = 16,
