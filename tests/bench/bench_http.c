@@ -11,9 +11,13 @@
  *  2. requests/s of tiny requests (4-token prompt, 1 new token, tiny model, not
  *     streamed) with 1, 8 and 64 concurrent HTTP clients, each a thread with its own
  *     keep-alive connection (a C load generator: tests/integration/httpc.c), against as
- *     many libkvpool clients doing the same straight to kvpoold.
+ *     many libkvpool clients doing the same straight to kvpoold;
+ *  3. a slow-header flood: a good client's latency (a fresh connection, one tiny
+ *     completion, the answer) while 10 x max_conns connections from 40 addresses each
+ *     send a header line a second and reconnect when closed, against the same client's
+ *     latency with no flood (target: within 2x).
  *
- * KVP_BENCH_HTTP=rps or =stream runs one part only.
+ * KVP_BENCH_HTTP=rps, =stream or =flood runs one part only.
  *
  * Times are the client's: request written to first token (first SSE bytes, which the
  * front sends with the first token) and to the end.  Medians; the CPU regime is printed
@@ -27,12 +31,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "kvpool/kvpool.h"
 #include "tests/integration/httpc.h"
 #include "tests/integration/httpd.h"
 #include "tests/integration/kvpd.h"
+#include "tests/integration/rawc.h"
 #include "tests/lib/testlib.h"
 
 #define PROMPT 512
@@ -341,15 +348,24 @@ static double rps(int n, int port, const char *sock)
 static int bench_rps(void)
 {
 	const char *dargs[] = { "--max-conns", "512", NULL };
-	const char *hargs[] = { "--config", "/dev/null", "--listen", "127.0.0.1:0", NULL };
+	char conf[320];
+	const char *hargs[] = { "--config", conf, "--listen", "127.0.0.1:0", NULL };
 	static const int clients[] = { 1, 8, 64 };
 	struct httpd h = { 0 };
 	struct kvpd d;
+	FILE *c;
 	int ret = -1;
 
 	if (kvpd_setup(&d, "tiny", dargs) < 0)
 		return -1;
-	if (httpd_start(&h, d.dir, d.sock, hargs, 30)) {
+	/* every client is 127.0.0.1: one round's 64 and the last round's closing ones */
+	snprintf(conf, sizeof(conf), "%s/http.conf", d.dir);
+	c = fopen(conf, "w");
+	if (c) {
+		fputs("[http]\nper_addr_conns = 256\n", c);
+		fclose(c);
+	}
+	if (!c || httpd_start(&h, d.dir, d.sock, hargs, 30)) {
 		httpd_dump_log(&h);
 		goto out;
 	}
@@ -372,6 +388,131 @@ out:
 	return ret;
 }
 
+/* ---- a slow-header flood ---- */
+
+#define FLOOD_CONNS (10 * 256) /* 10 x the default max_conns */
+#define FLOOD_PER_ADDR 64      /* the default per_addr_conns */
+#define GOOD_RUNS 40
+
+struct flood {
+	pthread_t th;
+	int port;
+	atomic_bool stop;
+	unsigned long opened, closed; /* connections made, and closed by the server */
+};
+
+/* Keep FLOOD_CONNS slow-header connections open: each sends a header line a second
+ * (well inside the idle timeout) and is opened again when the server closes it. */
+static void *flood_main(void *p)
+{
+	static const char start[] = "POST /v1/completions HTTP/1.1\r\nHost: a\r\n";
+	struct flood *fl = p;
+	static int fd[FLOOD_CONNS];
+	unsigned int next = 0;
+
+	for (int i = 0; i < FLOOD_CONNS; i++)
+		fd[i] = -1;
+	while (!atomic_load(&fl->stop)) {
+		/* a hundredth of them every 10 ms: each once a second */
+		for (int k = 0; k < FLOOD_CONNS / 100; k++, next = (next + 1) % FLOOD_CONNS) {
+			char b[256];
+			ssize_t n;
+
+			if (fd[next] >= 0) {
+				n = recv(fd[next], b, sizeof(b), MSG_DONTWAIT);
+				if (n == 0 || (n < 0 && errno != EAGAIN) ||
+				    send(fd[next], "X-Slow: 1\r\n", 11,
+					 MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+					close(fd[next]);
+					fd[next] = -1;
+					fl->closed++;
+				}
+			}
+			if (fd[next] < 0) {
+				snprintf(b, sizeof(b), "127.0.1.%u", 1 + next / FLOOD_PER_ADDR);
+				fd[next] = rawc_connect(fl->port, b, true);
+				if (fd[next] >= 0) {
+					fl->opened++;
+					send(fd[next], start, sizeof(start) - 1,
+					     MSG_NOSIGNAL | MSG_DONTWAIT);
+				}
+			}
+		}
+		usleep(10000);
+	}
+	for (int i = 0; i < FLOOD_CONNS; i++)
+		if (fd[i] >= 0)
+			close(fd[i]);
+	return NULL;
+}
+
+/* The good client: a fresh connection, a tiny completion, its answer.  ms, or -1. */
+static double good_request(int port)
+{
+	static const char body[] = "{\"prompt\":[1,72,105,33],\"max_tokens\":1,\"temperature\":0}";
+	double t0 = kvp_test_now_s();
+	struct httpc_resp r;
+	int e = httpc_request(port, "POST", "/v1/completions", NULL, body, &r);
+	int st = r.status;
+
+	httpc_resp_free(&r);
+	return e || st != 200 ? -1 : (kvp_test_now_s() - t0) * 1e3;
+}
+
+static int bench_flood(void)
+{
+	const char *hargs[] = { "--config", "/dev/null", "--listen", "127.0.0.1:0", NULL };
+	double idle[GOOD_RUNS], during[GOOD_RUNS];
+	struct flood fl = { 0 };
+	struct httpd h = { 0 };
+	struct rlimit rl;
+	struct kvpd d;
+	int ret = -1;
+
+	if (!getrlimit(RLIMIT_NOFILE, &rl)) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (kvpd_setup(&d, "tiny", NULL) < 0)
+		return -1;
+	if (httpd_start(&h, d.dir, d.sock, hargs, 30)) {
+		httpd_dump_log(&h);
+		goto out;
+	}
+	for (int i = 0; i < 5; i++) /* warm-up */
+		good_request(h.port);
+	for (int i = 0; i < GOOD_RUNS; i++) {
+		idle[i] = good_request(h.port);
+		usleep(20000);
+	}
+	fl.port = h.port;
+	pthread_create(&fl.th, NULL, flood_main, &fl);
+	sleep(2); /* every flood connection opened once, the server full of them */
+	for (int i = 0; i < GOOD_RUNS; i++) {
+		during[i] = good_request(h.port);
+		usleep(20000);
+	}
+	atomic_store(&fl.stop, true);
+	pthread_join(fl.th, NULL);
+	for (int i = 0; i < GOOD_RUNS; i++)
+		if (idle[i] < 0 || during[i] < 0) {
+			fprintf(stderr, "bench_http: a good request failed (%s the flood)\n",
+				idle[i] < 0 ? "before" : "during");
+			goto out;
+		}
+	printf("flood: %lu slow-header connections opened, %lu closed by the server\n", fl.opened,
+	       fl.closed);
+	kvp_bench_report("good client, fresh connection + tiny completion, during a "
+			 "slow-header flood of 10 x max_conns",
+			 kvp_test_median(during, GOOD_RUNS), "ms", "no flood",
+			 kvp_test_median(idle, GOOD_RUNS), "ms");
+	ret = 0;
+out:
+	httpd_stop(&h);
+	kvpd_cleanup(&d);
+	return ret;
+}
+
 int main(void)
 {
 	const char *part = getenv("KVP_BENCH_HTTP");
@@ -385,6 +526,11 @@ int main(void)
 	kvp_bench_cpu_regime(1000);
 	if ((!part || !strcmp(part, "stream")) && bench_stream() < 0) {
 		fprintf(stderr, "bench_http: streaming figures failed\n");
+		r = 1;
+	}
+	kvp_bench_cpu_regime(1000);
+	if ((!part || !strcmp(part, "flood")) && bench_flood() < 0) {
+		fprintf(stderr, "bench_http: the flood figure failed\n");
 		r = 1;
 	}
 	kvp_bench_cpu_regime(1000);
