@@ -1004,13 +1004,6 @@ static struct hreq *hreq_new(struct kvp_http_server *srv, struct MHD_Connection 
 	return r;
 }
 
-/*
- * Headers are in: route, method, key, limits.  An error found here is the answer, given
- * once the request is complete: a response queued before that makes the library close
- * the connection (no keep-alive), and a client still sending its body would get a reset
- * connection instead of the answer.  Only a client that asked first (Expect:
- * 100-continue) is answered at once, before it sends the body.
- */
 /* MHD_get_connection_values()' iterator: each field into a struct kvp_http_framing. */
 static enum MHD_Result framing_field(void *cls, enum MHD_ValueKind kind, const char *key,
 				     size_t key_size, const char *value, size_t value_size)
@@ -1040,6 +1033,14 @@ static bool framing_ok(struct hreq *r, const char *version, struct kvp_http_err 
 	return false;
 }
 
+/*
+ * Headers are in: route, method, key, limits.  An error found here is the answer, given
+ * once the request is complete: a response queued before that makes the library close
+ * the connection (no keep-alive), and a client still sending its body would get a reset
+ * connection instead of the answer.  Only a client that asked first (Expect:
+ * 100-continue) is answered at once, before it sends the body; and a framing refusal,
+ * with the connection closed: where such a body ends cannot be known.
+ */
 static enum MHD_Result first_call(struct hreq *r, const char *url, const char *method,
 				  const char *version)
 {
@@ -1191,7 +1192,6 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 {
 	struct kvp_http_server *srv = cls;
 
-	(void)conn;
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED)
 		kvp_http_gate_started(srv->gate, conn, socket_context);
 	else
@@ -1282,6 +1282,8 @@ int kvp_http_server_listen(struct kvp_http_server *srv, struct kvp_http_listener
 			     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
 			     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
 	struct MHD_OptionItem opts[] = {
+		/* first, so that the library's complaints about later options come here too */
+		{ MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, srv },
 		/* the gate keeps max_conns; this only bounds the library's own tables, with
 		 * room for connections being closed after the gate gave their place away */
 		{ MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns * 2 + 16, NULL },
@@ -1293,7 +1295,6 @@ int kvp_http_server_listen(struct kvp_http_server *srv, struct kvp_http_listener
 		{ MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)cfg->max_header_bytes * 2, NULL },
 		{ MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv },
 		{ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, srv },
-		{ MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, srv },
 		{ cfg->threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, cfg->threads,
 		  NULL },
 		{ MHD_OPTION_END, 0, NULL },
