@@ -30,7 +30,7 @@
 
 #define MAX_CONNS 16
 #define PER_ADDR 4
-#define HEADER_S 2
+#define HEADER_S 3
 #define BODY_S 3
 #define SLACK_S 8 /* generous: a deadline is met within this after it passes */
 
