@@ -172,10 +172,13 @@ static void slot_refuse(struct kvp_http_gate *g, struct slot *s, unsigned int st
 	kvp_http_err_set(&e, status, status == 408 ? "request_timeout" : "invalid_request", NULL,
 			 "%s", why);
 	kvp_http_err_json(&e, anthropic ? KVP_HTTP_SHAPE_ANTHROPIC : KVP_HTTP_SHAPE_OPENAI, &body);
+	/* x-should-retry: both SDKs retry a 5xx unless told not to; 501 and 505 will not
+	 * change by retrying (server.c says the same of its 501s) */
 	hn = snprintf(head, sizeof(head),
 		      "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\n"
-		      "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-		      status, kvp_http_reason(status), body.len);
+		      "Content-Length: %zu\r\n%sConnection: close\r\n\r\n",
+		      status, kvp_http_reason(status), body.len,
+		      status >= 500 ? "x-should-retry: false\r\n" : "");
 	/* the socket's send buffer is empty: a few hundred bytes fit at once */
 	if (send(s->fd, head, (size_t)hn, MSG_NOSIGNAL | MSG_DONTWAIT) == hn && body.len)
 		send(s->fd, body.p, body.len, MSG_NOSIGNAL | MSG_DONTWAIT);
