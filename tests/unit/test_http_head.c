@@ -105,6 +105,7 @@ static void test_framing_refused(void **state)
 static void test_bytes_refused(void **state)
 {
 	static const char nul[] = "GET / HTTP/1.1\r\nHost: a\r\nX-A: a\0b\r\n\r\n";
+	static const char part[] = "GET / HTTP/1.1\r\nHost: a\r\nX-A: a\0";
 
 	(void)state;
 	/* NUL, CR alone, other controls, DEL: in a value, a name, the request line */
@@ -114,7 +115,7 @@ static void test_bytes_refused(void **state)
 	expect_refused("GET / HTTP/1.1\r\nHost: a\r\nX-A: \x7f\r\n\r\n", 0, 400);
 	expect_refused("GET /\x01 HTTP/1.1\r\nHost: a\r\n\r\n", 0, 400);
 	/* refused as soon as seen, without the rest of the head */
-	expect_refused("GET / HTTP/1.1\r\nHost: a\r\nX-A: a\0", 36, 400);
+	expect_refused(part, sizeof(part) - 1, 400);
 	/* field syntax */
 	expect_refused("GET / HTTP/1.1\r\nHost : a\r\n\r\n", 0, 400);
 	expect_refused("GET / HTTP/1.1\r\nHost: a\r\nNo colon\r\n\r\n", 0, 400);
