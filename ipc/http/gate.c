@@ -84,6 +84,8 @@ struct listener {
 	struct slot *slots;
 	unsigned int n_slots;
 	unsigned int n_occ; /* slots occupying max_conns */
+	bool paused;	    /* out of descriptors: not watched for a tick's time */
+	uint64_t t_paused_ns, t_warned_ns;
 };
 
 struct kvp_http_gate {
@@ -345,9 +347,24 @@ static void on_listener(struct kvp_http_gate *g, struct listener *l)
 		int fd = accept4(l->fd, (struct sockaddr *)&a, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
-			if (errno == EMFILE || errno == ENFILE)
-				kvp_log(LOG_WARNING, "http: %s: accept: %s", l->name,
-					strerror(errno));
+			int e = errno;
+
+			/* the connection stays in the backlog and the socket readable: stop
+			 * watching it for a tick's time rather than spin (and log at most
+			 * every 10 s) */
+			if (e == EMFILE || e == ENFILE) {
+				struct epoll_event ev = { .events = 0, .data.ptr = l };
+				uint64_t now = kvp_now_ns();
+
+				epoll_ctl(g->epfd, EPOLL_CTL_MOD, l->fd, &ev);
+				l->paused = true;
+				l->t_paused_ns = now;
+				if (now - l->t_warned_ns > 10000000000ull) {
+					l->t_warned_ns = now;
+					kvp_log(LOG_WARNING, "http: %s: accept: %s", l->name,
+						strerror(e));
+				}
+			}
 			return;
 		}
 		accept_one(g, l, fd, &a, alen);
@@ -364,6 +381,12 @@ static void tick(struct kvp_http_gate *g, uint64_t now)
 	for (unsigned int j = 0; j < g->n_ls; j++) {
 		struct listener *l = &g->ls[j];
 
+		if (l->paused && l->fd >= 0 && now - l->t_paused_ns >= TICK_MS * 1000000ull) {
+			struct epoll_event ev = { .events = EPOLLIN, .data.ptr = l };
+
+			epoll_ctl(g->epfd, EPOLL_CTL_MOD, l->fd, &ev);
+			l->paused = false;
+		}
 		for (unsigned int i = 0; i < l->n_slots; i++) {
 			struct slot *s = &l->slots[i];
 
