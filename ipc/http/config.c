@@ -61,9 +61,17 @@ static const struct key_def keys[] = {
 	{ "max_header_bytes", T_SIZE, OFF(max_header_bytes), CAP(max_header_bytes), 2048, 1u << 20,
 	  "16K", "request line plus headers of one request; more gets 431" },
 	{ "max_conns", T_U32, OFF(max_conns), 0, 1, 65536, "256",
-	  "open HTTP connections per listen address" },
+	  "open HTTP connections per listen address; a new one beyond takes the place of the "
+	  "one waiting longest for its request head, or is closed at once" },
+	{ "per_addr_conns", T_U32, OFF(per_addr_conns), 0, 1, 65536, "64",
+	  "open connections from one client IP address; more are closed at once" },
 	{ "idle_timeout_s", T_U32, OFF(idle_timeout_s), 0, 1, 86400, "60",
 	  "close a connection after this many seconds without traffic" },
+	{ "header_timeout_s", T_U32, OFF(header_timeout_s), 0, 1, 86400, "10",
+	  "a request's line and headers must arrive within this (from the connection's start "
+	  "or the previous answer's end: an idle keep-alive connection is closed after it)" },
+	{ "body_timeout_s", T_U32, OFF(body_timeout_s), 0, 1, 86400, "60",
+	  "a request's body must arrive within this after its headers" },
 	{ "backend_conns", T_U32, OFF(backend_conns), 0, 1, 256, "4",
 	  "connections to kvpoold, opened as load needs them" },
 	{ "backend_reqs_per_conn", T_U32, OFF(backend_reqs_per_conn), 0, 1, 4096, "16",
@@ -91,7 +99,10 @@ void kvp_http_config_defaults(struct kvp_http_config *c)
 	c->max_body_bytes = 1u << 20;
 	c->max_header_bytes = 16u << 10;
 	c->max_conns = 256;
+	c->per_addr_conns = 64;
 	c->idle_timeout_s = 60;
+	c->header_timeout_s = 10;
+	c->body_timeout_s = 60;
 	c->backend_conns = 4;
 	c->backend_reqs_per_conn = 16;
 	c->stream_buffer_bytes = 1u << 20;

@@ -43,7 +43,11 @@ enum kvp_http_anthropic_cache {
  * @max_body_bytes:    largest request body (413 beyond)
  * @max_header_bytes:  request line and headers of one request (431 beyond)
  * @max_conns:         open HTTP connections per listen address
+ * @per_addr_conns:    open connections from one client address (IPv4/IPv6) at most
  * @idle_timeout_s:    a connection with no traffic for this long is closed
+ * @header_timeout_s:  a request's line and headers must be in within this, counted
+ *                     from the connection's start or the previous answer's end
+ * @body_timeout_s:    a request's body must be in within this after its headers
  * @backend_conns:     connections to kvpoold at most
  * @backend_reqs_per_conn: generations in flight on one of them (kvpoold's
  *                     server.max_reqs_per_conn or less); beyond all of them: 429
@@ -64,7 +68,10 @@ struct kvp_http_config {
 	uint64_t max_body_bytes;
 	uint32_t max_header_bytes;
 	uint32_t max_conns;
+	uint32_t per_addr_conns;
 	uint32_t idle_timeout_s;
+	uint32_t header_timeout_s;
+	uint32_t body_timeout_s;
 	uint32_t backend_conns;
 	uint32_t backend_reqs_per_conn;
 	uint64_t stream_buffer_bytes;

@@ -171,6 +171,26 @@ void kvp_http_metrics_prom(struct kvp_http_metrics *m, unsigned int backend_up, 
 	     "Requests failed because the connection to kvpoold broke.");
 	kvp_buf_printf(out, "kvpool_http_backend_lost_total %llu\n",
 		       (unsigned long long)get(&m->backend_lost));
+	head(out, "kvpool_http_connections_refused_total", "counter",
+	     "Connections closed at once: max_conns reached with none waiting for a head, or "
+	     "per_addr_conns reached.");
+	kvp_buf_printf(out,
+		       "kvpool_http_connections_refused_total{reason=\"max_conns\"} %llu\n"
+		       "kvpool_http_connections_refused_total{reason=\"per_addr_conns\"} %llu\n",
+		       (unsigned long long)get(&m->conns_refused[0]),
+		       (unsigned long long)get(&m->conns_refused[1]));
+	head(out, "kvpool_http_connections_evicted_total", "counter",
+	     "Connections closed to make room: the one waiting longest for a request head.");
+	kvp_buf_printf(out, "kvpool_http_connections_evicted_total %llu\n",
+		       (unsigned long long)get(&m->conns_evicted));
+	head(out, "kvpool_http_connections_timed_out_total", "counter",
+	     "Connections closed at header_timeout_s or body_timeout_s.");
+	kvp_buf_printf(out, "kvpool_http_connections_timed_out_total %llu\n",
+		       (unsigned long long)get(&m->conns_timed_out));
+	head(out, "kvpool_http_framing_refused_total", "counter",
+	     "Requests refused for their framing or header bytes (400, 413, 414, 431, 501, 505).");
+	kvp_buf_printf(out, "kvpool_http_framing_refused_total %llu\n",
+		       (unsigned long long)get(&m->framing_refused));
 	head(out, "kvpool_http_in_flight", "gauge", "Generation requests being served now.");
 	kvp_buf_printf(out, "kvpool_http_in_flight %d\n",
 		       atomic_load_explicit(&m->in_flight, memory_order_relaxed));

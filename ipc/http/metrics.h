@@ -54,6 +54,11 @@ struct kvp_http_hist {
  * @backend_lost:  requests failed because the connection to kvpoold broke
  * @in_flight:     generation requests between submit and end
  * @connections:   open HTTP connections
+ * @conns_refused: connections closed at once, by reason: [0] max_conns (none waiting
+ *                 to take the place of), [1] per_addr_conns
+ * @conns_evicted: connections closed for a new one (the longest waiting for a head)
+ * @conns_timed_out: connections closed at header_timeout_s or body_timeout_s
+ * @framing_refused: request heads refused by kvpool-http's own checks (head.h)
  */
 struct kvp_http_metrics {
 	atomic_uint_fast64_t requests[KVP_HTTP_EP__COUNT][KVP_HTTP_N_CODES];
@@ -63,6 +68,7 @@ struct kvp_http_metrics {
 	atomic_uint_fast64_t disconnects, overflows, busy, backend_lost;
 	atomic_int in_flight;
 	atomic_int connections;
+	atomic_uint_fast64_t conns_refused[2], conns_evicted, conns_timed_out, framing_refused;
 };
 
 /* "completions", "chat_completions", ... (the label value). */

@@ -32,6 +32,8 @@
 #include "ipc/http/api.h"
 #include "ipc/http/cache.h"
 #include "ipc/http/emit.h"
+#include "ipc/http/gate.h"
+#include "ipc/http/head.h"
 #include "ipc/http/metrics.h"
 #include "ipc/http/stop.h"
 #include "svc/log.h"
@@ -46,9 +48,9 @@ struct kvp_http_server {
 	struct kvp_http_backend *be;
 	struct kvp_http_metrics metrics;
 	struct MHD_Daemon *mhd[KVP_HTTP_LISTEN_MAX];
-	int quiesced_fd[KVP_HTTP_LISTEN_MAX];
 	unsigned int n_mhd;
-	long long started; /* Unix time, the models' "created" */
+	struct kvp_http_gate *gate; /* accepts, limits, deadlines, first heads (gate.h) */
+	long long started;	    /* Unix time, the models' "created" */
 	char aliases[ALIASES_MAX][65];
 	unsigned int n_aliases;
 	uint64_t id_prefix; /* random, so ids differ between runs */
@@ -80,7 +82,8 @@ struct hreq {
 	enum kvp_http_ep ep;
 	enum kvp_http_api api;
 	enum kvp_http_shape shape;
-	int fd; /* the client's socket, for the backend's hang-up watch */
+	int fd;		/* the client's socket, for the backend's hang-up watch */
+	void *gate_ctx; /* the connection's slot in the gate (its socket context) */
 	uint64_t t0_ns;
 	uint64_t t_ready_ns; /* body complete: TTFT counts from here */
 	char req_id[40];
@@ -94,6 +97,7 @@ struct hreq {
 	bool submitted;		       /* to the backend or the status thread */
 	bool late;		       /* its headers came after SIGTERM: 503 */
 	bool via_status;
+	bool close;	     /* the answer closes the connection (a framing refusal) */
 	unsigned int status; /* of the response queued, 0 = none */
 	struct kvp_http_gen gen;
 	const struct kvp_http_tenant *tenant;
@@ -168,7 +172,7 @@ static void add_common_headers(struct hreq *r, struct MHD_Response *resp)
 {
 	MHD_add_response_header(resp, "x-request-id", r->req_id);
 	MHD_add_response_header(resp, "request-id", r->req_id);
-	if (atomic_load(&r->srv->stopping))
+	if (r->close || atomic_load(&r->srv->stopping))
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 }
 
@@ -990,6 +994,8 @@ static struct hreq *hreq_new(struct kvp_http_server *srv, struct MHD_Connection 
 						       KVP_HTTP_SHAPE_OPENAI;
 	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
 	r->fd = ci ? ci->connect_fd : -1;
+	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	r->gate_ctx = ci ? ci->socket_context : NULL;
 	r->body = r->out = r->scratch = (struct kvp_buf)KVP_BUF_INIT;
 	new_id(srv, r->req_id, sizeof(r->req_id), "req_");
 	/* counted before @stopping is read: a drain that saw no request sees this one late */
@@ -998,14 +1004,45 @@ static struct hreq *hreq_new(struct kvp_http_server *srv, struct MHD_Connection 
 	return r;
 }
 
+/* MHD_get_connection_values()' iterator: each field into a struct kvp_http_framing. */
+static enum MHD_Result framing_field(void *cls, enum MHD_ValueKind kind, const char *key,
+				     size_t key_size, const char *value, size_t value_size)
+{
+	(void)kind;
+	kvp_http_framing_add(cls, key, key_size, value ? value : "", value ? value_size : 0);
+	return MHD_YES;
+}
+
+/*
+ * The framing of a request the gate did not see raw (a keep-alive connection's later
+ * ones; a first one passed kvp_http_head_check() already, and passes this too): what
+ * libmicrohttpd parsed, checked as the gate checks a head.  false: @e is the refusal,
+ * answered at once and with the connection closed, as its body cannot be delimited.
+ */
+static bool framing_ok(struct hreq *r, const char *version, struct kvp_http_err *e)
+{
+	struct kvp_http_framing f = KVP_HTTP_FRAMING_INIT;
+	unsigned int st;
+
+	MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, framing_field, &f);
+	st = kvp_http_framing_end(&f, !strcmp(version, MHD_HTTP_VERSION_1_0));
+	if (!st)
+		return true;
+	kvp_http_err_set(e, st, "invalid_request", NULL, "%s", f.why);
+	atomic_fetch_add(&r->srv->metrics.framing_refused, 1);
+	return false;
+}
+
 /*
  * Headers are in: route, method, key, limits.  An error found here is the answer, given
  * once the request is complete: a response queued before that makes the library close
  * the connection (no keep-alive), and a client still sending its body would get a reset
  * connection instead of the answer.  Only a client that asked first (Expect:
- * 100-continue) is answered at once, before it sends the body.
+ * 100-continue) is answered at once, before it sends the body; and a framing refusal,
+ * with the connection closed: where such a body ends cannot be known.
  */
-static enum MHD_Result first_call(struct hreq *r, const char *url, const char *method)
+static enum MHD_Result first_call(struct hreq *r, const char *url, const char *method,
+				  const char *version)
 {
 	struct kvp_http_server *srv = r->srv;
 	const struct route *rt = route_of(url);
@@ -1018,6 +1055,11 @@ static enum MHD_Result first_call(struct hreq *r, const char *url, const char *m
 	bool asked = expect && !strcasecmp(expect, "100-continue");
 	struct kvp_http_err e = { 0 };
 
+	kvp_http_gate_phase(r->gate_ctx, KVP_HTTP_PHASE_BODY);
+	if (!framing_ok(r, version, &e)) {
+		r->close = true;
+		return queue_error(r, &e);
+	}
 	if (!rt)
 		kvp_http_err_set(&e, 404, "not_found", NULL, "no route for %s %s", method, url);
 	else if ((rt->post && !is_post) || (!rt->post && !is_get))
@@ -1043,6 +1085,7 @@ static enum MHD_Result first_call(struct hreq *r, const char *url, const char *m
 /* The request is complete (body and all): answer, or start the work. */
 static enum MHD_Result ready(struct hreq *r, const char *url)
 {
+	kvp_http_gate_phase(r->gate_ctx, KVP_HTTP_PHASE_BUSY);
 	if (r->early)
 		return queue_error(r, &r->early_err);
 	switch (r->ep) {
@@ -1057,6 +1100,24 @@ static enum MHD_Result ready(struct hreq *r, const char *url)
 	}
 }
 
+/*
+ * The path of an absolute-form target ("http://host/v1/completions": RFC 9112 §3.2.2
+ * says a server must accept it, as a proxy would send it), else @url as it is.
+ */
+static const char *origin_path(const char *url)
+{
+	const char *p;
+
+	if (!strncasecmp(url, "http://", 7))
+		p = url + 7;
+	else if (!strncasecmp(url, "https://", 8))
+		p = url + 8;
+	else
+		return url;
+	p = strchr(p, '/');
+	return p ? p : "/";
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls)
@@ -1064,12 +1125,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	struct kvp_http_server *srv = cls;
 	struct hreq *r = *con_cls;
 
+	url = origin_path(url);
 	if (!r) {
 		r = hreq_new(srv, conn, url);
 		if (!r)
 			return MHD_NO;
 		*con_cls = r;
-		return first_call(r, url, method);
+		return first_call(r, url, method, version);
 	}
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
@@ -1099,8 +1161,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
 	struct kvp_http_server *srv = cls;
 	struct hreq *r = *con_cls;
+	const union MHD_ConnectionInfo
+		*ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	bool cancel = false;
 
+	/* the answer is out (or the request ended otherwise): the next head's deadline runs */
+	kvp_http_gate_phase(ci ? ci->socket_context : NULL, KVP_HTTP_PHASE_HEAD);
 	if (!r)
 		return;
 	*con_cls = NULL;
@@ -1126,6 +1192,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 {
 	struct kvp_http_server *srv = cls;
 
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+		kvp_http_gate_started(srv->gate, conn, socket_context);
+	else
+		kvp_http_gate_closed(srv->gate, *socket_context);
 	atomic_fetch_add(&srv->metrics.connections, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
 }
 
@@ -1159,8 +1229,6 @@ int kvp_http_server_new(struct kvp_http_server **out, const struct kvp_http_conf
 	srv->keys = keys;
 	srv->be = be;
 	srv->started = (long long)time(NULL);
-	for (unsigned int i = 0; i < KVP_HTTP_LISTEN_MAX; i++)
-		srv->quiesced_fd[i] = -1;
 	if (getrandom(&srv->id_prefix, sizeof(srv->id_prefix), 0) != sizeof(srv->id_prefix))
 		srv->id_prefix = mix(kvp_now_ns());
 	pthread_mutex_init(&srv->status_lock, NULL);
@@ -1188,6 +1256,9 @@ int kvp_http_server_new(struct kvp_http_server **out, const struct kvp_http_conf
 			break;
 		p = comma + 1;
 	}
+	r = kvp_http_gate_new(&srv->gate, cfg, &srv->metrics, err, cap);
+	if (r)
+		goto err_free;
 	r = -pthread_create(&srv->status_thread, NULL, status_main, srv);
 	if (r) {
 		snprintf(err, cap, "start the status thread: %s", strerror(-r));
@@ -1206,23 +1277,30 @@ int kvp_http_server_listen(struct kvp_http_server *srv, struct kvp_http_listener
 			   size_t cap)
 {
 	const struct kvp_http_config *cfg = srv->cfg;
+	/* the gate accepts and hands connections over (gate.h) */
 	unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-			     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+			     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+			     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
 	struct MHD_OptionItem opts[] = {
-		{ MHD_OPTION_LISTEN_SOCKET, l->fd, NULL },
-		{ MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns, NULL },
+		/* first, so that the library's complaints about later options come here too */
+		{ MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, srv },
+		/* the gate keeps max_conns; this only bounds the library's own tables, with
+		 * room for connections being closed after the gate gave their place away */
+		{ MHD_OPTION_CONNECTION_LIMIT, cfg->max_conns * 2 + 16, NULL },
+		/* spaces in the target, HTTP/1.1 without Host: refused by the library too */
+		{ MHD_OPTION_STRICT_FOR_CLIENT, 1, NULL },
 		{ MHD_OPTION_CONNECTION_TIMEOUT, cfg->idle_timeout_s, NULL },
 		/* the request line and headers live in this pool, beside the answer's
 		 * headers and send buffer: twice the header limit leaves room for both */
 		{ MHD_OPTION_CONNECTION_MEMORY_LIMIT, (intptr_t)cfg->max_header_bytes * 2, NULL },
 		{ MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, srv },
 		{ MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, srv },
-		{ MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log, srv },
 		{ cfg->threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, cfg->threads,
 		  NULL },
 		{ MHD_OPTION_END, 0, NULL },
 	};
 	struct MHD_Daemon *d;
+	int r;
 
 	if (srv->n_mhd == KVP_HTTP_LISTEN_MAX)
 		return -ENOSPC;
@@ -1232,7 +1310,13 @@ int kvp_http_server_listen(struct kvp_http_server *srv, struct kvp_http_listener
 		snprintf(err, cap, "%s: libmicrohttpd could not start on it", l->name);
 		return -EIO;
 	}
-	l->fd = -1; /* the library's now: closed by MHD_stop_daemon() */
+	r = kvp_http_gate_add(srv->gate, l->fd, d, l->name);
+	if (r) {
+		snprintf(err, cap, "%s: accept on it: %s", l->name, strerror(-r));
+		MHD_stop_daemon(d);
+		return r;
+	}
+	l->fd = -1; /* the gate's now */
 	srv->mhd[srv->n_mhd++] = d;
 	return 0;
 }
@@ -1245,8 +1329,7 @@ unsigned int kvp_http_server_open(struct kvp_http_server *srv)
 void kvp_http_server_stop_accepting(struct kvp_http_server *srv)
 {
 	atomic_store(&srv->stopping, true);
-	for (unsigned int i = 0; i < srv->n_mhd; i++)
-		srv->quiesced_fd[i] = MHD_quiesce_daemon(srv->mhd[i]);
+	kvp_http_gate_stop_accepting(srv->gate);
 }
 
 void kvp_http_server_free(struct kvp_http_server *srv)
@@ -1260,11 +1343,10 @@ void kvp_http_server_free(struct kvp_http_server *srv)
 		pthread_mutex_unlock(&srv->status_lock);
 		pthread_join(srv->status_thread, NULL);
 	}
-	for (unsigned int i = 0; i < srv->n_mhd; i++) {
+	kvp_http_gate_stop(srv->gate); /* no more hand-overs */
+	for (unsigned int i = 0; i < srv->n_mhd; i++)
 		MHD_stop_daemon(srv->mhd[i]);
-		if (srv->quiesced_fd[i] >= 0)
-			close(srv->quiesced_fd[i]);
-	}
+	kvp_http_gate_free(srv->gate); /* after the library's CLOSED callbacks */
 	pthread_cond_destroy(&srv->status_cond);
 	pthread_mutex_destroy(&srv->status_lock);
 	free(srv);

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * server.h - kvpool-http's HTTP side: libmicrohttpd daemons on the bound listen sockets,
- * the routes, API keys, limits, and each request's life from its headers to the last
- * byte of its answer.
+ * server.h - kvpool-http's HTTP side: a gate (gate.h) accepting on the bound listen
+ * sockets and handing connections to one libmicrohttpd daemon per address, the routes,
+ * API keys, limits, and each request's life from its headers to the last byte of its
+ * answer.
  *
  *   POST /v1/completions       OpenAI completions (stream: SSE)
  *   POST /v1/chat/completions  OpenAI chat        (501 until kvpoold has CHAT)
@@ -16,9 +17,9 @@
  * by the HTTP library while a response is being sent, and by the backend thread (a
  * hang-up on the socket) while the connection is suspended.
  *
- * Threads: the library's HTTP threads run the handlers; the backend thread runs the job
- * ops; one small thread fetches kvpoold's status report for /metrics; the caller's
- * thread calls the functions below.
+ * Threads: the gate thread accepts; the library's HTTP threads run the handlers; the
+ * backend thread runs the job ops; one small thread fetches kvpoold's status report for
+ * /metrics; the caller's thread calls the functions below.
  */
 #ifndef KVP_IPC_HTTP_SERVER_H
 #define KVP_IPC_HTTP_SERVER_H

@@ -11,9 +11,13 @@
  *  2. requests/s of tiny requests (4-token prompt, 1 new token, tiny model, not
  *     streamed) with 1, 8 and 64 concurrent HTTP clients, each a thread with its own
  *     keep-alive connection (a C load generator: tests/integration/httpc.c), against as
- *     many libkvpool clients doing the same straight to kvpoold.
+ *     many libkvpool clients doing the same straight to kvpoold;
+ *  3. a slow-header flood: a good client's latency (a fresh connection, one tiny
+ *     completion, the answer) while 10 x max_conns connections from 40 addresses each
+ *     send a header line a second and reconnect when closed, against the same client's
+ *     latency with no flood, the two taking turns four times (target: within 2x).
  *
- * KVP_BENCH_HTTP=rps or =stream runs one part only.
+ * KVP_BENCH_HTTP=rps, =stream or =flood runs one part only.
  *
  * Times are the client's: request written to first token (first SSE bytes, which the
  * front sends with the first token) and to the end.  Medians; the CPU regime is printed
@@ -27,12 +31,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kvpool/kvpool.h"
 #include "tests/integration/httpc.h"
 #include "tests/integration/httpd.h"
 #include "tests/integration/kvpd.h"
+#include "tests/integration/rawc.h"
 #include "tests/lib/testlib.h"
 
 #define PROMPT 512
@@ -341,15 +350,24 @@ static double rps(int n, int port, const char *sock)
 static int bench_rps(void)
 {
 	const char *dargs[] = { "--max-conns", "512", NULL };
-	const char *hargs[] = { "--config", "/dev/null", "--listen", "127.0.0.1:0", NULL };
+	char conf[320];
+	const char *hargs[] = { "--config", conf, "--listen", "127.0.0.1:0", NULL };
 	static const int clients[] = { 1, 8, 64 };
 	struct httpd h = { 0 };
 	struct kvpd d;
+	FILE *c;
 	int ret = -1;
 
 	if (kvpd_setup(&d, "tiny", dargs) < 0)
 		return -1;
-	if (httpd_start(&h, d.dir, d.sock, hargs, 30)) {
+	/* every client is 127.0.0.1: one round's 64 and the last round's closing ones */
+	snprintf(conf, sizeof(conf), "%s/http.conf", d.dir);
+	c = fopen(conf, "w");
+	if (c) {
+		fputs("[http]\nper_addr_conns = 256\n", c);
+		fclose(c);
+	}
+	if (!c || httpd_start(&h, d.dir, d.sock, hargs, 30)) {
 		httpd_dump_log(&h);
 		goto out;
 	}
@@ -372,6 +390,209 @@ out:
 	return ret;
 }
 
+/* ---- a slow-header flood ---- */
+
+#define FLOOD_CONNS (10 * 256) /* 10 x the default max_conns */
+#define FLOOD_PER_ADDR 64      /* the default per_addr_conns */
+#define GOOD_RUNS 200
+#define GOOD_CYCLES 4 /* flood off, flood on, four times */
+
+/* The flood runs in a child process: an attacker is not a thread of its victim's client. */
+struct flood {
+	pid_t pid;
+	int port;
+	int stop_fd;  /* the child's: EOF when the parent says stop */
+	int ready_fd; /* the child's: a byte once every connection opened, then the counts */
+	unsigned long opened, closed; /* connections made, and closed by the server */
+};
+
+/* Open one flood connection (@i picks its address) with a request line; -1 if refused. */
+static int flood_open(struct flood *fl, int i)
+{
+	static const char start[] = "POST /v1/completions HTTP/1.1\r\nHost: a\r\n";
+	char src[32];
+	int fd;
+
+	snprintf(src, sizeof(src), "127.0.1.%d", 1 + i / FLOOD_PER_ADDR);
+	fd = rawc_connect(fl->port, src, true);
+	if (fd >= 0) {
+		fl->opened++;
+		send(fd, start, sizeof(start) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
+	return fd;
+}
+
+/* Keep FLOOD_CONNS slow-header connections open (in the child): all opened at once, then each sends a
+ * header line a second (well inside the idle timeout) and is opened again when the
+ * server closes it. */
+static void *flood_main(void *p)
+{
+	struct flood *fl = p;
+	static int fd[FLOOD_CONNS];
+	unsigned int next = 0;
+
+	for (int i = 0; i < FLOOD_CONNS; i++)
+		fd[i] = flood_open(fl, i);
+	if (write(fl->ready_fd, "r", 1) != 1)
+		return NULL;
+	for (;;) {
+		struct pollfd pf = { .fd = fl->stop_fd, .events = POLLIN };
+
+		if (poll(&pf, 1, 0) > 0)
+			break; /* the parent closed its end */
+		/* a hundredth of them every 10 ms: each about once a second */
+		for (int k = 0; k < FLOOD_CONNS / 100; k++, next = (next + 1) % FLOOD_CONNS) {
+			char b[256];
+			ssize_t n;
+
+			if (fd[next] >= 0) {
+				n = recv(fd[next], b, sizeof(b), MSG_DONTWAIT);
+				if (n == 0 || (n < 0 && errno != EAGAIN) ||
+				    send(fd[next], "X-Slow: 1\r\n", 11,
+					 MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+					close(fd[next]);
+					fd[next] = -1;
+					fl->closed++;
+				}
+			}
+			if (fd[next] < 0)
+				fd[next] = flood_open(fl, (int)next);
+		}
+		usleep(10000);
+	}
+	for (int i = 0; i < FLOOD_CONNS; i++)
+		if (fd[i] >= 0)
+			close(fd[i]);
+	return NULL;
+}
+
+/* Start the flood child.  Return: 0 once every flood connection is open, or -1. */
+static int flood_start(struct flood *fl, int *stop_w, int *ready_r)
+{
+	int ctl[2], rdy[2];
+	char c;
+
+	if (pipe(ctl) || pipe(rdy))
+		return -1;
+	fl->pid = fork();
+	if (fl->pid < 0)
+		return -1;
+	if (!fl->pid) {
+		unsigned long counts[2];
+
+		close(ctl[1]);
+		close(rdy[0]);
+		fl->stop_fd = ctl[0];
+		fl->ready_fd = rdy[1];
+		fl->opened = fl->closed = 0;
+		flood_main(fl);
+		counts[0] = fl->opened;
+		counts[1] = fl->closed;
+		_exit(write(rdy[1], counts, sizeof(counts)) == sizeof(counts) ? 0 : 1);
+	}
+	close(ctl[0]);
+	close(rdy[1]);
+	*stop_w = ctl[1];
+	*ready_r = rdy[0];
+	return read(rdy[0], &c, 1) == 1 ? 0 : -1;
+}
+
+/* Stop the flood child and add its counts to @fl. */
+static void flood_stop(struct flood *fl, int stop_w, int ready_r)
+{
+	unsigned long counts[2] = { 0, 0 };
+
+	close(stop_w);
+	if (read(ready_r, counts, sizeof(counts)) == sizeof(counts)) {
+		fl->opened += counts[0];
+		fl->closed += counts[1];
+	}
+	close(ready_r);
+	waitpid(fl->pid, NULL, 0);
+}
+
+/* The good client: a fresh connection, a tiny completion, its answer.  ms, or -1. */
+static double good_request(int port)
+{
+	static const char body[] = "{\"prompt\":[1,72,105,33],\"max_tokens\":1,\"temperature\":0}";
+	double t0 = kvp_test_now_s();
+	struct httpc_resp r;
+	int e = httpc_request(port, "POST", "/v1/completions", NULL, body, &r);
+	int st = r.status;
+
+	httpc_resp_free(&r);
+	return e || st != 200 ? -1 : (kvp_test_now_s() - t0) * 1e3;
+}
+
+static int bench_flood(void)
+{
+	const char *hargs[] = { "--config", "/dev/null", "--listen", "127.0.0.1:0", NULL };
+	double idle[GOOD_RUNS], during[GOOD_RUNS];
+	int n_idle = 0, n_during = 0;
+	struct flood fl = { 0 };
+	struct httpd h = { 0 };
+	struct rlimit rl;
+	struct kvpd d;
+	int ret = -1;
+
+	if (!getrlimit(RLIMIT_NOFILE, &rl)) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (kvpd_setup(&d, "tiny", NULL) < 0)
+		return -1;
+	if (httpd_start(&h, d.dir, d.sock, hargs, 30)) {
+		httpd_dump_log(&h);
+		goto out;
+	}
+	for (int i = 0; i < 5; i++) /* warm-up */
+		good_request(h.port);
+	/* flood and no flood take turns, so both see the same background load */
+	for (int cyc = 0; cyc < GOOD_CYCLES; cyc++) {
+		int stop_w, ready_r;
+
+		for (int i = 0; i < GOOD_RUNS / GOOD_CYCLES; i++) {
+			idle[n_idle++] = good_request(h.port);
+			usleep(20000);
+		}
+		fl.port = h.port;
+		if (flood_start(&fl, &stop_w, &ready_r)) {
+			fprintf(stderr, "bench_http: the flood did not start\n");
+			goto out;
+		}
+		usleep(1000000); /* the server full, the flood reconnecting what it closed */
+		for (int i = 0; i < GOOD_RUNS / GOOD_CYCLES; i++) {
+			during[n_during++] = good_request(h.port);
+			usleep(20000);
+		}
+		flood_stop(&fl, stop_w, ready_r);
+		usleep(500000); /* the server closes its ends */
+	}
+	/* a failed good request (closed before it was answered) is counted, not timed */
+	n_idle = n_during = 0;
+	for (int i = 0; i < GOOD_RUNS; i++) {
+		if (idle[i] >= 0)
+			idle[n_idle++] = idle[i];
+		if (during[i] >= 0)
+			during[n_during++] = during[i];
+	}
+	printf("good requests failed: %d of %d with no flood, %d of %d during it\n",
+	       GOOD_RUNS - n_idle, GOOD_RUNS, GOOD_RUNS - n_during, GOOD_RUNS);
+	if (!n_idle || !n_during)
+		goto out;
+	printf("flood: %lu slow-header connections opened, %lu closed by the server\n", fl.opened,
+	       fl.closed);
+	kvp_bench_report("good client, fresh connection + tiny completion, during a "
+			 "slow-header flood of 10 x max_conns",
+			 kvp_test_median(during, n_during), "ms", "no flood",
+			 kvp_test_median(idle, n_idle), "ms");
+	ret = 0;
+out:
+	httpd_stop(&h);
+	kvpd_cleanup(&d);
+	return ret;
+}
+
 int main(void)
 {
 	const char *part = getenv("KVP_BENCH_HTTP");
@@ -385,6 +606,11 @@ int main(void)
 	kvp_bench_cpu_regime(1000);
 	if ((!part || !strcmp(part, "stream")) && bench_stream() < 0) {
 		fprintf(stderr, "bench_http: streaming figures failed\n");
+		r = 1;
+	}
+	kvp_bench_cpu_regime(1000);
+	if ((!part || !strcmp(part, "flood")) && bench_flood() < 0) {
+		fprintf(stderr, "bench_http: the flood figure failed\n");
 		r = 1;
 	}
 	kvp_bench_cpu_regime(1000);
