@@ -309,6 +309,12 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 	for (c = kvp_conns_first(&src->req->conns); c; c = kvp_conns_next(&src->req->conns, c))
 		if (c->domain < s->n_domains)
 			s->domains[c->domain].conns_open++;
+	s->slots.open = src->domains->n_domains;
+	s->slots.max = src->domains->max;
+	s->slots.made = src->domains->made;
+	s->slots.reclaimed = src->domains->reclaimed;
+	s->slots.refused_max = src->domains->refused_max;
+	s->slots.refused_memory = src->domains->refused_memory;
 }
 
 /* The answer to flush-tier: asked of the engine, which empties the tier at its next step. */
