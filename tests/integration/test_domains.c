@@ -548,7 +548,14 @@ static void test_per_uid_memory_guard(void **state)
 	visit_as(d.sock, 60052, 65534, 1, &b);
 	assert_int_equal(b.rc, 0);
 	assert_true(status_is(&d, "connections.open", 0));
+	/* the least of a few looks: a status connection may still be closing */
 	fds0 = fd_count(d.pid);
+	for (int i = 0; i < 10; i++) {
+		int n = fd_count(d.pid);
+
+		fds0 = n < fds0 ? n : fds0;
+		usleep(20000);
+	}
 
 	visit_as(d.sock, 60053, 65534, 1, &c);
 	assert_int_equal(c.rc, KVP_E_BUSY);
@@ -557,9 +564,10 @@ static void test_per_uid_memory_guard(void **state)
 		fail_msg("refusal without the figures: %s", c.msg);
 	assert_true(kvpd_log_has(&d, "no memory for another domain"));
 	/* nothing of it stays: its fds come back (the connection closes a moment later) */
-	for (int i = 0; i < 250 && (fds1 = fd_count(d.pid)) != fds0; i++)
+	for (int i = 0; i < 250 && (fds1 = fd_count(d.pid)) > fds0; i++)
 		usleep(20000);
-	assert_int_equal(fds1, fds0);
+	if (fds1 > fds0)
+		fail_msg("%d fds open after the refusal, %d before", fds1, fds0);
 
 	/* the two admitted keep working, in their own domains (their prompt hits) */
 	visit_as(d.sock, 60051, 65534, 1, &a);
