@@ -53,6 +53,7 @@ static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp
 	unsigned int n_fds = KVP_CONN_PASS_FDS_MAX;
 	struct kvp_hello h;
 	const char *why = "";
+	char refusal[384] = "";
 	int r;
 
 	if (c->helloed)
@@ -65,13 +66,15 @@ static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp
 
 	c->helloed = true; /* from here on svc/ knows the connection: closed is owed */
 	client_name(&h, name);
-	r = srv->ops.hello(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, name, &w, fds, &n_fds);
+	r = srv->ops.hello(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, name, &w, fds, &n_fds,
+			   refusal, sizeof(refusal));
 	if (r != KVP_OK)
 		return kvp_srv_fail(
 			srv, c, r > 0 && r < KVP_STATUS__COUNT ? r : KVP_E_INTERNAL,
+			*refusal ? refusal :
 			r == KVP_E_INVALID ?
-				"HELLO refused: your uid and gid are in no trust domain "
-				"of this daemon (domains in kvpoold.conf)" :
+				   "HELLO refused: your uid and gid are in no trust domain "
+				   "of this daemon (domains in kvpoold.conf)" :
 			r == KVP_E_BUSY ? "HELLO refused: no trust domain can be opened "
 					  "for you now (domains.max); try later" :
 					  "HELLO refused");

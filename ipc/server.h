@@ -96,7 +96,8 @@ enum kvp_status_fmt {
  *            server; welcome.n_vocab, when not 0, makes the server refuse GENERATEs with
  *            token ids outside [0, n_vocab) (ERROR KVP_E_INVALID, connection kept).
  *            Return KVP_OK, or an enum kvp_status to refuse (the server sends ERROR and
- *            closes; @closed still follows).
+ *            closes; @closed still follows).  A refusal may word its ERROR in @why
+ *            (@why_cap bytes, "" on entry); left empty, the server words it by status.
  * @generate: a validated GENERATE (struct kvp_generate in proto.h; @tokens or @text as
  *            the request said, both borrowed for the call only; @text is NUL-terminated,
  *            req->text_bytes long, with no NUL inside).  @req_id is unique among this
@@ -132,7 +133,8 @@ enum kvp_status_fmt {
 struct kvp_server_ops {
 	void *ctx;
 	int (*hello)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, const char *client,
-		     struct kvp_welcome *welcome, int *fds, unsigned int *n_fds);
+		     struct kvp_welcome *welcome, int *fds, unsigned int *n_fds, char *why,
+		     size_t why_cap);
 	int (*generate)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
 			const struct kvp_generate *req, const int32_t *tokens, const char *text);
 	void (*cancel)(void *ctx, kvp_conn_id conn, uint64_t req_id);

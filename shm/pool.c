@@ -56,6 +56,7 @@ struct kvp_pool {
 	void *clock_ctx;
 	enum kvp_evict_policy policy;
 	uint32_t cpin_blocks, cpin_idle;
+	uint64_t ttl_until; /* the latest deadline kvp_pool_set_ttl() was given */
 	uint64_t allocs, alloc_fails, alloc_remote, evictions, evictions_ttl, flushed, cow_copies;
 };
 
@@ -529,6 +530,8 @@ int kvp_pool_set_ttl(struct kvp_pool *p, uint32_t id, uint64_t deadline_ns)
 
 	if (!b || (!b->refcount && !b->cached))
 		return -EINVAL;
+	if (deadline_ns > p->ttl_until)
+		p->ttl_until = deadline_ns;
 	if (deadline_ns > b->ttl_deadline_ns) {
 		b->ttl_deadline_ns = deadline_ns;
 		if (b->heap_pos != KVP_BLOCK_NONE)
@@ -767,6 +770,7 @@ void kvp_pool_stats(const struct kvp_pool *p, struct kvp_pool_stats *st)
 	st->policy = p->policy;
 	st->cpin_blocks = p->cpin_blocks;
 	st->cpin_idle = p->cpin_idle;
+	st->ttl_until_ns = p->ttl_until;
 	for (uint32_t i = 0; i < p->n_arenas; i++) {
 		const struct arena *a = &p->arenas[i];
 

@@ -160,9 +160,10 @@ struct kvp_pool_stats {
 	uint64_t evictions_ttl; /* ... of blocks inside a live TTL (nothing else was left) */
 	uint64_t flushed;	/* ... by kvp_pool_flush() */
 	uint64_t cow_copies;
-	uint32_t policy;      /* enum kvp_evict_policy */
-	uint32_t cpin_blocks; /* blocks with a cache pin */
-	uint32_t cpin_idle;   /* ... of which cached and unreferenced */
+	uint32_t policy;       /* enum kvp_evict_policy */
+	uint32_t cpin_blocks;  /* blocks with a cache pin */
+	uint32_t cpin_idle;    /* ... of which cached and unreferenced */
+	uint64_t ttl_until_ns; /* the latest TTL deadline ever given to a block (0: none) */
 	struct kvp_arena_stats arena[KVP_MAX_ARENAS];
 };
 

@@ -616,6 +616,158 @@ static int lock_file(int fd, uint32_t wait_ms)
 	}
 }
 
+/* Refuse @st unless it is a regular file of the daemon's euid with one name. */
+static int check_file(struct kvp_tier *t, const struct stat *st);
+
+int kvp_tier_check_dir_stat(const char *dir, const struct stat *st, char *err, size_t cap)
+{
+	uid_t me = geteuid();
+
+	if (!S_ISDIR(st->st_mode)) {
+		snprintf(err, cap, "tier: %s is not a directory; refused", dir);
+		return -ENOTDIR;
+	}
+	if (st->st_uid != me || (st->st_mode & (S_IWGRP | S_IWOTH))) {
+		snprintf(err, cap,
+			 "tier: directory %s (mode %04o, owner uid %u) must be owned by the "
+			 "daemon's uid %u and writable by nobody else (another user could plant a "
+			 "link there); refused",
+			 dir, (unsigned int)(st->st_mode & 07777), (unsigned int)st->st_uid,
+			 (unsigned int)me);
+		return -EPERM;
+	}
+	return 0;
+}
+
+int kvp_tier_check_dir(const char *path, char *err, size_t cap)
+{
+	const char *slash = strrchr(path, '/');
+	char dir[4096];
+	struct stat st;
+
+	if (snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1,
+		     slash ? path : ".") >= (int)sizeof(dir))
+		return -ENAMETOOLONG;
+	if (!*dir)
+		strcpy(dir, "/");
+	if (stat(dir, &st) < 0)
+		return -errno;
+	return kvp_tier_check_dir_stat(dir, &st, err, cap);
+}
+
+/* Refuse with @fmt's sentence as the tier's error (off from now on); return @err. */
+static int refuse(struct kvp_tier *t, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	t->st.errors++;
+	if (t->st.degraded)
+		return err;
+	t->st.degraded = err;
+	va_start(ap, fmt);
+	vsnprintf(t->err, sizeof(t->err), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+static int check_file(struct kvp_tier *t, const struct stat *st)
+{
+	if (S_ISLNK(st->st_mode))
+		return refuse(t, -ELOOP,
+			      "tier: %s is a symbolic link: refused (a tier file is never "
+			      "followed); memory-only",
+			      t->path);
+	if (!S_ISREG(st->st_mode))
+		return refuse(t, -EINVAL,
+			      "tier: %s is not a regular file (mode %06o): refused; "
+			      "memory-only",
+			      t->path, (unsigned int)st->st_mode);
+	if (st->st_uid != geteuid())
+		return refuse(t, -EPERM,
+			      "tier: %s is owned by uid %u, not the daemon's uid %u: refused; "
+			      "memory-only",
+			      t->path, (unsigned int)st->st_uid, (unsigned int)geteuid());
+	if (st->st_nlink > 1)
+		return refuse(t, -EMLINK,
+			      "tier: %s has %lu names (hard links): refused; memory-only", t->path,
+			      (unsigned long)st->st_nlink);
+	return 0;
+}
+
+/*
+ * Open (or create) the tier file, trusting nothing on the way: its directory is opened
+ * and checked (kvp_tier_check_dir_stat()) through the fd the file is then opened at,
+ * so the directory checked is the one used; the file is never followed if a link
+ * (O_NOFOLLOW), and an existing one must be a regular file of ours with no other name
+ * (checked before the open, so no device or FIFO is ever opened, and again after).
+ * Return: the fd, or -errno with the tier off, saying why.
+ */
+static int open_file(struct kvp_tier *t)
+{
+	const char *slash = strrchr(t->path, '/');
+	const char *base = slash ? slash + 1 : t->path;
+	char dir[4096], why[sizeof(t->err)];
+	struct stat st;
+	int dfd, fd, r;
+
+	if (snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - t->path) : 1,
+		     slash ? t->path : ".") >= (int)sizeof(dir) ||
+	    !*base) {
+		set_error(t, -EINVAL, "no file name in");
+		return -EINVAL;
+	}
+	if (!*dir)
+		strcpy(dir, "/");
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0) {
+		r = -errno;
+		set_error(t, r, "open the directory of");
+		return r;
+	}
+	if (fstat(dfd, &st) < 0) {
+		r = -errno;
+		set_error(t, r, "stat the directory of");
+		goto out;
+	}
+	r = kvp_tier_check_dir_stat(dir, &st, why, sizeof(why));
+	if (r < 0) {
+		refuse(t, r, "%s; memory-only", why);
+		goto out;
+	}
+	if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		r = check_file(t, &st);
+		if (r < 0)
+			goto out;
+	}
+	fd = openat(dfd, base, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		r = -errno;
+		if (r == -ELOOP)
+			refuse(t, r,
+			       "tier: %s is a symbolic link: refused (a tier file is never "
+			       "followed); memory-only",
+			       t->path);
+		else
+			set_error(t, r, "open");
+		goto out;
+	}
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		set_error(t, r, "stat");
+		close(fd);
+		goto out;
+	}
+	r = check_file(t, &st);
+	if (r < 0) {
+		close(fd);
+		goto out;
+	}
+	r = fd;
+out:
+	close(dfd);
+	return r;
+}
+
 /* What open does with the file it found. */
 enum file_plan {
 	PLAN_KEEP,   /* same tier: keep ids and blocks */
@@ -1024,11 +1176,9 @@ int kvp_tier_open(struct kvp_tier **out, const struct kvp_tier_config *cfg, stru
 	*out = t;
 
 	/* from here on a problem turns the tier off; the caller still gets it */
-	t->fd = open(t->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (t->fd < 0) {
-		set_error(t, -errno, "open");
+	t->fd = open_file(t);
+	if (t->fd < 0)
 		goto done;
-	}
 	r = lock_file(t->fd, cfg->lock_wait_ms ? cfg->lock_wait_ms : KVP_TIER_LOCK_WAIT_MS);
 	if (r < 0) {
 		set_error(t, r, r == -EBUSY ? "lock (in use by another process?)" : "lock");

@@ -37,6 +37,7 @@
 #define KVP_SHM_TIER_H
 
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "shm/index.h"
 #include "shm/pool.h"
@@ -177,6 +178,23 @@ int kvp_tier_open(struct kvp_tier **out, const struct kvp_tier_config *cfg, stru
 
 /* Wait for operations in flight (their results are discarded), close, free.  NULL ok. */
 void kvp_tier_free(struct kvp_tier *t);
+
+/**
+ * kvp_tier_check_dir() - may a tier file live in the directory of @path?
+ *
+ * Only in a directory owned by the daemon's euid that neither its group nor others may
+ * write: anyone else who can write there could plant a link or a file of theirs as a
+ * tier file.  kvp_tier_open() checks the directory it opens the file in the same way,
+ * opens the file O_NOFOLLOW and refuses an existing one that is not a regular file of
+ * the daemon's euid with one name (the tier is off then, saying why).
+ * @err: out; the refusal, naming the directory, its mode and owner
+ * Return: 0; -EPERM (not ours, or writable by others), -ENOTDIR; or the -errno of
+ * stat() (-ENOENT: no such directory, @err untouched).
+ */
+int kvp_tier_check_dir(const char *path, char *err, size_t cap);
+
+/* kvp_tier_check_dir() of directory @dir, stat()ed as @st. */
+int kvp_tier_check_dir_stat(const char *dir, const struct stat *st, char *err, size_t cap);
 
 /* Sound blocks found by the scan, in slot order. */
 uint32_t kvp_tier_n_found(const struct kvp_tier *t);

@@ -82,7 +82,13 @@ static const struct key_def keys[] = {
 	  "log one info line (key=value) per ended request" },
 	{ "daemon", "memory_guard", "memory-guard", T_BOOL, OFF(memory_guard), 0, 0, 0,
 	  "refuse to start when pool + model exceed MemAvailable or the cgroup's memory\n"
-	  "limit (no: start anyway, e.g. when swap or overcommit is intended)" },
+	  "limit (no: start anyway, e.g. when swap or overcommit is intended), and a new\n"
+	  "per-uid domain whose pool does not fit what is left (its HELLO gets BUSY)" },
+	{ "daemon", "memory_limit", "memory-limit", T_SIZE, OFF(memory_limit_bytes),
+	  CAP(memory_limit_bytes), 0, 1ull << 50,
+	  "memory guard: a budget of the daemon's own for the model and every domain's pool\n"
+	  "(outside reserved huge pages), checked at start and for each new per-uid domain;\n"
+	  "0: none (MemAvailable and the cgroup's limit only)" },
 	{ "pool", "size", "pool-size", T_SIZE, OFF(pool_bytes), CAP(pool_bytes), 1ull << 20,
 	  1ull << 40, "KV block pool size (K, M, G, T suffixes)" },
 	{ "pool", "block_size", "block-size", T_U32, OFF(block_tokens), 0, 1, 1024,
@@ -176,6 +182,11 @@ static const struct key_def keys[] = {
 	{ "domains", "tier_size", "domains-tier-size", T_SIZE, OFF(domains_tier_bytes),
 	  CAP(domains_tier_bytes), 0, 1ull << 50,
 	  "per-uid: each domain's disk tier file (tier.path.DOMAIN); 0: tier.size" },
+	{ "domains", "idle_reclaim_ms", "domains-idle-reclaim-ms", T_U32,
+	  OFF(domains_idle_reclaim_ms), 0, 0, 7u * 86400000u,
+	  "per-uid: reclaim a domain made on a HELLO once idle this long (no connection, no\n"
+	  "request, lease, pin or live TTL): its pool, index and slot are freed, its tier\n"
+	  "file is kept for its uid's return; 0: never" },
 	{ "leases", "max_per_conn", "lease-max-per-conn", T_U32, OFF(lease_max_per_conn), 0, 0,
 	  4096, "leases (zero-copy reads of cached blocks) one connection may hold; 0: none" },
 	{ "leases", "max_ms", "lease-max-ms", T_U32, OFF(lease_max_ms), 0, 1, 86400000,
@@ -326,6 +337,7 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->tier_low_pct = 75;
 	c->domains_mode = KVP_DOMAINS_PER_UID;
 	c->domains_max = 8;
+	c->domains_idle_reclaim_ms = 600000;
 	c->lease_max_per_conn = 16;
 	c->lease_max_ms = 60000;
 	kvp_cache_policy_defaults(&c->cache);

@@ -51,6 +51,9 @@ enum kvp_huge_pages {
  * @memory_guard:       refuse to start when pool + model exceed the memory available
  *                      (svc/memguard.h); off for operators who know better
  * [pool]
+ * @memory_limit_bytes: the memory pools and model may take together, by the daemon's
+ *                      own count: the guard's budget at start and for each new per-uid
+ *                      domain, besides MemAvailable and the cgroup (0: none)
  * @pool_bytes:         size of the KV block pool
  * @block_tokens:       tokens per KV block
  * @huge_pages:         enum kvp_huge_pages
@@ -94,6 +97,8 @@ enum kvp_huge_pages {
  * @domains_max:        per-uid: most domains (uids) at once; a further uid is refused
  * @domains_pool_bytes: per-uid: each domain's pool (0: pool.size)
  * @domains_tier_bytes: per-uid: each domain's disk tier file (0: tier.size)
+ * @domains_idle_reclaim_ms: per-uid: a domain made on a HELLO and idle this long is
+ *                      reclaimed (svc/reclaim.h; 0: never)
  * @n_domcfg, @domcfg:  groups: the [domain NAME] sections
  * [leases] (LEASE in docs/protocol.md)
  * @lease_max_per_conn: leases one connection may hold at once (0: LEASE refused)
@@ -117,6 +122,7 @@ struct kvp_config {
 	char chat_template[KVP_CONFIG_NAME_MAX];
 	bool request_log;
 	bool memory_guard;
+	uint64_t memory_limit_bytes;
 
 	uint64_t pool_bytes;
 	uint32_t block_tokens;
@@ -159,6 +165,7 @@ struct kvp_config {
 	uint32_t domains_max;
 	uint64_t domains_pool_bytes;
 	uint64_t domains_tier_bytes;
+	uint32_t domains_idle_reclaim_ms;
 	uint32_t n_domcfg;
 	struct kvp_domcfg domcfg[KVP_DOMCFG_MAX];
 

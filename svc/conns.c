@@ -62,6 +62,14 @@ int kvp_conns_add(struct kvp_conns *t, struct kvp_conn_rec **out, kvp_conn_id id
 	return 0;
 }
 
+void kvp_conns_move_domain(struct kvp_conns *t, uint32_t from, uint32_t to)
+{
+	for (uint32_t b = 0; b < KVP_CONNS_BUCKETS; b++)
+		for (struct kvp_conn_rec *c = t->buckets[b]; c; c = c->next)
+			if (c->domain == from)
+				c->domain = to;
+}
+
 void kvp_conns_drop(struct kvp_conns *t, kvp_conn_id id)
 {
 	struct kvp_conn_rec **pp = &t->buckets[bucket_of(id)];

@@ -64,6 +64,9 @@ int kvp_conns_add(struct kvp_conns *t, struct kvp_conn_rec **out, kvp_conn_id id
 /* The record of @id, or NULL. */
 struct kvp_conn_rec *kvp_conns_find(const struct kvp_conns *t, kvp_conn_id id);
 
+/* Every record of domain @from now belongs to domain @to (svc/reclaim.c moved it). */
+void kvp_conns_move_domain(struct kvp_conns *t, uint32_t from, uint32_t to);
+
 /* Forget @id (a no-op when unknown). */
 void kvp_conns_drop(struct kvp_conns *t, kvp_conn_id id);
 

@@ -59,6 +59,7 @@
 #include "svc/memguard.h"
 #include "svc/notify.h"
 #include "svc/preflight.h"
+#include "svc/reclaim.h"
 #include "svc/remotecfg.h"
 #include "svc/requests.h"
 #include "svc/sched.h"
@@ -91,8 +92,10 @@ struct kvp_daemon {
 	struct kvp_server *srv;
 	int wake_fd; /* the engine writes it after queueing events */
 	struct kvp_watchdog watchdog;
-	struct kvp_requests req; /* loop thread */
-	struct kvp_stats stats;	 /* loop thread */
+	struct kvp_reclaim reclaim; /* idle per-uid domains (svc/reclaim.h) */
+	uint64_t model_bytes;	    /* the model's file: the memory guard's count of it */
+	struct kvp_requests req;    /* loop thread */
+	struct kvp_stats stats;	    /* loop thread */
 	uint64_t t_start_ns;
 	const char *state; /* "starting", "serving", "draining" */
 };
@@ -308,6 +311,8 @@ static int startup_checks(struct kvp_daemon *d)
 	    (uint64_t)hp * KVP_HUGE_PAGE_BYTES >= pool + KVP_HUGE_PAGE_BYTES)
 		pool = 0;
 	kvp_memguard_read(&mf);
+	if (d->cfg.memory_limit_bytes)
+		mf.budget = d->cfg.memory_limit_bytes;
 	r = kvp_memguard_check(&mf, pool, model_bytes, note, err, sizeof(err));
 	if (r < 0) {
 		kvp_log(LOG_ERR, "%s", err);
@@ -451,15 +456,59 @@ static uint64_t outstanding(const struct kvp_daemon *d)
 	return n;
 }
 
+/* Whether a pool of @bytes would sit on reserved 2 MiB pages (counted by no guard). */
+static bool on_hugetlb(const struct kvp_daemon *d, uint64_t bytes)
+{
+	long hp = kvp_hugetlb_free_pages();
+
+	return d->cfg.huge_pages != KVP_HUGE_OFF && hp > 0 &&
+	       (uint64_t)hp * KVP_HUGE_PAGE_BYTES >= bytes + KVP_HUGE_PAGE_BYTES;
+}
+
+/*
+ * The memory guard for a new per-uid domain (svc/memguard.h): its pool against what is
+ * left, and with what the daemon holds (the model, the open domains' pools outside
+ * hugetlb) against daemon.memory_limit and the cgroup's limit.  Return: 0, or -ENOMEM
+ * with @why naming the figures (logged by the caller).
+ */
+static int guard_domain(const struct kvp_daemon *d, const struct kvp_domain *dom, char *why,
+			size_t cap)
+{
+	struct kvp_memguard_facts mf;
+	uint64_t pool = on_hugetlb(d, dom->pool_bytes) ? 0 : dom->pool_bytes;
+	uint64_t held = d->model_bytes;
+	uint32_t n_open = 0;
+
+	if (!d->cfg.memory_guard)
+		return 0;
+	for (uint32_t i = 0; i < d->domains.n_domains; i++) {
+		const struct kvp_segment *seg;
+
+		if (!d->domains.dom[i].pool)
+			continue;
+		seg = kvp_pool_segment(d->domains.dom[i].pool);
+		n_open++;
+		if (kvp_segment_page_kind(seg) != KVP_PAGE_HUGETLB_2M)
+			held += seg->bytes;
+	}
+	kvp_memguard_read(&mf);
+	if (d->cfg.memory_limit_bytes)
+		mf.budget = d->cfg.memory_limit_bytes;
+	return kvp_memguard_check_domain(&mf, pool, held, n_open, why, cap);
+}
+
 /*
  * domains.mode = per-uid: a uid's first HELLO opens its domain (loop thread): its pool is
  * pre-faulted and its engine calibrated here, so that HELLO waits for both.
  */
-static int open_uid_domain(void *arg, struct kvp_domain *dom)
+static int open_uid_domain(void *arg, struct kvp_domain *dom, char *why, size_t cap)
 {
 	struct kvp_daemon *d = arg;
 	int r;
 
+	r = guard_domain(d, dom, why, cap);
+	if (r < 0)
+		return r;
 	r = kvp_domain_open(dom, d->model, &d->cfg, d->numa, &d->notify);
 	if (r < 0)
 		return r;
@@ -608,6 +657,7 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 	d->wake_fd = -1;
 	d->notify = (struct kvp_notify)KVP_NOTIFY_INIT;
 	d->watchdog = (struct kvp_watchdog)KVP_WATCHDOG_INIT;
+	d->reclaim = (struct kvp_reclaim)KVP_RECLAIM_INIT;
 	d->t_start_ns = kvp_now_ns();
 	d->state = "starting";
 	r = kvp_domains_init(&d->domains, cfg, geteuid());
@@ -646,6 +696,11 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 	r = load_model(d);
 	if (r < 0)
 		goto err_stats;
+	{
+		struct stat st;
+
+		d->model_bytes = stat(d->model_path, &st) == 0 ? (uint64_t)st.st_size : 0;
+	}
 	r = -ECANCELED;
 	if (stop_requested("loading the model"))
 		goto err_model;
@@ -698,6 +753,10 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 	r = kvp_watchdog_init(&d->watchdog, &d->notify, d->srv);
 	if (r < 0)
 		goto err_server;
+	r = kvp_reclaim_init(&d->reclaim, &d->domains, &d->req.conns, cfg->domains_idle_reclaim_ms,
+			     d->srv);
+	if (r < 0)
+		goto err_server;
 	r = -ECANCELED;
 	if (stop_requested("binding the sockets"))
 		goto err_server;
@@ -719,6 +778,7 @@ err_server:
 	sig_server = NULL;
 	kvp_server_free(d->srv);
 	kvp_watchdog_deinit(&d->watchdog); /* after the server: its ring reads the timer */
+	kvp_reclaim_deinit(&d->reclaim);
 err_engine:
 	free_engines(d);
 err_remote:
@@ -799,6 +859,7 @@ void kvp_daemon_free(struct kvp_daemon *d)
 	free_engines(d);
 	kvp_remote_free(d->remote); /* its I/O thread reads pool blocks: before the pools */
 	kvp_watchdog_deinit(&d->watchdog);
+	kvp_reclaim_deinit(&d->reclaim);
 	close(d->wake_fd);
 	kvp_domains_deinit(&d->domains);
 	kvp_numa_close(d->numa);

@@ -9,6 +9,7 @@
  */
 #include "svc/domain.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
@@ -218,17 +219,25 @@ int kvp_domain_of_peer(const struct kvp_domains *d, uid_t uid, gid_t gid)
 	}
 }
 
-int kvp_domains_for_peer(struct kvp_domains *d, uid_t uid, gid_t gid)
+int kvp_domains_for_peer(struct kvp_domains *d, uid_t uid, gid_t gid, char *why, size_t cap)
 {
 	struct kvp_domain *dom;
 	char name[KVP_DOMAIN_NAME_MAX];
 	int idx = kvp_domain_of_peer(d, uid, gid);
 	int r;
 
+	if (cap)
+		*why = '\0';
 	if (idx != -ENOENT)
 		return idx;
-	if (d->n_domains >= d->max || !d->open)
+	if (d->n_domains >= d->max || !d->open) {
+		d->refused_max++;
+		snprintf(why, cap,
+			 "HELLO refused: no trust domain can be opened for you now: %u are open, "
+			 "domains.max; try later (idle ones are reclaimed)",
+			 d->n_domains);
 		return -EBUSY;
+	}
 	snprintf(name, sizeof(name), "uid-%u", (unsigned int)uid);
 	dom = add_entry(d, name);
 	if (!dom)
@@ -238,16 +247,34 @@ int kvp_domains_for_peer(struct kvp_domains *d, uid_t uid, gid_t gid)
 	dom->tier_bytes = d->uid_tier_bytes;
 	dom->operators = uid == 0;
 	dom->cache = d->uid_cache;
+	dom->on_hello = true;
+	dom->idle_since_ns = kvp_now_ns();
 	set_tier_path(dom, d->tier_base, false);
-	r = d->open(d->open_arg, dom);
+	r = d->open(d->open_arg, dom, why, cap);
 	if (r < 0) {
 		memset(dom, 0, sizeof(*dom));
 		dom->ro_fd = -1;
+		if (r == -ENOMEM)
+			d->refused_memory++;
 		return r;
 	}
+	d->made++;
 	kvp_log(LOG_INFO, "domain %s: made on its first HELLO (%u of at most %u domains)",
 		dom->name, d->n_domains + 1, d->max);
 	return (int)d->n_domains++;
+}
+
+uint32_t kvp_domains_remove(struct kvp_domains *d, uint32_t idx)
+{
+	uint32_t last = d->n_domains - 1;
+
+	assert(idx < d->n_domains && !d->dom[idx].pool && !d->dom[idx].sched);
+	if (idx != last)
+		d->dom[idx] = d->dom[last];
+	memset(&d->dom[last], 0, sizeof(d->dom[last]));
+	d->dom[last].ro_fd = -1;
+	d->n_domains--;
+	return last;
 }
 
 bool kvp_domain_may_pin(const struct kvp_domain *dom)

@@ -13,17 +13,21 @@
  *	         listed, or who is a member (/etc/group) of a listed group belongs to the
  *	         first section that matches; a peer in none is refused
  *	per-uid  one per uid, "uid-N", made on that uid's first HELLO (the daemon's own uid's
- *	         at start), at most domains.max; the table never shrinks while running
+ *	         at start), at most domains.max open at once; one made on a HELLO is
+ *	         reclaimed when idle (svc/reclaim.h), which frees its slot
  *
  * Thread: the table is built on the main thread before any other starts; per-uid
- * entries are added (appended, never moved) by the loop thread.  A domain's name, fd and
- * welcome are read-only once it is opened; @requests is the loop thread's; its pool,
- * index and tier belong to its engine's thread while that runs (svc/sched.h).
+ * entries are added (appended) and removed (kvp_domains_remove(): the last entry moves
+ * into the hole) by the loop thread, which alone reads the table while serving.  A
+ * domain's name, fd and welcome are read-only once it is opened; @requests, @n_conns and
+ * @idle_since_ns are the loop thread's; its pool, index and tier belong to its engine's
+ * thread while that runs (svc/sched.h).
  */
 #ifndef KVP_SVC_DOMAIN_H
 #define KVP_SVC_DOMAIN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -67,6 +71,11 @@ struct kvp_tier;
  * @uid:      per-uid: the uid it is for
  * @uids, @n_uids, @gids, @n_gids: groups: who belongs (listed users and members of the
  *            listed groups; listed gids)
+ * @on_hello: per-uid: made on a HELLO (not at start): it may be reclaimed when idle
+ * @n_conns:  connections of its peers open now (loop thread)
+ * @idle_since_ns: CLOCK_MONOTONIC when @n_conns last fell to 0 (or it was made)
+ * @reclaim_ticket: svc/reclaim.c: the engine's write-back asked for this idle spell
+ *            (kvp_sched_writeback()), 0 when none
  */
 struct kvp_domain {
 	char name[KVP_DOMAIN_NAME_MAX];
@@ -87,13 +96,18 @@ struct kvp_domain {
 	uint32_t n_uids, n_gids;
 	uint32_t uids[KVP_DOMAIN_IDS_MAX];
 	uint32_t gids[KVP_DOMAIN_IDS_MAX];
+	bool on_hello;
+	uint32_t n_conns;
+	uint64_t idle_since_ns;
+	uint64_t reclaim_ticket;
 };
 
 /*
- * Open a new per-uid domain (kvp_domain_open(), its welcome and its engine): the
- * daemon's; 0 or -errno, and on failure @dom is as before.
+ * Open a new per-uid domain (the memory guard, kvp_domain_open(), its welcome and its
+ * engine): the daemon's; 0 or -errno (-ENOMEM: the memory guard refused it, @why says
+ * why with the figures), and on failure @dom is as before.
  */
-typedef int kvp_domain_open_fn(void *arg, struct kvp_domain *dom);
+typedef int kvp_domain_open_fn(void *arg, struct kvp_domain *dom, char *why, size_t cap);
 
 /**
  * struct kvp_domains - the table; indexes below @n_domains name a domain
@@ -101,6 +115,9 @@ typedef int kvp_domain_open_fn(void *arg, struct kvp_domain *dom);
  * @max:          per-uid: most domains
  * @open, @open_arg: per-uid: how a uid's domain is opened on its first HELLO
  * @uid_cache:    per-uid: each new domain's cache policy ([cache])
+ * @made, @reclaimed, @refused_max, @refused_memory: per-uid, since start: domains made on
+ *                a HELLO, reclaimed idle, and HELLOs refused because domains.max were
+ *                open or because the memory guard refused the new domain's pool
  */
 struct kvp_domains {
 	uint32_t mode;
@@ -112,6 +129,7 @@ struct kvp_domains {
 	uint64_t uid_tier_bytes;
 	char tier_base[4096];
 	struct kvp_cache_policy uid_cache;
+	uint64_t made, reclaimed, refused_max, refused_memory;
 	struct kvp_domain dom[KVP_DOMAINS_MAX];
 };
 
@@ -139,10 +157,19 @@ int kvp_domain_of_peer(const struct kvp_domains *d, uid_t uid, gid_t gid);
 /**
  * kvp_domains_for_peer() - kvp_domain_of_peer(), and in per-uid mode a uid seen first
  * gets its domain, opened through @d->open (loop thread)
- * Return: a domain index; -EPERM (in no domain); -EBUSY (per-uid: domains.max reached);
- * or the -errno of opening it.
+ * @why: out on a refusal: what the peer is told ("" when nothing particular)
+ * Return: a domain index; -EPERM (in no domain); -EBUSY (per-uid: domains.max open);
+ * -ENOMEM (the memory guard refused its pool); or the -errno of opening it.
  */
-int kvp_domains_for_peer(struct kvp_domains *d, uid_t uid, gid_t gid);
+int kvp_domains_for_peer(struct kvp_domains *d, uid_t uid, gid_t gid, char *why, size_t cap);
+
+/**
+ * kvp_domains_remove() - take closed domain @idx out of the table (loop thread)
+ * The last entry moves into its slot, so indexes below n_domains stay domains.
+ * Return: the index the moved entry had (the caller renumbers what refers to it), or
+ * @idx when @idx was the last.
+ */
+uint32_t kvp_domains_remove(struct kvp_domains *d, uint32_t idx);
 
 /* May members of @dom pin prefixes (the operators flag of its [domain NAME])? */
 bool kvp_domain_may_pin(const struct kvp_domain *dom);

@@ -8,7 +8,7 @@
  * sees its own cgroup as the mount's root).  The limit is the smallest along the path
  * up to the mount, since a parent's limit binds its children too.
  *
- * Thread: the main thread, at start.
+ * Thread: the main thread at start; the loop thread for a new domain.
  */
 #include "svc/memguard.h"
 
@@ -137,6 +137,35 @@ static uint64_t read_limit(const char *dir, const char *file)
 	return v >= NO_LIMIT ? UINT64_MAX : (uint64_t)v;
 }
 
+/*
+ * What is charged to cgroup @dir and cannot be reclaimed: the usage less the file cache
+ * (memory.stat's active_file + inactive_file; v1: total_*, the hierarchy's).  Shared
+ * memory (the pools) is not file cache there: it sits on the anon lists.  UINT64_MAX
+ * when the usage cannot be read.
+ */
+static uint64_t unreclaimable(const char *dir, bool v2)
+{
+	const char *usage_file = v2 ? "memory.current" : "memory.usage_in_bytes";
+	const char *active = v2 ? "active_file" : "total_active_file";
+	const char *inactive = v2 ? "inactive_file" : "total_inactive_file";
+	uint64_t usage = read_limit(dir, usage_file), cache = 0;
+	char path[1100], line[256], key[64];
+	unsigned long long v;
+	FILE *f;
+
+	if (!usage || usage == UINT64_MAX)
+		return UINT64_MAX;
+	if (snprintf(path, sizeof(path), "%s/memory.stat", dir) < (int)sizeof(path) &&
+	    (f = fopen(path, "re"))) {
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "%63s %llu", key, &v) == 2 &&
+			    (!strcmp(key, active) || !strcmp(key, inactive)))
+				cache += v;
+		fclose(f);
+	}
+	return cache < usage ? usage - cache : 0;
+}
+
 /* The tightest limit from the process's cgroup up to the mount, into @fa. */
 static void cgroup_limit(bool v2, struct kvp_memguard_facts *fa)
 {
@@ -162,6 +191,13 @@ static void cgroup_limit(bool v2, struct kvp_memguard_facts *fa)
 			fa->cg_limit = v;
 			fa->cg_file = file;
 		}
+		if (v && v != UINT64_MAX) {
+			uint64_t held = unreclaimable(dir, v2);
+			uint64_t room = held == UINT64_MAX ? v : held < v ? v - held : 0;
+
+			if (room < fa->cg_room)
+				fa->cg_room = room;
+		}
 		if (strlen(dir) <= strlen(mnt))
 			break;
 		slash = strrchr(dir, '/');
@@ -175,6 +211,8 @@ void kvp_memguard_read(struct kvp_memguard_facts *f)
 {
 	memset(f, 0, sizeof(*f));
 	f->cg_limit = UINT64_MAX;
+	f->cg_room = UINT64_MAX;
+	f->budget = UINT64_MAX;
 	f->mem_available = meminfo_available();
 	cgroup_limit(true, f);
 	cgroup_limit(false, f);
@@ -192,6 +230,14 @@ int kvp_memguard_check(const struct kvp_memguard_facts *f, uint64_t pool_bytes,
 	uint64_t need = pool_bytes + model_bytes;
 	char a[32], b[32], c[32], d[32];
 
+	if (f->budget != UINT64_MAX && need > f->budget) {
+		kvp_errmsg(err, cap,
+			   "memory: the pool (%s) and the model (%s, %s) need %s, more than "
+			   "daemon.memory_limit allows: %s.  Lower pool.size or raise the limit",
+			   mib(pool_bytes, a, sizeof(a)), mib(model_bytes, b, sizeof(b)),
+			   model_note, mib(need, c, sizeof(c)), mib(f->budget, d, sizeof(d)));
+		return -ENOMEM;
+	}
 	if (f->cg_limit != UINT64_MAX && need > f->cg_limit) {
 		kvp_errmsg(err, cap,
 			   "memory: the pool (%s) and the model (%s, %s) need %s, more than the "
@@ -211,6 +257,47 @@ int kvp_memguard_check(const struct kvp_memguard_facts *f, uint64_t pool_bytes,
 			   mib(pool_bytes, a, sizeof(a)), mib(model_bytes, b, sizeof(b)),
 			   model_note, mib(need, c, sizeof(c)),
 			   mib(f->mem_available, d, sizeof(d)));
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int kvp_memguard_check_domain(const struct kvp_memguard_facts *f, uint64_t pool_bytes,
+			      uint64_t held, uint32_t n_open, char *err, size_t cap)
+{
+	uint64_t need = held + pool_bytes;
+	char a[32], b[32], c[32], d[32];
+	const char *what = NULL;
+	uint64_t limit = 0;
+
+	if (f->budget != UINT64_MAX && need > f->budget) {
+		what = "daemon.memory_limit";
+		limit = f->budget;
+	} else if (f->cg_limit != UINT64_MAX && need > f->cg_limit) {
+		what = "the memory cgroup's limit";
+		limit = f->cg_limit;
+	}
+	if (what) {
+		kvp_errmsg(err, cap,
+			   "no memory for a new trust domain: its pool (%s) and what kvpoold holds "
+			   "(%s: the model and %u domain pool(s)) need %s, more than %s (%s); try "
+			   "later (idle domains are reclaimed: domains.idle_reclaim_ms)",
+			   mib(pool_bytes, a, sizeof(a)), mib(held, b, sizeof(b)), n_open,
+			   mib(need, c, sizeof(c)), what, mib(limit, d, sizeof(d)));
+		return -ENOMEM;
+	}
+	if (f->mem_available && pool_bytes > f->mem_available) {
+		what = "the machine has available (MemAvailable)";
+		limit = f->mem_available;
+	} else if (f->cg_room != UINT64_MAX && pool_bytes > f->cg_room) {
+		what = "the memory cgroup has left";
+		limit = f->cg_room;
+	}
+	if (what) {
+		kvp_errmsg(err, cap,
+			   "no memory for a new trust domain: its pool (%s) is more than %s: %s; "
+			   "try later",
+			   mib(pool_bytes, a, sizeof(a)), what, mib(limit, d, sizeof(d)));
 		return -ENOMEM;
 	}
 	return 0;

@@ -15,6 +15,7 @@
 
 #include "shm/poolhdr.h"
 #include "shm/segment.h"
+#include "shm/tier.h"
 #include "svc/config.h"
 #include "util/errmsg.h"
 
@@ -85,6 +86,12 @@ int kvp_preflight(const struct kvp_config *c, char *err, size_t cap)
 	if (*c->status_path) {
 		r = kvp_preflight_socket("server.status_socket", c->status_path, err, cap);
 		if (r < 0)
+			return r;
+	}
+	if (*c->tier_path) {
+		/* per-uid domains open tier.path.uid-N later: the directory is checked now */
+		r = kvp_tier_check_dir(c->tier_path, err, cap);
+		if (r == -EPERM || r == -ENOTDIR)
 			return r;
 	}
 	if (c->huge_pages != KVP_HUGE_REQUIRE)

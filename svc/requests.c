@@ -65,32 +65,37 @@ void kvp_requests_deinit(struct kvp_requests *q)
 }
 
 static int op_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, const char *client,
-		    struct kvp_welcome *welcome, int *fds, unsigned int *n_fds)
+		    struct kvp_welcome *welcome, int *fds, unsigned int *n_fds, char *why,
+		    size_t why_cap)
 {
 	struct kvp_requests *q = ctx;
-	const struct kvp_domain *dom;
+	struct kvp_domain *dom;
 	struct kvp_conn_rec *c;
 	int idx;
 
-	idx = kvp_domains_for_peer(q->domains, peer->uid, peer->gid);
+	idx = kvp_domains_for_peer(q->domains, peer->uid, peer->gid, why, why_cap);
 	kvp_log(LOG_DEBUG,
 		"server: connection %#llx: HELLO from pid %ld uid %ld gid %ld, "
 		"client \"%s\", domain %d",
 		(unsigned long long)conn, (long)peer->pid, (long)peer->uid, (long)peer->gid, client,
 		idx);
 	if (idx < 0) {
-		/* the peer hears only the class (ipc/ops.c words it); the log says why */
-		kvp_log(LOG_NOTICE, "server: HELLO from pid %ld uid %ld gid %ld refused: %s",
+		/* the peer hears @why, or the class (ipc/ops.c words it); the log says more */
+		kvp_log(LOG_NOTICE, "server: HELLO from pid %ld uid %ld gid %ld refused: %s%s%s",
 			(long)peer->pid, (long)peer->uid, (long)peer->gid,
-			idx == -EPERM ? "in no trust domain (domains.mode = groups)" :
-			idx == -EBUSY ? "no room for another domain (domains.max)" :
-					"its domain could not be opened");
+			idx == -EPERM  ? "in no trust domain (domains.mode = groups)" :
+			idx == -EBUSY  ? "no room for another domain (domains.max)" :
+			idx == -ENOMEM ? "no memory for another domain" :
+					 "its domain could not be opened",
+			*why ? ": " : "", why);
 		return idx == -EPERM ? KVP_E_INVALID : KVP_E_BUSY;
 	}
 	/* -EEXIST cannot happen: ipc/ refuses a second HELLO on a connection */
 	if (kvp_conns_add(&q->conns, &c, conn, peer, client, (uint32_t)idx) == -ENOMEM)
 		return KVP_E_INTERNAL;
 	dom = &q->domains->dom[idx];
+	dom->n_conns++;
+	dom->reclaim_ticket = 0; /* in use again: a new idle spell asks for a new write-back */
 	*welcome = dom->welcome;
 	if (*n_fds >= 1) {
 		fds[0] = dom->ro_fd; /* borrowed: the server sends it, never closes it */
@@ -615,6 +620,8 @@ static void op_closed(void *ctx, kvp_conn_id conn)
 		return;
 	/* always: the engine may hold leases of it even with nothing in flight */
 	kvp_sched_conn_closed(q->domains->dom[c->domain].sched, conn);
+	if (q->domains->dom[c->domain].n_conns && !--q->domains->dom[c->domain].n_conns)
+		q->domains->dom[c->domain].idle_since_ns = kvp_now_ns();
 	if (c->in_flight) {
 		kvp_reqlog_conn_closed(&q->log, conn,
 				       &(struct kvp_reqlog_who){ c->client, c->peer.uid },

@@ -249,6 +249,7 @@ enum msg_type {
 	MSG_RELEASE,
 	MSG_UNPIN,
 	MSG_FLUSH_CACHE,
+	MSG_WRITEBACK,
 };
 
 /* A LEASE on its way to the engine: the ask, its tokens after it (n_tokens + 1). */
@@ -259,6 +260,7 @@ struct lease_msg {
 
 struct msg {
 	struct msg *next;
+	uint64_t serial; /* post() numbers every message: 1, 2, ... */
 	enum msg_type type;
 	uint64_t conn;
 	uint64_t req_id;
@@ -287,6 +289,9 @@ struct kvp_sched {
 	struct kvp_routesum *routesum; /* NULL without chain summaries */
 	struct kvp_leases leases;      /* engine thread */
 	bool flush_tier;	       /* a flush was asked for */
+	uint64_t handled;	       /* engine thread: serial of the last message handled */
+	uint64_t wb_want;	       /* engine thread: serial of the write-back asked for */
+	uint32_t wb_cursor;	       /* ... the next block it looks at */
 	pthread_t thread;
 	bool started;
 	bool calibrated;
@@ -323,6 +328,7 @@ struct kvp_sched {
 	pthread_mutex_t inbox_lock;
 	pthread_cond_t inbox_cv;
 	struct msg *inbox_head, *inbox_tail;
+	uint64_t posted; /* messages ever posted (inbox_lock) */
 	bool stop;
 
 	/* events: engine -> loop */
@@ -2282,7 +2288,30 @@ static void handle_msg(struct kvp_sched *s, struct msg *m)
 	case MSG_RELEASE:
 		kvp_leases_release(&s->leases, s->cfg.pool, m->conn, m->req_id);
 		break;
+	case MSG_WRITEBACK:
+		s->wb_want = m->serial;
+		s->wb_cursor = 0;
+		break;
 	}
+	s->handled = m->serial;
+}
+
+static bool writeback_pending(const struct kvp_sched *s)
+{
+	return s->wb_want != s->st.writeback_done;
+}
+
+/*
+ * kvp_sched_writeback(): every cached block without a disk copy goes to the tier, a
+ * queue's worth per step; done once the scan has passed the last block and the writes
+ * landed (or at once without a usable tier).
+ */
+static void writeback_step(struct kvp_sched *s)
+{
+	if (kvp_tiering_usable(s->tiering) && (!kvp_tiering_writeback(s->tiering, &s->wb_cursor) ||
+					       kvp_tiering_in_flight(s->tiering)))
+		return;
+	s->st.writeback_done = s->wb_want;
 }
 
 static void reap_list(struct kvp_sched *s, struct seq_list *l, bool admitted)
@@ -2332,6 +2361,7 @@ static void publish_stats(struct kvp_sched *s)
 	s->st.leases_released = s->leases.released;
 	s->st.leases_expired = s->leases.expired;
 	s->st.leases_closed = s->leases.closed;
+	s->st.inbox_handled = s->handled;
 	s->st.queued_high = s->st.queued_normal = s->st.queued_low = s->st.preempted = 0;
 	for (const struct seq *q = s->queue.first; q; q = q->next) {
 		if (q->priority > 0)
@@ -2405,6 +2435,8 @@ static bool engine_step(struct kvp_sched *s)
 	}
 	if (s->tiering)
 		kvp_tiering_offload(s->tiering, (uint32_t)pool_unreserved(s));
+	if (writeback_pending(s))
+		writeback_step(s);
 	if (s->remoting)
 		kvp_remoting_offload(s->remoting, (uint32_t)pool_unreserved(s));
 	publish_stats(s);
@@ -2453,7 +2485,8 @@ static void *engine_main(void *arg)
 		struct msg *m;
 
 		pthread_mutex_lock(&s->inbox_lock);
-		while (!s->stop && !s->inbox_head && (!has_work(s) || !progress) && !io) {
+		while (!s->stop && !s->inbox_head && (!has_work(s) || !progress) && !io &&
+		       !writeback_pending(s)) {
 			/* queued work that cannot be admitted yet, or leases that may expire:
 			 * look again soon; a chain summary due: wake for it (idle hosts too
 			 * keep theirs in the store) */
@@ -2799,10 +2832,14 @@ void kvp_sched_free(struct kvp_sched *s)
 
 /* ---- loop thread side ---- */
 
-static void post(struct kvp_sched *s, struct msg *m)
+/* Return: @m's serial (@m itself may be gone by then: the engine frees what it takes). */
+static uint64_t post(struct kvp_sched *s, struct msg *m)
 {
+	uint64_t serial;
+
 	pthread_mutex_lock(&s->inbox_lock);
 	m->next = NULL;
+	m->serial = serial = ++s->posted;
 	if (s->inbox_tail)
 		s->inbox_tail->next = m;
 	else
@@ -2810,6 +2847,7 @@ static void post(struct kvp_sched *s, struct msg *m)
 	s->inbox_tail = m;
 	pthread_cond_signal(&s->inbox_cv);
 	pthread_mutex_unlock(&s->inbox_lock);
+	return serial;
 }
 
 int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
@@ -3012,6 +3050,34 @@ int kvp_sched_flush_tier(struct kvp_sched *s)
 		return -ENODEV;
 	post_simple(s, MSG_FLUSH_TIER, 0, 0, 0);
 	return 0;
+}
+
+uint64_t kvp_sched_writeback(struct kvp_sched *s)
+{
+	struct msg *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return 0;
+	m->type = MSG_WRITEBACK;
+	return post(s, m);
+}
+
+bool kvp_sched_idle(struct kvp_sched *s, uint64_t ticket, uint64_t now_ns)
+{
+	uint64_t posted;
+	bool idle;
+
+	pthread_mutex_lock(&s->inbox_lock);
+	posted = s->posted;
+	pthread_mutex_unlock(&s->inbox_lock);
+	if (atomic_load(&s->outstanding))
+		return false;
+	pthread_mutex_lock(&s->stats_lock);
+	idle = ticket && s->snap.inbox_handled == posted && s->snap.writeback_done == ticket &&
+	       !s->snap.leases_active && !s->snap.pool.cpin_blocks &&
+	       s->snap.pool.ttl_until_ns <= now_ns;
+	pthread_mutex_unlock(&s->stats_lock);
+	return idle;
 }
 
 uint64_t kvp_sched_outstanding(const struct kvp_sched *s)

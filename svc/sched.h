@@ -324,6 +324,9 @@ struct kvp_sched_stats {
 	/* the remote tier, when one is configured (remote.configured) */
 	struct kvp_remoting_stats remote;
 	uint64_t cached_tokens_remote; /* usage sum */
+	/* reclaim (svc/reclaim.h): the last inbox message handled, the write-back done */
+	uint64_t inbox_handled;
+	uint64_t writeback_done;
 };
 
 /* Upper bound (ms) of bucket @i of the inter-token latency histogram (the last: +Inf). */
@@ -435,6 +438,22 @@ int kvp_sched_unpin(struct kvp_sched *s, uint64_t conn, uint64_t req_id, int32_t
  * DONE event (cu.blocks: blocks dropped).  Return: 0, -ENOMEM, -ESHUTDOWN.
  */
 int kvp_sched_flush_cache(struct kvp_sched *s, uint64_t conn, uint64_t req_id);
+
+/**
+ * kvp_sched_writeback() - write every cached block that has no disk copy to the tier,
+ * keeping it in memory (loop thread): before the domain is reclaimed, so its uid's
+ * prefixes come back from its tier file
+ * Return: the ticket kvp_sched_idle() takes (0: no memory, nothing asked).
+ */
+uint64_t kvp_sched_writeback(struct kvp_sched *s);
+
+/**
+ * kvp_sched_idle() - may the engine be freed with nothing of its clients lost (loop
+ * thread)?  The write-back of @ticket is done, every message posted since was handled
+ * (the snapshot is that late), nothing is outstanding, no lease is held, no block has a
+ * cache pin, and no TTL given lasts past @now_ns.
+ */
+bool kvp_sched_idle(struct kvp_sched *s, uint64_t ticket, uint64_t now_ns);
 
 /* Requests submitted and not yet ended (queued, waiting or running).  Any thread. */
 uint64_t kvp_sched_outstanding(const struct kvp_sched *s);

@@ -440,6 +440,14 @@ void kvp_stats_fill(const struct kvp_stats *src, const struct kvp_stats_view *v,
 		if (!v->all)
 			s->server.conns_open++; /* its own, in place of the daemon's */
 	}
+	if (v->all) { /* how many domains there are is no one domain's business */
+		s->slots.open = src->domains->n_domains;
+		s->slots.max = src->domains->max;
+		s->slots.made = src->domains->made;
+		s->slots.reclaimed = src->domains->reclaimed;
+		s->slots.refused_max = src->domains->refused_max;
+		s->slots.refused_memory = src->domains->refused_memory;
+	}
 }
 
 /* The answer to flush-tier: asked of the engine, which empties the tier at its next step. */

@@ -447,6 +447,18 @@ static const struct def defs[] = {
 	KVP_STATUS_CACHE_ROWS(CROW_SNAP)
 #undef CROW_SNAP
 
+	JP("domain_slots", "open", K_U64, slots.open, "domains_open", "", "gauge",
+	   "Trust domains open now.", 1),
+	J("domain_slots", "max", K_U64, slots.max),
+	JP("domain_slots", "made", K_U64, slots.made, "domains_made_total", "", "counter",
+	   "Per-uid domains made on a uid's first HELLO.", 1),
+	JP("domain_slots", "reclaimed", K_U64, slots.reclaimed, "domains_reclaimed_total", "",
+	   "counter", "Idle per-uid domains reclaimed (domains.idle_reclaim_ms).", 1),
+	JP("domain_slots", "refused_max", K_U64, slots.refused_max, "domains_refused_total",
+	   "{why=\"max\"}", "counter",
+	   "HELLOs refused BUSY for want of a domain: domains.max open, or no memory.", 1),
+	JP("domain_slots", "refused_memory", K_U64, slots.refused_memory, "domains_refused_total",
+	   "{why=\"memory\"}", NULL, NULL, 1),
 	J(NULL, "domains", K_DOMAINS, domains),
 };
 

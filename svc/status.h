@@ -147,6 +147,10 @@ struct kvp_status_snap {
 
 	uint32_t n_domains;
 	struct kvp_status_domain domains[KVP_STATUS_MAX_DOMAINS];
+	/* the domain table (svc/domain.h): open now, its max, and per-uid since start */
+	struct {
+		uint64_t open, max, made, reclaimed, refused_max, refused_memory;
+	} slots;
 
 	struct kvp_status_cache cache; /* derived from @sched (its policy: the first domain's) */
 };

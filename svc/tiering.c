@@ -317,6 +317,30 @@ uint32_t kvp_tiering_offload(struct kvp_tiering *t, uint32_t spare)
 	return queued;
 }
 
+bool kvp_tiering_writeback(struct kvp_tiering *t, uint32_t *cursor)
+{
+	struct kvp_index_rec rec;
+
+	while (kvp_tiering_usable(t) && *cursor < t->n_blocks) {
+		uint32_t b = *cursor;
+		int r;
+
+		if (!kvp_index_block_on_disk(t->index, b) &&
+		    kvp_index_block_rec(t->index, b, &rec) == 0) {
+			r = write_ancestors(t, b, NULL);
+			if (r == 0)
+				r = write_block(t, b, COOKIE_SAVE, NULL);
+			if (r == -EBUSY)
+				return false; /* the queue is full: from here after completions */
+			if (r < 0)
+				return true; /* the tier turned off */
+			t->st.saved += r == 0;
+		}
+		(*cursor)++;
+	}
+	return true;
+}
+
 int kvp_tiering_read(struct kvp_tiering *t, const struct kvp_index_disk_hit *hit, uint32_t block,
 		     uint64_t cookie)
 {

@@ -98,6 +98,14 @@ int kvp_tiering_read(struct kvp_tiering *t, const struct kvp_index_disk_hit *hit
 uint32_t kvp_tiering_save(struct kvp_tiering *t, const uint32_t *blocks, uint32_t n);
 
 /*
+ * Write-back: queue writes of every published block without a disk copy (ancestors
+ * first, as the offloader does), scanning blocks from *@cursor on; they stay in memory.
+ * Return: true once the scan has passed the last block (or the tier is off); false when
+ * the queue filled (call again after completions, from *@cursor).
+ */
+bool kvp_tiering_writeback(struct kvp_tiering *t, uint32_t *cursor);
+
+/*
  * The offloader (see top): queue what the watermarks ask for, pinning at most @spare
  * blocks nobody references (a pinned block cannot be handed out until its write lands:
  * the scheduler passes what no reservation claims).  Return: offload writes queued.

@@ -9,6 +9,7 @@
 #include "tests/integration/kvpd.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -128,6 +129,14 @@ int kvpd_start(struct kvpd *d, double timeout_s, const char *const *args)
 			cg = fopen(procs, "w");
 			if (!cg || fprintf(cg, "0\n") < 0 || fclose(cg) != 0)
 				_exit(126);
+		}
+		if (d->run_uid) {
+			/* its directory and notify socket become its own, then it drops root */
+			if (chown(d->dir, d->run_uid, (gid_t)d->run_uid) < 0 ||
+			    chown(d->notify, d->run_uid, (gid_t)d->run_uid) < 0 ||
+			    setgroups(0, NULL) < 0 || setgid((gid_t)d->run_uid) < 0 ||
+			    setuid(d->run_uid) < 0)
+				_exit(125);
 		}
 		setenv("NOTIFY_SOCKET", d->notify, 1);
 		if (d->watchdog_usec) {

@@ -21,6 +21,7 @@ struct kvpd {
 	int notify_fd;
 	unsigned long watchdog_usec; /* set $WATCHDOG_USEC for the daemon when non-zero */
 	char cgroup[512];	     /* non-empty: the daemon joins this cgroup directory */
+	uid_t run_uid;		     /* not 0: the daemon runs as this uid (and gid), owning @dir */
 	char dir[256];
 	char sock[320];
 	char status[320];

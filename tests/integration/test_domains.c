@@ -12,7 +12,13 @@
  *    refused with a message naming trust domains;
  *  - single: peers of different uids share, as before domains existed;
  *  - a [domain NAME]'s priority: a request naming none runs at it (no root needed:
- *    the test's own uid is the section's user).
+ *    the test's own uid is the section's user);
+ *  - per-uid resources as a trust boundary: a new uid's domain passes the memory guard
+ *    first (BUSY with the figures when its pool does not fit, the others unharmed);
+ *    idle domains are reclaimed, their slot reused and their tier file kept (the uid
+ *    back hits from disk), but never while a connection is open or a block pinned;
+ *    a symlink planted as a uid's tier file is never followed, and an unsafe tier
+ *    directory stops the start.
  */
 #include <errno.h>
 #include <grp.h>
@@ -24,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,7 +56,8 @@ struct seen {
 	char msg[200];
 	unsigned long ino;
 	uint32_t cached[2];
-	uint32_t leased; /* blocks a LEASE of the prompt held before its requests */
+	uint32_t disk[2]; /* ... of them reloaded from the disk tier */
+	uint32_t leased;  /* blocks a LEASE of the prompt held before its requests */
 };
 
 /* Connect to @sock and run @n greedy requests of PROMPT (2 new tokens each). */
@@ -96,6 +105,7 @@ static void visit(const char *sock, int n, struct seen *out)
 			break;
 		}
 		out->cached[i] = u.cached_tokens;
+		out->disk[i] = u.cached_tokens_disk;
 	}
 	kvp_client_close(k);
 }
@@ -463,6 +473,370 @@ static void test_groups_priority(void **state)
 	kvpd_cleanup(&d);
 }
 
+/* Poll the status until @path is @want (30 s at most: a loaded sanitizer build). */
+static bool status_is(struct kvpd *d, const char *path, double want)
+{
+	double t_end = kvp_test_now_s() + 30;
+
+	do {
+		if (kvpd_status_num(d, path, -1) == want)
+			return true;
+		usleep(20000);
+	} while (kvp_test_now_s() < t_end);
+	return false;
+}
+
+/* kvpoold on d->model (written already) with @args; the test fails if it does not start. */
+static void start_with_model(struct kvpd *d, const char *const *args)
+{
+	const char *full[40] = { "--model", d->model };
+	size_t n = 2;
+
+	while (*args && n < 39)
+		full[n++] = *args++;
+	full[n] = NULL;
+	if (kvpd_start(d, 60, full)) {
+		kvpd_dump_log(d);
+		fail_msg("kvpoold did not start");
+	}
+}
+
+/* The daemon's open fds now. */
+static int fd_count(pid_t pid)
+{
+	char path[64];
+	struct dirent *e;
+	DIR *dir;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	assert_non_null(dir);
+	while ((e = readdir(dir)))
+		n += e->d_name[0] != '.';
+	closedir(dir);
+	return n;
+}
+
+static void test_per_uid_memory_guard(void **state)
+{
+	/*
+	 * daemon.memory_limit admits the model and three 16 MiB pools: root's (made at
+	 * start) and two uids'.  A third uid's HELLO is refused BUSY naming the figures,
+	 * nothing of it stays (no domain, no fd), and the first two keep being served
+	 */
+	char limit[32];
+	const char *args[] = { "--pool-size", "16M", "--huge-pages", "off", "--memory-limit",
+			       limit,	      NULL };
+	struct seen a, b, c;
+	struct stat st;
+	struct jsonq *j;
+	struct kvpd d;
+	int fds0, fds1 = -1;
+
+	(void)state;
+	need_root();
+	assert_int_equal(kvpd_init(&d), 0);
+	assert_int_equal(kvpd_model(&d, "tiny", d.model, sizeof(d.model)), 0);
+	assert_int_equal(stat(d.model, &st), 0);
+	snprintf(limit, sizeof(limit), "%llu",
+		 (unsigned long long)st.st_size + 3 * (16ull << 20) + (8ull << 20));
+	start_with_model(&d, args);
+	open_up(&d);
+	visit_as(d.sock, 60051, 65534, 1, &a);
+	assert_int_equal(a.rc, 0);
+	visit_as(d.sock, 60052, 65534, 1, &b);
+	assert_int_equal(b.rc, 0);
+	assert_true(status_is(&d, "connections.open", 0));
+	/* the least of a few looks: a status connection may still be closing */
+	fds0 = fd_count(d.pid);
+	for (int i = 0; i < 10; i++) {
+		int n = fd_count(d.pid);
+
+		fds0 = n < fds0 ? n : fds0;
+		usleep(20000);
+	}
+
+	visit_as(d.sock, 60053, 65534, 1, &c);
+	assert_int_equal(c.rc, KVP_E_BUSY);
+	if (!strstr(c.msg, "no memory for a new trust domain") ||
+	    !strstr(c.msg, "daemon.memory_limit") || !strstr(c.msg, "16.0 MiB"))
+		fail_msg("refusal without the figures: %s", c.msg);
+	assert_true(kvpd_log_has(&d, "no memory for another domain"));
+	/* nothing of it stays: its fds come back (the connection closes a moment later) */
+	for (int i = 0; i < 250 && (fds1 = fd_count(d.pid)) > fds0; i++)
+		usleep(20000);
+	if (fds1 > fds0)
+		fail_msg("%d fds open after the refusal, %d before", fds1, fds0);
+
+	/* the two admitted keep working, in their own domains (their prompt hits) */
+	visit_as(d.sock, 60051, 65534, 1, &a);
+	assert_int_equal(a.rc, 0);
+	assert_true(a.cached[0] > 0);
+	visit_as(d.sock, 60052, 65534, 1, &b);
+	assert_int_equal(b.rc, 0);
+	assert_true(b.cached[0] > 0);
+	j = kvpd_status(&d);
+	assert_non_null(j);
+	assert_int_equal(jsonq_num(j, "domain_slots.refused_memory", -1), 1);
+	assert_int_equal(jsonq_num(j, "domain_slots.open", -1), 3);
+	assert_int_equal(domain_at(j, "uid-60053"), -1);
+	jsonq_free(j);
+	kvpd_cleanup(&d);
+}
+
+/* A child of @uid holding a connection to @sock until *@pipe_w is closed. */
+static pid_t hold_as(const char *sock, uid_t uid, int *pipe_w)
+{
+	int up[2], down[2];
+	char ok = 0;
+	pid_t pid;
+
+	assert_int_equal(pipe(up), 0);
+	assert_int_equal(pipe(down), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct kvp_client *k = NULL;
+		char c;
+
+		close(up[0]);
+		close(down[1]);
+		if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(uid) < 0)
+			_exit(125);
+		c = kvp_client_connect(&k, sock) == 0 ? 1 : 2;
+		if (write(up[1], &c, 1) != 1)
+			_exit(126);
+		(void)!read(down[0], &c, 1); /* EOF: the parent is done */
+		kvp_client_close(k);
+		_exit(0);
+	}
+	close(up[1]);
+	close(down[0]);
+	assert_int_equal(read(up[0], &ok, 1), 1);
+	close(up[0]);
+	assert_int_equal(ok, 1);
+	*pipe_w = down[1];
+	return pid;
+}
+
+static void release_hold(pid_t pid, int pipe_w)
+{
+	int st;
+
+	close(pipe_w);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_per_uid_reclaim(void **state)
+{
+	/*
+	 * domains.max = 2 (root's and one more), idle_reclaim_ms = 200, a disk tier: three
+	 * uids one after the other, each leaving, are all served, each idle domain being
+	 * reclaimed for the next; the first uid back gets its prompt from its kept tier
+	 * file.  A domain with a connection open is not reclaimed (and its slot not given).
+	 */
+	char tier[400], kept[420];
+	const char *args[] = { "--pool-size",
+			       "16M",
+			       "--domains-max",
+			       "2",
+			       "--domains-idle-reclaim-ms",
+			       "200",
+			       "--cache-ttl",
+			       "0",
+			       "--tier-path",
+			       tier,
+			       "--tier-size",
+			       "32M",
+			       NULL };
+	struct seen s;
+	struct kvpd d;
+	pid_t holder;
+	int hold_w;
+
+	(void)state;
+	need_root();
+	assert_int_equal(kvpd_init(&d), 0);
+	assert_int_equal(kvpd_model(&d, "tiny", d.model, sizeof(d.model)), 0);
+	snprintf(tier, sizeof(tier), "%s/tier", d.dir);
+	snprintf(kept, sizeof(kept), "%s.uid-60031", tier);
+	start_with_model(&d, args);
+	open_up(&d);
+
+	visit_as(d.sock, 60031, 65534, 2, &s);
+	assert_int_equal(s.rc, 0);
+	assert_true(s.cached[1] > 0);
+	if (!status_is(&d, "domain_slots.reclaimed", 1))
+		fail_msg("the idle domain of uid 60031 was never reclaimed");
+	assert_int_equal(access(kept, F_OK), 0); /* its tier file stays */
+	visit_as(d.sock, 60032, 65534, 1, &s);
+	if (s.rc)
+		fail_msg("uid 60032 refused after uid 60031 left: %s", s.msg);
+	assert_true(status_is(&d, "domain_slots.reclaimed", 2));
+	visit_as(d.sock, 60033, 65534, 1, &s);
+	assert_int_equal(s.rc, 0);
+	assert_true(status_is(&d, "domain_slots.reclaimed", 3));
+
+	/* uid 60031 again: a new domain, rebuilt from its tier file, hits from disk */
+	visit_as(d.sock, 60031, 65534, 1, &s);
+	assert_int_equal(s.rc, 0);
+	if (!s.disk[0])
+		fail_msg("uid 60031 back: nothing from disk (%u cached in memory)", s.cached[0]);
+	assert_true(status_is(&d, "domain_slots.reclaimed", 4));
+
+	/* an open connection holds its domain: never reclaimed, the slot never given */
+	holder = hold_as(d.sock, 60034, &hold_w);
+	usleep(1000000); /* five times idle_reclaim_ms, twenty checks */
+	assert_int_equal(kvpd_status_num(&d, "domain_slots.reclaimed", -1), 4);
+	visit_as(d.sock, 60035, 65534, 1, &s);
+	assert_int_equal(s.rc, KVP_E_BUSY);
+	release_hold(holder, hold_w);
+	assert_true(status_is(&d, "domain_slots.reclaimed", 5));
+	visit_as(d.sock, 60035, 65534, 1, &s);
+	assert_int_equal(s.rc, 0);
+	assert_true(kvpd_log_has(&d, "reclaimed after"));
+	kvpd_cleanup(&d);
+}
+
+static void test_per_uid_reclaim_pinned(void **state)
+{
+	/*
+	 * the daemon runs as uid 60060, so root's domain is made on its HELLO (and has
+	 * operators: it may pin).  A prefix pinned there holds the domain however long it
+	 * is idle; unpinned, the domain is reclaimed
+	 */
+	const char *args[] = { "--pool-size", "16M", "--domains-idle-reclaim-ms", "200",
+			       "--cache-ttl", "0",   "--cache-pin-allowed=yes",	  NULL };
+	struct kvp_client_prompt pr = { .text = PROMPT, .text_len = strlen(PROMPT) };
+	struct kvp_client *k = NULL;
+	struct kvpd d;
+
+	(void)state;
+	need_root();
+	assert_int_equal(kvpd_init(&d), 0);
+	assert_int_equal(kvpd_model(&d, "tiny", d.model, sizeof(d.model)), 0);
+	d.run_uid = 60060;
+	start_with_model(&d, args);
+	assert_int_equal(kvp_client_connect(&k, d.sock), 0);
+	if (kvp_client_pin(k, &pr, NULL, 0, false, NULL)) {
+		kvpd_dump_log(&d);
+		fail_msg("pin: %s", kvp_client_errmsg(k));
+	}
+	kvp_client_close(k);
+	k = NULL;
+	assert_true(status_is(&d, "connections.open", 0));
+	usleep(1000000); /* five times idle_reclaim_ms */
+	assert_int_equal(kvpd_status_num(&d, "domain_slots.reclaimed", -1), 0);
+	assert_int_equal(kvpd_status_num(&d, "domain_slots.open", -1), 2);
+
+	assert_int_equal(kvp_client_connect(&k, d.sock), 0);
+	assert_int_equal(kvp_client_pin(k, &pr, NULL, 0, true, NULL), 0);
+	kvp_client_close(k);
+	assert_true(status_is(&d, "domain_slots.reclaimed", 1));
+	assert_int_equal(kvpd_status_num(&d, "domain_slots.open", -1), 1);
+	kvpd_cleanup(&d);
+}
+
+static void test_tier_symlink_refused(void **state)
+{
+	/*
+	 * a per-uid tier file planted as a symlink (to an empty file, and dangling) is never
+	 * followed: the uid is served from memory, the target stays empty, the dangling
+	 * one is not created
+	 */
+	char tiers[400], base[420], link1[440], link2[440], victim[420], made[420];
+	const char *args[] = {
+		"--pool-size", "16M", "--tier-path", base, "--tier-size", "32M", NULL
+	};
+	struct seen s;
+	struct stat st;
+	struct kvpd d;
+	int fd;
+
+	(void)state;
+	need_root();
+	assert_int_equal(kvpd_init(&d), 0);
+	snprintf(tiers, sizeof(tiers), "%s/tiers", d.dir);
+	snprintf(base, sizeof(base), "%s/t", tiers);
+	snprintf(link1, sizeof(link1), "%s.uid-60041", base);
+	snprintf(link2, sizeof(link2), "%s.uid-60042", base);
+	snprintf(victim, sizeof(victim), "%s/victim", d.dir);
+	snprintf(made, sizeof(made), "%s/made", d.dir);
+	assert_int_equal(mkdir(tiers, 0700), 0);
+	fd = open(victim, O_RDWR | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(symlink(victim, link1), 0);
+	assert_int_equal(symlink(made, link2), 0);
+	assert_int_equal(kvpd_model(&d, "tiny", d.model, sizeof(d.model)), 0);
+	start_with_model(&d, args);
+	open_up(&d);
+	visit_as(d.sock, 60041, 65534, 1, &s);
+	assert_int_equal(s.rc, 0);
+	visit_as(d.sock, 60042, 65534, 1, &s);
+	assert_int_equal(s.rc, 0);
+	assert_int_equal(stat(victim, &st), 0);
+	if (st.st_size != 0)
+		fail_msg("the symlink's target grew to %lld bytes", (long long)st.st_size);
+	assert_int_equal(access(made, F_OK), -1);
+	assert_int_equal(lstat(link1, &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	assert_true(kvpd_log_has(&d, "is a symbolic link: refused"));
+	kvpd_cleanup(&d);
+}
+
+static void test_tier_dir_unsafe(void **state)
+{
+	/*
+	 * a tier directory others may write, or another user's, stops the start naming
+	 * path, mode and owner; the daemon's own 0700 one starts
+	 */
+	static const struct {
+		mode_t mode;
+		uid_t owner;
+		const char *says;
+	} bad[] = {
+		{ 0777, 0, "(mode 0777, owner uid 0)" },
+		{ 0770, 0, "(mode 0770, owner uid 0)" },
+		{ 01733, 0, "(mode 1733, owner uid 0)" },
+		{ 0700, 60001, "(mode 0700, owner uid 60001)" },
+	};
+	char tiers[400], base[420];
+	const char *args[] = {
+		"--pool-size", "16M", "--tier-path", base, "--tier-size", "32M", NULL
+	};
+	struct kvpd d;
+
+	(void)state;
+	need_root();
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(kvpd_init(&d), 0);
+		snprintf(tiers, sizeof(tiers), "%s/tiers", d.dir);
+		snprintf(base, sizeof(base), "%s/t", tiers);
+		assert_int_equal(mkdir(tiers, 0700), 0);
+		assert_int_equal(chmod(tiers, bad[i].mode), 0);
+		assert_int_equal(chown(tiers, bad[i].owner, 0), 0);
+		assert_int_equal(kvpd_start(&d, 60, args), -ECHILD);
+		if (!kvpd_log_has(&d, tiers) || !kvpd_log_has(&d, bad[i].says) ||
+		    !kvpd_log_has(&d, "refused")) {
+			kvpd_dump_log(&d);
+			fail_msg("case %zu: no refusal naming %s %s", i, tiers, bad[i].says);
+		}
+		assert_int_equal(access(base, F_OK), -1); /* nothing made in it */
+		kvpd_cleanup(&d);
+	}
+	assert_int_equal(kvpd_init(&d), 0);
+	snprintf(tiers, sizeof(tiers), "%s/tiers", d.dir);
+	snprintf(base, sizeof(base), "%s/t", tiers);
+	assert_int_equal(mkdir(tiers, 0700), 0);
+	assert_int_equal(kvpd_model(&d, "tiny", d.model, sizeof(d.model)), 0);
+	start_with_model(&d, args);
+	assert_int_equal(access(base, F_OK), 0);
+	kvpd_cleanup(&d);
+}
+
 static void test_config_errors(void **state)
 {
 	/* groups without a section, a section outside groups mode, an unknown user */
@@ -503,9 +877,17 @@ static void test_config_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_per_uid),		cmocka_unit_test(test_per_uid_max),
-		cmocka_unit_test(test_groups),		cmocka_unit_test(test_single),
-		cmocka_unit_test(test_groups_priority), cmocka_unit_test(test_config_errors),
+		cmocka_unit_test(test_per_uid),
+		cmocka_unit_test(test_per_uid_max),
+		cmocka_unit_test(test_groups),
+		cmocka_unit_test(test_single),
+		cmocka_unit_test(test_groups_priority),
+		cmocka_unit_test(test_config_errors),
+		cmocka_unit_test(test_per_uid_memory_guard),
+		cmocka_unit_test(test_per_uid_reclaim),
+		cmocka_unit_test(test_per_uid_reclaim_pinned),
+		cmocka_unit_test(test_tier_symlink_refused),
+		cmocka_unit_test(test_tier_dir_unsafe),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -50,8 +50,10 @@ struct fixture {
 };
 
 static int e_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, const char *client,
-		   struct kvp_welcome *w, int *fds, unsigned int *n_fds)
+		   struct kvp_welcome *w, int *fds, unsigned int *n_fds, char *why, size_t why_cap)
 {
+	(void)why;
+	(void)why_cap;
 	w->n_vocab = 300;
 	w->bos_id = w->eos_id = UINT32_MAX;
 	*n_fds = 0;

@@ -662,6 +662,26 @@ static void test_conn_limit_keys(void **state)
 	assert_non_null(strstr(f->err, "--idle-timeout-ms"));
 }
 
+static void test_domain_resource_keys(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+
+	/* no memory budget of its own, idle per-uid domains reclaimed after 10 min */
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", NULL), 0);
+	assert_int_equal(f->c.memory_limit_bytes, 0);
+	assert_int_equal(f->c.domains_idle_reclaim_ms, 600000);
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", "--memory-limit", "3G",
+			       "--domains-idle-reclaim-ms", "0", NULL),
+			 0);
+	assert_int_equal(f->c.memory_limit_bytes, 3ull << 30);
+	assert_int_equal(f->c.domains_idle_reclaim_ms, 0);
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", "--domains-idle-reclaim-ms",
+			       "604800001", NULL),
+			 -EINVAL);
+	assert_non_null(strstr(f->err, "out of range"));
+}
+
 static void test_usage_lists_every_flag(void **state)
 {
 	struct fixture *f = *state;
@@ -707,6 +727,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_usage_lists_every_flag, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_socket_follows_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conn_limit_keys, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_domain_resource_keys, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_domain_cache_overrides, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_domain_cache_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_domain_priority, setup, teardown),

@@ -87,10 +87,12 @@ struct fixture {
 /* ------------------------------------------------------------ test ops (loop thread) */
 
 static int t_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, const char *client,
-		   struct kvp_welcome *w, int *fds, unsigned int *n_fds)
+		   struct kvp_welcome *w, int *fds, unsigned int *n_fds, char *why, size_t why_cap)
 {
 	struct fixture *f = ctx;
 
+	(void)why;
+	(void)why_cap;
 	atomic_fetch_add(&f->n_hello, 1);
 	pthread_mutex_lock(&f->lock);
 	snprintf(f->client, sizeof(f->client), "%s", client);

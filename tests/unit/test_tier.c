@@ -873,6 +873,75 @@ static void test_not_our_file(void **state)
 	assert_string_equal(back, text);
 }
 
+static void test_never_follows_or_trusts(void **state)
+{
+	/*
+	 * a link planted as the tier file (to an empty file, or dangling), a FIFO, a file
+	 * with a second name: refused (the tier off, saying why), nothing followed, opened or
+	 * written; a directory others may write: refused before anything is made in it
+	 */
+	struct fixture *f = *state;
+	char target[600], other[600], sub[400];
+	struct kvp_tier *t;
+	struct stat st;
+	char why[512];
+	int fd;
+
+	snprintf(target, sizeof(target), "%s/target", f->tf.dir);
+	fd = open(target, O_RDWR | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(symlink(target, f->tf.path), 0);
+	t = open_tier(f, 8, 0);
+	assert_off(f, t, -ELOOP, "symlink to a file");
+	assert_non_null(strstr(kvp_tier_error(t), "symbolic link"));
+	kvp_tier_free(t);
+	assert_int_equal(stat(target, &st), 0);
+	assert_int_equal(st.st_size, 0);
+
+	assert_int_equal(unlink(f->tf.path), 0);
+	assert_int_equal(unlink(target), 0);
+	assert_int_equal(symlink(target, f->tf.path), 0); /* dangling */
+	t = open_tier(f, 8, 0);
+	assert_off(f, t, -ELOOP, "dangling symlink");
+	kvp_tier_free(t);
+	assert_int_equal(access(target, F_OK), -1);
+
+	assert_int_equal(unlink(f->tf.path), 0);
+	assert_int_equal(mkfifo(f->tf.path, 0600), 0); /* an open would block: never opened */
+	t = open_tier(f, 8, 0);
+	assert_off(f, t, -EINVAL, "fifo");
+	kvp_tier_free(t);
+
+	assert_int_equal(unlink(f->tf.path), 0);
+	snprintf(other, sizeof(other), "%s/other-name", f->tf.dir);
+	fd = open(other, O_RDWR | O_CREAT | O_EXCL, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(link(other, f->tf.path), 0);
+	t = open_tier(f, 8, 0);
+	assert_off(f, t, -EMLINK, "hard link");
+	kvp_tier_free(t);
+	assert_int_equal(stat(other, &st), 0);
+	assert_int_equal(st.st_size, 0);
+
+	snprintf(sub, sizeof(sub), "%s/open", f->tf.dir);
+	assert_int_equal(mkdir(sub, 0700), 0);
+	assert_int_equal(chmod(sub, 0777), 0);
+	snprintf(f->tf.path, sizeof(f->tf.path), "%s/tier", sub);
+	assert_int_equal(kvp_tier_check_dir(f->tf.path, why, sizeof(why)), -EPERM);
+	assert_non_null(strstr(why, "mode 0777"));
+	t = open_tier(f, 8, 0);
+	assert_off(f, t, -EPERM, "world-writable directory");
+	kvp_tier_free(t);
+	assert_int_equal(access(f->tf.path, F_OK), -1);
+	assert_int_equal(chmod(sub, 0700), 0);
+	assert_int_equal(kvp_tier_check_dir(f->tf.path, why, sizeof(why)), 0);
+	t = open_tier(f, 8, 0);
+	assert_int_equal(degraded(t), 0);
+	kvp_tier_free(t);
+}
+
 static void test_second_user(void **state)
 {
 	/* one tier per file: a second opener waits a while, then goes off */
@@ -1048,6 +1117,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_flush_empties, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_missing_directory, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_not_our_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_never_follows_or_trusts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_second_user, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_read_only, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_too_small_to_preallocate, setup, teardown),
