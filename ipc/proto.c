@@ -873,6 +873,7 @@ int kvp_proto_decode_lease_req(const void *payload, size_t len, const struct kvp
 {
 	struct kvp_cur c;
 	const void *p;
+	int r;
 
 	kvp_cur_init(&c, payload, len);
 	p = kvp_cur_take(&c, sizeof(*out));
@@ -881,8 +882,9 @@ int kvp_proto_decode_lease_req(const void *payload, size_t len, const struct kvp
 	memcpy(out, p, sizeof(*out));
 	if (out->flags)
 		return fail(why, "unknown LEASE flags", KVP_E_PROTO);
-	if (out->salt_len > KVP_SALT_MAX)
-		return fail(why, "LEASE salt longer than KVP_SALT_MAX", KVP_E_PROTO);
+	r = check_salt(out->salt, out->salt_len, why); /* as GENERATE's and PIN's */
+	if (r)
+		return r;
 	if (!out->n_tokens)
 		return fail(why, "LEASE of no tokens", KVP_E_INVALID);
 	if (out->n_tokens > lim->max_prompt_tokens)

@@ -575,6 +575,109 @@ static void test_names(void **state)
 	assert_string_equal(kvp_proto_type_name(KVP_FRAME_CHAT), "CHAT");
 }
 
+/*
+ * Every decoder of ipc/proto.c on an empty payload, at NULL (what a caller may pass for
+ * zero bytes) and at a real address: refused as malformed, never read (the sanitizer
+ * build catches a NULL memcpy or memchr).
+ */
+static void test_empty_payloads(void **state)
+{
+	static const uint8_t nothing[1];
+	const void *bases[2] = { NULL, nothing };
+	struct kvp_frame_hdr hdr;
+	struct kvp_hello hello;
+	struct kvp_generate g;
+	struct kvp_welcome w;
+	struct kvp_token t;
+	struct kvp_usage u;
+	struct kvp_cache_usage cu;
+	struct kvp_error e;
+	struct kvp_tokenize tz;
+	struct kvp_detokenize dt;
+	struct kvp_ids ids;
+	struct kvp_chat ch;
+	struct kvp_lease_req lr;
+	struct kvp_lease le;
+	struct kvp_cache_ctl cc;
+	struct kvp_pin pin;
+	struct kvp_proto_msg msg;
+	const void *p1, *p2;
+	const uint8_t *m;
+	const char *s1, *s2;
+	size_t mlen;
+	int32_t cont;
+	bool has_cu;
+
+	(void)state;
+	for (int i = 0; i < 2; i++) {
+		const void *b = bases[i];
+		const char *why = NULL;
+
+		assert_int_equal(kvp_proto_check_hdr(b, 0, 4096, &hdr, &why), KVP_E_PROTO);
+		assert_non_null(why);
+		assert_int_equal(kvp_proto_decode_hello(b, 0, &hello, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_generate(b, 0, &lim, &g, &p1, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_welcome(b, 0, &w, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_token(b, 0, &t, &p1, &s1, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_token_cc(b, 0, &t, &p1, &s1, &cont, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_done(b, 0, &u, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_done_cc(b, 0, &u, &cu, &has_cu, &why),
+				 KVP_E_PROTO);
+		assert_false(has_cu);
+		assert_int_equal(kvp_proto_decode_error(b, 0, &e, &s1, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_tokenize(b, 0, &lim, &tz, &s2, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_detokenize(b, 0, &lim, &dt, &p1, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_ids(b, 0, &ids, &p1, &s1, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_chat(b, 0, &lim, &ch, &p1, &m, &mlen, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_lease_req(b, 0, &lim, &lr, &p1, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_lease(b, 0, &le, &p2, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_cache_ctl(b, 0, 0, &cc, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_pin(b, 0, &lim, &pin, &p1, &why), KVP_E_PROTO);
+		/* a CHAT's empty message section holds no messages: nothing is written */
+		msg.len = 77;
+		kvp_proto_chat_messages(b, 0, 0, &msg);
+		assert_int_equal(msg.len, 77);
+	}
+}
+
+/* LEASE: salt padding must be zero, as GENERATE's and PIN's (a salt that hashes alike) */
+static void test_lease_salt_padding(void **state)
+{
+	struct kvp_lease_req l = { .n_tokens = 1, .salt_len = 3, .salt = { 'a', 'b', 'c' } };
+	struct kvp_lease_req out;
+	int32_t id = 5;
+	uint8_t frame[256];
+	const void *ids;
+	const char *why = NULL;
+	size_t n;
+
+	(void)state;
+	n = kvp_proto_encode_lease_req(frame, sizeof(frame), 9, &l, &id);
+	assert_int_equal(kvp_proto_decode_lease_req(frame + sizeof(struct kvp_frame_hdr),
+						    n - sizeof(struct kvp_frame_hdr), &lim, &out,
+						    &ids, &why),
+			 KVP_OK);
+	l.salt[10] = 1; /* past salt_len */
+	n = kvp_proto_encode_lease_req(frame, sizeof(frame), 9, &l, &id);
+	assert_int_equal(kvp_proto_decode_lease_req(frame + sizeof(struct kvp_frame_hdr),
+						    n - sizeof(struct kvp_frame_hdr), &lim, &out,
+						    &ids, &why),
+			 KVP_E_PROTO);
+	assert_string_equal(why, "salt padding must be zero");
+	l.salt[10] = 0;
+	l.salt_len = KVP_SALT_MAX + 1;
+	n = kvp_proto_encode_lease_req(frame, sizeof(frame), 9, &l, &id);
+	assert_int_equal(kvp_proto_decode_lease_req(frame + sizeof(struct kvp_frame_hdr),
+						    n - sizeof(struct kvp_frame_hdr), &lim, &out,
+						    &ids, &why),
+			 KVP_E_PROTO);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -588,6 +691,8 @@ int main(void)
 		cmocka_unit_test(test_chat_frames),
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_message_breakpoints),
+		cmocka_unit_test(test_empty_payloads),
+		cmocka_unit_test(test_lease_salt_padding),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
