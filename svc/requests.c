@@ -814,6 +814,8 @@ static void text_done(struct kvp_requests *q, struct text_job *j)
 		q->jobs = j->base.loop_next;
 	if (j->base.loop_next)
 		j->base.loop_next->loop_prev = j->base.loop_prev;
+	q->text_jobs++;
+	q->text_bytes += j->base.bytes;
 	if (!c) { /* the connection is gone, and ipc/ forgot its requests */
 		text_job_free(&j->base);
 		return;

@@ -94,6 +94,8 @@ struct kvp_requests {
 	struct kvp_textwork *tw;  /* the text worker (kvp_requests_start_text()) */
 	int text_efd;		  /* its eventfd, -1 before the start */
 	struct kvp_textjob *jobs; /* the jobs the worker has, for CANCEL */
+	uint64_t text_jobs;	  /* jobs the worker ran, and their bytes (status) */
+	uint64_t text_bytes;
 };
 
 /**

@@ -273,6 +273,9 @@ void kvp_stats_fill(const struct kvp_stats *src, struct kvp_status_snap *s)
 	}
 	s->index_inserts = s->sched.index.publishes - s->sched.index.publish_dups;
 	s->req_rejected = src->req->rejected;
+	s->text_jobs = src->req->text_jobs;
+	s->text_bytes = src->req->text_bytes;
+	s->text_pending = kvp_requests_pending(src->req);
 	s->req_total = s->sched.req_total + s->req_rejected;
 	snprintf(s->sched_policy, sizeof(s->sched_policy), "%s",
 		 s->sched.policy == KVP_SCHED_FIFO ? "fifo" : "fair");
