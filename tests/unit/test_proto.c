@@ -678,6 +678,61 @@ static void test_lease_salt_padding(void **state)
 			 KVP_E_PROTO);
 }
 
+/*
+ * max_text_bytes: a CHAT's messages together, a GENERATE's, PIN's or TOKENIZE's text
+ * past it are LIMIT, decided by the decoder (before anything renders or tokenizes)
+ */
+static void test_text_cap(void **state)
+{
+	struct kvp_proto_limits capped = lim;
+	const struct kvp_proto_msg m[2] = {
+		{ .role = KVP_ROLE_SYSTEM, .len = 6, .text = "abcdef" },
+		{ .role = KVP_ROLE_USER, .len = 5, .text = "ghijk" },
+	};
+	struct kvp_chat c = chat(2), co;
+	struct kvp_generate g = gen(0), go;
+	struct kvp_tokenize t = { .text_bytes = 11 }, to;
+	struct kvp_pin pin = { .flags = KVP_GEN_TEXT, .text_bytes = 11 }, po;
+	uint8_t raw[512];
+	const uint8_t *sect;
+	const void *p;
+	const char *why = NULL, *text;
+	size_t n, sect_len;
+	const size_t h = sizeof(struct kvp_frame_hdr);
+
+	(void)state;
+	g.flags = KVP_GEN_TEXT;
+	g.text_bytes = 11;
+	for (uint32_t cap = 10; cap <= 11; cap++) {
+		int want = cap == 10 ? KVP_E_LIMIT : KVP_OK;
+
+		capped.max_text_bytes = cap;
+		n = kvp_proto_encode_chat(raw, sizeof(raw), 1, &c, NULL, m);
+		assert_int_equal(kvp_proto_decode_chat(raw + h, n - h, &capped, &co, &p, &sect,
+						       &sect_len, &why),
+				 want);
+		if (want)
+			assert_string_equal(why,
+					    "chat messages longer than max_text_bytes together");
+		n = kvp_proto_encode_generate(raw, sizeof(raw), 1, &g, "hello world");
+		assert_int_equal(kvp_proto_decode_generate(raw + h, n - h, &capped, &go, &p, &why),
+				 want);
+		n = kvp_proto_encode_tokenize(raw, sizeof(raw), 1, &t, "hello world");
+		assert_int_equal(kvp_proto_decode_tokenize(raw + h, n - h, &capped, &to, &text,
+							   &why),
+				 want);
+		n = kvp_proto_encode_pin(raw, sizeof(raw), KVP_FRAME_PIN, 1, &pin, "hello world");
+		assert_int_equal(kvp_proto_decode_pin(raw + h, n - h, &capped, &po, &p, &why),
+				 want);
+	}
+	/* 0: no cap (max_prompt_tokens, 64 bytes here, still holds the others) */
+	capped.max_text_bytes = 0;
+	n = kvp_proto_encode_chat(raw, sizeof(raw), 1, &c, NULL, m);
+	assert_int_equal(kvp_proto_decode_chat(raw + h, n - h, &capped, &co, &p, &sect, &sect_len,
+					       &why),
+			 KVP_OK);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -693,6 +748,7 @@ int main(void)
 		cmocka_unit_test(test_message_breakpoints),
 		cmocka_unit_test(test_empty_payloads),
 		cmocka_unit_test(test_lease_salt_padding),
+		cmocka_unit_test(test_text_cap),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
