@@ -276,6 +276,12 @@ static void test_other_connection_served_while_tokenizing(void **state)
 	kvp_client_close(a);
 }
 
+/* kvpd_teardown(), also after a setup that failed (nothing to stop then) */
+static int teardown(void **state)
+{
+	return *state ? kvpd_teardown(state) : 0;
+}
+
 int main(void)
 {
 	const struct CMUnitTest cap[] = {
@@ -285,7 +291,7 @@ int main(void)
 	const struct CMUnitTest big[] = {
 		cmocka_unit_test(test_other_connection_served_while_tokenizing),
 	};
-	int r = cmocka_run_group_tests_name("cap", cap, setup_cap, kvpd_teardown);
+	int r = cmocka_run_group_tests_name("cap", cap, setup_cap, teardown);
 
-	return r | cmocka_run_group_tests_name("big", big, setup_big, kvpd_teardown);
+	return r | cmocka_run_group_tests_name("big", big, setup_big, teardown);
 }
