@@ -1216,6 +1216,23 @@ static void test_refusals_in_a_row_close(void **state)
 	close(fd);
 }
 
+static void test_lease_salt_padding_closes(void **state)
+{
+	/* LEASE with bytes past salt_len: a malformed frame, as for GENERATE and PIN */
+	struct fixture *f = *state;
+	struct kvp_lease_req l = { .n_tokens = 1, .salt_len = 2, .salt = { 'a', 'b', 0, 9 } };
+	int32_t id = 1;
+	uint8_t frame[256];
+	int fd = raw_connect(f->sock);
+	size_t n;
+
+	raw_hello(fd);
+	n = kvp_proto_encode_lease_req(frame, sizeof(frame), 5, &l, &id);
+	raw_send(fd, frame, n);
+	expect_error(fd, 0, KVP_E_PROTO, true);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1240,6 +1257,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_stop_refuses_new_connections, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_empty_payloads, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refusals_in_a_row_close, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lease_salt_padding_closes, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
