@@ -31,6 +31,7 @@ void kvp_conn_reset(struct kvp_conn *c)
 	c->closed_sent = false;
 	c->peer = (struct kvp_peer){ 0 };
 	c->n_vocab = 0;
+	c->refusals = 0;
 	c->in = NULL;
 	c->in_len = c->in_cap = 0;
 	c->out = (struct kvp_outq){ 0 };

@@ -79,6 +79,7 @@ struct kvp_conn {
 	struct kvp_peer peer;
 	uint64_t last_active_ns; /* last frame in, or last request ended (idle timeout) */
 	uint32_t n_vocab;
+	uint32_t refusals; /* requests refused in a row (max_refusals) */
 	uint8_t *in;
 	uint32_t in_len;
 	uint32_t in_cap;

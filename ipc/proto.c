@@ -114,6 +114,12 @@ static int check_salt(const uint8_t *salt, uint32_t salt_len, const char **why)
 	return KVP_OK;
 }
 
+/* More text bytes than the configured cap (0: none)?  Checked before any tokenizing. */
+static bool text_too_long(const struct kvp_proto_limits *lim, uint64_t bytes)
+{
+	return lim->max_text_bytes && bytes > lim->max_text_bytes;
+}
+
 /*
  * The prompt of GENERATE and PIN, the rest of the frame: @n_tokens int32 ids, or
  * @text_bytes of text with KVP_GEN_TEXT in @flags (exactly one of them non-zero), within
@@ -142,6 +148,8 @@ static int take_prompt(struct kvp_cur *c, uint32_t flags, uint32_t n_tokens, uin
 		return fail(why, "trailing bytes after the prompt", KVP_E_PROTO);
 	if ((n_tokens ? n_tokens : text_bytes) > lim->max_prompt_tokens)
 		return fail(why, "prompt longer than the maximum", KVP_E_LIMIT);
+	if (text_too_long(lim, text_bytes))
+		return fail(why, "prompt text longer than max_text_bytes", KVP_E_LIMIT);
 	return KVP_OK;
 }
 
@@ -304,6 +312,8 @@ int kvp_proto_decode_tokenize(const void *payload, size_t len, const struct kvp_
 		return fail(why, "trailing bytes after the text", KVP_E_PROTO);
 	if (out->text_bytes > lim->max_prompt_tokens)
 		return fail(why, "text longer than the maximum prompt", KVP_E_LIMIT);
+	if (text_too_long(lim, out->text_bytes))
+		return fail(why, "text longer than max_text_bytes", KVP_E_LIMIT);
 	if (memchr(*text, 0, out->text_bytes))
 		return fail(why, "text contains a NUL byte", KVP_E_INVALID);
 	return KVP_OK;
@@ -354,8 +364,9 @@ static bool name_ok(const char *name, size_t cap)
  * Walk the messages of a CHAT: each header and its text inside the frame, nothing left
  * over.  Values are checked by the caller, after every structural check.
  */
-static int walk_messages(struct kvp_cur *c, uint32_t n, const char **why)
+static int walk_messages(struct kvp_cur *c, uint32_t n, uint64_t *text_bytes, const char **why)
 {
+	*text_bytes = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		struct kvp_chat_message m;
 		const void *p = kvp_cur_take(c, sizeof(m));
@@ -365,6 +376,7 @@ static int walk_messages(struct kvp_cur *c, uint32_t n, const char **why)
 		memcpy(&m, p, sizeof(m));
 		if (!kvp_cur_take(c, m.bytes))
 			return fail(why, "chat message text beyond the frame", KVP_E_PROTO);
+		*text_bytes += m.bytes;
 	}
 	if (kvp_cur_left(c))
 		return fail(why, "trailing bytes after the messages", KVP_E_PROTO);
@@ -375,6 +387,7 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 			  struct kvp_chat *out, const void **context, const uint8_t **msgs,
 			  size_t *msgs_len, const char **why)
 {
+	uint64_t text_bytes;
 	struct kvp_cur c;
 	const void *p;
 	size_t start;
@@ -403,7 +416,7 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 	if (!*context)
 		return fail(why, "context ids beyond the frame", KVP_E_PROTO);
 	start = c.off;
-	r = walk_messages(&c, out->n_messages, why);
+	r = walk_messages(&c, out->n_messages, &text_bytes, why);
 	if (r)
 		return r;
 	*msgs = c.base + start;
@@ -413,6 +426,9 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 		return fail(why, "more chat messages than the maximum (1024)", KVP_E_LIMIT);
 	if (out->n_context > lim->max_prompt_tokens)
 		return fail(why, "context longer than the maximum prompt", KVP_E_LIMIT);
+	/* before the template renders a byte: the messages are of the frame's size */
+	if (text_too_long(lim, text_bytes))
+		return fail(why, "chat messages longer than max_text_bytes together", KVP_E_LIMIT);
 	if (out->max_new_tokens > lim->max_new_tokens)
 		return fail(why, "max_new_tokens above the maximum", KVP_E_LIMIT);
 
@@ -873,6 +889,7 @@ int kvp_proto_decode_lease_req(const void *payload, size_t len, const struct kvp
 {
 	struct kvp_cur c;
 	const void *p;
+	int r;
 
 	kvp_cur_init(&c, payload, len);
 	p = kvp_cur_take(&c, sizeof(*out));
@@ -881,8 +898,9 @@ int kvp_proto_decode_lease_req(const void *payload, size_t len, const struct kvp
 	memcpy(out, p, sizeof(*out));
 	if (out->flags)
 		return fail(why, "unknown LEASE flags", KVP_E_PROTO);
-	if (out->salt_len > KVP_SALT_MAX)
-		return fail(why, "LEASE salt longer than KVP_SALT_MAX", KVP_E_PROTO);
+	r = check_salt(out->salt, out->salt_len, why); /* as GENERATE's and PIN's */
+	if (r)
+		return r;
 	if (!out->n_tokens)
 		return fail(why, "LEASE of no tokens", KVP_E_INVALID);
 	if (out->n_tokens > lim->max_prompt_tokens)

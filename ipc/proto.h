@@ -29,11 +29,15 @@
  * @max_frame_bytes:   largest frame, header included
  * @max_prompt_tokens: prompt token ids, or prompt text bytes, in one GENERATE
  * @max_new_tokens:    largest max_new_tokens a GENERATE may ask for
+ * @max_text_bytes:    text bytes in one request, checked before anything renders or
+ *                     tokenizes it: a CHAT's messages together, the text of a GENERATE,
+ *                     PIN or TOKENIZE (which max_prompt_tokens bounds as well); 0: none
  */
 struct kvp_proto_limits {
 	uint32_t max_frame_bytes;
 	uint32_t max_prompt_tokens;
 	uint32_t max_new_tokens;
+	uint32_t max_text_bytes;
 };
 
 /* Largest temperature accepted; higher is indistinguishable from uniform sampling. */
@@ -92,8 +96,8 @@ struct kvp_proto_msg {
  *
  * Every message must have a known role and be well-formed UTF-8 with no NUL; the
  * template name NUL-padded printable ASCII.
- * Return: KVP_OK, KVP_E_PROTO, KVP_E_LIMIT (too many messages or context ids,
- * max_new_tokens) or KVP_E_INVALID (a value).
+ * Return: KVP_OK, KVP_E_PROTO, KVP_E_LIMIT (too many messages or context ids, more
+ * message bytes than max_text_bytes, max_new_tokens) or KVP_E_INVALID (a value).
  */
 int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_proto_limits *lim,
 			  struct kvp_chat *out, const void **context, const uint8_t **msgs,

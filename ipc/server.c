@@ -48,6 +48,7 @@
 #define DEF_MAX_PROMPT 32768u
 #define DEF_MAX_NEW 4096u
 #define DEF_OUTQ (1u << 20)
+#define DEF_MAX_REFUSALS 16u /* refused requests in a row before the connection closes */
 
 #define RECV_BUFS 256u
 #define RECV_BUF_SIZE 16384u
@@ -338,7 +339,22 @@ int kvp_srv_reply_error(struct kvp_server *srv, struct kvp_conn *c, uint64_t req
 int kvp_srv_refuse(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id, int status,
 		   const char *msg)
 {
-	return queue_error(srv, c, req_id, status, msg) ? -ENOTCONN : 0;
+	if (queue_error(srv, c, req_id, status, msg))
+		return -ENOTCONN;
+	/*
+	 * the request's own fault, not a passing state (BUSY, SHUTDOWN) or an end the client
+	 * asked for (CANCELLED): a client that sends nothing else is closed, so that a stream
+	 * of refused frames costs it its connection, not the daemon its time
+	 */
+	if (status != KVP_E_INVALID && status != KVP_E_LIMIT && status != KVP_E_NOSPACE &&
+	    status != KVP_E_DENIED)
+		return 0;
+	if (srv->cfg.max_refusals == UINT32_MAX || ++c->refusals < srv->cfg.max_refusals)
+		return 0;
+	srv->st.refusal_closes++;
+	kvp_srv_fail(srv, c, KVP_E_LIMIT,
+		     "too many refused requests in a row (server.max_refusals); closing");
+	return -ENOTCONN;
 }
 
 /* WELCOME, the first bytes of the connection, with dup()s of @fds attached. */
@@ -412,6 +428,7 @@ int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_
 		return -ENOTCONN;
 	if (!kvp_conn_req_del(c, req_id))
 		return -ENOENT;
+	c->refusals = 0; /* a request served: the refusals are no longer in a row */
 	if (scratch_reserve(srv, len))
 		return -ENOMEM;
 	kvp_proto_encode_done(srv->scratch, srv->scratch_cap, req_id, usage);
@@ -430,6 +447,7 @@ int kvp_server_send_lease(struct kvp_server *srv, kvp_conn_id conn, uint64_t req
 		return -EMSGSIZE;
 	if (!kvp_conn_req_del(c, req_id))
 		return -ENOENT;
+	c->refusals = 0; /* a request served: the refusals are no longer in a row */
 	if (scratch_reserve(srv, len))
 		return -ENOMEM;
 	kvp_proto_encode_lease(srv->scratch, srv->scratch_cap, req_id, l, blocks);
@@ -467,6 +485,7 @@ int kvp_server_send_done_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t r
 		return -ENOTCONN;
 	if (!kvp_conn_req_del(c, req_id))
 		return -ENOENT;
+	c->refusals = 0; /* a request served: the refusals are no longer in a row */
 	if (scratch_reserve(srv, len))
 		return -ENOMEM;
 	kvp_proto_encode_done_cc(srv->scratch, srv->scratch_cap, req_id, usage, cu);
@@ -1164,6 +1183,8 @@ static int config_fill(struct kvp_server_config *c)
 		c->max_new_tokens = DEF_MAX_NEW;
 	if (!c->outq_bytes)
 		c->outq_bytes = DEF_OUTQ;
+	if (!c->max_refusals)
+		c->max_refusals = DEF_MAX_REFUSALS;
 	if (c->max_frame_bytes < 256 || c->max_frame_bytes > (64u << 20) || c->max_conns > 65536 ||
 	    c->max_reqs_per_conn > 4096 || c->max_prompt_tokens > (16u << 20) ||
 	    c->outq_bytes < 4096 || c->outq_bytes > (1u << 30))
@@ -1204,7 +1225,8 @@ int kvp_server_new(struct kvp_server **out, const struct kvp_server_config *cfg,
 		goto err_free;
 	srv->lim = (struct kvp_proto_limits){ .max_frame_bytes = srv->cfg.max_frame_bytes,
 					      .max_prompt_tokens = srv->cfg.max_prompt_tokens,
-					      .max_new_tokens = srv->cfg.max_new_tokens };
+					      .max_new_tokens = srv->cfg.max_new_tokens,
+					      .max_text_bytes = srv->cfg.max_text_bytes };
 	r = -ENOMEM;
 	srv->socket_path = strdup(cfg->socket_path);
 	srv->status_path = cfg->status_path ? strdup(cfg->status_path) : NULL;

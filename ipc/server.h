@@ -59,6 +59,13 @@ struct kvp_peer {
  *                      fill is disconnected; 0: 1 MiB; 4 KiB .. 1 GiB.  Make it at
  *                      least twice the output a client may have in flight unread: the
  *                      bytes of a send stay queued until the whole send completes
+ * @max_text_bytes:     text bytes in one request (a CHAT's messages together, a
+ *                      GENERATE's, PIN's or TOKENIZE's text), refused before svc/ sees
+ *                      it; 0: none but the frame's size
+ * @max_refusals:       a connection whose requests are refused this many times in a row
+ *                      (ERROR INVALID, LIMIT, NOSPACE or DENIED for a request, with no
+ *                      DONE or LEASED between) is sent ERROR KVP_E_LIMIT (req_id 0) and
+ *                      closed; 0: 16; UINT32_MAX: never
  *
  * Call kvp_server_new() before starting other threads: it changes the umask briefly.
  */
@@ -75,6 +82,8 @@ struct kvp_server_config {
 	uint32_t outq_bytes;
 	uint32_t max_conns_per_uid;
 	uint32_t idle_timeout_ms;
+	uint32_t max_text_bytes;
+	uint32_t max_refusals;
 };
 
 /* Output format asked of the status socket. */
@@ -253,6 +262,7 @@ struct kvp_server_stats {
 	uint64_t frames_out;
 	uint64_t proto_errors;
 	uint64_t slow_disconnects;
+	uint64_t refusal_closes; /* closed after max_refusals refused requests in a row */
 };
 void kvp_server_get_stats(const struct kvp_server *srv, struct kvp_server_stats *st);
 

@@ -120,10 +120,18 @@ static const struct key_def keys[] = {
 	  1ull << 30, "unsent output a connection may queue before it is dropped" },
 	{ "server", "max_conns_per_uid", "max-conns-per-uid", T_U32, OFF(max_conns_per_uid), 0, 0,
 	  65536, "connections one user (uid) may hold; 0: a quarter of max_conns" },
+	{ "server", "max_refusals", "max-refusals", T_U32, OFF(max_refusals), 0, 0, 1u << 20,
+	  "close a connection after this many refused requests in a row (INVALID, LIMIT,\n"
+	  "NOSPACE, DENIED, with no request served between); 0: never" },
 	{ "server", "idle_timeout_ms", "idle-timeout-ms", T_U32, OFF(idle_timeout_ms), 0, 0,
 	  86400000, "close a connection idle this long with nothing in flight; 0: never" },
 	{ "limits", "max_prompt_tokens", "max-prompt-tokens", T_U32, OFF(max_prompt_tokens), 0, 1,
 	  1u << 20, "prompt tokens (or text bytes) in one request" },
+	{ "limits", "max_text_bytes", "max-text-bytes", T_SIZE, OFF(max_text_bytes),
+	  CAP(max_text_bytes), 0, 64ull << 20,
+	  "text bytes in one request (a CHAT's messages together), refused before anything\n"
+	  "renders or tokenizes them; 0: 4 x max_prompt_tokens x the vocabulary's longest\n"
+	  "token, more than any text that can fit" },
 	{ "limits", "max_new_tokens", "max-new-tokens", T_U32, OFF(max_new_tokens), 0, 1, 1u << 20,
 	  "tokens one request may generate" },
 	{ "scheduler", "max_running", "max-running", T_U32, OFF(max_running), 0, 1, 4096,
@@ -325,6 +333,7 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->max_reqs_per_conn = 16;
 	c->outq_bytes = 4u << 20;
 	c->idle_timeout_ms = 300000;
+	c->max_refusals = 16;
 	c->max_prompt_tokens = 16384;
 	c->max_new_tokens = 4096;
 	c->max_running = 64;

@@ -72,7 +72,10 @@ enum kvp_huge_pages {
  * @max_conns_per_uid:  connections one uid may hold; 0: a quarter of max_conns
  * @idle_timeout_ms:    a connection with nothing in flight this long is closed; 0: never
  * [limits]
+ * @max_refusals:       refused requests in a row that close a connection; 0: never
  * @max_prompt_tokens:  prompt tokens (or text bytes) in one request
+ * @max_text_bytes:     text bytes in one request (a CHAT's messages together); 0: from the
+ *                      vocabulary (kvp_daemon: 4 x max_prompt_tokens x its longest token)
  * @max_new_tokens:     generated tokens one request may ask for
  * [scheduler]
  * @max_running:        sequences decoded together (batch size bound)
@@ -141,8 +144,10 @@ struct kvp_config {
 	uint64_t outq_bytes;
 	uint32_t max_conns_per_uid;
 	uint32_t idle_timeout_ms;
+	uint32_t max_refusals;
 
 	uint32_t max_prompt_tokens;
+	uint32_t max_text_bytes;
 	uint32_t max_new_tokens;
 
 	uint32_t max_running;

@@ -453,7 +453,7 @@ static uint64_t outstanding(const struct kvp_daemon *d)
 
 	for (uint32_t i = 0; i < d->domains.n_domains; i++)
 		n += kvp_sched_outstanding(d->domains.dom[i].sched);
-	return n;
+	return n + kvp_requests_pending(&d->req); /* and those the text worker has */
 }
 
 /* Whether a pool of @bytes would sit on reserved 2 MiB pages (counted by no guard). */
@@ -556,6 +556,29 @@ static gid_t status_gid(const struct kvp_config *cfg)
 	return (gid_t)-1;
 }
 
+/*
+ * limits.max_text_bytes = 0: 4 x max_prompt_tokens x the vocabulary's longest token.
+ * A text longer than max_prompt_tokens x that tokenizes to more ids than
+ * max_prompt_tokens whatever it says (a token covers at most its own bytes); four times
+ * it leaves room for what a chat template drops (trimmed whitespace).  At most the
+ * frame's size: beyond it the cap changes nothing.
+ */
+static uint32_t text_bytes_cap(const struct kvp_daemon *d)
+{
+	uint64_t longest = 1, cap;
+
+	if (d->cfg.max_text_bytes)
+		return d->cfg.max_text_bytes;
+	for (uint32_t i = 0; i < kvp_tokenizer_n_vocab(d->tok); i++) {
+		size_t len = 0;
+
+		if (kvp_tokenizer_piece(d->tok, (int32_t)i, &len) && len > longest)
+			longest = len;
+	}
+	cap = 4 * (uint64_t)d->cfg.max_prompt_tokens * longest;
+	return cap < d->cfg.max_frame_bytes ? (uint32_t)cap : d->cfg.max_frame_bytes;
+}
+
 static int make_server(struct kvp_daemon *d)
 {
 	struct kvp_server_config sc = {
@@ -572,6 +595,8 @@ static int make_server(struct kvp_daemon *d)
 							       (uint32_t)d->cfg.outq_bytes,
 		.max_conns_per_uid = kvp_config_conns_per_uid(&d->cfg),
 		.idle_timeout_ms = d->cfg.idle_timeout_ms,
+		.max_text_bytes = text_bytes_cap(d),
+		.max_refusals = d->cfg.max_refusals ? d->cfg.max_refusals : UINT32_MAX,
 	};
 	struct kvp_server_ops ops;
 	int r;
@@ -604,12 +629,27 @@ static int make_server(struct kvp_daemon *d)
 		return r;
 	}
 	d->req.srv = d->srv;
+	kvp_log(LOG_INFO, "server: text of one request at most %u bytes (limits.max_text_bytes%s)",
+		sc.max_text_bytes, d->cfg.max_text_bytes ? "" : " = 0: from the vocabulary");
 	r = kvp_server_add_wakeup(d->srv, d->wake_fd, kvp_requests_on_events, &d->req);
 	if (r < 0) {
 		kvp_log(LOG_ERR, "server: register the engine eventfd: %s", strerror(-r));
 		goto err_server;
 	}
+	r = kvp_requests_start_text(&d->req);
+	if (r < 0) {
+		kvp_log(LOG_ERR, "server: start the text worker: %s", strerror(-r));
+		goto err_server;
+	}
+	r = kvp_server_add_wakeup(d->srv, d->req.text_efd, kvp_requests_on_text, &d->req);
+	if (r < 0) {
+		kvp_log(LOG_ERR, "server: register the text worker's eventfd: %s", strerror(-r));
+		goto err_text;
+	}
 	return 0;
+
+err_text:
+	kvp_requests_stop_text(&d->req);
 
 err_server:
 	kvp_server_free(d->srv);
@@ -777,6 +817,7 @@ int kvp_daemon_new(struct kvp_daemon **out, const struct kvp_config *cfg)
 err_server:
 	sig_server = NULL;
 	kvp_server_free(d->srv);
+	kvp_requests_stop_text(&d->req);   /* before the tokenizer it reads */
 	kvp_watchdog_deinit(&d->watchdog); /* after the server: its ring reads the timer */
 	kvp_reclaim_deinit(&d->reclaim);
 err_engine:
@@ -855,7 +896,8 @@ void kvp_daemon_free(struct kvp_daemon *d)
 	for (uint32_t i = 0; i < d->domains.n_domains; i++)
 		kvp_sched_loop_gone(d->domains.dom[i].sched);
 	sig_server = NULL;
-	kvp_server_free(d->srv); /* reports every connection closed to d->req */
+	kvp_server_free(d->srv);	 /* reports every connection closed to d->req */
+	kvp_requests_stop_text(&d->req); /* its thread reads the tokenizer */
 	free_engines(d);
 	kvp_remote_free(d->remote); /* its I/O thread reads pool blocks: before the pools */
 	kvp_watchdog_deinit(&d->watchdog);

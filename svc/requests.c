@@ -12,9 +12,13 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdalign.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "compute/convo.h"
 #include "compute/convo_bp.h"
@@ -24,13 +28,58 @@
 #include "svc/domain.h"
 #include "svc/log.h"
 #include "svc/sched.h"
+#include "svc/textwork.h"
 #include "util/time.h"
 
 #define EVENT_BATCH 256u
+#define TEXT_BATCH 64u
+
+/*
+ * Text work (svc/textwork.h): what a request hands the worker thread and what comes
+ * back.  The loop copies the request's text out of the frame once, into @buf; the worker
+ * renders and tokenizes and leaves the ids in @tokens, which the loop then moves (not
+ * copies) into the engine's request.
+ */
+enum text_kind { TEXT_GENERATE, TEXT_PIN, TEXT_TOKENIZE, TEXT_CHAT };
+
+#define TEXT_CANCELLED 0x1u /* loop_flags: CANCEL came while the worker had it */
+
+struct text_job {
+	struct kvp_textjob base; /* first: the worker hands back this pointer */
+	const struct kvp_tokenizer *tok;
+	enum text_kind kind;
+	kvp_conn_id conn;
+	uint64_t req_id;
+	uint64_t t_recv_ns;
+	union {
+		struct kvp_generate g;
+		struct kvp_pin pin;
+		struct kvp_tokenize t;
+		struct kvp_chat ch;
+	} u;
+	uint32_t pin_type;
+	bool has_cc;
+	struct kvp_cache_ctl cc;
+	/* GENERATE, PIN, TOKENIZE: @text_len bytes of text at @buf; CHAT: the conversation */
+	unsigned int tok_flags;
+	uint32_t max_ids;
+	uint32_t text_len;
+	struct kvp_chat_template tmpl;
+	struct kvp_convo cv;
+	bool want_bp;		     /* CHAT: map message breakpoints (into @cc_tok) */
+	struct kvp_cache_ctl cc_tok; /* their TTLs resolved on the loop, positions here */
+	/* the worker's answer */
+	int r; /* 0, or -errno of the tokenizer or the template */
+	int32_t *tokens;
+	uint32_t n_tokens;
+	char err[512];
+	alignas(max_align_t) unsigned char buf[];
+};
 
 int kvp_requests_init(struct kvp_requests *q)
 {
 	memset(q, 0, sizeof(*q));
+	q->text_efd = -1;
 	q->conns = (struct kvp_conns)KVP_CONNS_INIT;
 	kvp_reqlog_init(&q->log);
 	q->evbuf = calloc(EVENT_BATCH, sizeof(*q->evbuf));
@@ -52,8 +101,36 @@ err:
 	return -ENOMEM;
 }
 
+static void text_job_free(struct kvp_textjob *base);
+
+int kvp_requests_start_text(struct kvp_requests *q)
+{
+	int r;
+
+	q->text_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (q->text_efd < 0)
+		return -errno;
+	r = kvp_textwork_new(&q->tw, q->text_efd, 0);
+	if (r < 0) {
+		close(q->text_efd);
+		q->text_efd = -1;
+	}
+	return r;
+}
+
+void kvp_requests_stop_text(struct kvp_requests *q)
+{
+	kvp_textwork_free(q->tw, text_job_free);
+	q->tw = NULL;
+	q->jobs = NULL;
+	if (q->text_efd >= 0)
+		close(q->text_efd);
+	q->text_efd = -1;
+}
+
 void kvp_requests_deinit(struct kvp_requests *q)
 {
+	kvp_requests_stop_text(q);
 	kvp_conns_deinit(&q->conns);
 	kvp_reqlog_deinit(&q->log);
 	free(q->text_buf);
@@ -124,19 +201,17 @@ static int submit_status(int r)
 	}
 }
 
-/* A text prompt as ids in @r: KVP_OK, KVP_E_LIMIT, KVP_E_INVALID (no ids), KVP_E_INTERNAL. */
-static int tokenize_prompt(struct kvp_requests *q, const char *text, uint32_t len,
-			   unsigned int flags, struct kvp_sched_req *r)
+/*
+ * The wire status of a text prompt's tokenization (kvp_gen_tokenize() returned @n, and
+ * gave @n_tokens ids): KVP_OK, KVP_E_LIMIT, KVP_E_INVALID (no ids), KVP_E_INTERNAL.
+ */
+static int tokenize_status(int n, uint32_t n_tokens)
 {
-	int n;
-
-	n = kvp_gen_tokenize(&r->tokens, &r->n_tokens, q->tok, text, len, flags,
-			     q->max_prompt_tokens);
 	if (n == -E2BIG)
 		return KVP_E_LIMIT;
 	if (n < 0)
 		return KVP_E_INTERNAL;
-	return r->n_tokens ? KVP_OK : KVP_E_INVALID;
+	return n_tokens ? KVP_OK : KVP_E_INVALID;
 }
 
 /*
@@ -209,13 +284,41 @@ static int take_cache_ctl(struct kvp_requests *q, kvp_conn_id conn, uint64_t req
 	return KVP_OK;
 }
 
+static int text_push(struct kvp_requests *q, struct text_job *j);
+static struct text_job *text_job_new(struct kvp_requests *q, enum text_kind kind, kvp_conn_id conn,
+				     uint64_t req_id, size_t buf_bytes);
+
+/*
+ * A GENERATE whose prompt ids are in @r (owned): the rest of the request, then the
+ * engine.  Return: as submit().
+ */
+static int generate_submit(struct kvp_requests *q, struct kvp_conn_rec *c,
+			   const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
+			   struct kvp_sched_req *r)
+{
+	int st;
+
+	r->max_new = g->max_new_tokens;
+	r->no_cache = g->flags & KVP_GEN_NO_CACHE;
+	r->priority = request_priority(q, c, g->priority);
+	r->sample = (struct kvp_sample_params){
+		.temperature = g->temperature, .top_k = g->top_k, .top_p = g->top_p, .seed = g->seed
+	};
+	r->salt_len = g->salt_len;
+	memcpy(r->salt, g->salt, g->salt_len);
+	st = take_cache_ctl(q, r->conn, r->req_id, cc, r);
+	if (!r->tokens)
+		return st;
+	return submit(q, c, r);
+}
+
 static int generate(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 		    const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
 		    const int32_t *tokens, const char *text)
 {
 	struct kvp_sched_req r = { .conn = conn, .req_id = req_id, .t_recv_ns = kvp_now_ns() };
 	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
-	int st;
+	struct text_job *j;
 
 	if (!c)
 		return KVP_E_INTERNAL; /* ipc/ only passes GENERATE after a HELLO we took */
@@ -223,30 +326,27 @@ static int generate(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 	assert(c->in_flight < q->max_reqs_per_conn);
 
 	if (g->flags & KVP_GEN_TEXT) {
-		st = tokenize_prompt(q, text, g->text_bytes,
-				     g->flags & KVP_GEN_PARSE_SPECIAL ? KVP_TOK_PARSE_SPECIAL : 0,
-				     &r);
-		if (st != KVP_OK)
-			return reject(q, conn, req_id, st);
-	} else {
-		r.tokens = malloc((size_t)g->n_tokens * sizeof(int32_t));
-		if (!r.tokens)
+		/* tokenized by the text worker; text_done() goes on from generate_submit() */
+		j = text_job_new(q, TEXT_GENERATE, conn, req_id, g->text_bytes);
+		if (!j)
 			return reject(q, conn, req_id, KVP_E_INTERNAL);
-		memcpy(r.tokens, tokens, (size_t)g->n_tokens * sizeof(int32_t));
-		r.n_tokens = g->n_tokens;
+		j->u.g = *g;
+		if (cc) {
+			j->cc = *cc;
+			j->has_cc = true;
+		}
+		j->tok_flags = g->flags & KVP_GEN_PARSE_SPECIAL ? KVP_TOK_PARSE_SPECIAL : 0;
+		j->max_ids = q->max_prompt_tokens;
+		j->text_len = g->text_bytes;
+		memcpy(j->buf, text, g->text_bytes);
+		return text_push(q, j);
 	}
-	r.max_new = g->max_new_tokens;
-	r.no_cache = g->flags & KVP_GEN_NO_CACHE;
-	r.priority = request_priority(q, c, g->priority);
-	r.sample = (struct kvp_sample_params){
-		.temperature = g->temperature, .top_k = g->top_k, .top_p = g->top_p, .seed = g->seed
-	};
-	r.salt_len = g->salt_len;
-	memcpy(r.salt, g->salt, g->salt_len);
-	st = take_cache_ctl(q, conn, req_id, cc, &r);
+	r.tokens = malloc((size_t)g->n_tokens * sizeof(int32_t));
 	if (!r.tokens)
-		return st;
-	return submit(q, c, &r);
+		return reject(q, conn, req_id, KVP_E_INTERNAL);
+	memcpy(r.tokens, tokens, (size_t)g->n_tokens * sizeof(int32_t));
+	r.n_tokens = g->n_tokens;
+	return generate_submit(q, c, g, cc, &r);
 }
 
 static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
@@ -282,22 +382,44 @@ static const char *pin_denied_why(const struct kvp_requests *q, const struct kvp
 }
 
 /*
- * PIN / UNPIN (@type): operators only (cache.pin_allowed); PIN runs as a request that
- * computes and publishes the prompt's blocks, UNPIN and FLUSH the engine answers at once.
+ * PIN or UNPIN (@type) with its prompt ids in @r (owned): PIN runs as a request that
+ * computes and publishes the prompt's blocks, UNPIN the engine answers at once.
+ * Return: as submit().
  */
+static int pin_submit(struct kvp_requests *q, struct kvp_conn_rec *c, uint32_t type,
+		      const struct kvp_pin *p, struct kvp_sched_req *r)
+{
+	int st;
+
+	r->max_new = 1;
+	r->op = KVP_SCHED_OP_PIN;
+	r->has_cc = true;
+	r->sample = (struct kvp_sample_params){ .top_p = 1.0f };
+	r->salt_len = p->salt_len;
+	memcpy(r->salt, p->salt, p->salt_len);
+	r->priority = request_priority(q, c, KVP_PRIORITY_DEFAULT); /* PIN has no field */
+	if (type == KVP_FRAME_PIN)
+		return submit(q, c, r);
+	st = kvp_sched_unpin(q->domains->dom[c->domain].sched, r->conn, r->req_id, r->tokens,
+			     r->n_tokens, r->salt_len, r->salt);
+	if (st < 0) {
+		free(r->tokens);
+		return reject(q, r->conn, r->req_id, submit_status(st));
+	}
+	kvp_reqlog_start(&q->log, r->conn, r->req_id, r->t_recv_ns);
+	c->in_flight++;
+	c->requests++;
+	return KVP_OK;
+}
+
+/* PIN / UNPIN (@type): operators only (cache.pin_allowed); a text prompt goes to the worker. */
 static int op_pin(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
 		  uint32_t type, const struct kvp_pin *p, const int32_t *tokens, const char *text)
 {
 	struct kvp_requests *q = ctx;
-	struct kvp_sched_req r = { .conn = conn,
-				   .req_id = req_id,
-				   .t_recv_ns = kvp_now_ns(),
-				   .max_new = 1,
-				   .op = KVP_SCHED_OP_PIN,
-				   .has_cc = true,
-				   .sample = { .top_p = 1.0f } };
+	struct kvp_sched_req r = { .conn = conn, .req_id = req_id, .t_recv_ns = kvp_now_ns() };
 	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
-	int st;
+	struct text_job *j;
 
 	(void)peer;
 	if (!c)
@@ -305,33 +427,23 @@ static int op_pin(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint
 	if (!may_pin(q, c))
 		return refuse(q, conn, req_id, KVP_E_DENIED, pin_denied_why(q, c));
 	if (p->flags & KVP_GEN_TEXT) {
-		st = tokenize_prompt(q, text, p->text_bytes,
-				     p->flags & KVP_GEN_PARSE_SPECIAL ? KVP_TOK_PARSE_SPECIAL : 0,
-				     &r);
-		if (st != KVP_OK)
-			return reject(q, conn, req_id, st);
-	} else {
-		r.tokens = malloc((size_t)p->n_tokens * sizeof(int32_t));
-		if (!r.tokens)
+		j = text_job_new(q, TEXT_PIN, conn, req_id, p->text_bytes);
+		if (!j)
 			return reject(q, conn, req_id, KVP_E_INTERNAL);
-		memcpy(r.tokens, tokens, (size_t)p->n_tokens * sizeof(int32_t));
-		r.n_tokens = p->n_tokens;
+		j->u.pin = *p;
+		j->pin_type = type;
+		j->tok_flags = p->flags & KVP_GEN_PARSE_SPECIAL ? KVP_TOK_PARSE_SPECIAL : 0;
+		j->max_ids = q->max_prompt_tokens;
+		j->text_len = p->text_bytes;
+		memcpy(j->buf, text, p->text_bytes);
+		return text_push(q, j);
 	}
-	r.salt_len = p->salt_len;
-	memcpy(r.salt, p->salt, p->salt_len);
-	r.priority = request_priority(q, c, KVP_PRIORITY_DEFAULT); /* PIN has no field */
-	if (type == KVP_FRAME_PIN)
-		return submit(q, c, &r);
-	st = kvp_sched_unpin(q->domains->dom[c->domain].sched, conn, req_id, r.tokens, r.n_tokens,
-			     r.salt_len, r.salt);
-	if (st < 0) {
-		free(r.tokens);
-		return reject(q, conn, req_id, submit_status(st));
-	}
-	kvp_reqlog_start(&q->log, conn, req_id, r.t_recv_ns);
-	c->in_flight++;
-	c->requests++;
-	return KVP_OK;
+	r.tokens = malloc((size_t)p->n_tokens * sizeof(int32_t));
+	if (!r.tokens)
+		return reject(q, conn, req_id, KVP_E_INTERNAL);
+	memcpy(r.tokens, tokens, (size_t)p->n_tokens * sizeof(int32_t));
+	r.n_tokens = p->n_tokens;
+	return pin_submit(q, c, type, p, &r);
 }
 
 /*
@@ -405,27 +517,25 @@ static int answer_ids(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 	return KVP_OK;
 }
 
+/* TOKENIZE: on the worker; text_done() answers. */
 static int op_tokenize(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp_tokenize *t,
 		       const char *text)
 {
 	struct kvp_requests *q = ctx;
-	unsigned int flags = 0;
-	int32_t *ids = NULL;
-	uint32_t n = 0;
-	int r;
+	struct text_job *j = text_job_new(q, TEXT_TOKENIZE, conn, req_id, t->text_bytes);
 
+	if (!j)
+		return reject(q, conn, req_id, KVP_E_INTERNAL);
+	j->u.t = *t;
 	if (t->flags & KVP_TOKENIZE_PARSE_SPECIAL)
-		flags |= KVP_TOK_PARSE_SPECIAL;
+		j->tok_flags |= KVP_TOK_PARSE_SPECIAL;
 	if (t->flags & KVP_TOKENIZE_NO_BOS)
-		flags |= KVP_TOK_NO_ADD_SPECIAL;
-	/* the text is at most max_prompt_tokens bytes; no vocabulary needs 3 ids a byte + 4 */
-	r = kvp_gen_tokenize(&ids, &n, q->tok, text, t->text_bytes, flags,
-			     3 * q->max_prompt_tokens + 4);
-	if (r < 0)
-		return reject(q, conn, req_id, r == -E2BIG ? KVP_E_LIMIT : KVP_E_INTERNAL);
-	r = answer_ids(q, conn, req_id, ids, n, NULL, 0);
-	free(ids);
-	return r;
+		j->tok_flags |= KVP_TOK_NO_ADD_SPECIAL;
+	/* no vocabulary needs 3 ids a byte + 4 (the text is at most max_prompt_tokens bytes) */
+	j->max_ids = 3 * t->text_bytes + 4;
+	j->text_len = t->text_bytes;
+	memcpy(j->buf, text, t->text_bytes);
+	return text_push(q, j);
 }
 
 static int op_detokenize(void *ctx, kvp_conn_id conn, uint64_t req_id,
@@ -469,15 +579,13 @@ static const enum kvp_chat_role chat_roles[KVP_ROLE__COUNT] = {
 };
 
 /*
- * @cc's message breakpoints (KVP_CC_BP_MESSAGES) as token positions of @r's prompt, in
- * @out.  Each breakpoint's TTL is resolved first (0 = the request's, then the default of
- * @c's domain) so that two landing on one position keep the longer one.
- * Return: 0, or as kvp_convo_breakpoints() (@err says why on -EINVAL).
+ * @cc's message breakpoints (KVP_CC_BP_MESSAGES), before the worker maps them onto token
+ * positions (kvp_convo_breakpoints()) into @out: each breakpoint's TTL is resolved first
+ * (0 = the request's, then the default of @c's domain) so that two landing on one
+ * position keep the longer one.
  */
-static int message_breakpoints(const struct kvp_requests *q, const struct kvp_conn_rec *c,
-			       const struct kvp_cache_ctl *cc, const struct kvp_chat_template *tmpl,
-			       const struct kvp_convo *cv, const struct kvp_sched_req *r,
-			       struct kvp_cache_ctl *out, char *err, size_t errlen)
+static void message_breakpoints_ttl(const struct kvp_requests *q, const struct kvp_conn_rec *c,
+				    const struct kvp_cache_ctl *cc, struct kvp_cache_ctl *out)
 {
 	/* the peer's domain's policy: its engine resolves the TTLs by it */
 	uint32_t ttl = cc->ttl_s ? cc->ttl_s : q->domains->dom[c->domain].cache.ttl_default_s;
@@ -487,27 +595,24 @@ static int message_breakpoints(const struct kvp_requests *q, const struct kvp_co
 	for (uint32_t i = 0; i < out->n_breakpoints; i++)
 		if (!out->bp_ttl_s[i])
 			out->bp_ttl_s[i] = ttl;
-	return kvp_convo_breakpoints(out->breakpoints, out->bp_ttl_s, &out->n_breakpoints, q->tok,
-				     tmpl, cv, r->tokens, r->n_tokens, q->max_prompt_tokens, err,
-				     errlen);
 }
 
+/*
+ * CHAT: checked here, rendered and tokenized by the worker (the messages and context ids
+ * copied into the job once), answered by chat_done().
+ */
 static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 		const struct kvp_chat *ch, const struct kvp_cache_ctl *cc, const int32_t *context,
 		const struct kvp_proto_msg *msgs)
 {
-	struct kvp_sched_req r = { .conn = conn, .req_id = req_id, .t_recv_ns = kvp_now_ns() };
 	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
-	const struct kvp_chat_template *tmpl = q->tmpl;
-	struct kvp_chat_template named;
-	struct kvp_cache_ctl cc_tok;
+	size_t cm_bytes = (size_t)ch->n_messages * sizeof(struct kvp_chat_msg);
+	size_t ctx_bytes = (size_t)ch->n_context * sizeof(int32_t);
+	size_t text_bytes = 0;
 	struct kvp_chat_msg *cm;
-	struct kvp_convo cv = { .context = context,
-				.n_context = ch->n_context,
-				.context_msgs = ch->context_msgs,
-				.n_msgs = ch->n_messages };
+	struct text_job *j;
 	char err[512] = "";
-	int st;
+	char *text;
 
 	if (!c)
 		return KVP_E_INTERNAL;
@@ -515,45 +620,82 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 	if (cc && cc->n > 1)
 		return refuse(q, conn, req_id, KVP_E_INVALID,
 			      "chat: parallel sampling (n > 1) is GENERATE's only");
+	for (uint32_t i = 0; i < ch->n_messages; i++)
+		text_bytes += msgs[i].len;
+	j = text_job_new(q, TEXT_CHAT, conn, req_id, cm_bytes + ctx_bytes + text_bytes);
+	if (!j)
+		return reject(q, conn, req_id, KVP_E_INTERNAL);
 	if (ch->template_name[0]) {
 		char name[KVP_CHAT_TEMPLATE_NAME_MAX + 1] = "";
 
 		memcpy(name, ch->template_name, KVP_CHAT_TEMPLATE_NAME_MAX);
-		if (kvp_chat_template_named(&named, name, err, sizeof(err)) < 0)
+		if (kvp_chat_template_named(&j->tmpl, name, err, sizeof(err)) < 0) {
+			free(j);
 			return refuse(q, conn, req_id, KVP_E_INVALID, err);
-		tmpl = &named;
-	} else if (!tmpl) {
+		}
+	} else if (q->tmpl) {
+		j->tmpl = *q->tmpl;
+	} else {
+		free(j);
 		return refuse(q, conn, req_id, KVP_E_INVALID, q->tmpl_err);
 	}
-	cm = malloc(ch->n_messages * sizeof(*cm));
-	if (!cm)
-		return reject(q, conn, req_id, KVP_E_INTERNAL);
-	for (uint32_t i = 0; i < ch->n_messages; i++)
-		cm[i] = (struct kvp_chat_msg){ .role = chat_roles[msgs[i].role],
-					       .content = msgs[i].text,
-					       .len = msgs[i].len };
-	cv.msgs = cm;
-	st = kvp_convo_prompt(&r.tokens, &r.n_tokens, q->tok, tmpl, &cv, q->max_prompt_tokens, err,
-			      sizeof(err));
-	if (st == 0 && cc && (cc->flags & KVP_CC_BP_MESSAGES) &&
-	    !(ch->flags & KVP_CHAT_PROMPT_ONLY)) {
-		st = message_breakpoints(q, c, cc, tmpl, &cv, &r, &cc_tok, err, sizeof(err));
-		if (st < 0) {
-			free(r.tokens);
-			r.tokens = NULL;
-		}
-		cc = &cc_tok;
+	j->u.ch = *ch;
+	if (cc) {
+		j->cc = *cc;
+		j->has_cc = true;
+		j->want_bp = (cc->flags & KVP_CC_BP_MESSAGES) &&
+			     !(ch->flags & KVP_CHAT_PROMPT_ONLY);
+		if (j->want_bp)
+			message_breakpoints_ttl(q, c, cc, &j->cc_tok);
 	}
-	free(cm);
-	if (st == -E2BIG) {
+	/* the job's buffer: messages, context ids, texts (cm_bytes keeps the ids aligned) */
+	cm = (struct kvp_chat_msg *)(void *)j->buf;
+	text = (char *)j->buf + cm_bytes + ctx_bytes;
+	if (ctx_bytes)
+		memcpy(j->buf + cm_bytes, context, ctx_bytes);
+	for (uint32_t i = 0; i < ch->n_messages; i++) {
+		if (msgs[i].len)
+			memcpy(text, msgs[i].text, msgs[i].len);
+		cm[i] = (struct kvp_chat_msg){ .role = chat_roles[msgs[i].role],
+					       .content = text,
+					       .len = msgs[i].len };
+		text += msgs[i].len;
+	}
+	j->cv = (struct kvp_convo){ .msgs = cm,
+				    .n_msgs = ch->n_messages,
+				    .context = (const int32_t *)(void *)(j->buf + cm_bytes),
+				    .n_context = ch->n_context,
+				    .context_msgs = ch->context_msgs };
+	j->max_ids = q->max_prompt_tokens;
+	j->base.bytes = text_bytes + ctx_bytes;
+	return text_push(q, j);
+}
+
+/* The worker rendered and tokenized @j, a CHAT: answer it or hand it to the engine. */
+static int chat_done(struct kvp_requests *q, struct kvp_conn_rec *c, struct text_job *j)
+{
+	const struct kvp_chat *ch = &j->u.ch;
+	const struct kvp_cache_ctl *cc = j->has_cc ? (j->want_bp ? &j->cc_tok : &j->cc) : NULL;
+	struct kvp_sched_req r = { .conn = j->conn,
+				   .req_id = j->req_id,
+				   .t_recv_ns = j->t_recv_ns,
+				   .tokens = j->tokens,
+				   .n_tokens = j->n_tokens };
+	kvp_conn_id conn = j->conn;
+	uint64_t req_id = j->req_id;
+	char err[600];
+	int st;
+
+	j->tokens = NULL; /* moved into @r */
+	if (j->r == -E2BIG) {
 		snprintf(err, sizeof(err),
 			 "chat: the conversation is longer than max_prompt_tokens (%u tokens)",
 			 q->max_prompt_tokens);
 		return refuse(q, conn, req_id, KVP_E_LIMIT, err);
 	}
-	if (st == -EINVAL)
-		return refuse(q, conn, req_id, KVP_E_INVALID, err);
-	if (st < 0)
+	if (j->r == -EINVAL)
+		return refuse(q, conn, req_id, KVP_E_INVALID, j->err);
+	if (j->r < 0)
 		return reject(q, conn, req_id, KVP_E_INTERNAL);
 	if (ch->flags & KVP_CHAT_PROMPT_ONLY) { /* counting: answered as a TOKENIZE is */
 		st = answer_ids(q, conn, req_id, r.tokens, r.n_tokens, NULL, 0);
@@ -585,6 +727,159 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 	return submit(q, c, &r);
 }
 
+/* ---- the text worker's jobs (svc/textwork.h) ---- */
+
+/* On the worker thread: render and tokenize; reads only the job and the tokenizer. */
+static void text_run(struct kvp_textjob *base)
+{
+	struct text_job *j = (struct text_job *)base;
+
+	if (j->kind != TEXT_CHAT) {
+		j->r = kvp_gen_tokenize(&j->tokens, &j->n_tokens, j->tok, (const char *)j->buf,
+					j->text_len, j->tok_flags, j->max_ids);
+		return;
+	}
+	j->r = kvp_convo_prompt(&j->tokens, &j->n_tokens, j->tok, &j->tmpl, &j->cv, j->max_ids,
+				j->err, sizeof(j->err));
+	if (j->r == 0 && j->want_bp) {
+		j->r = kvp_convo_breakpoints(j->cc_tok.breakpoints, j->cc_tok.bp_ttl_s,
+					     &j->cc_tok.n_breakpoints, j->tok, &j->tmpl, &j->cv,
+					     j->tokens, j->n_tokens, j->max_ids, j->err,
+					     sizeof(j->err));
+		if (j->r < 0) {
+			free(j->tokens);
+			j->tokens = NULL;
+		}
+	}
+}
+
+/* A job for @buf_bytes of request text (one more, zeroed: text stays NUL-terminated). */
+static struct text_job *text_job_new(struct kvp_requests *q, enum text_kind kind, kvp_conn_id conn,
+				     uint64_t req_id, size_t buf_bytes)
+{
+	struct text_job *j = calloc(1, sizeof(*j) + buf_bytes + 1);
+
+	if (!j)
+		return NULL;
+	j->base.run = text_run;
+	j->base.key = conn;
+	j->base.bytes = buf_bytes;
+	j->tok = q->tok;
+	j->kind = kind;
+	j->conn = conn;
+	j->req_id = req_id;
+	j->t_recv_ns = kvp_now_ns();
+	return j;
+}
+
+static void text_job_free(struct kvp_textjob *base)
+{
+	struct text_job *j = (struct text_job *)base;
+
+	free(j->tokens);
+	free(j);
+}
+
+/*
+ * Hand @j to the worker (it is in flight for ipc/ already; text_done() answers it).
+ * Return: KVP_OK, or KVP_E_BUSY when the worker's queue is full (@j freed).
+ */
+static int text_push(struct kvp_requests *q, struct text_job *j)
+{
+	kvp_conn_id conn = j->conn;
+	uint64_t req_id = j->req_id;
+
+	if (kvp_textwork_push(q->tw, &j->base) < 0) {
+		free(j);
+		return reject(q, conn, req_id, KVP_E_BUSY);
+	}
+	/* the loop's list of jobs out, for CANCEL */
+	j->base.loop_prev = NULL;
+	j->base.loop_next = q->jobs;
+	if (q->jobs)
+		q->jobs->loop_prev = &j->base;
+	q->jobs = &j->base;
+	return KVP_OK;
+}
+
+/* The worker is done with @j: go on where the request left off, on the loop thread. */
+static void text_done(struct kvp_requests *q, struct text_job *j)
+{
+	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, j->conn);
+	struct kvp_sched_req r = { .conn = j->conn,
+				   .req_id = j->req_id,
+				   .t_recv_ns = j->t_recv_ns,
+				   .tokens = j->tokens,
+				   .n_tokens = j->n_tokens };
+	int st;
+
+	if (j->base.loop_prev)
+		j->base.loop_prev->loop_next = j->base.loop_next;
+	else
+		q->jobs = j->base.loop_next;
+	if (j->base.loop_next)
+		j->base.loop_next->loop_prev = j->base.loop_prev;
+	q->text_jobs++;
+	q->text_bytes += j->base.bytes;
+	if (!c) { /* the connection is gone, and ipc/ forgot its requests */
+		text_job_free(&j->base);
+		return;
+	}
+	if (j->base.loop_flags & TEXT_CANCELLED) {
+		kvp_server_send_error(q->srv, j->conn, j->req_id, KVP_E_CANCELLED,
+				      "cancelled before it was tokenized");
+		kvp_reqlog_end(&q->log, j->conn, j->req_id,
+			       &(struct kvp_reqlog_who){ c->client, c->peer.uid }, KVP_E_CANCELLED,
+			       NULL, kvp_now_ns());
+		text_job_free(&j->base);
+		return;
+	}
+	if (j->kind == TEXT_CHAT) {
+		st = chat_done(q, c, j);
+	} else {
+		j->tokens = NULL; /* moved into @r */
+		st = j->kind == TEXT_TOKENIZE ?
+			     (j->r < 0 ? (j->r == -E2BIG ? KVP_E_LIMIT : KVP_E_INTERNAL) : KVP_OK) :
+			     tokenize_status(j->r, r.n_tokens);
+		if (st != KVP_OK) {
+			free(r.tokens);
+			st = reject(q, j->conn, j->req_id, st);
+		} else if (j->kind == TEXT_TOKENIZE) {
+			st = answer_ids(q, j->conn, j->req_id, r.tokens, r.n_tokens, NULL, 0);
+			free(r.tokens);
+		} else if (j->kind == TEXT_GENERATE) {
+			st = generate_submit(q, c, &j->u.g, j->has_cc ? &j->cc : NULL, &r);
+		} else {
+			st = pin_submit(q, c, j->pin_type, &j->u.pin, &r);
+		}
+	}
+	/* what ipc/ answers for a handler's status: here no handler is left to do it */
+	if (st != KVP_OK)
+		kvp_server_send_error(
+			q->srv, j->conn, j->req_id, (enum kvp_status)st,
+			st == KVP_E_LIMIT ?
+				"the text tokenizes to more than max_prompt_tokens ids" :
+				kvp_proto_status_str((uint32_t)st));
+	text_job_free(&j->base);
+}
+
+/* The worker's eventfd fired: finish the jobs it has done. */
+void kvp_requests_on_text(void *arg)
+{
+	struct kvp_requests *q = arg;
+	struct kvp_textjob *done[TEXT_BATCH];
+	unsigned int n;
+
+	while ((n = kvp_textwork_poll(q->tw, done, TEXT_BATCH)) > 0)
+		for (unsigned int i = 0; i < n; i++)
+			text_done(q, (struct text_job *)done[i]);
+}
+
+uint64_t kvp_requests_pending(const struct kvp_requests *q)
+{
+	return kvp_textwork_pending(q->tw);
+}
+
 static int op_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
 		   const struct kvp_chat *ch, const int32_t *context,
 		   const struct kvp_proto_msg *msgs)
@@ -606,9 +901,19 @@ static void op_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
 	struct kvp_requests *q = ctx;
 	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
 
+	if (!c)
+		return;
+	/* still with the text worker: answered CANCELLED when it comes back */
+	for (struct kvp_textjob *j = q->jobs; j; j = j->loop_next) {
+		const struct text_job *t = (const struct text_job *)j;
+
+		if (t->conn == conn && t->req_id == req_id) {
+			j->loop_flags |= TEXT_CANCELLED;
+			return;
+		}
+	}
 	/* in flight, and its first CANCEL: ipc/ checked both */
-	if (c)
-		kvp_sched_cancel(q->domains->dom[c->domain].sched, conn, req_id);
+	kvp_sched_cancel(q->domains->dom[c->domain].sched, conn, req_id);
 }
 
 static void op_closed(void *ctx, kvp_conn_id conn)

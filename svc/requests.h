@@ -4,14 +4,21 @@
  * the engine, and what the engine answers becomes frames.
  *
  *	HELLO     the peer's trust domain (svc/domain.h) -> that domain's WELCOME and fd
- *	GENERATE  a text prompt is tokenized (compute/gen.h; special tokens parsed when
- *	          asked); the request goes to the engine (kvp_sched_submit()), whose
- *	          -errno becomes the wire status
- *	TOKENIZE, DETOKENIZE   answered here at once (IDS, then DONE): the tokenizer is
- *	          immutable and the work is of the size of a prompt
- *	CHAT      the conversation's prompt ids (compute/convo.h: the chat template,
- *	          special tokens parsed, exact context ids continued) go back in an IDS,
- *	          then the request goes to the engine like a GENERATE
+ *	GENERATE  a text prompt is tokenized by the text worker (svc/textwork.h,
+ *	          compute/gen.h; special tokens parsed when asked); the request goes to
+ *	          the engine (kvp_sched_submit()), whose -errno becomes the wire status
+ *	TOKENIZE  tokenized by the text worker, answered when it is done (IDS, DONE)
+ *	DETOKENIZE  answered here at once (IDS, then DONE): a copy of each id's bytes
+ *	CHAT      the text worker renders the conversation's prompt ids (compute/convo.h:
+ *	          the chat template, special tokens parsed, exact context ids continued);
+ *	          they go back in an IDS, then the request goes to the engine like a
+ *	          GENERATE
+ *	PIN       a text prompt as GENERATE's
+ *
+ * The loop thread never renders or tokenizes: a request with text is copied out of its
+ * frame once into a job for the worker, and the ids the worker makes are moved into the
+ * engine's request.  A CANCEL of a request the worker still has is answered when the
+ * worker hands it back (ERROR KVP_E_CANCELLED).
  *	CANCEL    to the engine (ipc/ passes each request's first CANCEL only)
  *	LEASE     to the domain's engine (kvp_sched_lease()), answered by LEASED
  *	RELEASE   to the domain's engine
@@ -42,6 +49,8 @@ struct kvp_chat_template;
 struct kvp_domains;
 struct kvp_sched;
 struct kvp_sched_event;
+struct kvp_textjob;
+struct kvp_textwork;
 struct kvp_tokenizer;
 
 /*
@@ -86,6 +95,11 @@ struct kvp_requests {
 	int32_t *tok_buf;
 	char *text_buf;
 	struct kvp_reqlog log;
+	struct kvp_textwork *tw;  /* the text worker (kvp_requests_start_text()) */
+	int text_efd;		  /* its eventfd, -1 before the start */
+	struct kvp_textjob *jobs; /* the jobs the worker has, for CANCEL */
+	uint64_t text_jobs;	  /* jobs the worker ran, and their bytes (status) */
+	uint64_t text_bytes;
 };
 
 /**
@@ -97,6 +111,24 @@ int kvp_requests_init(struct kvp_requests *q);
 
 /* Free the registry and buffers; after kvp_server_free() (which reports every close). */
 void kvp_requests_deinit(struct kvp_requests *q);
+
+/*
+ * Start the text worker thread; register @q->text_efd with kvp_server_add_wakeup(),
+ * kvp_requests_on_text() its callback.  Return: 0 or -errno.
+ */
+int kvp_requests_start_text(struct kvp_requests *q);
+
+/*
+ * Stop the text worker (jobs it still has are dropped): before the tokenizer is freed,
+ * after kvp_server_free().  Also done by kvp_requests_deinit(); a no-op when stopped.
+ */
+void kvp_requests_stop_text(struct kvp_requests *q);
+
+/* The text worker's eventfd fired: answer or submit the requests it rendered. */
+void kvp_requests_on_text(void *arg);
+
+/* Requests the text worker has (the daemon drains them like the engines' requests). */
+uint64_t kvp_requests_pending(const struct kvp_requests *q);
 
 /* The ipc/ callbacks, @q as their context. */
 void kvp_requests_ops(struct kvp_requests *q, struct kvp_server_ops *ops);

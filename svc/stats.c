@@ -371,6 +371,9 @@ void kvp_stats_fill(const struct kvp_stats *src, const struct kvp_stats_view *v,
 		static_assert(sizeof(s->lat) == sizeof(src->req->log.lat), "histograms");
 		memcpy(s->lat, src->req->log.lat, sizeof(s->lat));
 		s->req_rejected = src->req->rejected;
+		s->text_jobs = src->req->text_jobs;
+		s->text_bytes = src->req->text_bytes;
+		s->text_pending = kvp_requests_pending(src->req);
 	}
 
 	snprintf(s->version, sizeof(s->version), "%s", KVP_VERSION);

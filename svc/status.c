@@ -429,7 +429,17 @@ static const struct def defs[] = {
 	   "", "counter", "Malformed frames answered with ERROR.", 1),
 	JP("connections", "slow_disconnects", K_U64, server.slow_disconnects,
 	   "slow_disconnects_total", "", "counter", "Clients dropped for not reading.", 1),
+	JP("connections", "refusal_closes", K_U64, server.refusal_closes, "refusal_closes_total",
+	   "", "counter",
+	   "Connections closed after server.max_refusals refused requests in a row.", 1),
 	J("connections", "list", K_CONNS, conns),
+
+	JP("text", "jobs", K_U64, text_jobs, "text_jobs_total", "", "counter",
+	   "Requests whose text the text worker rendered and tokenized (off the loop).", 1),
+	JP("text", "bytes", K_U64, text_bytes, "text_bytes_total", "", "counter",
+	   "Text bytes of those requests.", 1),
+	JP("text", "pending", K_U64, text_pending, "text_pending", "", "gauge",
+	   "Requests the text worker has now.", 1),
 
 	JP("leases", "active", K_U64, sched.leases_active, "leases_active", "", "gauge",
 	   "Leases held by clients now (their blocks stay referenced).", 1),

@@ -133,6 +133,9 @@ struct kvp_status_snap {
 	uint64_t index_inserts;		     /* publishes that added an entry */
 	uint64_t req_total;		     /* the engine's, plus @req_rejected */
 	uint64_t req_rejected;		     /* refused before or at submission */
+	uint64_t text_jobs;		     /* requests the text worker rendered/tokenized */
+	uint64_t text_bytes;		     /* their text bytes */
+	uint64_t text_pending;		     /* requests the text worker has now */
 	struct kvp_hist lat[KVP_LAT__COUNT]; /* per-request times of ended requests */
 	char sched_policy[8];		     /* "fair", "fifo" */
 	char tier_state[12];		     /* "off" (none configured), "on", "degraded" */

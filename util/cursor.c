@@ -11,10 +11,14 @@
 
 const void *kvp_cur_take(struct kvp_cur *c, uint64_t n)
 {
+	static const uint8_t none[1];
 	const void *p;
 
 	if (n > c->size - c->off)
 		return NULL;
+	/* no input at all (NULL, 0): zero bytes are still there; NULL + 0 is undefined */
+	if (!c->base)
+		return none;
 	p = c->base + c->off;
 	c->off += (size_t)n;
 	return p;

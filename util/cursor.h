@@ -37,7 +37,11 @@ static inline size_t kvp_cur_left(const struct kvp_cur *c)
 	return c->size - c->off;
 }
 
-/* The current position advanced by @n, or NULL (and no move) when fewer remain. */
+/*
+ * The current position advanced by @n, or NULL (and no move) when fewer remain.  Taking
+ * 0 bytes never fails, also from a cursor over no input (NULL, 0): a non-NULL pointer
+ * to nothing.
+ */
 const void *kvp_cur_take(struct kvp_cur *c, uint64_t n);
 
 /* A little-endian integer; 0, or -EBADMSG (no move) when the input is short. */

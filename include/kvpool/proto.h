@@ -362,10 +362,13 @@ static_assert(sizeof(struct kvp_chat_message) == 8, "wire ABI");
 /**
  * struct kvp_lease_req - LEASE payload, followed by @n_tokens int32 ids.  Answered by
  * one LEASED (possibly of 0 blocks) or by ERROR (BUSY: the connection holds
- * leases.max_per_conn leases already; INVALID: leases are off).
+ * leases.max_per_conn leases already; INVALID: leases are off, or @n_tokens is 0; LIMIT:
+ * @n_tokens above max_prompt_tokens; PROTO, closing the connection: flags, a salt
+ * longer than KVP_SALT_MAX or salt padding not zero).
  * @n_tokens: ids after this struct (>= 1); every full block of them is looked up
  * @ttl_ms:   how long the lease may live; 0 or more than leases.max_ms: leases.max_ms
- * @salt_len, @salt: the cache salt the prefix was published under (as GENERATE's)
+ * @salt_len, @salt: the cache salt the prefix was published under (as GENERATE's: the
+ *            bytes past @salt_len zero)
  * @flags:    0
  */
 struct kvp_lease_req {

@@ -575,75 +575,162 @@ static void test_names(void **state)
 	assert_string_equal(kvp_proto_type_name(KVP_FRAME_CHAT), "CHAT");
 }
 
-static void test_empty_input(void **state)
+/*
+ * Every decoder of ipc/proto.c on an empty payload, at NULL (what a caller may pass for
+ * zero bytes) and at a real address: refused as malformed, never read (the sanitizer
+ * build catches a NULL memcpy or memchr).
+ */
+static void test_empty_payloads(void **state)
 {
-	/*
-	 * Every decoder given no bytes at all (a NULL buffer, length 0) and a zero-length
-	 * payload inside a buffer refuses it with KVP_E_PROTO and reads nothing (UBSan and
-	 * ASan check the "nothing"); so does the header check.
-	 */
-	static const uint8_t some[64];
-	const void *bufs[2] = { NULL, some };
-	const void *body, *ids, *blocks;
-	const uint8_t *msgs;
-	const char *text, *msg, *why;
+	static const uint8_t nothing[1];
+	const void *bases[2] = { NULL, nothing };
 	struct kvp_frame_hdr hdr;
-	size_t msgs_len;
-	bool has_cu;
+	struct kvp_hello hello;
+	struct kvp_generate g;
+	struct kvp_welcome w;
+	struct kvp_token t;
+	struct kvp_usage u;
+	struct kvp_cache_usage cu;
+	struct kvp_error e;
+	struct kvp_tokenize tz;
+	struct kvp_detokenize dt;
+	struct kvp_ids ids;
+	struct kvp_chat ch;
+	struct kvp_lease_req lr;
+	struct kvp_lease le;
+	struct kvp_cache_ctl cc;
+	struct kvp_pin pin;
+	struct kvp_proto_msg msg;
+	const void *p1, *p2;
+	const uint8_t *m;
+	const char *s1, *s2;
+	size_t mlen;
 	int32_t cont;
+	bool has_cu;
 
 	(void)state;
 	for (int i = 0; i < 2; i++) {
-		const void *p = bufs[i];
-		union {
-			struct kvp_hello hello;
-			struct kvp_generate gen;
-			struct kvp_welcome welcome;
-			struct kvp_token token;
-			struct kvp_usage usage;
-			struct kvp_error error;
-			struct kvp_tokenize tok;
-			struct kvp_detokenize detok;
-			struct kvp_ids ids;
-			struct kvp_chat chat;
-			struct kvp_lease_req lreq;
-			struct kvp_lease lease;
-			struct kvp_cache_ctl cc;
-			struct kvp_pin pin;
-		} o;
-		struct kvp_cache_usage cu;
+		const void *b = bases[i];
+		const char *why = NULL;
 
-		assert_int_not_equal(kvp_proto_check_hdr(p, 0, 1u << 20, &hdr, &why), KVP_OK);
-		assert_int_equal(kvp_proto_decode_hello(p, 0, &o.hello, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_generate(p, 0, &lim, &o.gen, &body, &why),
+		assert_int_equal(kvp_proto_check_hdr(b, 0, 4096, &hdr, &why), KVP_E_PROTO);
+		assert_non_null(why);
+		assert_int_equal(kvp_proto_decode_hello(b, 0, &hello, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_generate(b, 0, &lim, &g, &p1, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_welcome(b, 0, &w, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_token(b, 0, &t, &p1, &s1, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_token_cc(b, 0, &t, &p1, &s1, &cont, &why),
 				 KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_welcome(p, 0, &o.welcome, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_token(p, 0, &o.token, &ids, &text, &why),
+		assert_int_equal(kvp_proto_decode_done(b, 0, &u, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_done_cc(b, 0, &u, &cu, &has_cu, &why),
 				 KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_done(p, 0, &o.usage, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_error(p, 0, &o.error, &msg, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_tokenize(p, 0, &lim, &o.tok, &text, &why),
+		assert_false(has_cu);
+		assert_int_equal(kvp_proto_decode_error(b, 0, &e, &s1, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_tokenize(b, 0, &lim, &tz, &s2, &why),
 				 KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_detokenize(p, 0, &lim, &o.detok, &ids, &why),
+		assert_int_equal(kvp_proto_decode_detokenize(b, 0, &lim, &dt, &p1, &why),
 				 KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_ids(p, 0, &o.ids, &ids, &text, &why),
+		assert_int_equal(kvp_proto_decode_ids(b, 0, &ids, &p1, &s1, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_chat(b, 0, &lim, &ch, &p1, &m, &mlen, &why),
 				 KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_chat(p, 0, &lim, &o.chat, &ids, &msgs, &msgs_len,
-						       &why),
+		assert_int_equal(kvp_proto_decode_lease_req(b, 0, &lim, &lr, &p1, &why),
 				 KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_lease_req(p, 0, &lim, &o.lreq, &ids, &why),
-				 KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_lease(p, 0, &o.lease, &blocks, &why),
-				 KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_token_cc(p, 0, &o.token, &ids, &text, &cont,
-							   &why),
-				 KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_done_cc(p, 0, &o.usage, &cu, &has_cu, &why),
-				 KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_cache_ctl(p, 0, 0, &o.cc, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_pin(p, 0, &lim, &o.pin, &body, &why),
-				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_lease(b, 0, &le, &p2, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_cache_ctl(b, 0, 0, &cc, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_pin(b, 0, &lim, &pin, &p1, &why), KVP_E_PROTO);
+		/* a CHAT's empty message section holds no messages: nothing is written */
+		msg.len = 77;
+		kvp_proto_chat_messages(b, 0, 0, &msg);
+		assert_int_equal(msg.len, 77);
 	}
+}
+
+/* LEASE: salt padding must be zero, as GENERATE's and PIN's (a salt that hashes alike) */
+static void test_lease_salt_padding(void **state)
+{
+	struct kvp_lease_req l = { .n_tokens = 1, .salt_len = 3, .salt = { 'a', 'b', 'c' } };
+	struct kvp_lease_req out;
+	int32_t id = 5;
+	uint8_t frame[256];
+	const void *ids;
+	const char *why = NULL;
+	size_t n;
+
+	(void)state;
+	n = kvp_proto_encode_lease_req(frame, sizeof(frame), 9, &l, &id);
+	assert_int_equal(kvp_proto_decode_lease_req(frame + sizeof(struct kvp_frame_hdr),
+						    n - sizeof(struct kvp_frame_hdr), &lim, &out,
+						    &ids, &why),
+			 KVP_OK);
+	l.salt[10] = 1; /* past salt_len */
+	n = kvp_proto_encode_lease_req(frame, sizeof(frame), 9, &l, &id);
+	assert_int_equal(kvp_proto_decode_lease_req(frame + sizeof(struct kvp_frame_hdr),
+						    n - sizeof(struct kvp_frame_hdr), &lim, &out,
+						    &ids, &why),
+			 KVP_E_PROTO);
+	assert_string_equal(why, "salt padding must be zero");
+	l.salt[10] = 0;
+	l.salt_len = KVP_SALT_MAX + 1;
+	n = kvp_proto_encode_lease_req(frame, sizeof(frame), 9, &l, &id);
+	assert_int_equal(kvp_proto_decode_lease_req(frame + sizeof(struct kvp_frame_hdr),
+						    n - sizeof(struct kvp_frame_hdr), &lim, &out,
+						    &ids, &why),
+			 KVP_E_PROTO);
+}
+
+/*
+ * max_text_bytes: a CHAT's messages together, a GENERATE's, PIN's or TOKENIZE's text
+ * past it are LIMIT, decided by the decoder (before anything renders or tokenizes)
+ */
+static void test_text_cap(void **state)
+{
+	struct kvp_proto_limits capped = lim;
+	const struct kvp_proto_msg m[2] = {
+		{ .role = KVP_ROLE_SYSTEM, .len = 6, .text = "abcdef" },
+		{ .role = KVP_ROLE_USER, .len = 5, .text = "ghijk" },
+	};
+	struct kvp_chat c = chat(2), co;
+	struct kvp_generate g = gen(0), go;
+	struct kvp_tokenize t = { .text_bytes = 11 }, to;
+	struct kvp_pin pin = { .flags = KVP_GEN_TEXT, .text_bytes = 11 }, po;
+	uint8_t raw[512];
+	const uint8_t *sect;
+	const void *p;
+	const char *why = NULL, *text;
+	size_t n, sect_len;
+	const size_t h = sizeof(struct kvp_frame_hdr);
+
+	(void)state;
+	g.flags = KVP_GEN_TEXT;
+	g.text_bytes = 11;
+	for (uint32_t cap = 10; cap <= 11; cap++) {
+		int want = cap == 10 ? KVP_E_LIMIT : KVP_OK;
+
+		capped.max_text_bytes = cap;
+		n = kvp_proto_encode_chat(raw, sizeof(raw), 1, &c, NULL, m);
+		assert_int_equal(kvp_proto_decode_chat(raw + h, n - h, &capped, &co, &p, &sect,
+						       &sect_len, &why),
+				 want);
+		if (want)
+			assert_string_equal(why,
+					    "chat messages longer than max_text_bytes together");
+		n = kvp_proto_encode_generate(raw, sizeof(raw), 1, &g, "hello world");
+		assert_int_equal(kvp_proto_decode_generate(raw + h, n - h, &capped, &go, &p, &why),
+				 want);
+		n = kvp_proto_encode_tokenize(raw, sizeof(raw), 1, &t, "hello world");
+		assert_int_equal(kvp_proto_decode_tokenize(raw + h, n - h, &capped, &to, &text,
+							   &why),
+				 want);
+		n = kvp_proto_encode_pin(raw, sizeof(raw), KVP_FRAME_PIN, 1, &pin, "hello world");
+		assert_int_equal(kvp_proto_decode_pin(raw + h, n - h, &capped, &po, &p, &why),
+				 want);
+	}
+	/* 0: no cap (max_prompt_tokens, 64 bytes here, still holds the others) */
+	capped.max_text_bytes = 0;
+	n = kvp_proto_encode_chat(raw, sizeof(raw), 1, &c, NULL, m);
+	assert_int_equal(kvp_proto_decode_chat(raw + h, n - h, &capped, &co, &p, &sect, &sect_len,
+					       &why),
+			 KVP_OK);
 }
 
 int main(void)
@@ -659,7 +746,9 @@ int main(void)
 		cmocka_unit_test(test_chat_frames),
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_message_breakpoints),
-		cmocka_unit_test(test_empty_input),
+		cmocka_unit_test(test_empty_payloads),
+		cmocka_unit_test(test_lease_salt_padding),
+		cmocka_unit_test(test_text_cap),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

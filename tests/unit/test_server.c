@@ -1253,6 +1253,108 @@ static void test_stop_refuses_new_connections(void **state)
 	kvp_client_close(c);
 }
 
+/* After HELLO, GENERATE 15 (echo of 2 ids) answers TOKEN TOKEN DONE: the connection lives. */
+static void expect_alive(int fd)
+{
+	int32_t ids[2] = { 1, 2 };
+	struct kvp_generate g = gen_tokens(2, 0);
+	struct kvp_frame_hdr hdr;
+	uint8_t payload[512];
+
+	send_gen(fd, 15, &g, ids);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(raw_frame(fd, &hdr, payload, sizeof(payload)), 0);
+		assert_int_equal(hdr.req_id, 15);
+		assert_int_equal(hdr.type, i < 2 ? KVP_FRAME_TOKEN : KVP_FRAME_DONE);
+	}
+}
+
+static void test_empty_payloads(void **state)
+{
+	/*
+	 * every frame type with no payload at all: the types whose payload has a struct are
+	 * malformed (ERROR req 0, closed), CANCEL and RELEASE are taken (nothing answers),
+	 * FLUSH is a request of its own (refused here: the test ops have none)
+	 */
+	struct fixture *f = *state;
+	uint8_t frame[64];
+
+	for (uint16_t t = 0; t < KVP_FRAME__COUNT; t++) {
+		bool taken = t == KVP_FRAME_CANCEL || t == KVP_FRAME_RELEASE ||
+			     t == KVP_FRAME_FLUSH;
+		int fd = raw_connect(f->sock);
+		size_t n;
+
+		if (t != KVP_FRAME_HELLO)
+			raw_hello(fd);
+		n = mk_hdr(frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, t, 0, 0, 7);
+		raw_send(fd, frame, n);
+		if (!taken) {
+			expect_error(fd, 0, KVP_E_PROTO, true);
+		} else {
+			if (t == KVP_FRAME_FLUSH)
+				expect_error(fd, 7, KVP_E_INVALID, false);
+			expect_alive(fd);
+		}
+		close(fd);
+	}
+}
+
+static void test_refusals_in_a_row_close(void **state)
+{
+	/*
+	 * 16 refused requests in a row (the default max_refusals) close the connection with
+	 * ERROR KVP_E_LIMIT (req 0); a request served between resets the count
+	 */
+	struct fixture *f = *state;
+	int32_t ids[2] = { 1, 2 };
+	struct kvp_generate g = gen_tokens(2, 0);
+	int fd = raw_connect(f->sock);
+
+	raw_hello(fd);
+	g.temperature = NAN;
+	for (int round = 0; round < 2; round++) {
+		for (uint64_t i = 0; i < 15; i++) {
+			send_gen(fd, 100 + i, &g, ids);
+			expect_error(fd, 100 + i, KVP_E_INVALID, false);
+		}
+		expect_alive(fd);
+	}
+	for (uint64_t i = 0; i < 16; i++) {
+		send_gen(fd, 200 + i, &g, ids);
+		expect_error(fd, 200 + i, KVP_E_INVALID, false);
+	}
+	expect_error(fd, 0, KVP_E_LIMIT, true);
+	close(fd);
+	/* NOSPACE (the ops' refusal) counts too; another connection was never affected */
+	fd = raw_connect(f->sock);
+	raw_hello(fd);
+	g = gen_tokens(2, 3);
+	for (uint64_t i = 0; i < 16; i++) {
+		send_gen(fd, 300 + i, &g, ids);
+		expect_error(fd, 300 + i, KVP_E_NOSPACE, false);
+	}
+	expect_error(fd, 0, KVP_E_LIMIT, true);
+	close(fd);
+}
+
+static void test_lease_salt_padding_closes(void **state)
+{
+	/* LEASE with bytes past salt_len: a malformed frame, as for GENERATE and PIN */
+	struct fixture *f = *state;
+	struct kvp_lease_req l = { .n_tokens = 1, .salt_len = 2, .salt = { 'a', 'b', 0, 9 } };
+	int32_t id = 1;
+	uint8_t frame[256];
+	int fd = raw_connect(f->sock);
+	size_t n;
+
+	raw_hello(fd);
+	n = kvp_proto_encode_lease_req(frame, sizeof(frame), 5, &l, &id);
+	raw_send(fd, frame, n);
+	expect_error(fd, 0, KVP_E_PROTO, true);
+	close(fd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1278,6 +1380,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_empty_payload_frames, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_client_status_empty_answer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stop_refuses_new_connections, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_empty_payloads, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refusals_in_a_row_close, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lease_salt_padding_closes, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -193,6 +193,11 @@ static void test_cursor_bounds(void **state)
 	assert_null(kvp_cur_take(&c, UINT64_MAX));
 	assert_int_equal(c.off, 12);
 	assert_ptr_equal(kvp_cur_take(&c, 1), bytes + 12);
+	/* no input at all: 0 bytes can be taken (a non-NULL pointer), 1 cannot */
+	kvp_cur_init(&c, NULL, 0);
+	assert_non_null(kvp_cur_take(&c, 0));
+	assert_null(kvp_cur_take(&c, 1));
+	assert_int_equal(kvp_cur_le32(&c, &a), -EBADMSG);
 	assert_int_equal(kvp_cur_left(&c), 0);
 	assert_non_null(kvp_cur_take(&c, 0));
 }
