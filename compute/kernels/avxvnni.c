@@ -56,13 +56,13 @@ static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w,
 }
 
 /* integer weights: the AVX2 table's (see the top of the file) */
-#define AVX2_MATMUL(name, TYPE)                                                               \
-	static void matmul_##name(float *restrict out, size_t ldo, const void *restrict w,     \
+#define AVX2_MATMUL(name, TYPE) \
+	static void matmul_##name(float *restrict out, size_t ldo, const void *restrict w, \
 				  size_t w_row_bytes, const void *restrict x, size_t x_row_bytes, \
-				  size_t rows, size_t k, size_t o0, size_t o1)                 \
-	{                                                                                     \
-		kvp_kernels_avx2.matmul[TYPE](out, ldo, w, w_row_bytes, x, x_row_bytes, rows, \
-					      k, o0, o1);                                     \
+				  size_t rows, size_t k, size_t o0, size_t o1) \
+	{ \
+		kvp_kernels_avx2.matmul[TYPE](out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, \
+					      o0, o1); \
 	}
 
 AVX2_MATMUL(q8_0, KVP_GGML_Q8_0)
