@@ -80,9 +80,10 @@ static void run_usage(FILE *f)
 	      "      --weights W       map (used in place from the file, the default) or copy (the\n"
 	      "                        same bytes copied at load into huge pages)\n"
 	      "  -h, --help            this text\n"
-	      "The load report and timings go to stderr. KVP_ISA=scalar|avx2|avx512 forces a kernel\n"
-	      "set (default: the widest this CPU runs); KVP_F32_GEMM=kvpool|openblas fixes the path\n"
-	      "of f32 projections over more than 16 rows (default auto: the faster, measured once).\n"
+	      "The load report and timings go to stderr. KVP_ISA=scalar|avx2|avxvnni|avx512 forces\n"
+	      "a kernel set (default: the widest this CPU runs); KVP_F32_GEMM=kvpool|openblas fixes\n"
+	      "the path of f32 projections over more than 16 rows (default auto: the faster,\n"
+	      "measured once).\n"
 	      "Exit status: 0 ok, 1 failure, 2 usage.\n",
 	      f);
 }
@@ -528,8 +529,9 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 		r = kvp_kernels_best(&k);
 		if (r) {
 			fprintf(stderr, "kvpool-run: KVP_ISA=%s: %s\n", getenv("KVP_ISA"),
-				r == -EINVAL ? "no such kernel set (scalar, avx2, avx512)" :
-					       "this CPU cannot run it");
+				r == -EINVAL ?
+					"no such kernel set (scalar, avx2, avxvnni, avx512)" :
+					"this CPU cannot run it");
 			ret = 1;
 			goto out;
 		}

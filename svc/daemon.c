@@ -223,8 +223,9 @@ static int load_model(struct kvp_daemon *d)
 		r = kvp_kernels_best(&k);
 		if (r < 0) {
 			kvp_log(LOG_ERR, "model: KVP_ISA=%s: %s", getenv("KVP_ISA"),
-				r == -EINVAL ? "no such kernel set (scalar, avx2, avx512)" :
-					       "this CPU cannot run it");
+				r == -EINVAL ?
+					"no such kernel set (scalar, avx2, avxvnni, avx512)" :
+					"this CPU cannot run it");
 			goto err_tok;
 		}
 		if (kvp_lin_f32_gemm() < 0) {

@@ -405,70 +405,26 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 
 KVP_MATMUL_INT_ALL
 
-/* ---- bf16: both operands widened to f32 (exact), FMA ---- */
+/* ---- f16, bf16: vec_f32.inc's GEMV and dot tile over converted weights ---- */
 
-static inline __m256 bf16x8(const uint16_t *p)
+/*
+ * Up to GEMV_GROUP rows the GEMV (each weight vector converted once for every row),
+ * above the dot tile (4 weight rows x 3 tokens, the same sums: see dtile()); F16C for
+ * f16, 16-bit shifts for bf16 (both exact, the products are the scalar oracle's).
+ * F16 prefill went one weight row at a time before: 0.11 of the FMA peak on Zen 3.
+ */
+static void matmul_f16(float *restrict out, size_t ldo, const void *restrict w, size_t w_row_bytes,
+		       const void *restrict x, size_t x_row_bytes, size_t rows, size_t k, size_t o0,
+		       size_t o1)
 {
-	__m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-
-	return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+	matmul_half(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, WT_F16);
 }
 
 static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w, size_t w_row_bytes,
 			const void *restrict x, size_t x_row_bytes, size_t rows, size_t k,
 			size_t o0, size_t o1)
 {
-	size_t kv = k / 8 * 8, step = rows <= GROUP ? o1 - o0 : slice_rows(w_row_bytes);
-
-	for (size_t s0 = o0; s0 < o1; s0 += step) { /* slices: see matmul_f32() */
-		size_t s1 = o1 - s0 < step ? o1 : s0 + step;
-
-		for (size_t r0 = 0; r0 < rows; r0 += GROUP) {
-			size_t g = rows - r0 < GROUP ? rows - r0 : GROUP;
-
-			for (size_t o = s0; o < s1; o++) {
-				const uint16_t *wr = (const uint16_t *)((const uint8_t *)w +
-									o * w_row_bytes);
-				__m256 acc[GROUP];
-
-				for (size_t r = 0; r < g; r++)
-					acc[r] = _mm256_setzero_ps();
-				for (size_t i = 0; i < kv; i += 8) {
-					__m256 wv = bf16x8(wr + i);
-
-					for (size_t r = 0; r < g; r++) {
-						const uint16_t *xr =
-							(const uint16_t *)((const uint8_t *)x +
-									   (r0 + r) * x_row_bytes);
-
-						acc[r] = _mm256_fmadd_ps(wv, bf16x8(xr + i),
-									 acc[r]);
-					}
-				}
-				for (size_t r = 0; r < g; r++) {
-					const uint16_t *xr = (const uint16_t *)((const uint8_t *)x +
-										(r0 +
-										 r) * x_row_bytes);
-					float sum = hsum8(acc[r]);
-
-					for (size_t i = kv; i < k; i++)
-						sum += kvp_bf16_to_f32(wr[i]) *
-						       kvp_bf16_to_f32(xr[i]);
-					out[(r0 + r) * ldo + o] = sum;
-				}
-			}
-		}
-	}
-}
-
-/* ---- the rest: the reference where it is not on a hot path ---- */
-
-/* F16 weights: the GEMV for every row count (no tiled prefill kernel here) */
-static void matmul_f16(float *restrict out, size_t ldo, const void *restrict w, size_t w_row_bytes,
-		       const void *restrict x, size_t x_row_bytes, size_t rows, size_t k, size_t o0,
-		       size_t o1)
-{
-	gemv_f16(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1);
+	matmul_half(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, WT_BF16);
 }
 
 KVP_REF_ACT(f32, KVP_ACT_F32)

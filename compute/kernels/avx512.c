@@ -782,7 +782,7 @@ static void matmul_f16(float *restrict out, size_t ldo, const void *restrict w, 
 	if (rows > GROUP)
 		matmul_float_tiles(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, 0);
 	else
-		gemv_f16(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1);
+		gemv_rows(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, WT_F16);
 }
 
 /* BF16 weights against bf16 activations: vdpbf16ps, 32 products per instruction. */

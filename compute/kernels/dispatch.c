@@ -6,6 +6,9 @@
  * table's file is compiled for *and* the OS saves the registers they use (XGETBV):
  * a kernel must never raise SIGILL.  The answer is computed on each call (a few cpuid
  * instructions; callers ask once per context), so there is no state to initialise.
+ * The decision is a pure function of the cpuid words (kvp_isa_supported_by()), so the
+ * tests check it for CPUs the machine is not (an AVX-VNNI client core, an OS without
+ * ZMM state).
  */
 #include "compute/kernels/kernels.h"
 
@@ -19,6 +22,7 @@
 static const struct kvp_kernels *const tables[KVP_ISA__COUNT] = {
 	[KVP_ISA_SCALAR] = &kvp_kernels_scalar,
 	[KVP_ISA_AVX2] = &kvp_kernels_avx2,
+	[KVP_ISA_AVXVNNI] = &kvp_kernels_avxvnni,
 	[KVP_ISA_AVX512] = &kvp_kernels_avx512,
 };
 
@@ -26,6 +30,8 @@ const char *kvp_isa_name(uint32_t isa)
 {
 	return isa < KVP_ISA__COUNT ? tables[isa]->name : NULL;
 }
+
+#define BIT(r, n) (((r) >> (n)) & 1u)
 
 static uint64_t xgetbv0(void)
 {
@@ -35,37 +41,59 @@ static uint64_t xgetbv0(void)
 	return (uint64_t)hi << 32 | lo;
 }
 
-#define BIT(r, n) (((r) >> (n)) & 1u)
+void kvp_cpu_read(struct kvp_cpu *cpu)
+{
+	uint32_t a, b, c, d;
+
+	memset(cpu, 0, sizeof(*cpu));
+	if (!__get_cpuid(0, &cpu->max_leaf, &b, &c, &d))
+		return;
+	__cpuid(1, a, b, cpu->ecx1, d);
+	if (BIT(cpu->ecx1, 27)) /* OSXSAVE: XGETBV is there */
+		cpu->xcr0 = xgetbv0();
+	if (cpu->max_leaf < 7)
+		return;
+	__cpuid_count(7, 0, a, cpu->ebx7, cpu->ecx7, d);
+	if (a >= 1)
+		__cpuid_count(7, 1, cpu->eax7_1, b, c, d);
+}
+
+int kvp_isa_supported_by(const struct kvp_cpu *cpu, uint32_t isa)
+{
+	if (isa == KVP_ISA_SCALAR)
+		return 1;
+	if (isa >= KVP_ISA__COUNT || cpu->max_leaf < 7)
+		return 0;
+	/* FMA, OSXSAVE, AVX, F16C */
+	if (!BIT(cpu->ecx1, 12) || !BIT(cpu->ecx1, 27) || !BIT(cpu->ecx1, 28) ||
+	    !BIT(cpu->ecx1, 29))
+		return 0;
+	if ((cpu->xcr0 & 0x6) != 0x6) /* XMM and YMM state */
+		return 0;
+	/* AVX2, BMI2 (every vector file is built with it) */
+	if (!BIT(cpu->ebx7, 5) || !BIT(cpu->ebx7, 8))
+		return 0;
+	switch (isa) {
+	case KVP_ISA_AVX2:
+		return 1;
+	case KVP_ISA_AVXVNNI: /* CPUID.(7,1):EAX bit 4, the VEX-encoded vpdpbusd */
+		return (int)BIT(cpu->eax7_1, 4);
+	default: /* AVX-512 */
+		/* opmask, ZMM 0-15 upper halves, ZMM 16-31 */
+		if ((cpu->xcr0 & 0xe0) != 0xe0)
+			return 0;
+		/* AVX512 F, DQ, BW, VL; VNNI; BF16 */
+		return BIT(cpu->ebx7, 16) && BIT(cpu->ebx7, 17) && BIT(cpu->ebx7, 30) &&
+		       BIT(cpu->ebx7, 31) && BIT(cpu->ecx7, 11) && BIT(cpu->eax7_1, 5);
+	}
+}
 
 int kvp_isa_supported(uint32_t isa)
 {
-	uint32_t a, b, c, d, b7 = 0, c7 = 0, a71 = 0, max;
-	uint64_t xcr0;
+	struct kvp_cpu cpu;
 
-	if (isa == KVP_ISA_SCALAR)
-		return 1;
-	if (isa >= KVP_ISA__COUNT || !__get_cpuid(0, &max, &b, &c, &d) || max < 7)
-		return 0;
-	__cpuid(1, a, b, c, d);
-	/* FMA, OSXSAVE, AVX, F16C */
-	if (!BIT(c, 12) || !BIT(c, 27) || !BIT(c, 28) || !BIT(c, 29))
-		return 0;
-	xcr0 = xgetbv0();
-	if ((xcr0 & 0x6) != 0x6) /* XMM and YMM state */
-		return 0;
-	__cpuid_count(7, 0, a, b7, c7, d);
-	if (a >= 1)
-		__cpuid_count(7, 1, a71, b, c, d);
-	if (!BIT(b7, 5) || !BIT(b7, 8)) /* AVX2, BMI2 (both vector files are built with it) */
-		return 0;
-	if (isa == KVP_ISA_AVX2)
-		return 1;
-	/* opmask, ZMM 0-15 upper halves, ZMM 16-31 */
-	if ((xcr0 & 0xe0) != 0xe0)
-		return 0;
-	/* AVX512 F, DQ, BW, VL; VNNI; BF16 */
-	return BIT(b7, 16) && BIT(b7, 17) && BIT(b7, 30) && BIT(b7, 31) && BIT(c7, 11) &&
-	       BIT(a71, 5);
+	kvp_cpu_read(&cpu);
+	return kvp_isa_supported_by(&cpu, isa);
 }
 
 const struct kvp_kernels *kvp_kernels_for(uint32_t isa)
@@ -76,6 +104,7 @@ const struct kvp_kernels *kvp_kernels_for(uint32_t isa)
 int kvp_kernels_best(const struct kvp_kernels **out)
 {
 	const char *want = getenv("KVP_ISA");
+	struct kvp_cpu cpu;
 
 	if (want && *want) {
 		for (uint32_t i = 0; i < KVP_ISA__COUNT; i++) {
@@ -87,14 +116,18 @@ int kvp_kernels_best(const struct kvp_kernels **out)
 		*out = NULL;
 		return -EINVAL;
 	}
-	for (uint32_t i = KVP_ISA__COUNT; i-- > 0;) {
-		if (kvp_isa_supported(i)) {
-			*out = tables[i];
-			return 0;
-		}
-	}
-	*out = NULL; /* cannot happen: scalar is always supported */
-	return -ENOTSUP;
+	kvp_cpu_read(&cpu);
+	*out = tables[kvp_isa_best(&cpu)];
+	return 0;
+}
+
+uint32_t kvp_isa_best(const struct kvp_cpu *cpu)
+{
+	uint32_t i = KVP_ISA__COUNT - 1;
+
+	while (i > KVP_ISA_SCALAR && !kvp_isa_supported_by(cpu, i))
+		i--;
+	return i;
 }
 
 const char *kvp_kernels_gap(const struct kvp_kernels *k, char *buf, size_t len)

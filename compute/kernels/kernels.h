@@ -4,9 +4,10 @@
  *
  * The project is built for a portable x86-64 baseline; the code that needs wider
  * vectors lives in one file per instruction set, each compiled with its own flags
- * (kernels/scalar.c, avx2.c, avx512.c), and exports one const struct kvp_kernels.
- * kvp_kernels_best() picks the widest table the CPU runs (cpuid and the OS's
- * XSAVE state); KVP_ISA=scalar|avx2|avx512 in the environment forces one, which is
+ * (kernels/scalar.c, avx2.c, avxvnni.c, avx512.c), and exports one const struct
+ * kvp_kernels.  kvp_kernels_best() picks the widest table the CPU runs (cpuid and the
+ * OS's XSAVE state); KVP_ISA=scalar|avx2|avxvnni|avx512 in the environment forces one,
+ * which is
  * how tests and benchmarks run every path the machine has.  The scalar table is the
  * portable reference the others are tested against.
  *
@@ -27,10 +28,12 @@
 #include "compute/kernels/quant.h"
 #include "kvpool/layout.h"
 
+/* In order of preference: kvp_kernels_best() takes the last one the CPU runs. */
 enum kvp_isa {
 	KVP_ISA_SCALAR = 0,
-	KVP_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
-	KVP_ISA_AVX512 = 2, /* AVX-512 F/BW/DQ/VL + VNNI + BF16 */
+	KVP_ISA_AVX2 = 1,    /* AVX2 + FMA + F16C + BMI2 */
+	KVP_ISA_AVXVNNI = 2, /* the same + AVX-VNNI (VEX vpdpbusd), for CPUs without AVX-512 */
+	KVP_ISA_AVX512 = 3,  /* AVX-512 F/BW/DQ/VL + VNNI + BF16 */
 	KVP_ISA__COUNT
 };
 
@@ -75,7 +78,7 @@ typedef void kvp_attn_block_fn(float *restrict o, float *restrict m, const float
 
 /**
  * struct kvp_kernels - one instruction set's kernels
- * @name:      "scalar", "avx2", "avx512"
+ * @name:      "scalar", "avx2", "avxvnni", "avx512"
  * @isa:       enum kvp_isa
  * @matmul:    per GGML type with kernels (quant.h: kvp_qtype() non-NULL); NULL elsewhere
  * @dequant:   the same types to f32 (embedding rows, tests)
@@ -101,13 +104,34 @@ struct kvp_kernels {
 /* The tables (kernels/<isa>.c); use them through the functions below. */
 extern const struct kvp_kernels kvp_kernels_scalar;
 extern const struct kvp_kernels kvp_kernels_avx2;
+extern const struct kvp_kernels kvp_kernels_avxvnni;
 extern const struct kvp_kernels kvp_kernels_avx512;
 
-/* kvp_isa_name() - "scalar", "avx2", "avx512", or NULL for an unknown @isa. */
+/* kvp_isa_name() - "scalar", "avx2", "avxvnni", "avx512", or NULL for an unknown @isa. */
 const char *kvp_isa_name(uint32_t isa);
 
 /* kvp_isa_supported() - does this CPU (and OS) run @isa?  Scalar always. */
 int kvp_isa_supported(uint32_t isa);
+
+/**
+ * struct kvp_cpu - the cpuid words the choice of table depends on
+ * @max_leaf: CPUID.0:EAX
+ * @ecx1:     CPUID.1:ECX (FMA, OSXSAVE, AVX, F16C)
+ * @ebx7, @ecx7, @eax7_1: CPUID.(7,0):EBX, ECX and CPUID.(7,1):EAX
+ * @xcr0:     XGETBV(0), the register state the OS saves (0 without OSXSAVE)
+ */
+struct kvp_cpu {
+	uint32_t max_leaf, ecx1, ebx7, ecx7, eax7_1;
+	uint64_t xcr0;
+};
+
+/*
+ * kvp_cpu_read() - this CPU's words; kvp_isa_supported_by() - would @cpu run @isa?
+ * kvp_isa_best() - the last enum kvp_isa @cpu runs (what kvp_kernels_best() takes).
+ */
+void kvp_cpu_read(struct kvp_cpu *cpu);
+int kvp_isa_supported_by(const struct kvp_cpu *cpu, uint32_t isa);
+uint32_t kvp_isa_best(const struct kvp_cpu *cpu);
 
 /* kvp_kernels_for() - the table of @isa, or NULL when unknown or not supported here. */
 const struct kvp_kernels *kvp_kernels_for(uint32_t isa);

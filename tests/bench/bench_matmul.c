@@ -10,7 +10,7 @@
  *  - decode shape: an 8192 x 4096 matrix (larger than any cache) times 1, 4, 8, 16 and
  *    32 rows, in GB/s of weight bytes streamed, against the read bandwidth of one thread
  *    summing a 1 GiB buffer.
- * Medians of 5.  KVP_ISA=scalar|avx2|avx512 picks the table (default: the CPU's best);
+ * Medians of 5.  KVP_ISA=scalar|avx2|avxvnni|avx512 picks the table (default: the CPU's best);
  * arguments name types to run (default: all).
  */
 #include <stdio.h>

@@ -76,36 +76,150 @@ static float half_ref(uint16_t h)
 	return (float)(s ? -v : v);
 }
 
+/* every table built, in enum kvp_isa order, whether this CPU runs it or not */
+static const struct kvp_kernels *const built[KVP_ISA__COUNT] = {
+	&kvp_kernels_scalar,
+	&kvp_kernels_avx2,
+	&kvp_kernels_avxvnni,
+	&kvp_kernels_avx512,
+};
+
 static void test_tables_complete(void **state)
 {
-	/* every table has every slot; the CPU's best is in the list; KVP_ISA is honoured */
+	/* every table has every slot and its own name; the CPU's best is in the list */
 	char buf[64];
 	const struct kvp_kernels *best;
 
 	for (uint32_t i = 0; i < KVP_ISA__COUNT; i++) {
-		const struct kvp_kernels *k = i == 0 ? &kvp_kernels_scalar :
-					      i == 1 ? &kvp_kernels_avx2 :
-						       &kvp_kernels_avx512;
+		const struct kvp_kernels *k = built[i];
 
 		if (kvp_kernels_gap(k, buf, sizeof(buf)))
 			fail_msg("table %s: empty slot %s", k->name, buf);
 		assert_int_equal(kvp_kernels_check(k), 0);
 		assert_int_equal(k->isa, i);
+		assert_string_equal(kvp_isa_name(i), k->name);
+		for (uint32_t j = 0; j < i; j++)
+			assert_string_not_equal(built[j]->name, k->name);
 	}
+	assert_null(kvp_isa_name(KVP_ISA__COUNT));
+	assert_null(kvp_kernels_for(KVP_ISA__COUNT));
 	assert_non_null(kvp_kernels_for(KVP_ISA_SCALAR));
 	unsetenv("KVP_ISA");
 	assert_int_equal(kvp_kernels_best(&best), 0);
 	assert_ptr_equal(best, tables[n_tables - 1]);
-	setenv("KVP_ISA", "scalar", 1);
-	assert_int_equal(kvp_kernels_best(&best), 0);
-	assert_ptr_equal(best, &kvp_kernels_scalar);
-	setenv("KVP_ISA", "mmx", 1);
-	assert_int_equal(kvp_kernels_best(&best), -EINVAL);
-	unsetenv("KVP_ISA");
 	print_message("kernel tables on this CPU:");
 	for (int t = 0; t < n_tables; t++)
 		print_message(" %s", tables[t]->name);
 	print_message("\n");
+}
+
+static void test_isa_env_forces_each_table(void **state)
+{
+	/*
+	 * KVP_ISA=<name> gives exactly that table where the CPU runs it and -ENOTSUP where
+	 * not (never a fallback); a name no table has is -EINVAL; empty is unset
+	 */
+	const struct kvp_kernels *k, *best;
+	static const char *const unknown[] = { "mmx", "AVX2", "avx", "avx2 ", "avx512vnni" };
+
+	unsetenv("KVP_ISA");
+	assert_int_equal(kvp_kernels_best(&best), 0);
+	for (uint32_t i = 0; i < KVP_ISA__COUNT; i++) {
+		int rc;
+
+		assert_int_equal(setenv("KVP_ISA", built[i]->name, 1), 0);
+		k = (const struct kvp_kernels *)1;
+		rc = kvp_kernels_best(&k);
+		if (kvp_isa_supported(i)) {
+			assert_int_equal(rc, 0);
+			assert_ptr_equal(k, built[i]);
+			assert_ptr_equal(kvp_kernels_for(i), built[i]);
+		} else {
+			assert_int_equal(rc, -ENOTSUP);
+			assert_null(k);
+			assert_null(kvp_kernels_for(i));
+		}
+	}
+	for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
+		assert_int_equal(setenv("KVP_ISA", unknown[i], 1), 0);
+		assert_int_equal(kvp_kernels_best(&k), -EINVAL);
+		assert_null(k);
+	}
+	assert_int_equal(setenv("KVP_ISA", "", 1), 0);
+	assert_int_equal(kvp_kernels_best(&k), 0);
+	assert_ptr_equal(k, best);
+	unsetenv("KVP_ISA");
+}
+
+/* cpuid words of an AVX2 CPU whose OS saves YMM state (FMA, OSXSAVE, AVX, F16C; AVX2, BMI2) */
+static struct kvp_cpu cpu_avx2(void)
+{
+	return (struct kvp_cpu){ .max_leaf = 0x10,
+				 .ecx1 = 1u << 12 | 1u << 27 | 1u << 28 | 1u << 29,
+				 .ebx7 = 1u << 5 | 1u << 8,
+				 .xcr0 = 0x7 };
+}
+
+/* ... plus AVX-512 F, DQ, BW, VL, VNNI, BF16 and the ZMM state */
+static struct kvp_cpu cpu_avx512(void)
+{
+	struct kvp_cpu c = cpu_avx2();
+
+	c.ebx7 |= 1u << 16 | 1u << 17 | 1u << 30 | 1u << 31;
+	c.ecx7 |= 1u << 11;
+	c.eax7_1 |= 1u << 5;
+	c.xcr0 |= 0xe0;
+	return c;
+}
+
+static void test_dispatch_by_cpuid(void **state)
+{
+	/* the table each kind of CPU gets, from its cpuid words alone */
+	struct kvp_cpu c, real;
+
+	c = cpu_avx2(); /* Zen 2/3, Haswell..Comet Lake */
+	assert_int_equal(kvp_isa_best(&c), KVP_ISA_AVX2);
+	assert_false(kvp_isa_supported_by(&c, KVP_ISA_AVXVNNI));
+	assert_false(kvp_isa_supported_by(&c, KVP_ISA_AVX512));
+	c.eax7_1 |= 1u << 4; /* Alder Lake and later client cores: AVX-VNNI, no AVX-512 */
+	assert_int_equal(kvp_isa_best(&c), KVP_ISA_AVXVNNI);
+	assert_true(kvp_isa_supported_by(&c, KVP_ISA_AVX2));
+	c = cpu_avx512(); /* Zen 4: AVX-512 VNNI but no AVX-VNNI */
+	assert_int_equal(kvp_isa_best(&c), KVP_ISA_AVX512);
+	assert_false(kvp_isa_supported_by(&c, KVP_ISA_AVXVNNI));
+	assert_true(kvp_isa_supported_by(&c, KVP_ISA_AVX2));
+	c.eax7_1 |= 1u << 4; /* Sapphire Rapids: both, AVX-512 preferred */
+	assert_int_equal(kvp_isa_best(&c), KVP_ISA_AVX512);
+	assert_true(kvp_isa_supported_by(&c, KVP_ISA_AVXVNNI));
+	c.xcr0 = 0x7; /* an OS that does not save ZMM state */
+	assert_int_equal(kvp_isa_best(&c), KVP_ISA_AVXVNNI);
+	c = cpu_avx512();
+	c.eax7_1 &= ~(1u << 5); /* Ice Lake: no AVX512_BF16 */
+	assert_int_equal(kvp_isa_best(&c), KVP_ISA_AVX2);
+	c = cpu_avx2();
+	c.ebx7 &= ~(1u << 8); /* no BMI2: the vector files use it */
+	assert_int_equal(kvp_isa_best(&c), KVP_ISA_SCALAR);
+	c = cpu_avx2();
+	c.ecx1 &= ~(1u << 29); /* no F16C */
+	assert_int_equal(kvp_isa_best(&c), KVP_ISA_SCALAR);
+	c = cpu_avx2();
+	c.ecx1 &= ~(1u << 27); /* no OSXSAVE: the OS saves no YMM state */
+	c.xcr0 = 0;
+	assert_int_equal(kvp_isa_best(&c), KVP_ISA_SCALAR);
+	c = cpu_avx2();
+	c.xcr0 = 0x3; /* XSAVE, but YMM state off */
+	assert_int_equal(kvp_isa_best(&c), KVP_ISA_SCALAR);
+	c = cpu_avx512();
+	c.max_leaf = 6; /* no leaf 7 */
+	assert_int_equal(kvp_isa_best(&c), KVP_ISA_SCALAR);
+	memset(&c, 0, sizeof(c));
+	assert_true(kvp_isa_supported_by(&c, KVP_ISA_SCALAR));
+	assert_false(kvp_isa_supported_by(&c, KVP_ISA__COUNT));
+
+	/* and this machine's words agree with what it is told it runs */
+	kvp_cpu_read(&real);
+	for (uint32_t i = 0; i < KVP_ISA__COUNT; i++)
+		assert_int_equal(kvp_isa_supported_by(&real, i), kvp_isa_supported(i));
 }
 
 static void test_f16_bf16_all_values_exact(void **state)
@@ -588,9 +702,9 @@ static void matmul_case(const struct kvp_kernels *kt, uint32_t type, size_t rows
 static void test_matmul_every_type_every_table(void **state)
 {
 	/*
-	 * rows 1..20 (decode batches, a prefill group boundary), k of one block up to
-	 * several panel slices for K-quants, ragged k for the float types, and output ranges
-	 * that do not start at 0 or end at d_out
+	 * rows 1..32 (decode batches: the GEMV groups, the float tile from 5 or 9 rows on),
+	 * k of one block up to several panel slices for K-quants, ragged k for the float
+	 * types, and output ranges that do not start at 0 or end at d_out
 	 */
 	for (int t = 0; t < n_tables; t++) {
 		for (size_t i = 0; i < N_ALL_TYPES; i++) {
@@ -601,14 +715,17 @@ static void test_matmul_every_type_every_table(void **state)
 					blk == 32  ? 32 * 300 :
 						     2053 };
 
-			for (size_t rows = 1; rows <= 20; rows++)
+			for (size_t rows = 1; rows <= 32; rows++)
 				matmul_case(tables[t], type, rows, ks[rows % 2], 37, 3, 35);
 			matmul_case(tables[t], type, 3, ks[2], 5, 0, 5);
 			matmul_case(tables[t], type, 70, ks[1], 17, 1, 17);
 			/* the float outer-product tile: uneven row tiles, k blocks with a ragged
 			 * end, whole panels then a remainder through the GEMV */
-			if (blk == 1)
+			if (blk == 1) {
 				matmul_case(tables[t], type, 29, ks[2], 75, 2, 71);
+				/* a prefill chunk: many full row tiles, several k panels */
+				matmul_case(tables[t], type, 150, 776, 70, 1, 69);
+			}
 		}
 	}
 }
@@ -834,6 +951,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tables_complete),
+		cmocka_unit_test(test_isa_env_forces_each_table),
+		cmocka_unit_test(test_dispatch_by_cpuid),
 		cmocka_unit_test(test_f16_bf16_all_values_exact),
 		cmocka_unit_test(test_f32_to_f16_bf16_rounding),
 		cmocka_unit_test(test_dequant_every_type),

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * avxvnni.c - the AVX-VNNI table: AVX2 + FMA + F16C + BMI2 and the VEX-encoded
+ * vpdpbusd (ymm), for the CPUs that have it without AVX-512 (Intel client cores from
+ * Alder Lake on, the E-cores of the hybrid ones; AMD client Zen 5).  Built with those
+ * flags only; dispatch.c checks CPUID.(7,1):EAX bit 4 first, and prefers the AVX-512
+ * table where both are present.
+ *
+ * Today this is the AVX2 table under its own flags and name: the float kernels are
+ * vec_f32.inc compiled here, and the integer slots (and their activation quantizer)
+ * call the AVX2 table's, so every weight type computes as on AVX2.  Next step: the
+ * integer dot of avx2.c (vpmaddubsw + vpmaddwd, and the sign trick for Q8_0) written
+ * over a macro and included here with vpdpbusd in its place (one instruction per 32
+ * products instead of two, and no int16 saturation).  Not run on any machine so far
+ * (the Zen 4 it was written on has AVX-512 VNNI but not AVX-VNNI, and Debian 12's
+ * qemu-user 7.2 does not emulate it): its speed is unmeasured.
+ */
+#include "compute/kernels/kernels.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "compute/kernels/table.inc"
+
+#define VLEN 8
+#define GEMV_GROUP 4
+
+typedef float vf8_t __attribute__((vector_size(32), aligned(4)));
+
+static inline vf8_t vf_load_f16(const uint16_t *p)
+{
+	return (vf8_t)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+static inline void vf_store_f16(uint16_t *p, vf8_t v)
+{
+	_mm_storeu_si128((__m128i *)p,
+			 _mm256_cvtps_ph((__m256)v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+#include "compute/kernels/vec_f32.inc"
+
+/* float weights: as avx2.c */
+static void matmul_f16(float *restrict out, size_t ldo, const void *restrict w, size_t w_row_bytes,
+		       const void *restrict x, size_t x_row_bytes, size_t rows, size_t k, size_t o0,
+		       size_t o1)
+{
+	matmul_half(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, WT_F16);
+}
+
+static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w, size_t w_row_bytes,
+			const void *restrict x, size_t x_row_bytes, size_t rows, size_t k,
+			size_t o0, size_t o1)
+{
+	matmul_half(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, WT_BF16);
+}
+
+/* integer weights: the AVX2 table's (see the top of the file) */
+#define AVX2_MATMUL(name, TYPE) \
+	static void matmul_##name(float *restrict out, size_t ldo, const void *restrict w, \
+				  size_t w_row_bytes, const void *restrict x, size_t x_row_bytes, \
+				  size_t rows, size_t k, size_t o0, size_t o1) \
+	{ \
+		kvp_kernels_avx2.matmul[TYPE](out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, \
+					      o0, o1); \
+	}
+
+AVX2_MATMUL(q8_0, KVP_GGML_Q8_0)
+AVX2_MATMUL(q4_0, KVP_GGML_Q4_0)
+AVX2_MATMUL(q4_1, KVP_GGML_Q4_1)
+AVX2_MATMUL(q5_0, KVP_GGML_Q5_0)
+AVX2_MATMUL(q5_1, KVP_GGML_Q5_1)
+AVX2_MATMUL(q2_k, KVP_GGML_Q2_K)
+AVX2_MATMUL(q3_k, KVP_GGML_Q3_K)
+AVX2_MATMUL(q4_k, KVP_GGML_Q4_K)
+AVX2_MATMUL(q5_k, KVP_GGML_Q5_K)
+AVX2_MATMUL(q6_k, KVP_GGML_Q6_K)
+
+static void act_q8(void *restrict dst, const float *restrict x, size_t k)
+{
+	kvp_kernels_avx2.quant_act[KVP_ACT_Q8](dst, x, k);
+}
+
+KVP_REF_ACT(f32, KVP_ACT_F32)
+KVP_REF_ACT(bf16, KVP_ACT_BF16)
+
+static void dequant_f16(float *restrict dst, const void *restrict src, size_t n)
+{
+	kv_load_f16(dst, src, n);
+}
+
+static void dequant_bf16(float *restrict dst, const void *restrict src, size_t n)
+{
+	kv_load_bf16(dst, src, n);
+}
+
+KVP_REF_DEQUANT_INTEGER
+
+KVP_KERNEL_TABLE(avxvnni, KVP_ISA_AVXVNNI);
