@@ -70,7 +70,8 @@ static void run_usage(FILE *f)
 	      "      --seed S          sampler seed (default 0)\n"
 	      "      --threads N       compute threads, 1..256 (default: online CPUs)\n"
 	      "      --json            print one JSON object {tokens, text, timings} instead of the text\n"
-	      "      --kv-type T       K/V storage type: f32 (default), f16 or bf16\n"
+	      "      --kv-dtype T      K/V storage type: f32 (default), f16 or bf16 (--kv-type\n"
+	      "                        is an alias; kvpoold's default is f16)\n"
 	      "      --block-tokens N  tokens per K/V block, 1..1024 (default 16)\n"
 	      "      --chunk N         prefill chunk, 1..4096 tokens (default 256)\n"
 	      "      --ignore-eos      do not stop at end-of-generation tokens\n"
@@ -133,7 +134,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		{ "seed", required_argument, 0, 's' },
 		{ "threads", required_argument, 0, 'j' },
 		{ "json", no_argument, 0, 'J' },
-		{ "kv-type", required_argument, 0, 'K' },
+		{ "kv-dtype", required_argument, 0, 'K' },
+		{ "kv-type", required_argument, 0, 'K' }, /* the old name, an alias */
 		{ "block-tokens", required_argument, 0, 'b' },
 		{ "chunk", required_argument, 0, 'c' },
 		{ "ignore-eos", no_argument, 0, 'E' },
@@ -219,14 +221,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 			o->render_special = 1;
 			break;
 		case 'K':
-			if (!strcmp(optarg, "f32"))
-				o->kv_dtype = KVP_DTYPE_F32;
-			else if (!strcmp(optarg, "f16"))
-				o->kv_dtype = KVP_DTYPE_F16;
-			else if (!strcmp(optarg, "bf16"))
-				o->kv_dtype = KVP_DTYPE_BF16;
-			else
-				return bad_opt("--kv-type", optarg, "f32, f16 or bf16");
+			if (kvp_dtype_parse(optarg, &o->kv_dtype) < 0)
+				return bad_opt("--kv-dtype", optarg, KVP_DTYPE_NAMES);
 			break;
 		case 'b':
 			if (parse_u32(optarg, 1, 1024, &o->block_tokens))

@@ -5,6 +5,7 @@
 #include "shm/geom.h"
 
 #include <errno.h>
+#include <string.h>
 
 /* A block larger than this is a misconfiguration, not a model. */
 #define BLOCK_BYTES_MAX (1ull << 30)
@@ -33,6 +34,17 @@ const char *kvp_dtype_name(uint32_t dtype)
 	if (dtype >= KVP_DTYPE__COUNT)
 		return "?";
 	return names[dtype];
+}
+
+int kvp_dtype_parse(const char *name, uint32_t *out)
+{
+	for (uint32_t d = 0; d < KVP_DTYPE__COUNT; d++) {
+		if (!strcmp(name, kvp_dtype_name(d))) {
+			*out = d;
+			return 0;
+		}
+	}
+	return -EINVAL;
 }
 
 int kvp_geom_init(struct kvp_geom *g, const struct kvp_model_shape *shape)

@@ -60,6 +60,12 @@ size_t kvp_dtype_bytes(uint32_t dtype);
 /* Name of @dtype ("f32", "f16", "bf16"), or "?" for an unknown one. */
 const char *kvp_dtype_name(uint32_t dtype);
 
+/* The names kvp_dtype_parse() takes, for messages. */
+#define KVP_DTYPE_NAMES "f32, f16 or bf16"
+
+/* kvp_dtype_parse() - *@out = the dtype named @name.  Return: 0, or -EINVAL. */
+int kvp_dtype_parse(const char *name, uint32_t *out);
+
 /*
  * Byte offset, inside a block, of the run for (@layer, @kv: 0 = K / 1 = V, @head).
  * The run holds block_tokens rows of head_dim elements.

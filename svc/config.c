@@ -55,6 +55,13 @@ struct key_def {
 	const char *help;
 };
 
+/* Other names a flag answers to: kvpool-run's name for the same setting. */
+static const struct {
+	const char *alias, *flag;
+} flag_aliases[] = {
+	{ "kv-type", "kv-dtype" },
+};
+
 #define OFF(f) offsetof(struct kvp_config, f)
 #define CAP(f) sizeof(((struct kvp_config *)0)->f)
 
@@ -89,7 +96,8 @@ static const struct key_def keys[] = {
 	{ "pool", "huge_pages", "huge-pages", T_HUGE, OFF(huge_pages), 0, 0, 0,
 	  "auto: 2 MiB pages if reserved, else THP, else 4 KiB; require: fail without; off" },
 	{ "pool", "kv_dtype", "kv-dtype", T_DTYPE, OFF(kv_dtype), 0, 0, 0,
-	  "element type of stored K/V: f32|f16|bf16" },
+	  "element type of stored K/V: f32|f16|bf16 (--kv-type, kvpool-run's name, is an\n"
+	  "alias)" },
 	{ "server", "socket", "socket", T_PATH, OFF(socket_path), CAP(socket_path), 0, 0,
 	  "request socket" },
 	{ "server", "status_socket", "status-socket", T_PATH, OFF(status_path), CAP(status_path), 0,
@@ -297,7 +305,7 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->pool_bytes = 1ull << 30;
 	c->block_tokens = 16;
 	c->huge_pages = KVP_HUGE_AUTO;
-	c->kv_dtype = KVP_DTYPE_F32;
+	c->kv_dtype = KVP_DTYPE_F16; /* as llama.cpp's cache: half of f32's bytes per token */
 	strcpy(c->socket_path, "/run/kvpool/kvpool.sock");
 	strcpy(c->status_path, "/run/kvpool/status.sock");
 	c->status_path_auto = true;
@@ -571,6 +579,14 @@ static const struct key_def *find_flag(const char *name, size_t len)
 {
 	size_t i;
 
+	for (i = 0; i < sizeof(flag_aliases) / sizeof(flag_aliases[0]); i++) {
+		if (strlen(flag_aliases[i].alias) == len &&
+		    !strncmp(flag_aliases[i].alias, name, len)) {
+			name = flag_aliases[i].flag;
+			len = strlen(name);
+			break;
+		}
+	}
 	for (i = 0; i < N_KEYS; i++)
 		if (keys[i].flag && strlen(keys[i].flag) == len &&
 		    !strncmp(keys[i].flag, name, len))

@@ -54,8 +54,18 @@ static int generate(struct kvp_client *k, const int32_t *ids, uint32_t n)
 	return kvp_client_generate(k, &pr, &p, NULL, NULL, &u);
 }
 
-/* kvpool-run --dump-kv of @ids into @path.  Return: its exit status. */
-static int run_dump(const char *model, const int32_t *ids, uint32_t n, const char *path)
+/* kvpool-run's name of K/V type @dtype (enum kvp_dtype). */
+static const char *dtype_arg(uint32_t dtype)
+{
+	static const char *const names[] = { "f32", "f16", "bf16" };
+
+	assert_true(dtype < sizeof(names) / sizeof(names[0]));
+	return names[dtype];
+}
+
+/* kvpool-run --dump-kv of @ids into @path, K/V stored as @dtype.  Return: its exit status. */
+static int run_dump(const char *model, const int32_t *ids, uint32_t n, uint32_t dtype,
+		    const char *path)
 {
 	char bin[512], *toks = malloc((size_t)n * 12 + 1);
 	size_t off = 0;
@@ -69,7 +79,7 @@ static int run_dump(const char *model, const int32_t *ids, uint32_t n, const cha
 	pid = fork();
 	if (pid == 0) {
 		execl(bin, bin, "-m", model, "--tokens", toks, "-n", "1", "--threads", "1",
-		      "--dump-kv", path, (char *)NULL);
+		      "--kv-dtype", dtype_arg(dtype), "--dump-kv", path, (char *)NULL);
 		_exit(127);
 	}
 	free(toks);
@@ -111,7 +121,8 @@ static void check_bits(struct kvp_client *k, const struct kvp_client_lease *l, c
 	const struct kvp_lease *h = kvp_client_lease_info(l);
 	size_t bb = block_bytes(h), len = 0;
 	const uint8_t *pool = kvp_client_pool(k, &len);
-	size_t head_bytes = (size_t)h->shape.block_tokens * h->shape.head_dim * 4;
+	size_t head_bytes = (size_t)h->shape.block_tokens * h->shape.head_dim *
+			    (h->shape.dtype == KVP_DTYPE_F32 ? 4 : 2);
 
 	assert_true(ref_len >= (size_t)h->n_blocks * bb);
 	for (uint32_t i = 0; i < h->n_blocks; i++) {
@@ -181,7 +192,9 @@ static void test_bits_and_pressure(void **state)
 	kvp_client_release(k, l2);
 
 	snprintf(path, sizeof(path), "%s/kv.bin", d.dir);
-	assert_int_equal(run_dump(d.model, ids, 40, path), 0);
+	/* the daemon's default K/V type, f16 (as llama.cpp's) */
+	assert_int_equal(kvp_client_lease_info(l)->shape.dtype, KVP_DTYPE_F16);
+	assert_int_equal(run_dump(d.model, ids, 40, KVP_DTYPE_F16, path), 0);
 	ref = (uint8_t *)kvp_test_read_file(path, &ref_len);
 	assert_non_null(ref);
 	assert_int_equal(ref_len, 2 * block_bytes(kvp_client_lease_info(l)));

@@ -42,6 +42,7 @@
 #include <xxhash.h>
 
 #include "compute/forward.h"
+#include "compute/kernels/quant.h"
 #include "compute/model.h"
 #include "kvpool/kvpool.h"
 #include "shm/pool.h"
@@ -242,7 +243,7 @@ static uint64_t *pool_hashes(struct kvp_client *k, uint32_t *n)
 	const uint8_t *p = kvp_client_pool(k, &len);
 	uint64_t *h = calloc(w->n_blocks, sizeof(*h));
 	size_t bytes = (size_t)w->shape.n_layers * 2 * w->shape.n_kv_heads * w->shape.head_dim *
-		       BT * 4;
+		       BT * (w->shape.dtype == KVP_DTYPE_F32 ? 4 : 2); /* the pool's dtype's */
 
 	assert_non_null(p);
 	assert_non_null(h);
@@ -420,7 +421,9 @@ static void test_corruption_never_served(void **state)
 	kvpd_stop(&f->d);
 
 	/* truncated in the middle of block 0's K/V (and everything after it) */
-	assert_int_equal(truncate(f->tier, (off_t)(find_block(&t, a, 0)->data_off + 4096)), 0);
+	assert_int_equal(truncate(f->tier,
+				  (off_t)(find_block(&t, a, 0)->data_off + t.lay.block_bytes / 2)),
+			 0);
 	tfile_free(&t);
 	assert_int_equal(start(f), 0);
 	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
@@ -574,6 +577,29 @@ static void *load_main(void *arg)
 	return NULL;
 }
 
+/* Blocks of f32 or f16 K/V equal but for rounding (another thread count, another order). */
+static bool close_kv(const uint8_t *got, const uint8_t *want, size_t bytes, uint32_t dtype)
+{
+	size_t n = dtype == KVP_DTYPE_F32 ? bytes / 4 : bytes / 2;
+
+	assert_true(dtype == KVP_DTYPE_F32 || dtype == KVP_DTYPE_F16);
+	for (size_t e = 0; e < n; e++) {
+		float g, w;
+
+		if (dtype == KVP_DTYPE_F32) {
+			memcpy(&g, got + 4 * e, 4);
+			memcpy(&w, want + 4 * e, 4);
+		} else {
+			g = kvp_f16_to_f32((uint16_t)(got[2 * e] | got[2 * e + 1] << 8));
+			w = kvp_f16_to_f32((uint16_t)(want[2 * e] | want[2 * e + 1] << 8));
+		}
+		/* f16: its own rounding (2^-11 relative) may flip a unit either way */
+		if (!(fabsf(g - w) <= 1e-3f + 2e-3f * fabsf(w)))
+			return false;
+	}
+	return true;
+}
+
 /*
  * Every block the rebuild can index (its chain whole in the file) against K/V computed
  * from scratch for its tokens.  Return: blocks checked; *@bad those that differ.
@@ -594,7 +620,7 @@ static uint32_t verify_file(struct fixture *f, uint32_t *bad)
 	*bad = 0;
 	tfile_read(f->tier, &t);
 	assert_int_equal(kvp_model_open(&m, f->d.model, NULL, 0), 0);
-	kvp_model_kv_shape(m, KVP_DTYPE_F32, BT, &pc.shape);
+	kvp_model_kv_shape(m, t.lay.shape.dtype, BT, &pc.shape); /* the daemon's K/V type */
 	assert_int_equal(kvp_pool_new(&pool, &pc), 0);
 	assert_int_equal(kvp_fwd_new(&fwd, m, &fo), 0);
 	kvp_pool_kv_view(pool, &v);
@@ -605,7 +631,7 @@ static uint32_t verify_file(struct fixture *f, uint32_t *bad)
 		const struct blk *chain[64];
 		const struct blk *b = &t.b[i];
 		uint32_t depth = 0, pos = 0;
-		const float *got, *want;
+		const uint8_t *got, *want;
 
 		if (by_uid(&t, b->uid) != b)
 			continue; /* an older copy: the rebuild keeps the newer */
@@ -628,13 +654,10 @@ static uint32_t verify_file(struct fixture *f, uint32_t *bad)
 					 0);
 			pos += n;
 		}
-		got = (const float *)(t.buf + t.b[i].data_off);
-		want = (const float *)kvp_kv_block(&v, table[depth - 1]);
-		for (size_t e = 0; e < t.lay.block_bytes / 4; e++)
-			if (!(fabsf(got[e] - want[e]) <= 1e-3f + 1e-3f * fabsf(want[e]))) {
-				(*bad)++;
-				break;
-			}
+		got = t.buf + t.b[i].data_off;
+		want = kvp_kv_block(&v, table[depth - 1]);
+		if (!close_kv(got, want, t.lay.block_bytes, t.lay.shape.dtype))
+			(*bad)++;
 		checked++;
 	}
 	free(logits);
