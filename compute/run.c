@@ -70,7 +70,7 @@ static void run_usage(FILE *f)
 	      "      --seed S          sampler seed (default 0)\n"
 	      "      --threads N       compute threads, 1..256 (default: online CPUs)\n"
 	      "      --json            print one JSON object {tokens, text, timings} instead of the text\n"
-	      "      --kv-dtype T      K/V storage type: f32 (default), f16 or bf16 (--kv-type\n"
+	      "      --kv-dtype T      K/V storage type: f32 (default), f16, bf16 or int8 (--kv-type\n"
 	      "                        is an alias; kvpoold's default is f16)\n"
 	      "      --block-tokens N  tokens per K/V block, 1..1024 (default 16)\n"
 	      "      --chunk N         prefill chunk, 1..4096 tokens (default 256)\n"
@@ -471,6 +471,7 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	struct kvp_fwd *fwd = NULL;
 	struct kvp_sampler *smp = NULL;
 	struct kvp_kv_view kv = { 0 };
+	struct kvp_kv_stage stage = { 0 };
 	struct kvp_model_shape shape;
 	struct kvp_buf text = KVP_BUF_INIT;
 	struct kvp_run_result res = { 0 };
@@ -609,6 +610,14 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	}
 	for (uint32_t i = 0; i < n_blocks; i++)
 		table[i] = i;
+	/* int8: the keys of the blocks a prefill chunk fills wait there (shm/geom.h) */
+	if (kvp_dtype_is_int(shape.dtype)) {
+		if (kvp_stage_init(&stage, &kv.geom, n_blocks, o.chunk / o.block_tokens + 2) < 0) {
+			fprintf(stderr, "kvpool-run: out of memory (int8 K staging)\n");
+			goto out;
+		}
+		kv.stage = &stage;
+	}
 	r = kvp_fwd_new(&fwd, m,
 			&(struct kvp_fwd_opts){ .n_threads = o.threads,
 						.max_chunk = o.chunk < n_prompt ? o.chunk :
@@ -700,6 +709,7 @@ out:
 	kvp_tokenizer_free(tok);
 	kvp_model_close(m);
 	free(kv.base);
+	kvp_stage_deinit(&stage);
 	free(table);
 	free(gen);
 	free(logits);

@@ -35,7 +35,7 @@ enum key_type {
 	T_U32,	   /* [min, max] */
 	T_SIZE,	   /* bytes with suffix, [min, max] */
 	T_HUGE,	   /* auto|require|off */
-	T_DTYPE,   /* f32|f16|bf16 */
+	T_DTYPE,   /* f32|f16|bf16|int8 */
 	T_LEVEL,   /* log level */
 	T_BOOL,	   /* yes/no, true/false, on/off, 1/0 */
 	T_WEIGHTS, /* copy|map: enum kvp_model_weights */
@@ -96,8 +96,8 @@ static const struct key_def keys[] = {
 	{ "pool", "huge_pages", "huge-pages", T_HUGE, OFF(huge_pages), 0, 0, 0,
 	  "auto: 2 MiB pages if reserved, else THP, else 4 KiB; require: fail without; off" },
 	{ "pool", "kv_dtype", "kv-dtype", T_DTYPE, OFF(kv_dtype), 0, 0, 0,
-	  "element type of stored K/V: f32|f16|bf16 (--kv-type, kvpool-run's name, is an\n"
-	  "alias)" },
+	  "element type of stored K/V: f32|f16|bf16|int8 (--kv-type, kvpool-run's name, is\n"
+	  "an alias)" },
 	{ "server", "socket", "socket", T_PATH, OFF(socket_path), CAP(socket_path), 0, 0,
 	  "request socket" },
 	{ "server", "status_socket", "status-socket", T_PATH, OFF(status_path), CAP(status_path), 0,
@@ -273,6 +273,7 @@ static const char *const dtype_names[] = {
 	[KVP_DTYPE_F32] = "f32",
 	[KVP_DTYPE_F16] = "f16",
 	[KVP_DTYPE_BF16] = "bf16",
+	[KVP_DTYPE_INT8] = "int8",
 };
 static_assert(sizeof(dtype_names) / sizeof(dtype_names[0]) == KVP_DTYPE__COUNT, "all dtypes");
 static const char *const weights_names[] = {
@@ -406,7 +407,7 @@ static int apply_field(char *field, const struct key_def *k, const char *value, 
 		return 0;
 	case T_DTYPE:
 		if (lookup_name(dtype_names, KVP_DTYPE__COUNT, value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of f32, f16, bf16", value);
+			kvp_errmsg(err, cap, "'%s' is not one of f32, f16, bf16, int8", value);
 			return -EINVAL;
 		}
 		*(uint32_t *)field = e;

@@ -63,6 +63,7 @@ struct fixture {
 	char tier[600];
 	char size[16];
 	char high[8], low[8];
+	char dtype[8]; /* --kv-dtype: f16 (the default) unless a test says otherwise */
 };
 
 static uint64_t rng = 0x853c49e6748fea9bull;
@@ -80,7 +81,8 @@ static int start(struct fixture *f)
 			       f->tier,	       "--tier-size",
 			       f->size,	       "--tier-high-watermark",
 			       f->high,	       "--tier-low-watermark",
-			       f->low,	       NULL };
+			       f->low,	       "--kv-dtype",
+			       f->dtype,       NULL };
 	int r = kvpd_start(&f->d, 60, args);
 
 	if (r)
@@ -99,6 +101,7 @@ static int setup(void **state)
 	strcpy(f->size, "8M");
 	strcpy(f->high, "40");
 	strcpy(f->low, "20");
+	strcpy(f->dtype, "f16");
 	return 0;
 }
 
@@ -242,8 +245,7 @@ static uint64_t *pool_hashes(struct kvp_client *k, uint32_t *n)
 	size_t len;
 	const uint8_t *p = kvp_client_pool(k, &len);
 	uint64_t *h = calloc(w->n_blocks, sizeof(*h));
-	size_t bytes = (size_t)w->shape.n_layers * 2 * w->shape.n_kv_heads * w->shape.head_dim *
-		       BT * (w->shape.dtype == KVP_DTYPE_F32 ? 4 : 2); /* the pool's dtype's */
+	size_t bytes = (size_t)kvp_layout_block_bytes(&w->shape); /* the pool's dtype's */
 
 	assert_non_null(p);
 	assert_non_null(h);
@@ -263,13 +265,71 @@ static bool has_hash(const uint64_t *h, uint32_t n, uint64_t v)
 
 /* ---- the tests ---- */
 
+static void roundtrip_reload_restart(struct fixture *f);
+
 static void test_roundtrip_reload_restart(void **state)
+{
+	roundtrip_reload_restart(*state);
+}
+
+/* the same with int8 K/V: quantized blocks go to disk and back bit for bit */
+static void test_roundtrip_reload_restart_int8(void **state)
+{
+	struct fixture *f = *state;
+
+	strcpy(f->dtype, "int8");
+	roundtrip_reload_restart(f);
+}
+
+/*
+ * A tier file written by an f16 daemon is not served to an int8 one (the header's
+ * shape differs: the file is reset, nothing rebuilt), and the other way round; the
+ * output is each type's cold one.
+ */
+static void test_other_dtype_not_served(void **state)
+{
+	struct fixture *f = *state;
+	static int32_t a[PROMPT];
+	struct kvpd_gen cold8, cold16, o;
+
+	fill(a, PROMPT);
+	strcpy(f->dtype, "int8");
+	assert_int_equal(start(f), 0);
+	assert_int_equal(gen(f, a, PROMPT, true, &cold8), 0);
+	kvpd_stop(&f->d);
+	strcpy(f->dtype, "f16");
+	assert_int_equal(start(f), 0);
+	assert_int_equal(gen(f, a, PROMPT, true, &cold16), 0);
+	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
+	push_out(f, 24);
+	kvpd_stop(&f->d);
+
+	strcpy(f->dtype, "int8");
+	assert_int_equal(start(f), 0);
+	assert_true(status_num(f, "tier.rebuilt") == 0);
+	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
+	assert_int_equal(o.u.cached_tokens_disk, 0);
+	assert_int_equal(o.u.cached_tokens, 0);
+	assert_memory_equal(o.ids, cold8.ids, sizeof(o.ids));
+	assert_int_equal(o.u.cache_creation_tokens, PROMPT); /* recomputed, in int8 */
+	push_out(f, 24);
+	kvpd_stop(&f->d);
+
+	strcpy(f->dtype, "f16");
+	assert_int_equal(start(f), 0);
+	assert_true(status_num(f, "tier.rebuilt") == 0);
+	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
+	assert_int_equal(o.u.cached_tokens_disk, 0);
+	assert_memory_equal(o.ids, cold16.ids, sizeof(o.ids));
+	kvpd_stop(&f->d);
+}
+
+static void roundtrip_reload_restart(struct fixture *f)
 {
 	/*
 	 * a prompt's blocks go to disk byte for byte as they were in memory and come back
 	 * byte for byte; generation after the reload, and after a restart, equals cold
 	 */
-	struct fixture *f = *state;
 	static int32_t a[PROMPT];
 	struct kvp_client *k = NULL;
 	struct kvpd_gen cold, o;
@@ -722,6 +782,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_roundtrip_reload_restart, setup,
 						kvpd_teardown),
+		cmocka_unit_test_setup_teardown(test_roundtrip_reload_restart_int8, setup,
+						kvpd_teardown),
+		cmocka_unit_test_setup_teardown(test_other_dtype_not_served, setup, kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_corruption_never_served, setup, kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_torn_blocks_never_served, setup,
 						kvpd_teardown),
