@@ -119,107 +119,121 @@ static void fill_history(const struct kvp_kernels *k, struct ffix_pool *p, const
 	free(x);
 }
 
-/* Decode tokens/s of one sequence at context @ctx in @dtype: median of RUNS. */
-static double decode_tps(const struct kvp_model *m, uint32_t dtype, uint32_t ctx)
-{
-	uint32_t V = kvp_model_hparams(m)->n_vocab, nb = (ctx + STEPS) / BT + 1;
-	uint32_t *table = malloc(nb * sizeof(uint32_t));
-	float *lg = malloc((size_t)V * 4);
-	struct kvp_fwd *f = ffix_fwd_new(m, NULL, 16, 1);
+/* One type's pool and forward context for the speed runs. */
+struct lane {
 	struct ffix_pool p;
-	double tps[RUNS];
-
-	assert_true(table && lg);
-	ffix_pool_init(&p, m, dtype, BT, nb);
-	for (uint32_t i = 0; i < nb; i++)
-		table[i] = i;
-	ffix_pool_open(&p, table, nb);
-	fill_history(kvp_fwd_kernels(f), &p, table, ctx);
-	for (uint32_t r = 0; r < RUNS; r++) {
-		double t0 = kvp_test_now_s();
-		int32_t tok = 5;
-
-		for (uint32_t s = 0; s < STEPS; s++) {
-			assert_int_equal(kvp_fwd_decode(f, &p.v,
-							&(struct kvp_fwd_seq){ .table = table,
-									       .n_table = nb,
-									       .pos = ctx + s,
-									       .token = tok },
-							1, lg),
-					 0);
-			tok = kvp_sample_greedy(lg, V);
-		}
-		tps[r] = STEPS / (kvp_test_now_s() - t0);
-	}
-	ffix_pool_deinit(&p);
-	kvp_fwd_free(f);
-	free(table);
-	free(lg);
-	return median(tps, RUNS);
-}
-
-/* Prefill time (s) of a 512-token prompt in chunks of 256 in @dtype: median of RUNS. */
-static double prefill_s(const struct kvp_model *m, uint32_t dtype)
-{
-	enum { N = 512, CHUNK = 256 };
-	uint32_t nb = N / BT, table[N / BT];
-	float *lg = malloc((size_t)kvp_model_hparams(m)->n_vocab * 4);
-	struct kvp_fwd *f = ffix_fwd_new(m, NULL, CHUNK, 1);
-	struct ffix_pool p;
-	int32_t toks[N];
+	struct kvp_fwd *f;
+	uint32_t *table, nb;
 	double t[RUNS];
+};
 
-	assert_non_null(lg);
-	ffix_pool_init(&p, m, dtype, BT, nb);
+static void lane_init(struct lane *ln, const struct kvp_model *m, uint32_t dtype, uint32_t nb,
+		      uint32_t chunk)
+{
+	ln->nb = nb;
+	ln->table = malloc(nb * sizeof(uint32_t));
+	assert_non_null(ln->table);
+	ln->f = ffix_fwd_new(m, NULL, chunk, 1);
+	ffix_pool_init(&ln->p, m, dtype, BT, nb);
 	for (uint32_t i = 0; i < nb; i++)
-		table[i] = i;
-	ffix_pool_open(&p, table, nb);
-	ffix_prompt(toks, N, 3);
-	for (uint32_t r = 0; r < RUNS; r++) {
-		double t0 = kvp_test_now_s();
-
-		for (uint32_t pos = 0; pos < N; pos += CHUNK)
-			assert_int_equal(kvp_fwd_prefill(f, &p.v, table, nb, pos, toks + pos, CHUNK,
-							 lg, 0),
-					 0);
-		t[r] = kvp_test_now_s() - t0;
-	}
-	ffix_pool_deinit(&p);
-	kvp_fwd_free(f);
-	free(lg);
-	return median(t, RUNS);
+		ln->table[i] = i;
+	ffix_pool_open(&ln->p, ln->table, nb);
 }
 
+static void lane_deinit(struct lane *ln)
+{
+	ffix_pool_deinit(&ln->p);
+	kvp_fwd_free(ln->f);
+	free(ln->table);
+}
+
+/* Seconds of STEPS decode steps of one sequence at positions @ctx .. */
+static double decode_run(struct lane *ln, float *lg, uint32_t V, uint32_t ctx)
+{
+	double t0 = kvp_test_now_s();
+	int32_t tok = 5;
+
+	for (uint32_t s = 0; s < STEPS; s++) {
+		assert_int_equal(kvp_fwd_decode(ln->f, &ln->p.v,
+						&(struct kvp_fwd_seq){ .table = ln->table,
+								       .n_table = ln->nb,
+								       .pos = ctx + s,
+								       .token = tok },
+						1, lg),
+				 0);
+		tok = kvp_sample_greedy(lg, V);
+	}
+	return kvp_test_now_s() - t0;
+}
+
+/*
+ * Decode at 512 and 8,192 tokens of context, then the 512-token prefill: every type's
+ * run r before any type's run r + 1 (the machine is shared: a slow moment hits all
+ * types alike), medians.
+ */
 static void speed(void)
 {
 	static const uint32_t ctxs[] = { 512, 8192 };
+	enum { N = 512, CHUNK = 256 };
 	struct kvp_mkmodel_opts o;
+	struct lane ln[N_TYPES];
 	struct kvp_model *m;
-	double base = 0;
+	int32_t toks[N];
+	float *lg;
+	uint32_t V;
 
 	assert_int_equal(kvp_mkmodel_preset(&o, "demo"), 0);
 	o.type = KVP_MKMODEL_Q4_K_M;
 	o.n_ctx = 16384;
 	m = ffix_model_open(&o);
-	for (int c = 0; c < 2; c++)
+	V = kvp_model_hparams(m)->n_vocab;
+	lg = malloc((size_t)V * 4);
+	assert_non_null(lg);
+	for (int c = 0; c < 2; c++) {
 		for (int t = 0; t < N_TYPES; t++) {
-			double tps = decode_tps(m, types[t], ctxs[c]);
+			lane_init(&ln[t], m, types[t], (ctxs[c] + STEPS) / BT + 1, 16);
+			fill_history(kvp_fwd_kernels(ln[t].f), &ln[t].p, ln[t].table, ctxs[c]);
+		}
+		for (uint32_t r = 0; r < RUNS; r++)
+			for (int t = 0; t < N_TYPES; t++)
+				ln[t].t[r] = decode_run(&ln[t], lg, V, ctxs[c]);
+		for (int t = 0; t < N_TYPES; t++) {
+			double s = median(ln[t].t, RUNS);
 
 			if (!t)
-				base = tps;
+				ln[0].t[0] = s; /* f16's median, the baseline */
 			printf("decode demo q4_k_m ctx %5u  %-5s %7.1f tokens/s  %.3fx f16\n",
-			       ctxs[c], kvp_dtype_name(types[t]), tps, tps / base);
-			fflush(stdout);
+			       ctxs[c], kvp_dtype_name(types[t]), STEPS / s, ln[0].t[0] / s);
 		}
-	for (int t = 0; t < N_TYPES; t++) {
-		double s = prefill_s(m, types[t]);
-
-		if (!t)
-			base = s;
-		printf("prefill demo q4_k_m 512 tokens  %-5s %7.1f tokens/s  %.3fx f16\n",
-		       kvp_dtype_name(types[t]), 512 / s, base / s);
+		for (int t = 0; t < N_TYPES; t++)
+			lane_deinit(&ln[t]);
 		fflush(stdout);
 	}
+	ffix_prompt(toks, N, 3);
+	for (int t = 0; t < N_TYPES; t++)
+		lane_init(&ln[t], m, types[t], N / BT, CHUNK);
+	for (uint32_t r = 0; r < RUNS; r++)
+		for (int t = 0; t < N_TYPES; t++) {
+			double t0 = kvp_test_now_s();
+
+			for (uint32_t pos = 0; pos < N; pos += CHUNK)
+				assert_int_equal(kvp_fwd_prefill(ln[t].f, &ln[t].p.v, ln[t].table,
+								 ln[t].nb, pos, toks + pos, CHUNK,
+								 lg, 0),
+						 0);
+			ln[t].t[r] = kvp_test_now_s() - t0;
+		}
+	for (int t = 0; t < N_TYPES; t++) {
+		double s = median(ln[t].t, RUNS);
+
+		if (!t)
+			ln[0].t[0] = s;
+		printf("prefill demo q4_k_m 512 tokens  %-5s %7.1f tokens/s  %.3fx f16\n",
+		       kvp_dtype_name(types[t]), N / s, ln[0].t[0] / s);
+	}
+	for (int t = 0; t < N_TYPES; t++)
+		lane_deinit(&ln[t]);
+	free(lg);
 	ffix_model_close(m);
 }
 
@@ -248,7 +262,7 @@ static void test_kvq(void **state)
 
 	(void)state;
 	assert_int_equal(kvp_kernels_best(&k), 0);
-	printf("kernels %s; medians of %u runs\n", k->name, RUNS);
+	printf("kernels %s; medians of %u runs, the types' runs interleaved\n", k->name, RUNS);
 	tokens_per_gib();
 	speed();
 	if (!getenv("KVP_BENCH_QUICK"))
