@@ -5,7 +5,12 @@
  * Loop order: kv head, then block, then query row, then the query heads sharing that
  * kv head.  Each block's K and V run (block_tokens x head_dim, contiguous by the pool
  * layout) is read once per call while it is hot in cache, whatever the number of
- * queries; f16/bf16 runs are converted once into scratch.  Softmax is computed online:
+ * queries; f16/bf16 runs are converted once into scratch, and so are int8 runs (a
+ * block at a time, in L1: no dequantized history is ever built).  int8 keys are
+ * quantized per channel over the block once it is full: a query reads the keys of its
+ * own block from the stage, in f32 as they were written (shm/geom.h), the keys of
+ * earlier blocks quantized, whatever the chunking of the calls (so a prompt prefilled
+ * in chunks gives what one call gives).  Softmax is computed online:
  * per (query, head) a running max m and mass l, with the partial output rescaled by
  * exp(m_old - m_new) when a block raises the max.  Runs on the caller's thread.
  *
@@ -19,6 +24,40 @@
 #include <string.h>
 
 #include "compute/kernels/kernels.h"
+
+/* V of (@layer, @kh) of an int8 block, @tn rows, to f32 in the scratch (L1). */
+static const float *load_v8(const struct kvp_kernels *k, struct kvp_attn_scratch *s,
+			    const struct kvp_geom *g, const uint8_t *blk, uint32_t layer,
+			    uint32_t kh, uint32_t tn)
+{
+	const uint8_t *run = blk + kvp_geom_run_offset(g, layer, 1, kh);
+	size_t rows = (size_t)g->shape.block_tokens * g->shape.head_dim;
+
+	k->kvq_load_row8(s->vbuf, (const int8_t *)run, (const uint16_t *)(run + rows), tn,
+			 g->shape.head_dim);
+	return s->vbuf;
+}
+
+/* K of a full int8 block, per-channel scales, to f32 in the scratch. */
+static const float *load_k8(const struct kvp_kernels *k, struct kvp_attn_scratch *s,
+			    const struct kvp_geom *g, const uint8_t *blk, uint32_t layer,
+			    uint32_t kh, uint32_t tn)
+{
+	const uint8_t *run = blk + kvp_geom_run_offset(g, layer, 0, kh);
+	size_t rows = (size_t)g->shape.block_tokens * g->shape.head_dim;
+
+	k->kvq_load_chan8(s->kbuf, (const int8_t *)run, (const uint16_t *)(run + rows), tn,
+			  g->shape.head_dim);
+	return s->kbuf;
+}
+
+/* The staged f32 keys of block @id's (@layer, @kh): its rows so far (NULL: none staged). */
+static const float *staged_k(const struct kvp_kv_view *kv, uint32_t id, uint32_t layer, uint32_t kh)
+{
+	float *slot = kv->stage ? kvp_stage_get(kv->stage, id) : NULL;
+
+	return slot ? kvp_stage_row(&kv->geom, slot, layer, kh, 0) : NULL;
+}
 
 void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_view *kv,
 	      const uint32_t *table, uint32_t layer, uint32_t pos0, uint32_t n, uint32_t n_heads,
@@ -43,11 +82,17 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 		for (uint32_t b = 0; b <= last / bt; b++) {
 			uint32_t t0 = b * bt, tn = last + 1 - t0 < bt ? last + 1 - t0 : bt;
 			const uint8_t *blk = kvp_kv_block(kv, table[b]);
-			const float *K, *V;
+			const float *K = NULL, *V, *Kstage = NULL;
 
 			if (dtype == KVP_DTYPE_F32) {
 				K = (const float *)(blk + kvp_geom_run_offset(g, layer, 0, kh));
 				V = (const float *)(blk + kvp_geom_run_offset(g, layer, 1, kh));
+			} else if (dtype == KVP_DTYPE_INT8) {
+				V = load_v8(k, s, g, blk, layer, kh, tn);
+				/* queries in this block see its keys as written (f32, staged):
+				 * every block from pos0's on is written by this call, so staged */
+				if (b >= pos0 / bt)
+					Kstage = staged_k(kv, table[b], layer, kh);
 			} else {
 				k->kv_load[dtype](s->kbuf,
 						  blk + kvp_geom_run_offset(g, layer, 0, kh),
@@ -61,13 +106,23 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 			/* rows before t0 cannot see this block */
 			for (uint32_t i = t0 > pos0 ? t0 - pos0 : 0; i < n; i++) {
 				uint32_t lim = pos0 + i - t0 + 1 < tn ? pos0 + i - t0 + 1 : tn;
+				const float *Ki = K;
 
+				if (dtype == KVP_DTYPE_INT8) {
+					if ((pos0 + i) / bt == b) {
+						Ki = Kstage;
+					} else {
+						if (!K)
+							K = load_k8(k, s, g, blk, layer, kh, tn);
+						Ki = K;
+					}
+				}
 				for (uint32_t h = kh * grp; h < (kh + 1) * grp; h++) {
 					const float *qv = q + (size_t)i * qd + (size_t)h * hd;
 					float *o = out + (size_t)i * qd + (size_t)h * hd;
 					float *m = &s->ml[2 * ((size_t)i * n_heads + h)];
 
-					k->attn_block(o, m, qv, K, V, lim, scale, s->sbuf, hd);
+					k->attn_block(o, m, qv, Ki, V, lim, scale, s->sbuf, hd);
 				}
 			}
 		}

@@ -15,7 +15,7 @@ struct kvp_kernels;
 /**
  * struct kvp_attn_scratch - per-context buffers, sized once
  * @ml:   2 * rows * n_heads floats (running max and mass per query head)
- * @kbuf, @vbuf: block_tokens * head_dim floats each (f16/bf16 runs converted here)
+ * @kbuf, @vbuf: block_tokens * head_dim floats each (f16/bf16/int8 runs converted here)
  * @sbuf: block_tokens floats (one block's scores)
  */
 struct kvp_attn_scratch {
@@ -29,7 +29,9 @@ struct kvp_attn_scratch {
  * kvp_attn() - attention of @n consecutive query positions of one sequence
  * @out:     (n, n_heads * head_dim) result
  * @q:       (n, n_heads * head_dim) queries, RoPE applied
- * @kv:      the view; K/V of positions 0 .. pos0 + n - 1 are already in the blocks
+ * @kv:      the view; K/V of positions 0 .. pos0 + n - 1 are already in the blocks (int8:
+ *           the blocks from pos0's on hold their keys in kv->stage, as the forward pass
+ *           leaves them during the call that writes those positions)
  * @table:   the sequence's block table, covering those positions (checked by caller)
  * @layer:   which layer's K/V
  * @pos0:    position of query row 0; row i is at pos0 + i and sees positions <= pos0 + i

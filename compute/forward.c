@@ -32,6 +32,7 @@
 
 #include "compute/attn.h"
 #include "compute/kernels/kernels.h"
+#include "compute/kernels/kvq.h"
 #include "compute/linear.h"
 #include "compute/model.h"
 #include "compute/rope.h"
@@ -213,8 +214,15 @@ int kvp_fwd_check_view(const struct kvp_fwd *f, const struct kvp_kv_view *kv)
 	if (!kv->base || s->n_layers != f->hp->n_layers || s->n_kv_heads != f->hp->n_kv_heads ||
 	    s->head_dim != f->hp->head_dim || s->dtype >= KVP_DTYPE__COUNT || !s->block_tokens ||
 	    s->block_tokens > BT_SCRATCH_MAX || kv->geom.elem_bytes != kvp_dtype_bytes(s->dtype) ||
-	    kv->geom.head_bytes != (size_t)s->block_tokens * s->head_dim * kv->geom.elem_bytes ||
+	    kv->geom.head_bytes != kvp_layout_run_bytes(s, 0) ||
+	    kv->geom.v_head_bytes != kvp_layout_run_bytes(s, 1) ||
 	    kv->geom.block_stride < kv->geom.block_bytes)
+		return -EINVAL;
+	/* the integer types stage partial blocks' keys (shm/geom.h) */
+	if (kvp_dtype_is_int(s->dtype) &&
+	    (!kv->stage || !kv->stage->n_slots || s->head_dim > KVP_KVQ_HEAD_DIM_MAX ||
+	     kv->stage->slot_floats !=
+		     (size_t)s->n_layers * s->n_kv_heads * s->block_tokens * s->head_dim))
 		return -EINVAL;
 	return 0;
 }
@@ -233,16 +241,36 @@ static int check_table(const struct kvp_kv_view *kv, const uint32_t *table, uint
 	return 0;
 }
 
-/* Write K and V of row @r (position @pos) of layer @l into its block. */
+/*
+ * Write K and V of row @r (position @pos) of layer @l into its block; int8: V quantized
+ * per token into the block, K into the block's stage slot (taken by stage_take()).
+ * Rows of one call go to disjoint places, so threads may split them.
+ */
 static void store_kv(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint32_t *table,
 		     uint32_t l, uint32_t r, uint32_t pos)
 {
 	const struct kvp_geom *g = &kv->geom;
 	uint32_t bt = g->shape.block_tokens, hd = g->shape.head_dim;
 	uint8_t *blk = kvp_kv_block(kv, table[pos / bt]);
-	size_t row_off = (size_t)(pos % bt) * hd * g->elem_bytes;
 	size_t kvd = (size_t)g->shape.n_kv_heads * hd;
 
+	if (g->shape.dtype == KVP_DTYPE_INT8) {
+		float *slot = kvp_stage_get(kv->stage, table[pos / bt]);
+		size_t rows = (size_t)bt * hd;
+
+		for (uint32_t h = 0; h < g->shape.n_kv_heads; h++) {
+			uint8_t *vr = blk + kvp_geom_run_offset(g, l, 1, h);
+
+			memcpy(kvp_stage_row(g, slot, l, h, pos % bt),
+			       f->kk + r * kvd + (size_t)h * hd, hd * sizeof(float));
+			f->k->kvq_row8((int8_t *)vr + (size_t)(pos % bt) * hd,
+				       (uint16_t *)(vr + rows) + pos % bt,
+				       f->v + r * kvd + (size_t)h * hd, hd);
+		}
+		return;
+	}
+
+	size_t row_off = (size_t)(pos % bt) * hd * g->elem_bytes;
 	kvp_kv_store_fn *store = f->k->kv_store[g->shape.dtype];
 
 	for (uint32_t h = 0; h < g->shape.n_kv_heads; h++) {
@@ -250,6 +278,68 @@ static void store_kv(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint
 		      f->kk + r * kvd + (size_t)h * hd, hd);
 		store(blk + kvp_geom_run_offset(g, l, 1, h) + row_off,
 		      f->v + r * kvd + (size_t)h * hd, hd);
+	}
+}
+
+/*
+ * int8: a stage slot for every block the rows of f->seqs write into (the partial one a
+ * call starts in holds one already).  Return: 0, or -ENOSPC when the stage is full;
+ * then nothing was written (slots taken stay with their blocks, given back when the
+ * pool frees them).
+ */
+static int stage_take(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t n_seqs)
+{
+	uint32_t bt = kv->geom.shape.block_tokens;
+
+	if (!kvp_dtype_is_int(kv->geom.shape.dtype))
+		return 0;
+	for (uint32_t s = 0; s < n_seqs; s++) {
+		const struct fwd_seq *q = &f->seqs[s];
+
+		for (uint32_t b = q->pos0 / bt; b <= (q->pos0 + q->n - 1) / bt; b++)
+			if (!kvp_stage_take(kv->stage, q->table[b]))
+				return -ENOSPC;
+	}
+	return 0;
+}
+
+/*
+ * int8, after layer @l's K/V stores: quantize, per channel, the keys of each block
+ * whose last row this call wrote (once: a block fills in exactly one call).
+ */
+static void stage_seal(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t n_seqs, uint32_t l)
+{
+	const struct kvp_geom *g = &kv->geom;
+	uint32_t bt = g->shape.block_tokens, hd = g->shape.head_dim;
+	size_t rows = (size_t)bt * hd;
+
+	for (uint32_t s = 0; s < n_seqs; s++) {
+		const struct fwd_seq *q = &f->seqs[s];
+
+		for (uint32_t b = q->pos0 / bt; (b + 1) * bt <= q->pos0 + q->n; b++) {
+			uint8_t *blk = kvp_kv_block(kv, q->table[b]);
+			float *slot = kvp_stage_get(kv->stage, q->table[b]);
+
+			for (uint32_t h = 0; h < g->shape.n_kv_heads; h++) {
+				uint8_t *kr = blk + kvp_geom_run_offset(g, l, 0, h);
+
+				f->k->kvq_chan8((int8_t *)kr, (uint16_t *)(kr + rows),
+						kvp_stage_row(g, slot, l, h, 0), bt, hd);
+			}
+		}
+	}
+}
+
+/* int8, at the end of a call: the blocks it filled give their slots back. */
+static void stage_release(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t n_seqs)
+{
+	uint32_t bt = kv->geom.shape.block_tokens;
+
+	for (uint32_t s = 0; s < n_seqs; s++) {
+		const struct fwd_seq *q = &f->seqs[s];
+
+		for (uint32_t b = q->pos0 / bt; (b + 1) * bt <= q->pos0 + q->n; b++)
+			kvp_stage_drop(kv->stage, q->table[b]);
 	}
 }
 
@@ -296,7 +386,7 @@ static size_t attn_bytes(const struct kvp_fwd *f, const struct kvp_kv_view *kv, 
 
 	for (uint32_t s = 0; s < n_seqs; s++)
 		toks += (size_t)f->seqs[s].n * (f->seqs[s].pos0 + f->seqs[s].n);
-	return toks * 2 * f->hp->n_kv_heads * f->hp->head_dim * kv->geom.elem_bytes;
+	return toks * (kv->geom.block_bytes / kv->geom.shape.block_tokens / f->hp->n_layers);
 }
 
 /*
@@ -442,6 +532,8 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows, 
 		linear(f, f->xn, rows, 3, (float *[]){ f->q, f->kk, f->v },
 		       (const struct kvp_tensor *[]){ &L->wq, &L->wk, &L->wv });
 		rows_run(f, ROWS_QKV, 0, rows, (size_t)hp->n_heads * hp->head_dim);
+		if (kvp_dtype_is_int(kv->geom.shape.dtype))
+			stage_seal(f, kv, n_seqs, l);
 		f->job_seqs = n_seqs;
 		if (attn_bytes(f, kv, n_seqs) < POOL_MIN_BYTES)
 			attn_part(f, 0, 1);
@@ -492,7 +584,11 @@ static int step(struct kvp_fwd *f, const struct kvp_kv_view *kv, const struct kv
 		};
 		rows += p->n;
 	}
+	if (stage_take(f, kv, n_parts) < 0)
+		return -ENOSPC;
 	run(f, kv, rows, n_parts, all_rows, logits);
+	if (kvp_dtype_is_int(kv->geom.shape.dtype))
+		stage_release(f, kv, n_parts);
 	return 0;
 }
 

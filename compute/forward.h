@@ -23,8 +23,9 @@
  *
  * Precision: activations are f32 between layers; each projection computes in its
  * weights' type (int8 dot products on activations quantized per block for the integer
- * types, bf16 for BF16); K/V are stored in the view's dtype (f32, f16 or bf16),
- * converted on write and on read.
+ * types, bf16 for BF16); K/V are stored in the view's dtype (f32, f16, bf16 or int8),
+ * converted on write and on read; int8 keys wait in the view's stage until their block
+ * is full, and are quantized by the call that writes its last row (shm/geom.h).
  */
 #ifndef KVP_COMPUTE_FORWARD_H
 #define KVP_COMPUTE_FORWARD_H
@@ -77,7 +78,7 @@ void kvp_fwd_free(struct kvp_fwd *f);
  * kvp_fwd_check_view() - does @kv fit this model?
  *
  * The view's n_layers, n_kv_heads and head_dim must equal the model's and its dtype
- * be f32, f16 or bf16.  Prefill and decode check this too.
+ * be f32, f16, bf16 or int8 (int8: with a stage).  Prefill and decode check this too.
  * Return: 0 or -EINVAL.
  */
 int kvp_fwd_check_view(const struct kvp_fwd *f, const struct kvp_kv_view *kv);
@@ -98,7 +99,8 @@ int kvp_fwd_check_view(const struct kvp_fwd *f, const struct kvp_kv_view *kv);
  *
  * Writes K/V of the @n new positions into their blocks.  A long prompt is prefilled
  * by calling this repeatedly with n_past advancing; the result equals one call.
- * Return: 0, or -EINVAL (bad ids, table too short, view mismatch, n out of range).
+ * Return: 0, or -EINVAL (bad ids, table too short, view mismatch, n out of range), or
+ * -ENOSPC (int8: no stage slot for a block it would write).
  * Nothing is written on -EINVAL.
  */
 int kvp_fwd_prefill(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint32_t *table,
@@ -130,7 +132,8 @@ struct kvp_fwd_seq {
  * Each projection reads its weights once per 8 sequences (one GEMV pass over the batch,
  * sgemm past 16).  The result for each sequence equals decoding it alone (within
  * rounding: summation order differs between the paths).
- * Return: 0, or -EINVAL (bad ids, short table, view mismatch); nothing written then.
+ * Return: 0, or -EINVAL (bad ids, short table, view mismatch) or -ENOSPC (int8: the
+ * stage is full); nothing written then.
  */
 int kvp_fwd_decode(struct kvp_fwd *f, const struct kvp_kv_view *kv, const struct kvp_fwd_seq *seqs,
 		   uint32_t n_seqs, float *logits);
@@ -167,7 +170,8 @@ struct kvp_fwd_part {
  * each part equals running it alone through kvp_fwd_prefill() or kvp_fwd_decode()
  * (within rounding: with more rows an f32 projection may take sgemm instead of the GEMV
  * kernel, whose summation order differs; docs/compute.md "Mixed steps").
- * Return: 0, or -EINVAL (bad ids, short table, view mismatch, sizes); nothing written
+ * Return: 0, or -EINVAL (bad ids, short table, view mismatch, sizes) or -ENOSPC (int8:
+ * the stage is full); nothing written
  * then.
  */
 int kvp_fwd_step(struct kvp_fwd *f, const struct kvp_kv_view *kv, const struct kvp_fwd_part *parts,

@@ -70,7 +70,8 @@ static void run_usage(FILE *f)
 	      "      --seed S          sampler seed (default 0)\n"
 	      "      --threads N       compute threads, 1..256 (default: online CPUs)\n"
 	      "      --json            print one JSON object {tokens, text, timings} instead of the text\n"
-	      "      --kv-type T       K/V storage type: f32 (default), f16 or bf16\n"
+	      "      --kv-dtype T      K/V storage type: f32 (default), f16, bf16 or int8 (--kv-type\n"
+	      "                        is an alias; kvpoold's default is f16)\n"
 	      "      --block-tokens N  tokens per K/V block, 1..1024 (default 16)\n"
 	      "      --chunk N         prefill chunk, 1..4096 tokens (default 256)\n"
 	      "      --ignore-eos      do not stop at end-of-generation tokens\n"
@@ -134,7 +135,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		{ "seed", required_argument, 0, 's' },
 		{ "threads", required_argument, 0, 'j' },
 		{ "json", no_argument, 0, 'J' },
-		{ "kv-type", required_argument, 0, 'K' },
+		{ "kv-dtype", required_argument, 0, 'K' },
+		{ "kv-type", required_argument, 0, 'K' }, /* the old name, an alias */
 		{ "block-tokens", required_argument, 0, 'b' },
 		{ "chunk", required_argument, 0, 'c' },
 		{ "ignore-eos", no_argument, 0, 'E' },
@@ -220,14 +222,8 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 			o->render_special = 1;
 			break;
 		case 'K':
-			if (!strcmp(optarg, "f32"))
-				o->kv_dtype = KVP_DTYPE_F32;
-			else if (!strcmp(optarg, "f16"))
-				o->kv_dtype = KVP_DTYPE_F16;
-			else if (!strcmp(optarg, "bf16"))
-				o->kv_dtype = KVP_DTYPE_BF16;
-			else
-				return bad_opt("--kv-type", optarg, "f32, f16 or bf16");
+			if (kvp_dtype_parse(optarg, &o->kv_dtype) < 0)
+				return bad_opt("--kv-dtype", optarg, KVP_DTYPE_NAMES);
 			break;
 		case 'b':
 			if (parse_u32(optarg, 1, 1024, &o->block_tokens))
@@ -476,6 +472,7 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	struct kvp_fwd *fwd = NULL;
 	struct kvp_sampler *smp = NULL;
 	struct kvp_kv_view kv = { 0 };
+	struct kvp_kv_stage stage = { 0 };
 	struct kvp_model_shape shape;
 	struct kvp_buf text = KVP_BUF_INIT;
 	struct kvp_run_result res = { 0 };
@@ -615,6 +612,14 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	}
 	for (uint32_t i = 0; i < n_blocks; i++)
 		table[i] = i;
+	/* int8: the keys of the blocks a prefill chunk fills wait there (shm/geom.h) */
+	if (kvp_dtype_is_int(shape.dtype)) {
+		if (kvp_stage_init(&stage, &kv.geom, n_blocks, o.chunk / o.block_tokens + 2) < 0) {
+			fprintf(stderr, "kvpool-run: out of memory (int8 K staging)\n");
+			goto out;
+		}
+		kv.stage = &stage;
+	}
 	r = kvp_fwd_new(&fwd, m,
 			&(struct kvp_fwd_opts){ .n_threads = o.threads,
 						.max_chunk = o.chunk < n_prompt ? o.chunk :
@@ -706,6 +711,7 @@ out:
 	kvp_tokenizer_free(tok);
 	kvp_model_close(m);
 	free(kv.base);
+	kvp_stage_deinit(&stage);
 	free(table);
 	free(gen);
 	free(logits);

@@ -5,6 +5,8 @@
 #include "shm/geom.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* A block larger than this is a misconfiguration, not a model. */
 #define BLOCK_BYTES_MAX (1ull << 30)
@@ -17,6 +19,8 @@ size_t kvp_dtype_bytes(uint32_t dtype)
 	case KVP_DTYPE_F16:
 	case KVP_DTYPE_BF16:
 		return 2;
+	case KVP_DTYPE_INT8:
+		return 1;
 	default:
 		return 0;
 	}
@@ -28,6 +32,7 @@ const char *kvp_dtype_name(uint32_t dtype)
 		[KVP_DTYPE_F32] = "f32",
 		[KVP_DTYPE_F16] = "f16",
 		[KVP_DTYPE_BF16] = "bf16",
+		[KVP_DTYPE_INT8] = "int8",
 	};
 
 	if (dtype >= KVP_DTYPE__COUNT)
@@ -35,31 +40,121 @@ const char *kvp_dtype_name(uint32_t dtype)
 	return names[dtype];
 }
 
+int kvp_dtype_parse(const char *name, uint32_t *out)
+{
+	for (uint32_t d = 0; d < KVP_DTYPE__COUNT; d++) {
+		if (!strcmp(name, kvp_dtype_name(d))) {
+			*out = d;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
 int kvp_geom_init(struct kvp_geom *g, const struct kvp_model_shape *shape)
 {
 	const struct kvp_model_shape *s = shape;
 	size_t elem = kvp_dtype_bytes(s->dtype);
-	size_t head, per_token, block, stride;
+	uint64_t block, stride;
 
 	if (!elem || !s->n_layers || !s->n_kv_heads || !s->head_dim || !s->block_tokens)
 		return -EINVAL;
-	/* head = block_tokens * head_dim * elem; per_token = 2 * L * H_kv * head_dim * elem */
-	if (__builtin_mul_overflow((size_t)s->block_tokens, (size_t)s->head_dim, &head) ||
-	    __builtin_mul_overflow(head, elem, &head) ||
-	    __builtin_mul_overflow((size_t)2 * s->n_layers, (size_t)s->n_kv_heads, &per_token) ||
-	    __builtin_mul_overflow(per_token, (size_t)s->head_dim * elem, &per_token) ||
-	    __builtin_mul_overflow(per_token, (size_t)s->block_tokens, &block))
+	/*
+	 * Each factor is below 2^32, so a run (block_tokens * head_dim * 4 + scales) is
+	 * below 2^66 only in theory: bound the factors first so layout.h's uint64_t
+	 * arithmetic cannot wrap.
+	 */
+	if ((uint64_t)s->block_tokens * s->head_dim > BLOCK_BYTES_MAX ||
+	    (uint64_t)s->n_layers * s->n_kv_heads > BLOCK_BYTES_MAX)
 		return -EINVAL;
-	if (block > BLOCK_BYTES_MAX)
+	block = kvp_layout_block_bytes(s);
+	if (block > BLOCK_BYTES_MAX ||
+	    (uint64_t)s->n_layers * s->n_kv_heads * s->block_tokens * s->head_dim > BLOCK_BYTES_MAX)
 		return -EINVAL;
-	stride = (block + KVP_BLOCK_ALIGN - 1) & ~(size_t)(KVP_BLOCK_ALIGN - 1);
+	stride = (block + KVP_BLOCK_ALIGN - 1) & ~(uint64_t)(KVP_BLOCK_ALIGN - 1);
 
 	g->shape = *s;
 	g->shape.reserved0 = 0;
 	g->elem_bytes = elem;
-	g->head_bytes = head;
-	g->bytes_per_token = per_token;
-	g->block_bytes = block;
-	g->block_stride = stride;
+	g->head_bytes = (size_t)kvp_layout_run_bytes(s, 0);
+	g->v_head_bytes = (size_t)kvp_layout_run_bytes(s, 1);
+	g->bytes_per_token = (size_t)(block / s->block_tokens);
+	g->block_bytes = (size_t)block;
+	g->block_stride = (size_t)stride;
+	return 0;
+}
+
+int kvp_stage_init(struct kvp_kv_stage *st, const struct kvp_geom *g, uint32_t n_blocks,
+		   uint32_t n_slots)
+{
+	const struct kvp_model_shape *s = &g->shape;
+
+	memset(st, 0, sizeof(*st));
+	if (!n_blocks || !n_slots)
+		return -EINVAL;
+	st->slot_floats = (size_t)s->n_layers * s->n_kv_heads * s->block_tokens * s->head_dim;
+	st->data = calloc(n_slots, st->slot_floats * sizeof(float));
+	st->slot_of = malloc((size_t)n_blocks * sizeof(uint32_t));
+	st->owner = malloc((size_t)n_slots * sizeof(uint32_t));
+	if (!st->data || !st->slot_of || !st->owner) {
+		kvp_stage_deinit(st);
+		return -ENOMEM;
+	}
+	memset(st->slot_of, 0xff, (size_t)n_blocks * sizeof(uint32_t));
+	memset(st->owner, 0xff, (size_t)n_slots * sizeof(uint32_t));
+	st->n_slots = n_slots;
+	return 0;
+}
+
+void kvp_stage_deinit(struct kvp_kv_stage *st)
+{
+	free(st->data);
+	free(st->slot_of);
+	free(st->owner);
+	memset(st, 0, sizeof(*st));
+}
+
+float *kvp_stage_take(struct kvp_kv_stage *st, uint32_t id)
+{
+	float *have = kvp_stage_get(st, id);
+
+	if (have)
+		return have;
+	if (st->n_used == st->n_slots)
+		return NULL;
+	/* a few slots (about one per running sequence): a scan is cheaper than a list */
+	for (uint32_t i = 0; i < st->n_slots; i++) {
+		if (st->owner[i] != KVP_STAGE_NONE)
+			continue;
+		st->owner[i] = id;
+		st->slot_of[id] = i;
+		st->n_used++;
+		return st->data + (size_t)i * st->slot_floats;
+	}
+	return NULL; /* cannot happen: n_used counts the owners */
+}
+
+void kvp_stage_drop(struct kvp_kv_stage *st, uint32_t id)
+{
+	uint32_t s = st->slot_of[id];
+
+	if (s == KVP_STAGE_NONE)
+		return;
+	st->owner[s] = KVP_STAGE_NONE;
+	st->slot_of[id] = KVP_STAGE_NONE;
+	st->n_used--;
+}
+
+int kvp_stage_copy(struct kvp_kv_stage *st, uint32_t from, uint32_t to)
+{
+	const float *src = kvp_stage_get(st, from);
+	float *dst;
+
+	if (!src)
+		return 0;
+	dst = kvp_stage_take(st, to);
+	if (!dst)
+		return -ENOSPC;
+	memcpy(dst, src, st->slot_floats * sizeof(float));
 	return 0;
 }

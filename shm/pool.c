@@ -58,6 +58,7 @@ struct kvp_pool {
 	uint32_t cpin_blocks, cpin_idle;
 	uint64_t ttl_until; /* the latest deadline kvp_pool_set_ttl() was given */
 	uint64_t allocs, alloc_fails, alloc_remote, evictions, evictions_ttl, flushed, cow_copies;
+	struct kvp_kv_stage *stage; /* integer K/V types: partial blocks' keys; else NULL */
 };
 
 static struct kvp_block *blk(const struct kvp_pool *p, uint32_t id)
@@ -209,6 +210,9 @@ static void free_push(struct kvp_pool *p, uint32_t id)
 	b->ttl_deadline_ns = 0;
 	b->parent = KVP_BLOCK_NONE;
 	a->n_free++;
+	/* freed before it filled (a request ended, was cancelled or preempted) */
+	if (p->stage)
+		kvp_stage_drop(p->stage, id);
 }
 
 static uint32_t free_pop(struct kvp_pool *p, struct arena *a)
@@ -434,6 +438,11 @@ int kvp_pool_cow(struct kvp_pool *p, uint32_t id, int node, uint32_t *out_id)
 	if (r < 0)
 		return r;
 	memcpy(kvp_pool_data(p, copy), kvp_pool_data(p, id), p->geom.block_bytes);
+	/* a partial block's staged keys are part of it (integer K/V types) */
+	if (p->stage && kvp_stage_copy(p->stage, id, copy) < 0) {
+		kvp_pool_unref(p, copy);
+		return -ENOMEM;
+	}
 	kvp_pool_unref(p, id);
 	p->cow_copies++;
 	*out_id = copy;
@@ -632,6 +641,15 @@ int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 		goto err_free;
 	p->n_blocks = cfg->n_blocks;
 	p->numa = cfg->numa;
+	if (kvp_dtype_is_int(cfg->shape.dtype)) {
+		p->stage = calloc(1, sizeof(*p->stage));
+		r = p->stage ? kvp_stage_init(p->stage, &p->geom, p->n_blocks,
+					      cfg->stage_slots ? cfg->stage_slots :
+								 KVP_POOL_STAGE_SLOTS) :
+			       -ENOMEM;
+		if (r < 0)
+			goto err_free;
+	}
 	p->n_arenas = cfg->numa ? kvp_numa_n_nodes(cfg->numa) : 1;
 	r = kvp_numa_split(p->n_blocks, p->n_arenas, ranges);
 	if (r < 0)
@@ -687,6 +705,9 @@ err_segment:
 err_arrays:
 	free_arrays(p);
 err_free:
+	if (p->stage)
+		kvp_stage_deinit(p->stage);
+	free(p->stage);
 	free(p);
 	return r;
 }
@@ -697,6 +718,9 @@ void kvp_pool_free(struct kvp_pool *p)
 		return;
 	kvp_segment_close(p->seg);
 	free_arrays(p);
+	if (p->stage)
+		kvp_stage_deinit(p->stage);
+	free(p->stage);
 	free(p);
 }
 
@@ -717,6 +741,7 @@ void kvp_pool_kv_view(const struct kvp_pool *p, struct kvp_kv_view *view)
 	view->base = kvp_segment_data(p->seg);
 	view->n_blocks = p->n_blocks;
 	view->geom = p->geom;
+	view->stage = p->stage;
 }
 
 uint32_t kvp_pool_n_blocks(const struct kvp_pool *p)

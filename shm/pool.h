@@ -129,6 +129,9 @@ struct kvp_block {
  * @name:        memfd name, e.g. "kvpool:default" (NULL: "kvpool")
  * @no_prefault: leave pages to be faulted on first touch (benchmarks that never touch
  *               block contents only; the daemon always pre-faults)
+ * @stage_slots: integer K/V types: partial blocks whose keys can be staged at once
+ *               (shm/geom.h struct kvp_kv_stage; about one per running sequence plus
+ *               one prefill chunk's blocks); 0: KVP_POOL_STAGE_SLOTS
  */
 struct kvp_pool_config {
 	struct kvp_model_shape shape;
@@ -137,7 +140,10 @@ struct kvp_pool_config {
 	const struct kvp_numa *numa;
 	const char *name;
 	int no_prefault;
+	uint32_t stage_slots;
 };
+
+#define KVP_POOL_STAGE_SLOTS 64u
 
 /* Per-arena counts; free + used + cached == n_blocks of the arena. */
 struct kvp_arena_stats {

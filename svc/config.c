@@ -36,7 +36,7 @@ enum key_type {
 	T_U32,	   /* [min, max] */
 	T_SIZE,	   /* bytes with suffix, [min, max] */
 	T_HUGE,	   /* auto|require|off */
-	T_DTYPE,   /* f32|f16|bf16 */
+	T_DTYPE,   /* f32|f16|bf16|int8 */
 	T_LEVEL,   /* log level */
 	T_BOOL,	   /* yes/no, true/false, on/off, 1/0 */
 	T_WEIGHTS, /* copy|map: enum kvp_model_weights */
@@ -54,6 +54,13 @@ struct key_def {
 	size_t cap;	   /* strings: buffer size; sizes: 8 for a uint64_t field, else 4 */
 	uint64_t min, max; /* numbers */
 	const char *help;
+};
+
+/* Other names a flag answers to: kvpool-run's name for the same setting. */
+static const struct {
+	const char *alias, *flag;
+} flag_aliases[] = {
+	{ "kv-type", "kv-dtype" },
 };
 
 #define OFF(f) offsetof(struct kvp_config, f)
@@ -96,7 +103,8 @@ static const struct key_def keys[] = {
 	{ "pool", "huge_pages", "huge-pages", T_HUGE, OFF(huge_pages), 0, 0, 0,
 	  "auto: 2 MiB pages if reserved, else THP, else 4 KiB; require: fail without; off" },
 	{ "pool", "kv_dtype", "kv-dtype", T_DTYPE, OFF(kv_dtype), 0, 0, 0,
-	  "element type of stored K/V: f32|f16|bf16" },
+	  "element type of stored K/V: f32|f16|bf16|int8 (--kv-type, kvpool-run's name, is\n"
+	  "an alias)" },
 	{ "server", "socket", "socket", T_PATH, OFF(socket_path), CAP(socket_path), 0, 0,
 	  "request socket" },
 	{ "server", "status_socket", "status-socket", T_PATH, OFF(status_path), CAP(status_path), 0,
@@ -290,6 +298,7 @@ static const char *const dtype_names[] = {
 	[KVP_DTYPE_F32] = "f32",
 	[KVP_DTYPE_F16] = "f16",
 	[KVP_DTYPE_BF16] = "bf16",
+	[KVP_DTYPE_INT8] = "int8",
 };
 static_assert(sizeof(dtype_names) / sizeof(dtype_names[0]) == KVP_DTYPE__COUNT, "all dtypes");
 static const char *const weights_names[] = {
@@ -322,7 +331,7 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->pool_bytes = 1ull << 30;
 	c->block_tokens = 16;
 	c->huge_pages = KVP_HUGE_AUTO;
-	c->kv_dtype = KVP_DTYPE_F32;
+	c->kv_dtype = KVP_DTYPE_F16; /* as llama.cpp's cache: half of f32's bytes per token */
 	strcpy(c->socket_path, "/run/kvpool/kvpool.sock");
 	strcpy(c->status_path, "/run/kvpool/status.sock");
 	c->status_path_auto = true;
@@ -427,7 +436,7 @@ static int apply_field(char *field, const struct key_def *k, const char *value, 
 		return 0;
 	case T_DTYPE:
 		if (lookup_name(dtype_names, KVP_DTYPE__COUNT, value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of f32, f16, bf16", value);
+			kvp_errmsg(err, cap, "'%s' is not one of f32, f16, bf16, int8", value);
 			return -EINVAL;
 		}
 		*(uint32_t *)field = e;
@@ -600,6 +609,14 @@ static const struct key_def *find_flag(const char *name, size_t len)
 {
 	size_t i;
 
+	for (i = 0; i < sizeof(flag_aliases) / sizeof(flag_aliases[0]); i++) {
+		if (strlen(flag_aliases[i].alias) == len &&
+		    !strncmp(flag_aliases[i].alias, name, len)) {
+			name = flag_aliases[i].flag;
+			len = strlen(name);
+			break;
+		}
+	}
 	for (i = 0; i < N_KEYS; i++)
 		if (keys[i].flag && strlen(keys[i].flag) == len &&
 		    !strncmp(keys[i].flag, name, len))

@@ -391,6 +391,12 @@ int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m, const str
 	pc.pages = modes[cfg->huge_pages];
 	pc.numa = numa;
 	pc.name = name;
+	/*
+	 * int8: the partial blocks whose keys wait, in f32, for the block to fill (shm/geom.h):
+	 * one per sequence between calls, and during a call every block its rows reach (a
+	 * step's prefill chunk over its parts, two more per part at the edges).
+	 */
+	pc.stage_slots = 3 * cfg->max_running + cfg->prefill_chunk_tokens / cfg->block_tokens + 4;
 	kvp_notify_status(notify, "pre-faulting the %llu MiB pool",
 			  (unsigned long long)(n_blocks * g.block_stride >> 20));
 	t0 = kvp_now_ns();

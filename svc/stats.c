@@ -393,6 +393,9 @@ void kvp_stats_fill(const struct kvp_stats *src, const struct kvp_stats_view *v,
 	snprintf(s->page_kind, sizeof(s->page_kind), "%s",
 		 kvp_page_kind_name((enum kvp_page_kind)ps->page_kind));
 	snprintf(s->kv_dtype, sizeof(s->kv_dtype), "%s", kvp_dtype_name(g->shape.dtype));
+	s->bytes_per_token = (double)g->block_bytes / g->shape.block_tokens;
+	s->bytes_per_token_f32 = (uint64_t)2 * g->shape.n_layers * g->shape.n_kv_heads *
+				 g->shape.head_dim * sizeof(float);
 	for (a = 0; a < ps->n_arenas && a < KVP_MAX_ARENAS; a++) {
 		s->blocks_total += ps->arena[a].n_blocks;
 		s->blocks_used += ps->arena[a].used;

@@ -192,6 +192,8 @@ static const struct def defs[] = {
 	JP("pool", "page_kind", K_STR, page_kind, "pool_page_kind", "kind", "gauge",
 	   "Page kind the pool obtained (1 for the kind).", 1),
 	J("pool", "kv_dtype", K_STR, kv_dtype),
+	J("pool", "bytes_per_token", K_DBL, bytes_per_token),
+	J("pool", "bytes_per_token_f32", K_U64, bytes_per_token_f32),
 	JP("pool", "blocks_total", K_U64, blocks_total, "pool_blocks", "{state=\"total\"}",
 	   "gauge", "KV blocks by state.", 1),
 	JP("pool", "blocks_used", K_U64, blocks_used, "pool_blocks", "{state=\"used\"}", NULL,

@@ -126,7 +126,9 @@ struct kvp_status_snap {
 	uint32_t block_tokens;
 	char page_kind[16]; /* "hugetlb-2m", "thp-2m", "4k" */
 	char kv_dtype[8];
-	uint64_t blocks_total; /* the arenas' n_blocks, used, cached, free, summed */
+	double bytes_per_token;	      /* block_bytes / block_tokens: K/V and their scales */
+	uint64_t bytes_per_token_f32; /* what the same model's f32 K/V would take */
+	uint64_t blocks_total;	      /* the arenas' n_blocks, used, cached, free, summed */
 	uint64_t blocks_used;
 	uint64_t blocks_cached;
 	uint64_t blocks_free;

@@ -26,6 +26,12 @@
 
 #include "compute/kernels/table.inc"
 
+/* the integer K/V kernels (kvq.inc), vectorised for this file's instruction set */
+#define KVQ_H2F(h) _cvtsh_ss(h)
+#define KVQ_SIMD _Pragma("omp simd")
+#define KVQ_SIMD_MAX _Pragma("omp simd reduction(max : amax)")
+#include "compute/kernels/kvq.inc"
+
 #define VLEN 16
 #define GEMV_GROUP 8
 

@@ -148,6 +148,14 @@ const char *kvp_kernels_gap(const struct kvp_kernels *k, char *buf, size_t len)
 		}
 	}
 	for (uint32_t d = 0; d < KVP_DTYPE__COUNT; d++) {
+		if (kvp_dtype_is_int(d)) {
+			if (!k->kvq_row8 || !k->kvq_chan8 || !k->kvq_load_row8 ||
+			    !k->kvq_load_chan8) {
+				snprintf(buf, len, "kvq[%u]", d);
+				return buf;
+			}
+			continue;
+		}
 		if (!k->kv_store[d] || !k->kv_load[d]) {
 			snprintf(buf, len, "kv_%s[%u]", k->kv_store[d] ? "load" : "store", d);
 			return buf;

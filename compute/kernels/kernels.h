@@ -63,6 +63,20 @@ typedef void kvp_kv_store_fn(void *restrict dst, const float *restrict src, size
 typedef void kvp_kv_load_fn(float *restrict dst, const void *restrict src, size_t n);
 
 /*
+ * The integer K/V types (kvq.h has the formats and the reference each must equal):
+ * kvp_kvq_row_fn quantizes one V row of @hd values to int8 and its f16 scale;
+ * kvp_kvq_chan_fn a full block's K (@rows x @hd f32) per channel, @hd scales;
+ * kvp_kvq_load_fn turns @rows of a run back to f32 (per token or per channel scales),
+ * into the L1 scratch attention reads a block at a time.
+ */
+typedef void kvp_kvq_row_fn(int8_t *restrict q, uint16_t *restrict scale, const float *restrict x,
+			    uint32_t hd);
+typedef void kvp_kvq_chan_fn(int8_t *restrict q, uint16_t *restrict scale, const float *restrict k,
+			     uint32_t rows, uint32_t hd);
+typedef void kvp_kvq_load_fn(float *restrict dst, const int8_t *restrict q,
+			     const uint16_t *restrict scale, uint32_t rows, uint32_t hd);
+
+/*
  * kvp_attn_block_fn - one K/V block's worth of attention for one query head, with an
  * online softmax
  * @o:     (hd) running output, unnormalised
@@ -83,7 +97,8 @@ typedef void kvp_attn_block_fn(float *restrict o, float *restrict m, const float
  * @matmul:    per GGML type with kernels (quant.h: kvp_qtype() non-NULL); NULL elsewhere
  * @dequant:   the same types to f32 (embedding rows, tests)
  * @quant_act: per enum kvp_act
- * @kv_store, @kv_load: per enum kvp_dtype
+ * @kv_store, @kv_load: per float enum kvp_dtype (f32, f16, bf16; NULL for int8)
+ * @kvq_row8, @kvq_chan8, @kvq_load_row8, @kvq_load_chan8: int8 K/V (kvq.h)
  * @rmsnorm:   out (n) = x (n) / rms(x) * w (n); out may equal x
  * @swiglu:    gate (n) = silu(gate) * up
  * @attn_block: see kvp_attn_block_fn
@@ -96,6 +111,10 @@ struct kvp_kernels {
 	kvp_quant_act_fn *quant_act[KVP_ACT__COUNT];
 	kvp_kv_store_fn *kv_store[KVP_DTYPE__COUNT];
 	kvp_kv_load_fn *kv_load[KVP_DTYPE__COUNT];
+	kvp_kvq_row_fn *kvq_row8;
+	kvp_kvq_chan_fn *kvq_chan8;
+	kvp_kvq_load_fn *kvq_load_row8;
+	kvp_kvq_load_fn *kvq_load_chan8;
 	void (*rmsnorm)(float *out, const float *x, const float *restrict w, size_t n, float eps);
 	void (*swiglu)(float *restrict gate, const float *restrict up, size_t n);
 	kvp_attn_block_fn *attn_block;

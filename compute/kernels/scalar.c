@@ -16,6 +16,12 @@
 
 #include "compute/kernels/table.inc"
 
+/* the integer K/V kernels (kvq.inc): plain loops here */
+#define KVQ_H2F(h) kvp_f16_to_f32(h)
+#define KVQ_SIMD
+#define KVQ_SIMD_MAX
+#include "compute/kernels/kvq.inc"
+
 /* Float weights (f32, f16, bf16) against f32 or bf16 activations, summed in order. */
 static float dot_float(const void *w, uint32_t wtype, const void *x, size_t k)
 {

@@ -7,8 +7,10 @@
  *
  * A client that maps a pool segment read-only (the fd passed in WELCOME) finds the
  * K/V of block id at  data_offset + id * block_stride  and, inside a block, the run of
- * (layer, k|v, kv_head) at  ((layer * 2 + kv) * n_kv_heads + kv_head) * head_bytes,
- * holding block_tokens rows of head_dim elements of dtype.
+ * (layer, k|v, kv_head) at kvp_layout_run_offset() (below), holding block_tokens rows of
+ * head_dim elements of dtype, and for the integer types their scales after the rows.
+ * For f32, f16 and bf16 every run has the same size and the offset is
+ * ((layer * 2 + kv) * n_kv_heads + kv_head) * run_bytes.
  *
  * Every struct here crosses a process boundary: fixed-width little-endian fields,
  * explicit padding, sizes pinned by static_assert.
@@ -24,8 +26,37 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* K/V element types.  Values are ABI; int8 with per-block scales comes later as 3. */
-enum kvp_dtype { KVP_DTYPE_F32 = 0, KVP_DTYPE_F16 = 1, KVP_DTYPE_BF16 = 2, KVP_DTYPE__COUNT };
+/*
+ * K/V element types.  Values are ABI.
+ *
+ * KVP_DTYPE_INT8 (symmetric, x = q * scale, q in [-127, 127], scales f16):
+ *  - a K run is  int8 q[block_tokens][head_dim]  then  f16 scale[head_dim]: one scale
+ *    per channel over the block's tokens (keys have outlier channels; a per-token
+ *    scale would spend the 8 bits on them, KIVI's finding);
+ *  - a V run is  int8 q[block_tokens][head_dim]  then  f16 scale[block_tokens]: one
+ *    scale per token.
+ * A block's K is quantized when its last row is written: until then the daemon holds
+ * the partial block's keys in f32 in private memory (never in the segment), so the K
+ * of a block a client can see (a full, sealed block) is always final.  Its V rows are
+ * final from the moment they are written.
+ */
+enum kvp_dtype {
+	KVP_DTYPE_F32 = 0,
+	KVP_DTYPE_F16 = 1,
+	KVP_DTYPE_BF16 = 2,
+	KVP_DTYPE_INT8 = 3,
+	KVP_DTYPE__COUNT
+};
+
+/* Is @dtype an integer type (scales in the runs, K quantized once its block is full)? */
+static inline int kvp_dtype_is_int(uint32_t dtype)
+{
+	return dtype == KVP_DTYPE_INT8;
+}
+
+/* Bytes of an int8 K run (rows, then a f16 scale per channel) and V run (a scale per row). */
+#define KVP_INT8_K_RUN_BYTES(bt, hd) ((uint64_t)(bt) * (hd) + 2u * (hd))
+#define KVP_INT8_V_RUN_BYTES(bt, hd) ((uint64_t)(bt) * (hd) + 2u * (bt))
 
 /**
  * struct kvp_model_shape - what decides the size and layout of a KV block
@@ -44,6 +75,53 @@ struct kvp_model_shape {
 	uint32_t reserved0;
 };
 static_assert(sizeof(struct kvp_model_shape) == 24, "layout ABI");
+
+/*
+ * kvp_layout_run_bytes() - bytes of one K (@kv 0) or V (@kv 1) run of a block of @s:
+ * its rows and, for int8, its scales; 0 for an unknown dtype.  Integer math only.
+ */
+static inline uint64_t kvp_layout_run_bytes(const struct kvp_model_shape *s, uint32_t kv)
+{
+	uint64_t rows = (uint64_t)s->block_tokens * s->head_dim;
+
+	switch (s->dtype) {
+	case KVP_DTYPE_F32:
+		return rows * 4;
+	case KVP_DTYPE_F16:
+	case KVP_DTYPE_BF16:
+		return rows * 2;
+	case KVP_DTYPE_INT8:
+		return kv ? KVP_INT8_V_RUN_BYTES(s->block_tokens, s->head_dim) :
+			    KVP_INT8_K_RUN_BYTES(s->block_tokens, s->head_dim);
+	default:
+		return 0;
+	}
+}
+
+/*
+ * kvp_layout_run_offset() - where, inside a block, the run of (@layer, @kv, @head)
+ * starts: a layer's K runs (one per kv head), then its V runs, then the next layer.
+ */
+static inline uint64_t kvp_layout_run_offset(const struct kvp_model_shape *s, uint32_t layer,
+					     uint32_t kv, uint32_t head)
+{
+	uint64_t kb = kvp_layout_run_bytes(s, 0), vb = kvp_layout_run_bytes(s, 1);
+
+	return (uint64_t)layer * s->n_kv_heads * (kb + vb) + (uint64_t)kv * s->n_kv_heads * kb +
+	       (uint64_t)head * (kv ? vb : kb);
+}
+
+/* kvp_layout_block_bytes() - payload bytes of one block of @s (every run of it). */
+static inline uint64_t kvp_layout_block_bytes(const struct kvp_model_shape *s)
+{
+	return (uint64_t)s->n_layers * s->n_kv_heads *
+	       (kvp_layout_run_bytes(s, 0) + kvp_layout_run_bytes(s, 1));
+}
+
+/* The int8 runs of a block of 16 tokens of head_dim 64: pinned, as the rest of the ABI. */
+static_assert(KVP_DTYPE_INT8 == 3, "layout ABI");
+static_assert(KVP_INT8_K_RUN_BYTES(16, 64) == 1152, "layout ABI");
+static_assert(KVP_INT8_V_RUN_BYTES(16, 64) == 1056, "layout ABI");
 
 /*
  * Page kinds a pool segment can be backed by.  Values are ABI (kvp_pool_header.page_kind).

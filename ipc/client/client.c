@@ -1606,17 +1606,14 @@ KVP_EXPORT const void *kvp_client_lease_kv(const struct kvp_client *c,
 					   uint32_t layer, int v, uint32_t head)
 {
 	const struct kvp_model_shape *s = &l->hdr.shape;
-	size_t elem = s->dtype == KVP_DTYPE_F32 ? 4 : 2;
-	size_t head_bytes = (size_t)s->block_tokens * s->head_dim * elem;
-	size_t off;
+	uint64_t run = kvp_layout_run_bytes(s, v == 1), off;
 
 	if (!c->pool || i >= l->hdr.n_blocks || layer >= s->n_layers || head >= s->n_kv_heads ||
-	    (v != 0 && v != 1))
+	    (v != 0 && v != 1) || !run)
 		return NULL;
-	/* [layer][k|v][kv_head][token][head_dim] (include/kvpool/layout.h) */
-	off = l->blocks[i].offset +
-	      (((size_t)layer * 2 + (size_t)v) * s->n_kv_heads + head) * head_bytes;
-	if (off + head_bytes > c->pool_len)
+	/* [layer][k|v][kv_head] runs, rows then scales (include/kvpool/layout.h) */
+	off = l->blocks[i].offset + kvp_layout_run_offset(s, layer, (uint32_t)v, head);
+	if (off + run > c->pool_len)
 		return NULL;
 	return (const uint8_t *)c->pool + off;
 }

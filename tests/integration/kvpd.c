@@ -350,8 +350,9 @@ int kvpd_offline(const char *model, const int32_t *prompt, uint32_t n_prompt, ui
 		dup2(pipefd[1], STDOUT_FILENO);
 		close(pipefd[0]);
 		close(pipefd[1]);
-		execl(bin, bin, "-m", model, "--tokens", toks, "-n", ngen, "--json",
-		      ignore_eos ? "--ignore-eos" : (char *)NULL, (char *)NULL);
+		/* the daemon's default K/V type (kvpool-run's own is f32) */
+		execl(bin, bin, "-m", model, "--tokens", toks, "-n", ngen, "--json", "--kv-dtype",
+		      "f16", ignore_eos ? "--ignore-eos" : (char *)NULL, (char *)NULL);
 		_exit(127);
 	}
 	close(pipefd[1]);

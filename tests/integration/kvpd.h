@@ -107,7 +107,8 @@ bool kvpd_log_has(struct kvpd *d, const char *needle);
 void kvpd_dump_log(struct kvpd *d);
 
 /*
- * kvpd_offline() - greedy tokens from `kvpool-run -m MODEL --tokens ... -n N --json`
+ * kvpd_offline() - greedy tokens from `kvpool-run -m MODEL --tokens ... -n N --json
+ * --kv-dtype f16` (the daemon's default K/V type)
  * @out: room for @n_gen ids; *@n_out: how many it generated
  * Return: 0 or -errno.
  */

@@ -11,6 +11,9 @@
  *    refuses pin and flush with KVP_E_DENIED;
  *  - parallel sampling: n = 3 continuations, each equal to a run alone with seed + i,
  *    the prompt counted once, the partly filled last block copied n - 1 times.
+ * All of it twice: with the default f16 K/V and with int8 K/V (group "cache-int8": hits
+ * and reuse over quantized blocks, the copy of a partly filled block taking its staged
+ * keys along, so that the continuations still equal the runs alone).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -58,6 +61,28 @@ static int setup(void **state)
 			       NULL };
 
 	return setup_args(state, args);
+}
+
+static int setup_int8(void **state)
+{
+	const char *args[] = { "--pool-size",
+			       "64M",
+			       "--cache-min-tokens",
+			       "8",
+			       "--cache-pin-allowed",
+			       "--ignore-eos",
+			       "--threads",
+			       "1",
+			       "--kv-dtype",
+			       "int8",
+			       NULL };
+	int r = setup_args(state, args);
+
+	if (!r &&
+	    kvpd_status_num(&((struct fixture *)*state)->d, "pool.bytes_per_token", 0) !=
+		    kvpd_status_num(&((struct fixture *)*state)->d, "pool.block_bytes", 0) / BT)
+		return -1;
+	return r;
 }
 
 static int setup_no_pin(void **state)
@@ -344,5 +369,6 @@ int main(void)
 	};
 	int r = cmocka_run_group_tests_name("cache", tests, setup, kvpd_teardown);
 
+	r |= cmocka_run_group_tests_name("cache-int8", tests, setup_int8, kvpd_teardown);
 	return r | cmocka_run_group_tests_name("cache-denied", denied, setup_no_pin, kvpd_teardown);
 }

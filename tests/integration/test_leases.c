@@ -54,8 +54,18 @@ static int generate(struct kvp_client *k, const int32_t *ids, uint32_t n)
 	return kvp_client_generate(k, &pr, &p, NULL, NULL, &u);
 }
 
-/* kvpool-run --dump-kv of @ids into @path.  Return: its exit status. */
-static int run_dump(const char *model, const int32_t *ids, uint32_t n, const char *path)
+/* kvpool-run's name of K/V type @dtype (enum kvp_dtype). */
+static const char *dtype_arg(uint32_t dtype)
+{
+	static const char *const names[] = { "f32", "f16", "bf16", "int8" };
+
+	assert_true(dtype < sizeof(names) / sizeof(names[0]));
+	return names[dtype];
+}
+
+/* kvpool-run --dump-kv of @ids into @path, K/V stored as @dtype.  Return: its exit status. */
+static int run_dump(const char *model, const int32_t *ids, uint32_t n, uint32_t dtype,
+		    const char *path)
 {
 	char bin[512], *toks = malloc((size_t)n * 12 + 1);
 	size_t off = 0;
@@ -69,7 +79,7 @@ static int run_dump(const char *model, const int32_t *ids, uint32_t n, const cha
 	pid = fork();
 	if (pid == 0) {
 		execl(bin, bin, "-m", model, "--tokens", toks, "-n", "1", "--threads", "1",
-		      "--dump-kv", path, (char *)NULL);
+		      "--kv-dtype", dtype_arg(dtype), "--dump-kv", path, (char *)NULL);
 		_exit(127);
 	}
 	free(toks);
@@ -98,10 +108,7 @@ static double status_num_until(struct kvpd *d, const char *path, double want)
 /* Bytes of one block: the K/V of all layers and heads (include/kvpool/layout.h). */
 static size_t block_bytes(const struct kvp_lease *l)
 {
-	size_t elem = l->shape.dtype == KVP_DTYPE_F32 ? 4 : 2;
-
-	return (size_t)2 * l->shape.n_layers * l->shape.n_kv_heads * l->shape.head_dim *
-	       l->shape.block_tokens * elem;
+	return (size_t)kvp_layout_block_bytes(&l->shape);
 }
 
 /* Every leased block equals kvpool-run's block of the same index, byte for byte. */
@@ -111,7 +118,6 @@ static void check_bits(struct kvp_client *k, const struct kvp_client_lease *l, c
 	const struct kvp_lease *h = kvp_client_lease_info(l);
 	size_t bb = block_bytes(h), len = 0;
 	const uint8_t *pool = kvp_client_pool(k, &len);
-	size_t head_bytes = (size_t)h->shape.block_tokens * h->shape.head_dim * 4;
 
 	assert_true(ref_len >= (size_t)h->n_blocks * bb);
 	for (uint32_t i = 0; i < h->n_blocks; i++) {
@@ -121,27 +127,45 @@ static void check_bits(struct kvp_client *k, const struct kvp_client_lease *l, c
 		assert_true(b->offset + bb <= len);
 		if (memcmp(pool + b->offset, ref + (size_t)i * bb, bb))
 			fail_msg("leased block %u (id %u) differs from kvpool-run's", i, b->block);
-		/* the accessor: K and V of each (layer, head) where the layout puts them */
+		/*
+		 * the accessor: K and V of each (layer, head) where the layout puts them, the
+		 * runs back to back: a layer's K heads, then its V heads (of f32/f16/bf16 runs,
+		 * ((layer * 2 + v) * n_kv_heads + head) runs of one size in)
+		 */
+		size_t at = 0;
+
 		for (uint32_t layer = 0; layer < h->shape.n_layers; layer++)
-			for (uint32_t hd = 0; hd < h->shape.n_kv_heads; hd++)
-				for (int v = 0; v < 2; v++) {
+			for (int v = 0; v < 2; v++)
+				for (uint32_t hd = 0; hd < h->shape.n_kv_heads; hd++) {
 					const uint8_t *p = kvp_client_lease_kv(k, l, i, layer, v,
 									       hd);
-					size_t at = ((size_t)layer * 2 + (size_t)v) *
-							    h->shape.n_kv_heads +
-						    hd;
+					size_t run = (size_t)kvp_layout_run_bytes(&h->shape,
+										  (uint32_t)v);
 
-					assert_ptr_equal(p, pool + b->offset + at * head_bytes);
-					assert_memory_equal(p,
-							    ref + (size_t)i * bb + at * head_bytes,
-							    head_bytes);
+					assert_ptr_equal(p, pool + b->offset + at);
+					assert_memory_equal(p, ref + (size_t)i * bb + at, run);
+					at += run;
 				}
+		assert_int_equal(at, bb);
 	}
 	assert_null(kvp_client_lease_kv(k, l, h->n_blocks, 0, 0, 0));
 	assert_null(kvp_client_lease_kv(k, l, 0, h->shape.n_layers, 0, 0));
 }
 
+static void bits_and_pressure(uint32_t dtype);
+
 static void test_bits_and_pressure(void **state)
+{
+	bits_and_pressure(KVP_DTYPE_F16); /* the daemon's default, as llama.cpp's */
+}
+
+/* int8 blocks: the quantized bytes and their scales, in the layout LEASED names */
+static void test_bits_and_pressure_int8(void **state)
+{
+	bits_and_pressure(KVP_DTYPE_INT8);
+}
+
+static void bits_and_pressure(uint32_t dtype)
 {
 	/*
 	 * 40 ids: two full blocks leased; then other prompts fill the 1 MiB pool twice.
@@ -150,9 +174,8 @@ static void test_bits_and_pressure(void **state)
 	 * which a slow build (sanitizers) cuts smaller; and the same f32 path: each process
 	 * measures sgemm against our kernel, and a loaded machine can tip one of them.
 	 */
-	const char *args[] = {
-		"--pool-size", "1M", "--threads", "1", "--sched-policy", "fifo", NULL
-	};
+	const char *args[] = { "--pool-size", "1M",	    "--threads",      "1", "--sched-policy",
+			       "fifo",	      "--kv-dtype", dtype_arg(dtype), NULL };
 	int32_t ids[40], other[4 * BT];
 	struct kvp_client_lease *l = NULL, *l2 = NULL;
 	struct kvp_client *k = NULL;
@@ -162,7 +185,6 @@ static void test_bits_and_pressure(void **state)
 	struct kvpd d;
 	uint32_t n_pool;
 
-	(void)state;
 	assert_int_equal(setenv("KVP_F32_GEMM", "kvpool", 1), 0); /* both inherit it */
 	assert_int_equal(kvpd_setup(&d, "tiny", args), 0);
 	ids_of(ids, 40, 1);
@@ -181,7 +203,8 @@ static void test_bits_and_pressure(void **state)
 	kvp_client_release(k, l2);
 
 	snprintf(path, sizeof(path), "%s/kv.bin", d.dir);
-	assert_int_equal(run_dump(d.model, ids, 40, path), 0);
+	assert_int_equal(kvp_client_lease_info(l)->shape.dtype, dtype);
+	assert_int_equal(run_dump(d.model, ids, 40, dtype, path), 0);
 	ref = (uint8_t *)kvp_test_read_file(path, &ref_len);
 	assert_non_null(ref);
 	assert_int_equal(ref_len, 2 * block_bytes(kvp_client_lease_info(l)));
@@ -313,6 +336,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bits_and_pressure),
+		cmocka_unit_test(test_bits_and_pressure_int8),
 		cmocka_unit_test(test_generation_tells_reuse),
 		cmocka_unit_test(test_lifetime_and_limits),
 	};

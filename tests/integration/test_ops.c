@@ -121,8 +121,9 @@ static void test_prom_passes_promtool(void **state)
 static void test_request_log_lines(void **state)
 {
 	/* one info line per ended request, key=value, every field; none when turned off */
-	const char *args[] = { "--pool-size", "1M", NULL };
-	const char *off[] = { "--pool-size", "1M", "--request-log=no", NULL };
+	/* f32 K/V: 2,048 tokens in the 1 MiB pool (f16 would hold the 4,000 below) */
+	const char *args[] = { "--pool-size", "1M", "--kv-dtype", "f32", NULL };
+	const char *off[] = { "--pool-size", "1M", "--kv-dtype", "f32", "--request-log=no", NULL };
 	struct kvp_usage u, u2;
 	struct kvpd d;
 	char want[160];

@@ -50,6 +50,7 @@ struct world {
 	char pwfile[512];
 	char domain[32]; /* the hosts' trust domain: its keys are kvp1:DOMAIN: */
 	char acl[256];
+	char dtype[8]; /* the hosts' --kv-dtype: empty for the default (f16) */
 };
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -147,6 +148,8 @@ static int start_host(struct world *w, struct kvpd *d)
 			       "remote.op_timeout_ms=1000",
 			       "--set",
 			       "remote.fetch_timeout_ms=3000",
+			       w->dtype[0] ? "--kv-dtype" : NULL,
+			       w->dtype,
 			       NULL };
 	int r = kvpd_start(d, 120, args);
 
@@ -263,9 +266,52 @@ static void flip(struct world *w, const char *key, long off)
 
 /* ---- tests ---- */
 
+static void two_hosts(struct world *w);
+
 static void test_two_hosts(void **state)
 {
+	two_hosts(*state);
+}
+
+/* Restart both hosts with K/V type @dtype ("": the default). */
+static void restart_hosts(struct world *w, const char *dtype)
+{
+	kvpd_stop(&w->a);
+	kvpd_stop(&w->b);
+	snprintf(w->dtype, sizeof(w->dtype), "%s", dtype);
+	assert_int_equal(start_host(w, &w->a), 0);
+	assert_int_equal(start_host(w, &w->b), 0);
+}
+
+/*
+ * int8 hosts exchange int8 blocks as f16 ones do (bit for bit: the tokens equal A's
+ * cold ones); then B in f16 never gets A's int8 blocks (another block shape, another
+ * key): it recomputes, with its own cold tokens.
+ */
+static void test_int8_and_other_type(void **state)
+{
 	struct world *w = *state;
+	static int32_t p[SHORT * 2];
+	struct kvpd_gen a_cold, b_cold, rb;
+
+	restart_hosts(w, "int8");
+	two_hosts(w);
+	kvpd_stop(&w->b);
+	w->dtype[0] = '\0';
+	assert_int_equal(start_host(w, &w->b), 0);
+	fill(p, SHORT * 2);
+	assert_int_equal(gen(&w->b, p, SHORT * 2, true, &b_cold), 0);
+	assert_int_equal(gen(&w->a, p, SHORT * 2, false, &a_cold), 0);
+	usleep(500000); /* A publishes meanwhile (wait_pub needs a count from before) */
+	assert_int_equal(gen(&w->b, p, SHORT * 2, false, &rb), 0);
+	assert_int_equal(rb.u.cached_tokens_remote, 0);
+	assert_memory_equal(rb.ids, b_cold.ids, sizeof(rb.ids));
+	assert_int_equal(status_num(&w->b, "remote.verify_failures"), 0);
+	restart_hosts(w, "");
+}
+
+static void two_hosts(struct world *w)
+{
 	static int32_t p[LONG];
 	struct kvpd_gen ref, cold, warm, rb, rb2;
 	double before = a_published(w);
@@ -439,6 +485,7 @@ int main(void)
 		cmocka_unit_test(test_two_hosts),
 		cmocka_unit_test(test_tampered),
 		cmocka_unit_test(test_store_stopped_and_killed),
+		cmocka_unit_test(test_int8_and_other_type),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -47,8 +47,11 @@ static_assert(offsetof(struct fixture, d) == 0, "kvpd_teardown");
 static int setup(void **state)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
-	/* 576 blocks of 16 tokens: less than MAX_PROMPT + MAX_NEW, so NOSPACE can be seen */
-	const char *args[] = { "--pool-size",  "4608K",
+	/*
+	 * 576 blocks of 16 tokens (4 KiB each: f16 K/V, the default): less than MAX_PROMPT +
+	 * MAX_NEW, so NOSPACE can be seen
+	 */
+	const char *args[] = { "--pool-size",  "2304K",
 			       "--ignore-eos", "--max-prompt-tokens",
 			       "2048",	       "--max-frame-bytes",
 			       "64K",	       "--max-new-tokens",

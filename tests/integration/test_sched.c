@@ -59,10 +59,10 @@ static int setup(void **state)
 	return setup_with(state, "256M");
 }
 
-/* A pool of 48 blocks of 16 tokens (8 KiB a token: 4 layers x 4 KV heads x 64, f32). */
+/* A pool of 48 blocks of 16 tokens (4 KiB a token: 4 layers x 4 KV heads x 64, f16). */
 static int setup_small_pool(void **state)
 {
-	return setup_with(state, "6M");
+	return setup_with(state, "3M");
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

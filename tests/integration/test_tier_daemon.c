@@ -42,6 +42,7 @@
 #include <xxhash.h>
 
 #include "compute/forward.h"
+#include "compute/kernels/quant.h"
 #include "compute/model.h"
 #include "kvpool/kvpool.h"
 #include "shm/pool.h"
@@ -62,6 +63,7 @@ struct fixture {
 	char tier[600];
 	char size[16];
 	char high[8], low[8];
+	char dtype[8]; /* --kv-dtype: f16 (the default) unless a test says otherwise */
 };
 
 static uint64_t rng = 0x853c49e6748fea9bull;
@@ -79,7 +81,8 @@ static int start(struct fixture *f)
 			       f->tier,	       "--tier-size",
 			       f->size,	       "--tier-high-watermark",
 			       f->high,	       "--tier-low-watermark",
-			       f->low,	       NULL };
+			       f->low,	       "--kv-dtype",
+			       f->dtype,       NULL };
 	int r = kvpd_start(&f->d, 60, args);
 
 	if (r)
@@ -98,6 +101,7 @@ static int setup(void **state)
 	strcpy(f->size, "8M");
 	strcpy(f->high, "40");
 	strcpy(f->low, "20");
+	strcpy(f->dtype, "f16");
 	return 0;
 }
 
@@ -241,8 +245,7 @@ static uint64_t *pool_hashes(struct kvp_client *k, uint32_t *n)
 	size_t len;
 	const uint8_t *p = kvp_client_pool(k, &len);
 	uint64_t *h = calloc(w->n_blocks, sizeof(*h));
-	size_t bytes = (size_t)w->shape.n_layers * 2 * w->shape.n_kv_heads * w->shape.head_dim *
-		       BT * 4;
+	size_t bytes = (size_t)kvp_layout_block_bytes(&w->shape); /* the pool's dtype's */
 
 	assert_non_null(p);
 	assert_non_null(h);
@@ -262,13 +265,71 @@ static bool has_hash(const uint64_t *h, uint32_t n, uint64_t v)
 
 /* ---- the tests ---- */
 
+static void roundtrip_reload_restart(struct fixture *f);
+
 static void test_roundtrip_reload_restart(void **state)
+{
+	roundtrip_reload_restart(*state);
+}
+
+/* the same with int8 K/V: quantized blocks go to disk and back bit for bit */
+static void test_roundtrip_reload_restart_int8(void **state)
+{
+	struct fixture *f = *state;
+
+	strcpy(f->dtype, "int8");
+	roundtrip_reload_restart(f);
+}
+
+/*
+ * A tier file written by an f16 daemon is not served to an int8 one (the header's
+ * shape differs: the file is reset, nothing rebuilt), and the other way round; the
+ * output is each type's cold one.
+ */
+static void test_other_dtype_not_served(void **state)
+{
+	struct fixture *f = *state;
+	static int32_t a[PROMPT];
+	struct kvpd_gen cold8, cold16, o;
+
+	fill(a, PROMPT);
+	strcpy(f->dtype, "int8");
+	assert_int_equal(start(f), 0);
+	assert_int_equal(gen(f, a, PROMPT, true, &cold8), 0);
+	kvpd_stop(&f->d);
+	strcpy(f->dtype, "f16");
+	assert_int_equal(start(f), 0);
+	assert_int_equal(gen(f, a, PROMPT, true, &cold16), 0);
+	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
+	push_out(f, 24);
+	kvpd_stop(&f->d);
+
+	strcpy(f->dtype, "int8");
+	assert_int_equal(start(f), 0);
+	assert_true(status_num(f, "tier.rebuilt") == 0);
+	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
+	assert_int_equal(o.u.cached_tokens_disk, 0);
+	assert_int_equal(o.u.cached_tokens, 0);
+	assert_memory_equal(o.ids, cold8.ids, sizeof(o.ids));
+	assert_int_equal(o.u.cache_creation_tokens, PROMPT); /* recomputed, in int8 */
+	push_out(f, 24);
+	kvpd_stop(&f->d);
+
+	strcpy(f->dtype, "f16");
+	assert_int_equal(start(f), 0);
+	assert_true(status_num(f, "tier.rebuilt") == 0);
+	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
+	assert_int_equal(o.u.cached_tokens_disk, 0);
+	assert_memory_equal(o.ids, cold16.ids, sizeof(o.ids));
+	kvpd_stop(&f->d);
+}
+
+static void roundtrip_reload_restart(struct fixture *f)
 {
 	/*
 	 * a prompt's blocks go to disk byte for byte as they were in memory and come back
 	 * byte for byte; generation after the reload, and after a restart, equals cold
 	 */
-	struct fixture *f = *state;
 	static int32_t a[PROMPT];
 	struct kvp_client *k = NULL;
 	struct kvpd_gen cold, o;
@@ -420,7 +481,9 @@ static void test_corruption_never_served(void **state)
 	kvpd_stop(&f->d);
 
 	/* truncated in the middle of block 0's K/V (and everything after it) */
-	assert_int_equal(truncate(f->tier, (off_t)(find_block(&t, a, 0)->data_off + 4096)), 0);
+	assert_int_equal(truncate(f->tier,
+				  (off_t)(find_block(&t, a, 0)->data_off + t.lay.block_bytes / 2)),
+			 0);
 	tfile_free(&t);
 	assert_int_equal(start(f), 0);
 	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
@@ -574,6 +637,29 @@ static void *load_main(void *arg)
 	return NULL;
 }
 
+/* Blocks of f32 or f16 K/V equal but for rounding (another thread count, another order). */
+static bool close_kv(const uint8_t *got, const uint8_t *want, size_t bytes, uint32_t dtype)
+{
+	size_t n = dtype == KVP_DTYPE_F32 ? bytes / 4 : bytes / 2;
+
+	assert_true(dtype == KVP_DTYPE_F32 || dtype == KVP_DTYPE_F16);
+	for (size_t e = 0; e < n; e++) {
+		float g, w;
+
+		if (dtype == KVP_DTYPE_F32) {
+			memcpy(&g, got + 4 * e, 4);
+			memcpy(&w, want + 4 * e, 4);
+		} else {
+			g = kvp_f16_to_f32((uint16_t)(got[2 * e] | got[2 * e + 1] << 8));
+			w = kvp_f16_to_f32((uint16_t)(want[2 * e] | want[2 * e + 1] << 8));
+		}
+		/* f16: its own rounding (2^-11 relative) may flip a unit either way */
+		if (!(fabsf(g - w) <= 1e-3f + 2e-3f * fabsf(w)))
+			return false;
+	}
+	return true;
+}
+
 /*
  * Every block the rebuild can index (its chain whole in the file) against K/V computed
  * from scratch for its tokens.  Return: blocks checked; *@bad those that differ.
@@ -594,7 +680,7 @@ static uint32_t verify_file(struct fixture *f, uint32_t *bad)
 	*bad = 0;
 	tfile_read(f->tier, &t);
 	assert_int_equal(kvp_model_open(&m, f->d.model, NULL, 0), 0);
-	kvp_model_kv_shape(m, KVP_DTYPE_F32, BT, &pc.shape);
+	kvp_model_kv_shape(m, t.lay.shape.dtype, BT, &pc.shape); /* the daemon's K/V type */
 	assert_int_equal(kvp_pool_new(&pool, &pc), 0);
 	assert_int_equal(kvp_fwd_new(&fwd, m, &fo), 0);
 	kvp_pool_kv_view(pool, &v);
@@ -605,7 +691,7 @@ static uint32_t verify_file(struct fixture *f, uint32_t *bad)
 		const struct blk *chain[64];
 		const struct blk *b = &t.b[i];
 		uint32_t depth = 0, pos = 0;
-		const float *got, *want;
+		const uint8_t *got, *want;
 
 		if (by_uid(&t, b->uid) != b)
 			continue; /* an older copy: the rebuild keeps the newer */
@@ -628,13 +714,10 @@ static uint32_t verify_file(struct fixture *f, uint32_t *bad)
 					 0);
 			pos += n;
 		}
-		got = (const float *)(t.buf + t.b[i].data_off);
-		want = (const float *)kvp_kv_block(&v, table[depth - 1]);
-		for (size_t e = 0; e < t.lay.block_bytes / 4; e++)
-			if (!(fabsf(got[e] - want[e]) <= 1e-3f + 1e-3f * fabsf(want[e]))) {
-				(*bad)++;
-				break;
-			}
+		got = t.buf + t.b[i].data_off;
+		want = kvp_kv_block(&v, table[depth - 1]);
+		if (!close_kv(got, want, t.lay.block_bytes, t.lay.shape.dtype))
+			(*bad)++;
 		checked++;
 	}
 	free(logits);
@@ -699,6 +782,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_roundtrip_reload_restart, setup,
 						kvpd_teardown),
+		cmocka_unit_test_setup_teardown(test_roundtrip_reload_restart_int8, setup,
+						kvpd_teardown),
+		cmocka_unit_test_setup_teardown(test_other_dtype_not_served, setup, kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_corruption_never_served, setup, kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_torn_blocks_never_served, setup,
 						kvpd_teardown),

@@ -65,6 +65,12 @@ void ffix_pool_init(struct ffix_pool *p, const struct kvp_model *m, uint32_t dty
 	assert_non_null(p->v.base);
 	memset(p->v.base, 0xff, p->bytes);
 	ASAN_POISON_MEMORY_REGION(p->v.base, p->bytes);
+	memset(&p->stage, 0, sizeof(p->stage));
+	p->v.stage = NULL;
+	if (kvp_dtype_is_int(dtype)) {
+		assert_int_equal(kvp_stage_init(&p->stage, &p->v.geom, n_blocks, n_blocks), 0);
+		p->v.stage = &p->stage;
+	}
 }
 
 void ffix_pool_open(struct ffix_pool *p, const uint32_t *table, uint32_t n)
@@ -77,6 +83,7 @@ void ffix_pool_deinit(struct ffix_pool *p)
 {
 	ASAN_UNPOISON_MEMORY_REGION(p->v.base, p->bytes);
 	free(p->v.base);
+	kvp_stage_deinit(&p->stage);
 }
 
 struct kvp_fwd *ffix_fwd_new(const struct kvp_model *m, const struct kvp_kernels *k, uint32_t chunk,

@@ -26,10 +26,12 @@
  * struct ffix_pool - a K/V pool in the heap
  * @v:     the view the forward pass is given
  * @bytes: size of the region at v.base
+ * @stage: the integer K/V types' staged keys (a slot per block: never short)
  */
 struct ffix_pool {
 	struct kvp_kv_view v;
 	size_t bytes;
+	struct kvp_kv_stage stage;
 };
 
 /*

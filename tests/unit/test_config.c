@@ -85,7 +85,23 @@ static void test_defaults_are_valid(void **state)
 	assert_int_equal(f->c.huge_pages, KVP_HUGE_AUTO);
 	assert_int_equal(f->c.drain_timeout_ms, 10000);
 	assert_int_equal(f->c.weights, KVP_MODEL_WEIGHTS_COPY);
+	assert_int_equal(f->c.kv_dtype, KVP_DTYPE_F16); /* as llama.cpp's cache */
 	assert_string_equal(f->c.model_path, "");
+}
+
+static void test_kv_type_alias(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+
+	/* --kv-dtype, and kvpool-run's name --kv-type for the same setting; both validated */
+	kvp_config_defaults(&f->c);
+	assert_int_equal(parse(f, &act, "--kv-dtype", "bf16", NULL), 0);
+	assert_int_equal(f->c.kv_dtype, KVP_DTYPE_BF16);
+	assert_int_equal(parse(f, &act, "--kv-type=f32", NULL), 0);
+	assert_int_equal(f->c.kv_dtype, KVP_DTYPE_F32);
+	assert_int_not_equal(parse(f, &act, "--kv-type", "q8_0", NULL), 0);
+	assert_non_null(strstr(f->err, "--kv-dtype"));
 }
 
 static void test_file_then_flags_override(void **state)
@@ -712,6 +728,7 @@ static void test_usage_lists_every_flag(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_kv_type_alias, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_defaults_are_valid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_file_then_flags_override, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unknown_key_names_key_and_line, setup,

@@ -353,6 +353,7 @@ static void test_kv_f16_bf16_close_to_f32(void **state)
 
 	decode_vs_ref(m, KVP_DTYPE_F16, 4, 6, 16, 5e-3);
 	decode_vs_ref(m, KVP_DTYPE_BF16, 4, 6, 16, 3e-2);
+	decode_vs_ref(m, KVP_DTYPE_INT8, 4, 6, 16, 3e-2);
 	ffix_model_close(m);
 }
 

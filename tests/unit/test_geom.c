@@ -49,6 +49,50 @@ static void test_run_offsets_follow_layout(void **state)
 	assert_int_equal(kvp_geom_run_offset(&g, 2, 1, 1) + g.head_bytes, g.block_bytes);
 }
 
+static void test_int8_runs_and_scales(void **state)
+{
+	/*
+	 * int8: a K run is its rows then one f16 scale per channel, a V run its rows then one
+	 * per token; a layer's K runs, then its V runs; layout.h's functions and the geometry
+	 * agree, and the runs tile the block
+	 */
+	struct kvp_model_shape s = { .n_layers = 3,
+				     .n_kv_heads = 2,
+				     .head_dim = 8,
+				     .dtype = KVP_DTYPE_INT8,
+				     .block_tokens = 4 };
+	struct kvp_geom g;
+	uint64_t at = 0;
+
+	assert_int_equal(kvp_geom_init(&g, &s), 0);
+	assert_int_equal(g.head_bytes, 4 * 8 + 2 * 8);
+	assert_int_equal(g.v_head_bytes, 4 * 8 + 2 * 4);
+	assert_int_equal(g.block_bytes, 3 * 2 * (48 + 40));
+	assert_int_equal(g.bytes_per_token, g.block_bytes / 4);
+	assert_int_equal(g.elem_bytes, 1);
+	assert_int_equal(kvp_geom_run_offset(&g, 0, 0, 1), 48);
+	assert_int_equal(kvp_geom_run_offset(&g, 0, 1, 0), 96);
+	assert_int_equal(kvp_geom_run_offset(&g, 0, 1, 1), 136);
+	assert_int_equal(kvp_geom_run_offset(&g, 1, 0, 0), 176);
+	for (uint32_t l = 0; l < 3; l++)
+		for (uint32_t kv = 0; kv < 2; kv++)
+			for (uint32_t h = 0; h < 2; h++) {
+				assert_int_equal(kvp_geom_run_offset(&g, l, kv, h), at);
+				assert_int_equal(kvp_layout_run_offset(&s, l, kv, h), at);
+				at += kvp_layout_run_bytes(&s, kv);
+			}
+	assert_int_equal(at, g.block_bytes);
+	assert_int_equal(kvp_layout_block_bytes(&s), g.block_bytes);
+	/* the names */
+	uint32_t d = 99;
+
+	assert_int_equal(kvp_dtype_parse("int8", &d), 0);
+	assert_int_equal(d, KVP_DTYPE_INT8);
+	assert_string_equal(kvp_dtype_name(KVP_DTYPE_INT8), "int8");
+	assert_int_equal(kvp_dtype_parse("q8_0", &d), -EINVAL);
+	assert_true(kvp_dtype_is_int(KVP_DTYPE_INT8) && !kvp_dtype_is_int(KVP_DTYPE_F16));
+}
+
 static void test_kv_run_tiles_blocks(void **state)
 {
 	/*
@@ -133,6 +177,7 @@ int main(void)
 		cmocka_unit_test(test_bytes_per_token_exact),
 		cmocka_unit_test(test_run_offsets_follow_layout),
 		cmocka_unit_test(test_kv_run_tiles_blocks),
+		cmocka_unit_test(test_int8_runs_and_scales),
 		cmocka_unit_test(test_bad_shapes_rejected),
 	};
 

@@ -223,6 +223,10 @@ static void test_extra_keys_must_match(void **state)
 	assert_int_equal(kvp_prefix_key_init(&k, &ek), 0);
 	assert_int_equal(kvp_index_lookup(f->idx, &k, t, 2 * BT + 1, hits, MAXB), 0);
 	ek = f->key.ek;
+	ek.kv_dtype = KVP_DTYPE_INT8; /* the same tokens quantized: another key */
+	assert_int_equal(kvp_prefix_key_init(&k, &ek), 0);
+	assert_int_equal(kvp_index_lookup(f->idx, &k, t, 2 * BT + 1, hits, MAXB), 0);
+	ek = f->key.ek;
 	ek.rope_theta_bits++;
 	assert_int_equal(kvp_prefix_key_init(&k, &ek), 0);
 	assert_int_equal(kvp_index_lookup(f->idx, &k, t, 2 * BT + 1, hits, MAXB), 0);

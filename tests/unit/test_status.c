@@ -99,6 +99,8 @@ static void fill_busy(struct kvp_status_snap *s)
 		.block_bytes = 360448,
 		.page_kind = "hugetlb-2m",
 		.kv_dtype = "f16",
+		.bytes_per_token = 22528, /* block_bytes / block_tokens */
+		.bytes_per_token_f32 = 45056,
 		.blocks_total = 2978,
 		.blocks_used = 301,
 		.blocks_cached = 1207,

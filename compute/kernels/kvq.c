@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvq.c - the reference of the integer K/V types (kvq.h): plain loops, written for
+ * clarity; the tables' versions (kvq.inc) must give the same bytes and floats.
+ */
+#include "compute/kernels/kvq.h"
+
+#include <math.h>
+
+#include "compute/kernels/quant.h"
+
+uint16_t kvp_kvq_scale(float amax)
+{
+	float s = amax / 127.0f;
+
+	/* a NaN or an infinity would poison the group: clamp to f16's largest finite value */
+	if (!(s <= 65504.0f))
+		s = 65504.0f;
+	return kvp_f32_to_f16(s);
+}
+
+/* 1 / the stored scale, or 0 for a group of zeros */
+static float inv_of(uint16_t scale)
+{
+	float s = kvp_f16_to_f32(scale);
+
+	return s > 0 ? 1.0f / s : 0.0f;
+}
+
+static int8_t q8(float x, float inv)
+{
+	float r = nearbyintf(x * inv);
+
+	return (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+}
+
+void kvp_kvq_ref_row8(int8_t *restrict q, uint16_t *restrict scale, const float *restrict x,
+		      uint32_t hd)
+{
+	float amax = 0, inv;
+
+	for (uint32_t d = 0; d < hd; d++)
+		amax = fabsf(x[d]) > amax ? fabsf(x[d]) : amax;
+	*scale = kvp_kvq_scale(amax);
+	inv = inv_of(*scale);
+	for (uint32_t d = 0; d < hd; d++)
+		q[d] = q8(x[d], inv);
+}
+
+void kvp_kvq_ref_chan8(int8_t *restrict q, uint16_t *restrict scale, const float *restrict k,
+		       uint32_t rows, uint32_t hd)
+{
+	for (uint32_t d = 0; d < hd; d++) {
+		float amax = 0, inv;
+
+		for (uint32_t t = 0; t < rows; t++)
+			amax = fabsf(k[(size_t)t * hd + d]) > amax ? fabsf(k[(size_t)t * hd + d]) :
+								     amax;
+		scale[d] = kvp_kvq_scale(amax);
+		inv = inv_of(scale[d]);
+		for (uint32_t t = 0; t < rows; t++)
+			q[(size_t)t * hd + d] = q8(k[(size_t)t * hd + d], inv);
+	}
+}
+
+void kvp_kvq_ref_load_row8(float *restrict dst, const int8_t *restrict q,
+			   const uint16_t *restrict scale, uint32_t rows, uint32_t hd)
+{
+	for (uint32_t t = 0; t < rows; t++) {
+		float s = kvp_f16_to_f32(scale[t]);
+
+		for (uint32_t d = 0; d < hd; d++)
+			dst[(size_t)t * hd + d] = (float)q[(size_t)t * hd + d] * s;
+	}
+}
+
+void kvp_kvq_ref_load_chan8(float *restrict dst, const int8_t *restrict q,
+			    const uint16_t *restrict scale, uint32_t rows, uint32_t hd)
+{
+	for (uint32_t t = 0; t < rows; t++)
+		for (uint32_t d = 0; d < hd; d++)
+			dst[(size_t)t * hd + d] = (float)q[(size_t)t * hd + d] *
+						  kvp_f16_to_f32(scale[d]);
+}

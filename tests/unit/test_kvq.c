@@ -1,0 +1,412 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_kvq.c - the integer K/V types, on every kernel table this CPU runs:
+ *  - int8 quantize and dequantize (V per token, K per channel over a block) equal the
+ *    scalar reference of compute/kernels/kvq.c byte for byte and bit for bit, on rows
+ *    with outlier channels, zeros, tiny and huge values; the round trip is within half
+ *    a step of its group;
+ *  - attention over int8 blocks (compute/attn.c) equals attention over f32 blocks that
+ *    hold their dequantized values (and, for a query's own block, the staged f32 keys),
+ *    for prefill rows that span blocks and decode rows, GQA, head_dim 64 and 40;
+ *  - the stage: slots taken, shared by block id, copied, given back, refused when full;
+ *  - per-channel keys beat per-token keys on keys with outlier channels.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "compute/attn.h"
+#include "compute/kernels/kernels.h"
+#include "compute/kernels/kvq.h"
+#include "shm/geom.h"
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+
+static float frand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f; /* [-1, 1) */
+}
+
+static const struct kvp_kernels *tables[KVP_ISA__COUNT];
+static int n_tables;
+
+static int setup(void **state)
+{
+	for (uint32_t i = 0; i < KVP_ISA__COUNT; i++)
+		if (kvp_kernels_for(i))
+			tables[n_tables++] = kvp_kernels_for(i);
+	return 0;
+}
+
+static uint32_t bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+/* Keys with the structure that makes per-channel scales worth it: a few big channels. */
+static void keys_with_outliers(float *k, uint32_t rows, uint32_t hd, float big)
+{
+	for (uint32_t t = 0; t < rows; t++)
+		for (uint32_t d = 0; d < hd; d++)
+			k[(size_t)t * hd + d] = frand() * (d % 17 == 3 ? big : 1.0f);
+}
+
+/*
+ * How far a value of a group may come back: half a step, plus what the f16 rounding of
+ * the scale cut off the top of the range (the values beyond 127 steps are clamped; a
+ * subnormal scale, for groups below 2^-14 * 127, rounds coarsely).
+ */
+static float within(float s, float amax)
+{
+	return 0.5f * s * 1.001f + fabsf(amax - 127.0f * s) + 1e-30f;
+}
+
+static void test_int8_equals_reference(void **state)
+{
+	enum { BT = 16 };
+	static const uint32_t hds[] = { 64, 128, 40, 7 };
+
+	for (int t = 0; t < n_tables; t++) {
+		for (int h = 0; h < 4; h++) {
+			uint32_t hd = hds[h];
+			float *x = malloc(BT * hd * 4), *a = malloc(BT * hd * 4),
+			      *b = malloc(BT * hd * 4);
+			int8_t *qa = malloc(BT * hd), *qb = malloc(BT * hd);
+			uint16_t sa[128], sb[128];
+
+			keys_with_outliers(x, BT, hd, 40.0f);
+			for (uint32_t d = 0; d < hd; d++) {
+				x[2 * hd + d] = 0;	/* a zero row */
+				x[5 * hd + d] *= 1e-6f; /* a tiny one (f16 subnormal scale) */
+				x[7 * hd + d] = d == 1 ? 1e9f : 1.0f; /* past f16's range */
+			}
+			x[hd + 1] = -x[hd + 1] * 300; /* one channel's extreme */
+			/* V: a row at a time */
+			for (uint32_t r = 0; r < BT; r++) {
+				kvp_kvq_ref_row8(qa + r * hd, sa + r, x + r * hd, hd);
+				tables[t]->kvq_row8(qb + r * hd, sb + r, x + r * hd, hd);
+			}
+			assert_memory_equal(qa, qb, BT * hd);
+			assert_memory_equal(sa, sb, BT * 2);
+			kvp_kvq_ref_load_row8(a, qa, sa, BT, hd);
+			tables[t]->kvq_load_row8(b, qb, sb, BT, hd);
+			for (uint32_t i = 0; i < BT * hd; i++)
+				assert_int_equal(bits(a[i]), bits(b[i]));
+			for (uint32_t r = 0; r < BT; r++) {
+				float s = kvp_f16_to_f32(sa[r]), amax = 0;
+
+				if (r == 7)
+					continue; /* clamped: the scale cannot reach 1e9 / 127 */
+				for (uint32_t d = 0; d < hd; d++)
+					amax = fmaxf(amax, fabsf(x[r * hd + d]));
+				for (uint32_t d = 0; d < hd; d++)
+					assert_true(fabsf(a[r * hd + d] - x[r * hd + d]) <=
+						    within(s, amax));
+			}
+			/* K: per channel over the block */
+			kvp_kvq_ref_chan8(qa, sa, x, BT, hd);
+			tables[t]->kvq_chan8(qb, sb, x, BT, hd);
+			assert_memory_equal(qa, qb, BT * hd);
+			assert_memory_equal(sa, sb, hd * 2);
+			kvp_kvq_ref_load_chan8(a, qa, sa, BT, hd);
+			tables[t]->kvq_load_chan8(b, qb, sb, BT, hd);
+			for (uint32_t i = 0; i < BT * hd; i++)
+				assert_int_equal(bits(a[i]), bits(b[i]));
+			for (uint32_t d = 0; d < hd; d++) {
+				float s = kvp_f16_to_f32(sa[d]), amax = 0;
+
+				if (d == 1)
+					continue; /* the 1e9 channel, clamped */
+				for (uint32_t r = 0; r < BT; r++)
+					amax = fmaxf(amax, fabsf(x[r * hd + d]));
+				for (uint32_t r = 0; r < BT; r++)
+					assert_true(fabsf(a[r * hd + d] - x[r * hd + d]) <=
+						    within(s, amax));
+			}
+			/* partial loads: the first rows only */
+			tables[t]->kvq_load_chan8(b, qb, sb, 3, hd);
+			for (uint32_t i = 0; i < 3 * hd; i++)
+				assert_int_equal(bits(a[i]), bits(b[i]));
+			free(x);
+			free(a);
+			free(b);
+			free(qa);
+			free(qb);
+		}
+	}
+}
+
+static void test_int8_scale_edges(void **state)
+{
+	float z[8] = { 0 }, one[8] = { 1, -1, 0.5f, 0, 0, 0, 0, 0.25f }, back[8];
+	int8_t q[8];
+	uint16_t s;
+
+	(void)state;
+	kvp_kvq_ref_row8(q, &s, z, 8);
+	assert_int_equal(s, 0);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(q[i], 0);
+	kvp_kvq_ref_row8(q, &s, one, 8);
+	assert_int_equal(q[0], 127); /* the group's largest magnitude takes the full range */
+	assert_int_equal(q[1], -127);
+	kvp_kvq_ref_load_row8(back, q, &s, 1, 8);
+	assert_true(fabsf(back[0] - 1) < 1e-3f && fabsf(back[2] - 0.5f) < 5e-3f);
+	assert_int_equal(kvp_kvq_scale(INFINITY), kvp_kvq_scale(65504.0f * 127));
+	assert_int_equal(kvp_kvq_scale(NAN), kvp_kvq_scale(65504.0f * 127));
+}
+
+/*
+ * A pool of @nb int8 blocks and the same blocks in f32 holding what attention must see.
+ * K of every full block is sealed (per channel) from the staged keys; V is quantized a
+ * row at a time as the forward pass writes it.
+ */
+struct twin {
+	struct kvp_kv_view q8, f32;
+	struct kvp_kv_stage st;
+	float *keys; /* the written keys, f32: [block][layer][kv head][row][hd] */
+};
+
+static void twin_init(struct twin *w, const struct kvp_kernels *k, uint32_t L, uint32_t Hkv,
+		      uint32_t hd, uint32_t bt, uint32_t nb, uint32_t n_tok)
+{
+	struct kvp_model_shape s = { .n_layers = L,
+				     .n_kv_heads = Hkv,
+				     .head_dim = hd,
+				     .dtype = KVP_DTYPE_INT8,
+				     .block_tokens = bt };
+
+	assert_int_equal(kvp_geom_init(&w->q8.geom, &s), 0);
+	s.dtype = KVP_DTYPE_F32;
+	assert_int_equal(kvp_geom_init(&w->f32.geom, &s), 0);
+	w->q8.n_blocks = w->f32.n_blocks = nb;
+	w->q8.base = calloc(nb, w->q8.geom.block_stride);
+	w->f32.base = calloc(nb, w->f32.geom.block_stride);
+	w->keys = malloc((size_t)nb * bt * L * Hkv * hd * 4);
+	assert_non_null(w->q8.base);
+	assert_non_null(w->f32.base);
+	assert_non_null(w->keys);
+	assert_int_equal(kvp_stage_init(&w->st, &w->q8.geom, nb, nb), 0);
+	w->q8.stage = &w->st;
+	w->f32.stage = NULL;
+	for (uint32_t pos = 0; pos < n_tok; pos++) {
+		uint32_t b = pos / bt, r = pos % bt;
+		float *slot = kvp_stage_take(&w->st, b);
+
+		assert_non_null(slot);
+		for (uint32_t l = 0; l < L; l++)
+			for (uint32_t h = 0; h < Hkv; h++) {
+				uint8_t *vr = kvp_kv_run(&w->q8, b, l, 1, h);
+				float *kr = kvp_stage_row(&w->q8.geom, slot, l, h, r), v[256];
+
+				for (uint32_t d = 0; d < hd; d++) {
+					kr[d] = frand() * (d % 11 == 2 ? 6.0f : 1.0f);
+					v[d] = frand();
+				}
+				k->kvq_row8((int8_t *)vr + r * hd, (uint16_t *)(vr + bt * hd) + r,
+					    v, hd);
+				/* the f32 twin's V: the dequantized row */
+				k->kvq_load_row8((float *)kvp_kv_run(&w->f32, b, l, 1, h) + r * hd,
+						 (int8_t *)vr + r * hd,
+						 (uint16_t *)(vr + bt * hd) + r, 1, hd);
+			}
+		if (r == bt - 1) {
+			for (uint32_t l = 0; l < L; l++)
+				for (uint32_t h = 0; h < Hkv; h++) {
+					uint8_t *kq = kvp_kv_run(&w->q8, b, l, 0, h);
+
+					k->kvq_chan8((int8_t *)kq, (uint16_t *)(kq + bt * hd),
+						     kvp_stage_row(&w->q8.geom, slot, l, h, 0), bt,
+						     hd);
+				}
+		}
+	}
+}
+
+/* The f32 twin as query row at @pos sees it: its own block's keys staged, earlier sealed. */
+static void twin_keys_for(struct twin *w, const struct kvp_kernels *k, uint32_t pos)
+{
+	const struct kvp_geom *g = &w->q8.geom;
+	uint32_t bt = g->shape.block_tokens, hd = g->shape.head_dim;
+
+	for (uint32_t b = 0; b <= pos / bt; b++)
+		for (uint32_t l = 0; l < g->shape.n_layers; l++)
+			for (uint32_t h = 0; h < g->shape.n_kv_heads; h++) {
+				float *dst = (float *)kvp_kv_run(&w->f32, b, l, 0, h);
+				uint8_t *kq = kvp_kv_run(&w->q8, b, l, 0, h);
+
+				if (b == pos / bt)
+					memcpy(dst,
+					       kvp_stage_row(g, kvp_stage_get(&w->st, b), l, h, 0),
+					       (size_t)bt * hd * 4);
+				else
+					k->kvq_load_chan8(dst, (int8_t *)kq,
+							  (uint16_t *)(kq + bt * hd), bt, hd);
+			}
+}
+
+static void twin_deinit(struct twin *w)
+{
+	free(w->q8.base);
+	free(w->f32.base);
+	free(w->keys);
+	kvp_stage_deinit(&w->st);
+}
+
+static void scratch_init(struct kvp_attn_scratch *s, uint32_t n, uint32_t n_heads, uint32_t bt,
+			 uint32_t hd)
+{
+	s->ml = malloc((size_t)2 * n * n_heads * 4);
+	s->kbuf = malloc((size_t)bt * hd * 4);
+	s->vbuf = malloc((size_t)bt * hd * 4);
+	s->sbuf = malloc((size_t)bt * 4);
+	assert_true(s->ml && s->kbuf && s->vbuf && s->sbuf);
+}
+
+static void scratch_free(struct kvp_attn_scratch *s)
+{
+	free(s->ml);
+	free(s->kbuf);
+	free(s->vbuf);
+	free(s->sbuf);
+}
+
+static void test_attn_int8_equals_dequantized(void **state)
+{
+	/*
+	 * A prefill call of rows 21 .. 52 (blocks 1 .. 3 of 16 tokens, two of them filled by
+	 * the call) and a decode row at 52, GQA 4 query heads on 2 kv heads: each row of the
+	 * int8 call equals, bit for bit, the same row alone over the f32 twin that holds
+	 * what it must see.
+	 */
+	enum { L = 2, HKV = 2, NH = 4, BT = 16, NB = 4, NTOK = 53, P0 = 21 };
+	static const uint32_t hds[] = { 64, 40 };
+
+	for (int t = 0; t < n_tables; t++) {
+		for (int hi = 0; hi < 2; hi++) {
+			uint32_t hd = hds[hi], n = NTOK - P0, qd = NH * hd,
+				 table[NB] = { 0, 1, 2, 3 };
+			float *q = malloc((size_t)n * qd * 4), *o8 = malloc((size_t)n * qd * 4);
+			float *o32 = malloc((size_t)qd * 4);
+			struct kvp_attn_scratch s;
+			struct twin w;
+
+			twin_init(&w, tables[t], L, HKV, hd, BT, NB, NTOK);
+			scratch_init(&s, n, NH, BT, hd);
+			for (size_t i = 0; i < (size_t)n * qd; i++)
+				q[i] = frand();
+			for (uint32_t layer = 0; layer < L; layer++) {
+				kvp_attn(o8, q, &w.q8, table, layer, P0, n, NH, 0, HKV, tables[t],
+					 &s);
+				for (uint32_t i = 0; i < n; i++) {
+					twin_keys_for(&w, tables[t], P0 + i);
+					kvp_attn(o32, q + (size_t)i * qd, &w.f32, table, layer,
+						 P0 + i, 1, NH, 0, HKV, tables[t], &s);
+					for (uint32_t e = 0; e < qd; e++)
+						if (bits(o32[e]) != bits(o8[(size_t)i * qd + e]))
+							fail_msg(
+								"%s hd %u layer %u row %u elem %u: %g vs %g",
+								tables[t]->name, hd, layer, P0 + i,
+								e, o8[(size_t)i * qd + e], o32[e]);
+				}
+				/* a decode row alone: the same as its row of the prefill call */
+				kvp_attn(o32, q + (size_t)(n - 1) * qd, &w.q8, table, layer,
+					 NTOK - 1, 1, NH, 0, HKV, tables[t], &s);
+				assert_memory_equal(o32, o8 + (size_t)(n - 1) * qd, qd * 4);
+			}
+			scratch_free(&s);
+			twin_deinit(&w);
+			free(q);
+			free(o8);
+			free(o32);
+		}
+	}
+}
+
+static void test_stage_slots(void **state)
+{
+	struct kvp_model_shape s = { .n_layers = 2,
+				     .n_kv_heads = 1,
+				     .head_dim = 8,
+				     .dtype = KVP_DTYPE_INT8,
+				     .block_tokens = 4 };
+	struct kvp_kv_stage st;
+	struct kvp_geom g;
+	float *a, *b;
+
+	(void)state;
+	assert_int_equal(kvp_geom_init(&g, &s), 0);
+	assert_int_equal(kvp_stage_init(&st, &g, 10, 2), 0);
+	assert_int_equal(st.slot_floats, 2 * 1 * 4 * 8);
+	assert_null(kvp_stage_get(&st, 3));
+	a = kvp_stage_take(&st, 3);
+	assert_non_null(a);
+	assert_ptr_equal(kvp_stage_take(&st, 3), a); /* the block's own slot again */
+	a[5] = 42;
+	assert_int_equal(kvp_stage_copy(&st, 3, 7), 0); /* copy-on-write of a partial block */
+	b = kvp_stage_get(&st, 7);
+	assert_non_null(b);
+	assert_ptr_not_equal(a, b);
+	assert_true(b[5] == 42);
+	assert_null(kvp_stage_take(&st, 8)); /* full */
+	assert_int_equal(kvp_stage_copy(&st, 3, 8), -ENOSPC);
+	assert_int_equal(kvp_stage_copy(&st, 9, 8), 0); /* nothing staged: nothing to copy */
+	assert_null(kvp_stage_get(&st, 8));
+	kvp_stage_drop(&st, 3);
+	kvp_stage_drop(&st, 3); /* twice: a no-op */
+	assert_null(kvp_stage_get(&st, 3));
+	assert_int_equal(st.n_used, 1);
+	assert_non_null(kvp_stage_take(&st, 8));
+	kvp_stage_deinit(&st);
+	kvp_stage_deinit(&st); /* a zeroed stage: no-op */
+}
+
+/* mean squared error of keys quantized per channel (kvq) and per token (a V-style row) */
+static void test_per_channel_keys_beat_per_token(void **state)
+{
+	enum { BT = 16, HD = 64 };
+	float k[BT * HD], back[BT * HD];
+	int8_t q[BT * HD];
+	uint16_t sc[HD];
+	double e_chan = 0, e_tok = 0;
+
+	(void)state;
+	keys_with_outliers(k, BT, HD, 20.0f);
+	kvp_kvq_ref_chan8(q, sc, k, BT, HD);
+	kvp_kvq_ref_load_chan8(back, q, sc, BT, HD);
+	for (int i = 0; i < BT * HD; i++)
+		e_chan += (double)(back[i] - k[i]) * (back[i] - k[i]);
+	for (int r = 0; r < BT; r++) {
+		kvp_kvq_ref_row8(q + r * HD, sc + (r % HD), k + r * HD, HD);
+		kvp_kvq_ref_load_row8(back + r * HD, q + r * HD, sc + (r % HD), 1, HD);
+	}
+	for (int i = 0; i < BT * HD; i++)
+		e_tok += (double)(back[i] - k[i]) * (back[i] - k[i]);
+	print_message("K int8 squared error: per channel %.3g, per token %.3g\n", e_chan, e_tok);
+	assert_true(e_chan * 4 < e_tok);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_int8_equals_reference),
+		cmocka_unit_test(test_int8_scale_edges),
+		cmocka_unit_test(test_attn_int8_equals_dequantized),
+		cmocka_unit_test(test_stage_slots),
+		cmocka_unit_test(test_per_channel_keys_beat_per_token),
+	};
+
+	return cmocka_run_group_tests(tests, setup, NULL);
+}
