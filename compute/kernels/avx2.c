@@ -395,7 +395,11 @@ static inline __attribute__((always_inline)) __m256i hdot(const struct wgrp *w, 
 	return s;
 }
 
-/* acc[r] += group @g of one unpacked weight row . group @g of token r, r < R */
+/*
+ * acc[r] += group @g of one unpacked weight row . group @g of token r, r < R.  Each
+ * half's terms are summed apart and added once: one dependent add per half on the
+ * accumulator, not two FMAs (their latency bound the loop at one token).
+ */
 static inline __attribute__((always_inline)) void gdot(const struct wgrp *w, const uint8_t *x,
 						       size_t xs, size_t g, const int R,
 						       __m256 *acc, uint32_t type)
@@ -406,11 +410,12 @@ static inline __attribute__((always_inline)) void gdot(const struct wgrp *w, con
 
 #pragma GCC unroll 2
 		for (int h = 0; h < 2; h++) {
-			acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hdot(w, h, a->q, type)),
+			__m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(hdot(w, h, a->q, type)),
 						 _mm256_mul_ps(w->dw[h],
-							       _mm256_loadu_ps(a->d + 8 * h)),
-						 acc[r]);
-			acc[r] = _mm256_fmadd_ps(w->c[h], _mm256_loadu_ps(a->s + 8 * h), acc[r]);
+							       _mm256_loadu_ps(a->d + 8 * h)));
+
+			t = _mm256_fmadd_ps(w->c[h], _mm256_loadu_ps(a->s + 8 * h), t);
+			acc[2 * r + h] = _mm256_add_ps(acc[2 * r + h], t);
 		}
 	}
 }
@@ -428,10 +433,10 @@ mat_fused(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_r
 
 	for (size_t o = o0; o < o1; o++) {
 		const uint8_t *wr = w + o * w_row_bytes;
-		__m256 acc[GROUP];
+		__m256 acc[2 * GROUP];
 
-#pragma GCC unroll 4
-		for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+		for (int r = 0; r < 2 * R; r++)
 			acc[r] = _mm256_setzero_ps();
 		_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0);
 		for (size_t g = 0; g < ng; g++) {
@@ -442,7 +447,7 @@ mat_fused(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_r
 		}
 #pragma GCC unroll 4
 		for (int r = 0; r < R; r++)
-			out[r * ldo + o] = hsum8(acc[r]);
+			out[r * ldo + o] = hsum8(_mm256_add_ps(acc[2 * r], acc[2 * r + 1]));
 	}
 }
 
@@ -518,10 +523,12 @@ mat_tile(float *out, size_t ldo, const struct wgrp *panel, size_t ps, size_t g0,
 				for (int w = 0; w < RW; w++) {
 					const struct wgrp *pw = &panel[w * ps + g];
 
-					acc[w][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[w][t]),
-								    _mm256_mul_ps(pw->dw[h], ad),
-								    acc[w][t]);
-					acc[w][t] = _mm256_fmadd_ps(pw->c[h], as, acc[w][t]);
+					__m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(s[w][t]),
+								 _mm256_mul_ps(pw->dw[h], ad));
+
+					/* one dependent add on the accumulator: see gdot() */
+					acc[w][t] = _mm256_add_ps(acc[w][t],
+								  _mm256_fmadd_ps(pw->c[h], as, v));
 				}
 			}
 		}
