@@ -452,100 +452,82 @@ mat_fused(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_r
 }
 
 /*
- * Prefill and batched decode micro-kernel: RW weight rows (unpacked, @panel rows @ps
- * groups apart) times RT tokens over groups [0, ng) of the slice starting at group g0,
- * one half-group at a time.  Each activation load feeds RW rows and each weight load
- * RT tokens; 2 x 2 keeps 4 float accumulators, 4 integer ones and the operands in the
- * 16 registers.
+ * Prefill and batched decode micro-kernel: one unpacked weight row (@panel) times RT
+ * tokens over groups [0, ng) of the slice starting at group g0, a half-group at a time:
+ * each weight load feeds RT tokens, and per token the integer dots (int16 sums, one
+ * vpmaddwd) and two float accumulators (the scaled dots, the corrections: one
+ * dependent FMA each per half).  Measured against 2 x 2 and 2 x 3 tiles (rows x
+ * tokens), which spill their accumulators from the 16 registers: 1 x 4 was as fast or
+ * faster (docs/compute.md).
  */
-#define MK_RW 2
-#define MK_RT 2
+#define MK_RT 4
 
-static inline __attribute__((always_inline)) void
-mat_tile(float *out, size_t ldo, const struct wgrp *panel, size_t ps, size_t g0, size_t ng,
-	 const uint8_t *x, size_t xs, const int RW, const int RT, int add, uint32_t type)
+static inline __attribute__((always_inline)) void mat_tile(float *out, size_t ldo,
+							   const struct wgrp *panel, size_t g0,
+							   size_t ng, const uint8_t *x, size_t xs,
+							   const int RT, int add, uint32_t type)
 {
 	const __m256i one = _mm256_set1_epi16(1);
 	const int pk = pairs_per_madd(type);
-	__m256 acc[MK_RW][MK_RT];
+	__m256 dot[MK_RT], cor[MK_RT];
+
+#pragma GCC unroll 4
+	for (int t = 0; t < RT; t++)
+		dot[t] = cor[t] = _mm256_setzero_ps();
+	for (size_t g = 0; g < ng; g++) {
+		const struct wgrp *pw = &panel[g];
 
 #pragma GCC unroll 2
-	for (int w = 0; w < RW; w++)
-#pragma GCC unroll 2
-		for (int t = 0; t < RT; t++)
-			acc[w][t] = _mm256_setzero_ps();
-	for (size_t g = 0; g < ng; g++) {
-#pragma GCC unroll 2
 		for (int h = 0; h < 2; h++) {
-			__m256i s[MK_RW][MK_RT], p[MK_RW][MK_RT];
+			__m256i s[MK_RT], p[MK_RT];
 
 #pragma GCC unroll 4
 			for (int c = 0; c < 4; c++) {
-				__m256i a[MK_RT];
+				__m256i wq = _mm256_load_si256(&pw->q[h][c]);
 
-#pragma GCC unroll 2
-				for (int t = 0; t < RT; t++)
-					a[t] = ldy((const uint8_t *)((const struct kvp_act_q8
-									      *)(x + t * xs) +
-								     g0 + g)
-							   ->q +
-						   64 * c + 32 * h);
-#pragma GCC unroll 2
-				for (int w = 0; w < RW; w++) {
-					__m256i wq = _mm256_load_si256(&panel[w * ps + g].q[h][c]);
+#pragma GCC unroll 4
+				for (int t = 0; t < RT; t++) {
+					const struct kvp_act_q8 *a =
+						(const struct kvp_act_q8 *)(x + t * xs) + g0 + g;
+					__m256i m = mad(wq,
+							ldy((const uint8_t *)a->q + 64 * c +
+							    32 * h),
+							type);
 
-#pragma GCC unroll 2
-					for (int t = 0; t < RT; t++) {
-						__m256i m = mad(wq, a[t], type);
-
-						p[w][t] = c % pk ? _mm256_add_epi16(p[w][t], m) : m;
-						if (c % pk == pk - 1)
-							s[w][t] = c < pk ?
-									  _mm256_madd_epi16(p[w][t],
-											    one) :
-									  _mm256_add_epi32(
-										  s[w][t],
-										  _mm256_madd_epi16(
-											  p[w][t],
-											  one));
-					}
+					p[t] = c % pk ? _mm256_add_epi16(p[t], m) : m;
+					if (c % pk < pk - 1)
+						continue;
+					m = _mm256_madd_epi16(p[t], one);
+					s[t] = c < pk ? m : _mm256_add_epi32(s[t], m);
 				}
 			}
-#pragma GCC unroll 2
+#pragma GCC unroll 4
 			for (int t = 0; t < RT; t++) {
 				const struct kvp_act_q8 *a = (const struct kvp_act_q8 *)(x +
 											 t * xs) +
 							     g0 + g;
-				__m256 ad = _mm256_loadu_ps(a->d + 8 * h),
-				       as = _mm256_loadu_ps(a->s + 8 * h);
 
-#pragma GCC unroll 2
-				for (int w = 0; w < RW; w++) {
-					const struct wgrp *pw = &panel[w * ps + g];
-
-					__m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(s[w][t]),
-								 _mm256_mul_ps(pw->dw[h], ad));
-
-					/* one dependent add on the accumulator: see gdot() */
-					acc[w][t] = _mm256_add_ps(acc[w][t],
-								  _mm256_fmadd_ps(pw->c[h], as, v));
-				}
+				dot[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]),
+							 _mm256_mul_ps(pw->dw[h],
+								       _mm256_loadu_ps(a->d +
+										       8 * h)),
+							 dot[t]);
+				cor[t] = _mm256_fmadd_ps(pw->c[h], _mm256_loadu_ps(a->s + 8 * h),
+							 cor[t]);
 			}
 		}
 	}
-#pragma GCC unroll 2
-	for (int w = 0; w < RW; w++)
-#pragma GCC unroll 2
-		for (int t = 0; t < RT; t++) {
-			float v = hsum8(acc[w][t]);
+#pragma GCC unroll 4
+	for (int t = 0; t < RT; t++) {
+		float v = hsum8(_mm256_add_ps(dot[t], cor[t]));
 
-			out[t * ldo + w] = add ? out[t * ldo + w] + v : v;
-		}
+		out[t * ldo] = add ? out[t * ldo] + v : v;
+	}
 }
 
 /*
- * The panel of MK_RW unpacked rows covers PANEL_MAX groups (4096 elements, 12 KiB, in
- * L1 beside the activations streaming from L2); longer rows are done in slices, partial
+ * The panel of one unpacked row covers PANEL_MAX groups (4096 elements, 6 KiB, in L1
+ * beside the activations streaming from L2); longer rows are done in slices, partial
  * sums added.
  */
 #define PANEL_MAX 16
@@ -555,7 +537,7 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 	   const uint8_t *restrict x, size_t xs, size_t rows, size_t k, size_t o0, size_t o1,
 	   uint32_t type)
 {
-	struct wgrp panel[MK_RW * PANEL_MAX];
+	struct wgrp panel[PANEL_MAX];
 	size_t ng = (k + KVP_QG - 1) / KVP_QG;
 
 	switch (rows) {
@@ -575,30 +557,30 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 	for (size_t t0 = 0; t0 < rows; t0 += TOKEN_BLOCK) {
 		size_t tn = rows - t0 < TOKEN_BLOCK ? rows - t0 : TOKEN_BLOCK;
 
-		for (size_t o = o0; o < o1; o += MK_RW) {
-			size_t rw = o1 - o < MK_RW ? o1 - o : MK_RW;
+		for (size_t o = o0; o < o1; o++) {
+			const uint8_t *wr = w + o * w_row_bytes;
 
+			if (t0 + tn == rows) /* the row's last pass: fetch the next row's start */
+				_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0);
 			for (size_t s0 = 0; s0 < ng; s0 += PANEL_MAX) {
 				size_t sn = ng - s0 < PANEL_MAX ? ng - s0 : PANEL_MAX;
 
-				for (size_t r = 0; r < rw; r++)
-					for (size_t g = 0; g < sn; g++)
-						unpack(w + (o + r) * w_row_bytes, type, k, s0 + g,
-						       &panel[r * PANEL_MAX + g]);
+				for (size_t g = 0; g < sn; g++)
+					unpack(wr, type, k, s0 + g, &panel[g]);
 				for (size_t t = t0; t < t0 + tn; t += MK_RT) {
 					size_t rt = t0 + tn - t < MK_RT ? t0 + tn - t : MK_RT;
 					float *ot = out + t * ldo + o;
 					const uint8_t *xt = x + t * xs;
 
-#define T(a, b) mat_tile(ot, ldo, panel, PANEL_MAX, s0, sn, xt, xs, a, b, s0 > 0, type)
-					if (rw == 2 && rt == 2)
-						T(2, 2);
-					else if (rw == 2)
-						T(2, 1);
+#define T(n) mat_tile(ot, ldo, panel, s0, sn, xt, xs, n, s0 > 0, type)
+					if (rt == 4)
+						T(4);
+					else if (rt == 3)
+						T(3);
 					else if (rt == 2)
-						T(1, 2);
+						T(2);
 					else
-						T(1, 1);
+						T(1);
 #undef T
 				}
 			}
