@@ -421,6 +421,14 @@ static inline __attribute__((always_inline)) void gdot(const struct wgrp *w, con
 }
 
 /*
+ * The panel of one unpacked row covers PANEL_MAX groups (4096 elements, 6 KiB, in L1
+ * beside the activations streaming from L2); longer rows are done in slices, partial
+ * sums added, and the decode path adds its partial sums per slice in the same order:
+ * each row's result is the same bits whatever the batch (test_fwd_step).
+ */
+#define PANEL_MAX 16
+
+/*
  * Decode (up to GROUP tokens): each group is unpacked and dotted by every token at
  * once, so a weight row streams through exactly once; the next row is prefetched.
  */
@@ -433,21 +441,29 @@ mat_fused(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_r
 
 	for (size_t o = o0; o < o1; o++) {
 		const uint8_t *wr = w + o * w_row_bytes;
-		__m256 acc[2 * GROUP];
+
+		_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0);
+		/* summed per PANEL_MAX groups as the tile path does: see mat_tile() */
+		for (size_t s0 = 0; s0 < ng; s0 += PANEL_MAX) {
+			size_t s1 = ng - s0 < PANEL_MAX ? ng : s0 + PANEL_MAX;
+			__m256 acc[2 * GROUP];
 
 #pragma GCC unroll 8
-		for (int r = 0; r < 2 * R; r++)
-			acc[r] = _mm256_setzero_ps();
-		_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0);
-		for (size_t g = 0; g < ng; g++) {
-			struct wgrp wg;
+			for (int r = 0; r < 2 * R; r++)
+				acc[r] = _mm256_setzero_ps();
+			for (size_t g = s0; g < s1; g++) {
+				struct wgrp wg;
 
-			unpack(wr, type, k, g, &wg);
-			gdot(&wg, x, xs, g, R, acc, type);
-		}
+				unpack(wr, type, k, g, &wg);
+				gdot(&wg, x, xs, g, R, acc, type);
+			}
 #pragma GCC unroll 4
-		for (int r = 0; r < R; r++)
-			out[r * ldo + o] = hsum8(_mm256_add_ps(acc[2 * r], acc[2 * r + 1]));
+			for (int r = 0; r < R; r++) {
+				float v = hsum8(_mm256_add_ps(acc[2 * r], acc[2 * r + 1]));
+
+				out[r * ldo + o] = s0 ? out[r * ldo + o] + v : v;
+			}
+		}
 	}
 }
 
@@ -469,11 +485,11 @@ static inline __attribute__((always_inline)) void mat_tile(float *out, size_t ld
 {
 	const __m256i one = _mm256_set1_epi16(1);
 	const int pk = pairs_per_madd(type);
-	__m256 dot[MK_RT], cor[MK_RT];
+	__m256 acc[MK_RT][2];
 
 #pragma GCC unroll 4
 	for (int t = 0; t < RT; t++)
-		dot[t] = cor[t] = _mm256_setzero_ps();
+		acc[t][0] = acc[t][1] = _mm256_setzero_ps();
 	for (size_t g = 0; g < ng; g++) {
 		const struct wgrp *pw = &panel[g];
 
@@ -507,30 +523,24 @@ static inline __attribute__((always_inline)) void mat_tile(float *out, size_t ld
 											 t * xs) +
 							     g0 + g;
 
-				dot[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[t]),
+				/* as gdot() does it, so a row's sums do not depend on the batch */
+				__m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(s[t]),
 							 _mm256_mul_ps(pw->dw[h],
 								       _mm256_loadu_ps(a->d +
-										       8 * h)),
-							 dot[t]);
-				cor[t] = _mm256_fmadd_ps(pw->c[h], _mm256_loadu_ps(a->s + 8 * h),
-							 cor[t]);
+										       8 * h)));
+
+				v = _mm256_fmadd_ps(pw->c[h], _mm256_loadu_ps(a->s + 8 * h), v);
+				acc[t][h] = _mm256_add_ps(acc[t][h], v);
 			}
 		}
 	}
 #pragma GCC unroll 4
 	for (int t = 0; t < RT; t++) {
-		float v = hsum8(_mm256_add_ps(dot[t], cor[t]));
+		float v = hsum8(_mm256_add_ps(acc[t][0], acc[t][1]));
 
 		out[t * ldo] = add ? out[t * ldo] + v : v;
 	}
 }
-
-/*
- * The panel of one unpacked row covers PANEL_MAX groups (4096 elements, 6 KiB, in L1
- * beside the activations streaming from L2); longer rows are done in slices, partial
- * sums added.
- */
-#define PANEL_MAX 16
 
 static inline __attribute__((always_inline)) void
 matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_row_bytes,
