@@ -3,10 +3,16 @@
  * avx2.c - the AVX2 kernel table (AVX2 + FMA + F16C: every x86-64 CPU since Haswell
  * and Zen 1).  Built with those flags only; dispatch.c checks the CPU first.
  *
- * Same structure as avx512.c (a weight row unpacked into groups of 256 codes in the
- * activations' lane order, then dotted against a group of tokens), with 256-bit
- * registers and without VNNI: vpmaddubsw (u8 x s8 -> int16 pairs) then vpmaddwd by 1
- * sums each 4 products into a 32-bit lane.
+ * Integer weights: the structure of avx512.c (a weight row unpacked into groups of 256
+ * codes in the activations' lane order, then dotted against the tokens), with 256-bit
+ * registers and without VNNI: vpmaddubsw (u8 x s8 -> int16 pairs), the chunks' pairs
+ * summed in int16 where they cannot saturate, then vpmaddwd by 1 into 32-bit lanes.
+ *  - decode (up to GROUP tokens): each group unpacked and used at once by every token,
+ *    the row streaming through once, the next row prefetched;
+ *  - more tokens (prefill, larger decode batches): a row unpacked into an L1 panel once
+ *    per TOKEN_BLOCK tokens, a 1 row x MK_RT token tile over it.
+ * Both add the same terms in the same order, per slice of PANEL_MAX groups: a row's
+ * result does not depend on the batch it came in.  Design and figures: docs/compute.md.
  */
 #include "compute/kernels/kernels.h"
 
