@@ -3,10 +3,16 @@
  * avx2.c - the AVX2 kernel table (AVX2 + FMA + F16C: every x86-64 CPU since Haswell
  * and Zen 1).  Built with those flags only; dispatch.c checks the CPU first.
  *
- * Same structure as avx512.c (a weight row unpacked into groups of 256 codes in the
- * activations' lane order, then dotted against a group of tokens), with 256-bit
- * registers and without VNNI: vpmaddubsw (u8 x s8 -> int16 pairs) then vpmaddwd by 1
- * sums each 4 products into a 32-bit lane.
+ * Integer weights: the structure of avx512.c (a weight row unpacked into groups of 256
+ * codes in the activations' lane order, then dotted against the tokens), with 256-bit
+ * registers and without VNNI: vpmaddubsw (u8 x s8 -> int16 pairs), the chunks' pairs
+ * summed in int16 where they cannot saturate, then vpmaddwd by 1 into 32-bit lanes.
+ *  - decode (up to GROUP tokens): each group unpacked and used at once by every token,
+ *    the row streaming through once, the next row prefetched;
+ *  - more tokens (prefill, larger decode batches): a row unpacked into an L1 panel once
+ *    per TOKEN_BLOCK tokens, a 1 row x MK_RT token tile over it.
+ * Both add the same terms in the same order, per slice of PANEL_MAX groups: a row's
+ * result does not depend on the batch it came in.  Design and figures: docs/compute.md.
  */
 #include "compute/kernels/kernels.h"
 
@@ -39,8 +45,9 @@ static inline void vf_store_f16(uint16_t *p, vf8_t v)
 
 #include "compute/kernels/vec_f32.inc"
 
-/* Tokens per group of the dot micro-kernel (16 registers: 2 per token + 4 operands). */
+/* Tokens of the fused decode path (each group unpacked once, dotted by all of them). */
 #define GROUP 4
+/* Tokens whose activations stay hot while every row of the range passes. */
 #define TOKEN_BLOCK 64
 
 static inline float hsum8(__m256 v)
@@ -56,15 +63,17 @@ static inline float hsum8(__m256 v)
 
 /*
  * One group of 256 weights in the lane order of struct kvp_act_q8, as 256-bit halves:
- * lo[c] = bytes 64c .. 64c + 31 (sub-blocks 0-7), hi[c] = the rest (8-15); per
- * sub-block the weight scale dw and the correction c.  Q8_0 keeps its codes signed
- * (@sgn): vpmaddubsw takes u8 x s8 into int16 pairs, and 255 x 127 twice would
- * saturate, so those go through |w| x sign(a, w) instead, with no offset to correct.
+ * q[0][c] = bytes 64c .. 64c + 31 (sub-blocks 0-7), q[1][c] = the rest (8-15); per
+ * sub-block the weight scale dw and the correction c.  Q8_0 keeps its codes signed:
+ * vpmaddubsw takes u8 x s8 into int16 pairs, and 255 x 127 twice would saturate, so
+ * those go through |w| x sign(a, w) instead, with no offset to correct.
  */
 struct wgrp {
-	__m256i lo[4], hi[4];
+	__m256i q[2][4];
 	__m256 dw[2], c[2];
 };
+
+static_assert(sizeof(struct wgrp) == 384, "a 64-byte multiple");
 
 static inline uint16_t ld16(const uint8_t *p)
 {
@@ -74,9 +83,28 @@ static inline uint16_t ld16(const uint8_t *p)
 	return v;
 }
 
+static inline uint32_t ld32(const uint8_t *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, 4);
+	return v;
+}
+
 static inline float h2f(uint16_t h)
 {
 	return _cvtsh_ss(h);
+}
+
+/*
+ * How many vpmaddubsw results of one lane may be summed in int16 before vpmaddwd
+ * widens them: each is at most 2 x qmax x 127, so 4 for codes below 32, 2 for 6-bit
+ * codes (Q6_K), 1 for Q8_0's |w| <= 128.  Fewer vpmaddwd per group: they share the
+ * multiply ports with vpmaddubsw.
+ */
+static inline int pairs_per_madd(uint32_t type)
+{
+	return type == KVP_GGML_Q8_0 ? 1 : type == KVP_GGML_Q6_K ? 2 : 4;
 }
 
 /*
@@ -102,8 +130,8 @@ static inline void to_lanes_half(const __m256i *n, __m256i *out)
 
 static inline void to_lanes(const __m256i *n, struct wgrp *w)
 {
-	to_lanes_half(n, w->lo);
-	to_lanes_half(n + 4, w->hi);
+	to_lanes_half(n, w->q[0]);
+	to_lanes_half(n + 4, w->q[1]);
 }
 
 static inline __m256i ldy(const uint8_t *p)
@@ -117,33 +145,74 @@ static inline __m256i bits(__m256i v, int s, int m)
 	return _mm256_and_si256(_mm256_srli_epi16(v, s), _mm256_set1_epi8((char)m));
 }
 
-/* per sub-block dw = d sc, c = -(dw off + dm mn), from 16 int16 each */
-static inline void k_scales(struct wgrp *w, const int16_t *sc, const int16_t *mn, float d, float dm,
+/* 8 unsigned bytes (the low 8 of @v) to f32 */
+static inline __m256 u8f(__m128i v)
+{
+	return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+}
+
+/* each of 4 bytes (@v) twice: a scale per sub-block of 32 to one per lane of 16 */
+static inline __m128i twice(uint32_t v)
+{
+	__m128i x = _mm_cvtsi32_si128((int)v);
+
+	return _mm_unpacklo_epi8(x, x);
+}
+
+/*
+ * per sub-block dw = d sc and c = -(dw off + dm mn), from the 16 scales and mins as
+ * f32 vectors of 8 (@sc, @mn: lanes 0-7, 8-15)
+ */
+static inline void k_scales(struct wgrp *w, const __m256 *sc, const __m256 *mn, float d, float dm,
 			    int off)
 {
 	for (int h = 0; h < 2; h++) {
-		__m256 fs = _mm256_cvtepi32_ps(
-			_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(sc + 8 * h))));
-		__m256 fm = _mm256_cvtepi32_ps(
-			_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(mn + 8 * h))));
-
-		w->dw[h] = _mm256_mul_ps(fs, _mm256_set1_ps(d));
-		w->c[h] = _mm256_sub_ps(_mm256_mul_ps(w->dw[h], _mm256_set1_ps((float)-off)),
-					_mm256_mul_ps(fm, _mm256_set1_ps(dm)));
+		w->dw[h] = _mm256_mul_ps(sc[h], _mm256_set1_ps(d));
+		w->c[h] = _mm256_fnmadd_ps(mn[h], _mm256_set1_ps(dm),
+					   _mm256_mul_ps(w->dw[h], _mm256_set1_ps((float)-off)));
 	}
+}
+
+/*
+ * The 12 packed bytes of Q4_K/Q5_K: 8 6-bit scales and 8 6-bit mins, four at a time in
+ * 32-bit words (sub-blocks 0-3 keep 6 bits in bytes 0-7; 4-7 take a nibble from bytes
+ * 8-11 and their top 2 bits from the top of bytes 0-7).
+ */
+static inline void k4_scales(const uint8_t *s, __m256 *sc, __m256 *mn)
+{
+	uint32_t a = ld32(s), b = ld32(s + 4), c = ld32(s + 8);
+
+	sc[0] = u8f(twice(a & 0x3f3f3f3f));
+	mn[0] = u8f(twice(b & 0x3f3f3f3f));
+	sc[1] = u8f(twice((c & 0x0f0f0f0f) | ((a >> 2) & 0x30303030)));
+	mn[1] = u8f(twice(((c >> 4) & 0x0f0f0f0f) | ((b >> 2) & 0x30303030)));
+}
+
+/* Q3_K's 16 6-bit scales (low nibbles in bytes 0-7, top 2 bits in bytes 8-11), biased */
+static inline void k3_scales(const uint8_t *s, __m256 *sc)
+{
+	uint32_t a = ld32(s), b = ld32(s + 4), t = ld32(s + 8);
+	__m128i v = _mm_setr_epi32((int)((a & 0x0f0f0f0f) | ((t << 4) & 0x30303030)),
+				   (int)((b & 0x0f0f0f0f) | ((t << 2) & 0x30303030)),
+				   (int)(((a >> 4) & 0x0f0f0f0f) | (t & 0x30303030)),
+				   (int)(((b >> 4) & 0x0f0f0f0f) | ((t >> 2) & 0x30303030)));
+	__m256 bias = _mm256_set1_ps(32.0f);
+
+	sc[0] = _mm256_sub_ps(u8f(v), bias);
+	sc[1] = _mm256_sub_ps(u8f(_mm_unpackhi_epi64(v, v)), bias);
 }
 
 static inline __attribute__((always_inline)) void unpack_k(const uint8_t *blk, uint32_t type,
 							   struct wgrp *w)
 {
 	__m256i n[8];
-	int16_t sc[16], mn[16] = { 0 };
+	__m256 sc[2], mn[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
 
 	switch (type) {
 	case KVP_GGML_Q4_K:
 	case KVP_GGML_Q5_K: {
 		int five = type == KVP_GGML_Q5_K;
-		const uint8_t *qs = blk + (five ? 48 : 16), *s = blk + 4;
+		const uint8_t *qs = blk + (five ? 48 : 16);
 
 		for (int c = 0; c < 4; c++) {
 			__m256i v = ldy(qs + 32 * c), lo = bits(v, 0, 0xf), hi = bits(v, 4, 0xf);
@@ -158,23 +227,13 @@ static inline __attribute__((always_inline)) void unpack_k(const uint8_t *blk, u
 			n[2 * c] = lo;
 			n[2 * c + 1] = hi;
 		}
-		for (int j = 0; j < 8; j++) {
-			int a, m;
-
-			if (j < 4) {
-				a = s[j] & 63;
-				m = s[j + 4] & 63;
-			} else {
-				a = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
-				m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-			}
-			sc[2 * j] = sc[2 * j + 1] = (int16_t)a;
-			mn[2 * j] = mn[2 * j + 1] = (int16_t)m;
-		}
+		k4_scales(blk + 4, sc, mn);
 		k_scales(w, sc, mn, h2f(ld16(blk)), h2f(ld16(blk + 2)), 0);
 		break;
 	}
-	case KVP_GGML_Q6_K:
+	case KVP_GGML_Q6_K: {
+		__m128i s = _mm_loadu_si128((const __m128i *)(blk + 192));
+
 		for (int h = 0; h < 2; h++) {
 			__m256i l0 = ldy(blk + 64 * h), l1 = ldy(blk + 64 * h + 32);
 			__m256i q = ldy(blk + 128 + 32 * h);
@@ -188,10 +247,11 @@ static inline __attribute__((always_inline)) void unpack_k(const uint8_t *blk, u
 			n[4 * h + 3] = _mm256_or_si256(bits(l1, 4, 0xf),
 						       _mm256_slli_epi16(bits(q, 6, 3), 4));
 		}
-		for (int j = 0; j < 16; j++)
-			sc[j] = (int8_t)blk[192 + j];
+		sc[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s));
+		sc[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(s, s)));
 		k_scales(w, sc, mn, h2f(ld16(blk + 208)), 0, 32);
 		break;
+	}
 	case KVP_GGML_Q2_K:
 	case KVP_GGML_Q3_K: {
 		int three = type == KVP_GGML_Q3_K;
@@ -213,18 +273,17 @@ static inline __attribute__((always_inline)) void unpack_k(const uint8_t *blk, u
 			n[2 * c + 1] = hi;
 		}
 		if (three) {
-			for (int j = 0; j < 16; j++) {
-				int lo = j < 8 ? blk[96 + j] & 0xf : blk[96 + j - 8] >> 4;
-				int hi = (blk[104 + j % 4] >> (2 * (j / 4))) & 3;
-
-				sc[j] = (int16_t)((lo | hi << 4) - 32);
-			}
+			k3_scales(blk + 96, sc);
 			k_scales(w, sc, mn, h2f(ld16(blk + 108)), 0, 4);
 		} else {
-			for (int j = 0; j < 16; j++) {
-				sc[j] = blk[j] & 0xf;
-				mn[j] = blk[j] >> 4;
-			}
+			__m128i s = _mm_loadu_si128((const __m128i *)blk), m4 = _mm_set1_epi8(0xf);
+			__m128i lo = _mm_and_si128(s, m4),
+				hi = _mm_and_si128(_mm_srli_epi16(s, 4), m4);
+
+			sc[0] = u8f(lo);
+			sc[1] = u8f(_mm_unpackhi_epi64(lo, lo));
+			mn[0] = u8f(hi);
+			mn[1] = u8f(_mm_unpackhi_epi64(hi, hi));
 			k_scales(w, sc, mn, h2f(ld16(blk + 80)), h2f(ld16(blk + 82)), 0);
 		}
 		break;
@@ -233,100 +292,76 @@ static inline __attribute__((always_inline)) void unpack_k(const uint8_t *blk, u
 	to_lanes(n, w);
 }
 
+/* the binary16 at @p + @stride b, blocks b < @nb (0 past them), as 8 f32 */
+static inline __m256 half8(const uint8_t *p, uint32_t stride, size_t nb)
+{
+	uint16_t h[8] = { 0 };
+
+	for (size_t b = 0; b < nb; b++)
+		h[b] = ld16(p + b * stride);
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+/* 32 bits, one per byte: 16 where set (Q5_0/Q5_1's fifth bit of each element) */
+static inline __m256i bit16(uint32_t qh)
+{
+	const __m256i sel = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
+					       0x0303030303030303);
+	const __m256i m = _mm256_set1_epi64x((long long)0x8040201008040201);
+	__m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), sel);
+
+	return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, m), m), _mm256_set1_epi8(16));
+}
+
 static inline __attribute__((always_inline)) void unpack_l(const uint8_t *blk, uint32_t type,
 							   size_t nb, struct wgrp *w)
 {
 	const __m128i m4 = _mm_set1_epi8(0x0f);
+	const __m256i lo4 = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3),
+		      hi4 = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
 	uint32_t bb = blk_bytes(type);
 	int off = type == KVP_GGML_Q4_0 ? 8 : type == KVP_GGML_Q5_0 ? 16 : 0;
-	float d[16] = { 0 }, c[16] = { 0 };
+	int one = type == KVP_GGML_Q4_1 || type == KVP_GGML_Q5_1;
+	__m256 d = half8(blk, bb, nb), m = _mm256_set1_ps((float)-off);
 	__m256i n[8];
 
+	/* c = m - off d per block: the minimum (Q4_1, Q5_1) or the offset's share */
+	m = one ? half8(blk + 2, bb, nb) : _mm256_mul_ps(m, d);
 	for (size_t b = 0; b < 8; b++) {
 		const uint8_t *x = blk + b * bb;
-		float db, m = 0;
 
 		if (b >= nb) {
 			n[b] = _mm256_setzero_si256();
 			continue;
 		}
-		db = h2f(ld16(x));
 		switch (type) {
 		case KVP_GGML_Q8_0: /* signed codes, no offset: see struct wgrp */
 			n[b] = ldy(x + 2);
 			break;
 		case KVP_GGML_Q4_0:
 		case KVP_GGML_Q4_1: {
-			__m128i v = _mm_loadu_si128(
-				(const __m128i *)(x + (type == KVP_GGML_Q4_0 ? 2 : 4)));
+			__m128i v = _mm_loadu_si128((const __m128i *)(x + (one ? 4 : 2)));
 
 			n[b] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4),
 						_mm_and_si128(v, m4));
-			if (type == KVP_GGML_Q4_1)
-				m = h2f(ld16(x + 2));
 			break;
 		}
 		default: { /* Q5_0, Q5_1: nibbles plus bit e of qh as 16 */
-			int one = type == KVP_GGML_Q5_1;
 			__m128i v = _mm_loadu_si128((const __m128i *)(x + (one ? 8 : 6)));
-			uint8_t hb[32];
-			uint32_t qh;
 
-			memcpy(&qh, x + (one ? 4 : 2), 4);
-			for (int e = 0; e < 32; e++)
-				hb[e] = (uint8_t)(((qh >> e) & 1) << 4);
 			n[b] = _mm256_or_si256(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4),
 									      m4),
 								_mm_and_si128(v, m4)),
-					       ldy(hb));
-			if (one)
-				m = h2f(ld16(x + 2));
+					       bit16(ld32(x + (one ? 4 : 2))));
 			break;
 		}
 		}
-		d[2 * b] = d[2 * b + 1] = db;
-		c[2 * b] = c[2 * b + 1] = m - (float)off * db;
 	}
-	w->dw[0] = _mm256_loadu_ps(d);
-	w->dw[1] = _mm256_loadu_ps(d + 8);
-	w->c[0] = _mm256_loadu_ps(c);
-	w->c[1] = _mm256_loadu_ps(c + 8);
+	w->dw[0] = _mm256_permutevar8x32_ps(d, lo4);
+	w->dw[1] = _mm256_permutevar8x32_ps(d, hi4);
+	w->c[0] = _mm256_permutevar8x32_ps(m, lo4);
+	w->c[1] = _mm256_permutevar8x32_ps(m, hi4);
 	to_lanes(n, w);
-}
-
-/* u8 x s8 (or, @sgn, s8 x s8 through the sign trick) 32 products, summed per 4 into int32 */
-static inline __m256i dot4(__m256i w, __m256i a, int sgn)
-{
-	__m256i p = sgn ? _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)) :
-			  _mm256_maddubs_epi16(w, a);
-
-	return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
-static inline __attribute__((always_inline)) void
-gdot(const struct wgrp *w, const uint8_t *x, size_t xs, size_t g, const int R, __m256 *acc, int sgn)
-{
-#pragma GCC unroll 4
-	for (int r = 0; r < R; r++) {
-		const struct kvp_act_q8 *a = (const struct kvp_act_q8 *)(x + r * xs) + g;
-		__m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
-
-#pragma GCC unroll 4
-		for (int c = 0; c < 4; c++) {
-			lo = _mm256_add_epi32(lo, dot4(w->lo[c],
-						       ldy((const uint8_t *)a->q + 64 * c), sgn));
-			hi = _mm256_add_epi32(hi,
-					      dot4(w->hi[c],
-						   ldy((const uint8_t *)a->q + 64 * c + 32), sgn));
-		}
-		acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo),
-					 _mm256_mul_ps(w->dw[0], _mm256_loadu_ps(a->d)), acc[r]);
-		acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi),
-					 _mm256_mul_ps(w->dw[1], _mm256_loadu_ps(a->d + 8)),
-					 acc[r]);
-		acc[r] = _mm256_fmadd_ps(w->c[0], _mm256_loadu_ps(a->s), acc[r]);
-		acc[r] = _mm256_fmadd_ps(w->c[1], _mm256_loadu_ps(a->s + 8), acc[r]);
-	}
 }
 
 static inline __attribute__((always_inline)) void unpack(const uint8_t *wr, uint32_t type, size_t k,
@@ -341,23 +376,182 @@ static inline __attribute__((always_inline)) void unpack(const uint8_t *wr, uint
 	}
 }
 
-#define PANEL_MAX 64
+/* u8 x s8 (or, for Q8_0, s8 x s8 through the sign trick) 32 products, in int16 pairs */
+static inline __m256i mad(__m256i w, __m256i a, uint32_t type)
+{
+	if (type == KVP_GGML_Q8_0)
+		return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+	return _mm256_maddubs_epi16(w, a);
+}
 
-static inline __attribute__((always_inline)) void mat_rows(float *out, size_t ldo, size_t o,
+/*
+ * the integer dot of half @h (sub-blocks 8h .. 8h + 7) of one unpacked group with
+ * activation codes @aq: lane i = sub-block 8h + i
+ */
+static inline __attribute__((always_inline)) __m256i hdot(const struct wgrp *w, int h,
+							  const int8_t *aq, uint32_t type)
+{
+	const __m256i one = _mm256_set1_epi16(1);
+	const int pk = pairs_per_madd(type);
+	__m256i s = _mm256_setzero_si256(), p = s;
+
+#pragma GCC unroll 4
+	for (int c = 0; c < 4; c++) {
+		__m256i m = mad(w->q[h][c], ldy((const uint8_t *)aq + 64 * c + 32 * h), type);
+
+		p = c % pk ? _mm256_add_epi16(p, m) : m;
+		if (c % pk == pk - 1)
+			s = c < pk ? _mm256_madd_epi16(p, one) :
+				     _mm256_add_epi32(s, _mm256_madd_epi16(p, one));
+	}
+	return s;
+}
+
+/*
+ * acc[r] += group @g of one unpacked weight row . group @g of token r, r < R.  Each
+ * half's terms are summed apart and added once: one dependent add per half on the
+ * accumulator, not two FMAs (their latency bound the loop at one token).
+ */
+static inline __attribute__((always_inline)) void gdot(const struct wgrp *w, const uint8_t *x,
+						       size_t xs, size_t g, const int R,
+						       __m256 *acc, uint32_t type)
+{
+#pragma GCC unroll 4
+	for (int r = 0; r < R; r++) {
+		const struct kvp_act_q8 *a = (const struct kvp_act_q8 *)(x + r * xs) + g;
+
+#pragma GCC unroll 2
+		for (int h = 0; h < 2; h++) {
+			__m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(hdot(w, h, a->q, type)),
+						 _mm256_mul_ps(w->dw[h],
+							       _mm256_loadu_ps(a->d + 8 * h)));
+
+			t = _mm256_fmadd_ps(w->c[h], _mm256_loadu_ps(a->s + 8 * h), t);
+			acc[2 * r + h] = _mm256_add_ps(acc[2 * r + h], t);
+		}
+	}
+}
+
+/*
+ * The panel of one unpacked row covers PANEL_MAX groups (4096 elements, 6 KiB, in L1
+ * beside the activations streaming from L2); longer rows are done in slices, partial
+ * sums added, and the decode path adds its partial sums per slice in the same order:
+ * each row's result is the same bits whatever the batch (test_fwd_step).
+ */
+#define PANEL_MAX 16
+
+/*
+ * Decode (up to GROUP tokens): each group is unpacked and dotted by every token at
+ * once, so a weight row streams through exactly once; the next row is prefetched.
+ */
+static inline __attribute__((always_inline)) void
+mat_fused(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_row_bytes,
+	  const uint8_t *restrict x, size_t xs, size_t k, size_t o0, size_t o1, uint32_t type,
+	  const int R)
+{
+	size_t ng = (k + KVP_QG - 1) / KVP_QG;
+
+	for (size_t o = o0; o < o1; o++) {
+		const uint8_t *wr = w + o * w_row_bytes;
+
+		_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0);
+		/* summed per PANEL_MAX groups as the tile path does: see mat_tile() */
+		for (size_t s0 = 0; s0 < ng; s0 += PANEL_MAX) {
+			size_t s1 = ng - s0 < PANEL_MAX ? ng : s0 + PANEL_MAX;
+			__m256 acc[2 * GROUP];
+
+#pragma GCC unroll 8
+			for (int r = 0; r < 2 * R; r++)
+				acc[r] = _mm256_setzero_ps();
+			for (size_t g = s0; g < s1; g++) {
+				struct wgrp wg;
+
+				unpack(wr, type, k, g, &wg);
+				gdot(&wg, x, xs, g, R, acc, type);
+			}
+#pragma GCC unroll 4
+			for (int r = 0; r < R; r++) {
+				float v = hsum8(_mm256_add_ps(acc[2 * r], acc[2 * r + 1]));
+
+				out[r * ldo + o] = s0 ? out[r * ldo + o] + v : v;
+			}
+		}
+	}
+}
+
+/*
+ * Prefill and batched decode micro-kernel: one unpacked weight row (@panel) times RT
+ * tokens over groups [0, ng) of the slice starting at group g0, a half-group at a time:
+ * each weight load feeds RT tokens, and per token the integer dots (int16 sums, one
+ * vpmaddwd) and two float accumulators (the scaled dots, the corrections: one
+ * dependent FMA each per half).  Measured against 2 x 2 and 2 x 3 tiles (rows x
+ * tokens), which spill their accumulators from the 16 registers: 1 x 4 was as fast or
+ * faster (docs/compute.md).
+ */
+#define MK_RT 4
+
+static inline __attribute__((always_inline)) void mat_tile(float *out, size_t ldo,
 							   const struct wgrp *panel, size_t g0,
 							   size_t ng, const uint8_t *x, size_t xs,
-							   const int R, int sgn, int add)
+							   const int RT, int add, uint32_t type)
 {
-	__m256 acc[GROUP];
+	const __m256i one = _mm256_set1_epi16(1);
+	const int pk = pairs_per_madd(type);
+	__m256 acc[MK_RT][2];
 
 #pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-		acc[r] = _mm256_setzero_ps();
-	for (size_t g = 0; g < ng; g++)
-		gdot(&panel[g], x, xs, g0 + g, R, acc, sgn);
+	for (int t = 0; t < RT; t++)
+		acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+	for (size_t g = 0; g < ng; g++) {
+		const struct wgrp *pw = &panel[g];
+
+#pragma GCC unroll 2
+		for (int h = 0; h < 2; h++) {
+			__m256i s[MK_RT], p[MK_RT];
+
 #pragma GCC unroll 4
-	for (int r = 0; r < R; r++)
-		out[r * ldo + o] = add ? out[r * ldo + o] + hsum8(acc[r]) : hsum8(acc[r]);
+			for (int c = 0; c < 4; c++) {
+				__m256i wq = _mm256_load_si256(&pw->q[h][c]);
+
+#pragma GCC unroll 4
+				for (int t = 0; t < RT; t++) {
+					const struct kvp_act_q8 *a =
+						(const struct kvp_act_q8 *)(x + t * xs) + g0 + g;
+					__m256i m = mad(wq,
+							ldy((const uint8_t *)a->q + 64 * c +
+							    32 * h),
+							type);
+
+					p[t] = c % pk ? _mm256_add_epi16(p[t], m) : m;
+					if (c % pk < pk - 1)
+						continue;
+					m = _mm256_madd_epi16(p[t], one);
+					s[t] = c < pk ? m : _mm256_add_epi32(s[t], m);
+				}
+			}
+#pragma GCC unroll 4
+			for (int t = 0; t < RT; t++) {
+				const struct kvp_act_q8 *a = (const struct kvp_act_q8 *)(x +
+											 t * xs) +
+							     g0 + g;
+
+				/* as gdot() does it, so a row's sums do not depend on the batch */
+				__m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(s[t]),
+							 _mm256_mul_ps(pw->dw[h],
+								       _mm256_loadu_ps(a->d +
+										       8 * h)));
+
+				v = _mm256_fmadd_ps(pw->c[h], _mm256_loadu_ps(a->s + 8 * h), v);
+				acc[t][h] = _mm256_add_ps(acc[t][h], v);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < RT; t++) {
+		float v = hsum8(_mm256_add_ps(acc[t][0], acc[t][1]));
+
+		out[t * ldo] = add ? out[t * ldo] + v : v;
+	}
 }
 
 static inline __attribute__((always_inline)) void
@@ -367,42 +561,49 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 {
 	struct wgrp panel[PANEL_MAX];
 	size_t ng = (k + KVP_QG - 1) / KVP_QG;
-	int sgn = type == KVP_GGML_Q8_0;
 
+	switch (rows) {
+	case 1:
+		mat_fused(out, ldo, w, w_row_bytes, x, xs, k, o0, o1, type, 1);
+		return;
+	case 2:
+		mat_fused(out, ldo, w, w_row_bytes, x, xs, k, o0, o1, type, 2);
+		return;
+	case 3:
+		mat_fused(out, ldo, w, w_row_bytes, x, xs, k, o0, o1, type, 3);
+		return;
+	case 4:
+		mat_fused(out, ldo, w, w_row_bytes, x, xs, k, o0, o1, type, 4);
+		return;
+	}
 	for (size_t t0 = 0; t0 < rows; t0 += TOKEN_BLOCK) {
 		size_t tn = rows - t0 < TOKEN_BLOCK ? rows - t0 : TOKEN_BLOCK;
 
 		for (size_t o = o0; o < o1; o++) {
 			const uint8_t *wr = w + o * w_row_bytes;
 
+			if (t0 + tn == rows) /* the row's last pass: fetch the next row's start */
+				_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0);
 			for (size_t s0 = 0; s0 < ng; s0 += PANEL_MAX) {
 				size_t sn = ng - s0 < PANEL_MAX ? ng - s0 : PANEL_MAX;
 
 				for (size_t g = 0; g < sn; g++)
 					unpack(wr, type, k, s0 + g, &panel[g]);
-				for (size_t t = t0; t < t0 + tn; t += GROUP) {
-					size_t R = t0 + tn - t < GROUP ? t0 + tn - t : GROUP;
-					float *ot = out + t * ldo;
+				for (size_t t = t0; t < t0 + tn; t += MK_RT) {
+					size_t rt = t0 + tn - t < MK_RT ? t0 + tn - t : MK_RT;
+					float *ot = out + t * ldo + o;
 					const uint8_t *xt = x + t * xs;
 
-					switch (R) {
-					case 1:
-						mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 1, sgn,
-							 s0 > 0);
-						break;
-					case 2:
-						mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 2, sgn,
-							 s0 > 0);
-						break;
-					case 3:
-						mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 3, sgn,
-							 s0 > 0);
-						break;
-					default:
-						mat_rows(ot, ldo, o, panel, s0, sn, xt, xs, 4, sgn,
-							 s0 > 0);
-						break;
-					}
+#define T(n) mat_tile(ot, ldo, panel, s0, sn, xt, xs, n, s0 > 0, type)
+					if (rt == 4)
+						T(4);
+					else if (rt == 3)
+						T(3);
+					else if (rt == 2)
+						T(2);
+					else
+						T(1);
+#undef T
 				}
 			}
 		}

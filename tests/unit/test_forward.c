@@ -152,10 +152,13 @@ static void test_decode_matches_ref_llama_head_dims(void **state)
  * *@differ counts steps whose greedy token is not the exact reference's argmax;
  * *@ties those of them that are near-ties: the reference's logit of the chosen token
  * within @tie (relative to its largest logit) of its maximum.
+ * With @force the tokens fed back are @force's (steps of them) instead of the greedy
+ * ones; @toks (steps) and @logits ((steps + 1) x n_vocab, from the prompt's last
+ * position on) receive the tokens fed and the fast path's logits.
  */
 static void greedy_vs_ref(struct kvp_model *m, const struct kvp_kernels *k, uint32_t steps,
 			  double tie, double *exact, int *differ, int *ties, double *model,
-			  double *mean)
+			  double *mean, const int32_t *force, int32_t *fed, float *logits)
 {
 	const struct kvp_model_hparams *hp = kvp_model_hparams(m);
 	uint32_t V = hp->n_vocab, n_prompt = 9, total = n_prompt + steps, bt = 16;
@@ -185,7 +188,7 @@ static void greedy_vs_ref(struct kvp_model *m, const struct kvp_kernels *k, uint
 	for (uint32_t s = 0; s < steps; s++) {
 		uint32_t pos = n_prompt + s;
 
-		toks[pos] = kvp_sample_greedy(out, V);
+		toks[pos] = force ? force[s] : kvp_sample_greedy(out, V);
 		out += V;
 		assert_int_equal(kvp_fwd_decode(f, &p.v,
 						&(struct kvp_fwd_seq){ .table = table,
@@ -195,6 +198,8 @@ static void greedy_vs_ref(struct kvp_model *m, const struct kvp_kernels *k, uint
 						1, out),
 				 0);
 	}
+	memcpy(fed, toks + n_prompt, steps * sizeof(int32_t));
+	memcpy(logits, lg + (size_t)(n_prompt - 1) * V, (size_t)(steps + 1) * V * sizeof(float));
 	/* the references, once each: position i's logits depend on tokens 0 .. i only */
 	assert_int_equal(kvp_ref_forward_opts(m, toks, total, ex, KVP_REF_ROUND_ACT), 0);
 	assert_int_equal(kvp_ref_forward(m, toks, total, ref), 0);
@@ -230,6 +235,38 @@ static void greedy_vs_ref(struct kvp_model *m, const struct kvp_kernels *k, uint
 	free(table);
 }
 
+/*
+ * The scalar table fed the @greedy tokens another table chose: each must be the scalar
+ * table's argmax at that step, or a near-tie of its logits (within @tie of the largest
+ * |logit|), at most two.  @sl: room for the scalar logits.
+ */
+static void greedy_vs_scalar(struct kvp_model *m, double tie, const int32_t *greedy, float *sl,
+			     const char *name)
+{
+	uint32_t V = kvp_model_hparams(m)->n_vocab;
+	double exact, model, mean;
+	int differ, ties, near = 0;
+	int32_t fed[32];
+
+	greedy_vs_ref(m, &kvp_kernels_scalar, 32, tie, &exact, &differ, &ties, &model, &mean,
+		      greedy, fed, sl);
+	for (int s = 0; s < 32; s++) {
+		const float *r = sl + (size_t)s * V;
+		int32_t best = kvp_sample_greedy(r, V);
+		double mx = 0;
+
+		for (uint32_t i = 0; i < V; i++)
+			mx = fabs(r[i]) > mx ? fabs(r[i]) : mx;
+		if (greedy[s] == best)
+			continue;
+		if (!(r[greedy[s]] >= r[best] - tie * mx) || ++near > 2)
+			fail_msg("%s on %s: greedy token %d is %d, the scalar table's %d "
+				 "(logits %g vs %g)",
+				 kvp_model_info(m)->file_type, name, s, greedy[s], best,
+				 r[greedy[s]], r[best]);
+	}
+}
+
 static void test_weight_types_match_ref(void **state)
 {
 	/*
@@ -240,6 +277,10 @@ static void test_weight_types_match_ref(void **state)
 	 * that bound (a near-tie; at most two).  The float types differ only by rounding,
 	 * so for them the bound is tight and the rounded reference must agree to 1e-4; the
 	 * integer types quantize each projection's input to int8 blocks, and bf16 rounds it.
+	 * And every table's greedy tokens are the scalar table's (the oracle the vector
+	 * kernels are written against) on the same sequence, again but for near-ties of
+	 * the scalar table's logits (summation order differs; a last-bit difference can
+	 * move an activation across an int8 rounding boundary in the next layer).
 	 */
 	static const struct {
 		uint32_t type;
@@ -255,6 +296,9 @@ static void test_weight_types_match_ref(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct kvp_model *m = make_model(256, 4, 2, 2, 512, cases[i].type, 0);
 		int is_float = cases[i].type == KVP_GGML_F32 || cases[i].type == KVP_GGML_F16;
+		int32_t greedy[32];
+		uint32_t V = kvp_model_hparams(m)->n_vocab;
+		float *lg = malloc(33 * V * sizeof(float)), *sl = malloc(33 * V * sizeof(float));
 
 		assert_int_equal(kvp_model_info(m)->n_converted, 0);
 		for (uint32_t isa = 0; isa < KVP_ISA__COUNT; isa++) {
@@ -265,7 +309,7 @@ static void test_weight_types_match_ref(void **state)
 			if (!k)
 				continue;
 			greedy_vs_ref(m, k, 32, cases[i].bound, &exact, &differ, &ties, &model,
-				      &mean);
+				      &mean, NULL, greedy, lg);
 			print_message("%-6s %-6s logits vs model: max %.2e mean %.2e; vs rounded "
 				      "ref %.1e; greedy: %d of 32 differ (%d near-ties)\n",
 				      kvp_model_info(m)->file_type, k->name, model, mean, exact,
@@ -276,7 +320,11 @@ static void test_weight_types_match_ref(void **state)
 					 "differ, %d of them near-ties",
 					 kvp_model_info(m)->file_type, k->name, model,
 					 cases[i].bound, differ, ties);
+			if (isa != KVP_ISA_SCALAR)
+				greedy_vs_scalar(m, cases[i].bound, greedy, sl, k->name);
 		}
+		free(lg);
+		free(sl);
 		ffix_model_close(m);
 	}
 }
