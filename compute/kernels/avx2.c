@@ -21,29 +21,7 @@
 
 #include "compute/kernels/table.inc"
 
-/* the integer K/V kernels (kvq.inc), vectorised for this file's instruction set */
-#define KVQ_H2F(h) _cvtsh_ss(h)
-#define KVQ_SIMD _Pragma("omp simd")
-#define KVQ_SIMD_MAX _Pragma("omp simd reduction(max : amax)")
-#include "compute/kernels/kvq.inc"
-
-#define VLEN 8
-#define GEMV_GROUP 4
-
-typedef float vf8_t __attribute__((vector_size(32), aligned(4)));
-
-static inline vf8_t vf_load_f16(const uint16_t *p)
-{
-	return (vf8_t)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
-
-static inline void vf_store_f16(uint16_t *p, vf8_t v)
-{
-	_mm_storeu_si128((__m128i *)p,
-			 _mm256_cvtps_ph((__m256)v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-}
-
-#include "compute/kernels/vec_f32.inc"
+#include "compute/kernels/ymm.inc"
 
 /* Tokens of the fused decode path (each group unpacked once, dotted by all of them). */
 #define GROUP 4
