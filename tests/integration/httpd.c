@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,28 @@ int httpd_start(struct httpd *h, const char *dir, const char *sock, const char *
 		}
 	}
 	return -ETIMEDOUT;
+}
+
+int httpd_start_conf(struct httpd *h, const char *dir, const char *sock, const char *conf,
+		     const char *const *args, const char *fmt, ...)
+{
+	FILE *c = fopen(conf, "w");
+	va_list ap;
+	int bad;
+
+	if (!c) {
+		fprintf(stderr, "httpd: %s: %s\n", conf, strerror(errno));
+		return -1;
+	}
+	va_start(ap, fmt);
+	bad = vfprintf(c, fmt, ap) < 0;
+	va_end(ap);
+	bad |= fclose(c) != 0;
+	if (bad || httpd_start(h, dir, sock, args, 30) < 0 || !h->port) {
+		httpd_dump_log(h);
+		return -1;
+	}
+	return 0;
 }
 
 int httpd_wait(struct httpd *h, double timeout_s)

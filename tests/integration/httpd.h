@@ -31,6 +31,16 @@ struct httpd {
 int httpd_start(struct httpd *h, const char *dir, const char *sock, const char *const *args,
 		double timeout_s);
 
+/**
+ * httpd_start_conf() - write the printf-style @fmt to the config file @conf, then
+ * httpd_start() with @args (which name @conf) and a 30 s limit; kvpool-http must listen
+ * on TCP.  The fixtures' common start.
+ * Return: 0 when ready; -1 after printing the log (a failed write, start or no port).
+ */
+int httpd_start_conf(struct httpd *h, const char *dir, const char *sock, const char *conf,
+		     const char *const *args, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
+
 /* Wait for exit; 0 (exit_status set) or -ETIMEDOUT. */
 int httpd_wait(struct httpd *h, double timeout_s);
 

@@ -35,20 +35,14 @@ static int setup(void **state)
 	struct fixture *f = calloc(1, sizeof(*f));
 	const char *dargs[] = { "--ignore-eos", "--pool-size", "64M", NULL };
 	const char *args[] = { "--config", f ? f->conf : "", "--listen", "127.0.0.1:0", NULL };
-	FILE *c;
 
 	if (!f || kvpd_setup(&f->d, "tinyq", dargs) < 0) {
 		free(f);
 		return -1;
 	}
 	snprintf(f->conf, sizeof(f->conf), "%s/http.conf", f->d.dir);
-	c = fopen(f->conf, "w");
-	if (c) {
-		fprintf(c, "[http]\nmax_conns = 64\nidle_timeout_s = 30\nthreads = 2\n");
-		fclose(c);
-	}
-	if (!c || httpd_start(&f->h, f->d.dir, f->d.sock, args, 30) < 0 || !f->h.port) {
-		httpd_dump_log(&f->h);
+	if (httpd_start_conf(&f->h, f->d.dir, f->d.sock, f->conf, args,
+			     "[http]\nmax_conns = 64\nidle_timeout_s = 30\nthreads = 2\n") < 0) {
 		kvpd_cleanup(&f->d);
 		free(f);
 		return -1;

@@ -49,7 +49,6 @@ static int setup(void **state)
 	const char *dargs[] = { "--ignore-eos", "--pool-size", "64M", NULL };
 	const char *args[] = { "--config", f ? f->conf : "",	 "--listen", "127.0.0.1:0",
 			       "--listen", f ? f->unix_arg : "", NULL };
-	FILE *c;
 
 	if (!f || kvpd_setup(&f->d, "tinyq", dargs) < 0) {
 		free(f);
@@ -58,16 +57,10 @@ static int setup(void **state)
 	snprintf(f->conf, sizeof(f->conf), "%s/http.conf", f->d.dir);
 	snprintf(f->unix_sock, sizeof(f->unix_sock), "%s/http.sock", f->d.dir);
 	snprintf(f->unix_arg, sizeof(f->unix_arg), "unix:%s", f->unix_sock);
-	c = fopen(f->conf, "w");
-	if (c) {
-		fprintf(c,
-			"[http]\nmax_header_bytes = 4K\nmax_conns = %d\nidle_timeout_s = 2\n"
-			"max_body_bytes = %d\nstream_buffer_bytes = 4K\nthreads = 2\n",
-			MAX_CONNS, MAX_BODY);
-		fclose(c);
-	}
-	if (!c || httpd_start(&f->h, f->d.dir, f->d.sock, args, 30) < 0 || !f->h.port) {
-		httpd_dump_log(&f->h);
+	if (httpd_start_conf(&f->h, f->d.dir, f->d.sock, f->conf, args,
+			     "[http]\nmax_header_bytes = 4K\nmax_conns = %d\nidle_timeout_s = 2\n"
+			     "max_body_bytes = %d\nstream_buffer_bytes = 4K\nthreads = 2\n",
+			     MAX_CONNS, MAX_BODY) < 0) {
 		kvpd_cleanup(&f->d);
 		free(f);
 		return -1;

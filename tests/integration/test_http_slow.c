@@ -47,7 +47,6 @@ static int setup(void **state)
 	const char *dargs[] = { "--ignore-eos", "--pool-size", "64M", NULL };
 	const char *args[] = { "--config", f ? f->conf : "", "--listen", "127.0.0.1:0", NULL };
 	struct rlimit rl;
-	FILE *c;
 
 	if (!getrlimit(RLIMIT_NOFILE, &rl)) { /* the flood's sockets */
 		rl.rlim_cur = rl.rlim_max;
@@ -58,17 +57,11 @@ static int setup(void **state)
 		return -1;
 	}
 	snprintf(f->conf, sizeof(f->conf), "%s/http.conf", f->d.dir);
-	c = fopen(f->conf, "w");
-	if (c) {
-		/* the idle timeout is long: what closes the slow clients here is a deadline */
-		fprintf(c,
-			"[http]\nmax_conns = %d\nper_addr_conns = %d\nidle_timeout_s = 60\n"
-			"header_timeout_s = %d\nbody_timeout_s = %d\nthreads = 2\n",
-			MAX_CONNS, PER_ADDR, HEADER_S, BODY_S);
-		fclose(c);
-	}
-	if (!c || httpd_start(&f->h, f->d.dir, f->d.sock, args, 30) < 0 || !f->h.port) {
-		httpd_dump_log(&f->h);
+	/* the idle timeout is long: what closes the slow clients here is a deadline */
+	if (httpd_start_conf(&f->h, f->d.dir, f->d.sock, f->conf, args,
+			     "[http]\nmax_conns = %d\nper_addr_conns = %d\nidle_timeout_s = 60\n"
+			     "header_timeout_s = %d\nbody_timeout_s = %d\nthreads = 2\n",
+			     MAX_CONNS, PER_ADDR, HEADER_S, BODY_S) < 0) {
 		kvpd_cleanup(&f->d);
 		free(f);
 		return -1;
