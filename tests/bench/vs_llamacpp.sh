@@ -70,6 +70,7 @@ weights=map
 kv=f16
 dir=""
 json=0
+json_file=""
 max_load=${KVP_BENCH_MAX_LOAD:-1.0}
 force=0
 lb_native=${KVP_LLAMACPP_BIN:-}
@@ -102,6 +103,7 @@ usage: tests/bench/vs_llamacpp.sh --llama-bench PATH [--llama-bench-avx2 PATH] [
                        \$KVP_BENCH_MAX_LOAD or 1.0)
       --force          run even when the machine is busy (the figures say so)
       --json           print one JSON object per file, variant and phase instead of the table
+      --json-file FILE also write those objects to FILE (the table still printed)
   -h, --help           this text
 Without files: preset \${KVP_BENCH_PRESET:-1b} in types \${KVP_BENCH_TYPES:-q4_k_m,q8_0,q4_0,f16}.
 Exit 0, 1 on a failure, 2 on a usage error, 77 when skipped (no llama.cpp build given or
@@ -152,6 +154,7 @@ while (($#)); do
 		max_load=$2; shift ;;
 	--force) force=1 ;;
 	--json) json=1 ;;
+	--json-file) str_opt "$1" "${2-}"; json_file=$2; shift ;;
 	--) shift; files+=("$@"); break ;;
 	-*) die_usage "unknown option '$1' (--help lists them)" ;;
 	*) files+=("$1") ;;
@@ -397,11 +400,11 @@ echo "# $regime_after" >&2
 loads_line="1-minute load average at the start $load_before, at the rounds' starts $(sort -n "$loads" | head -1)-$(sort -n "$loads" | tail -1), at the end $(load1)"
 
 # medians per file, variant, engine and phase; the table (or JSON) on stdout
-node - "$records" "$costs" "$context" "$json" "$weights" "$cpu_line" "$regime_before" \
+node - "$records" "$costs" "$context" "$json" "$json_file" "$weights" "$cpu_line" "$regime_before" \
 	"$regime_after" "$roof_before" "$roof_after" "$loads_line" "$forced" "$threads" "$prompt" \
 	"$gen" "$depth" "$runs" "$batch" "$kv" <<'EOF'
 const fs = require("fs");
-const [recFile, costFile, ctxFile, asJson, weights, cpu, regimeBefore, regimeAfter, roofBefore,
+const [recFile, costFile, ctxFile, asJson, jsonFile, weights, cpu, regimeBefore, regimeAfter, roofBefore,
 	roofAfter, loads, forced, ...nums] = process.argv.slice(2);
 const [threads, prompt, gen, depth, runs, batch] = nums.slice(0, 6).map(Number);
 const kv = nums[6];
@@ -468,9 +471,10 @@ for (const file of files) {
 const meta = { meta: true, date: new Date().toISOString(), cpu, threads, prompt, batch, gen, depth,
 	kv_type: kv, runs, loads, forced: forced || null, regime_before: regimeBefore,
 	regime_after: regimeAfter, roofline_before: rb, roofline_after: ra, context };
+const asLines = [meta, ...rows].map((r) => JSON.stringify(r)).join("\n") + "\n";
+if (jsonFile) fs.writeFileSync(jsonFile, asLines);
 if (asJson === "1") {
-	console.log(JSON.stringify(meta));
-	for (const r of rows) console.log(JSON.stringify(r));
+	process.stdout.write(asLines);
 	process.exit(0);
 }
 const f1 = (x) => (x == null ? "-" : x >= 100 ? x.toFixed(1) : x.toFixed(2));
