@@ -14,7 +14,6 @@
  * holds f32: today's path converted every type to it), and the resident memory of the
  * mapped model after decoding against the file size.
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +25,7 @@
 #include "compute/sample.h"
 #include "shm/geom.h"
 #include "tests/bench/bench_models.h"
+#include "tests/bench/stream.h"
 #include "tests/lib/testlib.h"
 
 #define PROMPT 128u
@@ -37,54 +37,6 @@
 /* KVP_BENCH_BATCHES=1,8,32 replaces them (at most N_BATCH, each 1..256) */
 static uint32_t batches[N_BATCH] = { 1, 4, 16 };
 static int n_batch = 3;
-
-struct read_arg {
-	const uint64_t *p;
-	size_t n;
-	uint64_t sum;
-};
-
-static void *read_part(void *p)
-{
-	struct read_arg *a = p;
-	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-
-	for (size_t i = 0; i < a->n; i += 4) {
-		s0 += a->p[i];
-		s1 += a->p[i + 1];
-		s2 += a->p[i + 2];
-		s3 += a->p[i + 3];
-	}
-	a->sum = s0 + s1 + s2 + s3;
-	return NULL;
-}
-
-/* @threads threads summing disjoint parts of a 1 GiB buffer: GB/s read */
-static double read_gbps(int threads)
-{
-	size_t n = (size_t)1 << 27, part = n / threads; /* uint64 words */
-	uint64_t *b = malloc(n * 8);
-	pthread_t th[64];
-	struct read_arg a[64];
-	double t[5];
-
-	memset(b, 1, n * 8);
-	for (int r = 0; r < 5; r++) {
-		double t0 = kvp_test_now_s();
-
-		for (int i = 0; i < threads; i++) {
-			a[i] = (struct read_arg){ b + i * part, part, 0 };
-			if (i)
-				pthread_create(&th[i], NULL, read_part, &a[i]);
-		}
-		read_part(&a[0]);
-		for (int i = 1; i < threads; i++)
-			pthread_join(th[i], NULL);
-		t[r] = (double)part * threads * 8 / (kvp_test_now_s() - t0) / 1e9;
-	}
-	free(b);
-	return kvp_test_median(t, 5);
-}
 
 /* One model's decode state: its context, its own K/V blocks and sequences. */
 struct lane {
@@ -307,7 +259,7 @@ int main(int argc, char **argv)
 	}
 	printf("kernels: %s\n", k->name);
 	kvp_bench_cpu_regime(300);
-	a.bw = read_gbps(a.threads);
+	a.bw = kvp_bench_read_gbps(a.threads);
 	printf("read bandwidth (%d threads): %.1f GB/s\n", a.threads, a.bw);
 	rc = kvp_bench_each_model("bench-decode", argc, argv, bench_model, &a);
 	kvp_bench_cpu_regime(300);

@@ -6,7 +6,8 @@
  *  - prefill shape: a 2048 x 2048 matrix times 512 input rows (activations quantized
  *    once, as the forward pass does), in GOP/s (2 per multiply-add), against the
  *    register peak of the instruction the type's kernel is built on (int8 vpdpbusd for
- *    the integer types, vdpbf16ps for bf16, f32 FMA for f32 and f16);
+ *    the integer types, vdpbf16ps for bf16, f32 FMA for f32 and f16; on the AVX2 table
+ *    vpmaddubsw + vpmaddwd, none for bf16, f32 FMA ymm);
  *  - decode shape: an 8192 x 4096 matrix (larger than any cache) times 1, 4, 8, 16 and
  *    32 rows, in GB/s of weight bytes streamed, against the read bandwidth of one thread
  *    summing a 1 GiB buffer.
@@ -128,12 +129,15 @@ int main(int argc, char **argv)
 		x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
 	if (kt->isa == KVP_ISA_AVX512)
 		kvp_bench_peak_avx512(&peak, 1);
+	else if (kt->isa == KVP_ISA_AVX2)
+		kvp_bench_peak_avx2(&peak, 1);
 	bw = read_gbps();
 	printf("kernels: %s; one thread\n", kt->name);
 	kvp_bench_cpu_regime(300);
 	if (peak.int8)
-		printf("peak (same run): int8 %.0f GOP/s, bf16 %.0f GFLOP/s, f32 %.0f GFLOP/s\n",
-		       peak.int8, peak.bf16, peak.f32);
+		printf("peak (same run): int8 %.0f GOP/s (%s), bf16 %.0f GFLOP/s, f32 %.0f GFLOP/s "
+		       "(%s)\n",
+		       peak.int8, peak.int8_insn, peak.bf16, peak.f32, peak.f32_insn);
 	printf("read bandwidth (same run): %.1f GB/s\n", bw);
 	printf("%-6s | prefill %dx%d x %d rows: GOP/s  ratio | decode %dx%d, GB/s of weights "
 	       "(ratio to read bw) at rows 1, 4, 8, 16, 32\n",

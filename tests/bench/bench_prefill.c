@@ -6,8 +6,9 @@
  * For each model (bench_models.h: the 1b preset in every type, or the paths given):
  * one 512-token chunk prefilled from position 0, median of several runs, at the
  * machine's thread count.  Figure: achieved GOP/s (model operations per token x
- * tokens/s, 2 per multiply-add).  Baselines, all threads at once: for the integer
- * types the vpdpbusd register peak, for bf16 the vdpbf16ps peak, for f16 the f32 FMA
+ * tokens/s, 2 per multiply-add).  Baselines, all threads at once, of the kernel table's
+ * instructions (peak.h: AVX-512 or AVX2): for the integer types the int8 dot register
+ * peak, for bf16 the vdpbf16ps peak (the f32 FMA peak on AVX2), for f16 the f32 FMA
  * peak, for f32 cblas_sgemm at M=512, K=N=2048 (f32 prefill takes it where it was
  * measured faster than our kernel: compute/linear.c; not on Zen 5); and each
  * type against the f32 file of the same weights in the same run (today's path
@@ -24,6 +25,7 @@
 #include "compute/model.h"
 #include "shm/geom.h"
 #include "tests/bench/bench_models.h"
+#include "tests/bench/model_cost.h"
 #include "tests/bench/peak.h"
 #include "tests/lib/testlib.h"
 
@@ -108,23 +110,13 @@ static int bench_model(const char *path, const char *type, void *arg)
 		kvp_fwd_prefill(f, &kv, table, nb, 0, toks, CHUNK, lg, 0);
 		tps[r] = CHUNK / (kvp_test_now_s() - t0);
 	}
-	/*
-	 * matrices (2 per weight; the output matrix only for the chunk's last position, as
-	 * prefill computes only its logits) + attention (QK and PV over (n+1)/2 keys on
-	 * average)
-	 */
-	double out_params = (double)hp->n_vocab * hp->n_embd;
-
-	flops_tok = 2.0 * (kvp_model_info(m)->n_params -
-			   (double)hp->n_vocab * hp->n_embd * (hp->tied_output ? 1 : 2)) +
-		    2.0 * out_params / CHUNK +
-		    4.0 * hp->n_layers * hp->n_heads * hp->head_dim * (CHUNK + 1) / 2.0;
+	flops_tok = kvp_bench_prefill_ops(m, CHUNK);
 	double med = kvp_test_median(tps, RUNS);
 
 	if (!strcmp(type, "f32") || !strcmp(type, "file")) {
 		ceil = a->sgemm;
 		ceil_name = "sgemm M=512 K=N=2048";
-	} else if (!strcmp(type, "f16")) {
+	} else if (!strcmp(type, "f16") || (!strcmp(type, "bf16") && !a->peak.bf16)) {
 		ceil = a->peak.f32;
 		ceil_name = "f32 FMA register peak";
 	} else if (!strcmp(type, "bf16")) {
@@ -132,7 +124,7 @@ static int bench_model(const char *path, const char *type, void *arg)
 		ceil_name = "vdpbf16ps register peak";
 	} else {
 		ceil = a->peak.int8;
-		ceil_name = "vpdpbusd register peak";
+		ceil_name = "int8 dot register peak";
 	}
 	printf("model %s (%s): %.1fM params, %.2f GOP/token\n", kvp_model_name(m), type,
 	       kvp_model_info(m)->n_params / 1e6, flops_tok / 1e9);
@@ -174,9 +166,13 @@ int main(int argc, char **argv)
 	a.sgemm = sgemm_gflops();
 	if (k->isa == KVP_ISA_AVX512)
 		kvp_bench_peak_avx512(&a.peak, a.threads);
-	printf("ceilings (%d threads, same run): sgemm %.0f GFLOP/s; register peaks f32 %.0f, "
-	       "bf16 %.0f, int8 %.0f GOP/s\n",
-	       a.threads, a.sgemm, a.peak.f32, a.peak.bf16, a.peak.int8);
+	else if (k->isa == KVP_ISA_AVX2)
+		kvp_bench_peak_avx2(&a.peak, a.threads);
+	printf("ceilings (%d threads, same run): sgemm %.0f GFLOP/s; register peaks f32 %.0f (%s), "
+	       "bf16 %.0f (%s), int8 %.0f (%s) GOP/s\n",
+	       a.threads, a.sgemm, a.peak.f32, a.peak.f32_insn ? a.peak.f32_insn : "-", a.peak.bf16,
+	       a.peak.bf16_insn ? a.peak.bf16_insn : "-", a.peak.int8,
+	       a.peak.int8_insn ? a.peak.int8_insn : "-");
 	rc = kvp_bench_each_model("bench-prefill", argc, argv, bench_model, &a);
 	kvp_bench_cpu_regime(300);
 	return rc;

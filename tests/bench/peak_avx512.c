@@ -8,9 +8,6 @@
 #include "tests/bench/peak.h"
 
 #include <immintrin.h>
-#include <pthread.h>
-
-#include "tests/lib/testlib.h"
 
 #define NACC 12
 #define ITERS (1L << 22)
@@ -66,41 +63,13 @@ __attribute__((noinline)) static void dpbusd(long iters)
 	sink = (float)_mm512_reduce_add_epi32(acc[0]);
 }
 
-struct peak_job {
-	void (*fn)(long);
-};
-
-static void *peak_run(void *p)
-{
-	((struct peak_job *)p)->fn(ITERS);
-	return NULL;
-}
-
-/* GOP/s of @threads threads each running @fn at ITERS (@ops per instruction) */
-static double rate(void (*fn)(long), double ops, int threads)
-{
-	double t[5];
-	pthread_t th[64];
-	struct peak_job j = { fn };
-
-	fn(ITERS / 8); /* wake the vector unit up */
-	for (int r = 0; r < 5; r++) {
-		double t0 = kvp_test_now_s();
-
-		for (int i = 1; i < threads; i++)
-			pthread_create(&th[i], NULL, peak_run, &j);
-		fn(ITERS);
-		for (int i = 1; i < threads; i++)
-			pthread_join(th[i], NULL);
-		t[r] = (double)ITERS * NACC * ops * threads / (kvp_test_now_s() - t0) / 1e9;
-	}
-	return kvp_test_median(t, 5);
-}
-
 void kvp_bench_peak_avx512(struct kvp_bench_peak *p, int threads)
 {
-	threads = threads < 1 ? 1 : threads > 64 ? 64 : threads;
-	p->f32 = rate(fma_zmm, 32, threads);  /* 16 lanes x multiply + add */
-	p->bf16 = rate(dpbf16, 64, threads);  /* 16 lanes x 2 pairs x 2 */
-	p->int8 = rate(dpbusd, 128, threads); /* 16 lanes x 4 pairs x 2 */
+	/* NACC instructions an iteration, of 16 lanes x 2 ops; x 2 pairs x 2; x 4 pairs x 2 */
+	p->f32 = kvp_bench_peak_rate(fma_zmm, ITERS, NACC * 32, threads);
+	p->bf16 = kvp_bench_peak_rate(dpbf16, ITERS, NACC * 64, threads);
+	p->int8 = kvp_bench_peak_rate(dpbusd, ITERS, NACC * 128, threads);
+	p->f32_insn = "vfmadd231ps zmm";
+	p->bf16_insn = "vdpbf16ps zmm";
+	p->int8_insn = "vpdpbusd zmm";
 }
