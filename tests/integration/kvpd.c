@@ -70,6 +70,42 @@ int kvpd_model_mid(struct kvpd *d, uint32_t n_ctx)
 	return kvp_mkmodel_write(d->model, &o, NULL, 0);
 }
 
+/*
+ * A copy of the daemon's binary in @d->dir for a daemon that drops root: the build tree
+ * may sit under a directory only root can enter (a fresh clone in mktemp -d, mode 0700).
+ * kvpoold links no library of the build tree, so the copy runs as the original.
+ */
+static int copy_binary(struct kvpd *d, char *bin, size_t cap)
+{
+	char dst[sizeof(d->dir) + 16], buf[1 << 16];
+	int in, out, r = 0;
+	ssize_t n;
+
+	snprintf(dst, sizeof(dst), "%s/kvpoold", d->dir);
+	in = open(bin, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return -errno;
+	out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+	if (out < 0) {
+		r = -errno;
+		close(in);
+		return r;
+	}
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, (size_t)n) != n) {
+			r = -EIO;
+			break;
+		}
+	if (n < 0)
+		r = -errno;
+	close(in);
+	if (close(out) < 0 && !r)
+		r = -errno;
+	if (!r && (size_t)snprintf(bin, cap, "%s", dst) >= cap)
+		r = -ENAMETOOLONG;
+	return r;
+}
+
 int kvpd_start(struct kvpd *d, double timeout_s, const char *const *args)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
@@ -80,6 +116,8 @@ int kvpd_start(struct kvpd *d, double timeout_s, const char *const *args)
 	int r;
 
 	r = kvp_test_build_path(bin, sizeof(bin), "svc/kvpoold");
+	if (r == 0 && d->run_uid)
+		r = copy_binary(d, bin, sizeof(bin));
 	if (r < 0)
 		return r;
 	if (d->notify_fd >= 0)
