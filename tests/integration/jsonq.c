@@ -9,6 +9,7 @@
 #include "tests/integration/jsonq.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -396,4 +397,21 @@ const char *jsonq_str(const struct jsonq *root, const char *path)
 	const struct jsonq *v = jsonq_get(root, path);
 
 	return v && v->type == JQ_STR ? v->str : NULL;
+}
+
+int jsonq_index_of(const struct jsonq *root, const char *list, const char *field, const char *want)
+{
+	char path[256];
+
+	for (int i = 0;; i++) {
+		const char *v;
+
+		if ((size_t)snprintf(path, sizeof(path), "%s.%d", list, i) >= sizeof(path) ||
+		    !jsonq_get(root, path))
+			return -1;
+		snprintf(path, sizeof(path), "%s.%d.%s", list, i, field);
+		v = jsonq_str(root, path);
+		if (v && !strcmp(v, want))
+			return i;
+	}
 }

@@ -43,4 +43,8 @@ double jsonq_delta(const struct jsonq *after, const struct jsonq *before, const 
 /* String at @path, or NULL. */
 const char *jsonq_str(const struct jsonq *root, const char *path);
 
+/* The index i of the first element of the array at @list whose string member @field is
+ * @want (e.g. "domains", "name", "uid-0"), or -1 (none, or no such array). */
+int jsonq_index_of(const struct jsonq *root, const char *list, const char *field, const char *want);
+
 #endif /* KVP_TESTS_JSONQ_H */

@@ -151,19 +151,7 @@ static uint64_t pool_hash(const struct kvp_client *k)
 /* Index of the domain named @name in the status report's list, or -1. */
 static int domain_at(const struct jsonq *j, const char *name)
 {
-	char path[64];
-
-	for (int i = 0; i < 64; i++) {
-		const char *n;
-
-		snprintf(path, sizeof(path), "domains.%d.name", i);
-		n = jsonq_str(j, path);
-		if (!n)
-			return -1;
-		if (!strcmp(n, name))
-			return i;
-	}
-	return -1;
+	return jsonq_index_of(j, "domains", "name", name);
 }
 
 static double dom_num(const struct jsonq *j, const char *name, const char *key)

@@ -121,22 +121,10 @@ static int status_as(const char *sock, const char *status, uid_t id, const char 
 	return rc;
 }
 
-/* Index of the domain named @name in the report's list, or -1. */
+/* Index of the domain named @name in the status report's list, or -1. */
 static int domain_at(const struct jsonq *j, const char *name)
 {
-	char path[64];
-
-	for (int i = 0; i < 64; i++) {
-		const char *n;
-
-		snprintf(path, sizeof(path), "domains.%d.name", i);
-		n = jsonq_str(j, path);
-		if (!n)
-			return -1;
-		if (!strcmp(n, name))
-			return i;
-	}
-	return -1;
+	return jsonq_index_of(j, "domains", "name", name);
 }
 
 /* Domain @name's most hit prefix's shown hash (copied into @out), asserted present. */
