@@ -598,33 +598,9 @@ KVP_MATMUL_INT_ALL
  * f16, 16-bit shifts for bf16 (both exact, the products are the scalar oracle's).
  * F16 prefill went one weight row at a time before: 0.11 of the FMA peak on Zen 3.
  */
-static void matmul_f16(float *restrict out, size_t ldo, const void *restrict w, size_t w_row_bytes,
-		       const void *restrict x, size_t x_row_bytes, size_t rows, size_t k, size_t o0,
-		       size_t o1)
-{
-	matmul_half(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, WT_F16);
-}
-
-static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w, size_t w_row_bytes,
-			const void *restrict x, size_t x_row_bytes, size_t rows, size_t k,
-			size_t o0, size_t o1)
-{
-	matmul_half(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, WT_BF16);
-}
-
 KVP_REF_ACT(f32, KVP_ACT_F32)
 KVP_REF_ACT(bf16, KVP_ACT_BF16)
 KVP_REF_ACT(q8, KVP_ACT_Q8)
-
-static void dequant_f16(float *restrict dst, const void *restrict src, size_t n)
-{
-	kv_load_f16(dst, src, n);
-}
-
-static void dequant_bf16(float *restrict dst, const void *restrict src, size_t n)
-{
-	kv_load_bf16(dst, src, n);
-}
 
 KVP_REF_DEQUANT_INTEGER
 

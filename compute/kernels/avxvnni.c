@@ -25,20 +25,6 @@
 #include "compute/kernels/ymm.inc"
 
 /* float weights: as avx2.c */
-static void matmul_f16(float *restrict out, size_t ldo, const void *restrict w, size_t w_row_bytes,
-		       const void *restrict x, size_t x_row_bytes, size_t rows, size_t k, size_t o0,
-		       size_t o1)
-{
-	matmul_half(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, WT_F16);
-}
-
-static void matmul_bf16(float *restrict out, size_t ldo, const void *restrict w, size_t w_row_bytes,
-			const void *restrict x, size_t x_row_bytes, size_t rows, size_t k,
-			size_t o0, size_t o1)
-{
-	matmul_half(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, WT_BF16);
-}
-
 /* integer weights: the AVX2 table's (see the top of the file) */
 #define AVX2_MATMUL(name, TYPE) \
 	static void matmul_##name(float *restrict out, size_t ldo, const void *restrict w, \
@@ -60,23 +46,9 @@ AVX2_MATMUL(q4_k, KVP_GGML_Q4_K)
 AVX2_MATMUL(q5_k, KVP_GGML_Q5_K)
 AVX2_MATMUL(q6_k, KVP_GGML_Q6_K)
 
-static void act_q8(void *restrict dst, const float *restrict x, size_t k)
-{
-	kvp_kernels_avx2.quant_act[KVP_ACT_Q8](dst, x, k);
-}
-
 KVP_REF_ACT(f32, KVP_ACT_F32)
 KVP_REF_ACT(bf16, KVP_ACT_BF16)
-
-static void dequant_f16(float *restrict dst, const void *restrict src, size_t n)
-{
-	kv_load_f16(dst, src, n);
-}
-
-static void dequant_bf16(float *restrict dst, const void *restrict src, size_t n)
-{
-	kv_load_bf16(dst, src, n);
-}
+KVP_REF_ACT(q8, KVP_ACT_Q8) /* as avx2.c: the reference quantizer */
 
 KVP_REF_DEQUANT_INTEGER
 
