@@ -7,8 +7,9 @@
  * codes in the activations' lane order, then dotted against the tokens), with 256-bit
  * registers and without VNNI: vpmaddubsw (u8 x s8 -> int16 pairs), the chunks' pairs
  * summed in int16 where they cannot saturate, then vpmaddwd by 1 into 32-bit lanes.
- *  - decode (up to GROUP tokens): each group unpacked and used at once by every token,
- *    the row streaming through once, the next row prefetched;
+ *  - decode (up to DEC_ROWS tokens): ymm_int.inc's dec_matmul(), shared with avxvnni.c:
+ *    each half-group unpacked into registers and used at once by every token, the row
+ *    streaming through once, prefetched ahead;
  *  - more tokens (prefill, larger decode batches): a row unpacked into an L1 panel once
  *    per TOKEN_BLOCK tokens, a 1 row x MK_RT token tile over it.
  * Both add the same terms in the same order, per slice of PANEL_MAX groups: a row's
@@ -23,19 +24,10 @@
 
 #include "compute/kernels/ymm.inc"
 
-/* Tokens of the fused decode path (each group unpacked once, dotted by all of them). */
-#define GROUP 4
+#include "compute/kernels/ymm_int.inc"
+
 /* Tokens whose activations stay hot while every row of the range passes. */
 #define TOKEN_BLOCK 64
-
-static inline float hsum8(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
 
 /* ---- integer weights (see avx512.c for the group layout) ---- */
 
@@ -53,88 +45,10 @@ struct wgrp {
 
 static_assert(sizeof(struct wgrp) == 384, "a 64-byte multiple");
 
-static inline uint16_t ld16(const uint8_t *p)
-{
-	uint16_t v;
-
-	memcpy(&v, p, 2);
-	return v;
-}
-
-static inline uint32_t ld32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return v;
-}
-
-static inline float h2f(uint16_t h)
-{
-	return _cvtsh_ss(h);
-}
-
-/*
- * How many vpmaddubsw results of one lane may be summed in int16 before vpmaddwd
- * widens them: each is at most 2 x qmax x 127, so 4 for codes below 32, 2 for 6-bit
- * codes (Q6_K), 1 for Q8_0's |w| <= 128.  Fewer vpmaddwd per group: they share the
- * multiply ports with vpmaddubsw.
- */
-static inline int pairs_per_madd(uint32_t type)
-{
-	return type == KVP_GGML_Q8_0 ? 1 : type == KVP_GGML_Q6_K ? 2 : 4;
-}
-
-/*
- * Element order (8 registers of 32 consecutive elements) to lane order, one half at a
- * time: out[c] lane i = register i / 2, dword 4 (i % 2) + c.  Per register the dwords
- * are paired by chunk, then the 64-bit pairs transposed across four registers.
- */
-static inline void to_lanes_half(const __m256i *n, __m256i *out)
-{
-	const __m256i pair = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-	__m256i p0 = _mm256_permutevar8x32_epi32(n[0], pair),
-		p1 = _mm256_permutevar8x32_epi32(n[1], pair);
-	__m256i p2 = _mm256_permutevar8x32_epi32(n[2], pair),
-		p3 = _mm256_permutevar8x32_epi32(n[3], pair);
-	__m256i t0 = _mm256_unpacklo_epi64(p0, p1), t1 = _mm256_unpackhi_epi64(p0, p1);
-	__m256i t2 = _mm256_unpacklo_epi64(p2, p3), t3 = _mm256_unpackhi_epi64(p2, p3);
-
-	out[0] = _mm256_permute2x128_si256(t0, t2, 0x20);
-	out[1] = _mm256_permute2x128_si256(t1, t3, 0x20);
-	out[2] = _mm256_permute2x128_si256(t0, t2, 0x31);
-	out[3] = _mm256_permute2x128_si256(t1, t3, 0x31);
-}
-
 static inline void to_lanes(const __m256i *n, struct wgrp *w)
 {
 	to_lanes_half(n, w->q[0]);
 	to_lanes_half(n + 4, w->q[1]);
-}
-
-static inline __m256i ldy(const uint8_t *p)
-{
-	return _mm256_loadu_si256((const __m256i *)p);
-}
-
-/* bytes of @v shifted right by @s, masked to @m (16-bit shifts; the mask drops the spill) */
-static inline __m256i bits(__m256i v, int s, int m)
-{
-	return _mm256_and_si256(_mm256_srli_epi16(v, s), _mm256_set1_epi8((char)m));
-}
-
-/* 8 unsigned bytes (the low 8 of @v) to f32 */
-static inline __m256 u8f(__m128i v)
-{
-	return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
-}
-
-/* each of 4 bytes (@v) twice: a scale per sub-block of 32 to one per lane of 16 */
-static inline __m128i twice(uint32_t v)
-{
-	__m128i x = _mm_cvtsi32_si128((int)v);
-
-	return _mm_unpacklo_epi8(x, x);
 }
 
 /*
@@ -149,35 +63,6 @@ static inline void k_scales(struct wgrp *w, const __m256 *sc, const __m256 *mn, 
 		w->c[h] = _mm256_fnmadd_ps(mn[h], _mm256_set1_ps(dm),
 					   _mm256_mul_ps(w->dw[h], _mm256_set1_ps((float)-off)));
 	}
-}
-
-/*
- * The 12 packed bytes of Q4_K/Q5_K: 8 6-bit scales and 8 6-bit mins, four at a time in
- * 32-bit words (sub-blocks 0-3 keep 6 bits in bytes 0-7; 4-7 take a nibble from bytes
- * 8-11 and their top 2 bits from the top of bytes 0-7).
- */
-static inline void k4_scales(const uint8_t *s, __m256 *sc, __m256 *mn)
-{
-	uint32_t a = ld32(s), b = ld32(s + 4), c = ld32(s + 8);
-
-	sc[0] = u8f(twice(a & 0x3f3f3f3f));
-	mn[0] = u8f(twice(b & 0x3f3f3f3f));
-	sc[1] = u8f(twice((c & 0x0f0f0f0f) | ((a >> 2) & 0x30303030)));
-	mn[1] = u8f(twice(((c >> 4) & 0x0f0f0f0f) | ((b >> 2) & 0x30303030)));
-}
-
-/* Q3_K's 16 6-bit scales (low nibbles in bytes 0-7, top 2 bits in bytes 8-11), biased */
-static inline void k3_scales(const uint8_t *s, __m256 *sc)
-{
-	uint32_t a = ld32(s), b = ld32(s + 4), t = ld32(s + 8);
-	__m128i v = _mm_setr_epi32((int)((a & 0x0f0f0f0f) | ((t << 4) & 0x30303030)),
-				   (int)((b & 0x0f0f0f0f) | ((t << 2) & 0x30303030)),
-				   (int)(((a >> 4) & 0x0f0f0f0f) | (t & 0x30303030)),
-				   (int)(((b >> 4) & 0x0f0f0f0f) | ((t >> 2) & 0x30303030)));
-	__m256 bias = _mm256_set1_ps(32.0f);
-
-	sc[0] = _mm256_sub_ps(u8f(v), bias);
-	sc[1] = _mm256_sub_ps(u8f(_mm_unpackhi_epi64(v, v)), bias);
 }
 
 static inline __attribute__((always_inline)) void unpack_k(const uint8_t *blk, uint32_t type,
@@ -280,17 +165,6 @@ static inline __m256 half8(const uint8_t *p, uint32_t stride, size_t nb)
 	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
-/* 32 bits, one per byte: 16 where set (Q5_0/Q5_1's fifth bit of each element) */
-static inline __m256i bit16(uint32_t qh)
-{
-	const __m256i sel = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
-					       0x0303030303030303);
-	const __m256i m = _mm256_set1_epi64x((long long)0x8040201008040201);
-	__m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), sel);
-
-	return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, m), m), _mm256_set1_epi8(16));
-}
-
 static inline __attribute__((always_inline)) void unpack_l(const uint8_t *blk, uint32_t type,
 							   size_t nb, struct wgrp *w)
 {
@@ -360,101 +234,6 @@ static inline __m256i mad(__m256i w, __m256i a, uint32_t type)
 	if (type == KVP_GGML_Q8_0)
 		return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
 	return _mm256_maddubs_epi16(w, a);
-}
-
-/*
- * the integer dot of half @h (sub-blocks 8h .. 8h + 7) of one unpacked group with
- * activation codes @aq: lane i = sub-block 8h + i
- */
-static inline __attribute__((always_inline)) __m256i hdot(const struct wgrp *w, int h,
-							  const int8_t *aq, uint32_t type)
-{
-	const __m256i one = _mm256_set1_epi16(1);
-	const int pk = pairs_per_madd(type);
-	__m256i s = _mm256_setzero_si256(), p = s;
-
-#pragma GCC unroll 4
-	for (int c = 0; c < 4; c++) {
-		__m256i m = mad(w->q[h][c], ldy((const uint8_t *)aq + 64 * c + 32 * h), type);
-
-		p = c % pk ? _mm256_add_epi16(p, m) : m;
-		if (c % pk == pk - 1)
-			s = c < pk ? _mm256_madd_epi16(p, one) :
-				     _mm256_add_epi32(s, _mm256_madd_epi16(p, one));
-	}
-	return s;
-}
-
-/*
- * acc[r] += group @g of one unpacked weight row . group @g of token r, r < R.  Each
- * half's terms are summed apart and added once: one dependent add per half on the
- * accumulator, not two FMAs (their latency bound the loop at one token).
- */
-static inline __attribute__((always_inline)) void gdot(const struct wgrp *w, const uint8_t *x,
-						       size_t xs, size_t g, const int R,
-						       __m256 *acc, uint32_t type)
-{
-#pragma GCC unroll 4
-	for (int r = 0; r < R; r++) {
-		const struct kvp_act_q8 *a = (const struct kvp_act_q8 *)(x + r * xs) + g;
-
-#pragma GCC unroll 2
-		for (int h = 0; h < 2; h++) {
-			__m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(hdot(w, h, a->q, type)),
-						 _mm256_mul_ps(w->dw[h],
-							       _mm256_loadu_ps(a->d + 8 * h)));
-
-			t = _mm256_fmadd_ps(w->c[h], _mm256_loadu_ps(a->s + 8 * h), t);
-			acc[2 * r + h] = _mm256_add_ps(acc[2 * r + h], t);
-		}
-	}
-}
-
-/*
- * The panel of one unpacked row covers PANEL_MAX groups (4096 elements, 6 KiB, in L1
- * beside the activations streaming from L2); longer rows are done in slices, partial
- * sums added, and the decode path adds its partial sums per slice in the same order:
- * each row's result is the same bits whatever the batch (test_fwd_step).
- */
-#define PANEL_MAX 16
-
-/*
- * Decode (up to GROUP tokens): each group is unpacked and dotted by every token at
- * once, so a weight row streams through exactly once; the next row is prefetched.
- */
-static inline __attribute__((always_inline)) void
-mat_fused(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_row_bytes,
-	  const uint8_t *restrict x, size_t xs, size_t k, size_t o0, size_t o1, uint32_t type,
-	  const int R)
-{
-	size_t ng = (k + KVP_QG - 1) / KVP_QG;
-
-	for (size_t o = o0; o < o1; o++) {
-		const uint8_t *wr = w + o * w_row_bytes;
-
-		_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0);
-		/* summed per PANEL_MAX groups as the tile path does: see mat_tile() */
-		for (size_t s0 = 0; s0 < ng; s0 += PANEL_MAX) {
-			size_t s1 = ng - s0 < PANEL_MAX ? ng : s0 + PANEL_MAX;
-			__m256 acc[2 * GROUP];
-
-#pragma GCC unroll 8
-			for (int r = 0; r < 2 * R; r++)
-				acc[r] = _mm256_setzero_ps();
-			for (size_t g = s0; g < s1; g++) {
-				struct wgrp wg;
-
-				unpack(wr, type, k, g, &wg);
-				gdot(&wg, x, xs, g, R, acc, type);
-			}
-#pragma GCC unroll 4
-			for (int r = 0; r < R; r++) {
-				float v = hsum8(_mm256_add_ps(acc[2 * r], acc[2 * r + 1]));
-
-				out[r * ldo + o] = s0 ? out[r * ldo + o] + v : v;
-			}
-		}
-	}
 }
 
 /*
@@ -540,18 +319,8 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 	struct wgrp panel[PANEL_MAX];
 	size_t ng = (k + KVP_QG - 1) / KVP_QG;
 
-	switch (rows) {
-	case 1:
-		mat_fused(out, ldo, w, w_row_bytes, x, xs, k, o0, o1, type, 1);
-		return;
-	case 2:
-		mat_fused(out, ldo, w, w_row_bytes, x, xs, k, o0, o1, type, 2);
-		return;
-	case 3:
-		mat_fused(out, ldo, w, w_row_bytes, x, xs, k, o0, o1, type, 3);
-		return;
-	case 4:
-		mat_fused(out, ldo, w, w_row_bytes, x, xs, k, o0, o1, type, 4);
+	if (rows <= DEC_ROWS) {
+		dec_matmul(out, ldo, w, w_row_bytes, x, xs, rows, k, o0, o1, type);
 		return;
 	}
 	for (size_t t0 = 0; t0 < rows; t0 += TOKEN_BLOCK) {
