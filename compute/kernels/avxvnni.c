@@ -6,14 +6,19 @@
  * flags only; dispatch.c checks CPUID.(7,1):EAX bit 4 first, and prefers the AVX-512
  * table where both are present.
  *
- * Today this is the AVX2 table under its own flags and name: the float kernels are
- * vec_f32.inc compiled here, and the integer slots (and their activation quantizer)
- * call the AVX2 table's, so every weight type computes as on AVX2.  Next step: the
- * integer dot of avx2.c (vpmaddubsw + vpmaddwd, and the sign trick for Q8_0) written
- * over a macro and included here with vpdpbusd in its place (one instruction per 32
- * products instead of two, and no int16 saturation).  Not run on any machine so far
- * (the Zen 4 it was written on has AVX-512 VNNI but not AVX-VNNI, and Debian 12's
- * qemu-user 7.2 does not emulate it): its speed is unmeasured.
+ * The float kernels are vec_f32.inc compiled here (ymm.inc); integer decode (up to
+ * DEC_ROWS tokens) is ymm_int.inc's kernel, the one avx2.c uses, with its integer dot
+ * one vpdpbusd per 32 products (KVP_YMM_VNNI) in place of vpmaddubsw, int16 sums and
+ * vpmaddwd; more tokens (prefill, larger batches) take the AVX2 table's tile.  Both
+ * dots are exact integer sums and the float steps are the same, so every weight type
+ * gives the AVX2 table's bits.  Not run on any machine so far (the Zen 4 it was
+ * written on has AVX-512 VNNI but not AVX-VNNI, and Debian 12's qemu-user 7.2 does not
+ * emulate it): its speed is unmeasured.
+ *
+ * For the tests, meson.build also compiles this file with KVP_YMM_VNNI_EVEX and AVX-512
+ * VL + VNNI: the same code with vpdpbusd's EVEX encoding (the same operation on ymm),
+ * as the table kvp_kernels_avxvnni_evex, which test_kernels checks on CPUs with AVX-512
+ * VNNI (Zen 4), so the AVX-VNNI code runs somewhere.  Not in the daemon.
  */
 #include "compute/kernels/kernels.h"
 
@@ -24,27 +29,34 @@
 
 #include "compute/kernels/ymm.inc"
 
+#define KVP_YMM_VNNI 1
+#include "compute/kernels/ymm_int.inc"
+
 /* float weights: as avx2.c */
-/* integer weights: the AVX2 table's (see the top of the file) */
-#define AVX2_MATMUL(name, TYPE) \
+/* integer weights: decode here, the tile through the AVX2 table (see the top of the file) */
+#define VNNI_MATMUL(name, TYPE) \
 	static void matmul_##name(float *restrict out, size_t ldo, const void *restrict w, \
 				  size_t w_row_bytes, const void *restrict x, size_t x_row_bytes, \
 				  size_t rows, size_t k, size_t o0, size_t o1) \
 	{ \
-		kvp_kernels_avx2.matmul[TYPE](out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, \
-					      o0, o1); \
+		if (rows <= DEC_ROWS) \
+			dec_matmul(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, \
+				   TYPE); \
+		else \
+			kvp_kernels_avx2.matmul[TYPE](out, ldo, w, w_row_bytes, x, x_row_bytes, \
+						      rows, k, o0, o1); \
 	}
 
-AVX2_MATMUL(q8_0, KVP_GGML_Q8_0)
-AVX2_MATMUL(q4_0, KVP_GGML_Q4_0)
-AVX2_MATMUL(q4_1, KVP_GGML_Q4_1)
-AVX2_MATMUL(q5_0, KVP_GGML_Q5_0)
-AVX2_MATMUL(q5_1, KVP_GGML_Q5_1)
-AVX2_MATMUL(q2_k, KVP_GGML_Q2_K)
-AVX2_MATMUL(q3_k, KVP_GGML_Q3_K)
-AVX2_MATMUL(q4_k, KVP_GGML_Q4_K)
-AVX2_MATMUL(q5_k, KVP_GGML_Q5_K)
-AVX2_MATMUL(q6_k, KVP_GGML_Q6_K)
+VNNI_MATMUL(q8_0, KVP_GGML_Q8_0)
+VNNI_MATMUL(q4_0, KVP_GGML_Q4_0)
+VNNI_MATMUL(q4_1, KVP_GGML_Q4_1)
+VNNI_MATMUL(q5_0, KVP_GGML_Q5_0)
+VNNI_MATMUL(q5_1, KVP_GGML_Q5_1)
+VNNI_MATMUL(q2_k, KVP_GGML_Q2_K)
+VNNI_MATMUL(q3_k, KVP_GGML_Q3_K)
+VNNI_MATMUL(q4_k, KVP_GGML_Q4_K)
+VNNI_MATMUL(q5_k, KVP_GGML_Q5_K)
+VNNI_MATMUL(q6_k, KVP_GGML_Q6_K)
 
 KVP_REF_ACT(f32, KVP_ACT_F32)
 KVP_REF_ACT(bf16, KVP_ACT_BF16)
@@ -52,4 +64,8 @@ KVP_REF_ACT(q8, KVP_ACT_Q8) /* as avx2.c: the reference quantizer */
 
 KVP_REF_DEQUANT_INTEGER
 
+#ifdef KVP_YMM_VNNI_EVEX
+KVP_KERNEL_TABLE(avxvnni_evex, KVP_ISA_AVXVNNI);
+#else
 KVP_KERNEL_TABLE(avxvnni, KVP_ISA_AVXVNNI);
+#endif

@@ -55,15 +55,24 @@ static float frand(void)
 	return (float)((next() >> 40) * 0x1p-24 * 2.0 - 1.0);
 }
 
-/* The tables this machine runs (scalar always). */
-static const struct kvp_kernels *tables[KVP_ISA__COUNT];
+/*
+ * compute/kernels/meson.build: avxvnni.c built for the tests with vpdpbusd's AVX-512 VL
+ * encoding, the AVX-VNNI table's code on a CPU with AVX-512 VNNI but not AVX-VNNI
+ */
+extern const struct kvp_kernels kvp_kernels_avxvnni_evex;
+
+/* The tables this machine runs (scalar always), and the AVX-VNNI twin where it runs. */
+static const struct kvp_kernels *tables[KVP_ISA__COUNT + 1];
 static int n_tables;
 
 static int setup(void **state)
 {
-	for (uint32_t i = 0; i < KVP_ISA__COUNT; i++)
+	for (uint32_t i = 0; i < KVP_ISA__COUNT; i++) {
 		if (kvp_kernels_for(i))
 			tables[n_tables++] = kvp_kernels_for(i);
+		else if (i == KVP_ISA_AVXVNNI && kvp_isa_supported(KVP_ISA_AVX512))
+			tables[n_tables++] = &kvp_kernels_avxvnni_evex; /* in its place */
+	}
 	return 0;
 }
 
@@ -771,15 +780,10 @@ static void test_matmul_every_type_every_table(void **state)
 					    37 - rows % 3);
 			for (size_t rows = 1; rows <= 8; rows++)
 				matmul_case_x(tables[t], type, rows, ks[1], 9, 0, 9, 1);
-			/*
-			 * beyond one panel slice (16 groups) too, except on AVX-512: its
-			 * decode path sums a row whole and its tile per slice, so rows of k >
-			 * 4096 differ in the last bits with the batch (not fixed here)
-			 */
+			/* beyond one panel slice (16 groups) too */
 			for (size_t rows = 2; blk > 1 && rows <= 70; rows += 17) {
 				matmul_batch_invariant(tables[t], type, rows, ks[1]);
-				if (tables[t]->isa != KVP_ISA_AVX512)
-					matmul_batch_invariant(tables[t], type, rows, ks[2]);
+				matmul_batch_invariant(tables[t], type, rows, ks[2]);
 			}
 			matmul_case(tables[t], type, 3, ks[2], 5, 0, 5);
 			matmul_case(tables[t], type, 70, ks[1], 17, 1, 17);
@@ -791,6 +795,61 @@ static void test_matmul_every_type_every_table(void **state)
 				matmul_case(tables[t], type, 150, 776, 70, 1, 69);
 			}
 		}
+	}
+}
+
+static void test_vnni_decode_equals_avx2(void **state)
+{
+	/*
+	 * The AVX-VNNI table's integer decode (vpdpbusd) gives the AVX2 table's bits (the
+	 * same exact integer dots, the same float steps), on whichever encoding runs here:
+	 * the table itself, or its AVX-512 twin (setup()).
+	 */
+	const struct kvp_kernels *v = NULL, *a = &kvp_kernels_avx2;
+
+	for (int t = 0; t < n_tables; t++)
+		if (tables[t]->isa == KVP_ISA_AVXVNNI)
+			v = tables[t];
+	if (!v || !kvp_isa_supported(KVP_ISA_AVX2))
+		skip();
+	for (size_t i = 0; i < N_ALL_TYPES; i++) {
+		uint32_t type = all_types[i];
+		const struct kvp_qtype *qt = kvp_qtype(type);
+		size_t k = qt->block == 256 ? 256 * 19 : 32 * 133, d_out = 11;
+		size_t rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(qt->act, k);
+		float *wf, *x, *ov, *oa;
+		uint8_t *w, *xa;
+
+		if (qt->act != KVP_ACT_Q8)
+			continue;
+		wf = malloc(d_out * k * 4);
+		x = malloc(k * 4);
+		ov = malloc(4 * d_out * 4);
+		oa = malloc(4 * d_out * 4);
+		w = malloc(d_out * rb);
+		xa = malloc(4 * xs);
+		for (size_t e = 0; e < d_out * k; e++)
+			wf[e] = frand();
+		assert_int_equal(kvp_quantize_ref(w, wf, type, d_out * k), 0);
+		for (size_t r = 0; r < 4; r++) {
+			for (size_t e = 0; e < k; e++)
+				x[e] = frand();
+			a->quant_act[KVP_ACT_Q8](xa + r * xs, x, k);
+		}
+		for (size_t rows = 1; rows <= 4; rows++) {
+			v->matmul[type](ov, d_out, w, rb, xa, xs, rows, k, 0, d_out);
+			a->matmul[type](oa, d_out, w, rb, xa, xs, rows, k, 0, d_out);
+			for (size_t o = 0; o < rows * d_out; o++)
+				if (bits(ov[o]) != bits(oa[o]))
+					fail_msg("%s %s rows %zu: out %zu = %.9g, avx2 %.9g",
+						 v->name, qt->name, rows, o, ov[o], oa[o]);
+		}
+		free(wf);
+		free(x);
+		free(ov);
+		free(oa);
+		free(w);
+		free(xa);
 	}
 }
 
@@ -1023,6 +1082,7 @@ int main(void)
 		cmocka_unit_test(test_quantize_round_trip),
 		cmocka_unit_test(test_act_quantizers_equal_reference),
 		cmocka_unit_test(test_matmul_every_type_every_table),
+		cmocka_unit_test(test_vnni_decode_equals_avx2),
 		cmocka_unit_test(test_float_kernels_match_formulas),
 		cmocka_unit_test(test_attn_block_matches_softmax),
 		cmocka_unit_test(test_swiglu_whole_range),
