@@ -7,10 +7,10 @@
  * codes in the activations' lane order, then dotted against the tokens), with 256-bit
  * registers and without VNNI: vpmaddubsw (u8 x s8 -> int16 pairs), the chunks' pairs
  * summed in int16 where they cannot saturate, then vpmaddwd by 1 into 32-bit lanes.
- *  - decode (up to DEC_ROWS tokens): ymm_int.inc's dec_matmul(), shared with avxvnni.c:
- *    each half-group unpacked into registers and used at once by every token, the row
- *    streaming through once, prefetched ahead;
- *  - more tokens (prefill, larger decode batches): a row unpacked into an L1 panel once
+ *  - decode (up to DEC_BATCH tokens): ymm_int.inc's dec_matmul(), shared with avxvnni.c:
+ *    each half-group unpacked into registers and used at once by DEC_ROWS tokens, the
+ *    row streaming through once, prefetched ahead;
+ *  - more tokens (prefill): a row unpacked into an L1 panel once
  *    per TOKEN_BLOCK tokens, a 1 row x MK_RT token tile over it.
  * Both add the same terms in the same order, per slice of PANEL_MAX groups: a row's
  * result does not depend on the batch it came in.  Design and figures: docs/compute.md.
@@ -319,7 +319,7 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 	struct wgrp panel[PANEL_MAX];
 	size_t ng = (k + KVP_QG - 1) / KVP_QG;
 
-	if (rows <= DEC_ROWS) {
+	if (rows <= DEC_BATCH) {
 		dec_matmul(out, ldo, w, w_row_bytes, x, xs, rows, k, o0, o1, type);
 		return;
 	}

@@ -7,9 +7,9 @@
  * table where both are present.
  *
  * The float kernels are vec_f32.inc compiled here (ymm.inc); integer decode (up to
- * DEC_ROWS tokens) is ymm_int.inc's kernel, the one avx2.c uses, with its integer dot
+ * DEC_BATCH tokens) is ymm_int.inc's kernel, the one avx2.c uses, with its integer dot
  * one vpdpbusd per 32 products (KVP_YMM_VNNI) in place of vpmaddubsw, int16 sums and
- * vpmaddwd; more tokens (prefill, larger batches) take the AVX2 table's tile.  Both
+ * vpmaddwd; more tokens (prefill) take the AVX2 table's tile.  Both
  * dots are exact integer sums and the float steps are the same, so every weight type
  * gives the AVX2 table's bits.  Not run on any machine so far (the Zen 4 it was
  * written on has AVX-512 VNNI but not AVX-VNNI, and Debian 12's qemu-user 7.2 does not
@@ -39,7 +39,7 @@
 				  size_t w_row_bytes, const void *restrict x, size_t x_row_bytes, \
 				  size_t rows, size_t k, size_t o0, size_t o1) \
 	{ \
-		if (rows <= DEC_ROWS) \
+		if (rows <= DEC_BATCH) \
 			dec_matmul(out, ldo, w, w_row_bytes, x, x_row_bytes, rows, k, o0, o1, \
 				   TYPE); \
 		else \
