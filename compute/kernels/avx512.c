@@ -422,14 +422,6 @@ static inline __attribute__((always_inline)) void unpack(const uint8_t *wr, uint
 }
 
 /*
- * The panel of MK_RW unpacked rows covers PANEL_MAX groups (4096 elements, 24 KiB: it
- * stays in L1 beside the activations streaming from L2); longer rows are done in
- * slices, partial sums added (a larger panel spills out of L1: docs/compute.md), and
- * the decode path adds its sums per slice in the same order.
- */
-#define PANEL_MAX 16
-
-/*
  * Decode (rows <= GROUP): each group is unpacked into registers and used at once for
  * every row, so a weight row streams through exactly once.
  */
@@ -442,29 +434,21 @@ mat_fused(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_r
 
 	for (size_t o = o0; o < o1; o++) {
 		const uint8_t *wr = w + o * w_row_bytes;
+		__m512 acc[GROUP];
 
+#pragma GCC unroll 8
+		for (int r = 0; r < R; r++)
+			acc[r] = _mm512_setzero_ps();
 		_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0);
-		/* per PANEL_MAX groups, as the tile path: the same bits at any batch */
-		for (size_t s0 = 0; s0 < ng; s0 += PANEL_MAX) {
-			size_t s1 = ng - s0 < PANEL_MAX ? ng : s0 + PANEL_MAX;
-			__m512 acc[GROUP];
+		for (size_t g = 0; g < ng; g++) {
+			struct wgrp wg;
 
-#pragma GCC unroll 8
-			for (int r = 0; r < R; r++)
-				acc[r] = _mm512_setzero_ps();
-			for (size_t g = s0; g < s1; g++) {
-				struct wgrp wg;
-
-				unpack(wr, type, k, g, &wg);
-				gdot(&wg, x, xs, g, R, acc);
-			}
-#pragma GCC unroll 8
-			for (int r = 0; r < R; r++) {
-				float v = _mm512_reduce_add_ps(acc[r]);
-
-				out[r * ldo + o] = s0 ? out[r * ldo + o] + v : v;
-			}
+			unpack(wr, type, k, g, &wg);
+			gdot(&wg, x, xs, g, R, acc);
 		}
+#pragma GCC unroll 8
+		for (int r = 0; r < R; r++)
+			out[r * ldo + o] = _mm512_reduce_add_ps(acc[r]);
 	}
 }
 
@@ -613,6 +597,13 @@ static void mat_tile_any(float *out, size_t ldo, const struct wgrp *panel, size_
 		CALL(8); \
 		break; \
 	}
+
+/*
+ * The panel of MK_RW unpacked rows covers PANEL_MAX groups (4096 elements, 24 KiB: it
+ * stays in L1 beside the activations streaming from L2); longer rows are done in
+ * slices, partial sums added (a larger panel spills out of L1: docs/compute.md).
+ */
+#define PANEL_MAX 16
 
 static inline __attribute__((always_inline)) void
 matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_row_bytes,
