@@ -5,12 +5,12 @@
  * Loop order: kv head, then block, then query row, then the query heads sharing that
  * kv head.  Each block's K and V run (block_tokens x head_dim, contiguous by the pool
  * layout) is read once per call while it is hot in cache, whatever the number of
- * queries; f16/bf16 runs are converted once into scratch, and so are int8 runs (a
+ * queries; f16/bf16 runs are converted once into scratch, and so are int8 V runs (a
  * block at a time, in L1: no dequantized history is ever built).  int8 keys are
  * quantized per channel over the block once it is full: a query reads the keys of its
- * own block from the stage, in f32 as they were written (shm/geom.h), the keys of
- * earlier blocks quantized, whatever the chunking of the calls (so a prompt prefilled
- * in chunks gives what one call gives).  Softmax is computed online:
+ * own block from the stage, in f32 as they were written (shm/geom.h), and scores the
+ * keys of earlier (full) blocks as stored, in int8 (the table's attn_block8), whatever
+ * the chunking of the calls (so a prompt prefilled in chunks gives what one call gives).  Softmax is computed online:
  * per (query, head) a running max m and mass l, with the partial output rescaled by
  * exp(m_old - m_new) when a block raises the max.  Runs on the caller's thread.
  *
@@ -33,22 +33,8 @@ static const float *load_v8(const struct kvp_kernels *k, struct kvp_attn_scratch
 	const uint8_t *run = blk + kvp_geom_run_offset(g, layer, 1, kh);
 	size_t rows = (size_t)g->shape.block_tokens * g->shape.head_dim;
 
-	k->kvq_load_row8(s->vbuf, (const int8_t *)run, (const uint16_t *)(run + rows), tn,
-			 g->shape.head_dim);
+	k->kvq_load_row8(s->vbuf, (const int8_t *)run, run + rows, tn, g->shape.head_dim);
 	return s->vbuf;
-}
-
-/* K of a full int8 block, per-channel scales, to f32 in the scratch. */
-static const float *load_k8(const struct kvp_kernels *k, struct kvp_attn_scratch *s,
-			    const struct kvp_geom *g, const uint8_t *blk, uint32_t layer,
-			    uint32_t kh, uint32_t tn)
-{
-	const uint8_t *run = blk + kvp_geom_run_offset(g, layer, 0, kh);
-	size_t rows = (size_t)g->shape.block_tokens * g->shape.head_dim;
-
-	k->kvq_load_chan8(s->kbuf, (const int8_t *)run, (const uint16_t *)(run + rows), tn,
-			  g->shape.head_dim);
-	return s->kbuf;
 }
 
 /* The staged f32 keys of block @id's (@layer, @kh): its rows so far (NULL: none staged). */
@@ -83,12 +69,14 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 			uint32_t t0 = b * bt, tn = last + 1 - t0 < bt ? last + 1 - t0 : bt;
 			const uint8_t *blk = kvp_kv_block(kv, table[b]);
 			const float *K = NULL, *V, *Kstage = NULL;
+			const uint8_t *Krun = NULL;
 
 			if (dtype == KVP_DTYPE_F32) {
 				K = (const float *)(blk + kvp_geom_run_offset(g, layer, 0, kh));
 				V = (const float *)(blk + kvp_geom_run_offset(g, layer, 1, kh));
 			} else if (dtype == KVP_DTYPE_INT8) {
 				V = load_v8(k, s, g, blk, layer, kh, tn);
+				Krun = blk + kvp_geom_run_offset(g, layer, 0, kh);
 				/* queries in this block see its keys as written (f32, staged):
 				 * every block from pos0's on is written by this call, so staged */
 				if (b >= pos0 / bt)
@@ -107,22 +95,23 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 			for (uint32_t i = t0 > pos0 ? t0 - pos0 : 0; i < n; i++) {
 				uint32_t lim = pos0 + i - t0 + 1 < tn ? pos0 + i - t0 + 1 : tn;
 				const float *Ki = K;
+				/* int8: a (full) block before the query's own is scored as stored */
+				int own = dtype == KVP_DTYPE_INT8 && (pos0 + i) / bt == b;
 
-				if (dtype == KVP_DTYPE_INT8) {
-					if ((pos0 + i) / bt == b) {
-						Ki = Kstage;
-					} else {
-						if (!K)
-							K = load_k8(k, s, g, blk, layer, kh, tn);
-						Ki = K;
-					}
-				}
+				if (own)
+					Ki = Kstage;
 				for (uint32_t h = kh * grp; h < (kh + 1) * grp; h++) {
 					const float *qv = q + (size_t)i * qd + (size_t)h * hd;
 					float *o = out + (size_t)i * qd + (size_t)h * hd;
 					float *m = &s->ml[2 * ((size_t)i * n_heads + h)];
 
-					k->attn_block(o, m, qv, Ki, V, lim, scale, s->sbuf, hd);
+					if (dtype == KVP_DTYPE_INT8 && !own)
+						k->attn_block8(o, m, qv, (const int8_t *)Krun,
+							       Krun + (size_t)bt * hd, V, bt, scale,
+							       s->sbuf, hd);
+					else
+						k->attn_block(o, m, qv, Ki, V, lim, scale, s->sbuf,
+							      hd);
 				}
 			}
 		}

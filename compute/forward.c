@@ -263,8 +263,7 @@ static void store_kv(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint
 
 			memcpy(kvp_stage_row(g, slot, l, h, pos % bt),
 			       f->kk + r * kvd + (size_t)h * hd, hd * sizeof(float));
-			f->k->kvq_row8((int8_t *)vr + (size_t)(pos % bt) * hd,
-				       (uint16_t *)(vr + rows) + pos % bt,
+			f->k->kvq_row8((int8_t *)vr + (size_t)(pos % bt) * hd, vr + rows + pos % bt,
 				       f->v + r * kvd + (size_t)h * hd, hd);
 		}
 		return;
@@ -323,7 +322,7 @@ static void stage_seal(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t
 			for (uint32_t h = 0; h < g->shape.n_kv_heads; h++) {
 				uint8_t *kr = blk + kvp_geom_run_offset(g, l, 0, h);
 
-				f->k->kvq_chan8((int8_t *)kr, (uint16_t *)(kr + rows),
+				f->k->kvq_chan8((int8_t *)kr, kr + rows,
 						kvp_stage_row(g, slot, l, h, 0), bt, hd);
 			}
 		}

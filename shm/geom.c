@@ -59,6 +59,9 @@ int kvp_geom_init(struct kvp_geom *g, const struct kvp_model_shape *shape)
 
 	if (!elem || !s->n_layers || !s->n_kv_heads || !s->head_dim || !s->block_tokens)
 		return -EINVAL;
+	/* int8 keys go in channel quads (kvpool/layout.h) */
+	if (s->dtype == KVP_DTYPE_INT8 && s->head_dim % 4)
+		return -EINVAL;
 	/*
 	 * Each factor is below 2^32, so a run (block_tokens * head_dim * 4 + scales) is
 	 * below 2^66 only in theory: bound the factors first so layout.h's uint64_t

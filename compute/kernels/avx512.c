@@ -49,6 +49,7 @@ static inline void vf_store_f16(uint16_t *p, vf16_t v)
 }
 
 #include "compute/kernels/vec_f32.inc"
+#include "compute/kernels/kvqattn.inc"
 
 /* Tokens per group of the dot micro-kernel (2 accumulators each in registers). */
 #define GROUP 8

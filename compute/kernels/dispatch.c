@@ -161,12 +161,13 @@ const char *kvp_kernels_gap(const struct kvp_kernels *k, char *buf, size_t len)
 			return buf;
 		}
 	}
-	if (!k->rmsnorm || !k->swiglu || !k->attn_block || !k->name) {
+	if (!k->rmsnorm || !k->swiglu || !k->attn_block || !k->attn_block8 || !k->name) {
 		snprintf(buf, len, "%s",
-			 !k->rmsnorm	? "rmsnorm" :
-			 !k->swiglu	? "swiglu" :
-			 !k->attn_block ? "attn_block" :
-					  "name");
+			 !k->rmsnorm	 ? "rmsnorm" :
+			 !k->swiglu	 ? "swiglu" :
+			 !k->attn_block	 ? "attn_block" :
+			 !k->attn_block8 ? "attn_block8" :
+					   "name");
 		return buf;
 	}
 	return NULL;

@@ -210,4 +210,6 @@ static void attn_block(float *restrict o, float *restrict m, const float *restri
 	}
 }
 
+#include "compute/kernels/kvqattn.inc"
+
 KVP_KERNEL_TABLE(scalar, KVP_ISA_SCALAR);

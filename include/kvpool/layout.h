@@ -29,12 +29,18 @@
 /*
  * K/V element types.  Values are ABI.
  *
- * KVP_DTYPE_INT8 (symmetric, x = q * scale, q in [-127, 127], scales f16):
- *  - a K run is  int8 q[block_tokens][head_dim]  then  f16 scale[head_dim]: one scale
- *    per channel over the block's tokens (keys have outlier channels; a per-token
- *    scale would spend the 8 bits on them, KIVI's finding);
- *  - a V run is  int8 q[block_tokens][head_dim]  then  f16 scale[block_tokens]: one
+ * KVP_DTYPE_INT8 (symmetric, x = q * scale, q in [-127, 127]; layout revision 2,
+ * KVP_INT8_LAYOUT_REV):
+ *  - a K run is  int8 q[head_dim / 4][block_tokens][4]  then  uint8 code[head_dim]:
+ *    one scale per channel over the block's tokens (keys have outlier channels; a
+ *    per-token scale would spend the 8 bits on them, KIVI's finding).  Channels go in
+ *    quads, each quad's block_tokens rows of 4 together: key t, channel c is at
+ *    kvp_int8_k_index() (so an int8 dot of 4 channels scores many tokens at once);
+ *  - a V run is  int8 q[block_tokens][head_dim]  then  uint8 code[block_tokens]: one
  *    scale per token.
+ * A scale is a one-byte unsigned float (kvp_int8_scale(): 5 bits of exponent, 3 of
+ * mantissa, 2^-24 .. 240): the smallest one that holds the group's largest magnitude,
+ * so a group's step is at most 12.5% above amax / 127.
  * A block's K is quantized when its last row is written: until then the daemon holds
  * the partial block's keys in f32 in private memory (never in the segment), so the K
  * of a block a client can see (a full, sealed block) is always final.  Its V rows are
@@ -54,9 +60,25 @@ static inline int kvp_dtype_is_int(uint32_t dtype)
 	return dtype == KVP_DTYPE_INT8;
 }
 
-/* Bytes of an int8 K run (rows, then a f16 scale per channel) and V run (a scale per row). */
-#define KVP_INT8_K_RUN_BYTES(bt, hd) ((uint64_t)(bt) * (hd) + 2u * (hd))
-#define KVP_INT8_V_RUN_BYTES(bt, hd) ((uint64_t)(bt) * (hd) + 2u * (bt))
+/* The int8 layout's revision: revision 1 (f16 scales, K rows token-major) is refused. */
+#define KVP_INT8_LAYOUT_REV 2u
+
+/* Bytes of an int8 K run (rows, then a scale code per channel) and V run (one per row). */
+#define KVP_INT8_K_RUN_BYTES(bt, hd) ((uint64_t)(bt) * (hd) + (hd))
+#define KVP_INT8_V_RUN_BYTES(bt, hd) ((uint64_t)(bt) * (hd) + (bt))
+
+/* Where key @t, channel @c of an int8 K run of @bt tokens is (head_dim is a multiple of 4). */
+static inline uint64_t kvp_int8_k_index(uint32_t bt, uint32_t t, uint32_t c)
+{
+	return ((uint64_t)(c / 4) * bt + t) * 4 + c % 4;
+}
+
+/* The scale an int8 scale @code stands for: 2^((code >> 3) - 24) * (1 + (code & 7) / 8). */
+static inline float kvp_int8_scale(uint8_t code)
+{
+	/* exact: a 4-bit integer times a power of two */
+	return (float)(8u + (code & 7u)) * (float)(1u << (code >> 3)) / 134217728.0f;
+}
 
 /**
  * struct kvp_model_shape - what decides the size and layout of a KV block
@@ -120,8 +142,9 @@ static inline uint64_t kvp_layout_block_bytes(const struct kvp_model_shape *s)
 
 /* The int8 runs of a block of 16 tokens of head_dim 64: pinned, as the rest of the ABI. */
 static_assert(KVP_DTYPE_INT8 == 3, "layout ABI");
-static_assert(KVP_INT8_K_RUN_BYTES(16, 64) == 1152, "layout ABI");
-static_assert(KVP_INT8_V_RUN_BYTES(16, 64) == 1056, "layout ABI");
+static_assert(KVP_INT8_K_RUN_BYTES(16, 64) == 1088, "layout ABI");
+static_assert(KVP_INT8_V_RUN_BYTES(16, 64) == 1040, "layout ABI");
+static_assert(KVP_INT8_LAYOUT_REV == 2, "layout ABI");
 
 /*
  * Page kinds a pool segment can be backed by.  Values are ABI (kvp_pool_header.page_kind).
@@ -132,7 +155,8 @@ static_assert(KVP_INT8_V_RUN_BYTES(16, 64) == 1056, "layout ABI");
 enum kvp_page_kind { KVP_PAGE_4K = 0, KVP_PAGE_THP = 1, KVP_PAGE_HUGETLB_2M = 2, KVP_PAGE__COUNT };
 
 #define KVP_POOL_MAGIC 0x4c4f4f5050564b31ull /* "1KVPPOOL" little-endian */
-#define KVP_POOL_VERSION 1u
+/* 2: int8 runs of KVP_INT8_LAYOUT_REV 2 (a client of version 1 would misread them) */
+#define KVP_POOL_VERSION 2u
 
 /**
  * struct kvp_pool_header - first bytes of every pool segment (little-endian, 128 bytes)

@@ -109,11 +109,9 @@ static void fill_history(const struct kvp_kernels *k, struct ffix_pool *p, const
 					} else if (kv) {
 						for (uint32_t t = 0; t < BT; t++)
 							k->kvq_row8((int8_t *)run + t * hd,
-								    (uint16_t *)(run + rows) + t,
-								    x + t * hd, hd);
+								    run + rows + t, x + t * hd, hd);
 					} else {
-						k->kvq_chan8((int8_t *)run,
-							     (uint16_t *)(run + rows), x, BT, hd);
+						k->kvq_chan8((int8_t *)run, run + rows, x, BT, hd);
 					}
 				}
 	free(x);
