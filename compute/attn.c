@@ -37,6 +37,25 @@ static const float *load_v8(const struct kvp_kernels *k, struct kvp_attn_scratch
 	return s->vbuf;
 }
 
+/*
+ * Ask for block @id's K and V runs of (@layer, @kh) ahead of their turn: consecutive
+ * blocks of one head are a block stride apart (another page, where the hardware
+ * prefetcher does not follow), so each run would otherwise start with a miss.
+ */
+static void prefetch_runs(const struct kvp_kv_view *kv, uint32_t id, uint32_t layer, uint32_t kh)
+{
+	const struct kvp_geom *g = &kv->geom;
+	const uint8_t *blk = kvp_kv_block(kv, id);
+
+	for (uint32_t kvi = 0; kvi < 2; kvi++) {
+		const uint8_t *run = blk + kvp_geom_run_offset(g, layer, kvi, kh);
+		size_t n = kvi ? g->v_head_bytes : g->head_bytes;
+
+		for (size_t o = 0; o < n; o += 64)
+			__builtin_prefetch(run + o);
+	}
+}
+
 /* The staged f32 keys of block @id's (@layer, @kh): its rows so far (NULL: none staged). */
 static const float *staged_k(const struct kvp_kv_view *kv, uint32_t id, uint32_t layer, uint32_t kh)
 {
@@ -70,6 +89,9 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 			const uint8_t *blk = kvp_kv_block(kv, table[b]);
 			const float *K = NULL, *V, *Kstage = NULL;
 			const uint8_t *Krun = NULL;
+
+			if (b < last / bt)
+				prefetch_runs(kv, table[b + 1], layer, kh);
 
 			if (dtype == KVP_DTYPE_F32) {
 				K = (const float *)(blk + kvp_geom_run_offset(g, layer, 0, kh));
