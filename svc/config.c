@@ -24,7 +24,7 @@
 #include "compute/model.h"
 #include "kvpool/layout.h"
 #include "kvpool/proto.h"
-#include "svc/log.h"
+#include "util/log.h"
 #include "svc/sched.h"
 #include "util/errmsg.h"
 #include "util/ini.h"

@@ -25,8 +25,8 @@
 #include "shm/tier.h"
 #include "svc/config.h"
 #include "svc/domcfg.h"
-#include "svc/log.h"
-#include "svc/notify.h"
+#include "util/log.h"
+#include "util/notify.h"
 #include "util/time.h"
 
 void kvp_domains_init_default(struct kvp_domains *d)

@@ -23,7 +23,7 @@
 #include "svc/conns.h"
 #include "svc/domain.h"
 #include "svc/domcfg.h"
-#include "svc/log.h"
+#include "util/log.h"
 #include "svc/sched.h"
 #include "util/time.h"
 

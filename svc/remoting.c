@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "shm/remote/breaker.h"
-#include "svc/log.h"
+#include "util/log.h"
 
 #define POLL_BATCH 32u
 #define BACKLOG 4096u

@@ -26,7 +26,7 @@
 #include "compute/text/chat.h"
 #include "compute/text/tokenizer.h"
 #include "svc/domain.h"
-#include "svc/log.h"
+#include "util/log.h"
 #include "svc/sched.h"
 #include "svc/textwork.h"
 #include "util/time.h"

@@ -104,7 +104,7 @@
 #include "compute/model.h"
 #include "compute/text/tokenizer.h"
 #include "svc/leases.h"
-#include "svc/log.h"
+#include "util/log.h"
 #include "svc/stepcost.h"
 #include "svc/remoting.h"
 #include "svc/routesum.h"

@@ -18,7 +18,7 @@
 
 #include "shm/pool.h"
 #include "svc/domain.h"
-#include "svc/log.h"
+#include "util/log.h"
 #include "svc/requests.h"
 #include "svc/sched.h"
 #include "svc/status.h"

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "svc/log.h"
+#include "util/log.h"
 
 #define COOKIE_OFFLOAD 1u
 #define COOKIE_SAVE 2u

@@ -27,7 +27,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include "svc/log.h"
+#include "util/log.h"
 #include "util/time.h"
 
 #define RETRY_NS 250000000ull /* after a failed connect, the next try waits this long */

@@ -17,7 +17,7 @@
 #include <strings.h>
 #include <syslog.h>
 
-#include "svc/log.h"
+#include "util/log.h"
 #include "util/errmsg.h"
 #include "util/ini.h"
 #include "util/parse.h"

@@ -23,8 +23,8 @@
 #include "ipc/http/keys.h"
 #include "ipc/http/listen.h"
 #include "ipc/http/server.h"
-#include "svc/log.h"
-#include "svc/notify.h"
+#include "util/log.h"
+#include "util/notify.h"
 #include "util/time.h"
 
 #ifndef KVP_VERSION

@@ -36,7 +36,7 @@
 #include "ipc/http/head.h"
 #include "ipc/http/metrics.h"
 #include "ipc/http/stop.h"
-#include "svc/log.h"
+#include "util/log.h"
 #include "util/json.h"
 #include "util/time.h"
 

@@ -6,8 +6,8 @@
  * Thread: a histogram belongs to the thread that observes it (the loop thread); readers
  * take a copy on that thread.
  */
-#ifndef KVP_SVC_HIST_H
-#define KVP_SVC_HIST_H
+#ifndef KVP_UTIL_HIST_H
+#define KVP_UTIL_HIST_H
 
 #include <stdint.h>
 
@@ -34,4 +34,4 @@ void kvp_hist_observe_ms(struct kvp_hist *h, double ms);
 /* Observations <= kvp_hist_bounds_s[@i] (cumulative, as a Prometheus `le` bucket). */
 uint64_t kvp_hist_cumulative(const struct kvp_hist *h, unsigned int i);
 
-#endif /* KVP_SVC_HIST_H */
+#endif /* KVP_UTIL_HIST_H */

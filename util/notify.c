@@ -6,7 +6,7 @@
  * abstract).  Sending never blocks: the socket is non-blocking, and a full manager
  * queue loses a STATUS line rather than stalling the daemon.
  */
-#include "svc/notify.h"
+#include "util/notify.h"
 
 #include <errno.h>
 #include <stdarg.h>

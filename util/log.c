@@ -6,7 +6,7 @@
  * terminal see whole lines whatever thread logs.  Any thread may log; the two settings
  * below are written only by kvp_log_init() before threads start.
  */
-#include "svc/log.h"
+#include "util/log.h"
 
 #include <assert.h>
 #include <errno.h>

@@ -10,8 +10,8 @@
  * Thread: kvp_notify_open()/close() on the main thread; kvp_notify_send() from any
  * thread (one sendto(2) on a datagram socket).
  */
-#ifndef KVP_SVC_NOTIFY_H
-#define KVP_SVC_NOTIFY_H
+#ifndef KVP_UTIL_NOTIFY_H
+#define KVP_UTIL_NOTIFY_H
 
 #include <stdint.h>
 #include <sys/socket.h>
@@ -62,4 +62,4 @@ int kvp_notify_status(const struct kvp_notify *n, const char *fmt, ...)
 /* How often to send WATCHDOG=1 (half of $WATCHDOG_USEC), or 0 when no watchdog is set. */
 uint64_t kvp_notify_watchdog_interval_usec(const struct kvp_notify *n);
 
-#endif /* KVP_SVC_NOTIFY_H */
+#endif /* KVP_UTIL_NOTIFY_H */

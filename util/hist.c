@@ -3,7 +3,7 @@
  * hist.c - fixed-bucket latency histograms (see hist.h).
  * Thread: the caller's.
  */
-#include "svc/hist.h"
+#include "util/hist.h"
 
 #include <math.h>
 

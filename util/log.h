@@ -8,8 +8,8 @@
  * starts (the log level is the one piece of mutable global state kvpool allows:
  * docs/architecture.md, Conventions).
  */
-#ifndef KVP_SVC_LOG_H
-#define KVP_SVC_LOG_H
+#ifndef KVP_UTIL_LOG_H
+#define KVP_UTIL_LOG_H
 
 #include <stdbool.h>
 #include <syslog.h>
@@ -51,4 +51,4 @@ int kvp_log_level_parse(const char *s, int *prio);
 /* Canonical name of @prio ("err", "info" ...), "?" if out of range. */
 const char *kvp_log_level_name(int prio);
 
-#endif /* KVP_SVC_LOG_H */
+#endif /* KVP_UTIL_LOG_H */
