@@ -25,7 +25,7 @@
 #include "kvpool/layout.h"
 #include "kvpool/proto.h"
 #include "util/log.h"
-#include "svc/sched.h"
+#include "svc/engine/engine.h"
 #include "util/errmsg.h"
 #include "util/ini.h"
 #include "util/parse.h"

@@ -21,7 +21,7 @@
 #include <sys/types.h>
 
 #include "svc/domcfg.h"
-#include "svc/cachepol.h"
+#include "svc/engine/cachepol.h"
 
 #define KVP_CONFIG_DEFAULT_PATH "/etc/kvpool/kvpoold.conf"
 #define KVP_CONFIG_SOCK_MAX 108 /* sizeof(sun_path), NUL included */
@@ -84,7 +84,7 @@ enum kvp_huge_pages {
  * @ignore_eos:         never stop at end-of-generation tokens: every request
  *                      generates max_new_tokens
  * @test_eog_after:     tests only (0 = off): end every reply after this many tokens by
- *                      raising the end-of-generation ids' logits (svc/sched.h)
+ *                      raising the end-of-generation ids' logits (svc/engine/engine.h)
  * @policy:             enum kvp_sched_policy: fair (default) or fifo (the first policy)
  * @step_target_ms:     fair: engine step time aimed at while sequences decode (0: auto)
  * @prefill_step_ms:    fair: longest prefill step while nobody decodes (0: auto)
@@ -110,7 +110,7 @@ enum kvp_huge_pages {
  * @remote:             url, user, password_file, start_wait_ms; the tier's own keys as
  *                      text ("" = its default), checked by kvp_remote_config_set();
  *                      summary_period_s and host_id of the chain summaries
- *                      (svc/routesum.h)
+ *                      (svc/engine/routesum.h)
  * (flags only)
  * @foreground:         plain log lines for a terminal instead of <N> prefixes
  * @config_path:        the file that was read ("" when none)

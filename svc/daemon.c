@@ -5,7 +5,7 @@
  *
  *	svc/domain.c    trust domains and what each owns: pool, prefix index, client fd
  *	svc/demo.c      the built-in demo model, written once into state_dir
- *	svc/sched.c     the engine thread
+ *	svc/engine/engine.c     the engine thread
  *	svc/requests.c  the loop thread's side of requests (ipc/ callbacks, engine events)
  *	svc/conns.c     the connections that said HELLO
  *	svc/stats.c     the status report's figures
@@ -62,7 +62,7 @@
 #include "svc/reclaim.h"
 #include "svc/remotecfg.h"
 #include "svc/requests.h"
-#include "svc/sched.h"
+#include "svc/engine/engine.h"
 #include "svc/stats.h"
 #include "svc/watchdog.h"
 #include "util/time.h"

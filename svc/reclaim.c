@@ -24,7 +24,7 @@
 #include "svc/domain.h"
 #include "svc/domcfg.h"
 #include "util/log.h"
-#include "svc/sched.h"
+#include "svc/engine/engine.h"
 #include "util/time.h"
 
 /* Free domain @i's engine and memory, keep its tier file, and give its slot back. */

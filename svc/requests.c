@@ -27,7 +27,7 @@
 #include "compute/text/tokenizer.h"
 #include "svc/domain.h"
 #include "util/log.h"
-#include "svc/sched.h"
+#include "svc/engine/engine.h"
 #include "svc/textwork.h"
 #include "util/time.h"
 

@@ -20,7 +20,7 @@
 #include "svc/domain.h"
 #include "util/log.h"
 #include "svc/requests.h"
-#include "svc/sched.h"
+#include "svc/engine/engine.h"
 #include "svc/status.h"
 #include "util/time.h"
 

@@ -7,8 +7,8 @@
  * ("default"); the struct is what a domain section will override key by key, so every
  * cache setting lives here and nowhere else (docs/daemon.md, "Prompt cache").
  */
-#ifndef KVP_SVC_CACHEPOL_H
-#define KVP_SVC_CACHEPOL_H
+#ifndef KVP_ENGINE_CACHEPOL_H
+#define KVP_ENGINE_CACHEPOL_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -50,4 +50,4 @@ static inline void kvp_cache_policy_defaults(struct kvp_cache_policy *p)
 	};
 }
 
-#endif /* KVP_SVC_CACHEPOL_H */
+#endif /* KVP_ENGINE_CACHEPOL_H */

@@ -5,10 +5,10 @@
  * each of its blocks, so they are neither evicted nor reused, until RELEASE, the
  * connection's end or its deadline, whichever comes first.
  *
- * Thread: the engine thread of the domain whose pool the blocks are in (svc/sched.c).
+ * Thread: the engine thread of the domain whose pool the blocks are in (svc/engine/engine.c).
  */
-#ifndef KVP_SVC_LEASES_H
-#define KVP_SVC_LEASES_H
+#ifndef KVP_ENGINE_LEASES_H
+#define KVP_ENGINE_LEASES_H
 
 #include <stdint.h>
 
@@ -62,4 +62,4 @@ void kvp_leases_expire(struct kvp_leases *l, struct kvp_pool *pool, uint64_t now
 /* End them all (the engine stops). */
 void kvp_leases_deinit(struct kvp_leases *l, struct kvp_pool *pool);
 
-#endif /* KVP_SVC_LEASES_H */
+#endif /* KVP_ENGINE_LEASES_H */

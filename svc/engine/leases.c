@@ -4,7 +4,7 @@
  * connection (leases.max_per_conn) and each operation is one walk.
  * Thread: the engine thread.
  */
-#include "svc/leases.h"
+#include "svc/engine/leases.h"
 
 #include <errno.h>
 #include <stdlib.h>

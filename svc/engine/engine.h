@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * sched.h - the engine: one thread that owns the pool, the prefix index and the forward
+ * engine.h - the engine: one thread that owns the pool, the prefix index and the forward
  * context, and runs every request through lookup, chunked prefill, batched decode.
  *
  * The loop thread talks to it only through this API:
@@ -22,8 +22,8 @@
  * Every request ends with exactly one DONE or one ERROR event, except requests of a
  * connection reported closed (they end silently) and after kvp_sched_free().
  */
-#ifndef KVP_SVC_SCHED_H
-#define KVP_SVC_SCHED_H
+#ifndef KVP_ENGINE_ENGINE_H
+#define KVP_ENGINE_ENGINE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -34,10 +34,10 @@
 #include "kvpool/proto.h"
 #include "shm/index.h"
 #include "shm/pool.h"
-#include "svc/cachectl.h"
-#include "svc/cachepol.h"
-#include "svc/remoting.h"
-#include "svc/tiering.h"
+#include "svc/engine/cachectl.h"
+#include "svc/engine/cachepol.h"
+#include "svc/engine/remoting.h"
+#include "svc/engine/tiering.h"
 
 struct kvp_model;
 struct kvp_tokenizer;
@@ -119,7 +119,7 @@ struct kvp_sched_hooks {
  * @remote_domain:   the remote domain id of @pool's trust domain (svc/remotecfg.h)
  * @remote_host:     this host's id in the store (borrowed; outlives the engine)
  * @remote_summary_s: with @remote: publish @index's chain summary every this many seconds
- *                   (svc/routesum.h; 0: never)
+ *                   (svc/engine/routesum.h; 0: never)
  */
 struct kvp_sched_config {
 	struct kvp_pool *pool;
@@ -310,7 +310,7 @@ struct kvp_sched_stats {
 	uint32_t tier_configured;
 	struct kvp_tiering_stats tier;
 
-	/* leases (svc/leases.h): held now, made, ended by RELEASE / deadline / close, refused */
+	/* leases (svc/engine/leases.h): held now, made, ended by RELEASE / deadline / close, refused */
 	uint64_t leases_active;
 	uint64_t leases_granted;
 	uint64_t leases_released;
@@ -496,4 +496,4 @@ bool kvp_sched_step(struct kvp_sched *s);
  */
 int kvp_sched_check(struct kvp_sched *s, char *err, size_t cap);
 
-#endif /* KVP_SVC_SCHED_H */
+#endif /* KVP_ENGINE_ENGINE_H */

@@ -15,8 +15,8 @@
  * Thread: the engine thread of the domain (the index is its own); _new/_free on the main
  * thread with the engine stopped.
  */
-#ifndef KVP_SVC_ROUTESUM_H
-#define KVP_SVC_ROUTESUM_H
+#ifndef KVP_ENGINE_ROUTESUM_H
+#define KVP_ENGINE_ROUTESUM_H
 
 #include <stdint.h>
 
@@ -50,4 +50,4 @@ uint32_t kvp_routesum_due_in_ms(const struct kvp_routesum *rs, uint64_t now_ns);
  */
 int kvp_routesum_step(struct kvp_routesum *rs, uint64_t now_ns);
 
-#endif /* KVP_SVC_ROUTESUM_H */
+#endif /* KVP_ENGINE_ROUTESUM_H */

@@ -21,8 +21,8 @@
  *
  * Thread: the engine thread (the tier, the pool and the index are its).
  */
-#ifndef KVP_SVC_TIERING_H
-#define KVP_SVC_TIERING_H
+#ifndef KVP_ENGINE_TIERING_H
+#define KVP_ENGINE_TIERING_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -134,4 +134,4 @@ int kvp_tiering_flush(struct kvp_tiering *t);
 void kvp_tiering_stats(struct kvp_tiering *t, struct kvp_tiering_stats *st, uint64_t now_ns,
 		       bool now);
 
-#endif /* KVP_SVC_TIERING_H */
+#endif /* KVP_ENGINE_TIERING_H */

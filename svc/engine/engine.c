@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * sched.c - the engine thread: continuous batching with chunked prefill, prefix-cache
+ * engine.c - the engine thread: continuous batching with chunked prefill, prefix-cache
  * lookup and publish, blocks on demand with preemption, short-first prefill sized to a
- * time budget, priorities, cancellation (see sched.h; docs/daemon.md "Scheduling").
+ * time budget, priorities, cancellation (see engine.h; docs/daemon.md "Scheduling").
  *
  * One engine step:
  *
@@ -57,7 +57,7 @@
  * the longest left out would be a round robin that a flood of short prompts stretches
  * without bound): however many short prompts arrive, each prefill advances at least
  * once per aging_ms and step (no starvation).
- * The step's prefill is sized by time with the cost model of svc/stepcost.c, which
+ * The step's prefill is sized by time with the cost model of svc/engine/stepcost.c, which
  * prices the step's one call as a whole (one fixed cost, every row alike): while
  * sequences decode, the step aims at step_target_ns including their rows; while none
  * does, at prefill_step_ns; a step that ends a prompt at no more than step_target_ns
@@ -84,7 +84,7 @@
  * which touch the inbox (inbox_lock), the event ring (ev_lock), the stats snapshot
  * (stats_lock) and atomics.
  */
-#include "svc/sched.h"
+#include "svc/engine/engine.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -103,12 +103,12 @@
 #include "compute/gen.h"
 #include "compute/model.h"
 #include "compute/text/tokenizer.h"
-#include "svc/leases.h"
+#include "svc/engine/leases.h"
 #include "util/log.h"
-#include "svc/stepcost.h"
-#include "svc/remoting.h"
-#include "svc/routesum.h"
-#include "svc/tiering.h"
+#include "svc/engine/stepcost.h"
+#include "svc/engine/remoting.h"
+#include "svc/engine/routesum.h"
+#include "svc/engine/tiering.h"
 #include "util/stats.h"
 #include "util/time.h"
 
@@ -150,7 +150,7 @@ struct seq {
 	struct kvp_sampler *sampler;
 	struct kvp_sample_params sp; /* as asked (continuation i samples with seed + i) */
 
-	/* prompt cache (svc/cachectl.h) */
+	/* prompt cache (svc/engine/cachectl.h) */
 	struct kvp_cachectl cc;
 	bool has_cc;	       /* the DONE carries struct kvp_cache_usage */
 	bool pin_op;	       /* KVP_SCHED_OP_PIN */
@@ -200,7 +200,7 @@ struct seq {
 	uint32_t n_inflight; /* ... not completed yet */
 	bool load_failed;    /* stop issuing: a read failed */
 
-	/* SEQ_LOADING, remote: table[r_from .. r_from + r_n) are fetched (svc/remoting.h) */
+	/* SEQ_LOADING, remote: table[r_from .. r_from + r_n) are fetched (svc/engine/remoting.h) */
 	uint32_t r_from;
 	uint32_t r_n;
 	uint32_t r_ok;		    /* leading blocks the fetch checked */
@@ -1218,7 +1218,7 @@ static void tier_step(struct kvp_sched *s)
 
 /*
  * @q was admitted for the first time with @n blocks hit in memory and @n_disk on disk:
- * why it missed what it missed (svc/cachectl.h), counted once per request.
+ * why it missed what it missed (svc/engine/cachectl.h), counted once per request.
  */
 static void admitted_first(struct kvp_sched *s, struct seq *q, uint32_t n, uint32_t n_disk)
 {

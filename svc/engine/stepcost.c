@@ -15,7 +15,7 @@
  *
  * Thread: the engine thread's.
  */
-#include "svc/stepcost.h"
+#include "svc/engine/stepcost.h"
 
 #include <math.h>
 #include <string.h>

@@ -17,7 +17,7 @@
  *
  * Thread: the engine thread.
  */
-#include "svc/remoting.h"
+#include "svc/engine/remoting.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * cachectl.c - one request's cache control resolved, miss reasons, cache counters
  * (see cachectl.h; docs/daemon.md "Prompt cache").
  */
-#include "svc/cachectl.h"
+#include "svc/engine/cachectl.h"
 
 #include <errno.h>
 #include <stdbool.h>

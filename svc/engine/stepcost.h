@@ -2,7 +2,7 @@
 /*
  * stepcost.h - how long the engine's forward calls take: a small cost model, calibrated
  * once per model when the engine starts and adapted after every step, that the scheduler
- * (svc/sched.c) uses to size each step's prefill to a time budget.
+ * (svc/engine/engine.c) uses to size each step's prefill to a time budget.
  *
  * Prefill of n tokens after ctx cached positions:
  *
@@ -11,7 +11,7 @@
  * p0 is what a call costs whatever its size (reading every weight once: on a CPU about
  * one decode step), p1 the matrix work per token, p2 the attention work per token and per
  * position it attends to.  k_w and k_a start at 1 and follow what the recent steps took
- * (svc/stepcost.c): on a machine whose load changes the shape of the model stays and its
+ * (svc/engine/stepcost.c): on a machine whose load changes the shape of the model stays and its
  * scales move; attention, fitted at short contexts, gets a scale of its own.
  *
  * A mixed step (compute/forward.h kvp_fwd_step(): a decode batch and prefill chunks in
@@ -29,8 +29,8 @@
  *
  * Thread: the engine thread's; pure arithmetic, no clock.
  */
-#ifndef KVP_SVC_STEPCOST_H
-#define KVP_SVC_STEPCOST_H
+#ifndef KVP_ENGINE_STEPCOST_H
+#define KVP_ENGINE_STEPCOST_H
 
 #include <stdint.h>
 
@@ -99,4 +99,4 @@ void kvp_stepcost_observe_prefill(struct kvp_stepcost *c, uint32_t n, uint32_t c
 /* A decode step of @batch sequences took @ns: adapt. */
 void kvp_stepcost_observe_decode(struct kvp_stepcost *c, uint32_t batch, double ns);
 
-#endif /* KVP_SVC_STEPCOST_H */
+#endif /* KVP_ENGINE_STEPCOST_H */

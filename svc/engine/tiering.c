@@ -8,7 +8,7 @@
  *
  * Thread: the engine thread.
  */
-#include "svc/tiering.h"
+#include "svc/engine/tiering.h"
 
 #include <errno.h>
 #include <stdlib.h>

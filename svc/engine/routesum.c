@@ -7,7 +7,7 @@
  * per period on the engine thread; the tier encodes and copies the filter under its
  * lock and its I/O thread sends it.
  */
-#include "svc/routesum.h"
+#include "svc/engine/routesum.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -4,17 +4,17 @@
  * request's struct kvp_cache_ctl means under the domain's struct kvp_cache_policy
  * (which blocks it publishes, their TTL and retention priority), why its lookup missed
  * (enum kvp_miss_reason), and the counters of the status report (miss reasons,
- * recomputations, most-hit prefixes).  The engine (svc/sched.c) calls these; nothing
+ * recomputations, most-hit prefixes).  The engine (svc/engine/engine.c) calls these; nothing
  * here locks or allocates.
  */
-#ifndef KVP_SVC_CACHECTL_H
-#define KVP_SVC_CACHECTL_H
+#ifndef KVP_ENGINE_CACHECTL_H
+#define KVP_ENGINE_CACHECTL_H
 
 #include <stdint.h>
 
 #include "kvpool/proto.h"
 #include "shm/index.h"
-#include "svc/cachepol.h"
+#include "svc/engine/cachepol.h"
 
 struct kvp_model_hparams;
 
@@ -124,4 +124,4 @@ uint32_t kvp_cache_stats_top(const struct kvp_cache_stats *st, struct kvp_cache_
 /* Prefill FLOPs of one token from the model's figures (2 per weight of its matrices). */
 uint64_t kvp_cache_flops_per_token(const struct kvp_model_hparams *hp);
 
-#endif /* KVP_SVC_CACHECTL_H */
+#endif /* KVP_ENGINE_CACHECTL_H */

@@ -20,8 +20,8 @@
  * Thread: the engine thread (the pool and the index are its), except kvp_remoting_new()
  * and kvp_remoting_free() (main thread, the engine not running).
  */
-#ifndef KVP_SVC_REMOTING_H
-#define KVP_SVC_REMOTING_H
+#ifndef KVP_ENGINE_REMOTING_H
+#define KVP_ENGINE_REMOTING_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -130,4 +130,4 @@ uint32_t kvp_remoting_poll(struct kvp_remoting *t);
 /* Fill @st; the tier's counters are refreshed when @now_ns is 250 ms past the last. */
 void kvp_remoting_stats(struct kvp_remoting *t, struct kvp_remoting_stats *st, uint64_t now_ns);
 
-#endif /* KVP_SVC_REMOTING_H */
+#endif /* KVP_ENGINE_REMOTING_H */
