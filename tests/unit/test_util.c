@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_util.c - util/: the monotonic clock, strict number parsing, UTF-8 validation,
- * the byte cursor, percentiles, mkdir -p, the error buffer, text buffers and the JSON
+ * the byte cursor, percentiles, the sample ring, mkdir -p, the error buffer, text buffers and the JSON
  * writer, whose output is parsed back with jansson (test_run, test_cli and test_status
  * check the programs' JSON byte for byte against what they printed before sharing it).
  */
@@ -27,6 +27,7 @@
 #include "util/fs.h"
 #include "util/json.h"
 #include "util/parse.h"
+#include "util/samples.h"
 #include "util/stats.h"
 #include "util/time.h"
 #include "util/utf8.h"
@@ -217,6 +218,43 @@ static void test_percentiles(void **state)
 	assert_float_equal(kvp_percentile_sorted(v, 10, 10), 1, 0);
 	assert_float_equal(kvp_percentile_sorted(v, 10, 11), 2, 0);
 	assert_true(isnan(kvp_percentile_sorted(v, 0, 50)));
+}
+
+/*
+ * The sample ring keeps the newest cap samples; a snapshot catching up copies only the
+ * new ones and ends holding what the ring holds, even after the ring wrapped past it;
+ * quantiles are nearest rank, NaN with no sample.
+ */
+static void test_sample_ring(void **state)
+{
+	double v[4], w[4], out[4];
+	struct kvp_samples r, snap;
+	struct kvp_quantiles q;
+	uint32_t n;
+
+	kvp_samples_init(&r, v, 4);
+	kvp_samples_init(&snap, w, 4);
+	assert_int_equal(kvp_samples_copy(&r, out), 0);
+	kvp_quantiles_of(out, 0, &q);
+	assert_true(isnan(q.p50) && isnan(q.p99) && isnan(q.max));
+	kvp_samples_add(&r, 3);
+	kvp_samples_add(&r, 1);
+	kvp_samples_catch_up(&snap, &r);
+	assert_int_equal(kvp_samples_count(&snap), 2);
+	for (int i = 0; i < 9; i++) /* wraps twice past the snapshot */
+		kvp_samples_add(&r, 10 + i);
+	assert_int_equal(r.n, 11);
+	assert_int_equal(kvp_samples_count(&r), 4);
+	kvp_samples_catch_up(&snap, &r);
+	assert_int_equal(snap.n, 11);
+	n = kvp_samples_copy(&snap, out);
+	assert_int_equal(n, 4);
+	kvp_quantiles_of(out, n, &q);
+	/* the newest four: 15, 16, 17, 18 */
+	assert_float_equal(out[0], 15, 0);
+	assert_float_equal(q.p50, 16, 0);
+	assert_float_equal(q.p99, 18, 0);
+	assert_float_equal(q.max, 18, 0);
 }
 
 static void test_mkdir_p(void **state)
@@ -428,6 +466,7 @@ int main(void)
 		cmocka_unit_test(test_utf8_rfc3629),
 		cmocka_unit_test(test_cursor_bounds),
 		cmocka_unit_test(test_percentiles),
+		cmocka_unit_test(test_sample_ring),
 		cmocka_unit_test(test_mkdir_p),
 		cmocka_unit_test(test_errmsg),
 		cmocka_unit_test(test_buf_fixed_is_whole_or_failed),
