@@ -28,6 +28,7 @@
 #include "svc/engine/engine.h"
 #include "util/errmsg.h"
 #include "util/ini.h"
+#include "util/keytab.h"
 #include "util/parse.h"
 
 enum key_type {
@@ -363,19 +364,6 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->remote.summary_period_s = 30;
 }
 
-static int lookup_name(const char *const *names, size_t n, const char *s, uint32_t *out)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		if (names[i] && !strcasecmp(s, names[i])) {
-			*out = (uint32_t)i;
-			return 0;
-		}
-	}
-	return -EINVAL;
-}
-
 static const struct key_def *find_key(const char *section, const char *key)
 {
 	size_t i;
@@ -386,115 +374,68 @@ static const struct key_def *find_key(const char *section, const char *key)
 	return NULL;
 }
 
-/* Parse @value as @k's type into @field; on error write "why" (without the key) to @err. */
-static int apply_field(char *field, const struct key_def *k, const char *value, char *err,
-		       size_t cap)
+/* How util/keytab.h reads and shows @k's values (T_DOMMODE is this file's own). */
+static struct kvp_key value_type(const struct key_def *k)
 {
-	uint64_t v;
-	uint32_t e;
-	int prio;
-	int r;
+	struct kvp_key t = { .min = k->min, .max = k->max, .cap = k->cap };
 
 	switch (k->type) {
 	case T_PATH:
 	case T_NAME:
-		if (strlen(value) >= k->cap) {
-			kvp_errmsg(err, cap, "too long (at most %zu bytes)", k->cap - 1);
-			return -EINVAL;
-		}
-		strcpy(field, value);
-		return 0;
+		t.type = KVP_KEY_STR;
+		break;
 	case T_U32:
+		t.type = KVP_KEY_U32;
+		break;
 	case T_SIZE:
-		r = k->type == T_U32 ? kvp_parse_u64(value, 0, UINT64_MAX, &v) :
-				       kvp_parse_size(value, &v);
-		if (r < 0) {
-			kvp_errmsg(
-				err, cap,
-				k->type == T_U32 ?
-					"'%s' is not a whole number" :
-					"'%s' is not a size (a number with an optional K, M, G or T suffix)",
-				value);
-			return -EINVAL;
-		}
-		if (v < k->min || v > k->max) {
-			kvp_errmsg(err, cap, "%s is out of range [%llu, %llu]", value,
-				   (unsigned long long)k->min, (unsigned long long)k->max);
-			return -EINVAL;
-		}
-		if (k->cap == sizeof(uint64_t))
-			*(uint64_t *)field = v;
-		else
-			*(uint32_t *)field = (uint32_t)v;
-		return 0;
+		t.type = KVP_KEY_SIZE;
+		break;
+	case T_BOOL:
+		t.type = KVP_KEY_BOOL;
+		break;
+	case T_LEVEL:
+		t.type = KVP_KEY_LEVEL;
+		break;
 	case T_HUGE:
-		if (lookup_name(huge_names, 3, value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of auto, require, off", value);
-			return -EINVAL;
-		}
-		*(uint32_t *)field = e;
-		return 0;
+		t = (struct kvp_key){ KVP_KEY_ENUM, .names = huge_names, .n_names = 3 };
+		break;
 	case T_DTYPE:
-		if (lookup_name(dtype_names, KVP_DTYPE__COUNT, value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of f32, f16, bf16, int8", value);
-			return -EINVAL;
-		}
-		*(uint32_t *)field = e;
-		return 0;
+		t = (struct kvp_key){ KVP_KEY_ENUM, .names = dtype_names,
+				      .n_names = KVP_DTYPE__COUNT };
+		break;
 	case T_WEIGHTS:
 		/* index 0 (KVP_MODEL_WEIGHTS_DEFAULT) has no name: never stored */
-		if (lookup_name(weights_names, 3, value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of copy, map", value);
-			return -EINVAL;
-		}
-		*(uint32_t *)field = e;
-		return 0;
+		t = (struct kvp_key){ KVP_KEY_ENUM, .names = weights_names, .n_names = 3,
+				      .words = "copy, map" };
+		break;
 	case T_POLICY:
-		if (lookup_name(policy_names, 2, value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of fair, fifo", value);
-			return -EINVAL;
-		}
-		*(uint32_t *)field = e;
-		return 0;
-	case T_DOMMODE:
-		if (kvp_domains_mode_parse(value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of per-uid, groups, single", value);
-			return -EINVAL;
-		}
-		*(uint32_t *)field = e;
-		return 0;
+		t = (struct kvp_key){ KVP_KEY_ENUM, .names = policy_names, .n_names = 2 };
+		break;
 	case T_EVICT:
-		if (lookup_name(evict_names, KVP_EVICT__COUNT, value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of lru, lfu, priority", value);
-			return -EINVAL;
-		}
-		*(uint32_t *)field = e;
-		return 0;
-	case T_BOOL:
-		if (!strcasecmp(value, "yes") || !strcasecmp(value, "true") ||
-		    !strcasecmp(value, "on") || !strcmp(value, "1")) {
-			*(bool *)field = true;
-		} else if (!strcasecmp(value, "no") || !strcasecmp(value, "false") ||
-			   !strcasecmp(value, "off") || !strcmp(value, "0")) {
-			*(bool *)field = false;
-		} else {
-			kvp_errmsg(err, cap, "'%s' is not a boolean (yes, no, true, false, 1, 0)",
-				   value);
-			return -EINVAL;
-		}
-		return 0;
-	case T_LEVEL:
-		if (kvp_log_level_parse(value, &prio) < 0) {
-			kvp_errmsg(err, cap,
-				   "'%s' is not a log level (err, warning, notice, info, "
-				   "debug or 0..7)",
-				   value);
-			return -EINVAL;
-		}
-		*(int *)field = prio;
-		return 0;
+		t = (struct kvp_key){ KVP_KEY_ENUM, .names = evict_names,
+				      .n_names = KVP_EVICT__COUNT };
+		break;
+	case T_DOMMODE:
+		break;
 	}
-	return -EINVAL;
+	return t;
+}
+
+/* Parse @value as @k's type into @field; on error write "why" (without the key) to @err. */
+static int apply_field(char *field, const struct key_def *k, const char *value, char *err,
+		       size_t cap)
+{
+	struct kvp_key t = value_type(k);
+	uint32_t e;
+
+	if (k->type != T_DOMMODE)
+		return kvp_key_parse(&t, field, value, err, cap);
+	if (kvp_domains_mode_parse(value, &e) < 0) {
+		kvp_errmsg(err, cap, "'%s' is not one of per-uid, groups, single", value);
+		return -EINVAL;
+	}
+	*(uint32_t *)field = e;
+	return 0;
 }
 
 /* Apply @value to @k of @c; on error write "why" (without the key name) to @err. */
@@ -960,53 +901,12 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 
 static void field_text(const char *field, const struct key_def *k, char *buf, size_t cap)
 {
-	uint64_t v;
+	struct kvp_key t = value_type(k);
 
-	switch (k->type) {
-	case T_PATH:
-	case T_NAME:
-		snprintf(buf, cap, "%s", field);
-		return;
-	case T_U32:
-		snprintf(buf, cap, "%u", *(const uint32_t *)field);
-		return;
-	case T_SIZE:
-		v = k->cap == sizeof(uint64_t) ? *(const uint64_t *)field :
-						 *(const uint32_t *)field;
-		if (v && !(v & ((1ull << 30) - 1)))
-			snprintf(buf, cap, "%lluG", (unsigned long long)(v >> 30));
-		else if (v && !(v & ((1ull << 20) - 1)))
-			snprintf(buf, cap, "%lluM", (unsigned long long)(v >> 20));
-		else if (v && !(v & ((1ull << 10) - 1)))
-			snprintf(buf, cap, "%lluK", (unsigned long long)(v >> 10));
-		else
-			snprintf(buf, cap, "%llu", (unsigned long long)v);
-		return;
-	case T_HUGE:
-		snprintf(buf, cap, "%s", huge_names[*(const uint32_t *)field]);
-		return;
-	case T_DTYPE:
-		snprintf(buf, cap, "%s", dtype_names[*(const uint32_t *)field]);
-		return;
-	case T_LEVEL:
-		snprintf(buf, cap, "%s", kvp_log_level_name(*(const int *)field));
-		return;
-	case T_BOOL:
-		snprintf(buf, cap, "%s", *(const bool *)field ? "yes" : "no");
-		return;
-	case T_WEIGHTS:
-		snprintf(buf, cap, "%s", weights_names[*(const uint32_t *)field]);
-		return;
-	case T_POLICY:
-		snprintf(buf, cap, "%s", policy_names[*(const uint32_t *)field]);
-		return;
-	case T_DOMMODE:
+	if (k->type == T_DOMMODE)
 		snprintf(buf, cap, "%s", kvp_domains_mode_name(*(const uint32_t *)field));
-		return;
-	case T_EVICT:
-		snprintf(buf, cap, "%s", evict_names[*(const uint32_t *)field]);
-		return;
-	}
+	else
+		kvp_key_text(&t, field, buf, cap);
 }
 
 static void value_text(const struct kvp_config *c, const struct key_def *k, char *buf, size_t cap)

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "svc/cachecfg.h"
 #include "svc/domcfg.h"
 #include "svc/engine/cachepol.h"
 
@@ -293,18 +294,6 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap);
  */
 int kvp_config_get(const struct kvp_config *c, const char *section, const char *key, char *buf,
 		   size_t cap);
-
-/**
- * kvp_config_cache_key() - parse [cache] key @key into @p, with the bounds and words of
- * [cache] itself (a [domain NAME] section overrides these keys, svc/domcfg.c)
- * @err: out; "why" without the section and key
- * Return: 0; -ENOENT when @key is not a [cache] key; -EINVAL for a bad value.
- */
-int kvp_config_cache_key(struct kvp_cache_policy *p, const char *key, const char *value, char *err,
-			 size_t cap);
-
-/* [cache] key @key of @p as text, as --check-config prints it.  Return: 0, or -ENOENT. */
-int kvp_config_cache_text(const struct kvp_cache_policy *p, const char *key, char *buf, size_t cap);
 
 /* --help text, generated from the key table, with the defaults. */
 void kvp_config_usage(FILE *f);

@@ -12,12 +12,14 @@
 #	ipc/         ipc/ shm/ util/ kvpool/ (ipc/http and ipc/client too: never svc/)
 #	svc/engine/  svc/engine/ shm/ compute/ util/ kvpool/ (the engine library: no svc/,
 #	             no ipc/)
-#	svc/         anything
+#	svc/         anything, except: svc/domcfg.[ch] never svc/config.h (config.h includes
+#	             domcfg.h; domcfg.c takes the [cache] keys from svc/cachecfg.h)
 #
 # Every .c, .h and .inc file under those folders is read, so a file added later is
 # checked without anyone editing a list.  Every offending line is reported.
-# --selftest proves the check can fail: a tree with ipc/ including svc/ and svc/engine/
-# including ipc/ must be rejected, and a tree obeying the rules accepted.
+# --selftest proves the check can fail: a tree with ipc/ including svc/, svc/engine/
+# including ipc/ and svc/domcfg.c including svc/config.h must be rejected, and a tree
+# obeying the rules accepted.
 set -u
 
 # allowed DIR: the prefixes (folder/ or exact header path) a file under DIR may include
@@ -61,6 +63,15 @@ check() {
 		done < <(find "$src/$dir" -name node_modules -prune -o -type f \
 			\( -name '*.c' -o -name '*.h' -o -name '*.inc' \) -print | LC_ALL=C sort)
 	done
+	# one-way pairs inside a folder: FILE never includes HEADER
+	for pair in "svc/domcfg.c svc/config.h" "svc/domcfg.h svc/config.h"; do
+		set -- $pair
+		[ -f "$src/$1" ] || continue
+		if grep -Eq "^[[:space:]]*#[[:space:]]*include[[:space:]]*\"$2\"" "$src/$1"; then
+			echo "FAIL $1: #include \"$2\" (config.h includes domcfg.h: one way only)"
+			bad=$((bad + 1))
+		fi
+	done
 	if [ $n = 0 ]; then
 		echo "no sources found under $src" >&2
 		return 1
@@ -80,16 +91,17 @@ if [ "${1:-}" = --selftest ]; then
 		> "$work/good/svc/engine/b.c"
 	printf '#include "svc/log.h"\n' > "$work/bad/ipc/http/a.c"
 	printf '#include "ipc/server.h"\n' > "$work/bad/svc/engine/b.c"
+	printf '#include "svc/config.h"\n' > "$work/bad/svc/domcfg.c"
 	fail=0
 	check "$work/good" > "$work/out" ||
 		{ echo "selftest: a tree obeying the arrows was rejected:"; cat "$work/out"; fail=1; }
 	check "$work/bad" > "$work/out"
-	if [ "$(grep -c '^FAIL' "$work/out")" != 2 ]; then
-		echo "selftest: the two upward includes were not both rejected:"
+	if [ "$(grep -c '^FAIL' "$work/out")" != 3 ]; then
+		echo "selftest: the three forbidden includes were not all rejected:"
 		cat "$work/out"
 		fail=1
 	fi
-	[ $fail = 0 ] && echo "selftest: the include check rejects ipc/ -> svc/ and svc/engine/ -> ipc/"
+	[ $fail = 0 ] && echo "selftest: the include check rejects ipc/ -> svc/, svc/engine/ -> ipc/, domcfg -> config"
 	exit $fail
 fi
 
