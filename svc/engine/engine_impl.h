@@ -341,53 +341,84 @@ static inline uint64_t now_ns(const struct kvp_sched *s)
 }
 
 /* engine.c (events, request end, the step) */
+/* TOKEN event(s) for @q's kept @token */
 void eng_emit_token(struct kvp_sched *s, struct seq *q, int32_t token);
+/* hand queued events to the loop now */
 void eng_flush_events(struct kvp_sched *s);
+/* whoever waited for @q's prefix looks up again */
 void eng_forget_waiters(struct kvp_sched *s, struct seq *q);
+/* anything queued, waiting or running */
 bool eng_has_work(const struct kvp_sched *s);
+/* queue @e for the loop (waits while the ring is full) */
 void eng_push_event(struct kvp_sched *s, const struct kvp_sched_event *e);
+/* drop @q's table and reservation */
 void eng_release_blocks(struct kvp_sched *s, struct seq *q);
+/* end @q with DONE or ERROR; frees it */
 void eng_seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as_error,
 		 const char *msg);
+/* drop @q's reference on every block of its table */
 void eng_unref_table(struct kvp_sched *s, struct seq *q);
 
 /* admit.c (blocks, queue order, admission, preemption) */
+/* the policies' queue orders: does @a go before @b? */
 bool eng_queue_fifo(const struct seq *a, const struct seq *b);
 bool eng_queue_fair(const struct seq *a, const struct seq *b);
+/* admit the queue's head while it fits (FAIR: preempting lower priorities) */
 void eng_admit(struct kvp_sched *s);
+/* make @q's table cover @n_positions; -ENOSPC */
 int eng_ensure_blocks(struct kvp_sched *s, struct seq *q, uint32_t n_positions);
+/* the running sequence to preempt first, priority below @below */
 struct seq *eng_pick_victim(struct kvp_sched *s, int64_t below);
+/* blocks the pool can hand out now / of which no reservation claims */
 uint64_t eng_pool_available(struct kvp_sched *s);
 uint64_t eng_pool_unreserved(struct kvp_sched *s);
+/* publish, release and requeue running @v */
 void eng_preempt(struct kvp_sched *s, struct seq *v);
+/* @q into the queue in policy order */
 void eng_queue_insert(struct kvp_sched *s, struct seq *q);
+/* one more block for @q: its reservation, else (on demand) an unclaimed one */
 int eng_take_block(struct kvp_sched *s, struct seq *q);
+/* requests whose prefix owner published (or ended) go back to the queue */
 void eng_wake_waiters(struct kvp_sched *s);
 
 /* plan.c (the step plan, compute, calibration) */
 extern const struct eng_policy eng_policies[];
+/* measure the model for the step budgets (the policies that use them) */
 void eng_calibrate(struct kvp_sched *s);
 
 /* load.c (publish, disk reloads, remote fetches) */
+/* blocks @q can read back from the disk tier after its @n_hit hits */
 uint32_t eng_disk_lookup(struct kvp_sched *s, struct seq *q, uint32_t n_hit);
+/* the tiers' completion callbacks */
 void eng_fetch_done(void *ctx, uint64_t cookie, uint32_t n_ok, uint32_t stop);
+/* @q's TTL and retention on block @b (its @i-th) */
 void eng_keep_block(struct kvp_sched *s, const struct seq *q, uint32_t i, uint32_t b);
+/* publish @q's full blocks below position @upto */
 void eng_publish_upto(struct kvp_sched *s, struct seq *q, uint32_t upto);
 void eng_read_done(void *ctx, uint64_t cookie, uint32_t block, int result);
+/* read @q's next @n blocks back from disk / fetch from the remote tier */
 void eng_start_load(struct kvp_sched *s, struct seq *q, uint32_t n);
 void eng_start_remote(struct kvp_sched *s, struct seq *q, uint32_t from);
+/* reap the tiers, feed loading sequences, flush when asked */
 void eng_tier_step(struct kvp_sched *s);
+/* the write-back asked for by kvp_sched_writeback(), not done yet; a step of it */
 bool eng_writeback_pending(const struct kvp_sched *s);
 void eng_writeback_step(struct kvp_sched *s);
 
-/* ops.c (the inbox messages) */
+/* ops.c (the inbox messages, PIN's end) */
+/* PIN: pin the computed prompt's blocks; ends @q */
+void eng_pin_finish(struct kvp_sched *s, struct seq *q);
+/* one inbox message (the table of handlers) */
 void eng_handle_msg(struct kvp_sched *s, struct msg *m);
 
 /* usage.c (usage and the stats snapshot) */
+/* add ending @q's usage to the sums */
 void eng_usage_sum(struct kvp_sched *s, struct seq *q, uint32_t status);
+/* @q's usage and cache usage; a group's, summed at its last continuation */
 void eng_fill_cache_usage(const struct seq *q, struct kvp_cache_usage *cu);
 void eng_fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, struct kvp_usage *u);
 bool eng_group_end(struct seq *q, uint32_t status, struct kvp_usage *u, struct kvp_cache_usage *cu);
+/* the counters and the sample rings into the snapshot */
 void eng_publish_stats(struct kvp_sched *s);
 
 #endif /* KVP_ENGINE_ENGINE_IMPL_H */

@@ -1,14 +1,46 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ops.c - the inbox messages the engine thread handles: SUBMIT, CANCEL, CLOSED,
- * CANCEL_ALL, FLUSH_TIER, LEASE, RELEASE, UNPIN, FLUSH_CACHE, WRITEBACK, and the
- * answers given at once (UNPIN, FLUSH, LEASE).
+ * ops.c - the engine's operations: the inbox messages as a table of handlers (SUBMIT,
+ * CANCEL, CLOSED, CANCEL_ALL, FLUSH_TIER, LEASE, RELEASE, UNPIN, FLUSH_CACHE,
+ * WRITEBACK), the answers given at once (UNPIN, FLUSH, LEASE), and the end of a PIN
+ * (a GENERATE-like request whose prompt, once computed, is pinned instead of decoded).
  * Thread: the engine thread.
  */
 #include "svc/engine/engine_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/*
+ * PIN: the prompt is computed and its full blocks published; pin them all, within
+ * cache.pin_max.  Ends @q.
+ */
+void eng_pin_finish(struct kvp_sched *s, struct seq *q)
+{
+	uint32_t want = q->gen.n_prompt / s->block_tokens, fresh = 0;
+	struct kvp_pool_stats ps;
+
+	if (!want || q->n_indexed < want) {
+		s->st.cache.pin_refused++;
+		eng_seq_end(s, q, want ? KVP_E_INTERNAL : KVP_E_INVALID, true,
+			    want ? "pin: the prompt's blocks could not be published" :
+				   "pin: the prompt has no full block");
+		return;
+	}
+	kvp_pool_stats(s->cfg.pool, &ps);
+	for (uint32_t i = 0; i < want; i++)
+		fresh += !kvp_pool_block(s->cfg.pool, q->table[i])->cpin;
+	if ((uint64_t)ps.cpin_blocks + fresh > s->pin_max_blocks) {
+		s->st.cache.pin_refused++;
+		eng_seq_end(s, q, KVP_E_LIMIT, true, "pin: cache.pin_max would be exceeded");
+		return;
+	}
+	for (uint32_t i = 0; i < want; i++)
+		kvp_pool_cache_pin(s->cfg.pool, q->table[i]);
+	q->cu_blocks = want;
+	s->st.cache.pins++;
+	eng_seq_end(s, q, KVP_OK, false, NULL);
+}
 
 /* Cancel request (@conn, @req_id): every continuation of it. */
 static void cancel_req(struct kvp_sched *s, uint64_t conn, uint64_t req_id)

@@ -2,7 +2,7 @@
 /*
  * plan.c - what a step computes: the forward calls (or the test hooks), prefill chunks,
  * the decode batch, FAIR's one mixed call sized by the step-cost model, sampling with
- * parallel-sampling forks, PIN's end, and the calibration that measures the model at
+ * parallel-sampling forks, and the calibration that measures the model at
  * start (engine.c's opening comment: "Prefill").
  * Thread: the engine thread.
  */
@@ -86,37 +86,6 @@ static int32_t sample(struct kvp_sched *s, struct seq *q, float *logits)
 }
 
 /*
- * PIN: the prompt is computed and its full blocks published; pin them all, within
- * cache.pin_max.  Ends @q.
- */
-static void pin_finish(struct kvp_sched *s, struct seq *q)
-{
-	uint32_t want = q->gen.n_prompt / s->block_tokens, fresh = 0;
-	struct kvp_pool_stats ps;
-
-	if (!want || q->n_indexed < want) {
-		s->st.cache.pin_refused++;
-		eng_seq_end(s, q, want ? KVP_E_INTERNAL : KVP_E_INVALID, true,
-			    want ? "pin: the prompt's blocks could not be published" :
-				   "pin: the prompt has no full block");
-		return;
-	}
-	kvp_pool_stats(s->cfg.pool, &ps);
-	for (uint32_t i = 0; i < want; i++)
-		fresh += !kvp_pool_block(s->cfg.pool, q->table[i])->cpin;
-	if ((uint64_t)ps.cpin_blocks + fresh > s->pin_max_blocks) {
-		s->st.cache.pin_refused++;
-		eng_seq_end(s, q, KVP_E_LIMIT, true, "pin: cache.pin_max would be exceeded");
-		return;
-	}
-	for (uint32_t i = 0; i < want; i++)
-		kvp_pool_cache_pin(s->cfg.pool, q->table[i]);
-	q->cu_blocks = want;
-	s->st.cache.pins++;
-	eng_seq_end(s, q, KVP_OK, false, NULL);
-}
-
-/*
  * Parallel sampling: @q's prompt is computed and its logits are in fork_logits.  Make
  * continuations 1 .. n-1 of it: each holds a reference to every block of @q's table (the
  * partly filled last one is copied when first written, see writable_tail()), has its own
@@ -187,7 +156,7 @@ static int fork_seq(struct kvp_sched *s, struct seq *q, uint32_t i)
 static void prefill_done(struct kvp_sched *s, struct seq *q, float *logits)
 {
 	if (q->pin_op) {
-		pin_finish(s, q);
+		eng_pin_finish(s, q);
 		return;
 	}
 	q->state = SEQ_DECODE;
