@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,7 @@ struct glit {
 };
 
 struct kvp_grammar {
+	atomic_uint refs; /* holders - 1 */
 	struct gnode *nodes;
 	uint32_t n_nodes, cap_nodes;
 	struct glit *lits; /* literals and object keys */
@@ -98,7 +100,9 @@ enum { O_START, O_OPEN, O_KEY, O_COLON, O_VALUE, O_AFTERVAL, O_NEXT };
 enum { A_START, A_OPEN, A_AFTER, A_NEXT };
 enum { S_START, S_IN, S_ESC, S_HEX };
 enum { N_START, N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
-#define NUM_DIGITS_MAX 24
+/* digits of a number's integer or fractional part: 15 keep every integer exact in any
+ * parser (below 2^53) */
+#define NUM_DIGITS_MAX 15
 
 static size_t thread_bytes(const struct gthread *t)
 {
@@ -1060,9 +1064,15 @@ static int grammar_base(struct cctx *c)
 	return 0;
 }
 
+struct kvp_grammar *kvp_grammar_ref(struct kvp_grammar *g)
+{
+	atomic_fetch_add(&g->refs, 1);
+	return g;
+}
+
 void kvp_grammar_free(struct kvp_grammar *g)
 {
-	if (!g)
+	if (!g || atomic_fetch_sub(&g->refs, 1) > 0)
 		return;
 	for (uint32_t i = 0; i < g->n_lits; i++)
 		free(g->lits[i].s);

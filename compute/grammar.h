@@ -17,7 +17,8 @@
  * lightly spaced form (at most KVP_GRAMMAR_WS_MAX whitespace bytes in a row between
  * tokens, none before the value nor after it): an object's properties come in the
  * schema's order, each required one present, an optional one present or not; enum and
- * const values are written as their compact JSON.  Supported keywords: type (one or a
+ * const values are written as their compact JSON; a number has at most 15 digits before
+ * and after its point and an exponent of at most 2 digits (exact in every parser).  Supported keywords: type (one or a
  * list), properties, required, additionalProperties (false, true or absent: only the
  * listed properties are written either way), items (one schema), enum, const, anyOf,
  * minItems, maxItems, minLength, maxLength; annotations (title, description,
@@ -65,6 +66,11 @@ int kvp_grammar_compile(struct kvp_grammar **out, const char *schema, size_t len
 /* kvp_grammar_any_object() - the grammar of any JSON object (response_format json_object). */
 int kvp_grammar_any_object(struct kvp_grammar **out);
 
+/*
+ * kvp_grammar_ref() - one more holder of @g (the samplers of n > 1 continuations share
+ * a grammar); kvp_grammar_free() drops one and frees @g with the last.  Return: @g.
+ */
+struct kvp_grammar *kvp_grammar_ref(struct kvp_grammar *g);
 void kvp_grammar_free(struct kvp_grammar *g);
 
 /**

@@ -100,6 +100,8 @@ void kvp_sampler_free(struct kvp_sampler *s)
 	free(s->eog);
 	free(s->counts);
 	kvp_grammar_matcher_free(s->gm);
+	if (s->has_extra)
+		kvp_grammar_free(s->x.grammar);
 	free(s->mask);
 	free(s->w);
 	free(s->eog_w);
@@ -151,6 +153,8 @@ int kvp_sampler_set_extra(struct kvp_sampler *s, const struct kvp_sample_extra *
 		if (!s->mask || kvp_grammar_matcher_new(&s->gm, x->grammar, x->vocab))
 			return -ENOMEM;
 	}
+	if (x->grammar)
+		kvp_grammar_ref(x->grammar);
 	s->has_extra = true;
 	return 0;
 }

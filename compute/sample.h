@@ -56,8 +56,9 @@ struct kvp_grammar_vocab;
  * @bias, @bias_ids, @n_bias: added to those tokens' logits (-100 bans, +100 forces)
  * @presence, @frequency:     subtracted from the logit of each token generated so far:
  *                            @presence once, @frequency times its count (OpenAI's rule)
- * @grammar, @vocab:          the text must stay inside @grammar (borrowed, both outlive
- *                            the sampler): every other token's logit becomes -inf, and
+ * @grammar, @vocab:          the text must stay inside @grammar (the sampler takes a
+ *                            reference: kvp_grammar_ref(); @vocab is borrowed and must
+ *                            outlive the sampler): every other token's logit is -inf, and
  *                            the end-of-generation ids @eog are allowed only where the
  *                            text is one whole value (and are then the only choice once
  *                            nothing may follow)
@@ -73,7 +74,7 @@ struct kvp_sample_extra {
 	const float *bias;
 	uint32_t n_bias;
 	float presence, frequency;
-	const struct kvp_grammar *grammar;
+	struct kvp_grammar *grammar;
 	const struct kvp_grammar_vocab *vocab;
 	const int32_t *eog;
 	uint32_t n_eog;

@@ -102,8 +102,10 @@
 #include "compute/forward.h"
 #include "compute/gen.h"
 #include "compute/model.h"
+#include "compute/grammar.h"
 #include "compute/text/tokenizer.h"
 #include "svc/leases.h"
+#include "svc/sampling.h"
 #include "svc/log.h"
 #include "svc/stepcost.h"
 #include "svc/remoting.h"
@@ -307,18 +309,19 @@ struct kvp_sched {
 	struct kvp_stepcost cost;
 	double step_target_ns;
 	double prefill_step_ns;
-	float *logits;		     /* max_running * n_vocab */
-	float *fork_logits;	     /* n_vocab: the prompt's logits, kept for each continuation */
-	uint32_t pin_max_blocks;     /* cache.pin_max in blocks */
-	struct kvp_fwd_seq *batch;   /* max_running */
-	struct seq **batch_seq;	     /* max_running */
-	struct prefill_key *pkeys;   /* max_running: prefill order */
-	struct kvp_fwd_part *parts;  /* max_running: FAIR's mixed step, decode rows first */
-	struct seq **part_seq;	     /* max_running: the prefilling sequence of each chunk */
-	struct kvp_sched_stats st;   /* engine's own copy, published to snap */
-	double ttft_ring[TTFT_RING]; /* TTFT of the last TTFT_RING requests, ms */
-	uint64_t ttft_n;	     /* samples ever taken; the next goes to % TTFT_RING */
-	double itl_ring[ITL_RING];   /* the last inter-token gaps, ms */
+	float *logits;	    /* max_running * n_vocab */
+	float *fork_logits; /* n_vocab: the prompt's logits, kept for each continuation */
+	struct kvp_grammar_vocab *gvocab; /* structured output: made on first use (sampling.h) */
+	uint32_t pin_max_blocks;	  /* cache.pin_max in blocks */
+	struct kvp_fwd_seq *batch;	  /* max_running */
+	struct seq **batch_seq;		  /* max_running */
+	struct prefill_key *pkeys;	  /* max_running: prefill order */
+	struct kvp_fwd_part *parts;	  /* max_running: FAIR's mixed step, decode rows first */
+	struct seq **part_seq;		  /* max_running: the prefilling sequence of each chunk */
+	struct kvp_sched_stats st;	  /* engine's own copy, published to snap */
+	double ttft_ring[TTFT_RING];	  /* TTFT of the last TTFT_RING requests, ms */
+	uint64_t ttft_n;		  /* samples ever taken; the next goes to % TTFT_RING */
+	double itl_ring[ITL_RING];	  /* the last inter-token gaps, ms */
 	uint64_t itl_n;
 	double step_ring[STEP_RING]; /* the last working steps, ms */
 	uint64_t step_n;
@@ -507,16 +510,22 @@ static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 				     .conn = q->conn,
 				     .req_id = q->req_id,
 				     .cont = q->grp ? (int32_t)q->cont : -1 };
+	const struct kvp_sample_logprob *lp = kvp_sampler_logprob(q->sampler);
 	size_t off = 0;
 	bool more;
 
 	if (q->silent)
 		return;
+	if (lp) { /* with the id, on the first slice */
+		e.has_lp = true;
+		e.lp = *lp;
+	}
 	do {
 		e.text_len = (uint32_t)kvp_gen_text(&q->gen, token, &off, e.text, sizeof(e.text),
 						    &more);
 		push_event(s, &e);
 		e.token = -1; /* the id goes with the first slice only */
+		e.has_lp = false;
 	} while (more);
 }
 
@@ -1501,7 +1510,8 @@ static int fork_seq(struct kvp_sched *s, struct seq *q, uint32_t i)
 	c->table = calloc(q->cap_table, sizeof(uint32_t));
 	c->hist = malloc((size_t)total * sizeof(int32_t));
 	sp.seed += i;
-	if (!c->table || !c->hist || kvp_sampler_new(&c->sampler, s->n_vocab, &sp) < 0) {
+	/* the same extras (bias, penalties, logprobs, its grammar from the start) */
+	if (!c->table || !c->hist || kvp_sampler_new_like(&c->sampler, q->sampler, sp.seed) < 0) {
 		free(c->table);
 		free(c->hist);
 		free(c);
@@ -2638,7 +2648,7 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	s->fair = cfg->policy == KVP_SCHED_FAIR;
 	hp = kvp_model_hparams(cfg->model);
 	s->n_vocab = hp->n_vocab;
-	if (cfg->test_eog_after) {
+	if (cfg->tok) { /* the test_eog_after hook; a grammar's end (svc/sampling.h) */
 		s->n_eog = kvp_tokenizer_eog(cfg->tok, NULL, 0);
 		s->eog = calloc(s->n_eog ? s->n_eog : 1, sizeof(*s->eog));
 		if (!s->eog) {
@@ -2821,6 +2831,7 @@ void kvp_sched_free(struct kvp_sched *s)
 	free(s->part_seq);
 	free(s->parts);
 	free(s->fork_logits);
+	kvp_grammar_vocab_free(s->gvocab);
 	free(s->pkeys);
 	free(s->batch_seq);
 	free(s->batch);
@@ -2901,6 +2912,14 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	ret = kvp_sampler_new(&q->sampler, s->n_vocab, &sp);
 	if (ret < 0)
 		goto err_msg;
+	if (r->samp) { /* logit bias, penalties, logprobs, a grammar */
+		ret = kvp_sched_sampling_apply(q->sampler, r->samp, &s->gvocab, s->cfg.tok, s->eog,
+					       s->n_eog);
+		if (ret < 0) {
+			kvp_sampler_free(q->sampler);
+			goto err_msg;
+		}
+	}
 	memcpy(q->hist, r->tokens, (size_t)r->n_tokens * sizeof(int32_t));
 	q->conn = r->conn;
 	q->req_id = r->req_id;
@@ -2922,7 +2941,8 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	q->n_fill = r->n_tokens;
 	q->t_recv = r->t_recv_ns;
 	kvp_gen_init(&q->gen, s->cfg.tok, q->hist, r->n_tokens, r->max_new, !s->cfg.ignore_eos);
-	free(r->tokens); /* ownership passes now that nothing can fail */
+	free(r->tokens);		  /* ownership passes now that nothing can fail */
+	kvp_sched_sampling_free(r->samp); /* the sampler holds what it needs */
 	m->type = MSG_SUBMIT;
 	m->seq = q;
 	atomic_fetch_add(&s->outstanding, 1);
