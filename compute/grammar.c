@@ -285,7 +285,17 @@ static bool is_hex(uint8_t c)
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
-/* A string; @f->n counts its characters (code points, as JSON Schema's lengths do). */
+/*
+ * A string; @f->n counts its characters (code points, as JSON Schema's lengths do) when
+ * it has a length limit.  Without one the count stays 0, so every position inside the
+ * string is the same state and the matcher's mask cache answers it.
+ */
+static void str_count(const struct gnode *nd, struct gframe *f)
+{
+	if (nd->min || nd->max != UINT32_MAX)
+		f->n++;
+}
+
 static enum step step_str(const struct gnode *nd, struct gthread *t, struct gframe *f, uint8_t c)
 {
 	switch (f->st) {
@@ -303,7 +313,7 @@ static enum step step_str(const struct gnode *nd, struct gthread *t, struct gfra
 			t->u8lo = 0x80;
 			t->u8hi = 0xbf;
 			if (!--t->u8need)
-				f->n++;
+				str_count(nd, f);
 			return ST_TAKEN;
 		}
 		if (c == '"')
@@ -315,7 +325,7 @@ static enum step step_str(const struct gnode *nd, struct gthread *t, struct gfra
 			return ST_TAKEN;
 		}
 		if (c < 0x80) {
-			f->n++;
+			str_count(nd, f);
 			return ST_TAKEN;
 		}
 		/* a UTF-8 lead byte: the well-formed ranges of the Unicode standard, table 3-7 */
@@ -347,7 +357,7 @@ static enum step step_str(const struct gnode *nd, struct gthread *t, struct gfra
 		if (!strchr("\"\\/bfnrt", c) || !c)
 			return ST_REJECT;
 		f->st = S_IN;
-		f->n++;
+		str_count(nd, f);
 		return ST_TAKEN;
 	case S_HEX:
 		/* no \uDxxx: a surrogate half would count as one character here, half of one
@@ -356,7 +366,7 @@ static enum step step_str(const struct gnode *nd, struct gthread *t, struct gfra
 			return ST_REJECT;
 		if (++f->aux == 4) {
 			f->st = S_IN;
-			f->n++;
+			str_count(nd, f);
 		}
 		return ST_TAKEN;
 	}
@@ -503,7 +513,8 @@ static enum step step_arr(const struct gnode *nd, struct gthread *t, struct gfra
 		if (f->n >= nd->max)
 			return ST_REJECT;
 		f->st = A_AFTER;
-		f->n++;
+		if (nd->min || nd->max != UINT32_MAX) /* no limit: no count, one state (above) */
+			f->n++;
 		*push = nd->item;
 		return ST_PUSH;
 	case A_AFTER:
