@@ -309,19 +309,20 @@ struct kvp_sched {
 	struct kvp_stepcost cost;
 	double step_target_ns;
 	double prefill_step_ns;
-	float *logits;	    /* max_running * n_vocab */
-	float *fork_logits; /* n_vocab: the prompt's logits, kept for each continuation */
-	struct kvp_grammar_vocab *gvocab; /* structured output: made on first use (sampling.h) */
-	uint32_t pin_max_blocks;	  /* cache.pin_max in blocks */
-	struct kvp_fwd_seq *batch;	  /* max_running */
-	struct seq **batch_seq;		  /* max_running */
-	struct prefill_key *pkeys;	  /* max_running: prefill order */
-	struct kvp_fwd_part *parts;	  /* max_running: FAIR's mixed step, decode rows first */
-	struct seq **part_seq;		  /* max_running: the prefilling sequence of each chunk */
-	struct kvp_sched_stats st;	  /* engine's own copy, published to snap */
-	double ttft_ring[TTFT_RING];	  /* TTFT of the last TTFT_RING requests, ms */
-	uint64_t ttft_n;		  /* samples ever taken; the next goes to % TTFT_RING */
-	double itl_ring[ITL_RING];	  /* the last inter-token gaps, ms */
+	/* structured output's view of the vocabulary: made on first use (svc/sampling.h) */
+	struct kvp_grammar_vocab *gvocab;
+	float *logits;		     /* max_running * n_vocab */
+	float *fork_logits;	     /* n_vocab: the prompt's logits, kept for each continuation */
+	uint32_t pin_max_blocks;     /* cache.pin_max in blocks */
+	struct kvp_fwd_seq *batch;   /* max_running */
+	struct seq **batch_seq;	     /* max_running */
+	struct prefill_key *pkeys;   /* max_running: prefill order */
+	struct kvp_fwd_part *parts;  /* max_running: FAIR's mixed step, decode rows first */
+	struct seq **part_seq;	     /* max_running: the prefilling sequence of each chunk */
+	struct kvp_sched_stats st;   /* engine's own copy, published to snap */
+	double ttft_ring[TTFT_RING]; /* TTFT of the last TTFT_RING requests, ms */
+	uint64_t ttft_n;	     /* samples ever taken; the next goes to % TTFT_RING */
+	double itl_ring[ITL_RING];   /* the last inter-token gaps, ms */
 	uint64_t itl_n;
 	double step_ring[STEP_RING]; /* the last working steps, ms */
 	uint64_t step_n;
