@@ -475,6 +475,30 @@ int kvp_server_send_tokens_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t
 	return queue_scratch(srv, c, len);
 }
 
+int kvp_server_send_logprobs(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			     const struct kvp_logprobs *h, const struct kvp_logprob *entries)
+{
+	struct kvp_conn *c = conn_lookup(srv, conn);
+	size_t len;
+
+	if (!c)
+		return -ENOTCONN;
+	if (!kvp_conn_req_has(c, req_id))
+		return -ENOENT;
+	len = kvp_proto_encode_logprobs(NULL, 0, req_id, h, entries);
+	if (!len || len > c->out.cap)
+		return -EMSGSIZE;
+	if (scratch_reserve(srv, len))
+		return -ENOMEM;
+	kvp_proto_encode_logprobs(srv->scratch, srv->scratch_cap, req_id, h, entries);
+	return queue_scratch(srv, c, len);
+}
+
+const struct kvp_proto_sampling *kvp_server_sampling(const struct kvp_server *srv)
+{
+	return srv->samp;
+}
+
 int kvp_server_send_done_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			    const struct kvp_usage *usage, const struct kvp_cache_usage *cu)
 {

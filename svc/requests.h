@@ -73,6 +73,7 @@ typedef int kvp_status_report_fn(void *arg, const struct kvp_peer *peer, enum kv
  * @conns:         the connections that said HELLO
  * @rejected:      GENERATEs refused here or by the engine's admission
  * @evbuf, @tok_buf, @text_buf: one batch of engine events and its coalesced TOKEN
+ * @lp_buf:        ... and its LOGPROBS entries (EVENT_BATCH * (1 + KVP_TOP_LOGPROBS_MAX))
  * @log:           each ended request's log line and latency histograms
  */
 struct kvp_requests {
@@ -94,6 +95,7 @@ struct kvp_requests {
 	struct kvp_sched_event *evbuf;
 	int32_t *tok_buf;
 	char *text_buf;
+	struct kvp_logprob *lp_buf;
 	struct kvp_reqlog log;
 	struct kvp_textwork *tw;  /* the text worker (kvp_requests_start_text()) */
 	int text_efd;		  /* its eventfd, -1 before the start */

@@ -222,10 +222,14 @@ static int send_job(struct kvp_client *c, struct kvp_http_job *job)
 			 */
 			if (job->has_cc)
 				r = kvp_client_set_cache(c, &job->cc);
+			if (r == 0 && job->has_samp)
+				r = kvp_client_set_sampling(c, &job->samp);
 			if (r == 0)
 				r = kvp_client_chat_submit(c, cv, &job->params, &job->req_id);
 			if (job->has_cc)
 				kvp_client_set_cache(c, NULL);
+			if (job->has_samp)
+				kvp_client_set_sampling(c, NULL);
 		} else {
 			r = kvp_client_chat_prompt_submit(c, cv, &job->req_id);
 		}
@@ -238,7 +242,13 @@ static int send_job(struct kvp_client *c, struct kvp_http_job *job)
 		return kvp_client_detokenize_submit(c, job->prompt.tokens, job->prompt.n_tokens,
 						    job->tok_flags, &job->req_id);
 	default:
-		return kvp_client_submit(c, &job->prompt, &job->params, &job->req_id);
+		/* as the cache control above: with this request's frame only */
+		r = job->has_samp ? kvp_client_set_sampling(c, &job->samp) : 0;
+		if (r == 0)
+			r = kvp_client_submit(c, &job->prompt, &job->params, &job->req_id);
+		if (job->has_samp)
+			kvp_client_set_sampling(c, NULL);
+		return r;
 	}
 }
 

@@ -90,6 +90,8 @@ struct kvp_http_job {
 	unsigned int tok_flags;
 	struct kvp_cache_ctl cc;
 	bool has_cc;
+	struct kvp_client_sampling samp; /* its pointers borrowed from the request */
+	bool has_samp;
 
 	struct kvp_http_job *next;
 	atomic_bool cancel;

@@ -812,6 +812,15 @@ static bool generation_job(struct hreq *r, const struct kvp_http_backend_info *i
 	p->priority = g->has_priority ? -g->priority : KVP_PRIORITY_DEFAULT;
 	kvp_http_cache_map(p, &r->job.cc, &r->job.has_cc, g,
 			   (enum kvp_http_anthropic_cache)srv->cfg->anthropic_cache);
+	r->job.samp = (struct kvp_client_sampling){ .presence_penalty = g->presence,
+						    .frequency_penalty = g->frequency,
+						    .bias_ids = g->bias_ids,
+						    .bias = g->bias,
+						    .n_bias = g->n_bias,
+						    .grammar = g->grammar,
+						    .schema = g->schema,
+						    .schema_len = g->schema_len };
+	r->job.has_samp = g->grammar || g->n_bias || g->presence != 0 || g->frequency != 0;
 	if (g->msgs) {
 		r->job.kind = KVP_HTTP_JOB_CHAT;
 		r->job.msgs = g->msgs;

@@ -108,8 +108,10 @@
 #include <unistd.h>
 
 #include "compute/forward.h"
+#include "compute/grammar.h"
 #include "compute/model.h"
 #include "compute/text/tokenizer.h"
+#include "svc/engine/sampling.h"
 #include "util/log.h"
 
 static struct seq_list *list_of(struct kvp_sched *s, struct seq *q)
@@ -206,16 +208,22 @@ void eng_emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 				     .conn = q->conn,
 				     .req_id = q->req_id,
 				     .cont = q->grp ? (int32_t)q->cont : -1 };
+	const struct kvp_sample_logprob *lp = kvp_sampler_logprob(q->sampler);
 	size_t off = 0;
 	bool more;
 
 	if (q->silent)
 		return;
+	if (lp) { /* with the id, on the first slice */
+		e.has_lp = true;
+		e.lp = *lp;
+	}
 	do {
 		e.text_len = (uint32_t)kvp_gen_text(&q->gen, token, &off, e.text, sizeof(e.text),
 						    &more);
 		eng_push_event(s, &e);
 		e.token = -1; /* the id goes with the first slice only */
+		e.has_lp = false;
 	} while (more);
 }
 
@@ -577,7 +585,7 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	s->pol = &eng_policies[cfg->policy];
 	hp = kvp_model_hparams(cfg->model);
 	s->n_vocab = hp->n_vocab;
-	if (cfg->test_eog_after) {
+	if (cfg->tok) { /* the test_eog_after hook; a grammar's end (svc/engine/sampling.h) */
 		s->n_eog = kvp_tokenizer_eog(cfg->tok, NULL, 0);
 		s->eog = calloc(s->n_eog ? s->n_eog : 1, sizeof(*s->eog));
 		if (!s->eog) {
@@ -760,6 +768,7 @@ void kvp_sched_free(struct kvp_sched *s)
 	free(s->part_seq);
 	free(s->parts);
 	free(s->fork_logits);
+	kvp_grammar_vocab_free(s->gvocab);
 	free(s->pkeys);
 	free(s->batch_seq);
 	free(s->batch);
@@ -839,6 +848,14 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	ret = kvp_sampler_new(&q->sampler, s->n_vocab, &sp);
 	if (ret < 0)
 		goto err_msg;
+	if (r->samp) { /* logit bias, penalties, logprobs, a grammar */
+		ret = kvp_sched_sampling_apply(q->sampler, r->samp, &s->gvocab, s->cfg.tok, s->eog,
+					       s->n_eog);
+		if (ret < 0) {
+			kvp_sampler_free(q->sampler);
+			goto err_msg;
+		}
+	}
 	memcpy(q->hist, r->tokens, (size_t)r->n_tokens * sizeof(int32_t));
 	q->conn = r->conn;
 	q->req_id = r->req_id;
@@ -860,7 +877,8 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	q->n_fill = r->n_tokens;
 	q->t_recv = r->t_recv_ns;
 	kvp_gen_init(&q->gen, s->cfg.tok, q->hist, r->n_tokens, r->max_new, !s->cfg.ignore_eos);
-	free(r->tokens); /* ownership passes now that nothing can fail */
+	free(r->tokens);		  /* ownership passes now that nothing can fail */
+	kvp_sched_sampling_free(r->samp); /* the sampler holds what it needs */
 	m->type = MSG_SUBMIT;
 	m->seq = q;
 	atomic_fetch_add(&s->outstanding, 1);

@@ -151,6 +151,8 @@ struct kvp_sched_config {
 	uint32_t remote_summary_s;
 };
 
+struct kvp_sched_sampling;
+
 /* What a submitted request does (struct kvp_sched_req.op). */
 enum kvp_sched_op {
 	KVP_SCHED_OP_GENERATE = 0, /* generate (GENERATE, CHAT) */
@@ -173,6 +175,8 @@ enum kvp_sched_op {
  * @cc:              cache control (zero: automatic, the policy's defaults)
  * @has_cc:          the client sent @cc: its DONE carries struct kvp_cache_usage
  * @op:              enum kvp_sched_op
+ * @samp:            the sampling section (svc/engine/sampling.h), or NULL; ownership passes to
+ *                   the engine on success, as @tokens'
  */
 struct kvp_sched_req {
 	uint64_t conn;
@@ -189,6 +193,7 @@ struct kvp_sched_req {
 	struct kvp_cache_ctl cc;
 	bool has_cc;
 	uint32_t op;
+	struct kvp_sched_sampling *samp;
 };
 
 enum kvp_sched_ev_type {
@@ -220,6 +225,7 @@ struct kvp_sched_lease {
  * @cont:     TOKEN: continuation index of an n > 1 request, else -1
  * @has_cu:   DONE: send @cu after the usage
  * @cu:       DONE: cache usage (miss reason, matched blocks, ...)
+ * @has_lp:   TOKEN with an id, of a request that asked logprobs: @lp is the id's
  */
 struct kvp_sched_event {
 	uint32_t type;
@@ -234,6 +240,8 @@ struct kvp_sched_event {
 	int32_t cont;
 	bool has_cu;
 	struct kvp_cache_usage cu;
+	bool has_lp;
+	struct kvp_sample_logprob lp;
 };
 
 #define KVP_SCHED_ITL_BUCKETS 10

@@ -210,7 +210,7 @@ struct kvp_sched {
 	uint32_t block_tokens;
 	uint32_t n_blocks;
 	uint32_t n_vocab;
-	int32_t *eog; /* the end-of-generation ids, for the test_eog_after hook */
+	int32_t *eog; /* the end-of-generation ids: the test_eog_after hook, a grammar's end */
 	size_t n_eog;
 	const struct eng_policy *pol; /* cfg->policy's entry of eng_policies */
 	struct kvp_kv_view view;
@@ -238,6 +238,8 @@ struct kvp_sched {
 	struct kvp_stepcost cost;
 	double step_target_ns;
 	double prefill_step_ns;
+	/* structured output's view of the vocabulary: made on first use (sampling.h) */
+	struct kvp_grammar_vocab *gvocab;
 	float *logits;		    /* max_running * n_vocab */
 	float *fork_logits;	    /* n_vocab: the prompt's logits, kept for each continuation */
 	uint32_t pin_max_blocks;    /* cache.pin_max in blocks */

@@ -104,7 +104,8 @@ static int fork_seq(struct kvp_sched *s, struct seq *q, uint32_t i)
 	c->table = calloc(q->cap_table, sizeof(uint32_t));
 	c->hist = malloc((size_t)total * sizeof(int32_t));
 	sp.seed += i;
-	if (!c->table || !c->hist || kvp_sampler_new(&c->sampler, s->n_vocab, &sp) < 0) {
+	/* the same extras (bias, penalties, logprobs, its grammar from the start) */
+	if (!c->table || !c->hist || kvp_sampler_new_like(&c->sampler, q->sampler, sp.seed) < 0) {
 		free(c->table);
 		free(c->hist);
 		free(c);

@@ -733,10 +733,116 @@ static void test_text_cap(void **state)
 			 KVP_OK);
 }
 
+/* The sampling section: lengths are faults (PROTO), values refusals (INVALID). */
+static int gen_with_sampling(const struct kvp_sampling *sh, const void *bias, const char *schema,
+			     size_t cut, struct kvp_proto_sampling *ps, const char **why)
+{
+	static uint8_t frame[4096];
+	uint8_t sect[1024];
+	struct kvp_generate g = {
+		.flags = KVP_GEN_SAMPLING, .n_tokens = 2, .max_new_tokens = 4, .top_p = 1
+	};
+	int32_t ids[2] = { 1, 2 };
+	struct kvp_generate out;
+	struct kvp_frame_hdr h;
+	const void *body;
+	size_t n = sizeof(*sh), len;
+	int r;
+
+	/* at most the 2 entries given: a count above that leaves the frame short */
+	uint32_t nb = sh->n_bias < 2 ? sh->n_bias : 2;
+
+	memcpy(sect, sh, sizeof(*sh));
+	memcpy(sect + n, bias, (size_t)nb * sizeof(struct kvp_logit_bias));
+	n += (size_t)nb * sizeof(struct kvp_logit_bias);
+	memcpy(sect + n, schema, sh->schema_bytes);
+	n += sh->schema_bytes;
+	len = kvp_proto_encode_generate_s(frame, sizeof(frame), 9, &g, NULL, sect, n, ids);
+	assert_true(len > 0 && len <= sizeof(frame));
+	memcpy(&h, frame, sizeof(h));
+	r = kvp_proto_decode_generate(frame + sizeof(h), h.len_bytes - cut, &lim, &out, &body, why);
+	if (r)
+		return r;
+	assert_memory_equal(body, ids, sizeof(ids));
+	return kvp_proto_decode_sampling(frame + sizeof(h), h.len_bytes, sizeof(g), ps, why);
+}
+
+static void test_sampling_section(void **state)
+{
+	struct kvp_logit_bias b[2] = { { 5, -100 }, { 7, 2.5f } };
+	const char *schema = "{\"type\":\"object\"}";
+	struct kvp_sampling sh = { .flags = KVP_SAMP_LOGPROBS,
+				   .top_logprobs = 3,
+				   .presence_penalty = 0.5f,
+				   .n_bias = 2,
+				   .grammar = KVP_GRAMMAR_JSON_SCHEMA,
+				   .schema_bytes = (uint32_t)strlen(schema) };
+	struct kvp_proto_sampling ps;
+	struct kvp_sampling bad;
+	const char *why = "";
+
+	assert_int_equal(gen_with_sampling(&sh, b, schema, 0, &ps, &why), KVP_OK);
+	assert_int_equal(ps.hdr.top_logprobs, 3);
+	assert_int_equal(ps.hdr.n_bias, 2);
+	assert_memory_equal(ps.bias, b, sizeof(b));
+	assert_memory_equal(ps.schema, schema, strlen(schema));
+	/* the prompt cut short: the section's lengths no longer fit */
+	assert_int_equal(gen_with_sampling(&sh, b, schema, 9, &ps, &why), KVP_E_PROTO);
+	bad = sh, bad.n_bias = KVP_LOGIT_BIAS_MAX + 1;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_PROTO);
+	bad = sh, bad.reserved = 1;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_PROTO);
+	bad = sh, bad.flags = 0x80;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_PROTO);
+	bad = sh, bad.top_logprobs = 21;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_INVALID);
+	bad = sh, bad.flags = 0;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_INVALID);
+	bad = sh, bad.frequency_penalty = 2.5f;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_INVALID);
+	bad = sh, bad.grammar = KVP_GRAMMAR_JSON_OBJECT;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_INVALID);
+	bad = sh, bad.grammar = 9;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_INVALID);
+	b[1].bias = 101;
+	assert_int_equal(gen_with_sampling(&sh, b, schema, 0, &ps, &why), KVP_E_INVALID);
+	assert_non_null(strstr(why, "bias"));
+}
+
+static void test_logprobs_frame(void **state)
+{
+	uint8_t frame[256];
+	struct kvp_logprob e[6] = { { 3, -0.5f }, { 3, -0.5f }, { 9, -1.5f },
+				    { 4, -2.0f }, { 1, -0.1f }, { 4, -2.0f } };
+	struct kvp_logprobs h = { .n_tokens = 2, .n_top = 2 }, out;
+	struct kvp_frame_hdr hdr;
+	const void *entries;
+	const char *why = "";
+	size_t len = kvp_proto_encode_logprobs(frame, sizeof(frame), 5, &h, e);
+
+	assert_int_equal(len, sizeof(hdr) + sizeof(h) + sizeof(e));
+	memcpy(&hdr, frame, sizeof(hdr));
+	assert_int_equal(hdr.type, KVP_FRAME_LOGPROBS);
+	assert_int_equal(kvp_proto_decode_logprobs(frame + sizeof(hdr), hdr.len_bytes, &out,
+						   &entries, &why),
+			 KVP_OK);
+	assert_memory_equal(entries, e, sizeof(e));
+	assert_int_equal(kvp_proto_decode_logprobs(frame + sizeof(hdr), hdr.len_bytes - 1, &out,
+						   &entries, &why),
+			 KVP_E_PROTO);
+	h.n_top = 21;
+	memcpy(frame + sizeof(hdr), &h, sizeof(h));
+	assert_int_equal(kvp_proto_decode_logprobs(frame + sizeof(hdr), hdr.len_bytes, &out,
+						   &entries, &why),
+			 KVP_E_PROTO);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_generate_roundtrip),
+		cmocka_unit_test(test_sampling_section),
+		cmocka_unit_test(test_logprobs_frame),
 		cmocka_unit_test(test_daemon_frames_roundtrip),
 		cmocka_unit_test(test_encoder_reports_needed_size),
 		cmocka_unit_test(test_bad_headers),
