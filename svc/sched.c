@@ -178,7 +178,8 @@ struct seq {
 	uint32_t wait_blocks; /* ... wake when it has indexed this many blocks */
 
 	bool cancelled;
-	bool silent; /* connection gone: end without events */
+	bool silent;	 /* connection gone: end without events */
+	bool usage_sent; /* the first token's event carried the prompt's usage */
 	uint32_t cancel_status;
 
 	uint64_t arrival;	  /* submission order */
@@ -499,7 +500,13 @@ static void emit_error(struct kvp_sched *s, struct seq *q, enum kvp_status statu
 	push_event(s, &e);
 }
 
-/* TOKEN event(s) for kept @token: its text in slices that fit an event. */
+static void fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, struct kvp_usage *u);
+
+/*
+ * TOKEN event(s) for kept @token: its text in slices that fit an event.  The first
+ * token's first event also carries the usage so far (the prompt's counts: read from the
+ * cache, written to it, computed), for a client that reports them before the end.
+ */
 static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 {
 	struct kvp_sched_event e = { .type = KVP_SCHED_EV_TOKEN,
@@ -512,11 +519,17 @@ static void emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 
 	if (q->silent)
 		return;
+	if (!q->usage_sent && !q->cont) {
+		fill_usage(s, q, KVP_OK, &e.usage);
+		e.has_usage = true;
+		q->usage_sent = true;
+	}
 	do {
 		e.text_len = (uint32_t)kvp_gen_text(&q->gen, token, &off, e.text, sizeof(e.text),
 						    &more);
 		push_event(s, &e);
 		e.token = -1; /* the id goes with the first slice only */
+		e.has_usage = false;
 	} while (more);
 }
 

@@ -234,6 +234,7 @@ struct kvp_sched_event {
 	int32_t cont;
 	bool has_cu;
 	struct kvp_cache_usage cu;
+	bool has_usage; /* TOKEN: @usage holds the prompt's counts (the request's first token) */
 };
 
 #define KVP_SCHED_ITL_BUCKETS 10

@@ -521,8 +521,9 @@ static int check_params(struct kvp_client *c, const struct kvp_client_prompt *pr
 		return set_err(c, -EINVAL, "prompt pointer is NULL");
 	if (pr->text_len && memchr(pr->text, 0, pr->text_len))
 		return set_err(c, -EINVAL, "prompt text contains a NUL byte");
+	/* a text's tokens are counted by the daemon, which knows the tokenizer */
 	n = pr->n_tokens ? pr->n_tokens : pr->text_len;
-	if (n > UINT32_MAX || (w->max_prompt_tokens && n > w->max_prompt_tokens))
+	if (n > UINT32_MAX || (w->max_prompt_tokens && pr->n_tokens > w->max_prompt_tokens))
 		return set_err(c, KVP_E_LIMIT, "prompt of %zu %s exceeds the daemon's limit %u", n,
 			       pr->n_tokens ? "tokens" : "bytes", w->max_prompt_tokens);
 	if (!p->max_new_tokens)
@@ -572,6 +573,8 @@ KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_p
 		memcpy(g.salt, params->salt, params->salt_len);
 	if (params->no_cache)
 		g.flags |= KVP_GEN_NO_CACHE;
+	if (params->fit_context)
+		g.flags |= KVP_GEN_FIT_CONTEXT;
 	if (c->has_cc)
 		g.flags |= KVP_GEN_CACHE_CTL;
 	g.priority = params->priority;
@@ -625,9 +628,11 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 	case KVP_FRAME_TOKEN: {
 		struct kvp_token t;
 		const void *ids;
+		bool has_usage;
 
-		if (kvp_proto_decode_token_cc(c->buf, hdr.len_bytes, &t, &ids, &ev->text,
-					      &c->last_cont, &why))
+		/* a request's first TOKEN carries the prompt's usage so far: in @ev->usage */
+		if (kvp_proto_decode_token_u(c->buf, hdr.len_bytes, &t, &ids, &ev->text,
+					     &c->last_cont, &ev->usage, &has_usage, &why))
 			break;
 		ev->type = KVP_EVENT_TOKEN;
 		ev->tokens = ids; /* c->buf + 8: aligned (see the header comment) */
@@ -897,7 +902,6 @@ KVP_EXPORT int kvp_client_tokenize_submit(struct kvp_client *c, const char *text
 					  unsigned int flags, uint64_t *req_id)
 {
 	struct kvp_tokenize t = { .flags = flags };
-	const struct kvp_welcome *w = &c->welcome;
 	size_t need, cap0;
 	int r;
 
@@ -905,9 +909,8 @@ KVP_EXPORT int kvp_client_tokenize_submit(struct kvp_client *c, const char *text
 		return set_err(c, -ENOTCONN, "connection closed");
 	if ((len && !text) || (flags & ~KVP_TOKENIZE__ALL) || (len && memchr(text, 0, len)))
 		return set_err(c, -EINVAL, "tokenize: bad text or flags");
-	if (len > UINT32_MAX || (w->max_prompt_tokens && len > w->max_prompt_tokens))
-		return set_err(c, KVP_E_LIMIT, "text of %zu bytes exceeds the daemon's limit %u",
-			       len, w->max_prompt_tokens);
+	if (len > UINT32_MAX)
+		return set_err(c, KVP_E_LIMIT, "text of %zu bytes is too long", len);
 	t.text_bytes = (uint32_t)len;
 	cap0 = c->out_cap;
 	need = kvp_proto_encode_tokenize(c->out, cap0, c->next_id, &t, text);
@@ -1192,6 +1195,8 @@ static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 	ch.flags = flags;
 	if (params->no_cache)
 		ch.flags |= KVP_CHAT_NO_CACHE;
+	if (params->fit_context)
+		ch.flags |= KVP_CHAT_FIT_CONTEXT;
 	if (c->has_cc)
 		ch.flags |= KVP_CHAT_CACHE_CTL;
 	memcpy(ch.template_name, cv->tmpl, sizeof(ch.template_name));
