@@ -123,8 +123,10 @@ static bool text_too_long(const struct kvp_proto_limits *lim, uint64_t bytes)
 
 /*
  * The prompt of GENERATE and PIN, the rest of the frame: @n_tokens int32 ids, or
- * @text_bytes of text with KVP_GEN_TEXT in @flags (exactly one of them non-zero), within
- * max_prompt_tokens.  The NUL check of text is the caller's, after its other checks.
+ * @text_bytes of text with KVP_GEN_TEXT in @flags (exactly one of them non-zero): ids
+ * within max_prompt_tokens, text within max_text_bytes (a memory guard: its tokens are
+ * counted against max_prompt_tokens once it is tokenized).  The NUL check of text is the
+ * caller's, after its other checks.
  */
 static int take_prompt(struct kvp_cur *c, uint32_t flags, uint32_t n_tokens, uint32_t text_bytes,
 		       const struct kvp_proto_limits *lim, const void **body, const char **why)
@@ -147,7 +149,7 @@ static int take_prompt(struct kvp_cur *c, uint32_t flags, uint32_t n_tokens, uin
 		return fail(why, "prompt length beyond the frame", KVP_E_PROTO);
 	if (kvp_cur_left(c))
 		return fail(why, "trailing bytes after the prompt", KVP_E_PROTO);
-	if ((n_tokens ? n_tokens : text_bytes) > lim->max_prompt_tokens)
+	if (n_tokens > lim->max_prompt_tokens)
 		return fail(why, "prompt longer than the maximum", KVP_E_LIMIT);
 	if (text_too_long(lim, text_bytes))
 		return fail(why, "prompt text longer than max_text_bytes", KVP_E_LIMIT);
@@ -359,7 +361,7 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 /**
  * kvp_proto_decode_tokenize() - validate a TOKENIZE payload
  * @text: out; the text_bytes of text after the struct (not NUL-terminated)
- * Return: KVP_OK, KVP_E_PROTO, KVP_E_LIMIT (more text bytes than max_prompt_tokens) or
+ * Return: KVP_OK, KVP_E_PROTO, KVP_E_LIMIT (more text bytes than max_text_bytes) or
  *         KVP_E_INVALID (a NUL in the text).
  */
 int kvp_proto_decode_tokenize(const void *payload, size_t len, const struct kvp_proto_limits *lim,
@@ -380,8 +382,6 @@ int kvp_proto_decode_tokenize(const void *payload, size_t len, const struct kvp_
 		return fail(why, "text length beyond the frame", KVP_E_PROTO);
 	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after the text", KVP_E_PROTO);
-	if (out->text_bytes > lim->max_prompt_tokens)
-		return fail(why, "text longer than the maximum prompt", KVP_E_LIMIT);
 	if (text_too_long(lim, out->text_bytes))
 		return fail(why, "text longer than max_text_bytes", KVP_E_LIMIT);
 	if (memchr(*text, 0, out->text_bytes))
@@ -568,6 +568,13 @@ int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *ou
 int kvp_proto_decode_token_cc(const void *payload, size_t len, struct kvp_token *out,
 			      const void **ids, const char **text, int32_t *cont, const char **why)
 {
+	return kvp_proto_decode_token_u(payload, len, out, ids, text, cont, NULL, NULL, why);
+}
+
+int kvp_proto_decode_token_u(const void *payload, size_t len, struct kvp_token *out,
+			     const void **ids, const char **text, int32_t *cont,
+			     struct kvp_usage *usage, bool *has_usage, const char **why)
+{
 	struct kvp_cur c;
 	const void *p;
 
@@ -582,13 +589,21 @@ int kvp_proto_decode_token_cc(const void *payload, size_t len, struct kvp_token 
 		return fail(why, "TOKEN lengths beyond the frame", KVP_E_PROTO);
 	if (cont)
 		*cont = -1;
-	if (cont && kvp_cur_left(&c) == sizeof(struct kvp_token_cont)) {
+	if (has_usage)
+		*has_usage = false;
+	if (cont && (kvp_cur_left(&c) == sizeof(struct kvp_token_cont) ||
+		     (usage && kvp_cur_left(&c) ==
+				       sizeof(struct kvp_token_cont) + sizeof(struct kvp_usage)))) {
 		struct kvp_token_cont tc;
 
 		memcpy(&tc, kvp_cur_take(&c, sizeof(tc)), sizeof(tc));
 		if (tc.reserved || tc.index >= KVP_PARALLEL_MAX)
 			return fail(why, "TOKEN continuation out of range", KVP_E_PROTO);
 		*cont = (int32_t)tc.index;
+	}
+	if (usage && kvp_cur_left(&c) == sizeof(*usage)) {
+		memcpy(usage, kvp_cur_take(&c, sizeof(*usage)), sizeof(*usage));
+		*has_usage = true;
 	}
 	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after TOKEN", KVP_E_PROTO);
@@ -876,20 +891,34 @@ size_t kvp_proto_encode_token_cc(void *buf, size_t cap, uint64_t req_id, const i
 				 uint32_t n_ids, const char *text, uint32_t text_bytes,
 				 uint32_t cont)
 {
+	return kvp_proto_encode_token_u(buf, cap, req_id, ids, n_ids, text, text_bytes,
+					(int32_t)cont, NULL);
+}
+
+size_t kvp_proto_encode_token_u(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
+				uint32_t n_ids, const char *text, uint32_t text_bytes, int32_t cont,
+				const struct kvp_usage *usage)
+{
 	struct kvp_frame_hdr hdr;
 	struct kvp_token t = { .n_tokens = n_ids, .text_bytes = text_bytes };
-	struct kvp_token_cont tc = { .index = cont };
+	struct kvp_token_cont tc = { .index = (uint32_t)cont };
 	size_t ni = (size_t)n_ids * sizeof(int32_t);
 	size_t n = put_frame(buf, cap, KVP_FRAME_TOKEN, req_id, &t, sizeof(t), ids, ni, text,
 			     text_bytes);
+	size_t extra = (cont >= 0 ? sizeof(tc) : 0) + (usage ? sizeof(*usage) : 0);
 
-	/* the frame with room for the trailer: patch the length and append it */
-	if (!n || n + sizeof(tc) > cap)
-		return n ? n + sizeof(tc) : 0;
-	memcpy((uint8_t *)buf + n, &tc, sizeof(tc));
-	kvp_proto_hdr_init(&hdr, KVP_FRAME_TOKEN, req_id, (uint32_t)(n - sizeof(hdr) + sizeof(tc)));
+	/* the frame with room for the trailers: patch the length and append them */
+	if (!n || !extra)
+		return n;
+	if (n + extra > cap)
+		return n + extra;
+	if (cont >= 0)
+		memcpy((uint8_t *)buf + n, &tc, sizeof(tc));
+	if (usage)
+		memcpy((uint8_t *)buf + n + (cont >= 0 ? sizeof(tc) : 0), usage, sizeof(*usage));
+	kvp_proto_hdr_init(&hdr, KVP_FRAME_TOKEN, req_id, (uint32_t)(n - sizeof(hdr) + extra));
 	memcpy(buf, &hdr, sizeof(hdr));
-	return n + sizeof(tc);
+	return n + extra;
 }
 
 size_t kvp_proto_encode_done_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,

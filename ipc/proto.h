@@ -151,6 +151,14 @@ const char *kvp_proto_miss_reason_name(uint32_t reason);
  */
 int kvp_proto_decode_token_cc(const void *payload, size_t len, struct kvp_token *out,
 			      const void **ids, const char **text, int32_t *cont, const char **why);
+/*
+ * As kvp_proto_decode_token_cc(), and a trailing struct kvp_usage (after the
+ * continuation, when there is one) is accepted: the first TOKEN of a request carries the
+ * prompt's usage so far (*@has_usage).
+ */
+int kvp_proto_decode_token_u(const void *payload, size_t len, struct kvp_token *out,
+			     const void **ids, const char **text, int32_t *cont,
+			     struct kvp_usage *usage, bool *has_usage, const char **why);
 
 /* A DONE with or without struct kvp_cache_usage after the usage (*@has_cu says which). */
 int kvp_proto_decode_done_cc(const void *payload, size_t len, struct kvp_usage *out,
@@ -230,6 +238,10 @@ size_t kvp_proto_encode_flush_domain(void *buf, size_t cap, uint64_t req_id, con
 size_t kvp_proto_encode_token_cc(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
 				 uint32_t n_ids, const char *text, uint32_t text_bytes,
 				 uint32_t cont);
+/* TOKEN with a continuation (@cont >= 0) and/or the prompt's @usage (non-NULL) after the text */
+size_t kvp_proto_encode_token_u(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
+				uint32_t n_ids, const char *text, uint32_t text_bytes, int32_t cont,
+				const struct kvp_usage *usage);
 /* DONE with struct kvp_cache_usage after the usage */
 size_t kvp_proto_encode_done_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
 				const struct kvp_cache_usage *cu);

@@ -239,6 +239,13 @@ int kvp_server_send_logprobs(struct kvp_server *srv, kvp_conn_id conn, uint64_t 
 struct kvp_proto_sampling;
 const struct kvp_proto_sampling *kvp_server_sampling(const struct kvp_server *srv);
 
+/*
+ * TOKEN with the trailers its request needs: continuation @cont (>= 0; n > 1 requests)
+ * and @usage (non-NULL: the prompt's counts, on a request's first TOKEN).
+ */
+int kvp_server_send_tokens_usage(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+				 const int32_t *tokens, uint32_t n_tokens, const char *text,
+				 uint32_t text_len, int32_t cont, const struct kvp_usage *usage);
 /* DONE with struct kvp_cache_usage after the usage (requests that carried cache control). */
 int kvp_server_send_done_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			    const struct kvp_usage *usage, const struct kvp_cache_usage *cu);

@@ -143,6 +143,9 @@ static const struct key_def keys[] = {
 	  "token, more than any text that can fit" },
 	{ "limits", "max_new_tokens", "max-new-tokens", T_U32, OFF(max_new_tokens), 0, 1, 1u << 20,
 	  "tokens one request may generate" },
+	{ "limits", "context_tokens", "context-tokens", T_U32, OFF(context_tokens), 0, 0, 16u << 20,
+	  "longest sequence (prompt + max_new_tokens) one request may ask for; 0: the\n"
+	  "model's context_length (a larger value runs positions the model was not trained on)" },
 	{ "scheduler", "max_running", "max-running", T_U32, OFF(max_running), 0, 1, 4096,
 	  "sequences decoded together" },
 	{ "scheduler", "max_queued", "max-queued", T_U32, OFF(max_queued), 0, 1, 1u << 20,

@@ -78,6 +78,8 @@ enum kvp_huge_pages {
  * @max_text_bytes:     text bytes in one request (a CHAT's messages together); 0: from the
  *                      vocabulary (kvp_daemon: 4 x max_prompt_tokens x its longest token)
  * @max_new_tokens:     generated tokens one request may ask for
+ * @context_tokens:     prompt + max_new_tokens of one request at most; 0: the model's
+ *                      context_length
  * [scheduler]
  * @max_running:        sequences decoded together (batch size bound)
  * @max_queued:         requests waiting for admission before BUSY is answered
@@ -150,6 +152,7 @@ struct kvp_config {
 	uint32_t max_prompt_tokens;
 	uint32_t max_text_bytes;
 	uint32_t max_new_tokens;
+	uint32_t context_tokens;
 
 	uint32_t max_running;
 	uint32_t max_queued;

@@ -323,6 +323,34 @@ static bool take_sampling(struct kvp_requests *q, kvp_conn_id conn, uint64_t req
 	return false;
 }
 
+/*
+ * The prompt of @r (@n_tokens ids) and its max_new within the context: with @fit,
+ * max_new is lowered to what is left.  Return: KVP_OK, or what refuse() returned (the
+ * tokens are freed) when the prompt leaves no room, or leaves less than max_new without
+ * @fit.
+ */
+static int fit_context(struct kvp_requests *q, struct kvp_sched_req *r, bool fit)
+{
+	uint64_t want = (uint64_t)r->n_tokens + r->max_new;
+	char msg[200];
+
+	if (!q->n_ctx || want <= q->n_ctx)
+		return KVP_OK;
+	if (fit && r->n_tokens < q->n_ctx) {
+		r->max_new = q->n_ctx - r->n_tokens;
+		return KVP_OK;
+	}
+	/* "context: N + M > C": the front reads the three numbers back out (docs/protocol.md) */
+	snprintf(msg, sizeof(msg),
+		 "context: %u + %u > %u: the prompt (%u tokens) and max_new_tokens (%u) exceed the "
+		 "model's context length (%u tokens)",
+		 r->n_tokens, fit ? 1 : r->max_new, q->n_ctx, r->n_tokens, fit ? 1 : r->max_new,
+		 q->n_ctx);
+	free(r->tokens);
+	r->tokens = NULL;
+	return refuse(q, r->conn, r->req_id, KVP_E_LIMIT, msg);
+}
+
 static int text_push(struct kvp_requests *q, struct text_job *j);
 static struct text_job *text_job_new(struct kvp_requests *q, enum text_kind kind, kvp_conn_id conn,
 				     uint64_t req_id, size_t buf_bytes);
@@ -345,6 +373,9 @@ static int generate_submit(struct kvp_requests *q, struct kvp_conn_rec *c,
 	};
 	r->salt_len = g->salt_len;
 	memcpy(r->salt, g->salt, g->salt_len);
+	st = fit_context(q, r, g->flags & KVP_GEN_FIT_CONTEXT);
+	if (!r->tokens)
+		return st;
 	st = take_cache_ctl(q, r->conn, r->req_id, cc, r);
 	if (!r->tokens)
 		return st;
@@ -580,8 +611,13 @@ static int op_tokenize(void *ctx, kvp_conn_id conn, uint64_t req_id, const struc
 		j->tok_flags |= KVP_TOK_PARSE_SPECIAL;
 	if (t->flags & KVP_TOKENIZE_NO_BOS)
 		j->tok_flags |= KVP_TOK_NO_ADD_SPECIAL;
-	/* no vocabulary needs 3 ids a byte + 4 (the text is at most max_prompt_tokens bytes) */
-	j->max_ids = 3 * t->text_bytes + 4;
+	/*
+	 * no vocabulary needs 3 ids a byte + 4; more than max_prompt_tokens ids is a prompt
+	 * no request could be given (-E2BIG: KVP_E_LIMIT), as vLLM refuses one past the model
+	 */
+	j->max_ids = 3 * (uint64_t)t->text_bytes + 4 < q->max_prompt_tokens ?
+			     3 * t->text_bytes + 4 :
+			     q->max_prompt_tokens;
 	j->text_len = t->text_bytes;
 	memcpy(j->buf, text, t->text_bytes);
 	return text_push(q, j);
@@ -756,6 +792,10 @@ static int chat_done(struct kvp_requests *q, struct kvp_conn_rec *c, struct text
 		free(r.tokens);
 		return st;
 	}
+	r.max_new = ch->max_new_tokens;
+	st = fit_context(q, &r, ch->flags & KVP_CHAT_FIT_CONTEXT);
+	if (!r.tokens)
+		return st;
 	/* the prompt's ids first: the client continues the conversation on them */
 	st = kvp_server_send_ids(q->srv, conn, req_id, r.tokens, r.n_tokens, NULL, 0);
 	if (st < 0) {
@@ -766,7 +806,6 @@ static int chat_done(struct kvp_requests *q, struct kvp_conn_rec *c, struct text
 		q->rejected++;
 		return st == -ENOMEM ? KVP_E_INTERNAL : KVP_OK; /* gone: closed follows */
 	}
-	r.max_new = ch->max_new_tokens;
 	r.no_cache = ch->flags & KVP_CHAT_NO_CACHE;
 	r.priority = request_priority(q, c, ch->priority);
 	r.sample = (struct kvp_sample_params){ .temperature = ch->temperature,
@@ -1078,6 +1117,7 @@ static void ended(struct kvp_conn_rec *c)
 static unsigned int send_tokens(struct kvp_requests *q, unsigned int i, unsigned int n, bool known)
 {
 	const struct kvp_sched_event *e = &q->evbuf[i];
+	const struct kvp_usage *usage = NULL;
 	uint32_t n_tok = 0, n_lp = 0, n_top = 0;
 	uint32_t n_text = 0;
 	unsigned int j = i;
@@ -1102,6 +1142,8 @@ static unsigned int send_tokens(struct kvp_requests *q, unsigned int i, unsigned
 		}
 		memcpy(q->text_buf + n_text, q->evbuf[j].text, q->evbuf[j].text_len);
 		n_text += q->evbuf[j].text_len;
+		if (q->evbuf[j].has_usage)
+			usage = &q->evbuf[j].usage;
 		j++;
 	}
 	if (known && n_lp && n_lp == n_tok) { /* LOGPROBS goes right before its TOKEN */
@@ -1113,12 +1155,9 @@ static unsigned int send_tokens(struct kvp_requests *q, unsigned int i, unsigned
 					 &(struct kvp_logprobs){ .n_tokens = n_lp, .n_top = n_top },
 					 q->lp_buf);
 	}
-	if (known && e->cont >= 0)
-		kvp_server_send_tokens_cc(q->srv, e->conn, e->req_id, q->tok_buf, n_tok,
-					  q->text_buf, n_text, (uint32_t)e->cont);
-	else if (known)
-		kvp_server_send_tokens(q->srv, e->conn, e->req_id, q->tok_buf, n_tok, q->text_buf,
-				       n_text);
+	if (known)
+		kvp_server_send_tokens_usage(q->srv, e->conn, e->req_id, q->tok_buf, n_tok,
+					     q->text_buf, n_text, e->cont, usage);
 	return j;
 }
 

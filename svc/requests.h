@@ -68,6 +68,8 @@ typedef int kvp_status_report_fn(void *arg, const struct kvp_peer *peer, enum kv
  * @srv:           the server answering (borrowed); set once it exists
  * @max_prompt_tokens, @max_reqs_per_conn, @lease_max_per_conn, @lease_max_ms: the
  *                 configured limits
+ * @n_ctx:         prompt + max_new_tokens of one request at most (the model's context
+ *                 length, or limits.context_tokens)
  * @cache:         the prompt-cache policy (cache.pin_allowed gates PIN, UNPIN, FLUSH)
  * @report, @report_arg: the status reporter
  * @conns:         the connections that said HELLO
@@ -83,6 +85,7 @@ struct kvp_requests {
 	const char *tmpl_err;
 	struct kvp_server *srv;
 	uint32_t max_prompt_tokens;
+	uint32_t n_ctx;
 	uint32_t max_reqs_per_conn;
 	uint32_t lease_max_per_conn;
 	uint32_t lease_max_ms;

@@ -84,6 +84,9 @@ struct kvp_client_params {
 	bool no_cache;
 	bool parse_special;
 	int32_t priority;
+	bool fit_context; /* max_new_tokens is a ceiling: the daemon lowers it to what the
+			     model's context leaves after the prompt (else prompt +
+			     max_new_tokens beyond the context is refused, KVP_E_LIMIT) */
 };
 
 /**
@@ -113,7 +116,9 @@ enum kvp_client_event_type {
  * @tokens:   TOKEN: @n_tokens new ids (IDS: the ids); valid until the next call on the client
  * @text:     TOKEN: their text, @text_len bytes (not NUL-terminated; may be empty when
  *            a UTF-8 character is split across tokens); same lifetime
- * @usage:    DONE: what the request cost and reused (usage.status: why it stopped)
+ * @usage:    DONE: what the request cost and reused (usage.status: why it stopped);
+ *            TOKEN: on a request's first TOKEN, the prompt's counts so far (prompt,
+ *            cached, cache-creation tokens; usage.prompt_tokens > 0), else all zero
  * @status:   ERROR: enum kvp_status; DONE: usage.status
  * @message:  ERROR: the daemon's message, NUL-terminated; same lifetime as @tokens
  */

@@ -192,7 +192,10 @@ static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
 #define KVP_GEN_PARSE_SPECIAL 0x4u /* a text prompt's special-token text becomes their ids */
 #define KVP_GEN_CACHE_CTL 0x8u	   /* struct kvp_cache_ctl follows struct kvp_generate */
 #define KVP_GEN_SAMPLING 0x10u	   /* a sampling section (struct kvp_sampling) follows */
-#define KVP_GEN__ALL 0x1fu
+/* max_new_tokens is a ceiling: lowered to what the context leaves after the prompt
+ * (without it, prompt + max_new_tokens beyond the context is refused: KVP_E_LIMIT) */
+#define KVP_GEN_FIT_CONTEXT 0x100u
+#define KVP_GEN__ALL 0x11fu
 
 #define KVP_SALT_MAX 64
 
@@ -316,7 +319,8 @@ enum kvp_role { KVP_ROLE_SYSTEM = 0, KVP_ROLE_USER = 1, KVP_ROLE_ASSISTANT = 2, 
 #define KVP_CHAT_PROMPT_ONLY 0x4u
 #define KVP_CHAT_CACHE_CTL 0x8u /* struct kvp_cache_ctl follows struct kvp_chat */
 #define KVP_CHAT_SAMPLING 0x10u /* as KVP_GEN_SAMPLING */
-#define KVP_CHAT__ALL 0x1eu
+#define KVP_CHAT_FIT_CONTEXT 0x100u /* as KVP_GEN_FIT_CONTEXT */
+#define KVP_CHAT__ALL 0x11eu
 
 /**
  * struct kvp_chat - CHAT payload, followed by n_context int32 ids, then n_messages times

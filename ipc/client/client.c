@@ -531,8 +531,9 @@ static int check_params(struct kvp_client *c, const struct kvp_client_prompt *pr
 		return set_err(c, -EINVAL, "prompt pointer is NULL");
 	if (pr->text_len && memchr(pr->text, 0, pr->text_len))
 		return set_err(c, -EINVAL, "prompt text contains a NUL byte");
+	/* a text's tokens are counted by the daemon, which knows the tokenizer */
 	n = pr->n_tokens ? pr->n_tokens : pr->text_len;
-	if (n > UINT32_MAX || (w->max_prompt_tokens && n > w->max_prompt_tokens))
+	if (n > UINT32_MAX || (w->max_prompt_tokens && pr->n_tokens > w->max_prompt_tokens))
 		return set_err(c, KVP_E_LIMIT, "prompt of %zu %s exceeds the daemon's limit %u", n,
 			       pr->n_tokens ? "tokens" : "bytes", w->max_prompt_tokens);
 	if (!p->max_new_tokens)
@@ -582,6 +583,8 @@ KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_p
 		memcpy(g.salt, params->salt, params->salt_len);
 	if (params->no_cache)
 		g.flags |= KVP_GEN_NO_CACHE;
+	if (params->fit_context)
+		g.flags |= KVP_GEN_FIT_CONTEXT;
 	if (c->has_cc)
 		g.flags |= KVP_GEN_CACHE_CTL;
 	if (c->samp)
@@ -639,9 +642,11 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 	case KVP_FRAME_TOKEN: {
 		struct kvp_token t;
 		const void *ids;
+		bool has_usage;
 
-		if (kvp_proto_decode_token_cc(c->buf, hdr.len_bytes, &t, &ids, &ev->text,
-					      &c->last_cont, &why))
+		/* a request's first TOKEN carries the prompt's usage so far: in @ev->usage */
+		if (kvp_proto_decode_token_u(c->buf, hdr.len_bytes, &t, &ids, &ev->text,
+					     &c->last_cont, &ev->usage, &has_usage, &why))
 			break;
 		/* the LOGPROBS just before, when it describes these ids */
 		c->lp_last_n = 0;
@@ -1004,7 +1009,6 @@ KVP_EXPORT int kvp_client_tokenize_submit(struct kvp_client *c, const char *text
 					  unsigned int flags, uint64_t *req_id)
 {
 	struct kvp_tokenize t = { .flags = flags };
-	const struct kvp_welcome *w = &c->welcome;
 	size_t need, cap0;
 	int r;
 
@@ -1012,9 +1016,8 @@ KVP_EXPORT int kvp_client_tokenize_submit(struct kvp_client *c, const char *text
 		return set_err(c, -ENOTCONN, "connection closed");
 	if ((len && !text) || (flags & ~KVP_TOKENIZE__ALL) || (len && memchr(text, 0, len)))
 		return set_err(c, -EINVAL, "tokenize: bad text or flags");
-	if (len > UINT32_MAX || (w->max_prompt_tokens && len > w->max_prompt_tokens))
-		return set_err(c, KVP_E_LIMIT, "text of %zu bytes exceeds the daemon's limit %u",
-			       len, w->max_prompt_tokens);
+	if (len > UINT32_MAX)
+		return set_err(c, KVP_E_LIMIT, "text of %zu bytes is too long", len);
 	t.text_bytes = (uint32_t)len;
 	cap0 = c->out_cap;
 	need = kvp_proto_encode_tokenize(c->out, cap0, c->next_id, &t, text);
@@ -1299,6 +1302,8 @@ static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 	ch.flags = flags;
 	if (params->no_cache)
 		ch.flags |= KVP_CHAT_NO_CACHE;
+	if (params->fit_context)
+		ch.flags |= KVP_CHAT_FIT_CONTEXT;
 	if (c->has_cc)
 		ch.flags |= KVP_CHAT_CACHE_CTL;
 	if (c->samp && !(flags & KVP_CHAT_PROMPT_ONLY))

@@ -77,6 +77,9 @@ static const struct key_def keys[] = {
 	  "connections to kvpoold, opened as load needs them" },
 	{ "backend_reqs_per_conn", T_U32, OFF(backend_reqs_per_conn), 0, 1, 4096, "16",
 	  "generations in flight per kvpoold connection (<= kvpoold's max_reqs_per_conn)" },
+	{ "backend_queue", T_U32, OFF(backend_queue), 0, 0, 1u << 20, "1024",
+	  "requests beyond backend_conns x backend_reqs_per_conn that wait for a slot, in "
+	  "arrival order (kvpoold's scheduler.max_queued is a good value); more get 429" },
 	{ "stream_buffer_bytes", T_SIZE, OFF(stream_buffer_bytes), CAP(stream_buffer_bytes), 4096,
 	  1ull << 30, "1M", "unsent output one request may queue before its client is cut off" },
 	{ "drain_timeout_ms", T_U32, OFF(drain_timeout_ms), 0, 0, 3600000, "10000",
@@ -106,6 +109,7 @@ void kvp_http_config_defaults(struct kvp_http_config *c)
 	c->body_timeout_s = 60;
 	c->backend_conns = 4;
 	c->backend_reqs_per_conn = 16;
+	c->backend_queue = 1024;
 	c->stream_buffer_bytes = 1u << 20;
 	c->drain_timeout_ms = 10000;
 	c->anthropic_cache = KVP_HTTP_CACHE_AUTO;

@@ -200,7 +200,11 @@ static void emit_error(struct kvp_sched *s, struct seq *q, enum kvp_status statu
 	eng_push_event(s, &e);
 }
 
-/* TOKEN event(s) for kept @token: its text in slices that fit an event. */
+/*
+ * TOKEN event(s) for kept @token: its text in slices that fit an event.  The first
+ * token's first event also carries the usage so far (the prompt's counts: read from the
+ * cache, written to it, computed), for a client that reports them before the end.
+ */
 void eng_emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 {
 	struct kvp_sched_event e = { .type = KVP_SCHED_EV_TOKEN,
@@ -218,12 +222,18 @@ void eng_emit_token(struct kvp_sched *s, struct seq *q, int32_t token)
 		e.has_lp = true;
 		e.lp = *lp;
 	}
+	if (!q->usage_sent && !q->cont) {
+		eng_fill_usage(s, q, KVP_OK, &e.usage);
+		e.has_usage = true;
+		q->usage_sent = true;
+	}
 	do {
 		e.text_len = (uint32_t)kvp_gen_text(&q->gen, token, &off, e.text, sizeof(e.text),
 						    &more);
 		eng_push_event(s, &e);
 		e.token = -1; /* the id goes with the first slice only */
 		e.has_lp = false;
+		e.has_usage = false;
 	} while (more);
 }
 

@@ -242,6 +242,7 @@ struct kvp_sched_event {
 	struct kvp_cache_usage cu;
 	bool has_lp;
 	struct kvp_sample_logprob lp;
+	bool has_usage; /* TOKEN: @usage holds the prompt's counts (the request's first token) */
 };
 
 #define KVP_SCHED_ITL_BUCKETS 10

@@ -91,7 +91,8 @@ struct seq {
 	uint32_t wait_blocks; /* ... wake when it has indexed this many blocks */
 
 	bool cancelled;
-	bool silent; /* connection gone: end without events */
+	bool silent;	 /* connection gone: end without events */
+	bool usage_sent; /* the first token's event carried the prompt's usage */
 	uint32_t cancel_status;
 
 	uint64_t arrival;	  /* submission order */

@@ -87,6 +87,7 @@ static void test_defaults(void **state)
 	assert_int_equal(f->c.idle_timeout_s, 60);
 	assert_int_equal(f->c.backend_conns, 4);
 	assert_int_equal(f->c.backend_reqs_per_conn, 16);
+	assert_int_equal(f->c.backend_queue, 1024);
 	assert_int_equal(f->c.stream_buffer_bytes, 1 << 20);
 	assert_int_equal(f->c.drain_timeout_ms, 10000);
 	assert_int_equal(f->c.anthropic_cache, KVP_HTTP_CACHE_AUTO);

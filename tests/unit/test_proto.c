@@ -208,9 +208,10 @@ static void test_bad_generate_payloads(void **state)
 
 	g = gen(65);
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_E_LIMIT);
+	/* a text longer in bytes than max_prompt_tokens: its tokens are what count */
 	g = gen(0), g.flags = KVP_GEN_TEXT, g.text_bytes = 65;
 	memset(raw, 'a', 65);
-	assert_int_equal(roundtrip(&g, raw, &out, &body), KVP_E_LIMIT);
+	assert_int_equal(roundtrip(&g, raw, &out, &body), KVP_OK);
 	g = gen(4), g.max_new_tokens = 101;
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_E_LIMIT);
 
@@ -338,12 +339,13 @@ static void test_tokenizer_frames(void **state)
 	memcpy(raw, &t, sizeof(t));
 	assert_int_equal(kvp_proto_decode_tokenize(raw, sizeof(t) + 3, &lim, &to, &text, &why),
 			 KVP_E_PROTO);
+	/* more bytes than max_prompt_tokens is no limit (the daemon counts the ids) */
 	t = (struct kvp_tokenize){ .text_bytes = lim.max_prompt_tokens + 1 };
 	memset(raw, 'x', sizeof(raw));
 	memcpy(raw, &t, sizeof(t));
 	assert_int_equal(kvp_proto_decode_tokenize(raw, sizeof(t) + t.text_bytes, &lim, &to, &text,
 						   &why),
-			 KVP_E_LIMIT);
+			 KVP_OK);
 
 	/* DETOKENIZE: unknown flag, n_tokens that would wrap, too many */
 	d = (struct kvp_detokenize){ .flags = 2, .n_tokens = 1 };
@@ -837,6 +839,52 @@ static void test_logprobs_frame(void **state)
 			 KVP_E_PROTO);
 }
 
+static void test_token_usage_trailer(void **state)
+{
+	/*
+	 * a TOKEN's trailers, told apart by the bytes after the text: the continuation (8),
+	 * the prompt's usage (80), both (88); a decoder that takes no usage refuses one
+	 */
+	const int32_t ids[2] = { 7, 9 };
+	struct kvp_usage u = { .prompt_tokens = 100,
+			       .cached_tokens = 64,
+			       .cache_creation_tokens = 32 };
+	struct kvp_usage got;
+	struct kvp_token t;
+	uint8_t raw[256];
+	const size_t h = sizeof(struct kvp_frame_hdr);
+	const void *p;
+	const char *text, *why = NULL;
+	int32_t cont;
+	bool has;
+	size_t n;
+
+	(void)state;
+	for (int c = -1; c <= 3; c += 4) {
+		n = kvp_proto_encode_token_u(raw, sizeof(raw), 5, ids, 2, "ab", 2, c, &u);
+		assert_int_equal(n, h + 8 + 8 + 2 + (c >= 0 ? 8 : 0) + sizeof(u));
+		memset(&got, 0, sizeof(got));
+		assert_int_equal(kvp_proto_decode_token_u(raw + h, n - h, &t, &p, &text, &cont,
+							  &got, &has, &why),
+				 KVP_OK);
+		assert_true(has);
+		assert_int_equal(cont, c);
+		assert_int_equal(t.n_tokens, 2);
+		assert_memory_equal(text, "ab", 2);
+		assert_memory_equal(&got, &u, sizeof(u));
+		assert_int_equal(kvp_proto_decode_token_cc(raw + h, n - h, &t, &p, &text, &cont,
+							   &why),
+				 KVP_E_PROTO);
+		/* without usage: as before */
+		n = kvp_proto_encode_token_u(raw, sizeof(raw), 5, ids, 2, "ab", 2, c, NULL);
+		assert_int_equal(kvp_proto_decode_token_u(raw + h, n - h, &t, &p, &text, &cont,
+							  &got, &has, &why),
+				 KVP_OK);
+		assert_false(has);
+		assert_int_equal(cont, c);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -844,6 +892,7 @@ int main(void)
 		cmocka_unit_test(test_sampling_section),
 		cmocka_unit_test(test_logprobs_frame),
 		cmocka_unit_test(test_daemon_frames_roundtrip),
+		cmocka_unit_test(test_token_usage_trailer),
 		cmocka_unit_test(test_encoder_reports_needed_size),
 		cmocka_unit_test(test_bad_headers),
 		cmocka_unit_test(test_bad_generate_payloads),
