@@ -668,7 +668,7 @@ KVP_MATMUL_INT_ALL
  * tail after the lane sum), BF16 as matmul_bf16()'s loop (32 a step, the tail after).
  */
 #define FT_RW 4
-#define FT_RT 4
+#define FT_RT 6
 
 static inline __attribute__((always_inline)) void ftile(float *out, size_t ldo, const uint8_t *w,
 							size_t wrb, const uint8_t *x, size_t xs,
@@ -678,9 +678,9 @@ static inline __attribute__((always_inline)) void ftile(float *out, size_t ldo, 
 	size_t k32 = k / 32 * 32, kv = bf ? k32 : k / 16 * 16;
 	__m512 acc[FT_RW][FT_RT];
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (int r = 0; r < RW; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 		for (int t = 0; t < RT; t++)
 			acc[r][t] = _mm512_setzero_ps();
 	for (size_t i = 0; i < kv; i += 32) {
@@ -690,46 +690,47 @@ static inline __attribute__((always_inline)) void ftile(float *out, size_t ldo, 
 		if (bf) {
 			__m512i a[FT_RT];
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 			for (int t = 0; t < RT; t++)
 				a[t] = _mm512_loadu_si512(x + t * xs + 2 * i);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 			for (int r = 0; r < RW; r++) {
 				__m512bh wv = (__m512bh)_mm512_loadu_si512(w + r * wrb + 2 * i);
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 				for (int t = 0; t < RT; t++)
 					acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, (__m512bh)a[t]);
 			}
 		} else {
-			__m512 a0[FT_RT], a1[FT_RT];
+			/* the two 16-element halves in turn: one activation register a token */
+#pragma GCC unroll 2
+			for (int hh = 0; hh < 2; hh++) {
+				__mmask16 m = hh ? m1 : (__mmask16)0xffff;
+				__m512 a[FT_RT];
 
-#pragma GCC unroll 4
-			for (int t = 0; t < RT; t++) {
-				const float *xt = (const float *)(x + t * xs) + i;
+#pragma GCC unroll 8
+				for (int t = 0; t < RT; t++)
+					a[t] = _mm512_maskz_loadu_ps(m,
+								     (const float *)(x + t * xs) +
+									     i + 16 * hh);
+#pragma GCC unroll 8
+				for (int r = 0; r < RW; r++) {
+					const uint16_t *wr = (const uint16_t *)(w + r * wrb) + i;
+					__m512 wv = _mm512_cvtph_ps(
+						_mm256_maskz_loadu_epi16(m, wr + 16 * hh));
 
-				a0[t] = _mm512_loadu_ps(xt);
-				a1[t] = _mm512_maskz_loadu_ps(m1, xt + 16);
-			}
-#pragma GCC unroll 4
-			for (int r = 0; r < RW; r++) {
-				const uint16_t *wr = (const uint16_t *)(w + r * wrb) + i;
-				__m512 w0 = _mm512_cvtph_ps(
-					_mm256_loadu_si256((const __m256i *)wr));
-				__m512 w1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, wr + 16));
-
-#pragma GCC unroll 4
-				for (int t = 0; t < RT; t++) {
-					acc[r][t] = _mm512_fmadd_ps(w0, a0[t], acc[r][t]);
 					/* a 16-wide last step adds nothing more (the GEMV's order) */
-					acc[r][t] = _mm512_mask3_fmadd_ps(w1, a1[t], acc[r][t], m1);
+#pragma GCC unroll 8
+					for (int t = 0; t < RT; t++)
+						acc[r][t] = _mm512_mask3_fmadd_ps(wv, a[t],
+										  acc[r][t], m);
 				}
 			}
 		}
 	}
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (int r = 0; r < RW; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 		for (int t = 0; t < RT; t++) {
 			const uint16_t *wr = (const uint16_t *)(w + r * wrb);
 			const uint8_t *xr = x + t * xs;
@@ -750,6 +751,12 @@ static void ftile_any(float *out, size_t ldo, const uint8_t *w, size_t wrb, cons
 	(bf ? ftile(out, ldo, w, wrb, x, xs, k, 1, a, b) : \
 	      ftile(out, ldo, w, wrb, x, xs, k, 0, a, b))
 	switch (rw * 8 + rt) {
+	case 4 * 8 + 6:
+		T(4, 6);
+		break;
+	case 4 * 8 + 5:
+		T(4, 5);
+		break;
 	case 4 * 8 + 4:
 		T(4, 4);
 		break;
@@ -762,14 +769,14 @@ static void ftile_any(float *out, size_t ldo, const uint8_t *w, size_t wrb, cons
 	case 4 * 8 + 1:
 		T(4, 1);
 		break;
-	case 3 * 8 + 4:
-		T(3, 4);
+	case 3 * 8 + 6:
+		T(3, 6);
 		break;
-	case 2 * 8 + 4:
-		T(2, 4);
+	case 2 * 8 + 6:
+		T(2, 6);
 		break;
-	case 1 * 8 + 4:
-		T(1, 4);
+	case 1 * 8 + 6:
+		T(1, 6);
 		break;
 	default:
 		for (size_t r = 0; r < rw; r++)
