@@ -317,8 +317,8 @@ enum kvp_role { KVP_ROLE_SYSTEM = 0, KVP_ROLE_USER = 1, KVP_ROLE_ASSISTANT = 2, 
 /* render and tokenize only: one IDS (the prompt's ids), then DONE; nothing is generated
  * and the engine is not involved (counting a conversation's tokens) */
 #define KVP_CHAT_PROMPT_ONLY 0x4u
-#define KVP_CHAT_CACHE_CTL 0x8u /* struct kvp_cache_ctl follows struct kvp_chat */
-#define KVP_CHAT_SAMPLING 0x10u /* as KVP_GEN_SAMPLING */
+#define KVP_CHAT_CACHE_CTL 0x8u	    /* struct kvp_cache_ctl follows struct kvp_chat */
+#define KVP_CHAT_SAMPLING 0x10u	    /* as KVP_GEN_SAMPLING */
 #define KVP_CHAT_FIT_CONTEXT 0x100u /* as KVP_GEN_FIT_CONTEXT */
 #define KVP_CHAT__ALL 0x11eu
 
