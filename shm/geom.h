@@ -183,12 +183,6 @@ static inline float *kvp_stage_vrow(const struct kvp_geom *g, float *slot, uint3
 		       g->shape.head_dim;
 }
 
-/* int4: the slot index of block @id (KVP_STAGE_NONE: none) */
-static inline uint32_t kvp_stage_slot(const struct kvp_kv_stage *st, uint32_t id)
-{
-	return st->slot_of[id];
-}
-
 /**
  * struct kvp_kv_view - how compute/ reaches K/V: a mapped segment plus its geometry
  * @base: start of block 0 (read-write for the daemon, read-only for clients)
