@@ -10,10 +10,10 @@
  * of the run's f16 d (6-bit code s, step = d * s) with lo' + 15 * step >= hi, both
  * units rounded up so that every group's codes fit; an element is
  * q = clamp(nearbyint((x - lo') * (1 / step)), 0, 15) and reads back as
- * fmaf(q, step, lo') (fused, so every table and the reference round alike).  A group
- * of one value holds it to within dmin / 2 (s = 0): constant channels are exact when
- * dmin divides them, close otherwise.  NaN elements read back as lo' + 15 * step or
- * lo'; infinities are clamped to the f16 range of the units.
+ * fmaf(q, step, lo') (fused, so every table and the reference round alike).  Every
+ * element comes back within half its group's step; a constant group exactly when its
+ * value is a multiple of dmin (then s = 0).  NaN elements read back as lo' + 15 * step
+ * (and do not move the range); infinities are clamped to what the f16 units can span.
  */
 #ifndef KVP_COMPUTE_KERNELS_KVQ4_H
 #define KVP_COMPUTE_KERNELS_KVQ4_H
