@@ -37,7 +37,7 @@ enum key_type {
 	T_U32,	   /* [min, max] */
 	T_SIZE,	   /* bytes with suffix, [min, max] */
 	T_HUGE,	   /* auto|require|off */
-	T_DTYPE,   /* f32|f16|bf16|int8 */
+	T_DTYPE,   /* f32|f16|bf16|int8|int4 */
 	T_LEVEL,   /* log level */
 	T_BOOL,	   /* yes/no, true/false, on/off, 1/0 */
 	T_WEIGHTS, /* copy|map: enum kvp_model_weights */
@@ -104,8 +104,11 @@ static const struct key_def keys[] = {
 	{ "pool", "huge_pages", "huge-pages", T_HUGE, OFF(huge_pages), 0, 0, 0,
 	  "auto: 2 MiB pages if reserved, else THP, else 4 KiB; require: fail without; off" },
 	{ "pool", "kv_dtype", "kv-dtype", T_DTYPE, OFF(kv_dtype), 0, 0, 0,
-	  "element type of stored K/V: f32|f16|bf16|int8 (--kv-type, kvpool-run's name, is\n"
-	  "an alias)" },
+	  "element type of stored K/V: f32|f16|bf16|int8|int4 (--kv-type, kvpool-run's name,\n"
+	  "is an alias)" },
+	{ "pool", "kv_window", "kv-window", T_U32, OFF(kv_window), 0, 0, KVP_KV_WINDOW_MAX,
+	  "int4: the residual window, the most recent tokens of each sequence kept at full\n"
+	  "precision (KIVI's R); a block is quantized when it slides out" },
 	{ "server", "socket", "socket", T_PATH, OFF(socket_path), CAP(socket_path), 0, 0,
 	  "request socket" },
 	{ "server", "status_socket", "status-socket", T_PATH, OFF(status_path), CAP(status_path), 0,
@@ -299,10 +302,8 @@ static const char *const huge_names[] = {
 	[KVP_HUGE_OFF] = "off",
 };
 static const char *const dtype_names[] = {
-	[KVP_DTYPE_F32] = "f32",
-	[KVP_DTYPE_F16] = "f16",
-	[KVP_DTYPE_BF16] = "bf16",
-	[KVP_DTYPE_INT8] = "int8",
+	[KVP_DTYPE_F32] = "f32",   [KVP_DTYPE_F16] = "f16",   [KVP_DTYPE_BF16] = "bf16",
+	[KVP_DTYPE_INT8] = "int8", [KVP_DTYPE_INT4] = "int4",
 };
 static_assert(sizeof(dtype_names) / sizeof(dtype_names[0]) == KVP_DTYPE__COUNT, "all dtypes");
 static const char *const weights_names[] = {
@@ -336,6 +337,7 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->block_tokens = 16;
 	c->huge_pages = KVP_HUGE_AUTO;
 	c->kv_dtype = KVP_DTYPE_F16; /* as llama.cpp's cache: half of f32's bytes per token */
+	c->kv_window = KVP_KV_WINDOW_DEFAULT;
 	strcpy(c->socket_path, "/run/kvpool/kvpool.sock");
 	strcpy(c->status_path, "/run/kvpool/status.sock");
 	c->status_path_auto = true;

@@ -59,6 +59,7 @@ enum kvp_huge_pages {
  * @block_tokens:       tokens per KV block
  * @huge_pages:         enum kvp_huge_pages
  * @kv_dtype:           enum kvp_dtype of stored K/V
+ * @kv_window:          int4: tokens of each sequence kept at full precision
  * [server]
  * @socket_path, @status_path: Unix socket paths (status "" = no status socket)
  * @status_path_auto:   status_socket was not set: it is status.sock in the request
@@ -134,6 +135,7 @@ struct kvp_config {
 	uint32_t block_tokens;
 	uint32_t huge_pages;
 	uint32_t kv_dtype;
+	uint32_t kv_window;
 
 	char socket_path[KVP_CONFIG_SOCK_MAX];
 	char status_path[KVP_CONFIG_SOCK_MAX];

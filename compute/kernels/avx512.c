@@ -31,6 +31,7 @@
 #define KVQ_SIMD _Pragma("omp simd")
 #define KVQ_SIMD_MAX _Pragma("omp simd reduction(max : amax)")
 #include "compute/kernels/kvq.inc"
+#include "compute/kernels/kvq4.inc"
 
 #define VLEN 16
 #define GEMV_GROUP 8

@@ -67,11 +67,15 @@ static uint32_t publish_blocks(struct kvp_sched *s, struct seq *q, uint32_t from
 
 /*
  * Publish every full block of @q below position @upto not published yet, in order, up
- * to its breakpoints (no-cache requests publish nothing).
+ * to its breakpoints (no-cache requests publish nothing); int4: every sealed block
+ * (the residual window's are not final yet: they are recomputed after a preemption,
+ * and the next turn of a conversation recomputes them).
  */
 void eng_publish_upto(struct kvp_sched *s, struct seq *q, uint32_t upto)
 {
-	uint32_t filled = upto / s->block_tokens;
+	/* int4: a block is final (sealed) only once it is out of the residual window */
+	uint32_t w = s->view.geom.shape.dtype == KVP_DTYPE_INT4 ? s->view.stage->window : 0;
+	uint32_t filled = upto > w ? (upto - w) / s->block_tokens : 0;
 	uint32_t n, ok;
 
 	if (q->no_cache)
