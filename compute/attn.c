@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "compute/kernels/kernels.h"
+#include "compute/kv4.h"
 
 /* V of (@layer, @kh) of an int8 block, @tn rows, to f32 in the scratch (L1). */
 static const float *load_v8(const struct kvp_kernels *k, struct kvp_attn_scratch *s,
@@ -74,6 +75,11 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 	uint32_t last = pos0 + n - 1, qd = n_heads * hd;
 	float scale = 1.0f / sqrtf((float)hd);
 
+	/* int4: its residual window decides, per query, where a block is read from */
+	if (dtype == KVP_DTYPE_INT4) {
+		kvp_attn4(out, q, kv, table, layer, pos0, n, n_heads, kh0, kh1, k, s);
+		return;
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		for (uint32_t h = kh0 * grp; h < kh1 * grp; h++) {
 			s->ml[2 * (i * n_heads + h)] = -INFINITY;

@@ -91,6 +91,15 @@ typedef void kvp_attn_block8_fn(float *restrict o, float *restrict m, const floa
 				float *restrict sbuf, uint32_t hd);
 
 /*
+ * int4 (kvq4.h): kvp_kvq4_fn quantizes a full block's K (per channel) or V (per token),
+ * @bt rows of @hd f32, into its run (nibbles and scales); kvp_kvq4_load_fn turns the
+ * first @rows rows of a run of @bt back to f32, into the L1 scratch.
+ */
+typedef void kvp_kvq4_fn(uint8_t *restrict run, const float *restrict x, uint32_t bt, uint32_t hd);
+typedef void kvp_kvq4_load_fn(float *restrict dst, const uint8_t *restrict run, uint32_t rows,
+			      uint32_t bt, uint32_t hd);
+
+/*
  * kvp_attn_block_fn - one K/V block's worth of attention for one query head, with an
  * online softmax
  * @o:     (hd) running output, unnormalised
@@ -113,6 +122,7 @@ typedef void kvp_attn_block_fn(float *restrict o, float *restrict m, const float
  * @quant_act: per enum kvp_act
  * @kv_store, @kv_load: per float enum kvp_dtype (f32, f16, bf16; NULL for int8)
  * @kvq_row8, @kvq_chan8, @kvq_load_row8, @kvq_load_chan8: int8 K/V (kvq.h)
+ * @kvq4_k, @kvq4_v, @kvq4_load_k, @kvq4_load_v: int4 K/V (kvq4.h)
  * @rmsnorm:   out (n) = x (n) / rms(x) * w (n); out may equal x
  * @swiglu:    gate (n) = silu(gate) * up
  * @attn_block: see kvp_attn_block_fn
@@ -130,6 +140,10 @@ struct kvp_kernels {
 	kvp_kvq_chan_fn *kvq_chan8;
 	kvp_kvq_load_fn *kvq_load_row8;
 	kvp_kvq_load_fn *kvq_load_chan8;
+	kvp_kvq4_fn *kvq4_k;
+	kvp_kvq4_fn *kvq4_v;
+	kvp_kvq4_load_fn *kvq4_load_k;
+	kvp_kvq4_load_fn *kvq4_load_v;
 	void (*rmsnorm)(float *out, const float *x, const float *restrict w, size_t n, float eps);
 	void (*swiglu)(float *restrict gate, const float *restrict up, size_t n);
 	kvp_attn_block_fn *attn_block;

@@ -21,6 +21,7 @@
 #define KVQ_SIMD
 #define KVQ_SIMD_MAX
 #include "compute/kernels/kvq.inc"
+#include "compute/kernels/kvq4.inc"
 
 /* Float weights (f32, f16, bf16) against f32 or bf16 activations, summed in order. */
 static float dot_float(const void *w, uint32_t wtype, const void *x, size_t k)

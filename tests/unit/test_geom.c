@@ -103,6 +103,43 @@ static void test_int8_runs_and_scales(void **state)
 	assert_true(kvp_dtype_is_int(KVP_DTYPE_INT8) && !kvp_dtype_is_int(KVP_DTYPE_F16));
 }
 
+static void test_int4_runs_and_scales(void **state)
+{
+	/*
+	 * int4: a run is its nibbles, then d and dmin, then 12 bits of codes a group (K: a
+	 * group per channel, V: per token), padded to a byte; the runs tile the block; an
+	 * odd head_dim is refused (elements are packed in pairs)
+	 */
+	struct kvp_model_shape s = { .n_layers = 3,
+				     .n_kv_heads = 2,
+				     .head_dim = 10,
+				     .dtype = KVP_DTYPE_INT4,
+				     .block_tokens = 3 };
+	struct kvp_geom g;
+	uint64_t at = 0;
+	uint32_t d = 99;
+
+	(void)state;
+	assert_int_equal(kvp_geom_init(&g, &s), 0);
+	assert_int_equal(g.head_bytes, 15 + 4 + 15);  /* 10 groups: 120 bits */
+	assert_int_equal(g.v_head_bytes, 15 + 4 + 5); /* 3 groups: 36 bits, 5 bytes */
+	assert_int_equal(g.block_bytes, 3 * 2 * (34 + 24));
+	for (uint32_t l = 0; l < 3; l++)
+		for (uint32_t kv = 0; kv < 2; kv++)
+			for (uint32_t h = 0; h < 2; h++) {
+				assert_int_equal(kvp_geom_run_offset(&g, l, kv, h), at);
+				assert_int_equal(kvp_layout_run_offset(&s, l, kv, h), at);
+				at += kvp_layout_run_bytes(&s, kv);
+			}
+	assert_int_equal(at, g.block_bytes);
+	s.head_dim = 9;
+	assert_int_equal(kvp_geom_init(&g, &s), -EINVAL);
+	assert_int_equal(kvp_dtype_parse("int4", &d), 0);
+	assert_int_equal(d, KVP_DTYPE_INT4);
+	assert_string_equal(kvp_dtype_name(KVP_DTYPE_INT4), "int4");
+	assert_true(kvp_dtype_is_int(KVP_DTYPE_INT4));
+}
+
 static void test_kv_run_tiles_blocks(void **state)
 {
 	/*
@@ -188,6 +225,7 @@ int main(void)
 		cmocka_unit_test(test_run_offsets_follow_layout),
 		cmocka_unit_test(test_kv_run_tiles_blocks),
 		cmocka_unit_test(test_int8_runs_and_scales),
+		cmocka_unit_test(test_int4_runs_and_scales),
 		cmocka_unit_test(test_bad_shapes_rejected),
 	};
 
