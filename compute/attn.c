@@ -5,12 +5,12 @@
  * Loop order: kv head, then block, then query row, then the query heads sharing that
  * kv head.  Each block's K and V run (block_tokens x head_dim, contiguous by the pool
  * layout) is read once per call while it is hot in cache, whatever the number of
- * queries; f16/bf16 runs are converted once into scratch, and so are int8 runs (a
+ * queries; f16/bf16 runs are converted once into scratch, and so are int8 V runs (a
  * block at a time, in L1: no dequantized history is ever built).  int8 keys are
  * quantized per channel over the block once it is full: a query reads the keys of its
- * own block from the stage, in f32 as they were written (shm/geom.h), the keys of
- * earlier blocks quantized, whatever the chunking of the calls (so a prompt prefilled
- * in chunks gives what one call gives).  Softmax is computed online:
+ * own block from the stage, in f32 as they were written (shm/geom.h), and scores the
+ * keys of earlier (full) blocks as stored, in int8 (the table's attn_block8), whatever
+ * the chunking of the calls (so a prompt prefilled in chunks gives what one call gives).  Softmax is computed online:
  * per (query, head) a running max m and mass l, with the partial output rescaled by
  * exp(m_old - m_new) when a block raises the max.  Runs on the caller's thread.
  *
@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "compute/kernels/kernels.h"
+#include "compute/kv4.h"
 
 /* V of (@layer, @kh) of an int8 block, @tn rows, to f32 in the scratch (L1). */
 static const float *load_v8(const struct kvp_kernels *k, struct kvp_attn_scratch *s,
@@ -33,22 +34,27 @@ static const float *load_v8(const struct kvp_kernels *k, struct kvp_attn_scratch
 	const uint8_t *run = blk + kvp_geom_run_offset(g, layer, 1, kh);
 	size_t rows = (size_t)g->shape.block_tokens * g->shape.head_dim;
 
-	k->kvq_load_row8(s->vbuf, (const int8_t *)run, (const uint16_t *)(run + rows), tn,
-			 g->shape.head_dim);
+	k->kvq_load_row8(s->vbuf, (const int8_t *)run, run + rows, tn, g->shape.head_dim);
 	return s->vbuf;
 }
 
-/* K of a full int8 block, per-channel scales, to f32 in the scratch. */
-static const float *load_k8(const struct kvp_kernels *k, struct kvp_attn_scratch *s,
-			    const struct kvp_geom *g, const uint8_t *blk, uint32_t layer,
-			    uint32_t kh, uint32_t tn)
+/*
+ * Ask for block @id's K and V runs of (@layer, @kh) ahead of their turn: consecutive
+ * blocks of one head are a block stride apart (another page, where the hardware
+ * prefetcher does not follow), so each run would otherwise start with a miss.
+ */
+static void prefetch_runs(const struct kvp_kv_view *kv, uint32_t id, uint32_t layer, uint32_t kh)
 {
-	const uint8_t *run = blk + kvp_geom_run_offset(g, layer, 0, kh);
-	size_t rows = (size_t)g->shape.block_tokens * g->shape.head_dim;
+	const struct kvp_geom *g = &kv->geom;
+	const uint8_t *blk = kvp_kv_block(kv, id);
 
-	k->kvq_load_chan8(s->kbuf, (const int8_t *)run, (const uint16_t *)(run + rows), tn,
-			  g->shape.head_dim);
-	return s->kbuf;
+	for (uint32_t kvi = 0; kvi < 2; kvi++) {
+		const uint8_t *run = blk + kvp_geom_run_offset(g, layer, kvi, kh);
+		size_t n = kvi ? g->v_head_bytes : g->head_bytes;
+
+		for (size_t o = 0; o < n; o += 64)
+			__builtin_prefetch(run + o);
+	}
 }
 
 /* The staged f32 keys of block @id's (@layer, @kh): its rows so far (NULL: none staged). */
@@ -69,6 +75,11 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 	uint32_t last = pos0 + n - 1, qd = n_heads * hd;
 	float scale = 1.0f / sqrtf((float)hd);
 
+	/* int4: its residual window decides, per query, where a block is read from */
+	if (dtype == KVP_DTYPE_INT4) {
+		kvp_attn4(out, q, kv, table, layer, pos0, n, n_heads, kh0, kh1, k, s);
+		return;
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		for (uint32_t h = kh0 * grp; h < kh1 * grp; h++) {
 			s->ml[2 * (i * n_heads + h)] = -INFINITY;
@@ -83,12 +94,17 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 			uint32_t t0 = b * bt, tn = last + 1 - t0 < bt ? last + 1 - t0 : bt;
 			const uint8_t *blk = kvp_kv_block(kv, table[b]);
 			const float *K = NULL, *V, *Kstage = NULL;
+			const uint8_t *Krun = NULL;
+
+			if (b < last / bt)
+				prefetch_runs(kv, table[b + 1], layer, kh);
 
 			if (dtype == KVP_DTYPE_F32) {
 				K = (const float *)(blk + kvp_geom_run_offset(g, layer, 0, kh));
 				V = (const float *)(blk + kvp_geom_run_offset(g, layer, 1, kh));
 			} else if (dtype == KVP_DTYPE_INT8) {
 				V = load_v8(k, s, g, blk, layer, kh, tn);
+				Krun = blk + kvp_geom_run_offset(g, layer, 0, kh);
 				/* queries in this block see its keys as written (f32, staged):
 				 * every block from pos0's on is written by this call, so staged */
 				if (b >= pos0 / bt)
@@ -107,22 +123,23 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 			for (uint32_t i = t0 > pos0 ? t0 - pos0 : 0; i < n; i++) {
 				uint32_t lim = pos0 + i - t0 + 1 < tn ? pos0 + i - t0 + 1 : tn;
 				const float *Ki = K;
+				/* int8: a (full) block before the query's own is scored as stored */
+				int own = dtype == KVP_DTYPE_INT8 && (pos0 + i) / bt == b;
 
-				if (dtype == KVP_DTYPE_INT8) {
-					if ((pos0 + i) / bt == b) {
-						Ki = Kstage;
-					} else {
-						if (!K)
-							K = load_k8(k, s, g, blk, layer, kh, tn);
-						Ki = K;
-					}
-				}
+				if (own)
+					Ki = Kstage;
 				for (uint32_t h = kh * grp; h < (kh + 1) * grp; h++) {
 					const float *qv = q + (size_t)i * qd + (size_t)h * hd;
 					float *o = out + (size_t)i * qd + (size_t)h * hd;
 					float *m = &s->ml[2 * ((size_t)i * n_heads + h)];
 
-					k->attn_block(o, m, qv, Ki, V, lim, scale, s->sbuf, hd);
+					if (dtype == KVP_DTYPE_INT8 && !own)
+						k->attn_block8(o, m, qv, (const int8_t *)Krun,
+							       Krun + (size_t)bt * hd, V, bt, scale,
+							       s->sbuf, hd);
+					else
+						k->attn_block(o, m, qv, Ki, V, lim, scale, s->sbuf,
+							      hd);
 				}
 			}
 		}

@@ -33,6 +33,8 @@
 #include "compute/attn.h"
 #include "compute/kernels/kernels.h"
 #include "compute/kernels/kvq.h"
+#include "compute/kernels/kvq4.h"
+#include "compute/kv4.h"
 #include "compute/linear.h"
 #include "compute/model.h"
 #include "compute/rope.h"
@@ -221,8 +223,12 @@ int kvp_fwd_check_view(const struct kvp_fwd *f, const struct kvp_kv_view *kv)
 	/* the integer types stage partial blocks' keys (shm/geom.h) */
 	if (kvp_dtype_is_int(s->dtype) &&
 	    (!kv->stage || !kv->stage->n_slots || s->head_dim > KVP_KVQ_HEAD_DIM_MAX ||
-	     kv->stage->slot_floats !=
-		     (size_t)s->n_layers * s->n_kv_heads * s->block_tokens * s->head_dim))
+	     kv->stage->slot_floats != (s->dtype == KVP_DTYPE_INT4 ? 2u : 1u) * s->n_layers *
+					       s->n_kv_heads * s->block_tokens * s->head_dim))
+		return -EINVAL;
+	/* int4: K and V staged, the per-group arrays of kvq4.h on the stack */
+	if (s->dtype == KVP_DTYPE_INT4 &&
+	    (s->head_dim > KVP_KVQ4_GROUPS_MAX || s->block_tokens > KVP_KVQ4_GROUPS_MAX))
 		return -EINVAL;
 	return 0;
 }
@@ -254,6 +260,10 @@ static void store_kv(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint
 	uint8_t *blk = kvp_kv_block(kv, table[pos / bt]);
 	size_t kvd = (size_t)g->shape.n_kv_heads * hd;
 
+	if (g->shape.dtype == KVP_DTYPE_INT4) {
+		kvp_kv4_store(kv, table, l, pos, f->kk + r * kvd, f->v + r * kvd);
+		return;
+	}
 	if (g->shape.dtype == KVP_DTYPE_INT8) {
 		float *slot = kvp_stage_get(kv->stage, table[pos / bt]);
 		size_t rows = (size_t)bt * hd;
@@ -263,8 +273,7 @@ static void store_kv(struct kvp_fwd *f, const struct kvp_kv_view *kv, const uint
 
 			memcpy(kvp_stage_row(g, slot, l, h, pos % bt),
 			       f->kk + r * kvd + (size_t)h * hd, hd * sizeof(float));
-			f->k->kvq_row8((int8_t *)vr + (size_t)(pos % bt) * hd,
-				       (uint16_t *)(vr + rows) + pos % bt,
+			f->k->kvq_row8((int8_t *)vr + (size_t)(pos % bt) * hd, vr + rows + pos % bt,
 				       f->v + r * kvd + (size_t)h * hd, hd);
 		}
 		return;
@@ -313,6 +322,11 @@ static void stage_seal(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t
 	uint32_t bt = g->shape.block_tokens, hd = g->shape.head_dim;
 	size_t rows = (size_t)bt * hd;
 
+	if (g->shape.dtype == KVP_DTYPE_INT4) {
+		for (uint32_t s = 0; s < n_seqs; s++)
+			kvp_kv4_seal(f->k, kv, f->seqs[s].table, f->seqs[s].pos0, f->seqs[s].n, l);
+		return;
+	}
 	for (uint32_t s = 0; s < n_seqs; s++) {
 		const struct fwd_seq *q = &f->seqs[s];
 
@@ -323,7 +337,7 @@ static void stage_seal(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t
 			for (uint32_t h = 0; h < g->shape.n_kv_heads; h++) {
 				uint8_t *kr = blk + kvp_geom_run_offset(g, l, 0, h);
 
-				f->k->kvq_chan8((int8_t *)kr, (uint16_t *)(kr + rows),
+				f->k->kvq_chan8((int8_t *)kr, kr + rows,
 						kvp_stage_row(g, slot, l, h, 0), bt, hd);
 			}
 		}
@@ -335,6 +349,11 @@ static void stage_release(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint3
 {
 	uint32_t bt = kv->geom.shape.block_tokens;
 
+	if (kv->geom.shape.dtype == KVP_DTYPE_INT4) {
+		for (uint32_t s = 0; s < n_seqs; s++)
+			kvp_kv4_release(kv, f->seqs[s].table, f->seqs[s].pos0, f->seqs[s].n);
+		return;
+	}
 	for (uint32_t s = 0; s < n_seqs; s++) {
 		const struct fwd_seq *q = &f->seqs[s];
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * gen.h - one generation loop, as the steps of one sequence: the engine thread
- * (svc/sched.c) drives many sequences with it, interleaved in batches; kvpool-run
+ * (svc/engine/engine.c) drives many sequences with it, interleaved in batches; kvpool-run
  * drives one.  Both therefore tokenize, feed prefill chunks, keep or stop on a sampled
  * token and stream its text by the same rules:
  *

@@ -260,6 +260,52 @@ trunc:
 	return 0;
 }
 
+static int str_cmp(struct kvp_gguf_str a, struct kvp_gguf_str b)
+{
+	if (a.len != b.len)
+		return a.len < b.len ? -1 : 1;
+	return memcmp(a.p, b.p, a.len);
+}
+
+static int cmp_str_ptr(const void *a, const void *b)
+{
+	return str_cmp(**(const struct kvp_gguf_str *const *)a,
+		       **(const struct kvp_gguf_str *const *)b);
+}
+
+/*
+ * Refuse two metadata entries with one key, or two tensors with one name: every lookup
+ * takes the first, so a second would be read by nothing here and by the first-or-last
+ * rule of another reader (a file that means two things).  Sorted: O(n log n) for any
+ * count the file can hold.  @kind names what is compared, for the message.
+ */
+static int check_unique(const struct kvp_gguf_str *first, size_t stride, uint64_t n,
+			const char *kind, char *err, size_t errlen)
+{
+	const struct kvp_gguf_str **v;
+	int r = 0;
+
+	if (n < 2)
+		return 0;
+	v = malloc(n * sizeof(*v));
+	if (!v) {
+		kvp_errmsg(err, errlen, "gguf: out of memory");
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < n; i++)
+		v[i] = (const struct kvp_gguf_str *)((const uint8_t *)first + i * stride);
+	qsort(v, n, sizeof(*v), cmp_str_ptr);
+	for (uint64_t i = 1; i < n && !r; i++) {
+		if (str_cmp(*v[i - 1], *v[i]))
+			continue;
+		kvp_errmsg(err, errlen, "gguf: %s '%.*s' appears twice", kind,
+			   (int)(v[i]->len > 128 ? 128 : v[i]->len), v[i]->p);
+		r = -EBADMSG;
+	}
+	free(v);
+	return r;
+}
+
 static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 {
 	struct kvp_cur c = { .base = g->base, .off = 0, .size = g->size };
@@ -304,6 +350,9 @@ static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 		return -ENOMEM;
 	}
 	r = parse_kvs(g, &c, err, errlen);
+	if (!r)
+		r = check_unique(&g->kv[0].key, sizeof(g->kv[0]), g->n_kv, "metadata key", err,
+				 errlen);
 	if (r)
 		return r;
 
@@ -319,6 +368,9 @@ static int parse(struct kvp_gguf *g, char *err, size_t errlen)
 	}
 
 	r = parse_tensor_infos(g, &c, err, errlen);
+	if (!r)
+		r = check_unique(&g->tensors[0].name, sizeof(g->tensors[0]), g->n_tensors, "tensor",
+				 err, errlen);
 	if (r)
 		return r;
 

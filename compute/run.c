@@ -70,14 +70,17 @@ static void run_usage(FILE *f)
 	      "      --seed S          sampler seed (default 0)\n"
 	      "      --threads N       compute threads, 1..256 (default: online CPUs)\n"
 	      "      --json            print one JSON object {tokens, text, timings} instead of the text\n"
-	      "      --kv-dtype T      K/V storage type: f32 (default), f16, bf16 or int8 (--kv-type\n"
-	      "                        is an alias; kvpoold's default is f16)\n"
+	      "      --kv-dtype T      K/V storage type: f32 (default), f16, bf16, int8 or int4\n"
+	      "                        (--kv-type is an alias; kvpoold's default is f16)\n"
+	      "      --kv-window N     int4: the most recent N tokens kept at full precision,\n"
+	      "                        0..4096 (default 32, as kvpoold's [pool] kv_window)\n"
 	      "      --block-tokens N  tokens per K/V block, 1..1024 (default 16)\n"
 	      "      --chunk N         prefill chunk, 1..4096 tokens (default 256)\n"
 	      "      --ignore-eos      do not stop at end-of-generation tokens\n"
 	      "      --dump-kv F       after the prefill, write the K/V of the prompt's full blocks\n"
 	      "                        to F: each block's bytes in the pool's block layout\n"
-	      "                        (include/kvpool/layout.h), in prompt order\n"
+	      "                        (include/kvpool/layout.h), in prompt order (int4: those\n"
+	      "                        out of the residual window, the ones that are final)\n"
 	      "      --weights W       map (used in place from the file, the default) or copy (the\n"
 	      "                        same bytes copied at load into huge pages)\n"
 	      "  -h, --help            this text\n"
@@ -91,7 +94,7 @@ static void run_usage(FILE *f)
 
 struct run_opts {
 	const char *model, *prompt, *prompt_file, *tokens, *dump_kv;
-	uint32_t n_gen, threads, block_tokens, chunk, kv_dtype, weights;
+	uint32_t n_gen, threads, block_tokens, chunk, kv_dtype, weights, kv_window;
 	struct kvp_sample_params sp;
 	int json, ignore_eos, parse_special, no_bos, tokenize, detokenize, render_special;
 };
@@ -137,6 +140,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		{ "json", no_argument, 0, 'J' },
 		{ "kv-dtype", required_argument, 0, 'K' },
 		{ "kv-type", required_argument, 0, 'K' }, /* the old name, an alias */
+		{ "kv-window", required_argument, 0, 'w' },
 		{ "block-tokens", required_argument, 0, 'b' },
 		{ "chunk", required_argument, 0, 'c' },
 		{ "ignore-eos", no_argument, 0, 'E' },
@@ -158,6 +162,7 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 	o->n_gen = 32;
 	o->threads = ncpu > 0 && ncpu < 256 ? (uint32_t)ncpu : 1;
 	o->block_tokens = 16;
+	o->kv_window = KVP_KV_WINDOW_DEFAULT;
 	o->chunk = 256;
 	o->sp.top_p = 1.0f;
 	o->sp.seed = 0;
@@ -224,6 +229,10 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		case 'K':
 			if (kvp_dtype_parse(optarg, &o->kv_dtype) < 0)
 				return bad_opt("--kv-dtype", optarg, KVP_DTYPE_NAMES);
+			break;
+		case 'w':
+			if (parse_u32(optarg, 0, KVP_KV_WINDOW_MAX, &o->kv_window))
+				return bad_opt("--kv-window", optarg, "an integer in [0, 4096]");
 			break;
 		case 'b':
 			if (parse_u32(optarg, 1, 1024, &o->block_tokens))
@@ -612,12 +621,20 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	}
 	for (uint32_t i = 0; i < n_blocks; i++)
 		table[i] = i;
-	/* int8: the keys of the blocks a prefill chunk fills wait there (shm/geom.h) */
+	/*
+	 * int8: the keys of the blocks a prefill chunk fills wait there (shm/geom.h); int4:
+	 * K and V of those and of the residual window's blocks
+	 */
 	if (kvp_dtype_is_int(shape.dtype)) {
-		if (kvp_stage_init(&stage, &kv.geom, n_blocks, o.chunk / o.block_tokens + 2) < 0) {
-			fprintf(stderr, "kvpool-run: out of memory (int8 K staging)\n");
+		uint32_t w = shape.dtype == KVP_DTYPE_INT4 ? o.kv_window : 0;
+
+		if (kvp_stage_init(&stage, &kv.geom, n_blocks,
+				   o.chunk / o.block_tokens + 2 +
+					   (w + o.block_tokens - 1) / o.block_tokens + 1) < 0) {
+			fprintf(stderr, "kvpool-run: out of memory (K/V staging)\n");
 			goto out;
 		}
+		stage.window = w;
 		kv.stage = &stage;
 	}
 	r = kvp_fwd_new(&fwd, m,
@@ -643,7 +660,11 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 		}
 	}
 	res.prefill_s = kvp_ns_to_s(kvp_now_ns() - t0);
-	if (o.dump_kv && dump_kv(o.dump_kv, &kv, n_prompt / o.block_tokens) < 0)
+	if (o.dump_kv &&
+	    dump_kv(o.dump_kv, &kv,
+		    shape.dtype != KVP_DTYPE_INT4 ? n_prompt / o.block_tokens :
+		    n_prompt > o.kv_window	  ? (n_prompt - o.kv_window) / o.block_tokens :
+						    0) < 0)
 		goto out;
 	t0 = kvp_now_ns();
 	for (;;) {

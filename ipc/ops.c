@@ -202,6 +202,7 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct 
 {
 	struct kvp_generate g;
 	struct kvp_cache_ctl cc;
+	struct kvp_proto_sampling samp;
 	const void *body;
 	const int32_t *ids = NULL;
 	const char *text = NULL;
@@ -232,14 +233,27 @@ static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct 
 		if (!srv->ops.generate_cc)
 			return unsupported(srv, c, hdr->req_id, "cache control not supported here");
 	}
+	if (g.flags & KVP_GEN_SAMPLING) {
+		r = kvp_proto_decode_sampling(payload, hdr->len_bytes,
+					      sizeof(g) + (g.flags & KVP_GEN_CACHE_CTL ?
+								   sizeof(cc) :
+								   0),
+					      &samp, &why);
+		if (r == KVP_E_PROTO)
+			return kvp_srv_fail(srv, c, r, why);
+		if (r)
+			return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
+	}
 	if (take_req(srv, c, hdr->req_id))
 		return 0;
+	srv->samp = (g.flags & KVP_GEN_SAMPLING) ? &samp : NULL;
 	if (srv->ops.generate_cc)
 		r = srv->ops.generate_cc(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id,
 					 &g, (g.flags & KVP_GEN_CACHE_CTL) ? &cc : NULL, ids, text);
 	else
 		r = srv->ops.generate(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &g,
 				      ids, text);
+	srv->samp = NULL;
 	return answered(srv, c, hdr->req_id, r);
 }
 
@@ -315,6 +329,7 @@ static int on_chat(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_
 	const char *why = "";
 	struct kvp_chat ch;
 	struct kvp_cache_ctl cc;
+	struct kvp_proto_sampling samp;
 	size_t sect_len;
 	int r;
 
@@ -340,6 +355,17 @@ static int on_chat(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_
 		if (!srv->ops.chat_cc)
 			return unsupported(srv, c, hdr->req_id, "cache control not supported here");
 	}
+	if (ch.flags & KVP_CHAT_SAMPLING) {
+		r = kvp_proto_decode_sampling(payload, hdr->len_bytes,
+					      sizeof(ch) + (ch.flags & KVP_CHAT_CACHE_CTL ?
+								    sizeof(cc) :
+								    0),
+					      &samp, &why);
+		if (r == KVP_E_PROTO)
+			return kvp_srv_fail(srv, c, r, why);
+		if (r)
+			return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
+	}
 	r = take_ids(srv, c, hdr->req_id, body, ch.n_context, "context", &ids);
 	if (r)
 		return r < 0 ? r : 0;
@@ -351,12 +377,14 @@ static int on_chat(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_
 		free(msgs);
 		return 0;
 	}
+	srv->samp = (ch.flags & KVP_CHAT_SAMPLING) ? &samp : NULL;
 	if (srv->ops.chat_cc)
 		r = srv->ops.chat_cc(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &ch,
 				     (ch.flags & KVP_CHAT_CACHE_CTL) ? &cc : NULL, ids, msgs);
 	else
 		r = srv->ops.chat(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &ch, ids,
 				  msgs);
+	srv->samp = NULL;
 	free(msgs);
 	return answered(srv, c, hdr->req_id, r);
 }
@@ -538,6 +566,7 @@ const struct kvp_op_def kvp_op_defs[] = {
 			      .min_len = 0,
 			      .max_len = KVP_FLUSH_DOMAIN_MAX,
 			      .fn = on_flush },
+	[KVP_FRAME_LOGPROBS] = { .name = "LOGPROBS" },
 };
 static_assert(ARRAY_SIZE(kvp_op_defs) == KVP_FRAME__COUNT, "one entry per frame type");
 

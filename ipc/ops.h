@@ -65,6 +65,8 @@ struct kvp_server {
 	size_t scratch_cap;
 	int32_t *ids; /* aligned copy of a prompt's ids (max_prompt_tokens) */
 	char *text;   /* NUL-terminated copy of a prompt's text */
+	/* the sampling section of the GENERATE or CHAT being handed to svc/ (NULL: none) */
+	const struct kvp_proto_sampling *samp;
 	struct kvp_server_stats st;
 	int reserve_fd; /* /dev/null, closed to accept-and-refuse when fds run out */
 	struct __kernel_timespec tick, retry[2];

@@ -35,6 +35,7 @@ static const char *const type_names[KVP_FRAME__COUNT] = {
 	[KVP_FRAME_PIN] = "PIN",
 	[KVP_FRAME_UNPIN] = "UNPIN",
 	[KVP_FRAME_FLUSH] = "FLUSH",
+	[KVP_FRAME_LOGPROBS] = "LOGPROBS",
 };
 
 static const char *const status_strs[KVP_STATUS__COUNT] = {
@@ -122,8 +123,10 @@ static bool text_too_long(const struct kvp_proto_limits *lim, uint64_t bytes)
 
 /*
  * The prompt of GENERATE and PIN, the rest of the frame: @n_tokens int32 ids, or
- * @text_bytes of text with KVP_GEN_TEXT in @flags (exactly one of them non-zero), within
- * max_prompt_tokens.  The NUL check of text is the caller's, after its other checks.
+ * @text_bytes of text with KVP_GEN_TEXT in @flags (exactly one of them non-zero): ids
+ * within max_prompt_tokens, text within max_text_bytes (a memory guard: its tokens are
+ * counted against max_prompt_tokens once it is tokenized).  The NUL check of text is the
+ * caller's, after its other checks.
  */
 static int take_prompt(struct kvp_cur *c, uint32_t flags, uint32_t n_tokens, uint32_t text_bytes,
 		       const struct kvp_proto_limits *lim, const void **body, const char **why)
@@ -146,7 +149,7 @@ static int take_prompt(struct kvp_cur *c, uint32_t flags, uint32_t n_tokens, uin
 		return fail(why, "prompt length beyond the frame", KVP_E_PROTO);
 	if (kvp_cur_left(c))
 		return fail(why, "trailing bytes after the prompt", KVP_E_PROTO);
-	if ((n_tokens ? n_tokens : text_bytes) > lim->max_prompt_tokens)
+	if (n_tokens > lim->max_prompt_tokens)
 		return fail(why, "prompt longer than the maximum", KVP_E_LIMIT);
 	if (text_too_long(lim, text_bytes))
 		return fail(why, "prompt text longer than max_text_bytes", KVP_E_LIMIT);
@@ -238,6 +241,72 @@ static int check_sampling(uint32_t max_new_tokens, float temperature, float top_
 	return KVP_OK;
 }
 
+/*
+ * The sampling section at @c: struct kvp_sampling, its bias entries, its schema text.
+ * Lengths and counts are KVP_E_PROTO (the frame is malformed); values are
+ * KVP_E_INVALID (the request alone is refused).  @out NULL: the lengths only.
+ */
+static int take_sampling(struct kvp_cur *c, struct kvp_proto_sampling *out, const char **why)
+{
+	struct kvp_sampling h;
+	const void *p = kvp_cur_take(c, sizeof(h)), *bias, *schema;
+
+	if (!p)
+		return fail(why, "sampling section beyond the frame", KVP_E_PROTO);
+	memcpy(&h, p, sizeof(h));
+	if ((h.flags & ~KVP_SAMP__ALL) || h.reserved)
+		return fail(why, "unknown sampling flags or reserved field not zero", KVP_E_PROTO);
+	if (h.n_bias > KVP_LOGIT_BIAS_MAX || h.schema_bytes > KVP_SCHEMA_BYTES_MAX)
+		return fail(why,
+			    "sampling section: more bias entries or schema bytes than the maximum",
+			    KVP_E_PROTO);
+	bias = kvp_cur_take(c, (size_t)h.n_bias * sizeof(struct kvp_logit_bias));
+	schema = kvp_cur_take(c, h.schema_bytes);
+	if (!bias || !schema)
+		return fail(why, "sampling section: bias entries or schema beyond the frame",
+			    KVP_E_PROTO);
+	if (!out)
+		return KVP_OK;
+	out->hdr = h;
+	out->bias = bias;
+	out->schema = schema;
+	if (h.grammar >= KVP_GRAMMAR__COUNT)
+		return fail(why, "sampling: unknown grammar kind", KVP_E_INVALID);
+	if ((h.grammar == KVP_GRAMMAR_JSON_SCHEMA) != (h.schema_bytes > 0))
+		return fail(why, "sampling: a schema comes exactly with a json_schema grammar",
+			    KVP_E_INVALID);
+	if (h.top_logprobs > KVP_TOP_LOGPROBS_MAX ||
+	    (h.top_logprobs && !(h.flags & KVP_SAMP_LOGPROBS)))
+		return fail(why, "sampling: top_logprobs must be 0 .. 20, with logprobs",
+			    KVP_E_INVALID);
+	if (!(h.presence_penalty >= -2.0f && h.presence_penalty <= 2.0f) ||
+	    !(h.frequency_penalty >= -2.0f && h.frequency_penalty <= 2.0f))
+		return fail(why, "sampling: penalties must be in [-2, 2]", KVP_E_INVALID);
+	for (uint32_t i = 0; i < h.n_bias; i++) {
+		struct kvp_logit_bias b;
+
+		memcpy(&b, (const uint8_t *)bias + i * sizeof(b), sizeof(b));
+		if (b.id < 0 || !(b.bias >= -100.0f && b.bias <= 100.0f))
+			return fail(why,
+				    "sampling: a logit bias id below 0 or bias outside [-100, 100]",
+				    KVP_E_INVALID);
+	}
+	if (memchr(schema, 0, h.schema_bytes))
+		return fail(why, "sampling: the schema contains a NUL byte", KVP_E_INVALID);
+	return KVP_OK;
+}
+
+int kvp_proto_decode_sampling(const void *payload, size_t len, size_t offset,
+			      struct kvp_proto_sampling *out, const char **why)
+{
+	struct kvp_cur c;
+
+	if (len < offset)
+		return fail(why, "sampling section beyond the frame", KVP_E_PROTO);
+	kvp_cur_init(&c, (const uint8_t *)payload + offset, len - offset);
+	return take_sampling(&c, out, why);
+}
+
 /**
  * kvp_proto_decode_generate() - validate a GENERATE payload
  * @payload, @len: the bytes after the header
@@ -272,6 +341,9 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 	/* struct kvp_cache_ctl: checked by kvp_proto_decode_cache_ctl() */
 	if ((out->flags & KVP_GEN_CACHE_CTL) && !kvp_cur_take(&c, sizeof(struct kvp_cache_ctl)))
 		return fail(why, "GENERATE cache control beyond the frame", KVP_E_PROTO);
+	/* the sampling section: its lengths here, its values by kvp_proto_decode_sampling() */
+	if ((out->flags & KVP_GEN_SAMPLING) && (r = take_sampling(&c, NULL, why)))
+		return r;
 	r = take_prompt(&c, out->flags, out->n_tokens, out->text_bytes, lim, body, why);
 	if (r)
 		return r;
@@ -289,7 +361,7 @@ int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_
 /**
  * kvp_proto_decode_tokenize() - validate a TOKENIZE payload
  * @text: out; the text_bytes of text after the struct (not NUL-terminated)
- * Return: KVP_OK, KVP_E_PROTO, KVP_E_LIMIT (more text bytes than max_prompt_tokens) or
+ * Return: KVP_OK, KVP_E_PROTO, KVP_E_LIMIT (more text bytes than max_text_bytes) or
  *         KVP_E_INVALID (a NUL in the text).
  */
 int kvp_proto_decode_tokenize(const void *payload, size_t len, const struct kvp_proto_limits *lim,
@@ -310,8 +382,6 @@ int kvp_proto_decode_tokenize(const void *payload, size_t len, const struct kvp_
 		return fail(why, "text length beyond the frame", KVP_E_PROTO);
 	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after the text", KVP_E_PROTO);
-	if (out->text_bytes > lim->max_prompt_tokens)
-		return fail(why, "text longer than the maximum prompt", KVP_E_LIMIT);
 	if (text_too_long(lim, out->text_bytes))
 		return fail(why, "text longer than max_text_bytes", KVP_E_LIMIT);
 	if (memchr(*text, 0, out->text_bytes))
@@ -412,6 +482,8 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 			    KVP_E_PROTO);
 	if ((out->flags & KVP_CHAT_CACHE_CTL) && !kvp_cur_take(&c, sizeof(struct kvp_cache_ctl)))
 		return fail(why, "CHAT cache control beyond the frame", KVP_E_PROTO);
+	if ((out->flags & KVP_CHAT_SAMPLING) && (r = take_sampling(&c, NULL, why)))
+		return r;
 	*context = kvp_cur_take(&c, (uint64_t)out->n_context * sizeof(int32_t));
 	if (!*context)
 		return fail(why, "context ids beyond the frame", KVP_E_PROTO);
@@ -496,6 +568,13 @@ int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *ou
 int kvp_proto_decode_token_cc(const void *payload, size_t len, struct kvp_token *out,
 			      const void **ids, const char **text, int32_t *cont, const char **why)
 {
+	return kvp_proto_decode_token_u(payload, len, out, ids, text, cont, NULL, NULL, why);
+}
+
+int kvp_proto_decode_token_u(const void *payload, size_t len, struct kvp_token *out,
+			     const void **ids, const char **text, int32_t *cont,
+			     struct kvp_usage *usage, bool *has_usage, const char **why)
+{
 	struct kvp_cur c;
 	const void *p;
 
@@ -510,13 +589,21 @@ int kvp_proto_decode_token_cc(const void *payload, size_t len, struct kvp_token 
 		return fail(why, "TOKEN lengths beyond the frame", KVP_E_PROTO);
 	if (cont)
 		*cont = -1;
-	if (cont && kvp_cur_left(&c) == sizeof(struct kvp_token_cont)) {
+	if (has_usage)
+		*has_usage = false;
+	if (cont && (kvp_cur_left(&c) == sizeof(struct kvp_token_cont) ||
+		     (usage && kvp_cur_left(&c) ==
+				       sizeof(struct kvp_token_cont) + sizeof(struct kvp_usage)))) {
 		struct kvp_token_cont tc;
 
 		memcpy(&tc, kvp_cur_take(&c, sizeof(tc)), sizeof(tc));
 		if (tc.reserved || tc.index >= KVP_PARALLEL_MAX)
 			return fail(why, "TOKEN continuation out of range", KVP_E_PROTO);
 		*cont = (int32_t)tc.index;
+	}
+	if (usage && kvp_cur_left(&c) == sizeof(*usage)) {
+		memcpy(usage, kvp_cur_take(&c, sizeof(*usage)), sizeof(*usage));
+		*has_usage = true;
 	}
 	if (kvp_cur_left(&c))
 		return fail(why, "trailing bytes after TOKEN", KVP_E_PROTO);
@@ -730,6 +817,55 @@ size_t kvp_proto_encode_generate_cc(void *buf, size_t cap, uint64_t req_id,
 			 nbody);
 }
 
+size_t kvp_proto_encode_generate_s(void *buf, size_t cap, uint64_t req_id,
+				   const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
+				   const void *samp, size_t samp_len, const void *body)
+{
+	size_t nbody = (g->flags & KVP_GEN_TEXT) ? g->text_bytes :
+						   (size_t)g->n_tokens * sizeof(int32_t);
+	size_t ncc = (g->flags & KVP_GEN_CACHE_CTL) ? sizeof(*cc) : 0, n;
+	struct kvp_frame_hdr hdr;
+
+	if (!(g->flags & KVP_GEN_SAMPLING))
+		return kvp_proto_encode_generate_cc(buf, cap, req_id, g, cc, body);
+	/* struct, cc, sampling, then the prompt: the prompt is written after the rest */
+	n = put_frame(buf, cap, KVP_FRAME_GENERATE, req_id, g, sizeof(*g), cc, ncc, samp, samp_len);
+	if (!n || n + nbody > cap || n + nbody - sizeof(hdr) > UINT32_MAX)
+		return n ? n + nbody : 0;
+	memcpy((uint8_t *)buf + n, body, nbody);
+	kvp_proto_hdr_init(&hdr, KVP_FRAME_GENERATE, req_id, (uint32_t)(n + nbody - sizeof(hdr)));
+	memcpy(buf, &hdr, sizeof(hdr));
+	return n + nbody;
+}
+
+size_t kvp_proto_encode_logprobs(void *buf, size_t cap, uint64_t req_id,
+				 const struct kvp_logprobs *h, const struct kvp_logprob *entries)
+{
+	return put_frame(buf, cap, KVP_FRAME_LOGPROBS, req_id, h, sizeof(*h), entries,
+			 (size_t)h->n_tokens * (1 + h->n_top) * sizeof(*entries), NULL, 0);
+}
+
+int kvp_proto_decode_logprobs(const void *payload, size_t len, struct kvp_logprobs *out,
+			      const void **entries, const char **why)
+{
+	struct kvp_cur c;
+	const void *p;
+
+	kvp_cur_init(&c, payload, len);
+	p = kvp_cur_take(&c, sizeof(*out));
+	if (!p)
+		return fail(why, "LOGPROBS payload shorter than its struct", KVP_E_PROTO);
+	memcpy(out, p, sizeof(*out));
+	if (!out->n_tokens || out->n_tokens > KVP_LOGPROBS_TOKENS_MAX ||
+	    out->n_top > KVP_TOP_LOGPROBS_MAX)
+		return fail(why, "LOGPROBS counts out of range", KVP_E_PROTO);
+	*entries = kvp_cur_take(&c, (size_t)out->n_tokens * (1 + out->n_top) *
+					    sizeof(struct kvp_logprob));
+	if (!*entries || kvp_cur_left(&c))
+		return fail(why, "LOGPROBS entries do not fill the frame", KVP_E_PROTO);
+	return KVP_OK;
+}
+
 size_t kvp_proto_encode_pin(void *buf, size_t cap, uint32_t type, uint64_t req_id,
 			    const struct kvp_pin *pin, const void *body)
 {
@@ -755,20 +891,34 @@ size_t kvp_proto_encode_token_cc(void *buf, size_t cap, uint64_t req_id, const i
 				 uint32_t n_ids, const char *text, uint32_t text_bytes,
 				 uint32_t cont)
 {
+	return kvp_proto_encode_token_u(buf, cap, req_id, ids, n_ids, text, text_bytes,
+					(int32_t)cont, NULL);
+}
+
+size_t kvp_proto_encode_token_u(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
+				uint32_t n_ids, const char *text, uint32_t text_bytes, int32_t cont,
+				const struct kvp_usage *usage)
+{
 	struct kvp_frame_hdr hdr;
 	struct kvp_token t = { .n_tokens = n_ids, .text_bytes = text_bytes };
-	struct kvp_token_cont tc = { .index = cont };
+	struct kvp_token_cont tc = { .index = (uint32_t)cont };
 	size_t ni = (size_t)n_ids * sizeof(int32_t);
 	size_t n = put_frame(buf, cap, KVP_FRAME_TOKEN, req_id, &t, sizeof(t), ids, ni, text,
 			     text_bytes);
+	size_t extra = (cont >= 0 ? sizeof(tc) : 0) + (usage ? sizeof(*usage) : 0);
 
-	/* the frame with room for the trailer: patch the length and append it */
-	if (!n || n + sizeof(tc) > cap)
-		return n ? n + sizeof(tc) : 0;
-	memcpy((uint8_t *)buf + n, &tc, sizeof(tc));
-	kvp_proto_hdr_init(&hdr, KVP_FRAME_TOKEN, req_id, (uint32_t)(n - sizeof(hdr) + sizeof(tc)));
+	/* the frame with room for the trailers: patch the length and append them */
+	if (!n || !extra)
+		return n;
+	if (n + extra > cap)
+		return n + extra;
+	if (cont >= 0)
+		memcpy((uint8_t *)buf + n, &tc, sizeof(tc));
+	if (usage)
+		memcpy((uint8_t *)buf + n + (cont >= 0 ? sizeof(tc) : 0), usage, sizeof(*usage));
+	kvp_proto_hdr_init(&hdr, KVP_FRAME_TOKEN, req_id, (uint32_t)(n - sizeof(hdr) + extra));
 	memcpy(buf, &hdr, sizeof(hdr));
-	return n + sizeof(tc);
+	return n + extra;
 }
 
 size_t kvp_proto_encode_done_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
@@ -834,9 +984,17 @@ size_t kvp_proto_encode_chat_cc(void *buf, size_t cap, uint64_t req_id, const st
 				const struct kvp_cache_ctl *cc, const int32_t *context,
 				const struct kvp_proto_msg *msgs)
 {
+	return kvp_proto_encode_chat_s(buf, cap, req_id, c, cc, NULL, 0, context, msgs);
+}
+
+size_t kvp_proto_encode_chat_s(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
+			       const struct kvp_cache_ctl *cc, const void *samp, size_t samp_len,
+			       const int32_t *context, const struct kvp_proto_msg *msgs)
+{
 	struct kvp_frame_hdr hdr;
 	bool with_cc = cc && (c->flags & KVP_CHAT_CACHE_CTL);
-	size_t payload = sizeof(*c) + (with_cc ? sizeof(*cc) : 0) +
+	bool with_s = samp && (c->flags & KVP_CHAT_SAMPLING);
+	size_t payload = sizeof(*c) + (with_cc ? sizeof(*cc) : 0) + (with_s ? samp_len : 0) +
 			 (size_t)c->n_context * sizeof(int32_t);
 	uint8_t *o = buf;
 
@@ -857,6 +1015,10 @@ size_t kvp_proto_encode_chat_cc(void *buf, size_t cap, uint64_t req_id, const st
 	if (with_cc) {
 		memcpy(o, cc, sizeof(*cc));
 		o += sizeof(*cc);
+	}
+	if (with_s) {
+		memcpy(o, samp, samp_len);
+		o += samp_len;
 	}
 	if (c->n_context) {
 		memcpy(o, context, (size_t)c->n_context * sizeof(int32_t));

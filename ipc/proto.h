@@ -151,6 +151,14 @@ const char *kvp_proto_miss_reason_name(uint32_t reason);
  */
 int kvp_proto_decode_token_cc(const void *payload, size_t len, struct kvp_token *out,
 			      const void **ids, const char **text, int32_t *cont, const char **why);
+/*
+ * As kvp_proto_decode_token_cc(), and a trailing struct kvp_usage (after the
+ * continuation, when there is one) is accepted: the first TOKEN of a request carries the
+ * prompt's usage so far (*@has_usage).
+ */
+int kvp_proto_decode_token_u(const void *payload, size_t len, struct kvp_token *out,
+			     const void **ids, const char **text, int32_t *cont,
+			     struct kvp_usage *usage, bool *has_usage, const char **why);
 
 /* A DONE with or without struct kvp_cache_usage after the usage (*@has_cu says which). */
 int kvp_proto_decode_done_cc(const void *payload, size_t len, struct kvp_usage *out,
@@ -183,6 +191,43 @@ int kvp_proto_decode_pin(const void *payload, size_t len, const struct kvp_proto
 size_t kvp_proto_encode_generate_cc(void *buf, size_t cap, uint64_t req_id,
 				    const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
 				    const void *body);
+/**
+ * struct kvp_proto_sampling - a decoded sampling section (pointers into the frame)
+ * @hdr:    the fixed part
+ * @bias:   @hdr.n_bias struct kvp_logit_bias (unaligned: copy before reading)
+ * @schema: @hdr.schema_bytes of schema text (no NUL inside, not NUL-terminated)
+ */
+struct kvp_proto_sampling {
+	struct kvp_sampling hdr;
+	const void *bias;
+	const char *schema;
+};
+
+/*
+ * kvp_proto_decode_sampling() - the sampling section at @offset of a GENERATE or CHAT
+ * payload (after the struct and the cache control, when there is one).  Bias ids are
+ * not compared with the vocabulary here.  Return: KVP_OK, KVP_E_PROTO (lengths),
+ * KVP_E_INVALID (values; *@why says which).
+ */
+int kvp_proto_decode_sampling(const void *payload, size_t len, size_t offset,
+			      struct kvp_proto_sampling *out, const char **why);
+
+/* GENERATE with @cc (KVP_GEN_CACHE_CTL) and the sampling section @samp (KVP_GEN_SAMPLING:
+ * struct kvp_sampling, its bias entries and schema, @samp_len bytes) before the prompt */
+size_t kvp_proto_encode_generate_s(void *buf, size_t cap, uint64_t req_id,
+				   const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
+				   const void *samp, size_t samp_len, const void *body);
+
+/* Most ids one LOGPROBS describes (the TOKEN frames it goes before carry no more). */
+#define KVP_LOGPROBS_TOKENS_MAX 1024u
+
+/* LOGPROBS: @h, then @h->n_tokens * (1 + @h->n_top) entries */
+size_t kvp_proto_encode_logprobs(void *buf, size_t cap, uint64_t req_id,
+				 const struct kvp_logprobs *h, const struct kvp_logprob *entries);
+/* *@entries: unaligned, @out->n_tokens * (1 + @out->n_top) struct kvp_logprob */
+int kvp_proto_decode_logprobs(const void *payload, size_t len, struct kvp_logprobs *out,
+			      const void **entries, const char **why);
+
 /* PIN or UNPIN (@type) */
 size_t kvp_proto_encode_pin(void *buf, size_t cap, uint32_t type, uint64_t req_id,
 			    const struct kvp_pin *pin, const void *body);
@@ -193,6 +238,10 @@ size_t kvp_proto_encode_flush_domain(void *buf, size_t cap, uint64_t req_id, con
 size_t kvp_proto_encode_token_cc(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
 				 uint32_t n_ids, const char *text, uint32_t text_bytes,
 				 uint32_t cont);
+/* TOKEN with a continuation (@cont >= 0) and/or the prompt's @usage (non-NULL) after the text */
+size_t kvp_proto_encode_token_u(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
+				uint32_t n_ids, const char *text, uint32_t text_bytes, int32_t cont,
+				const struct kvp_usage *usage);
 /* DONE with struct kvp_cache_usage after the usage */
 size_t kvp_proto_encode_done_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
 				const struct kvp_cache_usage *cu);
@@ -200,5 +249,9 @@ size_t kvp_proto_encode_done_cc(void *buf, size_t cap, uint64_t req_id, const st
 size_t kvp_proto_encode_chat_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
 				const struct kvp_cache_ctl *cc, const int32_t *context,
 				const struct kvp_proto_msg *msgs);
+/* CHAT with @cc and, with KVP_CHAT_SAMPLING, the sampling section @samp (@samp_len bytes) */
+size_t kvp_proto_encode_chat_s(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
+			       const struct kvp_cache_ctl *cc, const void *samp, size_t samp_len,
+			       const int32_t *context, const struct kvp_proto_msg *msgs);
 
 #endif /* KVP_IPC_PROTO_H */

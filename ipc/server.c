@@ -475,6 +475,52 @@ int kvp_server_send_tokens_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t
 	return queue_scratch(srv, c, len);
 }
 
+int kvp_server_send_logprobs(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			     const struct kvp_logprobs *h, const struct kvp_logprob *entries)
+{
+	struct kvp_conn *c = conn_lookup(srv, conn);
+	size_t len;
+
+	if (!c)
+		return -ENOTCONN;
+	if (!kvp_conn_req_has(c, req_id))
+		return -ENOENT;
+	len = kvp_proto_encode_logprobs(NULL, 0, req_id, h, entries);
+	if (!len || len > c->out.cap)
+		return -EMSGSIZE;
+	if (scratch_reserve(srv, len))
+		return -ENOMEM;
+	kvp_proto_encode_logprobs(srv->scratch, srv->scratch_cap, req_id, h, entries);
+	return queue_scratch(srv, c, len);
+}
+
+const struct kvp_proto_sampling *kvp_server_sampling(const struct kvp_server *srv)
+{
+	return srv->samp;
+}
+
+int kvp_server_send_tokens_usage(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+				 const int32_t *tokens, uint32_t n_tokens, const char *text,
+				 uint32_t text_len, int32_t cont, const struct kvp_usage *usage)
+{
+	struct kvp_conn *c = conn_lookup(srv, conn);
+	size_t len;
+
+	if (!c)
+		return -ENOTCONN;
+	if (!kvp_conn_req_has(c, req_id))
+		return -ENOENT;
+	len = kvp_proto_encode_token_u(NULL, 0, req_id, tokens, n_tokens, text, text_len, cont,
+				       usage);
+	if (!len || len > c->out.cap)
+		return -EMSGSIZE;
+	if (scratch_reserve(srv, len))
+		return -ENOMEM;
+	kvp_proto_encode_token_u(srv->scratch, srv->scratch_cap, req_id, tokens, n_tokens, text,
+				 text_len, cont, usage);
+	return queue_scratch(srv, c, len);
+}
+
 int kvp_server_send_done_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			    const struct kvp_usage *usage, const struct kvp_cache_usage *cu)
 {
@@ -1235,7 +1281,12 @@ int kvp_server_new(struct kvp_server **out, const struct kvp_server_config *cfg,
 	srv->n_slots = 2 * (srv->cfg.max_conns + KVP_STATUS_CONNS_MAX);
 	srv->conns = calloc(srv->n_slots, sizeof(*srv->conns));
 	srv->ids = malloc((size_t)srv->cfg.max_prompt_tokens * sizeof(int32_t));
-	srv->text = malloc((size_t)srv->cfg.max_prompt_tokens + 1);
+	/* a text prompt is bounded by max_text_bytes and the frame, not by max_prompt_tokens */
+	srv->text = malloc(
+		(srv->cfg.max_text_bytes && srv->cfg.max_text_bytes < srv->cfg.max_frame_bytes ?
+			 (size_t)srv->cfg.max_text_bytes :
+			 (size_t)srv->cfg.max_frame_bytes) +
+		1);
 	if (!srv->socket_path || (cfg->status_path && !srv->status_path) || !srv->conns ||
 	    !srv->ids || !srv->text)
 		goto err_arrays;

@@ -227,6 +227,25 @@ int kvp_server_send_lease(struct kvp_server *srv, kvp_conn_id conn, uint64_t req
 int kvp_server_send_tokens_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			      const int32_t *tokens, uint32_t n_tokens, const char *text,
 			      uint32_t text_len, uint32_t cont);
+/* LOGPROBS for @req_id: @h and its entries; the TOKEN frame they describe goes next. */
+int kvp_server_send_logprobs(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+			     const struct kvp_logprobs *h, const struct kvp_logprob *entries);
+
+/*
+ * The sampling section (docs/protocol.md, "Sampling") of the GENERATE or CHAT being
+ * handed to the @generate/@chat (or _cc) callback, its lengths and values checked; NULL
+ * when it has none.  Valid during that callback only (it points into the frame).
+ */
+struct kvp_proto_sampling;
+const struct kvp_proto_sampling *kvp_server_sampling(const struct kvp_server *srv);
+
+/*
+ * TOKEN with the trailers its request needs: continuation @cont (>= 0; n > 1 requests)
+ * and @usage (non-NULL: the prompt's counts, on a request's first TOKEN).
+ */
+int kvp_server_send_tokens_usage(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+				 const int32_t *tokens, uint32_t n_tokens, const char *text,
+				 uint32_t text_len, int32_t cont, const struct kvp_usage *usage);
 /* DONE with struct kvp_cache_usage after the usage (requests that carried cache control). */
 int kvp_server_send_done_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			    const struct kvp_usage *usage, const struct kvp_cache_usage *cu);

@@ -20,6 +20,7 @@ size_t kvp_dtype_bytes(uint32_t dtype)
 	case KVP_DTYPE_BF16:
 		return 2;
 	case KVP_DTYPE_INT8:
+	case KVP_DTYPE_INT4: /* two a byte: the runs' sizes are layout.h's */
 		return 1;
 	default:
 		return 0;
@@ -29,10 +30,8 @@ size_t kvp_dtype_bytes(uint32_t dtype)
 const char *kvp_dtype_name(uint32_t dtype)
 {
 	static const char *const names[] = {
-		[KVP_DTYPE_F32] = "f32",
-		[KVP_DTYPE_F16] = "f16",
-		[KVP_DTYPE_BF16] = "bf16",
-		[KVP_DTYPE_INT8] = "int8",
+		[KVP_DTYPE_F32] = "f32",   [KVP_DTYPE_F16] = "f16",   [KVP_DTYPE_BF16] = "bf16",
+		[KVP_DTYPE_INT8] = "int8", [KVP_DTYPE_INT4] = "int4",
 	};
 
 	if (dtype >= KVP_DTYPE__COUNT)
@@ -58,6 +57,10 @@ int kvp_geom_init(struct kvp_geom *g, const struct kvp_model_shape *shape)
 	uint64_t block, stride;
 
 	if (!elem || !s->n_layers || !s->n_kv_heads || !s->head_dim || !s->block_tokens)
+		return -EINVAL;
+	/* int8 keys go in channel quads, int4 packs a row's elements in pairs (layout.h) */
+	if ((s->dtype == KVP_DTYPE_INT8 && s->head_dim % 4) ||
+	    (s->dtype == KVP_DTYPE_INT4 && s->head_dim % 2))
 		return -EINVAL;
 	/*
 	 * Each factor is below 2^32, so a run (block_tokens * head_dim * 4 + scales) is
@@ -93,16 +96,21 @@ int kvp_stage_init(struct kvp_kv_stage *st, const struct kvp_geom *g, uint32_t n
 	if (!n_blocks || !n_slots)
 		return -EINVAL;
 	st->slot_floats = (size_t)s->n_layers * s->n_kv_heads * s->block_tokens * s->head_dim;
+	/* int4 stages V too: the residual window is read at full precision */
+	if (s->dtype == KVP_DTYPE_INT4)
+		st->slot_floats *= 2;
 	st->data = calloc(n_slots, st->slot_floats * sizeof(float));
 	st->slot_of = malloc((size_t)n_blocks * sizeof(uint32_t));
 	st->owner = malloc((size_t)n_slots * sizeof(uint32_t));
-	if (!st->data || !st->slot_of || !st->owner) {
+	st->sealed = calloc(n_slots, sizeof(uint32_t));
+	if (!st->data || !st->slot_of || !st->owner || !st->sealed) {
 		kvp_stage_deinit(st);
 		return -ENOMEM;
 	}
 	memset(st->slot_of, 0xff, (size_t)n_blocks * sizeof(uint32_t));
 	memset(st->owner, 0xff, (size_t)n_slots * sizeof(uint32_t));
 	st->n_slots = n_slots;
+	st->window = s->dtype == KVP_DTYPE_INT4 ? KVP_KV_WINDOW_DEFAULT : 0;
 	return 0;
 }
 
@@ -111,6 +119,7 @@ void kvp_stage_deinit(struct kvp_kv_stage *st)
 	free(st->data);
 	free(st->slot_of);
 	free(st->owner);
+	free(st->sealed);
 	memset(st, 0, sizeof(*st));
 }
 
@@ -127,6 +136,7 @@ float *kvp_stage_take(struct kvp_kv_stage *st, uint32_t id)
 		if (st->owner[i] != KVP_STAGE_NONE)
 			continue;
 		st->owner[i] = id;
+		st->sealed[i] = 0;
 		st->slot_of[id] = i;
 		st->n_used++;
 		return st->data + (size_t)i * st->slot_floats;
@@ -156,5 +166,6 @@ int kvp_stage_copy(struct kvp_kv_stage *st, uint32_t from, uint32_t to)
 	if (!dst)
 		return -ENOSPC;
 	memcpy(dst, src, st->slot_floats * sizeof(float));
+	st->sealed[st->slot_of[to]] = st->sealed[st->slot_of[from]];
 	return 0;
 }

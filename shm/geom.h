@@ -67,7 +67,7 @@ size_t kvp_dtype_bytes(uint32_t dtype);
 const char *kvp_dtype_name(uint32_t dtype);
 
 /* The names kvp_dtype_parse() takes, for messages. */
-#define KVP_DTYPE_NAMES "f32, f16, bf16 or int8"
+#define KVP_DTYPE_NAMES "f32, f16, bf16, int8 or int4"
 
 /* kvp_dtype_parse() - *@out = the dtype named @name.  Return: 0, or -EINVAL. */
 int kvp_dtype_parse(const char *name, uint32_t *out);
@@ -87,6 +87,11 @@ static inline size_t kvp_geom_run_offset(const struct kvp_geom *g, uint32_t laye
 
 #define KVP_STAGE_NONE UINT32_MAX
 
+/* int4's residual window by default, tokens (KIVI's R; [pool] kv_window) */
+#define KVP_KV_WINDOW_DEFAULT 32u
+/* the largest window [pool] kv_window takes */
+#define KVP_KV_WINDOW_MAX 4096u
+
 /**
  * struct kvp_kv_stage - the keys of partial blocks, in f32, for the integer K/V types
  * @n_slots:   slots; a block being filled holds one until its last row is written
@@ -96,6 +101,11 @@ static inline size_t kvp_geom_run_offset(const struct kvp_geom *g, uint32_t laye
  * @slot_of:   per block id: its slot, or KVP_STAGE_NONE
  * @owner:     per slot: the block holding it, or KVP_STAGE_NONE (free)
  * @n_used:    slots held
+ * @sealed:    per slot: layers whose runs have been quantized (int4: a block filled
+ *             while shared is quantized once, by the first sequence to reach it)
+ * @window:    int4: the residual window, tokens ([pool] kv_window; kvp_stage_init()
+ *             sets KVP_KV_WINDOW_DEFAULT, the owner may change it before first use);
+ *             0 for int8
  *
  * K is quantized per channel over a block's tokens, so it can only be quantized once
  * the block is full.  Until then the rows written so far live here, at full precision;
@@ -104,6 +114,15 @@ static inline size_t kvp_geom_run_offset(const struct kvp_geom *g, uint32_t laye
  * when the call writes its last row, and gives the slot back at the end of that call.
  * The pool gives back the slot of a block freed before it filled, and copies it with
  * the block on copy-on-write.  Daemon memory only: a client never sees a partial block.
+ *
+ * int4 stages V as well, and keeps a block's slot past its last row: a block is
+ * quantized (sealed) once its sequence reaches @window tokens past its end, and until
+ * then every query reads it from here, at full precision (KIVI's residual window).
+ * Whether a query at position p reads block b quantized or from its slot is a function
+ * of the positions only - quantized iff (b + 1) * block_tokens + window <= p + 1 - so
+ * a prompt prefilled in chunks gives what one call gives; the slot is dropped at the
+ * end of the call that sealed the block.  A block with no slot left (a prefix hit's:
+ * only sealed blocks are published) is read quantized.
  */
 struct kvp_kv_stage {
 	uint32_t n_slots;
@@ -112,6 +131,8 @@ struct kvp_kv_stage {
 	uint32_t *slot_of;
 	uint32_t *owner;
 	uint32_t n_used;
+	uint32_t *sealed;
+	uint32_t window;
 };
 
 /**
@@ -149,6 +170,17 @@ static inline float *kvp_stage_row(const struct kvp_geom *g, float *slot, uint32
 {
 	return slot + (((size_t)layer * g->shape.n_kv_heads + head) * g->shape.block_tokens + row) *
 			      g->shape.head_dim;
+}
+
+/*
+ * kvp_stage_vrow() - int4: row @row of V (@layer, @head) in a slot, after all the K rows.
+ */
+static inline float *kvp_stage_vrow(const struct kvp_geom *g, float *slot, uint32_t layer,
+				    uint32_t head, uint32_t row)
+{
+	return kvp_stage_row(g, slot, layer, head, row) +
+	       (size_t)g->shape.n_layers * g->shape.n_kv_heads * g->shape.block_tokens *
+		       g->shape.head_dim;
 }
 
 /**

@@ -353,7 +353,7 @@ void kvp_index_stats(const struct kvp_index *idx, struct kvp_index_stats *st);
 
 /*
  * kvp_index_for_each_hash() - call @fn with the chain hash of every entry, in memory or
- * on disk only, in no particular order (the remote tier's chain summary, svc/routesum.c).
+ * on disk only, in no particular order (the remote tier's chain summary, svc/engine/routesum.c).
  * Return: entries visited.
  */
 uint64_t kvp_index_for_each_hash(const struct kvp_index *idx,

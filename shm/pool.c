@@ -649,6 +649,8 @@ int kvp_pool_new(struct kvp_pool **out, const struct kvp_pool_config *cfg)
 			       -ENOMEM;
 		if (r < 0)
 			goto err_free;
+		if (cfg->shape.dtype == KVP_DTYPE_INT4)
+			p->stage->window = cfg->kv_window;
 	}
 	p->n_arenas = cfg->numa ? kvp_numa_n_nodes(cfg->numa) : 1;
 	r = kvp_numa_split(p->n_blocks, p->n_arenas, ranges);

@@ -132,6 +132,7 @@ struct kvp_block {
  * @stage_slots: integer K/V types: partial blocks whose keys can be staged at once
  *               (shm/geom.h struct kvp_kv_stage; about one per running sequence plus
  *               one prefill chunk's blocks); 0: KVP_POOL_STAGE_SLOTS
+ * @kv_window:   int4: the residual window, tokens (struct kvp_kv_stage.window)
  */
 struct kvp_pool_config {
 	struct kvp_model_shape shape;
@@ -141,6 +142,7 @@ struct kvp_pool_config {
 	const char *name;
 	int no_prefault;
 	uint32_t stage_slots;
+	uint32_t kv_window;
 };
 
 #define KVP_POOL_STAGE_SLOTS 64u

@@ -33,6 +33,8 @@
 #include <unistd.h>
 
 #include "shm/geom.h"
+#include "util/fault.h"
+#include "util/samples.h"
 #include "util/time.h"
 
 #define NONE UINT32_MAX
@@ -98,8 +100,8 @@ struct kvp_tier {
 	struct kvp_tier_found *found;
 	uint32_t *found_tokens;
 	uint32_t n_found, cap_found;
-	uint64_t lat[KVP_TIER_LAT_SAMPLES];
-	uint32_t lat_n, lat_pos;
+	struct kvp_samples lat; /* reload latencies, ns (over lat_buf) */
+	double lat_buf[KVP_TIER_LAT_SAMPLES];
 	uint32_t debug_lose_reads; /* test hook: completed reads to spoil */
 	struct kvp_tier_stats st;
 	char err[320];
@@ -428,10 +430,7 @@ static int check_read(struct kvp_tier *t, struct tio *io)
 
 static void lat_sample(struct kvp_tier *t, uint64_t ns)
 {
-	t->lat[t->lat_pos] = ns;
-	t->lat_pos = (t->lat_pos + 1) % KVP_TIER_LAT_SAMPLES;
-	if (t->lat_n < KVP_TIER_LAT_SAMPLES)
-		t->lat_n++;
+	kvp_samples_add(&t->lat, (double)ns);
 }
 
 /* An operation's last part completed: account for it and fill @d (return 1), or, for a
@@ -513,6 +512,8 @@ static int reap_one(struct kvp_tier *t, const struct io_uring_cqe *cqe, struct k
 	io = &t->io[i];
 	if (!io->parts || io->gen != (uint32_t)(ud >> 32))
 		return 0; /* not ours (stale): nothing to do */
+	/* util/fault.h: a test's EIO or short transfer in place of the device's result */
+	res = KVP_FAULT_RES("tier.cqe", res);
 	if (res >= 0 && (uint32_t)res != io->len[part])
 		res = -EIO; /* short: the file shrank under us, or the device lied */
 	if (res < 0 && !io->res)
@@ -1137,6 +1138,7 @@ int kvp_tier_open(struct kvp_tier **out, const struct kvp_tier_config *cfg, stru
 	if (!t)
 		return -ENOMEM;
 	t->fd = -1;
+	kvp_samples_init(&t->lat, t->lat_buf, KVP_TIER_LAT_SAMPLES);
 	t->free_head = t->lru_head = t->lru_tail = t->io_free = NONE;
 	t->pool = pool;
 	t->flags = cfg->flags;
@@ -1418,27 +1420,21 @@ int kvp_tier_flush(struct kvp_tier *t)
 	return 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 void kvp_tier_stats(const struct kvp_tier *t, struct kvp_tier_stats *st)
 {
-	uint64_t lat[KVP_TIER_LAT_SAMPLES];
+	double lat[KVP_TIER_LAT_SAMPLES];
+	struct kvp_quantiles q;
+	uint32_t n;
 
 	*st = t->st;
 	st->bytes = t->st.blocks * t->lay.block_bytes;
 	st->in_flight = t->in_flight;
-	st->reload_samples = t->lat_n;
-	if (t->lat_n) {
-		memcpy(lat, t->lat, t->lat_n * sizeof(*lat));
-		qsort(lat, t->lat_n, sizeof(*lat), cmp_u64);
-		/* nearest rank */
-		st->reload_p50_ns = lat[(t->lat_n * 50 + 99) / 100 - 1];
-		st->reload_p99_ns = lat[(t->lat_n * 99 + 99) / 100 - 1];
+	n = kvp_samples_copy(&t->lat, lat);
+	st->reload_samples = n;
+	if (n) {
+		kvp_quantiles_of(lat, n, &q);
+		st->reload_p50_ns = (uint64_t)q.p50; /* whole ns: exact in a double */
+		st->reload_p99_ns = (uint64_t)q.p99;
 	}
 }
 

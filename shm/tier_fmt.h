@@ -41,7 +41,8 @@
 
 #define KVP_TIER_MAGIC 0x315245495450564bull	 /* "KVPTIER1" little-endian */
 #define KVP_TIER_BLK_MAGIC 0x314b4c4250564b00ull /* "\0KVPBLK1": never all-ASCII text */
-#define KVP_TIER_VERSION 1u
+/* 2: the int8 K/V layout's revision 2 (kvpool/layout.h): a file of 1 is reset, not misread */
+#define KVP_TIER_VERSION 2u
 
 #define KVP_TIER_ALIGN 4096u	   /* every offset and length */
 #define KVP_TIER_FILE_REGION 4096u /* bytes reserved for the file header */

@@ -24,10 +24,11 @@
 #include "compute/model.h"
 #include "kvpool/layout.h"
 #include "kvpool/proto.h"
-#include "svc/log.h"
-#include "svc/sched.h"
+#include "util/log.h"
+#include "svc/engine/engine.h"
 #include "util/errmsg.h"
 #include "util/ini.h"
+#include "util/keytab.h"
 #include "util/parse.h"
 
 enum key_type {
@@ -36,7 +37,7 @@ enum key_type {
 	T_U32,	   /* [min, max] */
 	T_SIZE,	   /* bytes with suffix, [min, max] */
 	T_HUGE,	   /* auto|require|off */
-	T_DTYPE,   /* f32|f16|bf16|int8 */
+	T_DTYPE,   /* f32|f16|bf16|int8|int4 */
 	T_LEVEL,   /* log level */
 	T_BOOL,	   /* yes/no, true/false, on/off, 1/0 */
 	T_WEIGHTS, /* copy|map: enum kvp_model_weights */
@@ -103,8 +104,11 @@ static const struct key_def keys[] = {
 	{ "pool", "huge_pages", "huge-pages", T_HUGE, OFF(huge_pages), 0, 0, 0,
 	  "auto: 2 MiB pages if reserved, else THP, else 4 KiB; require: fail without; off" },
 	{ "pool", "kv_dtype", "kv-dtype", T_DTYPE, OFF(kv_dtype), 0, 0, 0,
-	  "element type of stored K/V: f32|f16|bf16|int8 (--kv-type, kvpool-run's name, is\n"
-	  "an alias)" },
+	  "element type of stored K/V: f32|f16|bf16|int8|int4 (--kv-type, kvpool-run's name,\n"
+	  "is an alias)" },
+	{ "pool", "kv_window", "kv-window", T_U32, OFF(kv_window), 0, 0, KVP_KV_WINDOW_MAX,
+	  "int4: the residual window, the most recent tokens of each sequence kept at full\n"
+	  "precision (KIVI's R); a block is quantized when it slides out" },
 	{ "server", "socket", "socket", T_PATH, OFF(socket_path), CAP(socket_path), 0, 0,
 	  "request socket" },
 	{ "server", "status_socket", "status-socket", T_PATH, OFF(status_path), CAP(status_path), 0,
@@ -142,6 +146,9 @@ static const struct key_def keys[] = {
 	  "token, more than any text that can fit" },
 	{ "limits", "max_new_tokens", "max-new-tokens", T_U32, OFF(max_new_tokens), 0, 1, 1u << 20,
 	  "tokens one request may generate" },
+	{ "limits", "context_tokens", "context-tokens", T_U32, OFF(context_tokens), 0, 0, 16u << 20,
+	  "longest sequence (prompt + max_new_tokens) one request may ask for; 0: the\n"
+	  "model's context_length (a larger value runs positions the model was not trained on)" },
 	{ "scheduler", "max_running", "max-running", T_U32, OFF(max_running), 0, 1, 4096,
 	  "sequences decoded together" },
 	{ "scheduler", "max_queued", "max-queued", T_U32, OFF(max_queued), 0, 1, 1u << 20,
@@ -295,10 +302,8 @@ static const char *const huge_names[] = {
 	[KVP_HUGE_OFF] = "off",
 };
 static const char *const dtype_names[] = {
-	[KVP_DTYPE_F32] = "f32",
-	[KVP_DTYPE_F16] = "f16",
-	[KVP_DTYPE_BF16] = "bf16",
-	[KVP_DTYPE_INT8] = "int8",
+	[KVP_DTYPE_F32] = "f32",   [KVP_DTYPE_F16] = "f16",   [KVP_DTYPE_BF16] = "bf16",
+	[KVP_DTYPE_INT8] = "int8", [KVP_DTYPE_INT4] = "int4",
 };
 static_assert(sizeof(dtype_names) / sizeof(dtype_names[0]) == KVP_DTYPE__COUNT, "all dtypes");
 static const char *const weights_names[] = {
@@ -332,6 +337,7 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->block_tokens = 16;
 	c->huge_pages = KVP_HUGE_AUTO;
 	c->kv_dtype = KVP_DTYPE_F16; /* as llama.cpp's cache: half of f32's bytes per token */
+	c->kv_window = KVP_KV_WINDOW_DEFAULT;
 	strcpy(c->socket_path, "/run/kvpool/kvpool.sock");
 	strcpy(c->status_path, "/run/kvpool/status.sock");
 	c->status_path_auto = true;
@@ -363,19 +369,6 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->remote.summary_period_s = 30;
 }
 
-static int lookup_name(const char *const *names, size_t n, const char *s, uint32_t *out)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		if (names[i] && !strcasecmp(s, names[i])) {
-			*out = (uint32_t)i;
-			return 0;
-		}
-	}
-	return -EINVAL;
-}
-
 static const struct key_def *find_key(const char *section, const char *key)
 {
 	size_t i;
@@ -386,115 +379,68 @@ static const struct key_def *find_key(const char *section, const char *key)
 	return NULL;
 }
 
-/* Parse @value as @k's type into @field; on error write "why" (without the key) to @err. */
-static int apply_field(char *field, const struct key_def *k, const char *value, char *err,
-		       size_t cap)
+/* How util/keytab.h reads and shows @k's values (T_DOMMODE is this file's own). */
+static struct kvp_key value_type(const struct key_def *k)
 {
-	uint64_t v;
-	uint32_t e;
-	int prio;
-	int r;
+	struct kvp_key t = { .min = k->min, .max = k->max, .cap = k->cap };
 
 	switch (k->type) {
 	case T_PATH:
 	case T_NAME:
-		if (strlen(value) >= k->cap) {
-			kvp_errmsg(err, cap, "too long (at most %zu bytes)", k->cap - 1);
-			return -EINVAL;
-		}
-		strcpy(field, value);
-		return 0;
+		t.type = KVP_KEY_STR;
+		break;
 	case T_U32:
+		t.type = KVP_KEY_U32;
+		break;
 	case T_SIZE:
-		r = k->type == T_U32 ? kvp_parse_u64(value, 0, UINT64_MAX, &v) :
-				       kvp_parse_size(value, &v);
-		if (r < 0) {
-			kvp_errmsg(
-				err, cap,
-				k->type == T_U32 ?
-					"'%s' is not a whole number" :
-					"'%s' is not a size (a number with an optional K, M, G or T suffix)",
-				value);
-			return -EINVAL;
-		}
-		if (v < k->min || v > k->max) {
-			kvp_errmsg(err, cap, "%s is out of range [%llu, %llu]", value,
-				   (unsigned long long)k->min, (unsigned long long)k->max);
-			return -EINVAL;
-		}
-		if (k->cap == sizeof(uint64_t))
-			*(uint64_t *)field = v;
-		else
-			*(uint32_t *)field = (uint32_t)v;
-		return 0;
+		t.type = KVP_KEY_SIZE;
+		break;
+	case T_BOOL:
+		t.type = KVP_KEY_BOOL;
+		break;
+	case T_LEVEL:
+		t.type = KVP_KEY_LEVEL;
+		break;
 	case T_HUGE:
-		if (lookup_name(huge_names, 3, value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of auto, require, off", value);
-			return -EINVAL;
-		}
-		*(uint32_t *)field = e;
-		return 0;
+		t = (struct kvp_key){ KVP_KEY_ENUM, .names = huge_names, .n_names = 3 };
+		break;
 	case T_DTYPE:
-		if (lookup_name(dtype_names, KVP_DTYPE__COUNT, value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of f32, f16, bf16, int8", value);
-			return -EINVAL;
-		}
-		*(uint32_t *)field = e;
-		return 0;
+		t = (struct kvp_key){ KVP_KEY_ENUM, .names = dtype_names,
+				      .n_names = KVP_DTYPE__COUNT };
+		break;
 	case T_WEIGHTS:
 		/* index 0 (KVP_MODEL_WEIGHTS_DEFAULT) has no name: never stored */
-		if (lookup_name(weights_names, 3, value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of copy, map", value);
-			return -EINVAL;
-		}
-		*(uint32_t *)field = e;
-		return 0;
+		t = (struct kvp_key){ KVP_KEY_ENUM, .names = weights_names, .n_names = 3,
+				      .words = "copy, map" };
+		break;
 	case T_POLICY:
-		if (lookup_name(policy_names, 2, value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of fair, fifo", value);
-			return -EINVAL;
-		}
-		*(uint32_t *)field = e;
-		return 0;
-	case T_DOMMODE:
-		if (kvp_domains_mode_parse(value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of per-uid, groups, single", value);
-			return -EINVAL;
-		}
-		*(uint32_t *)field = e;
-		return 0;
+		t = (struct kvp_key){ KVP_KEY_ENUM, .names = policy_names, .n_names = 2 };
+		break;
 	case T_EVICT:
-		if (lookup_name(evict_names, KVP_EVICT__COUNT, value, &e) < 0) {
-			kvp_errmsg(err, cap, "'%s' is not one of lru, lfu, priority", value);
-			return -EINVAL;
-		}
-		*(uint32_t *)field = e;
-		return 0;
-	case T_BOOL:
-		if (!strcasecmp(value, "yes") || !strcasecmp(value, "true") ||
-		    !strcasecmp(value, "on") || !strcmp(value, "1")) {
-			*(bool *)field = true;
-		} else if (!strcasecmp(value, "no") || !strcasecmp(value, "false") ||
-			   !strcasecmp(value, "off") || !strcmp(value, "0")) {
-			*(bool *)field = false;
-		} else {
-			kvp_errmsg(err, cap, "'%s' is not a boolean (yes, no, true, false, 1, 0)",
-				   value);
-			return -EINVAL;
-		}
-		return 0;
-	case T_LEVEL:
-		if (kvp_log_level_parse(value, &prio) < 0) {
-			kvp_errmsg(err, cap,
-				   "'%s' is not a log level (err, warning, notice, info, "
-				   "debug or 0..7)",
-				   value);
-			return -EINVAL;
-		}
-		*(int *)field = prio;
-		return 0;
+		t = (struct kvp_key){ KVP_KEY_ENUM, .names = evict_names,
+				      .n_names = KVP_EVICT__COUNT };
+		break;
+	case T_DOMMODE:
+		break;
 	}
-	return -EINVAL;
+	return t;
+}
+
+/* Parse @value as @k's type into @field; on error write "why" (without the key) to @err. */
+static int apply_field(char *field, const struct key_def *k, const char *value, char *err,
+		       size_t cap)
+{
+	struct kvp_key t = value_type(k);
+	uint32_t e;
+
+	if (k->type != T_DOMMODE)
+		return kvp_key_parse(&t, field, value, err, cap);
+	if (kvp_domains_mode_parse(value, &e) < 0) {
+		kvp_errmsg(err, cap, "'%s' is not one of per-uid, groups, single", value);
+		return -EINVAL;
+	}
+	*(uint32_t *)field = e;
+	return 0;
 }
 
 /* Apply @value to @k of @c; on error write "why" (without the key name) to @err. */
@@ -960,53 +906,12 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap)
 
 static void field_text(const char *field, const struct key_def *k, char *buf, size_t cap)
 {
-	uint64_t v;
+	struct kvp_key t = value_type(k);
 
-	switch (k->type) {
-	case T_PATH:
-	case T_NAME:
-		snprintf(buf, cap, "%s", field);
-		return;
-	case T_U32:
-		snprintf(buf, cap, "%u", *(const uint32_t *)field);
-		return;
-	case T_SIZE:
-		v = k->cap == sizeof(uint64_t) ? *(const uint64_t *)field :
-						 *(const uint32_t *)field;
-		if (v && !(v & ((1ull << 30) - 1)))
-			snprintf(buf, cap, "%lluG", (unsigned long long)(v >> 30));
-		else if (v && !(v & ((1ull << 20) - 1)))
-			snprintf(buf, cap, "%lluM", (unsigned long long)(v >> 20));
-		else if (v && !(v & ((1ull << 10) - 1)))
-			snprintf(buf, cap, "%lluK", (unsigned long long)(v >> 10));
-		else
-			snprintf(buf, cap, "%llu", (unsigned long long)v);
-		return;
-	case T_HUGE:
-		snprintf(buf, cap, "%s", huge_names[*(const uint32_t *)field]);
-		return;
-	case T_DTYPE:
-		snprintf(buf, cap, "%s", dtype_names[*(const uint32_t *)field]);
-		return;
-	case T_LEVEL:
-		snprintf(buf, cap, "%s", kvp_log_level_name(*(const int *)field));
-		return;
-	case T_BOOL:
-		snprintf(buf, cap, "%s", *(const bool *)field ? "yes" : "no");
-		return;
-	case T_WEIGHTS:
-		snprintf(buf, cap, "%s", weights_names[*(const uint32_t *)field]);
-		return;
-	case T_POLICY:
-		snprintf(buf, cap, "%s", policy_names[*(const uint32_t *)field]);
-		return;
-	case T_DOMMODE:
+	if (k->type == T_DOMMODE)
 		snprintf(buf, cap, "%s", kvp_domains_mode_name(*(const uint32_t *)field));
-		return;
-	case T_EVICT:
-		snprintf(buf, cap, "%s", evict_names[*(const uint32_t *)field]);
-		return;
-	}
+	else
+		kvp_key_text(&t, field, buf, cap);
 }
 
 static void value_text(const struct kvp_config *c, const struct key_def *k, char *buf, size_t cap)

@@ -20,8 +20,9 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "svc/cachecfg.h"
 #include "svc/domcfg.h"
-#include "svc/cachepol.h"
+#include "svc/engine/cachepol.h"
 
 #define KVP_CONFIG_DEFAULT_PATH "/etc/kvpool/kvpoold.conf"
 #define KVP_CONFIG_SOCK_MAX 108 /* sizeof(sun_path), NUL included */
@@ -58,6 +59,7 @@ enum kvp_huge_pages {
  * @block_tokens:       tokens per KV block
  * @huge_pages:         enum kvp_huge_pages
  * @kv_dtype:           enum kvp_dtype of stored K/V
+ * @kv_window:          int4: tokens of each sequence kept at full precision
  * [server]
  * @socket_path, @status_path: Unix socket paths (status "" = no status socket)
  * @status_path_auto:   status_socket was not set: it is status.sock in the request
@@ -77,6 +79,8 @@ enum kvp_huge_pages {
  * @max_text_bytes:     text bytes in one request (a CHAT's messages together); 0: from the
  *                      vocabulary (kvp_daemon: 4 x max_prompt_tokens x its longest token)
  * @max_new_tokens:     generated tokens one request may ask for
+ * @context_tokens:     prompt + max_new_tokens of one request at most; 0: the model's
+ *                      context_length
  * [scheduler]
  * @max_running:        sequences decoded together (batch size bound)
  * @max_queued:         requests waiting for admission before BUSY is answered
@@ -84,7 +88,7 @@ enum kvp_huge_pages {
  * @ignore_eos:         never stop at end-of-generation tokens: every request
  *                      generates max_new_tokens
  * @test_eog_after:     tests only (0 = off): end every reply after this many tokens by
- *                      raising the end-of-generation ids' logits (svc/sched.h)
+ *                      raising the end-of-generation ids' logits (svc/engine/engine.h)
  * @policy:             enum kvp_sched_policy: fair (default) or fifo (the first policy)
  * @step_target_ms:     fair: engine step time aimed at while sequences decode (0: auto)
  * @prefill_step_ms:    fair: longest prefill step while nobody decodes (0: auto)
@@ -110,7 +114,7 @@ enum kvp_huge_pages {
  * @remote:             url, user, password_file, start_wait_ms; the tier's own keys as
  *                      text ("" = its default), checked by kvp_remote_config_set();
  *                      summary_period_s and host_id of the chain summaries
- *                      (svc/routesum.h)
+ *                      (svc/engine/routesum.h)
  * (flags only)
  * @foreground:         plain log lines for a terminal instead of <N> prefixes
  * @config_path:        the file that was read ("" when none)
@@ -131,6 +135,7 @@ struct kvp_config {
 	uint32_t block_tokens;
 	uint32_t huge_pages;
 	uint32_t kv_dtype;
+	uint32_t kv_window;
 
 	char socket_path[KVP_CONFIG_SOCK_MAX];
 	char status_path[KVP_CONFIG_SOCK_MAX];
@@ -149,6 +154,7 @@ struct kvp_config {
 	uint32_t max_prompt_tokens;
 	uint32_t max_text_bytes;
 	uint32_t max_new_tokens;
+	uint32_t context_tokens;
 
 	uint32_t max_running;
 	uint32_t max_queued;
@@ -293,18 +299,6 @@ int kvp_config_check(const struct kvp_config *c, char *err, size_t cap);
  */
 int kvp_config_get(const struct kvp_config *c, const char *section, const char *key, char *buf,
 		   size_t cap);
-
-/**
- * kvp_config_cache_key() - parse [cache] key @key into @p, with the bounds and words of
- * [cache] itself (a [domain NAME] section overrides these keys, svc/domcfg.c)
- * @err: out; "why" without the section and key
- * Return: 0; -ENOENT when @key is not a [cache] key; -EINVAL for a bad value.
- */
-int kvp_config_cache_key(struct kvp_cache_policy *p, const char *key, const char *value, char *err,
-			 size_t cap);
-
-/* [cache] key @key of @p as text, as --check-config prints it.  Return: 0, or -ENOENT. */
-int kvp_config_cache_text(const struct kvp_cache_policy *p, const char *key, char *buf, size_t cap);
 
 /* --help text, generated from the key table, with the defaults. */
 void kvp_config_usage(FILE *f);

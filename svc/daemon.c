@@ -5,7 +5,7 @@
  *
  *	svc/domain.c    trust domains and what each owns: pool, prefix index, client fd
  *	svc/demo.c      the built-in demo model, written once into state_dir
- *	svc/sched.c     the engine thread
+ *	svc/engine/engine.c     the engine thread
  *	svc/requests.c  the loop thread's side of requests (ipc/ callbacks, engine events)
  *	svc/conns.c     the connections that said HELLO
  *	svc/stats.c     the status report's figures
@@ -55,14 +55,14 @@
 #include "shm/remote/remote.h"
 #include "svc/demo.h"
 #include "svc/domain.h"
-#include "svc/log.h"
+#include "util/log.h"
 #include "svc/memguard.h"
-#include "svc/notify.h"
+#include "util/notify.h"
 #include "svc/preflight.h"
 #include "svc/reclaim.h"
 #include "svc/remotecfg.h"
 #include "svc/requests.h"
-#include "svc/sched.h"
+#include "svc/engine/engine.h"
 #include "svc/stats.h"
 #include "svc/watchdog.h"
 #include "util/time.h"
@@ -331,6 +331,13 @@ static int startup_checks(struct kvp_daemon *d)
 	return 0;
 }
 
+/* The longest sequence a request may ask for: limits.context_tokens, else the model's. */
+static uint32_t model_context(const struct kvp_daemon *d)
+{
+	return d->cfg.context_tokens ? d->cfg.context_tokens :
+				       kvp_model_hparams(d->model)->n_ctx_train;
+}
+
 /* The model's part of every domain's WELCOME, then each domain's pool layout. */
 static void set_welcomes(struct kvp_daemon *d)
 {
@@ -341,6 +348,8 @@ static void set_welcomes(struct kvp_daemon *d)
 
 	base.n_vocab = kvp_model_hparams(d->model)->n_vocab;
 	base.n_ctx = d->cfg.max_prompt_tokens + d->cfg.max_new_tokens;
+	if (base.n_ctx > model_context(d))
+		base.n_ctx = model_context(d);
 	base.bos_id = bos >= 0 ? (uint32_t)bos : UINT32_MAX;
 	base.eos_id = eos >= 0 ? (uint32_t)eos : UINT32_MAX;
 	base.max_new_tokens = d->cfg.max_new_tokens;
@@ -607,6 +616,7 @@ static int make_server(struct kvp_daemon *d)
 	d->req.tmpl = d->have_tmpl ? &d->tmpl : NULL;
 	d->req.tmpl_err = d->tmpl_err;
 	d->req.max_prompt_tokens = d->cfg.max_prompt_tokens;
+	d->req.n_ctx = model_context(d);
 	d->req.max_reqs_per_conn = d->cfg.max_reqs_per_conn;
 	d->req.lease_max_per_conn = d->cfg.lease_max_per_conn;
 	d->req.lease_max_ms = d->cfg.lease_max_ms;

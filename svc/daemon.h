@@ -2,7 +2,7 @@
 /*
  * daemon.h - struct kvp_daemon owns everything kvpoold runs: the model and tokenizer,
  * the NUMA topology, the pool and prefix index of each trust domain, the engine
- * (sched.h), the request/status server (ipc/server.h), sd_notify and the watchdog.
+ * (svc/engine/engine.h), the request/status server (ipc/server.h), sd_notify and the watchdog.
  *
  * Lifecycle: kvp_daemon_new() builds it all in order and binds the sockets (and on a
  * failure undoes what it built); kvp_daemon_run() sends READY=1, serves until
@@ -10,7 +10,7 @@
  * is just these three calls.
  *
  * Thread: the main thread builds and frees it and then becomes the loop thread; the
- * engine thread runs inside sched.c.
+ * engine thread runs inside svc/engine/.
  */
 #ifndef KVP_SVC_DAEMON_H
 #define KVP_SVC_DAEMON_H

@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "compute/mkmodel.h"
-#include "svc/log.h"
-#include "svc/notify.h"
+#include "util/log.h"
+#include "util/notify.h"
 #include "util/fs.h"
 #include "util/time.h"
 

@@ -25,8 +25,8 @@
 #include "shm/tier.h"
 #include "svc/config.h"
 #include "svc/domcfg.h"
-#include "svc/log.h"
-#include "svc/notify.h"
+#include "util/log.h"
+#include "util/notify.h"
 #include "util/time.h"
 
 void kvp_domains_init_default(struct kvp_domains *d)
@@ -397,6 +397,16 @@ int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m, const str
 	 * step's prefill chunk over its parts, two more per part at the edges).
 	 */
 	pc.stage_slots = 3 * cfg->max_running + cfg->prefill_chunk_tokens / cfg->block_tokens + 4;
+	/*
+	 * int4: K and V of every block of a sequence's residual window stay staged (at most
+	 * ceil(window / block) full blocks and the partial one), a step's chunk on top.
+	 */
+	if (cfg->kv_dtype == KVP_DTYPE_INT4) {
+		pc.kv_window = cfg->kv_window;
+		pc.stage_slots = ((cfg->kv_window + cfg->block_tokens - 1) / cfg->block_tokens +
+				  3) * cfg->max_running +
+				 cfg->prefill_chunk_tokens / cfg->block_tokens + 4;
+	}
 	kvp_notify_status(notify, "pre-faulting the %llu MiB pool",
 			  (unsigned long long)(n_blocks * g.block_stride >> 20));
 	t0 = kvp_now_ns();

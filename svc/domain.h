@@ -4,7 +4,7 @@
  *
  * A trust domain is decided from the peer's SO_PEERCRED credentials only, never from a
  * request field.  Each domain owns its pool segment (its own sealed memfd), its index,
- * its disk tier file, its engine (svc/sched.h) and the sealed read-only fd its clients
+ * its disk tier file, its engine (svc/engine/engine.h) and the sealed read-only fd its clients
  * get in WELCOME, so a client can never map another domain's K/V, see its hits, or
  * evict its blocks.  domains.mode (svc/domcfg.h) fills the table:
  *
@@ -21,7 +21,7 @@
  * into the hole) by the loop thread, which alone reads the table while serving.  A
  * domain's name, fd and welcome are read-only once it is opened; @requests, @n_conns and
  * @idle_since_ns are the loop thread's; its pool, index and tier belong to its engine's
- * thread while that runs (svc/sched.h).
+ * thread while that runs (svc/engine/engine.h).
  */
 #ifndef KVP_SVC_DOMAIN_H
 #define KVP_SVC_DOMAIN_H
@@ -32,7 +32,7 @@
 #include <sys/types.h>
 
 #include "kvpool/proto.h"
-#include "svc/cachepol.h"
+#include "svc/engine/cachepol.h"
 
 struct kvp_config;
 struct kvp_domains;

@@ -18,7 +18,7 @@
 #include <strings.h>
 
 #include "kvpool/proto.h"
-#include "svc/config.h"
+#include "svc/cachecfg.h"
 #include "util/errmsg.h"
 #include "util/parse.h"
 

@@ -31,7 +31,7 @@
 #include <limits.h>
 #include <stdio.h>
 
-#include "svc/cachepol.h"
+#include "svc/engine/cachepol.h"
 
 #define KVP_DOMCFG_MAX 16	/* [domain NAME] sections */
 #define KVP_DOMCFG_NAME_MAX 24	/* a domain's name, NUL included */

@@ -16,7 +16,7 @@
 #include "svc/config.h"
 #include "svc/daemon.h"
 #include "svc/domain.h"
-#include "svc/log.h"
+#include "util/log.h"
 #include "svc/remotecfg.h"
 
 #ifndef KVP_VERSION

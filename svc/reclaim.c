@@ -23,8 +23,8 @@
 #include "svc/conns.h"
 #include "svc/domain.h"
 #include "svc/domcfg.h"
-#include "svc/log.h"
-#include "svc/sched.h"
+#include "util/log.h"
+#include "svc/engine/engine.h"
 #include "util/time.h"
 
 /* Free domain @i's engine and memory, keep its tier file, and give its slot back. */

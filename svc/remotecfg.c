@@ -16,7 +16,7 @@
 #include "shm/remote/remote.h"
 #include "svc/config.h"
 #include "svc/domain.h"
-#include "svc/log.h"
+#include "util/log.h"
 #include "util/errmsg.h"
 #include "util/time.h"
 

@@ -3,7 +3,7 @@
  * remotecfg.h - the daemon's remote tier: the [remote] settings mapped onto the tier's
  * (shm/remote/config.h), the trust domains mapped onto the tier's domains and ACL users,
  * and the start-up (process-wide malloc thresholds, the tier made, its first answer
- * waited for and logged).  The engine's use of it is svc/remoting.c.
+ * waited for and logged).  The engine's use of it is svc/engine/remoting.c.
  *
  * Domains.  Each daemon trust domain (svc/domain.h) is one remote domain of the same name
  * (keys `kvp1:NAME:...`) with its own ACL user and password: kvp_remotecfg_domain() is

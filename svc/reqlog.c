@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "svc/log.h"
+#include "util/log.h"
 
 struct kvp_reqlog_slot {
 	uint64_t conn;

@@ -23,7 +23,7 @@
 #include <sys/types.h>
 
 #include "kvpool/proto.h"
-#include "svc/hist.h"
+#include "util/hist.h"
 
 /* The histograms of the status report, by what they measure. */
 enum kvp_lat {

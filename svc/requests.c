@@ -26,8 +26,9 @@
 #include "compute/text/chat.h"
 #include "compute/text/tokenizer.h"
 #include "svc/domain.h"
-#include "svc/log.h"
-#include "svc/sched.h"
+#include "util/log.h"
+#include "svc/engine/engine.h"
+#include "svc/engine/sampling.h"
 #include "svc/textwork.h"
 #include "util/time.h"
 
@@ -66,8 +67,9 @@ struct text_job {
 	uint32_t text_len;
 	struct kvp_chat_template tmpl;
 	struct kvp_convo cv;
-	bool want_bp;		     /* CHAT: map message breakpoints (into @cc_tok) */
-	struct kvp_cache_ctl cc_tok; /* their TTLs resolved on the loop, positions here */
+	bool want_bp;			 /* CHAT: map message breakpoints (into @cc_tok) */
+	struct kvp_cache_ctl cc_tok;	 /* their TTLs resolved on the loop, positions here */
+	struct kvp_sched_sampling *samp; /* GENERATE, CHAT: the sampling section (owned) */
 	/* the worker's answer */
 	int r; /* 0, or -errno of the tokenizer or the template */
 	int32_t *tokens;
@@ -91,8 +93,13 @@ int kvp_requests_init(struct kvp_requests *q)
 	q->text_buf = malloc((size_t)EVENT_BATCH * KVP_SCHED_EV_TEXT);
 	if (!q->text_buf)
 		goto err_tok_buf;
+	q->lp_buf = malloc((size_t)EVENT_BATCH * (1 + KVP_TOP_LOGPROBS_MAX) * sizeof(*q->lp_buf));
+	if (!q->lp_buf)
+		goto err_text_buf;
 	return 0;
 
+err_text_buf:
+	free(q->text_buf);
 err_tok_buf:
 	free(q->tok_buf);
 err_evbuf:
@@ -133,9 +140,11 @@ void kvp_requests_deinit(struct kvp_requests *q)
 	kvp_requests_stop_text(q);
 	kvp_conns_deinit(&q->conns);
 	kvp_reqlog_deinit(&q->log);
+	free(q->lp_buf);
 	free(q->text_buf);
 	free(q->tok_buf);
 	free(q->evbuf);
+	q->lp_buf = NULL;
 	q->text_buf = NULL;
 	q->tok_buf = NULL;
 	q->evbuf = NULL;
@@ -247,6 +256,8 @@ static int submit(struct kvp_requests *q, struct kvp_conn_rec *c, struct kvp_sch
 	}
 	free(r->tokens);
 	r->tokens = NULL;
+	kvp_sched_sampling_free(r->samp);
+	r->samp = NULL;
 	return reject(q, r->conn, r->req_id, submit_status(st));
 }
 
@@ -278,10 +289,66 @@ static int take_cache_ctl(struct kvp_requests *q, kvp_conn_id conn, uint64_t req
 	if (cc->n_breakpoints && cc->breakpoints[cc->n_breakpoints - 1] > r->n_tokens) {
 		free(r->tokens);
 		r->tokens = NULL;
+		kvp_sched_sampling_free(r->samp);
+		r->samp = NULL;
 		return refuse(q, conn, req_id, KVP_E_INVALID,
 			      "a cache breakpoint lies past the end of the prompt");
 	}
 	return KVP_OK;
+}
+
+/*
+ * The sampling section of the frame being handled (kvp_server_sampling()) into *@out
+ * (NULL: none).  Return: true to go on; false when the request was answered (a bias id
+ * past the vocabulary, a schema that does not compile: refused in words), *@st then
+ * being what the op returns.
+ */
+static bool take_sampling(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
+			  struct kvp_sched_sampling **out, int *st)
+{
+	const struct kvp_proto_sampling *ps = kvp_server_sampling(q->srv);
+	char why[400] = "";
+	int r;
+
+	*out = NULL;
+	if (!ps)
+		return true;
+	r = kvp_sched_sampling_new(out, &ps->hdr, ps->bias, ps->schema,
+				   q->tok ? kvp_tokenizer_n_vocab(q->tok) : UINT32_MAX, why,
+				   sizeof(why));
+	if (!r)
+		return true;
+	*st = r == -EINVAL ? refuse(q, conn, req_id, KVP_E_INVALID, why) :
+			     reject(q, conn, req_id, KVP_E_INTERNAL);
+	return false;
+}
+
+/*
+ * The prompt of @r (@n_tokens ids) and its max_new within the context: with @fit,
+ * max_new is lowered to what is left.  Return: KVP_OK, or what refuse() returned (the
+ * tokens are freed) when the prompt leaves no room, or leaves less than max_new without
+ * @fit.
+ */
+static int fit_context(struct kvp_requests *q, struct kvp_sched_req *r, bool fit)
+{
+	uint64_t want = (uint64_t)r->n_tokens + r->max_new;
+	char msg[200];
+
+	if (!q->n_ctx || want <= q->n_ctx)
+		return KVP_OK;
+	if (fit && r->n_tokens < q->n_ctx) {
+		r->max_new = q->n_ctx - r->n_tokens;
+		return KVP_OK;
+	}
+	/* "context: N + M > C": the front reads the three numbers back out (docs/protocol.md) */
+	snprintf(msg, sizeof(msg),
+		 "context: %u + %u > %u: the prompt (%u tokens) and max_new_tokens (%u) exceed the "
+		 "model's context length (%u tokens)",
+		 r->n_tokens, fit ? 1 : r->max_new, q->n_ctx, r->n_tokens, fit ? 1 : r->max_new,
+		 q->n_ctx);
+	free(r->tokens);
+	r->tokens = NULL;
+	return refuse(q, r->conn, r->req_id, KVP_E_LIMIT, msg);
 }
 
 static int text_push(struct kvp_requests *q, struct text_job *j);
@@ -306,6 +373,9 @@ static int generate_submit(struct kvp_requests *q, struct kvp_conn_rec *c,
 	};
 	r->salt_len = g->salt_len;
 	memcpy(r->salt, g->salt, g->salt_len);
+	st = fit_context(q, r, g->flags & KVP_GEN_FIT_CONTEXT);
+	if (!r->tokens)
+		return st;
 	st = take_cache_ctl(q, r->conn, r->req_id, cc, r);
 	if (!r->tokens)
 		return st;
@@ -318,18 +388,25 @@ static int generate(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 {
 	struct kvp_sched_req r = { .conn = conn, .req_id = req_id, .t_recv_ns = kvp_now_ns() };
 	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
+	struct kvp_sched_sampling *ss;
 	struct text_job *j;
+	int st;
 
 	if (!c)
 		return KVP_E_INTERNAL; /* ipc/ only passes GENERATE after a HELLO we took */
 	/* ipc/ keeps at most max_reqs_per_conn ids, each once, in flight */
 	assert(c->in_flight < q->max_reqs_per_conn);
+	if (!take_sampling(q, conn, req_id, &ss, &st))
+		return st;
 
 	if (g->flags & KVP_GEN_TEXT) {
 		/* tokenized by the text worker; text_done() goes on from generate_submit() */
 		j = text_job_new(q, TEXT_GENERATE, conn, req_id, g->text_bytes);
-		if (!j)
+		if (!j) {
+			kvp_sched_sampling_free(ss);
 			return reject(q, conn, req_id, KVP_E_INTERNAL);
+		}
+		j->samp = ss;
 		j->u.g = *g;
 		if (cc) {
 			j->cc = *cc;
@@ -342,10 +419,13 @@ static int generate(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 		return text_push(q, j);
 	}
 	r.tokens = malloc((size_t)g->n_tokens * sizeof(int32_t));
-	if (!r.tokens)
+	if (!r.tokens) {
+		kvp_sched_sampling_free(ss);
 		return reject(q, conn, req_id, KVP_E_INTERNAL);
+	}
 	memcpy(r.tokens, tokens, (size_t)g->n_tokens * sizeof(int32_t));
 	r.n_tokens = g->n_tokens;
+	r.samp = ss;
 	return generate_submit(q, c, g, cc, &r);
 }
 
@@ -531,8 +611,13 @@ static int op_tokenize(void *ctx, kvp_conn_id conn, uint64_t req_id, const struc
 		j->tok_flags |= KVP_TOK_PARSE_SPECIAL;
 	if (t->flags & KVP_TOKENIZE_NO_BOS)
 		j->tok_flags |= KVP_TOK_NO_ADD_SPECIAL;
-	/* no vocabulary needs 3 ids a byte + 4 (the text is at most max_prompt_tokens bytes) */
-	j->max_ids = 3 * t->text_bytes + 4;
+	/*
+	 * no vocabulary needs 3 ids a byte + 4; more than max_prompt_tokens ids is a prompt
+	 * no request could be given (-E2BIG: KVP_E_LIMIT), as vLLM refuses one past the model
+	 */
+	j->max_ids = 3 * (uint64_t)t->text_bytes + 4 < q->max_prompt_tokens ?
+			     3 * t->text_bytes + 4 :
+			     q->max_prompt_tokens;
 	j->text_len = t->text_bytes;
 	memcpy(j->buf, text, t->text_bytes);
 	return text_push(q, j);
@@ -613,6 +698,7 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 	struct text_job *j;
 	char err[512] = "";
 	char *text;
+	int st;
 
 	if (!c)
 		return KVP_E_INTERNAL;
@@ -668,6 +754,10 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 				    .context_msgs = ch->context_msgs };
 	j->max_ids = q->max_prompt_tokens;
 	j->base.bytes = text_bytes + ctx_bytes;
+	if (!(ch->flags & KVP_CHAT_PROMPT_ONLY) && !take_sampling(q, conn, req_id, &j->samp, &st)) {
+		text_job_free(&j->base);
+		return st;
+	}
 	return text_push(q, j);
 }
 
@@ -702,6 +792,10 @@ static int chat_done(struct kvp_requests *q, struct kvp_conn_rec *c, struct text
 		free(r.tokens);
 		return st;
 	}
+	r.max_new = ch->max_new_tokens;
+	st = fit_context(q, &r, ch->flags & KVP_CHAT_FIT_CONTEXT);
+	if (!r.tokens)
+		return st;
 	/* the prompt's ids first: the client continues the conversation on them */
 	st = kvp_server_send_ids(q->srv, conn, req_id, r.tokens, r.n_tokens, NULL, 0);
 	if (st < 0) {
@@ -712,7 +806,6 @@ static int chat_done(struct kvp_requests *q, struct kvp_conn_rec *c, struct text
 		q->rejected++;
 		return st == -ENOMEM ? KVP_E_INTERNAL : KVP_OK; /* gone: closed follows */
 	}
-	r.max_new = ch->max_new_tokens;
 	r.no_cache = ch->flags & KVP_CHAT_NO_CACHE;
 	r.priority = request_priority(q, c, ch->priority);
 	r.sample = (struct kvp_sample_params){ .temperature = ch->temperature,
@@ -721,6 +814,8 @@ static int chat_done(struct kvp_requests *q, struct kvp_conn_rec *c, struct text
 					       .seed = ch->seed };
 	r.salt_len = ch->salt_len;
 	memcpy(r.salt, ch->salt, ch->salt_len);
+	r.samp = j->samp; /* moved into @r */
+	j->samp = NULL;
 	st = take_cache_ctl(q, conn, req_id, cc, &r);
 	if (!r.tokens)
 		return st;
@@ -777,6 +872,7 @@ static void text_job_free(struct kvp_textjob *base)
 	struct text_job *j = (struct text_job *)base;
 
 	free(j->tokens);
+	kvp_sched_sampling_free(j->samp);
 	free(j);
 }
 
@@ -790,7 +886,7 @@ static int text_push(struct kvp_requests *q, struct text_job *j)
 	uint64_t req_id = j->req_id;
 
 	if (kvp_textwork_push(q->tw, &j->base) < 0) {
-		free(j);
+		text_job_free(&j->base);
 		return reject(q, conn, req_id, KVP_E_BUSY);
 	}
 	/* the loop's list of jobs out, for CANCEL */
@@ -848,6 +944,8 @@ static void text_done(struct kvp_requests *q, struct text_job *j)
 			st = answer_ids(q, j->conn, j->req_id, r.tokens, r.n_tokens, NULL, 0);
 			free(r.tokens);
 		} else if (j->kind == TEXT_GENERATE) {
+			r.samp = j->samp; /* moved into @r */
+			j->samp = NULL;
 			st = generate_submit(q, c, &j->u.g, j->has_cc ? &j->cc : NULL, &r);
 		} else {
 			st = pin_submit(q, c, j->pin_type, &j->u.pin, &r);
@@ -1019,7 +1117,8 @@ static void ended(struct kvp_conn_rec *c)
 static unsigned int send_tokens(struct kvp_requests *q, unsigned int i, unsigned int n, bool known)
 {
 	const struct kvp_sched_event *e = &q->evbuf[i];
-	uint32_t n_tok = 0;
+	const struct kvp_usage *usage = NULL;
+	uint32_t n_tok = 0, n_lp = 0, n_top = 0;
 	uint32_t n_text = 0;
 	unsigned int j = i;
 
@@ -1028,16 +1127,37 @@ static unsigned int send_tokens(struct kvp_requests *q, unsigned int i, unsigned
 	       n_tok < EVENT_BATCH) {
 		if (q->evbuf[j].token >= 0)
 			q->tok_buf[n_tok++] = q->evbuf[j].token;
+		if (q->evbuf[j].token >= 0 && q->evbuf[j].has_lp) {
+			const struct kvp_sample_logprob *lp = &q->evbuf[j].lp;
+			struct kvp_logprob *o = q->lp_buf +
+						(size_t)n_lp * (1 + KVP_TOP_LOGPROBS_MAX);
+
+			/* packed below once the batch's top count is known (one per request) */
+			o[0] = (struct kvp_logprob){ .id = q->evbuf[j].token, .logprob = lp->lp };
+			for (uint32_t k = 0; k < lp->n_top && k < KVP_TOP_LOGPROBS_MAX; k++)
+				o[1 + k] = (struct kvp_logprob){ .id = lp->top_ids[k],
+								 .logprob = lp->top_lp[k] };
+			n_top = lp->n_top;
+			n_lp++;
+		}
 		memcpy(q->text_buf + n_text, q->evbuf[j].text, q->evbuf[j].text_len);
 		n_text += q->evbuf[j].text_len;
+		if (q->evbuf[j].has_usage)
+			usage = &q->evbuf[j].usage;
 		j++;
 	}
-	if (known && e->cont >= 0)
-		kvp_server_send_tokens_cc(q->srv, e->conn, e->req_id, q->tok_buf, n_tok,
-					  q->text_buf, n_text, (uint32_t)e->cont);
-	else if (known)
-		kvp_server_send_tokens(q->srv, e->conn, e->req_id, q->tok_buf, n_tok, q->text_buf,
-				       n_text);
+	if (known && n_lp && n_lp == n_tok) { /* LOGPROBS goes right before its TOKEN */
+		for (uint32_t k = 1; k < n_lp; k++)
+			memmove(q->lp_buf + (size_t)k * (1 + n_top),
+				q->lp_buf + (size_t)k * (1 + KVP_TOP_LOGPROBS_MAX),
+				(1 + n_top) * sizeof(*q->lp_buf));
+		kvp_server_send_logprobs(q->srv, e->conn, e->req_id,
+					 &(struct kvp_logprobs){ .n_tokens = n_lp, .n_top = n_top },
+					 q->lp_buf);
+	}
+	if (known)
+		kvp_server_send_tokens_usage(q->srv, e->conn, e->req_id, q->tok_buf, n_tok,
+					     q->text_buf, n_text, e->cont, usage);
 	return j;
 }
 

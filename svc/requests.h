@@ -68,11 +68,14 @@ typedef int kvp_status_report_fn(void *arg, const struct kvp_peer *peer, enum kv
  * @srv:           the server answering (borrowed); set once it exists
  * @max_prompt_tokens, @max_reqs_per_conn, @lease_max_per_conn, @lease_max_ms: the
  *                 configured limits
+ * @n_ctx:         prompt + max_new_tokens of one request at most (the model's context
+ *                 length, or limits.context_tokens)
  * @cache:         the prompt-cache policy (cache.pin_allowed gates PIN, UNPIN, FLUSH)
  * @report, @report_arg: the status reporter
  * @conns:         the connections that said HELLO
  * @rejected:      GENERATEs refused here or by the engine's admission
  * @evbuf, @tok_buf, @text_buf: one batch of engine events and its coalesced TOKEN
+ * @lp_buf:        ... and its LOGPROBS entries (EVENT_BATCH * (1 + KVP_TOP_LOGPROBS_MAX))
  * @log:           each ended request's log line and latency histograms
  */
 struct kvp_requests {
@@ -82,6 +85,7 @@ struct kvp_requests {
 	const char *tmpl_err;
 	struct kvp_server *srv;
 	uint32_t max_prompt_tokens;
+	uint32_t n_ctx;
 	uint32_t max_reqs_per_conn;
 	uint32_t lease_max_per_conn;
 	uint32_t lease_max_ms;
@@ -94,6 +98,7 @@ struct kvp_requests {
 	struct kvp_sched_event *evbuf;
 	int32_t *tok_buf;
 	char *text_buf;
+	struct kvp_logprob *lp_buf;
 	struct kvp_reqlog log;
 	struct kvp_textwork *tw;  /* the text worker (kvp_requests_start_text()) */
 	int text_efd;		  /* its eventfd, -1 before the start */

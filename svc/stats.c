@@ -18,9 +18,9 @@
 
 #include "shm/pool.h"
 #include "svc/domain.h"
-#include "svc/log.h"
+#include "util/log.h"
 #include "svc/requests.h"
-#include "svc/sched.h"
+#include "svc/engine/engine.h"
 #include "svc/status.h"
 #include "util/time.h"
 

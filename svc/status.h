@@ -16,9 +16,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "ipc/server.h" /* struct kvp_server_stats */
-#include "svc/reqlog.h" /* struct kvp_hist, enum kvp_lat */
-#include "svc/sched.h"	/* struct kvp_sched_stats */
+#include "ipc/server.h"	       /* struct kvp_server_stats */
+#include "svc/reqlog.h"	       /* struct kvp_hist, enum kvp_lat */
+#include "svc/engine/engine.h" /* struct kvp_sched_stats */
 
 #define KVP_STATUS_MAX_ARENAS 16 /* arenas listed (the rest still summed) */
 #define KVP_STATUS_MAX_CONNS 64	 /* connections listed one by one; the rest counted */

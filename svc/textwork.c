@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "svc/log.h"
+#include "util/log.h"
 
 #define DEF_MAX_BYTES (64ull << 20)
 

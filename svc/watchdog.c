@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "ipc/server.h"
-#include "svc/log.h"
-#include "svc/notify.h"
+#include "util/log.h"
+#include "util/notify.h"
 
 static void on_tick(void *arg)
 {

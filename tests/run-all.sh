@@ -2,7 +2,8 @@
 # run-all.sh - install, build and run the whole test suite twice:
 #   1. plain build, -Werror, with 2 MiB huge pages reserved: the MFD_HUGETLB path;
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build with no huge pages reserved:
-#      the fallback path (the pool must work, and say so).
+#      the fallback path (the pool must work, and say so); with fault injection
+#      (util/fault.h), so tests/unit/test_fault.c's sweep runs under the leak checker.
 # The machine's nr_hugepages is restored on exit.  Needs root (apt-get, sysctl).
 # Benchmarks are not run here: `meson test -C build --benchmark`.
 set -euo pipefail
@@ -36,6 +37,6 @@ run_pass() { # name builddir hugepages meson-args...
 }
 
 run_pass "plain build, huge pages reserved" build-ci "$HP_WANT" -Dwerror=true
-run_pass "ASan+UBSan build, no huge pages" build-ci-san 0 -Dwerror=true \
-	-Db_sanitize=address,undefined -Db_lundef=false
+run_pass "ASan+UBSan build, no huge pages, fault injection" build-ci-san 0 -Dwerror=true \
+	-Db_sanitize=address,undefined -Db_lundef=false -Dfault_injection=true
 echo "all passes green"

@@ -8,7 +8,9 @@
 #   bash tests/stress.sh [-n RUNS] [--san] [--load K] [--timeout-multiplier M]
 #
 #   -n RUNS                 rounds of the whole suite (default 5)
-#   --san                   the ASan+UBSan build instead of the plain one
+#   --san                   the ASan+UBSan build instead of the plain one, with fault
+#                           injection (-Dfault_injection=true): test_fault's sweep runs
+#                           KVP_FAULT_ROUNDS times a round (default 20: its long form)
 #   --load K                busy processes beside the suite (default: one per core)
 #   --timeout-multiplier M  meson's per-test timeouts times M (default 3: a test that
 #                           needs longer than that under load is reported, not hidden)
@@ -31,7 +33,7 @@ while [ $# -gt 0 ]; do
 	--san) san=1; shift ;;
 	--load) load=$2; shift 2 ;;
 	--timeout-multiplier) mult=$2; shift 2 ;;
-	-h | --help) sed -n '4,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '4,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "stress.sh: unknown argument '$1' (--help)" >&2; exit 2 ;;
 	esac
 done
@@ -43,7 +45,8 @@ dir=build-stress
 args=(-Dwerror=true)
 if [ $san = 1 ]; then
 	dir=build-stress-san
-	args+=(-Db_sanitize=address,undefined -Db_lundef=false)
+	args+=(-Db_sanitize=address,undefined -Db_lundef=false -Dfault_injection=true)
+	export KVP_FAULT_ROUNDS=${KVP_FAULT_ROUNDS:-20}
 fi
 if [ -d $dir ]; then
 	meson setup --reconfigure $dir "${args[@]}" >/dev/null

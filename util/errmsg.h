@@ -6,7 +6,7 @@
  * corrupt GGUF, a config value out of range), the function also takes a
  * `char *err, size_t errlen` from its caller and writes one sentence there through
  * kvp_errmsg(); it never prints or logs.  The caller decides where the sentence goes:
- * the daemon logs it (svc/log.h), a program prints it to stderr.
+ * the daemon logs it (util/log.h), a program prints it to stderr.
  */
 #ifndef KVP_UTIL_ERRMSG_H
 #define KVP_UTIL_ERRMSG_H

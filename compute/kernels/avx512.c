@@ -31,6 +31,7 @@
 #define KVQ_SIMD _Pragma("omp simd")
 #define KVQ_SIMD_MAX _Pragma("omp simd reduction(max : amax)")
 #include "compute/kernels/kvq.inc"
+#include "compute/kernels/kvq4.inc"
 
 #define VLEN 16
 #define GEMV_GROUP 8
@@ -49,6 +50,7 @@ static inline void vf_store_f16(uint16_t *p, vf16_t v)
 }
 
 #include "compute/kernels/vec_f32.inc"
+#include "compute/kernels/kvqattn.inc"
 
 /* Tokens per group of the dot micro-kernel (2 accumulators each in registers). */
 #define GROUP 8
@@ -462,9 +464,11 @@ mat_fused(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_r
 #define MK_RW 4
 #define MK_RT 3
 
-static inline __attribute__((always_inline)) void
-mat_tile(float *out, size_t ldo, const struct wgrp *panel, size_t ps, size_t g0, size_t ng,
-	 const uint8_t *x, size_t xs, const int RW, const int RT, int add)
+static inline __attribute__((always_inline)) void mat_tile(float *out, size_t ldo,
+							   const struct wgrp *panel, size_t ps,
+							   size_t g0, size_t ng, const uint8_t *x,
+							   size_t xs, const int RW, const int RT,
+							   __m512 *carry, int first, int last)
 {
 	__m512 acc[MK_RW][MK_RT];
 
@@ -472,7 +476,7 @@ mat_tile(float *out, size_t ldo, const struct wgrp *panel, size_t ps, size_t g0,
 	for (int w = 0; w < RW; w++)
 #pragma GCC unroll 3
 		for (int t = 0; t < RT; t++)
-			acc[w][t] = _mm512_setzero_ps();
+			acc[w][t] = first ? _mm512_setzero_ps() : carry[t * MK_RW + w];
 	for (size_t g = 0; g < ng; g++) {
 		__m512i dot[MK_RW][MK_RT];
 
@@ -519,16 +523,18 @@ mat_tile(float *out, size_t ldo, const struct wgrp *panel, size_t ps, size_t g0,
 	for (int w = 0; w < RW; w++)
 #pragma GCC unroll 3
 		for (int t = 0; t < RT; t++) {
-			float v = _mm512_reduce_add_ps(acc[w][t]);
-
-			out[t * ldo + w] = add ? out[t * ldo + w] + v : v;
+			if (last)
+				out[t * ldo + w] = _mm512_reduce_add_ps(acc[w][t]);
+			else
+				carry[t * MK_RW + w] = acc[w][t];
 		}
 }
 
 static void mat_tile_any(float *out, size_t ldo, const struct wgrp *panel, size_t ps, size_t g0,
-			 size_t ng, const uint8_t *x, size_t xs, size_t rw, size_t rt, int add)
+			 size_t ng, const uint8_t *x, size_t xs, size_t rw, size_t rt,
+			 __m512 *carry, int first, int last)
 {
-#define T(a, b) mat_tile(out, ldo, panel, ps, g0, ng, x, xs, a, b, add)
+#define T(a, b) mat_tile(out, ldo, panel, ps, g0, ng, x, xs, a, b, carry, first, last)
 	switch (rw * 4 + rt) {
 	case 4 * 4 + 3:
 		T(4, 3);
@@ -601,7 +607,10 @@ static void mat_tile_any(float *out, size_t ldo, const struct wgrp *panel, size_
 /*
  * The panel of MK_RW unpacked rows covers PANEL_MAX groups (4096 elements, 24 KiB: it
  * stays in L1 beside the activations streaming from L2); longer rows are done in
- * slices, partial sums added (a larger panel spills out of L1: docs/compute.md).
+ * slices (a larger panel spills out of L1: docs/compute.md), each tile's accumulators
+ * carried from one slice to the next in @carry (stored and reloaded: exact), so a row
+ * sums whole as the decode path does and its result does not depend on the batch
+ * (partial sums added per slice differed in the last bits at k > 4096).
  */
 #define PANEL_MAX 16
 
@@ -611,6 +620,7 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 	   uint32_t type)
 {
 	struct wgrp panel[MK_RW * PANEL_MAX];
+	__m512 carry[TOKEN_BLOCK * MK_RW];
 	size_t ng = (k + KVP_QG - 1) / KVP_QG;
 
 	if (rows <= GROUP) {
@@ -637,7 +647,9 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 					size_t rt = t0 + tn - t < MK_RT ? t0 + tn - t : MK_RT;
 
 					mat_tile_any(out + t * ldo + o, ldo, panel, PANEL_MAX, s0,
-						     sn, x + t * xs, xs, rw, rt, s0 > 0);
+						     sn, x + t * xs, xs, rw, rt,
+						     carry + (t - t0) * MK_RW, s0 == 0,
+						     s0 + sn == ng);
 				}
 			}
 		}
@@ -650,74 +662,88 @@ KVP_MATMUL_INT_ALL
 
 /*
  * Prefill of the 16-bit float types: FT_RW weight rows times FT_RT tokens per tile, 32
- * elements a step (the tail masked), so each weight load feeds FT_RT tokens and each
- * activation load FT_RW rows.  BF16 weights against bf16 activations with vdpbf16ps;
- * F16 weights widened with vcvtph2ps against f32 activations with FMA.
+ * elements a step, so each weight load feeds FT_RT tokens and each activation load
+ * FT_RW rows.  BF16 weights against bf16 activations with vdpbf16ps; F16 weights
+ * widened with vcvtph2ps against f32 activations with FMA.  Each output sums as the
+ * decode path does (a row's result does not depend on its batch): F16 as the GEMV of
+ * vec_f32.inc (16 lanes along k, one more 16-element step where 16 are left, the
+ * tail after the lane sum), BF16 as matmul_bf16()'s loop (32 a step, the tail after).
  */
 #define FT_RW 4
-#define FT_RT 4
+#define FT_RT 6
 
 static inline __attribute__((always_inline)) void ftile(float *out, size_t ldo, const uint8_t *w,
 							size_t wrb, const uint8_t *x, size_t xs,
 							size_t k, int bf, const int RW,
 							const int RT)
 {
+	size_t k32 = k / 32 * 32, kv = bf ? k32 : k / 16 * 16;
 	__m512 acc[FT_RW][FT_RT];
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (int r = 0; r < RW; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 		for (int t = 0; t < RT; t++)
 			acc[r][t] = _mm512_setzero_ps();
-	for (size_t i = 0; i < k; i += 32) {
-		__mmask32 m = k - i >= 32 ? ~(__mmask32)0 : (((__mmask32)1 << (k - i)) - 1);
+	for (size_t i = 0; i < kv; i += 32) {
+		/* F16: the last step may be 16 wide (i + 16 == kv) */
+		__mmask16 m1 = i + 32 <= kv ? (__mmask16)0xffff : 0;
 
 		if (bf) {
 			__m512i a[FT_RT];
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 			for (int t = 0; t < RT; t++)
-				a[t] = _mm512_maskz_loadu_epi16(m, x + t * xs + 2 * i);
-#pragma GCC unroll 4
+				a[t] = _mm512_loadu_si512(x + t * xs + 2 * i);
+#pragma GCC unroll 8
 			for (int r = 0; r < RW; r++) {
-				__m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(m, w + r * wrb +
-											    2 * i);
+				__m512bh wv = (__m512bh)_mm512_loadu_si512(w + r * wrb + 2 * i);
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 				for (int t = 0; t < RT; t++)
 					acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv, (__m512bh)a[t]);
 			}
 		} else {
-			__m512 a0[FT_RT], a1[FT_RT];
+			/* the two 16-element halves in turn: one activation register a token */
+#pragma GCC unroll 2
+			for (int hh = 0; hh < 2; hh++) {
+				__mmask16 m = hh ? m1 : (__mmask16)0xffff;
+				__m512 a[FT_RT];
 
-#pragma GCC unroll 4
-			for (int t = 0; t < RT; t++) {
-				const float *xt = (const float *)(x + t * xs) + i;
-
-				a0[t] = _mm512_maskz_loadu_ps((__mmask16)m, xt);
-				a1[t] = _mm512_maskz_loadu_ps((__mmask16)(m >> 16), xt + 16);
-			}
-#pragma GCC unroll 4
-			for (int r = 0; r < RW; r++) {
-				const uint16_t *wr = (const uint16_t *)(w + r * wrb) + i;
-				__m512 w0 = _mm512_cvtph_ps(
-					_mm256_maskz_loadu_epi16((__mmask16)m, wr));
-				__m512 w1 = _mm512_cvtph_ps(
-					_mm256_maskz_loadu_epi16((__mmask16)(m >> 16), wr + 16));
-
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 				for (int t = 0; t < RT; t++)
-					acc[r][t] = _mm512_fmadd_ps(w1, a1[t],
-								    _mm512_fmadd_ps(w0, a0[t],
-										    acc[r][t]));
+					a[t] = _mm512_maskz_loadu_ps(m,
+								     (const float *)(x + t * xs) +
+									     i + 16 * hh);
+#pragma GCC unroll 8
+				for (int r = 0; r < RW; r++) {
+					const uint16_t *wr = (const uint16_t *)(w + r * wrb) + i;
+					__m512 wv = _mm512_cvtph_ps(
+						_mm256_maskz_loadu_epi16(m, wr + 16 * hh));
+
+					/* a 16-wide last step adds nothing more (the GEMV's order) */
+#pragma GCC unroll 8
+					for (int t = 0; t < RT; t++)
+						acc[r][t] = _mm512_mask3_fmadd_ps(wv, a[t],
+										  acc[r][t], m);
+				}
 			}
 		}
 	}
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (int r = 0; r < RW; r++)
-#pragma GCC unroll 4
-		for (int t = 0; t < RT; t++)
-			out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]);
+#pragma GCC unroll 8
+		for (int t = 0; t < RT; t++) {
+			const uint16_t *wr = (const uint16_t *)(w + r * wrb);
+			const uint8_t *xr = x + t * xs;
+			float s = _mm512_reduce_add_ps(acc[r][t]);
+
+			for (size_t i = kv; i < k; i++)
+				s += bf ? kvp_bf16_to_f32(wr[i]) *
+						     kvp_bf16_to_f32(((const uint16_t *)xr)[i]) :
+					  kvp_f16_to_f32(wr[i]) * ((const float *)xr)[i];
+			out[t * ldo + r] = s;
+		}
 }
 
 static void ftile_any(float *out, size_t ldo, const uint8_t *w, size_t wrb, const uint8_t *x,
@@ -727,6 +753,12 @@ static void ftile_any(float *out, size_t ldo, const uint8_t *w, size_t wrb, cons
 	(bf ? ftile(out, ldo, w, wrb, x, xs, k, 1, a, b) : \
 	      ftile(out, ldo, w, wrb, x, xs, k, 0, a, b))
 	switch (rw * 8 + rt) {
+	case 4 * 8 + 6:
+		T(4, 6);
+		break;
+	case 4 * 8 + 5:
+		T(4, 5);
+		break;
 	case 4 * 8 + 4:
 		T(4, 4);
 		break;
@@ -739,14 +771,14 @@ static void ftile_any(float *out, size_t ldo, const uint8_t *w, size_t wrb, cons
 	case 4 * 8 + 1:
 		T(4, 1);
 		break;
-	case 3 * 8 + 4:
-		T(3, 4);
+	case 3 * 8 + 6:
+		T(3, 6);
 		break;
-	case 2 * 8 + 4:
-		T(2, 4);
+	case 2 * 8 + 6:
+		T(2, 6);
 		break;
-	case 1 * 8 + 4:
-		T(1, 4);
+	case 1 * 8 + 6:
+		T(1, 6);
 		break;
 	default:
 		for (size_t r = 0; r < rw; r++)

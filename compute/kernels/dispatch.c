@@ -148,6 +148,13 @@ const char *kvp_kernels_gap(const struct kvp_kernels *k, char *buf, size_t len)
 		}
 	}
 	for (uint32_t d = 0; d < KVP_DTYPE__COUNT; d++) {
+		if (d == KVP_DTYPE_INT4) {
+			if (!k->kvq4_k || !k->kvq4_v || !k->kvq4_load_k || !k->kvq4_load_v) {
+				snprintf(buf, len, "kvq4[%u]", d);
+				return buf;
+			}
+			continue;
+		}
 		if (kvp_dtype_is_int(d)) {
 			if (!k->kvq_row8 || !k->kvq_chan8 || !k->kvq_load_row8 ||
 			    !k->kvq_load_chan8) {
@@ -161,12 +168,13 @@ const char *kvp_kernels_gap(const struct kvp_kernels *k, char *buf, size_t len)
 			return buf;
 		}
 	}
-	if (!k->rmsnorm || !k->swiglu || !k->attn_block || !k->name) {
+	if (!k->rmsnorm || !k->swiglu || !k->attn_block || !k->attn_block8 || !k->name) {
 		snprintf(buf, len, "%s",
-			 !k->rmsnorm	? "rmsnorm" :
-			 !k->swiglu	? "swiglu" :
-			 !k->attn_block ? "attn_block" :
-					  "name");
+			 !k->rmsnorm	 ? "rmsnorm" :
+			 !k->swiglu	 ? "swiglu" :
+			 !k->attn_block	 ? "attn_block" :
+			 !k->attn_block8 ? "attn_block8" :
+					   "name");
 		return buf;
 	}
 	return NULL;

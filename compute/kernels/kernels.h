@@ -64,17 +64,40 @@ typedef void kvp_kv_load_fn(float *restrict dst, const void *restrict src, size_
 
 /*
  * The integer K/V types (kvq.h has the formats and the reference each must equal):
- * kvp_kvq_row_fn quantizes one V row of @hd values to int8 and its f16 scale;
- * kvp_kvq_chan_fn a full block's K (@rows x @hd f32) per channel, @hd scales;
- * kvp_kvq_load_fn turns @rows of a run back to f32 (per token or per channel scales),
- * into the L1 scratch attention reads a block at a time.
+ * kvp_kvq_row_fn quantizes one V row of @hd values to int8 and its scale code;
+ * kvp_kvq_chan_fn a full block's K (@rows x @hd f32) per channel, @hd codes, into the
+ * run's channel quads; kvp_kvq_load_fn turns a run of @rows tokens back to f32 rows
+ * (per token or per channel scales), into the L1 scratch attention reads a block at
+ * a time.
  */
-typedef void kvp_kvq_row_fn(int8_t *restrict q, uint16_t *restrict scale, const float *restrict x,
+typedef void kvp_kvq_row_fn(int8_t *restrict q, uint8_t *restrict code, const float *restrict x,
 			    uint32_t hd);
-typedef void kvp_kvq_chan_fn(int8_t *restrict q, uint16_t *restrict scale, const float *restrict k,
+typedef void kvp_kvq_chan_fn(int8_t *restrict q, uint8_t *restrict code, const float *restrict k,
 			     uint32_t rows, uint32_t hd);
 typedef void kvp_kvq_load_fn(float *restrict dst, const int8_t *restrict q,
-			     const uint16_t *restrict scale, uint32_t rows, uint32_t hd);
+			     const uint8_t *restrict code, uint32_t rows, uint32_t hd);
+
+/*
+ * kvp_attn_block8_fn - kvp_attn_block_fn for a full int8 block, its keys read as
+ * stored (kvqattn.inc: scored in int8, the query quantized per block with the K
+ * scales folded in)
+ * @kq, @kcode: the block's K run (channel quads of @bt keys) and its @hd scale codes
+ * @V:          (bt, hd) the block's values in f32 (kvq_load_row8)
+ * @sbuf:       room for @bt scores
+ */
+typedef void kvp_attn_block8_fn(float *restrict o, float *restrict m, const float *restrict q,
+				const int8_t *restrict kq, const uint8_t *restrict kcode,
+				const float *restrict V, uint32_t bt, float scale,
+				float *restrict sbuf, uint32_t hd);
+
+/*
+ * int4 (kvq4.h): kvp_kvq4_fn quantizes a full block's K (per channel) or V (per token),
+ * @bt rows of @hd f32, into its run (nibbles and scales); kvp_kvq4_load_fn turns the
+ * first @rows rows of a run of @bt back to f32, into the L1 scratch.
+ */
+typedef void kvp_kvq4_fn(uint8_t *restrict run, const float *restrict x, uint32_t bt, uint32_t hd);
+typedef void kvp_kvq4_load_fn(float *restrict dst, const uint8_t *restrict run, uint32_t rows,
+			      uint32_t bt, uint32_t hd);
 
 /*
  * kvp_attn_block_fn - one K/V block's worth of attention for one query head, with an
@@ -99,9 +122,11 @@ typedef void kvp_attn_block_fn(float *restrict o, float *restrict m, const float
  * @quant_act: per enum kvp_act
  * @kv_store, @kv_load: per float enum kvp_dtype (f32, f16, bf16; NULL for int8)
  * @kvq_row8, @kvq_chan8, @kvq_load_row8, @kvq_load_chan8: int8 K/V (kvq.h)
+ * @kvq4_k, @kvq4_v, @kvq4_load_k, @kvq4_load_v: int4 K/V (kvq4.h)
  * @rmsnorm:   out (n) = x (n) / rms(x) * w (n); out may equal x
  * @swiglu:    gate (n) = silu(gate) * up
  * @attn_block: see kvp_attn_block_fn
+ * @attn_block8: see kvp_attn_block8_fn
  */
 struct kvp_kernels {
 	const char *name;
@@ -115,9 +140,14 @@ struct kvp_kernels {
 	kvp_kvq_chan_fn *kvq_chan8;
 	kvp_kvq_load_fn *kvq_load_row8;
 	kvp_kvq_load_fn *kvq_load_chan8;
+	kvp_kvq4_fn *kvq4_k;
+	kvp_kvq4_fn *kvq4_v;
+	kvp_kvq4_load_fn *kvq4_load_k;
+	kvp_kvq4_load_fn *kvq4_load_v;
 	void (*rmsnorm)(float *out, const float *x, const float *restrict w, size_t n, float eps);
 	void (*swiglu)(float *restrict gate, const float *restrict up, size_t n);
 	kvp_attn_block_fn *attn_block;
+	kvp_attn_block8_fn *attn_block8;
 };
 
 /* The tables (kernels/<isa>.c); use them through the functions below. */

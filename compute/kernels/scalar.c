@@ -21,6 +21,7 @@
 #define KVQ_SIMD
 #define KVQ_SIMD_MAX
 #include "compute/kernels/kvq.inc"
+#include "compute/kernels/kvq4.inc"
 
 /* Float weights (f32, f16, bf16) against f32 or bf16 activations, summed in order. */
 static float dot_float(const void *w, uint32_t wtype, const void *x, size_t k)
@@ -209,5 +210,7 @@ static void attn_block(float *restrict o, float *restrict m, const float *restri
 			o[d] += p * V[(size_t)t * hd + d];
 	}
 }
+
+#include "compute/kernels/kvqattn.inc"
 
 KVP_KERNEL_TABLE(scalar, KVP_ISA_SCALAR);

@@ -3,10 +3,12 @@
  * encode.c - text to token ids: BOS/EOS, special tokens written in the text, and the
  * runs of plain text between them handed to the model's encoder (spm.c or bpe.c).
  *
- * Special tokens are looked for only when the caller asks (KVP_TOK_PARSE_SPECIAL, or
- * KVP_TOK_PARSE_USER for user-defined ones alone): a raw prompt that contains
- * "<|eot_id|>" is text, so a user cannot end a turn or forge a system header.  The
- * scan is leftmost, longest first; only bytes that begin some special piece are tried.
+ * Added tokens are split out of the text before pre-tokenization, as the reference
+ * engines do: user-defined ones always (a vocabulary's "  " or "<tool_call>" is one id
+ * whatever the text is), control ones only when the caller asks (KVP_TOK_PARSE_SPECIAL):
+ * a raw prompt that contains "<|eot_id|>" is text, so a user cannot end a turn or forge
+ * a system header.  The scan is leftmost, longest first; only bytes that begin some
+ * special piece are tried.
  * SentencePiece puts its word-start space at the start of the text and again after each
  * special token, as the reference engine does.  Any thread.
  */
@@ -21,7 +23,7 @@ static bool wanted(const struct kvp_tokenizer *t, int32_t id, unsigned int flags
 {
 	if (flags & KVP_TOK_PARSE_SPECIAL)
 		return true;
-	return (flags & KVP_TOK_PARSE_USER) && t->type[id] == KVP_TOK_USER;
+	return t->type[id] == KVP_TOK_USER;
 }
 
 /* The special token spelled at text[i..), or -1. */
@@ -67,7 +69,7 @@ int kvp_tokenizer_encode_flags(const struct kvp_tokenizer *t, const char *text, 
 		return r;
 	if (add && t->add_bos)
 		kvp_ids_put(&out, t->bos);
-	if (flags & (KVP_TOK_PARSE_SPECIAL | KVP_TOK_PARSE_USER) && t->n_special) {
+	if (t->n_special) {
 		for (size_t i = 0; i < len; i++) {
 			int32_t id = special_at(t, text + i, len - i, flags);
 

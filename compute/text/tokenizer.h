@@ -13,8 +13,9 @@
  *    text is cut into words by the pre-tokenizer named by tokenizer.ggml.pre (regular
  *    expressions run by PCRE2), each word's bytes are mapped to printable characters as
  *    GPT-2 does, and tokenizer.ggml.merges are applied lowest rank first.
- * Control and user-defined tokens written in the text are recognised only with
- * KVP_TOK_PARSE_SPECIAL (off by default, so a raw prompt cannot forge "<|eot_id|>").
+ * User-defined (added) tokens written in the text are always recognised, before
+ * pre-tokenization, longest first; control tokens only with KVP_TOK_PARSE_SPECIAL (off
+ * by default, so a raw prompt cannot forge "<|eot_id|>").
  * BOS/EOS are added as tokenizer.ggml.add_bos_token / add_eos_token say.
  *
  * A tokenizer is immutable after construction; any thread may use it at once.
@@ -42,13 +43,11 @@ enum kvp_tok_type {
 
 /* Flags of kvp_tokenizer_encode_flags(). */
 enum kvp_tok_flags {
-	/* control and user-defined tokens written in the text become their ids */
+	/* control tokens written in the text become their ids (user-defined ones always do) */
 	KVP_TOK_PARSE_SPECIAL = 1u << 0,
 	/* do not add BOS/EOS even when the vocabulary asks for them */
 	KVP_TOK_NO_ADD_SPECIAL = 1u << 1,
-	/* user-defined tokens only (control tokens stay text): a middle ground for callers
-	 * that want the reference engines' handling of added tokens without control ones */
-	KVP_TOK_PARSE_USER = 1u << 2,
+	/* (1u << 2 was KVP_TOK_PARSE_USER: user-defined tokens are now always parsed) */
 	/* the text continues earlier text (the rest of a conversation after its exact ids):
 	 * a SentencePiece vocabulary gives its first run no word-start space */
 	KVP_TOK_CONTINUE = 1u << 3,

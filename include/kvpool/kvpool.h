@@ -84,6 +84,9 @@ struct kvp_client_params {
 	bool no_cache;
 	bool parse_special;
 	int32_t priority;
+	bool fit_context; /* max_new_tokens is a ceiling: the daemon lowers it to what the
+			     model's context leaves after the prompt (else prompt +
+			     max_new_tokens beyond the context is refused, KVP_E_LIMIT) */
 };
 
 /**
@@ -113,7 +116,9 @@ enum kvp_client_event_type {
  * @tokens:   TOKEN: @n_tokens new ids (IDS: the ids); valid until the next call on the client
  * @text:     TOKEN: their text, @text_len bytes (not NUL-terminated; may be empty when
  *            a UTF-8 character is split across tokens); same lifetime
- * @usage:    DONE: what the request cost and reused (usage.status: why it stopped)
+ * @usage:    DONE: what the request cost and reused (usage.status: why it stopped);
+ *            TOKEN: on a request's first TOKEN, the prompt's counts so far (prompt,
+ *            cached, cache-creation tokens; usage.prompt_tokens > 0), else all zero
  * @status:   ERROR: enum kvp_status; DONE: usage.status
  * @message:  ERROR: the daemon's message, NUL-terminated; same lifetime as @tokens
  */
@@ -382,6 +387,48 @@ int kvp_client_event_cache(const struct kvp_client *c, struct kvp_cache_usage *c
 
 /* Name of an enum kvp_miss_reason ("no_prefix"), "?" when out of range. */
 const char *kvp_client_miss_reason_name(uint32_t reason);
+
+/* ---- sampling: bias, penalties, logprobs, structured output (docs/protocol.md) ---- */
+
+/**
+ * struct kvp_client_sampling - the sampling section of GENERATE and CHAT
+ * @logprobs:      LOGPROBS for each generated id (kvp_client_event_logprob())
+ * @top_logprobs:  with them, the 0 .. KVP_TOP_LOGPROBS_MAX most likely ids per position
+ * @presence_penalty, @frequency_penalty: in [-2, 2] (OpenAI's)
+ * @bias_ids, @bias, @n_bias: logit bias, [-100, 100] each, at most KVP_LOGIT_BIAS_MAX
+ * @grammar:       enum kvp_grammar_kind: none, any JSON object, @schema (JSON Schema)
+ * @schema, @schema_len: the schema's JSON text (copied)
+ */
+struct kvp_client_sampling {
+	bool logprobs;
+	uint32_t top_logprobs;
+	float presence_penalty;
+	float frequency_penalty;
+	const int32_t *bias_ids;
+	const float *bias;
+	uint32_t n_bias;
+	uint32_t grammar;
+	const char *schema;
+	size_t schema_len;
+};
+
+/**
+ * kvp_client_set_sampling() - send @s (copied) with every GENERATE and CHAT of @c from
+ * now on; NULL stops.  The daemon checks it: a bias id outside the vocabulary or a
+ * schema keyword it does not support is an ERROR (KVP_E_INVALID) naming it.
+ * Return: 0, -EINVAL (counts above the maxima), -ENOMEM.
+ */
+int kvp_client_set_sampling(struct kvp_client *c, const struct kvp_client_sampling *s);
+
+/**
+ * kvp_client_event_logprob() - log-probability of id @i of the last TOKEN event (its
+ * request asked logprobs): *@logprob, and *@n_top (id, logprob) pairs at *@top, most
+ * likely first (valid until the next call on @c).  The model's log-softmax after bias,
+ * penalties and grammar, before temperature and top-k/top-p.
+ * Return: 0, -ENOENT (no logprobs for it).
+ */
+int kvp_client_event_logprob(const struct kvp_client *c, uint32_t i, float *logprob,
+			     const struct kvp_logprob **top, uint32_t *n_top);
 
 /*
  * The continuation the last TOKEN event belongs to (0 .. n-1) when its request asked for

@@ -49,6 +49,8 @@ enum kvp_frame_type {
 	KVP_FRAME_UNPIN,      /* client -> daemon: struct kvp_pin + tokens or text (operators) */
 	KVP_FRAME_FLUSH,      /* client -> daemon: drop unreferenced blocks (operators); payload:
 			    none (the peer's own trust domain) or a domain's name (uid 0) */
+	KVP_FRAME_LOGPROBS,   /* daemon -> client: struct kvp_logprobs + entries, right before
+			       * the TOKEN whose ids they describe (requests asking logprobs) */
 	KVP_FRAME__COUNT
 };
 
@@ -189,7 +191,11 @@ static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
 #define KVP_GEN_NO_CACHE 0x2u	   /* neither read nor publish prefix-cache blocks */
 #define KVP_GEN_PARSE_SPECIAL 0x4u /* a text prompt's special-token text becomes their ids */
 #define KVP_GEN_CACHE_CTL 0x8u	   /* struct kvp_cache_ctl follows struct kvp_generate */
-#define KVP_GEN__ALL 0xfu
+#define KVP_GEN_SAMPLING 0x10u	   /* a sampling section (struct kvp_sampling) follows */
+/* max_new_tokens is a ceiling: lowered to what the context leaves after the prompt
+ * (without it, prompt + max_new_tokens beyond the context is refused: KVP_E_LIMIT) */
+#define KVP_GEN_FIT_CONTEXT 0x100u
+#define KVP_GEN__ALL 0x11fu
 
 #define KVP_SALT_MAX 64
 
@@ -311,8 +317,10 @@ enum kvp_role { KVP_ROLE_SYSTEM = 0, KVP_ROLE_USER = 1, KVP_ROLE_ASSISTANT = 2, 
 /* render and tokenize only: one IDS (the prompt's ids), then DONE; nothing is generated
  * and the engine is not involved (counting a conversation's tokens) */
 #define KVP_CHAT_PROMPT_ONLY 0x4u
-#define KVP_CHAT_CACHE_CTL 0x8u /* struct kvp_cache_ctl follows struct kvp_chat */
-#define KVP_CHAT__ALL 0xeu
+#define KVP_CHAT_CACHE_CTL 0x8u	    /* struct kvp_cache_ctl follows struct kvp_chat */
+#define KVP_CHAT_SAMPLING 0x10u	    /* as KVP_GEN_SAMPLING */
+#define KVP_CHAT_FIT_CONTEXT 0x100u /* as KVP_GEN_FIT_CONTEXT */
+#define KVP_CHAT__ALL 0x11eu
 
 /**
  * struct kvp_chat - CHAT payload, followed by n_context int32 ids, then n_messages times
@@ -512,6 +520,77 @@ struct kvp_token_cont {
 	uint32_t reserved;
 };
 static_assert(sizeof(struct kvp_token_cont) == 8, "wire ABI");
+
+/* ---- the sampling section (docs/protocol.md, "Sampling") ---- */
+
+/* struct kvp_sampling flags */
+#define KVP_SAMP_LOGPROBS 0x1u /* LOGPROBS frames: each generated id's log-probability */
+#define KVP_SAMP__ALL 0x1u
+
+/* struct kvp_sampling.grammar */
+enum kvp_grammar_kind {
+	KVP_GRAMMAR_NONE = 0,
+	KVP_GRAMMAR_JSON_OBJECT, /* any JSON object */
+	KVP_GRAMMAR_JSON_SCHEMA, /* @schema_bytes of JSON Schema text (compute/grammar.h) */
+	KVP_GRAMMAR__COUNT
+};
+
+#define KVP_TOP_LOGPROBS_MAX 20
+#define KVP_LOGIT_BIAS_MAX 300
+#define KVP_SCHEMA_BYTES_MAX (1u << 20)
+
+/**
+ * struct kvp_sampling - the sampling section of a GENERATE (KVP_GEN_SAMPLING) or CHAT
+ * (KVP_CHAT_SAMPLING): after struct kvp_cache_ctl when there is one (else right after
+ * struct kvp_generate / kvp_chat), before the prompt; followed by @n_bias struct
+ * kvp_logit_bias, then @schema_bytes of schema text.  Absent: none of it applies.
+ * @flags:             KVP_SAMP_*
+ * @top_logprobs:      with KVP_SAMP_LOGPROBS: the most likely ids listed per position,
+ *                     0 .. KVP_TOP_LOGPROBS_MAX
+ * @presence_penalty, @frequency_penalty: in [-2, 2]: subtracted from the logit of every
+ *                     id generated so far, once / times its count
+ * @n_bias:            0 .. KVP_LOGIT_BIAS_MAX entries, ids < n_vocab, bias in [-100, 100]
+ * @grammar:           enum kvp_grammar_kind
+ * @schema_bytes:      KVP_GRAMMAR_JSON_SCHEMA: 1 .. KVP_SCHEMA_BYTES_MAX; else 0
+ * @reserved:          zero
+ */
+struct kvp_sampling {
+	uint32_t flags;
+	uint32_t top_logprobs;
+	float presence_penalty;
+	float frequency_penalty;
+	uint32_t n_bias;
+	uint32_t grammar;
+	uint32_t schema_bytes;
+	uint32_t reserved;
+};
+static_assert(sizeof(struct kvp_sampling) == 32, "wire ABI");
+
+struct kvp_logit_bias {
+	int32_t id;
+	float bias;
+};
+static_assert(sizeof(struct kvp_logit_bias) == 8, "wire ABI");
+
+/**
+ * struct kvp_logprobs - LOGPROBS payload: for each of the next TOKEN's @n_tokens ids,
+ * one struct kvp_logprob then @n_top struct kvp_logprob (the most likely ids, most likely
+ * first).  The log-probabilities are the model's (log-softmax of the logits after the
+ * bias, penalties and grammar; before temperature, top-k and top-p).
+ * @n_tokens: 1 .. the TOKEN's ids
+ * @n_top:    top_logprobs asked (fewer only when the vocabulary is smaller)
+ */
+struct kvp_logprobs {
+	uint32_t n_tokens;
+	uint32_t n_top;
+};
+static_assert(sizeof(struct kvp_logprobs) == 8, "wire ABI");
+
+struct kvp_logprob {
+	int32_t id;
+	float logprob;
+};
+static_assert(sizeof(struct kvp_logprob) == 8, "wire ABI");
 
 /**
  * struct kvp_pin - PIN / UNPIN payload, followed by n_tokens int32 ids or text_bytes of

@@ -1315,6 +1315,7 @@ static int cmd_chat(int argc, char **argv)
 		uint32_t most = kvp_client_welcome(c)->max_new_tokens;
 
 		o.p.max_new_tokens = most && most < 1024 ? most : 1024;
+		o.p.fit_context = true; /* no -n: what the model's context leaves, at most that */
 	}
 	/*
 	 * no SA_RESTART: a Ctrl-C interrupts poll() or the line being read.  Interactive,

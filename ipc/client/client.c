@@ -69,6 +69,13 @@ struct kvp_client {
 	struct kvp_cache_usage last_cu; /* of the last DONE event, when it carried one */
 	bool last_has_cu;
 	int32_t last_cont; /* continuation of the last TOKEN event, -1 none */
+	uint8_t *samp;	   /* kvp_client_set_sampling(): the encoded section, sent when set */
+	size_t samp_len;
+	/* LOGPROBS: the pending one (for the next TOKEN of @lp_req), then the last TOKEN's */
+	struct kvp_logprob *lp_pend, *lp_last;
+	size_t lp_cap;
+	uint64_t lp_req;
+	uint32_t lp_pend_n, lp_last_n, lp_pend_top, lp_last_top;
 };
 
 static int set_err(struct kvp_client *c, int code, const char *fmt, ...)
@@ -459,6 +466,9 @@ KVP_EXPORT void kvp_client_close(struct kvp_client *c)
 		close(c->fd);
 	free(c->buf);
 	free(c->out);
+	free(c->samp);
+	free(c->lp_pend);
+	free(c->lp_last);
 	free(c);
 }
 
@@ -521,8 +531,9 @@ static int check_params(struct kvp_client *c, const struct kvp_client_prompt *pr
 		return set_err(c, -EINVAL, "prompt pointer is NULL");
 	if (pr->text_len && memchr(pr->text, 0, pr->text_len))
 		return set_err(c, -EINVAL, "prompt text contains a NUL byte");
+	/* a text's tokens are counted by the daemon, which knows the tokenizer */
 	n = pr->n_tokens ? pr->n_tokens : pr->text_len;
-	if (n > UINT32_MAX || (w->max_prompt_tokens && n > w->max_prompt_tokens))
+	if (n > UINT32_MAX || (w->max_prompt_tokens && pr->n_tokens > w->max_prompt_tokens))
 		return set_err(c, KVP_E_LIMIT, "prompt of %zu %s exceeds the daemon's limit %u", n,
 			       pr->n_tokens ? "tokens" : "bytes", w->max_prompt_tokens);
 	if (!p->max_new_tokens)
@@ -572,8 +583,12 @@ KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_p
 		memcpy(g.salt, params->salt, params->salt_len);
 	if (params->no_cache)
 		g.flags |= KVP_GEN_NO_CACHE;
+	if (params->fit_context)
+		g.flags |= KVP_GEN_FIT_CONTEXT;
 	if (c->has_cc)
 		g.flags |= KVP_GEN_CACHE_CTL;
+	if (c->samp)
+		g.flags |= KVP_GEN_SAMPLING;
 	g.priority = params->priority;
 	if (prompt->text_len) {
 		g.flags |= KVP_GEN_TEXT;
@@ -586,12 +601,14 @@ KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_p
 		body = prompt->tokens;
 	}
 	cap0 = c->out_cap;
-	need = kvp_proto_encode_generate_cc(c->out, cap0, c->next_id, &g, &c->cc, body);
+	need = kvp_proto_encode_generate_s(c->out, cap0, c->next_id, &g, &c->cc, c->samp,
+					   c->samp_len, body);
 	r = out_reserve(c, need);
 	if (r)
 		return r;
 	if (need > cap0) /* it did not fit: encode again */
-		kvp_proto_encode_generate_cc(c->out, c->out_cap, c->next_id, &g, &c->cc, body);
+		kvp_proto_encode_generate_s(c->out, c->out_cap, c->next_id, &g, &c->cc, c->samp,
+					    c->samp_len, body);
 	return send_request(c, need, "GENERATE", req_id);
 }
 
@@ -625,15 +642,53 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 	case KVP_FRAME_TOKEN: {
 		struct kvp_token t;
 		const void *ids;
+		bool has_usage;
 
-		if (kvp_proto_decode_token_cc(c->buf, hdr.len_bytes, &t, &ids, &ev->text,
-					      &c->last_cont, &why))
+		/* a request's first TOKEN carries the prompt's usage so far: in @ev->usage */
+		if (kvp_proto_decode_token_u(c->buf, hdr.len_bytes, &t, &ids, &ev->text,
+					     &c->last_cont, &ev->usage, &has_usage, &why))
 			break;
+		/* the LOGPROBS just before, when it describes these ids */
+		c->lp_last_n = 0;
+		if (c->lp_pend_n && c->lp_req == hdr.req_id && c->lp_pend_n == t.n_tokens) {
+			struct kvp_logprob *x = c->lp_last;
+
+			c->lp_last = c->lp_pend;
+			c->lp_pend = x;
+			c->lp_last_n = c->lp_pend_n;
+			c->lp_last_top = c->lp_pend_top;
+		}
+		c->lp_pend_n = 0;
 		ev->type = KVP_EVENT_TOKEN;
 		ev->tokens = ids; /* c->buf + 8: aligned (see the header comment) */
 		ev->n_tokens = t.n_tokens;
 		ev->text_len = t.text_bytes;
 		return 0;
+	}
+	case KVP_FRAME_LOGPROBS: {
+		struct kvp_logprobs h;
+		const void *entries;
+		size_t n;
+
+		if (kvp_proto_decode_logprobs(c->buf, hdr.len_bytes, &h, &entries, &why))
+			break;
+		n = (size_t)h.n_tokens * (1 + h.n_top);
+		if (n > c->lp_cap) {
+			struct kvp_logprob *a = realloc(c->lp_pend, n * sizeof(*a));
+			struct kvp_logprob *b = a ? realloc(c->lp_last, n * sizeof(*b)) : NULL;
+
+			if (a)
+				c->lp_pend = a;
+			if (!b)
+				return set_err(c, -ENOMEM, "out of memory");
+			c->lp_last = b;
+			c->lp_cap = n;
+		}
+		memcpy(c->lp_pend, entries, n * sizeof(*c->lp_pend));
+		c->lp_pend_n = h.n_tokens;
+		c->lp_pend_top = h.n_top;
+		c->lp_req = hdr.req_id;
+		return kvp_client_next(c, ev); /* not an event: it goes with the next TOKEN */
 	}
 	case KVP_FRAME_IDS: {
 		struct kvp_ids t;
@@ -708,6 +763,63 @@ KVP_EXPORT int kvp_client_set_cache(struct kvp_client *c, const struct kvp_cache
 	if (!(c->cc.flags & KVP_CC_RETAIN))
 		c->cc.retain = 0;
 	c->has_cc = true;
+	return 0;
+}
+
+KVP_EXPORT int kvp_client_set_sampling(struct kvp_client *c, const struct kvp_client_sampling *sp)
+{
+	struct kvp_sampling h = { 0 };
+	size_t len;
+	uint8_t *o;
+
+	free(c->samp);
+	c->samp = NULL;
+	c->samp_len = 0;
+	if (!sp)
+		return 0;
+	if (sp->top_logprobs > KVP_TOP_LOGPROBS_MAX || sp->n_bias > KVP_LOGIT_BIAS_MAX ||
+	    sp->grammar >= KVP_GRAMMAR__COUNT || sp->schema_len > KVP_SCHEMA_BYTES_MAX ||
+	    (sp->grammar == KVP_GRAMMAR_JSON_SCHEMA) != (sp->schema_len > 0))
+		return set_err(c, -EINVAL,
+			       "sampling: top_logprobs <= %d, at most %d bias entries, a schema "
+			       "exactly with KVP_GRAMMAR_JSON_SCHEMA (at most %u bytes)",
+			       KVP_TOP_LOGPROBS_MAX, KVP_LOGIT_BIAS_MAX, KVP_SCHEMA_BYTES_MAX);
+	h.flags = sp->logprobs ? KVP_SAMP_LOGPROBS : 0;
+	h.top_logprobs = sp->logprobs ? sp->top_logprobs : 0;
+	h.presence_penalty = sp->presence_penalty;
+	h.frequency_penalty = sp->frequency_penalty;
+	h.n_bias = sp->n_bias;
+	h.grammar = sp->grammar;
+	h.schema_bytes = (uint32_t)sp->schema_len;
+	len = sizeof(h) + (size_t)h.n_bias * sizeof(struct kvp_logit_bias) + sp->schema_len;
+	o = malloc(len);
+	if (!o)
+		return set_err(c, -ENOMEM, "out of memory");
+	memcpy(o, &h, sizeof(h));
+	for (uint32_t i = 0; i < h.n_bias; i++) {
+		struct kvp_logit_bias b = { .id = sp->bias_ids[i], .bias = sp->bias[i] };
+
+		memcpy(o + sizeof(h) + i * sizeof(b), &b, sizeof(b));
+	}
+	if (sp->schema_len)
+		memcpy(o + sizeof(h) + (size_t)h.n_bias * sizeof(struct kvp_logit_bias), sp->schema,
+		       sp->schema_len);
+	c->samp = o;
+	c->samp_len = len;
+	return 0;
+}
+
+KVP_EXPORT int kvp_client_event_logprob(const struct kvp_client *c, uint32_t i, float *logprob,
+					const struct kvp_logprob **top, uint32_t *n_top)
+{
+	const struct kvp_logprob *e;
+
+	if (i >= c->lp_last_n)
+		return -ENOENT;
+	e = c->lp_last + (size_t)i * (1 + c->lp_last_top);
+	*logprob = e->logprob;
+	*top = e + 1;
+	*n_top = c->lp_last_top;
 	return 0;
 }
 
@@ -897,7 +1009,6 @@ KVP_EXPORT int kvp_client_tokenize_submit(struct kvp_client *c, const char *text
 					  unsigned int flags, uint64_t *req_id)
 {
 	struct kvp_tokenize t = { .flags = flags };
-	const struct kvp_welcome *w = &c->welcome;
 	size_t need, cap0;
 	int r;
 
@@ -905,9 +1016,8 @@ KVP_EXPORT int kvp_client_tokenize_submit(struct kvp_client *c, const char *text
 		return set_err(c, -ENOTCONN, "connection closed");
 	if ((len && !text) || (flags & ~KVP_TOKENIZE__ALL) || (len && memchr(text, 0, len)))
 		return set_err(c, -EINVAL, "tokenize: bad text or flags");
-	if (len > UINT32_MAX || (w->max_prompt_tokens && len > w->max_prompt_tokens))
-		return set_err(c, KVP_E_LIMIT, "text of %zu bytes exceeds the daemon's limit %u",
-			       len, w->max_prompt_tokens);
+	if (len > UINT32_MAX)
+		return set_err(c, KVP_E_LIMIT, "text of %zu bytes is too long", len);
 	t.text_bytes = (uint32_t)len;
 	cap0 = c->out_cap;
 	need = kvp_proto_encode_tokenize(c->out, cap0, c->next_id, &t, text);
@@ -1192,8 +1302,12 @@ static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 	ch.flags = flags;
 	if (params->no_cache)
 		ch.flags |= KVP_CHAT_NO_CACHE;
+	if (params->fit_context)
+		ch.flags |= KVP_CHAT_FIT_CONTEXT;
 	if (c->has_cc)
 		ch.flags |= KVP_CHAT_CACHE_CTL;
+	if (c->samp && !(flags & KVP_CHAT_PROMPT_ONLY))
+		ch.flags |= KVP_CHAT_SAMPLING;
 	memcpy(ch.template_name, cv->tmpl, sizeof(ch.template_name));
 	msgs = calloc(cv->n_msgs, sizeof(*msgs));
 	if (!msgs)
@@ -1203,11 +1317,12 @@ static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 						  .len = (uint32_t)cv->msgs[i].len,
 						  .text = cv->msgs[i].text };
 	cap0 = c->out_cap;
-	need = kvp_proto_encode_chat_cc(c->out, cap0, c->next_id, &ch, &c->cc, cv->ctx.v, msgs);
+	need = kvp_proto_encode_chat_s(c->out, cap0, c->next_id, &ch, &c->cc, c->samp, c->samp_len,
+				       cv->ctx.v, msgs);
 	r = out_reserve(c, need);
 	if (!r && need > cap0)
-		kvp_proto_encode_chat_cc(c->out, c->out_cap, c->next_id, &ch, &c->cc, cv->ctx.v,
-					 msgs);
+		kvp_proto_encode_chat_s(c->out, c->out_cap, c->next_id, &ch, &c->cc, c->samp,
+					c->samp_len, cv->ctx.v, msgs);
 	free(msgs);
 	if (r)
 		return r;

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compute/grammar.h"
+#include "kvpool/proto.h"
 #include "util/json.h"
 
 void kvp_http_err_set(struct kvp_http_err *e, unsigned int status, const char *code,
@@ -314,10 +316,104 @@ static int parse_common(struct kvp_http_gen *g, json_t *o, const char *max_key,
 	return 0;
 }
 
-/* OpenAI's n, logprobs, penalties, logit_bias, stream_options: what kvpool cannot do. */
-static int parse_openai_extras(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
+/* OpenAI's logit_bias: {"id": bias, ...}, ids below @n_vocab (when known). */
+static int parse_logit_bias(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab,
+			    struct kvp_http_err *err)
 {
-	static const char *const zero[] = { "presence_penalty", "frequency_penalty" };
+	json_t *lb = member(o, "logit_bias"), *v;
+	const char *k;
+	size_t n;
+
+	if (!lb)
+		return 0;
+	if (!json_is_object(lb))
+		return bad(err, "logit_bias", "logit_bias: must be an object of token id: bias");
+	n = json_object_size(lb);
+	if (n > KVP_LOGIT_BIAS_MAX)
+		return bad(err, "logit_bias", "logit_bias: at most %d entries", KVP_LOGIT_BIAS_MAX);
+	if (!n)
+		return 0;
+	g->bias_ids = malloc(n * sizeof(*g->bias_ids));
+	g->bias = malloc(n * sizeof(*g->bias));
+	if (!g->bias_ids || !g->bias)
+		return -ENOMEM;
+	json_object_foreach(lb, k, v)
+	{
+		char *end;
+		long long id;
+
+		errno = 0;
+		id = strtoll(k, &end, 10);
+		if (!*k || *end || errno || id < 0 || id > INT32_MAX || (n_vocab && id >= n_vocab))
+			return bad(err, "logit_bias",
+				   "logit_bias: \"%s\" is not a token id in [0, %u)", k,
+				   n_vocab ? n_vocab : (uint32_t)INT32_MAX);
+		if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
+			return bad(err, "logit_bias",
+				   "logit_bias: biases must be numbers in [-100, 100]");
+		g->bias_ids[g->n_bias] = (int32_t)id;
+		g->bias[g->n_bias++] = (float)json_number_value(v);
+	}
+	return 0;
+}
+
+/*
+ * OpenAI's response_format: text, json_object, or json_schema {name, schema, strict}:
+ * the schema is compiled here so that a keyword kvpool cannot enforce is a 400 naming
+ * it (kvpoold compiles it again, and would refuse it the same way).
+ */
+static int parse_response_format(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
+{
+	json_t *rf = member(o, "response_format"), *t, *js, *schema;
+	struct kvp_grammar *gr;
+	char why[256];
+	const char *type;
+	int r;
+
+	if (!rf)
+		return 0;
+	t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+	type = json_is_string(t) ? json_string_value(t) : "";
+	if (!strcmp(type, "text"))
+		return 0;
+	if (!strcmp(type, "json_object")) {
+		g->grammar = KVP_GRAMMAR_JSON_OBJECT;
+		return 0;
+	}
+	if (strcmp(type, "json_schema"))
+		return bad(err, "response_format",
+			   "response_format.type: must be text, json_object or json_schema");
+	js = json_object_get(rf, "json_schema");
+	schema = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+	if (!schema)
+		return bad(err, "response_format",
+			   "response_format.json_schema.schema: required (a JSON Schema object)");
+	g->schema = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (!g->schema)
+		return -ENOMEM;
+	g->schema_len = strlen(g->schema);
+	if (g->schema_len > KVP_SCHEMA_BYTES_MAX)
+		return bad(err, "response_format", "response_format: the schema is above %u bytes",
+			   KVP_SCHEMA_BYTES_MAX);
+	r = kvp_grammar_compile(&gr, g->schema, g->schema_len, why, sizeof(why));
+	if (r == -ENOMEM)
+		return r;
+	if (r) {
+		char what[300];
+
+		snprintf(what, sizeof(what), "json_schema: %s", why);
+		return unsupported(err, "response_format", what);
+	}
+	kvp_grammar_free(gr);
+	g->grammar = KVP_GRAMMAR_JSON_SCHEMA;
+	return 0;
+}
+
+/* OpenAI's n, logprobs, penalties, logit_bias, stream_options. */
+static int parse_openai_extras(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab,
+			       struct kvp_http_err *err)
+{
+	static const char *const pen[] = { "presence_penalty", "frequency_penalty" };
 	json_t *so;
 	long long x;
 	bool given;
@@ -341,16 +437,14 @@ static int parse_openai_extras(struct kvp_http_gen *g, json_t *o, struct kvp_htt
 		return unsupported(err, "top_logprobs", "log probabilities are not supported");
 	if (!is_off(json_object_get(o, "echo")))
 		return unsupported(err, "echo", "echoing the prompt is not supported");
-	if (!is_off(json_object_get(o, "logit_bias")))
-		return unsupported(err, "logit_bias", "logit biases are not supported");
-	for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++) {
-		json_t *v = member(o, zero[i]);
-
-		if (v && !json_is_number(v))
-			return bad(err, zero[i], "%s: must be a number", zero[i]);
-		if (!is_off(v))
-			return unsupported(err, zero[i], "penalties are not supported (only 0)");
-	}
+	r = parse_logit_bias(g, o, n_vocab, err);
+	if (r)
+		return r;
+	r = get_num(o, pen[0], -2, 2, false, &g->presence, err);
+	if (!r)
+		r = get_num(o, pen[1], -2, 2, false, &g->frequency, err);
+	if (r)
+		return r;
 	so = member(o, "stream_options");
 	if (so) {
 		if (!json_is_object(so))
@@ -539,12 +633,11 @@ static struct kvp_http_msg *new_msg(struct kvp_http_gen *g, enum kvp_http_role r
 	return m;
 }
 
-static int parse_chat(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
+static int parse_chat(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab, struct kvp_http_err *err)
 {
 	static const char *const no[] = { "tools",	   "functions", "tool_choice",
 					  "function_call", "audio",	"prediction" };
 	json_t *msgs = member(o, "messages");
-	json_t *rf = member(o, "response_format");
 	long long x;
 	bool given;
 	int r;
@@ -559,20 +652,15 @@ static int parse_chat(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *er
 		if (given)
 			g->max_tokens = (uint32_t)x;
 	}
-	r = parse_openai_extras(g, o, err);
+	r = parse_openai_extras(g, o, n_vocab, err);
+	if (!r)
+		r = parse_response_format(g, o, err);
 	if (r)
 		return r;
 	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
 		if (!is_off(json_object_get(o, no[i])))
 			return unsupported(err, no[i],
 					   "tools and function calling are not supported");
-	if (rf) {
-		json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-
-		if (!json_is_string(t) || strcmp(json_string_value(t), "text"))
-			return unsupported(err, "response_format",
-					   "only {\"type\": \"text\"} is supported");
-	}
 	if (!json_is_array(msgs) || !json_array_size(msgs))
 		return bad(err, "messages", "messages: must be a non-empty array");
 	g->msgs = calloc(json_array_size(msgs), sizeof(*g->msgs));
@@ -628,6 +716,9 @@ static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err
 		return bad(err, "model", "model: required");
 	if (!g->max_tokens && g->api == KVP_HTTP_API_MESSAGES)
 		return bad(err, "max_tokens", "max_tokens: required");
+	if (g->temperature > 1.0f) /* Anthropic's range is [0, 1] */
+		return bad(err, "temperature", "temperature: %g is out of range [0, 1]",
+			   g->temperature);
 	r = parse_stop(g, o, "stop_sequences", err);
 	if (r)
 		return r;
@@ -703,7 +794,7 @@ static int parse_tokenize(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab,
 	int r;
 
 	if (member(o, "messages")) {
-		r = parse_chat(g, o, err);
+		r = parse_chat(g, o, n_vocab, err);
 		if (!r)
 			r = get_bool(o, "add_generation_prompt", &gen_prompt, err);
 		if (!r && !gen_prompt)
@@ -756,14 +847,16 @@ int kvp_http_parse(struct kvp_http_gen *g, enum kvp_http_api api, const char *bo
 	case KVP_HTTP_API_COMPLETIONS:
 		r = parse_common(g, o, "max_tokens", err);
 		if (!r)
-			r = parse_openai_extras(g, o, err);
+			r = parse_openai_extras(g, o, n_vocab, err);
+		if (!r) /* vLLM's: structured output on completions too */
+			r = parse_response_format(g, o, err);
 		if (!r && !is_off(json_object_get(o, "suffix")))
 			r = unsupported(err, "suffix", "suffix is not supported");
 		if (!r)
 			r = parse_prompt(g, o, n_vocab, err);
 		break;
 	case KVP_HTTP_API_CHAT:
-		r = parse_chat(g, o, err);
+		r = parse_chat(g, o, n_vocab, err);
 		break;
 	case KVP_HTTP_API_MESSAGES:
 	case KVP_HTTP_API_COUNT_TOKENS:
@@ -804,5 +897,8 @@ void kvp_http_gen_deinit(struct kvp_http_gen *g)
 	for (size_t i = 0; i < g->n_stop; i++)
 		free(g->stop[i]);
 	free(g->cache_salt);
+	free(g->schema);
+	free(g->bias_ids);
+	free(g->bias);
 	*g = (struct kvp_http_gen){ 0 };
 }

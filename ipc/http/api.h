@@ -107,6 +107,10 @@ struct kvp_http_msg {
  * @has_priority:     the body named one (else kvpoold applies its domain's default;
  *                    @priority is 0)
  * @no_special:       tokenize: add_special_tokens false (no BOS)
+ * @grammar:          enum kvp_grammar_kind (response_format json_object / json_schema)
+ * @schema, @schema_len: json_schema's schema, compact JSON (owned), checked to compile
+ * @presence, @frequency: OpenAI's presence_penalty / frequency_penalty, [-2, 2]
+ * @bias_ids, @bias, @n_bias: OpenAI's logit_bias (owned)
  */
 struct kvp_http_gen {
 	enum kvp_http_api api;
@@ -135,6 +139,13 @@ struct kvp_http_gen {
 	int32_t priority;
 	bool has_priority;
 	bool no_special;
+	uint32_t grammar;
+	char *schema;
+	size_t schema_len;
+	float presence, frequency;
+	int32_t *bias_ids;
+	float *bias;
+	uint32_t n_bias;
 };
 
 /**

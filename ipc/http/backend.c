@@ -9,10 +9,12 @@
  * while the socket holds at least a frame header (kvpoold writes whole frames, so the
  * rest follows at once), up to FRAMES_PER_ROUND frames, and poll() sees the rest.
  *
- * Invariants: a job is in exactly one place, the inbox or one slot of one connection,
- * from submit until its end (its slot is cleared before ops->end is called); @busy
- * counts reservations, so a dispatched job always finds a slot when every connection
- * is open.  Jobs are never touched after their end: watched sockets are handled
+ * Invariants: a job is in exactly one place, the inbox, the wait list or one slot of one
+ * connection, from submit until its end (its slot is cleared before ops->end is called);
+ * @busy counts reservations (slots + @queue).  A job that finds every slot taken waits
+ * on the thread's wait list, in arrival order, and new jobs queue behind it; slots freed
+ * by DONE or ERROR go to the wait list's head first.  Waiting jobs' client sockets are
+ * watched as running ones are, so a client gone while waiting is never sent.  Jobs are never touched after their end: watched sockets are handled
  * before any frame that could end their job in the same round.
  */
 #include "ipc/http/backend.h"
@@ -27,7 +29,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include "svc/log.h"
+#include "util/log.h"
 #include "util/time.h"
 
 #define RETRY_NS 250000000ull /* after a failed connect, the next try waits this long */
@@ -43,8 +45,9 @@ struct bconn {
 
 struct kvp_http_backend {
 	char path[108];
-	unsigned int n_conns, per_conn;
+	unsigned int n_conns, per_conn, queue;
 	struct bconn *conns;
+	struct kvp_http_job *wait, *wait_tail; /* the thread's: jobs waiting for a slot */
 	int efd;
 	pthread_t thread;
 	bool started;
@@ -222,10 +225,14 @@ static int send_job(struct kvp_client *c, struct kvp_http_job *job)
 			 */
 			if (job->has_cc)
 				r = kvp_client_set_cache(c, &job->cc);
+			if (r == 0 && job->has_samp)
+				r = kvp_client_set_sampling(c, &job->samp);
 			if (r == 0)
 				r = kvp_client_chat_submit(c, cv, &job->params, &job->req_id);
 			if (job->has_cc)
 				kvp_client_set_cache(c, NULL);
+			if (job->has_samp)
+				kvp_client_set_sampling(c, NULL);
 		} else {
 			r = kvp_client_chat_prompt_submit(c, cv, &job->req_id);
 		}
@@ -238,30 +245,59 @@ static int send_job(struct kvp_client *c, struct kvp_http_job *job)
 		return kvp_client_detokenize_submit(c, job->prompt.tokens, job->prompt.n_tokens,
 						    job->tok_flags, &job->req_id);
 	default:
-		return kvp_client_submit(c, &job->prompt, &job->params, &job->req_id);
+		/* as the cache control above: with this request's frame only */
+		r = job->has_samp ? kvp_client_set_sampling(c, &job->samp) : 0;
+		if (r == 0)
+			r = kvp_client_submit(c, &job->prompt, &job->params, &job->req_id);
+		if (job->has_samp)
+			kvp_client_set_sampling(c, NULL);
+		return r;
 	}
 }
 
-static void dispatch(struct kvp_http_backend *be, struct kvp_http_job *job)
+static void wait_push(struct kvp_http_backend *be, struct kvp_http_job *job)
+{
+	job->next = NULL;
+	if (be->wait_tail)
+		be->wait_tail->next = job;
+	else
+		be->wait = job;
+	be->wait_tail = job;
+}
+
+/*
+ * Send @job, or put it on the wait list when every slot is taken (@front: back at the
+ * list's head, where it was).  Return: true when it was sent or ended, false when it
+ * waits.
+ */
+static bool dispatch(struct kvp_http_backend *be, struct kvp_http_job *job, bool front)
 {
 	char msg[400];
 	int tries = 0, i, r;
 
 	if (atomic_load(&job->cancel)) {
 		end_job(be, job, NULL, KVP_E_CANCELLED, "cancelled before it was sent");
-		return;
+		return true;
 	}
 again:
 	i = pick(be);
 	if (i < 0) {
 		if (atomic_load(&be->up)) {
-			end_job(be, job, NULL, KVP_E_BUSY, "every connection to kvpoold is full");
+			if (front) {
+				job->next = be->wait;
+				be->wait = job;
+				if (!be->wait_tail)
+					be->wait_tail = job;
+			} else {
+				wait_push(be, job);
+			}
+			return false;
 		} else {
 			snprintf(msg, sizeof(msg), "kvpoold is not reachable at %s: %s", be->path,
 				 be->last_err[0] ? be->last_err : "no connection yet");
 			end_job(be, job, NULL, -ENOTCONN, msg);
 		}
-		return;
+		return true;
 	}
 	r = send_job(be->conns[i].c, job);
 	if (r > 0 || r == -EINVAL || r == -EMSGSIZE || r == -ENOMEM) {
@@ -269,14 +305,14 @@ again:
 		snprintf(msg, sizeof(msg), "%s",
 			 r == -ENOMEM ? "out of memory" : kvp_client_errmsg(be->conns[i].c));
 		end_job(be, job, NULL, r, msg);
-		return;
+		return true;
 	}
 	if (r) {
 		conn_down(be, (unsigned int)i, -ENOTCONN, kvp_client_errmsg(be->conns[i].c));
 		if (++tries < 2)
 			goto again; /* nothing reached kvpoold: try once on a fresh connection */
 		end_job(be, job, NULL, -ENOTCONN, "connection to kvpoold lost while sending");
-		return;
+		return true;
 	}
 	for (unsigned int s = 0; s < be->per_conn; s++) {
 		if (!be->conns[i].slots[s]) {
@@ -287,6 +323,50 @@ again:
 	be->conns[i].n++;
 	job->conn = i;
 	job->cancel_sent = false;
+	return true;
+}
+
+/* Send waiting jobs while there are slots (the cancelled ones end); oldest first. */
+static void drain_wait(struct kvp_http_backend *be)
+{
+	while (be->wait) {
+		struct kvp_http_job *job = be->wait;
+
+		be->wait = job->next;
+		if (!be->wait)
+			be->wait_tail = NULL;
+		if (!dispatch(be, job, true))
+			return;
+	}
+}
+
+/* End every waiting job with @status. */
+static void wait_end_all(struct kvp_http_backend *be, int status, const char *msg)
+{
+	while (be->wait) {
+		struct kvp_http_job *job = be->wait;
+
+		be->wait = job->next;
+		end_job(be, job, NULL, status, msg);
+	}
+	be->wait_tail = NULL;
+}
+
+/* End the waiting jobs that were cancelled (all of them with @all). */
+static void wait_cancels(struct kvp_http_backend *be, bool all)
+{
+	struct kvp_http_job **pp = &be->wait, *job;
+
+	be->wait_tail = NULL;
+	while ((job = *pp)) {
+		if (all || atomic_load(&job->cancel)) {
+			*pp = job->next;
+			end_job(be, job, NULL, KVP_E_CANCELLED, "cancelled while it waited");
+			continue;
+		}
+		be->wait_tail = job;
+		pp = &job->next;
+	}
 }
 
 static struct kvp_http_job **find_slot(struct kvp_http_backend *be, unsigned int i, uint64_t id)
@@ -326,6 +406,8 @@ static void read_one(struct kvp_http_backend *be, unsigned int i)
 			job->ops->ids(job, ev.tokens, ev.n_tokens, ev.text, ev.text_len);
 		return;
 	case KVP_EVENT_TOKEN:
+		if (ev.usage.prompt_tokens && job->ops->usage)
+			job->ops->usage(job, &ev.usage);
 		if (job->ops->tokens(job, ev.tokens, ev.n_tokens, ev.text, ev.text_len))
 			atomic_store(&job->cancel, true);
 		if (atomic_load(&job->cancel))
@@ -366,7 +448,7 @@ static void send_cancels(struct kvp_http_backend *be, bool all)
 static void *run(void *arg)
 {
 	struct kvp_http_backend *be = arg;
-	size_t max_fds = 1 + be->n_conns + (size_t)be->n_conns * be->per_conn;
+	size_t max_fds = 1 + be->n_conns + (size_t)be->n_conns * be->per_conn + be->queue;
 	struct pollfd *pfd = calloc(max_fds, sizeof(*pfd));
 	struct kvp_http_job **watched = calloc(max_fds, sizeof(*watched));
 	unsigned int *conn_of = calloc(max_fds, sizeof(*conn_of));
@@ -390,16 +472,23 @@ static void *run(void *arg)
 		be->cancel_all = false;
 		pthread_mutex_unlock(&be->lock);
 
+		if (stopping)
+			wait_end_all(be, -ESHUTDOWN, "kvpool-http is stopping");
+		else
+			drain_wait(be);
 		for (; jobs; jobs = next) {
 			next = jobs->next;
 			if (stopping)
 				end_job(be, jobs, NULL, -ESHUTDOWN, "kvpool-http is stopping");
+			else if (be->wait)
+				wait_push(be, jobs); /* behind those that came first */
 			else
-				dispatch(be, jobs);
+				dispatch(be, jobs, false);
 		}
 		if (stopping)
 			break;
 		send_cancels(be, cancel_all);
+		wait_cancels(be, cancel_all);
 		if (!atomic_load(&be->up)) {
 			uint64_t now = kvp_now_ns();
 
@@ -432,6 +521,14 @@ static void *run(void *arg)
 				pfd[n++] = (struct pollfd){ .fd = fd, .events = POLLRDHUP };
 			}
 		}
+		for (struct kvp_http_job *job = be->wait; job; job = job->next) {
+			int fd;
+
+			if (job->hung_up || (fd = job->ops->watch_fd(job)) < 0)
+				continue;
+			watched[n] = job;
+			pfd[n++] = (struct pollfd){ .fd = fd, .events = POLLRDHUP };
+		}
 		if (poll(pfd, n, timeout) < 0)
 			continue; /* EINTR */
 		if (pfd[0].revents) {
@@ -450,6 +547,7 @@ static void *run(void *arg)
 			job->ops->hangup(job);
 		}
 		send_cancels(be, false);
+		wait_cancels(be, false);
 		for (size_t k = 1; k < first_watch; k++) {
 			struct bconn *b = &be->conns[conn_of[k]];
 
@@ -475,7 +573,7 @@ static void *run(void *arg)
 }
 
 int kvp_http_backend_new(struct kvp_http_backend **out, const char *socket_path,
-			 unsigned int n_conns, unsigned int per_conn)
+			 unsigned int n_conns, unsigned int per_conn, unsigned int queue)
 {
 	struct kvp_http_backend *be;
 	int r;
@@ -488,6 +586,7 @@ int kvp_http_backend_new(struct kvp_http_backend **out, const char *socket_path,
 	strcpy(be->path, socket_path);
 	be->n_conns = n_conns;
 	be->per_conn = per_conn;
+	be->queue = queue;
 	be->efd = -1;
 	pthread_mutex_init(&be->lock, NULL);
 	be->conns = calloc(n_conns, sizeof(*be->conns));
@@ -549,7 +648,7 @@ void kvp_http_backend_free(struct kvp_http_backend *be)
 
 int kvp_http_backend_reserve(struct kvp_http_backend *be)
 {
-	unsigned int cap = be->n_conns * be->per_conn;
+	unsigned int cap = be->n_conns * be->per_conn + be->queue;
 
 	if (atomic_fetch_add(&be->busy, 1) >= cap) {
 		atomic_fetch_sub(&be->busy, 1);

@@ -6,7 +6,8 @@
  *
  * A request is a struct kvp_http_job embedded in the caller's own request object.  The
  * caller reserves room (kvp_http_backend_reserve(): -EBUSY when every connection is
- * full, which the front answers with 429), then submits; from then on the backend thread
+ * full and @queue jobs wait already, which the front answers with 429), then submits; a
+ * job that finds every connection full waits, in arrival order, for a slot; from then on the backend thread
  * reports to the job through its ops until exactly one ops->end().  Connections are
  * opened as load needs them and reopened after kvpoold restarts; while none is open the
  * thread retries every second, so /health and the model's name recover by themselves.
@@ -44,6 +45,7 @@ struct kvp_http_job;
  *            the reason.  After it returns the backend never touches the job again.
  * @watch_fd: the client socket to watch for a hang-up now, or -1
  * @hangup:   the watched socket hung up; the backend cancels the request itself
+ * @usage:    the prompt's counts, known with the first tokens (before @tokens; may be NULL)
  * @ids:      kvpoold's IDS: a chat's prompt ids (before its tokens), the answer of a
  *            tokenize, detokenize or chat-prompt job (@text for detokenize); may be NULL
  */
@@ -52,6 +54,7 @@ struct kvp_http_job_ops {
 		       const char *text, uint32_t len);
 	void (*ids)(struct kvp_http_job *job, const int32_t *ids, uint32_t n_ids, const char *text,
 		    uint32_t len);
+	void (*usage)(struct kvp_http_job *job, const struct kvp_usage *u);
 	void (*end)(struct kvp_http_job *job, const struct kvp_usage *u, int status,
 		    const char *msg);
 	int (*watch_fd)(struct kvp_http_job *job);
@@ -90,6 +93,8 @@ struct kvp_http_job {
 	unsigned int tok_flags;
 	struct kvp_cache_ctl cc;
 	bool has_cc;
+	struct kvp_client_sampling samp; /* its pointers borrowed from the request */
+	bool has_samp;
 
 	struct kvp_http_job *next;
 	atomic_bool cancel;
@@ -120,15 +125,16 @@ struct kvp_http_backend_info {
  * kvp_http_backend_new() - start the backend thread (and try a first connection)
  * @socket_path: kvpoold's request socket (copied)
  * @n_conns:     connections at most; @per_conn generations on each
+ * @queue:       jobs that may wait for a slot when all are taken
  * Return: 0 or -errno.  An unreachable kvpoold is not an error: see the header comment.
  */
 int kvp_http_backend_new(struct kvp_http_backend **out, const char *socket_path,
-			 unsigned int n_conns, unsigned int per_conn);
+			 unsigned int n_conns, unsigned int per_conn, unsigned int queue);
 
 /* Stop the thread; jobs still there end with -ESHUTDOWN.  NULL is ok. */
 void kvp_http_backend_free(struct kvp_http_backend *be);
 
-/* Room for one more job: 0, or -EBUSY when n_conns x per_conn jobs are there already. */
+/* Room for one more job: 0, or -EBUSY when n_conns x per_conn + queue jobs are there. */
 int kvp_http_backend_reserve(struct kvp_http_backend *be);
 
 /* Give back a reservation that was not submitted. */

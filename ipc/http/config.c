@@ -17,16 +17,17 @@
 #include <strings.h>
 #include <syslog.h>
 
-#include "svc/log.h"
+#include "util/log.h"
 #include "util/errmsg.h"
 #include "util/ini.h"
+#include "util/keytab.h"
 #include "util/parse.h"
 
 enum key_type {
 	T_STR,	  /* char[.cap] */
 	T_LISTEN, /* comma-separated listen addresses */
 	T_U32,	  /* [min, max] */
-	T_SIZE,	  /* bytes with K/M/G suffix, [min, max]; .cap 8: uint64_t, else uint32_t */
+	T_SIZE,	  /* bytes with K/M/G/T suffix, [min, max]; .cap 8: uint64_t, else uint32_t */
 	T_LEVEL,  /* log level */
 	T_CACHE,  /* auto|explicit */
 };
@@ -76,6 +77,9 @@ static const struct key_def keys[] = {
 	  "connections to kvpoold, opened as load needs them" },
 	{ "backend_reqs_per_conn", T_U32, OFF(backend_reqs_per_conn), 0, 1, 4096, "16",
 	  "generations in flight per kvpoold connection (<= kvpoold's max_reqs_per_conn)" },
+	{ "backend_queue", T_U32, OFF(backend_queue), 0, 0, 1u << 20, "1024",
+	  "requests beyond backend_conns x backend_reqs_per_conn that wait for a slot, in "
+	  "arrival order (kvpoold's scheduler.max_queued is a good value); more get 429" },
 	{ "stream_buffer_bytes", T_SIZE, OFF(stream_buffer_bytes), CAP(stream_buffer_bytes), 4096,
 	  1ull << 30, "1M", "unsent output one request may queue before its client is cut off" },
 	{ "drain_timeout_ms", T_U32, OFF(drain_timeout_ms), 0, 0, 3600000, "10000",
@@ -105,6 +109,7 @@ void kvp_http_config_defaults(struct kvp_http_config *c)
 	c->body_timeout_s = 60;
 	c->backend_conns = 4;
 	c->backend_reqs_per_conn = 16;
+	c->backend_queue = 1024;
 	c->stream_buffer_bytes = 1u << 20;
 	c->drain_timeout_ms = 10000;
 	c->anthropic_cache = KVP_HTTP_CACHE_AUTO;
@@ -143,82 +148,61 @@ static int add_listen(struct kvp_http_config *c, const char *a, size_t n, char *
 	return 0;
 }
 
-/* Apply @value to @k; on error write "why" (without the key name) to @err. */
+/* Parse comma-separated listen addresses into @c (replacing those it had). */
+static int apply_listen(struct kvp_http_config *c, const char *value, char *err, size_t cap)
+{
+	c->n_listen = 0;
+	for (const char *p = value;;) {
+		const char *comma = strchr(p, ',');
+		size_t n = comma ? (size_t)(comma - p) : strlen(p);
+		int r;
+
+		while (n && (*p == ' ' || *p == '\t'))
+			p++, n--;
+		while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
+			n--;
+		r = add_listen(c, p, n, err, cap);
+		if (r)
+			return r;
+		if (!comma)
+			return 0;
+		p = comma + 1;
+	}
+}
+
+/*
+ * Apply @value to @k; on error write "why" (without the key name) to @err.  Every type
+ * but the listen list is util/keytab.h's, the engine kvpoold's config uses too.
+ */
 static int apply(struct kvp_http_config *c, const struct key_def *k, const char *value, char *err,
 		 size_t cap)
 {
-	char *field = (char *)c + k->off;
-	uint64_t v;
-	int r;
+	static const char *const cache_names[] = {
+		[KVP_HTTP_CACHE_AUTO] = "auto",
+		[KVP_HTTP_CACHE_EXPLICIT] = "explicit",
+	};
+	struct kvp_key t = { .cap = k->cap, .min = k->min, .max = k->max };
 
 	switch (k->type) {
-	case T_STR:
-		if (strlen(value) >= k->cap) {
-			kvp_errmsg(err, cap, "too long (at most %zu bytes)", k->cap - 1);
-			return -EINVAL;
-		}
-		strcpy(field, value);
-		return 0;
 	case T_LISTEN:
-		c->n_listen = 0;
-		for (const char *p = value;;) {
-			const char *comma = strchr(p, ',');
-			size_t n = comma ? (size_t)(comma - p) : strlen(p);
-
-			while (n && (*p == ' ' || *p == '\t'))
-				p++, n--;
-			while (n && (p[n - 1] == ' ' || p[n - 1] == '\t'))
-				n--;
-			r = add_listen(c, p, n, err, cap);
-			if (r)
-				return r;
-			if (!comma)
-				return 0;
-			p = comma + 1;
-		}
+		return apply_listen(c, value, err, cap);
+	case T_STR:
+		t.type = KVP_KEY_STR;
+		break;
 	case T_U32:
+		t.type = KVP_KEY_U32;
+		break;
 	case T_SIZE:
-		r = k->type == T_U32 ? kvp_parse_u64(value, 0, UINT64_MAX, &v) :
-				       kvp_parse_size(value, &v);
-		if (r < 0) {
-			kvp_errmsg(err, cap,
-				   k->type == T_U32 ? "'%s' is not a whole number" :
-						      "'%s' is not a size (a number with an "
-						      "optional K, M or G suffix)",
-				   value);
-			return -EINVAL;
-		}
-		if (v < k->min || v > k->max) {
-			kvp_errmsg(err, cap, "%s is out of range [%llu, %llu]", value,
-				   (unsigned long long)k->min, (unsigned long long)k->max);
-			return -EINVAL;
-		}
-		if (k->cap == sizeof(uint64_t))
-			*(uint64_t *)field = v;
-		else
-			*(uint32_t *)field = (uint32_t)v;
-		return 0;
+		t.type = KVP_KEY_SIZE;
+		break;
 	case T_LEVEL:
-		if (kvp_log_level_parse(value, (int *)field) < 0) {
-			kvp_errmsg(err, cap,
-				   "'%s' is not a log level (err, warning, notice, info, debug or "
-				   "0..7)",
-				   value);
-			return -EINVAL;
-		}
-		return 0;
+		t.type = KVP_KEY_LEVEL;
+		break;
 	case T_CACHE:
-		if (!strcasecmp(value, "auto")) {
-			*(uint32_t *)field = KVP_HTTP_CACHE_AUTO;
-		} else if (!strcasecmp(value, "explicit")) {
-			*(uint32_t *)field = KVP_HTTP_CACHE_EXPLICIT;
-		} else {
-			kvp_errmsg(err, cap, "'%s' is not one of auto, explicit", value);
-			return -EINVAL;
-		}
-		return 0;
+		t = (struct kvp_key){ KVP_KEY_ENUM, .names = cache_names, .n_names = 2 };
+		break;
 	}
-	return -EINVAL;
+	return kvp_key_parse(&t, (char *)c + k->off, value, err, cap);
 }
 
 int kvp_http_config_set(struct kvp_http_config *c, const char *key, const char *value, char *err,

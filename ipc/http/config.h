@@ -50,7 +50,8 @@ enum kvp_http_anthropic_cache {
  * @body_timeout_s:    a request's body must be in within this after its headers
  * @backend_conns:     connections to kvpoold at most
  * @backend_reqs_per_conn: generations in flight on one of them (kvpoold's
- *                     server.max_reqs_per_conn or less); beyond all of them: 429
+ *                     server.max_reqs_per_conn or less); beyond all of them requests wait
+ * @backend_queue:     requests that may wait for a slot (in arrival order); beyond: 429
  * @stream_buffer_bytes: unsent output one request may queue (a slower reader is cut)
  * @drain_timeout_ms:  on SIGTERM, time running requests get to finish
  * @model_aliases:     comma-separated names also accepted as the served model
@@ -74,6 +75,7 @@ struct kvp_http_config {
 	uint32_t body_timeout_s;
 	uint32_t backend_conns;
 	uint32_t backend_reqs_per_conn;
+	uint32_t backend_queue;
 	uint64_t stream_buffer_bytes;
 	uint32_t drain_timeout_ms;
 	char model_aliases[KVP_HTTP_ALIASES_MAX];

@@ -184,7 +184,8 @@ void kvp_http_emit_open(struct kvp_http_emit *e, struct kvp_buf *out)
 		str(&j, "model", e->model);
 		kvp_json_null(&j, "stop_reason");
 		kvp_json_null(&j, "stop_sequence");
-		anthropic_usage(e, &j, &zero, 0, false);
+		/* the prompt's counts, which kvpoold sends with the first token */
+		anthropic_usage(e, &j, e->has_start ? &e->start : &zero, 0, false);
 		kvp_json_end(&j, '}');
 		kvp_json_end(&j, '}');
 		sse_end(out);

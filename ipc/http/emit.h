@@ -62,6 +62,8 @@ struct kvp_http_emit {
 	int32_t *ids;
 	size_t n_ids, cap_ids;
 	uint32_t block_tokens;
+	struct kvp_usage start; /* the prompt's counts for the opening event (@has_start) */
+	bool has_start;
 };
 
 /**

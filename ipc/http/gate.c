@@ -47,7 +47,7 @@
 
 #include "ipc/http/api.h"
 #include "ipc/http/head.h"
-#include "svc/log.h"
+#include "util/log.h"
 #include "util/time.h"
 
 #define ACCEPT_BATCH 64		       /* accepts per wake-up: data of accepted ones goes between */

@@ -23,8 +23,8 @@
 #include "ipc/http/keys.h"
 #include "ipc/http/listen.h"
 #include "ipc/http/server.h"
-#include "svc/log.h"
-#include "svc/notify.h"
+#include "util/log.h"
+#include "util/notify.h"
 #include "util/time.h"
 
 #ifndef KVP_VERSION
@@ -130,8 +130,8 @@ int main(int argc, char **argv)
 		}
 		n_ls++;
 	}
-	r = kvp_http_backend_new(&be, cfg.socket_path, cfg.backend_conns,
-				 cfg.backend_reqs_per_conn);
+	r = kvp_http_backend_new(&be, cfg.socket_path, cfg.backend_conns, cfg.backend_reqs_per_conn,
+				 cfg.backend_queue);
 	if (r < 0) {
 		kvp_log(LOG_ERR, "backend: start: %s", strerror(-r));
 		goto out;

@@ -36,7 +36,7 @@
 #include "ipc/http/head.h"
 #include "ipc/http/metrics.h"
 #include "ipc/http/stop.h"
-#include "svc/log.h"
+#include "util/log.h"
 #include "util/json.h"
 #include "util/time.h"
 
@@ -246,8 +246,36 @@ static enum MHD_Result fail(struct hreq *r, unsigned int status, const char *cod
 	return queue_error(r, &e);
 }
 
-/* What a backend status means to an HTTP client. */
-static void map_status(int status, const char *msg, struct kvp_http_err *e)
+/*
+ * kvpoold's context refusal ("context: N + M > C: ...") in the words of @api's own
+ * service, which clients and frameworks match on.  false: @msg is another limit.
+ */
+static bool context_error(enum kvp_http_api api, const char *msg, struct kvp_http_err *e)
+{
+	unsigned int n, m, c;
+
+	if (!msg || sscanf(msg, "context: %u + %u > %u:", &n, &m, &c) != 3)
+		return false;
+	if (api == KVP_HTTP_API_MESSAGES)
+		kvp_http_err_set(
+			e, 400, "context_length_exceeded", NULL,
+			"input length and `max_tokens` exceed context limit: %u + %u > %u, "
+			"decrease input length or `max_tokens` and try again",
+			n, m, c);
+	else
+		kvp_http_err_set(e, 400, "context_length_exceeded",
+				 api == KVP_HTTP_API_COMPLETIONS ? "prompt" : "messages",
+				 "This model's maximum context length is %u tokens. However, you "
+				 "requested %u tokens (%u in the %s, %u in the completion). Please "
+				 "reduce the length of the %s or completion.",
+				 c, n + m, n,
+				 api == KVP_HTTP_API_COMPLETIONS ? "prompt" : "messages", m,
+				 api == KVP_HTTP_API_COMPLETIONS ? "prompt" : "messages");
+	return true;
+}
+
+/* What a backend status means to an HTTP client of @api. */
+static void map_status(enum kvp_http_api api, int status, const char *msg, struct kvp_http_err *e)
 {
 	const char *m = msg && *msg ? msg : NULL;
 
@@ -273,6 +301,8 @@ static void map_status(int status, const char *msg, struct kvp_http_err *e)
 		break;
 	case KVP_E_LIMIT:
 	case KVP_E_NOSPACE:
+		if (status == KVP_E_LIMIT && context_error(api, m, e))
+			break;
 		kvp_http_err_set(e, 400, "context_length_exceeded", NULL, "%s",
 				 m ? m : "the request exceeds the server's limits");
 		break;
@@ -340,6 +370,17 @@ static bool on_tokens(struct kvp_http_job *job, const int32_t *ids, uint32_t n_i
 	return cancel;
 }
 
+/* The prompt's counts, before the first tokens: Anthropic's message_start reports them. */
+static void on_usage(struct kvp_http_job *job, const struct kvp_usage *u)
+{
+	struct hreq *r = (struct hreq *)job;
+
+	pthread_mutex_lock(&r->lock);
+	r->emit.start = *u;
+	r->emit.has_start = true;
+	pthread_mutex_unlock(&r->lock);
+}
+
 /* A tokenizer job's answer (a chat's prompt ids are not needed: DONE counts them). */
 static void on_ids(struct kvp_http_job *job, const int32_t *ids, uint32_t n_ids, const char *text,
 		   uint32_t len)
@@ -375,7 +416,11 @@ static void on_end(struct kvp_http_job *job, const struct kvp_usage *u, int stat
 			r->gone = true; /* no memory for the answer: close rather than lie */
 	} else if (ok) {
 		enum kvp_http_finish fin = r->stop.hit ? KVP_HTTP_FINISH_STOP :
-					   u->generated_tokens >= r->job.params.max_new_tokens ?
+					   u->generated_tokens >= r->job.params.max_new_tokens ||
+							   (r->job.params.fit_context && r->n_ctx &&
+							    u->prompt_tokens +
+									    u->generated_tokens >=
+								    r->n_ctx) ?
 							 KVP_HTTP_FINISH_LENGTH :
 							 KVP_HTTP_FINISH_EOS;
 
@@ -396,7 +441,7 @@ static void on_end(struct kvp_http_job *job, const struct kvp_usage *u, int stat
 		if (r->out.err)
 			r->gone = true; /* no memory for the answer: close rather than lie */
 	} else if (!r->gone) {
-		map_status(status, msg, &r->err);
+		map_status(r->api, status, msg, &r->err);
 		if (status == -ENOTCONN)
 			atomic_fetch_add(&srv->metrics.backend_lost, 1);
 		if (r->err.status == 429)
@@ -439,6 +484,7 @@ static void on_hangup(struct kvp_http_job *job)
 static const struct kvp_http_job_ops job_ops = {
 	.tokens = on_tokens,
 	.ids = on_ids,
+	.usage = on_usage,
 	.end = on_end,
 	.watch_fd = on_watch_fd,
 	.hangup = on_hangup,
@@ -795,6 +841,8 @@ static bool generation_job(struct hreq *r, const struct kvp_http_backend_info *i
 	p->max_new_tokens = g->max_tokens ? g->max_tokens :
 			    r->api == KVP_HTTP_API_COMPLETIONS ? 16 : /* OpenAI's default */
 								   info->max_new_tokens;
+	/* a chat that names no limit may use what the context leaves after its prompt */
+	p->fit_context = !g->max_tokens && r->api == KVP_HTTP_API_CHAT;
 	if (info->max_new_tokens && p->max_new_tokens > info->max_new_tokens) {
 		kvp_http_err_set(e, 400, "context_length_exceeded",
 				 r->api == KVP_HTTP_API_CHAT ? "max_completion_tokens" :
@@ -812,6 +860,15 @@ static bool generation_job(struct hreq *r, const struct kvp_http_backend_info *i
 	p->priority = g->has_priority ? -g->priority : KVP_PRIORITY_DEFAULT;
 	kvp_http_cache_map(p, &r->job.cc, &r->job.has_cc, g,
 			   (enum kvp_http_anthropic_cache)srv->cfg->anthropic_cache);
+	r->job.samp = (struct kvp_client_sampling){ .presence_penalty = g->presence,
+						    .frequency_penalty = g->frequency,
+						    .bias_ids = g->bias_ids,
+						    .bias = g->bias,
+						    .n_bias = g->n_bias,
+						    .grammar = g->grammar,
+						    .schema = g->schema,
+						    .schema_len = g->schema_len };
+	r->job.has_samp = g->grammar || g->n_bias || g->presence != 0 || g->frequency != 0;
 	if (g->msgs) {
 		r->job.kind = KVP_HTTP_JOB_CHAT;
 		r->job.msgs = g->msgs;
@@ -880,8 +937,9 @@ static enum MHD_Result post_ready(struct hreq *r)
 	if (rc) {
 		atomic_fetch_add(&srv->metrics.busy, 1);
 		return fail(r, 429, "rate_limit_exceeded", NULL,
-			    "too many requests in flight (%u); retry later",
-			    srv->cfg->backend_conns * srv->cfg->backend_reqs_per_conn);
+			    "too many requests in flight (%u) and waiting (%u); retry later",
+			    srv->cfg->backend_conns * srv->cfg->backend_reqs_per_conn,
+			    srv->cfg->backend_queue);
 	}
 	/* suspend before the backend can answer: it resumes only what is suspended */
 	pthread_mutex_lock(&r->lock);

@@ -40,7 +40,7 @@
 #include "shm/remote/conn.h"
 #include "shm/remote/cost.h"
 #include "util/errmsg.h"
-#include "util/stats.h"
+#include "util/samples.h"
 #include "util/time.h"
 
 #define READ_CHUNK (256u << 10) /* one read(2) */
@@ -114,8 +114,8 @@ struct dom {
 	uint32_t f_head, f_tail, f_inflight;
 	struct kvp_breaker br;
 	struct kvp_remote_stats st;
-	double *lat;
-	uint32_t lat_n, lat_pos;
+	struct kvp_samples lat; /* fetch latencies, ms (over lat_buf) */
+	double *lat_buf;
 	uint8_t *route; /* a chain summary waiting to be sent (owned) */
 	size_t route_len;
 	char route_key[KVP_REMOTE_KEY_MAX + KVP_REMOTE_HOST_ID_MAX];
@@ -254,10 +254,7 @@ static void finish_fetch(struct kvp_remote *r, struct dom *d, uint32_t stop, uin
 	d->st.cost_skips += stop == KVP_REMOTE_STOP_COST;
 	d->st.deadline_cuts += stop == KVP_REMOTE_STOP_DEADLINE || f->cut;
 	if (reached) {
-		d->lat[d->lat_pos] = (double)(now - f->submit_ns) / 1e6;
-		d->lat_pos = (d->lat_pos + 1) % KVP_REMOTE_LAT_SAMPLES;
-		if (d->lat_n < KVP_REMOTE_LAT_SAMPLES)
-			d->lat_n++;
+		kvp_samples_add(&d->lat, (double)(now - f->submit_ns) / 1e6);
 	}
 	post_done(r, &done);
 	d->f_head++;
@@ -901,9 +898,10 @@ static int dom_alloc(struct kvp_remote *r, struct dom *d)
 	d->pubs = calloc(r->cfg.queue_blocks, sizeof(*d->pubs));
 	d->pub_tokens = calloc((size_t)r->cfg.queue_blocks * bt, sizeof(uint32_t));
 	d->fops = calloc(r->cfg.fetch_queue, sizeof(*d->fops));
-	d->lat = calloc(KVP_REMOTE_LAT_SAMPLES, sizeof(double));
+	d->lat_buf = calloc(KVP_REMOTE_LAT_SAMPLES, sizeof(double));
+	kvp_samples_init(&d->lat, d->lat_buf, KVP_REMOTE_LAT_SAMPLES);
 	d->done = calloc(r->done_cap, sizeof(*d->done));
-	if (!d->pubs || !d->pub_tokens || !d->fops || !d->lat || !d->done)
+	if (!d->pubs || !d->pub_tokens || !d->fops || !d->lat_buf || !d->done)
 		return -ENOMEM;
 	d->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (d->done_fd < 0)
@@ -935,7 +933,7 @@ static void dom_free(struct kvp_remote *r, struct dom *d)
 	free(d->fops);
 	free(d->pubs);
 	free(d->pub_tokens);
-	free(d->lat);
+	free(d->lat_buf);
 	free(d->route);
 	free(d->done);
 	if (d->done_fd >= 0)
@@ -1403,6 +1401,7 @@ int kvp_remote_drain(struct kvp_remote *r, uint32_t timeout_ms)
 void kvp_remote_stats(struct kvp_remote *r, uint32_t domain, struct kvp_remote_stats *st)
 {
 	double lat[KVP_REMOTE_LAT_SAMPLES];
+	struct kvp_quantiles q;
 	uint32_t n;
 
 	memset(st, 0, sizeof(*st));
@@ -1415,12 +1414,11 @@ void kvp_remote_stats(struct kvp_remote *r, uint32_t domain, struct kvp_remote_s
 	st->probes = r->doms[domain].br.probes;
 	st->rtt_ms = r->est.rtt_ns / 1e6;
 	st->bw_mbps = r->est.bw_bps / 1e6;
-	n = r->doms[domain].lat_n;
-	memcpy(lat, r->doms[domain].lat, n * sizeof(double));
+	n = kvp_samples_copy(&r->doms[domain].lat, lat);
 	unlock(r);
-	kvp_sort_doubles(lat, n);
-	st->fetch_p50_ms = kvp_percentile_sorted(lat, n, 50);
-	st->fetch_p99_ms = kvp_percentile_sorted(lat, n, 99);
+	kvp_quantiles_of(lat, n, &q); /* NaN without a fetch, as the stats say */
+	st->fetch_p50_ms = q.p50;
+	st->fetch_p99_ms = q.p99;
 }
 
 size_t kvp_remote_value_bytes(const struct kvp_remote *r)

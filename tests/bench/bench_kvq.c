@@ -82,6 +82,40 @@ static void tokens_per_gib(void)
 	}
 }
 
+/*
+ * int4 at 16- and 32-token blocks against f16 at the same block size: the pool's
+ * tokens per GiB (block_stride: a block is padded to a page), and the payload.
+ */
+static void tokens_per_gib_int4(void)
+{
+	static const char *const presets[] = { "demo", "1b" };
+
+	for (int p = 0; p < 2; p++) {
+		struct kvp_mkmodel_opts o;
+
+		assert_int_equal(kvp_mkmodel_preset(&o, presets[p]), 0);
+		for (uint32_t bt = 16; bt <= 32; bt *= 2) {
+			struct kvp_model_shape s = { .n_layers = o.n_layers,
+						     .n_kv_heads = o.n_kv_heads,
+						     .head_dim = o.n_embd / o.n_heads,
+						     .dtype = KVP_DTYPE_F16,
+						     .block_tokens = bt };
+			struct kvp_geom g16, g4;
+			double t16, t4;
+
+			assert_int_equal(kvp_geom_init(&g16, &s), 0);
+			s.dtype = KVP_DTYPE_INT4;
+			assert_int_equal(kvp_geom_init(&g4, &s), 0);
+			t16 = (double)((1ull << 30) / g16.block_stride) * bt;
+			t4 = (double)((1ull << 30) / g4.block_stride) * bt;
+			printf("tokens per GiB  %-5s int4  block %2u %9.0f (%.1f bytes a token)  "
+			       "%.3fx f16 (payload %.3fx)\n",
+			       presets[p], bt, t4, (double)g4.block_bytes / bt, t4 / t16,
+			       (double)g16.block_bytes / g4.block_bytes);
+		}
+	}
+}
+
 /* Random K/V for positions [0, n) of @table, stored as the forward pass stores them. */
 static void fill_history(const struct kvp_kernels *k, struct ffix_pool *p, const uint32_t *table,
 			 uint32_t n)
@@ -109,11 +143,9 @@ static void fill_history(const struct kvp_kernels *k, struct ffix_pool *p, const
 					} else if (kv) {
 						for (uint32_t t = 0; t < BT; t++)
 							k->kvq_row8((int8_t *)run + t * hd,
-								    (uint16_t *)(run + rows) + t,
-								    x + t * hd, hd);
+								    run + rows + t, x + t * hd, hd);
 					} else {
-						k->kvq_chan8((int8_t *)run,
-							     (uint16_t *)(run + rows), x, BT, hd);
+						k->kvq_chan8((int8_t *)run, run + rows, x, BT, hd);
 					}
 				}
 	free(x);
@@ -256,6 +288,26 @@ static void quality(void)
 	ffix_model_close(m);
 }
 
+/* int4 (window 32 and none) on the demo preset, 2,048 + 64 tokens, against f32 K/V */
+static void quality_int4(void)
+{
+	static const struct kvqual_type ty[] = { { .dtype = KVP_DTYPE_INT4, .window = 32 },
+						 { .dtype = KVP_DTYPE_INT4, .window = 0 } };
+	struct kvp_mkmodel_opts o;
+	struct kvqual q[2];
+	struct kvp_model *m;
+
+	assert_int_equal(kvp_mkmodel_preset(&o, "demo"), 0);
+	m = ffix_model_open(&o);
+	kvqual_measure_types(m, 2048, 256, ty, 2, q);
+	for (int i = 0; i < 2; i++)
+		printf("quality demo 2048+64  int4 window %2u max |dlogit| %.4g  mean %.4g  "
+		       "(logits up to %.3g)  greedy agrees %u/%u\n",
+		       ty[i].window, q[i].max_abs, q[i].mean_abs, q[i].max_ref, q[i].agree,
+		       KVQUAL_GEN);
+	ffix_model_close(m);
+}
+
 static void test_kvq(void **state)
 {
 	const struct kvp_kernels *k;
@@ -264,9 +316,12 @@ static void test_kvq(void **state)
 	assert_int_equal(kvp_kernels_best(&k), 0);
 	printf("kernels %s; medians of %u runs, the types' runs interleaved\n", k->name, RUNS);
 	tokens_per_gib();
+	tokens_per_gib_int4();
 	speed();
-	if (!getenv("KVP_BENCH_QUICK"))
+	if (!getenv("KVP_BENCH_QUICK")) {
 		quality();
+		quality_int4();
+	}
 }
 
 int main(void)

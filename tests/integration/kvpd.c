@@ -142,6 +142,13 @@ int kvpd_start(struct kvpd *d, double timeout_s, const char *const *args)
 	argv[argc++] = d->status;
 	argv[argc++] = "--state-dir";
 	argv[argc++] = d->dir;
+	/*
+	 * the synthetic models say context_length 1024 and the tests' prompts and
+	 * generations were written without that limit: past it here, unless a test's own
+	 * --context-tokens (later on the line) says otherwise (0: the model's)
+	 */
+	argv[argc++] = "--context-tokens";
+	argv[argc++] = "65536";
 	while (args && *args && argc < 62)
 		argv[argc++] = *args++;
 	argv[argc] = NULL;

@@ -85,6 +85,19 @@ static int setup_int8(void **state)
 	return r;
 }
 
+static int setup_int4(void **state)
+{
+	const char *args[] = { "--pool-size", "64M", "--cache-min-tokens", "8",	   "--ignore-eos",
+			       "--threads",   "1",   "--kv-dtype",	   "int4", NULL };
+	int r = setup_args(state, args);
+
+	if (!r &&
+	    kvpd_status_num(&((struct fixture *)*state)->d, "pool.bytes_per_token", 0) !=
+		    kvpd_status_num(&((struct fixture *)*state)->d, "pool.block_bytes", 0) / BT)
+		return -1;
+	return r;
+}
+
 static int setup_no_pin(void **state)
 {
 	const char *args[] = { "--pool-size", "64M", NULL };
@@ -345,6 +358,57 @@ static void test_parallel_equals_alone(void **state)
 		    memcmp(par.toks[0], par.toks[2], sizeof(par.toks[0])));
 }
 
+/*
+ * int4, parallel sampling: the forks share the prompt's full blocks while they are in
+ * the residual window (f32, staged) and copy the partial one with its residual; the
+ * block that leaves the window during the decode is quantized once for all three.  So
+ * each continuation equals a run alone that computes the prompt itself (no_cache: a
+ * hit would read the sealed blocks at 4 bits where the forks read them in f32).
+ */
+static void test_int4_parallel_equals_alone(void **state)
+{
+	struct fixture *f = *state;
+	struct kvp_cache_ctl cc = { .n = 3 };
+	static struct result par, alone;
+	int32_t t[40];
+
+	fill(t, 40, 60);
+	assert_int_equal(run(f, t, 40, "par4", &cc, false, 1.0f, 91, 12, &par), 0);
+	assert_int_equal(par.cu.n, 3);
+	for (uint32_t i = 0; i < 3; i++) {
+		assert_int_equal(par.n_toks[i], 12);
+		assert_int_equal(run(f, t, 40, "par4", NULL, true, 1.0f, 91 + i, 12, &alone), 0);
+		assert_memory_equal(par.toks[i], alone.toks[0], 12 * sizeof(int32_t));
+	}
+}
+
+/*
+ * int4, multi-turn: a first turn publishes the blocks out of its window only; the
+ * second turn (the first's prompt, its reply, more) hits exactly those and recomputes
+ * the rest; the same two turns under another salt give the same hit and tokens.
+ */
+static void test_int4_multi_turn(void **state)
+{
+	struct fixture *f = *state;
+	static struct result t1, t2, t2b;
+	int32_t t[100 + 20 + 10];
+
+	fill(t, 100, 20);
+	assert_int_equal(run(f, t, 100, NULL, NULL, false, 0.0f, 0, 20, &t1), 0);
+	assert_int_equal(t1.n_toks[0], 20);
+	memcpy(t + 100, t1.toks[0], 20 * sizeof(int32_t));
+	fill(t + 120, 10, 200);
+	assert_int_equal(run(f, t, 130, NULL, NULL, false, 0.0f, 0, 8, &t2), 0);
+	/* the first turn wrote 119 positions (its last token is never computed) */
+	assert_int_equal(t2.u.cached_tokens, (119 - 32) / BT * BT);
+	/* the same two turns under another salt: the same hit, the same tokens */
+	assert_int_equal(run(f, t, 100, "b", NULL, false, 0.0f, 0, 20, &t1), 0);
+	assert_memory_equal(t1.toks[0], t + 100, 20 * sizeof(int32_t));
+	assert_int_equal(run(f, t, 130, "b", NULL, false, 0.0f, 0, 8, &t2b), 0);
+	assert_int_equal(t2b.u.cached_tokens, t2.u.cached_tokens);
+	assert_memory_equal(t2.toks[0], t2b.toks[0], 8 * sizeof(int32_t));
+}
+
 static void test_pin_denied(void **state)
 {
 	struct fixture *f = *state;
@@ -364,11 +428,16 @@ int main(void)
 		cmocka_unit_test(test_pins_survive_flush),
 		cmocka_unit_test(test_parallel_equals_alone),
 	};
+	const struct CMUnitTest int4[] = {
+		cmocka_unit_test(test_int4_parallel_equals_alone),
+		cmocka_unit_test(test_int4_multi_turn),
+	};
 	const struct CMUnitTest denied[] = {
 		cmocka_unit_test(test_pin_denied),
 	};
 	int r = cmocka_run_group_tests_name("cache", tests, setup, kvpd_teardown);
 
 	r |= cmocka_run_group_tests_name("cache-int8", tests, setup_int8, kvpd_teardown);
+	r |= cmocka_run_group_tests_name("cache-int4", int4, setup_int4, kvpd_teardown);
 	return r | cmocka_run_group_tests_name("cache-denied", denied, setup_no_pin, kvpd_teardown);
 }

@@ -1038,6 +1038,24 @@ static void test_bad_input(void **state)
 	assert_non_null(big);
 	for (int i = 0; i < 3000; i++)
 		memcpy(big + 5 * i, "word ", 5);
+	/*
+	 * limits are in tokens: a text prompt of 1,000 bytes (more than max_prompt_tokens)
+	 * and 200 tokens is generated from and tokenized; 15,000 bytes (3,000 tokens) are
+	 * refused by the daemon once tokenized, the connection kept
+	 */
+	{
+		struct kvp_client_prompt pr = { .text = big, .text_len = 1000 };
+
+		assert_int_equal(kvp_client_generate(c, &pr, &p, NULL, NULL, &u), 0);
+		assert_true(u.prompt_tokens > 100 && u.prompt_tokens < 512);
+		assert_int_equal(kvp_client_tokenize(c, big, 1000, 0, &ids, &n), 0);
+		assert_int_equal(n, u.prompt_tokens);
+		free(ids);
+		pr.text_len = 15000;
+		assert_int_equal(kvp_client_generate(c, &pr, &p, NULL, NULL, &u), KVP_E_LIMIT);
+		assert_non_null(strstr(kvp_client_errmsg(c), "max_prompt_tokens"));
+		assert_int_equal(kvp_client_tokenize(c, big, 15000, 0, &ids, &n), KVP_E_LIMIT);
+	}
 	assert_int_equal(kvp_client_conv_add(cv, KVP_ROLE_USER, big, 15000), 0);
 	assert_int_equal(kvp_client_chat(c, cv, &p, NULL, NULL, &u), KVP_E_LIMIT);
 	assert_non_null(strstr(kvp_client_errmsg(c), "max_prompt_tokens"));

@@ -50,9 +50,15 @@ struct fixture {
 };
 static_assert(offsetof(struct fixture, d) == 0, "kvpd_teardown");
 
-/* ChatML: the synthetic model has no chat template of its own */
-static const char *const daemon_args[] = { "--ignore-eos",    "--pool-size", "256M",
-					   "--chat-template", "chatml",	     NULL };
+/*
+ * ChatML: the synthetic model has no chat template of its own.  Its context_length is
+ * 1024; the SDK scripts check the limit at 8192 (test_model_context checks the model's
+ * own), which leaves room for the long generations that hold requests in flight.
+ */
+static const char *const daemon_args[] = { "--ignore-eos", "--pool-size",
+					   "256M",	   "--chat-template",
+					   "chatml",	   "--context-tokens",
+					   "8192",	   NULL };
 
 static void write_file(const char *path, const char *text)
 {
@@ -549,6 +555,90 @@ static void test_end_of_generation(void **state)
 	stop_pair(&d, &h);
 }
 
+static void test_model_context(void **state)
+{
+	struct fixture *f = *state;
+	struct kvpd d;
+	struct httpd h;
+	struct jsonq *j;
+	char body[1400], prompt[1001];
+	int st;
+
+	/* a kvpoold with --context-tokens 0: the model's context_length (tinyq: 1024) is
+	 * the limit of prompt + max_tokens, /tokenize says so, and beyond it is a 400 */
+	memset(prompt, 'a', 1000);
+	prompt[1000] = 0;
+	start_pair(f, &d, &h,
+		   (const char *const[]){ "--ignore-eos", "--context-tokens", "0", NULL });
+	j = post_json(h.port, "/tokenize", "{\"prompt\":\"x\"}", &st);
+	assert_int_equal(st, 200);
+	assert_int_equal((int)jsonq_num(j, "max_model_len", -1), 1024);
+	jsonq_free(j);
+	snprintf(body, sizeof(body), "{\"prompt\":\"%s\",\"max_tokens\":100}", prompt);
+	j = post_json(h.port, "/v1/completions", body, &st);
+	assert_int_equal(st, 400);
+	assert_string_equal(jsonq_str(j, "error.code"), "context_length_exceeded");
+	assert_non_null(strstr(jsonq_str(j, "error.message"), "maximum context length is 1024"));
+	jsonq_free(j);
+	snprintf(body, sizeof(body), "{\"prompt\":\"%s\",\"max_tokens\":20}", prompt);
+	j = post_json(h.port, "/v1/completions", body, &st);
+	assert_int_equal(st, 200);
+	assert_int_equal((int)jsonq_num(j, "usage.completion_tokens", -1), 20);
+	jsonq_free(j);
+	stop_pair(&d, &h);
+}
+
+static void test_backend_queue(void **state)
+{
+	struct fixture *f = *state;
+	const char *dargs[] = { "--model", f->d.model, "--pool-size", "64M", "--ignore-eos", NULL };
+	char conf[320], text[160];
+	const char *hargs[] = { "--config", conf, "--listen", "127.0.0.1:0", NULL };
+	struct httpc c[4];
+	struct httpc_resp r;
+	struct kvpd d;
+	struct httpd h;
+
+	/*
+	 * one backend slot (1 connection x 1 request): requests past it wait for the slot
+	 * and are all served, in order, rather than refused; with backend_queue = 0 the
+	 * second of two at once is a 429 at once
+	 */
+	snprintf(conf, sizeof(conf), "%s/queue.conf", f->d.dir);
+	snprintf(text, sizeof(text),
+		 "[http]\nbackend_conns = 1\nbackend_reqs_per_conn = 1\nbackend_queue = 8\n");
+	write_file(conf, text);
+	assert_int_equal(kvpd_init(&d), 0);
+	assert_int_equal(kvpd_start(&d, 60, dargs), 0);
+	assert_int_equal(httpd_start(&h, d.dir, d.sock, hargs, 30), 0);
+	for (int i = 0; i < 4; i++)
+		send_long(&c[i], h.port, 200, false);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(httpc_read(&c[i], &r, NULL, NULL), 0);
+		assert_int_equal(r.status, 200);
+		assert_int_equal((int)body_num(&r, "usage.completion_tokens", -1), 200);
+		httpc_resp_free(&r);
+		httpc_close(&c[i]);
+	}
+	httpd_stop(&h);
+	snprintf(text, sizeof(text),
+		 "[http]\nbackend_conns = 1\nbackend_reqs_per_conn = 1\nbackend_queue = 0\n");
+	write_file(conf, text);
+	assert_int_equal(httpd_start(&h, d.dir, d.sock, hargs, 30), 0);
+	send_long(&c[0], h.port, 600, false);
+	wait_health(h.port, "in_flight", 1);
+	send_long(&c[1], h.port, 1, false);
+	assert_int_equal(httpc_read(&c[1], &r, NULL, NULL), 0);
+	assert_int_equal(r.status, 429);
+	httpc_resp_free(&r);
+	assert_int_equal(httpc_read(&c[0], &r, NULL, NULL), 0);
+	assert_int_equal(r.status, 200);
+	httpc_resp_free(&r);
+	httpc_close(&c[0]);
+	httpc_close(&c[1]);
+	stop_pair(&d, &h);
+}
+
 /* Poll kvpoold's status until @path is @want (10 s at most). */
 static bool status_reaches(struct kvpd *d, const char *path, double want)
 {
@@ -619,6 +709,8 @@ int main(void)
 		cmocka_unit_test(test_sigterm_drains),
 		cmocka_unit_test(test_kvpoold_restart),
 		cmocka_unit_test(test_end_of_generation),
+		cmocka_unit_test(test_model_context),
+		cmocka_unit_test(test_backend_queue),
 		cmocka_unit_test(test_priority_reaches_kvpoold),
 	};
 

@@ -57,7 +57,7 @@ static int generate(struct kvp_client *k, const int32_t *ids, uint32_t n)
 /* kvpool-run's name of K/V type @dtype (enum kvp_dtype). */
 static const char *dtype_arg(uint32_t dtype)
 {
-	static const char *const names[] = { "f32", "f16", "bf16", "int8" };
+	static const char *const names[] = { "f32", "f16", "bf16", "int8", "int4" };
 
 	assert_true(dtype < sizeof(names) / sizeof(names[0]));
 	return names[dtype];
@@ -152,23 +152,32 @@ static void check_bits(struct kvp_client *k, const struct kvp_client_lease *l, c
 	assert_null(kvp_client_lease_kv(k, l, 0, h->shape.n_layers, 0, 0));
 }
 
-static void bits_and_pressure(uint32_t dtype);
+static void bits_and_pressure(uint32_t dtype, uint32_t n_ids, uint32_t n_leased);
 
 static void test_bits_and_pressure(void **state)
 {
-	bits_and_pressure(KVP_DTYPE_F16); /* the daemon's default, as llama.cpp's */
+	bits_and_pressure(KVP_DTYPE_F16, 40, 2); /* the daemon's default, as llama.cpp's */
 }
 
 /* int8 blocks: the quantized bytes and their scales, in the layout LEASED names */
 static void test_bits_and_pressure_int8(void **state)
 {
-	bits_and_pressure(KVP_DTYPE_INT8);
+	bits_and_pressure(KVP_DTYPE_INT8, 40, 2);
 }
 
-static void bits_and_pressure(uint32_t dtype)
+/*
+ * int4 blocks: only those out of the residual window (32 tokens by default) are final,
+ * published and leased: of 80 ids, (80 - 32) / 16 = 3 blocks, the ones --dump-kv writes
+ */
+static void test_bits_and_pressure_int4(void **state)
+{
+	bits_and_pressure(KVP_DTYPE_INT4, 80, 3);
+}
+
+static void bits_and_pressure(uint32_t dtype, uint32_t n_ids, uint32_t n_leased)
 {
 	/*
-	 * 40 ids: two full blocks leased; then other prompts fill the 1 MiB pool twice.
+	 * @n_ids ids: @n_leased full blocks leased; then other prompts fill the 1 MiB pool twice.
 	 * Bit equality needs the same chunk boundaries as kvpool-run's one chunk: the fifo
 	 * policy's fixed chunks (256 tokens) rather than the fair policy's time-sized ones,
 	 * which a slow build (sanitizers) cuts smaller; and the same f32 path: each process
@@ -176,7 +185,7 @@ static void bits_and_pressure(uint32_t dtype)
 	 */
 	const char *args[] = { "--pool-size", "1M",	    "--threads",      "1", "--sched-policy",
 			       "fifo",	      "--kv-dtype", dtype_arg(dtype), NULL };
-	int32_t ids[40], other[4 * BT];
+	int32_t ids[80], other[4 * BT];
 	struct kvp_client_lease *l = NULL, *l2 = NULL;
 	struct kvp_client *k = NULL;
 	char path[400];
@@ -187,27 +196,27 @@ static void bits_and_pressure(uint32_t dtype)
 
 	assert_int_equal(setenv("KVP_F32_GEMM", "kvpool", 1), 0); /* both inherit it */
 	assert_int_equal(kvpd_setup(&d, "tiny", args), 0);
-	ids_of(ids, 40, 1);
+	ids_of(ids, n_ids, 1);
 	assert_int_equal(kvp_client_connect(&k, d.sock), 0);
-	assert_int_equal(kvp_client_lease(k, ids, 40, NULL, 0, 0, &l), 0);
+	assert_int_equal(kvp_client_lease(k, ids, n_ids, NULL, 0, 0, &l), 0);
 	assert_int_equal(kvp_client_lease_info(l)->n_blocks, 0); /* nothing cached yet */
 	assert_int_equal(kvp_client_lease_info(l)->lease_id, 0);
 	assert_int_equal(kvp_client_release(k, l), 0);
-	assert_int_equal(generate(k, ids, 40), 0);
-	assert_int_equal(kvp_client_lease(k, ids, 40, NULL, 0, 0, &l), 0);
-	assert_int_equal(kvp_client_lease_info(l)->n_blocks, 2);
+	assert_int_equal(generate(k, ids, n_ids), 0);
+	assert_int_equal(kvp_client_lease(k, ids, n_ids, NULL, 0, 0, &l), 0);
+	assert_int_equal(kvp_client_lease_info(l)->n_blocks, n_leased);
 	assert_true(kvp_client_lease_info(l)->lease_id != 0);
 	/* a salt partitions: the same ids under another salt hold nothing */
-	assert_int_equal(kvp_client_lease(k, ids, 40, "s", 1, 0, &l2), 0);
+	assert_int_equal(kvp_client_lease(k, ids, n_ids, "s", 1, 0, &l2), 0);
 	assert_int_equal(kvp_client_lease_info(l2)->n_blocks, 0);
 	kvp_client_release(k, l2);
 
 	snprintf(path, sizeof(path), "%s/kv.bin", d.dir);
 	assert_int_equal(kvp_client_lease_info(l)->shape.dtype, dtype);
-	assert_int_equal(run_dump(d.model, ids, 40, dtype, path), 0);
+	assert_int_equal(run_dump(d.model, ids, n_ids, dtype, path), 0);
 	ref = (uint8_t *)kvp_test_read_file(path, &ref_len);
 	assert_non_null(ref);
-	assert_int_equal(ref_len, 2 * block_bytes(kvp_client_lease_info(l)));
+	assert_int_equal(ref_len, n_leased * block_bytes(kvp_client_lease_info(l)));
 	check_bits(k, l, ref, ref_len);
 
 	/* pressure: twice the pool in other prompts; the leased blocks stay as they were */
@@ -337,6 +346,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bits_and_pressure),
 		cmocka_unit_test(test_bits_and_pressure_int8),
+		cmocka_unit_test(test_bits_and_pressure_int4),
 		cmocka_unit_test(test_generation_tells_reuse),
 		cmocka_unit_test(test_lifetime_and_limits),
 	};

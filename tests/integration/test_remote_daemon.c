@@ -310,6 +310,46 @@ static void test_int8_and_other_type(void **state)
 	restart_hosts(w, "");
 }
 
+/*
+ * int4 hosts: A publishes its sealed blocks (those out of the residual window) to the
+ * store; B fetches them and reads the same bytes from the same boundary as A's own
+ * warm hit, so its tokens are A's warm ones; then the blocks are B's own, a local hit.
+ * An f16 B never gets A's int4 blocks.
+ */
+static void test_int4_and_other_type(void **state)
+{
+	struct world *w = *state;
+	static int32_t p[LONG];
+	struct kvpd_gen cold, warm, rb, rb2;
+	double before;
+
+	restart_hosts(w, "int4");
+	before = a_published(w);
+	fill(p, LONG);
+	assert_int_equal(gen(&w->a, p, LONG, false, &cold), 0);
+	assert_true(wait_pub(w, before + (LONG + GEN - 1 - 32) / BT));
+	assert_int_equal(gen(&w->a, p, LONG, false, &warm), 0);
+	assert_true(warm.u.cached_tokens >= (LONG - 32) / BT * BT);
+	assert_int_equal(gen(&w->b, p, LONG, false, &rb), 0);
+	assert_int_equal(rb.u.cached_tokens_remote, warm.u.cached_tokens);
+	assert_memory_equal(rb.ids, warm.ids, sizeof(warm.ids));
+	assert_int_equal(status_num(&w->b, "remote.verify_failures"), 0);
+	assert_int_equal(gen(&w->b, p, LONG, false, &rb2), 0);
+	assert_int_equal(rb2.u.cached_tokens, warm.u.cached_tokens);
+	assert_int_equal(rb2.u.cached_tokens_remote, 0);
+	assert_memory_equal(rb2.ids, warm.ids, sizeof(warm.ids));
+
+	kvpd_stop(&w->b);
+	w->dtype[0] = '\0';
+	assert_int_equal(start_host(w, &w->b), 0);
+	assert_int_equal(gen(&w->b, p, LONG, true, &cold), 0);
+	assert_int_equal(gen(&w->b, p, LONG, false, &rb), 0);
+	assert_int_equal(rb.u.cached_tokens_remote, 0);
+	assert_memory_equal(rb.ids, cold.ids, sizeof(rb.ids));
+	assert_int_equal(status_num(&w->b, "remote.verify_failures"), 0);
+	restart_hosts(w, "");
+}
+
 static void two_hosts(struct world *w)
 {
 	static int32_t p[LONG];
@@ -486,6 +526,7 @@ int main(void)
 		cmocka_unit_test(test_tampered),
 		cmocka_unit_test(test_store_stopped_and_killed),
 		cmocka_unit_test(test_int8_and_other_type),
+		cmocka_unit_test(test_int4_and_other_type),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

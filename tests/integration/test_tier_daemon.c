@@ -282,18 +282,58 @@ static void test_roundtrip_reload_restart_int8(void **state)
 }
 
 /*
- * A tier file written by an f16 daemon is not served to an int8 one (the header's
- * shape differs: the file is reset, nothing rebuilt), and the other way round; the
- * output is each type's cold one.
+ * int4: only the blocks out of the residual window are published, so they are what
+ * goes to disk; a prompt that hits them from memory, from disk after they were pushed
+ * out, and from disk after a restart reads the same bytes from the same boundary, so
+ * all three give the same tokens (not the cold ones: a hit's blocks are read quantized
+ * where a cold run read its window in f32).
  */
-static void test_other_dtype_not_served(void **state)
+static void test_roundtrip_reload_restart_int4(void **state)
 {
 	struct fixture *f = *state;
+	static int32_t a[PROMPT];
+	struct kvpd_gen cold, o, warm;
+	uint32_t sealed;
+
+	strcpy(f->dtype, "int4");
+	assert_int_equal(start(f), 0);
+	fill(a, PROMPT);
+	assert_int_equal(gen(f, a, PROMPT, true, &cold), 0);
+	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
+	assert_memory_equal(o.ids, cold.ids, sizeof(cold.ids)); /* computed: the cold tokens */
+	sealed = o.u.cache_creation_tokens;
+	print_message("int4: %u of the prompt's %u tokens published\n", sealed, PROMPT);
+	assert_true(sealed % BT == 0 && sealed >= (PROMPT - 32) / BT * BT && sealed < 25 * BT);
+	assert_int_equal(gen(f, a, PROMPT, false, &warm), 0);
+	assert_int_equal(warm.u.cached_tokens, sealed);
+	push_out(f, 24);
+	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
+	assert_true(o.u.cached_tokens_disk > 0);
+	assert_int_equal(o.u.cached_tokens + o.u.cached_tokens_disk, sealed);
+	assert_memory_equal(o.ids, warm.ids, sizeof(warm.ids));
+	assert_true(status_num(f, "tier.checksum_failures") == 0);
+	push_out(f, 24);
+	kvpd_stop(&f->d);
+	assert_int_equal(start(f), 0);
+	assert_true(status_num(f, "tier.rebuilt") >= sealed / BT);
+	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
+	assert_int_equal(o.u.cached_tokens_disk, sealed);
+	assert_memory_equal(o.ids, warm.ids, sizeof(warm.ids));
+	kvpd_stop(&f->d);
+}
+
+/*
+ * A tier file written by an f16 daemon is not served to a daemon of quantized type @q
+ * (the header's shape differs: the file is reset, nothing rebuilt), and the other way
+ * round; the output is each type's cold one.
+ */
+static void other_dtype_not_served(struct fixture *f, const char *q)
+{
 	static int32_t a[PROMPT];
 	struct kvpd_gen cold8, cold16, o;
 
 	fill(a, PROMPT);
-	strcpy(f->dtype, "int8");
+	strcpy(f->dtype, q);
 	assert_int_equal(start(f), 0);
 	assert_int_equal(gen(f, a, PROMPT, true, &cold8), 0);
 	kvpd_stop(&f->d);
@@ -304,14 +344,18 @@ static void test_other_dtype_not_served(void **state)
 	push_out(f, 24);
 	kvpd_stop(&f->d);
 
-	strcpy(f->dtype, "int8");
+	strcpy(f->dtype, q);
 	assert_int_equal(start(f), 0);
 	assert_true(status_num(f, "tier.rebuilt") == 0);
 	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
 	assert_int_equal(o.u.cached_tokens_disk, 0);
 	assert_int_equal(o.u.cached_tokens, 0);
 	assert_memory_equal(o.ids, cold8.ids, sizeof(o.ids));
-	assert_int_equal(o.u.cache_creation_tokens, PROMPT); /* recomputed, in int8 */
+	/* recomputed in @q (int4 publishes the blocks out of its window only) */
+	if (strcmp(q, "int4"))
+		assert_int_equal(o.u.cache_creation_tokens, PROMPT);
+	else
+		assert_true(o.u.cache_creation_tokens > 0);
 	push_out(f, 24);
 	kvpd_stop(&f->d);
 
@@ -322,6 +366,16 @@ static void test_other_dtype_not_served(void **state)
 	assert_int_equal(o.u.cached_tokens_disk, 0);
 	assert_memory_equal(o.ids, cold16.ids, sizeof(o.ids));
 	kvpd_stop(&f->d);
+}
+
+static void test_other_dtype_not_served(void **state)
+{
+	other_dtype_not_served(*state, "int8");
+}
+
+static void test_other_dtype_not_served_int4(void **state)
+{
+	other_dtype_not_served(*state, "int4");
 }
 
 static void roundtrip_reload_restart(struct fixture *f)
@@ -785,6 +839,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_roundtrip_reload_restart_int8, setup,
 						kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_other_dtype_not_served, setup, kvpd_teardown),
+		cmocka_unit_test_setup_teardown(test_roundtrip_reload_restart_int4, setup,
+						kvpd_teardown),
+		cmocka_unit_test_setup_teardown(test_other_dtype_not_served_int4, setup,
+						kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_corruption_never_served, setup, kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_torn_blocks_never_served, setup,
 						kvpd_teardown),

@@ -23,16 +23,18 @@
  * tokens when given (logits of each step to @lg rows 1..), else greedy into @toks.
  * Row 0 of @lg: the last prompt position's logits.
  */
-static void run_one(const struct kvp_model *m, uint32_t dtype, uint32_t n_prompt, uint32_t chunk,
-		    int32_t *toks, const int32_t *force, float *lg)
+static void run_one(const struct kvp_model *m, const struct kvqual_type *ty, uint32_t n_prompt,
+		    uint32_t chunk, int32_t *toks, const int32_t *force, float *lg)
 {
 	uint32_t V = kvp_model_hparams(m)->n_vocab, total = n_prompt + KVQUAL_GEN;
 	uint32_t nb = (total + BT - 1) / BT, *table = malloc(nb * sizeof(uint32_t));
-	struct kvp_fwd *f = ffix_fwd_new(m, NULL, chunk, 1);
+	struct kvp_fwd *f = ffix_fwd_new(m, ty->k, chunk, 1);
 	struct ffix_pool p;
 
 	assert_non_null(table);
-	ffix_pool_init(&p, m, dtype, BT, nb);
+	ffix_pool_init(&p, m, ty->dtype, BT, nb);
+	if (ty->dtype == KVP_DTYPE_INT4)
+		p.stage.window = ty->window;
 	for (uint32_t i = 0; i < nb; i++)
 		table[i] = i;
 	ffix_pool_open(&p, table, nb);
@@ -61,6 +63,18 @@ static void run_one(const struct kvp_model *m, uint32_t dtype, uint32_t n_prompt
 void kvqual_measure(const struct kvp_model *m, uint32_t n_prompt, uint32_t chunk,
 		    const uint32_t *dtypes, uint32_t n, struct kvqual *out)
 {
+	struct kvqual_type ty[8];
+
+	assert_true(n <= 8);
+	for (uint32_t i = 0; i < n; i++)
+		ty[i] = (struct kvqual_type){ .dtype = dtypes[i], .window = KVP_KV_WINDOW_DEFAULT };
+	kvqual_measure_types(m, n_prompt, chunk, ty, n, out);
+}
+
+void kvqual_measure_types(const struct kvp_model *m, uint32_t n_prompt, uint32_t chunk,
+			  const struct kvqual_type *types, uint32_t n, struct kvqual *out)
+{
+	const struct kvqual_type f32 = { .dtype = KVP_DTYPE_F32 };
 	uint32_t V = kvp_model_hparams(m)->n_vocab, total = n_prompt + KVQUAL_GEN;
 	size_t nl = (size_t)(KVQUAL_GEN + 1) * V;
 	float *ref = malloc(nl * sizeof(float)), *lg = malloc(nl * sizeof(float));
@@ -69,7 +83,7 @@ void kvqual_measure(const struct kvp_model *m, uint32_t n_prompt, uint32_t chunk
 
 	assert_true(ref && lg && rt && tt);
 	ffix_prompt(rt, n_prompt, 11);
-	run_one(m, KVP_DTYPE_F32, n_prompt, chunk, rt, NULL, ref);
+	run_one(m, &f32, n_prompt, chunk, rt, NULL, ref);
 	for (size_t i = 0; i < nl; i++)
 		mx = fabs(ref[i]) > mx ? fabs(ref[i]) : mx;
 	for (uint32_t d = 0; d < n; d++) {
@@ -79,7 +93,7 @@ void kvqual_measure(const struct kvp_model *m, uint32_t n_prompt, uint32_t chunk
 		memset(q, 0, sizeof(*q));
 		q->max_ref = mx;
 		memcpy(tt, rt, n_prompt * sizeof(int32_t));
-		run_one(m, dtypes[d], n_prompt, chunk, tt, rt + n_prompt, lg);
+		run_one(m, &types[d], n_prompt, chunk, tt, rt + n_prompt, lg);
 		for (size_t i = 0; i < nl; i++) {
 			double e = fabs((double)lg[i] - ref[i]);
 
@@ -87,7 +101,7 @@ void kvqual_measure(const struct kvp_model *m, uint32_t n_prompt, uint32_t chunk
 			sum += e;
 		}
 		q->mean_abs = sum / (double)nl;
-		run_one(m, dtypes[d], n_prompt, chunk, tt, NULL, lg);
+		run_one(m, &types[d], n_prompt, chunk, tt, NULL, lg);
 		while (q->agree < KVQUAL_GEN && tt[n_prompt + q->agree] == rt[n_prompt + q->agree])
 			q->agree++;
 	}

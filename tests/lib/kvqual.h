@@ -38,4 +38,22 @@ struct kvqual {
 void kvqual_measure(const struct kvp_model *m, uint32_t n_prompt, uint32_t chunk,
 		    const uint32_t *dtypes, uint32_t n, struct kvqual *out);
 
+struct kvp_kernels;
+
+/**
+ * struct kvqual_type - one K/V configuration to measure
+ * @dtype:   enum kvp_dtype
+ * @window:  int4: the residual window, tokens
+ * @k:       the kernel table (NULL: the best); a test's own table can swap a quantizer
+ */
+struct kvqual_type {
+	uint32_t dtype;
+	uint32_t window;
+	const struct kvp_kernels *k;
+};
+
+/* kvqual_measure() over @types: windows and kernel tables of their own. */
+void kvqual_measure_types(const struct kvp_model *m, uint32_t n_prompt, uint32_t chunk,
+			  const struct kvqual_type *types, uint32_t n, struct kvqual *out);
+
 #endif /* KVP_TESTS_KVQUAL_H */

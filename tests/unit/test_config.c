@@ -102,6 +102,16 @@ static void test_kv_type_alias(void **state)
 	assert_int_equal(f->c.kv_dtype, KVP_DTYPE_F32);
 	assert_int_not_equal(parse(f, &act, "--kv-type", "q8_0", NULL), 0);
 	assert_non_null(strstr(f->err, "--kv-dtype"));
+	/* int4 and its residual window: 32 by default, 0 .. 4096 */
+	kvp_config_defaults(&f->c);
+	assert_int_equal(f->c.kv_window, 32);
+	assert_int_equal(parse(f, &act, "--kv-dtype", "int4", "--kv-window", "0", NULL), 0);
+	assert_int_equal(f->c.kv_dtype, KVP_DTYPE_INT4);
+	assert_int_equal(f->c.kv_window, 0);
+	assert_int_equal(parse(f, &act, "--kv-window", "4096", NULL), 0);
+	assert_int_equal(f->c.kv_window, 4096);
+	assert_int_not_equal(parse(f, &act, "--kv-window", "4097", NULL), 0);
+	assert_non_null(strstr(f->err, "kv-window"));
 }
 
 static void test_file_then_flags_override(void **state)

@@ -52,9 +52,9 @@ static void test_run_offsets_follow_layout(void **state)
 static void test_int8_runs_and_scales(void **state)
 {
 	/*
-	 * int8: a K run is its rows then one f16 scale per channel, a V run its rows then one
-	 * per token; a layer's K runs, then its V runs; layout.h's functions and the geometry
-	 * agree, and the runs tile the block
+	 * int8: a K run is its rows (in channel quads) then one scale code byte per channel,
+	 * a V run its rows then one per token; a layer's K runs, then its V runs; layout.h's
+	 * functions and the geometry agree, and the runs tile the block
 	 */
 	struct kvp_model_shape s = { .n_layers = 3,
 				     .n_kv_heads = 2,
@@ -65,15 +65,25 @@ static void test_int8_runs_and_scales(void **state)
 	uint64_t at = 0;
 
 	assert_int_equal(kvp_geom_init(&g, &s), 0);
-	assert_int_equal(g.head_bytes, 4 * 8 + 2 * 8);
-	assert_int_equal(g.v_head_bytes, 4 * 8 + 2 * 4);
-	assert_int_equal(g.block_bytes, 3 * 2 * (48 + 40));
+	assert_int_equal(g.head_bytes, 4 * 8 + 8);
+	assert_int_equal(g.v_head_bytes, 4 * 8 + 4);
+	assert_int_equal(g.block_bytes, 3 * 2 * (40 + 36));
 	assert_int_equal(g.bytes_per_token, g.block_bytes / 4);
 	assert_int_equal(g.elem_bytes, 1);
-	assert_int_equal(kvp_geom_run_offset(&g, 0, 0, 1), 48);
-	assert_int_equal(kvp_geom_run_offset(&g, 0, 1, 0), 96);
-	assert_int_equal(kvp_geom_run_offset(&g, 0, 1, 1), 136);
-	assert_int_equal(kvp_geom_run_offset(&g, 1, 0, 0), 176);
+	assert_int_equal(kvp_geom_run_offset(&g, 0, 0, 1), 40);
+	assert_int_equal(kvp_geom_run_offset(&g, 0, 1, 0), 80);
+	assert_int_equal(kvp_geom_run_offset(&g, 0, 1, 1), 116);
+	assert_int_equal(kvp_geom_run_offset(&g, 1, 0, 0), 152);
+	/* key t, channel c: channel quads of the block's 4 tokens */
+	assert_int_equal(kvp_int8_k_index(4, 0, 0), 0);
+	assert_int_equal(kvp_int8_k_index(4, 0, 3), 3);
+	assert_int_equal(kvp_int8_k_index(4, 1, 0), 4);
+	assert_int_equal(kvp_int8_k_index(4, 3, 5), 4 * 4 + 3 * 4 + 1);
+	/* the channels go in quads */
+	s.head_dim = 6;
+	assert_int_equal(kvp_geom_init(&g, &s), -EINVAL);
+	s.head_dim = 8;
+	assert_int_equal(kvp_geom_init(&g, &s), 0);
 	for (uint32_t l = 0; l < 3; l++)
 		for (uint32_t kv = 0; kv < 2; kv++)
 			for (uint32_t h = 0; h < 2; h++) {
@@ -91,6 +101,43 @@ static void test_int8_runs_and_scales(void **state)
 	assert_string_equal(kvp_dtype_name(KVP_DTYPE_INT8), "int8");
 	assert_int_equal(kvp_dtype_parse("q8_0", &d), -EINVAL);
 	assert_true(kvp_dtype_is_int(KVP_DTYPE_INT8) && !kvp_dtype_is_int(KVP_DTYPE_F16));
+}
+
+static void test_int4_runs_and_scales(void **state)
+{
+	/*
+	 * int4: a run is its nibbles, then d and dmin, then 12 bits of codes a group (K: a
+	 * group per channel, V: per token), padded to a byte; the runs tile the block; an
+	 * odd head_dim is refused (elements are packed in pairs)
+	 */
+	struct kvp_model_shape s = { .n_layers = 3,
+				     .n_kv_heads = 2,
+				     .head_dim = 10,
+				     .dtype = KVP_DTYPE_INT4,
+				     .block_tokens = 3 };
+	struct kvp_geom g;
+	uint64_t at = 0;
+	uint32_t d = 99;
+
+	(void)state;
+	assert_int_equal(kvp_geom_init(&g, &s), 0);
+	assert_int_equal(g.head_bytes, 15 + 4 + 15);  /* 10 groups: 120 bits */
+	assert_int_equal(g.v_head_bytes, 15 + 4 + 5); /* 3 groups: 36 bits, 5 bytes */
+	assert_int_equal(g.block_bytes, 3 * 2 * (34 + 24));
+	for (uint32_t l = 0; l < 3; l++)
+		for (uint32_t kv = 0; kv < 2; kv++)
+			for (uint32_t h = 0; h < 2; h++) {
+				assert_int_equal(kvp_geom_run_offset(&g, l, kv, h), at);
+				assert_int_equal(kvp_layout_run_offset(&s, l, kv, h), at);
+				at += kvp_layout_run_bytes(&s, kv);
+			}
+	assert_int_equal(at, g.block_bytes);
+	s.head_dim = 9;
+	assert_int_equal(kvp_geom_init(&g, &s), -EINVAL);
+	assert_int_equal(kvp_dtype_parse("int4", &d), 0);
+	assert_int_equal(d, KVP_DTYPE_INT4);
+	assert_string_equal(kvp_dtype_name(KVP_DTYPE_INT4), "int4");
+	assert_true(kvp_dtype_is_int(KVP_DTYPE_INT4));
 }
 
 static void test_kv_run_tiles_blocks(void **state)
@@ -178,6 +225,7 @@ int main(void)
 		cmocka_unit_test(test_run_offsets_follow_layout),
 		cmocka_unit_test(test_kv_run_tiles_blocks),
 		cmocka_unit_test(test_int8_runs_and_scales),
+		cmocka_unit_test(test_int4_runs_and_scales),
 		cmocka_unit_test(test_bad_shapes_rejected),
 	};
 

@@ -380,6 +380,33 @@ static void test_refusals_name_the_problem(void **state)
 	free(buf);
 }
 
+static void test_names_given_twice_refused(void **state)
+{
+	/* a tensor name or a metadata key given twice: refused, named (a reader taking the
+	 * first and one taking the last would run different models) */
+	size_t len;
+	uint8_t *buf = small_file(&len, KVP_GGML_F32, 5);
+	uint8_t *c = malloc(len);
+	struct kvp_gguf *g;
+	char err[256];
+
+	assert_non_null(c);
+	memcpy(c, buf, len);
+	patch_after(c, len, "blk.0.attn_k.weight", "attn_k", "attn_q");
+	assert_int_equal(kvp_gguf_parse(&g, c, len, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "tensor 'blk.0.attn_q.weight' appears twice"));
+
+	memcpy(c, buf, len);
+	patch_after(c, len, "general.file_type", "file_type", "alignment");
+	assert_int_equal(kvp_gguf_parse(&g, c, len, err, sizeof(err)), -EBADMSG);
+	assert_non_null(strstr(err, "metadata key 'general.alignment' appears twice"));
+
+	assert_int_equal(kvp_gguf_parse(&g, buf, len, err, sizeof(err)), 0);
+	kvp_gguf_close(g);
+	free(c);
+	free(buf);
+}
+
 static void test_hparams_from_metadata(void **state)
 {
 	/*
@@ -686,6 +713,7 @@ int main(void)
 		cmocka_unit_test(test_quantized_truncation_and_misalignment),
 		cmocka_unit_test(test_unaligned_tensors_are_copied),
 		cmocka_unit_test(test_refusals_name_the_problem),
+		cmocka_unit_test(test_names_given_twice_refused),
 		cmocka_unit_test(test_hparams_from_metadata),
 		cmocka_unit_test(test_format_details),
 		cmocka_unit_test(test_scalar_getters_every_type),

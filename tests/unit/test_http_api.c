@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "ipc/http/api.h"
+#include "kvpool/proto.h"
 #include "ipc/http/cache.h"
 
 #define VOCAB 259
@@ -179,9 +180,9 @@ static void test_unsupported_is_refused(void **state)
 		{ "{\"prompt\":\"x\",\"logprobs\":1}", "logprobs" },
 		{ "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs" },
 		{ "{\"prompt\":\"x\",\"echo\":true}", "echo" },
-		{ "{\"prompt\":\"x\",\"logit_bias\":{\"1\":5}}", "logit_bias" },
-		{ "{\"prompt\":\"x\",\"presence_penalty\":0.5}", "presence_penalty" },
-		{ "{\"prompt\":\"x\",\"frequency_penalty\":-1}", "frequency_penalty" },
+		{ "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\","
+		  "\"json_schema\":{\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}",
+		  "response_format" },
 		{ "{\"prompt\":\"x\",\"suffix\":\"tail\"}", "suffix" },
 	};
 
@@ -242,11 +243,50 @@ static void test_chat_messages(void **state)
 		"tools", NULL);
 	refused(CHAT,
 		"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-		"\"response_format\":{\"type\":\"json_object\"}}",
+		"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
+		"{\"$ref\":\"#/x\"}}}}",
+		"response_format", "\"$ref\"");
+	refused(CHAT,
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+		"\"response_format\":{\"type\":\"xml\"}}",
 		"response_format", NULL);
 	refused(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", "n", NULL);
 	refused(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}",
 		"logprobs", NULL);
+}
+
+/* response_format, logit_bias and the penalties become the request's sampling section */
+static void test_sampling_fields(void **state)
+{
+	struct parsed *p = parse(
+		CHAT,
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+		"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\","
+		"\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"a\":"
+		"{\"type\":\"integer\"}},\"required\":[\"a\"],\"additionalProperties\":false}}},"
+		"\"logit_bias\":{\"5\":-100,\"7\":2.5},\"presence_penalty\":0.5,"
+		"\"frequency_penalty\":-1}");
+
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.grammar, KVP_GRAMMAR_JSON_SCHEMA);
+	assert_non_null(strstr(p->g.schema, "\"required\":[\"a\"]"));
+	assert_int_equal(p->g.n_bias, 2);
+	assert_true(p->g.presence == 0.5f && p->g.frequency == -1.0f);
+	done(p);
+	p = parse(C, "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_object\"}}");
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.grammar, KVP_GRAMMAR_JSON_OBJECT);
+	done(p);
+	refused(C, "{\"prompt\":\"x\",\"logit_bias\":{\"abc\":1}}", "logit_bias", "token id");
+	refused(C, "{\"prompt\":\"x\",\"logit_bias\":{\"1\":101}}", "logit_bias", NULL);
+	refused(C, "{\"prompt\":\"x\",\"logit_bias\":[1]}", "logit_bias", NULL);
+	refused(C, "{\"prompt\":\"x\",\"presence_penalty\":2.5}", "presence_penalty", NULL);
+	refused(C, "{\"prompt\":\"x\",\"frequency_penalty\":\"a\"}", "frequency_penalty", NULL);
+	/* Anthropic's temperature is [0, 1] */
+	refused(MSG,
+		"{\"model\":\"m\",\"max_tokens\":5,\"temperature\":1.5,"
+		"\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+		"temperature", NULL);
 }
 
 static void test_messages_and_cache_control(void **state)
@@ -577,6 +617,7 @@ int main(void)
 		cmocka_unit_test(test_unsupported_is_refused),
 		cmocka_unit_test(test_bad_bodies),
 		cmocka_unit_test(test_chat_messages),
+		cmocka_unit_test(test_sampling_fields),
 		cmocka_unit_test(test_messages_and_cache_control),
 		cmocka_unit_test(test_messages_refusals),
 		cmocka_unit_test(test_tokenize_bodies),

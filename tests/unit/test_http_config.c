@@ -87,6 +87,7 @@ static void test_defaults(void **state)
 	assert_int_equal(f->c.idle_timeout_s, 60);
 	assert_int_equal(f->c.backend_conns, 4);
 	assert_int_equal(f->c.backend_reqs_per_conn, 16);
+	assert_int_equal(f->c.backend_queue, 1024);
 	assert_int_equal(f->c.stream_buffer_bytes, 1 << 20);
 	assert_int_equal(f->c.drain_timeout_ms, 10000);
 	assert_int_equal(f->c.anthropic_cache, KVP_HTTP_CACHE_AUTO);
@@ -146,7 +147,11 @@ static void test_errors_name_the_key(void **state)
 		  ":2: daemon.model: kvpool-http reads only section [http]" },
 		{ "threads = 2\n", ":1: threads: kvpool-http reads only section [http]" },
 		{ "[http]\nthreads = 2\nthreads = 3\n", ":3: http.threads: set twice" },
-		{ "[http]\nmax_body_bytes = 12X\n", "is not a size" },
+		/* the words kvpoold says too: one key-table engine (util/keytab.h) */
+		{ "[http]\nmax_body_bytes = 12X\n",
+		  "http.max_body_bytes: '12X' is not a size (a number with an optional K, M, G or "
+		  "T suffix)" },
+		{ "[http]\nmax_body_bytes = 1T\n", "http.max_body_bytes: 1T is out of range" },
 		{ "[http]\nanthropic_cache = sometimes\n", "not one of auto, explicit" },
 		{ "[http]\nlisten = a:1,,b:2\n", "an empty address" },
 		{ "[http\n", ":1: syntax error" },

@@ -64,19 +64,18 @@ static void keys_with_outliers(float *k, uint32_t rows, uint32_t hd, float big)
 }
 
 /*
- * How far a value of a group may come back: half a step, plus what the f16 rounding of
- * the scale cut off the top of the range (the values beyond 127 steps are clamped; a
- * subnormal scale, for groups below 2^-14 * 127, rounds coarsely).
+ * How far a value of a group may come back: half a step (the scale code is rounded up,
+ * so no value of a group within the codes' range is clamped).
  */
-static float within(float s, float amax)
+static float within(float s)
 {
-	return 0.5f * s * 1.001f + fabsf(amax - 127.0f * s) + 1e-30f;
+	return 0.5f * s * 1.001f + 1e-30f;
 }
 
 static void test_int8_equals_reference(void **state)
 {
 	enum { BT = 16 };
-	static const uint32_t hds[] = { 64, 128, 40, 7 };
+	static const uint32_t hds[] = { 64, 128, 40, 12 };
 
 	for (int t = 0; t < n_tables; t++) {
 		for (int h = 0; h < 4; h++) {
@@ -84,13 +83,13 @@ static void test_int8_equals_reference(void **state)
 			float *x = malloc(BT * hd * 4), *a = malloc(BT * hd * 4),
 			      *b = malloc(BT * hd * 4);
 			int8_t *qa = malloc(BT * hd), *qb = malloc(BT * hd);
-			uint16_t sa[128], sb[128];
+			uint8_t sa[128], sb[128];
 
 			keys_with_outliers(x, BT, hd, 40.0f);
 			for (uint32_t d = 0; d < hd; d++) {
 				x[2 * hd + d] = 0;	/* a zero row */
-				x[5 * hd + d] *= 1e-6f; /* a tiny one (f16 subnormal scale) */
-				x[7 * hd + d] = d == 1 ? 1e9f : 1.0f; /* past f16's range */
+				x[5 * hd + d] *= 1e-6f; /* a tiny one (the smallest code) */
+				x[7 * hd + d] = d == 1 ? 1e9f : 1.0f; /* past the codes' range */
 			}
 			x[hd + 1] = -x[hd + 1] * 300; /* one channel's extreme */
 			/* V: a row at a time */
@@ -99,46 +98,47 @@ static void test_int8_equals_reference(void **state)
 				tables[t]->kvq_row8(qb + r * hd, sb + r, x + r * hd, hd);
 			}
 			assert_memory_equal(qa, qb, BT * hd);
-			assert_memory_equal(sa, sb, BT * 2);
+			assert_memory_equal(sa, sb, BT);
 			kvp_kvq_ref_load_row8(a, qa, sa, BT, hd);
 			tables[t]->kvq_load_row8(b, qb, sb, BT, hd);
 			for (uint32_t i = 0; i < BT * hd; i++)
 				assert_int_equal(bits(a[i]), bits(b[i]));
 			for (uint32_t r = 0; r < BT; r++) {
-				float s = kvp_f16_to_f32(sa[r]), amax = 0;
+				float s = kvp_int8_scale(sa[r]);
 
 				if (r == 7)
 					continue; /* clamped: the scale cannot reach 1e9 / 127 */
 				for (uint32_t d = 0; d < hd; d++)
-					amax = fmaxf(amax, fabsf(x[r * hd + d]));
-				for (uint32_t d = 0; d < hd; d++)
 					assert_true(fabsf(a[r * hd + d] - x[r * hd + d]) <=
-						    within(s, amax));
+						    within(s));
 			}
 			/* K: per channel over the block */
 			kvp_kvq_ref_chan8(qa, sa, x, BT, hd);
 			tables[t]->kvq_chan8(qb, sb, x, BT, hd);
 			assert_memory_equal(qa, qb, BT * hd);
-			assert_memory_equal(sa, sb, hd * 2);
+			assert_memory_equal(sa, sb, hd);
+			/* the channel quads of the layout: key r, channel d where layout.h says */
+			for (uint32_t r = 0; r < BT; r++)
+				for (uint32_t d = 0; d < hd; d++) {
+					float e = nearbyintf(x[r * hd + d] *
+							     (1.0f / kvp_int8_scale(sa[d])));
+
+					e = fminf(fmaxf(e, -127.0f), 127.0f);
+					assert_int_equal(qa[kvp_int8_k_index(BT, r, d)], (int)e);
+				}
 			kvp_kvq_ref_load_chan8(a, qa, sa, BT, hd);
 			tables[t]->kvq_load_chan8(b, qb, sb, BT, hd);
 			for (uint32_t i = 0; i < BT * hd; i++)
 				assert_int_equal(bits(a[i]), bits(b[i]));
 			for (uint32_t d = 0; d < hd; d++) {
-				float s = kvp_f16_to_f32(sa[d]), amax = 0;
+				float s = kvp_int8_scale(sa[d]);
 
 				if (d == 1)
 					continue; /* the 1e9 channel, clamped */
 				for (uint32_t r = 0; r < BT; r++)
-					amax = fmaxf(amax, fabsf(x[r * hd + d]));
-				for (uint32_t r = 0; r < BT; r++)
 					assert_true(fabsf(a[r * hd + d] - x[r * hd + d]) <=
-						    within(s, amax));
+						    within(s));
 			}
-			/* partial loads: the first rows only */
-			tables[t]->kvq_load_chan8(b, qb, sb, 3, hd);
-			for (uint32_t i = 0; i < 3 * hd; i++)
-				assert_int_equal(bits(a[i]), bits(b[i]));
 			free(x);
 			free(a);
 			free(b);
@@ -152,7 +152,7 @@ static void test_int8_scale_edges(void **state)
 {
 	float z[8] = { 0 }, one[8] = { 1, -1, 0.5f, 0, 0, 0, 0, 0.25f }, back[8];
 	int8_t q[8];
-	uint16_t s;
+	uint8_t s;
 
 	(void)state;
 	kvp_kvq_ref_row8(q, &s, z, 8);
@@ -160,12 +160,32 @@ static void test_int8_scale_edges(void **state)
 	for (int i = 0; i < 8; i++)
 		assert_int_equal(q[i], 0);
 	kvp_kvq_ref_row8(q, &s, one, 8);
-	assert_int_equal(q[0], 127); /* the group's largest magnitude takes the full range */
-	assert_int_equal(q[1], -127);
+	/* the largest magnitude takes 8/9 of the range at least (the code rounds up by
+	 * less than 1/8): here 1 / 127 rounds up to 2^-7 * 9 / 8, 1 to 114 steps */
+	assert_int_equal(q[0], 114);
+	assert_int_equal(q[1], -114);
 	kvp_kvq_ref_load_row8(back, q, &s, 1, 8);
-	assert_true(fabsf(back[0] - 1) < 1e-3f && fabsf(back[2] - 0.5f) < 5e-3f);
-	assert_int_equal(kvp_kvq_scale(INFINITY), kvp_kvq_scale(65504.0f * 127));
-	assert_int_equal(kvp_kvq_scale(NAN), kvp_kvq_scale(65504.0f * 127));
+	assert_true(fabsf(back[0] - 1) < 5e-3f && fabsf(back[2] - 0.5f) < 5e-3f);
+	one[0] = 127.0f / 128; /* an exact scale: the full range */
+	one[1] = 0;
+	kvp_kvq_ref_row8(q, &s, one, 8);
+	assert_int_equal(q[0], 127);
+	assert_int_equal(kvp_kvq_code8(INFINITY), 255);
+	assert_int_equal(kvp_kvq_code8(NAN), 255);
+	assert_int_equal(kvp_kvq_code8(240.0f * 127), 255);
+	assert_true(kvp_int8_scale(255) == 240.0f && kvp_int8_scale(0) == 0x1p-24f);
+	assert_true(kvp_int8_scale(24 << 3) == 1.0f && kvp_int8_scale(24 << 3 | 4) == 1.5f);
+	/* every code is the smallest scale at or above amax / 127, over the whole range */
+	for (int i = 0; i < 20000; i++) {
+		float amax = ldexpf(1.0f + (frand() + 1.0f) / 2, (int)(frand() * 20) - 7);
+		uint8_t c = kvp_kvq_code8(amax);
+
+		assert_true(kvp_int8_scale(c) >= amax / 127.0f);
+		if (c)
+			assert_true(kvp_int8_scale((uint8_t)(c - 1)) < amax / 127.0f);
+	}
+	for (uint32_t c = 0; c < 256; c++) /* an exact scale is its own code */
+		assert_int_equal(kvp_kvq_code8(kvp_int8_scale((uint8_t)c) * 127.0f), c);
 }
 
 /*
@@ -215,19 +235,17 @@ static void twin_init(struct twin *w, const struct kvp_kernels *k, uint32_t L, u
 					kr[d] = frand() * (d % 11 == 2 ? 6.0f : 1.0f);
 					v[d] = frand();
 				}
-				k->kvq_row8((int8_t *)vr + r * hd, (uint16_t *)(vr + bt * hd) + r,
-					    v, hd);
+				k->kvq_row8((int8_t *)vr + r * hd, vr + bt * hd + r, v, hd);
 				/* the f32 twin's V: the dequantized row */
 				k->kvq_load_row8((float *)kvp_kv_run(&w->f32, b, l, 1, h) + r * hd,
-						 (int8_t *)vr + r * hd,
-						 (uint16_t *)(vr + bt * hd) + r, 1, hd);
+						 (int8_t *)vr + r * hd, vr + bt * hd + r, 1, hd);
 			}
 		if (r == bt - 1) {
 			for (uint32_t l = 0; l < L; l++)
 				for (uint32_t h = 0; h < Hkv; h++) {
 					uint8_t *kq = kvp_kv_run(&w->q8, b, l, 0, h);
 
-					k->kvq_chan8((int8_t *)kq, (uint16_t *)(kq + bt * hd),
+					k->kvq_chan8((int8_t *)kq, kq + bt * hd,
 						     kvp_stage_row(&w->q8.geom, slot, l, h, 0), bt,
 						     hd);
 				}
@@ -252,8 +270,7 @@ static void twin_keys_for(struct twin *w, const struct kvp_kernels *k, uint32_t 
 					       kvp_stage_row(g, kvp_stage_get(&w->st, b), l, h, 0),
 					       (size_t)bt * hd * 4);
 				else
-					k->kvq_load_chan8(dst, (int8_t *)kq,
-							  (uint16_t *)(kq + bt * hd), bt, hd);
+					k->kvq_load_chan8(dst, (int8_t *)kq, kq + bt * hd, bt, hd);
 			}
 }
 
@@ -288,10 +305,15 @@ static void test_attn_int8_equals_dequantized(void **state)
 	/*
 	 * A prefill call of rows 21 .. 52 (blocks 1 .. 3 of 16 tokens, two of them filled by
 	 * the call) and a decode row at 52, GQA 4 query heads on 2 kv heads: each row of the
-	 * int8 call equals, bit for bit, the same row alone over the f32 twin that holds
-	 * what it must see.
+	 * int8 call equals the same row alone over the f32 twin that holds what it must see,
+	 * within DIFF_MAX: full blocks are scored in int8 with the query rounded to int8 per
+	 * block in two parts (kvqattn.inc), a relative error of about 1/64516 of the largest
+	 * term of a score; the outputs are averages of values within 1, measured below 2e-5
+	 * here (printed; 4e-3 with the query in one part), bounded at 1e-4.  The tables' int scores are equal, so their outputs
+	 * are within float rounding of one another (1e-5).
 	 */
 	enum { L = 2, HKV = 2, NH = 4, BT = 16, NB = 4, NTOK = 53, P0 = 21 };
+	const float DIFF_MAX = 1e-4f;
 	static const uint32_t hds[] = { 64, 40 };
 
 	for (int t = 0; t < n_tables; t++) {
@@ -299,7 +321,7 @@ static void test_attn_int8_equals_dequantized(void **state)
 			uint32_t hd = hds[hi], n = NTOK - P0, qd = NH * hd,
 				 table[NB] = { 0, 1, 2, 3 };
 			float *q = malloc((size_t)n * qd * 4), *o8 = malloc((size_t)n * qd * 4);
-			float *o32 = malloc((size_t)qd * 4);
+			float *o32 = malloc((size_t)qd * 4), *oref = malloc((size_t)n * qd * 4);
 			struct kvp_attn_scratch s;
 			struct twin w;
 
@@ -308,19 +330,30 @@ static void test_attn_int8_equals_dequantized(void **state)
 			for (size_t i = 0; i < (size_t)n * qd; i++)
 				q[i] = frand();
 			for (uint32_t layer = 0; layer < L; layer++) {
+				float diff = 0, tdiff = 0;
+
 				kvp_attn(o8, q, &w.q8, table, layer, P0, n, NH, 0, HKV, tables[t],
+					 &s);
+				kvp_attn(oref, q, &w.q8, table, layer, P0, n, NH, 0, HKV, tables[0],
 					 &s);
 				for (uint32_t i = 0; i < n; i++) {
 					twin_keys_for(&w, tables[t], P0 + i);
 					kvp_attn(o32, q + (size_t)i * qd, &w.f32, table, layer,
 						 P0 + i, 1, NH, 0, HKV, tables[t], &s);
-					for (uint32_t e = 0; e < qd; e++)
-						if (bits(o32[e]) != bits(o8[(size_t)i * qd + e]))
-							fail_msg(
-								"%s hd %u layer %u row %u elem %u: %g vs %g",
-								tables[t]->name, hd, layer, P0 + i,
-								e, o8[(size_t)i * qd + e], o32[e]);
+					for (uint32_t e = 0; e < qd; e++) {
+						float a = o8[(size_t)i * qd + e];
+
+						diff = fmaxf(diff, fabsf(a - o32[e]));
+						tdiff = fmaxf(tdiff,
+							      fabsf(a - oref[(size_t)i * qd + e]));
+					}
 				}
+				print_message(
+					"%s hd %u layer %u: int8 scoring vs dequantized %.3g, "
+					"vs the %s table %.3g\n",
+					tables[t]->name, hd, layer, diff, tables[0]->name, tdiff);
+				assert_true(diff < DIFF_MAX);
+				assert_true(tdiff < 1e-5f);
 				/* a decode row alone: the same as its row of the prefill call */
 				kvp_attn(o32, q + (size_t)(n - 1) * qd, &w.q8, table, layer,
 					 NTOK - 1, 1, NH, 0, HKV, tables[t], &s);
@@ -331,6 +364,7 @@ static void test_attn_int8_equals_dequantized(void **state)
 			free(q);
 			free(o8);
 			free(o32);
+			free(oref);
 		}
 	}
 }
@@ -379,7 +413,7 @@ static void test_per_channel_keys_beat_per_token(void **state)
 	enum { BT = 16, HD = 64 };
 	float k[BT * HD], back[BT * HD];
 	int8_t q[BT * HD];
-	uint16_t sc[HD];
+	uint8_t sc[HD];
 	double e_chan = 0, e_tok = 0;
 
 	(void)state;

@@ -18,8 +18,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "svc/log.h"
-#include "svc/notify.h"
+#include "util/log.h"
+#include "util/notify.h"
 #include "tests/lib/testlib.h"
 
 /* Bind a datagram socket at @name (path, or "@abstract"). */

@@ -208,9 +208,10 @@ static void test_bad_generate_payloads(void **state)
 
 	g = gen(65);
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_E_LIMIT);
+	/* a text longer in bytes than max_prompt_tokens: its tokens are what count */
 	g = gen(0), g.flags = KVP_GEN_TEXT, g.text_bytes = 65;
 	memset(raw, 'a', 65);
-	assert_int_equal(roundtrip(&g, raw, &out, &body), KVP_E_LIMIT);
+	assert_int_equal(roundtrip(&g, raw, &out, &body), KVP_OK);
 	g = gen(4), g.max_new_tokens = 101;
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_E_LIMIT);
 
@@ -338,12 +339,13 @@ static void test_tokenizer_frames(void **state)
 	memcpy(raw, &t, sizeof(t));
 	assert_int_equal(kvp_proto_decode_tokenize(raw, sizeof(t) + 3, &lim, &to, &text, &why),
 			 KVP_E_PROTO);
+	/* more bytes than max_prompt_tokens is no limit (the daemon counts the ids) */
 	t = (struct kvp_tokenize){ .text_bytes = lim.max_prompt_tokens + 1 };
 	memset(raw, 'x', sizeof(raw));
 	memcpy(raw, &t, sizeof(t));
 	assert_int_equal(kvp_proto_decode_tokenize(raw, sizeof(t) + t.text_bytes, &lim, &to, &text,
 						   &why),
-			 KVP_E_LIMIT);
+			 KVP_OK);
 
 	/* DETOKENIZE: unknown flag, n_tokens that would wrap, too many */
 	d = (struct kvp_detokenize){ .flags = 2, .n_tokens = 1 };
@@ -733,11 +735,164 @@ static void test_text_cap(void **state)
 			 KVP_OK);
 }
 
+/* The sampling section: lengths are faults (PROTO), values refusals (INVALID). */
+static int gen_with_sampling(const struct kvp_sampling *sh, const void *bias, const char *schema,
+			     size_t cut, struct kvp_proto_sampling *ps, const char **why)
+{
+	static uint8_t frame[4096];
+	uint8_t sect[1024];
+	struct kvp_generate g = {
+		.flags = KVP_GEN_SAMPLING, .n_tokens = 2, .max_new_tokens = 4, .top_p = 1
+	};
+	int32_t ids[2] = { 1, 2 };
+	struct kvp_generate out;
+	struct kvp_frame_hdr h;
+	const void *body;
+	size_t n = sizeof(*sh), len;
+	int r;
+
+	/* at most the 2 entries given: a count above that leaves the frame short */
+	uint32_t nb = sh->n_bias < 2 ? sh->n_bias : 2;
+
+	memcpy(sect, sh, sizeof(*sh));
+	memcpy(sect + n, bias, (size_t)nb * sizeof(struct kvp_logit_bias));
+	n += (size_t)nb * sizeof(struct kvp_logit_bias);
+	memcpy(sect + n, schema, sh->schema_bytes);
+	n += sh->schema_bytes;
+	len = kvp_proto_encode_generate_s(frame, sizeof(frame), 9, &g, NULL, sect, n, ids);
+	assert_true(len > 0 && len <= sizeof(frame));
+	memcpy(&h, frame, sizeof(h));
+	r = kvp_proto_decode_generate(frame + sizeof(h), h.len_bytes - cut, &lim, &out, &body, why);
+	if (r)
+		return r;
+	assert_memory_equal(body, ids, sizeof(ids));
+	return kvp_proto_decode_sampling(frame + sizeof(h), h.len_bytes, sizeof(g), ps, why);
+}
+
+static void test_sampling_section(void **state)
+{
+	struct kvp_logit_bias b[2] = { { 5, -100 }, { 7, 2.5f } };
+	const char *schema = "{\"type\":\"object\"}";
+	struct kvp_sampling sh = { .flags = KVP_SAMP_LOGPROBS,
+				   .top_logprobs = 3,
+				   .presence_penalty = 0.5f,
+				   .n_bias = 2,
+				   .grammar = KVP_GRAMMAR_JSON_SCHEMA,
+				   .schema_bytes = (uint32_t)strlen(schema) };
+	struct kvp_proto_sampling ps;
+	struct kvp_sampling bad;
+	const char *why = "";
+
+	assert_int_equal(gen_with_sampling(&sh, b, schema, 0, &ps, &why), KVP_OK);
+	assert_int_equal(ps.hdr.top_logprobs, 3);
+	assert_int_equal(ps.hdr.n_bias, 2);
+	assert_memory_equal(ps.bias, b, sizeof(b));
+	assert_memory_equal(ps.schema, schema, strlen(schema));
+	/* the prompt cut short: the section's lengths no longer fit */
+	assert_int_equal(gen_with_sampling(&sh, b, schema, 9, &ps, &why), KVP_E_PROTO);
+	bad = sh, bad.n_bias = KVP_LOGIT_BIAS_MAX + 1;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_PROTO);
+	bad = sh, bad.reserved = 1;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_PROTO);
+	bad = sh, bad.flags = 0x80;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_PROTO);
+	bad = sh, bad.top_logprobs = 21;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_INVALID);
+	bad = sh, bad.flags = 0;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_INVALID);
+	bad = sh, bad.frequency_penalty = 2.5f;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_INVALID);
+	bad = sh, bad.grammar = KVP_GRAMMAR_JSON_OBJECT;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_INVALID);
+	bad = sh, bad.grammar = 9;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_INVALID);
+	b[1].bias = 101;
+	assert_int_equal(gen_with_sampling(&sh, b, schema, 0, &ps, &why), KVP_E_INVALID);
+	assert_non_null(strstr(why, "bias"));
+}
+
+static void test_logprobs_frame(void **state)
+{
+	uint8_t frame[256];
+	struct kvp_logprob e[6] = { { 3, -0.5f }, { 3, -0.5f }, { 9, -1.5f },
+				    { 4, -2.0f }, { 1, -0.1f }, { 4, -2.0f } };
+	struct kvp_logprobs h = { .n_tokens = 2, .n_top = 2 }, out;
+	struct kvp_frame_hdr hdr;
+	const void *entries;
+	const char *why = "";
+	size_t len = kvp_proto_encode_logprobs(frame, sizeof(frame), 5, &h, e);
+
+	assert_int_equal(len, sizeof(hdr) + sizeof(h) + sizeof(e));
+	memcpy(&hdr, frame, sizeof(hdr));
+	assert_int_equal(hdr.type, KVP_FRAME_LOGPROBS);
+	assert_int_equal(kvp_proto_decode_logprobs(frame + sizeof(hdr), hdr.len_bytes, &out,
+						   &entries, &why),
+			 KVP_OK);
+	assert_memory_equal(entries, e, sizeof(e));
+	assert_int_equal(kvp_proto_decode_logprobs(frame + sizeof(hdr), hdr.len_bytes - 1, &out,
+						   &entries, &why),
+			 KVP_E_PROTO);
+	h.n_top = 21;
+	memcpy(frame + sizeof(hdr), &h, sizeof(h));
+	assert_int_equal(kvp_proto_decode_logprobs(frame + sizeof(hdr), hdr.len_bytes, &out,
+						   &entries, &why),
+			 KVP_E_PROTO);
+}
+
+static void test_token_usage_trailer(void **state)
+{
+	/*
+	 * a TOKEN's trailers, told apart by the bytes after the text: the continuation (8),
+	 * the prompt's usage (80), both (88); a decoder that takes no usage refuses one
+	 */
+	const int32_t ids[2] = { 7, 9 };
+	struct kvp_usage u = { .prompt_tokens = 100,
+			       .cached_tokens = 64,
+			       .cache_creation_tokens = 32 };
+	struct kvp_usage got;
+	struct kvp_token t;
+	uint8_t raw[256];
+	const size_t h = sizeof(struct kvp_frame_hdr);
+	const void *p;
+	const char *text, *why = NULL;
+	int32_t cont;
+	bool has;
+	size_t n;
+
+	(void)state;
+	for (int c = -1; c <= 3; c += 4) {
+		n = kvp_proto_encode_token_u(raw, sizeof(raw), 5, ids, 2, "ab", 2, c, &u);
+		assert_int_equal(n, h + 8 + 8 + 2 + (c >= 0 ? 8 : 0) + sizeof(u));
+		memset(&got, 0, sizeof(got));
+		assert_int_equal(kvp_proto_decode_token_u(raw + h, n - h, &t, &p, &text, &cont,
+							  &got, &has, &why),
+				 KVP_OK);
+		assert_true(has);
+		assert_int_equal(cont, c);
+		assert_int_equal(t.n_tokens, 2);
+		assert_memory_equal(text, "ab", 2);
+		assert_memory_equal(&got, &u, sizeof(u));
+		assert_int_equal(kvp_proto_decode_token_cc(raw + h, n - h, &t, &p, &text, &cont,
+							   &why),
+				 KVP_E_PROTO);
+		/* without usage: as before */
+		n = kvp_proto_encode_token_u(raw, sizeof(raw), 5, ids, 2, "ab", 2, c, NULL);
+		assert_int_equal(kvp_proto_decode_token_u(raw + h, n - h, &t, &p, &text, &cont,
+							  &got, &has, &why),
+				 KVP_OK);
+		assert_false(has);
+		assert_int_equal(cont, c);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_generate_roundtrip),
+		cmocka_unit_test(test_sampling_section),
+		cmocka_unit_test(test_logprobs_frame),
 		cmocka_unit_test(test_daemon_frames_roundtrip),
+		cmocka_unit_test(test_token_usage_trailer),
 		cmocka_unit_test(test_encoder_reports_needed_size),
 		cmocka_unit_test(test_bad_headers),
 		cmocka_unit_test(test_bad_generate_payloads),

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_remoting.c - the engine's side of the remote tier (svc/remoting.c) against a real
+ * test_remoting.c - the engine's side of the remote tier (svc/engine/remoting.c) against a real
  * redis-server (tests/lib/redisfix.c), with a pool and a prefix index of its own:
  *
  *  - a chain of 24 published blocks offered with a tier queue of 4: every block reaches
@@ -26,7 +26,7 @@
 #include "shm/index.h"
 #include "shm/pool.h"
 #include "shm/remote/remote.h"
-#include "svc/remoting.h"
+#include "svc/engine/remoting.h"
 #include "tests/lib/redisfix.h"
 #include "tests/lib/testlib.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_reqlog.c - svc/reqlog.c and svc/hist.c: the log line of an ended request (every
+ * test_reqlog.c - svc/reqlog.c and util/hist.c: the log line of an ended request (every
  * field, key=value, the client name quoted), the receipt-time table under many requests
  * in flight and removals in any order, the histograms' buckets; util/escape.c's
  * terminal escaping.
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "svc/hist.h"
+#include "util/hist.h"
 #include "svc/reqlog.h"
 #include "util/escape.h"
 

@@ -28,7 +28,7 @@
 #include "compute/text/tokenizer.h"
 #include "shm/index.h"
 #include "shm/pool.h"
-#include "svc/sched.h"
+#include "svc/engine/engine.h"
 
 #define BT 16
 

@@ -43,7 +43,7 @@
 #include "shm/index.h"
 #include "shm/pool.h"
 #include "shm/tier.h"
-#include "svc/sched.h"
+#include "svc/engine/engine.h"
 #include "tests/lib/testlib.h"
 
 #define MAX_REQ 128

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_stepcost.c - the engine's cost model of forward calls (svc/stepcost.c): a mixed
+ * test_stepcost.c - the engine's cost model of forward calls (svc/engine/stepcost.c): a mixed
  * step is priced as one call over all its rows, chunks fitted into a step that already
  * holds decode rows are the largest that fit, and observed steps move the scale.
  */
@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "svc/stepcost.h"
+#include "svc/engine/stepcost.h"
 
 /* p0 11 ms, p1 1.3 ms a row, p2 700 ns a row per position, a decode step 13.5 ms */
 static void demo(struct kvp_stepcost *c)

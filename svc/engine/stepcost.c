@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stepcost.c - the engine's forward cost model (see stepcost.h).
+ *
+ * The adaptation scales the two parts of a step separately, k_w the weights and rows
+ * (p0 + R p1) and k_a the attention (A p2): calibrated at short contexts, the attention
+ * part is the least certain (measured on the demo model: 3x its fit at 3,000 positions),
+ * and one scale for both made a long prompt's attention inflate the predicted cost of
+ * every step's fixed part.  After each step the two move along their shares of the
+ * prediction (normalised least mean squares) so that the prediction closes 0.2 of its
+ * error, the measurement first clamped to [1/2, 2] x the prediction: a shift in machine
+ * load is followed within ~10 steps, while one step stalled by another process (on a
+ * shared machine: 10x for a step, now and then) moves the prediction by at most 20%.
+ * Each scale stays in [0.1, 10].
+ *
+ * Thread: the engine thread's.
+ */
+#include "svc/engine/stepcost.h"
+
+#include <math.h>
+#include <string.h>
+
+#define ALPHA 0.2
+#define K_MIN 0.1
+#define K_MAX 10.0
+#define DEC_SLOPE 0.06 /* each sequence in a decode batch, relative to one alone */
+
+static double clampd(double v, double lo, double hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+void kvp_stepcost_init(struct kvp_stepcost *c, double p0, double p1, double p2, double d1)
+{
+	*c = (struct kvp_stepcost){ 0 };
+	/* a model of nothing would fit every chunk in any budget: keep it finite */
+	c->p0 = p0 > 0 ? p0 : 1e5;
+	c->p1 = p1 > 0 ? p1 : 1e4;
+	c->p2 = p2 > 0 ? p2 : 0;
+	c->d1 = d1 > 0 ? d1 : c->p0;
+	c->k_w = 1;
+	c->k_a = 1;
+	c->k_dec = 1;
+}
+
+void kvp_stepcost_fit(struct kvp_stepcost *c, const double n[3], const double ctx[3],
+		      const double t[3], double d1)
+{
+	/* t_i = p0 + n_i p1 + n_i (ctx_i + n_i / 2) p2: three equations, Cramer's rule */
+	double a[3][3], det, p[3];
+
+	for (int i = 0; i < 3; i++) {
+		a[i][0] = 1;
+		a[i][1] = n[i];
+		a[i][2] = n[i] * (ctx[i] + n[i] / 2);
+	}
+	det = a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1]) -
+	      a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0]) +
+	      a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0]);
+	for (int k = 0; k < 3 && det != 0; k++) {
+		double m[3][3];
+
+		memcpy(m, a, sizeof(m));
+		for (int i = 0; i < 3; i++)
+			m[i][k] = t[i];
+		p[k] = (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) -
+			m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+			m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])) /
+		       det;
+	}
+	if (det == 0) {
+		p[0] = t[0] / 2;
+		p[1] = t[0] / (2 * n[0]);
+		p[2] = 0;
+	}
+	/* noise can make any of them absurd: keep each within what the timings allow */
+	if (!(p[1] > 0))
+		p[1] = t[0] / (4 * n[0]);
+	if (!(p[0] > t[0] / 8))
+		p[0] = t[0] / 8;
+	/*
+	 * attention that costs nothing could never be scaled up by the adaptation (it moves
+	 * each part by its share): at least what makes 8,192 positions cost a token's matrix
+	 * work
+	 */
+	if (!(p[2] >= p[1] / 8192))
+		p[2] = p[1] / 8192;
+	kvp_stepcost_init(c, p[0], p[1], p[2], d1);
+}
+
+/* the weights-and-rows part of a step of @rows rows, and its attention part, unscaled */
+static double part_w(const struct kvp_stepcost *c, double rows)
+{
+	return c->p0 + rows * c->p1;
+}
+
+static double part_a(const struct kvp_stepcost *c, double attn)
+{
+	return attn * c->p2;
+}
+
+/* positions a chunk of @n tokens after @ctx reads in attention, in all */
+static double chunk_attn(uint32_t n, uint32_t ctx)
+{
+	return n * ((double)ctx + n / 2.0);
+}
+
+static void observe_scales(struct kvp_stepcost *c, double rows, double attn, double ns)
+{
+	double w = part_w(c, rows), a = part_a(c, attn);
+	double pred = c->k_w * w + c->k_a * a, norm = w * w + a * a, e;
+
+	if (!(pred > 0) || !(norm > 0) || !(ns > 0))
+		return;
+	e = clampd(ns, pred / 2, pred * 2) - pred;
+	c->k_w = clampd(c->k_w + ALPHA * e * w / norm, K_MIN, K_MAX);
+	c->k_a = clampd(c->k_a + ALPHA * e * a / norm, K_MIN, K_MAX);
+}
+
+double kvp_stepcost_step_ns(const struct kvp_stepcost *c, double rows, double attn)
+{
+	return rows > 0 ? c->k_w * part_w(c, rows) + c->k_a * part_a(c, attn) : 0;
+}
+
+uint32_t kvp_stepcost_fit_step(const struct kvp_stepcost *c, double budget_ns, double rows,
+			       double attn, uint32_t ctx, uint32_t max)
+{
+	uint32_t lo = 0, hi = max;
+
+	/* as kvp_stepcost_fit_tokens(), with the rows already in the step */
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo + 1) / 2;
+
+		if (kvp_stepcost_step_ns(c, rows + mid, attn + chunk_attn(mid, ctx)) <= budget_ns)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+void kvp_stepcost_observe_step(struct kvp_stepcost *c, double rows, double attn, double ns)
+{
+	if (rows > 0)
+		observe_scales(c, rows, attn, ns);
+}
+
+double kvp_stepcost_prefill_ns(const struct kvp_stepcost *c, uint32_t n, uint32_t ctx)
+{
+	return kvp_stepcost_step_ns(c, n, chunk_attn(n, ctx));
+}
+
+uint32_t kvp_stepcost_fit_tokens(const struct kvp_stepcost *c, double budget_ns, uint32_t ctx,
+				 uint32_t max)
+{
+	uint32_t lo = 0, hi = max;
+
+	/* the cost grows with n: the largest n within budget, by bisection */
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo + 1) / 2;
+
+		if (kvp_stepcost_prefill_ns(c, mid, ctx) <= budget_ns)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+uint32_t kvp_stepcost_min_chunk(const struct kvp_stepcost *c, uint32_t ctx)
+{
+	double per_tok = c->p1 + c->p2 * (double)ctx;
+	double n = per_tok > 0 ? ceil(c->p0 / per_tok) : 1;
+
+	return n < 1 ? 1 : n > 65536 ? 65536 : (uint32_t)n;
+}
+
+static double decode_model(const struct kvp_stepcost *c, uint32_t batch)
+{
+	return c->d1 * (1.0 + DEC_SLOPE * (batch - 1));
+}
+
+double kvp_stepcost_decode_ns(const struct kvp_stepcost *c, uint32_t batch)
+{
+	if (!batch)
+		return 0;
+	if (batch <= KVP_STEPCOST_MAX_BATCH && c->dec[batch - 1] > 0)
+		return c->dec[batch - 1];
+	return c->k_dec * decode_model(c, batch);
+}
+
+void kvp_stepcost_observe_prefill(struct kvp_stepcost *c, uint32_t n, uint32_t ctx, double ns)
+{
+	if (n)
+		observe_scales(c, n, chunk_attn(n, ctx), ns);
+}
+
+void kvp_stepcost_observe_decode(struct kvp_stepcost *c, uint32_t batch, double ns)
+{
+	double m;
+
+	if (!batch || !(ns > 0))
+		return;
+	m = decode_model(c, batch);
+	c->k_dec = clampd((1 - ALPHA) * c->k_dec +
+				  ALPHA * clampd(ns / m, c->k_dec / 2, c->k_dec * 2),
+			  K_MIN, K_MAX);
+	if (batch <= KVP_STEPCOST_MAX_BATCH) {
+		double *d = &c->dec[batch - 1];
+
+		*d = *d > 0 ? (1 - ALPHA) * *d + ALPHA * clampd(ns, *d / 2, *d * 2) : ns;
+	}
+}

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stepcost.h - how long the engine's forward calls take: a small cost model, calibrated
+ * once per model when the engine starts and adapted after every step, that the scheduler
+ * (svc/engine/engine.c) uses to size each step's prefill to a time budget.
+ *
+ * Prefill of n tokens after ctx cached positions:
+ *
+ *	t(n, ctx) = k_w * (p0 + n * p1) + k_a * n * p2 * (ctx + n / 2)
+ *
+ * p0 is what a call costs whatever its size (reading every weight once: on a CPU about
+ * one decode step), p1 the matrix work per token, p2 the attention work per token and per
+ * position it attends to.  k_w and k_a start at 1 and follow what the recent steps took
+ * (svc/engine/stepcost.c): on a machine whose load changes the shape of the model stays and its
+ * scales move; attention, fitted at short contexts, gets a scale of its own.
+ *
+ * A mixed step (compute/forward.h kvp_fwd_step(): a decode batch and prefill chunks in
+ * one call) is the same model over all its rows: R rows whose attention reads A
+ * positions in all (a prefill chunk n(ctx + n/2), a decode row at pos, pos + 1) cost
+ *
+ *	t(R, A) = k_w * (p0 + R * p1) + k_a * A * p2
+ *
+ * so the fixed cost is paid once per step, and a decode row costs what a prefill token
+ * does.  Mixed steps adapt the scales like prefill calls.
+ *
+ * A decode step of a batch of b sequences alone: the recent measurement of that batch size
+ * when there is one, else d1 * (1 + 0.06 (b - 1)) scaled by the decode ratio (each
+ * sequence adds its attention and sampling to one pass over the weights).
+ *
+ * Thread: the engine thread's; pure arithmetic, no clock.
+ */
+#ifndef KVP_ENGINE_STEPCOST_H
+#define KVP_ENGINE_STEPCOST_H
+
+#include <stdint.h>
+
+#define KVP_STEPCOST_MAX_BATCH 256 /* decode sizes remembered one by one; larger share */
+
+/**
+ * struct kvp_stepcost - the model; fill with kvp_stepcost_init()
+ * @p0, @p1, @p2:  prefill: fixed ns per call, ns per token, ns per token per position
+ * @d1:            decode step of one sequence, ns
+ * @k_w, @k_a:    prefill and mixed steps, scales of the weights-and-rows part and of the
+ *                 attention part (1 = as calibrated)
+ * @k_dec:         decode steps, measured / modelled, recent
+ * @dec:           recent decode step ns per batch size (0 = not seen); [b - 1]
+ */
+struct kvp_stepcost {
+	double p0, p1, p2;
+	double d1;
+	double k_w, k_a, k_dec;
+	double dec[KVP_STEPCOST_MAX_BATCH];
+};
+
+/* Calibrated figures (ns); non-positive ones are replaced by small defaults. */
+void kvp_stepcost_init(struct kvp_stepcost *c, double p0, double p1, double p2, double d1);
+
+/*
+ * kvp_stepcost_fit() - p0, p1, p2 from three timed prefills: @t[i] ns for @n[i] tokens
+ * after @ctx[i] positions (chunks of a few dozen tokens and more: a single token's call
+ * is cheaper per call than the line through real chunk sizes, whose matrix products run
+ * at a better rate); values that noise made absurd are clamped.  @d1: a decode step.
+ */
+void kvp_stepcost_fit(struct kvp_stepcost *c, const double n[3], const double ctx[3],
+		      const double t[3], double d1);
+
+/* Predicted ns of a prefill of @n tokens after @ctx positions. */
+double kvp_stepcost_prefill_ns(const struct kvp_stepcost *c, uint32_t n, uint32_t ctx);
+
+/* Most tokens (<= @max) whose prefill after @ctx fits @budget_ns; 0 when none does. */
+uint32_t kvp_stepcost_fit_tokens(const struct kvp_stepcost *c, double budget_ns, uint32_t ctx,
+				 uint32_t max);
+
+/*
+ * Smallest chunk worth a call at @ctx: the tokens whose own work is at least the call's
+ * fixed cost (so a prefill runs at half its best speed or better).  At least 1.
+ */
+uint32_t kvp_stepcost_min_chunk(const struct kvp_stepcost *c, uint32_t ctx);
+
+/* Predicted ns of a decode step of @batch sequences (0 for none). */
+double kvp_stepcost_decode_ns(const struct kvp_stepcost *c, uint32_t batch);
+
+/* Predicted ns of a mixed step of @rows rows reading @attn positions in attention. */
+double kvp_stepcost_step_ns(const struct kvp_stepcost *c, double rows, double attn);
+
+/*
+ * Most tokens (<= @max) of a chunk after @ctx positions that a step already holding
+ * @rows rows and @attn attention positions can take within @budget_ns; 0 when none.
+ */
+uint32_t kvp_stepcost_fit_step(const struct kvp_stepcost *c, double budget_ns, double rows,
+			       double attn, uint32_t ctx, uint32_t max);
+
+/* A mixed step of @rows rows and @attn attention positions took @ns: adapt. */
+void kvp_stepcost_observe_step(struct kvp_stepcost *c, double rows, double attn, double ns);
+
+/* A prefill of @n tokens after @ctx took @ns: adapt. */
+void kvp_stepcost_observe_prefill(struct kvp_stepcost *c, uint32_t n, uint32_t ctx, double ns);
+
+/* A decode step of @batch sequences took @ns: adapt. */
+void kvp_stepcost_observe_decode(struct kvp_stepcost *c, uint32_t batch, double ns);
+
+#endif /* KVP_ENGINE_STEPCOST_H */

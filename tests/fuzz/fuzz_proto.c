@@ -1,0 +1,135 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuzz_proto.c - the wire frame decoders (ipc/proto.h), both directions: a frame header,
+ * then its payload to the decoder of the header's type, as the daemon's loop
+ * (ipc/ops.c) and the client library do, the cache control and CHAT messages of an
+ * accepted frame included.  An input whose header is refused is still decoded: its
+ * first byte picks the decoder, the rest is the payload.
+ */
+#include <string.h>
+
+#include "ipc/proto.h"
+
+#include "fuzz.h"
+
+static const struct kvp_proto_limits lim = {
+	.max_frame_bytes = 1u << 20,
+	.max_prompt_tokens = 4096,
+	.max_new_tokens = 4096,
+	.max_text_bytes = 16384,
+};
+
+static void chat(const uint8_t *p, size_t len)
+{
+	struct kvp_proto_msg msgs[64];
+	struct kvp_cache_ctl cc;
+	struct kvp_chat ch;
+	const uint8_t *sect;
+	const void *ctx;
+	const char *why = "";
+	size_t sect_len;
+
+	if (kvp_proto_decode_chat(p, len, &lim, &ch, &ctx, &sect, &sect_len, &why))
+		return;
+	if ((ch.flags & KVP_CHAT_CACHE_CTL) &&
+	    !kvp_proto_decode_cache_ctl(p, len, sizeof(ch), &cc, &why))
+		kvp_proto_cache_ctl_for(&cc, KVP_FRAME_CHAT, ch.n_messages, &why);
+	if (ch.n_messages <= 64) {
+		kvp_proto_chat_messages(sect, sect_len, ch.n_messages, msgs);
+		/* touch every byte it hands over: ASan checks they lie in the frame */
+		for (uint32_t i = 0; i < ch.n_messages; i++)
+			for (uint32_t j = 0; j < msgs[i].len; j++)
+				fuzz_sink ^= (uint8_t)msgs[i].text[j];
+	}
+}
+
+static void decode(uint32_t type, const uint8_t *p, size_t len)
+{
+	union {
+		struct kvp_hello hello;
+		struct kvp_generate gen;
+		struct kvp_welcome welcome;
+		struct kvp_token token;
+		struct kvp_usage usage;
+		struct kvp_error error;
+		struct kvp_tokenize tok;
+		struct kvp_detokenize detok;
+		struct kvp_ids ids;
+		struct kvp_lease_req lreq;
+		struct kvp_lease lease;
+		struct kvp_pin pin;
+	} u;
+	struct kvp_cache_usage cu;
+	struct kvp_cache_ctl cc;
+	const void *body;
+	const char *text, *why = "";
+	int32_t cont;
+	bool has_cu;
+
+	switch (type) {
+	case KVP_FRAME_HELLO:
+		kvp_proto_decode_hello(p, len, &u.hello, &why);
+		break;
+	case KVP_FRAME_WELCOME:
+		kvp_proto_decode_welcome(p, len, &u.welcome, &why);
+		break;
+	case KVP_FRAME_GENERATE:
+		if (!kvp_proto_decode_generate(p, len, &lim, &u.gen, &body, &why) &&
+		    (u.gen.flags & KVP_GEN_CACHE_CTL) &&
+		    !kvp_proto_decode_cache_ctl(p, len, sizeof(u.gen), &cc, &why))
+			kvp_proto_cache_ctl_for(&cc, KVP_FRAME_GENERATE, 0, &why);
+		break;
+	case KVP_FRAME_TOKEN:
+		kvp_proto_decode_token(p, len, &u.token, &body, &text, &why);
+		kvp_proto_decode_token_cc(p, len, &u.token, &body, &text, &cont, &why);
+		break;
+	case KVP_FRAME_DONE:
+		kvp_proto_decode_done(p, len, &u.usage, &why);
+		kvp_proto_decode_done_cc(p, len, &u.usage, &cu, &has_cu, &why);
+		break;
+	case KVP_FRAME_ERROR:
+		kvp_proto_decode_error(p, len, &u.error, &text, &why);
+		break;
+	case KVP_FRAME_TOKENIZE:
+		kvp_proto_decode_tokenize(p, len, &lim, &u.tok, &text, &why);
+		break;
+	case KVP_FRAME_DETOKENIZE:
+		kvp_proto_decode_detokenize(p, len, &lim, &u.detok, &body, &why);
+		break;
+	case KVP_FRAME_CHAT:
+		chat(p, len);
+		break;
+	case KVP_FRAME_IDS:
+		kvp_proto_decode_ids(p, len, &u.ids, &body, &text, &why);
+		break;
+	case KVP_FRAME_LEASE:
+		kvp_proto_decode_lease_req(p, len, &lim, &u.lreq, &body, &why);
+		break;
+	case KVP_FRAME_LEASED:
+		kvp_proto_decode_lease(p, len, &u.lease, &body, &why);
+		break;
+	case KVP_FRAME_PIN:
+	case KVP_FRAME_UNPIN:
+		kvp_proto_decode_pin(p, len, &lim, &u.pin, &body, &why);
+		break;
+	default:
+		break;
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct kvp_frame_hdr hdr;
+	const char *why = "";
+
+	if (!kvp_proto_check_hdr(data, size, lim.max_frame_bytes, &hdr, &why)) {
+		size_t len = size - sizeof(hdr);
+
+		/* the loop hands a decoder exactly len_bytes; a short read never gets here */
+		if (hdr.len_bytes <= len)
+			decode(hdr.type, data + sizeof(hdr), hdr.len_bytes);
+	} else if (size) {
+		decode(data[0] % KVP_FRAME__COUNT, data + 1, size - 1);
+	}
+	return 0;
+}

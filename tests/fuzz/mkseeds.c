@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mkseeds.c - write the binary seeds of the fuzz corpora (tests/fuzz/corpus/<target>/)
+ * from the encoders themselves, so every seed is a sound input a fuzzer mutates from:
+ * frames of every type, a small GGUF model, disk-tier file and slot regions, remote
+ * values of the fixture's blocks.  Text seeds (JSON, INI, HTTP heads) are written by
+ * hand in the corpus.  Run when a format changes, then commit what it wrote:
+ *
+ *	build/tests/fuzz/fuzz-mkseeds tests/fuzz/corpus
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/mkmodel.h"
+#include "ipc/proto.h"
+#include "shm/remote/codec.h"
+
+#include "blkfix.h"
+
+static const char *root;
+
+static void put(const char *target, const char *name, const void *p, size_t n)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s/seed-%s", root, target, name);
+	f = fopen(path, "wb");
+	if (!f || fwrite(p, 1, n, f) != n || fclose(f)) {
+		fprintf(stderr, "mkseeds: %s: %s\n", path, strerror(errno));
+		exit(1);
+	}
+}
+
+static void proto(void)
+{
+	static uint8_t b[8192];
+	const int32_t ids[] = { 1, 15043, 3186, 29892 };
+	struct kvp_hello hello = { .flags = KVP_HELLO_WANT_POOL_FD, .client = "fuzz" };
+	struct kvp_generate g = { .n_tokens = 4,
+				  .max_new_tokens = 16,
+				  .top_k = 40,
+				  .temperature = 0.7f,
+				  .top_p = 0.9f,
+				  .seed = 1,
+				  .salt_len = 2,
+				  .salt = "ab" };
+	struct kvp_generate gt = { .flags = KVP_GEN_TEXT, .text_bytes = 11, .max_new_tokens = 8 };
+	struct kvp_cache_ctl cc = { .flags = KVP_CC_RETAIN,
+				    .n_breakpoints = 2,
+				    .breakpoints = { 2, 4 },
+				    .ttl_s = 60,
+				    .retain = 50,
+				    .n = 1 };
+	struct kvp_usage u = { 0 };
+	struct kvp_cache_usage cu = { 0 };
+	struct kvp_tokenize tk = { .text_bytes = 11 };
+	struct kvp_detokenize dt = { .n_tokens = 4 };
+	struct kvp_proto_msg msgs[] = { { KVP_ROLE_SYSTEM, 4, "Be k" },
+					{ KVP_ROLE_USER, 5, "hello" } };
+	struct kvp_chat ch = { .n_messages = 2,
+			       .n_context = 0,
+			       .max_new_tokens = 16,
+			       .temperature = 1.0f,
+			       .top_p = 1.0f,
+			       .template_name = "llama3" };
+	struct kvp_lease_req lr = { .n_tokens = 4, .ttl_ms = 1000 };
+	struct kvp_pin pin = { .flags = 0, .n_tokens = 4 };
+	struct kvp_welcome w = { .n_vocab = 32000, .n_ctx = 2048, .model = "tiny" };
+	struct kvp_lease l = { 0 };
+	struct kvp_chat chc = ch;
+	struct kvp_generate gc = g;
+	size_t n;
+
+	n = kvp_proto_encode_hello(b, sizeof(b), &hello);
+	put("proto", "hello", b, n);
+	n = kvp_proto_encode_generate(b, sizeof(b), 7, &g, ids);
+	put("proto", "generate-ids", b, n);
+	n = kvp_proto_encode_generate(b, sizeof(b), 8, &gt, "hello world");
+	put("proto", "generate-text", b, n);
+	gc.flags |= KVP_GEN_CACHE_CTL;
+	n = kvp_proto_encode_generate_cc(b, sizeof(b), 9, &gc, &cc, ids);
+	put("proto", "generate-cc", b, n);
+	n = kvp_proto_encode_cancel(b, sizeof(b), 7);
+	put("proto", "cancel", b, n);
+	n = kvp_proto_encode_welcome(b, sizeof(b), &w);
+	put("proto", "welcome", b, n);
+	n = kvp_proto_encode_token(b, sizeof(b), 7, ids, 2, "he", 2);
+	put("proto", "token", b, n);
+	n = kvp_proto_encode_token_cc(b, sizeof(b), 7, ids, 2, "he", 2, 1);
+	put("proto", "token-cc", b, n);
+	n = kvp_proto_encode_done(b, sizeof(b), 7, &u);
+	put("proto", "done", b, n);
+	n = kvp_proto_encode_done_cc(b, sizeof(b), 7, &u, &cu);
+	put("proto", "done-cc", b, n);
+	n = kvp_proto_encode_error(b, sizeof(b), 7, KVP_E_LIMIT, "too long", 8);
+	put("proto", "error", b, n);
+	n = kvp_proto_encode_tokenize(b, sizeof(b), 7, &tk, "hello world");
+	put("proto", "tokenize", b, n);
+	n = kvp_proto_encode_detokenize(b, sizeof(b), 7, &dt, ids);
+	put("proto", "detokenize", b, n);
+	n = kvp_proto_encode_ids(b, sizeof(b), 7, ids, 4, "text", 4);
+	put("proto", "ids", b, n);
+	n = kvp_proto_encode_chat(b, sizeof(b), 7, &ch, NULL, msgs);
+	put("proto", "chat", b, n);
+	chc.flags |= KVP_CHAT_CACHE_CTL;
+	cc.flags |= KVP_CC_BP_MESSAGES;
+	cc.n_breakpoints = 1;
+	cc.breakpoints[0] = 1;
+	n = kvp_proto_encode_chat_cc(b, sizeof(b), 7, &chc, &cc, NULL, msgs);
+	put("proto", "chat-cc", b, n);
+	n = kvp_proto_encode_lease_req(b, sizeof(b), 7, &lr, ids);
+	put("proto", "lease", b, n);
+	n = kvp_proto_encode_lease(b, sizeof(b), 7, &l, NULL);
+	put("proto", "leased", b, n);
+	n = kvp_proto_encode_release(b, sizeof(b), 7);
+	put("proto", "release", b, n);
+	n = kvp_proto_encode_pin(b, sizeof(b), KVP_FRAME_PIN, 7, &pin, ids);
+	put("proto", "pin", b, n);
+	n = kvp_proto_encode_flush_domain(b, sizeof(b), 7, "alice");
+	put("proto", "flush-domain", b, n);
+}
+
+static void gguf(void)
+{
+	struct kvp_mkmodel_opts o;
+	void *buf = NULL;
+	size_t len;
+
+	if (kvp_mkmodel_preset(&o, "tiny"))
+		exit(1);
+	o.n_embd = 8;
+	o.n_heads = 2;
+	o.n_kv_heads = 1;
+	o.n_ff = 8;
+	o.n_layers = 1;
+	o.chat_template = "{{ bos_token }}{% for m in messages %}<|im_start|>";
+	if (kvp_mkmodel_write_mem(&buf, &len, &o, NULL, 0)) {
+		fprintf(stderr, "mkseeds: mkmodel failed\n");
+		exit(1);
+	}
+	put("gguf", "tiny-f32", buf, len);
+	free(buf);
+}
+
+static void tier_remote(void)
+{
+	struct blkfix f;
+	struct kvp_remote_codec c;
+	uint8_t *b, *kv;
+	const uint64_t tier_id = 0x1234abcd5678ef01ull;
+
+	blkfix_init(&f);
+	b = calloc(1, f.lay.slot_hdr_bytes + f.lay.block_bytes + KVP_TIER_FILE_REGION);
+	kv = b + f.lay.slot_hdr_bytes;
+	if (!b || kvp_remote_codec_init(&c, &f.shape, f.fp, "avx2"))
+		exit(1);
+	kvp_tier_file_encode(b, &f.lay, tier_id, 42);
+	put("tier", "file-header", b, KVP_TIER_FILE_REGION);
+	for (int i = 0; i < 2; i++) {
+		uint8_t *val = malloc(c.value_bytes);
+		char name[32];
+
+		for (size_t k = 0; k < f.lay.block_bytes; k++)
+			kv[k] = (uint8_t)(k * 131 + 7 + i);
+		kvp_tier_blk_encode(b, &f.lay, tier_id, (uint64_t)i, 1 + (uint64_t)i, &f.rec[i],
+				    kv);
+		snprintf(name, sizeof(name), "slot%d", i);
+		put("tier", name, b, f.lay.slot_hdr_bytes + f.lay.block_bytes);
+		if (!val)
+			exit(1);
+		kvp_remote_value_encode(val, &c, kvp_remote_digest(&c, f.rec[i].hash, f.key.seed),
+					&f.rec[i], kv);
+		snprintf(name, sizeof(name), "block%d", i);
+		put("remote", name, val, c.value_bytes);
+		free(val);
+	}
+	free(b);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: fuzz-mkseeds CORPUS_DIR\n");
+		return 2;
+	}
+	root = argv[1];
+	proto();
+	gguf();
+	tier_remote();
+	return 0;
+}
