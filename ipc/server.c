@@ -378,42 +378,47 @@ int kvp_srv_queue_welcome(struct kvp_server *srv, struct kvp_conn *c, const stru
 	return queue_scratch(srv, c, len);
 }
 
+/*
+ * The connection of a reply of @len bytes to request @req_id, still in flight (the reply
+ * does not end it), with the scratch buffer reserved for it; NULL with *@err set
+ * (-ENOTCONN, -ENOENT, -EMSGSIZE, -ENOMEM) otherwise.
+ */
+static struct kvp_conn *reply_to(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
+				 size_t len, int *err)
+{
+	struct kvp_conn *c = conn_lookup(srv, conn);
+
+	if (!c)
+		*err = -ENOTCONN;
+	else if (!kvp_conn_req_has(c, req_id))
+		*err = -ENOENT;
+	else if (!len || len > c->out.cap)
+		*err = -EMSGSIZE;
+	else if (scratch_reserve(srv, len))
+		*err = -ENOMEM;
+	else
+		return c;
+	return NULL;
+}
+
 int kvp_server_send_tokens(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			   const int32_t *tokens, uint32_t n_tokens, const char *text,
 			   uint32_t text_len)
 {
-	struct kvp_conn *c = conn_lookup(srv, conn);
-	size_t len;
-
-	if (!c)
-		return -ENOTCONN;
-	if (!kvp_conn_req_has(c, req_id))
-		return -ENOENT;
-	len = kvp_proto_encode_token(NULL, 0, req_id, tokens, n_tokens, text, text_len);
-	if (!len || len > c->out.cap)
-		return -EMSGSIZE;
-	if (scratch_reserve(srv, len))
-		return -ENOMEM;
-	kvp_proto_encode_token(srv->scratch, srv->scratch_cap, req_id, tokens, n_tokens, text,
-			       text_len);
-	return queue_scratch(srv, c, len);
+	return kvp_server_send_tokens_usage(srv, conn, req_id, tokens, n_tokens, text, text_len, -1,
+					    NULL);
 }
 
 int kvp_server_send_ids(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			const int32_t *ids, uint32_t n_ids, const char *text, uint32_t text_len)
 {
-	struct kvp_conn *c = conn_lookup(srv, conn);
-	size_t len;
+	size_t len = kvp_proto_encode_ids(NULL, 0, req_id, ids, n_ids, text, text_len);
+	struct kvp_conn *c;
+	int r;
 
+	c = reply_to(srv, conn, req_id, len, &r);
 	if (!c)
-		return -ENOTCONN;
-	if (!kvp_conn_req_has(c, req_id))
-		return -ENOENT;
-	len = kvp_proto_encode_ids(NULL, 0, req_id, ids, n_ids, text, text_len);
-	if (!len || len > c->out.cap)
-		return -EMSGSIZE;
-	if (scratch_reserve(srv, len))
-		return -ENOMEM;
+		return r;
 	kvp_proto_encode_ids(srv->scratch, srv->scratch_cap, req_id, ids, n_ids, text, text_len);
 	return queue_scratch(srv, c, len);
 }
@@ -454,42 +459,16 @@ int kvp_server_send_lease(struct kvp_server *srv, kvp_conn_id conn, uint64_t req
 	return queue_scratch(srv, c, len);
 }
 
-int kvp_server_send_tokens_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
-			      const int32_t *tokens, uint32_t n_tokens, const char *text,
-			      uint32_t text_len, uint32_t cont)
-{
-	struct kvp_conn *c = conn_lookup(srv, conn);
-	size_t len;
-
-	if (!c)
-		return -ENOTCONN;
-	if (!kvp_conn_req_has(c, req_id))
-		return -ENOENT;
-	len = kvp_proto_encode_token_cc(NULL, 0, req_id, tokens, n_tokens, text, text_len, cont);
-	if (!len || len > c->out.cap)
-		return -EMSGSIZE;
-	if (scratch_reserve(srv, len))
-		return -ENOMEM;
-	kvp_proto_encode_token_cc(srv->scratch, srv->scratch_cap, req_id, tokens, n_tokens, text,
-				  text_len, cont);
-	return queue_scratch(srv, c, len);
-}
-
 int kvp_server_send_logprobs(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			     const struct kvp_logprobs *h, const struct kvp_logprob *entries)
 {
-	struct kvp_conn *c = conn_lookup(srv, conn);
-	size_t len;
+	size_t len = kvp_proto_encode_logprobs(NULL, 0, req_id, h, entries);
+	struct kvp_conn *c;
+	int r;
 
+	c = reply_to(srv, conn, req_id, len, &r);
 	if (!c)
-		return -ENOTCONN;
-	if (!kvp_conn_req_has(c, req_id))
-		return -ENOENT;
-	len = kvp_proto_encode_logprobs(NULL, 0, req_id, h, entries);
-	if (!len || len > c->out.cap)
-		return -EMSGSIZE;
-	if (scratch_reserve(srv, len))
-		return -ENOMEM;
+		return r;
 	kvp_proto_encode_logprobs(srv->scratch, srv->scratch_cap, req_id, h, entries);
 	return queue_scratch(srv, c, len);
 }
@@ -503,19 +482,14 @@ int kvp_server_send_tokens_usage(struct kvp_server *srv, kvp_conn_id conn, uint6
 				 const int32_t *tokens, uint32_t n_tokens, const char *text,
 				 uint32_t text_len, int32_t cont, const struct kvp_usage *usage)
 {
-	struct kvp_conn *c = conn_lookup(srv, conn);
-	size_t len;
+	size_t len = kvp_proto_encode_token_u(NULL, 0, req_id, tokens, n_tokens, text, text_len,
+					      cont, usage);
+	struct kvp_conn *c;
+	int r;
 
+	c = reply_to(srv, conn, req_id, len, &r);
 	if (!c)
-		return -ENOTCONN;
-	if (!kvp_conn_req_has(c, req_id))
-		return -ENOENT;
-	len = kvp_proto_encode_token_u(NULL, 0, req_id, tokens, n_tokens, text, text_len, cont,
-				       usage);
-	if (!len || len > c->out.cap)
-		return -EMSGSIZE;
-	if (scratch_reserve(srv, len))
-		return -ENOMEM;
+		return r;
 	kvp_proto_encode_token_u(srv->scratch, srv->scratch_cap, req_id, tokens, n_tokens, text,
 				 text_len, cont, usage);
 	return queue_scratch(srv, c, len);

@@ -223,10 +223,6 @@ int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_
 int kvp_server_send_lease(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			  const struct kvp_lease *l, const struct kvp_lease_block *blocks);
 
-/* TOKEN of continuation @cont (struct kvp_token_cont after the text; n > 1 requests). */
-int kvp_server_send_tokens_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
-			      const int32_t *tokens, uint32_t n_tokens, const char *text,
-			      uint32_t text_len, uint32_t cont);
 /* LOGPROBS for @req_id: @h and its entries; the TOKEN frame they describe goes next. */
 int kvp_server_send_logprobs(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			     const struct kvp_logprobs *h, const struct kvp_logprob *entries);
