@@ -137,6 +137,8 @@ static void anthropic_usage(struct kvp_http_emit *e, struct kvp_json *j, const s
 static void raw(struct kvp_json *j, const char *key, const char *json)
 {
 	kvp_json_null(j, key);
+	if (j->out->len < 4 || memcmp(j->out->p + j->out->len - 4, "null", 4))
+		return;	  /* the buffer failed: it says so at the end */
 	j->out->len -= 4; /* the null's place, for the text */
 	kvp_buf_add(j->out, json, strlen(json));
 }
