@@ -9,8 +9,9 @@
  *   vLLM's    POST /tokenize, POST /detokenize
  *
  * Parsing is strict about what kvpool does (a wrong type or a value out of range is a
- * 400 naming the field) and about what it cannot do (n > 1, logprobs, tools, images:
- * a 400 saying it is not supported, never silently ignored); fields that change nothing
+ * 400 naming the field) and about what it cannot do (n > 1, logprobs, images: a 400
+ * saying it is not supported, never silently ignored; tools on a template without them
+ * are kvpoold's 400); fields that change nothing
  * here (user, metadata, ...) and unknown fields are ignored, as the hosted APIs do for
  * fields they do not know.  docs/http.md lists every field.
  *
