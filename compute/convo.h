@@ -40,6 +40,7 @@ struct kvp_tokenizer;
  * @date:           Llama 3.1/3.2's "Today Date", or NULL (see struct kvp_chat_opts)
  * @no_generation_prompt: end after the last message, without the header of the
  *                  assistant's turn (a prefix of a longer conversation, convo_bp.h)
+ * @tools, @tools_len: the tool definitions (JSON array text), or NULL (chat.h)
  */
 struct kvp_convo {
 	const struct kvp_chat_msg *msgs;
@@ -49,6 +50,8 @@ struct kvp_convo {
 	uint32_t context_msgs;
 	const char *date;
 	bool no_generation_prompt;
+	const char *tools;
+	size_t tools_len;
 };
 
 /**

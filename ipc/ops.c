@@ -378,6 +378,7 @@ static int on_chat(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_
 		return 0;
 	}
 	srv->samp = (ch.flags & KVP_CHAT_SAMPLING) ? &samp : NULL;
+	kvp_proto_chat_tools(payload, hdr->len_bytes, &ch, &srv->tools, &srv->tools_len);
 	if (srv->ops.chat_cc)
 		r = srv->ops.chat_cc(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &ch,
 				     (ch.flags & KVP_CHAT_CACHE_CTL) ? &cc : NULL, ids, msgs);
@@ -385,6 +386,8 @@ static int on_chat(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_
 		r = srv->ops.chat(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &ch, ids,
 				  msgs);
 	srv->samp = NULL;
+	srv->tools = NULL;
+	srv->tools_len = 0;
 	free(msgs);
 	return answered(srv, c, hdr->req_id, r);
 }

@@ -67,6 +67,9 @@ struct kvp_server {
 	char *text;   /* NUL-terminated copy of a prompt's text */
 	/* the sampling section of the GENERATE or CHAT being handed to svc/ (NULL: none) */
 	const struct kvp_proto_sampling *samp;
+	/* the tools section of the CHAT being handed to svc/ (NULL, 0: none) */
+	const char *tools;
+	uint32_t tools_len;
 	struct kvp_server_stats st;
 	int reserve_fd; /* /dev/null, closed to accept-and-refuse when fds run out */
 	struct __kernel_timespec tick, retry[2];

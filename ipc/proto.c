@@ -457,7 +457,8 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 			  struct kvp_chat *out, const void **context, const uint8_t **msgs,
 			  size_t *msgs_len, const char **why)
 {
-	uint64_t text_bytes;
+	uint64_t text_bytes, tools_bytes = 0;
+	const char *tools = NULL;
 	struct kvp_cur c;
 	const void *p;
 	size_t start;
@@ -484,6 +485,20 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 		return fail(why, "CHAT cache control beyond the frame", KVP_E_PROTO);
 	if ((out->flags & KVP_CHAT_SAMPLING) && (r = take_sampling(&c, NULL, why)))
 		return r;
+	if (out->flags & KVP_CHAT_TOOLS) {
+		struct kvp_chat_tools t;
+
+		p = kvp_cur_take(&c, sizeof(t));
+		if (!p)
+			return fail(why, "CHAT tools section beyond the frame", KVP_E_PROTO);
+		memcpy(&t, p, sizeof(t));
+		if (t.reserved)
+			return fail(why, "CHAT tools reserved field must be zero", KVP_E_PROTO);
+		tools = kvp_cur_take(&c, t.bytes);
+		if (!tools)
+			return fail(why, "CHAT tools beyond the frame", KVP_E_PROTO);
+		tools_bytes = t.bytes;
+	}
 	*context = kvp_cur_take(&c, (uint64_t)out->n_context * sizeof(int32_t));
 	if (!*context)
 		return fail(why, "context ids beyond the frame", KVP_E_PROTO);
@@ -499,7 +514,7 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 	if (out->n_context > lim->max_prompt_tokens)
 		return fail(why, "context longer than the maximum prompt", KVP_E_LIMIT);
 	/* before the template renders a byte: the messages are of the frame's size */
-	if (text_too_long(lim, text_bytes))
+	if (text_too_long(lim, text_bytes + tools_bytes))
 		return fail(why, "chat messages longer than max_text_bytes together", KVP_E_LIMIT);
 	if (out->max_new_tokens > lim->max_new_tokens)
 		return fail(why, "max_new_tokens above the maximum", KVP_E_LIMIT);
@@ -509,6 +524,8 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 		return r;
 	if (!name_ok(out->template_name, sizeof(out->template_name)))
 		return fail(why, "template name must be NUL-padded printable ASCII", KVP_E_INVALID);
+	if (tools && (memchr(tools, 0, tools_bytes) || !kvp_utf8_valid(tools, tools_bytes)))
+		return fail(why, "CHAT tools must be well-formed UTF-8 without NUL", KVP_E_INVALID);
 	kvp_cur_init(&c, *msgs, *msgs_len);
 	for (uint32_t i = 0; i < out->n_messages; i++) {
 		struct kvp_chat_message m;
@@ -522,12 +539,40 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 			return fail(why, "chat message contains a NUL byte", KVP_E_INVALID);
 		if (!kvp_utf8_valid(text, m.bytes))
 			return fail(why, "chat message is not well-formed UTF-8", KVP_E_INVALID);
+		if (m.role == KVP_ROLE_TOOL_CALL) {
+			const char *nl = memchr(text, '\n', m.bytes);
+
+			if (!nl || nl == text)
+				return fail(why, "a tool call's text must be NAME\\nARGUMENTS",
+					    KVP_E_INVALID);
+		}
 		/* the context ends inside an assistant message: the reply it continues */
 		if (i + 1 == out->context_msgs && m.role != KVP_ROLE_ASSISTANT)
 			return fail(why, "the context must end with an assistant message",
 				    KVP_E_INVALID);
 	}
 	return KVP_OK;
+}
+
+void kvp_proto_chat_tools(const void *payload, size_t len, const struct kvp_chat *ch,
+			  const char **tools, uint32_t *bytes)
+{
+	struct kvp_chat_tools t;
+	struct kvp_cur c;
+
+	*tools = NULL;
+	*bytes = 0;
+	if (!(ch->flags & KVP_CHAT_TOOLS))
+		return;
+	kvp_cur_init(&c, payload, len);
+	kvp_cur_take(&c, sizeof(*ch));
+	if (ch->flags & KVP_CHAT_CACHE_CTL)
+		kvp_cur_take(&c, sizeof(struct kvp_cache_ctl));
+	if (ch->flags & KVP_CHAT_SAMPLING)
+		take_sampling(&c, NULL, &(const char *){ NULL });
+	memcpy(&t, kvp_cur_take(&c, sizeof(t)), sizeof(t));
+	*tools = kvp_cur_take(&c, t.bytes);
+	*bytes = t.bytes;
 }
 
 void kvp_proto_chat_messages(const uint8_t *msgs, size_t len, uint32_t n, struct kvp_proto_msg *out)
@@ -991,10 +1036,21 @@ size_t kvp_proto_encode_chat_s(void *buf, size_t cap, uint64_t req_id, const str
 			       const struct kvp_cache_ctl *cc, const void *samp, size_t samp_len,
 			       const int32_t *context, const struct kvp_proto_msg *msgs)
 {
+	return kvp_proto_encode_chat_t(buf, cap, req_id, c, cc, samp, samp_len, NULL, 0, context,
+				       msgs);
+}
+
+size_t kvp_proto_encode_chat_t(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
+			       const struct kvp_cache_ctl *cc, const void *samp, size_t samp_len,
+			       const char *tools, uint32_t tools_len, const int32_t *context,
+			       const struct kvp_proto_msg *msgs)
+{
 	struct kvp_frame_hdr hdr;
 	bool with_cc = cc && (c->flags & KVP_CHAT_CACHE_CTL);
 	bool with_s = samp && (c->flags & KVP_CHAT_SAMPLING);
+	bool with_t = c->flags & KVP_CHAT_TOOLS;
 	size_t payload = sizeof(*c) + (with_cc ? sizeof(*cc) : 0) + (with_s ? samp_len : 0) +
+			 (with_t ? sizeof(struct kvp_chat_tools) + tools_len : 0) +
 			 (size_t)c->n_context * sizeof(int32_t);
 	uint8_t *o = buf;
 
@@ -1019,6 +1075,15 @@ size_t kvp_proto_encode_chat_s(void *buf, size_t cap, uint64_t req_id, const str
 	if (with_s) {
 		memcpy(o, samp, samp_len);
 		o += samp_len;
+	}
+	if (with_t) {
+		struct kvp_chat_tools t = { .bytes = tools_len };
+
+		memcpy(o, &t, sizeof(t));
+		o += sizeof(t);
+		if (tools_len)
+			memcpy(o, tools, tools_len);
+		o += tools_len;
 	}
 	if (c->n_context) {
 		memcpy(o, context, (size_t)c->n_context * sizeof(int32_t));

@@ -103,6 +103,10 @@ int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_prot
 			  struct kvp_chat *out, const void **context, const uint8_t **msgs,
 			  size_t *msgs_len, const char **why);
 
+/* The tools section of a CHAT that kvp_proto_decode_chat() accepted (NULL, 0: none). */
+void kvp_proto_chat_tools(const void *payload, size_t len, const struct kvp_chat *ch,
+			  const char **tools, uint32_t *bytes);
+
 /* The messages of a CHAT that kvp_proto_decode_chat() accepted: @n of them into @out. */
 void kvp_proto_chat_messages(const uint8_t *msgs, size_t len, uint32_t n,
 			     struct kvp_proto_msg *out);
@@ -249,6 +253,13 @@ size_t kvp_proto_encode_done_cc(void *buf, size_t cap, uint64_t req_id, const st
 size_t kvp_proto_encode_chat_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
 				const struct kvp_cache_ctl *cc, const int32_t *context,
 				const struct kvp_proto_msg *msgs);
+/* CHAT as kvp_proto_encode_chat_s(), and with KVP_CHAT_TOOLS the tools section of
+ * @tools_len bytes at @tools */
+size_t kvp_proto_encode_chat_t(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
+			       const struct kvp_cache_ctl *cc, const void *samp, size_t samp_len,
+			       const char *tools, uint32_t tools_len, const int32_t *context,
+			       const struct kvp_proto_msg *msgs);
+
 /* CHAT with @cc and, with KVP_CHAT_SAMPLING, the sampling section @samp (@samp_len bytes) */
 size_t kvp_proto_encode_chat_s(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
 			       const struct kvp_cache_ctl *cc, const void *samp, size_t samp_len,

@@ -478,6 +478,12 @@ const struct kvp_proto_sampling *kvp_server_sampling(const struct kvp_server *sr
 	return srv->samp;
 }
 
+const char *kvp_server_chat_tools(const struct kvp_server *srv, uint32_t *len)
+{
+	*len = srv->tools_len;
+	return srv->tools;
+}
+
 int kvp_server_send_tokens_usage(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 				 const int32_t *tokens, uint32_t n_tokens, const char *text,
 				 uint32_t text_len, int32_t cont, const struct kvp_usage *usage)

@@ -236,6 +236,13 @@ struct kvp_proto_sampling;
 const struct kvp_proto_sampling *kvp_server_sampling(const struct kvp_server *srv);
 
 /*
+ * The tools section (the JSON text of the tool definitions, @len bytes, not
+ * NUL-terminated) of the CHAT being handed to the @chat (or _cc) callback; NULL when it
+ * has none.  Valid during that callback only.
+ */
+const char *kvp_server_chat_tools(const struct kvp_server *srv, uint32_t *len);
+
+/*
  * TOKEN with the trailers its request needs: continuation @cont (>= 0; n > 1 requests)
  * and @usage (non-NULL: the prompt's counts, on a request's first TOKEN).
  */

@@ -658,9 +658,9 @@ static int op_detokenize(void *ctx, kvp_conn_id conn, uint64_t req_id,
 }
 
 static const enum kvp_chat_role chat_roles[KVP_ROLE__COUNT] = {
-	[KVP_ROLE_SYSTEM] = KVP_CHAT_SYSTEM,
-	[KVP_ROLE_USER] = KVP_CHAT_USER,
-	[KVP_ROLE_ASSISTANT] = KVP_CHAT_ASSISTANT,
+	[KVP_ROLE_SYSTEM] = KVP_CHAT_SYSTEM,	   [KVP_ROLE_USER] = KVP_CHAT_USER,
+	[KVP_ROLE_ASSISTANT] = KVP_CHAT_ASSISTANT, [KVP_ROLE_TOOL] = KVP_CHAT_TOOL,
+	[KVP_ROLE_TOOL_CALL] = KVP_CHAT_TOOL_CALL,
 };
 
 /*
@@ -697,6 +697,8 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 	struct kvp_chat_msg *cm;
 	struct text_job *j;
 	char err[512] = "";
+	uint32_t tools_len;
+	const char *tools = kvp_server_chat_tools(q->srv, &tools_len);
 	char *text;
 	int st;
 
@@ -708,6 +710,7 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 			      "chat: parallel sampling (n > 1) is GENERATE's only");
 	for (uint32_t i = 0; i < ch->n_messages; i++)
 		text_bytes += msgs[i].len;
+	text_bytes += tools_len;
 	j = text_job_new(q, TEXT_CHAT, conn, req_id, cm_bytes + ctx_bytes + text_bytes);
 	if (!j)
 		return reject(q, conn, req_id, KVP_E_INTERNAL);
@@ -745,13 +748,25 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 		cm[i] = (struct kvp_chat_msg){ .role = chat_roles[msgs[i].role],
 					       .content = text,
 					       .len = msgs[i].len };
+		if (msgs[i].role == KVP_ROLE_TOOL_CALL) { /* "NAME\nARGUMENTS" (proto.c) */
+			const char *nl = memchr(text, '\n', msgs[i].len);
+
+			cm[i].name = text;
+			cm[i].name_len = (size_t)(nl - text);
+			cm[i].content = nl + 1;
+			cm[i].len = msgs[i].len - cm[i].name_len - 1;
+		}
 		text += msgs[i].len;
 	}
+	if (tools)
+		memcpy(text, tools, tools_len);
 	j->cv = (struct kvp_convo){ .msgs = cm,
 				    .n_msgs = ch->n_messages,
 				    .context = (const int32_t *)(void *)(j->buf + cm_bytes),
 				    .n_context = ch->n_context,
-				    .context_msgs = ch->context_msgs };
+				    .context_msgs = ch->context_msgs,
+				    .tools = tools ? text : NULL,
+				    .tools_len = tools_len };
 	j->max_ids = q->max_prompt_tokens;
 	j->base.bytes = text_bytes + ctx_bytes;
 	if (!(ch->flags & KVP_CHAT_PROMPT_ONLY) && !take_sampling(q, conn, req_id, &j->samp, &st)) {

@@ -16,6 +16,7 @@
 #include "compute/text/chat.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,9 +32,9 @@ static const char *const names[KVP_CHAT__COUNT] = {
 };
 
 static const char *const role_names[] = {
-	[KVP_CHAT_SYSTEM] = "system",
-	[KVP_CHAT_USER] = "user",
-	[KVP_CHAT_ASSISTANT] = "assistant",
+	[KVP_CHAT_SYSTEM] = "system",	    [KVP_CHAT_USER] = "user",
+	[KVP_CHAT_ASSISTANT] = "assistant", [KVP_CHAT_TOOL] = "tool",
+	[KVP_CHAT_TOOL_CALL] = "assistant",
 };
 
 #define ALTERNATE "Conversation roles must alternate user/assistant/user/assistant/..."
@@ -98,6 +99,24 @@ static void chatml_default_system(struct kvp_chat_template *t, const char *src, 
 	}
 }
 
+/*
+ * Whether the template is one whose tool rendering is written here: Llama 3.1/3.2's
+ * (tools in the first user message, {"name", "parameters"} calls, "ipython" results)
+ * and Qwen2.5's (a "# Tools" system turn with its default system prompt,
+ * <tool_call>/<tool_response>).  Qwen3's, with no default prompt and <think>, is not.
+ */
+static bool tools_variant(const struct kvp_chat_template *t, const char *src, size_t len)
+{
+	if (t->family == KVP_CHAT_LLAMA31 || t->family == KVP_CHAT_LLAMA32)
+		return has(src, len, "tools_in_user_message") &&
+		       has(src, len, "Environment: ipython") && has(src, len, "\"parameters\": ");
+	if (t->family == KVP_CHAT_CHATML)
+		return t->default_system[0] && has(src, len, "<tools></tools>") &&
+		       has(src, len, "<tool_call>\\n{\"name\": \"") &&
+		       has(src, len, "<tool_response>") && !has(src, len, "<think>");
+	return false;
+}
+
 int kvp_chat_template_detect(struct kvp_chat_template *out, const char *src, size_t len, char *err,
 			     size_t errlen)
 {
@@ -136,6 +155,7 @@ int kvp_chat_template_detect(struct kvp_chat_template *out, const char *src, siz
 		return -ENOTSUP;
 	}
 	out->family = (enum kvp_chat_family)f;
+	out->tools = tools_variant(out, src, len);
 	return 0;
 }
 
@@ -146,6 +166,8 @@ int kvp_chat_template_named(struct kvp_chat_template *out, const char *name, cha
 	for (int f = 0; f < KVP_CHAT__COUNT; f++) {
 		if (!strcmp(names[f], name)) {
 			out->family = (enum kvp_chat_family)f;
+			/* by name, the families' tool-rendering templates (Llama 3.1/3.2) */
+			out->tools = f == KVP_CHAT_LLAMA31 || f == KVP_CHAT_LLAMA32;
 			return 0;
 		}
 	}
@@ -238,6 +260,373 @@ static void put_msg(struct buf *b, const struct kvp_chat_msg *m)
 	put(b, m->content, m->len);
 }
 
+/*
+ * tojson as @huggingface/jinja writes it (see struct kvp_chat_opts), from JSON text:
+ * one recursive pass that checks the text and writes the value again.  @b NULL: check
+ * and skip only.  Returns the end of the value, or NULL when the text is not JSON.
+ */
+#define JSON_DEPTH_MAX 64
+
+static const char *json_ws(const char *p, const char *e)
+{
+	while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+		p++;
+	return p;
+}
+
+static int hex4(const char *p, const char *e)
+{
+	int v = 0;
+
+	if (e - p < 4)
+		return -1;
+	for (int i = 0; i < 4; i++) {
+		int c = p[i], d = c >= '0' && c <= '9' ? c - '0' :
+				  c >= 'a' && c <= 'f' ? c - 'a' + 10 :
+				  c >= 'A' && c <= 'F' ? c - 'A' + 10 :
+							 -1;
+
+		if (d < 0)
+			return -1;
+		v = v << 4 | d;
+	}
+	return v;
+}
+
+static void put_u(struct buf *b, unsigned int u)
+{
+	char t[16];
+
+	snprintf(t, sizeof(t), "\\u%04x", u);
+	puts_(b, t);
+}
+
+static void put_cp(struct buf *b, unsigned int c)
+{
+	char t[4];
+	size_t n;
+
+	if (c < 0x80) {
+		t[0] = (char)c;
+		n = 1;
+	} else if (c < 0x800) {
+		t[0] = (char)(0xc0 | c >> 6);
+		t[1] = (char)(0x80 | (c & 0x3f));
+		n = 2;
+	} else if (c < 0x10000) {
+		t[0] = (char)(0xe0 | c >> 12);
+		t[1] = (char)(0x80 | (c >> 6 & 0x3f));
+		t[2] = (char)(0x80 | (c & 0x3f));
+		n = 3;
+	} else {
+		t[0] = (char)(0xf0 | c >> 18);
+		t[1] = (char)(0x80 | (c >> 12 & 0x3f));
+		t[2] = (char)(0x80 | (c >> 6 & 0x3f));
+		t[3] = (char)(0x80 | (c & 0x3f));
+		n = 4;
+	}
+	put(b, t, n);
+}
+
+/* One character of a string as JSON.stringify writes it. */
+static void put_jchar(struct buf *b, unsigned int c)
+{
+	static const char esc[] = {
+		['\b'] = 'b', ['\f'] = 'f', ['\n'] = 'n', ['\r'] = 'r', ['\t'] = 't'
+	};
+	char t[2] = { '\\', 0 };
+
+	if (c == '"' || c == '\\') {
+		t[1] = (char)c;
+		put(b, t, 2);
+	} else if (c < 0x20 && c < sizeof(esc) && esc[c]) {
+		t[1] = esc[c];
+		put(b, t, 2);
+	} else if (c < 0x20 || (c >= 0xd800 && c < 0xe000)) { /* a lone surrogate too */
+		put_u(b, c);
+	} else {
+		put_cp(b, c);
+	}
+}
+
+/* A string of raw UTF-8 written as a JSON string literal. */
+static void put_jstring(struct buf *b, const char *s, size_t n)
+{
+	const char *e = s + n;
+
+	puts_(b, "\"");
+	while (s < e) {
+		const char *run = s;
+
+		while (s < e && *s != '"' && *s != '\\' && (unsigned char)*s >= 0x20)
+			s++;
+		put(b, run, (size_t)(s - run));
+		if (s < e)
+			put_jchar(b, (unsigned char)*s++);
+	}
+	puts_(b, "\"");
+}
+
+static const char *json_string(struct buf *b, const char *p, const char *e)
+{
+	if (p >= e || *p != '"')
+		return NULL;
+	if (b)
+		puts_(b, "\"");
+	for (p++; p < e && *p != '"';) {
+		const char *run = p;
+
+		while (p < e && *p != '"' && *p != '\\') {
+			if ((unsigned char)*p < 0x20)
+				return NULL;
+			p++;
+		}
+		if (b)
+			put(b, run, (size_t)(p - run));
+		if (p < e && *p == '\\') {
+			int c, lo;
+
+			if (++p >= e)
+				return NULL;
+			switch (*p) {
+			case '"':
+			case '\\':
+			case '/':
+				c = *p;
+				break;
+			case 'b':
+				c = '\b';
+				break;
+			case 'f':
+				c = '\f';
+				break;
+			case 'n':
+				c = '\n';
+				break;
+			case 'r':
+				c = '\r';
+				break;
+			case 't':
+				c = '\t';
+				break;
+			case 'u':
+				c = hex4(p + 1, e);
+				if (c < 0)
+					return NULL;
+				p += 4;
+				if (c >= 0xd800 && c < 0xdc00 && e - p >= 7 && p[1] == '\\' &&
+				    p[2] == 'u' && (lo = hex4(p + 3, e)) >= 0xdc00 && lo < 0xe000) {
+					c = 0x10000 + ((c - 0xd800) << 10) + (lo - 0xdc00);
+					p += 6;
+				}
+				break;
+			default:
+				return NULL;
+			}
+			p++;
+			if (b)
+				put_jchar(b, (unsigned int)c);
+		}
+	}
+	if (p >= e)
+		return NULL;
+	if (b)
+		puts_(b, "\"");
+	return p + 1;
+}
+
+/* A number as JavaScript's Number.prototype.toString writes it (JSON.stringify). */
+static void put_jsnum(struct buf *b, double d)
+{
+	char t[40], digits[20];
+	int k = 0, exp, n;
+
+	if (!isfinite(d)) {
+		puts_(b, "null");
+		return;
+	}
+	if (d == 0) {
+		puts_(b, "0");
+		return;
+	}
+	if (d < 0) {
+		puts_(b, "-");
+		d = -d;
+	}
+	for (int p = 1; p <= 17; p++) { /* the shortest digits that read back as d */
+		snprintf(t, sizeof(t), "%.*e", p - 1, d);
+		if (strtod(t, NULL) == d)
+			break;
+	}
+	for (const char *q = t; *q && *q != 'e'; q++)
+		if (*q >= '0' && *q <= '9')
+			digits[k++] = *q;
+	while (k > 1 && digits[k - 1] == '0')
+		k--;
+	digits[k] = 0;
+	exp = atoi(strchr(t, 'e') + 1);
+	n = exp + 1;
+	if (k <= n && n <= 21) {
+		puts_(b, digits);
+		for (int i = k; i < n; i++)
+			puts_(b, "0");
+	} else if (0 < n && n <= 21) {
+		put(b, digits, (size_t)n);
+		puts_(b, ".");
+		puts_(b, digits + n);
+	} else if (-6 < n && n <= 0) {
+		puts_(b, "0.");
+		for (int i = n; i < 0; i++)
+			puts_(b, "0");
+		puts_(b, digits);
+	} else {
+		put(b, digits, 1);
+		if (k > 1) {
+			puts_(b, ".");
+			puts_(b, digits + 1);
+		}
+		snprintf(t, sizeof(t), "e%c%d", n - 1 >= 0 ? '+' : '-', abs(n - 1));
+		puts_(b, t);
+	}
+}
+
+static const char *json_number(struct buf *b, const char *p, const char *e)
+{
+	const char *s = p;
+	char t[400];
+
+	if (p < e && *p == '-')
+		p++;
+	if (p < e && *p == '0')
+		p++;
+	else if (p < e && *p >= '1' && *p <= '9')
+		while (p < e && *p >= '0' && *p <= '9')
+			p++;
+	else
+		return NULL;
+	if (p < e && *p == '.') {
+		if (++p >= e || *p < '0' || *p > '9')
+			return NULL;
+		while (p < e && *p >= '0' && *p <= '9')
+			p++;
+	}
+	if (p < e && (*p == 'e' || *p == 'E')) {
+		if (++p < e && (*p == '+' || *p == '-'))
+			p++;
+		if (p >= e || *p < '0' || *p > '9')
+			return NULL;
+		while (p < e && *p >= '0' && *p <= '9')
+			p++;
+	}
+	if (b) {
+		size_t n = (size_t)(p - s) < sizeof(t) - 1 ? (size_t)(p - s) : sizeof(t) - 1;
+
+		memcpy(t, s, n);
+		t[n] = 0;
+		put_jsnum(b, strtod(t, NULL));
+	}
+	return p;
+}
+
+static void put_pad(struct buf *b, int indent, int depth)
+{
+	puts_(b, "\n");
+	for (int i = 0; i < indent * depth; i++)
+		puts_(b, " ");
+}
+
+static const char *json_value(struct buf *b, const char *p, const char *e, int indent, int depth)
+{
+	p = json_ws(p, e);
+	if (p >= e || depth > JSON_DEPTH_MAX)
+		return NULL;
+	if (*p == '"')
+		return json_string(b, p, e);
+	if (*p == '{' || *p == '[') {
+		char close = *p == '{' ? '}' : ']';
+		bool obj = *p == '{';
+		int n = 0;
+
+		if (b)
+			put(b, p, 1);
+		p = json_ws(p + 1, e);
+		while (p < e && *p != close) {
+			if (n && *p++ != ',')
+				return NULL;
+			if (b && n)
+				puts_(b, indent ? "," : ", ");
+			if (b && indent)
+				put_pad(b, indent, depth + 1);
+			if (obj) {
+				p = json_string(b, json_ws(p, e), e);
+				if (!p || (p = json_ws(p, e)) >= e || *p++ != ':')
+					return NULL;
+				if (b)
+					puts_(b, ": ");
+			}
+			p = json_value(b, p, e, indent, depth + 1);
+			if (!p)
+				return NULL;
+			p = json_ws(p, e);
+			n++;
+		}
+		if (p >= e)
+			return NULL;
+		if (b && indent && n)
+			put_pad(b, indent, depth);
+		if (b)
+			put(b, p, 1);
+		return p + 1;
+	}
+	for (const char *const *w = (const char *const[]){ "true", "false", "null", NULL }; *w;
+	     w++) {
+		size_t l = strlen(*w);
+
+		if ((size_t)(e - p) >= l && !memcmp(p, *w, l)) {
+			if (b)
+				put(b, p, l);
+			return p + l;
+		}
+	}
+	return json_number(b, p, e);
+}
+
+/* The whole of @s (@n bytes) is one JSON value: written as tojson; -EINVAL if not. */
+static int put_json(struct buf *b, const char *s, size_t n, int indent)
+{
+	const char *e = s + n, *p = json_value(b, s, e, indent, 0);
+
+	return p && json_ws(p, e) == e ? 0 : -EINVAL;
+}
+
+/*
+ * The elements of a JSON array, in turn: *@p is at the array (first call) or after the
+ * last element; @el, @el_len get the next one.  Returns 1 (an element), 0 (the end),
+ * -EINVAL (not an array of JSON values).
+ */
+static int json_next(const char **p, const char *e, const char **el, size_t *el_len)
+{
+	const char *q = json_ws(*p, e), *end;
+
+	if (q < e && *q == '[')
+		q = json_ws(q + 1, e);
+	else if (q < e && *q == ',')
+		q = json_ws(q + 1, e);
+	else if (q >= e || *q != ']')
+		return -EINVAL;
+	if (q < e && *q == ']') {
+		*p = q + 1;
+		return 0;
+	}
+	end = json_value(NULL, q, e, 0, 1);
+	if (!end)
+		return -EINVAL;
+	*el = q;
+	*el_len = (size_t)(end - q);
+	*p = json_ws(end, e);
+	return 1;
+}
+
 static int refuse(char *err, size_t errlen, const char *why)
 {
 	if (err && errlen)
@@ -263,6 +652,184 @@ static void llama3_turn(struct buf *b, const char *role, const struct kvp_chat_m
 		put_trimmed(b, m);
 }
 
+/* Calls m[i + 1 ..] that belong to assistant message @i. */
+static size_t calls_of(const struct kvp_chat_msg *m, size_t n, size_t i)
+{
+	size_t k = 0;
+
+	while (i + 1 + k < n && m[i + 1 + k].role == KVP_CHAT_TOOL_CALL)
+		k++;
+	return k;
+}
+
+/* Each element of the tools array as tojson(indent) after @pre and before @post. */
+static int put_tools(struct buf *b, const struct kvp_chat_opts *o, const char *pre,
+		     const char *post, int indent)
+{
+	const char *p = o->tools, *e = o->tools + o->tools_len, *el;
+	size_t el_len;
+	int r;
+
+	while ((r = json_next(&p, e, &el, &el_len)) > 0) {
+		puts_(b, pre);
+		put_json(b, el, el_len, indent);
+		puts_(b, post);
+	}
+	return r;
+}
+
+/*
+ * Llama 3.1 / 3.2: with tools, "Environment: ipython" in the system turn and the tools
+ * (tojson, indent 4) in the first user message (tools_in_user_message's default); an
+ * assistant message with a call is {"name": NAME, "parameters": ARGS} (one call only),
+ * a tool result an "ipython" turn whose content is written with tojson (a string is
+ * iterable to the template, so it is quoted).
+ */
+static int render_llama31(struct buf *b, const struct kvp_chat_template *t,
+			  const struct kvp_chat_msg *m, size_t n, const struct kvp_chat_opts *o,
+			  char *err, size_t errlen)
+{
+	bool sys = n && m[0].role == KVP_CHAT_SYSTEM;
+	char today[32] = "26 Jul 2024";
+	const char *date = o->date;
+	size_t i = sys;
+
+	if (!date && t->family == KVP_CHAT_LLAMA32) { /* strftime_now("%d %b %Y") */
+		time_t now = time(NULL);
+		struct tm tm;
+
+		if (localtime_r(&now, &tm))
+			strftime(today, sizeof(today), "%d %b %Y", &tm);
+	}
+	puts_(b, o->bos);
+	llama3_turn(b, "system", NULL);
+	if (o->tools)
+		puts_(b, "Environment: ipython\n");
+	puts_(b, "Cutting Knowledge Date: December 2023\nToday Date: ");
+	puts_(b, date ? date : today);
+	puts_(b, "\n\n");
+	if (sys)
+		put_trimmed(b, &m[0]);
+	puts_(b, "<|eot_id|>");
+	if (o->tools) {
+		if (i >= n)
+			return refuse(
+				err, errlen,
+				"Cannot put tools in the first user message when there's no first user message!");
+		puts_(b,
+		      "<|start_header_id|>user<|end_header_id|>\n\n"
+		      "Given the following functions, please respond with a JSON for a function call "
+		      "with its proper arguments that best answers the given prompt.\n\n"
+		      "Respond in the format {\"name\": function name, \"parameters\": dictionary of "
+		      "argument name and its value}.Do not use variables.\n\n");
+		if (put_tools(b, o, "", "\n\n", 4) < 0)
+			return refuse(err, errlen, "the tools are not a JSON array");
+		put_trimmed(b, &m[i]);
+		puts_(b, "<|eot_id|>");
+		i += 1 + calls_of(m, n, i); /* the message goes whole, its calls with it */
+	}
+	for (; i < n; i++) {
+		size_t k = m[i].role == KVP_CHAT_ASSISTANT ? calls_of(m, n, i) : 0;
+
+		if (m[i].role == KVP_CHAT_TOOL) {
+			llama3_turn(b, "ipython", NULL);
+			put_jstring(b, m[i].content, m[i].len);
+		} else if (k) {
+			if (k != 1)
+				return refuse(
+					err, errlen,
+					"This model only supports single tool-calls at once!");
+			llama3_turn(b, "assistant", NULL);
+			puts_(b, "{\"name\": \"");
+			put(b, m[i + 1].name, m[i + 1].name_len);
+			puts_(b, "\", \"parameters\": ");
+			put_json(b, m[i + 1].content, m[i + 1].len, 0);
+			puts_(b, "}");
+			i++;
+		} else {
+			llama3_turn(b, role_names[m[i].role], &m[i]);
+		}
+		puts_(b, "<|eot_id|>");
+	}
+	if (o->add_generation_prompt)
+		llama3_turn(b, "assistant", NULL);
+	return 0;
+}
+
+/*
+ * ChatML; Qwen2.5's tools: a system turn (the conversation's or the default) with the
+ * tools one per line (tojson), an assistant's calls as <tool_call> blocks after its
+ * content, consecutive tool results in one user turn of <tool_response> blocks.
+ */
+static int render_chatml(struct buf *b, const struct kvp_chat_template *t,
+			 const struct kvp_chat_msg *m, size_t n, const struct kvp_chat_opts *o)
+{
+	bool sys = n && m[0].role == KVP_CHAT_SYSTEM, tools = false;
+	const char *p = o->tools, *el;
+	size_t el_len;
+
+	if (o->tools && json_next(&p, o->tools + o->tools_len, &el, &el_len) > 0)
+		tools = true; /* "if tools": an empty list is false */
+	if (tools) {
+		puts_(b, "<|im_start|>system\n");
+		if (sys)
+			put_msg(b, &m[0]);
+		else
+			puts_(b, t->default_system);
+		puts_(b,
+		      "\n\n# Tools\n\nYou may call one or more functions to assist with the user "
+		      "query.\n\nYou are provided with function signatures within <tools></tools> "
+		      "XML tags:\n<tools>");
+		put_tools(b, o, "\n", "", 0);
+		puts_(b,
+		      "\n</tools>\n\nFor each function call, return a json object with function "
+		      "name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+		      "{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n"
+		      "</tool_call><|im_end|>\n");
+	} else if (t->default_system[0] && n && !sys) {
+		puts_(b, "<|im_start|>system\n");
+		puts_(b, t->default_system);
+		puts_(b, "<|im_end|>\n");
+	}
+	for (size_t i = tools && sys; i < n; i++) {
+		size_t k = m[i].role == KVP_CHAT_ASSISTANT ? calls_of(m, n, i) : 0;
+
+		if (m[i].role == KVP_CHAT_TOOL) {
+			if (!i || m[i - 1].role != KVP_CHAT_TOOL)
+				puts_(b, "<|im_start|>user");
+			puts_(b, "\n<tool_response>\n");
+			put_msg(b, &m[i]);
+			puts_(b, "\n</tool_response>");
+			if (i + 1 == n || m[i + 1].role != KVP_CHAT_TOOL)
+				puts_(b, "<|im_end|>\n");
+		} else if (k) {
+			puts_(b, "<|im_start|>assistant");
+			if (m[i].len) {
+				puts_(b, "\n");
+				put_msg(b, &m[i]);
+			}
+			for (; k; k--) {
+				i++;
+				puts_(b, "\n<tool_call>\n{\"name\": \"");
+				put(b, m[i].name, m[i].name_len);
+				puts_(b, "\", \"arguments\": ");
+				put_json(b, m[i].content, m[i].len, 0);
+				puts_(b, "}\n</tool_call>");
+			}
+			puts_(b, "<|im_end|>\n");
+		} else {
+			puts_(b, "<|im_start|>");
+			puts_(b, role_names[m[i].role]);
+			puts_(b, "\n");
+			put_msg(b, &m[i]);
+			puts_(b, "<|im_end|>\n");
+		}
+	}
+	if (o->add_generation_prompt)
+		puts_(b, "<|im_start|>assistant\n");
+	return 0;
+}
+
 static int render(struct buf *b, const struct kvp_chat_template *t, const struct kvp_chat_msg *m,
 		  size_t n, const struct kvp_chat_opts *o, char *err, size_t errlen)
 {
@@ -280,49 +847,10 @@ static int render(struct buf *b, const struct kvp_chat_template *t, const struct
 			llama3_turn(b, "assistant", NULL);
 		return 0;
 	case KVP_CHAT_LLAMA31:
-	case KVP_CHAT_LLAMA32: {
-		char today[32] = "26 Jul 2024";
-		const char *date = o->date;
-
-		if (!date && t->family == KVP_CHAT_LLAMA32) { /* strftime_now("%d %b %Y") */
-			time_t now = time(NULL);
-			struct tm tm;
-
-			if (localtime_r(&now, &tm))
-				strftime(today, sizeof(today), "%d %b %Y", &tm);
-		}
-		puts_(b, o->bos);
-		llama3_turn(b, "system", NULL);
-		puts_(b, "Cutting Knowledge Date: December 2023\nToday Date: ");
-		puts_(b, date ? date : today);
-		puts_(b, "\n\n");
-		if (sys)
-			put_trimmed(b, &m[0]);
-		puts_(b, "<|eot_id|>");
-		for (size_t i = sys; i < n; i++) {
-			llama3_turn(b, role_names[m[i].role], &m[i]);
-			puts_(b, "<|eot_id|>");
-		}
-		if (gen)
-			llama3_turn(b, "assistant", NULL);
-		return 0;
-	}
+	case KVP_CHAT_LLAMA32:
+		return render_llama31(b, t, m, n, o, err, errlen);
 	case KVP_CHAT_CHATML:
-		if (t->default_system[0] && n && !sys) {
-			puts_(b, "<|im_start|>system\n");
-			puts_(b, t->default_system);
-			puts_(b, "<|im_end|>\n");
-		}
-		for (size_t i = 0; i < n; i++) {
-			puts_(b, "<|im_start|>");
-			puts_(b, role_names[m[i].role]);
-			puts_(b, "\n");
-			put_msg(b, &m[i]);
-			puts_(b, "<|im_end|>\n");
-		}
-		if (gen)
-			puts_(b, "<|im_start|>assistant\n");
-		return 0;
+		return render_chatml(b, t, m, n, o);
 	case KVP_CHAT_LLAMA2:
 		if (!alternates(m + sys, n - sys))
 			return refuse(err, errlen, ALTERNATE);
@@ -443,6 +971,14 @@ static int render(struct buf *b, const struct kvp_chat_template *t, const struct
 	return refuse(err, errlen, "unknown template family");
 }
 
+int kvp_chat_tools_refused(const struct kvp_chat_template *t, char *err, size_t errlen)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "chat: the model's chat template (%s) does not support tools",
+			 kvp_chat_family_name(t->family));
+	return -EINVAL;
+}
+
 int kvp_chat_render(char **out, size_t *len, const struct kvp_chat_template *t,
 		    const struct kvp_chat_msg *msgs, size_t n, const struct kvp_chat_opts *o,
 		    char *err, size_t errlen)
@@ -452,9 +988,24 @@ int kvp_chat_render(char **out, size_t *len, const struct kvp_chat_template *t,
 
 	*out = NULL;
 	*len = 0;
-	for (size_t i = 0; i < n; i++)
-		if ((unsigned int)msgs[i].role > KVP_CHAT_ASSISTANT)
+	for (size_t i = 0; i < n; i++) {
+		enum kvp_chat_role role = msgs[i].role;
+
+		if ((unsigned int)role > KVP_CHAT_TOOL_CALL)
 			return refuse(err, errlen, "a message has an unknown role");
+		if ((role == KVP_CHAT_TOOL || role == KVP_CHAT_TOOL_CALL) && !t->tools)
+			return kvp_chat_tools_refused(t, err, errlen);
+		if (role == KVP_CHAT_TOOL_CALL && (!i || (msgs[i - 1].role != KVP_CHAT_ASSISTANT &&
+							  msgs[i - 1].role != KVP_CHAT_TOOL_CALL)))
+			return refuse(err, errlen, "a tool call that follows no assistant message");
+		if (role == KVP_CHAT_TOOL_CALL && put_json(NULL, msgs[i].content, msgs[i].len, 0))
+			return refuse(err, errlen, "a tool call's arguments are not JSON");
+	}
+	if (o->tools && !t->tools)
+		return kvp_chat_tools_refused(t, err, errlen);
+	if (o->tools && (put_json(NULL, o->tools, o->tools_len, 0) ||
+			 *json_ws(o->tools, o->tools + o->tools_len) != '['))
+		return refuse(err, errlen, "the tools are not a JSON array");
 	put(&b, "", 0); /* an empty rendering is still a string */
 	r = render(&b, t, msgs, n, o, err, errlen);
 	if (!r)

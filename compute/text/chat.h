@@ -26,6 +26,10 @@ enum kvp_chat_role {
 	KVP_CHAT_SYSTEM,
 	KVP_CHAT_USER,
 	KVP_CHAT_ASSISTANT,
+	KVP_CHAT_TOOL,	    /* a tool's result (the content as the tool gave it) */
+	KVP_CHAT_TOOL_CALL, /* a call the assistant made: belongs to the assistant message
+			     * before it (or the call before it); @name, and the arguments
+			     * as JSON text in @content */
 };
 
 enum kvp_chat_family {
@@ -42,11 +46,16 @@ enum kvp_chat_family {
 	KVP_CHAT__COUNT
 };
 
-/* struct kvp_chat_msg - one message; @content is @len bytes of UTF-8 (borrowed). */
+/*
+ * struct kvp_chat_msg - one message; @content is @len bytes of UTF-8 (borrowed);
+ * KVP_CHAT_TOOL_CALL: the function's @name (@name_len bytes), NULL for other roles.
+ */
 struct kvp_chat_msg {
 	enum kvp_chat_role role;
 	const char *content;
 	size_t len;
+	const char *name;
+	size_t name_len;
 };
 
 #define KVP_CHAT_DEFAULT_SYSTEM_MAX 1024
@@ -56,10 +65,14 @@ struct kvp_chat_msg {
  * @family:         how to render
  * @default_system: ChatML: the system turn the template adds when the conversation
  *                  has none (Qwen's "You are Qwen, ..."), "" for none
+ * @tools:          the template renders tools, tool calls and tool results (Llama
+ *                  3.1/3.2's JSON calls, Qwen2.5's <tool_call>); a conversation with
+ *                  any of them is refused by the others
  */
 struct kvp_chat_template {
 	enum kvp_chat_family family;
 	char default_system[KVP_CHAT_DEFAULT_SYSTEM_MAX];
+	bool tools;
 };
 
 /**
@@ -68,12 +81,22 @@ struct kvp_chat_template {
  * @date:      Llama 3.1/3.2's "Today Date" ("26 Jul 2024"); NULL: 3.1's fixed default,
  *             3.2's today (local time), as the templates do
  * @add_generation_prompt: end with the header of the assistant's turn
+ * @tools, @tools_len: the tool definitions, a JSON array of OpenAI-shaped objects
+ *             ({"type": "function", "function": {"name", "description", "parameters"}})
+ *             as the templates' `tools` variable takes them; NULL: none given
+ *
+ * JSON the template writes with `tojson` (the tools, a call's arguments, Llama's tool
+ * results) is re-serialised as @huggingface/jinja's tojson does: keys in their order,
+ * ", " and ": " separators (",\n" + indent with indent=4), strings as JSON.stringify
+ * escapes them (non-ASCII as is), numbers as JavaScript prints them (1.0 is 1).
  */
 struct kvp_chat_opts {
 	const char *bos;
 	const char *eos;
 	const char *date;
 	bool add_generation_prompt;
+	const char *tools;
+	size_t tools_len;
 };
 
 /**
@@ -97,6 +120,12 @@ int kvp_chat_template_named(struct kvp_chat_template *out, const char *name, cha
 /* kvp_chat_family_name() - "llama3", "chatml", ...; kvp_chat_names() - all, comma-separated. */
 const char *kvp_chat_family_name(enum kvp_chat_family f);
 const char *kvp_chat_names(void);
+
+/*
+ * kvp_chat_tools_refused() - @err gets "chat: the model's chat template (NAME) does not
+ * support tools" and the return is -EINVAL (for callers that refuse before rendering).
+ */
+int kvp_chat_tools_refused(const struct kvp_chat_template *t, char *err, size_t errlen);
 
 /* kvp_chat_writes_bos() - does the family's template write BOS into the text itself? */
 bool kvp_chat_writes_bos(const struct kvp_chat_template *t);

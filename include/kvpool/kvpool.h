@@ -303,7 +303,16 @@ void kvp_client_conv_free(struct kvp_client_conv *cv);
  */
 int kvp_client_conv_set_template(struct kvp_client_conv *cv, const char *name);
 
-/* Append a message (@role: enum kvp_role; @text copied, UTF-8).  Return: 0, -EINVAL, -ENOMEM. */
+/**
+ * kvp_client_conv_set_tools() - the tool definitions the template renders into the
+ * prompt (@json: a JSON array of {"type": "function", "function": {...}}, copied; NULL:
+ * none), sent with every CHAT of the conversation.  A template without tools refuses
+ * them (the daemon's ERROR names it).  Return: 0, -EINVAL (too long), -ENOMEM.
+ */
+int kvp_client_conv_set_tools(struct kvp_client_conv *cv, const char *json, size_t len);
+
+/* Append a message (@role: enum kvp_role; @text copied, UTF-8; KVP_ROLE_TOOL_CALL's
+ * text "NAME\nARGUMENTS-JSON").  Return: 0, -EINVAL, -ENOMEM. */
 int kvp_client_conv_add(struct kvp_client_conv *cv, int role, const char *text, size_t len);
 
 /* Remove the last message (e.g. a user turn whose CHAT failed).  Return: 0, -ENOENT. */

@@ -305,7 +305,20 @@ struct kvp_ids {
 static_assert(sizeof(struct kvp_ids) == 8, "wire ABI");
 
 /* Roles of chat messages (struct kvp_chat_message.role) */
-enum kvp_role { KVP_ROLE_SYSTEM = 0, KVP_ROLE_USER = 1, KVP_ROLE_ASSISTANT = 2, KVP_ROLE__COUNT };
+/*
+ * TOOL: a tool's result.  TOOL_CALL: a call of the assistant message before it (or of
+ * the call before it, one message per call), its text "NAME\nARGUMENTS" where NAME is
+ * the function's (non-empty, no newline) and ARGUMENTS JSON text (an object).
+ * Templates without tools refuse both.
+ */
+enum kvp_role {
+	KVP_ROLE_SYSTEM = 0,
+	KVP_ROLE_USER = 1,
+	KVP_ROLE_ASSISTANT = 2,
+	KVP_ROLE_TOOL = 3,
+	KVP_ROLE_TOOL_CALL = 4,
+	KVP_ROLE__COUNT
+};
 
 /* Most messages one CHAT may carry (more: ERROR KVP_E_LIMIT, the connection stays). */
 #define KVP_CHAT_MESSAGES_MAX 1024u
@@ -320,7 +333,10 @@ enum kvp_role { KVP_ROLE_SYSTEM = 0, KVP_ROLE_USER = 1, KVP_ROLE_ASSISTANT = 2, 
 #define KVP_CHAT_CACHE_CTL 0x8u	    /* struct kvp_cache_ctl follows struct kvp_chat */
 #define KVP_CHAT_SAMPLING 0x10u	    /* as KVP_GEN_SAMPLING */
 #define KVP_CHAT_FIT_CONTEXT 0x100u /* as KVP_GEN_FIT_CONTEXT */
-#define KVP_CHAT__ALL 0x11eu
+/* struct kvp_chat_tools and the tool definitions follow the sampling section (or what
+ * comes before it), before the context ids */
+#define KVP_CHAT_TOOLS 0x200u
+#define KVP_CHAT__ALL 0x31eu
 
 /**
  * struct kvp_chat - CHAT payload, followed by n_context int32 ids, then n_messages times
@@ -359,6 +375,19 @@ struct kvp_chat {
 static_assert(sizeof(struct kvp_chat) == 144, "wire ABI");
 static_assert(offsetof(struct kvp_chat, seed) == 32, "wire ABI");
 static_assert(offsetof(struct kvp_chat, salt) == 48, "wire ABI");
+
+/*
+ * struct kvp_chat_tools - the tools section of a CHAT (KVP_CHAT_TOOLS): @bytes of UTF-8
+ * (no NUL) after it, the tool definitions as a JSON array of OpenAI-shaped objects
+ * ({"type": "function", "function": {"name", "description", "parameters"}}), which the
+ * template renders into the prompt (so they are part of its cached prefix).  Counted
+ * with the messages against max_text_bytes.  @reserved: 0.
+ */
+struct kvp_chat_tools {
+	uint32_t bytes;
+	uint32_t reserved;
+};
+static_assert(sizeof(struct kvp_chat_tools) == 8, "wire ABI");
 
 /* One CHAT message: enum kvp_role, then @bytes of UTF-8 (no NUL) after this struct. */
 struct kvp_chat_message {

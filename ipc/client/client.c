@@ -1149,6 +1149,8 @@ struct kvp_client_conv {
 	struct idvec ctx;
 	size_t ctx_msgs;
 	char tmpl[KVP_CHAT_TEMPLATE_NAME_MAX];
+	char *tools; /* kvp_client_conv_set_tools(), NULL: none */
+	size_t tools_len;
 	uint64_t pending;
 	struct idvec prompt;
 	bool got_prompt;
@@ -1170,6 +1172,7 @@ KVP_EXPORT void kvp_client_conv_free(struct kvp_client_conv *cv)
 	for (size_t i = 0; i < cv->n_msgs; i++)
 		free(cv->msgs[i].text);
 	free(cv->msgs);
+	free(cv->tools);
 	free(cv->ctx.v);
 	free(cv->prompt.v);
 	free(cv->reply.v);
@@ -1186,6 +1189,25 @@ KVP_EXPORT int kvp_client_conv_set_template(struct kvp_client_conv *cv, const ch
 	memset(cv->tmpl, 0, sizeof(cv->tmpl));
 	if (n)
 		memcpy(cv->tmpl, name, n);
+	return 0;
+}
+
+KVP_EXPORT int kvp_client_conv_set_tools(struct kvp_client_conv *cv, const char *json, size_t len)
+{
+	char *copy = NULL;
+
+	if (json) {
+		if (len > UINT32_MAX)
+			return -EINVAL;
+		copy = malloc(len + 1);
+		if (!copy)
+			return -ENOMEM;
+		memcpy(copy, json, len);
+		copy[len] = 0;
+	}
+	free(cv->tools);
+	cv->tools = copy;
+	cv->tools_len = json ? len : 0;
 	return 0;
 }
 
@@ -1308,6 +1330,8 @@ static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 		ch.flags |= KVP_CHAT_CACHE_CTL;
 	if (c->samp && !(flags & KVP_CHAT_PROMPT_ONLY))
 		ch.flags |= KVP_CHAT_SAMPLING;
+	if (cv->tools)
+		ch.flags |= KVP_CHAT_TOOLS;
 	memcpy(ch.template_name, cv->tmpl, sizeof(ch.template_name));
 	msgs = calloc(cv->n_msgs, sizeof(*msgs));
 	if (!msgs)
@@ -1317,12 +1341,13 @@ static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 						  .len = (uint32_t)cv->msgs[i].len,
 						  .text = cv->msgs[i].text };
 	cap0 = c->out_cap;
-	need = kvp_proto_encode_chat_s(c->out, cap0, c->next_id, &ch, &c->cc, c->samp, c->samp_len,
-				       cv->ctx.v, msgs);
+	need = kvp_proto_encode_chat_t(c->out, cap0, c->next_id, &ch, &c->cc, c->samp, c->samp_len,
+				       cv->tools, (uint32_t)cv->tools_len, cv->ctx.v, msgs);
 	r = out_reserve(c, need);
 	if (!r && need > cap0)
-		kvp_proto_encode_chat_s(c->out, c->out_cap, c->next_id, &ch, &c->cc, c->samp,
-					c->samp_len, cv->ctx.v, msgs);
+		kvp_proto_encode_chat_t(c->out, c->out_cap, c->next_id, &ch, &c->cc, c->samp,
+					c->samp_len, cv->tools, (uint32_t)cv->tools_len, cv->ctx.v,
+					msgs);
 	free(msgs);
 	if (r)
 		return r;

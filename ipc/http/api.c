@@ -633,11 +633,281 @@ static struct kvp_http_msg *new_msg(struct kvp_http_gen *g, enum kvp_http_role r
 	return m;
 }
 
+/* ------------------------------------------------------------ tools */
+
+/* OpenAI's rule for function names, which keeps a name one line of plain text. */
+static bool tool_name_ok(const char *s, size_t n)
+{
+	if (!n || n > 64)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'))
+			return false;
+	return true;
+}
+
+/*
+ * The schema a forced call follows: {"name": the tool's name, "arguments": its
+ * parameters}, every tool's an alternative (anyOf) for REQUIRED, the named one's alone.
+ * Compiled here so that a parameters keyword the grammar cannot enforce is a 400.
+ */
+static int tools_schema(struct kvp_http_gen *g, json_t *tools, const char *param,
+			struct kvp_http_err *err)
+{
+	json_t *alts = json_array(), *schema;
+	struct kvp_grammar *gr;
+	char why[256];
+	int r;
+
+	if (!alts)
+		return -ENOMEM;
+	for (size_t i = 0; i < json_array_size(tools); i++) {
+		json_t *f = json_object_get(json_array_get(tools, i), "function");
+		json_t *params = member(f, "parameters");
+		json_t *name = json_object_get(f, "name"), *p;
+
+		if (g->tool_choice == KVP_HTTP_TOOLS_NAMED &&
+		    strcmp(json_string_value(name), g->tool_names[g->n_tools]))
+			continue;
+		p = params ? json_incref(params) : json_pack("{s:s}", "type", "object");
+		json_array_append_new(alts, json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}", "type",
+						      "object", "properties", "name", "const", name,
+						      "arguments", p, "required", "name",
+						      "arguments", "additionalProperties", 0));
+	}
+	schema = json_array_size(alts) == 1 ? json_incref(json_array_get(alts, 0)) :
+					      json_pack("{s:O}", "anyOf", alts);
+	json_decref(alts);
+	if (!schema)
+		return -ENOMEM;
+	g->schema = json_dumps(schema, JSON_COMPACT);
+	json_decref(schema);
+	if (!g->schema)
+		return -ENOMEM;
+	g->schema_len = strlen(g->schema);
+	if (g->schema_len > KVP_SCHEMA_BYTES_MAX)
+		return bad(err, param, "%s: the tools' parameters are above %u bytes together",
+			   param, KVP_SCHEMA_BYTES_MAX);
+	r = kvp_grammar_compile(&gr, g->schema, g->schema_len, why, sizeof(why));
+	if (r == -ENOMEM)
+		return r;
+	if (r) {
+		char what[300];
+
+		snprintf(what, sizeof(what), "a forced tool call's parameters: %s", why);
+		return unsupported(err, param, what);
+	}
+	kvp_grammar_free(gr);
+	g->grammar = KVP_GRAMMAR_JSON_SCHEMA;
+	return 0;
+}
+
+/*
+ * @tools (OpenAI-shaped, checked) become the request's: the JSON text for the template,
+ * the names for the answer's parser, and with a forced choice the grammar.  @named: the
+ * name tool_choice gives (NAMED), which must be among them.
+ */
+static int take_tools(struct kvp_http_gen *g, json_t *tools, const char *named, const char *param,
+		      struct kvp_http_err *err)
+{
+	size_t n = json_array_size(tools);
+
+	if (!n) {
+		if (g->tool_choice == KVP_HTTP_TOOLS_REQUIRED ||
+		    g->tool_choice == KVP_HTTP_TOOLS_NAMED)
+			return bad(err, param, "%s: a tool must be called, and there are no tools",
+				   param);
+		return 0;
+	}
+	if (n > KVP_HTTP_TOOLS_MAX)
+		return bad(err, "tools", "tools: at most %d tools", KVP_HTTP_TOOLS_MAX);
+	if (g->grammar &&
+	    (g->tool_choice == KVP_HTTP_TOOLS_REQUIRED || g->tool_choice == KVP_HTTP_TOOLS_NAMED))
+		return unsupported(err, param,
+				   "a forced tool call together with response_format is not "
+				   "supported");
+	g->tools = json_dumps(tools, JSON_COMPACT);
+	g->tool_names = calloc(n + 1, sizeof(*g->tool_names));
+	if (!g->tools || !g->tool_names)
+		return -ENOMEM;
+	g->tools_len = strlen(g->tools);
+	for (size_t i = 0; i < n; i++) {
+		json_t *f = json_object_get(json_array_get(tools, i), "function");
+		const char *s = json_string_value(json_object_get(f, "name"));
+
+		for (size_t k = 0; k < g->n_tools; k++)
+			if (!strcmp(g->tool_names[k], s))
+				return bad(err, "tools", "tools: the name '%s' is given twice", s);
+		g->tool_names[g->n_tools] = strdup(s);
+		if (!g->tool_names[g->n_tools])
+			return -ENOMEM;
+		g->n_tools++;
+	}
+	if (g->tool_choice == KVP_HTTP_TOOLS_NAMED) {
+		size_t k = 0;
+
+		while (k < n && strcmp(g->tool_names[k], named))
+			k++;
+		if (k == n)
+			return bad(err, param, "%s: no tool is named '%s'", param, named);
+		/* tools_schema() finds the named one past the list's end */
+		g->tool_names[n] = g->tool_names[k];
+	}
+	if (g->tool_choice == KVP_HTTP_TOOLS_REQUIRED || g->tool_choice == KVP_HTTP_TOOLS_NAMED) {
+		int r = tools_schema(g, tools, param, err);
+
+		g->tool_names[n] = NULL;
+		return r;
+	}
+	return 0;
+}
+
+/* OpenAI's tools and tool_choice; functions / function_call (deprecated) are refused. */
+static int parse_openai_tools(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
+{
+	json_t *tools = member(o, "tools"), *tc = member(o, "tool_choice");
+	const char *named = NULL;
+
+	if (!is_off(json_object_get(o, "functions")))
+		return unsupported(err, "functions",
+				   "the deprecated functions are not supported: "
+				   "use tools");
+	if (!is_off(json_object_get(o, "function_call")))
+		return unsupported(
+			err, "function_call",
+			"the deprecated function_call is not supported: use tool_choice");
+	if (json_is_string(tc)) {
+		const char *s = json_string_value(tc);
+
+		if (!strcmp(s, "auto"))
+			g->tool_choice = KVP_HTTP_TOOLS_AUTO;
+		else if (!strcmp(s, "none"))
+			g->tool_choice = KVP_HTTP_TOOLS_NONE;
+		else if (!strcmp(s, "required"))
+			g->tool_choice = KVP_HTTP_TOOLS_REQUIRED;
+		else
+			return bad(err, "tool_choice",
+				   "tool_choice: must be auto, none, required or a function");
+	} else if (tc) {
+		json_t *t = json_is_object(tc) ? json_object_get(tc, "type") : NULL;
+		json_t *f = json_is_object(tc) ? json_object_get(tc, "function") : NULL;
+		json_t *name = json_is_object(f) ? json_object_get(f, "name") : NULL;
+
+		if (!json_is_string(t) || strcmp(json_string_value(t), "function") ||
+		    !json_is_string(name))
+			return bad(err, "tool_choice",
+				   "tool_choice: must be auto, none, required or "
+				   "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+		g->tool_choice = KVP_HTTP_TOOLS_NAMED;
+		named = json_string_value(name);
+	}
+	if (tools && !json_is_array(tools))
+		return bad(err, "tools", "tools: must be an array");
+	for (size_t i = 0; tools && i < json_array_size(tools); i++) {
+		json_t *t = json_array_get(tools, i);
+		json_t *type = json_is_object(t) ? json_object_get(t, "type") : NULL;
+		json_t *f = json_is_object(t) ? json_object_get(t, "function") : NULL;
+		json_t *name = json_is_object(f) ? json_object_get(f, "name") : NULL;
+		json_t *params = json_is_object(f) ? member(f, "parameters") : NULL;
+
+		if (!json_is_string(type) || strcmp(json_string_value(type), "function"))
+			return unsupported(err, "tools",
+					   "only tools of type \"function\" are supported");
+		if (!json_is_string(name) ||
+		    !tool_name_ok(json_string_value(name), json_string_length(name)))
+			return bad(err, "tools",
+				   "tools.%zu.function.name: must match ^[a-zA-Z0-9_-]{1,64}$", i);
+		if (params && !json_is_object(params))
+			return bad(err, "tools", "tools.%zu.function.parameters: must be an object",
+				   i);
+	}
+	return take_tools(g, tools, named, "tool_choice", err);
+}
+
+/*
+ * A call's arguments as the template takes them: JSON text.  OpenAI sends them as a
+ * string holding JSON; one that does not parse is kept as a JSON string, as a template
+ * given the raw string would write it.
+ */
+static char *call_text(const char *name, json_t *args)
+{
+	json_t *parsed = NULL;
+	char *a, *out;
+	size_t nl, al;
+
+	if (json_is_string(args))
+		parsed = json_loadb(json_string_value(args), json_string_length(args),
+				    JSON_DECODE_ANY, NULL);
+	a = parsed || args ? json_dumps(parsed ? parsed : args, JSON_COMPACT | JSON_ENCODE_ANY) :
+			     strdup("{}");
+	json_decref(parsed);
+	if (!a)
+		return NULL;
+	nl = strlen(name);
+	al = strlen(a);
+	out = malloc(nl + 1 + al + 1);
+	if (out) {
+		memcpy(out, name, nl);
+		out[nl] = '\n';
+		memcpy(out + nl + 1, a, al + 1);
+	}
+	free(a);
+	return out;
+}
+
+static int add_call(struct kvp_http_gen *g, const char *name, json_t *args)
+{
+	struct kvp_http_msg *m = new_msg(g, KVP_HTTP_ROLE_TOOL_CALL);
+
+	m->text = call_text(name, args);
+	if (!m->text)
+		return -ENOMEM;
+	m->len = strlen(m->text);
+	return 0;
+}
+
+/* An assistant message with tool_calls: its content (may be null) and one message per call. */
+static int parse_openai_calls(struct kvp_http_gen *g, json_t *m, json_t *content, const char *at,
+			      struct kvp_http_err *err)
+{
+	json_t *calls = json_object_get(m, "tool_calls");
+	struct kvp_http_msg *a = new_msg(g, KVP_HTTP_ROLE_ASSISTANT);
+	int r;
+
+	if (!json_is_array(calls))
+		return bad(err, "messages", "%s.tool_calls: must be an array", at);
+	if (content && (r = parse_content(a, content, at, NULL, "messages", err)))
+		return r;
+	if (!a->text && !(a->text = strdup("")))
+		return -ENOMEM;
+	for (size_t k = 0; k < json_array_size(calls); k++) {
+		json_t *c = json_array_get(calls, k);
+		json_t *f = json_is_object(c) ? json_object_get(c, "function") : NULL;
+		json_t *name = json_is_object(f) ? json_object_get(f, "name") : NULL;
+		json_t *args = json_is_object(f) ? member(f, "arguments") : NULL;
+
+		if (!json_is_string(name) ||
+		    !tool_name_ok(json_string_value(name), json_string_length(name)))
+			return bad(err, "messages",
+				   "%s.tool_calls.%zu.function.name: must match "
+				   "^[a-zA-Z0-9_-]{1,64}$",
+				   at, k);
+		if (args && !json_is_string(args))
+			return bad(err, "messages",
+				   "%s.tool_calls.%zu.function.arguments: must be a string", at, k);
+		r = add_call(g, json_string_value(name), args);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
 static int parse_chat(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab, struct kvp_http_err *err)
 {
-	static const char *const no[] = { "tools",	   "functions", "tool_choice",
-					  "function_call", "audio",	"prediction" };
+	static const char *const no[] = { "audio", "prediction" };
 	json_t *msgs = member(o, "messages");
+	size_t n_calls = 0;
 	long long x;
 	bool given;
 	int r;
@@ -655,15 +925,21 @@ static int parse_chat(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab, struc
 	r = parse_openai_extras(g, o, n_vocab, err);
 	if (!r)
 		r = parse_response_format(g, o, err);
+	if (!r)
+		r = parse_openai_tools(g, o, err);
 	if (r)
 		return r;
 	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
 		if (!is_off(json_object_get(o, no[i])))
-			return unsupported(err, no[i],
-					   "tools and function calling are not supported");
+			return unsupported(err, no[i], "is not supported");
 	if (!json_is_array(msgs) || !json_array_size(msgs))
 		return bad(err, "messages", "messages: must be a non-empty array");
-	g->msgs = calloc(json_array_size(msgs), sizeof(*g->msgs));
+	for (size_t i = 0; i < json_array_size(msgs); i++) {
+		json_t *tc = json_object_get(json_array_get(msgs, i), "tool_calls");
+
+		n_calls += json_is_array(tc) ? json_array_size(tc) : 0;
+	}
+	g->msgs = calloc(json_array_size(msgs) + n_calls, sizeof(*g->msgs));
 	if (!g->msgs)
 		return -ENOMEM;
 	for (size_t i = 0; i < json_array_size(msgs); i++) {
@@ -683,13 +959,22 @@ static int parse_chat(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab, struc
 			ro = KVP_HTTP_ROLE_USER;
 		else if (!strcmp(rs, "assistant"))
 			ro = KVP_HTTP_ROLE_ASSISTANT;
-		else if (!strcmp(rs, "tool") || !strcmp(rs, "function"))
-			return unsupported(err, "messages", "tool messages are not supported");
+		else if (!strcmp(rs, "tool"))
+			ro = KVP_HTTP_ROLE_TOOL;
+		else if (!strcmp(rs, "function"))
+			return unsupported(
+				err, "messages",
+				"the deprecated function role is not supported: use tool");
 		else
 			return bad(err, "messages",
-				   "%s.role: must be system, developer, user or assistant", at);
-		if (!is_off(json_object_get(m, "tool_calls")))
-			return unsupported(err, "messages", "tool calls are not supported");
+				   "%s.role: must be system, developer, user, assistant or tool",
+				   at);
+		if (ro == KVP_HTTP_ROLE_ASSISTANT && !is_off(json_object_get(m, "tool_calls"))) {
+			r = parse_openai_calls(g, m, content, at, err);
+			if (r)
+				return r;
+			continue;
+		}
 		if (!content)
 			return bad(err, "messages", "%s.content: required", at);
 		r = parse_content(new_msg(g, ro), content, at, NULL, "messages", err);
@@ -699,13 +984,203 @@ static int parse_chat(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab, struc
 	return 0;
 }
 
+/*
+ * Anthropic's tools ([{name, description, input_schema}], client tools only) in OpenAI's
+ * shape, and tool_choice (auto, any, tool + name, none).  A tool's cache_control counts
+ * as a breakpoint; tools come first in the prompt, so it marks the end of the first
+ * message, where the templates put them.
+ */
+static int parse_anthropic_tools(struct kvp_http_gen *g, json_t *o, struct bp_state *bp,
+				 enum kvp_http_ttl *tools_ttl, struct kvp_http_err *err)
+{
+	json_t *tools = member(o, "tools"), *tc = member(o, "tool_choice"), *conv;
+	const char *named = NULL;
+	int r;
+
+	if (tc) {
+		json_t *t = json_is_object(tc) ? json_object_get(tc, "type") : NULL;
+		const char *s = json_is_string(t) ? json_string_value(t) : "";
+		json_t *name = json_object_get(tc, "name");
+
+		if (!strcmp(s, "auto")) {
+			g->tool_choice = KVP_HTTP_TOOLS_AUTO;
+		} else if (!strcmp(s, "none")) {
+			g->tool_choice = KVP_HTTP_TOOLS_NONE;
+		} else if (!strcmp(s, "any")) {
+			g->tool_choice = KVP_HTTP_TOOLS_REQUIRED;
+		} else if (!strcmp(s, "tool") && json_is_string(name)) {
+			g->tool_choice = KVP_HTTP_TOOLS_NAMED;
+			named = json_string_value(name);
+		} else {
+			return bad(
+				err, "tool_choice",
+				"tool_choice.type: must be auto, any, tool (with a name) or none");
+		}
+	}
+	if (tools && !json_is_array(tools))
+		return bad(err, "tools", "tools: must be an array");
+	conv = json_array();
+	if (!conv)
+		return -ENOMEM;
+	for (size_t i = 0; tools && i < json_array_size(tools); i++) {
+		json_t *t = json_array_get(tools, i);
+		json_t *type = json_is_object(t) ? member(t, "type") : NULL;
+		json_t *name = json_is_object(t) ? json_object_get(t, "name") : NULL;
+		json_t *desc = json_is_object(t) ? member(t, "description") : NULL;
+		json_t *schema = json_is_object(t) ? member(t, "input_schema") : NULL;
+		json_t *f;
+		char at[32];
+
+		snprintf(at, sizeof(at), "tools.%zu", i);
+		r = -EINVAL;
+		if (type && (!json_is_string(type) || strcmp(json_string_value(type), "custom")))
+			r = unsupported(err, "tools",
+					"only client tools (name, description, input_schema) are "
+					"supported, not server tools");
+		else if (!json_is_string(name) ||
+			 !tool_name_ok(json_string_value(name), json_string_length(name)))
+			r = bad(err, "tools", "%s.name: must match ^[a-zA-Z0-9_-]{1,64}$", at);
+		else if (!json_is_object(schema))
+			r = bad(err, "tools", "%s.input_schema: required (a JSON Schema object)",
+				at);
+		else if (desc && !json_is_string(desc))
+			r = bad(err, "tools", "%s.description: must be a string", at);
+		else if (!(r = parse_cache_control(t, at, bp, tools_ttl, err)))
+			r = 0;
+		if (r) {
+			json_decref(conv);
+			return r;
+		}
+		f = json_pack("{s:O}", "name", name);
+		if (desc)
+			json_object_set(f, "description", desc);
+		json_object_set(f, "parameters", schema);
+		json_array_append_new(conv,
+				      json_pack("{s:s,s:o}", "type", "function", "function", f));
+	}
+	r = take_tools(g, conv, named, "tool_choice", err);
+	json_decref(conv);
+	return r;
+}
+
+/* A tool_result's content: a string, or text blocks joined by newlines. */
+static int tool_result_text(struct kvp_http_msg *m, json_t *c, const char *at,
+			    struct kvp_http_err *err)
+{
+	if (!c)
+		return msg_add(m, "", 0, false);
+	if (json_is_string(c))
+		return msg_add(m, json_string_value(c), json_string_length(c), false);
+	if (!json_is_array(c))
+		return bad(err, "messages", "%s.content: must be a string or text blocks", at);
+	for (size_t k = 0; k < json_array_size(c); k++) {
+		json_t *b = json_array_get(c, k);
+		json_t *t = json_is_object(b) ? json_object_get(b, "type") : NULL;
+		json_t *text = json_is_object(b) ? json_object_get(b, "text") : NULL;
+		int r;
+
+		if (!json_is_string(t) || strcmp(json_string_value(t), "text") ||
+		    !json_is_string(text))
+			return unsupported(err, "messages",
+					   "a tool_result's content must be text (no images)");
+		r = msg_add(m, json_string_value(text), json_string_length(text), true);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+/*
+ * A message whose content has tool_use (assistant) or tool_result (user) blocks: text
+ * blocks go into messages of its role, each tool_use is a call of the assistant message
+ * before it, each tool_result a tool message, in their order.
+ */
+static int parse_anthropic_blocks(struct kvp_http_gen *g, json_t *c, bool user, const char *where,
+				  struct bp_state *bp, struct kvp_http_err *err)
+{
+	enum kvp_http_role role = user ? KVP_HTTP_ROLE_USER : KVP_HTTP_ROLE_ASSISTANT;
+	struct kvp_http_msg *cur = NULL; /* the text message being filled */
+	char at[96];
+	int r;
+
+	for (size_t i = 0; i < json_array_size(c); i++) {
+		json_t *b = json_array_get(c, i);
+		json_t *t = json_is_object(b) ? json_object_get(b, "type") : NULL;
+		const char *type = json_is_string(t) ? json_string_value(t) : "";
+		enum kvp_http_ttl ttl = KVP_HTTP_TTL_NONE;
+		struct kvp_http_msg *m;
+
+		snprintf(at, sizeof(at), "%s.content.%zu", where, i);
+		if (!strcmp(type, "text")) {
+			json_t *text = json_object_get(b, "text");
+
+			if (!json_is_string(text))
+				return bad(err, "messages", "%s.text: must be a string", at);
+			if (!cur)
+				cur = new_msg(g, role);
+			m = cur;
+			r = msg_add(m, json_string_value(text), json_string_length(text), true);
+		} else if (!strcmp(type, "tool_use") && !user) {
+			json_t *name = json_object_get(b, "name"), *input = member(b, "input");
+
+			if (!json_is_string(name) ||
+			    !tool_name_ok(json_string_value(name), json_string_length(name)))
+				return bad(err, "messages",
+					   "%s.name: must match ^[a-zA-Z0-9_-]{1,64}$", at);
+			if (input && !json_is_object(input))
+				return bad(err, "messages", "%s.input: must be an object", at);
+			if (!cur &&
+			    !(g->n_msgs &&
+			      (g->msgs[g->n_msgs - 1].role == KVP_HTTP_ROLE_TOOL_CALL && i)))
+				cur = new_msg(g, KVP_HTTP_ROLE_ASSISTANT);
+			if (cur && !cur->text && (r = msg_add(cur, "", 0, false)))
+				return r;
+			r = add_call(g, json_string_value(name), input);
+			m = &g->msgs[g->n_msgs - 1];
+			cur = NULL; /* text after a call starts a new message */
+			/* a call's message may not take more text: keep appending calls */
+		} else if (!strcmp(type, "tool_result") && user) {
+			m = new_msg(g, KVP_HTTP_ROLE_TOOL);
+			r = tool_result_text(m, member(b, "content"), at, err);
+			cur = NULL;
+		} else {
+			return unsupported(
+				err, "messages",
+				user ? "content blocks of user messages must be text or "
+				       "tool_result" :
+				       "content blocks of assistant messages must be text "
+				       "or tool_use");
+		}
+		if (r)
+			return r;
+		r = parse_cache_control(b, at, bp, &ttl, err);
+		if (r)
+			return r;
+		if (ttl)
+			m->cache = ttl;
+	}
+	return 0;
+}
+
+static bool has_tool_blocks(json_t *c)
+{
+	for (size_t i = 0; i < json_array_size(c); i++) {
+		json_t *t = json_object_get(json_array_get(c, i), "type");
+		const char *s = json_is_string(t) ? json_string_value(t) : "";
+
+		if (!strcmp(s, "tool_use") || !strcmp(s, "tool_result"))
+			return true;
+	}
+	return false;
+}
+
 static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
 {
 	json_t *msgs = member(o, "messages");
 	json_t *sys = member(o, "system");
 	json_t *think = member(o, "thinking");
 	struct bp_state bp = { 0 };
-	enum kvp_http_ttl ttl = KVP_HTTP_TTL_NONE;
+	enum kvp_http_ttl ttl = KVP_HTTP_TTL_NONE, tools_ttl = KVP_HTTP_TTL_NONE;
 	size_t n;
 	int r;
 
@@ -722,8 +1197,11 @@ static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err
 	r = parse_stop(g, o, "stop_sequences", err);
 	if (r)
 		return r;
-	if (!is_off(json_object_get(o, "tools")))
-		return unsupported(err, "tools", "tools are not supported");
+	/* breakpoints are counted and ordered as the prompt is laid out: tools, system,
+	 * messages */
+	r = parse_anthropic_tools(g, o, &bp, &tools_ttl, err);
+	if (r)
+		return r;
 	if (think) {
 		json_t *t = json_is_object(think) ? json_object_get(think, "type") : NULL;
 
@@ -732,7 +1210,12 @@ static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err
 	}
 	if (!json_is_array(msgs) || !json_array_size(msgs))
 		return bad(err, "messages", "messages: must be a non-empty array");
-	n = json_array_size(msgs) + (sys ? 1 : 0);
+	n = sys ? 1 : 0;
+	for (size_t i = 0; i < json_array_size(msgs); i++) {
+		json_t *c = json_object_get(json_array_get(msgs, i), "content");
+
+		n += json_is_array(c) && json_array_size(c) ? json_array_size(c) + 1 : 1;
+	}
 	g->msgs = calloc(n, sizeof(*g->msgs));
 	if (!g->msgs)
 		return -ENOMEM;
@@ -764,12 +1247,17 @@ static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err
 			return bad(err, "messages", "%s.role: must be user or assistant", at);
 		if (!content)
 			return bad(err, "messages", "%s.content: required", at);
-		r = parse_content(new_msg(g, strcmp(rs, "user") ? KVP_HTTP_ROLE_ASSISTANT :
-								  KVP_HTTP_ROLE_USER),
-				  content, at, &bp, "messages", err);
+		if (json_is_array(content) && has_tool_blocks(content))
+			r = parse_anthropic_blocks(g, content, !strcmp(rs, "user"), at, &bp, err);
+		else
+			r = parse_content(new_msg(g, strcmp(rs, "user") ? KVP_HTTP_ROLE_ASSISTANT :
+									  KVP_HTTP_ROLE_USER),
+					  content, at, &bp, "messages", err);
 		if (r)
 			return r;
 	}
+	if (tools_ttl && !g->msgs[0].cache)
+		g->msgs[0].cache = tools_ttl;
 	/* a top-level cache_control marks the end of the prompt */
 	r = parse_cache_control(o, "request", &bp, &ttl, err);
 	if (r)
@@ -900,5 +1388,9 @@ void kvp_http_gen_deinit(struct kvp_http_gen *g)
 	free(g->schema);
 	free(g->bias_ids);
 	free(g->bias);
+	free(g->tools);
+	for (size_t i = 0; i < g->n_tools; i++)
+		free(g->tool_names[i]);
+	free(g->tool_names);
 	*g = (struct kvp_http_gen){ 0 };
 }

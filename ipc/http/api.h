@@ -9,8 +9,9 @@
  *   vLLM's    POST /tokenize, POST /detokenize
  *
  * Parsing is strict about what kvpool does (a wrong type or a value out of range is a
- * 400 naming the field) and about what it cannot do (n > 1, logprobs, tools, images:
- * a 400 saying it is not supported, never silently ignored); fields that change nothing
+ * 400 naming the field) and about what it cannot do (n > 1, logprobs, images: a 400
+ * saying it is not supported, never silently ignored; tools on a template without them
+ * are kvpoold's 400); fields that change nothing
  * here (user, metadata, ...) and unknown fields are ignored, as the hosted APIs do for
  * fields they do not know.  docs/http.md lists every field.
  *
@@ -58,7 +59,20 @@ enum kvp_http_role {
 	KVP_HTTP_ROLE_SYSTEM,
 	KVP_HTTP_ROLE_USER,
 	KVP_HTTP_ROLE_ASSISTANT,
+	KVP_HTTP_ROLE_TOOL,	 /* a tool's result */
+	KVP_HTTP_ROLE_TOOL_CALL, /* a call of the assistant message before it: "NAME\nARGS" */
 };
+
+/* tool_choice (OpenAI's auto / none / required / a function; Anthropic's auto / none /
+ * any / tool) */
+enum kvp_http_tool_choice {
+	KVP_HTTP_TOOLS_AUTO = 0, /* the model may call: its text is parsed for calls */
+	KVP_HTTP_TOOLS_NONE,	 /* tools rendered, the text is never taken for a call */
+	KVP_HTTP_TOOLS_REQUIRED, /* a call of one of the tools, forced by the grammar */
+	KVP_HTTP_TOOLS_NAMED,	 /* a call of @tool_choice_name, forced */
+};
+
+#define KVP_HTTP_TOOLS_MAX 128 /* tool definitions per request */
 
 /* Anthropic cache_control TTLs. */
 enum kvp_http_ttl {
@@ -111,6 +125,12 @@ struct kvp_http_msg {
  * @schema, @schema_len: json_schema's schema, compact JSON (owned), checked to compile
  * @presence, @frequency: OpenAI's presence_penalty / frequency_penalty, [-2, 2]
  * @bias_ids, @bias, @n_bias: OpenAI's logit_bias (owned)
+ * @tools, @tools_len: the tool definitions in OpenAI's shape as a JSON array (owned;
+ *                    Anthropic's converted), NULL without tools
+ * @tool_names, @n_tools: their function names (owned), for the answer's parser
+ * @tool_choice:      enum kvp_http_tool_choice; REQUIRED and NAMED set @grammar and
+ *                    @schema to the calls' schema ({"name": const, "arguments": the
+ *                    tool's parameters}, anyOf for several)
  */
 struct kvp_http_gen {
 	enum kvp_http_api api;
@@ -146,6 +166,11 @@ struct kvp_http_gen {
 	int32_t *bias_ids;
 	float *bias;
 	uint32_t n_bias;
+	char *tools;
+	size_t tools_len;
+	char **tool_names;
+	size_t n_tools;
+	enum kvp_http_tool_choice tool_choice;
 };
 
 /**

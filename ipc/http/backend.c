@@ -186,13 +186,19 @@ static int build_conv(const struct kvp_http_job *job, struct kvp_client_conv **o
 {
 	static const int roles[] = { [KVP_HTTP_ROLE_SYSTEM] = KVP_ROLE_SYSTEM,
 				     [KVP_HTTP_ROLE_USER] = KVP_ROLE_USER,
-				     [KVP_HTTP_ROLE_ASSISTANT] = KVP_ROLE_ASSISTANT };
+				     [KVP_HTTP_ROLE_ASSISTANT] = KVP_ROLE_ASSISTANT,
+				     [KVP_HTTP_ROLE_TOOL] = KVP_ROLE_TOOL,
+				     [KVP_HTTP_ROLE_TOOL_CALL] = KVP_ROLE_TOOL_CALL };
 	struct kvp_client_conv *cv;
 	int r;
 
 	r = kvp_client_conv_new(&cv);
 	if (r)
 		return r;
+	if (job->tools && (r = kvp_client_conv_set_tools(cv, job->tools, job->tools_len))) {
+		kvp_client_conv_free(cv);
+		return r;
+	}
 	for (size_t k = 0; k < job->n_msgs; k++) {
 		const struct kvp_http_msg *m = &job->msgs[k];
 

@@ -95,6 +95,8 @@ struct kvp_http_job {
 	bool has_cc;
 	struct kvp_client_sampling samp; /* its pointers borrowed from the request */
 	bool has_samp;
+	const char *tools; /* a chat's tool definitions (JSON, borrowed), NULL: none */
+	size_t tools_len;
 
 	struct kvp_http_job *next;
 	atomic_bool cancel;

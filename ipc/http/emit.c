@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ipc/client/usage_json.h"
+#include "ipc/http/toolcall.h"
 #include "util/json.h"
 
 static void str(struct kvp_json *j, const char *key, const char *s)
@@ -132,16 +133,104 @@ static void anthropic_usage(struct kvp_http_emit *e, struct kvp_json *j, const s
 	kvp_json_end(j, '}');
 }
 
+/* A member whose value is JSON text already (a call's arguments object). */
+static void raw(struct kvp_json *j, const char *key, const char *json)
+{
+	kvp_json_null(j, key);
+	if (j->out->len < 4 || memcmp(j->out->p + j->out->len - 4, "null", 4))
+		return;	  /* the buffer failed: it says so at the end */
+	j->out->len -= 4; /* the null's place, for the text */
+	kvp_buf_add(j->out, json, strlen(json));
+}
+
+void kvp_http_emit_tools(struct kvp_http_emit *e, char *const *names, size_t n)
+{
+	e->tool_names = (const char *const *)names;
+	e->n_tools = n;
+}
+
+/* A call's id: the answer's id after its prefix, and the call's index. */
+static void call_id(const struct kvp_http_emit *e, size_t i, char *out, size_t cap)
+{
+	const char *s = strchr(e->id, '-') ? strchr(e->id, '-') + 1 :
+			strchr(e->id, '_') ? strchr(e->id, '_') + 1 :
+					     e->id;
+
+	snprintf(out, cap, "%s%s_%zu", e->api == KVP_HTTP_API_MESSAGES ? "toolu_" : "call_", s, i);
+}
+
+static void openai_calls(struct kvp_http_emit *e, struct kvp_json *j,
+			 const struct kvp_http_calls *c, bool delta)
+{
+	char id[80];
+
+	kvp_json_begin(j, "tool_calls", '[');
+	for (size_t i = 0; i < c->n; i++) {
+		kvp_json_begin(j, NULL, '{');
+		if (delta)
+			kvp_json_u64(j, "index", i);
+		call_id(e, i, id, sizeof(id));
+		str(j, "id", id);
+		str(j, "type", "function");
+		kvp_json_begin(j, "function", '{');
+		str(j, "name", c->v[i].name);
+		str(j, "arguments", c->v[i].args);
+		kvp_json_end(j, '}');
+		kvp_json_end(j, '}');
+	}
+	kvp_json_end(j, ']');
+}
+
+static void anthropic_tool_use(struct kvp_http_emit *e, struct kvp_json *j,
+			       const struct kvp_http_call *c, size_t i, bool empty_input)
+{
+	char id[80];
+
+	call_id(e, i, id, sizeof(id));
+	str(j, "type", "tool_use");
+	str(j, "id", id);
+	str(j, "name", c->name);
+	raw(j, "input", empty_input ? "{}" : c->args);
+}
+
 static const char *openai_finish(enum kvp_http_finish f)
 {
-	return f == KVP_HTTP_FINISH_LENGTH ? "length" : "stop";
+	return f == KVP_HTTP_FINISH_LENGTH ? "length" :
+	       f == KVP_HTTP_FINISH_TOOLS  ? "tool_calls" :
+					     "stop";
 }
 
 static const char *anthropic_finish(enum kvp_http_finish f)
 {
 	return f == KVP_HTTP_FINISH_LENGTH ? "max_tokens" :
 	       f == KVP_HTTP_FINISH_STOP   ? "stop_sequence" :
+	       f == KVP_HTTP_FINISH_TOOLS  ? "tool_use" :
 					     "end_turn";
+}
+
+static void text_block_start(struct kvp_http_emit *e, struct kvp_buf *out)
+{
+	struct kvp_json j;
+
+	e->block_open = true;
+	sse_begin(out, "content_block_start", &j);
+	kvp_json_begin(&j, NULL, '{');
+	str(&j, "type", "content_block_start");
+	kvp_json_u64(&j, "index", 0);
+	kvp_json_begin(&j, "content_block", '{');
+	str(&j, "type", "text");
+	str(&j, "text", "");
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, '}');
+	sse_end(out);
+}
+
+static void block_stop(struct kvp_buf *out, size_t index)
+{
+	kvp_buf_printf(out,
+		       "event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
+		       "\"index\":%zu}\n\n",
+		       index);
 }
 
 void kvp_http_emit_open(struct kvp_http_emit *e, struct kvp_buf *out)
@@ -189,16 +278,9 @@ void kvp_http_emit_open(struct kvp_http_emit *e, struct kvp_buf *out)
 		kvp_json_end(&j, '}');
 		kvp_json_end(&j, '}');
 		sse_end(out);
-		sse_begin(out, "content_block_start", &j);
-		kvp_json_begin(&j, NULL, '{');
-		str(&j, "type", "content_block_start");
-		kvp_json_u64(&j, "index", 0);
-		kvp_json_begin(&j, "content_block", '{');
-		str(&j, "type", "text");
-		str(&j, "text", "");
-		kvp_json_end(&j, '}');
-		kvp_json_end(&j, '}');
-		sse_end(out);
+		/* with tools the answer may have no text block: it starts with its first text */
+		if (!e->n_tools)
+			text_block_start(e, out);
 		kvp_buf_add(out, "event: ping\ndata: {\"type\":\"ping\"}\n\n", 35);
 	}
 }
@@ -210,6 +292,8 @@ static void stream_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 	struct kvp_json j;
 
 	if (e->api == KVP_HTTP_API_MESSAGES) {
+		if (!e->block_open)
+			text_block_start(e, out);
 		sse_begin(out, "content_block_delta", &j);
 		kvp_json_begin(&j, NULL, '{');
 		str(&j, "type", "content_block_delta");
@@ -253,6 +337,20 @@ static void stream_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 void kvp_http_emit_text(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len,
 			const int32_t *ids, size_t n_ids)
 {
+	if (e->stream && e->n_tools) { /* the text so far decides what may go out */
+		size_t safe;
+
+		kvp_http_emit_open(e, out);
+		kvp_buf_add(&e->text, text, len);
+		if (e->held || e->text.err)
+			return;
+		safe = kvp_http_calls_safe_prefix(e->text.p, e->text.len, &e->held);
+		if (safe > e->sent) {
+			stream_text(e, out, e->text.p + e->sent, safe - e->sent, ids, n_ids);
+			e->sent = safe;
+		}
+		return;
+	}
 	if (e->stream) {
 		bool with_ids = e->return_token_ids && e->api != KVP_HTTP_API_MESSAGES;
 
@@ -279,6 +377,60 @@ void kvp_http_emit_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 	e->n_ids += n_ids;
 }
 
+/* Stream: the calls, after the text: OpenAI tool_calls deltas, Anthropic tool_use blocks. */
+static void stream_calls(struct kvp_http_emit *e, struct kvp_buf *out,
+			 const struct kvp_http_calls *c)
+{
+	struct kvp_json j;
+
+	if (e->api == KVP_HTTP_API_MESSAGES) {
+		size_t base = e->block_open;
+
+		if (e->block_open)
+			block_stop(out, 0);
+		for (size_t i = 0; i < c->n; i++) {
+			sse_begin(out, "content_block_start", &j);
+			kvp_json_begin(&j, NULL, '{');
+			str(&j, "type", "content_block_start");
+			kvp_json_u64(&j, "index", base + i);
+			kvp_json_begin(&j, "content_block", '{');
+			anthropic_tool_use(e, &j, &c->v[i], i, true);
+			kvp_json_end(&j, '}');
+			kvp_json_end(&j, '}');
+			sse_end(out);
+			sse_begin(out, "content_block_delta", &j);
+			kvp_json_begin(&j, NULL, '{');
+			str(&j, "type", "content_block_delta");
+			kvp_json_u64(&j, "index", base + i);
+			kvp_json_begin(&j, "delta", '{');
+			str(&j, "type", "input_json_delta");
+			str(&j, "partial_json", c->v[i].args);
+			kvp_json_end(&j, '}');
+			kvp_json_end(&j, '}');
+			sse_end(out);
+			block_stop(out, base + i);
+		}
+		return;
+	}
+	sse_begin(out, NULL, &j);
+	kvp_json_begin(&j, NULL, '{');
+	openai_head(e, &j, "chat.completion.chunk");
+	kvp_json_begin(&j, "choices", '[');
+	kvp_json_begin(&j, NULL, '{');
+	kvp_json_u64(&j, "index", 0);
+	kvp_json_begin(&j, "delta", '{');
+	openai_calls(e, &j, c, true);
+	kvp_json_end(&j, '}');
+	kvp_json_null(&j, "logprobs");
+	kvp_json_null(&j, "finish_reason");
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, ']');
+	if (e->include_usage)
+		kvp_json_null(&j, "usage");
+	kvp_json_end(&j, '}');
+	sse_end(out);
+}
+
 static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp_http_finish finish,
 			  const char *stop, size_t stop_len, const struct kvp_usage *u,
 			  uint32_t completion)
@@ -286,13 +438,29 @@ static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 	struct kvp_json j;
 
 	kvp_http_emit_open(e, out);
+	if (e->n_tools) { /* what was held: calls, or the rest of the text */
+		struct kvp_http_calls c = { 0 };
+		int r = e->text.err ? 0 :
+				      kvp_http_calls_parse(&c, e->text.p ? e->text.p : "",
+							   e->text.len, e->tool_names, e->n_tools);
+
+		if (r > 0) {
+			/* the content went out up to the first call: its rest, if any */
+			if (c.content_len > e->sent)
+				stream_text(e, out, c.content + e->sent, c.content_len - e->sent,
+					    NULL, 0);
+			stream_calls(e, out, &c);
+			finish = KVP_HTTP_FINISH_TOOLS;
+		} else if (e->text.len > e->sent) {
+			stream_text(e, out, e->text.p + e->sent, e->text.len - e->sent, NULL, 0);
+		}
+		kvp_http_calls_free(&c);
+	}
 	if (e->api == KVP_HTTP_API_MESSAGES) {
-		kvp_buf_add(
-			out,
-			"event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
-			"\"index\":0}\n\n",
-			strlen("event: content_block_stop\ndata: {\"type\":\"content_block_stop\","
-			       "\"index\":0}\n\n"));
+		if (!e->block_open && finish != KVP_HTTP_FINISH_TOOLS)
+			text_block_start(e, out); /* an empty answer still has its text block */
+		if (e->block_open && !(e->n_tools && finish == KVP_HTTP_FINISH_TOOLS))
+			block_stop(out, 0);
 		sse_begin(out, "message_delta", &j);
 		kvp_json_begin(&j, NULL, '{');
 		str(&j, "type", "message_delta");
@@ -350,6 +518,7 @@ void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 			  const char *stop, size_t stop_len, const struct kvp_usage *u,
 			  uint32_t completion)
 {
+	struct kvp_http_calls c = { 0 };
 	struct kvp_json j;
 
 	if (e->stream) {
@@ -360,6 +529,17 @@ void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 		kvp_buf_fail(out, e->text.err);
 		return;
 	}
+	if (e->n_tools) {
+		int r = kvp_http_calls_parse(&c, e->text.p ? e->text.p : "", e->text.len,
+					     e->tool_names, e->n_tools);
+
+		if (r < 0) {
+			kvp_buf_fail(out, r);
+			return;
+		}
+		if (r > 0)
+			finish = KVP_HTTP_FINISH_TOOLS;
+	}
 	kvp_json_init(&j, out);
 	kvp_json_begin(&j, NULL, '{');
 	if (e->api == KVP_HTTP_API_MESSAGES) {
@@ -368,10 +548,20 @@ void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 		str(&j, "role", "assistant");
 		str(&j, "model", e->model);
 		kvp_json_begin(&j, "content", '[');
-		kvp_json_begin(&j, NULL, '{');
-		str(&j, "type", "text");
-		kvp_json_str(&j, "text", e->text.p ? e->text.p : "", e->text.len);
-		kvp_json_end(&j, '}');
+		if (!c.n || c.content_len) {
+			kvp_json_begin(&j, NULL, '{');
+			str(&j, "type", "text");
+			if (c.n)
+				kvp_json_str(&j, "text", c.content, c.content_len);
+			else
+				kvp_json_str(&j, "text", e->text.p ? e->text.p : "", e->text.len);
+			kvp_json_end(&j, '}');
+		}
+		for (size_t i = 0; i < c.n; i++) {
+			kvp_json_begin(&j, NULL, '{');
+			anthropic_tool_use(e, &j, &c.v[i], i, false);
+			kvp_json_end(&j, '}');
+		}
 		kvp_json_end(&j, ']');
 		str(&j, "stop_reason", anthropic_finish(finish));
 		if (stop)
@@ -380,6 +570,7 @@ void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 			kvp_json_null(&j, "stop_sequence");
 		anthropic_usage(e, &j, u, completion, true);
 		kvp_json_end(&j, '}');
+		kvp_http_calls_free(&c);
 		return;
 	}
 	openai_head(e, &j, e->api == KVP_HTTP_API_CHAT ? "chat.completion" : "text_completion");
@@ -389,8 +580,15 @@ void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 	if (e->api == KVP_HTTP_API_CHAT) {
 		kvp_json_begin(&j, "message", '{');
 		str(&j, "role", "assistant");
-		kvp_json_str(&j, "content", e->text.p ? e->text.p : "", e->text.len);
+		if (c.n && c.content_len)
+			kvp_json_str(&j, "content", c.content, c.content_len);
+		else if (c.n)
+			kvp_json_null(&j, "content");
+		else
+			kvp_json_str(&j, "content", e->text.p ? e->text.p : "", e->text.len);
 		kvp_json_null(&j, "refusal");
+		if (c.n)
+			openai_calls(e, &j, &c, false);
 		kvp_json_end(&j, '}');
 	} else {
 		kvp_json_str(&j, "text", e->text.p ? e->text.p : "", e->text.len);
@@ -403,6 +601,7 @@ void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 	kvp_json_end(&j, ']');
 	openai_usage(&j, u, completion);
 	kvp_json_end(&j, '}');
+	kvp_http_calls_free(&c);
 }
 
 void kvp_http_emit_error(struct kvp_http_emit *e, struct kvp_buf *out,

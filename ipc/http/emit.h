@@ -37,6 +37,7 @@ enum kvp_http_finish {
 	KVP_HTTP_FINISH_LENGTH, /* max_tokens generated */
 	KVP_HTTP_FINISH_EOS,	/* the model ended its answer */
 	KVP_HTTP_FINISH_STOP,	/* a stop string matched */
+	KVP_HTTP_FINISH_TOOLS,	/* the answer is tool calls (set by the emitter) */
 };
 
 /**
@@ -64,6 +65,12 @@ struct kvp_http_emit {
 	uint32_t block_tokens;
 	struct kvp_usage start; /* the prompt's counts for the opening event (@has_start) */
 	bool has_start;
+	/* kvp_http_emit_tools(): the answer is parsed for calls of these tools */
+	const char *const *tool_names;
+	size_t n_tools;
+	size_t sent;	 /* stream, tools: bytes of @text streamed as content */
+	bool held;	 /* stream, tools: a call began; the rest waits for the end */
+	bool block_open; /* Anthropic stream, tools: the text block has started */
 };
 
 /**
@@ -90,6 +97,15 @@ void kvp_http_emit_init(struct kvp_http_emit *e, enum kvp_http_api api, bool str
 			long long created, const char *model);
 
 void kvp_http_emit_deinit(struct kvp_http_emit *e);
+
+/*
+ * kvp_http_emit_tools() - parse the answer for calls of @names (borrowed, @n of them;
+ * ipc/http/toolcall.h): calls found become tool_calls / tool_use blocks and the finish
+ * "tool_calls" / "tool_use".  Streaming, text goes out as it comes until a call may be
+ * starting; what follows is held until the end (then sent as calls, or as text if it
+ * does not parse).  Call before any text.
+ */
+void kvp_http_emit_tools(struct kvp_http_emit *e, char *const *names, size_t n);
 
 /* Stream: the opening events (a no-op after the first call or when not streaming). */
 void kvp_http_emit_open(struct kvp_http_emit *e, struct kvp_buf *out);

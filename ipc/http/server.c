@@ -920,6 +920,8 @@ static enum MHD_Result post_ready(struct hreq *r)
 		return queue_error(r, &e);
 	r->job.params.salt = r->salt;
 	r->job.params.salt_len = r->salt_len;
+	r->job.tools = g->tools;
+	r->job.tools_len = g->tools_len;
 	r->job.ops = &job_ops;
 
 	prefix = r->api == KVP_HTTP_API_CHAT	 ? "chatcmpl-" :
@@ -929,6 +931,8 @@ static enum MHD_Result post_ready(struct hreq *r)
 	kvp_http_emit_init(&r->emit, r->api, g->stream, g->include_usage, g->return_token_ids, id,
 			   (long long)time(NULL), r->model);
 	r->emit.block_tokens = info.block_tokens;
+	if (g->n_tools && g->tool_choice != KVP_HTTP_TOOLS_NONE)
+		kvp_http_emit_tools(&r->emit, g->tool_names, g->n_tools);
 	kvp_http_stop_init(&r->stop, g->stop, g->stop_len, g->n_stop);
 
 	rc = r->late ? -ESHUTDOWN : kvp_http_backend_reserve(srv->be);

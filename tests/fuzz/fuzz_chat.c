@@ -3,8 +3,10 @@
  * fuzz_chat.c - the chat templates (compute/text/chat.h): the input as a model's
  * tokenizer.chat_template to recognise, and as a conversation to render.  Byte 0 picks
  * the family and add_generation_prompt; then messages, each a role byte and its text up
- * to the next NUL (the codecs never pass a NUL in a message).  A rendered prompt is
- * NUL-terminated at the length returned.
+ * to the next NUL (the codecs never pass a NUL in a message); with bit 0x20 the template
+ * renders tools and the first message's text is the tools' JSON instead.  A tool call's
+ * text is NAME\nARGUMENTS (as on the wire).  A rendered prompt is NUL-terminated at the
+ * length returned.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -31,15 +33,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	o.add_generation_prompt = data[0] & 0x80;
 	if (data[0] & 0x40)
 		memcpy(t.default_system, "You are kind.", 14);
+	t.tools = data[0] & 0x20;
 	for (size_t i = 1; i < size && n < MAX_MSGS;) {
 		const uint8_t *end = memchr(data + i + 1, 0, size - i - 1);
 		size_t stop = end ? (size_t)(end - data) : size;
 
-		msgs[n].role = (enum kvp_chat_role)(data[i] % 3);
-		msgs[n].content = (const char *)data + i + 1;
-		msgs[n].len = stop - i - 1;
-		n++;
+		msgs[n] = (struct kvp_chat_msg){ .role = (enum kvp_chat_role)(data[i] % 5),
+						 .content = (const char *)data + i + 1,
+						 .len = stop - i - 1 };
 		i = stop + 1;
+		if (t.tools && !o.tools) {
+			o.tools = msgs[n].content;
+			o.tools_len = msgs[n].len;
+			continue;
+		}
+		if (msgs[n].role == KVP_CHAT_TOOL_CALL) {
+			const char *nl = memchr(msgs[n].content, '\n', msgs[n].len);
+
+			msgs[n].name = msgs[n].content;
+			msgs[n].name_len = nl ? (size_t)(nl - msgs[n].content) : msgs[n].len;
+			msgs[n].content += nl ? msgs[n].name_len + 1 : msgs[n].len;
+			msgs[n].len -= nl ? msgs[n].name_len + 1 : msgs[n].len;
+		}
+		n++;
 	}
 	if (!kvp_chat_render(&out, &len, &t, msgs, n, &o, err, sizeof(err)) && out[len])
 		__builtin_trap(); /* NUL-terminated at the length it returned */

@@ -625,8 +625,8 @@ static void check_message_breakpoints(struct fam *f)
 		 "short, with no lists, no code and no headings; this sentence only makes the "
 		 "system prompt span several cache blocks of sixteen tokens each.",
 		 f->name);
-	m[0] = (struct kvp_chat_msg){ KVP_CHAT_SYSTEM, sys, strlen(sys) };
-	m[1] = (struct kvp_chat_msg){ KVP_CHAT_USER, q1, strlen(q1) };
+	m[0] = (struct kvp_chat_msg){ KVP_CHAT_SYSTEM, sys, strlen(sys), NULL, 0 };
+	m[1] = (struct kvp_chat_msg){ KVP_CHAT_USER, q1, strlen(q1), NULL, 0 };
 	kvp_client_params_init(&p);
 	p.max_new_tokens = 8;
 	p.salt = "message-breakpoints";
@@ -919,6 +919,97 @@ static void check_generate_parse_special(struct fam *f)
 	assert_int_equal(u.prompt_tokens, n_raw);
 }
 
+/*
+ * Tools (qwen2: the Qwen2.5 template renders them): each conversation of tools.txt with
+ * its tool definitions, calls and results, through the client library and the daemon:
+ * the prompt ids equal the oracle's (@huggingface/jinja + Qwen's own encoder), and a
+ * reply is generated on them.  A template without tools (llama3: Llama 3.0's) refuses
+ * them by name.
+ */
+static void check_tools(struct fam *f)
+{
+	static char line[262144], texts[16][4096], tools[16384];
+	char path[512];
+	struct kvp_client_params p;
+	FILE *fp;
+	int cases = 0;
+
+	kvp_client_params_init(&p);
+	p.max_new_tokens = 4;
+	snprintf(path, sizeof(path), "%s/%s/tools.txt", g_dir, f->name);
+	fp = fopen(path, "r");
+	if (!fp) {
+		struct kvp_client_conv *cv;
+		int32_t *ids = NULL;
+		size_t n = 0;
+
+		assert_int_equal(kvp_client_conv_new(&cv), 0);
+		assert_int_equal(kvp_client_conv_add(cv, KVP_ROLE_USER, "hi", 2), 0);
+		assert_int_equal(kvp_client_conv_set_tools(cv, "[]", 2), 0);
+		assert_int_equal(kvp_client_chat_prompt(f->c, cv, &ids, &n), KVP_E_INVALID);
+		assert_non_null(strstr(kvp_client_errmsg(f->c), "does not support tools"));
+		assert_int_equal(kvp_client_conv_set_tools(cv, NULL, 0), 0);
+		assert_int_equal(kvp_client_conv_add(cv, KVP_ROLE_TOOL, "42", 2), 0);
+		assert_int_equal(kvp_client_chat_prompt(f->c, cv, &ids, &n), KVP_E_INVALID);
+		assert_non_null(strstr(kvp_client_errmsg(f->c), "does not support tools"));
+		kvp_client_conv_free(cv);
+		return;
+	}
+	while (fgets(line, sizeof(line), fp)) {
+		static int32_t want[MAX_IDS], got[MAX_IDS], reply[MAX_IDS];
+		char *save = NULL, *tok = strtok_r(line, " \n", &save);
+		struct kvp_client_conv *cv;
+		size_t n_want = 0, n_msgs = 0, n_got, n_reply;
+		struct kvp_usage u;
+		int32_t *only = NULL;
+		size_t n_only = 0;
+
+		assert_int_equal(kvp_client_conv_new(&cv), 0);
+		assert_non_null(tok);
+		if (strcmp(tok, "-")) {
+			hex_decode(tok, strlen(tok), tools);
+			assert_int_equal(kvp_client_conv_set_tools(cv, tools, strlen(tools)), 0);
+		}
+		while ((tok = strtok_r(NULL, " \n", &save)) && strcmp(tok, "=")) {
+			char *colon = strchr(tok, ':');
+			int role = !strncmp(tok, "system:", 7) ? KVP_ROLE_SYSTEM :
+				   !strncmp(tok, "user:", 5)   ? KVP_ROLE_USER :
+				   !strncmp(tok, "tool:", 5)   ? KVP_ROLE_TOOL :
+				   !strncmp(tok, "call:", 5)   ? KVP_ROLE_TOOL_CALL :
+								 KVP_ROLE_ASSISTANT;
+
+			assert_non_null(colon);
+			assert_true(n_msgs < 16);
+			hex_decode(colon + 1, strcmp(colon + 1, "-") ? strlen(colon + 1) : 0,
+				   texts[n_msgs]);
+			assert_int_equal(kvp_client_conv_add(cv, role, texts[n_msgs],
+							     strlen(texts[n_msgs])),
+					 0);
+			n_msgs++;
+		}
+		assert_non_null(tok);
+		for (char *q = strtok_r(NULL, " \n", &save); q && *q;) {
+			want[n_want++] = (int32_t)strtol(q, &q, 10);
+			if (*q == ',')
+				q++;
+		}
+		assert_int_equal(kvp_client_chat_prompt(f->c, cv, &only, &n_only), 0);
+		if (n_only != n_want || memcmp(only, want, n_want * sizeof(int32_t)))
+			fprintf(stderr, "%s: tools case %d: the prompt differs from the oracle's\n",
+				f->name, cases);
+		assert_int_equal(n_only, n_want);
+		assert_memory_equal(only, want, n_want * sizeof(int32_t));
+		free(only);
+		assert_int_equal(turn(f->c, cv, &p, got, &n_got, reply, &n_reply, &u), KVP_OK);
+		assert_int_equal(n_got, n_want);
+		assert_memory_equal(got, want, n_want * sizeof(int32_t));
+		kvp_client_conv_free(cv);
+		cases++;
+	}
+	fclose(fp);
+	assert_int_equal(cases, 4);
+}
+
 static void check_family(const char *name, const char *marker)
 {
 	static int32_t replies[TURNS][64];
@@ -929,6 +1020,7 @@ static void check_family(const char *name, const char *marker)
 		skip();
 	fam_open(&f, name, marker);
 	check_oracle_prompts(&f);
+	check_tools(&f);
 	check_five_turns(&f, replies, n_replies);
 	check_cli_chat(&f, replies, n_replies);
 	check_tokenize(&f);

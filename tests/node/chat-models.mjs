@@ -16,6 +16,11 @@
 //           + tests/data/templates/chatml.qwen2.5-0.5b-instruct.jinja
 //   llama2  llama-tokenizer-js (Llama 2 SentencePiece) + llama2.llama-2-7b-chat.jinja
 //
+// For qwen2, whose template renders tools, OUTDIR/qwen2/tools.txt has conversations with
+// tool definitions, tool calls and tool results: "TOOLS ROLE:HEX ... = IDS", TOOLS the
+// hex of the tools array's JSON text ("-": none), ROLE "call" a tool call of the
+// assistant message before it (HEX: "NAME\nARGUMENTS-JSON"), "tool" a tool result.
+//
 // The prompts are rendered by @huggingface/jinja (add_generation_prompt) and encoded
 // with special tokens recognised in the whole text, as the reference engines tokenize a
 // rendered chat: Llama 3's and Qwen's encoders do that themselves; for Llama 2 the text
@@ -107,6 +112,44 @@ const conversations = [
 	[m('user', 'Ünïcödé 日本語 🦙, code: `int main(void) { return 0; }`\n\n  and spaces  ')],
 ];
 
+const tools = JSON.stringify([
+	{ type: 'function', function: { name: 'get_weather', description: 'Weather in a city',
+		parameters: { type: 'object', properties: { city: { type: 'string' },
+			unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } },
+		required: ['city'] } } },
+	{ type: 'function', function: { name: 'add', description: 'a + b',
+		parameters: { type: 'object', properties: { a: { type: 'number' },
+			b: { type: 'number' } }, required: ['a', 'b'] } } },
+], null, 1);
+const call = (name, args) => ({ role: 'call', content: `${name}\n${args}` });
+const toolConversations = [
+	[tools, [m('user', 'Weather in Paris?')]],
+	[tools, [m('system', 'Use the tools.'), m('user', 'Weather in Paris?'), m('assistant', ''),
+		call('get_weather', '{"city":"Paris","unit":"celsius"}'),
+		m('tool', '{"temperature": 21.5, "sky": "clear"}')]],
+	[tools, [m('user', '1+2 and the weather in Rome?'), m('assistant', 'Two calls.'),
+		call('add', '{"a": 1, "b": 2.0}'), call('get_weather', '{"city": "Rome"}'),
+		m('tool', '3'), m('tool', 'sunny'), m('assistant', '3, sunny.'), m('user', 'Thanks!')]],
+	[null, [m('user', 'Hi'), m('assistant', ''), call('add', '{"a":1,"b":1}'), m('tool', '2')]],
+];
+
+// flat messages (calls as on the wire) -> the template's messages, arguments parsed
+function templateMessages(conv) {
+	const out = [];
+	for (const x of conv) {
+		if (x.role === 'call') {
+			const nl = x.content.indexOf('\n');
+			const last = out[out.length - 1];
+			last.tool_calls = [...(last.tool_calls || []), { type: 'function',
+				function: { name: x.content.slice(0, nl),
+					arguments: JSON.parse(x.content.slice(nl + 1)) } }];
+		} else {
+			out.push({ ...x });
+		}
+	}
+	return out;
+}
+
 const hex = (s) => (s.length ? Buffer.from(s, 'utf8').toString('hex') : '-');
 for (const [name, f] of Object.entries(families)) {
 	const dir = path.join(outdir, name);
@@ -131,6 +174,18 @@ for (const [name, f] of Object.entries(families)) {
 		lines.push(`${conv.map((x) => `${x.role}:${hex(x.content)}`).join(' ')} = ${ids.join(',')}`);
 	}
 	fs.writeFileSync(path.join(dir, 'chat.txt'), lines.join('\n') + '\n');
+	if (name !== 'qwen2')
+		continue;
+	const tlines = [];
+	for (const [t, conv] of toolConversations) {
+		const ctx = { messages: templateMessages(conv), bos_token: f.bos, eos_token: f.eos,
+			add_generation_prompt: true };
+		if (t)
+			ctx.tools = JSON.parse(t);
+		const ids = f.encode(tmpl.render(ctx));
+		tlines.push(`${t ? hex(t) : '-'} ${conv.map((x) => `${x.role}:${hex(x.content)}`).join(' ')} = ${ids.join(',')}`);
+	}
+	fs.writeFileSync(path.join(dir, 'tools.txt'), tlines.join('\n') + '\n');
 }
 console.log('chat-models: llama3, qwen2, llama2 written');
 

@@ -7,9 +7,14 @@
 // tokenizer.chat_template strings of published models) with @huggingface/jinja - the
 // renderer transformers.js uses, with transformers' trim_blocks/lstrip_blocks - for a
 // set of conversations, with and without a system turn, each with and without
-// add_generation_prompt.  OUT gets one line per case:
-//   FILE GEN BOS EOS N ROLE:HEX ... = ok:HEX      (or "= error" when the template raises)
-// with every string as UTF-8 hex ("-" for an empty one).
+// add_generation_prompt; and conversations with tools, tool calls and tool results.
+// OUT gets one line per case:
+//   FILE GEN BOS EOS N ROLE:HEX ... [tools:HEX] = ok:HEX   ("= error" when it raises)
+// with every string as UTF-8 hex ("-" for an empty one).  ROLE "call" is a tool call of
+// the assistant message before it, its HEX "NAME\nARGUMENTS-JSON"; the template gets it
+// in that message's tool_calls with the arguments parsed (an object, as transformers
+// and vLLM hand them to templates); "tool" is a tool result; tools:HEX is the JSON text
+// of the tools array, given to the template parsed.
 import fs from 'node:fs';
 import path from 'node:path';
 import { Template } from '@huggingface/jinja';
@@ -49,6 +54,55 @@ const conversations = [
 		m('user', 'e')],
 ];
 
+// Tools as clients send them: OpenAI's shape, with what tojson must write exactly
+// (nested schemas, non-ASCII, escapes, numbers JavaScript prints its own way).
+const weather = String.raw`{"type": "function", "function": {"name": "get_weather",
+ "description": "Current weather in a city \u2014 \"quoted\", tab\t, slash \/ and \\ end",
+ "parameters": {"type": "object", "properties": {"city": {"type": "string",
+ "description": "Città, 都市"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+ "days": {"type": "integer", "minimum": 1.0, "maximum": 1e1, "default": -0}},
+ "required": ["city"], "additionalProperties": false}}}`;
+const clock = String.raw`{"type":"function","function":{"name":"now","description":"","parameters":
+ {"type":"object","properties":{},"required":[]},"x":[0.000001,1e-7,1e21,123456789012345678901234,
+ 2.5E+3,true,null,"\u0001\u001f\ud83d\ude00"]}}`;
+const toolSets = { one: `[${weather}]`, two: `[${weather},\n ${clock}]`, none: '[]' };
+const call = (name, args) => ['call', `${name}\n${args}`];
+const toolConvs = [
+	['one', [m('user', "What's the weather in Paris?")]],
+	['two', [m('system', ' Use tools. '), m('user', '  Weather in Rome and the time? ')]],
+	['one', [m('system', 'S'), m('user', 'Paris?'), m('assistant', ''),
+		call('get_weather', '{"city": "Paris", "unit":"celsius","days":2.0}'),
+		m('tool', '{"temp": 21, "sky": "clear"}')]],
+	['one', [m('user', 'Paris?'), m('assistant', ''),
+		call('get_weather', '{ "city" : "Par\\"is\\u00e9" }'), m('tool', '21 °C\nclear'),
+		m('assistant', 'It is 21 °C.'), m('user', 'And Rome?')]],
+	['two', [m('user', 'Both?'), m('assistant', 'Let me check.'),
+		call('get_weather', '{"city": "Rome"}'), call('now', '{}'),
+		m('tool', 'sunny'), m('tool', '12:00'), m('assistant', 'Sunny, noon.')]],
+	['none', [m('user', 'Hi')]],
+	[null, [m('user', 'Paris?'), m('assistant', ''), call('get_weather', '{"city": "Paris"}'),
+		m('tool', 'rain')]],
+	['one', [m('system', 'Only a system turn')]],
+	['one', [m('tool', 'first'), m('user', 'then')]],
+];
+
+// [role, content] entries (calls flat, as on the wire) -> the template's messages
+function templateMessages(conv) {
+	const out = [];
+	for (const x of conv) {
+		if (Array.isArray(x)) {
+			const [name, ...rest] = x[1].split('\n');
+			const last = out[out.length - 1];
+			last.tool_calls = last.tool_calls || [];
+			last.tool_calls.push({ id: `call_${last.tool_calls.length}`, type: 'function',
+				function: { name, arguments: JSON.parse(rest.join('\n')) } });
+		} else {
+			out.push({ ...x });
+		}
+	}
+	return out;
+}
+
 const hex = (s) => (s.length ? Buffer.from(s, 'utf8').toString('hex') : '-');
 const lines = [];
 for (const file of fs.readdirSync(dir).filter((f) => f.endsWith('.jinja')).sort()) {
@@ -68,6 +122,29 @@ for (const file of fs.readdirSync(dir).filter((f) => f.endsWith('.jinja')).sort(
 			}
 			const msgs = conv.map((x) => `${x.role}:${hex(x.content)}`).join(' ');
 			lines.push(`${file} ${gen ? 1 : 0} ${hex(bos)} ${hex(eos)} ${conv.length} ${msgs} = ${result}`);
+		}
+	}
+}
+for (const file of fs.readdirSync(dir).filter((f) => f.endsWith('.jinja')).sort()) {
+	const family = file.split('.').slice(0, file.startsWith('llama3.2') ? 2 : 1).join('.');
+	const [bos, eos] = specials[family];
+	const tmpl = new Template(fs.readFileSync(path.join(dir, file), 'utf8'));
+	for (const [set, conv] of toolConvs) {
+		for (const gen of [true, false]) {
+			const ctx = { messages: templateMessages(conv), bos_token: bos, eos_token: eos,
+				add_generation_prompt: gen, date_string: '26 Jul 2024' };
+			let result;
+			if (set)
+				ctx.tools = JSON.parse(toolSets[set]);
+			try {
+				result = 'ok:' + hex(tmpl.render(ctx));
+			} catch (e) {
+				result = 'error';
+			}
+			const msgs = conv.map((x) => (Array.isArray(x) ? `${x[0]}:${hex(x[1])}` :
+				`${x.role}:${hex(x.content)}`)).join(' ');
+			const tools = set ? ` tools:${hex(toolSets[set])}` : '';
+			lines.push(`${file} ${gen ? 1 : 0} ${hex(bos)} ${hex(eos)} ${conv.length} ${msgs}${tools} = ${result}`);
 		}
 	}
 }

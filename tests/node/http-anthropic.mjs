@@ -337,6 +337,7 @@ test('errors arrive as typed errors', async () => {
 		...base, tools: [{ name: 'f', input_schema: { type: 'object' } }],
 	}));
 	assert.ok(e instanceof Anthropic.BadRequestError, `${e}`);
+	assert.match(e.message, /does not support tools/);
 	const { max_tokens, ...noMax } = base;
 	e = await thrown(client().messages.create(noMax));
 	assert.ok(e instanceof Anthropic.BadRequestError, `${e}`);

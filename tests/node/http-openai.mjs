@@ -282,6 +282,8 @@ test('chat completions check their body', async () => {
 		...req, tools: [{ type: 'function', function: { name: 'f' } }],
 	}));
 	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
+	// the fixture's template is ChatML by name, which has no tools: refused, not dropped
+	assert.match(e.message, /chat template \(chatml\) does not support tools/);
 	e = await thrown(client().chat.completions.create({ ...req, stream: true, model: 'nope' }));
 	assert.ok(e instanceof OpenAI.NotFoundError, `${e}`);
 });

@@ -118,9 +118,11 @@ static void test_refusals_and_trim(void **state)
 	 * Llama 3 trims content (Unicode spaces too), ChatML does not
 	 */
 	struct kvp_chat_template t;
-	struct kvp_chat_msg sys[] = { { KVP_CHAT_SYSTEM, "S", 1 }, { KVP_CHAT_USER, "u", 1 } };
-	struct kvp_chat_msg two[] = { { KVP_CHAT_USER, "a", 1 }, { KVP_CHAT_USER, "b", 1 } };
-	struct kvp_chat_msg sp[] = { { KVP_CHAT_USER, "\xe3\x80\x80 hi\t\xc2\xa0", 9 } };
+	struct kvp_chat_msg sys[] = { { KVP_CHAT_SYSTEM, "S", 1, NULL, 0 },
+				      { KVP_CHAT_USER, "u", 1, NULL, 0 } };
+	struct kvp_chat_msg two[] = { { KVP_CHAT_USER, "a", 1, NULL, 0 },
+				      { KVP_CHAT_USER, "b", 1, NULL, 0 } };
+	struct kvp_chat_msg sp[] = { { KVP_CHAT_USER, "\xe3\x80\x80 hi\t\xc2\xa0", 9, NULL, 0 } };
 	struct kvp_chat_opts o = { .bos = "<B>", .eos = "<E>" };
 	char err[256], *out;
 	size_t len;
@@ -157,7 +159,7 @@ static void test_renders_equal_jinja(void **state)
 	char cmd[8192], dir[] = "/tmp/kvp-chat-oracle.XXXXXX", path[128], cur[256] = "";
 	char *cases, *tsrc = NULL;
 	struct kvp_chat_template t;
-	int n = 0, bad = 0, refused = 0;
+	int n = 0, bad = 0, refused = 0, ntools = 0, ntools_refused = 0;
 
 	if (!src || system("command -v node >/dev/null 2>&1"))
 		skip();
@@ -177,7 +179,8 @@ static void test_renders_equal_jinja(void **state)
 		char *tok[64], *save = NULL, *out = NULL, err[256];
 		struct kvp_chat_msg msgs[16];
 		struct kvp_chat_opts o = { .date = "26 Jul 2024" };
-		char *owned[20];
+		char *owned[24];
+		bool tooly;
 		size_t nt = 0, nm, len, l, no = 0;
 		int r;
 
@@ -201,21 +204,53 @@ static void test_renders_equal_jinja(void **state)
 		o.bos = owned[no++] = unhex(tok[2], strlen(tok[2]), &l);
 		o.eos = owned[no++] = unhex(tok[3], strlen(tok[3]), &l);
 		nm = (size_t)atoi(tok[4]);
-		assert_true(nm <= 16 && nt == 5 + nm + 2);
+		assert_true(nm <= 16 && (nt == 5 + nm + 2 || nt == 5 + nm + 3));
+		tooly = false;
+		if (nt == 5 + nm + 3) { /* tools:HEX before "=" */
+			assert_memory_equal(tok[5 + nm], "tools:", 6);
+			o.tools = owned[no++] = unhex(tok[5 + nm] + 6, strlen(tok[5 + nm] + 6),
+						      &o.tools_len);
+			tooly = true;
+		}
 		for (size_t i = 0; i < nm; i++) {
-			char *colon = strchr(tok[5 + i], ':');
+			char *colon = strchr(tok[5 + i], ':'), *c;
 
 			assert_non_null(colon);
 			*colon = 0;
+			msgs[i] = (struct kvp_chat_msg){ 0 };
 			msgs[i].role = !strcmp(tok[5 + i], "system") ? KVP_CHAT_SYSTEM :
 				       !strcmp(tok[5 + i], "user")   ? KVP_CHAT_USER :
+				       !strcmp(tok[5 + i], "tool")   ? KVP_CHAT_TOOL :
+				       !strcmp(tok[5 + i], "call")   ? KVP_CHAT_TOOL_CALL :
 								       KVP_CHAT_ASSISTANT;
 			msgs[i].content = owned[no++] = unhex(colon + 1, strlen(colon + 1),
 							      &msgs[i].len);
+			if (msgs[i].role == KVP_CHAT_TOOL || msgs[i].role == KVP_CHAT_TOOL_CALL)
+				tooly = true;
+			if (msgs[i].role == KVP_CHAT_TOOL_CALL) { /* "NAME\nARGS" */
+				c = strchr(msgs[i].content, '\n');
+				assert_non_null(c);
+				msgs[i].name = msgs[i].content;
+				msgs[i].name_len = (size_t)(c - msgs[i].content);
+				msgs[i].len -= msgs[i].name_len + 1;
+				msgs[i].content = c + 1;
+			}
 		}
 		r = kvp_chat_render(&out, &len, &t, msgs, nm, &o, err, sizeof(err));
 		n++;
-		if (!strcmp(tok[nt - 1], "error")) {
+		ntools += tooly && t.tools;
+		if (tooly && !t.tools) {
+			/* a template without tools: refused by name, never rendered without them */
+			char want[128];
+
+			snprintf(want, sizeof(want),
+				 "chat: the model's chat template (%s) does not support tools",
+				 kvp_chat_family_name(t.family));
+			ntools_refused++;
+			if ((r != -EINVAL || strcmp(err, want)) && bad++ < 5)
+				fprintf(stderr, "MISMATCH %s case %d: tools not refused (r=%d)\n",
+					cur, n, r);
+		} else if (!strcmp(tok[nt - 1], "error")) {
 			refused++;
 			if (r != -EINVAL && bad++ < 5)
 				fprintf(stderr,
@@ -235,13 +270,18 @@ static void test_renders_equal_jinja(void **state)
 		for (size_t i = 0; i < no; i++)
 			free(owned[i]);
 	}
-	fprintf(stderr, "chat: %d cases (%d refused by the template), %d mismatches\n", n, refused,
-		bad);
+	fprintf(stderr,
+		"chat: %d cases (%d refused by the template), %d with tools (%d refused: no "
+		"tools in the template), %d mismatches\n",
+		n, refused, ntools, ntools_refused, bad);
 	free(tsrc);
 	free(cases);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	assert_int_equal(system(cmd), 0);
 	assert_true(n >= 11 * 18);
+	/* Llama 3.2 and Qwen2.5 x 9 tool conversations x 2 rendered, the other 9 refused */
+	assert_int_equal(ntools, 2 * 9 * 2);
+	assert_int_equal(ntools_refused, 9 * 9 * 2);
 	assert_int_equal(bad, 0);
 }
 

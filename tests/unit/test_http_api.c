@@ -234,13 +234,10 @@ static void test_chat_messages(void **state)
 	refused(CHAT, "{\"messages\":[{\"role\":\"user\"}]}", "messages", "content: required");
 	refused(CHAT, "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "messages",
 		"role");
-	refused(CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages", "tool");
 	refused(CHAT,
 		"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
 		"\"image_url\":{\"url\":\"x\"}}]}]}",
 		"messages", "image_url");
-	refused(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}",
-		"tools", NULL);
 	refused(CHAT,
 		"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
 		"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":"
@@ -362,9 +359,6 @@ static void test_messages_refusals(void **state)
 		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\","
 			 "\"source\":{}}]}]}",
 		"messages", "\"image\" is not supported");
-	refused(MSG,
-		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}",
-		"tools", NULL);
 	refused(MSG,
 		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
 			 "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}}",
@@ -560,6 +554,143 @@ static json_t *err_body(unsigned int status, enum kvp_http_shape shape)
 	return j;
 }
 
+#define TOOL_W \
+	"{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"d\"," \
+	"\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}," \
+	"\"required\":[\"city\"]}}}"
+#define TOOL_T "{\"type\":\"function\",\"function\":{\"name\":\"now\"}}"
+#define USER_X "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+
+static void test_tools(void **state)
+{
+	/*
+	 * OpenAI tools: the definitions kept as JSON for the template, their names for the
+	 * answer's parser; tool_choice auto / none / required / named, the forced ones as a
+	 * schema of {"name": const, "arguments": parameters}; assistant tool_calls and tool
+	 * results become messages of their own; what cannot be done is refused by name
+	 */
+	struct parsed *p = parse(CHAT, "{" USER_X ",\"tools\":[" TOOL_W "," TOOL_T "]}");
+
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.n_tools, 2);
+	assert_string_equal(p->g.tool_names[0], "get_weather");
+	assert_string_equal(p->g.tool_names[1], "now");
+	assert_non_null(strstr(p->g.tools, "\"description\":\"d\""));
+	assert_int_equal(p->g.tools[0], '[');
+	assert_int_equal(p->g.tool_choice, KVP_HTTP_TOOLS_AUTO);
+	assert_int_equal(p->g.grammar, 0);
+	done(p);
+	p = parse(CHAT,
+		  "{" USER_X ",\"tools\":[" TOOL_W "," TOOL_T "],\"tool_choice\":\"required\"}");
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.tool_choice, KVP_HTTP_TOOLS_REQUIRED);
+	assert_int_equal(p->g.grammar, KVP_GRAMMAR_JSON_SCHEMA);
+	assert_non_null(strstr(p->g.schema, "\"anyOf\""));
+	assert_non_null(strstr(p->g.schema, "{\"const\":\"now\"}"));
+	assert_non_null(strstr(p->g.schema, "\"arguments\":{\"type\":\"object\",\"properties\""));
+	done(p);
+	p = parse(CHAT, "{" USER_X ",\"tools\":[" TOOL_W "," TOOL_T "],\"tool_choice\":{\"type\":"
+			"\"function\",\"function\":{\"name\":\"now\"}}}");
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.tool_choice, KVP_HTTP_TOOLS_NAMED);
+	assert_null(strstr(p->g.schema, "anyOf"));
+	assert_null(strstr(p->g.schema, "get_weather"));
+	assert_non_null(strstr(p->g.schema, "{\"const\":\"now\"}"));
+	done(p);
+	p = parse(CHAT, "{" USER_X ",\"tools\":[" TOOL_W "],\"tool_choice\":\"none\"}");
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.tool_choice, KVP_HTTP_TOOLS_NONE);
+	assert_int_equal(p->g.n_tools, 1);
+	done(p);
+	/* a two-step loop's second request */
+	p = parse(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},{\"role\":"
+			"\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":"
+			"\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":"
+			"\"{\\\"city\\\": \\\"Paris\\\"}\"}},{\"id\":\"c2\",\"type\":\"function\","
+			"\"function\":{\"name\":\"now\",\"arguments\":\"not json\"}}]},{\"role\":"
+			"\"tool\",\"tool_call_id\":\"c1\",\"content\":\"21 C\"}],\"tools\":[" TOOL_W
+			"," TOOL_T "]}");
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.n_msgs, 5);
+	assert_int_equal(p->g.msgs[1].role, KVP_HTTP_ROLE_ASSISTANT);
+	assert_string_equal(p->g.msgs[1].text, "");
+	assert_int_equal(p->g.msgs[2].role, KVP_HTTP_ROLE_TOOL_CALL);
+	assert_string_equal(p->g.msgs[2].text, "get_weather\n{\"city\":\"Paris\"}");
+	assert_int_equal(p->g.msgs[3].role, KVP_HTTP_ROLE_TOOL_CALL);
+	assert_string_equal(p->g.msgs[3].text, "now\n\"not json\""); /* kept, as a string */
+	assert_int_equal(p->g.msgs[4].role, KVP_HTTP_ROLE_TOOL);
+	assert_string_equal(p->g.msgs[4].text, "21 C");
+	done(p);
+	refused(CHAT, "{" USER_X ",\"tools\":[{}]}", "tools", "function");
+	refused(CHAT,
+		"{" USER_X ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}",
+		"tools", "name");
+	refused(CHAT, "{" USER_X ",\"tools\":[" TOOL_T "," TOOL_T "]}", "tools", "twice");
+	refused(CHAT, "{" USER_X ",\"tool_choice\":\"required\"}", "tool_choice", "no tools");
+	refused(CHAT,
+		"{" USER_X ",\"tools\":[" TOOL_T "],\"tool_choice\":{\"type\":\"function\","
+		"\"function\":{\"name\":\"x\"}}}",
+		"tool_choice", "no tool is named 'x'");
+	refused(CHAT, "{" USER_X ",\"tools\":[" TOOL_T "],\"tool_choice\":\"sometimes\"}",
+		"tool_choice", NULL);
+	refused(CHAT, "{" USER_X ",\"functions\":[{\"name\":\"f\"}]}", "functions", "tools");
+	refused(CHAT,
+		"{" USER_X ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","
+		"\"parameters\":{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\","
+		"\"pattern\":\"x\"}}}}}],\"tool_choice\":\"required\"}",
+		"tool_choice", "pattern");
+	refused(CHAT,
+		"{" USER_X ",\"tools\":[" TOOL_T "],\"tool_choice\":\"required\","
+		"\"response_format\":{\"type\":\"json_object\"}}",
+		"tool_choice", "response_format");
+	refused(CHAT, "{\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", "messages",
+		"tool");
+
+	/* Anthropic: tools in OpenAI's shape, tool_use / tool_result blocks as messages */
+	p = parse(MSG, MSG_HEAD
+		  "\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},{\"role\":"
+		  "\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"Checking.\"},{\"type\":"
+		  "\"tool_use\",\"id\":\"t1\",\"name\":\"get_weather\",\"input\":{\"city\":"
+		  "\"Rome\"}}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
+		  "\"tool_use_id\":\"t1\",\"content\":[{\"type\":\"text\",\"text\":\"sunny\"}]},"
+		  "{\"type\":\"text\",\"text\":\"and?\"}]}],\"tools\":[{\"name\":\"get_weather\","
+		  "\"description\":\"d\",\"input_schema\":{\"type\":\"object\"}}],"
+		  "\"tool_choice\":{\"type\":\"any\"}}");
+	assert_int_equal(p->r, 0);
+	assert_string_equal(p->g.tools, "[{\"type\":\"function\",\"function\":{\"name\":"
+					"\"get_weather\",\"description\":\"d\",\"parameters\":{"
+					"\"type\":\"object\"}}}]");
+	assert_int_equal(p->g.tool_choice, KVP_HTTP_TOOLS_REQUIRED);
+	assert_int_equal(p->g.grammar, KVP_GRAMMAR_JSON_SCHEMA);
+	assert_int_equal(p->g.n_msgs, 5);
+	assert_int_equal(p->g.msgs[1].role, KVP_HTTP_ROLE_ASSISTANT);
+	assert_string_equal(p->g.msgs[1].text, "Checking.");
+	assert_int_equal(p->g.msgs[2].role, KVP_HTTP_ROLE_TOOL_CALL);
+	assert_string_equal(p->g.msgs[2].text, "get_weather\n{\"city\":\"Rome\"}");
+	assert_int_equal(p->g.msgs[3].role, KVP_HTTP_ROLE_TOOL);
+	assert_string_equal(p->g.msgs[3].text, "sunny");
+	assert_int_equal(p->g.msgs[4].role, KVP_HTTP_ROLE_USER);
+	assert_string_equal(p->g.msgs[4].text, "and?");
+	done(p);
+	p = parse(MSG, MSG_HEAD USER_X ",\"tools\":[{\"name\":\"f\",\"input_schema\":{}}],"
+				       "\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"}}");
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.tool_choice, KVP_HTTP_TOOLS_NAMED);
+	done(p);
+	refused(MSG, MSG_HEAD USER_X ",\"tools\":[{}]}", "tools", "name");
+	refused(MSG,
+		MSG_HEAD USER_X ",\"tools\":[{\"type\":\"web_search_20250305\",\"name\":"
+				"\"web_search\"}]}",
+		"tools", "server tools");
+	refused(MSG, MSG_HEAD USER_X ",\"tools\":[{\"name\":\"f\"}]}", "tools", "input_schema");
+	refused(MSG, MSG_HEAD USER_X ",\"tool_choice\":{\"type\":\"any\"}}", "tool_choice",
+		"no tools");
+	refused(MSG,
+		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+			 "\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{}}]}]}",
+		"messages", "tool_result");
+}
+
 static void test_error_shapes(void **state)
 {
 	static const struct {
@@ -625,6 +756,7 @@ int main(void)
 		cmocka_unit_test(test_count_tokens_bodies),
 		cmocka_unit_test(test_priority),
 		cmocka_unit_test(test_cache_map),
+		cmocka_unit_test(test_tools),
 		cmocka_unit_test(test_error_shapes),
 	};
 

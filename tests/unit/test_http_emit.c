@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "ipc/http/emit.h"
+#include "ipc/http/toolcall.h"
 
 static const struct kvp_usage usage = {
 	.prompt_tokens = 100,
@@ -385,6 +386,178 @@ static json_t *ids_answer(enum kvp_http_api api)
 	return j;
 }
 
+static char *tool_names[] = { "get_weather", "now" };
+
+static void test_tool_call_parse(void **state)
+{
+	/*
+	 * the forms the templates teach: Qwen's <tool_call> blocks after text, Llama's (and a
+	 * forced call's) whole-answer object with "parameters" or "arguments"; anything
+	 * else, an unknown tool or JSON that does not parse, is no call (the text stays)
+	 */
+	static const char qwen[] =
+		"Let me look.\n<tool_call>\n{\"name\": \"get_weather\", "
+		"\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+		"<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+	static const char llama[] = " {\"name\": \"now\", \"parameters\": {\"tz\": \"UTC\"}}\n";
+	static const char str_args[] = "{\"name\":\"now\",\"arguments\":\"{\\\"a\\\":1}\"}";
+	static const char *const none[] = {
+		"Hello there",
+		"{\"name\": \"rm_rf\", \"parameters\": {}}",
+		"{\"name\": \"now\", \"parameters\": [1]}",
+		"{\"name\": \"now\", \"parameters\": {} trailing",
+		"<tool_call>\n{\"name\": \"now\", \"arguments\": {\n</tool_call>",
+		"ok <tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call> <tool_call>oops",
+	};
+	struct kvp_http_calls c;
+	const char *const *names = (const char *const *)tool_names;
+	bool started;
+
+	assert_int_equal(kvp_http_calls_parse(&c, qwen, strlen(qwen), names, 2), 1);
+	assert_int_equal(c.n, 2);
+	assert_string_equal(c.v[0].name, "get_weather");
+	assert_string_equal(c.v[0].args, "{\"city\":\"Paris\"}");
+	assert_string_equal(c.v[1].args, "{}");
+	assert_string_equal(c.content, "Let me look.");
+	kvp_http_calls_free(&c);
+	assert_int_equal(kvp_http_calls_parse(&c, llama, strlen(llama), names, 2), 1);
+	assert_int_equal(c.n, 1);
+	assert_string_equal(c.v[0].args, "{\"tz\":\"UTC\"}");
+	assert_int_equal(c.content_len, 0);
+	kvp_http_calls_free(&c);
+	/* arguments given as a string of JSON */
+	assert_int_equal(kvp_http_calls_parse(&c, str_args, strlen(str_args), names, 2), 1);
+	assert_string_equal(c.v[0].args, "{\"a\":1}");
+	kvp_http_calls_free(&c);
+	for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
+		assert_int_equal(kvp_http_calls_parse(&c, none[i], strlen(none[i]), names, 2), 0);
+		assert_int_equal(c.n, 0);
+		assert_null(c.content);
+	}
+	/* streaming: text goes out up to a call's possible start */
+	assert_int_equal(kvp_http_calls_safe_prefix("  \n", 3, &started), 0);
+	assert_false(started);
+	assert_int_equal(kvp_http_calls_safe_prefix(" {\"na", 5, &started), 0);
+	assert_true(started);
+	assert_int_equal(kvp_http_calls_safe_prefix("Hi <tool_", 9, &started), 3);
+	assert_false(started);
+	assert_int_equal(kvp_http_calls_safe_prefix("Hi <b>", 6, &started), 6);
+	assert_int_equal(kvp_http_calls_safe_prefix("Hi <tool_call>{", 15, &started), 3);
+	assert_true(started);
+}
+
+/* An answer of @text in @n pieces, with tools, whole or streamed, into @out. */
+static void tool_answer(enum kvp_http_api api, bool stream, const char *const *pieces, size_t n,
+			struct kvp_buf *out)
+{
+	struct kvp_http_emit e;
+
+	kvp_http_emit_init(&e, api, stream, false, false, "chatcmpl-7", 1700000000, "model-x");
+	kvp_http_emit_tools(&e, tool_names, 2);
+	for (size_t i = 0; i < n; i++)
+		kvp_http_emit_text(&e, out, pieces[i], strlen(pieces[i]), NULL, 0);
+	kvp_http_emit_finish(&e, out, KVP_HTTP_FINISH_EOS, NULL, 0, &usage, 3);
+	kvp_http_emit_deinit(&e);
+}
+
+static void test_tool_answers(void **state)
+{
+	/*
+	 * calls become OpenAI tool_calls (finish_reason "tool_calls") and Anthropic tool_use
+	 * blocks (stop_reason "tool_use"), whole and streamed; text before a call streams
+	 * as it comes, and an answer that is not a call streams whole, late
+	 */
+	static const char *const call[] = { "Sure.", " <tool",
+					    "_call>\n{\"name\": \"get_weather\", ",
+					    "\"arguments\": {\"city\": \"Rome\"}}\n</tool_call>" };
+	static const char *const text[] = { "{not", " a call}" };
+	struct kvp_buf out = KVP_BUF_INIT;
+	struct event ev[16];
+	json_t *j;
+	size_t n;
+
+	tool_answer(KVP_HTTP_API_CHAT, false, call, 4, &out);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(str(j, "choices.0.finish_reason"), "tool_calls");
+	assert_string_equal(str(j, "choices.0.message.content"), "Sure.");
+	assert_string_equal(str(j, "choices.0.message.tool_calls.0.type"), "function");
+	assert_string_equal(str(j, "choices.0.message.tool_calls.0.id"), "call_7_0");
+	assert_string_equal(str(j, "choices.0.message.tool_calls.0.function.name"), "get_weather");
+	assert_string_equal(str(j, "choices.0.message.tool_calls.0.function.arguments"),
+			    "{\"city\":\"Rome\"}");
+	json_decref(j);
+	kvp_buf_deinit(&out);
+
+	tool_answer(KVP_HTTP_API_CHAT, true, call, 4, &out);
+	n = events(out.p, ev, 16);
+	/* role, "Sure.", " " (then "<tool" is held: a call may start), the call, finish */
+	assert_int_equal(n, 6);
+	assert_string_equal(str(ev[1].data, "choices.0.delta.content"), "Sure.");
+	assert_string_equal(str(ev[2].data, "choices.0.delta.content"), " ");
+	assert_int_equal(num(ev[3].data, "choices.0.delta.tool_calls.0.index"), 0);
+	assert_string_equal(str(ev[3].data, "choices.0.delta.tool_calls.0.function.name"),
+			    "get_weather");
+	assert_string_equal(str(ev[3].data, "choices.0.delta.tool_calls.0.function.arguments"),
+			    "{\"city\":\"Rome\"}");
+	assert_string_equal(str(ev[4].data, "choices.0.finish_reason"), "tool_calls");
+	assert_true(ev[5].done);
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+
+	tool_answer(KVP_HTTP_API_CHAT, true, text, 2, &out);
+	n = events(out.p, ev, 16);
+	assert_int_equal(n, 4); /* role, the whole text at the end, finish, [DONE] */
+	assert_string_equal(str(ev[1].data, "choices.0.delta.content"), "{not a call}");
+	assert_string_equal(str(ev[2].data, "choices.0.finish_reason"), "stop");
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+
+	tool_answer(KVP_HTTP_API_MESSAGES, false, call, 4, &out);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(str(j, "stop_reason"), "tool_use");
+	assert_string_equal(str(j, "content.0.type"), "text");
+	assert_string_equal(str(j, "content.0.text"), "Sure.");
+	assert_string_equal(str(j, "content.1.type"), "tool_use");
+	assert_string_equal(str(j, "content.1.id"), "toolu_7_0");
+	assert_string_equal(str(j, "content.1.name"), "get_weather");
+	assert_string_equal(str(j, "content.1.input.city"), "Rome");
+	json_decref(j);
+	kvp_buf_deinit(&out);
+
+	tool_answer(KVP_HTTP_API_MESSAGES, true, call, 4, &out);
+	n = events(out.p, ev, 16);
+	{
+		static const char *const names[] = { "message_start",	    "ping",
+						     "content_block_start", "content_block_delta",
+						     "content_block_delta", "content_block_stop",
+						     "content_block_start", "content_block_delta",
+						     "content_block_stop",  "message_delta",
+						     "message_stop" };
+
+		assert_int_equal(n, 11);
+		for (size_t i = 0; i < n; i++)
+			assert_string_equal(ev[i].name, names[i]);
+	}
+	assert_string_equal(str(ev[2].data, "content_block.type"), "text");
+	assert_string_equal(str(ev[3].data, "delta.text"), "Sure.");
+	assert_string_equal(str(ev[4].data, "delta.text"), " ");
+	assert_int_equal(num(ev[5].data, "index"), 0);
+	assert_int_equal(num(ev[6].data, "index"), 1);
+	assert_string_equal(str(ev[6].data, "content_block.type"), "tool_use");
+	assert_int_equal(json_object_size(
+				 json_object_get(json_object_get(ev[6].data, "content_block"),
+						 "input")),
+			 0);
+	assert_string_equal(str(ev[7].data, "delta.type"), "input_json_delta");
+	assert_string_equal(str(ev[7].data, "delta.partial_json"), "{\"city\":\"Rome\"}");
+	assert_int_equal(num(ev[8].data, "index"), 1);
+	assert_string_equal(str(ev[9].data, "delta.stop_reason"), "tool_use");
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+}
+
 static void test_ids_answers(void **state)
 {
 	json_t *j = ids_answer(KVP_HTTP_API_TOKENIZE);
@@ -412,7 +585,8 @@ int main(void)
 		cmocka_unit_test(test_messages_whole),	 cmocka_unit_test(test_completion_stream),
 		cmocka_unit_test(test_chat_stream),	 cmocka_unit_test(test_messages_stream),
 		cmocka_unit_test(test_stream_errors),	 cmocka_unit_test(test_anthropic_split),
-		cmocka_unit_test(test_ids_answers),
+		cmocka_unit_test(test_ids_answers),	 cmocka_unit_test(test_tool_call_parse),
+		cmocka_unit_test(test_tool_answers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -399,6 +399,84 @@ static int chat_rt(const struct kvp_chat *c, const int32_t *ctx, const struct kv
 	return r;
 }
 
+/* Encode a CHAT with a tools section (@tools, @tl bytes) and decode it: its status. */
+static int tools_rt(struct kvp_chat *c, const struct kvp_proto_msg *m, const char *tools,
+		    uint32_t tl, const struct kvp_proto_limits *l, const char **got,
+		    uint32_t *got_len)
+{
+	static uint8_t f[1 << 16];
+	const uint8_t *pl, *sect;
+	const void *ctxp;
+	const char *why = NULL;
+	struct kvp_chat o;
+	size_t n, len, sect_len;
+	int r;
+
+	c->flags |= KVP_CHAT_TOOLS;
+	n = kvp_proto_encode_chat_t(f, sizeof(f), 9, c, NULL, NULL, 0, tools, tl, NULL, m);
+	assert_true(n && n <= sizeof(f));
+	pl = payload_of(f, n, KVP_FRAME_CHAT, &len);
+	r = kvp_proto_decode_chat(pl, len, l, &o, &ctxp, &sect, &sect_len, &why);
+	if (r) {
+		assert_non_null(why);
+		return r;
+	}
+	kvp_proto_chat_tools(pl, len, &o, got, got_len);
+	return r;
+}
+
+static void test_chat_tools(void **state)
+{
+	/*
+	 * the tools section (KVP_CHAT_TOOLS) round-trips before the context ids; tool calls
+	 * are NAME\nARGUMENTS; the tools' text is UTF-8 without NUL and counts against
+	 * max_text_bytes with the messages; a reserved field set is structure (PROTO)
+	 */
+	static const char tools[] = "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+	const struct kvp_proto_msg m[4] = {
+		{ .role = KVP_ROLE_USER, .len = 2, .text = "hi" },
+		{ .role = KVP_ROLE_ASSISTANT, .len = 0, .text = "" },
+		{ .role = KVP_ROLE_TOOL_CALL, .len = 8, .text = "f\n{\"a\":1}" },
+		{ .role = KVP_ROLE_TOOL, .len = 1, .text = "2" },
+	};
+	struct kvp_proto_msg bad[4];
+	struct kvp_proto_limits capped = lim;
+	struct kvp_chat c = chat(4);
+	const char *got;
+	uint32_t got_len;
+
+	assert_int_equal(tools_rt(&c, m, tools, sizeof(tools) - 1, &lim, &got, &got_len), KVP_OK);
+	assert_int_equal(got_len, sizeof(tools) - 1);
+	assert_memory_equal(got, tools, got_len);
+	c = chat(4); /* an empty section is a section */
+	assert_int_equal(tools_rt(&c, m, "", 0, &lim, &got, &got_len), KVP_OK);
+	assert_int_equal(got_len, 0);
+	c = chat(4);
+	assert_int_equal(tools_rt(&c, m, "[\0]", 3, &lim, &got, &got_len), KVP_E_INVALID);
+	c = chat(4);
+	assert_int_equal(tools_rt(&c, m, "[\xff]", 3, &lim, &got, &got_len), KVP_E_INVALID);
+	memcpy(bad, m, sizeof(m));
+	bad[2].text = "f {}", bad[2].len = 4; /* no newline */
+	c = chat(4);
+	assert_int_equal(tools_rt(&c, bad, "[]", 2, &lim, &got, &got_len), KVP_E_INVALID);
+	bad[2].text = "\n{}", bad[2].len = 3; /* no name */
+	c = chat(4);
+	assert_int_equal(tools_rt(&c, bad, "[]", 2, &lim, &got, &got_len), KVP_E_INVALID);
+	capped.max_text_bytes = 11 + sizeof(tools) - 2; /* the messages' 11 bytes + tools - 1 */
+	c = chat(4);
+	assert_int_equal(tools_rt(&c, m, tools, sizeof(tools) - 1, &capped, &got, &got_len),
+			 KVP_E_LIMIT);
+	capped.max_text_bytes++;
+	c = chat(4);
+	assert_int_equal(tools_rt(&c, m, tools, sizeof(tools) - 1, &capped, &got, &got_len),
+			 KVP_OK);
+	/* without the flag there is no section */
+	c = chat(4);
+	kvp_proto_chat_tools(NULL, 0, &c, &got, &got_len);
+	assert_null(got);
+	assert_int_equal(got_len, 0);
+}
+
 static void test_chat_frames(void **state)
 {
 	/*
@@ -904,6 +982,7 @@ int main(void)
 		cmocka_unit_test(test_empty_payloads),
 		cmocka_unit_test(test_lease_salt_padding),
 		cmocka_unit_test(test_text_cap),
+		cmocka_unit_test(test_chat_tools),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * toolcall.h - tool calls read back out of a model's generated text.
+ *
+ * The forms the templates kvpool renders tools for (compute/text/chat.h) teach:
+ *   Qwen2.5 (ChatML)  text, then one or more <tool_call>\n{"name": ..., "arguments": {...}}
+ *                     \n</tool_call> blocks
+ *   Llama 3.1 / 3.2   the whole answer one JSON object {"name": ..., "parameters": {...}}
+ * and a forced call (tool_choice required / named: the grammar writes one JSON object
+ * {"name", "arguments"}) is the second form.  Both are looked for whatever the model's
+ * family: kvpool-http does not know it, and neither form is ordinary prose.  A call is
+ * taken only when every block parses, names a declared tool, and has an object (or a
+ * string holding one) as its arguments; otherwise the text is the answer, unchanged, so
+ * nothing the model wrote is dropped.
+ *
+ * Pure functions; any thread.
+ */
+#ifndef KVP_IPC_HTTP_TOOLCALL_H
+#define KVP_IPC_HTTP_TOOLCALL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The opening tag of a Qwen-style call: streamed text stops before it. */
+#define KVP_HTTP_CALL_TAG "<tool_call>"
+
+/* struct kvp_http_call - one call: the tool's name and its arguments as compact JSON */
+struct kvp_http_call {
+	char *name;
+	char *args;
+};
+
+/**
+ * struct kvp_http_calls - a parsed answer
+ * @v, @n:    the calls, in order (owned)
+ * @content:  the text outside them, whitespace-trimmed (owned, NUL-terminated; may be "")
+ */
+struct kvp_http_calls {
+	struct kvp_http_call *v;
+	size_t n;
+	char *content;
+	size_t content_len;
+};
+
+/**
+ * kvp_http_calls_parse() - the calls in @text (@len bytes) of tools @names (@n_names)
+ * Return: 1 (calls found: @out filled), 0 (none: the text is the answer, @out empty),
+ * -ENOMEM.
+ */
+int kvp_http_calls_parse(struct kvp_http_calls *out, const char *text, size_t len,
+			 const char *const *names, size_t n_names);
+
+void kvp_http_calls_free(struct kvp_http_calls *c);
+
+/*
+ * Streaming: how many leading bytes of the text so far (@len) may go out as content
+ * now.  0 while it is only whitespace or starts with '{' (a JSON call may follow); up to
+ * the first KVP_HTTP_CALL_TAG, or before a tail that may begin one, otherwise.
+ * *@call_started: a call's start was seen: nothing after the returned length goes out
+ * before the end.
+ */
+size_t kvp_http_calls_safe_prefix(const char *text, size_t len, bool *call_started);
+
+#endif /* KVP_IPC_HTTP_TOOLCALL_H */

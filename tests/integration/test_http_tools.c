@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_http_tools.c - tools through kvpool-http with the official SDKs
+ * (tests/node/http-tools.mjs), on models with real vocabularies and published chat
+ * templates (tests/node/chat-models.mjs writes the vocabularies): Qwen2.5's ChatML and
+ * Llama 3.2's render tools, Llama 3.0's does not and is refused.  For each family a
+ * kvpoold (no --ignore-eos: a forced call ends when the grammar's value is whole) and a
+ * kvpool-http are started, the script run, both stopped.  Without node the test skips;
+ * with node, missing packages fail it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "compute/mkmodel.h"
+#include "compute/mkvocab.h"
+#include "tests/integration/httpd.h"
+#include "tests/integration/kvpd.h"
+#include "tests/lib/testlib.h"
+
+static char g_dir[256];
+
+/* @fam's model: its vocabulary, the template of @tmpl_file (NULL: the vocabulary's). */
+static int write_model(const char *fam, const char *vocab_fam, const char *tmpl_file)
+{
+	struct kvp_mkmodel_vocab *v = NULL;
+	struct kvp_mkmodel_opts o;
+	char path[512], err[512] = "", *tmpl = NULL;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/%s/vocab.json", g_dir, vocab_fam);
+	r = kvp_mkmodel_vocab_load(&v, path, err, sizeof(err));
+	if (r) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		return r;
+	}
+	kvp_mkmodel_preset(&o, "tiny");
+	o.n_embd = 16;
+	o.n_heads = 2;
+	o.n_kv_heads = 1;
+	o.n_ff = 32;
+	o.n_layers = 1;
+	o.vocab = v;
+	o.name = fam; /* the model kvpool-http answers for */
+	if (!strcmp(vocab_fam, "qwen2")) {
+		o.arch = "qwen2";
+		o.tied = 1;
+	}
+	if (tmpl_file) {
+		snprintf(path, sizeof(path), "%s/tests/data/templates/%s", getenv("KVP_SOURCE_DIR"),
+			 tmpl_file);
+		tmpl = kvp_test_read_file(path, NULL);
+		if (!tmpl) {
+			kvp_mkmodel_vocab_free(v);
+			return -1;
+		}
+		o.chat_template = tmpl;
+	}
+	snprintf(path, sizeof(path), "%s/%s.gguf", g_dir, fam);
+	r = kvp_mkmodel_write(path, &o, err, sizeof(err));
+	if (r)
+		fprintf(stderr, "%s: %s\n", path, err);
+	kvp_mkmodel_vocab_free(v);
+	free(tmpl);
+	return r;
+}
+
+static int group_setup(void **state)
+{
+	const char *src = getenv("KVP_SOURCE_DIR");
+	char cmd[1024];
+
+	if (!src || system("command -v node >/dev/null 2>&1")) {
+		fprintf(stderr, "http-tools: no node on this machine; skipped\n");
+		return 0;
+	}
+	snprintf(cmd, sizeof(cmd), "%s/tests/node/node_modules/@anthropic-ai/sdk/package.json",
+		 src);
+	if (access(cmd, R_OK)) {
+		fprintf(stderr, "node is here but %s is not: run tests/deps.sh\n", cmd);
+		return -1;
+	}
+	if (kvp_test_tmpdir(g_dir, sizeof(g_dir)))
+		return -1;
+	snprintf(cmd, sizeof(cmd), "node '%s/tests/node/chat-models.mjs' '%s' >/dev/null", src,
+		 g_dir);
+	if (system(cmd) || write_model("qwen2", "qwen2", NULL) ||
+	    write_model("llama3.2", "llama3", "llama3.2.llama-3.2-1b-instruct.jinja") ||
+	    write_model("llama3", "llama3", NULL))
+		return -1;
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	if (*g_dir)
+		kvp_test_rmtree(g_dir);
+	return 0;
+}
+
+static void check_family(const char *fam)
+{
+	static const char *const http_args[] = { "--listen", "127.0.0.1:0", NULL };
+	char model[512], script[4096], cli[512];
+	const char *args[] = { "--model", model, "--pool-size", "64M", "--threads", "1", NULL };
+	struct kvpd d;
+	struct httpd h;
+	pid_t pid;
+	int st;
+
+	if (!*g_dir)
+		skip();
+	snprintf(model, sizeof(model), "%s/%s.gguf", g_dir, fam);
+	snprintf(script, sizeof(script), "%s/tests/node/http-tools.mjs", getenv("KVP_SOURCE_DIR"));
+	assert_int_equal(kvp_test_build_path(cli, sizeof(cli), "ipc/kvpool"), 0);
+	assert_int_equal(kvpd_init(&d), 0);
+	if (kvpd_start(&d, 60, args)) {
+		kvpd_dump_log(&d);
+		kvpd_cleanup(&d);
+		fail_msg("kvpoold did not start on %s", model);
+	}
+	if (httpd_start(&h, d.dir, d.sock, http_args, 30) < 0 || !h.port) {
+		httpd_dump_log(&h);
+		kvpd_cleanup(&d);
+		fail_msg("kvpool-http did not start");
+	}
+	pid = fork();
+	assert_true(pid >= 0);
+	if (!pid) {
+		dup2(STDERR_FILENO, STDOUT_FILENO);
+		setenv("KVP_HTTP_URL", h.url, 1);
+		setenv("KVP_HTTP_KEY_A", "unused", 1);
+		setenv("KVP_HTTP_KEY_B", "unused", 1);
+		setenv("KVP_CLI", cli, 1);
+		setenv("KVP_SOCKET", d.sock, 1);
+		setenv("KVP_STATUS_SOCKET", d.status, 1);
+		setenv("KVP_MODEL", fam, 1);
+		setenv("KVP_MAX_BODY", "1048576", 1);
+		setenv("KVP_FAMILY", fam, 1);
+		execlp("node", "node", script, (char *)NULL);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+		httpd_dump_log(&h);
+		kvpd_dump_log(&d);
+	}
+	assert_int_equal(httpd_stop_clean(&h), 0);
+	kvpd_cleanup(&d);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_qwen2(void **state)
+{
+	check_family("qwen2");
+}
+
+static void test_llama32(void **state)
+{
+	check_family("llama3.2");
+}
+
+static void test_llama3_refuses(void **state)
+{
+	check_family("llama3");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_qwen2),
+		cmocka_unit_test(test_llama32),
+		cmocka_unit_test(test_llama3_refuses),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
