@@ -7,26 +7,32 @@
 
 #include <math.h>
 
-/* 5 ms .. 5 min: a cached TTFT on a small model is milliseconds, a cold 16k-token
- * prefill on the CPU minutes */
+/* 1 ms .. 5 min: a decode step or a cached TTFT on a small model is milliseconds, a
+ * cold 16k-token prefill on the CPU minutes */
 const double kvp_hist_bounds_s[KVP_HIST_BUCKETS] = {
-	0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
+	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
 };
+
+unsigned int kvp_hist_bucket(double s)
+{
+	unsigned int i = 0;
+
+	if (!(s > 0)) /* negative or NaN */
+		s = 0;
+	while (i < KVP_HIST_BUCKETS && s > kvp_hist_bounds_s[i])
+		i++;
+	return i;
+}
 
 void kvp_hist_observe_ms(struct kvp_hist *h, double ms)
 {
 	double s = isfinite(ms) && ms > 0 ? ms / 1000.0 : 0.0;
-	unsigned int i;
+	unsigned int i = kvp_hist_bucket(s);
 
 	h->count++;
 	h->sum_s += s;
-	for (i = 0; i < KVP_HIST_BUCKETS; i++) {
-		if (s <= kvp_hist_bounds_s[i]) {
-			h->bucket[i]++;
-			break;
-		}
-	}
-	/* past the last bound: only in @count, the +Inf bucket */
+	if (i < KVP_HIST_BUCKETS) /* past the last bound: only in @count, the +Inf bucket */
+		h->bucket[i]++;
 }
 
 uint64_t kvp_hist_cumulative(const struct kvp_hist *h, unsigned int i)

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * hist.h - fixed-bucket latency histograms, in the shape Prometheus exposes them: a
- * count, a sum and one counter per upper bound (seconds).  The bounds are the same for
- * every histogram of the daemon, so dashboards can compare TTFT with queue time.
+ * count, a sum and one counter per upper bound (seconds).  One set of bounds for every
+ * histogram kvpool exports (the daemon's request times and inter-token gaps, the HTTP
+ * front's durations and TTFT), so dashboards can compare them bucket for bucket.
  * Thread: a histogram belongs to the thread that observes it (the loop thread); readers
  * take a copy on that thread.
  */
@@ -11,7 +12,7 @@
 
 #include <stdint.h>
 
-#define KVP_HIST_BUCKETS 15 /* finite upper bounds; +Inf is @count */
+#define KVP_HIST_BUCKETS 17 /* finite upper bounds; +Inf is @count */
 
 /**
  * struct kvp_hist - one histogram
@@ -27,6 +28,13 @@ struct kvp_hist {
 
 /* The finite upper bounds, seconds, increasing. */
 extern const double kvp_hist_bounds_s[KVP_HIST_BUCKETS];
+
+/*
+ * The bucket of an observation of @s seconds: the first i with @s <= bound i (a
+ * Prometheus `le` is inclusive), KVP_HIST_BUCKETS past the last bound (+Inf); negative
+ * or NaN counts as 0.
+ */
+unsigned int kvp_hist_bucket(double s);
 
 /* Count one observation of @ms milliseconds (negative or NaN counts as 0). */
 void kvp_hist_observe_ms(struct kvp_hist *h, double ms);

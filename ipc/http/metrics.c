@@ -28,10 +28,6 @@ static_assert(sizeof(ep_names) / sizeof(ep_names[0]) == KVP_HTTP_EP__COUNT, "one
 static const unsigned int codes[KVP_HTTP_N_CODES - 1] = { 200, 400, 401, 404, 405,
 							  413, 429, 500, 501, 503 };
 
-static const double bounds[KVP_HTTP_N_BUCKETS] = { 0.001, 0.0025, 0.005, 0.01, 0.025,
-						   0.05,  0.1,	  0.25,	 0.5,  1,
-						   2.5,	  5,	  10,	 30,   60 };
-
 const char *kvp_http_ep_name(enum kvp_http_ep ep)
 {
 	return (unsigned int)ep < KVP_HTTP_EP__COUNT ? ep_names[ep] : "other";
@@ -47,13 +43,9 @@ static unsigned int code_index(unsigned int status)
 
 static void observe(struct kvp_http_hist *h, double seconds)
 {
-	unsigned int i = 0;
-
 	if (!(seconds >= 0))
 		seconds = 0;
-	while (i < KVP_HTTP_N_BUCKETS && seconds > bounds[i])
-		i++;
-	atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&h->bucket[kvp_hist_bucket(seconds)], 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&h->sum_us, (uint_fast64_t)(seconds * 1e6 + 0.5),
 				  memory_order_relaxed);
 }
@@ -96,18 +88,19 @@ static void head(struct kvp_buf *out, const char *name, const char *type, const 
 static void hist(struct kvp_buf *out, const char *name, enum kvp_http_ep ep,
 		 struct kvp_http_hist *h)
 {
-	uint64_t n[KVP_HTTP_N_BUCKETS + 1], total = 0;
+	uint64_t n[KVP_HIST_BUCKETS + 1], total = 0;
 
-	for (unsigned int i = 0; i <= KVP_HTTP_N_BUCKETS; i++)
+	for (unsigned int i = 0; i <= KVP_HIST_BUCKETS; i++)
 		total += n[i] = get(&h->bucket[i]);
 	if (!total)
 		return;
 	total = 0;
-	for (unsigned int i = 0; i <= KVP_HTTP_N_BUCKETS; i++) {
+	for (unsigned int i = 0; i <= KVP_HIST_BUCKETS; i++) {
 		total += n[i];
-		if (i < KVP_HTTP_N_BUCKETS)
+		if (i < KVP_HIST_BUCKETS)
 			kvp_buf_printf(out, "%s_bucket{endpoint=\"%s\",le=\"%g\"} %llu\n", name,
-				       ep_names[ep], bounds[i], (unsigned long long)total);
+				       ep_names[ep], kvp_hist_bounds_s[i],
+				       (unsigned long long)total);
 		else
 			kvp_buf_printf(out, "%s_bucket{endpoint=\"%s\",le=\"+Inf\"} %llu\n", name,
 				       ep_names[ep], (unsigned long long)total);

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "util/buf.h"
+#include "util/hist.h"
 
 /* The endpoints, as counted and labelled (endpoint="..."). */
 enum kvp_http_ep {
@@ -29,16 +30,15 @@ enum kvp_http_ep {
 	KVP_HTTP_EP__COUNT
 };
 
-#define KVP_HTTP_N_CODES 11   /* 200 400 401 404 405 413 429 500 501 503, other */
-#define KVP_HTTP_N_BUCKETS 15 /* upper bounds in seconds, then +Inf */
+#define KVP_HTTP_N_CODES 11 /* 200 400 401 404 405 413 429 500 501 503, other */
 
 /**
- * struct kvp_http_hist - a Prometheus histogram of seconds
+ * struct kvp_http_hist - a Prometheus histogram of seconds, on util/hist.h's bounds
  * @bucket:  observations per bucket (not cumulative; the report sums them)
  * @sum_us:  sum of the observations, microseconds
  */
 struct kvp_http_hist {
-	atomic_uint_fast64_t bucket[KVP_HTTP_N_BUCKETS + 1];
+	atomic_uint_fast64_t bucket[KVP_HIST_BUCKETS + 1]; /* the last: +Inf */
 	atomic_uint_fast64_t sum_us;
 };
 

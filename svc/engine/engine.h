@@ -38,6 +38,7 @@
 #include "svc/engine/cachepol.h"
 #include "svc/engine/remoting.h"
 #include "svc/engine/tiering.h"
+#include "util/hist.h"
 
 struct kvp_model;
 struct kvp_tokenizer;
@@ -245,7 +246,8 @@ struct kvp_sched_event {
 	bool has_usage; /* TOKEN: @usage holds the prompt's counts (the request's first token) */
 };
 
-#define KVP_SCHED_ITL_BUCKETS 10
+/* util/hist.h's bounds, then +Inf */
+#define KVP_SCHED_ITL_BUCKETS (KVP_HIST_BUCKETS + 1)
 
 /**
  * struct kvp_sched_stats - engine-side counters for the status report
@@ -344,9 +346,7 @@ struct kvp_sched_stats {
 /* Upper bound (ms) of bucket @i of the inter-token latency histogram (the last: +Inf). */
 static inline double kvp_sched_itl_bound_ms(uint32_t i)
 {
-	static const double b[KVP_SCHED_ITL_BUCKETS] = { 5,   10,  25,	 50,   100,
-							 250, 500, 1000, 2500, __builtin_inf() };
-	return b[i];
+	return i < KVP_HIST_BUCKETS ? kvp_hist_bounds_s[i] * 1000 : __builtin_inf();
 }
 
 /**

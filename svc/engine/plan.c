@@ -56,11 +56,9 @@ static void took_token(struct kvp_sched *s, struct seq *q, int32_t token)
 	if (next != KVP_GEN_EOS) {
 		if (q->gen.n_generated > 1) {
 			double gap = kvp_ns_to_ms(t - q->t_last);
-			uint32_t b = 0;
 
-			while (b < KVP_SCHED_ITL_BUCKETS - 1 && gap > kvp_sched_itl_bound_ms(b))
-				b++;
-			for (; b < KVP_SCHED_ITL_BUCKETS; b++)
+			for (uint32_t b = kvp_hist_bucket(gap / 1000); b < KVP_SCHED_ITL_BUCKETS;
+			     b++)
 				s->st.itl_le[b]++;
 			s->st.itl_count++;
 			s->st.itl_sum_ms += gap;

@@ -89,17 +89,18 @@ static void test_histogram_buckets(void **state)
 	 * only in the count (+Inf); negative and NaN count as 0 */
 	struct kvp_hist h = { 0 };
 
-	kvp_hist_observe_ms(&h, 5);	 /* = 0.005 s: the first bucket (le is inclusive) */
-	kvp_hist_observe_ms(&h, 5.001);	 /* the second */
+	kvp_hist_observe_ms(&h, 5);	 /* = 0.005 s: bucket 2 (le is inclusive) */
+	kvp_hist_observe_ms(&h, 5.001);	 /* bucket 3 */
 	kvp_hist_observe_ms(&h, 1000);	 /* le="1" */
 	kvp_hist_observe_ms(&h, 400000); /* past 300 s */
 	kvp_hist_observe_ms(&h, -3);
 	kvp_hist_observe_ms(&h, 0.0 / 0.0);
 	assert_int_equal(h.count, 6);
-	assert_int_equal(kvp_hist_cumulative(&h, 0), 3);
-	assert_int_equal(kvp_hist_cumulative(&h, 1), 4);
-	assert_int_equal(kvp_hist_cumulative(&h, 7), 5);
-	assert_true(kvp_hist_bounds_s[7] == 1.0);
+	assert_int_equal(kvp_hist_cumulative(&h, 0), 2); /* -3 and NaN count as 0 */
+	assert_int_equal(kvp_hist_cumulative(&h, 2), 3);
+	assert_int_equal(kvp_hist_cumulative(&h, 3), 4);
+	assert_int_equal(kvp_hist_cumulative(&h, 9), 5);
+	assert_true(kvp_hist_bounds_s[9] == 1.0);
 	assert_int_equal(kvp_hist_cumulative(&h, KVP_HIST_BUCKETS - 1), 5);
 	assert_float_equal(h.sum_s, 0.005 + 0.005001 + 1 + 400, 1e-9);
 }
