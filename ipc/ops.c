@@ -141,7 +141,8 @@ static int take_req(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id)
 		kvp_srv_refuse(srv, c, req_id, KVP_E_BUSY,
 			       "too many requests in flight on this connection");
 	else if (r)
-		kvp_srv_fail(srv, c, KVP_E_INTERNAL, "out of memory");
+		/* nothing of the request was kept: refuse it, the connection goes on */
+		kvp_srv_refuse(srv, c, req_id, KVP_E_BUSY, "daemon out of memory: try again");
 	return r;
 }
 

@@ -39,6 +39,7 @@
 #include "ipc/loop.h"
 #include "ipc/ops.h"
 #include "ipc/proto.h"
+#include "util/fault.h"
 #include "util/time.h"
 
 /* Defaults for zero config fields (server.h). */
@@ -567,7 +568,10 @@ static void request_input(struct kvp_server *srv, struct kvp_conn *c)
 		if (c->in_len - off - sizeof(hdr) < hdr.len_bytes)
 			break; /* the rest of the frame has not arrived yet */
 		srv->st.frames_in++;
+		/* util/fault.h: "GENERATE/alloc" fails allocations made handling a GENERATE */
+		KVP_FAULT_SCOPE_ENTER(d->name);
 		d->fn(srv, c, &hdr, c->in + off + sizeof(hdr));
+		KVP_FAULT_SCOPE_LEAVE();
 		off += (uint32_t)sizeof(hdr) + hdr.len_bytes;
 	}
 	if (c->state != KVP_CONN_OPEN) {

@@ -16,8 +16,9 @@
 #include "svc/config.h"
 #include "svc/daemon.h"
 #include "svc/domain.h"
-#include "util/log.h"
 #include "svc/remotecfg.h"
+#include "util/fault.h"
+#include "util/log.h"
 
 #ifndef KVP_VERSION
 #define KVP_VERSION "unknown"
@@ -83,6 +84,17 @@ int main(int argc, char **argv)
 		kvp_log(LOG_ERR, "config: %s", err);
 		return 1;
 	}
+#ifdef KVP_FAULT_INJECTION
+	/* a fault-injection build (never a release): $KVP_FAULT as the unit tests take it */
+	if (getenv("KVP_FAULT")) {
+		if (kvp_fault_arm_env() < 0) {
+			kvp_log(LOG_ERR, "KVP_FAULT=%s: not SITE:NTH:COUNT:HOW,... (util/fault.h)",
+				getenv("KVP_FAULT"));
+			return 1;
+		}
+		kvp_log(LOG_WARNING, "fault injection armed: KVP_FAULT=%s", getenv("KVP_FAULT"));
+	}
+#endif
 	r = kvp_daemon_new(&d, &cfg);
 	if (r < 0)
 		return r == -ECANCELED ? 0 : 1; /* SIGTERM while starting is a clean stop */

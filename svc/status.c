@@ -273,6 +273,11 @@ static const struct def defs[] = {
 	J("scheduler", "step_p50_ms", K_DBL, sched.step_p50_ms),
 	J("scheduler", "step_p99_ms", K_DBL, sched.step_p99_ms),
 	J("scheduler", "step_max_ms", K_DBL, sched.step_max_ms),
+	/* the same steps in counts: what the policy promises per step (tests read these) */
+	J("scheduler", "steps", K_U64, sched.steps),
+	J("scheduler", "decode_rows", K_U64, sched.decode_rows),
+	J("scheduler", "prefill_steps", K_U64, sched.prefill_steps),
+	J("scheduler", "prefill_tokens", K_U64, sched.prefill_tokens),
 	JP("scheduler", "step_target_ms", K_DBL, sched.step_target_ms, "sched_step_target_seconds",
 	   "", "gauge", "Step time aimed at while requests generate (fair policy).", 1000),
 	JP("scheduler", "prefill_step_ms", K_DBL, sched.prefill_step_ms,

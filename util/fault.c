@@ -15,6 +15,7 @@
 #define ARMED_MAX 16
 
 struct armed {
+	char scope[32]; /* "" or the scope its calls must be made in */
 	char site[32];
 	uint64_t nth;
 	uint64_t count;
@@ -25,6 +26,7 @@ struct armed {
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread const char *cur_scope;
 static struct armed armed[ARMED_MAX];
 static unsigned int n_armed;
 /* Read without the lock first: a call with nothing armed costs one load. */
@@ -48,22 +50,43 @@ static bool site_known(const char *site)
 	return false;
 }
 
-static struct armed *find(const char *site)
+/* "SCOPE/SITE" or "SITE" into its parts; false when either does not fit. */
+static bool split(const char *spec, char scope[32], char site[32])
+{
+	const char *slash = strchr(spec, '/');
+	size_t n = slash ? (size_t)(slash - spec) : 0;
+
+	if (n >= 32 || strlen(slash ? slash + 1 : spec) >= 32 || (slash && !n))
+		return false;
+	memcpy(scope, spec, n);
+	scope[n] = '\0';
+	strcpy(site, slash ? slash + 1 : spec);
+	return true;
+}
+
+static struct armed *find(const char *scope, const char *site)
 {
 	for (unsigned int i = 0; i < n_armed; i++)
-		if (!strcmp(armed[i].site, site))
+		if (!strcmp(armed[i].site, site) && !strcmp(armed[i].scope, scope))
 			return &armed[i];
 	return NULL;
 }
 
-int kvp_fault_arm(const char *site, uint64_t nth, uint64_t count, int how)
+void kvp_fault_scope(const char *name)
 {
+	cur_scope = name;
+}
+
+int kvp_fault_arm(const char *spec, uint64_t nth, uint64_t count, int how)
+{
+	char scope[32], site[32];
 	struct armed *a;
 
-	if (!site || !site_known(site) || !nth || !count || (how >= 0 && how != KVP_FAULT_SHORT))
+	if (!spec || !split(spec, scope, site) || !site_known(site) || !nth || !count ||
+	    (how >= 0 && how != KVP_FAULT_SHORT))
 		return -EINVAL;
 	pthread_mutex_lock(&lock);
-	a = find(site);
+	a = find(scope, site);
 	if (!a) {
 		if (n_armed == ARMED_MAX) {
 			pthread_mutex_unlock(&lock);
@@ -75,7 +98,8 @@ int kvp_fault_arm(const char *site, uint64_t nth, uint64_t count, int how)
 	if (!a->on)
 		n_on++;
 	*a = (struct armed){ .nth = nth, .count = count, .how = how, .on = true };
-	snprintf(a->site, sizeof(a->site), "%s", site);
+	strcpy(a->scope, scope);
+	strcpy(a->site, site);
 	pthread_mutex_unlock(&lock);
 	return 0;
 }
@@ -89,13 +113,15 @@ void kvp_fault_disarm(void)
 	pthread_mutex_unlock(&lock);
 }
 
-static uint64_t counter(const char *site, bool hits)
+static uint64_t counter(const char *spec, bool hits)
 {
-	struct armed *a;
+	char scope[32], site[32];
+	struct armed *a = NULL;
 	uint64_t v = 0;
 
 	pthread_mutex_lock(&lock);
-	a = find(site);
+	if (split(spec, scope, site))
+		a = find(scope, site);
 	if (a)
 		v = hits ? a->hits : a->calls;
 	pthread_mutex_unlock(&lock);
@@ -124,6 +150,8 @@ int kvp_fault_take(const char *site, const char *group)
 
 		if (!a->on || (strcmp(a->site, site) && (!group || strcmp(a->site, group))))
 			continue;
+		if (a->scope[0] && (!cur_scope || strcmp(a->scope, cur_scope)))
+			continue; /* armed for calls made inside another scope */
 		a->calls++;
 		if (!how && a->calls >= a->nth && a->calls - a->nth < a->count) {
 			a->hits++;
@@ -173,11 +201,11 @@ int kvp_fault_arm_env(void)
 		return -EINVAL;
 	strcpy(buf, env);
 	for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-		char site[32], how[16];
+		char site[64], how[16];
 		unsigned long long nth, count;
 		int h;
 
-		if (sscanf(item, "%31[^:]:%llu:%llu:%15s", site, &nth, &count, how) != 4 ||
+		if (sscanf(item, "%63[^:]:%llu:%llu:%15s", site, &nth, &count, how) != 4 ||
 		    !(h = errno_named(how)) ||
 		    kvp_fault_arm(site, nth, count ? count : KVP_FAULT_ALWAYS, h))
 			return -EINVAL;

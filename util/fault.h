@@ -21,9 +21,16 @@
  * @how KVP_FAULT_SHORT instead makes read, write, pread, pwrite (and a positive result at
  * a KVP_FAULT_RES() site) move half the bytes asked for: a short transfer.
  *
+ * A site given as "SCOPE/SITE" counts (and fails) only the calls a thread makes inside
+ * that scope: code marks one with KVP_FAULT_SCOPE_ENTER("NAME") ... KVP_FAULT_SCOPE_LEAVE()
+ * (kvpoold's request loop names each client frame's handling by its type: "GENERATE",
+ * "TOKENIZE", ...), so "TOKENIZE/alloc:1:1:ENOMEM" fails the first allocation made while
+ * the daemon handles a TOKENIZE, wherever it is, and nothing else.
+ *
  * A program can take its faults from the environment instead, with kvp_fault_arm_env():
  * KVP_FAULT="SITE:NTH:COUNT:HOW,..." (HOW an errno name such as EIO or ENOMEM, or
- * "short"; COUNT 0 = always).  Thread-safe; any thread.
+ * "short"; COUNT 0 = always).  kvpoold does at start, in a fault-injection build.
+ * Thread-safe; any thread.
  */
 #ifndef KVP_UTIL_FAULT_H
 #define KVP_UTIL_FAULT_H
@@ -38,7 +45,7 @@
 
 /**
  * kvp_fault_arm() - fail calls @nth .. @nth + @count - 1 (1-based, counted from now) of
- * @site with @how (a negative errno, or KVP_FAULT_SHORT)
+ * @site ("SITE" or "SCOPE/SITE", above) with @how (a negative errno, or KVP_FAULT_SHORT)
  * Re-arming a site restarts its count.  Return: 0, -EINVAL (unknown site, @nth 0, @how
  * neither), -ENOSPC (too many sites armed at once).
  */
@@ -62,6 +69,12 @@ int kvp_fault_res(const char *site, int res);
 
 #define KVP_FAULT_RES(site, res) kvp_fault_res(site, res)
 
+/* The calling thread's scope (a string that outlives it; NULL: none), for "SCOPE/SITE". */
+void kvp_fault_scope(const char *name);
+
+#define KVP_FAULT_SCOPE_ENTER(name) kvp_fault_scope(name)
+#define KVP_FAULT_SCOPE_LEAVE() kvp_fault_scope(NULL)
+
 /*
  * kvp_fault_take() - count one call of @site (and of @group: "alloc" for the
  * allocators, or NULL) and say whether it fails: 0, or the armed @how.  For
@@ -72,6 +85,8 @@ int kvp_fault_take(const char *site, const char *group);
 #else
 
 #define KVP_FAULT_RES(site, res) (res)
+#define KVP_FAULT_SCOPE_ENTER(name) ((void)(name))
+#define KVP_FAULT_SCOPE_LEAVE() ((void)0)
 
 #endif /* KVP_FAULT_INJECTION */
 

@@ -113,7 +113,12 @@ static_assert(offsetof(struct kvp_frame_hdr, req_id) == 16, "wire ABI");
  * (remote tier:)
  * @cached_tokens_remote:  prompt tokens whose K/V was fetched from the remote tier (another
  *                         host's blocks, checked)
- * @reserved_remote:       zero
+ * (steps:)
+ * @ttft_steps:            engine steps that computed something from the request's
+ *                         receipt to its first token, that step included (1: its first
+ *                         token came from the first step after it arrived); 0 when
+ *                         it had none, and from a daemon older than the field (it was
+ *                         reserved, zero)
  */
 struct kvp_usage {
 	uint32_t prompt_tokens;
@@ -131,7 +136,7 @@ struct kvp_usage {
 	uint32_t swapped_tokens;
 	uint32_t resume_computed_tokens;
 	uint32_t cached_tokens_remote;
-	uint32_t reserved_remote;
+	uint32_t ttft_steps;
 };
 static_assert(sizeof(struct kvp_usage) == 80, "wire ABI");
 static_assert(offsetof(struct kvp_usage, cached_tokens_disk) == 56, "wire ABI");

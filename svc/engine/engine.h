@@ -280,7 +280,10 @@ struct kvp_sched_stats {
 	double decode_ms;
 	uint64_t prefix_waits;	   /* times a request waited for another's prefix */
 	uint64_t cancels_received; /* cancel messages taken from the inbox */
-	uint64_t steps;
+	uint64_t steps;		   /* engine steps that computed something */
+	uint64_t decode_rows;	   /* decode rows over those steps (a sequence each, a token) */
+	uint64_t prefill_steps;	   /* ... steps that computed prompt positions */
+	uint64_t prefill_tokens;   /* ... prompt positions they computed (resumes included) */
 	uint64_t ttft_samples;
 	double ttft_p50_ms;
 	double ttft_p99_ms;

@@ -127,6 +127,8 @@ struct seq {
 	uint64_t t_last;
 	uint64_t t_served; /* last prefill chunk, or admission (aging) */
 	uint64_t prefill_ns;
+	uint64_t step_recv;  /* st.steps when the engine took it from the inbox */
+	uint32_t ttft_steps; /* usage: computing steps to the first token, that one's included */
 };
 
 struct seq_list {

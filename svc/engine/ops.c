@@ -243,6 +243,7 @@ static void on_submit(struct kvp_sched *s, struct msg *m)
 	struct seq *q = m->seq;
 
 	q->arrival = ++s->arrivals;
+	q->step_recv = s->st.steps;
 	eng_queue_insert(s, q);
 	s->st.req_total++;
 }

@@ -48,6 +48,8 @@ static void took_token(struct kvp_sched *s, struct seq *q, int32_t token)
 
 	if (!q->t_first) {
 		q->t_first = t;
+		/* this step is counted once it is over (engine_step()): + 1 */
+		q->ttft_steps = (uint32_t)(s->st.steps + 1 - q->step_recv);
 		kvp_samples_add(&s->ttft, kvp_ns_to_ms(t - q->t_recv));
 	}
 	next = kvp_gen_take(&q->gen, token);
@@ -136,6 +138,7 @@ static int fork_seq(struct kvp_sched *s, struct seq *q, uint32_t i)
 	c->arrival = q->arrival;
 	c->admit_no = ++s->admissions;
 	c->t_recv = q->t_recv;
+	c->step_recv = q->step_recv;
 	c->t_admit = q->t_admit;
 	c->t_served = q->t_served;
 	list_add_tail(&s->active, c);
@@ -223,6 +226,7 @@ static int prefill_chunk(struct kvp_sched *s, struct seq *q, uint32_t n)
 		return r;
 	}
 	kvp_stepcost_observe_prefill(&s->cost, n, q->gen.n_past, (double)dt);
+	s->st.prefill_tokens += n;
 	prefill_advanced(s, q, n, dt, s->logits);
 	return 0;
 }
@@ -233,6 +237,7 @@ static bool prefill_fifo(struct kvp_sched *s)
 	uint32_t budget = s->cfg.prefill_chunk;
 	struct seq *q = s->active.first;
 	bool worked = false;
+	uint64_t tokens_before = s->st.prefill_tokens;
 
 	while (q && budget) {
 		struct seq *next = q->next;
@@ -248,6 +253,7 @@ static bool prefill_fifo(struct kvp_sched *s)
 		}
 		q = next;
 	}
+	s->st.prefill_steps += s->st.prefill_tokens != tokens_before;
 	return worked;
 }
 
@@ -368,6 +374,7 @@ static bool decode_step(struct kvp_sched *s)
 	t0 = now_ns(s);
 	r = fwd_decode(s, n);
 	kvp_stepcost_observe_decode(&s->cost, n, (double)(now_ns(s) - t0));
+	s->st.decode_rows += n;
 	decode_finish(s, n, r);
 	return true;
 }
@@ -524,6 +531,9 @@ static bool mixed_step(struct kvp_sched *s)
 		kvp_stepcost_observe_step(&s->cost, rows, attn, (double)dt);
 	else
 		kvp_stepcost_observe_decode(&s->cost, nd, (double)dt);
+	s->st.decode_rows += nd;
+	s->st.prefill_steps += np != 0;
+	s->st.prefill_tokens += (uint64_t)(rows - nd);
 	/* first tokens before the streams' next ones (prefill_advanced flushes them) */
 	for (uint32_t i = 0; i < np; i++) {
 		struct seq *q = s->part_seq[i];

@@ -31,6 +31,7 @@ void eng_fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, struct 
 	u->cached_tokens_disk = q->tok_cached_disk;
 	u->swapped_tokens = q->tok_swapped;
 	u->cached_tokens_remote = q->tok_cached_remote;
+	u->ttft_steps = q->ttft_steps;
 }
 
 void eng_fill_cache_usage(const struct seq *q, struct kvp_cache_usage *cu)
@@ -63,6 +64,7 @@ bool eng_group_end(struct seq *q, uint32_t status, struct kvp_usage *u, struct k
 		a->queue_ms = u->queue_ms;
 		a->ttft_ms = u->ttft_ms;
 		a->prefill_ms = u->prefill_ms;
+		a->ttft_steps = u->ttft_steps;
 		eng_fill_cache_usage(q, &g->cu);
 	}
 	a->cache_creation_tokens += u->cache_creation_tokens;

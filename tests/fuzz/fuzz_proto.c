@@ -2,8 +2,9 @@
 /*
  * fuzz_proto.c - the wire frame decoders (ipc/proto.h), both directions: a frame header,
  * then its payload to the decoder of the header's type, as the daemon's loop
- * (ipc/ops.c) and the client library do, the cache control and CHAT messages of an
- * accepted frame included.  An input whose header is refused is still decoded: its
+ * (ipc/ops.c) and the client library do, the cache control, sampling section (logit
+ * bias, schema) and CHAT messages of an accepted frame included, FIT_CONTEXT among the
+ * flags, LOGPROBS and the first TOKEN's usage on the client's side.  An input whose header is refused is still decoded: its
  * first byte picks the decoder, the rest is the payload.
  */
 #include <string.h>
@@ -18,6 +19,26 @@ static const struct kvp_proto_limits lim = {
 	.max_new_tokens = 4096,
 	.max_text_bytes = 16384,
 };
+
+/* Touch every byte of @p[0 .. @n): ASan checks a decoder's pointers lie in the frame. */
+static void touch(const void *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		fuzz_sink ^= ((const uint8_t *)p)[i];
+}
+
+/* The sampling section at @off, as ipc/ops.c reads it after the struct (and the cache
+ * control): its bias entries and schema handed over as pointers into the frame. */
+static void sampling(const uint8_t *p, size_t len, size_t off)
+{
+	struct kvp_proto_sampling s;
+	const char *why = "";
+
+	if (kvp_proto_decode_sampling(p, len, off, &s, &why))
+		return;
+	touch(s.bias, (size_t)s.hdr.n_bias * sizeof(struct kvp_logit_bias));
+	touch(s.schema, s.hdr.schema_bytes);
+}
 
 static void chat(const uint8_t *p, size_t len)
 {
@@ -34,6 +55,8 @@ static void chat(const uint8_t *p, size_t len)
 	if ((ch.flags & KVP_CHAT_CACHE_CTL) &&
 	    !kvp_proto_decode_cache_ctl(p, len, sizeof(ch), &cc, &why))
 		kvp_proto_cache_ctl_for(&cc, KVP_FRAME_CHAT, ch.n_messages, &why);
+	if (ch.flags & KVP_CHAT_SAMPLING)
+		sampling(p, len, sizeof(ch) + (ch.flags & KVP_CHAT_CACHE_CTL ? sizeof(cc) : 0));
 	if (ch.n_messages <= 64) {
 		kvp_proto_chat_messages(sect, sect_len, ch.n_messages, msgs);
 		/* touch every byte it hands over: ASan checks they lie in the frame */
@@ -58,13 +81,15 @@ static void decode(uint32_t type, const uint8_t *p, size_t len)
 		struct kvp_lease_req lreq;
 		struct kvp_lease lease;
 		struct kvp_pin pin;
+		struct kvp_logprobs lp;
 	} u;
+	struct kvp_usage tu;
 	struct kvp_cache_usage cu;
 	struct kvp_cache_ctl cc;
 	const void *body;
 	const char *text, *why = "";
 	int32_t cont;
-	bool has_cu;
+	bool has_cu, has_u;
 
 	switch (type) {
 	case KVP_FRAME_HELLO:
@@ -74,14 +99,25 @@ static void decode(uint32_t type, const uint8_t *p, size_t len)
 		kvp_proto_decode_welcome(p, len, &u.welcome, &why);
 		break;
 	case KVP_FRAME_GENERATE:
-		if (!kvp_proto_decode_generate(p, len, &lim, &u.gen, &body, &why) &&
-		    (u.gen.flags & KVP_GEN_CACHE_CTL) &&
+		if (kvp_proto_decode_generate(p, len, &lim, &u.gen, &body, &why))
+			break;
+		if ((u.gen.flags & KVP_GEN_CACHE_CTL) &&
 		    !kvp_proto_decode_cache_ctl(p, len, sizeof(u.gen), &cc, &why))
 			kvp_proto_cache_ctl_for(&cc, KVP_FRAME_GENERATE, 0, &why);
+		if (u.gen.flags & KVP_GEN_SAMPLING)
+			sampling(p, len,
+				 sizeof(u.gen) +
+					 (u.gen.flags & KVP_GEN_CACHE_CTL ? sizeof(cc) : 0));
 		break;
 	case KVP_FRAME_TOKEN:
 		kvp_proto_decode_token(p, len, &u.token, &body, &text, &why);
 		kvp_proto_decode_token_cc(p, len, &u.token, &body, &text, &cont, &why);
+		kvp_proto_decode_token_u(p, len, &u.token, &body, &text, &cont, &tu, &has_u, &why);
+		break;
+	case KVP_FRAME_LOGPROBS:
+		if (!kvp_proto_decode_logprobs(p, len, &u.lp, &body, &why))
+			touch(body, (size_t)u.lp.n_tokens * (1 + u.lp.n_top) *
+					    sizeof(struct kvp_logprob));
 		break;
 	case KVP_FRAME_DONE:
 		kvp_proto_decode_done(p, len, &u.usage, &why);

@@ -34,6 +34,67 @@ static void put(const char *target, const char *name, const void *p, size_t n)
 	}
 }
 
+/*
+ * The sampling section (logprobs, penalties, logit bias, a JSON schema) on GENERATE and
+ * CHAT, alone and after a cache control, FIT_CONTEXT; the frames that answer it
+ * (LOGPROBS, and the first TOKEN with the prompt's usage).
+ */
+static void sampling_seeds(uint8_t *b, size_t cap, const struct kvp_generate *g0,
+			   const struct kvp_chat *ch0, const int32_t *ids,
+			   const struct kvp_proto_msg *msgs)
+{
+	static const char schema[] = "{\"type\":\"object\",\"properties\":{\"a\":"
+				     "{\"type\":\"integer\"}},\"required\":[\"a\"]}";
+	struct kvp_sampling s = { .flags = KVP_SAMP_LOGPROBS,
+				  .top_logprobs = 2,
+				  .presence_penalty = 0.5f,
+				  .frequency_penalty = -0.25f,
+				  .n_bias = 2,
+				  .grammar = KVP_GRAMMAR_JSON_SCHEMA,
+				  .schema_bytes = sizeof(schema) - 1 };
+	const struct kvp_logit_bias bias[] = { { 3186, 5.0f }, { 2, -100.0f } };
+	struct kvp_cache_ctl cc = { .n_breakpoints = 1, .breakpoints = { 2 }, .n = 2 };
+	struct kvp_logprobs lh = { .n_tokens = 2, .n_top = 2 };
+	const struct kvp_logprob lp[] = { { 15043, -0.1f }, { 15043, -0.1f }, { 7, -2.5f },
+					  { 3186, -1.0f },  { 3186, -1.0f },  { 9, -1.5f } };
+	struct kvp_usage u = { .prompt_tokens = 4, .cached_tokens = 0 };
+	struct kvp_generate g = *g0;
+	struct kvp_chat ch = *ch0;
+	uint8_t samp[256];
+	size_t sl, n;
+
+	memcpy(samp, &s, sizeof(s));
+	memcpy(samp + sizeof(s), bias, sizeof(bias));
+	memcpy(samp + sizeof(s) + sizeof(bias), schema, s.schema_bytes);
+	sl = sizeof(s) + sizeof(bias) + s.schema_bytes;
+	g.flags = KVP_GEN_SAMPLING | KVP_GEN_FIT_CONTEXT;
+	n = kvp_proto_encode_generate_s(b, cap, 10, &g, NULL, samp, sl, ids);
+	put("proto", "generate-sampling-fit", b, n);
+	g.flags = KVP_GEN_CACHE_CTL | KVP_GEN_SAMPLING;
+	n = kvp_proto_encode_generate_s(b, cap, 11, &g, &cc, samp, sl, ids);
+	put("proto", "generate-cc-sampling", b, n);
+	g.flags = KVP_GEN_FIT_CONTEXT;
+	n = kvp_proto_encode_generate(b, cap, 12, &g, ids);
+	put("proto", "generate-fit", b, n);
+	/* a JSON object grammar, no bias: the section alone */
+	s = (struct kvp_sampling){ .grammar = KVP_GRAMMAR_JSON_OBJECT };
+	g.flags = KVP_GEN_SAMPLING;
+	n = kvp_proto_encode_generate_s(b, cap, 13, &g, NULL, &s, sizeof(s), ids);
+	put("proto", "generate-json-object", b, n);
+	ch.flags = KVP_CHAT_SAMPLING | KVP_CHAT_FIT_CONTEXT;
+	n = kvp_proto_encode_chat_s(b, cap, 14, &ch, NULL, samp, sl, NULL, msgs);
+	put("proto", "chat-sampling-fit", b, n);
+	ch.flags = KVP_CHAT_CACHE_CTL | KVP_CHAT_SAMPLING;
+	n = kvp_proto_encode_chat_s(b, cap, 15, &ch, &cc, samp, sl, NULL, msgs);
+	put("proto", "chat-cc-sampling", b, n);
+	n = kvp_proto_encode_logprobs(b, cap, 10, &lh, lp);
+	put("proto", "logprobs", b, n);
+	n = kvp_proto_encode_token_u(b, cap, 10, ids, 2, "he", 2, -1, &u);
+	put("proto", "token-usage", b, n);
+	n = kvp_proto_encode_token_u(b, cap, 11, ids, 2, "he", 2, 1, &u);
+	put("proto", "token-cont-usage", b, n);
+}
+
 static void proto(void)
 {
 	static uint8_t b[8192];
@@ -121,6 +182,7 @@ static void proto(void)
 	put("proto", "pin", b, n);
 	n = kvp_proto_encode_flush_domain(b, sizeof(b), 7, "alice");
 	put("proto", "flush-domain", b, n);
+	sampling_seeds(b, sizeof(b), &g, &ch, ids, msgs);
 }
 
 static void gguf(void)

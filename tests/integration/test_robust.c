@@ -476,8 +476,22 @@ static void test_malformed_frames(void **state)
 	free(s);
 }
 
-/* Poll the status until no sequence runs, then return it. */
-static struct jsonq *status_when_idle(struct kvpd *d)
+/* Requests the engine has ended, however (done, cancelled, failed), in @j. */
+static double ended(const struct jsonq *j)
+{
+	return jsonq_num(j, "scheduler.requests_done", 0) +
+	       jsonq_num(j, "scheduler.requests_cancelled", 0) +
+	       jsonq_num(j, "scheduler.requests_failed", 0);
+}
+
+/*
+ * Poll the status until no sequence runs and the engine has ended at least @n_ended
+ * requests, then return it.  The count matters: a client can see its first token (sent
+ * during the step) and be gone, its connection closed by the loop, before the engine
+ * publishes that step's counters; the snapshot still showing the step before, with
+ * nothing running, is not the idle after the request.  (A deadline, not a bound.)
+ */
+static struct jsonq *status_when_idle(struct kvpd *d, double n_ended)
 {
 	double t_end = kvp_test_now_s() + 20;
 
@@ -486,7 +500,7 @@ static struct jsonq *status_when_idle(struct kvpd *d)
 
 		if (j && jsonq_num(j, "scheduler.running", -1) == 0 &&
 		    jsonq_num(j, "scheduler.queued", -1) == 0 &&
-		    jsonq_num(j, "connections.open", -1) == 0)
+		    jsonq_num(j, "connections.open", -1) == 0 && ended(j) >= n_ended)
 			return j;
 		jsonq_free(j);
 		usleep(20000);
@@ -544,12 +558,12 @@ static void test_killed_client_releases_blocks(void **state)
 	struct fixture *f = *state;
 	struct jsonq *base, *after;
 
-	base = status_when_idle(&f->d);
+	base = status_when_idle(&f->d, 0);
 	assert_non_null(base);
 
 	/* no-cache request: every pool counter returns to exactly its baseline */
 	kill_mid_stream(f, true, 200);
-	after = status_when_idle(&f->d);
+	after = status_when_idle(&f->d, ended(base) + 1);
 	assert_non_null(after);
 	assert_int_equal(jsonq_num(after, "pool.blocks_used", -1), 0);
 	assert_int_equal(jsonq_delta(after, base, "pool.blocks_free"), 0);
@@ -559,7 +573,7 @@ static void test_killed_client_releases_blocks(void **state)
 
 	/* cached request: its 12 full prompt blocks stay cached, nothing stays used */
 	kill_mid_stream(f, false, 200);
-	after = status_when_idle(&f->d);
+	after = status_when_idle(&f->d, ended(base) + 2);
 	assert_non_null(after);
 	assert_int_equal(jsonq_num(after, "pool.blocks_used", -1), 0);
 	assert_int_equal(jsonq_delta(after, base, "pool.blocks_cached"), 200 / 16);
@@ -614,7 +628,7 @@ static void test_cancel_flood_reaches_engine_once(void **state)
 
 	for (int i = 0; i < 32; i++)
 		prompt[i] = 3 + (int32_t)((i * 29) % 256);
-	before = status_when_idle(&f->d);
+	before = status_when_idle(&f->d, 0);
 	assert_non_null(before);
 	assert_int_equal(kvp_client_connect(&k, f->d.sock), 0);
 	kvp_client_params_init(&p);
@@ -635,7 +649,7 @@ static void test_cancel_flood_reaches_engine_once(void **state)
 		assert_int_not_equal(ev.type, KVP_EVENT_ERROR);
 	}
 	kvp_client_close(k);
-	after = status_when_idle(&f->d);
+	after = status_when_idle(&f->d, ended(before) + 1);
 	assert_non_null(after);
 	assert_int_equal(jsonq_delta(after, before, "scheduler.cancels_received"), 1);
 	assert_int_equal(jsonq_delta(after, before, "scheduler.requests_cancelled"), 1);

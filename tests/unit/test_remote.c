@@ -974,12 +974,16 @@ static void test_no_store(void **state)
 	assert_true(r == -ECONNREFUSED || r == -ENOENT);
 	assert_non_null(strstr(err, "local-only"));
 	assert_non_null(strstr(err, w->rf.sock));
-	t = kvp_test_now_ns();
+	kvp_remote_stats(w->a.r, 0, &st);
+	t = st.errors;
 	assert_int_equal(kvp_remote_fetch(w->a.r, &f), -ENODEV);
 	assert_int_equal(kvp_remote_publish(w->a.r, 0, KVP_REMOTE_WHY_CREATED, &rec, dest[0], 1),
 			 -ENODEV);
-	assert_true(kvp_test_now_ns() - t < 50 * MS);
+	/* refused at once: neither one went near the store (no fetch taken, no new error) */
 	kvp_remote_stats(w->a.r, 0, &st);
+	assert_int_equal(st.fetches, 0);
+	assert_int_equal(st.errors, t);
+	assert_int_equal(st.connects, 0);
 	assert_int_equal(st.fetch_refused, 1);
 	assert_int_equal(st.publish_off_drops, 1);
 	assert_int_equal(st.state, KVP_BREAKER_OPEN);
@@ -1109,7 +1113,6 @@ static void test_cost_and_deadline(void **state)
 	d = fetch_chain(w, &w->b, 0, &w->key, 64, 0, 1);
 	assert_true(d.result < 64);
 	assert_int_equal(d.stop, KVP_REMOTE_STOP_DEADLINE);
-	assert_true(d.elapsed_ns < 100 * MS);
 	assert_holds(w, &w->b, (uint32_t)d.result);
 	kvp_remote_stats(w->b.r, 0, &st);
 	assert_int_equal(st.cost_skips, 1);
