@@ -656,6 +656,13 @@ static void act_values(float *v, uint32_t act, const uint8_t *row, size_t k)
 			v[i] = a->d[(i % KVP_QG) / 16] * (float)a->q[kvp_q8_pos(i % KVP_QG)];
 		}
 		return;
+	case KVP_ACT_Q8K:
+		for (size_t i = 0; i < k; i++) {
+			const struct kvp_act_q8k *a = (const struct kvp_act_q8k *)row + i / KVP_QG;
+
+			v[i] = a->d * (float)a->q[kvp_q8_pos(i % KVP_QG)];
+		}
+		return;
 	}
 }
 
@@ -668,7 +675,7 @@ static void matmul_case_x(const struct kvp_kernels *kt, uint32_t type, size_t ro
 			  size_t d_out, size_t o0, size_t o1, int extreme)
 {
 	const struct kvp_qtype *t = kvp_qtype(type);
-	size_t rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(t->act, k);
+	size_t rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(kt->act[type], k);
 	float *wf = malloc(d_out * k * 4), *x = malloc(rows * k * 4), *xv = malloc(k * 4);
 	float *out = malloc(rows * d_out * 4), *wd = malloc(d_out * k * 4);
 	uint8_t *w = malloc(d_out * rb), *xa = malloc(rows * xs);
@@ -680,12 +687,12 @@ static void matmul_case_x(const struct kvp_kernels *kt, uint32_t type, size_t ro
 	assert_int_equal(kvp_quantize_ref(w, wf, type, d_out * k), 0);
 	assert_int_equal(kvp_dequant_ref(wd, w, type, d_out * k), 0);
 	for (size_t r = 0; r < rows; r++)
-		kt->quant_act[t->act](xa + r * xs, x + r * k, k);
+		kt->quant_act[kt->act[type]](xa + r * xs, x + r * k, k);
 	for (size_t i = 0; i < rows * d_out; i++)
 		out[i] = -1234.0f;
 	kt->matmul[type](out, d_out, w, rb, xa, xs, rows, k, o0, o1);
 	for (size_t r = 0; r < rows; r++) {
-		act_values(xv, t->act, xa + r * xs, k);
+		act_values(xv, kt->act[type], xa + r * xs, k);
 		for (size_t o = 0; o < d_out; o++) {
 			double want = 0, mag = 0;
 
@@ -730,7 +737,7 @@ static void matmul_batch_invariant(const struct kvp_kernels *kt, uint32_t type, 
 				   size_t k)
 {
 	const struct kvp_qtype *t = kvp_qtype(type);
-	size_t d_out = 7, rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(t->act, k);
+	size_t d_out = 7, rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(kt->act[type], k);
 	float *wf = malloc(d_out * k * 4), *x = malloc(k * 4);
 	float *all = malloc(rows * d_out * 4), *one = malloc(d_out * 4);
 	uint8_t *w = malloc(d_out * rb), *xa = malloc(rows * xs);
@@ -741,7 +748,7 @@ static void matmul_batch_invariant(const struct kvp_kernels *kt, uint32_t type, 
 	for (size_t r = 0; r < rows; r++) {
 		for (size_t i = 0; i < k; i++)
 			x[i] = frand();
-		kt->quant_act[t->act](xa + r * xs, x, k);
+		kt->quant_act[kt->act[type]](xa + r * xs, x, k);
 	}
 	kt->matmul[type](all, d_out, w, rb, xa, xs, rows, k, 0, d_out);
 	for (size_t r = 0; r < rows; r++) {
@@ -825,11 +832,12 @@ static void test_vnni_decode_equals_avx2(void **state)
 		uint32_t type = all_types[i];
 		const struct kvp_qtype *qt = kvp_qtype(type);
 		size_t k = qt->block == 256 ? 256 * 19 : 32 * 133, d_out = 11;
-		size_t rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(qt->act, k);
+		uint32_t act = a->act[type];
+		size_t rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(act, k);
 		float *wf, *x, *ov, *oa;
 		uint8_t *w, *xa;
 
-		if (qt->act != KVP_ACT_Q8)
+		if (act != KVP_ACT_Q8 && act != KVP_ACT_Q8K)
 			continue;
 		wf = malloc(d_out * k * 4);
 		x = malloc(k * 4);
@@ -843,7 +851,7 @@ static void test_vnni_decode_equals_avx2(void **state)
 		for (size_t r = 0; r < 4; r++) {
 			for (size_t e = 0; e < k; e++)
 				x[e] = frand();
-			a->quant_act[KVP_ACT_Q8](xa + r * xs, x, k);
+			a->quant_act[act](xa + r * xs, x, k);
 		}
 		for (size_t rows = 1; rows <= 4; rows++) {
 			v->matmul[type](ov, d_out, w, rb, xa, xs, rows, k, 0, d_out);
