@@ -254,8 +254,9 @@ static inline __attribute__((always_inline)) void mat_tile_k(float *out, size_t 
 				q[c] = _mm256_load_si256(&pw->q[h][c]);
 #pragma GCC unroll 4
 			for (int t = 0; t < RT; t++) {
-				const struct kvp_act_q8k *a =
-					(const struct kvp_act_q8k *)(x + t * xs) + g0 + g;
+				const struct kvp_act_q8k *a = (const struct kvp_act_q8k *)(x +
+											   t * xs) +
+							      g0 + g;
 
 				s[t] = kq_hdot(h ? s[t] : _mm256_setzero_si256(), q, a->q, h, sv,
 					       type);

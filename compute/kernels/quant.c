@@ -722,7 +722,7 @@ void kvp_quant_act_ref(void *restrict dst, uint32_t act, const float *restrict x
 			memset(a, 0, sizeof(*a));
 			a->d = quant_i8(q, x + g * KVP_QG, (int)n);
 			for (int e = 0; e < KVP_QG; e++) {
-				a->q[kvp_q8_pos(e)] = q[e];
+				a->q[kvp_q8k_pos(e)] = q[e];
 				a->s[e / 16] += q[e];
 			}
 		}

@@ -119,10 +119,11 @@ static float dot_kq(const uint8_t *w, uint32_t wtype, const void *x, size_t k)
 			for (int j = 0; j < 16; j++) {
 				qd[j] = 0;
 				for (int e = 16 * j; e < 16 * j + 16; e++)
-					qd[j] += q[e] * a->q[kvp_q8_pos(e)];
+					qd[j] += q[e] * a->q[kvp_q8k_pos(e)];
 			}
 			for (int l = 0; l < 8; l++) {
-				int64_t L = sc[l] * qd[l] + sc[8 + l] * qd[8 + l] -
+				int i = (int)kvp_q8k_sub((unsigned int)l);
+				int64_t L = sc[i] * qd[i] + sc[8 + i] * qd[8 + i] -
 					    off * ((int64_t)sc[2 * l] * a->s[2 * l] +
 						   (int64_t)sc[2 * l + 1] * a->s[2 * l + 1]);
 				int64_t M = (int64_t)mn[2 * l] * a->s[2 * l] +
