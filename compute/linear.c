@@ -280,7 +280,7 @@ void kvp_lin_run(struct kvp_lin *l, const float *x, size_t rows, unsigned n, flo
 
 	for (unsigned q = 0; q < n; q++) {
 		const struct kvp_tensor *w = ws[q];
-		uint32_t act = kvp_qtype(w->type)->act;
+		uint32_t act = l->k->act[w->type];
 		uint32_t a;
 
 		if (use_blas(l, w, rows)) {

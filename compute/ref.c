@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compute/kernels/quant.h"
+#include "compute/kernels/kernels.h"
 #include "compute/model.h"
 #include "compute/rope.h"
 
@@ -23,13 +23,16 @@
  * path rounds the input of a matrix of @type (a copy: x is read again by others).
  */
 static void matvec_t(float *out, const float *W, const float *xin, size_t d_out, size_t d_in,
-		     uint32_t type, int round)
+		     uint32_t type, unsigned round)
 {
 	float x[d_in]; /* d_in <= n_ff: tens of KiB at most */
+	uint32_t act = kvp_qtype(type)->act;
 
 	memcpy(x, xin, d_in * sizeof(float));
-	if (round)
-		kvp_act_round_ref(x, kvp_qtype(type)->act, d_in);
+	if ((round & KVP_REF_ROUND_Q8K) && type >= KVP_GGML_Q2_K && type <= KVP_GGML_Q6_K)
+		act = KVP_ACT_Q8K;
+	if (round & KVP_REF_ROUND_ACT)
+		kvp_act_round_ref(x, act, d_in);
 	for (size_t o = 0; o < d_out; o++) {
 		double s = 0;
 
@@ -148,6 +151,11 @@ static int ref_layer_load(struct ref_layer *R, const struct kvp_layer_weights *L
 	return 0;
 }
 
+unsigned kvp_ref_act_flags(const struct kvp_kernels *k)
+{
+	return KVP_REF_ROUND_ACT | (k->act[KVP_GGML_Q4_K] == KVP_ACT_Q8K ? KVP_REF_ROUND_Q8K : 0);
+}
+
 int kvp_ref_forward(const struct kvp_model *m, const int32_t *tokens, uint32_t n, float *logits)
 {
 	return kvp_ref_forward_opts(m, tokens, n, logits, 0);
@@ -169,7 +177,8 @@ int kvp_ref_forward_opts(const struct kvp_model *m, const int32_t *tokens, uint3
 	float *emb = deq(&w->tok_embd), *out = deq(&w->output);
 	struct ref_layer R = { 0 }, *L = &R;
 	const float *ff = w->rope_freqs.data;
-	int r = -ENOMEM, rd = !!(flags & KVP_REF_ROUND_ACT);
+	int r = -ENOMEM;
+	unsigned rd = flags;
 
 	if (!x || !xn || !q || !K || !V || !att || !tmp || !g || !u || !sc || !emb || !out)
 		goto out;

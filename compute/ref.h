@@ -31,7 +31,16 @@ enum {
 	 * Without it the reference is the exact model the file describes.
 	 */
 	KVP_REF_ROUND_ACT = 1,
+	/*
+	 * With KVP_REF_ROUND_ACT: round the K-quants' inputs per 256 (struct kvp_act_q8k,
+	 * what the 256-bit and scalar tables take: kvp_ref_act_flags()), not per 32.
+	 */
+	KVP_REF_ROUND_Q8K = 2,
 };
+
+/* kvp_ref_act_flags() - the rounding flags for the activation formats of table @k. */
+struct kvp_kernels;
+unsigned kvp_ref_act_flags(const struct kvp_kernels *k);
 
 /* kvp_ref_forward_opts() - kvp_ref_forward() with @flags (KVP_REF_*). */
 int kvp_ref_forward_opts(const struct kvp_model *m, const int32_t *tokens, uint32_t n,

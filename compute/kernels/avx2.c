@@ -20,6 +20,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+/* the K-quants take struct kvp_act_q8k (quant.h), the legacy types struct kvp_act_q8 */
+#define KVP_ACT_KQUANT KVP_ACT_Q8K
 #include "compute/kernels/table.inc"
 
 #include "compute/kernels/ymm.inc"
@@ -49,110 +51,6 @@ static inline void to_lanes(const __m256i *n, struct wgrp *w)
 {
 	to_lanes_half(n, w->q[0]);
 	to_lanes_half(n + 4, w->q[1]);
-}
-
-/*
- * per sub-block dw = d sc and c = -(dw off + dm mn), from the 16 scales and mins as
- * f32 vectors of 8 (@sc, @mn: lanes 0-7, 8-15)
- */
-static inline void k_scales(struct wgrp *w, const __m256 *sc, const __m256 *mn, float d, float dm,
-			    int off)
-{
-	for (int h = 0; h < 2; h++) {
-		w->dw[h] = _mm256_mul_ps(sc[h], _mm256_set1_ps(d));
-		w->c[h] = _mm256_fnmadd_ps(mn[h], _mm256_set1_ps(dm),
-					   _mm256_mul_ps(w->dw[h], _mm256_set1_ps((float)-off)));
-	}
-}
-
-static inline __attribute__((always_inline)) void unpack_k(const uint8_t *blk, uint32_t type,
-							   struct wgrp *w)
-{
-	__m256i n[8];
-	__m256 sc[2], mn[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
-
-	switch (type) {
-	case KVP_GGML_Q4_K:
-	case KVP_GGML_Q5_K: {
-		int five = type == KVP_GGML_Q5_K;
-		const uint8_t *qs = blk + (five ? 48 : 16);
-
-		for (int c = 0; c < 4; c++) {
-			__m256i v = ldy(qs + 32 * c), lo = bits(v, 0, 0xf), hi = bits(v, 4, 0xf);
-
-			if (five) {
-				__m256i h = ldy(blk + 16);
-
-				lo = _mm256_or_si256(lo, _mm256_slli_epi16(bits(h, 2 * c, 1), 4));
-				hi = _mm256_or_si256(hi,
-						     _mm256_slli_epi16(bits(h, 2 * c + 1, 1), 4));
-			}
-			n[2 * c] = lo;
-			n[2 * c + 1] = hi;
-		}
-		k4_scales(blk + 4, sc, mn);
-		k_scales(w, sc, mn, h2f(ld16(blk)), h2f(ld16(blk + 2)), 0);
-		break;
-	}
-	case KVP_GGML_Q6_K: {
-		__m128i s = _mm_loadu_si128((const __m128i *)(blk + 192));
-
-		for (int h = 0; h < 2; h++) {
-			__m256i l0 = ldy(blk + 64 * h), l1 = ldy(blk + 64 * h + 32);
-			__m256i q = ldy(blk + 128 + 32 * h);
-
-			n[4 * h] = _mm256_or_si256(bits(l0, 0, 0xf),
-						   _mm256_slli_epi16(bits(q, 0, 3), 4));
-			n[4 * h + 1] = _mm256_or_si256(bits(l1, 0, 0xf),
-						       _mm256_slli_epi16(bits(q, 2, 3), 4));
-			n[4 * h + 2] = _mm256_or_si256(bits(l0, 4, 0xf),
-						       _mm256_slli_epi16(bits(q, 4, 3), 4));
-			n[4 * h + 3] = _mm256_or_si256(bits(l1, 4, 0xf),
-						       _mm256_slli_epi16(bits(q, 6, 3), 4));
-		}
-		sc[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s));
-		sc[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(s, s)));
-		k_scales(w, sc, mn, h2f(ld16(blk + 208)), 0, 32);
-		break;
-	}
-	case KVP_GGML_Q2_K:
-	case KVP_GGML_Q3_K: {
-		int three = type == KVP_GGML_Q3_K;
-		const uint8_t *qs = blk + (three ? 32 : 16);
-
-		for (int c = 0; c < 4; c++) {
-			__m256i v = ldy(qs + 32 * (c / 2));
-			int pl = 2 * (c % 2);
-			__m256i lo = bits(v, 2 * pl, 3), hi = bits(v, 2 * pl + 2, 3);
-
-			if (three) {
-				__m256i h = ldy(blk);
-
-				lo = _mm256_or_si256(lo, _mm256_slli_epi16(bits(h, 2 * c, 1), 2));
-				hi = _mm256_or_si256(hi,
-						     _mm256_slli_epi16(bits(h, 2 * c + 1, 1), 2));
-			}
-			n[2 * c] = lo;
-			n[2 * c + 1] = hi;
-		}
-		if (three) {
-			k3_scales(blk + 96, sc);
-			k_scales(w, sc, mn, h2f(ld16(blk + 108)), 0, 4);
-		} else {
-			__m128i s = _mm_loadu_si128((const __m128i *)blk), m4 = _mm_set1_epi8(0xf);
-			__m128i lo = _mm_and_si128(s, m4),
-				hi = _mm_and_si128(_mm_srli_epi16(s, 4), m4);
-
-			sc[0] = u8f(lo);
-			sc[1] = u8f(_mm_unpackhi_epi64(lo, lo));
-			mn[0] = u8f(hi);
-			mn[1] = u8f(_mm_unpackhi_epi64(hi, hi));
-			k_scales(w, sc, mn, h2f(ld16(blk + 80)), h2f(ld16(blk + 82)), 0);
-		}
-		break;
-	}
-	}
-	to_lanes(n, w);
 }
 
 /* the binary16 at @p + @stride b, blocks b < @nb (0 past them), as 8 f32 */
@@ -219,13 +117,30 @@ static inline __attribute__((always_inline)) void unpack_l(const uint8_t *blk, u
 static inline __attribute__((always_inline)) void unpack(const uint8_t *wr, uint32_t type, size_t k,
 							 size_t g, struct wgrp *w)
 {
-	if (type >= KVP_GGML_Q2_K) {
-		unpack_k(wr + g * blk_bytes(type), type, w);
-	} else {
-		size_t nb = (k - g * KVP_QG) / KVP_QK;
+	size_t nb = (k - g * KVP_QG) / KVP_QK;
 
-		unpack_l(wr + g * 8 * blk_bytes(type), type, nb < 8 ? nb : 8, w);
-	}
+	unpack_l(wr + g * 8 * blk_bytes(type), type, nb < 8 ? nb : 8, w);
+}
+
+/*
+ * A K-quant super-block unpacked for struct kvp_act_q8k: codes in lane order as struct
+ * wgrp has them, and the integer scales of ymm_int.inc's kq_scales().
+ */
+struct wgrpk {
+	__m256i q[2][4];
+	struct kq_sc k;
+};
+
+static_assert(sizeof(struct wgrpk) == 384, "a 64-byte multiple");
+
+static inline __attribute__((always_inline)) void unpack_kq(const uint8_t *wr, uint32_t type,
+							    size_t g, struct wgrpk *w)
+{
+	const uint8_t *blk = wr + g * blk_bytes(type);
+
+	kq_codes(blk, type, 0, w->q[0]);
+	kq_codes(blk, type, 1, w->q[1]);
+	kq_scales(blk, type, &w->k);
 }
 
 /* u8 x s8 (or, for Q8_0, s8 x s8 through the sign trick) 32 products, in int16 pairs */
@@ -311,6 +226,98 @@ static inline __attribute__((always_inline)) void mat_tile(float *out, size_t ld
 	}
 }
 
+/*
+ * The K-quants' tile (struct kvp_act_q8k): as mat_tile(), per token the scaled integer
+ * dots of both halves (kq_hdot()) and one float step per super-block (kq_step()): the
+ * decode kernel's sums in its order (dec_group_k()).
+ */
+static inline __attribute__((always_inline)) void mat_tile_k(float *out, size_t ldo,
+							     const struct wgrpk *panel, size_t g0,
+							     size_t ng, const uint8_t *x, size_t xs,
+							     const int RT, int add, uint32_t type)
+{
+	__m256 acc[MK_RT];
+
+#pragma GCC unroll 4
+	for (int t = 0; t < RT; t++)
+		acc[t] = _mm256_setzero_ps();
+	for (size_t g = 0; g < ng; g++) {
+		const struct wgrpk *pw = &panel[g];
+		__m256i s[MK_RT];
+
+#pragma GCC unroll 2
+		for (int h = 0; h < 2; h++) {
+			__m256i q[4], sv = _mm256_load_si256(&pw->k.sv[h]);
+
+#pragma GCC unroll 4
+			for (int c = 0; c < 4; c++)
+				q[c] = _mm256_load_si256(&pw->q[h][c]);
+#pragma GCC unroll 4
+			for (int t = 0; t < RT; t++) {
+				const struct kvp_act_q8k *a = (const struct kvp_act_q8k *)(x +
+											   t * xs) +
+							      g0 + g;
+
+				s[t] = kq_hdot(h ? s[t] : _mm256_setzero_si256(), q, a->q, h, sv,
+					       type);
+			}
+		}
+#pragma GCC unroll 4
+		for (int t = 0; t < RT; t++)
+			acc[t] = kq_step(acc[t], s[t], &pw->k,
+					 (const struct kvp_act_q8k *)(x + t * xs) + g0 + g, type);
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < RT; t++) {
+		float v = hsum8(acc[t]);
+
+		out[t * ldo] = add ? out[t * ldo] + v : v;
+	}
+}
+
+/* prefill of the K-quants: matmul_int()'s loops over struct wgrpk panels */
+static inline __attribute__((always_inline)) void
+matmul_kq(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_row_bytes,
+	  const uint8_t *restrict x, size_t xs, size_t rows, size_t k, size_t o0, size_t o1,
+	  uint32_t type)
+{
+	struct wgrpk panel[PANEL_MAX];
+	size_t ng = k / KVP_QK_K;
+
+	for (size_t t0 = 0; t0 < rows; t0 += TOKEN_BLOCK) {
+		size_t tn = rows - t0 < TOKEN_BLOCK ? rows - t0 : TOKEN_BLOCK;
+
+		for (size_t o = o0; o < o1; o++) {
+			const uint8_t *wr = w + o * w_row_bytes;
+
+			if (t0 + tn == rows) /* the row's last pass: fetch the next row's start */
+				_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0);
+			for (size_t s0 = 0; s0 < ng; s0 += PANEL_MAX) {
+				size_t sn = ng - s0 < PANEL_MAX ? ng - s0 : PANEL_MAX;
+
+				for (size_t g = 0; g < sn; g++)
+					unpack_kq(wr, type, s0 + g, &panel[g]);
+				for (size_t t = t0; t < t0 + tn; t += MK_RT) {
+					size_t rt = t0 + tn - t < MK_RT ? t0 + tn - t : MK_RT;
+					float *ot = out + t * ldo + o;
+					const uint8_t *xt = x + t * xs;
+
+#define T(n) mat_tile_k(ot, ldo, panel, s0, sn, xt, xs, n, s0 > 0, type)
+					if (rt == 4)
+						T(4);
+					else if (rt == 3)
+						T(3);
+					else if (rt == 2)
+						T(2);
+					else
+						T(1);
+#undef T
+				}
+			}
+		}
+	}
+}
+
 static inline __attribute__((always_inline)) void
 matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_row_bytes,
 	   const uint8_t *restrict x, size_t xs, size_t rows, size_t k, size_t o0, size_t o1,
@@ -321,6 +328,10 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 
 	if (rows <= DEC_BATCH) {
 		dec_matmul(out, ldo, w, w_row_bytes, x, xs, rows, k, o0, o1, type);
+		return;
+	}
+	if (type >= KVP_GGML_Q2_K) {
+		matmul_kq(out, ldo, w, w_row_bytes, x, xs, rows, k, o0, o1, type);
 		return;
 	}
 	for (size_t t0 = 0; t0 < rows; t0 += TOKEN_BLOCK) {

@@ -25,6 +25,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+/* the activation formats of the AVX2 table, whose tile this one calls */
+#define KVP_ACT_KQUANT KVP_ACT_Q8K
 #include "compute/kernels/table.inc"
 
 #include "compute/kernels/ymm.inc"

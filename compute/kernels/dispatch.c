@@ -140,6 +140,11 @@ const char *kvp_kernels_gap(const struct kvp_kernels *k, char *buf, size_t len)
 				 kvp_qtype(t)->name);
 			return buf;
 		}
+		if (k->act[t] >= KVP_ACT__COUNT ||
+		    (kvp_qtype(t)->act == KVP_ACT_Q8) != (k->act[t] >= KVP_ACT_Q8)) {
+			snprintf(buf, len, "act[%s]", kvp_qtype(t)->name);
+			return buf;
+		}
 	}
 	for (uint32_t a = 0; a < KVP_ACT__COUNT; a++) {
 		if (!k->quant_act[a]) {

@@ -40,8 +40,8 @@ enum kvp_isa {
 /*
  * kvp_matmul_fn - out[r * ldo + o] = dot(W row o, x row r), r < @rows, o in [@o0, @o1)
  * @w:      the weight matrix, rows of @w_row_bytes bytes of the table slot's type
- * @x:      @rows activation rows of @x_row_bytes bytes each, in the format the type
- *          takes (quant.h: struct kvp_qtype.act), prepared by the table's quant_act
+ * @x:      @rows activation rows of @x_row_bytes bytes each, in the format the table
+ *          takes for the type (struct kvp_kernels.act), prepared by its quant_act
  * @k:      elements per row (a multiple of the type's block)
  *
  * Each weight row is read once for all @rows: decode batches (a few rows) stream the
@@ -119,6 +119,9 @@ typedef void kvp_attn_block_fn(float *restrict o, float *restrict m, const float
  * @isa:       enum kvp_isa
  * @matmul:    per GGML type with kernels (quant.h: kvp_qtype() non-NULL); NULL elsewhere
  * @dequant:   the same types to f32 (embedding rows, tests)
+ * @act:       per weight type, the enum kvp_act its matmul takes (quant.h: the AVX-512
+ *             table takes struct kvp_qtype.act, the others struct kvp_act_q8k for the
+ *             K-quants); callers quantize with quant_act[act[type]]
  * @quant_act: per enum kvp_act
  * @kv_store, @kv_load: per float enum kvp_dtype (f32, f16, bf16; NULL for int8)
  * @kvq_row8, @kvq_chan8, @kvq_load_row8, @kvq_load_chan8: int8 K/V (kvq.h)
@@ -133,6 +136,7 @@ struct kvp_kernels {
 	uint32_t isa;
 	kvp_matmul_fn *matmul[KVP_GGML_TYPE__COUNT];
 	kvp_dequant_fn *dequant[KVP_GGML_TYPE__COUNT];
+	uint8_t act[KVP_GGML_TYPE__COUNT];
 	kvp_quant_act_fn *quant_act[KVP_ACT__COUNT];
 	kvp_kv_store_fn *kv_store[KVP_DTYPE__COUNT];
 	kvp_kv_load_fn *kv_load[KVP_DTYPE__COUNT];

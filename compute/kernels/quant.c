@@ -51,6 +51,8 @@ size_t kvp_act_row_bytes(uint32_t act, size_t k)
 		return k * 2;
 	case KVP_ACT_Q8:
 		return (k + KVP_QG - 1) / KVP_QG * sizeof(struct kvp_act_q8);
+	case KVP_ACT_Q8K:
+		return (k + KVP_QG - 1) / KVP_QG * sizeof(struct kvp_act_q8k);
 	}
 	return 0;
 }
@@ -711,6 +713,20 @@ void kvp_quant_act_ref(void *restrict dst, uint32_t act, const float *restrict x
 			}
 		}
 		return;
+	case KVP_ACT_Q8K:
+		for (size_t g = 0; g < (k + KVP_QG - 1) / KVP_QG; g++) {
+			struct kvp_act_q8k *a = (struct kvp_act_q8k *)dst + g;
+			size_t n = k - g * KVP_QG < KVP_QG ? k - g * KVP_QG : KVP_QG;
+			int8_t q[KVP_QG] = { 0 };
+
+			memset(a, 0, sizeof(*a));
+			a->d = quant_i8(q, x + g * KVP_QG, (int)n);
+			for (int e = 0; e < KVP_QG; e++) {
+				a->q[kvp_q8k_pos(e)] = q[e];
+				a->s[e / 16] += q[e];
+			}
+		}
+		return;
 	}
 }
 
@@ -728,6 +744,16 @@ void kvp_act_round_ref(float *x, uint32_t act, size_t k)
 
 			for (size_t e = 0; e < KVP_QK; e++)
 				x[b * KVP_QK + e] = d * (float)q[e];
+		}
+		return;
+	case KVP_ACT_Q8K:
+		for (size_t g = 0; g < (k + KVP_QG - 1) / KVP_QG; g++) {
+			size_t n = k - g * KVP_QG < KVP_QG ? k - g * KVP_QG : KVP_QG;
+			int8_t q[KVP_QG];
+			float d = quant_i8(q, x + g * KVP_QG, (int)n);
+
+			for (size_t e = 0; e < n; e++)
+				x[g * KVP_QG + e] = d * (float)q[e];
 		}
 		return;
 	}

@@ -124,8 +124,18 @@ static_assert(offsetof(struct kvp_blk_q3_k, d) == 108, "GGUF layout");
 static_assert(offsetof(struct kvp_blk_q5_k, qs) == 48, "GGUF layout");
 static_assert(offsetof(struct kvp_blk_q6_k, d) == 208, "GGUF layout");
 
-/* Activation formats (what a weight type's dot product takes). */
-enum kvp_act { KVP_ACT_F32 = 0, KVP_ACT_BF16 = 1, KVP_ACT_Q8 = 2, KVP_ACT__COUNT };
+/*
+ * Activation formats (what a weight type's dot product takes).  Which one a type takes
+ * is the kernel table's choice (struct kvp_kernels.act): struct kvp_qtype.act is the
+ * default, what the AVX-512 table takes.
+ */
+enum kvp_act {
+	KVP_ACT_F32 = 0,
+	KVP_ACT_BF16 = 1,
+	KVP_ACT_Q8 = 2,	 /* struct kvp_act_q8: a scale per block of 32 */
+	KVP_ACT_Q8K = 3, /* struct kvp_act_q8k: one scale per 256, code sums per 16 */
+	KVP_ACT__COUNT
+};
 
 #define KVP_QG 256 /* elements per KVP_ACT_Q8 group */
 
@@ -150,10 +160,64 @@ struct kvp_act_q8 {
 
 static_assert(sizeof(struct kvp_act_q8) == 384, "activation group");
 
+/**
+ * struct kvp_act_q8k - 256 activations with one scale (the K-quants' format on the
+ * 256-bit tables and the scalar one)
+ * @q: int8 codes, element 16i + 4c + j (sub-block i, c < 4, j < 4) at byte
+ *     64c + 32h + 4l + j, h = i / 8 and lane l = kvp_q8k_lane(i % 8)
+ *     (kvp_q8k_pos()): per half h and chunk c a 256-bit register whose 32-bit lane l
+ *     holds 4 codes of one sub-block - struct kvp_act_q8's order with the sub-blocks of
+ *     a half in the order 0, 2, 4, 6, 1, 3, 5, 7, which a weight half of 4 registers of
+ *     32 consecutive elements reaches by a 4 x 4 transpose of 32-bit words inside each
+ *     128-bit lane (no lane-crossing shuffle: slow on Zen 2)
+ * @s: per sub-block i of 16 (elements 16i .. 16i + 15), the sum of its codes
+ * @d: x = d * q for the whole group
+ *
+ * With one scale per 256, a K-quant super-block's integer sub-block scales multiply
+ * the integer dots before any float step (vpmaddwd by the scales in place of ones), and
+ * its mins or offset take the integer code sums: one float step per super-block and
+ * token where struct kvp_act_q8 needs one per sub-block.  The dot of a K-quant block,
+ * in 8 int32 lanes l (the 256-bit kernels' registers, which the scalar table mirrors):
+ *   L_l = sum_h sc[i] qdot[i] - off (sc[2l] s[2l] + sc[2l + 1] s[2l + 1]),
+ *         i = 8h + kvp_q8k_sub(l), the sub-block in lane l of half h
+ *   M_l = mn[2l] s[2l] + mn[2l + 1] s[2l + 1]
+ *   acc_l = fma(M_l, -dmin d, fma(L_l, dw d, acc_l))    (dw d, -dmin d: one rounding)
+ * (the mins' step only for the types with mins); a row's acc lanes summed as hsum8()
+ * in ymm_int.inc does it, per PANEL_MAX slice.  A last partial group is padded with
+ * zero codes.
+ */
+struct kvp_act_q8k {
+	int8_t q[KVP_QG];
+	int16_t s[16];
+	float d;
+	uint8_t pad[28];
+};
+
+static_assert(sizeof(struct kvp_act_q8k) == 320, "activation group");
+
 /* Byte position in a group of its element @e (0..255). */
 static inline unsigned int kvp_q8_pos(unsigned int e)
 {
 	return 64 * ((e % 16) / 4) + 4 * (e / 16) + e % 4;
+}
+
+/* struct kvp_act_q8k: the lane of sub-block @t (0..7) of a half, and its inverse */
+static inline unsigned int kvp_q8k_lane(unsigned int t)
+{
+	return t % 2 * 4 + t / 2;
+}
+
+static inline unsigned int kvp_q8k_sub(unsigned int l)
+{
+	return l % 4 * 2 + l / 4;
+}
+
+/* Byte position in a struct kvp_act_q8k group of its element @e (0..255). */
+static inline unsigned int kvp_q8k_pos(unsigned int e)
+{
+	unsigned int i = e / 16;
+
+	return 64 * ((e % 16) / 4) + 32 * (i / 8) + 4 * kvp_q8k_lane(i % 8) + e % 4;
 }
 
 /**

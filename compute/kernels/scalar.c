@@ -14,6 +14,8 @@
 #include <math.h>
 #include <string.h>
 
+/* the K-quants take struct kvp_act_q8k, as the 256-bit tables do (their oracle) */
+#define KVP_ACT_KQUANT KVP_ACT_Q8K
 #include "compute/kernels/table.inc"
 
 /* the integer K/V kernels (kvq.inc): plain loops here */
@@ -91,6 +93,55 @@ static float dot_int(const uint8_t *w, uint32_t wtype, const void *x, size_t k)
 	return s;
 }
 
+/*
+ * One K-quant weight row against one struct kvp_act_q8k row: per super-block the
+ * integer lanes L and M of quant.h (struct kvp_act_q8k) in 64 bits, then per lane one
+ * fused step each (fmaf: the vector kernels' FMA), the lanes summed per PANEL_MAX-group
+ * slice as ymm_int.inc's hsum8() sums them.  So the 256-bit tables give these bits.
+ */
+static float dot_kq(const uint8_t *w, uint32_t wtype, const void *x, size_t k)
+{
+	const struct kvp_qtype *t = kvp_qtype(wtype);
+	size_t ng = k / KVP_QK_K;
+	float out = 0;
+
+	for (size_t s0 = 0; s0 < ng; s0 += 16) {
+		float acc[8] = { 0 };
+
+		for (size_t g = s0; g < ng && g < s0 + 16; g++) {
+			const struct kvp_act_q8k *a = (const struct kvp_act_q8k *)x + g;
+			uint8_t q[KVP_QK_K];
+			int32_t sc[16], mn[16], off;
+			int64_t qd[16];
+			float d, dmin;
+
+			kvp_qtype_codes(w + g * t->block_bytes, wtype, q, sc, mn, &d, &dmin, &off);
+			for (int j = 0; j < 16; j++) {
+				qd[j] = 0;
+				for (int e = 16 * j; e < 16 * j + 16; e++)
+					qd[j] += q[e] * a->q[kvp_q8k_pos(e)];
+			}
+			for (int l = 0; l < 8; l++) {
+				int i = (int)kvp_q8k_sub((unsigned int)l);
+				int64_t L = sc[i] * qd[i] + sc[8 + i] * qd[8 + i] -
+					    off * ((int64_t)sc[2 * l] * a->s[2 * l] +
+						   (int64_t)sc[2 * l + 1] * a->s[2 * l + 1]);
+				int64_t M = (int64_t)mn[2 * l] * a->s[2 * l] +
+					    (int64_t)mn[2 * l + 1] * a->s[2 * l + 1];
+
+				acc[l] = fmaf((float)L, d * a->d, acc[l]);
+				if (wtype != KVP_GGML_Q3_K && wtype != KVP_GGML_Q6_K) /* mins */
+					acc[l] = fmaf((float)M, -dmin * a->d, acc[l]);
+			}
+		}
+		float v = ((acc[0] + acc[4]) + (acc[2] + acc[6])) +
+			  ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+
+		out = s0 ? out + v : v;
+	}
+	return out;
+}
+
 #define MATMUL(name, type, dotfn) \
 	static void name(float *restrict out, size_t ldo, const void *restrict w, \
 			 size_t w_row_bytes, const void *restrict x, size_t x_row_bytes, \
@@ -111,11 +162,11 @@ MATMUL(matmul_q4_0, KVP_GGML_Q4_0, dot_int)
 MATMUL(matmul_q4_1, KVP_GGML_Q4_1, dot_int)
 MATMUL(matmul_q5_0, KVP_GGML_Q5_0, dot_int)
 MATMUL(matmul_q5_1, KVP_GGML_Q5_1, dot_int)
-MATMUL(matmul_q2_k, KVP_GGML_Q2_K, dot_int)
-MATMUL(matmul_q3_k, KVP_GGML_Q3_K, dot_int)
-MATMUL(matmul_q4_k, KVP_GGML_Q4_K, dot_int)
-MATMUL(matmul_q5_k, KVP_GGML_Q5_K, dot_int)
-MATMUL(matmul_q6_k, KVP_GGML_Q6_K, dot_int)
+MATMUL(matmul_q2_k, KVP_GGML_Q2_K, dot_kq)
+MATMUL(matmul_q3_k, KVP_GGML_Q3_K, dot_kq)
+MATMUL(matmul_q4_k, KVP_GGML_Q4_K, dot_kq)
+MATMUL(matmul_q5_k, KVP_GGML_Q5_K, dot_kq)
+MATMUL(matmul_q6_k, KVP_GGML_Q6_K, dot_kq)
 
 KVP_REF_DEQUANT_INTEGER
 KVP_REF_DEQUANT(f16, KVP_GGML_F16)

@@ -68,9 +68,10 @@ static int machine(int threads)
 
 static int model(const char *path, uint32_t chunk, uint32_t depth, uint32_t steps)
 {
-	static const char *const ceil_name[KVP_ACT__COUNT] = {
-		[KVP_ACT_F32] = "f32", [KVP_ACT_BF16] = "bf16", [KVP_ACT_Q8] = "int8"
-	};
+	static const char *const ceil_name[KVP_ACT__COUNT] = { [KVP_ACT_F32] = "f32",
+							       [KVP_ACT_BF16] = "bf16",
+							       [KVP_ACT_Q8] = "int8",
+							       [KVP_ACT_Q8K] = "int8" };
 	struct kvp_model *m;
 	struct kvp_model_shape sh;
 	struct kvp_geom g;

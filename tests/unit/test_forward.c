@@ -201,7 +201,7 @@ static void greedy_vs_ref(struct kvp_model *m, const struct kvp_kernels *k, uint
 	memcpy(fed, toks + n_prompt, steps * sizeof(int32_t));
 	memcpy(logits, lg + (size_t)(n_prompt - 1) * V, (size_t)(steps + 1) * V * sizeof(float));
 	/* the references, once each: position i's logits depend on tokens 0 .. i only */
-	assert_int_equal(kvp_ref_forward_opts(m, toks, total, ex, KVP_REF_ROUND_ACT), 0);
+	assert_int_equal(kvp_ref_forward_opts(m, toks, total, ex, kvp_ref_act_flags(k)), 0);
 	assert_int_equal(kvp_ref_forward(m, toks, total, ref), 0);
 	*differ = *ties = 0;
 	*exact = *model = 0;

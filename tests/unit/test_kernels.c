@@ -656,6 +656,13 @@ static void act_values(float *v, uint32_t act, const uint8_t *row, size_t k)
 			v[i] = a->d[(i % KVP_QG) / 16] * (float)a->q[kvp_q8_pos(i % KVP_QG)];
 		}
 		return;
+	case KVP_ACT_Q8K:
+		for (size_t i = 0; i < k; i++) {
+			const struct kvp_act_q8k *a = (const struct kvp_act_q8k *)row + i / KVP_QG;
+
+			v[i] = a->d * (float)a->q[kvp_q8k_pos(i % KVP_QG)];
+		}
+		return;
 	}
 }
 
@@ -668,7 +675,7 @@ static void matmul_case_x(const struct kvp_kernels *kt, uint32_t type, size_t ro
 			  size_t d_out, size_t o0, size_t o1, int extreme)
 {
 	const struct kvp_qtype *t = kvp_qtype(type);
-	size_t rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(t->act, k);
+	size_t rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(kt->act[type], k);
 	float *wf = malloc(d_out * k * 4), *x = malloc(rows * k * 4), *xv = malloc(k * 4);
 	float *out = malloc(rows * d_out * 4), *wd = malloc(d_out * k * 4);
 	uint8_t *w = malloc(d_out * rb), *xa = malloc(rows * xs);
@@ -680,12 +687,12 @@ static void matmul_case_x(const struct kvp_kernels *kt, uint32_t type, size_t ro
 	assert_int_equal(kvp_quantize_ref(w, wf, type, d_out * k), 0);
 	assert_int_equal(kvp_dequant_ref(wd, w, type, d_out * k), 0);
 	for (size_t r = 0; r < rows; r++)
-		kt->quant_act[t->act](xa + r * xs, x + r * k, k);
+		kt->quant_act[kt->act[type]](xa + r * xs, x + r * k, k);
 	for (size_t i = 0; i < rows * d_out; i++)
 		out[i] = -1234.0f;
 	kt->matmul[type](out, d_out, w, rb, xa, xs, rows, k, o0, o1);
 	for (size_t r = 0; r < rows; r++) {
-		act_values(xv, t->act, xa + r * xs, k);
+		act_values(xv, kt->act[type], xa + r * xs, k);
 		for (size_t o = 0; o < d_out; o++) {
 			double want = 0, mag = 0;
 
@@ -730,7 +737,8 @@ static void matmul_batch_invariant(const struct kvp_kernels *kt, uint32_t type, 
 				   size_t k)
 {
 	const struct kvp_qtype *t = kvp_qtype(type);
-	size_t d_out = 7, rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(t->act, k);
+	size_t d_out = 7, rb = kvp_ggml_row_bytes(type, k),
+	       xs = kvp_act_row_bytes(kt->act[type], k);
 	float *wf = malloc(d_out * k * 4), *x = malloc(k * 4);
 	float *all = malloc(rows * d_out * 4), *one = malloc(d_out * 4);
 	uint8_t *w = malloc(d_out * rb), *xa = malloc(rows * xs);
@@ -741,7 +749,7 @@ static void matmul_batch_invariant(const struct kvp_kernels *kt, uint32_t type, 
 	for (size_t r = 0; r < rows; r++) {
 		for (size_t i = 0; i < k; i++)
 			x[i] = frand();
-		kt->quant_act[t->act](xa + r * xs, x, k);
+		kt->quant_act[kt->act[type]](xa + r * xs, x, k);
 	}
 	kt->matmul[type](all, d_out, w, rb, xa, xs, rows, k, 0, d_out);
 	for (size_t r = 0; r < rows; r++) {
@@ -807,6 +815,81 @@ static void test_matmul_every_type_every_table(void **state)
 	}
 }
 
+static void test_q8k_tables_equal_scalar(void **state)
+{
+	/*
+	 * The K-quants on struct kvp_act_q8k: every table that takes it gives the scalar
+	 * table's bits (the same integer lanes, the same fused float steps in the same
+	 * order, quant.h), on its decode path (rows 1..16, token blocks of 8/4/2/1) and its
+	 * tile (more), k of one block and beyond a panel slice (16 groups), ragged ranges
+	 */
+	static const uint32_t kq[] = { KVP_GGML_Q2_K, KVP_GGML_Q3_K, KVP_GGML_Q4_K, KVP_GGML_Q5_K,
+				       KVP_GGML_Q6_K };
+	static const size_t rows_of[] = { 1, 2, 3, 5, 8, 9, 13, 16, 17, 21, 33 };
+	const struct kvp_kernels *s = &kvp_kernels_scalar;
+	int checked = 0;
+
+	(void)state;
+	for (int t = 0; t < n_tables; t++) {
+		const struct kvp_kernels *kt = tables[t];
+
+		for (size_t i = 0; i < sizeof(kq) / sizeof(kq[0]); i++) {
+			uint32_t type = kq[i];
+
+			if (kt == s || kt->act[type] != KVP_ACT_Q8K)
+				continue;
+			assert_int_equal(s->act[type], KVP_ACT_Q8K);
+			for (size_t kk = 0; kk < 3; kk++) {
+				size_t k = kk == 0 ? 256 : kk == 1 ? 256 * 5 : 256 * 37, d_out = 9;
+				size_t rb = kvp_ggml_row_bytes(type, k);
+				size_t xs = kvp_act_row_bytes(KVP_ACT_Q8K, k), R = 33;
+				float *wf = malloc(d_out * k * 4), *x = malloc(k * 4);
+				float *ov = malloc(R * d_out * 4), *os = malloc(R * d_out * 4);
+				uint8_t *w = malloc(d_out * rb), *xa = malloc(R * xs);
+
+				for (size_t e = 0; e < d_out * k; e++)
+					wf[e] = frand() * (e % 61 == 0 ? 4.0f : 1.0f);
+				assert_int_equal(kvp_quantize_ref(w, wf, type, d_out * k), 0);
+				for (size_t r = 0; r < R; r++) {
+					for (size_t e = 0; e < k; e++)
+						x[e] = frand() * (e % 37 == 0 ? 6.0f : 1.0f);
+					kt->quant_act[KVP_ACT_Q8K](xa + r * xs, x, k);
+				}
+				for (size_t ri = 0; ri < sizeof(rows_of) / sizeof(rows_of[0]);
+				     ri++) {
+					size_t rows = rows_of[ri], o0 = ri % 3, o1 = d_out - ri % 2;
+
+					kt->matmul[type](ov, d_out, w, rb, xa, xs, rows, k, o0, o1);
+					s->matmul[type](os, d_out, w, rb, xa, xs, rows, k, o0, o1);
+					for (size_t r = 0; r < rows; r++)
+						for (size_t o = o0; o < o1; o++)
+							if (bits(ov[r * d_out + o]) !=
+							    bits(os[r * d_out + o]))
+								fail_msg(
+									"%s %s k %zu rows %zu: out "
+									"(%zu, %zu) = %.9g, scalar "
+									"%.9g",
+									kt->name,
+									kvp_qtype(type)->name, k,
+									rows, r, o,
+									ov[r * d_out + o],
+									os[r * d_out + o]);
+				}
+				checked++;
+				free(wf);
+				free(x);
+				free(ov);
+				free(os);
+				free(w);
+				free(xa);
+			}
+		}
+	}
+	print_message("%d table x type x k cases bit-equal to scalar\n", checked);
+	if (!checked && kvp_isa_supported(KVP_ISA_AVX2))
+		fail_msg("the AVX2 table takes no struct kvp_act_q8k");
+}
+
 static void test_vnni_decode_equals_avx2(void **state)
 {
 	/*
@@ -825,11 +908,12 @@ static void test_vnni_decode_equals_avx2(void **state)
 		uint32_t type = all_types[i];
 		const struct kvp_qtype *qt = kvp_qtype(type);
 		size_t k = qt->block == 256 ? 256 * 19 : 32 * 133, d_out = 11;
-		size_t rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(qt->act, k);
+		uint32_t act = a->act[type];
+		size_t rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(act, k);
 		float *wf, *x, *ov, *oa;
 		uint8_t *w, *xa;
 
-		if (qt->act != KVP_ACT_Q8)
+		if (act != KVP_ACT_Q8 && act != KVP_ACT_Q8K)
 			continue;
 		wf = malloc(d_out * k * 4);
 		x = malloc(k * 4);
@@ -843,7 +927,7 @@ static void test_vnni_decode_equals_avx2(void **state)
 		for (size_t r = 0; r < 4; r++) {
 			for (size_t e = 0; e < k; e++)
 				x[e] = frand();
-			a->quant_act[KVP_ACT_Q8](xa + r * xs, x, k);
+			a->quant_act[act](xa + r * xs, x, k);
 		}
 		for (size_t rows = 1; rows <= 4; rows++) {
 			v->matmul[type](ov, d_out, w, rb, xa, xs, rows, k, 0, d_out);
@@ -1091,6 +1175,7 @@ int main(void)
 		cmocka_unit_test(test_quantize_round_trip),
 		cmocka_unit_test(test_act_quantizers_equal_reference),
 		cmocka_unit_test(test_matmul_every_type_every_table),
+		cmocka_unit_test(test_q8k_tables_equal_scalar),
 		cmocka_unit_test(test_vnni_decode_equals_avx2),
 		cmocka_unit_test(test_float_kernels_match_formulas),
 		cmocka_unit_test(test_attn_block_matches_softmax),

@@ -226,7 +226,7 @@ static void test_variants_match_ref_every_kernel_table(void **state)
 
 			if (!k)
 				continue;
-			e = vs_ref(m, k, KVP_DTYPE_F32, 9, 16, KVP_REF_ROUND_ACT, &differ);
+			e = vs_ref(m, k, KVP_DTYPE_F32, 9, 16, kvp_ref_act_flags(k), &differ);
 			print_message("%-15s %-5s %-6s max rel err %.1e, %d greedy differ\n",
 				      variant_name[v], kvp_model_info(m)->file_type, k->name, e,
 				      differ);
