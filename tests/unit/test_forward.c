@@ -320,7 +320,15 @@ static void test_weight_types_match_ref(void **state)
 					 "differ, %d of them near-ties",
 					 kvp_model_info(m)->file_type, k->name, model,
 					 cases[i].bound, differ, ties);
-			if (isa != KVP_ISA_SCALAR)
+			/*
+			 * only against a scalar table that rounds the activations the same
+			 * way: the AVX-512 table keeps one scale per 32 for the K-quants
+			 * where scalar takes struct kvp_act_q8k's one per 256, a different
+			 * int8 rounding, not a summation order (the rounded reference above
+			 * checks that table in its own format)
+			 */
+			if (isa != KVP_ISA_SCALAR &&
+			    !memcmp(k->act, kvp_kernels_scalar.act, sizeof(k->act)))
 				greedy_vs_scalar(m, cases[i].bound, greedy, sl, k->name);
 		}
 		free(lg);
