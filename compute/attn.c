@@ -126,6 +126,17 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 				/* int8: a (full) block before the query's own is scored as stored */
 				int own = dtype == KVP_DTYPE_INT8 && (pos0 + i) / bt == b;
 
+				if (dtype == KVP_DTYPE_INT8 && !own) {
+					/* the group's heads together: the keys read once */
+					size_t h0 = (size_t)kh * grp;
+
+					k->attn_block8(out + (size_t)i * qd + h0 * hd,
+						       &s->ml[2 * ((size_t)i * n_heads + h0)],
+						       q + (size_t)i * qd + h0 * hd, grp,
+						       (const int8_t *)Krun, Krun + (size_t)bt * hd,
+						       V, bt, scale, s->sbuf, hd);
+					continue;
+				}
 				if (own)
 					Ki = Kstage;
 				for (uint32_t h = kh * grp; h < (kh + 1) * grp; h++) {
@@ -133,13 +144,7 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 					float *o = out + (size_t)i * qd + (size_t)h * hd;
 					float *m = &s->ml[2 * ((size_t)i * n_heads + h)];
 
-					if (dtype == KVP_DTYPE_INT8 && !own)
-						k->attn_block8(o, m, qv, (const int8_t *)Krun,
-							       Krun + (size_t)bt * hd, V, bt, scale,
-							       s->sbuf, hd);
-					else
-						k->attn_block(o, m, qv, Ki, V, lim, scale, s->sbuf,
-							      hd);
+					k->attn_block(o, m, qv, Ki, V, lim, scale, s->sbuf, hd);
 				}
 			}
 		}
