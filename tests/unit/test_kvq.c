@@ -352,7 +352,8 @@ static void test_attn_int8_equals_dequantized(void **state)
 				print_message(
 					"%s hd %u heads %u: layer %u: int8 scoring vs dequantized "
 					"%.3g, vs the %s table %.3g\n",
-					tables[t]->name, hd, NH, layer, diff, tables[0]->name, tdiff);
+					tables[t]->name, hd, NH, layer, diff, tables[0]->name,
+					tdiff);
 				assert_true(diff < DIFF_MAX);
 				assert_true(tdiff < 1e-5f);
 				/* a decode row alone: the same as its row of the prefill call */
@@ -408,8 +409,9 @@ static void test_attn_block8_group(void **state)
 				tables[t]->attn_block8(og, mg, q, NG, kq, code, V, bt, 0.125f, sbuf,
 						       hd);
 				for (uint32_t h = 0; h < NG; h++)
-					tables[t]->attn_block8(o1 + h * hd, m1 + 2 * h, q + h * hd, 1,
-							       kq, code, V, bt, 0.125f, sbuf, hd);
+					tables[t]->attn_block8(o1 + h * hd, m1 + 2 * h, q + h * hd,
+							       1, kq, code, V, bt, 0.125f, sbuf,
+							       hd);
 				assert_memory_equal(og, o1, NG * hd * sizeof(float));
 				assert_memory_equal(mg, m1, sizeof(mg));
 			}
