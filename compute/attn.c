@@ -9,8 +9,10 @@
  * block at a time, in L1: no dequantized history is ever built).  int8 keys are
  * quantized per channel over the block once it is full: a query reads the keys of its
  * own block from the stage, in f32 as they were written (shm/geom.h), and scores the
- * keys of earlier (full) blocks as stored, in int8 (the table's attn_block8), whatever
- * the chunking of the calls (so a prompt prefilled in chunks gives what one call gives).  Softmax is computed online:
+ * keys of earlier (full) blocks as stored, in int8 (the table's attn_block8, which takes
+ * the query heads of the kv head together, so each key is unpacked once for all of
+ * them), whatever the chunking of the calls (so a prompt prefilled in chunks gives what
+ * one call gives).  Softmax is computed online:
  * per (query, head) a running max m and mass l, with the partial output rescaled by
  * exp(m_old - m_new) when a block raises the max.  Runs on the caller's thread.
  *
