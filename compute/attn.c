@@ -9,8 +9,10 @@
  * block at a time, in L1: no dequantized history is ever built).  int8 keys are
  * quantized per channel over the block once it is full: a query reads the keys of its
  * own block from the stage, in f32 as they were written (shm/geom.h), and scores the
- * keys of earlier (full) blocks as stored, in int8 (the table's attn_block8), whatever
- * the chunking of the calls (so a prompt prefilled in chunks gives what one call gives).  Softmax is computed online:
+ * keys of earlier (full) blocks as stored, in int8 (the table's attn_block8, which takes
+ * the query heads of the kv head together, so each key is unpacked once for all of
+ * them), whatever the chunking of the calls (so a prompt prefilled in chunks gives what
+ * one call gives).  Softmax is computed online:
  * per (query, head) a running max m and mass l, with the partial output rescaled by
  * exp(m_old - m_new) when a block raises the max.  Runs on the caller's thread.
  *
@@ -126,6 +128,17 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 				/* int8: a (full) block before the query's own is scored as stored */
 				int own = dtype == KVP_DTYPE_INT8 && (pos0 + i) / bt == b;
 
+				if (dtype == KVP_DTYPE_INT8 && !own) {
+					/* the group's heads together: the keys read once */
+					size_t h0 = (size_t)kh * grp;
+
+					k->attn_block8(out + (size_t)i * qd + h0 * hd,
+						       &s->ml[2 * ((size_t)i * n_heads + h0)],
+						       q + (size_t)i * qd + h0 * hd, grp,
+						       (const int8_t *)Krun, Krun + (size_t)bt * hd,
+						       V, bt, scale, s->sbuf, hd);
+					continue;
+				}
 				if (own)
 					Ki = Kstage;
 				for (uint32_t h = kh * grp; h < (kh + 1) * grp; h++) {
@@ -133,13 +146,7 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 					float *o = out + (size_t)i * qd + (size_t)h * hd;
 					float *m = &s->ml[2 * ((size_t)i * n_heads + h)];
 
-					if (dtype == KVP_DTYPE_INT8 && !own)
-						k->attn_block8(o, m, qv, (const int8_t *)Krun,
-							       Krun + (size_t)bt * hd, V, bt, scale,
-							       s->sbuf, hd);
-					else
-						k->attn_block(o, m, qv, Ki, V, lim, scale, s->sbuf,
-							      hd);
+					k->attn_block(o, m, qv, Ki, V, lim, scale, s->sbuf, hd);
 				}
 			}
 		}

@@ -4,14 +4,20 @@
  *  - tokens held per GiB of pool (block stride included), demo and 1b shapes;
  *  - decode tokens/s of one sequence at 512 and 8,192 tokens of context (demo in
  *    Q4_K_M: weights small enough that the K/V history is a fair part of a step's
- *    bytes), median of RUNS runs of STEPS steps; the history is filled with random
- *    K/V in each type's format (the speed of attention does not depend on the values);
+ *    bytes), median of RUNS runs of STEPS steps, for f16, f32, bf16, int8 and int4;
+ *    the history is filled with random K/V in each type's format (the speed of
+ *    attention does not depend on the values; int4's history is all sealed);
  *  - prefill of a 512-token prompt (chunks of 256): time per type, ratio to f16 (the
  *    cost of quantizing on write);
  *  - quality on the demo preset (f32 weights, 2,048-token prompt, 64 generated;
  *    tests/lib/kvqual.h): max and mean |logit difference| against f32 K/V and greedy
  *    agreement.  KVP_BENCH_QUICK=1 skips it (a minute on 2 vCPUs).
- * Runs as one cmocka test, so the fixtures' checks apply.
+ * Runs as one cmocka test, so the fixtures' checks apply.  Arguments, to profile one
+ * part (valgrind --tool=callgrind counts instructions repeatably on a loaded machine):
+ *   --ctx N       decode at N tokens of context only (repeatable; 0: no decode)
+ *   --types LIST  the speed runs' types, comma-separated (f16 is always run, first)
+ *   --runs N, --steps N   runs per median (odd; default 5), decode steps per run (16)
+ *   --no-prefill  skip the prefill runs
  */
 #include <math.h>
 #include <setjmp.h>
@@ -33,12 +39,19 @@
 #include "tests/lib/testlib.h"
 
 #define BT 16u
-#define STEPS 16u
-#define RUNS 5u
+#define RUNS_MAX 15u
 #define N_TYPES 4
+#define N_SPEED 5
 
 static const uint32_t types[N_TYPES] = { KVP_DTYPE_F16, KVP_DTYPE_F32, KVP_DTYPE_BF16,
 					 KVP_DTYPE_INT8 };
+
+/* the speed runs: f16 (the baseline) first */
+static uint32_t speed_types[N_SPEED] = { KVP_DTYPE_F16, KVP_DTYPE_F32, KVP_DTYPE_BF16,
+					 KVP_DTYPE_INT8, KVP_DTYPE_INT4 };
+static int n_speed = N_SPEED;
+static uint32_t ctxs[4] = { 512, 8192 }, n_ctxs = 2, RUNS = 5, STEPS = 16;
+static int do_prefill = 1;
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -138,7 +151,9 @@ static void fill_history(const struct kvp_kernels *k, struct ffix_pool *p, const
 						r ^= r << 17;
 						x[i] = (float)(r >> 40) / 8388608.0f - 1.0f;
 					}
-					if (g->shape.dtype != KVP_DTYPE_INT8) {
+					if (g->shape.dtype == KVP_DTYPE_INT4) {
+						(kv ? k->kvq4_v : k->kvq4_k)(run, x, BT, hd);
+					} else if (g->shape.dtype != KVP_DTYPE_INT8) {
 						k->kv_store[g->shape.dtype](run, x, rows);
 					} else if (kv) {
 						for (uint32_t t = 0; t < BT; t++)
@@ -156,7 +171,7 @@ struct lane {
 	struct ffix_pool p;
 	struct kvp_fwd *f;
 	uint32_t *table, nb;
-	double t[RUNS];
+	double t[RUNS_MAX];
 };
 
 static void lane_init(struct lane *ln, const struct kvp_model *m, uint32_t dtype, uint32_t nb,
@@ -205,10 +220,9 @@ static double decode_run(struct lane *ln, float *lg, uint32_t V, uint32_t ctx)
  */
 static void speed(void)
 {
-	static const uint32_t ctxs[] = { 512, 8192 };
 	enum { N = 512, CHUNK = 256 };
 	struct kvp_mkmodel_opts o;
-	struct lane ln[N_TYPES];
+	struct lane ln[N_SPEED];
 	struct kvp_model *m;
 	int32_t toks[N];
 	float *lg;
@@ -221,31 +235,33 @@ static void speed(void)
 	V = kvp_model_hparams(m)->n_vocab;
 	lg = malloc((size_t)V * 4);
 	assert_non_null(lg);
-	for (int c = 0; c < 2; c++) {
-		for (int t = 0; t < N_TYPES; t++) {
-			lane_init(&ln[t], m, types[t], (ctxs[c] + STEPS) / BT + 1, 16);
+	for (uint32_t c = 0; c < n_ctxs; c++) {
+		for (int t = 0; t < n_speed; t++) {
+			lane_init(&ln[t], m, speed_types[t], (ctxs[c] + STEPS) / BT + 1, 16);
 			fill_history(kvp_fwd_kernels(ln[t].f), &ln[t].p, ln[t].table, ctxs[c]);
 		}
 		for (uint32_t r = 0; r < RUNS; r++)
-			for (int t = 0; t < N_TYPES; t++)
+			for (int t = 0; t < n_speed; t++)
 				ln[t].t[r] = decode_run(&ln[t], lg, V, ctxs[c]);
-		for (int t = 0; t < N_TYPES; t++) {
+		for (int t = 0; t < n_speed; t++) {
 			double s = median(ln[t].t, RUNS);
 
 			if (!t)
 				ln[0].t[0] = s; /* f16's median, the baseline */
 			printf("decode demo q4_k_m ctx %5u  %-5s %7.1f tokens/s  %.3fx f16\n",
-			       ctxs[c], kvp_dtype_name(types[t]), STEPS / s, ln[0].t[0] / s);
+			       ctxs[c], kvp_dtype_name(speed_types[t]), STEPS / s, ln[0].t[0] / s);
 		}
-		for (int t = 0; t < N_TYPES; t++)
+		for (int t = 0; t < n_speed; t++)
 			lane_deinit(&ln[t]);
 		fflush(stdout);
 	}
+	if (!do_prefill)
+		goto out;
 	ffix_prompt(toks, N, 3);
-	for (int t = 0; t < N_TYPES; t++)
-		lane_init(&ln[t], m, types[t], N / BT, CHUNK);
+	for (int t = 0; t < n_speed; t++)
+		lane_init(&ln[t], m, speed_types[t], N / BT, CHUNK);
 	for (uint32_t r = 0; r < RUNS; r++)
-		for (int t = 0; t < N_TYPES; t++) {
+		for (int t = 0; t < n_speed; t++) {
 			double t0 = kvp_test_now_s();
 
 			for (uint32_t pos = 0; pos < N; pos += CHUNK)
@@ -255,16 +271,17 @@ static void speed(void)
 						 0);
 			ln[t].t[r] = kvp_test_now_s() - t0;
 		}
-	for (int t = 0; t < N_TYPES; t++) {
+	for (int t = 0; t < n_speed; t++) {
 		double s = median(ln[t].t, RUNS);
 
 		if (!t)
 			ln[0].t[0] = s;
 		printf("prefill demo q4_k_m 512 tokens  %-5s %7.1f tokens/s  %.3fx f16\n",
-		       kvp_dtype_name(types[t]), N / s, ln[0].t[0] / s);
+		       kvp_dtype_name(speed_types[t]), N / s, ln[0].t[0] / s);
 	}
-	for (int t = 0; t < N_TYPES; t++)
+	for (int t = 0; t < n_speed; t++)
 		lane_deinit(&ln[t]);
+out:
 	free(lg);
 	ffix_model_close(m);
 }
@@ -324,11 +341,65 @@ static void test_kvq(void **state)
 	}
 }
 
-int main(void)
+static void usage(void)
+{
+	fprintf(stderr, "usage: bench-kvq [--ctx N]... [--types f16,int8,...] [--runs N] "
+			"[--steps N] [--no-prefill]\n");
+	exit(2);
+}
+
+/* --types: f16 first, then the others named, in their order */
+static void parse_types(char *list)
+{
+	n_speed = 1;
+	for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+		uint32_t d;
+
+		if (kvp_dtype_parse(tok, &d))
+			usage();
+		if (d != KVP_DTYPE_F16 && n_speed < N_SPEED)
+			speed_types[n_speed++] = d;
+	}
+}
+
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_kvq),
 	};
+	int user_ctx = 0;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!strcmp(a, "--no-prefill")) {
+			do_prefill = 0;
+			continue;
+		}
+		if (i + 1 >= argc)
+			usage();
+		if (!strcmp(a, "--ctx")) {
+			uint32_t c = (uint32_t)strtoul(argv[++i], NULL, 10);
+
+			if (!user_ctx)
+				n_ctxs = 0;
+			user_ctx = 1;
+			if (c && n_ctxs < 4)
+				ctxs[n_ctxs++] = c;
+		} else if (!strcmp(a, "--types")) {
+			parse_types(argv[++i]);
+		} else if (!strcmp(a, "--runs")) {
+			RUNS = (uint32_t)strtoul(argv[++i], NULL, 10);
+			if (!RUNS || RUNS > RUNS_MAX)
+				usage();
+		} else if (!strcmp(a, "--steps")) {
+			STEPS = (uint32_t)strtoul(argv[++i], NULL, 10);
+			if (!STEPS)
+				usage();
+		} else {
+			usage();
+		}
+	}
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

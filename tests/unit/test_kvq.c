@@ -304,7 +304,8 @@ static void test_attn_int8_equals_dequantized(void **state)
 {
 	/*
 	 * A prefill call of rows 21 .. 52 (blocks 1 .. 3 of 16 tokens, two of them filled by
-	 * the call) and a decode row at 52, GQA 4 query heads on 2 kv heads: each row of the
+	 * the call) and a decode row at 52, GQA 2, 3 and 6 query heads a kv head (6: more
+	 * than the 4 heads attn_block8 scores in one pass) on 2 kv heads: each row of the
 	 * int8 call equals the same row alone over the f32 twin that holds what it must see,
 	 * within DIFF_MAX: full blocks are scored in int8 with the query rounded to int8 per
 	 * block in two parts (kvqattn.inc), a relative error of about 1/64516 of the largest
@@ -312,13 +313,13 @@ static void test_attn_int8_equals_dequantized(void **state)
 	 * here (printed; 4e-3 with the query in one part), bounded at 1e-4.  The tables' int scores are equal, so their outputs
 	 * are within float rounding of one another (1e-5).
 	 */
-	enum { L = 2, HKV = 2, NH = 4, BT = 16, NB = 4, NTOK = 53, P0 = 21 };
+	enum { L = 2, HKV = 2, BT = 16, NB = 4, NTOK = 53, P0 = 21 };
 	const float DIFF_MAX = 1e-4f;
-	static const uint32_t hds[] = { 64, 40 };
+	static const uint32_t hds[] = { 64, 40, 64, 128 }, nhs[] = { 4, 4, 6, 12 };
 
 	for (int t = 0; t < n_tables; t++) {
-		for (int hi = 0; hi < 2; hi++) {
-			uint32_t hd = hds[hi], n = NTOK - P0, qd = NH * hd,
+		for (int hi = 0; hi < 4; hi++) {
+			uint32_t hd = hds[hi], NH = nhs[hi], n = NTOK - P0, qd = NH * hd,
 				 table[NB] = { 0, 1, 2, 3 };
 			float *q = malloc((size_t)n * qd * 4), *o8 = malloc((size_t)n * qd * 4);
 			float *o32 = malloc((size_t)qd * 4), *oref = malloc((size_t)n * qd * 4);
@@ -349,9 +350,10 @@ static void test_attn_int8_equals_dequantized(void **state)
 					}
 				}
 				print_message(
-					"%s hd %u layer %u: int8 scoring vs dequantized %.3g, "
-					"vs the %s table %.3g\n",
-					tables[t]->name, hd, layer, diff, tables[0]->name, tdiff);
+					"%s hd %u heads %u: layer %u: int8 scoring vs dequantized "
+					"%.3g, vs the %s table %.3g\n",
+					tables[t]->name, hd, NH, layer, diff, tables[0]->name,
+					tdiff);
 				assert_true(diff < DIFF_MAX);
 				assert_true(tdiff < 1e-5f);
 				/* a decode row alone: the same as its row of the prefill call */
@@ -367,6 +369,52 @@ static void test_attn_int8_equals_dequantized(void **state)
 			free(oref);
 		}
 	}
+}
+
+/*
+ * attn_block8 over a group of heads gives each head bit for bit what it gives that
+ * head alone (the heads share the keys' loads, nothing else), for blocks of 16 tokens
+ * (4 heads a pass), 12 (keys past the last 8 in plain loops) and 80 (one head a pass),
+ * head_dim 64 and 40, with a running max and mass from an earlier block.
+ */
+static void test_attn_block8_group(void **state)
+{
+	enum { NG = 6, BTMAX = 80, HDMAX = 64 };
+	static const uint32_t bts[] = { 16, 12, 80 }, hds[] = { 64, 40 };
+
+	(void)state;
+	for (int t = 0; t < n_tables; t++)
+		for (int bi = 0; bi < 3; bi++)
+			for (int hi = 0; hi < 2; hi++) {
+				uint32_t bt = bts[bi], hd = hds[hi];
+				static float k[BTMAX * HDMAX], V[BTMAX * HDMAX], q[NG * HDMAX];
+				static float og[NG * HDMAX], o1[NG * HDMAX], sbuf[BTMAX];
+				static int8_t kq[BTMAX * HDMAX];
+				uint8_t code[HDMAX];
+				float mg[2 * NG], m1[2 * NG];
+
+				for (uint32_t i = 0; i < bt * hd; i++) {
+					k[i] = frand() * (i % 7 == 3 ? 5.0f : 1.0f);
+					V[i] = frand();
+				}
+				for (uint32_t i = 0; i < NG * hd; i++)
+					q[i] = frand() * 2.0f;
+				for (uint32_t h = 0; h < NG; h++) {
+					mg[2 * h] = m1[2 * h] = frand();
+					mg[2 * h + 1] = m1[2 * h + 1] = 1.0f + frand() * 0.5f;
+				}
+				for (uint32_t i = 0; i < NG * hd; i++)
+					og[i] = o1[i] = frand();
+				tables[t]->kvq_chan8(kq, code, k, bt, hd);
+				tables[t]->attn_block8(og, mg, q, NG, kq, code, V, bt, 0.125f, sbuf,
+						       hd);
+				for (uint32_t h = 0; h < NG; h++)
+					tables[t]->attn_block8(o1 + h * hd, m1 + 2 * h, q + h * hd,
+							       1, kq, code, V, bt, 0.125f, sbuf,
+							       hd);
+				assert_memory_equal(og, o1, NG * hd * sizeof(float));
+				assert_memory_equal(mg, m1, sizeof(mg));
+			}
 }
 
 static void test_stage_slots(void **state)
@@ -438,6 +486,7 @@ int main(void)
 		cmocka_unit_test(test_int8_equals_reference),
 		cmocka_unit_test(test_int8_scale_edges),
 		cmocka_unit_test(test_attn_int8_equals_dequantized),
+		cmocka_unit_test(test_attn_block8_group),
 		cmocka_unit_test(test_stage_slots),
 		cmocka_unit_test(test_per_channel_keys_beat_per_token),
 	};
