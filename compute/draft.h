@@ -27,12 +27,24 @@
  * @rate:     running acceptance rate (accepted / drafted, exponentially weighted)
  * @drafted, @accepted: totals (for usage and status)
  * @steps:    proposals verified (kvp_draft_update() calls with drafts)
+ * @acc, @rej: decayed counts of accepted drafts and of rejections (a step that kept
+ *            fewer than it drafted): the per-token acceptance acc / (acc + rej)
+ * @cost:     decayed time of a step of n rows at cost[n] (0: not seen), from
+ *            kvp_draft_step_cost(); once cost[1] is known k maximizes expected tokens
+ *            per time, not the rate alone
+ * @idle:     steps since the cost model last chose no drafts (every KVP_DRAFT_PROBE-th
+ *            drafts one, so the acceptance stays measured)
  */
 struct kvp_draft {
 	uint32_t ngram_max, ngram_min, k_max, k;
 	float rate;
 	uint64_t drafted, accepted, steps;
+	float acc, rej;
+	double cost[2 + KVP_DRAFT_K_MAX];
+	uint32_t idle;
 };
+
+#define KVP_DRAFT_PROBE 8
 
 /*
  * Start a source: suffixes of @ngram_max down to @ngram_min tokens, up to @k_max drafts
@@ -69,5 +81,16 @@ uint32_t kvp_draft_propose(const struct kvp_draft *d, const int32_t *toks, uint3
  * says otherwise).  @drafted 0 is a no-op.
  */
 void kvp_draft_update(struct kvp_draft *d, uint32_t drafted, uint32_t accepted);
+
+/*
+ * A step of @n_rows rows (1 + the drafts) took @ns: the cost model, and k chosen by it:
+ * the k in 0 .. k_max with the most expected tokens, (1 - p^(k+1)) / (1 - p) for the
+ * per-token acceptance p, per expected step time (rows not timed yet: a line through
+ * the largest timed one, or a quarter of a one-row step each before any), 0 (drafting
+ * one only every KVP_DRAFT_PROBE-th step) when none beats no drafts.  Where extra rows
+ * are nearly free (memory-bound decode) this drafts long; where each costs about a row's
+ * compute (a contended CPU) it drafts little or nothing, so failing drafts cost little.
+ */
+void kvp_draft_step_cost(struct kvp_draft *d, uint32_t n_rows, double ns);
 
 #endif /* KVP_COMPUTE_DRAFT_H */

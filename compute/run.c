@@ -550,7 +550,7 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	struct kvp_draft draft;
 	int32_t rows[1 + KVP_DRAFT_K_MAX], id;
 	bool spec = false;
-	uint64_t t0;
+	uint64_t t0, t_step;
 	int r, ret = 1;
 
 	r = run_parse(argc, argv, &o);
@@ -772,6 +772,7 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 		n_rows = kvp_gen_spec_rows(
 			&g, &draft, kvp_gen_spec_kv_cap(shape.dtype, o.block_tokens, g.n_past),
 			rows);
+		t_step = kvp_now_ns();
 		r = kvp_fwd_step(fwd, &kv,
 				 &(struct kvp_fwd_part){ .table = table,
 							 .n_table = n_blocks,
@@ -784,6 +785,7 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 			fprintf(stderr, "kvpool-run: decode: %s\n", strerror(-r));
 			goto out;
 		}
+		t_step = kvp_now_ns() - t_step;
 		res.n_steps++;
 		res.n_drafted += n_rows - 1;
 		/* keep the picks that are the next row's draft; the first other one is next */
@@ -804,6 +806,8 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 				goto done;
 		}
 		kvp_gen_spec_done(&g, &draft, n_rows, i + 1);
+		/* what this many rows cost here: k follows tokens per time, not the rate alone */
+		kvp_draft_step_cost(&draft, n_rows, (double)t_step);
 	}
 done:
 	res.decode_s = kvp_ns_to_s(kvp_now_ns() - t0);

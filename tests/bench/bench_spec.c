@@ -10,7 +10,8 @@
  * then GEN greedy tokens decoded with and without drafts through compute/gen.c's
  * steps, median of RUNS.  Figure: decode tokens/s with speculation; baseline: without,
  * same prompt, same run; also the drafted and accepted counts and whether the greedy
- * tokens agree (they must).  Synthetic weights give random text: drafts are accepted
+ * tokens agree (they must); and first what a verify step of 1 + k rows costs against a
+ * one-row step (KVP_BENCH_QUICK=1: that alone).  Synthetic weights give random text: drafts are accepted
  * only where the model happens to repeat the prompt or itself.
  */
 #include <stdbool.h>
@@ -59,7 +60,7 @@ static int generate(struct kvp_model *m, int threads, const int32_t *prompt, boo
 	struct kvp_draft d;
 	struct kvp_gen g;
 	int32_t rows[1 + KVP_DRAFT_K_MAX], id;
-	double t0;
+	double t0, ts;
 	int rc = 1;
 
 	kvp_model_kv_shape(m, KVP_DTYPE_F32, BT, &sh);
@@ -91,6 +92,7 @@ static int generate(struct kvp_model *m, int threads, const int32_t *prompt, boo
 			break;
 		n_rows = spec ? kvp_gen_spec_rows(&g, &d, UINT32_MAX, rows) : 1;
 		rows[0] = g.last;
+		ts = kvp_test_now_s();
 		if (kvp_fwd_step(f, &kv,
 				 &(struct kvp_fwd_part){ .table = table,
 							 .n_table = nb,
@@ -100,6 +102,7 @@ static int generate(struct kvp_model *m, int threads, const int32_t *prompt, boo
 							 .n_logits = n_rows },
 				 1, lg))
 			goto out;
+		ts = kvp_test_now_s() - ts;
 		res->steps++;
 		res->drafted += n_rows - 1;
 		for (i = 0;; i++) {
@@ -111,6 +114,7 @@ static int generate(struct kvp_model *m, int threads, const int32_t *prompt, boo
 				goto done;
 		}
 		kvp_gen_spec_done(&g, &d, n_rows, i + 1);
+		kvp_draft_step_cost(&d, n_rows, ts * 1e9);
 	}
 done:
 	res->tps = (GEN - 1) / (kvp_test_now_s() - t0); /* the first came from the prefill */
@@ -125,11 +129,80 @@ out:
 	return rc;
 }
 
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 
 	return (x > y) - (x < y);
+}
+
+/*
+ * What a verify step costs: one step of 1 + k rows at position PROMPT against a
+ * one-row step there (median of 5 each, the same positions written again and again).
+ */
+static int step_cost(struct kvp_model *m, int threads, const int32_t *prompt, const char *type)
+{
+	static const uint32_t ks[] = { 1, 2, 4, 8 };
+	uint32_t nb = (PROMPT + GEN + BT - 1) / BT;
+	float *lg = malloc((size_t)(1 + KVP_DRAFT_K_DEFAULT) * kvp_model_hparams(m)->n_vocab *
+			   sizeof(float));
+	uint32_t *table = malloc(nb * sizeof(*table));
+	struct kvp_kv_view kv = { 0 };
+	struct kvp_model_shape sh;
+	struct kvp_fwd *f = NULL;
+	double t[1 + sizeof(ks) / sizeof(ks[0])][5];
+	int rc = 1;
+
+	kvp_model_kv_shape(m, KVP_DTYPE_F32, BT, &sh);
+	kvp_geom_init(&kv.geom, &sh);
+	kv.n_blocks = nb;
+	kv.base = aligned_alloc(KVP_BLOCK_ALIGN, (size_t)nb * kv.geom.block_stride);
+	if (!lg || !table || !kv.base ||
+	    kvp_fwd_new(&f, m,
+			&(struct kvp_fwd_opts){ .n_threads = (uint32_t)threads,
+						.max_chunk = 256,
+						.max_batch = 1 + KVP_DRAFT_K_DEFAULT }))
+		goto out;
+	for (uint32_t i = 0; i < nb; i++)
+		table[i] = i;
+	for (uint32_t c = 0; c < PROMPT; c += 256)
+		if (kvp_fwd_prefill(f, &kv, table, nb, c, prompt + c, 256, lg, 0))
+			goto out;
+	for (uint32_t r = 0; r < 5; r++)
+		for (uint32_t i = 0; i <= sizeof(ks) / sizeof(ks[0]); i++) {
+			uint32_t n = i ? 1 + ks[i - 1] : 1;
+			double t0 = kvp_test_now_s();
+
+			if (kvp_fwd_step(f, &kv,
+					 &(struct kvp_fwd_part){ .table = table,
+								 .n_table = nb,
+								 .pos0 = PROMPT,
+								 .tokens = prompt,
+								 .n = n,
+								 .n_logits = n },
+					 1, lg))
+				goto out;
+			t[i][r] = kvp_test_now_s() - t0;
+		}
+	for (uint32_t i = 0; i <= sizeof(ks) / sizeof(ks[0]); i++)
+		qsort(t[i], 5, sizeof(double), cmp_double);
+	for (uint32_t i = 1; i <= sizeof(ks) / sizeof(ks[0]); i++) {
+		char name[160];
+
+		snprintf(name, sizeof(name), "verify step %s, 1 + %u rows, %d threads", type,
+			 ks[i - 1], threads);
+		kvp_bench_report(name, t[i][2] * 1e3, "ms", "a one-row step", t[0][2] * 1e3,
+				 "ms");
+	}
+	fflush(stdout);
+	rc = 0;
+out:
+	kvp_fwd_free(f);
+	free(kv.base);
+	free(lg);
+	free(table);
+	return rc;
 }
 
 static int bench_model(const char *path, const char *type, void *arg)
@@ -158,7 +231,12 @@ static int bench_model(const char *path, const char *type, void *arg)
 		if (i >= SEG && (x >> 32) % SEG < 3)
 			prompt[0][i] = 3 + (int32_t)((x >> 12) % (V - 3));
 	}
-	for (int k = 0; k < 2; k++) {
+	if (step_cost(m, a->threads, prompt[1], type)) {
+		fprintf(stderr, "bench-spec: step failed\n");
+		kvp_model_close(m);
+		return 1;
+	}
+	for (int k = 0; k < 2 && !getenv("KVP_BENCH_QUICK"); k++) {
 		struct result on, off;
 		double ton[RUNS], toff[RUNS];
 		bool same = true;

@@ -127,6 +127,52 @@ static void test_k_follows_acceptance(void **state)
 	assert_int_equal(d.accepted, ac + 2);
 }
 
+static void test_k_follows_step_cost(void **state)
+{
+	/*
+	 * With step times known, k maximizes expected tokens per time: extra rows nearly
+	 * free (memory-bound) and acceptance high: all k_max; each row a whole step's cost
+	 * (compute-bound): none, but one every KVP_DRAFT_PROBE-th step; a middle cost and
+	 * acceptance: in between.
+	 */
+	struct kvp_draft d;
+	uint32_t probes = 0;
+
+	(void)state;
+	kvp_draft_init(&d, 4, 1, 8);
+	for (uint32_t n = 1; n <= 9; n++)
+		kvp_draft_step_cost(&d, n, 100.0 + n);
+	for (int i = 0; i < 10; i++)
+		kvp_draft_update(&d, 8, 8);
+	kvp_draft_step_cost(&d, 9, 109.0);
+	assert_int_equal(d.k, 8);
+
+	kvp_draft_init(&d, 4, 1, 8);
+	for (uint32_t n = 1; n <= 9; n++)
+		kvp_draft_step_cost(&d, n, 100.0 * n);
+	for (int i = 0; i < 10; i++)
+		kvp_draft_update(&d, 2, 1); /* p = 1/2 */
+	for (int i = 0; i < 4 * KVP_DRAFT_PROBE; i++) {
+		kvp_draft_step_cost(&d, 1, 100.0);
+		assert_true(d.k <= 1);
+		probes += d.k;
+	}
+	assert_int_equal(probes, 4);
+
+	/* one extra row at 1.2x, more at a row's cost each; p = 0.8: one draft */
+	kvp_draft_init(&d, 4, 1, 8);
+	for (uint32_t n = 1; n <= 9; n++)
+		kvp_draft_step_cost(&d, n, n == 1 ? 100.0 : n == 2 ? 120.0 : 100.0 * n - 60.0);
+	for (int i = 0; i < 30; i++)
+		kvp_draft_update(&d, 5, 4);
+	kvp_draft_step_cost(&d, 2, 120.0);
+	assert_int_equal(d.k, 1);
+	/* no drafts proposed while k is 0 */
+	int32_t t[] = { 1, 2, 1, 2 }, out[8];
+	d.k = 0;
+	assert_int_equal(kvp_draft_propose(&d, t, 4, out, 8), 0);
+}
+
 /* The definition, spelt out: longest n first, latest copy first. */
 static uint32_t brute_find(const struct kvp_draft *d, const int32_t *t, uint32_t n_tok,
 			   uint32_t *len)
@@ -177,6 +223,7 @@ int main(void)
 		cmocka_unit_test(test_no_match),
 		cmocka_unit_test(test_init_clamps),
 		cmocka_unit_test(test_k_follows_acceptance),
+		cmocka_unit_test(test_k_follows_step_cost),
 		cmocka_unit_test(test_matches_brute_force),
 	};
 
