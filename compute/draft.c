@@ -27,8 +27,12 @@ void kvp_draft_init(struct kvp_draft *d, uint32_t ngram_max, uint32_t ngram_min,
 	k_max = clamp(k_max ? k_max : KVP_DRAFT_K_DEFAULT, 1, KVP_DRAFT_K_MAX);
 	/* start optimistic: a sequence that repeats itself pays off from its first match */
 	*d = (struct kvp_draft){
-		.ngram_max = ngram_max, .ngram_min = ngram_min, .k_max = k_max, .k = k_max,
-		.rate = 1.0f, .acc = 1.0f,
+		.ngram_max = ngram_max,
+		.ngram_min = ngram_min,
+		.k_max = k_max,
+		.k = k_max,
+		.rate = 1.0f,
+		.acc = 1.0f,
 	};
 }
 
@@ -151,8 +155,9 @@ void kvp_draft_step_cost(struct kvp_draft *d, uint32_t n_rows, double ns)
 {
 	if (!n_rows || n_rows > 1 + KVP_DRAFT_K_MAX || !(ns > 0))
 		return;
-	d->cost[n_rows] = d->cost[n_rows] > 0 ? d->cost[n_rows] + RATE_ALPHA * (ns - d->cost[n_rows]) :
-						ns;
+	d->cost[n_rows] = d->cost[n_rows] > 0 ?
+				  d->cost[n_rows] + RATE_ALPHA * (ns - d->cost[n_rows]) :
+				  ns;
 	if (d->cost[1] > 0)
 		d->k = best_k(d, true);
 }

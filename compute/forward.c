@@ -216,7 +216,7 @@ bool kvp_fwd_rows_exact(const struct kvp_fwd *f)
 		return false;
 	for (uint32_t l = 0; l < f->hp->n_layers; l++) {
 		const struct kvp_layer_weights *L = &f->w->layers[l];
-		const struct kvp_tensor *m[] = { &L->wq, &L->wk,     &L->wv,   &L->wo,
+		const struct kvp_tensor *m[] = { &L->wq,     &L->wk,   &L->wv,	  &L->wo,
 						 &L->w_gate, &L->w_up, &L->w_down };
 
 		for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)

@@ -87,8 +87,8 @@ static void run_usage(FILE *f)
 	      "                        is the same as without. Greedy only (on with --temperature > 0\n"
 	      "                        is refused); int4 K/V runs without. Drafted and accepted\n"
 	      "                        counts go to the timings\n"
-	      "      --draft-max K     most drafts per step, 1..16 (default 8; adapted to the\n"
-	      "                        acceptance rate)\n"
+	      "      --draft-max K     most drafts per step, 1..16 (default 8; fewer, or none, as\n"
+	      "                        the acceptance rate and the measured step times say)\n"
 	      "      --draft-ngram N   longest suffix matched, 1..8 tokens (default 4)\n"
 	      "      --dump-kv F       after the prefill, write the K/V of the prompt's full blocks\n"
 	      "                        to F: each block's bytes in the pool's block layout\n"
@@ -769,9 +769,10 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 			continue;
 		}
 		/* the last token and its drafts in one step; every row's pick */
-		n_rows = kvp_gen_spec_rows(
-			&g, &draft, kvp_gen_spec_kv_cap(shape.dtype, o.block_tokens, g.n_past),
-			rows);
+		n_rows = kvp_gen_spec_rows(&g, &draft,
+					   kvp_gen_spec_kv_cap(shape.dtype, o.block_tokens,
+							       g.n_past),
+					   rows);
 		t_step = kvp_now_ns();
 		r = kvp_fwd_step(fwd, &kv,
 				 &(struct kvp_fwd_part){ .table = table,

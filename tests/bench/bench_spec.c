@@ -129,7 +129,6 @@ out:
 	return rc;
 }
 
-
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -192,8 +191,7 @@ static int step_cost(struct kvp_model *m, int threads, const int32_t *prompt, co
 
 		snprintf(name, sizeof(name), "verify step %s, 1 + %u rows, %d threads", type,
 			 ks[i - 1], threads);
-		kvp_bench_report(name, t[i][2] * 1e3, "ms", "a one-row step", t[0][2] * 1e3,
-				 "ms");
+		kvp_bench_report(name, t[i][2] * 1e3, "ms", "a one-row step", t[0][2] * 1e3, "ms");
 	}
 	fflush(stdout);
 	rc = 0;
@@ -215,14 +213,15 @@ static int bench_model(const char *path, const char *type, void *arg)
 	uint64_t x = 0x2545f4914f6cdd1dull;
 	uint32_t V;
 
-	if (kvp_model_open_opts(&m, path, &(struct kvp_model_opts){ .weights = KVP_MODEL_WEIGHTS_MAP },
-				err, sizeof(err))) {
+	if (kvp_model_open_opts(&m, path,
+				&(struct kvp_model_opts){ .weights = KVP_MODEL_WEIGHTS_MAP }, err,
+				sizeof(err))) {
 		fprintf(stderr, "bench-spec: %s\n", err);
 		return 1;
 	}
 	V = kvp_model_hparams(m)->n_vocab;
-	printf("model %s (%s): %.1fM params, %u prompt tokens, %u generated\n",
-	       kvp_model_name(m), type, kvp_model_info(m)->n_params / 1e6, PROMPT, GEN);
+	printf("model %s (%s): %.1fM params, %u prompt tokens, %u generated\n", kvp_model_name(m),
+	       type, kvp_model_info(m)->n_params / 1e6, PROMPT, GEN);
 	for (uint32_t i = 0; i < PROMPT; i++) {
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 		prompt[1][i] = 3 + (int32_t)(x % (V - 3));

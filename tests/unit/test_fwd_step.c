@@ -320,8 +320,8 @@ static void test_step_rejects_bad_arguments(void **state)
 
 static void test_verify_rows_equal_decodes(void **state)
 {
-	static const uint32_t types[] = { KVP_GGML_F32, KVP_GGML_F16, KVP_GGML_BF16, KVP_GGML_Q8_0,
-					  KVP_GGML_Q4_K, KVP_MKMODEL_Q4_K_M };
+	static const uint32_t types[] = { KVP_GGML_F32,	 KVP_GGML_F16,	KVP_GGML_BF16,
+					  KVP_GGML_Q8_0, KVP_GGML_Q4_K, KVP_MKMODEL_Q4_K_M };
 	static const uint32_t dtypes[] = { KVP_DTYPE_F32, KVP_DTYPE_F16, KVP_DTYPE_BF16 };
 
 	(void)state;
@@ -359,16 +359,23 @@ static void test_verify_rows_equal_decodes(void **state)
 								one + (size_t)i * V),
 						 0);
 			}
-			struct kvp_fwd_seq q1 = { tab[0][1], NB, SPEC_CTX + 1, toks[1][SPEC_CTX + 1] };
+			struct kvp_fwd_seq q1 = { tab[0][1], NB, SPEC_CTX + 1,
+						  toks[1][SPEC_CTX + 1] };
 			assert_int_equal(kvp_fwd_decode(f, &p.v, &q1, 1,
 							one + (size_t)(SPEC_K + 1) * V),
 					 0);
 			/* world 1: sequence 1's row, then 0's 1 + K rows with all logits */
 			struct kvp_fwd_part parts[2] = {
-				{ .table = tab[1][1], .n_table = NB, .pos0 = SPEC_CTX + 1,
-				  .tokens = toks[1] + SPEC_CTX + 1, .n = 1 },
-				{ .table = tab[1][0], .n_table = NB, .pos0 = SPEC_CTX,
-				  .tokens = toks[0] + SPEC_CTX, .n = SPEC_K + 1,
+				{ .table = tab[1][1],
+				  .n_table = NB,
+				  .pos0 = SPEC_CTX + 1,
+				  .tokens = toks[1] + SPEC_CTX + 1,
+				  .n = 1 },
+				{ .table = tab[1][0],
+				  .n_table = NB,
+				  .pos0 = SPEC_CTX,
+				  .tokens = toks[0] + SPEC_CTX,
+				  .n = SPEC_K + 1,
 				  .n_logits = SPEC_K + 1 },
 			};
 			assert_int_equal(kvp_fwd_step(f, &p.v, parts, 2, all), 0);

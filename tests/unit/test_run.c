@@ -227,10 +227,23 @@ static void test_speculative_same_tokens(void **state)
 
 			spec_prompt(list, sizeof(list), seed, seed % 2 == 0, 259);
 			{
-				const char *args[] = { "-m", models[mi], "--tokens", list, "-n", "40",
-						       "--ignore-eos", "--json", "--threads", "1",
-						       "--kv-dtype", kv[0], "--block-tokens", kv[1],
-						       "--speculative", "off", NULL };
+				const char *args[] = { "-m",
+						       models[mi],
+						       "--tokens",
+						       list,
+						       "-n",
+						       "40",
+						       "--ignore-eos",
+						       "--json",
+						       "--threads",
+						       "1",
+						       "--kv-dtype",
+						       kv[0],
+						       "--block-tokens",
+						       kv[1],
+						       "--speculative",
+						       "off",
+						       NULL };
 
 				assert_int_equal(run(&off, args), 0);
 				args[15] = seed % 4 ? "on" : "auto";
@@ -241,11 +254,12 @@ static void test_speculative_same_tokens(void **state)
 			assert_int_equal(na, 40);
 			assert_int_equal(nb, 40);
 			if (memcmp(a, b, sizeof(a[0]) * 40))
-				fail_msg("model %u seed %u K/V %s: tokens differ\noff: %s\non:  %s", mi,
-					 seed, kv[0], off, on);
+				fail_msg("model %u seed %u K/V %s: tokens differ\noff: %s\non:  %s",
+					 mi, seed, kv[0], off, on);
 			assert_int_equal(json_u64(off, "drafted_tokens"), -1);
 			assert_true(json_u64(on, "accepted_tokens") >= 0);
-			assert_true(json_u64(on, "accepted_tokens") <= json_u64(on, "drafted_tokens"));
+			assert_true(json_u64(on, "accepted_tokens") <=
+				    json_u64(on, "drafted_tokens"));
 			drafted += json_u64(on, "drafted_tokens");
 			accepted += json_u64(on, "accepted_tokens");
 			free(off);
@@ -260,8 +274,8 @@ static void test_speculative_same_tokens(void **state)
 					      { "--draft-ngram", "0" },
 					      { "--temperature", "0.7" } };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		const char *args[] = { "-m", f->model, "-p", "x", "--speculative", "on",
-				       bad[i][0], bad[i][1], NULL };
+		const char *args[] = { "-m", f->model,	"-p",	   "x", "--speculative",
+				       "on", bad[i][0], bad[i][1], NULL };
 		char *out;
 
 		assert_int_equal(run(&out, args), 2);

@@ -56,8 +56,8 @@ static void kv_equal_below(const struct kvp_kv_view *v, const uint32_t *ta, cons
 					if (memcmp(kvp_kv_block(v, ta[t / BT]) + off,
 						   kvp_kv_block(v, tb[t / BT]) + off,
 						   hd * g->elem_bytes))
-						fail_msg("position %u layer %u %s head %u differs", t,
-							 l, kv ? "V" : "K", h);
+						fail_msg("position %u layer %u %s head %u differs",
+							 t, l, kv ? "V" : "K", h);
 				}
 }
 
