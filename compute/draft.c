@@ -158,6 +158,10 @@ void kvp_draft_step_cost(struct kvp_draft *d, uint32_t n_rows, double ns)
 	d->cost[n_rows] = d->cost[n_rows] > 0 ?
 				  d->cost[n_rows] + RATE_ALPHA * (ns - d->cost[n_rows]) :
 				  ns;
+	d->since1 = n_rows == 1 ? 0 : d->since1 + 1;
 	if (d->cost[1] > 0)
 		d->k = best_k(d, true);
+	/* the baseline: a sequence that always finds drafts would never time it */
+	if (!(d->cost[1] > 0) || d->since1 >= KVP_DRAFT_RETIME)
+		d->k = 0;
 }

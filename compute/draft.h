@@ -34,6 +34,9 @@
  *            per time, not the rate alone
  * @idle:     steps since the cost model last chose no drafts (every KVP_DRAFT_PROBE-th
  *            drafts one, so the acceptance stays measured)
+ * @since1:   steps since the last one-row step (at KVP_DRAFT_RETIME, or while cost[1]
+ *            is unknown, the next step drafts nothing: a baseline that drafts would
+ *            never measure, and the machine's load moves it)
  */
 struct kvp_draft {
 	uint32_t ngram_max, ngram_min, k_max, k;
@@ -41,10 +44,11 @@ struct kvp_draft {
 	uint64_t drafted, accepted, steps;
 	float acc, rej;
 	double cost[2 + KVP_DRAFT_K_MAX];
-	uint32_t idle;
+	uint32_t idle, since1;
 };
 
 #define KVP_DRAFT_PROBE 8
+#define KVP_DRAFT_RETIME 64
 
 /*
  * Start a source: suffixes of @ngram_max down to @ngram_min tokens, up to @k_max drafts

@@ -167,6 +167,17 @@ static void test_k_follows_step_cost(void **state)
 		kvp_draft_update(&d, 5, 4);
 	kvp_draft_step_cost(&d, 2, 120.0);
 	assert_int_equal(d.k, 1);
+	/* drafting steps only: one in KVP_DRAFT_RETIME drafts nothing, to time a plain one */
+	uint32_t plain = 0;
+	for (int i = 0; i < 4 * KVP_DRAFT_RETIME; i++) {
+		kvp_draft_step_cost(&d, 1 + d.k, d.k ? 120.0 : 100.0);
+		plain += !d.k;
+	}
+	assert_int_equal(plain, 4);
+	/* before any one-row step: the next one is plain */
+	kvp_draft_init(&d, 4, 1, 8);
+	kvp_draft_step_cost(&d, 9, 400.0);
+	assert_int_equal(d.k, 0);
 	/* no drafts proposed while k is 0 */
 	int32_t t[] = { 1, 2, 1, 2 }, out[8];
 	d.k = 0;
