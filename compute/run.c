@@ -794,10 +794,10 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 			id = kvp_sampler_sample(smp, logits + (size_t)i * hp->n_vocab);
 			if (!kvp_gen_spec_agrees(rows, n_rows, i, id))
 				break;
-			res.n_accepted++;
 			next = kvp_gen_take(&g, id);
 			if (next == KVP_GEN_EOS)
 				goto done;
+			res.n_accepted++; /* a kept token no step of its own gave */
 			res.n_ids++;
 			if (show_token(&g, id, &text, o.json, out)) {
 				fprintf(stderr, "kvpool-run: out of memory\n");
