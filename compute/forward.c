@@ -51,6 +51,7 @@ struct fwd_seq {
 	uint32_t pos0;
 	uint32_t n;
 	uint32_t row0;
+	uint32_t n_out; /* its last n_out rows' logits (>= 1) */
 };
 
 struct kvp_fwd {
@@ -207,6 +208,22 @@ void kvp_fwd_free(struct kvp_fwd *f)
 const struct kvp_kernels *kvp_fwd_kernels(const struct kvp_fwd *f)
 {
 	return f->k;
+}
+
+bool kvp_fwd_rows_exact(const struct kvp_fwd *f)
+{
+	if (f->w->output.type == KVP_GGML_F32)
+		return false;
+	for (uint32_t l = 0; l < f->hp->n_layers; l++) {
+		const struct kvp_layer_weights *L = &f->w->layers[l];
+		const struct kvp_tensor *m[] = { &L->wq,     &L->wk,   &L->wv,	  &L->wo,
+						 &L->w_gate, &L->w_up, &L->w_down };
+
+		for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
+			if (m[i]->type == KVP_GGML_F32)
+				return false;
+	}
+	return true;
 }
 
 int kvp_fwd_check_view(const struct kvp_fwd *f, const struct kvp_kv_view *kv)
@@ -505,29 +522,33 @@ static void rows_run(struct kvp_fwd *f, uint32_t op, uint32_t r0, uint32_t rows,
 }
 
 /*
- * Move the last row of each sequence (x and xn) to row s, so the output norm and the
- * vocabulary projection run over n_seqs rows, not every row of the step.  Safe in
- * place: sequence s's last row is >= s and grows with s, so row s is never a later
- * sequence's source.
+ * Move the last n_out rows of each sequence (x and xn) to the front, in order, so the
+ * output norm and the vocabulary projection run over those rows, not every row of the
+ * step.  Return: how many.  Safe in place: the d-th row gathered comes from a row >= d,
+ * and sources grow with d, so a row is never overwritten before it is read.
  */
-static void gather_last_rows(struct kvp_fwd *f, uint32_t n_seqs)
+static uint32_t gather_out_rows(struct kvp_fwd *f, uint32_t n_seqs)
 {
 	size_t E = f->hp->n_embd;
+	uint32_t d = 0;
 
 	for (uint32_t s = 0; s < n_seqs; s++) {
-		uint32_t r = f->seqs[s].row0 + f->seqs[s].n - 1;
+		const struct fwd_seq *q = &f->seqs[s];
 
-		if (r == s)
-			continue;
-		memcpy(f->x + s * E, f->x + r * E, E * sizeof(float));
-		memcpy(f->xn + s * E, f->xn + r * E, E * sizeof(float));
+		for (uint32_t r = q->row0 + q->n - q->n_out; r < q->row0 + q->n; r++, d++) {
+			if (r == d)
+				continue;
+			memcpy(f->x + d * E, f->x + r * E, E * sizeof(float));
+			memcpy(f->xn + d * E, f->xn + r * E, E * sizeof(float));
+		}
 	}
+	return d;
 }
 
 /*
  * Run all f->tok/f->pos rows (grouped in f->seqs) through the layers; then logits into
- * @logits: of every row when @all_rows, else of each sequence's last row (row s of
- * @logits for sequence s).
+ * @logits: of every row when @all_rows, else of each sequence's last n_out rows (in
+ * sequence order).
  */
 static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows, uint32_t n_seqs,
 		int all_rows, float *logits)
@@ -535,7 +556,7 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows, 
 	const struct kvp_model_hparams *hp = f->hp;
 	const struct kvp_weights *w = f->w;
 	size_t E = hp->n_embd;
-	uint32_t n_out = all_rows ? rows : n_seqs;
+	uint32_t n_out = rows;
 
 	for (uint32_t s = 0; s < n_seqs; s++)
 		for (uint32_t i = 0; i < f->seqs[s].n; i++)
@@ -568,7 +589,7 @@ static void run(struct kvp_fwd *f, const struct kvp_kv_view *kv, uint32_t rows, 
 		       (const struct kvp_tensor *[]){ &L->w_down });
 	}
 	if (!all_rows)
-		gather_last_rows(f, n_seqs);
+		n_out = gather_out_rows(f, n_seqs);
 	rows_run(f, ROWS_OUT, 0, n_out, E);
 	linear(f, f->xn, n_out, 1, (float *[]){ logits },
 	       (const struct kvp_tensor *[]){ &w->output });
@@ -588,7 +609,7 @@ static int step(struct kvp_fwd *f, const struct kvp_kv_view *kv, const struct kv
 	for (uint32_t s = 0; s < n_parts; s++) {
 		const struct kvp_fwd_part *p = &parts[s];
 
-		if (!p->n || !p->tokens || p->n > f->rows_max - rows ||
+		if (!p->n || !p->tokens || p->n > f->rows_max - rows || p->n_logits > p->n ||
 		    (uint64_t)p->pos0 + p->n > UINT32_MAX ||
 		    check_table(kv, p->table, p->n_table, (uint64_t)p->pos0 + p->n))
 			return -EINVAL;
@@ -598,9 +619,11 @@ static int step(struct kvp_fwd *f, const struct kvp_kv_view *kv, const struct kv
 			f->tok[rows + i] = p->tokens[i];
 			f->pos[rows + i] = p->pos0 + i;
 		}
-		f->seqs[s] = (struct fwd_seq){
-			.table = p->table, .pos0 = p->pos0, .n = p->n, .row0 = rows
-		};
+		f->seqs[s] = (struct fwd_seq){ .table = p->table,
+					       .pos0 = p->pos0,
+					       .n = p->n,
+					       .row0 = rows,
+					       .n_out = p->n_logits ? p->n_logits : 1 };
 		rows += p->n;
 	}
 	if (stage_take(f, kv, n_parts) < 0)

@@ -30,6 +30,7 @@
 #ifndef KVP_COMPUTE_FORWARD_H
 #define KVP_COMPUTE_FORWARD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "shm/geom.h"
@@ -70,6 +71,18 @@ int kvp_fwd_new(struct kvp_fwd **out, const struct kvp_model *m, const struct kv
 
 /* kvp_fwd_kernels() - the kernel table the context computes with (its name for logs). */
 const struct kvp_kernels *kvp_fwd_kernels(const struct kvp_fwd *f);
+
+/**
+ * kvp_fwd_rows_exact() - does a row's result not depend on the rows beside it?
+ *
+ * True when no projection has f32 weights: the other types' kernels compute each row
+ * alone, so a row run inside a step of any rows (up to max_chunk + max_batch, all on
+ * our kernels) is bit-equal to it run alone (tests/unit/test_fwd_step.c).  The f32 GEMV
+ * kernel sums 8 rows at a time in another order than one (equal within rounding only),
+ * so speculative decoding, which verifies drafts as extra rows, keeps greedy output
+ * identical only when this holds.
+ */
+bool kvp_fwd_rows_exact(const struct kvp_fwd *f);
 
 /* kvp_fwd_free() - NULL is a no-op. */
 void kvp_fwd_free(struct kvp_fwd *f);
@@ -145,6 +158,9 @@ int kvp_fwd_decode(struct kvp_fwd *f, const struct kvp_kv_view *kv, const struct
  * @pos0:    position of tokens[0] (= positions already in the blocks; read, never written)
  * @tokens:  @n token ids (borrowed), each < n_vocab, at positions pos0 .. pos0 + n - 1
  * @n:       >= 1: 1 for a decode row, more for a prefill chunk
+ * @n_logits: logits of the part's last max(1, @n_logits) rows (<= @n): 0 or 1 for the
+ *           last row only, more to verify drafted tokens (speculative decoding: the
+ *           last kept token and its k drafts as 1 + k rows, every row's logits)
  */
 struct kvp_fwd_part {
 	const uint32_t *table;
@@ -152,6 +168,7 @@ struct kvp_fwd_part {
 	uint32_t pos0;
 	const int32_t *tokens;
 	uint32_t n;
+	uint32_t n_logits;
 };
 
 /**
@@ -161,12 +178,15 @@ struct kvp_fwd_part {
  * @parts:   @n_parts sequences, 1 .. max_batch, rows adding up to at most
  *           max_chunk + max_batch; like a decode batch, no two may share the block of
  *           a position they write (shared, read-only prefix blocks are fine)
- * @logits:  out; n_parts * n_vocab floats, row i for the last position of parts[i]
+ * @logits:  out; n_vocab floats per logits row: part 0's max(1, n_logits) rows (in
+ *           position order), then part 1's, ...; with every n_logits <= 1, row i is
+ *           the last position of parts[i]
  *
  * The decode batch and a prefill chunk in one call: every projection runs once over all
  * rows (the weights are read once per step, not once per call), attention runs per part
  * over its own block table, and only each part's last row goes through the output norm
- * and the vocabulary projection.  Writes K/V of every row's position.  The result for
+ * and the vocabulary projection (its last n_logits rows when more).  Writes K/V of every
+ * row's position.  The result for
  * each part equals running it alone through kvp_fwd_prefill() or kvp_fwd_decode()
  * (within rounding: with more rows an f32 projection may take sgemm instead of the GEMV
  * kernel, whose summation order differs; docs/compute.md "Mixed steps").

@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "compute/draft.h"
+
 void kvp_gen_init(struct kvp_gen *g, const struct kvp_tokenizer *tok, const int32_t *prompt,
 		  uint32_t n_prompt, uint32_t max_new, bool stop_eog)
 {
@@ -129,4 +131,32 @@ struct kvp_fwd_seq kvp_gen_decode_seq(const struct kvp_gen *g, const uint32_t *t
 void kvp_gen_decoded(struct kvp_gen *g)
 {
 	g->n_past++;
+}
+
+uint32_t kvp_gen_spec_rows(const struct kvp_gen *g, const struct kvp_draft *d, uint32_t cap,
+			   int32_t *rows)
+{
+	uint32_t left = g->max_new - g->n_generated, n_hist = g->n_prompt + g->n_generated;
+
+	rows[0] = g->last;
+	/* a step of k drafts keeps up to k + 1 tokens, the last of which is never fed back */
+	if (left <= 1 || g->kept != g->prompt + g->n_prompt)
+		return 1;
+	cap = cap < left - 1 ? cap : left - 1;
+	return 1 + kvp_draft_propose(d, g->prompt, n_hist, rows + 1, cap);
+}
+
+void kvp_gen_spec_done(struct kvp_gen *g, struct kvp_draft *d, uint32_t n_rows, uint32_t n_valid)
+{
+	g->n_past += n_valid;
+	kvp_draft_update(d, n_rows - 1, n_valid - 1);
+}
+
+uint32_t kvp_gen_spec_kv_cap(uint32_t dtype, uint32_t bt, uint32_t pos)
+{
+	if (dtype == KVP_DTYPE_INT4)
+		return 0;
+	if (dtype == KVP_DTYPE_INT8)
+		return pos % bt + 2 <= bt ? bt - 2 - pos % bt : 0;
+	return UINT32_MAX;
 }

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "compute/forward.h"
+#include "shm/geom.h"
 #include "compute/text/tokenizer.h"
 
 /**
@@ -128,5 +129,55 @@ struct kvp_fwd_seq kvp_gen_decode_seq(const struct kvp_gen *g, const uint32_t *t
 
 /* The decode step of kvp_gen_decode_seq() ran: one more position computed. */
 void kvp_gen_decoded(struct kvp_gen *g);
+
+struct kvp_draft;
+
+/*
+ * Speculative decoding (compute/draft.h), greedy: a decode step becomes the part
+ * {last, d1 .. dk} at positions n_past .. n_past + k, with every row's logits
+ * (kvp_fwd_part.n_logits).  Row i's pick is the token after row i's input; the caller
+ * takes the picks in order through kvp_gen_take() (showing each) while the pick of row
+ * i equals d(i+1) (kvp_gen_spec_agrees()), stops at the first that differs (it is kept:
+ * the model's own next token) or when kvp_gen_take() ends the sequence, then calls
+ * kvp_gen_spec_done() with the rows whose inputs stood.  The K/V the rejected rows
+ * wrote stays past n_past: nothing reads a position beyond the query's own, and the
+ * next step writes those positions again.
+ */
+
+/**
+ * kvp_gen_spec_rows() - the rows of a speculative decode step
+ * @d:    the sequence's draft source
+ * @cap:  most drafts the caller's step has room for (block and budget limits)
+ * @rows: out; room for 1 + min(cap, d->k) tokens: @last, then the drafts
+ *
+ * Needs @kept right after @prompt (one array: the history the drafts come from); else
+ * no drafts.  Never drafts past what max_new still allows (the last allowed token is
+ * never fed back).
+ * Return: rows (1 = a plain decode row, no drafts).
+ */
+uint32_t kvp_gen_spec_rows(const struct kvp_gen *g, const struct kvp_draft *d, uint32_t cap,
+			   int32_t *rows);
+
+/* Whether row @i's pick @id makes row i + 1 of @rows (of @n) stand: it is the draft fed there. */
+static inline bool kvp_gen_spec_agrees(const int32_t *rows, uint32_t n, uint32_t i, int32_t id)
+{
+	return i + 1 < n && rows[i + 1] == id;
+}
+
+/*
+ * The verify step of @n_rows rows ran and the inputs of its first @n_valid rows (1 ..
+ * n_rows) stood: that many more positions computed; @d learns that n_valid - 1 of
+ * n_rows - 1 drafts passed.
+ */
+void kvp_gen_spec_done(struct kvp_gen *g, struct kvp_draft *d, uint32_t n_rows, uint32_t n_valid);
+
+/*
+ * Drafts a step may hold at position @pos for K/V of @dtype in blocks of @bt tokens:
+ * unlimited (UINT32_MAX) for the float types; int8 keys are quantized when the call
+ * writing a block's last row seals it, which a rejected draft could not take back, so
+ * the rows stay inside pos's block short of its last row; int4's residual window moves
+ * with the rows written, so none.
+ */
+uint32_t kvp_gen_spec_kv_cap(uint32_t dtype, uint32_t bt, uint32_t pos);
 
 #endif /* KVP_COMPUTE_GEN_H */

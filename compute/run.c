@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "compute/draft.h"
 #include "compute/forward.h"
 #include "compute/kernels/kernels.h"
 #include "compute/linear.h"
@@ -77,6 +78,18 @@ static void run_usage(FILE *f)
 	      "      --block-tokens N  tokens per K/V block, 1..1024 (default 16)\n"
 	      "      --chunk N         prefill chunk, 1..4096 tokens (default 256)\n"
 	      "      --ignore-eos      do not stop at end-of-generation tokens\n"
+	      "      --speculative M   on, off or auto (the default: on for greedy decoding when the\n"
+	      "                        weights' kernels are row-exact, i.e. no f32 projections, and\n"
+	      "                        the K/V type is not int4): each decode step also verifies up\n"
+	      "                        to --draft-max tokens drafted from the prompt and output (the\n"
+	      "                        continuation of the longest earlier copy of their last 1..N\n"
+	      "                        tokens), kept while the model's greedy picks agree; the output\n"
+	      "                        is the same as without. Greedy only (on with --temperature > 0\n"
+	      "                        is refused); int4 K/V runs without. Drafted and accepted\n"
+	      "                        counts go to the timings\n"
+	      "      --draft-max K     most drafts per step, 1..16 (default 8; fewer, or none, as\n"
+	      "                        the acceptance rate and the measured step times say)\n"
+	      "      --draft-ngram N   longest suffix matched, 1..8 tokens (default 4)\n"
 	      "      --dump-kv F       after the prefill, write the K/V of the prompt's full blocks\n"
 	      "                        to F: each block's bytes in the pool's block layout\n"
 	      "                        (include/kvpool/layout.h), in prompt order (int4: those\n"
@@ -95,6 +108,8 @@ static void run_usage(FILE *f)
 struct run_opts {
 	const char *model, *prompt, *prompt_file, *tokens, *dump_kv;
 	uint32_t n_gen, threads, block_tokens, chunk, kv_dtype, weights, kv_window;
+	uint32_t draft_max, draft_ngram;
+	int speculative; /* -1 auto, 0 off, 1 on */
 	struct kvp_sample_params sp;
 	int json, ignore_eos, parse_special, no_bos, tokenize, detokenize, render_special;
 };
@@ -152,6 +167,9 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		{ "detokenize", no_argument, 0, 'Z' },
 		{ "render-special", no_argument, 0, 'R' },
 		{ "dump-kv", required_argument, 0, 'D' },
+		{ "speculative", required_argument, 0, 'X' },
+		{ "draft-max", required_argument, 0, 'x' },
+		{ "draft-ngram", required_argument, 0, 'g' },
 		{ "help", no_argument, 0, 'h' },
 		{ 0 },
 	};
@@ -164,6 +182,9 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 	o->block_tokens = 16;
 	o->kv_window = KVP_KV_WINDOW_DEFAULT;
 	o->chunk = 256;
+	o->speculative = -1;
+	o->draft_max = KVP_DRAFT_K_DEFAULT;
+	o->draft_ngram = 4;
 	o->sp.top_p = 1.0f;
 	o->sp.seed = 0;
 	optind = 1;
@@ -253,6 +274,24 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 		case 'D':
 			o->dump_kv = optarg;
 			break;
+		case 'X':
+			if (!strcmp(optarg, "on"))
+				o->speculative = 1;
+			else if (!strcmp(optarg, "off"))
+				o->speculative = 0;
+			else if (!strcmp(optarg, "auto"))
+				o->speculative = -1;
+			else
+				return bad_opt("--speculative", optarg, "on, off or auto");
+			break;
+		case 'x':
+			if (parse_u32(optarg, 1, KVP_DRAFT_K_MAX, &o->draft_max))
+				return bad_opt("--draft-max", optarg, "an integer in [1, 16]");
+			break;
+		case 'g':
+			if (parse_u32(optarg, 1, KVP_DRAFT_NGRAM_MAX, &o->draft_ngram))
+				return bad_opt("--draft-ngram", optarg, "an integer in [1, 8]");
+			break;
 		case 'h':
 			return 1;
 		default:
@@ -274,6 +313,11 @@ static int run_parse(int argc, char **argv, struct run_opts *o)
 	if (!!o->prompt + !!o->prompt_file + !!o->tokens != 1) {
 		fprintf(stderr, "kvpool-run: give exactly one of -p TEXT, --prompt-file F and "
 				"--tokens LIST\n");
+		return -EINVAL;
+	}
+	if (o->speculative == 1 && o->sp.temperature > 0) {
+		fprintf(stderr, "kvpool-run: --speculative on decodes greedily only (no "
+				"--temperature)\n");
 		return -EINVAL;
 	}
 	if ((o->tokenize && o->tokens) || (o->detokenize && !o->tokens)) {
@@ -422,10 +466,15 @@ static double prefill_rate(const struct kvp_run_result *res)
 	return res->prefill_s > 0 ? res->n_prompt / res->prefill_s : 0.0;
 }
 
-/* forward steps per second (sampling included, prefill excluded) */
+/*
+ * tokens the decode steps gave per second (sampling included, prefill excluded): one
+ * per step, plus the drafts a speculative step accepted
+ */
 static double decode_rate(const struct kvp_run_result *res)
 {
-	return res->n_steps && res->decode_s > 0 ? res->n_steps / res->decode_s : 0.0;
+	return res->n_steps && res->decode_s > 0 ?
+		       (res->n_steps + res->n_accepted) / res->decode_s :
+		       0.0;
 }
 
 void kvp_run_json(struct kvp_buf *b, const struct kvp_run_result *res)
@@ -446,6 +495,10 @@ void kvp_run_json(struct kvp_buf *b, const struct kvp_run_result *res)
 	kvp_json_fixed(&j, "decode_ms", res->decode_s * 1e3, 3);
 	kvp_json_fixed(&j, "prefill_tok_s", prefill_rate(res), 2);
 	kvp_json_fixed(&j, "decode_tok_s", decode_rate(res), 2);
+	if (res->speculative) {
+		kvp_json_u64(&j, "drafted_tokens", res->n_drafted);
+		kvp_json_u64(&j, "accepted_tokens", res->n_accepted);
+	}
 	kvp_json_end(&j, '}');
 	kvp_json_end(&j, '}');
 	kvp_buf_add(b, "\n", 1);
@@ -494,7 +547,10 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	char err[512] = "", desc[256];
 	char *file_text = NULL;
 	size_t file_len = 0;
-	uint64_t t0;
+	struct kvp_draft draft;
+	int32_t rows[1 + KVP_DRAFT_K_MAX], id;
+	bool spec = false;
+	uint64_t t0, t_step;
 	int r, ret = 1;
 
 	r = run_parse(argc, argv, &o);
@@ -612,8 +668,9 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 	kv.n_blocks = n_blocks;
 	kv.base = aligned_alloc(KVP_BLOCK_ALIGN, (size_t)n_blocks * kv.geom.block_stride);
 	table = malloc(n_blocks * sizeof(*table));
-	gen = malloc(o.n_gen * sizeof(*gen));
-	logits = malloc((size_t)hp->n_vocab * sizeof(*logits));
+	/* prompt and kept tokens as one history: the drafts are looked up in it */
+	gen = malloc(((size_t)n_prompt + o.n_gen) * sizeof(*gen));
+	logits = malloc((size_t)(1 + o.draft_max) * hp->n_vocab * sizeof(*logits));
 	if (!kv.base || !table || !gen || !logits) {
 		fprintf(stderr, "kvpool-run: out of memory (%.1f MiB of K/V for %u positions)\n",
 			(double)n_blocks * kv.geom.block_stride / 1048576.0, n_prompt + o.n_gen);
@@ -637,18 +694,35 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 		stage.window = w;
 		kv.stage = &stage;
 	}
+	/* a verify step's 1 + k rows fit in max_chunk + max_batch whatever the prompt */
 	r = kvp_fwd_new(&fwd, m,
 			&(struct kvp_fwd_opts){ .n_threads = o.threads,
 						.max_chunk = o.chunk < n_prompt ? o.chunk :
 										  n_prompt,
-						.max_batch = 1 });
+						.max_batch = 1 + o.draft_max });
 	if (!r)
 		r = kvp_sampler_new(&smp, hp->n_vocab, &o.sp);
 	if (r) {
 		fprintf(stderr, "kvpool-run: setup: %s\n", strerror(-r));
 		goto out;
 	}
-	kvp_gen_init(&g, tok, prompt, n_prompt, o.n_gen, !o.ignore_eos);
+	memcpy(gen, prompt, n_prompt * sizeof(*gen));
+	kvp_gen_init(&g, tok, gen, n_prompt, o.n_gen, !o.ignore_eos);
+	g.kept = gen + n_prompt;
+	if (o.speculative < 0)
+		spec = o.sp.temperature <= 0 && kvp_fwd_rows_exact(fwd) &&
+		       shape.dtype != KVP_DTYPE_INT4;
+	else
+		spec = o.speculative == 1;
+	if (spec && shape.dtype == KVP_DTYPE_INT4) {
+		fprintf(stderr, "kvpool-run: --speculative: int4 K/V runs without\n");
+		spec = false;
+	}
+	if (spec && !kvp_fwd_rows_exact(fwd))
+		fprintf(stderr, "kvpool-run: --speculative on with f32 projections: greedy "
+				"output equal to a run without only within rounding\n");
+	kvp_draft_init(&draft, o.draft_ngram, 1, o.draft_max);
+	res.speculative = spec;
 
 	t0 = kvp_now_ns();
 	while (!kvp_gen_prefilled(&g)) {
@@ -667,29 +741,76 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 						    0) < 0)
 		goto out;
 	t0 = kvp_now_ns();
+	id = kvp_sampler_sample(smp, logits);
 	for (;;) {
-		int32_t id = kvp_sampler_sample(smp, logits);
 		enum kvp_gen_next next = kvp_gen_take(&g, id);
 		struct kvp_fwd_seq seq;
+		uint32_t n_rows, i;
 
 		if (next == KVP_GEN_EOS)
 			break;
-		gen[res.n_ids++] = id;
+		res.n_ids++;
 		if (show_token(&g, id, &text, o.json, out)) {
 			fprintf(stderr, "kvpool-run: out of memory\n");
 			goto out;
 		}
 		if (next == KVP_GEN_LAST)
 			break;
-		seq = kvp_gen_decode_seq(&g, table, n_blocks);
-		r = kvp_fwd_decode(fwd, &kv, &seq, 1, logits);
+		if (!spec) {
+			seq = kvp_gen_decode_seq(&g, table, n_blocks);
+			r = kvp_fwd_decode(fwd, &kv, &seq, 1, logits);
+			if (r) {
+				fprintf(stderr, "kvpool-run: decode: %s\n", strerror(-r));
+				goto out;
+			}
+			kvp_gen_decoded(&g);
+			res.n_steps++;
+			id = kvp_sampler_sample(smp, logits);
+			continue;
+		}
+		/* the last token and its drafts in one step; every row's pick */
+		n_rows = kvp_gen_spec_rows(&g, &draft,
+					   kvp_gen_spec_kv_cap(shape.dtype, o.block_tokens,
+							       g.n_past),
+					   rows);
+		t_step = kvp_now_ns();
+		r = kvp_fwd_step(fwd, &kv,
+				 &(struct kvp_fwd_part){ .table = table,
+							 .n_table = n_blocks,
+							 .pos0 = g.n_past,
+							 .tokens = rows,
+							 .n = n_rows,
+							 .n_logits = n_rows },
+				 1, logits);
 		if (r) {
 			fprintf(stderr, "kvpool-run: decode: %s\n", strerror(-r));
 			goto out;
 		}
-		kvp_gen_decoded(&g);
+		t_step = kvp_now_ns() - t_step;
 		res.n_steps++;
+		res.n_drafted += n_rows - 1;
+		/* keep the picks that are the next row's draft; the first other one is next */
+		for (i = 0;; i++) {
+			id = kvp_sampler_sample(smp, logits + (size_t)i * hp->n_vocab);
+			if (!kvp_gen_spec_agrees(rows, n_rows, i, id))
+				break;
+			next = kvp_gen_take(&g, id);
+			if (next == KVP_GEN_EOS)
+				goto done;
+			res.n_accepted++; /* a kept token no step of its own gave */
+			res.n_ids++;
+			if (show_token(&g, id, &text, o.json, out)) {
+				fprintf(stderr, "kvpool-run: out of memory\n");
+				goto out;
+			}
+			if (next == KVP_GEN_LAST)
+				goto done;
+		}
+		kvp_gen_spec_done(&g, &draft, n_rows, i + 1);
+		/* what this many rows cost here: k follows tokens per time, not the rate alone */
+		kvp_draft_step_cost(&draft, n_rows, (double)t_step);
 	}
+done:
 	res.decode_s = kvp_ns_to_s(kvp_now_ns() - t0);
 	{
 		char tail[3];
@@ -699,7 +820,7 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 			fwrite(tail, 1, (size_t)w, out);
 		kvp_buf_add(&text, tail, (size_t)w);
 	}
-	res.ids = gen;
+	res.ids = gen + n_prompt;
 	res.n_prompt = n_prompt;
 	res.text = text.p ? text.p : "";
 	res.text_len = text.len;
@@ -723,6 +844,13 @@ int kvp_run_main(int argc, char **argv, FILE *out)
 			"in %.1f ms (%.1f tok/s)\n",
 			n_prompt, res.prefill_s * 1e3, prefill_rate(&res), res.n_ids,
 			res.decode_s * 1e3, decode_rate(&res));
+		if (spec)
+			fprintf(stderr,
+				"kvpool-run: speculative: %u steps, %llu tokens drafted, %llu "
+				"accepted (%.0f%%)\n",
+				res.n_steps, (unsigned long long)res.n_drafted,
+				(unsigned long long)res.n_accepted,
+				res.n_drafted ? 100.0 * res.n_accepted / res.n_drafted : 0.0);
 	}
 	fflush(out);
 	ret = 0;

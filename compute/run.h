@@ -12,6 +12,7 @@
 #ifndef KVP_COMPUTE_RUN_H
 #define KVP_COMPUTE_RUN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -32,6 +33,9 @@ int kvp_run_main(int argc, char **argv, FILE *out);
  * @n_prompt:          prompt tokens
  * @prefill_s, @decode_s: wall time of the prefill, and of sampling + decoding
  * @n_steps:           decode steps run (the last kept token is never fed back)
+ * @speculative:       drafts were verified (--speculative); the counts below are shown
+ * @n_drafted, @n_accepted: drafts run as extra rows, and those the model agreed with
+ *                     (each a kept token no step of its own produced)
  */
 struct kvp_run_result {
 	const int32_t *ids;
@@ -42,6 +46,8 @@ struct kvp_run_result {
 	double prefill_s;
 	double decode_s;
 	uint32_t n_steps;
+	bool speculative;
+	uint64_t n_drafted, n_accepted;
 };
 
 /* The --json object of @res, newline-terminated, appended to @b (util/json.h). */

@@ -260,6 +260,7 @@ ids() { # COUNT N_VOCAB
 }
 
 # one key of a JSON object: KEY, or timings.KEY of kvpool-run --json
+# (kvpool-run: --speculative off, so decode is one token per step as llama-bench's)
 jget() { # JSON KEY
 	node -e 'const j = JSON.parse(process.argv[1]); const v = j.timings?.[process.argv[2]] ?? j[process.argv[2]];
 		if (v === undefined) process.exit(1); console.log(v)' "$1" "$2"
@@ -269,6 +270,7 @@ kvpool_run() { # VARIANT FILE WEIGHTS IDS N -> the JSON line; stderr to $tmp/kvp
 	local isa=${visa[$1]-}
 	env ${isa:+KVP_ISA=$isa} "$run_bin" -m "$2" --weights "$3" --tokens "$4" \
 		-n "$5" --threads "$threads" --chunk "$batch" --kv-type "$kv" --ignore-eos --json \
+		--speculative off \
 		2>"$tmp/kvpool.err" ||
 		{ echo "vs_llamacpp.sh: kvpool-run ($1) failed on $2:" >&2; cat "$tmp/kvpool.err" >&2; return 1; }
 }

@@ -271,12 +271,12 @@ static void test_step_rejects_bad_arguments(void **state)
 	uint8_t *copy;
 	struct kvp_fwd_part good = { .table = ta, .n_table = 4, .pos0 = 0, .tokens = toks, .n = 2 };
 	struct kvp_fwd_part cases[][2] = {
-		{ good, { tb, 4, 0, badtok, 2 } },
-		{ good, { bad, 4, 0, toks, 8 } },
-		{ good, { tb, 2, 0, toks, 8 } }, /* 8 positions need 4 blocks of 2 */
-		{ good, { tb, 4, 0, toks, 0 } },
-		{ good, { tb, 4, 0, NULL, 2 } },
-		{ { ta, 4, 0, toks, 4 }, { tb, 4, 0, toks, 7 } }, /* 11 rows > 8 + 2 */
+		{ good, { tb, 4, 0, badtok, 2, 0 } },
+		{ good, { bad, 4, 0, toks, 8, 0 } },
+		{ good, { tb, 2, 0, toks, 8, 0 } }, /* 8 positions need 4 blocks of 2 */
+		{ good, { tb, 4, 0, toks, 0, 0 } },
+		{ good, { tb, 4, 0, NULL, 2, 0 } },
+		{ { ta, 4, 0, toks, 4, 0 }, { tb, 4, 0, toks, 7, 0 } }, /* 11 rows > 8 + 2 */
 	};
 
 	assert_non_null(lg);
@@ -297,7 +297,7 @@ static void test_step_rejects_bad_arguments(void **state)
 	for (uint32_t i = 0; i < 8; i++)
 		assert_memory_equal(copy + i * bb, kvp_kv_block(&p.v, i), bb);
 	/* and the largest step that fits: 8 + 2 rows in two parts */
-	struct kvp_fwd_part full[2] = { { ta, 4, 0, toks, 5 }, { tb, 4, 0, toks + 2, 5 } };
+	struct kvp_fwd_part full[2] = { { ta, 4, 0, toks, 5, 0 }, { tb, 4, 0, toks + 2, 5, 0 } };
 	assert_int_equal(kvp_fwd_step(f, &p.v, full, 2, lg), 0);
 	for (uint32_t i = 0; i < 2 * V; i++)
 		assert_true(isfinite(lg[i]));
@@ -308,11 +308,108 @@ static void test_step_rejects_bad_arguments(void **state)
 	ffix_model_close(m);
 }
 
+/*
+ * Speculative verification: one sequence's last token and K drafts as 1 + K rows of one
+ * step with every row's logits (n_logits), beside another sequence's decode row, against
+ * the same K + 1 positions decoded one at a time.  Per row the logits and the K/V must
+ * be bit-equal (float K/V, batch-invariant kernels), so greedy decoding with drafts picks
+ * what it would without; f32 weights are not row-exact (kvp_fwd_rows_exact()).
+ */
+#define SPEC_K 6
+#define SPEC_CTX 13
+
+static void test_verify_rows_equal_decodes(void **state)
+{
+	static const uint32_t types[] = { KVP_GGML_F32,	 KVP_GGML_F16,	KVP_GGML_BF16,
+					  KVP_GGML_Q8_0, KVP_GGML_Q4_K, KVP_MKMODEL_Q4_K_M };
+	static const uint32_t dtypes[] = { KVP_DTYPE_F32, KVP_DTYPE_F16, KVP_DTYPE_BF16 };
+
+	(void)state;
+	for (size_t c = 0; c < sizeof(types) / sizeof(types[0]); c++)
+		for (size_t dt = 0; dt < sizeof(dtypes) / sizeof(dtypes[0]); dt++) {
+			struct kvp_model *m = make_model(types[c]);
+			uint32_t V = kvp_model_hparams(m)->n_vocab;
+			struct kvp_fwd *f = ffix_fwd_new(m, NULL, 32, 8);
+			struct ffix_pool p;
+			uint32_t tab[2][2][NB]; /* [world][sequence] */
+			int32_t toks[2][NB * BT];
+			float *one = malloc((size_t)(SPEC_K + 2) * V * sizeof(float));
+			float *all = malloc((size_t)(SPEC_K + 2) * V * sizeof(float));
+
+			assert_non_null(one);
+			assert_non_null(all);
+			ffix_pool_init(&p, m, dtypes[dt], BT, 4 * NB);
+			for (uint32_t x = 0; x < 2; x++)
+				for (uint32_t s = 0; s < 2; s++) {
+					for (uint32_t i = 0; i < NB; i++)
+						tab[x][s][i] = (x * 2 + s) + i * 4;
+					ffix_pool_open(&p, tab[x][s], NB);
+					ffix_prompt(toks[s], NB * BT, 7 + s);
+					assert_int_equal(kvp_fwd_prefill(f, &p.v, tab[x][s], NB, 0,
+									 toks[s], SPEC_CTX + s, one,
+									 0),
+							 0);
+				}
+			/* world 0: sequence 0's K + 1 tokens one decode at a time, then 1's */
+			for (uint32_t i = 0; i <= SPEC_K; i++) {
+				struct kvp_fwd_seq q = { tab[0][0], NB, SPEC_CTX + i,
+							 toks[0][SPEC_CTX + i] };
+
+				assert_int_equal(kvp_fwd_decode(f, &p.v, &q, 1,
+								one + (size_t)i * V),
+						 0);
+			}
+			struct kvp_fwd_seq q1 = { tab[0][1], NB, SPEC_CTX + 1,
+						  toks[1][SPEC_CTX + 1] };
+			assert_int_equal(kvp_fwd_decode(f, &p.v, &q1, 1,
+							one + (size_t)(SPEC_K + 1) * V),
+					 0);
+			/* world 1: sequence 1's row, then 0's 1 + K rows with all logits */
+			struct kvp_fwd_part parts[2] = {
+				{ .table = tab[1][1],
+				  .n_table = NB,
+				  .pos0 = SPEC_CTX + 1,
+				  .tokens = toks[1] + SPEC_CTX + 1,
+				  .n = 1 },
+				{ .table = tab[1][0],
+				  .n_table = NB,
+				  .pos0 = SPEC_CTX,
+				  .tokens = toks[0] + SPEC_CTX,
+				  .n = SPEC_K + 1,
+				  .n_logits = SPEC_K + 1 },
+			};
+			assert_int_equal(kvp_fwd_step(f, &p.v, parts, 2, all), 0);
+			if (!kvp_fwd_rows_exact(f)) {
+				/* f32 weights: the GEMV kernel's 8-row order; greedy may differ */
+				assert_int_equal(types[c], KVP_GGML_F32);
+				goto next;
+			}
+			assert_int_not_equal(types[c], KVP_GGML_F32);
+			assert_memory_equal(all, one + (size_t)(SPEC_K + 1) * V, V * sizeof(float));
+			assert_memory_equal(all + V, one, (size_t)(SPEC_K + 1) * V * sizeof(float));
+			for (uint32_t s = 0; s < 2; s++)
+				for (uint32_t i = 0; i < NB; i++)
+					assert_memory_equal(kvp_kv_block(&p.v, tab[0][s][i]),
+							    kvp_kv_block(&p.v, tab[1][s][i]),
+							    p.v.geom.block_bytes);
+			/* n_logits beyond the part's rows is refused */
+			parts[1].n_logits = SPEC_K + 2;
+			assert_int_equal(kvp_fwd_step(f, &p.v, parts, 2, all), -EINVAL);
+next:
+			ffix_pool_deinit(&p);
+			kvp_fwd_free(f);
+			free(one);
+			free(all);
+			ffix_model_close(m);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_mixed_step_equals_separate_calls),
 		cmocka_unit_test(test_step_rejects_bad_arguments),
+		cmocka_unit_test(test_verify_rows_equal_decodes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

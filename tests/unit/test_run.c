@@ -164,6 +164,125 @@ static void test_json_matches_forward(void **state)
 	free(out);
 }
 
+/* The value of "@key": in a --json object, or -1 when it has none. */
+static long long json_u64(const char *js, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(js, pat);
+	return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
+/* Seeded prompt ids: a segment repeated with an edit per copy, or no repetition planned. */
+static void spec_prompt(char *list, size_t cap, uint32_t seed, int repetitive, uint32_t vocab)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ull * (seed + 1);
+	int32_t seg[12];
+	size_t w = 0;
+	uint32_t n = repetitive ? 48 : 20 + seed % 24;
+
+	for (uint32_t i = 0; i < n; i++) {
+		int32_t id;
+
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		if (repetitive) {
+			if (i < 12)
+				seg[i] = 3 + (int32_t)(x % (vocab - 3));
+			id = seg[i % 12];
+			if (i >= 12 && i % 12 == (seed + i / 12) % 12)
+				id = 3 + (int32_t)((x >> 20) % (vocab - 3)); /* the edit */
+		} else {
+			id = 3 + (int32_t)(x % (vocab - 3));
+		}
+		w += (size_t)snprintf(list + w, cap - w, "%s%d", i ? "," : "", id);
+	}
+}
+
+static void test_speculative_same_tokens(void **state)
+{
+	/*
+	 * Greedy tokens with --speculative on equal those with it off, over seeded prompts
+	 * (repetitive and not), K/V types f32, f16 and int8 (whose drafts stay inside a block),
+	 * small and default blocks, on the f16 tiny model and a q8_0 one; drafts are both
+	 * accepted and rejected along the way (else this proves nothing).  Off prints no
+	 * speculative counts; auto is on for greedy with these weights.
+	 */
+	struct fixture *f = *state;
+	char q8[600], list[1024];
+	char *mk[] = { "kvpool-mkmodel", "--preset", "tinyq", "--type", "q8_0", "-o", q8, NULL };
+	const char *models[2] = { f->model, q8 };
+	static const char *const kvs[][2] = { { "f32", "16" }, { "f16", "4" }, { "int8", "8" } };
+	long long drafted = 0, accepted = 0;
+
+	snprintf(q8, sizeof(q8), "%s/tinyq-q8.gguf", f->dir);
+	assert_int_equal(kvp_mkmodel_main(7, mk), 0);
+	for (uint32_t mi = 0; mi < 2; mi++)
+		for (uint32_t seed = 0; seed < 16; seed++) {
+			const char *const *kv = kvs[seed % 3];
+			int32_t a[64], b[64];
+			char *off, *on;
+			int na, nb;
+
+			spec_prompt(list, sizeof(list), seed, seed % 2 == 0, 259);
+			{
+				const char *args[] = { "-m",
+						       models[mi],
+						       "--tokens",
+						       list,
+						       "-n",
+						       "40",
+						       "--ignore-eos",
+						       "--json",
+						       "--threads",
+						       "1",
+						       "--kv-dtype",
+						       kv[0],
+						       "--block-tokens",
+						       kv[1],
+						       "--speculative",
+						       "off",
+						       NULL };
+
+				assert_int_equal(run(&off, args), 0);
+				args[15] = seed % 4 ? "on" : "auto";
+				assert_int_equal(run(&on, args), 0);
+			}
+			na = json_tokens(off, a, 64);
+			nb = json_tokens(on, b, 64);
+			assert_int_equal(na, 40);
+			assert_int_equal(nb, 40);
+			if (memcmp(a, b, sizeof(a[0]) * 40))
+				fail_msg("model %u seed %u K/V %s: tokens differ\noff: %s\non:  %s",
+					 mi, seed, kv[0], off, on);
+			assert_int_equal(json_u64(off, "drafted_tokens"), -1);
+			assert_true(json_u64(on, "accepted_tokens") >= 0);
+			assert_true(json_u64(on, "accepted_tokens") <=
+				    json_u64(on, "drafted_tokens"));
+			drafted += json_u64(on, "drafted_tokens");
+			accepted += json_u64(on, "accepted_tokens");
+			free(off);
+			free(on);
+		}
+	print_message("speculative: %lld drafted, %lld accepted\n", drafted, accepted);
+	assert_true(accepted > 0);
+	assert_true(accepted < drafted);
+	/* usage: a bad mode, on with sampling, draft sizes out of range */
+	static const char *const bad[][2] = { { "--speculative", "maybe" },
+					      { "--draft-max", "17" },
+					      { "--draft-ngram", "0" },
+					      { "--temperature", "0.7" } };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *args[] = { "-m", f->model,	"-p",	   "x", "--speculative",
+				       "on", bad[i][0], bad[i][1], NULL };
+		char *out;
+
+		assert_int_equal(run(&out, args), 2);
+		free(out);
+	}
+}
+
 static void test_binary_forced_scalar(void **state)
 {
 	/* the built kvpool-run with KVP_ISA=scalar (SIMD paths off) says so on stderr and
@@ -488,6 +607,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_json_matches_forward),
+		cmocka_unit_test(test_speculative_same_tokens),
 		cmocka_unit_test(test_json_same_bytes_as_before),
 		cmocka_unit_test(test_binary_forced_scalar),
 		cmocka_unit_test(test_tokens_and_sampling_flags),
