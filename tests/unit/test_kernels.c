@@ -733,12 +733,11 @@ static void matmul_case(const struct kvp_kernels *kt, uint32_t type, size_t rows
  * test_fwd_step), on the decode and tile paths of the integer and 16-bit float types
  * and the integer types' slices
  */
-static void matmul_batch_invariant(const struct kvp_kernels *kt, uint32_t type, size_t rows,
-				   size_t k)
+static void matmul_batch_invariant_o(const struct kvp_kernels *kt, uint32_t type, size_t rows,
+				     size_t k, size_t d_out, size_t o0, size_t o1)
 {
 	const struct kvp_qtype *t = kvp_qtype(type);
-	size_t d_out = 7, rb = kvp_ggml_row_bytes(type, k),
-	       xs = kvp_act_row_bytes(kt->act[type], k);
+	size_t rb = kvp_ggml_row_bytes(type, k), xs = kvp_act_row_bytes(kt->act[type], k);
 	float *wf = malloc(d_out * k * 4), *x = malloc(k * 4);
 	float *all = malloc(rows * d_out * 4), *one = malloc(d_out * 4);
 	uint8_t *w = malloc(d_out * rb), *xa = malloc(rows * xs);
@@ -751,10 +750,10 @@ static void matmul_batch_invariant(const struct kvp_kernels *kt, uint32_t type, 
 			x[i] = frand();
 		kt->quant_act[kt->act[type]](xa + r * xs, x, k);
 	}
-	kt->matmul[type](all, d_out, w, rb, xa, xs, rows, k, 0, d_out);
+	kt->matmul[type](all, d_out, w, rb, xa, xs, rows, k, o0, o1);
 	for (size_t r = 0; r < rows; r++) {
-		kt->matmul[type](one, d_out, w, rb, xa + r * xs, xs, 1, k, 0, d_out);
-		for (size_t o = 0; o < d_out; o++)
+		kt->matmul[type](one, d_out, w, rb, xa + r * xs, xs, 1, k, o0, o1);
+		for (size_t o = o0; o < o1; o++)
 			if (bits(one[o]) != bits(all[r * d_out + o]))
 				fail_msg("%s %s k %zu: row %zu of %zu gives %.9g, alone %.9g",
 					 kt->name, t->name, k, r, rows, all[r * d_out + o], one[o]);
@@ -765,6 +764,12 @@ static void matmul_batch_invariant(const struct kvp_kernels *kt, uint32_t type, 
 	free(one);
 	free(w);
 	free(xa);
+}
+
+static void matmul_batch_invariant(const struct kvp_kernels *kt, uint32_t type, size_t rows,
+				   size_t k)
+{
+	matmul_batch_invariant_o(kt, type, rows, k, 7, 0, 7);
 }
 
 static void test_matmul_every_type_every_table(void **state)
@@ -778,6 +783,7 @@ static void test_matmul_every_type_every_table(void **state)
 		for (size_t i = 0; i < N_ALL_TYPES; i++) {
 			uint32_t type = all_types[i];
 			uint32_t blk = kvp_qtype(type)->block;
+			int half = type == KVP_GGML_F16 || type == KVP_GGML_BF16;
 			size_t ks[] = { blk == 1 ? 77 : blk, blk == 1 ? 1000 : 3 * blk,
 					blk == 256 ? 256 * 70 :
 					blk == 32  ? 32 * 300 :
@@ -802,6 +808,18 @@ static void test_matmul_every_type_every_table(void **state)
 				if (blk == 1)
 					matmul_batch_invariant(tables[t], type, rows, ks[0]);
 			}
+			/*
+			 * every batch 1..70 of the 16-bit float types (the GEMV, the dot tile,
+			 * the panel form from 32 rows, its token blocks and ragged tiles), outputs
+			 * not starting at 0 and ending mid-panel, k over several panel slices
+			 * with a ragged end, or under one vector step
+			 */
+			for (size_t rows = 1; half && rows <= 70; rows++) {
+				size_t kr = rows % 3 ? ks[2] : rows % 2 ? 9 : 600;
+
+				matmul_batch_invariant_o(tables[t], type, rows, kr, 23, rows % 5,
+							 23 - rows % 4);
+			}
 			matmul_case(tables[t], type, 3, ks[2], 5, 0, 5);
 			matmul_case(tables[t], type, 70, ks[1], 17, 1, 17);
 			/* the float outer-product tile: uneven row tiles, k blocks with a ragged
@@ -810,6 +828,10 @@ static void test_matmul_every_type_every_table(void **state)
 				matmul_case(tables[t], type, 29, ks[2], 75, 2, 71);
 				/* a prefill chunk: many full row tiles, several k panels */
 				matmul_case(tables[t], type, 150, 776, 70, 1, 69);
+				/* the 16-bit panel form: token blocks, ragged k, k under a step */
+				for (size_t rows = 31; rows <= 70; rows += 13)
+					matmul_case(tables[t], type, rows, rows % 2 ? 2053 : 13, 19,
+						    rows % 5, 19 - rows % 3);
 			}
 		}
 	}
