@@ -275,6 +275,44 @@ static inline __attribute__((always_inline)) void mat_tile_k(float *out, size_t 
 	}
 }
 
+/*
+ * Prefill's loops, one for both panel kinds: per TOKEN_BLOCK tokens, each weight row
+ * unpacked (UNPACK(g, panel entry)) a slice of PANEL_MAX groups at a time, then
+ * TILE(n) (mat_tile* over @n tokens at ot/xt) over the block's tokens.  Expects out,
+ * ldo, w, w_row_bytes, x, xs, rows, o0, o1, ng and panel in scope.
+ */
+#define PREFILL_LOOPS(UNPACK, TILE) \
+	for (size_t t0 = 0; t0 < rows; t0 += TOKEN_BLOCK) { \
+		size_t tn = rows - t0 < TOKEN_BLOCK ? rows - t0 : TOKEN_BLOCK; \
+\
+		for (size_t o = o0; o < o1; o++) { \
+			const uint8_t *wr = w + o * w_row_bytes; \
+\
+			if (t0 + tn == rows) /* the row's last pass: fetch the next row's start */ \
+				_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0); \
+			for (size_t s0 = 0; s0 < ng; s0 += PANEL_MAX) { \
+				size_t sn = ng - s0 < PANEL_MAX ? ng - s0 : PANEL_MAX; \
+\
+				for (size_t g = 0; g < sn; g++) \
+					UNPACK(s0 + g, &panel[g]); \
+				for (size_t t = t0; t < t0 + tn; t += MK_RT) { \
+					size_t rt = t0 + tn - t < MK_RT ? t0 + tn - t : MK_RT; \
+					float *ot = out + t * ldo + o; \
+					const uint8_t *xt = x + t * xs; \
+\
+					if (rt == 4) \
+						TILE(4); \
+					else if (rt == 3) \
+						TILE(3); \
+					else if (rt == 2) \
+						TILE(2); \
+					else \
+						TILE(1); \
+				} \
+			} \
+		} \
+	}
+
 /* prefill of the K-quants: matmul_int()'s loops over struct wgrpk panels */
 static inline __attribute__((always_inline)) void
 matmul_kq(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_row_bytes,
@@ -284,38 +322,11 @@ matmul_kq(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_r
 	struct wgrpk panel[PANEL_MAX];
 	size_t ng = k / KVP_QK_K;
 
-	for (size_t t0 = 0; t0 < rows; t0 += TOKEN_BLOCK) {
-		size_t tn = rows - t0 < TOKEN_BLOCK ? rows - t0 : TOKEN_BLOCK;
-
-		for (size_t o = o0; o < o1; o++) {
-			const uint8_t *wr = w + o * w_row_bytes;
-
-			if (t0 + tn == rows) /* the row's last pass: fetch the next row's start */
-				_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0);
-			for (size_t s0 = 0; s0 < ng; s0 += PANEL_MAX) {
-				size_t sn = ng - s0 < PANEL_MAX ? ng - s0 : PANEL_MAX;
-
-				for (size_t g = 0; g < sn; g++)
-					unpack_kq(wr, type, s0 + g, &panel[g]);
-				for (size_t t = t0; t < t0 + tn; t += MK_RT) {
-					size_t rt = t0 + tn - t < MK_RT ? t0 + tn - t : MK_RT;
-					float *ot = out + t * ldo + o;
-					const uint8_t *xt = x + t * xs;
-
-#define T(n) mat_tile_k(ot, ldo, panel, s0, sn, xt, xs, n, s0 > 0, type)
-					if (rt == 4)
-						T(4);
-					else if (rt == 3)
-						T(3);
-					else if (rt == 2)
-						T(2);
-					else
-						T(1);
-#undef T
-				}
-			}
-		}
-	}
+#define UNPACK_KQ(g, p) unpack_kq(wr, type, g, p)
+#define TILE_KQ(n) mat_tile_k(ot, ldo, panel, s0, sn, xt, xs, n, s0 > 0, type)
+	PREFILL_LOOPS(UNPACK_KQ, TILE_KQ)
+#undef UNPACK_KQ
+#undef TILE_KQ
 }
 
 static inline __attribute__((always_inline)) void
@@ -334,38 +345,11 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 		matmul_kq(out, ldo, w, w_row_bytes, x, xs, rows, k, o0, o1, type);
 		return;
 	}
-	for (size_t t0 = 0; t0 < rows; t0 += TOKEN_BLOCK) {
-		size_t tn = rows - t0 < TOKEN_BLOCK ? rows - t0 : TOKEN_BLOCK;
-
-		for (size_t o = o0; o < o1; o++) {
-			const uint8_t *wr = w + o * w_row_bytes;
-
-			if (t0 + tn == rows) /* the row's last pass: fetch the next row's start */
-				_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0);
-			for (size_t s0 = 0; s0 < ng; s0 += PANEL_MAX) {
-				size_t sn = ng - s0 < PANEL_MAX ? ng - s0 : PANEL_MAX;
-
-				for (size_t g = 0; g < sn; g++)
-					unpack(wr, type, k, s0 + g, &panel[g]);
-				for (size_t t = t0; t < t0 + tn; t += MK_RT) {
-					size_t rt = t0 + tn - t < MK_RT ? t0 + tn - t : MK_RT;
-					float *ot = out + t * ldo + o;
-					const uint8_t *xt = x + t * xs;
-
-#define T(n) mat_tile(ot, ldo, panel, s0, sn, xt, xs, n, s0 > 0, type)
-					if (rt == 4)
-						T(4);
-					else if (rt == 3)
-						T(3);
-					else if (rt == 2)
-						T(2);
-					else
-						T(1);
-#undef T
-				}
-			}
-		}
-	}
+#define UNPACK_INT(g, p) unpack(wr, type, k, g, p)
+#define TILE_INT(n) mat_tile(ot, ldo, panel, s0, sn, xt, xs, n, s0 > 0, type)
+	PREFILL_LOOPS(UNPACK_INT, TILE_INT)
+#undef UNPACK_INT
+#undef TILE_INT
 }
 
 KVP_MATMUL_INT_ALL
