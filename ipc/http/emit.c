@@ -233,6 +233,32 @@ static void block_stop(struct kvp_buf *out, size_t index)
 		       index);
 }
 
+/*
+ * A streamed OpenAI chunk around its one choice: chunk_open() writes the event up to
+ * choice 0's "index"; the caller writes the choice's fields; chunk_close() ends the
+ * choice and the chunk ("usage": null where the client asked for a usage chunk).
+ */
+static void chunk_open(struct kvp_http_emit *e, struct kvp_buf *out, struct kvp_json *j)
+{
+	sse_begin(out, NULL, j);
+	kvp_json_begin(j, NULL, '{');
+	openai_head(e, j,
+		    e->api == KVP_HTTP_API_CHAT ? "chat.completion.chunk" : "text_completion");
+	kvp_json_begin(j, "choices", '[');
+	kvp_json_begin(j, NULL, '{');
+	kvp_json_u64(j, "index", 0);
+}
+
+static void chunk_close(struct kvp_http_emit *e, struct kvp_buf *out, struct kvp_json *j)
+{
+	kvp_json_end(j, '}');
+	kvp_json_end(j, ']');
+	if (e->include_usage)
+		kvp_json_null(j, "usage");
+	kvp_json_end(j, '}');
+	sse_end(out);
+}
+
 void kvp_http_emit_open(struct kvp_http_emit *e, struct kvp_buf *out)
 {
 	static const struct kvp_usage zero;
@@ -242,24 +268,14 @@ void kvp_http_emit_open(struct kvp_http_emit *e, struct kvp_buf *out)
 		return;
 	e->opened = true;
 	if (e->api == KVP_HTTP_API_CHAT) {
-		sse_begin(out, NULL, &j);
-		kvp_json_begin(&j, NULL, '{');
-		openai_head(e, &j, "chat.completion.chunk");
-		kvp_json_begin(&j, "choices", '[');
-		kvp_json_begin(&j, NULL, '{');
-		kvp_json_u64(&j, "index", 0);
+		chunk_open(e, out, &j);
 		kvp_json_begin(&j, "delta", '{');
 		str(&j, "role", "assistant");
 		str(&j, "content", "");
 		kvp_json_end(&j, '}');
 		kvp_json_null(&j, "logprobs");
 		kvp_json_null(&j, "finish_reason");
-		kvp_json_end(&j, '}');
-		kvp_json_end(&j, ']');
-		if (e->include_usage)
-			kvp_json_null(&j, "usage");
-		kvp_json_end(&j, '}');
-		sse_end(out);
+		chunk_close(e, out, &j);
 	} else if (e->api == KVP_HTTP_API_MESSAGES) {
 		sse_begin(out, "message_start", &j);
 		kvp_json_begin(&j, NULL, '{');
@@ -306,15 +322,7 @@ static void stream_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 		sse_end(out);
 		return;
 	}
-	sse_begin(out, NULL, &j);
-	kvp_json_begin(&j, NULL, '{');
-	if (e->api == KVP_HTTP_API_CHAT)
-		openai_head(e, &j, "chat.completion.chunk");
-	else
-		openai_head(e, &j, "text_completion");
-	kvp_json_begin(&j, "choices", '[');
-	kvp_json_begin(&j, NULL, '{');
-	kvp_json_u64(&j, "index", 0);
+	chunk_open(e, out, &j);
 	if (e->api == KVP_HTTP_API_CHAT) {
 		kvp_json_begin(&j, "delta", '{');
 		kvp_json_str(&j, "content", text, len);
@@ -326,12 +334,7 @@ static void stream_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 	kvp_json_null(&j, "finish_reason");
 	if (e->return_token_ids)
 		ids_array(&j, ids, n_ids);
-	kvp_json_end(&j, '}');
-	kvp_json_end(&j, ']');
-	if (e->include_usage)
-		kvp_json_null(&j, "usage");
-	kvp_json_end(&j, '}');
-	sse_end(out);
+	chunk_close(e, out, &j);
 }
 
 void kvp_http_emit_text(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len,
@@ -412,23 +415,13 @@ static void stream_calls(struct kvp_http_emit *e, struct kvp_buf *out,
 		}
 		return;
 	}
-	sse_begin(out, NULL, &j);
-	kvp_json_begin(&j, NULL, '{');
-	openai_head(e, &j, "chat.completion.chunk");
-	kvp_json_begin(&j, "choices", '[');
-	kvp_json_begin(&j, NULL, '{');
-	kvp_json_u64(&j, "index", 0);
+	chunk_open(e, out, &j);
 	kvp_json_begin(&j, "delta", '{');
 	openai_calls(e, &j, c, true);
 	kvp_json_end(&j, '}');
 	kvp_json_null(&j, "logprobs");
 	kvp_json_null(&j, "finish_reason");
-	kvp_json_end(&j, '}');
-	kvp_json_end(&j, ']');
-	if (e->include_usage)
-		kvp_json_null(&j, "usage");
-	kvp_json_end(&j, '}');
-	sse_end(out);
+	chunk_close(e, out, &j);
 }
 
 static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp_http_finish finish,
@@ -478,13 +471,7 @@ static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 			    strlen("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
 		return;
 	}
-	sse_begin(out, NULL, &j);
-	kvp_json_begin(&j, NULL, '{');
-	openai_head(e, &j,
-		    e->api == KVP_HTTP_API_CHAT ? "chat.completion.chunk" : "text_completion");
-	kvp_json_begin(&j, "choices", '[');
-	kvp_json_begin(&j, NULL, '{');
-	kvp_json_u64(&j, "index", 0);
+	chunk_open(e, out, &j);
 	if (e->api == KVP_HTTP_API_CHAT) {
 		kvp_json_begin(&j, "delta", '{');
 		kvp_json_end(&j, '}');
@@ -493,12 +480,7 @@ static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 	}
 	kvp_json_null(&j, "logprobs");
 	str(&j, "finish_reason", openai_finish(finish));
-	kvp_json_end(&j, '}');
-	kvp_json_end(&j, ']');
-	if (e->include_usage)
-		kvp_json_null(&j, "usage");
-	kvp_json_end(&j, '}');
-	sse_end(out);
+	chunk_close(e, out, &j);
 	if (e->include_usage) {
 		sse_begin(out, NULL, &j);
 		kvp_json_begin(&j, NULL, '{');
