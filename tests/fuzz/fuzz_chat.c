@@ -38,24 +38,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		const uint8_t *end = memchr(data + i + 1, 0, size - i - 1);
 		size_t stop = end ? (size_t)(end - data) : size;
 
-		msgs[n] = (struct kvp_chat_msg){ .role = (enum kvp_chat_role)(data[i] % 5),
-						 .content = (const char *)data + i + 1,
-						 .len = stop - i - 1 };
+		/* built in a local (GCC 12 under -fsanitize took msgs[n] for uninitialised) */
+		struct kvp_chat_msg m = { .role = (enum kvp_chat_role)(data[i] % 5),
+					  .content = (const char *)data + i + 1,
+					  .len = stop - i - 1 };
+
 		i = stop + 1;
 		if (t.tools && !o.tools) {
-			o.tools = msgs[n].content;
-			o.tools_len = msgs[n].len;
+			o.tools = m.content;
+			o.tools_len = m.len;
 			continue;
 		}
-		if (msgs[n].role == KVP_CHAT_TOOL_CALL) {
-			const char *nl = memchr(msgs[n].content, '\n', msgs[n].len);
+		if (m.role == KVP_CHAT_TOOL_CALL) {
+			const char *nl = memchr(m.content, '\n', m.len);
 
-			msgs[n].name = msgs[n].content;
-			msgs[n].name_len = nl ? (size_t)(nl - msgs[n].content) : msgs[n].len;
-			msgs[n].content += nl ? msgs[n].name_len + 1 : msgs[n].len;
-			msgs[n].len -= nl ? msgs[n].name_len + 1 : msgs[n].len;
+			m.name = m.content;
+			m.name_len = nl ? (size_t)(nl - m.content) : m.len;
+			m.content += nl ? m.name_len + 1 : m.len;
+			m.len -= nl ? m.name_len + 1 : m.len;
 		}
-		n++;
+		msgs[n++] = m;
 	}
 	if (!kvp_chat_render(&out, &len, &t, msgs, n, &o, err, sizeof(err)) && out[len])
 		__builtin_trap(); /* NUL-terminated at the length it returned */
