@@ -41,12 +41,9 @@ struct fixture {
 	struct kvpd d; /* first: kvpd_teardown() */
 };
 
-static int setup_with(void **state, const char *pool)
+/* Start @f's daemon (a mid-size model) with @args; *@state = @f. */
+static int start_fixture(void **state, struct fixture *f, const char *const *args)
 {
-	struct fixture *f = calloc(1, sizeof(*f));
-	const char *args[] = { "--model",      f->d.model,  "--pool-size", pool,
-			       "--ignore-eos", "--threads", "2",	   NULL };
-
 	*state = f;
 	if (!f || kvpd_init(&f->d) || kvpd_model_mid(&f->d, 8192))
 		return -1;
@@ -56,6 +53,15 @@ static int setup_with(void **state, const char *pool)
 		return -1;
 	}
 	return 0;
+}
+
+static int setup_with(void **state, const char *pool)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	const char *args[] = { "--model",      f->d.model,  "--pool-size", pool,
+			       "--ignore-eos", "--threads", "2",	   NULL };
+
+	return start_fixture(state, f, args);
 }
 
 static int setup(void **state)
@@ -77,15 +83,7 @@ static int setup_counted(void **state)
 		"60000",	"--prefill-aging-ms", "600000",	     NULL
 	};
 
-	*state = f;
-	if (!f || kvpd_init(&f->d) || kvpd_model_mid(&f->d, 8192))
-		return -1;
-	if (kvpd_start(&f->d, 120, args)) {
-		kvpd_dump_log(&f->d);
-		kvpd_cleanup(&f->d);
-		return -1;
-	}
-	return 0;
+	return start_fixture(state, f, args);
 }
 
 /* A pool of 48 blocks of 16 tokens (4 KiB a token: 4 layers x 4 KV heads x 64, f16). */
