@@ -28,6 +28,7 @@ if (!dir || !out) {
 // The special tokens each family's vocabulary names bos_token / eos_token.
 const specials = {
 	llama3: ['<|begin_of_text|>', '<|eot_id|>'],
+	'llama3.1': ['<|begin_of_text|>', '<|eot_id|>'],
 	'llama3.2': ['<|begin_of_text|>', '<|eot_id|>'],
 	chatml: ['', '<|im_end|>'],
 	llama2: ['<s>', '</s>'],
@@ -103,10 +104,12 @@ function templateMessages(conv) {
 	return out;
 }
 
+// FAMILY.MODEL.jinja; a dotted family (llama3.1, llama3.2) keeps its version.
+const family_of = (file) => file.split('.').slice(0, /^llama3\.[0-9]\./.test(file) ? 2 : 1).join('.');
 const hex = (s) => (s.length ? Buffer.from(s, 'utf8').toString('hex') : '-');
 const lines = [];
 for (const file of fs.readdirSync(dir).filter((f) => f.endsWith('.jinja')).sort()) {
-	const family = file.split('.').slice(0, file.startsWith('llama3.2') ? 2 : 1).join('.');
+	const family = family_of(file);
 	const [bos, eos] = specials[family];
 	const tmpl = new Template(fs.readFileSync(path.join(dir, file), 'utf8'));
 	for (const conv of conversations) {
@@ -126,7 +129,7 @@ for (const file of fs.readdirSync(dir).filter((f) => f.endsWith('.jinja')).sort(
 	}
 }
 for (const file of fs.readdirSync(dir).filter((f) => f.endsWith('.jinja')).sort()) {
-	const family = file.split('.').slice(0, file.startsWith('llama3.2') ? 2 : 1).join('.');
+	const family = family_of(file);
 	const [bos, eos] = specials[family];
 	const tmpl = new Template(fs.readFileSync(path.join(dir, file), 'utf8'));
 	for (const [set, conv] of toolConvs) {

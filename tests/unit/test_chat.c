@@ -53,6 +53,7 @@ static void test_families_recognised(void **state)
 	/* each real template is recognised as the family its file is named for */
 	static const char *const files[][2] = {
 		{ "llama3.meta-llama-3-8b-instruct.jinja", "llama3" },
+		{ "llama3.1.llama-3.1-8b-instruct.jinja", "llama3.1" },
 		{ "llama3.2.llama-3.2-1b-instruct.jinja", "llama3.2" },
 		{ "chatml.qwen2.5-0.5b-instruct.jinja", "chatml" },
 		{ "chatml.smollm2-instruct.jinja", "chatml" },
@@ -278,9 +279,9 @@ static void test_renders_equal_jinja(void **state)
 	free(cases);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	assert_int_equal(system(cmd), 0);
-	assert_true(n >= 11 * 18);
-	/* Llama 3.2 and Qwen2.5 x 9 tool conversations x 2 rendered, the other 9 refused */
-	assert_int_equal(ntools, 2 * 9 * 2);
+	assert_true(n >= 12 * 18);
+	/* Llama 3.1, 3.2 and Qwen2.5 x 9 tool conversations x 2 rendered, the other 9 refused */
+	assert_int_equal(ntools, 3 * 9 * 2);
 	assert_int_equal(ntools_refused, 9 * 9 * 2);
 	assert_int_equal(bad, 0);
 }
