@@ -29,6 +29,7 @@ static const char *const names[KVP_CHAT__COUNT] = {
 	[KVP_CHAT_LLAMA2] = "llama2",	 [KVP_CHAT_MISTRAL] = "mistral",
 	[KVP_CHAT_PHI3] = "phi3",	 [KVP_CHAT_GEMMA] = "gemma",
 	[KVP_CHAT_ZEPHYR] = "zephyr",	 [KVP_CHAT_DEEPSEEK] = "deepseek",
+	[KVP_CHAT_QWEN3] = "qwen3",
 };
 
 static const char *const role_names[] = {
@@ -46,13 +47,14 @@ const char *kvp_chat_family_name(enum kvp_chat_family f)
 
 const char *kvp_chat_names(void)
 {
-	return "llama3, llama3.1, llama3.2, chatml, llama2, mistral, phi3, gemma, zephyr, deepseek";
+	return "llama3, llama3.1, llama3.2, chatml, llama2, mistral, phi3, gemma, zephyr, deepseek, "
+	       "qwen3";
 }
 
 bool kvp_chat_writes_bos(const struct kvp_chat_template *t)
 {
-	return t->family != KVP_CHAT_CHATML && t->family != KVP_CHAT_PHI3 &&
-	       t->family != KVP_CHAT_ZEPHYR;
+	return t->family != KVP_CHAT_CHATML && t->family != KVP_CHAT_QWEN3 &&
+	       t->family != KVP_CHAT_PHI3 && t->family != KVP_CHAT_ZEPHYR;
 }
 
 static bool has(const char *src, size_t len, const char *needle)
@@ -103,13 +105,16 @@ static void chatml_default_system(struct kvp_chat_template *t, const char *src, 
  * Whether the template is one whose tool rendering is written here: Llama 3.1/3.2's
  * (tools in the first user message, {"name", "parameters"} calls, "ipython" results)
  * and Qwen2.5's (a "# Tools" system turn with its default system prompt,
- * <tool_call>/<tool_response>).  Qwen3's, with no default prompt and <think>, is not.
+ * <tool_call>/<tool_response>).  Qwen3's, with no default prompt and <think>, is its
+ * own family.
  */
 static bool tools_variant(const struct kvp_chat_template *t, const char *src, size_t len)
 {
 	if (t->family == KVP_CHAT_LLAMA31 || t->family == KVP_CHAT_LLAMA32)
 		return has(src, len, "tools_in_user_message") &&
 		       has(src, len, "Environment: ipython") && has(src, len, "\"parameters\": ");
+	if (t->family == KVP_CHAT_QWEN3)
+		return true;
 	if (t->family == KVP_CHAT_CHATML)
 		return t->default_system[0] && has(src, len, "<tools></tools>") &&
 		       has(src, len, "<tool_call>\\n{\"name\": \"") &&
@@ -128,6 +133,10 @@ int kvp_chat_template_detect(struct kvp_chat_template *out, const char *src, siz
 			f = KVP_CHAT_LLAMA3;
 		else
 			f = has(src, len, "strftime_now") ? KVP_CHAT_LLAMA32 : KVP_CHAT_LLAMA31;
+	} else if (has(src, len, "<|im_start|>") && has(src, len, "last_query_index") &&
+		   has(src, len, "reasoning_content") && has(src, len, "enable_thinking") &&
+		   has(src, len, "<tools></tools>")) {
+		f = KVP_CHAT_QWEN3;
 	} else if (has(src, len, "<|im_start|>")) {
 		f = KVP_CHAT_CHATML;
 		chatml_default_system(out, src, len);
@@ -166,8 +175,9 @@ int kvp_chat_template_named(struct kvp_chat_template *out, const char *name, cha
 	for (int f = 0; f < KVP_CHAT__COUNT; f++) {
 		if (!strcmp(names[f], name)) {
 			out->family = (enum kvp_chat_family)f;
-			/* by name, the families' tool-rendering templates (Llama 3.1/3.2) */
-			out->tools = f == KVP_CHAT_LLAMA31 || f == KVP_CHAT_LLAMA32;
+			/* by name, the families' tool-rendering templates (Llama 3.1/3.2, Qwen3) */
+			out->tools = f == KVP_CHAT_LLAMA31 || f == KVP_CHAT_LLAMA32 ||
+				     f == KVP_CHAT_QWEN3;
 			return 0;
 		}
 	}
@@ -830,6 +840,147 @@ static int render_chatml(struct buf *b, const struct kvp_chat_template *t,
 	return 0;
 }
 
+/* Python's s.strip/lstrip/rstrip('\n') on [*s, *e): newlines only. */
+static void strip_nl(const char **s, const char **e, bool left, bool right)
+{
+	while (left && *s < *e && **s == '\n')
+		(*s)++;
+	while (right && *e > *s && (*e)[-1] == '\n')
+		(*e)--;
+}
+
+static const char *last_of(const char *s, const char *e, const char *needle)
+{
+	size_t nl = strlen(needle);
+	const char *found = NULL;
+
+	for (const char *p = s; (p = memmem(p, (size_t)(e - p), needle, nl)); p += nl)
+		found = p;
+	return found;
+}
+
+static bool wraps(const struct kvp_chat_msg *m, const char *head, const char *tail)
+{
+	size_t h = strlen(head), t = strlen(tail);
+
+	return m->len >= h && m->len >= t && !memcmp(m->content, head, h) &&
+	       !memcmp(m->content + m->len - t, tail, t);
+}
+
+/*
+ * Qwen3: ChatML without a default system prompt; the tools in a system turn as
+ * Qwen2.5's; an assistant message's "<think>...</think>" is cut off its content, and
+ * written back (the reasoning stripped of newlines, in a <think> block) only for the
+ * messages after the last real user query (one that is not a wrapped <tool_response>)
+ * that are the last message or have reasoning; calls follow the content on lines of
+ * their own.
+ */
+static int render_qwen3(struct buf *b, const struct kvp_chat_msg *m, size_t n,
+			const struct kvp_chat_opts *o)
+{
+	bool sys = n && m[0].role == KVP_CHAT_SYSTEM, tools = false;
+	const char *p = o->tools, *el;
+	size_t el_len, query = n;
+
+	if (o->tools && json_next(&p, o->tools + o->tools_len, &el, &el_len) > 0)
+		tools = true;
+	if (tools) {
+		puts_(b, "<|im_start|>system\n");
+		if (sys) {
+			put_msg(b, &m[0]);
+			puts_(b, "\n\n");
+		}
+		puts_(b,
+		      "# Tools\n\nYou may call one or more functions to assist with the user "
+		      "query.\n\nYou are provided with function signatures within <tools></tools> "
+		      "XML tags:\n<tools>");
+		put_tools(b, o, "\n", "", 0);
+		puts_(b,
+		      "\n</tools>\n\nFor each function call, return a json object with function "
+		      "name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+		      "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+		      "</tool_call><|im_end|>\n");
+	} else if (sys) {
+		puts_(b, "<|im_start|>system\n");
+		put_msg(b, &m[0]);
+		puts_(b, "<|im_end|>\n");
+	}
+	for (size_t i = n; i-- > 0;) {
+		if (m[i].role == KVP_CHAT_USER &&
+		    !wraps(&m[i], "<tool_response>", "</tool_response>")) {
+			query = i;
+			break;
+		}
+	}
+	for (size_t i = sys; i < n; i++) {
+		size_t k = m[i].role == KVP_CHAT_ASSISTANT ? calls_of(m, n, i) : 0;
+
+		if (m[i].role == KVP_CHAT_TOOL) {
+			if (!i || m[i - 1].role != KVP_CHAT_TOOL)
+				puts_(b, "<|im_start|>user");
+			puts_(b, "\n<tool_response>\n");
+			put_msg(b, &m[i]);
+			puts_(b, "\n</tool_response>");
+			if (i + 1 == n || m[i + 1].role != KVP_CHAT_TOOL)
+				puts_(b, "<|im_end|>\n");
+		} else if (m[i].role == KVP_CHAT_ASSISTANT) {
+			const char *cs = m[i].content, *ce = cs + m[i].len;
+			const char *rs = cs, *re = cs, *end = last_of(cs, ce, "</think>");
+
+			if (end) { /* content.split('</think>')[-1].lstrip('\n') */
+				const char *first = memmem(cs, m[i].len, "</think>", 8), *open;
+
+				re = first; /* split('</think>')[0].rstrip('\n') */
+				strip_nl(&rs, &re, false, true);
+				open = last_of(rs, re, "<think>"); /* .split('<think>')[-1] */
+				if (open)
+					rs = open + 7;
+				strip_nl(&rs, &re, true, false);
+				cs = end + 8;
+				strip_nl(&cs, &ce, true, false);
+			}
+			puts_(b, "<|im_start|>assistant\n");
+			if (i > query && (i + k + 1 == n || re > rs)) {
+				const char *ls = cs;
+
+				strip_nl(&rs, &re, true, true);
+				puts_(b, "<think>\n");
+				put(b, rs, (size_t)(re - rs));
+				puts_(b, "\n</think>\n\n");
+				strip_nl(&ls, &ce, true, false);
+				put(b, ls, (size_t)(ce - ls));
+			} else {
+				put(b, cs, (size_t)(ce - cs));
+			}
+			for (size_t j = 0; j < k; j++) {
+				const struct kvp_chat_msg *c = &m[i + 1 + j];
+
+				if (j || ce > cs)
+					puts_(b, "\n");
+				puts_(b, "<tool_call>\n{\"name\": \"");
+				put(b, c->name, c->name_len);
+				puts_(b, "\", \"arguments\": ");
+				put_json(b, c->content, c->len, 0);
+				puts_(b, "}\n</tool_call>");
+			}
+			i += k;
+			puts_(b, "<|im_end|>\n");
+		} else {
+			puts_(b, "<|im_start|>");
+			puts_(b, role_names[m[i].role]);
+			puts_(b, "\n");
+			put_msg(b, &m[i]);
+			puts_(b, "<|im_end|>\n");
+		}
+	}
+	if (o->add_generation_prompt) {
+		puts_(b, "<|im_start|>assistant\n");
+		if (o->no_thinking)
+			puts_(b, "<think>\n\n</think>\n\n");
+	}
+	return 0;
+}
+
 static int render(struct buf *b, const struct kvp_chat_template *t, const struct kvp_chat_msg *m,
 		  size_t n, const struct kvp_chat_opts *o, char *err, size_t errlen)
 {
@@ -851,6 +1002,8 @@ static int render(struct buf *b, const struct kvp_chat_template *t, const struct
 		return render_llama31(b, t, m, n, o, err, errlen);
 	case KVP_CHAT_CHATML:
 		return render_chatml(b, t, m, n, o);
+	case KVP_CHAT_QWEN3:
+		return render_qwen3(b, m, n, o);
 	case KVP_CHAT_LLAMA2:
 		if (!alternates(m + sys, n - sys))
 			return refuse(err, errlen, ALTERNATE);

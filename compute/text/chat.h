@@ -43,6 +43,7 @@ enum kvp_chat_family {
 	KVP_CHAT_GEMMA,	   /* <start_of_turn>user / model, no system turn */
 	KVP_CHAT_ZEPHYR,   /* <|user|>\n...</s> (Zephyr, TinyLlama) */
 	KVP_CHAT_DEEPSEEK, /* User: ... Assistant: ... (deepseek-llm chat) */
+	KVP_CHAT_QWEN3,	   /* ChatML with <think> blocks and Qwen's tools (Qwen3) */
 	KVP_CHAT__COUNT
 };
 
@@ -84,6 +85,8 @@ struct kvp_chat_template {
  * @tools, @tools_len: the tool definitions, a JSON array of OpenAI-shaped objects
  *             ({"type": "function", "function": {"name", "description", "parameters"}})
  *             as the templates' `tools` variable takes them; NULL: none given
+ * @no_thinking: Qwen3's enable_thinking=false (an empty <think> block after the
+ *             generation prompt); false: the variable undefined, as the template's default
  *
  * JSON the template writes with `tojson` (the tools, a call's arguments, Llama's tool
  * results) is re-serialised as @huggingface/jinja's tojson does: keys in their order,
@@ -97,6 +100,7 @@ struct kvp_chat_opts {
 	bool add_generation_prompt;
 	const char *tools;
 	size_t tools_len;
+	bool no_thinking;
 };
 
 /**

@@ -1196,7 +1196,7 @@ static void chat_help(FILE *o)
 	      "  -m, --message TEXT     a user turn (repeatable)\n"
 	      "      --chat-template N  render with template family N (llama3, llama3.1,\n"
 	      "                         llama3.2, chatml, llama2, mistral, phi3, gemma, zephyr,\n"
-	      "                         deepseek) instead of the model's\n"
+	      "                         deepseek, qwen3) instead of the model's\n"
 	      "  -n, --max-new-tokens N reply tokens at most (default: the daemon's maximum,\n"
 	      "                         at most 1024)\n" CACHE_HELP
 	      "      --temperature T, --top-k K, --top-p P, --seed S, --salt S, --no-cache,\n"

@@ -31,6 +31,7 @@ const specials = {
 	'llama3.1': ['<|begin_of_text|>', '<|eot_id|>'],
 	'llama3.2': ['<|begin_of_text|>', '<|eot_id|>'],
 	chatml: ['', '<|im_end|>'],
+	qwen3: ['', '<|im_end|>'],
 	llama2: ['<s>', '</s>'],
 	mistral: ['<s>', '</s>'],
 	phi3: ['<s>', '<|endoftext|>'],
@@ -53,6 +54,12 @@ const conversations = [
 	[m('assistant', 'I start.'), m('user', 'Fine')],
 	[m('system', 'S'), m('user', 'a'), m('assistant', 'b'), m('user', 'c'), m('assistant', 'd'),
 		m('user', 'e')],
+	// reasoning in assistant turns: Qwen3 cuts it from history and keeps it after the
+	// last query; other templates take it as text
+	[m('user', 'Q'), m('assistant', '<think>\nplan\n</think>\n\nA'), m('user', 'Q2')],
+	[m('user', 'Q'), m('assistant', 'x<think>\n\nr1\n</think>\n\n\nA1</think>\nA2')],
+	[m('user', 'Q'), m('assistant', 'plain answer')],
+	[m('user', '<tool_response>\nr\n</tool_response>'), m('assistant', '<think>t</think>A')],
 ];
 
 // Tools as clients send them: OpenAI's shape, with what tojson must write exactly

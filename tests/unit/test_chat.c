@@ -64,6 +64,7 @@ static void test_families_recognised(void **state)
 		{ "gemma.gemma-2-2b-it.jinja", "gemma" },
 		{ "zephyr.tinyllama-1.1b-chat.jinja", "zephyr" },
 		{ "deepseek.deepseek-llm-7b-chat.jinja", "deepseek" },
+		{ "qwen3.qwen3-0.6b.jinja", "qwen3" },
 	};
 	struct kvp_chat_template t;
 
@@ -76,7 +77,7 @@ static void test_families_recognised(void **state)
 		assert_non_null(src);
 		assert_int_equal(kvp_chat_template_detect(&t, src, len, NULL, 0), 0);
 		assert_string_equal(kvp_chat_family_name(t.family), files[i][1]);
-		if (strstr(files[i][0], "qwen"))
+		if (strstr(files[i][0], "qwen2.5"))
 			assert_string_equal(
 				t.default_system,
 				"You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
@@ -144,6 +145,28 @@ static void test_refusals_and_trim(void **state)
 	assert_string_equal(
 		out,
 		"<|im_start|>user\n\xe3\x80\x80 hi\t\xc2\xa0<|im_end|>\n<|im_start|>assistant\n");
+	free(out);
+}
+
+static void test_qwen3_no_thinking(void **state)
+{
+	/* Qwen3's enable_thinking=false: an empty <think> block after the generation prompt */
+	struct kvp_chat_template t;
+	struct kvp_chat_msg u[] = { { KVP_CHAT_USER, "Hi", 2, NULL, 0 } };
+	struct kvp_chat_opts o = { .add_generation_prompt = true, .no_thinking = true };
+	char *out;
+	size_t len;
+
+	assert_int_equal(kvp_chat_template_named(&t, "qwen3", NULL, 0), 0);
+	assert_true(t.tools);
+	assert_false(kvp_chat_writes_bos(&t));
+	assert_int_equal(kvp_chat_render(&out, &len, &t, u, 1, &o, NULL, 0), 0);
+	assert_string_equal(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+				 "<think>\n\n</think>\n\n");
+	free(out);
+	o.no_thinking = false;
+	assert_int_equal(kvp_chat_render(&out, &len, &t, u, 1, &o, NULL, 0), 0);
+	assert_string_equal(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 	free(out);
 }
 
@@ -279,9 +302,10 @@ static void test_renders_equal_jinja(void **state)
 	free(cases);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	assert_int_equal(system(cmd), 0);
-	assert_true(n >= 12 * 18);
-	/* Llama 3.1, 3.2 and Qwen2.5 x 9 tool conversations x 2 rendered, the other 9 refused */
-	assert_int_equal(ntools, 3 * 9 * 2);
+	assert_true(n >= 13 * 26);
+	/* Llama 3.1, 3.2, Qwen2.5 and Qwen3 x 9 tool conversations x 2 rendered, the other 9
+	 * refused */
+	assert_int_equal(ntools, 4 * 9 * 2);
 	assert_int_equal(ntools_refused, 9 * 9 * 2);
 	assert_int_equal(bad, 0);
 }
@@ -292,6 +316,7 @@ int main(void)
 		cmocka_unit_test(test_families_recognised),
 		cmocka_unit_test(test_unknown_template_lists_names),
 		cmocka_unit_test(test_refusals_and_trim),
+		cmocka_unit_test(test_qwen3_no_thinking),
 		cmocka_unit_test(test_renders_equal_jinja),
 	};
 
