@@ -767,6 +767,55 @@ static int render_llama31(struct buf *b, const struct kvp_chat_template *t,
 }
 
 /*
+ * Qwen's tools text after the system prompt: the tools one per line (tojson) and how to
+ * call them; Qwen2.5's template writes the example call's braces doubled, Qwen3's not.
+ */
+static void qwen_tools(struct buf *b, const struct kvp_chat_opts *o, bool doubled)
+{
+	puts_(b, "# Tools\n\nYou may call one or more functions to assist with the user "
+		 "query.\n\nYou are provided with function signatures within <tools></tools> "
+		 "XML tags:\n<tools>");
+	put_tools(b, o, "\n", "", 0);
+	puts_(b, "\n</tools>\n\nFor each function call, return a json object with function "
+		 "name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n");
+	puts_(b, doubled ? "{{\"name\": <function-name>, \"arguments\": <args-json-object>}}" :
+			   "{\"name\": <function-name>, \"arguments\": <args-json-object>}");
+	puts_(b, "\n</tool_call><|im_end|>\n");
+}
+
+/* Tool result m[i]: consecutive results share one user turn of <tool_response> blocks. */
+static void qwen_tool_result(struct buf *b, const struct kvp_chat_msg *m, size_t n, size_t i)
+{
+	if (!i || m[i - 1].role != KVP_CHAT_TOOL)
+		puts_(b, "<|im_start|>user");
+	puts_(b, "\n<tool_response>\n");
+	put_msg(b, &m[i]);
+	puts_(b, "\n</tool_response>");
+	if (i + 1 == n || m[i + 1].role != KVP_CHAT_TOOL)
+		puts_(b, "<|im_end|>\n");
+}
+
+/* One call as a <tool_call> block (no newline before it). */
+static void qwen_call(struct buf *b, const struct kvp_chat_msg *c)
+{
+	puts_(b, "<tool_call>\n{\"name\": \"");
+	put(b, c->name, c->name_len);
+	puts_(b, "\", \"arguments\": ");
+	put_json(b, c->content, c->len, 0);
+	puts_(b, "}\n</tool_call>");
+}
+
+/* <|im_start|>ROLE\nCONTENT<|im_end|>\n */
+static void chatml_turn(struct buf *b, const char *role, const char *s, size_t n)
+{
+	puts_(b, "<|im_start|>");
+	puts_(b, role);
+	puts_(b, "\n");
+	put(b, s, n);
+	puts_(b, "<|im_end|>\n");
+}
+
+/*
  * ChatML; Qwen2.5's tools: a system turn (the conversation's or the default) with the
  * tools one per line (tojson), an assistant's calls as <tool_call> blocks after its
  * content, consecutive tool results in one user turn of <tool_response> blocks.
@@ -786,32 +835,16 @@ static int render_chatml(struct buf *b, const struct kvp_chat_template *t,
 			put_msg(b, &m[0]);
 		else
 			puts_(b, t->default_system);
-		puts_(b,
-		      "\n\n# Tools\n\nYou may call one or more functions to assist with the user "
-		      "query.\n\nYou are provided with function signatures within <tools></tools> "
-		      "XML tags:\n<tools>");
-		put_tools(b, o, "\n", "", 0);
-		puts_(b,
-		      "\n</tools>\n\nFor each function call, return a json object with function "
-		      "name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-		      "{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n"
-		      "</tool_call><|im_end|>\n");
+		puts_(b, "\n\n");
+		qwen_tools(b, o, true);
 	} else if (t->default_system[0] && n && !sys) {
-		puts_(b, "<|im_start|>system\n");
-		puts_(b, t->default_system);
-		puts_(b, "<|im_end|>\n");
+		chatml_turn(b, "system", t->default_system, strlen(t->default_system));
 	}
 	for (size_t i = tools && sys; i < n; i++) {
 		size_t k = m[i].role == KVP_CHAT_ASSISTANT ? calls_of(m, n, i) : 0;
 
 		if (m[i].role == KVP_CHAT_TOOL) {
-			if (!i || m[i - 1].role != KVP_CHAT_TOOL)
-				puts_(b, "<|im_start|>user");
-			puts_(b, "\n<tool_response>\n");
-			put_msg(b, &m[i]);
-			puts_(b, "\n</tool_response>");
-			if (i + 1 == n || m[i + 1].role != KVP_CHAT_TOOL)
-				puts_(b, "<|im_end|>\n");
+			qwen_tool_result(b, m, n, i);
 		} else if (k) {
 			puts_(b, "<|im_start|>assistant");
 			if (m[i].len) {
@@ -819,20 +852,12 @@ static int render_chatml(struct buf *b, const struct kvp_chat_template *t,
 				put_msg(b, &m[i]);
 			}
 			for (; k; k--) {
-				i++;
-				puts_(b, "\n<tool_call>\n{\"name\": \"");
-				put(b, m[i].name, m[i].name_len);
-				puts_(b, "\", \"arguments\": ");
-				put_json(b, m[i].content, m[i].len, 0);
-				puts_(b, "}\n</tool_call>");
+				puts_(b, "\n");
+				qwen_call(b, &m[++i]);
 			}
 			puts_(b, "<|im_end|>\n");
 		} else {
-			puts_(b, "<|im_start|>");
-			puts_(b, role_names[m[i].role]);
-			puts_(b, "\n");
-			put_msg(b, &m[i]);
-			puts_(b, "<|im_end|>\n");
+			chatml_turn(b, role_names[m[i].role], m[i].content, m[i].len);
 		}
 	}
 	if (o->add_generation_prompt)
@@ -890,20 +915,9 @@ static int render_qwen3(struct buf *b, const struct kvp_chat_msg *m, size_t n,
 			put_msg(b, &m[0]);
 			puts_(b, "\n\n");
 		}
-		puts_(b,
-		      "# Tools\n\nYou may call one or more functions to assist with the user "
-		      "query.\n\nYou are provided with function signatures within <tools></tools> "
-		      "XML tags:\n<tools>");
-		put_tools(b, o, "\n", "", 0);
-		puts_(b,
-		      "\n</tools>\n\nFor each function call, return a json object with function "
-		      "name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-		      "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
-		      "</tool_call><|im_end|>\n");
+		qwen_tools(b, o, false);
 	} else if (sys) {
-		puts_(b, "<|im_start|>system\n");
-		put_msg(b, &m[0]);
-		puts_(b, "<|im_end|>\n");
+		chatml_turn(b, "system", m[0].content, m[0].len);
 	}
 	for (size_t i = n; i-- > 0;) {
 		if (m[i].role == KVP_CHAT_USER &&
@@ -916,13 +930,7 @@ static int render_qwen3(struct buf *b, const struct kvp_chat_msg *m, size_t n,
 		size_t k = m[i].role == KVP_CHAT_ASSISTANT ? calls_of(m, n, i) : 0;
 
 		if (m[i].role == KVP_CHAT_TOOL) {
-			if (!i || m[i - 1].role != KVP_CHAT_TOOL)
-				puts_(b, "<|im_start|>user");
-			puts_(b, "\n<tool_response>\n");
-			put_msg(b, &m[i]);
-			puts_(b, "\n</tool_response>");
-			if (i + 1 == n || m[i + 1].role != KVP_CHAT_TOOL)
-				puts_(b, "<|im_end|>\n");
+			qwen_tool_result(b, m, n, i);
 		} else if (m[i].role == KVP_CHAT_ASSISTANT) {
 			const char *cs = m[i].content, *ce = cs + m[i].len;
 			const char *rs = cs, *re = cs, *end = last_of(cs, ce, "</think>");
@@ -957,20 +965,12 @@ static int render_qwen3(struct buf *b, const struct kvp_chat_msg *m, size_t n,
 
 				if (j || ce > cs)
 					puts_(b, "\n");
-				puts_(b, "<tool_call>\n{\"name\": \"");
-				put(b, c->name, c->name_len);
-				puts_(b, "\", \"arguments\": ");
-				put_json(b, c->content, c->len, 0);
-				puts_(b, "}\n</tool_call>");
+				qwen_call(b, c);
 			}
 			i += k;
 			puts_(b, "<|im_end|>\n");
 		} else {
-			puts_(b, "<|im_start|>");
-			puts_(b, role_names[m[i].role]);
-			puts_(b, "\n");
-			put_msg(b, &m[i]);
-			puts_(b, "<|im_end|>\n");
+			chatml_turn(b, role_names[m[i].role], m[i].content, m[i].len);
 		}
 	}
 	if (o->add_generation_prompt) {
