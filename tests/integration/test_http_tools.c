@@ -3,7 +3,8 @@
  * test_http_tools.c - tools through kvpool-http with the official SDKs
  * (tests/node/http-tools.mjs), on models with real vocabularies and published chat
  * templates (tests/node/chat-models.mjs writes the vocabularies): Qwen2.5's ChatML and
- * Llama 3.2's render tools, Llama 3.0's does not and is refused.  For each family a
+ * Llama 3.2's render tools, Llama 3.0's does not and is refused; and OpenAI's logprobs and
+ * n > 1 on the same models (tests/node/http-logprobs.mjs).  For each family a
  * kvpoold (no --ignore-eos: a forced call ends when the grammar's value is whole) and a
  * kvpool-http are started, the script run, both stopped.  Without node the test skips;
  * with node, missing packages fail it.
@@ -105,7 +106,8 @@ static int group_teardown(void **state)
 	return 0;
 }
 
-static void check_family(const char *fam)
+/* @script (tests/node/) against kvpoold serving @fam's model, through kvpool-http. */
+static void check_family(const char *fam, const char *script_name)
 {
 	static const char *const http_args[] = { "--listen", "127.0.0.1:0", NULL };
 	char model[512], script[4096], cli[512];
@@ -118,7 +120,7 @@ static void check_family(const char *fam)
 	if (!*g_dir)
 		skip();
 	snprintf(model, sizeof(model), "%s/%s.gguf", g_dir, fam);
-	snprintf(script, sizeof(script), "%s/tests/node/http-tools.mjs", getenv("KVP_SOURCE_DIR"));
+	snprintf(script, sizeof(script), "%s/tests/node/%s", getenv("KVP_SOURCE_DIR"), script_name);
 	assert_int_equal(kvp_test_build_path(cli, sizeof(cli), "ipc/kvpool"), 0);
 	assert_int_equal(kvpd_init(&d), 0);
 	if (kvpd_start(&d, 60, args)) {
@@ -159,17 +161,28 @@ static void check_family(const char *fam)
 
 static void test_qwen2(void **state)
 {
-	check_family("qwen2");
+	check_family("qwen2", "http-tools.mjs");
 }
 
 static void test_llama32(void **state)
 {
-	check_family("llama3.2");
+	check_family("llama3.2", "http-tools.mjs");
 }
 
 static void test_llama3_refuses(void **state)
 {
-	check_family("llama3");
+	check_family("llama3", "http-tools.mjs");
+}
+
+/* logprobs and n > 1 (tests/node/http-logprobs.mjs) on two real vocabularies */
+static void test_qwen2_logprobs(void **state)
+{
+	check_family("qwen2", "http-logprobs.mjs");
+}
+
+static void test_llama32_logprobs(void **state)
+{
+	check_family("llama3.2", "http-logprobs.mjs");
 }
 
 int main(void)
@@ -178,6 +191,8 @@ int main(void)
 		cmocka_unit_test(test_qwen2),
 		cmocka_unit_test(test_llama32),
 		cmocka_unit_test(test_llama3_refuses),
+		cmocka_unit_test(test_qwen2_logprobs),
+		cmocka_unit_test(test_llama32_logprobs),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -171,10 +171,10 @@ test('errors arrive as typed errors', async () => {
 	e = await thrown(client().models.list({ headers: { Authorization: null } }));
 	assert.ok(e instanceof OpenAI.AuthenticationError, `${e}`);
 	// what kvpool cannot do is refused, not ignored
-	e = await thrown(client().completions.create({ model: env.model, prompt: 'x', n: 2 }));
+	e = await thrown(client().completions.create({ model: env.model, prompt: 'x', n: 17 }));
 	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
 	assert.equal(e.param, 'n');
-	e = await thrown(client().completions.create({ model: env.model, prompt: 'x', logprobs: 2 }));
+	e = await thrown(client().completions.create({ model: env.model, prompt: 'x', logprobs: 21 }));
 	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
 	assert.equal(e.param, 'logprobs');
 	e = await thrown(client().completions.create({ model: env.model, prompt: 'x', max_tokens: 1e7 }));
@@ -276,7 +276,7 @@ test('chat completions check their body', async () => {
 	const req = { model: env.model, messages: [{ role: 'user', content: 'Hello' }] };
 	let e = await thrown(client().chat.completions.create({ ...req, messages: [] }));
 	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
-	e = await thrown(client().chat.completions.create({ ...req, n: 3 }));
+	e = await thrown(client().chat.completions.create({ ...req, n: 0 }));
 	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
 	e = await thrown(client().chat.completions.create({
 		...req, tools: [{ type: 'function', function: { name: 'f' } }],
