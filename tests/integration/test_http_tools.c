@@ -20,58 +20,11 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "compute/mkmodel.h"
-#include "compute/mkvocab.h"
 #include "tests/integration/httpd.h"
 #include "tests/integration/kvpd.h"
 #include "tests/lib/testlib.h"
 
 static char g_dir[256];
-
-/* @fam's model: its vocabulary, the template of @tmpl_file (NULL: the vocabulary's). */
-static int write_model(const char *fam, const char *vocab_fam, const char *tmpl_file)
-{
-	struct kvp_mkmodel_vocab *v = NULL;
-	struct kvp_mkmodel_opts o;
-	char path[512], err[512] = "", *tmpl = NULL;
-	int r;
-
-	snprintf(path, sizeof(path), "%s/%s/vocab.json", g_dir, vocab_fam);
-	r = kvp_mkmodel_vocab_load(&v, path, err, sizeof(err));
-	if (r) {
-		fprintf(stderr, "%s: %s\n", path, err);
-		return r;
-	}
-	kvp_mkmodel_preset(&o, "tiny");
-	o.n_embd = 16;
-	o.n_heads = 2;
-	o.n_kv_heads = 1;
-	o.n_ff = 32;
-	o.n_layers = 1;
-	o.vocab = v;
-	o.name = fam; /* the model kvpool-http answers for */
-	if (!strcmp(vocab_fam, "qwen2")) {
-		o.arch = "qwen2";
-		o.tied = 1;
-	}
-	if (tmpl_file) {
-		snprintf(path, sizeof(path), "%s/tests/data/templates/%s", getenv("KVP_SOURCE_DIR"),
-			 tmpl_file);
-		tmpl = kvp_test_read_file(path, NULL);
-		if (!tmpl) {
-			kvp_mkmodel_vocab_free(v);
-			return -1;
-		}
-		o.chat_template = tmpl;
-	}
-	snprintf(path, sizeof(path), "%s/%s.gguf", g_dir, fam);
-	r = kvp_mkmodel_write(path, &o, err, sizeof(err));
-	if (r)
-		fprintf(stderr, "%s: %s\n", path, err);
-	kvp_mkmodel_vocab_free(v);
-	free(tmpl);
-	return r;
-}
 
 static int group_setup(void **state)
 {
@@ -92,9 +45,9 @@ static int group_setup(void **state)
 		return -1;
 	snprintf(cmd, sizeof(cmd), "node '%s/tests/node/chat-models.mjs' '%s' >/dev/null", src,
 		 g_dir);
-	if (system(cmd) || write_model("qwen2", "qwen2", NULL) ||
-	    write_model("llama3.2", "llama3", "llama3.2.llama-3.2-1b-instruct.jinja") ||
-	    write_model("llama3", "llama3", NULL))
+	if (system(cmd) || kvpd_vocab_model(g_dir, "qwen2", "qwen2", NULL) ||
+	    kvpd_vocab_model(g_dir, "llama3.2", "llama3", "llama3.2.llama-3.2-1b-instruct.jinja") ||
+	    kvpd_vocab_model(g_dir, "llama3", "llama3", NULL))
 		return -1;
 	return 0;
 }
