@@ -289,6 +289,7 @@ static void wait_push(struct kvp_http_backend *be, struct kvp_http_job *job)
 static bool vocab_ready(struct kvp_http_backend *be, char *msg, size_t cap)
 {
 	char err[300] = "";
+	uint64_t t0;
 	int r;
 
 	if (be->vocab && be->vocab->n == be->info.n_vocab &&
@@ -296,6 +297,7 @@ static bool vocab_ready(struct kvp_http_backend *be, char *msg, size_t cap)
 		return true;
 	kvp_http_vocab_free(be->vocab);
 	be->vocab = NULL;
+	t0 = kvp_now_ns();
 	r = kvp_http_vocab_load(&be->vocab, be->path, err, sizeof(err));
 	if (r) {
 		snprintf(msg, cap, "logprobs need the vocabulary, which could not be read: %s",
@@ -303,8 +305,8 @@ static bool vocab_ready(struct kvp_http_backend *be, char *msg, size_t cap)
 		kvp_log(LOG_WARNING, "backend: %s", msg);
 		return false;
 	}
-	kvp_log(LOG_INFO, "backend: read the vocabulary of %s (%u ids) for logprobs",
-		be->vocab->model, be->vocab->n);
+	kvp_log(LOG_INFO, "backend: read the vocabulary of %s (%u ids) for logprobs in %.1f ms",
+		be->vocab->model, be->vocab->n, (double)(kvp_now_ns() - t0) / 1e6);
 	return true;
 }
 
