@@ -409,6 +409,47 @@ static int parse_response_format(struct kvp_http_gen *g, json_t *o, struct kvp_h
 	return 0;
 }
 
+/*
+ * Chat: logprobs (bool) and top_logprobs (0..20, only with logprobs true, as OpenAI
+ * answers); completions: logprobs (0..20, the legacy shape's count of alternatives; OpenAI
+ * allows 5, vLLM 20).  kvpoold lists at most KVP_TOP_LOGPROBS_MAX alternatives.
+ */
+static int parse_logprobs(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
+{
+	json_t *lp = member(o, "logprobs");
+	long long x;
+	bool given;
+	int r;
+
+	if (g->api == KVP_HTTP_API_COMPLETIONS) {
+		if (lp && json_is_boolean(lp))
+			return bad(err, "logprobs",
+				   "logprobs: must be an integer in [0, %d] on /v1/completions "
+				   "(the number of alternatives per token)",
+				   KVP_TOP_LOGPROBS_MAX);
+		r = get_int(o, "logprobs", 0, KVP_TOP_LOGPROBS_MAX, &given, &x, err);
+		if (r)
+			return r;
+		g->logprobs = given;
+		g->top_logprobs = given ? (uint32_t)x : 0;
+		if (member(o, "top_logprobs"))
+			return bad(err, "top_logprobs",
+				   "top_logprobs: not a field of /v1/completions; logprobs "
+				   "(an integer) gives the alternatives");
+		return 0;
+	}
+	if (lp && !json_is_boolean(lp))
+		return bad(err, "logprobs", "logprobs: must be true or false");
+	r = get_int(o, "top_logprobs", 0, KVP_TOP_LOGPROBS_MAX, &given, &x, err);
+	if (r)
+		return r;
+	if (given && !json_is_true(lp))
+		return bad(err, "top_logprobs", "top_logprobs: requires logprobs to be true");
+	g->logprobs = json_is_true(lp);
+	g->top_logprobs = given ? (uint32_t)x : 0;
+	return 0;
+}
+
 /* OpenAI's n, logprobs, penalties, logit_bias, stream_options. */
 static int parse_openai_extras(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab,
 			       struct kvp_http_err *err)
@@ -419,22 +460,25 @@ static int parse_openai_extras(struct kvp_http_gen *g, json_t *o, uint32_t n_voc
 	bool given;
 	int r;
 
+	/* OpenAI's range; kvpoold samples at most KVP_PARALLEL_MAX continuations */
 	r = get_int(o, "n", 1, 128, &given, &x, err);
 	if (r)
 		return r;
-	if (given && x != 1)
-		return unsupported(err, "n",
-				   "only n = 1 is supported (kvpool-http does not ask kvpoold "
-				   "for parallel continuations yet)");
+	if (given && x > KVP_PARALLEL_MAX) {
+		bad(err, "n", "n: %lld is above %d, the most choices kvpoold samples at once", x,
+		    KVP_PARALLEL_MAX);
+		err->code = "unsupported_parameter";
+		return -EINVAL;
+	}
+	g->n = given ? (uint32_t)x : 1;
 	r = get_int(o, "best_of", 1, 128, &given, &x, err);
 	if (r)
 		return r;
 	if (given && x != 1)
 		return unsupported(err, "best_of", "only best_of = 1 is supported");
-	if (!is_off(json_object_get(o, "logprobs")))
-		return unsupported(err, "logprobs", "log probabilities are not supported");
-	if (!is_off(json_object_get(o, "top_logprobs")))
-		return unsupported(err, "top_logprobs", "log probabilities are not supported");
+	r = parse_logprobs(g, o, err);
+	if (r)
+		return r;
 	if (!is_off(json_object_get(o, "echo")))
 		return unsupported(err, "echo", "echoing the prompt is not supported");
 	r = parse_logit_bias(g, o, n_vocab, err);
@@ -1197,6 +1241,8 @@ static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err
 	r = parse_stop(g, o, "stop_sequences", err);
 	if (r)
 		return r;
+	if (member(o, "n")) /* not Anthropic's: a client that sends it expects n answers */
+		return unsupported(err, "n", "the Messages API has no n (one answer per request)");
 	/* breakpoints are counted and ordered as the prompt is laid out: tools, system,
 	 * messages */
 	r = parse_anthropic_tools(g, o, &bp, &tools_ttl, err);

@@ -9,7 +9,7 @@
  *   vLLM's    POST /tokenize, POST /detokenize
  *
  * Parsing is strict about what kvpool does (a wrong type or a value out of range is a
- * 400 naming the field) and about what it cannot do (n > 1, logprobs, images: a 400
+ * 400 naming the field) and about what it cannot do (best_of > 1, echo, images: a 400
  * saying it is not supported, never silently ignored; tools on a template without them
  * are kvpoold's 400); fields that change nothing
  * here (user, metadata, ...) and unknown fields are ignored, as the hosted APIs do for
@@ -128,6 +128,10 @@ struct kvp_http_msg {
  * @tools, @tools_len: the tool definitions in OpenAI's shape as a JSON array (owned;
  *                    Anthropic's converted), NULL without tools
  * @tool_names, @n_tools: their function names (owned), for the answer's parser
+ * @logprobs:         OpenAI logprobs (chat: true; completions: an integer given)
+ * @top_logprobs:     alternatives per token: chat top_logprobs, completions logprobs
+ *                    (0 .. KVP_TOP_LOGPROBS_MAX)
+ * @n:                OpenAI n: choices (1 .. KVP_PARALLEL_MAX; 0 before parsing = 1)
  * @tool_choice:      enum kvp_http_tool_choice; REQUIRED and NAMED set @grammar and
  *                    @schema to the calls' schema ({"name": const, "arguments": the
  *                    tool's parameters}, anyOf for several)
@@ -171,6 +175,9 @@ struct kvp_http_gen {
 	char **tool_names;
 	size_t n_tools;
 	enum kvp_http_tool_choice tool_choice;
+	bool logprobs;
+	uint32_t top_logprobs;
+	uint32_t n;
 };
 
 /**

@@ -61,6 +61,12 @@ struct kvp_http_backend {
 
 	atomic_uint busy;
 	atomic_uint up;
+
+	/* the thread's: the pieces for logprobs (read at the first request asking them, again
+	 * when kvpoold serves another model), one TOKEN's logprobs */
+	struct kvp_http_vocab *vocab;
+	struct kvp_logprob *lp;
+	size_t lp_cap;
 };
 
 static void wake(struct kvp_http_backend *be)
@@ -251,10 +257,15 @@ static int send_job(struct kvp_client *c, struct kvp_http_job *job)
 		return kvp_client_detokenize_submit(c, job->prompt.tokens, job->prompt.n_tokens,
 						    job->tok_flags, &job->req_id);
 	default:
-		/* as the cache control above: with this request's frame only */
-		r = job->has_samp ? kvp_client_set_sampling(c, &job->samp) : 0;
+		/* as a chat's: with this request's frame only (n > 1 rides in the cache
+		 * control) */
+		r = job->has_cc ? kvp_client_set_cache(c, &job->cc) : 0;
+		if (r == 0 && job->has_samp)
+			r = kvp_client_set_sampling(c, &job->samp);
 		if (r == 0)
 			r = kvp_client_submit(c, &job->prompt, &job->params, &job->req_id);
+		if (job->has_cc)
+			kvp_client_set_cache(c, NULL);
 		if (job->has_samp)
 			kvp_client_set_sampling(c, NULL);
 		return r;
@@ -272,6 +283,68 @@ static void wait_push(struct kvp_http_backend *be, struct kvp_http_job *job)
 }
 
 /*
+ * The vocabulary of the model kvpoold serves now, read once (on its own connection: a
+ * few hundred DETOKENIZEs of 512 ids for 150k ids, this thread waits for them once).
+ */
+static bool vocab_ready(struct kvp_http_backend *be, char *msg, size_t cap)
+{
+	char err[300] = "";
+	uint64_t t0;
+	int r;
+
+	if (be->vocab && be->vocab->n == be->info.n_vocab &&
+	    !strcmp(be->vocab->model, be->info.model))
+		return true;
+	kvp_http_vocab_free(be->vocab);
+	be->vocab = NULL;
+	t0 = kvp_now_ns();
+	r = kvp_http_vocab_load(&be->vocab, be->path, err, sizeof(err));
+	if (r) {
+		snprintf(msg, cap, "logprobs need the vocabulary, which could not be read: %s",
+			 err);
+		kvp_log(LOG_WARNING, "backend: %s", msg);
+		return false;
+	}
+	kvp_log(LOG_INFO, "backend: read the vocabulary of %s (%u ids) for logprobs in %.1f ms",
+		be->vocab->model, be->vocab->n, (double)(kvp_now_ns() - t0) / 1e6);
+	return true;
+}
+
+/* A TOKEN's logprobs into @be->lp for ops->tokens: false when it carried none. */
+static bool take_logprobs(struct kvp_http_backend *be, struct kvp_client *c,
+			  struct kvp_http_job *job, const struct kvp_client_event *ev)
+{
+	const struct kvp_logprob *top;
+	uint32_t n_top = 0, k = 0;
+	float lp;
+
+	for (uint32_t i = 0; i < ev->n_tokens; i++) {
+		if (kvp_client_event_logprob(c, i, &lp, &top, &n_top))
+			return false;
+		if (!i) {
+			size_t need = (size_t)ev->n_tokens * (1 + n_top);
+
+			if (need > be->lp_cap) {
+				struct kvp_logprob *p = realloc(be->lp, need * sizeof(*p));
+
+				if (!p)
+					return false;
+				be->lp = p;
+				be->lp_cap = need;
+			}
+			k = n_top;
+		}
+		if (n_top != k)
+			return false; /* kvpoold lists as many for every id */
+		be->lp[i * (1 + k)] = (struct kvp_logprob){ .id = ev->tokens[i], .logprob = lp };
+		memcpy(&be->lp[i * (1 + k) + 1], top, k * sizeof(*top));
+	}
+	job->lp = be->lp;
+	job->lp_top = k;
+	return true;
+}
+
+/*
  * Send @job, or put it on the wait list when every slot is taken (@front: back at the
  * list's head, where it was).  Return: true when it was sent or ended, false when it
  * waits.
@@ -283,6 +356,10 @@ static bool dispatch(struct kvp_http_backend *be, struct kvp_http_job *job, bool
 
 	if (atomic_load(&job->cancel)) {
 		end_job(be, job, NULL, KVP_E_CANCELLED, "cancelled before it was sent");
+		return true;
+	}
+	if (job->has_samp && job->samp.logprobs && !vocab_ready(be, msg, sizeof(msg))) {
+		end_job(be, job, NULL, KVP_E_INTERNAL, msg);
 		return true;
 	}
 again:
@@ -414,6 +491,12 @@ static void read_one(struct kvp_http_backend *be, unsigned int i)
 	case KVP_EVENT_TOKEN:
 		if (ev.usage.prompt_tokens && job->ops->usage)
 			job->ops->usage(job, &ev.usage);
+		job->lp = NULL;
+		job->vocab = be->vocab;
+		if (job->has_samp && job->samp.logprobs && ev.n_tokens)
+			take_logprobs(be, b->c, job, &ev);
+		r = kvp_client_event_cont(b->c);
+		job->cont = r > 0 ? (uint32_t)r : 0;
 		if (job->ops->tokens(job, ev.tokens, ev.n_tokens, ev.text, ev.text_len))
 			atomic_store(&job->cancel, true);
 		if (atomic_load(&job->cancel))
@@ -649,6 +732,8 @@ void kvp_http_backend_free(struct kvp_http_backend *be)
 	if (be->efd >= 0)
 		close(be->efd);
 	pthread_mutex_destroy(&be->lock);
+	kvp_http_vocab_free(be->vocab);
+	free(be->lp);
 	free(be);
 }
 

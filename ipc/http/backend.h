@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "ipc/http/api.h"
+#include "ipc/http/vocab.h"
 #include "kvpool/kvpool.h"
 
 struct kvp_http_backend;
@@ -81,6 +82,11 @@ enum kvp_http_job_kind {
  * @tok_flags: KVP_TOKENIZE_* / KVP_DETOKENIZE_* for those kinds
  * @cc, @has_cc: set by the caller: cache control sent with this request only
  *            (kvp_http_cache_map()), when @has_cc
+ * @lp, @lp_top: during ops->tokens of a request asking logprobs (samp.logprobs): per id,
+ *            its struct kvp_logprob then @lp_top alternatives (NULL: none came)
+ * @cont:     during ops->tokens: the continuation the ids belong to (0 when n is 1)
+ * @vocab:    during ops->tokens of a request asking logprobs: the pieces of ids (the
+ *            backend's)
  * (the rest is the backend's)
  */
 struct kvp_http_job {
@@ -97,6 +103,11 @@ struct kvp_http_job {
 	bool has_samp;
 	const char *tools; /* a chat's tool definitions (JSON, borrowed), NULL: none */
 	size_t tools_len;
+
+	const struct kvp_logprob *lp;
+	uint32_t lp_top;
+	uint32_t cont;
+	const struct kvp_http_vocab *vocab;
 
 	struct kvp_http_job *next;
 	atomic_bool cancel;

@@ -40,6 +40,152 @@ void kvp_http_emit_deinit(struct kvp_http_emit *e)
 	kvp_buf_deinit(&e->text);
 	free(e->ids);
 	e->ids = NULL;
+	free(e->lp);
+	e->lp = NULL;
+}
+
+/* ------------------------------------------------------------ logprobs */
+
+void kvp_http_emit_logprobs(struct kvp_http_emit *e, const struct kvp_http_vocab *vocab,
+			    const struct kvp_logprob *lp, size_t n, uint32_t n_top)
+{
+	size_t per = 1 + (size_t)n_top;
+
+	if (!n)
+		return;
+	if (e->lp_n && n_top != e->lp_top) {
+		kvp_buf_fail(&e->text, -EINVAL); /* kvpoold lists as many for every token */
+		return;
+	}
+	if ((e->lp_n + n) * per > e->lp_cap) {
+		size_t cap = (e->lp_n + n) * per * 2;
+		struct kvp_logprob *p = realloc(e->lp, cap * sizeof(*p));
+
+		if (!p) {
+			kvp_buf_fail(&e->text, -ENOMEM); /* the answer is lost, and says so */
+			return;
+		}
+		e->lp = p;
+		e->lp_cap = cap;
+	}
+	memcpy(e->lp + e->lp_n * per, lp, n * per * sizeof(*lp));
+	e->lp_n += n;
+	e->lp_top = n_top;
+	e->vocab = vocab;
+}
+
+/* OpenAI's floor for a log-probability that is not a number (JSON has no -inf). */
+static void logprob_num(struct kvp_json *j, const char *key, float v)
+{
+	/* nine significant digits: the float read back is the same float */
+	kvp_json_sig(j, key, v > -9999.0f ? v : -9999.0, 9);
+}
+
+/* Chat's entry for one id: token (its text), logprob, bytes. */
+static void chat_token(struct kvp_http_emit *e, struct kvp_json *j, const struct kvp_logprob *x)
+{
+	size_t len;
+	const char *p = kvp_http_vocab_piece(e->vocab, x->id, &len);
+
+	kvp_json_str(j, "token", p, len);
+	logprob_num(j, "logprob", x->logprob);
+	kvp_json_begin(j, "bytes", '[');
+	for (size_t i = 0; i < len; i++)
+		kvp_json_u64(j, NULL, (unsigned char)p[i]);
+	kvp_json_end(j, ']');
+}
+
+/* Tokens [@from, @to) of the logprobs as the member "logprobs" of a choice. */
+static void logprobs_json(struct kvp_http_emit *e, struct kvp_json *j, size_t from, size_t to)
+{
+	size_t per = 1 + (size_t)e->lp_top;
+
+	if (!e->logprobs || e->api == KVP_HTTP_API_MESSAGES) {
+		kvp_json_null(j, "logprobs");
+		return;
+	}
+	kvp_json_begin(j, "logprobs", '{');
+	if (e->api == KVP_HTTP_API_CHAT) {
+		kvp_json_begin(j, "content", '[');
+		for (size_t t = from; t < to; t++) {
+			const struct kvp_logprob *x = e->lp + t * per;
+
+			kvp_json_begin(j, NULL, '{');
+			chat_token(e, j, x);
+			kvp_json_begin(j, "top_logprobs", '[');
+			for (uint32_t k = 0; k < e->lp_top; k++) {
+				kvp_json_begin(j, NULL, '{');
+				chat_token(e, j, &x[1 + k]);
+				kvp_json_end(j, '}');
+			}
+			kvp_json_end(j, ']');
+			kvp_json_end(j, '}');
+		}
+		kvp_json_end(j, ']');
+		kvp_json_null(j, "refusal");
+		kvp_json_end(j, '}');
+		return;
+	}
+	/* completions' legacy shape: four arrays of one entry per token */
+	kvp_json_begin(j, "tokens", '[');
+	for (size_t t = from; t < to; t++) {
+		size_t len;
+		const char *p = kvp_http_vocab_piece(e->vocab, e->lp[t * per].id, &len);
+
+		kvp_json_str(j, NULL, p, len);
+	}
+	kvp_json_end(j, ']');
+	kvp_json_begin(j, "token_logprobs", '[');
+	for (size_t t = from; t < to; t++)
+		logprob_num(j, NULL, e->lp[t * per].logprob);
+	kvp_json_end(j, ']');
+	/* the alternatives by their text, and the sampled token's too (OpenAI's "up to
+	 * logprobs + 1") */
+	kvp_json_begin(j, "top_logprobs", '[');
+	for (size_t t = from; t < to; t++) {
+		const struct kvp_logprob *x = e->lp + t * per;
+		bool seen = false;
+		size_t len;
+		const char *p;
+
+		kvp_json_begin(j, NULL, '{');
+		for (uint32_t k = 0; k < e->lp_top; k++) {
+			/* a member name is the program's literal in util/json.h: keys are
+			 * written as escaped strings by hand here */
+			p = kvp_http_vocab_piece(e->vocab, x[1 + k].id, &len);
+			seen |= x[1 + k].id == x->id;
+			kvp_json_str(j, NULL, p, len);
+			kvp_buf_add(j->out, ":", 1);
+			j->first = true;
+			logprob_num(j, NULL, x[1 + k].logprob);
+		}
+		if (!seen) {
+			p = kvp_http_vocab_piece(e->vocab, x->id, &len);
+			kvp_json_str(j, NULL, p, len);
+			kvp_buf_add(j->out, ":", 1);
+			j->first = true;
+			logprob_num(j, NULL, x->logprob);
+		}
+		kvp_json_end(j, '}');
+	}
+	kvp_json_end(j, ']');
+	kvp_json_begin(j, "text_offset", '[');
+	for (size_t t = from; t < to; t++) {
+		size_t len;
+
+		kvp_json_u64(j, NULL, e->lp_text);
+		kvp_http_vocab_piece(e->vocab, e->lp[t * per].id, &len);
+		e->lp_text += len;
+	}
+	kvp_json_end(j, ']');
+	kvp_json_end(j, '}');
+}
+
+/* Stream: the logprobs of the tokens that came since the last chunk. */
+static void logprobs_pending(struct kvp_http_emit *e, struct kvp_json *j)
+{
+	logprobs_json(e, j, e->lp_sent, e->lp_n);
+	e->lp_sent = e->lp_n;
 }
 
 /* "data: " + JSON + "\n\n" around what @fn writes; @event names an Anthropic event. */
@@ -246,7 +392,7 @@ static void chunk_open(struct kvp_http_emit *e, struct kvp_buf *out, struct kvp_
 		    e->api == KVP_HTTP_API_CHAT ? "chat.completion.chunk" : "text_completion");
 	kvp_json_begin(j, "choices", '[');
 	kvp_json_begin(j, NULL, '{');
-	kvp_json_u64(j, "index", 0);
+	kvp_json_u64(j, "index", e->index);
 }
 
 static void chunk_close(struct kvp_http_emit *e, struct kvp_buf *out, struct kvp_json *j)
@@ -330,7 +476,7 @@ static void stream_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 	} else {
 		kvp_json_str(&j, "text", text, len);
 	}
-	kvp_json_null(&j, "logprobs");
+	logprobs_pending(e, &j);
 	kvp_json_null(&j, "finish_reason");
 	if (e->return_token_ids)
 		ids_array(&j, ids, n_ids);
@@ -358,7 +504,8 @@ void kvp_http_emit_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 		bool with_ids = e->return_token_ids && e->api != KVP_HTTP_API_MESSAGES;
 
 		kvp_http_emit_open(e, out);
-		if (len || (with_ids && n_ids))
+		if (len || (with_ids && n_ids) ||
+		    (e->logprobs && e->api != KVP_HTTP_API_MESSAGES && e->lp_n > e->lp_sent))
 			stream_text(e, out, text, len, ids, n_ids);
 		return;
 	}
@@ -478,9 +625,11 @@ static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 	} else {
 		str(&j, "text", "");
 	}
-	kvp_json_null(&j, "logprobs");
+	logprobs_pending(e, &j);
 	str(&j, "finish_reason", openai_finish(finish));
 	chunk_close(e, out, &j);
+	if (e->no_tail)
+		return; /* n > 1: the last choice writes the usage and [DONE] */
 	if (e->include_usage) {
 		sse_begin(out, NULL, &j);
 		kvp_json_begin(&j, NULL, '{');
@@ -494,6 +643,35 @@ static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 		sse_end(out);
 	}
 	kvp_buf_add(out, "data: [DONE]\n\n", 14);
+}
+
+/* One choice of a whole OpenAI answer: its text or @c's calls, logprobs, finish. */
+static void openai_choice(struct kvp_http_emit *e, struct kvp_json *j,
+			  const struct kvp_http_calls *c, enum kvp_http_finish finish)
+{
+	kvp_json_begin(j, NULL, '{');
+	kvp_json_u64(j, "index", e->index);
+	if (e->api == KVP_HTTP_API_CHAT) {
+		kvp_json_begin(j, "message", '{');
+		str(j, "role", "assistant");
+		if (c->n && c->content_len)
+			kvp_json_str(j, "content", c->content, c->content_len);
+		else if (c->n)
+			kvp_json_null(j, "content");
+		else
+			kvp_json_str(j, "content", e->text.p ? e->text.p : "", e->text.len);
+		kvp_json_null(j, "refusal");
+		if (c->n)
+			openai_calls(e, j, c, false);
+		kvp_json_end(j, '}');
+	} else {
+		kvp_json_str(j, "text", e->text.p ? e->text.p : "", e->text.len);
+	}
+	logprobs_json(e, j, 0, e->lp_n);
+	str(j, "finish_reason", openai_finish(finish));
+	if (e->return_token_ids)
+		ids_array(j, e->ids, e->n_ids);
+	kvp_json_end(j, '}');
 }
 
 void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp_http_finish finish,
@@ -557,33 +735,58 @@ void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 	}
 	openai_head(e, &j, e->api == KVP_HTTP_API_CHAT ? "chat.completion" : "text_completion");
 	kvp_json_begin(&j, "choices", '[');
-	kvp_json_begin(&j, NULL, '{');
-	kvp_json_u64(&j, "index", 0);
-	if (e->api == KVP_HTTP_API_CHAT) {
-		kvp_json_begin(&j, "message", '{');
-		str(&j, "role", "assistant");
-		if (c.n && c.content_len)
-			kvp_json_str(&j, "content", c.content, c.content_len);
-		else if (c.n)
-			kvp_json_null(&j, "content");
-		else
-			kvp_json_str(&j, "content", e->text.p ? e->text.p : "", e->text.len);
-		kvp_json_null(&j, "refusal");
-		if (c.n)
-			openai_calls(e, &j, &c, false);
-		kvp_json_end(&j, '}');
-	} else {
-		kvp_json_str(&j, "text", e->text.p ? e->text.p : "", e->text.len);
-	}
-	kvp_json_null(&j, "logprobs");
-	str(&j, "finish_reason", openai_finish(finish));
-	if (e->return_token_ids)
-		ids_array(&j, e->ids, e->n_ids);
-	kvp_json_end(&j, '}');
+	openai_choice(e, &j, &c, finish);
 	kvp_json_end(&j, ']');
 	openai_usage(&j, u, completion);
 	kvp_json_end(&j, '}');
 	kvp_http_calls_free(&c);
+}
+
+void kvp_http_emit_finish_n(struct kvp_http_emit *const *e, size_t n, struct kvp_buf *out,
+			    const enum kvp_http_finish *finish, const struct kvp_usage *u,
+			    uint32_t completion)
+{
+	struct kvp_json j;
+
+	if (e[0]->stream) {
+		for (size_t i = 0; i < n; i++) {
+			e[i]->no_tail = i + 1 < n;
+			stream_finish(e[i], out, finish[i], NULL, 0, u, completion);
+		}
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (e[i]->text.err) {
+			kvp_buf_fail(out, e[i]->text.err);
+			return;
+		}
+	kvp_json_init(&j, out);
+	kvp_json_begin(&j, NULL, '{');
+	openai_head(e[0], &j,
+		    e[0]->api == KVP_HTTP_API_CHAT ? "chat.completion" : "text_completion");
+	kvp_json_begin(&j, "choices", '[');
+	for (size_t i = 0; i < n; i++) {
+		struct kvp_http_calls c = { 0 };
+		enum kvp_http_finish f = finish[i];
+
+		if (e[i]->n_tools) {
+			int r = kvp_http_calls_parse(&c, e[i]->text.p ? e[i]->text.p : "",
+						     e[i]->text.len, e[i]->tool_names,
+						     e[i]->n_tools);
+
+			if (r < 0) {
+				kvp_buf_fail(out, r);
+				return;
+			}
+			if (r > 0)
+				f = KVP_HTTP_FINISH_TOOLS;
+		}
+		openai_choice(e[i], &j, &c, f);
+		kvp_http_calls_free(&c);
+	}
+	kvp_json_end(&j, ']');
+	openai_usage(&j, u, completion);
+	kvp_json_end(&j, '}');
 }
 
 void kvp_http_emit_error(struct kvp_http_emit *e, struct kvp_buf *out,

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "ipc/http/api.h"
+#include "ipc/http/vocab.h"
 #include "kvpool/proto.h"
 #include "util/buf.h"
 
@@ -71,6 +72,16 @@ struct kvp_http_emit {
 	size_t sent;	 /* stream, tools: bytes of @text streamed as content */
 	bool held;	 /* stream, tools: a call began; the rest waits for the end */
 	bool block_open; /* Anthropic stream, tools: the text block has started */
+	/* kvp_http_emit_logprobs(): per token its struct kvp_logprob and @lp_top more */
+	uint32_t index; /* OpenAI n > 1: the choice this emitter writes (choices[].index) */
+	bool no_tail;	/* stream: not the last choice (no usage chunk nor [DONE]) */
+	bool logprobs;
+	const struct kvp_http_vocab *vocab;
+	struct kvp_logprob *lp;
+	size_t lp_n, lp_cap;
+	uint32_t lp_top;
+	size_t lp_sent;	  /* stream: tokens whose logprobs went out */
+	uint64_t lp_text; /* completions: bytes of the tokens before lp_sent (text_offset) */
 };
 
 /**
@@ -107,6 +118,19 @@ void kvp_http_emit_deinit(struct kvp_http_emit *e);
  */
 void kvp_http_emit_tools(struct kvp_http_emit *e, char *const *names, size_t n);
 
+/*
+ * kvp_http_emit_logprobs() - the logprobs of the next @n generated tokens: for each, its
+ * struct kvp_logprob then @n_top alternatives, most likely first (kvpoold's LOGPROBS
+ * layout); @vocab names the ids (borrowed until the answer is finished).  Call before the
+ * tokens' kvp_http_emit_text(): OpenAI's answers then carry choices[].logprobs, chat's
+ * {"content": [{token, logprob, bytes, top_logprobs}]} and completions' legacy {tokens,
+ * token_logprobs, top_logprobs, text_offset}; streamed, each chunk the entries of the
+ * tokens that came since the last.  A log-probability that is not finite (an id the
+ * grammar or a bias of -100 removed) is written as -9999, OpenAI's floor.
+ */
+void kvp_http_emit_logprobs(struct kvp_http_emit *e, const struct kvp_http_vocab *vocab,
+			    const struct kvp_logprob *lp, size_t n, uint32_t n_top);
+
 /* Stream: the opening events (a no-op after the first call or when not streaming). */
 void kvp_http_emit_open(struct kvp_http_emit *e, struct kvp_buf *out);
 
@@ -127,6 +151,16 @@ void kvp_http_emit_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp_http_finish finish,
 			  const char *stop, size_t stop_len, const struct kvp_usage *u,
 			  uint32_t completion);
+
+/*
+ * kvp_http_emit_finish_n() - the end of an OpenAI answer of @n choices, choice i written
+ * by @e[i] (its index set to i) and ended by @finish[i]: one body with every choice, or
+ * each choice's closing chunk and then one usage chunk and [DONE]; @completion counts
+ * the generated tokens over all choices (OpenAI's usage: the prompt once).
+ */
+void kvp_http_emit_finish_n(struct kvp_http_emit *const *e, size_t n, struct kvp_buf *out,
+			    const enum kvp_http_finish *finish, const struct kvp_usage *u,
+			    uint32_t completion);
 
 /**
  * kvp_http_emit_ids() - the whole answer of a tokenizer endpoint, from kvpoold's IDS

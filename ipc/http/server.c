@@ -74,6 +74,17 @@ struct kvp_http_server {
 	bool status_stop;
 };
 
+/*
+ * One answer of a request (OpenAI's choices[i]): continuation i of kvpoold's parallel
+ * sampling.  Under the request's lock.
+ * @n_completion: its generated tokens counted (up to a stop string that matched)
+ */
+struct choice {
+	struct kvp_http_emit emit;
+	struct kvp_http_stop stop;
+	uint32_t n_completion;
+};
+
 struct hreq {
 	struct kvp_http_job job; /* the backend's view */
 	struct kvp_http_server *srv;
@@ -115,12 +126,15 @@ struct hreq {
 	bool ttft_seen;
 	bool got_ids; /* a tokenizer job's answer is in @out */
 	struct kvp_http_err err;
-	struct kvp_http_emit emit;
-	struct kvp_http_stop stop;
+	struct choice c0;  /* choice 0, in place: the one there is unless n > 1 */
+	struct choice *ch; /* the choices: &@c0, or OpenAI's n of them */
+	uint32_t n_ch;
+	int32_t *prompt_ids; /* chat, n > 1: the prompt kvpoold rendered (its IDS) */
+	size_t n_prompt_ids;
+	bool rendering;	    /* chat, n > 1: the job renders the prompt, the GENERATE follows */
 	struct kvp_buf out; /* stream: bytes not sent yet; else the whole body */
 	size_t out_off;
 	struct kvp_buf scratch;
-	uint32_t n_completion;
 	struct hreq *status_next;
 };
 
@@ -139,8 +153,13 @@ static void hreq_unref(struct hreq *r)
 		return;
 	kvp_buf_deinit(&r->body);
 	kvp_http_gen_deinit(&r->gen);
-	kvp_http_emit_deinit(&r->emit);
-	kvp_http_stop_deinit(&r->stop);
+	for (uint32_t i = 0; i < r->n_ch; i++) {
+		kvp_http_emit_deinit(&r->ch[i].emit);
+		kvp_http_stop_deinit(&r->ch[i].stop);
+	}
+	if (r->ch != &r->c0)
+		free(r->ch);
+	free(r->prompt_ids);
 	kvp_buf_deinit(&r->out);
 	kvp_buf_deinit(&r->scratch);
 	pthread_mutex_destroy(&r->lock);
@@ -328,11 +347,21 @@ static void resume_locked(struct hreq *r)
 	MHD_resume_connection(r->conn);
 }
 
+/* Every choice has matched a stop string: nothing more of the generation is wanted. */
+static bool all_stopped(const struct hreq *r)
+{
+	for (uint32_t i = 0; i < r->n_ch; i++)
+		if (!r->ch[i].stop.hit)
+			return false;
+	return true;
+}
+
 static bool on_tokens(struct kvp_http_job *job, const int32_t *ids, uint32_t n_ids,
 		      const char *text, uint32_t len)
 {
 	struct hreq *r = (struct hreq *)job;
 	struct kvp_http_server *srv = r->srv;
+	struct choice *ch = &r->ch[job->cont < r->n_ch ? job->cont : 0];
 	bool cancel;
 
 	pthread_mutex_lock(&r->lock);
@@ -345,14 +374,17 @@ static bool on_tokens(struct kvp_http_job *job, const int32_t *ids, uint32_t n_i
 		kvp_http_metrics_ttft(&srv->metrics, r->ep,
 				      kvp_ns_to_s(kvp_now_ns() - r->t_ready_ns));
 	}
-	if (!r->stop.hit) {
-		r->n_completion += n_ids;
+	if (!ch->stop.hit) {
+		ch->n_completion += n_ids;
+		if (r->gen.logprobs && job->lp)
+			kvp_http_emit_logprobs(&ch->emit, job->vocab, job->lp, n_ids, job->lp_top);
 		r->scratch.len = 0;
-		kvp_http_stop_feed(&r->stop, text, len, &r->scratch);
-		kvp_http_emit_text(&r->emit, &r->out, r->scratch.p ? r->scratch.p : "",
+		kvp_http_stop_feed(&ch->stop, text, len, &r->scratch);
+		kvp_http_emit_text(&ch->emit, &r->out, r->scratch.p ? r->scratch.p : "",
 				   r->scratch.len, ids, n_ids);
 	}
-	cancel = r->stop.hit;
+	/* one continuation cannot be cancelled alone: the request, once all have matched */
+	cancel = all_stopped(r);
 	if (r->out.err || r->scratch.err ||
 	    (r->gen.stream && r->out.len - r->out_off > srv->cfg->stream_buffer_bytes)) {
 		/* the client reads slower than it asks for text (or memory ran out): cut it */
@@ -376,12 +408,15 @@ static void on_usage(struct kvp_http_job *job, const struct kvp_usage *u)
 	struct hreq *r = (struct hreq *)job;
 
 	pthread_mutex_lock(&r->lock);
-	r->emit.start = *u;
-	r->emit.has_start = true;
+	r->ch[0].emit.start = *u;
+	r->ch[0].emit.has_start = true;
 	pthread_mutex_unlock(&r->lock);
 }
 
-/* A tokenizer job's answer (a chat's prompt ids are not needed: DONE counts them). */
+/*
+ * A tokenizer job's answer; a chat of n > 1 choices keeps its rendered prompt for the
+ * GENERATE that follows (a chat's own prompt ids are not needed: DONE counts them).
+ */
 static void on_ids(struct kvp_http_job *job, const int32_t *ids, uint32_t n_ids, const char *text,
 		   uint32_t len)
 {
@@ -390,19 +425,85 @@ static void on_ids(struct kvp_http_job *job, const int32_t *ids, uint32_t n_ids,
 	if (job->kind == KVP_HTTP_JOB_GENERATE || job->kind == KVP_HTTP_JOB_CHAT)
 		return;
 	pthread_mutex_lock(&r->lock);
+	if (r->rendering) {
+		free(r->prompt_ids);
+		r->prompt_ids = n_ids ? malloc(n_ids * sizeof(*ids)) : NULL;
+		if (r->prompt_ids)
+			memcpy(r->prompt_ids, ids, n_ids * sizeof(*ids));
+		r->n_prompt_ids = r->prompt_ids ? n_ids : 0;
+		r->got_ids = true;
+		pthread_mutex_unlock(&r->lock);
+		return;
+	}
 	r->out.len = 0;
-	kvp_http_emit_ids(&r->emit, &r->out, ids, n_ids, text, len, r->n_ctx);
+	kvp_http_emit_ids(&r->ch[0].emit, &r->out, ids, n_ids, text, len, r->n_ctx);
 	r->got_ids = true;
 	pthread_mutex_unlock(&r->lock);
+}
+
+/*
+ * A chat of n > 1 choices: kvpoold's CHAT samples one continuation, so the prompt is
+ * rendered first (CHAT, prompt only) and its ids sent as a GENERATE of n continuations,
+ * with the same sampling section and limits.  true: the GENERATE is on its way (the
+ * backend keeps its reference); false: @r ends now, @status and @msg say why.
+ */
+static bool chat_then_generate(struct hreq *r, const struct kvp_usage *u, int *status,
+			       const char **msg)
+{
+	struct kvp_http_server *srv = r->srv;
+
+	pthread_mutex_lock(&r->lock);
+	r->rendering = false;
+	if (!u || *status != KVP_OK || r->gone) {
+		pthread_mutex_unlock(&r->lock);
+		return false;
+	}
+	if (!r->got_ids || !r->n_prompt_ids) {
+		pthread_mutex_unlock(&r->lock);
+		*status = KVP_E_INTERNAL;
+		*msg = r->got_ids ? "out of memory" : "kvpoold rendered no prompt";
+		return false;
+	}
+	r->got_ids = false;
+	pthread_mutex_unlock(&r->lock);
+	if (kvp_http_backend_reserve(srv->be)) {
+		*status = KVP_E_BUSY;
+		*msg = "too many requests in flight and waiting; retry later";
+		return false;
+	}
+	r->job.kind = KVP_HTTP_JOB_GENERATE;
+	r->job.prompt = (struct kvp_client_prompt){ .tokens = r->prompt_ids,
+						    .n_tokens = r->n_prompt_ids };
+	r->job.msgs = NULL;
+	r->job.n_msgs = 0;
+	r->job.tools = NULL;
+	r->job.tools_len = 0;
+	kvp_http_backend_submit(srv->be, &r->job);
+	return true;
+}
+
+/* Why choice @ch ended (@gen: its generated tokens, @stopped: at a stop string). */
+static enum kvp_http_finish finish_of(const struct hreq *r, const struct kvp_usage *u, uint32_t gen,
+				      bool stopped)
+{
+	if (stopped)
+		return KVP_HTTP_FINISH_STOP;
+	if (gen >= r->job.params.max_new_tokens ||
+	    (r->job.params.fit_context && r->n_ctx && u->prompt_tokens + gen >= r->n_ctx))
+		return KVP_HTTP_FINISH_LENGTH;
+	return KVP_HTTP_FINISH_EOS;
 }
 
 static void on_end(struct kvp_http_job *job, const struct kvp_usage *u, int status, const char *msg)
 {
 	struct hreq *r = (struct hreq *)job;
 	struct kvp_http_server *srv = r->srv;
-	bool ok = u && (status == KVP_OK || (status == KVP_E_CANCELLED && r->stop.hit));
-	bool tok = job->kind != KVP_HTTP_JOB_GENERATE && job->kind != KVP_HTTP_JOB_CHAT;
+	bool ok, tok;
 
+	if (r->rendering && chat_then_generate(r, u, &status, &msg))
+		return; /* the same request, its second job */
+	ok = u && (status == KVP_OK || (status == KVP_E_CANCELLED && all_stopped(r)));
+	tok = job->kind != KVP_HTTP_JOB_GENERATE && job->kind != KVP_HTTP_JOB_CHAT;
 	atomic_fetch_sub(&srv->metrics.in_flight, 1);
 	pthread_mutex_lock(&r->lock);
 	r->ended = true;
@@ -415,27 +516,38 @@ static void on_end(struct kvp_http_job *job, const struct kvp_usage *u, int stat
 		if (r->out.err)
 			r->gone = true; /* no memory for the answer: close rather than lie */
 	} else if (ok) {
-		enum kvp_http_finish fin = r->stop.hit ? KVP_HTTP_FINISH_STOP :
-					   u->generated_tokens >= r->job.params.max_new_tokens ||
-							   (r->job.params.fit_context && r->n_ctx &&
-							    u->prompt_tokens +
-									    u->generated_tokens >=
-								    r->n_ctx) ?
-							 KVP_HTTP_FINISH_LENGTH :
-							 KVP_HTTP_FINISH_EOS;
+		struct kvp_http_emit *e[KVP_PARALLEL_MAX];
+		enum kvp_http_finish fin[KVP_PARALLEL_MAX];
+		uint32_t completion = 0;
 
-		if (!r->stop.hit) {
-			r->scratch.len = 0;
-			kvp_http_stop_flush(&r->stop, &r->scratch);
-			if (r->scratch.len)
-				kvp_http_emit_text(&r->emit, &r->out, r->scratch.p, r->scratch.len,
-						   NULL, 0);
-			r->n_completion = u->generated_tokens;
+		for (uint32_t i = 0; i < r->n_ch; i++) {
+			struct choice *ch = &r->ch[i];
+
+			if (!ch->stop.hit) {
+				r->scratch.len = 0;
+				kvp_http_stop_flush(&ch->stop, &r->scratch);
+				if (r->scratch.len)
+					kvp_http_emit_text(&ch->emit, &r->out, r->scratch.p,
+							   r->scratch.len, NULL, 0);
+				/* one choice: kvpoold's count (it includes what no TOKEN
+				 * showed); several: each one's own */
+				if (r->n_ch == 1)
+					ch->n_completion = u->generated_tokens;
+			}
+			fin[i] = finish_of(r, u, ch->n_completion, ch->stop.hit);
+			e[i] = &ch->emit;
+			completion += ch->n_completion;
 		}
-		kvp_http_emit_finish(&r->emit, &r->out, fin,
-				     r->stop.hit ? r->gen.stop[r->stop.which] : NULL,
-				     r->stop.hit ? r->gen.stop_len[r->stop.which] : 0, u,
-				     r->n_completion);
+		if (r->n_ch == 1)
+			kvp_http_emit_finish(&r->ch[0].emit, &r->out, fin[0],
+					     r->ch[0].stop.hit ? r->gen.stop[r->ch[0].stop.which] :
+								 NULL,
+					     r->ch[0].stop.hit ?
+						     r->gen.stop_len[r->ch[0].stop.which] :
+						     0,
+					     u, completion);
+		else
+			kvp_http_emit_finish_n(e, r->n_ch, &r->out, fin, u, completion);
 		kvp_http_metrics_usage(&srv->metrics, u->prompt_tokens, u->cached_tokens,
 				       u->cache_creation_tokens, u->generated_tokens);
 		if (r->out.err)
@@ -447,7 +559,7 @@ static void on_end(struct kvp_http_job *job, const struct kvp_usage *u, int stat
 		if (r->err.status == 429)
 			atomic_fetch_add(&srv->metrics.busy, 1);
 		if (r->gen.stream && r->first)
-			kvp_http_emit_error(&r->emit, &r->out, &r->err);
+			kvp_http_emit_error(&r->ch[0].emit, &r->out, &r->err);
 		else
 			r->failed = true;
 		kvp_log(LOG_DEBUG, "http: %s: %s", r->req_id, r->err.message);
@@ -867,10 +979,21 @@ static bool generation_job(struct hreq *r, const struct kvp_http_backend_info *i
 						    .n_bias = g->n_bias,
 						    .grammar = g->grammar,
 						    .schema = g->schema,
-						    .schema_len = g->schema_len };
-	r->job.has_samp = g->grammar || g->n_bias || g->presence != 0 || g->frequency != 0;
+						    .schema_len = g->schema_len,
+						    .logprobs = g->logprobs,
+						    .top_logprobs = g->top_logprobs };
+	r->job.has_samp = g->grammar || g->n_bias || g->presence != 0 || g->frequency != 0 ||
+			  g->logprobs;
+	if (g->n > 1) {
+		/* kvpoold's parallel sampling: the prompt computed once, continuation i
+		 * seeded seed + i */
+		r->job.cc.n = g->n;
+		r->job.has_cc = true;
+	}
 	if (g->msgs) {
-		r->job.kind = KVP_HTTP_JOB_CHAT;
+		/* n > 1: CHAT samples one continuation; render first, then GENERATE */
+		r->rendering = g->n > 1;
+		r->job.kind = r->rendering ? KVP_HTTP_JOB_CHAT_PROMPT : KVP_HTTP_JOB_CHAT;
 		r->job.msgs = g->msgs;
 		r->job.n_msgs = g->n_msgs;
 	} else {
@@ -928,12 +1051,26 @@ static enum MHD_Result post_ready(struct hreq *r)
 		 r->api == KVP_HTTP_API_MESSAGES ? "msg_" :
 						   "cmpl-";
 	new_id(srv, id, sizeof(id), prefix);
-	kvp_http_emit_init(&r->emit, r->api, g->stream, g->include_usage, g->return_token_ids, id,
-			   (long long)time(NULL), r->model);
-	r->emit.block_tokens = info.block_tokens;
-	if (g->n_tools && g->tool_choice != KVP_HTTP_TOOLS_NONE)
-		kvp_http_emit_tools(&r->emit, g->tool_names, g->n_tools);
-	kvp_http_stop_init(&r->stop, g->stop, g->stop_len, g->n_stop);
+	if (g->n > 1) {
+		r->ch = calloc(g->n, sizeof(*r->ch));
+		if (!r->ch) {
+			r->ch = &r->c0;
+			return fail(r, 500, "server_error", NULL, "out of memory");
+		}
+		r->n_ch = g->n;
+	}
+	for (uint32_t i = 0; i < r->n_ch; i++) {
+		struct kvp_http_emit *em = &r->ch[i].emit;
+
+		kvp_http_emit_init(em, r->api, g->stream, g->include_usage, g->return_token_ids, id,
+				   (long long)time(NULL), r->model);
+		em->index = i;
+		em->block_tokens = info.block_tokens;
+		em->logprobs = g->logprobs;
+		if (g->n_tools && g->tool_choice != KVP_HTTP_TOOLS_NONE)
+			kvp_http_emit_tools(em, g->tool_names, g->n_tools);
+		kvp_http_stop_init(&r->ch[i].stop, g->stop, g->stop_len, g->n_stop);
+	}
 
 	rc = r->late ? -ESHUTDOWN : kvp_http_backend_reserve(srv->be);
 	if (rc == -ESHUTDOWN)
@@ -1059,6 +1196,8 @@ static struct hreq *hreq_new(struct kvp_http_server *srv, struct MHD_Connection 
 	ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 	r->gate_ctx = ci ? ci->socket_context : NULL;
 	r->body = r->out = r->scratch = (struct kvp_buf)KVP_BUF_INIT;
+	r->ch = &r->c0;
+	r->n_ch = 1;
 	new_id(srv, r->req_id, sizeof(r->req_id), "req_");
 	/* counted before @stopping is read: a drain that saw no request sees this one late */
 	atomic_fetch_add(&srv->open, 1);

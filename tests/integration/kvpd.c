@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "compute/mkmodel.h"
+#include "compute/mkvocab.h"
 #include "kvpool/kvpool.h"
 #include "tests/lib/testlib.h"
 
@@ -52,6 +53,56 @@ int kvpd_model(struct kvpd *d, const char *preset, char *path, size_t cap)
 		return r;
 	snprintf(path, cap, "%s/%s.gguf", d->dir, preset);
 	return kvp_mkmodel_write(path, &o, NULL, 0);
+}
+
+int kvpd_vocab_model(const char *dir, const char *name, const char *vocab_fam,
+		     const char *tmpl_file)
+{
+	struct kvp_mkmodel_vocab *v = NULL;
+	struct kvp_mkmodel_opts o;
+	char path[512], err[512] = "", *tmpl = NULL;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/%s/vocab.json", dir, vocab_fam);
+	r = kvp_mkmodel_vocab_load(&v, path, err, sizeof(err));
+	if (r) {
+		fprintf(stderr, "%s: %s\n", path, err);
+		return r;
+	}
+	kvp_mkmodel_preset(&o, "tiny");
+	o.n_embd = 16;
+	o.n_heads = 2;
+	o.n_kv_heads = 1;
+	o.n_ff = 32;
+	o.n_layers = 1;
+	o.vocab = v;
+	o.name = name;
+	if (!strcmp(vocab_fam, "llama3")) {
+		o.rope_base = 500000.0f;
+		o.rope_freqs = (struct kvp_mkmodel_rope_freqs){ 8.0f, 1.0f, 4.0f, 8192 };
+	} else if (!strcmp(vocab_fam, "qwen2")) {
+		o.arch = "qwen2";
+		o.rope_base = 1000000.0f;
+		o.tied = 1;
+	}
+	if (tmpl_file) {
+		snprintf(path, sizeof(path), "%s/tests/data/templates/%s", getenv("KVP_SOURCE_DIR"),
+			 tmpl_file);
+		tmpl = kvp_test_read_file(path, NULL);
+		if (!tmpl) {
+			fprintf(stderr, "%s: cannot read it\n", path);
+			kvp_mkmodel_vocab_free(v);
+			return -ENOENT;
+		}
+		o.chat_template = tmpl;
+	}
+	snprintf(path, sizeof(path), "%s/%s.gguf", dir, name);
+	r = kvp_mkmodel_write(path, &o, err, sizeof(err));
+	if (r)
+		fprintf(stderr, "%s: %s\n", path, err);
+	kvp_mkmodel_vocab_free(v);
+	free(tmpl);
+	return r;
 }
 
 int kvpd_model_mid(struct kvpd *d, uint32_t n_ctx)

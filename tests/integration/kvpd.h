@@ -47,6 +47,18 @@ int kvpd_model(struct kvpd *d, const char *preset, char *path, size_t cap);
 int kvpd_model_mid(struct kvpd *d, uint32_t n_ctx);
 
 /*
+ * kvpd_vocab_model() - write @dir/@name.gguf on the vocabulary @dir/@vocab_fam/vocab.json
+ * (tests/node/chat-models.mjs writes them): 1 layer, n_embd 16 (the vocabulary matters),
+ * with its family's metadata: "llama3" its RoPE base and Llama 3.1's frequency factors,
+ * "qwen2" architecture qwen2 (Q/K/V biases, NEOX RoPE, base 1e6, tied output as the
+ * small Qwen2.5 files), others the llama defaults.  The model is called @name; its chat
+ * template is the vocabulary's, or @tmpl_file's (under tests/data/templates/) when given.
+ * Return: 0, -errno (the reason on stderr).
+ */
+int kvpd_vocab_model(const char *dir, const char *name, const char *vocab_fam,
+		     const char *tmpl_file);
+
+/*
  * kvpd_start() - exec kvpoold --foreground --socket --status-socket --state-dir, then the
  * NULL-terminated @args; wait (up to @timeout_s) for READY=1 on a private NOTIFY_SOCKET.
  * Return: 0 when ready; -ECHILD when it exited first (see exit_status); -ETIMEDOUT.

@@ -115,45 +115,13 @@ static int check_model(const char *path, const char *fam)
 	return 0;
 }
 
-/*
- * Model dir/FAM.gguf from dir/FAM/vocab.json: 1 layer, n_embd 16 (the vocabulary matters),
- * with the metadata of the family too: Llama 3 its RoPE base and Llama 3.1's frequency
- * factors (rope_freqs.weight), Qwen2 architecture qwen2 (Q/K/V biases, NEOX RoPE, base
- * 1e6, tied output as the small Qwen2.5 files), Llama 2 the llama defaults.
- */
+/* Model dir/FAM.gguf from dir/FAM/vocab.json (kvpd_vocab_model()), its metadata checked. */
 static int write_model(const char *fam)
 {
-	struct kvp_mkmodel_vocab *v = NULL;
-	struct kvp_mkmodel_opts o;
-	char path[512], err[512] = "";
-	int r;
+	char path[512];
+	int r = kvpd_vocab_model(g_dir, fam, fam, NULL);
 
-	snprintf(path, sizeof(path), "%s/%s/vocab.json", g_dir, fam);
-	r = kvp_mkmodel_vocab_load(&v, path, err, sizeof(err));
-	if (r) {
-		fprintf(stderr, "%s: %s\n", path, err);
-		return r;
-	}
-	kvp_mkmodel_preset(&o, "tiny");
-	o.n_embd = 16;
-	o.n_heads = 2;
-	o.n_kv_heads = 1;
-	o.n_ff = 32;
-	o.n_layers = 1;
-	o.vocab = v;
-	if (!strcmp(fam, "llama3")) {
-		o.rope_base = 500000.0f;
-		o.rope_freqs = (struct kvp_mkmodel_rope_freqs){ 8.0f, 1.0f, 4.0f, 8192 };
-	} else if (!strcmp(fam, "qwen2")) {
-		o.arch = "qwen2";
-		o.rope_base = 1000000.0f;
-		o.tied = 1;
-	}
 	snprintf(path, sizeof(path), "%s/%s.gguf", g_dir, fam);
-	r = kvp_mkmodel_write(path, &o, err, sizeof(err));
-	if (r)
-		fprintf(stderr, "%s: %s\n", path, err);
-	kvp_mkmodel_vocab_free(v);
 	return r ? r : check_model(path, fam);
 }
 

@@ -3,7 +3,8 @@
  * test_http_tools.c - tools through kvpool-http with the official SDKs
  * (tests/node/http-tools.mjs), on models with real vocabularies and published chat
  * templates (tests/node/chat-models.mjs writes the vocabularies): Qwen2.5's ChatML and
- * Llama 3.2's render tools, Llama 3.0's does not and is refused.  For each family a
+ * Llama 3.2's render tools, Llama 3.0's does not and is refused; and OpenAI's logprobs and
+ * n > 1 on the same models (tests/node/http-logprobs.mjs).  For each family a
  * kvpoold (no --ignore-eos: a forced call ends when the grammar's value is whole) and a
  * kvpool-http are started, the script run, both stopped.  Without node the test skips;
  * with node, missing packages fail it.
@@ -19,58 +20,11 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "compute/mkmodel.h"
-#include "compute/mkvocab.h"
 #include "tests/integration/httpd.h"
 #include "tests/integration/kvpd.h"
 #include "tests/lib/testlib.h"
 
 static char g_dir[256];
-
-/* @fam's model: its vocabulary, the template of @tmpl_file (NULL: the vocabulary's). */
-static int write_model(const char *fam, const char *vocab_fam, const char *tmpl_file)
-{
-	struct kvp_mkmodel_vocab *v = NULL;
-	struct kvp_mkmodel_opts o;
-	char path[512], err[512] = "", *tmpl = NULL;
-	int r;
-
-	snprintf(path, sizeof(path), "%s/%s/vocab.json", g_dir, vocab_fam);
-	r = kvp_mkmodel_vocab_load(&v, path, err, sizeof(err));
-	if (r) {
-		fprintf(stderr, "%s: %s\n", path, err);
-		return r;
-	}
-	kvp_mkmodel_preset(&o, "tiny");
-	o.n_embd = 16;
-	o.n_heads = 2;
-	o.n_kv_heads = 1;
-	o.n_ff = 32;
-	o.n_layers = 1;
-	o.vocab = v;
-	o.name = fam; /* the model kvpool-http answers for */
-	if (!strcmp(vocab_fam, "qwen2")) {
-		o.arch = "qwen2";
-		o.tied = 1;
-	}
-	if (tmpl_file) {
-		snprintf(path, sizeof(path), "%s/tests/data/templates/%s", getenv("KVP_SOURCE_DIR"),
-			 tmpl_file);
-		tmpl = kvp_test_read_file(path, NULL);
-		if (!tmpl) {
-			kvp_mkmodel_vocab_free(v);
-			return -1;
-		}
-		o.chat_template = tmpl;
-	}
-	snprintf(path, sizeof(path), "%s/%s.gguf", g_dir, fam);
-	r = kvp_mkmodel_write(path, &o, err, sizeof(err));
-	if (r)
-		fprintf(stderr, "%s: %s\n", path, err);
-	kvp_mkmodel_vocab_free(v);
-	free(tmpl);
-	return r;
-}
 
 static int group_setup(void **state)
 {
@@ -91,9 +45,9 @@ static int group_setup(void **state)
 		return -1;
 	snprintf(cmd, sizeof(cmd), "node '%s/tests/node/chat-models.mjs' '%s' >/dev/null", src,
 		 g_dir);
-	if (system(cmd) || write_model("qwen2", "qwen2", NULL) ||
-	    write_model("llama3.2", "llama3", "llama3.2.llama-3.2-1b-instruct.jinja") ||
-	    write_model("llama3", "llama3", NULL))
+	if (system(cmd) || kvpd_vocab_model(g_dir, "qwen2", "qwen2", NULL) ||
+	    kvpd_vocab_model(g_dir, "llama3.2", "llama3", "llama3.2.llama-3.2-1b-instruct.jinja") ||
+	    kvpd_vocab_model(g_dir, "llama3", "llama3", NULL))
 		return -1;
 	return 0;
 }
@@ -105,7 +59,8 @@ static int group_teardown(void **state)
 	return 0;
 }
 
-static void check_family(const char *fam)
+/* @script (tests/node/) against kvpoold serving @fam's model, through kvpool-http. */
+static void check_family(const char *fam, const char *script_name)
 {
 	static const char *const http_args[] = { "--listen", "127.0.0.1:0", NULL };
 	char model[512], script[4096], cli[512];
@@ -118,7 +73,7 @@ static void check_family(const char *fam)
 	if (!*g_dir)
 		skip();
 	snprintf(model, sizeof(model), "%s/%s.gguf", g_dir, fam);
-	snprintf(script, sizeof(script), "%s/tests/node/http-tools.mjs", getenv("KVP_SOURCE_DIR"));
+	snprintf(script, sizeof(script), "%s/tests/node/%s", getenv("KVP_SOURCE_DIR"), script_name);
 	assert_int_equal(kvp_test_build_path(cli, sizeof(cli), "ipc/kvpool"), 0);
 	assert_int_equal(kvpd_init(&d), 0);
 	if (kvpd_start(&d, 60, args)) {
@@ -159,17 +114,28 @@ static void check_family(const char *fam)
 
 static void test_qwen2(void **state)
 {
-	check_family("qwen2");
+	check_family("qwen2", "http-tools.mjs");
 }
 
 static void test_llama32(void **state)
 {
-	check_family("llama3.2");
+	check_family("llama3.2", "http-tools.mjs");
 }
 
 static void test_llama3_refuses(void **state)
 {
-	check_family("llama3");
+	check_family("llama3", "http-tools.mjs");
+}
+
+/* logprobs and n > 1 (tests/node/http-logprobs.mjs) on two real vocabularies */
+static void test_qwen2_logprobs(void **state)
+{
+	check_family("qwen2", "http-logprobs.mjs");
+}
+
+static void test_llama32_logprobs(void **state)
+{
+	check_family("llama3.2", "http-logprobs.mjs");
 }
 
 int main(void)
@@ -178,6 +144,8 @@ int main(void)
 		cmocka_unit_test(test_qwen2),
 		cmocka_unit_test(test_llama32),
 		cmocka_unit_test(test_llama3_refuses),
+		cmocka_unit_test(test_qwen2_logprobs),
+		cmocka_unit_test(test_llama32_logprobs),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -171,10 +171,10 @@ test('errors arrive as typed errors', async () => {
 	e = await thrown(client().models.list({ headers: { Authorization: null } }));
 	assert.ok(e instanceof OpenAI.AuthenticationError, `${e}`);
 	// what kvpool cannot do is refused, not ignored
-	e = await thrown(client().completions.create({ model: env.model, prompt: 'x', n: 2 }));
+	e = await thrown(client().completions.create({ model: env.model, prompt: 'x', n: 17 }));
 	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
 	assert.equal(e.param, 'n');
-	e = await thrown(client().completions.create({ model: env.model, prompt: 'x', logprobs: 2 }));
+	e = await thrown(client().completions.create({ model: env.model, prompt: 'x', logprobs: 21 }));
 	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
 	assert.equal(e.param, 'logprobs');
 	e = await thrown(client().completions.create({ model: env.model, prompt: 'x', max_tokens: 1e7 }));
@@ -272,11 +272,36 @@ test('streaming chat: role first, content deltas, finish, usage, same text as wh
 	assert.equal(usage.prompt_tokens, whole.usage.prompt_tokens);
 });
 
+// The synthetic vocabulary is <unk>, <s>, </s>, then the 256 byte tokens: each
+// logprobs entry names exactly its id's byte, in the whole answer and streamed.
+test('logprobs name each id by its piece (the byte vocabulary)', async () => {
+	const req = { model: env.model, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 12,
+		temperature: 0, logprobs: true, top_logprobs: 4, return_token_ids: true };
+	const r = await client().chat.completions.create(req);
+	const ids = r.choices[0].token_ids;
+	const content = r.choices[0].logprobs.content;
+	assert.equal(content.length, ids.length);
+	for (let i = 0; i < ids.length; i++) {
+		if (ids[i] >= 3)
+			assert.deepEqual(content[i].bytes, [ids[i] - 3]);
+		assert.equal(content[i].top_logprobs.length, 4);
+		assert.equal(content[i].logprob, content[i].top_logprobs[0].logprob);
+		for (const t of content[i].top_logprobs)
+			assert.ok(t.bytes.length === 1 || t.token === '<unk>' || t.token === '<s>' ||
+				t.token === '</s>', JSON.stringify(t));
+	}
+	const s = await client().chat.completions.create({ ...req, stream: true });
+	const got = [];
+	for await (const ch of s)
+		got.push(...(ch.choices[0]?.logprobs?.content ?? []));
+	assert.deepEqual(got, content);
+});
+
 test('chat completions check their body', async () => {
 	const req = { model: env.model, messages: [{ role: 'user', content: 'Hello' }] };
 	let e = await thrown(client().chat.completions.create({ ...req, messages: [] }));
 	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
-	e = await thrown(client().chat.completions.create({ ...req, n: 3 }));
+	e = await thrown(client().chat.completions.create({ ...req, n: 0 }));
 	assert.ok(e instanceof OpenAI.BadRequestError, `${e}`);
 	e = await thrown(client().chat.completions.create({
 		...req, tools: [{ type: 'function', function: { name: 'f' } }],

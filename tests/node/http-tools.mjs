@@ -40,7 +40,9 @@ const question = [{ role: 'system', content: 'You answer with the tools.' },
 
 function checkWeatherArgs(args) {
 	assert.equal(typeof args.city, 'string');
-	assert.ok(args.city.length >= 1 && args.city.length <= 8, JSON.stringify(args));
+	// JSON Schema's lengths count code points (as the grammar does), not UTF-16 units
+	const len = [...args.city].length;
+	assert.ok(len >= 1 && len <= 8, JSON.stringify(args));
 	assert.ok(['celsius', 'fahrenheit'].includes(args.unit), JSON.stringify(args));
 	assert.deepEqual(Object.keys(args), ['city', 'unit']);
 }

@@ -175,10 +175,8 @@ static void test_types_and_ranges(void **state)
 static void test_unsupported_is_refused(void **state)
 {
 	static const char *const cases[][2] = {
-		{ "{\"prompt\":\"x\",\"n\":2}", "n" },
+		{ "{\"prompt\":\"x\",\"n\":17}", "n" },
 		{ "{\"prompt\":\"x\",\"best_of\":3}", "best_of" },
-		{ "{\"prompt\":\"x\",\"logprobs\":1}", "logprobs" },
-		{ "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs" },
 		{ "{\"prompt\":\"x\",\"echo\":true}", "echo" },
 		{ "{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\","
 		  "\"json_schema\":{\"schema\":{\"type\":\"string\",\"pattern\":\"a\"}}}}",
@@ -195,8 +193,69 @@ static void test_unsupported_is_refused(void **state)
 		assert_string_equal(p->e.code, "unsupported_parameter");
 		done(p);
 	}
-	/* kvpoold does sample n continuations: the 400 must not claim it cannot */
-	refused(C, "{\"prompt\":\"x\",\"n\":2}", "n", "does not ask kvpoold");
+	/* the limit is kvpoold's parallel sampling's, and the 400 says so */
+	refused(C, "{\"prompt\":\"x\",\"n\":17}", "n", "above 16, the most choices kvpoold");
+}
+
+/* logprobs / top_logprobs in each API's form, and n, with OpenAI's limits */
+static void test_logprobs_and_n(void **state)
+{
+	static const char *const chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],";
+	char body[256];
+	struct parsed *p;
+
+	snprintf(body, sizeof(body), "%s\"logprobs\":true,\"top_logprobs\":20,\"n\":16}", chat);
+	p = parse(CHAT, body);
+	assert_int_equal(p->r, 0);
+	assert_true(p->g.logprobs);
+	assert_int_equal(p->g.top_logprobs, 20);
+	assert_int_equal(p->g.n, 16);
+	done(p);
+	snprintf(body, sizeof(body), "%s\"logprobs\":true}", chat);
+	p = parse(CHAT, body);
+	assert_true(p->g.logprobs);
+	assert_int_equal(p->g.top_logprobs, 0);
+	assert_int_equal(p->g.n, 1);
+	done(p);
+	snprintf(body, sizeof(body), "%s\"logprobs\":false,\"top_logprobs\":null}", chat);
+	p = parse(CHAT, body);
+	assert_int_equal(p->r, 0);
+	assert_false(p->g.logprobs);
+	done(p);
+	snprintf(body, sizeof(body), "%s\"logprobs\":true,\"top_logprobs\":21}", chat);
+	refused(CHAT, body, "top_logprobs", "out of range [0, 20]");
+	snprintf(body, sizeof(body), "%s\"top_logprobs\":3}", chat);
+	refused(CHAT, body, "top_logprobs", "requires logprobs to be true");
+	snprintf(body, sizeof(body), "%s\"logprobs\":3}", chat);
+	refused(CHAT, body, "logprobs", "true or false");
+	snprintf(body, sizeof(body), "%s\"n\":0}", chat);
+	refused(CHAT, body, "n", "out of range [1, 128]");
+	snprintf(body, sizeof(body), "%s\"n\":129}", chat);
+	refused(CHAT, body, "n", "out of range [1, 128]");
+
+	/* completions: logprobs is the number of alternatives */
+	p = parse(C, "{\"prompt\":\"x\",\"logprobs\":5,\"n\":3}");
+	assert_int_equal(p->r, 0);
+	assert_true(p->g.logprobs);
+	assert_int_equal(p->g.top_logprobs, 5);
+	assert_int_equal(p->g.n, 3);
+	done(p);
+	p = parse(C, "{\"prompt\":\"x\",\"logprobs\":0}");
+	assert_true(p->g.logprobs);
+	assert_int_equal(p->g.top_logprobs, 0);
+	done(p);
+	p = parse(C, "{\"prompt\":\"x\",\"logprobs\":null}");
+	assert_false(p->g.logprobs);
+	done(p);
+	refused(C, "{\"prompt\":\"x\",\"logprobs\":21}", "logprobs", "out of range [0, 20]");
+	refused(C, "{\"prompt\":\"x\",\"logprobs\":true}", "logprobs", "an integer");
+	refused(C, "{\"prompt\":\"x\",\"top_logprobs\":2}", "top_logprobs", "logprobs");
+
+	/* Anthropic has no n: a client sending one expects several answers */
+	refused(KVP_HTTP_API_MESSAGES,
+		"{\"model\":\"m\",\"max_tokens\":4,\"n\":2,"
+		"\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+		"n", "no n");
 }
 
 static void test_bad_bodies(void **state)
@@ -247,9 +306,6 @@ static void test_chat_messages(void **state)
 		"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
 		"\"response_format\":{\"type\":\"xml\"}}",
 		"response_format", NULL);
-	refused(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", "n", NULL);
-	refused(CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}",
-		"logprobs", NULL);
 }
 
 /* response_format, logit_bias and the penalties become the request's sampling section */
@@ -746,6 +802,7 @@ int main(void)
 		cmocka_unit_test(test_prompt_forms),
 		cmocka_unit_test(test_types_and_ranges),
 		cmocka_unit_test(test_unsupported_is_refused),
+		cmocka_unit_test(test_logprobs_and_n),
 		cmocka_unit_test(test_bad_bodies),
 		cmocka_unit_test(test_chat_messages),
 		cmocka_unit_test(test_sampling_fields),

@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <errno.h>
 #include <jansson.h>
+#include <math.h>
 
 #include "ipc/http/emit.h"
 #include "ipc/http/toolcall.h"
@@ -578,15 +580,262 @@ static void test_ids_answers(void **state)
 	json_decref(j);
 }
 
+/* ------------------------------------------------------------ logprobs, n > 1 */
+
+/* Four pieces: "A", " b", one byte of a character, a control token's text. */
+static const char vocab_bytes[] = "A b\xe2<|eot|>";
+static uint32_t vocab_off[] = { 0, 1, 3, 4, 11 };
+static const struct kvp_http_vocab vocab = {
+	.model = "m", .n = 4, .off = vocab_off, .bytes = (char *)vocab_bytes
+};
+
+/* Token t of three (ids 0, 2, 1), each with two alternatives as kvpoold lists them. */
+static const struct kvp_logprob lp3[] = {
+	{ 0, -0.5f },  { 0, -0.5f }, { 1, -1.25f },	      /* "A": the likeliest */
+	{ 2, -2.0f },  { 3, -0.1f }, { 2, -2.0f },	      /* a part of a character */
+	{ 1, -0.75f }, { 3, -0.2f }, { 0, -(float)INFINITY }, /* " b": not among its top */
+};
+
+static double real(json_t *o, const char *path)
+{
+	char key[64];
+	const char *dot;
+
+	while ((dot = strchr(path, '.'))) {
+		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
+		o = json_is_array(o) ? json_array_get(o, (size_t)atoi(key)) :
+				       json_object_get(o, key);
+		path = dot + 1;
+	}
+	o = json_is_array(o) ? json_array_get(o, (size_t)atoi(path)) : json_object_get(o, path);
+	if (!json_is_number(o))
+		fail_msg("%s: not a number", path);
+	return json_number_value(o);
+}
+
+static json_t *at(json_t *o, const char *path)
+{
+	char key[64];
+	const char *dot;
+
+	while ((dot = strchr(path, '.'))) {
+		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
+		o = json_is_array(o) ? json_array_get(o, (size_t)atoi(key)) :
+				       json_object_get(o, key);
+		path = dot + 1;
+	}
+	return json_is_array(o) ? json_array_get(o, (size_t)atoi(path)) : json_object_get(o, path);
+}
+
+/* The three tokens, one TOKEN each (the partial one with no text), whole or streamed. */
+static void feed3(struct kvp_http_emit *e, struct kvp_buf *out)
+{
+	static const int32_t ids[] = { 0, 2, 1 };
+	static const char *const text[] = { "A", "", "\xef\xbf\xbd b" };
+
+	for (size_t t = 0; t < 3; t++) {
+		kvp_http_emit_logprobs(e, &vocab, &lp3[t * 3], 1, 2);
+		kvp_http_emit_text(e, out, text[t], strlen(text[t]), &ids[t], 1);
+	}
+	kvp_http_emit_finish(e, out, KVP_HTTP_FINISH_LENGTH, NULL, 0, &usage, 3);
+}
+
+static void test_logprobs_chat(void **state)
+{
+	struct kvp_http_emit e;
+	struct kvp_buf out = KVP_BUF_INIT;
+	struct event ev[16];
+	json_t *j;
+	size_t n;
+
+	kvp_http_emit_init(&e, KVP_HTTP_API_CHAT, false, false, false, "id-1", 1, "model-x");
+	e.logprobs = true;
+	feed3(&e, &out);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	assert_int_equal(json_array_size(at(j, "choices.0.logprobs.content")), 3);
+	assert_string_equal(str(j, "choices.0.logprobs.content.0.token"), "A");
+	assert_true(real(j, "choices.0.logprobs.content.0.logprob") == -0.5);
+	assert_int_equal(num(j, "choices.0.logprobs.content.0.bytes.0"), 'A');
+	assert_string_equal(str(j, "choices.0.logprobs.content.0.top_logprobs.1.token"), " b");
+	assert_true(real(j, "choices.0.logprobs.content.0.top_logprobs.1.logprob") == -1.25);
+	/* a part of a character: U+FFFD as its token, its byte as it is */
+	assert_string_equal(str(j, "choices.0.logprobs.content.1.token"), "\xef\xbf\xbd");
+	assert_int_equal(json_array_size(at(j, "choices.0.logprobs.content.1.bytes")), 1);
+	assert_int_equal(num(j, "choices.0.logprobs.content.1.bytes.0"), 0xe2);
+	assert_string_equal(str(j, "choices.0.logprobs.content.1.top_logprobs.0.token"), "<|eot|>");
+	/* an id the grammar removed: OpenAI's floor, not a number JSON cannot carry */
+	assert_true(real(j, "choices.0.logprobs.content.2.top_logprobs.1.logprob") == -9999.0);
+	assert_string_equal(str(j, "choices.0.logprobs.refusal"), "(null)");
+	json_decref(j);
+	kvp_buf_deinit(&out);
+	kvp_http_emit_deinit(&e);
+
+	/* streamed: each token's entry in its chunk, the empty-text one too */
+	out = (struct kvp_buf)KVP_BUF_INIT;
+	kvp_http_emit_init(&e, KVP_HTTP_API_CHAT, true, false, false, "id-1", 1, "model-x");
+	e.logprobs = true;
+	feed3(&e, &out);
+	n = events(out.p, ev, 16);
+	assert_int_equal(n, 6); /* role, three tokens, finish, [DONE] */
+	assert_string_equal(str(ev[0].data, "choices.0.logprobs"), "(null)");
+	for (size_t t = 0; t < 3; t++)
+		assert_int_equal(json_array_size(at(ev[1 + t].data, "choices.0.logprobs.content")),
+				 1);
+	assert_string_equal(str(ev[2].data, "choices.0.delta.content"), "");
+	assert_int_equal(num(ev[2].data, "choices.0.logprobs.content.0.bytes.0"), 0xe2);
+	assert_int_equal(json_array_size(at(ev[4].data, "choices.0.logprobs.content")), 0);
+	assert_true(ev[5].done);
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+	kvp_http_emit_deinit(&e);
+}
+
+static void test_logprobs_completions(void **state)
+{
+	struct kvp_http_emit e;
+	struct kvp_buf out = KVP_BUF_INIT;
+	struct event ev[16];
+	json_t *j, *top;
+	size_t n;
+
+	kvp_http_emit_init(&e, KVP_HTTP_API_COMPLETIONS, false, false, false, "id-1", 1, "m");
+	e.logprobs = true;
+	feed3(&e, &out);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(str(j, "choices.0.logprobs.tokens.0"), "A");
+	assert_string_equal(str(j, "choices.0.logprobs.tokens.2"), " b");
+	assert_true(real(j, "choices.0.logprobs.token_logprobs.1") == -2.0);
+	/* text_offset: bytes before each token */
+	assert_int_equal(num(j, "choices.0.logprobs.text_offset.0"), 0);
+	assert_int_equal(num(j, "choices.0.logprobs.text_offset.1"), 1);
+	assert_int_equal(num(j, "choices.0.logprobs.text_offset.2"), 2);
+	/* the alternatives by text; the sampled token added when it is not among them */
+	top = at(j, "choices.0.logprobs.top_logprobs.0");
+	assert_int_equal(json_object_size(top), 2);
+	assert_true(json_real_value(json_object_get(top, "A")) == -0.5);
+	top = at(j, "choices.0.logprobs.top_logprobs.2");
+	assert_int_equal(json_object_size(top), 3);
+	assert_true(json_real_value(json_object_get(top, " b")) == -0.75);
+	/* nine digits: read back as a float it is the same float */
+	assert_true((float)json_real_value(json_object_get(top, "<|eot|>")) == -0.2f);
+	json_decref(j);
+	kvp_buf_deinit(&out);
+	kvp_http_emit_deinit(&e);
+
+	out = (struct kvp_buf)KVP_BUF_INIT;
+	kvp_http_emit_init(&e, KVP_HTTP_API_COMPLETIONS, true, false, false, "id-1", 1, "m");
+	e.logprobs = true;
+	feed3(&e, &out);
+	n = events(out.p, ev, 16);
+	assert_int_equal(n, 5); /* three tokens, finish, [DONE] */
+	assert_int_equal(num(ev[2].data, "choices.0.logprobs.text_offset.0"), 2);
+	assert_string_equal(str(ev[2].data, "choices.0.logprobs.tokens.0"), " b");
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+	kvp_http_emit_deinit(&e);
+}
+
+/* n = 2: choices 0 and 1, usage once over both (the prompt once), one [DONE]. */
+static void test_choices(void **state)
+{
+	static const enum kvp_http_finish fin[] = { KVP_HTTP_FINISH_LENGTH, KVP_HTTP_FINISH_EOS };
+	for (int stream = 0; stream < 2; stream++) {
+		struct kvp_http_emit e[2], *ep[2] = { &e[0], &e[1] };
+		struct kvp_buf out = KVP_BUF_INIT;
+		struct event ev[16];
+		json_t *j;
+		size_t n;
+
+		for (uint32_t i = 0; i < 2; i++) {
+			kvp_http_emit_init(&e[i], KVP_HTTP_API_CHAT, stream, true, false, "id-1", 1,
+					   "m");
+			e[i].index = i;
+		}
+		kvp_http_emit_text(&e[1], &out, "one", 3, NULL, 0);
+		kvp_http_emit_text(&e[0], &out, "zero", 4, NULL, 0);
+		kvp_http_emit_finish_n(ep, 2, &out, fin, &usage, 7);
+		if (!stream) {
+			j = json_loads(out.p, 0, NULL);
+			assert_non_null(j);
+			assert_int_equal(json_array_size(json_object_get(j, "choices")), 2);
+			assert_int_equal(num(j, "choices.1.index"), 1);
+			assert_string_equal(str(j, "choices.0.message.content"), "zero");
+			assert_string_equal(str(j, "choices.1.message.content"), "one");
+			assert_string_equal(str(j, "choices.0.finish_reason"), "length");
+			assert_string_equal(str(j, "choices.1.finish_reason"), "stop");
+			assert_int_equal(num(j, "usage.prompt_tokens"), 100);
+			assert_int_equal(num(j, "usage.completion_tokens"), 7);
+			json_decref(j);
+		} else {
+			/* role and text of 1, of 0, a finish chunk each, usage, [DONE] */
+			n = events(out.p, ev, 16);
+			assert_int_equal(n, 8);
+			assert_int_equal(num(ev[0].data, "choices.0.index"), 1);
+			assert_string_equal(str(ev[1].data, "choices.0.delta.content"), "one");
+			assert_int_equal(num(ev[2].data, "choices.0.index"), 0);
+			assert_string_equal(str(ev[4].data, "choices.0.finish_reason"), "length");
+			assert_int_equal(num(ev[5].data, "choices.0.index"), 1);
+			assert_string_equal(str(ev[5].data, "choices.0.finish_reason"), "stop");
+			assert_int_equal(json_array_size(json_object_get(ev[6].data, "choices")),
+					 0);
+			assert_int_equal(num(ev[6].data, "usage.completion_tokens"), 7);
+			assert_true(ev[7].done);
+			free_events(ev, n);
+		}
+		kvp_buf_deinit(&out);
+		kvp_http_emit_deinit(&e[0]);
+		kvp_http_emit_deinit(&e[1]);
+	}
+}
+
+/* DETOKENIZE of [sep, a, sep, b, sep] split back into a's and b's pieces. */
+static void test_vocab_split(void **state)
+{
+	uint32_t off[4];
+
+	assert_int_equal(kvp_http_vocab_split("\xff"
+					      "ab\xff\xff"
+					      "c\xff",
+					      7, '\xff', 3, off),
+			 0);
+	assert_int_equal(off[0], 1);
+	assert_int_equal(off[1], 4); /* "ab", then an empty piece */
+	assert_int_equal(off[2], 5);
+	assert_int_equal(off[3], 7);
+	/* a piece holding the separator: more pieces than ids; fewer; no leading one */
+	assert_int_equal(kvp_http_vocab_split("\xff"
+					      "a\xff"
+					      "b\xff",
+					      5, '\xff', 1, off),
+			 -EINVAL);
+	assert_int_equal(kvp_http_vocab_split("\xff"
+					      "a\xff",
+					      3, '\xff', 2, off),
+			 -EINVAL);
+	assert_int_equal(kvp_http_vocab_split("a\xff", 2, '\xff', 1, off), -EINVAL);
+	assert_int_equal(kvp_http_vocab_split("", 0, '\xff', 0, off), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_completion_whole), cmocka_unit_test(test_chat_whole),
-		cmocka_unit_test(test_messages_whole),	 cmocka_unit_test(test_completion_stream),
-		cmocka_unit_test(test_chat_stream),	 cmocka_unit_test(test_messages_stream),
-		cmocka_unit_test(test_stream_errors),	 cmocka_unit_test(test_anthropic_split),
-		cmocka_unit_test(test_ids_answers),	 cmocka_unit_test(test_tool_call_parse),
+		cmocka_unit_test(test_completion_whole),
+		cmocka_unit_test(test_chat_whole),
+		cmocka_unit_test(test_messages_whole),
+		cmocka_unit_test(test_completion_stream),
+		cmocka_unit_test(test_chat_stream),
+		cmocka_unit_test(test_messages_stream),
+		cmocka_unit_test(test_stream_errors),
+		cmocka_unit_test(test_anthropic_split),
+		cmocka_unit_test(test_ids_answers),
+		cmocka_unit_test(test_tool_call_parse),
 		cmocka_unit_test(test_tool_answers),
+		cmocka_unit_test(test_logprobs_chat),
+		cmocka_unit_test(test_logprobs_completions),
+		cmocka_unit_test(test_choices),
+		cmocka_unit_test(test_vocab_split),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
