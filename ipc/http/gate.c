@@ -50,6 +50,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -65,6 +66,7 @@
 #define LINGER_BYTES (4u << 20)	       /* ... and this much (a body sent on regardless) */
 #define HANDED_STALE_NS 10000000000ull /* a hand-off the library never started: forgotten */
 #define TICK_MS 200
+#define STOP_FLUSH_MS 1000    /* at stop, answers on their way to clients get this long */
 #define BODY_ROOM (16u << 10) /* @c2m beyond a head: body bytes on their way */
 #define M2C_ROOM (16u << 10)  /* @m2c: answer bytes on their way to the client */
 #define REFUSAL_ROOM 2048u    /* @m2c's spare for a refusal written after the answers */
@@ -1069,11 +1071,35 @@ void kvp_http_gate_stop_accepting(struct kvp_http_gate *g)
 	wake(g);
 }
 
+/* Whether a relay still has answer bytes on their way to a client. */
+static bool relays_busy(struct kvp_http_gate *g)
+{
+	bool busy = false;
+
+	pthread_mutex_lock(&g->lock);
+	for (unsigned int j = 0; j < g->n_ls && !busy; j++)
+		for (unsigned int i = 0; i < g->ls[j].n_slots && !busy; i++) {
+			struct slot *s = &g->ls[j].slots[i];
+			int unread = 0;
+
+			if (s->state != S_RELAY)
+				continue;
+			busy = s->x->m2c_off < s->x->m2c_len ||
+			       (s->pfd >= 0 && !ioctl(s->pfd, FIONREAD, &unread) && unread > 0);
+		}
+	pthread_mutex_unlock(&g->lock);
+	return busy;
+}
+
 void kvp_http_gate_stop(struct kvp_http_gate *g)
 {
 	if (!g)
 		return;
 	if (g->started) {
+		/* the last answers libmicrohttpd wrote (a drain's) reach their clients first,
+		 * for STOP_FLUSH_MS at most (a client that reads nothing does not hold us) */
+		for (int i = 0; i < STOP_FLUSH_MS / 5 && relays_busy(g); i++)
+			usleep(5000);
 		atomic_store(&g->stop, true);
 		wake(g);
 		pthread_join(g->thread, NULL);
