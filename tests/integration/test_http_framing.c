@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -363,6 +364,25 @@ static void test_absolute_form(void **state)
 	assert_non_null(strstr(text, "\"text_completion\""));
 }
 
+static void test_half_request_then_eof(void **state)
+{
+	struct fixture *f = *state;
+	static const char req[] = GOOD "GET /heal";
+	static char text[4096];
+	bool closed;
+	int fd = rawc_connect(f->h.port, NULL, false);
+
+	/* a client that sends half a head and shuts its side: the relay passes the EOF on
+	 * (half a head never ends), so the connection closes at once, not at a timeout */
+	assert_true(fd >= 0);
+	assert_int_equal(rawc_send(fd, req, strlen(req)), 0);
+	shutdown(fd, SHUT_WR);
+	rawc_read_all(fd, text, sizeof(text), 10, &closed);
+	close(fd);
+	assert_true(closed);
+	assert_true(rawc_count_status(text) <= 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -375,6 +395,7 @@ int main(void)
 		cmocka_unit_test(test_chunks_malformed),
 		cmocka_unit_test(test_chunked_served),
 		cmocka_unit_test(test_keepalive_pipelined),
+		cmocka_unit_test(test_half_request_then_eof),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
