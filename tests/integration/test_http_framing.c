@@ -383,6 +383,37 @@ static void test_half_request_then_eof(void **state)
 	assert_true(rawc_count_status(text) <= 1);
 }
 
+static void test_refusal_after_slow_answers(void **state)
+{
+	struct fixture *f = *state;
+	static char text[262144];
+	static const char slow[] = POST_HEAD "Content-Length: 34\r\n\r\n"
+					     "{\"prompt\":[1,2,3],\"max_tokens\":48}";
+	static const char stream[] = POST_HEAD
+		"Content-Length: 48\r\n\r\n"
+		"{\"prompt\":[1,2,3],\"max_tokens\":24,\"stream\":true}";
+	static const char bad[] = POST_HEAD "Content-Length: +33\r\n\r\n" BODY GOOD;
+	char req[1024];
+	const char *refusal, *done;
+	bool closed;
+	int n;
+
+	/* a generation, a streamed one, then a refused request, in one write: both answers
+	 * whole and first, then the one refusal (it waits for them), nothing after it */
+	n = snprintf(req, sizeof(req), "%s%s%s", slow, stream, bad);
+	assert_int_equal(send_and_count(f, NULL, req, (size_t)n, text, sizeof(text), &closed), 3);
+	assert_true(closed);
+	assert_int_equal(rawc_first_status(text), 200);
+	assert_non_null(strstr(text, "\"completion_tokens\":48"));
+	done = strstr(text, "data: [DONE]");
+	refusal = strstr(text, "HTTP/1.1 400 ");
+	assert_non_null(done);
+	assert_non_null(refusal);
+	assert_true(done < refusal);
+	assert_non_null(strstr(refusal, "\r\nConnection: close\r\n"));
+	assert_null(strstr(refusal, "\"status\":\"ok\""));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -396,6 +427,7 @@ int main(void)
 		cmocka_unit_test(test_chunked_served),
 		cmocka_unit_test(test_keepalive_pipelined),
 		cmocka_unit_test(test_half_request_then_eof),
+		cmocka_unit_test(test_refusal_after_slow_answers),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
