@@ -615,10 +615,11 @@ static uint64_t head_wait_since(const struct slot *s)
 {
 	const struct relay *x = s->x;
 
+	/* an answer still on its way to a slow reader is not over yet either */
 	if (x->refused || x->c_eof || x->p.state != KVP_HTTP_RELAY_HEAD ||
-	    atomic_load(&s->n_done) < x->p.heads)
+	    atomic_load(&s->n_done) < x->p.heads || x->m2c_off < x->m2c_len)
 		return 0;
-	return max_u64(x->t_head_ns, atomic_load(&s->t_done_ns));
+	return max_u64(max_u64(x->t_head_ns, atomic_load(&s->t_done_ns)), x->t_wprog_ns);
 }
 
 /* The slot that has waited longest for a request head, or NULL. */
