@@ -1,32 +1,40 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gate.c - kvpool-http's accept loop, limits and deadlines (see gate.h).
+ * gate.c - kvpool-http's accept loop, limits, deadlines and relay (see gate.h).
  *
- * Each listen address has a table of slots, twice max_conns (plus a few): a slot is a
- * connection the gate holds (PENDING: its first head not complete yet; LINGER: refused,
- * being drained before the close so the refusal is not lost to a reset), one handed to
- * libmicrohttpd (HANDED until its STARTED callback, then MHD), or FREE.  A slot
- * "occupies" max_conns while PENDING, HANDED or MHD and not yet evicted; the spare half
- * of the table holds connections being closed (an evicted MHD one stays in its slot
- * until the library reports it closed).
+ * Each listen address has a table of slots, twice max_conns (plus a few).  A slot is a
+ * connection the gate holds: PENDING (its first head not complete yet: peeked, not
+ * read), RELAY (handed to libmicrohttpd through a socket pair, every byte relayed),
+ * LINGER (refused or ended, its write side shut, drained before the close so the last
+ * answer is not lost to a reset) or DONE (the gate is through with it, the library not
+ * yet: waiting for its CLOSED callback).  Apart from that, @mhd says whether the library
+ * holds the slot's pair end (HANDED before its STARTED callback, STARTED after).  A slot
+ * is FREE once the gate is done and the library is too.  A slot "occupies" max_conns
+ * (@occ) from its accept to the end of its relay.
  *
- * Why peek and not read: libmicrohttpd has no way to be handed bytes already read, and
- * a second copy of every request through a socket pair would cost each request two more
- * thread hand-offs; a peek leaves the bytes for the library to read.  The price: only a
- * connection's first request is seen raw.  Later requests on a keep-alive connection
- * are checked from the fields libmicrohttpd parsed (server.c), which covers the framing
- * but not what the library drops before (docs/http.md, "Limits").
+ * The relay of one connection: client -> @in (what the client sent) -> the framing
+ * parser (relay.h) -> @c2m -> the pair -> libmicrohttpd; libmicrohttpd -> the pair ->
+ * @m2c -> client, as it is.  All buffers are bounded: a side is not read while the
+ * buffer it fills is full, so a slow reader slows its writer (the socket buffers and
+ * these, no more).  The sockets are edge-triggered; @c_rd, @c_wr, @p_rd, @p_wr say
+ * whether a side may have more to give or room to take (set by an event, cleared at
+ * EAGAIN), and relay_pump() runs every transfer until none makes progress.
+ *
+ * A refusal on a later request waits for the answers to the requests before it: those
+ * requests were passed to libmicrohttpd and their answers are still to come through the
+ * pair.  The library reports each request's end (on_completed, as the HEAD phase) after
+ * its last byte was written; once as many ended as came before the refused one and the
+ * pair is drained, the pair is closed (the library then closes its end, having nothing
+ * to answer), the refusal written after the answers, the client's write side shut.
  *
  * The bookkeeping is linear scans of the tables (per accept: the per-address count and,
  * at max_conns, the longest-waiting slot; per tick: the deadlines): microseconds at the
  * default 256, about a millisecond per accept at tens of thousands of connections,
  * where an index per address and a queue of waiting slots would be the next step.
  *
- * Deadlines and eviction run on the gate thread under @lock; the HTTP threads report
- * phases through two atomics of the slot (its socket context) and take @lock only for
- * STARTED and CLOSED.  A slot's fd is shut down only under @lock and only while the slot
- * is MHD: the library closes the fd after its CLOSED callback, which takes @lock first,
- * so the number cannot have been reused by then.
+ * Everything but @mhd, @n_done and @t_done_ns is the gate thread's, under @lock (the
+ * loop holds it while it works); the HTTP threads report a request's end through those
+ * two atomics and take @lock only for STARTED and CLOSED.
  */
 #include "ipc/http/gate.h"
 
@@ -34,6 +42,7 @@
 #include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -41,45 +50,88 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "ipc/http/api.h"
 #include "ipc/http/head.h"
+#include "ipc/http/relay.h"
 #include "util/log.h"
 #include "util/time.h"
 
 #define ACCEPT_BATCH 64		       /* accepts per wake-up: data of accepted ones goes between */
 #define LINGER_NS 2000000000ull	       /* a refused connection is drained this long at most */
+#define LINGER_BYTES (4u << 20)	       /* ... and this much (a body sent on regardless) */
 #define HANDED_STALE_NS 10000000000ull /* a hand-off the library never started: forgotten */
 #define TICK_MS 200
+#define STOP_FLUSH_MS 1000    /* at stop, answers on their way to clients get this long */
+#define BODY_ROOM (16u << 10) /* @c2m beyond a head: body bytes on their way */
+#define M2C_ROOM (16u << 10)  /* @m2c: answer bytes on their way to the client */
+#define REFUSAL_ROOM 2048u    /* @m2c's spare for a refusal written after the answers */
 
-enum slot_state { S_FREE = 0, S_PENDING, S_LINGER, S_HANDED, S_MHD };
+/* The epoll tags: the first int of what data.ptr points to. */
+enum { TAG_LISTENER = 0, TAG_CLIENT, TAG_PAIR };
+
+enum slot_state { S_FREE = 0, S_PENDING, S_RELAY, S_LINGER, S_DONE };
+enum { MHD_NONE = 0, MHD_HANDED, MHD_STARTED };
 
 struct listener;
+struct slot;
+
+struct pair_tag {
+	int kind; /* TAG_PAIR */
+	struct slot *s;
+};
+
+/* A relayed connection's buffers and parser (RELAY only). */
+struct relay {
+	struct kvp_http_relay p;
+	char *in, *c2m, *m2c; /* one allocation */
+	size_t in_len, in_cap;
+	size_t c2m_off, c2m_len, c2m_cap;
+	size_t m2c_off, m2c_len;
+	bool c_rd, c_wr, p_rd, p_wr; /* may have bytes / room (edge-triggered) */
+	bool c_eof;		     /* the client shut its write side */
+	bool eof_passed;	     /* ... and the pair's write side was shut after it */
+	bool m_eof;		     /* the library closed its end */
+	bool refused;		     /* @p refused a request: its answer is to come */
+	uint64_t ref_after;	     /* ... after this many requests ended */
+	uint64_t t_head_ns;	     /* when @p last entered HEAD (the previous request passed) */
+	uint64_t t_body_ns;	     /* when @p last passed a head */
+	uint64_t t_wprog_ns; /* when an answer byte last reached the client, or none waited */
+};
 
 struct slot {
-	int kind; /* 1: a slot (epoll tag) */
+	int kind; /* TAG_CLIENT */
 	enum slot_state state;
-	bool evicted; /* MHD: shut down, its place given to another */
-	int fd;
+	bool occ; /* counted in its listener's n_occ */
+	int fd;	  /* the client's */
+	int pfd;  /* RELAY: the gate's end of the pair, or -1 */
+	int mfd;  /* the library's end (a number to match STARTED with; the library's to close) */
+	struct pair_tag ptag;
 	struct listener *l;
 	struct sockaddr_storage addr;
 	socklen_t addr_len;
 	uint64_t t_accept_ns;
 	uint64_t t_last_ns; /* PENDING: when its last new byte came (the idle timeout) */
 	uint64_t t_linger_end_ns;
-	size_t seen; /* PENDING: bytes of head seen at the last peek */
-	/* MHD: written by the HTTP thread serving it, read by the gate under @lock */
-	atomic_int phase;
-	atomic_uint_fast64_t since_ns;
+	size_t linger_left; /* LINGER: bytes it may still drain */
+	size_t seen;	    /* PENDING: bytes of head seen at the last peek */
+	struct relay *x;
+	/* written by the HTTP threads */
+	_Atomic int mhd;		/* MHD_NONE, _HANDED, _STARTED: under @lock */
+	atomic_uint_fast64_t n_done;	/* requests the library ended */
+	atomic_uint_fast64_t t_done_ns; /* when it last ended one */
+	atomic_bool want_wake;		/* a refusal waits for n_done: wake the gate */
 };
 
 struct listener {
-	int kind; /* 0: a listener (epoll tag) */
+	int kind; /* TAG_LISTENER */
 	int fd;
 	char name[KVP_HTTP_ADDR_MAX + 8];
+	struct kvp_http_gate *g;
 	struct MHD_Daemon *mhd;
 	struct slot *slots;
 	unsigned int n_slots;
@@ -107,6 +159,11 @@ static uint64_t secs_ns(uint32_t s)
 	return (uint64_t)s * 1000000000ull;
 }
 
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+	return a > b ? a : b;
+}
+
 static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
 {
 	if (a->ss_family != b->ss_family)
@@ -120,38 +177,65 @@ static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr_st
 	return false;
 }
 
-static bool occupies(const struct slot *s)
+static void unoccupy(struct slot *s)
 {
-	return (s->state == S_PENDING || s->state == S_HANDED || s->state == S_MHD) && !s->evicted;
+	if (s->occ) {
+		s->occ = false;
+		s->l->n_occ--;
+	}
 }
 
-/* Free a slot the gate holds (PENDING, or LINGER: no longer occupying): out of epoll, closed. */
+/* The gate is through with @s: FREE if the library is too, else DONE until CLOSED. */
+static void slot_done(struct slot *s)
+{
+	unoccupy(s);
+	s->state = atomic_load(&s->mhd) == MHD_NONE ? S_FREE : S_DONE;
+}
+
+static void relay_free(struct slot *s)
+{
+	if (!s->x)
+		return;
+	free(s->x->in);
+	free(s->x);
+	s->x = NULL;
+}
+
+static void close_pair(struct kvp_http_gate *g, struct slot *s)
+{
+	if (s->pfd < 0)
+		return;
+	epoll_ctl(g->epfd, EPOLL_CTL_DEL, s->pfd, NULL);
+	close(s->pfd); /* the library reads its end's EOF and closes it */
+	s->pfd = -1;
+}
+
+/* Close what the gate holds of @s (any state): the client, the pair. */
 static void slot_close(struct kvp_http_gate *g, struct slot *s)
 {
-	if (s->state == S_PENDING)
-		s->l->n_occ--;
-	epoll_ctl(g->epfd, EPOLL_CTL_DEL, s->fd, NULL);
-	close(s->fd);
-	s->fd = -1;
-	s->state = S_FREE;
+	close_pair(g, s);
+	relay_free(s);
+	if (s->fd >= 0) {
+		epoll_ctl(g->epfd, EPOLL_CTL_DEL, s->fd, NULL);
+		close(s->fd);
+		s->fd = -1;
+	}
+	slot_done(s);
 }
 
-/* Give up an MHD slot's place: shut its socket down; the library closes it. */
-static void slot_evict_mhd(struct slot *s)
-{
-	shutdown(s->fd, SHUT_RDWR);
-	s->evicted = true;
-	s->l->n_occ--;
-}
-
-/* Drain what the client sent; true once it closed (or the socket failed). */
+/* Drain what the client sent; true once it closed (or the socket failed, or it sent
+ * more than a linger takes: then the close's reset is its own doing). */
 static bool drain(struct slot *s, char *buf, size_t cap)
 {
 	for (;;) {
 		ssize_t n = recv(s->fd, buf, cap, MSG_DONTWAIT);
 
-		if (n > 0)
+		if (n > 0) {
+			if ((size_t)n >= s->linger_left)
+				return true;
+			s->linger_left -= (size_t)n;
 			continue;
+		}
 		if (n < 0 && errno == EINTR)
 			continue;
 		return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
@@ -159,16 +243,28 @@ static bool drain(struct slot *s, char *buf, size_t cap)
 }
 
 /*
- * Answer a PENDING connection with @status once, then close it: the response, the write
- * side shut down, the unread head drained (a close with unread bytes would send a reset,
- * which can destroy the response before the client reads it), the close at its EOF.
+ * The client's last answer is out (or written to the socket): shut its write side,
+ * drain what it still sends (a close with unread bytes would send a reset, which can
+ * destroy the answer before the client reads it), close at its EOF or LINGER_NS.
  */
-static void slot_refuse(struct kvp_http_gate *g, struct slot *s, unsigned int status,
-			const char *why, bool anthropic)
+static void slot_linger(struct kvp_http_gate *g, struct slot *s)
+{
+	close_pair(g, s);
+	relay_free(s);
+	unoccupy(s);
+	shutdown(s->fd, SHUT_WR);
+	s->state = S_LINGER;
+	s->t_linger_end_ns = kvp_now_ns() + LINGER_NS;
+	s->linger_left = LINGER_BYTES;
+	if (drain(s, g->peek, g->peek_cap))
+		slot_close(g, s);
+}
+
+/* A refusal's bytes, Connection: close, into @dst (@cap).  Return its length or 0. */
+static size_t refusal(unsigned int status, const char *why, bool anthropic, char *dst, size_t cap)
 {
 	struct kvp_http_err e = { .status = status };
 	struct kvp_buf body = KVP_BUF_INIT;
-	char head[256];
 	int hn;
 
 	kvp_http_err_set(&e, status, status == 408 ? "request_timeout" : "invalid_request", NULL,
@@ -176,49 +272,313 @@ static void slot_refuse(struct kvp_http_gate *g, struct slot *s, unsigned int st
 	kvp_http_err_json(&e, anthropic ? KVP_HTTP_SHAPE_ANTHROPIC : KVP_HTTP_SHAPE_OPENAI, &body);
 	/* x-should-retry: both SDKs retry a 5xx unless told not to; 501 and 505 will not
 	 * change by retrying (server.c says the same of its 501s) */
-	hn = snprintf(head, sizeof(head),
+	hn = snprintf(dst, cap,
 		      "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\n"
 		      "Content-Length: %zu\r\n%sConnection: close\r\n\r\n",
 		      status, kvp_http_reason(status), body.len,
 		      status >= 500 ? "x-should-retry: false\r\n" : "");
-	/* the socket's send buffer is empty: a few hundred bytes fit at once */
-	if (send(s->fd, head, (size_t)hn, MSG_NOSIGNAL | MSG_DONTWAIT) == hn && body.len)
-		send(s->fd, body.p, body.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (hn < 0 || (size_t)hn + body.len > cap || body.err) {
+		kvp_buf_deinit(&body);
+		return 0;
+	}
+	memcpy(dst + hn, body.p, body.len);
+	hn += (int)body.len;
 	kvp_buf_deinit(&body);
-	kvp_log(LOG_DEBUG, "http: %s: refused a request head: %u %s", s->l->name, status, why);
-	shutdown(s->fd, SHUT_WR);
-	s->l->n_occ--;
-	s->state = S_LINGER;
-	s->t_linger_end_ns = kvp_now_ns() + LINGER_NS;
-	if (drain(s, g->peek, g->peek_cap))
-		slot_close(g, s);
+	return (size_t)hn;
 }
 
-/* Hand a PENDING slot whose head is sound to the library. */
+/* Answer a PENDING connection with @status once, then close it (the linger). */
+static void slot_refuse(struct kvp_http_gate *g, struct slot *s, unsigned int status,
+			const char *why, bool anthropic)
+{
+	char text[REFUSAL_ROOM];
+	size_t n = refusal(status, why, anthropic, text, sizeof(text));
+
+	/* the socket's send buffer is empty: a few hundred bytes fit at once */
+	if (n)
+		send(s->fd, text, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+	kvp_log(LOG_DEBUG, "http: %s: refused a request head: %u %s", s->l->name, status, why);
+	slot_linger(g, s);
+}
+
+/* ------------------------------------------------------------ the relay */
+
+/* Drop @n consumed bytes from the front of a buffer of @len. */
+static void consume(char *buf, size_t *len, size_t n)
+{
+	memmove(buf, buf + n, *len - n);
+	*len -= n;
+}
+
+/*
+ * Client bytes in @in through the parser into @c2m.  Return true on progress.  A
+ * refusal stops the client's bytes there: what was passed before it stays passed.
+ */
+static bool relay_parse(struct kvp_http_gate *g, struct slot *s, uint64_t now)
+{
+	struct relay *x = s->x;
+	uint64_t heads = x->p.heads, reqs = x->p.requests;
+	size_t used, made;
+	int rc;
+
+	if (x->refused || !x->in_len)
+		return false;
+	if (x->c2m_off) {
+		consume(x->c2m, &x->c2m_len, x->c2m_off);
+		x->c2m_off = 0;
+	}
+	rc = kvp_http_relay_step(&x->p, x->in, x->in_len, x->c2m + x->c2m_len,
+				 x->c2m_cap - x->c2m_len, &used, &made);
+	consume(x->in, &x->in_len, used);
+	x->c2m_len += made;
+	if (x->p.heads != heads)
+		x->t_body_ns = now;
+	if (x->p.requests != reqs)
+		x->t_head_ns = now;
+	if (rc < 0) {
+		/* a refusal inside a body: the library has its head, its answer is ours */
+		x->refused = true;
+		x->ref_after = x->p.requests;
+		x->in_len = 0;
+		atomic_store(&s->want_wake, true);
+		atomic_fetch_add(&g->m->framing_refused, 1);
+		kvp_log(LOG_DEBUG, "http: %s: refused a request: %u %s", s->l->name, x->p.status,
+			x->p.why);
+		return true;
+	}
+	return used || made;
+}
+
+/* One transfer between the sockets and the buffers.  Return -1 when the client is
+ * gone (the slot is to be closed), else whether anything moved. */
+static int relay_io(struct kvp_http_gate *g, struct slot *s, uint64_t now)
+{
+	struct relay *x = s->x;
+	bool moved = false, parsed;
+	ssize_t k;
+
+	if (x->c_rd && !x->c_eof && !x->refused && x->in_len < x->in_cap) {
+		k = recv(s->fd, x->in + x->in_len, x->in_cap - x->in_len, MSG_DONTWAIT);
+		if (k > 0)
+			x->in_len += (size_t)k;
+		else if (!k)
+			x->c_eof = true;
+		else if (errno == EAGAIN || errno == EWOULDBLOCK)
+			x->c_rd = false;
+		else if (errno != EINTR)
+			return -1;
+		moved |= k >= 0;
+	}
+	parsed = relay_parse(g, s, now);
+	moved |= parsed;
+	if (x->p_wr && s->pfd >= 0 && x->c2m_off < x->c2m_len) {
+		k = send(s->pfd, x->c2m + x->c2m_off, x->c2m_len - x->c2m_off,
+			 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k > 0) {
+			x->c2m_off += (size_t)k;
+			if (x->c2m_off == x->c2m_len)
+				x->c2m_off = x->c2m_len = 0;
+			moved = true;
+		} else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			x->p_wr = false;
+		} else if (k < 0 && errno != EINTR) {
+			x->p_wr = false; /* the library closed its end: its EOF follows */
+			x->c2m_off = x->c2m_len = 0;
+		}
+	}
+	/* the client's EOF passed on once all it sent before is (the library then ends);
+	 * what is left in @in then is half a head or a line, which will never end */
+	if (x->c_eof && !x->eof_passed && !x->refused && !x->c2m_len && !parsed && s->pfd >= 0) {
+		x->in_len = 0;
+		shutdown(s->pfd, SHUT_WR);
+		x->eof_passed = true;
+	}
+	if (x->p_rd && s->pfd >= 0 && !x->m_eof) {
+		if (x->m2c_off) {
+			consume(x->m2c, &x->m2c_len, x->m2c_off);
+			x->m2c_off = 0;
+		}
+		if (x->m2c_len < M2C_ROOM) {
+			k = recv(s->pfd, x->m2c + x->m2c_len, M2C_ROOM - x->m2c_len, MSG_DONTWAIT);
+			if (k > 0) {
+				if (!x->m2c_len)
+					x->t_wprog_ns = now;
+				x->m2c_len += (size_t)k;
+			} else if (!k ||
+				   (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+				x->m_eof = true;
+			} else if (errno != EINTR) {
+				x->p_rd = false;
+			}
+			moved |= k >= 0 || x->m_eof;
+		}
+	}
+	if (x->c_wr && x->m2c_off < x->m2c_len) {
+		k = send(s->fd, x->m2c + x->m2c_off, x->m2c_len - x->m2c_off,
+			 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k > 0) {
+			x->m2c_off += (size_t)k;
+			if (x->m2c_off == x->m2c_len)
+				x->m2c_off = x->m2c_len = 0;
+			x->t_wprog_ns = now;
+			moved = true;
+		} else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			x->c_wr = false;
+		} else if (k < 0 && errno != EINTR) {
+			return -1;
+		}
+	}
+	return moved;
+}
+
+/*
+ * A refusal's turn: the requests before it ended and their answers are all read from
+ * the pair (a read after seeing them end finds every byte they wrote).  The pair is
+ * closed and the refusal queued behind those answers.  Return true when done so.
+ */
+static bool relay_refusal_due(struct slot *s)
+{
+	struct relay *x = s->x;
+	uint64_t done = atomic_load(&s->n_done);
+	size_t n = 0;
+
+	if (done < x->ref_after)
+		return false;
+	for (;;) {
+		ssize_t k;
+
+		if (x->m2c_off) {
+			consume(x->m2c, &x->m2c_len, x->m2c_off);
+			x->m2c_off = 0;
+		}
+		if (x->m2c_len >= M2C_ROOM)
+			return false; /* the client reads the answers first */
+		k = recv(s->pfd, x->m2c + x->m2c_len, M2C_ROOM - x->m2c_len, MSG_DONTWAIT);
+		if (k > 0) {
+			x->m2c_len += (size_t)k;
+			continue;
+		}
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		x->m_eof = true; /* the library closed: it answered the last itself */
+		return false;
+	}
+	/* refused inside a body the library answered already (it may answer a request
+	 * whose headers it refused before its body): that answer is the one */
+	if (done == x->ref_after)
+		n = refusal(x->p.status, x->p.why, x->p.anthropic, x->m2c + x->m2c_len,
+			    M2C_ROOM + REFUSAL_ROOM - x->m2c_len);
+	if (!x->m2c_len)
+		x->t_wprog_ns = kvp_now_ns();
+	x->m2c_len += n;
+	return true;
+}
+
+/* Move what can move on a RELAY slot; end it when it is over. */
+static void relay_pump(struct kvp_http_gate *g, struct slot *s)
+{
+	uint64_t now = kvp_now_ns();
+	struct relay *x = s->x;
+	int rc;
+
+	while ((rc = relay_io(g, s, now)) > 0)
+		;
+	if (rc < 0) {
+		slot_close(g, s); /* the client is gone */
+		return;
+	}
+	if (x->refused && s->pfd >= 0 && !x->m_eof && relay_refusal_due(s)) {
+		atomic_store(&s->want_wake, false);
+		close_pair(g, s);
+		x->m_eof = true;
+		while ((rc = relay_io(g, s, now)) > 0)
+			;
+		if (rc < 0) {
+			slot_close(g, s);
+			return;
+		}
+	}
+	if (x->m_eof && x->m2c_off == x->m2c_len) {
+		/* the library closed (after a Connection: close answer, its own timeout, a
+		 * refusal's turn): all it wrote is out; the client's turn to close */
+		if (x->c_eof)
+			slot_close(g, s);
+		else
+			slot_linger(g, s);
+	}
+}
+
+/* Hand a PENDING slot whose head is sound to the library, through a socket pair. */
 static void slot_hand(struct kvp_http_gate *g, struct slot *s)
 {
 	struct listener *l = s->l;
-	int fd = s->fd;
+	size_t in_cap = kvp_http_relay_in_room(g->cfg->max_header_bytes);
+	size_t c2m_cap = g->cfg->max_header_bytes + BODY_ROOM;
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET };
+	struct relay *x = calloc(1, sizeof(*x));
+	int sv[2] = { -1, -1 }, one = 1, r;
 
-	epoll_ctl(g->epfd, EPOLL_CTL_DEL, fd, NULL);
-	s->state = S_HANDED;
-	atomic_store(&s->phase, KVP_HTTP_PHASE_HEAD);
-	atomic_store(&s->since_ns, s->t_accept_ns); /* the head's deadline runs on */
-	pthread_mutex_unlock(&g->lock);
-	/* the library queues it for one of its threads, which calls STARTED */
-	if (MHD_add_connection(l->mhd, fd, (const struct sockaddr *)&s->addr, s->addr_len) !=
-	    MHD_YES) {
-		pthread_mutex_lock(&g->lock);
-		if (s->state == S_HANDED) { /* the library closed the socket */
-			s->state = S_FREE;
-			s->fd = -1;
-			l->n_occ--;
-		}
-		kvp_log(LOG_WARNING, "http: %s: libmicrohttpd refused a connection", l->name);
+	if (x)
+		x->in = malloc(in_cap + c2m_cap + M2C_ROOM + REFUSAL_ROOM);
+	if (!x || !x->in ||
+	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) {
+		kvp_log(LOG_WARNING, "http: %s: no relay for a connection: %s", l->name,
+			strerror(x && x->in ? errno : ENOMEM));
+		if (x)
+			free(x->in);
+		free(x);
+		slot_close(g, s);
 		return;
 	}
+	x->c2m = x->in + in_cap;
+	x->m2c = x->c2m + c2m_cap;
+	x->in_cap = in_cap;
+	x->c2m_cap = c2m_cap;
+	x->c_rd = x->c_wr = x->p_rd = x->p_wr = true;
+	x->t_head_ns = x->t_body_ns = s->t_accept_ns; /* the head's deadline runs on */
+	x->t_wprog_ns = kvp_now_ns();
+	kvp_http_relay_init(&x->p, g->cfg->max_header_bytes);
+	s->x = x;
+	s->pfd = sv[0];
+	s->mfd = sv[1];
+	s->ptag.kind = TAG_PAIR;
+	s->ptag.s = s;
+	atomic_store(&s->n_done, 0);
+	atomic_store(&s->t_done_ns, 0);
+	atomic_store(&s->want_wake, false);
+	/* answers are relayed as they come, in pieces: Nagle would hold each second one */
+	if (s->addr.ss_family == AF_INET || s->addr.ss_family == AF_INET6)
+		setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	ev.data.ptr = s;
+	r = epoll_ctl(g->epfd, EPOLL_CTL_MOD, s->fd, &ev);
+	ev.data.ptr = &s->ptag;
+	if (!r)
+		r = epoll_ctl(g->epfd, EPOLL_CTL_ADD, s->pfd, &ev);
+	if (r) {
+		close(sv[1]);
+		slot_close(g, s);
+		return;
+	}
+	s->state = S_RELAY;
+	atomic_store(&s->mhd, MHD_HANDED);
+	pthread_mutex_unlock(&g->lock);
+	/* the library queues it for one of its threads, which calls STARTED; the client's
+	 * address goes with it, for the library's log */
+	r = MHD_add_connection(l->mhd, sv[1], (const struct sockaddr *)&s->addr, s->addr_len) !=
+	    MHD_YES;
 	pthread_mutex_lock(&g->lock);
+	if (r) { /* the library closed its end */
+		atomic_store(&s->mhd, MHD_NONE);
+		kvp_log(LOG_WARNING, "http: %s: libmicrohttpd refused a connection", l->name);
+		slot_close(g, s);
+		return;
+	}
+	relay_pump(g, s); /* the first head is in the client's socket still */
 }
+
+/* ------------------------------------------------------------ accepting */
 
 /* A PENDING slot may have more of its head: look at it. */
 static void slot_peek(struct kvp_http_gate *g, struct slot *s, bool hup)
@@ -247,6 +607,21 @@ static void slot_peek(struct kvp_http_gate *g, struct slot *s, bool hup)
 	}
 }
 
+/*
+ * Since when a RELAY slot waits for its client's next head (0: it does not: a request
+ * is being read or answered, or a refusal is on its way).
+ */
+static uint64_t head_wait_since(const struct slot *s)
+{
+	const struct relay *x = s->x;
+
+	/* an answer still on its way to a slow reader is not over yet either */
+	if (x->refused || x->c_eof || x->p.state != KVP_HTTP_RELAY_HEAD ||
+	    atomic_load(&s->n_done) < x->p.heads || x->m2c_off < x->m2c_len)
+		return 0;
+	return max_u64(max_u64(x->t_head_ns, atomic_load(&s->t_done_ns)), x->t_wprog_ns);
+}
+
 /* The slot that has waited longest for a request head, or NULL. */
 static struct slot *longest_waiting(struct listener *l)
 {
@@ -259,12 +634,11 @@ static struct slot *longest_waiting(struct listener *l)
 
 		if (s->state == S_PENDING)
 			t = s->t_accept_ns;
-		else if (s->state == S_MHD && !s->evicted &&
-			 atomic_load(&s->phase) == KVP_HTTP_PHASE_HEAD)
-			t = atomic_load(&s->since_ns);
+		else if (s->state == S_RELAY && s->occ)
+			t = head_wait_since(s);
 		else
 			continue;
-		if (t < best_t) {
+		if (t && t < best_t) {
 			best_t = t;
 			best = s;
 		}
@@ -284,7 +658,7 @@ static void accept_one(struct kvp_http_gate *g, struct listener *l, int fd,
 
 		for (unsigned int j = 0; j < g->n_ls; j++)
 			for (unsigned int i = 0; i < g->ls[j].n_slots; i++)
-				n += occupies(&g->ls[j].slots[i]) &&
+				n += g->ls[j].slots[i].occ &&
 				     same_addr(&g->ls[j].slots[i].addr, addr);
 		if (n >= cfg->per_addr_conns) {
 			atomic_fetch_add(&g->m->conns_refused[1], 1);
@@ -301,19 +675,11 @@ static void accept_one(struct kvp_http_gate *g, struct listener *l, int fd,
 			return;
 		}
 		atomic_fetch_add(&g->m->conns_evicted, 1);
-		if (v->state == S_PENDING)
-			slot_close(g, v);
-		else
-			slot_evict_mhd(v);
+		slot_close(g, v);
 	}
-	for (unsigned int i = 0; i < l->n_slots && !s; i++) {
-		struct slot *c = &l->slots[i];
-
-		if (c->state == S_HANDED && c->fd == fd)
-			c->state = S_FREE, l->n_occ--; /* the library closed it unannounced */
-		if (c->state == S_FREE)
-			s = c;
-	}
+	for (unsigned int i = 0; i < l->n_slots && !s; i++)
+		if (l->slots[i].state == S_FREE)
+			s = &l->slots[i];
 	if (!s) { /* every spare slot holds a connection being closed */
 		atomic_fetch_add(&g->m->conns_refused[0], 1);
 		close(fd);
@@ -323,11 +689,12 @@ static void accept_one(struct kvp_http_gate *g, struct listener *l, int fd,
 	memcpy(&s->addr, addr, addr_len);
 	s->addr_len = addr_len;
 	s->fd = fd;
+	s->pfd = s->mfd = -1;
 	s->l = l;
-	s->evicted = false;
 	s->seen = 0;
 	s->t_accept_ns = s->t_last_ns = kvp_now_ns();
 	s->state = S_PENDING;
+	s->occ = true;
 	l->n_occ++;
 	/* edge-triggered: a peek leaves the bytes unread, so only new bytes may wake us */
 	ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
@@ -371,11 +738,41 @@ static void on_listener(struct kvp_http_gate *g, struct listener *l)
 	}
 }
 
+/* A RELAY slot's deadlines: its next head, its body, its client reading the answers. */
+static void relay_tick(struct kvp_http_gate *g, struct slot *s, uint64_t now)
+{
+	uint64_t head_ns = secs_ns(g->cfg->header_timeout_s);
+	uint64_t body_ns = secs_ns(g->cfg->body_timeout_s);
+	uint64_t idle_ns = secs_ns(g->cfg->idle_timeout_s);
+	struct relay *x = s->x;
+	uint64_t since = head_wait_since(s);
+	bool late = false;
+
+	if (x->refused) {
+		relay_pump(g, s); /* the requests before it may have ended */
+		if (s->state != S_RELAY)
+			return;
+	}
+	if (since) {
+		late = now >= since && now - since >= head_ns;
+	} else if (!x->refused && x->p.state != KVP_HTTP_RELAY_HEAD &&
+		   atomic_load(&s->n_done) + 1 == x->p.heads) {
+		/* the body of the request the library works on (not one queued behind) */
+		since = max_u64(x->t_body_ns, atomic_load(&s->t_done_ns));
+		late = now >= since && now - since >= body_ns;
+	}
+	if (x->m2c_off < x->m2c_len && now - x->t_wprog_ns >= idle_ns)
+		late = true; /* the client reads no answer */
+	if (late) {
+		atomic_fetch_add(&g->m->conns_timed_out, 1);
+		slot_close(g, s);
+	}
+}
+
 /* Deadlines: heads, bodies, refused connections' drains, hand-offs never started. */
 static void tick(struct kvp_http_gate *g, uint64_t now)
 {
 	uint64_t head_ns = secs_ns(g->cfg->header_timeout_s);
-	uint64_t body_ns = secs_ns(g->cfg->body_timeout_s);
 	uint64_t idle_ns = secs_ns(g->cfg->idle_timeout_s);
 
 	for (unsigned int j = 0; j < g->n_ls; j++) {
@@ -402,29 +799,20 @@ static void tick(struct kvp_http_gate *g, uint64_t now)
 				else
 					slot_close(g, s);
 				break;
+			case S_RELAY:
+				relay_tick(g, s, now);
+				break;
 			case S_LINGER:
 				if (now >= s->t_linger_end_ns || drain(s, g->peek, g->peek_cap))
 					slot_close(g, s);
 				break;
-			case S_HANDED:
-				if (now - s->t_accept_ns >= HANDED_STALE_NS + head_ns) {
+			case S_DONE:
+				if (atomic_load(&s->mhd) == MHD_HANDED &&
+				    now - s->t_accept_ns >= HANDED_STALE_NS + head_ns) {
+					atomic_store(&s->mhd, MHD_NONE);
 					s->state = S_FREE;
-					l->n_occ--;
 				}
 				break;
-			case S_MHD: {
-				int ph = atomic_load(&s->phase);
-				uint64_t since = atomic_load(&s->since_ns);
-
-				if (s->evicted || ph == KVP_HTTP_PHASE_BUSY || now < since)
-					break;
-				if (now - since >=
-				    (ph == KVP_HTTP_PHASE_HEAD ? head_ns : body_ns)) {
-					atomic_fetch_add(&g->m->conns_timed_out, 1);
-					slot_evict_mhd(s);
-				}
-				break;
-			}
 			default:
 				break;
 			}
@@ -432,13 +820,54 @@ static void tick(struct kvp_http_gate *g, uint64_t now)
 	}
 }
 
+/* Woken: a refusal may be due (a request before it ended). */
+static void pump_refusals(struct kvp_http_gate *g)
+{
+	for (unsigned int j = 0; j < g->n_ls; j++)
+		for (unsigned int i = 0; i < g->ls[j].n_slots; i++) {
+			struct slot *s = &g->ls[j].slots[i];
+
+			if (s->state == S_RELAY && s->x->refused)
+				relay_pump(g, s);
+		}
+}
+
+static void on_slot_event(struct kvp_http_gate *g, void *tag, uint32_t e)
+{
+	int kind = *(int *)tag;
+	struct slot *s = kind == TAG_PAIR ? ((struct pair_tag *)tag)->s : tag;
+	bool hup = e & (EPOLLRDHUP | EPOLLHUP | EPOLLERR);
+
+	if (s->state == S_PENDING && kind == TAG_CLIENT) {
+		slot_peek(g, s, hup);
+	} else if (s->state == S_LINGER && kind == TAG_CLIENT) {
+		if (drain(s, g->peek, g->peek_cap))
+			slot_close(g, s);
+	} else if (s->state == S_RELAY) {
+		bool rd = e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR);
+		bool wr = e & (EPOLLOUT | EPOLLHUP | EPOLLERR);
+
+		if (kind == TAG_CLIENT) {
+			s->x->c_rd |= rd;
+			s->x->c_wr |= wr;
+		} else {
+			s->x->p_rd |= rd;
+			s->x->p_wr |= wr;
+		}
+		relay_pump(g, s);
+	}
+}
+
 static void *gate_main(void *arg)
 {
 	struct kvp_http_gate *g = arg;
 	struct epoll_event evs[64];
+	uint64_t t_tick = 0;
 
 	while (!atomic_load(&g->stop)) {
 		int n = epoll_wait(g->epfd, evs, 64, TICK_MS);
+		bool woken = false;
+		uint64_t now;
 
 		pthread_mutex_lock(&g->lock);
 		if (atomic_load(&g->stop_accepting))
@@ -455,22 +884,33 @@ static void *gate_main(void *arg)
 				if (read(g->evfd, &v, sizeof(v)) < 0) {
 					/* nothing to do: the flags are read above */
 				}
-			} else if (*(int *)evs[i].data.ptr == 0) {
+				woken = true;
+			} else if (*(int *)evs[i].data.ptr == TAG_LISTENER) {
 				on_listener(g, evs[i].data.ptr);
 			} else {
-				struct slot *s = evs[i].data.ptr;
-				bool hup = evs[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR);
-
-				if (s->state == S_PENDING)
-					slot_peek(g, s, hup);
-				else if (s->state == S_LINGER && drain(s, g->peek, g->peek_cap))
-					slot_close(g, s);
+				on_slot_event(g, evs[i].data.ptr, evs[i].events);
 			}
 		}
-		tick(g, kvp_now_ns());
+		/* the deadlines at a tick's pace, not at every batch of relayed bytes */
+		now = kvp_now_ns();
+		if (now - t_tick >= TICK_MS * 1000000ull / 2) {
+			tick(g, now);
+			t_tick = now;
+		} else if (woken) {
+			pump_refusals(g);
+		}
 		pthread_mutex_unlock(&g->lock);
 	}
 	return NULL;
+}
+
+static void wake(struct kvp_http_gate *g)
+{
+	uint64_t one = 1;
+
+	if (write(g->evfd, &one, sizeof(one)) < 0) {
+		/* the counter is full: the thread is awake anyway */
+	}
 }
 
 /* ------------------------------------------------------------ the HTTP threads' side */
@@ -487,8 +927,8 @@ void kvp_http_gate_started(struct kvp_http_gate *g, struct MHD_Connection *c, vo
 		for (unsigned int i = 0; i < g->ls[j].n_slots; i++) {
 			struct slot *s = &g->ls[j].slots[i];
 
-			if (s->state == S_HANDED && s->fd == fd) {
-				s->state = S_MHD;
+			if (atomic_load(&s->mhd) == MHD_HANDED && s->mfd == fd) {
+				atomic_store(&s->mhd, MHD_STARTED);
 				*socket_context = s;
 				break;
 			}
@@ -503,11 +943,11 @@ void kvp_http_gate_closed(struct kvp_http_gate *g, void *socket_context)
 	if (!s)
 		return;
 	pthread_mutex_lock(&g->lock);
-	if (s->state == S_MHD) {
-		if (!s->evicted)
-			s->l->n_occ--;
-		s->state = S_FREE;
-		s->fd = -1;
+	if (atomic_load(&s->mhd) != MHD_NONE) {
+		atomic_store(&s->mhd, MHD_NONE);
+		s->mfd = -1;
+		if (s->state == S_DONE)
+			s->state = S_FREE;
 	}
 	pthread_mutex_unlock(&g->lock);
 }
@@ -516,11 +956,14 @@ void kvp_http_gate_phase(void *ctx, enum kvp_http_phase phase)
 {
 	struct slot *s = ctx;
 
-	if (!s)
+	/* only a request's end matters: the relay sees the rest in the bytes themselves */
+	if (!s || phase != KVP_HTTP_PHASE_HEAD)
 		return;
-	/* since before phase: the gate never pairs a new phase with an old time */
-	atomic_store(&s->since_ns, kvp_now_ns());
-	atomic_store(&s->phase, (int)phase);
+	/* the time before the count: the gate never pairs a new count with an old time */
+	atomic_store(&s->t_done_ns, kvp_now_ns());
+	atomic_fetch_add(&s->n_done, 1);
+	if (atomic_load(&s->want_wake))
+		wake(s->l->g);
 }
 
 /* ------------------------------------------------------------ life cycle */
@@ -558,7 +1001,8 @@ int kvp_http_gate_new(struct kvp_http_gate **out, const struct kvp_http_config *
 		snprintf(err, cap, "gate: epoll_ctl: %s", strerror(-r));
 		goto err_free;
 	}
-	/* each connection is a descriptor, and so is each one being refused */
+	/* a relayed connection is three descriptors (the client's, both ends of its pair),
+	 * one being refused is one */
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
@@ -589,8 +1033,8 @@ int kvp_http_gate_add(struct kvp_http_gate *g, int fd, struct MHD_Daemon *mhd, c
 	if (!slots)
 		return -ENOMEM;
 	for (unsigned int i = 0; i < n; i++) {
-		slots[i].kind = 1;
-		slots[i].fd = -1;
+		slots[i].kind = TAG_CLIENT;
+		slots[i].fd = slots[i].pfd = slots[i].mfd = -1;
 	}
 	pthread_mutex_lock(&g->lock);
 	if (g->n_ls == KVP_HTTP_LISTEN_MAX) {
@@ -598,8 +1042,9 @@ int kvp_http_gate_add(struct kvp_http_gate *g, int fd, struct MHD_Daemon *mhd, c
 		goto out_unlock;
 	}
 	l = &g->ls[g->n_ls];
-	l->kind = 0;
+	l->kind = TAG_LISTENER;
 	l->fd = fd;
+	l->g = g;
 	l->mhd = mhd;
 	l->slots = slots;
 	l->n_slots = n;
@@ -619,15 +1064,6 @@ out_unlock:
 	return r;
 }
 
-static void wake(struct kvp_http_gate *g)
-{
-	uint64_t one = 1;
-
-	if (write(g->evfd, &one, sizeof(one)) < 0) {
-		/* the counter is full: the thread is awake anyway */
-	}
-}
-
 void kvp_http_gate_stop_accepting(struct kvp_http_gate *g)
 {
 	if (!g)
@@ -636,11 +1072,35 @@ void kvp_http_gate_stop_accepting(struct kvp_http_gate *g)
 	wake(g);
 }
 
+/* Whether a relay still has answer bytes on their way to a client. */
+static bool relays_busy(struct kvp_http_gate *g)
+{
+	bool busy = false;
+
+	pthread_mutex_lock(&g->lock);
+	for (unsigned int j = 0; j < g->n_ls && !busy; j++)
+		for (unsigned int i = 0; i < g->ls[j].n_slots && !busy; i++) {
+			struct slot *s = &g->ls[j].slots[i];
+			int unread = 0;
+
+			if (s->state != S_RELAY)
+				continue;
+			busy = s->x->m2c_off < s->x->m2c_len ||
+			       (s->pfd >= 0 && !ioctl(s->pfd, FIONREAD, &unread) && unread > 0);
+		}
+	pthread_mutex_unlock(&g->lock);
+	return busy;
+}
+
 void kvp_http_gate_stop(struct kvp_http_gate *g)
 {
 	if (!g)
 		return;
 	if (g->started) {
+		/* the last answers libmicrohttpd wrote (a drain's) reach their clients first,
+		 * for STOP_FLUSH_MS at most (a client that reads nothing does not hold us) */
+		for (int i = 0; i < STOP_FLUSH_MS / 5 && relays_busy(g); i++)
+			usleep(5000);
 		atomic_store(&g->stop, true);
 		wake(g);
 		pthread_join(g->thread, NULL);
@@ -655,7 +1115,8 @@ void kvp_http_gate_stop(struct kvp_http_gate *g)
 			l->fd = -1;
 		}
 		for (unsigned int i = 0; i < l->n_slots; i++)
-			if (l->slots[i].state == S_PENDING || l->slots[i].state == S_LINGER)
+			if (l->slots[i].state == S_PENDING || l->slots[i].state == S_RELAY ||
+			    l->slots[i].state == S_LINGER)
 				slot_close(g, &l->slots[i]);
 	}
 	pthread_mutex_unlock(&g->lock);

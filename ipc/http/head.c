@@ -68,8 +68,13 @@ static void content_length(struct kvp_http_framing *f, const char *v, size_t n)
 			refuse(f, 400, "a malformed Content-Length (digits only)");
 			return;
 		}
-	if (n > 19) /* 19 digits always fit in 64 bits */
+	if (n > 19) { /* 19 digits always fit in 64 bits */
 		refuse(f, 413, "a Content-Length beyond any body this server takes");
+		return;
+	}
+	f->length = 0;
+	for (size_t i = 0; i < n; i++)
+		f->length = f->length * 10 + (uint64_t)(v[i] - '0');
 }
 
 static void transfer_encoding(struct kvp_http_framing *f, const char *v, size_t n)
@@ -104,6 +109,8 @@ static void transfer_encoding(struct kvp_http_framing *f, const char *v, size_t 
 		refuse(f, 400, "chunked is not the final transfer coding, or given twice");
 	else if (n_codings > 1 || !last_chunked)
 		refuse(f, 501, "a transfer coding other than chunked");
+	else
+		f->chunked = true;
 }
 
 void kvp_http_framing_add(struct kvp_http_framing *f, const char *name, size_t name_len,
@@ -262,6 +269,10 @@ int kvp_http_head_check(const char *p, size_t n, size_t max_bytes, struct kvp_ht
 			if (st)
 				return head_refuse(h, st, f.why);
 			h->len = (size_t)e + 1;
+			h->body = f.chunked ? KVP_HTTP_BODY_CHUNKED :
+				  f.n_cl    ? KVP_HTTP_BODY_LENGTH :
+					      KVP_HTTP_BODY_NONE;
+			h->length = f.length;
 			return 1;
 		} else if (field_line(p + pos, len, &f, h) < 0) {
 			return -1;

@@ -25,6 +25,8 @@
  * @n_host:      Host fields
  * @status:      the first refusal found (400, 413, 501), 0 while none
  * @why:         its reason (static text), NULL while none
+ * @length:      the Content-Length's value (when one sound field was seen)
+ * @chunked:     a sound Transfer-Encoding: chunked was seen
  */
 struct kvp_http_framing {
 	unsigned int n_cl;
@@ -32,6 +34,8 @@ struct kvp_http_framing {
 	unsigned int n_host;
 	unsigned int status;
 	const char *why;
+	uint64_t length;
+	bool chunked;
 };
 
 #define KVP_HTTP_FRAMING_INIT \
@@ -51,18 +55,29 @@ void kvp_http_framing_add(struct kvp_http_framing *f, const char *name, size_t n
  */
 unsigned int kvp_http_framing_end(struct kvp_http_framing *f, bool http10);
 
+/* How the body of a request whose head was accepted is delimited (RFC 9112 §6.3). */
+enum kvp_http_body {
+	KVP_HTTP_BODY_NONE = 0, /* neither field: no body */
+	KVP_HTTP_BODY_LENGTH,	/* Content-Length bytes (kvp_http_head.length) */
+	KVP_HTTP_BODY_CHUNKED,	/* the chunked coding */
+};
+
 /**
  * struct kvp_http_head - kvp_http_head_check()'s verdict
  * @status:    refusal status (400, 413, 414, 431, 501, 505); 0 when acceptable
  * @why:       the refusal's reason (static text)
  * @len:       complete and acceptable: bytes of the head, its blank line included
  * @anthropic: the target is under /v1/messages (a refusal takes Anthropic's shape)
+ * @body:      complete and acceptable: how its body is delimited
+ * @length:    KVP_HTTP_BODY_LENGTH: the body's bytes
  */
 struct kvp_http_head {
 	unsigned int status;
 	const char *why;
 	size_t len;
 	bool anthropic;
+	enum kvp_http_body body;
+	uint64_t length;
 };
 
 /*

@@ -1215,9 +1215,9 @@ static enum MHD_Result framing_field(void *cls, enum MHD_ValueKind kind, const c
 }
 
 /*
- * The framing of a request the gate did not see raw (a keep-alive connection's later
- * ones; a first one passed kvp_http_head_check() already, and passes this too): what
- * libmicrohttpd parsed, checked as the gate checks a head.  false: @e is the refusal,
+ * The framing of a request as libmicrohttpd parsed it, checked as the gate checks a
+ * head: a second line only, since the gate's relay passes no head kvp_http_head_check()
+ * refused (gate.h), so a request here passes this too.  false: @e is the refusal,
  * answered at once and with the connection closed, as its body cannot be delimited.
  */
 static bool framing_ok(struct hreq *r, const char *version, struct kvp_http_err *e)

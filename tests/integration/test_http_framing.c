@@ -3,9 +3,11 @@
  * test_http_framing.c - request framing at kvpool-http over raw sockets (RFC 9112 §6):
  * Content-Length beside Transfer-Encoding (the smuggling shape), duplicate and malformed
  * Content-Length, unknown and stacked transfer codings, NUL and control bytes in header
- * values.  Each gets exactly one response with its status and the connection closed
- * (read until EOF, status lines counted), both as a connection's first request and behind
- * a good one; a request smuggled behind the body is never answered.  An absolute-form
+ * values, chunk-size lines and extensions too long or malformed.  Each gets exactly one
+ * response with its status and the connection closed (read until EOF, status lines
+ * counted), both as a connection's first request and behind a good one; a request
+ * smuggled behind the body is never answered.  Chunked bodies in every sound form, and
+ * pipelined keep-alive requests, are served through the relay (gate.h).  An absolute-form
  * target is served as its path.
  */
 #include <assert.h>
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -69,7 +72,6 @@ struct framing_case {
 	const char *req;
 	size_t len; /* 0: strlen(req) */
 	int status, status_alt;
-	bool first_only; /* libmicrohttpd answers it behind another request (docs/http.md) */
 };
 
 /*
@@ -130,35 +132,33 @@ static void check_case(struct fixture *f, const struct framing_case *c, bool beh
 static const struct framing_case cases[] = {
 	{ "CL + TE, a request smuggled behind",
 	  POST_HEAD "Content-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" GOOD, 0,
-	  400, 400, false },
+	  400, 400 },
 	{ "TE + CL", POST_HEAD "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
-	  0, 400, 400, false },
+	  0, 400, 400 },
 	{ "two different Content-Lengths",
-	  POST_HEAD "Content-Length: 2\r\nContent-Length: 33\r\n\r\n" BODY, 0, 400, 400, false },
+	  POST_HEAD "Content-Length: 2\r\nContent-Length: 33\r\n\r\n" BODY, 0, 400, 400 },
 	{ "two equal Content-Lengths",
-	  POST_HEAD "Content-Length: 33\r\nContent-Length: 33\r\n\r\n" BODY, 0, 400, 400, false },
-	{ "Content-Length -1", POST_HEAD "Content-Length: -1\r\n\r\n" BODY, 0, 400, 400, true },
-	{ "Content-Length 0x24", POST_HEAD "Content-Length: 0x24\r\n\r\n" BODY, 0, 400, 400, true },
-	{ "Content-Length +33", POST_HEAD "Content-Length: +33\r\n\r\n" BODY, 0, 400, 400, true },
+	  POST_HEAD "Content-Length: 33\r\nContent-Length: 33\r\n\r\n" BODY, 0, 400, 400 },
+	{ "Content-Length -1", POST_HEAD "Content-Length: -1\r\n\r\n" BODY, 0, 400, 400 },
+	{ "Content-Length 0x24", POST_HEAD "Content-Length: 0x24\r\n\r\n" BODY, 0, 400, 400 },
+	{ "Content-Length +33", POST_HEAD "Content-Length: +33\r\n\r\n" BODY, 0, 400, 400 },
 	{ "Content-Length of 20 digits",
-	  POST_HEAD "Content-Length: 12345678901234567890\r\n\r\n" BODY, 0, 400, 413, false },
-	{ "Content-Length list", POST_HEAD "Content-Length: 33, 34\r\n\r\n" BODY, 0, 400, 400,
-	  true },
+	  POST_HEAD "Content-Length: 12345678901234567890\r\n\r\n" BODY, 0, 400, 413 },
+	{ "Content-Length list", POST_HEAD "Content-Length: 33, 34\r\n\r\n" BODY, 0, 400, 400 },
 	{ "Transfer-Encoding xchunked",
-	  POST_HEAD "Transfer-Encoding: xchunked\r\n\r\n22\r\n" BODY "\r\n0\r\n\r\n", 0, 501, 400,
-	  false },
+	  POST_HEAD "Transfer-Encoding: xchunked\r\n\r\n22\r\n" BODY "\r\n0\r\n\r\n", 0, 501, 400 },
 	{ "Transfer-Encoding chunked, identity",
 	  POST_HEAD "Transfer-Encoding: chunked, identity\r\n\r\n22\r\n" BODY "\r\n0\r\n\r\n", 0,
-	  501, 400, false },
+	  501, 400 },
 	{ "Transfer-Encoding gzip, chunked",
-	  POST_HEAD "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 0, 501, 400, false },
+	  POST_HEAD "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 0, 501, 400 },
 	{ "two Transfer-Encoding headers",
 	  POST_HEAD "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 0,
-	  400, 501, false },
+	  400, 501 },
 	{ "a control byte in a header value",
-	  "GET /health HTTP/1.1\r\nHost: a\r\nX-A: a\001b\r\n\r\n", 0, 400, 400, false },
+	  "GET /health HTTP/1.1\r\nHost: a\r\nX-A: a\001b\r\n\r\n", 0, 400, 400 },
 	{ "DEL in a header value", "GET /health HTTP/1.1\r\nHost: a\r\nX-A: a\177b\r\n\r\n", 0, 400,
-	  400, false },
+	  400 },
 };
 
 static void test_refused_first(void **state)
@@ -176,21 +176,19 @@ static void test_refused_behind_good(void **state)
 
 	/* behind a good request on the same connection: its answer, then one refusal */
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-		if (!cases[i].first_only)
-			check_case(f, &cases[i], true);
+		check_case(f, &cases[i], true);
 }
 
 static void test_nul_in_header(void **state)
 {
 	struct fixture *f = *state;
 	static const char req[] = "GET /health HTTP/1.1\r\nHost: a\r\nX-A: a\0b\r\n\r\n";
-	const struct framing_case c = {
-		"a NUL byte in a header value", req, sizeof(req) - 1, 400, 400, true
-	};
+	const struct framing_case c = { "a NUL byte in a header value", req, sizeof(req) - 1, 400,
+					400 };
 
-	/* a NUL in a value is refused, not cut off there (a connection's first request:
-	 * behind another one libmicrohttpd reads it, docs/http.md says what it does) */
+	/* a NUL in a value is refused, not cut off there: first and behind a good one */
 	check_case(f, &c, false);
+	check_case(f, &c, true);
 }
 
 static void test_smuggled_never_answered(void **state)
@@ -209,68 +207,140 @@ static void test_smuggled_never_answered(void **state)
 	assert_null(strstr(text, "\"object\":\"list\""));
 }
 
-/*
- * What libmicrohttpd 0.9.75 does itself, before kvpool-http can see the bytes, asserted
- * as it is (docs/http.md, "Limits"): KNOWN LIMITATIONS, marked so.  Each is checked
- * exactly, so a library that behaves (or a kvpool-http that reads every byte itself)
- * fails here, and the case moves into cases[] above; it never passes by accident.
- */
-static void known_limit(struct fixture *f, const char *what, const char *prefix, const char *req,
-			size_t len, int want_n, int want_status)
+/* A chunked POST whose one chunk-size line is @line (then @tail): a buffer to free. */
+static char *chunked(const char *line, size_t line_len, const char *tail, size_t *len)
 {
-	static char text[65536];
-	const char *last = text, *p;
-	bool closed;
-	int n = send_and_count(f, prefix, req, len, text, sizeof(text), &closed);
-
-	for (p = text; (p = strstr(p, "HTTP/1.")); p++)
-		last = p;
-	print_message("KNOWN LIMITATION (libmicrohttpd 0.9.75, docs/http.md \"Limits\"): %s: "
-		      "%d status lines, the last %d, %s\n",
-		      what, n, rawc_first_status(last), closed ? "closed" : "left open");
-	if (n != want_n || rawc_first_status(last) != want_status || !closed)
-		fail_msg(
-			"%s: no longer what docs/http.md says libmicrohttpd does (%d responses, "
-			"the last %d): a fix? make it a case of cases[] and update the page:\n%.600s",
-			what, n, rawc_first_status(last), text);
-}
-
-static void test_known_library_limits(void **state)
-{
-	struct fixture *f = *state;
-	static const char cl_bad[][8] = { "-1", "0x24", "+33", "33, 34" };
-	static const char nul[] = "GET /health HTTP/1.1\r\nHost: a\r\nX-A: a\0b\r\n"
-				  "Connection: close\r\n\r\n";
-	size_t big = 100 * 1024, ext = 1024 * 1024, n;
-	char *req = malloc(ext + 4096), what[128];
+	size_t h = strlen(POST_HEAD "Transfer-Encoding: chunked\r\n\r\n"), t = strlen(tail);
+	char *req = malloc(h + line_len + t);
 
 	assert_non_null(req);
-	/*
-	 * A malformed Content-Length behind a good request: the library answers it, with
-	 * its status line and headers twice (the good answer, then 400 400), and closes.
-	 * (As a connection's first request the gate refuses it once: cases[]; 20 digits
-	 * reach kvpool-http's handler, which answers 413 once, behind a request too.)
-	 */
-	for (size_t i = 0; i < sizeof(cl_bad) / sizeof(cl_bad[0]); i++) {
-		char one[512];
+	memcpy(req, POST_HEAD "Transfer-Encoding: chunked\r\n\r\n", h);
+	memcpy(req + h, line, line_len);
+	memcpy(req + h + line_len, tail, t);
+	*len = h + line_len + t;
+	return req;
+}
 
-		snprintf(one, sizeof(one), POST_HEAD "Content-Length: %s\r\n\r\n" BODY, cl_bad[i]);
-		snprintf(what, sizeof(what), "Content-Length %s behind a good request", cl_bad[i]);
-		known_limit(f, what, GOOD, one, strlen(one), 3, 400);
+static void test_chunk_lines(void **state)
+{
+	struct fixture *f = *state;
+	size_t big = 100 * 1024, ext = 1024 * 1024, len;
+	char *line = malloc(ext + 8);
+	struct framing_case c = { .status = 413, .status_alt = 400 };
+
+	/*
+	 * A chunk-size line or a chunk extension longer than the relay takes (relay.h): one
+	 * 413 (never the 500 libmicrohttpd gave when it met them itself), the connection
+	 * closed, the request smuggled behind never answered; first and behind a good one.
+	 */
+	assert_non_null(line);
+	memset(line, '0', big - 1);
+	line[big - 1] = '1';
+	c.what = "a 100 kB chunk-size line";
+	c.req = chunked(line, big, "\r\nx\r\n0\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: a\r\n\r\n",
+			&len);
+	c.len = len;
+	check_case(f, &c, false);
+	check_case(f, &c, true);
+	free((char *)c.req);
+	memcpy(line, "1;a=", 4);
+	memset(line + 4, 'b', ext);
+	c.what = "a 1 MB chunk extension";
+	c.req = chunked(line, ext + 4,
+			"\r\nx\r\n0\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: a\r\n\r\n", &len);
+	c.len = len;
+	check_case(f, &c, false);
+	check_case(f, &c, true);
+	free((char *)c.req);
+	/* 17 significant hex digits: a size beyond any body (leading zeros are no digits) */
+	c.what = "a 17-digit chunk size";
+	c.req = chunked("000011111111111111111", 21, "\r\nx\r\n0\r\n\r\n", &len);
+	c.len = len;
+	check_case(f, &c, false);
+	check_case(f, &c, true);
+	free((char *)c.req);
+	free(line);
+}
+
+static void test_chunks_malformed(void **state)
+{
+	struct fixture *f = *state;
+	static const struct {
+		const char *what, *body;
+	} bad[] = {
+		{ "a chunk size not in hex", "zz\r\n" BODY "\r\n0\r\n\r\n" },
+		{ "a chunk size followed by junk", "22 x\r\n" BODY "\r\n0\r\n\r\n" },
+		{ "a control byte in a chunk extension", "21;a=\001\r\n" BODY "\r\n0\r\n\r\n" },
+		{ "a chunk longer than its size", "20\r\n" BODY "\r\n0\r\n\r\n" },
+		{ "a malformed trailer field", "21\r\n" BODY "\r\n0\r\nno colon\r\n\r\n" },
+	};
+
+	/* a chunked body framed wrong: one 400, closed, first and behind a good one */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		size_t len;
+		struct framing_case c = { .what = bad[i].what, .status = 400, .status_alt = 400 };
+
+		c.req = chunked(bad[i].body, strlen(bad[i].body), GOOD, &len);
+		c.len = len;
+		check_case(f, &c, false);
+		check_case(f, &c, true);
+		free((char *)c.req);
 	}
-	/* a NUL in a value behind a good request: the value is cut there, the request served */
-	known_limit(f, "a NUL in a header value behind a good request", GOOD, nul, sizeof(nul) - 1,
-		    2, 200);
-	/* a chunk-size line or a chunk extension longer than the connection's buffer: 500 */
-	n = (size_t)snprintf(req, 4096, POST_HEAD "Transfer-Encoding: chunked\r\n\r\n");
-	memset(req + n, '0', big - 1);
-	memcpy(req + n + big - 1, "1\r\nx\r\n0\r\n\r\n", 12);
-	known_limit(f, "a 100 kB chunk-size line", NULL, req, n + big + 11, 1, 500);
-	n = (size_t)snprintf(req, 4096, POST_HEAD "Transfer-Encoding: chunked\r\n\r\n1;a=");
-	memset(req + n, 'b', ext);
-	memcpy(req + n + ext, "\r\nx\r\n0\r\n\r\n", 11);
-	known_limit(f, "a 1 MB chunk extension", NULL, req, n + ext + 11, 1, 500);
-	free(req);
+}
+
+static void test_chunked_served(void **state)
+{
+	struct fixture *f = *state;
+	static char text[65536];
+	/* leading zeros, extensions, bare LF line ends, a trailer field: all served, as the
+	 * same body; then a second request on the same connection */
+	static const char req[] = POST_HEAD
+		"Transfer-Encoding: chunked\r\n\r\n"
+		"0000a;x=1;y=\"q\"\r\n{\"prompt\":\r\n"
+		"17\n[1,2,3],\"max_tokens\":1}\n"
+		"0;z\r\nX-Trailer: t\r\n\r\n"
+		"GET /health HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+	bool closed;
+
+	assert_int_equal(send_and_count(f, NULL, req, strlen(req), text, sizeof(text), &closed), 2);
+	assert_int_equal(rawc_first_status(text), 200);
+	assert_non_null(strstr(text, "\"text_completion\""));
+	assert_non_null(strstr(text, "\"status\":\"ok\""));
+	assert_true(closed);
+}
+
+static void test_keepalive_pipelined(void **state)
+{
+	struct fixture *f = *state;
+	static char text[65536];
+	char req[4096];
+	size_t n = 0;
+	bool closed;
+	int count = 0;
+	const char *p = text;
+
+	/* keep-alive goes on through the relay: ten requests in one write (GETs and
+	 * POSTs with a body), ten answers in order, the last one asked to close */
+	for (int i = 0; i < 9; i++)
+		n += (size_t)snprintf(req + n, sizeof(req) - n, "%s",
+				      i % 2 ? GOOD : POST_HEAD "Content-Length: 33\r\n\r\n" BODY);
+	n += (size_t)snprintf(req + n, sizeof(req) - n,
+			      "GET /health HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+	assert_int_equal(send_and_count(f, NULL, req, n, text, sizeof(text), &closed), 10);
+	assert_true(closed);
+	for (int i = 0; i < 10; i++) {
+		const char *next = strstr(p + 1, "HTTP/1.1 ");
+
+		assert_int_equal(rawc_first_status(p), 200);
+		/* the POSTs' answers are completions, the GETs' health */
+		assert_non_null(
+			strstr(p, i % 2 || i == 9 ? "\"status\":\"ok\"" : "\"text_completion\""));
+		count++;
+		if (!next)
+			break;
+		p = next;
+	}
+	assert_int_equal(count, 10);
 }
 
 static void test_absolute_form(void **state)
@@ -294,6 +364,56 @@ static void test_absolute_form(void **state)
 	assert_non_null(strstr(text, "\"text_completion\""));
 }
 
+static void test_half_request_then_eof(void **state)
+{
+	struct fixture *f = *state;
+	static const char req[] = GOOD "GET /heal";
+	static char text[4096];
+	bool closed;
+	int fd = rawc_connect(f->h.port, NULL, false);
+
+	/* a client that sends half a head and shuts its side: the relay passes the EOF on
+	 * (half a head never ends), so the connection closes at once, not at a timeout */
+	assert_true(fd >= 0);
+	assert_int_equal(rawc_send(fd, req, strlen(req)), 0);
+	shutdown(fd, SHUT_WR);
+	rawc_read_all(fd, text, sizeof(text), 10, &closed);
+	close(fd);
+	assert_true(closed);
+	assert_true(rawc_count_status(text) <= 1);
+}
+
+static void test_refusal_after_slow_answers(void **state)
+{
+	struct fixture *f = *state;
+	static char text[262144];
+	static const char slow[] = POST_HEAD "Content-Length: 34\r\n\r\n"
+					     "{\"prompt\":[1,2,3],\"max_tokens\":48}";
+	static const char stream[] = POST_HEAD
+		"Content-Length: 48\r\n\r\n"
+		"{\"prompt\":[1,2,3],\"max_tokens\":24,\"stream\":true}";
+	static const char bad[] = POST_HEAD "Content-Length: +33\r\n\r\n" BODY GOOD;
+	char req[1024];
+	const char *refusal, *done;
+	bool closed;
+	int n;
+
+	/* a generation, a streamed one, then a refused request, in one write: both answers
+	 * whole and first, then the one refusal (it waits for them), nothing after it */
+	n = snprintf(req, sizeof(req), "%s%s%s", slow, stream, bad);
+	assert_int_equal(send_and_count(f, NULL, req, (size_t)n, text, sizeof(text), &closed), 3);
+	assert_true(closed);
+	assert_int_equal(rawc_first_status(text), 200);
+	assert_non_null(strstr(text, "\"completion_tokens\":48"));
+	done = strstr(text, "data: [DONE]");
+	refusal = strstr(text, "HTTP/1.1 400 ");
+	assert_non_null(done);
+	assert_non_null(refusal);
+	assert_true(done < refusal);
+	assert_non_null(strstr(refusal, "\r\nConnection: close\r\n"));
+	assert_null(strstr(refusal, "\"status\":\"ok\""));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -302,7 +422,12 @@ int main(void)
 		cmocka_unit_test(test_nul_in_header),
 		cmocka_unit_test(test_smuggled_never_answered),
 		cmocka_unit_test(test_absolute_form),
-		cmocka_unit_test(test_known_library_limits),
+		cmocka_unit_test(test_chunk_lines),
+		cmocka_unit_test(test_chunks_malformed),
+		cmocka_unit_test(test_chunked_served),
+		cmocka_unit_test(test_keepalive_pipelined),
+		cmocka_unit_test(test_half_request_then_eof),
+		cmocka_unit_test(test_refusal_after_slow_answers),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
