@@ -474,17 +474,6 @@ int kvp_server_send_logprobs(struct kvp_server *srv, kvp_conn_id conn, uint64_t 
 	return queue_scratch(srv, c, len);
 }
 
-const struct kvp_proto_sampling *kvp_server_sampling(const struct kvp_server *srv)
-{
-	return srv->samp;
-}
-
-const char *kvp_server_chat_tools(const struct kvp_server *srv, uint32_t *len)
-{
-	*len = srv->tools_len;
-	return srv->tools;
-}
-
 int kvp_server_send_tokens_usage(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 				 const int32_t *tokens, uint32_t n_tokens, const char *text,
 				 uint32_t text_len, int32_t cont, const struct kvp_usage *usage)
@@ -1230,6 +1219,7 @@ static void free_arrays(struct kvp_server *srv)
 	free(srv->conns);
 	free(srv->ids);
 	free(srv->text);
+	free(srv->msgs);
 	free(srv->scratch);
 }
 
@@ -1271,8 +1261,9 @@ int kvp_server_new(struct kvp_server **out, const struct kvp_server_config *cfg,
 			 (size_t)srv->cfg.max_text_bytes :
 			 (size_t)srv->cfg.max_frame_bytes) +
 		1);
+	srv->msgs = malloc(KVP_CHAT_MESSAGES_MAX * sizeof(*srv->msgs));
 	if (!srv->socket_path || (cfg->status_path && !srv->status_path) || !srv->conns ||
-	    !srv->ids || !srv->text)
+	    !srv->ids || !srv->text || !srv->msgs)
 		goto err_arrays;
 	srv->cfg.socket_path = srv->socket_path;
 	srv->cfg.status_path = srv->status_path;
