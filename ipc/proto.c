@@ -296,20 +296,8 @@ int kvp_proto_decode_welcome(const void *payload, size_t len, struct kvp_welcome
 }
 
 int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out, const void **ids,
-			   const char **text, const char **why)
-{
-	return kvp_proto_decode_token_cc(payload, len, out, ids, text, NULL, why);
-}
-
-int kvp_proto_decode_token_cc(const void *payload, size_t len, struct kvp_token *out,
-			      const void **ids, const char **text, int32_t *cont, const char **why)
-{
-	return kvp_proto_decode_token_u(payload, len, out, ids, text, cont, NULL, NULL, why);
-}
-
-int kvp_proto_decode_token_u(const void *payload, size_t len, struct kvp_token *out,
-			     const void **ids, const char **text, int32_t *cont,
-			     struct kvp_usage *usage, bool *has_usage, const char **why)
+			   const char **text, int32_t *cont, struct kvp_usage *usage,
+			   bool *has_usage, const char **why)
 {
 	struct kvp_cur c;
 	const void *p;
@@ -366,18 +354,17 @@ int kvp_proto_decode_ids(const void *payload, size_t len, struct kvp_ids *out, c
 	return KVP_OK;
 }
 
-int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out, const char **why)
+int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out,
+			  struct kvp_cache_usage *cu, bool *has_cu, const char **why)
 {
-	return take_exact(payload, len, out, sizeof(*out), why);
-}
-
-int kvp_proto_decode_done_cc(const void *payload, size_t len, struct kvp_usage *out,
-			     struct kvp_cache_usage *cu, bool *has_cu, const char **why)
-{
-	*has_cu = len == sizeof(*out) + sizeof(*cu);
-	memset(cu, 0, sizeof(*cu));
-	if (!*has_cu)
+	if (!cu || len != sizeof(*out) + sizeof(*cu)) {
+		if (cu) {
+			memset(cu, 0, sizeof(*cu));
+			*has_cu = false;
+		}
 		return take_exact(payload, len, out, sizeof(*out), why);
+	}
+	*has_cu = true;
 	memcpy(out, payload, sizeof(*out));
 	memcpy(cu, (const uint8_t *)payload + sizeof(*out), sizeof(*cu));
 	if (cu->miss_reason >= KVP_MISS__COUNT || cu->miss_tier > KVP_MISS_TIER_DISK ||
@@ -530,17 +517,9 @@ size_t kvp_proto_encode_flush_domain(void *buf, size_t cap, uint64_t req_id, con
 	return put_frame(buf, cap, KVP_FRAME_FLUSH, req_id, domain, n, NULL, 0, NULL, 0);
 }
 
-size_t kvp_proto_encode_token_cc(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
-				 uint32_t n_ids, const char *text, uint32_t text_bytes,
-				 uint32_t cont)
-{
-	return kvp_proto_encode_token_u(buf, cap, req_id, ids, n_ids, text, text_bytes,
-					(int32_t)cont, NULL);
-}
-
-size_t kvp_proto_encode_token_u(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
-				uint32_t n_ids, const char *text, uint32_t text_bytes, int32_t cont,
-				const struct kvp_usage *usage)
+size_t kvp_proto_encode_token(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
+			      uint32_t n_ids, const char *text, uint32_t text_bytes, int32_t cont,
+			      const struct kvp_usage *usage)
 {
 	struct kvp_frame_hdr hdr;
 	struct kvp_token t = { .n_tokens = n_ids, .text_bytes = text_bytes };
@@ -564,12 +543,6 @@ size_t kvp_proto_encode_token_u(void *buf, size_t cap, uint64_t req_id, const in
 	return n + extra;
 }
 
-size_t kvp_proto_encode_done_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
-				const struct kvp_cache_usage *cu)
-{
-	return put_frame(buf, cap, KVP_FRAME_DONE, req_id, u, sizeof(*u), cu, sizeof(*cu), NULL, 0);
-}
-
 size_t kvp_proto_encode_cancel(void *buf, size_t cap, uint64_t req_id)
 {
 	return put_frame(buf, cap, KVP_FRAME_CANCEL, req_id, NULL, 0, NULL, 0, NULL, 0);
@@ -580,18 +553,11 @@ size_t kvp_proto_encode_welcome(void *buf, size_t cap, const struct kvp_welcome 
 	return put_frame(buf, cap, KVP_FRAME_WELCOME, 0, w, sizeof(*w), NULL, 0, NULL, 0);
 }
 
-size_t kvp_proto_encode_token(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
-			      uint32_t n_ids, const char *text, uint32_t text_bytes)
+size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
+			     const struct kvp_cache_usage *cu)
 {
-	struct kvp_token t = { .n_tokens = n_ids, .text_bytes = text_bytes };
-
-	return put_frame(buf, cap, KVP_FRAME_TOKEN, req_id, &t, sizeof(t), ids,
-			 (size_t)n_ids * sizeof(int32_t), text, text_bytes);
-}
-
-size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u)
-{
-	return put_frame(buf, cap, KVP_FRAME_DONE, req_id, u, sizeof(*u), NULL, 0, NULL, 0);
+	return put_frame(buf, cap, KVP_FRAME_DONE, req_id, u, sizeof(*u), cu, cu ? sizeof(*cu) : 0,
+			 NULL, 0);
 }
 
 size_t kvp_proto_encode_tokenize(void *buf, size_t cap, uint64_t req_id,

@@ -62,9 +62,21 @@ int kvp_proto_decode_hello(const void *payload, size_t len, struct kvp_hello *ou
 			   const char **why);
 int kvp_proto_decode_welcome(const void *payload, size_t len, struct kvp_welcome *out,
 			     const char **why);
+/*
+ * TOKEN: its ids and text, then the trailers its request asked for, told apart by the
+ * bytes left: struct kvp_token_cont (accepted with @cont non-NULL; *@cont its index, or
+ * -1 without one), then struct kvp_usage (accepted with @usage non-NULL: the first
+ * TOKEN of a request carries the prompt's usage so far, *@has_usage).
+ */
 int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out, const void **ids,
-			   const char **text, const char **why);
-int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out, const char **why);
+			   const char **text, int32_t *cont, struct kvp_usage *usage,
+			   bool *has_usage, const char **why);
+/*
+ * DONE: struct kvp_usage, then struct kvp_cache_usage when the request carried cache
+ * control (accepted with @cu non-NULL: *@has_cu says whether it came, *@cu zero if not).
+ */
+int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out,
+			  struct kvp_cache_usage *cu, bool *has_cu, const char **why);
 int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out, const char **msg,
 			   const char **why);
 
@@ -208,9 +220,13 @@ void kvp_proto_hdr_init(struct kvp_frame_hdr *hdr, uint32_t type, uint64_t req_i
 size_t kvp_proto_encode_hello(void *buf, size_t cap, const struct kvp_hello *h);
 size_t kvp_proto_encode_cancel(void *buf, size_t cap, uint64_t req_id);
 size_t kvp_proto_encode_welcome(void *buf, size_t cap, const struct kvp_welcome *w);
+/* TOKEN with a continuation (@cont >= 0) and/or the prompt's @usage (non-NULL) after the text */
 size_t kvp_proto_encode_token(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
-			      uint32_t n_ids, const char *text, uint32_t text_bytes);
-size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u);
+			      uint32_t n_ids, const char *text, uint32_t text_bytes, int32_t cont,
+			      const struct kvp_usage *usage);
+/* DONE, with struct kvp_cache_usage @cu (non-NULL) after the usage */
+size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
+			     const struct kvp_cache_usage *cu);
 size_t kvp_proto_encode_tokenize(void *buf, size_t cap, uint64_t req_id,
 				 const struct kvp_tokenize *t, const char *text);
 size_t kvp_proto_encode_detokenize(void *buf, size_t cap, uint64_t req_id,
@@ -235,25 +251,6 @@ size_t kvp_proto_encode_release(void *buf, size_t cap, uint64_t lease_id);
 /* Name of an enum kvp_miss_reason ("no_prefix"), "?" when out of range. */
 const char *kvp_proto_miss_reason_name(uint32_t reason);
 
-/*
- * As kvp_proto_decode_token(), and a trailing struct kvp_token_cont is accepted: *@cont
- * is its index, or -1 without one.
- */
-int kvp_proto_decode_token_cc(const void *payload, size_t len, struct kvp_token *out,
-			      const void **ids, const char **text, int32_t *cont, const char **why);
-/*
- * As kvp_proto_decode_token_cc(), and a trailing struct kvp_usage (after the
- * continuation, when there is one) is accepted: the first TOKEN of a request carries the
- * prompt's usage so far (*@has_usage).
- */
-int kvp_proto_decode_token_u(const void *payload, size_t len, struct kvp_token *out,
-			     const void **ids, const char **text, int32_t *cont,
-			     struct kvp_usage *usage, bool *has_usage, const char **why);
-
-/* A DONE with or without struct kvp_cache_usage after the usage (*@has_cu says which). */
-int kvp_proto_decode_done_cc(const void *payload, size_t len, struct kvp_usage *out,
-			     struct kvp_cache_usage *cu, bool *has_cu, const char **why);
-
 /* PIN / UNPIN: struct kvp_pin and the prompt after it (*@body: ids, unaligned, or text). */
 int kvp_proto_decode_pin(const void *payload, size_t len, const struct kvp_proto_limits *lim,
 			 struct kvp_pin *out, const void **body, const char **why);
@@ -274,15 +271,4 @@ size_t kvp_proto_encode_pin(void *buf, size_t cap, uint32_t type, uint64_t req_i
 size_t kvp_proto_encode_flush(void *buf, size_t cap, uint64_t req_id);
 /* FLUSH naming trust domain @domain (NULL or "": none, the peer's own) */
 size_t kvp_proto_encode_flush_domain(void *buf, size_t cap, uint64_t req_id, const char *domain);
-/* TOKEN tagged with continuation @cont (struct kvp_token_cont after the text) */
-size_t kvp_proto_encode_token_cc(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
-				 uint32_t n_ids, const char *text, uint32_t text_bytes,
-				 uint32_t cont);
-/* TOKEN with a continuation (@cont >= 0) and/or the prompt's @usage (non-NULL) after the text */
-size_t kvp_proto_encode_token_u(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
-				uint32_t n_ids, const char *text, uint32_t text_bytes, int32_t cont,
-				const struct kvp_usage *usage);
-/* DONE with struct kvp_cache_usage after the usage */
-size_t kvp_proto_encode_done_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
-				const struct kvp_cache_usage *cu);
 #endif /* KVP_IPC_PROTO_H */

@@ -425,10 +425,10 @@ int kvp_server_send_ids(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_i
 }
 
 int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
-			 const struct kvp_usage *usage)
+			 const struct kvp_usage *usage, const struct kvp_cache_usage *cu)
 {
 	struct kvp_conn *c = conn_lookup(srv, conn);
-	size_t len = kvp_proto_encode_done(NULL, 0, req_id, usage);
+	size_t len = kvp_proto_encode_done(NULL, 0, req_id, usage, cu);
 
 	if (!c)
 		return -ENOTCONN;
@@ -437,7 +437,7 @@ int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_
 	c->refusals = 0; /* a request served: the refusals are no longer in a row */
 	if (scratch_reserve(srv, len))
 		return -ENOMEM;
-	kvp_proto_encode_done(srv->scratch, srv->scratch_cap, req_id, usage);
+	kvp_proto_encode_done(srv->scratch, srv->scratch_cap, req_id, usage, cu);
 	return queue_scratch(srv, c, len);
 }
 
@@ -478,33 +478,16 @@ int kvp_server_send_tokens_usage(struct kvp_server *srv, kvp_conn_id conn, uint6
 				 const int32_t *tokens, uint32_t n_tokens, const char *text,
 				 uint32_t text_len, int32_t cont, const struct kvp_usage *usage)
 {
-	size_t len = kvp_proto_encode_token_u(NULL, 0, req_id, tokens, n_tokens, text, text_len,
-					      cont, usage);
+	size_t len = kvp_proto_encode_token(NULL, 0, req_id, tokens, n_tokens, text, text_len, cont,
+					    usage);
 	struct kvp_conn *c;
 	int r;
 
 	c = reply_to(srv, conn, req_id, len, &r);
 	if (!c)
 		return r;
-	kvp_proto_encode_token_u(srv->scratch, srv->scratch_cap, req_id, tokens, n_tokens, text,
-				 text_len, cont, usage);
-	return queue_scratch(srv, c, len);
-}
-
-int kvp_server_send_done_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
-			    const struct kvp_usage *usage, const struct kvp_cache_usage *cu)
-{
-	struct kvp_conn *c = conn_lookup(srv, conn);
-	size_t len = kvp_proto_encode_done_cc(NULL, 0, req_id, usage, cu);
-
-	if (!c)
-		return -ENOTCONN;
-	if (!kvp_conn_req_del(c, req_id))
-		return -ENOENT;
-	c->refusals = 0; /* a request served: the refusals are no longer in a row */
-	if (scratch_reserve(srv, len))
-		return -ENOMEM;
-	kvp_proto_encode_done_cc(srv->scratch, srv->scratch_cap, req_id, usage, cu);
+	kvp_proto_encode_token(srv->scratch, srv->scratch_cap, req_id, tokens, n_tokens, text,
+			       text_len, cont, usage);
 	return queue_scratch(srv, c, len);
 }
 

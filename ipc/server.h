@@ -208,8 +208,9 @@ int kvp_server_send_tokens(struct kvp_server *srv, kvp_conn_id conn, uint64_t re
 /* IDS: ids and/or text that were not generated (TOKENIZE, DETOKENIZE, a CHAT's prompt). */
 int kvp_server_send_ids(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			const int32_t *ids, uint32_t n_ids, const char *text, uint32_t text_len);
+/* DONE, with struct kvp_cache_usage @cu (non-NULL: requests that carried cache control) */
 int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
-			 const struct kvp_usage *usage);
+			 const struct kvp_usage *usage, const struct kvp_cache_usage *cu);
 /* LEASED for @req_id (a LEASE in flight, which it ends): @l and its @l->n_blocks blocks. */
 int kvp_server_send_lease(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			  const struct kvp_lease *l, const struct kvp_lease_block *blocks);
@@ -225,9 +226,6 @@ int kvp_server_send_logprobs(struct kvp_server *srv, kvp_conn_id conn, uint64_t 
 int kvp_server_send_tokens_usage(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 				 const int32_t *tokens, uint32_t n_tokens, const char *text,
 				 uint32_t text_len, int32_t cont, const struct kvp_usage *usage);
-/* DONE with struct kvp_cache_usage after the usage (requests that carried cache control). */
-int kvp_server_send_done_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
-			    const struct kvp_usage *usage, const struct kvp_cache_usage *cu);
 int kvp_server_send_error(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			  enum kvp_status status, const char *msg);
 

@@ -605,7 +605,7 @@ static int answer_ids(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 			      "answer larger than the connection's output queue (outq_bytes)");
 	if (r < 0)
 		return r == -ENOMEM ? KVP_E_INTERNAL : KVP_OK; /* gone: closed follows */
-	kvp_server_send_done(q->srv, conn, req_id, &u);
+	kvp_server_send_done(q->srv, conn, req_id, &u, NULL);
 	return KVP_OK;
 }
 
@@ -1201,11 +1201,8 @@ static void domain_events(struct kvp_requests *q, struct kvp_sched *s)
 				kvp_reqlog_end(&q->log, e->conn, e->req_id,
 					       &(struct kvp_reqlog_who){ c->client, c->peer.uid },
 					       KVP_OK, &e->usage, kvp_now_ns());
-				if (e->has_cu)
-					kvp_server_send_done_cc(q->srv, e->conn, e->req_id,
-								&e->usage, &e->cu);
-				else
-					kvp_server_send_done(q->srv, e->conn, e->req_id, &e->usage);
+				kvp_server_send_done(q->srv, e->conn, e->req_id, &e->usage,
+						     e->has_cu ? &e->cu : NULL);
 			} else if (c && e->type == KVP_SCHED_EV_ERROR) {
 				char msg[KVP_SCHED_EV_TEXT + 1];
 

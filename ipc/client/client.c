@@ -709,8 +709,8 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 		bool has_usage;
 
 		/* a request's first TOKEN carries the prompt's usage so far: in @ev->usage */
-		if (kvp_proto_decode_token_u(c->buf, hdr.len_bytes, &t, &ids, &ev->text,
-					     &c->last_cont, &ev->usage, &has_usage, &why))
+		if (kvp_proto_decode_token(c->buf, hdr.len_bytes, &t, &ids, &ev->text,
+					   &c->last_cont, &ev->usage, &has_usage, &why))
 			break;
 		/* the LOGPROBS just before, when it describes these ids */
 		c->lp_last_n = 0;
@@ -767,8 +767,8 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 		return 0;
 	}
 	case KVP_FRAME_DONE:
-		if (kvp_proto_decode_done_cc(c->buf, hdr.len_bytes, &ev->usage, &c->last_cu,
-					     &c->last_has_cu, &why))
+		if (kvp_proto_decode_done(c->buf, hdr.len_bytes, &ev->usage, &c->last_cu,
+					  &c->last_has_cu, &why))
 			break;
 		ev->type = KVP_EVENT_DONE;
 		ev->status = (int)ev->usage.status;

@@ -94,9 +94,10 @@ static void decode(uint32_t type, const uint8_t *p, size_t len)
 		request(type, p, len);
 		break;
 	case KVP_FRAME_TOKEN:
-		kvp_proto_decode_token(p, len, &u.token, &body, &text, &why);
-		kvp_proto_decode_token_cc(p, len, &u.token, &body, &text, &cont, &why);
-		kvp_proto_decode_token_u(p, len, &u.token, &body, &text, &cont, &tu, &has_u, &why);
+		/* without trailers, with a continuation only, with both */
+		kvp_proto_decode_token(p, len, &u.token, &body, &text, NULL, NULL, NULL, &why);
+		kvp_proto_decode_token(p, len, &u.token, &body, &text, &cont, NULL, NULL, &why);
+		kvp_proto_decode_token(p, len, &u.token, &body, &text, &cont, &tu, &has_u, &why);
 		break;
 	case KVP_FRAME_LOGPROBS:
 		if (!kvp_proto_decode_logprobs(p, len, &u.lp, &body, &why))
@@ -104,8 +105,8 @@ static void decode(uint32_t type, const uint8_t *p, size_t len)
 					    sizeof(struct kvp_logprob));
 		break;
 	case KVP_FRAME_DONE:
-		kvp_proto_decode_done(p, len, &u.usage, &why);
-		kvp_proto_decode_done_cc(p, len, &u.usage, &cu, &has_cu, &why);
+		kvp_proto_decode_done(p, len, &u.usage, NULL, NULL, &why);
+		kvp_proto_decode_done(p, len, &u.usage, &cu, &has_cu, &why);
 		break;
 	case KVP_FRAME_ERROR:
 		kvp_proto_decode_error(p, len, &u.error, &text, &why);

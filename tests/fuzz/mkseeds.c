@@ -94,9 +94,9 @@ static void sampling_seeds(uint8_t *b, size_t cap, const struct kvp_gen_req *g0,
 	put("proto", "chat-cc-sampling", b, n);
 	n = kvp_proto_encode_logprobs(b, cap, 10, &lh, lp);
 	put("proto", "logprobs", b, n);
-	n = kvp_proto_encode_token_u(b, cap, 10, ids, 2, "he", 2, -1, &u);
+	n = kvp_proto_encode_token(b, cap, 10, ids, 2, "he", 2, -1, &u);
 	put("proto", "token-usage", b, n);
-	n = kvp_proto_encode_token_u(b, cap, 11, ids, 2, "he", 2, 1, &u);
+	n = kvp_proto_encode_token(b, cap, 11, ids, 2, "he", 2, 1, &u);
 	put("proto", "token-cont-usage", b, n);
 }
 
@@ -160,13 +160,13 @@ static void proto(void)
 	put("proto", "cancel", b, n);
 	n = kvp_proto_encode_welcome(b, sizeof(b), &w);
 	put("proto", "welcome", b, n);
-	n = kvp_proto_encode_token(b, sizeof(b), 7, ids, 2, "he", 2);
+	n = kvp_proto_encode_token(b, sizeof(b), 7, ids, 2, "he", 2, -1, NULL);
 	put("proto", "token", b, n);
-	n = kvp_proto_encode_token_cc(b, sizeof(b), 7, ids, 2, "he", 2, 1);
+	n = kvp_proto_encode_token(b, sizeof(b), 7, ids, 2, "he", 2, 1, NULL);
 	put("proto", "token-cc", b, n);
-	n = kvp_proto_encode_done(b, sizeof(b), 7, &u);
+	n = kvp_proto_encode_done(b, sizeof(b), 7, &u, NULL);
 	put("proto", "done", b, n);
-	n = kvp_proto_encode_done_cc(b, sizeof(b), 7, &u, &cu);
+	n = kvp_proto_encode_done(b, sizeof(b), 7, &u, &cu);
 	put("proto", "done-cc", b, n);
 	n = kvp_proto_encode_error(b, sizeof(b), 7, KVP_E_LIMIT, "too long", 8);
 	put("proto", "error", b, n);

@@ -81,7 +81,7 @@ static int e_generate(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct
 		}
 		u.generated_tokens = 2;
 		u.status = KVP_E_SHUTDOWN;
-		kvp_server_send_done(f->srv, conn, req_id, &u);
+		kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 		return KVP_OK;
 	}
 	if (tokens && tokens[0] == 27) {
@@ -91,7 +91,7 @@ static int e_generate(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct
 
 		kvp_server_send_tokens(f->srv, conn, req_id, &id, 1, ctl, sizeof(ctl) - 1);
 		u.generated_tokens = 1;
-		kvp_server_send_done(f->srv, conn, req_id, &u);
+		kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 		return KVP_OK;
 	}
 	if (tokens && tokens[0] == 42) {
@@ -122,7 +122,7 @@ static int e_generate(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct
 		kvp_server_send_tokens(f->srv, conn, req_id, &id, 1, odd, sizeof(odd) - 1);
 		u.generated_tokens = 1;
 	}
-	kvp_server_send_done(f->srv, conn, req_id, &u);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 	return KVP_OK;
 }
 
@@ -131,7 +131,7 @@ static void e_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
 	struct fixture *f = ctx;
 	struct kvp_usage u = { .prompt_tokens = 1, .status = KVP_E_CANCELLED };
 
-	kvp_server_send_done(f->srv, conn, req_id, &u);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 }
 
 static void e_closed(void *ctx, kvp_conn_id conn)
@@ -153,7 +153,7 @@ static int e_tokenize(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct
 		ids[n++] = (uint8_t)text[i] + (t->flags & KVP_TOKENIZE_PARSE_SPECIAL ? 1000 : 0);
 	u.prompt_tokens = n;
 	kvp_server_send_ids(f->srv, conn, req_id, ids, n, NULL, 0);
-	kvp_server_send_done(f->srv, conn, req_id, &u);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 	return KVP_OK;
 }
 
@@ -172,7 +172,7 @@ static int e_detokenize(void *ctx, kvp_conn_id conn, uint64_t req_id,
 				      ids[i]);
 	text[n++] = (char)0xff;
 	kvp_server_send_ids(f->srv, conn, req_id, NULL, 0, text, (uint32_t)n);
-	kvp_server_send_done(f->srv, conn, req_id, &u);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 	return KVP_OK;
 }
 
@@ -211,7 +211,7 @@ static int e_chat(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp
 	}
 	kvp_server_send_tokens(f->srv, conn, req_id, &r1, 1, "r1", 2);
 	kvp_server_send_tokens(f->srv, conn, req_id, &r2, 1, " r2", 3);
-	kvp_server_send_done(f->srv, conn, req_id, &u);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 	return KVP_OK;
 }
 

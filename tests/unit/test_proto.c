@@ -215,18 +215,20 @@ static void test_daemon_frames_roundtrip(void **state)
 	assert_int_equal(kvp_proto_decode_welcome(frame + 24, h.len_bytes, &w2, &why), KVP_OK);
 	assert_memory_equal(&w, &w2, sizeof(w));
 
-	n = kvp_proto_encode_token(frame, sizeof(frame), 9, tok, 2, "ab", 2);
+	n = kvp_proto_encode_token(frame, sizeof(frame), 9, tok, 2, "ab", 2, -1, NULL);
 	assert_int_equal(n, 24 + 8 + 8 + 2);
 	assert_int_equal(kvp_proto_check_hdr(frame, n, 4096, &h, &why), KVP_OK);
-	assert_int_equal(kvp_proto_decode_token(frame + 24, h.len_bytes, &t, &ids, &text, &why),
+	assert_int_equal(kvp_proto_decode_token(frame + 24, h.len_bytes, &t, &ids, &text, NULL,
+						NULL, NULL, &why),
 			 KVP_OK);
 	assert_int_equal(t.n_tokens, 2);
 	assert_memory_equal(ids, tok, 8);
 	assert_memory_equal(text, "ab", 2);
 
-	n = kvp_proto_encode_done(frame, sizeof(frame), 9, &u);
+	n = kvp_proto_encode_done(frame, sizeof(frame), 9, &u, NULL);
 	assert_int_equal(kvp_proto_check_hdr(frame, n, 4096, &h, &why), KVP_OK);
-	assert_int_equal(kvp_proto_decode_done(frame + 24, h.len_bytes, &u2, &why), KVP_OK);
+	assert_int_equal(kvp_proto_decode_done(frame + 24, h.len_bytes, &u2, NULL, NULL, &why),
+			 KVP_OK);
 	assert_memory_equal(&u, &u2, sizeof(u));
 
 	n = kvp_proto_encode_error(frame, sizeof(frame), 0, KVP_E_BUSY, "full", 4);
@@ -243,7 +245,7 @@ static void test_encoder_reports_needed_size(void **state)
 	struct kvp_usage u = { 0 };
 
 	memset(frame, 0xaa, sizeof(frame));
-	assert_int_equal(kvp_proto_encode_done(frame, sizeof(frame), 1, &u), 24 + 80);
+	assert_int_equal(kvp_proto_encode_done(frame, sizeof(frame), 1, &u, NULL), 24 + 80);
 	assert_int_equal(frame[0], 0xaa);
 }
 
@@ -366,12 +368,16 @@ static void test_bad_daemon_payloads(void **state)
 	raw[0] = 2; /* unknown HELLO flag */
 	assert_int_equal(kvp_proto_decode_hello(raw, sizeof(h), &h, &why), KVP_E_PROTO);
 	memcpy(raw, &t, sizeof(t));
-	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 2, &t, &ids, &text, &why),
+	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 2, &t, &ids, &text, NULL, NULL, NULL,
+						&why),
 			 KVP_E_PROTO);
-	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 4, &t, &ids, &text, &why),
+	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 4, &t, &ids, &text, NULL, NULL, NULL,
+						&why),
 			 KVP_E_PROTO);
-	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 3, &t, &ids, &text, &why), KVP_OK);
-	assert_int_equal(kvp_proto_decode_done(raw, 55, &u, &why), KVP_E_PROTO);
+	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 3, &t, &ids, &text, NULL, NULL, NULL,
+						&why),
+			 KVP_OK);
+	assert_int_equal(kvp_proto_decode_done(raw, 55, &u, NULL, NULL, &why), KVP_E_PROTO);
 	memcpy(raw, &e, sizeof(e));
 	assert_int_equal(kvp_proto_decode_error(raw, 8 + 9, &e, &text, &why), KVP_E_PROTO);
 	assert_int_equal(kvp_proto_decode_error(raw, 8 + 10, &e, &text, &why), KVP_OK);
@@ -1199,12 +1205,13 @@ static void test_empty_payloads(void **state)
 				 KVP_E_PROTO);
 		assert_int_equal(msg.len, 77);
 		assert_int_equal(kvp_proto_decode_welcome(b, 0, &w, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_token(b, 0, &t, &p1, &s1, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_token_cc(b, 0, &t, &p1, &s1, &cont, &why),
+		assert_int_equal(kvp_proto_decode_token(b, 0, &t, &p1, &s1, NULL, NULL, NULL, &why),
 				 KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_done(b, 0, &u, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_done_cc(b, 0, &u, &cu, &has_cu, &why),
+		assert_int_equal(kvp_proto_decode_token(b, 0, &t, &p1, &s1, &cont, NULL, NULL,
+							&why),
 				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_done(b, 0, &u, NULL, NULL, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_done(b, 0, &u, &cu, &has_cu, &why), KVP_E_PROTO);
 		assert_false(has_cu);
 		assert_int_equal(kvp_proto_decode_error(b, 0, &e, &s1, &why), KVP_E_PROTO);
 		assert_int_equal(kvp_proto_decode_tokenize(b, 0, &lim, &tz, &s2, &why),
@@ -1435,24 +1442,24 @@ static void test_token_usage_trailer(void **state)
 
 	(void)state;
 	for (int c = -1; c <= 3; c += 4) {
-		n = kvp_proto_encode_token_u(raw, sizeof(raw), 5, ids, 2, "ab", 2, c, &u);
+		n = kvp_proto_encode_token(raw, sizeof(raw), 5, ids, 2, "ab", 2, c, &u);
 		assert_int_equal(n, h + 8 + 8 + 2 + (c >= 0 ? 8 : 0) + sizeof(u));
 		memset(&got, 0, sizeof(got));
-		assert_int_equal(kvp_proto_decode_token_u(raw + h, n - h, &t, &p, &text, &cont,
-							  &got, &has, &why),
+		assert_int_equal(kvp_proto_decode_token(raw + h, n - h, &t, &p, &text, &cont, &got,
+							&has, &why),
 				 KVP_OK);
 		assert_true(has);
 		assert_int_equal(cont, c);
 		assert_int_equal(t.n_tokens, 2);
 		assert_memory_equal(text, "ab", 2);
 		assert_memory_equal(&got, &u, sizeof(u));
-		assert_int_equal(kvp_proto_decode_token_cc(raw + h, n - h, &t, &p, &text, &cont,
-							   &why),
+		assert_int_equal(kvp_proto_decode_token(raw + h, n - h, &t, &p, &text, &cont, NULL,
+							NULL, &why),
 				 KVP_E_PROTO);
 		/* without usage: as before */
-		n = kvp_proto_encode_token_u(raw, sizeof(raw), 5, ids, 2, "ab", 2, c, NULL);
-		assert_int_equal(kvp_proto_decode_token_u(raw + h, n - h, &t, &p, &text, &cont,
-							  &got, &has, &why),
+		n = kvp_proto_encode_token(raw, sizeof(raw), 5, ids, 2, "ab", 2, c, NULL);
+		assert_int_equal(kvp_proto_decode_token(raw + h, n - h, &t, &p, &text, &cont, &got,
+							&has, &why),
 				 KVP_OK);
 		assert_false(has);
 		assert_int_equal(cont, c);
