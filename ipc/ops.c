@@ -228,7 +228,7 @@ static int on_request(struct kvp_server *srv, struct kvp_conn *c, const struct k
 		r = take_prompt(srv, c, hdr->req_id, req.flags, req.ids, 0, req.n_ids, &ids, &text);
 	if (r)
 		return r < 0 ? r : 0;
-	req.ids = ids;
+	req.ids = req.n_ids ? ids : NULL; /* aligned copies, as svc/ gets them */
 	req.text = text;
 	if (take_req(srv, c, hdr->req_id))
 		return 0;

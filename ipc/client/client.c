@@ -242,10 +242,9 @@ static int recv_all(struct kvp_client *c, void *p, size_t n)
 }
 
 /*
- * Read one daemon frame into @hdr and c->buf (NUL-terminated after the payload).
- * Return: 0, -ENOTCONN on a clean EOF, -EPROTO on garbage, or -errno.
+ * Can the connection carry frames?  The one liveness guard: of every read, send and
+ * blocking call.  Return: 0, or -ENOTCONN (it says so).
  */
-/* Can the connection carry frames?  Return: 0, or -ENOTCONN (it says so). */
 static int alive(struct kvp_client *c)
 {
 	if (c->dead || c->fd < 0)
@@ -253,6 +252,10 @@ static int alive(struct kvp_client *c)
 	return 0;
 }
 
+/*
+ * Read one daemon frame into @hdr and c->buf (NUL-terminated after the payload).
+ * Return: 0, -ENOTCONN on a clean EOF, -EPROTO on garbage, or -errno.
+ */
 static int read_frame(struct kvp_client *c, struct kvp_frame_hdr *hdr)
 {
 	uint8_t raw[sizeof(*hdr)];
