@@ -167,9 +167,6 @@ static int request_ok(struct kvp_server *srv, struct kvp_conn *c, const struct k
 	return 0;
 }
 
-static int unsupported(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id,
-		       const char *what);
-
 /*
  * The prompt of a GENERATE or PIN: UTF-8 text (KVP_GEN_TEXT; ill-formed bytes are refused,
  * not guessed at) copied NUL-terminated into srv->text, or ids checked by take_ids().
@@ -198,63 +195,44 @@ static int take_prompt(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_
 	return 0;
 }
 
-static int on_generate(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
-		       const uint8_t *payload)
+/*
+ * GENERATE and CHAT: one decoder (it says which faults end the connection: a CHAT's
+ * limits are its own, since a conversation grows turn by turn and WELCOME announces no
+ * message limit), the prompt's ids (a CHAT's context) and text checked, one callback.
+ */
+static int on_request(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
+		      const uint8_t *payload)
 {
-	struct kvp_generate g;
-	struct kvp_cache_ctl cc;
-	struct kvp_proto_sampling samp;
-	const void *body;
+	struct kvp_gen_req req;
 	const int32_t *ids = NULL;
 	const char *text = NULL;
 	const char *why = "";
+	bool conn_fault;
 	int r;
 
 	r = request_ok(srv, c, hdr);
 	if (r)
 		return r;
 	/* refusals until the id is taken in flight never touch a request using it already */
-	r = kvp_proto_decode_generate(payload, hdr->len_bytes, &srv->lim, &g, &body, &why);
-	if (r == KVP_E_INVALID)
-		return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
+	r = kvp_proto_decode_request(hdr->type, payload, hdr->len_bytes, &srv->lim, &req, srv->msgs,
+				     &conn_fault, &why);
 	if (r)
-		return kvp_srv_fail(srv, c, r, why);
-
-	r = take_prompt(srv, c, hdr->req_id, g.flags, body, g.text_bytes, g.n_tokens, &ids, &text);
+		return conn_fault ? kvp_srv_fail(srv, c, r, why) :
+				    kvp_srv_refuse(srv, c, hdr->req_id, r, why);
+	if (req.type == KVP_FRAME_CHAT)
+		r = take_ids(srv, c, hdr->req_id, req.ids, req.n_ids, "context", &ids);
+	else if (req.flags & KVP_GEN_TEXT)
+		r = take_prompt(srv, c, hdr->req_id, req.flags, req.text, req.text_bytes, 0, &ids,
+				&text);
+	else
+		r = take_prompt(srv, c, hdr->req_id, req.flags, req.ids, 0, req.n_ids, &ids, &text);
 	if (r)
 		return r < 0 ? r : 0;
-	if (g.flags & KVP_GEN_CACHE_CTL) {
-		r = kvp_proto_decode_cache_ctl(payload, hdr->len_bytes, sizeof(g), &cc, &why);
-		if (r == KVP_E_PROTO)
-			return kvp_srv_fail(srv, c, r, why);
-		if (!r)
-			r = kvp_proto_cache_ctl_for(&cc, KVP_FRAME_GENERATE, 0, &why);
-		if (r)
-			return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
-		if (!srv->ops.generate_cc)
-			return unsupported(srv, c, hdr->req_id, "cache control not supported here");
-	}
-	if (g.flags & KVP_GEN_SAMPLING) {
-		r = kvp_proto_decode_sampling(payload, hdr->len_bytes,
-					      sizeof(g) + (g.flags & KVP_GEN_CACHE_CTL ?
-								   sizeof(cc) :
-								   0),
-					      &samp, &why);
-		if (r == KVP_E_PROTO)
-			return kvp_srv_fail(srv, c, r, why);
-		if (r)
-			return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
-	}
+	req.ids = req.n_ids ? ids : NULL; /* aligned copies, as svc/ gets them */
+	req.text = text;
 	if (take_req(srv, c, hdr->req_id))
 		return 0;
-	srv->samp = (g.flags & KVP_GEN_SAMPLING) ? &samp : NULL;
-	if (srv->ops.generate_cc)
-		r = srv->ops.generate_cc(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id,
-					 &g, (g.flags & KVP_GEN_CACHE_CTL) ? &cc : NULL, ids, text);
-	else
-		r = srv->ops.generate(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &g,
-				      ids, text);
-	srv->samp = NULL;
+	r = srv->ops.generate(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &req);
 	return answered(srv, c, hdr->req_id, r);
 }
 
@@ -313,83 +291,6 @@ static int on_detokenize(struct kvp_server *srv, struct kvp_conn *c,
 	if (take_req(srv, c, hdr->req_id))
 		return 0;
 	r = srv->ops.detokenize(srv->ops.ctx, kvp_srv_conn_id(c), hdr->req_id, &d, ids);
-	return answered(srv, c, hdr->req_id, r);
-}
-
-/*
- * CHAT: unlike GENERATE, every limit is refused for the request alone (the connection
- * stays): a conversation grows turn by turn, and WELCOME announces no message limit.
- */
-static int on_chat(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
-		   const uint8_t *payload)
-{
-	struct kvp_proto_msg *msgs;
-	const int32_t *ids = NULL;
-	const uint8_t *sect;
-	const void *body;
-	const char *why = "";
-	struct kvp_chat ch;
-	struct kvp_cache_ctl cc;
-	struct kvp_proto_sampling samp;
-	size_t sect_len;
-	int r;
-
-	r = request_ok(srv, c, hdr);
-	if (r)
-		return r;
-	r = kvp_proto_decode_chat(payload, hdr->len_bytes, &srv->lim, &ch, &body, &sect, &sect_len,
-				  &why);
-	if (r == KVP_E_INVALID || r == KVP_E_LIMIT)
-		return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
-	if (r)
-		return kvp_srv_fail(srv, c, r, why);
-	if (!srv->ops.chat)
-		return unsupported(srv, c, hdr->req_id, "CHAT not supported here");
-	if (ch.flags & KVP_CHAT_CACHE_CTL) {
-		r = kvp_proto_decode_cache_ctl(payload, hdr->len_bytes, sizeof(ch), &cc, &why);
-		if (r == KVP_E_PROTO)
-			return kvp_srv_fail(srv, c, r, why);
-		if (!r)
-			r = kvp_proto_cache_ctl_for(&cc, KVP_FRAME_CHAT, ch.n_messages, &why);
-		if (r)
-			return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
-		if (!srv->ops.chat_cc)
-			return unsupported(srv, c, hdr->req_id, "cache control not supported here");
-	}
-	if (ch.flags & KVP_CHAT_SAMPLING) {
-		r = kvp_proto_decode_sampling(payload, hdr->len_bytes,
-					      sizeof(ch) + (ch.flags & KVP_CHAT_CACHE_CTL ?
-								    sizeof(cc) :
-								    0),
-					      &samp, &why);
-		if (r == KVP_E_PROTO)
-			return kvp_srv_fail(srv, c, r, why);
-		if (r)
-			return kvp_srv_refuse(srv, c, hdr->req_id, r, why);
-	}
-	r = take_ids(srv, c, hdr->req_id, body, ch.n_context, "context", &ids);
-	if (r)
-		return r < 0 ? r : 0;
-	msgs = calloc(ch.n_messages, sizeof(*msgs));
-	if (!msgs)
-		return kvp_srv_refuse(srv, c, hdr->req_id, KVP_E_INTERNAL, "out of memory");
-	kvp_proto_chat_messages(sect, sect_len, ch.n_messages, msgs);
-	if (take_req(srv, c, hdr->req_id)) {
-		free(msgs);
-		return 0;
-	}
-	srv->samp = (ch.flags & KVP_CHAT_SAMPLING) ? &samp : NULL;
-	kvp_proto_chat_tools(payload, hdr->len_bytes, &ch, &srv->tools, &srv->tools_len);
-	if (srv->ops.chat_cc)
-		r = srv->ops.chat_cc(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &ch,
-				     (ch.flags & KVP_CHAT_CACHE_CTL) ? &cc : NULL, ids, msgs);
-	else
-		r = srv->ops.chat(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &ch, ids,
-				  msgs);
-	srv->samp = NULL;
-	srv->tools = NULL;
-	srv->tools_len = 0;
-	free(msgs);
 	return answered(srv, c, hdr->req_id, r);
 }
 
@@ -519,7 +420,7 @@ const struct kvp_op_def kvp_op_defs[] = {
 				 .from_client = true,
 				 .min_len = sizeof(struct kvp_generate),
 				 .max_len = UINT32_MAX,
-				 .fn = on_generate },
+				 .fn = on_request },
 	[KVP_FRAME_TOKEN] = { .name = "TOKEN" },
 	[KVP_FRAME_DONE] = { .name = "DONE" },
 	[KVP_FRAME_CANCEL] = { .name = "CANCEL",
@@ -542,7 +443,7 @@ const struct kvp_op_def kvp_op_defs[] = {
 			     .from_client = true,
 			     .min_len = sizeof(struct kvp_chat),
 			     .max_len = UINT32_MAX,
-			     .fn = on_chat },
+			     .fn = on_request },
 	[KVP_FRAME_IDS] = { .name = "IDS" },
 	[KVP_FRAME_LEASE] = { .name = "LEASE",
 			      .from_client = true,

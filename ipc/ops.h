@@ -63,13 +63,9 @@ struct kvp_server {
 	unsigned int n_wakeups;
 	uint8_t *scratch; /* one encoded outgoing frame */
 	size_t scratch_cap;
-	int32_t *ids; /* aligned copy of a prompt's ids (max_prompt_tokens) */
-	char *text;   /* NUL-terminated copy of a prompt's text */
-	/* the sampling section of the GENERATE or CHAT being handed to svc/ (NULL: none) */
-	const struct kvp_proto_sampling *samp;
-	/* the tools section of the CHAT being handed to svc/ (NULL, 0: none) */
-	const char *tools;
-	uint32_t tools_len;
+	int32_t *ids;		    /* aligned copy of a prompt's ids (max_prompt_tokens) */
+	char *text;		    /* NUL-terminated copy of a prompt's text */
+	struct kvp_proto_msg *msgs; /* a CHAT's messages (KVP_CHAT_MESSAGES_MAX) */
 	struct kvp_server_stats st;
 	int reserve_fd; /* /dev/null, closed to accept-and-refuse when fds run out */
 	struct __kernel_timespec tick, retry[2];

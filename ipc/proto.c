@@ -222,142 +222,6 @@ int kvp_proto_decode_hello(const void *payload, size_t len, struct kvp_hello *ou
 	return KVP_OK;
 }
 
-/*
- * The sampling values and the priority GENERATE and CHAT share.
- * Return: KVP_OK or KVP_E_INVALID.
- */
-static int check_sampling(uint32_t max_new_tokens, float temperature, float top_p, int32_t priority,
-			  const char **why)
-{
-	if (!max_new_tokens)
-		return fail(why, "max_new_tokens must be at least 1", KVP_E_INVALID);
-	if (!isfinite(temperature) || temperature < 0.0f || temperature > KVP_TEMPERATURE_MAX)
-		return fail(why, "temperature must be finite and in [0, 100]", KVP_E_INVALID);
-	if (!isfinite(top_p) || !(top_p > 0.0f) || top_p > 1.0f)
-		return fail(why, "top_p must be in (0, 1]", KVP_E_INVALID);
-	if ((priority < KVP_PRIORITY_MIN || priority > KVP_PRIORITY_MAX) &&
-	    priority != KVP_PRIORITY_DEFAULT)
-		return fail(why, "priority must be in [-1000, 1000]", KVP_E_INVALID);
-	return KVP_OK;
-}
-
-/*
- * The sampling section at @c: struct kvp_sampling, its bias entries, its schema text.
- * Lengths and counts are KVP_E_PROTO (the frame is malformed); values are
- * KVP_E_INVALID (the request alone is refused).  @out NULL: the lengths only.
- */
-static int take_sampling(struct kvp_cur *c, struct kvp_proto_sampling *out, const char **why)
-{
-	struct kvp_sampling h;
-	const void *p = kvp_cur_take(c, sizeof(h)), *bias, *schema;
-
-	if (!p)
-		return fail(why, "sampling section beyond the frame", KVP_E_PROTO);
-	memcpy(&h, p, sizeof(h));
-	if ((h.flags & ~KVP_SAMP__ALL) || h.reserved)
-		return fail(why, "unknown sampling flags or reserved field not zero", KVP_E_PROTO);
-	if (h.n_bias > KVP_LOGIT_BIAS_MAX || h.schema_bytes > KVP_SCHEMA_BYTES_MAX)
-		return fail(why,
-			    "sampling section: more bias entries or schema bytes than the maximum",
-			    KVP_E_PROTO);
-	bias = kvp_cur_take(c, (size_t)h.n_bias * sizeof(struct kvp_logit_bias));
-	schema = kvp_cur_take(c, h.schema_bytes);
-	if (!bias || !schema)
-		return fail(why, "sampling section: bias entries or schema beyond the frame",
-			    KVP_E_PROTO);
-	if (!out)
-		return KVP_OK;
-	out->hdr = h;
-	out->bias = bias;
-	out->schema = schema;
-	if (h.grammar >= KVP_GRAMMAR__COUNT)
-		return fail(why, "sampling: unknown grammar kind", KVP_E_INVALID);
-	if ((h.grammar == KVP_GRAMMAR_JSON_SCHEMA) != (h.schema_bytes > 0))
-		return fail(why, "sampling: a schema comes exactly with a json_schema grammar",
-			    KVP_E_INVALID);
-	if (h.top_logprobs > KVP_TOP_LOGPROBS_MAX ||
-	    (h.top_logprobs && !(h.flags & KVP_SAMP_LOGPROBS)))
-		return fail(why, "sampling: top_logprobs must be 0 .. 20, with logprobs",
-			    KVP_E_INVALID);
-	if (!(h.presence_penalty >= -2.0f && h.presence_penalty <= 2.0f) ||
-	    !(h.frequency_penalty >= -2.0f && h.frequency_penalty <= 2.0f))
-		return fail(why, "sampling: penalties must be in [-2, 2]", KVP_E_INVALID);
-	for (uint32_t i = 0; i < h.n_bias; i++) {
-		struct kvp_logit_bias b;
-
-		memcpy(&b, (const uint8_t *)bias + i * sizeof(b), sizeof(b));
-		if (b.id < 0 || !(b.bias >= -100.0f && b.bias <= 100.0f))
-			return fail(why,
-				    "sampling: a logit bias id below 0 or bias outside [-100, 100]",
-				    KVP_E_INVALID);
-	}
-	if (memchr(schema, 0, h.schema_bytes))
-		return fail(why, "sampling: the schema contains a NUL byte", KVP_E_INVALID);
-	return KVP_OK;
-}
-
-int kvp_proto_decode_sampling(const void *payload, size_t len, size_t offset,
-			      struct kvp_proto_sampling *out, const char **why)
-{
-	struct kvp_cur c;
-
-	if (len < offset)
-		return fail(why, "sampling section beyond the frame", KVP_E_PROTO);
-	kvp_cur_init(&c, (const uint8_t *)payload + offset, len - offset);
-	return take_sampling(&c, out, why);
-}
-
-/**
- * kvp_proto_decode_generate() - validate a GENERATE payload
- * @payload, @len: the bytes after the header
- * @lim:           configured maxima
- * @out:           out; the fixed part
- * @body:          out; the n_tokens int32 ids or text_bytes of text after it (not
- *                 aligned: the caller copies ids before reading them as int32_t)
- * @why:           out; description of the fault
- *
- * Token ids are not compared with the vocabulary here: the decoder does not know it.
- * Return: KVP_OK, KVP_E_PROTO, KVP_E_LIMIT or KVP_E_INVALID.
- */
-int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_proto_limits *lim,
-			      struct kvp_generate *out, const void **body, const char **why)
-{
-	struct kvp_cur c;
-	const void *p;
-	int r;
-
-	kvp_cur_init(&c, payload, len);
-	p = kvp_cur_take(&c, sizeof(*out));
-	if (!p)
-		return fail(why, "GENERATE payload shorter than its struct", KVP_E_PROTO);
-	memcpy(out, p, sizeof(*out));
-	if (out->flags & ~KVP_GEN__ALL)
-		return fail(why, "unknown GENERATE flags", KVP_E_PROTO);
-	r = check_salt(out->salt, out->salt_len, why);
-	if (r)
-		return r;
-	if (out->reserved)
-		return fail(why, "GENERATE reserved field must be zero", KVP_E_PROTO);
-	/* struct kvp_cache_ctl: checked by kvp_proto_decode_cache_ctl() */
-	if ((out->flags & KVP_GEN_CACHE_CTL) && !kvp_cur_take(&c, sizeof(struct kvp_cache_ctl)))
-		return fail(why, "GENERATE cache control beyond the frame", KVP_E_PROTO);
-	/* the sampling section: its lengths here, its values by kvp_proto_decode_sampling() */
-	if ((out->flags & KVP_GEN_SAMPLING) && (r = take_sampling(&c, NULL, why)))
-		return r;
-	r = take_prompt(&c, out->flags, out->n_tokens, out->text_bytes, lim, body, why);
-	if (r)
-		return r;
-	if (out->max_new_tokens > lim->max_new_tokens)
-		return fail(why, "max_new_tokens above the maximum", KVP_E_LIMIT);
-
-	r = check_sampling(out->max_new_tokens, out->temperature, out->top_p, out->priority, why);
-	if (r)
-		return r;
-	if ((out->flags & KVP_GEN_TEXT) && memchr(*body, 0, out->text_bytes))
-		return fail(why, "prompt text contains a NUL byte", KVP_E_INVALID);
-	return KVP_OK;
-}
-
 /**
  * kvp_proto_decode_tokenize() - validate a TOKENIZE payload
  * @text: out; the text_bytes of text after the struct (not NUL-terminated)
@@ -417,179 +281,6 @@ int kvp_proto_decode_detokenize(const void *payload, size_t len, const struct kv
 	return KVP_OK;
 }
 
-/* Is @name (a NUL-padded field) printable ASCII up to its first NUL, and zero after? */
-static bool name_ok(const char *name, size_t cap)
-{
-	size_t i = 0;
-
-	while (i < cap && name[i]) {
-		if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] >= 0x7f)
-			return false;
-		i++;
-	}
-	return i < cap && all_zero(name + i, cap - i);
-}
-
-/*
- * Walk the messages of a CHAT: each header and its text inside the frame, nothing left
- * over.  Values are checked by the caller, after every structural check.
- */
-static int walk_messages(struct kvp_cur *c, uint32_t n, uint64_t *text_bytes, const char **why)
-{
-	*text_bytes = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		struct kvp_chat_message m;
-		const void *p = kvp_cur_take(c, sizeof(m));
-
-		if (!p)
-			return fail(why, "chat message header beyond the frame", KVP_E_PROTO);
-		memcpy(&m, p, sizeof(m));
-		if (!kvp_cur_take(c, m.bytes))
-			return fail(why, "chat message text beyond the frame", KVP_E_PROTO);
-		*text_bytes += m.bytes;
-	}
-	if (kvp_cur_left(c))
-		return fail(why, "trailing bytes after the messages", KVP_E_PROTO);
-	return KVP_OK;
-}
-
-int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_proto_limits *lim,
-			  struct kvp_chat *out, const void **context, const uint8_t **msgs,
-			  size_t *msgs_len, const char **why)
-{
-	uint64_t text_bytes, tools_bytes = 0;
-	const char *tools = NULL;
-	struct kvp_cur c;
-	const void *p;
-	size_t start;
-	int r;
-
-	kvp_cur_init(&c, payload, len);
-	p = kvp_cur_take(&c, sizeof(*out));
-	if (!p)
-		return fail(why, "CHAT payload shorter than its struct", KVP_E_PROTO);
-	memcpy(out, p, sizeof(*out));
-	if (out->flags & ~KVP_CHAT__ALL)
-		return fail(why, "unknown CHAT flags", KVP_E_PROTO);
-	r = check_salt(out->salt, out->salt_len, why);
-	if (r)
-		return r;
-	if (!out->n_messages)
-		return fail(why, "CHAT without messages", KVP_E_PROTO);
-	if (!out->n_context != !out->context_msgs || out->context_msgs > out->n_messages)
-		return fail(why,
-			    "context_msgs must be 0 exactly without context ids, and at most "
-			    "n_messages",
-			    KVP_E_PROTO);
-	if ((out->flags & KVP_CHAT_CACHE_CTL) && !kvp_cur_take(&c, sizeof(struct kvp_cache_ctl)))
-		return fail(why, "CHAT cache control beyond the frame", KVP_E_PROTO);
-	if ((out->flags & KVP_CHAT_SAMPLING) && (r = take_sampling(&c, NULL, why)))
-		return r;
-	if (out->flags & KVP_CHAT_TOOLS) {
-		struct kvp_chat_tools t;
-
-		p = kvp_cur_take(&c, sizeof(t));
-		if (!p)
-			return fail(why, "CHAT tools section beyond the frame", KVP_E_PROTO);
-		memcpy(&t, p, sizeof(t));
-		if (t.reserved)
-			return fail(why, "CHAT tools reserved field must be zero", KVP_E_PROTO);
-		tools = kvp_cur_take(&c, t.bytes);
-		if (!tools)
-			return fail(why, "CHAT tools beyond the frame", KVP_E_PROTO);
-		tools_bytes = t.bytes;
-	}
-	*context = kvp_cur_take(&c, (uint64_t)out->n_context * sizeof(int32_t));
-	if (!*context)
-		return fail(why, "context ids beyond the frame", KVP_E_PROTO);
-	start = c.off;
-	r = walk_messages(&c, out->n_messages, &text_bytes, why);
-	if (r)
-		return r;
-	*msgs = c.base + start;
-	*msgs_len = c.size - start;
-
-	if (out->n_messages > KVP_CHAT_MESSAGES_MAX)
-		return fail(why, "more chat messages than the maximum (1024)", KVP_E_LIMIT);
-	if (out->n_context > lim->max_prompt_tokens)
-		return fail(why, "context longer than the maximum prompt", KVP_E_LIMIT);
-	/* before the template renders a byte: the messages are of the frame's size */
-	if (text_too_long(lim, text_bytes + tools_bytes))
-		return fail(why, "chat messages longer than max_text_bytes together", KVP_E_LIMIT);
-	if (out->max_new_tokens > lim->max_new_tokens)
-		return fail(why, "max_new_tokens above the maximum", KVP_E_LIMIT);
-
-	r = check_sampling(out->max_new_tokens, out->temperature, out->top_p, out->priority, why);
-	if (r)
-		return r;
-	if (!name_ok(out->template_name, sizeof(out->template_name)))
-		return fail(why, "template name must be NUL-padded printable ASCII", KVP_E_INVALID);
-	if (tools && (memchr(tools, 0, tools_bytes) || !kvp_utf8_valid(tools, tools_bytes)))
-		return fail(why, "CHAT tools must be well-formed UTF-8 without NUL", KVP_E_INVALID);
-	kvp_cur_init(&c, *msgs, *msgs_len);
-	for (uint32_t i = 0; i < out->n_messages; i++) {
-		struct kvp_chat_message m;
-		const char *text;
-
-		memcpy(&m, kvp_cur_take(&c, sizeof(m)), sizeof(m));
-		text = kvp_cur_take(&c, m.bytes);
-		if (m.role >= KVP_ROLE__COUNT)
-			return fail(why, "unknown chat role", KVP_E_INVALID);
-		if (memchr(text, 0, m.bytes))
-			return fail(why, "chat message contains a NUL byte", KVP_E_INVALID);
-		if (!kvp_utf8_valid(text, m.bytes))
-			return fail(why, "chat message is not well-formed UTF-8", KVP_E_INVALID);
-		if (m.role == KVP_ROLE_TOOL_CALL) {
-			const char *nl = memchr(text, '\n', m.bytes);
-
-			if (!nl || nl == text)
-				return fail(why, "a tool call's text must be NAME\\nARGUMENTS",
-					    KVP_E_INVALID);
-		}
-		/* the context ends inside an assistant message: the reply it continues */
-		if (i + 1 == out->context_msgs && m.role != KVP_ROLE_ASSISTANT)
-			return fail(why, "the context must end with an assistant message",
-				    KVP_E_INVALID);
-	}
-	return KVP_OK;
-}
-
-void kvp_proto_chat_tools(const void *payload, size_t len, const struct kvp_chat *ch,
-			  const char **tools, uint32_t *bytes)
-{
-	struct kvp_chat_tools t;
-	struct kvp_cur c;
-
-	*tools = NULL;
-	*bytes = 0;
-	if (!(ch->flags & KVP_CHAT_TOOLS))
-		return;
-	kvp_cur_init(&c, payload, len);
-	kvp_cur_take(&c, sizeof(*ch));
-	if (ch->flags & KVP_CHAT_CACHE_CTL)
-		kvp_cur_take(&c, sizeof(struct kvp_cache_ctl));
-	if (ch->flags & KVP_CHAT_SAMPLING)
-		take_sampling(&c, NULL, &(const char *){ NULL });
-	memcpy(&t, kvp_cur_take(&c, sizeof(t)), sizeof(t));
-	*tools = kvp_cur_take(&c, t.bytes);
-	*bytes = t.bytes;
-}
-
-void kvp_proto_chat_messages(const uint8_t *msgs, size_t len, uint32_t n, struct kvp_proto_msg *out)
-{
-	struct kvp_cur c;
-
-	kvp_cur_init(&c, msgs, len);
-	for (uint32_t i = 0; i < n; i++) {
-		struct kvp_chat_message m;
-
-		memcpy(&m, kvp_cur_take(&c, sizeof(m)), sizeof(m));
-		out[i] = (struct kvp_proto_msg){ .role = m.role,
-						 .len = m.bytes,
-						 .text = kvp_cur_take(&c, m.bytes) };
-	}
-}
-
 int kvp_proto_decode_welcome(const void *payload, size_t len, struct kvp_welcome *out,
 			     const char **why)
 {
@@ -605,20 +296,8 @@ int kvp_proto_decode_welcome(const void *payload, size_t len, struct kvp_welcome
 }
 
 int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out, const void **ids,
-			   const char **text, const char **why)
-{
-	return kvp_proto_decode_token_cc(payload, len, out, ids, text, NULL, why);
-}
-
-int kvp_proto_decode_token_cc(const void *payload, size_t len, struct kvp_token *out,
-			      const void **ids, const char **text, int32_t *cont, const char **why)
-{
-	return kvp_proto_decode_token_u(payload, len, out, ids, text, cont, NULL, NULL, why);
-}
-
-int kvp_proto_decode_token_u(const void *payload, size_t len, struct kvp_token *out,
-			     const void **ids, const char **text, int32_t *cont,
-			     struct kvp_usage *usage, bool *has_usage, const char **why)
+			   const char **text, int32_t *cont, struct kvp_usage *usage,
+			   bool *has_usage, const char **why)
 {
 	struct kvp_cur c;
 	const void *p;
@@ -675,73 +354,22 @@ int kvp_proto_decode_ids(const void *payload, size_t len, struct kvp_ids *out, c
 	return KVP_OK;
 }
 
-int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out, const char **why)
+int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out,
+			  struct kvp_cache_usage *cu, bool *has_cu, const char **why)
 {
-	return take_exact(payload, len, out, sizeof(*out), why);
-}
-
-int kvp_proto_decode_done_cc(const void *payload, size_t len, struct kvp_usage *out,
-			     struct kvp_cache_usage *cu, bool *has_cu, const char **why)
-{
-	*has_cu = len == sizeof(*out) + sizeof(*cu);
-	memset(cu, 0, sizeof(*cu));
-	if (!*has_cu)
+	if (!cu || len != sizeof(*out) + sizeof(*cu)) {
+		if (cu) {
+			memset(cu, 0, sizeof(*cu));
+			*has_cu = false;
+		}
 		return take_exact(payload, len, out, sizeof(*out), why);
+	}
+	*has_cu = true;
 	memcpy(out, payload, sizeof(*out));
 	memcpy(cu, (const uint8_t *)payload + sizeof(*out), sizeof(*cu));
 	if (cu->miss_reason >= KVP_MISS__COUNT || cu->miss_tier > KVP_MISS_TIER_DISK ||
 	    cu->reserved)
 		return fail(why, "DONE cache usage out of range", KVP_E_PROTO);
-	return KVP_OK;
-}
-
-int kvp_proto_decode_cache_ctl(const void *payload, size_t len, size_t offset,
-			       struct kvp_cache_ctl *out, const char **why)
-{
-	if (len < offset || len - offset < sizeof(*out))
-		return fail(why, "cache control beyond the frame", KVP_E_PROTO);
-	memcpy(out, (const uint8_t *)payload + offset, sizeof(*out));
-	if (out->flags & ~KVP_CC__ALL)
-		return fail(why, "unknown cache control flags", KVP_E_PROTO);
-	if (!all_zero(out->reserved, sizeof(out->reserved)))
-		return fail(why, "cache control reserved fields must be zero", KVP_E_PROTO);
-	if (out->n_breakpoints > KVP_CACHE_BREAKPOINTS_MAX)
-		return fail(why, "more than 4 cache breakpoints", KVP_E_INVALID);
-	for (uint32_t i = 0; i < KVP_CACHE_BREAKPOINTS_MAX; i++) {
-		if (i >= out->n_breakpoints) {
-			if (out->breakpoints[i] || out->bp_ttl_s[i])
-				return fail(why, "unused cache breakpoints must be zero",
-					    KVP_E_PROTO);
-			continue;
-		}
-		if (!out->breakpoints[i] && (out->flags & KVP_CC_BP_MESSAGES))
-			return fail(why, "a message breakpoint counts at least one message",
-				    KVP_E_INVALID);
-		if (!out->breakpoints[i] || (i && out->breakpoints[i] <= out->breakpoints[i - 1]))
-			return fail(why, "cache breakpoints must be increasing and above 0",
-				    KVP_E_INVALID);
-	}
-	if (!(out->flags & KVP_CC_RETAIN) && out->retain)
-		return fail(why, "retain set without KVP_CC_RETAIN", KVP_E_PROTO);
-	if (out->retain > 100)
-		return fail(why, "retention priority must be in [0, 100]", KVP_E_INVALID);
-	if (out->n > KVP_PARALLEL_MAX)
-		return fail(why, "more continuations than the maximum (16)", KVP_E_LIMIT);
-	return KVP_OK;
-}
-
-int kvp_proto_cache_ctl_for(const struct kvp_cache_ctl *cc, uint32_t type, uint32_t n_messages,
-			    const char **why)
-{
-	if (!(cc->flags & KVP_CC_BP_MESSAGES))
-		return KVP_OK;
-	/* a GENERATE's prompt has no messages to count */
-	if (type != KVP_FRAME_CHAT)
-		return fail(why, "message breakpoints (KVP_CC_BP_MESSAGES) are for CHAT only",
-			    KVP_E_INVALID);
-	if (cc->n_breakpoints && cc->breakpoints[cc->n_breakpoints - 1] > n_messages)
-		return fail(why, "a cache breakpoint counts more messages than the chat has",
-			    KVP_E_INVALID);
 	return KVP_OK;
 }
 
@@ -840,49 +468,6 @@ size_t kvp_proto_encode_hello(void *buf, size_t cap, const struct kvp_hello *h)
 	return put_frame(buf, cap, KVP_FRAME_HELLO, 0, h, sizeof(*h), NULL, 0, NULL, 0);
 }
 
-size_t kvp_proto_encode_generate(void *buf, size_t cap, uint64_t req_id,
-				 const struct kvp_generate *g, const void *body)
-{
-	size_t nbody = (g->flags & KVP_GEN_TEXT) ? g->text_bytes :
-						   (size_t)g->n_tokens * sizeof(int32_t);
-
-	return put_frame(buf, cap, KVP_FRAME_GENERATE, req_id, g, sizeof(*g), body, nbody, NULL, 0);
-}
-
-size_t kvp_proto_encode_generate_cc(void *buf, size_t cap, uint64_t req_id,
-				    const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
-				    const void *body)
-{
-	size_t nbody = (g->flags & KVP_GEN_TEXT) ? g->text_bytes :
-						   (size_t)g->n_tokens * sizeof(int32_t);
-
-	if (!(g->flags & KVP_GEN_CACHE_CTL))
-		return kvp_proto_encode_generate(buf, cap, req_id, g, body);
-	return put_frame(buf, cap, KVP_FRAME_GENERATE, req_id, g, sizeof(*g), cc, sizeof(*cc), body,
-			 nbody);
-}
-
-size_t kvp_proto_encode_generate_s(void *buf, size_t cap, uint64_t req_id,
-				   const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
-				   const void *samp, size_t samp_len, const void *body)
-{
-	size_t nbody = (g->flags & KVP_GEN_TEXT) ? g->text_bytes :
-						   (size_t)g->n_tokens * sizeof(int32_t);
-	size_t ncc = (g->flags & KVP_GEN_CACHE_CTL) ? sizeof(*cc) : 0, n;
-	struct kvp_frame_hdr hdr;
-
-	if (!(g->flags & KVP_GEN_SAMPLING))
-		return kvp_proto_encode_generate_cc(buf, cap, req_id, g, cc, body);
-	/* struct, cc, sampling, then the prompt: the prompt is written after the rest */
-	n = put_frame(buf, cap, KVP_FRAME_GENERATE, req_id, g, sizeof(*g), cc, ncc, samp, samp_len);
-	if (!n || n + nbody > cap || n + nbody - sizeof(hdr) > UINT32_MAX)
-		return n ? n + nbody : 0;
-	memcpy((uint8_t *)buf + n, body, nbody);
-	kvp_proto_hdr_init(&hdr, KVP_FRAME_GENERATE, req_id, (uint32_t)(n + nbody - sizeof(hdr)));
-	memcpy(buf, &hdr, sizeof(hdr));
-	return n + nbody;
-}
-
 size_t kvp_proto_encode_logprobs(void *buf, size_t cap, uint64_t req_id,
 				 const struct kvp_logprobs *h, const struct kvp_logprob *entries)
 {
@@ -932,17 +517,9 @@ size_t kvp_proto_encode_flush_domain(void *buf, size_t cap, uint64_t req_id, con
 	return put_frame(buf, cap, KVP_FRAME_FLUSH, req_id, domain, n, NULL, 0, NULL, 0);
 }
 
-size_t kvp_proto_encode_token_cc(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
-				 uint32_t n_ids, const char *text, uint32_t text_bytes,
-				 uint32_t cont)
-{
-	return kvp_proto_encode_token_u(buf, cap, req_id, ids, n_ids, text, text_bytes,
-					(int32_t)cont, NULL);
-}
-
-size_t kvp_proto_encode_token_u(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
-				uint32_t n_ids, const char *text, uint32_t text_bytes, int32_t cont,
-				const struct kvp_usage *usage)
+size_t kvp_proto_encode_token(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
+			      uint32_t n_ids, const char *text, uint32_t text_bytes, int32_t cont,
+			      const struct kvp_usage *usage)
 {
 	struct kvp_frame_hdr hdr;
 	struct kvp_token t = { .n_tokens = n_ids, .text_bytes = text_bytes };
@@ -966,12 +543,6 @@ size_t kvp_proto_encode_token_u(void *buf, size_t cap, uint64_t req_id, const in
 	return n + extra;
 }
 
-size_t kvp_proto_encode_done_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
-				const struct kvp_cache_usage *cu)
-{
-	return put_frame(buf, cap, KVP_FRAME_DONE, req_id, u, sizeof(*u), cu, sizeof(*cu), NULL, 0);
-}
-
 size_t kvp_proto_encode_cancel(void *buf, size_t cap, uint64_t req_id)
 {
 	return put_frame(buf, cap, KVP_FRAME_CANCEL, req_id, NULL, 0, NULL, 0, NULL, 0);
@@ -982,18 +553,11 @@ size_t kvp_proto_encode_welcome(void *buf, size_t cap, const struct kvp_welcome 
 	return put_frame(buf, cap, KVP_FRAME_WELCOME, 0, w, sizeof(*w), NULL, 0, NULL, 0);
 }
 
-size_t kvp_proto_encode_token(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
-			      uint32_t n_ids, const char *text, uint32_t text_bytes)
+size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
+			     const struct kvp_cache_usage *cu)
 {
-	struct kvp_token t = { .n_tokens = n_ids, .text_bytes = text_bytes };
-
-	return put_frame(buf, cap, KVP_FRAME_TOKEN, req_id, &t, sizeof(t), ids,
-			 (size_t)n_ids * sizeof(int32_t), text, text_bytes);
-}
-
-size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u)
-{
-	return put_frame(buf, cap, KVP_FRAME_DONE, req_id, u, sizeof(*u), NULL, 0, NULL, 0);
+	return put_frame(buf, cap, KVP_FRAME_DONE, req_id, u, sizeof(*u), cu, cu ? sizeof(*cu) : 0,
+			 NULL, 0);
 }
 
 size_t kvp_proto_encode_tokenize(void *buf, size_t cap, uint64_t req_id,
@@ -1019,94 +583,499 @@ size_t kvp_proto_encode_ids(void *buf, size_t cap, uint64_t req_id, const int32_
 			 (size_t)n_ids * sizeof(int32_t), text, text_bytes);
 }
 
-size_t kvp_proto_encode_chat(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
-			     const int32_t *context, const struct kvp_proto_msg *msgs)
-{
-	return kvp_proto_encode_chat_cc(buf, cap, req_id, c, NULL, context, msgs);
-}
-
-size_t kvp_proto_encode_chat_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
-				const struct kvp_cache_ctl *cc, const int32_t *context,
-				const struct kvp_proto_msg *msgs)
-{
-	return kvp_proto_encode_chat_s(buf, cap, req_id, c, cc, NULL, 0, context, msgs);
-}
-
-size_t kvp_proto_encode_chat_s(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
-			       const struct kvp_cache_ctl *cc, const void *samp, size_t samp_len,
-			       const int32_t *context, const struct kvp_proto_msg *msgs)
-{
-	return kvp_proto_encode_chat_t(buf, cap, req_id, c, cc, samp, samp_len, NULL, 0, context,
-				       msgs);
-}
-
-size_t kvp_proto_encode_chat_t(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
-			       const struct kvp_cache_ctl *cc, const void *samp, size_t samp_len,
-			       const char *tools, uint32_t tools_len, const int32_t *context,
-			       const struct kvp_proto_msg *msgs)
-{
-	struct kvp_frame_hdr hdr;
-	bool with_cc = cc && (c->flags & KVP_CHAT_CACHE_CTL);
-	bool with_s = samp && (c->flags & KVP_CHAT_SAMPLING);
-	bool with_t = c->flags & KVP_CHAT_TOOLS;
-	size_t payload = sizeof(*c) + (with_cc ? sizeof(*cc) : 0) + (with_s ? samp_len : 0) +
-			 (with_t ? sizeof(struct kvp_chat_tools) + tools_len : 0) +
-			 (size_t)c->n_context * sizeof(int32_t);
-	uint8_t *o = buf;
-
-	for (uint32_t i = 0; i < c->n_messages; i++) {
-		payload += sizeof(struct kvp_chat_message) + msgs[i].len;
-		if (payload > UINT32_MAX - sizeof(hdr))
-			return 0;
-	}
-	if (payload > UINT32_MAX - sizeof(hdr))
-		return 0;
-	if (sizeof(hdr) + payload > cap)
-		return sizeof(hdr) + payload;
-	kvp_proto_hdr_init(&hdr, KVP_FRAME_CHAT, req_id, (uint32_t)payload);
-	memcpy(o, &hdr, sizeof(hdr));
-	o += sizeof(hdr);
-	memcpy(o, c, sizeof(*c));
-	o += sizeof(*c);
-	if (with_cc) {
-		memcpy(o, cc, sizeof(*cc));
-		o += sizeof(*cc);
-	}
-	if (with_s) {
-		memcpy(o, samp, samp_len);
-		o += samp_len;
-	}
-	if (with_t) {
-		struct kvp_chat_tools t = { .bytes = tools_len };
-
-		memcpy(o, &t, sizeof(t));
-		o += sizeof(t);
-		if (tools_len)
-			memcpy(o, tools, tools_len);
-		o += tools_len;
-	}
-	if (c->n_context) {
-		memcpy(o, context, (size_t)c->n_context * sizeof(int32_t));
-		o += (size_t)c->n_context * sizeof(int32_t);
-	}
-	for (uint32_t i = 0; i < c->n_messages; i++) {
-		struct kvp_chat_message m = { .role = msgs[i].role, .bytes = msgs[i].len };
-
-		memcpy(o, &m, sizeof(m));
-		o += sizeof(m);
-		if (m.bytes)
-			memcpy(o, msgs[i].text, m.bytes);
-		o += m.bytes;
-	}
-	return sizeof(hdr) + payload;
-}
-
 size_t kvp_proto_encode_error(void *buf, size_t cap, uint64_t req_id, uint32_t status,
 			      const char *msg, uint32_t msg_bytes)
 {
 	struct kvp_error e = { .status = status, .msg_bytes = msg_bytes };
 
 	return put_frame(buf, cap, KVP_FRAME_ERROR, req_id, &e, sizeof(e), msg, msg_bytes, NULL, 0);
+}
+
+/* ---- GENERATE and CHAT: one request, one decoder (proto.h, struct kvp_gen_req) ---- */
+
+/*
+ * The sampling values and the priority GENERATE and CHAT share.
+ * Return: KVP_OK or KVP_E_INVALID.
+ */
+static int check_sampling(const struct kvp_gen_req *r, const char **why)
+{
+	if (!r->max_new_tokens)
+		return fail(why, "max_new_tokens must be at least 1", KVP_E_INVALID);
+	if (!isfinite(r->temperature) || r->temperature < 0.0f ||
+	    r->temperature > KVP_TEMPERATURE_MAX)
+		return fail(why, "temperature must be finite and in [0, 100]", KVP_E_INVALID);
+	if (!isfinite(r->top_p) || !(r->top_p > 0.0f) || r->top_p > 1.0f)
+		return fail(why, "top_p must be in (0, 1]", KVP_E_INVALID);
+	if ((r->priority < KVP_PRIORITY_MIN || r->priority > KVP_PRIORITY_MAX) &&
+	    r->priority != KVP_PRIORITY_DEFAULT)
+		return fail(why, "priority must be in [-1000, 1000]", KVP_E_INVALID);
+	return KVP_OK;
+}
+
+/* The fixed struct of @type at @c into @r: its own fields, and the structure checks. */
+static int take_fixed(struct kvp_cur *c, uint32_t type, struct kvp_gen_req *r, const char **why)
+{
+	struct kvp_generate g;
+	struct kvp_chat ch;
+	const void *p;
+
+	*r = (struct kvp_gen_req){ .type = type };
+	if (type == KVP_FRAME_GENERATE) {
+		p = kvp_cur_take(c, sizeof(g));
+		if (!p)
+			return fail(why, "GENERATE payload shorter than its struct", KVP_E_PROTO);
+		memcpy(&g, p, sizeof(g));
+		if (g.flags & ~KVP_GEN__ALL)
+			return fail(why, "unknown GENERATE flags", KVP_E_PROTO);
+		if (g.reserved)
+			return fail(why, "GENERATE reserved field must be zero", KVP_E_PROTO);
+		*r = (struct kvp_gen_req){ .type = type,
+					   .flags = g.flags,
+					   .max_new_tokens = g.max_new_tokens,
+					   .top_k = g.top_k,
+					   .temperature = g.temperature,
+					   .top_p = g.top_p,
+					   .seed = g.seed,
+					   .priority = g.priority,
+					   .salt_len = g.salt_len,
+					   .n_ids = g.n_tokens,
+					   .text_bytes = g.text_bytes };
+		memcpy(r->salt, g.salt, sizeof(r->salt));
+		return check_salt(g.salt, g.salt_len, why);
+	}
+	p = kvp_cur_take(c, sizeof(ch));
+	if (!p)
+		return fail(why, "CHAT payload shorter than its struct", KVP_E_PROTO);
+	memcpy(&ch, p, sizeof(ch));
+	if (ch.flags & ~KVP_CHAT__ALL)
+		return fail(why, "unknown CHAT flags", KVP_E_PROTO);
+	*r = (struct kvp_gen_req){ .type = type,
+				   .flags = ch.flags,
+				   .max_new_tokens = ch.max_new_tokens,
+				   .top_k = ch.top_k,
+				   .temperature = ch.temperature,
+				   .top_p = ch.top_p,
+				   .seed = ch.seed,
+				   .priority = ch.priority,
+				   .salt_len = ch.salt_len,
+				   .n_ids = ch.n_context,
+				   .context_msgs = ch.context_msgs,
+				   .n_messages = ch.n_messages };
+	memcpy(r->salt, ch.salt, sizeof(r->salt));
+	memcpy(r->template_name, ch.template_name, sizeof(r->template_name));
+	if (check_salt(ch.salt, ch.salt_len, why))
+		return KVP_E_PROTO; /* check_salt() said why */
+	if (!ch.n_messages)
+		return fail(why, "CHAT without messages", KVP_E_PROTO);
+	if (!ch.n_context != !ch.context_msgs || ch.context_msgs > ch.n_messages)
+		return fail(why,
+			    "context_msgs must be 0 exactly without context ids, and at most "
+			    "n_messages",
+			    KVP_E_PROTO);
+	return KVP_OK;
+}
+
+/* struct kvp_cache_ctl at @c: what makes it malformed (its values come later). */
+static int take_cache_ctl(struct kvp_cur *c, struct kvp_cache_ctl *cc, const char **why)
+{
+	const void *p = kvp_cur_take(c, sizeof(*cc));
+
+	if (!p)
+		return fail(why, "cache control beyond the frame", KVP_E_PROTO);
+	memcpy(cc, p, sizeof(*cc));
+	if (cc->flags & ~KVP_CC__ALL)
+		return fail(why, "unknown cache control flags", KVP_E_PROTO);
+	if (!all_zero(cc->reserved, sizeof(cc->reserved)))
+		return fail(why, "cache control reserved fields must be zero", KVP_E_PROTO);
+	for (uint32_t i = cc->n_breakpoints; i < KVP_CACHE_BREAKPOINTS_MAX; i++)
+		if (cc->breakpoints[i] || cc->bp_ttl_s[i])
+			return fail(why, "unused cache breakpoints must be zero", KVP_E_PROTO);
+	if (!(cc->flags & KVP_CC_RETAIN) && cc->retain)
+		return fail(why, "retain set without KVP_CC_RETAIN", KVP_E_PROTO);
+	return KVP_OK;
+}
+
+/*
+ * The values of @r's cache control: breakpoints (at most 4, increasing, above 0; their
+ * lengths against the prompt are the daemon's to check, after tokenization), message
+ * breakpoints CHAT's only and within its messages, retain, n.
+ * Return: KVP_OK, KVP_E_INVALID or KVP_E_LIMIT (n).
+ */
+static int check_cache_ctl(const struct kvp_gen_req *r, const char **why)
+{
+	const struct kvp_cache_ctl *cc = &r->cc;
+	bool msgs = cc->flags & KVP_CC_BP_MESSAGES;
+
+	if (cc->n_breakpoints > KVP_CACHE_BREAKPOINTS_MAX)
+		return fail(why, "more than 4 cache breakpoints", KVP_E_INVALID);
+	for (uint32_t i = 0; i < cc->n_breakpoints; i++) {
+		if (!cc->breakpoints[i] && msgs)
+			return fail(why, "a message breakpoint counts at least one message",
+				    KVP_E_INVALID);
+		if (!cc->breakpoints[i] || (i && cc->breakpoints[i] <= cc->breakpoints[i - 1]))
+			return fail(why, "cache breakpoints must be increasing and above 0",
+				    KVP_E_INVALID);
+	}
+	if (cc->retain > 100)
+		return fail(why, "retention priority must be in [0, 100]", KVP_E_INVALID);
+	if (cc->n > KVP_PARALLEL_MAX)
+		return fail(why, "more continuations than the maximum (16)", KVP_E_LIMIT);
+	/* a GENERATE's prompt has no messages to count */
+	if (msgs && r->type != KVP_FRAME_CHAT)
+		return fail(why, "message breakpoints (KVP_CC_BP_MESSAGES) are for CHAT only",
+			    KVP_E_INVALID);
+	if (msgs && cc->n_breakpoints && cc->breakpoints[cc->n_breakpoints - 1] > r->n_messages)
+		return fail(why, "a cache breakpoint counts more messages than the chat has",
+			    KVP_E_INVALID);
+	return KVP_OK;
+}
+
+/*
+ * The sampling section at @c: struct kvp_sampling, its bias entries, its schema text;
+ * lengths and counts only (KVP_E_PROTO: the frame is malformed).
+ */
+static int take_sampling(struct kvp_cur *c, struct kvp_proto_sampling *out, const char **why)
+{
+	const void *p = kvp_cur_take(c, sizeof(out->hdr));
+	struct kvp_sampling *h = &out->hdr;
+
+	if (!p)
+		return fail(why, "sampling section beyond the frame", KVP_E_PROTO);
+	memcpy(h, p, sizeof(*h));
+	if ((h->flags & ~KVP_SAMP__ALL) || h->reserved)
+		return fail(why, "unknown sampling flags or reserved field not zero", KVP_E_PROTO);
+	if (h->n_bias > KVP_LOGIT_BIAS_MAX || h->schema_bytes > KVP_SCHEMA_BYTES_MAX)
+		return fail(why,
+			    "sampling section: more bias entries or schema bytes than the maximum",
+			    KVP_E_PROTO);
+	out->bias = kvp_cur_take(c, (size_t)h->n_bias * sizeof(struct kvp_logit_bias));
+	out->schema = kvp_cur_take(c, h->schema_bytes);
+	if (!out->bias || !out->schema)
+		return fail(why, "sampling section: bias entries or schema beyond the frame",
+			    KVP_E_PROTO);
+	return KVP_OK;
+}
+
+/* The sampling section's values (KVP_E_INVALID: the request alone is refused). */
+static int check_sampling_section(const struct kvp_proto_sampling *s, const char **why)
+{
+	const struct kvp_sampling *h = &s->hdr;
+
+	if (h->grammar >= KVP_GRAMMAR__COUNT)
+		return fail(why, "sampling: unknown grammar kind", KVP_E_INVALID);
+	if ((h->grammar == KVP_GRAMMAR_JSON_SCHEMA) != (h->schema_bytes > 0))
+		return fail(why, "sampling: a schema comes exactly with a json_schema grammar",
+			    KVP_E_INVALID);
+	if (h->top_logprobs > KVP_TOP_LOGPROBS_MAX ||
+	    (h->top_logprobs && !(h->flags & KVP_SAMP_LOGPROBS)))
+		return fail(why, "sampling: top_logprobs must be 0 .. 20, with logprobs",
+			    KVP_E_INVALID);
+	if (!(h->presence_penalty >= -2.0f && h->presence_penalty <= 2.0f) ||
+	    !(h->frequency_penalty >= -2.0f && h->frequency_penalty <= 2.0f))
+		return fail(why, "sampling: penalties must be in [-2, 2]", KVP_E_INVALID);
+	for (uint32_t i = 0; i < h->n_bias; i++) {
+		struct kvp_logit_bias b;
+
+		memcpy(&b, (const uint8_t *)s->bias + i * sizeof(b), sizeof(b));
+		if (b.id < 0 || !(b.bias >= -100.0f && b.bias <= 100.0f))
+			return fail(why,
+				    "sampling: a logit bias id below 0 or bias outside [-100, 100]",
+				    KVP_E_INVALID);
+	}
+	if (memchr(s->schema, 0, h->schema_bytes))
+		return fail(why, "sampling: the schema contains a NUL byte", KVP_E_INVALID);
+	return KVP_OK;
+}
+
+/* The optional sections after the fixed struct, as its flags say, in wire order. */
+static int take_sections(struct kvp_cur *c, struct kvp_gen_req *r, const char **why)
+{
+	int st;
+
+	r->has_cc = r->flags & KVP_GEN_CACHE_CTL;
+	if (r->has_cc && (st = take_cache_ctl(c, &r->cc, why)))
+		return st;
+	r->has_samp = r->flags & KVP_GEN_SAMPLING;
+	if (r->has_samp && (st = take_sampling(c, &r->samp, why)))
+		return st;
+	if (r->type == KVP_FRAME_CHAT && (r->flags & KVP_CHAT_TOOLS)) {
+		struct kvp_chat_tools t;
+		const void *p = kvp_cur_take(c, sizeof(t));
+
+		if (!p)
+			return fail(why, "CHAT tools section beyond the frame", KVP_E_PROTO);
+		memcpy(&t, p, sizeof(t));
+		if (t.reserved)
+			return fail(why, "CHAT tools reserved field must be zero", KVP_E_PROTO);
+		r->tools = kvp_cur_take(c, t.bytes);
+		if (!r->tools)
+			return fail(why, "CHAT tools beyond the frame", KVP_E_PROTO);
+		r->tools_len = t.bytes;
+	}
+	return KVP_OK;
+}
+
+/*
+ * Walk the messages of a CHAT: each header and its text inside the frame, nothing left
+ * over.  Values are checked by check_messages(), after every structural check.
+ */
+static int walk_messages(struct kvp_cur *c, uint32_t n, uint64_t *text_bytes, const char **why)
+{
+	*text_bytes = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvp_chat_message m;
+		const void *p = kvp_cur_take(c, sizeof(m));
+
+		if (!p)
+			return fail(why, "chat message header beyond the frame", KVP_E_PROTO);
+		memcpy(&m, p, sizeof(m));
+		if (!kvp_cur_take(c, m.bytes))
+			return fail(why, "chat message text beyond the frame", KVP_E_PROTO);
+		*text_bytes += m.bytes;
+	}
+	if (kvp_cur_left(c))
+		return fail(why, "trailing bytes after the messages", KVP_E_PROTO);
+	return KVP_OK;
+}
+
+/* Is @name (a NUL-padded field) printable ASCII up to its first NUL, and zero after? */
+static bool name_ok(const char *name, size_t cap)
+{
+	size_t i = 0;
+
+	while (i < cap && name[i]) {
+		if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] >= 0x7f)
+			return false;
+		i++;
+	}
+	return i < cap && all_zero(name + i, cap - i);
+}
+
+/*
+ * The messages section at @c (walked already, at most KVP_CHAT_MESSAGES_MAX) into
+ * @msgs, each message's values checked.  Return: KVP_OK or KVP_E_INVALID.
+ */
+static int check_messages(struct kvp_cur *c, struct kvp_gen_req *r, struct kvp_proto_msg *msgs,
+			  const char **why)
+{
+	for (uint32_t i = 0; i < r->n_messages; i++) {
+		struct kvp_chat_message m;
+		const char *text;
+
+		memcpy(&m, kvp_cur_take(c, sizeof(m)), sizeof(m));
+		text = kvp_cur_take(c, m.bytes);
+		if (m.role >= KVP_ROLE__COUNT)
+			return fail(why, "unknown chat role", KVP_E_INVALID);
+		if (memchr(text, 0, m.bytes))
+			return fail(why, "chat message contains a NUL byte", KVP_E_INVALID);
+		if (!kvp_utf8_valid(text, m.bytes))
+			return fail(why, "chat message is not well-formed UTF-8", KVP_E_INVALID);
+		if (m.role == KVP_ROLE_TOOL_CALL) {
+			const char *nl = memchr(text, '\n', m.bytes);
+
+			if (!nl || nl == text)
+				return fail(why, "a tool call's text must be NAME\\nARGUMENTS",
+					    KVP_E_INVALID);
+		}
+		/* the context ends inside an assistant message: the reply it continues */
+		if (i + 1 == r->context_msgs && m.role != KVP_ROLE_ASSISTANT)
+			return fail(why, "the context must end with an assistant message",
+				    KVP_E_INVALID);
+		if (msgs)
+			msgs[i] = (struct kvp_proto_msg){ .role = m.role,
+							  .len = m.bytes,
+							  .text = text };
+	}
+	r->msgs = msgs;
+	return KVP_OK;
+}
+
+/*
+ * What follows the sections: GENERATE's prompt, or CHAT's context ids and messages,
+ * the structure (*@conn_fault: any fault here ends the connection) and the limits (a
+ * CHAT's are the request's alone).
+ */
+static int take_prompt_of(struct kvp_cur *c, struct kvp_gen_req *r,
+			  const struct kvp_proto_limits *lim, bool *conn_fault, const char **why)
+{
+	uint64_t text_bytes;
+	const void *body;
+	int st;
+
+	*conn_fault = true;
+	if (r->type == KVP_FRAME_GENERATE) {
+		st = take_prompt(c, r->flags, r->n_ids, r->text_bytes, lim, &body, why);
+		if (st)
+			return st;
+		if (r->flags & KVP_GEN_TEXT)
+			r->text = body;
+		else
+			r->ids = body;
+		if (r->max_new_tokens > lim->max_new_tokens)
+			return fail(why, "max_new_tokens above the maximum", KVP_E_LIMIT);
+		return KVP_OK;
+	}
+	r->ids = kvp_cur_take(c, (uint64_t)r->n_ids * sizeof(int32_t));
+	if (!r->ids)
+		return fail(why, "context ids beyond the frame", KVP_E_PROTO);
+	st = walk_messages(c, r->n_messages, &text_bytes, why);
+	if (st)
+		return st;
+	if (!r->n_ids)
+		r->ids = NULL;
+	/* a conversation grows turn by turn, and WELCOME announces no message limit */
+	*conn_fault = false;
+	if (r->n_messages > KVP_CHAT_MESSAGES_MAX)
+		return fail(why, "more chat messages than the maximum (1024)", KVP_E_LIMIT);
+	if (r->n_ids > lim->max_prompt_tokens)
+		return fail(why, "context longer than the maximum prompt", KVP_E_LIMIT);
+	/* before the template renders a byte: the messages are of the frame's size */
+	if (text_too_long(lim, text_bytes + r->tools_len))
+		return fail(why, "chat messages longer than max_text_bytes together", KVP_E_LIMIT);
+	if (r->max_new_tokens > lim->max_new_tokens)
+		return fail(why, "max_new_tokens above the maximum", KVP_E_LIMIT);
+	return KVP_OK;
+}
+
+int kvp_proto_decode_request(uint32_t type, const void *payload, size_t len,
+			     const struct kvp_proto_limits *lim, struct kvp_gen_req *out,
+			     struct kvp_proto_msg *msgs, bool *conn_fault, const char **why)
+{
+	struct kvp_cur c, m;
+	int st;
+
+	*conn_fault = true;
+	if (type != KVP_FRAME_GENERATE && type != KVP_FRAME_CHAT)
+		return fail(why, "not a GENERATE or CHAT", KVP_E_PROTO);
+	kvp_cur_init(&c, payload, len);
+	st = take_fixed(&c, type, out, why);
+	if (!st)
+		st = take_sections(&c, out, why);
+	if (st)
+		return st;
+	m = c; /* CHAT: the messages are read again below, once their values are checked */
+	st = take_prompt_of(&c, out, lim, conn_fault, why);
+	if (st)
+		return st;
+
+	*conn_fault = false;
+	st = check_sampling(out, why);
+	if (!st && out->has_cc)
+		st = check_cache_ctl(out, why);
+	if (!st && out->has_samp)
+		st = check_sampling_section(&out->samp, why);
+	if (st)
+		return st;
+	if (type == KVP_FRAME_GENERATE) {
+		if ((out->flags & KVP_GEN_TEXT) && memchr(out->text, 0, out->text_bytes))
+			return fail(why, "prompt text contains a NUL byte", KVP_E_INVALID);
+		return KVP_OK;
+	}
+	if (!name_ok(out->template_name, sizeof(out->template_name)))
+		return fail(why, "template name must be NUL-padded printable ASCII", KVP_E_INVALID);
+	if (out->tools &&
+	    (memchr(out->tools, 0, out->tools_len) || !kvp_utf8_valid(out->tools, out->tools_len)))
+		return fail(why, "CHAT tools must be well-formed UTF-8 without NUL", KVP_E_INVALID);
+	kvp_cur_take(&m, (size_t)out->n_ids * sizeof(int32_t));
+	return check_messages(&m, out, msgs, why);
+}
+
+/* An encoder's output: counts every byte, writes them only on its second pass. */
+struct wr {
+	uint8_t *o;
+	size_t len;
+};
+
+static void put(struct wr *w, const void *p, size_t n)
+{
+	if (w->o && n)
+		memcpy(w->o + w->len, p, n);
+	w->len += n;
+}
+
+/* The payload of @r (section flags from its members) through @w. */
+static void put_request(struct wr *w, const struct kvp_gen_req *r)
+{
+	uint32_t sect = KVP_GEN_CACHE_CTL | KVP_GEN_SAMPLING;
+	uint32_t flags = r->flags & ~sect;
+
+	flags |= (r->has_cc ? KVP_GEN_CACHE_CTL : 0) | (r->has_samp ? KVP_GEN_SAMPLING : 0);
+	if (r->type == KVP_FRAME_GENERATE) {
+		struct kvp_generate g = { .flags = flags,
+					  .n_tokens = r->n_ids,
+					  .text_bytes = r->text_bytes,
+					  .max_new_tokens = r->max_new_tokens,
+					  .top_k = r->top_k,
+					  .temperature = r->temperature,
+					  .top_p = r->top_p,
+					  .salt_len = r->salt_len,
+					  .seed = r->seed,
+					  .priority = r->priority };
+
+		memcpy(g.salt, r->salt, sizeof(g.salt));
+		put(w, &g, sizeof(g));
+	} else {
+		struct kvp_chat ch = { .flags = (flags & ~KVP_CHAT_TOOLS) |
+						(r->tools ? KVP_CHAT_TOOLS : 0),
+				       .n_messages = r->n_messages,
+				       .n_context = r->n_ids,
+				       .context_msgs = r->context_msgs,
+				       .max_new_tokens = r->max_new_tokens,
+				       .top_k = r->top_k,
+				       .temperature = r->temperature,
+				       .top_p = r->top_p,
+				       .seed = r->seed,
+				       .salt_len = r->salt_len,
+				       .priority = r->priority };
+
+		memcpy(ch.salt, r->salt, sizeof(ch.salt));
+		memcpy(ch.template_name, r->template_name, sizeof(ch.template_name));
+		put(w, &ch, sizeof(ch));
+	}
+	if (r->has_cc)
+		put(w, &r->cc, sizeof(r->cc));
+	if (r->has_samp) {
+		put(w, &r->samp.hdr, sizeof(r->samp.hdr));
+		put(w, r->samp.bias, (size_t)r->samp.hdr.n_bias * sizeof(struct kvp_logit_bias));
+		put(w, r->samp.schema, r->samp.hdr.schema_bytes);
+	}
+	if (r->type == KVP_FRAME_GENERATE) {
+		if (r->flags & KVP_GEN_TEXT)
+			put(w, r->text, r->text_bytes);
+		else
+			put(w, r->ids, (size_t)r->n_ids * sizeof(int32_t));
+		return;
+	}
+	if (r->tools) {
+		struct kvp_chat_tools t = { .bytes = r->tools_len };
+
+		put(w, &t, sizeof(t));
+		put(w, r->tools, r->tools_len);
+	}
+	put(w, r->ids, (size_t)r->n_ids * sizeof(int32_t));
+	for (uint32_t i = 0; i < r->n_messages; i++) {
+		struct kvp_chat_message m = { .role = r->msgs[i].role, .bytes = r->msgs[i].len };
+
+		put(w, &m, sizeof(m));
+		put(w, r->msgs[i].text, m.bytes);
+	}
+}
+
+size_t kvp_proto_encode_request(void *buf, size_t cap, uint64_t req_id, const struct kvp_gen_req *r)
+{
+	struct kvp_frame_hdr hdr;
+	struct wr w = { 0 };
+
+	put_request(&w, r); /* the length first: nothing is written unless it all fits */
+	if (w.len > UINT32_MAX - sizeof(hdr))
+		return 0;
+	if (sizeof(hdr) + w.len > cap)
+		return sizeof(hdr) + w.len;
+	kvp_proto_hdr_init(&hdr, r->type, req_id, (uint32_t)w.len);
+	memcpy(buf, &hdr, sizeof(hdr));
+	w = (struct wr){ .o = (uint8_t *)buf + sizeof(hdr) };
+	put_request(&w, r);
+	return sizeof(hdr) + w.len;
 }
 
 /* ---- leases ---- */

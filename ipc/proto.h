@@ -60,13 +60,23 @@ int kvp_proto_check_hdr(const void *buf, size_t len, uint32_t max_frame_bytes,
 
 int kvp_proto_decode_hello(const void *payload, size_t len, struct kvp_hello *out,
 			   const char **why);
-int kvp_proto_decode_generate(const void *payload, size_t len, const struct kvp_proto_limits *lim,
-			      struct kvp_generate *out, const void **body, const char **why);
 int kvp_proto_decode_welcome(const void *payload, size_t len, struct kvp_welcome *out,
 			     const char **why);
+/*
+ * TOKEN: its ids and text, then the trailers its request asked for, told apart by the
+ * bytes left: struct kvp_token_cont (accepted with @cont non-NULL; *@cont its index, or
+ * -1 without one), then struct kvp_usage (accepted with @usage non-NULL: the first
+ * TOKEN of a request carries the prompt's usage so far, *@has_usage).
+ */
 int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *out, const void **ids,
-			   const char **text, const char **why);
-int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out, const char **why);
+			   const char **text, int32_t *cont, struct kvp_usage *usage,
+			   bool *has_usage, const char **why);
+/*
+ * DONE: struct kvp_usage, then struct kvp_cache_usage when the request carried cache
+ * control (accepted with @cu non-NULL: *@has_cu says whether it came, *@cu zero if not).
+ */
+int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out,
+			  struct kvp_cache_usage *cu, bool *has_cu, const char **why);
 int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out, const char **msg,
 			   const char **why);
 
@@ -80,7 +90,7 @@ int kvp_proto_decode_ids(const void *payload, size_t len, struct kvp_ids *out, c
 /**
  * struct kvp_proto_msg - one chat message as the codec hands it over
  * @role: enum kvp_role
- * @len:  bytes of @text (not NUL-terminated; borrowed from the frame)
+ * @len:  bytes of @text (not NUL-terminated; borrowed)
  */
 struct kvp_proto_msg {
 	uint32_t role;
@@ -89,48 +99,140 @@ struct kvp_proto_msg {
 };
 
 /**
- * kvp_proto_decode_chat() - validate a CHAT payload
- * @out:      out; the fixed part
- * @context:  out; the n_context int32 ids (unaligned: copy before reading)
- * @msgs:     out; the messages section, @msgs_len bytes, for kvp_proto_chat_messages()
- *
- * Every message must have a known role and be well-formed UTF-8 with no NUL; the
- * template name NUL-padded printable ASCII.
- * Return: KVP_OK, KVP_E_PROTO, KVP_E_LIMIT (too many messages or context ids, more
- * message bytes than max_text_bytes, max_new_tokens) or KVP_E_INVALID (a value).
+ * struct kvp_proto_sampling - a sampling section (docs/protocol.md, "Sampling")
+ * @hdr:    the fixed part
+ * @bias:   @hdr.n_bias struct kvp_logit_bias (unaligned: copy before reading)
+ * @schema: @hdr.schema_bytes of schema text (no NUL inside, not NUL-terminated)
  */
-int kvp_proto_decode_chat(const void *payload, size_t len, const struct kvp_proto_limits *lim,
-			  struct kvp_chat *out, const void **context, const uint8_t **msgs,
-			  size_t *msgs_len, const char **why);
+struct kvp_proto_sampling {
+	struct kvp_sampling hdr;
+	const void *bias;
+	const char *schema;
+};
 
-/* The tools section of a CHAT that kvp_proto_decode_chat() accepted (NULL, 0: none). */
-void kvp_proto_chat_tools(const void *payload, size_t len, const struct kvp_chat *ch,
-			  const char **tools, uint32_t *bytes);
+/*
+ * The flags GENERATE and CHAT share have the same bits, so that one decoder reads the
+ * optional sections of both and svc/ reads one request whichever frame carried it.
+ */
+static_assert(KVP_CHAT_NO_CACHE == KVP_GEN_NO_CACHE && KVP_CHAT_CACHE_CTL == KVP_GEN_CACHE_CTL &&
+		      KVP_CHAT_SAMPLING == KVP_GEN_SAMPLING &&
+		      KVP_CHAT_FIT_CONTEXT == KVP_GEN_FIT_CONTEXT,
+	      "GENERATE and CHAT share their section flags");
 
-/* The messages of a CHAT that kvp_proto_decode_chat() accepted: @n of them into @out. */
-void kvp_proto_chat_messages(const uint8_t *msgs, size_t len, uint32_t n,
-			     struct kvp_proto_msg *out);
+/**
+ * struct kvp_gen_req - one generation request: the GENERATE or CHAT one decoder fills,
+ * one server callback receives and one encoder writes
+ *
+ * The two frames differ only in how the prompt is given: GENERATE carries token ids or
+ * text, CHAT messages (and the ids of the conversation so far).  Everything else, the
+ * sampling fields of the fixed struct and the optional sections that follow it (cache
+ * control, sampling), is the same and read by the same code.  An optional section is
+ * absent when its member says so (@has_cc false, @has_samp false, @tools NULL): none of
+ * it applies.  The encoder sets the section flags (KVP_GEN_CACHE_CTL, KVP_GEN_SAMPLING,
+ * KVP_CHAT_TOOLS) from the members, the decoder the members from the flags; every other
+ * flag is the request's own and passes through as it is.
+ *
+ * Pointers are borrowed: into the payload after a decode (@ids unaligned: copy them
+ * before reading int32s; @text and message texts not NUL-terminated), the caller's for
+ * an encode.
+ *
+ * @type:           KVP_FRAME_GENERATE or KVP_FRAME_CHAT
+ * @flags:          KVP_GEN_* or KVP_CHAT_* (by @type)
+ * @max_new_tokens, @top_k, @temperature, @top_p, @seed, @priority, @salt_len, @salt:
+ *                  as struct kvp_generate's (CHAT's are the same fields)
+ * @has_cc, @cc:    cache control (struct kvp_cache_ctl)
+ * @has_samp, @samp: the sampling section
+ * @ids, @n_ids:    GENERATE: the prompt's token ids (none with KVP_GEN_TEXT); CHAT: the
+ *                  context, the ids of the conversation so far (n_context)
+ * @text, @text_bytes: GENERATE with KVP_GEN_TEXT: the prompt's text
+ * CHAT only:
+ * @context_msgs:   messages @ids cover (0 exactly when @n_ids is 0)
+ * @template_name:  NUL-padded template family name, "" for the model's
+ * @tools, @tools_len: the tools section's JSON text (KVP_CHAT_TOOLS); NULL: none
+ * @msgs, @n_messages: the messages
+ */
+struct kvp_gen_req {
+	uint32_t type;
+	uint32_t flags;
+	uint32_t max_new_tokens;
+	uint32_t top_k;
+	float temperature;
+	float top_p;
+	uint64_t seed;
+	int32_t priority;
+	uint32_t salt_len;
+	uint8_t salt[KVP_SALT_MAX];
+	bool has_cc;
+	bool has_samp;
+	struct kvp_cache_ctl cc;
+	struct kvp_proto_sampling samp;
+	const void *ids;
+	uint32_t n_ids;
+	uint32_t text_bytes;
+	const char *text;
+	uint32_t context_msgs;
+	uint32_t n_messages;
+	const struct kvp_proto_msg *msgs;
+	const char *tools;
+	uint32_t tools_len;
+	char template_name[KVP_CHAT_TEMPLATE_NAME_MAX];
+};
+
+/**
+ * kvp_proto_decode_request() - validate a GENERATE or CHAT payload into @out
+ * @type:       the frame's type: KVP_FRAME_GENERATE or KVP_FRAME_CHAT
+ * @lim:        configured maxima
+ * @out:        out; the request (pointers into @payload), filled as far as the checks went
+ * @msgs:       CHAT: room for KVP_CHAT_MESSAGES_MAX messages, which @out->msgs points
+ *              to (NULL is fine for GENERATE)
+ * @conn_fault: out, on a fault; true when it ends the connection (a malformed frame,
+ *              KVP_E_PROTO; a GENERATE over the limits WELCOME announces, prompt or
+ *              max_new_tokens, KVP_E_LIMIT), false when it refuses the request alone
+ *              (any value, KVP_E_INVALID; a CHAT over a limit, or more continuations
+ *              than KVP_PARALLEL_MAX, KVP_E_LIMIT)
+ *
+ * In the order of proto.c's invariant, for both frames: structure (the fixed struct's
+ * flags, salt and reserved fields; each section's lengths, flags and reserved fields;
+ * the prompt or the messages filling the rest of the frame exactly), then limits, then
+ * values: the sampling fields, cache control (breakpoints increasing and above 0,
+ * message breakpoints CHAT's only and within its messages, retain <= 100), the sampling
+ * section's values (bias ids are not compared with the vocabulary, nor GENERATE's token
+ * ids: the codec does not know it), a GENERATE's text without NUL, a CHAT's messages
+ * well-formed UTF-8 with known roles, its template name NUL-padded printable ASCII.
+ * Return: KVP_OK, KVP_E_PROTO, KVP_E_LIMIT or KVP_E_INVALID (*@why says which check).
+ */
+int kvp_proto_decode_request(uint32_t type, const void *payload, size_t len,
+			     const struct kvp_proto_limits *lim, struct kvp_gen_req *out,
+			     struct kvp_proto_msg *msgs, bool *conn_fault, const char **why);
+
+/*
+ * kvp_proto_encode_request() - @r as one GENERATE or CHAT frame: the fixed struct, then
+ * whichever sections @r holds (cache control, sampling, tools), then the prompt (ids or
+ * text; CHAT: the context ids, then the messages).  It does not validate: the peer's
+ * decoder is the judge.  Return: as every encoder.
+ */
+size_t kvp_proto_encode_request(void *buf, size_t cap, uint64_t req_id,
+				const struct kvp_gen_req *r);
 
 void kvp_proto_hdr_init(struct kvp_frame_hdr *hdr, uint32_t type, uint64_t req_id,
 			uint32_t len_bytes);
 
 size_t kvp_proto_encode_hello(void *buf, size_t cap, const struct kvp_hello *h);
-size_t kvp_proto_encode_generate(void *buf, size_t cap, uint64_t req_id,
-				 const struct kvp_generate *g, const void *body);
 size_t kvp_proto_encode_cancel(void *buf, size_t cap, uint64_t req_id);
 size_t kvp_proto_encode_welcome(void *buf, size_t cap, const struct kvp_welcome *w);
+/* TOKEN with a continuation (@cont >= 0) and/or the prompt's @usage (non-NULL) after the text */
 size_t kvp_proto_encode_token(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
-			      uint32_t n_ids, const char *text, uint32_t text_bytes);
-size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u);
+			      uint32_t n_ids, const char *text, uint32_t text_bytes, int32_t cont,
+			      const struct kvp_usage *usage);
+/* DONE, with struct kvp_cache_usage @cu (non-NULL) after the usage */
+size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
+			     const struct kvp_cache_usage *cu);
 size_t kvp_proto_encode_tokenize(void *buf, size_t cap, uint64_t req_id,
 				 const struct kvp_tokenize *t, const char *text);
 size_t kvp_proto_encode_detokenize(void *buf, size_t cap, uint64_t req_id,
 				   const struct kvp_detokenize *d, const int32_t *ids);
 size_t kvp_proto_encode_ids(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
 			    uint32_t n_ids, const char *text, uint32_t text_bytes);
-/* CHAT: @c's n_context ids at @context, then @c->n_messages messages from @msgs. */
-size_t kvp_proto_encode_chat(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
-			     const int32_t *context, const struct kvp_proto_msg *msgs);
 size_t kvp_proto_encode_error(void *buf, size_t cap, uint64_t req_id, uint32_t status,
 			      const char *msg, uint32_t msg_bytes);
 
@@ -149,78 +251,9 @@ size_t kvp_proto_encode_release(void *buf, size_t cap, uint64_t lease_id);
 /* Name of an enum kvp_miss_reason ("no_prefix"), "?" when out of range. */
 const char *kvp_proto_miss_reason_name(uint32_t reason);
 
-/*
- * As kvp_proto_decode_token(), and a trailing struct kvp_token_cont is accepted: *@cont
- * is its index, or -1 without one.
- */
-int kvp_proto_decode_token_cc(const void *payload, size_t len, struct kvp_token *out,
-			      const void **ids, const char **text, int32_t *cont, const char **why);
-/*
- * As kvp_proto_decode_token_cc(), and a trailing struct kvp_usage (after the
- * continuation, when there is one) is accepted: the first TOKEN of a request carries the
- * prompt's usage so far (*@has_usage).
- */
-int kvp_proto_decode_token_u(const void *payload, size_t len, struct kvp_token *out,
-			     const void **ids, const char **text, int32_t *cont,
-			     struct kvp_usage *usage, bool *has_usage, const char **why);
-
-/* A DONE with or without struct kvp_cache_usage after the usage (*@has_cu says which). */
-int kvp_proto_decode_done_cc(const void *payload, size_t len, struct kvp_usage *out,
-			     struct kvp_cache_usage *cu, bool *has_cu, const char **why);
-
-/**
- * kvp_proto_decode_cache_ctl() - the struct kvp_cache_ctl at @offset of a GENERATE or CHAT
- * payload that kvp_proto_decode_generate()/_chat() accepted with the flag set
- * Checks flags, reserved fields, breakpoints (at most 4, increasing, above 0; lengths
- * against the prompt are the daemon's to check), retain <= 100, n <= KVP_PARALLEL_MAX.
- * Return: KVP_OK, KVP_E_PROTO, KVP_E_INVALID or KVP_E_LIMIT.
- */
-int kvp_proto_decode_cache_ctl(const void *payload, size_t len, size_t offset,
-			       struct kvp_cache_ctl *out, const char **why);
-
-/**
- * kvp_proto_cache_ctl_for() - may @cc come with a request of frame @type?
- * @n_messages: CHAT: its messages (message breakpoints must lie within them)
- * KVP_CC_BP_MESSAGES is CHAT's only, and its breakpoints count at most @n_messages.
- * Return: KVP_OK or KVP_E_INVALID (*@why says why).
- */
-int kvp_proto_cache_ctl_for(const struct kvp_cache_ctl *cc, uint32_t type, uint32_t n_messages,
-			    const char **why);
-
 /* PIN / UNPIN: struct kvp_pin and the prompt after it (*@body: ids, unaligned, or text). */
 int kvp_proto_decode_pin(const void *payload, size_t len, const struct kvp_proto_limits *lim,
 			 struct kvp_pin *out, const void **body, const char **why);
-
-/* GENERATE with @cc after @g when @g->flags has KVP_GEN_CACHE_CTL. */
-size_t kvp_proto_encode_generate_cc(void *buf, size_t cap, uint64_t req_id,
-				    const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
-				    const void *body);
-/**
- * struct kvp_proto_sampling - a decoded sampling section (pointers into the frame)
- * @hdr:    the fixed part
- * @bias:   @hdr.n_bias struct kvp_logit_bias (unaligned: copy before reading)
- * @schema: @hdr.schema_bytes of schema text (no NUL inside, not NUL-terminated)
- */
-struct kvp_proto_sampling {
-	struct kvp_sampling hdr;
-	const void *bias;
-	const char *schema;
-};
-
-/*
- * kvp_proto_decode_sampling() - the sampling section at @offset of a GENERATE or CHAT
- * payload (after the struct and the cache control, when there is one).  Bias ids are
- * not compared with the vocabulary here.  Return: KVP_OK, KVP_E_PROTO (lengths),
- * KVP_E_INVALID (values; *@why says which).
- */
-int kvp_proto_decode_sampling(const void *payload, size_t len, size_t offset,
-			      struct kvp_proto_sampling *out, const char **why);
-
-/* GENERATE with @cc (KVP_GEN_CACHE_CTL) and the sampling section @samp (KVP_GEN_SAMPLING:
- * struct kvp_sampling, its bias entries and schema, @samp_len bytes) before the prompt */
-size_t kvp_proto_encode_generate_s(void *buf, size_t cap, uint64_t req_id,
-				   const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
-				   const void *samp, size_t samp_len, const void *body);
 
 /* Most ids one LOGPROBS describes (the TOKEN frames it goes before carry no more). */
 #define KVP_LOGPROBS_TOKENS_MAX 1024u
@@ -238,31 +271,4 @@ size_t kvp_proto_encode_pin(void *buf, size_t cap, uint32_t type, uint64_t req_i
 size_t kvp_proto_encode_flush(void *buf, size_t cap, uint64_t req_id);
 /* FLUSH naming trust domain @domain (NULL or "": none, the peer's own) */
 size_t kvp_proto_encode_flush_domain(void *buf, size_t cap, uint64_t req_id, const char *domain);
-/* TOKEN tagged with continuation @cont (struct kvp_token_cont after the text) */
-size_t kvp_proto_encode_token_cc(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
-				 uint32_t n_ids, const char *text, uint32_t text_bytes,
-				 uint32_t cont);
-/* TOKEN with a continuation (@cont >= 0) and/or the prompt's @usage (non-NULL) after the text */
-size_t kvp_proto_encode_token_u(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
-				uint32_t n_ids, const char *text, uint32_t text_bytes, int32_t cont,
-				const struct kvp_usage *usage);
-/* DONE with struct kvp_cache_usage after the usage */
-size_t kvp_proto_encode_done_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
-				const struct kvp_cache_usage *cu);
-/* CHAT with @cc after @c when @c->flags has KVP_CHAT_CACHE_CTL */
-size_t kvp_proto_encode_chat_cc(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
-				const struct kvp_cache_ctl *cc, const int32_t *context,
-				const struct kvp_proto_msg *msgs);
-/* CHAT as kvp_proto_encode_chat_s(), and with KVP_CHAT_TOOLS the tools section of
- * @tools_len bytes at @tools */
-size_t kvp_proto_encode_chat_t(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
-			       const struct kvp_cache_ctl *cc, const void *samp, size_t samp_len,
-			       const char *tools, uint32_t tools_len, const int32_t *context,
-			       const struct kvp_proto_msg *msgs);
-
-/* CHAT with @cc and, with KVP_CHAT_SAMPLING, the sampling section @samp (@samp_len bytes) */
-size_t kvp_proto_encode_chat_s(void *buf, size_t cap, uint64_t req_id, const struct kvp_chat *c,
-			       const struct kvp_cache_ctl *cc, const void *samp, size_t samp_len,
-			       const int32_t *context, const struct kvp_proto_msg *msgs);
-
 #endif /* KVP_IPC_PROTO_H */

@@ -425,10 +425,10 @@ int kvp_server_send_ids(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_i
 }
 
 int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
-			 const struct kvp_usage *usage)
+			 const struct kvp_usage *usage, const struct kvp_cache_usage *cu)
 {
 	struct kvp_conn *c = conn_lookup(srv, conn);
-	size_t len = kvp_proto_encode_done(NULL, 0, req_id, usage);
+	size_t len = kvp_proto_encode_done(NULL, 0, req_id, usage, cu);
 
 	if (!c)
 		return -ENOTCONN;
@@ -437,7 +437,7 @@ int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_
 	c->refusals = 0; /* a request served: the refusals are no longer in a row */
 	if (scratch_reserve(srv, len))
 		return -ENOMEM;
-	kvp_proto_encode_done(srv->scratch, srv->scratch_cap, req_id, usage);
+	kvp_proto_encode_done(srv->scratch, srv->scratch_cap, req_id, usage, cu);
 	return queue_scratch(srv, c, len);
 }
 
@@ -474,48 +474,20 @@ int kvp_server_send_logprobs(struct kvp_server *srv, kvp_conn_id conn, uint64_t 
 	return queue_scratch(srv, c, len);
 }
 
-const struct kvp_proto_sampling *kvp_server_sampling(const struct kvp_server *srv)
-{
-	return srv->samp;
-}
-
-const char *kvp_server_chat_tools(const struct kvp_server *srv, uint32_t *len)
-{
-	*len = srv->tools_len;
-	return srv->tools;
-}
-
 int kvp_server_send_tokens_usage(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 				 const int32_t *tokens, uint32_t n_tokens, const char *text,
 				 uint32_t text_len, int32_t cont, const struct kvp_usage *usage)
 {
-	size_t len = kvp_proto_encode_token_u(NULL, 0, req_id, tokens, n_tokens, text, text_len,
-					      cont, usage);
+	size_t len = kvp_proto_encode_token(NULL, 0, req_id, tokens, n_tokens, text, text_len, cont,
+					    usage);
 	struct kvp_conn *c;
 	int r;
 
 	c = reply_to(srv, conn, req_id, len, &r);
 	if (!c)
 		return r;
-	kvp_proto_encode_token_u(srv->scratch, srv->scratch_cap, req_id, tokens, n_tokens, text,
-				 text_len, cont, usage);
-	return queue_scratch(srv, c, len);
-}
-
-int kvp_server_send_done_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
-			    const struct kvp_usage *usage, const struct kvp_cache_usage *cu)
-{
-	struct kvp_conn *c = conn_lookup(srv, conn);
-	size_t len = kvp_proto_encode_done_cc(NULL, 0, req_id, usage, cu);
-
-	if (!c)
-		return -ENOTCONN;
-	if (!kvp_conn_req_del(c, req_id))
-		return -ENOENT;
-	c->refusals = 0; /* a request served: the refusals are no longer in a row */
-	if (scratch_reserve(srv, len))
-		return -ENOMEM;
-	kvp_proto_encode_done_cc(srv->scratch, srv->scratch_cap, req_id, usage, cu);
+	kvp_proto_encode_token(srv->scratch, srv->scratch_cap, req_id, tokens, n_tokens, text,
+			       text_len, cont, usage);
 	return queue_scratch(srv, c, len);
 }
 
@@ -1230,6 +1202,7 @@ static void free_arrays(struct kvp_server *srv)
 	free(srv->conns);
 	free(srv->ids);
 	free(srv->text);
+	free(srv->msgs);
 	free(srv->scratch);
 }
 
@@ -1271,8 +1244,9 @@ int kvp_server_new(struct kvp_server **out, const struct kvp_server_config *cfg,
 			 (size_t)srv->cfg.max_text_bytes :
 			 (size_t)srv->cfg.max_frame_bytes) +
 		1);
+	srv->msgs = malloc(KVP_CHAT_MESSAGES_MAX * sizeof(*srv->msgs));
 	if (!srv->socket_path || (cfg->status_path && !srv->status_path) || !srv->conns ||
-	    !srv->ids || !srv->text)
+	    !srv->ids || !srv->text || !srv->msgs)
 		goto err_arrays;
 	srv->cfg.socket_path = srv->socket_path;
 	srv->cfg.status_path = srv->status_path;

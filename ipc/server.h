@@ -107,13 +107,19 @@ enum kvp_status_fmt {
  *            Return KVP_OK, or an enum kvp_status to refuse (the server sends ERROR and
  *            closes; @closed still follows).  A refusal may word its ERROR in @why
  *            (@why_cap bytes, "" on entry); left empty, the server words it by status.
- * @generate: a validated GENERATE (struct kvp_generate in proto.h; @tokens or @text as
- *            the request said, both borrowed for the call only; @text is NUL-terminated,
- *            req->text_bytes long, with no NUL inside).  @req_id is unique among this
- *            connection's requests in flight.  Return KVP_OK when accepted: exactly one
- *            DONE or ERROR must follow (kvp_server_send_done/_error), also after a
- *            cancel; TOKENs may precede it.  Or return a status for an immediate ERROR
- *            with a generic message (or send your own ERROR and return KVP_OK).
+ * @generate: a validated GENERATE or CHAT (struct kvp_gen_req in proto.h; req->type says
+ *            which), all of it borrowed for the call only: its ids copied aligned and
+ *            checked against n_vocab (a GENERATE's prompt, a CHAT's context); a
+ *            GENERATE's text (KVP_GEN_TEXT) well-formed UTF-8, NUL-terminated,
+ *            req->text_bytes long, with no NUL inside; a CHAT's messages well-formed
+ *            UTF-8 with known roles; the optional sections (cache control, sampling,
+ *            tools) with their lengths and values checked, absent when req says so.
+ *            @req_id is unique among this connection's requests in flight.  Return
+ *            KVP_OK when accepted: exactly one DONE or ERROR must follow
+ *            (kvp_server_send_done/_error), also after a cancel; TOKENs may precede it,
+ *            and for a CHAT an IDS with the prompt's ids comes before any TOKEN.  Or
+ *            return a status for an immediate ERROR with a generic message (or send
+ *            your own ERROR and return KVP_OK).
  * @cancel:   the client cancelled @req_id, which is in flight (still answer it); called
  *            once per request at most (repeated CANCELs are dropped by ipc/)
  * @closed:   the connection is gone: cancel all its requests and release all it held.
@@ -125,10 +131,6 @@ enum kvp_status_fmt {
  *            with kvp_server_send_ids() then kvp_server_send_done(), or an ERROR; or
  *            return a status for an immediate ERROR.  NULL: the frame is refused
  *            (KVP_E_INVALID, the connection stays).
- * @chat:     a validated CHAT (messages well-formed UTF-8 with known roles, context ids
- *            checked against n_vocab; all borrowed for the call), taken in flight: as
- *            @generate, and an IDS with the prompt's ids comes before any TOKEN.  NULL:
- *            refused like @tokenize.
  * @lease:    a validated LEASE (@ids checked against n_vocab, borrowed for the call),
  *            taken in flight: answer with kvp_server_send_lease() or an ERROR; or return
  *            a status for an immediate ERROR.  NULL: refused like @tokenize.
@@ -145,35 +147,24 @@ struct kvp_server_ops {
 		     struct kvp_welcome *welcome, int *fds, unsigned int *n_fds, char *why,
 		     size_t why_cap);
 	int (*generate)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-			const struct kvp_generate *req, const int32_t *tokens, const char *text);
+			const struct kvp_gen_req *req);
 	void (*cancel)(void *ctx, kvp_conn_id conn, uint64_t req_id);
 	void (*closed)(void *ctx, kvp_conn_id conn);
 	int (*tokenize)(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp_tokenize *t,
 			const char *text);
 	int (*detokenize)(void *ctx, kvp_conn_id conn, uint64_t req_id,
 			  const struct kvp_detokenize *d, const int32_t *ids);
-	int (*chat)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		    const struct kvp_chat *req, const int32_t *context,
-		    const struct kvp_proto_msg *msgs);
 	int (*status)(void *ctx, const struct kvp_peer *peer, enum kvp_status_fmt fmt, char *buf,
 		      size_t cap);
 	int (*lease)(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp_lease_req *req,
 		     const int32_t *ids);
 	void (*release)(void *ctx, kvp_conn_id conn, uint64_t lease_id);
 	/*
-	 * Prompt-cache control (optional; docs/protocol.md "Cache control").  When set,
-	 * GENERATE and CHAT go to @generate_cc and @chat_cc instead, with @cc the request's
-	 * struct kvp_cache_ctl or NULL; without them a request carrying one is refused.
-	 * @pin (PIN and UNPIN: @type says which) and @flush answer like @generate;
-	 * @flush's @domain is the trust domain the FLUSH names (checked: 1..31 bytes of
-	 * [A-Za-z0-9_-]), or NULL for the peer's own.
+	 * Operators' cache commands (optional; docs/protocol.md "Cache control"): @pin
+	 * (PIN and UNPIN: @type says which) and @flush answer like @generate; @flush's
+	 * @domain is the trust domain the FLUSH names (checked: 1..31 bytes of
+	 * [A-Za-z0-9_-]), or NULL for the peer's own.  NULL: refused like @tokenize.
 	 */
-	int (*generate_cc)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
-			   uint64_t req_id, const struct kvp_generate *req,
-			   const struct kvp_cache_ctl *cc, const int32_t *tokens, const char *text);
-	int (*chat_cc)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		       const struct kvp_chat *req, const struct kvp_cache_ctl *cc,
-		       const int32_t *context, const struct kvp_proto_msg *msgs);
 	int (*pin)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
 		   uint32_t type, const struct kvp_pin *req, const int32_t *tokens,
 		   const char *text);
@@ -217,8 +208,9 @@ int kvp_server_send_tokens(struct kvp_server *srv, kvp_conn_id conn, uint64_t re
 /* IDS: ids and/or text that were not generated (TOKENIZE, DETOKENIZE, a CHAT's prompt). */
 int kvp_server_send_ids(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			const int32_t *ids, uint32_t n_ids, const char *text, uint32_t text_len);
+/* DONE, with struct kvp_cache_usage @cu (non-NULL: requests that carried cache control) */
 int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
-			 const struct kvp_usage *usage);
+			 const struct kvp_usage *usage, const struct kvp_cache_usage *cu);
 /* LEASED for @req_id (a LEASE in flight, which it ends): @l and its @l->n_blocks blocks. */
 int kvp_server_send_lease(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			  const struct kvp_lease *l, const struct kvp_lease_block *blocks);
@@ -228,30 +220,12 @@ int kvp_server_send_logprobs(struct kvp_server *srv, kvp_conn_id conn, uint64_t 
 			     const struct kvp_logprobs *h, const struct kvp_logprob *entries);
 
 /*
- * The sampling section (docs/protocol.md, "Sampling") of the GENERATE or CHAT being
- * handed to the @generate/@chat (or _cc) callback, its lengths and values checked; NULL
- * when it has none.  Valid during that callback only (it points into the frame).
- */
-struct kvp_proto_sampling;
-const struct kvp_proto_sampling *kvp_server_sampling(const struct kvp_server *srv);
-
-/*
- * The tools section (the JSON text of the tool definitions, @len bytes, not
- * NUL-terminated) of the CHAT being handed to the @chat (or _cc) callback; NULL when it
- * has none.  Valid during that callback only.
- */
-const char *kvp_server_chat_tools(const struct kvp_server *srv, uint32_t *len);
-
-/*
  * TOKEN with the trailers its request needs: continuation @cont (>= 0; n > 1 requests)
  * and @usage (non-NULL: the prompt's counts, on a request's first TOKEN).
  */
 int kvp_server_send_tokens_usage(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 				 const int32_t *tokens, uint32_t n_tokens, const char *text,
 				 uint32_t text_len, int32_t cont, const struct kvp_usage *usage);
-/* DONE with struct kvp_cache_usage after the usage (requests that carried cache control). */
-int kvp_server_send_done_cc(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
-			    const struct kvp_usage *usage, const struct kvp_cache_usage *cu);
 int kvp_server_send_error(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			  enum kvp_status status, const char *msg);
 

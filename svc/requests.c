@@ -53,14 +53,11 @@ struct text_job {
 	uint64_t req_id;
 	uint64_t t_recv_ns;
 	union {
-		struct kvp_generate g;
+		struct kvp_gen_req gen; /* its fields, not its pointers (keep_fields()) */
 		struct kvp_pin pin;
 		struct kvp_tokenize t;
-		struct kvp_chat ch;
 	} u;
 	uint32_t pin_type;
-	bool has_cc;
-	struct kvp_cache_ctl cc;
 	/* GENERATE, PIN, TOKENIZE: @text_len bytes of text at @buf; CHAT: the conversation */
 	unsigned int tok_flags;
 	uint32_t max_ids;
@@ -298,20 +295,19 @@ static int take_cache_ctl(struct kvp_requests *q, kvp_conn_id conn, uint64_t req
 }
 
 /*
- * The sampling section of the frame being handled (kvp_server_sampling()) into *@out
- * (NULL: none).  Return: true to go on; false when the request was answered (a bias id
- * past the vocabulary, a schema that does not compile: refused in words), *@st then
- * being what the op returns.
+ * The sampling section of @req into *@out (NULL: none).  Return: true to go on; false
+ * when the request was answered (a bias id past the vocabulary, a schema that does not
+ * compile: refused in words), *@st then being what the op returns.
  */
 static bool take_sampling(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
-			  struct kvp_sched_sampling **out, int *st)
+			  const struct kvp_gen_req *req, struct kvp_sched_sampling **out, int *st)
 {
-	const struct kvp_proto_sampling *ps = kvp_server_sampling(q->srv);
+	const struct kvp_proto_sampling *ps = &req->samp;
 	char why[400] = "";
 	int r;
 
 	*out = NULL;
-	if (!ps)
+	if (!req->has_samp)
 		return true;
 	r = kvp_sched_sampling_new(out, &ps->hdr, ps->bias, ps->schema,
 				   q->tok ? kvp_tokenizer_n_vocab(q->tok) : UINT32_MAX, why,
@@ -355,93 +351,109 @@ static int text_push(struct kvp_requests *q, struct text_job *j);
 static struct text_job *text_job_new(struct kvp_requests *q, enum text_kind kind, kvp_conn_id conn,
 				     uint64_t req_id, size_t buf_bytes);
 
+/* @req's fields for a job that outlives the frame: its pointers (into the frame) cleared. */
+static void keep_fields(struct kvp_gen_req *dst, const struct kvp_gen_req *req)
+{
+	*dst = *req;
+	dst->ids = NULL;
+	dst->text = NULL;
+	dst->tools = NULL;
+	dst->msgs = NULL;
+	dst->samp.bias = NULL;
+	dst->samp.schema = NULL;
+}
+
+/*
+ * What every GENERATE and CHAT sets alike in @r: the sampling fields of @req, its salt,
+ * its priority (or @c's domain's default).
+ */
+static void request_params(const struct kvp_requests *q, const struct kvp_conn_rec *c,
+			   const struct kvp_gen_req *req, struct kvp_sched_req *r)
+{
+	r->max_new = req->max_new_tokens;
+	r->no_cache = req->flags & KVP_GEN_NO_CACHE; /* KVP_CHAT_NO_CACHE: the same bit */
+	r->priority = request_priority(q, c, req->priority);
+	r->sample = (struct kvp_sample_params){ .temperature = req->temperature,
+						.top_k = req->top_k,
+						.top_p = req->top_p,
+						.seed = req->seed };
+	r->salt_len = req->salt_len;
+	memcpy(r->salt, req->salt, req->salt_len);
+}
+
 /*
  * A GENERATE whose prompt ids are in @r (owned): the rest of the request, then the
  * engine.  Return: as submit().
  */
 static int generate_submit(struct kvp_requests *q, struct kvp_conn_rec *c,
-			   const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
-			   struct kvp_sched_req *r)
+			   const struct kvp_gen_req *req, struct kvp_sched_req *r)
 {
 	int st;
 
-	r->max_new = g->max_new_tokens;
-	r->no_cache = g->flags & KVP_GEN_NO_CACHE;
-	r->priority = request_priority(q, c, g->priority);
-	r->sample = (struct kvp_sample_params){
-		.temperature = g->temperature, .top_k = g->top_k, .top_p = g->top_p, .seed = g->seed
-	};
-	r->salt_len = g->salt_len;
-	memcpy(r->salt, g->salt, g->salt_len);
-	st = fit_context(q, r, g->flags & KVP_GEN_FIT_CONTEXT);
+	request_params(q, c, req, r);
+	st = fit_context(q, r, req->flags & KVP_GEN_FIT_CONTEXT);
 	if (!r->tokens)
 		return st;
-	st = take_cache_ctl(q, r->conn, r->req_id, cc, r);
+	st = take_cache_ctl(q, r->conn, r->req_id, req->has_cc ? &req->cc : NULL, r);
 	if (!r->tokens)
 		return st;
 	return submit(q, c, r);
 }
 
-static int generate(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
-		    const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
-		    const int32_t *tokens, const char *text)
+/* A GENERATE: token ids to the engine now, text to the worker first. */
+static int generate(struct kvp_requests *q, struct kvp_conn_rec *c, uint64_t req_id,
+		    const struct kvp_gen_req *req)
 {
+	kvp_conn_id conn = c->id;
 	struct kvp_sched_req r = { .conn = conn, .req_id = req_id, .t_recv_ns = kvp_now_ns() };
-	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
 	struct kvp_sched_sampling *ss;
 	struct text_job *j;
 	int st;
 
-	if (!c)
-		return KVP_E_INTERNAL; /* ipc/ only passes GENERATE after a HELLO we took */
-	/* ipc/ keeps at most max_reqs_per_conn ids, each once, in flight */
-	assert(c->in_flight < q->max_reqs_per_conn);
-	if (!take_sampling(q, conn, req_id, &ss, &st))
+	if (!take_sampling(q, conn, req_id, req, &ss, &st))
 		return st;
-
-	if (g->flags & KVP_GEN_TEXT) {
+	if (req->flags & KVP_GEN_TEXT) {
 		/* tokenized by the text worker; text_done() goes on from generate_submit() */
-		j = text_job_new(q, TEXT_GENERATE, conn, req_id, g->text_bytes);
+		j = text_job_new(q, TEXT_GENERATE, conn, req_id, req->text_bytes);
 		if (!j) {
 			kvp_sched_sampling_free(ss);
 			return reject(q, conn, req_id, KVP_E_INTERNAL);
 		}
 		j->samp = ss;
-		j->u.g = *g;
-		if (cc) {
-			j->cc = *cc;
-			j->has_cc = true;
-		}
-		j->tok_flags = g->flags & KVP_GEN_PARSE_SPECIAL ? KVP_TOK_PARSE_SPECIAL : 0;
+		keep_fields(&j->u.gen, req);
+		j->tok_flags = req->flags & KVP_GEN_PARSE_SPECIAL ? KVP_TOK_PARSE_SPECIAL : 0;
 		j->max_ids = q->max_prompt_tokens;
-		j->text_len = g->text_bytes;
-		memcpy(j->buf, text, g->text_bytes);
+		j->text_len = req->text_bytes;
+		memcpy(j->buf, req->text, req->text_bytes);
 		return text_push(q, j);
 	}
-	r.tokens = malloc((size_t)g->n_tokens * sizeof(int32_t));
+	r.tokens = malloc((size_t)req->n_ids * sizeof(int32_t));
 	if (!r.tokens) {
 		kvp_sched_sampling_free(ss);
 		return reject(q, conn, req_id, KVP_E_INTERNAL);
 	}
-	memcpy(r.tokens, tokens, (size_t)g->n_tokens * sizeof(int32_t));
-	r.n_tokens = g->n_tokens;
+	memcpy(r.tokens, req->ids, (size_t)req->n_ids * sizeof(int32_t));
+	r.n_tokens = req->n_ids;
 	r.samp = ss;
-	return generate_submit(q, c, g, cc, &r);
+	return generate_submit(q, c, req, &r);
 }
 
+static int chat(struct kvp_requests *q, struct kvp_conn_rec *c, uint64_t req_id,
+		const struct kvp_gen_req *req);
+
+/* The one request callback: a GENERATE or a CHAT (ipc/ checked it all). */
 static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		       const struct kvp_generate *g, const int32_t *tokens, const char *text)
+		       const struct kvp_gen_req *req)
 {
-	(void)peer;
-	return generate(ctx, conn, req_id, g, NULL, tokens, text);
-}
+	struct kvp_requests *q = ctx;
+	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
 
-static int op_generate_cc(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-			  const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
-			  const int32_t *tokens, const char *text)
-{
 	(void)peer;
-	return generate(ctx, conn, req_id, g, cc, tokens, text);
+	if (!c)
+		return KVP_E_INTERNAL; /* ipc/ only passes requests after a HELLO we took */
+	/* ipc/ keeps at most max_reqs_per_conn ids, each once, in flight */
+	assert(c->in_flight < q->max_reqs_per_conn);
+	return req->type == KVP_FRAME_CHAT ? chat(q, c, req_id, req) : generate(q, c, req_id, req);
 }
 
 /*
@@ -593,7 +605,7 @@ static int answer_ids(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 			      "answer larger than the connection's output queue (outq_bytes)");
 	if (r < 0)
 		return r == -ENOMEM ? KVP_E_INTERNAL : KVP_OK; /* gone: closed follows */
-	kvp_server_send_done(q->srv, conn, req_id, &u);
+	kvp_server_send_done(q->srv, conn, req_id, &u, NULL);
 	return KVP_OK;
 }
 
@@ -686,38 +698,36 @@ static void message_breakpoints_ttl(const struct kvp_requests *q, const struct k
  * CHAT: checked here, rendered and tokenized by the worker (the messages and context ids
  * copied into the job once), answered by chat_done().
  */
-static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
-		const struct kvp_chat *ch, const struct kvp_cache_ctl *cc, const int32_t *context,
-		const struct kvp_proto_msg *msgs)
+static int chat(struct kvp_requests *q, struct kvp_conn_rec *c, uint64_t req_id,
+		const struct kvp_gen_req *req)
 {
-	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
-	size_t cm_bytes = (size_t)ch->n_messages * sizeof(struct kvp_chat_msg);
-	size_t ctx_bytes = (size_t)ch->n_context * sizeof(int32_t);
+	kvp_conn_id conn = c->id;
+	const struct kvp_cache_ctl *cc = req->has_cc ? &req->cc : NULL;
+	const struct kvp_proto_msg *msgs = req->msgs;
+	size_t cm_bytes = (size_t)req->n_messages * sizeof(struct kvp_chat_msg);
+	size_t ctx_bytes = (size_t)req->n_ids * sizeof(int32_t);
 	size_t text_bytes = 0;
 	struct kvp_chat_msg *cm;
 	struct text_job *j;
 	char err[512] = "";
-	uint32_t tools_len;
-	const char *tools = kvp_server_chat_tools(q->srv, &tools_len);
+	uint32_t tools_len = req->tools_len;
+	const char *tools = req->tools;
 	char *text;
 	int st;
 
-	if (!c)
-		return KVP_E_INTERNAL;
-	assert(c->in_flight < q->max_reqs_per_conn);
 	if (cc && cc->n > 1)
 		return refuse(q, conn, req_id, KVP_E_INVALID,
 			      "chat: parallel sampling (n > 1) is GENERATE's only");
-	for (uint32_t i = 0; i < ch->n_messages; i++)
+	for (uint32_t i = 0; i < req->n_messages; i++)
 		text_bytes += msgs[i].len;
 	text_bytes += tools_len;
 	j = text_job_new(q, TEXT_CHAT, conn, req_id, cm_bytes + ctx_bytes + text_bytes);
 	if (!j)
 		return reject(q, conn, req_id, KVP_E_INTERNAL);
-	if (ch->template_name[0]) {
+	if (req->template_name[0]) {
 		char name[KVP_CHAT_TEMPLATE_NAME_MAX + 1] = "";
 
-		memcpy(name, ch->template_name, KVP_CHAT_TEMPLATE_NAME_MAX);
+		memcpy(name, req->template_name, KVP_CHAT_TEMPLATE_NAME_MAX);
 		if (kvp_chat_template_named(&j->tmpl, name, err, sizeof(err)) < 0) {
 			free(j);
 			return refuse(q, conn, req_id, KVP_E_INVALID, err);
@@ -728,12 +738,10 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 		free(j);
 		return refuse(q, conn, req_id, KVP_E_INVALID, q->tmpl_err);
 	}
-	j->u.ch = *ch;
+	keep_fields(&j->u.gen, req);
 	if (cc) {
-		j->cc = *cc;
-		j->has_cc = true;
 		j->want_bp = (cc->flags & KVP_CC_BP_MESSAGES) &&
-			     !(ch->flags & KVP_CHAT_PROMPT_ONLY);
+			     !(req->flags & KVP_CHAT_PROMPT_ONLY);
 		if (j->want_bp)
 			message_breakpoints_ttl(q, c, cc, &j->cc_tok);
 	}
@@ -741,8 +749,8 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 	cm = (struct kvp_chat_msg *)(void *)j->buf;
 	text = (char *)j->buf + cm_bytes + ctx_bytes;
 	if (ctx_bytes)
-		memcpy(j->buf + cm_bytes, context, ctx_bytes);
-	for (uint32_t i = 0; i < ch->n_messages; i++) {
+		memcpy(j->buf + cm_bytes, req->ids, ctx_bytes);
+	for (uint32_t i = 0; i < req->n_messages; i++) {
 		if (msgs[i].len)
 			memcpy(text, msgs[i].text, msgs[i].len);
 		cm[i] = (struct kvp_chat_msg){ .role = chat_roles[msgs[i].role],
@@ -761,15 +769,16 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 	if (tools)
 		memcpy(text, tools, tools_len);
 	j->cv = (struct kvp_convo){ .msgs = cm,
-				    .n_msgs = ch->n_messages,
+				    .n_msgs = req->n_messages,
 				    .context = (const int32_t *)(void *)(j->buf + cm_bytes),
-				    .n_context = ch->n_context,
-				    .context_msgs = ch->context_msgs,
+				    .n_context = req->n_ids,
+				    .context_msgs = req->context_msgs,
 				    .tools = tools ? text : NULL,
 				    .tools_len = tools_len };
 	j->max_ids = q->max_prompt_tokens;
 	j->base.bytes = text_bytes + ctx_bytes;
-	if (!(ch->flags & KVP_CHAT_PROMPT_ONLY) && !take_sampling(q, conn, req_id, &j->samp, &st)) {
+	if (!(req->flags & KVP_CHAT_PROMPT_ONLY) &&
+	    !take_sampling(q, conn, req_id, req, &j->samp, &st)) {
 		text_job_free(&j->base);
 		return st;
 	}
@@ -779,8 +788,8 @@ static int chat(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 /* The worker rendered and tokenized @j, a CHAT: answer it or hand it to the engine. */
 static int chat_done(struct kvp_requests *q, struct kvp_conn_rec *c, struct text_job *j)
 {
-	const struct kvp_chat *ch = &j->u.ch;
-	const struct kvp_cache_ctl *cc = j->has_cc ? (j->want_bp ? &j->cc_tok : &j->cc) : NULL;
+	const struct kvp_gen_req *req = &j->u.gen;
+	const struct kvp_cache_ctl *cc = req->has_cc ? (j->want_bp ? &j->cc_tok : &req->cc) : NULL;
 	struct kvp_sched_req r = { .conn = j->conn,
 				   .req_id = j->req_id,
 				   .t_recv_ns = j->t_recv_ns,
@@ -802,13 +811,13 @@ static int chat_done(struct kvp_requests *q, struct kvp_conn_rec *c, struct text
 		return refuse(q, conn, req_id, KVP_E_INVALID, j->err);
 	if (j->r < 0)
 		return reject(q, conn, req_id, KVP_E_INTERNAL);
-	if (ch->flags & KVP_CHAT_PROMPT_ONLY) { /* counting: answered as a TOKENIZE is */
+	if (req->flags & KVP_CHAT_PROMPT_ONLY) { /* counting: answered as a TOKENIZE is */
 		st = answer_ids(q, conn, req_id, r.tokens, r.n_tokens, NULL, 0);
 		free(r.tokens);
 		return st;
 	}
-	r.max_new = ch->max_new_tokens;
-	st = fit_context(q, &r, ch->flags & KVP_CHAT_FIT_CONTEXT);
+	request_params(q, c, req, &r);
+	st = fit_context(q, &r, req->flags & KVP_CHAT_FIT_CONTEXT);
 	if (!r.tokens)
 		return st;
 	/* the prompt's ids first: the client continues the conversation on them */
@@ -821,14 +830,6 @@ static int chat_done(struct kvp_requests *q, struct kvp_conn_rec *c, struct text
 		q->rejected++;
 		return st == -ENOMEM ? KVP_E_INTERNAL : KVP_OK; /* gone: closed follows */
 	}
-	r.no_cache = ch->flags & KVP_CHAT_NO_CACHE;
-	r.priority = request_priority(q, c, ch->priority);
-	r.sample = (struct kvp_sample_params){ .temperature = ch->temperature,
-					       .top_k = ch->top_k,
-					       .top_p = ch->top_p,
-					       .seed = ch->seed };
-	r.salt_len = ch->salt_len;
-	memcpy(r.salt, ch->salt, ch->salt_len);
 	r.samp = j->samp; /* moved into @r */
 	j->samp = NULL;
 	st = take_cache_ctl(q, conn, req_id, cc, &r);
@@ -961,7 +962,7 @@ static void text_done(struct kvp_requests *q, struct text_job *j)
 		} else if (j->kind == TEXT_GENERATE) {
 			r.samp = j->samp; /* moved into @r */
 			j->samp = NULL;
-			st = generate_submit(q, c, &j->u.g, j->has_cc ? &j->cc : NULL, &r);
+			st = generate_submit(q, c, &j->u.gen, &r);
 		} else {
 			st = pin_submit(q, c, j->pin_type, &j->u.pin, &r);
 		}
@@ -991,22 +992,6 @@ void kvp_requests_on_text(void *arg)
 uint64_t kvp_requests_pending(const struct kvp_requests *q)
 {
 	return kvp_textwork_pending(q->tw);
-}
-
-static int op_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		   const struct kvp_chat *ch, const int32_t *context,
-		   const struct kvp_proto_msg *msgs)
-{
-	(void)peer;
-	return chat(ctx, conn, req_id, ch, NULL, context, msgs);
-}
-
-static int op_chat_cc(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		      const struct kvp_chat *ch, const struct kvp_cache_ctl *cc,
-		      const int32_t *context, const struct kvp_proto_msg *msgs)
-{
-	(void)peer;
-	return chat(ctx, conn, req_id, ch, cc, context, msgs);
 }
 
 static void op_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
@@ -1104,12 +1089,9 @@ void kvp_requests_ops(struct kvp_requests *q, struct kvp_server_ops *ops)
 		.closed = op_closed,
 		.tokenize = op_tokenize,
 		.detokenize = op_detokenize,
-		.chat = op_chat,
 		.status = op_status,
 		.lease = op_lease,
 		.release = op_release,
-		.generate_cc = op_generate_cc,
-		.chat_cc = op_chat_cc,
 		.pin = op_pin,
 		.flush = op_flush,
 	};
@@ -1219,11 +1201,8 @@ static void domain_events(struct kvp_requests *q, struct kvp_sched *s)
 				kvp_reqlog_end(&q->log, e->conn, e->req_id,
 					       &(struct kvp_reqlog_who){ c->client, c->peer.uid },
 					       KVP_OK, &e->usage, kvp_now_ns());
-				if (e->has_cu)
-					kvp_server_send_done_cc(q->srv, e->conn, e->req_id,
-								&e->usage, &e->cu);
-				else
-					kvp_server_send_done(q->srv, e->conn, e->req_id, &e->usage);
+				kvp_server_send_done(q->srv, e->conn, e->req_id, &e->usage,
+						     e->has_cu ? &e->cu : NULL);
 			} else if (c && e->type == KVP_SCHED_EV_ERROR) {
 				char msg[KVP_SCHED_EV_TEXT + 1];
 

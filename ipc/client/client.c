@@ -69,8 +69,10 @@ struct kvp_client {
 	struct kvp_cache_usage last_cu; /* of the last DONE event, when it carried one */
 	bool last_has_cu;
 	int32_t last_cont; /* continuation of the last TOKEN event, -1 none */
-	uint8_t *samp;	   /* kvp_client_set_sampling(): the encoded section, sent when set */
-	size_t samp_len;
+	/* kvp_client_set_sampling(): the section sent when set (bias and schema in samp_buf) */
+	struct kvp_proto_sampling samp;
+	bool has_samp;
+	uint8_t *samp_buf;
 	/* LOGPROBS: the pending one (for the next TOKEN of @lp_req), then the last TOKEN's */
 	struct kvp_logprob *lp_pend, *lp_last;
 	size_t lp_cap;
@@ -240,6 +242,17 @@ static int recv_all(struct kvp_client *c, void *p, size_t n)
 }
 
 /*
+ * Can the connection carry frames?  The one liveness guard: of every read, send and
+ * blocking call.  Return: 0, or -ENOTCONN (it says so).
+ */
+static int alive(struct kvp_client *c)
+{
+	if (c->dead || c->fd < 0)
+		return set_err(c, -ENOTCONN, "connection closed");
+	return 0;
+}
+
+/*
  * Read one daemon frame into @hdr and c->buf (NUL-terminated after the payload).
  * Return: 0, -ENOTCONN on a clean EOF, -EPROTO on garbage, or -errno.
  */
@@ -249,8 +262,9 @@ static int read_frame(struct kvp_client *c, struct kvp_frame_hdr *hdr)
 	const char *why = "";
 	int r;
 
-	if (c->dead || c->fd < 0)
-		return set_err(c, -ENOTCONN, "connection closed");
+	r = alive(c);
+	if (r)
+		return r;
 	r = recv_all(c, raw, sizeof(raw));
 	if (r) {
 		c->dead = true;
@@ -466,7 +480,7 @@ KVP_EXPORT void kvp_client_close(struct kvp_client *c)
 		close(c->fd);
 	free(c->buf);
 	free(c->out);
-	free(c->samp);
+	free(c->samp_buf);
 	free(c->lp_pend);
 	free(c->lp_last);
 	free(c);
@@ -519,6 +533,59 @@ static int send_request(struct kvp_client *c, size_t len, const char *what, uint
 	return set_err(c, r, "send %s: %s", what, strerror(-r));
 }
 
+/*
+ * struct out_req - a request frame to encode: @gen for GENERATE and CHAT; else the
+ * type's fixed struct @fixed and what follows it, @body (TOKENIZE's text, DETOKENIZE's
+ * and LEASE's ids, PIN's prompt, FLUSH's domain name)
+ */
+struct out_req {
+	uint32_t type;
+	const struct kvp_gen_req *gen;
+	const void *fixed;
+	const void *body;
+};
+
+/* @o into @buf with ipc/proto.c's encoder of its type.  Return: as the encoders. */
+static size_t encode(const struct out_req *o, void *buf, size_t cap, uint64_t req_id)
+{
+	switch (o->type) {
+	case KVP_FRAME_TOKENIZE:
+		return kvp_proto_encode_tokenize(buf, cap, req_id, o->fixed, o->body);
+	case KVP_FRAME_DETOKENIZE:
+		return kvp_proto_encode_detokenize(buf, cap, req_id, o->fixed, o->body);
+	case KVP_FRAME_LEASE:
+		return kvp_proto_encode_lease_req(buf, cap, req_id, o->fixed, o->body);
+	case KVP_FRAME_PIN:
+	case KVP_FRAME_UNPIN:
+		return kvp_proto_encode_pin(buf, cap, o->type, req_id, o->fixed, o->body);
+	case KVP_FRAME_FLUSH:
+		return kvp_proto_encode_flush_domain(buf, cap, req_id, o->body);
+	default:
+		return kvp_proto_encode_request(buf, cap, req_id, o->gen);
+	}
+}
+
+/*
+ * Encode @o into c->out (again, into a larger buffer, when it did not fit) and send it
+ * under a fresh id, *@req_id.  Return: 0, or as send_request().
+ */
+static int submit_frame(struct kvp_client *c, const struct out_req *o, uint64_t *req_id)
+{
+	size_t need, cap0 = c->out_cap;
+	int r;
+
+	r = alive(c);
+	if (r)
+		return r;
+	need = encode(o, c->out, cap0, c->next_id);
+	r = out_reserve(c, need);
+	if (r)
+		return r;
+	if (need > cap0) /* it did not fit, and nothing was written */
+		encode(o, c->out, c->out_cap, c->next_id);
+	return send_request(c, need, kvp_proto_type_name(o->type), req_id);
+}
+
 static int check_params(struct kvp_client *c, const struct kvp_client_prompt *pr,
 			const struct kvp_client_params *p)
 {
@@ -555,17 +622,41 @@ static int check_params(struct kvp_client *c, const struct kvp_client_prompt *pr
 	return 0;
 }
 
+/*
+ * What a GENERATE and a CHAT of @c take alike: @p's sampling fields, salt, priority and
+ * flags, and the sections set on @c (cache control, sampling) into @r.
+ */
+static void request_of(const struct kvp_client *c, const struct kvp_client_params *p, uint32_t type,
+		       struct kvp_gen_req *r)
+{
+	*r = (struct kvp_gen_req){ .type = type,
+				   .max_new_tokens = p->max_new_tokens,
+				   .top_k = p->top_k,
+				   .temperature = p->temperature,
+				   .top_p = p->top_p,
+				   .seed = p->seed,
+				   .priority = p->priority,
+				   .salt_len = (uint32_t)p->salt_len,
+				   .has_cc = c->has_cc,
+				   .cc = c->cc,
+				   .has_samp = c->has_samp,
+				   .samp = c->samp };
+	if (p->salt_len)
+		memcpy(r->salt, p->salt, p->salt_len);
+	/* the bits of these are GENERATE's and CHAT's alike (ipc/proto.h) */
+	if (p->no_cache)
+		r->flags |= KVP_GEN_NO_CACHE;
+	if (p->fit_context)
+		r->flags |= KVP_GEN_FIT_CONTEXT;
+}
+
 KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_prompt *prompt,
 				 const struct kvp_client_params *params, uint64_t *req_id)
 {
 	struct kvp_client_params defaults;
-	struct kvp_generate g = { 0 };
-	const void *body;
-	size_t need, cap0;
+	struct kvp_gen_req g;
 	int r;
 
-	if (c->dead || c->fd < 0)
-		return set_err(c, -ENOTCONN, "connection closed");
 	if (!params) {
 		kvp_client_params_init(&defaults);
 		params = &defaults;
@@ -573,43 +664,18 @@ KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_p
 	r = check_params(c, prompt, params);
 	if (r)
 		return r;
-	g.max_new_tokens = params->max_new_tokens;
-	g.top_k = params->top_k;
-	g.temperature = params->temperature;
-	g.top_p = params->top_p;
-	g.seed = params->seed;
-	g.salt_len = (uint32_t)params->salt_len;
-	if (params->salt_len)
-		memcpy(g.salt, params->salt, params->salt_len);
-	if (params->no_cache)
-		g.flags |= KVP_GEN_NO_CACHE;
-	if (params->fit_context)
-		g.flags |= KVP_GEN_FIT_CONTEXT;
-	if (c->has_cc)
-		g.flags |= KVP_GEN_CACHE_CTL;
-	if (c->samp)
-		g.flags |= KVP_GEN_SAMPLING;
-	g.priority = params->priority;
+	request_of(c, params, KVP_FRAME_GENERATE, &g);
 	if (prompt->text_len) {
 		g.flags |= KVP_GEN_TEXT;
 		if (params->parse_special)
 			g.flags |= KVP_GEN_PARSE_SPECIAL;
 		g.text_bytes = (uint32_t)prompt->text_len;
-		body = prompt->text;
+		g.text = prompt->text;
 	} else {
-		g.n_tokens = (uint32_t)prompt->n_tokens;
-		body = prompt->tokens;
+		g.n_ids = (uint32_t)prompt->n_tokens;
+		g.ids = prompt->tokens;
 	}
-	cap0 = c->out_cap;
-	need = kvp_proto_encode_generate_s(c->out, cap0, c->next_id, &g, &c->cc, c->samp,
-					   c->samp_len, body);
-	r = out_reserve(c, need);
-	if (r)
-		return r;
-	if (need > cap0) /* it did not fit: encode again */
-		kvp_proto_encode_generate_s(c->out, c->out_cap, c->next_id, &g, &c->cc, c->samp,
-					    c->samp_len, body);
-	return send_request(c, need, "GENERATE", req_id);
+	return submit_frame(c, &(struct out_req){ .type = KVP_FRAME_GENERATE, .gen = &g }, req_id);
 }
 
 KVP_EXPORT int kvp_client_cancel(struct kvp_client *c, uint64_t req_id)
@@ -617,8 +683,9 @@ KVP_EXPORT int kvp_client_cancel(struct kvp_client *c, uint64_t req_id)
 	uint8_t frame[sizeof(struct kvp_frame_hdr)];
 	int r;
 
-	if (c->dead || c->fd < 0)
-		return set_err(c, -ENOTCONN, "connection closed");
+	r = alive(c);
+	if (r)
+		return r;
 	kvp_proto_encode_cancel(frame, sizeof(frame), req_id);
 	r = send_all(c->fd, frame, sizeof(frame));
 	if (r)
@@ -645,8 +712,8 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 		bool has_usage;
 
 		/* a request's first TOKEN carries the prompt's usage so far: in @ev->usage */
-		if (kvp_proto_decode_token_u(c->buf, hdr.len_bytes, &t, &ids, &ev->text,
-					     &c->last_cont, &ev->usage, &has_usage, &why))
+		if (kvp_proto_decode_token(c->buf, hdr.len_bytes, &t, &ids, &ev->text,
+					   &c->last_cont, &ev->usage, &has_usage, &why))
 			break;
 		/* the LOGPROBS just before, when it describes these ids */
 		c->lp_last_n = 0;
@@ -703,8 +770,8 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 		return 0;
 	}
 	case KVP_FRAME_DONE:
-		if (kvp_proto_decode_done_cc(c->buf, hdr.len_bytes, &ev->usage, &c->last_cu,
-					     &c->last_has_cu, &why))
+		if (kvp_proto_decode_done(c->buf, hdr.len_bytes, &ev->usage, &c->last_cu,
+					  &c->last_has_cu, &why))
 			break;
 		ev->type = KVP_EVENT_DONE;
 		ev->status = (int)ev->usage.status;
@@ -769,12 +836,12 @@ KVP_EXPORT int kvp_client_set_cache(struct kvp_client *c, const struct kvp_cache
 KVP_EXPORT int kvp_client_set_sampling(struct kvp_client *c, const struct kvp_client_sampling *sp)
 {
 	struct kvp_sampling h = { 0 };
-	size_t len;
+	size_t nb;
 	uint8_t *o;
 
-	free(c->samp);
-	c->samp = NULL;
-	c->samp_len = 0;
+	free(c->samp_buf);
+	c->samp_buf = NULL;
+	c->has_samp = false;
 	if (!sp)
 		return 0;
 	if (sp->top_logprobs > KVP_TOP_LOGPROBS_MAX || sp->n_bias > KVP_LOGIT_BIAS_MAX ||
@@ -791,21 +858,21 @@ KVP_EXPORT int kvp_client_set_sampling(struct kvp_client *c, const struct kvp_cl
 	h.n_bias = sp->n_bias;
 	h.grammar = sp->grammar;
 	h.schema_bytes = (uint32_t)sp->schema_len;
-	len = sizeof(h) + (size_t)h.n_bias * sizeof(struct kvp_logit_bias) + sp->schema_len;
-	o = malloc(len);
+	/* the bias entries as the wire has them, then the schema: what the frame holds */
+	nb = (size_t)h.n_bias * sizeof(struct kvp_logit_bias);
+	o = malloc(nb + sp->schema_len + 1);
 	if (!o)
 		return set_err(c, -ENOMEM, "out of memory");
-	memcpy(o, &h, sizeof(h));
 	for (uint32_t i = 0; i < h.n_bias; i++) {
 		struct kvp_logit_bias b = { .id = sp->bias_ids[i], .bias = sp->bias[i] };
 
-		memcpy(o + sizeof(h) + i * sizeof(b), &b, sizeof(b));
+		memcpy(o + i * sizeof(b), &b, sizeof(b));
 	}
 	if (sp->schema_len)
-		memcpy(o + sizeof(h) + (size_t)h.n_bias * sizeof(struct kvp_logit_bias), sp->schema,
-		       sp->schema_len);
-	c->samp = o;
-	c->samp_len = len;
+		memcpy(o + nb, sp->schema, sp->schema_len);
+	c->samp_buf = o;
+	c->samp = (struct kvp_proto_sampling){ .hdr = h, .bias = o, .schema = (char *)o + nb };
+	c->has_samp = true;
 	return 0;
 }
 
@@ -841,14 +908,15 @@ KVP_EXPORT int kvp_client_event_cont(const struct kvp_client *c)
 	return c->last_cont;
 }
 
-/* Send a PIN, UNPIN or FLUSH already encoded in c->out and wait for its answer. */
-static int operator_request(struct kvp_client *c, size_t need, const char *what, uint32_t *blocks)
+/* Send a PIN, UNPIN or FLUSH and wait for its answer. */
+static int operator_request(struct kvp_client *c, const struct out_req *o, uint32_t *blocks)
 {
+	const char *what = kvp_proto_type_name(o->type);
 	struct kvp_client_event ev;
 	uint64_t id;
 	int r;
 
-	r = send_request(c, need, what, &id);
+	r = submit_frame(c, o, &id);
 	if (r)
 		return r;
 	for (;;) {
@@ -873,8 +941,8 @@ static int operator_request(struct kvp_client *c, size_t need, const char *what,
  */
 static int blocking_ok(struct kvp_client *c)
 {
-	if (c->dead || c->fd < 0)
-		return set_err(c, -ENOTCONN, "connection closed");
+	if (alive(c))
+		return -ENOTCONN;
 	if (c->in_flight)
 		return set_err(c, -EBUSY, "another request is in flight on this client");
 	return 0;
@@ -886,7 +954,6 @@ KVP_EXPORT int kvp_client_pin(struct kvp_client *c, const struct kvp_client_prom
 	struct kvp_pin pin = { 0 };
 	uint32_t type = unpin ? KVP_FRAME_UNPIN : KVP_FRAME_PIN;
 	const void *body;
-	size_t need, cap0;
 	int r;
 
 	r = blocking_ok(c);
@@ -908,14 +975,8 @@ KVP_EXPORT int kvp_client_pin(struct kvp_client *c, const struct kvp_client_prom
 	pin.salt_len = (uint32_t)salt_len;
 	if (salt_len)
 		memcpy(pin.salt, salt, salt_len);
-	cap0 = c->out_cap;
-	need = kvp_proto_encode_pin(c->out, cap0, type, c->next_id, &pin, body);
-	r = out_reserve(c, need);
-	if (r)
-		return r;
-	if (need > cap0)
-		kvp_proto_encode_pin(c->out, c->out_cap, type, c->next_id, &pin, body);
-	return operator_request(c, need, unpin ? "UNPIN" : "PIN", blocks);
+	return operator_request(c, &(struct out_req){ .type = type, .fixed = &pin, .body = body },
+				blocks);
 }
 
 KVP_EXPORT int kvp_client_flush(struct kvp_client *c, uint32_t *blocks)
@@ -925,7 +986,6 @@ KVP_EXPORT int kvp_client_flush(struct kvp_client *c, uint32_t *blocks)
 
 KVP_EXPORT int kvp_client_flush_domain(struct kvp_client *c, const char *domain, uint32_t *blocks)
 {
-	size_t need;
 	int r;
 
 	r = blocking_ok(c);
@@ -933,12 +993,8 @@ KVP_EXPORT int kvp_client_flush_domain(struct kvp_client *c, const char *domain,
 		return r;
 	if (domain && (!*domain || strlen(domain) > KVP_FLUSH_DOMAIN_MAX))
 		return set_err(c, -EINVAL, "a domain name is 1..31 bytes");
-	need = kvp_proto_encode_flush_domain(NULL, 0, c->next_id, domain);
-	r = out_reserve(c, need);
-	if (r)
-		return r;
-	kvp_proto_encode_flush_domain(c->out, c->out_cap, c->next_id, domain);
-	return operator_request(c, need, "FLUSH", blocks);
+	return operator_request(c, &(struct out_req){ .type = KVP_FRAME_FLUSH, .body = domain },
+				blocks);
 }
 
 static int run_to_done(struct kvp_client *c, const struct kvp_client_prompt *prompt,
@@ -1009,24 +1065,16 @@ KVP_EXPORT int kvp_client_tokenize_submit(struct kvp_client *c, const char *text
 					  unsigned int flags, uint64_t *req_id)
 {
 	struct kvp_tokenize t = { .flags = flags };
-	size_t need, cap0;
-	int r;
 
-	if (c->dead || c->fd < 0)
-		return set_err(c, -ENOTCONN, "connection closed");
 	if ((len && !text) || (flags & ~KVP_TOKENIZE__ALL) || (len && memchr(text, 0, len)))
 		return set_err(c, -EINVAL, "tokenize: bad text or flags");
 	if (len > UINT32_MAX)
 		return set_err(c, KVP_E_LIMIT, "text of %zu bytes is too long", len);
 	t.text_bytes = (uint32_t)len;
-	cap0 = c->out_cap;
-	need = kvp_proto_encode_tokenize(c->out, cap0, c->next_id, &t, text);
-	r = out_reserve(c, need);
-	if (r)
-		return r;
-	if (need > cap0)
-		kvp_proto_encode_tokenize(c->out, c->out_cap, c->next_id, &t, text);
-	return send_request(c, need, "TOKENIZE", req_id);
+	return submit_frame(c,
+			    &(struct out_req){
+				    .type = KVP_FRAME_TOKENIZE, .fixed = &t, .body = text },
+			    req_id);
 }
 
 KVP_EXPORT int kvp_client_tokenize(struct kvp_client *c, const char *text, size_t len,
@@ -1058,25 +1106,17 @@ KVP_EXPORT int kvp_client_detokenize_submit(struct kvp_client *c, const int32_t 
 {
 	struct kvp_detokenize d = { .flags = flags };
 	const struct kvp_welcome *w = &c->welcome;
-	size_t need, cap0;
-	int r;
 
-	if (c->dead || c->fd < 0)
-		return set_err(c, -ENOTCONN, "connection closed");
 	if ((n_ids && !ids) || (flags & ~KVP_DETOKENIZE__ALL))
 		return set_err(c, -EINVAL, "detokenize: bad ids or flags");
 	if (n_ids > UINT32_MAX || (w->max_prompt_tokens && n_ids > w->max_prompt_tokens))
 		return set_err(c, KVP_E_LIMIT, "%zu ids exceed the daemon's limit %u", n_ids,
 			       w->max_prompt_tokens);
 	d.n_tokens = (uint32_t)n_ids;
-	cap0 = c->out_cap;
-	need = kvp_proto_encode_detokenize(c->out, cap0, c->next_id, &d, ids);
-	r = out_reserve(c, need);
-	if (r)
-		return r;
-	if (need > cap0)
-		kvp_proto_encode_detokenize(c->out, c->out_cap, c->next_id, &d, ids);
-	return send_request(c, need, "DETOKENIZE", req_id);
+	return submit_frame(c,
+			    &(struct out_req){
+				    .type = KVP_FRAME_DETOKENIZE, .fixed = &d, .body = ids },
+			    req_id);
 }
 
 KVP_EXPORT int kvp_client_detokenize(struct kvp_client *c, const int32_t *ids, size_t n_ids,
@@ -1286,12 +1326,9 @@ static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 	struct kvp_client_params defaults;
 	struct kvp_client_prompt pr = { .text = "-", .text_len = 1 };
 	struct kvp_proto_msg *msgs;
-	struct kvp_chat ch = { 0 };
-	size_t need, cap0;
+	struct kvp_gen_req ch;
 	int r;
 
-	if (c->dead || c->fd < 0)
-		return set_err(c, -ENOTCONN, "connection closed");
 	if (!params) {
 		kvp_client_params_init(&defaults);
 		params = &defaults;
@@ -1309,29 +1346,16 @@ static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 		return set_err(c, KVP_E_LIMIT,
 			       "chat: the conversation (%zu tokens) exceeds the daemon's limit %u",
 			       cv->ctx.n, w->max_prompt_tokens);
+	request_of(c, params, KVP_FRAME_CHAT, &ch);
+	ch.flags |= flags;
+	if (flags & KVP_CHAT_PROMPT_ONLY) /* nothing is sampled */
+		ch.has_samp = false;
 	ch.n_messages = (uint32_t)cv->n_msgs;
-	ch.n_context = cv->ctx_msgs ? (uint32_t)cv->ctx.n : 0;
-	ch.context_msgs = ch.n_context ? (uint32_t)cv->ctx_msgs : 0;
-	ch.max_new_tokens = params->max_new_tokens;
-	ch.top_k = params->top_k;
-	ch.temperature = params->temperature;
-	ch.top_p = params->top_p;
-	ch.seed = params->seed;
-	ch.priority = params->priority;
-	ch.salt_len = (uint32_t)params->salt_len;
-	if (params->salt_len)
-		memcpy(ch.salt, params->salt, params->salt_len);
-	ch.flags = flags;
-	if (params->no_cache)
-		ch.flags |= KVP_CHAT_NO_CACHE;
-	if (params->fit_context)
-		ch.flags |= KVP_CHAT_FIT_CONTEXT;
-	if (c->has_cc)
-		ch.flags |= KVP_CHAT_CACHE_CTL;
-	if (c->samp && !(flags & KVP_CHAT_PROMPT_ONLY))
-		ch.flags |= KVP_CHAT_SAMPLING;
-	if (cv->tools)
-		ch.flags |= KVP_CHAT_TOOLS;
+	ch.n_ids = cv->ctx_msgs ? (uint32_t)cv->ctx.n : 0;
+	ch.ids = ch.n_ids ? cv->ctx.v : NULL;
+	ch.context_msgs = ch.n_ids ? (uint32_t)cv->ctx_msgs : 0;
+	ch.tools = cv->tools;
+	ch.tools_len = (uint32_t)cv->tools_len;
 	memcpy(ch.template_name, cv->tmpl, sizeof(ch.template_name));
 	msgs = calloc(cv->n_msgs, sizeof(*msgs));
 	if (!msgs)
@@ -1340,18 +1364,10 @@ static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 		msgs[i] = (struct kvp_proto_msg){ .role = (uint32_t)cv->msgs[i].role,
 						  .len = (uint32_t)cv->msgs[i].len,
 						  .text = cv->msgs[i].text };
-	cap0 = c->out_cap;
-	need = kvp_proto_encode_chat_t(c->out, cap0, c->next_id, &ch, &c->cc, c->samp, c->samp_len,
-				       cv->tools, (uint32_t)cv->tools_len, cv->ctx.v, msgs);
-	r = out_reserve(c, need);
-	if (!r && need > cap0)
-		kvp_proto_encode_chat_t(c->out, c->out_cap, c->next_id, &ch, &c->cc, c->samp,
-					c->samp_len, cv->tools, (uint32_t)cv->tools_len, cv->ctx.v,
-					msgs);
+	ch.msgs = msgs;
+	r = submit_frame(c, &(struct out_req){ .type = KVP_FRAME_CHAT, .gen = &ch }, req_id);
 	free(msgs);
-	if (r)
-		return r;
-	return send_request(c, need, "CHAT", req_id);
+	return r;
 }
 
 KVP_EXPORT int kvp_client_chat_submit(struct kvp_client *c, struct kvp_client_conv *cv,
@@ -1677,7 +1693,6 @@ KVP_EXPORT int kvp_client_lease(struct kvp_client *c, const int32_t *ids, size_t
 				struct kvp_client_lease **out)
 {
 	struct kvp_lease_req l = { .ttl_ms = ttl_ms };
-	size_t need, cap0;
 	uint64_t id;
 	int r;
 
@@ -1691,14 +1706,8 @@ KVP_EXPORT int kvp_client_lease(struct kvp_client *c, const int32_t *ids, size_t
 	l.salt_len = (uint32_t)salt_len;
 	if (salt_len)
 		memcpy(l.salt, salt, salt_len);
-	cap0 = c->out_cap;
-	need = kvp_proto_encode_lease_req(c->out, cap0, c->next_id, &l, ids);
-	r = out_reserve(c, need);
-	if (r)
-		return r;
-	if (need > cap0)
-		kvp_proto_encode_lease_req(c->out, c->out_cap, c->next_id, &l, ids);
-	r = send_request(c, need, "LEASE", &id);
+	r = submit_frame(c, &(struct out_req){ .type = KVP_FRAME_LEASE, .fixed = &l, .body = ids },
+			 &id);
 	if (r)
 		return r;
 	return wait_lease(c, id, out);

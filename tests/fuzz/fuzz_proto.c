@@ -2,10 +2,11 @@
 /*
  * fuzz_proto.c - the wire frame decoders (ipc/proto.h), both directions: a frame header,
  * then its payload to the decoder of the header's type, as the daemon's loop
- * (ipc/ops.c) and the client library do, the cache control, sampling section (logit
- * bias, schema) and CHAT messages of an accepted frame included, FIT_CONTEXT among the
- * flags, LOGPROBS and the first TOKEN's usage on the client's side.  An input whose header is refused is still decoded: its
- * first byte picks the decoder, the rest is the payload.
+ * (ipc/ops.c) and the client library do: GENERATE and CHAT through the one request
+ * decoder (cache control, sampling section, tools, messages; FIT_CONTEXT among the
+ * flags), re-encoded when accepted; LOGPROBS and the first TOKEN's usage on the client's
+ * side.  An input whose header is refused is still decoded: its first byte picks the
+ * decoder, the rest is the payload.
  */
 #include <string.h>
 
@@ -27,50 +28,41 @@ static void touch(const void *p, size_t n)
 		fuzz_sink ^= ((const uint8_t *)p)[i];
 }
 
-/* The sampling section at @off, as ipc/ops.c reads it after the struct (and the cache
- * control): its bias entries and schema handed over as pointers into the frame. */
-static void sampling(const uint8_t *p, size_t len, size_t off)
+/*
+ * GENERATE and CHAT through the one request decoder, as ipc/ops.c does: every byte it
+ * hands over touched (the prompt, context ids, sections, messages); an accepted request
+ * encoded again must give back exactly the payload (the codec loses and invents nothing).
+ */
+static void request(uint32_t type, const uint8_t *p, size_t len)
 {
-	struct kvp_proto_sampling s;
+	static struct kvp_proto_msg msgs[KVP_CHAT_MESSAGES_MAX];
+	static uint8_t again[(1u << 20) + sizeof(struct kvp_frame_hdr)];
+	struct kvp_gen_req r;
 	const char *why = "";
+	bool conn_fault;
+	size_t n;
 
-	if (kvp_proto_decode_sampling(p, len, off, &s, &why))
+	if (kvp_proto_decode_request(type, p, len, &lim, &r, msgs, &conn_fault, &why))
 		return;
-	touch(s.bias, (size_t)s.hdr.n_bias * sizeof(struct kvp_logit_bias));
-	touch(s.schema, s.hdr.schema_bytes);
-}
-
-static void chat(const uint8_t *p, size_t len)
-{
-	struct kvp_proto_msg msgs[64];
-	struct kvp_cache_ctl cc;
-	struct kvp_chat ch;
-	const uint8_t *sect;
-	const void *ctx;
-	const char *why = "";
-	size_t sect_len;
-
-	if (kvp_proto_decode_chat(p, len, &lim, &ch, &ctx, &sect, &sect_len, &why))
-		return;
-	if ((ch.flags & KVP_CHAT_CACHE_CTL) &&
-	    !kvp_proto_decode_cache_ctl(p, len, sizeof(ch), &cc, &why))
-		kvp_proto_cache_ctl_for(&cc, KVP_FRAME_CHAT, ch.n_messages, &why);
-	if (ch.flags & KVP_CHAT_SAMPLING)
-		sampling(p, len, sizeof(ch) + (ch.flags & KVP_CHAT_CACHE_CTL ? sizeof(cc) : 0));
-	if (ch.n_messages <= 64) {
-		kvp_proto_chat_messages(sect, sect_len, ch.n_messages, msgs);
-		/* touch every byte it hands over: ASan checks they lie in the frame */
-		for (uint32_t i = 0; i < ch.n_messages; i++)
-			for (uint32_t j = 0; j < msgs[i].len; j++)
-				fuzz_sink ^= (uint8_t)msgs[i].text[j];
+	touch(r.ids, (size_t)r.n_ids * sizeof(int32_t));
+	touch(r.text, r.text_bytes);
+	touch(r.tools, r.tools_len);
+	if (r.has_samp) {
+		touch(r.samp.bias, (size_t)r.samp.hdr.n_bias * sizeof(struct kvp_logit_bias));
+		touch(r.samp.schema, r.samp.hdr.schema_bytes);
 	}
+	for (uint32_t i = 0; i < r.n_messages; i++)
+		touch(r.msgs[i].text, r.msgs[i].len);
+	n = kvp_proto_encode_request(again, sizeof(again), 1, &r);
+	if (n != sizeof(struct kvp_frame_hdr) + len ||
+	    memcmp(again + sizeof(struct kvp_frame_hdr), p, len))
+		__builtin_trap();
 }
 
 static void decode(uint32_t type, const uint8_t *p, size_t len)
 {
 	union {
 		struct kvp_hello hello;
-		struct kvp_generate gen;
 		struct kvp_welcome welcome;
 		struct kvp_token token;
 		struct kvp_usage usage;
@@ -85,7 +77,6 @@ static void decode(uint32_t type, const uint8_t *p, size_t len)
 	} u;
 	struct kvp_usage tu;
 	struct kvp_cache_usage cu;
-	struct kvp_cache_ctl cc;
 	const void *body;
 	const char *text, *why = "";
 	int32_t cont;
@@ -99,20 +90,14 @@ static void decode(uint32_t type, const uint8_t *p, size_t len)
 		kvp_proto_decode_welcome(p, len, &u.welcome, &why);
 		break;
 	case KVP_FRAME_GENERATE:
-		if (kvp_proto_decode_generate(p, len, &lim, &u.gen, &body, &why))
-			break;
-		if ((u.gen.flags & KVP_GEN_CACHE_CTL) &&
-		    !kvp_proto_decode_cache_ctl(p, len, sizeof(u.gen), &cc, &why))
-			kvp_proto_cache_ctl_for(&cc, KVP_FRAME_GENERATE, 0, &why);
-		if (u.gen.flags & KVP_GEN_SAMPLING)
-			sampling(p, len,
-				 sizeof(u.gen) +
-					 (u.gen.flags & KVP_GEN_CACHE_CTL ? sizeof(cc) : 0));
+	case KVP_FRAME_CHAT:
+		request(type, p, len);
 		break;
 	case KVP_FRAME_TOKEN:
-		kvp_proto_decode_token(p, len, &u.token, &body, &text, &why);
-		kvp_proto_decode_token_cc(p, len, &u.token, &body, &text, &cont, &why);
-		kvp_proto_decode_token_u(p, len, &u.token, &body, &text, &cont, &tu, &has_u, &why);
+		/* without trailers, with a continuation only, with both */
+		kvp_proto_decode_token(p, len, &u.token, &body, &text, NULL, NULL, NULL, &why);
+		kvp_proto_decode_token(p, len, &u.token, &body, &text, &cont, NULL, NULL, &why);
+		kvp_proto_decode_token(p, len, &u.token, &body, &text, &cont, &tu, &has_u, &why);
 		break;
 	case KVP_FRAME_LOGPROBS:
 		if (!kvp_proto_decode_logprobs(p, len, &u.lp, &body, &why))
@@ -120,8 +105,8 @@ static void decode(uint32_t type, const uint8_t *p, size_t len)
 					    sizeof(struct kvp_logprob));
 		break;
 	case KVP_FRAME_DONE:
-		kvp_proto_decode_done(p, len, &u.usage, &why);
-		kvp_proto_decode_done_cc(p, len, &u.usage, &cu, &has_cu, &why);
+		kvp_proto_decode_done(p, len, &u.usage, NULL, NULL, &why);
+		kvp_proto_decode_done(p, len, &u.usage, &cu, &has_cu, &why);
 		break;
 	case KVP_FRAME_ERROR:
 		kvp_proto_decode_error(p, len, &u.error, &text, &why);
@@ -131,9 +116,6 @@ static void decode(uint32_t type, const uint8_t *p, size_t len)
 		break;
 	case KVP_FRAME_DETOKENIZE:
 		kvp_proto_decode_detokenize(p, len, &lim, &u.detok, &body, &why);
-		break;
-	case KVP_FRAME_CHAT:
-		chat(p, len);
 		break;
 	case KVP_FRAME_IDS:
 		kvp_proto_decode_ids(p, len, &u.ids, &body, &text, &why);

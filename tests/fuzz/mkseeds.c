@@ -39,9 +39,8 @@ static void put(const char *target, const char *name, const void *p, size_t n)
  * CHAT, alone and after a cache control, FIT_CONTEXT; the frames that answer it
  * (LOGPROBS, and the first TOKEN with the prompt's usage).
  */
-static void sampling_seeds(uint8_t *b, size_t cap, const struct kvp_generate *g0,
-			   const struct kvp_chat *ch0, const int32_t *ids,
-			   const struct kvp_proto_msg *msgs)
+static void sampling_seeds(uint8_t *b, size_t cap, const struct kvp_gen_req *g0,
+			   const struct kvp_gen_req *ch0)
 {
 	static const char schema[] = "{\"type\":\"object\",\"properties\":{\"a\":"
 				     "{\"type\":\"integer\"}},\"required\":[\"a\"]}";
@@ -58,40 +57,46 @@ static void sampling_seeds(uint8_t *b, size_t cap, const struct kvp_generate *g0
 	const struct kvp_logprob lp[] = { { 15043, -0.1f }, { 15043, -0.1f }, { 7, -2.5f },
 					  { 3186, -1.0f },  { 3186, -1.0f },  { 9, -1.5f } };
 	struct kvp_usage u = { .prompt_tokens = 4, .cached_tokens = 0 };
-	struct kvp_generate g = *g0;
-	struct kvp_chat ch = *ch0;
-	uint8_t samp[256];
-	size_t sl, n;
+	const struct kvp_proto_sampling ps = { .hdr = s, .bias = bias, .schema = schema };
+	struct kvp_gen_req g = *g0, ch = *ch0;
+	const int32_t *ids = g0->ids;
+	size_t n;
 
-	memcpy(samp, &s, sizeof(s));
-	memcpy(samp + sizeof(s), bias, sizeof(bias));
-	memcpy(samp + sizeof(s) + sizeof(bias), schema, s.schema_bytes);
-	sl = sizeof(s) + sizeof(bias) + s.schema_bytes;
-	g.flags = KVP_GEN_SAMPLING | KVP_GEN_FIT_CONTEXT;
-	n = kvp_proto_encode_generate_s(b, cap, 10, &g, NULL, samp, sl, ids);
-	put("proto", "generate-sampling-fit", b, n);
-	g.flags = KVP_GEN_CACHE_CTL | KVP_GEN_SAMPLING;
-	n = kvp_proto_encode_generate_s(b, cap, 11, &g, &cc, samp, sl, ids);
-	put("proto", "generate-cc-sampling", b, n);
 	g.flags = KVP_GEN_FIT_CONTEXT;
-	n = kvp_proto_encode_generate(b, cap, 12, &g, ids);
+	g.has_samp = true;
+	g.samp = ps;
+	n = kvp_proto_encode_request(b, cap, 10, &g);
+	put("proto", "generate-sampling-fit", b, n);
+	g.flags = 0;
+	g.has_cc = true;
+	g.cc = cc;
+	n = kvp_proto_encode_request(b, cap, 11, &g);
+	put("proto", "generate-cc-sampling", b, n);
+	g = *g0;
+	g.flags = KVP_GEN_FIT_CONTEXT;
+	n = kvp_proto_encode_request(b, cap, 12, &g);
 	put("proto", "generate-fit", b, n);
 	/* a JSON object grammar, no bias: the section alone */
-	s = (struct kvp_sampling){ .grammar = KVP_GRAMMAR_JSON_OBJECT };
-	g.flags = KVP_GEN_SAMPLING;
-	n = kvp_proto_encode_generate_s(b, cap, 13, &g, NULL, &s, sizeof(s), ids);
+	g.flags = 0;
+	g.has_samp = true;
+	g.samp = (struct kvp_proto_sampling){ .hdr.grammar = KVP_GRAMMAR_JSON_OBJECT };
+	n = kvp_proto_encode_request(b, cap, 13, &g);
 	put("proto", "generate-json-object", b, n);
-	ch.flags = KVP_CHAT_SAMPLING | KVP_CHAT_FIT_CONTEXT;
-	n = kvp_proto_encode_chat_s(b, cap, 14, &ch, NULL, samp, sl, NULL, msgs);
+	ch.flags = KVP_CHAT_FIT_CONTEXT;
+	ch.has_samp = true;
+	ch.samp = ps;
+	n = kvp_proto_encode_request(b, cap, 14, &ch);
 	put("proto", "chat-sampling-fit", b, n);
-	ch.flags = KVP_CHAT_CACHE_CTL | KVP_CHAT_SAMPLING;
-	n = kvp_proto_encode_chat_s(b, cap, 15, &ch, &cc, samp, sl, NULL, msgs);
+	ch.flags = 0;
+	ch.has_cc = true;
+	ch.cc = cc;
+	n = kvp_proto_encode_request(b, cap, 15, &ch);
 	put("proto", "chat-cc-sampling", b, n);
 	n = kvp_proto_encode_logprobs(b, cap, 10, &lh, lp);
 	put("proto", "logprobs", b, n);
-	n = kvp_proto_encode_token_u(b, cap, 10, ids, 2, "he", 2, -1, &u);
+	n = kvp_proto_encode_token(b, cap, 10, ids, 2, "he", 2, -1, &u);
 	put("proto", "token-usage", b, n);
-	n = kvp_proto_encode_token_u(b, cap, 11, ids, 2, "he", 2, 1, &u);
+	n = kvp_proto_encode_token(b, cap, 11, ids, 2, "he", 2, 1, &u);
 	put("proto", "token-cont-usage", b, n);
 }
 
@@ -100,15 +105,21 @@ static void proto(void)
 	static uint8_t b[8192];
 	const int32_t ids[] = { 1, 15043, 3186, 29892 };
 	struct kvp_hello hello = { .flags = KVP_HELLO_WANT_POOL_FD, .client = "fuzz" };
-	struct kvp_generate g = { .n_tokens = 4,
-				  .max_new_tokens = 16,
-				  .top_k = 40,
-				  .temperature = 0.7f,
-				  .top_p = 0.9f,
-				  .seed = 1,
-				  .salt_len = 2,
-				  .salt = "ab" };
-	struct kvp_generate gt = { .flags = KVP_GEN_TEXT, .text_bytes = 11, .max_new_tokens = 8 };
+	struct kvp_gen_req g = { .type = KVP_FRAME_GENERATE,
+				 .n_ids = 4,
+				 .ids = ids,
+				 .max_new_tokens = 16,
+				 .top_k = 40,
+				 .temperature = 0.7f,
+				 .top_p = 0.9f,
+				 .seed = 1,
+				 .salt_len = 2,
+				 .salt = "ab" };
+	struct kvp_gen_req gt = { .type = KVP_FRAME_GENERATE,
+				  .flags = KVP_GEN_TEXT,
+				  .text_bytes = 11,
+				  .text = "hello world",
+				  .max_new_tokens = 8 };
 	struct kvp_cache_ctl cc = { .flags = KVP_CC_RETAIN,
 				    .n_breakpoints = 2,
 				    .breakpoints = { 2, 4 },
@@ -121,40 +132,41 @@ static void proto(void)
 	struct kvp_detokenize dt = { .n_tokens = 4 };
 	struct kvp_proto_msg msgs[] = { { KVP_ROLE_SYSTEM, 4, "Be k" },
 					{ KVP_ROLE_USER, 5, "hello" } };
-	struct kvp_chat ch = { .n_messages = 2,
-			       .n_context = 0,
-			       .max_new_tokens = 16,
-			       .temperature = 1.0f,
-			       .top_p = 1.0f,
-			       .template_name = "llama3" };
+	struct kvp_gen_req ch = { .type = KVP_FRAME_CHAT,
+				  .n_messages = 2,
+				  .msgs = msgs,
+				  .max_new_tokens = 16,
+				  .temperature = 1.0f,
+				  .top_p = 1.0f,
+				  .template_name = "llama3" };
 	struct kvp_lease_req lr = { .n_tokens = 4, .ttl_ms = 1000 };
 	struct kvp_pin pin = { .flags = 0, .n_tokens = 4 };
 	struct kvp_welcome w = { .n_vocab = 32000, .n_ctx = 2048, .model = "tiny" };
 	struct kvp_lease l = { 0 };
-	struct kvp_chat chc = ch;
-	struct kvp_generate gc = g;
+	struct kvp_gen_req chc = ch, gc = g;
 	size_t n;
 
 	n = kvp_proto_encode_hello(b, sizeof(b), &hello);
 	put("proto", "hello", b, n);
-	n = kvp_proto_encode_generate(b, sizeof(b), 7, &g, ids);
+	n = kvp_proto_encode_request(b, sizeof(b), 7, &g);
 	put("proto", "generate-ids", b, n);
-	n = kvp_proto_encode_generate(b, sizeof(b), 8, &gt, "hello world");
+	n = kvp_proto_encode_request(b, sizeof(b), 8, &gt);
 	put("proto", "generate-text", b, n);
-	gc.flags |= KVP_GEN_CACHE_CTL;
-	n = kvp_proto_encode_generate_cc(b, sizeof(b), 9, &gc, &cc, ids);
+	gc.has_cc = true;
+	gc.cc = cc;
+	n = kvp_proto_encode_request(b, sizeof(b), 9, &gc);
 	put("proto", "generate-cc", b, n);
 	n = kvp_proto_encode_cancel(b, sizeof(b), 7);
 	put("proto", "cancel", b, n);
 	n = kvp_proto_encode_welcome(b, sizeof(b), &w);
 	put("proto", "welcome", b, n);
-	n = kvp_proto_encode_token(b, sizeof(b), 7, ids, 2, "he", 2);
+	n = kvp_proto_encode_token(b, sizeof(b), 7, ids, 2, "he", 2, -1, NULL);
 	put("proto", "token", b, n);
-	n = kvp_proto_encode_token_cc(b, sizeof(b), 7, ids, 2, "he", 2, 1);
+	n = kvp_proto_encode_token(b, sizeof(b), 7, ids, 2, "he", 2, 1, NULL);
 	put("proto", "token-cc", b, n);
-	n = kvp_proto_encode_done(b, sizeof(b), 7, &u);
+	n = kvp_proto_encode_done(b, sizeof(b), 7, &u, NULL);
 	put("proto", "done", b, n);
-	n = kvp_proto_encode_done_cc(b, sizeof(b), 7, &u, &cu);
+	n = kvp_proto_encode_done(b, sizeof(b), 7, &u, &cu);
 	put("proto", "done-cc", b, n);
 	n = kvp_proto_encode_error(b, sizeof(b), 7, KVP_E_LIMIT, "too long", 8);
 	put("proto", "error", b, n);
@@ -164,13 +176,14 @@ static void proto(void)
 	put("proto", "detokenize", b, n);
 	n = kvp_proto_encode_ids(b, sizeof(b), 7, ids, 4, "text", 4);
 	put("proto", "ids", b, n);
-	n = kvp_proto_encode_chat(b, sizeof(b), 7, &ch, NULL, msgs);
+	n = kvp_proto_encode_request(b, sizeof(b), 7, &ch);
 	put("proto", "chat", b, n);
-	chc.flags |= KVP_CHAT_CACHE_CTL;
 	cc.flags |= KVP_CC_BP_MESSAGES;
 	cc.n_breakpoints = 1;
 	cc.breakpoints[0] = 1;
-	n = kvp_proto_encode_chat_cc(b, sizeof(b), 7, &chc, &cc, NULL, msgs);
+	chc.has_cc = true;
+	chc.cc = cc;
+	n = kvp_proto_encode_request(b, sizeof(b), 7, &chc);
 	put("proto", "chat-cc", b, n);
 	n = kvp_proto_encode_lease_req(b, sizeof(b), 7, &lr, ids);
 	put("proto", "lease", b, n);
@@ -182,7 +195,7 @@ static void proto(void)
 	put("proto", "pin", b, n);
 	n = kvp_proto_encode_flush_domain(b, sizeof(b), 7, "alice");
 	put("proto", "flush-domain", b, n);
-	sampling_seeds(b, sizeof(b), &g, &ch, ids, msgs);
+	sampling_seeds(b, sizeof(b), &g, &ch);
 }
 
 static void gguf(void)

@@ -60,11 +60,12 @@ static int e_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, con
 	return KVP_OK;
 }
 
-static int e_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		      const struct kvp_generate *g, const int32_t *tokens, const char *text)
+static int e_generate(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp_gen_req *g)
 {
 	struct fixture *f = ctx;
-	struct kvp_usage u = { .prompt_tokens = g->n_tokens, .cached_tokens = 16, .ttft_ms = 2.5 };
+	const int32_t *tokens = g->ids;
+	const char *text = g->text;
+	struct kvp_usage u = { .prompt_tokens = g->n_ids, .cached_tokens = 16, .ttft_ms = 2.5 };
 	char buf[16];
 
 	atomic_store(&f->gen_priority, g->priority);
@@ -80,7 +81,7 @@ static int e_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		}
 		u.generated_tokens = 2;
 		u.status = KVP_E_SHUTDOWN;
-		kvp_server_send_done(f->srv, conn, req_id, &u);
+		kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 		return KVP_OK;
 	}
 	if (tokens && tokens[0] == 27) {
@@ -90,7 +91,7 @@ static int e_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 
 		kvp_server_send_tokens(f->srv, conn, req_id, &id, 1, ctl, sizeof(ctl) - 1);
 		u.generated_tokens = 1;
-		kvp_server_send_done(f->srv, conn, req_id, &u);
+		kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 		return KVP_OK;
 	}
 	if (tokens && tokens[0] == 42) {
@@ -98,7 +99,7 @@ static int e_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		atomic_store(&f->held, true);
 		return KVP_OK;
 	}
-	for (uint32_t i = 0; tokens && i < g->n_tokens && i < g->max_new_tokens; i++) {
+	for (uint32_t i = 0; tokens && i < g->n_ids && i < g->max_new_tokens; i++) {
 		int n = snprintf(buf, sizeof(buf), "%d;", tokens[i]);
 
 		kvp_server_send_tokens(f->srv, conn, req_id, &tokens[i], 1, buf, (uint32_t)n);
@@ -121,7 +122,7 @@ static int e_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		kvp_server_send_tokens(f->srv, conn, req_id, &id, 1, odd, sizeof(odd) - 1);
 		u.generated_tokens = 1;
 	}
-	kvp_server_send_done(f->srv, conn, req_id, &u);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 	return KVP_OK;
 }
 
@@ -130,7 +131,7 @@ static void e_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
 	struct fixture *f = ctx;
 	struct kvp_usage u = { .prompt_tokens = 1, .status = KVP_E_CANCELLED };
 
-	kvp_server_send_done(f->srv, conn, req_id, &u);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 }
 
 static void e_closed(void *ctx, kvp_conn_id conn)
@@ -152,7 +153,7 @@ static int e_tokenize(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct
 		ids[n++] = (uint8_t)text[i] + (t->flags & KVP_TOKENIZE_PARSE_SPECIAL ? 1000 : 0);
 	u.prompt_tokens = n;
 	kvp_server_send_ids(f->srv, conn, req_id, ids, n, NULL, 0);
-	kvp_server_send_done(f->srv, conn, req_id, &u);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 	return KVP_OK;
 }
 
@@ -171,7 +172,7 @@ static int e_detokenize(void *ctx, kvp_conn_id conn, uint64_t req_id,
 				      ids[i]);
 	text[n++] = (char)0xff;
 	kvp_server_send_ids(f->srv, conn, req_id, NULL, 0, text, (uint32_t)n);
-	kvp_server_send_done(f->srv, conn, req_id, &u);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 	return KVP_OK;
 }
 
@@ -180,15 +181,14 @@ static int e_detokenize(void *ctx, kvp_conn_id conn, uint64_t req_id,
  * covered); the reply is "r1 r2" (ids 7, 8), or nothing until cancelled when the last
  * message is "hold"; a message "refuse" gets an ERROR.
  */
-static int e_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		  const struct kvp_chat *ch, const int32_t *context,
-		  const struct kvp_proto_msg *msgs)
+static int e_chat(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp_gen_req *ch)
 {
 	struct fixture *f = ctx;
+	const struct kvp_proto_msg *msgs = ch->msgs;
 	const struct kvp_proto_msg *last = &msgs[ch->n_messages - 1];
-	int32_t prompt[3] = { (int32_t)ch->n_messages, (int32_t)ch->n_context,
+	int32_t prompt[3] = { (int32_t)ch->n_messages, (int32_t)ch->n_ids,
 			      (int32_t)ch->context_msgs };
-	struct kvp_usage u = { .prompt_tokens = 3 + ch->n_context, .generated_tokens = 2 };
+	struct kvp_usage u = { .prompt_tokens = 3 + ch->n_ids, .generated_tokens = 2 };
 	unsigned int roles = 0;
 	int32_t r1 = 7, r2 = 8;
 
@@ -196,7 +196,7 @@ static int e_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint
 		roles |= msgs[i].role << (2 * i);
 	atomic_store(&f->chat_msgs, ch->n_messages);
 	atomic_store(&f->chat_priority, ch->priority);
-	atomic_store(&f->chat_context, ch->n_context);
+	atomic_store(&f->chat_context, ch->n_ids);
 	atomic_store(&f->chat_context_msgs, ch->context_msgs);
 	atomic_store(&f->chat_roles, roles);
 	if (last->len == 6 && !memcmp(last->text, "refuse", 6)) {
@@ -211,7 +211,7 @@ static int e_chat(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint
 	}
 	kvp_server_send_tokens(f->srv, conn, req_id, &r1, 1, "r1", 2);
 	kvp_server_send_tokens(f->srv, conn, req_id, &r2, 1, " r2", 3);
-	kvp_server_send_done(f->srv, conn, req_id, &u);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
 	return KVP_OK;
 }
 
@@ -250,21 +250,13 @@ static int e_status(void *ctx, const struct kvp_peer *peer, enum kvp_status_fmt 
 	return (size_t)n < cap ? n : -ENOSPC;
 }
 
-/* The CLI sends cache control with every request; this daemon ignores it. */
-static int e_generate_cc(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-			 const struct kvp_generate *g, const struct kvp_cache_ctl *cc,
-			 const int32_t *tokens, const char *text)
+/* GENERATE and CHAT; the CLI sends cache control with every request, ignored here. */
+static int e_request(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
+		     const struct kvp_gen_req *r)
 {
-	(void)cc;
-	return e_generate(ctx, conn, peer, req_id, g, tokens, text);
-}
-
-static int e_chat_cc(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		     const struct kvp_chat *ch, const struct kvp_cache_ctl *cc,
-		     const int32_t *context, const struct kvp_proto_msg *msgs)
-{
-	(void)cc;
-	return e_chat(ctx, conn, peer, req_id, ch, context, msgs);
+	(void)peer;
+	return r->type == KVP_FRAME_CHAT ? e_chat(ctx, conn, req_id, r) :
+					   e_generate(ctx, conn, req_id, r);
 }
 
 static void *run(void *arg)
@@ -280,15 +272,12 @@ static int setup(void **state)
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct kvp_server_config cfg = { .socket_gid = (gid_t)-1, .status_gid = (gid_t)-1 };
 	struct kvp_server_ops ops = { .hello = e_hello,
-				      .generate = e_generate,
+				      .generate = e_request,
 				      .cancel = e_cancel,
 				      .closed = e_closed,
 				      .tokenize = e_tokenize,
 				      .detokenize = e_detokenize,
-				      .chat = e_chat,
-				      .status = e_status,
-				      .generate_cc = e_generate_cc,
-				      .chat_cc = e_chat_cc };
+				      .status = e_status };
 
 	assert_non_null(f);
 	assert_int_equal(kvp_test_tmpdir(f->dir, sizeof(f->dir)), 0);

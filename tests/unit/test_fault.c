@@ -148,13 +148,19 @@ static void test_codecs_allocate_nothing(void **state)
 	static uint8_t buf[1 << 16], val[1 << 16];
 	const int32_t ids[] = { 1, 2, 3, 4 };
 	const struct kvp_proto_limits lim = { 1 << 20, 4096, 4096, 1 << 16 };
-	struct kvp_generate g = {
-		.n_tokens = 4, .max_new_tokens = 8, .temperature = 1.0f, .top_p = 1.0f
-	};
-	struct kvp_proto_msg msgs[] = { { KVP_ROLE_USER, 2, "hi" } };
-	struct kvp_chat ch = {
-		.n_messages = 1, .max_new_tokens = 8, .temperature = 1.0f, .top_p = 1.0f
-	};
+	struct kvp_gen_req g = { .type = KVP_FRAME_GENERATE,
+				 .n_ids = 4,
+				 .ids = ids,
+				 .max_new_tokens = 8,
+				 .temperature = 1.0f,
+				 .top_p = 1.0f };
+	struct kvp_proto_msg msgs[] = { { KVP_ROLE_USER, 2, "hi" } }, mo[1];
+	struct kvp_gen_req ch = { .type = KVP_FRAME_CHAT,
+				  .n_messages = 1,
+				  .msgs = msgs,
+				  .max_new_tokens = 8,
+				  .temperature = 1.0f,
+				  .top_p = 1.0f };
 	struct kvp_tier_layout lay;
 	struct kvp_tier_file_hdr fh;
 	struct kvp_tier_blk_info info;
@@ -165,12 +171,10 @@ static void test_codecs_allocate_nothing(void **state)
 	uint32_t tokens[BT], tok2[BT];
 	struct kvp_index_rec rec;
 	struct kvp_frame_hdr hdr;
-	struct kvp_generate go;
-	struct kvp_chat cho;
-	const void *body, *ctx;
-	const uint8_t *sect;
+	struct kvp_gen_req out;
 	const char *why;
-	size_t n, sect_len;
+	bool conn_fault;
+	size_t n;
 	uint8_t *kv = calloc(1, 1 << 16);
 
 	assert_non_null(kv);
@@ -179,15 +183,15 @@ static void test_codecs_allocate_nothing(void **state)
 	memcpy(ek.model_fp, fp, 16);
 	assert_int_equal(kvp_fault_arm("alloc", 1, KVP_FAULT_ALWAYS, -ENOMEM), 0);
 
-	n = kvp_proto_encode_generate(buf, sizeof(buf), 1, &g, ids);
+	n = kvp_proto_encode_request(buf, sizeof(buf), 1, &g);
 	assert_int_equal(kvp_proto_check_hdr(buf, n, lim.max_frame_bytes, &hdr, &why), KVP_OK);
-	assert_int_equal(kvp_proto_decode_generate(buf + sizeof(hdr), hdr.len_bytes, &lim, &go,
-						   &body, &why),
+	assert_int_equal(kvp_proto_decode_request(hdr.type, buf + sizeof(hdr), hdr.len_bytes, &lim,
+						  &out, NULL, &conn_fault, &why),
 			 KVP_OK);
-	n = kvp_proto_encode_chat(buf, sizeof(buf), 2, &ch, NULL, msgs);
+	n = kvp_proto_encode_request(buf, sizeof(buf), 2, &ch);
 	assert_int_equal(kvp_proto_check_hdr(buf, n, lim.max_frame_bytes, &hdr, &why), KVP_OK);
-	assert_int_equal(kvp_proto_decode_chat(buf + sizeof(hdr), hdr.len_bytes, &lim, &cho, &ctx,
-					       &sect, &sect_len, &why),
+	assert_int_equal(kvp_proto_decode_request(hdr.type, buf + sizeof(hdr), hdr.len_bytes, &lim,
+						  &out, mo, &conn_fault, &why),
 			 KVP_OK);
 
 	assert_int_equal(kvp_prefix_key_init(&key, &ek), 0);

@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -21,6 +22,120 @@ static const struct kvp_proto_limits lim = {
 	.max_prompt_tokens = 64,
 	.max_new_tokens = 100,
 };
+
+/*
+ * The GENERATE and CHAT wire layouts written by hand, not by the codec's encoder, so that
+ * a case may set any field of the fixed structs: reserved words, flags without their
+ * section, lengths that lie.  @sect (@sect_len bytes): the sections after the struct.
+ */
+static size_t raw_generate(uint8_t *f, size_t cap, uint64_t id, const struct kvp_generate *g,
+			   const void *sect, size_t sect_len, const void *body)
+{
+	size_t nb = g->flags & KVP_GEN_TEXT ? g->text_bytes : (size_t)g->n_tokens * 4;
+	size_t n = sizeof(struct kvp_frame_hdr) + sizeof(*g) + sect_len + nb;
+	struct kvp_frame_hdr h;
+	uint8_t *o = f + sizeof(h);
+
+	assert_true(n <= cap);
+	kvp_proto_hdr_init(&h, KVP_FRAME_GENERATE, id, (uint32_t)(n - sizeof(h)));
+	memcpy(f, &h, sizeof(h));
+	memcpy(o, g, sizeof(*g));
+	if (sect_len)
+		memcpy(o + sizeof(*g), sect, sect_len);
+	if (nb)
+		memcpy(o + sizeof(*g) + sect_len, body, nb);
+	return n;
+}
+
+static void raw_put(uint8_t *f, size_t cap, size_t *n, const void *p, size_t len)
+{
+	assert_true(*n + len <= cap);
+	if (len)
+		memcpy(f + *n, p, len);
+	*n += len;
+}
+
+static size_t raw_chat(uint8_t *f, size_t cap, uint64_t id, const struct kvp_chat *c,
+		       const void *sect, size_t sect_len, const int32_t *ctx,
+		       const struct kvp_proto_msg *m)
+{
+	struct kvp_frame_hdr h;
+	size_t n = sizeof(h);
+
+	raw_put(f, cap, &n, c, sizeof(*c));
+	raw_put(f, cap, &n, sect, sect_len);
+	raw_put(f, cap, &n, ctx, (size_t)c->n_context * 4);
+	for (uint32_t i = 0; i < c->n_messages; i++) {
+		struct kvp_chat_message cm = { .role = m[i].role, .bytes = m[i].len };
+
+		raw_put(f, cap, &n, &cm, sizeof(cm));
+		raw_put(f, cap, &n, m[i].text, m[i].len);
+	}
+	kvp_proto_hdr_init(&h, KVP_FRAME_CHAT, id, (uint32_t)(n - sizeof(h)));
+	memcpy(f, &h, sizeof(h));
+	return n;
+}
+
+/* The one decoder on a GENERATE, its answer as the wire struct and the prompt. */
+static int decode_generate(const void *p, size_t len, const struct kvp_proto_limits *l,
+			   struct kvp_generate *out, const void **body, const char **why)
+{
+	struct kvp_gen_req r;
+	bool conn_fault;
+	int st = kvp_proto_decode_request(KVP_FRAME_GENERATE, p, len, l, &r, NULL, &conn_fault,
+					  why);
+
+	*out = (struct kvp_generate){ .flags = r.flags,
+				      .n_tokens = r.n_ids,
+				      .text_bytes = r.text_bytes,
+				      .max_new_tokens = r.max_new_tokens,
+				      .top_k = r.top_k,
+				      .temperature = r.temperature,
+				      .top_p = r.top_p,
+				      .salt_len = r.salt_len,
+				      .seed = r.seed,
+				      .priority = r.priority };
+	memcpy(out->salt, r.salt, sizeof(out->salt));
+	*body = r.flags & KVP_GEN_TEXT ? (const void *)r.text : r.ids;
+	/* the connection ends on structure, and on the limits WELCOME announces */
+	if (st)
+		assert_int_equal(conn_fault, st != KVP_E_INVALID);
+	return st;
+}
+
+/* The one decoder on a CHAT: the wire struct, the context, the messages (@mout, or NULL). */
+static int decode_chat(const void *p, size_t len, const struct kvp_proto_limits *l,
+		       struct kvp_chat *out, const void **ctx, struct kvp_proto_msg *mout,
+		       struct kvp_gen_req *req, const char **why)
+{
+	static struct kvp_proto_msg msgs[KVP_CHAT_MESSAGES_MAX];
+	struct kvp_gen_req r;
+	bool conn_fault;
+	int st = kvp_proto_decode_request(KVP_FRAME_CHAT, p, len, l, &r, msgs, &conn_fault, why);
+
+	*out = (struct kvp_chat){ .flags = r.flags,
+				  .n_messages = r.n_messages,
+				  .n_context = r.n_ids,
+				  .context_msgs = r.context_msgs,
+				  .max_new_tokens = r.max_new_tokens,
+				  .top_k = r.top_k,
+				  .temperature = r.temperature,
+				  .top_p = r.top_p,
+				  .seed = r.seed,
+				  .salt_len = r.salt_len,
+				  .priority = r.priority };
+	memcpy(out->salt, r.salt, sizeof(out->salt));
+	memcpy(out->template_name, r.template_name, sizeof(out->template_name));
+	*ctx = r.ids;
+	if (req)
+		*req = r;
+	/* a CHAT's limits are the request's alone: only structure ends the connection */
+	if (st)
+		assert_int_equal(conn_fault, st == KVP_E_PROTO);
+	if (!st && mout)
+		memcpy(mout, r.msgs, r.n_messages * sizeof(*mout));
+	return st;
+}
 
 static struct kvp_generate gen(uint32_t n_tokens)
 {
@@ -39,7 +154,7 @@ static int roundtrip(const struct kvp_generate *g, const void *body, struct kvp_
 	uint8_t frame[8192];
 	struct kvp_frame_hdr h;
 	const char *why = NULL;
-	size_t n = kvp_proto_encode_generate(frame, sizeof(frame), 42, g, body);
+	size_t n = raw_generate(frame, sizeof(frame), 42, g, NULL, 0, body);
 	int r;
 
 	assert_true(n <= sizeof(frame));
@@ -49,7 +164,7 @@ static int roundtrip(const struct kvp_generate *g, const void *body, struct kvp_
 	assert_int_equal(h.type, KVP_FRAME_GENERATE);
 	assert_int_equal(h.req_id, 42);
 	assert_int_equal(h.len_bytes + sizeof(h), n);
-	r = kvp_proto_decode_generate(frame + sizeof(h), h.len_bytes, &lim, out, out_body, &why);
+	r = decode_generate(frame + sizeof(h), h.len_bytes, &lim, out, out_body, &why);
 	if (r)
 		assert_non_null(why);
 	return r;
@@ -100,18 +215,20 @@ static void test_daemon_frames_roundtrip(void **state)
 	assert_int_equal(kvp_proto_decode_welcome(frame + 24, h.len_bytes, &w2, &why), KVP_OK);
 	assert_memory_equal(&w, &w2, sizeof(w));
 
-	n = kvp_proto_encode_token(frame, sizeof(frame), 9, tok, 2, "ab", 2);
+	n = kvp_proto_encode_token(frame, sizeof(frame), 9, tok, 2, "ab", 2, -1, NULL);
 	assert_int_equal(n, 24 + 8 + 8 + 2);
 	assert_int_equal(kvp_proto_check_hdr(frame, n, 4096, &h, &why), KVP_OK);
-	assert_int_equal(kvp_proto_decode_token(frame + 24, h.len_bytes, &t, &ids, &text, &why),
+	assert_int_equal(kvp_proto_decode_token(frame + 24, h.len_bytes, &t, &ids, &text, NULL,
+						NULL, NULL, &why),
 			 KVP_OK);
 	assert_int_equal(t.n_tokens, 2);
 	assert_memory_equal(ids, tok, 8);
 	assert_memory_equal(text, "ab", 2);
 
-	n = kvp_proto_encode_done(frame, sizeof(frame), 9, &u);
+	n = kvp_proto_encode_done(frame, sizeof(frame), 9, &u, NULL);
 	assert_int_equal(kvp_proto_check_hdr(frame, n, 4096, &h, &why), KVP_OK);
-	assert_int_equal(kvp_proto_decode_done(frame + 24, h.len_bytes, &u2, &why), KVP_OK);
+	assert_int_equal(kvp_proto_decode_done(frame + 24, h.len_bytes, &u2, NULL, NULL, &why),
+			 KVP_OK);
 	assert_memory_equal(&u, &u2, sizeof(u));
 
 	n = kvp_proto_encode_error(frame, sizeof(frame), 0, KVP_E_BUSY, "full", 4);
@@ -128,7 +245,7 @@ static void test_encoder_reports_needed_size(void **state)
 	struct kvp_usage u = { 0 };
 
 	memset(frame, 0xaa, sizeof(frame));
-	assert_int_equal(kvp_proto_encode_done(frame, sizeof(frame), 1, &u), 24 + 80);
+	assert_int_equal(kvp_proto_encode_done(frame, sizeof(frame), 1, &u, NULL), 24 + 80);
 	assert_int_equal(frame[0], 0xaa);
 }
 
@@ -169,21 +286,19 @@ static void test_bad_generate_payloads(void **state)
 	const char *why;
 
 	/* shorter than the struct */
-	assert_int_equal(kvp_proto_decode_generate(raw, sizeof(g) - 1, &lim, &out, &body, &why),
-			 KVP_E_PROTO);
+	assert_int_equal(decode_generate(raw, sizeof(g) - 1, &lim, &out, &body, &why), KVP_E_PROTO);
 	/* n_tokens beyond the payload; trailing bytes */
 	g = gen(4);
 	memcpy(raw, &g, sizeof(g));
-	assert_int_equal(kvp_proto_decode_generate(raw, sizeof(g) + 15, &lim, &out, &body, &why),
+	assert_int_equal(decode_generate(raw, sizeof(g) + 15, &lim, &out, &body, &why),
 			 KVP_E_PROTO);
-	assert_int_equal(kvp_proto_decode_generate(raw, sizeof(g) + 17, &lim, &out, &body, &why),
+	assert_int_equal(decode_generate(raw, sizeof(g) + 17, &lim, &out, &body, &why),
 			 KVP_E_PROTO);
-	assert_int_equal(kvp_proto_decode_generate(raw, sizeof(g) + 16, &lim, &out, &body, &why),
-			 KVP_OK);
+	assert_int_equal(decode_generate(raw, sizeof(g) + 16, &lim, &out, &body, &why), KVP_OK);
 	/* huge n_tokens: the size computation must not wrap */
 	g = gen(UINT32_MAX);
 	memcpy(raw, &g, sizeof(g));
-	assert_int_equal(kvp_proto_decode_generate(raw, sizeof(g) + 16, &lim, &out, &body, &why),
+	assert_int_equal(decode_generate(raw, sizeof(g) + 16, &lim, &out, &body, &why),
 			 KVP_E_PROTO);
 
 	g = gen(4), g.flags = 0x8;
@@ -199,12 +314,11 @@ static void test_bad_generate_payloads(void **state)
 	g = gen(4), g.text_bytes = 3; /* both */
 	memcpy(raw, &g, sizeof(g));
 	memset(raw + sizeof(g), 'a', 19);
-	assert_int_equal(kvp_proto_decode_generate(raw, sizeof(g) + 19, &lim, &out, &body, &why),
+	assert_int_equal(decode_generate(raw, sizeof(g) + 19, &lim, &out, &body, &why),
 			 KVP_E_PROTO);
 	g.flags = KVP_GEN_TEXT;
 	memcpy(raw, &g, sizeof(g));
-	assert_int_equal(kvp_proto_decode_generate(raw, sizeof(g) + 3, &lim, &out, &body, &why),
-			 KVP_E_PROTO);
+	assert_int_equal(decode_generate(raw, sizeof(g) + 3, &lim, &out, &body, &why), KVP_E_PROTO);
 
 	g = gen(65);
 	assert_int_equal(roundtrip(&g, ids, &out, &body), KVP_E_LIMIT);
@@ -254,12 +368,16 @@ static void test_bad_daemon_payloads(void **state)
 	raw[0] = 2; /* unknown HELLO flag */
 	assert_int_equal(kvp_proto_decode_hello(raw, sizeof(h), &h, &why), KVP_E_PROTO);
 	memcpy(raw, &t, sizeof(t));
-	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 2, &t, &ids, &text, &why),
+	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 2, &t, &ids, &text, NULL, NULL, NULL,
+						&why),
 			 KVP_E_PROTO);
-	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 4, &t, &ids, &text, &why),
+	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 4, &t, &ids, &text, NULL, NULL, NULL,
+						&why),
 			 KVP_E_PROTO);
-	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 3, &t, &ids, &text, &why), KVP_OK);
-	assert_int_equal(kvp_proto_decode_done(raw, 55, &u, &why), KVP_E_PROTO);
+	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 3, &t, &ids, &text, NULL, NULL, NULL,
+						&why),
+			 KVP_OK);
+	assert_int_equal(kvp_proto_decode_done(raw, 55, &u, NULL, NULL, &why), KVP_E_PROTO);
 	memcpy(raw, &e, sizeof(e));
 	assert_int_equal(kvp_proto_decode_error(raw, 8 + 9, &e, &text, &why), KVP_E_PROTO);
 	assert_int_equal(kvp_proto_decode_error(raw, 8 + 10, &e, &text, &why), KVP_OK);
@@ -378,24 +496,21 @@ static int chat_rt(const struct kvp_chat *c, const int32_t *ctx, const struct kv
 		   struct kvp_chat *out, struct kvp_proto_msg *mout)
 {
 	static uint8_t f[1 << 16];
-	const uint8_t *pl, *sect;
+	const uint8_t *pl;
 	const void *ctxp;
 	const char *why = NULL;
-	size_t n, len, sect_len;
+	size_t n, len;
 	int r;
 
-	n = kvp_proto_encode_chat(f, sizeof(f), 9, c, ctx, m);
-	assert_true(n && n <= sizeof(f));
+	n = raw_chat(f, sizeof(f), 9, c, NULL, 0, ctx, m);
 	pl = payload_of(f, n, KVP_FRAME_CHAT, &len);
-	r = kvp_proto_decode_chat(pl, len, &lim, out, &ctxp, &sect, &sect_len, &why);
+	r = decode_chat(pl, len, &lim, out, &ctxp, mout, NULL, &why);
 	if (r) {
 		assert_non_null(why);
 		return r;
 	}
 	if (c->n_context)
 		assert_memory_equal(ctxp, ctx, c->n_context * sizeof(int32_t));
-	if (mout)
-		kvp_proto_chat_messages(sect, sect_len, out->n_messages, mout);
 	return r;
 }
 
@@ -405,23 +520,28 @@ static int tools_rt(struct kvp_chat *c, const struct kvp_proto_msg *m, const cha
 		    uint32_t *got_len)
 {
 	static uint8_t f[1 << 16];
-	const uint8_t *pl, *sect;
+	static uint8_t sect[1024];
+	struct kvp_chat_tools t = { .bytes = tl };
+	const uint8_t *pl;
 	const void *ctxp;
 	const char *why = NULL;
+	struct kvp_gen_req req;
 	struct kvp_chat o;
-	size_t n, len, sect_len;
+	size_t n, len;
 	int r;
 
 	c->flags |= KVP_CHAT_TOOLS;
-	n = kvp_proto_encode_chat_t(f, sizeof(f), 9, c, NULL, NULL, 0, tools, tl, NULL, m);
-	assert_true(n && n <= sizeof(f));
+	memcpy(sect, &t, sizeof(t));
+	memcpy(sect + sizeof(t), tools, tl);
+	n = raw_chat(f, sizeof(f), 9, c, sect, sizeof(t) + tl, NULL, m);
 	pl = payload_of(f, n, KVP_FRAME_CHAT, &len);
-	r = kvp_proto_decode_chat(pl, len, l, &o, &ctxp, &sect, &sect_len, &why);
+	r = decode_chat(pl, len, l, &o, &ctxp, NULL, &req, &why);
 	if (r) {
 		assert_non_null(why);
 		return r;
 	}
-	kvp_proto_chat_tools(pl, len, &o, got, got_len);
+	*got = req.tools;
+	*got_len = req.tools_len;
 	return r;
 }
 
@@ -471,10 +591,21 @@ static void test_chat_tools(void **state)
 	assert_int_equal(tools_rt(&c, m, tools, sizeof(tools) - 1, &capped, &got, &got_len),
 			 KVP_OK);
 	/* without the flag there is no section */
-	c = chat(4);
-	kvp_proto_chat_tools(NULL, 0, &c, &got, &got_len);
-	assert_null(got);
-	assert_int_equal(got_len, 0);
+	{
+		static uint8_t f[1024];
+		struct kvp_gen_req req;
+		const uint8_t *pl;
+		const void *ctxp;
+		const char *why;
+		size_t n, len;
+
+		c = chat(4);
+		n = raw_chat(f, sizeof(f), 9, &c, NULL, 0, NULL, m);
+		pl = payload_of(f, n, KVP_FRAME_CHAT, &len);
+		assert_int_equal(decode_chat(pl, len, &lim, &c, &ctxp, NULL, &req, &why), KVP_OK);
+		assert_null(req.tools);
+		assert_int_equal(req.tools_len, 0);
+	}
 }
 
 static void test_chat_frames(void **state)
@@ -495,10 +626,8 @@ static void test_chat_frames(void **state)
 	struct kvp_proto_msg mo[3], bad[3];
 	struct kvp_chat c = chat(3), o;
 	uint8_t raw[512];
-	const uint8_t *sect;
 	const void *ctxp;
 	const char *why;
-	size_t sect_len;
 
 	c.n_context = 4;
 	c.context_msgs = 2;
@@ -540,19 +669,15 @@ static void test_chat_frames(void **state)
 	memcpy(raw, &c, sizeof(c));
 	memcpy(raw + sizeof(c), &(struct kvp_chat_message){ .role = 1, .bytes = 3 }, 8);
 	memcpy(raw + sizeof(c) + 8, "abcd", 4);
-	assert_int_equal(kvp_proto_decode_chat(raw, sizeof(c) + 8 + 2, &lim, &o, &ctxp, &sect,
-					       &sect_len, &why),
+	assert_int_equal(decode_chat(raw, sizeof(c) + 8 + 2, &lim, &o, &ctxp, NULL, NULL, &why),
 			 KVP_E_PROTO);
-	assert_int_equal(kvp_proto_decode_chat(raw, sizeof(c) + 8 + 4, &lim, &o, &ctxp, &sect,
-					       &sect_len, &why),
+	assert_int_equal(decode_chat(raw, sizeof(c) + 8 + 4, &lim, &o, &ctxp, NULL, NULL, &why),
 			 KVP_E_PROTO);
-	assert_int_equal(kvp_proto_decode_chat(raw, sizeof(c) + 8 + 3, &lim, &o, &ctxp, &sect,
-					       &sect_len, &why),
+	assert_int_equal(decode_chat(raw, sizeof(c) + 8 + 3, &lim, &o, &ctxp, NULL, NULL, &why),
 			 KVP_OK);
 	c.n_context = UINT32_MAX, c.context_msgs = 1; /* must not wrap */
 	memcpy(raw, &c, sizeof(c));
-	assert_int_equal(kvp_proto_decode_chat(raw, sizeof(c) + 8 + 3, &lim, &o, &ctxp, &sect,
-					       &sect_len, &why),
+	assert_int_equal(decode_chat(raw, sizeof(c) + 8 + 3, &lim, &o, &ctxp, NULL, NULL, &why),
 			 KVP_E_PROTO);
 
 	/* maxima */
@@ -606,35 +731,413 @@ static void test_chat_frames(void **state)
 	}
 }
 
+/*
+ * @r through the one request path: kvp_proto_encode_request(), the header checked, then
+ * kvp_proto_decode_request() into *@out (messages into @mout).  Return: its status.
+ */
+static int request_rt(const struct kvp_gen_req *r, const struct kvp_proto_limits *l,
+		      struct kvp_gen_req *out, struct kvp_proto_msg *mout, bool *conn_fault,
+		      const char **why)
+{
+	static uint8_t f[1 << 16];
+	struct kvp_frame_hdr h;
+	size_t n = kvp_proto_encode_request(f, sizeof(f), 77, r);
+
+	assert_true(n > sizeof(h) && n <= sizeof(f));
+	assert_int_equal(kvp_proto_encode_request(NULL, 0, 77, r), n); /* the length alone */
+	assert_int_equal(kvp_proto_check_hdr(f, n, 1 << 20, &h, why), KVP_OK);
+	assert_int_equal(h.type, r->type);
+	assert_int_equal(h.req_id, 77);
+	assert_int_equal(sizeof(h) + h.len_bytes, n);
+	*why = NULL;
+	return kvp_proto_decode_request(h.type, f + sizeof(h), h.len_bytes, l, out, mout,
+					conn_fault, why);
+}
+
 static void test_message_breakpoints(void **state)
 {
 	/*
 	 * KVP_CC_BP_MESSAGES: counted messages, at least 1, at most the CHAT's; a GENERATE
 	 * carrying it is refused (INVALID, the connection kept), and so is a count of 0
 	 */
-	struct kvp_cache_ctl cc = { .flags = KVP_CC_BP_MESSAGES,
-				    .n_breakpoints = 2,
-				    .breakpoints = { 1, 3 },
-				    .bp_ttl_s = { 3600, 0 } };
-	struct kvp_cache_ctl out;
+	const struct kvp_proto_msg m[3] = { { KVP_ROLE_USER, 1, "a" },
+					    { KVP_ROLE_ASSISTANT, 1, "b" },
+					    { KVP_ROLE_USER, 1, "c" } };
+	const int32_t ids[2] = { 1, 2 };
+	const struct kvp_cache_ctl cc = { .flags = KVP_CC_BP_MESSAGES,
+					  .n_breakpoints = 2,
+					  .breakpoints = { 1, 3 },
+					  .bp_ttl_s = { 3600, 0 } };
+	struct kvp_gen_req ch = { .type = KVP_FRAME_CHAT,
+				  .n_messages = 3,
+				  .msgs = m,
+				  .max_new_tokens = 4,
+				  .top_p = 1.0f,
+				  .has_cc = true,
+				  .cc = cc },
+			   g = { .type = KVP_FRAME_GENERATE,
+				 .n_ids = 2,
+				 .ids = ids,
+				 .max_new_tokens = 4,
+				 .top_p = 1.0f,
+				 .has_cc = true,
+				 .cc = cc },
+			   out;
+	struct kvp_proto_msg mo[3];
 	const char *why = NULL;
+	bool conn_fault;
 
 	(void)state;
-	assert_int_equal(kvp_proto_decode_cache_ctl(&cc, sizeof(cc), 0, &out, &why), KVP_OK);
-	assert_int_equal(out.flags, KVP_CC_BP_MESSAGES);
-	assert_int_equal(kvp_proto_cache_ctl_for(&out, KVP_FRAME_CHAT, 3, &why), KVP_OK);
-	assert_int_equal(kvp_proto_cache_ctl_for(&out, KVP_FRAME_CHAT, 2, &why), KVP_E_INVALID);
+	assert_int_equal(request_rt(&ch, &lim, &out, mo, &conn_fault, &why), KVP_OK);
+	assert_true(out.has_cc);
+	assert_int_equal(out.cc.flags, KVP_CC_BP_MESSAGES);
+	assert_memory_equal(&out.cc, &cc, sizeof(cc));
+	ch.n_messages = 2; /* the last breakpoint counts 3 */
+	assert_int_equal(request_rt(&ch, &lim, &out, mo, &conn_fault, &why), KVP_E_INVALID);
+	assert_false(conn_fault);
 	assert_non_null(strstr(why, "messages"));
-	assert_int_equal(kvp_proto_cache_ctl_for(&out, KVP_FRAME_GENERATE, 0, &why), KVP_E_INVALID);
+	assert_int_equal(request_rt(&g, &lim, &out, NULL, &conn_fault, &why), KVP_E_INVALID);
+	assert_false(conn_fault);
 	assert_non_null(strstr(why, "CHAT only"));
-	out.flags = 0; /* token positions: anything goes here, the daemon checks the prompt */
-	assert_int_equal(kvp_proto_cache_ctl_for(&out, KVP_FRAME_GENERATE, 0, &why), KVP_OK);
-	cc.breakpoints[0] = 0;
-	assert_int_equal(kvp_proto_decode_cache_ctl(&cc, sizeof(cc), 0, &out, &why), KVP_E_INVALID);
+	g.cc.flags = 0; /* token positions: anything goes here, the daemon checks the prompt */
+	assert_int_equal(request_rt(&g, &lim, &out, NULL, &conn_fault, &why), KVP_OK);
+	ch.n_messages = 3;
+	ch.cc.breakpoints[0] = 0;
+	assert_int_equal(request_rt(&ch, &lim, &out, mo, &conn_fault, &why), KVP_E_INVALID);
 	assert_non_null(strstr(why, "message breakpoint"));
-	cc.breakpoints[0] = 1;
-	cc.flags = 0x4; /* not a flag */
-	assert_int_equal(kvp_proto_decode_cache_ctl(&cc, sizeof(cc), 0, &out, &why), KVP_E_PROTO);
+	ch.cc.breakpoints[0] = 1;
+	ch.cc.flags = 0x4; /* not a flag */
+	assert_int_equal(request_rt(&ch, &lim, &out, mo, &conn_fault, &why), KVP_E_PROTO);
+	assert_true(conn_fault);
+}
+
+/* Equal requests: every field, pointed-to bytes compared by content. */
+static void assert_req_equal(const struct kvp_gen_req *a, const struct kvp_gen_req *b)
+{
+	assert_int_equal(a->type, b->type);
+	assert_int_equal(a->flags, b->flags);
+	assert_int_equal(a->max_new_tokens, b->max_new_tokens);
+	assert_int_equal(a->top_k, b->top_k);
+	assert_true(a->temperature == b->temperature && a->top_p == b->top_p);
+	assert_int_equal(a->seed, b->seed);
+	assert_int_equal(a->priority, b->priority);
+	assert_int_equal(a->salt_len, b->salt_len);
+	assert_memory_equal(a->salt, b->salt, sizeof(a->salt));
+	assert_int_equal(a->has_cc, b->has_cc);
+	if (a->has_cc)
+		assert_memory_equal(&a->cc, &b->cc, sizeof(a->cc));
+	assert_int_equal(a->has_samp, b->has_samp);
+	if (a->has_samp) {
+		assert_memory_equal(&a->samp.hdr, &b->samp.hdr, sizeof(a->samp.hdr));
+		if (a->samp.hdr.n_bias)
+			assert_memory_equal(a->samp.bias, b->samp.bias,
+					    a->samp.hdr.n_bias * sizeof(struct kvp_logit_bias));
+		if (a->samp.hdr.schema_bytes)
+			assert_memory_equal(a->samp.schema, b->samp.schema,
+					    a->samp.hdr.schema_bytes);
+	}
+	assert_int_equal(a->n_ids, b->n_ids);
+	assert_int_equal(!a->ids, !b->ids);
+	if (a->n_ids)
+		assert_memory_equal(a->ids, b->ids, a->n_ids * sizeof(int32_t));
+	assert_int_equal(a->text_bytes, b->text_bytes);
+	assert_int_equal(!a->text, !b->text);
+	if (a->text_bytes)
+		assert_memory_equal(a->text, b->text, a->text_bytes);
+	assert_int_equal(a->context_msgs, b->context_msgs);
+	assert_memory_equal(a->template_name, b->template_name, sizeof(a->template_name));
+	assert_int_equal(!a->tools, !b->tools);
+	assert_int_equal(a->tools_len, b->tools_len);
+	if (a->tools_len)
+		assert_memory_equal(a->tools, b->tools, a->tools_len);
+	assert_int_equal(a->n_messages, b->n_messages);
+	for (uint32_t i = 0; i < a->n_messages; i++) {
+		assert_int_equal(a->msgs[i].role, b->msgs[i].role);
+		assert_int_equal(a->msgs[i].len, b->msgs[i].len);
+		assert_memory_equal(a->msgs[i].text, b->msgs[i].text, a->msgs[i].len);
+	}
+}
+
+/* The prompt kinds of the one request: how GENERATE and CHAT give it. */
+enum prompt_kind { P_TOKENS, P_TEXT, P_CHAT, P_CHAT_TOOLS, P_CHAT_CONTEXT, P__COUNT };
+
+/*
+ * One request of @kind with the optional parts @cc, @samp, @fit; its flags are the
+ * request's own only (the encoder adds the section flags).
+ */
+static struct kvp_gen_req one_request(enum prompt_kind kind, bool cc, bool samp, bool fit)
+{
+	static const int32_t ids[3] = { 5, 0, 31999 };
+	static const struct kvp_logit_bias bias[2] = { { 3, -2.5f }, { 9, 100.0f } };
+	static const char schema[] = "{\"type\":\"object\"}";
+	static const char tools[] = "[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+	static const struct kvp_proto_msg m[3] = {
+		{ .role = KVP_ROLE_SYSTEM, .len = 3, .text = "sys" },
+		{ .role = KVP_ROLE_ASSISTANT, .len = 0, .text = "" },
+		{ .role = KVP_ROLE_USER, .len = 5, .text = "h\xc3\xa9l!" },
+	};
+	struct kvp_gen_req r = { .type = kind >= P_CHAT ? KVP_FRAME_CHAT : KVP_FRAME_GENERATE,
+				 .max_new_tokens = 9,
+				 .top_k = 40,
+				 .temperature = 0.75f,
+				 .top_p = 0.5f,
+				 .seed = 0x1234567890ull,
+				 .priority = cc ? -7 : KVP_PRIORITY_DEFAULT,
+				 .salt_len = 3,
+				 .salt = "xyz" };
+
+	if (fit)
+		r.flags |= KVP_GEN_FIT_CONTEXT;
+	if (cc) {
+		r.has_cc = true;
+		r.cc = (struct kvp_cache_ctl){ .flags = KVP_CC_RETAIN,
+					       .n_breakpoints = 2,
+					       .breakpoints = { 1, 2 },
+					       .bp_ttl_s = { 60, 0 },
+					       .ttl_s = 30,
+					       .retain = 80,
+					       .n = kind >= P_CHAT ? 0 : 3 };
+	}
+	if (samp) {
+		r.has_samp = true;
+		r.samp = (struct kvp_proto_sampling){ .hdr = { .flags = KVP_SAMP_LOGPROBS,
+							       .top_logprobs = 2,
+							       .presence_penalty = 0.5f,
+							       .frequency_penalty = -1.0f,
+							       .n_bias = 2,
+							       .grammar = KVP_GRAMMAR_JSON_SCHEMA,
+							       .schema_bytes = sizeof(schema) - 1 },
+						      .bias = bias,
+						      .schema = schema };
+	}
+	switch (kind) {
+	case P_TOKENS:
+		r.flags |= KVP_GEN_NO_CACHE;
+		r.ids = ids, r.n_ids = 3;
+		break;
+	case P_TEXT:
+		r.flags |= KVP_GEN_TEXT | KVP_GEN_PARSE_SPECIAL;
+		r.text = "hello w\xc3\xb6rld", r.text_bytes = 12;
+		break;
+	case P_CHAT_CONTEXT:
+		r.ids = ids, r.n_ids = 3, r.context_msgs = 2;
+		/* fall through */
+	case P_CHAT_TOOLS:
+		if (kind == P_CHAT_TOOLS)
+			r.tools = tools, r.tools_len = sizeof(tools) - 1;
+		/* fall through */
+	case P_CHAT:
+		r.flags |= KVP_CHAT_NO_CACHE;
+		r.msgs = m, r.n_messages = 3;
+		memcpy(r.template_name, "chatml", 6);
+		break;
+	default:
+		break;
+	}
+	return r;
+}
+
+/* What the decoder of @in's frame must give: @in with its section flags. */
+static struct kvp_gen_req with_section_flags(struct kvp_gen_req in)
+{
+	if (in.has_cc)
+		in.flags |= KVP_GEN_CACHE_CTL;
+	if (in.has_samp)
+		in.flags |= KVP_GEN_SAMPLING;
+	if (in.tools)
+		in.flags |= KVP_CHAT_TOOLS;
+	return in;
+}
+
+static void test_one_request_path(void **state)
+{
+	/*
+	 * GENERATE and CHAT through one encoder and one decoder, for every combination of the
+	 * optional parts (cache control x sampling x fit-context x tokens / text / chat /
+	 * chat with tools / chat with context): the decoder gives back the struct encoded,
+	 * encoding it again gives back the frame, its length is known before it is written
+	 */
+	static uint8_t f[1 << 16], again[1 << 16];
+	struct kvp_proto_msg mo[KVP_CHAT_MESSAGES_MAX];
+	const struct kvp_proto_limits l = { 1 << 20, 64, 100, 1 << 16 };
+	unsigned int combos = 0;
+
+	(void)state;
+	for (int kind = 0; kind < P__COUNT; kind++)
+		for (int bits = 0; bits < 8; bits++) {
+			struct kvp_gen_req in = one_request(kind, bits & 1, bits & 2, bits & 4);
+			struct kvp_gen_req want = with_section_flags(in), out;
+			const char *why = NULL;
+			bool conn_fault = false;
+			size_t n, n2;
+
+			assert_int_equal(request_rt(&in, &l, &out, mo, &conn_fault, &why), KVP_OK);
+			assert_req_equal(&out, &want);
+			/* the decoded request encodes to the same frame */
+			n = kvp_proto_encode_request(f, sizeof(f), 5, &in);
+			n2 = kvp_proto_encode_request(again, sizeof(again), 5, &out);
+			assert_int_equal(n, n2);
+			assert_memory_equal(f, again, n);
+			/* a buffer one byte short: the length, and nothing written */
+			memset(again, 0xa5, sizeof(again));
+			assert_int_equal(kvp_proto_encode_request(again, n - 1, 5, &in), n);
+			assert_int_equal(again[0], 0xa5);
+			combos++;
+		}
+	assert_int_equal(combos, 40);
+}
+
+/*
+ * Patch the fixed struct's flags of the frame in @f (GENERATE and CHAT keep them first)
+ * and decode it.  Return: the status.
+ */
+static int decode_patched(uint8_t *f, size_t n, uint32_t flags, const struct kvp_proto_limits *l,
+			  bool *conn_fault, const char **why)
+{
+	static struct kvp_proto_msg mo[KVP_CHAT_MESSAGES_MAX];
+	struct kvp_frame_hdr h;
+	struct kvp_gen_req out;
+
+	memcpy(&h, f, sizeof(h));
+	memcpy(f + sizeof(h), &flags, sizeof(flags));
+	return kvp_proto_decode_request(h.type, f + sizeof(h), n - sizeof(h), l, &out, mo,
+					conn_fault, why);
+}
+
+static void test_one_request_malformed(void **state)
+{
+	/*
+	 * Every combination again, broken: cut at every length, or a byte too long, or
+	 * a section flag set without its section, or cleared with it, or a flag the frame
+	 * type does not define, or a section's own length past the frame: all malformed
+	 * (KVP_E_PROTO, the connection ends)
+	 */
+	static uint8_t f[1 << 16];
+	const struct kvp_proto_limits l = { 1 << 20, 64, 100, 1 << 16 };
+	const size_t h = sizeof(struct kvp_frame_hdr);
+
+	(void)state;
+	for (int kind = 0; kind < P__COUNT; kind++)
+		for (int bits = 0; bits < 8; bits++) {
+			struct kvp_gen_req in = one_request(kind, bits & 1, bits & 2, bits & 4);
+			struct kvp_gen_req want = with_section_flags(in), out;
+			bool chat = in.type == KVP_FRAME_CHAT;
+			uint32_t foreign = chat ? KVP_GEN_TEXT : KVP_CHAT_TOOLS;
+			const char *why = NULL;
+			bool conn_fault;
+			size_t n = kvp_proto_encode_request(f, sizeof(f), 5, &in);
+
+			for (size_t cut = h; cut < n; cut++) {
+				conn_fault = false;
+				assert_int_equal(kvp_proto_decode_request(in.type, f + h, cut - h,
+									  &l, &out, NULL,
+									  &conn_fault, &why),
+						 KVP_E_PROTO);
+				assert_true(conn_fault);
+			}
+			f[n] = 0;
+			assert_int_equal(kvp_proto_decode_request(in.type, f + h, n + 1 - h, &l,
+								  &out, NULL, &conn_fault, &why),
+					 KVP_E_PROTO);
+			/* each section flag toggled: the rest of the frame is misread */
+			for (uint32_t sect = KVP_GEN_CACHE_CTL; sect <= KVP_CHAT_TOOLS;
+			     sect <<= 1) {
+				if (sect != KVP_GEN_CACHE_CTL && sect != KVP_GEN_SAMPLING &&
+				    (!chat || sect != KVP_CHAT_TOOLS))
+					continue;
+				n = kvp_proto_encode_request(f, sizeof(f), 5, &in);
+				assert_int_equal(decode_patched(f, n, want.flags ^ sect, &l,
+								&conn_fault, &why),
+						 KVP_E_PROTO);
+				assert_true(conn_fault);
+			}
+			/* unknown flags, and the other frame type's own */
+			n = kvp_proto_encode_request(f, sizeof(f), 5, &in);
+			assert_int_equal(decode_patched(f, n, want.flags | 0x80, &l, &conn_fault,
+							&why),
+					 KVP_E_PROTO);
+			assert_non_null(strstr(why, "unknown"));
+			n = kvp_proto_encode_request(f, sizeof(f), 5, &in);
+			assert_int_equal(decode_patched(f, n, want.flags | foreign, &l, &conn_fault,
+							&why),
+					 KVP_E_PROTO);
+		}
+	/* a section's own lengths past the frame: bias entries, schema, tools */
+	{
+		struct kvp_gen_req in = one_request(P_CHAT_TOOLS, true, true, false), out;
+		bool conn_fault;
+		const char *why;
+		struct kvp_gen_req bad;
+		struct kvp_proto_msg mo[3];
+
+		bad = in, bad.samp.hdr.n_bias = KVP_LOGIT_BIAS_MAX + 1;
+		bad.samp.bias = calloc(KVP_LOGIT_BIAS_MAX + 1, sizeof(struct kvp_logit_bias));
+		assert_non_null(bad.samp.bias);
+		assert_int_equal(request_rt(&bad, &l, &out, mo, &conn_fault, &why), KVP_E_PROTO);
+		assert_true(conn_fault);
+		free((void *)bad.samp.bias);
+		/* the sampling section's schema length lies by one: the tools are misread */
+		{
+			size_t n = kvp_proto_encode_request(f, sizeof(f), 5, &in);
+			size_t off = h + sizeof(struct kvp_chat) + sizeof(struct kvp_cache_ctl) +
+				     offsetof(struct kvp_sampling, schema_bytes);
+			uint32_t sb;
+
+			memcpy(&sb, f + off, 4);
+			sb += 1000;
+			memcpy(f + off, &sb, 4);
+			assert_int_equal(kvp_proto_decode_request(KVP_FRAME_CHAT, f + h, n - h, &l,
+								  &out, mo, &conn_fault, &why),
+					 KVP_E_PROTO);
+			assert_true(conn_fault);
+		}
+		/* the tools' length past the frame, and their reserved word */
+		{
+			size_t n, off;
+			struct kvp_chat_tools t = { .bytes = 60000 };
+
+			n = kvp_proto_encode_request(f, sizeof(f), 5, &in);
+			off = h + sizeof(struct kvp_chat) + sizeof(struct kvp_cache_ctl) +
+			      sizeof(struct kvp_sampling) + 2 * sizeof(struct kvp_logit_bias) +
+			      in.samp.hdr.schema_bytes;
+			memcpy(f + off, &t, sizeof(t));
+			assert_int_equal(kvp_proto_decode_request(KVP_FRAME_CHAT, f + h, n - h, &l,
+								  &out, mo, &conn_fault, &why),
+					 KVP_E_PROTO);
+			t = (struct kvp_chat_tools){ .bytes = in.tools_len, .reserved = 1 };
+			memcpy(f + off, &t, sizeof(t));
+			assert_int_equal(kvp_proto_decode_request(KVP_FRAME_CHAT, f + h, n - h, &l,
+								  &out, mo, &conn_fault, &why),
+					 KVP_E_PROTO);
+			assert_non_null(strstr(why, "reserved"));
+		}
+		/* the values of each section: refused, the connection kept */
+		bad = in, bad.cc.retain = 101;
+		assert_int_equal(request_rt(&bad, &l, &out, mo, &conn_fault, &why), KVP_E_INVALID);
+		assert_false(conn_fault);
+		bad = in, bad.samp.hdr.top_logprobs = 21;
+		assert_int_equal(request_rt(&bad, &l, &out, mo, &conn_fault, &why), KVP_E_INVALID);
+		assert_false(conn_fault);
+		bad = in, bad.tools = "[\xff]", bad.tools_len = 3;
+		assert_int_equal(request_rt(&bad, &l, &out, mo, &conn_fault, &why), KVP_E_INVALID);
+		assert_false(conn_fault);
+		/* more continuations than the maximum: a limit, the request's alone */
+		bad = one_request(P_TOKENS, true, false, false), bad.cc.n = KVP_PARALLEL_MAX + 1;
+		assert_int_equal(request_rt(&bad, &l, &out, NULL, &conn_fault, &why), KVP_E_LIMIT);
+		assert_false(conn_fault);
+		/* GENERATE over a limit WELCOME announces: the connection's fault */
+		bad = one_request(P_TEXT, false, false, false), bad.max_new_tokens = 101;
+		assert_int_equal(request_rt(&bad, &l, &out, NULL, &conn_fault, &why), KVP_E_LIMIT);
+		assert_true(conn_fault);
+		/* ... a CHAT's is its own */
+		bad = one_request(P_CHAT, false, false, false), bad.max_new_tokens = 101;
+		assert_int_equal(request_rt(&bad, &l, &out, mo, &conn_fault, &why), KVP_E_LIMIT);
+		assert_false(conn_fault);
+		/* neither frame: nothing to decode */
+		assert_int_equal(kvp_proto_decode_request(KVP_FRAME_TOKENIZE, f + h, 8, &l, &out,
+							  NULL, &conn_fault, &why),
+				 KVP_E_PROTO);
+	}
 }
 
 static void test_names(void **state)
@@ -666,7 +1169,6 @@ static void test_empty_payloads(void **state)
 	const void *bases[2] = { NULL, nothing };
 	struct kvp_frame_hdr hdr;
 	struct kvp_hello hello;
-	struct kvp_generate g;
 	struct kvp_welcome w;
 	struct kvp_token t;
 	struct kvp_usage u;
@@ -675,18 +1177,15 @@ static void test_empty_payloads(void **state)
 	struct kvp_tokenize tz;
 	struct kvp_detokenize dt;
 	struct kvp_ids ids;
-	struct kvp_chat ch;
 	struct kvp_lease_req lr;
 	struct kvp_lease le;
-	struct kvp_cache_ctl cc;
 	struct kvp_pin pin;
+	struct kvp_gen_req req;
 	struct kvp_proto_msg msg;
 	const void *p1, *p2;
-	const uint8_t *m;
 	const char *s1, *s2;
-	size_t mlen;
 	int32_t cont;
-	bool has_cu;
+	bool has_cu, conn_fault;
 
 	(void)state;
 	for (int i = 0; i < 2; i++) {
@@ -696,14 +1195,23 @@ static void test_empty_payloads(void **state)
 		assert_int_equal(kvp_proto_check_hdr(b, 0, 4096, &hdr, &why), KVP_E_PROTO);
 		assert_non_null(why);
 		assert_int_equal(kvp_proto_decode_hello(b, 0, &hello, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_generate(b, 0, &lim, &g, &p1, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_request(KVP_FRAME_GENERATE, b, 0, &lim, &req,
+							  NULL, &conn_fault, &why),
+				 KVP_E_PROTO);
+		assert_true(conn_fault);
+		msg.len = 77; /* no messages: nothing is written */
+		assert_int_equal(kvp_proto_decode_request(KVP_FRAME_CHAT, b, 0, &lim, &req, &msg,
+							  &conn_fault, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(msg.len, 77);
 		assert_int_equal(kvp_proto_decode_welcome(b, 0, &w, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_token(b, 0, &t, &p1, &s1, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_token_cc(b, 0, &t, &p1, &s1, &cont, &why),
+		assert_int_equal(kvp_proto_decode_token(b, 0, &t, &p1, &s1, NULL, NULL, NULL, &why),
 				 KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_done(b, 0, &u, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_done_cc(b, 0, &u, &cu, &has_cu, &why),
+		assert_int_equal(kvp_proto_decode_token(b, 0, &t, &p1, &s1, &cont, NULL, NULL,
+							&why),
 				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_done(b, 0, &u, NULL, NULL, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_done(b, 0, &u, &cu, &has_cu, &why), KVP_E_PROTO);
 		assert_false(has_cu);
 		assert_int_equal(kvp_proto_decode_error(b, 0, &e, &s1, &why), KVP_E_PROTO);
 		assert_int_equal(kvp_proto_decode_tokenize(b, 0, &lim, &tz, &s2, &why),
@@ -711,17 +1219,10 @@ static void test_empty_payloads(void **state)
 		assert_int_equal(kvp_proto_decode_detokenize(b, 0, &lim, &dt, &p1, &why),
 				 KVP_E_PROTO);
 		assert_int_equal(kvp_proto_decode_ids(b, 0, &ids, &p1, &s1, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_chat(b, 0, &lim, &ch, &p1, &m, &mlen, &why),
-				 KVP_E_PROTO);
 		assert_int_equal(kvp_proto_decode_lease_req(b, 0, &lim, &lr, &p1, &why),
 				 KVP_E_PROTO);
 		assert_int_equal(kvp_proto_decode_lease(b, 0, &le, &p2, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_cache_ctl(b, 0, 0, &cc, &why), KVP_E_PROTO);
 		assert_int_equal(kvp_proto_decode_pin(b, 0, &lim, &pin, &p1, &why), KVP_E_PROTO);
-		/* a CHAT's empty message section holds no messages: nothing is written */
-		msg.len = 77;
-		kvp_proto_chat_messages(b, 0, 0, &msg);
-		assert_int_equal(msg.len, 77);
 	}
 }
 
@@ -774,10 +1275,9 @@ static void test_text_cap(void **state)
 	struct kvp_tokenize t = { .text_bytes = 11 }, to;
 	struct kvp_pin pin = { .flags = KVP_GEN_TEXT, .text_bytes = 11 }, po;
 	uint8_t raw[512];
-	const uint8_t *sect;
 	const void *p;
 	const char *why = NULL, *text;
-	size_t n, sect_len;
+	size_t n;
 	const size_t h = sizeof(struct kvp_frame_hdr);
 
 	(void)state;
@@ -787,16 +1287,14 @@ static void test_text_cap(void **state)
 		int want = cap == 10 ? KVP_E_LIMIT : KVP_OK;
 
 		capped.max_text_bytes = cap;
-		n = kvp_proto_encode_chat(raw, sizeof(raw), 1, &c, NULL, m);
-		assert_int_equal(kvp_proto_decode_chat(raw + h, n - h, &capped, &co, &p, &sect,
-						       &sect_len, &why),
+		n = raw_chat(raw, sizeof(raw), 1, &c, NULL, 0, NULL, m);
+		assert_int_equal(decode_chat(raw + h, n - h, &capped, &co, &p, NULL, NULL, &why),
 				 want);
 		if (want)
 			assert_string_equal(why,
 					    "chat messages longer than max_text_bytes together");
-		n = kvp_proto_encode_generate(raw, sizeof(raw), 1, &g, "hello world");
-		assert_int_equal(kvp_proto_decode_generate(raw + h, n - h, &capped, &go, &p, &why),
-				 want);
+		n = raw_generate(raw, sizeof(raw), 1, &g, NULL, 0, "hello world");
+		assert_int_equal(decode_generate(raw + h, n - h, &capped, &go, &p, &why), want);
 		n = kvp_proto_encode_tokenize(raw, sizeof(raw), 1, &t, "hello world");
 		assert_int_equal(kvp_proto_decode_tokenize(raw + h, n - h, &capped, &to, &text,
 							   &why),
@@ -807,10 +1305,8 @@ static void test_text_cap(void **state)
 	}
 	/* 0: no cap (max_prompt_tokens, 64 bytes here, still holds the others) */
 	capped.max_text_bytes = 0;
-	n = kvp_proto_encode_chat(raw, sizeof(raw), 1, &c, NULL, m);
-	assert_int_equal(kvp_proto_decode_chat(raw + h, n - h, &capped, &co, &p, &sect, &sect_len,
-					       &why),
-			 KVP_OK);
+	n = raw_chat(raw, sizeof(raw), 1, &c, NULL, 0, NULL, m);
+	assert_int_equal(decode_chat(raw + h, n - h, &capped, &co, &p, NULL, NULL, &why), KVP_OK);
 }
 
 /* The sampling section: lengths are faults (PROTO), values refusals (INVALID). */
@@ -823,10 +1319,10 @@ static int gen_with_sampling(const struct kvp_sampling *sh, const void *bias, co
 		.flags = KVP_GEN_SAMPLING, .n_tokens = 2, .max_new_tokens = 4, .top_p = 1
 	};
 	int32_t ids[2] = { 1, 2 };
-	struct kvp_generate out;
+	struct kvp_gen_req out;
 	struct kvp_frame_hdr h;
-	const void *body;
-	size_t n = sizeof(*sh), len;
+	size_t n = sizeof(*sh);
+	bool conn_fault;
 	int r;
 
 	/* at most the 2 entries given: a count above that leaves the frame short */
@@ -837,14 +1333,21 @@ static int gen_with_sampling(const struct kvp_sampling *sh, const void *bias, co
 	n += (size_t)nb * sizeof(struct kvp_logit_bias);
 	memcpy(sect + n, schema, sh->schema_bytes);
 	n += sh->schema_bytes;
-	len = kvp_proto_encode_generate_s(frame, sizeof(frame), 9, &g, NULL, sect, n, ids);
-	assert_true(len > 0 && len <= sizeof(frame));
+	raw_generate(frame, sizeof(frame), 9, &g, sect, n, ids);
 	memcpy(&h, frame, sizeof(h));
-	r = kvp_proto_decode_generate(frame + sizeof(h), h.len_bytes - cut, &lim, &out, &body, why);
+	r = kvp_proto_decode_request(KVP_FRAME_GENERATE, frame + sizeof(h), h.len_bytes - cut, &lim,
+				     &out, NULL, &conn_fault, why);
+	/* lengths end the connection, values refuse the request */
+	if (r)
+		assert_int_equal(conn_fault, r == KVP_E_PROTO);
+	if (r && r != KVP_E_INVALID)
+		return r;
+	assert_true(out.has_samp);
+	*ps = out.samp;
 	if (r)
 		return r;
-	assert_memory_equal(body, ids, sizeof(ids));
-	return kvp_proto_decode_sampling(frame + sizeof(h), h.len_bytes, sizeof(g), ps, why);
+	assert_memory_equal(out.ids, ids, sizeof(ids));
+	return r;
 }
 
 static void test_sampling_section(void **state)
@@ -939,24 +1442,24 @@ static void test_token_usage_trailer(void **state)
 
 	(void)state;
 	for (int c = -1; c <= 3; c += 4) {
-		n = kvp_proto_encode_token_u(raw, sizeof(raw), 5, ids, 2, "ab", 2, c, &u);
+		n = kvp_proto_encode_token(raw, sizeof(raw), 5, ids, 2, "ab", 2, c, &u);
 		assert_int_equal(n, h + 8 + 8 + 2 + (c >= 0 ? 8 : 0) + sizeof(u));
 		memset(&got, 0, sizeof(got));
-		assert_int_equal(kvp_proto_decode_token_u(raw + h, n - h, &t, &p, &text, &cont,
-							  &got, &has, &why),
+		assert_int_equal(kvp_proto_decode_token(raw + h, n - h, &t, &p, &text, &cont, &got,
+							&has, &why),
 				 KVP_OK);
 		assert_true(has);
 		assert_int_equal(cont, c);
 		assert_int_equal(t.n_tokens, 2);
 		assert_memory_equal(text, "ab", 2);
 		assert_memory_equal(&got, &u, sizeof(u));
-		assert_int_equal(kvp_proto_decode_token_cc(raw + h, n - h, &t, &p, &text, &cont,
-							   &why),
+		assert_int_equal(kvp_proto_decode_token(raw + h, n - h, &t, &p, &text, &cont, NULL,
+							NULL, &why),
 				 KVP_E_PROTO);
 		/* without usage: as before */
-		n = kvp_proto_encode_token_u(raw, sizeof(raw), 5, ids, 2, "ab", 2, c, NULL);
-		assert_int_equal(kvp_proto_decode_token_u(raw + h, n - h, &t, &p, &text, &cont,
-							  &got, &has, &why),
+		n = kvp_proto_encode_token(raw, sizeof(raw), 5, ids, 2, "ab", 2, c, NULL);
+		assert_int_equal(kvp_proto_decode_token(raw + h, n - h, &t, &p, &text, &cont, &got,
+							&has, &why),
 				 KVP_OK);
 		assert_false(has);
 		assert_int_equal(cont, c);
@@ -983,6 +1486,8 @@ int main(void)
 		cmocka_unit_test(test_lease_salt_padding),
 		cmocka_unit_test(test_text_cap),
 		cmocka_unit_test(test_chat_tools),
+		cmocka_unit_test(test_one_request_path),
+		cmocka_unit_test(test_one_request_malformed),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

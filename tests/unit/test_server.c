@@ -117,9 +117,11 @@ static int t_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, con
 static void t_wakeup(void *arg);
 
 static int t_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		      const struct kvp_generate *g, const int32_t *tokens, const char *text)
+		      const struct kvp_gen_req *g)
 {
 	struct fixture *f = ctx;
+	const int32_t *tokens = g->ids;
+	const char *text = g->text;
 	struct kvp_usage u = { 0 };
 	char buf[32];
 
@@ -146,17 +148,17 @@ static int t_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		kvp_server_send_tokens(f->srv, conn, req_id, &id, 1, text, g->text_bytes);
 		u.prompt_tokens = g->text_bytes;
 	} else {
-		for (uint32_t i = 0; i < g->n_tokens && i < g->max_new_tokens; i++) {
+		for (uint32_t i = 0; i < g->n_ids && i < g->max_new_tokens; i++) {
 			int n = snprintf(buf, sizeof(buf), "t%d ", tokens[i]);
 
 			kvp_server_send_tokens(f->srv, conn, req_id, &tokens[i], 1, buf,
 					       (uint32_t)n);
 			u.generated_tokens++;
 		}
-		u.prompt_tokens = g->n_tokens;
+		u.prompt_tokens = g->n_ids;
 	}
 	u.ttft_ms = 1.5;
-	return kvp_server_send_done(f->srv, conn, req_id, &u) ? KVP_E_INTERNAL : KVP_OK;
+	return kvp_server_send_done(f->srv, conn, req_id, &u, NULL) ? KVP_E_INTERNAL : KVP_OK;
 }
 
 static void t_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
@@ -206,7 +208,8 @@ static void t_wakeup(void *arg)
 	if (atomic_exchange(&f->stale_probe_set, false)) {
 		struct kvp_usage u = { 0 };
 
-		atomic_store(&f->stale_result, kvp_server_send_done(f->srv, f->stale_probe, 1, &u));
+		atomic_store(&f->stale_result,
+			     kvp_server_send_done(f->srv, f->stale_probe, 1, &u, NULL));
 	}
 	if (!f->streaming)
 		return;
@@ -218,7 +221,7 @@ static void t_wakeup(void *arg)
 		if (f->stream_limit && atomic_load(&f->stream_sent) >= f->stream_limit) {
 			struct kvp_usage u = { .generated_tokens = 1 };
 
-			kvp_server_send_done(f->srv, f->stream_conn, f->stream_req, &u);
+			kvp_server_send_done(f->srv, f->stream_conn, f->stream_req, &u, NULL);
 			f->streaming = false;
 			return;
 		}
@@ -481,10 +484,28 @@ static struct kvp_generate gen_tokens(uint32_t n, uint64_t seed)
 	};
 }
 
+/*
+ * A GENERATE frame as the wire lays it out: header, @g as it is (reserved fields, flags
+ * and lengths however the case sets them), then the prompt @g's lengths say.
+ */
+static size_t raw_generate(void *buf, size_t cap, uint64_t req_id, const struct kvp_generate *g,
+			   const void *body)
+{
+	size_t nb = g->flags & KVP_GEN_TEXT ? g->text_bytes : (size_t)g->n_tokens * 4;
+	struct kvp_frame_hdr h;
+
+	assert_true(sizeof(h) + sizeof(*g) + nb <= cap);
+	kvp_proto_hdr_init(&h, KVP_FRAME_GENERATE, req_id, (uint32_t)(sizeof(*g) + nb));
+	memcpy(buf, &h, sizeof(h));
+	memcpy((uint8_t *)buf + sizeof(h), g, sizeof(*g));
+	memcpy((uint8_t *)buf + sizeof(h) + sizeof(*g), body, nb);
+	return sizeof(h) + sizeof(*g) + nb;
+}
+
 static void send_gen(int fd, uint64_t req_id, const struct kvp_generate *g, const void *body)
 {
 	uint8_t frame[MAX_FRAME * 2];
-	size_t n = kvp_proto_encode_generate(frame, sizeof(frame), req_id, g, body);
+	size_t n = raw_generate(frame, sizeof(frame), req_id, g, body);
 
 	raw_send(fd, frame, n);
 }
@@ -734,7 +755,7 @@ static void test_malformed_frames_close_only_their_connection(void **state)
 	b = CASE("GENERATE reserved", true, KVP_E_PROTO);
 	g = gen_tokens(2, 0);
 	g.reserved = 1;
-	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	b->len = raw_generate(b->frame, sizeof(b->frame), 1, &g, ids);
 	b = CASE("unknown type", true, KVP_E_PROTO);
 	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, 77, 0, 0, 1);
 	b = CASE("daemon-only type", true, KVP_E_PROTO);
@@ -753,17 +774,17 @@ static void test_malformed_frames_close_only_their_connection(void **state)
 	memset(b->frame + b->len, 0, 50), b->len += 50;
 	b = CASE("n_tokens beyond the frame", true, KVP_E_PROTO);
 	g = gen_tokens(2, 0);
-	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	b->len = raw_generate(b->frame, sizeof(b->frame), 1, &g, ids);
 	g.n_tokens = 100;
 	memcpy(b->frame + 24, &g, sizeof(g));
 	b = CASE("trailing bytes", true, KVP_E_PROTO);
 	g = gen_tokens(2, 0);
-	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	b->len = raw_generate(b->frame, sizeof(b->frame), 1, &g, ids);
 	g.n_tokens = 1;
 	memcpy(b->frame + 24, &g, sizeof(g));
 	b = CASE("tokens and text", true, KVP_E_PROTO);
 	g = gen_tokens(2, 0);
-	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	b->len = raw_generate(b->frame, sizeof(b->frame), 1, &g, ids);
 	g.text_bytes = 8;
 	g.n_tokens = 0;
 	g.flags = KVP_GEN_TEXT;
@@ -772,11 +793,11 @@ static void test_malformed_frames_close_only_their_connection(void **state)
 	b = CASE("unknown GENERATE flags", true, KVP_E_PROTO);
 	g = gen_tokens(2, 0);
 	g.flags = 0x80;
-	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	b->len = raw_generate(b->frame, sizeof(b->frame), 1, &g, ids);
 	b = CASE("salt longer than 64", true, KVP_E_PROTO);
 	g = gen_tokens(2, 0);
 	g.salt_len = 65;
-	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	b->len = raw_generate(b->frame, sizeof(b->frame), 1, &g, ids);
 	b = CASE("prompt beyond the token limit", true, KVP_E_LIMIT);
 	g = gen_tokens(MAX_PROMPT + 1, 0);
 	b = &cases[n - 1];
@@ -785,13 +806,13 @@ static void test_malformed_frames_close_only_their_connection(void **state)
 	b = CASE("max_new_tokens beyond the limit", true, KVP_E_LIMIT);
 	g = gen_tokens(2, 0);
 	g.max_new_tokens = MAX_NEW + 1;
-	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	b->len = raw_generate(b->frame, sizeof(b->frame), 1, &g, ids);
 	b = CASE("req_id 0", true, KVP_E_PROTO);
 	g = gen_tokens(2, 0);
-	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 0, &g, ids);
+	b->len = raw_generate(b->frame, sizeof(b->frame), 0, &g, ids);
 	b = CASE("GENERATE before HELLO", false, KVP_E_PROTO);
 	g = gen_tokens(2, 0);
-	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids);
+	b->len = raw_generate(b->frame, sizeof(b->frame), 1, &g, ids);
 	b = CASE("second HELLO", true, KVP_E_PROTO);
 	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_HELLO, 0, 40, 0);
 	memset(b->frame + b->len, 0, 40), b->len += 40;
@@ -806,7 +827,7 @@ static void test_malformed_frames_close_only_their_connection(void **state)
 	memset(b->frame + b->len, 0, 4), b->len += 4;
 	b = CASE("truncated payload", true, KVP_E_PROTO);
 	g = gen_tokens(2, 0);
-	b->len = kvp_proto_encode_generate(b->frame, sizeof(b->frame), 1, &g, ids) - 5;
+	b->len = raw_generate(b->frame, sizeof(b->frame), 1, &g, ids) - 5;
 	b->shut_wr = true;
 	b = CASE("truncated header", true, KVP_E_PROTO);
 	b->len = mk_hdr(b->frame, KVP_WIRE_MAGIC, KVP_WIRE_VERSION, KVP_FRAME_CANCEL, 0, 0, 1) - 10;
