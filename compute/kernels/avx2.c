@@ -359,7 +359,7 @@ KVP_MATMUL_INT_ALL
 /*
  * Up to GEMV_GROUP rows the GEMV (each weight vector converted once for every row),
  * above the dot tile (4 weight rows x 3 tokens, the same sums: see dtile()), from 32
- * rows the same tile over an f32 panel converted once per 48 tokens (matmul_hpanel());
+ * rows the same tile over an f32 panel converted once per 96 tokens (matmul_hpanel());
  * F16C for f16, 16-bit shifts for bf16 (both exact, the products are the scalar oracle's).
  * F16 prefill went one weight row at a time before: 0.11 of the FMA peak on Zen 3.
  */
