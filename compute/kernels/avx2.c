@@ -158,9 +158,14 @@ static inline __m256i mad(__m256i w, __m256i a, uint32_t type)
  * vpmaddwd) and two float accumulators (the scaled dots, the corrections: one
  * dependent FMA each per half).  Measured against 2 x 2 and 2 x 3 tiles (rows x
  * tokens), which spill their accumulators from the 16 registers: 1 x 4 was as fast or
- * faster (docs/compute.md).
+ * faster (docs/compute.md).  Q8_0 takes 1 x 3 (MK_RT_Q8): its |w| takes one more
+ * register, and 4 tokens spilled the float accumulators (1.05x on Zen 2); it has no
+ * correction (c = 0: fma(c, s, v) is v, and an accumulator starting at +0 never
+ * becomes -0, so leaving it out changes no bit), which frees a multiply and a load a
+ * half (1.06x).
  */
 #define MK_RT 4
+#define MK_RT_Q8 3
 
 static inline __attribute__((always_inline)) void mat_tile(float *out, size_t ldo,
 							   const struct wgrp *panel, size_t g0,
@@ -213,7 +218,11 @@ static inline __attribute__((always_inline)) void mat_tile(float *out, size_t ld
 								       _mm256_loadu_ps(a->d +
 										       8 * h)));
 
-				v = _mm256_fmadd_ps(pw->c[h], _mm256_loadu_ps(a->s + 8 * h), v);
+				if (type != KVP_GGML_Q8_0)
+					v = _mm256_fmadd_ps(pw->c[h], _mm256_loadu_ps(a->s + 8 * h),
+							    v);
+				else /* not contracted into an FMA with the add: gdot()'s rounding */
+					__asm__("" : "+x"(v));
 				acc[t][h] = _mm256_add_ps(acc[t][h], v);
 			}
 		}
@@ -278,10 +287,10 @@ static inline __attribute__((always_inline)) void mat_tile_k(float *out, size_t 
 /*
  * Prefill's loops, one for both panel kinds: per TOKEN_BLOCK tokens, each weight row
  * unpacked (UNPACK(g, panel entry)) a slice of PANEL_MAX groups at a time, then
- * TILE(n) (mat_tile* over @n tokens at ot/xt) over the block's tokens.  Expects out,
- * ldo, w, w_row_bytes, x, xs, rows, o0, o1, ng and panel in scope.
+ * TILE(n) (mat_tile* over @n tokens at ot/xt, n <= RTN <= MK_RT) over the block's
+ * tokens.  Expects out, ldo, w, w_row_bytes, x, xs, rows, o0, o1, ng and panel in scope.
  */
-#define PREFILL_LOOPS(UNPACK, TILE) \
+#define PREFILL_LOOPS(UNPACK, TILE, RTN) \
 	for (size_t t0 = 0; t0 < rows; t0 += TOKEN_BLOCK) { \
 		size_t tn = rows - t0 < TOKEN_BLOCK ? rows - t0 : TOKEN_BLOCK; \
 \
@@ -295,12 +304,12 @@ static inline __attribute__((always_inline)) void mat_tile_k(float *out, size_t 
 \
 				for (size_t g = 0; g < sn; g++) \
 					UNPACK(s0 + g, &panel[g]); \
-				for (size_t t = t0; t < t0 + tn; t += MK_RT) { \
-					size_t rt = t0 + tn - t < MK_RT ? t0 + tn - t : MK_RT; \
+				for (size_t t = t0; t < t0 + tn; t += (RTN)) { \
+					size_t rt = t0 + tn - t < (RTN) ? t0 + tn - t : (RTN); \
 					float *ot = out + t * ldo + o; \
 					const uint8_t *xt = x + t * xs; \
 \
-					if (rt == 4) \
+					if ((RTN) >= 4 && rt == 4) \
 						TILE(4); \
 					else if (rt == 3) \
 						TILE(3); \
@@ -324,7 +333,7 @@ matmul_kq(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_r
 
 #define UNPACK_KQ(g, p) unpack_kq(wr, type, g, p)
 #define TILE_KQ(n) mat_tile_k(ot, ldo, panel, s0, sn, xt, xs, n, s0 > 0, type)
-	PREFILL_LOOPS(UNPACK_KQ, TILE_KQ)
+	PREFILL_LOOPS(UNPACK_KQ, TILE_KQ, MK_RT)
 #undef UNPACK_KQ
 #undef TILE_KQ
 }
@@ -347,7 +356,7 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 	}
 #define UNPACK_INT(g, p) unpack(wr, type, k, g, p)
 #define TILE_INT(n) mat_tile(ot, ldo, panel, s0, sn, xt, xs, n, s0 > 0, type)
-	PREFILL_LOOPS(UNPACK_INT, TILE_INT)
+	PREFILL_LOOPS(UNPACK_INT, TILE_INT, type == KVP_GGML_Q8_0 ? MK_RT_Q8 : MK_RT)
 #undef UNPACK_INT
 #undef TILE_INT
 }
