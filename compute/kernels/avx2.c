@@ -158,9 +158,14 @@ static inline __m256i mad(__m256i w, __m256i a, uint32_t type)
  * vpmaddwd) and two float accumulators (the scaled dots, the corrections: one
  * dependent FMA each per half).  Measured against 2 x 2 and 2 x 3 tiles (rows x
  * tokens), which spill their accumulators from the 16 registers: 1 x 4 was as fast or
- * faster (docs/compute.md).
+ * faster (docs/compute.md).  Q8_0 takes 1 x 3 (MK_RT_Q8): its |w| takes one more
+ * register, and 4 tokens spilled the float accumulators (1.05x on Zen 2); it has no
+ * correction (c = 0: fma(c, s, v) is v, and an accumulator starting at +0 never
+ * becomes -0, so leaving it out changes no bit), which frees a multiply and a load a
+ * half (1.06x).
  */
 #define MK_RT 4
+#define MK_RT_Q8 3
 
 static inline __attribute__((always_inline)) void mat_tile(float *out, size_t ldo,
 							   const struct wgrp *panel, size_t g0,
@@ -213,7 +218,11 @@ static inline __attribute__((always_inline)) void mat_tile(float *out, size_t ld
 								       _mm256_loadu_ps(a->d +
 										       8 * h)));
 
-				v = _mm256_fmadd_ps(pw->c[h], _mm256_loadu_ps(a->s + 8 * h), v);
+				if (type != KVP_GGML_Q8_0)
+					v = _mm256_fmadd_ps(pw->c[h], _mm256_loadu_ps(a->s + 8 * h),
+							    v);
+				else /* not contracted into an FMA with the add: gdot()'s rounding */
+					__asm__("" : "+x"(v));
 				acc[t][h] = _mm256_add_ps(acc[t][h], v);
 			}
 		}
@@ -276,38 +285,57 @@ static inline __attribute__((always_inline)) void mat_tile_k(float *out, size_t 
 }
 
 /*
- * Prefill's loops, one for both panel kinds: per TOKEN_BLOCK tokens, each weight row
- * unpacked (UNPACK(g, panel entry)) a slice of PANEL_MAX groups at a time, then
- * TILE(n) (mat_tile* over @n tokens at ot/xt) over the block's tokens.  Expects out,
- * ldo, w, w_row_bytes, x, xs, rows, o0, o1, ng and panel in scope.
+ * Weight rows per pass of the token loop: each token tile runs over PF_NRW rows'
+ * panels in turn, so its activations (L2 for the first row) are in L1 for the next.
+ * Zen 2, 2048 x 2048 x 512 rows, three rounds alternated against 1: Q8_0 1.01-1.02x,
+ * Q4_0 1.02-1.06x, Q4_K 1.04-1.05x, Q6_K 1.03-1.09x (the same bits).
  */
-#define PREFILL_LOOPS(UNPACK, TILE) \
+#define PF_NRW 2
+
+/*
+ * Prefill's loops, one for both panel kinds: per TOKEN_BLOCK tokens, PF_NRW weight
+ * rows unpacked (UNPACK(g, panel entry) of row wr) a slice of PANEL_MAX groups at a
+ * time, then TILE(n, row's panel) (mat_tile* over @n tokens at ot/xt, n <= RTN <=
+ * MK_RT) over the block's tokens, each tile for every row.  Expects out, ldo, w,
+ * w_row_bytes, x, xs, rows, o0, o1, ng and panel[PF_NRW][PANEL_MAX] in scope.
+ */
+#define PREFILL_LOOPS(UNPACK, TILE, RTN) \
 	for (size_t t0 = 0; t0 < rows; t0 += TOKEN_BLOCK) { \
 		size_t tn = rows - t0 < TOKEN_BLOCK ? rows - t0 : TOKEN_BLOCK; \
 \
-		for (size_t o = o0; o < o1; o++) { \
-			const uint8_t *wr = w + o * w_row_bytes; \
+		for (size_t o = o0; o < o1; o += PF_NRW) { \
+			size_t nr = o1 - o < PF_NRW ? o1 - o : PF_NRW; \
+			const uint8_t *wo = w + o * w_row_bytes; \
 \
-			if (t0 + tn == rows) /* the row's last pass: fetch the next row's start */ \
-				_mm_prefetch((const char *)(wr + w_row_bytes), _MM_HINT_T0); \
+			if (t0 + tn == rows) /* the rows' last pass: fetch the next rows' start */ \
+				for (size_t r = 0; r < nr; r++) \
+					_mm_prefetch((const char *)(wo + (nr + r) * w_row_bytes), \
+						     _MM_HINT_T0); \
 			for (size_t s0 = 0; s0 < ng; s0 += PANEL_MAX) { \
 				size_t sn = ng - s0 < PANEL_MAX ? ng - s0 : PANEL_MAX; \
 \
-				for (size_t g = 0; g < sn; g++) \
-					UNPACK(s0 + g, &panel[g]); \
-				for (size_t t = t0; t < t0 + tn; t += MK_RT) { \
-					size_t rt = t0 + tn - t < MK_RT ? t0 + tn - t : MK_RT; \
-					float *ot = out + t * ldo + o; \
+				for (size_t r = 0; r < nr; r++) { \
+					const uint8_t *wr = wo + r * w_row_bytes; \
+\
+					for (size_t g = 0; g < sn; g++) \
+						UNPACK(s0 + g, &panel[r][g]); \
+				} \
+				for (size_t t = t0; t < t0 + tn; t += (RTN)) { \
+					size_t rt = t0 + tn - t < (RTN) ? t0 + tn - t : (RTN); \
 					const uint8_t *xt = x + t * xs; \
 \
-					if (rt == 4) \
-						TILE(4); \
-					else if (rt == 3) \
-						TILE(3); \
-					else if (rt == 2) \
-						TILE(2); \
-					else \
-						TILE(1); \
+					for (size_t r = 0; r < nr; r++) { \
+						float *ot = out + t * ldo + o + r; \
+\
+						if ((RTN) >= 4 && rt == 4) \
+							TILE(4, panel[r]); \
+						else if (rt == 3) \
+							TILE(3, panel[r]); \
+						else if (rt == 2) \
+							TILE(2, panel[r]); \
+						else \
+							TILE(1, panel[r]); \
+					} \
 				} \
 			} \
 		} \
@@ -319,12 +347,12 @@ matmul_kq(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_r
 	  const uint8_t *restrict x, size_t xs, size_t rows, size_t k, size_t o0, size_t o1,
 	  uint32_t type)
 {
-	struct wgrpk panel[PANEL_MAX];
+	struct wgrpk panel[PF_NRW][PANEL_MAX];
 	size_t ng = k / KVP_QK_K;
 
 #define UNPACK_KQ(g, p) unpack_kq(wr, type, g, p)
-#define TILE_KQ(n) mat_tile_k(ot, ldo, panel, s0, sn, xt, xs, n, s0 > 0, type)
-	PREFILL_LOOPS(UNPACK_KQ, TILE_KQ)
+#define TILE_KQ(n, pan) mat_tile_k(ot, ldo, pan, s0, sn, xt, xs, n, s0 > 0, type)
+	PREFILL_LOOPS(UNPACK_KQ, TILE_KQ, MK_RT)
 #undef UNPACK_KQ
 #undef TILE_KQ
 }
@@ -334,7 +362,7 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 	   const uint8_t *restrict x, size_t xs, size_t rows, size_t k, size_t o0, size_t o1,
 	   uint32_t type)
 {
-	struct wgrp panel[PANEL_MAX];
+	struct wgrp panel[PF_NRW][PANEL_MAX];
 	size_t ng = (k + KVP_QG - 1) / KVP_QG;
 
 	if (rows <= DEC_BATCH) {
@@ -346,8 +374,8 @@ matmul_int(float *restrict out, size_t ldo, const uint8_t *restrict w, size_t w_
 		return;
 	}
 #define UNPACK_INT(g, p) unpack(wr, type, k, g, p)
-#define TILE_INT(n) mat_tile(ot, ldo, panel, s0, sn, xt, xs, n, s0 > 0, type)
-	PREFILL_LOOPS(UNPACK_INT, TILE_INT)
+#define TILE_INT(n, pan) mat_tile(ot, ldo, pan, s0, sn, xt, xs, n, s0 > 0, type)
+	PREFILL_LOOPS(UNPACK_INT, TILE_INT, type == KVP_GGML_Q8_0 ? MK_RT_Q8 : MK_RT)
 #undef UNPACK_INT
 #undef TILE_INT
 }
@@ -359,7 +387,7 @@ KVP_MATMUL_INT_ALL
 /*
  * Up to GEMV_GROUP rows the GEMV (each weight vector converted once for every row),
  * above the dot tile (4 weight rows x 3 tokens, the same sums: see dtile()), from 32
- * rows the same tile over an f32 panel converted once per 48 tokens (matmul_hpanel());
+ * rows the same tile over an f32 panel converted once per 96 tokens (matmul_hpanel());
  * F16C for f16, 16-bit shifts for bf16 (both exact, the products are the scalar oracle's).
  * F16 prefill went one weight row at a time before: 0.11 of the FMA peak on Zen 3.
  */
