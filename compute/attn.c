@@ -5,13 +5,13 @@
  * Loop order: kv head, then block, then query row, then the query heads sharing that
  * kv head.  Each block's K and V run (block_tokens x head_dim, contiguous by the pool
  * layout) is read once per call while it is hot in cache, whatever the number of
- * queries; f16/bf16 runs are converted once into scratch, and so are int8 V runs (a
- * block at a time, in L1: no dequantized history is ever built).  int8 keys are
+ * queries; f16/bf16 runs are converted once into scratch (a block at a time, in L1: no
+ * dequantized history is ever built).  int8 keys are
  * quantized per channel over the block once it is full: a query reads the keys of its
  * own block from the stage, in f32 as they were written (shm/geom.h), and scores the
  * keys of earlier (full) blocks as stored, in int8 (the table's attn_block8, which takes
- * the query heads of the kv head together, so each key is unpacked once for all of
- * them), whatever the chunking of the calls (so a prompt prefilled in chunks gives what
+ * the query heads of the kv head together, so each key and each value is unpacked once
+ * for all of them; V read as stored too), whatever the chunking of the calls (so a prompt prefilled in chunks gives what
  * one call gives).  Softmax is computed online:
  * per (query, head) a running max m and mass l, with the partial output rescaled by
  * exp(m_old - m_new) when a block raises the max.  Runs on the caller's thread.
@@ -95,8 +95,8 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 		for (uint32_t b = 0; b <= last / bt; b++) {
 			uint32_t t0 = b * bt, tn = last + 1 - t0 < bt ? last + 1 - t0 : bt;
 			const uint8_t *blk = kvp_kv_block(kv, table[b]);
-			const float *K = NULL, *V, *Kstage = NULL;
-			const uint8_t *Krun = NULL;
+			const float *K = NULL, *V = NULL, *Kstage = NULL;
+			const uint8_t *Krun = NULL, *Vrun = NULL;
 
 			if (b < last / bt)
 				prefetch_runs(kv, table[b + 1], layer, kh);
@@ -105,12 +105,15 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 				K = (const float *)(blk + kvp_geom_run_offset(g, layer, 0, kh));
 				V = (const float *)(blk + kvp_geom_run_offset(g, layer, 1, kh));
 			} else if (dtype == KVP_DTYPE_INT8) {
-				V = load_v8(k, s, g, blk, layer, kh, tn);
 				Krun = blk + kvp_geom_run_offset(g, layer, 0, kh);
-				/* queries in this block see its keys as written (f32, staged):
-				 * every block from pos0's on is written by this call, so staged */
-				if (b >= pos0 / bt)
+				Vrun = blk + kvp_geom_run_offset(g, layer, 1, kh);
+				/* queries in this block see its keys as written (f32, staged) and
+				 * its V in f32 (attn_block): every block from pos0's on is written
+				 * by this call, so staged; earlier ones have no such queries */
+				if (b >= pos0 / bt) {
 					Kstage = staged_k(kv, table[b], layer, kh);
+					V = load_v8(k, s, g, blk, layer, kh, tn);
+				}
 			} else {
 				k->kv_load[dtype](s->kbuf,
 						  blk + kvp_geom_run_offset(g, layer, 0, kh),
@@ -136,7 +139,8 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 						       &s->ml[2 * ((size_t)i * n_heads + h0)],
 						       q + (size_t)i * qd + h0 * hd, grp,
 						       (const int8_t *)Krun, Krun + (size_t)bt * hd,
-						       V, bt, scale, s->sbuf, hd);
+						       (const int8_t *)Vrun, Vrun + (size_t)bt * hd,
+						       bt, scale, s->sbuf, hd);
 					continue;
 				}
 				if (own)

@@ -79,19 +79,20 @@ typedef void kvp_kvq_load_fn(float *restrict dst, const int8_t *restrict q,
 
 /*
  * kvp_attn_block8_fn - kvp_attn_block_fn for the @ng query heads of one kv head
- * against a full int8 block, its keys read as stored (kvqattn.inc: scored in int8,
- * each query quantized per block with the K scales folded in; the keys read once for
- * several heads)
+ * against a full int8 block, its K and V read as stored (kvqattn.inc: scored in int8,
+ * each query quantized per block with the K scales folded in; the keys and the values
+ * read once for several heads, each token's V scale folded into its softmax weight)
  * @o, @m, @q:  the heads' outputs, (max, mass) pairs and queries, consecutive
  *              (@ng * hd, 2 * @ng and @ng * hd floats); each head as kvp_attn_block_fn's
  * @kq, @kcode: the block's K run (channel quads of @bt keys) and its @hd scale codes
- * @V:          (bt, hd) the block's values in f32 (kvq_load_row8)
+ * @vq, @vcode: the block's V run (@bt rows of @hd codes) and its @bt scale codes
  * @sbuf:       room for @bt scores
  */
 typedef void kvp_attn_block8_fn(float *restrict o, float *restrict m, const float *restrict q,
 				uint32_t ng, const int8_t *restrict kq,
-				const uint8_t *restrict kcode, const float *restrict V, uint32_t bt,
-				float scale, float *restrict sbuf, uint32_t hd);
+				const uint8_t *restrict kcode, const int8_t *restrict vq,
+				const uint8_t *restrict vcode, uint32_t bt, float scale,
+				float *restrict sbuf, uint32_t hd);
 
 /*
  * int4 (kvq4.h): kvp_kvq4_fn quantizes a full block's K (per channel) or V (per token),

@@ -373,48 +373,56 @@ static void test_attn_int8_equals_dequantized(void **state)
 
 /*
  * attn_block8 over a group of heads gives each head bit for bit what it gives that
- * head alone (the heads share the keys' loads, nothing else), for blocks of 16 tokens
- * (4 heads a pass), 12 (keys past the last 8 in plain loops) and 80 (one head a pass),
- * head_dim 64 and 40, with a running max and mass from an earlier block.
+ * head alone (the heads share the keys' and values' loads, nothing else), for groups
+ * of 3 and 6 heads (passes of 3, and of 4 then 2), blocks of 16 tokens (4 heads a
+ * pass), 12 (keys past the last 8 in plain loops) and 80 (one head a pass), head_dim
+ * 64, 40 and 36 (V channels past the last vector in plain loops), with a running max
+ * and mass from an earlier block.
  */
 static void test_attn_block8_group(void **state)
 {
-	enum { NG = 6, BTMAX = 80, HDMAX = 64 };
-	static const uint32_t bts[] = { 16, 12, 80 }, hds[] = { 64, 40 };
+	enum { NGMAX = 6, BTMAX = 80, HDMAX = 64 };
+	static const uint32_t bts[] = { 16, 12, 80 }, hds[] = { 64, 40, 36 }, ngs[] = { 3, 6 };
 
 	(void)state;
 	for (int t = 0; t < n_tables; t++)
 		for (int bi = 0; bi < 3; bi++)
-			for (int hi = 0; hi < 2; hi++) {
-				uint32_t bt = bts[bi], hd = hds[hi];
-				static float k[BTMAX * HDMAX], V[BTMAX * HDMAX], q[NG * HDMAX];
-				static float og[NG * HDMAX], o1[NG * HDMAX], sbuf[BTMAX];
-				static int8_t kq[BTMAX * HDMAX];
-				uint8_t code[HDMAX];
-				float mg[2 * NG], m1[2 * NG];
+			for (int hi = 0; hi < 3; hi++)
+				for (int ni = 0; ni < 2; ni++) {
+					uint32_t bt = bts[bi], hd = hds[hi], ng = ngs[ni];
+					static float k[BTMAX * HDMAX], V[BTMAX * HDMAX];
+					static float q[NGMAX * HDMAX], og[NGMAX * HDMAX];
+					static float o1[NGMAX * HDMAX], sbuf[BTMAX];
+					static int8_t kq[BTMAX * HDMAX], vq[BTMAX * HDMAX];
+					uint8_t code[HDMAX], vcode[BTMAX];
+					float mg[2 * NGMAX], m1[2 * NGMAX];
 
-				for (uint32_t i = 0; i < bt * hd; i++) {
-					k[i] = frand() * (i % 7 == 3 ? 5.0f : 1.0f);
-					V[i] = frand();
+					for (uint32_t i = 0; i < bt * hd; i++) {
+						k[i] = frand() * (i % 7 == 3 ? 5.0f : 1.0f);
+						V[i] = frand();
+					}
+					for (uint32_t i = 0; i < ng * hd; i++)
+						q[i] = frand() * 2.0f;
+					for (uint32_t h = 0; h < ng; h++) {
+						mg[2 * h] = m1[2 * h] = frand();
+						mg[2 * h + 1] = m1[2 * h + 1] = 1.0f +
+										frand() * 0.5f;
+					}
+					for (uint32_t i = 0; i < ng * hd; i++)
+						og[i] = o1[i] = frand();
+					tables[t]->kvq_chan8(kq, code, k, bt, hd);
+					for (uint32_t r = 0; r < bt; r++)
+						tables[t]->kvq_row8(vq + r * hd, vcode + r,
+								    V + r * hd, hd);
+					tables[t]->attn_block8(og, mg, q, ng, kq, code, vq, vcode,
+							       bt, 0.125f, sbuf, hd);
+					for (uint32_t h = 0; h < ng; h++)
+						tables[t]->attn_block8(o1 + h * hd, m1 + 2 * h,
+								       q + h * hd, 1, kq, code, vq,
+								       vcode, bt, 0.125f, sbuf, hd);
+					assert_memory_equal(og, o1, ng * hd * sizeof(float));
+					assert_memory_equal(mg, m1, 2 * ng * sizeof(float));
 				}
-				for (uint32_t i = 0; i < NG * hd; i++)
-					q[i] = frand() * 2.0f;
-				for (uint32_t h = 0; h < NG; h++) {
-					mg[2 * h] = m1[2 * h] = frand();
-					mg[2 * h + 1] = m1[2 * h + 1] = 1.0f + frand() * 0.5f;
-				}
-				for (uint32_t i = 0; i < NG * hd; i++)
-					og[i] = o1[i] = frand();
-				tables[t]->kvq_chan8(kq, code, k, bt, hd);
-				tables[t]->attn_block8(og, mg, q, NG, kq, code, V, bt, 0.125f, sbuf,
-						       hd);
-				for (uint32_t h = 0; h < NG; h++)
-					tables[t]->attn_block8(o1 + h * hd, m1 + 2 * h, q + h * hd,
-							       1, kq, code, V, bt, 0.125f, sbuf,
-							       hd);
-				assert_memory_equal(og, o1, NG * hd * sizeof(float));
-				assert_memory_equal(mg, m1, sizeof(mg));
-			}
 }
 
 static void test_stage_slots(void **state)
