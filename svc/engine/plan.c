@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "compute/forward.h"
+#include "compute/model.h"
 #include "util/log.h"
 
 static int fwd_prefill_at(struct kvp_sched *s, const uint32_t *table, uint32_t n_table,
@@ -600,6 +601,45 @@ static double cal_prefill(struct kvp_sched *s, const uint32_t *table, uint32_t n
 }
 
 /*
+ * What noise on a shared machine can make of the fit (three calls, three unknowns: an
+ * error in one timing moves all three), bounded by what the model's shape and the
+ * decode step say: a call's fixed cost is at most a decode step of one (which pays it;
+ * measured: an intercept of 248 ms next to a 31 ms decode step made the prefill step
+ * alone 1.2 s), and attention per position is within 4x either way of the share its
+ * multiply-adds have of a token's (2 per head dimension and layer, QK and AV, against
+ * the matrices': fitted at 128 positions it came out 60x that, a 4,000-token prompt's
+ * last chunks a few tokens each).  When either moved, the cost per token is fitted again
+ * to the three timings with the other two fixed.
+ */
+static void cal_bound(struct kvp_sched *s, const double n[3], const double ctx[3],
+		      const double t[3])
+{
+	const struct kvp_model_hparams *hp = kvp_model_hparams(s->cfg.model);
+	struct kvp_stepcost *c = &s->cost;
+	double qd = (double)hp->n_heads * hp->head_dim, kvd = (double)hp->n_kv_heads * hp->head_dim;
+	double mat = (double)hp->n_layers * (2 * hp->n_embd * qd + 2 * hp->n_embd * kvd +
+					     3.0 * hp->n_embd * hp->n_ff) +
+		     (double)hp->n_embd * hp->n_vocab;
+	double prior = c->p1 * 2.0 * hp->n_layers * qd / mat;
+	double p0 = c->p0, p2 = c->p2, sn = 0, sd = 0;
+
+	if (p0 > c->d1)
+		p0 = c->d1;
+	if (p2 > 4 * prior)
+		p2 = 4 * prior;
+	else if (p2 < prior / 4)
+		p2 = prior / 4;
+	if (p0 == c->p0 && p2 == c->p2)
+		return;
+	/* least squares of t_i - p0 - p2 a_i = n_i p1 */
+	for (int i = 0; i < 3; i++) {
+		sn += (t[i] - p0 - p2 * n[i] * (ctx[i] + n[i] / 2)) * n[i];
+		sd += n[i] * n[i];
+	}
+	kvp_stepcost_init(c, p0, sn / sd > 0 ? sn / sd : c->p1, p2, c->d1);
+}
+
+/*
  * Measure this model on this machine (FAIR): a prefill call of one token and of CAL_N
  * at context 0 and at CAL_CTX, a decode step of one sequence, in free blocks that are
  * given back unpublished.  Sets the cost model and the step budgets, and logs them.
@@ -660,6 +700,7 @@ void eng_calibrate(struct kvp_sched *s)
 		const double t[3] = { ta, tm, tb };
 
 		kvp_stepcost_fit(&s->cost, n, ctx, t, d1);
+		cal_bound(s, n, ctx, t);
 	} else {
 		kvp_stepcost_init(&s->cost, 0, 0, 0, 0); /* no room to measure: defaults */
 	}
