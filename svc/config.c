@@ -168,14 +168,24 @@ static const struct key_def keys[] = {
 	  "fair: blocks on demand with preemption, short prompts first, steps sized by time,\n"
 	  "priorities; fifo: the first policy (worst-case reservation, arrival order, fixed\n"
 	  "chunks), kept for comparison" },
+	{ "scheduler", "itl_budget_pct", "itl-budget-pct", T_U32, OFF(itl_budget_pct), 0, 110, 1000,
+	  "fair: how long a running stream's gap between tokens may grow while prompts\n"
+	  "prefill, % of its gap alone (its batch's decode step, as measured): each step's\n"
+	  "prompt tokens are what fits in it at the model's measured cost" },
 	{ "scheduler", "step_target_ms", "step-target-ms", T_U32, OFF(step_target_ms), 0, 0, 10000,
-	  "fair: engine step time aimed at while requests generate (bounds the gap between\n"
-	  "their tokens while prompts prefill); 0: 2.5 decode steps or 2.5 fixed costs of a\n"
-	  "forward call, the larger, measured at start" },
+	  "fair: engine step time aimed at while requests generate, instead of\n"
+	  "itl_budget_pct (0)" },
 	{ "scheduler", "prefill_step_ms", "prefill-step-ms", T_U32, OFF(prefill_step_ms), 0, 0,
 	  60000,
 	  "fair: longest prefill step while nothing generates (a request arriving then waits\n"
-	  "for it); 0: 10 x the fixed cost of a forward call, measured at start" },
+	  "for it); 0: the chunk whose own work is 4 fixed costs of a forward call (at least\n"
+	  "itl_budget_pct of a decode step), as measured" },
+	{ "scheduler", "cost_call_us", "cost-call-us", T_U32, OFF(cost_call_us), 0, 0, 10000000,
+	  "fair, with cost_token_us: the fixed cost of a forward call the step plans count\n"
+	  "with, instead of measuring it (0); given figures are not adapted, so the plans\n"
+	  "depend on the requests alone (tests)" },
+	{ "scheduler", "cost_token_us", "cost-token-us", T_U32, OFF(cost_token_us), 0, 0, 10000000,
+	  "fair, with cost_call_us: the cost of a token (a row) in a forward call" },
 	{ "scheduler", "prefill_aging_ms", "prefill-aging-ms", T_U32, OFF(prefill_aging_ms), 0, 1,
 	  600000,
 	  "fair: a prompt left without a prefill chunk this long goes ahead of shorter ones" },
@@ -355,6 +365,7 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->max_queued = 1024;
 	c->prefill_chunk_tokens = 256;
 	c->policy = KVP_SCHED_FAIR;
+	c->itl_budget_pct = 200;
 	c->prefill_aging_ms = 250;
 	c->tier_bytes = 16ull << 30;
 	c->tier_high_pct = 90;

@@ -92,6 +92,10 @@ enum kvp_huge_pages {
  * @policy:             enum kvp_sched_policy: fair (default) or fifo (the first policy)
  * @step_target_ms:     fair: engine step time aimed at while sequences decode (0: auto)
  * @prefill_step_ms:    fair: longest prefill step while nobody decodes (0: auto)
+ * @itl_budget_pct:     fair: a stream's gap between tokens while prompts prefill, % of
+ *                      its gap alone (200)
+ * @cost_call_us, @cost_token_us: fair: both set: the step-cost model given, not
+ *                      measured (deterministic step plans: tests); 0: measured
  * @prefill_aging_ms:   fair: a prefill left out this long goes ahead of shorter ones
  * @admit_headroom_blocks: fair: blocks kept free for growth when admitting (0: 1%)
  * [tier]
@@ -164,6 +168,9 @@ struct kvp_config {
 	uint32_t policy;
 	uint32_t step_target_ms;
 	uint32_t prefill_step_ms;
+	uint32_t itl_budget_pct;
+	uint32_t cost_call_us;
+	uint32_t cost_token_us;
 	uint32_t prefill_aging_ms;
 	uint32_t admit_headroom_blocks;
 

@@ -397,6 +397,9 @@ static int make_engine(struct kvp_daemon *d, struct kvp_domain *dom)
 	sc.policy = d->cfg.policy;
 	sc.step_target_ns = (uint64_t)d->cfg.step_target_ms * 1000000;
 	sc.prefill_step_ns = (uint64_t)d->cfg.prefill_step_ms * 1000000;
+	sc.itl_budget_pct = d->cfg.itl_budget_pct;
+	sc.cost_call_ns = (uint64_t)d->cfg.cost_call_us * 1000;
+	sc.cost_token_ns = (uint64_t)d->cfg.cost_token_us * 1000;
 	sc.aging_ms = d->cfg.prefill_aging_ms;
 	sc.headroom_blocks = d->cfg.admit_headroom_blocks;
 	sc.tier = dom->tier;

@@ -58,12 +58,17 @@
  * without bound): however many short prompts arrive, each prefill advances at least
  * once per aging_ms and step (no starvation).
  * The step's prefill is sized by time with the cost model of svc/engine/stepcost.c, which
- * prices the step's one call as a whole (one fixed cost, every row alike): while
- * sequences decode, the step aims at step_target_ns including their rows; while none
- * does, at prefill_step_ns; a step that ends a prompt at no more than step_target_ns
- * (its first token should not wait for a long prefill step).  Every step gives its first
- * prefilling sequence at least one token, and a step of prefill alone at least a chunk
- * worth a forward call (its own work at least the call's fixed cost): prefill advances.
+ * prices the step's one call as a whole (one fixed cost, every row alike), measured at
+ * start and adapted after every step (or given: cost_call_ns, cost_token_ns).  While
+ * sequences decode, the step, their rows included, lasts itl_budget_pct of their decode
+ * step alone (the median of the recent ones): their gap between tokens, bounded; prefill
+ * gets what is left, at least one token.  While none does, a step of prefill alone
+ * computes the chunk whose own work is AUTO_PREFILL_WORK fixed costs (a long prompt
+ * pays the fixed cost for a fifth of its time at most: within 1.3x of whole chunks) and
+ * a request arriving meanwhile waits for that step, then gets a step of its own: one that
+ * ends a prompt takes only other prompts that end, and a prompt not started that fits
+ * in twice the budget goes whole.  step_target_ns and prefill_step_ns replace the two
+ * budgets when set.
  *
  * Shared prefixes in flight.  Before admitting a request that hit h blocks, the engine
  * looks for a prefilling sequence that has the same extra keys and the same tokens for

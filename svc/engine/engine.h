@@ -100,10 +100,15 @@ struct kvp_sched_hooks {
  * @wake_fd:         eventfd the engine writes after queueing events (borrowed)
  * @policy:          enum kvp_sched_policy
  * @step_target_ns:  FAIR: engine step time to aim at while sequences are decoding
- *                   (0: 2.5 decode steps of one sequence or 2.5 fixed costs
- *                   of a forward call, the larger, measured at start)
- * @prefill_step_ns: FAIR: longest prefill step while nobody decodes (0: 10 x the fixed
- *                   cost of a forward call, measured at start)
+ *                   (0: @itl_budget_pct of their decode step alone, as measured)
+ * @prefill_step_ns: FAIR: longest prefill step while nobody decodes (0: the chunk whose
+ *                   own work is AUTO_PREFILL_WORK fixed costs of a call, as measured)
+ * @itl_budget_pct:  FAIR: a running stream's gap between tokens while prompts prefill,
+ *                   % of its gap alone (a decode step of the batch); 0: 200
+ * @cost_call_ns, @cost_token_ns: FAIR: both set: the step-cost model's fixed cost of a
+ *                   call and cost of a row, used as given (no calibration, no
+ *                   adaptation: the plans are a function of the requests alone, for
+ *                   tests); 0: measured at start and adapted after every step
  * @aging_ms:        FAIR: a prefilling sequence left without a chunk for this long goes
  *                   ahead of shorter ones (shortest first, with aging); 0: 250
  * @headroom_blocks: FAIR: blocks left free when admitting next to running sequences
@@ -139,6 +144,9 @@ struct kvp_sched_config {
 	uint32_t policy;
 	uint64_t step_target_ns;
 	uint64_t prefill_step_ns;
+	uint32_t itl_budget_pct;
+	uint64_t cost_call_ns;
+	uint64_t cost_token_ns;
 	uint32_t aging_ms;
 	uint32_t headroom_blocks;
 	const struct kvp_sched_hooks *hooks;

@@ -36,10 +36,17 @@
 
 #define REMOTE_WAIT_MS 2 /* idle engine waiting for the remote tier: inbox latency bound */
 
-/* Auto budgets, in units measured at start (docs/daemon.md "Scheduling"). */
-#define AUTO_STEP_DECODES 2.5 /* step while decoding: this many decode steps of one, */
-#define AUTO_STEP_CALLS 2.5   /* ... and at least this many fixed costs of a call */
-#define AUTO_PREFILL_CALLS 10 /* prefill step alone: this many fixed costs of a call */
+/*
+ * Auto budgets, in units of the model's measured cost (docs/daemon.md "Scheduling"):
+ * while streams run, a step lasts itl_budget_pct of their decode step alone; a step of
+ * prefill alone computes the chunk whose own work is AUTO_PREFILL_WORK fixed costs of
+ * a call (the fixed cost at most 1/5 of the step: a long prompt's prefill within about
+ * 1.25x of what whole chunks give it, the issue's 1.3x, and a short request arriving
+ * meanwhile waits at most 5 fixed costs, within 3x its time alone when that is at least
+ * 2.5 of them, half a step on average).
+ */
+#define AUTO_ITL_BUDGET_PCT 200
+#define AUTO_PREFILL_WORK 4.0
 
 enum seq_state {
 	SEQ_QUEUED = 0, /* waiting for admission (new, or preempted) */
@@ -239,8 +246,8 @@ struct kvp_sched {
 	uint64_t admissions;
 	uint32_t headroom;
 	struct kvp_stepcost cost;
-	double step_target_ns;
-	double prefill_step_ns;
+	double itl_x;	 /* itl_budget_pct / 100 */
+	double fixed_ns; /* the call's fixed cost the budgets count in (eng_calibrate()) */
 	/* structured output's view of the vocabulary: made on first use (sampling.h) */
 	struct kvp_grammar_vocab *gvocab;
 	float *logits;		    /* max_running * n_vocab */

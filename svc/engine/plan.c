@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "compute/forward.h"
+#include "compute/model.h"
 #include "util/log.h"
 
 static int fwd_prefill_at(struct kvp_sched *s, const uint32_t *table, uint32_t n_table,
@@ -380,6 +381,50 @@ static bool decode_step(struct kvp_sched *s)
 }
 
 /*
+ * FAIR's step budgets (docs/daemon.md "Steps sized by time").  While @nd sequences
+ * decode, the whole step, their rows included, lasts what their gap between tokens may:
+ * itl_budget_pct of their decode step alone, as measured for that batch (the step
+ * model's scales follow the chunks, whose attention at a long context priced one decode
+ * row at two steps); prefill gets the rest, at least one token.  An explicit
+ * step_target_ms replaces it, with prefill given at least what the rows cost.
+ */
+static double budget_decoding(struct kvp_sched *s, uint32_t nd)
+{
+	double dec = kvp_stepcost_decode_ns(&s->cost, nd), t;
+
+	if (s->cfg.step_target_ns)
+		t = (double)s->cfg.step_target_ns > 2 * dec ? (double)s->cfg.step_target_ns :
+							      2 * dec;
+	else
+		t = s->itl_x * dec;
+	s->st.step_target_ms = t / 1e6;
+	return t;
+}
+
+/*
+ * While nothing decodes, a step of prefill alone whose first chunk starts after @ctx
+ * positions: the chunk whose own work is AUTO_PREFILL_WORK fixed costs (a count of
+ * tokens from the model's shape, so the machine's load does not move it), and at least
+ * a stream's inter-token budget.  An explicit prefill_step_ms replaces it.
+ */
+static double budget_alone(struct kvp_sched *s, uint32_t ctx)
+{
+	double t, one = s->itl_x * kvp_stepcost_decode_ns(&s->cost, 1);
+	uint32_t n;
+
+	if (s->cfg.prefill_step_ns) {
+		t = (double)s->cfg.prefill_step_ns;
+	} else {
+		n = kvp_stepcost_floor_tokens(&s->cost, s->fixed_ns, AUTO_PREFILL_WORK, ctx,
+					      s->cfg.prefill_chunk);
+		t = kvp_stepcost_prefill_ns(&s->cost, n, ctx);
+		t = t > one ? t : one;
+	}
+	s->st.prefill_step_ms = t / 1e6;
+	return t;
+}
+
+/*
  * FAIR: after the @nd decode rows already in the step (*@rows rows, *@attn positions of
  * attention so far), choose the prefill chunks, by priority and shortest remaining
  * (aged), sized so the step fits its time budget; give each its blocks and add it to
@@ -392,6 +437,7 @@ static uint32_t plan_prefill(struct kvp_sched *s, uint32_t nd, double *rows, dou
 	uint32_t tokens_left = s->cfg.prefill_chunk;
 	uint64_t t = now_ns(s);
 	uint64_t aging_ns = (uint64_t)s->cfg.aging_ms * 1000000;
+	bool ended = false;
 	double limit;
 
 	for (struct seq *q = s->active.first; q && n_keys < s->cfg.max_running; q = q->next)
@@ -404,62 +450,47 @@ static uint32_t plan_prefill(struct kvp_sched *s, uint32_t nd, double *rows, dou
 	if (!n_keys)
 		return 0;
 	qsort(keys, n_keys, sizeof(keys[0]), prefill_cmp);
-	if (nd) {
-		/*
-		 * the whole step, decode rows included, aims at the target; and prefill gets
-		 * at least what the decode rows cost: with many streams their rows alone pass
-		 * the target, and prefill (new requests) would starve.  Their cost is the
-		 * decode steps' own measurement: the step model's scales follow the chunks,
-		 * whose attention at a long context priced one decode row at two steps
-		 */
-		double dec = kvp_stepcost_decode_ns(&s->cost, nd);
-
-		limit = s->step_target_ns > 2 * dec ? s->step_target_ns : 2 * dec;
-	} else {
-		limit = s->prefill_step_ns;
-	}
+	limit = nd ? budget_decoding(s, nd) : budget_alone(s, keys[0].q->gen.n_past);
 	for (uint32_t i = 0; i < n_keys && tokens_left && nd + n_plan < s->cfg.max_running; i++) {
 		struct seq *q = keys[i].q;
 		uint32_t ctx = q->gen.n_past;
 		uint32_t left = q->n_fill - ctx;
 		uint32_t cap = left < tokens_left ? left : tokens_left;
-		uint32_t floor = 1, n;
+		uint32_t n;
 
 		if (!left) {
 			prefill_done(s, q, NULL); /* a resumed sequence found all of it cached */
 			continue;
 		}
 		n = kvp_stepcost_fit_step(&s->cost, limit, *rows, *attn, ctx, cap);
-		if (!nd) {
-			/*
-			 * a step of prefill alone is a call of its own: its first chunk is worth
-			 * the call's fixed cost, but never more than a whole step (a noisy fit
-			 * can make that huge)
-			 */
-			uint32_t whole = kvp_stepcost_fit_tokens(&s->cost, s->step_target_ns, ctx,
-								 cap);
-
-			floor = kvp_stepcost_min_chunk(&s->cost, ctx);
-			floor = floor < whole ? floor : whole;
-			floor = floor < 1 ? 1 : floor > cap ? cap : floor;
-		}
-		if (n < floor) {
+		if (!n) {
 			/* the step's first chunk always goes: prefill advances */
 			if (n_plan)
 				break;
-			n = floor;
+			n = 1;
 		}
+		/*
+		 * nothing decoding, a prompt not started that fits in twice the budget goes
+		 * whole: a short prompt is not cut at a long one's chunk (its first token a
+		 * fixed cost sooner)
+		 */
+		if (!nd && !n_plan && n < left && cap == left && !q->tok_computed &&
+		    !q->tok_resume && kvp_stepcost_prefill_ns(&s->cost, left, ctx) <= 2 * limit)
+			n = left;
+		/*
+		 * with nothing decoding, a step that ends a prompt (a first token) takes
+		 * only other prompts that end: a short request that came during a long
+		 * prefill waits for the step under way and then its own chunk, not for the
+		 * long prompt's next one too (with streams the budget is their gap already)
+		 */
+		if (ended && n < left)
+			break;
 		if (eng_ensure_blocks(s, q, ctx + n) < 0) {
 			eng_seq_end(s, q, KVP_E_NOSPACE, true, "pool: no block for the prompt");
 			continue;
 		}
-		/*
-		 * a step that ends a prompt (a first token) lasts no longer than a step
-		 * next to streams: a short prompt that came during a long one's prefill
-		 * waits for its own chunk, not for a long prefill step
-		 */
-		if (n == left && limit > s->step_target_ns)
-			limit = s->step_target_ns;
+		if (n == left && !nd)
+			ended = true;
 		s->part_seq[n_plan] = q;
 		s->parts[nd + n_plan++] = (struct kvp_fwd_part){ .table = q->table,
 								 .n_table = q->n_table,
@@ -570,9 +601,49 @@ static double cal_prefill(struct kvp_sched *s, const uint32_t *table, uint32_t n
 }
 
 /*
+ * What noise on a shared machine can make of the fit (three calls, three unknowns: an
+ * error in one timing moves all three), bounded by what the model's shape and the
+ * decode step say: a call's fixed cost is at most a decode step of one (which pays it;
+ * measured: an intercept of 248 ms next to a 31 ms decode step made the prefill step
+ * alone 1.2 s), and attention per position is within 4x either way of the share its
+ * multiply-adds have of a token's (2 per head dimension and layer, QK and AV, against
+ * the matrices': fitted at 128 positions it came out 60x that, a 4,000-token prompt's
+ * last chunks a few tokens each).  When either moved, the cost per token is fitted again
+ * to the three timings with the other two fixed.
+ */
+static void cal_bound(struct kvp_sched *s, const double n[3], const double ctx[3],
+		      const double t[3])
+{
+	const struct kvp_model_hparams *hp = kvp_model_hparams(s->cfg.model);
+	struct kvp_stepcost *c = &s->cost;
+	double qd = (double)hp->n_heads * hp->head_dim, kvd = (double)hp->n_kv_heads * hp->head_dim;
+	double mat = (double)hp->n_layers * (2 * hp->n_embd * qd + 2 * hp->n_embd * kvd +
+					     3.0 * hp->n_embd * hp->n_ff) +
+		     (double)hp->n_embd * hp->n_vocab;
+	double prior = c->p1 * 2.0 * hp->n_layers * qd / mat;
+	double p0 = c->p0, p2 = c->p2, sn = 0, sd = 0;
+
+	if (p0 > c->d1)
+		p0 = c->d1;
+	if (p2 > 4 * prior)
+		p2 = 4 * prior;
+	else if (p2 < prior / 4)
+		p2 = prior / 4;
+	if (p0 == c->p0 && p2 == c->p2)
+		return;
+	/* least squares of t_i - p0 - p2 a_i = n_i p1 */
+	for (int i = 0; i < 3; i++) {
+		sn += (t[i] - p0 - p2 * n[i] * (ctx[i] + n[i] / 2)) * n[i];
+		sd += n[i] * n[i];
+	}
+	kvp_stepcost_init(c, p0, sn / sd > 0 ? sn / sd : c->p1, p2, c->d1);
+}
+
+/*
  * Measure this model on this machine (FAIR): a prefill call of one token and of CAL_N
  * at context 0 and at CAL_CTX, a decode step of one sequence, in free blocks that are
  * given back unpublished.  Sets the cost model and the step budgets, and logs them.
+ * With cost_call_ns and cost_token_ns given, the model is those figures, frozen.
  */
 void eng_calibrate(struct kvp_sched *s)
 {
@@ -580,18 +651,20 @@ void eng_calibrate(struct kvp_sched *s)
 	uint32_t table[64];
 	int32_t tokens[CAL_CTX + CAL_N];
 	uint32_t got = 0, i;
-	double ta = 0, tm = 0, tb = 0, d1 = 0, fixed;
+	double ta = 0, tm = 0, tb = 0, d1 = 0;
+	bool given = s->cfg.cost_call_ns && s->cfg.cost_token_ns;
 
 	s->calibrated = true;
+	s->itl_x = (s->cfg.itl_budget_pct ? s->cfg.itl_budget_pct : AUTO_ITL_BUDGET_PCT) / 100.0;
 	if (!s->pol->calibrates)
 		return;
 	for (i = 0; i < CAL_CTX + CAL_N; i++)
 		tokens[i] = (int32_t)(i % s->n_vocab);
-	if (n_cal <= 64 && eng_pool_unreserved(s) >= n_cal)
+	if (!given && n_cal <= 64 && eng_pool_unreserved(s) >= n_cal)
 		for (got = 0; got < n_cal; got++)
 			if (kvp_pool_alloc(s->cfg.pool, KVP_NODE_ANY, &table[got]) < 0)
 				break;
-	if (got == n_cal) {
+	if (!given && got == n_cal) {
 		struct kvp_fwd_seq one = {
 			.table = table, .n_table = n_cal, .pos = CAL_CTX + CAL_N, .token = 1
 		};
@@ -616,47 +689,41 @@ void eng_calibrate(struct kvp_sched *s)
 	}
 	for (i = 0; i < got; i++)
 		kvp_pool_unref(s->cfg.pool, table[i]);
-	if (ta > 0 && tm > 0 && tb > 0) {
+	if (given) {
+		double call = (double)s->cfg.cost_call_ns, tok = (double)s->cfg.cost_token_ns;
+
+		kvp_stepcost_init(&s->cost, call, tok, 0, call + tok);
+		s->cost.frozen = true;
+	} else if (ta > 0 && tm > 0 && tb > 0) {
 		const double n[3] = { CAL_N, CAL_CTX - CAL_N, CAL_N };
 		const double ctx[3] = { 0, CAL_N, CAL_CTX };
 		const double t[3] = { ta, tm, tb };
 
 		kvp_stepcost_fit(&s->cost, n, ctx, t, d1);
-	} else
+		cal_bound(s, n, ctx, t);
+	} else {
 		kvp_stepcost_init(&s->cost, 0, 0, 0, 0); /* no room to measure: defaults */
+	}
 	/*
 	 * The fixed cost is the fit's intercept, but a call of one token (the decode step)
 	 * pays it too, less that token: the direct measurement bounds an intercept that the
 	 * matmul's row tiles (12 rows at a time) can pull low, which made prefill steps
 	 * alone too short and a long prompt up to 1.7x slower in some daemon starts.
 	 */
-	fixed = s->cost.d1 - s->cost.p1 > s->cost.p0 ? s->cost.d1 - s->cost.p1 : s->cost.p0;
-	/*
-	 * a step pays the call's fixed cost once (one mixed call), so 2.5 of whichever is
-	 * larger, a decode step or that fixed cost, leaves prefill 1.5 of them per step
-	 * while a stream's gap stays within 2.5 of its gap alone (2 starved a long prompt:
-	 * at 4,000 positions a chunk's attention rereads the whole history, and 1 token per
-	 * step was left); alone, a prefill step of 10 fixed costs loses a tenth to them
-	 * (the issue's 1.1x for a long prompt) and keeps a short request arriving during
-	 * it within about 3x its TTFT alone (half a step waited, then its own)
-	 */
-	s->step_target_ns = s->cfg.step_target_ns ? (double)s->cfg.step_target_ns :
-			    AUTO_STEP_DECODES * s->cost.d1 > AUTO_STEP_CALLS * fixed ?
-						    AUTO_STEP_DECODES * s->cost.d1 :
-						    AUTO_STEP_CALLS * fixed;
-	s->prefill_step_ns = s->cfg.prefill_step_ns ? (double)s->cfg.prefill_step_ns :
-						      AUTO_PREFILL_CALLS * fixed;
-	s->st.step_target_ms = s->step_target_ns / 1e6;
-	s->st.prefill_step_ms = s->prefill_step_ns / 1e6;
+	s->fixed_ns = s->cost.d1 - s->cost.p1 > s->cost.p0 ? s->cost.d1 - s->cost.p1 : s->cost.p0;
 	s->st.calib_decode_ms = s->cost.d1 / 1e6;
 	s->st.calib_call_ms = s->cost.p0 / 1e6;
 	s->st.calib_token_ms = s->cost.p1 / 1e6;
 	kvp_log(LOG_INFO,
-		"engine: measured a decode step of one sequence at %.2f ms, a prefill call at "
-		"%.2f ms + %.3f ms per token + %.5f ms per token per position; step budget "
-		"%.1f ms while decoding, %.1f ms otherwise",
-		s->cost.d1 / 1e6, s->cost.p0 / 1e6, s->cost.p1 / 1e6, s->cost.p2 / 1e6,
-		s->step_target_ns / 1e6, s->prefill_step_ns / 1e6);
+		"engine: %s a decode step of one sequence at %.2f ms, a prefill call at %.2f ms "
+		"+ %.3f ms per token + %.5f ms per token per position; step budget %.1f ms "
+		"while one stream decodes (%.0f%% of its step), %.1f ms for prefill alone "
+		"(%u tokens)",
+		given ? "given" : "measured", s->cost.d1 / 1e6, s->cost.p0 / 1e6, s->cost.p1 / 1e6,
+		s->cost.p2 / 1e6, budget_decoding(s, 1) / 1e6, s->itl_x * 100,
+		budget_alone(s, 0) / 1e6,
+		kvp_stepcost_floor_tokens(&s->cost, s->fixed_ns, AUTO_PREFILL_WORK, 0,
+					  s->cfg.prefill_chunk));
 }
 
 /* FIFO's step: prefill chunks in admission order, one call each, then one decode call. */

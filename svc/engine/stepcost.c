@@ -17,7 +17,6 @@
  */
 #include "svc/engine/stepcost.h"
 
-#include <math.h>
 #include <string.h>
 
 #define ALPHA 0.2
@@ -110,7 +109,7 @@ static void observe_scales(struct kvp_stepcost *c, double rows, double attn, dou
 	double w = part_w(c, rows), a = part_a(c, attn);
 	double pred = c->k_w * w + c->k_a * a, norm = w * w + a * a, e;
 
-	if (!(pred > 0) || !(norm > 0) || !(ns > 0))
+	if (c->frozen || !(pred > 0) || !(norm > 0) || !(ns > 0))
 		return;
 	e = clampd(ns, pred / 2, pred * 2) - pred;
 	c->k_w = clampd(c->k_w + ALPHA * e * w / norm, K_MIN, K_MAX);
@@ -150,29 +149,23 @@ double kvp_stepcost_prefill_ns(const struct kvp_stepcost *c, uint32_t n, uint32_
 	return kvp_stepcost_step_ns(c, n, chunk_attn(n, ctx));
 }
 
-uint32_t kvp_stepcost_fit_tokens(const struct kvp_stepcost *c, double budget_ns, uint32_t ctx,
-				 uint32_t max)
+uint32_t kvp_stepcost_floor_tokens(const struct kvp_stepcost *c, double fixed_ns, double work_x,
+				   uint32_t ctx, uint32_t max)
 {
-	uint32_t lo = 0, hi = max;
+	double want = work_x * c->k_w * fixed_ns;
+	uint32_t lo = 1, hi = max ? max : 1;
 
-	/* the cost grows with n: the largest n within budget, by bisection */
+	/* the work of n tokens grows with n: the smallest n that reaches @want */
 	while (lo < hi) {
-		uint32_t mid = lo + (hi - lo + 1) / 2;
+		uint32_t mid = lo + (hi - lo) / 2;
+		double work = c->k_w * mid * c->p1 + c->k_a * part_a(c, chunk_attn(mid, ctx));
 
-		if (kvp_stepcost_prefill_ns(c, mid, ctx) <= budget_ns)
-			lo = mid;
+		if (work >= want)
+			hi = mid;
 		else
-			hi = mid - 1;
+			lo = mid + 1;
 	}
 	return lo;
-}
-
-uint32_t kvp_stepcost_min_chunk(const struct kvp_stepcost *c, uint32_t ctx)
-{
-	double per_tok = c->p1 + c->p2 * (double)ctx;
-	double n = per_tok > 0 ? ceil(c->p0 / per_tok) : 1;
-
-	return n < 1 ? 1 : n > 65536 ? 65536 : (uint32_t)n;
 }
 
 static double decode_model(const struct kvp_stepcost *c, uint32_t batch)
@@ -199,15 +192,26 @@ void kvp_stepcost_observe_decode(struct kvp_stepcost *c, uint32_t batch, double 
 {
 	double m;
 
-	if (!batch || !(ns > 0))
+	if (c->frozen || !batch || !(ns > 0))
 		return;
 	m = decode_model(c, batch);
 	c->k_dec = clampd((1 - ALPHA) * c->k_dec +
 				  ALPHA * clampd(ns / m, c->k_dec / 2, c->k_dec * 2),
 			  K_MIN, K_MAX);
 	if (batch <= KVP_STEPCOST_MAX_BATCH) {
-		double *d = &c->dec[batch - 1];
+		uint32_t b = batch - 1, n;
+		double v[KVP_STEPCOST_RING];
 
-		*d = *d > 0 ? (1 - ALPHA) * *d + ALPHA * clampd(ns, *d / 2, *d * 2) : ns;
+		c->ring[b][c->n_ring[b]++ % KVP_STEPCOST_RING] = ns;
+		n = c->n_ring[b] < KVP_STEPCOST_RING ? c->n_ring[b] : KVP_STEPCOST_RING;
+		/* the median of what is there (insertion sort: at most 8) */
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t j = i;
+
+			for (; j > 0 && v[j - 1] > c->ring[b][i]; j--)
+				v[j] = v[j - 1];
+			v[j] = c->ring[b][i];
+		}
+		c->dec[b] = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 	}
 }

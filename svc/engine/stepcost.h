@@ -23,18 +23,23 @@
  * so the fixed cost is paid once per step, and a decode row costs what a prefill token
  * does.  Mixed steps adapt the scales like prefill calls.
  *
- * A decode step of a batch of b sequences alone: the recent measurement of that batch size
- * when there is one, else d1 * (1 + 0.06 (b - 1)) scaled by the decode ratio (each
- * sequence adds its attention and sampling to one pass over the weights).
+ * A decode step of a batch of b sequences alone: the median of the last
+ * KVP_STEPCOST_RING measurements of that batch size when there are some (a step stalled
+ * by another process on a shared machine moves it not at all; a shift in load within
+ * half a ring), else d1 * (1 + 0.06 (b - 1)) scaled by the decode ratio (each sequence
+ * adds its attention and sampling to one pass over the weights).  It is the streams'
+ * gap alone, which the step budget while they run is a multiple of.
  *
  * Thread: the engine thread's; pure arithmetic, no clock.
  */
 #ifndef KVP_ENGINE_STEPCOST_H
 #define KVP_ENGINE_STEPCOST_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define KVP_STEPCOST_MAX_BATCH 256 /* decode sizes remembered one by one; larger share */
+#define KVP_STEPCOST_RING 8	   /* decode steps remembered per batch size */
 
 /**
  * struct kvp_stepcost - the model; fill with kvp_stepcost_init()
@@ -43,13 +48,21 @@
  * @k_w, @k_a:    prefill and mixed steps, scales of the weights-and-rows part and of the
  *                 attention part (1 = as calibrated)
  * @k_dec:         decode steps, measured / modelled, recent
- * @dec:           recent decode step ns per batch size (0 = not seen); [b - 1]
+ * @dec:           decode step ns per batch size, the median of @ring (0 = not seen);
+ *                 [b - 1]
+ * @ring, @n_ring:  the last KVP_STEPCOST_RING decode steps of each batch size, and how
+ *                 many were seen (the next goes at n_ring % KVP_STEPCOST_RING)
+ * @frozen:        the figures were given, not measured: the observe calls change
+ *                 nothing (plans that depend on the requests alone: tests)
  */
 struct kvp_stepcost {
 	double p0, p1, p2;
 	double d1;
 	double k_w, k_a, k_dec;
 	double dec[KVP_STEPCOST_MAX_BATCH];
+	double ring[KVP_STEPCOST_MAX_BATCH][KVP_STEPCOST_RING];
+	uint32_t n_ring[KVP_STEPCOST_MAX_BATCH];
+	bool frozen;
 };
 
 /* Calibrated figures (ns); non-positive ones are replaced by small defaults. */
@@ -67,15 +80,15 @@ void kvp_stepcost_fit(struct kvp_stepcost *c, const double n[3], const double ct
 /* Predicted ns of a prefill of @n tokens after @ctx positions. */
 double kvp_stepcost_prefill_ns(const struct kvp_stepcost *c, uint32_t n, uint32_t ctx);
 
-/* Most tokens (<= @max) whose prefill after @ctx fits @budget_ns; 0 when none does. */
-uint32_t kvp_stepcost_fit_tokens(const struct kvp_stepcost *c, double budget_ns, uint32_t ctx,
-				 uint32_t max);
-
 /*
- * Smallest chunk worth a call at @ctx: the tokens whose own work is at least the call's
- * fixed cost (so a prefill runs at half its best speed or better).  At least 1.
+ * Tokens (1 .. @max) of a chunk after @ctx positions whose own work (their rows and
+ * attention, as predicted now) is at least @work_x times @fixed_ns, the call's fixed
+ * cost, scaled as the weights part is: the floor of a step of prefill alone, so that
+ * the fixed cost is at most 1 / (1 + @work_x) of it whatever the machine's load (a
+ * count of tokens: the load scales both sides).
  */
-uint32_t kvp_stepcost_min_chunk(const struct kvp_stepcost *c, uint32_t ctx);
+uint32_t kvp_stepcost_floor_tokens(const struct kvp_stepcost *c, double fixed_ns, double work_x,
+				   uint32_t ctx, uint32_t max);
 
 /* Predicted ns of a decode step of @batch sequences (0 for none). */
 double kvp_stepcost_decode_ns(const struct kvp_stepcost *c, uint32_t batch);

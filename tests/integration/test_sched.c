@@ -86,6 +86,33 @@ static int setup_counted(void **state)
 	return start_fixture(state, f, args);
 }
 
+/*
+ * The step-cost model given (scheduler.cost_call_us, cost_token_us: not measured, not
+ * adapted), the default budgets: every step's plan is a function of the requests alone,
+ * whatever the machine's load, and its size follows from the figures below.
+ */
+#define CALL_US 20000
+#define TOKEN_US 2000
+#define ITL_PCT 200
+/* prefill alone: the chunk whose own work is 4 calls' fixed cost (AUTO_PREFILL_WORK) */
+#define ALONE_CHUNK (4 * CALL_US / TOKEN_US)
+/* next to one stream: a step of ITL_PCT of its decode step (a call and its row) */
+#define STREAM_CHUNK ((ITL_PCT * (CALL_US + TOKEN_US) / 100 - CALL_US) / TOKEN_US - 1)
+#define FIFO_CHUNK 256 /* the first policy's chunk (prefill_chunk_tokens, default) */
+
+static int setup_costed(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	const char *args[] = {
+		"--model",	f->d.model,	      "--pool-size", "256M",
+		"--ignore-eos", "--threads",	      "2",	     "--cost-call-us",
+		"20000",	"--cost-token-us",    "2000",	     "--itl-budget-pct",
+		"200",		"--prefill-aging-ms", "600000",	     NULL
+	};
+
+	return start_fixture(state, f, args);
+}
+
 /* A pool of 48 blocks of 16 tokens (4 KiB a token: 4 layers x 4 KV heads x 64, f16). */
 static int setup_small_pool(void **state)
 {
@@ -420,6 +447,131 @@ static void test_stream_gap_bounded(void **state)
 	assert_true(l.usage.ttft_steps <= d_steps);
 }
 
+/* Model time (us) of @steps forward calls computing @tokens rows, at the given costs. */
+static double model_us(double steps, double tokens)
+{
+	return steps * CALL_US + tokens * TOKEN_US;
+}
+
+static void test_budget_alone_counts(void **state)
+{
+	/*
+	 * Bounds that hold whatever the model and machine, in counts (setup_costed): with
+	 * nothing decoding, a step of prefill alone computes ALONE_CHUNK (40) prompt tokens,
+	 * the chunk whose own work is 4 fixed costs of a call, so a LONG prompt takes
+	 * exactly LONG / ALONE_CHUNK steps (50: every step held 40 tokens) and, counted at
+	 * the given costs, at most 1.3x what the first policy's 256-token chunks take.  A
+	 * 16-token request arriving during it gets its first token from the next step
+	 * (ttft_steps 1), a step of its own (the long prompt's steps + 1: nothing of the
+	 * long one rode along), so it waits at most one such step and its own: at most 3x
+	 * its time alone, at these costs.  The long one then takes one step more.
+	 */
+	struct fixture *f = *state;
+	static int32_t lp[LONG];
+	const double alone_steps = LONG / ALONE_CHUNK;
+	struct kvp_usage ul, us;
+	struct timed alone;
+	int32_t sp[16];
+	bool overlapped = false;
+	struct steps c0, c1, c2;
+
+	assert_true(LONG % ALONE_CHUNK == 0);
+	fill(lp, LONG);
+	read_steps(f, 0, &c0);
+	memset(&alone, 0, sizeof(alone));
+	assert_int_equal(generate(f->d.sock, lp, LONG, 1, 0, false, &alone), 0);
+	assert_int_equal(alone.usage.recomputed_tokens, LONG);
+	assert_int_equal(alone.usage.ttft_steps, alone_steps);
+	read_steps(f, c0.done + 1, &c1);
+	assert_true(c1.prefill_steps - c0.prefill_steps == alone_steps);
+	assert_true(c1.prefill_tokens - c0.prefill_tokens == LONG);
+	/* its prefill at these costs against the first policy's (8 calls of <= 256) */
+	assert_true(model_us(alone_steps, LONG) <=
+		    1.3 * model_us((LONG + FIFO_CHUNK - 1) / FIFO_CHUNK, LONG));
+	fill(sp, 16);
+	memset(&alone, 0, sizeof(alone));
+	assert_int_equal(generate(f->d.sock, sp, 16, 1, 0, false, &alone), 0);
+	assert_int_equal(alone.usage.ttft_steps, 1);
+	read_steps(f, c1.done + 1, &c2);
+	for (int attempt = 0; attempt < 4 && !overlapped; attempt++) {
+		struct steps a, b;
+		bool long_first;
+
+		fill(lp, LONG);
+		fill(sp, 16);
+		read_steps(f, c2.done + 2 * attempt, &a);
+		long_first = long_then_short(f, a.done, lp, LONG, sp, 16, &ul, &us);
+		read_steps(f, a.done + 2, &b);
+		print_message("attempt %d: long prompt %u steps to its first token, short %u "
+			      "(%.1f / %.1f ms)\n",
+			      attempt, ul.ttft_steps, us.ttft_steps, ul.ttft_ms, us.ttft_ms);
+		assert_int_equal(us.ttft_steps, 1);
+		assert_true(b.prefill_tokens - a.prefill_tokens == LONG + 16);
+		if (ul.ttft_steps == alone_steps) {
+			/* the short one came after the prefill: nothing shown, again */
+			assert_true(long_first);
+			continue;
+		}
+		overlapped = true;
+		assert_false(long_first);
+		assert_int_equal(ul.ttft_steps, alone_steps + 1);
+		assert_true(b.prefill_steps - a.prefill_steps == alone_steps + 1);
+		/* the wait: a step of the long prompt's, then its own, against its own */
+		assert_true(model_us(1, ALONE_CHUNK) + model_us(1, 16) <= 3 * model_us(1, 16));
+		/* the long one's first token, the short one's step included: within 1.3x */
+		assert_true(model_us(alone_steps + 1, LONG + 16) <=
+			    1.3 * model_us((LONG + FIFO_CHUNK - 1) / FIFO_CHUNK, LONG));
+	}
+	assert_true(overlapped);
+}
+
+static void test_budget_stream_counts(void **state)
+{
+	/*
+	 * Next to a running stream (setup_costed), every step holds the stream's row and
+	 * STREAM_CHUNK (11) prompt tokens: what fits in ITL_PCT of the stream's decode step
+	 * at the given costs, so the LONG prompt takes exactly ceil(LONG / STREAM_CHUNK)
+	 * steps (182) and the stream's gap is one such step: at most 3x its gap alone.
+	 */
+	struct fixture *f = *state;
+	static struct bg st;
+	static struct timed l;
+	static int32_t prompt[LONG];
+	atomic_bool stop = false;
+	const double want = (LONG + STREAM_CHUNK - 1) / STREAM_CHUNK;
+	struct steps c0, c1;
+
+	memset(&st, 0, sizeof(st));
+	st.sock = f->d.sock;
+	fill(st.prompt, 16);
+	st.n = 16;
+	st.max_new = 4096;
+	st.tm.stop = &stop;
+	pthread_create(&st.th, NULL, bg_main, &st);
+	while (st.tm.n_tokens < 3 && !st.tm.rc)
+		usleep(5000);
+	read_steps(f, 0, &c0);
+	fill(prompt, LONG);
+	memset(&l, 0, sizeof(l));
+	assert_int_equal(generate(f->d.sock, prompt, LONG, 1, 0, false, &l), 0);
+	read_steps(f, c0.done + 1, &c1);
+	atomic_store(&stop, true);
+	pthread_join(st.th, NULL);
+	assert_int_equal(st.tm.rc, 0);
+	assert_true(st.tm.n_tokens < 4096);
+	print_message("stream: %.0f steps, %.0f with prefill (want %.0f), %.0f prompt tokens, "
+		      "%.0f decode rows; the long prompt %u steps to its first token\n",
+		      c1.steps - c0.steps, c1.prefill_steps - c0.prefill_steps, want,
+		      c1.prefill_tokens - c0.prefill_tokens, c1.decode_rows - c0.decode_rows,
+		      l.usage.ttft_steps);
+	assert_true(c1.decode_rows - c0.decode_rows == c1.steps - c0.steps);
+	assert_true(c1.prefill_tokens - c0.prefill_tokens == LONG);
+	assert_true(c1.prefill_steps - c0.prefill_steps == want);
+	assert_true(l.usage.ttft_steps >= want && l.usage.ttft_steps <= want + 1);
+	/* a step: a call, the stream's row and the chunk; alone: a call and the row */
+	assert_true(model_us(1, 1 + STREAM_CHUNK) <= 3 * model_us(1, 1));
+}
+
 static void test_early_stoppers_all_run(void **state)
 {
 	/* sixteen requests of 100 tokens asking for 4,096 each all run at once */
@@ -520,6 +672,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_short_prompt_first, setup_counted,
 						kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_stream_gap_bounded, setup, kvpd_teardown),
+		cmocka_unit_test_setup_teardown(test_budget_alone_counts, setup_costed,
+						kvpd_teardown),
+		cmocka_unit_test_setup_teardown(test_budget_stream_counts, setup_costed,
+						kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_early_stoppers_all_run, setup, kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_priority_preempts_same_tokens,
 						setup_small_pool, kvpd_teardown),

@@ -21,7 +21,7 @@
  * stoppers with a large max_new never block others, priorities order admission and
  * preemption, preemption by recompute gives the undisturbed tokens on the real model,
  * short prompts go first, running streams keep a bounded gap, aging prevents starvation,
- * and the long prompt's prefill stays within 1.1x of the first policy's.
+ * and the long prompt's prefill stays within 1.3x of the first policy's.
  */
 #include <errno.h>
 #include <math.h>
@@ -1164,8 +1164,9 @@ static void test_short_prompt_goes_first(void **state)
 	print_message("16-token TTFT during a 4000-token prefill / alone: fair %.2f, fifo %.2f\n",
 		      ratio[KVP_SCHED_FAIR], ratio[KVP_SCHED_FIFO]);
 	/*
-	 * half a prefill step (10 fixed costs of a call: the long prompt's 1.1x) and its
-	 * own: the issue's 3x (the clock is the test's: deterministic)
+	 * the prefill step under way (the chunk worth 4 fixed costs of a call: the long
+	 * prompt's 1.3x) and its own: the issue's 3x (the clock is the test's:
+	 * deterministic)
 	 */
 	assert_true(ratio[KVP_SCHED_FAIR] <= 3.0);
 	assert_true(ratio[KVP_SCHED_FIFO] > 10.0);
@@ -1223,8 +1224,9 @@ static void test_stream_gap_bounded(void **state)
 		      "fifo %.2f\n",
 		      ratio[KVP_SCHED_FAIR], ratio[KVP_SCHED_FIFO]);
 	/*
-	 * the step target: 2.5 decode steps of one here (33.8 ms; one mixed call per step
-	 * carries the stream's row with the chunk), a decode step alone 13.5: the issue's 3x
+	 * the step budget: itl_budget_pct (200) of a decode step of one here (27 ms; one
+	 * mixed call per step carries the stream's row with the chunk), a decode step alone
+	 * 13.5: the issue's 3x
 	 */
 	assert_true(ratio[KVP_SCHED_FAIR] <= 3.0);
 	assert_true(ratio[KVP_SCHED_FIFO] > 10.0);
@@ -1234,8 +1236,10 @@ static void test_long_prefill_within_bound(void **state)
 {
 	/*
 	 * a 4,000-token prompt with short requests arriving during its prefill: they go
-	 * first, and its own prefill (the time computing it) takes at most 1.1x what the
-	 * first policy gives it, its first token (after theirs too) at most 1.2x
+	 * first, and its own prefill (the time computing it) and its first token (after
+	 * theirs too) take at most 1.3x what the first policy gives it (the issue's bound:
+	 * a prefill step alone pays a call's fixed cost for 4 of its own work, 1.25x at
+	 * most, and is short enough for a request arriving during it: 3x its time alone)
 	 */
 	static struct sim m;
 	struct sim_opts o = { .n_blocks = 600, .bt = 16, .max_running = 16 };
@@ -1265,8 +1269,8 @@ static void test_long_prefill_within_bound(void **state)
 		      prefill[KVP_SCHED_FAIR] / prefill[KVP_SCHED_FIFO],
 		      ttft[KVP_SCHED_FAIR] / ttft[KVP_SCHED_FIFO]);
 	/* its own prefill: the price of smaller chunks; its first token: also the shorts' */
-	assert_true(prefill[KVP_SCHED_FAIR] <= 1.1 * prefill[KVP_SCHED_FIFO]);
-	assert_true(ttft[KVP_SCHED_FAIR] <= 1.2 * ttft[KVP_SCHED_FIFO]);
+	assert_true(prefill[KVP_SCHED_FAIR] <= 1.3 * prefill[KVP_SCHED_FIFO]);
+	assert_true(ttft[KVP_SCHED_FAIR] <= 1.3 * ttft[KVP_SCHED_FIFO]);
 }
 
 static void test_aging_prevents_starvation(void **state)

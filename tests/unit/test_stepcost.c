@@ -109,6 +109,52 @@ static void test_attention_scaled_apart(void **state)
 	assert_true(fabs(c.k_w - 1) < 0.1);
 }
 
+static void test_floor_tokens(void **state)
+{
+	/*
+	 * the floor of a prefill step alone: the fewest tokens whose own work is 4 fixed
+	 * costs (their rows and attention); fewer at a long context (attention grows), a
+	 * count the machine's load does not move (both scales doubled), capped
+	 */
+	struct kvp_stepcost c;
+	uint32_t n0, n4k;
+
+	demo(&c);
+	n0 = kvp_stepcost_floor_tokens(&c, 11e6, 4, 0, 256);
+	assert_true(kvp_stepcost_prefill_ns(&c, n0, 0) - 11e6 >= 4 * 11e6);
+	assert_true(kvp_stepcost_prefill_ns(&c, n0 - 1, 0) - 11e6 < 4 * 11e6);
+	n4k = kvp_stepcost_floor_tokens(&c, 11e6, 4, 4000, 256);
+	assert_true(n4k < n0 / 2 && n4k >= 1);
+	c.k_w = c.k_a = 2;
+	assert_int_equal(kvp_stepcost_floor_tokens(&c, 11e6, 4, 0, 256), n0);
+	assert_int_equal(kvp_stepcost_floor_tokens(&c, 11e6, 4, 0, 10), 10);
+}
+
+static void test_decode_median(void **state)
+{
+	/*
+	 * a decode step of a batch size is the median of its recent ones: a step stalled
+	 * 10x by another process among them leaves it where it was, a lasting change of
+	 * load moves it within half the ring
+	 */
+	struct kvp_stepcost c;
+
+	demo(&c);
+	for (int i = 0; i < 7; i++)
+		kvp_stepcost_observe_decode(&c, 1, 10e6);
+	kvp_stepcost_observe_decode(&c, 1, 100e6);
+	assert_true(kvp_stepcost_decode_ns(&c, 1) == 10e6);
+	for (int i = 0; i < KVP_STEPCOST_RING / 2 + 1; i++)
+		kvp_stepcost_observe_decode(&c, 1, 20e6);
+	assert_true(kvp_stepcost_decode_ns(&c, 1) == 20e6);
+	/* another batch size keeps its own; a frozen model learns nothing */
+	assert_true(kvp_stepcost_decode_ns(&c, 2) != 20e6);
+	c.frozen = true;
+	kvp_stepcost_observe_decode(&c, 3, 1e9);
+	kvp_stepcost_observe_step(&c, 30, 900, 1e9);
+	assert_true(c.dec[2] == 0 && c.k_w == 1 && c.k_a == 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -116,6 +162,8 @@ int main(void)
 		cmocka_unit_test(test_fit_step_is_largest_within_budget),
 		cmocka_unit_test(test_observed_steps_move_the_scale),
 		cmocka_unit_test(test_attention_scaled_apart),
+		cmocka_unit_test(test_floor_tokens),
+		cmocka_unit_test(test_decode_median),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
