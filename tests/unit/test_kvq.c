@@ -307,8 +307,9 @@ static void test_attn_int8_equals_dequantized(void **state)
 	 * the call) and a decode row at 52, GQA 2, 3 and 6 query heads a kv head (6: more
 	 * than the 4 heads attn_block8 scores in one pass) on 2 kv heads: each row of the
 	 * int8 call equals the same row alone over the f32 twin that holds what it must see,
-	 * within DIFF_MAX: full blocks are scored in int8 with the query rounded to int8 per
-	 * block in two parts (kvqattn.inc), a relative error of about 1/64516 of the largest
+	 * within DIFF_MAX: full blocks are scored in int8 with the query rounded per block
+	 * to int16 codes of step amax / 32258 (kvqattn.inc; V read as stored, its scales in
+	 * the softmax weights), a relative error of about 1/64516 of the largest
 	 * term of a score; the outputs are averages of values within 1, measured below 2e-5
 	 * here (printed; 4e-3 with the query in one part), bounded at 1e-4.  The tables' int scores are equal, so their outputs
 	 * are within float rounding of one another (1e-5).
