@@ -417,6 +417,14 @@ static double budget_alone(struct kvp_sched *s, uint32_t ctx)
 	} else {
 		n = kvp_stepcost_floor_tokens(&s->cost, s->fixed_ns, AUTO_PREFILL_WORK, ctx,
 					      s->cfg.prefill_chunk);
+		/*
+		 * and at least the smallest chunk the model was fitted on: below it the
+		 * kernels' token blocks run part empty and a token costs more than the line
+		 * says (1b Q4_K_M here: 8-token steps made a long prompt 3x the first
+		 * policy's)
+		 */
+		if (n < CAL_N)
+			n = CAL_N < s->cfg.prefill_chunk ? CAL_N : s->cfg.prefill_chunk;
 		t = kvp_stepcost_prefill_ns(&s->cost, n, ctx);
 		t = t > one ? t : one;
 	}
@@ -717,13 +725,10 @@ void eng_calibrate(struct kvp_sched *s)
 	kvp_log(LOG_INFO,
 		"engine: %s a decode step of one sequence at %.2f ms, a prefill call at %.2f ms "
 		"+ %.3f ms per token + %.5f ms per token per position; step budget %.1f ms "
-		"while one stream decodes (%.0f%% of its step), %.1f ms for prefill alone "
-		"(%u tokens)",
+		"while one stream decodes (%.0f%% of its step), %.1f ms for prefill alone",
 		given ? "given" : "measured", s->cost.d1 / 1e6, s->cost.p0 / 1e6, s->cost.p1 / 1e6,
 		s->cost.p2 / 1e6, budget_decoding(s, 1) / 1e6, s->itl_x * 100,
-		budget_alone(s, 0) / 1e6,
-		kvp_stepcost_floor_tokens(&s->cost, s->fixed_ns, AUTO_PREFILL_WORK, 0,
-					  s->cfg.prefill_chunk));
+		budget_alone(s, 0) / 1e6);
 }
 
 /* FIFO's step: prefill chunks in admission order, one call each, then one decode call. */
