@@ -78,7 +78,8 @@ static void free_events(struct event *ev, size_t n)
 		json_decref(ev[i].data);
 }
 
-static const char *str(json_t *o, const char *path)
+/* The value at a dotted path ("choices.0.delta.content": indices for arrays), or NULL. */
+static json_t *at(json_t *o, const char *path)
 {
 	char key[64];
 	const char *dot;
@@ -90,21 +91,18 @@ static const char *str(json_t *o, const char *path)
 		path = dot + 1;
 	}
 	o = json_is_array(o) ? json_array_get(o, (size_t)atoi(path)) : json_object_get(o, path);
+	return o;
+}
+
+static const char *str(json_t *o, const char *path)
+{
+	o = at(o, path);
 	return json_is_string(o) ? json_string_value(o) : json_is_null(o) ? "(null)" : NULL;
 }
 
 static json_int_t num(json_t *o, const char *path)
 {
-	char key[64];
-	const char *dot;
-
-	while ((dot = strchr(path, '.'))) {
-		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
-		o = json_is_array(o) ? json_array_get(o, (size_t)atoi(key)) :
-				       json_object_get(o, key);
-		path = dot + 1;
-	}
-	o = json_is_array(o) ? json_array_get(o, (size_t)atoi(path)) : json_object_get(o, path);
+	o = at(o, path);
 	if (!json_is_integer(o))
 		fail_msg("%s: not an integer", path);
 	return json_integer_value(o);
@@ -598,33 +596,10 @@ static const struct kvp_logprob lp3[] = {
 
 static double real(json_t *o, const char *path)
 {
-	char key[64];
-	const char *dot;
-
-	while ((dot = strchr(path, '.'))) {
-		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
-		o = json_is_array(o) ? json_array_get(o, (size_t)atoi(key)) :
-				       json_object_get(o, key);
-		path = dot + 1;
-	}
-	o = json_is_array(o) ? json_array_get(o, (size_t)atoi(path)) : json_object_get(o, path);
+	o = at(o, path);
 	if (!json_is_number(o))
 		fail_msg("%s: not a number", path);
 	return json_number_value(o);
-}
-
-static json_t *at(json_t *o, const char *path)
-{
-	char key[64];
-	const char *dot;
-
-	while ((dot = strchr(path, '.'))) {
-		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
-		o = json_is_array(o) ? json_array_get(o, (size_t)atoi(key)) :
-				       json_object_get(o, key);
-		path = dot + 1;
-	}
-	return json_is_array(o) ? json_array_get(o, (size_t)atoi(path)) : json_object_get(o, path);
 }
 
 /* The three tokens, one TOKEN each (the partial one with no text), whole or streamed. */
