@@ -1045,6 +1045,9 @@ static enum MHD_Result post_ready(struct hreq *r)
 	r->job.params.salt_len = r->salt_len;
 	r->job.tools = g->tools;
 	r->job.tools_len = g->tools_len;
+	r->job.thinking = g->thinking == KVP_HTTP_THINK_ON  ? KVP_THINKING_ON :
+			  g->thinking == KVP_HTTP_THINK_OFF ? KVP_THINKING_OFF :
+							      KVP_THINKING_DEFAULT;
 	r->job.ops = &job_ops;
 
 	prefix = r->api == KVP_HTTP_API_CHAT	 ? "chatcmpl-" :
