@@ -1072,6 +1072,9 @@ static enum MHD_Result post_ready(struct hreq *r)
 		em->logprobs = g->logprobs;
 		if (g->n_tools && g->tool_choice != KVP_HTTP_TOOLS_NONE)
 			kvp_http_emit_tools(em, g->tool_names, g->n_tools);
+		if ((r->api == KVP_HTTP_API_CHAT || r->api == KVP_HTTP_API_MESSAGES) &&
+		    g->thinking != KVP_HTTP_THINK_OFF)
+			kvp_http_emit_thinking(em);
 		kvp_http_stop_init(&r->ch[i].stop, g->stop, g->stop_len, g->n_stop);
 	}
 
