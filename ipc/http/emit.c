@@ -603,6 +603,8 @@ static void answer_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 static void think_out(struct kvp_http_emit *e, struct kvp_buf *out, struct kvp_buf *r,
 		      struct kvp_buf *a, const int32_t *ids, size_t n_ids)
 {
+	const char *at = a->p ? a->p : ""; /* an empty buffer has no storage */
+
 	if (r->err || a->err) {
 		kvp_buf_fail(&e->text, r->err ? r->err : a->err);
 		return;
@@ -610,7 +612,7 @@ static void think_out(struct kvp_http_emit *e, struct kvp_buf *out, struct kvp_b
 	if (!e->stream) {
 		if (r->len)
 			kvp_buf_add(&e->reason, r->p, r->len);
-		answer_text(e, out, a->p, a->len, ids, n_ids);
+		answer_text(e, out, at, a->len, ids, n_ids);
 		return;
 	}
 	if (r->len) { /* the tokens' ids and logprobs go with the reasoning they made */
@@ -620,7 +622,7 @@ static void think_out(struct kvp_http_emit *e, struct kvp_buf *out, struct kvp_b
 		n_ids = 0;
 	}
 	if (a->len || n_ids || !r->len)
-		answer_text(e, out, a->p, a->len, ids, n_ids);
+		answer_text(e, out, at, a->len, ids, n_ids);
 }
 
 void kvp_http_emit_text(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len,
