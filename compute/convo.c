@@ -134,7 +134,8 @@ int kvp_convo_prompt(int32_t **ids, uint32_t *n_ids, const struct kvp_tokenizer 
 	struct kvp_chat_opts o = { .add_generation_prompt = !cv->no_generation_prompt,
 				   .date = cv->date,
 				   .tools = cv->tools,
-				   .tools_len = cv->tools_len };
+				   .tools_len = cv->tools_len,
+				   .no_thinking = cv->no_thinking };
 	char *bos = NULL, *eos = NULL, *text = NULL;
 	size_t len = 0;
 	int r;

@@ -41,6 +41,7 @@ struct kvp_tokenizer;
  * @no_generation_prompt: end after the last message, without the header of the
  *                  assistant's turn (a prefix of a longer conversation, convo_bp.h)
  * @tools, @tools_len: the tool definitions (JSON array text), or NULL (chat.h)
+ * @no_thinking:    Qwen3's enable_thinking=false (struct kvp_chat_opts)
  */
 struct kvp_convo {
 	const struct kvp_chat_msg *msgs;
@@ -52,6 +53,7 @@ struct kvp_convo {
 	bool no_generation_prompt;
 	const char *tools;
 	size_t tools_len;
+	bool no_thinking;
 };
 
 /**

@@ -858,6 +858,9 @@ static bool name_ok(const char *name, size_t cap)
 static int check_messages(struct kvp_cur *c, struct kvp_gen_req *r, struct kvp_proto_msg *msgs,
 			  const char **why)
 {
+	if ((r->flags & KVP_CHAT_THINKING) && (r->flags & KVP_CHAT_NO_THINKING))
+		return fail(why, "KVP_CHAT_THINKING and KVP_CHAT_NO_THINKING together",
+			    KVP_E_INVALID);
 	for (uint32_t i = 0; i < r->n_messages; i++) {
 		struct kvp_chat_message m;
 		const char *text;

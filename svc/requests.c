@@ -738,6 +738,11 @@ static int chat(struct kvp_requests *q, struct kvp_conn_rec *c, uint64_t req_id,
 		free(j);
 		return refuse(q, conn, req_id, KVP_E_INVALID, q->tmpl_err);
 	}
+	if ((req->flags & KVP_CHAT_THINKING) && !kvp_chat_reasons(&j->tmpl)) {
+		kvp_chat_thinking_refused(&j->tmpl, err, sizeof(err));
+		free(j);
+		return refuse(q, conn, req_id, KVP_E_INVALID, err);
+	}
 	keep_fields(&j->u.gen, req);
 	if (cc) {
 		j->want_bp = (cc->flags & KVP_CC_BP_MESSAGES) &&
@@ -774,7 +779,8 @@ static int chat(struct kvp_requests *q, struct kvp_conn_rec *c, uint64_t req_id,
 				    .n_context = req->n_ids,
 				    .context_msgs = req->context_msgs,
 				    .tools = tools ? text : NULL,
-				    .tools_len = tools_len };
+				    .tools_len = tools_len,
+				    .no_thinking = req->flags & KVP_CHAT_NO_THINKING };
 	j->max_ids = q->max_prompt_tokens;
 	j->base.bytes = text_bytes + ctx_bytes;
 	if (!(req->flags & KVP_CHAT_PROMPT_ONLY) &&

@@ -1132,6 +1132,21 @@ int kvp_chat_tools_refused(const struct kvp_chat_template *t, char *err, size_t 
 	return -EINVAL;
 }
 
+bool kvp_chat_reasons(const struct kvp_chat_template *t)
+{
+	return t->family == KVP_CHAT_QWEN3;
+}
+
+int kvp_chat_thinking_refused(const struct kvp_chat_template *t, char *err, size_t errlen)
+{
+	if (err && errlen)
+		snprintf(err, errlen,
+			 "chat: the model's chat template (%s) has no reasoning section: "
+			 "thinking cannot be enabled",
+			 kvp_chat_family_name(t->family));
+	return -EINVAL;
+}
+
 int kvp_chat_render(char **out, size_t *len, const struct kvp_chat_template *t,
 		    const struct kvp_chat_msg *msgs, size_t n, const struct kvp_chat_opts *o,
 		    char *err, size_t errlen)

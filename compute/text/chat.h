@@ -131,6 +131,18 @@ const char *kvp_chat_names(void);
  */
 int kvp_chat_tools_refused(const struct kvp_chat_template *t, char *err, size_t errlen);
 
+/*
+ * kvp_chat_reasons() - has the family's template a reasoning section (Qwen3's <think>
+ * block, which enable_thinking turns on and off)?
+ */
+bool kvp_chat_reasons(const struct kvp_chat_template *t);
+
+/*
+ * kvp_chat_thinking_refused() - @err gets "chat: the model's chat template (NAME) has no
+ * reasoning section: thinking cannot be enabled" and the return is -EINVAL.
+ */
+int kvp_chat_thinking_refused(const struct kvp_chat_template *t, char *err, size_t errlen);
+
 /* kvp_chat_writes_bos() - does the family's template write BOS into the text itself? */
 bool kvp_chat_writes_bos(const struct kvp_chat_template *t);
 

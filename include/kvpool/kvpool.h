@@ -311,6 +311,21 @@ int kvp_client_conv_set_template(struct kvp_client_conv *cv, const char *name);
  */
 int kvp_client_conv_set_tools(struct kvp_client_conv *cv, const char *json, size_t len);
 
+/* kvp_client_conv_set_thinking() modes */
+enum kvp_client_thinking {
+	KVP_THINKING_DEFAULT = 0, /* the template's own default */
+	KVP_THINKING_ON,	  /* reasoning on; a template without a reasoning section
+				     refuses the CHAT (the daemon's ERROR names it) */
+	KVP_THINKING_OFF,	  /* reasoning off (Qwen3's enable_thinking=false) */
+};
+
+/**
+ * kvp_client_conv_set_thinking() - the reasoning section of the template (Qwen3's
+ * <think>) on, off or as the template has it (enum kvp_client_thinking), sent with every
+ * CHAT of the conversation (KVP_CHAT_THINKING / KVP_CHAT_NO_THINKING).  Return: 0, -EINVAL.
+ */
+int kvp_client_conv_set_thinking(struct kvp_client_conv *cv, int mode);
+
 /* Append a message (@role: enum kvp_role; @text copied, UTF-8; KVP_ROLE_TOOL_CALL's
  * text "NAME\nARGUMENTS-JSON").  Return: 0, -EINVAL, -ENOMEM. */
 int kvp_client_conv_add(struct kvp_client_conv *cv, int role, const char *text, size_t len);

@@ -341,7 +341,13 @@ enum kvp_role {
 /* struct kvp_chat_tools and the tool definitions follow the sampling section (or what
  * comes before it), before the context ids */
 #define KVP_CHAT_TOOLS 0x200u
-#define KVP_CHAT__ALL 0x31eu
+/* reasoning on: the template's reasoning section enabled (Qwen3's enable_thinking=true);
+ * a template without one refuses the request (KVP_E_INVALID) */
+#define KVP_CHAT_THINKING 0x400u
+/* reasoning off: Qwen3's enable_thinking=false; no effect on a template without one.
+ * Neither flag: the template's default.  Both: KVP_E_INVALID. */
+#define KVP_CHAT_NO_THINKING 0x800u
+#define KVP_CHAT__ALL 0xf1eu
 
 /**
  * struct kvp_chat - CHAT payload, followed by n_context int32 ids, then n_messages times

@@ -1191,6 +1191,7 @@ struct kvp_client_conv {
 	char tmpl[KVP_CHAT_TEMPLATE_NAME_MAX];
 	char *tools; /* kvp_client_conv_set_tools(), NULL: none */
 	size_t tools_len;
+	uint32_t think_flags; /* kvp_client_conv_set_thinking(): KVP_CHAT_(NO_)THINKING */
 	uint64_t pending;
 	struct idvec prompt;
 	bool got_prompt;
@@ -1249,6 +1250,22 @@ KVP_EXPORT int kvp_client_conv_set_tools(struct kvp_client_conv *cv, const char 
 	cv->tools = copy;
 	cv->tools_len = json ? len : 0;
 	return 0;
+}
+
+KVP_EXPORT int kvp_client_conv_set_thinking(struct kvp_client_conv *cv, int mode)
+{
+	switch (mode) {
+	case KVP_THINKING_DEFAULT:
+		cv->think_flags = 0;
+		return 0;
+	case KVP_THINKING_ON:
+		cv->think_flags = KVP_CHAT_THINKING;
+		return 0;
+	case KVP_THINKING_OFF:
+		cv->think_flags = KVP_CHAT_NO_THINKING;
+		return 0;
+	}
+	return -EINVAL;
 }
 
 KVP_EXPORT int kvp_client_conv_add(struct kvp_client_conv *cv, int role, const char *text,
@@ -1347,7 +1364,7 @@ static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 			       "chat: the conversation (%zu tokens) exceeds the daemon's limit %u",
 			       cv->ctx.n, w->max_prompt_tokens);
 	request_of(c, params, KVP_FRAME_CHAT, &ch);
-	ch.flags |= flags;
+	ch.flags |= flags | cv->think_flags;
 	if (flags & KVP_CHAT_PROMPT_ONLY) /* nothing is sampled */
 		ch.has_samp = false;
 	ch.n_messages = (uint32_t)cv->n_msgs;

@@ -912,6 +912,104 @@ static int add_call(struct kvp_http_gen *g, const char *name, json_t *args)
 }
 
 /* An assistant message with tool_calls: its content (may be null) and one message per call. */
+/*
+ * An assistant message's reasoning given back (OpenAI's reasoning_content, Anthropic's
+ * thinking blocks) put before its text as the model wrote it, "<think>\n...\n</think>\n\n":
+ * the reasoning template (Qwen3) cuts it off again and keeps it where it keeps
+ * reasoning (the turns after the last user message); the answer's reasoning is only ever
+ * split out of such a block (think.h), so elsewhere it is the text the model wrote.
+ */
+static int msg_prefix_reasoning(struct kvp_http_msg *m, const char *s, size_t n)
+{
+	static const char open[] = "<think>\n", close[] = "\n</think>\n\n";
+	size_t add = sizeof(open) - 1 + n + sizeof(close) - 1;
+	char *t;
+
+	if (!n)
+		return 0;
+	t = malloc(m->len + add + 1);
+	if (!t)
+		return -ENOMEM;
+	memcpy(t, open, sizeof(open) - 1);
+	memcpy(t + sizeof(open) - 1, s, n);
+	memcpy(t + sizeof(open) - 1 + n, close, sizeof(close) - 1);
+	if (m->len)
+		memcpy(t + add, m->text, m->len);
+	t[m->len + add] = '\0';
+	free(m->text);
+	m->text = t;
+	m->len += add;
+	return 0;
+}
+
+/* OpenAI's assistant reasoning_content (a string, or null), as msg_prefix_reasoning(). */
+static int openai_reasoning(struct kvp_http_msg *a, json_t *m, const char *at,
+			    struct kvp_http_err *err)
+{
+	json_t *rc = member(m, "reasoning_content");
+
+	if (!rc)
+		return 0;
+	if (!json_is_string(rc))
+		return bad(err, "messages", "%s.reasoning_content: must be a string", at);
+	return msg_prefix_reasoning(a, json_string_value(rc), json_string_length(rc));
+}
+
+/*
+ * OpenAI's reasoning switches: reasoning_effort "none" is off, minimal .. high on (the
+ * effort itself is not a knob kvpool has: max_tokens bounds the reasoning with the
+ * answer); chat_template_kwargs.enable_thinking (vLLM's, llama-server's) on or off.  Both
+ * given, they must agree.
+ */
+static int parse_openai_thinking(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
+{
+	static const char *const on[] = { "minimal", "low", "medium", "high" };
+	json_t *effort = member(o, "reasoning_effort");
+	json_t *kw = member(o, "chat_template_kwargs");
+	enum kvp_http_thinking by_effort = KVP_HTTP_THINK_DEFAULT;
+
+	if (effort) {
+		const char *e = json_is_string(effort) ? json_string_value(effort) : "";
+
+		if (!strcmp(e, "none"))
+			by_effort = KVP_HTTP_THINK_OFF;
+		for (size_t i = 0; i < sizeof(on) / sizeof(on[0]); i++)
+			if (!strcmp(e, on[i]))
+				by_effort = KVP_HTTP_THINK_ON;
+		if (!by_effort)
+			return bad(err, "reasoning_effort",
+				   "reasoning_effort: must be none, minimal, low, medium or high");
+	}
+	g->thinking = by_effort;
+	if (kw) {
+		json_t *et = member(kw, "enable_thinking");
+		const char *k;
+		json_t *v;
+
+		if (!json_is_object(kw))
+			return bad(err, "chat_template_kwargs",
+				   "chat_template_kwargs: must be an object");
+		json_object_foreach(kw, k, v) if (strcmp(k, "enable_thinking")) return unsupported(
+			err, "chat_template_kwargs",
+			"only enable_thinking is supported (kvpool "
+			"renders the template itself)");
+		if (et && !json_is_boolean(et))
+			return bad(err, "chat_template_kwargs",
+				   "chat_template_kwargs.enable_thinking: must be a boolean");
+		if (et) {
+			enum kvp_http_thinking t = json_is_true(et) ? KVP_HTTP_THINK_ON :
+								      KVP_HTTP_THINK_OFF;
+
+			if (by_effort && by_effort != t)
+				return bad(err, "reasoning_effort",
+					   "reasoning_effort and "
+					   "chat_template_kwargs.enable_thinking disagree");
+			g->thinking = t;
+		}
+	}
+	return 0;
+}
+
 static int parse_openai_calls(struct kvp_http_gen *g, json_t *m, json_t *content, const char *at,
 			      struct kvp_http_err *err)
 {
@@ -922,6 +1020,8 @@ static int parse_openai_calls(struct kvp_http_gen *g, json_t *m, json_t *content
 	if (!json_is_array(calls))
 		return bad(err, "messages", "%s.tool_calls: must be an array", at);
 	if (content && (r = parse_content(a, content, at, NULL, "messages", err)))
+		return r;
+	if ((r = openai_reasoning(a, m, at, err)))
 		return r;
 	if (!a->text && !(a->text = strdup("")))
 		return -ENOMEM;
@@ -967,6 +1067,8 @@ static int parse_chat(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab, struc
 			g->max_tokens = (uint32_t)x;
 	}
 	r = parse_openai_extras(g, o, n_vocab, err);
+	if (!r)
+		r = parse_openai_thinking(g, o, err);
 	if (!r)
 		r = parse_response_format(g, o, err);
 	if (!r)
@@ -1022,6 +1124,8 @@ static int parse_chat(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab, struc
 		if (!content)
 			return bad(err, "messages", "%s.content: required", at);
 		r = parse_content(new_msg(g, ro), content, at, NULL, "messages", err);
+		if (!r && ro == KVP_HTTP_ROLE_ASSISTANT)
+			r = openai_reasoning(&g->msgs[g->n_msgs - 1], m, at, err);
 		if (r)
 			return r;
 	}
@@ -1183,6 +1287,29 @@ static int parse_anthropic_blocks(struct kvp_http_gen *g, json_t *c, bool user, 
 			m = &g->msgs[g->n_msgs - 1];
 			cur = NULL; /* text after a call starts a new message */
 			/* a call's message may not take more text: keep appending calls */
+		} else if ((!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking")) &&
+			   !user) {
+			json_t *th = json_object_get(b, "thinking");
+
+			/* redacted: nothing kvpool wrote, nothing to give back */
+			if (!strcmp(type, "thinking") && !json_is_string(th))
+				return bad(err, "messages", "%s.thinking: must be a string", at);
+			if (!cur)
+				cur = new_msg(g, role);
+			m = cur;
+			r = 0;
+			if (!strcmp(type, "thinking") && json_string_length(th)) {
+				/* in the message's text where it stands: before the answer */
+				struct kvp_http_msg tmp = { 0 };
+
+				r = msg_prefix_reasoning(&tmp, json_string_value(th),
+							 json_string_length(th));
+				if (!r)
+					r = msg_add(m, tmp.text, tmp.len, false);
+				free(tmp.text);
+			}
+			if (!r && !m->text)
+				r = msg_add(m, "", 0, false);
 		} else if (!strcmp(type, "tool_result") && user) {
 			m = new_msg(g, KVP_HTTP_ROLE_TOOL);
 			r = tool_result_text(m, member(b, "content"), at, err);
@@ -1192,8 +1319,8 @@ static int parse_anthropic_blocks(struct kvp_http_gen *g, json_t *c, bool user, 
 				err, "messages",
 				user ? "content blocks of user messages must be text or "
 				       "tool_result" :
-				       "content blocks of assistant messages must be text "
-				       "or tool_use");
+				       "content blocks of assistant messages must be text, "
+				       "thinking or tool_use");
 		}
 		if (r)
 			return r;
@@ -1212,7 +1339,8 @@ static bool has_tool_blocks(json_t *c)
 		json_t *t = json_object_get(json_array_get(c, i), "type");
 		const char *s = json_is_string(t) ? json_string_value(t) : "";
 
-		if (!strcmp(s, "tool_use") || !strcmp(s, "tool_result"))
+		if (!strcmp(s, "tool_use") || !strcmp(s, "tool_result") || !strcmp(s, "thinking") ||
+		    !strcmp(s, "redacted_thinking"))
 			return true;
 	}
 	return false;
@@ -1248,11 +1376,26 @@ static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err
 	r = parse_anthropic_tools(g, o, &bp, &tools_ttl, err);
 	if (r)
 		return r;
+	/* Anthropic's default is no thinking: the reasoning section off where there is one */
+	g->thinking = KVP_HTTP_THINK_OFF;
 	if (think) {
 		json_t *t = json_is_object(think) ? json_object_get(think, "type") : NULL;
+		const char *ts = json_is_string(t) ? json_string_value(t) : "";
+		long long x;
+		bool given;
 
-		if (!json_is_string(t) || strcmp(json_string_value(t), "disabled"))
-			return unsupported(err, "thinking", "extended thinking is not supported");
+		if (!strcmp(ts, "enabled")) {
+			/* checked, not enforced: max_tokens bounds reasoning and answer together */
+			r = get_int(think, "budget_tokens", 1, UINT32_MAX, &given, &x, err);
+			if (r)
+				return r;
+			if (!given)
+				return bad(err, "thinking", "thinking.budget_tokens: required");
+			g->thinking = KVP_HTTP_THINK_ON;
+		} else if (strcmp(ts, "disabled")) {
+			return bad(err, "thinking",
+				   "thinking.type: must be \"enabled\" or \"disabled\"");
+		}
 	}
 	if (!json_is_array(msgs) || !json_array_size(msgs))
 		return bad(err, "messages", "messages: must be a non-empty array");

@@ -72,6 +72,14 @@ enum kvp_http_tool_choice {
 	KVP_HTTP_TOOLS_NAMED,	 /* a call of @tool_choice_name, forced */
 };
 
+/* reasoning (OpenAI reasoning_effort / chat_template_kwargs.enable_thinking, Anthropic
+ * thinking): kvpoold's KVP_CHAT_THINKING / KVP_CHAT_NO_THINKING */
+enum kvp_http_thinking {
+	KVP_HTTP_THINK_DEFAULT = 0, /* the template's default (OpenAI, not named) */
+	KVP_HTTP_THINK_ON,	    /* asked for: refused where the template has none */
+	KVP_HTTP_THINK_OFF,	    /* turned off (Anthropic's default) */
+};
+
 #define KVP_HTTP_TOOLS_MAX 128 /* tool definitions per request */
 
 /* Anthropic cache_control TTLs. */
@@ -135,6 +143,7 @@ struct kvp_http_msg {
  * @tool_choice:      enum kvp_http_tool_choice; REQUIRED and NAMED set @grammar and
  *                    @schema to the calls' schema ({"name": const, "arguments": the
  *                    tool's parameters}, anyOf for several)
+ * @thinking:         enum kvp_http_thinking (chat and messages)
  */
 struct kvp_http_gen {
 	enum kvp_http_api api;
@@ -178,6 +187,7 @@ struct kvp_http_gen {
 	bool logprobs;
 	uint32_t top_logprobs;
 	uint32_t n;
+	enum kvp_http_thinking thinking;
 };
 
 /**

@@ -201,7 +201,8 @@ static int build_conv(const struct kvp_http_job *job, struct kvp_client_conv **o
 	r = kvp_client_conv_new(&cv);
 	if (r)
 		return r;
-	if (job->tools && (r = kvp_client_conv_set_tools(cv, job->tools, job->tools_len))) {
+	if ((job->tools && (r = kvp_client_conv_set_tools(cv, job->tools, job->tools_len))) ||
+	    (r = kvp_client_conv_set_thinking(cv, job->thinking))) {
 		kvp_client_conv_free(cv);
 		return r;
 	}

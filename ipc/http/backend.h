@@ -103,6 +103,7 @@ struct kvp_http_job {
 	bool has_samp;
 	const char *tools; /* a chat's tool definitions (JSON, borrowed), NULL: none */
 	size_t tools_len;
+	int thinking; /* a chat's enum kvp_client_thinking */
 
 	const struct kvp_logprob *lp;
 	uint32_t lp_top;

@@ -31,13 +31,22 @@ void kvp_http_emit_init(struct kvp_http_emit *e, enum kvp_http_api api, bool str
 				     .return_token_ids = return_token_ids,
 				     .created = created,
 				     .model = model,
-				     .text = KVP_BUF_INIT };
+				     .text = KVP_BUF_INIT,
+				     .reason = KVP_BUF_INIT };
 	snprintf(e->id, sizeof(e->id), "%s", id);
+	kvp_http_think_init(&e->th);
+}
+
+void kvp_http_emit_thinking(struct kvp_http_emit *e)
+{
+	e->think = true;
 }
 
 void kvp_http_emit_deinit(struct kvp_http_emit *e)
 {
 	kvp_buf_deinit(&e->text);
+	kvp_buf_deinit(&e->reason);
+	kvp_http_think_deinit(&e->th);
 	free(e->ids);
 	e->ids = NULL;
 	free(e->lp);
@@ -354,15 +363,33 @@ static const char *anthropic_finish(enum kvp_http_finish f)
 					     "end_turn";
 }
 
+static void block_stop(struct kvp_buf *out, size_t index);
+
+/* Anthropic stream: end the thinking block, if one is open (the answer follows). */
+static void thinking_block_stop(struct kvp_http_emit *e, struct kvp_buf *out)
+{
+	if (!e->think_open)
+		return;
+	e->think_open = false;
+	kvp_buf_printf(out,
+		       "event: content_block_delta\ndata: {\"type\":\"content_block_delta\","
+		       "\"index\":%u,\"delta\":{\"type\":\"signature_delta\",\"signature\":\"\"}}"
+		       "\n\n",
+		       e->block_base);
+	block_stop(out, e->block_base);
+	e->block_base++;
+}
+
 static void text_block_start(struct kvp_http_emit *e, struct kvp_buf *out)
 {
 	struct kvp_json j;
 
+	thinking_block_stop(e, out);
 	e->block_open = true;
 	sse_begin(out, "content_block_start", &j);
 	kvp_json_begin(&j, NULL, '{');
 	str(&j, "type", "content_block_start");
-	kvp_json_u64(&j, "index", 0);
+	kvp_json_u64(&j, "index", e->block_base);
 	kvp_json_begin(&j, "content_block", '{');
 	str(&j, "type", "text");
 	str(&j, "text", "");
@@ -440,8 +467,9 @@ void kvp_http_emit_open(struct kvp_http_emit *e, struct kvp_buf *out)
 		kvp_json_end(&j, '}');
 		kvp_json_end(&j, '}');
 		sse_end(out);
-		/* with tools the answer may have no text block: it starts with its first text */
-		if (!e->n_tools)
+		/* with tools the answer may have no text block: it starts with its first text;
+		 * with reasoning, a thinking block may come first */
+		if (!e->n_tools && !e->think)
 			text_block_start(e, out);
 		kvp_buf_add(out, "event: ping\ndata: {\"type\":\"ping\"}\n\n", 35);
 	}
@@ -459,7 +487,7 @@ static void stream_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 		sse_begin(out, "content_block_delta", &j);
 		kvp_json_begin(&j, NULL, '{');
 		str(&j, "type", "content_block_delta");
-		kvp_json_u64(&j, "index", 0);
+		kvp_json_u64(&j, "index", e->block_base);
 		kvp_json_begin(&j, "delta", '{');
 		str(&j, "type", "text_delta");
 		kvp_json_str(&j, "text", text, len);
@@ -483,7 +511,51 @@ static void stream_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 	chunk_close(e, out, &j);
 }
 
-void kvp_http_emit_text(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len,
+/* One streamed piece of reasoning (with the ids and logprobs of the tokens so far). */
+static void stream_reasoning(struct kvp_http_emit *e, struct kvp_buf *out, const char *text,
+			     size_t len, const int32_t *ids, size_t n_ids)
+{
+	struct kvp_json j;
+
+	if (e->api == KVP_HTTP_API_MESSAGES) {
+		if (!e->think_open) {
+			e->think_open = true;
+			sse_begin(out, "content_block_start", &j);
+			kvp_json_begin(&j, NULL, '{');
+			str(&j, "type", "content_block_start");
+			kvp_json_u64(&j, "index", e->block_base);
+			kvp_json_begin(&j, "content_block", '{');
+			str(&j, "type", "thinking");
+			str(&j, "thinking", "");
+			str(&j, "signature", "");
+			kvp_json_end(&j, '}');
+			kvp_json_end(&j, '}');
+			sse_end(out);
+		}
+		sse_begin(out, "content_block_delta", &j);
+		kvp_json_begin(&j, NULL, '{');
+		str(&j, "type", "content_block_delta");
+		kvp_json_u64(&j, "index", e->block_base);
+		kvp_json_begin(&j, "delta", '{');
+		str(&j, "type", "thinking_delta");
+		kvp_json_str(&j, "thinking", text, len);
+		kvp_json_end(&j, '}');
+		kvp_json_end(&j, '}');
+		sse_end(out);
+		return;
+	}
+	chunk_open(e, out, &j);
+	kvp_json_begin(&j, "delta", '{');
+	kvp_json_str(&j, "reasoning_content", text, len);
+	kvp_json_end(&j, '}');
+	logprobs_pending(e, &j);
+	kvp_json_null(&j, "finish_reason");
+	if (e->return_token_ids)
+		ids_array(&j, ids, n_ids);
+	chunk_close(e, out, &j);
+}
+
+static void answer_text(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len,
 			const int32_t *ids, size_t n_ids)
 {
 	if (e->stream && e->n_tools) { /* the text so far decides what may go out */
@@ -527,6 +599,61 @@ void kvp_http_emit_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 	e->n_ids += n_ids;
 }
 
+/* The two parts the splitter released, @r the reasoning and @a the answer, out. */
+static void think_out(struct kvp_http_emit *e, struct kvp_buf *out, struct kvp_buf *r,
+		      struct kvp_buf *a, const int32_t *ids, size_t n_ids)
+{
+	const char *at = a->p ? a->p : ""; /* an empty buffer has no storage */
+
+	if (r->err || a->err) {
+		kvp_buf_fail(&e->text, r->err ? r->err : a->err);
+		return;
+	}
+	if (!e->stream) {
+		if (r->len)
+			kvp_buf_add(&e->reason, r->p, r->len);
+		answer_text(e, out, at, a->len, ids, n_ids);
+		return;
+	}
+	if (r->len) { /* the tokens' ids and logprobs go with the reasoning they made */
+		kvp_http_emit_open(e, out);
+		stream_reasoning(e, out, r->p, r->len, ids, n_ids);
+		ids = NULL;
+		n_ids = 0;
+	}
+	if (a->len || n_ids || !r->len)
+		answer_text(e, out, at, a->len, ids, n_ids);
+}
+
+void kvp_http_emit_text(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len,
+			const int32_t *ids, size_t n_ids)
+{
+	struct kvp_buf r = KVP_BUF_INIT, a = KVP_BUF_INIT;
+
+	if (!e->think || (e->th.state == KVP_HTTP_THINK_ANSWER && !e->th.held.len)) {
+		answer_text(e, out, text, len, ids, n_ids);
+		return;
+	}
+	kvp_http_think_feed(&e->th, text, len, &r, &a);
+	think_out(e, out, &r, &a, ids, n_ids);
+	kvp_buf_deinit(&r);
+	kvp_buf_deinit(&a);
+}
+
+/* The end of the text: what the splitter held goes out (or into the answer). */
+static void think_flush(struct kvp_http_emit *e, struct kvp_buf *out)
+{
+	struct kvp_buf r = KVP_BUF_INIT, a = KVP_BUF_INIT;
+
+	if (!e->think)
+		return;
+	kvp_http_think_flush(&e->th, &r, &a);
+	if (r.len || a.len)
+		think_out(e, out, &r, &a, NULL, 0);
+	kvp_buf_deinit(&r);
+	kvp_buf_deinit(&a);
+}
+
 /* Stream: the calls, after the text: OpenAI tool_calls deltas, Anthropic tool_use blocks. */
 static void stream_calls(struct kvp_http_emit *e, struct kvp_buf *out,
 			 const struct kvp_http_calls *c)
@@ -534,10 +661,12 @@ static void stream_calls(struct kvp_http_emit *e, struct kvp_buf *out,
 	struct kvp_json j;
 
 	if (e->api == KVP_HTTP_API_MESSAGES) {
-		size_t base = e->block_open;
+		size_t base;
 
+		thinking_block_stop(e, out);
+		base = e->block_base + e->block_open;
 		if (e->block_open)
-			block_stop(out, 0);
+			block_stop(out, e->block_base);
 		for (size_t i = 0; i < c->n; i++) {
 			sse_begin(out, "content_block_start", &j);
 			kvp_json_begin(&j, NULL, '{');
@@ -578,6 +707,7 @@ static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 	struct kvp_json j;
 
 	kvp_http_emit_open(e, out);
+	think_flush(e, out);
 	if (e->n_tools) { /* what was held: calls, or the rest of the text */
 		struct kvp_http_calls c = { 0 };
 		int r = e->text.err ? 0 :
@@ -600,7 +730,7 @@ static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 		if (!e->block_open && finish != KVP_HTTP_FINISH_TOOLS)
 			text_block_start(e, out); /* an empty answer still has its text block */
 		if (e->block_open && !(e->n_tools && finish == KVP_HTTP_FINISH_TOOLS))
-			block_stop(out, 0);
+			block_stop(out, e->block_base);
 		sse_begin(out, "message_delta", &j);
 		kvp_json_begin(&j, NULL, '{');
 		str(&j, "type", "message_delta");
@@ -660,6 +790,9 @@ static void openai_choice(struct kvp_http_emit *e, struct kvp_json *j,
 			kvp_json_null(j, "content");
 		else
 			kvp_json_str(j, "content", e->text.p ? e->text.p : "", e->text.len);
+		if (kvp_http_think_opened(&e->th))
+			kvp_json_str(j, "reasoning_content", e->reason.p ? e->reason.p : "",
+				     e->reason.len);
 		kvp_json_null(j, "refusal");
 		if (c->n)
 			openai_calls(e, j, c, false);
@@ -685,6 +818,7 @@ void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 		stream_finish(e, out, finish, stop, stop_len, u, completion);
 		return;
 	}
+	think_flush(e, out);
 	if (e->text.err) {
 		kvp_buf_fail(out, e->text.err);
 		return;
@@ -708,6 +842,13 @@ void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 		str(&j, "role", "assistant");
 		str(&j, "model", e->model);
 		kvp_json_begin(&j, "content", '[');
+		if (kvp_http_think_opened(&e->th) && e->reason.len) {
+			kvp_json_begin(&j, NULL, '{');
+			str(&j, "type", "thinking");
+			kvp_json_str(&j, "thinking", e->reason.p, e->reason.len);
+			str(&j, "signature", "");
+			kvp_json_end(&j, '}');
+		}
 		if (!c.n || c.content_len) {
 			kvp_json_begin(&j, NULL, '{');
 			str(&j, "type", "text");
@@ -755,6 +896,8 @@ void kvp_http_emit_finish_n(struct kvp_http_emit *const *e, size_t n, struct kvp
 		}
 		return;
 	}
+	for (size_t i = 0; i < n; i++)
+		think_flush(e[i], out);
 	for (size_t i = 0; i < n; i++)
 		if (e[i]->text.err) {
 			kvp_buf_fail(out, e[i]->text.err);

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "ipc/http/api.h"
+#include "ipc/http/think.h"
 #include "ipc/http/vocab.h"
 #include "kvpool/proto.h"
 #include "util/buf.h"
@@ -82,6 +83,12 @@ struct kvp_http_emit {
 	uint32_t lp_top;
 	size_t lp_sent;	  /* stream: tokens whose logprobs went out */
 	uint64_t lp_text; /* completions: bytes of the tokens before lp_sent (text_offset) */
+	/* kvp_http_emit_thinking(): a leading <think> block is the answer's reasoning */
+	bool think;
+	struct kvp_http_think th;
+	struct kvp_buf reason; /* not streaming: the reasoning so far */
+	bool think_open;       /* Anthropic stream: the thinking block has started */
+	uint32_t block_base;   /* Anthropic: index of the text block (1 after a thinking one) */
 };
 
 /**
@@ -117,6 +124,17 @@ void kvp_http_emit_deinit(struct kvp_http_emit *e);
  * does not parse).  Call before any text.
  */
 void kvp_http_emit_tools(struct kvp_http_emit *e, char *const *names, size_t n);
+
+/*
+ * kvp_http_emit_thinking() - split the reasoning off the answer (ipc/http/think.h): a
+ * block the text opens with becomes OpenAI's message.reasoning_content (streamed:
+ * delta.reasoning_content) and Anthropic's thinking content block before the text one
+ * (streamed: content_block_start, thinking_delta..., signature_delta, content_block_stop;
+ * its signature is "": kvpool signs nothing, and checks no signature given back); the
+ * content, the tool calls parsed from it, then hold the answer alone.  Call before any
+ * text.
+ */
+void kvp_http_emit_thinking(struct kvp_http_emit *e);
 
 /*
  * kvp_http_emit_logprobs() - the logprobs of the next @n generated tokens: for each, its

@@ -1045,6 +1045,9 @@ static enum MHD_Result post_ready(struct hreq *r)
 	r->job.params.salt_len = r->salt_len;
 	r->job.tools = g->tools;
 	r->job.tools_len = g->tools_len;
+	r->job.thinking = g->thinking == KVP_HTTP_THINK_ON  ? KVP_THINKING_ON :
+			  g->thinking == KVP_HTTP_THINK_OFF ? KVP_THINKING_OFF :
+							      KVP_THINKING_DEFAULT;
 	r->job.ops = &job_ops;
 
 	prefix = r->api == KVP_HTTP_API_CHAT	 ? "chatcmpl-" :
@@ -1069,6 +1072,9 @@ static enum MHD_Result post_ready(struct hreq *r)
 		em->logprobs = g->logprobs;
 		if (g->n_tools && g->tool_choice != KVP_HTTP_TOOLS_NONE)
 			kvp_http_emit_tools(em, g->tool_names, g->n_tools);
+		if ((r->api == KVP_HTTP_API_CHAT || r->api == KVP_HTTP_API_MESSAGES) &&
+		    g->thinking != KVP_HTTP_THINK_OFF)
+			kvp_http_emit_thinking(em);
 		kvp_http_stop_init(&r->ch[i].stop, g->stop, g->stop_len, g->n_stop);
 	}
 

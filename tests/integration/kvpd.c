@@ -55,8 +55,8 @@ int kvpd_model(struct kvpd *d, const char *preset, char *path, size_t cap)
 	return kvp_mkmodel_write(path, &o, NULL, 0);
 }
 
-int kvpd_vocab_model(const char *dir, const char *name, const char *vocab_fam,
-		     const char *tmpl_file)
+static int vocab_model(const char *dir, const char *name, const char *vocab_fam,
+		       const char *tmpl_file, bool untied)
 {
 	struct kvp_mkmodel_vocab *v = NULL;
 	struct kvp_mkmodel_opts o;
@@ -85,6 +85,8 @@ int kvpd_vocab_model(const char *dir, const char *name, const char *vocab_fam,
 		o.rope_base = 1000000.0f;
 		o.tied = 1;
 	}
+	if (untied)
+		o.tied = 0;
 	if (tmpl_file) {
 		snprintf(path, sizeof(path), "%s/tests/data/templates/%s", getenv("KVP_SOURCE_DIR"),
 			 tmpl_file);
@@ -103,6 +105,18 @@ int kvpd_vocab_model(const char *dir, const char *name, const char *vocab_fam,
 	kvp_mkmodel_vocab_free(v);
 	free(tmpl);
 	return r;
+}
+
+int kvpd_vocab_model(const char *dir, const char *name, const char *vocab_fam,
+		     const char *tmpl_file)
+{
+	return vocab_model(dir, name, vocab_fam, tmpl_file, false);
+}
+
+int kvpd_vocab_model_untied(const char *dir, const char *name, const char *vocab_fam,
+			    const char *tmpl_file)
+{
+	return vocab_model(dir, name, vocab_fam, tmpl_file, true);
 }
 
 int kvpd_model_mid(struct kvpd *d, uint32_t n_ctx)

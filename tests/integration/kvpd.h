@@ -59,6 +59,14 @@ int kvpd_vocab_model(const char *dir, const char *name, const char *vocab_fam,
 		     const char *tmpl_file);
 
 /*
+ * kvpd_vocab_model_untied() - kvpd_vocab_model() with an output matrix of its own: a
+ * tied one makes the tiny model repeat its last token whatever a bias says (its logit is
+ * the embedding's norm squared), an untied one moves between the tokens a bias lets in.
+ */
+int kvpd_vocab_model_untied(const char *dir, const char *name, const char *vocab_fam,
+			    const char *tmpl_file);
+
+/*
  * kvpd_start() - exec kvpoold --foreground --socket --status-socket --state-dir, then the
  * NULL-terminated @args; wait (up to @timeout_s) for READY=1 on a private NOTIFY_SOCKET.
  * Return: 0 when ready; -ECHILD when it exited first (see exit_status); -ETIMEDOUT.

@@ -4,7 +4,8 @@
  * (tests/node/http-tools.mjs), on models with real vocabularies and published chat
  * templates (tests/node/chat-models.mjs writes the vocabularies): Qwen2.5's ChatML and
  * Llama 3.2's render tools, Llama 3.0's does not and is refused; and OpenAI's logprobs and
- * n > 1 on the same models (tests/node/http-logprobs.mjs).  For each family a
+ * n > 1 on the same models (tests/node/http-logprobs.mjs); and reasoning on Qwen3's template
+ * (on the Qwen vocabulary) and on Llama 3.0's, which has none (tests/node/http-thinking.mjs).  For each family a
  * kvpoold (no --ignore-eos: a forced call ends when the grammar's value is whole) and a
  * kvpool-http are started, the script run, both stopped.  Without node the test skips;
  * with node, missing packages fail it.
@@ -47,7 +48,8 @@ static int group_setup(void **state)
 		 g_dir);
 	if (system(cmd) || kvpd_vocab_model(g_dir, "qwen2", "qwen2", NULL) ||
 	    kvpd_vocab_model(g_dir, "llama3.2", "llama3", "llama3.2.llama-3.2-1b-instruct.jinja") ||
-	    kvpd_vocab_model(g_dir, "llama3", "llama3", NULL))
+	    kvpd_vocab_model(g_dir, "llama3", "llama3", NULL) ||
+	    kvpd_vocab_model_untied(g_dir, "qwen3", "qwen2", "qwen3.qwen3-0.6b.jinja"))
 		return -1;
 	return 0;
 }
@@ -138,6 +140,17 @@ static void test_llama32_logprobs(void **state)
 	check_family("llama3.2", "http-logprobs.mjs");
 }
 
+/* reasoning (tests/node/http-thinking.mjs): Qwen3's <think> section, and Llama 3's none */
+static void test_qwen3_thinking(void **state)
+{
+	check_family("qwen3", "http-thinking.mjs");
+}
+
+static void test_llama3_thinking_refused(void **state)
+{
+	check_family("llama3", "http-thinking.mjs");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -146,6 +159,8 @@ int main(void)
 		cmocka_unit_test(test_llama3_refuses),
 		cmocka_unit_test(test_qwen2_logprobs),
 		cmocka_unit_test(test_llama32_logprobs),
+		cmocka_unit_test(test_qwen3_thinking),
+		cmocka_unit_test(test_llama3_thinking_refused),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

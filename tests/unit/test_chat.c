@@ -168,6 +168,29 @@ static void test_qwen3_no_thinking(void **state)
 	assert_int_equal(kvp_chat_render(&out, &len, &t, u, 1, &o, NULL, 0), 0);
 	assert_string_equal(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 	free(out);
+	/* only Qwen3 has a reasoning section: the others refuse thinking by name, and
+	 * no_thinking changes nothing they render */
+	assert_true(kvp_chat_reasons(&t));
+	for (int f = 0; f < KVP_CHAT__COUNT; f++) {
+		struct kvp_chat_template other;
+		char err[160], *a, *b;
+		size_t la, lb;
+
+		if (f == KVP_CHAT_QWEN3 ||
+		    kvp_chat_template_named(&other, kvp_chat_family_name(f), NULL, 0))
+			continue;
+		assert_false(kvp_chat_reasons(&other));
+		assert_int_equal(kvp_chat_thinking_refused(&other, err, sizeof(err)), -EINVAL);
+		assert_non_null(strstr(err, kvp_chat_family_name(f)));
+		assert_non_null(strstr(err, "has no reasoning section"));
+		o.no_thinking = false;
+		assert_int_equal(kvp_chat_render(&a, &la, &other, u, 1, &o, NULL, 0), 0);
+		o.no_thinking = true;
+		assert_int_equal(kvp_chat_render(&b, &lb, &other, u, 1, &o, NULL, 0), 0);
+		assert_string_equal(a, b);
+		free(a);
+		free(b);
+	}
 }
 
 static void test_renders_equal_jinja(void **state)

@@ -417,10 +417,103 @@ static void test_messages_refusals(void **state)
 		"messages", "\"image\" is not supported");
 	refused(MSG,
 		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-			 "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}}",
-		"thinking", NULL);
+			 "\"thinking\":{\"type\":\"enabled\"}}",
+		"thinking", "budget_tokens: required");
+	refused(MSG,
+		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+			 "\"thinking\":{\"type\":\"sometimes\"}}",
+		"thinking", "\"enabled\" or \"disabled\"");
 	refused(MSG, MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"system\":5}",
 		"system", NULL);
+}
+
+#define CHAT_HEAD "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]"
+
+/* The reasoning switches of both APIs, and reasoning given back in the history. */
+static void test_thinking(void **state)
+{
+	static const struct {
+		enum kvp_http_api api;
+		const char *body;
+		enum kvp_http_thinking want;
+	} cases[] = {
+		{ CHAT, CHAT_HEAD "}", KVP_HTTP_THINK_DEFAULT },
+		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":null}", KVP_HTTP_THINK_DEFAULT },
+		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":\"none\"}", KVP_HTTP_THINK_OFF },
+		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":\"high\"}", KVP_HTTP_THINK_ON },
+		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":\"minimal\"}", KVP_HTTP_THINK_ON },
+		{ CHAT, CHAT_HEAD ",\"chat_template_kwargs\":{\"enable_thinking\":false}}",
+		  KVP_HTTP_THINK_OFF },
+		{ CHAT, CHAT_HEAD ",\"chat_template_kwargs\":{\"enable_thinking\":true}}",
+		  KVP_HTTP_THINK_ON },
+		{ CHAT, CHAT_HEAD ",\"chat_template_kwargs\":{}}", KVP_HTTP_THINK_DEFAULT },
+		{ CHAT,
+		  CHAT_HEAD ",\"reasoning_effort\":\"low\",\"chat_template_kwargs\":"
+			    "{\"enable_thinking\":true}}",
+		  KVP_HTTP_THINK_ON },
+		/* Anthropic: off unless asked for */
+		{ MSG, MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+		  KVP_HTTP_THINK_OFF },
+		{ MSG,
+		  MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+			   "\"thinking\":{\"type\":\"disabled\"}}",
+		  KVP_HTTP_THINK_OFF },
+		{ MSG,
+		  MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+			   "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}}",
+		  KVP_HTTP_THINK_ON },
+	};
+	struct parsed *p;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		p = parse(cases[i].api, cases[i].body);
+		if (p->r || p->g.thinking != cases[i].want)
+			fail_msg("%s: r %d thinking %d, want %d", cases[i].body, p->r,
+				 p->g.thinking, cases[i].want);
+		done(p);
+	}
+	refused(CHAT, CHAT_HEAD ",\"reasoning_effort\":\"extreme\"}", "reasoning_effort",
+		"none, minimal");
+	refused(CHAT, CHAT_HEAD ",\"reasoning_effort\":1}", "reasoning_effort", NULL);
+	refused(CHAT,
+		CHAT_HEAD ",\"reasoning_effort\":\"none\",\"chat_template_kwargs\":"
+			  "{\"enable_thinking\":true}}",
+		"reasoning_effort", "disagree");
+	refused(CHAT, CHAT_HEAD ",\"chat_template_kwargs\":{\"enable_thinking\":\"yes\"}}",
+		"chat_template_kwargs", "boolean");
+	refused(CHAT, CHAT_HEAD ",\"chat_template_kwargs\":{\"tools_in_user_message\":true}}",
+		"chat_template_kwargs", "only enable_thinking");
+	refused(CHAT, CHAT_HEAD ",\"chat_template_kwargs\":[]}", "chat_template_kwargs", "object");
+
+	/* reasoning given back goes before the answer as the model wrote it */
+	p = parse(CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"},"
+			"{\"role\":\"assistant\",\"content\":\"A\",\"reasoning_content\":\"R\"},"
+			"{\"role\":\"assistant\",\"content\":\"B\",\"reasoning_content\":\"\"}]}");
+	assert_int_equal(p->r, 0);
+	assert_string_equal(p->g.msgs[1].text, "<think>\nR\n</think>\n\nA");
+	assert_string_equal(p->g.msgs[2].text, "B");
+	done(p);
+	p = parse(MSG,
+		  MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"q\"},"
+			   "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\","
+			   "\"thinking\":\"R\",\"signature\":\"\"},{\"type\":\"text\",\"text\":"
+			   "\"A\"}]},{\"role\":\"user\",\"content\":\"q2\"},"
+			   "{\"role\":\"assistant\",\"content\":[{\"type\":"
+			   "\"redacted_thinking\",\"data\":\"x\"},{\"type\":\"text\",\"text\":"
+			   "\"B\"}]}]}");
+	assert_int_equal(p->r, 0);
+	assert_int_equal(p->g.n_msgs, 4);
+	assert_string_equal(p->g.msgs[1].text, "<think>\nR\n</think>\n\n\nA");
+	assert_string_equal(p->g.msgs[3].text, "B");
+	done(p);
+	refused(CHAT,
+		"{\"model\":\"m\",\"messages\":[{\"role\":\"assistant\",\"content\":\"A\","
+		"\"reasoning_content\":5}]}",
+		"messages", "reasoning_content");
+	refused(MSG,
+		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"thinking\","
+			 "\"thinking\":\"R\"}]}]}",
+		"messages", NULL);
 }
 
 static void test_tokenize_bodies(void **state)
@@ -808,6 +901,7 @@ int main(void)
 		cmocka_unit_test(test_sampling_fields),
 		cmocka_unit_test(test_messages_and_cache_control),
 		cmocka_unit_test(test_messages_refusals),
+		cmocka_unit_test(test_thinking),
 		cmocka_unit_test(test_tokenize_bodies),
 		cmocka_unit_test(test_tokenize_fields),
 		cmocka_unit_test(test_count_tokens_bodies),

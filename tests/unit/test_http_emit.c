@@ -558,6 +558,185 @@ static void test_tool_answers(void **state)
 	kvp_buf_deinit(&out);
 }
 
+/* An answer of @n pieces with reasoning split off (and tools when @tools), into @out. */
+static void think_answer(enum kvp_http_api api, bool stream, bool tools, const char *const *pieces,
+			 size_t n, enum kvp_http_finish fin, struct kvp_buf *out)
+{
+	struct kvp_http_emit e;
+
+	kvp_http_emit_init(&e, api, stream, false, false, "chatcmpl-7", 1700000000, "model-x");
+	if (tools)
+		kvp_http_emit_tools(&e, tool_names, 2);
+	kvp_http_emit_thinking(&e);
+	for (size_t i = 0; i < n; i++)
+		kvp_http_emit_text(&e, out, pieces[i], strlen(pieces[i]), NULL, 0);
+	kvp_http_emit_finish(&e, out, fin, NULL, 0, &usage, 3);
+	kvp_http_emit_deinit(&e);
+}
+
+static void test_thinking_answers(void **state)
+{
+	/* the tags split across pieces as tokens may split them */
+	static const char *const think[] = { "<th", "ink>\nHm", "m.\n</", "think>\n\nHi", "!" };
+	static const char *const open[] = { "<think>\nhalf", " a thought" };
+	static const char *const plain[] = { "Hi <think>", "!" };
+	static const char *const call[] = { "<think>\nweather</think>\n\n",
+					    "<tool_call>\n{\"name\": \"get_weather\", "
+					    "\"arguments\": {\"city\": \"Rome\"}}\n</tool_call>" };
+	struct kvp_buf out = KVP_BUF_INIT;
+	struct event ev[24];
+	json_t *j;
+	size_t n;
+
+	think_answer(KVP_HTTP_API_CHAT, false, false, think, 5, KVP_HTTP_FINISH_EOS, &out);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(str(j, "choices.0.message.content"), "Hi!");
+	assert_string_equal(str(j, "choices.0.message.reasoning_content"), "Hmm.");
+	assert_int_equal(num(j, "usage.completion_tokens"), 3); /* reasoning counted */
+	json_decref(j);
+	kvp_buf_deinit(&out);
+
+	/* unterminated at max_tokens: all reasoning, finish "length" */
+	think_answer(KVP_HTTP_API_CHAT, false, false, open, 2, KVP_HTTP_FINISH_LENGTH, &out);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(str(j, "choices.0.message.content"), "");
+	assert_string_equal(str(j, "choices.0.message.reasoning_content"), "half a thought");
+	assert_string_equal(str(j, "choices.0.finish_reason"), "length");
+	json_decref(j);
+	kvp_buf_deinit(&out);
+
+	/* no leading block: the text as it is, no reasoning_content */
+	think_answer(KVP_HTTP_API_CHAT, false, false, plain, 2, KVP_HTTP_FINISH_EOS, &out);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(str(j, "choices.0.message.content"), "Hi <think>!");
+	assert_null(at(j, "choices.0.message.reasoning_content"));
+	json_decref(j);
+	kvp_buf_deinit(&out);
+
+	think_answer(KVP_HTTP_API_CHAT, true, false, think, 5, KVP_HTTP_FINISH_EOS, &out);
+	n = events(out.p, ev, 24);
+	{
+		struct kvp_buf r = KVP_BUF_INIT, c = KVP_BUF_INIT;
+
+		for (size_t i = 0; i < n; i++) {
+			const char *rs = str(ev[i].data, "choices.0.delta.reasoning_content");
+			const char *cs = str(ev[i].data, "choices.0.delta.content");
+
+			if (rs)
+				kvp_buf_add(&r, rs, strlen(rs));
+			if (cs)
+				kvp_buf_add(&c, cs, strlen(cs));
+			if (rs && c.len) /* reasoning before the answer */
+				fail_msg("reasoning after content in event %zu", i);
+		}
+		assert_int_equal(r.len, 4);
+		assert_memory_equal(r.p, "Hmm.", 4);
+		assert_int_equal(c.len, 3);
+		assert_memory_equal(c.p, "Hi!", 3);
+		kvp_buf_deinit(&r);
+		kvp_buf_deinit(&c);
+	}
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+
+	think_answer(KVP_HTTP_API_MESSAGES, false, false, think, 5, KVP_HTTP_FINISH_EOS, &out);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(str(j, "content.0.type"), "thinking");
+	assert_string_equal(str(j, "content.0.thinking"), "Hmm.");
+	assert_string_equal(str(j, "content.0.signature"), "");
+	assert_string_equal(str(j, "content.1.type"), "text");
+	assert_string_equal(str(j, "content.1.text"), "Hi!");
+	assert_null(at(j, "content.2"));
+	json_decref(j);
+	kvp_buf_deinit(&out);
+
+	think_answer(KVP_HTTP_API_MESSAGES, true, false, think, 5, KVP_HTTP_FINISH_EOS, &out);
+	n = events(out.p, ev, 24);
+	{
+		static const char *const names[] = { "message_start",	    "ping",
+						     "content_block_start", "content_block_delta",
+						     "content_block_delta", "content_block_delta",
+						     "content_block_stop",  "content_block_start",
+						     "content_block_delta", "content_block_delta",
+						     "content_block_stop",  "message_delta",
+						     "message_stop" };
+
+		assert_int_equal(n, 13);
+		for (size_t i = 0; i < n; i++)
+			assert_string_equal(ev[i].name, names[i]);
+	}
+	assert_string_equal(str(ev[2].data, "content_block.type"), "thinking");
+	assert_string_equal(str(ev[2].data, "content_block.signature"), "");
+	assert_int_equal(num(ev[2].data, "index"), 0);
+	assert_string_equal(str(ev[3].data, "delta.type"), "thinking_delta");
+	assert_string_equal(str(ev[3].data, "delta.thinking"), "Hm");
+	assert_string_equal(str(ev[4].data, "delta.thinking"), "m.");
+	assert_string_equal(str(ev[5].data, "delta.type"), "signature_delta");
+	assert_int_equal(num(ev[6].data, "index"), 0);
+	assert_string_equal(str(ev[7].data, "content_block.type"), "text");
+	assert_int_equal(num(ev[7].data, "index"), 1);
+	assert_string_equal(str(ev[8].data, "delta.text"), "Hi");
+	assert_int_equal(num(ev[8].data, "index"), 1);
+	assert_string_equal(str(ev[9].data, "delta.text"), "!");
+	assert_int_equal(num(ev[10].data, "index"), 1);
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+
+	/* unterminated, streamed: the thinking block, then an empty text block */
+	think_answer(KVP_HTTP_API_MESSAGES, true, false, open, 2, KVP_HTTP_FINISH_LENGTH, &out);
+	n = events(out.p, ev, 24);
+	assert_string_equal(str(ev[2].data, "content_block.type"), "thinking");
+	assert_string_equal(str(ev[n - 2].data, "delta.stop_reason"), "max_tokens");
+	assert_string_equal(str(ev[n - 4].data, "content_block.type"), "text");
+	assert_int_equal(num(ev[n - 4].data, "index"), 1);
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+
+	/* reasoning, then a call: the call parsed from the answer alone */
+	think_answer(KVP_HTTP_API_MESSAGES, false, true, call, 2, KVP_HTTP_FINISH_EOS, &out);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(str(j, "stop_reason"), "tool_use");
+	assert_string_equal(str(j, "content.0.type"), "thinking");
+	assert_string_equal(str(j, "content.0.thinking"), "weather");
+	assert_string_equal(str(j, "content.1.type"), "tool_use");
+	json_decref(j);
+	kvp_buf_deinit(&out);
+
+	think_answer(KVP_HTTP_API_MESSAGES, true, true, call, 2, KVP_HTTP_FINISH_EOS, &out);
+	n = events(out.p, ev, 24);
+	{
+		static const char *const names[] = { "message_start",	    "ping",
+						     "content_block_start", "content_block_delta",
+						     "content_block_delta", "content_block_stop",
+						     "content_block_start", "content_block_delta",
+						     "content_block_stop",  "message_delta",
+						     "message_stop" };
+
+		assert_int_equal(n, 11);
+		for (size_t i = 0; i < n; i++)
+			assert_string_equal(ev[i].name, names[i]);
+	}
+	assert_string_equal(str(ev[6].data, "content_block.type"), "tool_use");
+	assert_int_equal(num(ev[6].data, "index"), 1);
+	assert_string_equal(str(ev[9].data, "delta.stop_reason"), "tool_use");
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+
+	think_answer(KVP_HTTP_API_CHAT, false, true, call, 2, KVP_HTTP_FINISH_EOS, &out);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(str(j, "choices.0.finish_reason"), "tool_calls");
+	assert_string_equal(str(j, "choices.0.message.reasoning_content"), "weather");
+	assert_string_equal(str(j, "choices.0.message.content"), "(null)");
+	json_decref(j);
+	kvp_buf_deinit(&out);
+}
+
 static void test_ids_answers(void **state)
 {
 	json_t *j = ids_answer(KVP_HTTP_API_TOKENIZE);
@@ -804,6 +983,7 @@ int main(void)
 		cmocka_unit_test(test_messages_stream),
 		cmocka_unit_test(test_stream_errors),
 		cmocka_unit_test(test_anthropic_split),
+		cmocka_unit_test(test_thinking_answers),
 		cmocka_unit_test(test_ids_answers),
 		cmocka_unit_test(test_tool_call_parse),
 		cmocka_unit_test(test_tool_answers),

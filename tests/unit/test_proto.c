@@ -648,6 +648,18 @@ static void test_chat_frames(void **state)
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
 	c = chat(3), c.flags = KVP_CHAT_NO_CACHE | KVP_CHAT_PROMPT_ONLY;
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_OK);
+	/* reasoning on or off passes through; both at once is a value fault; the bit above
+	 * them is unknown */
+	c = chat(3), c.flags = KVP_CHAT_THINKING;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_OK);
+	assert_int_equal(o.flags, KVP_CHAT_THINKING);
+	c = chat(3), c.flags = KVP_CHAT_NO_THINKING;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_OK);
+	assert_int_equal(o.flags, KVP_CHAT_NO_THINKING);
+	c = chat(3), c.flags = KVP_CHAT_THINKING | KVP_CHAT_NO_THINKING;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
+	c = chat(3), c.flags = KVP_CHAT_NO_THINKING << 1;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
 	c = chat(3), c.priority = 1001; /* a value: refused as invalid, not as structure */
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
 	c = chat(3), c.priority = -1000;
