@@ -23,6 +23,19 @@
  * so the fixed cost is paid once per step, and a decode row costs what a prefill token
  * does.  Mixed steps adapt the scales like prefill calls.
  *
+ * Except in steps of few rows (R <= KVP_STEPCOST_ROWS), which run other kernels than
+ * the chunks the line was fitted on: up to a GEMV group (4 rows on AVX2, 8 on AVX-512)
+ * an f32 projection reads each weight once for all its rows, one row more goes to the
+ * packed tile, whose fixed part is twice that (measured on the demo model at 3,500
+ * positions: a stream's row and 3 prompt tokens 23 ms, and 4 tokens 40 ms, against 32
+ * predicted for both).  Such a step is priced by its row count: the line times the
+ * median of the last KVP_STEPCOST_RING ratios measured at that count (1 until one is),
+ * which each such step adds to, the scales closing part of the error that is left; a
+ * count not seen in KVP_STEPCOST_STALE such steps is priced by the line again (one step
+ * stalled by another process must not price its count out for good: tried again, it
+ * measures again).  kvp_stepcost_fit_step() picks the largest chunk that fits, whether
+ * or not a smaller one costs more.
+ *
  * A decode step of a batch of b sequences alone: the median of the last
  * KVP_STEPCOST_RING measurements of that batch size when there are some (a step stalled
  * by another process on a shared machine moves it not at all; a shift in load within
@@ -40,6 +53,8 @@
 
 #define KVP_STEPCOST_MAX_BATCH 256 /* decode sizes remembered one by one; larger share */
 #define KVP_STEPCOST_RING 8	   /* decode steps remembered per batch size */
+#define KVP_STEPCOST_ROWS 16	   /* mixed steps of this many rows or fewer: by row count */
+#define KVP_STEPCOST_STALE 64	   /* ... a count's ratios forgotten after this many others */
 
 /**
  * struct kvp_stepcost - the model; fill with kvp_stepcost_init()
@@ -52,6 +67,12 @@
  *                 [b - 1]
  * @ring, @n_ring:  the last KVP_STEPCOST_RING decode steps of each batch size, and how
  *                 many were seen (the next goes at n_ring % KVP_STEPCOST_RING)
+ * @rk, @rk_ring, @n_rk, @rk_at:  mixed and prefill steps of R <= KVP_STEPCOST_ROWS
+ *                 rows: the median of the last KVP_STEPCOST_RING ratios of what such a
+ *                 step took to the scaled line (1 = none seen, or none in the last
+ *                 KVP_STEPCOST_STALE such steps); [R - 1]; @rk_at: @n_small when the
+ *                 last was seen
+ * @n_small:       steps of KVP_STEPCOST_ROWS rows or fewer seen
  * @frozen:        the figures were given, not measured: the observe calls change
  *                 nothing (plans that depend on the requests alone: tests)
  */
@@ -62,6 +83,11 @@ struct kvp_stepcost {
 	double dec[KVP_STEPCOST_MAX_BATCH];
 	double ring[KVP_STEPCOST_MAX_BATCH][KVP_STEPCOST_RING];
 	uint32_t n_ring[KVP_STEPCOST_MAX_BATCH];
+	double rk[KVP_STEPCOST_ROWS];
+	double rk_ring[KVP_STEPCOST_ROWS][KVP_STEPCOST_RING];
+	uint32_t n_rk[KVP_STEPCOST_ROWS];
+	uint64_t rk_at[KVP_STEPCOST_ROWS];
+	uint64_t n_small;
 	bool frozen;
 };
 
