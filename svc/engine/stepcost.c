@@ -248,7 +248,8 @@ double kvp_stepcost_decode_ns(const struct kvp_stepcost *c, uint32_t batch)
 	if (!batch)
 		return 0;
 	if (batch <= KVP_STEPCOST_MAX_BATCH && c->dec[batch - 1] > 0)
-		return c->dec[batch - 1];
+		return c->dec[batch - 1] *
+		       (c->k_w_dec > 0 ? clampd(c->k_w / c->k_w_dec, 0.5, 2) : 1);
 	return c->k_dec * decode_model(c, batch);
 }
 
@@ -264,6 +265,7 @@ void kvp_stepcost_observe_decode(struct kvp_stepcost *c, uint32_t batch, double 
 
 	if (c->frozen || !batch || !(ns > 0))
 		return;
+	c->k_w_dec = c->k_w;
 	m = decode_model(c, batch);
 	c->k_dec = clampd((1 - ALPHA) * c->k_dec +
 				  ALPHA * clampd(ns / m, c->k_dec / 2, c->k_dec * 2),

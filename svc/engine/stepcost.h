@@ -41,7 +41,13 @@
  * by another process on a shared machine moves it not at all; a shift in load within
  * half a ring), else d1 * (1 + 0.06 (b - 1)) scaled by the decode ratio (each sequence
  * adds its attention and sampling to one pass over the weights).  It is the streams'
- * gap alone, which the step budget while they run is a multiple of.
+ * gap alone, which the step budget while they run is a multiple of.  While a long
+ * prompt prefills next to them no decode step runs alone, and a median taken before
+ * the machine's load changed would stay: it follows the weights scale k_w of the mixed
+ * steps since then (the ratio of now to when the last decode step alone was seen,
+ * within [1/2, 2]).  Measured with another process taking 75% of the CPU: the median
+ * of before held the budget at half a step's cost, each step computed one prompt token,
+ * and a 4,000-token prompt next to one stream took 647 s.
  *
  * Thread: the engine thread's; pure arithmetic, no clock.
  */
@@ -63,6 +69,7 @@
  * @k_w, @k_a:    prefill and mixed steps, scales of the weights-and-rows part and of the
  *                 attention part (1 = as calibrated)
  * @k_dec:         decode steps, measured / modelled, recent
+ * @k_w_dec:       k_w when the last decode step alone was seen (0: none)
  * @dec:           decode step ns per batch size, the median of @ring (0 = not seen);
  *                 [b - 1]
  * @ring, @n_ring:  the last KVP_STEPCOST_RING decode steps of each batch size, and how
@@ -79,7 +86,7 @@
 struct kvp_stepcost {
 	double p0, p1, p2;
 	double d1;
-	double k_w, k_a, k_dec;
+	double k_w, k_a, k_dec, k_w_dec;
 	double dec[KVP_STEPCOST_MAX_BATCH];
 	double ring[KVP_STEPCOST_MAX_BATCH][KVP_STEPCOST_RING];
 	uint32_t n_ring[KVP_STEPCOST_MAX_BATCH];

@@ -185,6 +185,34 @@ static void test_floor_tokens(void **state)
 	assert_int_equal(kvp_stepcost_floor_tokens(&c, 11e6, 4, 0, 10), 10);
 }
 
+static void test_decode_follows_load(void **state)
+{
+	/*
+	 * a decode step alone measured, then only mixed steps (a prompt prefilling next to
+	 * the stream) on a machine twice as slow: the decode step alone is priced with
+	 * their weights scale, so the streams' budget follows the load (within 2x); a
+	 * decode step alone seen again is the figure again
+	 */
+	struct kvp_stepcost c, slow;
+
+	demo(&c);
+	for (int i = 0; i < KVP_STEPCOST_RING; i++)
+		kvp_stepcost_observe_decode(&c, 1, 13.5e6);
+	assert_true(kvp_stepcost_decode_ns(&c, 1) == 13.5e6);
+	slow = c;
+	slow.k_w = slow.k_a = 2;
+	for (int i = 0; i < 100; i++)
+		kvp_stepcost_observe_step(&c, 40, 40 * 120.0,
+					  kvp_stepcost_step_ns(&slow, 40, 40 * 120.0));
+	assert_true(fabs(kvp_stepcost_decode_ns(&c, 1) - 27e6) < 0.1 * 27e6);
+	for (int i = 0; i < 100; i++)
+		kvp_stepcost_observe_step(&c, 40, 40 * 120.0,
+					  10 * kvp_stepcost_step_ns(&slow, 40, 40 * 120.0));
+	assert_true(kvp_stepcost_decode_ns(&c, 1) <= 2 * 13.5e6 + 1);
+	kvp_stepcost_observe_decode(&c, 1, 13.5e6);
+	assert_true(kvp_stepcost_decode_ns(&c, 1) == 13.5e6);
+}
+
 static void test_decode_median(void **state)
 {
 	/*
@@ -220,6 +248,7 @@ int main(void)
 		cmocka_unit_test(test_rows_priced_by_count),
 		cmocka_unit_test(test_floor_tokens),
 		cmocka_unit_test(test_decode_median),
+		cmocka_unit_test(test_decode_follows_load),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
