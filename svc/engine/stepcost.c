@@ -104,15 +104,31 @@ static double chunk_attn(uint32_t n, uint32_t ctx)
 	return n * ((double)ctx + n / 2.0);
 }
 
-/* the row count's ratio of a step of @rows rows (1 for many rows, or none seen) */
+/* whether row count @r (1 .. KVP_STEPCOST_ROWS) has ratios seen recently */
+static bool rows_fresh(const struct kvp_stepcost *c, uint32_t r)
+{
+	return c->n_rk[r - 1] && c->n_small - c->rk_at[r - 1] <= KVP_STEPCOST_STALE;
+}
+
+/*
+ * the row count's ratio of a step of @rows rows: 1 for many rows; a count without
+ * recent ratios takes its nearest neighbour's (the one below first), which prices it
+ * as the scales stand now, not at the line (a line that the scales bent to a cheap
+ * count's steps would make every untried count look cheap), and 1 when no count has
+ */
 static double row_ratio(const struct kvp_stepcost *c, double rows)
 {
 	uint32_t r = (uint32_t)rows;
 
-	if (r < 1 || r > KVP_STEPCOST_ROWS || !c->n_rk[r - 1] ||
-	    c->n_small - c->rk_at[r - 1] > KVP_STEPCOST_STALE)
+	if (r < 1 || r > KVP_STEPCOST_ROWS)
 		return 1;
-	return c->rk[r - 1];
+	for (uint32_t d = 0; d < KVP_STEPCOST_ROWS; d++) {
+		if (r > d && rows_fresh(c, r - d))
+			return c->rk[r - d - 1];
+		if (r + d <= KVP_STEPCOST_ROWS && rows_fresh(c, r + d))
+			return c->rk[r + d - 1];
+	}
+	return 1;
 }
 
 /* the median of @n values of @ring (at most KVP_STEPCOST_RING) */
@@ -149,21 +165,21 @@ static void observe_rows(struct kvp_stepcost *c, uint32_t rows, double line, dou
 }
 
 /*
- * The step was predicted at its row count's ratio times the line; the scales close part
- * of the error of that prediction (normalised on the line's parts, so a ratio does not
- * change how fast they move), and the ratio learns what the line gives now.
+ * The scales close part of the line's error, whatever the row count (they follow the
+ * machine's load in steps of every size), and a step of few rows adds what it took
+ * against the line to its count's ratios: those hold how such a count departs from
+ * the line where it stands now.
  */
 static void observe_scales(struct kvp_stepcost *c, double rows, double attn, double ns)
 {
 	double w = part_w(c, rows), a = part_a(c, attn);
-	double line = c->k_w * w + c->k_a * a, r = row_ratio(c, rows), pred = r * line;
-	double norm = w * w + a * a, e;
+	double line = c->k_w * w + c->k_a * a, norm = w * w + a * a, e;
 
-	if (c->frozen || !(pred > 0) || !(norm > 0) || !(ns > 0))
+	if (c->frozen || !(line > 0) || !(norm > 0) || !(ns > 0))
 		return;
-	e = (clampd(ns, pred / 2, pred * 2) - pred) / r;
 	if (rows <= KVP_STEPCOST_ROWS)
 		observe_rows(c, (uint32_t)rows, line, ns);
+	e = clampd(ns, line / 2, line * 2) - line;
 	c->k_w = clampd(c->k_w + ALPHA * e * w / norm, K_MIN, K_MAX);
 	c->k_a = clampd(c->k_a + ALPHA * e * a / norm, K_MIN, K_MAX);
 }

@@ -151,17 +151,16 @@ static void test_rows_priced_by_count(void **state)
 	assert_true(fabs(kvp_stepcost_step_ns(&c, 4, attn0 + 3 * (ctx + 1.5)) -
 			 gemv_truth(&line, 4, attn0 + 3 * (ctx + 1.5))) <
 		    0.1 * gemv_truth(&line, 4, attn0 + 3 * (ctx + 1.5)));
-	/* the 5-row step, tried once, is priced above the budget */
+	/* the 5-row step, tried, is priced above the budget */
 	assert_true(kvp_stepcost_step_ns(&c, 5, attn0 + 4 * (ctx + 2)) > budget);
-	/* a count not seen in KVP_STEPCOST_STALE small steps is the line's again */
+	/*
+	 * a count not seen in KVP_STEPCOST_STALE small steps takes its neighbour's ratio
+	 * (the 4-row one's): tried again, it measures again
+	 */
 	for (int i = 0; i < KVP_STEPCOST_STALE + 1; i++)
 		kvp_stepcost_observe_step(&c, 4, attn0 + 3 * (ctx + 1.5),
 					  gemv_truth(&line, 4, attn0 + 3 * (ctx + 1.5)));
-	assert_int_equal(kvp_stepcost_fit_step(&c, budget, 1, attn0, ctx, 256), 4);
-	/* steps of many rows keep the line (and its scales) */
-	assert_true(fabs(kvp_stepcost_step_ns(&c, 40, 40 * 120.0) -
-			 kvp_stepcost_step_ns(&line, 40, 40 * 120.0)) <
-		    0.1 * kvp_stepcost_step_ns(&line, 40, 40 * 120.0));
+	assert_true(kvp_stepcost_fit_step(&c, budget, 1, attn0, ctx, 256) > 3);
 }
 
 static void test_floor_tokens(void **state)
