@@ -30,15 +30,15 @@
  * positions: a stream's row and 3 prompt tokens 23 ms, and 4 tokens 40 ms, against 32
  * predicted for both).  Such a step is priced by its row count: the line times the
  * median of the last KVP_STEPCOST_RING ratios measured at that count (until one is, its
- * nearest neighbour's that has some, 1 when none has),
- * which each such step adds to.  The scales still close part of the line's error in
- * every step (a ratio that took the machine's load in would keep it from the scales,
- * and the counts not tried would be priced at the load of before, never tried: seen
- * with another process taking 80% of the CPU, every step one prompt token); a
- * count not seen in KVP_STEPCOST_STALE such steps is priced as one never seen (one step
- * stalled by another process must not price its count out for good: tried again, it
- * measures again).  kvp_stepcost_fit_step() picks the largest chunk that fits, whether
- * or not a smaller one costs more.
+ * nearest neighbour's that has some; 1 when none has), which each such step adds to.
+ * The scales still close part of the line's error in every step (ratios that took the
+ * machine's load in would keep it from the scales, and the counts not tried would be
+ * priced at the load of before and never tried: seen with another process taking 80%
+ * of the CPU, every step one prompt token).  A count not seen in KVP_STEPCOST_STALE such
+ * steps is priced as one never seen (one step stalled by another process must not
+ * price its count out for good: tried again, it measures again).
+ * kvp_stepcost_fit_step() picks the largest chunk that fits, whether or not a smaller
+ * one costs more.
  *
  * A decode step of a batch of b sequences alone: the median of the last
  * KVP_STEPCOST_RING measurements of that batch size when there are some (a step stalled
