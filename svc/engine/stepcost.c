@@ -104,29 +104,115 @@ static double chunk_attn(uint32_t n, uint32_t ctx)
 	return n * ((double)ctx + n / 2.0);
 }
 
+/* whether row count @r (1 .. KVP_STEPCOST_ROWS) has ratios seen recently */
+static bool rows_fresh(const struct kvp_stepcost *c, uint32_t r)
+{
+	return c->n_rk[r - 1] && c->n_small - c->rk_at[r - 1] <= KVP_STEPCOST_STALE;
+}
+
+/*
+ * the row count's ratio of a step of @rows rows: 1 for many rows; a count without
+ * recent ratios takes its nearest neighbour's (the one below first), which prices it
+ * as the scales stand now, not at the line (a line that the scales bent to a cheap
+ * count's steps would make every untried count look cheap), and 1 when no count has
+ */
+static double row_ratio(const struct kvp_stepcost *c, double rows)
+{
+	uint32_t r = (uint32_t)rows;
+
+	if (r < 1 || r > KVP_STEPCOST_ROWS)
+		return 1;
+	for (uint32_t d = 0; d < KVP_STEPCOST_ROWS; d++) {
+		if (r > d && rows_fresh(c, r - d))
+			return c->rk[r - d - 1];
+		if (r + d <= KVP_STEPCOST_ROWS && rows_fresh(c, r + d))
+			return c->rk[r + d - 1];
+	}
+	return 1;
+}
+
+/* the median of @n values of @ring (at most KVP_STEPCOST_RING) */
+static double ring_median(const double *ring, uint32_t n)
+{
+	double v[KVP_STEPCOST_RING];
+
+	/* insertion sort: at most 8 */
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t j = i;
+
+		for (; j > 0 && v[j - 1] > ring[i]; j--)
+			v[j] = v[j - 1];
+		v[j] = ring[i];
+	}
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/*
+ * A step of @rows (<= KVP_STEPCOST_ROWS) took @ns where the scaled line says @line: the
+ * ratio joins its row count's ring, clamped to [1/4, 4] (one stalled step among the
+ * ring's moves its median not at all)
+ */
+static void observe_rows(struct kvp_stepcost *c, uint32_t rows, double line, double ns)
+{
+	uint32_t b = rows - 1, n;
+
+	if (c->n_small - c->rk_at[b] > KVP_STEPCOST_STALE)
+		c->n_rk[b] = 0; /* forgotten: what it costs now */
+	c->rk_at[b] = ++c->n_small;
+	c->rk_ring[b][c->n_rk[b]++ % KVP_STEPCOST_RING] = clampd(ns / line, 0.25, 4);
+	n = c->n_rk[b] < KVP_STEPCOST_RING ? c->n_rk[b] : KVP_STEPCOST_RING;
+	c->rk[b] = ring_median(c->rk_ring[b], n);
+}
+
+/*
+ * The scales close part of the line's error, whatever the row count (they follow the
+ * machine's load in steps of every size), and a step of few rows adds what it took
+ * against the line to its count's ratios: those hold how such a count departs from
+ * the line where it stands now.
+ */
 static void observe_scales(struct kvp_stepcost *c, double rows, double attn, double ns)
 {
 	double w = part_w(c, rows), a = part_a(c, attn);
-	double pred = c->k_w * w + c->k_a * a, norm = w * w + a * a, e;
+	double line = c->k_w * w + c->k_a * a, norm = w * w + a * a, e;
 
-	if (c->frozen || !(pred > 0) || !(norm > 0) || !(ns > 0))
+	if (c->frozen || !(line > 0) || !(norm > 0) || !(ns > 0))
 		return;
-	e = clampd(ns, pred / 2, pred * 2) - pred;
+	if (rows <= KVP_STEPCOST_ROWS)
+		observe_rows(c, (uint32_t)rows, line, ns);
+	e = clampd(ns, line / 2, line * 2) - line;
 	c->k_w = clampd(c->k_w + ALPHA * e * w / norm, K_MIN, K_MAX);
 	c->k_a = clampd(c->k_a + ALPHA * e * a / norm, K_MIN, K_MAX);
 }
 
 double kvp_stepcost_step_ns(const struct kvp_stepcost *c, double rows, double attn)
 {
-	return rows > 0 ? c->k_w * part_w(c, rows) + c->k_a * part_a(c, attn) : 0;
+	if (!(rows > 0))
+		return 0;
+	return row_ratio(c, rows) * (c->k_w * part_w(c, rows) + c->k_a * part_a(c, attn));
 }
 
 uint32_t kvp_stepcost_fit_step(const struct kvp_stepcost *c, double budget_ns, double rows,
 			       double attn, uint32_t ctx, uint32_t max)
 {
-	uint32_t lo = 0, hi = max;
+	uint32_t small = rows < KVP_STEPCOST_ROWS ? KVP_STEPCOST_ROWS - (uint32_t)rows : 0;
+	uint32_t lo, hi = max;
 
-	/* as kvp_stepcost_fit_tokens(), with the rows already in the step */
+	/*
+	 * beyond KVP_STEPCOST_ROWS rows the cost grows with the chunk: the most that fits,
+	 * by bisection; below, each row count has its own ratio and fewer tokens may cost
+	 * more: the largest that fits, one by one
+	 */
+	if (small > max)
+		small = max;
+	if (small == max || kvp_stepcost_step_ns(c, rows + small + 1,
+						 attn + chunk_attn(small + 1, ctx)) > budget_ns) {
+		for (lo = small; lo > 0; lo--)
+			if (kvp_stepcost_step_ns(c, rows + lo, attn + chunk_attn(lo, ctx)) <=
+			    budget_ns)
+				break;
+		return lo;
+	}
+	lo = small + 1;
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo + 1) / 2;
 
@@ -178,7 +264,8 @@ double kvp_stepcost_decode_ns(const struct kvp_stepcost *c, uint32_t batch)
 	if (!batch)
 		return 0;
 	if (batch <= KVP_STEPCOST_MAX_BATCH && c->dec[batch - 1] > 0)
-		return c->dec[batch - 1];
+		return c->dec[batch - 1] *
+		       (c->k_w_dec > 0 ? clampd(c->k_w / c->k_w_dec, 0.5, 2) : 1);
 	return c->k_dec * decode_model(c, batch);
 }
 
@@ -194,24 +281,16 @@ void kvp_stepcost_observe_decode(struct kvp_stepcost *c, uint32_t batch, double 
 
 	if (c->frozen || !batch || !(ns > 0))
 		return;
+	c->k_w_dec = c->k_w;
 	m = decode_model(c, batch);
 	c->k_dec = clampd((1 - ALPHA) * c->k_dec +
 				  ALPHA * clampd(ns / m, c->k_dec / 2, c->k_dec * 2),
 			  K_MIN, K_MAX);
 	if (batch <= KVP_STEPCOST_MAX_BATCH) {
 		uint32_t b = batch - 1, n;
-		double v[KVP_STEPCOST_RING];
 
 		c->ring[b][c->n_ring[b]++ % KVP_STEPCOST_RING] = ns;
 		n = c->n_ring[b] < KVP_STEPCOST_RING ? c->n_ring[b] : KVP_STEPCOST_RING;
-		/* the median of what is there (insertion sort: at most 8) */
-		for (uint32_t i = 0; i < n; i++) {
-			uint32_t j = i;
-
-			for (; j > 0 && v[j - 1] > c->ring[b][i]; j--)
-				v[j] = v[j - 1];
-			v[j] = c->ring[b][i];
-		}
-		c->dec[b] = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+		c->dec[b] = ring_median(c->ring[b], n);
 	}
 }

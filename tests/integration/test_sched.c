@@ -99,6 +99,13 @@ static int setup_counted(void **state)
 /* next to one stream: a step of ITL_PCT of its decode step (a call and its row) */
 #define STREAM_CHUNK ((ITL_PCT * (CALL_US + TOKEN_US) / 100 - CALL_US) / TOKEN_US - 1)
 #define FIFO_CHUNK 256 /* the first policy's chunk (prefill_chunk_tokens, default) */
+/*
+ * next to four streams: ITL_PCT of their decode step of four (a call and a row, each
+ * more sequence 6% of that: svc/engine/stepcost.h), less the call and their rows
+ */
+#define STREAMS 4
+#define DECODE4_US ((CALL_US + TOKEN_US) * (1 + 0.06 * (STREAMS - 1)))
+#define STREAMS_CHUNK ((uint32_t)((ITL_PCT * DECODE4_US / 100 - CALL_US) / TOKEN_US) - STREAMS)
 
 static int setup_costed(void **state)
 {
@@ -572,6 +579,77 @@ static void test_budget_stream_counts(void **state)
 	assert_true(model_us(1, 1 + STREAM_CHUNK) <= 3 * model_us(1, 1));
 }
 
+static void test_budget_streams_counts(void **state)
+{
+	/*
+	 * The gap bound next to a batch (setup_costed): four streams decode while two
+	 * LONG prompts arrive at once.  Every step holds the four streams' rows (a gap is
+	 * one step), and its prefill is the STREAMS_CHUNK (11) tokens that fit in ITL_PCT
+	 * of the four's decode step with their rows, shared between the prompts (the one
+	 * ending takes what it has left, the other the rest): both take exactly
+	 * ceil(2 LONG / STREAMS_CHUNK) steps (364) with prefill, and a step at these
+	 * costs is at most 3x (here 1.9x) the four's step alone.  Steps of 15 rows: the
+	 * plan's few-row prices (svc/engine/stepcost.h), which a frozen model keeps at the
+	 * line, so the plan is the requests' alone.
+	 */
+	struct fixture *f = *state;
+	static struct bg st[STREAMS], lb;
+	static struct timed l;
+	static int32_t prompt[LONG];
+	atomic_bool stop = false;
+	const double want = (2 * LONG + STREAMS_CHUNK - 1) / STREAMS_CHUNK;
+	struct steps c0, c1;
+
+	assert_int_equal(STREAMS_CHUNK, 11);
+	for (int i = 0; i < STREAMS; i++) {
+		memset(&st[i], 0, sizeof(st[i]));
+		st[i].sock = f->d.sock;
+		fill(st[i].prompt, 16);
+		st[i].n = 16;
+		st[i].max_new = 4096;
+		st[i].tm.stop = &stop;
+		pthread_create(&st[i].th, NULL, bg_main, &st[i]);
+	}
+	/* each has its third token: every step from the counters read now holds 4 rows */
+	for (int i = 0; i < STREAMS; i++)
+		while (st[i].tm.n_tokens < 3 && !st[i].tm.rc)
+			usleep(5000);
+	read_steps(f, 0, &c0);
+	memset(&lb, 0, sizeof(lb));
+	lb.sock = f->d.sock;
+	fill(lb.prompt, LONG);
+	lb.n = LONG;
+	lb.max_new = 1;
+	pthread_create(&lb.th, NULL, bg_main, &lb);
+	fill(prompt, LONG);
+	memset(&l, 0, sizeof(l));
+	assert_int_equal(generate(f->d.sock, prompt, LONG, 1, 0, false, &l), 0);
+	pthread_join(lb.th, NULL);
+	assert_int_equal(lb.tm.rc, 0);
+	read_steps(f, c0.done + 2, &c1);
+	atomic_store(&stop, true);
+	for (int i = 0; i < STREAMS; i++) {
+		pthread_join(st[i].th, NULL);
+		assert_int_equal(st[i].tm.rc, 0);
+		assert_true(st[i].tm.n_tokens < 4096);
+	}
+	print_message("four streams: %.0f steps, %.0f with prefill (want %.0f), %.0f prompt "
+		      "tokens, %.0f decode rows; the long prompts %u and %u steps to their first "
+		      "tokens\n",
+		      c1.steps - c0.steps, c1.prefill_steps - c0.prefill_steps, want,
+		      c1.prefill_tokens - c0.prefill_tokens, c1.decode_rows - c0.decode_rows,
+		      l.usage.ttft_steps, lb.tm.usage.ttft_steps);
+	assert_true(c1.decode_rows - c0.decode_rows == STREAMS * (c1.steps - c0.steps));
+	assert_true(c1.prefill_tokens - c0.prefill_tokens == 2 * LONG);
+	assert_true(c1.prefill_steps - c0.prefill_steps == want);
+	/* each prompt's first token: at least its own share of the steps, at most all */
+	assert_true(l.usage.ttft_steps >= LONG / STREAMS_CHUNK && l.usage.ttft_steps <= want + 1);
+	assert_true(lb.tm.usage.ttft_steps >= LONG / STREAMS_CHUNK &&
+		    lb.tm.usage.ttft_steps <= want + 1);
+	/* a step: a call, the four rows and the chunk; alone: the four's decode step */
+	assert_true(model_us(1, STREAMS + STREAMS_CHUNK) <= 3 * DECODE4_US);
+}
+
 static void test_early_stoppers_all_run(void **state)
 {
 	/* sixteen requests of 100 tokens asking for 4,096 each all run at once */
@@ -675,6 +753,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_budget_alone_counts, setup_costed,
 						kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_budget_stream_counts, setup_costed,
+						kvpd_teardown),
+		cmocka_unit_test_setup_teardown(test_budget_streams_counts, setup_costed,
 						kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_early_stoppers_all_run, setup, kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_priority_preempts_same_tokens,

@@ -2,7 +2,8 @@
 /*
  * test_stepcost.c - the engine's cost model of forward calls (svc/engine/stepcost.c): a mixed
  * step is priced as one call over all its rows, chunks fitted into a step that already
- * holds decode rows are the largest that fit, and observed steps move the scale.
+ * holds decode rows are the largest that fit, and observed steps move the scale; steps
+ * of few rows are priced by their row count (a kernel that changes at a GEMV group).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -109,6 +110,59 @@ static void test_attention_scaled_apart(void **state)
 	assert_true(fabs(c.k_w - 1) < 0.1);
 }
 
+/*
+ * A machine whose steps of up to 4 rows read the weights once (0.7 of the line) and
+ * whose steps of 5 to 16 rows pay a packed tile (1.3 of it), as the demo model's f32
+ * projections on AVX2 (a stream's row and 3 prompt tokens at 3,500 positions 23 ms, 4
+ * tokens 40 ms, the line 32 for both).
+ */
+static double gemv_truth(const struct kvp_stepcost *line, double rows, double attn)
+{
+	return (rows <= 4 ? 0.7 : rows <= 16 ? 1.3 : 1) * kvp_stepcost_step_ns(line, rows, attn);
+}
+
+static void test_rows_priced_by_count(void **state)
+{
+	/*
+	 * steps of a stream's row and a chunk at 3,500 positions, the chunk as the fit
+	 * gives it: both sides of the group are learned from the steps taken, and the
+	 * budget that the line fills with 4 tokens (5 rows: 1.24 x the budget) gets the 3
+	 * that fit (4 rows), though 1 and 2 would too
+	 */
+	struct kvp_stepcost c, line;
+	const double ctx = 3500, attn0 = 3501;
+	double budget;
+	uint32_t n = 0;
+
+	demo(&line);
+	c = line;
+	budget = 1.05 * kvp_stepcost_step_ns(&line, 5, attn0 + 4 * (ctx + 2));
+	assert_int_equal(kvp_stepcost_fit_step(&c, budget, 1, attn0, ctx, 256), 4);
+	for (int i = 0; i < 40; i++) {
+		double attn;
+
+		n = kvp_stepcost_fit_step(&c, budget, 1, attn0, ctx, 256);
+		assert_true(n >= 1);
+		attn = attn0 + n * (ctx + n / 2.0);
+		kvp_stepcost_observe_step(&c, 1 + n, attn, gemv_truth(&line, 1 + n, attn));
+	}
+	/* settled: the 4-row step, whose price is what it takes within 10% */
+	assert_int_equal(n, 3);
+	assert_true(fabs(kvp_stepcost_step_ns(&c, 4, attn0 + 3 * (ctx + 1.5)) -
+			 gemv_truth(&line, 4, attn0 + 3 * (ctx + 1.5))) <
+		    0.1 * gemv_truth(&line, 4, attn0 + 3 * (ctx + 1.5)));
+	/* the 5-row step, tried, is priced above the budget */
+	assert_true(kvp_stepcost_step_ns(&c, 5, attn0 + 4 * (ctx + 2)) > budget);
+	/*
+	 * a count not seen in KVP_STEPCOST_STALE small steps takes its neighbour's ratio
+	 * (the 4-row one's): tried again, it measures again
+	 */
+	for (int i = 0; i < KVP_STEPCOST_STALE + 1; i++)
+		kvp_stepcost_observe_step(&c, 4, attn0 + 3 * (ctx + 1.5),
+					  gemv_truth(&line, 4, attn0 + 3 * (ctx + 1.5)));
+	assert_true(kvp_stepcost_fit_step(&c, budget, 1, attn0, ctx, 256) > 3);
+}
+
 static void test_floor_tokens(void **state)
 {
 	/*
@@ -128,6 +182,34 @@ static void test_floor_tokens(void **state)
 	c.k_w = c.k_a = 2;
 	assert_int_equal(kvp_stepcost_floor_tokens(&c, 11e6, 4, 0, 256), n0);
 	assert_int_equal(kvp_stepcost_floor_tokens(&c, 11e6, 4, 0, 10), 10);
+}
+
+static void test_decode_follows_load(void **state)
+{
+	/*
+	 * a decode step alone measured, then only mixed steps (a prompt prefilling next to
+	 * the stream) on a machine twice as slow: the decode step alone is priced with
+	 * their weights scale, so the streams' budget follows the load (within 2x); a
+	 * decode step alone seen again is the figure again
+	 */
+	struct kvp_stepcost c, slow;
+
+	demo(&c);
+	for (int i = 0; i < KVP_STEPCOST_RING; i++)
+		kvp_stepcost_observe_decode(&c, 1, 13.5e6);
+	assert_true(kvp_stepcost_decode_ns(&c, 1) == 13.5e6);
+	slow = c;
+	slow.k_w = slow.k_a = 2;
+	for (int i = 0; i < 100; i++)
+		kvp_stepcost_observe_step(&c, 40, 40 * 120.0,
+					  kvp_stepcost_step_ns(&slow, 40, 40 * 120.0));
+	assert_true(fabs(kvp_stepcost_decode_ns(&c, 1) - 27e6) < 0.1 * 27e6);
+	for (int i = 0; i < 100; i++)
+		kvp_stepcost_observe_step(&c, 40, 40 * 120.0,
+					  10 * kvp_stepcost_step_ns(&slow, 40, 40 * 120.0));
+	assert_true(kvp_stepcost_decode_ns(&c, 1) <= 2 * 13.5e6 + 1);
+	kvp_stepcost_observe_decode(&c, 1, 13.5e6);
+	assert_true(kvp_stepcost_decode_ns(&c, 1) == 13.5e6);
 }
 
 static void test_decode_median(void **state)
@@ -162,8 +244,10 @@ int main(void)
 		cmocka_unit_test(test_fit_step_is_largest_within_budget),
 		cmocka_unit_test(test_observed_steps_move_the_scale),
 		cmocka_unit_test(test_attention_scaled_apart),
+		cmocka_unit_test(test_rows_priced_by_count),
 		cmocka_unit_test(test_floor_tokens),
 		cmocka_unit_test(test_decode_median),
+		cmocka_unit_test(test_decode_follows_load),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
