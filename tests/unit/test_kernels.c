@@ -820,7 +820,7 @@ static void test_matmul_every_type_every_table(void **state)
 				matmul_batch_invariant_o(tables[t], type, rows, kr, 23, rows % 5,
 							 23 - rows % 4);
 			}
-			/* past one token block of the panel form (96 on AVX2) */
+			/* past one token block of the panel form (two blocks of 102 and 98 on AVX2) */
 			if (half)
 				matmul_batch_invariant_o(tables[t], type, 200, ks[2], 11, 1, 10);
 			matmul_case(tables[t], type, 3, ks[2], 5, 0, 5);
