@@ -48,4 +48,10 @@ void kvp_attn(float *restrict out, const float *restrict q, const struct kvp_kv_
 	      const uint32_t *table, uint32_t layer, uint32_t pos0, uint32_t n, uint32_t n_heads,
 	      uint32_t kh0, uint32_t kh1, const struct kvp_kernels *k, struct kvp_attn_scratch *s);
 
+/*
+ * kvp_attn_prefetch() - ask for the K and V runs of (@layer, @kh) in block @id (all
+ * their cache lines), ahead of the block's turn in kvp_attn() or kvp_attn4().
+ */
+void kvp_attn_prefetch(const struct kvp_kv_view *kv, uint32_t id, uint32_t layer, uint32_t kh);
+
 #endif /* KVP_COMPUTE_ATTN_H */

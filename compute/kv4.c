@@ -112,6 +112,9 @@ void kvp_attn4(float *restrict out, const float *restrict q, const struct kvp_kv
 			/* queries from this position on read the block quantized */
 			uint64_t qpos = (uint64_t)(b + 1) * bt + w - 1;
 
+			/* the next block's runs (as kvp_attn(): a block stride away) */
+			if (b < last / bt)
+				kvp_attn_prefetch(kv, table[b + 1], layer, kh);
 			if (slot) {
 				Kf = kvp_stage_row(g, slot, layer, kh, 0);
 				Vf = kvp_stage_vrow(g, slot, layer, kh, 0);
