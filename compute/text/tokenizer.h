@@ -178,7 +178,9 @@ const char *kvp_tokenizer_token_text(const struct kvp_tokenizer *t, int32_t id, 
  * @out:     out; room for @cap bytes (not NUL-terminated)
  *
  * The pieces are concatenated; a SentencePiece tokenizer that added a space before the
- * first word removes it again, so decode(encode(s)) == s for any valid UTF-8 s.  The
+ * first word removes it again, so decode(encode(s)) == s for any valid UTF-8 s, but
+ * that SentencePiece reads a U+2581 written in s as the space it marks (as the
+ * reference engines do: the model was trained on it so) and gives it back as one.  The
  * bytes are written as they are, not checked as UTF-8 (a prefix may end mid-character).
  * Return: bytes the text needs (may exceed @cap: only @cap written), or -EINVAL for an
  * id out of range.

@@ -32,9 +32,9 @@
  * default 256, about a millisecond per accept at tens of thousands of connections,
  * where an index per address and a queue of waiting slots would be the next step.
  *
- * Everything but @mhd, @n_done and @t_done_ns is the gate thread's, under @lock (the
- * loop holds it while it works); the HTTP threads report a request's end through those
- * two atomics and take @lock only for STARTED and CLOSED.
+ * Everything but @mhd, @n_done, @n_early and @t_done_ns is the gate thread's, under
+ * @lock (the loop holds it while it works); the HTTP threads report a request's end (and
+ * an early answer) through those atomics and take @lock only for STARTED and CLOSED.
  */
 #include "ipc/http/gate.h"
 
@@ -125,6 +125,7 @@ struct slot {
 	atomic_uint_fast64_t n_done;	/* requests the library ended */
 	atomic_uint_fast64_t t_done_ns; /* when it last ended one */
 	atomic_bool want_wake;		/* a refusal waits for n_done: wake the gate */
+	atomic_uint_fast64_t n_early;	/* the request answered early, from 1 (0: none) */
 };
 
 struct listener {
@@ -466,7 +467,12 @@ static bool relay_refusal_due(struct slot *s)
 		return false;
 	}
 	/* refused inside a body the library answered already (it may answer a request
-	 * whose headers it refused before its body): that answer is the one */
+	 * whose headers it refused before its body): that answer is the one.  Its end
+	 * may not be reported yet, its bytes partly written: wait for the end (or the
+	 * library's close).  Read after the drain: an answer marked later wrote nothing
+	 * the drain took, and what it writes after is cut by the pair's close. */
+	if (done == x->ref_after && atomic_load(&s->n_early) == x->ref_after + 1)
+		return false;
 	if (done == x->ref_after)
 		n = refusal(x->p.status, x->p.why, x->p.anthropic, x->m2c + x->m2c_len,
 			    M2C_ROOM + REFUSAL_ROOM - x->m2c_len);
@@ -546,6 +552,7 @@ static void slot_hand(struct kvp_http_gate *g, struct slot *s)
 	s->ptag.kind = TAG_PAIR;
 	s->ptag.s = s;
 	atomic_store(&s->n_done, 0);
+	atomic_store(&s->n_early, 0);
 	atomic_store(&s->t_done_ns, 0);
 	atomic_store(&s->want_wake, false);
 	/* answers are relayed as they come, in pieces: Nagle would hold each second one */
@@ -956,6 +963,11 @@ void kvp_http_gate_phase(void *ctx, enum kvp_http_phase phase)
 {
 	struct slot *s = ctx;
 
+	if (s && phase == KVP_HTTP_PHASE_EARLY) {
+		/* requests end in order: the one being answered is number n_done + 1 */
+		atomic_store(&s->n_early, atomic_load(&s->n_done) + 1);
+		return;
+	}
 	/* only a request's end matters: the relay sees the rest in the bytes themselves */
 	if (!s || phase != KVP_HTTP_PHASE_HEAD)
 		return;

@@ -65,6 +65,8 @@ enum kvp_http_phase {
 	KVP_HTTP_PHASE_HEAD = 0, /* the request ended (answered or not): waiting for the next */
 	KVP_HTTP_PHASE_BODY,	 /* headers in, body being read */
 	KVP_HTTP_PHASE_BUSY,	 /* request complete: being answered (no deadline) */
+	KVP_HTTP_PHASE_EARLY,	 /* answered before its body is in (Expect: 100-continue,
+				  * a framing refusal): that answer is the request's one */
 };
 
 /**
@@ -99,7 +101,8 @@ void kvp_http_gate_started(struct kvp_http_gate *g, struct MHD_Connection *c,
 void kvp_http_gate_closed(struct kvp_http_gate *g, void *socket_context);
 
 /* The connection whose socket context is @ctx (NULL: none) entered @phase, now: HEAD
- * from NOTIFY_COMPLETED, after the request's last answer byte was written. */
+ * from NOTIFY_COMPLETED, after the request's last answer byte was written; EARLY
+ * before the answer is queued, so the relay never writes a refusal behind it. */
 void kvp_http_gate_phase(void *ctx, enum kvp_http_phase phase);
 
 #endif /* KVP_IPC_HTTP_GATE_H */

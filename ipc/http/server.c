@@ -1265,6 +1265,7 @@ static enum MHD_Result first_call(struct hreq *r, const char *url, const char *m
 	kvp_http_gate_phase(r->gate_ctx, KVP_HTTP_PHASE_BODY);
 	if (!framing_ok(r, version, &e)) {
 		r->close = true;
+		kvp_http_gate_phase(r->gate_ctx, KVP_HTTP_PHASE_EARLY);
 		return queue_error(r, &e);
 	}
 	if (!rt)
@@ -1280,8 +1281,10 @@ static enum MHD_Result first_call(struct hreq *r, const char *url, const char *m
 		kvp_http_err_set(&e, 413, "request_too_large", NULL,
 				 "the request body is larger than %llu bytes",
 				 (unsigned long long)srv->cfg->max_body_bytes);
-	if (e.status && asked)
+	if (e.status && asked) {
+		kvp_http_gate_phase(r->gate_ctx, KVP_HTTP_PHASE_EARLY);
 		return queue_error(r, &e);
+	}
 	if (e.status) {
 		r->early = true;
 		r->early_err = e;

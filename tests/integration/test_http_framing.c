@@ -8,7 +8,8 @@
  * counted), both as a connection's first request and behind a good one; a request
  * smuggled behind the body is never answered.  Chunked bodies in every sound form, and
  * pipelined keep-alive requests, are served through the relay (gate.h).  An absolute-form
- * target is served as its path.
+ * target is served as its path.  An answer given before a body that then turns out
+ * malformed (Expect: 100-continue) is the request's only one.
  */
 #include <assert.h>
 #include <setjmp.h>
@@ -414,6 +415,58 @@ static void test_refusal_after_slow_answers(void **state)
 	assert_null(strstr(refusal, "\"status\":\"ok\""));
 }
 
+/*
+ * Expect: 100-continue to a route that does not exist: the handler answers 404 before
+ * the body, then the chunked body turns out malformed.  Exactly one answer either way:
+ * the 404 when it was given before the relay refused (the relay waits for its end, even
+ * while its bytes are still being written), else the relay's 400; closed.  Sent in one
+ * write (the relay usually refuses first) and with the body sent only once the 404's
+ * head was read (the handler first, its end racing the refusal).
+ */
+static void test_early_answer_then_bad_chunk(void **state)
+{
+	struct fixture *f = *state;
+	static char text[65536];
+	static const char head[] = "POST /nowhere HTTP/1.1\r\nHost: a\r\n"
+				   "Expect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n";
+	static const char bad[] = "zz\r\n" BODY "\r\n0\r\n\r\n" GOOD;
+
+	for (int i = 0; i < 20; i++) {
+		bool late = i & 1, closed;
+		int fd = rawc_connect(f->h.port, NULL, false);
+		size_t n = 0;
+		int st;
+
+		assert_true(fd >= 0);
+		if (late) {
+			assert_int_equal(rawc_send(fd, head, strlen(head)), 0);
+			while (!strstr(text, "\r\n\r\n")) {
+				ssize_t k = recv(fd, text + n, sizeof(text) - 1 - n, 0);
+
+				assert_true(k > 0);
+				n += (size_t)k;
+				text[n] = 0;
+			}
+			rawc_send(fd, bad, strlen(bad)); /* may fail: the server may close first */
+		} else {
+			char both[sizeof(head) + sizeof(bad)];
+
+			snprintf(both, sizeof(both), "%s%s", head, bad);
+			rawc_send(fd, both, strlen(both));
+		}
+		rawc_read_all(fd, text + n, sizeof(text) - n, 15, &closed);
+		close(fd);
+		st = rawc_first_status(text);
+		/* the 404 was read before the body went: it is the one */
+		if (rawc_count_status(text) != 1 || !closed || (st != 404 && (late || st != 400)))
+			fail_msg("round %d (%s): %d answers, %s:\n%.800s", i,
+				 late ? "body after the answer" : "one write",
+				 rawc_count_status(text), closed ? "closed" : "left open", text);
+		assert_null(strstr(text, "\"status\":\"ok\""));
+		text[0] = 0;
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -428,6 +481,7 @@ int main(void)
 		cmocka_unit_test(test_keepalive_pipelined),
 		cmocka_unit_test(test_half_request_then_eof),
 		cmocka_unit_test(test_refusal_after_slow_answers),
+		cmocka_unit_test(test_early_answer_then_bad_chunk),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
