@@ -475,31 +475,34 @@ void kvp_http_emit_open(struct kvp_http_emit *e, struct kvp_buf *out)
 	}
 }
 
-/* One streamed piece of text. */
-static void stream_text(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len,
-			const int32_t *ids, size_t n_ids)
+/* An Anthropic content_block_delta of @type carrying @len bytes of @text under @key. */
+static void block_delta(struct kvp_http_emit *e, struct kvp_buf *out, const char *type,
+			const char *key, const char *text, size_t len)
 {
 	struct kvp_json j;
 
-	if (e->api == KVP_HTTP_API_MESSAGES) {
-		if (!e->block_open)
-			text_block_start(e, out);
-		sse_begin(out, "content_block_delta", &j);
-		kvp_json_begin(&j, NULL, '{');
-		str(&j, "type", "content_block_delta");
-		kvp_json_u64(&j, "index", e->block_base);
-		kvp_json_begin(&j, "delta", '{');
-		str(&j, "type", "text_delta");
-		kvp_json_str(&j, "text", text, len);
-		kvp_json_end(&j, '}');
-		kvp_json_end(&j, '}');
-		sse_end(out);
-		return;
-	}
+	sse_begin(out, "content_block_delta", &j);
+	kvp_json_begin(&j, NULL, '{');
+	str(&j, "type", "content_block_delta");
+	kvp_json_u64(&j, "index", e->block_base);
+	kvp_json_begin(&j, "delta", '{');
+	str(&j, "type", type);
+	kvp_json_str(&j, key, text, len);
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, '}');
+	sse_end(out);
+}
+
+/* An OpenAI chunk carrying @text: in the chat delta under @key, or as a completion's text. */
+static void chunk_delta(struct kvp_http_emit *e, struct kvp_buf *out, const char *key,
+			const char *text, size_t len, const int32_t *ids, size_t n_ids)
+{
+	struct kvp_json j;
+
 	chunk_open(e, out, &j);
 	if (e->api == KVP_HTTP_API_CHAT) {
 		kvp_json_begin(&j, "delta", '{');
-		kvp_json_str(&j, "content", text, len);
+		kvp_json_str(&j, key, text, len);
 		kvp_json_end(&j, '}');
 	} else {
 		kvp_json_str(&j, "text", text, len);
@@ -509,6 +512,19 @@ static void stream_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 	if (e->return_token_ids)
 		ids_array(&j, ids, n_ids);
 	chunk_close(e, out, &j);
+}
+
+/* One streamed piece of text. */
+static void stream_text(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len,
+			const int32_t *ids, size_t n_ids)
+{
+	if (e->api == KVP_HTTP_API_MESSAGES) {
+		if (!e->block_open)
+			text_block_start(e, out);
+		block_delta(e, out, "text_delta", "text", text, len);
+		return;
+	}
+	chunk_delta(e, out, "content", text, len, ids, n_ids);
 }
 
 /* One streamed piece of reasoning (with the ids and logprobs of the tokens so far). */
@@ -532,27 +548,11 @@ static void stream_reasoning(struct kvp_http_emit *e, struct kvp_buf *out, const
 			kvp_json_end(&j, '}');
 			sse_end(out);
 		}
-		sse_begin(out, "content_block_delta", &j);
-		kvp_json_begin(&j, NULL, '{');
-		str(&j, "type", "content_block_delta");
-		kvp_json_u64(&j, "index", e->block_base);
-		kvp_json_begin(&j, "delta", '{');
-		str(&j, "type", "thinking_delta");
-		kvp_json_str(&j, "thinking", text, len);
-		kvp_json_end(&j, '}');
-		kvp_json_end(&j, '}');
-		sse_end(out);
+		block_delta(e, out, "thinking_delta", "thinking", text, len);
 		return;
 	}
-	chunk_open(e, out, &j);
-	kvp_json_begin(&j, "delta", '{');
-	kvp_json_str(&j, "reasoning_content", text, len);
-	kvp_json_end(&j, '}');
-	logprobs_pending(e, &j);
-	kvp_json_null(&j, "finish_reason");
-	if (e->return_token_ids)
-		ids_array(&j, ids, n_ids);
-	chunk_close(e, out, &j);
+	/* reasoning is a chat-only field: a completion never sets think */
+	chunk_delta(e, out, "reasoning_content", text, len, ids, n_ids);
 }
 
 static void answer_text(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len,
