@@ -380,22 +380,31 @@ static void thinking_block_stop(struct kvp_http_emit *e, struct kvp_buf *out)
 	e->block_base++;
 }
 
-static void text_block_start(struct kvp_http_emit *e, struct kvp_buf *out)
+/* An Anthropic content_block_start of @type ("text" or "thinking"), empty; a thinking block
+ * carries the signature field kvpool leaves empty. */
+static void block_start(struct kvp_http_emit *e, struct kvp_buf *out, const char *type)
 {
 	struct kvp_json j;
 
-	thinking_block_stop(e, out);
-	e->block_open = true;
 	sse_begin(out, "content_block_start", &j);
 	kvp_json_begin(&j, NULL, '{');
 	str(&j, "type", "content_block_start");
 	kvp_json_u64(&j, "index", e->block_base);
 	kvp_json_begin(&j, "content_block", '{');
-	str(&j, "type", "text");
-	str(&j, "text", "");
+	str(&j, "type", type);
+	str(&j, type, "");
+	if (!strcmp(type, "thinking"))
+		str(&j, "signature", "");
 	kvp_json_end(&j, '}');
 	kvp_json_end(&j, '}');
 	sse_end(out);
+}
+
+static void text_block_start(struct kvp_http_emit *e, struct kvp_buf *out)
+{
+	thinking_block_stop(e, out);
+	e->block_open = true;
+	block_start(e, out, "text");
 }
 
 static void block_stop(struct kvp_buf *out, size_t index)
@@ -531,22 +540,10 @@ static void stream_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 static void stream_reasoning(struct kvp_http_emit *e, struct kvp_buf *out, const char *text,
 			     size_t len, const int32_t *ids, size_t n_ids)
 {
-	struct kvp_json j;
-
 	if (e->api == KVP_HTTP_API_MESSAGES) {
 		if (!e->think_open) {
 			e->think_open = true;
-			sse_begin(out, "content_block_start", &j);
-			kvp_json_begin(&j, NULL, '{');
-			str(&j, "type", "content_block_start");
-			kvp_json_u64(&j, "index", e->block_base);
-			kvp_json_begin(&j, "content_block", '{');
-			str(&j, "type", "thinking");
-			str(&j, "thinking", "");
-			str(&j, "signature", "");
-			kvp_json_end(&j, '}');
-			kvp_json_end(&j, '}');
-			sse_end(out);
+			block_start(e, out, "thinking");
 		}
 		block_delta(e, out, "thinking_delta", "thinking", text, len);
 		return;

@@ -43,6 +43,14 @@ static size_t reason_tail(const char *p, size_t n)
 	return k;
 }
 
+/* Moves *@i past a run of newlines (the template's trim); false when that ends the piece. */
+static bool skip_newlines(const char *p, size_t n, size_t *i)
+{
+	while (*i < n && p[*i] == '\n')
+		(*i)++;
+	return *i < n;
+}
+
 /* Walk @p (@n bytes, the held text and the new) from the current state. */
 static void walk(struct kvp_http_think *t, const char *p, size_t n, struct kvp_buf *reason,
 		 struct kvp_buf *answer, struct kvp_buf *keep)
@@ -67,9 +75,7 @@ static void walk(struct kvp_http_think *t, const char *p, size_t n, struct kvp_b
 		}
 	}
 	if (t->state == KVP_HTTP_THINK_LEAD) {
-		while (i < n && p[i] == '\n')
-			i++;
-		if (i == n)
+		if (!skip_newlines(p, n, &i))
 			return;
 		t->state = KVP_HTTP_THINK_REASON;
 	}
@@ -94,9 +100,7 @@ static void walk(struct kvp_http_think *t, const char *p, size_t n, struct kvp_b
 		t->state = KVP_HTTP_THINK_AFTER;
 	}
 	if (t->state == KVP_HTTP_THINK_AFTER) {
-		while (i < n && p[i] == '\n')
-			i++;
-		if (i == n)
+		if (!skip_newlines(p, n, &i))
 			return;
 		t->state = KVP_HTTP_THINK_ANSWER;
 	}
