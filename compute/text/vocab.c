@@ -52,8 +52,8 @@ static const char *const eog_texts[] = {
 	"<|EOT|>",
 	"<EOT>",
 	"_<EOT>",
-	"<\xef\xbd\x9c"
-	"end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", /* DeepSeek */
+	/* DeepSeek; octal escapes end after three digits, so no split literal is needed */
+	"<\357\275\234end\342\226\201of\342\226\201sentence\357\275\234>",
 	"</s>",
 };
 
