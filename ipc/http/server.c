@@ -1071,7 +1071,9 @@ static enum MHD_Result post_ready(struct hreq *r)
 		em->block_tokens = info.block_tokens;
 		em->logprobs = g->logprobs;
 		if (g->n_tools && g->tool_choice != KVP_HTTP_TOOLS_NONE)
-			kvp_http_emit_tools(em, g->tool_names, g->n_tools);
+			kvp_http_emit_tools(em, g->tool_names, g->n_tools,
+					    g->tool_choice == KVP_HTTP_TOOLS_REQUIRED ||
+						    g->tool_choice == KVP_HTTP_TOOLS_NAMED);
 		if ((r->api == KVP_HTTP_API_CHAT || r->api == KVP_HTTP_API_MESSAGES) &&
 		    g->thinking != KVP_HTTP_THINK_OFF)
 			kvp_http_emit_thinking(em);

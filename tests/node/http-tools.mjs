@@ -151,6 +151,50 @@ if (family === 'llama3') {
 		});
 	}
 
+	test('a forced call streams its arguments as written: OpenAI deltas, Anthropic ' +
+		'input_json_delta, joined the whole answer\'s', async () => {
+		const req = { model: env.model, messages: question, tools: oaTools, max_tokens: 512,
+			temperature: 0, tool_choice: { type: 'function', function: { name: 'get_weather' } } };
+		const whole = (await openai.chat.completions.create(req)).choices[0].message.tool_calls[0];
+		const pieces = [];
+		let head;
+		for await (const c of await openai.chat.completions.create({ ...req, stream: true })) {
+			for (const d of c.choices[0]?.delta?.tool_calls ?? []) {
+				assert.equal(d.index, 0);
+				if (d.id) {
+					assert.equal(head, undefined, 'one head');
+					head = d;
+				}
+				if (d.function?.arguments)
+					pieces.push(d.function.arguments);
+			}
+		}
+		assert.equal(head.function.name, 'get_weather');
+		assert.match(head.id, /^call_/);
+		assert.equal(head.function.arguments, '');
+		assert.ok(pieces.length > 1, `the arguments came in ${pieces.length} piece(s)`);
+		assert.equal(pieces.join(''), whole.function.arguments);
+		checkWeatherArgs(JSON.parse(pieces.join('')));
+
+		const tools = oaTools.map((t) => ({ name: t.function.name,
+			description: t.function.description, input_schema: t.function.parameters }));
+		const areq = { model: env.model, max_tokens: 512, temperature: 0, tools,
+			messages: [{ role: 'user', content: 'What is the weather in Paris?' }],
+			tool_choice: { type: 'tool', name: 'get_weather' } };
+		const a = await anthropic.messages.create(areq);
+		const s = anthropic.messages.stream(areq);
+		const partial = [];
+		s.on('streamEvent', (ev) => {
+			if (ev.type === 'content_block_delta' && ev.delta.type === 'input_json_delta')
+				partial.push(ev.delta.partial_json);
+		});
+		const m = await s.finalMessage();
+		assert.ok(partial.length > 1, `the input came in ${partial.length} piece(s)`);
+		assert.deepEqual(JSON.parse(partial.join('')), a.content[0].input);
+		assert.deepEqual(m.content[0].input, a.content[0].input);
+		checkWeatherArgs(m.content[0].input);
+	});
+
 	test('tool_choice none: the tools are in the prompt, the answer is text', async () => {
 		const r = await openai.chat.completions.create({ model: env.model, messages: question,
 			tools: oaTools, tool_choice: 'none', max_tokens: 4 });
