@@ -27,6 +27,12 @@
 
 static char g_dir[256];
 
+/* <think>Hmm</think>\n\nHi<|im_end|> after "\n", Hi<|im_end|> after "\n\n" (Qwen's pieces) */
+static const char *const chain[][2] = {
+	{ "\xc4\x8a", "<think>" },	    { "<think>", "Hmm" },	  { "Hmm", "</think>" },
+	{ "</think>", "\xc4\x8a\xc4\x8a" }, { "\xc4\x8a\xc4\x8a", "Hi" }, { "Hi", "<|im_end|>" },
+};
+
 static int group_setup(void **state)
 {
 	const char *src = getenv("KVP_SOURCE_DIR");
@@ -49,7 +55,9 @@ static int group_setup(void **state)
 	if (system(cmd) || kvpd_vocab_model(g_dir, "qwen2", "qwen2", NULL) ||
 	    kvpd_vocab_model(g_dir, "llama3.2", "llama3", "llama3.2.llama-3.2-1b-instruct.jinja") ||
 	    kvpd_vocab_model(g_dir, "llama3", "llama3", NULL) ||
-	    kvpd_vocab_model_untied(g_dir, "qwen3", "qwen2", "qwen3.qwen3-0.6b.jinja"))
+	    kvpd_vocab_model_untied(g_dir, "qwen3", "qwen2", "qwen3.qwen3-0.6b.jinja") ||
+	    kvpd_chain_model(g_dir, "qwen3chain", "qwen2", "qwen3.qwen3-0.6b.jinja", chain,
+			     sizeof(chain) / sizeof(chain[0])))
 		return -1;
 	return 0;
 }
@@ -146,6 +154,12 @@ static void test_qwen3_thinking(void **state)
 	check_family("qwen3", "http-thinking.mjs");
 }
 
+/* Anthropic's thinking end to end on a model that writes a fixed reasoning and answer */
+static void test_qwen3_thinking_chain(void **state)
+{
+	check_family("qwen3chain", "http-thinking.mjs");
+}
+
 static void test_llama3_thinking_refused(void **state)
 {
 	check_family("llama3", "http-thinking.mjs");
@@ -160,6 +174,7 @@ int main(void)
 		cmocka_unit_test(test_qwen2_logprobs),
 		cmocka_unit_test(test_llama32_logprobs),
 		cmocka_unit_test(test_qwen3_thinking),
+		cmocka_unit_test(test_qwen3_thinking_chain),
 		cmocka_unit_test(test_llama3_thinking_refused),
 	};
 
