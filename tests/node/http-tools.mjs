@@ -195,6 +195,49 @@ if (family === 'llama3') {
 		checkWeatherArgs(m.content[0].input);
 	});
 
+	for (const stream of [false, true]) {
+		test(`the SDKs' tool runners run the tool on the call (${stream ? 'streamed' : 'whole'}): ` +
+			'OpenAI runTools, Anthropic toolRunner; the next step on their history', async () => {
+			const ran = [];
+			const run = (args) => { ran.push(args); return '{"temperature": 21}'; };
+			const runner = openai.chat.completions.runTools({ model: env.model, messages: question,
+				max_tokens: 512, stream, tool_choice: { type: 'function', function: { name: 'get_weather' } },
+				tools: oaTools.map((t) => ({ type: 'function', function: { ...t.function,
+					parse: JSON.parse, function: run } })) });
+			await runner.done();
+			assert.equal(ran.length, 1); // a named choice: the runner stops after its call
+			checkWeatherArgs(ran[0]);
+			const hist = runner.messages;
+			assert.equal(hist.at(-1).role, 'tool');
+			assert.equal(hist.at(-1).tool_call_id, hist.at(-2).tool_calls[0].id);
+			const r = await openai.chat.completions.create({ model: env.model, tools: oaTools,
+				messages: hist, max_tokens: 6 });
+			assert.notEqual(r.choices[0].finish_reason, 'tool_calls');
+			assert.ok(r.usage.prompt_tokens_details.cached_tokens > 0, JSON.stringify(r.usage));
+
+			const aran = [];
+			const tools = oaTools.map((t) => ({ name: t.function.name,
+				description: t.function.description, input_schema: t.function.parameters,
+				parse: (x) => x, run: (input) => { aran.push(input); return '21 degrees'; } }));
+			const ar = anthropic.beta.messages.toolRunner({ model: env.model, max_tokens: 512,
+				system: 'You answer with the tools.', stream, max_iterations: 1, tools,
+				messages: [{ role: 'user', content: 'What is the weather in Paris?' }],
+				tool_choice: { type: 'tool', name: 'get_weather' } });
+			const last = await ar.runUntilDone();
+			assert.equal(last.stop_reason, 'tool_use');
+			assert.equal(aran.length, 1);
+			checkWeatherArgs(aran[0]);
+			const msgs = ar.params.messages;
+			const result = msgs.at(-1).content.find((b) => b.type === 'tool_result');
+			assert.equal(result.tool_use_id, last.content.find((b) => b.type === 'tool_use').id);
+			const a = await anthropic.messages.create({ model: env.model, max_tokens: 6,
+				system: 'You answer with the tools.', tools: tools.map(({ parse, run, ...t }) => t),
+				messages: msgs });
+			assert.notEqual(a.stop_reason, 'tool_use');
+			assert.ok(a.usage.cache_read_input_tokens > 0, JSON.stringify(a.usage));
+		});
+	}
+
 	test('tool_choice none: the tools are in the prompt, the answer is text', async () => {
 		const r = await openai.chat.completions.create({ model: env.model, messages: question,
 			tools: oaTools, tool_choice: 'none', max_tokens: 4 });
