@@ -128,9 +128,9 @@ void kvp_http_emit_deinit(struct kvp_http_emit *e);
  * does not parse).  @forced (tool_choice required / named: the grammar writes one call,
  * see kvp_http_calls_head()): streamed, the call goes out as it is written instead, its
  * head once the name is whole, then the arguments' text piece by piece (OpenAI
- * tool_calls deltas of partial "arguments", Anthropic input_json_delta); cut short by
- * max_tokens, it ends there, unfinished, with finish "length" / "max_tokens" (the whole
- * answer is then the text, as an unparsed call is).  Call before any text.
+ * tool_calls deltas of partial "arguments", Anthropic input_json_delta); cut short (by
+ * max_tokens or a stop string), it ends there, unfinished, with the finish given (the
+ * whole answer is then the text, as an unparsed call is).  Call before any text.
  */
 void kvp_http_emit_tools(struct kvp_http_emit *e, char *const *names, size_t n, bool forced);
 
