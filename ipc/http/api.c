@@ -1102,7 +1102,8 @@ static int parse_openai_calls(struct kvp_http_gen *g, json_t *m, json_t *content
 
 static int parse_chat(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab, struct kvp_http_err *err)
 {
-	static const char *const no[] = { "audio", "prediction" };
+	/* audio out, predicted outputs, moderation results: nothing here makes them */
+	static const char *const no[] = { "audio", "prediction", "moderation" };
 	json_t *msgs = member(o, "messages");
 	size_t n_calls = 0;
 	long long x;
