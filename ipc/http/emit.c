@@ -553,76 +553,63 @@ static void stream_reasoning(struct kvp_http_emit *e, struct kvp_buf *out, const
 	chunk_delta(e, out, "reasoning_content", text, len, ids, n_ids);
 }
 
-/* The live call's index among the answer's blocks (Anthropic): after a thinking block. */
-static size_t live_index(const struct kvp_http_emit *e)
+/* Anthropic stream: call @i's tool_use block opens at @index, its input {} so far. */
+static void tool_block_start(struct kvp_http_emit *e, struct kvp_buf *out, size_t index,
+			     const struct kvp_http_call *c, size_t i)
 {
-	return e->block_base;
+	struct kvp_json j;
+
+	sse_begin(out, "content_block_start", &j);
+	kvp_json_begin(&j, NULL, '{');
+	str(&j, "type", "content_block_start");
+	kvp_json_u64(&j, "index", index);
+	kvp_json_begin(&j, "content_block", '{');
+	anthropic_tool_use(e, &j, c, i, true);
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, '}');
+	sse_end(out);
 }
 
-/* Stream, forced: the live call's head (its id and name, no arguments yet). */
-static void live_start(struct kvp_http_emit *e, struct kvp_buf *out)
+/* Anthropic stream: @len bytes of the input of the tool_use block at @index. */
+static void tool_input_delta(struct kvp_buf *out, size_t index, const char *text, size_t len)
 {
-	struct kvp_http_call c = { .name = (char *)e->tool_names[e->live_tool] };
+	struct kvp_json j;
+
+	sse_begin(out, "content_block_delta", &j);
+	kvp_json_begin(&j, NULL, '{');
+	str(&j, "type", "content_block_delta");
+	kvp_json_u64(&j, "index", index);
+	kvp_json_begin(&j, "delta", '{');
+	str(&j, "type", "input_json_delta");
+	kvp_json_str(&j, "partial_json", text, len);
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, '}');
+	sse_end(out);
+}
+
+/*
+ * OpenAI stream: a chunk with one tool_calls delta for call 0: its head (@name given: id,
+ * type, name, "" arguments) or @len more bytes of its arguments.
+ */
+static void call_delta(struct kvp_http_emit *e, struct kvp_buf *out, const char *name,
+		       const char *text, size_t len)
+{
 	struct kvp_json j;
 	char id[80];
 
-	if (e->api == KVP_HTTP_API_MESSAGES) {
-		thinking_block_stop(e, out);
-		sse_begin(out, "content_block_start", &j);
-		kvp_json_begin(&j, NULL, '{');
-		str(&j, "type", "content_block_start");
-		kvp_json_u64(&j, "index", live_index(e));
-		kvp_json_begin(&j, "content_block", '{');
-		anthropic_tool_use(e, &j, &c, 0, true);
-		kvp_json_end(&j, '}');
-		kvp_json_end(&j, '}');
-		sse_end(out);
-		return;
-	}
 	chunk_open(e, out, &j);
 	kvp_json_begin(&j, "delta", '{');
 	kvp_json_begin(&j, "tool_calls", '[');
 	kvp_json_begin(&j, NULL, '{');
 	kvp_json_u64(&j, "index", 0);
-	call_id(e, 0, id, sizeof(id));
-	str(&j, "id", id);
-	str(&j, "type", "function");
-	kvp_json_begin(&j, "function", '{');
-	str(&j, "name", c.name);
-	str(&j, "arguments", "");
-	kvp_json_end(&j, '}');
-	kvp_json_end(&j, '}');
-	kvp_json_end(&j, ']');
-	kvp_json_end(&j, '}');
-	logprobs_pending(e, &j);
-	kvp_json_null(&j, "finish_reason");
-	chunk_close(e, out, &j);
-}
-
-/* Stream, forced: @len more bytes of the live call's arguments. */
-static void live_args(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len)
-{
-	struct kvp_json j;
-
-	if (e->api == KVP_HTTP_API_MESSAGES) {
-		sse_begin(out, "content_block_delta", &j);
-		kvp_json_begin(&j, NULL, '{');
-		str(&j, "type", "content_block_delta");
-		kvp_json_u64(&j, "index", live_index(e));
-		kvp_json_begin(&j, "delta", '{');
-		str(&j, "type", "input_json_delta");
-		kvp_json_str(&j, "partial_json", text, len);
-		kvp_json_end(&j, '}');
-		kvp_json_end(&j, '}');
-		sse_end(out);
-		return;
+	if (name) {
+		call_id(e, 0, id, sizeof(id));
+		str(&j, "id", id);
+		str(&j, "type", "function");
 	}
-	chunk_open(e, out, &j);
-	kvp_json_begin(&j, "delta", '{');
-	kvp_json_begin(&j, "tool_calls", '[');
-	kvp_json_begin(&j, NULL, '{');
-	kvp_json_u64(&j, "index", 0);
 	kvp_json_begin(&j, "function", '{');
+	if (name)
+		str(&j, "name", name);
 	kvp_json_str(&j, "arguments", text, len);
 	kvp_json_end(&j, '}');
 	kvp_json_end(&j, '}');
@@ -631,6 +618,28 @@ static void live_args(struct kvp_http_emit *e, struct kvp_buf *out, const char *
 	logprobs_pending(e, &j);
 	kvp_json_null(&j, "finish_reason");
 	chunk_close(e, out, &j);
+}
+
+/* Stream, forced: the live call's head (its id and name, no arguments yet). */
+static void live_start(struct kvp_http_emit *e, struct kvp_buf *out)
+{
+	struct kvp_http_call c = { .name = (char *)e->tool_names[e->live_tool] };
+
+	if (e->api != KVP_HTTP_API_MESSAGES) {
+		call_delta(e, out, c.name, "", 0);
+		return;
+	}
+	thinking_block_stop(e, out); /* the call's block follows a thinking one */
+	tool_block_start(e, out, e->block_base, &c, 0);
+}
+
+/* Stream, forced: @len more bytes of the live call's arguments. */
+static void live_args(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len)
+{
+	if (e->api == KVP_HTTP_API_MESSAGES)
+		tool_input_delta(out, e->block_base, text, len);
+	else
+		call_delta(e, out, NULL, text, len);
 }
 
 /* Stream, forced: what the text so far adds to the call (0: nothing to add, or no call). */
@@ -773,25 +782,8 @@ static void stream_calls(struct kvp_http_emit *e, struct kvp_buf *out,
 		if (e->block_open)
 			block_stop(out, e->block_base);
 		for (size_t i = 0; i < c->n; i++) {
-			sse_begin(out, "content_block_start", &j);
-			kvp_json_begin(&j, NULL, '{');
-			str(&j, "type", "content_block_start");
-			kvp_json_u64(&j, "index", base + i);
-			kvp_json_begin(&j, "content_block", '{');
-			anthropic_tool_use(e, &j, &c->v[i], i, true);
-			kvp_json_end(&j, '}');
-			kvp_json_end(&j, '}');
-			sse_end(out);
-			sse_begin(out, "content_block_delta", &j);
-			kvp_json_begin(&j, NULL, '{');
-			str(&j, "type", "content_block_delta");
-			kvp_json_u64(&j, "index", base + i);
-			kvp_json_begin(&j, "delta", '{');
-			str(&j, "type", "input_json_delta");
-			str(&j, "partial_json", c->v[i].args);
-			kvp_json_end(&j, '}');
-			kvp_json_end(&j, '}');
-			sse_end(out);
+			tool_block_start(e, out, base + i, &c->v[i], i);
+			tool_input_delta(out, base + i, c->v[i].args, strlen(c->v[i].args));
 			block_stop(out, base + i);
 		}
 		return;
@@ -826,7 +818,7 @@ static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 			finish = KVP_HTTP_FINISH_TOOLS;
 		kvp_http_calls_free(&c);
 		if (e->api == KVP_HTTP_API_MESSAGES)
-			block_stop(out, live_index(e));
+			block_stop(out, e->block_base);
 	} else if (e->n_tools) { /* what was held: calls, or the rest of the text */
 		struct kvp_http_calls c = { 0 };
 		int r = e->text.err ? 0 :
