@@ -1449,10 +1449,21 @@ static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err
 			if (!given)
 				return bad(err, "thinking", "thinking.budget_tokens: required");
 			g->thinking = KVP_HTTP_THINK_ON;
+		} else if (!strcmp(ts, "adaptive") || !strcmp(ts, "between_tools")) {
+			/* the model decides: the template's default (Qwen3 reasons), and a
+			 * template without a reasoning section is no refusal, it just has none */
+			g->thinking = KVP_HTTP_THINK_DEFAULT;
 		} else if (strcmp(ts, "disabled")) {
 			return bad(err, "thinking",
-				   "thinking.type: must be \"enabled\" or \"disabled\"");
+				   "thinking.type: must be \"enabled\", \"adaptive\", "
+				   "\"between_tools\" or \"disabled\"");
 		}
+		t = member(think, "display");
+		ts = json_is_string(t) ? json_string_value(t) : "";
+		if (t && strcmp(ts, "summarized") && strcmp(ts, "omitted"))
+			return bad(err, "thinking",
+				   "thinking.display: must be \"summarized\" or \"omitted\"");
+		g->think_omit = t && !strcmp(ts, "omitted");
 	}
 	if (!json_is_array(msgs) || !json_array_size(msgs))
 		return bad(err, "messages", "messages: must be a non-empty array");

@@ -546,7 +546,8 @@ static void stream_reasoning(struct kvp_http_emit *e, struct kvp_buf *out, const
 			e->think_open = true;
 			block_start(e, out, "thinking");
 		}
-		block_delta(e, out, "thinking_delta", "thinking", text, len);
+		if (!e->think_omit)
+			block_delta(e, out, "thinking_delta", "thinking", text, len);
 		return;
 	}
 	/* reasoning is a chat-only field: a completion never sets think */
@@ -956,7 +957,8 @@ void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 		if (kvp_http_think_opened(&e->th) && e->reason.len) {
 			kvp_json_begin(&j, NULL, '{');
 			str(&j, "type", "thinking");
-			kvp_json_str(&j, "thinking", e->reason.p, e->reason.len);
+			kvp_json_str(&j, "thinking", e->reason.p,
+				     e->think_omit ? 0 : e->reason.len);
 			str(&j, "signature", "");
 			kvp_json_end(&j, '}');
 		}

@@ -92,6 +92,7 @@ struct kvp_http_emit {
 	struct kvp_http_think th;
 	struct kvp_buf reason; /* not streaming: the reasoning so far */
 	bool think_open;       /* Anthropic stream: the thinking block has started */
+	bool think_omit;       /* Anthropic: thinking blocks without their text (display omitted) */
 	uint32_t block_base;   /* Anthropic: index of the text block (1 after a thinking one) */
 };
 

@@ -1077,6 +1077,7 @@ static enum MHD_Result post_ready(struct hreq *r)
 		if ((r->api == KVP_HTTP_API_CHAT || r->api == KVP_HTTP_API_MESSAGES) &&
 		    g->thinking != KVP_HTTP_THINK_OFF)
 			kvp_http_emit_thinking(em);
+		em->think_omit = g->think_omit;
 		kvp_http_stop_init(&r->ch[i].stop, g->stop, g->stop_len, g->n_stop);
 	}
 

@@ -82,6 +82,11 @@ if (family === 'llama3') {
 		const r = await anthropic.messages.create({ model: env.model, max_tokens: 4, messages,
 			thinking: { type: 'disabled' } });
 		assert.equal(r.content.at(-1).type, 'text');
+		// adaptive leaves it to the model: no reasoning section here, no refusal either
+		assert.equal(await countTokens({ type: 'adaptive' }), await countTokens(null));
+		const a = await anthropic.messages.create({ model: env.model, max_tokens: 4, messages,
+			thinking: { type: 'adaptive' } });
+		assert.equal(a.content.at(-1).type, 'text');
 	});
 } else if (family === 'qwen3chain') {
 	// A model that writes a fixed text (tests/integration/kvpd.h, kvpd_chain_model()):
@@ -127,6 +132,33 @@ if (family === 'llama3') {
 			const m = await anthropic.messages.stream({ ...req, thinking }).finalMessage();
 			assert.deepEqual(m.content, r.content);
 		}
+	});
+
+	test('Anthropic: adaptive and between_tools leave it to the template (Qwen3 reasons); ' +
+		'display omitted keeps the block, not its text', async () => {
+		const r = await anthropic.messages.create(req);
+		for (const type of ['adaptive', 'between_tools']) {
+			const a = await anthropic.messages.create({ ...req, thinking: { type } });
+			assert.deepEqual(a.content, r.content, type);
+		}
+		for (const thinking of [{ type: 'enabled', budget_tokens: 1024, display: 'omitted' },
+			{ type: 'adaptive', display: 'omitted' }]) {
+			const o = await anthropic.messages.create({ ...req, thinking });
+			assert.deepEqual(o.content.map((b) => [b.type, b.thinking ?? b.text]),
+				[['thinking', ''], ['text', 'Hi']]);
+			const s = anthropic.messages.stream({ ...req, thinking });
+			let deltas = 0;
+			s.on('thinking', () => { deltas++; });
+			const m = await s.finalMessage();
+			assert.equal(deltas, 0);
+			assert.deepEqual(m.content, o.content);
+		}
+		const sum = await anthropic.messages.create({ ...req,
+			thinking: { ...req.thinking, display: 'summarized' } });
+		assert.deepEqual(sum.content, r.content);
+		await assert.rejects(anthropic.messages.create({ ...req,
+			thinking: { type: 'adaptive', display: 'full' } }),
+		(e) => e.status === 400 && /thinking.display/.test(e.message));
 	});
 
 	test('Anthropic: the thinking block given back, the next turn answered the same',
