@@ -1016,7 +1016,7 @@ static int openai_reasoning(struct kvp_http_msg *a, json_t *m, const char *at,
  */
 static int parse_openai_thinking(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
 {
-	static const char *const on[] = { "minimal", "low", "medium", "high" };
+	static const char *const on[] = { "minimal", "low", "medium", "high", "xhigh", "max" };
 	json_t *effort = member(o, "reasoning_effort");
 	json_t *kw = member(o, "chat_template_kwargs");
 	enum kvp_http_thinking by_effort = KVP_HTTP_THINK_DEFAULT;
@@ -1030,8 +1030,10 @@ static int parse_openai_thinking(struct kvp_http_gen *g, json_t *o, struct kvp_h
 			if (!strcmp(e, on[i]))
 				by_effort = KVP_HTTP_THINK_ON;
 		if (!by_effort)
-			return bad(err, "reasoning_effort",
-				   "reasoning_effort: must be none, minimal, low, medium or high");
+			return bad(
+				err, "reasoning_effort",
+				"reasoning_effort: must be none, minimal, low, medium, high, xhigh "
+				"or max");
 	}
 	g->thinking = by_effort;
 	if (kw) {

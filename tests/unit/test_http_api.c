@@ -446,6 +446,8 @@ static void test_thinking(void **state)
 		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":\"none\"}", KVP_HTTP_THINK_OFF },
 		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":\"high\"}", KVP_HTTP_THINK_ON },
 		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":\"minimal\"}", KVP_HTTP_THINK_ON },
+		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":\"xhigh\"}", KVP_HTTP_THINK_ON },
+		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":\"max\"}", KVP_HTTP_THINK_ON },
 		{ CHAT, CHAT_HEAD ",\"chat_template_kwargs\":{\"enable_thinking\":false}}",
 		  KVP_HTTP_THINK_OFF },
 		{ CHAT, CHAT_HEAD ",\"chat_template_kwargs\":{\"enable_thinking\":true}}",
