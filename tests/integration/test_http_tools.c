@@ -5,7 +5,9 @@
  * templates (tests/node/chat-models.mjs writes the vocabularies): Qwen2.5's ChatML and
  * Llama 3.2's render tools, Llama 3.0's does not and is refused; and OpenAI's logprobs and
  * n > 1 on the same models (tests/node/http-logprobs.mjs); and reasoning on Qwen3's template
- * (on the Qwen vocabulary) and on Llama 3.0's, which has none (tests/node/http-thinking.mjs).  For each family a
+ * (on the Qwen vocabulary: a tiny model steered by logit_bias, and "qwen3chain", one that
+ * writes a fixed reasoning and answer, kvpd_chain_model()) and on Llama 3.0's, which has
+ * none (tests/node/http-thinking.mjs).  For each family a
  * kvpoold (no --ignore-eos: a forced call ends when the grammar's value is whole) and a
  * kvpool-http are started, the script run, both stopped.  Without node the test skips;
  * with node, missing packages fail it.
