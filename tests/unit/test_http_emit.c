@@ -713,6 +713,8 @@ static void test_forced_call_streamed(void **state)
 }
 
 /* An answer of @n pieces with reasoning split off (and tools when @tools), into @out. */
+static bool g_omit; /* think_answer(): Anthropic display omitted */
+
 static void think_answer(enum kvp_http_api api, bool stream, bool tools, const char *const *pieces,
 			 size_t n, enum kvp_http_finish fin, struct kvp_buf *out)
 {
@@ -722,6 +724,7 @@ static void think_answer(enum kvp_http_api api, bool stream, bool tools, const c
 	if (tools)
 		kvp_http_emit_tools(&e, tool_names, 2, false);
 	kvp_http_emit_thinking(&e);
+	e.think_omit = g_omit;
 	for (size_t i = 0; i < n; i++)
 		kvp_http_emit_text(&e, out, pieces[i], strlen(pieces[i]), NULL, 0);
 	kvp_http_emit_finish(&e, out, fin, NULL, 0, &usage, 3);
@@ -839,6 +842,27 @@ static void test_thinking_answers(void **state)
 	assert_int_equal(num(ev[10].data, "index"), 1);
 	free_events(ev, n);
 	kvp_buf_deinit(&out);
+
+	/* display omitted: the thinking block without its text, whole and streamed */
+	g_omit = true;
+	think_answer(KVP_HTTP_API_MESSAGES, false, false, think, 5, KVP_HTTP_FINISH_EOS, &out);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(str(j, "content.0.type"), "thinking");
+	assert_string_equal(str(j, "content.0.thinking"), "");
+	assert_string_equal(str(j, "content.1.text"), "Hi!");
+	json_decref(j);
+	kvp_buf_deinit(&out);
+	think_answer(KVP_HTTP_API_MESSAGES, true, false, think, 5, KVP_HTTP_FINISH_EOS, &out);
+	n = events(out.p, ev, 24);
+	assert_int_equal(n, 11); /* the two thinking_deltas fewer */
+	assert_string_equal(str(ev[2].data, "content_block.type"), "thinking");
+	assert_string_equal(str(ev[3].data, "delta.type"), "signature_delta");
+	assert_string_equal(ev[4].name, "content_block_stop");
+	assert_string_equal(str(ev[6].data, "delta.text"), "Hi");
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+	g_omit = false;
 
 	/* unterminated, streamed: the thinking block, then an empty text block */
 	think_answer(KVP_HTTP_API_MESSAGES, true, false, open, 2, KVP_HTTP_FINISH_LENGTH, &out);
