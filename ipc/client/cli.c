@@ -1182,7 +1182,8 @@ static void chat_help(FILE *o)
 	fputs("usage: kvpool [--socket PATH] chat [--system TEXT] [--message TEXT]...\n"
 	      "              [--chat-template NAME] [-n N] [--temperature T] [--top-k K]\n"
 	      "              [--top-p P] [--seed S] [--salt S] [--no-cache] [--priority N]\n"
-	      "              [--breakpoint POS[:TTL]]... [--ttl S] [--retain P] [--json]\n"
+	      "              [--breakpoint POS[:TTL]]... [--ttl S] [--retain P]\n"
+	      "              [--thinking on|off] [--json]\n"
 	      "\n"
 	      "Chat with the daemon's model, rendered by its chat template.  On a terminal:\n"
 	      "one line per user turn, the reply streamed as it comes; Ctrl-C cancels the\n"
@@ -1197,6 +1198,13 @@ static void chat_help(FILE *o)
 	      "      --chat-template N  render with template family N (llama3, llama3.1,\n"
 	      "                         llama3.2, chatml, llama2, mistral, phi3, gemma, zephyr,\n"
 	      "                         deepseek, qwen3) instead of the model's\n"
+	      "      --thinking on|off  the template's reasoning section (Qwen3's <think>\n"
+	      "                         block, enable_thinking) on or off; not given: the\n"
+	      "                         template's default (Qwen3: on).  A template without\n"
+	      "                         one refuses on (the daemon names it); off changes\n"
+	      "                         nothing there.  The reasoning is printed as the model\n"
+	      "                         writes it, <think> tags included, and stays in the\n"
+	      "                         conversation's later turns (they continue on its ids)\n"
 	      "  -n, --max-new-tokens N reply tokens at most (default: the daemon's maximum,\n"
 	      "                         at most 1024)\n" CACHE_HELP
 	      "      --temperature T, --top-k K, --top-p P, --seed S, --salt S, --no-cache,\n"
@@ -1221,11 +1229,13 @@ static int cmd_chat(int argc, char **argv)
 		{ "no-cache", no_argument, NULL, 'N' },
 		{ "priority", required_argument, NULL, 'R' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "thinking", required_argument, NULL, 'H' },
 		{ "help", no_argument, NULL, 'h' },
 		CACHE_OPTIONS,
 		{ 0 },
 	};
 	struct sigaction sa = { .sa_handler = on_sigint };
+	int thinking = KVP_THINKING_DEFAULT;
 	struct kvp_client_conv *cv = NULL;
 	struct kvp_client *c = NULL;
 	struct chat_opts o = { 0 };
@@ -1287,6 +1297,14 @@ static int cmd_chat(int argc, char **argv)
 		case 'j':
 			o.json = true;
 			break;
+		case 'H':
+			if (!strcmp(optarg, "on"))
+				thinking = KVP_THINKING_ON;
+			else if (!strcmp(optarg, "off"))
+				thinking = KVP_THINKING_OFF;
+			else
+				die_usage("--thinking: '%s' is not on or off", optarg);
+			break;
 		case 'h':
 			chat_help(stdout);
 			free(messages);
@@ -1302,6 +1320,7 @@ static int cmd_chat(int argc, char **argv)
 	o.interactive = !n_messages && isatty(STDIN_FILENO) && !o.json;
 
 	if (kvp_client_conv_new(&cv) || kvp_client_conv_set_template(cv, tmpl) ||
+	    kvp_client_conv_set_thinking(cv, thinking) ||
 	    (system && kvp_client_conv_add(cv, KVP_ROLE_SYSTEM, system, strlen(system))))
 		die_usage("out of memory");
 	r = kvp_client_connect(&c, sock_path);

@@ -358,6 +358,38 @@ static int parse_logit_bias(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab,
 }
 
 /*
+ * A JSON Schema for the answer (@param: the field it came in): compiled here so that a
+ * keyword the grammar cannot enforce is a 400 naming it; kvpoold compiles it again.
+ */
+static int take_schema(struct kvp_http_gen *g, json_t *schema, const char *param,
+		       struct kvp_http_err *err)
+{
+	struct kvp_grammar *gr;
+	char why[256];
+	int r;
+
+	g->schema = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (!g->schema)
+		return -ENOMEM;
+	g->schema_len = strlen(g->schema);
+	if (g->schema_len > KVP_SCHEMA_BYTES_MAX)
+		return bad(err, param, "%s: the schema is above %u bytes", param,
+			   KVP_SCHEMA_BYTES_MAX);
+	r = kvp_grammar_compile(&gr, g->schema, g->schema_len, why, sizeof(why));
+	if (r == -ENOMEM)
+		return r;
+	if (r) {
+		char what[300];
+
+		snprintf(what, sizeof(what), "json_schema: %s", why);
+		return unsupported(err, param, what);
+	}
+	kvp_grammar_free(gr);
+	g->grammar = KVP_GRAMMAR_JSON_SCHEMA;
+	return 0;
+}
+
+/*
  * OpenAI's response_format: text, json_object, or json_schema {name, schema, strict}:
  * the schema is compiled here so that a keyword kvpool cannot enforce is a 400 naming
  * it (kvpoold compiles it again, and would refuse it the same way).
@@ -365,10 +397,7 @@ static int parse_logit_bias(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab,
 static int parse_response_format(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
 {
 	json_t *rf = member(o, "response_format"), *t, *js, *schema;
-	struct kvp_grammar *gr;
-	char why[256];
 	const char *type;
-	int r;
 
 	if (!rf)
 		return 0;
@@ -388,25 +417,45 @@ static int parse_response_format(struct kvp_http_gen *g, json_t *o, struct kvp_h
 	if (!schema)
 		return bad(err, "response_format",
 			   "response_format.json_schema.schema: required (a JSON Schema object)");
-	g->schema = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY);
-	if (!g->schema)
-		return -ENOMEM;
-	g->schema_len = strlen(g->schema);
-	if (g->schema_len > KVP_SCHEMA_BYTES_MAX)
-		return bad(err, "response_format", "response_format: the schema is above %u bytes",
-			   KVP_SCHEMA_BYTES_MAX);
-	r = kvp_grammar_compile(&gr, g->schema, g->schema_len, why, sizeof(why));
-	if (r == -ENOMEM)
-		return r;
-	if (r) {
-		char what[300];
+	return take_schema(g, schema, "response_format", err);
+}
 
-		snprintf(what, sizeof(what), "json_schema: %s", why);
-		return unsupported(err, "response_format", what);
+/*
+ * Anthropic's output_config: format {"type": "json_schema", "schema"} is OpenAI's
+ * response_format json_schema (the same grammar, the same refusals); effort (low .. max)
+ * is checked and ignored: a hosted model's knob, which kvpool's models do not have.
+ */
+static int parse_output_config(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
+{
+	static const char *const efforts[] = { "low", "medium", "high", "xhigh", "max" };
+	json_t *oc = member(o, "output_config"), *f, *t, *e, *schema;
+	const char *type;
+	size_t k = 0;
+
+	if (!oc)
+		return 0;
+	if (!json_is_object(oc))
+		return bad(err, "output_config", "output_config: must be an object");
+	e = member(oc, "effort");
+	if (e) {
+		while (k < 5 && (!json_is_string(e) || strcmp(json_string_value(e), efforts[k])))
+			k++;
+		if (k == 5)
+			return bad(err, "output_config",
+				   "output_config.effort: must be low, medium, high, xhigh or max");
 	}
-	kvp_grammar_free(gr);
-	g->grammar = KVP_GRAMMAR_JSON_SCHEMA;
-	return 0;
+	f = member(oc, "format");
+	if (!f)
+		return 0;
+	t = json_is_object(f) ? json_object_get(f, "type") : NULL;
+	type = json_is_string(t) ? json_string_value(t) : "";
+	if (strcmp(type, "json_schema"))
+		return bad(err, "output_config", "output_config.format.type: must be json_schema");
+	schema = json_object_get(f, "schema");
+	if (!json_is_object(schema))
+		return bad(err, "output_config",
+			   "output_config.format.schema: required (a JSON Schema object)");
+	return take_schema(g, schema, "output_config", err);
 }
 
 /*
@@ -768,9 +817,13 @@ static int take_tools(struct kvp_http_gen *g, json_t *tools, const char *named, 
 		return bad(err, "tools", "tools: at most %d tools", KVP_HTTP_TOOLS_MAX);
 	if (g->grammar &&
 	    (g->tool_choice == KVP_HTTP_TOOLS_REQUIRED || g->tool_choice == KVP_HTTP_TOOLS_NAMED))
-		return unsupported(err, param,
-				   "a forced tool call together with response_format is not "
-				   "supported");
+		return unsupported(
+			err, param,
+			g->api == KVP_HTTP_API_CHAT ?
+				"a forced tool call together with response_format is not "
+				"supported" :
+				"a forced tool call together with output_config.format is "
+				"not supported");
 	g->tools = json_dumps(tools, JSON_COMPACT);
 	g->tool_names = calloc(n + 1, sizeof(*g->tool_names));
 	if (!g->tools || !g->tool_names)
@@ -963,7 +1016,7 @@ static int openai_reasoning(struct kvp_http_msg *a, json_t *m, const char *at,
  */
 static int parse_openai_thinking(struct kvp_http_gen *g, json_t *o, struct kvp_http_err *err)
 {
-	static const char *const on[] = { "minimal", "low", "medium", "high" };
+	static const char *const on[] = { "minimal", "low", "medium", "high", "xhigh", "max" };
 	json_t *effort = member(o, "reasoning_effort");
 	json_t *kw = member(o, "chat_template_kwargs");
 	enum kvp_http_thinking by_effort = KVP_HTTP_THINK_DEFAULT;
@@ -977,8 +1030,10 @@ static int parse_openai_thinking(struct kvp_http_gen *g, json_t *o, struct kvp_h
 			if (!strcmp(e, on[i]))
 				by_effort = KVP_HTTP_THINK_ON;
 		if (!by_effort)
-			return bad(err, "reasoning_effort",
-				   "reasoning_effort: must be none, minimal, low, medium or high");
+			return bad(
+				err, "reasoning_effort",
+				"reasoning_effort: must be none, minimal, low, medium, high, xhigh "
+				"or max");
 	}
 	g->thinking = by_effort;
 	if (kw) {
@@ -1049,7 +1104,8 @@ static int parse_openai_calls(struct kvp_http_gen *g, json_t *m, json_t *content
 
 static int parse_chat(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab, struct kvp_http_err *err)
 {
-	static const char *const no[] = { "audio", "prediction" };
+	/* audio out, predicted outputs, moderation results: nothing here makes them */
+	static const char *const no[] = { "audio", "prediction", "moderation" };
 	json_t *msgs = member(o, "messages");
 	size_t n_calls = 0;
 	long long x;
@@ -1371,6 +1427,9 @@ static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err
 		return r;
 	if (member(o, "n")) /* not Anthropic's: a client that sends it expects n answers */
 		return unsupported(err, "n", "the Messages API has no n (one answer per request)");
+	r = parse_output_config(g, o, err); /* before the tools: a forced call refuses it */
+	if (r)
+		return r;
 	/* breakpoints are counted and ordered as the prompt is laid out: tools, system,
 	 * messages */
 	r = parse_anthropic_tools(g, o, &bp, &tools_ttl, err);
@@ -1392,10 +1451,21 @@ static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err
 			if (!given)
 				return bad(err, "thinking", "thinking.budget_tokens: required");
 			g->thinking = KVP_HTTP_THINK_ON;
+		} else if (!strcmp(ts, "adaptive") || !strcmp(ts, "between_tools")) {
+			/* the model decides: the template's default (Qwen3 reasons), and a
+			 * template without a reasoning section is no refusal, it just has none */
+			g->thinking = KVP_HTTP_THINK_DEFAULT;
 		} else if (strcmp(ts, "disabled")) {
 			return bad(err, "thinking",
-				   "thinking.type: must be \"enabled\" or \"disabled\"");
+				   "thinking.type: must be \"enabled\", \"adaptive\", "
+				   "\"between_tools\" or \"disabled\"");
 		}
+		t = member(think, "display");
+		ts = json_is_string(t) ? json_string_value(t) : "";
+		if (t && strcmp(ts, "summarized") && strcmp(ts, "omitted"))
+			return bad(err, "thinking",
+				   "thinking.display: must be \"summarized\" or \"omitted\"");
+		g->think_omit = t && !strcmp(ts, "omitted");
 	}
 	if (!json_is_array(msgs) || !json_array_size(msgs))
 		return bad(err, "messages", "messages: must be a non-empty array");

@@ -144,6 +144,7 @@ struct kvp_http_msg {
  *                    @schema to the calls' schema ({"name": const, "arguments": the
  *                    tool's parameters}, anyOf for several)
  * @thinking:         enum kvp_http_thinking (chat and messages)
+ * @think_omit:       Anthropic thinking.display "omitted": thinking blocks without their text
  */
 struct kvp_http_gen {
 	enum kvp_http_api api;
@@ -188,6 +189,7 @@ struct kvp_http_gen {
 	uint32_t top_logprobs;
 	uint32_t n;
 	enum kvp_http_thinking thinking;
+	bool think_omit;
 };
 
 /**

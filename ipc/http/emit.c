@@ -298,10 +298,11 @@ static void raw(struct kvp_json *j, const char *key, const char *json)
 	kvp_buf_add(j->out, json, strlen(json));
 }
 
-void kvp_http_emit_tools(struct kvp_http_emit *e, char *const *names, size_t n)
+void kvp_http_emit_tools(struct kvp_http_emit *e, char *const *names, size_t n, bool forced)
 {
 	e->tool_names = (const char *const *)names;
 	e->n_tools = n;
+	e->forced = forced;
 }
 
 /* A call's id: the answer's id after its prefix, and the call's index. */
@@ -545,11 +546,121 @@ static void stream_reasoning(struct kvp_http_emit *e, struct kvp_buf *out, const
 			e->think_open = true;
 			block_start(e, out, "thinking");
 		}
-		block_delta(e, out, "thinking_delta", "thinking", text, len);
+		if (!e->think_omit)
+			block_delta(e, out, "thinking_delta", "thinking", text, len);
 		return;
 	}
 	/* reasoning is a chat-only field: a completion never sets think */
 	chunk_delta(e, out, "reasoning_content", text, len, ids, n_ids);
+}
+
+/* Anthropic stream: call @i's tool_use block opens at @index, its input {} so far. */
+static void tool_block_start(struct kvp_http_emit *e, struct kvp_buf *out, size_t index,
+			     const struct kvp_http_call *c, size_t i)
+{
+	struct kvp_json j;
+
+	sse_begin(out, "content_block_start", &j);
+	kvp_json_begin(&j, NULL, '{');
+	str(&j, "type", "content_block_start");
+	kvp_json_u64(&j, "index", index);
+	kvp_json_begin(&j, "content_block", '{');
+	anthropic_tool_use(e, &j, c, i, true);
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, '}');
+	sse_end(out);
+}
+
+/* Anthropic stream: @len bytes of the input of the tool_use block at @index. */
+static void tool_input_delta(struct kvp_buf *out, size_t index, const char *text, size_t len)
+{
+	struct kvp_json j;
+
+	sse_begin(out, "content_block_delta", &j);
+	kvp_json_begin(&j, NULL, '{');
+	str(&j, "type", "content_block_delta");
+	kvp_json_u64(&j, "index", index);
+	kvp_json_begin(&j, "delta", '{');
+	str(&j, "type", "input_json_delta");
+	kvp_json_str(&j, "partial_json", text, len);
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, '}');
+	sse_end(out);
+}
+
+/*
+ * OpenAI stream: a chunk with one tool_calls delta for call 0: its head (@name given: id,
+ * type, name, "" arguments) or @len more bytes of its arguments.
+ */
+static void call_delta(struct kvp_http_emit *e, struct kvp_buf *out, const char *name,
+		       const char *text, size_t len)
+{
+	struct kvp_json j;
+	char id[80];
+
+	chunk_open(e, out, &j);
+	kvp_json_begin(&j, "delta", '{');
+	kvp_json_begin(&j, "tool_calls", '[');
+	kvp_json_begin(&j, NULL, '{');
+	kvp_json_u64(&j, "index", 0);
+	if (name) {
+		call_id(e, 0, id, sizeof(id));
+		str(&j, "id", id);
+		str(&j, "type", "function");
+	}
+	kvp_json_begin(&j, "function", '{');
+	if (name)
+		str(&j, "name", name);
+	kvp_json_str(&j, "arguments", text, len);
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, '}');
+	kvp_json_end(&j, ']');
+	kvp_json_end(&j, '}');
+	logprobs_pending(e, &j);
+	kvp_json_null(&j, "finish_reason");
+	chunk_close(e, out, &j);
+}
+
+/* Stream, forced: the live call's head (its id and name, no arguments yet). */
+static void live_start(struct kvp_http_emit *e, struct kvp_buf *out)
+{
+	struct kvp_http_call c = { .name = (char *)e->tool_names[e->live_tool] };
+
+	if (e->api != KVP_HTTP_API_MESSAGES) {
+		call_delta(e, out, c.name, "", 0);
+		return;
+	}
+	thinking_block_stop(e, out); /* the call's block follows a thinking one */
+	tool_block_start(e, out, e->block_base, &c, 0);
+}
+
+/* Stream, forced: @len more bytes of the live call's arguments. */
+static void live_args(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len)
+{
+	if (e->api == KVP_HTTP_API_MESSAGES)
+		tool_input_delta(out, e->block_base, text, len);
+	else
+		call_delta(e, out, NULL, text, len);
+}
+
+/* Stream, forced: what the text so far adds to the call (0: nothing to add, or no call). */
+static void live_feed(struct kvp_http_emit *e, struct kvp_buf *out)
+{
+	size_t end;
+
+	if (!e->live) {
+		e->live = kvp_http_calls_head(e->text.p, e->text.len, e->tool_names, e->n_tools,
+					      &e->live_tool, &e->args_at);
+		if (e->live <= 0)
+			return;
+		live_start(e, out);
+	}
+	end = kvp_http_calls_args_end(e->text.p, e->text.len, e->args_at);
+	if (end > e->args_at + e->args_sent) {
+		live_args(e, out, e->text.p + e->args_at + e->args_sent,
+			  end - e->args_at - e->args_sent);
+		e->args_sent = end - e->args_at;
+	}
 }
 
 static void answer_text(struct kvp_http_emit *e, struct kvp_buf *out, const char *text, size_t len,
@@ -560,7 +671,14 @@ static void answer_text(struct kvp_http_emit *e, struct kvp_buf *out, const char
 
 		kvp_http_emit_open(e, out);
 		kvp_buf_add(&e->text, text, len);
-		if (e->held || e->text.err)
+		if (e->text.err)
+			return;
+		if (e->forced && e->live >= 0) {
+			live_feed(e, out);
+			if (e->live >= 0)
+				return;
+		}
+		if (e->held)
 			return;
 		safe = kvp_http_calls_safe_prefix(e->text.p, e->text.len, &e->held);
 		if (safe > e->sent) {
@@ -665,25 +783,8 @@ static void stream_calls(struct kvp_http_emit *e, struct kvp_buf *out,
 		if (e->block_open)
 			block_stop(out, e->block_base);
 		for (size_t i = 0; i < c->n; i++) {
-			sse_begin(out, "content_block_start", &j);
-			kvp_json_begin(&j, NULL, '{');
-			str(&j, "type", "content_block_start");
-			kvp_json_u64(&j, "index", base + i);
-			kvp_json_begin(&j, "content_block", '{');
-			anthropic_tool_use(e, &j, &c->v[i], i, true);
-			kvp_json_end(&j, '}');
-			kvp_json_end(&j, '}');
-			sse_end(out);
-			sse_begin(out, "content_block_delta", &j);
-			kvp_json_begin(&j, NULL, '{');
-			str(&j, "type", "content_block_delta");
-			kvp_json_u64(&j, "index", base + i);
-			kvp_json_begin(&j, "delta", '{');
-			str(&j, "type", "input_json_delta");
-			str(&j, "partial_json", c->v[i].args);
-			kvp_json_end(&j, '}');
-			kvp_json_end(&j, '}');
-			sse_end(out);
+			tool_block_start(e, out, base + i, &c->v[i], i);
+			tool_input_delta(out, base + i, c->v[i].args, strlen(c->v[i].args));
 			block_stop(out, base + i);
 		}
 		return;
@@ -705,7 +806,21 @@ static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 
 	kvp_http_emit_open(e, out);
 	think_flush(e, out);
-	if (e->n_tools) { /* what was held: calls, or the rest of the text */
+	if (e->live > 0) { /* a forced call streamed as written: its end */
+		struct kvp_http_calls c = { 0 };
+		int r = e->text.err ? 0 :
+				      kvp_http_calls_parse(&c, e->text.p, e->text.len,
+							   e->tool_names, e->n_tools);
+
+		if (r > 0 && c.n == 1 && strlen(c.v[0].args) > e->args_sent)
+			live_args(e, out, c.v[0].args + e->args_sent,
+				  strlen(c.v[0].args) - e->args_sent);
+		if (r > 0)
+			finish = KVP_HTTP_FINISH_TOOLS;
+		kvp_http_calls_free(&c);
+		if (e->api == KVP_HTTP_API_MESSAGES)
+			block_stop(out, e->block_base);
+	} else if (e->n_tools) { /* what was held: calls, or the rest of the text */
 		struct kvp_http_calls c = { 0 };
 		int r = e->text.err ? 0 :
 				      kvp_http_calls_parse(&c, e->text.p ? e->text.p : "",
@@ -724,7 +839,7 @@ static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 		kvp_http_calls_free(&c);
 	}
 	if (e->api == KVP_HTTP_API_MESSAGES) {
-		if (!e->block_open && finish != KVP_HTTP_FINISH_TOOLS)
+		if (!e->block_open && finish != KVP_HTTP_FINISH_TOOLS && e->live <= 0)
 			text_block_start(e, out); /* an empty answer still has its text block */
 		if (e->block_open && !(e->n_tools && finish == KVP_HTTP_FINISH_TOOLS))
 			block_stop(out, e->block_base);
@@ -842,7 +957,8 @@ void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 		if (kvp_http_think_opened(&e->th) && e->reason.len) {
 			kvp_json_begin(&j, NULL, '{');
 			str(&j, "type", "thinking");
-			kvp_json_str(&j, "thinking", e->reason.p, e->reason.len);
+			kvp_json_str(&j, "thinking", e->reason.p,
+				     e->think_omit ? 0 : e->reason.len);
 			str(&j, "signature", "");
 			kvp_json_end(&j, '}');
 		}

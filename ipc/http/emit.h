@@ -70,9 +70,13 @@ struct kvp_http_emit {
 	/* kvp_http_emit_tools(): the answer is parsed for calls of these tools */
 	const char *const *tool_names;
 	size_t n_tools;
-	size_t sent;	 /* stream, tools: bytes of @text streamed as content */
-	bool held;	 /* stream, tools: a call began; the rest waits for the end */
-	bool block_open; /* Anthropic stream, tools: the text block has started */
+	size_t sent;	  /* stream, tools: bytes of @text streamed as content */
+	bool held;	  /* stream, tools: a call began; the rest waits for the end */
+	bool block_open;  /* Anthropic stream, tools: the text block has started */
+	bool forced;	  /* tools: the grammar forces one call */
+	int live;	  /* stream, forced: 1 its arguments are streaming, -1 no call, 0 not yet */
+	size_t live_tool; /* live: the tool's index in @tool_names */
+	size_t args_at, args_sent; /* live: the arguments' offset in @text, bytes sent */
 	/* kvp_http_emit_logprobs(): per token its struct kvp_logprob and @lp_top more */
 	uint32_t index; /* OpenAI n > 1: the choice this emitter writes (choices[].index) */
 	bool no_tail;	/* stream: not the last choice (no usage chunk nor [DONE]) */
@@ -88,6 +92,7 @@ struct kvp_http_emit {
 	struct kvp_http_think th;
 	struct kvp_buf reason; /* not streaming: the reasoning so far */
 	bool think_open;       /* Anthropic stream: the thinking block has started */
+	bool think_omit;       /* Anthropic: thinking blocks without their text (display omitted) */
 	uint32_t block_base;   /* Anthropic: index of the text block (1 after a thinking one) */
 };
 
@@ -121,9 +126,14 @@ void kvp_http_emit_deinit(struct kvp_http_emit *e);
  * ipc/http/toolcall.h): calls found become tool_calls / tool_use blocks and the finish
  * "tool_calls" / "tool_use".  Streaming, text goes out as it comes until a call may be
  * starting; what follows is held until the end (then sent as calls, or as text if it
- * does not parse).  Call before any text.
+ * does not parse).  @forced (tool_choice required / named: the grammar writes one call,
+ * see kvp_http_calls_head()): streamed, the call goes out as it is written instead, its
+ * head once the name is whole, then the arguments' text piece by piece (OpenAI
+ * tool_calls deltas of partial "arguments", Anthropic input_json_delta); cut short (by
+ * max_tokens or a stop string), it ends there, unfinished, with the finish given (the
+ * whole answer is then the text, as an unparsed call is).  Call before any text.
  */
-void kvp_http_emit_tools(struct kvp_http_emit *e, char *const *names, size_t n);
+void kvp_http_emit_tools(struct kvp_http_emit *e, char *const *names, size_t n, bool forced);
 
 /*
  * kvp_http_emit_thinking() - split the reasoning off the answer (ipc/http/think.h): a

@@ -1071,10 +1071,13 @@ static enum MHD_Result post_ready(struct hreq *r)
 		em->block_tokens = info.block_tokens;
 		em->logprobs = g->logprobs;
 		if (g->n_tools && g->tool_choice != KVP_HTTP_TOOLS_NONE)
-			kvp_http_emit_tools(em, g->tool_names, g->n_tools);
+			kvp_http_emit_tools(em, g->tool_names, g->n_tools,
+					    g->tool_choice == KVP_HTTP_TOOLS_REQUIRED ||
+						    g->tool_choice == KVP_HTTP_TOOLS_NAMED);
 		if ((r->api == KVP_HTTP_API_CHAT || r->api == KVP_HTTP_API_MESSAGES) &&
 		    g->thinking != KVP_HTTP_THINK_OFF)
 			kvp_http_emit_thinking(em);
+		em->think_omit = g->think_omit;
 		kvp_http_stop_init(&r->ch[i].stop, g->stop, g->stop_len, g->n_stop);
 	}
 

@@ -24,23 +24,117 @@ static bool known(const char *name, const char *const *names, size_t n)
 	return false;
 }
 
-/* One call's JSON text: 1 (added to @out), 0 (not a call of a declared tool), -ENOMEM. */
+static const char *skip_ws(const char *p, const char *e)
+{
+	while (p < e && ws(*p))
+		p++;
+	return p;
+}
+
+/*
+ * The end of the JSON value at @p (no whitespace before it), or NULL when it is not whole
+ * before @e.  Structural only (strings with their escapes, brackets nested, a scalar up
+ * to the next delimiter): the text is checked by jansson, this finds where values are.
+ */
+static const char *value_end(const char *p, const char *e)
+{
+	size_t depth = 0;
+	bool in_str = false;
+
+	if (p == e)
+		return NULL;
+	if (*p != '{' && *p != '[' && *p != '"') {
+		while (p < e && !ws(*p) && *p != ',' && *p != '}' && *p != ']')
+			p++;
+		return p;
+	}
+	for (; p < e; p++) {
+		if (in_str) {
+			if (*p == '\\' && p + 1 < e)
+				p++;
+			else if (*p == '"')
+				in_str = false;
+			else
+				continue;
+			if (!in_str && !depth)
+				return p + 1;
+		} else if (*p == '"') {
+			in_str = true;
+		} else if (*p == '{' || *p == '[') {
+			depth++;
+		} else if ((*p == '}' || *p == ']') && !--depth) {
+			return p + 1;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * The text of member @key's value in the JSON object @s..@e (checked already), the last
+ * one when given twice (as jansson takes it): true and *@vs, *@ve, or false.
+ */
+static bool member_span(const char *s, const char *e, const char *key, const char **vs,
+			const char **ve)
+{
+	const char *p = skip_ws(s, e), *k, *ke, *v, *w;
+	size_t kl = strlen(key);
+	bool found = false;
+
+	if (p == e || *p != '{')
+		return false;
+	p = skip_ws(p + 1, e);
+	while (p < e && *p == '"') {
+		k = p;
+		ke = value_end(k, e);
+		p = ke ? skip_ws(ke, e) : e;
+		if (p == e || *p != ':')
+			return false;
+		v = skip_ws(p + 1, e);
+		w = value_end(v, e);
+		if (!w)
+			return false;
+		if ((size_t)(ke - k) == kl + 2 && !memcmp(k + 1, key, kl)) {
+			*vs = v;
+			*ve = w;
+			found = true;
+		}
+		p = skip_ws(w, e);
+		if (p < e && *p == ',')
+			p = skip_ws(p + 1, e);
+	}
+	return found;
+}
+
+/*
+ * One call's JSON text: 1 (added to @out), 0 (not a call of a declared tool), -ENOMEM.
+ * The arguments are kept as the model wrote them (or as the string holding them says),
+ * not re-serialised: jansson would print 0.1 as 0.10000000000000001 and 1.5e3 as 1500.0.
+ * Integers are read as reals only to check the text: one past 64 bits is still JSON.
+ */
 static int one_call(struct kvp_http_calls *out, const char *s, size_t n, const char *const *names,
 		    size_t n_names)
 {
-	json_t *o = json_loadb(s, n, 0, NULL), *name, *args, *parsed = NULL;
+	json_t *o = json_loadb(s, n, JSON_DECODE_INT_AS_REAL, NULL), *name, *args, *parsed = NULL;
+	const char *key = "arguments", *as = NULL, *ae = NULL;
 	struct kvp_http_call *v;
 	int r = 0;
 
 	if (!json_is_object(o))
 		goto out;
 	name = json_object_get(o, "name");
-	args = json_object_get(o, "arguments");
+	args = json_object_get(o, key);
 	if (!args)
-		args = json_object_get(o, "parameters");
-	if (json_is_string(args))
-		args = parsed = json_loadb(json_string_value(args), json_string_length(args), 0,
-					   NULL);
+		args = json_object_get(o, key = "parameters");
+	if (json_is_string(args)) {
+		as = json_string_value(args);
+		ae = as + json_string_length(args);
+		args = parsed = json_loadb(as, (size_t)(ae - as), JSON_DECODE_INT_AS_REAL, NULL);
+		as = skip_ws(as, ae);
+		while (ae > as && ws(ae[-1]))
+			ae--;
+	} else if (json_is_object(args) && !member_span(s, s + n, key, &as, &ae)) {
+		goto out;
+	}
 	if (!json_is_string(name) || !known(json_string_value(name), names, n_names) ||
 	    !json_is_object(args))
 		goto out;
@@ -50,7 +144,7 @@ static int one_call(struct kvp_http_calls *out, const char *s, size_t n, const c
 		goto out;
 	out->v = v;
 	v[out->n].name = strdup(json_string_value(name));
-	v[out->n].args = json_dumps(args, JSON_COMPACT);
+	v[out->n].args = strndup(as, (size_t)(ae - as));
 	out->n++;
 	if (!v[out->n - 1].name || !v[out->n - 1].args)
 		goto out;
@@ -166,4 +260,71 @@ size_t kvp_http_calls_safe_prefix(const char *text, size_t len, bool *call_start
 		if (len >= k && !memcmp(text + len - k, KVP_HTTP_CALL_TAG, k))
 			return len - k;
 	return len;
+}
+
+/* Match @lit at *@p: 1 (past it), 0 (the text ends inside it), -1 (it differs). */
+static int lit(const char **p, const char *e, const char *lit)
+{
+	size_t n = strlen(lit), have = (size_t)(e - *p) < n ? (size_t)(e - *p) : n;
+
+	if (memcmp(*p, lit, have))
+		return -1;
+	if (have < n)
+		return 0;
+	*p += n;
+	return 1;
+}
+
+int kvp_http_calls_head(const char *text, size_t len, const char *const *names, size_t n_names,
+			size_t *name, size_t *args)
+{
+	static const char *const seq[] = { "{", "\"name\"", ":", NULL, ",", "\"arguments\"", ":" };
+	const char *p = text, *e = text + len;
+
+	for (size_t i = 0; i < sizeof(seq) / sizeof(seq[0]); i++) {
+		int r;
+
+		p = skip_ws(p, e);
+		if (p == e)
+			return 0;
+		if (!seq[i]) { /* the name: a string with no escapes (the grammar's const) */
+			const char *q = p + 1, *end;
+			size_t k;
+
+			if (*p != '"')
+				return -1;
+			end = memchr(q, '"', (size_t)(e - q));
+			if (memchr(q, '\\', (size_t)((end ? end : e) - q)))
+				return -1;
+			if (!end)
+				return 0;
+			for (k = 0; k < n_names; k++)
+				if (strlen(names[k]) == (size_t)(end - q) &&
+				    !memcmp(names[k], q, (size_t)(end - q)))
+					break;
+			if (k == n_names)
+				return -1;
+			*name = k;
+			p = end + 1;
+			continue;
+		}
+		r = lit(&p, e, seq[i]);
+		if (r <= 0)
+			return r;
+	}
+	p = skip_ws(p, e);
+	if (p == e)
+		return 0;
+	*args = (size_t)(p - text);
+	return 1;
+}
+
+size_t kvp_http_calls_args_end(const char *text, size_t len, size_t args)
+{
+	const char *end = value_end(text + args, text + len);
+
+	/* a scalar may go on in the next piece: only a bracketed value ends here */
+	if (!end || (text[args] != '{' && text[args] != '[' && text[args] != '"'))
+		return len;
+	return (size_t)(end - text);
 }

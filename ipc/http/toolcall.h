@@ -11,7 +11,9 @@
  * family: kvpool-http does not know it, and neither form is ordinary prose.  A call is
  * taken only when every block parses, names a declared tool, and has an object (or a
  * string holding one) as its arguments; otherwise the text is the answer, unchanged, so
- * nothing the model wrote is dropped.
+ * nothing the model wrote is dropped.  A call's arguments are the text the model wrote
+ * for them (checked to be a JSON object), byte for byte: re-serialised, numbers would
+ * change (0.1 printed as 0.10000000000000001).
  *
  * Pure functions; any thread.
  */
@@ -60,5 +62,23 @@ void kvp_http_calls_free(struct kvp_http_calls *c);
  * before the end.
  */
 size_t kvp_http_calls_safe_prefix(const char *text, size_t len, bool *call_started);
+
+/*
+ * Streaming a forced call (tool_choice required / named: the grammar writes
+ * {"name": NAME, "arguments": {...}} with the properties in that order, lightly spaced):
+ * kvp_http_calls_head() reads the call's head from the text so far.  Return: 1 (*@name
+ * the index of the tool in @names, *@args the offset of the arguments' first byte), 0
+ * (not yet whole: more text may make it one), -1 (the text is not such a call).
+ */
+int kvp_http_calls_head(const char *text, size_t len, const char *const *names, size_t n_names,
+			size_t *name, size_t *args);
+
+/*
+ * The end of the arguments value starting at offset @args of the text so far: its
+ * offset past the closing bracket once written, else @len (every byte so far is inside
+ * it).  Bytes @args to the return are the arguments' text kvp_http_calls_parse() gives
+ * when the call completes.
+ */
+size_t kvp_http_calls_args_end(const char *text, size_t len, size_t args);
 
 #endif /* KVP_IPC_HTTP_TOOLCALL_H */

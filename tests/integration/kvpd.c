@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "compute/gguf.h"
 #include "compute/mkmodel.h"
 #include "compute/mkvocab.h"
 #include "kvpool/kvpool.h"
@@ -117,6 +118,101 @@ int kvpd_vocab_model_untied(const char *dir, const char *name, const char *vocab
 			    const char *tmpl_file)
 {
 	return vocab_model(dir, name, vocab_fam, tmpl_file, true);
+}
+
+/* The id of @piece in the vocabulary @path, or -1. */
+static int64_t piece_id(const struct kvp_mkmodel_vocab *v, const char *piece)
+{
+	for (uint32_t i = 0; i < v->n_tokens; i++)
+		if (!strcmp(v->tokens[i], piece))
+			return i;
+	return -1;
+}
+
+int kvpd_chain_model(const char *dir, const char *name, const char *vocab_fam,
+		     const char *tmpl_file, const char *const (*pairs)[2], size_t n)
+{
+	struct kvp_mkmodel_vocab *v = NULL;
+	const struct kvp_gguf_tensor *t;
+	struct kvp_gguf *g = NULL;
+	char path[512], err[256] = "";
+	int64_t from[16], to[16];
+	uint8_t *buf = NULL;
+	uint32_t n_embd;
+	size_t len;
+	int r;
+
+	if (n > 16)
+		return -EINVAL;
+	snprintf(path, sizeof(path), "%s/%s/vocab.json", dir, vocab_fam);
+	r = kvp_mkmodel_vocab_load(&v, path, err, sizeof(err));
+	if (r)
+		return r;
+	for (size_t k = 0; k < n; k++) {
+		from[k] = piece_id(v, pairs[k][0]);
+		to[k] = piece_id(v, pairs[k][1]);
+		if (from[k] < 0 || to[k] < 0) {
+			fprintf(stderr, "chain model: '%s' or '%s' is no token of %s\n",
+				pairs[k][0], pairs[k][1], vocab_fam);
+			kvp_mkmodel_vocab_free(v);
+			return -ENOENT;
+		}
+	}
+	kvp_mkmodel_vocab_free(v);
+	r = vocab_model(dir, name, vocab_fam, tmpl_file, true);
+	if (r)
+		return r;
+	snprintf(path, sizeof(path), "%s/%s.gguf", dir, name);
+	buf = (uint8_t *)kvp_test_read_file(path, &len);
+	if (!buf)
+		return -errno;
+	r = kvp_gguf_parse(&g, buf, len, err, sizeof(err));
+	if (r)
+		goto out;
+	r = -EBADMSG;
+	for (uint64_t i = 0; i < g->n_tensors; i++) { /* every layer adds nothing */
+		const struct kvp_gguf_tensor *u = &g->tensors[i];
+		struct kvp_gguf_str s = u->name;
+
+		if ((s.len > 18 && !memcmp(s.p + s.len - 18, "attn_output.weight", 18)) ||
+		    (s.len > 15 && !memcmp(s.p + s.len - 15, "ffn_down.weight", 15))) {
+			if (u->type != KVP_GGML_F32)
+				goto out;
+			memset((uint8_t *)u->data, 0, u->n_bytes);
+		}
+	}
+	t = kvp_gguf_tensor(g, "token_embd.weight");
+	if (!t || t->type != KVP_GGML_F32)
+		goto out;
+	n_embd = (uint32_t)t->ne[0];
+	if (n < 1 || n > n_embd)
+		goto out;
+	memset((uint8_t *)t->data, 0, t->n_bytes);
+	for (size_t k = 0; k < n; k++)
+		((float *)t->data)[(uint64_t)from[k] * n_embd + k] = 1.0f;
+	t = kvp_gguf_tensor(g, "output.weight");
+	if (!t || t->type != KVP_GGML_F32 || t->ne[0] != n_embd)
+		goto out;
+	for (size_t k = 0; k < n; k++)
+		((float *)t->data)[(uint64_t)to[k] * n_embd + k] = 10.0f;
+	t = kvp_gguf_tensor(g, "output_norm.weight");
+	if (!t || t->type != KVP_GGML_F32)
+		goto out;
+	for (uint64_t i = 0; i < t->n_elems; i++)
+		((float *)t->data)[i] = 1.0f;
+	{
+		FILE *f = fopen(path, "wb");
+
+		r = f && fwrite(buf, 1, len, f) == len ? 0 : -EIO;
+		if (f && fclose(f))
+			r = -EIO;
+	}
+out:
+	if (r)
+		fprintf(stderr, "chain model %s: %s\n", path, *err ? err : "unexpected tensors");
+	kvp_gguf_close(g);
+	free(buf);
+	return r;
 }
 
 int kvpd_model_mid(struct kvpd *d, uint32_t n_ctx)

@@ -67,6 +67,21 @@ int kvpd_vocab_model_untied(const char *dir, const char *name, const char *vocab
 			    const char *tmpl_file);
 
 /*
+ * kvpd_chain_model() - kvpd_vocab_model_untied() made to write a fixed text: each pair
+ * of @pairs (@n of them, at most 16: n_embd) names, by their pieces as the vocabulary
+ * spells them ("\xc4\x8a" for Qwen's "\n"), a token and the one that follows it.  The
+ * layers' outputs are zeroed (attn_output, ffn_down), so the last hidden state is the
+ * current token's embedding: a pair's first token gets basis vector k, the others none,
+ * and the output row of its second token 10 x that vector, a logit of 40 against the
+ * random rows' ~0.1.  So sampled at any temperature up to 1 the model follows the
+ * chain from the prompt's last token, whatever the prompt; a token no pair starts from
+ * gives every logit 0.  A test fixture, not a model: -ENOENT when a piece is not in
+ * the vocabulary.
+ */
+int kvpd_chain_model(const char *dir, const char *name, const char *vocab_fam,
+		     const char *tmpl_file, const char *const (*pairs)[2], size_t n);
+
+/*
  * kvpd_start() - exec kvpoold --foreground --socket --status-socket --state-dir, then the
  * NULL-terminated @args; wait (up to @timeout_s) for READY=1 on a private NOTIFY_SOCKET.
  * Return: 0 when ready; -ECHILD when it exited first (see exit_status); -ETIMEDOUT.

@@ -5,7 +5,9 @@
  * templates (tests/node/chat-models.mjs writes the vocabularies): Qwen2.5's ChatML and
  * Llama 3.2's render tools, Llama 3.0's does not and is refused; and OpenAI's logprobs and
  * n > 1 on the same models (tests/node/http-logprobs.mjs); and reasoning on Qwen3's template
- * (on the Qwen vocabulary) and on Llama 3.0's, which has none (tests/node/http-thinking.mjs).  For each family a
+ * (on the Qwen vocabulary: a tiny model steered by logit_bias, and "qwen3chain", one that
+ * writes a fixed reasoning and answer, kvpd_chain_model()) and on Llama 3.0's, which has
+ * none (tests/node/http-thinking.mjs).  For each family a
  * kvpoold (no --ignore-eos: a forced call ends when the grammar's value is whole) and a
  * kvpool-http are started, the script run, both stopped.  Without node the test skips;
  * with node, missing packages fail it.
@@ -26,6 +28,12 @@
 #include "tests/lib/testlib.h"
 
 static char g_dir[256];
+
+/* <think>Hmm</think>\n\nHi<|im_end|> after "\n", Hi<|im_end|> after "\n\n" (Qwen's pieces) */
+static const char *const chain[][2] = {
+	{ "\xc4\x8a", "<think>" },	    { "<think>", "Hmm" },	  { "Hmm", "</think>" },
+	{ "</think>", "\xc4\x8a\xc4\x8a" }, { "\xc4\x8a\xc4\x8a", "Hi" }, { "Hi", "<|im_end|>" },
+};
 
 static int group_setup(void **state)
 {
@@ -49,7 +57,9 @@ static int group_setup(void **state)
 	if (system(cmd) || kvpd_vocab_model(g_dir, "qwen2", "qwen2", NULL) ||
 	    kvpd_vocab_model(g_dir, "llama3.2", "llama3", "llama3.2.llama-3.2-1b-instruct.jinja") ||
 	    kvpd_vocab_model(g_dir, "llama3", "llama3", NULL) ||
-	    kvpd_vocab_model_untied(g_dir, "qwen3", "qwen2", "qwen3.qwen3-0.6b.jinja"))
+	    kvpd_vocab_model_untied(g_dir, "qwen3", "qwen2", "qwen3.qwen3-0.6b.jinja") ||
+	    kvpd_chain_model(g_dir, "qwen3chain", "qwen2", "qwen3.qwen3-0.6b.jinja", chain,
+			     sizeof(chain) / sizeof(chain[0])))
 		return -1;
 	return 0;
 }
@@ -146,6 +156,12 @@ static void test_qwen3_thinking(void **state)
 	check_family("qwen3", "http-thinking.mjs");
 }
 
+/* Anthropic's thinking end to end on a model that writes a fixed reasoning and answer */
+static void test_qwen3_thinking_chain(void **state)
+{
+	check_family("qwen3chain", "http-thinking.mjs");
+}
+
 static void test_llama3_thinking_refused(void **state)
 {
 	check_family("llama3", "http-thinking.mjs");
@@ -160,6 +176,7 @@ int main(void)
 		cmocka_unit_test(test_qwen2_logprobs),
 		cmocka_unit_test(test_llama32_logprobs),
 		cmocka_unit_test(test_qwen3_thinking),
+		cmocka_unit_test(test_qwen3_thinking_chain),
 		cmocka_unit_test(test_llama3_thinking_refused),
 	};
 

@@ -311,6 +311,16 @@ test('chat completions check their body', async () => {
 	assert.match(e.message, /chat template \(chatml\) does not support tools/);
 	e = await thrown(client().chat.completions.create({ ...req, stream: true, model: 'nope' }));
 	assert.ok(e instanceof OpenAI.NotFoundError, `${e}`);
+	// a field kvpool cannot honour is refused, naming it; its neutral value is accepted
+	for (const [param, v] of [['audio', { voice: 'alloy', format: 'mp3' }],
+		['prediction', { type: 'content', content: 'x' }], ['moderation', { mode: 'on' }]]) {
+		e = await thrown(client().chat.completions.create({ ...req, max_tokens: 1, [param]: v }));
+		assert.ok(e instanceof OpenAI.BadRequestError, `${param}: ${e}`);
+		assert.equal(e.param, param);
+		assert.equal(e.code, 'unsupported_parameter');
+		const r = await client().chat.completions.create({ ...req, max_tokens: 1, [param]: null });
+		assert.equal(r.object, 'chat.completion');
+	}
 });
 
 test('priority (vLLM\'s field) is checked and bounded', async () => {

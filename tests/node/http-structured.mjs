@@ -7,9 +7,11 @@
 import assert from 'node:assert/strict';
 import Ajv from 'ajv';
 import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
 import { env, test, run } from './http-common.mjs';
 
 const client = new OpenAI({ baseURL: `${env.url}/v1`, apiKey: env.keyA, maxRetries: 0 });
+const anthropic = new Anthropic({ baseURL: env.url, apiKey: env.keyA, maxRetries: 0 });
 const ajv = new Ajv({ strict: false });
 const SEEDS = 8;
 
@@ -174,6 +176,47 @@ test('a keyword kvpool cannot enforce: 400 naming it', async () => {
 		assert.ok(err.message.includes(`"${kw}"`), err.message);
 		assert.equal(err.param, 'response_format');
 	}
+});
+
+test('Anthropic output_config.format json_schema: every seeded sample valid (ajv), ' +
+	'whole, streamed and through messages.parse()', async () => {
+	for (const [name, schema] of Object.entries(schemas)) {
+		const validate = ajv.compile(schema);
+		let whole = 0;
+		for (let seed = 1; seed <= 4; seed++) {
+			const req = { model: env.model, max_tokens: 400, temperature: 1, seed,
+				messages: [{ role: 'user', content: 'JSON please' }],
+				output_config: { format: { type: 'json_schema', schema } } };
+			const m = await anthropic.messages.create(req);
+			if (m.stop_reason === 'max_tokens')
+				continue; /* a cut prefix */
+			assert.equal(m.stop_reason, 'end_turn');
+			whole++;
+			const text = m.content[0].text;
+			assert.ok(validate(JSON.parse(text)), `${name} seed ${seed}: ${text}`);
+			const s = await anthropic.messages.stream(req).finalMessage();
+			assert.equal(s.content[0].text, text);
+			const p = await anthropic.messages.parse(req);
+			assert.deepEqual(p.parsed_output, JSON.parse(text));
+		}
+		assert.ok(whole >= 2, `${name}: only ${whole} of 4 ended by themselves`);
+	}
+});
+
+test('Anthropic output_config: a keyword kvpool cannot enforce, a bad format or effort: ' +
+	'400 naming it; effort alone is accepted', async () => {
+	const req = { model: env.model, max_tokens: 4, messages: [{ role: 'user', content: 'x' }] };
+	for (const [what, oc] of [['pattern', { format: { type: 'json_schema',
+		schema: { type: 'string', pattern: '^a' } } }],
+	['output_config.format.type', { format: { type: 'xml' } }],
+	['output_config.format.schema', { format: { type: 'json_schema' } }],
+	['output_config.effort', { effort: 'huge' }]]) {
+		await assert.rejects(anthropic.messages.create({ ...req, output_config: oc }),
+			(e) => e.status === 400 && e.error?.error?.type === 'invalid_request_error' &&
+				e.error.error.message.includes(what), what);
+	}
+	const r = await anthropic.messages.create({ ...req, output_config: { effort: 'low' } });
+	assert.equal(r.type, 'message');
 });
 
 test('logit_bias -100 bans a token; penalties change a greedy answer', async () => {

@@ -9,7 +9,9 @@
 // seeded order, and the answer's reasoning_content / content must be the reference split
 // of the tokens it generated (read back from logprobs), whole and streamed alike.  On
 // "llama3" (no reasoning section) asking for reasoning is a 400 naming the template, and
-// turning it off changes nothing.
+// turning it off changes nothing.  On "qwen3chain" (the same template, a model that
+// writes a fixed reasoning and answer) Anthropic's thinking end to end, SDK stream
+// helpers included.
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
@@ -80,6 +82,102 @@ if (family === 'llama3') {
 		const r = await anthropic.messages.create({ model: env.model, max_tokens: 4, messages,
 			thinking: { type: 'disabled' } });
 		assert.equal(r.content.at(-1).type, 'text');
+		// adaptive leaves it to the model: no reasoning section here, no refusal either
+		assert.equal(await countTokens({ type: 'adaptive' }), await countTokens(null));
+		const a = await anthropic.messages.create({ model: env.model, max_tokens: 4, messages,
+			thinking: { type: 'adaptive' } });
+		assert.equal(a.content.at(-1).type, 'text');
+	});
+} else if (family === 'qwen3chain') {
+	// A model that writes a fixed text (tests/integration/kvpd.h, kvpd_chain_model()):
+	// after the generation prompt's "\n" it writes <think>Hmm</think>\n\nHi<|im_end|>, and
+	// after the "\n\n" that ends Qwen3's empty <think> block (reasoning off) Hi<|im_end|>;
+	// at the default temperature (1, as Anthropic's thinking requires), not steered.
+	const req = { model: env.model, max_tokens: 64, messages,
+		thinking: { type: 'enabled', budget_tokens: 1024 } };
+
+	test('Anthropic: thinking enabled: a thinking block, then the text, whole and streamed',
+		async () => {
+			const r = await anthropic.messages.create(req);
+			assert.equal(r.stop_reason, 'end_turn');
+			assert.equal(r.content.length, 2, JSON.stringify(r.content));
+			assert.deepEqual([r.content[0].type, r.content[0].thinking, r.content[0].signature],
+				['thinking', 'Hmm', '']);
+			assert.deepEqual([r.content[1].type, r.content[1].text], ['text', 'Hi']);
+
+			const s = anthropic.messages.stream(req);
+			const seen = [];
+			let thinking = '', text = '', signatures = 0;
+			s.on('streamEvent', (ev) => {
+				if (ev.type === 'content_block_start')
+					seen.push(`${ev.index}:${ev.content_block.type}`);
+			});
+			s.on('thinking', (d) => { thinking += d; });
+			s.on('signature', (sig) => { signatures++; assert.equal(sig, ''); });
+			s.on('text', (d) => { text += d; });
+			const m = await s.finalMessage();
+			assert.deepEqual(seen, ['0:thinking', '1:text']);
+			assert.equal(thinking, 'Hmm');
+			assert.equal(signatures, 1);
+			assert.equal(text, 'Hi');
+			assert.deepEqual(m.content, r.content);
+			assert.equal(m.usage.output_tokens, r.usage.output_tokens);
+			assert.equal(m.stop_reason, 'end_turn');
+		});
+
+	test('Anthropic: thinking disabled or absent: the text alone', async () => {
+		for (const thinking of [{ type: 'disabled' }, undefined]) {
+			const r = await anthropic.messages.create({ ...req, thinking });
+			assert.deepEqual(r.content.map((b) => [b.type, b.text]), [['text', 'Hi']]);
+			const m = await anthropic.messages.stream({ ...req, thinking }).finalMessage();
+			assert.deepEqual(m.content, r.content);
+		}
+	});
+
+	test('Anthropic: adaptive and between_tools leave it to the template (Qwen3 reasons); ' +
+		'display omitted keeps the block, not its text', async () => {
+		const r = await anthropic.messages.create(req);
+		for (const type of ['adaptive', 'between_tools']) {
+			const a = await anthropic.messages.create({ ...req, thinking: { type } });
+			assert.deepEqual(a.content, r.content, type);
+		}
+		for (const thinking of [{ type: 'enabled', budget_tokens: 1024, display: 'omitted' },
+			{ type: 'adaptive', display: 'omitted' }]) {
+			const o = await anthropic.messages.create({ ...req, thinking });
+			assert.deepEqual(o.content.map((b) => [b.type, b.thinking ?? b.text]),
+				[['thinking', ''], ['text', 'Hi']]);
+			const s = anthropic.messages.stream({ ...req, thinking });
+			let deltas = 0;
+			s.on('thinking', () => { deltas++; });
+			const m = await s.finalMessage();
+			assert.equal(deltas, 0);
+			assert.deepEqual(m.content, o.content);
+		}
+		const sum = await anthropic.messages.create({ ...req,
+			thinking: { ...req.thinking, display: 'summarized' } });
+		assert.deepEqual(sum.content, r.content);
+		await assert.rejects(anthropic.messages.create({ ...req,
+			thinking: { type: 'adaptive', display: 'full' } }),
+		(e) => e.status === 400 && /thinking.display/.test(e.message));
+	});
+
+	test('Anthropic: the thinking block given back, the next turn answered the same',
+		async () => {
+			const r = await anthropic.messages.create(req);
+			const next = await anthropic.messages.create({ ...req, messages: [...messages,
+				{ role: 'assistant', content: r.content }, { role: 'user', content: 'Again.' }] });
+			assert.deepEqual(next.content, r.content);
+		});
+
+	test('OpenAI: the same text split into reasoning_content and content', async () => {
+		const r = await openai.chat.completions.create({ model: env.model, messages,
+			max_tokens: 64 });
+		assert.equal(r.choices[0].message.reasoning_content, 'Hmm');
+		assert.equal(r.choices[0].message.content, 'Hi');
+		const off = await openai.chat.completions.create({ model: env.model, messages,
+			max_tokens: 64, reasoning_effort: 'none' });
+		assert.equal(off.choices[0].message.reasoning_content, undefined);
+		assert.equal(off.choices[0].message.content, 'Hi');
 	});
 } else {
 	test('the switches reach the template: reasoning off writes the empty <think> block',

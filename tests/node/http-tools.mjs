@@ -151,6 +151,93 @@ if (family === 'llama3') {
 		});
 	}
 
+	test('a forced call streams its arguments as written: OpenAI deltas, Anthropic ' +
+		'input_json_delta, joined the whole answer\'s', async () => {
+		const req = { model: env.model, messages: question, tools: oaTools, max_tokens: 512,
+			temperature: 0, tool_choice: { type: 'function', function: { name: 'get_weather' } } };
+		const whole = (await openai.chat.completions.create(req)).choices[0].message.tool_calls[0];
+		const pieces = [];
+		let head;
+		for await (const c of await openai.chat.completions.create({ ...req, stream: true })) {
+			for (const d of c.choices[0]?.delta?.tool_calls ?? []) {
+				assert.equal(d.index, 0);
+				if (d.id) {
+					assert.equal(head, undefined, 'one head');
+					head = d;
+				}
+				if (d.function?.arguments)
+					pieces.push(d.function.arguments);
+			}
+		}
+		assert.equal(head.function.name, 'get_weather');
+		assert.match(head.id, /^call_/);
+		assert.equal(head.function.arguments, '');
+		assert.ok(pieces.length > 1, `the arguments came in ${pieces.length} piece(s)`);
+		assert.equal(pieces.join(''), whole.function.arguments);
+		checkWeatherArgs(JSON.parse(pieces.join('')));
+
+		const tools = oaTools.map((t) => ({ name: t.function.name,
+			description: t.function.description, input_schema: t.function.parameters }));
+		const areq = { model: env.model, max_tokens: 512, temperature: 0, tools,
+			messages: [{ role: 'user', content: 'What is the weather in Paris?' }],
+			tool_choice: { type: 'tool', name: 'get_weather' } };
+		const a = await anthropic.messages.create(areq);
+		const s = anthropic.messages.stream(areq);
+		const partial = [];
+		s.on('streamEvent', (ev) => {
+			if (ev.type === 'content_block_delta' && ev.delta.type === 'input_json_delta')
+				partial.push(ev.delta.partial_json);
+		});
+		const m = await s.finalMessage();
+		assert.ok(partial.length > 1, `the input came in ${partial.length} piece(s)`);
+		assert.deepEqual(JSON.parse(partial.join('')), a.content[0].input);
+		assert.deepEqual(m.content[0].input, a.content[0].input);
+		checkWeatherArgs(m.content[0].input);
+	});
+
+	for (const stream of [false, true]) {
+		test(`the SDKs' tool runners run the tool on the call (${stream ? 'streamed' : 'whole'}): ` +
+			'OpenAI runTools, Anthropic toolRunner; the next step on their history', async () => {
+			const ran = [];
+			const run = (args) => { ran.push(args); return '{"temperature": 21}'; };
+			const runner = openai.chat.completions.runTools({ model: env.model, messages: question,
+				max_tokens: 512, stream, tool_choice: { type: 'function', function: { name: 'get_weather' } },
+				tools: oaTools.map((t) => ({ type: 'function', function: { ...t.function,
+					parse: JSON.parse, function: run } })) });
+			await runner.done();
+			assert.equal(ran.length, 1); // a named choice: the runner stops after its call
+			checkWeatherArgs(ran[0]);
+			const hist = runner.messages;
+			assert.equal(hist.at(-1).role, 'tool');
+			assert.equal(hist.at(-1).tool_call_id, hist.at(-2).tool_calls[0].id);
+			const r = await openai.chat.completions.create({ model: env.model, tools: oaTools,
+				messages: hist, max_tokens: 6 });
+			assert.notEqual(r.choices[0].finish_reason, 'tool_calls');
+			assert.ok(r.usage.prompt_tokens_details.cached_tokens > 0, JSON.stringify(r.usage));
+
+			const aran = [];
+			const tools = oaTools.map((t) => ({ name: t.function.name,
+				description: t.function.description, input_schema: t.function.parameters,
+				parse: (x) => x, run: (input) => { aran.push(input); return '21 degrees'; } }));
+			const ar = anthropic.beta.messages.toolRunner({ model: env.model, max_tokens: 512,
+				system: 'You answer with the tools.', stream, max_iterations: 1, tools,
+				messages: [{ role: 'user', content: 'What is the weather in Paris?' }],
+				tool_choice: { type: 'tool', name: 'get_weather' } });
+			const last = await ar.runUntilDone();
+			assert.equal(last.stop_reason, 'tool_use');
+			assert.equal(aran.length, 1);
+			checkWeatherArgs(aran[0]);
+			const msgs = ar.params.messages;
+			const result = msgs.at(-1).content.find((b) => b.type === 'tool_result');
+			assert.equal(result.tool_use_id, last.content.find((b) => b.type === 'tool_use').id);
+			const a = await anthropic.messages.create({ model: env.model, max_tokens: 6,
+				system: 'You answer with the tools.', tools: tools.map(({ parse, run, ...t }) => t),
+				messages: msgs });
+			assert.notEqual(a.stop_reason, 'tool_use');
+			assert.ok(a.usage.cache_read_input_tokens > 0, JSON.stringify(a.usage));
+		});
+	}
+
 	test('tool_choice none: the tools are in the prompt, the answer is text', async () => {
 		const r = await openai.chat.completions.create({ model: env.model, messages: question,
 			tools: oaTools, tool_choice: 'none', max_tokens: 4 });

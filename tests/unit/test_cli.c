@@ -44,6 +44,7 @@ struct fixture {
 	/* the last CHAT: its messages, context ids, the messages they cover, roles */
 	atomic_uint chat_msgs, chat_context, chat_context_msgs, chat_roles;
 	atomic_int chat_priority;
+	atomic_uint chat_flags;
 	/* GENERATEs received, and the priority field of the last one */
 	atomic_uint generates;
 	atomic_int gen_priority;
@@ -196,6 +197,7 @@ static int e_chat(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp
 		roles |= msgs[i].role << (2 * i);
 	atomic_store(&f->chat_msgs, ch->n_messages);
 	atomic_store(&f->chat_priority, ch->priority);
+	atomic_store(&f->chat_flags, ch->flags);
 	atomic_store(&f->chat_context, ch->n_ids);
 	atomic_store(&f->chat_context_msgs, ch->context_msgs);
 	atomic_store(&f->chat_roles, roles);
@@ -520,6 +522,7 @@ static void test_bad_arguments(void **state)
 		  "--chat-template" },
 		{ { "chat", "--top-p", "2", "--message", "x" }, "--top-p" },
 		{ { "chat", "stray" }, "unexpected argument" },
+		{ { "chat", "--thinking", "yes", "--message", "x" }, "--thinking" },
 		{ { "frobnicate" }, "unknown command" },
 	};
 
@@ -549,6 +552,7 @@ static void test_bad_arguments(void **state)
 	assert_non_null(strstr(out, "tokenize"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "chat", "--help", NULL), 0);
 	assert_non_null(strstr(out, "Ctrl-C cancels the"));
+	assert_non_null(strstr(out, "[--thinking on|off]"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "tokenize", "--help", NULL), 0);
 	assert_non_null(strstr(out, "--parse-special"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "detokenize", "--help", NULL), 0);
@@ -683,6 +687,19 @@ static void test_chat_turns(void **state)
 			 0);
 	assert_int_equal(atomic_load(&f->chat_priority), -7);
 	assert_string_equal(out, "r1 r2\n");
+	/* --thinking reaches CHAT as its flags; not given, neither is set */
+	assert_int_equal(atomic_load(&f->chat_flags) & (KVP_CHAT_THINKING | KVP_CHAT_NO_THINKING),
+			 0);
+	assert_int_equal(cli(f, out, err, sizeof(out), "chat", "--message", "a", "--thinking", "on",
+			     NULL),
+			 0);
+	assert_int_equal(atomic_load(&f->chat_flags) & (KVP_CHAT_THINKING | KVP_CHAT_NO_THINKING),
+			 KVP_CHAT_THINKING);
+	assert_int_equal(cli(f, out, err, sizeof(out), "chat", "--message", "a", "--thinking",
+			     "off", NULL),
+			 0);
+	assert_int_equal(atomic_load(&f->chat_flags) & (KVP_CHAT_THINKING | KVP_CHAT_NO_THINKING),
+			 KVP_CHAT_NO_THINKING);
 	assert_non_null(strstr(err, "generated_tokens 2"));
 	assert_int_equal(cli(f, out, err, sizeof(out), "chat", "--message", "refuse", "--message",
 			     "never sent", NULL),

@@ -422,7 +422,11 @@ static void test_messages_refusals(void **state)
 	refused(MSG,
 		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
 			 "\"thinking\":{\"type\":\"sometimes\"}}",
-		"thinking", "\"enabled\" or \"disabled\"");
+		"thinking", "\"enabled\", \"adaptive\", \"between_tools\" or \"disabled\"");
+	refused(MSG,
+		MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+			 "\"thinking\":{\"type\":\"adaptive\",\"display\":\"full\"}}",
+		"thinking", "thinking.display");
 	refused(MSG, MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"system\":5}",
 		"system", NULL);
 }
@@ -442,6 +446,8 @@ static void test_thinking(void **state)
 		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":\"none\"}", KVP_HTTP_THINK_OFF },
 		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":\"high\"}", KVP_HTTP_THINK_ON },
 		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":\"minimal\"}", KVP_HTTP_THINK_ON },
+		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":\"xhigh\"}", KVP_HTTP_THINK_ON },
+		{ CHAT, CHAT_HEAD ",\"reasoning_effort\":\"max\"}", KVP_HTTP_THINK_ON },
 		{ CHAT, CHAT_HEAD ",\"chat_template_kwargs\":{\"enable_thinking\":false}}",
 		  KVP_HTTP_THINK_OFF },
 		{ CHAT, CHAT_HEAD ",\"chat_template_kwargs\":{\"enable_thinking\":true}}",
@@ -462,6 +468,15 @@ static void test_thinking(void **state)
 		  MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
 			   "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}}",
 		  KVP_HTTP_THINK_ON },
+		/* the model decides: the template's default, refused nowhere */
+		{ MSG,
+		  MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+			   "\"thinking\":{\"type\":\"adaptive\"}}",
+		  KVP_HTTP_THINK_DEFAULT },
+		{ MSG,
+		  MSG_HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+			   "\"thinking\":{\"type\":\"between_tools\",\"display\":\"omitted\"}}",
+		  KVP_HTTP_THINK_DEFAULT },
 	};
 	struct parsed *p;
 
@@ -470,6 +485,8 @@ static void test_thinking(void **state)
 		if (p->r || p->g.thinking != cases[i].want)
 			fail_msg("%s: r %d thinking %d, want %d", cases[i].body, p->r,
 				 p->g.thinking, cases[i].want);
+		/* display omitted: the blocks' text left out */
+		assert_int_equal(p->g.think_omit, strstr(cases[i].body, "omitted") != NULL);
 		done(p);
 	}
 	refused(CHAT, CHAT_HEAD ",\"reasoning_effort\":\"extreme\"}", "reasoning_effort",

@@ -401,6 +401,11 @@ static void test_tool_call_parse(void **state)
 		"<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
 	static const char llama[] = " {\"name\": \"now\", \"parameters\": {\"tz\": \"UTC\"}}\n";
 	static const char str_args[] = "{\"name\":\"now\",\"arguments\":\"{\\\"a\\\":1}\"}";
+	static const char numbers[] =
+		"{\"name\": \"now\", \"arguments\": {\"x\": 0.1, \"y\": 1.5e3, "
+		"\"n\": 123456789012345678901, \"s\": \"\\u00e9\\\"}\"}}";
+	static const char twice[] =
+		"{\"arguments\": {\"a\":1}, \"name\": \"now\", \"arguments\":{\"b\":2}}";
 	static const char *const none[] = {
 		"Hello there",
 		"{\"name\": \"rm_rf\", \"parameters\": {}}",
@@ -416,14 +421,23 @@ static void test_tool_call_parse(void **state)
 	assert_int_equal(kvp_http_calls_parse(&c, qwen, strlen(qwen), names, 2), 1);
 	assert_int_equal(c.n, 2);
 	assert_string_equal(c.v[0].name, "get_weather");
-	assert_string_equal(c.v[0].args, "{\"city\":\"Paris\"}");
+	assert_string_equal(c.v[0].args, "{\"city\": \"Paris\"}"); /* as written */
 	assert_string_equal(c.v[1].args, "{}");
 	assert_string_equal(c.content, "Let me look.");
 	kvp_http_calls_free(&c);
 	assert_int_equal(kvp_http_calls_parse(&c, llama, strlen(llama), names, 2), 1);
 	assert_int_equal(c.n, 1);
-	assert_string_equal(c.v[0].args, "{\"tz\":\"UTC\"}");
+	assert_string_equal(c.v[0].args, "{\"tz\": \"UTC\"}");
 	assert_int_equal(c.content_len, 0);
+	kvp_http_calls_free(&c);
+	/* the arguments' text is kept: numbers as written, an integer past 64 bits, escapes */
+	assert_int_equal(kvp_http_calls_parse(&c, numbers, strlen(numbers), names, 2), 1);
+	assert_string_equal(c.v[0].args, "{\"x\": 0.1, \"y\": 1.5e3, \"n\": 123456789012345678901, "
+					 "\"s\": \"\\u00e9\\\"}\"}");
+	kvp_http_calls_free(&c);
+	/* given twice, the last (as jansson reads it) */
+	assert_int_equal(kvp_http_calls_parse(&c, twice, strlen(twice), names, 2), 1);
+	assert_string_equal(c.v[0].args, "{\"b\":2}");
 	kvp_http_calls_free(&c);
 	/* arguments given as a string of JSON */
 	assert_int_equal(kvp_http_calls_parse(&c, str_args, strlen(str_args), names, 2), 1);
@@ -447,17 +461,24 @@ static void test_tool_call_parse(void **state)
 }
 
 /* An answer of @text in @n pieces, with tools, whole or streamed, into @out. */
-static void tool_answer(enum kvp_http_api api, bool stream, const char *const *pieces, size_t n,
-			struct kvp_buf *out)
+static void tool_answer_f(enum kvp_http_api api, bool stream, bool forced,
+			  const char *const *pieces, size_t n, enum kvp_http_finish fin,
+			  struct kvp_buf *out)
 {
 	struct kvp_http_emit e;
 
 	kvp_http_emit_init(&e, api, stream, false, false, "chatcmpl-7", 1700000000, "model-x");
-	kvp_http_emit_tools(&e, tool_names, 2);
+	kvp_http_emit_tools(&e, tool_names, 2, forced);
 	for (size_t i = 0; i < n; i++)
 		kvp_http_emit_text(&e, out, pieces[i], strlen(pieces[i]), NULL, 0);
-	kvp_http_emit_finish(&e, out, KVP_HTTP_FINISH_EOS, NULL, 0, &usage, 3);
+	kvp_http_emit_finish(&e, out, fin, NULL, 0, &usage, 3);
 	kvp_http_emit_deinit(&e);
+}
+
+static void tool_answer(enum kvp_http_api api, bool stream, const char *const *pieces, size_t n,
+			struct kvp_buf *out)
+{
+	tool_answer_f(api, stream, false, pieces, n, KVP_HTTP_FINISH_EOS, out);
 }
 
 static void test_tool_answers(void **state)
@@ -485,7 +506,7 @@ static void test_tool_answers(void **state)
 	assert_string_equal(str(j, "choices.0.message.tool_calls.0.id"), "call_7_0");
 	assert_string_equal(str(j, "choices.0.message.tool_calls.0.function.name"), "get_weather");
 	assert_string_equal(str(j, "choices.0.message.tool_calls.0.function.arguments"),
-			    "{\"city\":\"Rome\"}");
+			    "{\"city\": \"Rome\"}");
 	json_decref(j);
 	kvp_buf_deinit(&out);
 
@@ -499,7 +520,7 @@ static void test_tool_answers(void **state)
 	assert_string_equal(str(ev[3].data, "choices.0.delta.tool_calls.0.function.name"),
 			    "get_weather");
 	assert_string_equal(str(ev[3].data, "choices.0.delta.tool_calls.0.function.arguments"),
-			    "{\"city\":\"Rome\"}");
+			    "{\"city\": \"Rome\"}");
 	assert_string_equal(str(ev[4].data, "choices.0.finish_reason"), "tool_calls");
 	assert_true(ev[5].done);
 	free_events(ev, n);
@@ -551,14 +572,149 @@ static void test_tool_answers(void **state)
 						 "input")),
 			 0);
 	assert_string_equal(str(ev[7].data, "delta.type"), "input_json_delta");
-	assert_string_equal(str(ev[7].data, "delta.partial_json"), "{\"city\":\"Rome\"}");
+	assert_string_equal(str(ev[7].data, "delta.partial_json"), "{\"city\": \"Rome\"}");
 	assert_int_equal(num(ev[8].data, "index"), 1);
 	assert_string_equal(str(ev[9].data, "delta.stop_reason"), "tool_use");
 	free_events(ev, n);
 	kvp_buf_deinit(&out);
 }
 
+static void test_forced_call_head(void **state)
+{
+	/*
+	 * a forced call's head, read from every prefix of the text: not yet (0) until the
+	 * arguments' first byte, then 1 with the tool and that byte's offset; the arguments'
+	 * end once the object closes; other text, or an undeclared name, is no call (-1)
+	 */
+	static const char call[] = " {\"name\" : \"now\",\n \"arguments\": {\"a\": [1, \"}\"]} }";
+	static const char *const not_calls[] = { "{\"x\"", "{\"name\": \"rm_rf\"", "[1",
+						 "{\"name\": \"now\", \"parameters\"" };
+	const char *const *names = (const char *const *)tool_names;
+	size_t args_at = strstr(call, "{\"a\"") - call, args_end = strrchr(call, ' ') - call;
+	size_t tool, at;
+
+	for (size_t n = 0; n <= strlen(call); n++) {
+		int r = kvp_http_calls_head(call, n, names, 2, &tool, &at);
+
+		if (n <= args_at) {
+			assert_int_equal(r, 0);
+			continue;
+		}
+		assert_int_equal(r, 1);
+		assert_int_equal(tool, 1);
+		assert_int_equal(at, args_at);
+		assert_int_equal(kvp_http_calls_args_end(call, n, at), n < args_end ? n : args_end);
+	}
+	for (size_t i = 0; i < sizeof(not_calls) / sizeof(not_calls[0]); i++)
+		assert_int_equal(kvp_http_calls_head(not_calls[i], strlen(not_calls[i]), names, 2,
+						     &tool, &at),
+				 -1);
+}
+
+static void test_forced_call_streamed(void **state)
+{
+	/*
+	 * a forced call streams as it is written, one byte a piece here: OpenAI's first
+	 * tool_calls delta has the id, the name and "" arguments, the next ones pieces of the
+	 * arguments, joined the text the whole answer gives; Anthropic's tool_use block
+	 * the same in input_json_delta; cut short (max_tokens), what was written, finish
+	 * "length" / "max_tokens"
+	 */
+	static const char text[] =
+		"{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Ro\\\"me\", \"t\": 0.1}}";
+	const char *args = strstr(text, "{\"city");
+	size_t n_args = strlen(args) - 1, len = strlen(text);
+	const char *pieces[sizeof(text)];
+	char one[sizeof(text)][2];
+	struct kvp_buf out = KVP_BUF_INIT, joined = KVP_BUF_INIT;
+	struct event ev[160];
+	size_t n, deltas;
+
+	for (size_t i = 0; i < len; i++) {
+		one[i][0] = text[i];
+		one[i][1] = 0;
+		pieces[i] = one[i];
+	}
+	for (int cut = 0; cut < 2; cut++) {
+		size_t np = cut ? len - 6 : len; /* cut: inside the arguments */
+
+		tool_answer_f(KVP_HTTP_API_CHAT, true, true, pieces, np,
+			      cut ? KVP_HTTP_FINISH_LENGTH : KVP_HTTP_FINISH_EOS, &out);
+		n = events(out.p, ev, 160);
+		deltas = 0;
+		for (size_t i = 1; i + 2 < n; i++) {
+			const char *a = str(ev[i].data,
+					    "choices.0.delta.tool_calls.0.function.arguments");
+
+			assert_non_null(a);
+			assert_int_equal(num(ev[i].data, "choices.0.delta.tool_calls.0.index"), 0);
+			if (i == 1) {
+				assert_string_equal(a, "");
+				assert_string_equal(str(ev[i].data,
+							"choices.0.delta.tool_calls.0.id"),
+						    "call_7_0");
+				assert_string_equal(
+					str(ev[i].data,
+					    "choices.0.delta.tool_calls.0.function.name"),
+					"get_weather");
+				continue;
+			}
+			assert_null(at(ev[i].data, "choices.0.delta.tool_calls.0.id"));
+			kvp_buf_add(&joined, a, strlen(a));
+			deltas++;
+		}
+		assert_string_equal(str(ev[n - 2].data, "choices.0.finish_reason"),
+				    cut ? "length" : "tool_calls");
+		assert_true(ev[n - 1].done);
+		assert_true(deltas > 10); /* piece by piece, not at the end */
+		assert_int_equal(joined.len, cut ? n_args - 5 : n_args);
+		assert_memory_equal(joined.p, args, joined.len);
+		free_events(ev, n);
+		kvp_buf_deinit(&out);
+		kvp_buf_deinit(&joined);
+
+		tool_answer_f(KVP_HTTP_API_MESSAGES, true, true, pieces, np,
+			      cut ? KVP_HTTP_FINISH_LENGTH : KVP_HTTP_FINISH_EOS, &out);
+		n = events(out.p, ev, 160);
+		assert_string_equal(ev[0].name, "message_start");
+		assert_string_equal(ev[1].name, "ping");
+		assert_string_equal(ev[2].name, "content_block_start");
+		assert_string_equal(str(ev[2].data, "content_block.type"), "tool_use");
+		assert_string_equal(str(ev[2].data, "content_block.name"), "get_weather");
+		assert_int_equal(num(ev[2].data, "index"), 0);
+		deltas = 0;
+		for (size_t i = 3; i + 3 < n; i++) {
+			const char *a = str(ev[i].data, "delta.partial_json");
+
+			assert_string_equal(ev[i].name, "content_block_delta");
+			assert_string_equal(str(ev[i].data, "delta.type"), "input_json_delta");
+			assert_int_equal(num(ev[i].data, "index"), 0);
+			kvp_buf_add(&joined, a, strlen(a));
+			deltas++;
+		}
+		assert_string_equal(ev[n - 3].name, "content_block_stop");
+		assert_string_equal(str(ev[n - 2].data, "delta.stop_reason"),
+				    cut ? "max_tokens" : "tool_use");
+		assert_true(deltas > 10);
+		assert_int_equal(joined.len, cut ? n_args - 5 : n_args);
+		assert_memory_equal(joined.p, args, joined.len);
+		free_events(ev, n);
+		kvp_buf_deinit(&out);
+		kvp_buf_deinit(&joined);
+	}
+	/* not forced, the same call goes out whole at the end (it must parse first) */
+	tool_answer_f(KVP_HTTP_API_CHAT, true, false, pieces, len, KVP_HTTP_FINISH_EOS, &out);
+	n = events(out.p, ev, 160);
+	assert_int_equal(n, 4); /* role, the call, finish, [DONE] */
+	assert_string_equal(str(ev[1].data, "choices.0.delta.tool_calls.0.function.arguments"),
+			    "{\"city\": \"Ro\\\"me\", \"t\": 0.1}");
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+}
+
 /* An answer of @n pieces with reasoning split off (and tools when @tools), into @out. */
+static bool g_omit; /* think_answer(): Anthropic display omitted */
+
 static void think_answer(enum kvp_http_api api, bool stream, bool tools, const char *const *pieces,
 			 size_t n, enum kvp_http_finish fin, struct kvp_buf *out)
 {
@@ -566,8 +722,9 @@ static void think_answer(enum kvp_http_api api, bool stream, bool tools, const c
 
 	kvp_http_emit_init(&e, api, stream, false, false, "chatcmpl-7", 1700000000, "model-x");
 	if (tools)
-		kvp_http_emit_tools(&e, tool_names, 2);
+		kvp_http_emit_tools(&e, tool_names, 2, false);
 	kvp_http_emit_thinking(&e);
+	e.think_omit = g_omit;
 	for (size_t i = 0; i < n; i++)
 		kvp_http_emit_text(&e, out, pieces[i], strlen(pieces[i]), NULL, 0);
 	kvp_http_emit_finish(&e, out, fin, NULL, 0, &usage, 3);
@@ -685,6 +842,27 @@ static void test_thinking_answers(void **state)
 	assert_int_equal(num(ev[10].data, "index"), 1);
 	free_events(ev, n);
 	kvp_buf_deinit(&out);
+
+	/* display omitted: the thinking block without its text, whole and streamed */
+	g_omit = true;
+	think_answer(KVP_HTTP_API_MESSAGES, false, false, think, 5, KVP_HTTP_FINISH_EOS, &out);
+	j = json_loads(out.p, 0, NULL);
+	assert_non_null(j);
+	assert_string_equal(str(j, "content.0.type"), "thinking");
+	assert_string_equal(str(j, "content.0.thinking"), "");
+	assert_string_equal(str(j, "content.1.text"), "Hi!");
+	json_decref(j);
+	kvp_buf_deinit(&out);
+	think_answer(KVP_HTTP_API_MESSAGES, true, false, think, 5, KVP_HTTP_FINISH_EOS, &out);
+	n = events(out.p, ev, 24);
+	assert_int_equal(n, 11); /* the two thinking_deltas fewer */
+	assert_string_equal(str(ev[2].data, "content_block.type"), "thinking");
+	assert_string_equal(str(ev[3].data, "delta.type"), "signature_delta");
+	assert_string_equal(ev[4].name, "content_block_stop");
+	assert_string_equal(str(ev[6].data, "delta.text"), "Hi");
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+	g_omit = false;
 
 	/* unterminated, streamed: the thinking block, then an empty text block */
 	think_answer(KVP_HTTP_API_MESSAGES, true, false, open, 2, KVP_HTTP_FINISH_LENGTH, &out);
@@ -987,6 +1165,8 @@ int main(void)
 		cmocka_unit_test(test_ids_answers),
 		cmocka_unit_test(test_tool_call_parse),
 		cmocka_unit_test(test_tool_answers),
+		cmocka_unit_test(test_forced_call_head),
+		cmocka_unit_test(test_forced_call_streamed),
 		cmocka_unit_test(test_logprobs_chat),
 		cmocka_unit_test(test_logprobs_completions),
 		cmocka_unit_test(test_choices),
