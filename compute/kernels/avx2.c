@@ -118,8 +118,20 @@ static inline __attribute__((always_inline)) void unpack(const uint8_t *wr, uint
 							 size_t g, struct wgrp *w)
 {
 	size_t nb = (k - g * KVP_QG) / KVP_QK;
+	const uint8_t *grp = wr + g * 8 * blk_bytes(type);
 
-	unpack_l(wr + g * 8 * blk_bytes(type), type, nb < 8 ? nb : 8, w);
+	/*
+	 * A whole group as the decode kernel unpacks it (the same values: see
+	 * dec_half_l()), its scales gathered without a store to the stack and loops over
+	 * a variable block count; unpack_l() only for a short last group.  The panel's
+	 * unpacking was ~6% of Q8_0 prefill samples on Zen 2 before.
+	 */
+	if (nb >= 8) {
+		dec_half_l(grp, type, 0, 8, 1, w->q[0], &w->dw[0], &w->c[0]);
+		dec_half_l(grp, type, 1, 8, 1, w->q[1], &w->dw[1], &w->c[1]);
+		return;
+	}
+	unpack_l(grp, type, nb, w);
 }
 
 /*
