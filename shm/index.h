@@ -60,7 +60,7 @@
  * struct kvp_extra_keys - everything besides the tokens that decides a block's K/V
  * @model_fp:        model fingerprint (weights + architecture), 16 bytes
  * @adapter_id:      LoRA/adapter in use, 0 for none
- * @kv_dtype:        enum kvp_dtype of the stored K/V (int8+scales later gets its own)
+ * @kv_dtype:        enum kvp_dtype of the stored K/V (int8 and int4 each their own)
  * @rope_theta_bits: RoPE base frequency, IEEE-754 float bits (compared exactly)
  * @rope_scale_bits: RoPE/position scaling factor, float bits
  * @rope_flags:      RoPE variant / position-scheme flags

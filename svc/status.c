@@ -36,6 +36,7 @@ enum kind {
 	K_STR,	   /* char[size]; in Prometheus: 1, labelled {labels="<the string>"} */
 	K_MS,	   /* double milliseconds: JSON %.3f */
 	K_DBL,	   /* double: JSON %.6g */
+	K_EXACT,   /* double that must read back exactly (a size): JSON %.15g */
 	K_RATIO,   /* uint64_t at off / uint64_t at off2 (0 when that is 0): JSON %.6g */
 	K_ARENAS,  /* sched.pool's arenas: a JSON array; Prometheus kvpool_arena_blocks */
 	K_CONNS,   /* the listed connections: a JSON array */
@@ -192,7 +193,8 @@ static const struct def defs[] = {
 	JP("pool", "page_kind", K_STR, page_kind, "pool_page_kind", "kind", "gauge",
 	   "Page kind the pool obtained (1 for the kind).", 1),
 	J("pool", "kv_dtype", K_STR, kv_dtype),
-	J("pool", "bytes_per_token", K_DBL, bytes_per_token),
+	/* exact: a 405B model's f16 K/V is 1,032,192 bytes a token, past 6 digits */
+	J("pool", "bytes_per_token", K_EXACT, bytes_per_token),
 	J("pool", "bytes_per_token_f32", K_U64, bytes_per_token_f32),
 	JP("pool", "blocks_total", K_U64, blocks_total, "pool_blocks", "{state=\"total\"}",
 	   "gauge", "KV blocks by state.", 1),
@@ -571,6 +573,7 @@ static double value(const struct def *d, const void *base)
 		return (double)*(const int64_t *)p;
 	case K_MS:
 	case K_DBL:
+	case K_EXACT:
 		return dbl_at(base, d->off);
 	case K_RATIO:
 		return kvp_status_ratio(u64_at(base, d->off), u64_at(base, d->off2));
@@ -664,6 +667,9 @@ static void json_member(struct kvp_json *j, const struct def *d, const void *bas
 	case K_DBL:
 	case K_RATIO:
 		kvp_json_sig(j, d->key, value(d, base), 6);
+		break;
+	case K_EXACT:
+		kvp_json_sig(j, d->key, value(d, base), 15);
 		break;
 	case K_ARENAS:
 		json_list(j, d->key, arena_defs, N(arena_defs), s->sched.pool.arena,

@@ -210,7 +210,7 @@ const struct kvp_lease_block *kvp_client_lease_block(const struct kvp_client_lea
 /**
  * kvp_client_lease_kv() - where the K (@v = 0) or V (@v = 1) of kv head @head of
  * layer @layer of leased block @i starts in the pool mapping: block_tokens rows of
- * head_dim elements of the pool's dtype, then for int8 the run's scales
+ * head_dim elements of the pool's dtype, then for int8 and int4 the run's scales
  * (include/kvpool/layout.h, kvp_layout_run_bytes()).  NULL when anything
  * is out of range or the client has no mapping.
  */

@@ -132,7 +132,7 @@ static_assert(sizeof(struct kvp_model_shape) == 24, "layout ABI");
 
 /*
  * kvp_layout_run_bytes() - bytes of one K (@kv 0) or V (@kv 1) run of a block of @s:
- * its rows and, for int8, its scales; 0 for an unknown dtype.  Integer math only.
+ * its rows and, for int8 and int4, its scales; 0 for an unknown dtype.  Integer math only.
  */
 static inline uint64_t kvp_layout_run_bytes(const struct kvp_model_shape *s, uint32_t kv)
 {

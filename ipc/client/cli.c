@@ -1687,7 +1687,7 @@ static int print_status_summary(const char *text, size_t len)
 	printf("  pool         %s in %s pages, %s K/V, %llu tokens per block\n",
 	       human_bytes(jnum(j, "pool.bytes"), b1, sizeof(b1)), jstr(j, "pool.page_kind"),
 	       jstr(j, "pool.kv_dtype"), ju(j, "pool.block_tokens"));
-	printf("  K/V          %.6g bytes per token, scales included (f32: %llu)\n",
+	printf("  K/V          %.15g bytes per token, scales included (f32: %llu)\n",
 	       jnum(j, "pool.bytes_per_token"), ju(j, "pool.bytes_per_token_f32"));
 	printf("  blocks       %llu: %llu used, %llu cached, %llu free\n",
 	       ju(j, "pool.blocks_total"), ju(j, "pool.blocks_used"), ju(j, "pool.blocks_cached"),

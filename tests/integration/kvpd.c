@@ -524,6 +524,14 @@ void kvpd_dump_log(struct kvpd *d)
 int kvpd_offline(const char *model, const int32_t *prompt, uint32_t n_prompt, uint32_t n_gen,
 		 bool ignore_eos, int32_t *out, uint32_t *n_out)
 {
+	/* the daemon's default K/V type (kvpool-run's own is f32) */
+	return kvpd_offline_kv(model, "f16", prompt, n_prompt, n_gen, ignore_eos, out, n_out);
+}
+
+int kvpd_offline_kv(const char *model, const char *kv_dtype, const int32_t *prompt,
+		    uint32_t n_prompt, uint32_t n_gen, bool ignore_eos, int32_t *out,
+		    uint32_t *n_out)
+{
 	char bin[512];
 	char ngen[16];
 	char *toks;
@@ -556,9 +564,8 @@ int kvpd_offline(const char *model, const int32_t *prompt, uint32_t n_prompt, ui
 		dup2(pipefd[1], STDOUT_FILENO);
 		close(pipefd[0]);
 		close(pipefd[1]);
-		/* the daemon's default K/V type (kvpool-run's own is f32) */
 		execl(bin, bin, "-m", model, "--tokens", toks, "-n", ngen, "--json", "--kv-dtype",
-		      "f16", ignore_eos ? "--ignore-eos" : (char *)NULL, (char *)NULL);
+		      kv_dtype, ignore_eos ? "--ignore-eos" : (char *)NULL, (char *)NULL);
 		_exit(127);
 	}
 	close(pipefd[1]);

@@ -150,4 +150,9 @@ void kvpd_dump_log(struct kvpd *d);
 int kvpd_offline(const char *model, const int32_t *prompt, uint32_t n_prompt, uint32_t n_gen,
 		 bool ignore_eos, int32_t *out, uint32_t *n_out);
 
+/* kvpd_offline() with the K/V stored as @kv_dtype (kvpool-run --kv-dtype's names). */
+int kvpd_offline_kv(const char *model, const char *kv_dtype, const int32_t *prompt,
+		    uint32_t n_prompt, uint32_t n_gen, bool ignore_eos, int32_t *out,
+		    uint32_t *n_out);
+
 #endif /* KVP_TESTS_KVPD_H */

@@ -10,7 +10,8 @@
  *  - pins survive a flush, unpin lets them go; a daemon without cache.pin_allowed
  *    refuses pin and flush with KVP_E_DENIED;
  *  - parallel sampling: n = 3 continuations, each equal to a run alone with seed + i,
- *    the prompt counted once, the partly filled last block copied n - 1 times.
+ *    the prompt counted once, the partly filled last block copied n - 1 times;
+ *  - multi-turn: a second turn hits the first turn's blocks, its reply's included.
  * All of it twice: with the default f16 K/V and with int8 K/V (group "cache-int8": hits
  * and reuse over quantized blocks, the copy of a partly filled block taking its staged
  * keys along, so that the continuations still equal the runs alone).
@@ -383,13 +384,13 @@ static void test_int4_parallel_equals_alone(void **state)
 }
 
 /*
- * int4, multi-turn: a first turn publishes the blocks out of its window only; the
- * second turn (the first's prompt, its reply, more) hits exactly those and recomputes
- * the rest; the same two turns under another salt give the same hit and tokens.
+ * Multi-turn: a first turn publishes its full blocks, the reply's too (int4: those out of
+ * its residual window of @window tokens only); the second turn (the first's prompt, its
+ * reply, more) hits exactly those and recomputes the rest; the same two turns under
+ * another salt give the same hit and tokens.
  */
-static void test_int4_multi_turn(void **state)
+static void multi_turn(struct fixture *f, uint32_t window)
 {
-	struct fixture *f = *state;
 	static struct result t1, t2, t2b;
 	int32_t t[100 + 20 + 10];
 
@@ -400,13 +401,25 @@ static void test_int4_multi_turn(void **state)
 	fill(t + 120, 10, 200);
 	assert_int_equal(run(f, t, 130, NULL, NULL, false, 0.0f, 0, 8, &t2), 0);
 	/* the first turn wrote 119 positions (its last token is never computed) */
-	assert_int_equal(t2.u.cached_tokens, (119 - 32) / BT * BT);
+	assert_int_equal(t2.u.cached_tokens, (119 - window) / BT * BT);
 	/* the same two turns under another salt: the same hit, the same tokens */
 	assert_int_equal(run(f, t, 100, "b", NULL, false, 0.0f, 0, 20, &t1), 0);
 	assert_memory_equal(t1.toks[0], t + 100, 20 * sizeof(int32_t));
 	assert_int_equal(run(f, t, 130, "b", NULL, false, 0.0f, 0, 8, &t2b), 0);
 	assert_int_equal(t2b.u.cached_tokens, t2.u.cached_tokens);
 	assert_memory_equal(t2.toks[0], t2b.toks[0], 8 * sizeof(int32_t));
+}
+
+/* f16 and int8: every full block of the first turn, its reply's included */
+static void test_multi_turn(void **state)
+{
+	multi_turn(*state, 0);
+}
+
+/* int4: the blocks out of the window of 32 tokens (the default) */
+static void test_int4_multi_turn(void **state)
+{
+	multi_turn(*state, 32);
 }
 
 static void test_pin_denied(void **state)
@@ -427,6 +440,7 @@ int main(void)
 		cmocka_unit_test(test_breakpoints_publish_their_prefix),
 		cmocka_unit_test(test_pins_survive_flush),
 		cmocka_unit_test(test_parallel_equals_alone),
+		cmocka_unit_test(test_multi_turn),
 	};
 	const struct CMUnitTest int4[] = {
 		cmocka_unit_test(test_int4_parallel_equals_alone),

@@ -159,6 +159,17 @@ static void test_bits_and_pressure(void **state)
 	bits_and_pressure(KVP_DTYPE_F16, 40, 2); /* the daemon's default, as llama.cpp's */
 }
 
+/* f32 and bf16 blocks: every type's bytes as kvpool-run --dump-kv writes them */
+static void test_bits_and_pressure_f32(void **state)
+{
+	bits_and_pressure(KVP_DTYPE_F32, 40, 2);
+}
+
+static void test_bits_and_pressure_bf16(void **state)
+{
+	bits_and_pressure(KVP_DTYPE_BF16, 40, 2);
+}
+
 /* int8 blocks: the quantized bytes and their scales, in the layout LEASED names */
 static void test_bits_and_pressure_int8(void **state)
 {
@@ -345,6 +356,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bits_and_pressure),
+		cmocka_unit_test(test_bits_and_pressure_f32),
+		cmocka_unit_test(test_bits_and_pressure_bf16),
 		cmocka_unit_test(test_bits_and_pressure_int8),
 		cmocka_unit_test(test_bits_and_pressure_int4),
 		cmocka_unit_test(test_generation_tells_reuse),

@@ -38,7 +38,8 @@
 #define MAX_GAPS 8192
 
 struct fixture {
-	struct kvpd d; /* first: kvpd_teardown() */
+	struct kvpd d;	/* first: kvpd_teardown() */
+	const char *kv; /* --kv-dtype; NULL: the default (f16) */
 };
 
 /* Start @f's daemon (a mid-size model) with @args; *@state = @f. */
@@ -124,6 +125,53 @@ static int setup_costed(void **state)
 static int setup_small_pool(void **state)
 {
 	return setup_with(state, "3M");
+}
+
+/*
+ * A pool of @pool_kib KiB of K/V type @kv, whose block stride is @stride_kib: 48 blocks
+ * as setup_small_pool()'s, or as near as kvpoold's smallest pool (1 MiB) allows.
+ */
+static int setup_small_pool_kv(void **state, const char *kv, unsigned pool_kib, unsigned stride_kib)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	char pool[16];
+	const char *args[] = { "--model", f ? f->d.model : "", "--pool-size",
+			       pool,	  "--ignore-eos",      "--threads",
+			       "2",	  "--kv-dtype",	       kv,
+			       NULL };
+
+	snprintf(pool, sizeof(pool), "%uK", pool_kib);
+	if (f)
+		f->kv = kv;
+	/*
+	 * the daemon's and kvpool-run's f32 projections on one kernel (docs/compute.md,
+	 * "Threads"): a last-bit difference moves a 4-bit code, and int4 tokens with it
+	 */
+	if (setenv("KVP_F32_GEMM", "kvpool", 1))
+		return -1;
+	if (start_fixture(state, f, args))
+		return -1;
+	if (kvpd_status_num(&f->d, "pool.blocks_total", 0) != pool_kib / stride_kib) {
+		fprintf(stderr, "%s pool: %.0f blocks, not %u\n", kv,
+			kvpd_status_num(&f->d, "pool.blocks_total", 0), pool_kib / stride_kib);
+		kvpd_cleanup(&f->d);
+		free(f);
+		*state = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+/* int8: 2,128 bytes a (layer, kv head) of 16 tokens, 34,048 a block: 9 pages, 48 blocks */
+static int setup_small_pool_int8(void **state)
+{
+	return setup_small_pool_kv(state, "int8", 48 * 36, 36);
+}
+
+/* int4: 1,152 bytes a (layer, kv head), 18,432 a block: 5 pages, 51 blocks in 1 MiB */
+static int setup_small_pool_int4(void **state)
+{
+	return setup_small_pool_kv(state, "int4", 1024, 20);
 }
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -683,14 +731,28 @@ static void test_early_stoppers_all_run(void **state)
 	assert_true(best == 16);
 }
 
+/* The tokens of @a equal to @b's before the first difference, of @n. */
+static uint32_t agree(const int32_t *a, const int32_t *b, uint32_t n)
+{
+	uint32_t i = 0;
+
+	while (i < n && a[i] == b[i])
+		i++;
+	return i;
+}
+
 static void test_priority_preempts_same_tokens(void **state)
 {
 	/*
-	 * a pool of 48 blocks: two low-priority streams grow into it (25 blocks each at the
-	 * end); a high-priority request that does not fit preempts the later one; every
-	 * request gets kvpool-run's tokens
+	 * a pool of 48 blocks (int4: 51): two low-priority streams grow into it (25 blocks
+	 * each at the end); a high-priority request that does not fit preempts the later one; every
+	 * request gets kvpool-run's tokens (with the pool's K/V type: an int8 pool too,
+	 * where the preempted stream resumes from its published blocks); in an int4 pool
+	 * the preempted stream resumes from its sealed blocks and recomputes its residual
+	 * window in f32, and every request completes
 	 */
 	struct fixture *f = *state;
+	const char *kv = f->kv ? f->kv : "f16";
 	static struct bg lo[2], hi;
 	int32_t want[300];
 	uint32_t n_want;
@@ -730,18 +792,44 @@ static void test_priority_preempts_same_tokens(void **state)
 	jsonq_free(j);
 	assert_int_equal(hi.tm.usage.preemptions, 0);
 	assert_true(lo[1].tm.usage.preemptions >= 1);
-	/* the same tokens as offline, preempted or not */
-	assert_int_equal(kvpd_offline(f->d.model, hi.prompt, 300, 20, true, want, &n_want), 0);
+	/*
+	 * the same tokens as offline, preempted or not.  int4 only completes, its
+	 * agreement printed: the preempted stream resumes from its sealed blocks (their
+	 * window slots went with the rest), so the rows it recomputes see the blocks before
+	 * them at 4 bits where the first pass saw some of them in f32 (as a prefix hit
+	 * does, docs/compute.md); and in 1 of 8 runs with both sides' f32 projections on
+	 * kvpool's kernel the unpreempted stream left kvpool-run's tokens too (at token 170
+	 * of 300; the high-priority request at 1 of 20 in 1 of 3 runs without that):
+	 * most likely the batch, as a decode step of several rows is not bit-equal to one
+	 * of a row alone on f32 weights (test_forward's batch_vs_alone bounds it at 1e-4)
+	 * and a last-bit difference that crosses a rounding boundary moves a 4-bit code
+	 * by a whole step of its group (int8: by 1/127 of its scale, f16: by an ulp)
+	 */
+	assert_int_equal(kvpd_offline_kv(f->d.model, kv, hi.prompt, 300, 20, true, want, &n_want),
+			 0);
 	assert_int_equal(hi.tm.n_tokens, 20);
-	assert_memory_equal(hi.tm.ids, want, 20 * sizeof(int32_t));
+	if (!strcmp(kv, "int4"))
+		print_message("int4: %u of the high-priority request's 20 tokens are "
+			      "kvpool-run's\n",
+			      agree(hi.tm.ids, want, 20));
+	else
+		assert_memory_equal(hi.tm.ids, want, 20 * sizeof(int32_t));
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(lo[i].tm.rc, 0);
-		assert_int_equal(kvpd_offline(f->d.model, lo[i].prompt, 100, 300, true, want,
-					      &n_want),
+		assert_int_equal(kvpd_offline_kv(f->d.model, kv, lo[i].prompt, 100, 300, true, want,
+						 &n_want),
 				 0);
 		assert_int_equal(lo[i].tm.n_tokens, 300);
+		if (!strcmp(kv, "int4")) {
+			print_message("int4: stream %d (preempted %u times): %u of 300 tokens "
+				      "kvpool-run's\n",
+				      i, lo[i].tm.usage.preemptions,
+				      agree(lo[i].tm.ids, want, 300));
+			continue;
+		}
 		assert_memory_equal(lo[i].tm.ids, want, 300 * sizeof(int32_t));
 	}
+	unsetenv("KVP_F32_GEMM"); /* setup_small_pool_kv()'s */
 }
 
 int main(void)
@@ -759,6 +847,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_early_stoppers_all_run, setup, kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_priority_preempts_same_tokens,
 						setup_small_pool, kvpd_teardown),
+		cmocka_unit_test_setup_teardown(test_priority_preempts_same_tokens,
+						setup_small_pool_int8, kvpd_teardown),
+		cmocka_unit_test_setup_teardown(test_priority_preempts_same_tokens,
+						setup_small_pool_int4, kvpd_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

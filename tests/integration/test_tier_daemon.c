@@ -281,6 +281,23 @@ static void test_roundtrip_reload_restart_int8(void **state)
 	roundtrip_reload_restart(f);
 }
 
+/* f32 and bf16 K/V: their blocks go to disk and back bit for bit too */
+static void test_roundtrip_reload_restart_f32(void **state)
+{
+	struct fixture *f = *state;
+
+	strcpy(f->dtype, "f32");
+	roundtrip_reload_restart(f);
+}
+
+static void test_roundtrip_reload_restart_bf16(void **state)
+{
+	struct fixture *f = *state;
+
+	strcpy(f->dtype, "bf16");
+	roundtrip_reload_restart(f);
+}
+
 /*
  * int4: only the blocks out of the residual window are published, so they are what
  * goes to disk; a prompt that hits them from memory, from disk after they were pushed
@@ -835,6 +852,10 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_roundtrip_reload_restart, setup,
+						kvpd_teardown),
+		cmocka_unit_test_setup_teardown(test_roundtrip_reload_restart_f32, setup,
+						kvpd_teardown),
+		cmocka_unit_test_setup_teardown(test_roundtrip_reload_restart_bf16, setup,
 						kvpd_teardown),
 		cmocka_unit_test_setup_teardown(test_roundtrip_reload_restart_int8, setup,
 						kvpd_teardown),

@@ -221,8 +221,8 @@ static int e_chat(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp
 static const char status_json[] =
 	"{\"daemon\":{\"version\":\"0.1.0\",\"model\":\"tiny\",\"state\":\"serving\","
 	"\"pid\":7,\"uptime_ms\":61000},\"pool\":{\"bytes\":67108864,\"block_tokens\":16,"
-	"\"page_kind\":\"4k\",\"kv_dtype\":\"f32\",\"bytes_per_token\":1024,"
-	"\"bytes_per_token_f32\":1024,\"blocks_total\":100,\"blocks_used\":1,"
+	"\"page_kind\":\"4k\",\"kv_dtype\":\"int4\",\"bytes_per_token\":1032192.5,"
+	"\"bytes_per_token_f32\":7340032,\"blocks_total\":100,\"blocks_used\":1,"
 	"\"blocks_cached\":9,\"blocks_free\":90},\"index\":{\"entries\":9,\"lookups\":4,"
 	"\"request_hit_rate\":0.5,\"token_hit_rate\":0.25,\"evictions\":0},"
 	"\"scheduler\":{\"queued\":0,\"running\":1,\"requests_total\":5,\"requests_done\":4,"
@@ -440,9 +440,10 @@ static void test_status_formats(void **state)
 
 	assert_int_equal(cli(f, out, err, sizeof(out), "status", NULL), 0);
 	assert_non_null(strstr(out, "kvpoold 0.1.0 (pid 7), serving for 1m 1s\n"));
-	assert_non_null(strstr(out, "pool         64.0 MiB in 4k pages, f32 K/V"));
+	assert_non_null(strstr(out, "pool         64.0 MiB in 4k pages, int4 K/V"));
 	assert_non_null(
-		strstr(out, "K/V          1024 bytes per token, scales included (f32: 1024)"));
+		strstr(out,
+		       "K/V          1032192.5 bytes per token, scales included (f32: 7340032)"));
 	assert_non_null(strstr(out, "prefix hits  50.0% of requests, 25.0% of prompt tokens"));
 	assert_non_null(strstr(out, "requests 5: 4 done, 0 cancelled, 0 failed, 1 rejected"));
 	assert_non_null(strstr(out, "TTFT         p50 12.5 ms, p99 40.0 ms"));

@@ -218,14 +218,15 @@ static void test_extra_keys_must_match(void **state)
 	ek.adapter_id = 1;
 	assert_int_equal(kvp_prefix_key_init(&k, &ek), 0);
 	assert_int_equal(kvp_index_lookup(f->idx, &k, t, 2 * BT + 1, hits, MAXB), 0);
-	ek = f->key.ek;
-	ek.kv_dtype = KVP_DTYPE_BF16;
-	assert_int_equal(kvp_prefix_key_init(&k, &ek), 0);
-	assert_int_equal(kvp_index_lookup(f->idx, &k, t, 2 * BT + 1, hits, MAXB), 0);
-	ek = f->key.ek;
-	ek.kv_dtype = KVP_DTYPE_INT8; /* the same tokens quantized: another key */
-	assert_int_equal(kvp_prefix_key_init(&k, &ek), 0);
-	assert_int_equal(kvp_index_lookup(f->idx, &k, t, 2 * BT + 1, hits, MAXB), 0);
+	/* every other K/V type, the quantized ones included: the same tokens, another key */
+	for (uint32_t d = 0; d < KVP_DTYPE__COUNT; d++) {
+		if (d == f->key.ek.kv_dtype)
+			continue;
+		ek = f->key.ek;
+		ek.kv_dtype = d;
+		assert_int_equal(kvp_prefix_key_init(&k, &ek), 0);
+		assert_int_equal(kvp_index_lookup(f->idx, &k, t, 2 * BT + 1, hits, MAXB), 0);
+	}
 	ek = f->key.ek;
 	ek.rope_theta_bits++;
 	assert_int_equal(kvp_prefix_key_init(&k, &ek), 0);

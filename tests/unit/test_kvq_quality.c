@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_kvq_quality.c - what each K/V type does to the logits, against f32 K/V, on a
- * GQA model with YaRN RoPE scaling (4 query heads on 2 kv heads of 64, 4 layers; 512
- * prompt tokens in chunks of 128, then 64 decoded; tests/lib/kvqual.h): max and mean
- * |logit difference| and the greedy tokens that agree before the first divergence;
- * int4 over 2,048 prompt tokens against a plain per-token int4 of the same bits.
+ * GQA model with YaRN RoPE scaling (4 query heads on 2 kv heads of 64, 4 layers, a
+ * context of 4,096 scaled 4x from 1,024, so the prompt runs past the unscaled context;
+ * 2,048 prompt tokens in chunks of 256, then 64 decoded; tests/lib/kvqual.h): max and
+ * mean |logit difference| and the greedy tokens that agree before the first
+ * divergence; int4 against a plain per-token int4 of the same bits.
  *
  * The bounds are the measured figures with a margin of about 3x (printed on every run;
  * docs/compute.md has them and the demo preset's): the model, prompt and kernels are
@@ -29,13 +30,14 @@ static void test_logits_close_to_f32(void **state)
 {
 	static const uint32_t dtypes[] = { KVP_DTYPE_F16, KVP_DTYPE_BF16, KVP_DTYPE_INT8 };
 	/*
-	 * measured (Zen 4; the scalar, avx2 and avx512 tables within 5% of each other):
-	 * f16 max 9.9e-4 mean 1.7e-4, bf16 0.0122 / 0.00146, int8 0.0264 / 0.00437, all 64
-	 * greedy tokens equal.  Agreement is bounded lower than measured: one near-tie
-	 * that another table's rounding flips ends it, and that is not a regression.
+	 * measured (Zen 2, avx2 table, 2026-12-02): f16 max 6.6e-4 mean 1.1e-4, bf16
+	 * 6.0e-3 / 8.5e-4, int8 1.84e-2 / 2.95e-3, all 64 greedy tokens equal (at 512
+	 * prompt tokens on Zen 4 the scalar, avx2 and avx512 tables were within 5% of
+	 * each other).  Agreement is bounded lower than measured: one near-tie that
+	 * another table's rounding flips ends it, and that is not a regression.
 	 */
-	static const double max_bound[] = { 0.003, 0.04, 0.08 };
-	static const double mean_bound[] = { 0.0005, 0.005, 0.013 };
+	static const double max_bound[] = { 0.002, 0.018, 0.055 };
+	static const double mean_bound[] = { 0.00035, 0.0026, 0.009 };
 	static const uint32_t agree_min[] = { 32, 16, 16 };
 	struct kvp_mkmodel_opts o;
 	struct kvqual q[3];
@@ -48,12 +50,12 @@ static void test_logits_close_to_f32(void **state)
 	o.n_kv_heads = 2;
 	o.n_layers = 4;
 	o.n_ff = 512;
-	o.n_ctx = 1024;
+	o.n_ctx = 4096;
 	o.rope_scaling = "yarn";
 	o.rope_scaling_factor = 4.0f;
-	o.rope_orig_ctx = 256;
+	o.rope_orig_ctx = 1024;
 	m = ffix_model_open(&o);
-	kvqual_measure(m, 512, 128, dtypes, 3, q);
+	kvqual_measure(m, 2048, 256, dtypes, 3, q);
 	for (int i = 0; i < 3; i++) {
 		print_message(
 			"%-5s max |dlogit| %.4g, mean %.4g (logits up to %.3g); greedy agrees "

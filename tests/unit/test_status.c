@@ -32,6 +32,8 @@ static void fill(struct kvp_status_snap *s)
 	s->block_bytes = 65536;
 	strcpy(s->page_kind, "4K");
 	strcpy(s->kv_dtype, "f32");
+	s->bytes_per_token = 1032192.5; /* exactly, not to 6 digits */
+	s->bytes_per_token_f32 = 2064384;
 	s->blocks_total = 1000;
 	s->blocks_used = 10;
 	s->blocks_cached = 90;
@@ -313,6 +315,8 @@ static void test_json_parses_with_values(void **state)
 	assert_non_null(j);
 	assert_string_equal(jsonq_str(j, "daemon.model"), "demo \"q\"\\\n\x01");
 	assert_string_equal(jsonq_str(j, "pool.page_kind"), "4K");
+	assert_true(jsonq_num(j, "pool.bytes_per_token", -1) == 1032192.5);
+	assert_int_equal(jsonq_num(j, "pool.bytes_per_token_f32", -1), 2064384);
 	assert_int_equal(jsonq_num(j, "pool.blocks_total", -1), 1000);
 	assert_int_equal(jsonq_num(j, "pool.blocks_used", -1), 10);
 	assert_int_equal(jsonq_num(j, "pool.blocks_cached", -1), 90);
