@@ -24,12 +24,13 @@
 #include <time.h>
 
 static const char *const names[KVP_CHAT__COUNT] = {
-	[KVP_CHAT_LLAMA3] = "llama3",	 [KVP_CHAT_LLAMA31] = "llama3.1",
-	[KVP_CHAT_LLAMA32] = "llama3.2", [KVP_CHAT_CHATML] = "chatml",
-	[KVP_CHAT_LLAMA2] = "llama2",	 [KVP_CHAT_MISTRAL] = "mistral",
-	[KVP_CHAT_PHI3] = "phi3",	 [KVP_CHAT_GEMMA] = "gemma",
-	[KVP_CHAT_ZEPHYR] = "zephyr",	 [KVP_CHAT_DEEPSEEK] = "deepseek",
-	[KVP_CHAT_QWEN3] = "qwen3",
+	[KVP_CHAT_LLAMA3] = "llama3",	  [KVP_CHAT_LLAMA31] = "llama3.1",
+	[KVP_CHAT_LLAMA32] = "llama3.2",  [KVP_CHAT_CHATML] = "chatml",
+	[KVP_CHAT_LLAMA2] = "llama2",	  [KVP_CHAT_MISTRAL] = "mistral",
+	[KVP_CHAT_PHI3] = "phi3",	  [KVP_CHAT_GEMMA] = "gemma",
+	[KVP_CHAT_ZEPHYR] = "zephyr",	  [KVP_CHAT_DEEPSEEK] = "deepseek",
+	[KVP_CHAT_QWEN3] = "qwen3",	  [KVP_CHAT_MISTRAL3] = "mistral-v3",
+	[KVP_CHAT_NEMO] = "mistral-nemo",
 };
 
 static const char *const role_names[] = {
@@ -48,7 +49,7 @@ const char *kvp_chat_family_name(enum kvp_chat_family f)
 const char *kvp_chat_names(void)
 {
 	return "llama3, llama3.1, llama3.2, chatml, llama2, mistral, phi3, gemma, zephyr, deepseek, "
-	       "qwen3";
+	       "qwen3, mistral-v3, mistral-nemo";
 }
 
 bool kvp_chat_writes_bos(const struct kvp_chat_template *t)
@@ -122,6 +123,25 @@ static bool tools_variant(const struct kvp_chat_template *t, const char *src, si
 	return false;
 }
 
+/*
+ * Mistral v0.3 and Nemo (tokenizer v3, [AVAILABLE_TOOLS]): the system turn goes into the
+ * last message when that is the user's, and the two differ in the spaces written after
+ * [INST] and before an assistant turn (trimmed in v0.3, as is in Nemo).  Anything else
+ * (Mistral Large's, with no trim, or later [SYSTEM_PROMPT] ones) is not recognised.
+ */
+static int mistral_variant(const char *src, size_t len)
+{
+	if (has(src, len, "\"[INST] \" + system_message") &&
+	    has(src, len, "\"[INST] \" + message[\"content\"] + \"[/INST]\"") &&
+	    has(src, len, "{{- \" \" + message[\"content\"]|trim + eos_token"))
+		return KVP_CHAT_MISTRAL3;
+	if (has(src, len, "\"[INST]\" + system_message") &&
+	    has(src, len, "\"[INST]\" + message[\"content\"] + \"[/INST]\"") &&
+	    has(src, len, "{{- message[\"content\"] + eos_token"))
+		return KVP_CHAT_NEMO;
+	return -1;
+}
+
 int kvp_chat_template_detect(struct kvp_chat_template *out, const char *src, size_t len, char *err,
 			     size_t errlen)
 {
@@ -148,6 +168,9 @@ int kvp_chat_template_detect(struct kvp_chat_template *out, const char *src, siz
 			f = KVP_CHAT_LLAMA2;
 		else if (!has(src, len, "[AVAILABLE_TOOLS]") && !has(src, len, "[SYSTEM_PROMPT]"))
 			f = KVP_CHAT_MISTRAL;
+		else if (has(src, len, "[AVAILABLE_TOOLS]") &&
+			 has(src, len, "loop.last and system_message"))
+			f = mistral_variant(src, len);
 	} else if (has(src, len, "<|assistant|>") && has(src, len, "<|end|>")) {
 		f = KVP_CHAT_PHI3;
 	} else if (has(src, len, "<|user|>") && has(src, len, "eos_token")) {
@@ -981,6 +1004,50 @@ static int render_qwen3(struct buf *b, const struct kvp_chat_msg *m, size_t n,
 	return 0;
 }
 
+/*
+ * Mistral v0.3 / Nemo: after an optional system turn, user first and alternating; the
+ * system text goes into the last message only, and only when that is the user's (so it
+ * is dropped from a conversation that ends with the assistant, as the template does).
+ * No generation prompt: the prompt ends with [/INST] either way.
+ */
+static int render_mistral3(struct buf *b, const struct kvp_chat_template *t,
+			   const struct kvp_chat_msg *m, size_t n, const struct kvp_chat_opts *o,
+			   char *err, size_t errlen)
+{
+	bool sys = n && m[0].role == KVP_CHAT_SYSTEM, v3 = t->family == KVP_CHAT_MISTRAL3;
+	const char *inst = v3 ? "[INST] " : "[INST]";
+
+	if (!alternates(m + sys, n - sys))
+		return refuse(err, errlen,
+			      "After the optional system message, conversation roles must "
+			      "alternate user/assistant/user/assistant/...");
+	puts_(b, o->bos);
+	for (size_t i = sys; i < n; i++) {
+		if (m[i].role == KVP_CHAT_USER) {
+			puts_(b, inst);
+			if (i + 1 == n && sys) {
+				put_msg(b, &m[0]);
+				puts_(b, "\n\n");
+			}
+			put_msg(b, &m[i]);
+			puts_(b, "[/INST]");
+		} else if (m[i].role == KVP_CHAT_ASSISTANT) {
+			if (v3) {
+				puts_(b, " ");
+				put_trimmed(b, &m[i]);
+			} else {
+				put_msg(b, &m[i]);
+			}
+			puts_(b, o->eos);
+		} else {
+			return refuse(err, errlen,
+				      "Only user and assistant roles are supported, with the "
+				      "exception of an initial optional system message!");
+		}
+	}
+	return 0;
+}
+
 static int render(struct buf *b, const struct kvp_chat_template *t, const struct kvp_chat_msg *m,
 		  size_t n, const struct kvp_chat_opts *o, char *err, size_t errlen)
 {
@@ -1059,6 +1126,9 @@ static int render(struct buf *b, const struct kvp_chat_template *t, const struct
 			}
 		}
 		return 0;
+	case KVP_CHAT_MISTRAL3:
+	case KVP_CHAT_NEMO:
+		return render_mistral3(b, t, m, n, o, err, errlen);
 	case KVP_CHAT_PHI3:
 		for (size_t i = 0; i < n; i++) {
 			if (m[i].role == KVP_CHAT_SYSTEM && !m[i].len)
@@ -1127,8 +1197,13 @@ static int render(struct buf *b, const struct kvp_chat_template *t, const struct
 int kvp_chat_tools_refused(const struct kvp_chat_template *t, char *err, size_t errlen)
 {
 	if (err && errlen)
-		snprintf(err, errlen, "chat: the model's chat template (%s) does not support tools",
-			 kvp_chat_family_name(t->family));
+		snprintf(err, errlen,
+			 "chat: the model's chat template (%s) does not support tools%s",
+			 kvp_chat_family_name(t->family),
+			 t->family == KVP_CHAT_MISTRAL3 || t->family == KVP_CHAT_NEMO ?
+				 ": Mistral's tool calls and results carry 9-character call ids, "
+				 "which kvpool's protocol does not pass through yet" :
+				 "");
 	return -EINVAL;
 }
 

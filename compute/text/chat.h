@@ -44,6 +44,8 @@ enum kvp_chat_family {
 	KVP_CHAT_ZEPHYR,   /* <|user|>\n...</s> (Zephyr, TinyLlama) */
 	KVP_CHAT_DEEPSEEK, /* User: ... Assistant: ... (deepseek-llm chat) */
 	KVP_CHAT_QWEN3,	   /* ChatML with <think> blocks and Qwen's tools (Qwen3) */
+	KVP_CHAT_MISTRAL3, /* Mistral v0.3: [INST] ...[/INST], system text in the last turn */
+	KVP_CHAT_NEMO,	   /* Mistral Nemo: v0.3's without its spaces and trim */
 	KVP_CHAT__COUNT
 };
 

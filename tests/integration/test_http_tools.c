@@ -14,15 +14,20 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "compute/forward.h"
+#include "compute/model.h"
+#include "shm/geom.h"
 #include "tests/integration/httpd.h"
 #include "tests/integration/kvpd.h"
 #include "tests/lib/testlib.h"
@@ -139,6 +144,156 @@ static void test_llama3_refuses(void **state)
 	check_family("llama3", "http-tools.mjs");
 }
 
+/* Numbers of a JSON array starting at the '[' at @p, to @v (at most @max); returns the count. */
+static size_t json_numbers(const char *p, double *v, size_t max)
+{
+	size_t n = 0;
+	char *e;
+
+	assert_int_equal(*p, '[');
+	for (p++; *p && *p != ']' && n < max; p = e) {
+		if (*p == ',')
+			p++;
+		v[n++] = strtod(p, &e);
+		assert_true(e != p);
+	}
+	return n;
+}
+
+#define REF_STEPS 6
+#define REF_TOL 1e-4 /* same file, kernels and f16 K/V as kvpoold: only the JSON rounding */
+
+/*
+ * kvpool-http's logprobs against the engine's own logits: a greedy completion of a
+ * token-id prompt with logprobs 5 (tests/node/http-logprobs-ref.mjs) on the Qwen2.5
+ * vocabulary model; then the same prompt through a forward pass here over the same
+ * file (best kernels, f16 K/V as kvpoold's default), greedy, and at each step the
+ * log-softmax computed here: the reported token's logprob is the maximum, and every
+ * reported alternative is one of the 6 largest here, in order, within REF_TOL.
+ */
+static void test_qwen2_logprobs_reference(void **state)
+{
+	char out[512], model[512], err[256], *js, *p;
+	double tl[REF_STEPS], top[REF_STEPS][8];
+	size_t nsteps, ntop[REF_STEPS];
+	int32_t prompt[32];
+	size_t np;
+	struct kvp_model *m;
+	struct kvp_model_shape shape;
+	struct kvp_kv_view v = { 0 };
+	struct kvp_fwd *f;
+	uint32_t table[4] = { 0, 1, 2, 3 }, V;
+	double worst = 0;
+	size_t nalt = 0;
+	float *lg;
+
+	if (!*g_dir)
+		skip();
+	snprintf(out, sizeof(out), "%s/logprobs-ref.json", g_dir);
+	setenv("KVP_LOGPROBS_OUT", out, 1);
+	check_family("qwen2", "http-logprobs-ref.mjs");
+	js = kvp_test_read_file(out, NULL);
+	assert_non_null(js);
+	{
+		double d[32];
+
+		p = strstr(js, "\"prompt\":");
+		assert_non_null(p);
+		np = json_numbers(p + 9, d, 32);
+		for (size_t i = 0; i < np; i++)
+			prompt[i] = (int32_t)d[i];
+	}
+	p = strstr(js, "\"token_logprobs\":");
+	assert_non_null(p);
+	nsteps = json_numbers(p + 17, tl, REF_STEPS);
+	assert_true(nsteps >= 1);
+	p = strstr(js, "\"top\":[");
+	assert_non_null(p);
+	p += 7;
+	for (size_t s = 0; s < nsteps; s++) {
+		p = strchr(p, '[');
+		assert_non_null(p);
+		ntop[s] = json_numbers(p, top[s], 8);
+		assert_true(ntop[s] >= 1 && ntop[s] <= 6);
+		p = strchr(p, ']') + 1;
+	}
+
+	snprintf(model, sizeof(model), "%s/qwen2.gguf", g_dir);
+	if (kvp_model_open(&m, model, err, sizeof(err)))
+		fail_msg("open %s: %s", model, err);
+	V = kvp_model_hparams(m)->n_vocab;
+	kvp_model_kv_shape(m, KVP_DTYPE_F16, 16, &shape);
+	assert_int_equal(kvp_geom_init(&v.geom, &shape), 0);
+	v.n_blocks = 4;
+	v.base = aligned_alloc(KVP_BLOCK_ALIGN, 4 * v.geom.block_stride);
+	assert_non_null(v.base);
+	lg = malloc((size_t)V * sizeof(*lg));
+	assert_non_null(lg);
+	assert_int_equal(kvp_fwd_new(&f, m,
+				     &(struct kvp_fwd_opts){
+					     .n_threads = 1, .max_chunk = 32, .max_batch = 1 }),
+			 0);
+	assert_int_equal(kvp_fwd_prefill(f, &v, table, 4, 0, prompt, (uint32_t)np, lg, 0), 0);
+	for (size_t s = 0; s < nsteps; s++) {
+		double mx = -INFINITY, sum = 0, ref[6];
+		int32_t arg = 0;
+
+		for (uint32_t i = 0; i < V; i++)
+			if (lg[i] > mx)
+				mx = lg[i], arg = (int32_t)i;
+		for (uint32_t i = 0; i < V; i++)
+			sum += exp((double)lg[i] - mx);
+		/* the 6 largest log-softmax values, best first (equal ones once) */
+		for (int k = 0; k < 6; k++) {
+			double best = -INFINITY;
+
+			for (uint32_t i = 0; i < V; i++) {
+				double x = (double)lg[i] - mx - log(sum);
+
+				if (x > best && (!k || x < ref[k - 1]))
+					best = x;
+			}
+			ref[k] = best;
+		}
+		worst = fmax(worst, fabs(tl[s] - ref[0]));
+		if (fabs(tl[s] - ref[0]) > REF_TOL)
+			fail_msg("step %zu: logprob %.7f, reference %.7f", s, tl[s], ref[0]);
+		for (size_t k = 0; k < ntop[s]; k++) {
+			bool found = false;
+
+			for (int j = 0; j < 6; j++)
+				if (fabs(top[s][k] - ref[j]) <= REF_TOL) {
+					worst = fmax(worst, fabs(top[s][k] - ref[j]));
+					found = true;
+				}
+			nalt++;
+			if (!found)
+				fail_msg("step %zu: alternative %zu logprob %.7f not among the "
+					 "reference's 6 best (%.7f .. %.7f)",
+					 s, k, top[s][k], ref[0], ref[5]);
+		}
+		assert_int_equal(kvp_fwd_decode(f, &v,
+						&(struct kvp_fwd_seq){ .table = table,
+								       .n_table = 4,
+								       .pos = (uint32_t)np +
+									      (uint32_t)s,
+								       .token = arg },
+						1, lg),
+				 0);
+	}
+	fprintf(stderr,
+		"logprobs reference: %zu steps, %zu alternatives, largest difference %.2g "
+		"(tolerance %g)\n",
+		nsteps, nalt, worst, REF_TOL);
+	assert_true(nalt >= nsteps * 2); /* alternatives were compared, not only the token */
+	kvp_fwd_free(f);
+	kvp_model_close(m);
+	free(v.base);
+	free(lg);
+	free(js);
+	unsetenv("KVP_LOGPROBS_OUT");
+}
+
 /* logprobs and n > 1 (tests/node/http-logprobs.mjs) on two real vocabularies */
 static void test_qwen2_logprobs(void **state)
 {
@@ -175,6 +330,7 @@ int main(void)
 		cmocka_unit_test(test_llama3_refuses),
 		cmocka_unit_test(test_qwen2_logprobs),
 		cmocka_unit_test(test_llama32_logprobs),
+		cmocka_unit_test(test_qwen2_logprobs_reference),
 		cmocka_unit_test(test_qwen3_thinking),
 		cmocka_unit_test(test_qwen3_thinking_chain),
 		cmocka_unit_test(test_llama3_thinking_refused),

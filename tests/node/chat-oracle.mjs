@@ -34,6 +34,8 @@ const specials = {
 	qwen3: ['', '<|im_end|>'],
 	llama2: ['<s>', '</s>'],
 	mistral: ['<s>', '</s>'],
+	'mistral-v3': ['<s>', '</s>'],
+	'mistral-nemo': ['<s>', '</s>'],
 	phi3: ['<s>', '<|endoftext|>'],
 	gemma: ['<bos>', '<eos>'],
 	zephyr: ['<s>', '</s>'],
