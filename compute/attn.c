@@ -49,6 +49,8 @@ static inline void prefetch_line(const void *p)
 {
 #if defined(__x86_64__) || defined(__i386__)
 	__asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p));
+#elif defined(__aarch64__)
+	__asm__ volatile("prfm pldl1keep, %0" : : "Q"(*(const char *)p));
 #else
 	__builtin_prefetch(p);
 #endif

@@ -26,7 +26,9 @@
  */
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
-#include <xxh_x86dispatch.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xxh_x86dispatch.h> /* elsewhere the baseline has the vector loop (aarch64: NEON) */
+#endif
 
 #include "compute/arch.h"
 #include "util/errmsg.h"

@@ -40,6 +40,9 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+/* the spin-wait hint (as pause on x86): lets an SMT sibling run */
+#define cpu_relax() __asm__ volatile("yield" ::: "memory")
 #else
 #define cpu_relax() \
 	do { \

@@ -22,7 +22,9 @@
  */
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
-#include <xxh_x86dispatch.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xxh_x86dispatch.h> /* elsewhere the baseline has the vector loop (aarch64: NEON) */
+#endif
 
 #define BLK_HDR_BYTES ((uint32_t)sizeof(struct kvp_tier_blk_hdr))
 #define FILE_HDR_BYTES ((uint32_t)sizeof(struct kvp_tier_file_hdr))

@@ -9,30 +9,53 @@
  * The decision is a pure function of the cpuid words (kvp_isa_supported_by()), so the
  * tests check it for CPUs the machine is not (an AVX-VNNI client core, an OS without
  * ZMM state).
+ *
+ * On aarch64 the words are the kernel's hwcaps (getauxval(AT_HWCAP/AT_HWCAP2)): user
+ * space cannot read the ID registers portably, and the kernel reports an extension only
+ * when it also enables it (SVE's state, for instance).  Only the tables of the build's
+ * architecture are linked in (compute/kernels/meson.build); the others keep their enum
+ * value and name, and are "not supported" here.
  */
 #include "compute/kernels/kernels.h"
 
-#include <cpuid.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#elif defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
+/* the tables this build has (NULL: another architecture's) */
 static const struct kvp_kernels *const tables[KVP_ISA__COUNT] = {
 	[KVP_ISA_SCALAR] = &kvp_kernels_scalar,
+#if defined(__x86_64__) || defined(__i386__)
 	[KVP_ISA_AVX2] = &kvp_kernels_avx2,
 	[KVP_ISA_AVXVNNI] = &kvp_kernels_avxvnni,
 	[KVP_ISA_AVX512] = &kvp_kernels_avx512,
+#endif
+};
+
+/* every table's name, built or not: KVP_ISA names another architecture's as -ENOTSUP */
+static const char *const names[KVP_ISA__COUNT] = {
+	[KVP_ISA_SCALAR] = "scalar",
+	[KVP_ISA_AVX2] = "avx2",
+	[KVP_ISA_AVXVNNI] = "avxvnni",
+	[KVP_ISA_AVX512] = "avx512",
 };
 
 const char *kvp_isa_name(uint32_t isa)
 {
-	return isa < KVP_ISA__COUNT ? tables[isa]->name : NULL;
+	return isa < KVP_ISA__COUNT ? names[isa] : NULL;
 }
 
 #define BIT(r, n) (((r) >> (n)) & 1u)
 
+#if defined(__x86_64__) || defined(__i386__)
 static uint64_t xgetbv0(void)
 {
 	uint32_t lo, hi;
@@ -41,11 +64,10 @@ static uint64_t xgetbv0(void)
 	return (uint64_t)hi << 32 | lo;
 }
 
-void kvp_cpu_read(struct kvp_cpu *cpu)
+static void cpu_read_x86(struct kvp_cpu *cpu)
 {
 	uint32_t a, b, c, d;
 
-	memset(cpu, 0, sizeof(*cpu));
 	if (!__get_cpuid(0, &cpu->max_leaf, &b, &c, &d))
 		return;
 	__cpuid(1, a, b, cpu->ecx1, d);
@@ -56,6 +78,18 @@ void kvp_cpu_read(struct kvp_cpu *cpu)
 	__cpuid_count(7, 0, a, cpu->ebx7, cpu->ecx7, d);
 	if (a >= 1)
 		__cpuid_count(7, 1, cpu->eax7_1, b, c, d);
+}
+#endif
+
+void kvp_cpu_read(struct kvp_cpu *cpu)
+{
+	memset(cpu, 0, sizeof(*cpu));
+#if defined(__x86_64__) || defined(__i386__)
+	cpu_read_x86(cpu);
+#elif defined(__aarch64__)
+	cpu->hwcap = getauxval(AT_HWCAP);
+	cpu->hwcap2 = getauxval(AT_HWCAP2);
+#endif
 }
 
 int kvp_isa_supported_by(const struct kvp_cpu *cpu, uint32_t isa)
@@ -98,7 +132,7 @@ int kvp_isa_supported(uint32_t isa)
 
 const struct kvp_kernels *kvp_kernels_for(uint32_t isa)
 {
-	return kvp_isa_supported(isa) ? tables[isa] : NULL;
+	return isa < KVP_ISA__COUNT && kvp_isa_supported(isa) ? tables[isa] : NULL;
 }
 
 int kvp_kernels_best(const struct kvp_kernels **out)
@@ -108,7 +142,7 @@ int kvp_kernels_best(const struct kvp_kernels **out)
 
 	if (want && *want) {
 		for (uint32_t i = 0; i < KVP_ISA__COUNT; i++) {
-			if (strcmp(want, tables[i]->name))
+			if (strcmp(want, names[i]))
 				continue;
 			*out = kvp_kernels_for(i);
 			return *out ? 0 : -ENOTSUP;
@@ -125,7 +159,8 @@ uint32_t kvp_isa_best(const struct kvp_cpu *cpu)
 {
 	uint32_t i = KVP_ISA__COUNT - 1;
 
-	while (i > KVP_ISA_SCALAR && !kvp_isa_supported_by(cpu, i))
+	/* the words of one architecture never admit another's tables (the tests check) */
+	while (i > KVP_ISA_SCALAR && !(tables[i] && kvp_isa_supported_by(cpu, i)))
 		i--;
 	return i;
 }

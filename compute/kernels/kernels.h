@@ -6,7 +6,8 @@
  * vectors lives in one file per instruction set, each compiled with its own flags
  * (kernels/scalar.c, avx2.c, avxvnni.c, avx512.c), and exports one const struct
  * kvp_kernels.  kvp_kernels_best() picks the widest table the CPU runs (cpuid and the
- * OS's XSAVE state); KVP_ISA=scalar|avx2|avxvnni|avx512 in the environment forces one,
+ * OS's XSAVE state on x86, the kernel's hwcaps on aarch64; only the build's
+ * architecture's tables are linked); KVP_ISA=scalar|avx2|avxvnni|avx512 forces one,
  * which is
  * how tests and benchmarks run every path the machine has.  The scalar table is the
  * portable reference the others are tested against.
@@ -164,33 +165,60 @@ extern const struct kvp_kernels kvp_kernels_avx2;
 extern const struct kvp_kernels kvp_kernels_avxvnni;
 extern const struct kvp_kernels kvp_kernels_avx512;
 
-/* kvp_isa_name() - "scalar", "avx2", "avxvnni", "avx512", or NULL for an unknown @isa. */
+/*
+ * kvp_isa_name() - "scalar", "avx2", ..., or NULL for an unknown @isa; every table's,
+ * also those of another architecture than the build's.
+ */
 const char *kvp_isa_name(uint32_t isa);
 
-/* kvp_isa_supported() - does this CPU (and OS) run @isa?  Scalar always. */
+/*
+ * kvp_isa_supported() - does this CPU (and OS) run @isa?  Scalar always; another
+ * architecture's never.
+ */
 int kvp_isa_supported(uint32_t isa);
 
 /**
- * struct kvp_cpu - the cpuid words the choice of table depends on
- * @max_leaf: CPUID.0:EAX
- * @ecx1:     CPUID.1:ECX (FMA, OSXSAVE, AVX, F16C)
- * @ebx7, @ecx7, @eax7_1: CPUID.(7,0):EBX, ECX and CPUID.(7,1):EAX
- * @xcr0:     XGETBV(0), the register state the OS saves (0 without OSXSAVE)
+ * struct kvp_cpu - the words the choice of table depends on
+ * @max_leaf: x86: CPUID.0:EAX
+ * @ecx1:     x86: CPUID.1:ECX (FMA, OSXSAVE, AVX, F16C)
+ * @ebx7, @ecx7, @eax7_1: x86: CPUID.(7,0):EBX, ECX and CPUID.(7,1):EAX
+ * @xcr0:     x86: XGETBV(0), the register state the OS saves (0 without OSXSAVE)
+ * @hwcap, @hwcap2: aarch64: getauxval(AT_HWCAP), getauxval(AT_HWCAP2) (KVP_HWCAP_*)
+ *
+ * Another architecture's words are 0.
  */
 struct kvp_cpu {
 	uint32_t max_leaf, ecx1, ebx7, ecx7, eax7_1;
 	uint64_t xcr0;
+	uint64_t hwcap, hwcap2;
 };
 
 /*
+ * The aarch64 hwcap bits kvpool reads (the kernel's uapi asm/hwcap.h values, spelled here
+ * so that the tests on any architecture can build the words of an ARM CPU).
+ */
+#define KVP_HWCAP_FP (1ull << 0)
+#define KVP_HWCAP_ASIMD (1ull << 1)    /* Advanced SIMD (NEON) */
+#define KVP_HWCAP_ASIMDHP (1ull << 10) /* f16 arithmetic in NEON */
+#define KVP_HWCAP_ASIMDDP (1ull << 20) /* sdot/udot (dotprod) */
+#define KVP_HWCAP_SVE (1ull << 22)
+#define KVP_HWCAP2_SVE2 (1ull << 1)
+#define KVP_HWCAP2_I8MM (1ull << 13) /* smmla/usdot */
+#define KVP_HWCAP2_BF16 (1ull << 14)
+
+/*
  * kvp_cpu_read() - this CPU's words; kvp_isa_supported_by() - would @cpu run @isa?
- * kvp_isa_best() - the last enum kvp_isa @cpu runs (what kvp_kernels_best() takes).
+ * kvp_isa_best() - the last enum kvp_isa this build has a table for and @cpu runs (what
+ * kvp_kernels_best() takes).
  */
 void kvp_cpu_read(struct kvp_cpu *cpu);
 int kvp_isa_supported_by(const struct kvp_cpu *cpu, uint32_t isa);
 uint32_t kvp_isa_best(const struct kvp_cpu *cpu);
 
-/* kvp_kernels_for() - the table of @isa, or NULL when unknown or not supported here. */
+/*
+ * kvp_kernels_for() - the table of @isa, or NULL when unknown, not supported here or of
+ * another architecture than the build's.
+ */
 const struct kvp_kernels *kvp_kernels_for(uint32_t isa);
 
 /**
