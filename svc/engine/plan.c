@@ -135,6 +135,7 @@ static int fork_seq(struct kvp_sched *s, struct seq *q, uint32_t i)
 	c->cc = q->cc;
 	c->has_cc = q->has_cc;
 	c->grp = q->grp;
+	c->burst = q->burst; /* held to a gap with its prompt's burst, not before */
 	c->cont = i;
 	c->arrival = q->arrival;
 	c->admit_no = ++s->admissions;
