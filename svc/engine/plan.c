@@ -442,15 +442,15 @@ static double budget_alone(struct kvp_sched *s, uint32_t ctx)
  * each).  So while no decoding stream is held to a gap (nothing decodes, or only
  * streams of the burst), a step is a prefill step alone with the burst's decode rows
  * riding along, and it counts the burst: as many steps alone as the burst has prompts
- * left (the tokens still at most prefill_chunk_tokens, the first policy's chunk), in
- * one call, the prompts not cut where one ends.  The burst is what was taken from the
- * inbox by the end of the step it began in (arrivals that keep coming do not keep it
- * open); it closes when the last of its prompts is computed, and from the next step on
- * its streams are held like any other.  A prompt arriving later is not in it: it waits
- * for the step under way, then the steps are steps alone again (its TTFT bound), and
- * once it decodes the budget is its gap.  *@width: the steps alone this step may
- * hold (1 unless a burst's prompts alone wait).  Return: the decode rows of this step
- * (s->batch_seq[0 .. @nd)) held to a gap.
+ * (the tokens still at most prefill_chunk_tokens, the first policy's chunk), in one
+ * call, until its last prompt is computed (as many as it has left made the steps
+ * narrower as its streams started, and its last prompts were cut small again).  The burst is what was taken from the inbox by the end of the step it began
+ * in (arrivals that keep coming do not keep it open); it closes when the last of its
+ * prompts is computed, and from the next step on its streams are held like any other.
+ * A prompt arriving later is not in it: it waits for the step under way, then the steps
+ * are steps alone again (its TTFT bound), and once it decodes the budget is its gap.
+ * *@width: the steps alone this step may hold (1 unless a burst's prompts alone wait).
+ * Return: the decode rows of this step (s->batch_seq[0 .. @nd)) held to a gap.
  */
 static uint32_t burst_held(struct kvp_sched *s, uint32_t nd, uint32_t *width)
 {
@@ -468,8 +468,10 @@ static uint32_t burst_held(struct kvp_sched *s, uint32_t nd, uint32_t *width)
 	*width = 1;
 	if (held)
 		return held;
-	if (!pending)
+	if (!pending) {
 		s->burst_step = s->st.steps;
+		s->burst_n = 0;
+	}
 	for (q = s->active.first; q; q = q->next) {
 		if (q->state != SEQ_PREFILL || q->burst)
 			continue;
@@ -479,8 +481,9 @@ static uint32_t burst_held(struct kvp_sched *s, uint32_t nd, uint32_t *width)
 		}
 		q->burst = true;
 		pending++;
+		s->burst_n++;
 	}
-	*width = pending && !later ? pending : 1;
+	*width = pending && !later ? s->burst_n : 1;
 	return 0;
 }
 
@@ -555,9 +558,10 @@ static uint32_t plan_prefill(struct kvp_sched *s, uint32_t nd, uint32_t held, ui
 		 * takes only other prompts that end: a short request that came during a
 		 * long prefill waits for the step under way and then its own chunk, not for
 		 * the long prompt's next one too (with streams the budget is their gap
-		 * already; a burst's step alone fills its tokens: its prompts came together)
+		 * already); in a burst too: a short prompt of it is not made to wait for a
+		 * long one's chunk as wide as the burst
 		 */
-		if (ended && n < left && width == 1)
+		if (ended && n < left)
 			break;
 		if (eng_ensure_blocks(s, q, ctx + n) < 0) {
 			eng_seq_end(s, q, KVP_E_NOSPACE, true, "pool: no block for the prompt");

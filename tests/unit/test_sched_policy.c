@@ -1365,9 +1365,40 @@ static void test_burst_throughput(void **state)
 			      g[KVP_SCHED_FIFO] / 1e6, g1[KVP_SCHED_FAIR] / 1e6,
 			      g1[KVP_SCHED_FIFO] / 1e6);
 		assert_true((double)t[KVP_SCHED_FIFO] >= c[i].least * (double)t[KVP_SCHED_FAIR]);
-		/* the burst's prompts in steps of the first policy's 256 tokens, one more */
-		assert_true(steps[KVP_SCHED_FAIR] <= (c[i].n * 100 + 255) / 256 + 1);
+		/*
+		 * the burst's prompts whole, as many a step as fit in the first policy's
+		 * 256 tokens (2), and one step more
+		 */
+		assert_true(steps[KVP_SCHED_FAIR] <= (c[i].n + 1) / 2 + 1);
 	}
+}
+
+static void test_burst_short_not_widened(void **state)
+{
+	/*
+	 * a 16-token prompt that arrives with a 4,000-token one (one burst, two wide) gets
+	 * its first token from a step of its own, not from one that also holds a chunk of
+	 * the long prompt as wide as the burst: within 3x its time alone (a step two steps
+	 * alone wide would be 3.8x here)
+	 */
+	static struct sim m;
+	struct sim_opts o = { .n_blocks = 400, .bt = 16, .max_running = 8 };
+	uint64_t alone = short_alone(KVP_SCHED_FAIR);
+	struct req *l, *sh;
+
+	assert_int_equal(sim_new(&m, &o), 0);
+	step(&m); /* calibration */
+	l = add_req(&m, 4000, 1, 1);
+	sh = add_req(&m, 16, 1, 2);
+	assert_int_equal(submit(&m, l), 0);
+	assert_int_equal(submit(&m, sh), 0);
+	run_until_idle(&m, 100000);
+	expect_reference(l);
+	expect_reference(sh);
+	print_message("16-token prompt arriving with a 4000-token one: TTFT / alone %.2f\n",
+		      sh->usage.ttft_ms * 1e6 / (double)alone);
+	assert_int_equal(sh->usage.ttft_steps, 1);
+	assert_true(sh->usage.ttft_ms * 1e6 <= 3.0 * (double)alone);
 }
 
 static void test_burst_keeps_stream_gap(void **state)
@@ -1455,6 +1486,7 @@ int main(void)
 		cmocka_unit_test(test_long_prefill_within_bound),
 		cmocka_unit_test(test_aging_prevents_starvation),
 		cmocka_unit_test(test_burst_throughput),
+		cmocka_unit_test(test_burst_short_not_widened),
 		cmocka_unit_test(test_burst_keeps_stream_gap),
 	};
 
