@@ -888,8 +888,9 @@ int main(int argc, char **argv)
 		if (!rc && bench_full() < 0)
 			rc = 1;
 	}
-	printf("\nsummary (fair; the bounds: TTFT <= 3x alone, largest gap <= 3x median alone, "
-	       "long prompt <= 1.3x first come; fifo's in brackets):\n");
+	if (!ab)
+		printf("\nsummary (fair; the bounds: TTFT <= 3x alone, largest gap <= 3x median alone, "
+		       "long prompt <= 1.3x first come; fifo's in brackets):\n");
 	for (uint32_t i = 0; i < n_models && !rc && !ab; i++)
 		printf("  %-12s TTFT %.2fx (%.1fx), gap %.2fx p99 %.2fx (%.1fx), long %.2fx, "
 		       "next to a stream %.2fx; tokens/s fair/fifo: 8 streams %.2f, 32 streams "
