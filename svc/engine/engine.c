@@ -67,8 +67,11 @@
  * pays the fixed cost for a fifth of its time at most: within 1.3x of whole chunks) and
  * a request arriving meanwhile waits for that step, then gets a step of its own: one that
  * ends a prompt takes only other prompts that end, and a prompt not started that fits
- * in twice the budget goes whole.  step_target_ns and prefill_step_ns replace the two
- * budgets when set.
+ * in twice the budget goes whole.  Prompts that arrive together (a burst) are computed
+ * together before their streams are held to a gap: while only the burst's streams
+ * decode, a step is a step alone as wide as the burst has prompts left, at most
+ * prefill_chunk tokens (plan.c burst_held()).  step_target_ns and prefill_step_ns
+ * replace the two budgets when set.
  *
  * Shared prefixes in flight.  Before admitting a request that hit h blocks, the engine
  * looks for a prefilling sequence that has the same extra keys and the same tokens for

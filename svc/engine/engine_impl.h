@@ -135,6 +135,7 @@ struct seq {
 	uint64_t t_served; /* last prefill chunk, or admission (aging) */
 	uint64_t prefill_ns;
 	uint64_t step_recv;  /* st.steps when the engine took it from the inbox */
+	bool burst;	     /* FAIR: its prompt came with others', computed together (plan.c) */
 	uint32_t ttft_steps; /* usage: computing steps to the first token, that one's included */
 };
 
@@ -246,8 +247,10 @@ struct kvp_sched {
 	uint64_t admissions;
 	uint32_t headroom;
 	struct kvp_stepcost cost;
-	double itl_x;	 /* itl_budget_pct / 100 */
-	double fixed_ns; /* the call's fixed cost the budgets count in (eng_calibrate()) */
+	double itl_x;	     /* itl_budget_pct / 100 */
+	double fixed_ns;     /* the call's fixed cost the budgets count in (eng_calibrate()) */
+	uint64_t burst_step; /* FAIR: st.steps when the last burst began (plan.c) */
+	uint32_t burst_n;    /* FAIR: the prompts of that burst */
 	/* structured output's view of the vocabulary: made on first use (sampling.h) */
 	struct kvp_grammar_vocab *gvocab;
 	float *logits;		    /* max_running * n_vocab */

@@ -20,7 +20,8 @@
  *     next to the stream against the first policy's (what the gap bound costs it);
  *  3. aggregate tokens/s of 8 and of 32 concurrent streams (100-token prompts, max_new
  *     4,096, each client stops after --tokens tokens: chat clients that ask for much and
- *     stop early), fair / fifo.
+ *     stop early), fair / fifo (target >= 1.0x); and of 8 on a SMALL_POOL pool, where
+ *     the first policy's reservations of max_new run 3 at a time (target >= 1.3x).
  *
  * --full adds, on the first model: how many of 16 (1 GiB pool) and 8 (350 MiB) requests
  * with max_new 4,096 run at once, and goodput (requests per second meeting TTFT <= 1 s
@@ -463,6 +464,56 @@ static int bench_throughput(struct kvpd *d, int pol, uint32_t n, double *tps)
 	return rc;
 }
 
+/* --ab: both policies' throughput runs at the same time, on daemons of their own */
+struct ab_run {
+	struct kvpd *d;
+	int pol;
+	uint32_t n;
+	double tps;
+	int rc;
+};
+
+static void *ab_main(void *arg)
+{
+	struct ab_run *a = arg;
+
+	a->rc = bench_throughput(a->d, a->pol, a->n, &a->tps);
+	return NULL;
+}
+
+/*
+ * On a loaded machine the load moves between the fair run and the fifo one, minutes
+ * apart; run side by side, both meet the same load (and each other: the ratio, not
+ * either figure, is what they say).  *@ratio: fair / fifo tokens/s of @n streams.
+ */
+static int bench_ab(const char *pool, uint32_t n, double *ratio)
+{
+	struct kvpd d[2];
+	struct ab_run a[2];
+	pthread_t th[2];
+	int rc = 0;
+
+	for (int pol = 0; pol < 2; pol++)
+		if (start_pool(&d[pol], policies[pol], true, pool)) {
+			if (pol)
+				kvpd_cleanup(&d[0]);
+			return -1;
+		}
+	for (int pol = 0; pol < 2; pol++) {
+		a[pol] = (struct ab_run){ .d = &d[pol], .pol = pol, .n = n };
+		pthread_create(&th[pol], NULL, ab_main, &a[pol]);
+	}
+	for (int pol = 0; pol < 2; pol++) {
+		pthread_join(th[pol], NULL);
+		rc |= a[pol].rc;
+		kvpd_cleanup(&d[pol]);
+	}
+	*ratio = a[1].tps > 0 ? a[0].tps / a[1].tps : 0;
+	printf("  side by side, %u streams, %s pool: fair %.2f tok/s, fifo %.2f tok/s: %.2fx\n", n,
+	       pool, a[0].tps, a[1].tps, *ratio);
+	return rc;
+}
+
 /* ---- 5. goodput under Poisson arrivals ---- */
 
 struct arrival {
@@ -632,7 +683,7 @@ static int model_of(const char *arg, const char *dir, struct bmodel *m)
 struct figures {
 	double alone[2], during[2], long_first[2];
 	double gap_med[2], gap_max[2], gap_p99[2], long_stream[2];
-	double tps8[2], tps32[2];
+	double tps8[2], tps32[2], tps8s[2];
 };
 
 static int bench_model(const struct bmodel *bm, struct figures *f)
@@ -670,6 +721,15 @@ static int bench_model(const struct bmodel *bm, struct figures *f)
 			return -1;
 		}
 		kvpd_cleanup(&d);
+		/* where the pool limits the first policy: its reservations of max_new each */
+		if (start_pool(&d, policies[pol], true, SMALL_POOL))
+			return -1;
+		if (bench_throughput(&d, pol, 8, &f->tps8s[pol])) {
+			kvpd_dump_log(&d);
+			kvpd_cleanup(&d);
+			return -1;
+		}
+		kvpd_cleanup(&d);
 	}
 	for (int pol = 0; pol < 2; pol++) {
 		snprintf(name, sizeof(name), "%s: 16-token TTFT during a %u-token prefill (%s)",
@@ -696,13 +756,16 @@ static int bench_model(const struct bmodel *bm, struct figures *f)
 	kvp_bench_report(name, f->tps8[0], "tok/s", "fifo", f->tps8[1], "tok/s");
 	snprintf(name, sizeof(name), "%s: aggregate tokens/s, 32 streams (fair)", bm->name);
 	kvp_bench_report(name, f->tps32[0], "tok/s", "fifo", f->tps32[1], "tok/s");
+	snprintf(name, sizeof(name),
+		 "%s: aggregate tokens/s, 8 streams, " SMALL_POOL " pool (fair)", bm->name);
+	kvp_bench_report(name, f->tps8s[0], "tok/s", "fifo", f->tps8s[1], "tok/s");
 	return 0;
 }
 
 static void usage(FILE *to)
 {
 	fprintf(to,
-		"usage: bench-sched [--runs N] [--long N] [--tokens N] [--full] [MODEL ...]\n"
+		"usage: bench-sched [--runs N] [--long N] [--tokens N] [--ab] [--full] [MODEL ...]\n"
 		"The scheduler's bounds per model, the fair policy against fifo in the same run\n"
 		"(one daemon per policy and model, on the kernel table this machine has):\n"
 		"  - a 16-token request's TTFT during a long prefill / alone (bound <= 3x),\n"
@@ -711,7 +774,8 @@ static void usage(FILE *to)
 		"    median gap alone (bound <= 3x);\n"
 		"  - the long prompt's first token with short ones arriving / fifo's, its\n"
 		"    first-come time (bound <= 1.3x); and next to the stream / fifo's;\n"
-		"  - aggregate tokens/s of 8 and 32 streams (100-token prompts), fair / fifo.\n"
+		"  - aggregate tokens/s of 8 and 32 streams (100-token prompts), fair / fifo,\n"
+		"    and of 8 on a " SMALL_POOL " pool (the first policy runs 3 at a time).\n"
 		"MODEL: demo (the demo preset, 104M f32), 110m (the demo shape with 12 K/V\n"
 		"heads, 113M f32), 1b (the 1b preset in q4_k_m; KVP_BENCH_1B=FILE uses that\n"
 		"file instead of writing one, which takes a while), or a GGUF path.\n"
@@ -721,6 +785,8 @@ static void usage(FILE *to)
 		"              4,000-token prefill takes minutes on a small CPU)\n"
 		"  --tokens N  tokens each stream of the throughput runs takes (default 64;\n"
 		"              1b: 32)\n"
+		"  --ab        only the throughput runs, fair and fifo side by side (the\n"
+		"              same load for both on a loaded machine)\n"
 		"  --full      also, on the first model: requests running at once with\n"
 		"              max_new 4096 (1 GiB and 350 MiB pools) and goodput at rising\n"
 		"              Poisson arrival rates (about 10 more minutes)\n"
@@ -753,7 +819,7 @@ int main(int argc, char **argv)
 	const char *names[MAX_MODELS];
 	struct figures f[MAX_MODELS];
 	uint32_t n_models = 0, tokens_arg = 0;
-	bool full = false;
+	bool full = false, ab = false;
 	char dir[256];
 	int rc = 0;
 
@@ -765,6 +831,8 @@ int main(int argc, char **argv)
 			return 0;
 		} else if (!strcmp(argv[i], "--full")) {
 			full = true;
+		} else if (!strcmp(argv[i], "--ab")) {
+			ab = true;
 		} else if (i + 1 < argc && !strcmp(argv[i], "--runs")) {
 			runs = (uint32_t)atoi(argv[++i]);
 		} else if (i + 1 < argc && !strcmp(argv[i], "--long")) {
@@ -792,7 +860,22 @@ int main(int argc, char **argv)
 	kvp_bench_cpu_regime(1000);
 	for (uint32_t i = 0; i < n_models && !rc; i++) {
 		stream_tokens = tokens_arg;
-		if (model_of(names[i], dir, &models[i]) || bench_model(&models[i], &f[i]))
+		if (model_of(names[i], dir, &models[i]))
+			rc = 1;
+		else if (ab) {
+			double r8, r32, r8s;
+
+			snprintf(model, sizeof(model), "%s", models[i].path);
+			stream_tokens = tokens_arg ? tokens_arg : models[i].tokens;
+			printf("== %s: throughput, fair and fifo side by side\n", models[i].name);
+			if (bench_ab(POOL, 8, &r8) || bench_ab(POOL, 32, &r32) ||
+			    bench_ab(SMALL_POOL, 8, &r8s))
+				rc = 1;
+			else
+				printf("  %-12s tokens/s fair/fifo side by side: 8 streams %.2f, 32 "
+				       "streams %.2f, 8 streams on " SMALL_POOL " %.2f\n",
+				       models[i].name, r8, r32, r8s);
+		} else if (bench_model(&models[i], &f[i]))
 			rc = 1;
 		if (models[i].path[0] && !strncmp(models[i].path, dir, strlen(dir)))
 			unlink(models[i].path);
@@ -805,18 +888,19 @@ int main(int argc, char **argv)
 		if (!rc && bench_full() < 0)
 			rc = 1;
 	}
-	printf("\nsummary (fair; the bounds: TTFT <= 3x alone, largest gap <= 3x median alone, "
-	       "long prompt <= 1.3x first come; fifo's in brackets):\n");
-	for (uint32_t i = 0; i < n_models && !rc; i++)
+	if (!ab)
+		printf("\nsummary (fair; the bounds: TTFT <= 3x alone, largest gap <= 3x median alone, "
+		       "long prompt <= 1.3x first come; fifo's in brackets):\n");
+	for (uint32_t i = 0; i < n_models && !rc && !ab; i++)
 		printf("  %-12s TTFT %.2fx (%.1fx), gap %.2fx p99 %.2fx (%.1fx), long %.2fx, "
 		       "next to a stream %.2fx; tokens/s fair/fifo: 8 streams %.2f, 32 streams "
-		       "%.2f\n",
+		       "%.2f, 8 streams on " SMALL_POOL " %.2f\n",
 		       models[i].name, f[i].during[0] / f[i].alone[0],
 		       f[i].during[1] / f[i].alone[1], f[i].gap_max[0] / f[i].gap_med[0],
 		       f[i].gap_p99[0] / f[i].gap_med[0], f[i].gap_max[1] / f[i].gap_med[1],
 		       f[i].long_first[0] / f[i].long_first[1],
 		       f[i].long_stream[0] / f[i].long_stream[1], f[i].tps8[0] / f[i].tps8[1],
-		       f[i].tps32[0] / f[i].tps32[1]);
+		       f[i].tps32[0] / f[i].tps32[1], f[i].tps8s[0] / f[i].tps8s[1]);
 	kvp_bench_cpu_regime(1000);
 	kvp_test_rmtree(dir);
 	if (rc)

@@ -1273,6 +1273,169 @@ static void test_long_prefill_within_bound(void **state)
 	assert_true(ttft[KVP_SCHED_FAIR] <= 1.3 * ttft[KVP_SCHED_FIFO]);
 }
 
+/*
+ * @n clients that send a 100-token prompt at once, each asking for @max_new tokens and
+ * stopping after @keep (chat clients that ask for much and stop early, as bench-sched's
+ * throughput runs), on a pool of @n_blocks: the fake time from their arrival to the
+ * last one's last token.  *@first_gap: the largest gap between a client's first and
+ * second token, *@later_gap the largest after that; *@ttft_steps: the most steps a
+ * client's first token took (usage.ttft_steps).
+ */
+static uint64_t burst_time(enum kvp_sched_policy pol, uint32_t n, uint32_t max_new, uint32_t keep,
+			   uint32_t n_blocks, uint64_t *first_gap, uint64_t *later_gap,
+			   uint32_t *ttft_steps)
+{
+	static struct sim m;
+	struct sim_opts o = { .n_blocks = n_blocks, .bt = 16, .max_running = 64, .policy = pol };
+	uint64_t t0, end = 0;
+	uint32_t left = n;
+
+	assert_int_equal(sim_new(&m, &o), 0);
+	step(&m); /* calibration */
+	t0 = sim_now(&m);
+	for (uint32_t i = 0; i < n; i++)
+		assert_int_equal(submit(&m, add_req(&m, 100, max_new, 10 + i)), 0);
+	for (uint32_t k = 0; left && k < 100000; k++) {
+		step(&m);
+		for (uint32_t i = 0; i < n; i++) {
+			struct req *r = &m.r[i];
+
+			if (r->cancelled || r->n_got < keep)
+				continue;
+			if (!r->ended)
+				kvp_sched_cancel(m.sched, r->conn, i + 1);
+			r->cancelled = true;
+			left--;
+		}
+	}
+	assert_int_equal(left, 0);
+	run_until_idle(&m, 100000);
+	*first_gap = *later_gap = 0;
+	*ttft_steps = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct req *r = &m.r[i];
+		uint64_t t_keep = r->t_first;
+
+		for (uint32_t g = 0; g + 1 < keep; g++) {
+			uint64_t *w = g ? later_gap : first_gap;
+
+			t_keep += r->gaps[g];
+			*w = r->gaps[g] > *w ? r->gaps[g] : *w;
+		}
+		end = t_keep > end ? t_keep : end;
+		if (r->usage.ttft_steps > *ttft_steps)
+			*ttft_steps = r->usage.ttft_steps;
+		assert_int_equal(r->usage.preemptions, 0);
+	}
+	sim_free(&m);
+	return end - t0;
+}
+
+static void test_burst_throughput(void **state)
+{
+	/*
+	 * prompts that arrive together are computed together before the streams they start
+	 * are held to a gap: 8 and 32 clients at once take no longer than the first policy
+	 * gives them where it can run them all (max_new 64, pool for all), and 1.3x less
+	 * where its reservations of the worst case limit it (max_new 4,096 on 300 blocks:
+	 * it runs one at a time); the clock is the test's (deterministic)
+	 */
+	static const struct {
+		uint32_t n, max_new, n_blocks;
+		double least;
+	} c[] = {
+		{ 8, 64, 600, 1.0 },
+		{ 32, 64, 1200, 1.0 },
+		{ 8, 4096, 300, 1.3 },
+	};
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		uint64_t t[2], g1[2], g[2];
+		uint32_t steps[2];
+
+		for (int pol = KVP_SCHED_FAIR; pol <= KVP_SCHED_FIFO; pol++)
+			t[pol] = burst_time((enum kvp_sched_policy)pol, c[i].n, c[i].max_new, 64,
+					    c[i].n_blocks, &g1[pol], &g[pol], &steps[pol]);
+		print_message("%u clients at once (max_new %u, %u blocks): tokens/s fair / fifo "
+			      "%.2f; the last first token after %u / %u steps; largest gap %.1f / "
+			      "%.1f ms (the first %.1f / %.1f)\n",
+			      c[i].n, c[i].max_new, c[i].n_blocks,
+			      (double)t[KVP_SCHED_FIFO] / (double)t[KVP_SCHED_FAIR],
+			      steps[KVP_SCHED_FAIR], steps[KVP_SCHED_FIFO], g[KVP_SCHED_FAIR] / 1e6,
+			      g[KVP_SCHED_FIFO] / 1e6, g1[KVP_SCHED_FAIR] / 1e6,
+			      g1[KVP_SCHED_FIFO] / 1e6);
+		assert_true((double)t[KVP_SCHED_FIFO] >= c[i].least * (double)t[KVP_SCHED_FAIR]);
+		/*
+		 * the burst's prompts whole, as many a step as fit in the first policy's
+		 * 256 tokens (2), and one step more
+		 */
+		assert_true(steps[KVP_SCHED_FAIR] <= (c[i].n + 1) / 2 + 1);
+	}
+}
+
+static void test_burst_short_not_widened(void **state)
+{
+	/*
+	 * a 16-token prompt that arrives with a 4,000-token one (one burst, two wide) gets
+	 * its first token from a step of its own, not from one that also holds a chunk of
+	 * the long prompt as wide as the burst: within 3x its time alone (a step two steps
+	 * alone wide would be 3.8x here)
+	 */
+	static struct sim m;
+	struct sim_opts o = { .n_blocks = 400, .bt = 16, .max_running = 8 };
+	uint64_t alone = short_alone(KVP_SCHED_FAIR);
+	struct req *l, *sh;
+
+	assert_int_equal(sim_new(&m, &o), 0);
+	step(&m); /* calibration */
+	l = add_req(&m, 4000, 1, 1);
+	sh = add_req(&m, 16, 1, 2);
+	assert_int_equal(submit(&m, l), 0);
+	assert_int_equal(submit(&m, sh), 0);
+	run_until_idle(&m, 100000);
+	expect_reference(l);
+	expect_reference(sh);
+	print_message("16-token prompt arriving with a 4000-token one: TTFT / alone %.2f\n",
+		      sh->usage.ttft_ms * 1e6 / (double)alone);
+	assert_int_equal(sh->usage.ttft_steps, 1);
+	assert_true(sh->usage.ttft_ms * 1e6 <= 3.0 * (double)alone);
+}
+
+static void test_burst_keeps_stream_gap(void **state)
+{
+	/*
+	 * a stream generating when 8 clients send their prompts at once is held to its gap
+	 * (it is not of their burst): its largest gap while they prefill stays within 3x
+	 * its median alone, and every one of them gets its tokens
+	 */
+	static struct sim m;
+	struct sim_opts o = { .n_blocks = 600, .bt = 16, .max_running = 16 };
+	struct req *st;
+	uint64_t med;
+
+	assert_int_equal(sim_new(&m, &o), 0);
+	st = add_req(&m, 16, 4000, 1);
+	assert_int_equal(submit(&m, st), 0);
+	for (int i = 0; i < 40; i++)
+		step(&m);
+	med = median_gap(st);
+	st->max_gap = 0;
+	for (uint32_t i = 0; i < 8; i++)
+		assert_int_equal(submit(&m, add_req(&m, 100, 8, 10 + i)), 0);
+	for (uint32_t i = 1; i <= 8; i++)
+		run_until(&m, &m.r[i], false, 100000);
+	assert_false(st->ended);
+	print_message("a stream's largest gap while 8 prompts at once prefill / median alone: "
+		      "%.2f\n",
+		      (double)st->max_gap / (double)med);
+	assert_true(st->max_gap <= 3 * med);
+	for (uint32_t i = 1; i <= 8; i++)
+		expect_reference(&m.r[i]);
+	kvp_sched_cancel(m.sched, 1, 1);
+	run_until_idle(&m, 100000);
+	sim_free(&m);
+}
+
 static void test_aging_prevents_starvation(void **state)
 {
 	/*
@@ -1322,6 +1485,9 @@ int main(void)
 		cmocka_unit_test(test_stream_gap_bounded),
 		cmocka_unit_test(test_long_prefill_within_bound),
 		cmocka_unit_test(test_aging_prevents_starvation),
+		cmocka_unit_test(test_burst_throughput),
+		cmocka_unit_test(test_burst_short_not_widened),
+		cmocka_unit_test(test_burst_keeps_stream_gap),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
