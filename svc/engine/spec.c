@@ -213,8 +213,12 @@ void eng_spec_finish(struct kvp_sched *s, uint32_t nd, uint32_t np, int r, uint6
 			eng_seq_end(s, q, KVP_E_INTERNAL, true, "engine: decode failed");
 			continue;
 		}
-		/* what its rows cost: the step alone, else the cost model's price of them */
-		ns = nd == 1 && !np ? (double)dt : kvp_stepcost_step_ns(&s->cost, n, attn);
+		/*
+		 * what its rows cost: the step alone, else the cost model's price of them
+		 * (always that when the figures were given: plans from the requests alone)
+		 */
+		ns = nd == 1 && !np && !s->cost.frozen ? (double)dt :
+							 kvp_stepcost_step_ns(&s->cost, n, attn);
 		s->st.spec_drafted += n - 1;
 		q->spec_drafted += n - 1;
 		if (q->spec)

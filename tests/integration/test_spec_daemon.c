@@ -10,7 +10,8 @@
  * (drafts in batches, next to prefill chunks).  Every greedy reply is the same token
  * for token; the speculating daemon verified and kept drafts and rejected some; after
  * the same requests both pools hold the same blocks (used, cached, index entries,
- * evictions) and no request is left holding one.
+ * evictions) and no request is left holding one.  Per request, the GENERATE flags turn it
+ * off (nothing drafted) or on, with the same reply.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -65,19 +66,25 @@ static void make_prompt(struct prompt *p, uint32_t i, uint32_t n_vocab)
 	p->n = len;
 }
 
+/*
+ * kvpoold on @model, drafting or not; the step costs given, not measured, so that what
+ * is drafted depends on the requests alone (the cost model then prices the draft rows
+ * the same in every run: the counts below cannot move with the machine's load).
+ */
 static int start(struct kvpd *d, const char *model, bool spec)
 {
-	const char *args[] = {
-		"--model", model,	   "--pool-size",
-		"32M",	   "--ignore-eos", spec ? "--speculative=yes" : "--speculative=no",
-		NULL
-	};
+	const char *args[] = { "--model",
+			       model,
+			       "--pool-size",
+			       "32M",
+			       "--ignore-eos",
+			       "--cost-call-us=1000",
+			       "--cost-token-us=10",
+			       spec ? "--speculative=yes" : "--speculative=no",
+			       NULL };
 
-	if (kvpd_init(d) < 0)
-		return -1;
 	if (kvpd_start(d, 120, args) < 0) {
 		kvpd_dump_log(d);
-		kvpd_cleanup(d);
 		return -1;
 	}
 	return 0;
@@ -97,19 +104,10 @@ static int setup(void **state)
 	snprintf(model, sizeof(model), "%s/tinyq-q8_0.gguf", f->off.dir);
 	if (kvp_mkmodel_write(model, &o, NULL, 0) < 0)
 		return -1;
-	/* the model file lives in off's directory: keep it, start off on it afterwards */
-	if (start(&f->on, model, true) < 0)
+	/* the model file lives in off's directory */
+	if (kvpd_init(&f->on) < 0 || start(&f->on, model, true) < 0 ||
+	    start(&f->off, model, false) < 0)
 		return -1;
-	{
-		const char *args[] = { "--model", model,	  "--pool-size",
-				       "32M",	  "--ignore-eos", "--speculative=no",
-				       NULL };
-
-		if (kvpd_start(&f->off, 120, args) < 0) {
-			kvpd_dump_log(&f->off);
-			return -1;
-		}
-	}
 	*state = f;
 	return 0;
 }
@@ -216,10 +214,69 @@ static void test_greedy_same(void **state)
 	assert_true(kvpd_status_num(&f->on, "pool.blocks_used", -1) == 0);
 }
 
+static int collect(void *arg, const int32_t *t, uint32_t n, const char *text, uint32_t tl)
+{
+	struct kvpd_gen *o = arg;
+
+	(void)text, (void)tl;
+	for (uint32_t i = 0; i < n && o->n < KVPD_GEN_MAX; i++)
+		o->ids[o->n++] = t[i];
+	return 0;
+}
+
+/* @p's greedy reply from @sock, asking speculative @mode (KVP_SPECULATIVE_*). */
+static int gen_mode(const char *sock, const struct prompt *p, uint32_t mode, struct kvpd_gen *o)
+{
+	struct kvp_client_prompt pr = { .tokens = p->ids, .n_tokens = p->n };
+	struct kvp_client_params cp;
+	struct kvp_client *k = NULL;
+	int r;
+
+	memset(o, 0, sizeof(*o));
+	kvp_client_params_init(&cp);
+	cp.max_new_tokens = N_GEN;
+	cp.no_cache = true;
+	cp.speculative = mode;
+	r = kvp_client_connect(&k, sock);
+	if (!r)
+		r = kvp_client_generate(k, &pr, &cp, collect, o, &o->u);
+	kvp_client_close(k);
+	return r;
+}
+
+/* The GENERATE flags: off drafts nothing, on and the default the same reply. */
+static void test_per_request(void **state)
+{
+	struct fix *f = *state;
+	struct prompt p;
+	struct kvpd_gen a, b, c;
+	double d0, d1, d2;
+
+	make_prompt(&p, 2, 256);
+	d0 = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
+	assert_int_equal(gen_mode(f->on.sock, &p, KVP_SPECULATIVE_OFF, &a), 0);
+	d1 = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
+	assert_true(d1 == d0);
+	assert_int_equal(gen_mode(f->on.sock, &p, KVP_SPECULATIVE_ON, &b), 0);
+	d2 = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
+	assert_true(d2 > d1);
+	assert_int_equal(gen_mode(f->on.sock, &p, KVP_SPECULATIVE_DEFAULT, &c), 0);
+	assert_true(kvpd_status_num(&f->on, "scheduler.spec_drafted", -1) > d2);
+	assert_int_equal(a.n, N_GEN);
+	assert_memory_equal(a.ids, b.ids, sizeof(a.ids));
+	assert_memory_equal(a.ids, c.ids, sizeof(a.ids));
+	/* a daemon configured off never drafts, whatever the request asks */
+	d0 = kvpd_status_num(&f->off, "scheduler.spec_drafted", -1);
+	assert_int_equal(gen_mode(f->off.sock, &p, KVP_SPECULATIVE_ON, &b), 0);
+	assert_memory_equal(a.ids, b.ids, sizeof(a.ids));
+	assert_true(kvpd_status_num(&f->off, "scheduler.spec_drafted", -1) == d0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_greedy_same),
+		cmocka_unit_test(test_per_request),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
