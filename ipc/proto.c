@@ -629,6 +629,9 @@ static int take_fixed(struct kvp_cur *c, uint32_t type, struct kvp_gen_req *r, c
 			return fail(why, "unknown GENERATE flags", KVP_E_PROTO);
 		if (g.reserved)
 			return fail(why, "GENERATE reserved field must be zero", KVP_E_PROTO);
+		if ((g.flags & KVP_GEN_SPEC_ON) && (g.flags & KVP_GEN_SPEC_OFF))
+			return fail(why, "KVP_GEN_SPEC_ON and KVP_GEN_SPEC_OFF together",
+				    KVP_E_PROTO);
 		*r = (struct kvp_gen_req){ .type = type,
 					   .flags = g.flags,
 					   .max_new_tokens = g.max_new_tokens,
@@ -858,6 +861,8 @@ static bool name_ok(const char *name, size_t cap)
 static int check_messages(struct kvp_cur *c, struct kvp_gen_req *r, struct kvp_proto_msg *msgs,
 			  const char **why)
 {
+	if ((r->flags & KVP_CHAT_SPEC_ON) && (r->flags & KVP_CHAT_SPEC_OFF))
+		return fail(why, "KVP_CHAT_SPEC_ON and KVP_CHAT_SPEC_OFF together", KVP_E_INVALID);
 	if ((r->flags & KVP_CHAT_THINKING) && (r->flags & KVP_CHAT_NO_THINKING))
 		return fail(why, "KVP_CHAT_THINKING and KVP_CHAT_NO_THINKING together",
 			    KVP_E_INVALID);

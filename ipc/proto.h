@@ -116,7 +116,8 @@ struct kvp_proto_sampling {
  */
 static_assert(KVP_CHAT_NO_CACHE == KVP_GEN_NO_CACHE && KVP_CHAT_CACHE_CTL == KVP_GEN_CACHE_CTL &&
 		      KVP_CHAT_SAMPLING == KVP_GEN_SAMPLING &&
-		      KVP_CHAT_FIT_CONTEXT == KVP_GEN_FIT_CONTEXT,
+		      KVP_CHAT_FIT_CONTEXT == KVP_GEN_FIT_CONTEXT &&
+		      KVP_CHAT_SPEC_ON == KVP_GEN_SPEC_ON && KVP_CHAT_SPEC_OFF == KVP_GEN_SPEC_OFF,
 	      "GENERATE and CHAT share their section flags");
 
 /**

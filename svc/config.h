@@ -87,6 +87,9 @@ enum kvp_huge_pages {
  * @prefill_chunk_tokens: prefill token budget per engine step
  * @ignore_eos:         never stop at end-of-generation tokens: every request
  *                      generates max_new_tokens
+ * @speculative:        greedy requests draft tokens from their own prompt and output and
+ *                      verify them in the decode step (svc/engine/spec.c); requests may
+ *                      turn it off
  * @test_eog_after:     tests only (0 = off): end every reply after this many tokens by
  *                      raising the end-of-generation ids' logits (svc/engine/engine.h)
  * @policy:             enum kvp_sched_policy: fair (default) or fifo (the first policy)
@@ -164,6 +167,7 @@ struct kvp_config {
 	uint32_t max_queued;
 	uint32_t prefill_chunk_tokens;
 	bool ignore_eos;
+	bool speculative;
 	uint32_t test_eog_after;
 	uint32_t policy;
 	uint32_t step_target_ms;

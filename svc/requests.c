@@ -372,6 +372,9 @@ static void request_params(const struct kvp_requests *q, const struct kvp_conn_r
 {
 	r->max_new = req->max_new_tokens;
 	r->no_cache = req->flags & KVP_GEN_NO_CACHE; /* KVP_CHAT_NO_CACHE: the same bit */
+	r->speculative = req->flags & KVP_GEN_SPEC_ON  ? KVP_SCHED_SPEC_ON :
+			 req->flags & KVP_GEN_SPEC_OFF ? KVP_SCHED_SPEC_OFF :
+							 KVP_SCHED_SPEC_AUTO;
 	r->priority = request_priority(q, c, req->priority);
 	r->sample = (struct kvp_sample_params){ .temperature = req->temperature,
 						.top_k = req->top_k,

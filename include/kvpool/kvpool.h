@@ -87,7 +87,14 @@ struct kvp_client_params {
 	bool fit_context; /* max_new_tokens is a ceiling: the daemon lowers it to what the
 			     model's context leaves after the prompt (else prompt +
 			     max_new_tokens beyond the context is refused, KVP_E_LIMIT) */
+	uint32_t speculative; /* KVP_SPECULATIVE_*: drafts verified in the decode step
+				 (greedy output unchanged); DEFAULT: the daemon's (on for
+				 greedy requests) */
 };
+
+#define KVP_SPECULATIVE_DEFAULT 0u
+#define KVP_SPECULATIVE_ON 1u
+#define KVP_SPECULATIVE_OFF 2u
 
 /**
  * struct kvp_client_prompt - exactly one of @tokens (n_tokens > 0) or @text (text_len > 0)

@@ -200,7 +200,12 @@ static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
 /* max_new_tokens is a ceiling: lowered to what the context leaves after the prompt
  * (without it, prompt + max_new_tokens beyond the context is refused: KVP_E_LIMIT) */
 #define KVP_GEN_FIT_CONTEXT 0x100u
-#define KVP_GEN__ALL 0x11fu
+/* speculative decoding (drafts verified in the decode step; greedy output unchanged)
+ * on / off for this request; neither: the daemon's default (scheduler.speculative: on
+ * for greedy requests); both: KVP_E_INVALID */
+#define KVP_GEN_SPEC_ON 0x1000u
+#define KVP_GEN_SPEC_OFF 0x2000u
+#define KVP_GEN__ALL 0x311fu
 
 #define KVP_SALT_MAX 64
 
@@ -347,7 +352,9 @@ enum kvp_role {
 /* reasoning off: Qwen3's enable_thinking=false; no effect on a template without one.
  * Neither flag: the template's default.  Both: KVP_E_INVALID. */
 #define KVP_CHAT_NO_THINKING 0x800u
-#define KVP_CHAT__ALL 0xf1eu
+#define KVP_CHAT_SPEC_ON 0x1000u  /* as KVP_GEN_SPEC_ON */
+#define KVP_CHAT_SPEC_OFF 0x2000u /* as KVP_GEN_SPEC_OFF */
+#define KVP_CHAT__ALL 0x3f1eu
 
 /**
  * struct kvp_chat - CHAT payload, followed by n_context int32 ids, then n_messages times

@@ -505,7 +505,7 @@ static void generate_help(FILE *o)
 	fputs("usage: kvpool [--socket PATH] generate (-p TEXT | --tokens 1,2,3 | --prompt-file F)\n"
 	      "              [-n N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
 	      "              [--salt S] [--no-cache] [--parse-special] [--priority N]\n"
-	      "              [--parallel N] [--breakpoint POS[:TTL]]... [--ttl S] [--retain P]\n"
+	      "              [--speculative on|off] [--parallel N] [--breakpoint POS[:TTL]]... [--ttl S] [--retain P]\n"
 	      "              [--json]\n"
 	      "\n"
 	      "Send one prompt to kvpoold and stream the generated text to stdout as it\n"
@@ -526,6 +526,9 @@ static void generate_help(FILE *o)
 	      "      --no-cache         neither use nor publish prefix-cache blocks\n"
 	      "      --parse-special    special-token text in the prompt (\"<|eot_id|>\") becomes\n"
 	      "                         those tokens; by default it is plain text\n"
+	      "      --speculative M    on or off: draft tokens from the prompt and output and\n"
+	      "                         verify them in the decode step (greedy output\n"
+	      "                         unchanged); default: the daemon's (on for greedy)\n"
 	      "      --priority N       -1000 .. 1000: when the daemon is busy, higher\n"
 	      "                         priorities are admitted, prefilled and kept running\n"
 	      "                         first (default: your trust domain's, 0 unless the\n"
@@ -597,6 +600,7 @@ static int cmd_generate(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "parallel", required_argument, NULL, 'W' },
+		{ "speculative", required_argument, NULL, 'X' },
 		CACHE_OPTIONS,
 		{ 0 },
 	};
@@ -646,6 +650,14 @@ static int cmd_generate(int argc, char **argv)
 		case 'R':
 			p.priority = (int32_t)parse_i64(optarg, "--priority", KVP_PRIORITY_MIN,
 							KVP_PRIORITY_MAX);
+			break;
+		case 'X':
+			if (!strcmp(optarg, "on"))
+				p.speculative = KVP_SPECULATIVE_ON;
+			else if (!strcmp(optarg, "off"))
+				p.speculative = KVP_SPECULATIVE_OFF;
+			else
+				die_usage("--speculative: on or off, not '%s'", optarg);
 			break;
 		case 'j':
 			out.json = true;

@@ -648,6 +648,10 @@ static void request_of(const struct kvp_client *c, const struct kvp_client_param
 		r->flags |= KVP_GEN_NO_CACHE;
 	if (p->fit_context)
 		r->flags |= KVP_GEN_FIT_CONTEXT;
+	if (p->speculative == KVP_SPECULATIVE_ON)
+		r->flags |= KVP_GEN_SPEC_ON;
+	else if (p->speculative == KVP_SPECULATIVE_OFF)
+		r->flags |= KVP_GEN_SPEC_OFF;
 }
 
 KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_prompt *prompt,

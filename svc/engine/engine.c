@@ -664,6 +664,8 @@ int kvp_sched_new(struct kvp_sched **out, const struct kvp_sched_config *cfg)
 	if (!s->logits || !s->batch || !s->batch_seq || !s->pkeys || !s->parts || !s->part_seq ||
 	    !s->ev || !s->fork_logits)
 		goto err_bufs;
+	if (eng_spec_setup(s) < 0) /* may grow s->logits for the drafts' rows */
+		goto err_bufs;
 	if (cfg->tier) {
 		r = kvp_tiering_new(&s->tiering, cfg->tier, cfg->pool, cfg->index,
 				    cfg->tier_high_pct, cfg->tier_low_pct, eng_read_done, s);
@@ -895,6 +897,7 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	q->n_fill = r->n_tokens;
 	q->t_recv = r->t_recv_ns;
 	kvp_gen_init(&q->gen, s->cfg.tok, q->hist, r->n_tokens, r->max_new, !s->cfg.ignore_eos);
+	eng_spec_init(s, q, r->speculative);
 	free(r->tokens);		  /* ownership passes now that nothing can fail */
 	kvp_sched_sampling_free(r->samp); /* the sampler holds what it needs */
 	m->type = MSG_SUBMIT;

@@ -126,6 +126,8 @@ struct kvp_sched_hooks {
  * @remote_host:     this host's id in the store (borrowed; outlives the engine)
  * @remote_summary_s: with @remote: publish @index's chain summary every this many seconds
  *                   (svc/engine/routesum.h; 0: never)
+ * @speculative:     enum kvp_sched_spec: AUTO drafts for greedy requests (svc/engine/spec.c),
+ *                   OFF never; a request may ask otherwise
  */
 struct kvp_sched_config {
 	struct kvp_pool *pool;
@@ -158,6 +160,7 @@ struct kvp_sched_config {
 	uint32_t remote_domain;
 	const char *remote_host;
 	uint32_t remote_summary_s;
+	uint32_t speculative;
 };
 
 struct kvp_sched_sampling;
@@ -186,6 +189,7 @@ enum kvp_sched_op {
  * @op:              enum kvp_sched_op
  * @samp:            the sampling section (svc/engine/sampling.h), or NULL; ownership passes to
  *                   the engine on success, as @tokens'
+ * @speculative:     enum kvp_sched_spec: AUTO = the daemon's default
  */
 struct kvp_sched_req {
 	uint64_t conn;
@@ -203,6 +207,14 @@ struct kvp_sched_req {
 	bool has_cc;
 	uint32_t op;
 	struct kvp_sched_sampling *samp;
+	uint32_t speculative;
+};
+
+/* Speculative decoding asked for (struct kvp_sched_req.speculative, config.speculative). */
+enum kvp_sched_spec {
+	KVP_SCHED_SPEC_AUTO = 0, /* request: the daemon's default; config: on for greedy */
+	KVP_SCHED_SPEC_ON,	 /* greedy requests draft (sampled ones never, yet) */
+	KVP_SCHED_SPEC_OFF,	 /* never */
 };
 
 enum kvp_sched_ev_type {
@@ -290,6 +302,8 @@ struct kvp_sched_stats {
 	uint64_t cancels_received; /* cancel messages taken from the inbox */
 	uint64_t steps;		   /* engine steps that computed something */
 	uint64_t decode_rows;	   /* decode rows over those steps (a sequence each, a token) */
+	uint64_t spec_drafted;	   /* draft rows verified (speculative decoding) */
+	uint64_t spec_accepted;	   /* ... whose draft the model's pick agreed with */
 	uint64_t prefill_steps;	   /* ... steps that computed prompt positions */
 	uint64_t prefill_tokens;   /* ... prompt positions they computed (resumes included) */
 	uint64_t ttft_samples;

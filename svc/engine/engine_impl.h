@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "compute/draft.h"
 #include "compute/gen.h"
 #include "svc/engine/engine.h"
 #include "svc/engine/leases.h"
@@ -137,6 +138,16 @@ struct seq {
 	uint64_t step_recv;  /* st.steps when the engine took it from the inbox */
 	bool burst;	     /* FAIR: its prompt came with others', computed together (plan.c) */
 	uint32_t ttft_steps; /* usage: computing steps to the first token, that one's included */
+
+	/* speculative decoding (svc/engine/spec.c): drafts verified as extra decode rows */
+	bool spec;			       /* on for this request */
+	struct kvp_draft draft;		       /* its draft source, totals for usage */
+	int32_t spec_rows[1 + KVP_DRAFT_K_MAX]; /* this step's rows: last, then the drafts */
+	uint32_t spec_n;		       /* ... how many (1: no drafts) */
+	uint32_t spec_table0;		       /* n_table before the drafts' blocks */
+	uint32_t spec_taken;		       /* blocks taken for the drafts this step */
+	uint32_t spec_res;		       /* ... of which from its reservation */
+	uint32_t spec_drafted, spec_accepted;  /* usage: drafts verified, and kept */
 };
 
 struct seq_list {
@@ -260,6 +271,8 @@ struct kvp_sched {
 	struct seq **batch_seq;	    /* max_running */
 	struct prefill_key *pkeys;  /* max_running: prefill order */
 	struct kvp_fwd_part *parts; /* max_running: FAIR's mixed step, decode rows first */
+	uint32_t spec_max;	    /* most draft rows one step takes (0: speculation off) */
+	uint32_t spec_rows;	    /* draft rows in this step's plan (logits rows past nd) */
 	struct seq **part_seq;	    /* max_running: the prefilling sequence of each chunk */
 	struct kvp_sched_stats st;  /* engine's own copy, published to snap */
 	/* the sample rings (util/samples.h), ms: TTFT of the last TTFT_RING requests, the
@@ -398,6 +411,12 @@ void eng_wake_waiters(struct kvp_sched *s);
 
 /* plan.c (the step plan, compute, calibration) */
 extern const struct eng_policy eng_policies[];
+/* @q sampled @token: emit it, or end @q.  Return: whether @q is still running */
+bool eng_took_token(struct kvp_sched *s, struct seq *q, int32_t token);
+/* @q's next token from @logits */
+int32_t eng_sample(struct kvp_sched *s, struct seq *q, float *logits);
+/* the time a step may take while @nd sequences decode (FAIR) */
+double eng_budget_decoding(struct kvp_sched *s, uint32_t nd);
 /* measure the model for the step budgets (the policies that use them) */
 void eng_calibrate(struct kvp_sched *s);
 
@@ -425,6 +444,23 @@ void eng_writeback_step(struct kvp_sched *s);
 void eng_pin_finish(struct kvp_sched *s, struct seq *q);
 /* one inbox message (the table of handlers) */
 void eng_handle_msg(struct kvp_sched *s, struct msg *m);
+
+/* spec.c (speculative decoding: drafts as extra decode rows, verification, rollback) */
+/* the engine can draft (policy, forward, K/V type): sets spec_max; -ENOMEM */
+int eng_spec_setup(struct kvp_sched *s);
+/* whether a new request @q asking @mode (enum kvp_sched_spec) drafts */
+void eng_spec_init(struct kvp_sched *s, struct seq *q, uint32_t mode);
+/*
+ * FAIR, after the @nd decode rows of s->parts: the drafts of each speculating sequence
+ * as extra rows of its part, within the step's time budget (*@rows, *@attn grow), with
+ * the blocks they write; sets s->spec_rows
+ */
+void eng_spec_plan(struct kvp_sched *s, uint32_t nd, double *rows, double *attn);
+/*
+ * The step of @nd decode parts (drafts included) ran in @dt ns, returning @r; @np
+ * prefill parts ran with them: verify, keep, sample, roll back what was rejected
+ */
+void eng_spec_finish(struct kvp_sched *s, uint32_t nd, uint32_t np, int r, uint64_t dt);
 
 /* usage.c (usage and the stats snapshot) */
 /* add ending @q's usage to the sums */

@@ -41,8 +41,9 @@ static int fwd_decode(struct kvp_sched *s, uint32_t n)
 /*
  * @q sampled @token: emit it, end the request when it should stop.  EOS ends the
  * request without being sent or counted, as kvpool-run does offline (compute/gen.c).
+ * Return: whether @q still runs (false: it ended and is freed).
  */
-static void took_token(struct kvp_sched *s, struct seq *q, int32_t token)
+bool eng_took_token(struct kvp_sched *s, struct seq *q, int32_t token)
 {
 	uint64_t t = now_ns(s);
 	enum kvp_gen_next next;
@@ -69,8 +70,10 @@ static void took_token(struct kvp_sched *s, struct seq *q, int32_t token)
 		q->hist[q->gen.n_prompt + q->gen.n_generated - 1] = token;
 		eng_emit_token(s, q, token);
 	}
-	if (next != KVP_GEN_CONTINUE)
-		eng_seq_end(s, q, KVP_OK, false, NULL);
+	if (next == KVP_GEN_CONTINUE)
+		return true;
+	eng_seq_end(s, q, KVP_OK, false, NULL);
+	return false;
 }
 
 /*
@@ -78,7 +81,7 @@ static void took_token(struct kvp_sched *s, struct seq *q, int32_t token)
  * every end-of-generation id once @q has kept that many tokens, so a model with
  * synthetic weights ends its turns like a trained one.
  */
-static int32_t sample(struct kvp_sched *s, struct seq *q, float *logits)
+int32_t eng_sample(struct kvp_sched *s, struct seq *q, float *logits)
 {
 	if (s->cfg.test_eog_after && q->gen.n_generated >= s->cfg.test_eog_after)
 		for (size_t i = 0; i < s->n_eog; i++)
@@ -149,7 +152,7 @@ static int fork_seq(struct kvp_sched *s, struct seq *q, uint32_t i)
 	s->st.cache.continuations++;
 	/* its own sampler over the same logits: the copy, since sampling may change them */
 	memcpy(s->fork_logits + s->n_vocab, s->fork_logits, (size_t)s->n_vocab * sizeof(float));
-	took_token(s, c, sample(s, c, s->fork_logits + s->n_vocab));
+	eng_took_token(s, c, eng_sample(s, c, s->fork_logits + s->n_vocab));
 	return 0;
 }
 
@@ -179,7 +182,7 @@ static void prefill_done(struct kvp_sched *s, struct seq *q, float *logits)
 						break;
 			}
 		}
-		took_token(s, q, sample(s, q, logits));
+		eng_took_token(s, q, eng_sample(s, q, logits));
 	}
 }
 
@@ -360,7 +363,7 @@ static void decode_finish(struct kvp_sched *s, uint32_t n, int r)
 			continue;
 		}
 		kvp_gen_decoded(&q->gen);
-		took_token(s, q, sample(s, q, s->logits + (size_t)i * s->n_vocab));
+		eng_took_token(s, q, eng_sample(s, q, s->logits + (size_t)i * s->n_vocab));
 	}
 }
 
@@ -389,7 +392,7 @@ static bool decode_step(struct kvp_sched *s)
  * row at two steps); prefill gets the rest, at least one token.  An explicit
  * step_target_ms replaces it, with prefill given at least what the rows cost.
  */
-static double budget_decoding(struct kvp_sched *s, uint32_t nd)
+double eng_budget_decoding(struct kvp_sched *s, uint32_t nd)
 {
 	double dec = kvp_stepcost_decode_ns(&s->cost, nd), t;
 
@@ -499,7 +502,8 @@ static uint32_t plan_prefill(struct kvp_sched *s, uint32_t nd, uint32_t held, ui
 {
 	struct prefill_key *keys = s->pkeys;
 	uint32_t n_keys = 0, n_plan = 0;
-	uint32_t tokens_left = s->cfg.prefill_chunk;
+	/* draft rows come out of the same rows (eng_spec_plan() leaves at least one) */
+	uint32_t tokens_left = s->cfg.prefill_chunk - s->spec_rows;
 	uint64_t t = now_ns(s);
 	uint64_t aging_ns = (uint64_t)s->cfg.aging_ms * 1000000;
 	bool ended = false;
@@ -516,7 +520,7 @@ static uint32_t plan_prefill(struct kvp_sched *s, uint32_t nd, uint32_t held, ui
 		return 0;
 	qsort(keys, n_keys, sizeof(keys[0]), prefill_cmp);
 	if (held) {
-		limit = budget_decoding(s, nd);
+		limit = eng_budget_decoding(s, nd);
 	} else {
 		/*
 		 * a step alone, and what the burst's rows riding along add to it (priced
@@ -630,6 +634,9 @@ static bool mixed_step(struct kvp_sched *s)
 						     .n = 1 };
 		attn += (double)s->batch[i].pos + 1;
 	}
+	s->spec_rows = 0;
+	if (s->spec_max)
+		eng_spec_plan(s, nd, &rows, &attn); /* drafts: rows of their decode parts */
 	held = burst_held(s, nd, &width);
 	np = plan_prefill(s, nd, held, width, &rows, &attn);
 	if (!nd && !np)
@@ -637,13 +644,14 @@ static bool mixed_step(struct kvp_sched *s)
 	t0 = now_ns(s);
 	r = fwd_step(s, nd, np);
 	dt = now_ns(s) - t0;
-	if (np)
+	/* a step with drafts is no decode step of nd alone */
+	if (np || s->spec_rows)
 		kvp_stepcost_observe_step(&s->cost, rows, attn, (double)dt);
 	else
 		kvp_stepcost_observe_decode(&s->cost, nd, (double)dt);
 	s->st.decode_rows += nd;
 	s->st.prefill_steps += np != 0;
-	s->st.prefill_tokens += (uint64_t)(rows - nd);
+	s->st.prefill_tokens += (uint64_t)(rows - nd - s->spec_rows);
 	/* first tokens before the streams' next ones (prefill_advanced flushes them) */
 	for (uint32_t i = 0; i < np; i++) {
 		struct seq *q = s->part_seq[i];
@@ -654,9 +662,12 @@ static bool mixed_step(struct kvp_sched *s)
 			continue;
 		}
 		prefill_advanced(s, q, s->parts[nd + i].n, dt,
-				 s->logits + (size_t)(nd + i) * s->n_vocab);
+				 s->logits + (size_t)(nd + s->spec_rows + i) * s->n_vocab);
 	}
-	decode_finish(s, nd, r);
+	if (s->spec_max)
+		eng_spec_finish(s, nd, np, r, dt);
+	else
+		decode_finish(s, nd, r);
 	return true;
 }
 
@@ -798,7 +809,7 @@ void eng_calibrate(struct kvp_sched *s)
 		"+ %.3f ms per token + %.5f ms per token per position; step budget %.1f ms "
 		"while one stream decodes (%.0f%% of its step), %.1f ms for prefill alone",
 		given ? "given" : "measured", s->cost.d1 / 1e6, s->cost.p0 / 1e6, s->cost.p1 / 1e6,
-		s->cost.p2 / 1e6, budget_decoding(s, 1) / 1e6, s->itl_x * 100,
+		s->cost.p2 / 1e6, eng_budget_decoding(s, 1) / 1e6, s->itl_x * 100,
 		budget_alone(s, 0) / 1e6);
 }
 

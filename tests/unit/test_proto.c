@@ -658,7 +658,16 @@ static void test_chat_frames(void **state)
 	assert_int_equal(o.flags, KVP_CHAT_NO_THINKING);
 	c = chat(3), c.flags = KVP_CHAT_THINKING | KVP_CHAT_NO_THINKING;
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
-	c = chat(3), c.flags = KVP_CHAT_NO_THINKING << 1;
+	/* speculative decoding on or off likewise */
+	c = chat(3), c.flags = KVP_CHAT_SPEC_ON;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_OK);
+	assert_int_equal(o.flags, KVP_CHAT_SPEC_ON);
+	c = chat(3), c.flags = KVP_CHAT_SPEC_OFF;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_OK);
+	assert_int_equal(o.flags, KVP_CHAT_SPEC_OFF);
+	c = chat(3), c.flags = KVP_CHAT_SPEC_ON | KVP_CHAT_SPEC_OFF;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
+	c = chat(3), c.flags = KVP_CHAT_SPEC_OFF << 1;
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
 	c = chat(3), c.priority = 1001; /* a value: refused as invalid, not as structure */
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);

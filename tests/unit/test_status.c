@@ -142,7 +142,7 @@ static void fill_busy(struct kvp_status_snap *s)
 			.itl_count = 1919990, .itl_sum_ms = 40123456.5,
 			.itl_p50_ms = 21.5, .itl_p99_ms = 230.25, .itl_max_ms = 3001.125,
 			.step_p50_ms = 18.75, .step_p99_ms = 140.5, .step_max_ms = 2999.5,
-			.steps = 2100000, .decode_rows = 1919990, .prefill_steps = 90000,
+			.steps = 2100000, .decode_rows = 1919990, .spec_drafted = 800000, .spec_accepted = 500000, .prefill_steps = 90000,
 			.prefill_tokens = 11000000,
 			.step_target_ms = 33.75, .prefill_step_ms = 123.5,
 			.calib_decode_ms = 13.5, .calib_call_ms = 12.3, .calib_token_ms = 1.3125,

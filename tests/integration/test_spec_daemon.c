@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_spec_daemon.c - speculative decoding in kvpoold (issue 28): two real daemons on
+ * the same quantized file (rows exact: svc/engine/spec.c drafts there), one speculating
+ * (the default), one with scheduler.speculative = no, get the same requests through the
+ * client library: seeded prompts, repetitive (drafts found and mostly kept) and not
+ * (drafts rare and mostly rejected), first past the cache, then through it, then each
+ * prompt continued on its own reply (the reply's published blocks are read back: a
+ * rejected draft's K/V published there would change what follows), then four at once
+ * (drafts in batches, next to prefill chunks).  Every greedy reply is the same token
+ * for token; the speculating daemon verified and kept drafts and rejected some; after
+ * the same requests both pools hold the same blocks (used, cached, index entries,
+ * evictions) and no request is left holding one.  Per request, the GENERATE flags turn it
+ * off (nothing drafted) or on, with the same reply.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "compute/mkmodel.h"
+#include "kvpd.h"
+
+#define N_REQ 16
+#define N_GEN 48
+#define MAX_PROMPT 160
+#define N_CONC 4
+
+struct fix {
+	struct kvpd on, off;
+};
+
+struct prompt {
+	int32_t ids[MAX_PROMPT + KVPD_GEN_MAX];
+	uint32_t n;
+};
+
+static uint32_t rnd(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return (uint32_t)(*s >> 16);
+}
+
+/* Prompt @i: even ones repeat a short random pattern (with an edit), odd ones are random. */
+static void make_prompt(struct prompt *p, uint32_t i, uint32_t n_vocab)
+{
+	uint64_t s = 0x9e3779b97f4a7c15ull * (i + 1);
+	uint32_t len = 24 + rnd(&s) % (MAX_PROMPT - 24);
+	int32_t pat[32];
+	uint32_t plen = 4 + rnd(&s) % 28;
+
+	for (uint32_t k = 0; k < plen; k++)
+		pat[k] = (int32_t)(3 + rnd(&s) % (n_vocab - 3));
+	for (uint32_t k = 0; k < len; k++)
+		p->ids[k] = i % 2 ? (int32_t)(3 + rnd(&s) % (n_vocab - 3)) : pat[k % plen];
+	if (i % 2 == 0)
+		p->ids[len / 2] = (int32_t)(3 + rnd(&s) % (n_vocab - 3));
+	p->n = len;
+}
+
+/*
+ * kvpoold on @model, drafting or not; the step costs given, not measured, so that what
+ * is drafted depends on the requests alone (the cost model then prices the draft rows
+ * the same in every run: the counts below cannot move with the machine's load).
+ */
+static int start(struct kvpd *d, const char *model, bool spec)
+{
+	const char *args[] = { "--model",
+			       model,
+			       "--pool-size",
+			       "32M",
+			       "--ignore-eos",
+			       "--cost-call-us=1000",
+			       "--cost-token-us=10",
+			       spec ? "--speculative=yes" : "--speculative=no",
+			       NULL };
+
+	if (kvpd_start(d, 120, args) < 0) {
+		kvpd_dump_log(d);
+		return -1;
+	}
+	return 0;
+}
+
+static int setup(void **state)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+	struct kvp_mkmodel_opts o;
+	char model[512];
+
+	if (!f || kvpd_init(&f->off) < 0)
+		return -1;
+	if (kvp_mkmodel_preset(&o, "tinyq") < 0)
+		return -1;
+	o.type = (uint32_t)kvp_mkmodel_type_parse("q8_0");
+	snprintf(model, sizeof(model), "%s/tinyq-q8_0.gguf", f->off.dir);
+	if (kvp_mkmodel_write(model, &o, NULL, 0) < 0)
+		return -1;
+	/* the model file lives in off's directory */
+	if (kvpd_init(&f->on) < 0 || start(&f->on, model, true) < 0 ||
+	    start(&f->off, model, false) < 0)
+		return -1;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fix *f = *state;
+
+	kvpd_cleanup(&f->on);
+	kvpd_cleanup(&f->off);
+	free(f);
+	return 0;
+}
+
+static void same_reply(struct kvpd *on, struct kvpd *off, const struct prompt *p, bool no_cache,
+		       struct kvpd_gen *a)
+{
+	struct kvpd_gen b;
+
+	assert_int_equal(kvpd_generate(on->sock, p->ids, p->n, N_GEN, no_cache, a), 0);
+	assert_int_equal(kvpd_generate(off->sock, p->ids, p->n, N_GEN, no_cache, &b), 0);
+	assert_int_equal(a->n, N_GEN);
+	assert_int_equal(b.n, N_GEN);
+	assert_memory_equal(a->ids, b.ids, sizeof(a->ids));
+	assert_int_equal(a->u.generated_tokens, b.u.generated_tokens);
+	assert_int_equal(a->u.cached_tokens, b.u.cached_tokens);
+}
+
+struct conc {
+	const char *sock;
+	const struct prompt *p;
+	struct kvpd_gen g;
+};
+
+static void *conc_run(void *arg)
+{
+	struct conc *c = arg;
+
+	kvpd_generate(c->sock, c->p->ids, c->p->n, N_GEN, true, &c->g);
+	return NULL;
+}
+
+static void test_greedy_same(void **state)
+{
+	struct fix *f = *state;
+	static struct prompt p[N_REQ];
+	struct kvpd_gen a;
+	uint32_t n_vocab = 256;
+	const char *keys[] = { "pool.blocks_used", "pool.blocks_cached", "index.entries",
+			       "index.evictions" };
+	double drafted, accepted;
+
+	assert_true(kvpd_log_has(&f->on, "speculative decoding on"));
+	assert_false(kvpd_log_has(&f->off, "speculative decoding on"));
+	for (uint32_t i = 0; i < N_REQ; i++)
+		make_prompt(&p[i], i, n_vocab);
+	/* past the cache, then through it (publishing prompt and reply blocks) */
+	for (uint32_t i = 0; i < N_REQ; i++)
+		same_reply(&f->on, &f->off, &p[i], true, &a);
+	for (uint32_t i = 0; i < N_REQ; i++) {
+		same_reply(&f->on, &f->off, &p[i], false, &a);
+		/* continued on its own reply: the reply's full blocks are read back */
+		memcpy(p[i].ids + p[i].n, a.ids, N_GEN * sizeof(int32_t));
+		p[i].n += N_GEN;
+	}
+	for (uint32_t i = 0; i < N_REQ; i++) {
+		same_reply(&f->on, &f->off, &p[i], false, &a);
+		assert_true(a.u.cached_tokens >= (p[i].n - 1) / 16 * 16 - 16);
+	}
+	/* batches: N_CONC at once on the speculating daemon, against off's replies alone */
+	for (uint32_t i = 0; i + N_CONC <= N_REQ; i += N_CONC) {
+		struct conc c[N_CONC];
+		pthread_t t[N_CONC];
+
+		for (uint32_t k = 0; k < N_CONC; k++) {
+			c[k] = (struct conc){ .sock = f->on.sock, .p = &p[i + k] };
+			assert_int_equal(pthread_create(&t[k], NULL, conc_run, &c[k]), 0);
+		}
+		for (uint32_t k = 0; k < N_CONC; k++) {
+			struct kvpd_gen b;
+
+			pthread_join(t[k], NULL);
+			assert_int_equal(c[k].g.rc, 0);
+			assert_int_equal(kvpd_generate(f->off.sock, p[i + k].ids, p[i + k].n, N_GEN,
+						       true, &b),
+					 0);
+			assert_memory_equal(c[k].g.ids, b.ids, sizeof(b.ids));
+		}
+	}
+	drafted = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
+	accepted = kvpd_status_num(&f->on, "scheduler.spec_accepted", -1);
+	print_message("drafted %.0f accepted %.0f\n", drafted, accepted);
+	assert_true(accepted > 0);
+	assert_true(drafted > accepted); /* some were rejected, and rolled back */
+	assert_true(kvpd_status_num(&f->off, "scheduler.spec_drafted", -1) == 0);
+	/* the same blocks held, cached and indexed after the same requests */
+	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+		double x = kvpd_status_num(&f->on, keys[k], -1),
+		       y = kvpd_status_num(&f->off, keys[k], -2);
+
+		print_message("%s: %.0f %.0f\n", keys[k], x, y);
+		assert_true(x == y);
+	}
+	assert_true(kvpd_status_num(&f->on, "pool.blocks_used", -1) == 0);
+}
+
+static int collect(void *arg, const int32_t *t, uint32_t n, const char *text, uint32_t tl)
+{
+	struct kvpd_gen *o = arg;
+
+	(void)text, (void)tl;
+	for (uint32_t i = 0; i < n && o->n < KVPD_GEN_MAX; i++)
+		o->ids[o->n++] = t[i];
+	return 0;
+}
+
+/* @p's greedy reply from @sock, asking speculative @mode (KVP_SPECULATIVE_*). */
+static int gen_mode(const char *sock, const struct prompt *p, uint32_t mode, struct kvpd_gen *o)
+{
+	struct kvp_client_prompt pr = { .tokens = p->ids, .n_tokens = p->n };
+	struct kvp_client_params cp;
+	struct kvp_client *k = NULL;
+	int r;
+
+	memset(o, 0, sizeof(*o));
+	kvp_client_params_init(&cp);
+	cp.max_new_tokens = N_GEN;
+	cp.no_cache = true;
+	cp.speculative = mode;
+	r = kvp_client_connect(&k, sock);
+	if (!r)
+		r = kvp_client_generate(k, &pr, &cp, collect, o, &o->u);
+	kvp_client_close(k);
+	return r;
+}
+
+/* The GENERATE flags: off drafts nothing, on and the default the same reply. */
+static void test_per_request(void **state)
+{
+	struct fix *f = *state;
+	struct prompt p;
+	struct kvpd_gen a, b, c;
+	double d0, d1, d2;
+
+	make_prompt(&p, 2, 256);
+	d0 = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
+	assert_int_equal(gen_mode(f->on.sock, &p, KVP_SPECULATIVE_OFF, &a), 0);
+	d1 = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
+	assert_true(d1 == d0);
+	assert_int_equal(gen_mode(f->on.sock, &p, KVP_SPECULATIVE_ON, &b), 0);
+	d2 = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
+	assert_true(d2 > d1);
+	assert_int_equal(gen_mode(f->on.sock, &p, KVP_SPECULATIVE_DEFAULT, &c), 0);
+	assert_true(kvpd_status_num(&f->on, "scheduler.spec_drafted", -1) > d2);
+	assert_int_equal(a.n, N_GEN);
+	assert_memory_equal(a.ids, b.ids, sizeof(a.ids));
+	assert_memory_equal(a.ids, c.ids, sizeof(a.ids));
+	/* a daemon configured off never drafts, whatever the request asks */
+	d0 = kvpd_status_num(&f->off, "scheduler.spec_drafted", -1);
+	assert_int_equal(gen_mode(f->off.sock, &p, KVP_SPECULATIVE_ON, &b), 0);
+	assert_memory_equal(a.ids, b.ids, sizeof(a.ids));
+	assert_true(kvpd_status_num(&f->off, "scheduler.spec_drafted", -1) == d0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_greedy_same),
+		cmocka_unit_test(test_per_request),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
