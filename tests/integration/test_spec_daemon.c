@@ -2,8 +2,8 @@
 /*
  * test_spec_daemon.c - speculative decoding in kvpoold (issue 28): two real daemons on
  * the same quantized file (rows exact: svc/engine/spec.c drafts there), one speculating
- * (the default), one with scheduler.speculative = no, get the same requests through the
- * client library: seeded prompts, repetitive (drafts found and mostly kept) and not
+ * (scheduler.speculative = yes), one not (no, the default), get the same requests through
+ * the client library: seeded prompts, repetitive (drafts found and mostly kept) and not
  * (drafts rare and mostly rejected), first past the cache, then through it, then each
  * prompt continued on its own reply (the reply's published blocks are read back: a
  * rejected draft's K/V published there would change what follows), then four at once
