@@ -84,7 +84,7 @@ struct kvp_client_params {
 	bool no_cache;
 	bool parse_special;
 	int32_t priority;
-	bool fit_context; /* max_new_tokens is a ceiling: the daemon lowers it to what the
+	bool fit_context;     /* max_new_tokens is a ceiling: the daemon lowers it to what the
 			     model's context leaves after the prompt (else prompt +
 			     max_new_tokens beyond the context is refused, KVP_E_LIMIT) */
 	uint32_t speculative; /* KVP_SPECULATIVE_*: drafts verified in the decode step

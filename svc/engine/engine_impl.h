@@ -140,14 +140,14 @@ struct seq {
 	uint32_t ttft_steps; /* usage: computing steps to the first token, that one's included */
 
 	/* speculative decoding (svc/engine/spec.c): drafts verified as extra decode rows */
-	bool spec;			       /* on for this request */
-	struct kvp_draft draft;		       /* its draft source, totals for usage */
+	bool spec;				/* on for this request */
+	struct kvp_draft draft;			/* its draft source, totals for usage */
 	int32_t spec_rows[1 + KVP_DRAFT_K_MAX]; /* this step's rows: last, then the drafts */
-	uint32_t spec_n;		       /* ... how many (1: no drafts) */
-	uint32_t spec_table0;		       /* n_table before the drafts' blocks */
-	uint32_t spec_taken;		       /* blocks taken for the drafts this step */
-	uint32_t spec_res;		       /* ... of which from its reservation */
-	uint32_t spec_drafted, spec_accepted;  /* usage: drafts verified, and kept */
+	uint32_t spec_n;			/* ... how many (1: no drafts) */
+	uint32_t spec_table0;			/* n_table before the drafts' blocks */
+	uint32_t spec_taken;			/* blocks taken for the drafts this step */
+	uint32_t spec_res;			/* ... of which from its reservation */
+	uint32_t spec_drafted, spec_accepted;	/* usage: drafts verified, and kept */
 };
 
 struct seq_list {
