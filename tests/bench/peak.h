@@ -25,6 +25,15 @@ void kvp_bench_peak_avx512(struct kvp_bench_peak *p, int threads);
 void kvp_bench_peak_avx2(struct kvp_bench_peak *p, int threads);
 
 /*
+ * The AVX2 roofs' loops themselves, one thread's share, for benchmarks that time them
+ * their own way (tile_ceiling.c): per iteration KVP_BENCH_AVX2_NACC vfmadd231ps ymm
+ * (16 ops each), or as many vpmaddubsw + vpmaddwd + vpaddd (64 ops each).
+ */
+#define KVP_BENCH_AVX2_NACC 12
+void kvp_bench_fma_ymm(long iters);
+void kvp_bench_maddubs_ymm(long iters);
+
+/*
  * kvp_bench_peak_rate() - GOP/s of @threads threads (1..64) each calling @fn(@iters)
  * at once, @fn doing @ops operations per iteration: the median of 5 timings after a
  * short call that wakes the vector unit up.  Built without ISA flags: the callers above.

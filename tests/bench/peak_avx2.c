@@ -10,12 +10,12 @@
 
 #include <immintrin.h>
 
-#define NACC 12
+#define NACC KVP_BENCH_AVX2_NACC
 #define ITERS (1L << 22)
 
 static volatile float sink;
 
-__attribute__((noinline)) static void fma_ymm(long iters)
+__attribute__((noinline)) void kvp_bench_fma_ymm(long iters)
 {
 	__m256 acc[NACC];
 	const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-6f);
@@ -36,7 +36,7 @@ __attribute__((noinline)) static void fma_ymm(long iters)
  * of the loop; the loop-carried chain (3 dependent instructions) is covered by NACC
  * chains in flight.  The values wrap: only the rate matters.
  */
-__attribute__((noinline)) static void maddubs(long iters)
+__attribute__((noinline)) void kvp_bench_maddubs_ymm(long iters)
 {
 	__m256i acc[NACC];
 	const __m256i b = _mm256_set1_epi8(-2), one = _mm256_set1_epi16(1);
@@ -57,8 +57,8 @@ __attribute__((noinline)) static void maddubs(long iters)
 void kvp_bench_peak_avx2(struct kvp_bench_peak *p, int threads)
 {
 	/* per iteration NACC times: 8 lanes x multiply + add; 32 u8 x s8 pairs x 2 */
-	p->f32 = kvp_bench_peak_rate(fma_ymm, ITERS, NACC * 16, threads);
-	p->int8 = kvp_bench_peak_rate(maddubs, ITERS, NACC * 64, threads);
+	p->f32 = kvp_bench_peak_rate(kvp_bench_fma_ymm, ITERS, NACC * 16, threads);
+	p->int8 = kvp_bench_peak_rate(kvp_bench_maddubs_ymm, ITERS, NACC * 64, threads);
 	p->bf16 = 0;
 	p->f32_insn = "vfmadd231ps ymm";
 	p->int8_insn = "vpmaddubsw+vpmaddwd+vpaddd ymm";

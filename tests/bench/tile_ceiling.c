@@ -16,6 +16,8 @@
  *    tokens (L2), as the panel form runs them.
  * Not a test and not a benchmark suite entry: `build/tests/bench/kvp-tile-ceiling`.
  */
+#include "tests/bench/peak.h"
+
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -114,41 +116,7 @@ MIX(q4_4, MIX_Q4, 4)
 MIX(q4_6, MIX_Q4, 6)
 MIX(naive_4, MIX_NAIVE, 4)
 
-#define NACC 12
-
-__attribute__((noinline)) static void int8_roof(long iters)
-{
-	const __m256i b = _mm256_set1_epi8(-2), one = _mm256_set1_epi16(1);
-	__m256i acc[NACC];
-
-	for (int i = 0; i < NACC; i++)
-		acc[i] = _mm256_set1_epi32(i);
-	for (long n = 0; n < iters; n++)
-#pragma GCC unroll 16
-		for (int i = 0; i < NACC; i++)
-			acc[i] = _mm256_add_epi32(acc[i],
-						  _mm256_madd_epi16(_mm256_maddubs_epi16(acc[i], b),
-								    one));
-	for (int i = 1; i < NACC; i++)
-		acc[0] = _mm256_add_epi32(acc[0], acc[i]);
-	sink = (float)_mm256_extract_epi32(acc[0], 0);
-}
-
-__attribute__((noinline)) static void fma_roof(long iters)
-{
-	const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-6f);
-	__m256 acc[NACC];
-
-	for (int i = 0; i < NACC; i++)
-		acc[i] = _mm256_set1_ps((float)i);
-	for (long n = 0; n < iters; n++)
-#pragma GCC unroll 16
-		for (int i = 0; i < NACC; i++)
-			acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-	for (int i = 1; i < NACC; i++)
-		acc[0] = _mm256_add_ps(acc[0], acc[i]);
-	sink = _mm256_cvtss_f32(acc[0]);
-}
+#define NACC KVP_BENCH_AVX2_NACC
 
 /* htile()'s step: 4 panel rows (HP_PS floats apart) x 3 tokens (@xs floats apart) */
 #define PS 520
@@ -265,7 +233,7 @@ int main(void)
 	for (int i = 0; i < 8 * PS; i++)
 		pan[i] = 1e-3f * (float)(i % 7);
 
-	roof = rate(int8_roof, it, NACC * 64);
+	roof = rate(kvp_bench_maddubs_ymm, it, NACC * 64);
 	printf("one thread, thread CPU time, best of 5\n");
 	printf("int8 roof (vpmaddubsw+vpmaddwd+vpaddd): %.1f GOP/s\n", roof);
 	for (size_t m = 0; m < sizeof(mixes) / sizeof(mixes[0]); m++) {
@@ -273,7 +241,7 @@ int main(void)
 
 		printf("  %-34s %6.1f GOP/s  %.2f of the roof\n", mixes[m].what, g, g / roof);
 	}
-	fma = rate(fma_roof, it, NACC * 16);
+	fma = rate(kvp_bench_fma_ymm, it, NACC * 16);
 	printf("f32 roof (vfmadd231ps ymm): %.1f GFLOP/s\n", fma);
 	for (int l = 0; l < 2; l++) {
 		double g = rate(l ? htile_l2 : htile_l1, it / 64, 2.0 * 2 * 12 * KC);
