@@ -811,6 +811,10 @@ static int read_file_header(struct kvp_tier *t, const struct stat *st, enum file
 		return 0;
 	}
 	t->st.reset = 1;
+	/* counted apart: a K/V type change is an operator's choice that costs a recompute of
+	 * everything the file held, not damage */
+	if (r == 0 && h.shape.dtype != t->lay.shape.dtype)
+		t->st.type_resets = 1;
 	*plan = PLAN_RESET;
 	return 0;
 }

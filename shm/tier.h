@@ -135,6 +135,8 @@ struct kvp_tier_stats {
 	uint32_t fixed_buffers;	    /* 1 if the pool is registered with io_uring */
 	uint32_t sparse;	    /* 1 if the file system could not preallocate */
 	uint32_t reset;		    /* 1 if open (re)initialised the file (new, other model...) */
+	uint64_t type_resets;	    /* 1 if it did so because the file was written with
+					 * another K/V type (its blocks recomputed) */
 	/* the rebuild scan at open */
 	uint64_t scan_slots;   /* slots looked at */
 	uint64_t scan_valid;   /* sound blocks (kept) */

@@ -311,6 +311,7 @@ static int open_tier(struct kvp_domain *dom, const struct kvp_model *m,
 {
 	struct kvp_tier_config tc = { .path = dom->tier_path, .max_bytes = dom->tier_bytes };
 	struct kvp_tier_stats st;
+	const char *how;
 	uint64_t t0;
 	double secs, gib;
 	int r;
@@ -341,13 +342,15 @@ static int open_tier(struct kvp_domain *dom, const struct kvp_model *m,
 		return 0;
 	}
 	gib = (double)st.file_bytes / (1u << 30);
+	how = st.type_resets ? ", re-initialised (written with another K/V type)" :
+	      st.reset	     ? ", new or re-initialised" :
+			       "";
 	kvp_log(LOG_INFO,
 		"tier: %s: %llu slots of %llu KiB (%.2f GiB)%s; rebuilt %llu blocks (scanned %llu "
 		"slots: %llu sound, %llu empty, %llu corrupt, %llu foreign; %llu orphans) in "
 		"%.3f s, %.3f s per GiB",
 		dom->tier_path, (unsigned long long)st.slots,
-		(unsigned long long)(st.slot_bytes >> 10), gib,
-		st.reset ? ", new or re-initialised" : "", (unsigned long long)st.rebuilt,
+		(unsigned long long)(st.slot_bytes >> 10), gib, how, (unsigned long long)st.rebuilt,
 		(unsigned long long)st.scan_slots, (unsigned long long)st.scan_valid,
 		(unsigned long long)st.scan_empty, (unsigned long long)st.scan_corrupt,
 		(unsigned long long)st.scan_foreign, (unsigned long long)st.orphans, secs,

@@ -180,7 +180,7 @@ static void add_tier(struct kvp_tiering_stats *sum, const struct kvp_tiering_sta
 	ADD(tier.errors), ADD(tier.in_flight), ADD(tier.scan_slots), ADD(tier.scan_valid);
 	ADD(tier.scan_empty), ADD(tier.scan_corrupt), ADD(tier.scan_foreign);
 	ADD(tier.scan_bytes), ADD(tier.scan_ns), ADD(tier.rebuilt), ADD(tier.orphans);
-	ADD(tier.duplicates), ADD(tier.reload_samples);
+	ADD(tier.duplicates), ADD(tier.reload_samples), ADD(tier.type_resets);
 	MAXOF(tier.reload_p50_ns), MAXOF(tier.reload_p99_ns);
 	if (!sum->tier.degraded)
 		sum->tier.degraded = x->tier.degraded;

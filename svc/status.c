@@ -371,6 +371,9 @@ static const struct def defs[] = {
 	J("tier", "scan_corrupt", K_U64, sched.tier.tier.scan_corrupt),
 	J("tier", "scan_foreign", K_U64, sched.tier.tier.scan_foreign),
 	J("tier", "scan_ms", K_MS, tier_scan_ms),
+	JP("tier", "type_resets", K_U64, sched.tier.tier.type_resets, "tier_type_resets_total", "",
+	   "counter", "Tier files reset at start because they were written with another K/V type.",
+	   1),
 
 	/* the remote tier (docs/remote.md "In the daemon"); sched.remote.tier: this domain's */
 	JP("remote", "state", K_STR, remote_state, "remote_state", "state", "gauge",

@@ -341,8 +341,8 @@ static void test_roundtrip_reload_restart_int4(void **state)
 
 /*
  * A tier file written by an f16 daemon is not served to a daemon of quantized type @q
- * (the header's shape differs: the file is reset, nothing rebuilt), and the other way
- * round; the output is each type's cold one.
+ * (the header's shape differs: the file is reset, nothing rebuilt, tier.type_resets 1),
+ * and the other way round; the output is each type's cold one.
  */
 static void other_dtype_not_served(struct fixture *f, const char *q)
 {
@@ -352,10 +352,13 @@ static void other_dtype_not_served(struct fixture *f, const char *q)
 	fill(a, PROMPT);
 	strcpy(f->dtype, q);
 	assert_int_equal(start(f), 0);
+	assert_true(status_num(f, "tier.type_resets") == 0); /* a new file */
 	assert_int_equal(gen(f, a, PROMPT, true, &cold8), 0);
 	kvpd_stop(&f->d);
 	strcpy(f->dtype, "f16");
 	assert_int_equal(start(f), 0);
+	assert_true(status_num(f, "tier.type_resets") == 1); /* written by @q */
+	assert_true(kvpd_log_has(&f->d, "written with another K/V type"));
 	assert_int_equal(gen(f, a, PROMPT, true, &cold16), 0);
 	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
 	push_out(f, 24);
@@ -364,6 +367,7 @@ static void other_dtype_not_served(struct fixture *f, const char *q)
 	strcpy(f->dtype, q);
 	assert_int_equal(start(f), 0);
 	assert_true(status_num(f, "tier.rebuilt") == 0);
+	assert_true(status_num(f, "tier.type_resets") == 1);
 	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
 	assert_int_equal(o.u.cached_tokens_disk, 0);
 	assert_int_equal(o.u.cached_tokens, 0);
@@ -379,9 +383,17 @@ static void other_dtype_not_served(struct fixture *f, const char *q)
 	strcpy(f->dtype, "f16");
 	assert_int_equal(start(f), 0);
 	assert_true(status_num(f, "tier.rebuilt") == 0);
+	assert_true(status_num(f, "tier.type_resets") == 1);
 	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
 	assert_int_equal(o.u.cached_tokens_disk, 0);
 	assert_memory_equal(o.ids, cold16.ids, sizeof(o.ids));
+	push_out(f, 24);
+	kvpd_stop(&f->d);
+
+	/* the same type again: the file is kept, nothing counted */
+	assert_int_equal(start(f), 0);
+	assert_true(status_num(f, "tier.type_resets") == 0);
+	assert_true(status_num(f, "tier.rebuilt") > 0);
 	kvpd_stop(&f->d);
 }
 
@@ -455,6 +467,7 @@ static void roundtrip_reload_restart(struct fixture *f)
 	assert_int_equal(start(f), 0);
 	assert_true(kvpd_log_has(&f->d, "tier: ") && kvpd_log_has(&f->d, "s per GiB"));
 	assert_true(status_num(f, "tier.rebuilt") >= 24);
+	assert_true(status_num(f, "tier.type_resets") == 0); /* the same K/V type */
 	assert_int_equal(gen(f, a, PROMPT, false, &o), 0);
 	assert_memory_equal(o.ids, cold.ids, sizeof(cold.ids));
 	assert_int_equal(o.u.cached_tokens_disk, 24 * BT);
