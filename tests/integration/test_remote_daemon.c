@@ -13,7 +13,9 @@
  *    failure counted;
  *  - the store SIGSTOPped, then SIGKILLed mid-run: every request finishes with A's
  *    tokens, the tier turns itself off (status remote.state) and comes back on its own
- *    after SIGCONT / a restart, and B fetches again.
+ *    after SIGCONT / a restart, and B fetches again;
+ *  - the same exchange with f32, bf16, int8 and int4 K/V, and hosts of different types
+ *    never sharing blocks.
  *
  * References are A's own outputs computed without the cache (no_cache), so every
  * comparison is against K/V computed from scratch.
@@ -311,6 +313,21 @@ static void test_int8_and_other_type(void **state)
 }
 
 /*
+ * f32 and bf16 hosts exchange their blocks as f16 ones do: two_hosts() under each type
+ * (B's fetched blocks give A's tokens bit for bit, then a local hit).
+ */
+static void test_f32_and_bf16(void **state)
+{
+	struct world *w = *state;
+
+	restart_hosts(w, "f32");
+	two_hosts(w);
+	restart_hosts(w, "bf16");
+	two_hosts(w);
+	restart_hosts(w, "");
+}
+
+/*
  * int4 hosts: A publishes its sealed blocks (those out of the residual window) to the
  * store; B fetches them and reads the same bytes from the same boundary as A's own
  * warm hit, so its tokens are A's warm ones; then the blocks are B's own, a local hit.
@@ -526,6 +543,7 @@ int main(void)
 		cmocka_unit_test(test_tampered),
 		cmocka_unit_test(test_store_stopped_and_killed),
 		cmocka_unit_test(test_int8_and_other_type),
+		cmocka_unit_test(test_f32_and_bf16),
 		cmocka_unit_test(test_int4_and_other_type),
 	};
 
