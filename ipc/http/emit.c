@@ -485,22 +485,29 @@ void kvp_http_emit_open(struct kvp_http_emit *e, struct kvp_buf *out)
 	}
 }
 
-/* An Anthropic content_block_delta of @type carrying @len bytes of @text under @key. */
-static void block_delta(struct kvp_http_emit *e, struct kvp_buf *out, const char *type,
-			const char *key, const char *text, size_t len)
+/* An Anthropic content_block_delta at @index of @type carrying @len bytes of @text under @key. */
+static void block_delta_at(struct kvp_buf *out, size_t index, const char *type, const char *key,
+			   const char *text, size_t len)
 {
 	struct kvp_json j;
 
 	sse_begin(out, "content_block_delta", &j);
 	kvp_json_begin(&j, NULL, '{');
 	str(&j, "type", "content_block_delta");
-	kvp_json_u64(&j, "index", e->block_base);
+	kvp_json_u64(&j, "index", index);
 	kvp_json_begin(&j, "delta", '{');
 	str(&j, "type", type);
 	kvp_json_str(&j, key, text, len);
 	kvp_json_end(&j, '}');
 	kvp_json_end(&j, '}');
 	sse_end(out);
+}
+
+/* The same at the current text or thinking block. */
+static void block_delta(struct kvp_http_emit *e, struct kvp_buf *out, const char *type,
+			const char *key, const char *text, size_t len)
+{
+	block_delta_at(out, e->block_base, type, key, text, len);
 }
 
 /* An OpenAI chunk carrying @text: in the chat delta under @key, or as a completion's text. */
@@ -574,18 +581,7 @@ static void tool_block_start(struct kvp_http_emit *e, struct kvp_buf *out, size_
 /* Anthropic stream: @len bytes of the input of the tool_use block at @index. */
 static void tool_input_delta(struct kvp_buf *out, size_t index, const char *text, size_t len)
 {
-	struct kvp_json j;
-
-	sse_begin(out, "content_block_delta", &j);
-	kvp_json_begin(&j, NULL, '{');
-	str(&j, "type", "content_block_delta");
-	kvp_json_u64(&j, "index", index);
-	kvp_json_begin(&j, "delta", '{');
-	str(&j, "type", "input_json_delta");
-	kvp_json_str(&j, "partial_json", text, len);
-	kvp_json_end(&j, '}');
-	kvp_json_end(&j, '}');
-	sse_end(out);
+	block_delta_at(out, index, "input_json_delta", "partial_json", text, len);
 }
 
 /*
