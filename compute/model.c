@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /*
  * libxxhash's _dispatch entry points pick the widest XXH3 loop the CPU has at run time:
@@ -341,7 +342,8 @@ static void arena_seal(struct kvp_model *m)
  */
 static void drop_file_pages(const struct kvp_model *m, const void *p, size_t len)
 {
-	uintptr_t page = 4096, a = ((uintptr_t)p + page - 1) & ~(page - 1);
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE); /* 16/64 KiB on some aarch64 */
+	uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1);
 	uintptr_t b = ((uintptr_t)p + len) & ~(page - 1);
 
 	if (m->placement == KVP_MODEL_WEIGHTS_COPY && m->gguf->mapped && b > a)

@@ -184,6 +184,11 @@ static void write_header(struct kvp_segment *seg)
 	memcpy(seg->base, &h, sizeof(h));
 }
 
+int kvp_page_size_check(long page)
+{
+	return page == KVP_SMALL_PAGE_BYTES ? 0 : -ENOTSUP;
+}
+
 int kvp_segment_open(struct kvp_segment **out, const struct kvp_geom *geom, uint32_t n_blocks,
 		     enum kvp_page_mode mode, const char *name)
 {
@@ -196,6 +201,9 @@ int kvp_segment_open(struct kvp_segment **out, const struct kvp_geom *geom, uint
 	    !geom->block_stride || geom->block_stride % KVP_BLOCK_ALIGN ||
 	    strlen(name) > MEMFD_NAME_MAX)
 		return -EINVAL;
+	r = kvp_page_size_check(sysconf(_SC_PAGESIZE));
+	if (r < 0)
+		return r;
 	seg = calloc(1, sizeof(*seg));
 	if (!seg)
 		return -ENOMEM;

@@ -65,6 +65,18 @@ struct kvp_segment {
 };
 
 /**
+ * kvp_page_size_check() - can a pool segment live on pages of @page bytes?
+ * @page: the kernel's base page size (sysconf(_SC_PAGESIZE))
+ *
+ * The pool layout is 4 KiB-page based: the header page, block_stride (KVP_BLOCK_ALIGN)
+ * and every block's start are 4 KiB multiples, and mbind/madvise per block need them
+ * page aligned.  On a 16 or 64 KiB page kernel (some aarch64 distributions) those
+ * calls would fail or straddle blocks, so such a kernel is refused, not half served.
+ * Return: 0 for 4 KiB pages; -ENOTSUP otherwise.
+ */
+int kvp_page_size_check(long page);
+
+/**
  * kvp_segment_open() - make, size and map a segment for @n_blocks blocks of @geom
  * @out:      out; the new segment (free with kvp_segment_close())
  * @geom:     block geometry (from kvp_geom_init())
@@ -75,8 +87,9 @@ struct kvp_segment {
  *
  * The header is written; no data page is faulted in yet (so NUMA policy can still be set).
  * Return: 0; -EINVAL for bad arguments, a too long @name or a size overflow; -ENOMEM /
- * -EOPNOTSUPP when @mode is REQUIRE_HUGE and hugetlb is short / absent; other -errno
- * from memfd/mmap.
+ * -EOPNOTSUPP when @mode is REQUIRE_HUGE and hugetlb is short / absent; -ENOTSUP when
+ * the kernel's page size is not 4 KiB (kvp_page_size_check()); other -errno from
+ * memfd/mmap.
  */
 int kvp_segment_open(struct kvp_segment **out, const struct kvp_geom *geom, uint32_t n_blocks,
 		     enum kvp_page_mode mode, const char *name);

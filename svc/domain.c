@@ -415,7 +415,13 @@ int kvp_domain_open(struct kvp_domain *dom, const struct kvp_model *m, const str
 	t0 = kvp_now_ns();
 	r = kvp_pool_new(&dom->pool, &pc);
 	if (r < 0) {
-		if (cfg->huge_pages == KVP_HUGE_REQUIRE && (r == -ENOMEM || r == -EOPNOTSUPP))
+		/* asked again, not told by @r: ENOTSUP is EOPNOTSUPP (no hugetlb) on Linux */
+		if (kvp_page_size_check(sysconf(_SC_PAGESIZE)) < 0)
+			kvp_log(LOG_ERR,
+				"pool: this kernel's page size is %ld bytes; the pool layout "
+				"needs 4 KiB pages (16/64 KiB page kernels are not supported)",
+				sysconf(_SC_PAGESIZE));
+		else if (cfg->huge_pages == KVP_HUGE_REQUIRE && (r == -ENOMEM || r == -EOPNOTSUPP))
 			log_huge_pages_missing(r, n_blocks * g.block_stride);
 		else
 			kvp_log(LOG_ERR, "pool: create %llu blocks of %zu bytes: %s",

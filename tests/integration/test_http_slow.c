@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -301,12 +302,100 @@ static void test_max_conns_makes_room(void **state)
 		close(fd[i]);
 }
 
+/* Whether "HTTP/1.1 100 Continue" arrived on @fd within @timeout_s. */
+static bool got_continue(int fd, double timeout_s)
+{
+	char b[256];
+	size_t n = 0;
+	double end = kvp_test_now_s() + timeout_s;
+
+	while (n < sizeof(b) - 1 && kvp_test_now_s() < end) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t k;
+
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		k = recv(fd, b + n, sizeof(b) - 1 - n, 0);
+		if (k <= 0)
+			return false;
+		n += (size_t)k;
+		b[n] = 0;
+		if (strstr(b, " 100 "))
+			return true;
+	}
+	return false;
+}
+
+static void test_max_conns_all_busy(void **state)
+{
+	struct fixture *f = *state;
+	enum { BUSY = 4 };
+	static const char head[] = "POST /v1/completions HTTP/1.1\r\nHost: a\r\n"
+				   "Content-Type: application/json\r\nContent-Length: 200\r\n"
+				   "Expect: 100-continue\r\n\r\n";
+	const char *args[] = { "--config", NULL, "--listen", "127.0.0.1:0", NULL };
+	struct httpd h2 = { 0 };
+	char conf[340];
+	int fd[BUSY], extra;
+
+	/* A front of its own whose deadlines (60 s) cannot close the busy ones while the
+	 * test runs, however loaded the machine: max_conns connections each inside a
+	 * request body, so none waits for a head; one more is closed at once (docs/http.md:
+	 * "when every connection is busy with a request, a new one is closed at once"),
+	 * the busy ones stay, and once they are gone the front serves again */
+	snprintf(conf, sizeof(conf), "%s/http-busy.conf", f->d.dir);
+	args[1] = conf;
+	assert_int_equal(httpd_start_conf(&h2, f->d.dir, f->d.sock, conf, args,
+					  "[http]\nmax_conns = %d\nper_addr_conns = 64\n"
+					  "idle_timeout_s = 60\nheader_timeout_s = 60\n"
+					  "body_timeout_s = 60\nthreads = 2\n",
+					  BUSY),
+			 0);
+	for (int i = 0; i < BUSY; i++) {
+		fd[i] = rawc_connect(h2.port, NULL, false);
+		assert_true(fd[i] >= 0);
+		assert_int_equal(rawc_send(fd[i], head, strlen(head)), 0);
+		/* "100 Continue" back: the head was read, the connection is in its body */
+		assert_true(got_continue(fd[i], 30));
+	}
+	extra = rawc_connect(h2.port, "127.0.4.1", false);
+	assert_true(extra >= 0);
+	assert_true(rawc_closed_within(extra, 10));
+	close(extra);
+	for (int i = 0; i < BUSY; i++) {
+		assert_false(gone(fd[i]));
+		close(fd[i]);
+	}
+	/* slots freed: a good client is served by this front again */
+	for (int tries = 0;; tries++) {
+		struct httpc c;
+		struct httpc_resp r = { 0 };
+		int st = 0;
+
+		if (!httpc_open(&c, h2.port, 10)) {
+			if (!httpc_send_request(&c, "GET", "/health", NULL, NULL, 0) &&
+			    !httpc_read(&c, &r, NULL, NULL))
+				st = r.status;
+			httpc_resp_free(&r);
+			httpc_close(&c);
+		}
+		if (st == 200)
+			break;
+		assert_true(tries < 50); /* the closes are seen within 5 s */
+		usleep(100000);
+	}
+	assert_int_equal(httpd_stop_clean(&h2), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_slow_header_flood),    cmocka_unit_test(test_header_deadline),
-		cmocka_unit_test(test_body_deadline),	     cmocka_unit_test(test_per_addr_cap),
+		cmocka_unit_test(test_slow_header_flood),
+		cmocka_unit_test(test_header_deadline),
+		cmocka_unit_test(test_body_deadline),
+		cmocka_unit_test(test_per_addr_cap),
 		cmocka_unit_test(test_max_conns_makes_room),
+		cmocka_unit_test(test_max_conns_all_busy),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

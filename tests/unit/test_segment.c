@@ -336,6 +336,16 @@ static void test_header_check_rejects(void **state)
 	kvp_segment_close(seg);
 }
 
+/* 16/64 KiB page kernels (some aarch64 distributions) are refused, 4 KiB served */
+static void test_page_size_check(void **state)
+{
+	(void)state;
+	assert_int_equal(kvp_page_size_check(4096), 0);
+	assert_int_equal(kvp_page_size_check(16384), -ENOTSUP);
+	assert_int_equal(kvp_page_size_check(65536), -ENOTSUP);
+	assert_int_equal(kvp_page_size_check(-1), -ENOTSUP);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -346,6 +356,7 @@ int main(void)
 		cmocka_unit_test(test_small_pool_prefault_and_thp_report),
 		cmocka_unit_test(test_bad_arguments),
 		cmocka_unit_test(test_header_check_rejects),
+		cmocka_unit_test(test_page_size_check),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
