@@ -588,6 +588,45 @@ static void test_model_context(void **state)
 	stop_pair(&d, &h);
 }
 
+static void test_text_limit_in_tokens(void **state)
+{
+	struct fixture *f = *state;
+	enum { BYTES = 40000 }; /* well past the old 16,384-byte cap on text prompts */
+	struct kvpd d;
+	struct httpd h;
+	struct jsonq *j;
+	char *body = malloc(BYTES + 200), *text = malloc(BYTES + 1), want[96];
+	int st, count;
+
+	/* text prompts on /tokenize and /v1/completions are limited in tokens, not bytes:
+	 * a 40,000-byte text is tokenized whole, and a completion of it is refused by the
+	 * context (in tokens, the same count /tokenize gives), not by a byte cap */
+	assert_non_null(body);
+	assert_non_null(text);
+	for (int i = 0; i < BYTES; i++)
+		text[i] = "the cat sat "[i % 12];
+	text[BYTES] = 0;
+	start_pair(f, &d, &h,
+		   (const char *const[]){ "--ignore-eos", "--max-prompt-tokens", "65536",
+					  "--context-tokens", "0", NULL });
+	snprintf(body, BYTES + 200, "{\"prompt\":\"%s\"}", text);
+	j = post_json(h.port, "/tokenize", body, &st);
+	assert_int_equal(st, 200);
+	count = (int)jsonq_num(j, "count", -1);
+	assert_true(count > 1024); /* past the context: counted all the same */
+	jsonq_free(j);
+	snprintf(body, BYTES + 200, "{\"prompt\":\"%s\",\"max_tokens\":8}", text);
+	j = post_json(h.port, "/v1/completions", body, &st);
+	assert_int_equal(st, 400);
+	assert_string_equal(jsonq_str(j, "error.code"), "context_length_exceeded");
+	snprintf(want, sizeof(want), "(%d in the prompt, 8 in the completion)", count);
+	assert_non_null(strstr(jsonq_str(j, "error.message"), want));
+	jsonq_free(j);
+	stop_pair(&d, &h);
+	free(text);
+	free(body);
+}
+
 static void test_backend_queue(void **state)
 {
 	struct fixture *f = *state;
@@ -710,6 +749,7 @@ int main(void)
 		cmocka_unit_test(test_kvpoold_restart),
 		cmocka_unit_test(test_end_of_generation),
 		cmocka_unit_test(test_model_context),
+		cmocka_unit_test(test_text_limit_in_tokens),
 		cmocka_unit_test(test_backend_queue),
 		cmocka_unit_test(test_priority_reaches_kvpoold),
 	};
