@@ -3,6 +3,8 @@
 #
 # Usage: check-headers.sh SRCDIR CC [CFLAGS...]
 #        check-headers.sh --selftest SRCDIR CC [CFLAGS...]
+# CC is the compiler command as one argument, split at spaces ("ccache cc" when meson
+# runs the compiler through ccache).
 #
 # Each header under util/ shm/ compute/ ipc/ svc/ include/ tests/lib/ tests/unit/
 # tests/integration/ tests/bench/ is compiled as its own translation unit (#include "it"
@@ -29,7 +31,7 @@ if [ $# -lt 2 ]; then
 	exit 2
 fi
 src=$1
-cc=$2
+read -ra cc <<<"$2"
 shift 2
 cflags=("$@")
 
@@ -42,7 +44,7 @@ compile_alone() {
 	local h=$1
 	shift
 	printf '#include "%s"\n#include "%s"\n' "$h" "$h" > "$work/tu.c"
-	"$cc" "$@" -fsyntax-only -x c "$work/tu.c" > "$work/err" 2>&1
+	"${cc[@]}" "$@" -fsyntax-only -x c "$work/tu.c" > "$work/err" 2>&1
 }
 
 project_args=("${cflags[@]}" -I "$src" -I "$src/include")

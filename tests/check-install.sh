@@ -5,7 +5,8 @@
 # at the installed kvpoold), the sysusers entry, the example configuration, the headers
 # (which compile as C11 and stop C99 with an #error naming C11) and kvpool.pc.
 set -euo pipefail
-meson=$1 build=$2 prefix=$3 unitdir=$4 sysusersdir=$5 sysconfdir=$6 cc=$7
+meson=$1 build=$2 prefix=$3 unitdir=$4 sysusersdir=$5 sysconfdir=$6
+read -ra cc <<<"$7" # the compiler command, split at spaces ("ccache cc" through ccache)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
@@ -32,8 +33,8 @@ pc=$(find "$root$prefix" -name kvpool.pc | head -1)
 [ -n "$pc" ] || fail "kvpool.pc not installed"
 inc=$root$prefix/include
 printf '#include <kvpool/kvpool.h>\nint main(void) { return 0; }\n' >"$tmp/use.c"
-$cc -std=c11 -Wall -Werror -I"$inc" -c "$tmp/use.c" -o "$tmp/use.o" || fail "headers with -std=c11"
-if $cc -std=c99 -I"$inc" -c "$tmp/use.c" -o "$tmp/use.o" 2>"$tmp/c99.log"; then
+"${cc[@]}" -std=c11 -Wall -Werror -I"$inc" -c "$tmp/use.c" -o "$tmp/use.o" || fail "headers with -std=c11"
+if "${cc[@]}" -std=c99 -I"$inc" -c "$tmp/use.c" -o "$tmp/use.o" 2>"$tmp/c99.log"; then
 	fail "headers compiled with -std=c99"
 fi
 grep -q 'need C11' "$tmp/c99.log" || fail "no C11 message for -std=c99"
