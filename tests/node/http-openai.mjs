@@ -120,16 +120,20 @@ test('tokens equal `kvpool generate` for the same greedy request', async () => {
 	assert.deepEqual(got, kvpoolGenerate(['--tokens', ids.join(','), '-n', '16']).tokens);
 });
 
-test('stop strings end the text before them, streamed or not', async () => {
+// A stop string of @n printable bytes the model generated one after the other, after its
+// first token (byte-level vocab: id = byte + 3, one byte a token), so it is valid UTF-8,
+// really occurs, and for n > 1 starts in one token and ends in another: the text ends
+// before it, whole and streamed.
+async function stopCase(n) {
 	const req = { model: env.model, prompt: 'Stop here', max_tokens: 48, temperature: 0 };
 	const full = await client().completions.create({ ...req, return_token_ids: true });
-	// a printable ASCII byte the model generated after the first token (byte-level vocab:
-	// id = byte + 3), so the stop string is valid UTF-8 and really occurs
 	const ids = full.choices[0].token_ids;
-	const at = ids.findIndex((id, i) => i > 0 && id - 3 >= 0x21 && id - 3 <= 0x7e);
-	assert.ok(at > 0, 'no printable byte generated');
-	const stop = String.fromCharCode(ids[at] - 3);
+	const pr = (id) => id !== undefined && id - 3 >= 0x21 && id - 3 <= 0x7e;
+	const at = ids.findIndex((id, i) => i > 0 && ids.slice(i, i + n).filter(pr).length === n);
+	assert.ok(at > 0, `no ${n} printable bytes generated in a row`);
+	const stop = String.fromCharCode(...ids.slice(at, at + n).map((id) => id - 3));
 	const cut = full.choices[0].text.indexOf(stop);
+	assert.ok(cut >= 0);
 	const r = await client().completions.create({ ...req, stop: [stop, 'never-appears'] });
 	assert.equal(r.choices[0].finish_reason, 'stop');
 	assert.equal(r.choices[0].text, full.choices[0].text.slice(0, cut));
@@ -142,32 +146,11 @@ test('stop strings end the text before them, streamed or not', async () => {
 	}
 	assert.equal(text, r.choices[0].text);
 	assert.equal(finish, 'stop');
-});
+}
 
-test('a stop string across a token boundary ends the text before it, streamed or not', async () => {
-	const req = { model: env.model, prompt: 'Stop here', max_tokens: 48, temperature: 0 };
-	const full = await client().completions.create({ ...req, return_token_ids: true });
-	// two printable bytes the model generated one after the other (byte-level vocab: id =
-	// byte + 3, one byte a token), so the stop string starts in one token, ends in the next
-	const ids = full.choices[0].token_ids;
-	const pr = (id) => id - 3 >= 0x21 && id - 3 <= 0x7e;
-	const at = ids.findIndex((id, i) => i > 0 && i + 1 < ids.length && pr(id) && pr(ids[i + 1]));
-	assert.ok(at > 0, 'no two printable bytes generated in a row');
-	const stop = String.fromCharCode(ids[at] - 3, ids[at + 1] - 3);
-	const cut = full.choices[0].text.indexOf(stop);
-	assert.ok(cut >= 0);
-	const r = await client().completions.create({ ...req, stop });
-	assert.equal(r.choices[0].finish_reason, 'stop');
-	assert.equal(r.choices[0].text, full.choices[0].text.slice(0, cut));
-	const s = await client().completions.create({ ...req, stop, stream: true });
-	let text = '', finish;
-	for await (const c of s) {
-		text += c.choices[0].text;
-		finish = c.choices[0].finish_reason ?? finish;
-	}
-	assert.equal(text, r.choices[0].text);
-	assert.equal(finish, 'stop');
-});
+test('stop strings end the text before them, streamed or not', () => stopCase(1));
+test('a stop string across a token boundary ends the text before it, streamed or not', () =>
+	stopCase(2));
 
 test('errors arrive as typed errors', async () => {
 	// bad JSON (the SDK always sends good JSON: a fetch that spoils the body)
