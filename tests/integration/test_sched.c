@@ -771,11 +771,19 @@ static void test_priority_preempts_same_tokens(void **state)
 		while (!lo[i].tm.n_tokens)
 			usleep(5000);
 	}
-	while (lo[1].tm.n_tokens < 100)
+	/*
+	 * Both past 260 tokens (17 blocks each, the earlier one further): at most 14 blocks
+	 * (int4: 17) are free when the high-priority request comes, fewer than its 19, so
+	 * it must preempt whatever the timing.  At 100 generated (200 tokens, 13 blocks
+	 * each) it could fit: in an int4 pool (51 blocks) the streams' growth during its 20
+	 * steps then stayed inside the pool, and no preemption was seen in a plain build
+	 * on a fast CPU.  Still 140 tokens to go: the streams are running when it comes.
+	 */
+	while (lo[1].tm.n_tokens < 160)
 		usleep(5000);
 	memset(&hi, 0, sizeof(hi));
 	hi.sock = f->d.sock;
-	fill(hi.prompt, 300); /* 19 blocks: more than the pool has left */
+	fill(hi.prompt, 300); /* 19 blocks: more than the pool has left (above) */
 	hi.n = 300;
 	hi.max_new = 20;
 	hi.priority = 5;
