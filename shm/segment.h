@@ -89,7 +89,8 @@ int kvp_page_size_check(long page);
  * Return: 0; -EINVAL for bad arguments, a too long @name or a size overflow; -ENOMEM /
  * -EOPNOTSUPP when @mode is REQUIRE_HUGE and hugetlb is short / absent; -ENOTSUP when
  * the kernel's page size is not 4 KiB (kvp_page_size_check()); other -errno from
- * memfd/mmap.
+ * memfd/mmap.  On Linux ENOTSUP and EOPNOTSUPP are one value: a caller that must tell
+ * the two apart asks kvp_page_size_check() (as kvp_domain_open() does).
  */
 int kvp_segment_open(struct kvp_segment **out, const struct kvp_geom *geom, uint32_t n_blocks,
 		     enum kvp_page_mode mode, const char *name);

@@ -80,14 +80,14 @@ static int teardown(void **state)
 	return r ? -1 : t;
 }
 
-/* GET /health from 127.0.0.1 with a bounded wait.  Return: the status, 0 when none. */
-static int good_client(struct fixture *f)
+/* GET /health on @port from 127.0.0.1 with a bounded wait.  Return: the status, 0 when none. */
+static int good_client_at(int port)
 {
 	struct httpc c;
-	struct httpc_resp r;
+	struct httpc_resp r = { 0 }; /* freed below even when no answer came */
 	int st = 0;
 
-	if (httpc_open(&c, f->h.port, 10))
+	if (httpc_open(&c, port, 10))
 		return 0;
 	if (!httpc_send_request(&c, "GET", "/health", NULL, NULL, 0) &&
 	    !httpc_read(&c, &r, NULL, NULL))
@@ -95,6 +95,11 @@ static int good_client(struct fixture *f)
 	httpc_resp_free(&r);
 	httpc_close(&c);
 	return st;
+}
+
+static int good_client(struct fixture *f)
+{
+	return good_client_at(f->h.port);
 }
 
 /* Whether the server closed @fd (EOF or reset) by now; never blocks. */
@@ -367,20 +372,7 @@ static void test_max_conns_all_busy(void **state)
 		close(fd[i]);
 	}
 	/* slots freed: a good client is served by this front again */
-	for (int tries = 0;; tries++) {
-		struct httpc c;
-		struct httpc_resp r = { 0 };
-		int st = 0;
-
-		if (!httpc_open(&c, h2.port, 10)) {
-			if (!httpc_send_request(&c, "GET", "/health", NULL, NULL, 0) &&
-			    !httpc_read(&c, &r, NULL, NULL))
-				st = r.status;
-			httpc_resp_free(&r);
-			httpc_close(&c);
-		}
-		if (st == 200)
-			break;
+	for (int tries = 0; good_client_at(h2.port) != 200; tries++) {
 		assert_true(tries < 50); /* the closes are seen within 5 s */
 		usleep(100000);
 	}
