@@ -9,8 +9,9 @@
  * Mistral and Gemma any system turn) with the template's own message; Phi-3 ends with
  * EOS when no generation prompt is asked for and skips an empty system turn; Zephyr
  * ends each turn with EOS and a newline.  Recognition is conservative: a template with
- * a marker of a variant not written here (Mistral's [AVAILABLE_TOOLS], a Gemma without
- * its "System role not supported") is unknown rather than rendered wrong.
+ * a marker of a variant not written here (a Mistral [AVAILABLE_TOOLS] template other
+ * than v0.3's and Nemo's, a Gemma without its "System role not supported") is unknown
+ * rather than rendered wrong.
  * No state; any thread.
  */
 #include "compute/text/chat.h"
@@ -114,8 +115,9 @@ static bool tools_variant(const struct kvp_chat_template *t, const char *src, si
 	if (t->family == KVP_CHAT_LLAMA31 || t->family == KVP_CHAT_LLAMA32)
 		return has(src, len, "tools_in_user_message") &&
 		       has(src, len, "Environment: ipython") && has(src, len, "\"parameters\": ");
-	if (t->family == KVP_CHAT_QWEN3)
-		return true;
+	if (t->family == KVP_CHAT_QWEN3 || t->family == KVP_CHAT_MISTRAL3 ||
+	    t->family == KVP_CHAT_NEMO)
+		return true; /* recognised only with their tool rendering (mistral_variant()) */
 	if (t->family == KVP_CHAT_CHATML)
 		return t->default_system[0] && has(src, len, "<tools></tools>") &&
 		       has(src, len, "<tool_call>\\n{\"name\": \"") &&
@@ -198,9 +200,11 @@ int kvp_chat_template_named(struct kvp_chat_template *out, const char *name, cha
 	for (int f = 0; f < KVP_CHAT__COUNT; f++) {
 		if (!strcmp(names[f], name)) {
 			out->family = (enum kvp_chat_family)f;
-			/* by name, the families' tool-rendering templates (Llama 3.1/3.2, Qwen3) */
+			/* by name, the families' tool-rendering templates (Llama 3.1/3.2, Qwen3,
+			 * Mistral v0.3 / Nemo) */
 			out->tools = f == KVP_CHAT_LLAMA31 || f == KVP_CHAT_LLAMA32 ||
-				     f == KVP_CHAT_QWEN3;
+				     f == KVP_CHAT_QWEN3 || f == KVP_CHAT_MISTRAL3 ||
+				     f == KVP_CHAT_NEMO;
 			return 0;
 		}
 	}
@@ -400,11 +404,16 @@ static void put_jstring(struct buf *b, const char *s, size_t n)
 	puts_(b, "\"");
 }
 
-static const char *json_string(struct buf *b, const char *p, const char *e)
+/*
+ * A JSON string at @p: written to @b as JSON.stringify would (@raw false) or as the
+ * characters it holds (@raw true: what a template's '"' + val + '"' writes; a lone
+ * surrogate, which UTF-8 cannot hold, as U+FFFD as Buffer.from() writes it).
+ */
+static const char *json_string_as(struct buf *b, const char *p, const char *e, bool raw)
 {
 	if (p >= e || *p != '"')
 		return NULL;
-	if (b)
+	if (b && !raw)
 		puts_(b, "\"");
 	for (p++; p < e && *p != '"';) {
 		const char *run = p;
@@ -457,15 +466,22 @@ static const char *json_string(struct buf *b, const char *p, const char *e)
 				return NULL;
 			}
 			p++;
-			if (b)
+			if (b && raw)
+				put_cp(b, c >= 0xd800 && c < 0xe000 ? 0xfffd : (unsigned int)c);
+			else if (b)
 				put_jchar(b, (unsigned int)c);
 		}
 	}
 	if (p >= e)
 		return NULL;
-	if (b)
+	if (b && !raw)
 		puts_(b, "\"");
 	return p + 1;
+}
+
+static const char *json_string(struct buf *b, const char *p, const char *e)
+{
+	return json_string_as(b, p, e, false);
 }
 
 /* A number as JavaScript's Number.prototype.toString writes it (JSON.stringify). */
@@ -658,6 +674,61 @@ static int json_next(const char **p, const char *e, const char **el, size_t *el_
 	*el_len = (size_t)(end - q);
 	*p = json_ws(end, e);
 	return 1;
+}
+
+/*
+ * The members of a JSON object (checked already), in turn, as json_next(): *@p is at
+ * the object (first call) or after the last member; @key gets the key's JSON string
+ * (quotes included), @val, @val_len its value.  Returns 1, 0 (the end), -EINVAL.
+ */
+static int json_obj_next(const char **p, const char *e, const char **key, const char **val,
+			 size_t *val_len)
+{
+	const char *q = json_ws(*p, e), *end;
+
+	if (q < e && (*q == '{' || *q == ','))
+		q = json_ws(q + 1, e);
+	else if (q >= e || *q != '}')
+		return -EINVAL;
+	if (q < e && *q == '}') {
+		*p = q + 1;
+		return 0;
+	}
+	*key = q;
+	end = json_string(NULL, q, e);
+	if (!end || (end = json_ws(end, e)) >= e || *end != ':')
+		return -EINVAL;
+	q = json_ws(end + 1, e);
+	end = json_value(NULL, q, e, 0, 1);
+	if (!end)
+		return -EINVAL;
+	*val = q;
+	*val_len = (size_t)(end - q);
+	*p = json_ws(end, e);
+	return 1;
+}
+
+/* Is the JSON string at @key (quotes included) @want once its escapes are read? */
+static bool json_key_is(const char *key, const char *e, const char *want)
+{
+	struct buf k = { 0 };
+	bool is;
+
+	put(&k, "", 0);
+	is = json_string_as(&k, key, e, true) && !k.err && !strcmp(k.p, want);
+	free(k.p);
+	return is;
+}
+
+/* The value of member @name of the JSON object @s..@e (checked): true and *@v, *@vl. */
+static bool json_member(const char *s, const char *e, const char *name, const char **v, size_t *vl)
+{
+	const char *p = s, *key;
+
+	while (json_obj_next(&p, e, &key, v, vl) > 0)
+		if (json_key_is(key, e, name))
+			return true;
+	return false;
 }
 
 static int refuse(char *err, size_t errlen, const char *why)
@@ -1005,10 +1076,85 @@ static int render_qwen3(struct buf *b, const struct kvp_chat_msg *m, size_t n,
 }
 
 /*
- * Mistral v0.3 / Nemo: after an optional system turn, user first and alternating; the
- * system text goes into the last message only, and only when that is the user's (so it
- * is dropped from a conversation that ends with the assistant, as the template does).
- * No generation prompt: the prompt ends with [/INST] either way.
+ * Mistral's [AVAILABLE_TOOLS] block: each tool's function as the template writes it,
+ * member by member in their order ("return" left out), a string value raw between
+ * quotes (its '"' + val + '"' escapes nothing), any other value tojson.
+ */
+static int mistral_tools(struct buf *b, const struct kvp_chat_opts *o, bool v3)
+{
+	const char *p = o->tools, *e = o->tools + o->tools_len, *el;
+	size_t el_len, n = 0;
+	int r;
+
+	puts_(b, v3 ? "[AVAILABLE_TOOLS] [" : "[AVAILABLE_TOOLS][");
+	while ((r = json_next(&p, e, &el, &el_len)) > 0) {
+		const char *fs, *q, *key, *val;
+		size_t fl, vl, k = 0;
+
+		if (*el != '{' || !json_member(el, el + el_len, "function", &fs, &fl) || *fs != '{')
+			return -EINVAL;
+		if (n++)
+			puts_(b, ", ");
+		puts_(b, "{\"type\": \"function\", \"function\": {");
+		for (q = fs; (r = json_obj_next(&q, fs + fl, &key, &val, &vl)) > 0;) {
+			if (json_key_is(key, fs + fl, "return"))
+				continue;
+			if (k++)
+				puts_(b, ", ");
+			puts_(b, "\"");
+			json_string_as(b, key, fs + fl, true);
+			if (*val == '"') {
+				puts_(b, "\": \"");
+				json_string_as(b, val, val + vl, true);
+				puts_(b, "\"");
+			} else {
+				puts_(b, "\": ");
+				put_json(b, val, vl, 0);
+			}
+		}
+		if (r < 0)
+			return r;
+		puts_(b, "}}");
+	}
+	if (r < 0)
+		return r;
+	if (n)
+		puts_(b, "]");
+	puts_(b, "[/AVAILABLE_TOOLS]");
+	return 0;
+}
+
+/* A call id as the template checks it: given, and 9 long (JavaScript's length: UTF-16). */
+static bool mistral_id_ok(const struct kvp_chat_msg *m)
+{
+	size_t units = 0;
+
+	if (!m->id)
+		return false;
+	for (size_t i = 0; i < m->id_len; i++) {
+		unsigned char c = (unsigned char)m->id[i];
+
+		units += (c & 0xc0) != 0x80;
+		units += c >= 0xf0; /* a surrogate pair */
+	}
+	return units == 9;
+}
+
+#define MISTRAL_IDS "Tool call IDs should be alphanumeric strings with length 9!"
+
+/*
+ * Mistral v0.3 / Nemo: after an optional system turn, user first and alternating, tool
+ * results and assistant messages with calls left out of the count; the system text goes
+ * into the last message only, and only when that is the user's (so it is dropped from a
+ * conversation that ends otherwise, as the template does).  With tools (even an empty
+ * list: the template asks "is not none") the [AVAILABLE_TOOLS] block goes right before
+ * the last user message (the template's message == user_messages[-1], which
+ * @huggingface/jinja compares by identity); an assistant message with calls is written
+ * as its calls alone, [TOOL_CALLS] [{"name", "arguments", "id"}, ...] and EOS, its
+ * content dropped; a result is [TOOL_RESULTS] {"content": TEXT, "call_id": ID}
+ * [/TOOL_RESULTS] with TEXT as it is.  A call or result without a 9-character id is
+ * refused with the template's message.  No generation prompt: the prompt ends with
+ * [/INST] (or [/TOOL_RESULTS]) either way.
  */
 static int render_mistral3(struct buf *b, const struct kvp_chat_template *t,
 			   const struct kvp_chat_msg *m, size_t n, const struct kvp_chat_opts *o,
@@ -1016,14 +1162,27 @@ static int render_mistral3(struct buf *b, const struct kvp_chat_template *t,
 {
 	bool sys = n && m[0].role == KVP_CHAT_SYSTEM, v3 = t->family == KVP_CHAT_MISTRAL3;
 	const char *inst = v3 ? "[INST] " : "[INST]";
+	size_t turn = 0, last_user = n;
 
-	if (!alternates(m + sys, n - sys))
-		return refuse(err, errlen,
-			      "After the optional system message, conversation roles must "
-			      "alternate user/assistant/user/assistant/...");
+	for (size_t i = sys; i < n; i++) {
+		if (m[i].role == KVP_CHAT_TOOL || m[i].role == KVP_CHAT_TOOL_CALL ||
+		    (m[i].role == KVP_CHAT_ASSISTANT && calls_of(m, n, i)))
+			continue;
+		if ((m[i].role == KVP_CHAT_USER) != (turn++ % 2 == 0))
+			return refuse(err, errlen,
+				      "After the optional system message, conversation roles must "
+				      "alternate user/assistant/user/assistant/...");
+	}
+	for (size_t i = sys; i < n; i++)
+		if (m[i].role == KVP_CHAT_USER)
+			last_user = i;
 	puts_(b, o->bos);
 	for (size_t i = sys; i < n; i++) {
+		size_t k = m[i].role == KVP_CHAT_ASSISTANT ? calls_of(m, n, i) : 0;
+
 		if (m[i].role == KVP_CHAT_USER) {
+			if (o->tools && i == last_user && mistral_tools(b, o, v3))
+				return refuse(err, errlen, "a tool has no function object");
 			puts_(b, inst);
 			if (i + 1 == n && sys) {
 				put_msg(b, &m[0]);
@@ -1031,6 +1190,23 @@ static int render_mistral3(struct buf *b, const struct kvp_chat_template *t,
 			}
 			put_msg(b, &m[i]);
 			puts_(b, "[/INST]");
+		} else if (k) {
+			puts_(b, v3 ? "[TOOL_CALLS] [" : "[TOOL_CALLS][");
+			for (size_t j = 1; j <= k; j++) {
+				const struct kvp_chat_msg *c = &m[i + j];
+
+				puts_(b, "{\"name\": ");
+				put_jstring(b, c->name, c->name_len);
+				puts_(b, ", \"arguments\": ");
+				put_json(b, c->content, c->len, 0);
+				if (!mistral_id_ok(c))
+					return refuse(err, errlen, MISTRAL_IDS);
+				puts_(b, ", \"id\": \"");
+				put(b, c->id, c->id_len);
+				puts_(b, j < k ? "\"}, " : "\"}]");
+			}
+			puts_(b, o->eos);
+			i += k;
 		} else if (m[i].role == KVP_CHAT_ASSISTANT) {
 			if (v3) {
 				puts_(b, " ");
@@ -1039,6 +1215,16 @@ static int render_mistral3(struct buf *b, const struct kvp_chat_template *t,
 				put_msg(b, &m[i]);
 			}
 			puts_(b, o->eos);
+		} else if (m[i].role == KVP_CHAT_TOOL) {
+			puts_(b, v3 ? "[TOOL_RESULTS] {\"content\": " :
+				      "[TOOL_RESULTS]{\"content\": ");
+			put_msg(b, &m[i]);
+			puts_(b, ", ");
+			if (!mistral_id_ok(&m[i]))
+				return refuse(err, errlen, MISTRAL_IDS);
+			puts_(b, "\"call_id\": \"");
+			put(b, m[i].id, m[i].id_len);
+			puts_(b, "\"}[/TOOL_RESULTS]");
 		} else {
 			return refuse(err, errlen,
 				      "Only user and assistant roles are supported, with the "
@@ -1197,13 +1383,8 @@ static int render(struct buf *b, const struct kvp_chat_template *t, const struct
 int kvp_chat_tools_refused(const struct kvp_chat_template *t, char *err, size_t errlen)
 {
 	if (err && errlen)
-		snprintf(err, errlen,
-			 "chat: the model's chat template (%s) does not support tools%s",
-			 kvp_chat_family_name(t->family),
-			 t->family == KVP_CHAT_MISTRAL3 || t->family == KVP_CHAT_NEMO ?
-				 ": Mistral's tool calls and results carry 9-character call ids, "
-				 "which kvpool's protocol does not pass through yet" :
-				 "");
+		snprintf(err, errlen, "chat: the model's chat template (%s) does not support tools",
+			 kvp_chat_family_name(t->family));
 	return -EINVAL;
 }
 

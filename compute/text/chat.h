@@ -44,14 +44,18 @@ enum kvp_chat_family {
 	KVP_CHAT_ZEPHYR,   /* <|user|>\n...</s> (Zephyr, TinyLlama) */
 	KVP_CHAT_DEEPSEEK, /* User: ... Assistant: ... (deepseek-llm chat) */
 	KVP_CHAT_QWEN3,	   /* ChatML with <think> blocks and Qwen's tools (Qwen3) */
-	KVP_CHAT_MISTRAL3, /* Mistral v0.3: [INST] ...[/INST], system text in the last turn */
+	KVP_CHAT_MISTRAL3, /* Mistral v0.3: [INST] ...[/INST], system text in the last turn,
+			    * [AVAILABLE_TOOLS] / [TOOL_CALLS] / [TOOL_RESULTS] */
 	KVP_CHAT_NEMO,	   /* Mistral Nemo: v0.3's without its spaces and trim */
 	KVP_CHAT__COUNT
 };
 
 /*
  * struct kvp_chat_msg - one message; @content is @len bytes of UTF-8 (borrowed);
- * KVP_CHAT_TOOL_CALL: the function's @name (@name_len bytes), NULL for other roles.
+ * KVP_CHAT_TOOL_CALL: the function's @name (@name_len bytes), NULL for other roles;
+ * KVP_CHAT_TOOL_CALL and KVP_CHAT_TOOL: the call's @id (@id_len bytes; the result's
+ * tool_call_id), NULL when not given.  Only Mistral's templates write ids, and they
+ * refuse a call or result whose id is missing or not 9 characters long.
  */
 struct kvp_chat_msg {
 	enum kvp_chat_role role;
@@ -59,6 +63,8 @@ struct kvp_chat_msg {
 	size_t len;
 	const char *name;
 	size_t name_len;
+	const char *id;
+	size_t id_len;
 };
 
 #define KVP_CHAT_DEFAULT_SYSTEM_MAX 1024
@@ -69,8 +75,9 @@ struct kvp_chat_msg {
  * @default_system: ChatML: the system turn the template adds when the conversation
  *                  has none (Qwen's "You are Qwen, ..."), "" for none
  * @tools:          the template renders tools, tool calls and tool results (Llama
- *                  3.1/3.2's JSON calls, Qwen2.5's <tool_call>); a conversation with
- *                  any of them is refused by the others
+ *                  3.1/3.2's JSON calls, Qwen2.5's <tool_call>, Mistral v0.3 / Nemo's
+ *                  [TOOL_CALLS] with call ids); a conversation with any of them is
+ *                  refused by the others
  */
 struct kvp_chat_template {
 	enum kvp_chat_family family;

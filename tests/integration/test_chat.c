@@ -593,8 +593,8 @@ static void check_message_breakpoints(struct fam *f)
 		 "short, with no lists, no code and no headings; this sentence only makes the "
 		 "system prompt span several cache blocks of sixteen tokens each.",
 		 f->name);
-	m[0] = (struct kvp_chat_msg){ KVP_CHAT_SYSTEM, sys, strlen(sys), NULL, 0 };
-	m[1] = (struct kvp_chat_msg){ KVP_CHAT_USER, q1, strlen(q1), NULL, 0 };
+	m[0] = (struct kvp_chat_msg){ KVP_CHAT_SYSTEM, sys, strlen(sys), NULL, 0, NULL, 0 };
+	m[1] = (struct kvp_chat_msg){ KVP_CHAT_USER, q1, strlen(q1), NULL, 0, NULL, 0 };
 	kvp_client_params_init(&p);
 	p.max_new_tokens = 8;
 	p.salt = "message-breakpoints";

@@ -14,7 +14,8 @@
 // the assistant message before it, its HEX "NAME\nARGUMENTS-JSON"; the template gets it
 // in that message's tool_calls with the arguments parsed (an object, as transformers
 // and vLLM hand them to templates); "tool" is a tool result; tools:HEX is the JSON text
-// of the tools array, given to the template parsed.
+// of the tools array, given to the template parsed.  A call's or result's id follows as
+// ROLE:HEX:IDHEX (the call's id, the result's tool_call_id), absent when not given.
 import fs from 'node:fs';
 import path from 'node:path';
 import { Template } from '@huggingface/jinja';
@@ -75,25 +76,44 @@ const weather = String.raw`{"type": "function", "function": {"name": "get_weathe
 const clock = String.raw`{"type":"function","function":{"name":"now","description":"","parameters":
  {"type":"object","properties":{},"required":[]},"x":[0.000001,1e-7,1e21,123456789012345678901234,
  2.5E+3,true,null,"\u0001\u001f\ud83d\ude00"]}}`;
-const toolSets = { one: `[${weather}]`, two: `[${weather},\n ${clock}]`, none: '[]' };
-const call = (name, args) => ['call', `${name}\n${args}`];
+// a "return" member (Mistral's templates leave it out), strings with what a raw '"' +
+// val + '"' keeps as it is
+const ret = String.raw`{"type": "function", "function": {"name": "sum", "description":
+ "a \"b\" \\ c\nd \ud83d\ude00", "return": {"type": "number"}, "parameters": {"type": "object",
+ "properties": {"a": {"type": "number"}}}, "strict": true}}`;
+const toolSets = { one: `[${weather}]`, two: `[${weather},\n ${clock}]`, none: '[]',
+	ret: `[${ret}, ${weather}]` };
+// Mistral's templates want 9-character call ids; the others take none
+const call = (name, args, id = 'aB3dE5gH7') => ['call', `${name}\n${args}`, id];
+const res = (content, id = 'aB3dE5gH7') => ({ role: 'tool', content, tool_call_id: id });
 const toolConvs = [
 	['one', [m('user', "What's the weather in Paris?")]],
 	['two', [m('system', ' Use tools. '), m('user', '  Weather in Rome and the time? ')]],
 	['one', [m('system', 'S'), m('user', 'Paris?'), m('assistant', ''),
 		call('get_weather', '{"city": "Paris", "unit":"celsius","days":2.0}'),
-		m('tool', '{"temp": 21, "sky": "clear"}')]],
+		res('{"temp": 21, "sky": "clear"}')]],
 	['one', [m('user', 'Paris?'), m('assistant', ''),
-		call('get_weather', '{ "city" : "Par\\"is\\u00e9" }'), m('tool', '21 °C\nclear'),
-		m('assistant', 'It is 21 °C.'), m('user', 'And Rome?')]],
+		call('get_weather', '{ "city" : "Par\\"is\\u00e9" }', 'Zz9Zz9Zz9'),
+		res('21 °C\nclear', 'Zz9Zz9Zz9'), m('assistant', 'It is 21 °C.'), m('user', 'And Rome?')]],
 	['two', [m('user', 'Both?'), m('assistant', 'Let me check.'),
-		call('get_weather', '{"city": "Rome"}'), call('now', '{}'),
-		m('tool', 'sunny'), m('tool', '12:00'), m('assistant', 'Sunny, noon.')]],
+		call('get_weather', '{"city": "Rome"}', 'call00001'), call('now', '{}', 'call00002'),
+		res('sunny', 'call00001'), res('12:00', 'call00002'), m('assistant', 'Sunny, noon.')]],
 	['none', [m('user', 'Hi')]],
 	[null, [m('user', 'Paris?'), m('assistant', ''), call('get_weather', '{"city": "Paris"}'),
-		m('tool', 'rain')]],
+		res('rain')]],
 	['one', [m('system', 'Only a system turn')]],
 	['one', [m('tool', 'first'), m('user', 'then')]],
+	['ret', [m('system', 'S'), m('user', 'Add.'), m('assistant', 'ok'), m('user', 'Again.')]],
+	// ids Mistral's templates refuse: too long, missing
+	['one', [m('user', 'Paris?'), m('assistant', ''), call('get_weather', '{}', 'call_abc_0'),
+		res('rain', 'call_abc_0')]],
+	['one', [m('user', 'Paris?'), m('assistant', ''), call('get_weather', '{}', null),
+		m('tool', 'rain')]],
+	['one', [m('user', 'Paris?'), m('assistant', ''), call('get_weather', '{}'), m('tool', 'rain')]],
+	// a call then a user turn: the tools go before the last user message
+	['one', [m('system', 'S'), m('user', 'Paris?'), m('assistant', 'x'),
+		call('get_weather', '{"city": "Paris"}', 'ééééééééé'), res('rain', 'ééééééééé'),
+		m('assistant', 'Rain.'), m('user', 'And Rome?')]],
 ];
 
 // [role, content] entries (calls flat, as on the wire) -> the template's messages
@@ -103,9 +123,12 @@ function templateMessages(conv) {
 		if (Array.isArray(x)) {
 			const [name, ...rest] = x[1].split('\n');
 			const last = out[out.length - 1];
+			const c = { type: 'function',
+				function: { name, arguments: JSON.parse(rest.join('\n')) } };
+			if (x[2] !== null)
+				c.id = x[2];
 			last.tool_calls = last.tool_calls || [];
-			last.tool_calls.push({ id: `call_${last.tool_calls.length}`, type: 'function',
-				function: { name, arguments: JSON.parse(rest.join('\n')) } });
+			last.tool_calls.push(c);
 		} else {
 			out.push({ ...x });
 		}
@@ -153,8 +176,9 @@ for (const file of fs.readdirSync(dir).filter((f) => f.endsWith('.jinja')).sort(
 			} catch (e) {
 				result = 'error';
 			}
-			const msgs = conv.map((x) => (Array.isArray(x) ? `${x[0]}:${hex(x[1])}` :
-				`${x.role}:${hex(x.content)}`)).join(' ');
+			const id = (v) => (v === null || v === undefined ? '' : `:${hex(v)}`);
+			const msgs = conv.map((x) => (Array.isArray(x) ? `${x[0]}:${hex(x[1])}${id(x[2])}` :
+				`${x.role}:${hex(x.content)}${id(x.tool_call_id)}`)).join(' ');
 			const tools = set ? ` tools:${hex(toolSets[set])}` : '';
 			lines.push(`${file} ${gen ? 1 : 0} ${hex(bos)} ${hex(eos)} ${conv.length} ${msgs}${tools} = ${result}`);
 		}

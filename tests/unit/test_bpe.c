@@ -581,8 +581,9 @@ static void test_fuzz_chat(void **state)
 				content[i][c] = (char)(rnd(4) ? " \t\n\xc2\xa0\xe3\x80\x80"
 								"ab"[rnd(11)] :
 								rnd(256));
-			m[i] = (struct kvp_chat_msg){ (enum kvp_chat_role)rnd(3), content[i], l,
-						      NULL, 0 };
+			m[i] = (struct kvp_chat_msg){
+				(enum kvp_chat_role)rnd(3), content[i], l, NULL, 0, NULL, 0
+			};
 		}
 		r = kvp_chat_render(&out, &len, &t, m, n, &o, err, sizeof(err));
 		if (r) {

@@ -122,11 +122,12 @@ static void test_refusals_and_trim(void **state)
 	 * Llama 3 trims content (Unicode spaces too), ChatML does not
 	 */
 	struct kvp_chat_template t;
-	struct kvp_chat_msg sys[] = { { KVP_CHAT_SYSTEM, "S", 1, NULL, 0 },
-				      { KVP_CHAT_USER, "u", 1, NULL, 0 } };
-	struct kvp_chat_msg two[] = { { KVP_CHAT_USER, "a", 1, NULL, 0 },
-				      { KVP_CHAT_USER, "b", 1, NULL, 0 } };
-	struct kvp_chat_msg sp[] = { { KVP_CHAT_USER, "\xe3\x80\x80 hi\t\xc2\xa0", 9, NULL, 0 } };
+	struct kvp_chat_msg sys[] = { { KVP_CHAT_SYSTEM, "S", 1, NULL, 0, NULL, 0 },
+				      { KVP_CHAT_USER, "u", 1, NULL, 0, NULL, 0 } };
+	struct kvp_chat_msg two[] = { { KVP_CHAT_USER, "a", 1, NULL, 0, NULL, 0 },
+				      { KVP_CHAT_USER, "b", 1, NULL, 0, NULL, 0 } };
+	struct kvp_chat_msg sp[] = { { KVP_CHAT_USER, "\xe3\x80\x80 hi\t\xc2\xa0", 9, NULL, 0, NULL,
+				       0 } };
 	struct kvp_chat_opts o = { .bos = "<B>", .eos = "<E>" };
 	char err[256], *out;
 	size_t len;
@@ -154,7 +155,7 @@ static void test_qwen3_no_thinking(void **state)
 {
 	/* Qwen3's enable_thinking=false: an empty <think> block after the generation prompt */
 	struct kvp_chat_template t;
-	struct kvp_chat_msg u[] = { { KVP_CHAT_USER, "Hi", 2, NULL, 0 } };
+	struct kvp_chat_msg u[] = { { KVP_CHAT_USER, "Hi", 2, NULL, 0, NULL, 0 } };
 	struct kvp_chat_opts o = { .add_generation_prompt = true, .no_thinking = true };
 	char *out;
 	size_t len;
@@ -195,25 +196,49 @@ static void test_qwen3_no_thinking(void **state)
 	}
 }
 
-static void test_mistral3_tools_refused(void **state)
+static void test_mistral3_tools(void **state)
 {
-	/* tools on Mistral v0.3 / Nemo: refused, and the message says why (the call ids) */
+	/*
+	 * Mistral v0.3 / Nemo render tools, calls and results; a call whose id is not 9
+	 * characters long (or missing) is refused with the template's own message
+	 */
 	static const char *const fams[] = { "mistral-v3", "mistral-nemo" };
-	struct kvp_chat_msg u[] = { { KVP_CHAT_USER, "Hi", 2, NULL, 0 } };
-	struct kvp_chat_opts o = { .tools = "[]", .tools_len = 2 };
+	static const char want[2][256] = {
+		"<s>[AVAILABLE_TOOLS] [[/AVAILABLE_TOOLS][INST] Hi[/INST][TOOL_CALLS] [{\"name\": "
+		"\"f\", \"arguments\": {\"a\": 1}, \"id\": \"abcdefghi\"}]</s>[TOOL_RESULTS] "
+		"{\"content\": 2, \"call_id\": \"abcdefghi\"}[/TOOL_RESULTS]",
+		"<s>[AVAILABLE_TOOLS][[/AVAILABLE_TOOLS][INST]Hi[/INST][TOOL_CALLS][{\"name\": "
+		"\"f\", \"arguments\": {\"a\": 1}, \"id\": \"abcdefghi\"}]</s>[TOOL_RESULTS]"
+		"{\"content\": 2, \"call_id\": \"abcdefghi\"}[/TOOL_RESULTS]",
+	};
+	struct kvp_chat_msg u[] = {
+		{ KVP_CHAT_USER, "Hi", 2, NULL, 0, NULL, 0 },
+		{ KVP_CHAT_ASSISTANT, "", 0, NULL, 0, NULL, 0 },
+		{ KVP_CHAT_TOOL_CALL, "{\"a\":1.0}", 9, "f", 1, "abcdefghi", 9 },
+		{ KVP_CHAT_TOOL, "2", 1, NULL, 0, "abcdefghi", 9 },
+	};
+	struct kvp_chat_opts o = { .tools = "[]", .tools_len = 2, .bos = "<s>", .eos = "</s>" };
 	struct kvp_chat_template t;
 	char err[256], *out;
 	size_t len;
 
+	(void)state;
 	for (size_t i = 0; i < 2; i++) {
 		assert_int_equal(kvp_chat_template_named(&t, fams[i], NULL, 0), 0);
-		assert_false(t.tools);
-		assert_true(kvp_chat_writes_bos(&t));
-		assert_int_equal(kvp_chat_render(&out, &len, &t, u, 1, &o, err, sizeof(err)),
+		assert_true(t.tools);
+		assert_int_equal(kvp_chat_render(&out, &len, &t, u, 4, &o, err, sizeof(err)), 0);
+		assert_string_equal(out, want[i]);
+		free(out);
+		u[3].id_len = 8;
+		assert_int_equal(kvp_chat_render(&out, &len, &t, u, 4, &o, err, sizeof(err)),
 				 -EINVAL);
-		assert_non_null(strstr(err, fams[i]));
-		assert_non_null(strstr(err, "does not support tools: Mistral's tool calls"));
-		assert_non_null(strstr(err, "9-character call ids"));
+		assert_string_equal(
+			err, "chat: Tool call IDs should be alphanumeric strings with length 9!");
+		u[3].id_len = 9;
+		u[2].id = NULL;
+		assert_int_equal(kvp_chat_render(&out, &len, &t, u, 4, &o, err, sizeof(err)),
+				 -EINVAL);
+		u[2].id = "abcdefghi";
 	}
 }
 
@@ -284,10 +309,13 @@ static void test_renders_equal_jinja(void **state)
 			tooly = true;
 		}
 		for (size_t i = 0; i < nm; i++) {
-			char *colon = strchr(tok[5 + i], ':'), *c;
+			char *colon = strchr(tok[5 + i], ':'), *c, *idc;
 
 			assert_non_null(colon);
 			*colon = 0;
+			idc = strchr(colon + 1, ':'); /* ROLE:HEX:IDHEX: a call's or result's id */
+			if (idc)
+				*idc = 0;
 			msgs[i] = (struct kvp_chat_msg){ 0 };
 			msgs[i].role = !strcmp(tok[5 + i], "system") ? KVP_CHAT_SYSTEM :
 				       !strcmp(tok[5 + i], "user")   ? KVP_CHAT_USER :
@@ -296,6 +324,9 @@ static void test_renders_equal_jinja(void **state)
 								       KVP_CHAT_ASSISTANT;
 			msgs[i].content = owned[no++] = unhex(colon + 1, strlen(colon + 1),
 							      &msgs[i].len);
+			if (idc)
+				msgs[i].id = owned[no++] = unhex(idc + 1, strlen(idc + 1),
+								 &msgs[i].id_len);
 			if (msgs[i].role == KVP_CHAT_TOOL || msgs[i].role == KVP_CHAT_TOOL_CALL)
 				tooly = true;
 			if (msgs[i].role == KVP_CHAT_TOOL_CALL) { /* "NAME\nARGS" */
@@ -350,10 +381,10 @@ static void test_renders_equal_jinja(void **state)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	assert_int_equal(system(cmd), 0);
 	assert_true(n >= 15 * 26);
-	/* Llama 3.1, 3.2, Qwen2.5 and Qwen3 x 9 tool conversations x 2 rendered, the other 11
-	 * refused */
-	assert_int_equal(ntools, 4 * 9 * 2);
-	assert_int_equal(ntools_refused, 11 * 9 * 2);
+	/* Llama 3.1, 3.2, Qwen2.5, Qwen3, Mistral v0.3 and Nemo x 14 tool conversations x 2
+	 * rendered, the other 9 refused */
+	assert_int_equal(ntools, 6 * 14 * 2);
+	assert_int_equal(ntools_refused, 9 * 14 * 2);
 	assert_int_equal(bad, 0);
 }
 
@@ -364,7 +395,7 @@ int main(void)
 		cmocka_unit_test(test_unknown_template_lists_names),
 		cmocka_unit_test(test_refusals_and_trim),
 		cmocka_unit_test(test_qwen3_no_thinking),
-		cmocka_unit_test(test_mistral3_tools_refused),
+		cmocka_unit_test(test_mistral3_tools),
 		cmocka_unit_test(test_renders_equal_jinja),
 	};
 
