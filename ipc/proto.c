@@ -885,6 +885,25 @@ static int check_messages(struct kvp_cur *c, struct kvp_gen_req *r, struct kvp_p
 				return fail(why, "a tool call's text must be NAME\\nARGUMENTS",
 					    KVP_E_INVALID);
 		}
+		if ((r->flags & KVP_CHAT_CALL_IDS) &&
+		    (m.role == KVP_ROLE_TOOL_CALL || m.role == KVP_ROLE_TOOL)) {
+			/* the id: after the name of a call, first in a result */
+			const char *id = m.role == KVP_ROLE_TOOL ?
+						 text :
+						 (const char *)memchr(text, '\n', m.bytes) + 1;
+			size_t left = m.bytes - (size_t)(id - text);
+			const char *nl = memchr(id, '\n', left);
+
+			if (!nl || nl == id || (size_t)(nl - id) > KVP_CHAT_CALL_ID_MAX)
+				return fail(
+					why,
+					m.role == KVP_ROLE_TOOL ?
+						"with KVP_CHAT_CALL_IDS a tool result's text must be "
+						"ID\\nRESULT, the id 1 to 64 bytes" :
+						"with KVP_CHAT_CALL_IDS a tool call's text must be "
+						"NAME\\nID\\nARGUMENTS, the id 1 to 64 bytes",
+					KVP_E_INVALID);
+		}
 		/* the context ends inside an assistant message: the reply it continues */
 		if (i + 1 == r->context_msgs && m.role != KVP_ROLE_ASSISTANT)
 			return fail(why, "the context must end with an assistant message",

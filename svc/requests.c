@@ -772,6 +772,16 @@ static int chat(struct kvp_requests *q, struct kvp_conn_rec *c, uint64_t req_id,
 			cm[i].content = nl + 1;
 			cm[i].len = msgs[i].len - cm[i].name_len - 1;
 		}
+		if ((req->flags & KVP_CHAT_CALL_IDS) &&
+		    (msgs[i].role == KVP_ROLE_TOOL_CALL || msgs[i].role == KVP_ROLE_TOOL)) {
+			/* "ID\n" before the arguments or the result (checked by proto.c) */
+			const char *nl = memchr(cm[i].content, '\n', cm[i].len);
+
+			cm[i].id = cm[i].content;
+			cm[i].id_len = (size_t)(nl - cm[i].content);
+			cm[i].len -= cm[i].id_len + 1;
+			cm[i].content = nl + 1;
+		}
 		text += msgs[i].len;
 	}
 	if (tools)

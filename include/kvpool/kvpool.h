@@ -333,8 +333,18 @@ enum kvp_client_thinking {
  */
 int kvp_client_conv_set_thinking(struct kvp_client_conv *cv, int mode);
 
+/*
+ * kvp_client_conv_set_call_ids() - whether the conversation's tool calls and results
+ * carry their call ids (KVP_CHAT_CALL_IDS, sent with every CHAT of it): a call's text is
+ * then "NAME\nID\nARGUMENTS-JSON" and a result's "ID\nRESULT".  Mistral's templates
+ * write the ids (and refuse calls and results without 9-character ones); the others
+ * leave them out.
+ */
+void kvp_client_conv_set_call_ids(struct kvp_client_conv *cv, bool on);
+
 /* Append a message (@role: enum kvp_role; @text copied, UTF-8; KVP_ROLE_TOOL_CALL's
- * text "NAME\nARGUMENTS-JSON").  Return: 0, -EINVAL, -ENOMEM. */
+ * text "NAME\nARGUMENTS-JSON", with call ids as kvp_client_conv_set_call_ids() says).
+ * Return: 0, -EINVAL, -ENOMEM. */
 int kvp_client_conv_add(struct kvp_client_conv *cv, int role, const char *text, size_t len);
 
 /* Remove the last message (e.g. a user turn whose CHAT failed).  Return: 0, -ENOENT. */

@@ -318,8 +318,9 @@ static_assert(sizeof(struct kvp_ids) == 8, "wire ABI");
 /*
  * TOOL: a tool's result.  TOOL_CALL: a call of the assistant message before it (or of
  * the call before it, one message per call), its text "NAME\nARGUMENTS" where NAME is
- * the function's (non-empty, no newline) and ARGUMENTS JSON text (an object).
- * Templates without tools refuse both.
+ * the function's (non-empty, no newline) and ARGUMENTS JSON text (an object).  With
+ * KVP_CHAT_CALL_IDS both carry the call's id after the name ("NAME\nID\nARGUMENTS") or
+ * before the result ("ID\nRESULT").  Templates without tools refuse both.
  */
 enum kvp_role {
 	KVP_ROLE_SYSTEM = 0,
@@ -354,7 +355,14 @@ enum kvp_role {
 #define KVP_CHAT_NO_THINKING 0x800u
 #define KVP_CHAT_SPEC_ON 0x1000u  /* as KVP_GEN_SPEC_ON */
 #define KVP_CHAT_SPEC_OFF 0x2000u /* as KVP_GEN_SPEC_OFF */
-#define KVP_CHAT__ALL 0x3f1eu
+/* tool calls and results carry their call ids: a KVP_ROLE_TOOL_CALL's text is
+ * "NAME\nID\nARGUMENTS" and a KVP_ROLE_TOOL's "ID\nRESULT" (ID: 1 ..
+ * KVP_CHAT_CALL_ID_MAX bytes, no newline), for templates that write them (Mistral's) */
+#define KVP_CHAT_CALL_IDS 0x4000u
+#define KVP_CHAT__ALL 0x7f1eu
+
+/* Longest call id (KVP_CHAT_CALL_IDS), in bytes. */
+#define KVP_CHAT_CALL_ID_MAX 64u
 
 /**
  * struct kvp_chat - CHAT payload, followed by n_context int32 ids, then n_messages times

@@ -1196,6 +1196,7 @@ struct kvp_client_conv {
 	char *tools; /* kvp_client_conv_set_tools(), NULL: none */
 	size_t tools_len;
 	uint32_t think_flags; /* kvp_client_conv_set_thinking(): KVP_CHAT_(NO_)THINKING */
+	uint32_t id_flags;    /* kvp_client_conv_set_call_ids(): KVP_CHAT_CALL_IDS */
 	uint64_t pending;
 	struct idvec prompt;
 	bool got_prompt;
@@ -1270,6 +1271,11 @@ KVP_EXPORT int kvp_client_conv_set_thinking(struct kvp_client_conv *cv, int mode
 		return 0;
 	}
 	return -EINVAL;
+}
+
+KVP_EXPORT void kvp_client_conv_set_call_ids(struct kvp_client_conv *cv, bool on)
+{
+	cv->id_flags = on ? KVP_CHAT_CALL_IDS : 0;
 }
 
 KVP_EXPORT int kvp_client_conv_add(struct kvp_client_conv *cv, int role, const char *text,
@@ -1368,7 +1374,7 @@ static int send_chat(struct kvp_client *c, struct kvp_client_conv *cv,
 			       "chat: the conversation (%zu tokens) exceeds the daemon's limit %u",
 			       cv->ctx.n, w->max_prompt_tokens);
 	request_of(c, params, KVP_FRAME_CHAT, &ch);
-	ch.flags |= flags | cv->think_flags;
+	ch.flags |= flags | cv->think_flags | cv->id_flags;
 	if (flags & KVP_CHAT_PROMPT_ONLY) /* nothing is sampled */
 		ch.has_samp = false;
 	ch.n_messages = (uint32_t)cv->n_msgs;

@@ -726,6 +726,18 @@ static struct kvp_http_msg *new_msg(struct kvp_http_gen *g, enum kvp_http_role r
 	return m;
 }
 
+/*
+ * A call's or result's id, kept for the templates that write it (Mistral's); anything
+ * but a non-empty string is none (the SDKs always send one).
+ */
+static int msg_id(struct kvp_http_msg *m, json_t *id)
+{
+	if (!json_is_string(id) || !json_string_length(id))
+		return 0;
+	m->id = strndup(json_string_value(id), json_string_length(id));
+	return m->id ? 0 : -ENOMEM;
+}
+
 /* ------------------------------------------------------------ tools */
 
 /* OpenAI's rule for function names, which keeps a name one line of plain text. */
@@ -953,7 +965,8 @@ static char *call_text(const char *name, json_t *args)
 	return out;
 }
 
-static int add_call(struct kvp_http_gen *g, const char *name, json_t *args)
+/* @id: the call's id (a JSON string, or anything else for none) */
+static int add_call(struct kvp_http_gen *g, const char *name, json_t *args, json_t *id)
 {
 	struct kvp_http_msg *m = new_msg(g, KVP_HTTP_ROLE_TOOL_CALL);
 
@@ -961,7 +974,7 @@ static int add_call(struct kvp_http_gen *g, const char *name, json_t *args)
 	if (!m->text)
 		return -ENOMEM;
 	m->len = strlen(m->text);
-	return 0;
+	return msg_id(m, id);
 }
 
 /* An assistant message with tool_calls: its content (may be null) and one message per call. */
@@ -1095,7 +1108,7 @@ static int parse_openai_calls(struct kvp_http_gen *g, json_t *m, json_t *content
 		if (args && !json_is_string(args))
 			return bad(err, "messages",
 				   "%s.tool_calls.%zu.function.arguments: must be a string", at, k);
-		r = add_call(g, json_string_value(name), args);
+		r = add_call(g, json_string_value(name), args, json_object_get(c, "id"));
 		if (r)
 			return r;
 	}
@@ -1182,6 +1195,8 @@ static int parse_chat(struct kvp_http_gen *g, json_t *o, uint32_t n_vocab, struc
 		r = parse_content(new_msg(g, ro), content, at, NULL, "messages", err);
 		if (!r && ro == KVP_HTTP_ROLE_ASSISTANT)
 			r = openai_reasoning(&g->msgs[g->n_msgs - 1], m, at, err);
+		if (!r && ro == KVP_HTTP_ROLE_TOOL)
+			r = msg_id(&g->msgs[g->n_msgs - 1], json_object_get(m, "tool_call_id"));
 		if (r)
 			return r;
 	}
@@ -1339,7 +1354,7 @@ static int parse_anthropic_blocks(struct kvp_http_gen *g, json_t *c, bool user, 
 				cur = new_msg(g, KVP_HTTP_ROLE_ASSISTANT);
 			if (cur && !cur->text && (r = msg_add(cur, "", 0, false)))
 				return r;
-			r = add_call(g, json_string_value(name), input);
+			r = add_call(g, json_string_value(name), input, json_object_get(b, "id"));
 			m = &g->msgs[g->n_msgs - 1];
 			cur = NULL; /* text after a call starts a new message */
 			/* a call's message may not take more text: keep appending calls */
@@ -1369,6 +1384,8 @@ static int parse_anthropic_blocks(struct kvp_http_gen *g, json_t *c, bool user, 
 		} else if (!strcmp(type, "tool_result") && user) {
 			m = new_msg(g, KVP_HTTP_ROLE_TOOL);
 			r = tool_result_text(m, member(b, "content"), at, err);
+			if (!r)
+				r = msg_id(m, json_object_get(b, "tool_use_id"));
 			cur = NULL;
 		} else {
 			return unsupported(
@@ -1638,8 +1655,10 @@ void kvp_http_gen_deinit(struct kvp_http_gen *g)
 	free(g->model);
 	free(g->text);
 	free(g->tokens);
-	for (size_t i = 0; i < g->n_msgs; i++)
+	for (size_t i = 0; i < g->n_msgs; i++) {
 		free(g->msgs[i].text);
+		free(g->msgs[i].id);
+	}
 	free(g->msgs);
 	for (size_t i = 0; i < g->n_stop; i++)
 		free(g->stop[i]);

@@ -94,12 +94,16 @@ enum kvp_http_ttl {
  * @text:   owned, NUL-terminated, @len bytes of UTF-8
  * @cache:  the TTL of a cache_control breakpoint at the end of this message (the last
  *          marked block of its content), or KVP_HTTP_TTL_NONE
+ * @id:     a call's id (OpenAI tool_calls[].id, Anthropic tool_use.id) or the one a
+ *          result answers (tool_call_id, tool_use_id): owned, NUL-terminated; NULL when
+ *          the body gave none
  */
 struct kvp_http_msg {
 	enum kvp_http_role role;
 	char *text;
 	size_t len;
 	enum kvp_http_ttl cache;
+	char *id;
 };
 
 #define KVP_HTTP_STOP_MAX 16	   /* stop strings per request */

@@ -29,6 +29,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include "ipc/http/toolcall.h"
 #include "util/log.h"
 #include "util/time.h"
 
@@ -187,6 +188,38 @@ static int pick(struct kvp_http_backend *be)
 	return best;
 }
 
+/*
+ * A call or result with its id as kvpoold takes them (KVP_CHAT_CALL_IDS): "NAME\nID\n
+ * ARGUMENTS" (a call's text is "NAME\nARGUMENTS"), "ID\nRESULT"; the id as
+ * kvp_http_call_id9() gives it.
+ */
+static int add_with_id(struct kvp_client_conv *cv, int role, const struct kvp_http_msg *m,
+		       const char *text)
+{
+	size_t head = 0, n = m->len + KVP_HTTP_CALL_ID9;
+	char id[KVP_HTTP_CALL_ID9], *t;
+	int r;
+
+	if (role == KVP_ROLE_TOOL_CALL) { /* api.c writes every call as NAME\nARGUMENTS */
+		const char *nl = memchr(text, '\n', m->len);
+
+		if (!nl)
+			return -EINVAL;
+		head = (size_t)(nl + 1 - text);
+	}
+	kvp_http_call_id9(m->id, strlen(m->id), id);
+	t = malloc(n);
+	if (!t)
+		return -ENOMEM;
+	memcpy(t, text, head);
+	memcpy(t + head, id, KVP_HTTP_CALL_ID9 - 1);
+	t[head + KVP_HTTP_CALL_ID9 - 1] = '\n';
+	memcpy(t + head + KVP_HTTP_CALL_ID9, text + head, m->len - head);
+	r = kvp_client_conv_add(cv, role, t, n);
+	free(t);
+	return r;
+}
+
 /* A chat's messages as a libkvpool conversation (a builder: freed once it is sent). */
 static int build_conv(const struct kvp_http_job *job, struct kvp_client_conv **out)
 {
@@ -196,6 +229,7 @@ static int build_conv(const struct kvp_http_job *job, struct kvp_client_conv **o
 				     [KVP_HTTP_ROLE_TOOL] = KVP_ROLE_TOOL,
 				     [KVP_HTTP_ROLE_TOOL_CALL] = KVP_ROLE_TOOL_CALL };
 	struct kvp_client_conv *cv;
+	bool ids = true;
 	int r;
 
 	r = kvp_client_conv_new(&cv);
@@ -206,10 +240,21 @@ static int build_conv(const struct kvp_http_job *job, struct kvp_client_conv **o
 		kvp_client_conv_free(cv);
 		return r;
 	}
+	/* ids when every call and result has one (the APIs require them); Mistral's
+	 * templates refuse calls without, the others leave them out */
+	for (size_t k = 0; k < job->n_msgs; k++)
+		if (job->msgs[k].role == KVP_HTTP_ROLE_TOOL ||
+		    job->msgs[k].role == KVP_HTTP_ROLE_TOOL_CALL)
+			ids = ids && job->msgs[k].id;
+	kvp_client_conv_set_call_ids(cv, ids);
 	for (size_t k = 0; k < job->n_msgs; k++) {
 		const struct kvp_http_msg *m = &job->msgs[k];
+		const char *text = m->text ? m->text : "";
 
-		r = kvp_client_conv_add(cv, roles[m->role], m->text ? m->text : "", m->len);
+		if (ids && (m->role == KVP_HTTP_ROLE_TOOL || m->role == KVP_HTTP_ROLE_TOOL_CALL))
+			r = add_with_id(cv, roles[m->role], m, text);
+		else
+			r = kvp_client_conv_add(cv, roles[m->role], text, m->len);
 		if (r) {
 			kvp_client_conv_free(cv);
 			return r;

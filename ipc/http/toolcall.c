@@ -6,8 +6,10 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #define END_TAG "</tool_call>"
 
@@ -168,6 +170,26 @@ static int add_content(struct kvp_http_calls *out, const char *s, size_t n)
 	return 0;
 }
 
+void kvp_http_call_id9(const char *id, size_t len, char out[KVP_HTTP_CALL_ID9])
+{
+	static const char digits[] =
+		"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+	bool alnum = len == 9;
+	uint64_t h;
+
+	for (size_t i = 0; alnum && i < len; i++)
+		alnum = (id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'z') ||
+			(id[i] >= 'A' && id[i] <= 'Z');
+	if (alnum) {
+		memcpy(out, id, 9);
+	} else {
+		h = XXH3_64bits(id, len);
+		for (size_t i = 0; i < 9; i++, h /= 62)
+			out[i] = digits[h % 62];
+	}
+	out[9] = 0;
+}
+
 void kvp_http_calls_free(struct kvp_http_calls *c)
 {
 	for (size_t i = 0; i < c->n; i++) {
@@ -179,6 +201,33 @@ void kvp_http_calls_free(struct kvp_http_calls *c)
 	*c = (struct kvp_http_calls){ 0 };
 }
 
+/*
+ * Mistral's calls: a JSON array of call objects from @p (at its '[') to the end of the
+ * text, whitespace after it allowed: 1 (every element a call, added), 0, -ENOMEM.
+ */
+static int call_array(struct kvp_http_calls *out, const char *p, const char *e,
+		      const char *const *names, size_t n_names)
+{
+	int r = 0;
+
+	for (p = skip_ws(p + 1, e); p < e && *p != ']';) {
+		const char *end = *p == '{' ? value_end(p, e) : NULL;
+
+		if (!end)
+			return 0;
+		r = one_call(out, p, (size_t)(end - p), names, n_names);
+		if (r <= 0)
+			return r;
+		p = skip_ws(end, e);
+		if (p < e && *p == ',')
+			p = skip_ws(p + 1, e);
+		else if (p < e && *p != ']')
+			return 0;
+	}
+	/* whole, not empty, nothing after it */
+	return p < e && r == 1 && skip_ws(p + 1, e) == e ? 1 : 0;
+}
+
 int kvp_http_calls_parse(struct kvp_http_calls *out, const char *text, size_t len,
 			 const char *const *names, size_t n_names)
 {
@@ -186,8 +235,23 @@ int kvp_http_calls_parse(struct kvp_http_calls *out, const char *text, size_t le
 	int r = 0;
 
 	*out = (struct kvp_http_calls){ 0 };
-	while (p < e && ws(*p))
-		p++;
+	tag = memmem(text, len, KVP_HTTP_MISTRAL_TAG, strlen(KVP_HTTP_MISTRAL_TAG));
+	if (tag) /* Mistral's marker written as text: the text before it is the content */
+		p = skip_ws(tag + strlen(KVP_HTTP_MISTRAL_TAG), e);
+	else
+		p = skip_ws(p, e);
+	if (p < e && *p == '[') { /* Mistral's [TOOL_CALLS] [{...}, ...] (the marker a control
+				   * token, so no text of its own, or written) */
+		r = call_array(out, p, e, names, n_names);
+		if (r <= 0)
+			goto none;
+		if (add_content(out, "", 0) ||
+		    (tag && add_content(out, text, (size_t)(tag - text))))
+			goto nomem;
+		goto trim;
+	}
+	if (tag)
+		goto none;
 	if (p < e && *p == '{') { /* the whole answer one call (Llama, a forced call) */
 		while (e > p && ws(e[-1]))
 			e--;
@@ -215,17 +279,17 @@ int kvp_http_calls_parse(struct kvp_http_calls *out, const char *text, size_t le
 		goto none;
 	if (add_content(out, p, (size_t)(e - p)))
 		goto nomem;
-	{ /* trim */
-		size_t a = 0, b = out->content_len;
+trim : {
+	size_t a = 0, b = out->content_len;
 
-		while (a < b && ws(out->content[a]))
-			a++;
-		while (b > a && ws(out->content[b - 1]))
-			b--;
-		memmove(out->content, out->content + a, b - a);
-		out->content_len = b - a;
-		out->content[out->content_len] = 0;
-	}
+	while (a < b && ws(out->content[a]))
+		a++;
+	while (b > a && ws(out->content[b - 1]))
+		b--;
+	memmove(out->content, out->content + a, b - a);
+	out->content_len = b - a;
+	out->content[out->content_len] = 0;
+}
 	return 1;
 none:
 	r = r < 0 ? r : 0;
@@ -238,28 +302,34 @@ nomem:
 
 size_t kvp_http_calls_safe_prefix(const char *text, size_t len, bool *call_started)
 {
-	size_t i = 0, tl = strlen(KVP_HTTP_CALL_TAG);
-	const char *tag;
+	static const char *const tags[] = { KVP_HTTP_CALL_TAG, KVP_HTTP_MISTRAL_TAG };
+	size_t i = 0, safe = len;
 
 	*call_started = false;
 	while (i < len && ws(text[i]))
 		i++;
 	if (i == len)
 		return 0;
-	if (text[i] == '{') {
+	if (text[i] == '{' || text[i] == '[') {
 		*call_started = true;
 		return 0;
 	}
-	tag = memmem(text, len, KVP_HTTP_CALL_TAG, tl);
-	if (tag) {
-		*call_started = true;
-		return (size_t)(tag - text);
+	for (size_t t = 0; t < 2; t++) {
+		const char *tag = memmem(text, len, tags[t], strlen(tags[t]));
+
+		if (tag && (size_t)(tag - text) < safe) {
+			*call_started = true;
+			safe = (size_t)(tag - text);
+		}
 	}
-	/* keep back a tail that is the start of the tag */
-	for (size_t k = tl - 1; k > 0; k--)
-		if (len >= k && !memcmp(text + len - k, KVP_HTTP_CALL_TAG, k))
-			return len - k;
-	return len;
+	if (*call_started)
+		return safe;
+	/* keep back a tail that is the start of a tag */
+	for (size_t t = 0; t < 2; t++)
+		for (size_t k = strlen(tags[t]) - 1; k > 0; k--)
+			if (len >= k && len - k < safe && !memcmp(text + len - k, tags[t], k))
+				safe = len - k;
+	return safe;
 }
 
 /* Match @lit at *@p: 1 (past it), 0 (the text ends inside it), -1 (it differs). */

@@ -6,6 +6,10 @@
  *   Qwen2.5 (ChatML)  text, then one or more <tool_call>\n{"name": ..., "arguments": {...}}
  *                     \n</tool_call> blocks
  *   Llama 3.1 / 3.2   the whole answer one JSON object {"name": ..., "parameters": {...}}
+ *   Mistral v0.3/Nemo [TOOL_CALLS] then a JSON array of {"name": ..., "arguments": {...}}
+ *                     objects to the end; [TOOL_CALLS] is a control token, which the
+ *                     generated text does not show, so the whole answer such an array
+ *                     (text before a [TOOL_CALLS] written out is the content)
  * and a forced call (tool_choice required / named: the grammar writes one JSON object
  * {"name", "arguments"}) is the second form.  Both are looked for whatever the model's
  * family: kvpool-http does not know it, and neither form is ordinary prose.  A call is
@@ -25,6 +29,8 @@
 
 /* The opening tag of a Qwen-style call: streamed text stops before it. */
 #define KVP_HTTP_CALL_TAG "<tool_call>"
+/* Mistral's, when the vocabulary has it as text (a control token has none) */
+#define KVP_HTTP_MISTRAL_TAG "[TOOL_CALLS]"
 
 /* struct kvp_http_call - one call: the tool's name and its arguments as compact JSON */
 struct kvp_http_call {
@@ -54,10 +60,24 @@ int kvp_http_calls_parse(struct kvp_http_calls *out, const char *text, size_t le
 
 void kvp_http_calls_free(struct kvp_http_calls *c);
 
+/* Bytes of a call id as kvpoold gets it, and its NUL. */
+#define KVP_HTTP_CALL_ID9 10
+
+/*
+ * kvp_http_call_id9() - the call id kvpoold renders for @id (@len bytes): Mistral's
+ * templates take only ids of 9 characters (their models were trained on 9 letters and
+ * digits), the APIs' are longer ("call_...", "toolu_..."), so an id that is not 9
+ * ASCII letters and digits goes as 9 base-62 digits of its 64-bit XXH3 hash: a call and
+ * the result that names it get the same one, turn after turn (so the prompt, and its
+ * cached prefix, stay the same).  Templates without ids never see it.
+ */
+void kvp_http_call_id9(const char *id, size_t len, char out[KVP_HTTP_CALL_ID9]);
+
 /*
  * Streaming: how many leading bytes of the text so far (@len) may go out as content
- * now.  0 while it is only whitespace or starts with '{' (a JSON call may follow); up to
- * the first KVP_HTTP_CALL_TAG, or before a tail that may begin one, otherwise.
+ * now.  0 while it is only whitespace or starts with '{' or '[' (a JSON call or a
+ * Mistral array may follow); up to the first KVP_HTTP_CALL_TAG or KVP_HTTP_MISTRAL_TAG,
+ * or before a tail that may begin one, otherwise.
  * *@call_started: a call's start was seen: nothing after the returned length goes out
  * before the end.
  */

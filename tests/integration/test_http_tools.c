@@ -2,8 +2,9 @@
 /*
  * test_http_tools.c - tools through kvpool-http with the official SDKs
  * (tests/node/http-tools.mjs), on models with real vocabularies and published chat
- * templates (tests/node/chat-models.mjs writes the vocabularies): Qwen2.5's ChatML and
- * Llama 3.2's render tools, Llama 3.0's does not and is refused; and OpenAI's logprobs and
+ * templates (tests/node/chat-models.mjs writes the vocabularies): Qwen2.5's ChatML,
+ * Llama 3.2's and Mistral v0.3's and Nemo's (on the Llama 2 vocabulary) render tools,
+ * Llama 3.0's does not and is refused; and OpenAI's logprobs and
  * n > 1 on the same models (tests/node/http-logprobs.mjs); and reasoning on Qwen3's template
  * (on the Qwen vocabulary: a tiny model steered by logit_bias, and "qwen3chain", one that
  * writes a fixed reasoning and answer, kvpd_chain_model()) and on Llama 3.0's, which has
@@ -62,6 +63,10 @@ static int group_setup(void **state)
 	if (system(cmd) || kvpd_vocab_model(g_dir, "qwen2", "qwen2", NULL) ||
 	    kvpd_vocab_model(g_dir, "llama3.2", "llama3", "llama3.2.llama-3.2-1b-instruct.jinja") ||
 	    kvpd_vocab_model(g_dir, "llama3", "llama3", NULL) ||
+	    kvpd_vocab_model(g_dir, "mistral-v3", "llama2",
+			     "mistral-v3.mistral-7b-instruct-v0.3.jinja") ||
+	    kvpd_vocab_model(g_dir, "mistral-nemo", "llama2",
+			     "mistral-nemo.mistral-nemo-instruct-2407.jinja") ||
 	    kvpd_vocab_model_untied(g_dir, "qwen3", "qwen2", "qwen3.qwen3-0.6b.jinja") ||
 	    kvpd_chain_model(g_dir, "qwen3chain", "qwen2", "qwen3.qwen3-0.6b.jinja", chain,
 			     sizeof(chain) / sizeof(chain[0])))
@@ -137,6 +142,16 @@ static void test_qwen2(void **state)
 static void test_llama32(void **state)
 {
 	check_family("llama3.2", "http-tools.mjs");
+}
+
+static void test_mistral3(void **state)
+{
+	check_family("mistral-v3", "http-tools.mjs");
+}
+
+static void test_nemo(void **state)
+{
+	check_family("mistral-nemo", "http-tools.mjs");
 }
 
 static void test_llama3_refuses(void **state)
@@ -327,6 +342,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_qwen2),
 		cmocka_unit_test(test_llama32),
+		cmocka_unit_test(test_mistral3),
+		cmocka_unit_test(test_nemo),
 		cmocka_unit_test(test_llama3_refuses),
 		cmocka_unit_test(test_qwen2_logprobs),
 		cmocka_unit_test(test_llama32_logprobs),

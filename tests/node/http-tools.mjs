@@ -9,10 +9,17 @@
 // of its dozen gaps).  The second step sends the call
 // and its result back and gets an answer; its prompt extends the first one's, so part
 // of it is read from the cache.  A family whose template has no tools is refused with
-// a 400 naming the template.
+// a 400 naming the template.  On Mistral's templates (v0.3, Nemo, on the Llama 2
+// vocabulary) a conversation with a call and its result, sent through kvpool-http, is
+// also tokenized as the published template renders it under @huggingface/jinja.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
+import { Template } from '@huggingface/jinja';
 import { env, test, run } from './http-common.mjs';
 
 const family = process.env.KVP_FAMILY;
@@ -247,6 +254,48 @@ if (family === 'llama3') {
 			messages: question, max_tokens: 4 });
 		assert.ok(r.usage.prompt_tokens > plain.usage.prompt_tokens + 50,
 			'the tools are rendered into the prompt');
+	});
+}
+
+// Mistral v0.3 / Nemo: the call ids the template writes, through kvpool-http
+const mistralTemplates = { 'mistral-v3': 'mistral-v3.mistral-7b-instruct-v0.3.jinja',
+	'mistral-nemo': 'mistral-nemo.mistral-nemo-instruct-2407.jinja' };
+if (mistralTemplates[family]) {
+	test('Mistral: a call and its result through kvpool-http give the ids of the template ' +
+		'rendered by @huggingface/jinja ([AVAILABLE_TOOLS], [TOOL_CALLS], [TOOL_RESULTS], ' +
+		'call ids)', async () => {
+		const here = path.dirname(fileURLToPath(import.meta.url));
+		const src = fs.readFileSync(path.join(here, '..', 'data', 'templates',
+			mistralTemplates[family]), 'utf8');
+		const args = '{"city": "Paris", "unit": "celsius"}';
+		const msgs = [...question,
+			{ role: 'assistant', content: null, tool_calls: [{ id: 'aB3dE5gH7', type: 'function',
+				function: { name: 'get_weather', arguments: args } }] },
+			{ role: 'tool', tool_call_id: 'aB3dE5gH7', content: '{"temperature": 21}' },
+			{ role: 'assistant', content: 'It is 21.' },
+			{ role: 'user', content: 'And the time there?' }];
+		const res = await fetch(`${env.url}/tokenize`, { method: 'POST',
+			headers: { Authorization: `Bearer ${env.keyA}`, 'Content-Type': 'application/json' },
+			body: JSON.stringify({ model: env.model, messages: msgs, tools: oaTools }) });
+		const got = await res.json();
+		assert.equal(res.status, 200, JSON.stringify(got));
+		// the template gets the arguments parsed, as transformers and vLLM give them
+		const tm = msgs.map((m) => (m.tool_calls ? { ...m, tool_calls: m.tool_calls.map((c) =>
+			({ ...c, function: { ...c.function, arguments: JSON.parse(c.function.arguments) } })) } : m));
+		const text = new Template(src).render({ messages: tm, tools: oaTools, bos_token: '<s>',
+			eos_token: '</s>', add_generation_prompt: true });
+		assert.ok(text.includes('[TOOL_CALLS]') && text.includes('"call_id": "aB3dE5gH7"'));
+		const want = JSON.parse(execFileSync(env.cli, ['--socket', env.socket, 'tokenize',
+			'--parse-special', '--no-bos', '--json', '-p', text])).tokens;
+		assert.deepEqual(got.tokens, want);
+
+		// an id of another length is refused by the template: kvpool-http sends 9 characters
+		const other = JSON.parse(JSON.stringify(msgs));
+		other[2].tool_calls[0].id = other[3].tool_call_id = 'call_xyz_0';
+		const r2 = await fetch(`${env.url}/tokenize`, { method: 'POST',
+			headers: { Authorization: `Bearer ${env.keyA}`, 'Content-Type': 'application/json' },
+			body: JSON.stringify({ model: env.model, messages: other, tools: oaTools }) });
+		assert.equal(r2.status, 200, await r2.text());
 	});
 }
 

@@ -579,6 +579,95 @@ static void test_tool_answers(void **state)
 	kvp_buf_deinit(&out);
 }
 
+static void test_mistral_calls(void **state)
+{
+	/*
+	 * Mistral's [TOOL_CALLS] [...]: the marker is a control token (no text), so the whole
+	 * answer an array of calls is one, as is an array after the marker written out (the
+	 * text before it the content); an array that is not all calls of declared tools,
+	 * or has text after it, is the answer unchanged
+	 */
+	static const char two[] = " [{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+				  "\"Paris\"}}, {\"name\": \"now\", \"arguments\": {}}]\n";
+	static const char marked[] =
+		"Checking.[TOOL_CALLS] [{\"name\":\"now\",\"arguments\":{\"tz\": 1.50}}]";
+	static const char *const none[] = {
+		"[1, 2]",
+		"[]",
+		"[{\"name\": \"now\", \"arguments\": {}}] and more",
+		"[{\"name\": \"now\", \"arguments\": {}}, 3]",
+		"[{\"name\": \"now\", \"arguments\": {}}",
+		"[{\"name\": \"rm\", \"arguments\": {}}]",
+		"[TOOL_CALLS] not json",
+		"[TOOL_CALLS] {\"name\": \"now\", \"arguments\": {}}",
+	};
+	static const char *const pieces[] = { " [{\"name\": \"get_",
+					      "weather\", \"arguments\": {\"city\": \"Rome\"}}]" };
+	static const char *const note[] = { "[1] is", " a note" };
+	const char *const *names = (const char *const *)tool_names;
+	struct kvp_http_calls c;
+	struct kvp_buf out = KVP_BUF_INIT;
+	struct event ev[16];
+	char id[KVP_HTTP_CALL_ID9], id2[KVP_HTTP_CALL_ID9];
+	bool started;
+	size_t n;
+
+	assert_int_equal(kvp_http_calls_parse(&c, two, strlen(two), names, 2), 1);
+	assert_int_equal(c.n, 2);
+	assert_string_equal(c.v[0].name, "get_weather");
+	assert_string_equal(c.v[0].args, "{\"city\": \"Paris\"}");
+	assert_string_equal(c.v[1].name, "now");
+	assert_string_equal(c.content, "");
+	kvp_http_calls_free(&c);
+	assert_int_equal(kvp_http_calls_parse(&c, marked, strlen(marked), names, 2), 1);
+	assert_int_equal(c.n, 1);
+	assert_string_equal(c.v[0].args, "{\"tz\": 1.50}");
+	assert_string_equal(c.content, "Checking.");
+	kvp_http_calls_free(&c);
+	for (size_t i = 0; i < sizeof(none) / sizeof(none[0]); i++) {
+		assert_int_equal(kvp_http_calls_parse(&c, none[i], strlen(none[i]), names, 2), 0);
+		assert_null(c.content);
+	}
+	/* streamed: held from the '[' on, then one tool_calls delta */
+	assert_int_equal(kvp_http_calls_safe_prefix(" [", 2, &started), 0);
+	assert_true(started);
+	assert_int_equal(kvp_http_calls_safe_prefix("Hi [TOOL_", 9, &started), 3);
+	assert_false(started);
+	assert_int_equal(kvp_http_calls_safe_prefix("Hi [TOOL_CALLS][", 16, &started), 3);
+	assert_true(started);
+	tool_answer(KVP_HTTP_API_CHAT, true, pieces, 2, &out);
+	n = events(out.p, ev, 16);
+	assert_int_equal(n, 4); /* role, the call, finish, [DONE] */
+	assert_string_equal(str(ev[1].data, "choices.0.delta.tool_calls.0.function.name"),
+			    "get_weather");
+	assert_string_equal(str(ev[1].data, "choices.0.delta.tool_calls.0.function.arguments"),
+			    "{\"city\": \"Rome\"}");
+	assert_string_equal(str(ev[2].data, "choices.0.finish_reason"), "tool_calls");
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+	tool_answer(KVP_HTTP_API_CHAT, true, note, 2, &out);
+	n = events(out.p, ev, 16);
+	assert_int_equal(n, 4); /* role, the whole text at the end, finish, [DONE] */
+	assert_string_equal(str(ev[1].data, "choices.0.delta.content"), "[1] is a note");
+	assert_string_equal(str(ev[2].data, "choices.0.finish_reason"), "stop");
+	free_events(ev, n);
+	kvp_buf_deinit(&out);
+	/* ids kvpoold gets: 9 letters and digits, kept when they are, the same for the same */
+	kvp_http_call_id9("aB3dE5gH7", 9, id);
+	assert_string_equal(id, "aB3dE5gH7");
+	kvp_http_call_id9("call_7_0", 8, id);
+	kvp_http_call_id9("call_7_1", 8, id2);
+	assert_int_equal(strlen(id), 9);
+	assert_int_equal(strspn(id,
+				"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"),
+			 9);
+	assert_string_not_equal(id, id2);
+	kvp_http_call_id9("call_7_1", 8, id);
+	assert_string_equal(id, id2);
+	kvp_http_call_id9("aB3dE5gH_", 9, id);
+	assert_string_not_equal(id, "aB3dE5gH_");
+}
+
 static void test_forced_call_head(void **state)
 {
 	/*
@@ -1165,6 +1254,7 @@ int main(void)
 		cmocka_unit_test(test_ids_answers),
 		cmocka_unit_test(test_tool_call_parse),
 		cmocka_unit_test(test_tool_answers),
+		cmocka_unit_test(test_mistral_calls),
 		cmocka_unit_test(test_forced_call_head),
 		cmocka_unit_test(test_forced_call_streamed),
 		cmocka_unit_test(test_logprobs_chat),

@@ -590,6 +590,44 @@ static void test_chat_tools(void **state)
 	c = chat(4);
 	assert_int_equal(tools_rt(&c, m, tools, sizeof(tools) - 1, &capped, &got, &got_len),
 			 KVP_OK);
+	/* KVP_CHAT_CALL_IDS: NAME\nID\nARGUMENTS and ID\nRESULT, the id 1 to 64 bytes */
+	{
+		char long_id[2 + 65 + 3];
+		struct kvp_proto_msg ids[4];
+
+		memcpy(ids, m, sizeof(m));
+		ids[2].text = "f\nabcdefghi\n{\"a\":1}", ids[2].len = 18;
+		ids[3].text = "abcdefghi\n2", ids[3].len = 11;
+		c = chat(4);
+		c.flags |= KVP_CHAT_CALL_IDS;
+		assert_int_equal(tools_rt(&c, ids, "[]", 2, &lim, &got, &got_len), KVP_OK);
+		c = chat(4); /* without the flag a result is its text, whatever it holds */
+		assert_int_equal(tools_rt(&c, ids, "[]", 2, &lim, &got, &got_len), KVP_OK);
+		memcpy(bad, ids, sizeof(ids));
+		bad[3].text = "2", bad[3].len = 1; /* a result without its id */
+		c = chat(4);
+		c.flags |= KVP_CHAT_CALL_IDS;
+		assert_int_equal(tools_rt(&c, bad, "[]", 2, &lim, &got, &got_len), KVP_E_INVALID);
+		memcpy(bad, ids, sizeof(ids));
+		bad[2].text = "f\n\n{}", bad[2].len = 5; /* an empty id */
+		c = chat(4);
+		c.flags |= KVP_CHAT_CALL_IDS;
+		assert_int_equal(tools_rt(&c, bad, "[]", 2, &lim, &got, &got_len), KVP_E_INVALID);
+		bad[2].text = "f\n{}", bad[2].len = 4; /* none */
+		c = chat(4);
+		c.flags |= KVP_CHAT_CALL_IDS;
+		assert_int_equal(tools_rt(&c, bad, "[]", 2, &lim, &got, &got_len), KVP_E_INVALID);
+		for (size_t k = 64; k <= 65; k++) { /* "x\nID\n{}", ID of 64 bytes, then 65 */
+			memcpy(long_id, "x\n", 2);
+			memset(long_id + 2, 'i', k);
+			memcpy(long_id + 2 + k, "\n{}", 3);
+			bad[2].text = long_id, bad[2].len = 2 + k + 3;
+			c = chat(4);
+			c.flags |= KVP_CHAT_CALL_IDS;
+			assert_int_equal(tools_rt(&c, bad, "[]", 2, &lim, &got, &got_len),
+					 k == 64 ? KVP_OK : KVP_E_INVALID);
+		}
+	}
 	/* without the flag there is no section */
 	{
 		static uint8_t f[1024];
@@ -667,7 +705,10 @@ static void test_chat_frames(void **state)
 	assert_int_equal(o.flags, KVP_CHAT_SPEC_OFF);
 	c = chat(3), c.flags = KVP_CHAT_SPEC_ON | KVP_CHAT_SPEC_OFF;
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
-	c = chat(3), c.flags = KVP_CHAT_SPEC_OFF << 1;
+	c = chat(3), c.flags = KVP_CHAT_CALL_IDS; /* no calls: nothing else changes */
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_OK);
+	assert_int_equal(o.flags, KVP_CHAT_CALL_IDS);
+	c = chat(3), c.flags = KVP_CHAT_CALL_IDS << 1;
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
 	c = chat(3), c.priority = 1001; /* a value: refused as invalid, not as structure */
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
