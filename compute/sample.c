@@ -40,6 +40,10 @@ struct kvp_sampler {
 	float *eog_w;	/* n_eog */
 	struct kvp_sample_logprob lp;
 	bool has_lp;
+	/* the reasoning section (x.think_budget): not yet opened, open (@think_n tokens in
+	 * it), closed */
+	enum { THINK_BEFORE, THINK_OPEN, THINK_DONE } think;
+	uint32_t think_n;
 };
 
 static uint64_t rotl(uint64_t x, int k)
@@ -122,6 +126,9 @@ int kvp_sampler_set_extra(struct kvp_sampler *s, const struct kvp_sample_extra *
 	for (uint32_t i = 0; i < x->n_eog; i++)
 		if (x->eog[i] < 0 || (uint32_t)x->eog[i] >= n)
 			return -EINVAL;
+	if (x->think_budget && (x->think_open < 0 || (uint32_t)x->think_open >= n ||
+				x->think_close < 0 || (uint32_t)x->think_close >= n))
+		return -EINVAL;
 	s->x = *x;
 	s->w = malloc((size_t)n * sizeof(float));
 	if (!s->w)
@@ -366,6 +373,16 @@ int32_t kvp_sampler_sample(struct kvp_sampler *s, const float *logits)
 	memcpy(s->w, logits, (size_t)s->n_vocab * sizeof(float));
 	apply_extra(s, s->w);
 	id = sample_core(s, s->w);
+	if (s->x.think_budget) { /* the budget spent: the section ends here */
+		if (s->think == THINK_OPEN && s->think_n >= s->x.think_budget)
+			id = s->x.think_close;
+		if (s->think == THINK_BEFORE && id == s->x.think_open)
+			s->think = THINK_OPEN;
+		else if (s->think == THINK_OPEN && id == s->x.think_close)
+			s->think = THINK_DONE;
+		else if (s->think == THINK_OPEN)
+			s->think_n++;
+	}
 	if (s->x.logprobs)
 		record_logprobs(s, s->w, id);
 	if (s->counts)

@@ -68,6 +68,12 @@ struct kvp_grammar_vocab;
  *                            the log-softmax of the logits after bias, penalties and
  *                            grammar, before temperature (what the model gives the
  *                            token, not the sampler's cut distribution)
+ * @think_open, @think_close, @think_budget: a reasoning section's bounds (Qwen3's
+ *                            <think> and </think> ids) and its budget (0: none): once
+ *                            @think_open has been picked, @think_budget picks later the
+ *                            section is closed by returning @think_close, whatever the
+ *                            logits say (unless it was picked already); its log-
+ *                            probability is the model's, as for any pick
  */
 struct kvp_sample_extra {
 	const int32_t *bias_ids;
@@ -80,6 +86,8 @@ struct kvp_sample_extra {
 	uint32_t n_eog;
 	bool logprobs;
 	uint32_t top_logprobs;
+	int32_t think_open, think_close;
+	uint32_t think_budget;
 };
 
 /**

@@ -745,8 +745,9 @@ static int take_sampling(struct kvp_cur *c, struct kvp_proto_sampling *out, cons
 	if (!p)
 		return fail(why, "sampling section beyond the frame", KVP_E_PROTO);
 	memcpy(h, p, sizeof(*h));
-	if ((h->flags & ~KVP_SAMP__ALL) || h->reserved)
-		return fail(why, "unknown sampling flags or reserved field not zero", KVP_E_PROTO);
+	if ((h->flags & ~KVP_SAMP__ALL) || (h->think_budget && !(h->flags & KVP_SAMP_THINK_BUDGET)))
+		return fail(why, "unknown sampling flags, or a think_budget without its flag",
+			    KVP_E_PROTO);
 	if (h->n_bias > KVP_LOGIT_BIAS_MAX || h->schema_bytes > KVP_SCHEMA_BYTES_MAX)
 		return fail(why,
 			    "sampling section: more bias entries or schema bytes than the maximum",
@@ -766,6 +767,8 @@ static int check_sampling_section(const struct kvp_proto_sampling *s, const char
 
 	if (h->grammar >= KVP_GRAMMAR__COUNT)
 		return fail(why, "sampling: unknown grammar kind", KVP_E_INVALID);
+	if ((h->flags & KVP_SAMP_THINK_BUDGET) && !h->think_budget)
+		return fail(why, "sampling: think_budget must be at least 1", KVP_E_INVALID);
 	if ((h->grammar == KVP_GRAMMAR_JSON_SCHEMA) != (h->schema_bytes > 0))
 		return fail(why, "sampling: a schema comes exactly with a json_schema grammar",
 			    KVP_E_INVALID);

@@ -312,6 +312,10 @@ static bool take_sampling(struct kvp_requests *q, kvp_conn_id conn, uint64_t req
 	r = kvp_sched_sampling_new(out, &ps->hdr, ps->bias, ps->schema,
 				   q->tok ? kvp_tokenizer_n_vocab(q->tok) : UINT32_MAX, why,
 				   sizeof(why));
+	if (!r && (r = kvp_sched_sampling_think(*out, q->tok, why, sizeof(why)))) {
+		kvp_sched_sampling_free(*out);
+		*out = NULL;
+	}
 	if (!r)
 		return true;
 	*st = r == -EINVAL ? refuse(q, conn, req_id, KVP_E_INVALID, why) :

@@ -439,6 +439,9 @@ const char *kvp_client_miss_reason_name(uint32_t reason);
  * @bias_ids, @bias, @n_bias: logit bias, [-100, 100] each, at most KVP_LOGIT_BIAS_MAX
  * @grammar:       enum kvp_grammar_kind: none, any JSON object, @schema (JSON Schema)
  * @schema, @schema_len: the schema's JSON text (copied)
+ * @think_budget:  0, or the reasoning section's budget: once the model has written
+ *                 <think> and that many tokens after it, </think> comes next, forced
+ *                 (KVP_SAMP_THINK_BUDGET; a vocabulary without the two tokens refuses it)
  */
 struct kvp_client_sampling {
 	bool logprobs;
@@ -451,6 +454,7 @@ struct kvp_client_sampling {
 	uint32_t grammar;
 	const char *schema;
 	size_t schema_len;
+	uint32_t think_budget;
 };
 
 /**

@@ -580,7 +580,9 @@ static_assert(sizeof(struct kvp_token_cont) == 8, "wire ABI");
 
 /* struct kvp_sampling flags */
 #define KVP_SAMP_LOGPROBS 0x1u /* LOGPROBS frames: each generated id's log-probability */
-#define KVP_SAMP__ALL 0x1u
+/* a budget for the reasoning section: struct kvp_sampling.think_budget */
+#define KVP_SAMP_THINK_BUDGET 0x2u
+#define KVP_SAMP__ALL 0x3u
 
 /* struct kvp_sampling.grammar */
 enum kvp_grammar_kind {
@@ -607,7 +609,10 @@ enum kvp_grammar_kind {
  * @n_bias:            0 .. KVP_LOGIT_BIAS_MAX entries, ids < n_vocab, bias in [-100, 100]
  * @grammar:           enum kvp_grammar_kind
  * @schema_bytes:      KVP_GRAMMAR_JSON_SCHEMA: 1 .. KVP_SCHEMA_BYTES_MAX; else 0
- * @reserved:          zero
+ * @think_budget:      with KVP_SAMP_THINK_BUDGET (else zero): once a reasoning section
+ *                     the model opened ("<think>") holds this many tokens (>= 1) and is
+ *                     still open, its end ("</think>") is the next token, forced; a
+ *                     vocabulary without both tokens refuses the request
  */
 struct kvp_sampling {
 	uint32_t flags;
@@ -617,7 +622,7 @@ struct kvp_sampling {
 	uint32_t n_bias;
 	uint32_t grammar;
 	uint32_t schema_bytes;
-	uint32_t reserved;
+	uint32_t think_budget;
 };
 static_assert(sizeof(struct kvp_sampling) == 32, "wire ABI");
 

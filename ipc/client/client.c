@@ -855,7 +855,9 @@ KVP_EXPORT int kvp_client_set_sampling(struct kvp_client *c, const struct kvp_cl
 			       "sampling: top_logprobs <= %d, at most %d bias entries, a schema "
 			       "exactly with KVP_GRAMMAR_JSON_SCHEMA (at most %u bytes)",
 			       KVP_TOP_LOGPROBS_MAX, KVP_LOGIT_BIAS_MAX, KVP_SCHEMA_BYTES_MAX);
-	h.flags = sp->logprobs ? KVP_SAMP_LOGPROBS : 0;
+	h.flags = (sp->logprobs ? KVP_SAMP_LOGPROBS : 0) |
+		  (sp->think_budget ? KVP_SAMP_THINK_BUDGET : 0);
+	h.think_budget = sp->think_budget;
 	h.top_logprobs = sp->logprobs ? sp->top_logprobs : 0;
 	h.presence_penalty = sp->presence_penalty;
 	h.frequency_penalty = sp->frequency_penalty;

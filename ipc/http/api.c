@@ -1461,13 +1461,14 @@ static int parse_messages(struct kvp_http_gen *g, json_t *o, struct kvp_http_err
 		bool given;
 
 		if (!strcmp(ts, "enabled")) {
-			/* checked, not enforced: max_tokens bounds reasoning and answer together */
+			/* enforced by kvpoold: </think> forced once the section holds it */
 			r = get_int(think, "budget_tokens", 1, UINT32_MAX, &given, &x, err);
 			if (r)
 				return r;
 			if (!given)
 				return bad(err, "thinking", "thinking.budget_tokens: required");
 			g->thinking = KVP_HTTP_THINK_ON;
+			g->think_budget = (uint32_t)x;
 		} else if (!strcmp(ts, "adaptive") || !strcmp(ts, "between_tools")) {
 			/* the model decides: the template's default (Qwen3 reasons), and a
 			 * template without a reasoning section is no refusal, it just has none */

@@ -149,6 +149,8 @@ struct kvp_http_msg {
  *                    tool's parameters}, anyOf for several)
  * @thinking:         enum kvp_http_thinking (chat and messages)
  * @think_omit:       Anthropic thinking.display "omitted": thinking blocks without their text
+ * @think_budget:     Anthropic thinking.budget_tokens (0: none): kvpoold closes the
+ *                    reasoning section once it holds that many tokens
  */
 struct kvp_http_gen {
 	enum kvp_http_api api;
@@ -194,6 +196,7 @@ struct kvp_http_gen {
 	uint32_t n;
 	enum kvp_http_thinking thinking;
 	bool think_omit;
+	uint32_t think_budget;
 };
 
 /**

@@ -981,9 +981,10 @@ static bool generation_job(struct hreq *r, const struct kvp_http_backend_info *i
 						    .schema = g->schema,
 						    .schema_len = g->schema_len,
 						    .logprobs = g->logprobs,
-						    .top_logprobs = g->top_logprobs };
+						    .top_logprobs = g->top_logprobs,
+						    .think_budget = g->think_budget };
 	r->job.has_samp = g->grammar || g->n_bias || g->presence != 0 || g->frequency != 0 ||
-			  g->logprobs;
+			  g->logprobs || g->think_budget;
 	if (g->n > 1) {
 		/* kvpoold's parallel sampling: the prompt computed once, continuation i
 		 * seeded seed + i */

@@ -40,6 +40,7 @@ int kvp_sched_sampling_new(struct kvp_sched_sampling **out, const struct kvp_sam
 	ss->presence = hdr->presence_penalty;
 	ss->frequency = hdr->frequency_penalty;
 	ss->n_bias = hdr->n_bias;
+	ss->think_budget = hdr->flags & KVP_SAMP_THINK_BUDGET ? hdr->think_budget : 0;
 	for (uint32_t i = 0; i < ss->n_bias; i++) {
 		struct kvp_logit_bias b;
 
@@ -97,6 +98,22 @@ static int vocab_build(struct kvp_grammar_vocab **out, const struct kvp_tokenize
 	return r;
 }
 
+int kvp_sched_sampling_think(struct kvp_sched_sampling *ss, const struct kvp_tokenizer *tok,
+			     char *why, size_t why_cap)
+{
+	if (!ss->think_budget)
+		return 0;
+	ss->think_open = tok ? kvp_tokenizer_find(tok, "<think>", 7) : -1;
+	ss->think_close = tok ? kvp_tokenizer_find(tok, "</think>", 8) : -1;
+	if (ss->think_open >= 0 && ss->think_close >= 0)
+		return 0;
+	snprintf(why, why_cap,
+		 "sampling: a reasoning budget needs <think> and </think> tokens, and the "
+		 "model's vocabulary has no %s",
+		 ss->think_open < 0 ? "<think>" : "</think>");
+	return -EINVAL;
+}
+
 int kvp_sched_sampling_apply(struct kvp_sampler *smp, const struct kvp_sched_sampling *ss,
 			     struct kvp_grammar_vocab **gv, const struct kvp_tokenizer *tok,
 			     const int32_t *eog, size_t n_eog)
@@ -110,7 +127,10 @@ int kvp_sched_sampling_apply(struct kvp_sampler *smp, const struct kvp_sched_sam
 				      .logprobs = ss->logprobs,
 				      .top_logprobs = ss->top_logprobs,
 				      .eog = eog,
-				      .n_eog = (uint32_t)n_eog };
+				      .n_eog = (uint32_t)n_eog,
+				      .think_open = ss->think_open,
+				      .think_close = ss->think_close,
+				      .think_budget = ss->think_budget };
 	int r = 0;
 
 	if (ss->grammar) {

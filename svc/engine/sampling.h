@@ -22,9 +22,13 @@ struct kvp_grammar;
  * @grammar:  compiled (owned), or NULL
  * @logprobs, @top_logprobs, @presence, @frequency: as struct kvp_sampling
  * @n_bias, @bias_ids, @bias: the logit bias entries
+ * @think_budget: the reasoning section's budget (0: none), its bounds' ids
+ *          @think_open, @think_close (kvp_sched_sampling_think())
  */
 struct kvp_sched_sampling {
 	struct kvp_grammar *grammar;
+	uint32_t think_budget;
+	int32_t think_open, think_close;
 	bool logprobs;
 	uint32_t top_logprobs;
 	float presence, frequency;
@@ -51,6 +55,14 @@ void kvp_sched_sampling_free(struct kvp_sched_sampling *ss);
 
 struct kvp_sampler;
 struct kvp_tokenizer;
+
+/*
+ * kvp_sched_sampling_think() - with a think_budget, the ids of the reasoning section's
+ * bounds in @tok ("<think>", "</think>", as Qwen3 and the reasoning models after it
+ * write them).  Return: 0; -EINVAL (no such tokens: @why says so).
+ */
+int kvp_sched_sampling_think(struct kvp_sched_sampling *ss, const struct kvp_tokenizer *tok,
+			     char *why, size_t why_cap);
 struct kvp_grammar_vocab;
 
 /**

@@ -41,6 +41,12 @@ static const char *const chain[][2] = {
 	{ "</think>", "\xc4\x8a\xc4\x8a" }, { "\xc4\x8a\xc4\x8a", "Hi" }, { "Hi", "<|im_end|>" },
 };
 
+/* the same, but "Hmm" follows "Hmm": it reasons until </think> is forced (a budget) */
+static const char *const loop[][2] = {
+	{ "\xc4\x8a", "<think>" },	    { "<think>", "Hmm" },	  { "Hmm", "Hmm" },
+	{ "</think>", "\xc4\x8a\xc4\x8a" }, { "\xc4\x8a\xc4\x8a", "Hi" }, { "Hi", "<|im_end|>" },
+};
+
 static int group_setup(void **state)
 {
 	const char *src = getenv("KVP_SOURCE_DIR");
@@ -69,7 +75,9 @@ static int group_setup(void **state)
 			     "mistral-nemo.mistral-nemo-instruct-2407.jinja") ||
 	    kvpd_vocab_model_untied(g_dir, "qwen3", "qwen2", "qwen3.qwen3-0.6b.jinja") ||
 	    kvpd_chain_model(g_dir, "qwen3chain", "qwen2", "qwen3.qwen3-0.6b.jinja", chain,
-			     sizeof(chain) / sizeof(chain[0])))
+			     sizeof(chain) / sizeof(chain[0])) ||
+	    kvpd_chain_model(g_dir, "qwen3loop", "qwen2", "qwen3.qwen3-0.6b.jinja", loop,
+			     sizeof(loop) / sizeof(loop[0])))
 		return -1;
 	return 0;
 }
@@ -332,6 +340,11 @@ static void test_qwen3_thinking_chain(void **state)
 	check_family("qwen3chain", "http-thinking.mjs");
 }
 
+static void test_qwen3_thinking_budget(void **state)
+{
+	check_family("qwen3loop", "http-thinking.mjs");
+}
+
 static void test_llama3_thinking_refused(void **state)
 {
 	check_family("llama3", "http-thinking.mjs");
@@ -350,6 +363,7 @@ int main(void)
 		cmocka_unit_test(test_qwen2_logprobs_reference),
 		cmocka_unit_test(test_qwen3_thinking),
 		cmocka_unit_test(test_qwen3_thinking_chain),
+		cmocka_unit_test(test_qwen3_thinking_budget),
 		cmocka_unit_test(test_llama3_thinking_refused),
 	};
 

@@ -88,6 +88,35 @@ if (family === 'llama3') {
 			thinking: { type: 'adaptive' } });
 		assert.equal(a.content.at(-1).type, 'text');
 	});
+} else if (family === 'qwen3loop') {
+	// A model that, once it has written <think>, writes "Hmm" after "Hmm" for ever
+	// (kvpd_chain_model()); after a forced </think> it writes "\n\nHi<|im_end|>".  So the
+	// reasoning ends only where budget_tokens ends it.
+	const req = (budget, max) => ({ model: env.model, max_tokens: max, messages,
+		thinking: { type: 'enabled', budget_tokens: budget } });
+
+	test('Anthropic: budget_tokens ends the thinking block at the budget, then the ' +
+		'answer, whole and streamed', async () => {
+		for (const budget of [1, 5, 17]) {
+			const r = await anthropic.messages.create(req(budget, 64));
+			assert.equal(r.stop_reason, 'end_turn', JSON.stringify(r));
+			assert.deepEqual(r.content.map((b) => b.type), ['thinking', 'text']);
+			assert.equal(r.content[0].thinking, 'Hmm'.repeat(budget));
+			assert.equal(r.content[1].text, 'Hi');
+			// <think>, the budget, </think>, "\n\n", "Hi"
+			assert.equal(r.usage.output_tokens, budget + 4);
+			const m = await anthropic.messages.stream(req(budget, 64)).finalMessage();
+			assert.deepEqual(m.content, r.content);
+		}
+	});
+
+	test('Anthropic: a budget past max_tokens: the thinking runs to max_tokens', async () => {
+		const r = await anthropic.messages.create(req(1000, 20));
+		assert.equal(r.stop_reason, 'max_tokens');
+		assert.equal(r.content[0].type, 'thinking');
+		assert.equal(r.content[0].thinking, 'Hmm'.repeat(19)); // after <think>
+		assert.equal(r.content.filter((b) => b.type === 'text' && b.text).length, 0);
+	});
 } else if (family === 'qwen3chain') {
 	// A model that writes a fixed text (tests/integration/kvpd.h, kvpd_chain_model()):
 	// after the generation prompt's "\n" it writes <think>Hmm</think>\n\nHi<|im_end|>, and

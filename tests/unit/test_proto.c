@@ -1435,8 +1435,13 @@ static void test_sampling_section(void **state)
 	assert_int_equal(gen_with_sampling(&sh, b, schema, 9, &ps, &why), KVP_E_PROTO);
 	bad = sh, bad.n_bias = KVP_LOGIT_BIAS_MAX + 1;
 	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_PROTO);
-	bad = sh, bad.reserved = 1;
+	bad = sh, bad.think_budget = 1; /* without its flag: structure */
 	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_PROTO);
+	bad = sh, bad.flags |= KVP_SAMP_THINK_BUDGET, bad.think_budget = 7;
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_OK);
+	assert_int_equal(ps.hdr.think_budget, 7);
+	bad.think_budget = 0; /* with it, a value: at least 1 */
+	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_INVALID);
 	bad = sh, bad.flags = 0x80;
 	assert_int_equal(gen_with_sampling(&bad, b, schema, 0, &ps, &why), KVP_E_PROTO);
 	bad = sh, bad.top_logprobs = 21;

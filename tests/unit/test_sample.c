@@ -338,6 +338,46 @@ static void test_grammar_in_sampler(void **state)
 	kvp_grammar_vocab_free(v);
 }
 
+static void test_think_budget(void **state)
+{
+	/*
+	 * a reasoning budget: once the open id (1) is picked and 3 more after it, the close
+	 * id (2) is the next pick whatever the logits favour (0 here), once; without the
+	 * budget the section never closes; a continuation (new_like) counts from the start
+	 */
+	const float open_first[4] = { 0, 0, -5, 9 }, rest[4] = { 9, 0, -5, 0 };
+	float l[4];
+	static const int32_t want[] = { 3, 0, 1, 0, 0, 0, 2, 0, 0, 1, 0 };
+	struct kvp_sample_extra x = { .think_open = 1, .think_close = 2, .think_budget = 3 };
+	struct kvp_sampler *s, *c;
+
+	(void)state;
+	for (int budget = 0; budget < 2; budget++) {
+		x.think_budget = budget ? 3 : 0;
+		assert_int_equal(kvp_sampler_new(&s, 4, &(struct kvp_sample_params){ 0 }), 0);
+		assert_int_equal(kvp_sampler_set_extra(s, &x), 0);
+		assert_int_equal(kvp_sampler_new_like(&c, s, 7), 0);
+		for (int k = 0; k < 2; k++) {
+			struct kvp_sampler *t = k ? c : s;
+
+			for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+				/* the open id wins at 2 and 9 (a second <think> counts for nothing) */
+				memcpy(l, i == 0 ? open_first : rest, sizeof(l));
+				if (i == 2 || i == 9)
+					l[1] = 20;
+				assert_int_equal(kvp_sampler_sample(t, l),
+						 budget || want[i] != 2 ? want[i] : 0);
+			}
+		}
+		kvp_sampler_free(c);
+		kvp_sampler_free(s);
+	}
+	x.think_budget = 3, x.think_close = 4; /* an id past the vocabulary */
+	assert_int_equal(kvp_sampler_new(&s, 4, &(struct kvp_sample_params){ 0 }), 0);
+	assert_int_equal(kvp_sampler_set_extra(s, &x), -EINVAL);
+	kvp_sampler_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -350,6 +390,7 @@ int main(void)
 		cmocka_unit_test(test_bias_and_penalties),
 		cmocka_unit_test(test_logprobs),
 		cmocka_unit_test(test_grammar_in_sampler),
+		cmocka_unit_test(test_think_budget),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
