@@ -355,21 +355,48 @@ int kvp_proto_decode_ids(const void *payload, size_t len, struct kvp_ids *out, c
 }
 
 int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out,
-			  struct kvp_cache_usage *cu, bool *has_cu, const char **why)
+			  struct kvp_cache_usage *cu, bool *has_cu, struct kvp_spec_usage *su,
+			  bool *has_su, const char **why)
 {
-	if (!cu || len != sizeof(*out) + sizeof(*cu)) {
-		if (cu) {
-			memset(cu, 0, sizeof(*cu));
-			*has_cu = false;
-		}
-		return take_exact(payload, len, out, sizeof(*out), why);
+	const uint8_t *p = payload;
+	bool with_cu, with_su;
+	size_t rest;
+
+	if (cu) {
+		memset(cu, 0, sizeof(*cu));
+		*has_cu = false;
 	}
-	*has_cu = true;
-	memcpy(out, payload, sizeof(*out));
-	memcpy(cu, (const uint8_t *)payload + sizeof(*out), sizeof(*cu));
-	if (cu->miss_reason >= KVP_MISS__COUNT || cu->miss_tier > KVP_MISS_TIER_DISK ||
-	    cu->reserved)
-		return fail(why, "DONE cache usage out of range", KVP_E_PROTO);
+	if (su) {
+		memset(su, 0, sizeof(*su));
+		*has_su = false;
+	}
+	if (len < sizeof(*out))
+		return fail(why, "payload shorter than its struct", KVP_E_PROTO);
+	/* the trailers are told apart by the bytes left: 32 (cache), 8 (speculation), 40 */
+	rest = len - sizeof(*out);
+	with_su = su && (rest == sizeof(*su) || (cu && rest == sizeof(*cu) + sizeof(*su)));
+	rest -= with_su ? sizeof(*su) : 0;
+	with_cu = cu && rest == sizeof(*cu);
+	rest -= with_cu ? sizeof(*cu) : 0;
+	if (rest)
+		return fail(why, "trailing bytes after the payload", KVP_E_PROTO);
+	memcpy(out, p, sizeof(*out));
+	p += sizeof(*out);
+	if (with_cu) {
+		*has_cu = true;
+		memcpy(cu, p, sizeof(*cu));
+		p += sizeof(*cu);
+		if (cu->miss_reason >= KVP_MISS__COUNT || cu->miss_tier > KVP_MISS_TIER_DISK ||
+		    cu->reserved)
+			return fail(why, "DONE cache usage out of range", KVP_E_PROTO);
+	}
+	if (with_su) {
+		*has_su = true;
+		memcpy(su, p, sizeof(*su));
+		if (su->accepted > su->drafted)
+			return fail(why, "DONE accepted more draft tokens than it drafted",
+				    KVP_E_PROTO);
+	}
 	return KVP_OK;
 }
 
@@ -554,10 +581,10 @@ size_t kvp_proto_encode_welcome(void *buf, size_t cap, const struct kvp_welcome 
 }
 
 size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
-			     const struct kvp_cache_usage *cu)
+			     const struct kvp_cache_usage *cu, const struct kvp_spec_usage *su)
 {
 	return put_frame(buf, cap, KVP_FRAME_DONE, req_id, u, sizeof(*u), cu, cu ? sizeof(*cu) : 0,
-			 NULL, 0);
+			 su, su ? sizeof(*su) : 0);
 }
 
 size_t kvp_proto_encode_tokenize(void *buf, size_t cap, uint64_t req_id,

@@ -73,10 +73,13 @@ int kvp_proto_decode_token(const void *payload, size_t len, struct kvp_token *ou
 			   bool *has_usage, const char **why);
 /*
  * DONE: struct kvp_usage, then struct kvp_cache_usage when the request carried cache
- * control (accepted with @cu non-NULL: *@has_cu says whether it came, *@cu zero if not).
+ * control (accepted with @cu non-NULL: *@has_cu says whether it came, *@cu zero if not),
+ * then struct kvp_spec_usage when it set KVP_GEN_SPEC_USAGE (accepted with @su
+ * non-NULL, *@has_su; accepted <= drafted).
  */
 int kvp_proto_decode_done(const void *payload, size_t len, struct kvp_usage *out,
-			  struct kvp_cache_usage *cu, bool *has_cu, const char **why);
+			  struct kvp_cache_usage *cu, bool *has_cu, struct kvp_spec_usage *su,
+			  bool *has_su, const char **why);
 int kvp_proto_decode_error(const void *payload, size_t len, struct kvp_error *out, const char **msg,
 			   const char **why);
 
@@ -117,7 +120,9 @@ struct kvp_proto_sampling {
 static_assert(KVP_CHAT_NO_CACHE == KVP_GEN_NO_CACHE && KVP_CHAT_CACHE_CTL == KVP_GEN_CACHE_CTL &&
 		      KVP_CHAT_SAMPLING == KVP_GEN_SAMPLING &&
 		      KVP_CHAT_FIT_CONTEXT == KVP_GEN_FIT_CONTEXT &&
-		      KVP_CHAT_SPEC_ON == KVP_GEN_SPEC_ON && KVP_CHAT_SPEC_OFF == KVP_GEN_SPEC_OFF,
+		      KVP_CHAT_SPEC_ON == KVP_GEN_SPEC_ON &&
+		      KVP_CHAT_SPEC_OFF == KVP_GEN_SPEC_OFF &&
+		      KVP_CHAT_SPEC_USAGE == KVP_GEN_SPEC_USAGE,
 	      "GENERATE and CHAT share their section flags");
 
 /**
@@ -225,9 +230,9 @@ size_t kvp_proto_encode_welcome(void *buf, size_t cap, const struct kvp_welcome 
 size_t kvp_proto_encode_token(void *buf, size_t cap, uint64_t req_id, const int32_t *ids,
 			      uint32_t n_ids, const char *text, uint32_t text_bytes, int32_t cont,
 			      const struct kvp_usage *usage);
-/* DONE, with struct kvp_cache_usage @cu (non-NULL) after the usage */
+/* DONE, with struct kvp_cache_usage @cu, then struct kvp_spec_usage @su (each non-NULL) */
 size_t kvp_proto_encode_done(void *buf, size_t cap, uint64_t req_id, const struct kvp_usage *u,
-			     const struct kvp_cache_usage *cu);
+			     const struct kvp_cache_usage *cu, const struct kvp_spec_usage *su);
 size_t kvp_proto_encode_tokenize(void *buf, size_t cap, uint64_t req_id,
 				 const struct kvp_tokenize *t, const char *text);
 size_t kvp_proto_encode_detokenize(void *buf, size_t cap, uint64_t req_id,

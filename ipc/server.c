@@ -425,10 +425,11 @@ int kvp_server_send_ids(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_i
 }
 
 int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
-			 const struct kvp_usage *usage, const struct kvp_cache_usage *cu)
+			 const struct kvp_usage *usage, const struct kvp_cache_usage *cu,
+			 const struct kvp_spec_usage *su)
 {
 	struct kvp_conn *c = conn_lookup(srv, conn);
-	size_t len = kvp_proto_encode_done(NULL, 0, req_id, usage, cu);
+	size_t len = kvp_proto_encode_done(NULL, 0, req_id, usage, cu, su);
 
 	if (!c)
 		return -ENOTCONN;
@@ -437,7 +438,7 @@ int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_
 	c->refusals = 0; /* a request served: the refusals are no longer in a row */
 	if (scratch_reserve(srv, len))
 		return -ENOMEM;
-	kvp_proto_encode_done(srv->scratch, srv->scratch_cap, req_id, usage, cu);
+	kvp_proto_encode_done(srv->scratch, srv->scratch_cap, req_id, usage, cu, su);
 	return queue_scratch(srv, c, len);
 }
 

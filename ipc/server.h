@@ -208,9 +208,13 @@ int kvp_server_send_tokens(struct kvp_server *srv, kvp_conn_id conn, uint64_t re
 /* IDS: ids and/or text that were not generated (TOKENIZE, DETOKENIZE, a CHAT's prompt). */
 int kvp_server_send_ids(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			const int32_t *ids, uint32_t n_ids, const char *text, uint32_t text_len);
-/* DONE, with struct kvp_cache_usage @cu (non-NULL: requests that carried cache control) */
+/*
+ * DONE, with struct kvp_cache_usage @cu (non-NULL: requests that carried cache control),
+ * then struct kvp_spec_usage @su (non-NULL: requests that set KVP_GEN_SPEC_USAGE)
+ */
 int kvp_server_send_done(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
-			 const struct kvp_usage *usage, const struct kvp_cache_usage *cu);
+			 const struct kvp_usage *usage, const struct kvp_cache_usage *cu,
+			 const struct kvp_spec_usage *su);
 /* LEASED for @req_id (a LEASE in flight, which it ends): @l and its @l->n_blocks blocks. */
 int kvp_server_send_lease(struct kvp_server *srv, kvp_conn_id conn, uint64_t req_id,
 			  const struct kvp_lease *l, const struct kvp_lease_block *blocks);

@@ -379,6 +379,7 @@ static void request_params(const struct kvp_requests *q, const struct kvp_conn_r
 	r->speculative = req->flags & KVP_GEN_SPEC_ON  ? KVP_SCHED_SPEC_ON :
 			 req->flags & KVP_GEN_SPEC_OFF ? KVP_SCHED_SPEC_OFF :
 							 KVP_SCHED_SPEC_AUTO;
+	r->spec_usage = req->flags & KVP_GEN_SPEC_USAGE; /* KVP_CHAT_SPEC_USAGE: the same */
 	r->priority = request_priority(q, c, req->priority);
 	r->sample = (struct kvp_sample_params){ .temperature = req->temperature,
 						.top_k = req->top_k,
@@ -612,7 +613,7 @@ static int answer_ids(struct kvp_requests *q, kvp_conn_id conn, uint64_t req_id,
 			      "answer larger than the connection's output queue (outq_bytes)");
 	if (r < 0)
 		return r == -ENOMEM ? KVP_E_INTERNAL : KVP_OK; /* gone: closed follows */
-	kvp_server_send_done(q->srv, conn, req_id, &u, NULL);
+	kvp_server_send_done(q->srv, conn, req_id, &u, NULL, NULL);
 	return KVP_OK;
 }
 
@@ -1225,7 +1226,8 @@ static void domain_events(struct kvp_requests *q, struct kvp_sched *s)
 					       &(struct kvp_reqlog_who){ c->client, c->peer.uid },
 					       KVP_OK, &e->usage, kvp_now_ns());
 				kvp_server_send_done(q->srv, e->conn, e->req_id, &e->usage,
-						     e->has_cu ? &e->cu : NULL);
+						     e->has_cu ? &e->cu : NULL,
+						     e->has_su ? &e->su : NULL);
 			} else if (c && e->type == KVP_SCHED_EV_ERROR) {
 				char msg[KVP_SCHED_EV_TEXT + 1];
 

@@ -88,8 +88,10 @@ struct kvp_client_params {
 			     model's context leaves after the prompt (else prompt +
 			     max_new_tokens beyond the context is refused, KVP_E_LIMIT) */
 	uint32_t speculative; /* KVP_SPECULATIVE_*: drafts verified in the decode step
-				 (greedy output unchanged); DEFAULT: the daemon's (on for
-				 greedy requests) */
+				 (greedy output unchanged); DEFAULT: the daemon's
+				 (scheduler.speculative).  ON or OFF also asks the DONE
+				 for the drafted and accepted tokens
+				 (kvp_client_event_spec()) */
 };
 
 #define KVP_SPECULATIVE_DEFAULT 0u
@@ -428,6 +430,13 @@ int kvp_client_event_cache(const struct kvp_client *c, struct kvp_cache_usage *c
 
 /* Name of an enum kvp_miss_reason ("no_prefix"), "?" when out of range. */
 const char *kvp_client_miss_reason_name(uint32_t reason);
+
+/*
+ * The speculative decoding of the last DONE event's request (struct kvp_spec_usage:
+ * draft tokens verified, and accepted): 1 and *@su when the DONE carried it (requests
+ * whose params.speculative was KVP_SPECULATIVE_ON or _OFF), else 0.
+ */
+int kvp_client_event_spec(const struct kvp_client *c, struct kvp_spec_usage *su);
 
 /* ---- sampling: bias, penalties, logprobs, structured output (docs/protocol.md) ---- */
 

@@ -205,7 +205,9 @@ static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
  * for greedy requests); both: KVP_E_INVALID */
 #define KVP_GEN_SPEC_ON 0x1000u
 #define KVP_GEN_SPEC_OFF 0x2000u
-#define KVP_GEN__ALL 0x311fu
+/* the DONE carries struct kvp_spec_usage (drafted and accepted tokens) last */
+#define KVP_GEN_SPEC_USAGE 0x8000u
+#define KVP_GEN__ALL 0xb11fu
 
 #define KVP_SALT_MAX 64
 
@@ -359,7 +361,8 @@ enum kvp_role {
  * "NAME\nID\nARGUMENTS" and a KVP_ROLE_TOOL's "ID\nRESULT" (ID: 1 ..
  * KVP_CHAT_CALL_ID_MAX bytes, no newline), for templates that write them (Mistral's) */
 #define KVP_CHAT_CALL_IDS 0x4000u
-#define KVP_CHAT__ALL 0x7f1eu
+#define KVP_CHAT_SPEC_USAGE 0x8000u /* as KVP_GEN_SPEC_USAGE */
+#define KVP_CHAT__ALL 0xff1eu
 
 /* Longest call id (KVP_CHAT_CALL_IDS), in bytes. */
 #define KVP_CHAT_CALL_ID_MAX 64u
@@ -565,6 +568,19 @@ struct kvp_cache_usage {
 	uint32_t reserved;
 };
 static_assert(sizeof(struct kvp_cache_usage) == 32, "wire ABI");
+
+/**
+ * struct kvp_spec_usage - last in the DONE of a request that set KVP_GEN_SPEC_USAGE
+ * (KVP_CHAT_SPEC_USAGE): its speculative decoding, summed over its continuations
+ * @drafted:  draft tokens verified as extra rows of its decode steps (0: it never drafted)
+ * @accepted: those the model's own pick agreed with, kept (<= @drafted): tokens no decode
+ *            step of their own gave
+ */
+struct kvp_spec_usage {
+	uint32_t drafted;
+	uint32_t accepted;
+};
+static_assert(sizeof(struct kvp_spec_usage) == 8, "wire ABI");
 
 /*
  * struct kvp_token_cont - after a TOKEN's text when its request asked for n > 1

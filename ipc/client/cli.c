@@ -300,6 +300,7 @@ static int cache_option(int opt, const char *arg)
 static void json_usage(struct kvp_json *j, const char *key, const struct kvp_usage *u)
 {
 	struct kvp_cache_usage cu;
+	struct kvp_spec_usage su;
 
 	kvp_json_begin(j, key, '{');
 	kvp_usage_json_members(j, u);
@@ -319,6 +320,10 @@ static void json_usage(struct kvp_json *j, const char *key, const struct kvp_usa
 		kvp_json_u64(j, "n", cu.n);
 	}
 	kvp_json_u64(j, "cached_tokens_remote", u->cached_tokens_remote);
+	if (cli_client && kvp_client_event_spec(cli_client, &su)) {
+		kvp_json_u64(j, "drafted_tokens", su.drafted);
+		kvp_json_u64(j, "accepted_tokens", su.accepted);
+	}
 	kvp_json_end(j, '}');
 }
 
@@ -528,7 +533,9 @@ static void generate_help(FILE *o)
 	      "                         those tokens; by default it is plain text\n"
 	      "      --speculative M    on or off: draft tokens from the prompt and output and\n"
 	      "                         verify them in the decode step (greedy output\n"
-	      "                         unchanged); default: the daemon's (on for greedy)\n"
+	      "                         unchanged); the usage then says how many were\n"
+	      "                         drafted and accepted; default: the daemon's\n"
+	      "                         (scheduler.speculative)\n"
 	      "      --priority N       -1000 .. 1000: when the daemon is busy, higher\n"
 	      "                         priorities are admitted, prefilled and kept running\n"
 	      "                         first (default: your trust domain's, 0 unless the\n"
@@ -551,6 +558,7 @@ static void generate_help(FILE *o)
 static void print_usage_line(const struct kvp_usage *u, const char *how)
 {
 	struct kvp_cache_usage cu;
+	struct kvp_spec_usage su;
 
 	fprintf(stderr,
 		"usage: prompt_tokens %u, cached_tokens %u, cache_creation_tokens %u, "
@@ -579,6 +587,9 @@ static void print_usage_line(const struct kvp_usage *u, const char *how)
 	}
 	if (u->cached_tokens_remote)
 		fprintf(stderr, "; cached_tokens_remote %u", u->cached_tokens_remote);
+	/* requests that named --speculative on or off */
+	if (cli_client && kvp_client_event_spec(cli_client, &su))
+		fprintf(stderr, "; drafted_tokens %u, accepted_tokens %u", su.drafted, su.accepted);
 	fputc('\n', stderr);
 }
 

@@ -68,6 +68,8 @@ struct kvp_client {
 	bool has_cc;
 	struct kvp_cache_usage last_cu; /* of the last DONE event, when it carried one */
 	bool last_has_cu;
+	struct kvp_spec_usage last_su; /* of the last DONE event, when it carried one */
+	bool last_has_su;
 	int32_t last_cont; /* continuation of the last TOKEN event, -1 none */
 	/* kvp_client_set_sampling(): the section sent when set (bias and schema in samp_buf) */
 	struct kvp_proto_sampling samp;
@@ -652,6 +654,12 @@ static void request_of(const struct kvp_client *c, const struct kvp_client_param
 		r->flags |= KVP_GEN_SPEC_ON;
 	else if (p->speculative == KVP_SPECULATIVE_OFF)
 		r->flags |= KVP_GEN_SPEC_OFF;
+	/*
+	 * a caller that names speculation gets its figures; one that does not sends what
+	 * every daemon since version 2 takes (an older one refuses the flag)
+	 */
+	if (p->speculative == KVP_SPECULATIVE_ON || p->speculative == KVP_SPECULATIVE_OFF)
+		r->flags |= KVP_GEN_SPEC_USAGE;
 }
 
 KVP_EXPORT int kvp_client_submit(struct kvp_client *c, const struct kvp_client_prompt *prompt,
@@ -775,7 +783,7 @@ KVP_EXPORT int kvp_client_next(struct kvp_client *c, struct kvp_client_event *ev
 	}
 	case KVP_FRAME_DONE:
 		if (kvp_proto_decode_done(c->buf, hdr.len_bytes, &ev->usage, &c->last_cu,
-					  &c->last_has_cu, &why))
+					  &c->last_has_cu, &c->last_su, &c->last_has_su, &why))
 			break;
 		ev->type = KVP_EVENT_DONE;
 		ev->status = (int)ev->usage.status;
@@ -901,6 +909,14 @@ KVP_EXPORT int kvp_client_event_cache(const struct kvp_client *c, struct kvp_cac
 	if (!c->last_has_cu)
 		return 0;
 	*cu = c->last_cu;
+	return 1;
+}
+
+KVP_EXPORT int kvp_client_event_spec(const struct kvp_client *c, struct kvp_spec_usage *su)
+{
+	if (!c->last_has_su)
+		return 0;
+	*su = c->last_su;
 	return 1;
 }
 

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "compute/grammar.h"
+#include "kvpool/kvpool.h"
 #include "kvpool/proto.h"
 #include "util/json.h"
 
@@ -304,6 +305,15 @@ static int parse_common(struct kvp_http_gen *g, json_t *o, const char *max_key,
 		return r;
 	g->has_priority = given;
 	g->priority = given ? (int32_t)x : 0;
+	/* kvpool's: speculative decoding on or off for this request (absent: kvpoold's) */
+	if (member(o, "speculative")) {
+		bool on;
+
+		r = get_bool(o, "speculative", &on, err);
+		if (r)
+			return r;
+		g->speculative = on ? KVP_SPECULATIVE_ON : KVP_SPECULATIVE_OFF;
+	}
 	if (s) {
 		if (!n || n > KVP_HTTP_CACHE_SALT_MAX)
 			return bad(err, "cache_salt", "cache_salt: must be 1 to %d bytes",

@@ -151,6 +151,8 @@ struct kvp_http_msg {
  * @think_omit:       Anthropic thinking.display "omitted": thinking blocks without their text
  * @think_budget:     Anthropic thinking.budget_tokens (0: none): kvpoold closes the
  *                    reasoning section once it holds that many tokens
+ * @speculative:      kvpool's "speculative" true / false: KVP_SPECULATIVE_ON / _OFF;
+ *                    absent, KVP_SPECULATIVE_DEFAULT (kvpoold's scheduler.speculative)
  */
 struct kvp_http_gen {
 	enum kvp_http_api api;
@@ -197,6 +199,7 @@ struct kvp_http_gen {
 	enum kvp_http_thinking thinking;
 	bool think_omit;
 	uint32_t think_budget;
+	uint32_t speculative;
 };
 
 /**

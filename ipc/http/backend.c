@@ -551,6 +551,7 @@ static void read_one(struct kvp_http_backend *be, unsigned int i)
 	case KVP_EVENT_DONE:
 		*slot = NULL;
 		b->n--;
+		job->has_su = kvp_client_event_spec(b->c, &job->su) == 1;
 		end_job(be, job, &ev.usage, (int)ev.usage.status, NULL);
 		return;
 	case KVP_EVENT_ERROR:

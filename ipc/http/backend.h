@@ -109,6 +109,8 @@ struct kvp_http_job {
 	uint32_t lp_top;
 	uint32_t cont;
 	const struct kvp_http_vocab *vocab;
+	struct kvp_spec_usage su; /* DONE: its speculative decoding, when @has_su */
+	bool has_su;
 
 	struct kvp_http_job *next;
 	atomic_bool cancel;

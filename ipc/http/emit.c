@@ -228,10 +228,16 @@ static void ids_array(struct kvp_json *j, const int32_t *ids, size_t n)
 	kvp_json_end(j, ']');
 }
 
-static void kvpool_usage(struct kvp_json *j, const struct kvp_usage *u)
+static void kvpool_usage(const struct kvp_http_emit *e, struct kvp_json *j,
+			 const struct kvp_usage *u)
 {
 	kvp_json_begin(j, "kvpool", '{');
 	kvp_usage_json_members(j, u);
+	/* requests that named "speculative": kvpoold's DONE carried the figures */
+	if (e->has_su) {
+		kvp_json_u64(j, "drafted_tokens", e->su.drafted);
+		kvp_json_u64(j, "accepted_tokens", e->su.accepted);
+	}
 	kvp_json_end(j, '}');
 }
 
@@ -258,7 +264,8 @@ void kvp_http_anthropic_split(const struct kvp_usage *u, uint32_t block_tokens,
 	out->input = u->prompt_tokens - out->cache_read - out->cache_creation;
 }
 
-static void openai_usage(struct kvp_json *j, const struct kvp_usage *u, uint32_t completion)
+static void openai_usage(const struct kvp_http_emit *e, struct kvp_json *j,
+			 const struct kvp_usage *u, uint32_t completion)
 {
 	kvp_json_begin(j, "usage", '{');
 	kvp_json_u64(j, "prompt_tokens", u->prompt_tokens);
@@ -267,7 +274,7 @@ static void openai_usage(struct kvp_json *j, const struct kvp_usage *u, uint32_t
 	kvp_json_begin(j, "prompt_tokens_details", '{');
 	kvp_json_u64(j, "cached_tokens", cache_read(u));
 	kvp_json_end(j, '}');
-	kvpool_usage(j, u);
+	kvpool_usage(e, j, u);
 	kvp_json_end(j, '}');
 }
 
@@ -284,7 +291,7 @@ static void anthropic_usage(struct kvp_http_emit *e, struct kvp_json *j, const s
 	kvp_json_u64(j, "cache_read_input_tokens", a.cache_read);
 	kvp_json_u64(j, "output_tokens", completion);
 	if (ext)
-		kvpool_usage(j, u);
+		kvpool_usage(e, j, u);
 	kvp_json_end(j, '}');
 }
 
@@ -876,7 +883,7 @@ static void stream_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 							  "text_completion");
 		kvp_json_begin(&j, "choices", '[');
 		kvp_json_end(&j, ']');
-		openai_usage(&j, u, completion);
+		openai_usage(e, &j, u, completion);
 		kvp_json_end(&j, '}');
 		sse_end(out);
 	}
@@ -987,7 +994,7 @@ void kvp_http_emit_finish(struct kvp_http_emit *e, struct kvp_buf *out, enum kvp
 	kvp_json_begin(&j, "choices", '[');
 	openai_choice(e, &j, &c, finish);
 	kvp_json_end(&j, ']');
-	openai_usage(&j, u, completion);
+	openai_usage(e, &j, u, completion);
 	kvp_json_end(&j, '}');
 	kvp_http_calls_free(&c);
 }
@@ -1037,7 +1044,7 @@ void kvp_http_emit_finish_n(struct kvp_http_emit *const *e, size_t n, struct kvp
 		kvp_http_calls_free(&c);
 	}
 	kvp_json_end(&j, ']');
-	openai_usage(&j, u, completion);
+	openai_usage(e[0], &j, u, completion);
 	kvp_json_end(&j, '}');
 }
 

@@ -94,6 +94,9 @@ struct kvp_http_emit {
 	bool think_open;       /* Anthropic stream: the thinking block has started */
 	bool think_omit;       /* Anthropic: thinking blocks without their text (display omitted) */
 	uint32_t block_base;   /* Anthropic: index of the text block (1 after a thinking one) */
+	/* set before the finish: the usage's "kvpool" object adds drafted and accepted */
+	bool has_su;
+	struct kvp_spec_usage su;
 };
 
 /**

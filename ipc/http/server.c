@@ -535,6 +535,8 @@ static void on_end(struct kvp_http_job *job, const struct kvp_usage *u, int stat
 					ch->n_completion = u->generated_tokens;
 			}
 			fin[i] = finish_of(r, u, ch->n_completion, ch->stop.hit);
+			ch->emit.has_su = job->has_su;
+			ch->emit.su = job->su;
 			e[i] = &ch->emit;
 			completion += ch->n_completion;
 		}
@@ -970,6 +972,7 @@ static bool generation_job(struct hreq *r, const struct kvp_http_backend_info *i
 	/* vLLM's: lower first; kvpoold's: higher first.  None in the body: kvpoold gives
 	 * the request its trust domain's default */
 	p->priority = g->has_priority ? -g->priority : KVP_PRIORITY_DEFAULT;
+	p->speculative = g->speculative;
 	kvp_http_cache_map(p, &r->job.cc, &r->job.has_cc, g,
 			   (enum kvp_http_anthropic_cache)srv->cfg->anthropic_cache);
 	r->job.samp = (struct kvp_client_sampling){ .presence_penalty = g->presence,

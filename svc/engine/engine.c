@@ -278,6 +278,7 @@ void eng_seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as_er
 {
 	struct kvp_usage gu;
 	struct kvp_cache_usage cu;
+	struct kvp_spec_usage su;
 	bool last = true;
 
 	/*
@@ -294,6 +295,7 @@ void eng_seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as_er
 		last = eng_group_end(q, status, &gu, &cu);
 		as_error = false;
 	}
+	eng_fill_spec_usage(q, &su);
 	if (!q->silent) {
 		if (as_error) {
 			emit_error(s, q, status, msg ? msg : "request failed");
@@ -317,7 +319,9 @@ void eng_seq_end(struct kvp_sched *s, struct seq *q, uint32_t status, bool as_er
 							      .req_id = q->req_id,
 							      .usage = gu,
 							      .has_cu = q->has_cc,
-							      .cu = cu };
+							      .cu = cu,
+							      .has_su = q->spec_usage,
+							      .su = su };
 				eng_push_event(s, &e);
 			}
 		}
@@ -898,6 +902,7 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	q->t_recv = r->t_recv_ns;
 	kvp_gen_init(&q->gen, s->cfg.tok, q->hist, r->n_tokens, r->max_new, !s->cfg.ignore_eos);
 	eng_spec_init(s, q, r->speculative);
+	q->spec_usage = r->spec_usage;
 	free(r->tokens);		  /* ownership passes now that nothing can fail */
 	kvp_sched_sampling_free(r->samp); /* the sampler holds what it needs */
 	m->type = MSG_SUBMIT;

@@ -190,6 +190,7 @@ enum kvp_sched_op {
  * @samp:            the sampling section (svc/engine/sampling.h), or NULL; ownership passes to
  *                   the engine on success, as @tokens'
  * @speculative:     enum kvp_sched_spec: AUTO = the daemon's default
+ * @spec_usage:      its DONE carries struct kvp_spec_usage (drafted, accepted)
  */
 struct kvp_sched_req {
 	uint64_t conn;
@@ -208,6 +209,7 @@ struct kvp_sched_req {
 	uint32_t op;
 	struct kvp_sched_sampling *samp;
 	uint32_t speculative;
+	bool spec_usage;
 };
 
 /* Speculative decoding asked for (struct kvp_sched_req.speculative, config.speculative). */
@@ -261,6 +263,8 @@ struct kvp_sched_event {
 	int32_t cont;
 	bool has_cu;
 	struct kvp_cache_usage cu;
+	bool has_su; /* DONE: send @su after the usage (and @cu) */
+	struct kvp_spec_usage su;
 	bool has_lp;
 	struct kvp_sample_logprob lp;
 	bool has_usage; /* TOKEN: @usage holds the prompt's counts (the request's first token) */

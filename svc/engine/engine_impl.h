@@ -148,6 +148,7 @@ struct seq {
 	uint32_t spec_taken;			/* blocks taken for the drafts this step */
 	uint32_t spec_res;			/* ... of which from its reservation */
 	uint32_t spec_drafted, spec_accepted;	/* usage: drafts verified, and kept */
+	bool spec_usage;			/* the DONE carries struct kvp_spec_usage */
 };
 
 struct seq_list {
@@ -165,6 +166,7 @@ struct group {
 	uint32_t status; /* the first status other than KVP_OK, else KVP_OK */
 	struct kvp_usage u;
 	struct kvp_cache_usage cu;
+	struct kvp_spec_usage su;
 };
 
 /* A prefilling sequence and its place in this step's prefill order. */
@@ -469,6 +471,8 @@ void eng_usage_sum(struct kvp_sched *s, struct seq *q, uint32_t status);
 void eng_fill_cache_usage(const struct seq *q, struct kvp_cache_usage *cu);
 void eng_fill_usage(struct kvp_sched *s, struct seq *q, uint32_t status, struct kvp_usage *u);
 bool eng_group_end(struct seq *q, uint32_t status, struct kvp_usage *u, struct kvp_cache_usage *cu);
+/* @q's drafted and accepted tokens (a group's: after eng_group_end(), the sums so far) */
+void eng_fill_spec_usage(const struct seq *q, struct kvp_spec_usage *su);
 /* the counters and the sample rings into the snapshot */
 void eng_publish_stats(struct kvp_sched *s);
 

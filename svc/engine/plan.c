@@ -137,6 +137,7 @@ static int fork_seq(struct kvp_sched *s, struct seq *q, uint32_t i)
 	c->sp = sp;
 	c->cc = q->cc;
 	c->has_cc = q->has_cc;
+	c->spec_usage = q->spec_usage;
 	c->grp = q->grp;
 	c->burst = q->burst; /* held to a gap with its prompt's burst, not before */
 	c->cont = i;

@@ -45,6 +45,15 @@ void eng_fill_cache_usage(const struct seq *q, struct kvp_cache_usage *cu)
 					.blocks = q->cu_blocks };
 }
 
+void eng_fill_spec_usage(const struct seq *q, struct kvp_spec_usage *su)
+{
+	if (q->grp)
+		*su = q->grp->su;
+	else
+		*su = (struct kvp_spec_usage){ .drafted = q->spec_drafted,
+					       .accepted = q->spec_accepted };
+}
+
 /*
  * @q of a group ends with usage @u and @status: add them to the group's.  Return: true
  * when @q is the last (the group's DONE goes out now, with @u and @cu the group's).
@@ -72,6 +81,8 @@ bool eng_group_end(struct seq *q, uint32_t status, struct kvp_usage *u, struct k
 	a->preemptions += u->preemptions;
 	a->swapped_tokens += u->swapped_tokens;
 	a->resume_computed_tokens += u->resume_computed_tokens;
+	g->su.drafted += q->spec_drafted;
+	g->su.accepted += q->spec_accepted;
 	if (u->decode_ms > a->decode_ms)
 		a->decode_ms = u->decode_ms;
 	if (status != KVP_OK && g->status == KVP_OK)

@@ -77,10 +77,11 @@ static void decode(uint32_t type, const uint8_t *p, size_t len)
 	} u;
 	struct kvp_usage tu;
 	struct kvp_cache_usage cu;
+	struct kvp_spec_usage su;
 	const void *body;
 	const char *text, *why = "";
 	int32_t cont;
-	bool has_cu, has_u;
+	bool has_cu, has_su, has_u;
 
 	switch (type) {
 	case KVP_FRAME_HELLO:
@@ -105,8 +106,8 @@ static void decode(uint32_t type, const uint8_t *p, size_t len)
 					    sizeof(struct kvp_logprob));
 		break;
 	case KVP_FRAME_DONE:
-		kvp_proto_decode_done(p, len, &u.usage, NULL, NULL, &why);
-		kvp_proto_decode_done(p, len, &u.usage, &cu, &has_cu, &why);
+		kvp_proto_decode_done(p, len, &u.usage, NULL, NULL, NULL, NULL, &why);
+		kvp_proto_decode_done(p, len, &u.usage, &cu, &has_cu, &su, &has_su, &why);
 		break;
 	case KVP_FRAME_ERROR:
 		kvp_proto_decode_error(p, len, &u.error, &text, &why);

@@ -164,10 +164,12 @@ static void proto(void)
 	put("proto", "token", b, n);
 	n = kvp_proto_encode_token(b, sizeof(b), 7, ids, 2, "he", 2, 1, NULL);
 	put("proto", "token-cc", b, n);
-	n = kvp_proto_encode_done(b, sizeof(b), 7, &u, NULL);
+	n = kvp_proto_encode_done(b, sizeof(b), 7, &u, NULL, NULL);
 	put("proto", "done", b, n);
-	n = kvp_proto_encode_done(b, sizeof(b), 7, &u, &cu);
+	n = kvp_proto_encode_done(b, sizeof(b), 7, &u, &cu, NULL);
 	put("proto", "done-cc", b, n);
+	n = kvp_proto_encode_done(b, sizeof(b), 7, &u, &cu, &(struct kvp_spec_usage){ 12, 9 });
+	put("proto", "done-cc-spec", b, n);
 	n = kvp_proto_encode_error(b, sizeof(b), 7, KVP_E_LIMIT, "too long", 8);
 	put("proto", "error", b, n);
 	n = kvp_proto_encode_tokenize(b, sizeof(b), 7, &tk, "hello world");

@@ -11,7 +11,8 @@
  * for token; the speculating daemon verified and kept drafts and rejected some; after
  * the same requests both pools hold the same blocks (used, cached, index entries,
  * evictions) and no request is left holding one.  Per request, the GENERATE flags turn it
- * off (nothing drafted) or on, with the same reply.
+ * off (nothing drafted) or on, with the same reply, and the DONE says what was drafted
+ * and accepted; so does kvpool-http's usage for its "speculative" field.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -25,7 +26,10 @@
 #include <cmocka.h>
 
 #include "compute/mkmodel.h"
-#include "kvpd.h"
+#include "tests/integration/httpc.h"
+#include "tests/integration/httpd.h"
+#include "tests/integration/jsonq.h"
+#include "tests/integration/kvpd.h"
 
 #define N_REQ 16
 #define N_GEN 48
@@ -224,8 +228,12 @@ static int collect(void *arg, const int32_t *t, uint32_t n, const char *text, ui
 	return 0;
 }
 
-/* @p's greedy reply from @sock, asking speculative @mode (KVP_SPECULATIVE_*). */
-static int gen_mode(const char *sock, const struct prompt *p, uint32_t mode, struct kvpd_gen *o)
+/*
+ * @p's greedy reply from @sock, asking speculative @mode (KVP_SPECULATIVE_*); *@su the
+ * DONE's drafted and accepted tokens, all ones when it carried none.
+ */
+static int gen_mode(const char *sock, const struct prompt *p, uint32_t mode, struct kvpd_gen *o,
+		    struct kvp_spec_usage *su)
 {
 	struct kvp_client_prompt pr = { .tokens = p->ids, .n_tokens = p->n };
 	struct kvp_client_params cp;
@@ -240,36 +248,132 @@ static int gen_mode(const char *sock, const struct prompt *p, uint32_t mode, str
 	r = kvp_client_connect(&k, sock);
 	if (!r)
 		r = kvp_client_generate(k, &pr, &cp, collect, o, &o->u);
+	*su = (struct kvp_spec_usage){ UINT32_MAX, UINT32_MAX };
+	if (!r)
+		kvp_client_event_spec(k, su);
 	kvp_client_close(k);
 	return r;
 }
 
-/* The GENERATE flags: off drafts nothing, on and the default the same reply. */
+/*
+ * The GENERATE flags: off drafts nothing, on and the default the same reply.  The DONE
+ * of a request that named on or off says what it drafted and kept (KVP_GEN_SPEC_USAGE):
+ * exactly what the daemon's counters moved by; the default's carries nothing.
+ */
 static void test_per_request(void **state)
 {
 	struct fix *f = *state;
 	struct prompt p;
 	struct kvpd_gen a, b, c;
-	double d0, d1, d2;
+	struct kvp_spec_usage sa, sb, sc;
+	double d0, d1, d2, k1, k2;
 
 	make_prompt(&p, 2, 256);
 	d0 = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
-	assert_int_equal(gen_mode(f->on.sock, &p, KVP_SPECULATIVE_OFF, &a), 0);
+	assert_int_equal(gen_mode(f->on.sock, &p, KVP_SPECULATIVE_OFF, &a, &sa), 0);
 	d1 = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
+	k1 = kvpd_status_num(&f->on, "scheduler.spec_accepted", -1);
 	assert_true(d1 == d0);
-	assert_int_equal(gen_mode(f->on.sock, &p, KVP_SPECULATIVE_ON, &b), 0);
+	assert_int_equal(sa.drafted, 0);
+	assert_int_equal(sa.accepted, 0);
+	assert_int_equal(gen_mode(f->on.sock, &p, KVP_SPECULATIVE_ON, &b, &sb), 0);
 	d2 = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
+	k2 = kvpd_status_num(&f->on, "scheduler.spec_accepted", -1);
 	assert_true(d2 > d1);
-	assert_int_equal(gen_mode(f->on.sock, &p, KVP_SPECULATIVE_DEFAULT, &c), 0);
+	print_message("repetitive prompt, on: drafted %u accepted %u\n", sb.drafted, sb.accepted);
+	/* a repetitive prompt: drafts found and some kept, never more kept than drafted */
+	assert_true(sb.drafted > 0);
+	assert_true(sb.accepted > 0);
+	assert_true(sb.accepted <= sb.drafted);
+	assert_true(sb.drafted == d2 - d1);
+	assert_true(sb.accepted == k2 - k1);
+	/* every token is either a step's own or an accepted draft: fewer steps than tokens */
+	assert_true(sb.accepted < N_GEN);
+	assert_int_equal(gen_mode(f->on.sock, &p, KVP_SPECULATIVE_DEFAULT, &c, &sc), 0);
 	assert_true(kvpd_status_num(&f->on, "scheduler.spec_drafted", -1) > d2);
+	assert_int_equal(sc.drafted, UINT32_MAX); /* not asked: not sent */
 	assert_int_equal(a.n, N_GEN);
 	assert_memory_equal(a.ids, b.ids, sizeof(a.ids));
 	assert_memory_equal(a.ids, c.ids, sizeof(a.ids));
-	/* a daemon configured off never drafts, whatever the request asks */
+	/* a daemon configured off never drafts, whatever the request asks, and says so */
 	d0 = kvpd_status_num(&f->off, "scheduler.spec_drafted", -1);
-	assert_int_equal(gen_mode(f->off.sock, &p, KVP_SPECULATIVE_ON, &b), 0);
+	assert_int_equal(gen_mode(f->off.sock, &p, KVP_SPECULATIVE_ON, &b, &sb), 0);
 	assert_memory_equal(a.ids, b.ids, sizeof(a.ids));
 	assert_true(kvpd_status_num(&f->off, "scheduler.spec_drafted", -1) == d0);
+	assert_int_equal(sb.drafted, 0);
+	assert_int_equal(sb.accepted, 0);
+}
+
+/*
+ * POST @p's greedy completion with @spec ("true", "false" or NULL: no field) to @port:
+ * its token ids into @o, the usage's kvpool.drafted_tokens / accepted_tokens into
+ * @drafted / @accepted (-1: absent).
+ */
+static void http_complete(int port, const struct prompt *p, const char *spec, struct kvpd_gen *o,
+			  double *drafted, double *accepted)
+{
+	char body[MAX_PROMPT * 12 + 256];
+	struct httpc_resp r;
+	struct jsonq *j;
+	const struct jsonq *a;
+	size_t off;
+
+	memset(o, 0, sizeof(*o));
+	off = (size_t)sprintf(body, "{\"prompt\":[");
+	for (uint32_t i = 0; i < p->n; i++)
+		off += (size_t)sprintf(body + off, "%s%d", i ? "," : "", p->ids[i]);
+	off += (size_t)sprintf(body + off,
+			       "],\"max_tokens\":%d,\"temperature\":0,\"return_token_ids\":true",
+			       N_GEN);
+	if (spec)
+		off += (size_t)sprintf(body + off, ",\"speculative\":%s", spec);
+	sprintf(body + off, "}");
+	assert_int_equal(httpc_request(port, "POST", "/v1/completions", NULL, body, &r), 0);
+	if (r.status != 200)
+		fail_msg("completion: HTTP %d: %s", r.status, r.body);
+	j = jsonq_parse(r.body, r.body_len);
+	assert_non_null(j);
+	a = jsonq_get(j, "choices.0.token_ids");
+	assert_non_null(a);
+	for (const struct jsonq *e = a->child; e && o->n < KVPD_GEN_MAX; e = e->next)
+		o->ids[o->n++] = (int32_t)e->num;
+	*drafted = jsonq_num(j, "usage.kvpool.drafted_tokens", -1);
+	*accepted = jsonq_num(j, "usage.kvpool.accepted_tokens", -1);
+	jsonq_free(j);
+	httpc_resp_free(&r);
+}
+
+/*
+ * kvpool-http in front of the speculating daemon: "speculative": true drafts (a
+ * repetitive prompt: some kept, never more than drafted), false drafts nothing, both
+ * say so in usage.kvpool; without the field nothing is said; the tokens are the same.
+ */
+static void test_http(void **state)
+{
+	struct fix *f = *state;
+	const char *hargs[] = { "--config", "/dev/null", "--listen", "127.0.0.1:0", NULL };
+	struct httpd hd = { 0 };
+	struct prompt p;
+	struct kvpd_gen a, b, c;
+	double da, ka, db, kb, dc, kc;
+
+	if (httpd_start(&hd, f->on.dir, f->on.sock, hargs, 30) || !hd.port) {
+		httpd_dump_log(&hd);
+		fail_msg("kvpool-http did not start");
+	}
+	make_prompt(&p, 4, 256);
+	http_complete(hd.port, &p, "false", &a, &da, &ka);
+	http_complete(hd.port, &p, "true", &b, &db, &kb);
+	http_complete(hd.port, &p, NULL, &c, &dc, &kc);
+	print_message("http: off %.0f/%.0f, on %.0f/%.0f\n", ka, da, kb, db);
+	assert_int_equal(a.n, N_GEN);
+	assert_int_equal(b.n, N_GEN);
+	assert_memory_equal(a.ids, b.ids, sizeof(a.ids));
+	assert_memory_equal(a.ids, c.ids, sizeof(a.ids));
+	assert_true(da == 0 && ka == 0);
+	assert_true(db > 0 && kb > 0 && kb <= db);
+	assert_true(dc == -1 && kc == -1);
+	assert_int_equal(httpd_stop_clean(&hd), 0);
 }
 
 int main(void)
@@ -277,6 +381,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_greedy_same),
 		cmocka_unit_test(test_per_request),
+		cmocka_unit_test(test_http),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

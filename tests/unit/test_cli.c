@@ -82,7 +82,7 @@ static int e_generate(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct
 		}
 		u.generated_tokens = 2;
 		u.status = KVP_E_SHUTDOWN;
-		kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
+		kvp_server_send_done(f->srv, conn, req_id, &u, NULL, NULL);
 		return KVP_OK;
 	}
 	if (tokens && tokens[0] == 27) {
@@ -92,7 +92,7 @@ static int e_generate(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct
 
 		kvp_server_send_tokens(f->srv, conn, req_id, &id, 1, ctl, sizeof(ctl) - 1);
 		u.generated_tokens = 1;
-		kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
+		kvp_server_send_done(f->srv, conn, req_id, &u, NULL, NULL);
 		return KVP_OK;
 	}
 	if (tokens && tokens[0] == 42) {
@@ -123,7 +123,10 @@ static int e_generate(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct
 		kvp_server_send_tokens(f->srv, conn, req_id, &id, 1, odd, sizeof(odd) - 1);
 		u.generated_tokens = 1;
 	}
-	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
+	/* a request that names speculation asks for its figures: 9 drafted, 4 kept */
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL,
+			     g->flags & KVP_GEN_SPEC_USAGE ? &(struct kvp_spec_usage){ 9, 4 } :
+							     NULL);
 	return KVP_OK;
 }
 
@@ -132,7 +135,7 @@ static void e_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
 	struct fixture *f = ctx;
 	struct kvp_usage u = { .prompt_tokens = 1, .status = KVP_E_CANCELLED };
 
-	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL, NULL);
 }
 
 static void e_closed(void *ctx, kvp_conn_id conn)
@@ -154,7 +157,7 @@ static int e_tokenize(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct
 		ids[n++] = (uint8_t)text[i] + (t->flags & KVP_TOKENIZE_PARSE_SPECIAL ? 1000 : 0);
 	u.prompt_tokens = n;
 	kvp_server_send_ids(f->srv, conn, req_id, ids, n, NULL, 0);
-	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL, NULL);
 	return KVP_OK;
 }
 
@@ -173,7 +176,7 @@ static int e_detokenize(void *ctx, kvp_conn_id conn, uint64_t req_id,
 				      ids[i]);
 	text[n++] = (char)0xff;
 	kvp_server_send_ids(f->srv, conn, req_id, NULL, 0, text, (uint32_t)n);
-	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL, NULL);
 	return KVP_OK;
 }
 
@@ -213,7 +216,7 @@ static int e_chat(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp
 	}
 	kvp_server_send_tokens(f->srv, conn, req_id, &r1, 1, "r1", 2);
 	kvp_server_send_tokens(f->srv, conn, req_id, &r2, 1, " r2", 3);
-	kvp_server_send_done(f->srv, conn, req_id, &u, NULL);
+	kvp_server_send_done(f->srv, conn, req_id, &u, NULL, NULL);
 	return KVP_OK;
 }
 
@@ -395,6 +398,29 @@ static void test_generate_json(void **state)
 				    "\\ufffd\\ufffd\\ufffd"
 				    "\\ufffd\\ufffd\\ufffd\\ufffd"
 				    "\xc3\xa9\xf0\x9f\x98\x80\""));
+}
+
+/* --speculative on / off ask for the drafted and accepted tokens; without it none come */
+static void test_generate_speculative(void **state)
+{
+	struct fixture *f = *state;
+	char out[4096], err[4096];
+
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5,6",
+			     "--speculative", "on", NULL),
+			 0);
+	assert_non_null(strstr(err, "; drafted_tokens 9, accepted_tokens 4\n"));
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5,6",
+			     "--speculative", "off", "--json", NULL),
+			 0);
+	assert_non_null(strstr(out, "\"cached_tokens_remote\":0,\"drafted_tokens\":9,"
+				    "\"accepted_tokens\":4}}"));
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5,6", NULL), 0);
+	assert_null(strstr(err, "drafted_tokens"));
+	assert_int_equal(cli(f, out, err, sizeof(out), "generate", "--tokens", "5,6", "--json",
+			     NULL),
+			 0);
+	assert_null(strstr(out, "drafted_tokens"));
 }
 
 static void test_generate_json_exact(void **state)
@@ -999,6 +1025,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_generate_streams_and_prints_usage, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_generate_json, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_generate_speculative, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_generate_json_exact, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_formats, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bench_reports, setup, teardown),

@@ -641,6 +641,49 @@ static void test_priority(void **state)
 	}
 }
 
+/* kvpool's "speculative": true / false on every generating endpoint, absent the default */
+static void test_speculative(void **state)
+{
+	static const char *const bodies[] = {
+		"{\"prompt\":\"x\",\"speculative\":%s}",
+		"{\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],\"speculative\":%s}",
+		"{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\","
+		"\"content\":\"u\"}],\"speculative\":%s}",
+	};
+	static const enum kvp_http_api apis[] = { C, CHAT, MSG };
+	char b[256];
+
+	for (size_t i = 0; i < 3; i++) {
+		struct parsed *p;
+
+		snprintf(b, sizeof(b), bodies[i], "true");
+		p = parse(apis[i], b);
+		assert_int_equal(p->r, 0);
+		assert_int_equal(p->g.speculative, KVP_SPECULATIVE_ON);
+		done(p);
+		snprintf(b, sizeof(b), bodies[i], "false");
+		p = parse(apis[i], b);
+		assert_int_equal(p->r, 0);
+		assert_int_equal(p->g.speculative, KVP_SPECULATIVE_OFF);
+		done(p);
+		snprintf(b, sizeof(b), bodies[i], "null");
+		p = parse(apis[i], b);
+		assert_int_equal(p->r, 0);
+		assert_int_equal(p->g.speculative, KVP_SPECULATIVE_DEFAULT);
+		done(p);
+		snprintf(b, sizeof(b), bodies[i], "\"on\"");
+		refused(apis[i], b, "speculative", "true or false");
+		snprintf(b, sizeof(b), bodies[i], "1");
+		refused(apis[i], b, "speculative", "true or false");
+	}
+	{
+		struct parsed *p = parse(C, "{\"prompt\":\"x\"}");
+
+		assert_int_equal(p->g.speculative, KVP_SPECULATIVE_DEFAULT);
+		done(p);
+	}
+}
+
 static void test_cache_map(void **state)
 {
 	const char *plain = "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":"
@@ -923,6 +966,7 @@ int main(void)
 		cmocka_unit_test(test_tokenize_fields),
 		cmocka_unit_test(test_count_tokens_bodies),
 		cmocka_unit_test(test_priority),
+		cmocka_unit_test(test_speculative),
 		cmocka_unit_test(test_cache_map),
 		cmocka_unit_test(test_tools),
 		cmocka_unit_test(test_error_shapes),

@@ -150,7 +150,56 @@ static void test_completion_whole(void **state)
 	j = whole(KVP_HTTP_API_COMPLETIONS, false, KVP_HTTP_FINISH_EOS, NULL);
 	assert_string_equal(str(j, "choices.0.finish_reason"), "stop");
 	assert_null(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "token_ids"));
+	/* no speculation figures unless kvpoold's DONE carried them */
+	assert_null(json_object_get(json_object_get(json_object_get(j, "usage"), "kvpool"),
+				    "drafted_tokens"));
 	json_decref(j);
+}
+
+/* A DONE that carried the drafted and accepted tokens: the usage's "kvpool" object says them. */
+static void test_spec_usage(void **state)
+{
+	static const enum kvp_http_api apis[] = { KVP_HTTP_API_COMPLETIONS, KVP_HTTP_API_CHAT,
+						  KVP_HTTP_API_MESSAGES };
+
+	for (size_t i = 0; i < 3; i++) {
+		for (int stream = 0; stream < 2; stream++) {
+			struct kvp_http_emit e;
+			struct kvp_buf out = KVP_BUF_INIT;
+			const char *p;
+			json_t *j;
+
+			kvp_http_emit_init(&e, apis[i], stream, true, false, "id-1", 1700000000,
+					   "model-x");
+			kvp_http_emit_text(&e, &out, "Hi", 2, NULL, 0);
+			e.has_su = true;
+			e.su = (struct kvp_spec_usage){ .drafted = 17, .accepted = 5 };
+			out.len = 0;
+			kvp_http_emit_finish(&e, &out, KVP_HTTP_FINISH_LENGTH, NULL, 0, &usage, 3);
+			assert_true(kvp_buf_finish(&out) > 0);
+			/* streamed: the usage is in the last event with data */
+			p = out.p;
+			if (stream) {
+				const char *last = NULL, *q = out.p;
+
+				while ((q = strstr(q, "\"usage\""))) {
+					last = q;
+					q++;
+				}
+				assert_non_null(last);
+				while (last > out.p && memcmp(last, "data: ", 6))
+					last--;
+				p = last + 6;
+			}
+			j = json_loadb(p, strcspn(p, "\n"), 0, NULL);
+			assert_non_null(j);
+			assert_int_equal(num(j, "usage.kvpool.drafted_tokens"), 17);
+			assert_int_equal(num(j, "usage.kvpool.accepted_tokens"), 5);
+			json_decref(j);
+			kvp_buf_deinit(&out);
+			kvp_http_emit_deinit(&e);
+		}
+	}
 }
 
 static void test_chat_whole(void **state)
@@ -1243,6 +1292,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_completion_whole),
+		cmocka_unit_test(test_spec_usage),
 		cmocka_unit_test(test_chat_whole),
 		cmocka_unit_test(test_messages_whole),
 		cmocka_unit_test(test_completion_stream),

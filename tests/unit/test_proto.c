@@ -191,6 +191,83 @@ static void test_generate_roundtrip(void **state)
 	assert_memory_equal(body, "hello", 5);
 }
 
+/*
+ * DONE's trailers, told apart by length: cache usage (32 bytes), speculation (8), both
+ * (40); a decoder not asking for one refuses the frame that carries it, and more
+ * accepted than drafted is malformed.
+ */
+static void done_trailers(const struct kvp_usage *u)
+{
+	uint8_t frame[256];
+	struct kvp_frame_hdr h;
+	struct kvp_usage u2;
+	struct kvp_cache_usage cu = { .matched_blocks = 3, .n = 1 }, cu2;
+	struct kvp_spec_usage su = { .drafted = 40, .accepted = 31 }, su2;
+	const char *why;
+	bool has_cu, has_su;
+	size_t n;
+
+	n = kvp_proto_encode_done(frame, sizeof(frame), 9, u, NULL, &su);
+	assert_int_equal(n, 24 + 80 + 8);
+	assert_int_equal(kvp_proto_check_hdr(frame, n, 4096, &h, &why), KVP_OK);
+	assert_int_equal(kvp_proto_decode_done(frame + 24, h.len_bytes, &u2, &cu2, &has_cu, &su2,
+					       &has_su, &why),
+			 KVP_OK);
+	assert_memory_equal(u, &u2, sizeof(u2));
+	assert_false(has_cu);
+	assert_true(has_su);
+	assert_int_equal(su2.drafted, 40);
+	assert_int_equal(su2.accepted, 31);
+	/* a client that asks for neither trailer refuses it */
+	assert_int_equal(kvp_proto_decode_done(frame + 24, h.len_bytes, &u2, NULL, NULL, NULL, NULL,
+					       &why),
+			 KVP_E_PROTO);
+
+	n = kvp_proto_encode_done(frame, sizeof(frame), 9, u, &cu, &su);
+	assert_int_equal(n, 24 + 80 + 32 + 8);
+	assert_int_equal(kvp_proto_check_hdr(frame, n, 4096, &h, &why), KVP_OK);
+	assert_int_equal(kvp_proto_decode_done(frame + 24, h.len_bytes, &u2, &cu2, &has_cu, &su2,
+					       &has_su, &why),
+			 KVP_OK);
+	assert_true(has_cu);
+	assert_true(has_su);
+	assert_int_equal(cu2.matched_blocks, 3);
+	assert_int_equal(su2.accepted, 31);
+	/* a client that knows the cache trailer only: both together are too long */
+	assert_int_equal(kvp_proto_decode_done(frame + 24, h.len_bytes, &u2, &cu2, &has_cu, NULL,
+					       NULL, &why),
+			 KVP_E_PROTO);
+
+	/* the cache trailer alone still decodes with both asked for, no speculation */
+	n = kvp_proto_encode_done(frame, sizeof(frame), 9, u, &cu, NULL);
+	assert_int_equal(kvp_proto_check_hdr(frame, n, 4096, &h, &why), KVP_OK);
+	assert_int_equal(kvp_proto_decode_done(frame + 24, h.len_bytes, &u2, &cu2, &has_cu, &su2,
+					       &has_su, &why),
+			 KVP_OK);
+	assert_true(has_cu);
+	assert_false(has_su);
+	assert_int_equal(su2.drafted, 0);
+
+	/* speculation without the cache trailer asked for: 8 bytes are not a cache usage */
+	n = kvp_proto_encode_done(frame, sizeof(frame), 9, u, NULL, &su);
+	assert_int_equal(kvp_proto_check_hdr(frame, n, 4096, &h, &why), KVP_OK);
+	assert_int_equal(kvp_proto_decode_done(frame + 24, h.len_bytes, &u2, NULL, NULL, &su2,
+					       &has_su, &why),
+			 KVP_OK);
+	assert_true(has_su);
+
+	su.accepted = 41; /* more kept than drafted */
+	n = kvp_proto_encode_done(frame, sizeof(frame), 9, u, &cu, &su);
+	assert_int_equal(kvp_proto_check_hdr(frame, n, 4096, &h, &why), KVP_OK);
+	assert_int_equal(kvp_proto_decode_done(frame + 24, h.len_bytes, &u2, &cu2, &has_cu, &su2,
+					       &has_su, &why),
+			 KVP_E_PROTO);
+	/* 4 bytes past the usage: neither trailer */
+	assert_int_equal(kvp_proto_decode_done(frame + 24, 84, &u2, &cu2, &has_cu, &su2, &has_su,
+					       &why),
+			 KVP_E_PROTO);
+}
+
 static void test_daemon_frames_roundtrip(void **state)
 {
 	/* WELCOME, TOKEN, DONE, ERROR decode to what was encoded */
@@ -225,11 +302,13 @@ static void test_daemon_frames_roundtrip(void **state)
 	assert_memory_equal(ids, tok, 8);
 	assert_memory_equal(text, "ab", 2);
 
-	n = kvp_proto_encode_done(frame, sizeof(frame), 9, &u, NULL);
+	n = kvp_proto_encode_done(frame, sizeof(frame), 9, &u, NULL, NULL);
 	assert_int_equal(kvp_proto_check_hdr(frame, n, 4096, &h, &why), KVP_OK);
-	assert_int_equal(kvp_proto_decode_done(frame + 24, h.len_bytes, &u2, NULL, NULL, &why),
+	assert_int_equal(kvp_proto_decode_done(frame + 24, h.len_bytes, &u2, NULL, NULL, NULL, NULL,
+					       &why),
 			 KVP_OK);
 	assert_memory_equal(&u, &u2, sizeof(u));
+	done_trailers(&u);
 
 	n = kvp_proto_encode_error(frame, sizeof(frame), 0, KVP_E_BUSY, "full", 4);
 	assert_int_equal(kvp_proto_check_hdr(frame, n, 4096, &h, &why), KVP_OK);
@@ -245,7 +324,7 @@ static void test_encoder_reports_needed_size(void **state)
 	struct kvp_usage u = { 0 };
 
 	memset(frame, 0xaa, sizeof(frame));
-	assert_int_equal(kvp_proto_encode_done(frame, sizeof(frame), 1, &u, NULL), 24 + 80);
+	assert_int_equal(kvp_proto_encode_done(frame, sizeof(frame), 1, &u, NULL, NULL), 24 + 80);
 	assert_int_equal(frame[0], 0xaa);
 }
 
@@ -377,7 +456,8 @@ static void test_bad_daemon_payloads(void **state)
 	assert_int_equal(kvp_proto_decode_token(raw, 8 + 8 + 3, &t, &ids, &text, NULL, NULL, NULL,
 						&why),
 			 KVP_OK);
-	assert_int_equal(kvp_proto_decode_done(raw, 55, &u, NULL, NULL, &why), KVP_E_PROTO);
+	assert_int_equal(kvp_proto_decode_done(raw, 55, &u, NULL, NULL, NULL, NULL, &why),
+			 KVP_E_PROTO);
 	memcpy(raw, &e, sizeof(e));
 	assert_int_equal(kvp_proto_decode_error(raw, 8 + 9, &e, &text, &why), KVP_E_PROTO);
 	assert_int_equal(kvp_proto_decode_error(raw, 8 + 10, &e, &text, &why), KVP_OK);
@@ -708,7 +788,10 @@ static void test_chat_frames(void **state)
 	c = chat(3), c.flags = KVP_CHAT_CALL_IDS; /* no calls: nothing else changes */
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_OK);
 	assert_int_equal(o.flags, KVP_CHAT_CALL_IDS);
-	c = chat(3), c.flags = KVP_CHAT_CALL_IDS << 1;
+	c = chat(3), c.flags = KVP_CHAT_SPEC_ON | KVP_CHAT_SPEC_USAGE;
+	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_OK);
+	assert_int_equal(o.flags, KVP_CHAT_SPEC_ON | KVP_CHAT_SPEC_USAGE);
+	c = chat(3), c.flags = KVP_CHAT_SPEC_USAGE << 1;
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_PROTO);
 	c = chat(3), c.priority = 1001; /* a value: refused as invalid, not as structure */
 	assert_int_equal(chat_rt(&c, ctx, m, &o, NULL), KVP_E_INVALID);
@@ -1272,8 +1355,10 @@ static void test_empty_payloads(void **state)
 		assert_int_equal(kvp_proto_decode_token(b, 0, &t, &p1, &s1, &cont, NULL, NULL,
 							&why),
 				 KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_done(b, 0, &u, NULL, NULL, &why), KVP_E_PROTO);
-		assert_int_equal(kvp_proto_decode_done(b, 0, &u, &cu, &has_cu, &why), KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_done(b, 0, &u, NULL, NULL, NULL, NULL, &why),
+				 KVP_E_PROTO);
+		assert_int_equal(kvp_proto_decode_done(b, 0, &u, &cu, &has_cu, NULL, NULL, &why),
+				 KVP_E_PROTO);
 		assert_false(has_cu);
 		assert_int_equal(kvp_proto_decode_error(b, 0, &e, &s1, &why), KVP_E_PROTO);
 		assert_int_equal(kvp_proto_decode_tokenize(b, 0, &lim, &tz, &s2, &why),

@@ -158,7 +158,7 @@ static int t_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		u.prompt_tokens = g->n_ids;
 	}
 	u.ttft_ms = 1.5;
-	return kvp_server_send_done(f->srv, conn, req_id, &u, NULL) ? KVP_E_INTERNAL : KVP_OK;
+	return kvp_server_send_done(f->srv, conn, req_id, &u, NULL, NULL) ? KVP_E_INTERNAL : KVP_OK;
 }
 
 static void t_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
@@ -209,7 +209,7 @@ static void t_wakeup(void *arg)
 		struct kvp_usage u = { 0 };
 
 		atomic_store(&f->stale_result,
-			     kvp_server_send_done(f->srv, f->stale_probe, 1, &u, NULL));
+			     kvp_server_send_done(f->srv, f->stale_probe, 1, &u, NULL, NULL));
 	}
 	if (!f->streaming)
 		return;
@@ -221,7 +221,7 @@ static void t_wakeup(void *arg)
 		if (f->stream_limit && atomic_load(&f->stream_sent) >= f->stream_limit) {
 			struct kvp_usage u = { .generated_tokens = 1 };
 
-			kvp_server_send_done(f->srv, f->stream_conn, f->stream_req, &u, NULL);
+			kvp_server_send_done(f->srv, f->stream_conn, f->stream_req, &u, NULL, NULL);
 			f->streaming = false;
 			return;
 		}
