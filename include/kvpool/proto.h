@@ -200,9 +200,9 @@ static_assert(sizeof(struct kvp_welcome) == 160, "wire ABI");
 /* max_new_tokens is a ceiling: lowered to what the context leaves after the prompt
  * (without it, prompt + max_new_tokens beyond the context is refused: KVP_E_LIMIT) */
 #define KVP_GEN_FIT_CONTEXT 0x100u
-/* speculative decoding (drafts verified in the decode step; greedy output unchanged)
- * on / off for this request; neither: the daemon's default (scheduler.speculative: on
- * for greedy requests); both: KVP_E_INVALID */
+/* speculative decoding (drafts verified in the decode step; output unchanged, greedy or
+ * sampled with the same seed) on / off for this request; neither: the daemon's default
+ * (scheduler.speculative: on for greedy requests, not sampled ones); both: KVP_E_INVALID */
 #define KVP_GEN_SPEC_ON 0x1000u
 #define KVP_GEN_SPEC_OFF 0x2000u
 /* the DONE carries struct kvp_spec_usage (drafted and accepted tokens) last */

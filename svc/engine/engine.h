@@ -215,7 +215,7 @@ struct kvp_sched_req {
 /* Speculative decoding asked for (struct kvp_sched_req.speculative, config.speculative). */
 enum kvp_sched_spec {
 	KVP_SCHED_SPEC_AUTO = 0, /* request: the daemon's default; config: on for greedy */
-	KVP_SCHED_SPEC_ON,	 /* greedy requests draft (sampled ones never, yet) */
+	KVP_SCHED_SPEC_ON,	 /* the request drafts, greedy or sampled (spec.c's rule) */
 	KVP_SCHED_SPEC_OFF,	 /* never */
 };
 

@@ -25,10 +25,20 @@
  * Each sequence's k follows its acceptance and what its rows cost (kvp_draft_step_cost():
  * the step's time when it ran alone, else the cost model's price of its rows alone).
  *
- * Greedy requests only (sampled ones do not draft), FAIR only (FIFO's decode call takes
- * one row per sequence), and only where a row's result does not depend on the rows
- * beside it (kvp_fwd_rows_exact(): no f32 projection) and the K/V type lets rows be
- * taken back (kvp_gen_spec_kv_cap(): none for int4, int8 within the block).
+ * Sampled requests (temperature > 0) draft when they ask for it (KVP_SCHED_SPEC_ON; the
+ * daemon's default drafts for greedy ones only), with the same rule: row i's token is
+ * drawn by the sequence's own sampler from row i's logits, one draw per token in order,
+ * as a step per token would have drawn it, and the draft stands when the draw equals it.
+ * For a draft that is one token (prompt lookup proposes, it does not sample: q = 1 on
+ * the draft) this is the speculative-sampling rule: the draft d is kept with probability
+ * p(d) = min(1, p(d) / q(d)), and on rejection the token is drawn from p without d,
+ * renormalized (the residual max(0, p - q)).  So the output is not only distributed as
+ * without drafts: with the same seed it is the same tokens (rows exact, below).
+ *
+ * FAIR only (FIFO's decode call takes one row per sequence), and only where a row's
+ * result does not depend on the rows beside it (kvp_fwd_rows_exact(): no f32
+ * projection) and the K/V type lets rows be taken back (kvp_gen_spec_kv_cap(): none
+ * for int4, int8 within the block).  Parallel continuations (n > 1) do not draft.
  * Thread: the engine thread.
  */
 #include "svc/engine/engine_impl.h"
@@ -74,7 +84,9 @@ int eng_spec_setup(struct kvp_sched *s)
 
 void eng_spec_init(struct kvp_sched *s, struct seq *q, uint32_t mode)
 {
-	q->spec = s->spec_max && mode != KVP_SCHED_SPEC_OFF && q->sp.temperature <= 0;
+	/* sampled requests when they ask: the default is on for greedy ones (what pays most) */
+	q->spec = s->spec_max && mode != KVP_SCHED_SPEC_OFF &&
+		  (q->sp.temperature <= 0 || mode == KVP_SCHED_SPEC_ON);
 	kvp_draft_init(&q->draft, 0, 0, 0);
 	/* the drafts are looked up in prompt and reply as one array (kvp_gen_spec_rows()) */
 	if (q->spec)

@@ -232,8 +232,18 @@ static int collect(void *arg, const int32_t *t, uint32_t n, const char *text, ui
  * @p's greedy reply from @sock, asking speculative @mode (KVP_SPECULATIVE_*); *@su the
  * DONE's drafted and accepted tokens, all ones when it carried none.
  */
+static int gen_sampled(const char *sock, const struct prompt *p, uint32_t mode, float temp,
+		       uint64_t seed, struct kvpd_gen *o, struct kvp_spec_usage *su);
+
 static int gen_mode(const char *sock, const struct prompt *p, uint32_t mode, struct kvpd_gen *o,
 		    struct kvp_spec_usage *su)
+{
+	return gen_sampled(sock, p, mode, 0.0f, 0, o, su);
+}
+
+/* As gen_mode(), sampling at @temp (0: greedy) with @seed. */
+static int gen_sampled(const char *sock, const struct prompt *p, uint32_t mode, float temp,
+		       uint64_t seed, struct kvpd_gen *o, struct kvp_spec_usage *su)
 {
 	struct kvp_client_prompt pr = { .tokens = p->ids, .n_tokens = p->n };
 	struct kvp_client_params cp;
@@ -245,6 +255,9 @@ static int gen_mode(const char *sock, const struct prompt *p, uint32_t mode, str
 	cp.max_new_tokens = N_GEN;
 	cp.no_cache = true;
 	cp.speculative = mode;
+	cp.temperature = temp;
+	cp.top_p = temp > 0 ? 0.95f : 1.0f;
+	cp.seed = seed;
 	r = kvp_client_connect(&k, sock);
 	if (!r)
 		r = kvp_client_generate(k, &pr, &cp, collect, o, &o->u);
@@ -302,6 +315,75 @@ static void test_per_request(void **state)
 	assert_true(kvpd_status_num(&f->off, "scheduler.spec_drafted", -1) == d0);
 	assert_int_equal(sb.drafted, 0);
 	assert_int_equal(sb.accepted, 0);
+}
+
+#define N_SEEDS 24
+#define CHI_BUCKETS 16
+
+/*
+ * Sampling (temperature 0.7, top_p 0.95) with speculation asked for: drafts are
+ * verified by the sequence's own draws (svc/engine/spec.c), kept where the draw equals
+ * the draft; over seeded requests on a repetitive and a random prompt some drafts are
+ * kept and some rejected, every reply is the same tokens as without speculation with
+ * that seed, and so the tokens' distribution is the same: a chi-square homogeneity test
+ * of their ids (16 buckets) on and off stays below the 0.999 quantile.  The daemon's
+ * default does not draft for sampled requests.
+ */
+static void test_sampled(void **state)
+{
+	struct fix *f = *state;
+	static uint32_t cnt[2][CHI_BUCKETS];
+	uint64_t drafted = 0, accepted = 0;
+	double chi = 0, d0;
+
+	memset(cnt, 0, sizeof(cnt));
+	for (uint32_t s = 0; s < N_SEEDS; s++) {
+		struct prompt p;
+		struct kvpd_gen a, b;
+		struct kvp_spec_usage sa, sb;
+
+		make_prompt(&p, s % 4, 256); /* 0, 2: repetitive; 1, 3: random */
+		assert_int_equal(gen_sampled(f->on.sock, &p, KVP_SPECULATIVE_OFF, 0.7f, 1000 + s,
+					     &a, &sa),
+				 0);
+		assert_int_equal(gen_sampled(f->on.sock, &p, KVP_SPECULATIVE_ON, 0.7f, 1000 + s, &b,
+					     &sb),
+				 0);
+		assert_int_equal(a.n, N_GEN);
+		assert_int_equal(b.n, N_GEN);
+		assert_memory_equal(a.ids, b.ids, sizeof(a.ids));
+		assert_int_equal(sa.drafted, 0);
+		assert_true(sb.accepted <= sb.drafted);
+		drafted += sb.drafted;
+		accepted += sb.accepted;
+		for (uint32_t i = 0; i < N_GEN; i++) {
+			cnt[0][a.ids[i] % CHI_BUCKETS]++;
+			cnt[1][b.ids[i] % CHI_BUCKETS]++;
+		}
+	}
+	/* two samples of equal size: sum over buckets of (x - y)^2 / (x + y) */
+	for (uint32_t k = 0; k < CHI_BUCKETS; k++)
+		if (cnt[0][k] + cnt[1][k])
+			chi += ((double)cnt[0][k] - cnt[1][k]) * ((double)cnt[0][k] - cnt[1][k]) /
+			       ((double)cnt[0][k] + cnt[1][k]);
+	print_message("sampled: drafted %llu accepted %llu, chi-square %.3f (15 df)\n",
+		      (unsigned long long)drafted, (unsigned long long)accepted, chi);
+	assert_true(accepted > 0);	 /* draws that equalled their draft */
+	assert_true(drafted > accepted); /* and ones that did not: the rejection path ran */
+	assert_true(chi < 37.70);	 /* chi-square(15) 0.999 quantile */
+	/* without asking, a sampled request does not draft (the default is for greedy) */
+	{
+		struct prompt p;
+		struct kvpd_gen c;
+		struct kvp_spec_usage sc;
+
+		make_prompt(&p, 0, 256);
+		d0 = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
+		assert_int_equal(gen_sampled(f->on.sock, &p, KVP_SPECULATIVE_DEFAULT, 0.7f, 7, &c,
+					     &sc),
+				 0);
+		assert_true(kvpd_status_num(&f->on, "scheduler.spec_drafted", -1) == d0);
+	}
 }
 
 /*
@@ -382,6 +464,7 @@ int main(void)
 		cmocka_unit_test(test_greedy_same),
 		cmocka_unit_test(test_per_request),
 		cmocka_unit_test(test_http),
+		cmocka_unit_test(test_sampled),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
