@@ -315,6 +315,37 @@ static void test_per_request(void **state)
 	assert_true(kvpd_status_num(&f->off, "scheduler.spec_drafted", -1) == d0);
 	assert_int_equal(sb.drafted, 0);
 	assert_int_equal(sb.accepted, 0);
+	/*
+	 * n = 2 continuations (greedy: both the same reply): the group's one DONE carries
+	 * the figures, summed over both, which the daemon's counters moved by
+	 */
+	{
+		struct kvp_client_prompt pr = { .tokens = p.ids, .n_tokens = p.n };
+		struct kvp_cache_ctl cc = { .n = 2 };
+		struct kvp_client_params cp;
+		struct kvp_client *k = NULL;
+		struct kvpd_gen g = { 0 };
+		struct kvp_spec_usage su = { UINT32_MAX, UINT32_MAX };
+
+		d1 = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
+		k1 = kvpd_status_num(&f->on, "scheduler.spec_accepted", -1);
+		kvp_client_params_init(&cp);
+		cp.max_new_tokens = N_GEN;
+		cp.no_cache = true;
+		cp.speculative = KVP_SPECULATIVE_ON;
+		assert_int_equal(kvp_client_connect(&k, f->on.sock), 0);
+		assert_int_equal(kvp_client_set_cache(k, &cc), 0);
+		assert_int_equal(kvp_client_generate(k, &pr, &cp, collect, &g, &g.u), 0);
+		assert_int_equal(kvp_client_event_spec(k, &su), 1);
+		kvp_client_close(k);
+		d2 = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
+		k2 = kvpd_status_num(&f->on, "scheduler.spec_accepted", -1);
+		print_message("n = 2: drafted %u accepted %u\n", su.drafted, su.accepted);
+		assert_int_equal(g.u.generated_tokens, 2 * N_GEN);
+		assert_true(su.drafted == d2 - d1);
+		assert_true(su.accepted == k2 - k1);
+		assert_true(su.accepted <= su.drafted);
+	}
 }
 
 #define N_SEEDS 24
