@@ -159,8 +159,7 @@ static const struct key_def keys[] = {
 	{ "scheduler", "speculative", "speculative", T_BOOL, OFF(speculative), 0, 0, 0,
 	  "greedy requests draft tokens from their own prompt and output (prompt lookup) and\n"
 	  "verify them as extra rows of the decode step (fair policy; output unchanged);\n"
-	  "off by default until its cost model is shown to gain (docs/daemon.md);\n"
-	  "a request may turn it off" },
+	  "a request may turn it off, or on for sampling; off, nothing drafts" },
 	{ "scheduler", "test_eog_after", "test-eog-after", T_U32, OFF(test_eog_after), 0, 0,
 	  1u << 20,
 	  "TESTS ONLY, 0 = off: end every reply after N tokens by raising the model's\n"
@@ -371,7 +370,7 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->prefill_chunk_tokens = 256;
 	c->policy = KVP_SCHED_FAIR;
 	c->itl_budget_pct = 200;
-	c->speculative = false;
+	c->speculative = true; /* bench-spec-daemon, Zen 5: >= 0.97x (docs/compute.md) */
 	c->prefill_aging_ms = 250;
 	c->tier_bytes = 16ull << 30;
 	c->tier_high_pct = 90;

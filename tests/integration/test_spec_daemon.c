@@ -2,7 +2,7 @@
 /*
  * test_spec_daemon.c - speculative decoding in kvpoold (issue 28): two real daemons on
  * the same quantized file (rows exact: svc/engine/spec.c drafts there), one speculating
- * (scheduler.speculative = yes), one not (no, the default), get the same requests through
+ * (scheduler.speculative = yes, the default), one not (no), get the same requests through
  * the client library: seeded prompts, repetitive (drafts found and mostly kept) and not
  * (drafts rare and mostly rejected), first past the cache, then through it, then each
  * prompt continued on its own reply (the reply's published blocks are read back: a
@@ -77,15 +77,10 @@ static void make_prompt(struct prompt *p, uint32_t i, uint32_t n_vocab)
  */
 static int start(struct kvpd *d, const char *model, bool spec)
 {
-	const char *args[] = { "--model",
-			       model,
-			       "--pool-size",
-			       "32M",
-			       "--ignore-eos",
-			       "--cost-call-us=1000",
-			       "--cost-token-us=10",
-			       spec ? "--speculative=yes" : "--speculative=no",
-			       NULL };
+	const char *args[] = { "--model", model, "--pool-size", "32M", "--ignore-eos",
+			       "--cost-call-us=1000", "--cost-token-us=10",
+			       /* speculating: the default, no flag */
+			       spec ? NULL : "--speculative=no", NULL };
 
 	if (kvpd_start(d, 120, args) < 0) {
 		kvpd_dump_log(d);
