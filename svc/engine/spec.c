@@ -76,8 +76,8 @@ int eng_spec_setup(struct kvp_sched *s)
 	}
 	s->logits = l;
 	kvp_log(LOG_INFO,
-		"engine: speculative decoding on for greedy requests (up to %u draft "
-		"rows a step)",
+		"engine: speculative decoding on for greedy requests, and sampled ones "
+		"that ask (up to %u draft rows a step)",
 		s->spec_max);
 	return 0;
 }
