@@ -2,7 +2,8 @@
 /*
  * neon.c - the aarch64 tables: Advanced SIMD (NEON, every aarch64 Linux CPU), and the
  * same code with the int8 dot products of ARMv8.2 dotprod (sdot) when compiled with
- * KVP_NEON_DOTPROD (neondot.c, -march=armv8.2-a+dotprod).  dispatch.c takes the dotprod
+ * KVP_NEON_DOTPROD (kernels/meson.build builds this file twice, the second time with
+ * -march=armv8.2-a+dotprod, as kvp_kernels_neondot).  dispatch.c takes the dotprod
  * table where the kernel reports asimddp (getauxval(AT_HWCAP)), the plain one elsewhere
  * (Cortex-A53/A57/A72, the Raspberry Pi 4).
  *
@@ -16,13 +17,14 @@
  * (unpack_*: codes minus their offset as int8 - every type's fit - in element order,
  * then to the activations' lane order by ld4, whose de-interleave of 32-bit words is
  * the 4 x 4 transpose that takes 16 consecutive codes of 4 sub-blocks to one register
- * per chunk), and every input row then reads it from L1: per group 16 products of 16
- * codes (one sdot each; without dotprod smull/smlal pairs into int16 and sadalp into
- * int32, the two chunks' sums of at most 2 * 128 * 127 fitting int16) give the 16
- * sub-block dots in 4 registers, and two FMAs per register apply the sub-block's
- * weight scale times the activation scale and the correction (offset, min) times the
- * activation sum.  Each input row is computed alone in the same order, so a batch
- * gives each row's bits.
+ * per chunk), and the input rows then read it from L1, RB at a time (2 with dotprod,
+ * 1 without), each weight register loaded once for them: per group and row 16 dots of
+ * 16 products (one sdot each; without dotprod smull/smlal pairs into int16
+ * and sadalp into int32, the two chunks' sums of at most 2 * 128 * 127 fitting int16)
+ * give the 16 sub-block dots in 4 registers, and two FMAs per register apply the
+ * sub-block's weight scale times the activation scale and the correction (offset,
+ * min) times the activation sum.  Each input row takes the same operations in the same
+ * order whatever the batch, so a batch gives each row's bits.
  *
  * Not measured on hardware (built and tested under qemu-user only): docs/compute.md
  * has the instruction mix of the hot loops.
@@ -303,49 +305,131 @@ static inline __attribute__((always_inline)) void unpack(const uint8_t *wr, uint
 	to_lanes(e, w->q);
 }
 
-/* the 16 sub-block dots of one group: lane j of d[v] is sub-block 4v + j's */
+/*
+ * Input rows per pass over a group: with dotprod each weight register loaded feeds two
+ * rows' sdot (4 rows spilled registers and had as many instructions per product);
+ * without, the pair sums of one row take 8 registers and a second row spilled
+ * (objdump: 273 instructions per 512 products at 2 rows, 123 per 256 at 1)
+ */
+#ifdef KVP_NEON_DOTPROD
+#define RB 2
+#else
+#define RB 1
+#endif
+
+/*
+ * The 16 sub-block dots of weight group @wq against the groups @aq[r] of @nr (1 or RB)
+ * input rows: lane j of d[r][v] is sub-block 4v + j's
+ */
 static inline __attribute__((always_inline)) void
-dot_group(const int8_t *restrict wq, const int8_t *restrict aq, int32x4_t d[4])
+dot_rows(int32x4_t d[RB][4], const int8_t *restrict wq, const int8_t *const aq[RB], const int nr)
 {
 #ifdef KVP_NEON_DOTPROD
 #pragma GCC unroll 4
-	for (int v = 0; v < 4; v++)
-		d[v] = vdupq_n_s32(0);
-#pragma GCC unroll 4
-	for (int c = 0; c < 4; c++)
+	for (int r = 0; r < nr; r++)
 #pragma GCC unroll 4
 		for (int v = 0; v < 4; v++)
-			d[v] = vdotq_s32(d[v], vld1q_s8(wq + 64 * c + 16 * v),
-					 vld1q_s8(aq + 64 * c + 16 * v));
-#else
-	/* per register, the low and the high 8 bytes' pair sums, two chunks per sadalp */
-	int32x4_t lo[4], hi[4];
+			d[r][v] = vdupq_n_s32(0);
+#pragma GCC unroll 4
+	for (int c = 0; c < 4; c++) {
+		int8x16_t w[4];
 
 #pragma GCC unroll 4
-	for (int v = 0; v < 4; v++)
-		lo[v] = hi[v] = vdupq_n_s32(0);
+		for (int v = 0; v < 4; v++)
+			w[v] = vld1q_s8(wq + 64 * c + 16 * v);
 #pragma GCC unroll 4
+		for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+			for (int v = 0; v < 4; v++)
+				d[r][v] = vdotq_s32(d[r][v], w[v],
+						    vld1q_s8(aq[r] + 64 * c + 16 * v));
+	}
+#else
+	/* per register, the low and the high 8 bytes' pair sums, two chunks per sadalp */
+	int32x4_t lo[RB][4], hi[RB][4];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+		for (int v = 0; v < 4; v++)
+			lo[r][v] = hi[r][v] = vdupq_n_s32(0);
+#pragma GCC unroll 2
 	for (int c = 0; c < 4; c += 2) {
 #pragma GCC unroll 4
 		for (int v = 0; v < 4; v++) {
 			int8x16_t w0 = vld1q_s8(wq + 64 * c + 16 * v);
-			int8x16_t a0 = vld1q_s8(aq + 64 * c + 16 * v);
 			int8x16_t w1 = vld1q_s8(wq + 64 * (c + 1) + 16 * v);
-			int8x16_t a1 = vld1q_s8(aq + 64 * (c + 1) + 16 * v);
-			int16x8_t pl = vmull_s8(vget_low_s8(w0), vget_low_s8(a0));
-			int16x8_t ph = vmull_high_s8(w0, a0);
 
-			pl = vmlal_s8(pl, vget_low_s8(w1), vget_low_s8(a1));
-			ph = vmlal_high_s8(ph, w1, a1);
-			lo[v] = vpadalq_s16(lo[v], pl);
-			hi[v] = vpadalq_s16(hi[v], ph);
+#pragma GCC unroll 4
+			for (int r = 0; r < nr; r++) {
+				int8x16_t a0 = vld1q_s8(aq[r] + 64 * c + 16 * v);
+				int8x16_t a1 = vld1q_s8(aq[r] + 64 * (c + 1) + 16 * v);
+				int16x8_t pl = vmull_s8(vget_low_s8(w0), vget_low_s8(a0));
+				int16x8_t ph = vmull_high_s8(w0, a0);
+
+				pl = vmlal_s8(pl, vget_low_s8(w1), vget_low_s8(a1));
+				ph = vmlal_high_s8(ph, w1, a1);
+				lo[r][v] = vpadalq_s16(lo[r][v], pl);
+				hi[r][v] = vpadalq_s16(hi[r][v], ph);
+			}
 		}
 	}
-/* lanes (0+1, 2+3) of lo are words 0 and 1, of hi words 2 and 3 */
+	/* lanes (0+1, 2+3) of lo are words 0 and 1, of hi words 2 and 3 */
 #pragma GCC unroll 4
-	for (int v = 0; v < 4; v++)
-		d[v] = vpaddq_s32(lo[v], hi[v]);
+	for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+		for (int v = 0; v < 4; v++)
+			d[r][v] = vpaddq_s32(lo[r][v], hi[r][v]);
 #endif
+}
+
+/*
+ * @nr input rows from @r0 against the @sn unpacked groups @wg of output @o (groups
+ * @s0 on of the row): per group and row, the sub-block dots times dw d, plus c s, in two
+ * accumulators; the row's sum added to its output (set by the first slice).  The same
+ * operations for a row whatever @nr, so a batch gives each row's bits.
+ */
+static inline __attribute__((always_inline)) void
+rows_block(float *restrict out, size_t ldo, const struct wgrp *restrict wg, size_t sn, size_t s0,
+	   const uint8_t *restrict x, size_t x_row_bytes, size_t r0, const int nr, size_t o)
+{
+	const struct kvp_act_q8 *a[RB];
+	float32x4_t acc[RB][2];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < RB; r++) {
+		a[r] = (const struct kvp_act_q8 *)(x + (r0 + (r < nr ? r : 0)) * x_row_bytes) + s0;
+		acc[r][0] = acc[r][1] = vdupq_n_f32(0);
+	}
+	for (size_t g = 0; g < sn; g++) {
+		const int8_t *aq[RB];
+		int32x4_t d[RB][4];
+
+#pragma GCC unroll 4
+		for (int r = 0; r < RB; r++)
+			aq[r] = a[r][g].q;
+		dot_rows(d, wg[g].q, aq, nr);
+#pragma GCC unroll 4
+		for (int r = 0; r < nr; r++) {
+#pragma GCC unroll 4
+			for (int i = 0; i < 4; i++) {
+				float32x4_t sd = vmulq_f32(vld1q_f32(wg[g].dw + 4 * i),
+							   vld1q_f32(a[r][g].d + 4 * i));
+
+				acc[r][i / 2] = vfmaq_f32(acc[r][i / 2], vcvtq_f32_s32(d[r][i]),
+							  sd);
+				acc[r][i / 2] = vfmaq_f32(acc[r][i / 2], vld1q_f32(wg[g].c + 4 * i),
+							  vld1q_f32(a[r][g].s + 4 * i));
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < nr; r++) {
+		float v = vaddvq_f32(vaddq_f32(acc[r][0], acc[r][1]));
+		float *po = out + (r0 + r) * ldo + o;
+
+		*po = s0 ? *po + v : v;
+	}
 }
 
 /* groups unpacked at a time (6 KiB: in L1 while every input row reads them) */
@@ -363,42 +447,14 @@ matmul_int(float *restrict out, size_t ldo, const void *restrict w, size_t w_row
 		const uint8_t *wr = (const uint8_t *)w + o * w_row_bytes;
 
 		for (size_t s0 = 0; s0 < ng; s0 += SLICE) {
-			size_t sn = ng - s0 < SLICE ? ng - s0 : SLICE;
+			size_t sn = ng - s0 < SLICE ? ng - s0 : SLICE, r = 0;
 
 			for (size_t g = 0; g < sn; g++)
 				unpack(wr, type, k, s0 + g, &wg[g]);
-			for (size_t r = 0; r < rows; r++) {
-				const struct kvp_act_q8
-					*a = (const struct kvp_act_q8 *)((const uint8_t *)x +
-									 r * x_row_bytes) +
-					     s0;
-				float32x4_t acc[4];
-				float v;
-
-#pragma GCC unroll 4
-				for (int i = 0; i < 4; i++)
-					acc[i] = vdupq_n_f32(0);
-				for (size_t g = 0; g < sn; g++) {
-					int32x4_t d[4];
-
-					dot_group(wg[g].q, a[g].q, d);
-#pragma GCC unroll 4
-					for (int i = 0; i < 4; i++) {
-						float32x4_t sd = vmulq_f32(vld1q_f32(wg[g].dw +
-										     4 * i),
-									   vld1q_f32(a[g].d +
-										     4 * i));
-
-						acc[i] = vfmaq_f32(acc[i], vcvtq_f32_s32(d[i]), sd);
-						acc[i] = vfmaq_f32(acc[i],
-								   vld1q_f32(wg[g].c + 4 * i),
-								   vld1q_f32(a[g].s + 4 * i));
-					}
-				}
-				v = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]),
-							 vaddq_f32(acc[2], acc[3])));
-				out[r * ldo + o] = s0 ? out[r * ldo + o] + v : v;
-			}
+			for (; r + RB <= rows; r += RB)
+				rows_block(out, ldo, wg, sn, s0, x, x_row_bytes, r, RB, o);
+			for (; r < rows; r++)
+				rows_block(out, ldo, wg, sn, s0, x, x_row_bytes, r, 1, o);
 		}
 	}
 }
