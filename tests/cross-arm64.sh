@@ -3,15 +3,19 @@
 #
 # cross-arm64.sh - build kvpool for aarch64 Linux and run its unit tests under qemu-user
 #
-#   bash tests/cross-arm64.sh [BUILD_DIR] [meson test args...]
+#   bash tests/cross-arm64.sh [BUILD_DIR] [TEST...]
+#
+# TEST...: run only these unit tests (meson test names) and skip the greedy-token
+# comparison; by default the whole 'cross' list below and the comparison.
 #
 # The host stays x86-64: the arm64 libraries the build links are NOT installed (multiarch
 # -dev packages would upgrade host packages); their .debs are fetched with
 # `apt-get download` and unpacked with dpkg-deb into BUILD_DIR/sysroot, which
 # cross/aarch64-linux-gnu.ini points the compiler, the linker, pkg-config and the test
 # wrapper (qemu-aarch64-static -cpu max -L sysroot) at.  Needs the cross compiler
-# (gcc-aarch64-linux-gnu), qemu-user-static and an apt source with arm64 indexes
-# (`dpkg --add-architecture arm64 && apt-get update`, done here when root).
+# (gcc-aarch64-linux-gnu), qemu-user-static (both installed here when root) and an apt
+# source with arm64 indexes (`dpkg --add-architecture arm64 && apt-get update`, done
+# here when root).
 #
 # Runs the 'cross' test list: the unit tests that need no privileged kernel feature and
 # nothing the emulator lacks (kernels against the scalar oracle for every table qemu's
@@ -33,6 +37,15 @@ skip() {
 	exit 77
 }
 
+# the host's cross tools: installed when root (Debian 12: gcc 12, qemu-user 7.2)
+if ! command -v $triplet-gcc >/dev/null || ! command -v qemu-aarch64-static >/dev/null; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		echo "cross-arm64: installing gcc-$triplet qemu-user-static"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			gcc-$triplet qemu-user-static </dev/null >/dev/null ||
+			skip "apt-get install gcc-$triplet qemu-user-static failed"
+	fi
+fi
 for t in $triplet-gcc qemu-aarch64-static apt-get dpkg-deb pkg-config meson ninja; do
 	command -v "$t" >/dev/null || skip "$t not found (apt-get install gcc-aarch64-linux-gnu qemu-user-static)"
 done
@@ -113,12 +126,17 @@ cross_tests="util geom gguf kernels kvq kvq4 tokenizer bpe chat sample grammar f
 # (compute/linear.c), which times 2048 x 2048 x 256 products on each path per process:
 # minutes under emulation, and the timing means nothing there.
 export KVP_F32_GEMM=${KVP_F32_GEMM:-kvpool}
+[ $# -gt 0 ] && cross_tests="$*"
 rc=0
 meson test -C "$build/meson" --no-rebuild --suite unit --num-processes "${KVP_JOBS:-2}" \
-	-t "${KVP_CROSS_TIMEOUT_MULT:-20}" --print-errorlogs $cross_tests "$@" || rc=1
+	-t "${KVP_CROSS_TIMEOUT_MULT:-20}" --print-errorlogs $cross_tests || rc=1
+[ $# -gt 0 ] && exit $rc
 
-# The tiny model's greedy tokens: the same from the aarch64 build (its best table, and
-# scalar) as from this machine's x86-64 build (KVP_X86_BUILD, or one built here).
+# The tiny model's greedy tokens: the same from the aarch64 build (its best table, each
+# other aarch64 table, and the best one on a CPU without dotprod) as from this
+# machine's x86-64 build (KVP_X86_BUILD, or one built here).  Each run names the table
+# it took (kvpool-run's "kernels NAME"), checked against the one expected: neondot on
+# qemu's -cpu max (asimddp), neon on -cpu cortex-a57 (ARMv8.0: no dotprod).
 x86=${KVP_X86_BUILD:-$build/x86}
 if [ ! -x "$x86/compute/kvpool-run" ]; then
 	[ -f "$x86/build.ninja" ] || meson setup -Dtests=false "$x86" "$src" >"$build/x86-setup.log" 2>&1 ||
@@ -126,21 +144,28 @@ if [ ! -x "$x86/compute/kvpool-run" ]; then
 	ninja -C "$x86" -j"${KVP_JOBS:-2}" compute/kvpool-run compute/kvpool-mkmodel >/dev/null ||
 		{ echo "cross-arm64: x86 build failed" >&2; exit 1; }
 fi
-qemu=(qemu-aarch64-static -cpu max -L "$sysroot")
 tokens() { sed -n 's/.*"tokens":\(\[[0-9,]*\]\).*/\1/p'; }
 for pt in tiny:f32 tiny:f16 tiny:q8_0 tiny:q4_0 tinyq:q4_k tinyq:q6_k; do
 	type=${pt#*:}
 	m=$build/${pt%:*}-$type.gguf
 	"$x86/compute/kvpool-mkmodel" -o "$m" --preset "${pt%:*}" --type "$type" >/dev/null
 	want=$("$x86/compute/kvpool-run" -m "$m" -p "Hello, world" -n 24 --threads 2 --json 2>/dev/null | tokens)
-	for isa in "" scalar; do
-		got=$(KVP_ISA=$isa "${qemu[@]}" "$build/meson/compute/kvpool-run" -m "$m" \
-			-p "Hello, world" -n 24 --threads 2 --json 2>/dev/null | tokens)
-		if [ -z "$want" ] || [ "$got" != "$want" ]; then
-			echo "cross-arm64: FAIL ${pt%:*} $type ${isa:-best}: aarch64 $got, x86-64 $want" >&2
+	# CPU:KVP_ISA:the table expected
+	for run in max::neondot max:neon:neon max:scalar:scalar cortex-a57::neon; do
+		IFS=: read -r cpu isa table <<<"$run"
+		got=$(KVP_ISA=$isa qemu-aarch64-static -cpu "$cpu" -L "$sysroot" \
+			"$build/meson/compute/kvpool-run" -m "$m" -p "Hello, world" -n 24 \
+			--threads 2 --json 2>"$build/run.err" | tokens)
+		took=$(sed -n 's/.*; kernels \([a-z0-9]*\)$/\1/p' "$build/run.err")
+		what="${pt%:*} $type -cpu $cpu ${isa:-best}"
+		if [ "$took" != "$table" ]; then
+			echo "cross-arm64: FAIL $what: kernels '$took', want $table" >&2
+			rc=1
+		elif [ -z "$want" ] || [ "$got" != "$want" ]; then
+			echo "cross-arm64: FAIL $what: aarch64 $got, x86-64 $want" >&2
 			rc=1
 		else
-			echo "cross-arm64: ${pt%:*} $type ${isa:-best}: greedy tokens equal to x86-64's"
+			echo "cross-arm64: $what ($table): greedy tokens equal to x86-64's"
 		fi
 	done
 done

@@ -3,7 +3,10 @@
 #   1. plain build, -Werror, with 2 MiB huge pages reserved: the MFD_HUGETLB path;
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build with no huge pages reserved:
 #      the fallback path (the pool must work, and say so); with fault injection
-#      (util/fault.h), so tests/unit/test_fault.c's sweep runs under the leak checker.
+#      (util/fault.h), so tests/unit/test_fault.c's sweep runs under the leak checker;
+#   3. the aarch64 cross build and its unit tests under qemu-user (tests/cross-arm64.sh:
+#      the NEON tables against the scalar oracle, greedy tokens equal to pass 1's build),
+#      skipped with the reason when the cross compiler or the arm64 packages cannot be had.
 # The machine's nr_hugepages is restored on exit.  Needs root (apt-get, sysctl).
 # Benchmarks are not run here: `meson test -C build --benchmark`.
 set -euo pipefail
@@ -39,4 +42,12 @@ run_pass() { # name builddir hugepages meson-args...
 run_pass "plain build, huge pages reserved" build-ci "$HP_WANT" -Dwerror=true
 run_pass "ASan+UBSan build, no huge pages, fault injection" build-ci-san 0 -Dwerror=true \
 	-Db_sanitize=address,undefined -Db_lundef=false -Dfault_injection=true
+echo "=== aarch64 cross build, unit tests under qemu-user ==="
+arm_rc=0
+KVP_X86_BUILD=$PWD/build-ci bash tests/cross-arm64.sh build-ci-arm64 || arm_rc=$?
+if [ $arm_rc = 77 ]; then
+	echo "aarch64 pass skipped (reason above)"
+elif [ $arm_rc != 0 ]; then
+	exit $arm_rc
+fi
 echo "all passes green"

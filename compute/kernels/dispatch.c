@@ -12,7 +12,8 @@
  *
  * On aarch64 the words are the kernel's hwcaps (getauxval(AT_HWCAP/AT_HWCAP2)): user
  * space cannot read the ID registers portably, and the kernel reports an extension only
- * when it also enables it (SVE's state, for instance).  Only the tables of the build's
+ * when it also enables it (SVE's state, for instance).  Its tables are neon (fp + asimd,
+ * every aarch64 Linux CPU) and neondot (+ asimddp: sdot), both neon.c.  Only the tables of the build's
  * architecture are linked in (compute/kernels/meson.build); the others keep their enum
  * value and name, and are "not supported" here.
  */
@@ -37,15 +38,16 @@ static const struct kvp_kernels *const tables[KVP_ISA__COUNT] = {
 	[KVP_ISA_AVX2] = &kvp_kernels_avx2,
 	[KVP_ISA_AVXVNNI] = &kvp_kernels_avxvnni,
 	[KVP_ISA_AVX512] = &kvp_kernels_avx512,
+#elif defined(__aarch64__)
+	[KVP_ISA_NEON] = &kvp_kernels_neon,
+	[KVP_ISA_NEONDOT] = &kvp_kernels_neondot,
 #endif
 };
 
 /* every table's name, built or not: KVP_ISA names another architecture's as -ENOTSUP */
 static const char *const names[KVP_ISA__COUNT] = {
-	[KVP_ISA_SCALAR] = "scalar",
-	[KVP_ISA_AVX2] = "avx2",
-	[KVP_ISA_AVXVNNI] = "avxvnni",
-	[KVP_ISA_AVX512] = "avx512",
+	[KVP_ISA_SCALAR] = "scalar", [KVP_ISA_AVX2] = "avx2", [KVP_ISA_AVXVNNI] = "avxvnni",
+	[KVP_ISA_AVX512] = "avx512", [KVP_ISA_NEON] = "neon", [KVP_ISA_NEONDOT] = "neondot",
 };
 
 const char *kvp_isa_name(uint32_t isa)
@@ -96,6 +98,16 @@ int kvp_isa_supported_by(const struct kvp_cpu *cpu, uint32_t isa)
 {
 	if (isa == KVP_ISA_SCALAR)
 		return 1;
+	/*
+	 * aarch64: fp and asimd for the NEON table (every Linux CPU has them; the kernel
+	 * reports both), and asimddp (sdot) for the dotprod one
+	 */
+	if (isa == KVP_ISA_NEON || isa == KVP_ISA_NEONDOT) {
+		uint64_t need = KVP_HWCAP_FP | KVP_HWCAP_ASIMD |
+				(isa == KVP_ISA_NEONDOT ? KVP_HWCAP_ASIMDDP : 0);
+
+		return (cpu->hwcap & need) == need;
+	}
 	if (isa >= KVP_ISA__COUNT || cpu->max_leaf < 7)
 		return 0;
 	/* FMA, OSXSAVE, AVX, F16C */

@@ -4,12 +4,12 @@
  *
  * The project is built for a portable x86-64 baseline; the code that needs wider
  * vectors lives in one file per instruction set, each compiled with its own flags
- * (kernels/scalar.c, avx2.c, avxvnni.c, avx512.c), and exports one const struct
+ * (kernels/scalar.c, avx2.c, avxvnni.c, avx512.c; neon.c on aarch64, built twice), and
+ * exports one const struct
  * kvp_kernels.  kvp_kernels_best() picks the widest table the CPU runs (cpuid and the
  * OS's XSAVE state on x86, the kernel's hwcaps on aarch64; only the build's
- * architecture's tables are linked); KVP_ISA=scalar|avx2|avxvnni|avx512 forces one,
- * which is
- * how tests and benchmarks run every path the machine has.  The scalar table is the
+ * architecture's tables are linked); KVP_ISA=scalar|avx2|avxvnni|avx512|neon|neondot
+ * forces one, which is how tests and benchmarks run every path the machine has.  The scalar table is the
  * portable reference the others are tested against.
  *
  * Adding a weight type: its block layout and reference code in quant.h/quant.c, then
@@ -35,6 +35,8 @@ enum kvp_isa {
 	KVP_ISA_AVX2 = 1,    /* AVX2 + FMA + F16C + BMI2 */
 	KVP_ISA_AVXVNNI = 2, /* the same + AVX-VNNI (VEX vpdpbusd), for CPUs without AVX-512 */
 	KVP_ISA_AVX512 = 3,  /* AVX-512 F/BW/DQ/VL + VNNI + BF16 */
+	KVP_ISA_NEON = 4,    /* aarch64 Advanced SIMD (fp, asimd) */
+	KVP_ISA_NEONDOT = 5, /* the same + the dotprod extension (asimddp: sdot) */
 	KVP_ISA__COUNT
 };
 
@@ -120,7 +122,7 @@ typedef void kvp_attn_block_fn(float *restrict o, float *restrict m, const float
 
 /**
  * struct kvp_kernels - one instruction set's kernels
- * @name:      "scalar", "avx2", "avxvnni", "avx512"
+ * @name:      "scalar", "avx2", "avxvnni", "avx512", "neon", "neondot"
  * @isa:       enum kvp_isa
  * @matmul:    per GGML type with kernels (quant.h: kvp_qtype() non-NULL); NULL elsewhere
  * @dequant:   the same types to f32 (embedding rows, tests)
@@ -164,6 +166,8 @@ extern const struct kvp_kernels kvp_kernels_scalar;
 extern const struct kvp_kernels kvp_kernels_avx2;
 extern const struct kvp_kernels kvp_kernels_avxvnni;
 extern const struct kvp_kernels kvp_kernels_avx512;
+extern const struct kvp_kernels kvp_kernels_neon;
+extern const struct kvp_kernels kvp_kernels_neondot;
 
 /*
  * kvp_isa_name() - "scalar", "avx2", ..., or NULL for an unknown @isa; every table's,

@@ -102,6 +102,9 @@ static const struct kvp_kernels *const built[KVP_ISA__COUNT] = {
 	[KVP_ISA_AVX2] = &kvp_kernels_avx2,
 	[KVP_ISA_AVXVNNI] = &kvp_kernels_avxvnni,
 	[KVP_ISA_AVX512] = &kvp_kernels_avx512,
+#elif defined(__aarch64__)
+	[KVP_ISA_NEON] = &kvp_kernels_neon,
+	[KVP_ISA_NEONDOT] = &kvp_kernels_neondot,
 #endif
 };
 
@@ -217,6 +220,20 @@ static uint32_t x86_best(const struct kvp_cpu *c)
 	return i;
 }
 
+/* kvp_isa_best() of aarch64 words, as x86_best() of x86 ones */
+static uint32_t arm_best(const struct kvp_cpu *c)
+{
+	uint32_t i = KVP_ISA__COUNT - 1;
+
+#if defined(__aarch64__)
+	return kvp_isa_best(c);
+#endif
+	assert_int_equal(kvp_isa_best(c), KVP_ISA_SCALAR);
+	while (i > KVP_ISA_SCALAR && !kvp_isa_supported_by(c, i))
+		i--;
+	return i;
+}
+
 static void test_dispatch_by_cpuid(void **state)
 {
 	/* the table each kind of CPU gets, from its cpuid words alone */
@@ -266,6 +283,24 @@ static void test_dispatch_by_cpuid(void **state)
 	c.hwcap = c.hwcap2 = ~0ull;
 	for (uint32_t i = KVP_ISA_AVX2; i <= KVP_ISA_AVX512; i++)
 		assert_false(kvp_isa_supported_by(&c, i));
+	/* and x86 words (every cpuid bit) no ARM table */
+	c = cpu_avx512();
+	c.eax7_1 = c.ecx1 = ~0u;
+	assert_false(kvp_isa_supported_by(&c, KVP_ISA_NEON));
+	assert_false(kvp_isa_supported_by(&c, KVP_ISA_NEONDOT));
+
+	/* the aarch64 tables from the hwcaps alone */
+	memset(&c, 0, sizeof(c));
+	c.hwcap = KVP_HWCAP_FP | KVP_HWCAP_ASIMD; /* Cortex-A53/A72: no dotprod */
+	assert_int_equal(arm_best(&c), KVP_ISA_NEON);
+	assert_false(kvp_isa_supported_by(&c, KVP_ISA_NEONDOT));
+	c.hwcap |= KVP_HWCAP_ASIMDDP | KVP_HWCAP_ASIMDHP; /* Neoverse N1 and later */
+	assert_int_equal(arm_best(&c), KVP_ISA_NEONDOT);
+	assert_true(kvp_isa_supported_by(&c, KVP_ISA_NEON));
+	c.hwcap = KVP_HWCAP_ASIMD | KVP_HWCAP_ASIMDDP; /* no fp: never on Linux, refused */
+	assert_int_equal(arm_best(&c), KVP_ISA_SCALAR);
+	c.hwcap = KVP_HWCAP_FP | KVP_HWCAP_ASIMDDP;
+	assert_int_equal(arm_best(&c), KVP_ISA_SCALAR);
 
 	/* and this machine's words agree with what it is told it runs */
 	kvp_cpu_read(&real);
