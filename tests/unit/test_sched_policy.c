@@ -15,9 +15,10 @@
  *    chunks), so time budgets, aging and inter-token gaps are exact.
  *
  * The property test runs thousands of random schedules (arrivals, sizes, priorities,
- * cancels, closed connections, tiny pools that force preemption) and checks the block
- * accounting after every step (kvp_sched_check()), the pool back to its baseline at the
- * end, and every request's tokens.  The other tests pin the policy's promises: early
+ * cancels, closed connections, tiny pools that force preemption, speculative drafts
+ * verified and mostly rolled back, since the chain's picks rarely repeat an n-gram)
+ * and checks the block accounting after every step (kvp_sched_check()), the pool back
+ * to its baseline at the end, and every request's tokens.  The other tests pin the policy's promises: early
  * stoppers with a large max_new never block others, priorities order admission and
  * preemption, preemption by recompute gives the undisturbed tokens on the real model,
  * short prompts go first, running streams keep a bounded gap, aging prevents starvation,
@@ -199,10 +200,13 @@ static void logits_of(struct sim *m, uint64_t h, float *logits)
 	logits[(h >> 11) % M.n_vocab] = 1.0f;
 }
 
-/* @n positions of one sequence from @n_past: check the chain before, write theirs. */
+/*
+ * @n positions of one sequence from @n_past: check the chain before, write theirs; the
+ * logits of the last max(1, @n_logits) of them at @logits, in position order.
+ */
 static int fake_rows(struct sim *m, const struct kvp_kv_view *kv, const uint32_t *table,
 		     uint32_t n_table, uint32_t n_past, const int32_t *tokens, uint32_t n,
-		     float *logits)
+		     uint32_t n_logits, float *logits)
 {
 	uint32_t bt = kv->geom.shape.block_tokens;
 	int bad;
@@ -219,8 +223,9 @@ static int fake_rows(struct sim *m, const struct kvp_kv_view *kv, const uint32_t
 		h = mix(h, (uint64_t)tokens[i]);
 		w[0] = h;
 		w[1] = (uint64_t)tokens[i];
+		if (i + (n_logits > 1 ? n_logits : 1) >= n)
+			logits_of(m, h, logits), logits += M.n_vocab;
 	}
-	logits_of(m, h, logits);
 	return 0;
 }
 
@@ -229,7 +234,7 @@ static int fake_prefill(void *ctx, const struct kvp_kv_view *kv, const uint32_t 
 			float *logits)
 {
 	struct sim *m = ctx;
-	int r = fake_rows(m, kv, table, n_table, n_past, tokens, n, logits);
+	int r = fake_rows(m, kv, table, n_table, n_past, tokens, n, 1, logits);
 
 	if (r)
 		return r;
@@ -263,10 +268,11 @@ static int fake_step(void *ctx, const struct kvp_kv_view *kv, const struct kvp_f
 					if (a < p->n_table && b < parts[j].n_table &&
 					    p->table[a] == parts[j].table[b])
 						return violation(m, "two parts write one block");
-		r = fake_rows(m, kv, p->table, p->n_table, p->pos0, p->tokens, p->n,
-			      logits + (size_t)i * M.n_vocab);
+		r = fake_rows(m, kv, p->table, p->n_table, p->pos0, p->tokens, p->n, p->n_logits,
+			      logits);
 		if (r)
 			return r;
+		logits += (size_t)(p->n_logits > 1 ? p->n_logits : 1) * M.n_vocab;
 		rows += p->n;
 		attn += p->n * (p->pos0 + p->n / 2.0);
 	}
@@ -332,6 +338,7 @@ struct sim_opts {
 	uint32_t aging_ms;
 	bool real;
 	uint32_t tier_slots; /* a disk tier of this many slots (0: none) */
+	bool speculative;    /* drafts on (KVP_SCHED_SPEC_ON), else off */
 };
 
 static int sim_new(struct sim *m, const struct sim_opts *o)
@@ -391,6 +398,7 @@ static int sim_new(struct sim *m, const struct sim_opts *o)
 	sc.tier = m->tier;
 	sc.tier_high_pct = 50;
 	sc.tier_low_pct = 25;
+	sc.speculative = o->speculative ? KVP_SCHED_SPEC_ON : KVP_SCHED_SPEC_OFF;
 	return kvp_sched_new(&m->sched, &sc);
 }
 
@@ -594,6 +602,7 @@ static uint32_t rnd(uint32_t n)
 struct totals {
 	uint64_t requests, preemptions, resumed_hits, cancels, closes, steps;
 	uint64_t tiered, swapped, from_disk, offloaded;
+	uint64_t drafting, drafted, accepted; /* schedules with drafts on, their draft rows */
 };
 
 static void one_schedule(uint64_t seed, struct totals *tot)
@@ -613,8 +622,11 @@ static void one_schedule(uint64_t seed, struct totals *tot)
 	o.policy = rnd(5) ? KVP_SCHED_FAIR : KVP_SCHED_FIFO;
 	o.aging_ms = 1 + rnd(200);
 	o.tier_slots = rnd(3) ? 0 : 8 + rnd(64); /* a third with a disk tier: swap, reloads */
+	/* half draft (FAIR only): every draft is verified, most rolled back, some kept */
+	o.speculative = rnd(2);
 	assert_int_equal(sim_new(&m, &o), 0);
 	tot->tiered += o.tier_slots != 0;
+	tot->drafting += o.speculative && o.policy == KVP_SCHED_FAIR;
 	m.p0 = 1e6 * (1 + rnd(10));
 	m.p1 = 1e5 * (1 + rnd(20));
 	m.d0 = 1e6 * (1 + rnd(10));
@@ -709,6 +721,14 @@ static void one_schedule(uint64_t seed, struct totals *tot)
 	/* the pool is back to its baseline: nothing held, the rest free or cached */
 	assert_int_equal(used_blocks(&m), 0);
 	tot->steps += steps;
+	{
+		struct kvp_sched_stats st;
+
+		kvp_sched_get_stats(m.sched, &st);
+		assert_true(st.spec_accepted <= st.spec_drafted);
+		tot->drafted += st.spec_drafted;
+		tot->accepted += st.spec_accepted;
+	}
 	if (m.tier) {
 		struct kvp_tier_stats ts;
 
@@ -737,12 +757,14 @@ static void test_random_schedules(void **state)
 		"%u schedules: %llu requests, %llu steps, %llu preemptions "
 		"(%llu resumed with cached blocks), %llu cancels, %llu closes; %llu with a disk "
 		"tier: %llu blocks written, %llu tokens read back at admission, %llu after "
-		"a preemption\n",
+		"a preemption; %llu drafting: %llu draft rows verified, %llu kept\n",
 		n, (unsigned long long)tot.requests, (unsigned long long)tot.steps,
 		(unsigned long long)tot.preemptions, (unsigned long long)tot.resumed_hits,
 		(unsigned long long)tot.cancels, (unsigned long long)tot.closes,
 		(unsigned long long)tot.tiered, (unsigned long long)tot.offloaded,
-		(unsigned long long)tot.from_disk, (unsigned long long)tot.swapped);
+		(unsigned long long)tot.from_disk, (unsigned long long)tot.swapped,
+		(unsigned long long)tot.drafting, (unsigned long long)tot.drafted,
+		(unsigned long long)tot.accepted);
 	/* the schedules did exercise what they are for */
 	assert_true(tot.preemptions > 100);
 	assert_true(tot.resumed_hits > 10);
@@ -750,6 +772,8 @@ static void test_random_schedules(void **state)
 	assert_true(tot.offloaded > 100);
 	assert_true(tot.from_disk > 0);
 	assert_true(tot.swapped > 0);
+	assert_true(tot.drafted > 1000);
+	assert_true(tot.accepted > 0);
 }
 
 /* ---- the policy's promises ---- */
@@ -1232,6 +1256,61 @@ static void test_stream_gap_bounded(void **state)
 	assert_true(ratio[KVP_SCHED_FIFO] > 10.0);
 }
 
+static void test_stream_gap_bounded_drafting(void **state)
+{
+	/*
+	 * the same with speculative decoding on: the stream's draft rows (prompt lookup
+	 * over its own tokens; the fake model's picks rarely agree, so nearly every draft
+	 * is verified and rolled back, each row paid for) come out of the step's time
+	 * budget beside the prefill chunk, so its largest gap during the 4,000-token
+	 * prefill stays within 3x its median gap alone without drafts, and its tokens
+	 * and the long prompt's are what any schedule gives them
+	 */
+	static struct sim m;
+	struct sim_opts o = { .n_blocks = 600, .bt = 16, .max_running = 8 };
+	uint64_t med_plain = 0, max_gap = 0;
+	struct kvp_sched_stats st0, st1;
+
+	for (int spec = 0; spec <= 1; spec++) {
+		struct req *s, *l;
+
+		o.speculative = spec;
+		assert_int_equal(sim_new(&m, &o), 0);
+		s = add_req(&m, 16, 2000, 1);
+		assert_int_equal(submit(&m, s), 0);
+		for (int i = 0; i < 40; i++)
+			step(&m);
+		if (!spec)
+			med_plain = median_gap(s);
+		s->max_gap = 0;
+		kvp_sched_get_stats(m.sched, &st0);
+		l = add_req(&m, 4000, 1, 2);
+		assert_int_equal(submit(&m, l), 0);
+		run_until(&m, l, false, 100000);
+		kvp_sched_get_stats(m.sched, &st1);
+		assert_false(s->ended);
+		expect_reference(l);
+		if (spec) {
+			max_gap = s->max_gap;
+			/* the stream drafted during the prefill: the rows were there to pay for */
+			assert_true(st1.spec_drafted > st0.spec_drafted);
+		} else {
+			assert_int_equal(st1.spec_drafted, 0);
+		}
+		run_until(&m, s, false, 100000);
+		expect_reference(s);
+		assert_int_equal(m.violations, 0);
+		run_until_idle(&m, 100000);
+		assert_int_equal(used_blocks(&m), 0);
+		sim_free(&m);
+	}
+	print_message("largest gap during a 4000-token prefill with drafts / median alone "
+		      "without: %.2f\n",
+		      (double)max_gap / (double)med_plain);
+	assert_true(med_plain > 0);
+	assert_true((double)max_gap <= 3.0 * (double)med_plain);
+}
+
 static void test_long_prefill_within_bound(void **state)
 {
 	/*
@@ -1483,6 +1562,7 @@ int main(void)
 		cmocka_unit_test(test_preempt_real_model_same_tokens),
 		cmocka_unit_test(test_short_prompt_goes_first),
 		cmocka_unit_test(test_stream_gap_bounded),
+		cmocka_unit_test(test_stream_gap_bounded_drafting),
 		cmocka_unit_test(test_long_prefill_within_bound),
 		cmocka_unit_test(test_aging_prevents_starvation),
 		cmocka_unit_test(test_burst_throughput),
