@@ -21,6 +21,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include "compute/draft.h"
 #include "compute/model.h"
 #include "kvpool/layout.h"
 #include "kvpool/proto.h"
@@ -160,6 +161,13 @@ static const struct key_def keys[] = {
 	  "greedy requests draft tokens from their own prompt and output (prompt lookup) and\n"
 	  "verify them as extra rows of the decode step (fair policy; output unchanged);\n"
 	  "a request may turn it off, or on for sampling; off, nothing drafts" },
+	{ "scheduler", "speculative_draft_max", "speculative-draft-max", T_U32,
+	  OFF(speculative_draft_max), 0, 1, KVP_DRAFT_K_MAX,
+	  "most tokens one request drafts in a step (fewer as its acceptance rate falls,\n"
+	  "and as the step's time budget allows)" },
+	{ "scheduler", "speculative_ngram", "speculative-ngram", T_U32, OFF(speculative_ngram), 0,
+	  1, KVP_DRAFT_NGRAM_MAX,
+	  "longest suffix of a request's tokens looked up for drafts (down to 1 token)" },
 	{ "scheduler", "test_eog_after", "test-eog-after", T_U32, OFF(test_eog_after), 0, 0,
 	  1u << 20,
 	  "TESTS ONLY, 0 = off: end every reply after N tokens by raising the model's\n"
@@ -371,6 +379,8 @@ void kvp_config_defaults(struct kvp_config *c)
 	c->policy = KVP_SCHED_FAIR;
 	c->itl_budget_pct = 200;
 	c->speculative = true; /* bench-spec-daemon, Zen 5: >= 0.97x (docs/compute.md) */
+	c->speculative_draft_max = KVP_DRAFT_K_DEFAULT;
+	c->speculative_ngram = 4;
 	c->prefill_aging_ms = 250;
 	c->tier_bytes = 16ull << 30;
 	c->tier_high_pct = 90;

@@ -90,6 +90,8 @@ enum kvp_huge_pages {
  * @speculative:        greedy requests draft tokens from their own prompt and output and
  *                      verify them in the decode step (svc/engine/spec.c); requests may
  *                      turn it off
+ * @speculative_draft_max: most tokens a request drafts in one step (compute/draft.h k_max)
+ * @speculative_ngram:  longest suffix looked up for drafts (compute/draft.h ngram_max)
  * @test_eog_after:     tests only (0 = off): end every reply after this many tokens by
  *                      raising the end-of-generation ids' logits (svc/engine/engine.h)
  * @policy:             enum kvp_sched_policy: fair (default) or fifo (the first policy)
@@ -168,6 +170,8 @@ struct kvp_config {
 	uint32_t prefill_chunk_tokens;
 	bool ignore_eos;
 	bool speculative;
+	uint32_t speculative_draft_max;
+	uint32_t speculative_ngram;
 	uint32_t test_eog_after;
 	uint32_t policy;
 	uint32_t step_target_ms;

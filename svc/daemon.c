@@ -388,6 +388,8 @@ static int make_engine(struct kvp_daemon *d, struct kvp_domain *dom)
 	sc.event_capacity = 8192;
 	sc.ignore_eos = d->cfg.ignore_eos;
 	sc.speculative = d->cfg.speculative ? KVP_SCHED_SPEC_AUTO : KVP_SCHED_SPEC_OFF;
+	sc.draft_max = d->cfg.speculative_draft_max;
+	sc.draft_ngram = d->cfg.speculative_ngram;
 	sc.test_eog_after = d->cfg.test_eog_after;
 	if (sc.test_eog_after)
 		kvp_log(LOG_WARNING,

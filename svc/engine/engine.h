@@ -128,6 +128,8 @@ struct kvp_sched_hooks {
  *                   (svc/engine/routesum.h; 0: never)
  * @speculative:     enum kvp_sched_spec: AUTO drafts for greedy requests (svc/engine/spec.c),
  *                   OFF never; a request may ask otherwise
+ * @draft_max, @draft_ngram: a drafting request's kvp_draft_init() k_max and ngram_max
+ *                   (0: compute/draft.h's defaults)
  */
 struct kvp_sched_config {
 	struct kvp_pool *pool;
@@ -161,6 +163,8 @@ struct kvp_sched_config {
 	const char *remote_host;
 	uint32_t remote_summary_s;
 	uint32_t speculative;
+	uint32_t draft_max;
+	uint32_t draft_ngram;
 };
 
 struct kvp_sched_sampling;

@@ -87,7 +87,7 @@ void eng_spec_init(struct kvp_sched *s, struct seq *q, uint32_t mode)
 	/* sampled requests when they ask: the default is on for greedy ones (what pays most) */
 	q->spec = s->spec_max && mode != KVP_SCHED_SPEC_OFF &&
 		  (q->sp.temperature <= 0 || mode == KVP_SCHED_SPEC_ON);
-	kvp_draft_init(&q->draft, 0, 0, 0);
+	kvp_draft_init(&q->draft, s->cfg.draft_ngram, 1, s->cfg.draft_max);
 	/* the drafts are looked up in prompt and reply as one array (kvp_gen_spec_rows()) */
 	if (q->spec)
 		q->gen.kept = q->hist + q->gen.n_prompt;

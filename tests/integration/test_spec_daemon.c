@@ -484,13 +484,65 @@ static void test_http(void **state)
 	assert_int_equal(httpd_stop_clean(&hd), 0);
 }
 
+/*
+ * scheduler.speculative_draft_max: a daemon that may draft one token a step verifies at
+ * most one draft row next to each decode row, and gives the same tokens; the default (8)
+ * drafts more rows than decode rows on the repeating prompts
+ */
+static void test_draft_max(void **state)
+{
+	struct fix *f = *state;
+	struct kvpd one;
+	char model[512];
+	const char *args[] = { "--model",
+			       model,
+			       "--pool-size",
+			       "32M",
+			       "--ignore-eos",
+			       "--cost-call-us=1000",
+			       "--cost-token-us=10",
+			       "--speculative-draft-max=1",
+			       "--speculative-ngram=2",
+			       NULL };
+	double d_one, rows_one, d_on, rows_on;
+
+	snprintf(model, sizeof(model), "%s/tinyq-q8_0.gguf", f->off.dir);
+	assert_int_equal(kvpd_init(&one), 0);
+	if (kvpd_start(&one, 120, args) < 0) {
+		kvpd_dump_log(&one);
+		fail_msg("kvpoold with --speculative-draft-max=1 did not start");
+	}
+	d_on = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1);
+	rows_on = kvpd_status_num(&f->on, "scheduler.decode_rows", -1);
+	for (uint32_t i = 0; i < 8; i += 2) {
+		struct prompt p;
+		struct kvpd_gen a, b;
+
+		make_prompt(&p, i, 256);
+		assert_int_equal(kvpd_generate(one.sock, p.ids, p.n, N_GEN, true, &a), 0);
+		assert_int_equal(kvpd_generate(f->on.sock, p.ids, p.n, N_GEN, true, &b), 0);
+		assert_int_equal(a.n, N_GEN);
+		assert_memory_equal(a.ids, b.ids, sizeof(a.ids));
+	}
+	d_one = kvpd_status_num(&one, "scheduler.spec_drafted", -1);
+	rows_one = kvpd_status_num(&one, "scheduler.decode_rows", -1);
+	d_on = kvpd_status_num(&f->on, "scheduler.spec_drafted", -1) - d_on;
+	rows_on = kvpd_status_num(&f->on, "scheduler.decode_rows", -1) - rows_on;
+	print_message("draft_max 1: %.0f draft rows next to %.0f decode rows; 8: %.0f next to "
+		      "%.0f\n",
+		      d_one, rows_one, d_on, rows_on);
+	assert_true(d_one > 0);
+	assert_true(d_one <= rows_one);
+	assert_true(d_on > rows_on);
+	kvpd_cleanup(&one);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_greedy_same),
-		cmocka_unit_test(test_per_request),
-		cmocka_unit_test(test_http),
-		cmocka_unit_test(test_sampled),
+		cmocka_unit_test(test_greedy_same), cmocka_unit_test(test_per_request),
+		cmocka_unit_test(test_http),	    cmocka_unit_test(test_sampled),
+		cmocka_unit_test(test_draft_max),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

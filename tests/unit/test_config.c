@@ -708,6 +708,32 @@ static void test_domain_resource_keys(void **state)
 	assert_non_null(strstr(f->err, "out of range"));
 }
 
+static void test_speculative_keys(void **state)
+{
+	struct fixture *f = *state;
+	enum kvp_config_action act;
+
+	/* compute/draft.h's defaults, each bounded by what a draft source holds */
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", NULL), 0);
+	assert_true(f->c.speculative);
+	assert_int_equal(f->c.speculative_draft_max, 8);
+	assert_int_equal(f->c.speculative_ngram, 4);
+	write_file(f->path, "[scheduler]\nspeculative_draft_max = 16\nspeculative_ngram = 1\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), 0);
+	assert_int_equal(f->c.speculative_draft_max, 16);
+	assert_int_equal(f->c.speculative_ngram, 1);
+	write_file(f->path, "[scheduler]\nspeculative_draft_max = 17\n");
+	assert_int_equal(parse(f, &act, "--config", f->path, NULL), -EINVAL);
+	assert_non_null(strstr(f->err, ":2: scheduler.speculative_draft_max: 17 is out of range"));
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", "--speculative-ngram", "9", NULL),
+			 -EINVAL);
+	assert_non_null(strstr(f->err, "--speculative-ngram"));
+	assert_int_equal(parse(f, &act, "--config", "/dev/null", "--speculative-draft-max", "0",
+			       NULL),
+			 -EINVAL);
+	assert_non_null(strstr(f->err, "--speculative-draft-max"));
+}
+
 static void test_usage_lists_every_flag(void **state)
 {
 	struct fixture *f = *state;
@@ -751,6 +777,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_flag_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_check_cross_fields, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_print_reads_back, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_speculative_keys, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_usage_lists_every_flag, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_status_socket_follows_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_conn_limit_keys, setup, teardown),
