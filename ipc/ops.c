@@ -101,29 +101,73 @@ static int on_hello(struct kvp_server *srv, struct kvp_conn *c, const struct kvp
 }
 
 /*
- * Copy @n ids out of the frame into the aligned srv->ids and check each against the
- * connection's vocabulary; @what names the ids in the refusal ("prompt").  Return: 0,
- * or the refusal's return (the id is refused).
+ * Check @n ids (in @ids, aligned) against the connection's vocabulary; @what names the
+ * ids in the refusal ("prompt").  Return: 0, or the refusal's return (an id is refused).
  */
-static int take_ids(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id, const void *body,
-		    uint32_t n, const char *what, const int32_t **ids)
+static int check_ids(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id,
+		     const int32_t *ids, uint32_t n, const char *what)
 {
-	/* copied: the payload sits at any offset of the input buffer */
-	if (n)
-		memcpy(srv->ids, body, (size_t)n * sizeof(int32_t));
 	for (uint32_t i = 0; i < n; i++) {
 		char msg[160];
 
-		if (srv->ids[i] >= 0 && (!c->n_vocab || (uint32_t)srv->ids[i] < c->n_vocab))
+		if (ids[i] >= 0 && (!c->n_vocab || (uint32_t)ids[i] < c->n_vocab))
 			continue;
 		/* the id, where, and what the model has: enough to find the bug */
 		snprintf(msg, sizeof(msg),
 			 "token id %d (%s position %u) is outside the vocabulary: n_vocab %u, "
 			 "ids 0..%u",
-			 srv->ids[i], what, i, c->n_vocab, c->n_vocab ? c->n_vocab - 1 : 0);
+			 ids[i], what, i, c->n_vocab, c->n_vocab ? c->n_vocab - 1 : 0);
 		return kvp_srv_refuse(srv, c, req_id, KVP_E_INVALID, msg) ? -ENOTCONN : 1;
 	}
-	*ids = srv->ids;
+	return 0;
+}
+
+/*
+ * Copy @n ids out of the frame into the aligned srv->ids (lent to svc/ for the call) and
+ * check them (check_ids()).  Return: as check_ids().
+ */
+static int take_ids(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id, const void *body,
+		    uint32_t n, const char *what, const int32_t **ids)
+{
+	int r;
+
+	/* copied: the payload sits at any offset of the input buffer */
+	if (n)
+		memcpy(srv->ids, body, (size_t)n * sizeof(int32_t));
+	r = check_ids(srv, c, req_id, srv->ids, n, what);
+	if (!r)
+		*ids = srv->ids;
+	return r;
+}
+
+/*
+ * A GENERATE's prompt ids out of the frame into a buffer of their own, handed over to
+ * svc/ (struct kvp_prompt_ids): the one copy between the socket and the engine, with room
+ * for the tokens to come (@max_new), so the engine keeps the buffer as the sequence's
+ * history.  Return: 0 (*@p filled, its ids ours until the callback takes them), or the
+ * refusal's return (nothing kept).
+ */
+static int move_ids(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_id, const void *body,
+		    uint32_t n, uint32_t max_new, struct kvp_prompt_ids *p)
+{
+	size_t cap = (size_t)n + max_new; /* both within the limits WELCOME announced */
+	int r;
+
+	p->ids = malloc(cap * sizeof(int32_t));
+	if (!p->ids)
+		return kvp_srv_refuse(srv, c, req_id, KVP_E_BUSY,
+				      "daemon out of memory: try again") ?
+			       -ENOTCONN :
+			       1;
+	memcpy(p->ids, body, (size_t)n * sizeof(int32_t));
+	r = check_ids(srv, c, req_id, p->ids, n, "prompt");
+	if (r) {
+		free(p->ids);
+		p->ids = NULL;
+		return r;
+	}
+	p->n = n;
+	p->cap = (uint32_t)cap;
 	return 0;
 }
 
@@ -203,6 +247,7 @@ static int take_prompt(struct kvp_server *srv, struct kvp_conn *c, uint64_t req_
 static int on_request(struct kvp_server *srv, struct kvp_conn *c, const struct kvp_frame_hdr *hdr,
 		      const uint8_t *payload)
 {
+	struct kvp_prompt_ids prompt = { 0 };
 	struct kvp_gen_req req;
 	const int32_t *ids = NULL;
 	const char *text = NULL;
@@ -224,15 +269,20 @@ static int on_request(struct kvp_server *srv, struct kvp_conn *c, const struct k
 	else if (req.flags & KVP_GEN_TEXT)
 		r = take_prompt(srv, c, hdr->req_id, req.flags, req.text, req.text_bytes, 0, &ids,
 				&text);
-	else
-		r = take_prompt(srv, c, hdr->req_id, req.flags, req.ids, 0, req.n_ids, &ids, &text);
+	else if ((r = move_ids(srv, c, hdr->req_id, req.ids, req.n_ids, req.max_new_tokens,
+			       &prompt)) == 0)
+		ids = prompt.ids;
 	if (r)
 		return r < 0 ? r : 0;
-	req.ids = req.n_ids ? ids : NULL; /* aligned copies, as svc/ gets them */
+	req.ids = req.n_ids ? ids : NULL; /* aligned, as svc/ gets them */
 	req.text = text;
-	if (take_req(srv, c, hdr->req_id))
+	if (take_req(srv, c, hdr->req_id)) {
+		free(prompt.ids);
 		return 0;
-	r = srv->ops.generate(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &req);
+	}
+	r = srv->ops.generate(srv->ops.ctx, kvp_srv_conn_id(c), &c->peer, hdr->req_id, &req,
+			      &prompt);
+	free(prompt.ids); /* NULL when svc/ took them */
 	return answered(srv, c, hdr->req_id, r);
 }
 

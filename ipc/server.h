@@ -108,7 +108,9 @@ enum kvp_status_fmt {
  *            closes; @closed still follows).  A refusal may word its ERROR in @why
  *            (@why_cap bytes, "" on entry); left empty, the server words it by status.
  * @generate: a validated GENERATE or CHAT (struct kvp_gen_req in proto.h; req->type says
- *            which), all of it borrowed for the call only: its ids copied aligned and
+ *            which), all of it borrowed for the call only but a GENERATE's prompt ids,
+ *            which are handed over in @prompt (struct kvp_prompt_ids; req->ids is
+ *            prompt->ids until the callback takes them); its ids copied aligned and
  *            checked against n_vocab (a GENERATE's prompt, a CHAT's context); a
  *            GENERATE's text (KVP_GEN_TEXT) well-formed UTF-8, NUL-terminated,
  *            req->text_bytes long, with no NUL inside; a CHAT's messages well-formed
@@ -141,13 +143,30 @@ enum kvp_status_fmt {
  *            (at most @cap bytes); return the length, or -ENOSPC if it does not fit
  *            (the server retries with a larger buffer, up to 16 MiB).
  */
+/**
+ * struct kvp_prompt_ids - a GENERATE's prompt ids (not KVP_GEN_TEXT), handed to svc/
+ * rather than lent, so the one copy between the socket and the engine is the one out of
+ * the frame (docs/architecture.md, "One request path")
+ * @ids: malloc'd, checked against n_vocab; NULL for a CHAT or a text prompt.  The
+ *       @generate callback takes them by setting @ids to NULL (then frees them itself,
+ *       on every path); whatever it leaves is freed by ipc/ when it returns
+ * @n:   the prompt's ids (req->n_ids)
+ * @cap: the ids the buffer has room for: @n + req->max_new_tokens, so the engine keeps
+ *       it as the sequence's history and generates into it
+ */
+struct kvp_prompt_ids {
+	int32_t *ids;
+	uint32_t n;
+	uint32_t cap;
+};
+
 struct kvp_server_ops {
 	void *ctx;
 	int (*hello)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, const char *client,
 		     struct kvp_welcome *welcome, int *fds, unsigned int *n_fds, char *why,
 		     size_t why_cap);
 	int (*generate)(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-			const struct kvp_gen_req *req);
+			const struct kvp_gen_req *req, struct kvp_prompt_ids *prompt);
 	void (*cancel)(void *ctx, kvp_conn_id conn, uint64_t req_id);
 	void (*closed)(void *ctx, kvp_conn_id conn);
 	int (*tokenize)(void *ctx, kvp_conn_id conn, uint64_t req_id, const struct kvp_tokenize *t,

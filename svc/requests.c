@@ -327,7 +327,7 @@ static bool take_sampling(struct kvp_requests *q, kvp_conn_id conn, uint64_t req
  * The prompt of @r (@n_tokens ids) and its max_new within the context: with @fit,
  * max_new is lowered to what is left.  Return: KVP_OK, or what refuse() returned (the
  * tokens are freed) when the prompt leaves no room, or leaves less than max_new without
- * @fit.
+ * @fit (the sampling section too).
  */
 static int fit_context(struct kvp_requests *q, struct kvp_sched_req *r, bool fit)
 {
@@ -348,6 +348,8 @@ static int fit_context(struct kvp_requests *q, struct kvp_sched_req *r, bool fit
 		 q->n_ctx);
 	free(r->tokens);
 	r->tokens = NULL;
+	kvp_sched_sampling_free(r->samp);
+	r->samp = NULL;
 	return refuse(q, r->conn, r->req_id, KVP_E_LIMIT, msg);
 }
 
@@ -408,9 +410,12 @@ static int generate_submit(struct kvp_requests *q, struct kvp_conn_rec *c,
 	return submit(q, c, r);
 }
 
-/* A GENERATE: token ids to the engine now, text to the worker first. */
+/*
+ * A GENERATE: token ids to the engine now, moved (@prompt's buffer is taken here and
+ * freed on every path that does not hand it on), text to the worker first.
+ */
 static int generate(struct kvp_requests *q, struct kvp_conn_rec *c, uint64_t req_id,
-		    const struct kvp_gen_req *req)
+		    const struct kvp_gen_req *req, struct kvp_prompt_ids *prompt)
 {
 	kvp_conn_id conn = c->id;
 	struct kvp_sched_req r = { .conn = conn, .req_id = req_id, .t_recv_ns = kvp_now_ns() };
@@ -435,13 +440,11 @@ static int generate(struct kvp_requests *q, struct kvp_conn_rec *c, uint64_t req
 		memcpy(j->buf, req->text, req->text_bytes);
 		return text_push(q, j);
 	}
-	r.tokens = malloc((size_t)req->n_ids * sizeof(int32_t));
-	if (!r.tokens) {
-		kvp_sched_sampling_free(ss);
-		return reject(q, conn, req_id, KVP_E_INTERNAL);
-	}
-	memcpy(r.tokens, req->ids, (size_t)req->n_ids * sizeof(int32_t));
-	r.n_tokens = req->n_ids;
+	/* ours from here: generate_submit() hands it to the engine or frees it */
+	r.tokens = prompt->ids;
+	r.n_tokens = prompt->n;
+	r.cap_tokens = prompt->cap;
+	prompt->ids = NULL;
 	r.samp = ss;
 	return generate_submit(q, c, req, &r);
 }
@@ -451,7 +454,7 @@ static int chat(struct kvp_requests *q, struct kvp_conn_rec *c, uint64_t req_id,
 
 /* The one request callback: a GENERATE or a CHAT (ipc/ checked it all). */
 static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		       const struct kvp_gen_req *req)
+		       const struct kvp_gen_req *req, struct kvp_prompt_ids *prompt)
 {
 	struct kvp_requests *q = ctx;
 	struct kvp_conn_rec *c = kvp_conns_find(&q->conns, conn);
@@ -461,7 +464,8 @@ static int op_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer,
 		return KVP_E_INTERNAL; /* ipc/ only passes requests after a HELLO we took */
 	/* ipc/ keeps at most max_reqs_per_conn ids, each once, in flight */
 	assert(c->in_flight < q->max_reqs_per_conn);
-	return req->type == KVP_FRAME_CHAT ? chat(q, c, req_id, req) : generate(q, c, req_id, req);
+	return req->type == KVP_FRAME_CHAT ? chat(q, c, req_id, req) :
+					     generate(q, c, req_id, req, prompt);
 }
 
 /*

@@ -252,6 +252,8 @@ static void add_sched(struct kvp_sched_stats *sum, const struct kvp_sched_stats 
 	ADD(cache_creation_tokens), ADD(recomputed_tokens), ADD(generated_tokens);
 	ADD(queue_ms), ADD(ttft_ms), ADD(prefill_ms), ADD(decode_ms), ADD(prefix_waits);
 	ADD(cancels_received), ADD(steps), ADD(ttft_samples);
+	ADD(decode_rows), ADD(spec_drafted), ADD(spec_accepted), ADD(prefill_steps);
+	ADD(prefill_tokens), ADD(prompts_moved), ADD(prompts_grown);
 	MAXOF(ttft_p50_ms), MAXOF(ttft_p99_ms);
 	ADD(queued_high), ADD(queued_normal), ADD(queued_low), ADD(preempted), ADD(preemptions);
 	ADD(preempt_swapped), ADD(cached_tokens_disk), ADD(swapped_tokens);

@@ -280,6 +280,9 @@ static const struct def defs[] = {
 	J("scheduler", "decode_rows", K_U64, sched.decode_rows),
 	J("scheduler", "prefill_steps", K_U64, sched.prefill_steps),
 	J("scheduler", "prefill_tokens", K_U64, sched.prefill_tokens),
+	/* the prompt's one copy: ids buffers kept as the history, and those grown first */
+	J("scheduler", "prompts_moved", K_U64, sched.prompts_moved),
+	J("scheduler", "prompts_grown", K_U64, sched.prompts_grown),
 	/* speculative decoding: draft rows verified, kept, and the rate (svc/engine/spec.c) */
 	JP("scheduler", "spec_drafted", K_U64, sched.spec_drafted, "sched_spec_drafted_total", "",
 	   "counter", "Draft tokens verified in decode steps (speculative decoding).", 1),

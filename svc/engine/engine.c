@@ -827,6 +827,7 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	struct seq *q;
 	struct msg *m;
 	uint64_t blocks;
+	size_t need;
 	int ret;
 
 	if (atomic_load(&s->draining))
@@ -859,8 +860,7 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 		goto err_seq;
 	}
 	q->table = calloc(blocks, sizeof(uint32_t));
-	q->hist = malloc(((size_t)r->n_tokens + r->max_new) * sizeof(int32_t));
-	if (!q->table || !q->hist) {
+	if (!q->table) {
 		ret = -ENOMEM;
 		goto err_msg;
 	}
@@ -880,7 +880,24 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 			goto err_msg;
 		}
 	}
-	memcpy(q->hist, r->tokens, (size_t)r->n_tokens * sizeof(int32_t));
+	/*
+	 * The prompt's buffer becomes the history, the prompt then the tokens generated:
+	 * kept as it came when it has room for both (ipc/ allocates it so), else grown.
+	 * The last step that can fail: until it succeeds @r->tokens is the caller's.
+	 */
+	need = (size_t)r->n_tokens + r->max_new;
+	if ((size_t)(r->cap_tokens ? r->cap_tokens : r->n_tokens) >= need) {
+		q->hist = r->tokens;
+		atomic_fetch_add(&s->prompts_moved, 1);
+	} else {
+		q->hist = realloc(r->tokens, need * sizeof(int32_t));
+		if (!q->hist) {
+			kvp_sampler_free(q->sampler);
+			ret = -ENOMEM;
+			goto err_msg;
+		}
+		atomic_fetch_add(&s->prompts_grown, 1);
+	}
 	q->conn = r->conn;
 	q->req_id = r->req_id;
 	q->no_cache = r->no_cache;
@@ -903,7 +920,6 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 	kvp_gen_init(&q->gen, s->cfg.tok, q->hist, r->n_tokens, r->max_new, !s->cfg.ignore_eos);
 	eng_spec_init(s, q, r->speculative);
 	q->spec_usage = r->spec_usage;
-	free(r->tokens);		  /* ownership passes now that nothing can fail */
 	kvp_sched_sampling_free(r->samp); /* the sampler holds what it needs */
 	m->type = MSG_SUBMIT;
 	m->seq = q;
@@ -914,7 +930,6 @@ int kvp_sched_submit(struct kvp_sched *s, const struct kvp_sched_req *r)
 err_msg:
 	free(m);
 err_seq:
-	free(q->hist);
 	free(q->table);
 	free(q);
 	return ret;

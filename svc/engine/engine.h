@@ -179,8 +179,13 @@ enum kvp_sched_op {
  * struct kvp_sched_req - one validated GENERATE, as the loop hands it over
  * @conn, @req_id:   who asked (answers go back with these)
  * @tokens:          prompt ids, each < n_vocab (checked by the caller); ownership passes
- *                   to the engine on success (malloc'd; the engine frees it)
+ *                   to the engine on success (malloc'd; the engine frees it), and on
+ *                   failure stays with the caller, unchanged
  * @n_tokens:        >= 1
+ * @cap_tokens:      the ids @tokens has room for (0: @n_tokens).  With room for the
+ *                   prompt and max_new tokens the buffer becomes the sequence's history
+ *                   as it is (moved: ipc/ allocates it so, copying the frame's ids once);
+ *                   with less the engine grows it (realloc) first
  * @max_new:         >= 1
  * @no_cache:        neither look up nor publish prefix blocks
  * @priority:        KVP_SCHED_PRIO_MIN .. KVP_SCHED_PRIO_MAX; higher is admitted,
@@ -201,6 +206,7 @@ struct kvp_sched_req {
 	uint64_t req_id;
 	int32_t *tokens;
 	uint32_t n_tokens;
+	uint32_t cap_tokens;
 	uint32_t max_new;
 	bool no_cache;
 	int32_t priority;
@@ -314,6 +320,8 @@ struct kvp_sched_stats {
 	uint64_t spec_accepted;	   /* ... whose draft the model's pick agreed with */
 	uint64_t prefill_steps;	   /* ... steps that computed prompt positions */
 	uint64_t prefill_tokens;   /* ... prompt positions they computed (resumes included) */
+	uint64_t prompts_moved;	   /* submitted prompt buffers kept as the history (no copy) */
+	uint64_t prompts_grown;	   /* ... grown first, too small for prompt + max_new */
 	uint64_t ttft_samples;
 	double ttft_p50_ms;
 	double ttft_p99_ms;

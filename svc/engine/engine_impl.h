@@ -316,6 +316,8 @@ struct kvp_sched {
 
 	atomic_uint_fast64_t outstanding;
 	atomic_bool draining;
+	/* kvp_sched_submit() (loop thread): prompt buffers kept as they came, and grown */
+	atomic_uint_fast64_t prompts_moved, prompts_grown;
 };
 
 static inline void list_add_tail(struct seq_list *l, struct seq *q)

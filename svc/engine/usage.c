@@ -160,6 +160,8 @@ void kvp_sched_get_stats(struct kvp_sched *s, struct kvp_sched_stats *st)
 		n_step = kvp_samples_copy(&s->snap_step, v + TTFT_RING + ITL_RING);
 	}
 	pthread_mutex_unlock(&s->stats_lock);
+	st->prompts_moved = atomic_load(&s->prompts_moved);
+	st->prompts_grown = atomic_load(&s->prompts_grown);
 	/* the store answers while the engine sleeps: its counters now, not at the last step */
 	if (s->cfg.remote)
 		kvp_remote_stats(s->cfg.remote, s->cfg.remote_domain, &st->remote.tier);

@@ -185,6 +185,9 @@ static void test_64_clients_shared_prefix(void **state)
 #define DELTA(path) jsonq_delta(after, before, path)
 	assert_int_equal(DELTA("scheduler.requests_done"), N_CLIENTS);
 	assert_int_equal(DELTA("scheduler.requests_failed"), 0);
+	/* each prompt's ids came to the engine in the buffer ipc/ copied them into, kept */
+	assert_int_equal(DELTA("scheduler.prompts_moved"), N_CLIENTS);
+	assert_int_equal(DELTA("scheduler.prompts_grown"), 0);
 	/* the status usage sums moved by exactly the 64 DONE usages */
 	assert_int_equal(DELTA("usage.generated_tokens"), gen_sum);
 	assert_int_equal(DELTA("usage.prompt_tokens"), prompt_sum);

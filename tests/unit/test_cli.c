@@ -257,9 +257,10 @@ static int e_status(void *ctx, const struct kvp_peer *peer, enum kvp_status_fmt 
 
 /* GENERATE and CHAT; the CLI sends cache control with every request, ignored here. */
 static int e_request(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		     const struct kvp_gen_req *r)
+		     const struct kvp_gen_req *r, struct kvp_prompt_ids *prompt)
 {
 	(void)peer;
+	(void)prompt; /* left to ipc/, which frees it */
 	return r->type == KVP_FRAME_CHAT ? e_chat(ctx, conn, req_id, r) :
 					   e_generate(ctx, conn, req_id, r);
 }

@@ -6,7 +6,9 @@
  * mkmodel.h preset "demo") through kvp_sched_step() with no engine thread: a prompt
  * is computed, tokens come out as events, the DONE's usage adds up, and the same prompt
  * again hits the blocks the first run published.  Both entries of the policy table run
- * it, and greedy sampling gives the same tokens under either.
+ * it, and greedy sampling gives the same tokens under either.  A prompt buffer with room
+ * for the tokens to come is kept as the history (scheduler.prompts_moved), one without
+ * is grown (prompts_grown).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -111,13 +113,19 @@ static void close_engine(struct run *r)
 	kvp_pool_free(r->pool);
 }
 
+/*
+ * Request @id: 0's buffer has room for its tokens to come, which the engine keeps as
+ * the history (moved, as ipc/ hands a prompt over), 1's only for the prompt (grown).
+ */
 static void submit(struct run *r, uint64_t id)
 {
-	struct kvp_sched_req q = {
-		.conn = 1, .req_id = id, .n_tokens = N_PROMPT, .max_new = MAX_NEW
-	};
+	struct kvp_sched_req q = { .conn = 1,
+				   .req_id = id,
+				   .n_tokens = N_PROMPT,
+				   .cap_tokens = id ? 0 : N_PROMPT + MAX_NEW,
+				   .max_new = MAX_NEW };
 
-	q.tokens = malloc(N_PROMPT * sizeof(int32_t));
+	q.tokens = malloc((N_PROMPT + MAX_NEW) * sizeof(int32_t));
 	assert_non_null(q.tokens);
 	for (uint32_t i = 0; i < N_PROMPT; i++)
 		q.tokens[i] = 3 + (int32_t)((i * 7) % 250);
@@ -158,6 +166,7 @@ static void run_until_done(struct run *r, uint64_t id)
 /* One policy: a cold run, then the same prompt again finds the published blocks. */
 static void run_policy(const struct demo *d, enum kvp_sched_policy policy, struct run *r)
 {
+	struct kvp_sched_stats st;
 	char err[256];
 
 	open_engine(r, d, policy);
@@ -184,6 +193,9 @@ static void run_policy(const struct demo *d, enum kvp_sched_policy policy, struc
 	assert_memory_equal(r->ids[1], r->ids[0], MAX_NEW * sizeof(int32_t));
 	assert_int_equal(kvp_sched_check(r->sched, err, sizeof(err)), 0);
 	assert_false(kvp_sched_step(r->sched)); /* nothing left */
+	kvp_sched_get_stats(r->sched, &st);
+	assert_int_equal(st.prompts_moved, 1);
+	assert_int_equal(st.prompts_grown, 1);
 }
 
 static void test_demo_step_fair_and_fifo(void **state)

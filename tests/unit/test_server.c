@@ -78,6 +78,8 @@ struct fixture {
 	kvp_conn_id stale_probe;
 	atomic_bool stale_probe_set;
 	atomic_int stale_result;
+	/* GENERATEs with ids: prompts handed over as documented (struct kvp_prompt_ids) */
+	atomic_uint prompts_ok, prompts_bad;
 	/* seed 4: held, and its cancels are counted, not answered */
 	kvp_conn_id deaf_conn;
 	uint64_t deaf_req;
@@ -117,13 +119,31 @@ static int t_hello(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, con
 static void t_wakeup(void *arg);
 
 static int t_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, uint64_t req_id,
-		      const struct kvp_gen_req *g)
+		      const struct kvp_gen_req *g, struct kvp_prompt_ids *prompt)
 {
 	struct fixture *f = ctx;
 	const int32_t *tokens = g->ids;
 	const char *text = g->text;
 	struct kvp_usage u = { 0 };
+	int32_t *taken = NULL;
 	char buf[32];
+	int st;
+
+	if (g->type == KVP_FRAME_GENERATE && !text) {
+		/* the request's ids are the handed-over buffer, with room for max_new more */
+		bool ok = prompt->ids && (const void *)prompt->ids == g->ids &&
+			  prompt->n == g->n_ids && prompt->cap == g->n_ids + g->max_new_tokens;
+
+		atomic_fetch_add(ok ? &f->prompts_ok : &f->prompts_bad, 1);
+	} else if (prompt->ids) {
+		atomic_fetch_add(&f->prompts_bad, 1); /* text and CHATs hand nothing over */
+	}
+	if (g->seed == 5 && prompt->ids) {
+		/* taken: ours to free (ASan sees a double free if ipc/ freed it too) */
+		taken = prompt->ids;
+		prompt->ids = NULL;
+		tokens = taken;
+	}
 
 	if (g->seed == 1) {
 		f->stream_conn = conn;
@@ -158,7 +178,9 @@ static int t_generate(void *ctx, kvp_conn_id conn, const struct kvp_peer *peer, 
 		u.prompt_tokens = g->n_ids;
 	}
 	u.ttft_ms = 1.5;
-	return kvp_server_send_done(f->srv, conn, req_id, &u, NULL, NULL) ? KVP_E_INTERNAL : KVP_OK;
+	st = kvp_server_send_done(f->srv, conn, req_id, &u, NULL, NULL) ? KVP_E_INTERNAL : KVP_OK;
+	free(taken);
+	return st;
 }
 
 static void t_cancel(void *ctx, kvp_conn_id conn, uint64_t req_id)
@@ -701,6 +723,46 @@ static void test_generate_text_and_callback(void **state)
 	assert_string_equal(seen, "hello world");
 	assert_int_equal(u.prompt_tokens, 11);
 	kvp_client_close(c);
+}
+
+static int collect_ids(void *arg, const int32_t *t, uint32_t n, const char *text, uint32_t len)
+{
+	int32_t *got = arg;
+
+	(void)text;
+	(void)len;
+	for (uint32_t i = 0; i < n && got[0] < 16; i++)
+		got[1 + got[0]++] = t[i];
+	return 0;
+}
+
+static void test_generate_ids_handed_over(void **state)
+{
+	/*
+	 * a GENERATE's ids reach svc/ in a buffer of their own with room for max_new more
+	 * (the engine keeps it as the history: no copy after the frame's), whether the
+	 * callback takes it (seed 5: it frees it) or leaves it to ipc/ (seed 0)
+	 */
+	struct fixture *f = *state;
+	const int32_t ids[5] = { 7, 3, 9, 4, 11 };
+	struct kvp_client_prompt pr = { .tokens = ids, .n_tokens = 5 };
+	struct kvp_client *c;
+	struct kvp_usage u;
+
+	assert_int_equal(kvp_client_connect(&c, f->sock), 0);
+	for (uint64_t seed = 0; seed <= 5; seed += 5) {
+		struct kvp_client_params p = { .max_new_tokens = 8, .top_p = 1.0f, .seed = seed };
+		int32_t got[17] = { 0 };
+
+		assert_int_equal(kvp_client_generate(c, &pr, &p, collect_ids, got, &u), 0);
+		/* the echo of the prompt read from the buffer, taken or not */
+		assert_int_equal(got[0], 5);
+		assert_memory_equal(got + 1, ids, sizeof(ids));
+		assert_int_equal(u.prompt_tokens, 5);
+	}
+	kvp_client_close(c);
+	assert_int_equal(atomic_load(&f->prompts_ok), 2);
+	assert_int_equal(atomic_load(&f->prompts_bad), 0);
 }
 
 struct bad_case {
@@ -1389,6 +1451,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_connect_checks_pool_header, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hello_client_name_sanitized, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_generate_text_and_callback, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_generate_ids_handed_over, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_malformed_frames_close_only_their_connection,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_invalid_values_refuse_the_request_only, setup,
