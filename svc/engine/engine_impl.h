@@ -263,6 +263,7 @@ struct kvp_sched {
 	double itl_x;	     /* itl_budget_pct / 100 */
 	double fixed_ns;     /* the call's fixed cost the budgets count in (eng_calibrate()) */
 	uint64_t burst_step; /* FAIR: st.steps when the last burst began (plan.c) */
+	uint64_t burst_last; /* FAIR: the latest step_recv of its prompts (plan.c) */
 	uint32_t burst_n;    /* FAIR: the prompts of that burst */
 	/* structured output's view of the vocabulary: made on first use (sampling.h) */
 	struct kvp_grammar_vocab *gvocab;

@@ -448,14 +448,29 @@ static double budget_alone(struct kvp_sched *s, uint32_t ctx)
  * riding along, and it counts the burst: as many steps alone as the burst has prompts
  * (the tokens still at most prefill_chunk_tokens, the first policy's chunk), in one
  * call, until its last prompt is computed (as many as it has left made the steps
- * narrower as its streams started, and its last prompts were cut small again).  The burst is what was taken from the inbox by the end of the step it began
- * in (arrivals that keep coming do not keep it open); it closes when the last of its
+ * narrower as its streams started, and its last prompts were cut small again).  The
+ * burst is what was taken from the inbox by the end of the step it began in, and the
+ * stragglers after it: prompts sent at once reach the engine over a few steps on a
+ * loaded machine (with only the first step's arrivals, 8 prompts of which the last 3
+ * came two steps late took 28 steps to their first tokens, against 4 arriving
+ * together: a later prompt brings back steps alone one budget wide).  A straggler is
+ * taken by the end of the step after the burst's last arrival, within BURST_JOIN_STEPS
+ * of its first: a request that comes steps into a long prefill is not one (it would
+ * widen the long prompt's steps, and the next short request would wait for those),
+ * and arrivals that keep coming do not keep the burst open.  It closes when the last of its
  * prompts is computed, and from the next step on its streams are held like any other.
  * A prompt arriving later is not in it: it waits for the step under way, then the steps
  * are steps alone again (its TTFT bound), and once it decodes the budget is its gap.
  * *@width: the steps alone this step may hold (1 unless a burst's prompts alone wait).
  * Return: the decode rows of this step (s->batch_seq[0 .. @nd)) held to a gap.
  */
+/*
+ * Steps after a burst's first within which stragglers (each taken by the end of the step
+ * after the last arrival) join it: a sending spread over a few steps under load; 4
+ * bounds how long its streams can go unheld for joiners.
+ */
+#define BURST_JOIN_STEPS 4
+
 static uint32_t burst_held(struct kvp_sched *s, uint32_t nd, uint32_t *width)
 {
 	uint32_t held = 0, pending = 0;
@@ -473,19 +488,23 @@ static uint32_t burst_held(struct kvp_sched *s, uint32_t nd, uint32_t *width)
 	if (held)
 		return held;
 	if (!pending) {
-		s->burst_step = s->st.steps;
+		s->burst_step = s->burst_last = s->st.steps;
 		s->burst_n = 0;
 	}
+	/* by arrival (the active list's order within a step's admissions): stragglers chain */
 	for (q = s->active.first; q; q = q->next) {
 		if (q->state != SEQ_PREFILL || q->burst)
 			continue;
-		if (q->resumed || q->tok_computed || q->step_recv > s->burst_step + 1) {
+		if (q->resumed || q->tok_computed || q->step_recv > s->burst_last + 1 ||
+		    q->step_recv > s->burst_step + BURST_JOIN_STEPS) {
 			later = true; /* a later prompt waits: steps alone */
 			continue;
 		}
 		q->burst = true;
 		pending++;
 		s->burst_n++;
+		if (q->step_recv > s->burst_last)
+			s->burst_last = q->step_recv;
 	}
 	*width = pending && !later ? s->burst_n : 1;
 	return 0;

@@ -1515,6 +1515,106 @@ static void test_burst_keeps_stream_gap(void **state)
 	sim_free(&m);
 }
 
+/*
+ * @n 100-token prompts sent at once, arriving over @spread steps (a third of them after
+ * each step) as a loaded machine's clients do; a fresh sim each.  Return: the steps from
+ * the first arrival until every one has its first token.
+ */
+static uint32_t straggled_burst_steps(uint32_t n, uint32_t spread)
+{
+	static struct sim m;
+	struct sim_opts o = { .n_blocks = 600, .bt = 16, .max_running = 64 };
+	uint32_t sent = 0, steps = 0, firsts = 0;
+
+	assert_int_equal(sim_new(&m, &o), 0);
+	step(&m); /* calibration */
+	while (firsts < n) {
+		/* after step k (k < spread), the k-th share of them */
+		uint32_t upto = steps < spread ? n * (steps + 1) / (spread + 1) : n;
+
+		for (; sent < upto; sent++)
+			assert_int_equal(submit(&m, add_req(&m, 100, 8, 10 + sent)), 0);
+		step(&m);
+		steps++;
+		firsts = 0;
+		for (uint32_t i = 0; i < sent; i++)
+			firsts += m.r[i].n_got > 0;
+		assert_true(steps < 1000);
+	}
+	run_until_idle(&m, 100000);
+	for (uint32_t i = 0; i < n; i++)
+		expect_reference(&m.r[i]);
+	sim_free(&m);
+	return steps;
+}
+
+static void test_burst_stragglers_join(void **state)
+{
+	/*
+	 * 8 prompts sent at once whose last ones reach the engine a step or two after the
+	 * first (a loaded machine's client threads) are still one burst: their first tokens
+	 * come as soon, counted from the last arrival, as when all arrive together, not
+	 * after the narrow steps a prompt arriving later brings back (orders of steps on
+	 * the fake clock: deterministic)
+	 */
+	uint32_t together = straggled_burst_steps(8, 0);
+	uint32_t straggled = straggled_burst_steps(8, 2);
+
+	print_message("8 prompts at once: every first token after %u steps; arriving over 3 "
+		      "steps: after %u\n",
+		      together, straggled);
+	assert_true(straggled <= together + 2);
+}
+
+static void test_burst_stragglers_share_prefix(void **state)
+{
+	/*
+	 * four clients sending one fresh 1,500-token prefix (each its own tail), one
+	 * arriving after each step: the prefix is computed once, by the first; the others
+	 * wait for it (prefix_waits), then compute only their tails from the blocks it
+	 * published, and all are of the first one's burst
+	 */
+	static struct sim m;
+	struct sim_opts o = { .n_blocks = 600, .bt = 16, .max_running = 16 };
+	const uint32_t prefix = 1500, shared = prefix / 16 * 16;
+	struct kvp_sched_stats a, b;
+	uint64_t computed = 0;
+	uint32_t owners = 0;
+
+	assert_int_equal(sim_new(&m, &o), 0);
+	step(&m); /* calibration */
+	kvp_sched_get_stats(m.sched, &a);
+	for (uint32_t i = 0; i < 4; i++) {
+		struct req *r = add_req(&m, prefix + 16 + i, 8, 20 + i);
+
+		if (i)
+			memcpy(r->prompt, m.r[0].prompt, prefix * sizeof(int32_t));
+		assert_int_equal(submit(&m, r), 0);
+		step(&m);
+	}
+	run_until_idle(&m, 100000);
+	kvp_sched_get_stats(m.sched, &b);
+	for (uint32_t i = 0; i < 4; i++) {
+		const struct req *r = &m.r[i];
+
+		expect_reference(r);
+		computed += r->usage.recomputed_tokens;
+		if (!r->usage.cached_tokens) {
+			owners++;
+			assert_int_equal(r->usage.recomputed_tokens, r->n_prompt);
+		} else {
+			assert_int_equal(r->usage.cached_tokens, shared);
+			assert_int_equal(r->usage.recomputed_tokens, r->n_prompt - shared);
+		}
+	}
+	assert_int_equal(owners, 1);
+	assert_int_equal(b.prefix_waits - a.prefix_waits, 3);
+	/* every prompt position computed is one of those: the prefix once */
+	assert_int_equal(b.prefill_tokens - a.prefill_tokens, computed);
+	assert_int_equal(computed, prefix + 16 + 3 * (prefix - shared) + 17 + 18 + 19);
+	sim_free(&m);
+}
+
 static void test_aging_prevents_starvation(void **state)
 {
 	/*
@@ -1568,6 +1668,8 @@ int main(void)
 		cmocka_unit_test(test_burst_throughput),
 		cmocka_unit_test(test_burst_short_not_widened),
 		cmocka_unit_test(test_burst_keeps_stream_gap),
+		cmocka_unit_test(test_burst_stragglers_join),
+		cmocka_unit_test(test_burst_stragglers_share_prefix),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
