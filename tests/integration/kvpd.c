@@ -78,6 +78,16 @@ static int vocab_model(const char *dir, const char *name, const char *vocab_fam,
 	o.n_layers = 1;
 	o.vocab = v;
 	o.name = name;
+	/*
+	 * f16: a row's result then does not depend on the rows computed beside it
+	 * (docs/compute.md, "Accuracy"), so a seeded sample over these 128k-151k-token
+	 * vocabularies is the same however the prompt was chunked or cached; f32's rounding
+	 * moves with the chunking (the step budget's, which the load moves) and, the
+	 * probabilities being near-uniform, so can a sampled token.  The untied ones stay
+	 * f32: kvpd_chain_model() rewrites their f32 output matrix.
+	 */
+	if (!untied)
+		o.type = (uint32_t)kvp_mkmodel_type_parse("f16");
 	if (!strcmp(vocab_fam, "llama3")) {
 		o.rope_base = 500000.0f;
 		o.rope_freqs = (struct kvp_mkmodel_rope_freqs){ 8.0f, 1.0f, 4.0f, 8192 };

@@ -49,6 +49,7 @@ int kvpd_model_mid(struct kvpd *d, uint32_t n_ctx);
 /*
  * kvpd_vocab_model() - write @dir/@name.gguf on the vocabulary @dir/@vocab_fam/vocab.json
  * (tests/node/chat-models.mjs writes them): 1 layer, n_embd 16 (the vocabulary matters),
+ * f16 weights (a row's logits the same bits in any batch, so seeded samples repeat),
  * with its family's metadata: "llama3" its RoPE base and Llama 3.1's frequency factors,
  * "qwen2" architecture qwen2 (Q/K/V biases, NEOX RoPE, base 1e6, tied output as the
  * small Qwen2.5 files), others the llama defaults.  The model is called @name; its chat
@@ -59,9 +60,10 @@ int kvpd_vocab_model(const char *dir, const char *name, const char *vocab_fam,
 		     const char *tmpl_file);
 
 /*
- * kvpd_vocab_model_untied() - kvpd_vocab_model() with an output matrix of its own: a
- * tied one makes the tiny model repeat its last token whatever a bias says (its logit is
- * the embedding's norm squared), an untied one moves between the tokens a bias lets in.
+ * kvpd_vocab_model_untied() - kvpd_vocab_model() with an output matrix of its own, and
+ * f32 weights (kvpd_chain_model() rewrites them): a tied one makes the tiny model repeat
+ * its last token whatever a bias says (its logit is the embedding's norm squared), an
+ * untied one moves between the tokens a bias lets in.
  */
 int kvpd_vocab_model_untied(const char *dir, const char *name, const char *vocab_fam,
 			    const char *tmpl_file);
