@@ -828,7 +828,6 @@ static int chat_done(struct kvp_requests *q, struct kvp_conn_rec *c, struct text
 	char err[600];
 	int st;
 
-	j->tokens = NULL; /* moved into @r */
 	if (j->r == -E2BIG) {
 		snprintf(err, sizeof(err),
 			 "chat: the conversation is longer than max_prompt_tokens (%u tokens)",
@@ -839,6 +838,7 @@ static int chat_done(struct kvp_requests *q, struct kvp_conn_rec *c, struct text
 		return refuse(q, conn, req_id, KVP_E_INVALID, j->err);
 	if (j->r < 0)
 		return reject(q, conn, req_id, KVP_E_INTERNAL);
+	j->tokens = NULL; /* moved into @r; on a refusal above text_job_free() frees them */
 	if (req->flags & KVP_CHAT_PROMPT_ONLY) { /* counting: answered as a TOKENIZE is */
 		st = answer_ids(q, conn, req_id, r.tokens, r.n_tokens, NULL, 0);
 		free(r.tokens);

@@ -227,6 +227,7 @@ struct eng_policy {
 	bool preempts;	    /* a higher priority, or a decode short of a block, preempts */
 	bool calibrates;    /* measures the model at start for its step budgets */
 	bool forks;	    /* parallel sampling (n > 1) */
+	bool drafts;	    /* speculative drafts as extra rows of its one mixed call (spec.c) */
 };
 
 struct kvp_sched {

@@ -855,7 +855,8 @@ const struct eng_policy eng_policies[] = {
 			     .headroom = true,
 			     .preempts = true,
 			     .calibrates = true,
-			     .forks = true },
+			     .forks = true,
+			     .drafts = true },
 	[KVP_SCHED_FIFO] = { .name = "fifo",
 			     .compute = step_fifo,
 			     .queue_before = eng_queue_fifo,
@@ -864,7 +865,8 @@ const struct eng_policy eng_policies[] = {
 			     .headroom = false,
 			     .preempts = false,
 			     .calibrates = false,
-			     .forks = false },
+			     .forks = false,
+			     .drafts = false },
 };
 static_assert(sizeof(eng_policies) / sizeof(eng_policies[0]) == KVP_SCHED_FIFO + 1,
 	      "one entry per enum kvp_sched_policy");

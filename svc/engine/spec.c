@@ -57,7 +57,7 @@ int eng_spec_setup(struct kvp_sched *s)
 	float *l;
 
 	s->spec_max = 0;
-	if (s->cfg.speculative == KVP_SCHED_SPEC_OFF || s->pol != &eng_policies[KVP_SCHED_FAIR])
+	if (s->cfg.speculative == KVP_SCHED_SPEC_OFF || !s->pol->drafts)
 		return 0;
 	/* test hooks: only when asked for (ON), and with a step hook for the rows */
 	if (s->cfg.hooks ? !s->cfg.hooks->step || s->cfg.speculative != KVP_SCHED_SPEC_ON :
