@@ -3,7 +3,7 @@
  * mkseeds.c - write the binary seeds of the fuzz corpora (tests/fuzz/corpus/<target>/)
  * from the encoders themselves, so every seed is a sound input a fuzzer mutates from:
  * frames of every type, a small GGUF model, disk-tier file and slot regions, remote
- * values of the fixture's blocks.  Text seeds (JSON, INI, HTTP heads) are written by
+ * values of the fixture's blocks, the tier-rebuild harness's file descriptions.  Text seeds (JSON, INI, HTTP heads) are written by
  * hand in the corpus.  Run when a format changes, then commit what it wrote:
  *
  *	build/tests/fuzz/fuzz-mkseeds tests/fuzz/corpus
@@ -257,6 +257,120 @@ static void tier_remote(void)
 	free(b);
 }
 
+/* One structured input of fuzz_tier_rebuild.c: mode bytes, then records and damages. */
+static void rebuild_put(const char *name, const uint8_t *p, size_t n)
+{
+	put("tier-rebuild", name, p, n);
+}
+
+/*
+ * The rebuild harness's inputs (fuzz_tier_rebuild.c says what the bytes mean): chains
+ * found whole, each way a block is refused or dropped at attach, each file header plan,
+ * a cut file, and one raw image of a sound file with a chain of two.  Each is four mode
+ * bytes, then records of 8 (one a line), then damages of 3.
+ */
+static void tier_rebuild(void)
+{
+	/* clang-format off */
+	static const uint8_t chain[] = { 0, 0, 0, 3,
+		0, 0, 0, 0, 1, 1, 0, 0,
+		1, 1, 0, 0, 2, 2, 0, 0,
+		2, 2, 0, 0, 3, 3, 0, 0 };
+	/* full scan, queue depth 4, the middle block's K/V flipped */
+	static const uint8_t full[] = { 1 | 3 << 2, 0, 0, 3,
+		0, 0, 0, 0, 1, 1, 0, 0,
+		0x81, 1, 0, 0, 2, 2, 9, 0,
+		2, 2, 0, 0, 3, 3, 0, 0 };
+	/* an equal block twice, a uid twice (the newer kept), a first block rewritten */
+	static const uint8_t dups[] = { 4, 0, 0, 6,
+		0, 0, 0, 0, 7, 1, 0, 0,
+		3, 0, 0, 0, 7, 2, 0, 0,
+		4, 0, 40, 0, 8, 3, 0, 0,
+		5, 0, 40, 0, 9, 4, 0, 0,
+		6, 4, 0, 0, 10, 5, 0, 0,
+		0, 0, 0, 0, 11, 6, 0, 0 };
+	/* a parent lied about, a parent erased, a parent of other extra keys */
+	static const uint8_t orphans[] = { 8, 0, 0, 6,
+		0, 0, 0, 0, 1, 1, 0, 0,
+		1, 1, 0, 77, 2, 2, 0, 0,
+		2, 0, 0, 0, 3, 3, 0, 0,
+		3, 3, 0, 0, 4, 4, 0, 0,
+		0x42, 0, 0, 0, 0, 0, 0, 0,
+		0x24, 1, 0, 0, 5, 5, 0, 0 };
+	/* another tier id, misdirected, generation 0, uid not above puid, a torn header */
+	static const uint8_t refused[] = { 0, 0, 0, 6,
+		0, 0, 0, 0, 1, 1, 0, 0,
+		0x11, 1, 0, 0, 2, 2, 0, 0,
+		0x0a, 1, 0, 0, 3, 3, 0, 0,
+		3, 1, 0, 0, 4, 0, 0, 0,
+		4, 1, 2, 0, 5, 5, 0, 0,
+		5, 1, 0, 0, 6, 6, 100, 0x40 };
+	/* the header says 4 slots (a resize), 16 slots; another model (a reset) */
+	static const uint8_t resize4[] = { 0x10, 3, 0, 3,
+		0, 0, 0, 0, 1, 1, 0, 0,
+		5, 1, 0, 0, 2, 2, 0, 0,
+		7, 2, 0, 0, 3, 3, 0, 0 };
+	static const uint8_t resize16[] = { 0x10, 15, 0, 2,
+		0, 0, 0, 0, 1, 1, 0, 0,
+		7, 1, 0, 0, 2, 2, 0, 0 };
+	static const uint8_t reset[] = { 0x21, 0, 0, 2,
+		0, 0, 0, 0, 1, 1, 0, 0,
+		1, 1, 0, 0, 2, 2, 0, 0 };
+	/* cut inside slot 1's K/V (offset 22,528), and to nothing (a new file) */
+	static const uint8_t cut[] = { 0x40, 0, 44, 3,
+		0, 0, 0, 0, 1, 1, 0, 0,
+		1, 1, 0, 0, 2, 2, 0, 0,
+		2, 2, 0, 0, 3, 3, 0, 0 };
+	static const uint8_t cut0[] = { 0x40, 0, 0, 1,
+		0, 0, 0, 0, 1, 1, 0, 0 };
+	/* damages: the file header's version byte; then slot 1's uid (fixed buffers) */
+	static const uint8_t dmg_file[] = { 0, 0, 0, 1,
+		0, 0, 0, 0, 1, 1, 0, 0,
+		4, 0, 1 };
+	static const uint8_t dmg_slot[] = { 2, 0, 0, 2,
+		0, 0, 0, 0, 1, 1, 0, 0,
+		1, 1, 0, 0, 2, 2, 0, 0,
+		0x10, 0x20, 0x80 };
+	/* clang-format on */
+	struct blkfix f;
+	const size_t slots = 2;
+	uint8_t *raw;
+	size_t n;
+
+	rebuild_put("chain", chain, sizeof(chain));
+	rebuild_put("full-damaged-kv", full, sizeof(full));
+	rebuild_put("duplicates", dups, sizeof(dups));
+	rebuild_put("orphans", orphans, sizeof(orphans));
+	rebuild_put("refused", refused, sizeof(refused));
+	rebuild_put("resize4", resize4, sizeof(resize4));
+	rebuild_put("resize16", resize16, sizeof(resize16));
+	rebuild_put("reset", reset, sizeof(reset));
+	rebuild_put("cut-kv", cut, sizeof(cut));
+	rebuild_put("cut-all", cut0, sizeof(cut0));
+	rebuild_put("damage-file-header", dmg_file, sizeof(dmg_file));
+	rebuild_put("damage-slot", dmg_slot, sizeof(dmg_slot));
+	rebuild_put("empty", chain, 0);
+	rebuild_put("raw-not-a-tier", (const uint8_t *)"\x80\0\0precious data, not a tier\n", 29);
+
+	blkfix_init(&f);
+	n = 3 + KVP_TIER_FILE_REGION + slots * f.lay.slot_bytes;
+	raw = calloc(1, n);
+	if (!raw)
+		exit(1);
+	raw[0] = 0x80 | 1; /* raw, full scan */
+	kvp_tier_file_encode(raw + 3, &f.lay, 0x1234abcd5678ef01ull, 42);
+	for (uint64_t i = 0; i < slots; i++) {
+		uint8_t *s = raw + 3 + kvp_tier_slot_offset(&f.lay, i);
+
+		for (size_t k = 0; k < f.lay.block_bytes; k++)
+			s[f.lay.slot_hdr_bytes + k] = (uint8_t)(k * 131 + 7 + i);
+		kvp_tier_blk_encode(s, &f.lay, 0x1234abcd5678ef01ull, i, 1 + i, &f.rec[i],
+				    s + f.lay.slot_hdr_bytes);
+	}
+	rebuild_put("raw-chain", raw, n);
+	free(raw);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 2) {
@@ -267,5 +381,6 @@ int main(int argc, char **argv)
 	proto();
 	gguf();
 	tier_remote();
+	tier_rebuild();
 	return 0;
 }
