@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -602,4 +603,127 @@ int kvpd_offline_kv(const char *model, const char *kv_dtype, const int32_t *prom
 		out[(*n_out)++] = (int32_t)e->num;
 	jsonq_free(j);
 	return arr ? 0 : -EIO;
+}
+
+/* Whether @dir is a cgroup v1 memory directory (else v2). */
+static bool memcg_v1(const char *dir)
+{
+	char path[600];
+
+	snprintf(path, sizeof(path), "%s/memory.limit_in_bytes", dir);
+	return access(path, F_OK) == 0;
+}
+
+/* The number after @key in file @name of @dir (lines "key value"), or @dflt. */
+static uint64_t memcg_field(const char *dir, const char *name, const char *key, uint64_t dflt)
+{
+	char path[600], line[256], k[64];
+	unsigned long long v;
+	uint64_t out = dflt;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63s %llu", k, &v) == 2 && !strcmp(k, key))
+			out = v;
+	if (f)
+		fclose(f);
+	return out;
+}
+
+int kvpd_memcg_limit(const char *dir, uint64_t limit)
+{
+	char path[600];
+	FILE *f;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/%s", dir,
+		 memcg_v1(dir) ? "memory.limit_in_bytes" : "memory.max");
+	f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	if (limit == UINT64_MAX)
+		r = fprintf(f, memcg_v1(dir) ? "-1\n" : "max\n");
+	else
+		r = fprintf(f, "%llu\n", (unsigned long long)limit);
+	if (fclose(f) != 0 || r < 0)
+		return -EINVAL;
+	return 0;
+}
+
+uint64_t kvpd_memcg_usage(const char *dir)
+{
+	char path[600];
+	unsigned long long v = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir,
+		 memcg_v1(dir) ? "memory.usage_in_bytes" : "memory.current");
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (fscanf(f, "%llu", &v) != 1)
+		v = 0;
+	fclose(f);
+	return v;
+}
+
+uint64_t kvpd_memcg_oom_kills(const char *dir)
+{
+	if (memcg_v1(dir))
+		return memcg_field(dir, "memory.oom_control", "oom_kill", UINT64_MAX);
+	return memcg_field(dir, "memory.events", "oom_kill", UINT64_MAX);
+}
+
+/* v1 under this process's memory cgroup, else v2 at the root of the unified hierarchy */
+int kvpd_memcg_make(char *dir, size_t cap, uint64_t limit)
+{
+	char self[512] = "", line[1024], path[1200];
+	FILE *f = fopen("/proc/self/cgroup", "r");
+	const char *v2_roots[] = { "/sys/fs/cgroup", "/sys/fs/cgroup/unified" };
+
+	while (f && fgets(line, sizeof(line), f)) {
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+
+		if (c2 && strstr(c1, "memory") && strstr(c1, "memory") < c2) {
+			c2[1 + strcspn(c2 + 1, "\n")] = '\0';
+			snprintf(self, sizeof(self), "%s", c2 + 1);
+		}
+	}
+	if (f)
+		fclose(f);
+	if (*self) {
+		snprintf(dir, cap, "/sys/fs/cgroup/memory%s/kvptest-%d",
+			 strcmp(self, "/") ? self : "", (int)getpid());
+		if (mkdir(dir, 0755) == 0) {
+			if (kvpd_memcg_limit(dir, limit) == 0)
+				return 0;
+			rmdir(dir);
+		}
+	}
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/cgroup.controllers", v2_roots[i]);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		line[0] = '\0';
+		(void)!fgets(line, sizeof(line), f);
+		fclose(f);
+		if (!strstr(line, "memory"))
+			continue;
+		snprintf(path, sizeof(path), "%s/cgroup.subtree_control", v2_roots[i]);
+		f = fopen(path, "w");
+		if (f) {
+			fputs("+memory\n", f);
+			fclose(f);
+		}
+		snprintf(dir, cap, "%s/kvptest-%d", v2_roots[i], (int)getpid());
+		if (mkdir(dir, 0755) < 0)
+			continue;
+		if (kvpd_memcg_limit(dir, limit) == 0)
+			return 0;
+		rmdir(dir);
+	}
+	return -1;
 }

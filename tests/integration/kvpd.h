@@ -157,4 +157,23 @@ int kvpd_offline_kv(const char *model, const char *kv_dtype, const int32_t *prom
 		    uint32_t n_prompt, uint32_t n_gen, bool ignore_eos, int32_t *out,
 		    uint32_t *n_out);
 
+/*
+ * kvpd_memcg_make() - a memory cgroup for a daemon to join (struct kvpd.cgroup): cgroup
+ * v1 under this process's own memory cgroup (so it stays within whatever limits this
+ * process), else v2 at the root of the unified hierarchy, limited to @limit bytes
+ * (UINT64_MAX: none).  Remove it with rmdir() once the daemon is gone.
+ * @dir: out; its directory
+ * Return: 0, or -1 when no usable memory cgroup can be made here (skip the test).
+ */
+int kvpd_memcg_make(char *dir, size_t cap, uint64_t limit);
+
+/* Set the limit of memory cgroup @dir (UINT64_MAX: none).  0 or -errno. */
+int kvpd_memcg_limit(const char *dir, uint64_t limit);
+
+/* Bytes charged to memory cgroup @dir now (page cache included); 0 when unknown. */
+uint64_t kvpd_memcg_usage(const char *dir);
+
+/* Processes the OOM killer ended in memory cgroup @dir; UINT64_MAX when unknown. */
+uint64_t kvpd_memcg_oom_kills(const char *dir);
+
 #endif /* KVP_TESTS_KVPD_H */

@@ -14,7 +14,9 @@
  *  - a [domain NAME]'s priority: a request naming none runs at it (no root needed:
  *    the test's own uid is the section's user);
  *  - per-uid resources as a trust boundary: a new uid's domain passes the memory guard
- *    first (BUSY with the figures when its pool does not fit, the others unharmed);
+ *    first (BUSY with the figures when its pool does not fit, the others unharmed),
+ *    against daemon.memory_limit and in a real memory cgroup (where, with the guard
+ *    off, the same uid gets the daemon OOM-killed);
  *    idle domains are reclaimed, their slot reused and their tier file kept (the uid
  *    back hits from disk), but never while a connection is open or a block pinned;
  *    a symlink planted as a uid's tier file is never followed, and an unsafe tier
@@ -23,6 +25,7 @@
 #include <errno.h>
 #include <grp.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -573,6 +576,118 @@ static void test_per_uid_memory_guard(void **state)
 	kvpd_cleanup(&d);
 }
 
+/*
+ * One round of test_per_uid_oom_in_cgroup(): kvpoold (32 MiB pools, @guard or not) in
+ * memory cgroup @cg, limited once the first uid's domain is open to room for one more
+ * such domain and half a pool, then uids 60061..60064 one after another (what each saw
+ * in @s).  Return: the first uid's charge to the cgroup (its pool and what its visit
+ * allocated); @dom2: the second's.
+ */
+static uint64_t oom_round(struct kvpd *d, const char *cg, bool guard, struct seen s[4],
+			  uint64_t *dom2)
+{
+	const char *on[] = { "--pool-size", "32M", "--huge-pages", "off", NULL };
+	const char *off[] = {
+		"--pool-size", "32M", "--huge-pages", "off", "--memory-guard=no", NULL
+	};
+	uint64_t u0, u1, dom;
+
+	assert_int_equal(kvpd_memcg_limit(cg, UINT64_MAX), 0);
+	start_with_model(d, guard ? on : off);
+	open_up(d);
+	u0 = kvpd_memcg_usage(cg);
+	visit_as(d->sock, 60061, 65534, 1, &s[0]);
+	assert_int_equal(s[0].rc, 0);
+	u1 = kvpd_memcg_usage(cg);
+	dom = u1 > u0 ? u1 - u0 : 0;
+	/* the pool is charged here (else the limit below proves nothing) */
+	if (dom < (32ull << 20))
+		fail_msg("the first uid's domain charged %llu bytes to %s, less than its pool",
+			 (unsigned long long)dom, cg);
+	assert_int_equal(kvpd_memcg_limit(cg, u1 + dom + (16ull << 20)), 0);
+	for (int i = 1; i < 4 && !kill(d->pid, 0); i++) {
+		visit_as(d->sock, (uid_t)(60061 + i), 65534, 1, &s[i]);
+		if (i == 1)
+			*dom2 = kvpd_memcg_usage(cg) - u1;
+	}
+	return dom;
+}
+
+static void test_per_uid_oom_in_cgroup(void **state)
+{
+	/*
+	 * Issue 24: each new uid's domain faulted a whole pool with no check, and 15 uids in
+	 * a 1 GiB cgroup got kvpoold OOM-killed at the 10th.  Here a real memory cgroup has
+	 * room for two uids' domains: the third and fourth are refused BUSY naming the
+	 * cgroup, the daemon serves on (the first uids and root hit their prompts) and exits
+	 * cleanly, and the OOM killer never ran.  Paired control, the same with
+	 * --memory-guard=no: the third uid's pool gets the daemon killed (so the limit is
+	 * real).
+	 */
+	struct seen s[4], r;
+	struct kvpd d;
+	struct jsonq *j;
+	char cg[500];
+	uint64_t kills0, dom, dom2 = 0;
+	int st;
+
+	(void)state;
+	need_root();
+	assert_int_equal(kvpd_init(&d), 0);
+	if (kvpd_memcg_make(cg, sizeof(cg), UINT64_MAX) < 0) {
+		kvpd_cleanup(&d);
+		fprintf(stderr, "no memory cgroup (v1 or v2) can be made here\n");
+		skip();
+	}
+	snprintf(d.cgroup, sizeof(d.cgroup), "%s", cg);
+	assert_int_equal(kvpd_model(&d, "tiny", d.model, sizeof(d.model)), 0);
+	kills0 = kvpd_memcg_oom_kills(cg);
+
+	memset(s, 0, sizeof(s));
+	dom = oom_round(&d, cg, true, s, &dom2);
+	fprintf(stderr, "the first domain charged %.1f MiB, the second %.1f MiB\n",
+		(double)dom / (1 << 20), (double)dom2 / (1 << 20));
+	assert_int_equal(s[1].rc, 0);
+	for (int i = 2; i < 4; i++) {
+		assert_int_equal(s[i].rc, KVP_E_BUSY);
+		if (!strstr(s[i].msg, "no memory for a new trust domain") ||
+		    !strstr(s[i].msg, "memory cgroup") || !strstr(s[i].msg, "32.0 MiB"))
+			fail_msg("uid %d refused without the cgroup's figures: %s", 60061 + i,
+				 s[i].msg);
+	}
+	assert_int_equal(kill(d.pid, 0), 0);
+	visit_as(d.sock, 60061, 65534, 1, &s[0]);
+	assert_int_equal(s[0].rc, 0);
+	assert_true(s[0].cached[0] > 0);
+	visit(d.sock, 2, &r);
+	assert_int_equal(r.rc, 0);
+	assert_true(r.cached[1] > 0);
+	j = kvpd_status(&d);
+	assert_non_null(j);
+	assert_int_equal(jsonq_num(j, "domain_slots.refused_memory", -1), 2);
+	assert_int_equal(domain_at(j, "uid-60063"), -1);
+	assert_int_equal(domain_at(j, "uid-60064"), -1);
+	jsonq_free(j);
+	st = kvpd_stop(&d);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	if (kills0 != UINT64_MAX)
+		assert_int_equal(kvpd_memcg_oom_kills(cg), kills0);
+
+	memset(s, 0, sizeof(s));
+	oom_round(&d, cg, false, s, &dom2);
+	assert_int_equal(s[1].rc, 0);
+	assert_int_not_equal(s[2].rc, 0);
+	if (kvpd_wait(&d, 30) != 0) {
+		kvpd_dump_log(&d);
+		fail_msg("with the guard off the third uid's pool did not end the daemon");
+	}
+	assert_true(WIFSIGNALED(d.exit_status) && WTERMSIG(d.exit_status) == SIGKILL);
+	if (kills0 != UINT64_MAX)
+		assert_true(kvpd_memcg_oom_kills(cg) > kills0);
+	kvpd_cleanup(&d);
+	rmdir(cg);
+}
+
 /* A child of @uid holding a connection to @sock until *@pipe_w is closed. */
 static pid_t hold_as(const char *sock, uid_t uid, int *pipe_w)
 {
@@ -872,6 +987,7 @@ int main(void)
 		cmocka_unit_test(test_groups_priority),
 		cmocka_unit_test(test_config_errors),
 		cmocka_unit_test(test_per_uid_memory_guard),
+		cmocka_unit_test(test_per_uid_oom_in_cgroup),
 		cmocka_unit_test(test_per_uid_reclaim),
 		cmocka_unit_test(test_per_uid_reclaim_pinned),
 		cmocka_unit_test(test_tier_symlink_refused),

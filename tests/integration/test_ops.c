@@ -513,66 +513,6 @@ static void test_forced_scalar_kernels(void **state)
 	env_refused("KVP_F32_GEMM", "fast", "KVP_F32_GEMM=fast: not auto, kvpool or openblas");
 }
 
-/*
- * Make a memory cgroup limited to @limit bytes for the daemon: v1 under this process's
- * memory cgroup, else v2 at the root of the unified hierarchy.  Return: 0, or -1 when
- * the machine has no usable memory cgroup.
- */
-static int make_cgroup(char *dir, size_t cap, uint64_t limit)
-{
-	char self[512] = "", line[1024], path[1200];
-	FILE *f = fopen("/proc/self/cgroup", "r");
-	const char *v2_roots[] = { "/sys/fs/cgroup", "/sys/fs/cgroup/unified" };
-
-	while (f && fgets(line, sizeof(line), f)) {
-		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-
-		if (c2 && strstr(c1, "memory") && strstr(c1, "memory") < c2) {
-			c2[1 + strcspn(c2 + 1, "\n")] = '\0';
-			snprintf(self, sizeof(self), "%s", c2 + 1);
-		}
-	}
-	if (f)
-		fclose(f);
-	if (*self) {
-		snprintf(dir, cap, "/sys/fs/cgroup/memory%s/kvptest-%d",
-			 strcmp(self, "/") ? self : "", (int)getpid());
-		if (mkdir(dir, 0755) == 0) {
-			snprintf(path, sizeof(path), "%s/memory.limit_in_bytes", dir);
-			f = fopen(path, "w");
-			if (f && fprintf(f, "%llu\n", (unsigned long long)limit) > 0 && !fclose(f))
-				return 0;
-			rmdir(dir);
-		}
-	}
-	for (size_t i = 0; i < 2; i++) {
-		snprintf(path, sizeof(path), "%s/cgroup.controllers", v2_roots[i]);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		line[0] = '\0';
-		(void)!fgets(line, sizeof(line), f);
-		fclose(f);
-		if (!strstr(line, "memory"))
-			continue;
-		snprintf(path, sizeof(path), "%s/cgroup.subtree_control", v2_roots[i]);
-		f = fopen(path, "w");
-		if (f) {
-			fputs("+memory\n", f);
-			fclose(f);
-		}
-		snprintf(dir, cap, "%s/kvptest-%d", v2_roots[i], (int)getpid());
-		if (mkdir(dir, 0755) < 0)
-			continue;
-		snprintf(path, sizeof(path), "%s/memory.max", dir);
-		f = fopen(path, "w");
-		if (f && fprintf(f, "%llu\n", (unsigned long long)limit) > 0 && !fclose(f))
-			return 0;
-		rmdir(dir);
-	}
-	return -1;
-}
-
 static void test_memory_guard_in_cgroup(void **state)
 {
 	/* a 512 MiB pool in a 256 MiB cgroup: refused at once with the numbers; a 32 MiB
@@ -588,7 +528,7 @@ static void test_memory_guard_in_cgroup(void **state)
 	int r;
 
 	assert_int_equal(kvpd_init(&d), 0);
-	if (make_cgroup(cg, sizeof(cg), 256ull << 20) < 0) {
+	if (kvpd_memcg_make(cg, sizeof(cg), 256ull << 20) < 0) {
 		kvpd_cleanup(&d);
 		fprintf(stderr, "no memory cgroup (v1 or v2) can be made here\n");
 		skip();
