@@ -509,7 +509,7 @@ static void test_forced_scalar_kernels(void **state)
 	assert_int_equal(one_request(d.sock, "hello scalar", 4, &u), 0);
 	assert_int_equal(u.generated_tokens, 4);
 	kvpd_cleanup(&d);
-	env_refused("KVP_ISA", "neon", "KVP_ISA=neon: no such kernel set");
+	env_refused("KVP_ISA", "avx9", "KVP_ISA=avx9: no such kernel set");
 	env_refused("KVP_F32_GEMM", "fast", "KVP_F32_GEMM=fast: not auto, kvpool or openblas");
 }
 
