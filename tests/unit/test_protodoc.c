@@ -30,6 +30,7 @@ static const struct {
 } structs[] = {
 	{ "kvp_frame_hdr", sizeof(struct kvp_frame_hdr) },
 	{ "kvp_usage", sizeof(struct kvp_usage) },
+	{ "kvp_spec_usage", sizeof(struct kvp_spec_usage) },
 	{ "kvp_hello", sizeof(struct kvp_hello) },
 	{ "kvp_welcome", sizeof(struct kvp_welcome) },
 	{ "kvp_generate", sizeof(struct kvp_generate) },
