@@ -49,19 +49,6 @@ static double now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_d);
-	return v[n / 2];
-}
-
 /* 50 properties of every kind the grammar knows, half of them required */
 static char *schema_50(void)
 {
@@ -160,8 +147,8 @@ static void bench_compile(const char *name, const char *path)
 	printf("  %s (%u tokens): compile a 50-property schema %.3f ms (target <= 50), "
 	       "first mask %.3f ms (%u allowed); baseline: the vocabulary trie, built once, "
 	       "%.1f ms\n",
-	       name, kvp_grammar_vocab_size(v), median(c, COMPILE_RUNS),
-	       median(first, COMPILE_RUNS), allowed, trie_ms);
+	       name, kvp_grammar_vocab_size(v), kvp_test_median(c, COMPILE_RUNS),
+	       kvp_test_median(first, COMPILE_RUNS), allowed, trie_ms);
 	free(bits);
 	free(s);
 	kvp_grammar_vocab_free(v);

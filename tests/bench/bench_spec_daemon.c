@@ -164,19 +164,6 @@ static int request(struct kvp_client *k, const struct prompt *p, uint32_t n, uin
 	return o->rc;
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_d);
-	return v[n / 2];
-}
-
 static const char *load_line(void)
 {
 	static char buf[128];
@@ -255,8 +242,8 @@ static int bench_single(struct kvp_client *k, const struct prompt *p)
 	}
 	printf("  %s (%u prompt tokens, cached; %u generated): ", p->name, o[0].u.prompt_tokens,
 	       g_gen);
-	kvp_bench_report("decode with speculation", median(tps[1], RUNS), "tok/s", "without",
-			 median(tps[0], RUNS), "tok/s");
+	kvp_bench_report("decode with speculation", kvp_test_median(tps[1], RUNS), "tok/s",
+			 "without", kvp_test_median(tps[0], RUNS), "tok/s");
 	printf("    drafted %llu, accepted %llu (%.0f%%; %.2f accepted per generated token), "
 	       "same tokens: %s\n",
 	       (unsigned long long)drafted, (unsigned long long)accepted,
@@ -341,8 +328,8 @@ static int bench_streams(const struct prompt *p)
 	}
 	printf("  %d concurrent streams (%d of each prompt, %u tokens each): ", N_STREAMS,
 	       N_STREAMS / 2, g_gen * 2 / 3);
-	kvp_bench_report("aggregate with speculation", median(tps[1], RUNS), "tok/s", "without",
-			 median(tps[0], RUNS), "tok/s");
+	kvp_bench_report("aggregate with speculation", kvp_test_median(tps[1], RUNS), "tok/s",
+			 "without", kvp_test_median(tps[0], RUNS), "tok/s");
 	printf("    drafted %llu, accepted %llu (%.0f%%), same greedy tokens: %s\n",
 	       (unsigned long long)drafted, (unsigned long long)accepted,
 	       drafted ? 100.0 * accepted / drafted : 0.0, same && !off_d ? "yes" : "NO");

@@ -21,6 +21,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -204,35 +205,32 @@ static struct kvp_cpu cpu_avx512(void)
 }
 
 /*
- * kvp_isa_best() of x86 words: the x86 table they admit; in a build for another
- * architecture no table (those are not linked), and the answer the words give
+ * kvp_isa_best() of @c's words, of this build's architecture when @native: the table they
+ * admit; words of another architecture admit none here (those tables are not linked), so
+ * the answer is the best table the words alone give
  */
-static uint32_t x86_best(const struct kvp_cpu *c)
+static uint32_t best_of(const struct kvp_cpu *c, bool native)
 {
 	uint32_t i = KVP_ISA__COUNT - 1;
+
+	if (native)
+		return kvp_isa_best(c);
+	assert_int_equal(kvp_isa_best(c), KVP_ISA_SCALAR);
+	while (i > KVP_ISA_SCALAR && !kvp_isa_supported_by(c, i))
+		i--;
+	return i;
+}
 
 #if defined(__x86_64__) || defined(__i386__)
-	return kvp_isa_best(c);
+#define x86_best(c) best_of(c, true)
+#else
+#define x86_best(c) best_of(c, false)
 #endif
-	assert_int_equal(kvp_isa_best(c), KVP_ISA_SCALAR);
-	while (i > KVP_ISA_SCALAR && !kvp_isa_supported_by(c, i))
-		i--;
-	return i;
-}
-
-/* kvp_isa_best() of aarch64 words, as x86_best() of x86 ones */
-static uint32_t arm_best(const struct kvp_cpu *c)
-{
-	uint32_t i = KVP_ISA__COUNT - 1;
-
 #if defined(__aarch64__)
-	return kvp_isa_best(c);
+#define arm_best(c) best_of(c, true)
+#else
+#define arm_best(c) best_of(c, false)
 #endif
-	assert_int_equal(kvp_isa_best(c), KVP_ISA_SCALAR);
-	while (i > KVP_ISA_SCALAR && !kvp_isa_supported_by(c, i))
-		i--;
-	return i;
-}
 
 static void test_dispatch_by_cpuid(void **state)
 {
