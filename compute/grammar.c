@@ -69,7 +69,8 @@ struct kvp_grammar {
 
 /* The automaton's state --------------------------------------------------------- */
 
-#define THREADS_MAX 8
+/* kvp_grammar_compile() refuses a schema with more branches alive at once (fan_out()) */
+#define THREADS_MAX KVP_GRAMMAR_ALTS_MAX
 
 struct gframe {
 	uint16_t node;
@@ -116,10 +117,7 @@ static void set_add(struct gset *s, const struct gthread *t)
 	for (uint32_t i = 0; i < s->n; i++)
 		if (s->t[i].depth == t->depth && !memcmp(&s->t[i], t, b))
 			return;
-	/*
-	 * Past THREADS_MAX the branch is dropped: every thread kept can still complete, so
-	 * the text stays valid; the schema's language is only narrowed.
-	 */
+	/* never full: kvp_grammar_compile() bounds the threads alive at once (fan_out()) */
 	if (s->n < THREADS_MAX)
 		memcpy(&s->t[s->n++], t, b);
 }
@@ -643,7 +641,7 @@ static bool set_accepting(const struct kvp_grammar *g, const struct gset *s)
 /* Compilation ---------------------------------------------------------------------- */
 
 #define NODES_MAX 4096u
-#define ANYOF_MAX 16u
+#define ANYOF_MAX KVP_GRAMMAR_ALTS_MAX
 
 struct cctx {
 	struct kvp_grammar *g;
@@ -1093,6 +1091,36 @@ void kvp_grammar_free(struct kvp_grammar *g)
 	free(g);
 }
 
+/*
+ * The most threads @node's value can hold at once: an anyOf's branches are alive side by
+ * side (their own nested branches with them), a container writes one member at a time.
+ * Saturates past THREADS_MAX.
+ */
+static uint32_t fan_out(const struct kvp_grammar *g, uint32_t node)
+{
+	const struct gnode *nd = &g->nodes[node];
+	uint32_t f = 1;
+
+	switch (nd->kind) {
+	case GK_ANYOF:
+		f = 0;
+		for (uint32_t i = 0; i < nd->n && f <= THREADS_MAX; i++)
+			f += fan_out(g, g->alts[nd->a + i]);
+		break;
+	case GK_OBJ:
+		for (uint32_t i = 0; i < nd->n && f <= THREADS_MAX; i++) {
+			uint32_t p = fan_out(g, g->lits[nd->a + i].node);
+
+			f = p > f ? p : f;
+		}
+		break;
+	case GK_ARR:
+		f = fan_out(g, nd->item);
+		break;
+	}
+	return f;
+}
+
 int kvp_grammar_compile(struct kvp_grammar **out, const char *schema, size_t len, char *err,
 			size_t errlen)
 {
@@ -1117,6 +1145,12 @@ int kvp_grammar_compile(struct kvp_grammar **out, const char *schema, size_t len
 	r = grammar_base(&c);
 	if (!r)
 		r = compile_node(&c, s, 0, &c.g->root);
+	/* a thread past the set's room would be dropped, and with it what its branch allows */
+	if (!r && fan_out(c.g, c.g->root) > THREADS_MAX)
+		r = fail(&c,
+			 "anyOf: more than %u alternatives can be open at once (nested anyOf "
+			 "branches count together)",
+			 THREADS_MAX);
 	json_decref(s);
 	if (r) {
 		if (r == -ENOMEM)

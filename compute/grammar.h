@@ -36,6 +36,7 @@
 #define KVP_GRAMMAR_DEPTH 24		  /* nesting of objects and arrays in the text */
 #define KVP_GRAMMAR_PROPS_MAX 64	  /* properties of one object schema */
 #define KVP_GRAMMAR_ENUM_MAX 64		  /* values of one enum */
+#define KVP_GRAMMAR_ALTS_MAX 16		  /* anyOf branches alive at once, nested ones too */
 #define KVP_GRAMMAR_SCHEMA_MAX (1u << 20) /* bytes of schema text */
 
 struct kvp_grammar_vocab;

@@ -777,6 +777,18 @@ static int tools_schema(struct kvp_http_gen *g, json_t *tools, const char *param
 
 	if (!alts)
 		return -ENOMEM;
+	/* each tool an anyOf branch, all alive until the name tells them apart */
+	if (g->tool_choice == KVP_HTTP_TOOLS_REQUIRED &&
+	    json_array_size(tools) > KVP_GRAMMAR_ALTS_MAX) {
+		char what[200];
+
+		json_decref(alts);
+		snprintf(what, sizeof(what),
+			 "a forced call (required) among more than %u tools (%zu given): name "
+			 "one, or pass fewer",
+			 KVP_GRAMMAR_ALTS_MAX, json_array_size(tools));
+		return unsupported(err, param, what);
+	}
 	for (size_t i = 0; i < json_array_size(tools); i++) {
 		json_t *f = json_object_get(json_array_get(tools, i), "function");
 		json_t *params = member(f, "parameters");

@@ -126,6 +126,55 @@ static void test_enum_const_anyof(void **state)
 	      { "{\"x\":true}", false }, { "{}", false });
 }
 
+/*
+ * Every branch of a 16-way anyOf is reachable, the 9th to 16th too (a set of 8 threads
+ * once dropped them: a forced call could never name the 9th tool), and a schema that
+ * could hold more branches open at once, nested ones counted together, is refused.
+ */
+static void test_anyof_fan_out(void **state)
+{
+	struct kvp_grammar_vocab *v = vocab();
+	struct kvp_grammar *g;
+	char schema[4096], text[64], err[256];
+	int len = snprintf(schema, sizeof(schema), "{\"anyOf\":[");
+
+	for (int i = 0; i < 16; i++)
+		len += snprintf(schema + len, sizeof(schema) - (size_t)len,
+				"%s{\"type\":\"object\",\"properties\":{\"name\":{\"const\":"
+				"\"tool%d\"}},\"required\":[\"name\"]}",
+				i ? "," : "", i);
+	snprintf(schema + len, sizeof(schema) - (size_t)len, "]}");
+	g = compile(schema);
+	for (int i = 0; i < 16; i++) {
+		snprintf(text, sizeof(text), "{\"name\":\"tool%d\"}", i);
+		if (!accepts(g, v, text))
+			fail_msg("branch %d of 16 refused: %s", i, text);
+	}
+	assert_false(accepts(g, v, "{\"name\":\"tool16\"}"));
+	kvp_grammar_free(g);
+	/* three branches with three alternatives open in each: 9 at once, fine */
+	g = compile("{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"anyOf\":["
+		    "{\"type\":\"integer\"},{\"type\":\"string\"},{\"type\":\"null\"}]},\"b\":"
+		    "{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"},{\"type\":"
+		    "\"null\"}]}}},{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":"
+		    "\"integer\"},{\"type\":\"string\"},{\"type\":\"boolean\"}]}},{\"anyOf\":["
+		    "{\"type\":\"number\"},{\"type\":\"boolean\"},{\"type\":\"null\"}]}]}");
+	assert_true(accepts(g, v, "{\"a\":\"x\",\"b\":null}"));
+	assert_true(accepts(g, v, "[1,\"y\",true]"));
+	kvp_grammar_free(g);
+	/* 16 branches, one of them a 2-way anyOf: 17 open at once */
+	len = snprintf(schema, sizeof(schema),
+		       "{\"anyOf\":[{\"anyOf\":[{\"type\":\"integer\"},"
+		       "{\"type\":\"string\"}]}");
+	for (int i = 1; i < 16; i++)
+		len += snprintf(schema + len, sizeof(schema) - (size_t)len, ",{\"const\":%d}", i);
+	snprintf(schema + len, sizeof(schema) - (size_t)len, "]}");
+	assert_int_equal(kvp_grammar_compile(&g, schema, strlen(schema), err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "more than 16 alternatives can be open at once"));
+	kvp_grammar_vocab_free(v);
+}
+
 static void test_objects_arrays(void **state)
 {
 	const char
@@ -332,6 +381,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_scalars),
 		cmocka_unit_test(test_enum_const_anyof),
+		cmocka_unit_test(test_anyof_fan_out),
 		cmocka_unit_test(test_objects_arrays),
 		cmocka_unit_test(test_refused_by_name),
 		cmocka_unit_test(test_vocab_trie_duplicates),

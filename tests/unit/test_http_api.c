@@ -854,6 +854,28 @@ static void test_tools(void **state)
 		"tool_choice", "response_format");
 	refused(CHAT, "{\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", "messages",
 		"tool");
+	/* a forced call among 16 tools compiles (every name reachable: test_grammar); 17 not */
+	for (int n = 16; n <= 17; n++) {
+		char body[4096];
+		int len = snprintf(body, sizeof(body),
+				   "{" USER_X ",\"tool_choice\":\"required\","
+				   "\"tools\":[");
+
+		for (int i = 0; i < n; i++)
+			len += snprintf(body + len, sizeof(body) - (size_t)len,
+					"%s{\"type\":\"function\",\"function\":{\"name\":\"t%d\"}}",
+					i ? "," : "", i);
+		snprintf(body + len, sizeof(body) - (size_t)len, "]}");
+		if (n == 17) {
+			refused(CHAT, body, "tool_choice", "more than 16 tools (17 given)");
+			continue;
+		}
+		p = parse(CHAT, body);
+		assert_int_equal(p->r, 0);
+		assert_int_equal(p->g.grammar, KVP_GRAMMAR_JSON_SCHEMA);
+		assert_non_null(strstr(p->g.schema, "{\"const\":\"t15\"}"));
+		done(p);
+	}
 
 	/* Anthropic: tools in OpenAI's shape, tool_use / tool_result blocks as messages */
 	p = parse(MSG, MSG_HEAD
