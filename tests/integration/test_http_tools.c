@@ -4,7 +4,9 @@
  * (tests/node/http-tools.mjs), on models with real vocabularies and published chat
  * templates (tests/node/chat-models.mjs writes the vocabularies): Qwen2.5's ChatML,
  * Llama 3.2's and Mistral v0.3's and Nemo's (on the Llama 2 vocabulary) render tools,
- * Llama 3.0's does not and is refused; and OpenAI's logprobs and
+ * Llama 3.0's does not and is refused; a call the model writes itself under tool_choice
+ * auto ("qwen2call", a kvpd_chain_model() on Qwen2.5's template:
+ * tests/node/http-toolauto.mjs); and OpenAI's logprobs and
  * n > 1 on the same models (tests/node/http-logprobs.mjs); and reasoning on Qwen3's template
  * (on the Qwen vocabulary: a tiny model steered by logit_bias, and "qwen3chain", one that
  * writes a fixed reasoning and answer, kvpd_chain_model()) and on Llama 3.0's, which has
@@ -47,6 +49,22 @@ static const char *const loop[][2] = {
 	{ "</think>", "\xc4\x8a\xc4\x8a" }, { "\xc4\x8a\xc4\x8a", "Hi" }, { "Hi", "<|im_end|>" },
 };
 
+/* Qwen2.5's template: after the generation prompt a call of "now", then the end */
+static const char *const call[][2] = {
+	{ "\xc4\x8a", "<tool_call>" },
+	{ "<tool_call>", "{\"" },
+	{ "{\"", "name" },
+	{ "name", "\":\"" },
+	{ "\":\"", "now" },
+	{ "now", "\",\"" },
+	{ "\",\"", "arguments" },
+	{ "arguments", "\":" },
+	{ "\":", "{" },
+	{ "{", "}}" },
+	{ "}}", "</tool_call>" },
+	{ "</tool_call>", "<|im_end|>" },
+};
+
 static int group_setup(void **state)
 {
 	const char *src = getenv("KVP_SOURCE_DIR");
@@ -77,7 +95,9 @@ static int group_setup(void **state)
 	    kvpd_chain_model(g_dir, "qwen3chain", "qwen2", "qwen3.qwen3-0.6b.jinja", chain,
 			     sizeof(chain) / sizeof(chain[0])) ||
 	    kvpd_chain_model(g_dir, "qwen3loop", "qwen2", "qwen3.qwen3-0.6b.jinja", loop,
-			     sizeof(loop) / sizeof(loop[0])))
+			     sizeof(loop) / sizeof(loop[0])) ||
+	    kvpd_chain_model(g_dir, "qwen2call", "qwen2", NULL, call,
+			     sizeof(call) / sizeof(call[0])))
 		return -1;
 	return 0;
 }
@@ -334,6 +354,12 @@ static void test_qwen3_thinking(void **state)
 	check_family("qwen3", "http-thinking.mjs");
 }
 
+/* a call the model writes itself under tool_choice auto (tests/node/http-toolauto.mjs) */
+static void test_qwen2_auto_call(void **state)
+{
+	check_family("qwen2call", "http-toolauto.mjs");
+}
+
 /* Anthropic's thinking end to end on a model that writes a fixed reasoning and answer */
 static void test_qwen3_thinking_chain(void **state)
 {
@@ -359,6 +385,7 @@ int main(void)
 		cmocka_unit_test(test_nemo),
 		cmocka_unit_test(test_llama3_refuses),
 		cmocka_unit_test(test_qwen2_logprobs),
+		cmocka_unit_test(test_qwen2_auto_call),
 		cmocka_unit_test(test_llama32_logprobs),
 		cmocka_unit_test(test_qwen2_logprobs_reference),
 		cmocka_unit_test(test_qwen3_thinking),
