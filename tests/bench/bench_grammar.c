@@ -217,19 +217,6 @@ static int bench_decode(const char *name, const char *model, uint32_t n)
 	return 0;
 }
 
-static const char *load_line(void)
-{
-	static char buf[128];
-	FILE *f = fopen("/proc/loadavg", "r");
-
-	if (!f || !fgets(buf, sizeof(buf), f))
-		snprintf(buf, sizeof(buf), "?");
-	if (f)
-		fclose(f);
-	buf[strcspn(buf, "\n")] = 0;
-	return buf;
-}
-
 static uint64_t rng(uint64_t *x)
 {
 	*x = *x * 6364136223846793005ull + 1442695040888963407ull;
@@ -325,7 +312,7 @@ int main(void)
 	if (!big)
 		big = "/work/ext/models/1b-q4_k_m.gguf";
 	printf("bench_grammar: two spinning threads lost %.0f%% of their time (load: %s)\n",
-	       100 * kvp_bench_cpu_regime(1000), load_line());
+	       100 * kvp_bench_cpu_regime(1000), kvp_test_loadavg());
 	if (kvpd_init(&d) || kvpd_model(&d, "demo", demo, sizeof(demo))) {
 		fprintf(stderr, "bench_grammar: cannot write the demo model\n");
 		return 1;

@@ -164,20 +164,6 @@ static int request(struct kvp_client *k, const struct prompt *p, uint32_t n, uin
 	return o->rc;
 }
 
-static const char *load_line(void)
-{
-	static char buf[128];
-	FILE *f = fopen("/proc/loadavg", "r");
-
-	buf[0] = 0;
-	if (!f || !fgets(buf, sizeof(buf), f))
-		snprintf(buf, sizeof(buf), "?");
-	if (f)
-		fclose(f);
-	buf[strcspn(buf, "\n")] = 0;
-	return buf;
-}
-
 /* "model name (family F, model M)" of the first CPU: a VM's name may say little */
 static const char *cpu_name(void)
 {
@@ -379,7 +365,7 @@ int main(void)
 		return 77;
 	}
 	printf("bench_spec_daemon: %s; CPU %s, %ld online; load %s\n", model, cpu_name(),
-	       sysconf(_SC_NPROCESSORS_ONLN), load_line());
+	       sysconf(_SC_NPROCESSORS_ONLN), kvp_test_loadavg());
 	printf("bench_spec_daemon: before, two spinning threads lost %.0f%% of their time\n",
 	       100 * kvp_bench_cpu_regime(1000));
 	make_code_prompt(&p[0]);
@@ -413,7 +399,7 @@ int main(void)
 	ret |= bench_streams(p) < 0;
 	printf("bench_spec_daemon: daemon's totals: drafted %.0f, accepted %.0f; load %s\n",
 	       kvpd_status_num(&d, "scheduler.spec_drafted", -1),
-	       kvpd_status_num(&d, "scheduler.spec_accepted", -1), load_line());
+	       kvpd_status_num(&d, "scheduler.spec_accepted", -1), kvp_test_loadavg());
 	printf("bench_spec_daemon: after, two spinning threads lost %.0f%% of their time\n",
 	       100 * kvp_bench_cpu_regime(1000));
 	kvp_client_close(k);

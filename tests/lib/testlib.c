@@ -144,6 +144,20 @@ int kvp_test_build_path(char *buf, size_t cap, const char *rel)
 	return 0;
 }
 
+const char *kvp_test_loadavg(void)
+{
+	static char buf[128];
+	FILE *f = fopen("/proc/loadavg", "r");
+
+	buf[0] = 0;
+	if (!f || !fgets(buf, sizeof(buf), f))
+		snprintf(buf, sizeof(buf), "?");
+	if (f)
+		fclose(f);
+	buf[strcspn(buf, "\n")] = 0;
+	return buf;
+}
+
 double kvp_test_median(double *v, int n)
 {
 	kvp_sort_doubles(v, (size_t)n);

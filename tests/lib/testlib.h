@@ -54,6 +54,9 @@ uint64_t kvp_test_xorshift(uint64_t *s);
  */
 void kvp_test_fill_ids(uint64_t *s, int32_t *t, uint32_t n, uint32_t mod);
 
+/* /proc/loadavg's line without its newline ("?" when unreadable): a static buffer. */
+const char *kvp_test_loadavg(void);
+
 /* Sorts @v in place and returns its median (n >= 1). */
 double kvp_test_median(double *v, int n);
 
